@@ -1,0 +1,488 @@
+/* graph.c - the graph IR: tensors by name, nodes, topological order, shape
+ * inference with constant folding, dead-node removal.
+ *
+ * Loading ends in pd__graph_finalize: nodes are visited in topological order,
+ * each op's shape rule gives its outputs' dtypes and shapes, and a node whose
+ * inputs are all constants (and which is not a trainable initializer's user)
+ * is evaluated once on the CPU backend and replaced by its results. That is how
+ * PyTorch's Shape/Gather/Unsqueeze/Concat subgraphs of dynamic axes disappear.
+ */
+#include "pd_internal.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* ---- names -------------------------------------------------------------- */
+
+static uint64_t pd__hash_str(const char *s) {
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h;
+}
+
+static bool pd__hash_grow(pd_graph *g) {
+    int cap = g->hcap ? g->hcap * 2 : 256;
+    int *h = PD_MALLOC(sizeof(int) * (size_t)cap);
+    if (!h) return false;
+    for (int i = 0; i < cap; i++) h[i] = -1;
+    for (int t = 0; t < g->ntensors; t++) {
+        uint64_t k = pd__hash_str(g->tensors[t].name) & (uint64_t)(cap - 1);
+        while (h[k] >= 0) k = (k + 1) & (uint64_t)(cap - 1);
+        h[k] = t;
+    }
+    PD_FREE(g->hash);
+    g->hash = h;
+    g->hcap = cap;
+    return true;
+}
+
+int pd__graph_find(const pd_graph *g, const char *name) {
+    if (!g->hcap || !name) return -1;
+    uint64_t k = pd__hash_str(name) & (uint64_t)(g->hcap - 1);
+    while (g->hash[k] >= 0) {
+        if (strcmp(g->tensors[g->hash[k]].name, name) == 0) return g->hash[k];
+        k = (k + 1) & (uint64_t)(g->hcap - 1);
+    }
+    return -1;
+}
+
+int pd__graph_tensor(pd_graph *g, const char *name) {
+    int t = pd__graph_find(g, name);
+    if (t >= 0) return t;
+    if (g->ntensors == g->tcap) {
+        int cap = g->tcap ? g->tcap * 2 : 64;
+        pd__tensor *nt = PD_REALLOC(g->tensors, sizeof(pd__tensor) * (size_t)cap);
+        if (!nt) return -1;
+        g->tensors = nt;
+        g->tcap = cap;
+    }
+    if ((g->ntensors + 1) * 2 > g->hcap && !pd__hash_grow(g)) return -1;
+    pd__tensor *x = &g->tensors[g->ntensors];
+    memset(x, 0, sizeof *x);
+    x->name = pd__strdup(name);
+    if (!x->name) return -1;
+    x->ndim = -1;
+    x->producer = -1;
+    t = g->ntensors++;
+    uint64_t k = pd__hash_str(name) & (uint64_t)(g->hcap - 1);
+    while (g->hash[k] >= 0) k = (k + 1) & (uint64_t)(g->hcap - 1);
+    g->hash[k] = t;
+    return t;
+}
+
+pd_graph *pd__graph_new(const char *path) {
+    pd_graph *g = PD_CALLOC(1, sizeof *g);
+    if (!g) return NULL;
+    g->path = pd__strdup(path ? path : "<memory>");
+    g->name = pd__strdup("");
+    if (!g->path || !g->name) {
+        pd_graph_destroy(g);
+        return NULL;
+    }
+    return g;
+}
+
+pd_status pd__graph_add_node(pd_graph *g, pd__node *n) {
+    if (g->nnodes == g->ncap) {
+        int cap = g->ncap ? g->ncap * 2 : 64;
+        pd__node *nn = PD_REALLOC(g->nodes, sizeof(pd__node) * (size_t)cap);
+        if (!nn) return pd__err(PD_ERR_NOMEM, "%s: out of memory adding node", g->path);
+        g->nodes = nn;
+        g->ncap = cap;
+    }
+    g->nodes[g->nnodes++] = *n;
+    return PD_OK;
+}
+
+static void pd__attr_free(pd__attr *a) {
+    PD_FREE(a->name);
+    PD_FREE(a->s);
+    PD_FREE(a->ints);
+    PD_FREE(a->floats);
+    if (a->t) {
+        PD_FREE(a->t->data);
+        PD_FREE(a->t);
+    }
+}
+
+static void pd__node_free(pd__node *n) {
+    PD_FREE(n->name);
+    PD_FREE(n->op_type);
+    PD_FREE(n->domain);
+    PD_FREE(n->in);
+    PD_FREE(n->out);
+    for (int i = 0; i < n->nattr; i++) pd__attr_free(&n->attr[i]);
+    PD_FREE(n->attr);
+}
+
+void pd_graph_destroy(pd_graph *g) {
+    if (!g) return;
+    for (int i = 0; i < g->ntensors; i++) {
+        PD_FREE(g->tensors[i].name);
+        PD_FREE(g->tensors[i].data);
+    }
+    for (int i = 0; i < g->nnodes; i++) pd__node_free(&g->nodes[i]);
+    PD_FREE(g->tensors);
+    PD_FREE(g->nodes);
+    PD_FREE(g->inputs);
+    PD_FREE(g->outputs);
+    PD_FREE(g->hash);
+    PD_FREE(g->path);
+    PD_FREE(g->name);
+    PD_FREE(g);
+}
+
+/* ---- node errors and attributes --------------------------------------- */
+
+pd_status pd__node_err(const pd_graph *g, const pd__node *n, pd_status s, const char *fmt, ...) {
+    char msg[768];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return pd__err(s, "%s: node '%s' (%s): %s", g->path, n->name, n->op_type, msg);
+}
+
+const pd__attr *pd__attr_get(const pd__node *n, const char *name) {
+    for (int i = 0; i < n->nattr; i++)
+        if (strcmp(n->attr[i].name, name) == 0) return &n->attr[i];
+    return NULL;
+}
+
+int64_t pd__attr_i(const pd__node *n, const char *name, int64_t def) {
+    const pd__attr *a = pd__attr_get(n, name);
+    if (!a) return def;
+    if (a->type == PD_A_INT) return a->i;
+    if (a->type == PD_A_FLOAT) return (int64_t)a->f;
+    return def;
+}
+
+float pd__attr_f(const pd__node *n, const char *name, float def) {
+    const pd__attr *a = pd__attr_get(n, name);
+    if (!a) return def;
+    if (a->type == PD_A_FLOAT) return a->f;
+    if (a->type == PD_A_INT) return (float)a->i;
+    return def;
+}
+
+const char *pd__attr_s(const pd__node *n, const char *name, const char *def) {
+    const pd__attr *a = pd__attr_get(n, name);
+    return (a && a->type == PD_A_STRING && a->s) ? a->s : def;
+}
+
+int pd__attr_ints(const pd__node *n, const char *name, const int64_t **v) {
+    const pd__attr *a = pd__attr_get(n, name);
+    if (!a || a->type != PD_A_INTS) {
+        *v = NULL;
+        return 0;
+    }
+    *v = a->ints;
+    return a->n;
+}
+
+int pd__attr_floats(const pd__node *n, const char *name, const float **v) {
+    const pd__attr *a = pd__attr_get(n, name);
+    if (!a || a->type != PD_A_FLOATS) {
+        *v = NULL;
+        return 0;
+    }
+    *v = a->floats;
+    return a->n;
+}
+
+/* ---- shapes -------------------------------------------------------------- */
+
+pd_status pd__tensor_set_shape(const pd_graph *g, pd__tensor *t, int ndim, const int64_t *shape) {
+    char buf[256];
+    if (ndim < 0 || ndim > PD_MAX_DIMS)
+        return pd__err(PD_ERR_UNSUPPORTED, "%s: tensor '%s' has rank %d (at most %d supported)", g->path,
+                       t->name, ndim, PD_MAX_DIMS);
+    int64_t numel = pd__shape_numel(ndim, shape);
+    if (numel < 0) {
+        pd__format_shape(buf, sizeof buf, ndim, shape);
+        return pd__err(PD_ERR_SHAPE, "%s: tensor '%s' has shape %s: negative dim or size overflow", g->path,
+                       t->name, buf);
+    }
+    size_t es = pd_dtype_size(t->dtype);
+    int64_t bytes;
+    if (es && !pd__mul_ok(numel, (int64_t)es, &bytes)) {
+        pd__format_shape(buf, sizeof buf, ndim, shape);
+        return pd__err(PD_ERR_SHAPE, "%s: tensor '%s' of shape %s is too large", g->path, t->name, buf);
+    }
+    t->ndim = ndim;
+    for (int i = 0; i < ndim; i++) t->shape[i] = shape[i];
+    t->numel = numel;
+    return PD_OK;
+}
+
+pd_tensor pd__view(const pd__tensor *t) {
+    pd_tensor v;
+    memset(&v, 0, sizeof v);
+    v.dtype = t->dtype;
+    v.ndim = t->ndim < 0 ? 0 : t->ndim;
+    for (int i = 0; i < v.ndim; i++) v.shape[i] = t->shape[i];
+    v.data = t->data;
+    return v;
+}
+
+/* ---- topological order ------------------------------------------------- */
+
+pd_status pd__graph_toposort(pd_graph *g) {
+    int nn = g->nnodes;
+    if (nn == 0) return PD_OK;
+    pd_status st = PD_OK;
+    int *producer = PD_MALLOC(sizeof(int) * (size_t)(g->ntensors + 1));
+    int *indeg = PD_CALLOC((size_t)nn, sizeof(int));
+    int *order = PD_MALLOC(sizeof(int) * (size_t)nn);
+    int *ucount = PD_CALLOC((size_t)nn + 1, sizeof(int)); /* CSR of node -> consumer nodes */
+    int *users = NULL;
+    pd__node *sorted = NULL;
+    if (!producer || !indeg || !order || !ucount) goto nomem;
+    for (int t = 0; t < g->ntensors; t++) producer[t] = -1;
+    for (int i = 0; i < nn; i++) {
+        pd__node *n = &g->nodes[i];
+        for (int j = 0; j < n->nout; j++) {
+            int t = n->out[j];
+            if (t < 0) continue;
+            if (producer[t] >= 0 || g->tensors[t].kind != PD_T_ACT) {
+                st = pd__node_err(g, n, PD_ERR_INVALID, "output '%s' is already produced elsewhere",
+                                  g->tensors[t].name);
+                goto done;
+            }
+            producer[t] = i;
+        }
+    }
+    int nedges = 0;
+    for (int i = 0; i < nn; i++) {
+        pd__node *n = &g->nodes[i];
+        for (int j = 0; j < n->nin; j++) {
+            int t = n->in[j];
+            if (t < 0) continue;
+            if (producer[t] < 0 && g->tensors[t].kind == PD_T_ACT) {
+                st = pd__node_err(g, n, PD_ERR_INVALID,
+                                  "input '%s' is not a graph input, an initializer or any node's output",
+                                  g->tensors[t].name);
+                goto done;
+            }
+            if (producer[t] >= 0) {
+                indeg[i]++;
+                ucount[producer[t]]++;
+                nedges++;
+            }
+        }
+    }
+    users = PD_MALLOC(sizeof(int) * (size_t)(nedges + 1));
+    if (!users) goto nomem;
+    /* prefix sums: ucount[i] becomes the start of node i's users */
+    for (int i = 0, acc = 0; i <= nn; i++) {
+        int c = i < nn ? ucount[i] : 0;
+        ucount[i] = acc;
+        acc += c;
+    }
+    {
+        int *fill = PD_CALLOC((size_t)nn, sizeof(int));
+        if (!fill) goto nomem;
+        for (int i = 0; i < nn; i++) {
+            pd__node *n = &g->nodes[i];
+            for (int j = 0; j < n->nin; j++) {
+                int t = n->in[j];
+                if (t >= 0 && producer[t] >= 0) {
+                    int p = producer[t];
+                    users[ucount[p] + fill[p]++] = i;
+                }
+            }
+        }
+        PD_FREE(fill);
+    }
+    /* Kahn's algorithm, keeping the model's order among ready nodes (a FIFO
+     * of indices in order of readiness is stable enough for exports). */
+    int head = 0, tail = 0;
+    for (int i = 0; i < nn; i++)
+        if (indeg[i] == 0) order[tail++] = i;
+    while (head < tail) {
+        int i = order[head++];
+        for (int k = ucount[i]; k < ucount[i + 1]; k++)
+            if (--indeg[users[k]] == 0) order[tail++] = users[k];
+    }
+    if (tail < nn) {
+        int bad = 0;
+        while (bad < nn && indeg[bad] == 0) bad++;
+        st = pd__node_err(g, &g->nodes[bad], PD_ERR_INVALID, "the graph has a cycle through this node");
+        goto done;
+    }
+    sorted = PD_MALLOC(sizeof(pd__node) * (size_t)g->ncap);
+    if (!sorted) goto nomem;
+    for (int i = 0; i < nn; i++) sorted[i] = g->nodes[order[i]];
+    PD_FREE(g->nodes);
+    g->nodes = sorted;
+    for (int i = 0; i < nn; i++)
+        for (int j = 0; j < g->nodes[i].nout; j++)
+            if (g->nodes[i].out[j] >= 0) g->tensors[g->nodes[i].out[j]].producer = i;
+    goto done;
+nomem:
+    st = pd__err(PD_ERR_NOMEM, "%s: out of memory sorting the graph", g->path);
+done:
+    PD_FREE(producer);
+    PD_FREE(indeg);
+    PD_FREE(order);
+    PD_FREE(ucount);
+    PD_FREE(users);
+    return st;
+}
+
+/* ---- constant inputs, shape inference and folding ------------------------- */
+
+static bool pd__is_float(pd_dtype t) {
+    return t == PD_FLOAT || t == PD_DOUBLE || t == PD_FLOAT16 || t == PD_BFLOAT16;
+}
+
+/* A float initializer may be trained: never fold it into something else. */
+static bool pd__foldable_input(const pd__tensor *t) {
+    if (t->kind == PD_T_CONST) return true;
+    if (t->kind == PD_T_INIT) return !pd__is_float(t->dtype);
+    return false;
+}
+
+static pd_status pd__bind_const_inputs(pd_graph *g, const pd_load_options *opt) {
+    for (int c = 0; c < opt->n_const_inputs; c++) {
+        const char *name = opt->const_input_names[c];
+        const pd_tensor *v = &opt->const_inputs[c];
+        int k = -1;
+        for (int i = 0; i < g->ninputs; i++)
+            if (strcmp(g->tensors[g->inputs[i]].name, name) == 0) k = i;
+        if (k < 0) return pd__err(PD_ERR_INVALID, "%s: no graph input named '%s'", g->path, name);
+        pd__tensor *t = &g->tensors[g->inputs[k]];
+        if (t->dtype != v->dtype)
+            return pd__err(PD_ERR_SHAPE, "%s: input '%s' is %s, the value given is %s", g->path, name,
+                           pd_dtype_name(t->dtype), pd_dtype_name(v->dtype));
+        t->dtype = v->dtype;
+        PD_TRY(pd__tensor_set_shape(g, t, v->ndim, v->shape));
+        size_t bytes = (size_t)t->numel * pd_dtype_size(t->dtype);
+        t->data = PD_MALLOC(bytes ? bytes : 1);
+        if (!t->data) return pd__err(PD_ERR_NOMEM, "%s: out of memory binding input '%s'", g->path, name);
+        if (bytes) memcpy(t->data, v->data, bytes);
+        t->kind = PD_T_CONST;
+        g->inputs[k] = g->inputs[--g->ninputs];
+    }
+    return PD_OK;
+}
+
+static pd_status pd__fold_node(pd_graph *g, pd__node *n) {
+    pd_tensor inv[16], outv[16];
+    pd_tensor *in[16], *out[16];
+    if (n->nin > 16 || n->nout > 16) return PD_OK; /* not worth folding */
+    for (int j = 0; j < n->nin; j++) {
+        in[j] = NULL;
+        if (n->in[j] < 0) continue;
+        inv[j] = pd__view(&g->tensors[n->in[j]]);
+        in[j] = &inv[j];
+    }
+    for (int j = 0; j < n->nout; j++) {
+        out[j] = NULL;
+        if (n->out[j] < 0) continue;
+        pd__tensor *t = &g->tensors[n->out[j]];
+        size_t bytes = (size_t)t->numel * pd_dtype_size(t->dtype);
+        t->data = PD_CALLOC(1, bytes ? bytes : 1);
+        if (!t->data) return pd__err(PD_ERR_NOMEM, "%s: out of memory folding '%s'", g->path, n->name);
+        outv[j] = pd__view(t);
+        out[j] = &outv[j];
+    }
+    pd__exec x;
+    memset(&x, 0, sizeof x);
+    x.threads = 1;
+    x.g = g;
+    pd_status st = pd__cpu_run(&x, g, n, in, out);
+    PD_FREE(x.scratch);
+    if (st != PD_OK) return st;
+    for (int j = 0; j < n->nout; j++) {
+        if (n->out[j] < 0) continue;
+        g->tensors[n->out[j]].kind = PD_T_CONST;
+        g->tensors[n->out[j]].producer = -1;
+    }
+    return PD_OK;
+}
+
+static bool pd__should_fold(const pd_graph *g, const pd__node *n) {
+    if (n->op < 0 || !(pd__ops[n->op].flags & PD_OPF_FOLD)) return false;
+    if (n->op == PD_OP_SHAPE) return true; /* only needs the input's shape */
+    for (int j = 0; j < n->nin; j++)
+        if (n->in[j] >= 0 && !pd__foldable_input(&g->tensors[n->in[j]])) return false;
+    return true;
+}
+
+/* Keeps the nodes that still compute something a graph output needs. */
+static pd_status pd__prune(pd_graph *g, const bool *folded) {
+    bool *need = PD_CALLOC((size_t)g->ntensors + 1, sizeof(bool));
+    bool *keep = PD_CALLOC((size_t)g->nnodes + 1, sizeof(bool));
+    if (!need || !keep) {
+        PD_FREE(need);
+        PD_FREE(keep);
+        return pd__err(PD_ERR_NOMEM, "%s: out of memory", g->path);
+    }
+    for (int i = 0; i < g->noutputs; i++) need[g->outputs[i]] = true;
+    for (int i = g->nnodes - 1; i >= 0; i--) {
+        pd__node *n = &g->nodes[i];
+        if (folded[i]) continue;
+        for (int j = 0; j < n->nout; j++)
+            if (n->out[j] >= 0 && need[n->out[j]]) keep[i] = true;
+        if (!keep[i]) continue;
+        for (int j = 0; j < n->nin; j++)
+            if (n->in[j] >= 0) need[n->in[j]] = true;
+    }
+    int k = 0;
+    for (int i = 0; i < g->nnodes; i++) {
+        if (keep[i]) {
+            g->nodes[k++] = g->nodes[i];
+        } else {
+            pd__node_free(&g->nodes[i]);
+        }
+    }
+    g->nnodes = k;
+    for (int t = 0; t < g->ntensors; t++) g->tensors[t].producer = -1;
+    for (int i = 0; i < g->nnodes; i++)
+        for (int j = 0; j < g->nodes[i].nout; j++)
+            if (g->nodes[i].out[j] >= 0) g->tensors[g->nodes[i].out[j]].producer = i;
+    /* Folded intermediates nobody reads any more: drop their data. */
+    for (int t = 0; t < g->ntensors; t++) {
+        pd__tensor *x = &g->tensors[t];
+        if (x->kind == PD_T_CONST && !need[t] && !x->is_output) {
+            PD_FREE(x->data);
+            x->data = NULL;
+        }
+    }
+    PD_FREE(need);
+    PD_FREE(keep);
+    return PD_OK;
+}
+
+pd_status pd__graph_finalize(pd_graph *g, const pd_load_options *opt) {
+    PD_TRY(pd__bind_const_inputs(g, opt));
+    bool *folded = PD_CALLOC((size_t)g->nnodes + 1, sizeof(bool));
+    if (!folded) return pd__err(PD_ERR_NOMEM, "%s: out of memory", g->path);
+    pd_status st = PD_OK;
+    for (int i = 0; i < g->nnodes && st == PD_OK; i++) {
+        pd__node *n = &g->nodes[i];
+        if (n->op < 0) {
+            if (n->domain && n->domain[0] && strcmp(n->domain, "ai.onnx") != 0)
+                st = pd__node_err(g, n, PD_ERR_UNSUPPORTED, "operator %s of domain '%s' is not supported",
+                                  n->op_type, n->domain);
+            else
+                st = pd__node_err(g, n, PD_ERR_UNSUPPORTED, "operator %s is not supported", n->op_type);
+            break;
+        }
+        st = pd__ops[n->op].shape(g, n);
+        if (st != PD_OK) break;
+        for (int j = 0; j < n->nout && st == PD_OK; j++) {
+            pd__tensor *t = pd__out(g, n, j);
+            if (t && (t->ndim < 0 || t->dtype == PD_UNDEFINED))
+                st = pd__node_err(g, n, PD_ERR_INTERNAL, "shape rule left output %d without a shape", j);
+        }
+        if (st == PD_OK && opt->fold_constants && pd__should_fold(g, n)) {
+            st = pd__fold_node(g, n);
+            folded[i] = st == PD_OK;
+        }
+    }
+    if (st == PD_OK) st = pd__prune(g, folded);
+    PD_FREE(folded);
+    return st;
+}

@@ -1,0 +1,236 @@
+/* pd_internal.h - the graph IR and the contracts between core, loader and backends.
+ *
+ * Not installed. Everything here is private (pd__ names) and may change.
+ *
+ * A pd_graph holds tensors and nodes. Tensors are referred to by index into
+ * g->tensors; node inputs/outputs are tensor indices, -1 for an absent
+ * optional input. After loading, nodes are in topological order, every
+ * tensor has a concrete dtype and shape, and constant subgraphs are folded
+ * into PD_T_CONST tensors.
+ */
+#ifndef PD_INTERNAL_H
+#define PD_INTERNAL_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../pipedream.h"
+#include "ops.h"
+
+#ifndef PD_MALLOC
+#include <stdlib.h>
+#define PD_MALLOC(sz) malloc(sz)
+#define PD_CALLOC(n, sz) calloc(n, sz)
+#define PD_REALLOC(p, sz) realloc(p, sz)
+#define PD_FREE(p) free(p)
+#endif
+
+/* ---- errors ---------------------------------------------------------------- */
+
+/* Sets the thread's last error (printf-style) and returns `s`. */
+pd_status pd__err(pd_status s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Prefixes the current message: "prefix: old message". */
+void pd__err_prefix(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+#define PD_TRY(expr)                        \
+    do {                                    \
+        pd_status pd__s = (expr);           \
+        if (pd__s != PD_OK) return pd__s;   \
+    } while (0)
+
+/* ---- small helpers ----------------------------------------------------------- */
+char *pd__strdup(const char *s);
+/* a*b with overflow check into *out; false on overflow or negative operands. */
+bool pd__mul_ok(int64_t a, int64_t b, int64_t *out);
+/* numel of a shape with overflow check; -1 on overflow or a negative dim. */
+int64_t pd__shape_numel(int ndim, const int64_t *shape);
+void pd__format_shape(char *buf, size_t n, int ndim, const int64_t *shape);
+/* Reads element i of a numeric tensor as double / int64, any dtype. */
+double pd__get_f(pd_dtype t, const void *data, int64_t i);
+int64_t pd__get_i(pd_dtype t, const void *data, int64_t i);
+/* Writes value v to element i, converting to the dtype (float16/bfloat16 too). */
+void pd__set_f(pd_dtype t, void *data, int64_t i, double v);
+void pd__set_i(pd_dtype t, void *data, int64_t i, int64_t v);
+float pd__half_to_float(uint16_t h);
+uint16_t pd__float_to_half(float f);
+float pd__bf16_to_float(uint16_t h);
+uint16_t pd__float_to_bf16(float f);
+
+/* ---- the graph IR --------------------------------------------------------- */
+
+typedef enum pd__tkind {
+    PD_T_ACT = 0, /* computed by a node at run time */
+    PD_T_INPUT,   /* fed by the caller */
+    PD_T_INIT,    /* initializer (float ones are the trainable candidates) */
+    PD_T_CONST    /* a Constant node's value or a folded result */
+} pd__tkind;
+
+typedef struct pd__tensor {
+    char *name;
+    pd_dtype dtype;
+    int ndim;        /* -1 while unknown */
+    int64_t shape[PD_MAX_DIMS];
+    int64_t numel;
+    pd__tkind kind;
+    int producer;    /* node index, -1 for inputs and constants */
+    bool is_output;
+    void *data;      /* owned; set for PD_T_INIT and PD_T_CONST */
+} pd__tensor;
+
+/* Attribute types, numbered as ONNX's AttributeProto.AttributeType. */
+typedef enum pd__atype {
+    PD_A_UNDEFINED = 0,
+    PD_A_FLOAT = 1,
+    PD_A_INT = 2,
+    PD_A_STRING = 3,
+    PD_A_TENSOR = 4,
+    PD_A_GRAPH = 5,
+    PD_A_FLOATS = 6,
+    PD_A_INTS = 7,
+    PD_A_STRINGS = 8
+} pd__atype;
+
+typedef struct pd__attr {
+    char *name;
+    pd__atype type;
+    int64_t i;
+    float f;
+    char *s;           /* PD_A_STRING (NUL-terminated copy) */
+    int n;             /* count for FLOATS / INTS / STRINGS */
+    int64_t *ints;
+    float *floats;
+    pd_tensor *t;      /* PD_A_TENSOR: owned tensor (data owned too) */
+} pd__attr;
+
+typedef struct pd__node {
+    char *name;        /* the model's name, or "<op_type>_<index>" when it has none */
+    char *op_type;
+    char *domain;      /* "" for ai.onnx */
+    int op;            /* pd_op, or -1 when unsupported */
+    int opset;         /* opset version of its domain */
+    int nin, nout;
+    int *in, *out;
+    int nattr;
+    pd__attr *attr;
+} pd__node;
+
+struct pd_graph {
+    char *path;        /* the file, for messages ("<memory>" when loaded from memory) */
+    char *name;
+    int64_t opset;     /* ai.onnx opset */
+    int ntensors, tcap;
+    pd__tensor *tensors;
+    int nnodes, ncap;
+    pd__node *nodes;
+    int ninputs, noutputs;
+    int *inputs;       /* runtime inputs (kind PD_T_INPUT) */
+    int *outputs;
+    /* name -> tensor index (open addressing, power-of-two size) */
+    int hcap;
+    int *hash;
+};
+
+int pd__graph_find(const pd_graph *g, const char *name);
+/* Finds or adds a tensor by name; returns its index or -1 on allocation failure. */
+int pd__graph_tensor(pd_graph *g, const char *name);
+/* Adds a node (copies nothing: takes ownership of the arrays in *n). */
+pd_status pd__graph_add_node(pd_graph *g, pd__node *n);
+pd_graph *pd__graph_new(const char *path);
+/* Sorts nodes topologically; fails naming a node on a cycle or a missing input. */
+pd_status pd__graph_toposort(pd_graph *g);
+/* Binds opt's constant inputs, infers shapes in order, folds constants via the CPU
+ * backend (unless opt->fold_constants is 0), removes dead nodes. opt is never NULL. */
+pd_status pd__graph_finalize(pd_graph *g, const pd_load_options *opt);
+/* Sets t->ndim/shape/numel; checks overflow and PD_MAX_DIMS. */
+pd_status pd__tensor_set_shape(const pd_graph *g, pd__tensor *t, int ndim, const int64_t *shape);
+/* A pd_tensor view of a graph tensor's data. */
+pd_tensor pd__view(const pd__tensor *t);
+
+/* ---- attributes --------------------------------------------------------- */
+const pd__attr *pd__attr_get(const pd__node *n, const char *name);
+int64_t pd__attr_i(const pd__node *n, const char *name, int64_t def);
+float pd__attr_f(const pd__node *n, const char *name, float def);
+const char *pd__attr_s(const pd__node *n, const char *name, const char *def);
+/* Returns the count (0 when absent) and sets *v to the array (NULL when absent). */
+int pd__attr_ints(const pd__node *n, const char *name, const int64_t **v);
+int pd__attr_floats(const pd__node *n, const char *name, const float **v);
+
+/* ---- the op table ---------------------------------------------------------------- */
+
+/* Sets the output tensors' dtype and shape from the inputs. May read the data
+ * of constant inputs (g->tensors[i].data != NULL). Reports errors with
+ * pd__node_err. */
+typedef pd_status (*pd__shape_fn)(pd_graph *g, pd__node *n);
+/* Forward FLOPs of a node with known shapes. */
+typedef int64_t (*pd__flops_fn)(const pd_graph *g, const pd__node *n);
+
+typedef struct pd__op_def {
+    const char *name;
+    int flags;
+    pd__shape_fn shape;
+    pd__flops_fn flops;
+} pd__op_def;
+
+extern const pd__op_def pd__ops[PD_OP_COUNT];
+int pd__op_lookup(const char *onnx_name); /* -1 when not in the set */
+
+#define PD__DECL_SHAPE(e, name, flags)                    \
+    pd_status pd__shape_##name(pd_graph *g, pd__node *n); \
+    int64_t pd__flops_##name(const pd_graph *g, const pd__node *n);
+PD_OPS(PD__DECL_SHAPE)
+#undef PD__DECL_SHAPE
+
+/* Error about a node: "model.onnx: node 'name' (OpType): message". */
+pd_status pd__node_err(const pd_graph *g, const pd__node *n, pd_status s, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* Convenience for shape rules: input i (NULL when absent or out of range). */
+static inline pd__tensor *pd__in(pd_graph *g, const pd__node *n, int i) {
+    return (i < n->nin && n->in[i] >= 0) ? &g->tensors[n->in[i]] : NULL;
+}
+static inline pd__tensor *pd__out(pd_graph *g, const pd__node *n, int i) {
+    return (i < n->nout && n->out[i] >= 0) ? &g->tensors[n->out[i]] : NULL;
+}
+
+/* ---- backends ------------------------------------------------------------- */
+
+/* What a kernel sees. Kernels may ask for scratch memory (kept between runs, grows
+ * on demand) and use `threads`. */
+typedef struct pd__exec {
+    int threads;
+    void *scratch;
+    size_t scratch_size;
+    const pd_graph *g;
+} pd__exec;
+
+/* Returns a scratch buffer of at least `bytes`, 64-byte aligned, or NULL (error set). */
+void *pd__scratch(pd__exec *x, size_t bytes);
+
+/* A forward kernel: in[i] is NULL for an absent optional input; out[i] has dtype,
+ * shape and data (allocated by the caller from the shapes inference gave). */
+typedef pd_status (*pd__kernel_fn)(pd__exec *x, const pd__node *n, pd_tensor *const *in,
+                                   pd_tensor *const *out);
+
+#define PD__DECL_CPU(e, name, flags) \
+    pd_status pd__cpu_##name(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out);
+PD_OPS(PD__DECL_CPU)
+#undef PD__DECL_CPU
+
+extern const pd__kernel_fn pd__cpu_kernels[PD_OP_COUNT];
+
+/* Backends plug in through this vtable (CPU now; CUDA later). */
+typedef struct pd_backend_i {
+    const char *name;
+    bool (*supports_op)(const pd__node *n);
+    pd_status (*run_node)(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out);
+} pd_backend_i;
+
+extern const pd_backend_i pd__cpu_backend;
+
+/* Runs one node on the CPU backend, naming the node in any error. */
+pd_status pd__cpu_run(pd__exec *x, const pd_graph *g, const pd__node *n, pd_tensor *const *in,
+                      pd_tensor *const *out);
+
+#endif

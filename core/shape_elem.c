@@ -1,0 +1,300 @@
+/* shape_elem.c - shape rules and FLOP counts of the element-wise ops:
+ * the arithmetic ones with numpy (multidirectional) broadcasting (Add, Sub,
+ * Mul, Div, Pow, Sum, Equal, Where), the unary ones (Sqrt ... Gelu, Clip),
+ * Cast and Identity, and the reductions ReduceSum and ReduceMean.
+ *
+ * A rule checks the inputs' presence, dtypes and shapes, and reports what
+ * does not fit in one line naming the shapes; dtypes no kernel computes in
+ * (string, float8, int4...) are PD_ERR_UNSUPPORTED.
+ */
+#include "shape_elem.h"
+
+#include <stdio.h>
+
+/* ---- helpers ---------------------------------------------------------------- */
+
+/* Input i, which must be present and have a shape. */
+static pd_status input(pd_graph *g, const pd__node *n, int i, pd__tensor **t) {
+    *t = pd__in(g, n, i);
+    if (!*t) return pd__node_err(g, n, PD_ERR_INVALID, "input %d is missing", i);
+    if ((*t)->ndim < 0) return pd__node_err(g, n, PD_ERR_SHAPE, "input %d ('%s') has no known shape", i, (*t)->name);
+    return PD_OK;
+}
+
+static pd_status output(pd_graph *g, const pd__node *n, pd__tensor **t) {
+    *t = pd__out(g, n, 0);
+    if (!*t) return pd__node_err(g, n, PD_ERR_INVALID, "output 0 is missing");
+    return PD_OK;
+}
+
+/* The dtype of input i must be of one of the classes in `kinds`. */
+static pd_status check_kind(const pd_graph *g, const pd__node *n, const pd__tensor *t, unsigned kinds) {
+    unsigned k = pd__ekind(t->dtype);
+    if (k & kinds) return PD_OK;
+    return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "dtype %s of '%s' is not supported", pd_dtype_name(t->dtype),
+                        t->name);
+}
+
+static pd_status check_same_dtype(const pd_graph *g, const pd__node *n, const pd__tensor *a, const pd__tensor *b) {
+    if (a->dtype == b->dtype) return PD_OK;
+    return pd__node_err(g, n, PD_ERR_SHAPE, "dtypes differ: '%s' is %s, '%s' is %s", a->name,
+                        pd_dtype_name(a->dtype), b->name, pd_dtype_name(b->dtype));
+}
+
+/* shape (*nd) = numpy broadcast of shape and b; error naming both when they do not fit. */
+static pd_status bcast(const pd_graph *g, const pd__node *n, int *nd, int64_t *shape, int nb, const int64_t *b) {
+    int nr = *nd > nb ? *nd : nb;
+    int64_t r[PD_MAX_DIMS];
+    for (int d = 0; d < nr; d++) {
+        int da = d - (nr - *nd), db = d - (nr - nb);
+        int64_t x = da >= 0 ? shape[da] : 1, y = db >= 0 ? b[db] : 1;
+        if (x != y && x != 1 && y != 1) {
+            char sa[128], sb[128];
+            pd__format_shape(sa, sizeof sa, *nd, shape);
+            pd__format_shape(sb, sizeof sb, nb, b);
+            return pd__node_err(g, n, PD_ERR_SHAPE, "shapes %s and %s do not broadcast", sa, sb);
+        }
+        r[d] = x == 1 ? y : x;
+    }
+    for (int d = 0; d < nr; d++) shape[d] = r[d];
+    *nd = nr;
+    return PD_OK;
+}
+
+static int64_t out_numel(const pd_graph *g, const pd__node *n) {
+    if (n->nout < 1 || n->out[0] < 0) return 0;
+    int64_t v = g->tensors[n->out[0]].numel;
+    return v > 0 ? v : 0;
+}
+
+static int64_t in_numel(const pd_graph *g, const pd__node *n, int i) {
+    if (i >= n->nin || n->in[i] < 0) return 0;
+    int64_t v = g->tensors[n->in[i]].numel;
+    return v > 0 ? v : 0;
+}
+
+/* ---- binary ops with broadcasting --------------------------------------------- */
+
+/* A op B: both of a class in `kinds`; same dtype unless `mixed`; output
+ * dtype `odt` (PD_UNDEFINED: A's). Honours opset < 7's broadcast/axis. */
+static pd_status shape_binary(pd_graph *g, pd__node *n, unsigned kinds, bool mixed, pd_dtype odt) {
+    pd__tensor *a, *b, *y;
+    PD_TRY(input(g, n, 0, &a));
+    PD_TRY(input(g, n, 1, &b));
+    PD_TRY(output(g, n, &y));
+    PD_TRY(check_kind(g, n, a, kinds));
+    PD_TRY(check_kind(g, n, b, kinds));
+    if (!mixed) PD_TRY(check_same_dtype(g, n, a, b));
+    int nd = a->ndim, nb = b->ndim;
+    int64_t shape[PD_MAX_DIMS], bs[PD_MAX_DIMS];
+    for (int d = 0; d < nd; d++) shape[d] = a->shape[d];
+    for (int d = 0; d < nb; d++) bs[d] = b->shape[d];
+    if (!pd__legacy_bshape(n, nd, &nb, bs)) {
+        char sa[128], sb[128];
+        pd__format_shape(sa, sizeof sa, a->ndim, a->shape);
+        pd__format_shape(sb, sizeof sb, b->ndim, b->shape);
+        return pd__node_err(g, n, PD_ERR_SHAPE, "shape %s does not fit in %s at axis %lld", sb, sa,
+                            (long long)pd__attr_i(n, "axis", 0));
+    }
+    PD_TRY(bcast(g, n, &nd, shape, nb, bs));
+    y->dtype = odt == PD_UNDEFINED ? a->dtype : odt;
+    return pd__tensor_set_shape(g, y, nd, shape);
+}
+
+pd_status pd__shape_Add(pd_graph *g, pd__node *n) { return shape_binary(g, n, PD_EK_NUM, false, PD_UNDEFINED); }
+pd_status pd__shape_Sub(pd_graph *g, pd__node *n) { return shape_binary(g, n, PD_EK_NUM, false, PD_UNDEFINED); }
+pd_status pd__shape_Mul(pd_graph *g, pd__node *n) { return shape_binary(g, n, PD_EK_NUM, false, PD_UNDEFINED); }
+pd_status pd__shape_Div(pd_graph *g, pd__node *n) { return shape_binary(g, n, PD_EK_NUM, false, PD_UNDEFINED); }
+/* Pow: the exponent may have another dtype; the result has the base's. */
+pd_status pd__shape_Pow(pd_graph *g, pd__node *n) { return shape_binary(g, n, PD_EK_NUM, true, PD_UNDEFINED); }
+pd_status pd__shape_Equal(pd_graph *g, pd__node *n) { return shape_binary(g, n, PD_EK_ANY, false, PD_BOOL); }
+
+int64_t pd__flops_Add(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
+int64_t pd__flops_Sub(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
+int64_t pd__flops_Mul(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
+int64_t pd__flops_Div(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
+int64_t pd__flops_Pow(const pd_graph *g, const pd__node *n) { return 8 * out_numel(g, n); }
+int64_t pd__flops_Equal(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
+
+/* Sum: one or more inputs of one dtype, broadcast together. */
+pd_status pd__shape_Sum(pd_graph *g, pd__node *n) {
+    pd__tensor *a, *y;
+    PD_TRY(input(g, n, 0, &a));
+    PD_TRY(output(g, n, &y));
+    PD_TRY(check_kind(g, n, a, PD_EK_NUM));
+    int nd = a->ndim;
+    int64_t shape[PD_MAX_DIMS];
+    for (int d = 0; d < nd; d++) shape[d] = a->shape[d];
+    for (int i = 1; i < n->nin; i++) {
+        pd__tensor *b;
+        PD_TRY(input(g, n, i, &b));
+        PD_TRY(check_same_dtype(g, n, a, b));
+        PD_TRY(bcast(g, n, &nd, shape, b->ndim, b->shape));
+    }
+    y->dtype = a->dtype;
+    return pd__tensor_set_shape(g, y, nd, shape);
+}
+
+int64_t pd__flops_Sum(const pd_graph *g, const pd__node *n) {
+    int64_t k = n->nin > 1 ? n->nin - 1 : 1;
+    return k * out_numel(g, n);
+}
+
+/* Where(condition, X, Y): bool condition, X and Y of one dtype, 3-way broadcast. */
+pd_status pd__shape_Where(pd_graph *g, pd__node *n) {
+    pd__tensor *c, *a, *b, *y;
+    PD_TRY(input(g, n, 0, &c));
+    PD_TRY(input(g, n, 1, &a));
+    PD_TRY(input(g, n, 2, &b));
+    PD_TRY(output(g, n, &y));
+    if (c->dtype != PD_BOOL)
+        return pd__node_err(g, n, PD_ERR_SHAPE, "condition '%s' is %s, not bool", c->name, pd_dtype_name(c->dtype));
+    PD_TRY(check_kind(g, n, a, PD_EK_ANY));
+    PD_TRY(check_same_dtype(g, n, a, b));
+    int nd = c->ndim;
+    int64_t shape[PD_MAX_DIMS];
+    for (int d = 0; d < nd; d++) shape[d] = c->shape[d];
+    PD_TRY(bcast(g, n, &nd, shape, a->ndim, a->shape));
+    PD_TRY(bcast(g, n, &nd, shape, b->ndim, b->shape));
+    y->dtype = a->dtype;
+    return pd__tensor_set_shape(g, y, nd, shape);
+}
+
+int64_t pd__flops_Where(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
+
+/* ---- unary ops ------------------------------------------------------------------ */
+
+/* Y has X's dtype and shape; X must be of a class in `kinds`. */
+static pd_status shape_unary(pd_graph *g, pd__node *n, unsigned kinds) {
+    pd__tensor *x, *y;
+    PD_TRY(input(g, n, 0, &x));
+    PD_TRY(output(g, n, &y));
+    PD_TRY(check_kind(g, n, x, kinds));
+    y->dtype = x->dtype;
+    return pd__tensor_set_shape(g, y, x->ndim, x->shape);
+}
+
+#define PD__FLOAT_ONLY PD_EK_FLOAT
+#define PD__SIGNED (PD_EK_FLOAT | PD_EK_SINT)
+
+pd_status pd__shape_Sqrt(pd_graph *g, pd__node *n) { return shape_unary(g, n, PD__FLOAT_ONLY); }
+pd_status pd__shape_Exp(pd_graph *g, pd__node *n) { return shape_unary(g, n, PD__FLOAT_ONLY); }
+pd_status pd__shape_Log(pd_graph *g, pd__node *n) { return shape_unary(g, n, PD__FLOAT_ONLY); }
+pd_status pd__shape_Neg(pd_graph *g, pd__node *n) { return shape_unary(g, n, PD__SIGNED); }
+pd_status pd__shape_Reciprocal(pd_graph *g, pd__node *n) { return shape_unary(g, n, PD__FLOAT_ONLY); }
+pd_status pd__shape_Relu(pd_graph *g, pd__node *n) { return shape_unary(g, n, PD__SIGNED); }
+pd_status pd__shape_LeakyRelu(pd_graph *g, pd__node *n) { return shape_unary(g, n, PD__FLOAT_ONLY); }
+pd_status pd__shape_Sigmoid(pd_graph *g, pd__node *n) { return shape_unary(g, n, PD__FLOAT_ONLY); }
+pd_status pd__shape_Tanh(pd_graph *g, pd__node *n) { return shape_unary(g, n, PD__FLOAT_ONLY); }
+/* Erf is defined for every numeric type (integers go through double). */
+pd_status pd__shape_Erf(pd_graph *g, pd__node *n) { return shape_unary(g, n, PD_EK_NUM); }
+
+pd_status pd__shape_Gelu(pd_graph *g, pd__node *n) {
+    const char *ap = pd__attr_s(n, "approximate", "none");
+    if (strcmp(ap, "none") != 0 && strcmp(ap, "tanh") != 0)
+        return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "approximate='%s' (expected none or tanh)", ap);
+    return shape_unary(g, n, PD__FLOAT_ONLY);
+}
+
+/* Clip: opset >= 11 takes optional scalar min / max inputs of X's dtype;
+ * older ones float attributes. */
+pd_status pd__shape_Clip(pd_graph *g, pd__node *n) {
+    pd__tensor *x;
+    PD_TRY(input(g, n, 0, &x));
+    PD_TRY(shape_unary(g, n, n->opset >= 11 ? PD_EK_NUM : PD_EK_FLOAT));
+    for (int i = 1; i <= 2 && n->opset >= 11; i++) {
+        pd__tensor *b = pd__in(g, n, i);
+        if (!b) continue;
+        if (b->ndim < 0) return pd__node_err(g, n, PD_ERR_SHAPE, "input %d ('%s') has no known shape", i, b->name);
+        PD_TRY(check_same_dtype(g, n, x, b));
+        if (b->numel != 1) {
+            char s[128];
+            pd__format_shape(s, sizeof s, b->ndim, b->shape);
+            return pd__node_err(g, n, PD_ERR_SHAPE, "%s '%s' has shape %s, not a scalar", i == 1 ? "min" : "max",
+                                b->name, s);
+        }
+    }
+    return PD_OK;
+}
+
+int64_t pd__flops_Sqrt(const pd_graph *g, const pd__node *n) { return 4 * out_numel(g, n); }
+int64_t pd__flops_Exp(const pd_graph *g, const pd__node *n) { return 8 * out_numel(g, n); }
+int64_t pd__flops_Log(const pd_graph *g, const pd__node *n) { return 8 * out_numel(g, n); }
+int64_t pd__flops_Neg(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
+int64_t pd__flops_Reciprocal(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
+int64_t pd__flops_Relu(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
+int64_t pd__flops_LeakyRelu(const pd_graph *g, const pd__node *n) { return 2 * out_numel(g, n); }
+int64_t pd__flops_Sigmoid(const pd_graph *g, const pd__node *n) { return 10 * out_numel(g, n); }
+int64_t pd__flops_Tanh(const pd_graph *g, const pd__node *n) { return 10 * out_numel(g, n); }
+int64_t pd__flops_Erf(const pd_graph *g, const pd__node *n) { return 10 * out_numel(g, n); }
+int64_t pd__flops_Gelu(const pd_graph *g, const pd__node *n) { return 14 * out_numel(g, n); }
+int64_t pd__flops_Clip(const pd_graph *g, const pd__node *n) { return 2 * out_numel(g, n); }
+
+/* ---- Cast, Identity ---------------------------------------------------------------- */
+
+pd_status pd__shape_Cast(pd_graph *g, pd__node *n) {
+    pd__tensor *x, *y;
+    PD_TRY(input(g, n, 0, &x));
+    PD_TRY(output(g, n, &y));
+    PD_TRY(check_kind(g, n, x, PD_EK_ANY));
+    const pd__attr *to = pd__attr_get(n, "to");
+    if (!to || to->type != PD_A_INT)
+        return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "attribute 'to' missing or not an int");
+    pd_dtype t = (pd_dtype)to->i;
+    if (to->i < 0 || to->i > 64 || !pd__ekind(t))
+        return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "cast to dtype %lld is not supported", (long long)to->i);
+    y->dtype = t;
+    return pd__tensor_set_shape(g, y, x->ndim, x->shape);
+}
+
+int64_t pd__flops_Cast(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
+
+pd_status pd__shape_Identity(pd_graph *g, pd__node *n) { return shape_unary(g, n, PD_EK_ANY); }
+
+int64_t pd__flops_Identity(const pd_graph *g, const pd__node *n) {
+    (void)g;
+    (void)n;
+    return 0;
+}
+
+/* ---- reductions ------------------------------------------------------------------ */
+
+static pd_status shape_reduce(pd_graph *g, pd__node *n) {
+    pd__tensor *x, *y;
+    PD_TRY(input(g, n, 0, &x));
+    PD_TRY(output(g, n, &y));
+    PD_TRY(check_kind(g, n, x, PD_EK_NUM));
+    pd__tensor *at = pd__reduce_axes_input(n) ? pd__in(g, n, 1) : NULL;
+    pd_tensor av = {PD_UNDEFINED, 0, {0}, NULL};
+    if (at) {
+        if (at->ndim < 0) return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "axes must be constant");
+        av = pd__view(at);
+        if (!at->data || (at->kind != PD_T_INIT && at->kind != PD_T_CONST)) {
+            if (at->numel != 0) return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "axes must be constant");
+            av.data = NULL;
+        }
+    }
+    bool mask[PD_MAX_DIMS], noop;
+    pd_status st = pd__reduce_mask(n, x->ndim, at ? &av : NULL, mask, &noop);
+    if (st == PD_ERR_UNSUPPORTED) return pd__node_err(g, n, st, "axes must be constant");
+    if (st != PD_OK) {
+        char s[128];
+        pd__format_shape(s, sizeof s, x->ndim, x->shape);
+        return pd__node_err(g, n, st, "bad or repeated axes for input of shape %s", s);
+    }
+    bool keep = pd__attr_i(n, "keepdims", 1) != 0;
+    int nd = 0;
+    int64_t shape[PD_MAX_DIMS];
+    for (int d = 0; d < x->ndim; d++) {
+        if (!mask[d]) shape[nd++] = x->shape[d];
+        else if (keep) shape[nd++] = 1;
+    }
+    y->dtype = x->dtype;
+    return pd__tensor_set_shape(g, y, nd, shape);
+}
+
+pd_status pd__shape_ReduceMean(pd_graph *g, pd__node *n) { return shape_reduce(g, n); }
+pd_status pd__shape_ReduceSum(pd_graph *g, pd__node *n) { return shape_reduce(g, n); }
+
+int64_t pd__flops_ReduceMean(const pd_graph *g, const pd__node *n) { return in_numel(g, n, 0) + out_numel(g, n); }
+int64_t pd__flops_ReduceSum(const pd_graph *g, const pd__node *n) { return in_numel(g, n, 0); }

@@ -1,0 +1,684 @@
+/* shape_nn.c - shape rules and FLOP counts of the neural-network ops:
+ * Gemm, MatMul, Conv, ConvTranspose, BatchNormalization, LayerNormalization,
+ * MaxPool, AveragePool, GlobalAveragePool, LRN, Softmax, LogSoftmax, Dropout,
+ * SoftmaxCrossEntropyLoss and NegativeLogLikelihoodLoss (opsets 6-22).
+ *
+ * A rule checks ranks, channel counts against the weights, and dtypes, so a
+ * bad model fails with one line naming the node and the shapes, and then
+ * sets the outputs' dtype and shape. The sliding-window geometry of Conv,
+ * ConvTranspose and the pools (pd__win_make) and a few other decisions the
+ * kernels must repeat exactly live here too, declared in shape_nn.h.
+ * FLOPs count a multiply-add as 2.
+ */
+#include "shape_nn.h"
+
+#include <string.h>
+
+/* ---- small helpers ---------------------------------------------------------- */
+
+/* A shape formatted for a message; the temporary lives to the end of the call. */
+typedef struct pd__shp {
+    char s[160];
+} pd__shp;
+
+static pd__shp shp(const pd__tensor *t) {
+    pd__shp b;
+    pd__format_shape(b.s, sizeof b.s, t->ndim, t->shape);
+    return b;
+}
+
+static pd__shp shpv(int n, const int64_t *v) {
+    pd__shp b;
+    pd__format_shape(b.s, sizeof b.s, n, v);
+    return b;
+}
+
+static bool is_float(pd_dtype t) { return t == PD_FLOAT || t == PD_DOUBLE; }
+
+static const pd__tensor *cin(const pd_graph *g, const pd__node *n, int i) {
+    return (i < n->nin && n->in[i] >= 0) ? &g->tensors[n->in[i]] : NULL;
+}
+
+static const pd__tensor *cout(const pd_graph *g, const pd__node *n, int i) {
+    return (i < n->nout && n->out[i] >= 0) ? &g->tensors[n->out[i]] : NULL;
+}
+
+static int64_t prod(int n, const int64_t *v) {
+    int64_t p = 1;
+    for (int i = 0; i < n; i++) p *= v[i];
+    return p;
+}
+
+/* Adds the node prefix to a message set with pd__err (geometry errors). */
+static pd_status node_prefix(const pd_graph *g, const pd__node *n, pd_status st) {
+    pd__err_prefix("%s: node '%s' (%s)", g->path, n->name, n->op_type);
+    return st;
+}
+
+static pd_status need(pd_graph *g, pd__node *n, int i, const char *what, pd__tensor **t) {
+    *t = pd__in(g, n, i);
+    if (!*t) return pd__node_err(g, n, PD_ERR_INVALID, "input %d (%s) is missing", i, what);
+    return PD_OK;
+}
+
+static pd_status need_float(pd_graph *g, pd__node *n, const pd__tensor *t, const char *what) {
+    if (!is_float(t->dtype))
+        return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "%s '%s' has dtype %s (float and double are supported)", what,
+                            t->name, pd_dtype_name(t->dtype));
+    return PD_OK;
+}
+
+static pd_status need_dtype(pd_graph *g, pd__node *n, const pd__tensor *t, pd_dtype want, const char *what) {
+    if (t->dtype != want)
+        return pd__node_err(g, n, PD_ERR_SHAPE, "%s '%s' has dtype %s, expected %s", what, t->name,
+                            pd_dtype_name(t->dtype), pd_dtype_name(want));
+    return PD_OK;
+}
+
+/* Sets output i's dtype and shape (absent optional outputs are skipped). */
+static pd_status set_out(pd_graph *g, pd__node *n, int i, pd_dtype dt, int ndim, const int64_t *shape) {
+    pd__tensor *t = pd__out(g, n, i);
+    if (!t) return PD_OK;
+    t->dtype = dt;
+    return pd__tensor_set_shape(g, t, ndim, shape);
+}
+
+/* Normalizes an axis attribute into [0, hi]; false when out of [-r, hi]. */
+static bool norm_axis(int64_t a, int r, int hi, int *out) {
+    if (a < 0) a += r;
+    if (a < 0 || a > hi) return false;
+    *out = (int)a;
+    return true;
+}
+
+/* ---- sliding windows -------------------------------------------------------- */
+
+typedef enum { AP_NOTSET, AP_SAME_UPPER, AP_SAME_LOWER, AP_VALID } pd__autopad;
+
+/* Reads an INTS attribute of `want` values into dst (def when absent). */
+static pd_status win_ints(const pd__node *n, const char *name, int want, int64_t def, int64_t lo, int64_t *dst) {
+    const int64_t *v;
+    int c = pd__attr_ints(n, name, &v);
+    if (c == 0) {
+        for (int i = 0; i < want; i++) dst[i] = def;
+        return PD_OK;
+    }
+    if (c != want)
+        return pd__err(PD_ERR_SHAPE, "attribute %s has %d values, expected %d", name, c, want);
+    for (int i = 0; i < want; i++) {
+        if (v[i] < lo || v[i] > INT32_MAX)
+            return pd__err(PD_ERR_SHAPE, "attribute %s has value %lld at %d (must be >= %lld)", name,
+                           (long long)v[i], i, (long long)lo);
+        dst[i] = v[i];
+    }
+    return PD_OK;
+}
+
+static int64_t floor_div2(int64_t v) { return v >= 0 ? v / 2 : -((-v + 1) / 2); }
+
+static pd_status win_convt(const pd__node *n, pd__win *w, pd__autopad ap) {
+    int ns = w->nsp;
+    int64_t op[PD_MAX_DIMS];
+    PD_TRY(win_ints(n, "output_padding", ns, 0, 0, op));
+    const int64_t *osv;
+    int osc = pd__attr_ints(n, "output_shape", &osv);
+    if (osc && osc != ns && osc != ns + 2)
+        return pd__err(PD_ERR_SHAPE, "attribute output_shape %s has %d values, expected %d", shpv(osc, osv).s, osc, ns);
+    const int64_t *os = osc ? osv + (osc - ns) : NULL;
+    for (int i = 0; i < ns; i++) {
+        int64_t ek = (w->k[i] - 1) * w->d[i] + 1;
+        int64_t natural = w->s[i] * (w->in[i] - 1) + op[i] + ek;
+        if (ap == AP_SAME_UPPER || ap == AP_SAME_LOWER) {
+            /* as ONNX's reference: the output is in*stride (or output_shape), the
+             * difference is split with the odd one at the end for SAME_UPPER */
+            w->out[i] = os ? os[i] : w->in[i] * w->s[i];
+            int64_t total = natural - w->out[i], half = floor_div2(total);
+            w->pb[i] = ap == AP_SAME_UPPER ? half : total - half;
+            w->pe[i] = total - w->pb[i];
+        } else {
+            if (ap == AP_VALID) w->pb[i] = w->pe[i] = 0;
+            /* output_shape with explicit (or zero) pads grows or cuts at the end */
+            w->out[i] = os ? os[i] : natural - w->pb[i] - w->pe[i];
+        }
+        if (w->out[i] < 1)
+            return pd__err(PD_ERR_SHAPE, "output size %lld in spatial dim %d (input %lld, kernel %lld, stride %lld)",
+                           (long long)w->out[i], i, (long long)w->in[i], (long long)w->k[i], (long long)w->s[i]);
+    }
+    return PD_OK;
+}
+
+pd_status pd__win_make(const pd__node *n, pd__win_kind kind, int ndim, const int64_t *x, const int64_t *ks,
+                       pd__win *w) {
+    memset(w, 0, sizeof *w);
+    int ns = ndim - 2;
+    if (ns < 1)
+        return pd__err(PD_ERR_SHAPE, "input %s has rank %d; expected (N, C, D1, ...) with a spatial dim",
+                       shpv(ndim, x).s, ndim);
+    w->nsp = ns;
+    for (int i = 0; i < ns; i++) w->in[i] = x[i + 2];
+    const int64_t *kv;
+    int kc = pd__attr_ints(n, "kernel_shape", &kv);
+    if (kind == PD_WIN_POOL) {
+        if (kc != ns)
+            return pd__err(PD_ERR_SHAPE, "attribute kernel_shape has %d values, expected %d for input %s", kc, ns,
+                           shpv(ndim, x).s);
+        PD_TRY(win_ints(n, "kernel_shape", ns, 1, 1, w->k));
+    } else {
+        for (int i = 0; i < ns; i++) w->k[i] = ks[i];
+        if (kc && (kc != ns || memcmp(kv, ks, sizeof(int64_t) * (size_t)ns) != 0))
+            return pd__err(PD_ERR_SHAPE, "attribute kernel_shape %s does not match the weights' kernel %s",
+                           shpv(kc, kv).s, shpv(ns, ks).s);
+        for (int i = 0; i < ns; i++)
+            if (w->k[i] < 1 || w->k[i] > INT32_MAX)
+                return pd__err(PD_ERR_SHAPE, "kernel %s has an empty or huge dim", shpv(ns, ks).s);
+    }
+    PD_TRY(win_ints(n, "strides", ns, 1, 1, w->s));
+    PD_TRY(win_ints(n, "dilations", ns, 1, 1, w->d));
+    int64_t pads[2 * PD_MAX_DIMS];
+    PD_TRY(win_ints(n, "pads", 2 * ns, 0, 0, pads));
+    for (int i = 0; i < ns; i++) {
+        w->pb[i] = pads[i];
+        w->pe[i] = pads[ns + i];
+    }
+    const char *aps = pd__attr_s(n, "auto_pad", "NOTSET");
+    pd__autopad ap;
+    if (!strcmp(aps, "NOTSET") || !aps[0]) ap = AP_NOTSET;
+    else if (!strcmp(aps, "SAME_UPPER")) ap = AP_SAME_UPPER;
+    else if (!strcmp(aps, "SAME_LOWER")) ap = AP_SAME_LOWER;
+    else if (!strcmp(aps, "VALID")) ap = AP_VALID;
+    else return pd__err(PD_ERR_UNSUPPORTED, "attribute auto_pad '%s' is not NOTSET, SAME_UPPER, SAME_LOWER or VALID", aps);
+    if (kind == PD_WIN_CONVT) return win_convt(n, w, ap);
+
+    bool ceil_mode = kind == PD_WIN_POOL && pd__attr_i(n, "ceil_mode", 0) != 0;
+    for (int i = 0; i < ns; i++) {
+        int64_t in = w->in[i], s = w->s[i], ek = (w->k[i] - 1) * w->d[i] + 1;
+        if (ap == AP_SAME_UPPER || ap == AP_SAME_LOWER) {
+            w->out[i] = (in + s - 1) / s;
+            int64_t total = (w->out[i] - 1) * s + ek - in;
+            if (total < 0) total = 0;
+            w->pb[i] = ap == AP_SAME_UPPER ? total / 2 : total - total / 2;
+            w->pe[i] = total - w->pb[i];
+        } else {
+            if (ap == AP_VALID) w->pb[i] = w->pe[i] = 0;
+            int64_t num = in + w->pb[i] + w->pe[i] - ek;
+            if (num < 0)
+                return pd__err(PD_ERR_SHAPE,
+                               "window of %lld (kernel %lld, dilation %lld) is larger than the padded input %lld "
+                               "in spatial dim %d of %s",
+                               (long long)ek, (long long)w->k[i], (long long)w->d[i],
+                               (long long)(in + w->pb[i] + w->pe[i]), i, shpv(ndim, x).s);
+            if (ceil_mode) {
+                w->out[i] = (num + s - 1) / s + 1;
+                /* the last window must start inside the input or its leading pad */
+                if ((w->out[i] - 1) * s >= in + w->pb[i]) w->out[i]--;
+            } else {
+                w->out[i] = num / s + 1;
+            }
+        }
+        if (w->out[i] < 1)
+            return pd__err(PD_ERR_SHAPE, "empty output in spatial dim %d of %s", i, shpv(ndim, x).s);
+    }
+    return PD_OK;
+}
+
+/* ---- Gemm, MatMul ------------------------------------------------------------- */
+
+pd_status pd__shape_Gemm(pd_graph *g, pd__node *n) {
+    pd__tensor *a, *b, *c = pd__in(g, n, 2);
+    PD_TRY(need(g, n, 0, "A", &a));
+    PD_TRY(need(g, n, 1, "B", &b));
+    PD_TRY(need_float(g, n, a, "A"));
+    PD_TRY(need_dtype(g, n, b, a->dtype, "B"));
+    if (c) PD_TRY(need_dtype(g, n, c, a->dtype, "C"));
+    if (a->ndim != 2 || b->ndim != 2)
+        return pd__node_err(g, n, PD_ERR_SHAPE, "A %s and B %s must be matrices", shp(a).s, shp(b).s);
+    int ta = pd__attr_i(n, "transA", 0) != 0, tb = pd__attr_i(n, "transB", 0) != 0;
+    int64_t M = a->shape[ta], K = a->shape[!ta], Kb = b->shape[tb], N = b->shape[!tb];
+    if (K != Kb)
+        return pd__node_err(g, n, PD_ERR_SHAPE, "A %s (transA=%d) and B %s (transB=%d): inner dims %lld and %lld differ",
+                            shp(a).s, ta, shp(b).s, tb, (long long)K, (long long)Kb);
+    if (c) {
+        bool ok = c->ndim <= 2;
+        if (ok && c->ndim >= 1) ok = c->shape[c->ndim - 1] == 1 || c->shape[c->ndim - 1] == N;
+        if (ok && c->ndim == 2) ok = c->shape[0] == 1 || c->shape[0] == M;
+        if (!ok)
+            return pd__node_err(g, n, PD_ERR_SHAPE, "C %s does not broadcast to the output [%lld,%lld]", shp(c).s,
+                                (long long)M, (long long)N);
+    }
+    int64_t y[2] = {M, N};
+    return set_out(g, n, 0, a->dtype, 2, y);
+}
+
+int64_t pd__flops_Gemm(const pd_graph *g, const pd__node *n) {
+    const pd__tensor *a = cin(g, n, 0), *y = cout(g, n, 0);
+    if (!a || !y || a->ndim != 2 || y->ndim != 2) return 0;
+    int64_t K = a->shape[pd__attr_i(n, "transA", 0) != 0 ? 0 : 1];
+    return 2 * y->numel * K + (cin(g, n, 2) ? y->numel : 0);
+}
+
+/* MatMul as numpy: 1-D operands are promoted (and the dim removed again),
+ * batch dims broadcast. */
+typedef struct pd__mm {
+    int64_t M, N, K, Kb, batch;
+    int ndim;                 /* output rank */
+    int64_t out[PD_MAX_DIMS]; /* output shape */
+    bool bcast_ok;
+} pd__mm;
+
+static void mm_dims(const pd__tensor *a, const pd__tensor *b, pd__mm *r) {
+    int ra = a->ndim, rb = b->ndim;
+    r->M = ra >= 2 ? a->shape[ra - 2] : 1;
+    r->K = a->shape[ra - 1];
+    r->Kb = rb >= 2 ? b->shape[rb - 2] : b->shape[0];
+    r->N = rb >= 2 ? b->shape[rb - 1] : 1;
+    int ba = ra > 2 ? ra - 2 : 0, bb = rb > 2 ? rb - 2 : 0, nb = ba > bb ? ba : bb;
+    r->bcast_ok = true;
+    r->batch = 1;
+    r->ndim = 0;
+    for (int i = 0; i < nb; i++) {
+        int ia = i - (nb - ba), ib = i - (nb - bb);
+        int64_t da = ia >= 0 ? a->shape[ia] : 1, db = ib >= 0 ? b->shape[ib] : 1;
+        if (da != db && da != 1 && db != 1) r->bcast_ok = false;
+        int64_t d = da == 1 ? db : da;
+        r->out[r->ndim++] = d;
+        r->batch *= d;
+    }
+    if (ra >= 2) r->out[r->ndim++] = r->M;
+    if (rb >= 2) r->out[r->ndim++] = r->N;
+}
+
+pd_status pd__shape_MatMul(pd_graph *g, pd__node *n) {
+    pd__tensor *a, *b;
+    PD_TRY(need(g, n, 0, "A", &a));
+    PD_TRY(need(g, n, 1, "B", &b));
+    PD_TRY(need_float(g, n, a, "A"));
+    PD_TRY(need_dtype(g, n, b, a->dtype, "B"));
+    if (a->ndim < 1 || b->ndim < 1)
+        return pd__node_err(g, n, PD_ERR_SHAPE, "A %s and B %s must have rank >= 1", shp(a).s, shp(b).s);
+    pd__mm r;
+    mm_dims(a, b, &r);
+    if (r.K != r.Kb)
+        return pd__node_err(g, n, PD_ERR_SHAPE, "A %s and B %s: inner dims %lld and %lld differ", shp(a).s, shp(b).s,
+                            (long long)r.K, (long long)r.Kb);
+    if (!r.bcast_ok)
+        return pd__node_err(g, n, PD_ERR_SHAPE, "A %s and B %s: batch dims do not broadcast", shp(a).s, shp(b).s);
+    return set_out(g, n, 0, a->dtype, r.ndim, r.out);
+}
+
+int64_t pd__flops_MatMul(const pd_graph *g, const pd__node *n) {
+    const pd__tensor *a = cin(g, n, 0), *b = cin(g, n, 1);
+    if (!a || !b || a->ndim < 1 || b->ndim < 1) return 0;
+    pd__mm r;
+    mm_dims(a, b, &r);
+    return 2 * r.batch * r.M * r.N * r.K;
+}
+
+/* ---- Conv, ConvTranspose ------------------------------------------------------------ */
+
+/* Shared checks of X, W, B; *wch is W's dim that must equal C/group (Conv: 1, ConvTranspose: 0). */
+static pd_status conv_inputs(pd_graph *g, pd__node *n, pd__tensor **x, pd__tensor **w, int64_t *group) {
+    pd__tensor *b = pd__in(g, n, 2);
+    PD_TRY(need(g, n, 0, "X", x));
+    PD_TRY(need(g, n, 1, "W", w));
+    PD_TRY(need_float(g, n, *x, "X"));
+    PD_TRY(need_dtype(g, n, *w, (*x)->dtype, "W"));
+    if (b) PD_TRY(need_dtype(g, n, b, (*x)->dtype, "B"));
+    if ((*x)->ndim < 3)
+        return pd__node_err(g, n, PD_ERR_SHAPE, "X %s must be (N, C, D1, ...)", shp(*x).s);
+    if ((*w)->ndim != (*x)->ndim)
+        return pd__node_err(g, n, PD_ERR_SHAPE, "W %s must have the rank of X %s", shp(*w).s, shp(*x).s);
+    *group = pd__attr_i(n, "group", 1);
+    if (*group < 1 || (*x)->shape[1] % *group != 0)
+        return pd__node_err(g, n, PD_ERR_SHAPE, "X %s has %lld channels, not divisible by group=%lld", shp(*x).s,
+                            (long long)(*x)->shape[1], (long long)*group);
+    return PD_OK;
+}
+
+static pd_status conv_bias(pd_graph *g, pd__node *n, int64_t M) {
+    pd__tensor *b = pd__in(g, n, 2);
+    if (b && (b->ndim != 1 || b->shape[0] != M))
+        return pd__node_err(g, n, PD_ERR_SHAPE, "B %s must be [%lld], one per output channel", shp(b).s, (long long)M);
+    return PD_OK;
+}
+
+pd_status pd__shape_Conv(pd_graph *g, pd__node *n) {
+    pd__tensor *x, *w;
+    int64_t group;
+    PD_TRY(conv_inputs(g, n, &x, &w, &group));
+    int64_t C = x->shape[1], M = w->shape[0];
+    if (w->shape[1] * group != C || M % group != 0)
+        return pd__node_err(g, n, PD_ERR_SHAPE,
+                            "X %s with group=%lld needs W [M, %lld, k...] with M divisible by the group; W is %s",
+                            shp(x).s, (long long)group, (long long)(C / group), shp(w).s);
+    PD_TRY(conv_bias(g, n, M));
+    pd__win win;
+    pd_status st = pd__win_make(n, PD_WIN_CONV, x->ndim, x->shape, w->shape + 2, &win);
+    if (st != PD_OK) return node_prefix(g, n, st);
+    int64_t y[PD_MAX_DIMS] = {x->shape[0], M};
+    for (int i = 0; i < win.nsp; i++) y[i + 2] = win.out[i];
+    return set_out(g, n, 0, x->dtype, x->ndim, y);
+}
+
+int64_t pd__flops_Conv(const pd_graph *g, const pd__node *n) {
+    const pd__tensor *w = cin(g, n, 1), *y = cout(g, n, 0);
+    if (!w || !y || w->ndim < 3) return 0;
+    /* each output element: (C/group) * prod(kernel) multiply-adds, plus the bias */
+    return 2 * y->numel * prod(w->ndim - 1, w->shape + 1) + (cin(g, n, 2) ? y->numel : 0);
+}
+
+pd_status pd__shape_ConvTranspose(pd_graph *g, pd__node *n) {
+    pd__tensor *x, *w;
+    int64_t group;
+    PD_TRY(conv_inputs(g, n, &x, &w, &group));
+    int64_t C = x->shape[1], M = w->shape[1] * group;
+    if (w->shape[0] != C)
+        return pd__node_err(g, n, PD_ERR_SHAPE, "X %s has %lld channels but W %s is [C, M/group, k...] with C=%lld",
+                            shp(x).s, (long long)C, shp(w).s, (long long)w->shape[0]);
+    PD_TRY(conv_bias(g, n, M));
+    pd__win win;
+    pd_status st = pd__win_make(n, PD_WIN_CONVT, x->ndim, x->shape, w->shape + 2, &win);
+    if (st != PD_OK) return node_prefix(g, n, st);
+    int64_t y[PD_MAX_DIMS] = {x->shape[0], M};
+    for (int i = 0; i < win.nsp; i++) y[i + 2] = win.out[i];
+    return set_out(g, n, 0, x->dtype, x->ndim, y);
+}
+
+int64_t pd__flops_ConvTranspose(const pd_graph *g, const pd__node *n) {
+    const pd__tensor *x = cin(g, n, 0), *w = cin(g, n, 1), *y = cout(g, n, 0);
+    if (!x || !w || !y || w->ndim < 3) return 0;
+    /* each input element scatters (M/group) * prod(kernel) multiply-adds */
+    return 2 * x->numel * prod(w->ndim - 1, w->shape + 1) + (cin(g, n, 2) ? y->numel : 0);
+}
+
+/* ---- normalizations ------------------------------------------------------------------- */
+
+int pd__bn_training(const pd__node *n) {
+    if (n->opset >= 14) return pd__attr_i(n, "training_mode", 0) != 0;
+    if (n->opset < 7) return pd__attr_i(n, "is_test", 0) == 0;
+    for (int i = 1; i < n->nout; i++)
+        if (n->out[i] >= 0) return 1;
+    return 0;
+}
+
+pd_status pd__shape_BatchNormalization(pd_graph *g, pd__node *n) {
+    static const char *names[5] = {"X", "scale", "B", "input_mean", "input_var"};
+    pd__tensor *t[5];
+    for (int i = 0; i < 5; i++) PD_TRY(need(g, n, i, names[i], &t[i]));
+    pd__tensor *x = t[0];
+    PD_TRY(need_float(g, n, x, "X"));
+    if (x->ndim < 2) return pd__node_err(g, n, PD_ERR_SHAPE, "X %s must be (N, C, ...)", shp(x).s);
+    /* spatial=0 (opsets 7-8): statistics per (C, D1, ...) feature rather than per channel */
+    bool per_feature = n->opset < 9 && pd__attr_i(n, "spatial", 1) == 0;
+    int pnd = per_feature ? x->ndim - 1 : 1;
+    for (int i = 1; i < 5; i++) {
+        PD_TRY(need_float(g, n, t[i], names[i]));
+        bool ok = t[i]->ndim == pnd && memcmp(t[i]->shape, x->shape + 1, sizeof(int64_t) * (size_t)pnd) == 0;
+        if (!ok)
+            return pd__node_err(g, n, PD_ERR_SHAPE, "%s %s must be %s for X %s", names[i], shp(t[i]).s,
+                                shpv(pnd, x->shape + 1).s, shp(x).s);
+    }
+    PD_TRY(set_out(g, n, 0, x->dtype, x->ndim, x->shape));
+    if (n->opset >= 14) {
+        PD_TRY(set_out(g, n, 1, t[3]->dtype, pnd, x->shape + 1));
+        PD_TRY(set_out(g, n, 2, t[4]->dtype, pnd, x->shape + 1));
+    } else {
+        for (int i = 1; i < 5; i++) PD_TRY(set_out(g, n, i, x->dtype, pnd, x->shape + 1));
+    }
+    return PD_OK;
+}
+
+int64_t pd__flops_BatchNormalization(const pd_graph *g, const pd__node *n) {
+    const pd__tensor *x = cin(g, n, 0);
+    if (!x) return 0;
+    /* y = x*a + b per element; training adds the two statistics passes */
+    return (pd__bn_training(n) ? 6 : 2) * x->numel;
+}
+
+pd_status pd__shape_LayerNormalization(pd_graph *g, pd__node *n) {
+    pd__tensor *x, *scale, *b = pd__in(g, n, 2);
+    PD_TRY(need(g, n, 0, "X", &x));
+    PD_TRY(need(g, n, 1, "Scale", &scale));
+    PD_TRY(need_float(g, n, x, "X"));
+    PD_TRY(need_dtype(g, n, scale, x->dtype, "Scale"));
+    if (b) PD_TRY(need_dtype(g, n, b, x->dtype, "B"));
+    int r = x->ndim, axis;
+    if (r < 1) return pd__node_err(g, n, PD_ERR_SHAPE, "X %s must have rank >= 1", shp(x).s);
+    int64_t a = pd__attr_i(n, "axis", -1);
+    if (!norm_axis(a, r, r - 1, &axis))
+        return pd__node_err(g, n, PD_ERR_SHAPE, "axis %lld is out of range for X %s", (long long)a, shp(x).s);
+    for (int j = 1; j < 3; j++) {
+        pd__tensor *p = j == 1 ? scale : b;
+        if (!p) continue;
+        bool ok = p->ndim <= r - axis;
+        for (int i = 0; ok && i < p->ndim; i++) {
+            int64_t d = p->shape[p->ndim - 1 - i];
+            ok = d == 1 || d == x->shape[r - 1 - i];
+        }
+        if (!ok)
+            return pd__node_err(g, n, PD_ERR_SHAPE, "%s %s does not broadcast to the normalized shape %s of X %s",
+                                j == 1 ? "Scale" : "B", shp(p).s, shpv(r - axis, x->shape + axis).s, shp(x).s);
+    }
+    int64_t st = pd__attr_i(n, "stash_type", PD_FLOAT);
+    if (st != PD_FLOAT && st != PD_DOUBLE)
+        return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "stash_type %lld (float and double are supported)",
+                            (long long)st);
+    int64_t ms[PD_MAX_DIMS];
+    for (int i = 0; i < r; i++) ms[i] = i < axis ? x->shape[i] : 1;
+    PD_TRY(set_out(g, n, 0, x->dtype, r, x->shape));
+    PD_TRY(set_out(g, n, 1, (pd_dtype)st, r, ms));
+    return set_out(g, n, 2, (pd_dtype)st, r, ms);
+}
+
+int64_t pd__flops_LayerNormalization(const pd_graph *g, const pd__node *n) {
+    const pd__tensor *x = cin(g, n, 0);
+    /* mean, variance, normalize, scale and shift */
+    return x ? 8 * x->numel : 0;
+}
+
+pd_status pd__shape_LRN(pd_graph *g, pd__node *n) {
+    pd__tensor *x;
+    PD_TRY(need(g, n, 0, "X", &x));
+    PD_TRY(need_float(g, n, x, "X"));
+    if (x->ndim < 2) return pd__node_err(g, n, PD_ERR_SHAPE, "X %s must be (N, C, ...)", shp(x).s);
+    int64_t size = pd__attr_i(n, "size", 0);
+    if (size < 1) return pd__node_err(g, n, PD_ERR_SHAPE, "attribute size must be >= 1 (is %lld)", (long long)size);
+    return set_out(g, n, 0, x->dtype, x->ndim, x->shape);
+}
+
+int64_t pd__flops_LRN(const pd_graph *g, const pd__node *n) {
+    const pd__tensor *x = cin(g, n, 0);
+    return x ? x->numel * (2 * pd__attr_i(n, "size", 1) + 4) : 0;
+}
+
+/* ---- pools ---------------------------------------------------------------------------------- */
+
+static pd_status pool_shape(pd_graph *g, pd__node *n, bool any_dtype) {
+    pd__tensor *x;
+    PD_TRY(need(g, n, 0, "X", &x));
+    if (any_dtype) {
+        pd_dtype t = x->dtype;
+        if (!is_float(t) && t != PD_UINT8 && t != PD_INT8 && t != PD_FLOAT16)
+            return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "X '%s' has dtype %s", x->name, pd_dtype_name(t));
+    } else {
+        PD_TRY(need_float(g, n, x, "X"));
+    }
+    if (x->ndim < 3) return pd__node_err(g, n, PD_ERR_SHAPE, "X %s must be (N, C, D1, ...)", shp(x).s);
+    pd__win win;
+    pd_status st = pd__win_make(n, PD_WIN_POOL, x->ndim, x->shape, NULL, &win);
+    if (st != PD_OK) return node_prefix(g, n, st);
+    int64_t y[PD_MAX_DIMS] = {x->shape[0], x->shape[1]};
+    for (int i = 0; i < win.nsp; i++) y[i + 2] = win.out[i];
+    PD_TRY(set_out(g, n, 0, x->dtype, x->ndim, y));
+    return set_out(g, n, 1, PD_INT64, x->ndim, y);
+}
+
+static int64_t pool_flops(const pd_graph *g, const pd__node *n) {
+    const pd__tensor *y = cout(g, n, 0);
+    const int64_t *k;
+    int nk = pd__attr_ints(n, "kernel_shape", &k);
+    return y ? y->numel * prod(nk, k) : 0;
+}
+
+pd_status pd__shape_MaxPool(pd_graph *g, pd__node *n) {
+    int64_t so = pd__attr_i(n, "storage_order", 0);
+    if (so != 0 && so != 1)
+        return pd__node_err(g, n, PD_ERR_SHAPE, "storage_order must be 0 or 1 (is %lld)", (long long)so);
+    return pool_shape(g, n, true);
+}
+int64_t pd__flops_MaxPool(const pd_graph *g, const pd__node *n) { return pool_flops(g, n); }
+
+pd_status pd__shape_AveragePool(pd_graph *g, pd__node *n) {
+    if (n->nout > 1 && n->out[1] >= 0)
+        return pd__node_err(g, n, PD_ERR_SHAPE, "AveragePool has one output, the model gives it %d", n->nout);
+    return pool_shape(g, n, false);
+}
+int64_t pd__flops_AveragePool(const pd_graph *g, const pd__node *n) { return pool_flops(g, n); }
+
+pd_status pd__shape_GlobalAveragePool(pd_graph *g, pd__node *n) {
+    pd__tensor *x;
+    PD_TRY(need(g, n, 0, "X", &x));
+    PD_TRY(need_float(g, n, x, "X"));
+    if (x->ndim < 2) return pd__node_err(g, n, PD_ERR_SHAPE, "X %s must be (N, C, ...)", shp(x).s);
+    int64_t y[PD_MAX_DIMS];
+    for (int i = 0; i < x->ndim; i++) y[i] = i < 2 ? x->shape[i] : 1;
+    return set_out(g, n, 0, x->dtype, x->ndim, y);
+}
+
+int64_t pd__flops_GlobalAveragePool(const pd_graph *g, const pd__node *n) {
+    const pd__tensor *x = cin(g, n, 0);
+    return x ? x->numel : 0;
+}
+
+/* ---- softmax family --------------------------------------------------------------------- */
+
+pd_status pd__softmax_split(const pd__node *n, int ndim, const int64_t *shape, int64_t *outer, int64_t *len,
+                            int64_t *inner) {
+    int axis;
+    if (n->opset >= 13) {
+        int64_t a = pd__attr_i(n, "axis", -1);
+        if (ndim < 1 || !norm_axis(a, ndim, ndim - 1, &axis))
+            return pd__err(PD_ERR_SHAPE, "axis %lld is out of range for input %s", (long long)a,
+                           shpv(ndim, shape).s);
+        *outer = prod(axis, shape);
+        *len = shape[axis];
+        *inner = prod(ndim - axis - 1, shape + axis + 1);
+    } else {
+        /* before opset 13 the input is coerced to 2-D at axis */
+        int64_t a = pd__attr_i(n, "axis", 1);
+        if (!norm_axis(a, ndim, ndim, &axis))
+            return pd__err(PD_ERR_SHAPE, "axis %lld is out of range for input %s", (long long)a,
+                           shpv(ndim, shape).s);
+        *outer = prod(axis, shape);
+        *len = prod(ndim - axis, shape + axis);
+        *inner = 1;
+    }
+    return PD_OK;
+}
+
+static pd_status softmax_shape(pd_graph *g, pd__node *n) {
+    pd__tensor *x;
+    PD_TRY(need(g, n, 0, "input", &x));
+    PD_TRY(need_float(g, n, x, "input"));
+    int64_t o, l, i;
+    pd_status st = pd__softmax_split(n, x->ndim, x->shape, &o, &l, &i);
+    if (st != PD_OK) return node_prefix(g, n, st);
+    return set_out(g, n, 0, x->dtype, x->ndim, x->shape);
+}
+
+static int64_t softmax_flops(const pd_graph *g, const pd__node *n) {
+    const pd__tensor *x = cin(g, n, 0);
+    /* subtract the max, exponentiate, sum, scale */
+    return x ? 4 * x->numel : 0;
+}
+
+pd_status pd__shape_Softmax(pd_graph *g, pd__node *n) { return softmax_shape(g, n); }
+int64_t pd__flops_Softmax(const pd_graph *g, const pd__node *n) { return softmax_flops(g, n); }
+pd_status pd__shape_LogSoftmax(pd_graph *g, pd__node *n) { return softmax_shape(g, n); }
+int64_t pd__flops_LogSoftmax(const pd_graph *g, const pd__node *n) { return softmax_flops(g, n); }
+
+/* ---- Dropout ------------------------------------------------------------------------------ */
+
+pd_status pd__shape_Dropout(pd_graph *g, pd__node *n) {
+    pd__tensor *x, *r = pd__in(g, n, 1), *t = pd__in(g, n, 2);
+    PD_TRY(need(g, n, 0, "data", &x));
+    if (!is_float(x->dtype) && x->dtype != PD_FLOAT16 && x->dtype != PD_BFLOAT16)
+        return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "data '%s' has dtype %s", x->name, pd_dtype_name(x->dtype));
+    if (n->opset >= 12) {
+        if (r && (r->numel != 1 || !(is_float(r->dtype) || r->dtype == PD_FLOAT16 || r->dtype == PD_BFLOAT16)))
+            return pd__node_err(g, n, PD_ERR_SHAPE, "ratio %s (%s) must be a float scalar", shp(r).s,
+                                pd_dtype_name(r->dtype));
+        if (t && (t->numel != 1 || t->dtype != PD_BOOL))
+            return pd__node_err(g, n, PD_ERR_SHAPE, "training_mode %s (%s) must be a bool scalar", shp(t).s,
+                                pd_dtype_name(t->dtype));
+    }
+    float ratio = pd__attr_f(n, "ratio", 0.5f);
+    if (n->opset < 12 && (ratio < 0 || ratio >= 1))
+        return pd__node_err(g, n, PD_ERR_SHAPE, "ratio %g is not in [0, 1)", (double)ratio);
+    PD_TRY(set_out(g, n, 0, x->dtype, x->ndim, x->shape));
+    /* the mask is bool from opset 10, the data's type before */
+    return set_out(g, n, 1, n->opset >= 10 ? PD_BOOL : x->dtype, x->ndim, x->shape);
+}
+
+int64_t pd__flops_Dropout(const pd_graph *g, const pd__node *n) {
+    const pd__tensor *x = cin(g, n, 0);
+    /* identity unless a training_mode input is wired */
+    return x && cin(g, n, 2) ? 2 * x->numel : 0;
+}
+
+/* ---- losses -------------------------------------------------------------------------------------- */
+
+int pd__loss_reduction(const pd__node *n) {
+    const char *r = pd__attr_s(n, "reduction", "mean");
+    if (!strcmp(r, "none")) return 0;
+    if (!strcmp(r, "sum")) return 1;
+    if (!strcmp(r, "mean")) return 2;
+    return -1;
+}
+
+/* Scores/log-probs (N, C, d1, ...), labels (N, d1, ...), optional weights (C). */
+static pd_status loss_shape(pd_graph *g, pd__node *n, bool sce) {
+    pd__tensor *x, *y, *w = pd__in(g, n, 2);
+    PD_TRY(need(g, n, 0, sce ? "scores" : "input", &x));
+    PD_TRY(need(g, n, 1, sce ? "labels" : "target", &y));
+    PD_TRY(need_float(g, n, x, sce ? "scores" : "input"));
+    if (y->dtype != PD_INT64 && y->dtype != PD_INT32)
+        return pd__node_err(g, n, PD_ERR_SHAPE, "labels '%s' have dtype %s, expected int32 or int64", y->name,
+                            pd_dtype_name(y->dtype));
+    if (x->ndim < 2) return pd__node_err(g, n, PD_ERR_SHAPE, "input %s must be (N, C, d1, ...)", shp(x).s);
+    bool ok = y->ndim == x->ndim - 1 && y->shape[0] == x->shape[0] &&
+              memcmp(y->shape + 1, x->shape + 2, sizeof(int64_t) * (size_t)(x->ndim - 2)) == 0;
+    if (!ok)
+        return pd__node_err(g, n, PD_ERR_SHAPE, "labels %s must be the input %s without its class dim", shp(y).s,
+                            shp(x).s);
+    if (w) {
+        PD_TRY(need_dtype(g, n, w, x->dtype, "weights"));
+        if (w->ndim != 1 || w->shape[0] != x->shape[1])
+            return pd__node_err(g, n, PD_ERR_SHAPE, "weights %s must be [C] = [%lld]", shp(w).s,
+                                (long long)x->shape[1]);
+    }
+    int red = pd__loss_reduction(n);
+    if (red < 0)
+        return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "reduction '%s' is not none, sum or mean",
+                            pd__attr_s(n, "reduction", ""));
+    if (red == 0) PD_TRY(set_out(g, n, 0, x->dtype, y->ndim, y->shape));
+    else PD_TRY(set_out(g, n, 0, x->dtype, 0, NULL));
+    if (sce) return set_out(g, n, 1, x->dtype, x->ndim, x->shape);
+    if (n->nout > 1 && n->out[1] >= 0)
+        return pd__node_err(g, n, PD_ERR_SHAPE, "NegativeLogLikelihoodLoss has one output, the model gives it %d",
+                            n->nout);
+    return PD_OK;
+}
+
+pd_status pd__shape_SoftmaxCrossEntropyLoss(pd_graph *g, pd__node *n) { return loss_shape(g, n, true); }
+
+int64_t pd__flops_SoftmaxCrossEntropyLoss(const pd_graph *g, const pd__node *n) {
+    const pd__tensor *x = cin(g, n, 0);
+    return x && x->ndim >= 2 && x->shape[1] ? 4 * x->numel + 2 * (x->numel / x->shape[1]) : 0;
+}
+
+pd_status pd__shape_NegativeLogLikelihoodLoss(pd_graph *g, pd__node *n) { return loss_shape(g, n, false); }
+
+int64_t pd__flops_NegativeLogLikelihoodLoss(const pd_graph *g, const pd__node *n) {
+    const pd__tensor *x = cin(g, n, 0);
+    return x && x->ndim >= 2 && x->shape[1] ? 2 * (x->numel / x->shape[1]) : 0;
+}

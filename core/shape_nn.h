@@ -1,0 +1,54 @@
+/* shape_nn.h - sliding-window geometry shared by the nn shape rules
+ * (core/shape_nn.c) and the CPU kernels (runtime/cpu/nn.c).
+ *
+ * Conv, ConvTranspose, MaxPool and AveragePool read the same attributes
+ * (kernel_shape, strides, dilations, pads, auto_pad, ceil_mode,
+ * output_padding, output_shape). One function turns them into a pd__win so
+ * that the shape a rule promises and the windows a kernel walks cannot
+ * disagree. Not installed; private to the library.
+ */
+#ifndef PD_SHAPE_NN_H
+#define PD_SHAPE_NN_H
+
+#include "pd_internal.h"
+
+/* Window geometry over the spatial dims of an (N, C, D1..Dn) tensor.
+ * Window o of dim i covers positions o*s[i] - pb[i] + j*d[i], j in [0, k[i]),
+ * of the "image": the input for Conv and pools, the output for ConvTranspose
+ * (whose col2im scatters input position o to those positions). */
+typedef struct pd__win {
+    int nsp;                  /* number of spatial dims */
+    int64_t in[PD_MAX_DIMS];  /* spatial sizes of the input X */
+    int64_t out[PD_MAX_DIMS]; /* spatial sizes of the output Y */
+    int64_t k[PD_MAX_DIMS];   /* kernel */
+    int64_t s[PD_MAX_DIMS];   /* strides */
+    int64_t d[PD_MAX_DIMS];   /* dilations */
+    int64_t pb[PD_MAX_DIMS];  /* pads at the start (ConvTranspose: may be negative) */
+    int64_t pe[PD_MAX_DIMS];  /* pads at the end */
+} pd__win;
+
+typedef enum pd__win_kind {
+    PD_WIN_CONV = 0, /* Conv: kernel from the weights, no ceil_mode */
+    PD_WIN_POOL,     /* MaxPool / AveragePool: kernel_shape required, ceil_mode */
+    PD_WIN_CONVT     /* ConvTranspose: output_padding, output_shape */
+} pd__win_kind;
+
+/* Fills *w from the node's attributes and the shape of X (rank ndim >= 3).
+ * kshape: the kernel's spatial dims from the weights (NULL for pools).
+ * On error sets the message (without the node prefix) and returns it. */
+pd_status pd__win_make(const pd__node *n, pd__win_kind kind, int ndim, const int64_t *xshape,
+                       const int64_t *kshape, pd__win *w);
+
+/* Whether a BatchNormalization node computes batch statistics: training_mode
+ * (opset 14+), more than one output (opsets 7-13), is_test=0 (before 7). */
+int pd__bn_training(const pd__node *n);
+
+/* Softmax / LogSoftmax view their input as (outer, len, inner) and normalize
+ * over len: one axis from opset 13, the input coerced to 2-D at axis before. */
+pd_status pd__softmax_split(const pd__node *n, int ndim, const int64_t *shape, int64_t *outer, int64_t *len,
+                            int64_t *inner);
+
+/* The reduction attribute of the losses: 0 none, 1 sum, 2 mean, -1 unknown. */
+int pd__loss_reduction(const pd__node *n);
+
+#endif

@@ -1,0 +1,736 @@
+/* shape_tensor.c - shape rules and FLOP counts of the tensor ops: Flatten,
+ * Reshape, Transpose, Concat, Split, Slice, Gather, Unsqueeze, Squeeze,
+ * Expand, Pad, Constant, Shape, ConstantOfShape, Range; and the parameter
+ * resolvers of shape_tensor.h, which the CPU kernels share.
+ *
+ * These ops only move bytes, so they take every dtype (but strings) and count
+ * 0 FLOPs. Inputs that determine a shape (Reshape's shape, Slice's starts...)
+ * are read from constant tensors at load; a runtime value there is reported
+ * as a dynamic shape, which pdonnx does not support.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "shape_tensor.h"
+
+#define MAX_VIEWS 8 /* most inputs of an op that reads constant inputs (Slice: 5) */
+
+/* ---- small helpers ---------------------------------------------------------- */
+
+static int64_t view_numel(const pd_tensor *t) {
+    int64_t k = 1;
+    for (int i = 0; i < t->ndim; i++) k *= t->shape[i];
+    return k;
+}
+
+static bool is_int_dtype(pd_dtype t) {
+    return t == PD_INT8 || t == PD_INT16 || t == PD_INT32 || t == PD_INT64 || t == PD_UINT8 ||
+           t == PD_UINT16 || t == PD_UINT32 || t == PD_UINT64;
+}
+
+static bool is_float_dtype(pd_dtype t) {
+    return t == PD_FLOAT || t == PD_DOUBLE || t == PD_FLOAT16 || t == PD_BFLOAT16;
+}
+
+static int64_t clamp64(int64_t v, int64_t lo, int64_t hi) { return v < lo ? lo : v > hi ? hi : v; }
+
+/* Reads a 1-D (or scalar) int32/int64 tensor of at most `max` values. */
+static pd_status read_ints(const pd_tensor *t, const char *what, int max, int64_t *v, int *count) {
+    int64_t k = view_numel(t);
+    if (t->data == NULL && k > 0)
+        return pd__err(PD_ERR_UNSUPPORTED, "%s must be constant (dynamic shapes are not supported)", what);
+    if (t->dtype != PD_INT64 && t->dtype != PD_INT32)
+        return pd__err(PD_ERR_SHAPE, "%s must be int64 or int32, not %s", what, pd_dtype_name(t->dtype));
+    if (t->ndim > 1) return pd__err(PD_ERR_SHAPE, "%s must be 1-D, got rank %d", what, t->ndim);
+    if (k > max) return pd__err(PD_ERR_SHAPE, "%s has %lld values, at most %d allowed", what, (long long)k, max);
+    for (int64_t i = 0; i < k; i++) v[i] = pd__get_i(t->dtype, t->data, i);
+    *count = (int)k;
+    return PD_OK;
+}
+
+/* Reads an ints attribute of at most `max` values; *count = -1 when absent. */
+static pd_status read_attr_ints(const pd__node *n, const char *name, int max, int64_t *v, int *count) {
+    const int64_t *a;
+    int k = pd__attr_ints(n, name, &a);
+    const pd__attr *at = pd__attr_get(n, name);
+    if (at == NULL) {
+        *count = -1;
+        return PD_OK;
+    }
+    if (at->type != PD_A_INTS) return pd__err(PD_ERR_INVALID, "attribute %s must be a list of ints", name);
+    if (k > max) return pd__err(PD_ERR_SHAPE, "attribute %s has %d values, at most %d allowed", name, k, max);
+    for (int i = 0; i < k; i++) v[i] = a[i];
+    *count = k;
+    return PD_OK;
+}
+
+/* Normalizes `k` axes against `rank` in place, rejecting duplicates. */
+static pd_status norm_axes(const char *what, int64_t *axes, int k, int rank) {
+    bool seen[PD_MAX_DIMS] = {false};
+    for (int i = 0; i < k; i++) {
+        int a;
+        if (!pd__norm_axis(axes[i], rank, &a))
+            return pd__err(PD_ERR_SHAPE, "%s value %lld out of range for rank %d", what, (long long)axes[i], rank);
+        if (seen[a]) return pd__err(PD_ERR_SHAPE, "%s repeats axis %d", what, a);
+        seen[a] = true;
+        axes[i] = a;
+    }
+    return PD_OK;
+}
+
+static const pd_tensor *view_in(const pd__node *n, pd_tensor *const *in, int i) {
+    return i < n->nin ? in[i] : NULL;
+}
+
+/* ---- parameter resolvers (shape_tensor.h) ------------------------------------ */
+
+bool pd__norm_axis(int64_t axis, int rank, int *out) {
+    if (axis < -(int64_t)rank || axis >= rank) return false;
+    *out = (int)(axis < 0 ? axis + rank : axis);
+    return true;
+}
+
+pd_status pd__transpose_perm(const pd__node *n, int rank, int *perm) {
+    const int64_t *p;
+    int k = pd__attr_ints(n, "perm", &p);
+    if (pd__attr_get(n, "perm") == NULL) {
+        for (int i = 0; i < rank; i++) perm[i] = rank - 1 - i;
+        return PD_OK;
+    }
+    if (k != rank) return pd__err(PD_ERR_SHAPE, "perm has %d entries but the input has rank %d", k, rank);
+    bool seen[PD_MAX_DIMS] = {false};
+    for (int i = 0; i < k; i++) {
+        if (p[i] < 0 || p[i] >= rank || seen[p[i]])
+            return pd__err(PD_ERR_SHAPE, "perm is not a permutation of 0..%d (entry %d is %lld)", rank - 1, i,
+                           (long long)p[i]);
+        seen[p[i]] = true;
+        perm[i] = (int)p[i];
+    }
+    return PD_OK;
+}
+
+pd_status pd__split_sizes(const pd__node *n, pd_tensor *const *in, int *axis, int64_t *sizes) {
+    const pd_tensor *x = in[0], *s = view_in(n, in, 1);
+    int nout = n->nout;
+    int64_t ax = pd__attr_i(n, "axis", 0);
+    if (!pd__norm_axis(ax, x->ndim, axis))
+        return pd__err(PD_ERR_SHAPE, "axis %lld out of range for rank %d", (long long)ax, x->ndim);
+    int64_t dim = x->shape[*axis];
+    const int64_t *sa;
+    int ka = pd__attr_ints(n, "split", &sa);
+    if (s != NULL && view_numel(s) > 0) {
+        int64_t k = view_numel(s);
+        if (s->data == NULL)
+            return pd__err(PD_ERR_UNSUPPORTED, "split must be constant (dynamic shapes are not supported)");
+        if (!is_int_dtype(s->dtype)) return pd__err(PD_ERR_SHAPE, "split must be int64, not %s", pd_dtype_name(s->dtype));
+        if (k != nout) return pd__err(PD_ERR_SHAPE, "split has %lld values for %d outputs", (long long)k, nout);
+        for (int i = 0; i < nout; i++) sizes[i] = pd__get_i(s->dtype, s->data, i);
+    } else if (pd__attr_get(n, "split") != NULL && ka > 0) {
+        if (ka != nout) return pd__err(PD_ERR_SHAPE, "split has %d values for %d outputs", ka, nout);
+        for (int i = 0; i < nout; i++) sizes[i] = sa[i];
+    } else {
+        int64_t parts = pd__attr_i(n, "num_outputs", nout);
+        if (parts != nout) return pd__err(PD_ERR_SHAPE, "num_outputs is %lld but the node has %d outputs", (long long)parts, nout);
+        if (nout < 1) return pd__err(PD_ERR_INVALID, "no outputs");
+        int64_t div = dim / nout;
+        if (dim % nout != 0) {
+            if (n->opset < 18)
+                return pd__err(PD_ERR_SHAPE, "cannot split a dim of %lld into %d equal parts", (long long)dim, nout);
+            div += 1; /* opset 18: the last chunk is smaller */
+        }
+        for (int i = 0; i < nout; i++) sizes[i] = div;
+        sizes[nout - 1] = dim - div * (nout - 1);
+        if (sizes[nout - 1] < 0)
+            return pd__err(PD_ERR_SHAPE, "cannot split a dim of %lld into %d parts", (long long)dim, nout);
+    }
+    int64_t sum = 0;
+    for (int i = 0; i < nout; i++) {
+        if (sizes[i] < 0) return pd__err(PD_ERR_SHAPE, "split[%d] = %lld is negative", i, (long long)sizes[i]);
+        if (__builtin_add_overflow(sum, sizes[i], &sum)) return pd__err(PD_ERR_SHAPE, "split sizes overflow");
+    }
+    if (sum != dim)
+        return pd__err(PD_ERR_SHAPE, "split sizes add up to %lld but axis %d has %lld", (long long)sum, *axis,
+                       (long long)dim);
+    return PD_OK;
+}
+
+pd_status pd__slice_resolve(const pd__node *n, pd_tensor *const *in, pd__slice_params *p) {
+    const pd_tensor *x = in[0];
+    int r = x->ndim;
+    for (int d = 0; d < r; d++) {
+        p->start[d] = 0;
+        p->step[d] = 1;
+        p->count[d] = x->shape[d];
+    }
+    int64_t st[PD_MAX_DIMS], en[PD_MAX_DIMS], ax[PD_MAX_DIMS], sp[PD_MAX_DIMS];
+    int ks, ke, ka = -1, kp = -1;
+    const pd_tensor *ts = view_in(n, in, 1), *te = view_in(n, in, 2);
+    if (ts == NULL && te == NULL) { /* opset < 10: attributes */
+        PD_TRY(read_attr_ints(n, "starts", PD_MAX_DIMS, st, &ks));
+        PD_TRY(read_attr_ints(n, "ends", PD_MAX_DIMS, en, &ke));
+        PD_TRY(read_attr_ints(n, "axes", PD_MAX_DIMS, ax, &ka));
+        if (ks < 0 || ke < 0) return pd__err(PD_ERR_INVALID, "missing starts or ends");
+    } else {
+        if (ts == NULL || te == NULL) return pd__err(PD_ERR_INVALID, "missing starts or ends input");
+        const pd_tensor *ta = view_in(n, in, 3), *tp = view_in(n, in, 4);
+        PD_TRY(read_ints(ts, "starts", PD_MAX_DIMS, st, &ks));
+        PD_TRY(read_ints(te, "ends", PD_MAX_DIMS, en, &ke));
+        if (ta) PD_TRY(read_ints(ta, "axes", PD_MAX_DIMS, ax, &ka));
+        if (tp) PD_TRY(read_ints(tp, "steps", PD_MAX_DIMS, sp, &kp));
+    }
+    if (ke != ks) return pd__err(PD_ERR_SHAPE, "starts has %d values but ends has %d", ks, ke);
+    if (ka < 0) {
+        if (ks > r) return pd__err(PD_ERR_SHAPE, "starts has %d values for rank %d", ks, r);
+        for (int i = 0; i < ks; i++) ax[i] = i;
+    } else if (ka != ks) {
+        return pd__err(PD_ERR_SHAPE, "axes has %d values but starts has %d", ka, ks);
+    }
+    if (kp < 0)
+        for (int i = 0; i < ks; i++) sp[i] = 1;
+    else if (kp != ks)
+        return pd__err(PD_ERR_SHAPE, "steps has %d values but starts has %d", kp, ks);
+    PD_TRY(norm_axes("axes", ax, ks, r));
+    for (int i = 0; i < ks; i++) {
+        int a = (int)ax[i];
+        int64_t dim = x->shape[a], s = st[i], e = en[i], k = sp[i], c = 0;
+        if (k == 0) return pd__err(PD_ERR_SHAPE, "steps[%d] is 0", i);
+        if (s < 0) s += dim;
+        if (e < 0) e += dim;
+        if (k > 0) {
+            s = clamp64(s, 0, dim);
+            e = clamp64(e, 0, dim);
+            if (e > s) c = (e - s - 1) / k + 1;
+        } else {
+            s = clamp64(s, 0, dim - 1);
+            e = clamp64(e, -1, dim - 1);
+            if (s > e) c = (int64_t)((uint64_t)(s - e - 1) / ((uint64_t)0 - (uint64_t)k)) + 1;
+        }
+        if (dim == 0) s = 0, c = 0;
+        p->start[a] = s;
+        p->step[a] = k;
+        p->count[a] = c;
+    }
+    return PD_OK;
+}
+
+pd_status pd__pad_resolve(const pd__node *n, pd_tensor *const *in, pd__pad_params *p) {
+    const pd_tensor *x = in[0];
+    int r = x->ndim;
+    const char *mode = pd__attr_s(n, "mode", "constant");
+    if (strcmp(mode, "constant") == 0) p->mode = PD_PAD_CONSTANT;
+    else if (strcmp(mode, "reflect") == 0) p->mode = PD_PAD_REFLECT;
+    else if (strcmp(mode, "edge") == 0) p->mode = PD_PAD_EDGE;
+    else if (strcmp(mode, "wrap") == 0) p->mode = PD_PAD_WRAP;
+    else return pd__err(PD_ERR_UNSUPPORTED, "unknown pad mode '%s'", mode);
+
+    int64_t pads[2 * PD_MAX_DIMS], axes[PD_MAX_DIMS];
+    int kp, ka = -1;
+    const pd_tensor *tp = view_in(n, in, 1), *ta = view_in(n, in, 3);
+    if (tp == NULL) { /* opset < 11: attribute (`paddings` in opset 1) */
+        PD_TRY(read_attr_ints(n, "pads", 2 * PD_MAX_DIMS, pads, &kp));
+        if (kp < 0) PD_TRY(read_attr_ints(n, "paddings", 2 * PD_MAX_DIMS, pads, &kp));
+        if (kp < 0) return pd__err(PD_ERR_INVALID, "missing pads");
+    } else {
+        PD_TRY(read_ints(tp, "pads", 2 * PD_MAX_DIMS, pads, &kp));
+    }
+    if (ta) PD_TRY(read_ints(ta, "axes", PD_MAX_DIMS, axes, &ka));
+    if (ka < 0) {
+        ka = r;
+        for (int i = 0; i < r; i++) axes[i] = i;
+    }
+    if (kp != 2 * ka) return pd__err(PD_ERR_SHAPE, "pads has %d values, expected %d (2 per axis)", kp, 2 * ka);
+    PD_TRY(norm_axes("axes", axes, ka, r));
+    for (int d = 0; d < r; d++) p->begin[d] = p->end[d] = 0;
+    for (int i = 0; i < ka; i++) {
+        p->begin[axes[i]] = pads[i];
+        p->end[axes[i]] = pads[i + ka];
+    }
+    for (int d = 0; d < r; d++) {
+        int64_t dim = x->shape[d], o;
+        if (__builtin_add_overflow(dim, p->begin[d], &o) || __builtin_add_overflow(o, p->end[d], &o))
+            return pd__err(PD_ERR_SHAPE, "pads of axis %d overflow", d);
+        if (o < 0)
+            return pd__err(PD_ERR_SHAPE, "pads %lld, %lld crop axis %d of size %lld below 0", (long long)p->begin[d],
+                           (long long)p->end[d], d, (long long)dim);
+        if (p->mode != PD_PAD_CONSTANT && dim == 0 && o > 0)
+            return pd__err(PD_ERR_SHAPE, "cannot pad the empty axis %d in %s mode", d, mode);
+    }
+    return PD_OK;
+}
+
+void pd__shape_span(const pd__node *n, int rank, int *start, int *end) {
+    int64_t s = pd__attr_i(n, "start", 0), e = pd__attr_i(n, "end", rank);
+    if (s < 0) s += rank;
+    if (e < 0) e += rank;
+    s = clamp64(s, 0, rank);
+    e = clamp64(e, 0, rank);
+    if (e < s) e = s;
+    *start = (int)s;
+    *end = (int)e;
+}
+
+pd_status pd__constant_value(const pd__node *n, pd_tensor *out) {
+    for (int i = 0; i < n->nattr; i++) {
+        const pd__attr *a = &n->attr[i];
+        pd_tensor v = {0};
+        if (strcmp(a->name, "value") == 0) {
+            if (a->type != PD_A_TENSOR || a->t == NULL) return pd__err(PD_ERR_INVALID, "attribute value is not a tensor");
+            v = *a->t;
+            if (pd_dtype_size(v.dtype) == 0)
+                return pd__err(PD_ERR_UNSUPPORTED, "constants of dtype %s are not supported", pd_dtype_name(v.dtype));
+        } else if (strcmp(a->name, "value_float") == 0) {
+            v.dtype = PD_FLOAT;
+            v.data = (void *)&a->f;
+        } else if (strcmp(a->name, "value_floats") == 0) {
+            v.dtype = PD_FLOAT;
+            v.ndim = 1;
+            v.shape[0] = a->n;
+            v.data = a->floats;
+        } else if (strcmp(a->name, "value_int") == 0) {
+            v.dtype = PD_INT64;
+            v.data = (void *)&a->i;
+        } else if (strcmp(a->name, "value_ints") == 0) {
+            v.dtype = PD_INT64;
+            v.ndim = 1;
+            v.shape[0] = a->n;
+            v.data = a->ints;
+        } else if (strncmp(a->name, "value_string", 12) == 0 || strcmp(a->name, "sparse_value") == 0) {
+            return pd__err(PD_ERR_UNSUPPORTED, "Constant with %s is not supported", a->name);
+        } else {
+            continue;
+        }
+        if (view_numel(&v) > 0 && v.data == NULL) return pd__err(PD_ERR_INVALID, "attribute %s has no data", a->name);
+        *out = v;
+        return PD_OK;
+    }
+    return pd__err(PD_ERR_INVALID, "Constant has no value attribute");
+}
+
+pd_status pd__constant_of_shape_value(const pd__node *n, pd_tensor *out, float *zero) {
+    const pd__attr *a = pd__attr_get(n, "value");
+    if (a == NULL) {
+        *zero = 0.0f;
+        pd_tensor v = {.dtype = PD_FLOAT, .ndim = 0, .data = zero};
+        *out = v;
+        return PD_OK;
+    }
+    if (a->type != PD_A_TENSOR || a->t == NULL) return pd__err(PD_ERR_INVALID, "attribute value is not a tensor");
+    if (pd_dtype_size(a->t->dtype) == 0)
+        return pd__err(PD_ERR_UNSUPPORTED, "value of dtype %s is not supported", pd_dtype_name(a->t->dtype));
+    if (view_numel(a->t) != 1 || a->t->data == NULL)
+        return pd__err(PD_ERR_SHAPE, "value must have one element, has %lld", (long long)view_numel(a->t));
+    *out = *a->t;
+    return PD_OK;
+}
+
+pd_status pd__range_count(const pd_tensor *start, const pd_tensor *limit, const pd_tensor *delta, int64_t *count) {
+    const pd_tensor *t[3] = {start, limit, delta};
+    const char *names[3] = {"start", "limit", "delta"};
+    for (int i = 0; i < 3; i++) {
+        if (t[i] == NULL) return pd__err(PD_ERR_INVALID, "missing input %s", names[i]);
+        if (view_numel(t[i]) != 1)
+            return pd__err(PD_ERR_SHAPE, "%s must be a scalar, has %lld elements", names[i], (long long)view_numel(t[i]));
+        if (t[i]->data == NULL)
+            return pd__err(PD_ERR_UNSUPPORTED, "%s must be constant (dynamic shapes are not supported)", names[i]);
+        if (t[i]->dtype != start->dtype)
+            return pd__err(PD_ERR_SHAPE, "%s is %s but start is %s", names[i], pd_dtype_name(t[i]->dtype),
+                           pd_dtype_name(start->dtype));
+    }
+    pd_dtype dt = start->dtype;
+    if (is_float_dtype(dt)) {
+        double s = pd__get_f(dt, start->data, 0), l = pd__get_f(dt, limit->data, 0), d = pd__get_f(dt, delta->data, 0);
+        if (d == 0 || !isfinite(s) || !isfinite(l) || !isfinite(d))
+            return pd__err(PD_ERR_SHAPE, "range(%g, %g, %g) is not finite", s, l, d);
+        double c = ceil((l - s) / d);
+        if (!(c > 0)) c = 0;
+        if (c > 9.0e15) return pd__err(PD_ERR_SHAPE, "range(%g, %g, %g) is too long", s, l, d);
+        *count = (int64_t)c;
+    } else if (is_int_dtype(dt)) {
+        int64_t s = pd__get_i(dt, start->data, 0), l = pd__get_i(dt, limit->data, 0), d = pd__get_i(dt, delta->data, 0);
+        int64_t diff;
+        if (d == 0) return pd__err(PD_ERR_SHAPE, "delta is 0");
+        if (__builtin_sub_overflow(l, s, &diff)) return pd__err(PD_ERR_SHAPE, "range(%lld, %lld) overflows", (long long)s, (long long)l);
+        if (diff == 0 || (diff > 0) != (d > 0)) {
+            *count = 0;
+        } else {
+            int64_t q = diff / d; /* diff and d have one sign: q > 0 unless |d| > |diff| */
+            if (diff % d != 0) q += 1;
+            *count = q;
+        }
+    } else {
+        return pd__err(PD_ERR_UNSUPPORTED, "Range of %s is not supported", pd_dtype_name(dt));
+    }
+    return PD_OK;
+}
+
+/* ---- helpers of the shape rules ---------------------------------------------- */
+
+/* Re-reports the current error (set by a resolver) as an error of node n. */
+static pd_status node_fail(const pd_graph *g, const pd__node *n, pd_status s) {
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", pd_last_error());
+    return pd__node_err(g, n, s, "%s", msg);
+}
+
+/* Input i, present and with a known shape. */
+static pd_status need_in(pd_graph *g, pd__node *n, int i, const char *what, pd__tensor **out) {
+    pd__tensor *t = pd__in(g, n, i);
+    if (t == NULL) return pd__node_err(g, n, PD_ERR_INVALID, "missing input %d (%s)", i, what);
+    if (t->ndim < 0) return pd__node_err(g, n, PD_ERR_SHAPE, "input %s has no known shape", t->name);
+    *out = t;
+    return PD_OK;
+}
+
+/* Like need_in, for an input whose elements the op moves (strings are not supported). */
+static pd_status need_data(pd_graph *g, pd__node *n, int i, pd__tensor **out) {
+    PD_TRY(need_in(g, n, i, "data", out));
+    if (pd_dtype_size((*out)->dtype) == 0)
+        return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "dtype %s is not supported", pd_dtype_name((*out)->dtype));
+    return PD_OK;
+}
+
+static pd_status set_out(pd_graph *g, pd__node *n, int i, pd_dtype dt, int ndim, const int64_t *shape) {
+    pd__tensor *o = pd__out(g, n, i);
+    if (o == NULL) return PD_OK; /* an unused optional output */
+    for (int d = 0; d < ndim; d++)
+        if (shape[d] < 0) return pd__node_err(g, n, PD_ERR_SHAPE, "output dim %d would be %lld", d, (long long)shape[d]);
+    o->dtype = dt;
+    return pd__tensor_set_shape(g, o, ndim, shape);
+}
+
+static bool is_const(const pd__tensor *t) {
+    return (t->kind == PD_T_INIT || t->kind == PD_T_CONST) && (t->data != NULL || t->numel == 0);
+}
+
+/* Views of the node's inputs for a resolver; non-constant ones lose their data. */
+static pd_status make_views(pd_graph *g, pd__node *n, pd_tensor *v, pd_tensor **vp) {
+    if (n->nin > MAX_VIEWS) return pd__node_err(g, n, PD_ERR_INVALID, "too many inputs (%d)", n->nin);
+    for (int i = 0; i < n->nin; i++) {
+        pd__tensor *t = pd__in(g, n, i);
+        vp[i] = NULL;
+        if (t == NULL) continue;
+        if (t->ndim < 0) return pd__node_err(g, n, PD_ERR_SHAPE, "input %s has no known shape", t->name);
+        v[i] = pd__view(t);
+        if (!is_const(t)) v[i].data = NULL;
+        vp[i] = &v[i];
+    }
+    return PD_OK;
+}
+
+/* Reads constant input i as up to `max` ints. */
+static pd_status const_ints(pd_graph *g, pd__node *n, int i, const char *what, int max, int64_t *v, int *count) {
+    pd__tensor *t = NULL;
+    PD_TRY(need_in(g, n, i, what, &t));
+    pd_tensor view = pd__view(t);
+    if (!is_const(t)) view.data = NULL;
+    pd_status s = read_ints(&view, what, max, v, count);
+    return s == PD_OK ? s : node_fail(g, n, s);
+}
+
+static pd_status bad_shape(pd_graph *g, pd__node *n, const char *what, const pd__tensor *x, int k, const int64_t *shape) {
+    char a[128], b[128];
+    pd__format_shape(a, sizeof a, x->ndim, x->shape);
+    pd__format_shape(b, sizeof b, k, shape);
+    return pd__node_err(g, n, PD_ERR_SHAPE, "cannot %s %s into %s", what, a, b);
+}
+
+/* ---- shape rules --------------------------------------------------------------- */
+
+pd_status pd__shape_Flatten(pd_graph *g, pd__node *n) {
+    pd__tensor *x = NULL;
+    PD_TRY(need_data(g, n, 0, &x));
+    int r = x->ndim;
+    int64_t axis = pd__attr_i(n, "axis", 1);
+    if (axis < -(int64_t)r || axis > r)
+        return pd__node_err(g, n, PD_ERR_SHAPE, "axis %lld out of range [-%d, %d]", (long long)axis, r, r);
+    if (axis < 0) axis += r;
+    int64_t shape[2] = {pd__shape_numel((int)axis, x->shape), pd__shape_numel(r - (int)axis, x->shape + axis)};
+    return set_out(g, n, 0, x->dtype, 2, shape);
+}
+
+pd_status pd__shape_Reshape(pd_graph *g, pd__node *n) {
+    pd__tensor *x = NULL;
+    PD_TRY(need_data(g, n, 0, &x));
+    int64_t shape[PD_MAX_DIMS];
+    int k;
+    if (pd__in(g, n, 1) == NULL && pd__attr_get(n, "shape") != NULL) { /* Reshape-1 */
+        const int64_t *a;
+        k = pd__attr_ints(n, "shape", &a);
+        if (k > PD_MAX_DIMS) return pd__node_err(g, n, PD_ERR_SHAPE, "shape has %d dims, at most %d supported", k, PD_MAX_DIMS);
+        memcpy(shape, a, (size_t)k * sizeof *shape);
+    } else {
+        PD_TRY(const_ints(g, n, 1, "shape", PD_MAX_DIMS, shape, &k));
+    }
+    bool allowzero = pd__attr_i(n, "allowzero", 0) != 0;
+    int64_t total = pd__shape_numel(x->ndim, x->shape), known = 1;
+    int infer = -1;
+    for (int i = 0; i < k; i++) {
+        if (shape[i] == -1) {
+            if (infer >= 0) return pd__node_err(g, n, PD_ERR_SHAPE, "shape has more than one -1");
+            infer = i;
+            continue;
+        }
+        if (shape[i] < -1) return pd__node_err(g, n, PD_ERR_SHAPE, "shape[%d] = %lld is negative", i, (long long)shape[i]);
+        if (shape[i] == 0 && !allowzero) {
+            if (i >= x->ndim)
+                return pd__node_err(g, n, PD_ERR_SHAPE, "shape[%d] = 0 copies a dim the input (rank %d) lacks", i, x->ndim);
+            shape[i] = x->shape[i];
+        }
+        if (!pd__mul_ok(known, shape[i], &known)) return pd__node_err(g, n, PD_ERR_SHAPE, "shape overflows");
+    }
+    if (infer >= 0) {
+        if (known == 0 || total % known != 0) {
+            shape[infer] = -1;
+            return bad_shape(g, n, "reshape", x, k, shape);
+        }
+        shape[infer] = total / known;
+    } else if (known != total) {
+        return bad_shape(g, n, "reshape", x, k, shape);
+    }
+    return set_out(g, n, 0, x->dtype, k, shape);
+}
+
+pd_status pd__shape_Transpose(pd_graph *g, pd__node *n) {
+    pd__tensor *x = NULL;
+    PD_TRY(need_data(g, n, 0, &x));
+    int perm[PD_MAX_DIMS];
+    pd_status s = pd__transpose_perm(n, x->ndim, perm);
+    if (s != PD_OK) return node_fail(g, n, s);
+    int64_t shape[PD_MAX_DIMS];
+    for (int i = 0; i < x->ndim; i++) shape[i] = x->shape[perm[i]];
+    return set_out(g, n, 0, x->dtype, x->ndim, shape);
+}
+
+pd_status pd__shape_Concat(pd_graph *g, pd__node *n) {
+    pd__tensor *x = NULL;
+    PD_TRY(need_data(g, n, 0, &x));
+    const pd__attr *aa = pd__attr_get(n, "axis");
+    if (aa == NULL && n->opset >= 4) return pd__node_err(g, n, PD_ERR_INVALID, "missing attribute axis");
+    int64_t ax = pd__attr_i(n, "axis", 1);
+    int r = x->ndim, axis;
+    if (!pd__norm_axis(ax, r, &axis))
+        return pd__node_err(g, n, PD_ERR_SHAPE, "axis %lld out of range for rank %d", (long long)ax, r);
+    int64_t shape[PD_MAX_DIMS];
+    memcpy(shape, x->shape, sizeof shape);
+    for (int i = 1; i < n->nin; i++) {
+        pd__tensor *t = NULL;
+        PD_TRY(need_data(g, n, i, &t));
+        if (t->dtype != x->dtype)
+            return pd__node_err(g, n, PD_ERR_SHAPE, "input %d is %s but input 0 is %s", i, pd_dtype_name(t->dtype),
+                                pd_dtype_name(x->dtype));
+        if (t->ndim != r) return pd__node_err(g, n, PD_ERR_SHAPE, "input %d has rank %d but input 0 has %d", i, t->ndim, r);
+        for (int d = 0; d < r; d++)
+            if (d != axis && t->shape[d] != x->shape[d])
+                return pd__node_err(g, n, PD_ERR_SHAPE, "input %d has %lld at dim %d but input 0 has %lld", i,
+                                    (long long)t->shape[d], d, (long long)x->shape[d]);
+        if (__builtin_add_overflow(shape[axis], t->shape[axis], &shape[axis]))
+            return pd__node_err(g, n, PD_ERR_SHAPE, "concatenated dim overflows");
+    }
+    return set_out(g, n, 0, x->dtype, r, shape);
+}
+
+pd_status pd__shape_Split(pd_graph *g, pd__node *n) {
+    pd__tensor *x = NULL;
+    PD_TRY(need_data(g, n, 0, &x));
+    pd_tensor v[MAX_VIEWS], *vp[MAX_VIEWS];
+    PD_TRY(make_views(g, n, v, vp));
+    if (n->nout < 1) return pd__node_err(g, n, PD_ERR_INVALID, "no outputs");
+    int64_t *sizes = PD_MALLOC((size_t)n->nout * sizeof *sizes);
+    if (sizes == NULL) return pd__node_err(g, n, PD_ERR_NOMEM, "out of memory");
+    int axis;
+    pd_status s = pd__split_sizes(n, vp, &axis, sizes);
+    if (s != PD_OK) s = node_fail(g, n, s);
+    for (int i = 0; s == PD_OK && i < n->nout; i++) {
+        int64_t shape[PD_MAX_DIMS];
+        memcpy(shape, x->shape, sizeof shape);
+        shape[axis] = sizes[i];
+        s = set_out(g, n, i, x->dtype, x->ndim, shape);
+    }
+    PD_FREE(sizes);
+    return s;
+}
+
+pd_status pd__shape_Slice(pd_graph *g, pd__node *n) {
+    pd__tensor *x = NULL;
+    PD_TRY(need_data(g, n, 0, &x));
+    pd_tensor v[MAX_VIEWS], *vp[MAX_VIEWS];
+    PD_TRY(make_views(g, n, v, vp));
+    pd__slice_params p;
+    pd_status s = pd__slice_resolve(n, vp, &p);
+    if (s != PD_OK) return node_fail(g, n, s);
+    return set_out(g, n, 0, x->dtype, x->ndim, p.count);
+}
+
+pd_status pd__shape_Gather(pd_graph *g, pd__node *n) {
+    pd__tensor *x = NULL, *idx = NULL;
+    PD_TRY(need_data(g, n, 0, &x));
+    PD_TRY(need_in(g, n, 1, "indices", &idx));
+    if (idx->dtype != PD_INT64 && idx->dtype != PD_INT32)
+        return pd__node_err(g, n, PD_ERR_SHAPE, "indices must be int64 or int32, not %s", pd_dtype_name(idx->dtype));
+    int64_t ax = pd__attr_i(n, "axis", 0);
+    int axis;
+    if (!pd__norm_axis(ax, x->ndim, &axis))
+        return pd__node_err(g, n, PD_ERR_SHAPE, "axis %lld out of range for rank %d", (long long)ax, x->ndim);
+    int r = x->ndim - 1 + idx->ndim;
+    if (r > PD_MAX_DIMS) return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "output rank %d exceeds %d", r, PD_MAX_DIMS);
+    int64_t shape[PD_MAX_DIMS];
+    int k = 0;
+    for (int d = 0; d < axis; d++) shape[k++] = x->shape[d];
+    for (int d = 0; d < idx->ndim; d++) shape[k++] = idx->shape[d];
+    for (int d = axis + 1; d < x->ndim; d++) shape[k++] = x->shape[d];
+    return set_out(g, n, 0, x->dtype, r, shape);
+}
+
+/* The axes of Squeeze/Unsqueeze: attribute before opset 13, input after.
+ * *k = -1 when there are none. */
+static pd_status squeeze_axes(pd_graph *g, pd__node *n, int64_t *axes, int *k) {
+    if (pd__in(g, n, 1) != NULL) return const_ints(g, n, 1, "axes", PD_MAX_DIMS, axes, k);
+    pd_status s = read_attr_ints(n, "axes", PD_MAX_DIMS, axes, k);
+    return s == PD_OK ? s : node_fail(g, n, s);
+}
+
+pd_status pd__shape_Unsqueeze(pd_graph *g, pd__node *n) {
+    pd__tensor *x = NULL;
+    PD_TRY(need_data(g, n, 0, &x));
+    int64_t axes[PD_MAX_DIMS];
+    int k;
+    PD_TRY(squeeze_axes(g, n, axes, &k));
+    if (k < 0) return pd__node_err(g, n, PD_ERR_INVALID, "missing axes");
+    int r = x->ndim + k;
+    if (r > PD_MAX_DIMS) return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "output rank %d exceeds %d", r, PD_MAX_DIMS);
+    pd_status s = norm_axes("axes", axes, k, r);
+    if (s != PD_OK) return node_fail(g, n, s);
+    bool ins[PD_MAX_DIMS] = {false};
+    for (int i = 0; i < k; i++) ins[axes[i]] = true;
+    int64_t shape[PD_MAX_DIMS];
+    for (int d = 0, j = 0; d < r; d++) shape[d] = ins[d] ? 1 : x->shape[j++];
+    return set_out(g, n, 0, x->dtype, r, shape);
+}
+
+pd_status pd__shape_Squeeze(pd_graph *g, pd__node *n) {
+    pd__tensor *x = NULL;
+    PD_TRY(need_data(g, n, 0, &x));
+    int64_t axes[PD_MAX_DIMS];
+    int k;
+    PD_TRY(squeeze_axes(g, n, axes, &k));
+    bool drop[PD_MAX_DIMS] = {false};
+    if (k < 0) {
+        for (int d = 0; d < x->ndim; d++) drop[d] = x->shape[d] == 1;
+    } else {
+        pd_status s = norm_axes("axes", axes, k, x->ndim);
+        if (s != PD_OK) return node_fail(g, n, s);
+        for (int i = 0; i < k; i++) {
+            if (x->shape[axes[i]] != 1)
+                return pd__node_err(g, n, PD_ERR_SHAPE, "cannot squeeze axis %d of size %lld", (int)axes[i],
+                                    (long long)x->shape[axes[i]]);
+            drop[axes[i]] = true;
+        }
+    }
+    int64_t shape[PD_MAX_DIMS];
+    int r = 0;
+    for (int d = 0; d < x->ndim; d++)
+        if (!drop[d]) shape[r++] = x->shape[d];
+    return set_out(g, n, 0, x->dtype, r, shape);
+}
+
+pd_status pd__shape_Expand(pd_graph *g, pd__node *n) {
+    pd__tensor *x = NULL;
+    PD_TRY(need_data(g, n, 0, &x));
+    int64_t want[PD_MAX_DIMS], shape[PD_MAX_DIMS];
+    int k;
+    PD_TRY(const_ints(g, n, 1, "shape", PD_MAX_DIMS, want, &k));
+    int r = k > x->ndim ? k : x->ndim;
+    for (int i = 0; i < r; i++) { /* aligned from the right */
+        int64_t a = i < x->ndim ? x->shape[x->ndim - 1 - i] : 1;
+        int64_t b = i < k ? want[k - 1 - i] : 1;
+        if (b < 0) return pd__node_err(g, n, PD_ERR_SHAPE, "shape[%d] = %lld is negative", k - 1 - i, (long long)b);
+        if (a != b && a != 1 && b != 1) return bad_shape(g, n, "expand", x, k, want);
+        shape[r - 1 - i] = a == 1 ? b : a;
+    }
+    return set_out(g, n, 0, x->dtype, r, shape);
+}
+
+pd_status pd__shape_Pad(pd_graph *g, pd__node *n) {
+    pd__tensor *x = NULL;
+    PD_TRY(need_data(g, n, 0, &x));
+    pd_tensor v[MAX_VIEWS], *vp[MAX_VIEWS];
+    PD_TRY(make_views(g, n, v, vp));
+    pd__pad_params p;
+    pd_status s = pd__pad_resolve(n, vp, &p);
+    if (s != PD_OK) return node_fail(g, n, s);
+    pd__tensor *cv = pd__in(g, n, 2);
+    if (cv != NULL) {
+        if (cv->dtype != x->dtype)
+            return pd__node_err(g, n, PD_ERR_SHAPE, "constant_value is %s but data is %s", pd_dtype_name(cv->dtype),
+                                pd_dtype_name(x->dtype));
+        if (cv->ndim < 0 || cv->numel > 1)
+            return pd__node_err(g, n, PD_ERR_SHAPE, "constant_value must be a scalar");
+    }
+    int64_t shape[PD_MAX_DIMS];
+    for (int d = 0; d < x->ndim; d++) shape[d] = x->shape[d] + p.begin[d] + p.end[d];
+    return set_out(g, n, 0, x->dtype, x->ndim, shape);
+}
+
+pd_status pd__shape_Constant(pd_graph *g, pd__node *n) {
+    pd_tensor v;
+    pd_status s = pd__constant_value(n, &v);
+    if (s != PD_OK) return node_fail(g, n, s);
+    return set_out(g, n, 0, v.dtype, v.ndim, v.shape);
+}
+
+pd_status pd__shape_Shape(pd_graph *g, pd__node *n) {
+    pd__tensor *x = NULL;
+    PD_TRY(need_in(g, n, 0, "data", &x));
+    int start, end;
+    pd__shape_span(n, x->ndim, &start, &end);
+    int64_t len = end - start;
+    return set_out(g, n, 0, PD_INT64, 1, &len);
+}
+
+pd_status pd__shape_ConstantOfShape(pd_graph *g, pd__node *n) {
+    int64_t shape[PD_MAX_DIMS];
+    int k;
+    PD_TRY(const_ints(g, n, 0, "shape", PD_MAX_DIMS, shape, &k));
+    for (int i = 0; i < k; i++)
+        if (shape[i] < 0) return pd__node_err(g, n, PD_ERR_SHAPE, "shape[%d] = %lld is negative", i, (long long)shape[i]);
+    pd_tensor v;
+    float zero;
+    pd_status s = pd__constant_of_shape_value(n, &v, &zero);
+    if (s != PD_OK) return node_fail(g, n, s);
+    return set_out(g, n, 0, v.dtype, k, shape);
+}
+
+pd_status pd__shape_Range(pd_graph *g, pd__node *n) {
+    pd_tensor v[MAX_VIEWS], *vp[MAX_VIEWS];
+    if (n->nin != 3) return pd__node_err(g, n, PD_ERR_INVALID, "Range takes 3 inputs, has %d", n->nin);
+    PD_TRY(make_views(g, n, v, vp));
+    int64_t count;
+    pd_status s = pd__range_count(vp[0], vp[1], vp[2], &count);
+    if (s != PD_OK) return node_fail(g, n, s);
+    return set_out(g, n, 0, vp[0]->dtype, 1, &count);
+}
+
+/* ---- FLOPs: these ops only move data ------------------------------------------ */
+
+#define PD__NO_FLOPS(name)                                            \
+    int64_t pd__flops_##name(const pd_graph *g, const pd__node *n) { \
+        (void)g;                                                      \
+        (void)n;                                                      \
+        return 0;                                                     \
+    }
+PD__NO_FLOPS(Flatten)
+PD__NO_FLOPS(Reshape)
+PD__NO_FLOPS(Transpose)
+PD__NO_FLOPS(Concat)
+PD__NO_FLOPS(Split)
+PD__NO_FLOPS(Slice)
+PD__NO_FLOPS(Gather)
+PD__NO_FLOPS(Unsqueeze)
+PD__NO_FLOPS(Squeeze)
+PD__NO_FLOPS(Expand)
+PD__NO_FLOPS(Pad)
+PD__NO_FLOPS(Constant)
+PD__NO_FLOPS(Shape)
+PD__NO_FLOPS(ConstantOfShape)
+PD__NO_FLOPS(Range)

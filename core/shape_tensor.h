@@ -1,0 +1,61 @@
+/* shape_tensor.h - parameters of the tensor ops (Transpose, Split, Slice, Pad,
+ * Shape, Constant, ConstantOfShape, Range), resolved from a node's attributes
+ * and constant inputs.
+ *
+ * The shape rules (core/shape_tensor.c) and the CPU kernels
+ * (runtime/cpu/tensor.c) both call these, so the two cannot drift apart.
+ * `in` holds views of the node's inputs, n->nin of them, NULL for an absent
+ * optional one; an input whose values are needed must have data (or no
+ * elements), otherwise the call fails with PD_ERR_UNSUPPORTED (dynamic shape).
+ * Errors are set with pd__err and do not name the node: callers add that.
+ */
+#ifndef PD_SHAPE_TENSOR_H
+#define PD_SHAPE_TENSOR_H
+
+#include "pd_internal.h"
+
+/* axis in [-rank, rank) -> [0, rank); false when out of range. */
+bool pd__norm_axis(int64_t axis, int rank, int *out);
+
+/* Transpose: the permutation (attribute `perm`, default reversed), validated. */
+pd_status pd__transpose_perm(const pd__node *n, int rank, int *perm);
+
+/* Split: the axis and the size of each of the n->nout parts along it
+ * (`sizes` has room for n->nout values). */
+pd_status pd__split_sizes(const pd__node *n, pd_tensor *const *in, int *axis, int64_t *sizes);
+
+/* Slice: for every axis of the input (rank = in[0]->ndim) the first element,
+ * the step and the count of elements taken; unsliced axes get 0, 1, dim. */
+typedef struct pd__slice_params {
+    int64_t start[PD_MAX_DIMS];
+    int64_t step[PD_MAX_DIMS];
+    int64_t count[PD_MAX_DIMS];
+} pd__slice_params;
+pd_status pd__slice_resolve(const pd__node *n, pd_tensor *const *in, pd__slice_params *p);
+
+/* Pad: mode and the pads before/after every axis (negative pads crop).
+ * The constant value is not resolved here (the kernel reads it). */
+typedef enum pd__pad_mode { PD_PAD_CONSTANT, PD_PAD_REFLECT, PD_PAD_EDGE, PD_PAD_WRAP } pd__pad_mode;
+typedef struct pd__pad_params {
+    pd__pad_mode mode;
+    int64_t begin[PD_MAX_DIMS];
+    int64_t end[PD_MAX_DIMS];
+} pd__pad_params;
+pd_status pd__pad_resolve(const pd__node *n, pd_tensor *const *in, pd__pad_params *p);
+
+/* Shape (opset 15 start/end): the dims [*start, *end) of a rank-`rank` input. */
+void pd__shape_span(const pd__node *n, int rank, int *start, int *end);
+
+/* Constant: a view (dtype, shape, data) of the node's value; the data points
+ * into the attribute (NULL when the value has no elements). */
+pd_status pd__constant_value(const pd__node *n, pd_tensor *out);
+
+/* ConstantOfShape: a view of the one-element fill value (float 0 when the
+ * `value` attribute is absent; `zero` provides its storage). */
+pd_status pd__constant_of_shape_value(const pd__node *n, pd_tensor *out, float *zero);
+
+/* Range: the number of elements of Range(start, limit, delta) (scalars). */
+pd_status pd__range_count(const pd_tensor *start, const pd_tensor *limit, const pd_tensor *delta,
+                          int64_t *count);
+
+#endif

@@ -1,0 +1,257 @@
+/* util.c - errors, dtypes, element access and the small helpers every layer uses.
+ *
+ * The last error is per thread (like errno): a library call that fails sets it,
+ * pd_last_error() reads it. No other mutable state is global.
+ */
+#include "pd_internal.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+static _Thread_local char pd__errbuf[1024];
+
+pd_status pd__err(pd_status s, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(pd__errbuf, sizeof pd__errbuf, fmt, ap);
+    va_end(ap);
+    return s;
+}
+
+void pd__err_prefix(const char *fmt, ...) {
+    char old[sizeof pd__errbuf], pre[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(pre, sizeof pre, fmt, ap);
+    va_end(ap);
+    memcpy(old, pd__errbuf, sizeof old);
+    snprintf(pd__errbuf, sizeof pd__errbuf, "%s: %s", pre, old);
+}
+
+const char *pd_last_error(void) { return pd__errbuf; }
+
+const char *pd_status_name(pd_status s) {
+    switch (s) {
+    case PD_OK: return "ok";
+    case PD_ERR_IO: return "i/o error";
+    case PD_ERR_PARSE: return "parse error";
+    case PD_ERR_UNSUPPORTED: return "unsupported";
+    case PD_ERR_SHAPE: return "shape error";
+    case PD_ERR_INVALID: return "invalid";
+    case PD_ERR_NOMEM: return "out of memory";
+    case PD_ERR_NUMERIC: return "numeric error";
+    case PD_ERR_INTERNAL: return "internal error";
+    }
+    return "unknown status";
+}
+
+const char *pd_dtype_name(pd_dtype t) {
+    switch (t) {
+    case PD_FLOAT: return "float32";
+    case PD_UINT8: return "uint8";
+    case PD_INT8: return "int8";
+    case PD_UINT16: return "uint16";
+    case PD_INT16: return "int16";
+    case PD_INT32: return "int32";
+    case PD_INT64: return "int64";
+    case PD_STRING: return "string";
+    case PD_BOOL: return "bool";
+    case PD_FLOAT16: return "float16";
+    case PD_DOUBLE: return "float64";
+    case PD_UINT32: return "uint32";
+    case PD_UINT64: return "uint64";
+    case PD_BFLOAT16: return "bfloat16";
+    case PD_UNDEFINED: break;
+    }
+    return "undefined";
+}
+
+size_t pd_dtype_size(pd_dtype t) {
+    switch (t) {
+    case PD_UINT8: case PD_INT8: case PD_BOOL: return 1;
+    case PD_UINT16: case PD_INT16: case PD_FLOAT16: case PD_BFLOAT16: return 2;
+    case PD_FLOAT: case PD_INT32: case PD_UINT32: return 4;
+    case PD_INT64: case PD_DOUBLE: case PD_UINT64: return 8;
+    default: return 0;
+    }
+}
+
+int64_t pd_tensor_numel(const pd_tensor *t) { return pd__shape_numel(t->ndim, t->shape); }
+
+void pd_tensor_free(pd_tensor *t) {
+    if (!t) return;
+    PD_FREE(t->data);
+    t->data = NULL;
+}
+
+char *pd__strdup(const char *s) {
+    if (!s) s = "";
+    size_t n = strlen(s) + 1;
+    char *d = PD_MALLOC(n);
+    if (d) memcpy(d, s, n);
+    return d;
+}
+
+bool pd__mul_ok(int64_t a, int64_t b, int64_t *out) {
+    if (a < 0 || b < 0) return false;
+    int64_t r;
+    if (__builtin_mul_overflow(a, b, &r)) return false;
+    *out = r;
+    return true;
+}
+
+int64_t pd__shape_numel(int ndim, const int64_t *shape) {
+    int64_t n = 1;
+    for (int i = 0; i < ndim; i++)
+        if (!pd__mul_ok(n, shape[i], &n)) return -1;
+    return n;
+}
+
+void pd__format_shape(char *buf, size_t n, int ndim, const int64_t *shape) {
+    size_t k = 0;
+    k += (size_t)snprintf(buf + k, k < n ? n - k : 0, "[");
+    for (int i = 0; i < ndim; i++)
+        k += (size_t)snprintf(buf + k, k < n ? n - k : 0, "%s%lld", i ? "," : "", (long long)shape[i]);
+    snprintf(buf + k, k < n ? n - k : 0, "]");
+}
+
+/* IEEE half and bfloat16, round to nearest even. */
+float pd__half_to_float(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
+    if (exp == 0) {
+        if (man == 0) {
+            bits = sign;
+        } else { /* subnormal: normalise */
+            exp = 127 - 15 + 1;
+            while (!(man & 0x400)) { man <<= 1; exp--; }
+            man &= 0x3ff;
+            bits = sign | (exp << 23) | (man << 13);
+        }
+    } else if (exp == 0x1f) {
+        bits = sign | 0x7f800000u | (man << 13);
+    } else {
+        bits = sign | ((exp - 15 + 127) << 23) | (man << 13);
+    }
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+uint16_t pd__float_to_half(float f) {
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    uint16_t sign = (uint16_t)((x >> 16) & 0x8000);
+    uint32_t absx = x & 0x7fffffffu;
+    if (absx >= 0x7f800000u) /* inf or nan */
+        return (uint16_t)(sign | 0x7c00 | (absx > 0x7f800000u ? 0x200 : 0));
+    if (absx >= 0x477ff000u) return (uint16_t)(sign | 0x7c00); /* overflow after rounding */
+    if (absx < 0x38800000u) { /* subnormal half or zero */
+        if (absx < 0x33000000u) return sign;
+        uint32_t e = absx >> 23, m = (absx & 0x7fffff) | 0x800000;
+        int shift = (int)(126 - e); /* half subnormal unit is 2^-24 */
+        uint32_t r = m >> shift, rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
+        if (rem > half || (rem == half && (r & 1))) r++;
+        return (uint16_t)(sign | r);
+    }
+    uint32_t r = ((absx >> 13) - ((127 - 15) << 10));
+    uint32_t rem = absx & 0x1fff;
+    if (rem > 0x1000 || (rem == 0x1000 && (r & 1))) r++;
+    return (uint16_t)(sign | r);
+}
+
+float pd__bf16_to_float(uint16_t h) {
+    uint32_t bits = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+uint16_t pd__float_to_bf16(float f) {
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40); /* quiet nan */
+    uint32_t lsb = (x >> 16) & 1;
+    x += 0x7fff + lsb;
+    return (uint16_t)(x >> 16);
+}
+
+double pd__get_f(pd_dtype t, const void *p, int64_t i) {
+    switch (t) {
+    case PD_FLOAT: return ((const float *)p)[i];
+    case PD_DOUBLE: return ((const double *)p)[i];
+    case PD_FLOAT16: return pd__half_to_float(((const uint16_t *)p)[i]);
+    case PD_BFLOAT16: return pd__bf16_to_float(((const uint16_t *)p)[i]);
+    case PD_INT8: return ((const int8_t *)p)[i];
+    case PD_INT16: return ((const int16_t *)p)[i];
+    case PD_INT32: return ((const int32_t *)p)[i];
+    case PD_INT64: return (double)((const int64_t *)p)[i];
+    case PD_UINT8: return ((const uint8_t *)p)[i];
+    case PD_BOOL: return ((const uint8_t *)p)[i] != 0;
+    case PD_UINT16: return ((const uint16_t *)p)[i];
+    case PD_UINT32: return ((const uint32_t *)p)[i];
+    case PD_UINT64: return (double)((const uint64_t *)p)[i];
+    default: return 0;
+    }
+}
+
+int64_t pd__get_i(pd_dtype t, const void *p, int64_t i) {
+    switch (t) {
+    case PD_INT64: return ((const int64_t *)p)[i];
+    case PD_INT32: return ((const int32_t *)p)[i];
+    case PD_INT16: return ((const int16_t *)p)[i];
+    case PD_INT8: return ((const int8_t *)p)[i];
+    case PD_UINT8: return ((const uint8_t *)p)[i];
+    case PD_BOOL: return ((const uint8_t *)p)[i] != 0;
+    case PD_UINT16: return ((const uint16_t *)p)[i];
+    case PD_UINT32: return ((const uint32_t *)p)[i];
+    case PD_UINT64: return (int64_t)((const uint64_t *)p)[i];
+    default: {
+        double v = pd__get_f(t, p, i);
+        if (v != v) return 0;
+        if (v >= 9.2233720368547758e18) return INT64_MAX;
+        if (v <= -9.2233720368547758e18) return INT64_MIN;
+        return (int64_t)v;
+    }
+    }
+}
+
+void pd__set_f(pd_dtype t, void *p, int64_t i, double v) {
+    switch (t) {
+    case PD_FLOAT: ((float *)p)[i] = (float)v; break;
+    case PD_DOUBLE: ((double *)p)[i] = v; break;
+    case PD_FLOAT16: ((uint16_t *)p)[i] = pd__float_to_half((float)v); break;
+    case PD_BFLOAT16: ((uint16_t *)p)[i] = pd__float_to_bf16((float)v); break;
+    case PD_BOOL: ((uint8_t *)p)[i] = v != 0; break;
+    default: pd__set_i(t, p, i, (v != v) ? 0 : (int64_t)v); break;
+    }
+}
+
+void pd__set_i(pd_dtype t, void *p, int64_t i, int64_t v) {
+    switch (t) {
+    case PD_INT64: ((int64_t *)p)[i] = v; break;
+    case PD_INT32: ((int32_t *)p)[i] = (int32_t)v; break;
+    case PD_INT16: ((int16_t *)p)[i] = (int16_t)v; break;
+    case PD_INT8: ((int8_t *)p)[i] = (int8_t)v; break;
+    case PD_UINT8: ((uint8_t *)p)[i] = (uint8_t)v; break;
+    case PD_BOOL: ((uint8_t *)p)[i] = v != 0; break;
+    case PD_UINT16: ((uint16_t *)p)[i] = (uint16_t)v; break;
+    case PD_UINT32: ((uint32_t *)p)[i] = (uint32_t)v; break;
+    case PD_UINT64: ((uint64_t *)p)[i] = (uint64_t)v; break;
+    default: pd__set_f(t, p, i, (double)v); break;
+    }
+}
+
+void *pd__scratch(pd__exec *x, size_t bytes) {
+    if (bytes <= x->scratch_size) return x->scratch;
+    size_t n = bytes + bytes / 4 + 64;
+    void *p = NULL;
+    if (posix_memalign(&p, 64, n) != 0 || !p) {
+        pd__err(PD_ERR_NOMEM, "cannot allocate %zu bytes of scratch memory", n);
+        return NULL;
+    }
+    PD_FREE(x->scratch);
+    x->scratch = p;
+    x->scratch_size = n;
+    return p;
+}

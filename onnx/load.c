@@ -1,0 +1,583 @@
+/* load.c - reads an ONNX model (ModelProto) into a pd_graph.
+ *
+ * Order: opsets, initializers (owned data), runtime inputs (concrete shapes,
+ * from the model, the caller's input shapes or the batch size), outputs,
+ * nodes (op looked up in the op table; foreign domains and subgraph
+ * attributes leave op = -1 for the engine to refuse), then toposort and
+ * finalize (shape inference, constant folding). Every error names the file
+ * and the tensor, node or attribute; on error the partial graph is destroyed
+ * and *out is untouched. */
+#include <errno.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "../core/pd_internal.h"
+#include "decode.h"
+
+typedef struct loader {
+    pd_graph *g;
+    const Onnx__ModelProto *m;
+    const Onnx__GraphProto *gp;
+    const char *base_dir; /* NULL: external data refused */
+    pd_load_options opt;
+} loader;
+
+/* printf into a PD_MALLOC'd string; NULL when out of memory. */
+static char *fmt_alloc(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static char *fmt_alloc(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (n < 0) return NULL;
+    char *s = PD_MALLOC((size_t)n + 1);
+    if (!s) return NULL;
+    va_start(ap, fmt);
+    vsnprintf(s, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    return s;
+}
+
+static pd_status nomem(const loader *L) { return pd__err(PD_ERR_NOMEM, "%s: out of memory", L->g->path); }
+
+static const char *str_or_empty(const char *s) { return s ? s : ""; }
+
+/* "" and "ai.onnx" are the same domain. */
+static const char *norm_domain(const char *d) {
+    return (!d || strcmp(d, "ai.onnx") == 0) ? "" : d;
+}
+
+/* The opset version imported for a domain; 0 when it is not imported. */
+static int64_t domain_version(const Onnx__ModelProto *m, const char *domain) {
+    for (size_t i = 0; i < m->n_opset_import; i++) {
+        const Onnx__OperatorSetIdProto *o = m->opset_import[i];
+        if (o && strcmp(norm_domain(o->domain), domain) == 0) return o->has_version ? o->version : 0;
+    }
+    return 0;
+}
+
+/* ---- options ---------------------------------------------------------------- */
+
+static pd_status get_options(const pd_load_options *opt, const char *name, pd_load_options *o) {
+    pd_load_options d = PD_LOAD_OPTIONS_INIT;
+    if (opt) {
+#define PD__HAS(f) (opt->size >= offsetof(pd_load_options, f) + sizeof opt->f)
+        if (PD__HAS(batch)) d.batch = opt->batch;
+        if (PD__HAS(n_input_shapes)) d.n_input_shapes = opt->n_input_shapes;
+        if (PD__HAS(input_shapes)) d.input_shapes = opt->input_shapes;
+        if (PD__HAS(fold_constants)) d.fold_constants = opt->fold_constants;
+        if (PD__HAS(n_const_inputs)) d.n_const_inputs = opt->n_const_inputs;
+        if (PD__HAS(const_input_names)) d.const_input_names = opt->const_input_names;
+        if (PD__HAS(const_inputs)) d.const_inputs = opt->const_inputs;
+#undef PD__HAS
+    }
+    if (d.batch < 0)
+        return pd__err(PD_ERR_INVALID, "%s: batch size %lld is negative", name, (long long)d.batch);
+    if (d.n_input_shapes < 0 || (d.n_input_shapes > 0 && !d.input_shapes))
+        return pd__err(PD_ERR_INVALID, "%s: %d input shapes given with no array", name, d.n_input_shapes);
+    for (int i = 0; i < d.n_input_shapes; i++) {
+        const pd_input_shape *s = &d.input_shapes[i];
+        if (!s->name) return pd__err(PD_ERR_INVALID, "%s: input shape %d has no name", name, i);
+        if (s->ndim < 0 || s->ndim > PD_MAX_DIMS)
+            return pd__err(PD_ERR_INVALID, "%s: input shape for '%s' has rank %d (0 to %d allowed)", name,
+                           s->name, s->ndim, PD_MAX_DIMS);
+        for (int a = 0; a < s->ndim; a++)
+            if (s->shape[a] < 0)
+                return pd__err(PD_ERR_INVALID, "%s: input shape for '%s' has negative dim %lld at axis %d",
+                               name, s->name, (long long)s->shape[a], a);
+    }
+    if (d.n_const_inputs < 0 || (d.n_const_inputs > 0 && (!d.const_input_names || !d.const_inputs)))
+        return pd__err(PD_ERR_INVALID, "%s: %d constant inputs given with no array", name, d.n_const_inputs);
+    for (int i = 0; i < d.n_const_inputs; i++) {
+        const pd_tensor *t = &d.const_inputs[i];
+        const char *nm = d.const_input_names[i];
+        if (!nm) return pd__err(PD_ERR_INVALID, "%s: constant input %d has no name", name, i);
+        if (t->ndim < 0 || t->ndim > PD_MAX_DIMS)
+            return pd__err(PD_ERR_INVALID, "%s: constant input '%s' has rank %d (0 to %d allowed)", name, nm,
+                           t->ndim, PD_MAX_DIMS);
+        int64_t numel = pd__shape_numel(t->ndim, t->shape);
+        if (numel < 0)
+            return pd__err(PD_ERR_INVALID, "%s: constant input '%s' has a negative dim or too many elements",
+                           name, nm);
+        if (numel > 0 && !t->data)
+            return pd__err(PD_ERR_INVALID, "%s: constant input '%s' has no data", name, nm);
+    }
+    *o = d;
+    return PD_OK;
+}
+
+/* ---- initializers --------------------------------------------------------------- */
+
+static pd_status load_initializers(loader *L) {
+    pd_graph *g = L->g;
+    const Onnx__GraphProto *gp = L->gp;
+    if (gp->n_sparse_initializer > 0) {
+        const Onnx__SparseTensorProto *sp = gp->sparse_initializer[0];
+        const char *nm = sp && sp->values && sp->values->name ? sp->values->name : "?";
+        return pd__err(PD_ERR_UNSUPPORTED, "%s: sparse initializer '%s' is not supported", g->path, nm);
+    }
+    for (size_t i = 0; i < gp->n_initializer; i++) {
+        const Onnx__TensorProto *tp = gp->initializer[i];
+        if (!tp->name || !*tp->name)
+            return pd__err(PD_ERR_PARSE, "%s: initializer %zu has no name", g->path, i);
+        if (pd__graph_find(g, tp->name) >= 0)
+            return pd__err(PD_ERR_INVALID, "%s: initializer '%s' appears twice", g->path, tp->name);
+        char *what = fmt_alloc("%s: initializer '%s'", g->path, tp->name);
+        if (!what) return nomem(L);
+        pd_tensor t;
+        pd_status s = pd__decode_tensor(tp, what, L->base_dir, &t);
+        PD_FREE(what);
+        if (s != PD_OK) return s;
+        int ti = pd__graph_tensor(g, tp->name);
+        if (ti < 0) {
+            PD_FREE(t.data);
+            return nomem(L);
+        }
+        pd__tensor *gt = &g->tensors[ti];
+        gt->kind = PD_T_INIT;
+        gt->dtype = t.dtype;
+        gt->data = t.data; /* owned by the graph from here on */
+        gt->producer = -1;
+        PD_TRY(pd__tensor_set_shape(g, gt, t.ndim, t.shape));
+    }
+    return PD_OK;
+}
+
+/* ---- runtime inputs ------------------------------------------------------------ */
+
+/* The shape the caller gives for an input: from input_shapes, else from the
+ * value of a constant input. false when neither names it. */
+static bool given_shape(const loader *L, const char *name, int *ndim, int64_t *shape) {
+    for (int i = 0; i < L->opt.n_input_shapes; i++)
+        if (strcmp(L->opt.input_shapes[i].name, name) == 0) {
+            *ndim = L->opt.input_shapes[i].ndim;
+            memcpy(shape, L->opt.input_shapes[i].shape, sizeof(int64_t) * (size_t)*ndim);
+            return true;
+        }
+    for (int i = 0; i < L->opt.n_const_inputs; i++)
+        if (strcmp(L->opt.const_input_names[i], name) == 0) {
+            *ndim = L->opt.const_inputs[i].ndim;
+            memcpy(shape, L->opt.const_inputs[i].shape, sizeof(int64_t) * (size_t)*ndim);
+            return true;
+        }
+    return false;
+}
+
+/* Works out a runtime input's concrete shape. */
+static pd_status input_shape(const loader *L, const char *name, const Onnx__TypeProto__Tensor *tt,
+                             int *ndim, int64_t *shape) {
+    const char *path = L->g->path;
+    const Onnx__TensorShapeProto *sp = tt->shape;
+    if (sp && sp->n_dim > PD_MAX_DIMS)
+        return pd__err(PD_ERR_UNSUPPORTED, "%s: input '%s' has rank %zu, above the maximum of %d", path,
+                       name, sp->n_dim, PD_MAX_DIMS);
+    if (given_shape(L, name, ndim, shape)) {
+        if (sp && (size_t)*ndim != sp->n_dim)
+            return pd__err(PD_ERR_SHAPE, "%s: input '%s': the shape given has rank %d, the model's has rank %zu",
+                           path, name, *ndim, sp->n_dim);
+        return PD_OK;
+    }
+    if (!sp)
+        return pd__err(PD_ERR_SHAPE, "%s: input '%s' has no shape in the model; give the input's shape",
+                       path, name);
+    *ndim = (int)sp->n_dim;
+    for (int a = 0; a < *ndim; a++) {
+        const Onnx__TensorShapeProto__Dimension *d = sp->dim[a];
+        bool known = d->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE && d->dim_value >= 0;
+        if (known) {
+            shape[a] = d->dim_value;
+            continue;
+        }
+        if (a == 0 && L->opt.batch > 0) {
+            shape[a] = L->opt.batch;
+            continue;
+        }
+        if (d->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM && d->dim_param &&
+            *d->dim_param)
+            return pd__err(PD_ERR_SHAPE,
+                           "%s: input '%s' has symbolic dim '%s' at axis %d; give --batch or the input's shape",
+                           path, name, d->dim_param, a);
+        return pd__err(PD_ERR_SHAPE,
+                       "%s: input '%s' has an unknown dim at axis %d; give --batch or the input's shape", path,
+                       name, a);
+    }
+    return PD_OK;
+}
+
+static pd_status load_inputs(loader *L) {
+    pd_graph *g = L->g;
+    const Onnx__GraphProto *gp = L->gp;
+    g->inputs = PD_MALLOC(sizeof(int) * (gp->n_input ? gp->n_input : 1));
+    if (!g->inputs) return nomem(L);
+    g->ninputs = 0;
+    for (size_t i = 0; i < gp->n_input; i++) {
+        const Onnx__ValueInfoProto *vi = gp->input[i];
+        const char *name = vi->name;
+        if (!name || !*name) return pd__err(PD_ERR_PARSE, "%s: graph input %zu has no name", g->path, i);
+        int ti = pd__graph_find(g, name);
+        if (ti >= 0 && g->tensors[ti].kind == PD_T_INIT) continue; /* old style: an initializer listed as input */
+        if (ti >= 0) return pd__err(PD_ERR_INVALID, "%s: graph input '%s' appears twice", g->path, name);
+        const Onnx__TypeProto *tp = vi->type;
+        if (!tp) return pd__err(PD_ERR_PARSE, "%s: input '%s' has no type", g->path, name);
+        if (tp->value_case != ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE || !tp->tensor_type)
+            return pd__err(PD_ERR_UNSUPPORTED,
+                           "%s: input '%s' is not a dense tensor (sequence, map, optional or sparse); not supported",
+                           g->path, name);
+        const Onnx__TypeProto__Tensor *tt = tp->tensor_type;
+        int32_t et = tt->has_elem_type ? tt->elem_type : 0;
+        if (et == PD_UNDEFINED) return pd__err(PD_ERR_PARSE, "%s: input '%s' has no element type", g->path, name);
+        if (pd__onnx_dtype_size(et) == 0)
+            return pd__err(PD_ERR_UNSUPPORTED, "%s: input '%s' has element type %s (%d), which is not supported",
+                           g->path, name, pd__onnx_type_name(et), (int)et);
+        int ndim;
+        int64_t shape[PD_MAX_DIMS];
+        PD_TRY(input_shape(L, name, tt, &ndim, shape));
+        ti = pd__graph_tensor(g, name);
+        if (ti < 0) return nomem(L);
+        pd__tensor *t = &g->tensors[ti];
+        t->kind = PD_T_INPUT;
+        t->dtype = (pd_dtype)et;
+        t->producer = -1;
+        PD_TRY(pd__tensor_set_shape(g, t, ndim, shape));
+        g->inputs[g->ninputs++] = ti;
+    }
+    /* every input shape the caller gave must name a runtime input */
+    for (int i = 0; i < L->opt.n_input_shapes; i++) {
+        const char *nm = L->opt.input_shapes[i].name;
+        int ti = pd__graph_find(g, nm);
+        if (ti < 0 || g->tensors[ti].kind != PD_T_INPUT)
+            return pd__err(PD_ERR_INVALID, "%s: a shape was given for '%s', which is not a runtime input of the model",
+                           g->path, nm);
+    }
+    return PD_OK;
+}
+
+/* ---- outputs ----------------------------------------------------------------------- */
+
+static pd_status load_outputs(loader *L) {
+    pd_graph *g = L->g;
+    const Onnx__GraphProto *gp = L->gp;
+    g->outputs = PD_MALLOC(sizeof(int) * (gp->n_output ? gp->n_output : 1));
+    if (!g->outputs) return nomem(L);
+    g->noutputs = 0;
+    for (size_t i = 0; i < gp->n_output; i++) {
+        const char *name = gp->output[i]->name;
+        if (!name || !*name) return pd__err(PD_ERR_PARSE, "%s: graph output %zu has no name", g->path, i);
+        int ti = pd__graph_tensor(g, name);
+        if (ti < 0) return nomem(L);
+        if (g->tensors[ti].is_output)
+            return pd__err(PD_ERR_INVALID, "%s: graph output '%s' appears twice", g->path, name);
+        g->tensors[ti].is_output = true;
+        g->outputs[g->noutputs++] = ti;
+    }
+    return PD_OK;
+}
+
+/* ---- nodes ------------------------------------------------------------------------ */
+
+static void attr_free(pd__attr *a) {
+    PD_FREE(a->name);
+    PD_FREE(a->s);
+    PD_FREE(a->ints);
+    PD_FREE(a->floats);
+    if (a->t) {
+        PD_FREE(a->t->data);
+        PD_FREE(a->t);
+    }
+}
+
+static void node_free(pd__node *n) {
+    PD_FREE(n->name);
+    PD_FREE(n->op_type);
+    PD_FREE(n->domain);
+    PD_FREE(n->in);
+    PD_FREE(n->out);
+    for (int i = 0; i < n->nattr; i++) attr_free(&n->attr[i]);
+    PD_FREE(n->attr);
+    memset(n, 0, sizeof *n);
+}
+
+/* The type of an attribute; IR version 1 models leave it out and set one field. */
+static int attr_type(const Onnx__AttributeProto *ap) {
+    if (ap->has_type && ap->type != ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__UNDEFINED) return (int)ap->type;
+    if (ap->has_f) return PD_A_FLOAT;
+    if (ap->has_i) return PD_A_INT;
+    if (ap->has_s) return PD_A_STRING;
+    if (ap->t) return PD_A_TENSOR;
+    if (ap->g) return PD_A_GRAPH;
+    if (ap->n_floats) return PD_A_FLOATS;
+    if (ap->n_ints) return PD_A_INTS;
+    if (ap->n_strings) return PD_A_STRINGS;
+    if (ap->n_graphs) return ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__GRAPHS;
+    if (ap->n_tensors) return ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__TENSORS;
+    return PD_A_UNDEFINED;
+}
+
+/* Fills *a from *ap. Sets *unsupported for attributes we cannot hold
+ * (subgraphs, sparse tensors, tensor lists, type protos): the node stays in
+ * the graph with op = -1 and the attribute keeps only its name and type. */
+static pd_status load_attr(loader *L, const pd__node *n, const Onnx__AttributeProto *ap, pd__attr *a,
+                           bool *unsupported) {
+    const char *path = L->g->path;
+    const char *aname = ap->name;
+    if (!aname || !*aname)
+        return pd__err(PD_ERR_PARSE, "%s: node '%s' (%s): an attribute has no name", path, n->name, n->op_type);
+    for (int k = 0; k < n->nattr; k++)
+        if (strcmp(n->attr[k].name, aname) == 0)
+            return pd__err(PD_ERR_INVALID, "%s: node '%s' (%s): attribute '%s' appears twice", path, n->name,
+                           n->op_type, aname);
+    a->name = pd__strdup(aname);
+    if (!a->name) return nomem(L);
+    int type = attr_type(ap);
+    a->type = (pd__atype)type;
+    size_t cnt = 0;
+    switch (type) {
+    case PD_A_FLOATS: cnt = ap->n_floats; break;
+    case PD_A_INTS: cnt = ap->n_ints; break;
+    case PD_A_STRINGS: cnt = ap->n_strings; break;
+    default: break;
+    }
+    if (cnt > INT_MAX)
+        return pd__err(PD_ERR_PARSE, "%s: node '%s' (%s): attribute '%s' has too many values", path, n->name,
+                       n->op_type, aname);
+    a->n = (int)cnt;
+    switch (type) {
+    case PD_A_UNDEFINED: break;
+    case PD_A_FLOAT: a->f = ap->f; break;
+    case PD_A_INT: a->i = ap->i; break;
+    case PD_A_STRING:
+        a->s = PD_MALLOC(ap->s.len + 1);
+        if (!a->s) return nomem(L);
+        if (ap->s.len) memcpy(a->s, ap->s.data, ap->s.len);
+        a->s[ap->s.len] = '\0';
+        break;
+    case PD_A_FLOATS:
+        if (cnt) {
+            a->floats = PD_MALLOC(cnt * sizeof(float));
+            if (!a->floats) return nomem(L);
+            memcpy(a->floats, ap->floats, cnt * sizeof(float));
+        }
+        break;
+    case PD_A_INTS:
+        if (cnt) {
+            a->ints = PD_MALLOC(cnt * sizeof(int64_t));
+            if (!a->ints) return nomem(L);
+            memcpy(a->ints, ap->ints, cnt * sizeof(int64_t));
+        }
+        break;
+    case PD_A_STRINGS: {
+        /* packed into s: n NUL-terminated strings back to back */
+        size_t total = 0;
+        for (size_t k = 0; k < cnt; k++) total += ap->strings[k].len + 1;
+        if (cnt) {
+            a->s = PD_MALLOC(total);
+            if (!a->s) return nomem(L);
+            char *p = a->s;
+            for (size_t k = 0; k < cnt; k++) {
+                if (ap->strings[k].len) memcpy(p, ap->strings[k].data, ap->strings[k].len);
+                p += ap->strings[k].len;
+                *p++ = '\0';
+            }
+        }
+        break;
+    }
+    case PD_A_TENSOR: {
+        if (!ap->t)
+            return pd__err(PD_ERR_PARSE, "%s: node '%s' (%s): tensor attribute '%s' has no tensor", path,
+                           n->name, n->op_type, aname);
+        char *what = fmt_alloc("%s: node '%s' (%s): attribute '%s'", path, n->name, n->op_type, aname);
+        if (!what) return nomem(L);
+        pd_tensor t;
+        pd_status s = pd__decode_tensor(ap->t, what, L->base_dir, &t);
+        PD_FREE(what);
+        if (s != PD_OK) return s;
+        a->t = PD_MALLOC(sizeof *a->t);
+        if (!a->t) {
+            PD_FREE(t.data);
+            return nomem(L);
+        }
+        *a->t = t;
+        break;
+    }
+    default: /* GRAPH, GRAPHS, TENSORS, SPARSE_TENSOR(S), TYPE_PROTO(S) */
+        *unsupported = true;
+        break;
+    }
+    return PD_OK;
+}
+
+static pd_status tensor_list(loader *L, size_t n, char **names, int **idx_out, int *n_out) {
+    if (n > INT_MAX) return pd__err(PD_ERR_PARSE, "%s: a node has too many inputs or outputs", L->g->path);
+    int *idx = PD_MALLOC(sizeof(int) * (n ? n : 1));
+    if (!idx) return nomem(L);
+    for (size_t k = 0; k < n; k++) {
+        if (!names[k] || !*names[k]) {
+            idx[k] = -1; /* an absent optional input or output */
+            continue;
+        }
+        idx[k] = pd__graph_tensor(L->g, names[k]);
+        if (idx[k] < 0) {
+            PD_FREE(idx);
+            return nomem(L);
+        }
+    }
+    *idx_out = idx;
+    *n_out = (int)n;
+    return PD_OK;
+}
+
+static pd_status build_node(loader *L, size_t index, const Onnx__NodeProto *np, pd__node *n) {
+    pd_graph *g = L->g;
+    const char *op_type = str_or_empty(np->op_type);
+    if (!*op_type) return pd__err(PD_ERR_PARSE, "%s: node %zu has no op_type", g->path, index);
+    const char *domain = norm_domain(np->domain);
+    n->op_type = pd__strdup(op_type);
+    n->domain = pd__strdup(domain);
+    n->name = (np->name && *np->name) ? pd__strdup(np->name) : fmt_alloc("%s_%zu", op_type, index);
+    if (!n->op_type || !n->domain || !n->name) return nomem(L);
+    n->opset = (int)domain_version(L->m, domain);
+    n->op = *domain ? -1 : pd__op_lookup(op_type);
+    PD_TRY(tensor_list(L, np->n_input, np->input, &n->in, &n->nin));
+    PD_TRY(tensor_list(L, np->n_output, np->output, &n->out, &n->nout));
+    if (np->n_attribute > INT_MAX)
+        return pd__err(PD_ERR_PARSE, "%s: node '%s' (%s) has too many attributes", g->path, n->name, n->op_type);
+    if (np->n_attribute) {
+        n->attr = PD_CALLOC(np->n_attribute, sizeof *n->attr);
+        if (!n->attr) return nomem(L);
+    }
+    bool unsupported = false;
+    for (size_t k = 0; k < np->n_attribute; k++) {
+        pd_status s = load_attr(L, n, np->attribute[k], &n->attr[k], &unsupported);
+        n->nattr = (int)k + 1; /* the attribute is freed with the node, even half-built */
+        if (s != PD_OK) return s;
+    }
+    if (unsupported) n->op = -1;
+    return PD_OK;
+}
+
+static pd_status load_nodes(loader *L) {
+    pd_graph *g = L->g;
+    const Onnx__GraphProto *gp = L->gp;
+    for (size_t i = 0; i < gp->n_node; i++) {
+        pd__node n;
+        memset(&n, 0, sizeof n);
+        pd_status s = build_node(L, i, gp->node[i], &n);
+        if (s == PD_OK) s = pd__graph_add_node(g, &n);
+        if (s != PD_OK) {
+            node_free(&n);
+            return s;
+        }
+    }
+    return PD_OK;
+}
+
+/* Every graph output is computed by a node, fed or stored. (toposort checks
+ * that each tensor has at most one producer and every node input a source.) */
+static pd_status check_outputs(loader *L) {
+    pd_graph *g = L->g;
+    bool *made = PD_CALLOC((size_t)g->ntensors + 1, sizeof(bool));
+    if (!made) return nomem(L);
+    for (int i = 0; i < g->nnodes; i++)
+        for (int k = 0; k < g->nodes[i].nout; k++)
+            if (g->nodes[i].out[k] >= 0) made[g->nodes[i].out[k]] = true;
+    pd_status s = PD_OK;
+    for (int j = 0; j < g->noutputs && s == PD_OK; j++) {
+        const pd__tensor *t = &g->tensors[g->outputs[j]];
+        if (t->kind == PD_T_ACT && !made[g->outputs[j]])
+            s = pd__err(PD_ERR_INVALID, "%s: graph output '%s' is not computed by any node, fed or stored",
+                        g->path, t->name);
+    }
+    PD_FREE(made);
+    return s;
+}
+
+/* ---- the model -------------------------------------------------------------------- */
+
+static pd_status build_graph(loader *L) {
+    pd_graph *g = L->g;
+    const Onnx__ModelProto *m = L->m;
+    char *gname = pd__strdup(str_or_empty(L->gp->name));
+    if (!gname) return nomem(L);
+    PD_FREE(g->name);
+    g->name = gname;
+    /* no ai.onnx import at all: an IR version 1/2 model, opset 1 */
+    int64_t opset = domain_version(m, "");
+    bool imported = false;
+    for (size_t i = 0; i < m->n_opset_import; i++)
+        if (m->opset_import[i] && !*norm_domain(m->opset_import[i]->domain)) imported = true;
+    g->opset = imported ? opset : 1;
+    PD_TRY(load_initializers(L));
+    PD_TRY(load_inputs(L));
+    PD_TRY(load_outputs(L));
+    PD_TRY(load_nodes(L));
+    PD_TRY(check_outputs(L));
+    PD_TRY(pd__graph_toposort(g));
+    PD_TRY(pd__graph_finalize(g, &L->opt));
+    return PD_OK;
+}
+
+/* `owned`, when not NULL, is buf's allocation: freed as soon as it is unpacked. */
+static pd_status load(const uint8_t *buf, size_t len, unsigned char *owned, const char *name,
+                      const char *base_dir, const pd_load_options *opt, pd_graph **out) {
+    loader L;
+    memset(&L, 0, sizeof L);
+    L.base_dir = base_dir;
+    pd_status s = get_options(opt, name, &L.opt);
+    if (s != PD_OK) {
+        PD_FREE(owned);
+        return s;
+    }
+    int c = pd__pb_check(&onnx__model_proto__descriptor, buf, len, PD__PB_MAX_DEPTH);
+    if (c == PD__PB_TOO_DEEP) {
+        PD_FREE(owned);
+        return pd__err(PD_ERR_UNSUPPORTED, "%s: messages nest deeper than %d levels; refused", name,
+                       PD__PB_MAX_DEPTH);
+    }
+    Onnx__ModelProto *m = c == PD__PB_OK ? onnx__model_proto__unpack(NULL, len, buf) : NULL;
+    PD_FREE(owned); /* protobuf-c copies what it keeps */
+    if (!m) return pd__err(PD_ERR_PARSE, "%s: not a valid ONNX model (protobuf parse failed)", name);
+    if (!m->graph) {
+        onnx__model_proto__free_unpacked(m, NULL);
+        return pd__err(PD_ERR_PARSE, "%s: not a valid ONNX model (it has no graph)", name);
+    }
+    L.m = m;
+    L.gp = m->graph;
+    L.g = pd__graph_new(name);
+    if (!L.g) {
+        onnx__model_proto__free_unpacked(m, NULL);
+        return pd__err(PD_ERR_NOMEM, "%s: out of memory", name);
+    }
+    s = build_graph(&L);
+    onnx__model_proto__free_unpacked(m, NULL);
+    if (s != PD_OK) {
+        pd_graph_destroy(L.g);
+        return s;
+    }
+    *out = L.g;
+    return PD_OK;
+}
+
+pd_status pd_graph_load_file(const char *path, const pd_load_options *opt, pd_graph **out) {
+    if (!path || !out) return pd__err(PD_ERR_INVALID, "pd_graph_load_file: NULL %s", path ? "out" : "path");
+    unsigned char *buf;
+    size_t len;
+    PD_TRY(pd__read_file(path, &buf, &len));
+    char *dir = pd__dir_of(path);
+    if (!dir) {
+        PD_FREE(buf);
+        return pd__err(PD_ERR_NOMEM, "%s: out of memory", path);
+    }
+    pd_status s = load(buf, len, buf, path, dir, opt, out);
+    PD_FREE(dir);
+    return s;
+}
+
+pd_status pd_graph_load_memory(const void *buf, size_t len, const char *name, const char *base_dir,
+                               const pd_load_options *opt, pd_graph **out) {
+    if (!name) name = "<memory>";
+    if (!out || (!buf && len)) return pd__err(PD_ERR_INVALID, "%s: pd_graph_load_memory: NULL %s", name, out ? "buf" : "out");
+    static const uint8_t empty[1] = {0};
+    return load(buf ? buf : empty, len, NULL, name, base_dir, opt, out);
+}

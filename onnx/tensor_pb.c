@@ -1,0 +1,485 @@
+/* tensor_pb.c - ONNX TensorProto decoding, shared by the model reader, and the
+ * reader of serialized TensorProto files (ONNX test data's input_N.pb).
+ *
+ * Decoding covers the dense numeric dtypes in raw_data (little-endian), the
+ * typed fields and external data files; external data must resolve to a
+ * regular file inside the model's folder (no absolute paths, no `..`, no
+ * symlink that leads out). Also here: whole-file reads and a nesting-depth
+ * check that keeps protobuf-c's recursive unpacker on hostile input safe. */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../core/pd_internal.h"
+#include "decode.h"
+#include "onnx_io.h"
+
+/* ---- dtypes ------------------------------------------------------------- */
+
+size_t pd__onnx_dtype_size(int32_t dt) {
+    switch (dt) {
+    case PD_FLOAT: case PD_INT32: case PD_UINT32: return 4;
+    case PD_DOUBLE: case PD_INT64: case PD_UINT64: return 8;
+    case PD_FLOAT16: case PD_BFLOAT16: case PD_INT16: case PD_UINT16: return 2;
+    case PD_INT8: case PD_UINT8: case PD_BOOL: return 1;
+    default: return 0;
+    }
+}
+
+const char *pd__onnx_type_name(int32_t dt) {
+    static const char *const names[] = {
+        "undefined", "float", "uint8", "int8", "uint16", "int16", "int32", "int64",
+        "string", "bool", "float16", "double", "uint32", "uint64", "complex64",
+        "complex128", "bfloat16", "float8e4m3fn", "float8e4m3fnuz", "float8e5m2",
+        "float8e5m2fnuz", "uint4", "int4", "float4e2m1", "float8e8m0", "uint2", "int2"};
+    if (dt >= 0 && (size_t)dt < sizeof names / sizeof names[0]) return names[dt];
+    return "unknown";
+}
+
+static bool host_is_little_endian(void) {
+    const uint16_t one = 1;
+    unsigned char b;
+    memcpy(&b, &one, 1);
+    return b == 1;
+}
+
+/* raw_data and external data are little-endian; swap in place on a big-endian host. */
+static void from_little_endian(void *data, int64_t n, size_t esize) {
+    if (esize == 1 || host_is_little_endian()) return;
+    unsigned char *p = data;
+    for (int64_t i = 0; i < n; i++, p += esize)
+        for (size_t a = 0, b = esize - 1; a < b; a++, b--) {
+            unsigned char t = p[a];
+            p[a] = p[b];
+            p[b] = t;
+        }
+}
+
+/* ---- files ---------------------------------------------------------------- */
+
+static pd_status read_fd(int fd, const char *path, unsigned char *buf, size_t len, int64_t offset) {
+    size_t got = 0;
+    while (got < len) {
+        size_t want = len - got;
+        if (want > (size_t)1 << 30) want = (size_t)1 << 30;
+        ssize_t r = pread(fd, buf + got, want, (off_t)(offset + (int64_t)got));
+        if (r < 0) {
+            if (errno == EINTR) continue;
+            return pd__err(PD_ERR_IO, "%s: %s", path, strerror(errno));
+        }
+        if (r == 0) return pd__err(PD_ERR_IO, "%s: file shrank while being read", path);
+        got += (size_t)r;
+    }
+    return PD_OK;
+}
+
+pd_status pd__read_file(const char *path, unsigned char **buf, size_t *len) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return pd__err(PD_ERR_IO, "%s: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        pd_status s = pd__err(PD_ERR_IO, "%s: %s", path, strerror(errno));
+        close(fd);
+        return s;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return pd__err(PD_ERR_IO, "%s: not a regular file", path);
+    }
+    if ((uint64_t)st.st_size > (uint64_t)SIZE_MAX - 1) {
+        close(fd);
+        return pd__err(PD_ERR_NOMEM, "%s: file too large", path);
+    }
+    size_t n = (size_t)st.st_size;
+    unsigned char *b = PD_MALLOC(n ? n : 1);
+    if (!b) {
+        close(fd);
+        return pd__err(PD_ERR_NOMEM, "%s: out of memory reading %zu bytes", path, n);
+    }
+    pd_status s = read_fd(fd, path, b, n, 0);
+    close(fd);
+    if (s != PD_OK) {
+        PD_FREE(b);
+        return s;
+    }
+    *buf = b;
+    *len = n;
+    return PD_OK;
+}
+
+char *pd__dir_of(const char *path) {
+    const char *slash = strrchr(path, '/');
+    size_t n;
+    if (!slash) {
+        path = ".";
+        n = 1;
+    } else {
+        n = slash == path ? 1 : (size_t)(slash - path); /* "/x" -> "/" */
+    }
+    char *d = PD_MALLOC(n + 1);
+    if (!d) return NULL;
+    memcpy(d, path, n);
+    d[n] = '\0';
+    return d;
+}
+
+/* ---- wire-level nesting check ----------------------------------------------- */
+
+static bool rd_varint(const uint8_t **p, const uint8_t *end, uint64_t *v) {
+    uint64_t r = 0;
+    for (int shift = 0; shift < 64 && *p < end; shift += 7) {
+        uint8_t c = *(*p)++;
+        r |= (uint64_t)(c & 0x7f) << shift;
+        if (!(c & 0x80)) {
+            *v = r;
+            return true;
+        }
+    }
+    return false;
+}
+
+int pd__pb_check(const ProtobufCMessageDescriptor *desc, const uint8_t *buf, size_t len, int max_depth) {
+    if (max_depth <= 0) return PD__PB_TOO_DEEP;
+    const uint8_t *p = buf, *end = buf + len;
+    while (p < end) {
+        uint64_t tag, v;
+        if (!rd_varint(&p, end, &tag)) return PD__PB_MALFORMED;
+        switch (tag & 7) {
+        case 0:
+            if (!rd_varint(&p, end, &v)) return PD__PB_MALFORMED;
+            break;
+        case 1:
+            if (end - p < 8) return PD__PB_MALFORMED;
+            p += 8;
+            break;
+        case 5:
+            if (end - p < 4) return PD__PB_MALFORMED;
+            p += 4;
+            break;
+        case 2: {
+            if (!rd_varint(&p, end, &v) || v > (uint64_t)(end - p)) return PD__PB_MALFORMED;
+            uint64_t fn = tag >> 3;
+            const ProtobufCFieldDescriptor *fd =
+                fn <= UINT_MAX ? protobuf_c_message_descriptor_get_field(desc, (unsigned)fn) : NULL;
+            if (fd && fd->type == PROTOBUF_C_TYPE_MESSAGE) {
+                int r = pd__pb_check(fd->descriptor, p, (size_t)v, max_depth - 1);
+                if (r != PD__PB_OK) return r;
+            }
+            p += v;
+            break;
+        }
+        default: /* groups: protobuf-c refuses them too */
+            return PD__PB_MALFORMED;
+        }
+    }
+    return PD__PB_OK;
+}
+
+/* ---- external data ---------------------------------------------------------- */
+
+/* Strict non-negative decimal. */
+static bool parse_i64(const char *s, int64_t *out) {
+    if (!s || !*s) return false;
+    int64_t v = 0;
+    for (; *s; s++) {
+        if (*s < '0' || *s > '9') return false;
+        if (v > (INT64_MAX - (*s - '0')) / 10) return false;
+        v = v * 10 + (*s - '0');
+    }
+    *out = v;
+    return true;
+}
+
+/* True when a component of the path is "..". Both separators count, so that a
+ * location written on Windows cannot slip through. */
+static bool has_dotdot(const char *loc) {
+    const char *c = loc;
+    while (*c) {
+        size_t n = strcspn(c, "/\\");
+        if (n == 2 && c[0] == '.' && c[1] == '.') return true;
+        c += n;
+        if (*c) c++;
+    }
+    return false;
+}
+
+/* Opens the external file named by `loc`, refusing anything that leaves base_dir. */
+static pd_status ext_open(const char *what, const char *base_dir, const char *loc, int *fd_out,
+                         int64_t *size_out) {
+    if (!base_dir)
+        return pd__err(PD_ERR_INVALID,
+                       "%s: external data '%s' cannot be read: the model was loaded from memory "
+                       "without a base folder",
+                       what, loc);
+    if (loc[0] == '/' || loc[0] == '\\' || (loc[0] && loc[1] == ':'))
+        return pd__err(PD_ERR_INVALID,
+                       "%s: external data path '%s' is absolute; it must be relative to the model's folder",
+                       what, loc);
+    if (has_dotdot(loc))
+        return pd__err(PD_ERR_INVALID, "%s: external data path '%s' has a '..' component; refused",
+                       what, loc);
+
+    size_t nb = strlen(base_dir), nl = strlen(loc);
+    char *full = PD_MALLOC(nb + nl + 2);
+    if (!full) return pd__err(PD_ERR_NOMEM, "%s: out of memory", what);
+    memcpy(full, base_dir, nb);
+    full[nb] = '/';
+    memcpy(full + nb + 1, loc, nl + 1);
+
+    pd_status s = PD_OK;
+    char *rbase = NULL, *rfull = NULL;
+    int fd = -1;
+    rbase = realpath(base_dir, NULL);
+    if (!rbase) {
+        s = pd__err(PD_ERR_IO, "%s: model folder '%s': %s", what, base_dir, strerror(errno));
+        goto done;
+    }
+    rfull = realpath(full, NULL);
+    if (!rfull) {
+        s = pd__err(PD_ERR_IO, "%s: external data '%s': %s", what, full, strerror(errno));
+        goto done;
+    }
+    size_t rb = strlen(rbase);
+    bool inside = strcmp(rbase, "/") == 0 ? rfull[1] != '\0'
+                                          : strncmp(rfull, rbase, rb) == 0 && rfull[rb] == '/';
+    if (!inside) {
+        s = pd__err(PD_ERR_INVALID,
+                    "%s: external data path '%s' resolves to '%s', outside the model's folder; refused",
+                    what, loc, rfull);
+        goto done;
+    }
+    fd = open(rfull, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0) {
+        s = pd__err(PD_ERR_IO, "%s: external data '%s': %s", what, full, strerror(errno));
+        goto done;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        s = pd__err(PD_ERR_INVALID, "%s: external data '%s' is not a regular file", what, full);
+        goto done;
+    }
+    *fd_out = fd;
+    *size_out = (int64_t)st.st_size;
+    fd = -1;
+done:
+    if (fd >= 0) close(fd);
+    free(rbase); /* realpath allocates with malloc */
+    free(rfull);
+    PD_FREE(full);
+    return s;
+}
+
+static pd_status read_external(const Onnx__TensorProto *tp, const char *what, const char *base_dir,
+                               void *dst, size_t nbytes) {
+    const char *loc = NULL, *off_s = NULL, *len_s = NULL;
+    for (size_t i = 0; i < tp->n_external_data; i++) {
+        const Onnx__StringStringEntryProto *kv = tp->external_data[i];
+        if (!kv || !kv->key) continue;
+        if (strcmp(kv->key, "location") == 0) loc = kv->value;
+        else if (strcmp(kv->key, "offset") == 0) off_s = kv->value;
+        else if (strcmp(kv->key, "length") == 0) len_s = kv->value;
+    }
+    if (!loc || !*loc) return pd__err(PD_ERR_PARSE, "%s: external data has no location", what);
+    int64_t off = 0, len = -1;
+    if (off_s && !parse_i64(off_s, &off))
+        return pd__err(PD_ERR_PARSE, "%s: external data '%s': bad offset '%s'", what, loc, off_s);
+    if (len_s && !parse_i64(len_s, &len))
+        return pd__err(PD_ERR_PARSE, "%s: external data '%s': bad length '%s'", what, loc, len_s);
+
+    int fd;
+    int64_t fsize;
+    PD_TRY(ext_open(what, base_dir, loc, &fd, &fsize));
+    pd_status s = PD_OK;
+    if (off > fsize) {
+        s = pd__err(PD_ERR_PARSE, "%s: external data '%s': offset %lld is past the end (%lld bytes)",
+                    what, loc, (long long)off, (long long)fsize);
+    } else {
+        if (len < 0) len = fsize - off;
+        if ((uint64_t)len != (uint64_t)nbytes)
+            s = pd__err(PD_ERR_PARSE, "%s: external data '%s' has %lld bytes, the shape needs %zu",
+                        what, loc, (long long)len, nbytes);
+        else if (len > fsize - off)
+            s = pd__err(PD_ERR_PARSE,
+                        "%s: external data '%s': %lld bytes at offset %lld run past the end (%lld bytes)",
+                        what, loc, (long long)len, (long long)off, (long long)fsize);
+        else
+            s = read_fd(fd, loc, dst, nbytes, off);
+        if (s == PD_ERR_IO) pd__err_prefix("%s", what);
+    }
+    close(fd);
+    return s;
+}
+
+/* ---- TensorProto -> pd_tensor ---------------------------------------------------- */
+
+/* The typed field that carries a dtype's values, and how many it holds. */
+static size_t typed_count(const Onnx__TensorProto *tp, pd_dtype dt, const char **field) {
+    switch (dt) {
+    case PD_FLOAT: *field = "float_data"; return tp->n_float_data;
+    case PD_DOUBLE: *field = "double_data"; return tp->n_double_data;
+    case PD_INT64: *field = "int64_data"; return tp->n_int64_data;
+    case PD_UINT32:
+    case PD_UINT64: *field = "uint64_data"; return tp->n_uint64_data;
+    default: *field = "int32_data"; return tp->n_int32_data;
+    }
+}
+
+/* Fills dst (n elements) from the typed field that goes with the dtype; the
+ * count has been checked. int32_data carries int32 and everything narrower,
+ * float16 and bfloat16 as their bits. */
+static void decode_typed(const Onnx__TensorProto *tp, pd_dtype dt, size_t n, void *dst) {
+    const int32_t *v = tp->int32_data;
+    for (size_t i = 0; i < n; i++) {
+        switch (dt) {
+        case PD_FLOAT: ((float *)dst)[i] = tp->float_data[i]; break;
+        case PD_DOUBLE: ((double *)dst)[i] = tp->double_data[i]; break;
+        case PD_INT64: ((int64_t *)dst)[i] = tp->int64_data[i]; break;
+        case PD_UINT64: ((uint64_t *)dst)[i] = tp->uint64_data[i]; break;
+        case PD_UINT32: ((uint32_t *)dst)[i] = (uint32_t)tp->uint64_data[i]; break;
+        case PD_INT32: ((int32_t *)dst)[i] = v[i]; break;
+        case PD_INT16: ((int16_t *)dst)[i] = (int16_t)v[i]; break;
+        case PD_UINT16:
+        case PD_FLOAT16:
+        case PD_BFLOAT16: ((uint16_t *)dst)[i] = (uint16_t)v[i]; break;
+        case PD_INT8: ((int8_t *)dst)[i] = (int8_t)v[i]; break;
+        case PD_UINT8: ((uint8_t *)dst)[i] = (uint8_t)v[i]; break;
+        case PD_BOOL: ((uint8_t *)dst)[i] = v[i] != 0; break;
+        default: break; /* pd__onnx_dtype_size() admitted only the cases above */
+        }
+    }
+}
+
+pd_status pd__decode_tensor(const Onnx__TensorProto *tp, const char *what, const char *base_dir,
+                            pd_tensor *out) {
+    int32_t dt = tp->has_data_type ? tp->data_type : 0;
+    if (dt == PD_STRING) return pd__err(PD_ERR_UNSUPPORTED, "%s: string tensors are not supported", what);
+    if (dt == PD_UNDEFINED) return pd__err(PD_ERR_PARSE, "%s: has no data type", what);
+    size_t esize = pd__onnx_dtype_size(dt);
+    if (esize == 0)
+        return pd__err(PD_ERR_UNSUPPORTED, "%s: data type %s (%d) is not supported", what,
+                       pd__onnx_type_name(dt), (int)dt);
+    if (tp->n_dims > PD_MAX_DIMS)
+        return pd__err(PD_ERR_UNSUPPORTED, "%s: rank %zu is above the maximum of %d", what, tp->n_dims,
+                       PD_MAX_DIMS);
+    if (tp->segment) return pd__err(PD_ERR_UNSUPPORTED, "%s: segmented tensors are not supported", what);
+
+    int ndim = (int)tp->n_dims;
+    int64_t shape[PD_MAX_DIMS] = {0};
+    for (int i = 0; i < ndim; i++) {
+        if (tp->dims[i] < 0)
+            return pd__err(PD_ERR_PARSE, "%s: negative dim %lld at axis %d", what, (long long)tp->dims[i], i);
+        shape[i] = tp->dims[i];
+    }
+    int64_t numel = pd__shape_numel(ndim, shape);
+    int64_t nbytes64;
+    if (numel < 0 || !pd__mul_ok(numel, (int64_t)esize, &nbytes64) || (uint64_t)nbytes64 > SIZE_MAX / 2) {
+        char sh[128];
+        pd__format_shape(sh, sizeof sh, ndim, shape);
+        return pd__err(PD_ERR_NOMEM, "%s: shape %s is too large (its size overflows)", what, sh);
+    }
+    size_t nbytes = (size_t)nbytes64;
+
+    bool external = tp->has_data_location && tp->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL;
+    if (!external && tp->has_raw_data && tp->raw_data.len != nbytes) {
+        char sh[128];
+        pd__format_shape(sh, sizeof sh, ndim, shape);
+        return pd__err(PD_ERR_PARSE, "%s: raw_data has %zu bytes but shape %s of %s needs %zu", what,
+                       tp->raw_data.len, sh, pd__onnx_type_name(dt), nbytes);
+    }
+    if (!external && !tp->has_raw_data) {
+        /* check the count before allocating: the size then stays bounded by the input */
+        const char *field;
+        size_t have = typed_count(tp, (pd_dtype)dt, &field);
+        if (have != (size_t)numel) {
+            char sh[128];
+            pd__format_shape(sh, sizeof sh, ndim, shape);
+            return pd__err(PD_ERR_PARSE, "%s: %s has %zu values but shape %s has %lld elements", what,
+                           field, have, sh, (long long)numel);
+        }
+    }
+
+    void *data = PD_MALLOC(nbytes ? nbytes : 1);
+    if (!data) return pd__err(PD_ERR_NOMEM, "%s: out of memory (%zu bytes)", what, nbytes);
+    pd_status s = PD_OK;
+    if (external) {
+        s = read_external(tp, what, base_dir, data, nbytes);
+        if (s == PD_OK) from_little_endian(data, numel, esize);
+    } else if (tp->has_raw_data) {
+        if (nbytes) memcpy(data, tp->raw_data.data, nbytes);
+        from_little_endian(data, numel, esize);
+    } else {
+        decode_typed(tp, (pd_dtype)dt, (size_t)numel, data);
+    }
+    if (s == PD_OK && dt == PD_BOOL)
+        for (size_t i = 0; i < nbytes; i++) ((uint8_t *)data)[i] = ((uint8_t *)data)[i] != 0;
+    if (s != PD_OK) {
+        PD_FREE(data);
+        return s;
+    }
+    memset(out, 0, sizeof *out);
+    out->dtype = (pd_dtype)dt;
+    out->ndim = ndim;
+    memcpy(out->shape, shape, sizeof shape);
+    out->data = data;
+    return PD_OK;
+}
+
+/* ---- serialized TensorProto files ------------------------------------------------ */
+
+/* Sequence and Optional protos open with field 1 as their name (length-delimited);
+ * in a TensorProto field 1 is `dims`, which proto2 writers emit unpacked
+ * (varints). A length-delimited field 1 therefore marks a non-tensor. */
+static bool looks_like_container(const uint8_t *p, size_t len) {
+    const uint8_t *end = p + len;
+    uint64_t tag;
+    return rd_varint(&p, end, &tag) && tag == ((1u << 3) | 2u);
+}
+
+pd_status pd__tensor_pb_load(const char *path, pd_tensor *out, char **name_out) {
+    if (!path || !out) return pd__err(PD_ERR_INVALID, "pd__tensor_pb_load: NULL argument");
+    unsigned char *buf;
+    size_t len;
+    PD_TRY(pd__read_file(path, &buf, &len));
+    if (looks_like_container(buf, len)) {
+        PD_FREE(buf);
+        return pd__err(PD_ERR_UNSUPPORTED,
+                       "%s: a SequenceProto or OptionalProto, not a TensorProto; not supported", path);
+    }
+    Onnx__TensorProto *tp = pd__pb_check(&onnx__tensor_proto__descriptor, buf, len, PD__PB_MAX_DEPTH) == PD__PB_OK
+                                ? onnx__tensor_proto__unpack(NULL, len, buf)
+                                : NULL;
+    PD_FREE(buf);
+    if (!tp) return pd__err(PD_ERR_PARSE, "%s: not a valid TensorProto (protobuf parse failed)", path);
+
+    pd_status s = PD_OK;
+    char *dir = pd__dir_of(path);
+    const char *tname = tp->name ? tp->name : "";
+    size_t wn = strlen(path) + strlen(tname) + 16;
+    char *what = PD_MALLOC(wn);
+    char *name = pd__strdup(tname);
+    if (!dir || !what || !name) {
+        s = pd__err(PD_ERR_NOMEM, "%s: out of memory", path);
+        goto done;
+    }
+    if (*tname) snprintf(what, wn, "%s: tensor '%s'", path, tname);
+    else snprintf(what, wn, "%s", path);
+    pd_tensor t;
+    s = pd__decode_tensor(tp, what, dir, &t);
+    if (s != PD_OK) goto done;
+    *out = t;
+    if (name_out) {
+        *name_out = name;
+        name = NULL;
+    }
+done:
+    PD_FREE(name);
+    PD_FREE(what);
+    PD_FREE(dir);
+    onnx__tensor_proto__free_unpacked(tp, NULL);
+    return s;
+}

@@ -1,0 +1,187 @@
+/* pipedream.h - pdonnx: train ONNX models with pipeline parallelism, in C.
+ *
+ * The public API. Everything an embedding program needs is declared here:
+ * load an ONNX model into a graph, inspect it, run it.
+ *
+ *     #include "pipedream.h"
+ *
+ *     pd_graph *g;
+ *     pd_load_options lo = PD_LOAD_OPTIONS_INIT;
+ *     lo.batch = 8;
+ *     if (pd_graph_load_file("model.onnx", &lo, &g) != PD_OK) {
+ *         fprintf(stderr, "%s\n", pd_last_error());
+ *         return 1;
+ *     }
+ *     pd_engine *e;
+ *     pd_engine_options eo = PD_ENGINE_OPTIONS_INIT;
+ *     pd_engine_create(g, &eo, &e);
+ *     pd_engine_set_input(e, "x", &x);      // x: a pd_tensor view of your data
+ *     pd_engine_run(e);
+ *     pd_tensor y;
+ *     pd_engine_get_output(e, "y", &y);     // a view into the engine's memory
+ *     pd_engine_destroy(e);
+ *     pd_graph_destroy(g);
+ *
+ * Conventions: every fallible call returns pd_status; on failure the
+ * out-parameters are untouched, nothing leaks, and pd_last_error() (per
+ * thread) holds a one-line message naming the file, node or argument at
+ * fault. Handles are opaque; destroy functions accept NULL. The library
+ * never exits or aborts.
+ *
+ * The core is kept as small source files in core/ and compiled into
+ * libpipedream; runtime/ holds the backends and onnx/ the ONNX reader.
+ */
+#ifndef PIPEDREAM_H
+#define PIPEDREAM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifndef PDDEF
+#define PDDEF extern
+#endif
+
+#define PD_VERSION_MAJOR 0
+#define PD_VERSION_MINOR 1
+#define PD_VERSION_PATCH 0
+#define PD_VERSION_STRING "0.1.0"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum pd_status {
+    PD_OK = 0,
+    PD_ERR_IO,          /* a file could not be read or written */
+    PD_ERR_PARSE,       /* a file is corrupt or truncated */
+    PD_ERR_UNSUPPORTED, /* an op, attribute or dtype we do not implement */
+    PD_ERR_SHAPE,       /* shapes or dtypes that do not fit */
+    PD_ERR_INVALID,     /* a bad argument or an inconsistent model */
+    PD_ERR_NOMEM,       /* an allocation failed or a size overflowed */
+    PD_ERR_NUMERIC,     /* a NaN or Inf where a finite value is required */
+    PD_ERR_INTERNAL
+} pd_status;
+
+/* Element types, numbered as ONNX's TensorProto.DataType. */
+typedef enum pd_dtype {
+    PD_UNDEFINED = 0,
+    PD_FLOAT = 1,
+    PD_UINT8 = 2,
+    PD_INT8 = 3,
+    PD_UINT16 = 4,
+    PD_INT16 = 5,
+    PD_INT32 = 6,
+    PD_INT64 = 7,
+    PD_STRING = 8,
+    PD_BOOL = 9,
+    PD_FLOAT16 = 10,
+    PD_DOUBLE = 11,
+    PD_UINT32 = 12,
+    PD_UINT64 = 13,
+    PD_BFLOAT16 = 16
+} pd_dtype;
+
+#define PD_MAX_DIMS 8
+
+/* A tensor view: dense, C order. `data` is not owned by the view unless a
+ * function says so (pd_npy_load: free with pd_tensor_free). */
+typedef struct pd_tensor {
+    pd_dtype dtype;
+    int ndim;
+    int64_t shape[PD_MAX_DIMS];
+    void *data;
+} pd_tensor;
+
+PDDEF const char *pd_last_error(void);
+PDDEF const char *pd_status_name(pd_status s);
+PDDEF const char *pd_dtype_name(pd_dtype t);
+PDDEF size_t pd_dtype_size(pd_dtype t); /* 0 for strings and undefined */
+PDDEF int64_t pd_tensor_numel(const pd_tensor *t);
+PDDEF void pd_tensor_free(pd_tensor *t); /* frees data from pd_npy_load etc. */
+
+/* ---- NumPy .npy files ---------------------------------------------------- */
+PDDEF pd_status pd_npy_load(const char *path, pd_tensor *out);
+PDDEF pd_status pd_npy_save(const char *path, const pd_tensor *t);
+/* Reads only the header: dtype and shape, data left NULL. */
+PDDEF pd_status pd_npy_peek(const char *path, pd_tensor *out);
+
+/* ---- Graphs ------------------------------------------------------------ */
+typedef struct pd_graph pd_graph;
+
+typedef struct pd_input_shape {
+    const char *name;
+    int ndim;
+    int64_t shape[PD_MAX_DIMS];
+} pd_input_shape;
+
+typedef struct pd_load_options {
+    size_t size;      /* sizeof(pd_load_options) */
+    int64_t batch;    /* binds a symbolic first dim of every graph input; 0: none */
+    int n_input_shapes; /* concrete shapes for named inputs (override the model's) */
+    const pd_input_shape *input_shapes;
+    int fold_constants; /* fold shape subgraphs and constant nodes (default 1) */
+    /* Inputs whose values are fixed at load: they become constants, so shapes
+     * that depend on them (a Reshape's target, say) are known. */
+    int n_const_inputs;
+    const char *const *const_input_names;
+    const pd_tensor *const_inputs;
+} pd_load_options;
+#define PD_LOAD_OPTIONS_INIT {sizeof(pd_load_options), 0, 0, NULL, 1, 0, NULL, NULL}
+
+PDDEF pd_status pd_graph_load_file(const char *path, const pd_load_options *opt, pd_graph **out);
+/* `name` names the model in messages; `base_dir` resolves external data (NULL: none allowed). */
+PDDEF pd_status pd_graph_load_memory(const void *buf, size_t len, const char *name,
+                                     const char *base_dir, const pd_load_options *opt, pd_graph **out);
+PDDEF void pd_graph_destroy(pd_graph *g);
+
+typedef struct pd_value_info {
+    const char *name;
+    pd_dtype dtype;
+    int ndim;
+    int64_t shape[PD_MAX_DIMS];
+} pd_value_info;
+
+typedef struct pd_node_info {
+    const char *name;
+    const char *op_type;
+    int n_inputs, n_outputs;
+    int64_t flops;         /* forward FLOPs (multiply-add = 2) */
+    int64_t param_bytes;   /* bytes of float initializers it reads */
+    int64_t output_bytes;  /* bytes of its outputs (activations) */
+} pd_node_info;
+
+PDDEF int pd_graph_num_nodes(const pd_graph *g);
+PDDEF int pd_graph_num_inputs(const pd_graph *g);  /* runtime inputs, initializers excluded */
+PDDEF int pd_graph_num_outputs(const pd_graph *g);
+PDDEF pd_status pd_graph_node(const pd_graph *g, int i, pd_node_info *out);
+/* Name of input/output tensor j of node i (NULL for an absent optional one). */
+PDDEF const char *pd_graph_node_input(const pd_graph *g, int i, int j);
+PDDEF const char *pd_graph_node_output(const pd_graph *g, int i, int j);
+PDDEF pd_status pd_graph_input(const pd_graph *g, int i, pd_value_info *out);
+PDDEF pd_status pd_graph_output(const pd_graph *g, int i, pd_value_info *out);
+PDDEF pd_status pd_graph_value(const pd_graph *g, const char *name, pd_value_info *out);
+PDDEF int64_t pd_graph_param_bytes(const pd_graph *g);
+
+/* ---- Inference engine ------------------------------------------------------ */
+typedef struct pd_engine pd_engine;
+
+typedef struct pd_engine_options {
+    size_t size;        /* sizeof(pd_engine_options) */
+    int threads;        /* 0: all cores */
+    const char *backend; /* "cpu" (default) */
+} pd_engine_options;
+#define PD_ENGINE_OPTIONS_INIT {sizeof(pd_engine_options), 0, NULL}
+
+/* The engine keeps a pointer to the graph: destroy the engine first. */
+PDDEF pd_status pd_engine_create(pd_graph *g, const pd_engine_options *opt, pd_engine **out);
+PDDEF void pd_engine_destroy(pd_engine *e);
+/* Copies t into the input (dtype and shape must match the graph's). */
+PDDEF pd_status pd_engine_set_input(pd_engine *e, const char *name, const pd_tensor *t);
+PDDEF pd_status pd_engine_run(pd_engine *e);
+/* A view of an output (or any computed tensor) valid until the next run or destroy. */
+PDDEF pd_status pd_engine_get_output(pd_engine *e, const char *name, pd_tensor *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* PIPEDREAM_H */

@@ -1,0 +1,28 @@
+/* backend.c - the CPU backend: the kernel table, expanded from ops.h, and the
+ * one place a node runs on the CPU (errors get the node's name here). */
+#include "../../core/pd_internal.h"
+
+#include <string.h>
+
+const pd__kernel_fn pd__cpu_kernels[PD_OP_COUNT] = {
+#define PD__CPU_K(e, name, flags) [PD_OP_##e] = pd__cpu_##name,
+    PD_OPS(PD__CPU_K)
+#undef PD__CPU_K
+};
+
+static bool pd__cpu_supports(const pd__node *n) { return n->op >= 0 && n->op < PD_OP_COUNT; }
+
+pd_status pd__cpu_run(pd__exec *x, const pd_graph *g, const pd__node *n, pd_tensor *const *in,
+                      pd_tensor *const *out) {
+    if (!pd__cpu_supports(n))
+        return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "operator %s has no CPU kernel", n->op_type);
+    pd_status st = pd__cpu_kernels[n->op](x, n, in, out);
+    if (st != PD_OK) pd__err_prefix("%s: node '%s' (%s)", g->path, n->name, n->op_type);
+    return st;
+}
+
+static pd_status pd__cpu_run_node(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    return pd__cpu_run(x, x->g, n, in, out);
+}
+
+const pd_backend_i pd__cpu_backend = {"cpu", pd__cpu_supports, pd__cpu_run_node};

@@ -1,0 +1,145 @@
+/* engine.c - the inference engine: plans memory once, then runs the graph's
+ * nodes in order on a backend. The run loop allocates nothing.
+ *
+ * Every computed tensor and input gets a 64-byte-aligned slot in one slab;
+ * constants and initializers are read where the graph holds them.
+ */
+#include "../core/pd_internal.h"
+
+#include <string.h>
+#include <unistd.h>
+
+void openblas_set_num_threads(int);
+
+struct pd_engine {
+    pd_graph *g;
+    const pd_backend_i *be;
+    pd__exec x;
+    void *slab;
+    size_t slab_size;
+    pd_tensor *views;   /* one per graph tensor */
+    pd_tensor **args;   /* per node: nin input pointers then nout output pointers */
+    int *arg_start;     /* per node: index into args */
+};
+
+static size_t pd__align64(size_t n) { return (n + 63) & ~(size_t)63; }
+
+void pd_engine_destroy(pd_engine *e) {
+    if (!e) return;
+    PD_FREE(e->slab);
+    PD_FREE(e->views);
+    PD_FREE(e->args);
+    PD_FREE(e->arg_start);
+    PD_FREE(e->x.scratch);
+    PD_FREE(e);
+}
+
+pd_status pd_engine_create(pd_graph *g, const pd_engine_options *opt, pd_engine **out) {
+    pd_engine_options o = PD_ENGINE_OPTIONS_INIT;
+    if (opt) memcpy(&o, opt, opt->size < sizeof o ? opt->size : sizeof o);
+    if (!g || !out) return pd__err(PD_ERR_INVALID, "pd_engine_create: graph and out must not be NULL");
+    if (o.backend && strcmp(o.backend, "cpu") != 0)
+        return pd__err(PD_ERR_UNSUPPORTED, "backend '%s' is not available (this build has: cpu)", o.backend);
+    if (o.threads < 0) return pd__err(PD_ERR_INVALID, "threads must be >= 0, not %d", o.threads);
+    pd_engine *e = PD_CALLOC(1, sizeof *e);
+    if (!e) return pd__err(PD_ERR_NOMEM, "out of memory creating the engine");
+    e->g = g;
+    e->be = &pd__cpu_backend;
+    e->x.g = g;
+    e->x.threads = o.threads > 0 ? o.threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    if (e->x.threads < 1) e->x.threads = 1;
+    openblas_set_num_threads(e->x.threads);
+
+    int nargs = 0;
+    for (int i = 0; i < g->nnodes; i++) {
+        if (!e->be->supports_op(&g->nodes[i])) {
+            pd_engine_destroy(e);
+            return pd__node_err(g, &g->nodes[i], PD_ERR_UNSUPPORTED, "operator %s is not supported by backend %s",
+                                g->nodes[i].op_type, e->be->name);
+        }
+        nargs += g->nodes[i].nin + g->nodes[i].nout;
+    }
+    e->views = PD_CALLOC((size_t)g->ntensors + 1, sizeof(pd_tensor));
+    e->args = PD_CALLOC((size_t)nargs + 1, sizeof(pd_tensor *));
+    e->arg_start = PD_CALLOC((size_t)g->nnodes + 1, sizeof(int));
+    if (!e->views || !e->args || !e->arg_start) goto nomem;
+
+    size_t off = 0;
+    for (int t = 0; t < g->ntensors; t++) {
+        pd__tensor *x = &g->tensors[t];
+        if (x->kind == PD_T_ACT || x->kind == PD_T_INPUT) {
+            if (x->ndim < 0) continue; /* unused and never shaped */
+            size_t bytes = (size_t)x->numel * pd_dtype_size(x->dtype);
+            if (bytes > SIZE_MAX / 2 - off) goto nomem;
+            off += pd__align64(bytes);
+        }
+    }
+    e->slab_size = off;
+    if (off && posix_memalign(&e->slab, 64, off) != 0) {
+        e->slab = NULL;
+        goto nomem;
+    }
+    if (off) memset(e->slab, 0, off);
+    off = 0;
+    for (int t = 0; t < g->ntensors; t++) {
+        pd__tensor *x = &g->tensors[t];
+        e->views[t] = pd__view(x);
+        if ((x->kind == PD_T_ACT || x->kind == PD_T_INPUT) && x->ndim >= 0) {
+            e->views[t].data = (char *)e->slab + off;
+            off += pd__align64((size_t)x->numel * pd_dtype_size(x->dtype));
+        }
+    }
+    for (int i = 0, k = 0; i < g->nnodes; i++) {
+        pd__node *n = &g->nodes[i];
+        e->arg_start[i] = k;
+        for (int j = 0; j < n->nin; j++) e->args[k++] = n->in[j] >= 0 ? &e->views[n->in[j]] : NULL;
+        for (int j = 0; j < n->nout; j++) e->args[k++] = n->out[j] >= 0 ? &e->views[n->out[j]] : NULL;
+    }
+    *out = e;
+    return PD_OK;
+nomem:
+    pd_engine_destroy(e);
+    return pd__err(PD_ERR_NOMEM, "%s: out of memory planning the engine's buffers", g->path);
+}
+
+pd_status pd_engine_set_input(pd_engine *e, const char *name, const pd_tensor *t) {
+    if (!e || !name || !t) return pd__err(PD_ERR_INVALID, "pd_engine_set_input: NULL argument");
+    const pd_graph *g = e->g;
+    int k = -1;
+    for (int i = 0; i < g->ninputs; i++)
+        if (strcmp(g->tensors[g->inputs[i]].name, name) == 0) k = g->inputs[i];
+    if (k < 0) return pd__err(PD_ERR_INVALID, "%s: the model has no input named '%s'", g->path, name);
+    const pd__tensor *x = &g->tensors[k];
+    char want[256], got[256];
+    pd__format_shape(want, sizeof want, x->ndim, x->shape);
+    pd__format_shape(got, sizeof got, t->ndim, t->shape);
+    if (t->dtype != x->dtype)
+        return pd__err(PD_ERR_SHAPE, "%s: input '%s' must be %s%s, got %s%s", g->path, name, pd_dtype_name(x->dtype),
+                       want, pd_dtype_name(t->dtype), got);
+    bool same = t->ndim == x->ndim;
+    for (int i = 0; same && i < x->ndim; i++) same = t->shape[i] == x->shape[i];
+    if (!same)
+        return pd__err(PD_ERR_SHAPE, "%s: input '%s' must have shape %s, got %s", g->path, name, want, got);
+    memcpy(e->views[k].data, t->data, (size_t)x->numel * pd_dtype_size(x->dtype));
+    return PD_OK;
+}
+
+pd_status pd_engine_run(pd_engine *e) {
+    if (!e) return pd__err(PD_ERR_INVALID, "pd_engine_run: NULL engine");
+    const pd_graph *g = e->g;
+    for (int i = 0; i < g->nnodes; i++) {
+        const pd__node *n = &g->nodes[i];
+        pd_tensor **a = e->args + e->arg_start[i];
+        PD_TRY(e->be->run_node(&e->x, n, a, a + n->nin));
+    }
+    return PD_OK;
+}
+
+pd_status pd_engine_get_output(pd_engine *e, const char *name, pd_tensor *out) {
+    if (!e || !name || !out) return pd__err(PD_ERR_INVALID, "pd_engine_get_output: NULL argument");
+    int t = pd__graph_find(e->g, name);
+    if (t < 0 || !e->views[t].data)
+        return pd__err(PD_ERR_INVALID, "%s: no computed tensor named '%s'", e->g->path, name);
+    *out = e->views[t];
+    return PD_OK;
+}

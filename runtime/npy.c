@@ -1,0 +1,206 @@
+/* npy.c - NumPy .npy files (format versions 1.0, 2.0 and 3.0; C order;
+ * little-endian float32, float64, int64, int32, uint8, bool and the other
+ * fixed-size numeric types). Writes version 1.0 (2.0 when the header needs it).
+ */
+#include "../core/pd_internal.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+static const struct {
+    const char *descr;
+    pd_dtype dtype;
+} pd__npy_types[] = {
+    {"<f4", PD_FLOAT}, {"<f8", PD_DOUBLE}, {"<i8", PD_INT64}, {"<i4", PD_INT32}, {"<i2", PD_INT16},
+    {"|i1", PD_INT8},  {"|u1", PD_UINT8},  {"<u2", PD_UINT16}, {"<u4", PD_UINT32}, {"<u8", PD_UINT64},
+    {"|b1", PD_BOOL},  {"<f2", PD_FLOAT16},
+};
+
+/* Finds the value after 'key': in a Python dict literal. */
+static const char *pd__dict_value(const char *h, const char *key) {
+    const char *p = strstr(h, key);
+    if (!p) return NULL;
+    p += strlen(key);
+    while (*p == ' ' || *p == '\'' || *p == '"' || *p == ':') p++;
+    return p;
+}
+
+static pd_status pd__npy_header(FILE *f, const char *path, pd_tensor *out, long *data_off) {
+    unsigned char pre[10];
+    if (fread(pre, 1, 10, f) != 10 || memcmp(pre, "\x93NUMPY", 6) != 0)
+        return pd__err(PD_ERR_PARSE, "%s: not a .npy file (bad magic)", path);
+    unsigned major = pre[6];
+    size_t hlen;
+    long start;
+    if (major == 1) {
+        hlen = (size_t)pre[8] | (size_t)pre[9] << 8;
+        start = 10;
+    } else if (major == 2 || major == 3) {
+        unsigned char b[2];
+        if (fread(b, 1, 2, f) != 2) return pd__err(PD_ERR_PARSE, "%s: truncated .npy header", path);
+        hlen = (size_t)pre[8] | (size_t)pre[9] << 8 | (size_t)b[0] << 16 | (size_t)b[1] << 24;
+        start = 12;
+    } else {
+        return pd__err(PD_ERR_PARSE, "%s: unsupported .npy format version %u", path, major);
+    }
+    if (hlen > (1u << 20)) return pd__err(PD_ERR_PARSE, "%s: .npy header too large", path);
+    char *h = PD_MALLOC(hlen + 1);
+    if (!h) return pd__err(PD_ERR_NOMEM, "%s: out of memory", path);
+    if (fread(h, 1, hlen, f) != hlen) {
+        PD_FREE(h);
+        return pd__err(PD_ERR_PARSE, "%s: truncated .npy header", path);
+    }
+    h[hlen] = 0;
+    pd_status st = PD_OK;
+    const char *d = pd__dict_value(h, "descr"), *fo = pd__dict_value(h, "fortran_order"),
+               *sh = pd__dict_value(h, "shape");
+    memset(out, 0, sizeof *out);
+    if (!d || !fo || !sh) {
+        st = pd__err(PD_ERR_PARSE, "%s: .npy header lacks descr, fortran_order or shape", path);
+        goto done;
+    }
+    for (size_t i = 0; i < sizeof pd__npy_types / sizeof pd__npy_types[0]; i++) {
+        size_t n = strlen(pd__npy_types[i].descr);
+        if (strncmp(d, pd__npy_types[i].descr, n) == 0 && (d[n] == '\'' || d[n] == '"')) out->dtype = pd__npy_types[i].dtype;
+    }
+    /* single-byte types are also written with '<' or '=' by some writers */
+    if (!out->dtype && (strncmp(d, "<u1", 3) == 0 || strncmp(d, "=u1", 3) == 0)) out->dtype = PD_UINT8;
+    if (!out->dtype && (strncmp(d, "<b1", 3) == 0 || strncmp(d, "=b1", 3) == 0)) out->dtype = PD_BOOL;
+    if (!out->dtype && (strncmp(d, "<i1", 3) == 0 || strncmp(d, "=i1", 3) == 0)) out->dtype = PD_INT8;
+    if (!out->dtype) {
+        char descr[32];
+        size_t n = strcspn(d, "'\",");
+        snprintf(descr, sizeof descr, "%.*s", (int)(n < 31 ? n : 31), d);
+        st = pd__err(PD_ERR_UNSUPPORTED,
+                     "%s: unsupported dtype '%s' (supported: float32, float64, int64, int32, int16, int8, "
+                     "uint8/16/32/64, bool, float16, little-endian)",
+                     path, descr);
+        goto done;
+    }
+    if (strncmp(fo, "True", 4) == 0) {
+        st = pd__err(PD_ERR_UNSUPPORTED, "%s: Fortran-order arrays are not supported; save with np.ascontiguousarray",
+                     path);
+        goto done;
+    }
+    if (*sh != '(') {
+        st = pd__err(PD_ERR_PARSE, "%s: bad shape in .npy header", path);
+        goto done;
+    }
+    sh++;
+    out->ndim = 0;
+    while (*sh && *sh != ')') {
+        while (*sh == ' ' || *sh == ',') sh++;
+        if (*sh == ')') break;
+        char *end;
+        errno = 0;
+        long long v = strtoll(sh, &end, 10);
+        if (end == sh || v < 0 || errno) {
+            st = pd__err(PD_ERR_PARSE, "%s: bad shape in .npy header", path);
+            goto done;
+        }
+        if (out->ndim == PD_MAX_DIMS) {
+            st = pd__err(PD_ERR_UNSUPPORTED, "%s: arrays of more than %d dimensions are not supported", path,
+                         PD_MAX_DIMS);
+            goto done;
+        }
+        out->shape[out->ndim++] = v;
+        sh = end;
+    }
+    if (pd__shape_numel(out->ndim, out->shape) < 0) {
+        st = pd__err(PD_ERR_PARSE, "%s: array size overflows", path);
+        goto done;
+    }
+    *data_off = start + (long)hlen;
+done:
+    PD_FREE(h);
+    return st;
+}
+
+pd_status pd_npy_peek(const char *path, pd_tensor *out) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return pd__err(PD_ERR_IO, "%s: %s", path, strerror(errno));
+    pd_tensor t;
+    long off;
+    pd_status st = pd__npy_header(f, path, &t, &off);
+    fclose(f);
+    if (st == PD_OK) *out = t;
+    return st;
+}
+
+pd_status pd_npy_load(const char *path, pd_tensor *out) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return pd__err(PD_ERR_IO, "%s: %s", path, strerror(errno));
+    pd_tensor t;
+    long off;
+    pd_status st = pd__npy_header(f, path, &t, &off);
+    if (st != PD_OK) {
+        fclose(f);
+        return st;
+    }
+    int64_t n = pd_tensor_numel(&t), bytes;
+    if (!pd__mul_ok(n, (int64_t)pd_dtype_size(t.dtype), &bytes)) {
+        fclose(f);
+        return pd__err(PD_ERR_PARSE, "%s: array size overflows", path);
+    }
+    /* the file must hold exactly the data the header promises */
+    if (fseek(f, 0, SEEK_END) != 0 || ftell(f) < off + bytes) {
+        fclose(f);
+        return pd__err(PD_ERR_PARSE, "%s: truncated: header promises %lld bytes of data", path, (long long)bytes);
+    }
+    fseek(f, off, SEEK_SET);
+    t.data = PD_MALLOC(bytes ? (size_t)bytes : 1);
+    if (!t.data) {
+        fclose(f);
+        return pd__err(PD_ERR_NOMEM, "%s: cannot allocate %lld bytes", path, (long long)bytes);
+    }
+    if (fread(t.data, 1, (size_t)bytes, f) != (size_t)bytes) {
+        PD_FREE(t.data);
+        fclose(f);
+        return pd__err(PD_ERR_IO, "%s: read failed", path);
+    }
+    fclose(f);
+    *out = t;
+    return PD_OK;
+}
+
+static const char *pd__npy_descr(pd_dtype t) {
+    for (size_t i = 0; i < sizeof pd__npy_types / sizeof pd__npy_types[0]; i++)
+        if (pd__npy_types[i].dtype == t) return pd__npy_types[i].descr;
+    return NULL;
+}
+
+pd_status pd_npy_save(const char *path, const pd_tensor *t) {
+    const char *descr = pd__npy_descr(t->dtype);
+    if (!descr) return pd__err(PD_ERR_UNSUPPORTED, "%s: cannot write %s arrays to .npy", path, pd_dtype_name(t->dtype));
+    char dict[512];
+    int k = snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': False, 'shape': (", descr);
+    for (int i = 0; i < t->ndim; i++)
+        k += snprintf(dict + k, sizeof dict - (size_t)k, "%lld%s", (long long)t->shape[i],
+                      (t->ndim == 1 || i + 1 < t->ndim) ? ", " : "");
+    if (t->ndim == 1) k -= 1; /* "(5,)" */
+    k += snprintf(dict + k, sizeof dict - (size_t)k, "), }");
+    size_t total = 10 + (size_t)k + 1;
+    size_t pad = (64 - total % 64) % 64;
+    size_t hlen = (size_t)k + pad + 1;
+    unsigned char pre[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (unsigned char)(hlen & 0xff),
+                             (unsigned char)(hlen >> 8)};
+    int64_t bytes = pd_tensor_numel(t) * (int64_t)pd_dtype_size(t->dtype);
+    /* write to a temporary name, then rename: a failed write never leaves half a file */
+    char tmp[4096];
+    if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp)
+        return pd__err(PD_ERR_IO, "%s: path too long", path);
+    FILE *f = fopen(tmp, "wb");
+    if (!f) return pd__err(PD_ERR_IO, "%s: %s", path, strerror(errno));
+    bool ok = fwrite(pre, 1, 10, f) == 10 && fwrite(dict, 1, (size_t)k, f) == (size_t)k;
+    for (size_t i = 0; ok && i < pad; i++) ok = fputc(' ', f) != EOF;
+    ok = ok && fputc('\n', f) != EOF;
+    ok = ok && (bytes == 0 || fwrite(t->data, 1, (size_t)bytes, f) == (size_t)bytes);
+    ok = (fclose(f) == 0) && ok;
+    if (!ok || rename(tmp, path) != 0) {
+        int e = errno;
+        remove(tmp);
+        return pd__err(PD_ERR_IO, "%s: write failed: %s", path, strerror(e));
+    }
+    return PD_OK;
+}

@@ -1,0 +1,15 @@
+/* cli.h - shared helpers of the pdonnx command-line tool. */
+#ifndef PD_CLI_H
+#define PD_CLI_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* Prints "pdonnx: <fmt with arg> (see pdonnx --help)" and returns 2. */
+int pd_cli_usage_error(const char *fmt, const char *arg);
+/* Parses an integer flag value in [lo, hi]; prints the error and returns false otherwise. */
+bool pd_cli_parse_int(const char *flag, const char *s, int64_t lo, int64_t hi, int64_t *out);
+
+int pd_cli_conformance(int argc, char **argv);
+
+#endif

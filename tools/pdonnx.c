@@ -1,0 +1,339 @@
+/* pdonnx.c - the command-line tool: info, run, conformance.
+ *
+ * The only place that turns a pd_status into an exit code: every error is one
+ * line on stderr ("pdonnx: <message>") and exit status 1 (2 for bad usage).
+ */
+#include "../pipedream.h"
+#include "cli.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int pd__fail(void) {
+    fprintf(stderr, "pdonnx: %s\n", pd_last_error());
+    return 1;
+}
+
+int pd_cli_usage_error(const char *fmt, const char *arg) {
+    fprintf(stderr, "pdonnx: ");
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, " (see pdonnx --help)\n");
+    return 2;
+}
+
+bool pd_cli_parse_int(const char *flag, const char *s, int64_t lo, int64_t hi, int64_t *out) {
+    char *end;
+    errno = 0;
+    long long v = s ? strtoll(s, &end, 10) : 0;
+    if (!s || !*s || *end || errno || v < lo || v > hi) {
+        fprintf(stderr, "pdonnx: %s expects an integer in [%lld, %lld], got '%s'\n", flag, (long long)lo,
+                (long long)hi, s ? s : "");
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+static void pd__usage(FILE *f) {
+    fprintf(f,
+            "pdonnx %s - train ONNX models with pipeline parallelism\n"
+            "\n"
+            "usage:\n"
+            "  pdonnx info MODEL.onnx [--batch N]\n"
+            "      print the layer DAG: nodes, output shapes, parameters and FLOPs\n"
+            "  pdonnx run MODEL.onnx [--batch N] [--threads N] --input NAME=X.npy ... [--output NAME=Y.npy ...]\n"
+            "      run inference; without --output, print a summary of each output\n"
+            "  pdonnx conformance DIR... [--xfail FILE] [--quiet]\n"
+            "      run ONNX backend test cases (folders with model.onnx and test_data_set_*)\n"
+            "  pdonnx --version\n",
+            PD_VERSION_STRING);
+}
+
+/* ---- info ------------------------------------------------------------------ */
+
+static void pd__human(char *buf, size_t n, double v, const char *unit) {
+    const char *pre[] = {"", "K", "M", "G", "T", "P"};
+    int k = 0;
+    while (v >= 1000 && k < 5) {
+        v /= 1000;
+        k++;
+    }
+    snprintf(buf, n, k ? "%.2f %s%s" : "%.0f %s%s", v, pre[k], unit);
+}
+
+static void pd__shape_str(char *buf, size_t n, const pd_value_info *v) {
+    size_t k = (size_t)snprintf(buf, n, "%s[", pd_dtype_name(v->dtype));
+    for (int i = 0; i < v->ndim && k < n; i++)
+        k += (size_t)snprintf(buf + k, n - k, "%s%lld", i ? "," : "", (long long)v->shape[i]);
+    if (k < n) snprintf(buf + k, n - k, "]");
+}
+
+static int pd__cmd_info(int argc, char **argv) {
+    const char *path = NULL;
+    pd_load_options lo = PD_LOAD_OPTIONS_INIT;
+    for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--batch") == 0 && i + 1 < argc) {
+            if (!pd_cli_parse_int("--batch", argv[++i], 1, INT32_MAX, &lo.batch)) return 2;
+        } else if (argv[i][0] == '-') {
+            return pd_cli_usage_error("info: unknown flag '%s'", argv[i]);
+        } else if (!path) {
+            path = argv[i];
+        } else {
+            return pd_cli_usage_error("info: unexpected argument '%s'", argv[i]);
+        }
+    }
+    if (!path) return pd_cli_usage_error("info: %s", "missing MODEL.onnx");
+    pd_graph *g;
+    if (pd_graph_load_file(path, &lo, &g) != PD_OK) return pd__fail();
+    char a[128], b[64], c[64];
+    printf("%s: %d nodes, %d inputs, %d outputs\n", path, pd_graph_num_nodes(g), pd_graph_num_inputs(g),
+           pd_graph_num_outputs(g));
+    for (int i = 0; i < pd_graph_num_inputs(g); i++) {
+        pd_value_info v;
+        pd_graph_input(g, i, &v);
+        pd__shape_str(a, sizeof a, &v);
+        printf("  input  %-24s %s\n", v.name, a);
+    }
+    for (int i = 0; i < pd_graph_num_outputs(g); i++) {
+        pd_value_info v;
+        pd_graph_output(g, i, &v);
+        pd__shape_str(a, sizeof a, &v);
+        printf("  output %-24s %s\n", v.name, a);
+    }
+    printf("\n%4s  %-28s %-20s %-26s %12s %12s %12s\n", "#", "node", "op", "output", "params", "FLOPs",
+           "act bytes");
+    int64_t tf = 0, tp = 0, ta = 0;
+    for (int i = 0; i < pd_graph_num_nodes(g); i++) {
+        pd_node_info ni;
+        pd_graph_node(g, i, &ni);
+        pd_value_info v;
+        const char *o = pd_graph_node_output(g, i, 0);
+        a[0] = 0;
+        if (o && pd_graph_value(g, o, &v) == PD_OK) pd__shape_str(a, sizeof a, &v);
+        pd__human(b, sizeof b, (double)ni.param_bytes, "B");
+        pd__human(c, sizeof c, (double)ni.flops, "");
+        printf("%4d  %-28.28s %-20.20s %-26.26s %12s %12s %12lld\n", i, ni.name, ni.op_type, a, b, c,
+               (long long)ni.output_bytes);
+        tf += ni.flops;
+        tp += ni.param_bytes;
+        ta += ni.output_bytes;
+    }
+    pd__human(b, sizeof b, (double)pd_graph_param_bytes(g), "B");
+    pd__human(c, sizeof c, (double)tf, "FLOPs");
+    pd__human(a, sizeof a, (double)ta, "B");
+    printf("\ntotal: %d nodes, parameters %s (%lld floats), forward %s, activations %s\n", pd_graph_num_nodes(g), b,
+           (long long)(pd_graph_param_bytes(g) / 4), c, a);
+    (void)tp;
+    pd_graph_destroy(g);
+    return 0;
+}
+
+/* ---- run ------------------------------------------------------------------------- */
+
+typedef struct {
+    const char *name; /* NULL: the model's only input / first output */
+    const char *file;
+} pd__binding;
+
+static bool pd__split_binding(const char *flag, const char *arg, pd__binding *b) {
+    const char *eq = strchr(arg, '=');
+    if (!eq) {
+        b->name = NULL;
+        b->file = arg;
+        return true;
+    }
+    if (eq == arg || !eq[1]) {
+        fprintf(stderr, "pdonnx: %s expects NAME=FILE.npy, got '%s'\n", flag, arg);
+        return false;
+    }
+    char *name = strndup(arg, (size_t)(eq - arg));
+    b->name = name;
+    b->file = eq + 1;
+    return name != NULL;
+}
+
+static void pd__summarize(const char *name, const pd_tensor *t) {
+    pd_value_info v = {name, t->dtype, t->ndim, {0}};
+    for (int i = 0; i < t->ndim; i++) v.shape[i] = t->shape[i];
+    char s[128];
+    pd__shape_str(s, sizeof s, &v);
+    printf("%s %s", name, s);
+    int64_t n = pd_tensor_numel(t);
+    if (t->dtype == PD_FLOAT || t->dtype == PD_DOUBLE) {
+        double mn = 0, mx = 0, sum = 0;
+        for (int64_t i = 0; i < n; i++) {
+            double x = t->dtype == PD_FLOAT ? ((float *)t->data)[i] : ((double *)t->data)[i];
+            if (i == 0 || x < mn) mn = x;
+            if (i == 0 || x > mx) mx = x;
+            sum += x;
+        }
+        printf(" min %.6g max %.6g mean %.6g first [", mn, mx, n ? sum / (double)n : 0.0);
+        for (int64_t i = 0; i < n && i < 6; i++)
+            printf("%s%.6g", i ? ", " : "", t->dtype == PD_FLOAT ? ((float *)t->data)[i] : ((double *)t->data)[i]);
+        printf("%s]", n > 6 ? ", ..." : "");
+    } else if (t->dtype == PD_INT64) {
+        printf(" first [");
+        for (int64_t i = 0; i < n && i < 6; i++) printf("%s%lld", i ? ", " : "", (long long)((int64_t *)t->data)[i]);
+        printf("%s]", n > 6 ? ", ..." : "");
+    }
+    printf("\n");
+}
+
+static int pd__cmd_run(int argc, char **argv) {
+    const char *path = NULL;
+    pd_load_options lo = PD_LOAD_OPTIONS_INIT;
+    pd_engine_options eo = PD_ENGINE_OPTIONS_INIT;
+    pd__binding ins[64], outs[64];
+    int nin = 0, nout = 0, rc = 1;
+    for (int i = 0; i < argc; i++) {
+        int64_t v;
+        if (strcmp(argv[i], "--batch") == 0 && i + 1 < argc) {
+            if (!pd_cli_parse_int("--batch", argv[++i], 1, INT32_MAX, &lo.batch)) return 2;
+        } else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc) {
+            if (!pd_cli_parse_int("--threads", argv[++i], 1, 1024, &v)) return 2;
+            eo.threads = (int)v;
+        } else if (strcmp(argv[i], "--input") == 0 && i + 1 < argc) {
+            if (nin == 64) return pd_cli_usage_error("run: too many --input flags%s", "");
+            if (!pd__split_binding("--input", argv[++i], &ins[nin++])) return 2;
+        } else if (strcmp(argv[i], "--output") == 0 && i + 1 < argc) {
+            if (nout == 64) return pd_cli_usage_error("run: too many --output flags%s", "");
+            if (!pd__split_binding("--output", argv[++i], &outs[nout++])) return 2;
+        } else if (argv[i][0] == '-') {
+            return pd_cli_usage_error("run: unknown flag or missing value '%s'", argv[i]);
+        } else if (!path) {
+            path = argv[i];
+        } else {
+            return pd_cli_usage_error("run: unexpected argument '%s'", argv[i]);
+        }
+    }
+    if (!path) return pd_cli_usage_error("run: %s", "missing MODEL.onnx");
+
+    pd_tensor data[64];
+    pd_input_shape shapes[64];
+    int loaded = 0;
+    pd_graph *g = NULL;
+    pd_engine *e = NULL;
+    for (; loaded < nin; loaded++) {
+        if (pd_npy_load(ins[loaded].file, &data[loaded]) != PD_OK) {
+            pd__fail();
+            goto out;
+        }
+    }
+    /* The input files fix the shapes: symbolic dims bind to them. */
+    int nshapes = 0;
+    for (int i = 0; i < nin; i++) {
+        if (!ins[i].name) continue;
+        shapes[nshapes].name = ins[i].name;
+        shapes[nshapes].ndim = data[i].ndim;
+        memcpy(shapes[nshapes].shape, data[i].shape, sizeof data[i].shape);
+        nshapes++;
+    }
+    lo.n_input_shapes = nshapes;
+    lo.input_shapes = shapes;
+    /* An unnamed input binds a symbolic batch from its first axis. */
+    for (int i = 0; i < nin; i++)
+        if (!ins[i].name && lo.batch == 0 && data[i].ndim > 0) lo.batch = data[i].shape[0];
+    if (pd_graph_load_file(path, &lo, &g) != PD_OK) {
+        pd__fail();
+        goto out;
+    }
+    for (int i = 0; i < nin; i++) {
+        if (!ins[i].name) {
+            if (pd_graph_num_inputs(g) != 1) {
+                fprintf(stderr, "pdonnx: %s: the model has %d inputs; name them: --input NAME=%s\n", path,
+                        pd_graph_num_inputs(g), ins[i].file);
+                goto out;
+            }
+            pd_value_info v;
+            pd_graph_input(g, 0, &v);
+            ins[i].name = strdup(v.name);
+            /* reload with the input's shape bound */
+            pd_graph_destroy(g);
+            g = NULL;
+            shapes[0].name = ins[i].name;
+            shapes[0].ndim = data[i].ndim;
+            memcpy(shapes[0].shape, data[i].shape, sizeof data[i].shape);
+            lo.n_input_shapes = 1;
+            lo.input_shapes = shapes;
+            if (pd_graph_load_file(path, &lo, &g) != PD_OK) {
+                pd__fail();
+                goto out;
+            }
+        }
+    }
+    for (int i = 0; i < pd_graph_num_inputs(g); i++) {
+        pd_value_info v;
+        pd_graph_input(g, i, &v);
+        bool given = false;
+        for (int j = 0; j < nin; j++) given |= strcmp(ins[j].name, v.name) == 0;
+        if (!given) {
+            fprintf(stderr, "pdonnx: %s: input '%s' is not given: add --input %s=FILE.npy\n", path, v.name, v.name);
+            goto out;
+        }
+    }
+    if (pd_engine_create(g, &eo, &e) != PD_OK) {
+        pd__fail();
+        goto out;
+    }
+    for (int i = 0; i < nin; i++) {
+        if (pd_engine_set_input(e, ins[i].name, &data[i]) != PD_OK) {
+            fprintf(stderr, "pdonnx: %s (from %s)\n", pd_last_error(), ins[i].file);
+            goto out;
+        }
+    }
+    if (pd_engine_run(e) != PD_OK) {
+        pd__fail();
+        goto out;
+    }
+    if (nout == 0) {
+        for (int i = 0; i < pd_graph_num_outputs(g); i++) {
+            pd_value_info v;
+            pd_tensor t;
+            pd_graph_output(g, i, &v);
+            if (pd_engine_get_output(e, v.name, &t) != PD_OK) {
+                pd__fail();
+                goto out;
+            }
+            pd__summarize(v.name, &t);
+        }
+    }
+    for (int i = 0; i < nout; i++) {
+        const char *name = outs[i].name;
+        pd_value_info v;
+        if (!name) {
+            pd_graph_output(g, 0, &v);
+            name = v.name;
+        }
+        pd_tensor t;
+        if (pd_engine_get_output(e, name, &t) != PD_OK || pd_npy_save(outs[i].file, &t) != PD_OK) {
+            pd__fail();
+            goto out;
+        }
+        printf("wrote %s to %s\n", name, outs[i].file);
+    }
+    rc = 0;
+out:
+    for (int i = 0; i < loaded; i++) pd_tensor_free(&data[i]);
+    for (int i = 0; i < nin; i++) free((void *)ins[i].name);
+    for (int i = 0; i < nout; i++) free((void *)outs[i].name);
+    pd_engine_destroy(e);
+    pd_graph_destroy(g);
+    return rc;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "help") == 0) {
+        pd__usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    if (strcmp(argv[1], "--version") == 0) {
+        printf("pdonnx %s\n", PD_VERSION_STRING);
+        return 0;
+    }
+    if (strcmp(argv[1], "info") == 0) return pd__cmd_info(argc - 2, argv + 2);
+    if (strcmp(argv[1], "run") == 0) return pd__cmd_run(argc - 2, argv + 2);
+    if (strcmp(argv[1], "conformance") == 0) return pd_cli_conformance(argc - 2, argv + 2);
+    return pd_cli_usage_error("unknown command '%s'", argv[1]);
+}
