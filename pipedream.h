@@ -112,6 +112,7 @@ typedef struct pd_input_shape {
     const char *name;
     int ndim;
     int64_t shape[PD_MAX_DIMS];
+    pd_dtype dtype; /* PD_UNDEFINED: not checked; else must match the model's */
 } pd_input_shape;
 
 typedef struct pd_load_options {

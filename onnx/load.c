@@ -147,17 +147,20 @@ static pd_status load_initializers(loader *L) {
 
 /* ---- runtime inputs ------------------------------------------------------------ */
 
-/* The shape the caller gives for an input: from input_shapes, else from the
- * value of a constant input. false when neither names it. */
-static bool given_shape(const loader *L, const char *name, int *ndim, int64_t *shape) {
+/* The shape (and dtype, PD_UNDEFINED when not said) the caller gives for an
+ * input: from input_shapes, else from the value of a constant input. false
+ * when neither names it. */
+static bool given_shape(const loader *L, const char *name, int *ndim, int64_t *shape, pd_dtype *dtype) {
     for (int i = 0; i < L->opt.n_input_shapes; i++)
         if (strcmp(L->opt.input_shapes[i].name, name) == 0) {
+            *dtype = L->opt.input_shapes[i].dtype;
             *ndim = L->opt.input_shapes[i].ndim;
             memcpy(shape, L->opt.input_shapes[i].shape, sizeof(int64_t) * (size_t)*ndim);
             return true;
         }
     for (int i = 0; i < L->opt.n_const_inputs; i++)
         if (strcmp(L->opt.const_input_names[i], name) == 0) {
+            *dtype = L->opt.const_inputs[i].dtype;
             *ndim = L->opt.const_inputs[i].ndim;
             memcpy(shape, L->opt.const_inputs[i].shape, sizeof(int64_t) * (size_t)*ndim);
             return true;
@@ -167,13 +170,17 @@ static bool given_shape(const loader *L, const char *name, int *ndim, int64_t *s
 
 /* Works out a runtime input's concrete shape. */
 static pd_status input_shape(const loader *L, const char *name, const Onnx__TypeProto__Tensor *tt,
-                             int *ndim, int64_t *shape) {
+                             pd_dtype dtype, int *ndim, int64_t *shape) {
     const char *path = L->g->path;
     const Onnx__TensorShapeProto *sp = tt->shape;
     if (sp && sp->n_dim > PD_MAX_DIMS)
         return pd__err(PD_ERR_UNSUPPORTED, "%s: input '%s' has rank %zu, above the maximum of %d", path,
                        name, sp->n_dim, PD_MAX_DIMS);
-    if (given_shape(L, name, ndim, shape)) {
+    pd_dtype gdt = PD_UNDEFINED;
+    if (given_shape(L, name, ndim, shape, &gdt)) {
+        if (gdt != PD_UNDEFINED && gdt != dtype)
+            return pd__err(PD_ERR_SHAPE, "%s: input '%s' is %s in the model, the value given is %s", path, name,
+                           pd_dtype_name(dtype), pd_dtype_name(gdt));
         if (sp && (size_t)*ndim != sp->n_dim)
             return pd__err(PD_ERR_SHAPE, "%s: input '%s': the shape given has rank %d, the model's has rank %zu",
                            path, name, *ndim, sp->n_dim);
@@ -231,9 +238,9 @@ static pd_status load_inputs(loader *L) {
         if (pd__onnx_dtype_size(et) == 0)
             return pd__err(PD_ERR_UNSUPPORTED, "%s: input '%s' has element type %s (%d), which is not supported",
                            g->path, name, pd__onnx_type_name(et), (int)et);
-        int ndim;
+        int ndim = 0;
         int64_t shape[PD_MAX_DIMS];
-        PD_TRY(input_shape(L, name, tt, &ndim, shape));
+        PD_TRY(input_shape(L, name, tt, (pd_dtype)et, &ndim, shape));
         ti = pd__graph_tensor(g, name);
         if (ti < 0) return nomem(L);
         pd__tensor *t = &g->tensors[ti];

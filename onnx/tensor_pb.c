@@ -291,8 +291,8 @@ static pd_status read_external(const Onnx__TensorProto *tp, const char *what, co
     if (len_s && !parse_i64(len_s, &len))
         return pd__err(PD_ERR_PARSE, "%s: external data '%s': bad length '%s'", what, loc, len_s);
 
-    int fd;
-    int64_t fsize;
+    int fd = -1;
+    int64_t fsize = 0;
     PD_TRY(ext_open(what, base_dir, loc, &fd, &fsize));
     pd_status s = PD_OK;
     if (off > fsize) {

@@ -24,6 +24,96 @@ struct pd_engine {
 
 static size_t pd__align64(size_t n) { return (n + 63) & ~(size_t)63; }
 
+typedef struct {
+    int t;
+    int first, last; /* node indices between which the tensor is alive */
+    size_t size, off;
+} pd__slot;
+
+static int pd__slot_by_size(const void *a, const void *b) {
+    const pd__slot *x = a, *y = b;
+    if (x->size != y->size) return x->size < y->size ? 1 : -1;
+    return x->t - y->t;
+}
+
+static int pd__slot_by_off(const void *a, const void *b) {
+    const pd__slot *x = *(pd__slot *const *)a, *y = *(pd__slot *const *)b;
+    return (x->off > y->off) - (x->off < y->off);
+}
+
+/* Places every input and computed tensor in one slab. Tensors whose lifetimes
+ * (from the producing node to the last consumer, inclusive) overlap never share
+ * bytes; the others may. Greedy by decreasing size, lowest fitting offset. */
+static pd_status pd__plan_memory(pd_engine *e) {
+    const pd_graph *g = e->g;
+    pd__slot *s = PD_CALLOC((size_t)g->ntensors + 1, sizeof *s);
+    int *at = PD_MALLOC(sizeof(int) * ((size_t)g->ntensors + 1));
+    if (!s || !at) {
+        PD_FREE(s);
+        PD_FREE(at);
+        return PD_ERR_NOMEM;
+    }
+    int ns = 0;
+    for (int t = 0; t < g->ntensors; t++) {
+        const pd__tensor *x = &g->tensors[t];
+        at[t] = -1;
+        if ((x->kind != PD_T_ACT && x->kind != PD_T_INPUT) || x->ndim < 0) continue;
+        at[t] = ns;
+        s[ns].t = t;
+        s[ns].first = x->kind == PD_T_INPUT ? -1 : x->producer;
+        s[ns].last = x->is_output ? g->nnodes : s[ns].first;
+        s[ns].size = pd__align64((size_t)x->numel * pd_dtype_size(x->dtype));
+        ns++;
+    }
+    for (int i = 0; i < g->nnodes; i++)
+        for (int j = 0; j < g->nodes[i].nin; j++) {
+            int t = g->nodes[i].in[j];
+            if (t >= 0 && at[t] >= 0 && s[at[t]].last < i) s[at[t]].last = i;
+        }
+    /* graph outputs and inputs stay valid for the caller: keep them alive throughout */
+    for (int k = 0; k < ns; k++)
+        if (g->tensors[s[k].t].is_output || g->tensors[s[k].t].kind == PD_T_INPUT) {
+            s[k].first = -1;
+            s[k].last = g->nnodes;
+        }
+    qsort(s, (size_t)ns, sizeof *s, pd__slot_by_size);
+    size_t total = 0;
+    pd__slot **live = PD_MALLOC(sizeof(pd__slot *) * ((size_t)ns + 1));
+    if (!live) {
+        PD_FREE(s);
+        PD_FREE(at);
+        return PD_ERR_NOMEM;
+    }
+    for (int k = 0; k < ns; k++) {
+        /* the placed slots alive at the same time, by offset; take the first gap that fits */
+        int nl = 0;
+        for (int j = 0; j < k; j++)
+            if (!(s[j].last < s[k].first || s[k].last < s[j].first)) live[nl++] = &s[j];
+        qsort(live, (size_t)nl, sizeof *live, pd__slot_by_off);
+        size_t off = 0;
+        for (int j = 0; j < nl; j++) {
+            if (live[j]->off >= off + s[k].size) break;
+            if (live[j]->off + live[j]->size > off) off = live[j]->off + live[j]->size;
+        }
+        s[k].off = off;
+        if (off + s[k].size > total) total = off + s[k].size;
+    }
+    PD_FREE(live);
+    e->slab_size = total;
+    if (total && posix_memalign(&e->slab, 64, total) != 0) {
+        e->slab = NULL;
+        PD_FREE(s);
+        PD_FREE(at);
+        return PD_ERR_NOMEM;
+    }
+    if (total) memset(e->slab, 0, total);
+    for (int t = 0; t < g->ntensors; t++) e->views[t] = pd__view(&g->tensors[t]);
+    for (int k = 0; k < ns; k++) e->views[s[k].t].data = (char *)e->slab + s[k].off;
+    PD_FREE(s);
+    PD_FREE(at);
+    return PD_OK;
+}
+
 void pd_engine_destroy(pd_engine *e) {
     if (!e) return;
     PD_FREE(e->slab);
@@ -64,31 +154,7 @@ pd_status pd_engine_create(pd_graph *g, const pd_engine_options *opt, pd_engine 
     e->arg_start = PD_CALLOC((size_t)g->nnodes + 1, sizeof(int));
     if (!e->views || !e->args || !e->arg_start) goto nomem;
 
-    size_t off = 0;
-    for (int t = 0; t < g->ntensors; t++) {
-        pd__tensor *x = &g->tensors[t];
-        if (x->kind == PD_T_ACT || x->kind == PD_T_INPUT) {
-            if (x->ndim < 0) continue; /* unused and never shaped */
-            size_t bytes = (size_t)x->numel * pd_dtype_size(x->dtype);
-            if (bytes > SIZE_MAX / 2 - off) goto nomem;
-            off += pd__align64(bytes);
-        }
-    }
-    e->slab_size = off;
-    if (off && posix_memalign(&e->slab, 64, off) != 0) {
-        e->slab = NULL;
-        goto nomem;
-    }
-    if (off) memset(e->slab, 0, off);
-    off = 0;
-    for (int t = 0; t < g->ntensors; t++) {
-        pd__tensor *x = &g->tensors[t];
-        e->views[t] = pd__view(x);
-        if ((x->kind == PD_T_ACT || x->kind == PD_T_INPUT) && x->ndim >= 0) {
-            e->views[t].data = (char *)e->slab + off;
-            off += pd__align64((size_t)x->numel * pd_dtype_size(x->dtype));
-        }
-    }
+    if (pd__plan_memory(e) != PD_OK) goto nomem;
     for (int i = 0, k = 0; i < g->nnodes; i++) {
         pd__node *n = &g->nodes[i];
         e->arg_start[i] = k;

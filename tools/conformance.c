@@ -247,6 +247,7 @@ static pd__verdict pd__run_set(const char *model, const char *setdir, char **in_
         }
         shapes[i].name = names[i];
         shapes[i].ndim = ins.t[i].ndim;
+        shapes[i].dtype = ins.t[i].dtype;
         memcpy(shapes[i].shape, ins.t[i].shape, sizeof shapes[i].shape);
     }
     for (int attempt = 0; attempt < 2; attempt++) {

@@ -227,6 +227,7 @@ static int pd__cmd_run(int argc, char **argv) {
         if (!ins[i].name) continue;
         shapes[nshapes].name = ins[i].name;
         shapes[nshapes].ndim = data[i].ndim;
+        shapes[nshapes].dtype = data[i].dtype;
         memcpy(shapes[nshapes].shape, data[i].shape, sizeof data[i].shape);
         nshapes++;
     }
@@ -254,6 +255,7 @@ static int pd__cmd_run(int argc, char **argv) {
             g = NULL;
             shapes[0].name = ins[i].name;
             shapes[0].ndim = data[i].ndim;
+            shapes[0].dtype = data[i].dtype;
             memcpy(shapes[0].shape, data[i].shape, sizeof data[i].shape);
             lo.n_input_shapes = 1;
             lo.input_shapes = shapes;

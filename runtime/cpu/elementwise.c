@@ -1,27 +1,976 @@
-/* elementwise.c - CPU forward kernels (elem ops). PLACEHOLDER: to be written. */
-#include "../../core/pd_internal.h"
+/* elementwise.c - CPU forward kernels of the element-wise ops (Add ... Where,
+ * Cast, Identity) and of the reductions ReduceSum and ReduceMean.
+ *
+ * How it is built:
+ * - An op is a "row" function: it writes n contiguous output elements from
+ *   inputs that are, along that run, either contiguous (stride 1) or one
+ *   broadcast value (stride 0). Each row is written once as an expression
+ *   and instantiated per dtype from the type lists below.
+ * - One broadcast iterator (pd__bplan) turns any numpy broadcast into rows:
+ *   it drops size-1 dims and merges dims that walk memory the same way, so
+ *   equal shapes, a scalar operand and a bias over trailing dims all become
+ *   a few long contiguous rows. Work above PD__PAR_MIN elements is split
+ *   over OpenMP threads (x->threads of them, 0: all).
+ * - float16 / bfloat16 (and mixed-dtype Pow, integer Erf) compute in float
+ *   or double: inputs are converted into scratch memory and the result
+ *   converted back by the same code as Cast (convert()).
+ */
+#include "../../core/shape_elem.h"
 
-pd_status pd__cpu_Add(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) { (void)x; (void)n; (void)in; (void)out; return pd__err(PD_ERR_UNSUPPORTED, "no CPU kernel"); }
-pd_status pd__cpu_Sub(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) { (void)x; (void)n; (void)in; (void)out; return pd__err(PD_ERR_UNSUPPORTED, "no CPU kernel"); }
-pd_status pd__cpu_Mul(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) { (void)x; (void)n; (void)in; (void)out; return pd__err(PD_ERR_UNSUPPORTED, "no CPU kernel"); }
-pd_status pd__cpu_Div(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) { (void)x; (void)n; (void)in; (void)out; return pd__err(PD_ERR_UNSUPPORTED, "no CPU kernel"); }
-pd_status pd__cpu_Pow(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) { (void)x; (void)n; (void)in; (void)out; return pd__err(PD_ERR_UNSUPPORTED, "no CPU kernel"); }
-pd_status pd__cpu_Sum(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) { (void)x; (void)n; (void)in; (void)out; return pd__err(PD_ERR_UNSUPPORTED, "no CPU kernel"); }
-pd_status pd__cpu_Sqrt(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) { (void)x; (void)n; (void)in; (void)out; return pd__err(PD_ERR_UNSUPPORTED, "no CPU kernel"); }
-pd_status pd__cpu_Exp(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) { (void)x; (void)n; (void)in; (void)out; return pd__err(PD_ERR_UNSUPPORTED, "no CPU kernel"); }
-pd_status pd__cpu_Log(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) { (void)x; (void)n; (void)in; (void)out; return pd__err(PD_ERR_UNSUPPORTED, "no CPU kernel"); }
-pd_status pd__cpu_Neg(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) { (void)x; (void)n; (void)in; (void)out; return pd__err(PD_ERR_UNSUPPORTED, "no CPU kernel"); }
-pd_status pd__cpu_Reciprocal(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) { (void)x; (void)n; (void)in; (void)out; return pd__err(PD_ERR_UNSUPPORTED, "no CPU kernel"); }
-pd_status pd__cpu_Relu(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) { (void)x; (void)n; (void)in; (void)out; return pd__err(PD_ERR_UNSUPPORTED, "no CPU kernel"); }
-pd_status pd__cpu_LeakyRelu(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) { (void)x; (void)n; (void)in; (void)out; return pd__err(PD_ERR_UNSUPPORTED, "no CPU kernel"); }
-pd_status pd__cpu_Sigmoid(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) { (void)x; (void)n; (void)in; (void)out; return pd__err(PD_ERR_UNSUPPORTED, "no CPU kernel"); }
-pd_status pd__cpu_Tanh(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) { (void)x; (void)n; (void)in; (void)out; return pd__err(PD_ERR_UNSUPPORTED, "no CPU kernel"); }
-pd_status pd__cpu_Gelu(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) { (void)x; (void)n; (void)in; (void)out; return pd__err(PD_ERR_UNSUPPORTED, "no CPU kernel"); }
-pd_status pd__cpu_Erf(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) { (void)x; (void)n; (void)in; (void)out; return pd__err(PD_ERR_UNSUPPORTED, "no CPU kernel"); }
-pd_status pd__cpu_Clip(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) { (void)x; (void)n; (void)in; (void)out; return pd__err(PD_ERR_UNSUPPORTED, "no CPU kernel"); }
-pd_status pd__cpu_Equal(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) { (void)x; (void)n; (void)in; (void)out; return pd__err(PD_ERR_UNSUPPORTED, "no CPU kernel"); }
-pd_status pd__cpu_Where(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) { (void)x; (void)n; (void)in; (void)out; return pd__err(PD_ERR_UNSUPPORTED, "no CPU kernel"); }
-pd_status pd__cpu_Cast(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) { (void)x; (void)n; (void)in; (void)out; return pd__err(PD_ERR_UNSUPPORTED, "no CPU kernel"); }
-pd_status pd__cpu_Identity(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) { (void)x; (void)n; (void)in; (void)out; return pd__err(PD_ERR_UNSUPPORTED, "no CPU kernel"); }
-pd_status pd__cpu_ReduceMean(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) { (void)x; (void)n; (void)in; (void)out; return pd__err(PD_ERR_UNSUPPORTED, "no CPU kernel"); }
-pd_status pd__cpu_ReduceSum(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) { (void)x; (void)n; (void)in; (void)out; return pd__err(PD_ERR_UNSUPPORTED, "no CPU kernel"); }
+#include <math.h>
+#include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#define PD__PAR_MIN 32768 /* elements of work below which one thread does it all */
+#define PD__NDT 17        /* dtype enum values are < this */
+
+/* ---- threads --------------------------------------------------------------------- */
+
+typedef void (*pd__range_fn)(void *ctx, int64_t begin, int64_t end);
+
+static int n_threads(const pd__exec *x, int64_t work) {
+#ifdef _OPENMP
+    if (work < PD__PAR_MIN) return 1;
+    int nt = x && x->threads > 0 ? x->threads : omp_get_max_threads();
+    int64_t cap = work / (PD__PAR_MIN / 4);
+    if (nt > cap) nt = (int)cap;
+    return nt > 1 ? nt : 1;
+#else
+    (void)x;
+    (void)work;
+    return 1;
+#endif
+}
+
+/* Runs fn over [0, total) in contiguous chunks (multiples of `align`), one
+ * per thread; `work` (elements touched) decides how many threads. */
+static void par_range(const pd__exec *x, int64_t total, int64_t work, int64_t align, pd__range_fn fn, void *ctx) {
+    if (total <= 0) return;
+    int nt = n_threads(x, work);
+    if (nt > total) nt = (int)total;
+    if (nt <= 1) {
+        fn(ctx, 0, total);
+        return;
+    }
+    int64_t chunk = (total + nt - 1) / nt;
+    chunk = (chunk + align - 1) / align * align;
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(nt) schedule(static)
+#endif
+    for (int t = 0; t < nt; t++) {
+        int64_t b = (int64_t)t * chunk, e = b + chunk < total ? b + chunk : total;
+        if (b < e) fn(ctx, b, e);
+    }
+}
+
+/* ---- dtypes ---------------------------------------------------------------------- */
+
+/* The dtypes rows are instantiated for:
+ * X(..., dtype, C type, suffix, W: type the arithmetic wraps in, M: libm suffix, MIN, MAX).
+ * Integer arithmetic goes through the unsigned W so that overflow wraps
+ * instead of being undefined. */
+#define PD__FLOATS(X, ...)                                                 \
+    X(__VA_ARGS__, PD_FLOAT, float, f32, float, f, -INFINITY, INFINITY)    \
+    X(__VA_ARGS__, PD_DOUBLE, double, f64, double, , -INFINITY, INFINITY)
+#define PD__SINTS(X, ...)                                                  \
+    X(__VA_ARGS__, PD_INT8, int8_t, i8, uint32_t, , INT8_MIN, INT8_MAX)    \
+    X(__VA_ARGS__, PD_INT16, int16_t, i16, uint32_t, , INT16_MIN, INT16_MAX) \
+    X(__VA_ARGS__, PD_INT32, int32_t, i32, uint32_t, , INT32_MIN, INT32_MAX) \
+    X(__VA_ARGS__, PD_INT64, int64_t, i64, uint64_t, , INT64_MIN, INT64_MAX)
+#define PD__UINTS(X, ...)                                                  \
+    X(__VA_ARGS__, PD_UINT8, uint8_t, u8, uint32_t, , 0, UINT8_MAX)        \
+    X(__VA_ARGS__, PD_UINT16, uint16_t, u16, uint32_t, , 0, UINT16_MAX)    \
+    X(__VA_ARGS__, PD_UINT32, uint32_t, u32, uint32_t, , 0, UINT32_MAX)    \
+    X(__VA_ARGS__, PD_UINT64, uint64_t, u64, uint64_t, , 0, UINT64_MAX)
+#define PD__INTS(X, ...) PD__SINTS(X, __VA_ARGS__) PD__UINTS(X, __VA_ARGS__)
+#define PD__NUMS(X, ...) PD__FLOATS(X, __VA_ARGS__) PD__INTS(X, __VA_ARGS__)
+
+/* The dtype a float computation runs in: float for float/float16/bfloat16,
+ * double for double and (where allowed) integers. */
+static pd_dtype float_work(pd_dtype t) {
+    return (t == PD_FLOAT || t == PD_FLOAT16 || t == PD_BFLOAT16) ? PD_FLOAT : PD_DOUBLE;
+}
+
+/* The dtype arithmetic runs in: the dtype itself, float for the 16-bit floats. */
+static pd_dtype arith_work(pd_dtype t) { return (t == PD_FLOAT16 || t == PD_BFLOAT16) ? PD_FLOAT : t; }
+
+static int64_t numel(const pd_tensor *t) { return pd_tensor_numel(t); }
+
+/* ---- conversions (Cast, and the staging of 16-bit floats) ------------------------- */
+
+/* IEEE half from double, rounded to nearest even in one step (going through
+ * float would round twice). */
+static uint16_t dbl_to_half(double d) {
+    uint64_t b;
+    memcpy(&b, &d, 8);
+    uint16_t sign = (uint16_t)((b >> 48) & 0x8000);
+    int e = (int)((b >> 52) & 0x7ff);
+    uint64_t m = b & 0xfffffffffffffull;
+    if (e == 0x7ff) return (uint16_t)(sign | 0x7c00 | (m ? 0x200 : 0));
+    if (e == 0) return sign; /* double subnormals are far below half's range */
+    m |= 1ull << 52;         /* value = m * 2^(e - 1075) */
+    int he = e - 1023 + 15;  /* half's biased exponent */
+    int shift = he >= 1 ? 42 : 42 + 1 - he;
+    if (shift > 54) return sign;
+    uint64_t q = m >> shift, rem = m & ((1ull << shift) - 1), half = 1ull << (shift - 1);
+    if (rem > half || (rem == half && (q & 1))) q++;
+    /* normal: q in [2^10, 2^11] holds the implicit bit, so adding it carries
+     * into the exponent; subnormal: q is the encoding itself */
+    uint32_t r = he >= 1 ? ((uint32_t)(he - 1) << 10) + (uint32_t)q : (uint32_t)q;
+    if (r >= 0x7c00) return (uint16_t)(sign | 0x7c00);
+    return (uint16_t)(sign | r);
+}
+
+/* Values pass through a block of "wide" values: double for float sources,
+ * int64 for signed / small unsigned / bool, uint64 for uint64. */
+#define PD__BLK 256
+enum { PD_WIDE_F, PD_WIDE_I, PD_WIDE_U };
+typedef union pd__wide {
+    double f[PD__BLK];
+    int64_t i[PD__BLK];
+    uint64_t u[PD__BLK];
+} pd__wide;
+
+#define PD__LOAD_F(_, dt, T, sfx, W, M, MIN, MAX) \
+    case dt:                                      \
+        for (int64_t i = 0; i < n; i++) w->f[i] = (double)((const T *)src)[i]; \
+        return PD_WIDE_F;
+#define PD__LOAD_I(_, dt, T, sfx, W, M, MIN, MAX)                              \
+    case dt:                                                                    \
+        if (dt == PD_UINT64) {                                                  \
+            for (int64_t i = 0; i < n; i++) w->u[i] = (uint64_t)((const T *)src)[i]; \
+            return PD_WIDE_U;                                                   \
+        }                                                                       \
+        for (int64_t i = 0; i < n; i++) w->i[i] = (int64_t)((const T *)src)[i]; \
+        return PD_WIDE_I;
+
+/* Loads n elements of dtype t from src; returns which member of w holds them. */
+static int wide_load(pd_dtype t, const void *src, int64_t n, pd__wide *w) {
+    switch (t) {
+        PD__FLOATS(PD__LOAD_F, _)
+        PD__INTS(PD__LOAD_I, _)
+    case PD_FLOAT16:
+        for (int64_t i = 0; i < n; i++) w->f[i] = pd__half_to_float(((const uint16_t *)src)[i]);
+        return PD_WIDE_F;
+    case PD_BFLOAT16:
+        for (int64_t i = 0; i < n; i++) w->f[i] = pd__bf16_to_float(((const uint16_t *)src)[i]);
+        return PD_WIDE_F;
+    case PD_BOOL:
+        for (int64_t i = 0; i < n; i++) w->i[i] = ((const uint8_t *)src)[i] != 0;
+        return PD_WIDE_I;
+    default: return -1;
+    }
+}
+
+/* Float to integer: truncation toward zero; NaN gives 0 and values out of
+ * range saturate (ONNX leaves both undefined; C would be undefined too). */
+#define PD__SAT(_, dt, T, sfx, W, M, MIN, MAX)               \
+    static inline T sat_##sfx(double v) {                    \
+        if (!(v == v)) return 0;                             \
+        if (v <= (double)(MIN)) return (T)(MIN);             \
+        if (v >= (double)(MAX)) return (T)(MAX);             \
+        return (T)v;                                         \
+    }
+PD__INTS(PD__SAT, _)
+
+#define PD__STORE_LOOPS(T, FROM_F, FROM_I, FROM_U)                                       \
+    {                                                                                    \
+        T *o = (T *)dst;                                                                 \
+        if (cat == PD_WIDE_F)                                                            \
+            for (int64_t i = 0; i < n; i++) o[i] = FROM_F(w->f[i]);                      \
+        else if (cat == PD_WIDE_I)                                                       \
+            for (int64_t i = 0; i < n; i++) o[i] = FROM_I(w->i[i]);                      \
+        else                                                                             \
+            for (int64_t i = 0; i < n; i++) o[i] = FROM_U(w->u[i]);                      \
+        return;                                                                          \
+    }
+#define PD__AS(T) (T)
+#define PD__STORE_F(_, dt, T, sfx, W, M, MIN, MAX) \
+    case dt: PD__STORE_LOOPS(T, PD__AS(T), PD__AS(T), PD__AS(T))
+#define PD__STORE_I(_, dt, T, sfx, W, M, MIN, MAX) \
+    case dt: PD__STORE_LOOPS(T, sat_##sfx, PD__AS(T), PD__AS(T))
+#define PD__HALF(v) dbl_to_half((double)(v))
+#define PD__BF16(v) pd__float_to_bf16((float)(v))
+#define PD__NZ(v) (uint8_t)((v) != 0)
+
+/* Stores n wide values (member `cat` of w) into dst as dtype t. */
+static void wide_store(pd_dtype t, void *dst, int64_t n, int cat, const pd__wide *w) {
+    switch (t) {
+        PD__FLOATS(PD__STORE_F, _)
+        PD__INTS(PD__STORE_I, _)
+    case PD_FLOAT16: PD__STORE_LOOPS(uint16_t, PD__HALF, PD__HALF, PD__HALF)
+    case PD_BFLOAT16: PD__STORE_LOOPS(uint16_t, PD__BF16, PD__BF16, PD__BF16)
+    case PD_BOOL: PD__STORE_LOOPS(uint8_t, PD__NZ, PD__NZ, PD__NZ)
+    default: return;
+    }
+}
+
+typedef struct pd__cvjob {
+    pd_dtype dt, st;
+    char *dst;
+    const char *src;
+} pd__cvjob;
+
+static void convert_range(void *ctx, int64_t begin, int64_t end) {
+    const pd__cvjob *j = ctx;
+    size_t ds = pd_dtype_size(j->dt), ss = pd_dtype_size(j->st);
+    pd__wide w;
+    for (int64_t b = begin; b < end; b += PD__BLK) {
+        int64_t n = end - b < PD__BLK ? end - b : PD__BLK;
+        int cat = wide_load(j->st, j->src + (size_t)b * ss, n, &w);
+        wide_store(j->dt, j->dst + (size_t)b * ds, n, cat, &w);
+    }
+}
+
+/* dst (dtype dt) = src (dtype st) converted, n elements, ONNX Cast semantics. */
+static void convert(const pd__exec *x, pd_dtype dt, void *dst, pd_dtype st, const void *src, int64_t n) {
+    if (n <= 0) return;
+    if (dt == st) {
+        if (dst != src) memcpy(dst, src, (size_t)n * pd_dtype_size(dt));
+        return;
+    }
+    pd__cvjob j = {dt, st, dst, src};
+    par_range(x, n, n, PD__BLK, convert_range, &j);
+}
+
+static bool convertible(pd_dtype t) { return pd__ekind(t) != 0; }
+
+/* ---- staging: inputs and output in the dtype a row computes in ------------------- */
+
+#define PD__MAX_STAGED 64
+
+static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
+
+/* Fills view[k] with input k as dtype w (the input itself, or a converted
+ * copy in scratch) and *oview with where the row writes the output (out
+ * itself when its dtype is wout, scratch otherwise; stage_end converts). */
+static pd_status stage_begin(pd__exec *x, int nin, pd_tensor *const *in, pd_dtype w, pd_tensor *view, pd_tensor *out,
+                             pd_dtype wout, pd_tensor *oview) {
+    size_t need = 0;
+    for (int k = 0; k < nin; k++)
+        if (in[k]->dtype != w) need += align64((size_t)numel(in[k]) * pd_dtype_size(w));
+    if (out->dtype != wout) need += align64((size_t)numel(out) * pd_dtype_size(wout));
+    char *buf = NULL;
+    if (need) {
+        buf = pd__scratch(x, need);
+        if (!buf) return PD_ERR_NOMEM;
+    }
+    size_t off = 0;
+    for (int k = 0; k < nin; k++) {
+        view[k] = *in[k];
+        if (in[k]->dtype == w) continue;
+        if (!convertible(in[k]->dtype))
+            return pd__err(PD_ERR_UNSUPPORTED, "dtype %s is not supported", pd_dtype_name(in[k]->dtype));
+        view[k].dtype = w;
+        view[k].data = buf + off;
+        off += align64((size_t)numel(in[k]) * pd_dtype_size(w));
+        convert(x, w, view[k].data, in[k]->dtype, in[k]->data, numel(in[k]));
+    }
+    *oview = *out;
+    if (out->dtype != wout) {
+        if (!convertible(out->dtype))
+            return pd__err(PD_ERR_UNSUPPORTED, "dtype %s is not supported", pd_dtype_name(out->dtype));
+        oview->dtype = wout;
+        oview->data = buf + off;
+    }
+    return PD_OK;
+}
+
+static void stage_end(const pd__exec *x, pd_tensor *out, const pd_tensor *oview) {
+    if (oview->data != out->data) convert(x, out->dtype, out->data, oview->dtype, oview->data, numel(out));
+}
+
+/* ---- rows ------------------------------------------------------------------------ */
+
+/* A row: n output elements from inputs a, b, c (those the op has) whose
+ * strides along the row are sa, sb, sc: 1 (contiguous) or 0 (one value).
+ * Unary rows are only called with the input shaped as the output (sa = 1). */
+typedef void (*pd__row_fn)(void *o, const void *a, int64_t sa, const void *b, int64_t sb, const void *c, int64_t sc,
+                           int64_t n, const void *ctx);
+
+/* What a row with parameters reads: LeakyRelu's alpha, Clip's bounds (in
+ * the row's dtype). */
+typedef struct pd__ectx {
+    double alpha;
+    unsigned char lo[8], hi[8];
+} pd__ectx;
+
+#define PD__ROW_ARGS                                                                                       \
+    void *o_, const void *a_, int64_t sa, const void *b_, int64_t sb, const void *c_, int64_t sc, int64_t n, \
+        const void *ctx_
+
+/* o = EXPR(x, y) with x from a, y from b; the four stride cases are
+ * separate loops so that each vectorizes. */
+#define PD__BIN_ROW(name, T, TO, EXPR)                                              \
+    static void name(PD__ROW_ARGS) {                                                \
+        TO *o = (TO *)o_;                                                           \
+        const T *a = (const T *)a_, *b = (const T *)b_;                             \
+        (void)c_;                                                                   \
+        (void)sc;                                                                   \
+        (void)ctx_;                                                                 \
+        if (sa && sb) {                                                             \
+            for (int64_t i = 0; i < n; i++) {                                       \
+                const T x = a[i], y = b[i];                                         \
+                o[i] = (TO)(EXPR);                                                  \
+            }                                                                       \
+        } else if (sa) {                                                            \
+            const T y = b[0];                                                       \
+            for (int64_t i = 0; i < n; i++) {                                       \
+                const T x = a[i];                                                   \
+                o[i] = (TO)(EXPR);                                                  \
+            }                                                                       \
+        } else if (sb) {                                                            \
+            const T x = a[0];                                                       \
+            for (int64_t i = 0; i < n; i++) {                                       \
+                const T y = b[i];                                                   \
+                o[i] = (TO)(EXPR);                                                  \
+            }                                                                       \
+        } else {                                                                    \
+            const T x = a[0], y = b[0];                                             \
+            const TO v = (TO)(EXPR);                                                \
+            for (int64_t i = 0; i < n; i++) o[i] = v;                               \
+        }                                                                           \
+    }
+
+/* o = EXPR(x) with x from a; PRE declares what EXPR needs from ctx. */
+#define PD__UN_ROW(name, T, PRE, EXPR)          \
+    static void name(PD__ROW_ARGS) {            \
+        T *o = (T *)o_;                         \
+        const T *a = (const T *)a_;             \
+        const pd__ectx *ctx = ctx_;             \
+        (void)ctx;                              \
+        (void)sa;                               \
+        (void)b_;                               \
+        (void)sb;                               \
+        (void)c_;                               \
+        (void)sc;                               \
+        PRE;                                    \
+        for (int64_t i = 0; i < n; i++) {       \
+            const T x = a[i];                   \
+            o[i] = (T)(EXPR);                   \
+        }                                       \
+    }
+
+/* A table of rows per dtype: [dtype] = op_suffix. */
+#define PD__TAB(op, dt, T, sfx, W, M, MIN, MAX) [dt] = op##_##sfx,
+
+/* binary arithmetic */
+#define PD__DEF_ADD(_, dt, T, sfx, W, M, MIN, MAX) PD__BIN_ROW(add_##sfx, T, T, (W)x + (W)y)
+#define PD__DEF_SUB(_, dt, T, sfx, W, M, MIN, MAX) PD__BIN_ROW(sub_##sfx, T, T, (W)x - (W)y)
+#define PD__DEF_MUL(_, dt, T, sfx, W, M, MIN, MAX) PD__BIN_ROW(mul_##sfx, T, T, (W)x * (W)y)
+PD__NUMS(PD__DEF_ADD, _)
+PD__NUMS(PD__DEF_SUB, _)
+PD__NUMS(PD__DEF_MUL, _)
+
+/* Integer division truncates like C; x/0 gives 0 and MIN/-1 wraps (ONNX
+ * leaves both undefined; in C they trap). */
+#define PD__DEF_DIV_F(_, dt, T, sfx, W, M, MIN, MAX) PD__BIN_ROW(div_##sfx, T, T, x / y)
+#define PD__DEF_DIV_S(_, dt, T, sfx, W, M, MIN, MAX) \
+    PD__BIN_ROW(div_##sfx, T, T, y == 0 ? (T)0 : y == -1 ? (T)(0u - (W)x) : (T)(x / y))
+#define PD__DEF_DIV_U(_, dt, T, sfx, W, M, MIN, MAX) PD__BIN_ROW(div_##sfx, T, T, y == 0 ? (T)0 : (T)(x / y))
+PD__FLOATS(PD__DEF_DIV_F, _)
+PD__SINTS(PD__DEF_DIV_S, _)
+PD__UINTS(PD__DEF_DIV_U, _)
+
+/* Integer power by squaring, wrapping; negative exponents give 1/x^|e|
+ * truncated (so 0 unless |x| = 1). */
+static inline int64_t ipow(int64_t x, int64_t e) {
+    if (e < 0) return x == 1 ? 1 : x == -1 ? ((e & 1) ? -1 : 1) : 0;
+    uint64_t r = 1, b = (uint64_t)x;
+    for (uint64_t k = (uint64_t)e; k; k >>= 1) {
+        if (k & 1) r *= b;
+        b *= b;
+    }
+    return (int64_t)r;
+}
+PD__BIN_ROW(pow_f32, float, float, powf(x, y))
+PD__BIN_ROW(pow_f64, double, double, pow(x, y))
+PD__BIN_ROW(pow_i64, int64_t, int64_t, ipow(x, y))
+
+#define PD__DEF_EQ(_, dt, T, sfx, W, M, MIN, MAX) PD__BIN_ROW(eq_##sfx, T, uint8_t, x == y)
+PD__NUMS(PD__DEF_EQ, _)
+PD__BIN_ROW(eq_b8, uint8_t, uint8_t, (x != 0) == (y != 0))
+
+static const pd__row_fn add_rows[PD__NDT] = {PD__NUMS(PD__TAB, add)};
+static const pd__row_fn sub_rows[PD__NDT] = {PD__NUMS(PD__TAB, sub)};
+static const pd__row_fn mul_rows[PD__NDT] = {PD__NUMS(PD__TAB, mul)};
+static const pd__row_fn div_rows[PD__NDT] = {PD__NUMS(PD__TAB, div)};
+static const pd__row_fn eq_rows[PD__NDT] = {PD__NUMS(PD__TAB, eq)[PD_BOOL] = eq_b8};
+static const pd__row_fn pow_rows[PD__NDT] = {[PD_FLOAT] = pow_f32, [PD_DOUBLE] = pow_f64, [PD_INT64] = pow_i64};
+
+/* unary: signed */
+#define PD__DEF_NEG(_, dt, T, sfx, W, M, MIN, MAX) PD__UN_ROW(neg_##sfx, T, , -(W)x)
+#define PD__DEF_RELU(_, dt, T, sfx, W, M, MIN, MAX) PD__UN_ROW(relu_##sfx, T, , x < 0 ? (T)0 : x)
+PD__FLOATS(PD__DEF_NEG, _)
+PD__SINTS(PD__DEF_NEG, _)
+PD__FLOATS(PD__DEF_RELU, _)
+PD__SINTS(PD__DEF_RELU, _)
+static const pd__row_fn neg_rows[PD__NDT] = {PD__FLOATS(PD__TAB, neg) PD__SINTS(PD__TAB, neg)};
+static const pd__row_fn relu_rows[PD__NDT] = {PD__FLOATS(PD__TAB, relu) PD__SINTS(PD__TAB, relu)};
+
+/* unary: float math (M is the libm suffix: sqrtf / sqrt) */
+#define PD__GELU_ERF(T, M) (T)0.5 * x * ((T)1 + erf##M(x * (T)0.70710678118654752440))
+#define PD__GELU_TANH(T, M) \
+    (T)0.5 * x * ((T)1 + tanh##M((T)0.79788456080286535588 * (x + (T)0.044715 * x * x * x)))
+#define PD__DEF_FMATH(_, dt, T, sfx, W, M, MIN, MAX)                         \
+    PD__UN_ROW(sqrt_##sfx, T, , sqrt##M(x))                                  \
+    PD__UN_ROW(exp_##sfx, T, , exp##M(x))                                    \
+    PD__UN_ROW(log_##sfx, T, , log##M(x))                                    \
+    PD__UN_ROW(recip_##sfx, T, , (T)1 / x)                                   \
+    PD__UN_ROW(sigmoid_##sfx, T, , (T)1 / ((T)1 + exp##M(-x)))               \
+    PD__UN_ROW(tanh_##sfx, T, , tanh##M(x))                                  \
+    PD__UN_ROW(erf_##sfx, T, , erf##M(x))                                    \
+    PD__UN_ROW(gelu_##sfx, T, , PD__GELU_ERF(T, M))                          \
+    PD__UN_ROW(gelut_##sfx, T, , PD__GELU_TANH(T, M))                        \
+    PD__UN_ROW(lrelu_##sfx, T, const T al = (T)ctx->alpha, x < 0 ? al * x : x)
+PD__FLOATS(PD__DEF_FMATH, _)
+static const pd__row_fn sqrt_rows[PD__NDT] = {PD__FLOATS(PD__TAB, sqrt)};
+static const pd__row_fn exp_rows[PD__NDT] = {PD__FLOATS(PD__TAB, exp)};
+static const pd__row_fn log_rows[PD__NDT] = {PD__FLOATS(PD__TAB, log)};
+static const pd__row_fn recip_rows[PD__NDT] = {PD__FLOATS(PD__TAB, recip)};
+static const pd__row_fn sigmoid_rows[PD__NDT] = {PD__FLOATS(PD__TAB, sigmoid)};
+static const pd__row_fn tanh_rows[PD__NDT] = {PD__FLOATS(PD__TAB, tanh)};
+static const pd__row_fn erf_rows[PD__NDT] = {PD__FLOATS(PD__TAB, erf)};
+static const pd__row_fn gelu_rows[PD__NDT] = {PD__FLOATS(PD__TAB, gelu)};
+static const pd__row_fn gelut_rows[PD__NDT] = {PD__FLOATS(PD__TAB, gelut)};
+static const pd__row_fn lrelu_rows[PD__NDT] = {PD__FLOATS(PD__TAB, lrelu)};
+
+/* Clip: max(x, lo) then min(., hi), so lo > hi gives hi (as numpy); NaN stays. */
+#define PD__CLIP_PRE(T)              \
+    T lo;                            \
+    T hi;                            \
+    memcpy(&lo, ctx->lo, sizeof lo); \
+    memcpy(&hi, ctx->hi, sizeof hi)
+#define PD__DEF_CLIP(_, dt, T, sfx, W, M, MIN, MAX) \
+    PD__UN_ROW(clip_##sfx, T, PD__CLIP_PRE(T), (x < lo ? lo : x) > hi ? hi : (x < lo ? lo : x))
+PD__NUMS(PD__DEF_CLIP, _)
+static const pd__row_fn clip_rows[PD__NDT] = {PD__NUMS(PD__TAB, clip)};
+
+/* Where(c, x, y) by element size: any dtype. */
+#define PD__WHERE_ROW(name, T)                                               \
+    static void name(PD__ROW_ARGS) {                                         \
+        T *o = (T *)o_;                                                      \
+        const uint8_t *c = (const uint8_t *)a_;                              \
+        const T *x = (const T *)b_, *y = (const T *)c_;                      \
+        (void)ctx_;                                                          \
+        for (int64_t i = 0; i < n; i++) o[i] = c[i * sa] ? x[i * sb] : y[i * sc]; \
+    }
+PD__WHERE_ROW(where_1, uint8_t)
+PD__WHERE_ROW(where_2, uint16_t)
+PD__WHERE_ROW(where_4, uint32_t)
+PD__WHERE_ROW(where_8, uint64_t)
+
+/* ---- the broadcast iterator ---------------------------------------------------- */
+
+#define PD__MAX_BIN 3
+
+/* The output's dims after dropping 1s and merging, with each input's
+ * element stride per dim (0 where it is broadcast). */
+typedef struct pd__bplan {
+    int nd;
+    int64_t shape[PD_MAX_DIMS];
+    int64_t st[PD__MAX_BIN][PD_MAX_DIMS];
+} pd__bplan;
+
+static pd_status plan_make(pd__bplan *p, int ond, const int64_t *oshape, int nin, const pd_tensor *in) {
+    int64_t cst[PD__MAX_BIN][PD_MAX_DIMS];
+    for (int k = 0; k < nin; k++) {
+        if (in[k].ndim > ond) return pd__err(PD_ERR_SHAPE, "input %d has more dims than the output", k);
+        int64_t s = 1;
+        for (int d = in[k].ndim - 1; d >= 0; d--) {
+            cst[k][d] = s;
+            s *= in[k].shape[d];
+        }
+    }
+    p->nd = 0;
+    for (int d = 0; d < ond; d++) {
+        if (oshape[d] == 1) continue;
+        int64_t st[PD__MAX_BIN];
+        for (int k = 0; k < nin; k++) {
+            int dk = d - (ond - in[k].ndim);
+            int64_t dim = dk >= 0 ? in[k].shape[dk] : 1;
+            if (dim != 1 && dim != oshape[d])
+                return pd__err(PD_ERR_SHAPE, "input %d does not broadcast to the output (dim %d: %lld vs %lld)", k,
+                               d, (long long)dim, (long long)oshape[d]);
+            st[k] = dim == 1 ? 0 : cst[k][dk];
+        }
+        int m = p->nd - 1;
+        bool merge = m >= 0;
+        for (int k = 0; k < nin && merge; k++) merge = p->st[k][m] == st[k] * oshape[d];
+        if (merge) {
+            p->shape[m] *= oshape[d];
+            for (int k = 0; k < nin; k++) p->st[k][m] = st[k];
+        } else {
+            p->shape[p->nd] = oshape[d];
+            for (int k = 0; k < nin; k++) p->st[k][p->nd] = st[k];
+            p->nd++;
+        }
+    }
+    return PD_OK;
+}
+
+typedef struct pd__bjob {
+    const pd__bplan *p;
+    pd__row_fn fn;
+    const void *ctx;
+    int nin;
+    char *o;
+    size_t osz;
+    const char *in[PD__MAX_BIN];
+    size_t isz[PD__MAX_BIN];
+} pd__bjob;
+
+/* Output elements [begin, end): rows along the last merged dim, an
+ * odometer over the others. */
+static void bjob_range(void *ctx, int64_t begin, int64_t end) {
+    const pd__bjob *j = ctx;
+    const pd__bplan *p = j->p;
+    int nd = p->nd, nin = j->nin;
+    int64_t inner = nd ? p->shape[nd - 1] : 1;
+    int64_t idx[PD_MAX_DIMS], off[PD__MAX_BIN] = {0}, s[PD__MAX_BIN] = {0};
+    for (int k = 0; k < nin; k++) s[k] = nd ? p->st[k][nd - 1] : 0;
+    int64_t row = begin / inner, col = begin % inner;
+    for (int d = nd - 2; d >= 0; d--) {
+        idx[d] = row % p->shape[d];
+        row /= p->shape[d];
+        for (int k = 0; k < nin; k++) off[k] += idx[d] * p->st[k][d];
+    }
+    for (int64_t pos = begin; pos < end;) {
+        int64_t len = inner - col < end - pos ? inner - col : end - pos;
+        const void *a[PD__MAX_BIN] = {NULL, NULL, NULL};
+        for (int k = 0; k < nin; k++) a[k] = j->in[k] + (size_t)(off[k] + col * s[k]) * j->isz[k];
+        j->fn(j->o + (size_t)pos * j->osz, a[0], s[0], a[1], s[1], a[2], s[2], len, j->ctx);
+        pos += len;
+        col = 0;
+        for (int d = nd - 2; d >= 0; d--) {
+            for (int k = 0; k < nin; k++) off[k] += p->st[k][d];
+            if (++idx[d] < p->shape[d]) break;
+            for (int k = 0; k < nin; k++) off[k] -= p->st[k][d] * p->shape[d];
+            idx[d] = 0;
+        }
+    }
+}
+
+/* out = fn(in...) broadcast; views already in the row's dtypes. */
+static pd_status bcast_run(const pd__exec *x, pd__row_fn fn, const void *ctx, const pd_tensor *out, int nin,
+                           const pd_tensor *in, int64_t cost) {
+    int64_t n = numel(out);
+    if (n <= 0) return PD_OK;
+    pd__bplan p;
+    PD_TRY(plan_make(&p, out->ndim, out->shape, nin, in));
+    pd__bjob j = {&p, fn, ctx, nin, out->data, pd_dtype_size(out->dtype), {NULL, NULL, NULL}, {0, 0, 0}};
+    for (int k = 0; k < nin; k++) {
+        j.in[k] = in[k].data;
+        j.isz[k] = pd_dtype_size(in[k].dtype);
+    }
+    par_range(x, n, n * cost, 64, bjob_range, &j);
+    return PD_OK;
+}
+
+/* The common path: stage the inputs in dtype w, run the row (which writes
+ * dtype wout), convert the result into out. */
+static pd_status run_rows(pd__exec *x, int nin, pd_tensor *const *in, pd_dtype w, pd_tensor *out, pd_dtype wout,
+                          pd__row_fn fn, const void *ctx, int64_t cost) {
+    if (!fn) return pd__err(PD_ERR_UNSUPPORTED, "dtype %s is not supported", pd_dtype_name(in[0]->dtype));
+    if (numel(out) <= 0) return PD_OK;
+    pd_tensor view[PD__MAX_BIN], ov;
+    PD_TRY(stage_begin(x, nin, in, w, view, out, wout, &ov));
+    PD_TRY(bcast_run(x, fn, ctx, &ov, nin, view, cost));
+    stage_end(x, out, &ov);
+    return PD_OK;
+}
+
+/* ---- binary ops -------------------------------------------------------------- */
+
+/* A op B in A's dtype (16-bit floats in float); Equal writes bool. B takes
+ * the old broadcast attribute's shape in opsets < 7. */
+static pd_status binary(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *out, const pd__row_fn *tab,
+                        bool to_bool) {
+    pd_tensor a = *in[0], b = *in[1];
+    if (!pd__legacy_bshape(n, a.ndim, &b.ndim, b.shape))
+        return pd__err(PD_ERR_SHAPE, "input B does not fit in A at the broadcast axis");
+    pd_dtype w = arith_work(a.dtype);
+    pd_tensor *v[2] = {&a, &b};
+    return run_rows(x, 2, v, w, out, to_bool ? PD_BOOL : w, tab[w], NULL, 1);
+}
+
+pd_status pd__cpu_Add(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    return binary(x, n, in, out[0], add_rows, false);
+}
+pd_status pd__cpu_Sub(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    return binary(x, n, in, out[0], sub_rows, false);
+}
+pd_status pd__cpu_Mul(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    return binary(x, n, in, out[0], mul_rows, false);
+}
+pd_status pd__cpu_Div(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    return binary(x, n, in, out[0], div_rows, false);
+}
+pd_status pd__cpu_Equal(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    return binary(x, n, in, out[0], eq_rows, true);
+}
+
+/* Pow: a float base computes in its float dtype (the exponent converted to
+ * it); an integer base in int64 with an integer exponent, in double with a
+ * float one, the result cast back (truncated) to the base's dtype. x^2 is x*x. */
+pd_status pd__cpu_Pow(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    pd_tensor a = *in[0], b = *in[1];
+    if (!pd__legacy_bshape(n, a.ndim, &b.ndim, b.shape))
+        return pd__err(PD_ERR_SHAPE, "input B does not fit in A at the broadcast axis");
+    unsigned ka = pd__ekind(a.dtype), kb = pd__ekind(b.dtype);
+    pd_dtype w;
+    if (ka == PD_EK_FLOAT) w = float_work(a.dtype);
+    else if (ka & PD_EK_INT) w = (kb & PD_EK_INT) ? PD_INT64 : PD_DOUBLE;
+    else return pd__err(PD_ERR_UNSUPPORTED, "Pow of %s is not supported", pd_dtype_name(a.dtype));
+    if (!kb || kb == PD_EK_BOOL)
+        return pd__err(PD_ERR_UNSUPPORTED, "Pow with a %s exponent is not supported", pd_dtype_name(b.dtype));
+    pd_tensor *v[2] = {&a, &b};
+    if ((w == PD_FLOAT || w == PD_DOUBLE) && numel(&b) == 1 && b.data && pd__get_f(b.dtype, b.data, 0) == 2.0) {
+        v[1] = &a; /* x^2 = x*x, exactly as pow rounds it */
+        if (numel(&a) != numel(out)) v[1] = v[0] = &a; /* a is broadcast: still fine, both the same view */
+        return run_rows(x, 2, v, w, out[0], w, mul_rows[w], NULL, 1);
+    }
+    return run_rows(x, 2, v, w, out[0], w, pow_rows[w], NULL, 8);
+}
+
+/* Sum: out = in0 + in1, then out += in_k; one input is a copy. */
+pd_status pd__cpu_Sum(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    int nin = n->nin;
+    pd_tensor *y = out[0];
+    if (nin < 1 || nin > PD__MAX_STAGED) return pd__err(PD_ERR_UNSUPPORTED, "Sum of %d inputs", nin);
+    for (int k = 0; k < nin; k++)
+        if (!in[k]) return pd__err(PD_ERR_INVALID, "input %d is missing", k);
+    if (numel(y) <= 0) return PD_OK;
+    pd_dtype w = arith_work(in[0]->dtype);
+    pd__row_fn add = add_rows[w];
+    if (!add) return pd__err(PD_ERR_UNSUPPORTED, "dtype %s is not supported", pd_dtype_name(in[0]->dtype));
+    pd_tensor view[PD__MAX_STAGED], ov;
+    PD_TRY(stage_begin(x, nin, in, w, view, y, w, &ov));
+    if (nin == 1) {
+        if (numel(&view[0]) != numel(&ov)) return pd__err(PD_ERR_SHAPE, "input and output sizes differ");
+        memcpy(ov.data, view[0].data, (size_t)numel(&ov) * pd_dtype_size(w));
+    } else {
+        PD_TRY(bcast_run(x, add, NULL, &ov, 2, view, 1));
+        for (int k = 2; k < nin; k++) {
+            pd_tensor ab[2] = {ov, view[k]};
+            PD_TRY(bcast_run(x, add, NULL, &ov, 2, ab, 1));
+        }
+    }
+    stage_end(x, y, &ov);
+    return PD_OK;
+}
+
+/* Where(condition, X, Y), any dtype of X and Y. */
+pd_status pd__cpu_Where(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    (void)n;
+    pd_tensor v[3] = {*in[0], *in[1], *in[2]};
+    pd__row_fn fn = NULL;
+    switch (pd_dtype_size(v[1].dtype)) {
+    case 1: fn = where_1; break;
+    case 2: fn = where_2; break;
+    case 4: fn = where_4; break;
+    case 8: fn = where_8; break;
+    default: break;
+    }
+    if (!fn || v[0].dtype != PD_BOOL || v[1].dtype != v[2].dtype || out[0]->dtype != v[1].dtype)
+        return pd__err(PD_ERR_UNSUPPORTED, "Where of %s is not supported", pd_dtype_name(v[1].dtype));
+    return bcast_run(x, fn, NULL, out[0], 3, v, 1);
+}
+
+/* ---- unary ops ------------------------------------------------------------------ */
+
+static pd_status unary(pd__exec *x, pd_tensor *const *in, pd_tensor *out, pd_dtype w, const pd__row_fn *tab,
+                       const pd__ectx *ctx, int64_t cost) {
+    if (numel(in[0]) != numel(out)) return pd__err(PD_ERR_SHAPE, "input and output sizes differ");
+    pd_tensor v = *in[0], *vp = &v;
+    v.ndim = out->ndim; /* same elements: walk it as the output */
+    memcpy(v.shape, out->shape, sizeof v.shape);
+    return run_rows(x, 1, &vp, w, out, w, tab[w], ctx, cost);
+}
+
+/* Float math: in float (float, float16, bfloat16) or double (double, integers). */
+#define PD__FLOAT_UNARY(Op, tab, cost)                                                                       \
+    pd_status pd__cpu_##Op(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {     \
+        (void)n;                                                                                             \
+        return unary(x, in, out[0], float_work(in[0]->dtype), tab, NULL, cost);                              \
+    }
+PD__FLOAT_UNARY(Sqrt, sqrt_rows, 4)
+PD__FLOAT_UNARY(Exp, exp_rows, 8)
+PD__FLOAT_UNARY(Log, log_rows, 8)
+PD__FLOAT_UNARY(Reciprocal, recip_rows, 2)
+PD__FLOAT_UNARY(Sigmoid, sigmoid_rows, 10)
+PD__FLOAT_UNARY(Tanh, tanh_rows, 10)
+PD__FLOAT_UNARY(Erf, erf_rows, 10)
+
+pd_status pd__cpu_Neg(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    (void)n;
+    return unary(x, in, out[0], arith_work(in[0]->dtype), neg_rows, NULL, 1);
+}
+
+pd_status pd__cpu_Relu(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    (void)n;
+    return unary(x, in, out[0], arith_work(in[0]->dtype), relu_rows, NULL, 1);
+}
+
+pd_status pd__cpu_LeakyRelu(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    pd__ectx c;
+    memset(&c, 0, sizeof c);
+    c.alpha = pd__attr_f(n, "alpha", 0.01f);
+    return unary(x, in, out[0], float_work(in[0]->dtype), lrelu_rows, &c, 2);
+}
+
+pd_status pd__cpu_Gelu(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    const char *ap = pd__attr_s(n, "approximate", "none");
+    const pd__row_fn *tab = strcmp(ap, "tanh") == 0 ? gelut_rows : gelu_rows;
+    if (tab == gelu_rows && strcmp(ap, "none") != 0)
+        return pd__err(PD_ERR_UNSUPPORTED, "approximate='%s' is not supported", ap);
+    return unary(x, in, out[0], float_work(in[0]->dtype), tab, NULL, 14);
+}
+
+/* Clip's bounds in dtype w: inputs 1 and 2 (opset >= 11, of X's dtype),
+ * the float attributes before; absent ones are -inf/+inf (the dtype's limits). */
+pd_status pd__cpu_Clip(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    pd_dtype w = arith_work(in[0]->dtype);
+    if (!clip_rows[w] || pd_dtype_size(w) > 8)
+        return pd__err(PD_ERR_UNSUPPORTED, "Clip of %s is not supported", pd_dtype_name(in[0]->dtype));
+    pd__ectx c;
+    memset(&c, 0, sizeof c);
+    for (int k = 0; k < 2; k++) {
+        unsigned char *dst = k ? c.hi : c.lo;
+        const pd_tensor *b = (n->opset >= 11 && n->nin > k + 1) ? in[k + 1] : NULL;
+        if (b && numel(b) >= 1 && b->data) {
+            if (!convertible(b->dtype)) return pd__err(PD_ERR_UNSUPPORTED, "Clip bound of %s", pd_dtype_name(b->dtype));
+            convert(x, w, dst, b->dtype, b->data, 1);
+        } else {
+            double v = k ? INFINITY : -INFINITY;
+            if (n->opset < 11) v = pd__attr_f(n, k ? "max" : "min", k ? 3.4028234663852886e38f : -3.4028234663852886e38f);
+            convert(x, w, dst, PD_DOUBLE, &v, 1);
+        }
+    }
+    return unary(x, in, out[0], w, clip_rows, &c, 2);
+}
+
+/* ---- Cast, Identity ------------------------------------------------------------ */
+
+pd_status pd__cpu_Cast(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    (void)n;
+    pd_tensor *y = out[0];
+    if (!convertible(in[0]->dtype) || !convertible(y->dtype))
+        return pd__err(PD_ERR_UNSUPPORTED, "Cast from %s to %s is not supported", pd_dtype_name(in[0]->dtype),
+                       pd_dtype_name(y->dtype));
+    if (numel(in[0]) != numel(y)) return pd__err(PD_ERR_SHAPE, "input and output sizes differ");
+    convert(x, y->dtype, y->data, in[0]->dtype, in[0]->data, numel(y));
+    return PD_OK;
+}
+
+pd_status pd__cpu_Identity(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    (void)x;
+    (void)n;
+    pd_tensor *y = out[0];
+    size_t es = pd_dtype_size(y->dtype);
+    if (!es || y->dtype != in[0]->dtype) return pd__err(PD_ERR_UNSUPPORTED, "Identity of %s", pd_dtype_name(y->dtype));
+    if (numel(in[0]) != numel(y)) return pd__err(PD_ERR_SHAPE, "input and output sizes differ");
+    if (numel(y) > 0 && y->data != in[0]->data) memcpy(y->data, in[0]->data, (size_t)numel(y) * es);
+    return PD_OK;
+}
+
+/* ---- reductions ------------------------------------------------------------------ */
+
+/* The input's dims with size-1 ones dropped and neighbours of the same kind
+ * (reduced or kept) merged; the last one is walked contiguously:
+ * reduced-last sums runs of C elements into one output (C = its size,
+ * V = 1); kept-last adds runs of V elements into V outputs (C = 1). */
+typedef struct pd__rjob {
+    pd_dtype w; /* float, double, int64 or uint64 (integers sum as uint64) */
+    bool mean, sgn;
+    const char *src;
+    char *dst;
+    int nk, nr;                                 /* outer kept / reduced dims */
+    int64_t ks[PD_MAX_DIMS], kst[PD_MAX_DIMS];  /* their sizes and input strides */
+    int64_t rs[PD_MAX_DIMS], rst[PD_MAX_DIMS];
+    int64_t rtotal;                             /* product of rs */
+    int64_t C, V, blk, nblk;
+    int64_t count;                              /* elements reduced into each output */
+} pd__rjob;
+
+/* Contiguous sum with 8 partial sums (vectorizes without reassociation). */
+#define PD__DEF_RSUM(T, sfx)                                       \
+    static T rsum_##sfx(const T *p, int64_t n) {                   \
+        T s[8] = {0, 0, 0, 0, 0, 0, 0, 0};                         \
+        int64_t i = 0;                                             \
+        for (; i + 8 <= n; i += 8)                                 \
+            for (int l = 0; l < 8; l++) s[l] += p[i + l];          \
+        for (; i < n; i++) s[0] += p[i];                           \
+        return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7])); \
+    }
+PD__DEF_RSUM(float, f32)
+PD__DEF_RSUM(double, f64)
+PD__DEF_RSUM(uint64_t, u64)
+
+static inline float rfin_f32(float s, const pd__rjob *j) { return j->mean ? s / (float)j->count : s; }
+static inline double rfin_f64(double s, const pd__rjob *j) { return j->mean ? s / (double)j->count : s; }
+static inline uint64_t rfin_u64(uint64_t s, const pd__rjob *j) {
+    if (!j->mean) return s;
+    if (j->count == 0) return 0;
+    return j->sgn ? (uint64_t)((int64_t)s / j->count) : s / (uint64_t)j->count;
+}
+
+/* Items [begin, end): an item is one output (reduced-last) or one block of
+ * a run of V outputs (kept-last). */
+#define PD__DEF_REDUCE(T, sfx)                                                              \
+    static void reduce_##sfx(void *ctx, int64_t begin, int64_t end) {                       \
+        const pd__rjob *j = ctx;                                                            \
+        const T *src = (const T *)j->src;                                                   \
+        T *dst = (T *)j->dst;                                                               \
+        for (int64_t it = begin; it < end; it++) {                                          \
+            int64_t q = it / j->nblk, cb = it % j->nblk, base = 0, rem = q;                 \
+            for (int d = j->nk - 1; d >= 0; d--) {                                          \
+                base += (rem % j->ks[d]) * j->kst[d];                                       \
+                rem /= j->ks[d];                                                            \
+            }                                                                               \
+            int64_t ridx[PD_MAX_DIMS] = {0}, roff = 0;                                      \
+            if (j->V == 1) {                                                                \
+                T acc = 0;                                                                  \
+                for (int64_t r = 0; r < j->rtotal; r++) {                                   \
+                    acc += rsum_##sfx(src + base + roff, j->C);                             \
+                    for (int d = j->nr - 1; d >= 0; d--) {                                  \
+                        roff += j->rst[d];                                                  \
+                        if (++ridx[d] < j->rs[d]) break;                                    \
+                        roff -= j->rst[d] * j->rs[d];                                       \
+                        ridx[d] = 0;                                                        \
+                    }                                                                       \
+                }                                                                           \
+                dst[q] = rfin_##sfx(acc, j);                                                \
+            } else {                                                                        \
+                int64_t c0 = cb * j->blk, c1 = c0 + j->blk < j->V ? c0 + j->blk : j->V;     \
+                T *o = dst + q * j->V + c0;                                                 \
+                for (int64_t c = 0; c < c1 - c0; c++) o[c] = 0;                             \
+                for (int64_t r = 0; r < j->rtotal; r++) {                                   \
+                    const T *p = src + base + roff + c0;                                    \
+                    for (int64_t c = 0; c < c1 - c0; c++) o[c] += p[c];                     \
+                    for (int d = j->nr - 1; d >= 0; d--) {                                  \
+                        roff += j->rst[d];                                                  \
+                        if (++ridx[d] < j->rs[d]) break;                                    \
+                        roff -= j->rst[d] * j->rs[d];                                       \
+                        ridx[d] = 0;                                                        \
+                    }                                                                       \
+                }                                                                           \
+                if (j->mean)                                                                \
+                    for (int64_t c = 0; c < c1 - c0; c++) o[c] = rfin_##sfx(o[c], j);       \
+            }                                                                               \
+        }                                                                                   \
+    }
+PD__DEF_REDUCE(float, f32)
+PD__DEF_REDUCE(double, f64)
+PD__DEF_REDUCE(uint64_t, u64)
+
+/* Fills the job's dims from the input shape and the reduce mask; false
+ * when nothing (of size > 1) is reduced. */
+static bool rjob_dims(pd__rjob *j, int ndim, const int64_t *shape, const bool *mask) {
+    int m = 0;
+    int64_t s[PD_MAX_DIMS];
+    bool red[PD_MAX_DIMS];
+    for (int d = 0; d < ndim; d++) {
+        if (shape[d] == 1) continue;
+        if (m > 0 && red[m - 1] == mask[d]) {
+            s[m - 1] *= shape[d];
+        } else {
+            s[m] = shape[d];
+            red[m++] = mask[d];
+        }
+    }
+    int64_t st[PD_MAX_DIMS], acc = 1;
+    for (int d = m - 1; d >= 0; d--) {
+        st[d] = acc;
+        acc *= s[d];
+    }
+    j->nk = j->nr = 0;
+    j->count = 1;
+    bool any = false;
+    for (int d = 0; d < m; d++) {
+        if (red[d]) j->count *= s[d];
+        any |= red[d];
+        if (d == m - 1) continue; /* the contiguous one */
+        if (red[d]) {
+            j->rs[j->nr] = s[d];
+            j->rst[j->nr++] = st[d];
+        } else {
+            j->ks[j->nk] = s[d];
+            j->kst[j->nk++] = st[d];
+        }
+    }
+    if (!any) return false;
+    bool red_last = red[m - 1];
+    j->C = red_last ? s[m - 1] : 1;
+    j->V = red_last ? 1 : s[m - 1];
+    j->rtotal = 1;
+    for (int d = 0; d < j->nr; d++) j->rtotal *= j->rs[d];
+    return true;
+}
+
+/* The dtype a reduction runs in. */
+static pd_dtype reduce_work(pd_dtype t) {
+    unsigned k = pd__ekind(t);
+    if (k == PD_EK_FLOAT) return float_work(t);
+    if (k == PD_EK_SINT) return PD_INT64;
+    if (k == PD_EK_UINT) return PD_UINT64;
+    return PD_UNDEFINED;
+}
+
+static pd_status reduce(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *out, bool mean) {
+    const pd_tensor *xt = in[0];
+    pd_dtype w = reduce_work(xt->dtype);
+    if (w == PD_UNDEFINED || out->dtype != xt->dtype)
+        return pd__err(PD_ERR_UNSUPPORTED, "reduction of %s is not supported", pd_dtype_name(xt->dtype));
+    bool mask[PD_MAX_DIMS], noop;
+    const pd_tensor *axes = (pd__reduce_axes_input(n) && n->nin > 1) ? in[1] : NULL;
+    pd_status st = pd__reduce_mask(n, xt->ndim, axes, mask, &noop);
+    if (st != PD_OK) return pd__err(st, "bad or unknown axes");
+    int64_t on = numel(out);
+    if (on <= 0) return PD_OK;
+    pd_tensor v, ov;
+    PD_TRY(stage_begin(x, 1, in, w, &v, out, w, &ov));
+    pd__rjob j;
+    memset(&j, 0, sizeof j);
+    size_t es = pd_dtype_size(w);
+    if (numel(xt) == 0) { /* empty sums are 0, empty means NaN (0 for integers) */
+        memset(ov.data, 0, (size_t)on * es);
+        for (int64_t i = 0; mean && i < on; i++) {
+            if (w == PD_FLOAT) ((float *)ov.data)[i] = NAN;
+            if (w == PD_DOUBLE) ((double *)ov.data)[i] = NAN;
+        }
+    } else if (noop || !rjob_dims(&j, xt->ndim, xt->shape, mask)) {
+        if (on != numel(xt)) return pd__err(PD_ERR_SHAPE, "output size does not match a reduction of the input");
+        memcpy(ov.data, v.data, (size_t)on * es);
+    } else {
+        j.w = w;
+        j.mean = mean;
+        j.sgn = w == PD_INT64;
+        j.src = v.data;
+        j.dst = ov.data;
+        if (j.count * (on) != numel(xt)) return pd__err(PD_ERR_SHAPE, "output size does not match the reduction");
+        int nt = n_threads(x, numel(xt));
+        int64_t rows = on / j.V;
+        j.blk = j.V;
+        if (j.V > 1) {
+            j.blk = 256;
+            while (j.blk > 16 && rows * ((j.V + j.blk - 1) / j.blk) < 2 * nt) j.blk /= 2;
+            if (j.blk > j.V) j.blk = j.V;
+        }
+        j.nblk = (j.V + j.blk - 1) / j.blk;
+        pd__range_fn fn = w == PD_FLOAT ? reduce_f32 : w == PD_DOUBLE ? reduce_f64 : reduce_u64;
+        par_range(x, rows * j.nblk, numel(xt), 1, fn, &j);
+    }
+    stage_end(x, out, &ov);
+    return PD_OK;
+}
+
+pd_status pd__cpu_ReduceSum(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    return reduce(x, n, in, out[0], false);
+}
+
+pd_status pd__cpu_ReduceMean(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    return reduce(x, n, in, out[0], true);
+}

@@ -1,0 +1,468 @@
+/* nn_impl.h - the typed bodies of the CPU nn kernels (runtime/cpu/nn.c).
+ *
+ * Included by nn.c once per element type, with
+ *   T          the element type (float, double)
+ *   FN(name)   the typed name (name_f32, name_f64)
+ *   PD_GEMM    cblas_sgemm / cblas_dgemm
+ *   EXP, LOG   expf / exp, logf / log
+ * defined, so that each kernel is written once. The untyped helpers they
+ * use (window ranges, threads, scratch, the odometer) are in nn.c above the
+ * include. No include guard on purpose.
+ */
+
+/* ---- GEMM -------------------------------------------------------------------------------- */
+
+/* C (M, N) = alpha * op(A) (M, K) @ op(B) (K, N) + beta * C, row-major, through BLAS. */
+static pd_status FN(gemm)(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha, const T *A, int64_t lda,
+                          const T *B, int64_t ldb, double beta, T *C, int64_t ldc) {
+    if (M <= 0 || N <= 0) return PD_OK;
+    if (K <= 0) {
+        for (int64_t i = 0; i < M; i++)
+            for (int64_t j = 0; j < N; j++) C[i * ldc + j] = beta == 0 ? (T)0 : (T)(beta * C[i * ldc + j]);
+        return PD_OK;
+    }
+    if (M > INT32_MAX || N > INT32_MAX || K > INT32_MAX || lda > INT32_MAX || ldb > INT32_MAX || ldc > INT32_MAX)
+        return pd__err(PD_ERR_UNSUPPORTED, "matrix product of %lldx%lldx%lld exceeds BLAS's 32-bit sizes",
+                       (long long)M, (long long)N, (long long)K);
+    PD_GEMM(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)M, (int)N, (int)K,
+            (T)alpha, A, (int)(lda > 0 ? lda : 1), B, (int)(ldb > 0 ? ldb : 1), (T)beta, C, (int)(ldc > 0 ? ldc : 1));
+    return PD_OK;
+}
+
+/* Y (M, N) = alpha * op(A) @ op(B) + beta * C, C broadcast from (), (N), (1|M, 1|N). */
+static pd_status FN(gemm_op)(const pd_tensor *a, const pd_tensor *b, const pd_tensor *c, pd_tensor *y, bool ta,
+                             bool tb, double alpha, double beta) {
+    int64_t M = y->shape[0], N = y->shape[1], K = a->shape[ta ? 0 : 1];
+    T *Y = y->data; // (M, N)
+    if (c && beta != 0) {
+        const T *C = c->data;
+        int64_t cc = c->ndim >= 1 ? c->shape[c->ndim - 1] : 1, cr = c->ndim == 2 ? c->shape[0] : 1;
+        for (int64_t i = 0; i < M; i++)
+            for (int64_t j = 0; j < N; j++) Y[i * N + j] = C[(cr == 1 ? 0 : i) * cc + (cc == 1 ? 0 : j)];
+    } else {
+        beta = 0;
+    }
+    return FN(gemm)(ta, tb, M, N, K, alpha, a->data, a->shape[1], b->data, b->shape[1], beta, Y, N);
+}
+
+/* numpy matmul: 1-D operands promoted, batch dims broadcast. */
+static pd_status FN(matmul)(const pd_tensor *a, const pd_tensor *b, pd_tensor *y) {
+    int ra = a->ndim, rb = b->ndim;
+    int64_t M = ra >= 2 ? a->shape[ra - 2] : 1, K = a->shape[ra - 1], N = rb >= 2 ? b->shape[rb - 1] : 1;
+    const T *A = a->data, *B = b->data; // (..., M, K), (..., K, N)
+    T *Y = y->data;                     // (..., M, N)
+    int ba = ra > 2 ? ra - 2 : 0, bb = rb > 2 ? rb - 2 : 0, nb = ba > bb ? ba : bb;
+    int64_t ob[PD_MAX_DIMS], sa[PD_MAX_DIMS], sb[PD_MAX_DIMS], nbatch = 1, nbb = 1;
+    /* batch strides in matrices, 0 where an operand broadcasts */
+    int64_t stra = 1, strb = 1;
+    for (int i = nb - 1; i >= 0; i--) {
+        int ia = i - (nb - ba), ib = i - (nb - bb);
+        int64_t da = ia >= 0 ? a->shape[ia] : 1, db = ib >= 0 ? b->shape[ib] : 1;
+        ob[i] = da == 1 ? db : da;
+        sa[i] = da == 1 ? 0 : stra;
+        sb[i] = db == 1 ? 0 : strb;
+        stra *= da;
+        strb *= db;
+        nbatch *= ob[i];
+        nbb *= db;
+    }
+    if (nbb == 1) /* B is one matrix: all of A's rows in one product */
+        return FN(gemm)(false, false, nbatch * M, N, K, 1, A, K, B, N, 0, Y, N);
+    int64_t idx[PD_MAX_DIMS] = {0};
+    for (int64_t q = 0; q < nbatch; q++) {
+        int64_t oa = 0, ob_ = 0;
+        for (int i = 0; i < nb; i++) {
+            oa += idx[i] * sa[i];
+            ob_ += idx[i] * sb[i];
+        }
+        PD_TRY(FN(gemm)(false, false, M, N, K, 1, A + oa * M * K, K, B + ob_ * K * N, N, 0, Y + q * M * N, N));
+        odo_next(idx, ob, nb);
+    }
+    return PD_OK;
+}
+
+/* ---- Conv, ConvTranspose --------------------------------------------------------------------- */
+
+/* col (C*prod(k), prod(out)) from img (C, in...): row (c, k...) holds the
+ * input values each output position sees through kernel tap k (0 in pads). */
+static void FN(im2col)(pd__exec *x, const T *img, int64_t C, const pd__win *w, T *col) {
+    int ns = w->nsp, last = ns - 1;
+    int64_t K = prod64(ns, w->k), IN = prod64(ns, w->in), OUT = prod64(ns, w->out);
+    int64_t OL = w->out[last], IL = w->in[last], S = w->s[last], outer = OUT / OL, rows = C * K;
+    int nt = pd__nthreads(x);
+    PD_OMP_FOR(nt, rows * OUT > 32768)
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t c = r / K, kk[PD_MAX_DIMS], oi[PD_MAX_DIMS] = {0};
+        odo_unflat(r % K, w->k, ns, kk);
+        const T *src = img + c * IN; // (in...)
+        T *dst = col + r * OUT;      // (out...)
+        int64_t p = kk[last] * w->d[last] - w->pb[last], lo, hi;
+        out_range(p, S, IL, OL, &lo, &hi);
+        for (int64_t q = 0; q < outer; q++, dst += OL) {
+            int64_t off = 0;
+            bool ok = true;
+            for (int i = 0; i < last && ok; i++) {
+                int64_t pos = oi[i] * w->s[i] - w->pb[i] + kk[i] * w->d[i];
+                ok = pos >= 0 && pos < w->in[i];
+                off = off * w->in[i] + pos;
+            }
+            odo_next(oi, w->out, last);
+            if (!ok) {
+                for (int64_t o = 0; o < OL; o++) dst[o] = 0;
+                continue;
+            }
+            const T *srow = src + off * IL;
+            for (int64_t o = 0; o < lo; o++) dst[o] = 0;
+            if (S == 1)
+                for (int64_t o = lo; o < hi; o++) dst[o] = srow[o + p];
+            else
+                for (int64_t o = lo; o < hi; o++) dst[o] = srow[o * S + p];
+            for (int64_t o = hi; o < OL; o++) dst[o] = 0;
+        }
+    }
+}
+
+/* The adjoint of im2col: img (C, out...) += col (C*prod(k), prod(in...)), for
+ * ConvTranspose, whose image is its output and whose columns are its input. */
+static void FN(col2im)(pd__exec *x, const T *col, int64_t C, const pd__win *w, T *img) {
+    int ns = w->nsp, last = ns - 1;
+    int64_t K = prod64(ns, w->k), IN = prod64(ns, w->in), OUT = prod64(ns, w->out);
+    int64_t IL = w->in[last], OL = w->out[last], S = w->s[last], outer = IN / IL;
+    int nt = pd__nthreads(x);
+    PD_OMP_FOR(nt, C * K * IN > 32768)
+    for (int64_t c = 0; c < C; c++) {
+        T *dst = img + c * OUT; // (out...)
+        for (int64_t kr = 0; kr < K; kr++) {
+            int64_t kk[PD_MAX_DIMS], ii[PD_MAX_DIMS] = {0};
+            odo_unflat(kr, w->k, ns, kk);
+            const T *src = col + (c * K + kr) * IN; // (in...)
+            int64_t p = kk[last] * w->d[last] - w->pb[last], lo, hi;
+            out_range(p, S, OL, IL, &lo, &hi);
+            for (int64_t q = 0; q < outer; q++, src += IL) {
+                int64_t off = 0;
+                bool ok = true;
+                for (int i = 0; i < last && ok; i++) {
+                    int64_t pos = ii[i] * w->s[i] - w->pb[i] + kk[i] * w->d[i];
+                    ok = pos >= 0 && pos < w->out[i];
+                    off = off * w->out[i] + pos;
+                }
+                odo_next(ii, w->in, last);
+                if (!ok) continue;
+                T *drow = dst + off * OL;
+                for (int64_t i = lo; i < hi; i++) drow[i * S + p] += src[i];
+            }
+        }
+    }
+}
+
+/* Y (N, M, out...) = conv(X (N, C, in...), W (M, C/group, k...)) + B (M). */
+static pd_status FN(conv)(pd__exec *x, const pd__win *w, int64_t group, const pd_tensor *X, const pd_tensor *W,
+                          const pd_tensor *B, pd_tensor *Y) {
+    int ns = w->nsp;
+    int64_t N = X->shape[0], C = X->shape[1], M = W->shape[0], Cg = C / group, Mg = M / group;
+    int64_t K = prod64(ns, w->k), IN = prod64(ns, w->in), OUT = prod64(ns, w->out), rows = Cg * K;
+    bool direct = K == 1; /* a 1x1 kernel without stride or pad reads X as it is */
+    for (int i = 0; i < ns; i++) direct = direct && w->s[i] == 1 && w->pb[i] == 0 && w->pe[i] == 0;
+    T *col = NULL; // (Cg*K, OUT)
+    if (!direct && !(col = pd__scratch_n(x, rows, OUT, sizeof(T)))) return PD_ERR_NOMEM;
+    const T *xd = X->data, *wd = W->data;
+    T *yd = Y->data;
+    for (int64_t n = 0; n < N; n++) {
+        for (int64_t gi = 0; gi < group; gi++) {
+            const T *xg = xd + (n * C + gi * Cg) * IN; // (Cg, in...)
+            if (!direct) FN(im2col)(x, xg, Cg, w, col);
+            PD_TRY(FN(gemm)(false, false, Mg, OUT, rows, 1, wd + gi * Mg * rows, rows, direct ? xg : col, OUT, 0,
+                            yd + (n * M + gi * Mg) * OUT, OUT));
+        }
+    }
+    if (B) {
+        const T *bd = B->data;
+        int nt = pd__nthreads(x);
+        PD_OMP_FOR(nt, N * M * OUT > 32768)
+        for (int64_t nm = 0; nm < N * M; nm++) {
+            T bv = bd[nm % M], *yp = yd + nm * OUT;
+            for (int64_t o = 0; o < OUT; o++) yp[o] += bv;
+        }
+    }
+    return PD_OK;
+}
+
+/* Y (N, M, out...) = convT(X (N, C, in...), W (C, M/group, k...)) + B (M). */
+static pd_status FN(conv_transpose)(pd__exec *x, const pd__win *w, int64_t group, const pd_tensor *X,
+                                    const pd_tensor *W, const pd_tensor *B, pd_tensor *Y) {
+    int ns = w->nsp;
+    int64_t N = X->shape[0], C = X->shape[1], Cg = C / group, Mg = W->shape[1], M = Mg * group;
+    int64_t K = prod64(ns, w->k), IN = prod64(ns, w->in), OUT = prod64(ns, w->out), rows = Mg * K;
+    T *col = pd__scratch_n(x, rows, IN, sizeof(T)); // (Mg*K, IN)
+    if (!col) return PD_ERR_NOMEM;
+    const T *xd = X->data, *wd = W->data, *bd = B ? B->data : NULL;
+    T *yd = Y->data;
+    for (int64_t nm = 0; nm < N * M; nm++) {
+        T bv = bd ? bd[nm % M] : (T)0, *yp = yd + nm * OUT;
+        for (int64_t o = 0; o < OUT; o++) yp[o] = bv;
+    }
+    for (int64_t n = 0; n < N; n++) {
+        for (int64_t gi = 0; gi < group; gi++) {
+            /* col (Mg*K, IN) = W_g^T, W_g (Cg, Mg*K), times X_g (Cg, IN) */
+            PD_TRY(FN(gemm)(true, false, rows, IN, Cg, 1, wd + gi * Cg * rows, rows, xd + (n * C + gi * Cg) * IN, IN,
+                            0, col, IN));
+            FN(col2im)(x, col, Mg, w, yd + (n * M + gi * Mg) * OUT);
+        }
+    }
+    return PD_OK;
+}
+
+/* ---- pools ---------------------------------------------------------------------------------------- */
+
+/* Y (NC, out...) = max over each window of X (NC, in...); I: flat index into X
+ * of the max (row-major, or column-major over the spatial dims with storage_order=1). */
+static pd_status FN(maxpool)(pd__exec *x, const pd__win *w, int64_t NC, const T *X, T *Y, int64_t *I, int so) {
+    int ns = w->nsp;
+    int64_t IN = prod64(ns, w->in), OUT = prod64(ns, w->out);
+    int64_t cstr[PD_MAX_DIMS]; /* column-major strides of the spatial dims */
+    for (int i = 0; i < ns; i++) cstr[i] = i == 0 ? 1 : cstr[i - 1] * w->in[i - 1];
+    int nt = pd__nthreads(x);
+    PD_OMP_FOR(nt, NC * OUT > 4096)
+    for (int64_t nc = 0; nc < NC; nc++) {
+        const T *xp = X + nc * IN;
+        int64_t o[PD_MAX_DIMS] = {0};
+        for (int64_t q = 0; q < OUT; q++) {
+            pd__wrange r;
+            win_range(w, o, &r);
+            T best = 0;
+            int64_t bi = -1;
+            if (!r.empty) {
+                int64_t kk[PD_MAX_DIMS];
+                for (int i = 0; i < ns; i++) kk[i] = r.lo[i];
+                for (int64_t t = 0; t < r.count; t++) {
+                    int64_t off = 0;
+                    for (int i = 0; i < ns; i++) off = off * w->in[i] + r.start[i] + kk[i] * w->d[i];
+                    T v = xp[off];
+                    if (bi < 0 || v > best) {
+                        best = v;
+                        bi = off;
+                    }
+                    odo_next_range(kk, r.lo, r.hi, ns);
+                }
+            }
+            Y[nc * OUT + q] = bi < 0 ? (T)-INFINITY : best;
+            if (I) {
+                int64_t idx = bi < 0 ? 0 : bi;
+                if (so && bi >= 0) { /* re-express the offset column-major */
+                    int64_t rem = bi, cm = 0;
+                    for (int i = ns - 1; i >= 0; i--) {
+                        cm += (rem % w->in[i]) * cstr[i];
+                        rem /= w->in[i];
+                    }
+                    idx = cm;
+                }
+                I[nc * OUT + q] = nc * IN + idx;
+            }
+            odo_next(o, w->out, ns);
+        }
+    }
+    return PD_OK;
+}
+
+/* Y (NC, out...) = mean over each window of X (NC, in...): over the taps inside
+ * X, or over the whole kernel (pads count as 0) with count_include_pad. */
+static pd_status FN(avgpool)(pd__exec *x, const pd__win *w, int64_t NC, const T *X, T *Y, int include_pad) {
+    int ns = w->nsp;
+    int64_t IN = prod64(ns, w->in), OUT = prod64(ns, w->out), K = prod64(ns, w->k);
+    int nt = pd__nthreads(x);
+    PD_OMP_FOR(nt, NC * OUT > 4096)
+    for (int64_t nc = 0; nc < NC; nc++) {
+        const T *xp = X + nc * IN;
+        int64_t o[PD_MAX_DIMS] = {0};
+        for (int64_t q = 0; q < OUT; q++) {
+            pd__wrange r;
+            win_range(w, o, &r);
+            double sum = 0;
+            if (!r.empty) {
+                int64_t kk[PD_MAX_DIMS];
+                for (int i = 0; i < ns; i++) kk[i] = r.lo[i];
+                for (int64_t t = 0; t < r.count; t++) {
+                    int64_t off = 0;
+                    for (int i = 0; i < ns; i++) off = off * w->in[i] + r.start[i] + kk[i] * w->d[i];
+                    sum += xp[off];
+                    odo_next_range(kk, r.lo, r.hi, ns);
+                }
+            }
+            int64_t div = include_pad ? K : (r.empty ? 0 : r.count);
+            Y[nc * OUT + q] = div ? (T)(sum / (double)div) : (T)NAN;
+            odo_next(o, w->out, ns);
+        }
+    }
+    return PD_OK;
+}
+
+/* Y (NC) = mean of each plane of X (NC, S). */
+static pd_status FN(global_avgpool)(pd__exec *x, int64_t NC, int64_t S, const T *X, T *Y) {
+    int nt = pd__nthreads(x);
+    PD_OMP_FOR(nt, NC * S > 32768)
+    for (int64_t nc = 0; nc < NC; nc++) {
+        const T *xp = X + nc * S;
+        double sum = 0;
+        for (int64_t s = 0; s < S; s++) sum += xp[s];
+        Y[nc] = (T)(S ? sum / (double)S : NAN);
+    }
+    return PD_OK;
+}
+
+/* ---- normalizations -------------------------------------------------------------------------------- */
+
+/* Y (N, F, S) = (X - m[f]) * a[f] + b[f]. */
+static pd_status FN(affine)(pd__exec *x, int64_t N, int64_t F, int64_t S, const T *X, const double *m,
+                            const double *a, const double *b, T *Y) {
+    int nt = pd__nthreads(x);
+    PD_OMP_FOR(nt, N * F * S > 32768)
+    for (int64_t nf = 0; nf < N * F; nf++) {
+        T mv = (T)m[nf % F], av = (T)a[nf % F], bv = (T)b[nf % F];
+        const T *xp = X + nf * S;
+        T *yp = Y + nf * S;
+        for (int64_t s = 0; s < S; s++) yp[s] = (xp[s] - mv) * av + bv;
+    }
+    return PD_OK;
+}
+
+/* mean[f], var[f] (biased) of X (N, F, S) over N and S, two passes in double. */
+static pd_status FN(batch_stats)(pd__exec *x, int64_t N, int64_t F, int64_t S, const T *X, double *mean,
+                                 double *var) {
+    int nt = pd__nthreads(x);
+    double cnt = (double)(N * S);
+    PD_OMP_FOR(nt, N * F * S > 32768)
+    for (int64_t f = 0; f < F; f++) {
+        double sum = 0, sq = 0;
+        for (int64_t n = 0; n < N; n++) {
+            const T *xp = X + (n * F + f) * S;
+            for (int64_t s = 0; s < S; s++) sum += xp[s];
+        }
+        double m = cnt > 0 ? sum / cnt : 0;
+        for (int64_t n = 0; n < N; n++) {
+            const T *xp = X + (n * F + f) * S;
+            for (int64_t s = 0; s < S; s++) sq += (xp[s] - m) * (xp[s] - m);
+        }
+        mean[f] = m;
+        var[f] = cnt > 0 ? sq / cnt : 0;
+    }
+    return PD_OK;
+}
+
+/* Y (R, D) = (X - mean) / sqrt(var + eps) * scale (D) + bias (D), per row;
+ * mean and inv_std (R) are stored with dtype mdt when asked for. */
+static pd_status FN(layer_norm)(pd__exec *x, int64_t R, int64_t D, const T *X, const T *scale, const T *bias,
+                                double eps, T *Y, void *mean, void *inv_std, pd_dtype mdt) {
+    int nt = pd__nthreads(x);
+    PD_OMP_FOR(nt, R * D > 32768)
+    for (int64_t r = 0; r < R; r++) {
+        const T *xp = X + r * D;
+        T *yp = Y + r * D;
+        double sum = 0, sq = 0;
+        for (int64_t i = 0; i < D; i++) sum += xp[i];
+        double m = D ? sum / (double)D : 0;
+        for (int64_t i = 0; i < D; i++) sq += (xp[i] - m) * (xp[i] - m);
+        double is = 1.0 / sqrt((D ? sq / (double)D : 0) + eps);
+        for (int64_t i = 0; i < D; i++) {
+            double v = (xp[i] - m) * is * scale[i];
+            yp[i] = (T)(bias ? v + bias[i] : v);
+        }
+        if (mean) pd__set_f(mdt, mean, r, m);
+        if (inv_std) pd__set_f(mdt, inv_std, r, is);
+    }
+    return PD_OK;
+}
+
+/* Y = X / (bias + alpha/size * sum of X^2 over the size channels around c)^beta, X (N, C, S). */
+static pd_status FN(lrn)(pd__exec *x, int64_t N, int64_t C, int64_t S, const T *X, int64_t size, double alpha,
+                         double beta, double bias, T *Y) {
+    int nt = pd__nthreads(x);
+    int64_t before = (size - 1) / 2, after = size / 2;
+    PD_OMP_FOR(nt, N * C * S * size > 32768)
+    for (int64_t nc = 0; nc < N * C; nc++) {
+        int64_t n = nc / C, c = nc % C;
+        int64_t lo = c - before < 0 ? 0 : c - before, hi = c + after > C - 1 ? C - 1 : c + after;
+        const T *xn = X + n * C * S;
+        T *yp = Y + nc * S;
+        for (int64_t s = 0; s < S; s++) {
+            double sq = 0;
+            for (int64_t j = lo; j <= hi; j++) sq += (double)xn[j * S + s] * xn[j * S + s];
+            yp[s] = (T)(xn[c * S + s] / pow(bias + alpha / (double)size * sq, beta));
+        }
+    }
+    return PD_OK;
+}
+
+/* ---- softmax family ---------------------------------------------------------------------------------- */
+
+/* Y = softmax (or log-softmax) of X (outer, len, inner) over len. */
+static pd_status FN(softmax)(pd__exec *x, int64_t outer, int64_t len, int64_t inner, const T *X, T *Y, int log_sm) {
+    int nt = pd__nthreads(x);
+    PD_OMP_FOR(nt, outer * len * inner > 16384)
+    for (int64_t oi = 0; oi < outer * inner; oi++) {
+        int64_t o = oi / inner, i = oi % inner;
+        const T *xp = X + o * len * inner + i;
+        T *yp = Y + o * len * inner + i;
+        T mx = -INFINITY;
+        for (int64_t j = 0; j < len; j++)
+            if (xp[j * inner] > mx) mx = xp[j * inner];
+        double sum = 0;
+        if (log_sm) {
+            for (int64_t j = 0; j < len; j++) sum += EXP(xp[j * inner] - mx);
+            T ls = (T)log(sum);
+            for (int64_t j = 0; j < len; j++) yp[j * inner] = xp[j * inner] - mx - ls;
+        } else {
+            for (int64_t j = 0; j < len; j++) {
+                T e = EXP(xp[j * inner] - mx);
+                yp[j * inner] = e;
+                sum += e;
+            }
+            T inv = (T)(1.0 / sum);
+            for (int64_t j = 0; j < len; j++) yp[j * inner] *= inv;
+        }
+    }
+    return PD_OK;
+}
+
+/* loss (N, D) = -LP[n, t, d] * w[t] for labels t (N, D) of LP (N, C, D); ignored
+ * labels give 0 and weigh 0. red: 0 none (Y is (N, D)), 1 sum, 2 mean (sum / sum of weights). */
+static pd_status FN(nll)(int64_t N, int64_t C, int64_t D, const T *LP, const pd_tensor *labels, const T *wt,
+                         bool has_ii, int64_t ii, int red, T *Y) {
+    double sum = 0, wsum = 0;
+    for (int64_t n = 0; n < N; n++) {
+        for (int64_t d = 0; d < D; d++) {
+            int64_t t = pd__get_i(labels->dtype, labels->data, n * D + d);
+            double l = 0, wv = 0;
+            if (!(has_ii && t == ii)) {
+                if (t < 0 || t >= C)
+                    return pd__err(PD_ERR_INVALID, "label %lld at %lld is out of range [0, %lld)", (long long)t,
+                                   (long long)(n * D + d), (long long)C);
+                wv = wt ? (double)wt[t] : 1.0;
+                l = -(double)LP[(n * C + t) * D + d] * wv;
+            }
+            if (red == 0) Y[n * D + d] = (T)l;
+            sum += l;
+            wsum += wv;
+        }
+    }
+    if (red == 1) Y[0] = (T)sum;
+    if (red == 2) Y[0] = (T)(sum / wsum);
+    return PD_OK;
+}
+
+/* SoftmaxCrossEntropyLoss: LP (N, C, D) = log-softmax of X over C, then the NLL loss. */
+static pd_status FN(sce)(pd__exec *x, int64_t N, int64_t C, int64_t D, const T *X, T *LP, const pd_tensor *labels,
+                         const T *wt, bool has_ii, int64_t ii, int red, T *Y) {
+    PD_TRY(FN(softmax)(x, N, C, D, X, LP, 1));
+    return FN(nll)(N, C, D, LP, labels, wt, has_ii, ii, red, Y);
+}
+
+/* ---- Dropout ------------------------------------------------------------------------------------------- */
+
+/* Y (n) = X * keep * scale. */
+static pd_status FN(dropout_apply)(pd__exec *x, int64_t n, const T *X, const uint8_t *keep, double scale, T *Y) {
+    int nt = pd__nthreads(x);
+    T sc = (T)scale;
+    PD_OMP_FOR(nt, n > 65536)
+    for (int64_t i = 0; i < n; i++) Y[i] = keep[i] ? X[i] * sc : (T)0;
+    return PD_OK;
+}

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# run.sh - fuzzes the ONNX loader for a bounded time.
+#   tests/fuzz/run.sh BUILD_DIR SECONDS
+# BUILD_DIR is configured with -Dfuzz=true (clang). The seed corpus is the
+# fixture models plus a sample of ONNX's test models when ../shared is there.
+# Exits non-zero when libFuzzer finds a crash, leak or sanitizer error.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+build=$1 secs=${2:-60}
+corpus=$(mktemp -d)
+trap 'rm -rf "$corpus"' EXIT
+i=0
+for m in tests/fixtures/*/model.onnx examples/*.onnx; do cp "$m" "$corpus/seed$((i++)).onnx"; done
+if [ -d ../shared/onnx-tests ]; then
+  for m in $(ls -d ../shared/onnx-tests/{node,simple,pytorch-operator}/*/model.onnx 2>/dev/null | awk 'NR % 12 == 0'); do
+    cp "$m" "$corpus/seed$((i++)).onnx"
+  done
+fi
+echo "fuzzing the loader for ${secs}s from $i seeds"
+"$build/tests/fuzz_load" -max_total_time="$secs" -rss_limit_mb=2048 -max_len=65536 -print_final_stats=1 "$corpus" 2>&1 | tail -15

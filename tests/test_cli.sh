@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# test_cli.sh - the pdonnx tool end to end: good runs produce the right files,
+# bad input gives one line naming the culprit, a non-zero exit and no crash.
+#   test_cli.sh PDONNX SOURCE_DIR
+set -u
+pdonnx=$1 src=$2
+fx=$src/tests/fixtures
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+pass=0 fail=0
+ok() { echo "OK $*"; pass=$((pass + 1)); }
+notok() { echo "NOT OK $*"; fail=$((fail + 1)); }
+
+# expect_error NAME EXPECTED_SUBSTRING CMD...: exit 1 or 2 (not a signal), one
+# line on stderr containing the substring, nothing on stdout.
+expect_error() {
+  local name=$1 want=$2; shift 2
+  "$@" >"$tmp/out" 2>"$tmp/err"
+  local rc=$? lines
+  lines=$(wc -l <"$tmp/err")
+  if [ $rc -ne 0 ] && [ $rc -lt 128 ] && [ "$lines" -eq 1 ] && grep -qF -- "$want" "$tmp/err"; then
+    ok "$name: $(cat "$tmp/err")"
+  else
+    notok "$name: rc=$rc, stderr ($lines lines): $(head -c 400 "$tmp/err"), wanted '$want'"
+  fi
+}
+
+# --- good runs
+if "$pdonnx" run "$fx/mlp/model.onnx" --input x="$fx/mlp/x.npy" --output y="$tmp/y.npy" >"$tmp/out" 2>&1 \
+   && [ -s "$tmp/y.npy" ] && grep -q "wrote y" "$tmp/out"; then
+  ok "run writes the output .npy"
+else
+  notok "run writes the output .npy: $(cat "$tmp/out")"
+fi
+if "$pdonnx" run "$fx/mlp/model.onnx" --input "$fx/mlp/x.npy" >"$tmp/out" 2>&1 && grep -q "^y float32\[4,10\]" "$tmp/out"; then
+  ok "run with an unnamed input binds the batch from the file and summarises y"
+else
+  notok "run summary: $(cat "$tmp/out")"
+fi
+if "$pdonnx" info "$fx/gpt/model.onnx" --batch 3 >"$tmp/out" 2>&1 && grep -q "int64\[3,16\]" "$tmp/out" \
+   && grep -q "^total: " "$tmp/out" && ! grep -q " Shape " "$tmp/out"; then
+  ok "info binds --batch and folds the shape subgraphs away"
+else
+  notok "info: $(head -20 "$tmp/out")"
+fi
+"$pdonnx" --version | grep -q "^pdonnx " && ok "--version" || notok "--version"
+
+# --- bad input
+expect_error "missing model file" "nope.onnx" "$pdonnx" info "$tmp/nope.onnx"
+head -c 1000 "$fx/mlp/model.onnx" >"$tmp/trunc.onnx"
+expect_error "truncated model" "trunc.onnx" "$pdonnx" info "$tmp/trunc.onnx"
+head -c 3000 /dev/urandom >"$tmp/junk.onnx"
+expect_error "corrupt model" "junk.onnx" "$pdonnx" info "$tmp/junk.onnx"
+expect_error "symbolic batch without --batch" "give --batch" "$pdonnx" info "$fx/mlp/model.onnx"
+expect_error "wrong input shape" "input 'x': the shape given has rank 2, the model's has rank 4" \
+  "$pdonnx" run "$fx/cnn_bn/model.onnx" --batch 4 --input x="$fx/mlp/x.npy"
+expect_error "wrong input dtype" "must be float32" \
+  "$pdonnx" run "$fx/mlp/model.onnx" --batch 4 --input x="$fx/gpt/x.npy"
+expect_error "unknown input name" "'z', which is not a runtime input" \
+  "$pdonnx" run "$fx/mlp/model.onnx" --batch 4 --input z="$fx/mlp/x.npy"
+expect_error "missing input" "input 'x' is not given" "$pdonnx" run "$fx/mlp/model.onnx" --batch 4
+expect_error "missing .npy" "nothere.npy" "$pdonnx" run "$fx/mlp/model.onnx" --input x="$tmp/nothere.npy"
+expect_error "bad --batch" "--batch expects an integer" "$pdonnx" info "$fx/mlp/model.onnx" --batch -3
+expect_error "unknown flag" "unknown flag" "$pdonnx" info "$fx/mlp/model.onnx" --frobnicate
+expect_error "unknown command" "unknown command 'trian'" "$pdonnx" trian
+expect_error "unwritable output" "/nonexistent-dir/y.npy" \
+  "$pdonnx" run "$fx/mlp/model.onnx" --input x="$fx/mlp/x.npy" --output y=/nonexistent-dir/y.npy
+
+# models written by the loader test (bad on purpose), when it left them
+if [ -d "${PD_BAD_MODELS:-}" ]; then
+  for m in "$PD_BAD_MODELS"/*.onnx; do
+    want=$(cat "${m%.onnx}.expect")
+    expect_error "bad model $(basename "$m")" "$want" "$pdonnx" info "$m" --batch 1
+  done
+fi
+
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]

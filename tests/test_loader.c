@@ -1,0 +1,973 @@
+/* test_loader.c - the ONNX reader (onnx/load.c, onnx/tensor_pb.c) on small
+ * models built here with protobuf-c and written to a temporary folder:
+ * shapes, dtypes, batch binding, external data (and its escapes), corrupt
+ * and hostile files. Prints OK / NOT OK per check; exits 1 on any failure. */
+#include <errno.h>
+#include <ftw.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../core/pd_internal.h"
+#include "onnx.pb-c.h"
+#include "../onnx/onnx_io.h"
+#include "check.h"
+
+/* ---- an arena for the protobuf structs built here ------------------------------ */
+
+static void **arena;
+static size_t arena_n, arena_cap;
+
+static void *al(size_t n) {
+    if (arena_n == arena_cap) {
+        arena_cap = arena_cap ? arena_cap * 2 : 256;
+        arena = realloc(arena, arena_cap * sizeof *arena);
+        if (!arena) abort();
+    }
+    void *p = calloc(1, n ? n : 1);
+    if (!p) abort();
+    return arena[arena_n++] = p;
+}
+
+static void arena_free(void) {
+    for (size_t i = 0; i < arena_n; i++) free(arena[i]);
+    free(arena);
+    arena = NULL;
+    arena_n = arena_cap = 0;
+}
+
+static char *S(const char *s) {
+    char *d = al(strlen(s) + 1);
+    strcpy(d, s);
+    return d;
+}
+
+static char *fmt(const char *f, ...) {
+    char buf[4096];
+    va_list ap;
+    va_start(ap, f);
+    vsnprintf(buf, sizeof buf, f, ap);
+    va_end(ap);
+    return S(buf);
+}
+
+/* "a,,b" -> {"a", "", "b"} */
+static char **split(const char *list, size_t *n) {
+    *n = 0;
+    if (!list) return NULL;
+    char **v = al(sizeof(char *) * (strlen(list) + 1));
+    const char *p = list;
+    for (;;) {
+        size_t k = strcspn(p, ",");
+        char *s = al(k + 1);
+        memcpy(s, p, k);
+        v[(*n)++] = s;
+        if (!p[k]) break;
+        p += k + 1;
+    }
+    return v;
+}
+
+static int64_t *dims_of(const char *dims, size_t *n) {
+    char **tok = split(dims, n);
+    if (*n == 1 && !tok[0][0]) *n = 0; /* "" is a scalar */
+    int64_t *d = al(sizeof(int64_t) * (*n + 1));
+    for (size_t i = 0; i < *n; i++) d[i] = strtoll(tok[i], NULL, 10);
+    return d;
+}
+
+/* ---- builders ------------------------------------------------------------------ */
+
+static Onnx__TensorProto *mk_tensor(const char *name, int dt, const char *dims) {
+    static const Onnx__TensorProto init = ONNX__TENSOR_PROTO__INIT;
+    Onnx__TensorProto *t = al(sizeof *t);
+    *t = init;
+    t->name = S(name);
+    t->has_data_type = 1;
+    t->data_type = dt;
+    t->dims = dims_of(dims, &t->n_dims);
+    return t;
+}
+
+static Onnx__TensorProto *mk_raw(const char *name, int dt, const char *dims, const void *data, size_t nbytes) {
+    Onnx__TensorProto *t = mk_tensor(name, dt, dims);
+    t->has_raw_data = 1;
+    t->raw_data.len = nbytes;
+    t->raw_data.data = al(nbytes);
+    memcpy(t->raw_data.data, data, nbytes);
+    return t;
+}
+
+static Onnx__TensorProto *mk_f32(const char *name, const char *dims, const float *v, size_t n) {
+    Onnx__TensorProto *t = mk_tensor(name, PD_FLOAT, dims);
+    t->n_float_data = n;
+    t->float_data = al(sizeof(float) * n);
+    memcpy(t->float_data, v, sizeof(float) * n);
+    return t;
+}
+
+static Onnx__TensorProto *mk_i32(const char *name, int dt, const char *dims, const int32_t *v, size_t n) {
+    Onnx__TensorProto *t = mk_tensor(name, dt, dims);
+    t->n_int32_data = n;
+    t->int32_data = al(sizeof(int32_t) * n);
+    memcpy(t->int32_data, v, sizeof(int32_t) * n);
+    return t;
+}
+
+static Onnx__TensorProto *mk_external(const char *name, const char *dims, const char *loc, const char *off,
+                                      const char *len) {
+    static const Onnx__StringStringEntryProto kvinit = ONNX__STRING_STRING_ENTRY_PROTO__INIT;
+    Onnx__TensorProto *t = mk_tensor(name, PD_FLOAT, dims);
+    t->has_data_location = 1;
+    t->data_location = ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL;
+    t->external_data = al(sizeof(void *) * 3);
+    const char *keys[3] = {"location", "offset", "length"}, *vals[3] = {loc, off, len};
+    for (int i = 0; i < 3; i++) {
+        if (!vals[i]) continue;
+        Onnx__StringStringEntryProto *kv = al(sizeof *kv);
+        *kv = kvinit;
+        kv->key = S(keys[i]);
+        kv->value = S(vals[i]);
+        t->external_data[t->n_external_data++] = kv;
+    }
+    return t;
+}
+
+/* dims: "N,4" (numbers: dim_value, "?": unset, else dim_param); NULL: no shape. */
+static Onnx__ValueInfoProto *mk_vi(const char *name, int elem, const char *dims) {
+    static const Onnx__ValueInfoProto viinit = ONNX__VALUE_INFO_PROTO__INIT;
+    static const Onnx__TypeProto tpinit = ONNX__TYPE_PROTO__INIT;
+    static const Onnx__TypeProto__Tensor ttinit = ONNX__TYPE_PROTO__TENSOR__INIT;
+    static const Onnx__TensorShapeProto spinit = ONNX__TENSOR_SHAPE_PROTO__INIT;
+    static const Onnx__TensorShapeProto__Dimension dinit = ONNX__TENSOR_SHAPE_PROTO__DIMENSION__INIT;
+    Onnx__ValueInfoProto *vi = al(sizeof *vi);
+    *vi = viinit;
+    vi->name = S(name);
+    Onnx__TypeProto *tp = al(sizeof *tp);
+    *tp = tpinit;
+    Onnx__TypeProto__Tensor *tt = al(sizeof *tt);
+    *tt = ttinit;
+    tt->has_elem_type = 1;
+    tt->elem_type = elem;
+    tp->value_case = ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE;
+    tp->tensor_type = tt;
+    vi->type = tp;
+    if (dims) {
+        Onnx__TensorShapeProto *sp = al(sizeof *sp);
+        *sp = spinit;
+        size_t n;
+        char **tok = split(dims, &n);
+        if (n == 1 && !tok[0][0]) n = 0;
+        sp->dim = al(sizeof(void *) * (n + 1));
+        for (size_t i = 0; i < n; i++) {
+            Onnx__TensorShapeProto__Dimension *d = al(sizeof *d);
+            *d = dinit;
+            char *end;
+            long long v = strtoll(tok[i], &end, 10);
+            if (*end == '\0' && end != tok[i]) {
+                d->value_case = ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE;
+                d->dim_value = v;
+            } else if (strcmp(tok[i], "?") != 0) {
+                d->value_case = ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM;
+                d->dim_param = tok[i];
+            }
+            sp->dim[i] = d;
+        }
+        sp->n_dim = n;
+        tt->shape = sp;
+    }
+    return vi;
+}
+
+static Onnx__NodeProto *mk_node(const char *op, const char *name, const char *ins, const char *outs) {
+    static const Onnx__NodeProto init = ONNX__NODE_PROTO__INIT;
+    Onnx__NodeProto *n = al(sizeof *n);
+    *n = init;
+    n->op_type = S(op);
+    if (name) n->name = S(name);
+    n->input = split(ins, &n->n_input);
+    n->output = split(outs, &n->n_output);
+    n->attribute = al(sizeof(void *) * 16);
+    return n;
+}
+
+static Onnx__AttributeProto *mk_attr(Onnx__NodeProto *n, const char *name, int type) {
+    static const Onnx__AttributeProto init = ONNX__ATTRIBUTE_PROTO__INIT;
+    Onnx__AttributeProto *a = al(sizeof *a);
+    *a = init;
+    a->name = S(name);
+    a->has_type = 1;
+    a->type = (Onnx__AttributeProto__AttributeType)type;
+    n->attribute[n->n_attribute++] = a;
+    return a;
+}
+
+typedef struct mb {
+    Onnx__ModelProto m;
+    Onnx__GraphProto g;
+    Onnx__OperatorSetIdProto ops[4], *opp[4];
+    Onnx__NodeProto *nodes[32];
+    Onnx__TensorProto *inits[32];
+    Onnx__ValueInfoProto *ins[16], *outs[32];
+} mb;
+
+static mb *mb_new(int64_t opset) {
+    static const Onnx__ModelProto minit = ONNX__MODEL_PROTO__INIT;
+    static const Onnx__GraphProto ginit = ONNX__GRAPH_PROTO__INIT;
+    static const Onnx__OperatorSetIdProto oinit = ONNX__OPERATOR_SET_ID_PROTO__INIT;
+    mb *b = al(sizeof *b);
+    b->m = minit;
+    b->g = ginit;
+    b->m.has_ir_version = 1;
+    b->m.ir_version = 8;
+    b->m.graph = &b->g;
+    b->g.name = S("test");
+    b->g.node = b->nodes;
+    b->g.initializer = b->inits;
+    b->g.input = b->ins;
+    b->g.output = b->outs;
+    b->m.opset_import = b->opp;
+    for (int i = 0; i < 4; i++) {
+        b->ops[i] = oinit;
+        b->opp[i] = &b->ops[i];
+    }
+    b->ops[0].domain = S("");
+    b->ops[0].has_version = 1;
+    b->ops[0].version = opset;
+    b->m.n_opset_import = 1;
+    return b;
+}
+
+static void mb_domain(mb *b, const char *domain, int64_t version) {
+    Onnx__OperatorSetIdProto *o = &b->ops[b->m.n_opset_import++];
+    o->domain = S(domain);
+    o->has_version = 1;
+    o->version = version;
+}
+
+static void add_node(mb *b, Onnx__NodeProto *n) { b->nodes[b->g.n_node++] = n; }
+static void add_init(mb *b, Onnx__TensorProto *t) { b->inits[b->g.n_initializer++] = t; }
+static void add_in(mb *b, Onnx__ValueInfoProto *v) { b->ins[b->g.n_input++] = v; }
+static void add_out(mb *b, const char *name) { b->outs[b->g.n_output++] = mk_vi(name, PD_FLOAT, NULL); }
+
+static uint8_t *mb_pack(const mb *b, size_t *len) {
+    *len = onnx__model_proto__get_packed_size(&b->m);
+    uint8_t *buf = al(*len);
+    onnx__model_proto__pack(&b->m, buf);
+    return buf;
+}
+
+/* ---- files ----------------------------------------------------------------------- */
+
+static char tmp_root[64];
+
+static bool write_file(const char *path, const void *data, size_t n) {
+    FILE *f = fopen(path, "wb");
+    if (!f) return false;
+    bool ok = fwrite(data, 1, n, f) == n;
+    return fclose(f) == 0 && ok;
+}
+
+static const char *save(const mb *b, const char *rel) {
+    size_t len;
+    uint8_t *buf = mb_pack(b, &len);
+    char *path = fmt("%s/%s", tmp_root, rel);
+    if (!write_file(path, buf, len)) {
+        fprintf(stderr, "cannot write %s\n", path);
+        exit(1);
+    }
+    return path;
+}
+
+static int rm_cb(const char *p, const struct stat *sb, int flag, struct FTW *ftw) {
+    (void)sb, (void)flag, (void)ftw;
+    return remove(p);
+}
+
+/* ---- loading helpers --------------------------------------------------------------- */
+
+static pd_graph *const SENTINEL = (pd_graph *)&tmp_root;
+
+/* Loads a file expecting failure with status `want` and every needle in the message. */
+static void expect_fail(const char *label, const char *path, const pd_load_options *o, pd_status want,
+                        const char *n1, const char *n2) {
+    pd_graph *g = SENTINEL;
+    pd_status s = pd_graph_load_file(path, o, &g);
+    const char *msg = pd_last_error();
+    bool ok = s == want && g == SENTINEL && (!n1 || strstr(msg, n1)) && (!n2 || strstr(msg, n2)) &&
+              !strchr(msg, '\n');
+    CHECK(ok, "%s -> %s: %s", label, pd_status_name(s), msg);
+    if (s == PD_OK && g != SENTINEL) pd_graph_destroy(g);
+}
+
+static pd_graph *expect_load(const char *label, const char *path, const pd_load_options *o) {
+    pd_graph *g = NULL;
+    pd_status s = pd_graph_load_file(path, o, &g);
+    CHECK(s == PD_OK && g, "%s loads%s%s", label, s ? ": " : "", s ? pd_last_error() : "");
+    return s == PD_OK ? g : NULL;
+}
+
+static const pd__tensor *T(const pd_graph *g, const char *name) {
+    int i = pd__graph_find(g, name);
+    return i >= 0 ? &g->tensors[i] : NULL;
+}
+
+static bool shape_is(int ndim, const int64_t *shape, const char *want) {
+    size_t n;
+    int64_t *d = dims_of(want, &n);
+    if ((size_t)ndim != n) return false;
+    for (size_t i = 0; i < n; i++)
+        if (shape[i] != d[i]) return false;
+    return true;
+}
+
+/* ---- the tests ---------------------------------------------------------------------- */
+
+static const float W12[12] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
+static const float B3[3] = {0.5f, -1, 2};
+
+/* y = x @ W + B with x (N, 4) */
+static mb *tiny(void) {
+    mb *b = mb_new(13);
+    add_in(b, mk_vi("x", PD_FLOAT, "N,4"));
+    add_init(b, mk_f32("W", "4,3", W12, 12));
+    add_init(b, mk_raw("B", PD_FLOAT, "3", B3, sizeof B3));
+    add_node(b, mk_node("MatMul", "mm", "x,W", "h"));
+    add_node(b, mk_node("Add", NULL, "h,B", "y"));
+    add_out(b, "y");
+    return b;
+}
+
+static void test_tiny(void) {
+    const char *path = save(tiny(), "tiny.onnx");
+    pd_load_options o = PD_LOAD_OPTIONS_INIT;
+    o.batch = 2;
+    pd_graph *g = expect_load("tiny model, batch 2", path, &o);
+    if (g) {
+        pd_value_info vi;
+        CHECK(pd_graph_num_inputs(g) == 1 && pd_graph_input(g, 0, &vi) == PD_OK && strcmp(vi.name, "x") == 0 &&
+                  vi.dtype == PD_FLOAT && shape_is(vi.ndim, vi.shape, "2,4"),
+              "tiny: one runtime input x (2,4)");
+        CHECK(pd_graph_num_outputs(g) == 1 && pd_graph_output(g, 0, &vi) == PD_OK && shape_is(vi.ndim, vi.shape, "2,3"),
+              "tiny: output y (2,3)");
+        CHECK(pd_graph_value(g, "h", &vi) == PD_OK && shape_is(vi.ndim, vi.shape, "2,3"), "tiny: h (2,3)");
+        CHECK(pd_graph_num_nodes(g) == 2, "tiny: two nodes");
+        CHECK(g->opset == 13 && g->nnodes == 2 && g->nodes[0].opset == 13, "tiny: opset 13 on graph and nodes");
+        CHECK(g->nnodes == 2 && strcmp(g->nodes[1].name, "Add_1") == 0 && g->nodes[1].op == PD_OP_ADD &&
+                  g->nodes[0].op == PD_OP_MATMUL,
+              "tiny: the unnamed node is called Add_1, ops looked up");
+        CHECK(pd_graph_param_bytes(g) == 60, "tiny: 60 parameter bytes (got %lld)", (long long)pd_graph_param_bytes(g));
+        const pd__tensor *w = T(g, "W"), *bb = T(g, "B");
+        CHECK(w && w->kind == PD_T_INIT && w->data && memcmp(w->data, W12, sizeof W12) == 0 &&
+                  shape_is(w->ndim, w->shape, "4,3"),
+              "tiny: W from float_data");
+        CHECK(bb && bb->kind == PD_T_INIT && bb->data && memcmp(bb->data, B3, sizeof B3) == 0, "tiny: B from raw_data");
+        CHECK(strcmp(g->path, path) == 0 && strcmp(g->name, "test") == 0, "tiny: path and graph name kept");
+        pd_graph_destroy(g);
+    }
+    /* NULL options: defaults, so the symbolic N is an error */
+    expect_fail("tiny model without batch", path, NULL, PD_ERR_SHAPE, "input 'x' has symbolic dim 'N' at axis 0",
+                "tiny.onnx");
+
+    pd_input_shape is = {"x", 2, {5, 4}, PD_UNDEFINED};
+    pd_load_options o2 = PD_LOAD_OPTIONS_INIT;
+    o2.n_input_shapes = 1;
+    o2.input_shapes = &is;
+    g = expect_load("tiny model, shape (5,4) given", path, &o2);
+    if (g) {
+        pd_value_info vi;
+        CHECK(pd_graph_value(g, "y", &vi) == PD_OK && shape_is(vi.ndim, vi.shape, "5,3"), "given shape: y (5,3)");
+        pd_graph_destroy(g);
+    }
+    pd_input_shape bad = {"x", 3, {5, 4, 1}, PD_UNDEFINED};
+    o2.input_shapes = &bad;
+    expect_fail("given shape of the wrong rank", path, &o2, PD_ERR_SHAPE, "'x'", "rank 3");
+    pd_input_shape typo = {"xx", 2, {5, 4}, PD_UNDEFINED};
+    o2.input_shapes = &typo;
+    o2.batch = 1;
+    expect_fail("given shape for no input", path, &o2, PD_ERR_INVALID, "'xx'", NULL);
+
+    /* an older caller that knows only size and batch */
+    struct {
+        size_t size;
+        int64_t batch;
+    } old = {offsetof(pd_load_options, batch) + sizeof(int64_t), 3};
+    g = NULL;
+    pd_status s = pd_graph_load_file(path, (const pd_load_options *)(const void *)&old, &g);
+    pd_value_info vi;
+    CHECK(s == PD_OK && pd_graph_input(g, 0, &vi) == PD_OK && vi.shape[0] == 3, "options with a short size: %s",
+          s ? pd_last_error() : "batch 3 seen");
+    pd_graph_destroy(g);
+}
+
+static void test_batch(void) {
+    mb *b = mb_new(13);
+    add_in(b, mk_vi("x", PD_FLOAT, "batch,3"));
+    add_in(b, mk_vi("m", PD_INT64, "?,2"));
+    add_in(b, mk_vi("s", PD_FLOAT, "2,S"));
+    add_out(b, "x");
+    add_out(b, "m");
+    add_out(b, "s");
+    const char *path = save(b, "batch.onnx");
+    pd_load_options o = PD_LOAD_OPTIONS_INIT;
+    o.batch = 7;
+    expect_fail("symbolic dim at axis 1 with batch", path, &o, PD_ERR_SHAPE, "input 's' has symbolic dim 'S' at axis 1",
+                "give --batch or the input's shape");
+    pd_input_shape is = {"s", 2, {2, 9}, PD_UNDEFINED};
+    o.n_input_shapes = 1;
+    o.input_shapes = &is;
+    pd_graph *g = expect_load("batch 7 + shape for s", path, &o);
+    if (g) {
+        pd_value_info x, m, s;
+        CHECK(pd_graph_num_inputs(g) == 3 && pd_graph_value(g, "x", &x) == PD_OK && pd_graph_value(g, "m", &m) == PD_OK &&
+                  pd_graph_value(g, "s", &s) == PD_OK && shape_is(x.ndim, x.shape, "7,3") &&
+                  shape_is(m.ndim, m.shape, "7,2") && m.dtype == PD_INT64 && shape_is(s.ndim, s.shape, "2,9"),
+              "batch binds the symbolic and the unset first dim; the given shape wins");
+        pd_graph_destroy(g);
+    }
+    o.n_input_shapes = 0;
+    o.batch = -1;
+    expect_fail("negative batch", path, &o, PD_ERR_INVALID, "batch", NULL);
+
+    mb *c = mb_new(13);
+    add_in(c, mk_vi("x", PD_FLOAT, NULL));
+    add_out(c, "x");
+    path = save(c, "noshape.onnx");
+    o.batch = 4;
+    expect_fail("input without a shape", path, &o, PD_ERR_SHAPE, "input 'x'", NULL);
+    pd_input_shape xs = {"x", 1, {6}, PD_UNDEFINED};
+    o.n_input_shapes = 1;
+    o.input_shapes = &xs;
+    g = expect_load("input without a shape, shape given", path, &o);
+    pd_graph_destroy(g);
+}
+
+static void test_old_style(void) {
+    mb *b = tiny();
+    add_in(b, mk_vi("W", PD_FLOAT, "4,3"));
+    add_in(b, mk_vi("B", PD_FLOAT, "3"));
+    const char *path = save(b, "oldstyle.onnx");
+    pd_load_options o = PD_LOAD_OPTIONS_INIT;
+    o.batch = 1;
+    pd_graph *g = expect_load("old-style model (initializers listed as inputs)", path, &o);
+    if (g) {
+        pd_value_info vi;
+        CHECK(pd_graph_num_inputs(g) == 1 && pd_graph_input(g, 0, &vi) == PD_OK && strcmp(vi.name, "x") == 0,
+              "old style: W and B are not runtime inputs");
+        CHECK(T(g, "W") && T(g, "W")->kind == PD_T_INIT, "old style: W is an initializer");
+        pd_graph_destroy(g);
+    }
+}
+
+static void test_bad_files(void) {
+    size_t len;
+    uint8_t *buf = mb_pack(tiny(), &len);
+    const char *path = fmt("%s/truncated.onnx", tmp_root);
+    write_file(path, buf, len / 2);
+    expect_fail("truncated file", path, NULL, PD_ERR_PARSE, "truncated.onnx: not a valid ONNX model (protobuf parse failed)",
+                NULL);
+    int cut = 0;
+    for (size_t n = 1; n < len; n++) { /* every prefix: an error or a graph, never a crash */
+        pd_graph *g = NULL;
+        if (pd_graph_load_memory(buf, n, "prefix", NULL, NULL, &g) != PD_OK) cut++;
+        pd_graph_destroy(g);
+    }
+    CHECK(cut == (int)len - 1, "every strict prefix of a model is refused (%d of %zu)", cut, len - 1);
+
+    pd_graph *g = SENTINEL;
+    pd_status s = pd_graph_load_memory(buf, len / 2, "mem.onnx", NULL, NULL, &g);
+    CHECK(s == PD_ERR_PARSE && g == SENTINEL && strncmp(pd_last_error(), "mem.onnx: ", 10) == 0,
+          "truncated buffer in memory names the buffer: %s", pd_last_error());
+
+    path = fmt("%s/empty.onnx", tmp_root);
+    write_file(path, "", 0);
+    expect_fail("empty file", path, NULL, PD_ERR_PARSE, "empty.onnx", "not a valid ONNX model");
+
+    path = fmt("%s/does-not-exist.onnx", tmp_root);
+    expect_fail("missing file", path, NULL, PD_ERR_IO, "does-not-exist.onnx", strerror(ENOENT));
+    expect_fail("a folder", tmp_root, NULL, PD_ERR_IO, tmp_root, NULL);
+
+    /* messages nested 600 deep (200 If-like subgraph levels): refused, no stack overflow */
+    size_t cap = 1 << 16, n = 0;
+    uint8_t *deep = al(cap), *tmp = al(cap);
+    for (int level = 0; level < 200; level++) {
+        /* graph{node{attribute{g{...}}}}: fields graph.node=1, node.attribute=5, attr.g=6 */
+        static const uint8_t fields[3] = {(6 << 3) | 2, (5 << 3) | 2, (1 << 3) | 2};
+        for (int f = 0; f < 3; f++) {
+            size_t k = 0;
+            tmp[k++] = fields[f];
+            size_t v = n;
+            do {
+                tmp[k++] = (uint8_t)((v & 0x7f) | (v > 0x7f ? 0x80 : 0));
+                v >>= 7;
+            } while (v);
+            memmove(deep + k, deep, n);
+            memcpy(deep, tmp, k);
+            n += k;
+        }
+    }
+    memmove(deep + 3, deep, n); /* model.graph = 7 */
+    deep[0] = (7 << 3) | 2;
+    deep[1] = (uint8_t)((n & 0x7f) | 0x80);
+    deep[2] = (uint8_t)(n >> 7);
+    n += 3;
+    g = SENTINEL;
+    s = pd_graph_load_memory(deep, n, "deep.onnx", NULL, NULL, &g);
+    CHECK(s != PD_OK && g == SENTINEL && strstr(pd_last_error(), "deep.onnx"), "deeply nested model refused: %s",
+          pd_last_error());
+}
+
+static void test_tensor_checks(void) {
+    float f[6] = {0};
+    mb *b = mb_new(13);
+    add_init(b, mk_raw("R", PD_FLOAT, "2,3", f, 20));
+    add_out(b, "R");
+    expect_fail("raw_data length mismatch", save(b, "rawlen.onnx"), NULL, PD_ERR_PARSE, "initializer 'R'", "20 bytes");
+
+    b = mb_new(13);
+    add_init(b, mk_f32("F", "2,3", f, 5));
+    add_out(b, "F");
+    expect_fail("float_data count mismatch", save(b, "typedlen.onnx"), NULL, PD_ERR_PARSE, "initializer 'F'", "5 values");
+
+    b = mb_new(13);
+    add_init(b, mk_tensor("O", PD_FLOAT, "1099511627776,1099511627776,1099511627776"));
+    add_out(b, "O");
+    expect_fail("dims whose product overflows", save(b, "overflow.onnx"), NULL, PD_ERR_NOMEM, "initializer 'O'", NULL);
+
+    b = mb_new(13);
+    add_init(b, mk_raw("O", PD_FLOAT, "4611686018427387904", f, 4));
+    add_out(b, "O");
+    expect_fail("a size in bytes that overflows", save(b, "overflow2.onnx"), NULL, PD_ERR_NOMEM, "initializer 'O'", NULL);
+
+    b = mb_new(13);
+    add_init(b, mk_tensor("N", PD_FLOAT, "2,-3"));
+    add_out(b, "N");
+    expect_fail("negative dim", save(b, "negdim.onnx"), NULL, PD_ERR_PARSE, "initializer 'N'", "negative");
+
+    b = mb_new(13);
+    add_init(b, mk_raw("H", PD_FLOAT, "1,1,1,1,1,1,1,1,1", f, 4));
+    add_out(b, "H");
+    expect_fail("rank 9", save(b, "rank9.onnx"), NULL, PD_ERR_UNSUPPORTED, "initializer 'H'", "rank 9");
+
+    b = mb_new(13);
+    Onnx__TensorProto *st = mk_tensor("names", PD_STRING, "1");
+    st->n_string_data = 1;
+    st->string_data = al(sizeof *st->string_data);
+    st->string_data[0].data = (uint8_t *)S("a");
+    st->string_data[0].len = 1;
+    add_init(b, st);
+    add_out(b, "names");
+    expect_fail("string initializer", save(b, "string.onnx"), NULL, PD_ERR_UNSUPPORTED, "initializer 'names'", "string");
+
+    b = mb_new(13);
+    add_init(b, mk_raw("C", 14, "1", f, 8));
+    add_out(b, "C");
+    expect_fail("complex64 initializer", save(b, "complex.onnx"), NULL, PD_ERR_UNSUPPORTED, "initializer 'C'", "complex64");
+
+    b = mb_new(13);
+    add_init(b, mk_raw("D", PD_FLOAT, "1", f, 4));
+    add_init(b, mk_raw("D", PD_FLOAT, "1", f, 4));
+    add_out(b, "D");
+    expect_fail("duplicate initializer", save(b, "dupinit.onnx"), NULL, PD_ERR_INVALID, "'D'", NULL);
+
+    b = mb_new(13);
+    add_in(b, mk_vi("x", PD_FLOAT, "1099511627776,1099511627776,1099511627776"));
+    add_out(b, "x");
+    expect_fail("input dims whose product overflows", save(b, "inoverflow.onnx"), NULL, PD_ERR_SHAPE, "'x'", NULL);
+
+    b = mb_new(13);
+    add_in(b, mk_vi("x", PD_STRING, "2"));
+    add_out(b, "x");
+    expect_fail("string input", save(b, "strinput.onnx"), NULL, PD_ERR_UNSUPPORTED, "input 'x'", "string");
+}
+
+static void test_graph_checks(void) {
+    mb *b = mb_new(13);
+    add_in(b, mk_vi("x", PD_FLOAT, "2"));
+    add_node(b, mk_node("Relu", "first", "x,b", "a"));
+    add_node(b, mk_node("Relu", "second", "a", "b"));
+    add_out(b, "b");
+    expect_fail("a cycle", save(b, "cycle.onnx"), NULL, PD_ERR_INVALID, "node '", "cycle");
+
+    b = mb_new(13);
+    add_in(b, mk_vi("x", PD_FLOAT, "2"));
+    add_node(b, mk_node("Add", "adder", "x,ghost", "y"));
+    add_out(b, "y");
+    expect_fail("an input nobody produces", save(b, "ghost.onnx"), NULL, PD_ERR_INVALID, "node 'adder'", "'ghost'");
+
+    b = mb_new(13);
+    add_in(b, mk_vi("x", PD_FLOAT, "2"));
+    add_node(b, mk_node("Relu", "r", "x", "y"));
+    add_out(b, "y");
+    add_out(b, "z");
+    expect_fail("a graph output nobody computes", save(b, "noout.onnx"), NULL, PD_ERR_INVALID, "output 'z'", NULL);
+
+    b = mb_new(13);
+    add_in(b, mk_vi("x", PD_FLOAT, "2"));
+    add_node(b, mk_node("Relu", "r1", "x", "y"));
+    add_node(b, mk_node("Relu", "r2", "x", "y"));
+    add_out(b, "y");
+    expect_fail("two producers of one tensor", save(b, "twice.onnx"), NULL, PD_ERR_INVALID, "'y'", "node 'r");
+
+    b = mb_new(13);
+    add_in(b, mk_vi("x", PD_FLOAT, "2"));
+    add_node(b, mk_node("Relu", "r", "x", "x"));
+    add_out(b, "x");
+    expect_fail("a node writing a graph input", save(b, "writesin.onnx"), NULL, PD_ERR_INVALID, "node 'r'", "'x'");
+}
+
+/* Unsupported nodes: the loader marks them op = -1; the graph either loads with
+ * that mark or is refused naming the op (and the domain). */
+static void expect_unsupported(const char *label, const char *path, const char *op, const char *domain) {
+    pd_load_options o = PD_LOAD_OPTIONS_INIT;
+    pd_graph *g = NULL;
+    pd_status s = pd_graph_load_file(path, &o, &g);
+    if (s == PD_OK) {
+        bool marked = false;
+        for (int i = 0; i < g->nnodes; i++)
+            if (strcmp(g->nodes[i].op_type, op) == 0)
+                marked = g->nodes[i].op == -1 && strcmp(g->nodes[i].domain, domain ? domain : "") == 0;
+        CHECK(marked, "%s: loads, node marked unsupported", label);
+        pd_graph_destroy(g);
+    } else {
+        CHECK(s == PD_ERR_UNSUPPORTED && strstr(pd_last_error(), op) && (!domain || strstr(pd_last_error(), domain)),
+              "%s -> %s: %s", label, pd_status_name(s), pd_last_error());
+    }
+}
+
+static void test_unsupported(void) {
+    mb *b = mb_new(13);
+    add_in(b, mk_vi("x", PD_FLOAT, "2"));
+    add_node(b, mk_node("FooBar", "fb", "x", "y"));
+    add_out(b, "y");
+    expect_unsupported("unknown op", save(b, "foobar.onnx"), "FooBar", NULL);
+
+    b = mb_new(13);
+    mb_domain(b, "com.example", 1);
+    add_in(b, mk_vi("x", PD_FLOAT, "2"));
+    Onnx__NodeProto *n = mk_node("Relu", "custom", "x", "y");
+    n->domain = S("com.example");
+    add_node(b, n);
+    add_out(b, "y");
+    expect_unsupported("a known op name in another domain", save(b, "domain.onnx"), "Relu", "com.example");
+
+    /* a subgraph attribute makes even a known op unsupported */
+    b = mb_new(13);
+    add_in(b, mk_vi("x", PD_FLOAT, "2"));
+    n = mk_node("Relu", "withgraph", "x", "y");
+    Onnx__AttributeProto *a = mk_attr(n, "body", PD_A_GRAPH);
+    static const Onnx__GraphProto ginit = ONNX__GRAPH_PROTO__INIT;
+    a->g = al(sizeof *a->g);
+    *a->g = ginit;
+    add_node(b, n);
+    add_out(b, "y");
+    expect_unsupported("a node with a graph attribute", save(b, "graphattr.onnx"), "Relu", NULL);
+}
+
+static void test_attributes(void) {
+    mb *b = mb_new(17);
+    b->ops[0].domain = S("ai.onnx");
+    add_in(b, mk_vi("x", PD_FLOAT, "2"));
+    Onnx__NodeProto *n = mk_node("Relu", "r", "x", "y");
+    Onnx__AttributeProto *a;
+    a = mk_attr(n, "f", PD_A_FLOAT);
+    a->has_f = 1;
+    a->f = 0.25f;
+    a = mk_attr(n, "i", PD_A_INT);
+    a->has_i = 1;
+    a->i = -7;
+    a = mk_attr(n, "s", PD_A_STRING);
+    a->has_s = 1;
+    a->s.data = (uint8_t *)S("hello");
+    a->s.len = 5;
+    a = mk_attr(n, "ints", PD_A_INTS);
+    static int64_t iv[3] = {1, -2, 3};
+    a->ints = iv;
+    a->n_ints = 3;
+    a = mk_attr(n, "floats", PD_A_FLOATS);
+    static float fv[2] = {1.5f, -0.5f};
+    a->floats = fv;
+    a->n_floats = 2;
+    a = mk_attr(n, "strings", PD_A_STRINGS);
+    a->strings = al(2 * sizeof *a->strings);
+    a->strings[0].data = (uint8_t *)S("ab");
+    a->strings[0].len = 2;
+    a->strings[1].data = (uint8_t *)S("c");
+    a->strings[1].len = 1;
+    a->n_strings = 2;
+    a = mk_attr(n, "t", PD_A_TENSOR);
+    static const int32_t tv[2] = {0x3c00, 0xc000}; /* float16 1, -2 */
+    a->t = mk_i32("", PD_FLOAT16, "2", tv, 2);
+    /* IR version 1 style: no type, only the field */
+    a = mk_attr(n, "untyped", 0);
+    a->has_type = 0;
+    a->has_i = 1;
+    a->i = 42;
+    add_node(b, n);
+    add_out(b, "y");
+    pd_load_options o = PD_LOAD_OPTIONS_INIT;
+    o.fold_constants = 0;
+    pd_graph *g = expect_load("node with every attribute type", save(b, "attrs.onnx"), &o);
+    if (!g) return;
+    const pd__node *r = g->nnodes == 1 ? &g->nodes[0] : NULL;
+    CHECK(r && r->op == PD_OP_RELU && r->opset == 17 && g->opset == 17 && strcmp(r->domain, "") == 0,
+          "attrs: Relu in domain 'ai.onnx' is the default domain, opset 17");
+    if (r) {
+        const int64_t *ints;
+        const float *floats;
+        CHECK(pd__attr_f(r, "f", 0) == 0.25f && pd__attr_i(r, "i", 0) == -7 && strcmp(pd__attr_s(r, "s", ""), "hello") == 0,
+              "attrs: float, int, string");
+        CHECK(pd__attr_ints(r, "ints", &ints) == 3 && ints[1] == -2 && pd__attr_floats(r, "floats", &floats) == 2 &&
+                  floats[1] == -0.5f,
+              "attrs: ints, floats");
+        const pd__attr *sa = pd__attr_get(r, "strings");
+        CHECK(sa && sa->type == PD_A_STRINGS && sa->n == 2 && memcmp(sa->s, "ab\0c\0", 5) == 0,
+              "attrs: strings packed NUL-separated in s");
+        const pd__attr *ta = pd__attr_get(r, "t");
+        CHECK(ta && ta->type == PD_A_TENSOR && ta->t && ta->t->dtype == PD_FLOAT16 && ta->t->ndim == 1 &&
+                  pd__get_f(PD_FLOAT16, ta->t->data, 0) == 1.0 && pd__get_f(PD_FLOAT16, ta->t->data, 1) == -2.0,
+              "attrs: float16 tensor attribute");
+        CHECK(pd__attr_i(r, "untyped", 0) == 42, "attrs: untyped (IR 1) int attribute");
+    }
+    pd_graph_destroy(g);
+
+    b = mb_new(13);
+    add_in(b, mk_vi("x", PD_FLOAT, "2"));
+    n = mk_node("Relu", "r", "x", "y");
+    a = mk_attr(n, "t", PD_A_TENSOR);
+    static const float bad[1] = {1};
+    a->t = mk_raw("", PD_FLOAT, "2", bad, 4);
+    add_node(b, n);
+    add_out(b, "y");
+    expect_fail("a bad tensor attribute", save(b, "badattr.onnx"), NULL, PD_ERR_PARSE, "node 'r' (Relu): attribute 't'", NULL);
+}
+
+/* Every dtype, in raw_data and in the typed field, as graph outputs. */
+static void test_dtypes(void) {
+    mb *b = mb_new(13);
+    const uint16_t h[3] = {0x3c00, 0xc000, 0x3800}; /* 1, -2, 0.5 */
+    const uint16_t bf[3] = {0x3f80, 0xc000, 0x4040}; /* 1, -2, 3 */
+    const int8_t i8[3] = {-128, 127, -1};
+    const uint8_t u8[3] = {0, 255, 7};
+    const int16_t i16[3] = {-32768, 32767, -2};
+    const uint16_t u16[3] = {0, 65535, 9};
+    const int32_t i32[3] = {INT32_MIN, INT32_MAX, -3};
+    const uint8_t bo[3] = {0, 1, 1};
+    const double d[3] = {1.5, -2.25, 1e300};
+    const int64_t i64[3] = {INT64_MIN, INT64_MAX, -4};
+    const uint32_t u32[3] = {0, 4294967295u, 5};
+    const uint64_t u64[3] = {0, UINT64_MAX, 6};
+    struct {
+        const char *name;
+        int dt;
+        const void *v;
+        size_t es;
+    } cases[] = {
+        {"f16", PD_FLOAT16, h, 2}, {"bf16", PD_BFLOAT16, bf, 2}, {"i8", PD_INT8, i8, 1},
+        {"u8", PD_UINT8, u8, 1},   {"i16", PD_INT16, i16, 2},    {"u16", PD_UINT16, u16, 2},
+        {"i32", PD_INT32, i32, 4}, {"bool", PD_BOOL, bo, 1},     {"f64", PD_DOUBLE, d, 8},
+        {"i64", PD_INT64, i64, 8}, {"u32", PD_UINT32, u32, 4},   {"u64", PD_UINT64, u64, 8},
+    };
+    int nc = (int)(sizeof cases / sizeof cases[0]);
+    for (int c = 0; c < nc; c++) {
+        add_init(b, mk_raw(fmt("raw_%s", cases[c].name), cases[c].dt, "3", cases[c].v, 3 * cases[c].es));
+        Onnx__TensorProto *t = mk_tensor(fmt("typed_%s", cases[c].name), cases[c].dt, "3");
+        switch (cases[c].dt) {
+        case PD_DOUBLE:
+            t->n_double_data = 3;
+            t->double_data = al(24);
+            memcpy(t->double_data, d, 24);
+            break;
+        case PD_INT64:
+            t->n_int64_data = 3;
+            t->int64_data = al(24);
+            memcpy(t->int64_data, i64, 24);
+            break;
+        case PD_UINT32:
+        case PD_UINT64:
+            t->n_uint64_data = 3;
+            t->uint64_data = al(24);
+            for (int k = 0; k < 3; k++) t->uint64_data[k] = cases[c].dt == PD_UINT32 ? u32[k] : u64[k];
+            break;
+        default:
+            t->n_int32_data = 3;
+            t->int32_data = al(12);
+            for (int k = 0; k < 3; k++) {
+                int32_t v = 0;
+                switch (cases[c].dt) {
+                case PD_FLOAT16: v = h[k]; break;
+                case PD_BFLOAT16: v = bf[k]; break;
+                case PD_INT8: v = i8[k]; break;
+                case PD_UINT8: v = u8[k]; break;
+                case PD_INT16: v = i16[k]; break;
+                case PD_UINT16: v = u16[k]; break;
+                case PD_INT32: v = i32[k]; break;
+                case PD_BOOL: v = bo[k] ? 5 : 0; break; /* any nonzero is true */
+                }
+                t->int32_data[k] = v;
+            }
+        }
+        add_init(b, t);
+        add_out(b, fmt("raw_%s", cases[c].name));
+        add_out(b, fmt("typed_%s", cases[c].name));
+    }
+    /* a scalar and an empty tensor */
+    const float one = 1;
+    add_init(b, mk_f32("scalar", "", &one, 1));
+    add_init(b, mk_raw("empty", PD_FLOAT, "0,3", &one, 0));
+    add_out(b, "scalar");
+    add_out(b, "empty");
+    pd_graph *g = expect_load("every dtype, raw and typed", save(b, "dtypes.onnx"), NULL);
+    if (!g) return;
+    for (int c = 0; c < nc; c++)
+        for (int raw = 0; raw < 2; raw++) {
+            const pd__tensor *t = T(g, fmt("%s_%s", raw ? "raw" : "typed", cases[c].name));
+            CHECK(t && t->kind == PD_T_INIT && (int)t->dtype == cases[c].dt && t->ndim == 1 && t->shape[0] == 3 &&
+                      t->numel == 3 && t->data && memcmp(t->data, cases[c].v, 3 * cases[c].es) == 0,
+                  "dtype %s (%s) decodes to the right values", cases[c].name, raw ? "raw_data" : "typed field");
+        }
+    const pd__tensor *t = T(g, "raw_f16");
+    CHECK(t && pd__get_f(PD_FLOAT16, t->data, 2) == 0.5, "float16 0x3800 reads as 0.5");
+    t = T(g, "typed_bf16");
+    CHECK(t && pd__get_f(PD_BFLOAT16, t->data, 2) == 3.0, "bfloat16 0x4040 reads as 3");
+    t = T(g, "scalar");
+    CHECK(t && t->ndim == 0 && t->numel == 1 && *(float *)t->data == 1, "a scalar initializer");
+    t = T(g, "empty");
+    CHECK(t && t->ndim == 2 && t->numel == 0 && t->data, "an empty initializer has a (non-NULL) buffer");
+    pd_graph_destroy(g);
+}
+
+static void test_external(void) {
+    /* root/ext/ is the model's folder; root/secret.bin lies outside it */
+    const char *dir = fmt("%s/ext", tmp_root);
+    mkdir(dir, 0755);
+    mkdir(fmt("%s/data", dir), 0755);
+    float blob[4 + 12] = {99, 99, 99, 99};
+    memcpy(blob + 4, W12, sizeof W12);
+    write_file(fmt("%s/data/w.bin", dir), blob, sizeof blob);
+    write_file(fmt("%s/plain.bin", dir), W12, sizeof W12);
+    write_file(fmt("%s/secret.bin", tmp_root), W12, sizeof W12);
+    if (symlink(fmt("%s/secret.bin", tmp_root), fmt("%s/abslink.bin", dir)) != 0 ||
+        symlink("../secret.bin", fmt("%s/rellink.bin", dir)) != 0 || symlink("data/w.bin", fmt("%s/inlink.bin", dir)) != 0)
+        fprintf(stderr, "symlink: %s\n", strerror(errno));
+
+    struct {
+        const char *label, *loc, *off, *len;
+        pd_status want;
+        const char *needle;
+    } cases[] = {
+        {"external data inside the folder, offset and length", "data/w.bin", "16", "48", PD_OK, NULL},
+        {"external data, whole file", "plain.bin", NULL, NULL, PD_OK, NULL},
+        {"external data through a symlink that stays inside", "inlink.bin", "16", NULL, PD_OK, NULL},
+        {"external data '../secret.bin'", "../secret.bin", NULL, NULL, PD_ERR_INVALID, "'../secret.bin'"},
+        {"external data 'data/../../secret.bin'", "data/../../secret.bin", NULL, NULL, PD_ERR_INVALID, "'data/../../secret.bin'"},
+        {"external data '/etc/passwd'", "/etc/passwd", NULL, NULL, PD_ERR_INVALID, "'/etc/passwd'"},
+        {"external data via a relative symlink out", "rellink.bin", NULL, NULL, PD_ERR_INVALID, "'rellink.bin'"},
+        {"external data via an absolute symlink out", "abslink.bin", NULL, NULL, PD_ERR_INVALID, "'abslink.bin'"},
+        {"external data file missing", "nothere.bin", NULL, NULL, PD_ERR_IO, "nothere.bin"},
+        {"external data of the wrong length", "data/w.bin", NULL, NULL, PD_ERR_PARSE, "data/w.bin"},
+        {"external data past the end", "data/w.bin", "32", "48", PD_ERR_PARSE, "data/w.bin"},
+        {"external data with a bad offset", "data/w.bin", "-16", "48", PD_ERR_PARSE, "offset"},
+        {"external data naming a folder", "data", NULL, NULL, PD_ERR_INVALID, "data"},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        mb *b = mb_new(13);
+        add_init(b, mk_external("W", "4,3", cases[c].loc, cases[c].off, cases[c].len));
+        add_out(b, "W");
+        const char *path = save(b, fmt("ext/m%zu.onnx", c));
+        if (cases[c].want != PD_OK) {
+            expect_fail(cases[c].label, path, NULL, cases[c].want, "initializer 'W'", cases[c].needle);
+            continue;
+        }
+        pd_graph *g = expect_load(cases[c].label, path, NULL);
+        if (!g) continue;
+        const pd__tensor *t = T(g, "W");
+        CHECK(t && t->data && memcmp(t->data, W12, sizeof W12) == 0 && shape_is(t->ndim, t->shape, "4,3"),
+              "%s: the right values", cases[c].label);
+        pd_graph_destroy(g);
+
+        if (c == 0) { /* the same bytes from memory: refused without a base folder, fine with one */
+            size_t len;
+            uint8_t *buf = mb_pack(b, &len);
+            g = SENTINEL;
+            pd_status s = pd_graph_load_memory(buf, len, "mem.onnx", NULL, NULL, &g);
+            CHECK(s != PD_OK && g == SENTINEL && strstr(pd_last_error(), "'W'") && strstr(pd_last_error(), "data/w.bin"),
+                  "external data from memory without a base folder is refused: %s", pd_last_error());
+            g = NULL;
+            s = pd_graph_load_memory(buf, len, "mem.onnx", dir, NULL, &g);
+            CHECK(s == PD_OK && T(g, "W") && memcmp(T(g, "W")->data, W12, sizeof W12) == 0,
+                  "external data from memory with a base folder: %s", s ? pd_last_error() : "right values");
+            pd_graph_destroy(g);
+        }
+    }
+}
+
+static void test_tensor_pb(void) {
+    const float v[3] = {1, 2, 3};
+    Onnx__TensorProto *t = mk_raw("input_name", PD_FLOAT, "3", v, sizeof v);
+    size_t len = onnx__tensor_proto__get_packed_size(t);
+    uint8_t *buf = al(len);
+    onnx__tensor_proto__pack(t, buf);
+    const char *path = fmt("%s/input_0.pb", tmp_root);
+    write_file(path, buf, len);
+    pd_tensor x;
+    char *name = NULL;
+    pd_status s = pd__tensor_pb_load(path, &x, &name);
+    CHECK(s == PD_OK && x.dtype == PD_FLOAT && x.ndim == 1 && x.shape[0] == 3 && memcmp(x.data, v, sizeof v) == 0 &&
+              name && strcmp(name, "input_name") == 0,
+          "TensorProto file: values and name%s%s", s ? ": " : "", s ? pd_last_error() : "");
+    if (s == PD_OK) pd_tensor_free(&x);
+    free(name);
+
+    const int32_t bv[4] = {0, 1, 0, 9};
+    t = mk_i32("", PD_BOOL, "2,2", bv, 4);
+    len = onnx__tensor_proto__get_packed_size(t);
+    buf = al(len);
+    onnx__tensor_proto__pack(t, buf);
+    write_file(path, buf, len);
+    s = pd__tensor_pb_load(path, &x, NULL);
+    CHECK(s == PD_OK && x.dtype == PD_BOOL && x.ndim == 2 && ((uint8_t *)x.data)[3] == 1 && ((uint8_t *)x.data)[2] == 0,
+          "TensorProto file: bool from int32_data");
+    if (s == PD_OK) pd_tensor_free(&x);
+
+    write_file(path, buf, len / 2);
+    pd_tensor keep = {PD_UNDEFINED, 0, {0}, NULL};
+    x = keep;
+    s = pd__tensor_pb_load(path, &x, NULL);
+    CHECK(s == PD_ERR_PARSE && x.data == NULL && strstr(pd_last_error(), "input_0.pb"), "truncated TensorProto file: %s",
+          pd_last_error());
+
+    /* a SequenceProto: name (field 1, bytes), elem_type 1, one tensor (field 3) */
+    static const uint8_t seq[] = {0x0a, 0x03, 's', 'e', 'q', 0x10, 0x01, 0x1a, 0x04, 0x08, 0x01, 0x10, 0x01};
+    write_file(path, seq, sizeof seq);
+    s = pd__tensor_pb_load(path, &x, NULL);
+    CHECK(s == PD_ERR_UNSUPPORTED && strstr(pd_last_error(), "input_0.pb"), "SequenceProto file refused: %s",
+          pd_last_error());
+    s = pd__tensor_pb_load(fmt("%s/nope.pb", tmp_root), &x, NULL);
+    CHECK(s == PD_ERR_IO && strstr(pd_last_error(), "nope.pb"), "missing TensorProto file: %s", pd_last_error());
+}
+
+int main(void) {
+    strcpy(tmp_root, "/tmp/pd_loader_XXXXXX");
+    if (!mkdtemp(tmp_root)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    test_tiny();
+    test_batch();
+    test_old_style();
+    test_bad_files();
+    test_tensor_checks();
+    test_graph_checks();
+    test_unsupported();
+    test_attributes();
+    test_dtypes();
+    test_external();
+    test_tensor_pb();
+    nftw(tmp_root, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
+    arena_free();
+    return check_summary();
+}
