@@ -10,6 +10,7 @@
 #include "shape_elem.h"
 
 #include <stdio.h>
+#include <string.h>
 
 /* ---- helpers ---------------------------------------------------------------- */
 

@@ -99,14 +99,15 @@ static pd_status pd__plan_memory(pd_engine *e) {
         if (off + s[k].size > total) total = off + s[k].size;
     }
     PD_FREE(live);
+    if (total == 0) total = 64; /* zero-size tensors still get a valid pointer */
     e->slab_size = total;
-    if (total && posix_memalign(&e->slab, 64, total) != 0) {
+    if (posix_memalign(&e->slab, 64, total) != 0) {
         e->slab = NULL;
         PD_FREE(s);
         PD_FREE(at);
         return PD_ERR_NOMEM;
     }
-    if (total) memset(e->slab, 0, total);
+    memset(e->slab, 0, total);
     for (int t = 0; t < g->ntensors; t++) e->views[t] = pd__view(&g->tensors[t]);
     for (int k = 0; k < ns; k++) e->views[s[k].t].data = (char *)e->slab + s[k].off;
     PD_FREE(s);

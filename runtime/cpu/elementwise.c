@@ -356,6 +356,9 @@ typedef struct pd__ectx {
 /* A table of rows per dtype: [dtype] = op_suffix. */
 #define PD__TAB(op, dt, T, sfx, W, M, MIN, MAX) [dt] = op##_##sfx,
 
+/* The row of dtype w, NULL when there is none. */
+static pd__row_fn row_of(const pd__row_fn *tab, pd_dtype w) { return (unsigned)w < PD__NDT ? tab[w] : NULL; }
+
 /* binary arithmetic */
 #define PD__DEF_ADD(_, dt, T, sfx, W, M, MIN, MAX) PD__BIN_ROW(add_##sfx, T, T, (W)x + (W)y)
 #define PD__DEF_SUB(_, dt, T, sfx, W, M, MIN, MAX) PD__BIN_ROW(sub_##sfx, T, T, (W)x - (W)y)
@@ -410,20 +413,67 @@ PD__SINTS(PD__DEF_RELU, _)
 static const pd__row_fn neg_rows[PD__NDT] = {PD__FLOATS(PD__TAB, neg) PD__SINTS(PD__TAB, neg)};
 static const pd__row_fn relu_rows[PD__NDT] = {PD__FLOATS(PD__TAB, relu) PD__SINTS(PD__TAB, relu)};
 
+/* float exp and tanh without branches, so that the loops using them
+ * vectorize (glibc's expf / tanhf are scalar calls, 10-30x slower than
+ * memory here). exp: Cody-Waite reduction x = k ln2 + r, |r| <= ln2/2, and
+ * Cephes' expf polynomial (about 1 ulp); 2^k applied in two halves so that
+ * subnormal results round once and large x gives inf. NaN stays NaN. */
+static inline float pd__expf(float x) {
+    x = x < -104.0f ? -104.0f : x;
+    x = x > 88.8f ? 88.8f : x;
+    const float magic = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer */
+    float j = x * 1.44269504088896341f + magic, k = j - magic;
+    uint32_t jb;
+    memcpy(&jb, &j, 4);
+    int32_t ki = (int32_t)(jb - 0x4b400000u); /* k, read from j's mantissa */
+    float r = (x - k * 0.693359375f) - k * -2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    int32_t k1 = ki / 2, k2 = ki - k1;
+    uint32_t b1 = (uint32_t)(k1 + 127) << 23, b2 = (uint32_t)(k2 + 127) << 23;
+    float s1, s2;
+    memcpy(&s1, &b1, 4);
+    memcpy(&s2, &b2, 4);
+    return p * s1 * s2;
+}
+
+/* tanh: Cephes' odd polynomial below |x| = 0.625, 1 - 2/(e^2|x| + 1) above
+ * (both computed, one selected). */
+static inline float pd__tanhf(float x) {
+    float ax = fabsf(x), z = x * x;
+    float p = -5.70498872745e-3f;
+    p = p * z + 2.06390887954e-2f;
+    p = p * z - 5.37397155531e-2f;
+    p = p * z + 1.33314422036e-1f;
+    p = p * z - 3.33332819422e-1f;
+    float small = x + x * z * p;
+    float big = copysignf(1.0f - 2.0f / (pd__expf(2.0f * ax) + 1.0f), x);
+    return ax < 0.625f ? small : big;
+}
+#define pd__exp_f32 pd__expf
+#define pd__exp_f64 exp
+#define pd__tanh_f32 pd__tanhf
+#define pd__tanh_f64 tanh
+
 /* unary: float math (M is the libm suffix: sqrtf / sqrt) */
 #define PD__GELU_ERF(T, M) (T)0.5 * x * ((T)1 + erf##M(x * (T)0.70710678118654752440))
-#define PD__GELU_TANH(T, M) \
-    (T)0.5 * x * ((T)1 + tanh##M((T)0.79788456080286535588 * (x + (T)0.044715 * x * x * x)))
+#define PD__GELU_TANH(T, sfx) \
+    (T)0.5 * x * ((T)1 + pd__tanh_##sfx((T)0.79788456080286535588 * (x + (T)0.044715 * x * x * x)))
 #define PD__DEF_FMATH(_, dt, T, sfx, W, M, MIN, MAX)                         \
     PD__UN_ROW(sqrt_##sfx, T, , sqrt##M(x))                                  \
-    PD__UN_ROW(exp_##sfx, T, , exp##M(x))                                    \
+    PD__UN_ROW(exp_##sfx, T, , pd__exp_##sfx(x))                             \
     PD__UN_ROW(log_##sfx, T, , log##M(x))                                    \
     PD__UN_ROW(recip_##sfx, T, , (T)1 / x)                                   \
-    PD__UN_ROW(sigmoid_##sfx, T, , (T)1 / ((T)1 + exp##M(-x)))               \
-    PD__UN_ROW(tanh_##sfx, T, , tanh##M(x))                                  \
+    PD__UN_ROW(sigmoid_##sfx, T, , (T)1 / ((T)1 + pd__exp_##sfx(-x)))        \
+    PD__UN_ROW(tanh_##sfx, T, , pd__tanh_##sfx(x))                           \
     PD__UN_ROW(erf_##sfx, T, , erf##M(x))                                    \
     PD__UN_ROW(gelu_##sfx, T, , PD__GELU_ERF(T, M))                          \
-    PD__UN_ROW(gelut_##sfx, T, , PD__GELU_TANH(T, M))                        \
+    PD__UN_ROW(gelut_##sfx, T, , PD__GELU_TANH(T, sfx))                      \
     PD__UN_ROW(lrelu_##sfx, T, const T al = (T)ctx->alpha, x < 0 ? al * x : x)
 PD__FLOATS(PD__DEF_FMATH, _)
 static const pd__row_fn sqrt_rows[PD__NDT] = {PD__FLOATS(PD__TAB, sqrt)};
@@ -593,7 +643,7 @@ static pd_status binary(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd
         return pd__err(PD_ERR_SHAPE, "input B does not fit in A at the broadcast axis");
     pd_dtype w = arith_work(a.dtype);
     pd_tensor *v[2] = {&a, &b};
-    return run_rows(x, 2, v, w, out, to_bool ? PD_BOOL : w, tab[w], NULL, 1);
+    return run_rows(x, 2, v, w, out, to_bool ? PD_BOOL : w, row_of(tab, w), NULL, 1);
 }
 
 pd_status pd__cpu_Add(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
@@ -628,11 +678,10 @@ pd_status pd__cpu_Pow(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_t
         return pd__err(PD_ERR_UNSUPPORTED, "Pow with a %s exponent is not supported", pd_dtype_name(b.dtype));
     pd_tensor *v[2] = {&a, &b};
     if ((w == PD_FLOAT || w == PD_DOUBLE) && numel(&b) == 1 && b.data && pd__get_f(b.dtype, b.data, 0) == 2.0) {
-        v[1] = &a; /* x^2 = x*x, exactly as pow rounds it */
-        if (numel(&a) != numel(out)) v[1] = v[0] = &a; /* a is broadcast: still fine, both the same view */
-        return run_rows(x, 2, v, w, out[0], w, mul_rows[w], NULL, 1);
+        v[1] = &a; /* x^2 = x*x, which is how pow rounds it too */
+        return run_rows(x, 2, v, w, out[0], w, row_of(mul_rows, w), NULL, 1);
     }
-    return run_rows(x, 2, v, w, out[0], w, pow_rows[w], NULL, 8);
+    return run_rows(x, 2, v, w, out[0], w, row_of(pow_rows, w), NULL, 8);
 }
 
 /* Sum: out = in0 + in1, then out += in_k; one input is a copy. */
@@ -644,7 +693,7 @@ pd_status pd__cpu_Sum(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_t
         if (!in[k]) return pd__err(PD_ERR_INVALID, "input %d is missing", k);
     if (numel(y) <= 0) return PD_OK;
     pd_dtype w = arith_work(in[0]->dtype);
-    pd__row_fn add = add_rows[w];
+    pd__row_fn add = row_of(add_rows, w);
     if (!add) return pd__err(PD_ERR_UNSUPPORTED, "dtype %s is not supported", pd_dtype_name(in[0]->dtype));
     pd_tensor view[PD__MAX_STAGED], ov;
     PD_TRY(stage_begin(x, nin, in, w, view, y, w, &ov));
@@ -687,13 +736,15 @@ static pd_status unary(pd__exec *x, pd_tensor *const *in, pd_tensor *out, pd_dty
     pd_tensor v = *in[0], *vp = &v;
     v.ndim = out->ndim; /* same elements: walk it as the output */
     memcpy(v.shape, out->shape, sizeof v.shape);
-    return run_rows(x, 1, &vp, w, out, w, tab[w], ctx, cost);
+    return run_rows(x, 1, &vp, w, out, w, row_of(tab, w), ctx, cost);
 }
 
 /* Float math: in float (float, float16, bfloat16) or double (double, integers). */
 #define PD__FLOAT_UNARY(Op, tab, cost)                                                                       \
     pd_status pd__cpu_##Op(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {     \
         (void)n;                                                                                             \
+        if (!(pd__ekind(in[0]->dtype) & PD_EK_NUM))                                                          \
+            return pd__err(PD_ERR_UNSUPPORTED, #Op " of %s is not supported", pd_dtype_name(in[0]->dtype));   \
         return unary(x, in, out[0], float_work(in[0]->dtype), tab, NULL, cost);                              \
     }
 PD__FLOAT_UNARY(Sqrt, sqrt_rows, 4)
@@ -715,6 +766,8 @@ pd_status pd__cpu_Relu(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_
 }
 
 pd_status pd__cpu_LeakyRelu(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    if (!(pd__ekind(in[0]->dtype) & PD_EK_FLOAT))
+        return pd__err(PD_ERR_UNSUPPORTED, "LeakyRelu of %s is not supported", pd_dtype_name(in[0]->dtype));
     pd__ectx c;
     memset(&c, 0, sizeof c);
     c.alpha = pd__attr_f(n, "alpha", 0.01f);
@@ -723,6 +776,8 @@ pd_status pd__cpu_LeakyRelu(pd__exec *x, const pd__node *n, pd_tensor *const *in
 
 pd_status pd__cpu_Gelu(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
     const char *ap = pd__attr_s(n, "approximate", "none");
+    if (!(pd__ekind(in[0]->dtype) & PD_EK_FLOAT))
+        return pd__err(PD_ERR_UNSUPPORTED, "Gelu of %s is not supported", pd_dtype_name(in[0]->dtype));
     const pd__row_fn *tab = strcmp(ap, "tanh") == 0 ? gelut_rows : gelu_rows;
     if (tab == gelu_rows && strcmp(ap, "none") != 0)
         return pd__err(PD_ERR_UNSUPPORTED, "approximate='%s' is not supported", ap);
@@ -733,7 +788,7 @@ pd_status pd__cpu_Gelu(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_
  * the float attributes before; absent ones are -inf/+inf (the dtype's limits). */
 pd_status pd__cpu_Clip(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
     pd_dtype w = arith_work(in[0]->dtype);
-    if (!clip_rows[w] || pd_dtype_size(w) > 8)
+    if (!row_of(clip_rows, w))
         return pd__err(PD_ERR_UNSUPPORTED, "Clip of %s is not supported", pd_dtype_name(in[0]->dtype));
     pd__ectx c;
     memset(&c, 0, sizeof c);
@@ -953,12 +1008,10 @@ static pd_status reduce(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd
         if (j.count * (on) != numel(xt)) return pd__err(PD_ERR_SHAPE, "output size does not match the reduction");
         int nt = n_threads(x, numel(xt));
         int64_t rows = on / j.V;
-        j.blk = j.V;
-        if (j.V > 1) {
-            j.blk = 256;
-            while (j.blk > 16 && rows * ((j.V + j.blk - 1) / j.blk) < 2 * nt) j.blk /= 2;
-            if (j.blk > j.V) j.blk = j.V;
-        }
+        /* kept-last: blocks of up to 4096 outputs (accumulators stay in
+         * cache, input rows stream), smaller only to give every thread work */
+        j.blk = j.V < 4096 ? j.V : 4096;
+        while (j.blk > 64 && rows * ((j.V + j.blk - 1) / j.blk) < nt) j.blk = (j.blk + 1) / 2;
         j.nblk = (j.V + j.blk - 1) / j.blk;
         pd__range_fn fn = w == PD_FLOAT ? reduce_f32 : w == PD_DOUBLE ? reduce_f64 : reduce_u64;
         par_range(x, rows * j.nblk, numel(xt), 1, fn, &j);

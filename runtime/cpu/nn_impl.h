@@ -84,7 +84,8 @@ static pd_status FN(matmul)(const pd_tensor *a, const pd_tensor *b, pd_tensor *y
 /* ---- Conv, ConvTranspose --------------------------------------------------------------------- */
 
 /* col (C*prod(k), prod(out)) from img (C, in...): row (c, k...) holds the
- * input values each output position sees through kernel tap k (0 in pads). */
+ * input values each output position sees through kernel tap k (0 in pads).
+ * Consecutive images of a batch are consecutive channels here. */
 static void FN(im2col)(pd__exec *x, const T *img, int64_t C, const pd__win *w, T *col) {
     int ns = w->nsp, last = ns - 1;
     int64_t K = prod64(ns, w->k), IN = prod64(ns, w->in), OUT = prod64(ns, w->out);
@@ -99,13 +100,8 @@ static void FN(im2col)(pd__exec *x, const T *img, int64_t C, const pd__win *w, T
         int64_t p = kk[last] * w->d[last] - w->pb[last], lo, hi;
         out_range(p, S, IL, OL, &lo, &hi);
         for (int64_t q = 0; q < outer; q++, dst += OL) {
-            int64_t off = 0;
-            bool ok = true;
-            for (int i = 0; i < last && ok; i++) {
-                int64_t pos = oi[i] * w->s[i] - w->pb[i] + kk[i] * w->d[i];
-                ok = pos >= 0 && pos < w->in[i];
-                off = off * w->in[i] + pos;
-            }
+            int64_t off;
+            bool ok = outer_offset(w, oi, kk, w->in, &off);
             odo_next(oi, w->out, last);
             if (!ok) {
                 for (int64_t o = 0; o < OL; o++) dst[o] = 0;
@@ -139,13 +135,8 @@ static void FN(col2im)(pd__exec *x, const T *col, int64_t C, const pd__win *w, T
             int64_t p = kk[last] * w->d[last] - w->pb[last], lo, hi;
             out_range(p, S, OL, IL, &lo, &hi);
             for (int64_t q = 0; q < outer; q++, src += IL) {
-                int64_t off = 0;
-                bool ok = true;
-                for (int i = 0; i < last && ok; i++) {
-                    int64_t pos = ii[i] * w->s[i] - w->pb[i] + kk[i] * w->d[i];
-                    ok = pos >= 0 && pos < w->out[i];
-                    off = off * w->out[i] + pos;
-                }
+                int64_t off;
+                bool ok = outer_offset(w, ii, kk, w->out, &off);
                 odo_next(ii, w->in, last);
                 if (!ok) continue;
                 T *drow = dst + off * OL;
@@ -155,70 +146,124 @@ static void FN(col2im)(pd__exec *x, const T *col, int64_t C, const pd__win *w, T
     }
 }
 
-/* Y (N, M, out...) = conv(X (N, C, in...), W (M, C/group, k...)) + B (M). */
+/* Y (NM, OUT) planes set to the bias (M) or 0. */
+static void FN(fill_bias)(pd__exec *x, int64_t NM, int64_t M, int64_t OUT, const T *b, T *Y) {
+    int nt = pd__nthreads(x);
+    PD_OMP_FOR(nt, NM * OUT > 32768)
+    for (int64_t nm = 0; nm < NM; nm++) {
+        T bv = b ? b[nm % M] : (T)0, *yp = Y + nm * OUT;
+        for (int64_t o = 0; o < OUT; o++) yp[o] = bv;
+    }
+}
+
+/* Direct convolution for tiny per-group products (depthwise and the like),
+ * where a GEMM would be a GEMV: Y (N, M, out...) += taps of X (N, C, in...). */
+static void FN(conv_direct)(pd__exec *x, const pd__win *w, int64_t group, int64_t N, int64_t C, int64_t M,
+                            const T *X, const T *W, T *Y) {
+    int ns = w->nsp, last = ns - 1;
+    int64_t Cg = C / group, Mg = M / group, K = prod64(ns, w->k), IN = prod64(ns, w->in), OUT = prod64(ns, w->out);
+    int64_t OL = w->out[last], IL = w->in[last], S = w->s[last], outer = OUT / OL;
+    int nt = pd__nthreads(x);
+    PD_OMP_FOR(nt, N * M * OUT * Cg * K > 32768)
+    for (int64_t nm = 0; nm < N * M; nm++) {
+        int64_t n = nm / M, m = nm % M, g = m / Mg;
+        T *yp = Y + nm * OUT; // (out...)
+        for (int64_t c = 0; c < Cg; c++) {
+            const T *xc = X + (n * C + g * Cg + c) * IN; // (in...)
+            const T *wk = W + (m * Cg + c) * K;           // (k...)
+            for (int64_t kr = 0; kr < K; kr++) {
+                int64_t kk[PD_MAX_DIMS], oi[PD_MAX_DIMS] = {0};
+                odo_unflat(kr, w->k, ns, kk);
+                T wv = wk[kr];
+                int64_t p = kk[last] * w->d[last] - w->pb[last], lo, hi;
+                out_range(p, S, IL, OL, &lo, &hi);
+                T *yrow = yp;
+                for (int64_t q = 0; q < outer; q++, yrow += OL) {
+                    int64_t off;
+                    bool ok = outer_offset(w, oi, kk, w->in, &off);
+                    odo_next(oi, w->out, last);
+                    if (!ok) continue;
+                    const T *srow = xc + off * IL;
+                    if (S == 1)
+                        for (int64_t o = lo; o < hi; o++) yrow[o] += wv * srow[o + p];
+                    else
+                        for (int64_t o = lo; o < hi; o++) yrow[o] += wv * srow[o * S + p];
+                }
+            }
+        }
+    }
+}
+
+/* Y (N, M, out...) = conv(X (N, C, in...), W (M, C/group, k...)) + B (M).
+ * Images go in chunks: one im2col pass over the chunk, then its GEMMs, so the
+ * OpenMP and BLAS thread pools alternate once per chunk, not per image. */
 static pd_status FN(conv)(pd__exec *x, const pd__win *w, int64_t group, const pd_tensor *X, const pd_tensor *W,
                           const pd_tensor *B, pd_tensor *Y) {
     int ns = w->nsp;
     int64_t N = X->shape[0], C = X->shape[1], M = W->shape[0], Cg = C / group, Mg = M / group;
     int64_t K = prod64(ns, w->k), IN = prod64(ns, w->in), OUT = prod64(ns, w->out), rows = Cg * K;
-    bool direct = K == 1; /* a 1x1 kernel without stride or pad reads X as it is */
-    for (int i = 0; i < ns; i++) direct = direct && w->s[i] == 1 && w->pb[i] == 0 && w->pe[i] == 0;
-    T *col = NULL; // (Cg*K, OUT)
-    if (!direct && !(col = pd__scratch_n(x, rows, OUT, sizeof(T)))) return PD_ERR_NOMEM;
     const T *xd = X->data, *wd = W->data;
     T *yd = Y->data;
-    for (int64_t n = 0; n < N; n++) {
-        for (int64_t gi = 0; gi < group; gi++) {
-            const T *xg = xd + (n * C + gi * Cg) * IN; // (Cg, in...)
-            if (!direct) FN(im2col)(x, xg, Cg, w, col);
-            PD_TRY(FN(gemm)(false, false, Mg, OUT, rows, 1, wd + gi * Mg * rows, rows, direct ? xg : col, OUT, 0,
-                            yd + (n * M + gi * Mg) * OUT, OUT));
-        }
+    FN(fill_bias)(x, N * M, M, OUT, B ? (const T *)B->data : NULL, yd);
+    if (Cg * Mg <= 16) {
+        FN(conv_direct)(x, w, group, N, C, M, xd, wd, yd);
+        return PD_OK;
     }
-    if (B) {
-        const T *bd = B->data;
-        int nt = pd__nthreads(x);
-        PD_OMP_FOR(nt, N * M * OUT > 32768)
-        for (int64_t nm = 0; nm < N * M; nm++) {
-            T bv = bd[nm % M], *yp = yd + nm * OUT;
-            for (int64_t o = 0; o < OUT; o++) yp[o] += bv;
-        }
+    bool direct = K == 1; /* a 1x1 kernel without stride or pad reads X as it is */
+    for (int i = 0; i < ns; i++) direct = direct && w->s[i] == 1 && w->pb[i] == 0 && w->pe[i] == 0;
+    int64_t per_image = C * K * OUT, chunk = N;
+    T *col = NULL; // (chunk * group, Cg*K, OUT)
+    if (!direct) {
+        chunk = (int64_t)(PD_NN_CHUNK_BYTES / sizeof(T)) / (per_image ? per_image : 1);
+        chunk = chunk < 1 ? 1 : chunk > N ? N : chunk;
+        if (!(col = pd__scratch_n(x, chunk, per_image, sizeof(T)))) return PD_ERR_NOMEM;
+    }
+    for (int64_t n0 = 0; n0 < N; n0 += chunk) {
+        int64_t nb = N - n0 < chunk ? N - n0 : chunk;
+        if (!direct) FN(im2col)(x, xd + n0 * C * IN, nb * C, w, col);
+        for (int64_t n = n0; n < n0 + nb; n++)
+            for (int64_t gi = 0; gi < group; gi++) {
+                const T *src = direct ? xd + (n * C + gi * Cg) * IN : col + ((n - n0) * group + gi) * rows * OUT;
+                PD_TRY(FN(gemm)(false, false, Mg, OUT, rows, 1, wd + gi * Mg * rows, rows, src, OUT, 1,
+                                yd + (n * M + gi * Mg) * OUT, OUT));
+            }
     }
     return PD_OK;
 }
 
-/* Y (N, M, out...) = convT(X (N, C, in...), W (C, M/group, k...)) + B (M). */
+/* Y (N, M, out...) = convT(X (N, C, in...), W (C, M/group, k...)) + B (M):
+ * per chunk of images, col = W_g^T X_g by GEMM, then one col2im pass. */
 static pd_status FN(conv_transpose)(pd__exec *x, const pd__win *w, int64_t group, const pd_tensor *X,
                                     const pd_tensor *W, const pd_tensor *B, pd_tensor *Y) {
     int ns = w->nsp;
     int64_t N = X->shape[0], C = X->shape[1], Cg = C / group, Mg = W->shape[1], M = Mg * group;
     int64_t K = prod64(ns, w->k), IN = prod64(ns, w->in), OUT = prod64(ns, w->out), rows = Mg * K;
-    T *col = pd__scratch_n(x, rows, IN, sizeof(T)); // (Mg*K, IN)
+    int64_t per_image = M * K * IN;
+    int64_t chunk = (int64_t)(PD_NN_CHUNK_BYTES / sizeof(T)) / (per_image ? per_image : 1);
+    chunk = chunk < 1 ? 1 : chunk > N ? N : chunk;
+    T *col = pd__scratch_n(x, chunk, per_image, sizeof(T)); // (chunk * group, Mg*K, IN)
     if (!col) return PD_ERR_NOMEM;
-    const T *xd = X->data, *wd = W->data, *bd = B ? B->data : NULL;
+    const T *xd = X->data, *wd = W->data;
     T *yd = Y->data;
-    for (int64_t nm = 0; nm < N * M; nm++) {
-        T bv = bd ? bd[nm % M] : (T)0, *yp = yd + nm * OUT;
-        for (int64_t o = 0; o < OUT; o++) yp[o] = bv;
-    }
-    for (int64_t n = 0; n < N; n++) {
-        for (int64_t gi = 0; gi < group; gi++) {
-            /* col (Mg*K, IN) = W_g^T, W_g (Cg, Mg*K), times X_g (Cg, IN) */
-            PD_TRY(FN(gemm)(true, false, rows, IN, Cg, 1, wd + gi * Cg * rows, rows, xd + (n * C + gi * Cg) * IN, IN,
-                            0, col, IN));
-            FN(col2im)(x, col, Mg, w, yd + (n * M + gi * Mg) * OUT);
-        }
+    FN(fill_bias)(x, N * M, M, OUT, B ? (const T *)B->data : NULL, yd);
+    for (int64_t n0 = 0; n0 < N; n0 += chunk) {
+        int64_t nb = N - n0 < chunk ? N - n0 : chunk;
+        for (int64_t n = n0; n < n0 + nb; n++)
+            for (int64_t gi = 0; gi < group; gi++) /* col_g (Mg*K, IN) = W_g^T, W_g (Cg, Mg*K), times X_g (Cg, IN) */
+                PD_TRY(FN(gemm)(true, false, rows, IN, Cg, 1, wd + gi * Cg * rows, rows,
+                                xd + (n * C + gi * Cg) * IN, IN, 0, col + ((n - n0) * group + gi) * rows * IN, IN));
+        FN(col2im)(x, col, nb * M, w, yd + n0 * M * OUT);
     }
     return PD_OK;
 }
 
 /* ---- pools ---------------------------------------------------------------------------------------- */
 
-/* Y (NC, out...) = max over each window of X (NC, in...); I: flat index into X
+/* Y (NC, out...) = max over each window of X (NC, in...); ind: flat index into X
  * of the max (row-major, or column-major over the spatial dims with storage_order=1). */
-static pd_status FN(maxpool)(pd__exec *x, const pd__win *w, int64_t NC, const T *X, T *Y, int64_t *I, int so) {
-    int ns = w->nsp;
-    int64_t IN = prod64(ns, w->in), OUT = prod64(ns, w->out);
+static pd_status FN(maxpool)(pd__exec *x, const pd__win *w, int64_t NC, const T *X, T *Y, int64_t *ind, int so) {
+    int ns = w->nsp, last = ns - 1;
+    int64_t IN = prod64(ns, w->in), OUT = prod64(ns, w->out), DL = w->d[last];
     int64_t cstr[PD_MAX_DIMS]; /* column-major strides of the spatial dims */
     for (int i = 0; i < ns; i++) cstr[i] = i == 0 ? 1 : cstr[i - 1] * w->in[i - 1];
     int nt = pd__nthreads(x);
@@ -229,24 +274,28 @@ static pd_status FN(maxpool)(pd__exec *x, const pd__win *w, int64_t NC, const T 
         for (int64_t q = 0; q < OUT; q++) {
             pd__wrange r;
             win_range(w, o, &r);
+            odo_next(o, w->out, ns);
             T best = 0;
             int64_t bi = -1;
             if (!r.empty) {
-                int64_t kk[PD_MAX_DIMS];
-                for (int i = 0; i < ns; i++) kk[i] = r.lo[i];
-                for (int64_t t = 0; t < r.count; t++) {
+                int64_t kk[PD_MAX_DIMS], nrow = r.count / (r.hi[last] - r.lo[last]);
+                for (int i = 0; i < last; i++) kk[i] = r.lo[i];
+                for (int64_t t = 0; t < nrow; t++) {
                     int64_t off = 0;
-                    for (int i = 0; i < ns; i++) off = off * w->in[i] + r.start[i] + kk[i] * w->d[i];
-                    T v = xp[off];
-                    if (bi < 0 || v > best) {
-                        best = v;
-                        bi = off;
+                    for (int i = 0; i < last; i++) off = off * w->in[i] + r.start[i] + kk[i] * w->d[i];
+                    off = off * w->in[last] + r.start[last];
+                    for (int64_t j = r.lo[last]; j < r.hi[last]; j++) {
+                        T v = xp[off + j * DL];
+                        if (bi < 0 || v > best) {
+                            best = v;
+                            bi = off + j * DL;
+                        }
                     }
-                    odo_next_range(kk, r.lo, r.hi, ns);
+                    odo_next_range(kk, r.lo, r.hi, last);
                 }
             }
             Y[nc * OUT + q] = bi < 0 ? (T)-INFINITY : best;
-            if (I) {
+            if (ind) {
                 int64_t idx = bi < 0 ? 0 : bi;
                 if (so && bi >= 0) { /* re-express the offset column-major */
                     int64_t rem = bi, cm = 0;
@@ -256,19 +305,18 @@ static pd_status FN(maxpool)(pd__exec *x, const pd__win *w, int64_t NC, const T 
                     }
                     idx = cm;
                 }
-                I[nc * OUT + q] = nc * IN + idx;
+                ind[nc * OUT + q] = nc * IN + idx;
             }
-            odo_next(o, w->out, ns);
         }
     }
     return PD_OK;
 }
 
 /* Y (NC, out...) = mean over each window of X (NC, in...): over the taps inside
- * X, or over the whole kernel (pads count as 0) with count_include_pad. */
+ * X, or with count_include_pad over the taps inside X and its pads (as 0). */
 static pd_status FN(avgpool)(pd__exec *x, const pd__win *w, int64_t NC, const T *X, T *Y, int include_pad) {
-    int ns = w->nsp;
-    int64_t IN = prod64(ns, w->in), OUT = prod64(ns, w->out), K = prod64(ns, w->k);
+    int ns = w->nsp, last = ns - 1;
+    int64_t IN = prod64(ns, w->in), OUT = prod64(ns, w->out), DL = w->d[last];
     int nt = pd__nthreads(x);
     PD_OMP_FOR(nt, NC * OUT > 4096)
     for (int64_t nc = 0; nc < NC; nc++) {
@@ -279,16 +327,25 @@ static pd_status FN(avgpool)(pd__exec *x, const pd__win *w, int64_t NC, const T 
             win_range(w, o, &r);
             double sum = 0;
             if (!r.empty) {
-                int64_t kk[PD_MAX_DIMS];
-                for (int i = 0; i < ns; i++) kk[i] = r.lo[i];
-                for (int64_t t = 0; t < r.count; t++) {
+                int64_t kk[PD_MAX_DIMS], nrow = r.count / (r.hi[last] - r.lo[last]);
+                for (int i = 0; i < last; i++) kk[i] = r.lo[i];
+                for (int64_t t = 0; t < nrow; t++) {
                     int64_t off = 0;
-                    for (int i = 0; i < ns; i++) off = off * w->in[i] + r.start[i] + kk[i] * w->d[i];
-                    sum += xp[off];
-                    odo_next_range(kk, r.lo, r.hi, ns);
+                    for (int i = 0; i < last; i++) off = off * w->in[i] + r.start[i] + kk[i] * w->d[i];
+                    off = off * w->in[last] + r.start[last];
+                    for (int64_t j = r.lo[last]; j < r.hi[last]; j++) sum += xp[off + j * DL];
+                    odo_next_range(kk, r.lo, r.hi, last);
                 }
             }
-            int64_t div = include_pad ? K : (r.empty ? 0 : r.count);
+            int64_t div = r.empty ? 0 : r.count;
+            if (include_pad) { /* taps inside the declared pads count, those past them (ceil_mode) do not */
+                div = 1;
+                for (int i = 0; i < ns; i++) {
+                    int64_t lo, hi;
+                    out_range(r.start[i] + w->pb[i], w->d[i], w->in[i] + w->pb[i] + w->pe[i], w->k[i], &lo, &hi);
+                    div *= hi - lo;
+                }
+            }
             Y[nc * OUT + q] = div ? (T)(sum / (double)div) : (T)NAN;
             odo_next(o, w->out, ns);
         }

@@ -1,0 +1,478 @@
+/* test_elementwise.c - the element-wise CPU kernels (runtime/cpu/elementwise.c)
+ * against a naive reference: numpy broadcasting over random shapes and
+ * dtypes, Where, the reductions over random axes, Cast's edge cases, and
+ * the multi-threaded paths (results must equal the single-threaded ones). */
+#include "../core/pd_internal.h"
+#include "check.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+static uint64_t rng = 88172645463325252ull;
+static uint64_t next(void) {
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return rng;
+}
+static int64_t irand(int64_t n) { return (int64_t)(next() % (uint64_t)n); }
+
+/* A tensor of random values (small integers, so that integer ops do not
+ * overflow and float sums are exact enough). Free data with free(). */
+static pd_tensor make(pd_dtype t, int nd, const int64_t *shape, bool nonzero) {
+    pd_tensor x = {t, nd, {0}, NULL};
+    for (int d = 0; d < nd; d++) x.shape[d] = shape[d];
+    int64_t n = pd_tensor_numel(&x);
+    x.data = calloc((size_t)(n ? n : 1), pd_dtype_size(t));
+    bool sgn = t != PD_UINT8 && t != PD_UINT16 && t != PD_UINT32 && t != PD_UINT64;
+    for (int64_t i = 0; i < n; i++) {
+        int64_t v = irand(9) + 1;
+        if (sgn && (next() & 1)) v = -v;
+        if (!nonzero && irand(7) == 0) v = 0;
+        if (t == PD_FLOAT || t == PD_DOUBLE || t == PD_FLOAT16 || t == PD_BFLOAT16)
+            pd__set_f(t, x.data, i, (double)v * 0.5);
+        else
+            pd__set_i(t, x.data, i, v);
+    }
+    return x;
+}
+
+static pd_tensor empty_like(pd_dtype t, int nd, const int64_t *shape) {
+    pd_tensor x = {t, nd, {0}, NULL};
+    for (int d = 0; d < nd; d++) x.shape[d] = shape[d];
+    int64_t n = pd_tensor_numel(&x);
+    x.data = calloc((size_t)(n ? n : 1), pd_dtype_size(t));
+    return x;
+}
+
+/* Index into a (right-aligned, broadcast) input for output coordinates. */
+static int64_t bidx(const pd_tensor *t, int ond, const int64_t *coord) {
+    int64_t i = 0;
+    for (int d = 0; d < t->ndim; d++) {
+        int od = d + ond - t->ndim;
+        i = i * t->shape[d] + (t->shape[d] == 1 ? 0 : coord[od]);
+    }
+    return i;
+}
+
+static void coords(int nd, const int64_t *shape, int64_t i, int64_t *c) {
+    for (int d = nd - 1; d >= 0; d--) {
+        c[d] = i % shape[d];
+        i /= shape[d];
+    }
+}
+
+static pd__node node(pd_op op, int opset, int nin) {
+    pd__node n;
+    memset(&n, 0, sizeof n);
+    n.name = "n";
+    n.op_type = "op";
+    n.op = op;
+    n.opset = opset;
+    n.nin = nin;
+    n.nout = 1;
+    return n;
+}
+
+static bool same_bytes(const pd_tensor *a, const pd_tensor *b) {
+    return memcmp(a->data, b->data, (size_t)pd_tensor_numel(a) * pd_dtype_size(a->dtype)) == 0;
+}
+
+/* An integer result as dtype t stores it (wrapping). */
+static double wrap(pd_dtype t, double v) {
+    uint64_t buf = 0;
+    pd__set_i(t, &buf, 0, (int64_t)v);
+    return pd__get_f(t, &buf, 0);
+}
+
+/* ---- binary broadcasting ------------------------------------------------------ */
+
+typedef enum { B_ADD, B_SUB, B_MUL, B_DIV } bop;
+
+static double ref_bin(bop o, double a, double b, bool isint) {
+    switch (o) {
+    case B_ADD: return a + b;
+    case B_SUB: return a - b;
+    case B_MUL: return a * b;
+    default: return isint ? (b == 0 ? 0 : trunc(a / b)) : a / b;
+    }
+}
+
+static int test_binary_case(pd__exec *x, bop o, pd_dtype t, int na, const int64_t *sa, int nb, const int64_t *sb) {
+    static const pd_op ops[] = {PD_OP_ADD, PD_OP_SUB, PD_OP_MUL, PD_OP_DIV};
+    int nd = na > nb ? na : nb;
+    int64_t so[PD_MAX_DIMS];
+    for (int d = 0; d < nd; d++) {
+        int da = d - (nd - na), db = d - (nd - nb);
+        int64_t p = da >= 0 ? sa[da] : 1, q = db >= 0 ? sb[db] : 1;
+        so[d] = p == 1 ? q : p;
+    }
+    pd_tensor a = make(t, na, sa, false), b = make(t, nb, sb, o == B_DIV), y = empty_like(t, nd, so);
+    pd_tensor *in[2] = {&a, &b}, *out[1] = {&y};
+    pd__node n = node(ops[o], 14, 2);
+    pd_status st = pd__cpu_kernels[ops[o]](x, &n, in, out);
+    bool isint = t != PD_FLOAT && t != PD_DOUBLE && t != PD_FLOAT16 && t != PD_BFLOAT16;
+    int bad = st != PD_OK;
+    int64_t c[PD_MAX_DIMS];
+    for (int64_t i = 0; !bad && i < pd_tensor_numel(&y); i++) {
+        coords(nd, so, i, c);
+        double want = ref_bin(o, pd__get_f(t, a.data, bidx(&a, nd, c)), pd__get_f(t, b.data, bidx(&b, nd, c)), isint);
+        if (isint) want = wrap(t, want);
+        double got = pd__get_f(t, y.data, i);
+        double tol = (t == PD_FLOAT16 || t == PD_BFLOAT16) ? 1e-2 * fabs(want) : 1e-6 * fabs(want);
+        if (fabs(got - want) > tol) bad = 1;
+    }
+    free(a.data);
+    free(b.data);
+    free(y.data);
+    return bad;
+}
+
+static void random_shapes(int *na, int64_t *sa, int *nb, int64_t *sb) {
+    int nd = (int)irand(5);
+    int64_t full[PD_MAX_DIMS];
+    for (int d = 0; d < nd; d++) full[d] = irand(4) + 1;
+    *na = nd;
+    *nb = nd - (int)irand(nd + 1);
+    for (int d = 0; d < *na; d++) sa[d] = irand(3) == 0 ? 1 : full[d];
+    for (int d = 0; d < *nb; d++) sb[d] = irand(3) == 0 ? 1 : full[d + nd - *nb];
+    if (next() & 1) { /* swap: B the bigger one */
+        int64_t tmp[PD_MAX_DIMS];
+        int nt = *na;
+        memcpy(tmp, sa, sizeof tmp);
+        memcpy(sa, sb, sizeof tmp);
+        memcpy(sb, tmp, sizeof tmp);
+        *na = *nb;
+        *nb = nt;
+    }
+}
+
+static void test_binary_random(pd__exec *x) {
+    static const pd_dtype types[] = {PD_FLOAT, PD_DOUBLE, PD_INT32, PD_INT8, PD_UINT8, PD_INT64, PD_UINT64, PD_FLOAT16,
+                                     PD_BFLOAT16};
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        int bad = 0, runs = 0;
+        for (int r = 0; r < 200; r++) {
+            int na, nb;
+            int64_t sa[PD_MAX_DIMS], sb[PD_MAX_DIMS];
+            random_shapes(&na, sa, &nb, sb);
+            bad += test_binary_case(x, (bop)(r % 4), types[ti], na, sa, nb, sb);
+            runs++;
+        }
+        CHECK(bad == 0, "binary broadcast %s: %d random shapes x {Add,Sub,Mul,Div}, %d wrong", pd_dtype_name(types[ti]),
+              runs, bad);
+    }
+}
+
+/* Large shapes walk the threaded path: compare with 1 thread and the reference. */
+static void test_binary_threads(void) {
+    struct {
+        int na, nb;
+        int64_t sa[4], sb[4];
+    } cs[] = {
+        {2, 1, {256, 1024}, {1024}},           /* bias over the last dim */
+        {3, 3, {64, 96, 33}, {64, 1, 33}},     /* broadcast in the middle */
+        {4, 3, {8, 64, 16, 16}, {64, 1, 1}},   /* conv bias */
+        {1, 0, {300001}, {0}},                 /* scalar */
+        {2, 2, {700, 513}, {700, 513}},        /* same shape */
+        {2, 2, {1, 999}, {997, 1}},            /* outer product */
+    };
+    for (size_t k = 0; k < sizeof cs / sizeof cs[0]; k++) {
+        pd__exec x1 = {1, NULL, 0, NULL}, x4 = {4, NULL, 0, NULL};
+        int bad = test_binary_case(&x4, B_MUL, PD_FLOAT, cs[k].na, cs[k].sa, cs[k].nb, cs[k].sb);
+        rng = 1234 + k;
+        pd_tensor a = make(PD_FLOAT, cs[k].na, cs[k].sa, false), b = make(PD_FLOAT, cs[k].nb, cs[k].sb, false);
+        int nd = cs[k].na > cs[k].nb ? cs[k].na : cs[k].nb;
+        int64_t so[4];
+        for (int d = 0; d < nd; d++) {
+            int da = d - (nd - cs[k].na), db = d - (nd - cs[k].nb);
+            int64_t p = da >= 0 ? cs[k].sa[da] : 1, q = db >= 0 ? cs[k].sb[db] : 1;
+            so[d] = p == 1 ? q : p;
+        }
+        pd_tensor y1 = empty_like(PD_FLOAT, nd, so), y4 = empty_like(PD_FLOAT, nd, so);
+        pd_tensor *in[2] = {&a, &b}, *o1[1] = {&y1}, *o4[1] = {&y4};
+        pd__node n = node(PD_OP_SUB, 14, 2);
+        bool ok = pd__cpu_Sub(&x1, &n, in, o1) == PD_OK && pd__cpu_Sub(&x4, &n, in, o4) == PD_OK;
+        CHECK(!bad && ok && same_bytes(&y1, &y4), "binary threaded case %zu: matches reference and 1 thread", k);
+        free(a.data);
+        free(b.data);
+        free(y1.data);
+        free(y4.data);
+        free(x1.scratch);
+        free(x4.scratch);
+    }
+}
+
+/* Sum of 3 inputs, all broadcast, in float16 (staged through float). */
+static void test_sum(pd__exec *x) {
+    int64_t s0[] = {3, 1}, s1[] = {4}, s2[] = {2, 1, 1};
+    pd_tensor a = make(PD_FLOAT16, 2, s0, false), b = make(PD_FLOAT16, 1, s1, false), c = make(PD_FLOAT16, 3, s2, false);
+    int64_t so[] = {2, 3, 4};
+    pd_tensor y = empty_like(PD_FLOAT16, 3, so);
+    pd_tensor *in[3] = {&a, &b, &c}, *out[1] = {&y};
+    pd__node n = node(PD_OP_SUM, 13, 3);
+    int bad = pd__cpu_Sum(x, &n, in, out) != PD_OK;
+    int64_t co[3];
+    for (int64_t i = 0; i < 24 && !bad; i++) {
+        coords(3, so, i, co);
+        double want = pd__get_f(PD_FLOAT16, a.data, bidx(&a, 3, co)) + pd__get_f(PD_FLOAT16, b.data, bidx(&b, 3, co)) +
+                      pd__get_f(PD_FLOAT16, c.data, bidx(&c, 3, co));
+        if (pd__get_f(PD_FLOAT16, y.data, i) != want) bad = 1;
+    }
+    CHECK(!bad, "Sum: three float16 inputs broadcast to [2,3,4]");
+    free(a.data);
+    free(b.data);
+    free(c.data);
+    free(y.data);
+}
+
+static void test_where(pd__exec *x) {
+    int64_t sc[] = {5, 1, 7}, sa[] = {4, 1}, sb[] = {1, 1, 7}, so[] = {5, 4, 7};
+    pd_tensor c = make(PD_BOOL, 3, sc, false), a = make(PD_INT64, 2, sa, false), b = make(PD_INT64, 3, sb, false);
+    for (int64_t i = 0; i < 35; i++) ((uint8_t *)c.data)[i] = (uint8_t)(next() & 1);
+    pd_tensor y = empty_like(PD_INT64, 3, so);
+    pd_tensor *in[3] = {&c, &a, &b}, *out[1] = {&y};
+    pd__node n = node(PD_OP_WHERE, 16, 3);
+    int bad = pd__cpu_Where(x, &n, in, out) != PD_OK;
+    int64_t co[3];
+    for (int64_t i = 0; i < 140 && !bad; i++) {
+        coords(3, so, i, co);
+        int64_t want = ((uint8_t *)c.data)[bidx(&c, 3, co)] ? ((int64_t *)a.data)[bidx(&a, 3, co)]
+                                                            : ((int64_t *)b.data)[bidx(&b, 3, co)];
+        if (((int64_t *)y.data)[i] != want) bad = 1;
+    }
+    CHECK(!bad, "Where: 3-way broadcast [5,1,7] ? [4,1] : [1,1,7]");
+    free(a.data);
+    free(b.data);
+    free(c.data);
+    free(y.data);
+}
+
+/* ---- reductions ------------------------------------------------------------------ */
+
+static int test_reduce_case(pd__exec *x, bool mean, pd_dtype t, int nd, const int64_t *shape, const bool *mask,
+                            bool keep) {
+    pd_tensor a = make(t, nd, shape, false);
+    int64_t axes[PD_MAX_DIMS], so[PD_MAX_DIMS];
+    int na = 0, no = 0;
+    for (int d = 0; d < nd; d++) {
+        if (mask[d]) axes[na++] = d - (irand(2) ? nd : 0); /* negative axes too */
+        if (!mask[d]) so[no++] = shape[d];
+        else if (keep) so[no++] = 1;
+    }
+    if (na == 0) { /* empty axes: reduce all */
+        no = 0;
+        for (int d = 0; d < nd && keep; d++) so[no++] = 1;
+    }
+    pd_tensor ax = {PD_INT64, 1, {na}, axes}, y = empty_like(t, no, so);
+    pd_tensor *in[2] = {&a, &ax}, *out[1] = {&y};
+    pd__attr attr = {"keepdims", PD_A_INT, keep, 0, NULL, 0, NULL, NULL, NULL};
+    pd__node n = node(mean ? PD_OP_REDUCE_MEAN : PD_OP_REDUCE_SUM, 18, 2);
+    n.nattr = 1;
+    n.attr = &attr;
+    int bad = pd__cpu_kernels[n.op](x, &n, in, out) != PD_OK;
+    /* reference: accumulate every input element into its output */
+    int64_t on = pd_tensor_numel(&y);
+    double *acc = calloc((size_t)(on ? on : 1), sizeof(double));
+    int64_t *cnt = calloc((size_t)(on ? on : 1), sizeof(int64_t));
+    int64_t c[PD_MAX_DIMS];
+    for (int64_t i = 0; i < pd_tensor_numel(&a); i++) {
+        coords(nd, shape, i, c);
+        int64_t o = 0;
+        for (int d = 0; d < nd; d++)
+            if (!(mask[d] || na == 0)) o = o * shape[d] + c[d];
+        acc[o] += pd__get_f(t, a.data, i);
+        cnt[o]++;
+    }
+    bool isint = t != PD_FLOAT && t != PD_DOUBLE && t != PD_FLOAT16;
+    for (int64_t o = 0; o < on && !bad; o++) {
+        double want = mean ? (isint ? trunc(acc[o] / (double)cnt[o]) : acc[o] / (double)cnt[o]) : acc[o];
+        if (isint) want = wrap(t, want);
+        if (fabs(pd__get_f(t, y.data, o) - want) > (t == PD_FLOAT16 ? 2e-3 : 1e-5) * (1 + fabs(want))) bad = 1;
+    }
+    free(acc);
+    free(cnt);
+    free(a.data);
+    free(y.data);
+    return bad;
+}
+
+static void test_reduce_random(pd__exec *x) {
+    static const pd_dtype types[] = {PD_FLOAT, PD_DOUBLE, PD_INT32, PD_UINT8, PD_FLOAT16};
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        int bad = 0;
+        for (int r = 0; r < 300; r++) {
+            int nd = (int)irand(5) + 1;
+            int64_t shape[PD_MAX_DIMS];
+            bool mask[PD_MAX_DIMS];
+            for (int d = 0; d < nd; d++) {
+                shape[d] = irand(5) + 1;
+                mask[d] = irand(2);
+            }
+            bad += test_reduce_case(x, r & 1, types[ti], nd, shape, mask, (r >> 1) & 1);
+        }
+        CHECK(bad == 0, "ReduceSum/ReduceMean %s: 300 random shapes and axes, %d wrong", pd_dtype_name(types[ti]), bad);
+    }
+}
+
+static void test_reduce_threads(void) {
+    struct {
+        int nd;
+        int64_t s[4];
+        bool m[4];
+    } cs[] = {
+        {2, {4096, 96}, {true, false}},           /* bias gradient: over the batch */
+        {2, {96, 4096}, {false, true}},           /* over the last dim */
+        {4, {16, 32, 24, 24}, {true, false, true, true}}, /* batch-norm statistics */
+        {3, {50, 70, 40}, {false, true, false}},  /* the middle dim */
+        {1, {200000}, {true}},                    /* everything */
+    };
+    for (size_t k = 0; k < sizeof cs / sizeof cs[0]; k++) {
+        pd__exec x4 = {4, NULL, 0, NULL};
+        int bad = test_reduce_case(&x4, k & 1, PD_DOUBLE, cs[k].nd, cs[k].s, cs[k].m, k & 2);
+        bad += test_reduce_case(&x4, false, PD_INT64, cs[k].nd, cs[k].s, cs[k].m, true);
+        CHECK(!bad, "reduce threaded case %zu matches the reference", k);
+        free(x4.scratch);
+    }
+}
+
+/* ---- unary, Cast --------------------------------------------------------------- */
+
+static pd_status run1(pd__exec *x, pd__node *n, pd_tensor *a, pd_tensor *y) {
+    pd_tensor *in[1] = {a}, *out[1] = {y};
+    return pd__cpu_kernels[n->op](x, n, in, out);
+}
+
+static void test_unary(pd__exec *x) {
+    float v[6] = {-3.0f, -0.5f, 0.0f, 0.25f, 1.0f, 4.0f}, r[6];
+    pd_tensor a = {PD_FLOAT, 1, {6}, v}, y = {PD_FLOAT, 1, {6}, r};
+    pd__node n = node(PD_OP_GELU, 20, 1);
+    bool ok = run1(x, &n, &a, &y) == PD_OK;
+    for (int i = 0; i < 6; i++) ok &= fabsf(r[i] - 0.5f * v[i] * (1 + erff(v[i] / sqrtf(2)))) < 1e-6f;
+    CHECK(ok, "Gelu (erf) matches 0.5x(1+erf(x/sqrt2))");
+
+    pd__attr ap = {"alpha", PD_A_FLOAT, 0, 0.2f, NULL, 0, NULL, NULL, NULL};
+    n = node(PD_OP_LEAKY_RELU, 16, 1);
+    n.nattr = 1;
+    n.attr = &ap;
+    ok = run1(x, &n, &a, &y) == PD_OK && r[0] == -0.6f && r[1] == -0.1f && r[5] == 4.0f;
+    CHECK(ok, "LeakyRelu alpha=0.2");
+
+    int8_t iv[5] = {-128, -5, 0, 7, 127}, ir[5], lo = -6, hi = 100;
+    pd_tensor ia = {PD_INT8, 1, {5}, iv}, iy = {PD_INT8, 1, {5}, ir}, tl = {PD_INT8, 0, {0}, &lo},
+              th = {PD_INT8, 0, {0}, &hi};
+    pd_tensor *cin[3] = {&ia, &tl, NULL}, *cout[1] = {&iy};
+    n = node(PD_OP_CLIP, 13, 3);
+    ok = pd__cpu_Clip(x, &n, cin, cout) == PD_OK && ir[0] == -6 && ir[1] == -5 && ir[4] == 127;
+    cin[2] = &th;
+    ok &= pd__cpu_Clip(x, &n, cin, cout) == PD_OK && ir[0] == -6 && ir[3] == 7 && ir[4] == 100;
+    CHECK(ok, "Clip int8 with min only, then min and max");
+
+    n = node(PD_OP_NEG, 13, 1);
+    ok = run1(x, &n, &ia, &iy) == PD_OK && ir[0] == -128 && ir[1] == 5 && ir[4] == -127;
+    CHECK(ok, "Neg int8 wraps -128");
+
+    int32_t pv[4] = {2, -3, 5, 0}, pe[4] = {10, 3, 0, 0}, pr[4];
+    pd_tensor pa = {PD_INT32, 1, {4}, pv}, pb = {PD_INT32, 1, {4}, pe}, py = {PD_INT32, 1, {4}, pr};
+    pd_tensor *pin[2] = {&pa, &pb}, *pout[1] = {&py};
+    n = node(PD_OP_POW, 15, 2);
+    ok = pd__cpu_Pow(x, &n, pin, pout) == PD_OK && pr[0] == 1024 && pr[1] == -27 && pr[2] == 1 && pr[3] == 1;
+    float fe[4] = {0.5f, 2.0f, 1.0f, 3.0f};
+    int32_t qv[4] = {9, -3, 5, 2};
+    pd_tensor pf = {PD_FLOAT, 1, {4}, fe}, pq = {PD_INT32, 1, {4}, qv};
+    pin[0] = &pq;
+    pin[1] = &pf;
+    ok &= pd__cpu_Pow(x, &n, pin, pout) == PD_OK && pr[0] == 3 && pr[1] == 9 && pr[2] == 5 && pr[3] == 8;
+    CHECK(ok, "Pow int32^int32 and int32^float32");
+
+    int32_t dv[4] = {-7, 7, INT32_MIN, 5}, dd[4] = {2, -2, -1, 0};
+    pd_tensor da = {PD_INT32, 1, {4}, dv}, db = {PD_INT32, 1, {4}, dd};
+    pd_tensor *din[2] = {&da, &db};
+    n = node(PD_OP_DIV, 14, 2);
+    ok = pd__cpu_Div(x, &n, din, pout) == PD_OK && pr[0] == -3 && pr[1] == -3 && pr[2] == INT32_MIN && pr[3] == 0;
+    CHECK(ok, "Div int32 truncates; MIN/-1 and x/0 do not trap");
+}
+
+static void test_cast(pd__exec *x) {
+    pd__attr to = {"to", PD_A_INT, 0, 0, NULL, 0, NULL, NULL, NULL};
+    pd__node n = node(PD_OP_CAST, 21, 1);
+    n.nattr = 1;
+    n.attr = &to;
+    float fv[7] = {-1.7f, 2.9f, 300.5f, -1e20f, NAN, 0.0f, -0.0f};
+    pd_tensor a = {PD_FLOAT, 1, {7}, fv};
+
+    int32_t i32[7];
+    pd_tensor y = {PD_INT32, 1, {7}, i32};
+    bool ok = run1(x, &n, &a, &y) == PD_OK && i32[0] == -1 && i32[1] == 2 && i32[2] == 300 && i32[3] == INT32_MIN &&
+              i32[4] == 0;
+    CHECK(ok, "Cast float->int32 truncates toward zero, saturates, NaN->0");
+
+    uint8_t u8[7];
+    y = (pd_tensor){PD_UINT8, 1, {7}, u8};
+    ok = run1(x, &n, &a, &y) == PD_OK && u8[0] == 0 && u8[1] == 2 && u8[2] == 255;
+    CHECK(ok, "Cast float->uint8 saturates");
+
+    y = (pd_tensor){PD_BOOL, 1, {7}, u8};
+    ok = run1(x, &n, &a, &y) == PD_OK && u8[0] == 1 && u8[4] == 1 && u8[5] == 0 && u8[6] == 0;
+    CHECK(ok, "Cast float->bool is x != 0");
+
+    /* double -> float16 rounds once: 1 + 2^-11 + 2^-40 is above the tie */
+    double dv[3] = {1.0 + 0x1p-11 + 0x1p-40, 65520.0, 0x1p-25 + 0x1p-40};
+    uint16_t h[3];
+    a = (pd_tensor){PD_DOUBLE, 1, {3}, dv};
+    y = (pd_tensor){PD_FLOAT16, 1, {3}, h};
+    ok = run1(x, &n, &a, &y) == PD_OK && h[0] == 0x3c01 && h[1] == 0x7c00 && h[2] == 0x0001;
+    CHECK(ok, "Cast double->float16 rounds to nearest even once (got %04x %04x %04x)", h[0], h[1], h[2]);
+
+    /* every pair of dtypes on small values: round trip through int64 */
+    static const pd_dtype all[] = {PD_FLOAT, PD_DOUBLE, PD_FLOAT16, PD_BFLOAT16, PD_INT8, PD_INT16, PD_INT32,
+                                   PD_INT64, PD_UINT8, PD_UINT16, PD_UINT32, PD_UINT64, PD_BOOL};
+    int bad = 0;
+    for (size_t s = 0; s < sizeof all / sizeof all[0]; s++)
+        for (size_t d = 0; d < sizeof all / sizeof all[0]; d++) {
+            int64_t sh[1] = {40};
+            pd_tensor src = make(all[s], 1, sh, false), dst = empty_like(all[d], 1, sh);
+            for (int64_t i = 0; i < 40; i++) pd__set_i(all[s], src.data, i, (i * 7) % 100);
+            to.i = all[d];
+            if (run1(x, &n, &src, &dst) != PD_OK) bad++;
+            for (int64_t i = 0; i < 40; i++) {
+                int64_t v = (i * 7) % 100;
+                if (all[s] == PD_BOOL || all[d] == PD_BOOL) v = v != 0;
+                if (pd__get_i(all[d], dst.data, i) != v) {
+                    bad++;
+                    break;
+                }
+            }
+            free(src.data);
+            free(dst.data);
+        }
+    CHECK(bad == 0, "Cast: all 169 dtype pairs on 0..99 (%d wrong)", bad);
+}
+
+/* Bad dtypes are reported, not crashed on. */
+static void test_unsupported(pd__exec *x) {
+    uint8_t b[4] = {1, 0, 1, 1};
+    pd_tensor a = {PD_BOOL, 1, {4}, b}, y = {PD_BOOL, 1, {4}, b};
+    pd__node n = node(PD_OP_SQRT, 13, 1);
+    pd_status st = run1(x, &n, &a, &y);
+    n = node(PD_OP_EXP, 13, 1);
+    a.dtype = y.dtype = (pd_dtype)19; /* float8e5m2 */
+    pd_status st2 = run1(x, &n, &a, &y);
+    CHECK(st == PD_ERR_UNSUPPORTED && st2 == PD_ERR_UNSUPPORTED, "Sqrt of bool, Exp of float8: PD_ERR_UNSUPPORTED");
+}
+
+int main(void) {
+    pd__exec x = {1, NULL, 0, NULL};
+    test_binary_random(&x);
+    test_binary_threads();
+    test_sum(&x);
+    test_where(&x);
+    test_reduce_random(&x);
+    test_reduce_threads();
+    test_unary(&x);
+    test_cast(&x);
+    test_unsupported(&x);
+    free(x.scratch);
+    return check_summary();
+}
