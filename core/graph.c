@@ -455,21 +455,7 @@ static pd_status pd__prune(pd_graph *g, const bool *folded) {
     return PD_OK;
 }
 
-/* The caller's data must have the dtype the model declares. */
-static pd_status pd__check_input_dtypes(pd_graph *g, const pd_load_options *opt) {
-    for (int i = 0; i < opt->n_input_shapes; i++) {
-        const pd_input_shape *s = &opt->input_shapes[i];
-        int t = pd__graph_find(g, s->name);
-        if (s->dtype == PD_UNDEFINED || t < 0 || g->tensors[t].kind != PD_T_INPUT) continue;
-        if (g->tensors[t].dtype != s->dtype)
-            return pd__err(PD_ERR_SHAPE, "%s: input '%s' must be %s, got %s", g->path, s->name,
-                           pd_dtype_name(g->tensors[t].dtype), pd_dtype_name(s->dtype));
-    }
-    return PD_OK;
-}
-
 pd_status pd__graph_finalize(pd_graph *g, const pd_load_options *opt) {
-    PD_TRY(pd__check_input_dtypes(g, opt));
     PD_TRY(pd__bind_const_inputs(g, opt));
     bool *folded = PD_CALLOC((size_t)g->nnodes + 1, sizeof(bool));
     if (!folded) return pd__err(PD_ERR_NOMEM, "%s: out of memory", g->path);

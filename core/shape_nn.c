@@ -126,7 +126,10 @@ static pd_status win_convt(const pd__node *n, pd__win *w, pd__autopad ap) {
         return pd__err(PD_ERR_SHAPE, "attribute output_shape %s has %d values, expected %d", shpv(osc, osv).s, osc, ns);
     const int64_t *os = osc ? osv + (osc - ns) : NULL;
     for (int i = 0; i < ns; i++) {
-        int64_t ek = (w->k[i] - 1) * w->d[i] + 1;
+        int64_t ek = (w->k[i] - 1) * w->d[i] + 1, grown;
+        if (!pd__mul_ok(w->s[i], w->in[i], &grown) || grown > INT64_MAX / 4)
+            return pd__err(PD_ERR_SHAPE, "input size %lld times stride %lld overflows in spatial dim %d",
+                           (long long)w->in[i], (long long)w->s[i], i);
         int64_t natural = w->s[i] * (w->in[i] - 1) + op[i] + ek;
         if (ap == AP_SAME_UPPER || ap == AP_SAME_LOWER) {
             /* as ONNX's reference: the output is in*stride (or output_shape), the
@@ -411,7 +414,11 @@ pd_status pd__shape_BatchNormalization(pd_graph *g, pd__node *n) {
     bool per_feature = n->opset < 9 && pd__attr_i(n, "spatial", 1) == 0;
     int pnd = per_feature ? x->ndim - 1 : 1;
     for (int i = 1; i < 5; i++) {
-        PD_TRY(need_float(g, n, t[i], names[i]));
+        /* opset 15 lets the parameters have their own float types; they are read as double */
+        pd_dtype pt = t[i]->dtype;
+        if (!is_float(pt) && pt != PD_FLOAT16 && pt != PD_BFLOAT16)
+            return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "%s '%s' has dtype %s", names[i], t[i]->name,
+                                pd_dtype_name(pt));
         bool ok = t[i]->ndim == pnd && memcmp(t[i]->shape, x->shape + 1, sizeof(int64_t) * (size_t)pnd) == 0;
         if (!ok)
             return pd__node_err(g, n, PD_ERR_SHAPE, "%s %s must be %s for X %s", names[i], shp(t[i]).s,

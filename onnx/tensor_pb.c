@@ -216,7 +216,8 @@ static pd_status ext_open(const char *what, const char *base_dir, const char *lo
                        "%s: external data '%s' cannot be read: the model was loaded from memory "
                        "without a base folder",
                        what, loc);
-    if (loc[0] == '/' || loc[0] == '\\' || (loc[0] && loc[1] == ':'))
+    bool drive = ((loc[0] >= 'a' && loc[0] <= 'z') || (loc[0] >= 'A' && loc[0] <= 'Z')) && loc[1] == ':';
+    if (loc[0] == '/' || loc[0] == '\\' || drive)
         return pd__err(PD_ERR_INVALID,
                        "%s: external data path '%s' is absolute; it must be relative to the model's folder",
                        what, loc);
@@ -274,8 +275,10 @@ done:
     return s;
 }
 
+/* Reads the nbytes of external data into a new buffer *out, allocated only
+ * once the file is known to hold them. */
 static pd_status read_external(const Onnx__TensorProto *tp, const char *what, const char *base_dir,
-                               void *dst, size_t nbytes) {
+                               size_t nbytes, void **out) {
     const char *loc = NULL, *off_s = NULL, *len_s = NULL;
     for (size_t i = 0; i < tp->n_external_data; i++) {
         const Onnx__StringStringEntryProto *kv = tp->external_data[i];
@@ -307,9 +310,14 @@ static pd_status read_external(const Onnx__TensorProto *tp, const char *what, co
             s = pd__err(PD_ERR_PARSE,
                         "%s: external data '%s': %lld bytes at offset %lld run past the end (%lld bytes)",
                         what, loc, (long long)len, (long long)off, (long long)fsize);
-        else
-            s = read_fd(fd, loc, dst, nbytes, off);
-        if (s == PD_ERR_IO) pd__err_prefix("%s", what);
+        else {
+            void *dst = PD_MALLOC(nbytes ? nbytes : 1);
+            if (!dst) s = pd__err(PD_ERR_NOMEM, "%s: out of memory (%zu bytes)", what, nbytes);
+            else s = read_fd(fd, loc, dst, nbytes, off);
+            if (s == PD_ERR_IO) pd__err_prefix("%s", what);
+            if (s == PD_OK) *out = dst;
+            else PD_FREE(dst);
+        }
     }
     close(fd);
     return s;
@@ -403,24 +411,22 @@ pd_status pd__decode_tensor(const Onnx__TensorProto *tp, const char *what, const
         }
     }
 
-    void *data = PD_MALLOC(nbytes ? nbytes : 1);
-    if (!data) return pd__err(PD_ERR_NOMEM, "%s: out of memory (%zu bytes)", what, nbytes);
-    pd_status s = PD_OK;
+    void *data = NULL;
     if (external) {
-        s = read_external(tp, what, base_dir, data, nbytes);
-        if (s == PD_OK) from_little_endian(data, numel, esize);
-    } else if (tp->has_raw_data) {
-        if (nbytes) memcpy(data, tp->raw_data.data, nbytes);
+        PD_TRY(read_external(tp, what, base_dir, nbytes, &data));
         from_little_endian(data, numel, esize);
     } else {
-        decode_typed(tp, (pd_dtype)dt, (size_t)numel, data);
+        data = PD_MALLOC(nbytes ? nbytes : 1);
+        if (!data) return pd__err(PD_ERR_NOMEM, "%s: out of memory (%zu bytes)", what, nbytes);
+        if (tp->has_raw_data) {
+            if (nbytes) memcpy(data, tp->raw_data.data, nbytes);
+            from_little_endian(data, numel, esize);
+        } else {
+            decode_typed(tp, (pd_dtype)dt, (size_t)numel, data);
+        }
     }
-    if (s == PD_OK && dt == PD_BOOL)
+    if (dt == PD_BOOL)
         for (size_t i = 0; i < nbytes; i++) ((uint8_t *)data)[i] = ((uint8_t *)data)[i] != 0;
-    if (s != PD_OK) {
-        PD_FREE(data);
-        return s;
-    }
     memset(out, 0, sizeof *out);
     out->dtype = (pd_dtype)dt;
     out->ndim = ndim;

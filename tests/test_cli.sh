@@ -54,7 +54,7 @@ expect_error "corrupt model" "junk.onnx" "$pdonnx" info "$tmp/junk.onnx"
 expect_error "symbolic batch without --batch" "give --batch" "$pdonnx" info "$fx/mlp/model.onnx"
 expect_error "wrong input shape" "input 'x': the shape given has rank 2, the model's has rank 4" \
   "$pdonnx" run "$fx/cnn_bn/model.onnx" --batch 4 --input x="$fx/mlp/x.npy"
-expect_error "wrong input dtype" "must be float32" \
+expect_error "wrong input dtype" "input 'x' is float32 in the model, the value given is int64" \
   "$pdonnx" run "$fx/mlp/model.onnx" --batch 4 --input x="$fx/gpt/x.npy"
 expect_error "unknown input name" "'z', which is not a runtime input" \
   "$pdonnx" run "$fx/mlp/model.onnx" --batch 4 --input z="$fx/mlp/x.npy"

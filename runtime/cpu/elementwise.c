@@ -14,6 +14,9 @@
  * - float16 / bfloat16 (and mixed-dtype Pow, integer Erf) compute in float
  *   or double: inputs are converted into scratch memory and the result
  *   converted back by the same code as Cast (convert()).
+ * - float32 Exp, Sigmoid, Tanh (and Gelu's tanh form) use branch-free exp
+ *   and tanh written here (within 3 ulp, tested) so that their loops
+ *   vectorize; everything else calls libm (erff for Gelu and Erf).
  */
 #include "../../core/shape_elem.h"
 
@@ -413,14 +416,36 @@ PD__SINTS(PD__DEF_RELU, _)
 static const pd__row_fn neg_rows[PD__NDT] = {PD__FLOATS(PD__TAB, neg) PD__SINTS(PD__TAB, neg)};
 static const pd__row_fn relu_rows[PD__NDT] = {PD__FLOATS(PD__TAB, relu) PD__SINTS(PD__TAB, relu)};
 
+/* c ? a : b on bits, so the compiler keeps it a select: with ?: GCC
+ * threads the constant arm into a branch and the loop stops vectorizing. */
+static inline float pd__self(int c, float a, float b) {
+    uint32_t m = -(uint32_t)(c != 0), ab, bb;
+    memcpy(&ab, &a, 4);
+    memcpy(&bb, &b, 4);
+    ab = (ab & m) | (bb & ~m);
+    memcpy(&a, &ab, 4);
+    return a;
+}
+
+static inline double pd__seld(int c, double a, double b) {
+    uint64_t m = -(uint64_t)(c != 0), ab, bb;
+    memcpy(&ab, &a, 8);
+    memcpy(&bb, &b, 8);
+    ab = (ab & m) | (bb & ~m);
+    memcpy(&a, &ab, 8);
+    return a;
+}
+#define pd__sel_f32 pd__self
+#define pd__sel_f64 pd__seld
+
 /* float exp and tanh without branches, so that the loops using them
  * vectorize (glibc's expf / tanhf are scalar calls, 10-30x slower than
  * memory here). exp: Cody-Waite reduction x = k ln2 + r, |r| <= ln2/2, and
  * Cephes' expf polynomial (about 1 ulp); 2^k applied in two halves so that
  * subnormal results round once and large x gives inf. NaN stays NaN. */
 static inline float pd__expf(float x) {
-    x = x < -104.0f ? -104.0f : x;
-    x = x > 88.8f ? 88.8f : x;
+    x = pd__self(x < -104.0f, -104.0f, x);
+    x = pd__self(x > 88.8f, 88.8f, x);
     const float magic = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer */
     float j = x * 1.44269504088896341f + magic, k = j - magic;
     uint32_t jb;
@@ -443,7 +468,7 @@ static inline float pd__expf(float x) {
 }
 
 /* tanh: Cephes' odd polynomial below |x| = 0.625, 1 - 2/(e^2|x| + 1) above
- * (both computed, one selected). */
+ * (both computed on |x|, one selected, x's sign put back: tanh(-0) = -0). */
 static inline float pd__tanhf(float x) {
     float ax = fabsf(x), z = x * x;
     float p = -5.70498872745e-3f;
@@ -451,14 +476,26 @@ static inline float pd__tanhf(float x) {
     p = p * z - 5.37397155531e-2f;
     p = p * z + 1.33314422036e-1f;
     p = p * z - 3.33332819422e-1f;
-    float small = x + x * z * p;
-    float big = copysignf(1.0f - 2.0f / (pd__expf(2.0f * ax) + 1.0f), x);
-    return ax < 0.625f ? small : big;
+    float small = ax + ax * z * p;
+    float big = 1.0f - 2.0f / (pd__expf(2.0f * ax) + 1.0f);
+    return copysignf(pd__self(ax < 0.625f, small, big), x);
 }
+#define pd__fabs_f32 fabsf
+#define pd__fabs_f64 fabs
 #define pd__exp_f32 pd__expf
 #define pd__exp_f64 exp
 #define pd__tanh_f32 pd__tanhf
 #define pd__tanh_f64 tanh
+
+/* sigmoid from e = exp(-|x|), which cannot overflow: 1/(1+e) for x >= 0,
+ * e/(1+e) below (so tiny results keep their precision). */
+#define PD__DEF_SIGMOID(T, sfx)                              \
+    static inline T pd__sigmoid_##sfx(T x) {                 \
+        T e = pd__exp_##sfx(-pd__fabs_##sfx(x)), r = (T)1 / ((T)1 + e); \
+        return pd__sel_##sfx(x < 0, e * r, r);               \
+    }
+PD__DEF_SIGMOID(float, f32)
+PD__DEF_SIGMOID(double, f64)
 
 /* unary: float math (M is the libm suffix: sqrtf / sqrt) */
 #define PD__GELU_ERF(T, M) (T)0.5 * x * ((T)1 + erf##M(x * (T)0.70710678118654752440))
@@ -469,12 +506,12 @@ static inline float pd__tanhf(float x) {
     PD__UN_ROW(exp_##sfx, T, , pd__exp_##sfx(x))                             \
     PD__UN_ROW(log_##sfx, T, , log##M(x))                                    \
     PD__UN_ROW(recip_##sfx, T, , (T)1 / x)                                   \
-    PD__UN_ROW(sigmoid_##sfx, T, , (T)1 / ((T)1 + pd__exp_##sfx(-x)))        \
+    PD__UN_ROW(sigmoid_##sfx, T, , pd__sigmoid_##sfx(x))                    \
     PD__UN_ROW(tanh_##sfx, T, , pd__tanh_##sfx(x))                           \
     PD__UN_ROW(erf_##sfx, T, , erf##M(x))                                    \
     PD__UN_ROW(gelu_##sfx, T, , PD__GELU_ERF(T, M))                          \
     PD__UN_ROW(gelut_##sfx, T, , PD__GELU_TANH(T, sfx))                      \
-    PD__UN_ROW(lrelu_##sfx, T, const T al = (T)ctx->alpha, x < 0 ? al * x : x)
+    PD__UN_ROW(lrelu_##sfx, T, const T al = (T)ctx->alpha, pd__sel_##sfx(x < 0, al, 1) * x)
 PD__FLOATS(PD__DEF_FMATH, _)
 static const pd__row_fn sqrt_rows[PD__NDT] = {PD__FLOATS(PD__TAB, sqrt)};
 static const pd__row_fn exp_rows[PD__NDT] = {PD__FLOATS(PD__TAB, exp)};

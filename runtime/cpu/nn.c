@@ -52,13 +52,6 @@ static void odo_next(int64_t *idx, const int64_t *dims, int n) {
     }
 }
 
-static void odo_next_range(int64_t *idx, const int64_t *lo, const int64_t *hi, int n) {
-    for (int i = n - 1; i >= 0; i--) {
-        if (++idx[i] < hi[i]) return;
-        idx[i] = lo[i];
-    }
-}
-
 static void odo_unflat(int64_t flat, const int64_t *dims, int n, int64_t *idx) {
     for (int i = n - 1; i >= 0; i--) {
         idx[i] = flat % dims[i];
@@ -75,31 +68,6 @@ static void out_range(int64_t p, int64_t s, int64_t len, int64_t n, int64_t *lo,
     if (b < a) b = a;
     *lo = a;
     *hi = b;
-}
-
-/* The taps of pooling window o that fall inside the input: tap j of dim i
- * reads start[i] + j*d[i], for j in [lo[i], hi[i]). */
-typedef struct pd__wrange {
-    int64_t start[PD_MAX_DIMS], lo[PD_MAX_DIMS], hi[PD_MAX_DIMS];
-    int64_t count;
-    bool empty;
-} pd__wrange;
-
-static void win_range(const pd__win *w, const int64_t *o, pd__wrange *r) {
-    r->count = 1;
-    r->empty = false;
-    for (int i = 0; i < w->nsp; i++) {
-        int64_t st = o[i] * w->s[i] - w->pb[i];
-        r->start[i] = st;
-        if (st >= 0 && st + (w->k[i] - 1) * w->d[i] < w->in[i]) { /* inside: no divisions */
-            r->lo[i] = 0;
-            r->hi[i] = w->k[i];
-        } else {
-            out_range(st, w->d[i], w->in[i], w->k[i], &r->lo[i], &r->hi[i]);
-        }
-        if (r->hi[i] <= r->lo[i]) r->empty = true;
-        r->count *= r->hi[i] - r->lo[i];
-    }
 }
 
 /* Offset of the row (all dims but the last) that window position o reads
@@ -352,13 +320,31 @@ pd_status pd__cpu_MaxPool(pd__exec *x, const pd__node *n, pd_tensor *const *in, 
     }
 }
 
+/* cnt: for each dim i, for each output position o of it, how many taps the
+ * average divides by: those inside X, or with count_include_pad those inside X
+ * and its declared pads (not the extra of ceil_mode). */
+static void pool_counts(const pd__win *w, bool include_pad, int64_t *cnt) {
+    for (int i = 0; i < w->nsp; i++) {
+        for (int64_t o = 0; o < w->out[i]; o++) {
+            int64_t st = o * w->s[i] - w->pb[i], lo, hi;
+            if (include_pad) out_range(st + w->pb[i], w->d[i], w->in[i] + w->pb[i] + w->pe[i], w->k[i], &lo, &hi);
+            else out_range(st, w->d[i], w->in[i], w->k[i], &lo, &hi);
+            cnt[o] = hi - lo;
+        }
+        cnt += w->out[i];
+    }
+}
+
 pd_status pd__cpu_AveragePool(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
     const pd_tensor *X = in[0];
     pd__win w;
     PD_TRY(pd__win_make(n, PD_WIN_POOL, X->ndim, X->shape, NULL, &w));
-    int64_t NC = X->shape[0] * X->shape[1];
-    int cip = pd__attr_i(n, "count_include_pad", 0) != 0;
-    PD_DISPATCH(X->dtype, avgpool, (x, &w, NC, X->data, out[0]->data, cip))
+    int64_t NC = X->shape[0] * X->shape[1], nc = 0;
+    for (int i = 0; i < w.nsp; i++) nc += w.out[i];
+    int64_t *cnt = pd__scratch_n(x, nc, 1, sizeof(int64_t));
+    if (!cnt) return PD_ERR_NOMEM;
+    pool_counts(&w, pd__attr_i(n, "count_include_pad", 0) != 0, cnt);
+    PD_DISPATCH(X->dtype, avgpool, (x, &w, NC, X->data, out[0]->data, cnt))
 }
 
 pd_status pd__cpu_GlobalAveragePool(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {

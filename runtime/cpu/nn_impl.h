@@ -4,10 +4,10 @@
  *   T          the element type (float, double)
  *   FN(name)   the typed name (name_f32, name_f64)
  *   PD_GEMM    cblas_sgemm / cblas_dgemm
- *   EXP, LOG   expf / exp, logf / log
+ *   EXP        expf / exp
  * defined, so that each kernel is written once. The untyped helpers they
- * use (window ranges, threads, scratch, the odometer) are in nn.c above the
- * include. No include guard on purpose.
+ * use (odometers, output ranges, threads, scratch, the random generator)
+ * are in nn.c above the include. No include guard on purpose.
  */
 
 /* ---- GEMM -------------------------------------------------------------------------------- */
@@ -260,94 +260,113 @@ static pd_status FN(conv_transpose)(pd__exec *x, const pd__win *w, int64_t group
 /* ---- pools ---------------------------------------------------------------------------------------- */
 
 /* Y (NC, out...) = max over each window of X (NC, in...); ind: flat index into X
- * of the max (row-major, or column-major over the spatial dims with storage_order=1). */
+ * of the max (row-major, or column-major over the spatial dims with storage_order=1).
+ * Taps go outermost and each updates whole output rows, which vectorizes; taps
+ * come in window order, so the first maximum wins (a NaN wins and stays). */
 static pd_status FN(maxpool)(pd__exec *x, const pd__win *w, int64_t NC, const T *X, T *Y, int64_t *ind, int so) {
     int ns = w->nsp, last = ns - 1;
-    int64_t IN = prod64(ns, w->in), OUT = prod64(ns, w->out), DL = w->d[last];
+    int64_t K = prod64(ns, w->k), IN = prod64(ns, w->in), OUT = prod64(ns, w->out);
+    int64_t OL = w->out[last], IL = w->in[last], S = w->s[last], outer = OUT / OL;
     int64_t cstr[PD_MAX_DIMS]; /* column-major strides of the spatial dims */
     for (int i = 0; i < ns; i++) cstr[i] = i == 0 ? 1 : cstr[i - 1] * w->in[i - 1];
     int nt = pd__nthreads(x);
-    PD_OMP_FOR(nt, NC * OUT > 4096)
+    PD_OMP_FOR(nt, NC * OUT * K > 32768)
     for (int64_t nc = 0; nc < NC; nc++) {
-        const T *xp = X + nc * IN;
-        int64_t o[PD_MAX_DIMS] = {0};
-        for (int64_t q = 0; q < OUT; q++) {
-            pd__wrange r;
-            win_range(w, o, &r);
-            odo_next(o, w->out, ns);
-            T best = 0;
-            int64_t bi = -1;
-            if (!r.empty) {
-                int64_t kk[PD_MAX_DIMS], nrow = r.count / (r.hi[last] - r.lo[last]);
-                for (int i = 0; i < last; i++) kk[i] = r.lo[i];
-                for (int64_t t = 0; t < nrow; t++) {
-                    int64_t off = 0;
-                    for (int i = 0; i < last; i++) off = off * w->in[i] + r.start[i] + kk[i] * w->d[i];
-                    off = off * w->in[last] + r.start[last];
-                    for (int64_t j = r.lo[last]; j < r.hi[last]; j++) {
-                        T v = xp[off + j * DL];
-                        if (bi < 0 || v > best) {
-                            best = v;
-                            bi = off + j * DL;
-                        }
+        const T *xp = X + nc * IN;               // (in...)
+        T *yp = Y + nc * OUT;                    // (out...)
+        int64_t *ip = ind ? ind + nc * OUT : NULL; // (out...)
+        for (int64_t o = 0; o < OUT; o++) yp[o] = (T)-INFINITY;
+        if (ip)
+            for (int64_t o = 0; o < OUT; o++) ip[o] = -1;
+        for (int64_t kr = 0; kr < K; kr++) {
+            int64_t kk[PD_MAX_DIMS], oi[PD_MAX_DIMS] = {0};
+            odo_unflat(kr, w->k, ns, kk);
+            int64_t p = kk[last] * w->d[last] - w->pb[last], lo, hi;
+            out_range(p, S, IL, OL, &lo, &hi);
+            for (int64_t q = 0; q < outer; q++) {
+                int64_t off;
+                bool ok = outer_offset(w, oi, kk, w->in, &off);
+                odo_next(oi, w->out, last);
+                if (!ok) continue;
+                const T *srow = xp + off * IL;
+                T *yrow = yp + q * OL;
+                if (ip) {
+                    int64_t *irow = ip + q * OL;
+                    for (int64_t o = lo; o < hi; o++) {
+                        T v = srow[o * S + p], b = yrow[o];
+                        bool gt = v > b || (v != v && b == b) || irow[o] < 0;
+                        yrow[o] = gt ? v : b;
+                        irow[o] = gt ? off * IL + o * S + p : irow[o];
                     }
-                    odo_next_range(kk, r.lo, r.hi, last);
+                } else {
+                    for (int64_t o = lo; o < hi; o++) {
+                        T v = srow[o * S + p], b = yrow[o];
+                        yrow[o] = v > b || v != v ? v : b;
+                    }
                 }
             }
-            Y[nc * OUT + q] = bi < 0 ? (T)-INFINITY : best;
-            if (ind) {
-                int64_t idx = bi < 0 ? 0 : bi;
-                if (so && bi >= 0) { /* re-express the offset column-major */
+        }
+        if (ip) {
+            for (int64_t o = 0; o < OUT; o++) {
+                int64_t bi = ip[o] < 0 ? 0 : ip[o];
+                if (so) { /* re-express the offset column-major */
                     int64_t rem = bi, cm = 0;
                     for (int i = ns - 1; i >= 0; i--) {
                         cm += (rem % w->in[i]) * cstr[i];
                         rem /= w->in[i];
                     }
-                    idx = cm;
+                    bi = cm;
                 }
-                ind[nc * OUT + q] = nc * IN + idx;
+                ip[o] = nc * IN + bi;
             }
         }
     }
     return PD_OK;
 }
 
-/* Y (NC, out...) = mean over each window of X (NC, in...): over the taps inside
- * X, or with count_include_pad over the taps inside X and its pads (as 0). */
-static pd_status FN(avgpool)(pd__exec *x, const pd__win *w, int64_t NC, const T *X, T *Y, int include_pad) {
+/* Y (NC, out...) = sum over each window of X (NC, in...) / its count, the
+ * product over dims of cnt (pool_counts: concatenated per-dim tap counts). */
+static pd_status FN(avgpool)(pd__exec *x, const pd__win *w, int64_t NC, const T *X, T *Y, const int64_t *cnt) {
     int ns = w->nsp, last = ns - 1;
-    int64_t IN = prod64(ns, w->in), OUT = prod64(ns, w->out), DL = w->d[last];
+    int64_t K = prod64(ns, w->k), IN = prod64(ns, w->in), OUT = prod64(ns, w->out);
+    int64_t OL = w->out[last], IL = w->in[last], S = w->s[last], outer = OUT / OL;
+    const int64_t *cl = cnt; /* counts of the last dim */
+    for (int i = 0; i < last; i++) cl += w->out[i];
     int nt = pd__nthreads(x);
-    PD_OMP_FOR(nt, NC * OUT > 4096)
+    PD_OMP_FOR(nt, NC * OUT * K > 32768)
     for (int64_t nc = 0; nc < NC; nc++) {
-        const T *xp = X + nc * IN;
-        int64_t o[PD_MAX_DIMS] = {0};
-        for (int64_t q = 0; q < OUT; q++) {
-            pd__wrange r;
-            win_range(w, o, &r);
-            double sum = 0;
-            if (!r.empty) {
-                int64_t kk[PD_MAX_DIMS], nrow = r.count / (r.hi[last] - r.lo[last]);
-                for (int i = 0; i < last; i++) kk[i] = r.lo[i];
-                for (int64_t t = 0; t < nrow; t++) {
-                    int64_t off = 0;
-                    for (int i = 0; i < last; i++) off = off * w->in[i] + r.start[i] + kk[i] * w->d[i];
-                    off = off * w->in[last] + r.start[last];
-                    for (int64_t j = r.lo[last]; j < r.hi[last]; j++) sum += xp[off + j * DL];
-                    odo_next_range(kk, r.lo, r.hi, last);
-                }
+        const T *xp = X + nc * IN; // (in...)
+        T *yp = Y + nc * OUT;      // (out...)
+        for (int64_t o = 0; o < OUT; o++) yp[o] = 0;
+        for (int64_t kr = 0; kr < K; kr++) {
+            int64_t kk[PD_MAX_DIMS], oi[PD_MAX_DIMS] = {0};
+            odo_unflat(kr, w->k, ns, kk);
+            int64_t p = kk[last] * w->d[last] - w->pb[last], lo, hi;
+            out_range(p, S, IL, OL, &lo, &hi);
+            for (int64_t q = 0; q < outer; q++) {
+                int64_t off;
+                bool ok = outer_offset(w, oi, kk, w->in, &off);
+                odo_next(oi, w->out, last);
+                if (!ok) continue;
+                const T *srow = xp + off * IL;
+                T *yrow = yp + q * OL;
+                if (S == 1)
+                    for (int64_t o = lo; o < hi; o++) yrow[o] += srow[o + p];
+                else
+                    for (int64_t o = lo; o < hi; o++) yrow[o] += srow[o * S + p];
             }
-            int64_t div = r.empty ? 0 : r.count;
-            if (include_pad) { /* taps inside the declared pads count, those past them (ceil_mode) do not */
-                div = 1;
-                for (int i = 0; i < ns; i++) {
-                    int64_t lo, hi;
-                    out_range(r.start[i] + w->pb[i], w->d[i], w->in[i] + w->pb[i] + w->pe[i], w->k[i], &lo, &hi);
-                    div *= hi - lo;
-                }
+        }
+        int64_t oi[PD_MAX_DIMS] = {0};
+        for (int64_t q = 0; q < outer; q++) {
+            int64_t rd = 1;
+            const int64_t *ci = cnt;
+            for (int i = 0; i < last; ci += w->out[i], i++) rd *= ci[oi[i]];
+            odo_next(oi, w->out, last);
+            T *yrow = yp + q * OL;
+            for (int64_t o = 0; o < OL; o++) {
+                int64_t div = rd * cl[o];
+                yrow[o] = div ? yrow[o] / (T)div : (T)NAN;
             }
-            Y[nc * OUT + q] = div ? (T)(sum / (double)div) : (T)NAN;
-            odo_next(o, w->out, ns);
         }
     }
     return PD_OK;
@@ -451,30 +470,80 @@ static pd_status FN(lrn)(pd__exec *x, int64_t N, int64_t C, int64_t S, const T *
 
 /* ---- softmax family ---------------------------------------------------------------------------------- */
 
-/* Y = softmax (or log-softmax) of X (outer, len, inner) over len. */
+/* Y = softmax (or log-softmax) of X (outer, len, inner) over len. Rows
+ * (inner == 1) go one per iteration; otherwise blocks of up to 256 inner
+ * positions go together so that the loops run along contiguous memory. */
 static pd_status FN(softmax)(pd__exec *x, int64_t outer, int64_t len, int64_t inner, const T *X, T *Y, int log_sm) {
     int nt = pd__nthreads(x);
-    PD_OMP_FOR(nt, outer * len * inner > 16384)
-    for (int64_t oi = 0; oi < outer * inner; oi++) {
-        int64_t o = oi / inner, i = oi % inner;
-        const T *xp = X + o * len * inner + i;
-        T *yp = Y + o * len * inner + i;
-        T mx = -INFINITY;
-        for (int64_t j = 0; j < len; j++)
-            if (xp[j * inner] > mx) mx = xp[j * inner];
-        double sum = 0;
-        if (log_sm) {
-            for (int64_t j = 0; j < len; j++) sum += EXP(xp[j * inner] - mx);
-            T ls = (T)log(sum);
-            for (int64_t j = 0; j < len; j++) yp[j * inner] = xp[j * inner] - mx - ls;
-        } else {
-            for (int64_t j = 0; j < len; j++) {
-                T e = EXP(xp[j * inner] - mx);
-                yp[j * inner] = e;
-                sum += e;
+    if (inner == 1) {
+        PD_OMP_FOR(nt, outer * len > 16384)
+        for (int64_t o = 0; o < outer; o++) {
+            const T *xp = X + o * len; // (len)
+            T *yp = Y + o * len;       // (len)
+            /* four independent accumulators: the reductions are latency bound otherwise */
+            T m4[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
+            int64_t j4 = len & ~(int64_t)3;
+            for (int64_t j = 0; j < j4; j += 4)
+                for (int u = 0; u < 4; u++) m4[u] = xp[j + u] > m4[u] ? xp[j + u] : m4[u];
+            for (int64_t j = j4; j < len; j++) m4[0] = xp[j] > m4[0] ? xp[j] : m4[0];
+            T mx = m4[0];
+            for (int u = 1; u < 4; u++) mx = m4[u] > mx ? m4[u] : mx;
+            double s4[4] = {0, 0, 0, 0};
+            T *ep = log_sm ? NULL : yp; /* softmax keeps the exponentials */
+            for (int64_t j = 0; j < j4; j += 4)
+                for (int u = 0; u < 4; u++) {
+                    T e = EXP(xp[j + u] - mx);
+                    if (ep) ep[j + u] = e;
+                    s4[u] += e;
+                }
+            for (int64_t j = j4; j < len; j++) {
+                T e = EXP(xp[j] - mx);
+                if (ep) ep[j] = e;
+                s4[0] += e;
             }
-            T inv = (T)(1.0 / sum);
-            for (int64_t j = 0; j < len; j++) yp[j * inner] *= inv;
+            double sum = (s4[0] + s4[1]) + (s4[2] + s4[3]);
+            if (log_sm) {
+                T ls = (T)log(sum);
+                for (int64_t j = 0; j < len; j++) yp[j] = xp[j] - mx - ls;
+            } else {
+                T inv = (T)(1.0 / sum);
+                for (int64_t j = 0; j < len; j++) yp[j] *= inv;
+            }
+        }
+        return PD_OK;
+    }
+    enum { BLK = 256 };
+    int64_t nblk = (inner + BLK - 1) / BLK;
+    PD_OMP_FOR(nt, outer * len * inner > 16384)
+    for (int64_t ob = 0; ob < outer * nblk; ob++) {
+        int64_t o = ob / nblk, i0 = (ob % nblk) * BLK, ni = inner - i0 < BLK ? inner - i0 : BLK;
+        const T *xp = X + o * len * inner + i0; // (len, inner) block
+        T *yp = Y + o * len * inner + i0;
+        T mx[BLK];
+        double sum[BLK];
+        for (int64_t i = 0; i < ni; i++) {
+            mx[i] = -INFINITY;
+            sum[i] = 0;
+        }
+        for (int64_t j = 0; j < len; j++)
+            for (int64_t i = 0; i < ni; i++) mx[i] = xp[j * inner + i] > mx[i] ? xp[j * inner + i] : mx[i];
+        if (log_sm) {
+            for (int64_t j = 0; j < len; j++)
+                for (int64_t i = 0; i < ni; i++) sum[i] += EXP(xp[j * inner + i] - mx[i]);
+            T ls[BLK];
+            for (int64_t i = 0; i < ni; i++) ls[i] = (T)log(sum[i]);
+            for (int64_t j = 0; j < len; j++)
+                for (int64_t i = 0; i < ni; i++) yp[j * inner + i] = xp[j * inner + i] - mx[i] - ls[i];
+        } else {
+            for (int64_t j = 0; j < len; j++)
+                for (int64_t i = 0; i < ni; i++) {
+                    T e = EXP(xp[j * inner + i] - mx[i]);
+                    yp[j * inner + i] = e;
+                    sum[i] += e;
+                }
+            for (int64_t i = 0; i < ni; i++) sum[i] = 1.0 / sum[i];
+            for (int64_t j = 0; j < len; j++)
+                for (int64_t i = 0; i < ni; i++) yp[j * inner + i] *= (T)sum[i];
         }
     }
     return PD_OK;

@@ -1,0 +1,453 @@
+/* test_nn.c - the nn CPU kernels (runtime/cpu/nn.c) against naive references:
+ * Conv and ConvTranspose (1-D to 3-D, groups, strides, dilations, pads,
+ * auto_pad), MaxPool (with indices, both storage orders) and AveragePool
+ * (count_include_pad, ceil_mode), MatMul with broadcasting, Softmax and
+ * LogSoftmax over every axis, in float and double, over random shapes; and
+ * the multi-threaded paths against the single-threaded ones. */
+#include "../core/shape_nn.h"
+#include "check.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+static uint64_t next(void) {
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return rng;
+}
+static int64_t irand(int64_t lo, int64_t hi) { return lo + (int64_t)(next() % (uint64_t)(hi - lo + 1)); }
+static double frand(void) { return (double)(next() >> 11) / 9007199254740992.0 * 2 - 1; }
+
+static pd_tensor make(pd_dtype t, int nd, const int64_t *shape, bool random) {
+    pd_tensor x = {t, nd, {0}, NULL};
+    for (int d = 0; d < nd; d++) x.shape[d] = shape[d];
+    int64_t n = pd_tensor_numel(&x);
+    x.data = calloc((size_t)(n ? n : 1), pd_dtype_size(t));
+    if (random)
+        for (int64_t i = 0; i < n; i++) pd__set_f(t, x.data, i, frand());
+    return x;
+}
+
+static double at(const pd_tensor *t, int64_t i) { return pd__get_f(t->dtype, t->data, i); }
+
+/* Max relative difference of y against a double reference. */
+static double maxdiff(const pd_tensor *y, const double *ref) {
+    double m = 0;
+    for (int64_t i = 0; i < pd_tensor_numel(y); i++) {
+        double d = fabs(at(y, i) - ref[i]) / (1 + fabs(ref[i]));
+        if (!(d <= m)) m = d; /* NaN counts as a difference */
+    }
+    return m;
+}
+
+static double tol(pd_dtype t) { return t == PD_FLOAT ? 1e-4 : 1e-10; }
+
+/* ---- nodes with attributes ---------------------------------------------------- */
+
+typedef struct attrs {
+    pd__attr a[10];
+    int64_t v[10][16];
+    int n;
+} attrs;
+
+static void a_ints(attrs *A, const char *name, int cnt, const int64_t *v) {
+    pd__attr *a = &A->a[A->n];
+    memset(a, 0, sizeof *a);
+    a->name = (char *)name;
+    a->type = PD_A_INTS;
+    a->n = cnt;
+    memcpy(A->v[A->n], v, sizeof(int64_t) * (size_t)cnt);
+    a->ints = A->v[A->n++];
+}
+
+static void a_int(attrs *A, const char *name, int64_t v) {
+    pd__attr *a = &A->a[A->n++];
+    memset(a, 0, sizeof *a);
+    a->name = (char *)name;
+    a->type = PD_A_INT;
+    a->i = v;
+}
+
+static void a_str(attrs *A, const char *name, const char *s) {
+    pd__attr *a = &A->a[A->n++];
+    memset(a, 0, sizeof *a);
+    a->name = (char *)name;
+    a->type = PD_A_STRING;
+    a->s = (char *)s;
+}
+
+static pd__node node(pd_op op, int opset, int nin, int nout, attrs *A) {
+    pd__node n;
+    memset(&n, 0, sizeof n);
+    n.name = "n";
+    n.op_type = (char *)pd__ops[op].name;
+    n.op = op;
+    n.opset = opset;
+    n.nin = nin;
+    n.nout = nout;
+    n.nattr = A ? A->n : 0;
+    n.attr = A ? A->a : NULL;
+    return n;
+}
+
+/* Odometer: false after the last index. */
+static bool odo(int64_t *idx, const int64_t *dims, int n) {
+    for (int i = n - 1; i >= 0; i--) {
+        if (++idx[i] < dims[i]) return true;
+        idx[i] = 0;
+    }
+    return false;
+}
+
+static int64_t flat(int n, const int64_t *idx, const int64_t *dims) {
+    int64_t f = 0;
+    for (int i = 0; i < n; i++) f = f * dims[i] + idx[i];
+    return f;
+}
+
+/* Random window attributes for ns spatial dims; pads may be set by auto_pad. */
+static void random_window(attrs *A, int ns, bool pool, bool convt) {
+    int64_t s[6], d[6], p[12];
+    for (int i = 0; i < ns; i++) {
+        s[i] = irand(1, 3);
+        d[i] = (pool && irand(0, 1)) ? 1 : irand(1, 2);
+        p[i] = irand(0, 2);
+        p[ns + i] = irand(0, 2);
+    }
+    a_ints(A, "strides", ns, s);
+    a_ints(A, "dilations", ns, d);
+    int ap = (int)irand(0, 5);
+    if (ap == 1) a_str(A, "auto_pad", "SAME_UPPER");
+    else if (ap == 2) a_str(A, "auto_pad", "SAME_LOWER");
+    else if (ap == 3 && !convt) a_str(A, "auto_pad", "VALID");
+    else a_ints(A, "pads", 2 * ns, p);
+}
+
+/* ---- Conv, ConvTranspose --------------------------------------------------------- */
+
+static void conv_ref(const pd__win *w, int64_t group, const pd_tensor *X, const pd_tensor *W, const pd_tensor *B,
+                     double *ref) {
+    int ns = w->nsp;
+    int64_t N = X->shape[0], C = X->shape[1], M = W->shape[0], Cg = C / group, Mg = M / group;
+    int64_t IN = 1, K = 1, i = 0;
+    for (int j = 0; j < ns; j++) IN *= w->in[j], K *= w->k[j];
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t m = 0; m < M; m++) {
+            int64_t o[6] = {0};
+            do {
+                double acc = B ? at(B, m) : 0;
+                for (int64_t c = 0; c < Cg; c++) {
+                    int64_t k[6] = {0}, cin = (m / Mg) * Cg + c;
+                    do {
+                        int64_t pos[6];
+                        bool in = true;
+                        for (int j = 0; j < ns; j++) {
+                            pos[j] = o[j] * w->s[j] - w->pb[j] + k[j] * w->d[j];
+                            in = in && pos[j] >= 0 && pos[j] < w->in[j];
+                        }
+                        if (in) acc += at(X, (n * C + cin) * IN + flat(ns, pos, w->in)) *
+                                       at(W, (m * Cg + c) * K + flat(ns, k, w->k));
+                    } while (odo(k, w->k, ns));
+                }
+                ref[i++] = acc;
+            } while (odo(o, w->out, ns));
+        }
+}
+
+/* ConvTranspose as a scatter: input position o adds X * W at o*s - pb + k*d. */
+static void convt_ref(const pd__win *w, int64_t group, const pd_tensor *X, const pd_tensor *W, const pd_tensor *B,
+                      int64_t M, double *ref) {
+    int ns = w->nsp;
+    int64_t N = X->shape[0], C = X->shape[1], Cg = C / group, Mg = M / group, IN = 1, OUT = 1, K = 1;
+    for (int j = 0; j < ns; j++) IN *= w->in[j], OUT *= w->out[j], K *= w->k[j];
+    for (int64_t i = 0; i < N * M * OUT; i++) ref[i] = B ? at(B, (i / OUT) % M) : 0;
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t c = 0; c < C; c++) {
+            int64_t o[6] = {0}, g = c / Cg;
+            do {
+                double xv = at(X, (n * C + c) * IN + flat(ns, o, w->in));
+                int64_t k[6] = {0};
+                do {
+                    int64_t pos[6];
+                    bool in = true;
+                    for (int j = 0; j < ns; j++) {
+                        pos[j] = o[j] * w->s[j] - w->pb[j] + k[j] * w->d[j];
+                        in = in && pos[j] >= 0 && pos[j] < w->out[j];
+                    }
+                    if (!in) continue;
+                    for (int64_t m = 0; m < Mg; m++)
+                        ref[(n * M + g * Mg + m) * OUT + flat(ns, pos, w->out)] +=
+                            xv * at(W, (c * Mg + m) * K + flat(ns, k, w->k));
+                } while (odo(k, w->k, ns));
+            } while (odo(o, w->in, ns));
+        }
+}
+
+static void test_conv(pd__exec *x, bool transpose, pd_dtype t, int iter) {
+    int ns = (int)irand(1, 3);
+    int64_t group = irand(1, 3), Cg = irand(1, 5), Mg = irand(1, transpose ? 4 : 6), N = irand(1, 3);
+    int64_t xs[8] = {N, group * Cg}, ws[8];
+    if (transpose) ws[0] = group * Cg, ws[1] = Mg;
+    else ws[0] = group * Mg, ws[1] = Cg;
+    for (int i = 0; i < ns; i++) {
+        ws[2 + i] = irand(1, 3);
+        xs[2 + i] = irand(ns == 3 ? 3 : 4, ns == 1 ? 12 : 7);
+    }
+    attrs A = {0};
+    a_int(&A, "group", group);
+    random_window(&A, ns, false, transpose);
+    if (transpose && irand(0, 2) == 0) {
+        int64_t op[6];
+        for (int i = 0; i < ns; i++) op[i] = irand(0, 1);
+        a_ints(&A, "output_padding", ns, op);
+    }
+    pd__win w;
+    if (pd__win_make(&(pd__node){.nattr = A.n, .attr = A.a}, transpose ? PD_WIN_CONVT : PD_WIN_CONV, ns + 2, xs,
+                     ws + 2, &w) != PD_OK)
+        return; /* a window larger than the input: the shape rule rejects it */
+    bool bias = irand(0, 1);
+    int64_t M = transpose ? Mg * group : ws[0];
+    pd_tensor X = make(t, ns + 2, xs, true), W = make(t, ns + 2, ws, true), Bt = make(t, 1, &M, true);
+    int64_t ys[8] = {N, M};
+    for (int i = 0; i < ns; i++) ys[2 + i] = w.out[i];
+    pd_tensor Y = make(t, ns + 2, ys, false);
+    double *ref = malloc(sizeof(double) * (size_t)pd_tensor_numel(&Y));
+    if (transpose) convt_ref(&w, group, &X, &W, bias ? &Bt : NULL, M, ref);
+    else conv_ref(&w, group, &X, &W, bias ? &Bt : NULL, ref);
+    pd__node n = node(transpose ? PD_OP_CONV_TRANSPOSE : PD_OP_CONV, 13, bias ? 3 : 2, 1, &A);
+    pd_tensor *in[3] = {&X, &W, &Bt}, *out[1] = {&Y};
+    pd_status st = pd__cpu_kernels[n.op](x, &n, in, out);
+    double d = maxdiff(&Y, ref);
+    char shp[64];
+    pd__format_shape(shp, sizeof shp, ns + 2, xs);
+    CHECK(st == PD_OK && d < tol(t), "%s %s #%d X %s group %lld: max rel diff %.3g", transpose ? "ConvTranspose" : "Conv",
+          pd_dtype_name(t), iter, shp, (long long)group, d);
+    free(ref);
+    free(X.data), free(W.data), free(Bt.data), free(Y.data);
+}
+
+/* ---- pools ----------------------------------------------------------------------- */
+
+static void test_pool(pd__exec *x, bool max, pd_dtype t, int iter) {
+    int ns = (int)irand(1, 3);
+    int64_t xs[8] = {irand(1, 2), irand(1, 3)}, ks[6];
+    for (int i = 0; i < ns; i++) {
+        xs[2 + i] = irand(3, ns == 1 ? 15 : 7);
+        ks[i] = irand(1, 3);
+    }
+    attrs A = {0};
+    a_ints(&A, "kernel_shape", ns, ks);
+    random_window(&A, ns, true, false);
+    bool ceil_mode = irand(0, 1), cip = irand(0, 1), so = max && irand(0, 1), idx = max && irand(0, 1);
+    a_int(&A, "ceil_mode", ceil_mode);
+    a_int(&A, max ? "storage_order" : "count_include_pad", max ? so : cip);
+    pd__win w;
+    if (pd__win_make(&(pd__node){.nattr = A.n, .attr = A.a}, PD_WIN_POOL, ns + 2, xs, NULL, &w) != PD_OK) return;
+    /* ONNX requires pads smaller than the kernel: keep windows that see the input */
+    for (int i = 0; i < ns; i++)
+        if (w.pb[i] >= (w.k[i] - 1) * w.d[i] + 1 || w.pe[i] >= (w.k[i] - 1) * w.d[i] + 1) return;
+    int64_t ys[8] = {xs[0], xs[1]}, IN = 1;
+    for (int i = 0; i < ns; i++) ys[2 + i] = w.out[i], IN *= xs[2 + i];
+    pd_tensor X = make(t, ns + 2, xs, true), Y = make(t, ns + 2, ys, false), I = make(PD_INT64, ns + 2, ys, false);
+    int64_t ny = pd_tensor_numel(&Y), bad_idx = 0, j = 0;
+    double *ref = malloc(sizeof(double) * (size_t)ny);
+    int64_t *want = malloc(sizeof(int64_t) * (size_t)ny);
+    for (int64_t nc = 0; nc < xs[0] * xs[1]; nc++) {
+        int64_t o[6] = {0};
+        do {
+            double best = -INFINITY, sum = 0;
+            int64_t cnt = 0, cntp = 0, bi = -1;
+            int64_t k[6] = {0};
+            do {
+                int64_t pos[6];
+                bool in = true, inp = true;
+                for (int i = 0; i < ns; i++) {
+                    pos[i] = o[i] * w.s[i] - w.pb[i] + k[i] * w.d[i];
+                    in = in && pos[i] >= 0 && pos[i] < w.in[i];
+                    inp = inp && pos[i] >= -w.pb[i] && pos[i] < w.in[i] + w.pe[i];
+                }
+                cntp += inp;
+                if (!in) continue;
+                int64_t off = flat(ns, pos, w.in);
+                double v = at(&X, nc * IN + off);
+                cnt++;
+                sum += v;
+                if (v > best) { /* the first maximum in window order */
+                    best = v;
+                    bi = off;
+                    if (so) { /* column-major over the spatial dims */
+                        bi = 0;
+                        for (int i = ns - 1; i >= 0; i--) bi = bi * w.in[i] + pos[i];
+                    }
+                }
+            } while (odo(k, w.k, ns));
+            ref[j] = max ? best : sum / (double)(cip ? cntp : cnt);
+            if (idx) want[j] = nc * IN + bi;
+            j++;
+        } while (odo(o, w.out, ns));
+    }
+    pd__node n = node(max ? PD_OP_MAX_POOL : PD_OP_AVERAGE_POOL, 19, 1, idx ? 2 : 1, &A);
+    pd_tensor *in[1] = {&X}, *out[2] = {&Y, &I};
+    pd_status st = pd__cpu_kernels[n.op](x, &n, in, out);
+    double d = maxdiff(&Y, ref);
+    for (int64_t q = 0; idx && q < ny; q++) bad_idx += ((int64_t *)I.data)[q] != want[q];
+    char shp[64];
+    pd__format_shape(shp, sizeof shp, ns + 2, xs);
+    CHECK(st == PD_OK && d < tol(t) && bad_idx == 0, "%s %s #%d X %s ceil %d: max rel diff %.3g, %lld bad indices",
+          max ? "MaxPool" : "AveragePool", pd_dtype_name(t), iter, shp, ceil_mode, d, (long long)bad_idx);
+    free(ref);
+    free(want);
+    free(X.data), free(Y.data), free(I.data);
+}
+
+/* ---- MatMul, Softmax ---------------------------------------------------------------- */
+
+static void test_matmul(pd__exec *x, pd_dtype t, int iter) {
+    int ra = (int)irand(1, 4), rb = (int)irand(1, 4), nb = (ra > rb ? ra : rb) - 2;
+    int64_t M = irand(1, 5), K = irand(1, 6), N = irand(1, 5), as[8], bs[8], bat[8];
+    for (int i = 0; i < (nb > 0 ? nb : 0); i++) bat[i] = irand(1, 3);
+    int na = ra > 2 ? ra - 2 : 0, nbb = rb > 2 ? rb - 2 : 0;
+    for (int i = 0; i < na; i++) as[i] = irand(0, 2) ? bat[nb - na + i] : 1;
+    for (int i = 0; i < nbb; i++) bs[i] = irand(0, 2) ? bat[nb - nbb + i] : 1;
+    if (ra == 1) M = 1; /* a 1-D operand is a row (A) or a column (B) */
+    if (rb == 1) N = 1;
+    if (ra == 1) as[0] = K;
+    else as[ra - 2] = M, as[ra - 1] = K;
+    if (rb == 1) bs[0] = K;
+    else bs[rb - 2] = K, bs[rb - 1] = N;
+    pd_tensor A = make(t, ra, as, true), B = make(t, rb, bs, true);
+    /* the output shape and the reference, broadcasting by hand */
+    int64_t ob[8], ys[8];
+    int yn = 0;
+    for (int i = 0; i < (nb > 0 ? nb : 0); i++) {
+        int ia = i - (nb - na), ib = i - (nb - nbb);
+        int64_t da = ia >= 0 ? as[ia] : 1, db = ib >= 0 ? bs[ib] : 1;
+        ob[i] = da > db ? da : db;
+        ys[yn++] = ob[i];
+    }
+    if (ra > 1) ys[yn++] = M;
+    if (rb > 1) ys[yn++] = N;
+    pd_tensor Y = make(t, yn, ys, false);
+    int64_t ny = pd_tensor_numel(&Y), nbt = ny / (M * N), q = 0;
+    double *ref = malloc(sizeof(double) * (size_t)ny);
+    int64_t idx[8] = {0};
+    for (int64_t bq = 0; bq < nbt; bq++) {
+        int64_t oa = 0, obb = 0;
+        for (int i = 0; i < (nb > 0 ? nb : 0); i++) {
+            int ia = i - (nb - na), ib = i - (nb - nbb);
+            if (ia >= 0) oa = oa * as[ia] + (as[ia] == 1 ? 0 : idx[i]);
+            if (ib >= 0) obb = obb * bs[ib] + (bs[ib] == 1 ? 0 : idx[i]);
+        }
+        for (int64_t m = 0; m < M; m++)
+            for (int64_t nn = 0; nn < N; nn++) {
+                double acc = 0;
+                for (int64_t k = 0; k < K; k++) acc += at(&A, (oa * M + m) * K + k) * at(&B, (obb * K + k) * N + nn);
+                ref[q++] = acc;
+            }
+        if (nb > 0) odo(idx, ob, nb);
+    }
+    pd__node n = node(PD_OP_MATMUL, 13, 2, 1, NULL);
+    pd_tensor *in[2] = {&A, &B}, *out[1] = {&Y};
+    pd_status st = pd__cpu_MatMul(x, &n, in, out);
+    double d = maxdiff(&Y, ref);
+    char sa[64], sb[64];
+    pd__format_shape(sa, sizeof sa, ra, as);
+    pd__format_shape(sb, sizeof sb, rb, bs);
+    CHECK(st == PD_OK && d < tol(t), "MatMul %s #%d %s x %s: max rel diff %.3g", pd_dtype_name(t), iter, sa, sb, d);
+    free(ref);
+    free(A.data), free(B.data), free(Y.data);
+}
+
+static void test_softmax(pd__exec *x, bool lg, pd_dtype t, int iter) {
+    int nd = (int)irand(1, 4), opset = irand(0, 1) ? 13 : 11;
+    int64_t xs[8];
+    for (int i = 0; i < nd; i++) xs[i] = irand(1, 6);
+    int axis = (int)irand(0, nd - 1);
+    attrs A = {0};
+    a_int(&A, "axis", axis - (irand(0, 1) ? nd : 0));
+    pd_tensor X = make(t, nd, xs, true), Y = make(t, nd, xs, false);
+    for (int64_t i = 0; i < pd_tensor_numel(&X); i++) pd__set_f(t, X.data, i, at(&X, i) * 20);
+    int64_t outer = 1, len = 1, inner = 1, nx = pd_tensor_numel(&X);
+    for (int i = 0; i < nd; i++) {
+        if (i < axis) outer *= xs[i];
+        else if (i == axis || opset < 13) len *= xs[i];
+        else inner *= xs[i];
+    }
+    double *ref = malloc(sizeof(double) * (size_t)nx);
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t i = 0; i < inner; i++) {
+            double mx = -INFINITY, sum = 0;
+            for (int64_t j = 0; j < len; j++) mx = fmax(mx, at(&X, (o * len + j) * inner + i));
+            for (int64_t j = 0; j < len; j++) sum += exp(at(&X, (o * len + j) * inner + i) - mx);
+            for (int64_t j = 0; j < len; j++) {
+                double v = at(&X, (o * len + j) * inner + i) - mx;
+                ref[(o * len + j) * inner + i] = lg ? v - log(sum) : exp(v) / sum;
+            }
+        }
+    pd__node n = node(lg ? PD_OP_LOG_SOFTMAX : PD_OP_SOFTMAX, opset, 1, 1, &A);
+    pd_tensor *in[1] = {&X}, *out[1] = {&Y};
+    pd_status st = pd__cpu_kernels[n.op](x, &n, in, out);
+    double d = maxdiff(&Y, ref);
+    char shp[64];
+    pd__format_shape(shp, sizeof shp, nd, xs);
+    CHECK(st == PD_OK && d < tol(t), "%s %s #%d opset %d X %s axis %d: max rel diff %.3g", lg ? "LogSoftmax" : "Softmax",
+          pd_dtype_name(t), iter, opset, shp, axis, d);
+    free(ref);
+    free(X.data), free(Y.data);
+}
+
+/* Pools and softmax on 4 threads give the bits of 1 thread; conv is a BLAS sum, so close. */
+static void test_threads(void) {
+    pd__exec x1 = {1, NULL, 0, NULL}, x4 = {4, NULL, 0, NULL};
+    int64_t xs[4] = {4, 8, 33, 29}, ws[4] = {16, 8, 3, 3};
+    pd_tensor X = make(PD_FLOAT, 4, xs, true), W = make(PD_FLOAT, 4, ws, true);
+    attrs A = {0};
+    int64_t k[2] = {3, 3}, p[4] = {1, 1, 1, 1}, s[2] = {2, 1};
+    a_ints(&A, "kernel_shape", 2, k);
+    a_ints(&A, "pads", 4, p);
+    a_ints(&A, "strides", 2, s);
+    pd__win w;
+    pd__win_make(&(pd__node){.nattr = A.n, .attr = A.a}, PD_WIN_POOL, 4, xs, NULL, &w);
+    int64_t ys[4] = {4, 8, w.out[0], w.out[1]}, cs[4] = {4, 16, w.out[0], w.out[1]};
+    static const pd_op ops[4] = {PD_OP_MAX_POOL, PD_OP_AVERAGE_POOL, PD_OP_SOFTMAX, PD_OP_CONV};
+    for (int i = 0; i < 4; i++) {
+        bool conv = ops[i] == PD_OP_CONV, sm = ops[i] == PD_OP_SOFTMAX;
+        const int64_t *shape = conv ? cs : sm ? xs : ys;
+        pd_tensor Y1 = make(PD_FLOAT, 4, shape, false), Y4 = make(PD_FLOAT, 4, shape, false);
+        pd__node n = node(ops[i], 13, conv ? 2 : 1, 1, sm ? NULL : &A);
+        pd_tensor *in[2] = {&X, &W}, *o1[1] = {&Y1}, *o4[1] = {&Y4};
+        bool ok = pd__cpu_kernels[n.op](&x1, &n, in, o1) == PD_OK && pd__cpu_kernels[n.op](&x4, &n, in, o4) == PD_OK;
+        double d = 0;
+        for (int64_t j = 0; j < pd_tensor_numel(&Y1); j++) d = fmax(d, fabs(at(&Y1, j) - at(&Y4, j)));
+        CHECK(ok && (conv ? d < 1e-4 : d == 0), "%s on 4 threads equals 1 thread (max diff %.3g)", pd__ops[ops[i]].name,
+              d);
+        free(Y1.data), free(Y4.data);
+    }
+    free(X.data), free(W.data);
+    free(x1.scratch), free(x4.scratch);
+}
+
+/* test_nn [ITERATIONS] (60 by default) */
+int main(int argc, char **argv) {
+    int iters = argc > 1 ? atoi(argv[1]) : 60;
+    pd__exec x1 = {1, NULL, 0, NULL}, x4 = {4, NULL, 0, NULL};
+    for (int it = 0; it < iters; it++) {
+        pd_dtype t = it % 2 ? PD_DOUBLE : PD_FLOAT;
+        pd__exec *x = it % 3 ? &x1 : &x4;
+        test_conv(x, false, t, it);
+        test_conv(x, true, t, it);
+        test_pool(x, true, t, it);
+        test_pool(x, false, t, it);
+        test_matmul(x, t, it);
+        test_softmax(x, false, t, it);
+        test_softmax(x, true, t, it);
+    }
+    test_threads();
+    free(x1.scratch);
+    free(x4.scratch);
+    return check_summary();
+}
