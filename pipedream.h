@@ -182,6 +182,74 @@ PDDEF pd_status pd_engine_run(pd_engine *e);
 /* A view of an output (or any computed tensor) valid until the next run or destroy. */
 PDDEF pd_status pd_engine_get_output(pd_engine *e, const char *name, pd_tensor *out);
 
+
+/* ---- Training (one stage) ------------------------------------------------------ */
+typedef struct pd_session pd_session;
+
+typedef enum pd_loss_kind {
+    PD_LOSS_AUTO = 0,       /* cross_entropy for integer labels, mse otherwise */
+    PD_LOSS_CROSS_ENTROPY,  /* softmax over the last axis vs int64 classes, mean over the rest */
+    PD_LOSS_MSE,            /* mean over all elements */
+    PD_LOSS_GRAPH           /* the model's own SoftmaxCrossEntropyLoss / NegativeLogLikelihoodLoss output */
+} pd_loss_kind;
+
+typedef enum pd_optimizer_kind {
+    PD_OPT_SGD = 0,
+    PD_OPT_MOMENTUM,
+    PD_OPT_NESTEROV,
+    PD_OPT_ADAM,
+    PD_OPT_ADAMW
+} pd_optimizer_kind;
+
+typedef struct pd_train_options {
+    size_t size;               /* sizeof(pd_train_options) */
+    pd_loss_kind loss;
+    const char *output;        /* the prediction output (NULL: the model's first output) */
+    const char *labels_input;  /* PD_LOSS_GRAPH: the graph input that takes the labels (NULL: found) */
+    pd_optimizer_kind optimizer;
+    double lr;                 /* 0.01 */
+    double momentum;           /* 0.9 */
+    double beta1, beta2, eps;  /* 0.9, 0.999, 1e-8 */
+    double weight_decay;       /* 0 */
+    double clip_grad_norm;     /* 0: off */
+    int64_t warmup_steps;      /* linear warm-up from lr/warmup to lr */
+    int64_t cosine_steps;      /* > 0: cosine decay to min_lr at this step */
+    double min_lr;
+    const char *freeze;        /* POSIX extended regex: matching parameters are not trained */
+    uint64_t seed;             /* Dropout's random stream */
+    int threads;               /* 0: all cores */
+} pd_train_options;
+#define PD_TRAIN_OPTIONS_INIT \
+    {sizeof(pd_train_options), PD_LOSS_AUTO, NULL, NULL, PD_OPT_SGD, 0.01, 0.9, 0.9, 0.999, 1e-8, 0, 0, 0, 0, 0, NULL, 0, 0}
+
+typedef struct pd_step_result {
+    double loss;        /* mean loss of the minibatch, from the forward that made the gradients */
+    double lr;          /* the learning rate the update used */
+    double grad_norm;   /* global L2 norm of the gradients before clipping */
+    int64_t correct;    /* cross_entropy: correctly classified positions */
+    int64_t count;      /* positions the loss averaged over */
+} pd_step_result;
+
+/* The session trains the graph's float initializers in place: pd_graph_save
+ * and the graph's values see the trained weights. Destroy it before the graph. */
+PDDEF pd_status pd_session_create(pd_graph *g, const pd_train_options *opt, pd_session **out);
+PDDEF void pd_session_destroy(pd_session *s);
+/* Feeds a graph input for the next step or evaluation (copied). */
+PDDEF pd_status pd_session_set_input(pd_session *s, const char *name, const pd_tensor *t);
+PDDEF pd_status pd_session_set_labels(pd_session *s, const pd_tensor *labels);
+/* Forward, backward and one optimizer update. */
+PDDEF pd_status pd_session_step(pd_session *s, pd_step_result *r);
+/* Forward only, in inference mode (BatchNorm uses running statistics). */
+PDDEF pd_status pd_session_eval(pd_session *s, pd_step_result *r);
+PDDEF int pd_session_num_params(const pd_session *s);
+/* Name, shape and current values of trainable parameter i (a view). */
+PDDEF pd_status pd_session_param(pd_session *s, int i, const char **name, pd_tensor *value, pd_tensor *grad);
+PDDEF int64_t pd_session_step_count(const pd_session *s);
+
+/* Writes the model with the graph's current initializer values (trained ones
+ * included) through a temporary file and a rename. */
+PDDEF pd_status pd_graph_save(const pd_graph *g, const char *path);
+
 #ifdef __cplusplus
 }
 #endif

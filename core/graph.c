@@ -245,8 +245,10 @@ pd_status pd__graph_toposort(pd_graph *g) {
             int t = n->out[j];
             if (t < 0) continue;
             if (producer[t] >= 0 || g->tensors[t].kind != PD_T_ACT) {
-                st = pd__node_err(g, n, PD_ERR_INVALID, "output '%s' is already produced elsewhere",
-                                  g->tensors[t].name);
+                const char *what = producer[t] >= 0 ? "another node's output"
+                                   : g->tensors[t].kind == PD_T_INPUT ? "a graph input"
+                                                                       : "an initializer or constant";
+                st = pd__node_err(g, n, PD_ERR_INVALID, "output '%s' is already %s", g->tensors[t].name, what);
                 goto done;
             }
             producer[t] = i;

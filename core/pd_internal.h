@@ -97,7 +97,7 @@ typedef struct pd__attr {
     pd__atype type;
     int64_t i;
     float f;
-    char *s;           /* PD_A_STRING (NUL-terminated copy) */
+    char *s;           /* PD_A_STRING: NUL-terminated copy; PD_A_STRINGS: n strings back to back, each NUL-terminated */
     int n;             /* count for FLOATS / INTS / STRINGS */
     int64_t *ints;
     float *floats;

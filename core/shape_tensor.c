@@ -455,10 +455,8 @@ pd_status pd__shape_Reshape(pd_graph *g, pd__node *n) {
     int64_t shape[PD_MAX_DIMS];
     int k;
     if (pd__in(g, n, 1) == NULL && pd__attr_get(n, "shape") != NULL) { /* Reshape-1 */
-        const int64_t *a;
-        k = pd__attr_ints(n, "shape", &a);
-        if (k > PD_MAX_DIMS) return pd__node_err(g, n, PD_ERR_SHAPE, "shape has %d dims, at most %d supported", k, PD_MAX_DIMS);
-        memcpy(shape, a, (size_t)k * sizeof *shape);
+        pd_status s = read_attr_ints(n, "shape", PD_MAX_DIMS, shape, &k);
+        if (s != PD_OK) return node_fail(g, n, s);
     } else {
         PD_TRY(const_ints(g, n, 1, "shape", PD_MAX_DIMS, shape, &k));
     }

@@ -3,11 +3,10 @@
  * Order: opsets, initializers (owned data), runtime inputs (concrete shapes,
  * from the model, the caller's input shapes or the batch size), outputs,
  * nodes (op looked up in the op table; foreign domains and subgraph
- * attributes leave op = -1 for the engine to refuse), then toposort and
+ * attributes leave op = -1, refused later naming the op), then toposort and
  * finalize (shape inference, constant folding). Every error names the file
  * and the tensor, node or attribute; on error the partial graph is destroyed
  * and *out is untouched. */
-#include <errno.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -45,9 +44,7 @@ static pd_status nomem(const loader *L) { return pd__err(PD_ERR_NOMEM, "%s: out 
 static const char *str_or_empty(const char *s) { return s ? s : ""; }
 
 /* "" and "ai.onnx" are the same domain. */
-static const char *norm_domain(const char *d) {
-    return (!d || strcmp(d, "ai.onnx") == 0) ? "" : d;
-}
+static const char *norm_domain(const char *d) { return (!d || strcmp(d, "ai.onnx") == 0) ? "" : d; }
 
 /* The opset version imported for a domain; 0 when it is not imported. */
 static int64_t domain_version(const Onnx__ModelProto *m, const char *domain) {
@@ -174,25 +171,27 @@ static pd_status input_shape(const loader *L, const char *name, const Onnx__Type
     const char *path = L->g->path;
     const Onnx__TensorShapeProto *sp = tt->shape;
     if (sp && sp->n_dim > PD_MAX_DIMS)
-        return pd__err(PD_ERR_UNSUPPORTED, "%s: input '%s' has rank %zu, above the maximum of %d", path,
-                       name, sp->n_dim, PD_MAX_DIMS);
+        return pd__err(PD_ERR_UNSUPPORTED, "%s: input '%s' has rank %zu, above the maximum of %d", path, name,
+                       sp->n_dim, PD_MAX_DIMS);
     pd_dtype gdt = PD_UNDEFINED;
     if (given_shape(L, name, ndim, shape, &gdt)) {
         if (gdt != PD_UNDEFINED && gdt != dtype)
-            return pd__err(PD_ERR_SHAPE, "%s: input '%s' is %s in the model, the value given is %s", path, name,
-                           pd_dtype_name(dtype), pd_dtype_name(gdt));
+            return pd__err(PD_ERR_SHAPE, "%s: input '%s' is %s in the model, the value given is %s", path,
+                           name, pd_dtype_name(dtype), pd_dtype_name(gdt));
         if (sp && (size_t)*ndim != sp->n_dim)
-            return pd__err(PD_ERR_SHAPE, "%s: input '%s': the shape given has rank %d, the model's has rank %zu",
-                           path, name, *ndim, sp->n_dim);
+            return pd__err(PD_ERR_SHAPE,
+                           "%s: input '%s': the shape given has rank %d, the model's has rank %zu", path,
+                           name, *ndim, sp->n_dim);
         return PD_OK;
     }
     if (!sp)
-        return pd__err(PD_ERR_SHAPE, "%s: input '%s' has no shape in the model; give the input's shape",
-                       path, name);
+        return pd__err(PD_ERR_SHAPE, "%s: input '%s' has no shape in the model; give the input's shape", path,
+                       name);
     *ndim = (int)sp->n_dim;
     for (int a = 0; a < *ndim; a++) {
         const Onnx__TensorShapeProto__Dimension *d = sp->dim[a];
-        bool known = d->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE && d->dim_value >= 0;
+        bool known =
+            d->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE && d->dim_value >= 0;
         if (known) {
             shape[a] = d->dim_value;
             continue;
@@ -203,12 +202,13 @@ static pd_status input_shape(const loader *L, const char *name, const Onnx__Type
         }
         if (d->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM && d->dim_param &&
             *d->dim_param)
-            return pd__err(PD_ERR_SHAPE,
-                           "%s: input '%s' has symbolic dim '%s' at axis %d; give --batch or the input's shape",
-                           path, name, d->dim_param, a);
+            return pd__err(
+                PD_ERR_SHAPE,
+                "%s: input '%s' has symbolic dim '%s' at axis %d; give --batch or the input's shape", path,
+                name, d->dim_param, a);
         return pd__err(PD_ERR_SHAPE,
-                       "%s: input '%s' has an unknown dim at axis %d; give --batch or the input's shape", path,
-                       name, a);
+                       "%s: input '%s' has an unknown dim at axis %d; give --batch or the input's shape",
+                       path, name, a);
     }
     return PD_OK;
 }
@@ -224,20 +224,24 @@ static pd_status load_inputs(loader *L) {
         const char *name = vi->name;
         if (!name || !*name) return pd__err(PD_ERR_PARSE, "%s: graph input %zu has no name", g->path, i);
         int ti = pd__graph_find(g, name);
-        if (ti >= 0 && g->tensors[ti].kind == PD_T_INIT) continue; /* old style: an initializer listed as input */
+        if (ti >= 0 && g->tensors[ti].kind == PD_T_INIT)
+            continue; /* old style: an initializer listed as input */
         if (ti >= 0) return pd__err(PD_ERR_INVALID, "%s: graph input '%s' appears twice", g->path, name);
         const Onnx__TypeProto *tp = vi->type;
         if (!tp) return pd__err(PD_ERR_PARSE, "%s: input '%s' has no type", g->path, name);
         if (tp->value_case != ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE || !tp->tensor_type)
-            return pd__err(PD_ERR_UNSUPPORTED,
-                           "%s: input '%s' is not a dense tensor (sequence, map, optional or sparse); not supported",
-                           g->path, name);
+            return pd__err(
+                PD_ERR_UNSUPPORTED,
+                "%s: input '%s' is not a dense tensor (sequence, map, optional or sparse); not supported",
+                g->path, name);
         const Onnx__TypeProto__Tensor *tt = tp->tensor_type;
         int32_t et = tt->has_elem_type ? tt->elem_type : 0;
-        if (et == PD_UNDEFINED) return pd__err(PD_ERR_PARSE, "%s: input '%s' has no element type", g->path, name);
+        if (et == PD_UNDEFINED)
+            return pd__err(PD_ERR_PARSE, "%s: input '%s' has no element type", g->path, name);
         if (pd__onnx_dtype_size(et) == 0)
-            return pd__err(PD_ERR_UNSUPPORTED, "%s: input '%s' has element type %s (%d), which is not supported",
-                           g->path, name, pd__onnx_type_name(et), (int)et);
+            return pd__err(PD_ERR_UNSUPPORTED,
+                           "%s: input '%s' has element type %s (%d), which is not supported", g->path, name,
+                           pd__onnx_type_name(et), (int)et);
         int ndim = 0;
         int64_t shape[PD_MAX_DIMS];
         PD_TRY(input_shape(L, name, tt, (pd_dtype)et, &ndim, shape));
@@ -255,7 +259,8 @@ static pd_status load_inputs(loader *L) {
         const char *nm = L->opt.input_shapes[i].name;
         int ti = pd__graph_find(g, nm);
         if (ti < 0 || g->tensors[ti].kind != PD_T_INPUT)
-            return pd__err(PD_ERR_INVALID, "%s: a shape was given for '%s', which is not a runtime input of the model",
+            return pd__err(PD_ERR_INVALID,
+                           "%s: a shape was given for '%s', which is not a runtime input of the model",
                            g->path, nm);
     }
     return PD_OK;
@@ -330,7 +335,8 @@ static pd_status load_attr(loader *L, const pd__node *n, const Onnx__AttributePr
     const char *path = L->g->path;
     const char *aname = ap->name;
     if (!aname || !*aname)
-        return pd__err(PD_ERR_PARSE, "%s: node '%s' (%s): an attribute has no name", path, n->name, n->op_type);
+        return pd__err(PD_ERR_PARSE, "%s: node '%s' (%s): an attribute has no name", path, n->name,
+                       n->op_type);
     for (int k = 0; k < n->nattr; k++)
         if (strcmp(n->attr[k].name, aname) == 0)
             return pd__err(PD_ERR_INVALID, "%s: node '%s' (%s): attribute '%s' appears twice", path, n->name,
@@ -449,7 +455,8 @@ static pd_status build_node(loader *L, size_t index, const Onnx__NodeProto *np, 
     PD_TRY(tensor_list(L, np->n_input, np->input, &n->in, &n->nin));
     PD_TRY(tensor_list(L, np->n_output, np->output, &n->out, &n->nout));
     if (np->n_attribute > INT_MAX)
-        return pd__err(PD_ERR_PARSE, "%s: node '%s' (%s) has too many attributes", g->path, n->name, n->op_type);
+        return pd__err(PD_ERR_PARSE, "%s: node '%s' (%s) has too many attributes", g->path, n->name,
+                       n->op_type);
     if (np->n_attribute) {
         n->attr = PD_CALLOC(np->n_attribute, sizeof *n->attr);
         if (!n->attr) return nomem(L);
@@ -584,7 +591,8 @@ pd_status pd_graph_load_file(const char *path, const pd_load_options *opt, pd_gr
 pd_status pd_graph_load_memory(const void *buf, size_t len, const char *name, const char *base_dir,
                                const pd_load_options *opt, pd_graph **out) {
     if (!name) name = "<memory>";
-    if (!out || (!buf && len)) return pd__err(PD_ERR_INVALID, "%s: pd_graph_load_memory: NULL %s", name, out ? "buf" : "out");
+    if (!out || (!buf && len))
+        return pd__err(PD_ERR_INVALID, "%s: pd_graph_load_memory: NULL %s", name, out ? "buf" : "out");
     static const uint8_t empty[1] = {0};
     return load(buf ? buf : empty, len, NULL, name, base_dir, opt, out);
 }

@@ -23,20 +23,31 @@
 
 size_t pd__onnx_dtype_size(int32_t dt) {
     switch (dt) {
-    case PD_FLOAT: case PD_INT32: case PD_UINT32: return 4;
-    case PD_DOUBLE: case PD_INT64: case PD_UINT64: return 8;
-    case PD_FLOAT16: case PD_BFLOAT16: case PD_INT16: case PD_UINT16: return 2;
-    case PD_INT8: case PD_UINT8: case PD_BOOL: return 1;
+    case PD_FLOAT:
+    case PD_INT32:
+    case PD_UINT32: return 4;
+    case PD_DOUBLE:
+    case PD_INT64:
+    case PD_UINT64: return 8;
+    case PD_FLOAT16:
+    case PD_BFLOAT16:
+    case PD_INT16:
+    case PD_UINT16: return 2;
+    case PD_INT8:
+    case PD_UINT8:
+    case PD_BOOL: return 1;
     default: return 0;
     }
 }
 
 const char *pd__onnx_type_name(int32_t dt) {
     static const char *const names[] = {
-        "undefined", "float", "uint8", "int8", "uint16", "int16", "int32", "int64",
-        "string", "bool", "float16", "double", "uint32", "uint64", "complex64",
-        "complex128", "bfloat16", "float8e4m3fn", "float8e4m3fnuz", "float8e5m2",
-        "float8e5m2fnuz", "uint4", "int4", "float4e2m1", "float8e8m0", "uint2", "int2"};
+        "undefined",      "float",    "uint8",        "int8",           "uint16",
+        "int16",          "int32",    "int64",        "string",         "bool",
+        "float16",        "double",   "uint32",       "uint64",         "complex64",
+        "complex128",     "bfloat16", "float8e4m3fn", "float8e4m3fnuz", "float8e5m2",
+        "float8e5m2fnuz", "uint4",    "int4",         "float4e2m1",     "float8e8m0",
+        "uint2",          "int2"};
     if (dt >= 0 && (size_t)dt < sizeof names / sizeof names[0]) return names[dt];
     return "unknown";
 }
@@ -210,7 +221,7 @@ static bool has_dotdot(const char *loc) {
 
 /* Opens the external file named by `loc`, refusing anything that leaves base_dir. */
 static pd_status ext_open(const char *what, const char *base_dir, const char *loc, int *fd_out,
-                         int64_t *size_out) {
+                          int64_t *size_out) {
     if (!base_dir)
         return pd__err(PD_ERR_INVALID,
                        "%s: external data '%s' cannot be read: the model was loaded from memory "
@@ -222,8 +233,8 @@ static pd_status ext_open(const char *what, const char *base_dir, const char *lo
                        "%s: external data path '%s' is absolute; it must be relative to the model's folder",
                        what, loc);
     if (has_dotdot(loc))
-        return pd__err(PD_ERR_INVALID, "%s: external data path '%s' has a '..' component; refused",
-                       what, loc);
+        return pd__err(PD_ERR_INVALID, "%s: external data path '%s' has a '..' component; refused", what,
+                       loc);
 
     size_t nb = strlen(base_dir), nl = strlen(loc);
     char *full = PD_MALLOC(nb + nl + 2);
@@ -246,12 +257,12 @@ static pd_status ext_open(const char *what, const char *base_dir, const char *lo
         goto done;
     }
     size_t rb = strlen(rbase);
-    bool inside = strcmp(rbase, "/") == 0 ? rfull[1] != '\0'
-                                          : strncmp(rfull, rbase, rb) == 0 && rfull[rb] == '/';
+    bool inside =
+        strcmp(rbase, "/") == 0 ? rfull[1] != '\0' : strncmp(rfull, rbase, rb) == 0 && rfull[rb] == '/';
     if (!inside) {
         s = pd__err(PD_ERR_INVALID,
-                    "%s: external data path '%s' resolves to '%s', outside the model's folder; refused",
-                    what, loc, rfull);
+                    "%s: external data path '%s' resolves to '%s', outside the model's folder; refused", what,
+                    loc, rfull);
         goto done;
     }
     fd = open(rfull, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
@@ -283,9 +294,12 @@ static pd_status read_external(const Onnx__TensorProto *tp, const char *what, co
     for (size_t i = 0; i < tp->n_external_data; i++) {
         const Onnx__StringStringEntryProto *kv = tp->external_data[i];
         if (!kv || !kv->key) continue;
-        if (strcmp(kv->key, "location") == 0) loc = kv->value;
-        else if (strcmp(kv->key, "offset") == 0) off_s = kv->value;
-        else if (strcmp(kv->key, "length") == 0) len_s = kv->value;
+        if (strcmp(kv->key, "location") == 0)
+            loc = kv->value;
+        else if (strcmp(kv->key, "offset") == 0)
+            off_s = kv->value;
+        else if (strcmp(kv->key, "length") == 0)
+            len_s = kv->value;
     }
     if (!loc || !*loc) return pd__err(PD_ERR_PARSE, "%s: external data has no location", what);
     int64_t off = 0, len = -1;
@@ -299,24 +313,28 @@ static pd_status read_external(const Onnx__TensorProto *tp, const char *what, co
     PD_TRY(ext_open(what, base_dir, loc, &fd, &fsize));
     pd_status s = PD_OK;
     if (off > fsize) {
-        s = pd__err(PD_ERR_PARSE, "%s: external data '%s': offset %lld is past the end (%lld bytes)",
-                    what, loc, (long long)off, (long long)fsize);
+        s = pd__err(PD_ERR_PARSE, "%s: external data '%s': offset %lld is past the end (%lld bytes)", what,
+                    loc, (long long)off, (long long)fsize);
     } else {
         if (len < 0) len = fsize - off;
         if ((uint64_t)len != (uint64_t)nbytes)
-            s = pd__err(PD_ERR_PARSE, "%s: external data '%s' has %lld bytes, the shape needs %zu",
-                        what, loc, (long long)len, nbytes);
+            s = pd__err(PD_ERR_PARSE, "%s: external data '%s' has %lld bytes, the shape needs %zu", what, loc,
+                        (long long)len, nbytes);
         else if (len > fsize - off)
             s = pd__err(PD_ERR_PARSE,
                         "%s: external data '%s': %lld bytes at offset %lld run past the end (%lld bytes)",
                         what, loc, (long long)len, (long long)off, (long long)fsize);
         else {
             void *dst = PD_MALLOC(nbytes ? nbytes : 1);
-            if (!dst) s = pd__err(PD_ERR_NOMEM, "%s: out of memory (%zu bytes)", what, nbytes);
-            else s = read_fd(fd, loc, dst, nbytes, off);
+            if (!dst)
+                s = pd__err(PD_ERR_NOMEM, "%s: out of memory (%zu bytes)", what, nbytes);
+            else
+                s = read_fd(fd, loc, dst, nbytes, off);
             if (s == PD_ERR_IO) pd__err_prefix("%s", what);
-            if (s == PD_OK) *out = dst;
-            else PD_FREE(dst);
+            if (s == PD_OK)
+                *out = dst;
+            else
+                PD_FREE(dst);
         }
     }
     close(fd);
@@ -406,8 +424,8 @@ pd_status pd__decode_tensor(const Onnx__TensorProto *tp, const char *what, const
         if (have != (size_t)numel) {
             char sh[128];
             pd__format_shape(sh, sizeof sh, ndim, shape);
-            return pd__err(PD_ERR_PARSE, "%s: %s has %zu values but shape %s has %lld elements", what,
-                           field, have, sh, (long long)numel);
+            return pd__err(PD_ERR_PARSE, "%s: %s has %zu values but shape %s has %lld elements", what, field,
+                           have, sh, (long long)numel);
         }
     }
 
@@ -437,13 +455,36 @@ pd_status pd__decode_tensor(const Onnx__TensorProto *tp, const char *what, const
 
 /* ---- serialized TensorProto files ------------------------------------------------ */
 
-/* Sequence and Optional protos open with field 1 as their name (length-delimited);
- * in a TensorProto field 1 is `dims`, which proto2 writers emit unpacked
- * (varints). A length-delimited field 1 therefore marks a non-tensor. */
+/* Sequence and Optional protos carry their name in field 1 (length-delimited)
+ * and their elements in fields 3 and up; in a TensorProto field 1 is `dims`,
+ * which proto2 writers emit as varints, and field 3 a `segment`, which nobody
+ * writes. Either sign marks a container that only looks like a tensor. */
 static bool looks_like_container(const uint8_t *p, size_t len) {
     const uint8_t *end = p + len;
-    uint64_t tag;
-    return rd_varint(&p, end, &tag) && tag == ((1u << 3) | 2u);
+    while (p < end) {
+        uint64_t tag, v;
+        if (!rd_varint(&p, end, &tag)) return false;
+        if (tag == ((1u << 3) | 2u) || tag >> 3 == 3) return true;
+        switch (tag & 7) {
+        case 0:
+            if (!rd_varint(&p, end, &v)) return false;
+            break;
+        case 1:
+            if (end - p < 8) return false;
+            p += 8;
+            break;
+        case 5:
+            if (end - p < 4) return false;
+            p += 4;
+            break;
+        case 2:
+            if (!rd_varint(&p, end, &v) || v > (uint64_t)(end - p)) return false;
+            p += v;
+            break;
+        default: return false;
+        }
+    }
+    return false;
 }
 
 pd_status pd__tensor_pb_load(const char *path, pd_tensor *out, char **name_out) {
@@ -456,9 +497,10 @@ pd_status pd__tensor_pb_load(const char *path, pd_tensor *out, char **name_out) 
         return pd__err(PD_ERR_UNSUPPORTED,
                        "%s: a SequenceProto or OptionalProto, not a TensorProto; not supported", path);
     }
-    Onnx__TensorProto *tp = pd__pb_check(&onnx__tensor_proto__descriptor, buf, len, PD__PB_MAX_DEPTH) == PD__PB_OK
-                                ? onnx__tensor_proto__unpack(NULL, len, buf)
-                                : NULL;
+    Onnx__TensorProto *tp =
+        pd__pb_check(&onnx__tensor_proto__descriptor, buf, len, PD__PB_MAX_DEPTH) == PD__PB_OK
+            ? onnx__tensor_proto__unpack(NULL, len, buf)
+            : NULL;
     PD_FREE(buf);
     if (!tp) return pd__err(PD_ERR_PARSE, "%s: not a valid TensorProto (protobuf parse failed)", path);
 
@@ -472,8 +514,10 @@ pd_status pd__tensor_pb_load(const char *path, pd_tensor *out, char **name_out) 
         s = pd__err(PD_ERR_NOMEM, "%s: out of memory", path);
         goto done;
     }
-    if (*tname) snprintf(what, wn, "%s: tensor '%s'", path, tname);
-    else snprintf(what, wn, "%s", path);
+    if (*tname)
+        snprintf(what, wn, "%s: tensor '%s'", path, tname);
+    else
+        snprintf(what, wn, "%s", path);
     pd_tensor t;
     s = pd__decode_tensor(tp, what, dir, &t);
     if (s != PD_OK) goto done;

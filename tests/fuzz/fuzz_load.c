@@ -3,10 +3,9 @@
  * a leak or a hang. Loading runs shape inference and constant folding, so the
  * shape rules and CPU kernels are fuzzed through it too.
  *
- *   meson setup build-fuzz -Dfuzz=true --buildtype=debugoptimized \
- *       -Db_sanitize=address,undefined -Db_lundef=false   (CC=clang)
- *   tests/fuzz/make_corpus.sh build-fuzz/corpus            seeds: ONNX's test models
- *   build-fuzz/tests/fuzz/fuzz_load build-fuzz/corpus -max_len=65536 -rss_limit_mb=4096
+ *   CC=clang meson setup build-fuzz -Dfuzz=true --buildtype=debugoptimized \
+ *       -Db_sanitize=address,undefined -Db_lundef=false
+ *   tests/fuzz/run.sh build-fuzz 600      seeds: fixtures + a sample of ONNX's test models
  *
  * Built with -DPD_FUZZ_STANDALONE (no libFuzzer) it is a replayer instead:
  * `fuzz_load FILE...` runs each file through the harness once, for gcc,

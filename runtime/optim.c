@@ -1,0 +1,99 @@
+/* optim.c - optimizers with PyTorch's conventions, over one flat slab of
+ * parameters and one of gradients (the session's layout), and the learning-
+ * rate schedule.
+ *
+ *   sgd       w -= lr * (g + wd*w)
+ *   momentum  v = mu*v + (g + wd*w);  w -= lr*v              (torch.optim.SGD, dampening 0)
+ *   nesterov  v = mu*v + g';  w -= lr*(g' + mu*v)            (g' = g + wd*w)
+ *   adam      m = b1*m + (1-b1)*g';  v = b2*v + (1-b2)*g'^2;
+ *             w -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps)   (torch.optim.Adam, L2 in g')
+ *   adamw     w *= 1 - lr*wd, then adam without L2           (torch.optim.AdamW)
+ *
+ * Gradient clipping scales every gradient by max_norm/(norm + 1e-6) when the
+ * global L2 norm exceeds max_norm (torch.nn.utils.clip_grad_norm_).
+ */
+#include "optim.h"
+
+#include <math.h>
+#include <string.h>
+
+const char *pd__optim_name(pd_optimizer_kind k) {
+    switch (k) {
+    case PD_OPT_SGD: return "sgd";
+    case PD_OPT_MOMENTUM: return "momentum";
+    case PD_OPT_NESTEROV: return "nesterov";
+    case PD_OPT_ADAM: return "adam";
+    case PD_OPT_ADAMW: return "adamw";
+    }
+    return "?";
+}
+
+int pd__optim_state_slabs(pd_optimizer_kind k) {
+    switch (k) {
+    case PD_OPT_SGD: return 0;
+    case PD_OPT_MOMENTUM: case PD_OPT_NESTEROV: return 1;
+    case PD_OPT_ADAM: case PD_OPT_ADAMW: return 2;
+    }
+    return 0;
+}
+
+double pd__lr_at(const pd_train_options *o, int64_t step) {
+    /* step is 1-based: the lr used by the step-th update */
+    double lr = o->lr;
+    if (o->warmup_steps > 0 && step <= o->warmup_steps) return lr * (double)step / (double)o->warmup_steps;
+    if (o->cosine_steps > 0) {
+        int64_t s = step - o->warmup_steps, span = o->cosine_steps - o->warmup_steps;
+        if (span <= 0) return o->min_lr;
+        double p = (double)(s < span ? s : span) / (double)span;
+        return o->min_lr + 0.5 * (lr - o->min_lr) * (1.0 + cos(M_PI * p));
+    }
+    return lr;
+}
+
+double pd__grad_norm(const float *g, int64_t n) {
+    double s = 0;
+    for (int64_t i = 0; i < n; i++) s += (double)g[i] * g[i];
+    return sqrt(s);
+}
+
+void pd__optim_step(const pd_train_options *o, int64_t t, double lr, float *w, float *g, float *s0, float *s1,
+                    int64_t n) {
+    const float wd = (float)o->weight_decay, mu = (float)o->momentum, flr = (float)lr;
+    switch (o->optimizer) {
+    case PD_OPT_SGD:
+        for (int64_t i = 0; i < n; i++) w[i] -= flr * (g[i] + wd * w[i]);
+        break;
+    case PD_OPT_MOMENTUM:
+        for (int64_t i = 0; i < n; i++) {
+            float gi = g[i] + wd * w[i];
+            s0[i] = t == 1 ? gi : mu * s0[i] + gi;
+            w[i] -= flr * s0[i];
+        }
+        break;
+    case PD_OPT_NESTEROV:
+        for (int64_t i = 0; i < n; i++) {
+            float gi = g[i] + wd * w[i];
+            s0[i] = t == 1 ? gi : mu * s0[i] + gi;
+            w[i] -= flr * (gi + mu * s0[i]);
+        }
+        break;
+    case PD_OPT_ADAM:
+    case PD_OPT_ADAMW: {
+        const float b1 = (float)o->beta1, b2 = (float)o->beta2, eps = (float)o->eps;
+        const double bc1 = 1.0 - pow(o->beta1, (double)t), bc2 = 1.0 - pow(o->beta2, (double)t);
+        const float step = (float)(lr / bc1), sbc2 = (float)sqrt(bc2);
+        const bool decoupled = o->optimizer == PD_OPT_ADAMW;
+        for (int64_t i = 0; i < n; i++) {
+            float gi = g[i];
+            if (decoupled)
+                w[i] *= 1.0f - flr * wd;
+            else
+                gi += wd * w[i];
+            s0[i] = b1 * s0[i] + (1.0f - b1) * gi;
+            s1[i] = b2 * s1[i] + (1.0f - b2) * gi * gi;
+            w[i] -= step * s0[i] / (sqrtf(s1[i]) / sbc2 + eps);
+        }
+        break;
+    }
+    }
+}
