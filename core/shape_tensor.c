@@ -613,7 +613,7 @@ pd_status pd__shape_Squeeze(pd_graph *g, pd__node *n) {
     int k;
     PD_TRY(squeeze_axes(g, n, axes, &k));
     bool drop[PD_MAX_DIMS] = {false};
-    if (k < 0) {
+    if (k <= 0) { /* no axes (or an empty list, as onnxruntime reads it): every 1 goes */
         for (int d = 0; d < x->ndim; d++) drop[d] = x->shape[d] == 1;
     } else {
         pd_status s = norm_axes("axes", axes, k, x->ndim);
