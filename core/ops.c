@@ -4,7 +4,7 @@
 #include <string.h>
 
 const pd__op_def pd__ops[PD_OP_COUNT] = {
-#define PD__OP_DEF(e, name, flags) [PD_OP_##e] = {#name, flags, pd__shape_##name, pd__flops_##name},
+#define PD__OP_DEF(e, name, flags, grad) [PD_OP_##e] = {#name, flags, grad, pd__shape_##name, pd__flops_##name},
     PD_OPS(PD__OP_DEF)
 #undef PD__OP_DEF
 };

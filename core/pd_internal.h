@@ -169,6 +169,7 @@ typedef int64_t (*pd__flops_fn)(const pd_graph *g, const pd__node *n);
 typedef struct pd__op_def {
     const char *name;
     int flags;
+    uint32_t grad; /* bit i: input i is differentiable */
     pd__shape_fn shape;
     pd__flops_fn flops;
 } pd__op_def;
@@ -176,7 +177,7 @@ typedef struct pd__op_def {
 extern const pd__op_def pd__ops[PD_OP_COUNT];
 int pd__op_lookup(const char *onnx_name); /* -1 when not in the set */
 
-#define PD__DECL_SHAPE(e, name, flags)                    \
+#define PD__DECL_SHAPE(e, name, flags, grad)                    \
     pd_status pd__shape_##name(pd_graph *g, pd__node *n); \
     int64_t pd__flops_##name(const pd_graph *g, const pd__node *n);
 PD_OPS(PD__DECL_SHAPE)
@@ -203,6 +204,14 @@ typedef struct pd__exec {
     void *scratch;
     size_t scratch_size;
     const pd_graph *g;
+    /* Training: BatchNormalization normalizes with batch statistics and updates
+     * its running mean/var inputs in place (PyTorch's rule: running =
+     * momentum*running + (1-momentum)*batch, with ONNX's momentum, and the
+     * unbiased variance for the running var); Dropout drops with a mask drawn
+     * from `seed` (set per step by the session) and the node's name, so the
+     * backward can draw the same mask again. */
+    bool training;
+    uint64_t seed;
 } pd__exec;
 
 /* Returns a scratch buffer of at least `bytes`, 64-byte aligned, or NULL (error set). */
@@ -213,12 +222,25 @@ void *pd__scratch(pd__exec *x, size_t bytes);
 typedef pd_status (*pd__kernel_fn)(pd__exec *x, const pd__node *n, pd_tensor *const *in,
                                    pd_tensor *const *out);
 
-#define PD__DECL_CPU(e, name, flags) \
-    pd_status pd__cpu_##name(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out);
+/* A backward kernel. in/out: the forward's tensors, holding what the forward
+ * saw and produced. dout[j]: the gradient of output j (NULL: zero, e.g. an
+ * unused output). din[i]: when not NULL, the gradient of input i is ADDED
+ * into it (+=, so a tensor used twice accumulates); NULL: not wanted. Only
+ * inputs whose bit is set in the op's grad mask are ever asked for. Asking
+ * for the activation inputs alone or the parameter inputs alone gives the
+ * split backward (input-gradient B, weight-gradient W) zero-bubble needs. */
+typedef pd_status (*pd__grad_fn)(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out,
+                                 pd_tensor *const *dout, pd_tensor *const *din);
+
+#define PD__DECL_CPU(e, name, flags, grad)                                                                      \
+    pd_status pd__cpu_##name(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out);   \
+    pd_status pd__cpu_##name##_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out, \
+                                   pd_tensor *const *dout, pd_tensor *const *din);
 PD_OPS(PD__DECL_CPU)
 #undef PD__DECL_CPU
 
 extern const pd__kernel_fn pd__cpu_kernels[PD_OP_COUNT];
+extern const pd__grad_fn pd__cpu_grads[PD_OP_COUNT];
 
 /* Backends plug in through this vtable (CPU now; CUDA later). */
 typedef struct pd_backend_i {
@@ -228,6 +250,10 @@ typedef struct pd_backend_i {
 } pd_backend_i;
 
 extern const pd_backend_i pd__cpu_backend;
+
+/* Runs one node's backward on the CPU backend, naming the node in any error. */
+pd_status pd__cpu_run_bwd(pd__exec *x, const pd_graph *g, const pd__node *n, pd_tensor *const *in,
+                          pd_tensor *const *out, pd_tensor *const *dout, pd_tensor *const *din);
 
 /* Runs one node on the CPU backend, naming the node in any error. */
 pd_status pd__cpu_run(pd__exec *x, const pd_graph *g, const pd__node *n, pd_tensor *const *in,

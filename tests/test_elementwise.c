@@ -179,7 +179,7 @@ static void test_binary_threads(void) {
         {2, 2, {1, 999}, {997, 1}},            /* outer product */
     };
     for (size_t k = 0; k < sizeof cs / sizeof cs[0]; k++) {
-        pd__exec x1 = {1, NULL, 0, NULL}, x4 = {4, NULL, 0, NULL};
+        pd__exec x1 = {.threads = 1}, x4 = {.threads = 4};
         int bad = test_binary_case(&x4, B_MUL, PD_FLOAT, cs[k].na, cs[k].sa, cs[k].nb, cs[k].sb);
         rng = 1234 + k;
         pd_tensor a = make(PD_FLOAT, cs[k].na, cs[k].sa, false), b = make(PD_FLOAT, cs[k].nb, cs[k].sb, false);
@@ -329,7 +329,7 @@ static void test_reduce_threads(void) {
         {1, {200000}, {true}},                    /* everything */
     };
     for (size_t k = 0; k < sizeof cs / sizeof cs[0]; k++) {
-        pd__exec x4 = {4, NULL, 0, NULL};
+        pd__exec x4 = {.threads = 4};
         int bad = test_reduce_case(&x4, k & 1, PD_DOUBLE, cs[k].nd, cs[k].s, cs[k].m, k & 2);
         bad += test_reduce_case(&x4, false, PD_INT64, cs[k].nd, cs[k].s, cs[k].m, true);
         CHECK(!bad, "reduce threaded case %zu matches the reference", k);
@@ -510,7 +510,7 @@ static void test_unsupported(pd__exec *x) {
 }
 
 int main(void) {
-    pd__exec x = {1, NULL, 0, NULL};
+    pd__exec x = {.threads = 1};
     test_binary_random(&x);
     test_binary_threads();
     test_sum(&x);

@@ -402,7 +402,7 @@ static void test_softmax(pd__exec *x, bool lg, pd_dtype t, int iter) {
 
 /* Pools and softmax on 4 threads give the bits of 1 thread; conv is a BLAS sum, so close. */
 static void test_threads(void) {
-    pd__exec x1 = {1, NULL, 0, NULL}, x4 = {4, NULL, 0, NULL};
+    pd__exec x1 = {.threads = 1}, x4 = {.threads = 4};
     int64_t xs[4] = {4, 8, 33, 29}, ws[4] = {16, 8, 3, 3};
     pd_tensor X = make(PD_FLOAT, 4, xs, true), W = make(PD_FLOAT, 4, ws, true);
     attrs A = {0};
@@ -434,7 +434,7 @@ static void test_threads(void) {
 /* test_nn [ITERATIONS] (60 by default) */
 int main(int argc, char **argv) {
     int iters = argc > 1 ? atoi(argv[1]) : 60;
-    pd__exec x1 = {1, NULL, 0, NULL}, x4 = {4, NULL, 0, NULL};
+    pd__exec x1 = {.threads = 1}, x4 = {.threads = 4};
     for (int it = 0; it < iters; it++) {
         pd_dtype t = it % 2 ? PD_DOUBLE : PD_FLOAT;
         pd__exec *x = it % 3 ? &x1 : &x4;

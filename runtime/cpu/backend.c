@@ -5,9 +5,15 @@
 #include <string.h>
 
 const pd__kernel_fn pd__cpu_kernels[PD_OP_COUNT] = {
-#define PD__CPU_K(e, name, flags) [PD_OP_##e] = pd__cpu_##name,
+#define PD__CPU_K(e, name, flags, grad) [PD_OP_##e] = pd__cpu_##name,
     PD_OPS(PD__CPU_K)
 #undef PD__CPU_K
+};
+
+const pd__grad_fn pd__cpu_grads[PD_OP_COUNT] = {
+#define PD__CPU_G(e, name, flags, grad) [PD_OP_##e] = pd__cpu_##name##_bwd,
+    PD_OPS(PD__CPU_G)
+#undef PD__CPU_G
 };
 
 static bool pd__cpu_supports(const pd__node *n) { return n->op >= 0 && n->op < PD_OP_COUNT; }
@@ -18,6 +24,15 @@ pd_status pd__cpu_run(pd__exec *x, const pd_graph *g, const pd__node *n, pd_tens
         return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "operator %s has no CPU kernel", n->op_type);
     pd_status st = pd__cpu_kernels[n->op](x, n, in, out);
     if (st != PD_OK) pd__err_prefix("%s: node '%s' (%s)", g->path, n->name, n->op_type);
+    return st;
+}
+
+pd_status pd__cpu_run_bwd(pd__exec *x, const pd_graph *g, const pd__node *n, pd_tensor *const *in,
+                          pd_tensor *const *out, pd_tensor *const *dout, pd_tensor *const *din) {
+    if (!pd__cpu_supports(n) || !pd__ops[n->op].grad)
+        return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "operator %s is not differentiable", n->op_type);
+    pd_status st = pd__cpu_grads[n->op](x, n, in, out, dout, din);
+    if (st != PD_OK) pd__err_prefix("%s: node '%s' (%s) backward", g->path, n->name, n->op_type);
     return st;
 }
 
