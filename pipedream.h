@@ -241,6 +241,10 @@ PDDEF pd_status pd_session_set_labels(pd_session *s, const pd_tensor *labels);
 PDDEF pd_status pd_session_step(pd_session *s, pd_step_result *r);
 /* Forward only, in inference mode (BatchNorm uses running statistics). */
 PDDEF pd_status pd_session_eval(pd_session *s, pd_step_result *r);
+/* The same over the first `rows` rows of the batch only (a last, partial batch). */
+PDDEF pd_status pd_session_eval_rows(pd_session *s, int64_t rows, pd_step_result *r);
+/* The batch size the graph was loaded with (the prediction's first dim). */
+PDDEF int64_t pd_session_batch(const pd_session *s);
 PDDEF int pd_session_num_params(const pd_session *s);
 /* Name, shape and current values of trainable parameter i (a view). */
 PDDEF pd_status pd_session_param(pd_session *s, int i, const char **name, pd_tensor *value, pd_tensor *grad);

@@ -119,8 +119,9 @@ void pd_graph_destroy(pd_graph *g) {
     if (!g) return;
     for (int i = 0; i < g->ntensors; i++) {
         PD_FREE(g->tensors[i].name);
-        PD_FREE(g->tensors[i].data);
+        if (!g->tensors[i].borrowed) PD_FREE(g->tensors[i].data);
     }
+    PD_FREE(g->model_bytes);
     for (int i = 0; i < g->nnodes; i++) pd__node_free(&g->nodes[i]);
     PD_FREE(g->tensors);
     PD_FREE(g->nodes);

@@ -76,7 +76,8 @@ typedef struct pd__tensor {
     pd__tkind kind;
     int producer;    /* node index, -1 for inputs and constants */
     bool is_output;
-    void *data;      /* owned; set for PD_T_INIT and PD_T_CONST */
+    bool borrowed;   /* data lives in a session's parameter slab: not freed with the graph */
+    void *data;      /* owned (unless borrowed); set for PD_T_INIT and PD_T_CONST */
 } pd__tensor;
 
 /* Attribute types, numbered as ONNX's AttributeProto.AttributeType. */
@@ -130,6 +131,9 @@ struct pd_graph {
     /* name -> tensor index (open addressing, power-of-two size) */
     int hcap;
     int *hash;
+    /* the serialized ModelProto it was loaded from (pd_graph_save rewrites it) */
+    unsigned char *model_bytes;
+    size_t model_len;
 };
 
 int pd__graph_find(const pd_graph *g, const char *name);

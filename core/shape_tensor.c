@@ -25,8 +25,8 @@ static int64_t view_numel(const pd_tensor *t) {
 }
 
 static bool is_int_dtype(pd_dtype t) {
-    return t == PD_INT8 || t == PD_INT16 || t == PD_INT32 || t == PD_INT64 || t == PD_UINT8 ||
-           t == PD_UINT16 || t == PD_UINT32 || t == PD_UINT64;
+    return t == PD_INT8 || t == PD_INT16 || t == PD_INT32 || t == PD_INT64 || t == PD_UINT8 || t == PD_UINT16 ||
+           t == PD_UINT32 || t == PD_UINT64;
 }
 
 static bool is_float_dtype(pd_dtype t) {
@@ -79,9 +79,7 @@ static pd_status norm_axes(const char *what, int64_t *axes, int k, int rank) {
     return PD_OK;
 }
 
-static const pd_tensor *view_in(const pd__node *n, pd_tensor *const *in, int i) {
-    return i < n->nin ? in[i] : NULL;
-}
+static const pd_tensor *view_in(const pd__node *n, pd_tensor *const *in, int i) { return i < n->nin ? in[i] : NULL; }
 
 /* ---- parameter resolvers (shape_tensor.h) ------------------------------------ */
 
@@ -123,7 +121,8 @@ pd_status pd__split_sizes(const pd__node *n, pd_tensor *const *in, int *axis, in
         int64_t k = view_numel(s);
         if (s->data == NULL)
             return pd__err(PD_ERR_UNSUPPORTED, "split must be constant (dynamic shapes are not supported)");
-        if (!is_int_dtype(s->dtype)) return pd__err(PD_ERR_SHAPE, "split must be int64, not %s", pd_dtype_name(s->dtype));
+        if (!is_int_dtype(s->dtype))
+            return pd__err(PD_ERR_SHAPE, "split must be int64, not %s", pd_dtype_name(s->dtype));
         if (k != nout) return pd__err(PD_ERR_SHAPE, "split has %lld values for %d outputs", (long long)k, nout);
         for (int i = 0; i < nout; i++) sizes[i] = pd__get_i(s->dtype, s->data, i);
     } else if (pd__attr_get(n, "split") != NULL && ka > 0) {
@@ -131,7 +130,8 @@ pd_status pd__split_sizes(const pd__node *n, pd_tensor *const *in, int *axis, in
         for (int i = 0; i < nout; i++) sizes[i] = sa[i];
     } else {
         int64_t parts = pd__attr_i(n, "num_outputs", nout);
-        if (parts != nout) return pd__err(PD_ERR_SHAPE, "num_outputs is %lld but the node has %d outputs", (long long)parts, nout);
+        if (parts != nout)
+            return pd__err(PD_ERR_SHAPE, "num_outputs is %lld but the node has %d outputs", (long long)parts, nout);
         if (nout < 1) return pd__err(PD_ERR_INVALID, "no outputs");
         int64_t div = dim / nout;
         if (dim % nout != 0) {
@@ -218,11 +218,16 @@ pd_status pd__pad_resolve(const pd__node *n, pd_tensor *const *in, pd__pad_param
     const pd_tensor *x = in[0];
     int r = x->ndim;
     const char *mode = pd__attr_s(n, "mode", "constant");
-    if (strcmp(mode, "constant") == 0) p->mode = PD_PAD_CONSTANT;
-    else if (strcmp(mode, "reflect") == 0) p->mode = PD_PAD_REFLECT;
-    else if (strcmp(mode, "edge") == 0) p->mode = PD_PAD_EDGE;
-    else if (strcmp(mode, "wrap") == 0) p->mode = PD_PAD_WRAP;
-    else return pd__err(PD_ERR_UNSUPPORTED, "unknown pad mode '%s'", mode);
+    if (strcmp(mode, "constant") == 0)
+        p->mode = PD_PAD_CONSTANT;
+    else if (strcmp(mode, "reflect") == 0)
+        p->mode = PD_PAD_REFLECT;
+    else if (strcmp(mode, "edge") == 0)
+        p->mode = PD_PAD_EDGE;
+    else if (strcmp(mode, "wrap") == 0)
+        p->mode = PD_PAD_WRAP;
+    else
+        return pd__err(PD_ERR_UNSUPPORTED, "unknown pad mode '%s'", mode);
 
     int64_t pads[2 * PD_MAX_DIMS], axes[PD_MAX_DIMS];
     int kp, ka = -1;
@@ -275,7 +280,8 @@ pd_status pd__constant_value(const pd__node *n, pd_tensor *out) {
         const pd__attr *a = &n->attr[i];
         pd_tensor v = {0};
         if (strcmp(a->name, "value") == 0) {
-            if (a->type != PD_A_TENSOR || a->t == NULL) return pd__err(PD_ERR_INVALID, "attribute value is not a tensor");
+            if (a->type != PD_A_TENSOR || a->t == NULL)
+                return pd__err(PD_ERR_INVALID, "attribute value is not a tensor");
             v = *a->t;
             if (pd_dtype_size(v.dtype) == 0)
                 return pd__err(PD_ERR_UNSUPPORTED, "constants of dtype %s are not supported", pd_dtype_name(v.dtype));
@@ -330,7 +336,8 @@ pd_status pd__range_count(const pd_tensor *start, const pd_tensor *limit, const 
     for (int i = 0; i < 3; i++) {
         if (t[i] == NULL) return pd__err(PD_ERR_INVALID, "missing input %s", names[i]);
         if (view_numel(t[i]) != 1)
-            return pd__err(PD_ERR_SHAPE, "%s must be a scalar, has %lld elements", names[i], (long long)view_numel(t[i]));
+            return pd__err(PD_ERR_SHAPE, "%s must be a scalar, has %lld elements", names[i],
+                           (long long)view_numel(t[i]));
         if (t[i]->data == NULL)
             return pd__err(PD_ERR_UNSUPPORTED, "%s must be constant (dynamic shapes are not supported)", names[i]);
         if (t[i]->dtype != start->dtype)
@@ -350,7 +357,8 @@ pd_status pd__range_count(const pd_tensor *start, const pd_tensor *limit, const 
         int64_t s = pd__get_i(dt, start->data, 0), l = pd__get_i(dt, limit->data, 0), d = pd__get_i(dt, delta->data, 0);
         int64_t diff;
         if (d == 0) return pd__err(PD_ERR_SHAPE, "delta is 0");
-        if (__builtin_sub_overflow(l, s, &diff)) return pd__err(PD_ERR_SHAPE, "range(%lld, %lld) overflows", (long long)s, (long long)l);
+        if (__builtin_sub_overflow(l, s, &diff))
+            return pd__err(PD_ERR_SHAPE, "range(%lld, %lld) overflows", (long long)s, (long long)l);
         if (diff == 0 || (diff > 0) != (d > 0)) {
             *count = 0;
         } else {
@@ -394,7 +402,8 @@ static pd_status set_out(pd_graph *g, pd__node *n, int i, pd_dtype dt, int ndim,
     pd__tensor *o = pd__out(g, n, i);
     if (o == NULL) return PD_OK; /* an unused optional output */
     for (int d = 0; d < ndim; d++)
-        if (shape[d] < 0) return pd__node_err(g, n, PD_ERR_SHAPE, "output dim %d would be %lld", d, (long long)shape[d]);
+        if (shape[d] < 0)
+            return pd__node_err(g, n, PD_ERR_SHAPE, "output dim %d would be %lld", d, (long long)shape[d]);
     o->dtype = dt;
     return pd__tensor_set_shape(g, o, ndim, shape);
 }
@@ -428,7 +437,8 @@ static pd_status const_ints(pd_graph *g, pd__node *n, int i, const char *what, i
     return s == PD_OK ? s : node_fail(g, n, s);
 }
 
-static pd_status bad_shape(pd_graph *g, pd__node *n, const char *what, const pd__tensor *x, int k, const int64_t *shape) {
+static pd_status bad_shape(pd_graph *g, pd__node *n, const char *what, const pd__tensor *x, int k,
+                           const int64_t *shape) {
     char a[128], b[128];
     pd__format_shape(a, sizeof a, x->ndim, x->shape);
     pd__format_shape(b, sizeof b, k, shape);
@@ -469,10 +479,12 @@ pd_status pd__shape_Reshape(pd_graph *g, pd__node *n) {
             infer = i;
             continue;
         }
-        if (shape[i] < -1) return pd__node_err(g, n, PD_ERR_SHAPE, "shape[%d] = %lld is negative", i, (long long)shape[i]);
+        if (shape[i] < -1)
+            return pd__node_err(g, n, PD_ERR_SHAPE, "shape[%d] = %lld is negative", i, (long long)shape[i]);
         if (shape[i] == 0 && !allowzero) {
             if (i >= x->ndim)
-                return pd__node_err(g, n, PD_ERR_SHAPE, "shape[%d] = 0 copies a dim the input (rank %d) lacks", i, x->ndim);
+                return pd__node_err(g, n, PD_ERR_SHAPE, "shape[%d] = 0 copies a dim the input (rank %d) lacks", i,
+                                    x->ndim);
             shape[i] = x->shape[i];
         }
         if (!pd__mul_ok(known, shape[i], &known)) return pd__node_err(g, n, PD_ERR_SHAPE, "shape overflows");
@@ -517,7 +529,8 @@ pd_status pd__shape_Concat(pd_graph *g, pd__node *n) {
         if (t->dtype != x->dtype)
             return pd__node_err(g, n, PD_ERR_SHAPE, "input %d is %s but input 0 is %s", i, pd_dtype_name(t->dtype),
                                 pd_dtype_name(x->dtype));
-        if (t->ndim != r) return pd__node_err(g, n, PD_ERR_SHAPE, "input %d has rank %d but input 0 has %d", i, t->ndim, r);
+        if (t->ndim != r)
+            return pd__node_err(g, n, PD_ERR_SHAPE, "input %d has rank %d but input 0 has %d", i, t->ndim, r);
         for (int d = 0; d < r; d++)
             if (d != axis && t->shape[d] != x->shape[d])
                 return pd__node_err(g, n, PD_ERR_SHAPE, "input %d has %lld at dim %d but input 0 has %lld", i,
@@ -662,8 +675,7 @@ pd_status pd__shape_Pad(pd_graph *g, pd__node *n) {
         if (cv->dtype != x->dtype)
             return pd__node_err(g, n, PD_ERR_SHAPE, "constant_value is %s but data is %s", pd_dtype_name(cv->dtype),
                                 pd_dtype_name(x->dtype));
-        if (cv->ndim < 0 || cv->numel > 1)
-            return pd__node_err(g, n, PD_ERR_SHAPE, "constant_value must be a scalar");
+        if (cv->ndim < 0 || cv->numel > 1) return pd__node_err(g, n, PD_ERR_SHAPE, "constant_value must be a scalar");
     }
     int64_t shape[PD_MAX_DIMS];
     for (int d = 0; d < x->ndim; d++) shape[d] = x->shape[d] + p.begin[d] + p.end[d];
@@ -691,7 +703,8 @@ pd_status pd__shape_ConstantOfShape(pd_graph *g, pd__node *n) {
     int k;
     PD_TRY(const_ints(g, n, 0, "shape", PD_MAX_DIMS, shape, &k));
     for (int i = 0; i < k; i++)
-        if (shape[i] < 0) return pd__node_err(g, n, PD_ERR_SHAPE, "shape[%d] = %lld is negative", i, (long long)shape[i]);
+        if (shape[i] < 0)
+            return pd__node_err(g, n, PD_ERR_SHAPE, "shape[%d] = %lld is negative", i, (long long)shape[i]);
     pd_tensor v;
     float zero;
     pd_status s = pd__constant_of_shape_value(n, &v, &zero);
@@ -711,11 +724,11 @@ pd_status pd__shape_Range(pd_graph *g, pd__node *n) {
 
 /* ---- FLOPs: these ops only move data ------------------------------------------ */
 
-#define PD__NO_FLOPS(name)                                            \
-    int64_t pd__flops_##name(const pd_graph *g, const pd__node *n) { \
-        (void)g;                                                      \
-        (void)n;                                                      \
-        return 0;                                                     \
+#define PD__NO_FLOPS(name)                                                                                             \
+    int64_t pd__flops_##name(const pd_graph *g, const pd__node *n) {                                                   \
+        (void)g;                                                                                                       \
+        (void)n;                                                                                                       \
+        return 0;                                                                                                      \
     }
 PD__NO_FLOPS(Flatten)
 PD__NO_FLOPS(Reshape)

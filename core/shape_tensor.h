@@ -55,7 +55,6 @@ pd_status pd__constant_value(const pd__node *n, pd_tensor *out);
 pd_status pd__constant_of_shape_value(const pd__node *n, pd_tensor *out, float *zero);
 
 /* Range: the number of elements of Range(start, limit, delta) (scalars). */
-pd_status pd__range_count(const pd_tensor *start, const pd_tensor *limit, const pd_tensor *delta,
-                          int64_t *count);
+pd_status pd__range_count(const pd_tensor *start, const pd_tensor *limit, const pd_tensor *delta, int64_t *count);
 
 #endif

@@ -550,19 +550,28 @@ static pd_status load(const uint8_t *buf, size_t len, unsigned char *owned, cons
                        PD__PB_MAX_DEPTH);
     }
     Onnx__ModelProto *m = c == PD__PB_OK ? onnx__model_proto__unpack(NULL, len, buf) : NULL;
-    PD_FREE(owned); /* protobuf-c copies what it keeps */
-    if (!m) return pd__err(PD_ERR_PARSE, "%s: not a valid ONNX model (protobuf parse failed)", name);
+    if (!m) {
+        PD_FREE(owned);
+        return pd__err(PD_ERR_PARSE, "%s: not a valid ONNX model (protobuf parse failed)", name);
+    }
     if (!m->graph) {
         onnx__model_proto__free_unpacked(m, NULL);
+        PD_FREE(owned);
         return pd__err(PD_ERR_PARSE, "%s: not a valid ONNX model (it has no graph)", name);
     }
     L.m = m;
     L.gp = m->graph;
     L.g = pd__graph_new(name);
-    if (!L.g) {
+    /* the serialized model stays with the graph: pd_graph_save rewrites it */
+    if (L.g && !owned && (owned = PD_MALLOC(len ? len : 1))) memcpy(owned, buf, len);
+    if (!L.g || !owned) {
         onnx__model_proto__free_unpacked(m, NULL);
+        pd_graph_destroy(L.g);
+        PD_FREE(owned);
         return pd__err(PD_ERR_NOMEM, "%s: out of memory", name);
     }
+    L.g->model_bytes = owned;
+    L.g->model_len = len;
     s = build_graph(&L);
     onnx__model_proto__free_unpacked(m, NULL);
     if (s != PD_OK) {

@@ -7,7 +7,8 @@
  * its backward with random output gradients r_j; it compares each wanted
  * input gradient with central differences of L = sum_j <out_j, r_j>:
  *     dL/dx_i ~ (L(x_i + h) - L(x_i - h)) / 2h,  h = 1e-6 * max(1, |x_i|)
- * and passes when |analytic - numeric| <= tol * (|numeric| + 1e-3 * scale)
+ * and passes when |analytic - numeric| <= tol * (|numeric| + 1e-3 * scale) + 1e-9
+ * (the last term: the differences' own rounding, about eps |out r| / h)
  * for every element, scale being the largest |numeric| of that input.
  * It also checks that the backward ADDS into din (it pre-fills din with
  * ones and subtracts them), and that asking for each input alone gives the
@@ -161,16 +162,18 @@ static inline void gc__views(gc *c, pd_tensor *iv, pd_tensor **ip, pd_tensor *ov
     }
 }
 
-/* L = sum_j <out_j, r_j> after a forward at the current inputs. */
-static inline bool gc__loss(gc *c, pd__exec *x, double *const *r, double *L) {
+/* L = sum_j <out_j, r_j> after a forward at the current inputs. Summed in
+ * long double: in double, the rounding of a sum over a hundred outputs,
+ * divided by 2h, already exceeds the tolerance of a small gradient. */
+static inline bool gc__loss(gc *c, pd__exec *x, double *const *r, long double *L) {
     pd_tensor iv[16], ov[16], *ip[16], *op[16];
     gc__views(c, iv, ip, ov, op);
     if (pd__cpu_run(x, c->g, &c->node, ip, op) != PD_OK) return false;
-    double s = 0;
+    long double s = 0;
     for (int j = 0; j < c->nout; j++) {
         const pd__tensor *t = &c->g->tensors[c->out[j]];
         if (!r[j]) continue;
-        for (int64_t k = 0; k < t->numel; k++) s += pd__get_f(t->dtype, t->data, k) * r[j][k];
+        for (int64_t k = 0; k < t->numel; k++) s += (long double)pd__get_f(t->dtype, t->data, k) * r[j][k];
     }
     *L = s;
     return true;
@@ -201,7 +204,7 @@ static inline bool gc_check(gc *c, double tol, uint32_t mask) {
     pd__exec x = {.threads = 1, .g = c->g, .training = c->training, .seed = 1234};
     double *r[16] = {0};
     bool ok = true;
-    double L0;
+    long double L0;
     /* random output gradients, for float outputs */
     for (int j = 0; j < c->nout; j++) {
         const pd__tensor *t = &c->g->tensors[c->out[j]];
@@ -269,17 +272,19 @@ static inline bool gc_check(gc *c, double tol, uint32_t mask) {
         pd__tensor *t = &c->g->tensors[c->in[i]];
         double *num = malloc(sizeof(double) * (size_t)(t->numel + 1)), scale = 0;
         for (int64_t k = 0; k < t->numel && ok; k++) {
-            double v = pd__get_f(t->dtype, t->data, k), h = 1e-6 * (fabs(v) > 1 ? fabs(v) : 1), Lp, Lm;
+            double v = pd__get_f(t->dtype, t->data, k), h = 1e-6 * (fabs(v) > 1 ? fabs(v) : 1);
+            long double Lp = 0, Lm = 0;
             pd__set_f(t->dtype, t->data, k, v + h);
             ok = gc__loss(c, &x, r, &Lp);
             pd__set_f(t->dtype, t->data, k, v - h);
             ok = ok && gc__loss(c, &x, r, &Lm);
             pd__set_f(t->dtype, t->data, k, v);
-            num[k] = (Lp - Lm) / (2 * h);
+            if (!ok) snprintf(c->why, sizeof c->why, "forward: %s", pd_last_error());
+            num[k] = (double)((Lp - Lm) / (2 * h));
             if (fabs(num[k]) > scale) scale = fabs(num[k]);
         }
         for (int64_t k = 0; k < t->numel && ok; k++) {
-            if (!(fabs(grad[i][k] - num[k]) <= tol * (fabs(num[k]) + 1e-3 * scale + 1e-9))) {
+            if (!(fabs(grad[i][k] - num[k]) <= tol * (fabs(num[k]) + 1e-3 * scale) + 1e-9)) {
                 snprintf(c->why, sizeof c->why, "input %d element %lld: analytic %.10g, numeric %.10g", i,
                          (long long)k, grad[i][k], num[k]);
                 ok = false;

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # test_cli.sh - the pdonnx tool end to end: good runs produce the right files,
 # bad input gives one line naming the culprit, a non-zero exit and no crash.
-#   test_cli.sh PDONNX SOURCE_DIR TEST_LOADER
+#   test_cli.sh PDONNX SOURCE_DIR TEST_LOADER NPYTOOL
 set -u
 pdonnx=$1 src=$2
 fx=$src/tests/fixtures
 tmp=$(mktemp -d)
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
 trap 'rm -rf "$tmp"' EXIT
 pass=0 fail=0
 ok() { echo "OK $*"; pass=$((pass + 1)); }
@@ -81,6 +82,57 @@ if [ -n "${3:-}" ] && "$3" "$tmp/bad" >/dev/null 2>&1; then
 else
   notok "the loader test could not write its bad models (${3:-no test_loader given})"
 fi
+
+# --- training
+ex=$src/examples
+npytool=${4:-}
+if "$pdonnx" train "$ex/digits_mlp.onnx" --epochs 5 --metrics "$tmp/m.jsonl" --save "$tmp/trained.onnx" \
+     >"$tmp/out" 2>&1; then
+  steps=$(wc -l <"$tmp/m.jsonl")
+  acc=$(sed -n 's/^validation: .*accuracy \([0-9.]*\)%.*/\1/p' "$tmp/out")
+  if [ "$steps" -eq 225 ] && head -1 "$tmp/m.jsonl" | grep -q '"step": 1, "loss": [0-9.e-]*, "lr": 0.1, "samples_per_s"' \
+     && awk -v a="$acc" 'BEGIN { exit !(a > 85) }'; then
+    ok "train: default flags, 5 epochs = 225 steps of metrics, validation accuracy $acc%"
+  else
+    notok "train: $steps metric lines, accuracy '$acc': $(tail -3 "$tmp/out")"
+  fi
+  if "$pdonnx" run "$tmp/trained.onnx" --input x="$ex/digits/val_x.npy" --output y="$tmp/vy.npy" >/dev/null 2>&1 \
+     && ! cmp -s "$tmp/trained.onnx" "$ex/digits_mlp.onnx"; then
+    ok "train: --save writes a model pdonnx runs, with new weights"
+  else
+    notok "train: the saved model does not run"
+  fi
+else
+  notok "train: $(tail -3 "$tmp/out")"
+fi
+if [ -x "$npytool" ]; then
+  d=$ex/digits
+  "$npytool" set "$d/train_y.npy" "$tmp/y_bad.npy" 37 12
+  expect_error "train: label out of range" "label 12 at row 37 is out of range [0, 10)" \
+    "$pdonnx" train "$ex/digits_mlp.onnx" --labels "$tmp/y_bad.npy" --quiet
+  "$npytool" head "$d/train_y.npy" "$tmp/y_short.npy" 100
+  expect_error "train: X and Y row counts differ" "has 1437 rows but $tmp/y_short.npy has 100" \
+    "$pdonnx" train "$ex/digits_mlp.onnx" --labels "$tmp/y_short.npy" --quiet
+  "$npytool" cast "$d/train_y.npy" "$tmp/y_float.npy" float32
+  expect_error "train: output shape does not fit the loss" "mse: targets of shape [32] do not fit the output [32,10]" \
+    "$pdonnx" train "$ex/digits_mlp.onnx" --labels "$tmp/y_float.npy" --quiet
+  expect_error "train: float labels for cross_entropy" "labels do not fit --loss cross_entropy" \
+    "$pdonnx" train "$ex/digits_mlp.onnx" --labels "$tmp/y_float.npy" --loss cross_entropy --quiet
+  "$npytool" set "$d/train_x.npy" "$tmp/x_nan.npy" 5 nan
+  expect_error "train: NaN loss names the step and the first non-finite tensor" \
+    "step 1: the loss is nan; the first non-finite tensor is '/fc1/Gemm_output_0'" \
+    "$pdonnx" train "$ex/digits_mlp.onnx" --data "$tmp/x_nan.npy" --no-shuffle --save "$tmp/nan.onnx" --quiet
+  if [ ! -e "$tmp/nan.onnx" ] && [ -z "$(ls "$tmp" | grep 'nan.onnx.tmp')" ]; then
+    ok "train: a failed run leaves no model and no temporary file"
+  else
+    notok "train: a failed run left files: $(ls "$tmp")"
+  fi
+fi
+expect_error "train: unwritable --save" "--save /nonexistent-dir/m.onnx: cannot write there" \
+  "$pdonnx" train "$ex/digits_mlp.onnx" --save /nonexistent-dir/m.onnx --quiet
+expect_error "train: bad --optimizer" "--optimizer must be sgd, momentum, nesterov, adam or adamw" \
+  "$pdonnx" train "$ex/digits_mlp.onnx" --optimizer lbfgs
+expect_error "train: bad --lr" "--lr expects a number" "$pdonnx" train "$ex/digits_mlp.onnx" --lr fast
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -11,5 +11,6 @@ int pd_cli_usage_error(const char *fmt, const char *arg);
 bool pd_cli_parse_int(const char *flag, const char *s, int64_t lo, int64_t hi, int64_t *out);
 
 int pd_cli_conformance(int argc, char **argv);
+int pd_cli_train(int argc, char **argv);
 
 #endif

@@ -45,6 +45,14 @@ static void pd__usage(FILE *f) {
             "      print the layer DAG: nodes, output shapes, parameters and FLOPs\n"
             "  pdonnx run MODEL.onnx [--batch N] [--threads N] --input NAME=X.npy ... [--output NAME=Y.npy ...]\n"
             "      run inference; without --output, print a summary of each output\n"
+            "  pdonnx train MODEL.onnx --data X.npy --labels Y.npy [--val XV.npy YV.npy]\n"
+            "         [--loss auto|cross_entropy|mse|graph] [--output NAME]\n"
+            "         [--optimizer sgd|momentum|nesterov|adam|adamw] [--lr F] [--momentum F]\n"
+            "         [--beta1 F] [--beta2 F] [--eps F] [--weight-decay F] [--clip-grad-norm F]\n"
+            "         [--warmup N] [--cosine] [--min-lr F] [--freeze REGEX]\n"
+            "         [--batch N] [--steps N | --epochs N] [--no-shuffle] [--seed N] [--threads N]\n"
+            "         [--metrics FILE.jsonl] [--save OUT.onnx] [--quiet]\n"
+            "      train on one stage; MODEL.flags beside the model gives default flags\n"
             "  pdonnx conformance DIR... [--xfail FILE] [--quiet]\n"
             "      run ONNX backend test cases (folders with model.onnx and test_data_set_*)\n"
             "  pdonnx --version\n",
@@ -337,5 +345,6 @@ int main(int argc, char **argv) {
     if (strcmp(argv[1], "info") == 0) return pd__cmd_info(argc - 2, argv + 2);
     if (strcmp(argv[1], "run") == 0) return pd__cmd_run(argc - 2, argv + 2);
     if (strcmp(argv[1], "conformance") == 0) return pd_cli_conformance(argc - 2, argv + 2);
+    if (strcmp(argv[1], "train") == 0) return pd_cli_train(argc - 2, argv + 2);
     return pd_cli_usage_error("unknown command '%s'", argv[1]);
 }

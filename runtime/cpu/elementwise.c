@@ -13,27 +13,20 @@
  *   over OpenMP threads (x->threads of them, 0: all).
  * - float16 / bfloat16 (and mixed-dtype Pow, integer Erf) compute in float
  *   or double: inputs are converted into scratch memory and the result
- *   converted back by the same code as Cast (convert()).
+ *   converted back by the same code as Cast (pd__ew_convert()).
  * - float32 Exp, Sigmoid, Tanh (and Gelu's tanh form) use branch-free exp
  *   and tanh written here (within 3 ulp, tested) so that their loops
  *   vectorize; everything else calls libm (erff for Gelu and Erf).
  */
-#include "../../core/shape_elem.h"
+#include "elementwise_common.h"
 
-#include <math.h>
-#include <string.h>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
 
-#define PD__PAR_MIN 32768 /* elements of work below which one thread does it all */
-#define PD__NDT 17        /* dtype enum values are < this */
-
 /* ---- threads --------------------------------------------------------------------- */
 
-typedef void (*pd__range_fn)(void *ctx, int64_t begin, int64_t end);
-
-static int n_threads(const pd__exec *x, int64_t work) {
+int pd__ew_threads(const pd__exec *x, int64_t work) {
 #ifdef _OPENMP
     if (work < PD__PAR_MIN) return 1;
     int nt = x && x->threads > 0 ? x->threads : omp_get_max_threads();
@@ -49,9 +42,9 @@ static int n_threads(const pd__exec *x, int64_t work) {
 
 /* Runs fn over [0, total) in contiguous chunks (multiples of `align`), one
  * per thread; `work` (elements touched) decides how many threads. */
-static void par_range(const pd__exec *x, int64_t total, int64_t work, int64_t align, pd__range_fn fn, void *ctx) {
+void pd__ew_par_range(const pd__exec *x, int64_t total, int64_t work, int64_t align, pd__range_fn fn, void *ctx) {
     if (total <= 0) return;
-    int nt = n_threads(x, work);
+    int nt = pd__ew_threads(x, work);
     if (nt > total) nt = (int)total;
     if (nt <= 1) {
         fn(ctx, 0, total);
@@ -67,37 +60,6 @@ static void par_range(const pd__exec *x, int64_t total, int64_t work, int64_t al
         if (b < e) fn(ctx, b, e);
     }
 }
-
-/* ---- dtypes ---------------------------------------------------------------------- */
-
-/* The dtypes rows are instantiated for:
- * X(..., dtype, C type, suffix, W: type the arithmetic wraps in, M: libm suffix, MIN, MAX).
- * Integer arithmetic goes through the unsigned W so that overflow wraps
- * instead of being undefined. */
-#define PD__FLOATS(X, ...)                                                 \
-    X(__VA_ARGS__, PD_FLOAT, float, f32, float, f, -INFINITY, INFINITY)    \
-    X(__VA_ARGS__, PD_DOUBLE, double, f64, double, , -INFINITY, INFINITY)
-#define PD__SINTS(X, ...)                                                  \
-    X(__VA_ARGS__, PD_INT8, int8_t, i8, uint32_t, , INT8_MIN, INT8_MAX)    \
-    X(__VA_ARGS__, PD_INT16, int16_t, i16, uint32_t, , INT16_MIN, INT16_MAX) \
-    X(__VA_ARGS__, PD_INT32, int32_t, i32, uint32_t, , INT32_MIN, INT32_MAX) \
-    X(__VA_ARGS__, PD_INT64, int64_t, i64, uint64_t, , INT64_MIN, INT64_MAX)
-#define PD__UINTS(X, ...)                                                  \
-    X(__VA_ARGS__, PD_UINT8, uint8_t, u8, uint32_t, , 0, UINT8_MAX)        \
-    X(__VA_ARGS__, PD_UINT16, uint16_t, u16, uint32_t, , 0, UINT16_MAX)    \
-    X(__VA_ARGS__, PD_UINT32, uint32_t, u32, uint32_t, , 0, UINT32_MAX)    \
-    X(__VA_ARGS__, PD_UINT64, uint64_t, u64, uint64_t, , 0, UINT64_MAX)
-#define PD__INTS(X, ...) PD__SINTS(X, __VA_ARGS__) PD__UINTS(X, __VA_ARGS__)
-#define PD__NUMS(X, ...) PD__FLOATS(X, __VA_ARGS__) PD__INTS(X, __VA_ARGS__)
-
-/* The dtype a float computation runs in: float for float/float16/bfloat16,
- * double for double and (where allowed) integers. */
-static pd_dtype float_work(pd_dtype t) {
-    return (t == PD_FLOAT || t == PD_FLOAT16 || t == PD_BFLOAT16) ? PD_FLOAT : PD_DOUBLE;
-}
-
-/* The dtype arithmetic runs in: the dtype itself, float for the 16-bit floats. */
-static pd_dtype arith_work(pd_dtype t) { return (t == PD_FLOAT16 || t == PD_BFLOAT16) ? PD_FLOAT : t; }
 
 static int64_t numel(const pd_tensor *t) { return pd_tensor_numel(t); }
 
@@ -228,14 +190,14 @@ static void convert_range(void *ctx, int64_t begin, int64_t end) {
 }
 
 /* dst (dtype dt) = src (dtype st) converted, n elements, ONNX Cast semantics. */
-static void convert(const pd__exec *x, pd_dtype dt, void *dst, pd_dtype st, const void *src, int64_t n) {
+void pd__ew_convert(const pd__exec *x, pd_dtype dt, void *dst, pd_dtype st, const void *src, int64_t n) {
     if (n <= 0) return;
     if (dt == st) {
         if (dst != src) memcpy(dst, src, (size_t)n * pd_dtype_size(dt));
         return;
     }
     pd__cvjob j = {dt, st, dst, src};
-    par_range(x, n, n, PD__BLK, convert_range, &j);
+    pd__ew_par_range(x, n, n, PD__BLK, convert_range, &j);
 }
 
 static bool convertible(pd_dtype t) { return pd__ekind(t) != 0; }
@@ -269,7 +231,7 @@ static pd_status stage_begin(pd__exec *x, int nin, pd_tensor *const *in, pd_dtyp
         view[k].dtype = w;
         view[k].data = buf + off;
         off += align64((size_t)numel(in[k]) * pd_dtype_size(w));
-        convert(x, w, view[k].data, in[k]->dtype, in[k]->data, numel(in[k]));
+        pd__ew_convert(x, w, view[k].data, in[k]->dtype, in[k]->data, numel(in[k]));
     }
     *oview = *out;
     if (out->dtype != wout) {
@@ -282,16 +244,10 @@ static pd_status stage_begin(pd__exec *x, int nin, pd_tensor *const *in, pd_dtyp
 }
 
 static void stage_end(const pd__exec *x, pd_tensor *out, const pd_tensor *oview) {
-    if (oview->data != out->data) convert(x, out->dtype, out->data, oview->dtype, oview->data, numel(out));
+    if (oview->data != out->data) pd__ew_convert(x, out->dtype, out->data, oview->dtype, oview->data, numel(out));
 }
 
 /* ---- rows ------------------------------------------------------------------------ */
-
-/* A row: n output elements from inputs a, b, c (those the op has) whose
- * strides along the row are sa, sb, sc: 1 (contiguous) or 0 (one value).
- * Unary rows are only called with the input shaped as the output (sa = 1). */
-typedef void (*pd__row_fn)(void *o, const void *a, int64_t sa, const void *b, int64_t sb, const void *c, int64_t sc,
-                           int64_t n, const void *ctx);
 
 /* What a row with parameters reads: LeakyRelu's alpha, Clip's bounds (in
  * the row's dtype). */
@@ -299,10 +255,6 @@ typedef struct pd__ectx {
     double alpha;
     unsigned char lo[8], hi[8];
 } pd__ectx;
-
-#define PD__ROW_ARGS                                                                                       \
-    void *o_, const void *a_, int64_t sa, const void *b_, int64_t sb, const void *c_, int64_t sc, int64_t n, \
-        const void *ctx_
 
 /* o = EXPR(x, y) with x from a, y from b; the four stride cases are
  * separate loops so that each vectorizes. */
@@ -416,87 +368,6 @@ PD__SINTS(PD__DEF_RELU, _)
 static const pd__row_fn neg_rows[PD__NDT] = {PD__FLOATS(PD__TAB, neg) PD__SINTS(PD__TAB, neg)};
 static const pd__row_fn relu_rows[PD__NDT] = {PD__FLOATS(PD__TAB, relu) PD__SINTS(PD__TAB, relu)};
 
-/* c ? a : b on bits, so the compiler keeps it a select: with ?: GCC
- * threads the constant arm into a branch and the loop stops vectorizing. */
-static inline float pd__self(int c, float a, float b) {
-    uint32_t m = -(uint32_t)(c != 0), ab, bb;
-    memcpy(&ab, &a, 4);
-    memcpy(&bb, &b, 4);
-    ab = (ab & m) | (bb & ~m);
-    memcpy(&a, &ab, 4);
-    return a;
-}
-
-static inline double pd__seld(int c, double a, double b) {
-    uint64_t m = -(uint64_t)(c != 0), ab, bb;
-    memcpy(&ab, &a, 8);
-    memcpy(&bb, &b, 8);
-    ab = (ab & m) | (bb & ~m);
-    memcpy(&a, &ab, 8);
-    return a;
-}
-#define pd__sel_f32 pd__self
-#define pd__sel_f64 pd__seld
-
-/* float exp and tanh without branches, so that the loops using them
- * vectorize (glibc's expf / tanhf are scalar calls, 10-30x slower than
- * memory here). exp: Cody-Waite reduction x = k ln2 + r, |r| <= ln2/2, and
- * Cephes' expf polynomial (about 1 ulp); 2^k applied in two halves so that
- * subnormal results round once and large x gives inf. NaN stays NaN. */
-static inline float pd__expf(float x) {
-    x = pd__self(x < -104.0f, -104.0f, x);
-    x = pd__self(x > 88.8f, 88.8f, x);
-    const float magic = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer */
-    float j = x * 1.44269504088896341f + magic, k = j - magic;
-    uint32_t jb;
-    memcpy(&jb, &j, 4);
-    int32_t ki = (int32_t)(jb - 0x4b400000u); /* k, read from j's mantissa */
-    float r = (x - k * 0.693359375f) - k * -2.12194440e-4f;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * r * r + r + 1.0f;
-    int32_t k1 = ki / 2, k2 = ki - k1;
-    uint32_t b1 = (uint32_t)(k1 + 127) << 23, b2 = (uint32_t)(k2 + 127) << 23;
-    float s1, s2;
-    memcpy(&s1, &b1, 4);
-    memcpy(&s2, &b2, 4);
-    return p * s1 * s2;
-}
-
-/* tanh: Cephes' odd polynomial below |x| = 0.625, 1 - 2/(e^2|x| + 1) above
- * (both computed on |x|, one selected, x's sign put back: tanh(-0) = -0). */
-static inline float pd__tanhf(float x) {
-    float ax = fabsf(x), z = x * x;
-    float p = -5.70498872745e-3f;
-    p = p * z + 2.06390887954e-2f;
-    p = p * z - 5.37397155531e-2f;
-    p = p * z + 1.33314422036e-1f;
-    p = p * z - 3.33332819422e-1f;
-    float small = ax + ax * z * p;
-    float big = 1.0f - 2.0f / (pd__expf(2.0f * ax) + 1.0f);
-    return copysignf(pd__self(ax < 0.625f, small, big), x);
-}
-#define pd__fabs_f32 fabsf
-#define pd__fabs_f64 fabs
-#define pd__exp_f32 pd__expf
-#define pd__exp_f64 exp
-#define pd__tanh_f32 pd__tanhf
-#define pd__tanh_f64 tanh
-
-/* sigmoid from e = exp(-|x|), which cannot overflow: 1/(1+e) for x >= 0,
- * e/(1+e) below (so tiny results keep their precision). */
-#define PD__DEF_SIGMOID(T, sfx)                              \
-    static inline T pd__sigmoid_##sfx(T x) {                 \
-        T e = pd__exp_##sfx(-pd__fabs_##sfx(x)), r = (T)1 / ((T)1 + e); \
-        return pd__sel_##sfx(x < 0, e * r, r);               \
-    }
-PD__DEF_SIGMOID(float, f32)
-PD__DEF_SIGMOID(double, f64)
-
 /* unary: float math (M is the libm suffix: sqrtf / sqrt) */
 #define PD__GELU_ERF(T, M) (T)0.5 * x * ((T)1 + erf##M(x * (T)0.70710678118654752440))
 #define PD__GELU_TANH(T, sfx) \
@@ -550,8 +421,6 @@ PD__WHERE_ROW(where_4, uint32_t)
 PD__WHERE_ROW(where_8, uint64_t)
 
 /* ---- the broadcast iterator ---------------------------------------------------- */
-
-#define PD__MAX_BIN 3
 
 /* The output's dims after dropping 1s and merging, with each input's
  * element stride per dim (0 where it is broadcast). */
@@ -641,7 +510,7 @@ static void bjob_range(void *ctx, int64_t begin, int64_t end) {
 }
 
 /* out = fn(in...) broadcast; views already in the row's dtypes. */
-static pd_status bcast_run(const pd__exec *x, pd__row_fn fn, const void *ctx, const pd_tensor *out, int nin,
+pd_status pd__ew_bcast_run(const pd__exec *x, pd__row_fn fn, const void *ctx, const pd_tensor *out, int nin,
                            const pd_tensor *in, int64_t cost) {
     int64_t n = numel(out);
     if (n <= 0) return PD_OK;
@@ -652,7 +521,7 @@ static pd_status bcast_run(const pd__exec *x, pd__row_fn fn, const void *ctx, co
         j.in[k] = in[k].data;
         j.isz[k] = pd_dtype_size(in[k].dtype);
     }
-    par_range(x, n, n * cost, 64, bjob_range, &j);
+    pd__ew_par_range(x, n, n * cost, 64, bjob_range, &j);
     return PD_OK;
 }
 
@@ -664,7 +533,7 @@ static pd_status run_rows(pd__exec *x, int nin, pd_tensor *const *in, pd_dtype w
     if (numel(out) <= 0) return PD_OK;
     pd_tensor view[PD__MAX_BIN], ov;
     PD_TRY(stage_begin(x, nin, in, w, view, out, wout, &ov));
-    PD_TRY(bcast_run(x, fn, ctx, &ov, nin, view, cost));
+    PD_TRY(pd__ew_bcast_run(x, fn, ctx, &ov, nin, view, cost));
     stage_end(x, out, &ov);
     return PD_OK;
 }
@@ -678,7 +547,7 @@ static pd_status binary(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd
     pd_tensor a = *in[0], b = *in[1];
     if (!pd__legacy_bshape(n, a.ndim, &b.ndim, b.shape))
         return pd__err(PD_ERR_SHAPE, "input B does not fit in A at the broadcast axis");
-    pd_dtype w = arith_work(a.dtype);
+    pd_dtype w = pd__arith_work(a.dtype);
     pd_tensor *v[2] = {&a, &b};
     return run_rows(x, 2, v, w, out, to_bool ? PD_BOOL : w, row_of(tab, w), NULL, 1);
 }
@@ -708,7 +577,7 @@ pd_status pd__cpu_Pow(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_t
         return pd__err(PD_ERR_SHAPE, "input B does not fit in A at the broadcast axis");
     unsigned ka = pd__ekind(a.dtype), kb = pd__ekind(b.dtype);
     pd_dtype w;
-    if (ka == PD_EK_FLOAT) w = float_work(a.dtype);
+    if (ka == PD_EK_FLOAT) w = pd__float_work(a.dtype);
     else if (ka & PD_EK_INT) w = (kb & PD_EK_INT) ? PD_INT64 : PD_DOUBLE;
     else return pd__err(PD_ERR_UNSUPPORTED, "Pow of %s is not supported", pd_dtype_name(a.dtype));
     if (!kb || kb == PD_EK_BOOL)
@@ -729,7 +598,7 @@ pd_status pd__cpu_Sum(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_t
     for (int k = 0; k < nin; k++)
         if (!in[k]) return pd__err(PD_ERR_INVALID, "input %d is missing", k);
     if (numel(y) <= 0) return PD_OK;
-    pd_dtype w = arith_work(in[0]->dtype);
+    pd_dtype w = pd__arith_work(in[0]->dtype);
     pd__row_fn add = row_of(add_rows, w);
     if (!add) return pd__err(PD_ERR_UNSUPPORTED, "dtype %s is not supported", pd_dtype_name(in[0]->dtype));
     pd_tensor view[PD__MAX_STAGED], ov;
@@ -738,10 +607,10 @@ pd_status pd__cpu_Sum(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_t
         if (numel(&view[0]) != numel(&ov)) return pd__err(PD_ERR_SHAPE, "input and output sizes differ");
         memcpy(ov.data, view[0].data, (size_t)numel(&ov) * pd_dtype_size(w));
     } else {
-        PD_TRY(bcast_run(x, add, NULL, &ov, 2, view, 1));
+        PD_TRY(pd__ew_bcast_run(x, add, NULL, &ov, 2, view, 1));
         for (int k = 2; k < nin; k++) {
             pd_tensor ab[2] = {ov, view[k]};
-            PD_TRY(bcast_run(x, add, NULL, &ov, 2, ab, 1));
+            PD_TRY(pd__ew_bcast_run(x, add, NULL, &ov, 2, ab, 1));
         }
     }
     stage_end(x, y, &ov);
@@ -762,7 +631,7 @@ pd_status pd__cpu_Where(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd
     }
     if (!fn || v[0].dtype != PD_BOOL || v[1].dtype != v[2].dtype || out[0]->dtype != v[1].dtype)
         return pd__err(PD_ERR_UNSUPPORTED, "Where of %s is not supported", pd_dtype_name(v[1].dtype));
-    return bcast_run(x, fn, NULL, out[0], 3, v, 1);
+    return pd__ew_bcast_run(x, fn, NULL, out[0], 3, v, 1);
 }
 
 /* ---- unary ops ------------------------------------------------------------------ */
@@ -782,7 +651,7 @@ static pd_status unary(pd__exec *x, pd_tensor *const *in, pd_tensor *out, pd_dty
         (void)n;                                                                                             \
         if (!(pd__ekind(in[0]->dtype) & PD_EK_NUM))                                                          \
             return pd__err(PD_ERR_UNSUPPORTED, #Op " of %s is not supported", pd_dtype_name(in[0]->dtype));   \
-        return unary(x, in, out[0], float_work(in[0]->dtype), tab, NULL, cost);                              \
+        return unary(x, in, out[0], pd__float_work(in[0]->dtype), tab, NULL, cost);                              \
     }
 PD__FLOAT_UNARY(Sqrt, sqrt_rows, 4)
 PD__FLOAT_UNARY(Exp, exp_rows, 8)
@@ -794,12 +663,12 @@ PD__FLOAT_UNARY(Erf, erf_rows, 10)
 
 pd_status pd__cpu_Neg(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
     (void)n;
-    return unary(x, in, out[0], arith_work(in[0]->dtype), neg_rows, NULL, 1);
+    return unary(x, in, out[0], pd__arith_work(in[0]->dtype), neg_rows, NULL, 1);
 }
 
 pd_status pd__cpu_Relu(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
     (void)n;
-    return unary(x, in, out[0], arith_work(in[0]->dtype), relu_rows, NULL, 1);
+    return unary(x, in, out[0], pd__arith_work(in[0]->dtype), relu_rows, NULL, 1);
 }
 
 pd_status pd__cpu_LeakyRelu(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
@@ -808,7 +677,7 @@ pd_status pd__cpu_LeakyRelu(pd__exec *x, const pd__node *n, pd_tensor *const *in
     pd__ectx c;
     memset(&c, 0, sizeof c);
     c.alpha = pd__attr_f(n, "alpha", 0.01f);
-    return unary(x, in, out[0], float_work(in[0]->dtype), lrelu_rows, &c, 2);
+    return unary(x, in, out[0], pd__float_work(in[0]->dtype), lrelu_rows, &c, 2);
 }
 
 pd_status pd__cpu_Gelu(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
@@ -818,13 +687,13 @@ pd_status pd__cpu_Gelu(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_
     const pd__row_fn *tab = strcmp(ap, "tanh") == 0 ? gelut_rows : gelu_rows;
     if (tab == gelu_rows && strcmp(ap, "none") != 0)
         return pd__err(PD_ERR_UNSUPPORTED, "approximate='%s' is not supported", ap);
-    return unary(x, in, out[0], float_work(in[0]->dtype), tab, NULL, 14);
+    return unary(x, in, out[0], pd__float_work(in[0]->dtype), tab, NULL, 14);
 }
 
 /* Clip's bounds in dtype w: inputs 1 and 2 (opset >= 11, of X's dtype),
  * the float attributes before; absent ones are -inf/+inf (the dtype's limits). */
 pd_status pd__cpu_Clip(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
-    pd_dtype w = arith_work(in[0]->dtype);
+    pd_dtype w = pd__arith_work(in[0]->dtype);
     if (!row_of(clip_rows, w))
         return pd__err(PD_ERR_UNSUPPORTED, "Clip of %s is not supported", pd_dtype_name(in[0]->dtype));
     pd__ectx c;
@@ -834,11 +703,11 @@ pd_status pd__cpu_Clip(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_
         const pd_tensor *b = (n->opset >= 11 && n->nin > k + 1) ? in[k + 1] : NULL;
         if (b && numel(b) >= 1 && b->data) {
             if (!convertible(b->dtype)) return pd__err(PD_ERR_UNSUPPORTED, "Clip bound of %s", pd_dtype_name(b->dtype));
-            convert(x, w, dst, b->dtype, b->data, 1);
+            pd__ew_convert(x, w, dst, b->dtype, b->data, 1);
         } else {
             double v = k ? INFINITY : -INFINITY;
             if (n->opset < 11) v = pd__attr_f(n, k ? "max" : "min", k ? 3.4028234663852886e38f : -3.4028234663852886e38f);
-            convert(x, w, dst, PD_DOUBLE, &v, 1);
+            pd__ew_convert(x, w, dst, PD_DOUBLE, &v, 1);
         }
     }
     return unary(x, in, out[0], w, clip_rows, &c, 2);
@@ -853,7 +722,7 @@ pd_status pd__cpu_Cast(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_
         return pd__err(PD_ERR_UNSUPPORTED, "Cast from %s to %s is not supported", pd_dtype_name(in[0]->dtype),
                        pd_dtype_name(y->dtype));
     if (numel(in[0]) != numel(y)) return pd__err(PD_ERR_SHAPE, "input and output sizes differ");
-    convert(x, y->dtype, y->data, in[0]->dtype, in[0]->data, numel(y));
+    pd__ew_convert(x, y->dtype, y->data, in[0]->dtype, in[0]->data, numel(y));
     return PD_OK;
 }
 
@@ -877,6 +746,8 @@ pd_status pd__cpu_Identity(pd__exec *x, const pd__node *n, pd_tensor *const *in,
 typedef struct pd__rjob {
     pd_dtype w; /* float, double, int64 or uint64 (integers sum as uint64) */
     bool mean, sgn;
+    bool add;     /* dst += alpha * sum (floats, not mean) instead of dst = sum */
+    double alpha;
     const char *src;
     char *dst;
     int nk, nr;                                 /* outer kept / reduced dims */
@@ -934,14 +805,21 @@ static inline uint64_t rfin_u64(uint64_t s, const pd__rjob *j) {
                         ridx[d] = 0;                                                        \
                     }                                                                       \
                 }                                                                           \
-                dst[q] = rfin_##sfx(acc, j);                                                \
+                T r = rfin_##sfx(acc, j);                                                   \
+                dst[q] = j->add ? (T)(dst[q] + (T)j->alpha * r) : r;                        \
             } else {                                                                        \
                 int64_t c0 = cb * j->blk, c1 = c0 + j->blk < j->V ? c0 + j->blk : j->V;     \
                 T *o = dst + q * j->V + c0;                                                 \
-                for (int64_t c = 0; c < c1 - c0; c++) o[c] = 0;                             \
+                const T al = (T)j->alpha;                                                   \
+                bool plain = !j->add || j->alpha == 1;                                      \
+                if (!j->add)                                                                \
+                    for (int64_t c = 0; c < c1 - c0; c++) o[c] = 0;                         \
                 for (int64_t r = 0; r < j->rtotal; r++) {                                   \
                     const T *p = src + base + roff + c0;                                    \
-                    for (int64_t c = 0; c < c1 - c0; c++) o[c] += p[c];                     \
+                    if (plain)                                                              \
+                        for (int64_t c = 0; c < c1 - c0; c++) o[c] += p[c];                 \
+                    else                                                                    \
+                        for (int64_t c = 0; c < c1 - c0; c++) o[c] += al * p[c];            \
                     for (int d = j->nr - 1; d >= 0; d--) {                                  \
                         roff += j->rst[d];                                                  \
                         if (++ridx[d] < j->rs[d]) break;                                    \
@@ -949,7 +827,7 @@ static inline uint64_t rfin_u64(uint64_t s, const pd__rjob *j) {
                         ridx[d] = 0;                                                        \
                     }                                                                       \
                 }                                                                           \
-                if (j->mean)                                                                \
+                if (j->mean && !j->add)                                                     \
                     for (int64_t c = 0; c < c1 - c0; c++) o[c] = rfin_##sfx(o[c], j);       \
             }                                                                               \
         }                                                                                   \
@@ -1002,10 +880,24 @@ static bool rjob_dims(pd__rjob *j, int ndim, const int64_t *shape, const bool *m
     return true;
 }
 
+/* Runs a job whose dims, dtype, src and dst are set: `on` outputs from
+ * `total` inputs. */
+static void rjob_run(const pd__exec *x, pd__rjob *j, int64_t on, int64_t total) {
+    int nt = pd__ew_threads(x, total);
+    int64_t rows = on / j->V;
+    /* kept-last: blocks of up to 4096 outputs (accumulators stay in
+     * cache, input rows stream), smaller only to give every thread work */
+    j->blk = j->V < 4096 ? j->V : 4096;
+    while (j->blk > 64 && rows * ((j->V + j->blk - 1) / j->blk) < nt) j->blk = (j->blk + 1) / 2;
+    j->nblk = (j->V + j->blk - 1) / j->blk;
+    pd__range_fn fn = j->w == PD_FLOAT ? reduce_f32 : j->w == PD_DOUBLE ? reduce_f64 : reduce_u64;
+    pd__ew_par_range(x, rows * j->nblk, total, 1, fn, j);
+}
+
 /* The dtype a reduction runs in. */
 static pd_dtype reduce_work(pd_dtype t) {
     unsigned k = pd__ekind(t);
-    if (k == PD_EK_FLOAT) return float_work(t);
+    if (k == PD_EK_FLOAT) return pd__float_work(t);
     if (k == PD_EK_SINT) return PD_INT64;
     if (k == PD_EK_UINT) return PD_UINT64;
     return PD_UNDEFINED;
@@ -1023,6 +915,7 @@ static pd_status reduce(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd
     int64_t on = numel(out);
     if (on <= 0) return PD_OK;
     pd_tensor v, ov;
+    memset(&ov, 0, sizeof ov); /* set by stage_begin; GCC cannot see it through the error paths */
     PD_TRY(stage_begin(x, 1, in, w, &v, out, w, &ov));
     pd__rjob j;
     memset(&j, 0, sizeof j);
@@ -1043,15 +936,7 @@ static pd_status reduce(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd
         j.src = v.data;
         j.dst = ov.data;
         if (j.count * (on) != numel(xt)) return pd__err(PD_ERR_SHAPE, "output size does not match the reduction");
-        int nt = n_threads(x, numel(xt));
-        int64_t rows = on / j.V;
-        /* kept-last: blocks of up to 4096 outputs (accumulators stay in
-         * cache, input rows stream), smaller only to give every thread work */
-        j.blk = j.V < 4096 ? j.V : 4096;
-        while (j.blk > 64 && rows * ((j.V + j.blk - 1) / j.blk) < nt) j.blk = (j.blk + 1) / 2;
-        j.nblk = (j.V + j.blk - 1) / j.blk;
-        pd__range_fn fn = w == PD_FLOAT ? reduce_f32 : w == PD_DOUBLE ? reduce_f64 : reduce_u64;
-        par_range(x, rows * j.nblk, numel(xt), 1, fn, &j);
+        rjob_run(x, &j, on, numel(xt));
     }
     stage_end(x, out, &ov);
     return PD_OK;
@@ -1063,4 +948,83 @@ pd_status pd__cpu_ReduceSum(pd__exec *x, const pd__node *n, pd_tensor *const *in
 
 pd_status pd__cpu_ReduceMean(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
     return reduce(x, n, in, out[0], true);
+}
+
+/* ---- sums into existing tensors (the backward's broadcast reductions) --------------- */
+
+typedef struct pd__axjob {
+    double alpha;
+    const void *src;
+    void *dst;
+} pd__axjob;
+
+#define PD__DEF_AXPY(T, sfx)                                                   \
+    static void axpy_##sfx(void *ctx, int64_t begin, int64_t end) {            \
+        const pd__axjob *j = ctx;                                              \
+        const T *s = (const T *)j->src + begin;                                \
+        T *d = (T *)j->dst + begin;                                            \
+        int64_t n = end - begin;                                               \
+        if (j->alpha == 1) {                                                   \
+            for (int64_t i = 0; i < n; i++) d[i] += s[i];                      \
+        } else {                                                               \
+            const T a = (T)j->alpha;                                           \
+            for (int64_t i = 0; i < n; i++) d[i] += a * s[i];                  \
+        }                                                                      \
+    }
+PD__DEF_AXPY(float, f32)
+PD__DEF_AXPY(double, f64)
+
+void pd__ew_axpy(const pd__exec *x, pd_dtype w, int64_t n, double alpha, const void *src, void *dst) {
+    pd__axjob j = {alpha, src, dst};
+    pd__ew_par_range(x, n, n, 64, w == PD_FLOAT ? axpy_f32 : axpy_f64, &j);
+}
+
+void pd__ew_reduce_add(const pd__exec *x, pd_dtype w, int ndim, const int64_t *shape, const bool *mask,
+                       const void *src, void *dst, double alpha) {
+    int64_t total = pd__shape_numel(ndim, shape);
+    if (total <= 0) return;
+    pd__rjob j;
+    memset(&j, 0, sizeof j);
+    if (!rjob_dims(&j, ndim, shape, mask)) { /* nothing of size > 1 reduced */
+        pd__ew_axpy(x, w, total, alpha, src, dst);
+        return;
+    }
+    j.w = w;
+    j.add = true;
+    j.alpha = alpha;
+    j.src = src;
+    j.dst = dst;
+    rjob_run(x, &j, total / j.count, total);
+}
+
+/* dst += alpha * src through blocks of doubles: the loads and stores Cast uses. */
+typedef struct pd__cajob {
+    pd_dtype dt, st;
+    char *dst;
+    const char *src;
+    double alpha;
+} pd__cajob;
+
+static void convert_add_range(void *ctx, int64_t begin, int64_t end) {
+    const pd__cajob *j = ctx;
+    size_t ds = pd_dtype_size(j->dt), ss = pd_dtype_size(j->st);
+    pd__wide ws, wd;
+    for (int64_t b = begin; b < end; b += PD__BLK) {
+        int64_t n = end - b < PD__BLK ? end - b : PD__BLK;
+        wide_load(j->st, j->src + (size_t)b * ss, n, &ws);
+        wide_load(j->dt, j->dst + (size_t)b * ds, n, &wd);
+        for (int64_t i = 0; i < n; i++) wd.f[i] += j->alpha * ws.f[i];
+        wide_store(j->dt, j->dst + (size_t)b * ds, n, PD_WIDE_F, &wd);
+    }
+}
+
+void pd__ew_convert_add(const pd__exec *x, pd_dtype dt, void *dst, pd_dtype st, const void *src, int64_t n,
+                        double alpha) {
+    if (n <= 0 || pd__ekind(dt) != PD_EK_FLOAT || pd__ekind(st) != PD_EK_FLOAT) return;
+    if (dt == st && (dt == PD_FLOAT || dt == PD_DOUBLE)) {
+        pd__ew_axpy(x, dt, n, alpha, src, dst);
+        return;
+    }
+    pd__cajob j = {dt, st, dst, src, alpha};
+    pd__ew_par_range(x, n, n, PD__BLK, convert_add_range, &j);
 }

@@ -7,117 +7,13 @@
  * Each pd__cpu_<Op> reads the attributes, takes the window geometry from
  * pd__win_make (the same function the shape rule used) and dispatches on the
  * dtype to a typed kernel. The typed kernels are written once in nn_impl.h
- * and instantiated below for float (_f32) and double (_f64). Scratch memory
- * comes from pd__scratch; loops run on OpenMP threads where worthwhile.
+ * and instantiated below for float (_f32) and double (_f64); the untyped
+ * helpers they share with the backward (nn_grad.c) are in nn_common.h.
+ * Scratch memory comes from pd__scratch; loops run on OpenMP threads where
+ * worthwhile. In a training session (x->training) BatchNormalization uses
+ * batch statistics and Dropout drops (see each below).
  */
-#include "../../core/shape_nn.h"
-
-#include <cblas.h>
-#include <math.h>
-#include <string.h>
-
-#ifdef _OPENMP
-#include <omp.h>
-#define PD_PRAGMA(s) _Pragma(#s)
-#define PD_OMP_FOR(nt, cond) PD_PRAGMA(omp parallel for num_threads(nt) schedule(static) if (cond))
-static int pd__nthreads(const pd__exec *x) { return x->threads > 0 ? x->threads : omp_get_max_threads(); }
-#else
-#define PD_OMP_FOR(nt, cond) (void)(nt);
-static int pd__nthreads(const pd__exec *x) { (void)x; return 1; }
-#endif
-
-/* ---- untyped helpers ---------------------------------------------------------------------- */
-
-static int64_t prod64(int n, const int64_t *v) {
-    int64_t p = 1;
-    for (int i = 0; i < n; i++) p *= v[i];
-    return p;
-}
-
-/* Scratch for a*b elements of `size` bytes (NULL with the error set). */
-static void *pd__scratch_n(pd__exec *x, int64_t a, int64_t b, size_t size) {
-    int64_t n;
-    if (!pd__mul_ok(a, b, &n) || !pd__mul_ok(n, (int64_t)size, &n)) {
-        pd__err(PD_ERR_NOMEM, "scratch of %lld x %lld elements overflows", (long long)a, (long long)b);
-        return NULL;
-    }
-    return pd__scratch(x, n < 64 ? 64 : (size_t)n);
-}
-
-/* Odometers over multi-indices, last dim fastest. */
-static void odo_next(int64_t *idx, const int64_t *dims, int n) {
-    for (int i = n - 1; i >= 0; i--) {
-        if (++idx[i] < dims[i]) return;
-        idx[i] = 0;
-    }
-}
-
-static void odo_unflat(int64_t flat, const int64_t *dims, int n, int64_t *idx) {
-    for (int i = n - 1; i >= 0; i--) {
-        idx[i] = flat % dims[i];
-        flat /= dims[i];
-    }
-}
-
-/* [lo, hi): the o in [0, n) with 0 <= o*s + p < len (s > 0). */
-static void out_range(int64_t p, int64_t s, int64_t len, int64_t n, int64_t *lo, int64_t *hi) {
-    int64_t a = p >= 0 ? 0 : (-p + s - 1) / s;
-    int64_t b = len - p <= 0 ? 0 : (len - p + s - 1) / s;
-    if (a > n) a = n;
-    if (b > n) b = n;
-    if (b < a) b = a;
-    *lo = a;
-    *hi = b;
-}
-
-/* Offset of the row (all dims but the last) that window position o reads
- * through tap k in an image of spatial size `size`; false when it falls in a pad. */
-static bool outer_offset(const pd__win *w, const int64_t *o, const int64_t *k, const int64_t *size, int64_t *off) {
-    int64_t v = 0;
-    for (int i = 0; i < w->nsp - 1; i++) {
-        int64_t pos = o[i] * w->s[i] - w->pb[i] + k[i] * w->d[i];
-        if (pos < 0 || pos >= size[i]) return false;
-        v = v * size[i] + pos;
-    }
-    *off = v;
-    return true;
-}
-
-/* Conv and ConvTranspose stage at most this much im2col data per chunk of images. */
-#define PD_NN_CHUNK_BYTES ((size_t)64 << 20)
-
-/* MT19937 as numpy's legacy RandomState: np.random.seed(s) then uniform(0, 1). */
-typedef struct pd__mt {
-    uint32_t s[624];
-    int i;
-} pd__mt;
-
-static void mt_seed(pd__mt *m, uint32_t seed) {
-    m->s[0] = seed;
-    for (int i = 1; i < 624; i++) m->s[i] = 1812433253u * (m->s[i - 1] ^ (m->s[i - 1] >> 30)) + (uint32_t)i;
-    m->i = 624;
-}
-
-static uint32_t mt_next(pd__mt *m) {
-    if (m->i >= 624) {
-        for (int k = 0; k < 624; k++) {
-            uint32_t y = (m->s[k] & 0x80000000u) | (m->s[(k + 1) % 624] & 0x7fffffffu);
-            m->s[k] = m->s[(k + 397) % 624] ^ (y >> 1) ^ ((y & 1u) ? 0x9908b0dfu : 0u);
-        }
-        m->i = 0;
-    }
-    uint32_t y = m->s[m->i++];
-    y ^= y >> 11;
-    y ^= (y << 7) & 0x9d2c5680u;
-    y ^= (y << 15) & 0xefc60000u;
-    y ^= y >> 18;
-    return y;
-}
-
-static double mt_uniform(pd__mt *m) {
-    uint32_t a = mt_next(m) >> 5, b = mt_next(m) >> 6;
-    return (a * 67108864.0 + b) / 9007199254740992.0;
-}
+#include "nn_common.h"
 
 /* ---- the typed kernels ------------------------------------------------------------------------ */
 
@@ -140,26 +36,6 @@ static double mt_uniform(pd__mt *m) {
 #undef FN
 #undef PD_GEMM
 #undef EXP
-
-static pd_status bad_dtype(pd_dtype t) {
-    return pd__err(PD_ERR_UNSUPPORTED, "no CPU kernel for dtype %s", pd_dtype_name(t));
-}
-
-/* Calls fn_f32 or fn_f64 with args by dtype dt. */
-#define PD_DISPATCH(dt, fn, args)                  \
-    switch (dt) {                                  \
-    case PD_FLOAT: return fn##_f32 args;           \
-    case PD_DOUBLE: return fn##_f64 args;          \
-    default: return bad_dtype(dt);                 \
-    }
-
-/* Optional inputs/outputs: NULL when absent or beyond the node's count. */
-static const pd_tensor *opt_in(const pd__node *n, pd_tensor *const *in, int i) {
-    return i < n->nin ? in[i] : NULL;
-}
-static pd_tensor *opt_out(const pd__node *n, pd_tensor *const *out, int i) {
-    return i < n->nout ? out[i] : NULL;
-}
 
 /* ---- Gemm, MatMul ------------------------------------------------------------------------------- */
 
@@ -204,13 +80,21 @@ static pd_status bn_stats(pd__exec *x, pd_dtype dt, int64_t N, int64_t F, int64_
     PD_DISPATCH(dt, batch_stats, (x, N, F, S, X, mean, var))
 }
 
-/* X (N, F, S) with F the params' size: C, or C*D1*... with spatial=0. */
+/* X (N, F, S) with F the params' size: C, or C*D1*... with spatial=0.
+ * Batch statistics (mean, biased variance over N and S) in two cases:
+ * - the node's own training mode (training_mode=1, extra outputs, is_test=0),
+ *   as ONNX: the updated running statistics go to outputs 1 and 2
+ *   (momentum*running + (1-momentum)*batch, biased variance);
+ * - a node exported for inference run by a training session (x->training),
+ *   as PyTorch's BatchNorm in train mode: the running mean/var inputs 3 and
+ *   4 are updated in place with the unbiased batch variance (n/(n-1)). */
 pd_status pd__cpu_BatchNormalization(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
     const pd_tensor *X = in[0];
     int64_t N = X->shape[0], F = pd_tensor_numel(in[1]), numel = pd_tensor_numel(X);
     int64_t S = N > 0 && F > 0 ? numel / (N * F) : 0;
     double eps = pd__attr_f(n, "epsilon", 1e-5f), mom = pd__attr_f(n, "momentum", 0.9f);
-    bool train = pd__bn_training(n);
+    bool node_train = pd__bn_training(n), session_train = !node_train && x->training;
+    bool train = node_train || session_train;
     double *buf = pd__scratch_n(x, 8, F, sizeof(double));
     if (!buf) return PD_ERR_NOMEM;
     double *sc = buf, *bi = sc + F, *mu = bi + F, *va = mu + F, *bm = va + F, *bv = bm + F, *a = bv + F;
@@ -224,30 +108,25 @@ pd_status pd__cpu_BatchNormalization(pd__exec *x, const pd__node *n, pd_tensor *
     const double *um = train ? bm : mu, *uv = train ? bv : va;
     for (int64_t f = 0; f < F; f++) a[f] = sc[f] / sqrt(uv[f] + eps);
     PD_TRY(bn_run(x, X->dtype, N, F, S, X->data, um, a, bi, out[0]->data));
-    /* running = momentum * running + (1 - momentum) * batch statistic (biased variance) */
+    if (session_train && N * S > 0) { /* an empty batch has no statistics to fold in */
+        /* one value per feature has no unbiased variance: the biased one (0) stands in */
+        double cnt = (double)(N * S), unb = cnt > 1 ? cnt / (cnt - 1) : 1;
+        for (int64_t f = 0; f < F; f++) {
+            mu[f] = mom * mu[f] + (1 - mom) * bm[f];
+            va[f] = mom * va[f] + (1 - mom) * bv[f] * unb;
+            pd__set_f(in[3]->dtype, in[3]->data, f, mu[f]);
+            pd__set_f(in[4]->dtype, in[4]->data, f, va[f]);
+        }
+    }
     pd_tensor *rm = opt_out(n, out, 1), *rv = opt_out(n, out, 2);
     pd_tensor *smo = n->opset < 14 ? opt_out(n, out, 3) : NULL, *svo = n->opset < 14 ? opt_out(n, out, 4) : NULL;
     for (int64_t f = 0; f < F; f++) {
-        if (rm) pd__set_f(rm->dtype, rm->data, f, train ? mom * mu[f] + (1 - mom) * bm[f] : mu[f]);
-        if (rv) pd__set_f(rv->dtype, rv->data, f, train ? mom * va[f] + (1 - mom) * bv[f] : va[f]);
+        if (rm) pd__set_f(rm->dtype, rm->data, f, node_train ? mom * mu[f] + (1 - mom) * bm[f] : mu[f]);
+        if (rv) pd__set_f(rv->dtype, rv->data, f, node_train ? mom * va[f] + (1 - mom) * bv[f] : va[f]);
         if (smo) pd__set_f(smo->dtype, smo->data, f, um[f]);
         if (svo) pd__set_f(svo->dtype, svo->data, f, uv[f]);
     }
     return PD_OK;
-}
-
-/* Expands a parameter broadcastable to shape (nd dims) into D dense elements at dst. */
-static void expand_param(const pd_tensor *p, int nd, const int64_t *shape, int64_t D, pd_dtype dt, void *dst) {
-    int64_t idx[PD_MAX_DIMS] = {0};
-    for (int64_t i = 0; i < D; i++) {
-        int64_t off = 0;
-        for (int j = 0; j < p->ndim; j++) {
-            int sj = nd - p->ndim + j;
-            off = off * p->shape[j] + (p->shape[j] == 1 ? 0 : idx[sj]);
-        }
-        pd__set_f(dt, dst, i, pd__get_f(p->dtype, p->data, off));
-        odo_next(idx, shape, nd);
-    }
 }
 
 pd_status pd__cpu_LayerNormalization(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
@@ -320,21 +199,6 @@ pd_status pd__cpu_MaxPool(pd__exec *x, const pd__node *n, pd_tensor *const *in, 
     }
 }
 
-/* cnt: for each dim i, for each output position o of it, how many taps the
- * average divides by: those inside X, or with count_include_pad those inside X
- * and its declared pads (not the extra of ceil_mode). */
-static void pool_counts(const pd__win *w, bool include_pad, int64_t *cnt) {
-    for (int i = 0; i < w->nsp; i++) {
-        for (int64_t o = 0; o < w->out[i]; o++) {
-            int64_t st = o * w->s[i] - w->pb[i], lo, hi;
-            if (include_pad) out_range(st + w->pb[i], w->d[i], w->in[i] + w->pb[i] + w->pe[i], w->k[i], &lo, &hi);
-            else out_range(st, w->d[i], w->in[i], w->k[i], &lo, &hi);
-            cnt[o] = hi - lo;
-        }
-        cnt += w->out[i];
-    }
-}
-
 pd_status pd__cpu_AveragePool(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
     const pd_tensor *X = in[0];
     pd__win w;
@@ -373,24 +237,6 @@ pd_status pd__cpu_LogSoftmax(pd__exec *x, const pd__node *n, pd_tensor *const *i
 
 /* ---- losses ----------------------------------------------------------------------------------------------- */
 
-/* (N, C, D) view of the scores and the loss options. */
-typedef struct pd__loss {
-    int64_t N, C, D, ii;
-    bool has_ii;
-    int red;
-} pd__loss;
-
-static pd_status loss_opts(const pd__node *n, const pd_tensor *X, pd__loss *l) {
-    l->N = X->shape[0];
-    l->C = X->shape[1];
-    l->D = prod64(X->ndim - 2, X->shape + 2);
-    l->has_ii = pd__attr_get(n, "ignore_index") != NULL;
-    l->ii = pd__attr_i(n, "ignore_index", 0);
-    l->red = pd__loss_reduction(n);
-    if (l->red < 0) return pd__err(PD_ERR_UNSUPPORTED, "unknown reduction '%s'", pd__attr_s(n, "reduction", ""));
-    return PD_OK;
-}
-
 pd_status pd__cpu_SoftmaxCrossEntropyLoss(pd__exec *x, const pd__node *n, pd_tensor *const *in,
                                           pd_tensor *const *out) {
     const pd_tensor *X = in[0], *W = opt_in(n, in, 2);
@@ -415,20 +261,18 @@ pd_status pd__cpu_NegativeLogLikelihoodLoss(pd__exec *x, const pd__node *n, pd_t
 
 /* ---- Dropout ---------------------------------------------------------------------------------------------- */
 
-/* Identity at inference. Training (opset 12+, training_mode input true):
- * keep[i] = u[i] >= ratio with u from MT19937 seeded by the seed attribute
- * (0 when absent: runs are reproducible), y = x * keep / (1 - ratio). */
+/* Identity at inference. ONNX's training mode (opset 12+, training_mode input
+ * true): keep[i] = u[i] >= ratio with u from MT19937 seeded by the seed
+ * attribute (0 when absent: runs are reproducible). A training session
+ * (x->training): u from the counter-based generator keyed by x->seed and the
+ * node's name, which the backward draws again. y = x * keep / (1 - ratio). */
 pd_status pd__cpu_Dropout(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
-    const pd_tensor *X = in[0], *R = opt_in(n, in, 1), *TM = opt_in(n, in, 2);
+    const pd_tensor *X = in[0];
     pd_tensor *Y = out[0], *M = opt_out(n, out, 1);
     int64_t numel = pd_tensor_numel(X);
-    double ratio = 0.5;
-    bool train = false;
-    if (n->opset >= 12) {
-        if (R) ratio = pd__get_f(R->dtype, R->data, 0);
-        train = TM && pd__get_i(TM->dtype, TM->data, 0) != 0;
-    }
-    if (!train || ratio == 0) {
+    double ratio;
+    pd__drop_mode mode = dropout_mode(x, n, in, &ratio);
+    if (mode == PD_DROP_NONE) {
         if (Y->data != X->data) memcpy(Y->data, X->data, (size_t)numel * pd_dtype_size(X->dtype));
         if (M) {
             if (M->dtype == PD_BOOL) memset(M->data, 1, (size_t)numel);
@@ -439,9 +283,7 @@ pd_status pd__cpu_Dropout(pd__exec *x, const pd__node *n, pd_tensor *const *in, 
     if (!(ratio > 0 && ratio < 1)) return pd__err(PD_ERR_INVALID, "ratio %g is not in [0, 1)", ratio);
     uint8_t *keep = M && M->dtype == PD_BOOL ? M->data : pd__scratch_n(x, numel, 1, 1);
     if (!keep) return PD_ERR_NOMEM;
-    pd__mt mt;
-    mt_seed(&mt, (uint32_t)pd__attr_i(n, "seed", 0));
-    for (int64_t i = 0; i < numel; i++) keep[i] = mt_uniform(&mt) >= ratio;
+    dropout_fill(x, n, mode, ratio, numel, keep);
     if (M && M->dtype != PD_BOOL)
         for (int64_t i = 0; i < numel; i++) pd__set_f(M->dtype, M->data, i, keep[i]);
     double scale = 1.0 / (1.0 - ratio);

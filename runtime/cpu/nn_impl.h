@@ -6,8 +6,10 @@
  *   PD_GEMM    cblas_sgemm / cblas_dgemm
  *   EXP        expf / exp
  * defined, so that each kernel is written once. The untyped helpers they
- * use (odometers, output ranges, threads, scratch, the random generator)
- * are in nn.c above the include. No include guard on purpose.
+ * use (odometers, output ranges, threads, scratch) are in nn_common.h.
+ * nn_grad.c includes it too: the backward reuses GEMM, im2col/col2im,
+ * softmax, the batch statistics and the max pool's argmax from here.
+ * No include guard on purpose.
  */
 
 /* ---- GEMM -------------------------------------------------------------------------------- */

@@ -8,37 +8,15 @@
  * rows where it can; Transpose tiles when the innermost dim moves. Large
  * copies are spread over OpenMP threads (x->threads, or OpenMP's default
  * when 0). Op parameters come from core/shape_tensor.h, shared with the
- * shape rules.
+ * shape rules; small helpers from tensor_util.h, shared with tensor_grad.c.
  */
 #include <string.h>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
-#include "../../core/shape_tensor.h"
+#include "tensor_util.h"
 
-#define PAR_BYTES ((int64_t)1 << 18) /* below this, one thread */
-#define TILE 32                      /* transpose tile edge, in elements */
+#define TILE 32 /* transpose tile edge, in elements */
 
 /* ---- helpers ------------------------------------------------------------------ */
-
-static int64_t numel(const pd_tensor *t) {
-    int64_t k = 1;
-    for (int i = 0; i < t->ndim; i++) k *= t->shape[i];
-    return k;
-}
-
-/* Threads for a copy of `bytes` bytes split into `units` independent parts. */
-static int threads_for(const pd__exec *x, int64_t bytes, int64_t units) {
-#ifdef _OPENMP
-    if (bytes < PAR_BYTES || units < 2) return 1;
-    int nt = x != NULL && x->threads > 0 ? x->threads : omp_get_max_threads();
-    return nt < units ? nt : (int)units;
-#else
-    (void)x, (void)bytes, (void)units;
-    return 1;
-#endif
-}
 
 static pd_status elem_size(const pd_tensor *t, size_t *es) {
     *es = pd_dtype_size(t->dtype);
@@ -46,13 +24,10 @@ static pd_status elem_size(const pd_tensor *t, size_t *es) {
     return PD_OK;
 }
 
-/* Row-major strides (in elements) of a shape. */
-static void strides_of(int ndim, const int64_t *shape, int64_t *st) {
-    int64_t s = 1;
-    for (int d = ndim - 1; d >= 0; d--) {
-        st[d] = s;
-        s *= shape[d];
-    }
+/* The loop of copy_strided for one element width; inlined with w constant,
+ * the memcpy becomes a single move. */
+static inline void copy_w(char *dst, const char *src, int64_t len, int64_t stride, int64_t w) {
+    for (int64_t i = 0; i < len; i++) memcpy(dst + i * w, src + i * stride * w, (size_t)w);
 }
 
 /* dst[i] = src[i * stride] for i < len (stride in elements: may be 0 or negative). */
@@ -61,18 +36,13 @@ static void copy_strided(char *dst, const char *src, int64_t len, int64_t stride
         memcpy(dst, src, (size_t)len * es);
         return;
     }
-#define COPY_W(W)                                                                \
-    for (int64_t i = 0; i < len; i++) memcpy(dst + i * (W), src + i * stride * (W), (W)); \
-    break;
     switch (es) {
-    case 1: COPY_W(1)
-    case 2: COPY_W(2)
-    case 4: COPY_W(4)
-    case 8: COPY_W(8)
-    default:
-        for (int64_t i = 0; i < len; i++) memcpy(dst + i * (int64_t)es, src + i * stride * (int64_t)es, es);
+    case 1: copy_w(dst, src, len, stride, 1); break;
+    case 2: copy_w(dst, src, len, stride, 2); break;
+    case 4: copy_w(dst, src, len, stride, 4); break;
+    case 8: copy_w(dst, src, len, stride, 8); break;
+    default: copy_w(dst, src, len, stride, (int64_t)es); break;
     }
-#undef COPY_W
 }
 
 /* memcpy of a large buffer on several threads. */
@@ -80,7 +50,7 @@ static void par_memcpy(const pd__exec *x, void *dst, const void *src, int64_t by
     if (dst == src || bytes <= 0) return;
     const int64_t chunk = (int64_t)1 << 16;
     int64_t parts = (bytes + chunk - 1) / chunk;
-    int nt = threads_for(x, bytes, parts);
+    int nt = pd__threads_for(x, bytes, parts);
     (void)nt;
 #ifdef _OPENMP
 #pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
@@ -147,7 +117,7 @@ static void walk_run(const pd__exec *x, walk w, char *out, const char *in, size_
     }
     int64_t rows = 1;
     for (int d = 0; d < w.k - 1; d++) rows *= w.od[d];
-    int nt = threads_for(x, rows * w.od[w.k - 1] * (int64_t)es, rows);
+    int nt = pd__threads_for(x, rows * w.od[w.k - 1] * (int64_t)es, rows);
     if (nt <= 1) {
         walk_rows(&w, out, in, es, 0, rows);
         return;
@@ -163,8 +133,10 @@ static void walk_run(const pd__exec *x, walk w, char *out, const char *in, size_
 static pd_status copy_all(pd__exec *x, pd_tensor *const *in, pd_tensor *const *out) {
     size_t es;
     PD_TRY(elem_size(in[0], &es));
-    int64_t k = numel(out[0]);
-    if (k != numel(in[0])) return pd__err(PD_ERR_INTERNAL, "element counts differ (%lld, %lld)", (long long)numel(in[0]), (long long)k);
+    int64_t k = pd__numel_of(out[0]);
+    if (k != pd__numel_of(in[0]))
+        return pd__err(PD_ERR_INTERNAL, "element counts differ (%lld, %lld)", (long long)pd__numel_of(in[0]),
+                       (long long)k);
     par_memcpy(x, out[0]->data, in[0]->data, k * (int64_t)es);
     return PD_OK;
 }
@@ -197,7 +169,7 @@ pd_status pd__cpu_Squeeze(pd__exec *x, const pd__node *n, pd_tensor *const *in, 
 static void transpose_tiled(const pd__exec *x, const walk *w, int j, char *out, const char *in, size_t es) {
     int k = w->k, no = 0, outer_d[PD_MAX_DIMS];
     int64_t ost[PD_MAX_DIMS];
-    strides_of(k, w->od, ost);
+    pd__strides_of(k, w->od, ost);
     int64_t nouter = 1;
     for (int d = 0; d < k - 1; d++)
         if (d != j) {
@@ -206,7 +178,7 @@ static void transpose_tiled(const pd__exec *x, const walk *w, int j, char *out, 
         }
     int64_t A = w->od[j], B = w->od[k - 1], sb = w->is[k - 1], oa = ost[j];
     int64_t atiles = (A + TILE - 1) / TILE, units = nouter * atiles;
-    int nt = threads_for(x, nouter * A * B * (int64_t)es, units);
+    int nt = pd__threads_for(x, nouter * A * B * (int64_t)es, units);
     (void)nt;
 #ifdef _OPENMP
 #pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
@@ -236,13 +208,13 @@ pd_status pd__cpu_Transpose(pd__exec *x, const pd__node *n, pd_tensor *const *in
     int perm[PD_MAX_DIMS];
     PD_TRY(pd__transpose_perm(n, t->ndim, perm));
     int64_t ist[PD_MAX_DIMS];
-    strides_of(t->ndim, t->shape, ist);
+    pd__strides_of(t->ndim, t->shape, ist);
     walk w = {.k = t->ndim};
     for (int d = 0; d < t->ndim; d++) {
         w.od[d] = t->shape[perm[d]];
         w.is[d] = ist[perm[d]];
     }
-    if (numel(t) == 0) return PD_OK;
+    if (pd__numel_of(t) == 0) return PD_OK;
     walk_simplify(&w);
     int j = -1;
     for (int d = 0; d < w.k; d++)
@@ -269,7 +241,7 @@ pd_status pd__cpu_Concat(pd__exec *x, const pd__node *n, pd_tensor *const *in, p
     for (int d = axis + 1; d < o->ndim; d++) inner *= o->shape[d];
     int64_t row = o->shape[axis] * inner;
     if (outer == 0 || row == 0) return PD_OK;
-    int nt = threads_for(x, outer * row, outer);
+    int nt = pd__threads_for(x, outer * row, outer);
     (void)nt;
 #ifdef _OPENMP
 #pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
@@ -299,7 +271,7 @@ pd_status pd__cpu_Split(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd
     for (int d = axis + 1; d < t->ndim; d++) inner *= t->shape[d];
     int64_t row = t->shape[axis] * inner;
     if (outer == 0 || row == 0) return PD_OK;
-    int nt = threads_for(x, outer * row, outer);
+    int nt = pd__threads_for(x, outer * row, outer);
     (void)nt;
 #ifdef _OPENMP
 #pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
@@ -325,7 +297,7 @@ pd_status pd__cpu_Slice(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd
     pd__slice_params p;
     PD_TRY(pd__slice_resolve(n, in, &p));
     int64_t ist[PD_MAX_DIMS], base = 0;
-    strides_of(t->ndim, t->shape, ist);
+    pd__strides_of(t->ndim, t->shape, ist);
     walk w = {.k = t->ndim};
     for (int d = 0; d < t->ndim; d++) {
         if (p.count[d] == 0) return PD_OK;
@@ -344,7 +316,7 @@ pd_status pd__cpu_Expand(pd__exec *x, const pd__node *n, pd_tensor *const *in, p
     size_t es;
     PD_TRY(elem_size(t, &es));
     int64_t ist[PD_MAX_DIMS];
-    strides_of(t->ndim, t->shape, ist);
+    pd__strides_of(t->ndim, t->shape, ist);
     walk w = {.k = o->ndim};
     int lead = o->ndim - t->ndim;
     if (lead < 0) return pd__err(PD_ERR_INTERNAL, "output rank %d below input rank %d", o->ndim, t->ndim);
@@ -356,7 +328,7 @@ pd_status pd__cpu_Expand(pd__exec *x, const pd__node *n, pd_tensor *const *in, p
             return pd__err(PD_ERR_INTERNAL, "cannot expand dim %d from %lld to %lld", d, (long long)t->shape[id],
                            (long long)o->shape[d]);
     }
-    if (numel(o) == 0) return PD_OK;
+    if (pd__numel_of(o) == 0) return PD_OK;
     walk_run(x, w, o->data, t->data, es);
     return PD_OK;
 }
@@ -370,7 +342,7 @@ pd_status pd__cpu_Gather(pd__exec *x, const pd__node *n, pd_tensor *const *in, p
     int axis;
     int64_t ax = pd__attr_i(n, "axis", 0);
     if (!pd__norm_axis(ax, t->ndim, &axis)) return pd__err(PD_ERR_SHAPE, "axis %lld out of range", (long long)ax);
-    int64_t N = t->shape[axis], nidx = numel(ind), outer = 1, inner = (int64_t)es;
+    int64_t N = t->shape[axis], nidx = pd__numel_of(ind), outer = 1, inner = (int64_t)es;
     for (int d = 0; d < axis; d++) outer *= t->shape[d];
     for (int d = axis + 1; d < t->ndim; d++) inner *= t->shape[d];
     for (int64_t j = 0; j < nidx; j++) {
@@ -381,7 +353,7 @@ pd_status pd__cpu_Gather(pd__exec *x, const pd__node *n, pd_tensor *const *in, p
     }
     int64_t units = outer * nidx;
     if (units == 0 || inner == 0) return PD_OK;
-    int nt = threads_for(x, units * inner, units);
+    int nt = pd__threads_for(x, units * inner, units);
     (void)nt;
     char *dst = out[0]->data;
     const char *src = t->data;
@@ -398,24 +370,6 @@ pd_status pd__cpu_Gather(pd__exec *x, const pd__node *n, pd_tensor *const *in, p
 
 /* ---- Pad ------------------------------------------------------------------------------------ */
 
-/* The input index that output index o of an axis of size dim (padded by b
- * before) reads, or -1 for the constant. */
-static int64_t pad_src(pd__pad_mode m, int64_t o, int64_t b, int64_t dim) {
-    int64_t i = o - b;
-    if (i >= 0 && i < dim) return i;
-    if (m == PD_PAD_CONSTANT || dim == 0) return -1;
-    if (m == PD_PAD_EDGE) return i < 0 ? 0 : dim - 1;
-    if (m == PD_PAD_WRAP) {
-        i %= dim;
-        return i < 0 ? i + dim : i;
-    }
-    if (dim == 1) return 0; /* reflect: period 2 (dim - 1) */
-    int64_t p = 2 * (dim - 1);
-    i %= p;
-    if (i < 0) i += p;
-    return i < dim ? i : p - i;
-}
-
 static void fill(char *dst, const unsigned char *val, int64_t count, size_t es) {
     for (int64_t i = 0; i < count; i++) memcpy(dst + i * (int64_t)es, val, es);
 }
@@ -425,14 +379,14 @@ static void pad_rows(const pd_tensor *t, pd_tensor *o, const pd__pad_params *p, 
                      int64_t r0, int64_t r1) {
     int r = t->ndim;
     int64_t ist[PD_MAX_DIMS], L = o->shape[r - 1], D = t->shape[r - 1], b = p->begin[r - 1];
-    strides_of(r, t->shape, ist);
+    pd__strides_of(r, t->shape, ist);
     int64_t lo = b > 0 ? b : 0, hi = D + b < L ? D + b : L; /* the run copied as is */
     for (int64_t row = r0; row < r1; row++) {
         char *dst = (char *)o->data + row * L * (int64_t)es;
         int64_t rem = row, off = 0;
         bool inside = true;
         for (int d = r - 2; d >= 0 && inside; d--) {
-            int64_t s = pad_src(p->mode, rem % o->shape[d], p->begin[d], t->shape[d]);
+            int64_t s = pd__pad_src(p->mode, rem % o->shape[d], p->begin[d], t->shape[d]);
             rem /= o->shape[d];
             if (s < 0) inside = false;
             off += s * ist[d];
@@ -446,7 +400,7 @@ static void pad_rows(const pd_tensor *t, pd_tensor *o, const pd__pad_params *p, 
         for (int64_t e = 0; e < L; e++) {
             if (e == lo && lo < hi) e = hi;
             if (e >= L) break;
-            int64_t s = pad_src(p->mode, e, b, D);
+            int64_t s = pd__pad_src(p->mode, e, b, D);
             memcpy(dst + e * (int64_t)es, s < 0 ? (const char *)val : src + s * (int64_t)es, es);
         }
     }
@@ -462,21 +416,21 @@ pd_status pd__cpu_Pad(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_t
     unsigned char val[16] = {0};
     const pd_tensor *cv = n->nin > 2 ? in[2] : NULL;
     if (cv != NULL) {
-        if (numel(cv) > 0) memcpy(val, cv->data, es);
+        if (pd__numel_of(cv) > 0) memcpy(val, cv->data, es);
     } else if (es <= sizeof val) {
         pd__set_f(t->dtype, val, 0, pd__attr_f(n, "value", 0.0f));
     }
-    if (numel(o) == 0) return PD_OK;
+    if (pd__numel_of(o) == 0) return PD_OK;
     if (t->ndim == 0) {
         memcpy(o->data, t->data, es);
         return PD_OK;
     }
-    if (numel(t) == 0) { /* constant mode only (checked by the resolver) */
-        fill(o->data, val, numel(o), es);
+    if (pd__numel_of(t) == 0) { /* constant mode only (checked by the resolver) */
+        fill(o->data, val, pd__numel_of(o), es);
         return PD_OK;
     }
-    int64_t rows = numel(o) / o->shape[t->ndim - 1];
-    int nt = threads_for(x, numel(o) * (int64_t)es, rows);
+    int64_t rows = pd__numel_of(o) / o->shape[t->ndim - 1];
+    int nt = pd__threads_for(x, pd__numel_of(o) * (int64_t)es, rows);
     if (nt <= 1) {
         pad_rows(t, o, &p, val, es, 0, rows);
         return PD_OK;
@@ -494,9 +448,9 @@ pd_status pd__cpu_Constant(pd__exec *x, const pd__node *n, pd_tensor *const *in,
     (void)in;
     pd_tensor v;
     PD_TRY(pd__constant_value(n, &v));
-    if (v.dtype != out[0]->dtype || numel(&v) != numel(out[0]))
+    if (v.dtype != out[0]->dtype || pd__numel_of(&v) != pd__numel_of(out[0]))
         return pd__err(PD_ERR_INTERNAL, "output does not match the constant's dtype or size");
-    par_memcpy(x, out[0]->data, v.data, numel(&v) * (int64_t)pd_dtype_size(v.dtype));
+    par_memcpy(x, out[0]->data, v.data, pd__numel_of(&v) * (int64_t)pd_dtype_size(v.dtype));
     return PD_OK;
 }
 
@@ -514,7 +468,7 @@ pd_status pd__cpu_ConstantOfShape(pd__exec *x, const pd__node *n, pd_tensor *con
     float zero;
     PD_TRY(pd__constant_of_shape_value(n, &v, &zero));
     size_t es = pd_dtype_size(v.dtype);
-    int64_t k = numel(out[0]);
+    int64_t k = pd__numel_of(out[0]);
     if (v.dtype != out[0]->dtype) return pd__err(PD_ERR_INTERNAL, "output dtype does not match the value's");
     if (k == 0) return PD_OK;
     bool zeros = true;
@@ -523,7 +477,7 @@ pd_status pd__cpu_ConstantOfShape(pd__exec *x, const pd__node *n, pd_tensor *con
         memset(out[0]->data, 0, (size_t)k * es);
         return PD_OK;
     }
-    int nt = threads_for(x, k * (int64_t)es, k);
+    int nt = pd__threads_for(x, k * (int64_t)es, k);
     (void)nt;
 #ifdef _OPENMP
 #pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
@@ -538,7 +492,9 @@ pd_status pd__cpu_Range(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd
     int64_t count;
     PD_TRY(pd__range_count(n->nin > 0 ? in[0] : NULL, n->nin > 1 ? in[1] : NULL, n->nin > 2 ? in[2] : NULL, &count));
     pd_tensor *o = out[0];
-    if (count != numel(o)) return pd__err(PD_ERR_INTERNAL, "range has %lld elements, output %lld", (long long)count, (long long)numel(o));
+    if (count != pd__numel_of(o))
+        return pd__err(PD_ERR_INTERNAL, "range has %lld elements, output %lld", (long long)count,
+                       (long long)pd__numel_of(o));
     pd_dtype dt = in[0]->dtype;
     if (dt == PD_FLOAT || dt == PD_DOUBLE || dt == PD_FLOAT16 || dt == PD_BFLOAT16) {
         double s = pd__get_f(dt, in[0]->data, 0), d = pd__get_f(dt, in[2]->data, 0);

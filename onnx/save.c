@@ -1,0 +1,118 @@
+/* save.c - pd_graph_save: the model the graph was loaded from, with every
+ * initializer replaced by the graph's current values (trained ones included).
+ *
+ * The serialized ModelProto kept at load is unpacked, each initializer found
+ * in the graph gets its data as raw_data (typed fields and external-data
+ * references dropped: the saved model is self-contained), and the result is
+ * written to a temporary file in the target's folder, fsynced and renamed, so
+ * a failure never leaves a half-written model behind. Everything else (nodes,
+ * symbolic dims, opsets, metadata) is kept byte for byte in meaning.
+ */
+#include "../core/pd_internal.h"
+#include "onnx.pb-c.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+static void pd__drop_typed(Onnx__TensorProto *tp) {
+    PD_FREE(tp->float_data);
+    tp->float_data = NULL;
+    tp->n_float_data = 0;
+    PD_FREE(tp->int32_data);
+    tp->int32_data = NULL;
+    tp->n_int32_data = 0;
+    PD_FREE(tp->int64_data);
+    tp->int64_data = NULL;
+    tp->n_int64_data = 0;
+    PD_FREE(tp->double_data);
+    tp->double_data = NULL;
+    tp->n_double_data = 0;
+    PD_FREE(tp->uint64_data);
+    tp->uint64_data = NULL;
+    tp->n_uint64_data = 0;
+    for (size_t i = 0; i < tp->n_external_data; i++)
+        onnx__string_string_entry_proto__free_unpacked(tp->external_data[i], NULL);
+    PD_FREE(tp->external_data);
+    tp->external_data = NULL;
+    tp->n_external_data = 0;
+    tp->has_data_location = 0;
+    tp->data_location = ONNX__TENSOR_PROTO__DATA_LOCATION__DEFAULT;
+}
+
+static pd_status pd__write_atomic(const char *path, const uint8_t *buf, size_t len) {
+    char tmp[4096];
+    if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof tmp)
+        return pd__err(PD_ERR_IO, "%s: path too long", path);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0) return pd__err(PD_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
+    size_t off = 0;
+    while (off < len) {
+        ssize_t w = write(fd, buf + off, len - off);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) {
+            int e = errno;
+            close(fd);
+            unlink(tmp);
+            return pd__err(PD_ERR_IO, "%s: write failed: %s", path, strerror(e));
+        }
+        off += (size_t)w;
+    }
+    if (fsync(fd) != 0 || close(fd) != 0) {
+        int e = errno;
+        unlink(tmp);
+        return pd__err(PD_ERR_IO, "%s: write failed: %s", path, strerror(e));
+    }
+    if (rename(tmp, path) != 0) {
+        int e = errno;
+        unlink(tmp);
+        return pd__err(PD_ERR_IO, "%s: cannot rename into place: %s", path, strerror(e));
+    }
+    return PD_OK;
+}
+
+pd_status pd_graph_save(const pd_graph *g, const char *path) {
+    if (!g || !path) return pd__err(PD_ERR_INVALID, "pd_graph_save: NULL %s", g ? "path" : "graph");
+    if (!g->model_bytes) return pd__err(PD_ERR_INVALID, "%s: the graph keeps no model to save", g->path);
+    Onnx__ModelProto *m = onnx__model_proto__unpack(NULL, g->model_len, g->model_bytes);
+    if (!m || !m->graph) {
+        if (m) onnx__model_proto__free_unpacked(m, NULL);
+        return pd__err(PD_ERR_INTERNAL, "%s: the kept model no longer parses", g->path);
+    }
+    pd_status st = PD_OK;
+    for (size_t i = 0; i < m->graph->n_initializer && st == PD_OK; i++) {
+        Onnx__TensorProto *tp = m->graph->initializer[i];
+        int t = pd__graph_find(g, tp->name);
+        if (t < 0) continue;
+        const pd__tensor *x = &g->tensors[t];
+        if (x->kind != PD_T_INIT || !x->data || (int)x->dtype != tp->data_type) continue;
+        size_t bytes = (size_t)x->numel * pd_dtype_size(x->dtype);
+        uint8_t *d = PD_MALLOC(bytes ? bytes : 1);
+        if (!d) {
+            st = pd__err(PD_ERR_NOMEM, "%s: out of memory saving '%s'", path, tp->name);
+            break;
+        }
+        memcpy(d, x->data, bytes);
+        pd__drop_typed(tp);
+        PD_FREE(tp->raw_data.data);
+        tp->raw_data.data = d;
+        tp->raw_data.len = bytes;
+        tp->has_raw_data = 1;
+    }
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    if (st == PD_OK) {
+        len = onnx__model_proto__get_packed_size(m);
+        buf = PD_MALLOC(len ? len : 1);
+        if (!buf)
+            st = pd__err(PD_ERR_NOMEM, "%s: out of memory (%zu bytes)", path, len);
+        else
+            onnx__model_proto__pack(m, buf);
+    }
+    onnx__model_proto__free_unpacked(m, NULL);
+    if (st == PD_OK) st = pd__write_atomic(path, buf, len);
+    PD_FREE(buf);
+    return st;
+}

@@ -1,0 +1,274 @@
+/* nn_common.h - the untyped helpers the CPU nn kernels share: the forward
+ * (runtime/cpu/nn.c) and the backward (runtime/cpu/nn_grad.c) include it
+ * before their typed bodies (nn_impl.h, nn_grad_impl.h), so that both walk
+ * the same windows, split the same shapes and draw the same Dropout masks.
+ *
+ * Threads, scratch sizes, odometers over multi-indices, the output ranges of
+ * a sliding window, the pools' divisors, the losses' options, Dropout's two
+ * generators (numpy's MT19937 for ONNX's training_mode input, a counter-based
+ * one for training sessions) and the dtype dispatch. Private; static inline.
+ */
+#ifndef PD_NN_COMMON_H
+#define PD_NN_COMMON_H
+
+#include "../../core/shape_nn.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <string.h>
+
+#ifdef _OPENMP
+#include <omp.h>
+#define PD_PRAGMA(s) _Pragma(#s)
+#define PD_OMP_FOR(nt, cond) PD_PRAGMA(omp parallel for num_threads(nt) schedule(static) if (cond))
+static inline int pd__nthreads(const pd__exec *x) { return x->threads > 0 ? x->threads : omp_get_max_threads(); }
+#else
+#define PD_OMP_FOR(nt, cond) (void)(nt);
+static inline int pd__nthreads(const pd__exec *x) {
+    (void)x;
+    return 1;
+}
+#endif
+
+/* Conv and ConvTranspose stage at most this much im2col data per chunk of images. */
+#define PD_NN_CHUNK_BYTES ((size_t)64 << 20)
+
+static inline int64_t prod64(int n, const int64_t *v) {
+    int64_t p = 1;
+    for (int i = 0; i < n; i++) p *= v[i];
+    return p;
+}
+
+/* Scratch for a*b elements of `size` bytes (NULL with the error set). */
+static inline void *pd__scratch_n(pd__exec *x, int64_t a, int64_t b, size_t size) {
+    int64_t n;
+    if (!pd__mul_ok(a, b, &n) || !pd__mul_ok(n, (int64_t)size, &n)) {
+        pd__err(PD_ERR_NOMEM, "scratch of %lld x %lld elements overflows", (long long)a, (long long)b);
+        return NULL;
+    }
+    return pd__scratch(x, n < 64 ? 64 : (size_t)n);
+}
+
+/* Odometers over multi-indices, last dim fastest. */
+static inline void odo_next(int64_t *idx, const int64_t *dims, int n) {
+    for (int i = n - 1; i >= 0; i--) {
+        if (++idx[i] < dims[i]) return;
+        idx[i] = 0;
+    }
+}
+
+static inline void odo_unflat(int64_t flat, const int64_t *dims, int n, int64_t *idx) {
+    for (int i = n - 1; i >= 0; i--) {
+        idx[i] = flat % dims[i];
+        flat /= dims[i];
+    }
+}
+
+/* [lo, hi): the o in [0, n) with 0 <= o*s + p < len (s > 0). */
+static inline void out_range(int64_t p, int64_t s, int64_t len, int64_t n, int64_t *lo, int64_t *hi) {
+    int64_t a = p >= 0 ? 0 : (-p + s - 1) / s;
+    int64_t b = len - p <= 0 ? 0 : (len - p + s - 1) / s;
+    if (a > n) a = n;
+    if (b > n) b = n;
+    if (b < a) b = a;
+    *lo = a;
+    *hi = b;
+}
+
+/* Offset of the row (all dims but the last) that window position o reads
+ * through tap k in an image of spatial size `size`; false when it falls in a pad. */
+static inline bool outer_offset(const pd__win *w, const int64_t *o, const int64_t *k, const int64_t *size,
+                                int64_t *off) {
+    int64_t v = 0;
+    for (int i = 0; i < w->nsp - 1; i++) {
+        int64_t pos = o[i] * w->s[i] - w->pb[i] + k[i] * w->d[i];
+        if (pos < 0 || pos >= size[i]) return false;
+        v = v * size[i] + pos;
+    }
+    *off = v;
+    return true;
+}
+
+/* The window with input and output swapped: im2col over it is the adjoint of
+ * col2im over w and the other way round (Conv's backward reads ConvTranspose's
+ * forward machinery, and ConvTranspose's backward Conv's). */
+static inline pd__win win_swap(const pd__win *w) {
+    pd__win v = *w;
+    memcpy(v.in, w->out, sizeof v.in);
+    memcpy(v.out, w->in, sizeof v.out);
+    return v;
+}
+
+/* cnt: for each dim i, for each output position o of it, how many taps the
+ * average divides by: those inside X, or with count_include_pad those inside X
+ * and its declared pads (not the extra of ceil_mode). */
+static inline void pool_counts(const pd__win *w, bool include_pad, int64_t *cnt) {
+    for (int i = 0; i < w->nsp; i++) {
+        for (int64_t o = 0; o < w->out[i]; o++) {
+            int64_t st = o * w->s[i] - w->pb[i], lo, hi;
+            if (include_pad) out_range(st + w->pb[i], w->d[i], w->in[i] + w->pb[i] + w->pe[i], w->k[i], &lo, &hi);
+            else out_range(st, w->d[i], w->in[i], w->k[i], &lo, &hi);
+            cnt[o] = hi - lo;
+        }
+        cnt += w->out[i];
+    }
+}
+
+/* (N, C, D) view of the losses' scores and their options. */
+typedef struct pd__loss {
+    int64_t N, C, D, ii;
+    bool has_ii;
+    int red;
+} pd__loss;
+
+static inline pd_status loss_opts(const pd__node *n, const pd_tensor *X, pd__loss *l) {
+    l->N = X->shape[0];
+    l->C = X->shape[1];
+    l->D = prod64(X->ndim - 2, X->shape + 2);
+    l->has_ii = pd__attr_get(n, "ignore_index") != NULL;
+    l->ii = pd__attr_i(n, "ignore_index", 0);
+    l->red = pd__loss_reduction(n);
+    if (l->red < 0) return pd__err(PD_ERR_UNSUPPORTED, "unknown reduction '%s'", pd__attr_s(n, "reduction", ""));
+    return PD_OK;
+}
+
+/* Offset into a parameter p broadcastable to shape (nd dims) of the dense
+ * element at multi-index idx. */
+static inline int64_t param_offset(const pd_tensor *p, int nd, const int64_t *idx) {
+    int64_t off = 0;
+    for (int j = 0; j < p->ndim; j++) {
+        int sj = nd - p->ndim + j;
+        off = off * p->shape[j] + (p->shape[j] == 1 ? 0 : idx[sj]);
+    }
+    return off;
+}
+
+/* Expands a parameter broadcastable to shape (nd dims) into D dense elements at dst. */
+static inline void expand_param(const pd_tensor *p, int nd, const int64_t *shape, int64_t D, pd_dtype dt, void *dst) {
+    int64_t idx[PD_MAX_DIMS] = {0};
+    for (int64_t i = 0; i < D; i++) {
+        pd__set_f(dt, dst, i, pd__get_f(p->dtype, p->data, param_offset(p, nd, idx)));
+        odo_next(idx, shape, nd);
+    }
+}
+
+/* ---- Dropout's masks ------------------------------------------------------------------------- */
+
+/* MT19937 as numpy's legacy RandomState: np.random.seed(s) then uniform(0, 1). */
+typedef struct pd__mt {
+    uint32_t s[624];
+    int i;
+} pd__mt;
+
+static inline void mt_seed(pd__mt *m, uint32_t seed) {
+    m->s[0] = seed;
+    for (int i = 1; i < 624; i++) m->s[i] = 1812433253u * (m->s[i - 1] ^ (m->s[i - 1] >> 30)) + (uint32_t)i;
+    m->i = 624;
+}
+
+static inline uint32_t mt_next(pd__mt *m) {
+    if (m->i >= 624) {
+        for (int k = 0; k < 624; k++) {
+            uint32_t y = (m->s[k] & 0x80000000u) | (m->s[(k + 1) % 624] & 0x7fffffffu);
+            m->s[k] = m->s[(k + 397) % 624] ^ (y >> 1) ^ ((y & 1u) ? 0x9908b0dfu : 0u);
+        }
+        m->i = 0;
+    }
+    uint32_t y = m->s[m->i++];
+    y ^= y >> 11;
+    y ^= (y << 7) & 0x9d2c5680u;
+    y ^= (y << 15) & 0xefc60000u;
+    y ^= y >> 18;
+    return y;
+}
+
+static inline double mt_uniform(pd__mt *m) {
+    uint32_t a = mt_next(m) >> 5, b = mt_next(m) >> 6;
+    return (a * 67108864.0 + b) / 9007199254740992.0;
+}
+
+/* SplitMix64's finalizer: a counter through it is a good generator. */
+static inline uint64_t mix64(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* The key of a node's mask in a training step: the session's seed and the
+ * node's name (FNV-1a), so nodes differ and steps differ. */
+static inline uint64_t dropout_key(uint64_t seed, const char *name) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (const char *p = name ? name : ""; *p; p++) h = (h ^ (unsigned char)*p) * 0x100000001b3ull;
+    return mix64(seed ^ mix64(h));
+}
+
+/* Uniform in [0, 1) for element i: depends on (key, i) only, so any thread
+ * and the backward draw the same value. */
+static inline double dropout_u(uint64_t key, int64_t i) {
+    return (double)(mix64(key + (uint64_t)(i + 1) * 0x9e3779b97f4a7c15ull) >> 11) * 0x1p-53;
+}
+
+typedef enum pd__drop_mode {
+    PD_DROP_NONE = 0, /* identity */
+    PD_DROP_ONNX,     /* ONNX's training_mode input: MT19937 from the seed attribute */
+    PD_DROP_SESSION   /* x->training: counter-based, from x->seed and the node's name */
+} pd__drop_mode;
+
+/* What a Dropout node does in this run, and its ratio. A training session
+ * (x->training) drops whatever the model says, with the ratio from the
+ * attribute (opsets < 12) or input 1 (default 0.5); otherwise only ONNX's
+ * training_mode input turns it on. */
+static inline pd__drop_mode dropout_mode(const pd__exec *x, const pd__node *n, pd_tensor *const *in, double *ratio) {
+    const pd_tensor *R = n->nin > 1 ? in[1] : NULL, *TM = n->nin > 2 ? in[2] : NULL;
+    double r = 0.5;
+    bool onnx_train = false;
+    if (n->opset >= 12) {
+        if (R) r = pd__get_f(R->dtype, R->data, 0);
+        onnx_train = TM && pd__get_i(TM->dtype, TM->data, 0) != 0;
+    } else {
+        r = pd__attr_f(n, "ratio", 0.5f);
+    }
+    *ratio = r;
+    if (r == 0) return PD_DROP_NONE;
+    if (x->training) return PD_DROP_SESSION;
+    return onnx_train ? PD_DROP_ONNX : PD_DROP_NONE;
+}
+
+/* keep (numel) for a mode other than NONE; ratio must be in (0, 1). */
+static inline void dropout_fill(const pd__exec *x, const pd__node *n, pd__drop_mode mode, double ratio,
+                                int64_t numel, uint8_t *keep) {
+    if (mode == PD_DROP_ONNX) {
+        pd__mt mt;
+        mt_seed(&mt, (uint32_t)pd__attr_i(n, "seed", 0));
+        for (int64_t i = 0; i < numel; i++) keep[i] = mt_uniform(&mt) >= ratio;
+        return;
+    }
+    uint64_t key = dropout_key(x->seed, n->name);
+    int nt = pd__nthreads(x);
+    PD_OMP_FOR(nt, numel > 65536)
+    for (int64_t i = 0; i < numel; i++) keep[i] = dropout_u(key, i) >= ratio;
+}
+
+/* ---- dispatch ------------------------------------------------------------------------------- */
+
+static inline pd_status bad_dtype(pd_dtype t) {
+    return pd__err(PD_ERR_UNSUPPORTED, "no CPU kernel for dtype %s", pd_dtype_name(t));
+}
+
+/* Calls fn_f32 or fn_f64 with args by dtype dt. */
+#define PD_DISPATCH(dt, fn, args)                  \
+    switch (dt) {                                  \
+    case PD_FLOAT: return fn##_f32 args;           \
+    case PD_DOUBLE: return fn##_f64 args;          \
+    default: return bad_dtype(dt);                 \
+    }
+
+/* Optional inputs/outputs: NULL when absent or beyond the node's count. */
+static inline const pd_tensor *opt_in(const pd__node *n, pd_tensor *const *in, int i) {
+    return i < n->nin ? in[i] : NULL;
+}
+static inline pd_tensor *opt_out(const pd__node *n, pd_tensor *const *out, int i) {
+    return i < n->nout ? out[i] : NULL;
+}
+
+#endif

@@ -1,0 +1,101 @@
+/* loss.c - the training losses the session appends to a model's output.
+ *
+ *   cross_entropy  logits [..., V] float32, labels [...] int64 class ids:
+ *                  L = mean over positions of -log softmax(logits)[label]
+ *                  dlogits = (softmax - onehot(label)) / positions
+ *   mse            pred and target of the same size, float32:
+ *                  L = mean (pred - target)^2,  dpred = 2 (pred - target) / n
+ *
+ * `rows` counts the leading-axis rows that take part (an evaluation batch
+ * padded to the model's static batch passes fewer); the rest get zero
+ * gradient and do not count. Sums are in double.
+ */
+#include "loss.h"
+
+#include <math.h>
+#include <string.h>
+
+pd_status pd__loss_cross_entropy(const pd_tensor *logits, const pd_tensor *labels, int64_t rows, float *dlogits,
+                                 double *loss, int64_t *correct, int64_t *count) {
+    if (logits->dtype != PD_FLOAT || logits->ndim < 1)
+        return pd__err(PD_ERR_SHAPE, "cross_entropy needs float32 logits with a class axis, the output is %s of rank %d",
+                       pd_dtype_name(logits->dtype), logits->ndim);
+    if (labels->dtype != PD_INT64) return pd__err(PD_ERR_SHAPE, "cross_entropy needs int64 class labels");
+    int64_t V = logits->shape[logits->ndim - 1], total = pd_tensor_numel(logits) / (V ? V : 1);
+    bool fits = labels->ndim == logits->ndim - 1;
+    for (int i = 0; fits && i < labels->ndim; i++) fits = labels->shape[i] == logits->shape[i];
+    if (!fits || V < 1) {
+        char a[128], b[128];
+        pd__format_shape(a, sizeof a, logits->ndim, logits->shape);
+        pd__format_shape(b, sizeof b, labels->ndim, labels->shape);
+        return pd__err(PD_ERR_SHAPE,
+                       "cross_entropy: labels of shape %s do not fit the output %s (labels must have its shape "
+                       "without the last, class axis)",
+                       b, a);
+    }
+    int64_t lead = logits->ndim > 1 ? logits->shape[0] : 1;
+    int64_t per_row = lead ? total / lead : 0;
+    int64_t n = (rows < lead ? rows : lead) * per_row;
+    const float *z = logits->data;
+    const int64_t *y = labels->data;
+    double sum = 0;
+    int64_t ok = 0;
+    for (int64_t p = 0; p < n; p++) {
+        if (y[p] < 0 || y[p] >= V)
+            return pd__err(PD_ERR_INVALID, "label %lld at position %lld is out of range [0, %lld)", (long long)y[p],
+                           (long long)p, (long long)V);
+    }
+    for (int64_t p = 0; p < n; p++) {
+        const float *zp = z + p * V;
+        float mx = zp[0];
+        int64_t arg = 0;
+        for (int64_t v = 1; v < V; v++)
+            if (zp[v] > mx) {
+                mx = zp[v];
+                arg = v;
+            }
+        double se = 0;
+        for (int64_t v = 0; v < V; v++) se += exp((double)zp[v] - mx);
+        double lse = log(se) + mx;
+        sum += lse - zp[y[p]];
+        ok += arg == y[p];
+        if (dlogits) {
+            float *dp = dlogits + p * V;
+            double inv = 1.0 / (double)n;
+            for (int64_t v = 0; v < V; v++) dp[v] = (float)(exp((double)zp[v] - lse) * inv);
+            dp[y[p]] -= (float)inv;
+        }
+    }
+    if (dlogits && n < total) memset(dlogits + n * V, 0, sizeof(float) * (size_t)((total - n) * V));
+    *loss = n ? sum / (double)n : 0;
+    if (correct) *correct = ok;
+    if (count) *count = n;
+    return PD_OK;
+}
+
+pd_status pd__loss_mse(const pd_tensor *pred, const pd_tensor *target, int64_t rows, float *dpred, double *loss,
+                       int64_t *count) {
+    if (pred->dtype != PD_FLOAT || target->dtype != PD_FLOAT)
+        return pd__err(PD_ERR_SHAPE, "mse needs float32 outputs and targets (got %s and %s)", pd_dtype_name(pred->dtype),
+                       pd_dtype_name(target->dtype));
+    int64_t total = pd_tensor_numel(pred);
+    if (pd_tensor_numel(target) != total || (pred->ndim > 0 && target->ndim > 0 && pred->shape[0] != target->shape[0])) {
+        char a[128], b[128];
+        pd__format_shape(a, sizeof a, pred->ndim, pred->shape);
+        pd__format_shape(b, sizeof b, target->ndim, target->shape);
+        return pd__err(PD_ERR_SHAPE, "mse: targets of shape %s do not fit the output %s", b, a);
+    }
+    int64_t lead = pred->ndim > 0 ? pred->shape[0] : 1;
+    int64_t per_row = lead ? total / lead : 0, n = (rows < lead ? rows : lead) * per_row;
+    const float *p = pred->data, *t = target->data;
+    double sum = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double d = (double)p[i] - t[i];
+        sum += d * d;
+        if (dpred) dpred[i] = (float)(2.0 * d / (double)n);
+    }
+    if (dpred && n < total) memset(dpred + n, 0, sizeof(float) * (size_t)(total - n));
+    *loss = n ? sum / (double)n : 0;
+    if (count) *count = n;
+    return PD_OK;
+}

@@ -1,0 +1,522 @@
+/* session.c - training on one stage: forward with every activation kept,
+ * the loss, reverse-mode autodiff over the graph, one optimizer update.
+ *
+ * Which initializers are trained: the float32 ones from which a path of
+ * differentiable op inputs (the grad masks of core/ops.h) leads to the loss,
+ * minus those the freeze pattern matches. BatchNorm running statistics, masks
+ * and shape constants are therefore never trained.
+ *
+ * Memory (STYLE.md, after llm.c): parameters, their gradients and each
+ * optimizer state live in one slab apiece with the same table of offsets, so
+ * zeroing the gradients is one memset and an update is one loop over the
+ * slab. The graph's initializers point into the parameter slab while the
+ * session lives (the graph sees the trained values; pd_graph_save writes
+ * them). Activations and their gradients are two more slabs, planned once:
+ * the step allocates nothing.
+ */
+#include "loss.h"
+#include "optim.h"
+
+#include <math.h>
+#include <regex.h>
+#include <string.h>
+#include <unistd.h>
+
+void openblas_set_num_threads(int);
+
+struct pd_session {
+    pd_graph *g;
+    pd_train_options o;
+    pd__exec x;
+    int np;
+    int *param;          /* graph tensor index of each trainable parameter */
+    int64_t *poff;       /* its offset (floats) in the slabs */
+    int64_t ptotal;      /* floats in each slab */
+    float *params, *grads, *state0, *state1;
+    void *act, *gact;    /* activations and their gradients */
+    size_t gact_bytes;
+    pd_tensor *views;    /* per graph tensor: its data */
+    pd_tensor *gviews;   /* per graph tensor: its gradient (data NULL when none) */
+    bool *needs_grad;    /* per graph tensor */
+    pd_tensor **args;    /* per node: inputs then outputs */
+    pd_tensor **gargs;   /* per node: output gradients then input gradients */
+    int *arg_start;
+    int pred;            /* the prediction (or, PD_LOSS_GRAPH, the loss) tensor */
+    int labels_input;    /* PD_LOSS_GRAPH: the graph input fed the labels; else -1 */
+    pd_tensor labels;    /* owned copy of the labels */
+    bool *fed;           /* per graph input: set since creation */
+    bool labels_fed;
+    int64_t step;
+};
+
+static size_t pd__al64(size_t n) { return (n + 63) & ~(size_t)63; }
+
+int pd_session_num_params(const pd_session *s) { return s ? s->np : 0; }
+int64_t pd_session_step_count(const pd_session *s) { return s ? s->step : 0; }
+
+pd_status pd_session_param(pd_session *s, int i, const char **name, pd_tensor *value, pd_tensor *grad) {
+    if (!s || i < 0 || i >= s->np) return pd__err(PD_ERR_INVALID, "pd_session_param: index %d out of range", i);
+    const pd__tensor *t = &s->g->tensors[s->param[i]];
+    if (name) *name = t->name;
+    if (value) *value = pd__view(t);
+    if (grad) {
+        *grad = pd__view(t);
+        grad->data = s->grads + s->poff[i];
+    }
+    return PD_OK;
+}
+
+void pd_session_destroy(pd_session *s) {
+    if (!s) return;
+    /* give the graph its own copies of the trained values back */
+    for (int i = 0; i < s->np; i++) {
+        pd__tensor *t = &s->g->tensors[s->param[i]];
+        size_t bytes = (size_t)t->numel * sizeof(float);
+        void *d = PD_MALLOC(bytes ? bytes : 1);
+        if (d) memcpy(d, t->data, bytes);
+        t->data = d; /* on allocation failure the graph loses this tensor's data, not memory safety */
+        t->borrowed = false;
+    }
+    PD_FREE(s->param);
+    PD_FREE(s->poff);
+    PD_FREE(s->params);
+    PD_FREE(s->grads);
+    PD_FREE(s->state0);
+    PD_FREE(s->state1);
+    PD_FREE(s->act);
+    PD_FREE(s->gact);
+    PD_FREE(s->views);
+    PD_FREE(s->gviews);
+    PD_FREE(s->needs_grad);
+    PD_FREE(s->args);
+    PD_FREE(s->gargs);
+    PD_FREE(s->arg_start);
+    PD_FREE(s->labels.data);
+    PD_FREE(s->fed);
+    PD_FREE(s->x.scratch);
+    PD_FREE(s);
+}
+
+/* reach[t]: t depends on a trainable candidate through differentiable inputs.
+ * need[t]: the loss depends on t through differentiable inputs. */
+static void pd__flow(const pd_graph *g, const bool *seed, int loss, bool *reach, bool *need) {
+    for (int t = 0; t < g->ntensors; t++) {
+        reach[t] = seed[t];
+        need[t] = t == loss;
+    }
+    for (int i = 0; i < g->nnodes; i++) {
+        const pd__node *n = &g->nodes[i];
+        uint32_t m = pd__ops[n->op].grad;
+        bool r = false;
+        for (int j = 0; j < n->nin && j < 32; j++)
+            if (n->in[j] >= 0 && ((m >> j) & 1) && reach[n->in[j]]) r = true;
+        if (!r) continue;
+        for (int j = 0; j < n->nout; j++) {
+            int t = n->out[j];
+            if (t >= 0 && (g->tensors[t].dtype == PD_FLOAT || g->tensors[t].dtype == PD_DOUBLE)) reach[t] = true;
+        }
+    }
+    for (int i = g->nnodes - 1; i >= 0; i--) {
+        const pd__node *n = &g->nodes[i];
+        bool u = false;
+        for (int j = 0; j < n->nout; j++)
+            if (n->out[j] >= 0 && need[n->out[j]]) u = true;
+        if (!u) continue;
+        uint32_t m = pd__ops[n->op].grad;
+        for (int j = 0; j < n->nin && j < 32; j++)
+            if (n->in[j] >= 0 && ((m >> j) & 1)) need[n->in[j]] = true;
+    }
+}
+
+static pd_status pd__find_outputs(pd_session *s) {
+    pd_graph *g = s->g;
+    if (g->noutputs == 0) return pd__err(PD_ERR_INVALID, "%s: the model has no outputs", g->path);
+    s->labels_input = -1;
+    if (s->o.output) {
+        s->pred = -1;
+        for (int i = 0; i < g->noutputs; i++)
+            if (strcmp(g->tensors[g->outputs[i]].name, s->o.output) == 0) s->pred = g->outputs[i];
+        if (s->pred < 0) return pd__err(PD_ERR_INVALID, "%s: the model has no output named '%s'", g->path, s->o.output);
+    } else {
+        s->pred = g->outputs[0];
+    }
+    if (s->o.loss != PD_LOSS_GRAPH) return PD_OK;
+    /* the model computes its own loss: find the loss node and its labels input */
+    const pd__node *ln = NULL;
+    for (int i = 0; i < g->nnodes; i++) {
+        const pd__node *n = &g->nodes[i];
+        if ((n->op == PD_OP_SOFTMAX_CE_LOSS || n->op == PD_OP_NLL_LOSS) && n->nout > 0 &&
+            (s->o.output ? n->out[0] == s->pred : true))
+            ln = n;
+    }
+    if (!ln)
+        return pd__err(PD_ERR_INVALID,
+                       "%s: --loss graph needs a SoftmaxCrossEntropyLoss or NegativeLogLikelihoodLoss node; the model "
+                       "has none",
+                       g->path);
+    s->pred = ln->out[0];
+    if (g->tensors[s->pred].numel != 1)
+        return pd__err(PD_ERR_SHAPE, "%s: node '%s' must reduce to a scalar loss (reduction mean or sum)", g->path,
+                       ln->name);
+    int lt = ln->nin > 1 ? ln->in[1] : -1;
+    if (s->o.labels_input) lt = pd__graph_find(g, s->o.labels_input);
+    if (lt < 0 || g->tensors[lt].kind != PD_T_INPUT)
+        return pd__err(PD_ERR_INVALID, "%s: node '%s': its labels are not a graph input the session can feed", g->path,
+                       ln->name);
+    s->labels_input = lt;
+    return PD_OK;
+}
+
+static pd_status pd__choose_params(pd_session *s) {
+    pd_graph *g = s->g;
+    bool *seed = PD_CALLOC((size_t)g->ntensors + 1, sizeof(bool));
+    bool *reach = PD_CALLOC((size_t)g->ntensors + 1, sizeof(bool));
+    s->needs_grad = PD_CALLOC((size_t)g->ntensors + 1, sizeof(bool));
+    s->param = PD_MALLOC(sizeof(int) * ((size_t)g->ntensors + 1));
+    s->poff = PD_MALLOC(sizeof(int64_t) * ((size_t)g->ntensors + 1));
+    pd_status st = PD_OK;
+    regex_t re;
+    bool have_re = false;
+    if (!seed || !reach || !s->needs_grad || !s->param || !s->poff) {
+        st = pd__err(PD_ERR_NOMEM, "out of memory");
+        goto done;
+    }
+    if (s->o.freeze && s->o.freeze[0]) {
+        int rc = regcomp(&re, s->o.freeze, REG_EXTENDED | REG_NOSUB);
+        if (rc != 0) {
+            char buf[256];
+            regerror(rc, &re, buf, sizeof buf);
+            st = pd__err(PD_ERR_INVALID, "--freeze '%s': %s", s->o.freeze, buf);
+            goto done;
+        }
+        have_re = true;
+    }
+    for (int t = 0; t < g->ntensors; t++) {
+        const pd__tensor *x = &g->tensors[t];
+        seed[t] = x->kind == PD_T_INIT && x->dtype == PD_FLOAT && x->data && x->numel > 0 &&
+                  !(have_re && regexec(&re, x->name, 0, NULL, 0) == 0);
+    }
+    pd__flow(g, seed, s->pred, reach, s->needs_grad);
+    s->np = 0;
+    s->ptotal = 0;
+    for (int t = 0; t < g->ntensors; t++) {
+        s->needs_grad[t] = s->needs_grad[t] && reach[t];
+        if (seed[t] && s->needs_grad[t]) {
+            s->param[s->np] = t;
+            s->poff[s->np++] = s->ptotal;
+            s->ptotal += (g->tensors[t].numel + 15) & ~(int64_t)15;
+        }
+    }
+    if (s->np == 0)
+        st = pd__err(PD_ERR_INVALID, "%s: nothing to train: no float32 initializer reaches the loss%s", g->path,
+                     have_re ? " (or --freeze matches them all)" : "");
+done:
+    if (have_re) regfree(&re);
+    PD_FREE(seed);
+    PD_FREE(reach);
+    return st;
+}
+
+static void *pd__slab(size_t bytes) {
+    void *p = NULL;
+    if (posix_memalign(&p, 64, bytes ? bytes : 64) != 0) return NULL;
+    memset(p, 0, bytes ? bytes : 64);
+    return p;
+}
+
+pd_status pd_session_create(pd_graph *g, const pd_train_options *opt, pd_session **out) {
+    if (!g || !out) return pd__err(PD_ERR_INVALID, "pd_session_create: graph and out must not be NULL");
+    pd_train_options o = PD_TRAIN_OPTIONS_INIT;
+    if (opt) memcpy(&o, opt, opt->size < sizeof o ? opt->size : sizeof o);
+    o.size = sizeof o;
+    if (!(o.lr > 0) || !isfinite(o.lr)) return pd__err(PD_ERR_INVALID, "the learning rate must be > 0, not %g", o.lr);
+    if (o.momentum < 0 || o.beta1 < 0 || o.beta1 >= 1 || o.beta2 < 0 || o.beta2 >= 1 || !(o.eps > 0) ||
+        o.weight_decay < 0 || o.clip_grad_norm < 0 || o.warmup_steps < 0 || o.cosine_steps < 0 || o.min_lr < 0)
+        return pd__err(PD_ERR_INVALID, "optimizer options out of range (momentum/betas in [0,1), eps > 0, the rest >= 0)");
+    if ((unsigned)o.optimizer > PD_OPT_ADAMW) return pd__err(PD_ERR_INVALID, "unknown optimizer %d", (int)o.optimizer);
+    for (int t = 0; t < g->ntensors; t++)
+        if (g->tensors[t].borrowed)
+            return pd__err(PD_ERR_INVALID, "%s: the graph is already being trained by another session", g->path);
+    pd_session *s = PD_CALLOC(1, sizeof *s);
+    if (!s) return pd__err(PD_ERR_NOMEM, "out of memory creating the session");
+    s->g = g;
+    s->o = o;
+    s->x.g = g;
+    s->x.threads = o.threads > 0 ? o.threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    if (s->x.threads < 1) s->x.threads = 1;
+    openblas_set_num_threads(s->x.threads);
+    pd_status st = pd__find_outputs(s);
+    if (st == PD_OK) st = pd__choose_params(s);
+    if (st != PD_OK) goto fail;
+    for (int i = 0; i < g->nnodes; i++) {
+        const pd__node *n = &g->nodes[i];
+        bool needed = false;
+        for (int j = 0; j < n->nout; j++) needed |= n->out[j] >= 0 && s->needs_grad[n->out[j]];
+        if (needed && !pd__ops[n->op].grad) {
+            st = pd__node_err(g, n, PD_ERR_UNSUPPORTED, "operator %s has no gradient", n->op_type);
+            goto fail;
+        }
+    }
+    /* the parameter, gradient and optimizer slabs */
+    size_t pbytes = sizeof(float) * (size_t)s->ptotal;
+    s->params = pd__slab(pbytes);
+    s->grads = pd__slab(pbytes);
+    int ns = pd__optim_state_slabs(o.optimizer);
+    if (ns > 0) s->state0 = pd__slab(pbytes);
+    if (ns > 1) s->state1 = pd__slab(pbytes);
+    if (!s->params || !s->grads || (ns > 0 && !s->state0) || (ns > 1 && !s->state1)) goto nomem;
+    /* activation and activation-gradient slabs: everything is kept for the backward */
+    size_t abytes = 0, gbytes = 0;
+    for (int t = 0; t < g->ntensors; t++) {
+        const pd__tensor *x = &g->tensors[t];
+        size_t b = pd__al64((size_t)(x->numel > 0 ? x->numel : 0) * pd_dtype_size(x->dtype));
+        if ((x->kind == PD_T_ACT || x->kind == PD_T_INPUT) && x->ndim >= 0) abytes += b;
+        if (s->needs_grad[t] && x->kind != PD_T_INIT) gbytes += b;
+    }
+    s->act = pd__slab(abytes);
+    s->gact = pd__slab(gbytes);
+    s->gact_bytes = gbytes;
+    s->views = PD_CALLOC((size_t)g->ntensors + 1, sizeof(pd_tensor));
+    s->gviews = PD_CALLOC((size_t)g->ntensors + 1, sizeof(pd_tensor));
+    s->fed = PD_CALLOC((size_t)g->ntensors + 1, sizeof(bool));
+    if (!s->act || !s->gact || !s->views || !s->gviews || !s->fed) goto nomem;
+    /* parameters move into the slab; the graph borrows them back */
+    for (int i = 0; i < s->np; i++) {
+        pd__tensor *t = &g->tensors[s->param[i]];
+        memcpy(s->params + s->poff[i], t->data, sizeof(float) * (size_t)t->numel);
+        PD_FREE(t->data);
+        t->data = s->params + s->poff[i];
+        t->borrowed = true;
+    }
+    size_t ao = 0, go = 0;
+    for (int t = 0; t < g->ntensors; t++) {
+        pd__tensor *x = &g->tensors[t];
+        s->views[t] = pd__view(x);
+        size_t b = pd__al64((size_t)(x->numel > 0 ? x->numel : 0) * pd_dtype_size(x->dtype));
+        if ((x->kind == PD_T_ACT || x->kind == PD_T_INPUT) && x->ndim >= 0) {
+            s->views[t].data = (char *)s->act + ao;
+            ao += b;
+        }
+        if (s->needs_grad[t]) {
+            s->gviews[t] = pd__view(x);
+            if (x->kind == PD_T_INIT) {
+                for (int i = 0; i < s->np; i++)
+                    if (s->param[i] == t) s->gviews[t].data = s->grads + s->poff[i];
+            } else {
+                s->gviews[t].data = (char *)s->gact + go;
+                go += b;
+            }
+        }
+    }
+    int nargs = 0;
+    for (int i = 0; i < g->nnodes; i++) nargs += g->nodes[i].nin + g->nodes[i].nout;
+    s->args = PD_CALLOC((size_t)nargs + 1, sizeof(pd_tensor *));
+    s->gargs = PD_CALLOC((size_t)nargs + 1, sizeof(pd_tensor *));
+    s->arg_start = PD_CALLOC((size_t)g->nnodes + 1, sizeof(int));
+    if (!s->args || !s->gargs || !s->arg_start) goto nomem;
+    for (int i = 0, k = 0; i < g->nnodes; i++) {
+        const pd__node *n = &g->nodes[i];
+        uint32_t m = pd__ops[n->op].grad;
+        s->arg_start[i] = k;
+        for (int j = 0; j < n->nin; j++) {
+            int t = n->in[j];
+            s->args[k] = t >= 0 ? &s->views[t] : NULL;
+            /* gargs: output gradients first, then input gradients */
+            s->gargs[s->arg_start[i] + n->nout + j] =
+                (t >= 0 && j < 32 && ((m >> j) & 1) && s->needs_grad[t]) ? &s->gviews[t] : NULL;
+            k++;
+        }
+        for (int j = 0; j < n->nout; j++) {
+            int t = n->out[j];
+            s->args[k++] = t >= 0 ? &s->views[t] : NULL;
+            s->gargs[s->arg_start[i] + j] = (t >= 0 && s->needs_grad[t]) ? &s->gviews[t] : NULL;
+        }
+    }
+    const pd__tensor *p = &g->tensors[s->pred];
+    if (o.loss != PD_LOSS_GRAPH && p->dtype != PD_FLOAT) {
+        st = pd__err(PD_ERR_SHAPE, "%s: output '%s' is %s; the losses need float32", g->path, p->name,
+                     pd_dtype_name(p->dtype));
+        goto fail;
+    }
+    *out = s;
+    return PD_OK;
+nomem:
+    st = pd__err(PD_ERR_NOMEM, "%s: out of memory planning the training buffers", g->path);
+fail:
+    pd_session_destroy(s);
+    return st;
+}
+
+pd_status pd_session_set_input(pd_session *s, const char *name, const pd_tensor *t) {
+    if (!s || !name || !t) return pd__err(PD_ERR_INVALID, "pd_session_set_input: NULL argument");
+    const pd_graph *g = s->g;
+    int k = pd__graph_find(g, name);
+    if (k < 0 || g->tensors[k].kind != PD_T_INPUT)
+        return pd__err(PD_ERR_INVALID, "%s: the model has no input named '%s'", g->path, name);
+    const pd__tensor *x = &g->tensors[k];
+    char want[256], got[256];
+    pd__format_shape(want, sizeof want, x->ndim, x->shape);
+    pd__format_shape(got, sizeof got, t->ndim, t->shape);
+    bool same = t->ndim == x->ndim && t->dtype == x->dtype;
+    for (int i = 0; same && i < x->ndim; i++) same = t->shape[i] == x->shape[i];
+    if (!same)
+        return pd__err(PD_ERR_SHAPE, "%s: input '%s' must be %s%s, got %s%s", g->path, name, pd_dtype_name(x->dtype),
+                       want, pd_dtype_name(t->dtype), got);
+    memcpy(s->views[k].data, t->data, (size_t)x->numel * pd_dtype_size(x->dtype));
+    s->fed[k] = true;
+    return PD_OK;
+}
+
+pd_status pd_session_set_labels(pd_session *s, const pd_tensor *labels) {
+    if (!s || !labels) return pd__err(PD_ERR_INVALID, "pd_session_set_labels: NULL argument");
+    if (s->labels_input >= 0) {
+        PD_TRY(pd_session_set_input(s, s->g->tensors[s->labels_input].name, labels));
+        s->labels_fed = true;
+        return PD_OK;
+    }
+    size_t bytes = (size_t)pd_tensor_numel(labels) * pd_dtype_size(labels->dtype);
+    bool same = s->labels.data && labels->dtype == s->labels.dtype && labels->ndim == s->labels.ndim;
+    for (int i = 0; same && i < labels->ndim; i++) same = labels->shape[i] == s->labels.shape[i];
+    if (!same) {
+        void *d = PD_MALLOC(bytes ? bytes : 1);
+        if (!d) return pd__err(PD_ERR_NOMEM, "out of memory for the labels");
+        PD_FREE(s->labels.data);
+        s->labels = *labels;
+        s->labels.data = d;
+    }
+    memcpy(s->labels.data, labels->data, bytes);
+    s->labels_fed = true;
+    return PD_OK;
+}
+
+static pd_status pd__check_fed(const pd_session *s) {
+    const pd_graph *g = s->g;
+    for (int i = 0; i < g->ninputs; i++)
+        if (!s->fed[g->inputs[i]])
+            return pd__err(PD_ERR_INVALID, "%s: input '%s' has not been set", g->path, g->tensors[g->inputs[i]].name);
+    if (!s->labels_fed) return pd__err(PD_ERR_INVALID, "%s: no labels have been set", g->path);
+    return PD_OK;
+}
+
+static pd_status pd__forward(pd_session *s) {
+    const pd_graph *g = s->g;
+    for (int i = 0; i < g->nnodes; i++) {
+        const pd__node *n = &g->nodes[i];
+        pd_tensor **a = s->args + s->arg_start[i];
+        PD_TRY(pd__cpu_run(&s->x, g, n, a, a + n->nin));
+    }
+    return PD_OK;
+}
+
+/* The loss of the current forward; with grad, writes dLoss/dpred. */
+static pd_status pd__loss(pd_session *s, bool grad, int64_t rows, pd_step_result *r) {
+    const pd_tensor *pred = &s->views[s->pred];
+    float *d = grad ? s->gviews[s->pred].data : NULL;
+    r->correct = 0;
+    r->count = 0;
+    pd_loss_kind k = s->o.loss;
+    if (k == PD_LOSS_AUTO) k = s->labels.dtype == PD_INT64 ? PD_LOSS_CROSS_ENTROPY : PD_LOSS_MSE;
+    pd_status st;
+    switch (k) {
+    case PD_LOSS_GRAPH:
+        r->loss = pd__get_f(pred->dtype, pred->data, 0);
+        r->count = 1;
+        if (d) pd__set_f(pred->dtype, d, 0, 1.0);
+        return PD_OK;
+    case PD_LOSS_CROSS_ENTROPY:
+        st = pd__loss_cross_entropy(pred, &s->labels, rows, d, &r->loss, &r->correct, &r->count);
+        break;
+    default:
+        st = pd__loss_mse(pred, &s->labels, rows, d, &r->loss, &r->count);
+        break;
+    }
+    if (st != PD_OK) pd__err_prefix("%s: output '%s'", s->g->path, s->g->tensors[s->pred].name);
+    return st;
+}
+
+/* Names the first computed float tensor holding a NaN or Inf. */
+static pd_status pd__numeric_error(pd_session *s, const char *what, double v) {
+    const pd_graph *g = s->g;
+    for (int i = 0; i < g->nnodes; i++) {
+        const pd__node *n = &g->nodes[i];
+        for (int j = 0; j < n->nout; j++) {
+            int t = n->out[j];
+            if (t < 0 || g->tensors[t].dtype != PD_FLOAT) continue;
+            const float *p = s->views[t].data;
+            for (int64_t e = 0; e < g->tensors[t].numel; e++)
+                if (!isfinite(p[e]))
+                    return pd__err(PD_ERR_NUMERIC,
+                                   "%s: step %lld: %s is %g; the first non-finite tensor is '%s' (output of node '%s', "
+                                   "%s), element %lld = %g",
+                                   g->path, (long long)s->step + 1, what, v, g->tensors[t].name, n->name, n->op_type,
+                                   (long long)e, (double)p[e]);
+        }
+    }
+    return pd__err(PD_ERR_NUMERIC, "%s: step %lld: %s is %g", g->path, (long long)s->step + 1, what, v);
+}
+
+static pd_status pd__backward(pd_session *s) {
+    const pd_graph *g = s->g;
+    for (int i = g->nnodes - 1; i >= 0; i--) {
+        const pd__node *n = &g->nodes[i];
+        pd_tensor **a = s->args + s->arg_start[i], **ga = s->gargs + s->arg_start[i];
+        bool any_out = false, any_in = false;
+        for (int j = 0; j < n->nout; j++) any_out |= ga[j] != NULL;
+        for (int j = 0; j < n->nin; j++) any_in |= ga[n->nout + j] != NULL;
+        if (!any_out || !any_in) continue;
+        PD_TRY(pd__cpu_run_bwd(&s->x, g, n, a, a + n->nin, ga, ga + n->nout));
+    }
+    return PD_OK;
+}
+
+static uint64_t pd__mix(uint64_t z) {
+    z += 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+pd_status pd_session_step(pd_session *s, pd_step_result *r) {
+    if (!s) return pd__err(PD_ERR_INVALID, "pd_session_step: NULL session");
+    PD_TRY(pd__check_fed(s));
+    pd_step_result res;
+    memset(&res, 0, sizeof res);
+    s->x.training = true;
+    s->x.seed = pd__mix(s->o.seed ^ pd__mix((uint64_t)s->step));
+    PD_TRY(pd__forward(s));
+    memset(s->grads, 0, sizeof(float) * (size_t)s->ptotal);
+    memset(s->gact, 0, s->gact_bytes);
+    PD_TRY(pd__loss(s, true, INT64_MAX, &res));
+    if (!isfinite(res.loss)) return pd__numeric_error(s, "the loss", res.loss);
+    PD_TRY(pd__backward(s));
+    res.grad_norm = pd__grad_norm(s->grads, s->ptotal);
+    if (!isfinite(res.grad_norm)) return pd__numeric_error(s, "the gradient norm", res.grad_norm);
+    if (s->o.clip_grad_norm > 0 && res.grad_norm > s->o.clip_grad_norm) {
+        float c = (float)(s->o.clip_grad_norm / (res.grad_norm + 1e-6));
+        for (int64_t i = 0; i < s->ptotal; i++) s->grads[i] *= c;
+    }
+    res.lr = pd__lr_at(&s->o, s->step + 1);
+    pd__optim_step(&s->o, s->step + 1, res.lr, s->params, s->grads, s->state0, s->state1, s->ptotal);
+    s->step++;
+    if (r) *r = res;
+    return PD_OK;
+}
+
+pd_status pd_session_eval_rows(pd_session *s, int64_t rows, pd_step_result *r) {
+    if (!s) return pd__err(PD_ERR_INVALID, "pd_session_eval: NULL session");
+    PD_TRY(pd__check_fed(s));
+    pd_step_result res;
+    memset(&res, 0, sizeof res);
+    s->x.training = false;
+    PD_TRY(pd__forward(s));
+    PD_TRY(pd__loss(s, false, rows, &res));
+    if (r) *r = res;
+    return PD_OK;
+}
+
+pd_status pd_session_eval(pd_session *s, pd_step_result *r) { return pd_session_eval_rows(s, INT64_MAX, r); }
+
+int64_t pd_session_batch(const pd_session *s) {
+    const pd__tensor *p = &s->g->tensors[s->pred];
+    return p->ndim > 0 ? p->shape[0] : 1;
+}

@@ -1,0 +1,49 @@
+/* npytool.c - makes bad .npy inputs for the CLI tests from good ones:
+ *   npytool head IN.npy OUT.npy ROWS          the first ROWS rows
+ *   npytool set IN.npy OUT.npy INDEX VALUE    element INDEX (flat) = VALUE (nan, inf ok)
+ *   npytool cast IN.npy OUT.npy DTYPE         float32 | float64 | int64 | int32 | uint8
+ */
+#include "../core/pd_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int main(int argc, char **argv) {
+    if (argc < 5) {
+        fprintf(stderr, "usage: npytool head|set|cast IN OUT ARGS...\n");
+        return 2;
+    }
+    pd_tensor t;
+    if (pd_npy_load(argv[2], &t) != PD_OK) {
+        fprintf(stderr, "npytool: %s\n", pd_last_error());
+        return 1;
+    }
+    if (!strcmp(argv[1], "head")) {
+        t.shape[0] = atoll(argv[4]);
+    } else if (!strcmp(argv[1], "set") && argc > 5) {
+        double v = strtod(argv[5], NULL);
+        pd__set_f(t.dtype, t.data, atoll(argv[4]), v);
+    } else if (!strcmp(argv[1], "cast")) {
+        pd_dtype to = !strcmp(argv[4], "float32") ? PD_FLOAT
+                      : !strcmp(argv[4], "float64") ? PD_DOUBLE
+                      : !strcmp(argv[4], "int64") ? PD_INT64
+                      : !strcmp(argv[4], "int32") ? PD_INT32
+                                                  : PD_UINT8;
+        int64_t n = pd_tensor_numel(&t);
+        void *d = malloc((size_t)n * pd_dtype_size(to) + 1);
+        for (int64_t i = 0; i < n; i++) pd__set_f(to, d, i, pd__get_f(t.dtype, t.data, i));
+        free(t.data);
+        t.data = d;
+        t.dtype = to;
+    } else {
+        fprintf(stderr, "npytool: unknown command %s\n", argv[1]);
+        return 2;
+    }
+    if (pd_npy_save(argv[3], &t) != PD_OK) {
+        fprintf(stderr, "npytool: %s\n", pd_last_error());
+        return 1;
+    }
+    pd_tensor_free(&t);
+    return 0;
+}

@@ -1,0 +1,998 @@
+/* test_grad_nn.c - the nn ops' CPU backward kernels (runtime/cpu/nn_grad.c):
+ *
+ * - every differentiable input of Gemm, MatMul, Conv, ConvTranspose,
+ *   BatchNormalization (training session, the node's own training mode,
+ *   inference), LayerNormalization, MaxPool, AveragePool, GlobalAveragePool,
+ *   LRN, Softmax, LogSoftmax, Dropout, SoftmaxCrossEntropyLoss and
+ *   NegativeLogLikelihoodLoss against central differences in float64
+ *   (tests/gradcheck.h: also += into din and the split B/W backward), over
+ *   random shapes and attributes;
+ * - the float32 backward against the float64 one on the same values;
+ * - the multi-threaded backward against the single-threaded one;
+ * - BatchNormalization's training-session forward against hand-computed
+ *   values (batch statistics, running statistics updated in place with the
+ *   unbiased variance), and Dropout's training mask (rate, scale, the same
+ *   mask in the backward, per seed and per node);
+ * - MaxPool with ties: the gradient goes to the element the forward's
+ *   Indices output names (the first maximum in the window). 
+ */
+#include "../core/shape_nn.h"
+#include "check.h"
+#include "gradcheck.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- random configurations ---------------------------------------------------------------------- */
+
+static uint64_t rs_state;
+static void rs_seed(uint64_t s) { rs_state = s * 0x9e3779b97f4a7c15ull + 0x632be59bd9b4e019ull; }
+static uint64_t rs_next(void) {
+    rs_state ^= rs_state << 13;
+    rs_state ^= rs_state >> 7;
+    rs_state ^= rs_state << 17;
+    return rs_state;
+}
+static int64_t irand(int64_t lo, int64_t hi) { return lo + (int64_t)(rs_next() % (uint64_t)(hi - lo + 1)); }
+
+static const char *shp(char *buf, int nd, const int64_t *s) {
+    pd__format_shape(buf, 64, nd, s);
+    return buf;
+}
+
+/* A case builder: the same seed gives the same case in either dtype. It
+ * sets the inputs whose gradients are checked and describes the case. */
+typedef gc *(*build_fn)(uint64_t seed, pd_dtype dt, uint32_t *mask, char *desc, size_t dn);
+
+static double at(gc *c, int i, int64_t k) {
+    const pd__tensor *t = &c->g->tensors[c->in[i]];
+    return pd__get_f(t->dtype, t->data, k);
+}
+static void set(gc *c, int i, int64_t k, double v) {
+    pd__tensor *t = &c->g->tensors[c->in[i]];
+    pd__set_f(t->dtype, t->data, k, v);
+}
+static int64_t numel_in(gc *c, int i) { return c->g->tensors[c->in[i]].numel; }
+
+/* Random window attributes over ns spatial dims (pads may come from auto_pad). */
+static void rand_window(gc *c, int ns, int64_t maxpad, bool dil, bool valid) {
+    int64_t s[8], d[8], p[16];
+    for (int i = 0; i < ns; i++) {
+        s[i] = irand(1, 3);
+        d[i] = dil ? irand(1, 2) : 1;
+        p[i] = irand(0, maxpad);
+        p[ns + i] = irand(0, maxpad);
+    }
+    if (irand(0, 1)) gc_attr_ints(c, "strides", ns, s);
+    if (dil) gc_attr_ints(c, "dilations", ns, d);
+    int ap = (int)irand(0, 5);
+    if (ap == 1) gc_attr_s(c, "auto_pad", "SAME_UPPER");
+    else if (ap == 2) gc_attr_s(c, "auto_pad", "SAME_LOWER");
+    else if (ap == 3 && valid) gc_attr_s(c, "auto_pad", "VALID");
+    else if (ap != 4) gc_attr_ints(c, "pads", 2 * ns, p);
+}
+
+/* Every window of every dim holds at least one input position (no output of -inf or 0/0). */
+static bool windows_hit(const pd__win *w) {
+    for (int i = 0; i < w->nsp; i++)
+        for (int64_t o = 0; o < w->out[i]; o++) {
+            bool hit = false;
+            for (int64_t j = 0; j < w->k[i] && !hit; j++) {
+                int64_t pos = o * w->s[i] - w->pb[i] + j * w->d[i];
+                hit = pos >= 0 && pos < w->in[i];
+            }
+            if (!hit) return false;
+        }
+    return true;
+}
+
+static const char *attr_desc(gc *c, char *buf, size_t n) {
+    size_t k = 0;
+    buf[0] = 0;
+    for (int i = 0; i < c->node.nattr && k + 1 < n; i++) {
+        const pd__attr *a = &c->node.attr[i];
+        int w = 0;
+        if (a->type == PD_A_INT) w = snprintf(buf + k, n - k, " %s=%lld", a->name, (long long)a->i);
+        else if (a->type == PD_A_FLOAT) w = snprintf(buf + k, n - k, " %s=%g", a->name, (double)a->f);
+        else if (a->type == PD_A_STRING) w = snprintf(buf + k, n - k, " %s=%s", a->name, a->s);
+        else if (a->type == PD_A_INTS) {
+            char s[64];
+            w = snprintf(buf + k, n - k, " %s=%s", a->name, shp(s, a->n, a->ints));
+        }
+        if (w < 0 || (size_t)w >= n - k) break;
+        k += (size_t)w;
+    }
+    return buf;
+}
+
+/* "opset N in0 [..] in1 [..] attrs" */
+static void describe(gc *c, char *d, size_t dn) {
+    char a[256], s[64];
+    size_t k = (size_t)snprintf(d, dn, "opset %d", c->node.opset);
+    for (int i = 0; i < c->nin && k < dn; i++) {
+        if (c->in[i] < 0) k += (size_t)snprintf(d + k, dn - k, " -");
+        else {
+            const pd__tensor *t = &c->g->tensors[c->in[i]];
+            k += (size_t)snprintf(d + k, dn - k, " %s", shp(s, t->ndim, t->shape));
+        }
+    }
+    if (k < dn) snprintf(d + k, dn - k, "%s", attr_desc(c, a, sizeof a));
+}
+
+/* ---- builders ------------------------------------------------------------------------------------ */
+
+static gc *b_gemm(uint64_t seed, pd_dtype dt, uint32_t *mask, char *d, size_t dn) {
+    rs_seed(seed);
+    int opset = irand(0, 2) == 0 ? 9 : 13;
+    int64_t M = irand(1, 5), K = irand(1, 5), N = irand(1, 5);
+    bool ta = irand(0, 1), tb = irand(0, 1);
+    static const float ab[] = {1, 0.5f, -1.25f, 2};
+    float alpha = ab[irand(0, 3)], beta = irand(0, 5) == 0 ? 0 : ab[irand(0, 3)];
+    int cs = (int)irand(opset >= 11 ? 0 : 1, 7);
+    gc *c = gc_new("Gemm", opset);
+    gc_seed(c, seed);
+    int64_t sa[2] = {ta ? K : M, ta ? M : K}, sb[2] = {tb ? N : K, tb ? K : N};
+    gc_input(c, dt, 2, sa, NULL);
+    gc_input(c, dt, 2, sb, NULL);
+    /* C: absent, (), (1), (N), (1, N), (M, 1), (M, N), (1, 1) */
+    int64_t cshape[7][2] = {{0}, {1}, {N}, {1, N}, {M, 1}, {M, N}, {1, 1}};
+    int cnd[7] = {0, 1, 1, 2, 2, 2, 2};
+    if (cs) gc_input(c, dt, cnd[cs - 1], cshape[cs - 1], NULL);
+    if (ta) gc_attr_i(c, "transA", 1);
+    if (tb) gc_attr_i(c, "transB", 1);
+    if (alpha != 1 || irand(0, 1)) gc_attr_f(c, "alpha", alpha);
+    if (beta != 1 || irand(0, 1)) gc_attr_f(c, "beta", beta);
+    gc_outputs(c, 1);
+    *mask = cs ? 0x7 : 0x3;
+    describe(c, d, dn);
+    return c;
+}
+
+static gc *b_matmul(uint64_t seed, pd_dtype dt, uint32_t *mask, char *d, size_t dn) {
+    rs_seed(seed);
+    int64_t M = irand(1, 4), K = irand(1, 4), N = irand(1, 4), ob[4];
+    int kind = (int)irand(0, 5), nb = (int)irand(0, 3), ba = nb, bb = nb;
+    for (int i = 0; i < nb; i++) ob[i] = irand(1, 3);
+    if (irand(0, 1)) ba = (int)irand(0, nb);
+    else bb = (int)irand(0, nb);
+    int64_t sa[8], sb[8];
+    int ra = 0, rb = 0;
+    if (kind == 0 || kind == 2) { /* 1-D A */
+        sa[ra++] = K;
+    } else {
+        for (int i = nb - ba; i < nb; i++) sa[ra++] = irand(0, 2) == 0 ? 1 : ob[i];
+        sa[ra++] = M;
+        sa[ra++] = K;
+    }
+    if (kind == 1 || kind == 2) { /* 1-D B */
+        sb[rb++] = K;
+    } else {
+        for (int i = nb - bb; i < nb; i++) sb[rb++] = irand(0, 2) == 0 ? 1 : ob[i];
+        sb[rb++] = K;
+        sb[rb++] = N;
+    }
+    gc *c = gc_new("MatMul", 13);
+    gc_seed(c, seed);
+    gc_input(c, dt, ra, sa, NULL);
+    gc_input(c, dt, rb, sb, NULL);
+    gc_outputs(c, 1);
+    *mask = 0x3;
+    describe(c, d, dn);
+    return c;
+}
+
+/* Conv (transpose false) or ConvTranspose, retried until the window fits. */
+static gc *b_conv_any(uint64_t seed, pd_dtype dt, uint32_t *mask, char *d, size_t dn, bool transpose) {
+    for (uint64_t tries = 0;; tries++) {
+        rs_seed(seed * 977 + tries);
+        int ns = irand(0, 5) == 0 ? 3 : (int)irand(1, 2);
+        bool big = irand(0, 2) == 0, one = !transpose && big && irand(0, 2) == 0;
+        int64_t group = irand(0, 2) == 0 ? irand(2, 3) : 1, N = irand(1, 2);
+        int64_t Cg = big ? irand(4, 5) : irand(1, 3), Mg = big ? irand(4, 5) : irand(1, 3);
+        int64_t xs[8] = {N, group * Cg}, ws[8];
+        if (transpose) ws[0] = group * Cg, ws[1] = Mg;
+        else ws[0] = group * Mg, ws[1] = Cg;
+        for (int i = 0; i < ns; i++) {
+            ws[2 + i] = one ? 1 : irand(1, 3);
+            int64_t lo = ns == 3 ? 2 : 3, hi = ns == 1 ? 9 : ns == 2 ? (big ? 4 : 6) : 3;
+            xs[2 + i] = irand(lo, hi);
+        }
+        gc *c = gc_new(transpose ? "ConvTranspose" : "Conv", irand(0, 1) ? 11 : 22);
+        gc_seed(c, seed);
+        if (group > 1 || irand(0, 1)) gc_attr_i(c, "group", group);
+        if (!one) rand_window(c, ns, 2, true, true);
+        if (transpose && irand(0, 2) == 0) {
+            int64_t op[8], os[8];
+            for (int i = 0; i < ns; i++) op[i] = irand(0, 1);
+            if (irand(0, 1)) {
+                gc_attr_ints(c, "output_padding", ns, op);
+            } else { /* an output_shape near the natural size */
+                pd__win w;
+                if (pd__win_make(&c->node, PD_WIN_CONVT, ns + 2, xs, ws + 2, &w) == PD_OK) {
+                    for (int i = 0; i < ns; i++) os[i] = w.out[i] + irand(-1, 1);
+                    gc_attr_ints(c, "output_shape", ns, os);
+                }
+            }
+        }
+        if (irand(0, 3) == 0) gc_attr_ints(c, "kernel_shape", ns, ws + 2);
+        pd__win w;
+        bool ok = pd__win_make(&c->node, transpose ? PD_WIN_CONVT : PD_WIN_CONV, ns + 2, xs, ws + 2, &w) == PD_OK;
+        for (int i = 0; ok && i < ns; i++) ok = w.out[i] >= 1 && w.out[i] <= 12;
+        if (!ok) {
+            gc_free(c);
+            continue;
+        }
+        bool bias = irand(0, 1);
+        int64_t M = transpose ? Mg * group : ws[0];
+        gc_input(c, dt, ns + 2, xs, NULL);
+        gc_input(c, dt, ns + 2, ws, NULL);
+        if (bias) gc_input(c, dt, 1, &M, NULL);
+        gc_outputs(c, 1);
+        *mask = bias ? 0x7 : 0x3;
+        describe(c, d, dn);
+        return c;
+    }
+}
+static gc *b_conv(uint64_t seed, pd_dtype dt, uint32_t *mask, char *d, size_t dn) {
+    return b_conv_any(seed, dt, mask, d, dn, false);
+}
+static gc *b_convt(uint64_t seed, pd_dtype dt, uint32_t *mask, char *d, size_t dn) {
+    return b_conv_any(seed, dt, mask, d, dn, true);
+}
+
+/* modes: 0 a training session on a node exported for inference, 1 inference
+ * (the affine backward), 2 the node's training_mode=1 (ONNX's batch
+ * statistics) outside a session, 3 opset 7 spatial=0 (per-feature) in a session. */
+static gc *b_bn(uint64_t seed, pd_dtype dt, uint32_t *mask, char *d, size_t dn) {
+    rs_seed(seed);
+    int mode = (int)irand(0, 3);
+    int sr = (int)irand(0, 2);
+    int64_t xs[8] = {irand(1, 3), irand(1, 3)};
+    for (int i = 0; i < sr; i++) xs[2 + i] = irand(1, 3);
+    /* at least three values per feature: with two, y = +-scale + bias whatever X is, and
+     * the gradient is only eps's tiny effect, below the differences' noise */
+    int64_t per = xs[0] * (mode == 3 ? 1 : (sr ? xs[2] : 1) * (sr > 1 ? xs[3] : 1));
+    if (per < 3) xs[0] = 3;
+    gc *c = gc_new("BatchNormalization", mode == 3 ? 7 : 15);
+    gc_seed(c, seed);
+    int pnd = mode == 3 ? 1 + sr : 1;
+    gc_input(c, dt, 2 + sr, xs, NULL);
+    for (int i = 1; i < 5; i++) gc_input(c, dt, pnd, xs + 1, NULL);
+    for (int64_t k = 0; k < numel_in(c, 4); k++) set(c, 4, k, 0.2 + fabs(at(c, 4, k)));
+    if (mode == 3) gc_attr_i(c, "spatial", 0);
+    if (mode == 2) gc_attr_i(c, "training_mode", 1);
+    if (irand(0, 1)) gc_attr_f(c, "epsilon", irand(0, 1) ? 1e-3f : 1e-5f);
+    if (irand(0, 1)) gc_attr_f(c, "momentum", 0.7f);
+    gc_training(c, mode == 0 || mode == 3);
+    gc_outputs(c, 1);
+    *mask = 0x7;
+    describe(c, d, dn);
+    static const char *names[] = {" session", " inference", " training_mode=1", " session per-feature"};
+    size_t k = strlen(d);
+    snprintf(d + k, dn - k, "%s", names[mode]);
+    return c;
+}
+
+static gc *b_ln(uint64_t seed, pd_dtype dt, uint32_t *mask, char *d, size_t dn) {
+    rs_seed(seed);
+    int r = (int)irand(1, 4);
+    int64_t xs[8], ss[8], bs[8];
+    for (int i = 0; i < r; i++) xs[i] = irand(1, 4);
+    int axis = (int)irand(-r, r - 1), ax = axis < 0 ? axis + r : axis, nd = r - ax;
+    int sn = (int)irand(1, nd), bn = (int)irand(0, nd);
+    for (int i = 0; i < sn; i++) ss[i] = irand(0, 3) == 0 ? 1 : xs[r - sn + i];
+    for (int i = 0; i < bn; i++) bs[i] = irand(0, 3) == 0 ? 1 : xs[r - bn + i];
+    int nout = (int)irand(1, 3);
+    gc *c = gc_new("LayerNormalization", 17);
+    gc_seed(c, seed);
+    gc_input(c, dt, r, xs, NULL);
+    gc_input(c, dt, sn, ss, NULL);
+    if (bn && irand(0, 2)) gc_input(c, dt, bn, bs, NULL);
+    if (axis != -1 || irand(0, 1)) gc_attr_i(c, "axis", axis);
+    int64_t D = 1;
+    for (int i = ax; i < r; i++) D *= xs[i];
+    /* two values per row normalize to about +-1 whatever they are: a large
+     * epsilon keeps the gradient above the differences' noise */
+    if (D == 2) gc_attr_f(c, "epsilon", 0.5f);
+    else if (irand(0, 1)) gc_attr_f(c, "epsilon", irand(0, 1) ? 0.1f : 1e-5f);
+    if (nout > 1) gc_attr_i(c, "stash_type", PD_DOUBLE); /* differences of float32 statistics are noise */
+    gc_outputs(c, nout);
+    *mask = c->nin == 3 ? 0x7 : 0x3;
+    describe(c, d, dn);
+    size_t k = strlen(d);
+    snprintf(d + k, dn - k, " outputs %d", nout);
+    return c;
+}
+
+/* MaxPool (max true) or AveragePool, retried until every window holds an input. */
+static gc *b_pool_any(uint64_t seed, pd_dtype dt, uint32_t *mask, char *d, size_t dn, bool max) {
+    for (uint64_t tries = 0;; tries++) {
+        rs_seed(seed * 613 + tries);
+        int ns = irand(0, 4) == 0 ? 3 : (int)irand(1, 2);
+        int64_t xs[8] = {irand(1, 2), irand(1, 3)}, ks[8];
+        for (int i = 0; i < ns; i++) {
+            ks[i] = irand(1, 3);
+            xs[2 + i] = ns == 1 ? irand(3, 10) : ns == 2 ? irand(3, 6) : irand(2, 4);
+        }
+        int opset = max ? (irand(0, 1) ? 12 : 22) : (irand(0, 1) ? 11 : 19);
+        gc *c = gc_new(max ? "MaxPool" : "AveragePool", opset);
+        gc_seed(c, seed);
+        gc_attr_ints(c, "kernel_shape", ns, ks);
+        rand_window(c, ns, 1, max || opset >= 19, true);
+        if (irand(0, 1)) gc_attr_i(c, "ceil_mode", 1);
+        if (!max && irand(0, 1)) gc_attr_i(c, "count_include_pad", 1);
+        int nout = max ? (int)irand(1, 2) : 1;
+        if (nout == 2 && irand(0, 1)) gc_attr_i(c, "storage_order", 1);
+        pd__win w;
+        if (pd__win_make(&c->node, PD_WIN_POOL, ns + 2, xs, NULL, &w) != PD_OK || !windows_hit(&w)) {
+            gc_free(c);
+            continue;
+        }
+        gc_input(c, dt, ns + 2, xs, NULL);
+        if (max) { /* distinct values, far apart compared with the differences' step: no ties */
+            int64_t n = numel_in(c, 0);
+            for (int64_t k = 0; k < n; k++) set(c, 0, k, -1 + 2.0 * (double)k / (double)n);
+            for (int64_t k = n - 1; k > 0; k--) {
+                int64_t j = irand(0, k);
+                double t = at(c, 0, k);
+                set(c, 0, k, at(c, 0, j));
+                set(c, 0, j, t);
+            }
+        }
+        gc_outputs(c, nout);
+        *mask = 0x1;
+        describe(c, d, dn);
+        return c;
+    }
+}
+static gc *b_maxpool(uint64_t seed, pd_dtype dt, uint32_t *mask, char *d, size_t dn) {
+    return b_pool_any(seed, dt, mask, d, dn, true);
+}
+static gc *b_avgpool(uint64_t seed, pd_dtype dt, uint32_t *mask, char *d, size_t dn) {
+    return b_pool_any(seed, dt, mask, d, dn, false);
+}
+
+static gc *b_gap(uint64_t seed, pd_dtype dt, uint32_t *mask, char *d, size_t dn) {
+    rs_seed(seed);
+    int r = (int)irand(3, 5);
+    int64_t xs[8];
+    for (int i = 0; i < r; i++) xs[i] = irand(1, 4);
+    gc *c = gc_new("GlobalAveragePool", 1);
+    gc_seed(c, seed);
+    gc_input(c, dt, r, xs, NULL);
+    gc_outputs(c, 1);
+    *mask = 0x1;
+    describe(c, d, dn);
+    return c;
+}
+
+static gc *b_lrn(uint64_t seed, pd_dtype dt, uint32_t *mask, char *d, size_t dn) {
+    rs_seed(seed);
+    int r = (int)irand(2, 4);
+    int64_t xs[8] = {irand(1, 2), irand(1, 7)};
+    for (int i = 2; i < r; i++) xs[i] = irand(1, 4);
+    gc *c = gc_new("LRN", 13);
+    gc_seed(c, seed);
+    gc_input(c, dt, r, xs, NULL);
+    gc_attr_i(c, "size", irand(1, 5));
+    static const float al[] = {1e-4f, 0.5f, 1.0f}, be[] = {0.75f, 0.5f, 1.3f}, bi[] = {1.0f, 2.0f, 0.5f};
+    if (irand(0, 2)) gc_attr_f(c, "alpha", al[irand(0, 2)]);
+    if (irand(0, 2)) gc_attr_f(c, "beta", be[irand(0, 2)]);
+    if (irand(0, 2)) gc_attr_f(c, "bias", bi[irand(0, 2)]);
+    gc_outputs(c, 1);
+    *mask = 0x1;
+    describe(c, d, dn);
+    return c;
+}
+
+static gc *b_softmax_any(uint64_t seed, pd_dtype dt, uint32_t *mask, char *d, size_t dn, bool lg) {
+    rs_seed(seed);
+    int r = (int)irand(1, 4), opset = irand(0, 1) ? 11 : 13;
+    int64_t xs[8];
+    for (int i = 0; i < r; i++) xs[i] = irand(1, 5);
+    gc *c = gc_new(lg ? "LogSoftmax" : "Softmax", opset);
+    gc_seed(c, seed);
+    gc_input(c, dt, r, xs, NULL);
+    /* opset 13: one axis in [-r, r-1]; before, the 2-D coercion point in [-r, r] */
+    int64_t axis = opset >= 13 ? irand(-r, r - 1) : irand(-r, r);
+    if (irand(0, 3)) gc_attr_i(c, "axis", axis);
+    gc_outputs(c, 1);
+    *mask = 0x1;
+    describe(c, d, dn);
+    return c;
+}
+static gc *b_softmax(uint64_t seed, pd_dtype dt, uint32_t *mask, char *d, size_t dn) {
+    return b_softmax_any(seed, dt, mask, d, dn, false);
+}
+static gc *b_logsoftmax(uint64_t seed, pd_dtype dt, uint32_t *mask, char *d, size_t dn) {
+    return b_softmax_any(seed, dt, mask, d, dn, true);
+}
+
+/* modes: 0 a session, ratio input; 1 a session, opset 10's ratio attribute;
+ * 2 ONNX's training_mode input (MT19937) outside a session; 3 inference (identity). */
+static gc *b_dropout(uint64_t seed, pd_dtype dt, uint32_t *mask, char *d, size_t dn) {
+    rs_seed(seed);
+    int mode = (int)irand(0, 3), r = (int)irand(1, 3);
+    int64_t xs[8];
+    for (int i = 0; i < r; i++) xs[i] = irand(1, 6);
+    static const double ratios[] = {0.2, 0.5, 0.75};
+    double ratio = ratios[irand(0, 2)];
+    gc *c = gc_new("Dropout", mode == 1 ? 10 : 13);
+    gc_seed(c, seed);
+    gc_input(c, dt, r, xs, NULL);
+    if (mode == 0 || mode == 2) gc_input(c, PD_DOUBLE, 0, NULL, &ratio);
+    if (mode == 2) {
+        bool on = true;
+        gc_input(c, PD_BOOL, 0, NULL, &on);
+        gc_attr_i(c, "seed", (int64_t)irand(0, 1000));
+    }
+    if (mode == 1) gc_attr_f(c, "ratio", (float)ratio);
+    gc_training(c, mode <= 1);
+    gc_outputs(c, (int)irand(1, 2));
+    *mask = 0x1;
+    describe(c, d, dn);
+    static const char *names[] = {" session", " session (attribute)", " training_mode input", " inference"};
+    size_t k = strlen(d);
+    snprintf(d + k, dn - k, "%s ratio %g", names[mode], ratio);
+    return c;
+}
+
+static gc *b_loss_any(uint64_t seed, pd_dtype dt, uint32_t *mask, char *d, size_t dn, bool sce) {
+    rs_seed(seed);
+    int r = (int)irand(2, 4);
+    int64_t xs[8] = {irand(1, 3), irand(2, 5)}, ls[8];
+    for (int i = 2; i < r; i++) xs[i] = irand(1, 3);
+    ls[0] = xs[0];
+    for (int i = 2; i < r; i++) ls[i - 1] = xs[i];
+    int64_t nl = 1, C = xs[1];
+    for (int i = 0; i < r - 1; i++) nl *= ls[i];
+    bool has_ii = irand(0, 2) == 0;
+    int64_t ii = irand(0, 1) ? -1 : irand(0, C - 1);
+    int64_t *lab = calloc((size_t)nl, sizeof(int64_t));
+    int32_t *lab32 = malloc(sizeof(int32_t) * (size_t)nl);
+    for (int64_t k = 0; k < nl; k++) {
+        lab[k] = irand(0, C - 1);
+        if (has_ii && irand(0, 3) == 0) lab[k] = ii;
+    }
+    if (has_ii && lab[0] == ii) lab[0] = (ii + 1) % C; /* at least one counts */
+    for (int64_t k = 0; k < nl; k++) lab32[k] = (int32_t)lab[k];
+    static const char *reds[] = {"none", "sum", "mean"};
+    int red = (int)irand(0, 2);
+    gc *c = gc_new(sce ? "SoftmaxCrossEntropyLoss" : "NegativeLogLikelihoodLoss", 13);
+    gc_seed(c, seed);
+    gc_input(c, dt, r, xs, NULL);
+    if (irand(0, 3)) gc_input(c, PD_INT64, r - 1, ls, lab);
+    else gc_input(c, PD_INT32, r - 1, ls, lab32);
+    if (irand(0, 1)) {
+        gc_input(c, dt, 1, &C, NULL);
+        for (int64_t k = 0; k < C; k++) set(c, 2, k, 0.5 + fabs(at(c, 2, k))); /* sums of weights far from 0 */
+    }
+    if (has_ii) gc_attr_i(c, "ignore_index", ii);
+    if (red != 2 || irand(0, 1)) gc_attr_s(c, "reduction", reds[red]);
+    gc_outputs(c, sce ? (int)irand(1, 2) : 1);
+    *mask = 0x1;
+    describe(c, d, dn);
+    size_t k = strlen(d);
+    snprintf(d + k, dn - k, " outputs %d", c->nout);
+    free(lab);
+    free(lab32);
+    return c;
+}
+static gc *b_sce(uint64_t seed, pd_dtype dt, uint32_t *mask, char *d, size_t dn) {
+    return b_loss_any(seed, dt, mask, d, dn, true);
+}
+static gc *b_nll(uint64_t seed, pd_dtype dt, uint32_t *mask, char *d, size_t dn) {
+    return b_loss_any(seed, dt, mask, d, dn, false);
+}
+
+/* ---- running a case without the finite differences ------------------------------------------------ */
+
+/* Shape rule, output buffers and the exec of a built case (as gc_check does). */
+static bool prep(gc *c, pd__exec *x, int threads) {
+    pd__node *n = &c->node;
+    n->nin = c->nin;
+    n->nout = c->nout;
+    n->in = malloc(sizeof(int) * (size_t)(c->nin + 1));
+    n->out = malloc(sizeof(int) * (size_t)(c->nout + 1));
+    memcpy(n->in, c->in, sizeof(int) * (size_t)c->nin);
+    memcpy(n->out, c->out, sizeof(int) * (size_t)c->nout);
+    if (n->op < 0 || pd__ops[n->op].shape(c->g, n) != PD_OK) {
+        snprintf(c->why, sizeof c->why, "shape rule: %s", pd_last_error());
+        return false;
+    }
+    for (int j = 0; j < c->nout; j++) {
+        pd__tensor *t = &c->g->tensors[c->out[j]];
+        t->data = calloc(1, (size_t)t->numel * pd_dtype_size(t->dtype) + 1);
+    }
+    *x = (pd__exec){.threads = threads, .g = c->g, .training = c->training, .seed = 1234};
+    return true;
+}
+
+static void views(gc *c, pd_tensor *iv, pd_tensor **ip, pd_tensor *ov, pd_tensor **op) {
+    for (int i = 0; i < c->nin; i++) {
+        ip[i] = NULL;
+        if (c->in[i] < 0) continue;
+        iv[i] = pd__view(&c->g->tensors[c->in[i]]);
+        ip[i] = &iv[i];
+    }
+    for (int j = 0; j < c->nout; j++) {
+        ov[j] = pd__view(&c->g->tensors[c->out[j]]);
+        op[j] = &ov[j];
+    }
+}
+
+/* Forward, then backward with fixed random output gradients; g[i] (for the
+ * inputs in mask) gets input i's gradient as doubles (free them). */
+static bool run_grads(gc *c, uint32_t mask, int threads, double **g) {
+    pd__exec x;
+    for (int i = 0; i < c->nin; i++) g[i] = NULL;
+    if (!prep(c, &x, threads)) return false;
+    pd_tensor iv[16], ov[16], dov[16], div[16], *ip[16], *op[16], *dop[16], *dip[16];
+    views(c, iv, ip, ov, op);
+    bool ok = pd__cpu_run(&x, c->g, &c->node, ip, op) == PD_OK;
+    if (!ok) snprintf(c->why, sizeof c->why, "forward: %s", pd_last_error());
+    uint64_t r = 0x2545f4914f6cdd1dull;
+    for (int j = 0; j < c->nout; j++) {
+        dop[j] = NULL;
+        if (ov[j].dtype != PD_FLOAT && ov[j].dtype != PD_DOUBLE) continue;
+        dov[j] = ov[j];
+        int64_t n = pd_tensor_numel(&ov[j]);
+        dov[j].data = malloc(sizeof(double) * (size_t)(n + 1));
+        for (int64_t k = 0; k < n; k++) {
+            r ^= r >> 12, r ^= r << 25, r ^= r >> 27;
+            pd__set_f(dov[j].dtype, dov[j].data, k, (double)((r * 2685821657736338717ull) >> 11) / 4503599627370496.0 - 1);
+        }
+        dop[j] = &dov[j];
+    }
+    for (int i = 0; i < c->nin; i++) {
+        dip[i] = NULL;
+        if (!((mask >> i) & 1) || c->in[i] < 0) continue;
+        div[i] = iv[i];
+        div[i].data = calloc((size_t)pd_tensor_numel(&iv[i]) + 1, sizeof(double));
+        dip[i] = &div[i];
+    }
+    if (ok && pd__cpu_run_bwd(&x, c->g, &c->node, ip, op, dop, dip) != PD_OK) {
+        snprintf(c->why, sizeof c->why, "backward: %s", pd_last_error());
+        ok = false;
+    }
+    for (int i = 0; i < c->nin; i++) {
+        if (!dip[i]) continue;
+        int64_t n = pd_tensor_numel(&div[i]);
+        g[i] = malloc(sizeof(double) * (size_t)(n + 1));
+        for (int64_t k = 0; k < n; k++) g[i][k] = pd__get_f(div[i].dtype, div[i].data, k);
+        free(div[i].data);
+    }
+    for (int j = 0; j < c->nout; j++)
+        if (dop[j]) free(dov[j].data);
+    free(x.scratch);
+    return ok;
+}
+
+/* max |a - b| / max |b| over the inputs in mask (0 when all are 0). */
+static double grad_diff(gc *c, uint32_t mask, double **a, double **b) {
+    double worst = 0;
+    for (int i = 0; i < c->nin; i++) {
+        if (!((mask >> i) & 1) || !a[i] || !b[i]) continue;
+        double md = 0, mb = 0;
+        for (int64_t k = 0; k < numel_in(c, i); k++) {
+            double e = fabs(a[i][k] - b[i][k]);
+            if (!(e <= md)) md = e; /* NaN counts */
+            if (fabs(b[i][k]) > mb) mb = fabs(b[i][k]);
+        }
+        double rel = md / (mb > 0 ? mb : 1);
+        if (!(rel <= worst)) worst = rel;
+    }
+    return worst;
+}
+
+static void free_grads(gc *c, double **g) {
+    for (int i = 0; i < c->nin; i++) free(g[i]);
+}
+
+/* ---- the three checks per op ---------------------------------------------------------------------------- */
+
+typedef struct op_case {
+    const char *name;
+    build_fn build;
+    int n_grad, n_f32; /* cases against finite differences, float32 against float64 */
+} op_case;
+
+static uint64_t name_seed(const char *s) {
+    uint64_t h = 1469598103934665603ull;
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h;
+}
+
+static void check_gradients(const op_case *oc) {
+    for (int i = 0; i < oc->n_grad; i++) {
+        char d[512];
+        uint32_t mask;
+        gc *c = oc->build(name_seed(oc->name) + (uint64_t)i, PD_DOUBLE, &mask, d, sizeof d);
+        bool ok = gc_check(c, 1e-6, mask);
+        CHECK(ok, "%s gradient #%d %s: %s", oc->name, i, d, gc_why(c));
+        gc_free(c);
+    }
+}
+
+static void check_f32(const op_case *oc) {
+    for (int i = 0; i < oc->n_f32; i++) {
+        char d[512], d2[512];
+        uint32_t mask, mask2;
+        uint64_t seed = name_seed(oc->name) + 1000003u * (uint64_t)(i + 1);
+        gc *c32 = oc->build(seed, PD_FLOAT, &mask, d, sizeof d);
+        gc *c64 = oc->build(seed, PD_DOUBLE, &mask2, d2, sizeof d2);
+        /* the same values: float64 gets float32's */
+        for (int k = 0; k < c64->nin; k++) {
+            if (c64->in[k] < 0) continue;
+            const pd__tensor *t = &c32->g->tensors[c32->in[k]];
+            if (t->dtype != PD_FLOAT) continue;
+            for (int64_t e = 0; e < t->numel; e++) set(c64, k, e, pd__get_f(PD_FLOAT, t->data, e));
+        }
+        double *g32[16], *g64[16];
+        bool ok = run_grads(c32, mask, 1, g32) && run_grads(c64, mask, 1, g64);
+        double diff = ok ? grad_diff(c64, mask, g32, g64) : INFINITY;
+        CHECK(ok && diff <= 1e-4, "%s float32 vs float64 #%d %s: max rel diff %.3g %s", oc->name, i, d, diff,
+              ok ? "" : (c32->why[0] ? c32->why : c64->why));
+        free_grads(c32, g32);
+        free_grads(c64, g64);
+        gc_free(c32);
+        gc_free(c64);
+    }
+}
+
+/* ---- multi-threaded against single-threaded, on cases large enough for OpenMP ------------------------ */
+
+static gc *big_case(int which, uint32_t *mask) {
+    int64_t x4[4] = {4, 32, 24, 24}, w4[4] = {32, 32, 3, 3}, w1[4] = {64, 32, 1, 1}, wd[4] = {32, 1, 3, 3};
+    int64_t b1 = 32, b64 = 64, pads[4] = {1, 1, 1, 1}, ks[2] = {3, 3}, st[2] = {2, 2};
+    gc *c = NULL;
+    switch (which) {
+    case 0: /* im2col conv */
+    case 1: /* 1x1 conv (X is its own columns) */
+    case 2: /* depthwise (direct) conv */
+        c = gc_new("Conv", 13);
+        gc_input(c, PD_DOUBLE, 4, x4, NULL);
+        gc_input(c, PD_DOUBLE, 4, which == 0 ? w4 : which == 1 ? w1 : wd, NULL);
+        gc_input(c, PD_DOUBLE, 1, which == 1 ? &b64 : &b1, NULL);
+        if (which != 1) gc_attr_ints(c, "pads", 4, pads);
+        if (which == 2) gc_attr_i(c, "group", 32);
+        *mask = 0x7;
+        break;
+    case 3:
+        c = gc_new("ConvTranspose", 13);
+        gc_input(c, PD_DOUBLE, 4, x4, NULL);
+        gc_input(c, PD_DOUBLE, 4, w4, NULL);
+        gc_input(c, PD_DOUBLE, 1, &b1, NULL);
+        gc_attr_ints(c, "strides", 2, st);
+        *mask = 0x7;
+        break;
+    case 4:
+    case 5:
+        c = gc_new(which == 4 ? "MaxPool" : "AveragePool", 12);
+        gc_input(c, PD_DOUBLE, 4, x4, NULL);
+        gc_attr_ints(c, "kernel_shape", 2, ks);
+        gc_attr_ints(c, "pads", 4, pads);
+        *mask = 0x1;
+        break;
+    case 6:
+        c = gc_new("BatchNormalization", 15);
+        gc_input(c, PD_DOUBLE, 4, x4, NULL);
+        for (int i = 0; i < 4; i++) gc_input(c, PD_DOUBLE, 1, &b1, NULL);
+        for (int64_t k = 0; k < 32; k++) set(c, 4, k, 1 + at(c, 4, k) * 0.5);
+        gc_training(c, true);
+        *mask = 0x7;
+        break;
+    case 7:
+        c = gc_new("LayerNormalization", 17);
+        gc_input(c, PD_DOUBLE, 4, x4, NULL);
+        gc_input(c, PD_DOUBLE, 2, x4 + 2, NULL);
+        gc_input(c, PD_DOUBLE, 2, x4 + 2, NULL);
+        gc_attr_i(c, "axis", 2);
+        *mask = 0x7;
+        break;
+    case 8:
+        c = gc_new("LRN", 13);
+        gc_input(c, PD_DOUBLE, 4, x4, NULL);
+        gc_attr_i(c, "size", 3);
+        *mask = 0x1;
+        break;
+    case 9:
+    case 10:
+        c = gc_new(which == 9 ? "Softmax" : "LogSoftmax", 13);
+        gc_input(c, PD_DOUBLE, 4, x4, NULL);
+        gc_attr_i(c, "axis", which == 9 ? 1 : -1);
+        *mask = 0x1;
+        break;
+    default: {
+        c = gc_new("SoftmaxCrossEntropyLoss", 13);
+        gc_input(c, PD_DOUBLE, 4, x4, NULL);
+        int64_t ls[3] = {4, 24, 24}, *lab = malloc(sizeof(int64_t) * 4 * 24 * 24);
+        for (int64_t k = 0; k < 4 * 24 * 24; k++) lab[k] = (k * 7) % 32;
+        gc_input(c, PD_INT64, 3, ls, lab);
+        free(lab);
+        *mask = 0x1;
+        break;
+    }
+    }
+    gc_outputs(c, 1);
+    return c;
+}
+
+static void check_threads(void) {
+    for (int which = 0; which <= 11; which++) {
+        uint32_t mask;
+        gc *c1 = big_case(which, &mask), *c2 = big_case(which, &mask);
+        double *g1[16], *g2[16];
+        bool ok = run_grads(c1, mask, 1, g1) && run_grads(c2, mask, 2, g2);
+        double diff = ok ? grad_diff(c1, mask, g2, g1) : INFINITY;
+        CHECK(ok && diff <= 1e-12, "%s 2 threads vs 1: max rel diff %.3g %s", c1->node.op_type, diff,
+              ok ? "" : c1->why);
+        free_grads(c1, g1);
+        free_grads(c2, g2);
+        gc_free(c1);
+        gc_free(c2);
+    }
+}
+
+/* ---- BatchNormalization's training-session forward ----------------------------------------------------- */
+
+static void check_bn_forward(void) {
+    /* X (2, 2, 2): channel 0 holds 1 2 | 3 4, channel 1 holds 0 0 | 0 4 */
+    double X[8] = {1, 2, 0, 0, 3, 4, 0, 4}, sc[2] = {2, 1}, bi[2] = {0.5, -1}, rm[2] = {0, 1}, rv[2] = {1, 2};
+    int64_t xs[3] = {2, 2, 2}, ps = 2;
+    for (int mode = 0; mode < 3; mode++) { /* 0 session, 1 inference, 2 training_mode=1 outside a session */
+        gc *c = gc_new("BatchNormalization", 15);
+        gc_input(c, PD_DOUBLE, 3, xs, X);
+        gc_input(c, PD_DOUBLE, 1, &ps, sc);
+        gc_input(c, PD_DOUBLE, 1, &ps, bi);
+        gc_input(c, PD_DOUBLE, 1, &ps, rm);
+        gc_input(c, PD_DOUBLE, 1, &ps, rv);
+        gc_attr_f(c, "epsilon", 1e-5f);
+        gc_attr_f(c, "momentum", 0.9f); /* PyTorch's momentum 0.1 */
+        if (mode == 2) gc_attr_i(c, "training_mode", 1);
+        gc_training(c, mode == 0);
+        gc_outputs(c, mode == 2 ? 3 : 1);
+        pd__exec x;
+        bool ok = prep(c, &x, 1);
+        pd_tensor iv[16], ov[16], *ip[16], *op[16];
+        views(c, iv, ip, ov, op);
+        ok = ok && pd__cpu_run(&x, c->g, &c->node, ip, op) == PD_OK;
+        double eps = (double)1e-5f;
+        /* batch: mean 2.5 and 1, biased var 1.25 and 3, unbiased 5/3 and 4 */
+        double bm[2] = {2.5, 1}, bv[2] = {1.25, 3}, uv[2] = {5.0 / 3, 4};
+        double worst = 0;
+        const double *y = ov[0].data;
+        for (int k = 0; k < 8; k++) {
+            int ch = (k / 2) % 2;
+            double m = mode == 1 ? rm[ch] : bm[ch], v = mode == 1 ? rv[ch] : bv[ch];
+            double want = (X[k] - m) / sqrt(v + eps) * sc[ch] + bi[ch];
+            worst = fmax(worst, fabs(y[k] - want));
+        }
+        CHECK(ok && worst < 1e-12, "BatchNormalization forward (%s): Y max diff %.3g",
+              mode == 0 ? "session" : mode == 1 ? "inference" : "training_mode=1", worst);
+        /* running statistics: in place with the unbiased variance in a session;
+         * untouched otherwise, the node's own mode putting them (biased) in outputs 1, 2 */
+        const double *im = gc_data(c, 3), *iv_ = gc_data(c, 4);
+        double want_m[2], want_v[2];
+        double mo = (double)0.9f; /* the attribute is a float */
+        for (int ch = 0; ch < 2; ch++) {
+            want_m[ch] = mode == 0 ? mo * rm[ch] + (1 - mo) * bm[ch] : rm[ch];
+            want_v[ch] = mode == 0 ? mo * rv[ch] + (1 - mo) * uv[ch] : rv[ch];
+        }
+        /* by hand, with momentum 0.9: 0.25, 1.0 and 1.0666667, 2.2 */
+        if (mode == 0)
+            CHECK(fabs(want_m[0] - 0.25) < 1e-7 && fabs(want_m[1] - 1.0) < 1e-7 &&
+                      fabs(want_v[0] - 1.0666666666666667) < 1e-7 && fabs(want_v[1] - 2.2) < 1e-7,
+                  "BatchNormalization expected running statistics (by hand)");
+        double dm = 0;
+        for (int ch = 0; ch < 2; ch++) dm = fmax(dm, fmax(fabs(im[ch] - want_m[ch]), fabs(iv_[ch] - want_v[ch])));
+        CHECK(ok && dm < 1e-12, "BatchNormalization running statistics inputs (%s): max diff %.3g",
+              mode == 0 ? "session: updated in place, unbiased variance" : mode == 1 ? "inference: unchanged"
+                                                                                     : "training_mode=1: unchanged",
+              dm);
+        if (mode == 2) {
+            const double *om = ov[1].data, *ovv = ov[2].data;
+            double d2 = 0;
+            for (int ch = 0; ch < 2; ch++)
+                d2 = fmax(d2, fmax(fabs(om[ch] - (mo * rm[ch] + (1 - mo) * bm[ch])),
+                                   fabs(ovv[ch] - (mo * rv[ch] + (1 - mo) * bv[ch]))));
+            CHECK(ok && d2 < 1e-12, "BatchNormalization training_mode=1 outputs running statistics (biased): max diff %.3g",
+                  d2);
+        }
+        free(x.scratch);
+        gc_free(c);
+    }
+    /* a second session step moves the running statistics again, from the updated values */
+    gc *c = gc_new("BatchNormalization", 15);
+    gc_input(c, PD_DOUBLE, 3, xs, X);
+    gc_input(c, PD_DOUBLE, 1, &ps, sc);
+    gc_input(c, PD_DOUBLE, 1, &ps, bi);
+    gc_input(c, PD_DOUBLE, 1, &ps, rm);
+    gc_input(c, PD_DOUBLE, 1, &ps, rv);
+    gc_attr_f(c, "momentum", 0.5f);
+    gc_training(c, true);
+    gc_outputs(c, 1);
+    pd__exec x;
+    bool ok = prep(c, &x, 1);
+    pd_tensor iv[16], ov[16], *ip[16], *op[16];
+    views(c, iv, ip, ov, op);
+    ok = ok && pd__cpu_run(&x, c->g, &c->node, ip, op) == PD_OK && pd__cpu_run(&x, c->g, &c->node, ip, op) == PD_OK;
+    const double *im = gc_data(c, 3), *iv_ = gc_data(c, 4);
+    /* channel 0: mean 0 -> 1.25 -> 1.875; var 1 -> 4/3 -> 1.5 */
+    CHECK(ok && fabs(im[0] - 1.875) < 1e-12 && fabs(iv_[0] - 1.5) < 1e-12,
+          "BatchNormalization two session steps, momentum 0.5: running mean %.6g (1.875), var %.6g (1.5)", im[0],
+          iv_[0]);
+    free(x.scratch);
+    gc_free(c);
+}
+
+/* ---- Dropout's training mask ------------------------------------------------------------------------------ */
+
+/* Runs Dropout on ones (n) in a session with seed and name; y gets the output,
+ * dx the backward of dY = ones; mask (when non-NULL) the mask output. */
+static bool dropout_run(int64_t n, double ratio, uint64_t seed, const char *name, bool training, int threads,
+                        double *y, double *dx, uint8_t *mask) {
+    gc *c = gc_new("Dropout", 13);
+    free(c->node.name);
+    c->node.name = pd__strdup(name);
+    double *ones = malloc(sizeof(double) * (size_t)n);
+    for (int64_t k = 0; k < n; k++) ones[k] = 1;
+    gc_input(c, PD_DOUBLE, 1, &n, ones);
+    gc_input(c, PD_DOUBLE, 0, NULL, &ratio);
+    gc_training(c, training);
+    gc_outputs(c, 2);
+    pd__exec x;
+    bool ok = prep(c, &x, threads);
+    x.seed = seed;
+    pd_tensor iv[16], ov[16], *ip[16], *op[16];
+    views(c, iv, ip, ov, op);
+    ok = ok && pd__cpu_run(&x, c->g, &c->node, ip, op) == PD_OK;
+    if (ok) {
+        memcpy(y, ov[0].data, sizeof(double) * (size_t)n);
+        if (mask) memcpy(mask, ov[1].data, (size_t)n);
+        pd_tensor dy = ov[0], d = iv[0];
+        dy.data = ones;
+        d.data = calloc((size_t)n, sizeof(double));
+        pd_tensor *dop[2] = {&dy, NULL}, *dip[2] = {&d, NULL};
+        ok = pd__cpu_run_bwd(&x, c->g, &c->node, ip, op, dop, dip) == PD_OK;
+        memcpy(dx, d.data, sizeof(double) * (size_t)n);
+        free(d.data);
+    }
+    free(ones);
+    free(x.scratch);
+    gc_free(c);
+    return ok;
+}
+
+static void check_dropout(void) {
+    enum { N = 100000 };
+    double *y1 = malloc(sizeof(double) * N), *y2 = malloc(sizeof(double) * N), *dx = malloc(sizeof(double) * N);
+    uint8_t *m = malloc(N);
+    double ratio = 0.25;
+    bool ok = dropout_run(N, ratio, 42, "drop1", true, 1, y1, dx, m);
+    int64_t zeros = 0, bad = 0, same = 0;
+    for (int64_t k = 0; k < N; k++) {
+        zeros += y1[k] == 0;
+        bad += !(y1[k] == 0 || fabs(y1[k] - 1 / 0.75) < 1e-15); /* kept values scaled by 1/(1-ratio) */
+        bad += (m[k] != 0) != (y1[k] != 0);
+        same += dx[k] == y1[k]; /* the backward draws the same mask */
+    }
+    double rate = (double)zeros / N;
+    CHECK(ok && fabs(rate - ratio) < 0.01 && bad == 0, "Dropout session: drop rate %.4f (ratio %g), %lld bad values",
+          rate, ratio, (long long)bad);
+    CHECK(ok && same == N, "Dropout session: the backward's mask is the forward's (%lld of %d)", (long long)same, N);
+    ok = dropout_run(N, ratio, 42, "drop1", true, 2, y2, dx, NULL);
+    CHECK(ok && !memcmp(y1, y2, sizeof(double) * N), "Dropout session: same seed and node, 2 threads: same mask");
+    ok = dropout_run(N, ratio, 43, "drop1", true, 1, y2, dx, NULL);
+    int64_t diff = 0;
+    for (int64_t k = 0; k < N; k++) diff += (y1[k] == 0) != (y2[k] == 0);
+    CHECK(ok && diff > N / 4, "Dropout session: another seed, another mask (%lld of %d differ)", (long long)diff, N);
+    ok = dropout_run(N, ratio, 42, "drop2", true, 1, y2, dx, NULL);
+    diff = 0;
+    for (int64_t k = 0; k < N; k++) diff += (y1[k] == 0) != (y2[k] == 0);
+    CHECK(ok && diff > N / 4, "Dropout session: another node, another mask (%lld of %d differ)", (long long)diff, N);
+    ok = dropout_run(N, ratio, 42, "drop1", false, 1, y2, dx, m);
+    bad = 0;
+    for (int64_t k = 0; k < N; k++) bad += y2[k] != 1 || dx[k] != 1 || m[k] != 1;
+    CHECK(ok && bad == 0, "Dropout outside a session: identity, gradient passes through (%lld bad)", (long long)bad);
+    free(y1);
+    free(y2);
+    free(dx);
+    free(m);
+}
+
+/* ---- MaxPool with ties: the gradient goes where the forward's Indices point -------------------------------- */
+
+static void check_maxpool_ties(void) {
+    for (int i = 0; i < 24; i++) {
+        uint32_t mask;
+        char d[512];
+        gc *c = b_maxpool(name_seed("ties") + (uint64_t)i, PD_DOUBLE, &mask, d, sizeof d);
+        gc_outputs(c, 2); /* with Indices, row-major */
+        for (int k = 0; k < c->node.nattr; k++)
+            if (!strcmp(c->node.attr[k].name, "storage_order")) c->node.attr[k].i = 0;
+        for (int64_t k = 0; k < numel_in(c, 0); k++) set(c, 0, k, (double)irand(0, 2)); /* many ties */
+        pd__exec x;
+        bool ok = prep(c, &x, 1);
+        pd_tensor iv[16], ov[16], *ip[16], *op[16];
+        views(c, iv, ip, ov, op);
+        ok = ok && pd__cpu_run(&x, c->g, &c->node, ip, op) == PD_OK;
+        int64_t nx = numel_in(c, 0), ny = pd_tensor_numel(&ov[0]);
+        double *want = calloc((size_t)nx, sizeof(double)), *dy = malloc(sizeof(double) * (size_t)ny);
+        pd_tensor dyt = ov[0], dxt = iv[0];
+        dyt.data = dy;
+        dxt.data = calloc((size_t)nx, sizeof(double));
+        for (int64_t o = 0; o < ny; o++) {
+            dy[o] = (double)(o % 7) - 3;
+            if (ok) want[((const int64_t *)ov[1].data)[o]] += dy[o];
+        }
+        pd_tensor *dop[2] = {&dyt, NULL}, *dip[1] = {&dxt};
+        ok = ok && pd__cpu_run_bwd(&x, c->g, &c->node, ip, op, dop, dip) == PD_OK;
+        int64_t bad = 0;
+        for (int64_t k = 0; k < nx; k++) bad += ((double *)dxt.data)[k] != want[k];
+        CHECK(ok && bad == 0, "MaxPool ties #%d %s: gradient at the forward's Indices (%lld differ)", i, d,
+              (long long)bad);
+        free(want);
+        free(dy);
+        free(dxt.data);
+        free(x.scratch);
+        gc_free(c);
+    }
+}
+
+/* ---- split B/W on conv and gemm with the other gradient absent: nothing is touched --------------------- */
+
+static void check_untouched(void) {
+    /* asking for nothing, or with no output gradient, leaves din alone */
+    uint32_t mask;
+    char d[512];
+    gc *c = b_conv(7, PD_DOUBLE, &mask, d, sizeof d);
+    pd__exec x;
+    bool ok = prep(c, &x, 1);
+    pd_tensor iv[16], ov[16], *ip[16], *op[16];
+    views(c, iv, ip, ov, op);
+    ok = ok && pd__cpu_run(&x, c->g, &c->node, ip, op) == PD_OK;
+    pd_tensor dx = iv[0];
+    dx.data = malloc(sizeof(double) * (size_t)pd_tensor_numel(&iv[0]));
+    for (int64_t k = 0; k < pd_tensor_numel(&iv[0]); k++) ((double *)dx.data)[k] = 3;
+    pd_tensor *dop[1] = {NULL}, *dip[3] = {&dx, NULL, NULL};
+    ok = ok && pd__cpu_run_bwd(&x, c->g, &c->node, ip, op, dop, dip) == PD_OK;
+    int64_t bad = 0;
+    for (int64_t k = 0; k < pd_tensor_numel(&iv[0]); k++) bad += ((double *)dx.data)[k] != 3;
+    CHECK(ok && bad == 0, "Conv backward without an output gradient adds nothing (%lld changed)", (long long)bad);
+    free(dx.data);
+    free(x.scratch);
+    gc_free(c);
+}
+
+int main(void) {
+    static const op_case ops[] = {
+        {"Gemm", b_gemm, 60, 10},
+        {"MatMul", b_matmul, 60, 10},
+        {"Conv", b_conv, 120, 16},
+        {"ConvTranspose", b_convt, 100, 16},
+        {"BatchNormalization", b_bn, 80, 12},
+        {"LayerNormalization", b_ln, 80, 12},
+        {"MaxPool", b_maxpool, 100, 12},
+        {"AveragePool", b_avgpool, 100, 12},
+        {"GlobalAveragePool", b_gap, 20, 6},
+        {"LRN", b_lrn, 50, 8},
+        {"Softmax", b_softmax, 50, 8},
+        {"LogSoftmax", b_logsoftmax, 50, 8},
+        {"Dropout", b_dropout, 40, 8},
+        {"SoftmaxCrossEntropyLoss", b_sce, 80, 12},
+        {"NegativeLogLikelihoodLoss", b_nll, 40, 8},
+    };
+    for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
+        check_gradients(&ops[i]);
+        check_f32(&ops[i]);
+    }
+    check_threads();
+    check_bn_forward();
+    check_dropout();
+    check_maxpool_ties();
+    check_untouched();
+    return check_summary();
+}

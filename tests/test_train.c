@@ -1,0 +1,173 @@
+/* test_train.c - single-stage training reproduces PyTorch's trajectories.
+ *
+ * For each tests/fixtures/<model>/train/cases.txt line (written by
+ * tests/fixtures/gen_train_fixtures.py): train the fixture model with the
+ * same optimizer on the same data stream (no shuffle: step k takes rows
+ * (k*N + j) mod R) and compare every step's loss with PyTorch's losses.npy,
+ * and every initializer afterwards (weights and BatchNorm statistics) with
+ * PyTorch's trained.onnx: |ours - torch| <= 1e-4 * (|torch| + mean |torch|).
+ */
+#include "../core/pd_internal.h"
+#include "../runtime/data.h"
+#include "check.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *kv(const char *line, const char *key, char *buf, size_t n) {
+    char pat[64];
+    snprintf(pat, sizeof pat, " %s=", key);
+    const char *p = strstr(line, pat); /* lines are passed with a leading space */
+    if (!p) return NULL;
+    p += strlen(pat);
+    size_t k = strcspn(p, " \n");
+    snprintf(buf, n, "%.*s", (int)k, p);
+    return buf;
+}
+
+static double kvf(const char *line, const char *key) {
+    char b[64];
+    return kv(line, key, b, sizeof b) ? atof(b) : 0;
+}
+
+static double rel_err(const float *got, const float *want, int64_t n) {
+    double scale = 0, worst = 0;
+    for (int64_t i = 0; i < n; i++) scale += fabs(want[i]);
+    scale = n ? scale / (double)n : 0;
+    for (int64_t i = 0; i < n; i++) {
+        double e = fabs((double)got[i] - want[i]) / (fabs(want[i]) + scale + 1e-12);
+        if (!(e <= worst)) worst = e;
+    }
+    return worst;
+}
+
+static void run_case(const char *fx, const char *line) {
+    char model[64], cname[64], opt[64], p[1024];
+    kv(line, "model", model, sizeof model);
+    kv(line, "case", cname, sizeof cname);
+    kv(line, "optimizer", opt, sizeof opt);
+    int64_t steps = (int64_t)kvf(line, "steps"), batch = (int64_t)kvf(line, "batch");
+    pd_tensor X = {0}, Y = {0}, L = {0};
+    pd_graph *g = NULL, *ref = NULL;
+    pd_session *s = NULL;
+    pd__data d = {0};
+    snprintf(p, sizeof p, "%s/%s/train/X.npy", fx, model);
+    pd_status st = pd_npy_load(p, &X);
+    snprintf(p, sizeof p, "%s/%s/train/Y.npy", fx, model);
+    if (st == PD_OK) st = pd_npy_load(p, &Y);
+    snprintf(p, sizeof p, "%s/%s/train/%s/losses.npy", fx, model, cname);
+    if (st == PD_OK) st = pd_npy_load(p, &L);
+    pd_load_options lo = PD_LOAD_OPTIONS_INIT;
+    lo.batch = batch;
+    snprintf(p, sizeof p, "%s/%s/model.onnx", fx, model);
+    if (st == PD_OK) st = pd_graph_load_file(p, &lo, &g);
+    pd_train_options o = PD_TRAIN_OPTIONS_INIT;
+    o.loss = PD_LOSS_CROSS_ENTROPY;
+    o.lr = kvf(line, "lr");
+    o.momentum = kvf(line, "momentum");
+    o.weight_decay = kvf(line, "weight_decay");
+    o.clip_grad_norm = kvf(line, "clip");
+    o.threads = 1;
+    if (!strcmp(opt, "sgd")) o.optimizer = PD_OPT_SGD;
+    else if (!strcmp(opt, "momentum")) o.optimizer = PD_OPT_MOMENTUM;
+    else if (!strcmp(opt, "nesterov")) o.optimizer = PD_OPT_NESTEROV;
+    else if (!strcmp(opt, "adam")) o.optimizer = PD_OPT_ADAM;
+    else if (!strcmp(opt, "adamw")) o.optimizer = PD_OPT_ADAMW;
+    if (o.optimizer == PD_OPT_ADAM || o.optimizer == PD_OPT_ADAMW) {
+        o.beta1 = kvf(line, "beta1");
+        o.beta2 = kvf(line, "beta2");
+        o.eps = kvf(line, "eps");
+    }
+    if (st == PD_OK) st = pd_session_create(g, &o, &s);
+    if (st == PD_OK) st = pd__data_init(&d, &X, &Y, batch, false, 0);
+    CHECK(st == PD_OK, "%s/%s: set up (%s)", model, cname, st ? pd_last_error() : "");
+    if (st != PD_OK) goto done;
+    pd_tensor bx = X, by = Y;
+    bx.shape[0] = by.shape[0] = batch;
+    size_t xr = (size_t)(pd_tensor_numel(&X) / X.shape[0]) * pd_dtype_size(X.dtype);
+    size_t yr = (size_t)(pd_tensor_numel(&Y) / Y.shape[0]) * pd_dtype_size(Y.dtype);
+    bx.data = malloc(xr * (size_t)batch);
+    by.data = malloc(yr * (size_t)batch);
+    pd_value_info in;
+    pd_graph_input(g, 0, &in);
+    double worst = 0;
+    int64_t worst_step = 0;
+    for (int64_t k = 0; k < steps && st == PD_OK; k++) {
+        pd__data_fill(&d, k, bx.data, by.data);
+        pd_step_result r;
+        st = pd_session_set_input(s, in.name, &bx);
+        if (st == PD_OK) st = pd_session_set_labels(s, &by);
+        if (st == PD_OK) st = pd_session_step(s, &r);
+        if (st != PD_OK) break;
+        double want = ((double *)L.data)[k], e = fabs(r.loss - want) / fabs(want);
+        if (!(e <= worst)) {
+            worst = e;
+            worst_step = k + 1;
+        }
+    }
+    free(bx.data);
+    free(by.data);
+    CHECK(st == PD_OK && worst <= 1e-4, "%s/%s: %lld per-step losses match PyTorch's, max relative error %.3g (step %lld)%s%s",
+          model, cname, (long long)steps, worst, (long long)worst_step, st ? ": " : "", st ? pd_last_error() : "");
+    if (st != PD_OK) goto done;
+    /* every initializer after training */
+    snprintf(p, sizeof p, "%s/%s/train/%s/trained.onnx", fx, model, cname);
+    st = pd_graph_load_file(p, &lo, &ref);
+    CHECK(st == PD_OK, "%s/%s: trained.onnx loads (%s)", model, cname, st ? pd_last_error() : "");
+    if (st != PD_OK) goto done;
+    int compared = 0, bad = 0;
+    double wworst = 0;
+    const char *wname = "";
+    for (int t = 0; t < ref->ntensors; t++) {
+        const pd__tensor *rt = &ref->tensors[t];
+        if (rt->kind != PD_T_INIT || rt->dtype != PD_FLOAT || !rt->data) continue;
+        int u = pd__graph_find(g, rt->name);
+        if (u < 0 || g->tensors[u].numel != rt->numel) {
+            bad++;
+            continue;
+        }
+        double e = rel_err(g->tensors[u].data, rt->data, rt->numel);
+        if (!(e <= wworst)) {
+            wworst = e;
+            wname = rt->name;
+        }
+        compared++;
+    }
+    CHECK(bad == 0 && compared > 0 && wworst <= 1e-4,
+          "%s/%s: %d trained initializers match PyTorch's, max relative error %.3g ('%s')%s", model, cname, compared,
+          wworst, wname, bad ? ", some missing" : "");
+done:
+    pd__data_free(&d);
+    pd_session_destroy(s);
+    pd_graph_destroy(g);
+    pd_graph_destroy(ref);
+    pd_tensor_free(&X);
+    pd_tensor_free(&Y);
+    pd_tensor_free(&L);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        fprintf(stderr, "usage: test_train FIXTURES_DIR [MODEL...]\n");
+        return 2;
+    }
+    const char *models[] = {"mlp", "cnn_bn", "resnet", "gpt"};
+    for (int m = 0; m < 4; m++) {
+        bool chosen = argc == 2;
+        for (int i = 2; i < argc; i++) chosen |= strcmp(argv[i], models[m]) == 0;
+        if (!chosen) continue;
+        char p[1024], line[1024];
+        snprintf(p, sizeof p, "%s/%s/train/cases.txt", argv[1], models[m]);
+        FILE *f = fopen(p, "r");
+        CHECK(f != NULL, "%s: %s exists", models[m], p);
+        if (!f) continue;
+        while (fgets(line + 1, sizeof line - 1, f)) {
+            line[0] = ' ';
+            if (line[1] != '#' && strstr(line, " model=")) run_case(argv[1], line);
+        }
+        fclose(f);
+    }
+    return check_summary();
+}

@@ -1,0 +1,511 @@
+/* train.c - `pdonnx train`: single-stage training from .npy data.
+ *
+ * A model may come with default flags in a file beside it, MODEL.flags
+ * (MODEL.onnx -> MODEL.flags): whitespace-separated flags, '#' comments,
+ * data paths relative to that file. Flags on the command line come after
+ * them and win. That is how `pdonnx train examples/digits_mlp.onnx` trains
+ * the bundled model on the bundled digits with nothing else given.
+ */
+#include "../runtime/data.h"
+#include "../runtime/optim.h"
+#include "cli.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define PD_MAX_ARGS 256
+
+typedef struct {
+    const char *model, *data, *labels, *val_x, *val_y, *metrics, *save;
+    pd_train_options o;
+    int64_t batch, steps, epochs, seed;
+    bool shuffle, cosine, quiet;
+    char *owned[PD_MAX_ARGS]; /* strings we allocated */
+    int nowned;
+} pd__targs;
+
+static double pd__now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int pd__fail(void) {
+    fprintf(stderr, "pdonnx: %s\n", pd_last_error());
+    return 1;
+}
+
+static bool pd__parse_f(const char *flag, const char *s, double lo, double *out) {
+    char *end;
+    errno = 0;
+    double v = s ? strtod(s, &end) : 0;
+    if (!s || !*s || *end || errno || !isfinite(v) || v < lo) {
+        fprintf(stderr, "pdonnx: %s expects a number >= %g, got '%s'\n", flag, lo, s ? s : "");
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+/* Reads MODEL.flags into argv-style tokens; data paths are made relative to its folder. */
+static int pd__read_flags(pd__targs *a, const char *model, char **tok, int max) {
+    size_t n = strlen(model);
+    if (n < 5 || strcmp(model + n - 5, ".onnx") != 0) return 0;
+    char path[4096];
+    snprintf(path, sizeof path, "%.*s.flags", (int)(n - 5), model);
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    const char *slash = strrchr(path, '/');
+    int dirlen = slash ? (int)(slash - path) : 0;
+    int nt = 0;
+    char line[1024];
+    bool path_next = false;
+    int path_left = 0;
+    while (fgets(line, sizeof line, f)) {
+        char *hash = strchr(line, '#');
+        if (hash) *hash = 0;
+        for (char *w = strtok(line, " \t\r\n"); w && nt < max; w = strtok(NULL, " \t\r\n")) {
+            char *t;
+            if (path_next && w[0] != '/' && dirlen) {
+                t = malloc((size_t)dirlen + strlen(w) + 2);
+                sprintf(t, "%.*s/%s", dirlen, path, w);
+            } else {
+                t = strdup(w);
+            }
+            if (path_left > 0 && --path_left == 0) path_next = false;
+            if (!strcmp(w, "--data") || !strcmp(w, "--labels")) path_next = true, path_left = 1;
+            if (!strcmp(w, "--val")) path_next = true, path_left = 2;
+            if (a->nowned < PD_MAX_ARGS) a->owned[a->nowned++] = t;
+            tok[nt++] = t;
+        }
+    }
+    fclose(f);
+    if (!a->quiet) printf("using default flags from %s\n", path);
+    return nt;
+}
+
+static int pd__parse(pd__targs *a, int argc, char **argv) {
+    for (int i = 0; i < argc; i++) {
+        const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int64_t n;
+        double d;
+#define NEED_VALUE                                                                          \
+    do {                                                                                    \
+        if (!v) return pd_cli_usage_error("train: %s needs a value", f);                    \
+        i++;                                                                                \
+    } while (0)
+        if (!strcmp(f, "--data")) {
+            NEED_VALUE;
+            a->data = v;
+        } else if (!strcmp(f, "--labels")) {
+            NEED_VALUE;
+            a->labels = v;
+        } else if (!strcmp(f, "--val")) {
+            if (i + 2 >= argc) return pd_cli_usage_error("train: %s needs XV.npy YV.npy", f);
+            a->val_x = argv[++i];
+            a->val_y = argv[++i];
+        } else if (!strcmp(f, "--loss")) {
+            NEED_VALUE;
+            if (!strcmp(v, "auto")) a->o.loss = PD_LOSS_AUTO;
+            else if (!strcmp(v, "cross_entropy")) a->o.loss = PD_LOSS_CROSS_ENTROPY;
+            else if (!strcmp(v, "mse")) a->o.loss = PD_LOSS_MSE;
+            else if (!strcmp(v, "graph")) a->o.loss = PD_LOSS_GRAPH;
+            else return pd_cli_usage_error("train: --loss must be auto, cross_entropy, mse or graph, not '%s'", v);
+        } else if (!strcmp(f, "--output")) {
+            NEED_VALUE;
+            a->o.output = v;
+        } else if (!strcmp(f, "--optimizer")) {
+            NEED_VALUE;
+            int k = -1;
+            for (int o = PD_OPT_SGD; o <= PD_OPT_ADAMW; o++)
+                if (!strcmp(v, pd__optim_name((pd_optimizer_kind)o))) k = o;
+            if (k < 0)
+                return pd_cli_usage_error("train: --optimizer must be sgd, momentum, nesterov, adam or adamw, not '%s'", v);
+            a->o.optimizer = (pd_optimizer_kind)k;
+        } else if (!strcmp(f, "--lr") || !strcmp(f, "--momentum") || !strcmp(f, "--beta1") || !strcmp(f, "--beta2") ||
+                   !strcmp(f, "--eps") || !strcmp(f, "--weight-decay") || !strcmp(f, "--clip-grad-norm") ||
+                   !strcmp(f, "--min-lr")) {
+            NEED_VALUE;
+            if (!pd__parse_f(f, v, 0, &d)) return 2;
+            if (!strcmp(f, "--lr")) a->o.lr = d;
+            else if (!strcmp(f, "--momentum")) a->o.momentum = d;
+            else if (!strcmp(f, "--beta1")) a->o.beta1 = d;
+            else if (!strcmp(f, "--beta2")) a->o.beta2 = d;
+            else if (!strcmp(f, "--eps")) a->o.eps = d;
+            else if (!strcmp(f, "--weight-decay")) a->o.weight_decay = d;
+            else if (!strcmp(f, "--clip-grad-norm")) a->o.clip_grad_norm = d;
+            else a->o.min_lr = d;
+        } else if (!strcmp(f, "--warmup")) {
+            NEED_VALUE;
+            if (!pd_cli_parse_int(f, v, 0, INT32_MAX, &n)) return 2;
+            a->o.warmup_steps = n;
+        } else if (!strcmp(f, "--cosine")) {
+            a->cosine = true;
+        } else if (!strcmp(f, "--freeze")) {
+            NEED_VALUE;
+            a->o.freeze = v;
+        } else if (!strcmp(f, "--batch")) {
+            NEED_VALUE;
+            if (!pd_cli_parse_int(f, v, 1, INT32_MAX, &a->batch)) return 2;
+        } else if (!strcmp(f, "--steps")) {
+            NEED_VALUE;
+            if (!pd_cli_parse_int(f, v, 1, INT64_MAX / 2, &a->steps)) return 2;
+            a->epochs = 0;
+        } else if (!strcmp(f, "--epochs")) {
+            NEED_VALUE;
+            if (!pd_cli_parse_int(f, v, 1, INT32_MAX, &a->epochs)) return 2;
+            a->steps = 0;
+        } else if (!strcmp(f, "--no-shuffle")) {
+            a->shuffle = false;
+        } else if (!strcmp(f, "--shuffle")) {
+            a->shuffle = true;
+        } else if (!strcmp(f, "--seed")) {
+            NEED_VALUE;
+            if (!pd_cli_parse_int(f, v, 0, INT64_MAX, &a->seed)) return 2;
+        } else if (!strcmp(f, "--threads")) {
+            NEED_VALUE;
+            if (!pd_cli_parse_int(f, v, 1, 1024, &n)) return 2;
+            a->o.threads = (int)n;
+        } else if (!strcmp(f, "--metrics")) {
+            NEED_VALUE;
+            a->metrics = v;
+        } else if (!strcmp(f, "--save")) {
+            NEED_VALUE;
+            a->save = v;
+        } else if (!strcmp(f, "--quiet")) {
+            a->quiet = true;
+        } else if (f[0] == '-') {
+            return pd_cli_usage_error("train: unknown flag '%s'", f);
+        } else if (!a->model) {
+            a->model = f;
+        } else {
+            return pd_cli_usage_error("train: unexpected argument '%s'", f);
+        }
+#undef NEED_VALUE
+    }
+    return 0;
+}
+
+/* Converts t in place to dtype `to` (numeric casts); false when it cannot. */
+static bool pd__convert(pd_tensor *t, pd_dtype to) {
+    if (t->dtype == to) return true;
+    bool to_float = to == PD_FLOAT || to == PD_DOUBLE;
+    bool from_float = t->dtype == PD_FLOAT || t->dtype == PD_DOUBLE || t->dtype == PD_FLOAT16;
+    if (!to_float && from_float) return false; /* never truncate floats into ids */
+    if (t->dtype == PD_BOOL || pd_dtype_size(to) == 0) return false;
+    int64_t n = pd_tensor_numel(t);
+    void *d = malloc((size_t)n * pd_dtype_size(to) + 1);
+    if (!d) return false;
+    for (int64_t i = 0; i < n; i++) {
+        if (to_float)
+            pd__set_f(to, d, i, pd__get_f(t->dtype, t->data, i));
+        else
+            pd__set_i(to, d, i, pd__get_i(t->dtype, t->data, i));
+    }
+    free(t->data);
+    t->data = d;
+    t->dtype = to;
+    return true;
+}
+
+/* Validation: every row once, in batches of the model's size (the last one partial). */
+static pd_status pd__validate(pd_session *s, const char *input, pd_tensor *vx, pd_tensor *vy, double *loss,
+                              double *acc, int64_t *correct_out, int64_t *count_out) {
+    int64_t N = pd_session_batch(s), rows = vx->shape[0];
+    pd__data d;
+    PD_TRY(pd__data_init(&d, vx, vy, N, false, 0));
+    pd_tensor bx = *vx, by = *vy;
+    bx.shape[0] = by.shape[0] = N;
+    size_t xr = (size_t)(pd_tensor_numel(vx) / rows) * pd_dtype_size(vx->dtype);
+    size_t yr = (size_t)(pd_tensor_numel(vy) / rows) * pd_dtype_size(vy->dtype);
+    bx.data = malloc(xr * (size_t)N + 1);
+    by.data = malloc(yr * (size_t)N + 1);
+    double sum = 0;
+    int64_t correct = 0, count = 0;
+    pd_status st = (bx.data && by.data) ? PD_OK : pd__err(PD_ERR_NOMEM, "out of memory");
+    for (int64_t c = 0; st == PD_OK && c * N < rows; c++) {
+        pd__data_fill(&d, c, bx.data, by.data); /* wraps: the tail repeats early rows, not counted */
+        pd_step_result r;
+        st = pd_session_set_input(s, input, &bx);
+        if (st == PD_OK) st = pd_session_set_labels(s, &by);
+        if (st == PD_OK) st = pd_session_eval_rows(s, rows - c * N, &r);
+        if (st != PD_OK) break;
+        sum += r.loss * (double)r.count;
+        correct += r.correct;
+        count += r.count;
+    }
+    free(bx.data);
+    free(by.data);
+    pd__data_free(&d);
+    *loss = count ? sum / (double)count : 0;
+    *acc = count ? (double)correct / (double)count : 0;
+    *correct_out = correct;
+    *count_out = count;
+    return st;
+}
+
+static bool pd__writable(const char *path) {
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL, 0644);
+    if (fd < 0) {
+        fprintf(stderr, "pdonnx: --save %s: cannot write there: %s\n", path, strerror(errno));
+        return false;
+    }
+    close(fd);
+    unlink(tmp);
+    return true;
+}
+
+int pd_cli_train(int argc, char **argv) {
+    pd__targs a;
+    memset(&a, 0, sizeof a);
+    pd_train_options o0 = PD_TRAIN_OPTIONS_INIT;
+    a.o = o0;
+    a.shuffle = true;
+    a.batch = 32;
+    a.epochs = 1;
+    int rc = 2;
+    /* the model comes first so its default flags can be read before the rest */
+    const char *model = NULL;
+    for (int i = 0; i < argc; i++) {
+        size_t n = strlen(argv[i]);
+        if (!model && argv[i][0] != '-' && n > 5 && strcmp(argv[i] + n - 5, ".onnx") == 0) model = argv[i];
+        if (strcmp(argv[i], "--quiet") == 0) a.quiet = true;
+    }
+    char *tok[PD_MAX_ARGS];
+    int nt = model ? pd__read_flags(&a, model, tok, PD_MAX_ARGS) : 0;
+    if ((rc = pd__parse(&a, nt, tok)) != 0 || (rc = pd__parse(&a, argc, argv)) != 0) goto out;
+    rc = 2;
+    if (!a.model) {
+        pd_cli_usage_error("train: %s", "missing MODEL.onnx");
+        goto out;
+    }
+    if (!a.data || !a.labels) {
+        pd_cli_usage_error("train: %s", "give --data X.npy --labels Y.npy (or a MODEL.flags file beside the model)");
+        goto out;
+    }
+    if (a.save && !pd__writable(a.save)) goto out;
+    rc = 1;
+
+    pd_tensor X = {0}, Y = {0}, VX = {0}, VY = {0};
+    pd_graph *g = NULL;
+    pd_session *s = NULL;
+    pd__data data = {0};
+    pd__prefetch *pf = NULL;
+    FILE *mf = NULL;
+    if (pd_npy_load(a.data, &X) != PD_OK || pd_npy_load(a.labels, &Y) != PD_OK) {
+        pd__fail();
+        goto done;
+    }
+    if (a.val_x && (pd_npy_load(a.val_x, &VX) != PD_OK || pd_npy_load(a.val_y, &VY) != PD_OK)) {
+        pd__fail();
+        goto done;
+    }
+    if (X.ndim < 1 || Y.ndim < 1 || X.shape[0] != Y.shape[0]) {
+        fprintf(stderr, "pdonnx: %s has %lld rows but %s has %lld\n", a.data, (long long)(X.ndim ? X.shape[0] : 0),
+                a.labels, (long long)(Y.ndim ? Y.shape[0] : 0));
+        goto done;
+    }
+    if (a.val_x && (VX.ndim < 1 || VY.ndim < 1 || VX.shape[0] != VY.shape[0])) {
+        fprintf(stderr, "pdonnx: %s and %s have different row counts\n", a.val_x, a.val_y);
+        goto done;
+    }
+    pd_load_options lo = PD_LOAD_OPTIONS_INIT;
+    lo.batch = a.batch;
+    if (pd_graph_load_file(a.model, &lo, &g) != PD_OK) {
+        pd__fail();
+        goto done;
+    }
+    /* the data input: the one graph input that is not the labels */
+    a.o.cosine_steps = 0;
+    a.o.seed = (uint64_t)a.seed;
+    int64_t rows = X.shape[0];
+    int64_t steps = a.steps ? a.steps : (a.epochs * rows + a.batch - 1) / a.batch;
+    if (a.cosine) a.o.cosine_steps = steps;
+    bool int_labels = Y.dtype == PD_INT64 || Y.dtype == PD_INT32 || Y.dtype == PD_UINT8 || Y.dtype == PD_INT16;
+    if (a.o.loss == PD_LOSS_AUTO) a.o.loss = int_labels ? PD_LOSS_CROSS_ENTROPY : PD_LOSS_MSE;
+    if (pd_session_create(g, &a.o, &s) != PD_OK) {
+        pd__fail();
+        goto done;
+    }
+    const char *input = NULL;
+    for (int i = 0; i < pd_graph_num_inputs(g); i++) {
+        pd_value_info v;
+        pd_graph_input(g, i, &v);
+        if (a.o.loss == PD_LOSS_GRAPH && (a.o.labels_input ? !strcmp(v.name, a.o.labels_input) : i > 0)) continue;
+        if (input) {
+            fprintf(stderr, "pdonnx: %s: the model has several inputs ('%s', '%s'); pdonnx train feeds one\n", a.model,
+                    input, v.name);
+            goto done;
+        }
+        input = v.name;
+    }
+    pd_value_info in, out;
+    pd_graph_value(g, input, &in);
+    /* data and labels in the dtypes the model and the loss take */
+    if (!pd__convert(&X, in.dtype) || (a.val_x && !pd__convert(&VX, in.dtype))) {
+        fprintf(stderr, "pdonnx: %s: %s data cannot feed input '%s' (%s)\n", a.data, pd_dtype_name(X.dtype), input,
+                pd_dtype_name(in.dtype));
+        goto done;
+    }
+    pd_dtype ylabel = a.o.loss == PD_LOSS_MSE ? PD_FLOAT : PD_INT64;
+    if (a.o.loss == PD_LOSS_GRAPH) {
+        pd_value_info lv;
+        pd_graph_input(g, pd_graph_num_inputs(g) > 1 ? 1 : 0, &lv);
+        ylabel = lv.dtype;
+    }
+    if (!pd__convert(&Y, ylabel) || (a.val_x && !pd__convert(&VY, ylabel))) {
+        fprintf(stderr, "pdonnx: %s: %s labels do not fit --loss %s (it needs %s)\n", a.labels, pd_dtype_name(Y.dtype),
+                a.o.loss == PD_LOSS_MSE ? "mse" : "cross_entropy", pd_dtype_name(ylabel));
+        goto done;
+    }
+    pd_graph_output(g, 0, &out);
+    if (a.o.output) pd_graph_value(g, a.o.output, &out);
+    bool fits = X.ndim == in.ndim;
+    for (int i = 1; fits && i < in.ndim; i++) fits = X.shape[i] == in.shape[i];
+    if (!fits) {
+        char want[128], got[128];
+        in.shape[0] = rows;
+        pd__format_shape(want, sizeof want, in.ndim, in.shape);
+        pd__format_shape(got, sizeof got, X.ndim, X.shape);
+        fprintf(stderr, "pdonnx: %s: rows of shape %s do not fit input '%s' (it takes %s)\n", a.data, got, input, want);
+        goto done;
+    }
+    if (a.o.loss == PD_LOSS_CROSS_ENTROPY) {
+        /* labels: the output's shape without the class axis, each in range */
+        int64_t V = out.shape[out.ndim - 1];
+        bool ok = Y.ndim == out.ndim - 1;
+        for (int i = 1; ok && i < Y.ndim; i++) ok = Y.shape[i] == out.shape[i];
+        if (!ok) {
+            char os[128], ys[128];
+            pd__format_shape(os, sizeof os, out.ndim, out.shape);
+            pd__format_shape(ys, sizeof ys, Y.ndim, Y.shape);
+            fprintf(stderr,
+                    "pdonnx: %s: labels of shape %s do not fit output '%s' %s for cross_entropy (one class id per "
+                    "position of the output without its last axis)\n",
+                    a.labels, ys, out.name, os);
+            goto done;
+        }
+        pd_tensor *ls[2] = {&Y, &VY};
+        const char *lp[2] = {a.labels, a.val_y};
+        for (int k = 0; k < (a.val_x ? 2 : 1); k++) {
+            int64_t n = pd_tensor_numel(ls[k]), per = n / ls[k]->shape[0];
+            for (int64_t e = 0; e < n; e++) {
+                int64_t l = ((int64_t *)ls[k]->data)[e];
+                if (l < 0 || l >= V) {
+                    fprintf(stderr, "pdonnx: %s: label %lld at row %lld is out of range [0, %lld) (output '%s' has %lld classes)\n",
+                            lp[k], (long long)l, (long long)(e / per), (long long)V, out.name, (long long)V);
+                    goto done;
+                }
+            }
+        }
+    }
+    if (pd__data_init(&data, &X, &Y, a.batch, a.shuffle, (uint64_t)a.seed) != PD_OK ||
+        pd__prefetch_start(&data, 0, steps - 1, &pf) != PD_OK) {
+        pd__fail();
+        goto done;
+    }
+    if (a.metrics && !(mf = fopen(a.metrics, "w"))) {
+        fprintf(stderr, "pdonnx: --metrics %s: %s\n", a.metrics, strerror(errno));
+        goto done;
+    }
+    if (!a.quiet)
+        printf("training %s: %d parameter tensors (%lld floats), %lld rows, batch %lld, %lld steps, %s lr %g\n",
+               a.model, pd_session_num_params(s), (long long)(pd_graph_param_bytes(g) / 4), (long long)rows,
+               (long long)a.batch, (long long)steps, pd__optim_name(a.o.optimizer), a.o.lr);
+    bool tty = isatty(fileno(stdout)) && !a.quiet;
+    pd_tensor bx = X, by = Y;
+    bx.shape[0] = by.shape[0] = a.batch;
+    double t_start = pd__now(), stall = 0, last_loss = 0, vloss = 0, vacc = 0;
+    int64_t vcorrect = 0, vcount = 0;
+    int64_t every = steps / 10 > 0 ? steps / 10 : 1;
+    for (int64_t k = 0; k < steps; k++) {
+        double waited, t0 = pd__now();
+        const void *xb, *yb;
+        if (pd__prefetch_next(pf, &xb, &yb, &waited) != PD_OK) {
+            pd__fail();
+            goto done;
+        }
+        stall += waited;
+        bx.data = (void *)xb;
+        by.data = (void *)yb;
+        pd_step_result r;
+        if (pd_session_set_input(s, input, &bx) != PD_OK || pd_session_set_labels(s, &by) != PD_OK ||
+            pd_session_step(s, &r) != PD_OK) {
+            if (tty) printf("\n");
+            pd__fail();
+            goto done;
+        }
+        double dt = pd__now() - t0;
+        last_loss = r.loss;
+        /* an epoch ends when the stream passes a multiple of the rows */
+        bool epoch_end = ((k + 1) * a.batch) / rows > (k * a.batch) / rows || k + 1 == steps;
+        bool did_val = false;
+        if (a.val_x && epoch_end) {
+            if (pd__validate(s, input, &VX, &VY, &vloss, &vacc, &vcorrect, &vcount) != PD_OK) {
+                pd__fail();
+                goto done;
+            }
+            did_val = true;
+        }
+        if (mf) {
+            fprintf(mf, "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g, \"samples_per_s\": %.1f, \"grad_norm\": %.6g, "
+                        "\"data_wait_s\": %.6f, \"epoch\": %.4f",
+                    (long long)k + 1, r.loss, r.lr, (double)a.batch / dt, r.grad_norm, waited,
+                    (double)((k + 1) * a.batch) / (double)rows);
+            if (did_val) fprintf(mf, ", \"val_loss\": %.9g, \"val_accuracy\": %.6f", vloss, vacc);
+            fprintf(mf, "}\n");
+        }
+        double el = pd__now() - t_start;
+        if (tty) {
+            int w = 30, fill = (int)((k + 1) * w / steps);
+            printf("\rstep %lld/%lld [%.*s%.*s] loss %.4f  %.0f samples/s", (long long)k + 1, (long long)steps, fill,
+                   "##############################", w - fill, "..............................", r.loss,
+                   (double)(k + 1) * (double)a.batch / el);
+            if (did_val) printf("  val acc %.2f%%", 100 * vacc);
+            fflush(stdout);
+        } else if (!a.quiet && ((k + 1) % every == 0 || k + 1 == steps || did_val)) {
+            printf("step %lld/%lld  loss %.6f  lr %.4g  %.0f samples/s", (long long)k + 1, (long long)steps, r.loss,
+                   r.lr, (double)(k + 1) * (double)a.batch / el);
+            if (did_val) printf("  val loss %.4f acc %.2f%%", vloss, 100 * vacc);
+            printf("\n");
+        }
+    }
+    double total = pd__now() - t_start;
+    if (tty) printf("\n");
+    if (!a.quiet) {
+        printf("trained %lld steps in %.2f s: %.0f samples/s, data stall %.3f s (%.1f%%), final loss %.6f\n",
+               (long long)steps, total, (double)steps * (double)a.batch / total, stall, 100 * stall / total, last_loss);
+        if (a.val_x)
+            printf("validation: loss %.4f, accuracy %.2f%% (%lld/%lld)\n", vloss, 100 * vacc, (long long)vcorrect,
+                   (long long)vcount);
+    }
+    if (a.save) {
+        if (pd_graph_save(g, a.save) != PD_OK) {
+            pd__fail();
+            goto done;
+        }
+        if (!a.quiet) printf("saved %s\n", a.save);
+    }
+    rc = 0;
+done:
+    if (mf) fclose(mf);
+    pd__prefetch_stop(pf);
+    pd__data_free(&data);
+    pd_session_destroy(s);
+    pd_graph_destroy(g);
+    pd_tensor_free(&X);
+    pd_tensor_free(&Y);
+    pd_tensor_free(&VX);
+    pd_tensor_free(&VY);
+out:
+    for (int i = 0; i < a.nowned; i++) free(a.owned[i]);
+    return rc;
+}
