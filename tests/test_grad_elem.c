@@ -29,10 +29,12 @@ static double urand(double lo, double hi) { return lo + (hi - lo) * (double)(rnd
 
 /* ---- shapes ---------------------------------------------------------------------- */
 
-/* A random shape of rank 0..maxr, dims 1..4. */
+/* A random shape of rank 0..maxr, dims 1..4; one time in eight, rank up
+ * to 6 with dims 1..3. */
 static void rand_shape(int maxr, int *nd, int64_t *s) {
-    *nd = irand(maxr + 1);
-    for (int d = 0; d < *nd; d++) s[d] = 1 + irand(4);
+    bool deep = irand(8) == 0;
+    *nd = irand((deep ? 6 : maxr) + 1);
+    for (int d = 0; d < *nd; d++) s[d] = 1 + irand(deep ? 3 : 4);
 }
 
 /* A shape that broadcasts to (ond, os): its trailing dims (rank often
@@ -146,7 +148,7 @@ static void run_case(group *gr, gc *c, uint32_t mask, const char *desc) {
     if (ok) ok = f32_consistent(c, mask, why, sizeof why);
     else snprintf(why, sizeof why, "%s", gc_why(c));
     gr->cases++;
-    if (!ok && !gr->fails++) snprintf(gr->first, sizeof gr->first, "%s: %s", desc, why);
+    if (!ok && !gr->fails++) snprintf(gr->first, sizeof gr->first, "%.280s: %.600s", desc, why);
     gc_free(c);
 }
 
@@ -640,6 +642,112 @@ static void test_contract(void) {
     free(x.scratch);
 }
 
+/* ---- what each backward reads ---------------------------------------------------------- */
+
+/* After gc_check: the backward asked for the inputs in `ask` gives the same
+ * gradients when the data of every tensor it should not read (inputs not in
+ * `reads`, the output unless `reads_y`) is NULL. What a session may free. */
+static bool reads_only(gc *c, uint32_t ask, uint32_t reads, bool reads_y) {
+    pd_graph *g = c->g;
+    pd_tensor v[16], o, d, gi[2][16], *iv[2][16], *ov[2], *dv[1] = {&d}, *gv[2][16];
+    for (int i = 0; i < c->nin; i++) {
+        iv[0][i] = iv[1][i] = gv[0][i] = gv[1][i] = NULL;
+        if (c->in[i] < 0) continue;
+        v[i] = pd__view(&g->tensors[c->in[i]]);
+        iv[0][i] = &v[i];
+        if ((reads >> i) & 1) iv[1][i] = &v[i];
+        else {
+            iv[1][i] = malloc(sizeof(pd_tensor));
+            *iv[1][i] = v[i];
+            iv[1][i]->data = NULL;
+        }
+        for (int p = 0; p < 2 && ((ask >> i) & 1); p++) {
+            gi[p][i] = v[i];
+            gi[p][i].data = calloc((size_t)pd_tensor_numel(&v[i]) + 1, sizeof(double));
+            gv[p][i] = &gi[p][i];
+        }
+    }
+    o = pd__view(&g->tensors[c->out[0]]);
+    pd_tensor onull = o;
+    if (!reads_y) onull.data = NULL;
+    ov[0] = &o;
+    ov[1] = &onull;
+    d = o;
+    d.data = calloc((size_t)pd_tensor_numel(&o) + 1, sizeof(double));
+    for (int64_t k = 0; k < pd_tensor_numel(&o); k++) ((double *)d.data)[k] = urand(-1, 1);
+    pd__exec x = {.threads = 1, .g = g};
+    bool ok = pd__cpu_run(&x, g, &c->node, iv[0], ov) == PD_OK;
+    for (int p = 0; p < 2 && ok; p++) ok = pd__cpu_run_bwd(&x, g, &c->node, iv[p], ov + p, dv, gv[p]) == PD_OK;
+    for (int i = 0; i < c->nin; i++) {
+        if (gv[0][i]) {
+            ok = ok && !memcmp(gi[0][i].data, gi[1][i].data, (size_t)pd_tensor_numel(&v[i]) * sizeof(double));
+            free(gi[0][i].data);
+            free(gi[1][i].data);
+        }
+        if (iv[1][i] && iv[1][i] != &v[i]) free(iv[1][i]);
+    }
+    free(d.data);
+    free(x.scratch);
+    return ok;
+}
+
+typedef struct reads_case {
+    const char *op;
+    int opset, nin;
+    uint32_t ask, reads;
+    bool reads_y;
+} reads_case;
+
+static void test_reads(void) {
+    static const reads_case cases[] = {
+        {"Add", 14, 2, 0x3, 0, false},       {"Sub", 14, 2, 0x3, 0, false},
+        {"Sum", 13, 3, 0x7, 0, false},       {"Mul", 14, 2, 0x1, 0x2, false},
+        {"Mul", 14, 2, 0x2, 0x1, false},     {"Div", 14, 2, 0x1, 0x2, false},
+        {"Div", 14, 2, 0x2, 0x3, false},     {"Pow", 15, 2, 0x3, 0x3, false},
+        {"Where", 16, 3, 0x6, 0x1, false},   {"Sqrt", 13, 1, 1, 0, true},
+        {"Exp", 13, 1, 1, 0, true},          {"Log", 13, 1, 1, 1, false},
+        {"Neg", 13, 1, 1, 0, false},         {"Reciprocal", 13, 1, 1, 0, true},
+        {"Relu", 14, 1, 1, 0, true},         {"LeakyRelu", 16, 1, 1, 1, false},
+        {"Sigmoid", 13, 1, 1, 0, true},      {"Tanh", 13, 1, 1, 0, true},
+        {"Erf", 13, 1, 1, 1, false},         {"Gelu", 20, 1, 1, 1, false},
+        {"Clip", 13, 3, 1, 0x7, false},      {"Cast", 19, 1, 1, 0, false},
+        {"Identity", 19, 1, 1, 0, false},    {"ReduceSum", 13, 2, 1, 0x2, false},
+        {"ReduceMean", 18, 2, 1, 0x2, false},
+    };
+    char bad[512] = "";
+    int nbad = 0;
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+        const reads_case *rc = &cases[k];
+        int64_t sx[2] = {3, 4}, sb[1] = {4}, s0[1] = {1}, ax[1] = {1};
+        uint8_t cond[4] = {1, 0, 0, 1};
+        double lo = -0.5, hi = 0.5;
+        gc *c = gc_new(rc->op, rc->opset);
+        gc_seed(c, rnd());
+        if (!strcmp(rc->op, "Where")) gc_input(c, PD_BOOL, 1, sb, cond);
+        int xi = gc_input(c, PD_DOUBLE, 2, sx, NULL);
+        for (int64_t i = 0; i < 12; i++) dat(c, xi)[i] = urand(0.3, 1.5); /* positive for Sqrt, Log, Pow */
+        if (!strcmp(rc->op, "Clip")) {
+            gc_input(c, PD_DOUBLE, 0, s0, &lo);
+            gc_input(c, PD_DOUBLE, 0, s0, &hi);
+        } else if (!strncmp(rc->op, "Reduce", 6)) {
+            gc_input(c, PD_INT64, 1, s0, ax);
+        } else {
+            for (int i = c->nin; i < rc->nin; i++) gc_input(c, PD_DOUBLE, 1, sb, NULL);
+        }
+        if (!strcmp(rc->op, "Cast")) gc_attr_i(c, "to", PD_DOUBLE);
+        gc_outputs(c, 1);
+        bool ok = gc_check(c, TOL, rc->ask) && reads_only(c, rc->ask, rc->reads, rc->reads_y);
+        if (!ok && nbad++ < 4)
+            snprintf(bad + strlen(bad), sizeof bad - strlen(bad), " %.12s(ask 0x%x: %.80s)", rc->op,
+                     (unsigned)rc->ask, gc_why(c));
+        gc_free(c);
+    }
+    CHECK(nbad == 0, "each backward reads only the tensors it needs (dout; Mul, Div, Pow, Where: the inputs their "
+                     "formula uses; Sqrt, Exp, Reciprocal, Relu, Sigmoid, Tanh: y; Log, LeakyRelu, Erf, Gelu, "
+                     "Clip: x; the rest neither)%s",
+          bad);
+}
+
 /* ---- fast paths and threads ---------------------------------------------------------- */
 
 /* float32 Add / Mul / Sub of x (N, C) and a bias (C) or a column (N, 1),
@@ -795,6 +903,7 @@ static void test_float16(void) {
 }
 
 int main(void) {
+    setvbuf(stdout, NULL, _IOLBF, 0); /* lines out before any crash */
     const char *seed = getenv("TEST_SEED");
     if (seed && *seed) rs = strtoull(seed, NULL, 0) * 0x9e3779b97f4a7c15ull + 1;
     test_binary("Add");
@@ -822,6 +931,7 @@ int main(void) {
     test_kinks();
     test_casts();
     test_contract();
+    test_reads();
     test_fast_paths();
     test_float16();
     return check_summary();

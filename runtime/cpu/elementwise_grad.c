@@ -23,6 +23,11 @@
  * - Formulas follow PyTorch's autograd: Relu's gradient is 0 at 0, Clip
  *   passes it where min <= x <= max, Sigmoid, Tanh, Exp, Sqrt and
  *   Reciprocal use the output, Pow's are masked where they would be 0 * inf.
+ * - Besides dout, a backward reads only (so a session may free the rest):
+ *   Mul and Div the other input (Div's B also A), Pow both, Where the
+ *   condition, Clip its bounds, Reduce* the axes; y for Sqrt, Exp,
+ *   Reciprocal, Relu, Sigmoid, Tanh; x for Log, LeakyRelu, Erf, Gelu, Clip;
+ *   nothing else (Add, Sub, Sum, Neg, Cast, Identity). Tested.
  */
 #include "elementwise_common.h"
 
@@ -510,9 +515,16 @@ pd_status pd__cpu_Equal_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *in
 
 /* ---- unary ops ------------------------------------------------------------------- */
 
-/* din += the row over (dout, x, y), all walked flat. */
+/* What a unary backward reads besides dout: its input x, its output y. */
+#define PD__USE_X 1
+#define PD__USE_Y 2
+
+/* din += the row over (dout, x, y), all walked flat; a tensor the row
+ * does not read (`use`) is neither touched nor converted (the row gets
+ * dout in its place). */
 static pd_status unary_bwd(pd__exec *x, pd_tensor *const *in, pd_tensor *const *out, pd_tensor *const *dout,
-                           pd_tensor *const *din, const pd__row_fn *tab, const pd__gctx *ctx, int64_t cost) {
+                           pd_tensor *const *din, const pd__row_fn *tab, const pd__gctx *ctx, int use,
+                           int64_t cost) {
     const pd_tensor *xt = in[0], *y = out[0];
     if (!dout || !dout[0] || !wanted(din, 0, xt) || !is_float(y->dtype)) return PD_OK;
     int64_t nn = numel(xt);
@@ -522,43 +534,45 @@ static pd_status unary_bwd(pd__exec *x, pd_tensor *const *in, pd_tensor *const *
     pd_dtype w = pd__float_work(xt->dtype);
     bool direct = din[0]->dtype == w;
     pd__arena ar;
-    PD_TRY(arena_init(x, &ar, stage_bytes(dout[0], w) + stage_bytes(xt, w) + stage_bytes(y, w) +
-                                  (direct ? 0 : wbytes(nn, w))));
-    pd_tensor s[3] = {stage(x, &ar, dout[0], w), stage(x, &ar, xt, w), stage(x, &ar, y, w)}, o = s[0];
+    PD_TRY(arena_init(x, &ar, stage_bytes(dout[0], w) + (use & PD__USE_X ? stage_bytes(xt, w) : 0) +
+                                  (use & PD__USE_Y ? stage_bytes(y, w) : 0) + (direct ? 0 : wbytes(nn, w))));
+    pd_tensor s[3];
+    s[0] = stage(x, &ar, dout[0], w);
+    s[1] = use & PD__USE_X ? stage(x, &ar, xt, w) : s[0];
+    s[2] = use & PD__USE_Y ? stage(x, &ar, y, w) : s[0];
     for (int k = 0; k < 3; k++) {
         s[k].ndim = 1;
         s[k].shape[0] = nn;
     }
-    o.ndim = 1;
-    o.shape[0] = nn;
+    pd_tensor o = s[0];
     void *to = direct ? NULL : arena_take(&ar, nn, w);
     return add_term(x, w, &o, 1, &nn, din[0], row_of(tab, w), *ctx, 3, s, cost, 1.0, to, NULL);
 }
 
-#define PD__UNARY_BWD(Op, tab, cost)                                                                           \
+#define PD__UNARY_BWD(Op, tab, use, cost)                                                                      \
     pd_status pd__cpu_##Op##_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out, \
                                  pd_tensor *const *dout, pd_tensor *const *din) {                              \
         pd__gctx ctx;                                                                                          \
         (void)n;                                                                                               \
         memset(&ctx, 0, sizeof ctx);                                                                           \
-        return unary_bwd(x, in, out, dout, din, tab, &ctx, cost);                                              \
+        return unary_bwd(x, in, out, dout, din, tab, &ctx, use, cost);                                         \
     }
-PD__UNARY_BWD(Sqrt, gsqrt_rows, 2)
-PD__UNARY_BWD(Exp, gexp_rows, 1)
-PD__UNARY_BWD(Log, glog_rows, 2)
-PD__UNARY_BWD(Neg, gneg_rows, 1)
-PD__UNARY_BWD(Reciprocal, grecip_rows, 2)
-PD__UNARY_BWD(Relu, grelu_rows, 1)
-PD__UNARY_BWD(Sigmoid, gsigmoid_rows, 2)
-PD__UNARY_BWD(Tanh, gtanh_rows, 2)
-PD__UNARY_BWD(Erf, gerf_rows, 8)
+PD__UNARY_BWD(Sqrt, gsqrt_rows, PD__USE_Y, 2)
+PD__UNARY_BWD(Exp, gexp_rows, PD__USE_Y, 1)
+PD__UNARY_BWD(Log, glog_rows, PD__USE_X, 2)
+PD__UNARY_BWD(Neg, gneg_rows, 0, 1)
+PD__UNARY_BWD(Reciprocal, grecip_rows, PD__USE_Y, 2)
+PD__UNARY_BWD(Relu, grelu_rows, PD__USE_Y, 1)
+PD__UNARY_BWD(Sigmoid, gsigmoid_rows, PD__USE_Y, 2)
+PD__UNARY_BWD(Tanh, gtanh_rows, PD__USE_Y, 2)
+PD__UNARY_BWD(Erf, gerf_rows, PD__USE_X, 8)
 
 pd_status pd__cpu_LeakyRelu_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out,
                                 pd_tensor *const *dout, pd_tensor *const *din) {
     pd__gctx ctx;
     memset(&ctx, 0, sizeof ctx);
     ctx.alpha = pd__attr_f(n, "alpha", 0.01f);
-    return unary_bwd(x, in, out, dout, din, glrelu_rows, &ctx, 1);
+    return unary_bwd(x, in, out, dout, din, glrelu_rows, &ctx, PD__USE_X, 1);
 }
 
 pd_status pd__cpu_Gelu_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out,
@@ -568,7 +582,7 @@ pd_status pd__cpu_Gelu_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *in,
     if (!th && strcmp(ap, "none") != 0) return pd__err(PD_ERR_UNSUPPORTED, "approximate='%s' is not supported", ap);
     pd__gctx ctx;
     memset(&ctx, 0, sizeof ctx);
-    return unary_bwd(x, in, out, dout, din, th ? ggelut_rows : ggelu_rows, &ctx, 16);
+    return unary_bwd(x, in, out, dout, din, th ? ggelut_rows : ggelu_rows, &ctx, PD__USE_X, 16);
 }
 
 /* Clip: the bounds as the forward reads them (inputs 1 and 2 from opset
@@ -590,7 +604,7 @@ pd_status pd__cpu_Clip_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *in,
         if (k) ctx.hi = v;
         else ctx.lo = v;
     }
-    return unary_bwd(x, in, out, dout, din, gclip_rows, &ctx, 2);
+    return unary_bwd(x, in, out, dout, din, gclip_rows, &ctx, PD__USE_X, 2);
 }
 
 /* ---- Cast, Identity ---------------------------------------------------------------- */
