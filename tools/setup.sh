@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # setup.sh - installs what pdonnx needs on a fresh Debian machine, builds it,
-# and runs the main job on the bundled default model.
+# and runs the main job: trains the bundled default model on the bundled digits.
 #
 #   tools/setup.sh            install packages (apt-get, needs root), build, run
 #   tools/setup.sh --no-install   skip apt-get (packages already there)
@@ -48,8 +48,5 @@ fi
 ninja -C build
 
 echo
-echo "== pdonnx info examples/digits_mlp.onnx"
-./build/pdonnx info examples/digits_mlp.onnx --batch 1
-echo
-echo "== pdonnx run examples/digits_mlp.onnx on the digits validation set"
-./build/pdonnx run examples/digits_mlp.onnx --input x=examples/digits/val_x.npy
+echo "== pdonnx train examples/digits_mlp.onnx"
+./build/pdonnx train examples/digits_mlp.onnx --save build/digits_mlp.trained.onnx
