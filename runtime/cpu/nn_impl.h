@@ -88,7 +88,42 @@ static pd_status FN(matmul)(const pd_tensor *a, const pd_tensor *b, pd_tensor *y
 /* col (C*prod(k), prod(out)) from img (C, in...): row (c, k...) holds the
  * input values each output position sees through kernel tap k (0 in pads).
  * Consecutive images of a batch are consecutive channels here. */
+/* The 2-D case, the common one, without the N-D odometers: per (c, kh, kw)
+ * row, each output row is a zero-padded strided copy of one input row. */
+static void FN(im2col_2d)(pd__exec *x, const T *img, int64_t C, const pd__win *w, T *col) {
+    const int64_t KH = w->k[0], KW = w->k[1], H = w->in[0], W = w->in[1], OH = w->out[0], OW = w->out[1];
+    const int64_t SH = w->s[0], SW = w->s[1], DH = w->d[0], DW = w->d[1], PH = w->pb[0], PW = w->pb[1];
+    const int64_t rows = C * KH * KW;
+    int nt = pd__nthreads(x);
+    PD_OMP_FOR(nt, rows * OH * OW > 32768)
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t c = r / (KH * KW), kh = (r / KW) % KH, kw = r % KW;
+        const T *src = img + c * H * W;
+        T *dst = col + r * OH * OW;
+        int64_t p = kw * DW - PW, lo, hi;
+        out_range(p, SW, W, OW, &lo, &hi);
+        for (int64_t oh = 0; oh < OH; oh++, dst += OW) {
+            int64_t ih = oh * SH - PH + kh * DH;
+            if (ih < 0 || ih >= H) {
+                for (int64_t o = 0; o < OW; o++) dst[o] = 0;
+                continue;
+            }
+            const T *srow = src + ih * W;
+            for (int64_t o = 0; o < lo; o++) dst[o] = 0;
+            if (SW == 1) /* rows are short: an inline loop beats a memcpy call */
+                for (int64_t o = lo; o < hi; o++) dst[o] = srow[o + p];
+            else
+                for (int64_t o = lo; o < hi; o++) dst[o] = srow[o * SW + p];
+            for (int64_t o = hi > lo ? hi : lo; o < OW; o++) dst[o] = 0;
+        }
+    }
+}
+
 static void FN(im2col)(pd__exec *x, const T *img, int64_t C, const pd__win *w, T *col) {
+    if (w->nsp == 2) {
+        FN(im2col_2d)(x, img, C, w, col);
+        return;
+    }
     int ns = w->nsp, last = ns - 1;
     int64_t K = prod64(ns, w->k), IN = prod64(ns, w->in), OUT = prod64(ns, w->out);
     int64_t OL = w->out[last], IL = w->in[last], S = w->s[last], outer = OUT / OL, rows = C * K;
