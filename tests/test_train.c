@@ -6,6 +6,7 @@
  * (k*N + j) mod R) and compare every step's loss with PyTorch's losses.npy,
  * and every initializer afterwards (weights and BatchNorm statistics) with
  * PyTorch's trained.onnx: |ours - torch| <= 1e-4 * (|torch| + mean |torch|).
+ * mlp_loss has its loss inside the model (SoftmaxCrossEntropyLoss): --loss graph.
  */
 #include "../core/pd_internal.h"
 #include "../runtime/data.h"
@@ -70,7 +71,8 @@ static void run_case(const char *fx, const char *line) {
     snprintf(p, sizeof p, "%s/%s/model.onnx", fx, model);
     if (st == PD_OK) st = pd_graph_load_file(p, &lo, &g);
     pd_train_options o = PD_TRAIN_OPTIONS_INIT;
-    o.loss = PD_LOSS_CROSS_ENTROPY;
+    char lossk[32];
+    o.loss = kv(line, "loss", lossk, sizeof lossk) && !strcmp(lossk, "graph") ? PD_LOSS_GRAPH : PD_LOSS_CROSS_ENTROPY;
     o.lr = kvf(line, "lr");
     o.momentum = kvf(line, "momentum");
     o.weight_decay = kvf(line, "weight_decay");
@@ -185,8 +187,8 @@ int main(int argc, char **argv) {
         fprintf(stderr, "usage: test_train FIXTURES_DIR [MODEL...]\n");
         return 2;
     }
-    const char *models[] = {"mlp", "cnn_bn", "resnet", "gpt"};
-    for (int m = 0; m < 4; m++) {
+    const char *models[] = {"mlp", "cnn_bn", "resnet", "gpt", "mlp_loss"};
+    for (int m = 0; m < 5; m++) {
         bool chosen = argc == 2;
         for (int i = 2; i < argc; i++) chosen |= strcmp(argv[i], models[m]) == 0;
         if (!chosen) continue;

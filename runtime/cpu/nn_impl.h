@@ -157,7 +157,38 @@ static void FN(im2col)(pd__exec *x, const T *img, int64_t C, const pd__win *w, T
 
 /* The adjoint of im2col: img (C, out...) += col (C*prod(k), prod(in...)), for
  * ConvTranspose, whose image is its output and whose columns are its input. */
+/* The 2-D case of col2im without the N-D odometers. */
+static void FN(col2im_2d)(pd__exec *x, const T *col, int64_t C, const pd__win *w, T *img) {
+    const int64_t KH = w->k[0], KW = w->k[1], IH = w->in[0], IW = w->in[1], OH = w->out[0], OW = w->out[1];
+    const int64_t SH = w->s[0], SW = w->s[1], DH = w->d[0], DW = w->d[1], PH = w->pb[0], PW = w->pb[1];
+    int nt = pd__nthreads(x);
+    PD_OMP_FOR(nt, C * KH * KW * IH * IW > 32768)
+    for (int64_t c = 0; c < C; c++) {
+        T *dst = img + c * OH * OW; // (out...)
+        for (int64_t kh = 0; kh < KH; kh++)
+            for (int64_t kw = 0; kw < KW; kw++) {
+                const T *src = col + ((c * KH + kh) * KW + kw) * IH * IW; // (in...)
+                int64_t p = kw * DW - PW, lo, hi;
+                out_range(p, SW, OW, IW, &lo, &hi);
+                for (int64_t ih = 0; ih < IH; ih++) {
+                    int64_t oh = ih * SH - PH + kh * DH;
+                    if (oh < 0 || oh >= OH) continue;
+                    T *drow = dst + oh * OW;
+                    const T *srow = src + ih * IW;
+                    if (SW == 1)
+                        for (int64_t i = lo; i < hi; i++) drow[i + p] += srow[i];
+                    else
+                        for (int64_t i = lo; i < hi; i++) drow[i * SW + p] += srow[i];
+                }
+            }
+    }
+}
+
 static void FN(col2im)(pd__exec *x, const T *col, int64_t C, const pd__win *w, T *img) {
+    if (w->nsp == 2) {
+        FN(col2im_2d)(x, col, C, w, img);
+        return;
+    }
     int ns = w->nsp, last = ns - 1;
     int64_t K = prod64(ns, w->k), IN = prod64(ns, w->in), OUT = prod64(ns, w->out);
     int64_t IL = w->in[last], OL = w->out[last], S = w->s[last], outer = IN / IL;

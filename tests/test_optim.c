@@ -1,0 +1,101 @@
+/* test_optim.c - optimizer updates, the learning-rate schedule and the data
+ * stream against closed-form values computed by hand. */
+#include "../runtime/data.h"
+#include "../runtime/optim.h"
+#include "check.h"
+
+#include <math.h>
+#include <string.h>
+
+static bool near(double a, double b) { return fabs(a - b) <= 1e-6 * (1 + fabs(b)); }
+
+static void test_updates(void) {
+    pd_train_options o = PD_TRAIN_OPTIONS_INIT;
+    /* nesterov, mu 0.9, lr 0.1, wd 0.01, g = 1 then 2, w0 = 1:
+     * step 1: g' = 1 + 0.01*1 = 1.01; v = 1.01; w = 1 - 0.1*(1.01 + 0.9*1.01) = 0.8081
+     * step 2: g' = 2 + 0.01*0.8081 = 2.008081; v = 0.9*1.01 + 2.008081 = 2.917081;
+     *         w = 0.8081 - 0.1*(2.008081 + 0.9*2.917081) = 0.3446046... */
+    o.optimizer = PD_OPT_NESTEROV;
+    o.momentum = 0.9;
+    o.weight_decay = 0.01;
+    float w = 1, g = 1, v = 0;
+    pd__optim_step(&o, 1, 0.1, &w, &g, &v, NULL, 1);
+    bool a = near(w, 0.8081) && near(v, 1.01);
+    g = 2;
+    pd__optim_step(&o, 2, 0.1, &w, &g, &v, NULL, 1);
+    double v2 = 0.9 * 1.01 + (2 + 0.01 * 0.8081), w2 = 0.8081 - 0.1 * ((2 + 0.01 * 0.8081) + 0.9 * v2);
+    CHECK(a && near(w, w2) && near(v, v2), "nesterov: two steps by hand (w %.7f, want %.7f)", w, w2);
+
+    /* adamw, lr 0.1, wd 0.5, betas 0.9/0.999, eps 1e-8, g = 0.5, w0 = 2:
+     * w *= 1 - 0.05 -> 1.9; m = 0.05, v = 0.00025; mhat = 0.5, vhat = 0.25;
+     * w -= 0.1 * 0.5 / (0.5 + 1e-8) -> 1.8 */
+    memset(&o, 0, sizeof o);
+    pd_train_options d = PD_TRAIN_OPTIONS_INIT;
+    o = d;
+    o.optimizer = PD_OPT_ADAMW;
+    o.weight_decay = 0.5;
+    float w3 = 2, g3 = 0.5f, m = 0, s = 0;
+    pd__optim_step(&o, 1, 0.1, &w3, &g3, &m, &s, 1);
+    CHECK(near(w3, 1.8) && near(m, 0.05) && near(s, 0.00025), "adamw: one step by hand (w %.7f, want 1.8)", w3);
+
+    /* adam (L2): g' = 0.5 + 0.5*2 = 1.5; first step moves by lr (sign of g') */
+    o.optimizer = PD_OPT_ADAM;
+    float w4 = 2, g4 = 0.5f, m4 = 0, s4 = 0;
+    pd__optim_step(&o, 1, 0.1, &w4, &g4, &m4, &s4, 1);
+    CHECK(near(w4, 1.9) && near(m4, 0.15), "adam: the first step moves by lr (w %.7f, want 1.9)", w4);
+}
+
+static void test_schedule(void) {
+    pd_train_options o = PD_TRAIN_OPTIONS_INIT;
+    o.lr = 0.4;
+    o.warmup_steps = 4;
+    o.cosine_steps = 14;
+    o.min_lr = 0.1;
+    /* warm-up 0.1, 0.2, 0.3, 0.4; then cosine over 10 steps from 0.4 to 0.1 */
+    bool ok = near(pd__lr_at(&o, 1), 0.1) && near(pd__lr_at(&o, 4), 0.4) &&
+              near(pd__lr_at(&o, 9), 0.1 + 0.15 * (1 + cos(M_PI * 0.5))) && near(pd__lr_at(&o, 14), 0.1) &&
+              near(pd__lr_at(&o, 20), 0.1);
+    CHECK(ok, "lr: linear warm-up then cosine to min_lr (step 9: %.6f)", pd__lr_at(&o, 9));
+    pd_train_options c = PD_TRAIN_OPTIONS_INIT;
+    CHECK(near(pd__lr_at(&c, 1), 0.01) && near(pd__lr_at(&c, 1000), 0.01), "lr: constant by default");
+}
+
+static void test_stream(void) {
+    float xv[7];
+    int64_t yv[7];
+    for (int i = 0; i < 7; i++) xv[i] = (float)i, yv[i] = i;
+    pd_tensor x = {PD_FLOAT, 2, {7, 1}, xv}, y = {PD_INT64, 1, {7}, yv};
+    pd__data d;
+    pd__data_init(&d, &x, &y, 3, false, 0);
+    float xb[3];
+    int64_t yb[3];
+    pd__data_fill(&d, 2, xb, yb); /* positions 6, 7, 8 -> rows 6, 0, 1 */
+    CHECK(xb[0] == 6 && xb[1] == 0 && xb[2] == 1 && yb[0] == 6 && yb[2] == 1,
+          "no shuffle: step k takes rows (k*N + j) mod rows");
+    pd__data_free(&d);
+    pd__data_init(&d, &x, &y, 3, true, 42);
+    bool perm = true;
+    for (int e = 0; e < 3; e++) {
+        int seen[7] = {0};
+        for (int i = 0; i < 7; i++) seen[pd__data_row(&d, e * 7 + i)]++;
+        for (int i = 0; i < 7; i++) perm = perm && seen[i] == 1;
+    }
+    int64_t first[7], again[7];
+    for (int i = 0; i < 7; i++) first[i] = pd__data_row(&d, i);
+    pd__data d2;
+    pd__data_init(&d2, &x, &y, 3, true, 42);
+    for (int i = 0; i < 7; i++) again[i] = pd__data_row(&d2, i);
+    bool differs = false;
+    for (int i = 0; i < 7; i++) differs |= pd__data_row(&d, 7 + i) != first[i];
+    CHECK(perm && memcmp(first, again, sizeof first) == 0 && differs,
+          "shuffle: every row once per epoch, the same for the same seed, another order next epoch");
+    pd__data_free(&d);
+    pd__data_free(&d2);
+}
+
+int main(void) {
+    test_updates();
+    test_schedule();
+    test_stream();
+    return check_summary();
+}
