@@ -105,7 +105,7 @@ static void pd__attr_free(pd__attr *a) {
     }
 }
 
-static void pd__node_free(pd__node *n) {
+void pd__node_free(pd__node *n) {
     PD_FREE(n->name);
     PD_FREE(n->op_type);
     PD_FREE(n->domain);
@@ -113,6 +113,7 @@ static void pd__node_free(pd__node *n) {
     PD_FREE(n->out);
     for (int i = 0; i < n->nattr; i++) pd__attr_free(&n->attr[i]);
     PD_FREE(n->attr);
+    memset(n, 0, sizeof *n);
 }
 
 void pd_graph_destroy(pd_graph *g) {

@@ -139,6 +139,8 @@ struct pd_graph {
 int pd__graph_find(const pd_graph *g, const char *name);
 /* Finds or adds a tensor by name; returns its index or -1 on allocation failure. */
 int pd__graph_tensor(pd_graph *g, const char *name);
+/* Frees what a node owns (names, arrays, attributes) and zeroes it. */
+void pd__node_free(pd__node *n);
 /* Adds a node (copies nothing: takes ownership of the arrays in *n). */
 pd_status pd__graph_add_node(pd_graph *g, pd__node *n);
 pd_graph *pd__graph_new(const char *path);

@@ -289,28 +289,6 @@ static pd_status load_outputs(loader *L) {
 
 /* ---- nodes ------------------------------------------------------------------------ */
 
-static void attr_free(pd__attr *a) {
-    PD_FREE(a->name);
-    PD_FREE(a->s);
-    PD_FREE(a->ints);
-    PD_FREE(a->floats);
-    if (a->t) {
-        PD_FREE(a->t->data);
-        PD_FREE(a->t);
-    }
-}
-
-static void node_free(pd__node *n) {
-    PD_FREE(n->name);
-    PD_FREE(n->op_type);
-    PD_FREE(n->domain);
-    PD_FREE(n->in);
-    PD_FREE(n->out);
-    for (int i = 0; i < n->nattr; i++) attr_free(&n->attr[i]);
-    PD_FREE(n->attr);
-    memset(n, 0, sizeof *n);
-}
-
 /* The type of an attribute; IR version 1 models leave it out and set one field. */
 static int attr_type(const Onnx__AttributeProto *ap) {
     if (ap->has_type && ap->type != ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__UNDEFINED) return (int)ap->type;
@@ -480,7 +458,7 @@ static pd_status load_nodes(loader *L) {
         pd_status s = build_node(L, i, gp->node[i], &n);
         if (s == PD_OK) s = pd__graph_add_node(g, &n);
         if (s != PD_OK) {
-            node_free(&n);
+            pd__node_free(&n);
             return s;
         }
     }

@@ -131,19 +131,7 @@ static inline const char *gc_why(const gc *c) { return c->why; }
 
 static inline void gc_free(gc *c) {
     if (!c) return;
-    /* the node is not in the graph's list: free its parts here */
-    free(c->node.name);
-    free(c->node.op_type);
-    free(c->node.domain);
-    free(c->node.in);
-    free(c->node.out);
-    for (int i = 0; i < c->node.nattr; i++) {
-        free(c->node.attr[i].name);
-        free(c->node.attr[i].s);
-        free(c->node.attr[i].ints);
-        free(c->node.attr[i].floats);
-    }
-    free(c->node.attr);
+    pd__node_free(&c->node); /* the node is not in the graph's list */
     pd_graph_destroy(c->g);
     free(c);
 }
