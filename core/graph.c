@@ -474,6 +474,10 @@ pd_status pd__graph_finalize(pd_graph *g, const pd_load_options *opt) {
                 st = pd__node_err(g, n, PD_ERR_UNSUPPORTED, "operator %s is not supported", n->op_type);
             break;
         }
+        if (n->nout < 1 || n->out[0] < 0) { /* every op of the set has a first output */
+            st = pd__node_err(g, n, PD_ERR_INVALID, "the node has no output");
+            break;
+        }
         st = pd__ops[n->op].shape(g, n);
         if (st != PD_OK) break;
         for (int j = 0; j < n->nout && st == PD_OK; j++) {

@@ -67,6 +67,11 @@ expect_error "unknown command" "unknown command 'trian'" "$pdonnx" trian
 expect_error "unwritable output" "/nonexistent-dir/y.npy" \
   "$pdonnx" run "$fx/mlp/model.onnx" --input x="$fx/mlp/x.npy" --output y=/nonexistent-dir/y.npy
 
+# inputs the fuzzer once crashed on (tests/fuzz/regressions/NAME.onnx, NAME.expect: the message)
+for m in "$src"/tests/fuzz/regressions/*.onnx; do
+  expect_error "fuzz regression $(basename "$m")" "$(cat "${m%.onnx}.expect")" "$pdonnx" info "$m" --batch 1
+done
+
 # bad models written by the loader test
 if [ -n "${3:-}" ] && "$3" "$tmp/bad" >/dev/null 2>&1; then
   b=$tmp/bad

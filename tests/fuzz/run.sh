@@ -10,7 +10,7 @@ build=$1 secs=${2:-60}
 corpus=$(mktemp -d)
 trap 'rm -rf "$corpus"' EXIT
 i=0
-for m in tests/fixtures/*/model.onnx examples/*.onnx; do cp "$m" "$corpus/seed$((i++)).onnx"; done
+for m in tests/fixtures/*/model.onnx examples/*.onnx tests/fuzz/regressions/*.onnx; do cp "$m" "$corpus/seed$((i++)).onnx"; done
 if [ -d ../shared/onnx-tests ]; then
   for m in $(ls -d ../shared/onnx-tests/{node,simple,pytorch-operator}/*/model.onnx 2>/dev/null | awk 'NR % 12 == 0'); do
     cp "$m" "$corpus/seed$((i++)).onnx"
