@@ -57,6 +57,52 @@ static inline void odo_next(int64_t *idx, const int64_t *dims, int n) {
     }
 }
 
+/* The batch layout of numpy matmul A (..., M, K) x B (..., K, N): 1-D operands
+ * promoted, batch dims broadcast. Batch q of the output reads matrix oa of A
+ * and ob of B (pd__mm_next walks them); nbb == 1 means B is one matrix, so
+ * all of A's rows can go through one product. */
+typedef struct pd__mm {
+    int nb;                   /* batch dims of the output */
+    int64_t M, K, N, nbatch, nbb;
+    int64_t ob[PD_MAX_DIMS];  /* output batch dims */
+    int64_t sa[PD_MAX_DIMS], sb[PD_MAX_DIMS]; /* batch strides in matrices, 0 where broadcast */
+    int64_t idx[PD_MAX_DIMS], oa, obb;        /* the walk: current batch index and matrices */
+} pd__mm;
+
+static inline void pd__mm_init(const pd_tensor *a, const pd_tensor *b, pd__mm *L) {
+    int ra = a->ndim, rb = b->ndim;
+    L->M = ra >= 2 ? a->shape[ra - 2] : 1;
+    L->K = a->shape[ra - 1];
+    L->N = rb >= 2 ? b->shape[rb - 1] : 1;
+    int ba = ra > 2 ? ra - 2 : 0, bb = rb > 2 ? rb - 2 : 0;
+    L->nb = ba > bb ? ba : bb;
+    L->nbatch = L->nbb = 1;
+    int64_t stra = 1, strb = 1;
+    for (int i = L->nb - 1; i >= 0; i--) {
+        int ia = i - (L->nb - ba), ib = i - (L->nb - bb);
+        int64_t da = ia >= 0 ? a->shape[ia] : 1, db = ib >= 0 ? b->shape[ib] : 1;
+        L->ob[i] = da == 1 ? db : da;
+        L->sa[i] = da == 1 ? 0 : stra;
+        L->sb[i] = db == 1 ? 0 : strb;
+        stra *= da;
+        strb *= db;
+        L->nbatch *= L->ob[i];
+        L->nbb *= db;
+        L->idx[i] = 0;
+    }
+    L->oa = L->obb = 0;
+}
+
+/* Moves to the next output batch (call after using oa/obb of the current one). */
+static inline void pd__mm_next(pd__mm *L) {
+    odo_next(L->idx, L->ob, L->nb);
+    L->oa = L->obb = 0;
+    for (int i = 0; i < L->nb; i++) {
+        L->oa += L->idx[i] * L->sa[i];
+        L->obb += L->idx[i] * L->sb[i];
+    }
+}
+
 static inline void odo_unflat(int64_t flat, const int64_t *dims, int n, int64_t *idx) {
     for (int i = n - 1; i >= 0; i--) {
         idx[i] = flat % dims[i];

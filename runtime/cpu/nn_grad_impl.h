@@ -44,38 +44,19 @@ static pd_status FN(gemm_bwd)(const pd_tensor *a, const pd_tensor *b, const pd_t
  * dA += dY @ B^T, dB += A^T @ dY, into the operand's own (possibly
  * broadcast) batch, so broadcast batches sum. */
 static pd_status FN(matmul_bwd)(const pd_tensor *a, const pd_tensor *b, const T *dY, T *dA, T *dB) {
-    int ra = a->ndim, rb = b->ndim;
-    int64_t M = ra >= 2 ? a->shape[ra - 2] : 1, K = a->shape[ra - 1], N = rb >= 2 ? b->shape[rb - 1] : 1;
+    pd__mm L;
+    pd__mm_init(a, b, &L);
+    const int64_t M = L.M, K = L.K, N = L.N;
     const T *A = a->data, *B = b->data;
-    int ba = ra > 2 ? ra - 2 : 0, bb = rb > 2 ? rb - 2 : 0, nb = ba > bb ? ba : bb;
-    int64_t ob[PD_MAX_DIMS], sa[PD_MAX_DIMS], sb[PD_MAX_DIMS], nbatch = 1, nbb = 1, stra = 1, strb = 1;
-    for (int i = nb - 1; i >= 0; i--) {
-        int ia = i - (nb - ba), ib = i - (nb - bb);
-        int64_t da = ia >= 0 ? a->shape[ia] : 1, db = ib >= 0 ? b->shape[ib] : 1;
-        ob[i] = da == 1 ? db : da;
-        sa[i] = da == 1 ? 0 : stra;
-        sb[i] = db == 1 ? 0 : strb;
-        stra *= da;
-        strb *= db;
-        nbatch *= ob[i];
-        nbb *= db;
-    }
-    if (nbb == 1) { /* B is one matrix and A holds every batch: A's rows stack */
-        if (dA) PD_TRY(FN(gemm)(false, true, nbatch * M, K, N, 1, dY, N, B, N, 1, dA, K));
-        if (dB) PD_TRY(FN(gemm)(true, false, K, N, nbatch * M, 1, A, K, dY, N, 1, dB, N));
+    if (L.nbb == 1) { /* B is one matrix and A holds every batch: A's rows stack */
+        if (dA) PD_TRY(FN(gemm)(false, true, L.nbatch * M, K, N, 1, dY, N, B, N, 1, dA, K));
+        if (dB) PD_TRY(FN(gemm)(true, false, K, N, L.nbatch * M, 1, A, K, dY, N, 1, dB, N));
         return PD_OK;
     }
-    int64_t idx[PD_MAX_DIMS] = {0};
-    for (int64_t q = 0; q < nbatch; q++) {
-        int64_t oa = 0, ob_ = 0;
-        for (int i = 0; i < nb; i++) {
-            oa += idx[i] * sa[i];
-            ob_ += idx[i] * sb[i];
-        }
+    for (int64_t q = 0; q < L.nbatch; q++, pd__mm_next(&L)) {
         const T *dq = dY + q * M * N; // (M, N)
-        if (dA) PD_TRY(FN(gemm)(false, true, M, K, N, 1, dq, N, B + ob_ * K * N, N, 1, dA + oa * M * K, K));
-        if (dB) PD_TRY(FN(gemm)(true, false, K, N, M, 1, A + oa * M * K, K, dq, N, 1, dB + ob_ * K * N, N));
-        odo_next(idx, ob, nb);
+        if (dA) PD_TRY(FN(gemm)(false, true, M, K, N, 1, dq, N, B + L.obb * K * N, N, 1, dA + L.oa * M * K, K));
+        if (dB) PD_TRY(FN(gemm)(true, false, K, N, M, 1, A + L.oa * M * K, K, dq, N, 1, dB + L.obb * K * N, N));
     }
     return PD_OK;
 }

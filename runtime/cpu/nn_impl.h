@@ -49,37 +49,15 @@ static pd_status FN(gemm_op)(const pd_tensor *a, const pd_tensor *b, const pd_te
 
 /* numpy matmul: 1-D operands promoted, batch dims broadcast. */
 static pd_status FN(matmul)(const pd_tensor *a, const pd_tensor *b, pd_tensor *y) {
-    int ra = a->ndim, rb = b->ndim;
-    int64_t M = ra >= 2 ? a->shape[ra - 2] : 1, K = a->shape[ra - 1], N = rb >= 2 ? b->shape[rb - 1] : 1;
+    pd__mm L;
+    pd__mm_init(a, b, &L);
+    const int64_t M = L.M, K = L.K, N = L.N;
     const T *A = a->data, *B = b->data; // (..., M, K), (..., K, N)
     T *Y = y->data;                     // (..., M, N)
-    int ba = ra > 2 ? ra - 2 : 0, bb = rb > 2 ? rb - 2 : 0, nb = ba > bb ? ba : bb;
-    int64_t ob[PD_MAX_DIMS], sa[PD_MAX_DIMS], sb[PD_MAX_DIMS], nbatch = 1, nbb = 1;
-    /* batch strides in matrices, 0 where an operand broadcasts */
-    int64_t stra = 1, strb = 1;
-    for (int i = nb - 1; i >= 0; i--) {
-        int ia = i - (nb - ba), ib = i - (nb - bb);
-        int64_t da = ia >= 0 ? a->shape[ia] : 1, db = ib >= 0 ? b->shape[ib] : 1;
-        ob[i] = da == 1 ? db : da;
-        sa[i] = da == 1 ? 0 : stra;
-        sb[i] = db == 1 ? 0 : strb;
-        stra *= da;
-        strb *= db;
-        nbatch *= ob[i];
-        nbb *= db;
-    }
-    if (nbb == 1) /* B is one matrix: all of A's rows in one product */
-        return FN(gemm)(false, false, nbatch * M, N, K, 1, A, K, B, N, 0, Y, N);
-    int64_t idx[PD_MAX_DIMS] = {0};
-    for (int64_t q = 0; q < nbatch; q++) {
-        int64_t oa = 0, ob_ = 0;
-        for (int i = 0; i < nb; i++) {
-            oa += idx[i] * sa[i];
-            ob_ += idx[i] * sb[i];
-        }
-        PD_TRY(FN(gemm)(false, false, M, N, K, 1, A + oa * M * K, K, B + ob_ * K * N, N, 0, Y + q * M * N, N));
-        odo_next(idx, ob, nb);
-    }
+    if (L.nbb == 1) /* B is one matrix: all of A's rows in one product */
+        return FN(gemm)(false, false, L.nbatch * M, N, K, 1, A, K, B, N, 0, Y, N);
+    for (int64_t q = 0; q < L.nbatch; q++, pd__mm_next(&L))
+        PD_TRY(FN(gemm)(false, false, M, N, K, 1, A + L.oa * M * K, K, B + L.obb * K * N, N, 0, Y + q * M * N, N));
     return PD_OK;
 }
 
