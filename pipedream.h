@@ -254,6 +254,126 @@ PDDEF int64_t pd_session_step_count(const pd_session *s);
  * included) through a temporary file and a rename. */
 PDDEF pd_status pd_graph_save(const pd_graph *g, const char *path);
 
+/* ---- Profiles: per-node costs -------------------------------------------------------- */
+/* A profile holds, for every node of a model (or a layer of a PipeDream
+ * profile), its forward and backward times for one microbatch and its
+ * activation, parameter and optimizer-state bytes, plus the DAG's edges. */
+typedef struct pd_profile pd_profile;
+
+typedef struct pd_profile_node_info {
+    const char *name;
+    const char *desc;      /* op type or layer description */
+    double fwd_ms;
+    double bwd_in_ms;      /* backward: input gradient */
+    double bwd_w_ms;       /* backward: weight gradient */
+    double act_bytes;      /* output activation bytes */
+    double param_bytes;
+    double optim_bytes;
+} pd_profile_node_info;
+
+typedef struct pd_profile_options {
+    size_t size;              /* sizeof(pd_profile_options) */
+    const char *device;       /* "cpu" (default) */
+    int warmup;               /* untimed steps first (2) */
+    int repeats;              /* timed steps; the median is kept (5) */
+    int threads;              /* 0: all cores */
+    pd_optimizer_kind optimizer; /* sizes the optimizer state (adam: 2 floats per parameter) */
+    pd_loss_kind loss;        /* the loss the backward starts from */
+} pd_profile_options;
+#define PD_PROFILE_OPTIONS_INIT {sizeof(pd_profile_options), NULL, 2, 5, 0, PD_OPT_SGD, PD_LOSS_AUTO}
+
+/* Measures every node by running real training steps of `g` (loaded with the
+ * microbatch size as its batch) on the backend. */
+PDDEF pd_status pd_profile_measure(pd_graph *g, const pd_profile_options *opt, pd_profile **out);
+/* Reads a profile: our JSON, or PipeDream's graph.txt (told apart by content). */
+PDDEF pd_status pd_profile_load(const char *path, pd_profile **out);
+PDDEF pd_status pd_profile_save(const pd_profile *p, const char *path);           /* JSON */
+PDDEF pd_status pd_profile_save_pipedream(const pd_profile *p, const char *path); /* graph.txt */
+PDDEF void pd_profile_destroy(pd_profile *p);
+PDDEF int pd_profile_num_nodes(const pd_profile *p);
+PDDEF pd_status pd_profile_node(const pd_profile *p, int i, pd_profile_node_info *out);
+
+/* ---- Plans: stages, replicas, microbatches ------------------------------------------- */
+typedef struct pd_plan pd_plan;
+
+typedef struct pd_plan_options {
+    size_t size;              /* sizeof(pd_plan_options) */
+    const char *algo;         /* "pipedream" (default), "2bw", "bipartition", "uniform", "params" */
+    const char *cost_model;   /* "default" (transfers counted and overlapped) or "pipedream" (PipeDream's optimizer) */
+    int workers;              /* total workers (the product of the topology's levels when given) */
+    int n_levels;             /* hierarchical topology, innermost level first: 0 = one level */
+    const int *level_workers; /* workers per level, e.g. {4, 4} */
+    const double *level_bandwidth; /* bytes/s at each level, e.g. {10e9, 1.25e9} */
+    double bandwidth;         /* one level: bytes/s between workers (default 10e9) */
+    double memory;            /* bytes per worker; 0: unlimited */
+    int microbatches;         /* per minibatch; 0: the planner's choice */
+    int straight;             /* no stage replication */
+    double activation_compression; /* pipedream cost model: count transfers, divided by this (0: not counted) */
+    int max_states;           /* bound on the cut states of a branching DAG (0: 100000) */
+} pd_plan_options;
+#define PD_PLAN_OPTIONS_INIT {sizeof(pd_plan_options), NULL, NULL, 1, 0, NULL, NULL, 10e9, 0, 0, 0, 0, 0}
+
+typedef struct pd_plan_info {
+    int n_stages;
+    int workers;              /* workers used (sum of replicas times width) */
+    int microbatches;
+    int width;                /* parallel pipelines (2bw) */
+    double time_ms;           /* predicted time per minibatch (steady state) */
+    double speedup;           /* over one worker */
+    double dp_speedup;        /* over pure data parallelism on the same workers */
+    double bubble;            /* predicted idle fraction */
+    double throughput;        /* samples per second */
+} pd_plan_info;
+
+typedef struct pd_stage_info {
+    int first_node, n_nodes;  /* forward nodes, as profile indices: first and count (a DAG stage may not be contiguous: see pd_plan_node_stage) */
+    int replicas;
+    double compute_ms;        /* forward + backward per microbatch on one replica */
+    double comm_ms;           /* activation + gradient transfer per microbatch */
+    double memory_bytes;      /* predicted per worker */
+} pd_stage_info;
+
+PDDEF pd_status pd_plan_create(const pd_profile *p, const pd_plan_options *opt, pd_plan **out);
+PDDEF pd_status pd_plan_save(const pd_plan *p, const char *path); /* JSON */
+PDDEF pd_status pd_plan_load(const char *path, pd_plan **out);
+PDDEF void pd_plan_destroy(pd_plan *p);
+PDDEF pd_status pd_plan_info_get(const pd_plan *p, pd_plan_info *out);
+PDDEF pd_status pd_plan_stage(const pd_plan *p, int i, pd_stage_info *out);
+/* The stage that runs node i's forward (and, in *bwd, its backward). */
+PDDEF int pd_plan_node_stage(const pd_plan *p, int i, int *bwd);
+
+/* ---- Simulation ------------------------------------------------------------------- */
+typedef struct pd_sim_options {
+    size_t size;              /* sizeof(pd_sim_options) */
+    const char *schedule;     /* "gpipe", "flush", "pipedream", "2bw", "interleaved", "zb-h1" */
+    int microbatches;         /* per minibatch (0: the plan's) */
+    int minibatches;          /* simulated minibatches (0: enough for a steady state) */
+    int chunks;               /* interleaved: virtual stages per worker (2) */
+    const char *trace;        /* write a Chrome/Perfetto trace here (NULL: none) */
+    const char *svg;          /* draw the timeline here (NULL: none) */
+} pd_sim_options;
+#define PD_SIM_OPTIONS_INIT {sizeof(pd_sim_options), "flush", 0, 0, 2, NULL, NULL}
+
+typedef struct pd_sim_stage {
+    double busy_ms;           /* compute time on this worker */
+    double peak_act_bytes;    /* activations held at the peak */
+    int peak_act_mbs;         /* microbatches whose activations are held at the peak */
+    int peak_versions;        /* weight versions held at the peak */
+} pd_sim_stage;
+
+typedef struct pd_sim_result {
+    double time_ms;           /* per minibatch (steady state for asynchronous schedules) */
+    double makespan_ms;       /* the whole simulated run */
+    double throughput;        /* samples per second */
+    double bubble;            /* idle fraction: 1 - busy / (workers * makespan) */
+    int n_stages;
+    pd_sim_stage *stage;      /* n_stages entries; free with pd_sim_result_free */
+} pd_sim_result;
+
+PDDEF pd_status pd_simulate(const pd_plan *p, const pd_sim_options *opt, pd_sim_result *out);
+PDDEF void pd_sim_result_free(pd_sim_result *r);
+
+
 #ifdef __cplusplus
 }
 #endif

@@ -12,5 +12,8 @@ bool pd_cli_parse_int(const char *flag, const char *s, int64_t lo, int64_t hi, i
 
 int pd_cli_conformance(int argc, char **argv);
 int pd_cli_train(int argc, char **argv);
+int pd_cli_profile(int argc, char **argv);
+int pd_cli_plan(int argc, char **argv);
+int pd_cli_simulate(int argc, char **argv);
 
 #endif

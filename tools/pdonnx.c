@@ -53,6 +53,16 @@ static void pd__usage(FILE *f) {
             "         [--batch N] [--steps N | --epochs N] [--no-shuffle] [--seed N] [--threads N]\n"
             "         [--metrics FILE.jsonl] [--save OUT.onnx] [--quiet]\n"
             "      train on one stage; MODEL.flags beside the model gives default flags\n"
+            "  pdonnx profile MODEL.onnx --batch N [--device cpu] [--warmup N] [--repeats N] -o PROFILE.json\n"
+            "         [--pipedream graph.txt]\n"
+            "      measure per-node forward, backward (input and weight gradient) times and bytes\n"
+            "  pdonnx plan MODEL.onnx|--profile FILE --workers N [--topology AxB] [--bandwidth B[,B]]\n"
+            "         [--memory BYTES] [--microbatches M] [--algo pipedream|2bw|bipartition|uniform|params]\n"
+            "         [--cost-model default|pipedream] [--straight] [-o PLAN.json] [--json -]\n"
+            "      cut the model into pipeline stages and predict throughput\n"
+            "  pdonnx simulate PLAN.json --schedule gpipe|flush|pipedream|2bw|interleaved|zb-h1\n"
+            "         [--microbatches M] [--trace OUT.json] [--svg OUT.svg]\n"
+            "      run the schedule's instruction lists through an event simulator\n"
             "  pdonnx conformance DIR... [--xfail FILE] [--quiet]\n"
             "      run ONNX backend test cases (folders with model.onnx and test_data_set_*)\n"
             "  pdonnx --version\n",
@@ -346,5 +356,8 @@ int main(int argc, char **argv) {
     if (strcmp(argv[1], "run") == 0) return pd__cmd_run(argc - 2, argv + 2);
     if (strcmp(argv[1], "conformance") == 0) return pd_cli_conformance(argc - 2, argv + 2);
     if (strcmp(argv[1], "train") == 0) return pd_cli_train(argc - 2, argv + 2);
+    if (strcmp(argv[1], "profile") == 0) return pd_cli_profile(argc - 2, argv + 2);
+    if (strcmp(argv[1], "plan") == 0) return pd_cli_plan(argc - 2, argv + 2);
+    if (strcmp(argv[1], "simulate") == 0) return pd_cli_simulate(argc - 2, argv + 2);
     return pd_cli_usage_error("unknown command '%s'", argv[1]);
 }

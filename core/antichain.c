@@ -1,0 +1,2 @@
+/* antichain.c - placeholder while being written this session. */
+#include "plan.h"

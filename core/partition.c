@@ -1,0 +1,2 @@
+/* partition.c - placeholder while being written this session. */
+#include "plan.h"

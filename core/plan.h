@@ -1,0 +1,181 @@
+/* plan.h - profiles, plans and schedules: what the profiler measures, the
+ * planner cuts and the schedule generator turns into per-stage instruction
+ * lists that the simulator (and later the runtime) execute.
+ *
+ * Not installed; pipedream.h exposes these through opaque handles.
+ *
+ * Units everywhere: milliseconds for times, bytes for sizes, bytes/s for
+ * bandwidth. Times in a profile are for one microbatch (the profile's batch).
+ *
+ * Files:
+ *   core/profile.c      building, validating, deriving (node costs, edges)
+ *   runtime/profile_io.c  JSON and PipeDream graph.txt read/write
+ *   runtime/profiler.c  measures a pd_graph on a backend
+ *   core/antichain.c    DAG -> sequence of valid cut states (PipeDream's antichains)
+ *   core/partition.c    the partitioners (pipedream DP, 2bw, bipartition, uniform, params)
+ *   runtime/plan_io.c   plan JSON read/write
+ *   core/schedule.c     instruction lists per schedule kind, validation
+ *   core/simulate.c     event-driven simulation, Chrome trace, SVG
+ */
+#ifndef PD_PLAN_H
+#define PD_PLAN_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "pd_internal.h"
+
+/* ---- profiles ------------------------------------------------------------- */
+
+typedef struct pd__pnode {
+    char *name;          /* ONNX node name, or PipeDream's "nodeN" */
+    char *desc;          /* op type or PipeDream's layer description */
+    double fwd_ms;       /* forward of one microbatch */
+    double bwd_in_ms;    /* backward: gradient of the inputs (zero-bubble's B) */
+    double bwd_w_ms;     /* backward: gradient of the weights (zero-bubble's W) */
+    double act_bytes;    /* bytes of its outputs (one microbatch) */
+    double param_bytes;  /* bytes of the trainable parameters it owns */
+    double optim_bytes;  /* optimizer state for those parameters */
+} pd__pnode;
+
+struct pd_profile {
+    int n;               /* nodes, in a topological order */
+    pd__pnode *node;
+    int n_edges;
+    int *edge;           /* 2*n_edges ints: producer, consumer (node indices, producer < consumer) */
+    int64_t batch;       /* microbatch the times are for (0: unknown) */
+    char *model;         /* where it came from (for messages); may be NULL */
+    char *device;        /* "cpu", "cuda", "pipedream" (imported) ... ; may be NULL */
+};
+
+/* An empty profile with room for n nodes (names NULL, costs 0). */
+pd_status pd__profile_new(int n, pd_profile **out);
+/* Adds an edge a -> b (checked: indices in range). */
+pd_status pd__profile_add_edge(pd_profile *p, int a, int b);
+/* Checks: finite non-negative costs, edges in range, acyclic; reorders nodes
+ * topologically (stable) when needed. `what` names the profile in errors. */
+pd_status pd__profile_finish(pd_profile *p, const char *what);
+
+/* ---- cut states (antichains) ------------------------------------------------ */
+
+/* A valid cut of the DAG: the set of nodes before it is closed under
+ * predecessors (an "ideal"). States are in a topological order of the
+ * antichain DAG; state 0 is the empty cut and state n_states-1 the whole
+ * graph. The stage between states a and b (a before b, ideal[a] inside
+ * ideal[b]) holds the nodes ideal[b] \ ideal[a]. */
+typedef struct pd__cuts {
+    int n_states;
+    int words;             /* 64-bit words per ideal bitset */
+    uint64_t *ideal;       /* n_states * words */
+    /* prefix sums over each ideal (so a stage's totals are differences) */
+    double *fwd, *bwd_in, *bwd_w, *act, *param, *optim;
+    /* bytes of every tensor crossing the cut (outputs of nodes inside with a
+     * consumer outside): sent forward as activations, back as gradients */
+    double *cross_bytes;
+    /* PipeDream's own measure: activation bytes of the cut's maximal nodes */
+    double *antichain_bytes;
+    /* pred[b] lists the states a with ideal[a] strictly inside ideal[b] (ascending) */
+    int *pred_start, *pred;   /* CSR: pred[pred_start[b] .. pred_start[b+1]) */
+} pd__cuts;
+
+/* max_states bounds the enumeration (error naming the limit when exceeded). */
+pd_status pd__cuts_build(const pd_profile *p, int max_states, pd__cuts **out);
+void pd__cuts_free(pd__cuts *c);
+
+/* ---- plans ---------------------------------------------------------------- */
+
+typedef struct pd__stage {
+    int replicas;
+    int first_rank;        /* ranks first_rank .. first_rank+replicas-1 */
+    /* per microbatch, on one replica */
+    double fwd_ms, bwd_in_ms, bwd_w_ms;
+    double param_bytes, optim_bytes, act_bytes;  /* act: activations stashed per microbatch */
+    double in_bytes;       /* activation bytes received per microbatch (gradient bytes sent back) */
+    double out_bytes;      /* activation bytes sent per microbatch (gradient bytes received) */
+    double send_ms;        /* time to send out_bytes to the next stage (and the gradient back) */
+    double allreduce_ms;   /* gradient all-reduce among the replicas, per minibatch */
+    double time_ms;        /* the stage's cost in the planner's model (per minibatch per replica) */
+    double memory_bytes;   /* predicted peak per worker */
+} pd__stage;
+
+typedef enum pd__algo {
+    PD_ALGO_PIPEDREAM = 0,
+    PD_ALGO_2BW,
+    PD_ALGO_BIPARTITION,
+    PD_ALGO_UNIFORM,
+    PD_ALGO_PARAMS
+} pd__algo;
+
+struct pd_plan {
+    int n_nodes;
+    char **node_name;      /* copies of the profile's names */
+    int *fwd_stage;        /* per node: the stage that runs its forward */
+    int *bwd_stage;        /* per node: the stage that runs its backward (== fwd_stage except bipartition) */
+    int n_stages;          /* stages (virtual stages when chunks > 1) */
+    pd__stage *stage;
+    int chunks;            /* virtual stages per worker: stage k runs on worker k % (n_stages / chunks) */
+    int workers;           /* workers given; sum of replicas may be fewer */
+    int microbatches;      /* per minibatch (per pipeline) */
+    int64_t microbatch_size;
+    int width;             /* 2bw: parallel pipelines (data-parallel width); 1 otherwise */
+    bool recompute;        /* 2bw: activation recomputation */
+    pd__algo algo;
+    char *algo_name, *cost_model, *model;
+    double bandwidth;      /* between adjacent stages (the slowest level crossed) */
+    /* predictions */
+    double time_ms;        /* per minibatch in steady state (the bottleneck stage) */
+    double single_ms;      /* one worker, whole model */
+    double dp_ms;          /* pure data parallelism on the same workers */
+    double speedup;        /* single_ms / time_ms */
+    double dp_speedup;     /* dp_ms / time_ms */
+    double bubble;         /* predicted idle fraction for the plan's default schedule */
+    double throughput;     /* samples per second */
+};
+
+void pd__plan_free(pd_plan *p);
+
+/* ---- schedules ---------------------------------------------------------------- */
+
+typedef enum pd__sched_kind {
+    PD_SCHED_GPIPE = 0,    /* all F, then all B; flush */
+    PD_SCHED_FLUSH,        /* PipeDream-Flush / 1F1B; flush */
+    PD_SCHED_PIPEDREAM,    /* asynchronous 1F1B with weight stashing; no flush */
+    PD_SCHED_2BW,          /* 1F1B, two weight versions, step every m microbatches */
+    PD_SCHED_INTERLEAVED,  /* Megatron's interleaved 1F1B with v chunks per worker */
+    PD_SCHED_ZB_H1         /* zero-bubble H1: B and W split, W fills the bubble */
+} pd__sched_kind;
+
+typedef enum pd__op_kind {
+    PD_I_F = 0,            /* forward of microbatch mb on chunk */
+    PD_I_B,                /* backward: input gradient (and weight gradient unless split) */
+    PD_I_W,                /* backward: weight gradient (zero-bubble) */
+    PD_I_SEND_ACT,
+    PD_I_RECV_ACT,
+    PD_I_SEND_GRAD,
+    PD_I_RECV_GRAD,
+    PD_I_ALLREDUCE,        /* gradients among a stage's replicas */
+    PD_I_STEP,             /* optimizer update (version: the new weight version) */
+    PD_I_SNAPSHOT          /* checkpoint point */
+} pd__op_kind;
+
+typedef struct pd__instr {
+    uint8_t op;            /* pd__op_kind */
+    uint8_t split;         /* PD_I_B: 1 when a separate PD_I_W follows for this mb */
+    int16_t chunk;         /* virtual stage on this worker (interleaved), else 0 */
+    int32_t mb;            /* microbatch index (global across minibatches) */
+    int32_t version;       /* weight version the F/B/W uses; STEP: version produced */
+    int32_t peer;          /* SEND/RECV: the other stage (virtual stage index) */
+} pd__instr;
+
+typedef struct pd__schedule {
+    pd__sched_kind kind;
+    int n_stages;          /* physical stages (workers of one pipeline) */
+    int chunks;            /* virtual stages per worker (1 unless interleaved) */
+    int microbatches;      /* per minibatch */
+    int minibatches;       /* how many minibatches the lists cover */
+    int *len;              /* instructions per stage */
+    pd__instr **ins;       /* ins[s][k] */
+} pd__schedule;
+
+#endif

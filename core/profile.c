@@ -1,0 +1,2 @@
+/* profile.c - placeholder while being written this session. */
+#include "plan.h"

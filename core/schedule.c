@@ -1,0 +1,2 @@
+/* schedule.c - placeholder while being written this session. */
+#include "plan.h"

@@ -1,0 +1,2 @@
+/* simulate.c - placeholder while being written this session. */
+#include "plan.h"

@@ -1,0 +1,2 @@
+/* profile_io.c - placeholder while being written this session. */
+#include "../core/plan.h"

@@ -1,0 +1,2 @@
+/* profiler.c - placeholder while being written this session. */
+#include "../core/plan.h"

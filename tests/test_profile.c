@@ -1,0 +1,2 @@
+/* test_profile.c - placeholder while being written this session. */
+int main(void) { return 77; }

@@ -1,0 +1,7 @@
+/* simulate.c - placeholder while being written this session. */
+#include "cli.h"
+int pd_cli_simulate(int argc, char **argv) {
+    (void)argc;
+    (void)argv;
+    return pd_cli_usage_error("simulate: %s", "not built yet");
+}
