@@ -1,2 +1,1146 @@
-/* partition.c - placeholder while being written this session. */
+/* partition.c - the planners: cut a profiled DAG into pipeline stages.
+ *
+ *   pipedream    PipeDream's dynamic programme over cut states and per-stage
+ *                replication. Two cost models:
+ *                - "pipedream" reproduces PipeDream's optimizer
+ *                  (optimizer_graph_hierarchical.py) number for number: a stage
+ *                  of compute C and parameters W replicated r ways costs
+ *                  (C + 4(r-1)W/(B r))/r, exactly the given workers are used,
+ *                  activation transfers count only with a compression ratio,
+ *                  levels are solved innermost first and a level's best times
+ *                  become the compute times of the level above.
+ *                - "default" also counts the activations and gradients that
+ *                  cross each cut (overlapped with compute, as the runtime's
+ *                  asynchronous sends are) and may leave workers idle when
+ *                  that is faster. On one level it is solved by a bisection
+ *                  on the bottleneck time with an O(1) minimal replica count
+ *                  per candidate stage: O(P log(1/eps)) for P nested state
+ *                  pairs (n^2/2 on a chain), independent of the worker count.
+ *   2bw          PipeDream-2BW: d x w equal-width pipelines, microbatches,
+ *                recomputation, under the memory limit.
+ *   bipartition  separate forward and backward cut points per worker.
+ *   uniform      equal node counts (DeepSpeed's "uniform").
+ *   params       equal parameter bytes (DeepSpeed's "parameters").
+ *
+ * Every plan is then evaluated the same way (pd__plan_evaluate): per stage
+ * compute, bytes crossing its boundaries, memory, and the predictions.
+ */
 #include "plan.h"
+
+#include <math.h>
+#include <string.h>
+
+typedef struct pd__ctx {
+    const pd_profile *p;
+    const pd_plan_options *o;
+    bool pd_model;          /* cost model "pipedream" */
+    int levels;
+    int lw[8];              /* workers per level, innermost first */
+    double lb[8];           /* bandwidth per level, bytes/s */
+    int workers;
+    double mem;             /* per-worker limit, 0 = none */
+    double compress;
+    bool twobw;             /* memory as 2BW keeps it: two weight versions, no per-microbatch stash */
+    bool recompute;         /* 2BW with activation recomputation: the backward redoes the forward */
+} pd__ctx;
+
+/* A stage candidate between cut states a and b. */
+typedef struct pd__range {
+    double c, w, act, opt, in, out; /* compute ms, param, act, optim, bytes in/out */
+} pd__range;
+
+static pd__range pd__rng(const pd__ctx *x, const pd__cuts *c, int a, int b) {
+    pd__range r;
+    r.c = (c->fwd[b] - c->fwd[a]) * (x->recompute ? 2 : 1) + (c->bwd_in[b] - c->bwd_in[a]) + (c->bwd_w[b] - c->bwd_w[a]);
+    r.w = c->param[b] - c->param[a];
+    r.act = c->act[b] - c->act[a];
+    r.opt = c->optim[b] - c->optim[a];
+    r.in = c->cross_bytes[a];
+    r.out = b == c->n_states - 1 ? 0 : c->cross_bytes[b];
+    return r;
+}
+
+/* ---- the default model's stage cost -------------------------------------------- */
+
+/* Per-worker memory of a stage replica with `down` workers after it: weights,
+ * gradients and optimizer state, plus, for each microbatch in flight
+ * (ceil(down/r) + 1 under 1F1B), its activations and (PipeDream) a stashed
+ * weight version; 2BW keeps two versions instead, and with recomputation
+ * stashes only each microbatch's stage input plus one microbatch's
+ * activations. */
+static double pd__stage_mem(const pd__ctx *x, const pd__range *g, int r, int down) {
+    double inflight = ceil((double)down / r) + 1;
+    if (x->twobw)
+        return 3 * g->w + g->opt + (x->recompute ? inflight * g->in + g->act : inflight * g->act);
+    return 2 * g->w + g->opt + inflight * g->act + (inflight - 1) * g->w;
+}
+
+/* Time per microbatch of a stage replicated r ways: compute plus the gradient
+ * all-reduce, or the boundary transfers when they take longer. */
+static double pd__stage_time(const pd__range *g, int r, double bw) {
+    double wt = 4.0 * g->w / bw * 1e3;
+    double t = (g->c + wt - wt / r) / r;
+    double x = 2.0 * fmax(g->in, g->out) / bw * 1e3 / r;
+    return fmax(t, x);
+}
+
+/* The fewest replicas for which the stage meets time T and the memory limit
+ * with `down` workers after it; INT32_MAX when none up to `left`. */
+static int pd__min_replicas(const pd__ctx *x, const pd__range *g, double T, int down, int left) {
+    double bw = x->lb[0];
+    if (left < 1) return INT32_MAX;
+    bool mem_ok1 = x->mem <= 0 || pd__stage_mem(x, g, 1, down) <= x->mem;
+    if (mem_ok1 && pd__stage_time(g, 1, bw) <= T) return 1;
+    if (x->o->straight || left < 2) return INT32_MAX;
+    double r = 2;
+    /* compute: T r^2 - (C + 4W') r + 4W' >= 0 for r above the larger root */
+    double wt = 4.0 * g->w / bw * 1e3, a = g->c + wt;
+    if (T <= 0) return INT32_MAX;
+    double disc = a * a - 4 * T * wt;
+    if (disc > 0) r = fmax(r, ceil((a + sqrt(disc)) / (2 * T) - 1e-9));
+    /* transfers */
+    double xt = 2.0 * fmax(g->in, g->out) / bw * 1e3;
+    r = fmax(r, ceil(xt / T - 1e-9));
+    /* memory: ceil(down/r) <= q */
+    if (x->mem > 0) {
+        double q = floor((x->mem - 2 * g->w - g->opt - g->act) / (g->act + g->w));
+        if (q < 0) return INT32_MAX;
+        if (q == 0) {
+            if (down > 0) return INT32_MAX;
+        } else {
+            r = fmax(r, ceil(down / q));
+        }
+    }
+    if (r > left) return INT32_MAX;
+    int ri = (int)r;
+    for (int k = 0; k < 3 && ri <= left; k++, ri++)
+        if (pd__stage_time(g, ri, bw) <= T * (1 + 1e-12) && (x->mem <= 0 || pd__stage_mem(x, g, ri, down) <= x->mem))
+            return ri;
+    return INT32_MAX;
+}
+
+/* Suffix DP at bottleneck T: need[a] = fewest workers for the stages after cut
+ * a; choice[a] = (next cut, replicas). Returns need[0]. */
+static int pd__feasible(const pd__ctx *x, const pd__cuts *c, const int *sstart, const int *succ, double T, int *need,
+                        int *nxt, int *rep) {
+    int S = c->n_states;
+    need[S - 1] = 0;
+    for (int a = S - 2; a >= 0; a--) {
+        int best = INT32_MAX, bb = -1, br = 0;
+        for (int k = sstart[a + 1] - 1; k >= sstart[a]; k--) { /* larger cuts first: fewer stages on ties */
+            int b = succ[k];
+            if (need[b] > x->workers) continue;
+            pd__range g = pd__rng(x, c, a, b);
+            int r = pd__min_replicas(x, &g, T, need[b], x->workers - need[b]);
+            if (r == INT32_MAX) continue;
+            if (r + need[b] < best) {
+                best = r + need[b];
+                bb = b;
+                br = r;
+            }
+        }
+        need[a] = best;
+        nxt[a] = bb;
+        rep[a] = br;
+    }
+    return need[0];
+}
+
+typedef struct pd__cut_plan {
+    int n;          /* stages */
+    int *cut;       /* n+1 cut states */
+    int *rep;       /* n replica counts */
+    double time_ms; /* the objective's value */
+} pd__cut_plan;
+
+static void pd__cut_plan_free(pd__cut_plan *cp) {
+    PD_FREE(cp->cut);
+    PD_FREE(cp->rep);
+    memset(cp, 0, sizeof *cp);
+}
+
+static pd_status pd__fast(const pd__ctx *x, const pd__cuts *c, pd__cut_plan *out) {
+    int S = c->n_states;
+    int np = c->pred_start[S];
+    int *sstart = PD_CALLOC((size_t)S + 1, sizeof(int)), *succ = PD_MALLOC(sizeof(int) * ((size_t)np + 1));
+    int *need = PD_MALLOC(sizeof(int) * (size_t)S), *nxt = PD_MALLOC(sizeof(int) * (size_t)S),
+        *rep = PD_MALLOC(sizeof(int) * (size_t)S);
+    pd_status st = PD_OK;
+    if (!sstart || !succ || !need || !nxt || !rep) {
+        st = pd__err(PD_ERR_NOMEM, "plan: out of memory");
+        goto done;
+    }
+    for (int b = 0; b < S; b++)
+        for (int k = c->pred_start[b]; k < c->pred_start[b + 1]; k++) sstart[c->pred[k] + 1]++;
+    for (int a = 0; a < S; a++) sstart[a + 1] += sstart[a];
+    {
+        int *fill = PD_MALLOC(sizeof(int) * ((size_t)S + 1));
+        if (!fill) {
+            st = pd__err(PD_ERR_NOMEM, "plan: out of memory");
+            goto done;
+        }
+        memcpy(fill, sstart, sizeof(int) * ((size_t)S + 1));
+        for (int b = 0; b < S; b++) /* ascending b: succ lists come out ascending */
+            for (int k = c->pred_start[b]; k < c->pred_start[b + 1]; k++) succ[fill[c->pred[k]]++] = b;
+        PD_FREE(fill);
+    }
+    /* an upper bound: memory alone decides (no time limit) */
+    if (pd__feasible(x, c, sstart, succ, INFINITY, need, nxt, rep) > x->workers) {
+        double need1 = 0;
+        for (int i = 0; i < x->p->n; i++) {
+            const pd__pnode *nd = &x->p->node[i];
+            need1 = fmax(need1, 3 * nd->param_bytes + nd->optim_bytes + nd->act_bytes);
+        }
+        st = pd__err(PD_ERR_INVALID,
+                     "plan: no plan fits --memory %.0f bytes per worker on %d workers (the largest single node "
+                     "alone needs about %.0f bytes); raise --memory or add workers",
+                     x->mem, x->workers, need1);
+        goto done;
+    }
+    double hi = 0;
+    for (int a = 0; a != S - 1; a = nxt[a]) {
+        pd__range g = pd__rng(x, c, a, nxt[a]);
+        hi = fmax(hi, pd__stage_time(&g, rep[a], x->lb[0]));
+    }
+    hi = fmax(hi, 1e-12) * (1 + 1e-9);
+    double lo = 0;
+    for (int it = 0; it < 200 && hi - lo > 1e-10 * hi; it++) {
+        double mid = 0.5 * (lo + hi);
+        if (pd__feasible(x, c, sstart, succ, mid, need, nxt, rep) <= x->workers) hi = mid;
+        else lo = mid;
+    }
+    pd__feasible(x, c, sstart, succ, hi, need, nxt, rep);
+    int n = 0;
+    for (int a = 0; a != S - 1; a = nxt[a]) n++;
+    out->n = n;
+    out->cut = PD_MALLOC(sizeof(int) * ((size_t)n + 1));
+    out->rep = PD_MALLOC(sizeof(int) * (size_t)n);
+    if (!out->cut || !out->rep) {
+        pd__cut_plan_free(out);
+        st = pd__err(PD_ERR_NOMEM, "plan: out of memory");
+        goto done;
+    }
+    n = 0;
+    out->time_ms = 0;
+    for (int a = 0; a != S - 1; a = nxt[a]) {
+        pd__range g = pd__rng(x, c, a, nxt[a]);
+        out->time_ms = fmax(out->time_ms, pd__stage_time(&g, rep[a], x->lb[0]));
+        out->cut[n] = a;
+        out->rep[n++] = rep[a];
+    }
+    out->cut[n] = S - 1;
+done:
+    PD_FREE(sstart);
+    PD_FREE(succ);
+    PD_FREE(need);
+    PD_FREE(nxt);
+    PD_FREE(rep);
+    return st;
+}
+
+/* ---- PipeDream's dynamic programme, level by level ------------------------------ */
+
+typedef struct pd__cell {
+    double t;     /* NAN: none */
+    int k, m;     /* split: previous cut and machines before it (-1: a single stage) */
+    int r;        /* machines of the last stage */
+} pd__cell;
+
+/* The cost of stage (k, b] with r machines at level `lv` (M machines on the
+ * level, `used` machines up to and including this stage, K machines inside
+ * each); `cl` is the stage's compute time at this level. */
+static double pd__pd_stage(const pd__ctx *x, const pd__cuts *c, int lv, int k, int b, int r, int M, int used,
+                           double cl, int K, bool base) {
+    double bw = x->lb[lv];
+    pd__range g = pd__rng(x, c, k, b);
+    if (x->mem > 0) {
+        double stash = ceil((double)(M - used) / r) * (g.act + g.w);
+        if (x->pd_model ? stash > x->mem : pd__stage_mem(x, &g, r, (M - used) * K) > x->mem) return NAN;
+    }
+    double dp = 4.0 * (r - 1) * g.w / (bw * r) * 1e3;
+    double t;
+    if (x->pd_model) {
+        t = (cl + (base ? dp / K : dp)) / r;
+        if (x->compress > 0) {
+            double in = 2.0 * c->antichain_bytes[k] / (bw * r) * 1e3 / x->compress;
+            double out = b < c->n_states - 1 ? 2.0 * c->antichain_bytes[b] / (bw * r) * 1e3 / x->compress : 0;
+            if (!base) t = fmax(t, fmax(in, out));
+        }
+    } else {
+        t = (cl + dp / K) / r;
+        t = fmax(t, 2.0 * fmax(g.in, g.out) / (bw * r * K) * 1e3);
+    }
+    return t;
+}
+
+/* A[a][b][m] for rows a in `rows` (row list; the final level needs only row 0).
+ * cl(a,b): the compute time of a range at this level (NAN when invalid). */
+static pd_status pd__pd_level(const pd__ctx *x, const pd__cuts *c, int lv, int K, const double *cl, bool final,
+                              pd__cell *A) {
+    int S = c->n_states, M = x->lw[lv];
+    int rows = final ? 1 : S;
+    bool fewer = !x->pd_model;
+    uint8_t *sub = NULL; /* sub[a*S+k]: ideal a strictly inside ideal k */
+    if (!final) {
+        if (!(sub = PD_CALLOC((size_t)S * (size_t)S, 1))) return pd__err(PD_ERR_NOMEM, "plan: out of memory (%d cut states)", S);
+        for (int k = 0; k < S; k++)
+            for (int q = c->pred_start[k]; q < c->pred_start[k + 1]; q++) sub[(size_t)c->pred[q] * S + k] = 1;
+    }
+#define CELL(a, b, m) A[((size_t)(a) * S + (size_t)(b)) * (size_t)M + (size_t)(m)]
+    for (int a = 0; a < rows; a++)
+        for (int b = 0; b < S; b++)
+            for (int m = 0; m < M; m++) {
+                pd__cell *e = &CELL(a, b, m);
+                e->t = NAN;
+                e->k = e->m = -1;
+                e->r = 0;
+                if (b <= a || isnan(cl[(size_t)a * S + b])) continue;
+                if (m > 0 && x->o->straight) continue;
+                e->t = pd__pd_stage(x, c, lv, a, b, m + 1, M, m + 1, cl[(size_t)a * S + b], K, true);
+                e->r = m + 1;
+            }
+    for (int a = 0; a < rows; a++) {
+        for (int m = 1; m < M; m++)
+            for (int b = a + 1; b < S; b++) {
+                pd__cell best = CELL(a, b, m);
+                if (fewer && (isnan(best.t) || CELL(a, b, m - 1).t < best.t) && !isnan(CELL(a, b, m - 1).t))
+                    best = CELL(a, b, m - 1);
+                for (int q = c->pred_start[b]; q < c->pred_start[b + 1]; q++) {
+                    int k = c->pred[q];
+                    if (k <= a) continue;
+                    if (a > 0 && !sub[(size_t)a * S + k]) continue; /* k must contain a */
+                    double ck = cl[(size_t)k * S + b];
+                    if (isnan(ck)) continue;
+                    int maxr = x->o->straight ? 1 : m;
+                    for (int r = 1; r <= maxr; r++) {
+                        const pd__cell *prev = &CELL(a, k, m - r);
+                        if (isnan(prev->t)) continue;
+                        double t = pd__pd_stage(x, c, lv, k, b, r, M, m + 1, ck, K, false);
+                        if (isnan(t)) continue;
+                        t = fmax(prev->t, t);
+                        if (isnan(best.t) || best.t > t) {
+                            best.t = t;
+                            best.k = k;
+                            best.m = m - r;
+                            best.r = r;
+                        }
+                    }
+                }
+                CELL(a, b, m) = best;
+            }
+    }
+#undef CELL
+    PD_FREE(sub);
+    return PD_OK;
+}
+
+/* Appends the stages of range (a, b] solved at level lv with m+1 machines. */
+typedef struct pd__stage_list {
+    int n, cap;
+    int *lo, *hi, *rep;
+} pd__stage_list;
+
+static pd_status pd__push(pd__stage_list *L, int lo, int hi, int rep) {
+    if (L->n == L->cap) {
+        int nc = L->cap ? L->cap * 2 : 16;
+        int *a = PD_REALLOC(L->lo, sizeof(int) * (size_t)nc);
+        if (!a) return pd__err(PD_ERR_NOMEM, "plan: out of memory");
+        L->lo = a;
+        int *b = PD_REALLOC(L->hi, sizeof(int) * (size_t)nc);
+        if (!b) return pd__err(PD_ERR_NOMEM, "plan: out of memory");
+        L->hi = b;
+        int *r = PD_REALLOC(L->rep, sizeof(int) * (size_t)nc);
+        if (!r) return pd__err(PD_ERR_NOMEM, "plan: out of memory");
+        L->rep = r;
+        L->cap = nc;
+    }
+    L->lo[L->n] = lo;
+    L->hi[L->n] = hi;
+    L->rep[L->n++] = rep;
+    return PD_OK;
+}
+
+static pd_status pd__unwind(const pd__ctx *x, const pd__cuts *c, pd__cell **As, int lv, int a, int b, int mult,
+                            pd__stage_list *L) {
+    int S = c->n_states, M = x->lw[lv];
+    int row = lv == x->levels - 1 ? 0 : a;
+    /* the splits of this range, last stage first */
+    pd__stage_list here = {0};
+    pd_status st = PD_OK;
+    const pd__cell *e = &As[lv][((size_t)row * S + (size_t)b) * (size_t)M + (size_t)(M - 1)];
+    int hi = b;
+    for (;;) {
+        if (isnan(e->t)) {
+            st = pd__err(PD_ERR_INTERNAL, "plan: no solution recorded");
+            break;
+        }
+        if ((st = pd__push(&here, e->k >= 0 ? e->k : a, hi, e->r)) != PD_OK || e->k < 0) break;
+        hi = e->k;
+        e = &As[lv][((size_t)row * S + (size_t)e->k) * (size_t)M + (size_t)e->m];
+    }
+    for (int i = here.n - 1; i >= 0 && st == PD_OK; i--) {
+        if (lv == 0) st = pd__push(L, here.lo[i], here.hi[i], here.rep[i] * mult);
+        else st = pd__unwind(x, c, As, lv - 1, here.lo[i], here.hi[i], here.rep[i] * mult, L);
+    }
+    PD_FREE(here.lo);
+    PD_FREE(here.hi);
+    PD_FREE(here.rep);
+    return st;
+}
+
+static pd_status pd__pipedream_dp(const pd__ctx *x, const pd__cuts *c, pd__cut_plan *out) {
+    int S = c->n_states;
+    pd_status st = PD_OK;
+    pd__cell *As[8] = {0};
+    pd__stage_list L = {0};
+    double *cl = PD_MALLOC(sizeof(double) * (size_t)S * (size_t)S);
+    if (!cl) return pd__err(PD_ERR_NOMEM, "plan: out of memory (%d cut states)", S);
+    for (int a = 0; a < S; a++)
+        for (int b = 0; b < S; b++) cl[(size_t)a * S + b] = NAN;
+    for (int b = 0; b < S; b++)
+        for (int q = c->pred_start[b]; q < c->pred_start[b + 1]; q++) {
+            pd__range g = pd__rng(x, c, c->pred[q], b);
+            cl[(size_t)c->pred[q] * S + b] = g.c;
+        }
+    int K = 1;
+    for (int lv = 0; lv < x->levels; lv++) {
+        bool final = lv == x->levels - 1;
+        size_t cells = (size_t)(final ? 1 : S) * (size_t)S * (size_t)x->lw[lv];
+        As[lv] = PD_MALLOC(sizeof(pd__cell) * cells);
+        if (!As[lv]) {
+            st = pd__err(PD_ERR_NOMEM, "plan: out of memory for the DP table (%zu cells)", cells);
+            goto done;
+        }
+        if ((st = pd__pd_level(x, c, lv, K, cl, final, As[lv])) != PD_OK) goto done;
+        if (!final)
+            for (int a = 0; a < S; a++)
+                for (int b = 0; b < S; b++)
+                    if (!isnan(cl[(size_t)a * S + b]))
+                        cl[(size_t)a * S + b] = As[lv][((size_t)a * S + b) * (size_t)x->lw[lv] + (size_t)(x->lw[lv] - 1)].t;
+        K *= x->lw[lv];
+    }
+    const pd__cell *top = &As[x->levels - 1][(size_t)(S - 1) * (size_t)x->lw[x->levels - 1] + (size_t)(x->lw[x->levels - 1] - 1)];
+    if (isnan(top->t)) {
+        st = pd__err(PD_ERR_INVALID,
+                     "plan: no plan uses exactly %d workers within --memory %.0f bytes%s; raise --memory, change "
+                     "--workers, or use --cost-model default",
+                     x->workers, x->mem, x->o->straight ? " as a straight pipeline" : "");
+        goto done;
+    }
+    out->time_ms = top->t;
+    if ((st = pd__unwind(x, c, As, x->levels - 1, 0, S - 1, 1, &L)) != PD_OK) goto done;
+    out->n = L.n;
+    out->cut = PD_MALLOC(sizeof(int) * ((size_t)L.n + 1));
+    out->rep = PD_MALLOC(sizeof(int) * (size_t)L.n);
+    if (!out->cut || !out->rep) {
+        pd__cut_plan_free(out);
+        st = pd__err(PD_ERR_NOMEM, "plan: out of memory");
+        goto done;
+    }
+    for (int i = 0; i < L.n; i++) {
+        out->cut[i] = L.lo[i];
+        out->rep[i] = L.rep[i];
+    }
+    out->cut[L.n] = S - 1;
+done:
+    for (int lv = 0; lv < 8; lv++) PD_FREE(As[lv]);
+    PD_FREE(L.lo);
+    PD_FREE(L.hi);
+    PD_FREE(L.rep);
+    PD_FREE(cl);
+    return st;
+}
+
+/* ---- contiguous splits of the topological order ----------------------------------- */
+
+/* Cuts nodes 0..n-1 into at most p contiguous ranges minimising the largest
+ * sum of `w` (bisection over the answer, greedy check). cut[0..p]. */
+static int pd__minmax_split(const double *w, int n, int p, int *cut) {
+    double lo = 0, hi = 0;
+    for (int i = 0; i < n; i++) {
+        lo = fmax(lo, w[i]);
+        hi += w[i];
+    }
+    for (int it = 0; it < 100 && hi - lo > 1e-12 * (hi + 1e-300); it++) {
+        double mid = 0.5 * (lo + hi), s = 0;
+        int k = 1;
+        for (int i = 0; i < n; i++) {
+            if (s + w[i] > mid) {
+                k++;
+                s = 0;
+            }
+            s += w[i];
+        }
+        if (k <= p) hi = mid;
+        else lo = mid;
+    }
+    int k = 0;
+    double s = 0;
+    cut[0] = 0;
+    for (int i = 0; i < n; i++) {
+        if (s + w[i] > hi * (1 + 1e-12) && i > cut[k]) {
+            cut[++k] = i;
+            s = 0;
+        }
+        s += w[i];
+    }
+    /* use every worker: split the largest ranges while there are spare workers and nodes */
+    while (k + 1 < p && k + 1 < n) {
+        int best = -1;
+        double bw = -1;
+        for (int j = 0; j <= k; j++) {
+            int lo2 = cut[j], hi2 = j == k ? n : cut[j + 1];
+            if (hi2 - lo2 < 2) continue;
+            double t = 0;
+            for (int i = lo2; i < hi2; i++) t += w[i];
+            if (t > bw) {
+                bw = t;
+                best = j;
+            }
+        }
+        if (best < 0) break;
+        int lo2 = cut[best], hi2 = best == k ? n : cut[best + 1];
+        double t = 0, half = bw / 2;
+        int at = lo2 + 1;
+        for (int i = lo2; i < hi2 - 1; i++) {
+            t += w[i];
+            at = i + 1;
+            if (t >= half) break;
+        }
+        memmove(cut + best + 2, cut + best + 1, sizeof(int) * (size_t)(k - best));
+        cut[best + 1] = at;
+        k++;
+    }
+    cut[k + 1] = n;
+    return k + 1;
+}
+
+/* ---- evaluation: per-stage numbers and predictions --------------------------------- */
+
+static int pd__level_of(const pd__ctx *x, int r1, int r2) {
+    int lv = 0, g = 1;
+    for (int l = 0; l < x->levels; l++) {
+        g *= x->lw[l];
+        if (r1 / g == r2 / g) return lv;
+        lv = l + 1;
+    }
+    return x->levels - 1;
+}
+
+static pd_status pd__plan_evaluate(pd_plan *pl, const pd_profile *p, const pd__ctx *x) {
+    pd__ctx xx = *x;
+    xx.twobw = pl->algo == PD_ALGO_2BW;
+    xx.recompute = pl->recompute;
+    int n = p->n, ns = pl->n_stages;
+    for (int s = 0; s < ns; s++) {
+        pd__stage *st = &pl->stage[s];
+        int r = st->replicas;
+        memset(st, 0, sizeof *st);
+        st->replicas = r;
+    }
+    int rank = 0;
+    for (int s = 0; s < ns; s++) {
+        pl->stage[s].first_rank = rank;
+        rank += pl->stage[s].replicas;
+    }
+    for (int v = 0; v < n; v++) {
+        const pd__pnode *nd = &p->node[v];
+        pd__stage *f = &pl->stage[pl->fwd_stage[v]], *b = &pl->stage[pl->bwd_stage[v]];
+        f->fwd_ms += nd->fwd_ms;
+        b->bwd_in_ms += nd->bwd_in_ms;
+        b->bwd_w_ms += nd->bwd_w_ms;
+        f->param_bytes += nd->param_bytes;
+        f->optim_bytes += nd->optim_bytes;
+        f->act_bytes += nd->act_bytes;
+    }
+    /* tensors crossing each boundary k|k+1: producer at or before k, a consumer after */
+    double *cross = PD_CALLOC((size_t)ns + 1, sizeof(double));
+    int *last = PD_MALLOC(sizeof(int) * (size_t)n);
+    if (!cross || !last) {
+        PD_FREE(cross);
+        PD_FREE(last);
+        return pd__err(PD_ERR_NOMEM, "plan: out of memory");
+    }
+    for (int v = 0; v < n; v++) last[v] = pl->fwd_stage[v];
+    for (int e = 0; e < p->n_edges; e++) {
+        int u = p->edge[2 * e], v = p->edge[2 * e + 1];
+        if (pl->fwd_stage[v] > last[u]) last[u] = pl->fwd_stage[v];
+    }
+    for (int v = 0; v < n; v++)
+        for (int k = pl->fwd_stage[v]; k < last[v]; k++) cross[k] += p->node[v].act_bytes;
+    /* bipartition: a node whose backward runs elsewhere sends its stash there */
+    for (int v = 0; v < n; v++)
+        if (pl->bwd_stage[v] != pl->fwd_stage[v]) {
+            int lo = pl->fwd_stage[v] < pl->bwd_stage[v] ? pl->fwd_stage[v] : pl->bwd_stage[v];
+            int hi = pl->fwd_stage[v] ^ pl->bwd_stage[v] ^ lo;
+            for (int k = lo; k < hi; k++) cross[k] += p->node[v].act_bytes;
+        }
+    PD_FREE(last);
+    double tmax = 0, busy = 0;
+    int used = 0;
+    for (int s = 0; s < ns; s++) {
+        pd__stage *st = &pl->stage[s];
+        int r = st->replicas;
+        st->in_bytes = s > 0 ? cross[s - 1] : 0;
+        st->out_bytes = s < ns - 1 ? cross[s] : 0;
+        double bw = x->lb[0];
+        if (s < ns - 1) bw = x->lb[pd__level_of(x, st->first_rank + r - 1, pl->stage[s + 1].first_rank)];
+        st->send_ms = st->out_bytes / bw * 1e3;
+        double abw = x->lb[pd__level_of(x, st->first_rank, st->first_rank + r - 1)];
+        st->allreduce_ms = r > 1 ? 4.0 * (r - 1) * st->param_bytes / (abw * r) * 1e3 : 0;
+        pd__range g = {st->fwd_ms * (xx.recompute ? 2 : 1) + st->bwd_in_ms + st->bwd_w_ms, st->param_bytes,
+                       st->act_bytes, st->optim_bytes, st->in_bytes, st->out_bytes};
+        int down = 0;
+        for (int q = s + 1; q < ns; q++) down += pl->stage[q].replicas;
+        st->time_ms = pd__stage_time(&g, r, bw);
+        st->memory_bytes = pd__stage_mem(&xx, &g, r, down);
+        tmax = fmax(tmax, st->time_ms);
+        busy += (st->fwd_ms + st->bwd_in_ms + st->bwd_w_ms + (pl->recompute ? st->fwd_ms : 0)) ;
+        used += r;
+    }
+    PD_FREE(cross);
+    double single = 0, wtot = 0;
+    for (int v = 0; v < n; v++) {
+        single += p->node[v].fwd_ms + p->node[v].bwd_in_ms + p->node[v].bwd_w_ms;
+        wtot += p->node[v].param_bytes;
+    }
+    /* pure data parallelism, level by level as PipeDream computes it */
+    double dp = single;
+    int inner = 1;
+    for (int l = 0; l < x->levels; l++) {
+        int M = x->lw[l];
+        dp = (dp + 4.0 * (M - 1) * wtot / (x->lb[l] * M) * 1e3 / inner) / M;
+        inner = M;
+    }
+    int width = pl->width > 0 ? pl->width : 1;
+    int m = pl->microbatches > 0 ? pl->microbatches : 1;
+    pl->single_ms = single * m * width;
+    pl->dp_ms = dp * m * width;
+    pl->workers = x->workers;
+    if (pl->algo == PD_ALGO_2BW) {
+        double ar = 0;
+        for (int s = 0; s < ns; s++)
+            ar = fmax(ar, width > 1 ? 4.0 * (width - 1) * pl->stage[s].param_bytes / (x->lb[x->levels - 1] * width) * 1e3 : 0);
+        pl->time_ms = m * tmax + ar;
+    } else if (pl->time_ms <= 0) {
+        pl->time_ms = m * tmax;
+    }
+    pl->speedup = pl->single_ms / pl->time_ms;
+    pl->dp_speedup = pl->dp_ms / pl->time_ms;
+    /* steady-state idle: each worker's share of the bottleneck it does not fill */
+    pl->bubble = used > 0 ? 1 - busy * m / (used * pl->time_ms) : 0;
+    if (pl->bubble < 0) pl->bubble = 0;
+    int64_t mbs = pl->microbatch_size > 0 ? pl->microbatch_size : 1;
+    pl->throughput = (double)mbs * m * width / (pl->time_ms / 1e3);
+    return PD_OK;
+}
+
+/* ---- plan assembly ----------------------------------------------------------------- */
+
+void pd__plan_free(pd_plan *pl) {
+    if (!pl) return;
+    if (pl->node_name)
+        for (int i = 0; i < pl->n_nodes; i++) PD_FREE(pl->node_name[i]);
+    PD_FREE(pl->node_name);
+    PD_FREE(pl->fwd_stage);
+    PD_FREE(pl->bwd_stage);
+    PD_FREE(pl->stage);
+    PD_FREE(pl->algo_name);
+    PD_FREE(pl->cost_model);
+    PD_FREE(pl->model);
+    PD_FREE(pl);
+}
+
+void pd_plan_destroy(pd_plan *p) { pd__plan_free(p); }
+
+static pd_status pd__plan_alloc(const pd_profile *p, int n_stages, pd_plan **out) {
+    pd_plan *pl = PD_CALLOC(1, sizeof *pl);
+    if (!pl) return pd__err(PD_ERR_NOMEM, "plan: out of memory");
+    pl->n_nodes = p->n;
+    pl->node_name = PD_CALLOC((size_t)p->n, sizeof(char *));
+    pl->fwd_stage = PD_CALLOC((size_t)p->n, sizeof(int));
+    pl->bwd_stage = PD_CALLOC((size_t)p->n, sizeof(int));
+    pl->n_stages = n_stages;
+    pl->stage = PD_CALLOC((size_t)n_stages, sizeof(pd__stage));
+    pl->chunks = 1;
+    pl->width = 1;
+    pl->microbatches = 1;
+    if (!pl->node_name || !pl->fwd_stage || !pl->bwd_stage || !pl->stage) {
+        pd__plan_free(pl);
+        return pd__err(PD_ERR_NOMEM, "plan: out of memory");
+    }
+    for (int i = 0; i < p->n; i++) {
+        const char *nm = p->node[i].name ? p->node[i].name : "";
+        if (!(pl->node_name[i] = pd__strdup(nm))) {
+            pd__plan_free(pl);
+            return pd__err(PD_ERR_NOMEM, "plan: out of memory");
+        }
+    }
+    pl->microbatch_size = p->batch;
+    if (p->model && !(pl->model = pd__strdup(p->model))) {
+        pd__plan_free(pl);
+        return pd__err(PD_ERR_NOMEM, "plan: out of memory");
+    }
+    *out = pl;
+    return PD_OK;
+}
+
+/* PipeDream leaves its input layers and unused "__getitem__" sinks out of the
+ * search (they have no cost and would only waste a stage); they join the
+ * first stage / their producer's stage. */
+static bool pd__skip_input(const pd_profile *p, int v, const int *indeg) {
+    return indeg[v] == 0 && p->node[v].desc && strncmp(p->node[v].desc, "Input", 5) == 0;
+}
+
+static pd_status pd__plan_from_cuts(const pd__ctx *x, const pd_profile *rp, const int *map, const pd__cuts *c,
+                                    const pd__cut_plan *cp, pd_plan *pl) {
+    (void)x;
+    for (int s = 0; s < cp->n; s++) {
+        pl->stage[s].replicas = cp->rep[s];
+        const uint64_t *a = c->ideal + (size_t)cp->cut[s] * c->words, *b = c->ideal + (size_t)cp->cut[s + 1] * c->words;
+        for (int v = 0; v < rp->n; v++) {
+            bool in_b = (b[v >> 6] >> (v & 63)) & 1, in_a = (a[v >> 6] >> (v & 63)) & 1;
+            if (in_b && !in_a) pl->fwd_stage[map[v]] = s;
+        }
+    }
+    return PD_OK;
+}
+
+static pd_status pd__parse_algo(const char *s, pd__algo *out) {
+    static const char *names[] = {"pipedream", "2bw", "bipartition", "uniform", "params"};
+    if (!s) s = "pipedream";
+    for (int i = 0; i < 5; i++)
+        if (strcmp(s, names[i]) == 0) {
+            *out = (pd__algo)i;
+            return PD_OK;
+        }
+    return pd__err(PD_ERR_INVALID, "plan: unknown --algo '%s' (pipedream, 2bw, bipartition, uniform, params)", s);
+}
+
+/* Depth-d straight pipeline for 2bw: fast DP with r = 1 on d workers, 2BW's
+ * memory (recomputation: `rc`). */
+static pd_status pd__straight(const pd__ctx *x0, const pd__cuts *c, int d, bool rc, pd__cut_plan *cp) {
+    pd__ctx x = *x0;
+    pd_plan_options o = *x0->o;
+    o.straight = 1;
+    x.o = &o;
+    x.workers = d;
+    x.twobw = true;
+    x.recompute = rc;
+    return pd__fast(&x, c, cp);
+}
+
+static pd_status pd__bipartition(const pd__ctx *x, const pd_profile *p, pd_plan **out);
+
+pd_status pd_plan_create(const pd_profile *p, const pd_plan_options *o, pd_plan **out) {
+    if (!p || !o || !out) return pd__err(PD_ERR_INVALID, "pd_plan_create: NULL argument");
+    if (o->size != sizeof(pd_plan_options)) return pd__err(PD_ERR_INVALID, "pd_plan_create: options size mismatch (use PD_PLAN_OPTIONS_INIT)");
+    pd__ctx x;
+    memset(&x, 0, sizeof x);
+    x.p = p;
+    x.o = o;
+    pd__algo algo = PD_ALGO_PIPEDREAM;
+    PD_TRY(pd__parse_algo(o->algo, &algo));
+    const char *cm = o->cost_model ? o->cost_model : "default";
+    if (strcmp(cm, "pipedream") == 0) x.pd_model = true;
+    else if (strcmp(cm, "default") != 0)
+        return pd__err(PD_ERR_INVALID, "plan: unknown --cost-model '%s' (default, pipedream)", cm);
+    if (p->n <= 0) return pd__err(PD_ERR_INVALID, "plan: the profile has no nodes");
+    if (o->n_levels < 0 || o->n_levels > 8) return pd__err(PD_ERR_INVALID, "plan: --topology has %d levels (1 to 8)", o->n_levels);
+    if (o->n_levels > 0) {
+        x.levels = o->n_levels;
+        int64_t prod = 1;
+        for (int l = 0; l < o->n_levels; l++) {
+            if (o->level_workers[l] < 1) return pd__err(PD_ERR_INVALID, "plan: --topology level %d has %d workers", l, o->level_workers[l]);
+            if (!(o->level_bandwidth[l] > 0) || !isfinite(o->level_bandwidth[l]))
+                return pd__err(PD_ERR_INVALID, "plan: --bandwidth of level %d must be positive", l);
+            x.lw[l] = o->level_workers[l];
+            x.lb[l] = o->level_bandwidth[l];
+            prod *= x.lw[l];
+            if (prod > 1 << 20) return pd__err(PD_ERR_INVALID, "plan: --topology has more than %d workers", 1 << 20);
+        }
+        if (o->workers > 1 && o->workers != prod)
+            return pd__err(PD_ERR_INVALID, "plan: --workers %d differs from the topology's %lld workers", o->workers, (long long)prod);
+        x.workers = (int)prod;
+    } else {
+        if (o->workers < 1 || o->workers > 1 << 20) return pd__err(PD_ERR_INVALID, "plan: --workers must be 1 to %d (got %d)", 1 << 20, o->workers);
+        if (!(o->bandwidth > 0) || !isfinite(o->bandwidth)) return pd__err(PD_ERR_INVALID, "plan: --bandwidth must be positive");
+        x.levels = 1;
+        x.lw[0] = o->workers;
+        x.lb[0] = o->bandwidth;
+        x.workers = o->workers;
+    }
+    if (o->memory < 0 || !isfinite(o->memory)) return pd__err(PD_ERR_INVALID, "plan: --memory must be a positive byte count");
+    x.mem = o->memory;
+    x.compress = o->activation_compression;
+    if (o->microbatches < 0) return pd__err(PD_ERR_INVALID, "plan: --microbatches must be positive");
+
+    if (algo == PD_ALGO_BIPARTITION) return pd__bipartition(&x, p, out);
+
+    if (algo == PD_ALGO_UNIFORM || algo == PD_ALGO_PARAMS) {
+        if (x.workers > p->n)
+            return pd__err(PD_ERR_INVALID, "plan: %d workers but the model has only %d nodes; use --workers %d or fewer", x.workers, p->n, p->n);
+        double *w = PD_MALLOC(sizeof(double) * (size_t)p->n);
+        int *cut = PD_MALLOC(sizeof(int) * ((size_t)x.workers + 2));
+        if (!w || !cut) {
+            PD_FREE(w);
+            PD_FREE(cut);
+            return pd__err(PD_ERR_NOMEM, "plan: out of memory");
+        }
+        for (int v = 0; v < p->n; v++) w[v] = algo == PD_ALGO_UNIFORM ? 1 : p->node[v].param_bytes + 1e-9;
+        int ns = pd__minmax_split(w, p->n, x.workers, cut);
+        pd_plan *pl;
+        pd_status st = pd__plan_alloc(p, ns, &pl);
+        if (st == PD_OK) {
+            for (int s = 0; s < ns; s++) {
+                pl->stage[s].replicas = 1;
+                for (int v = cut[s]; v < cut[s + 1]; v++) pl->fwd_stage[v] = pl->bwd_stage[v] = s;
+            }
+            pl->algo = algo;
+            pl->microbatches = o->microbatches > 0 ? o->microbatches : 1;
+            st = pd__plan_evaluate(pl, p, &x);
+        }
+        PD_FREE(w);
+        PD_FREE(cut);
+        if (st != PD_OK) {
+            pd__plan_free(pl);
+            return st;
+        }
+        pl->algo_name = pd__strdup(algo == PD_ALGO_UNIFORM ? "uniform" : "params");
+        pl->cost_model = pd__strdup("default");
+        pl->bandwidth = x.lb[0];
+        *out = pl;
+        return PD_OK;
+    }
+
+    /* the DAG without PipeDream's input layers and __getitem__ sinks */
+    int *indeg = PD_CALLOC((size_t)p->n, sizeof(int)), *outdeg = PD_CALLOC((size_t)p->n, sizeof(int));
+    int *map = PD_MALLOC(sizeof(int) * (size_t)p->n), *inv = PD_MALLOC(sizeof(int) * (size_t)p->n);
+    pd_profile rp;
+    memset(&rp, 0, sizeof rp);
+    rp.node = PD_MALLOC(sizeof(pd__pnode) * (size_t)p->n);
+    rp.edge = PD_MALLOC(sizeof(int) * 2 * ((size_t)p->n_edges + 1));
+    pd_profile ep;
+    pd__pnode *ev_nodes = PD_MALLOC(sizeof(pd__pnode) * (size_t)p->n);
+    pd__cuts *c = NULL;
+    pd_plan *pl = NULL;
+    pd__cut_plan cp = {0};
+    pd_status st = PD_OK;
+    if (!indeg || !outdeg || !map || !inv || !rp.node || !rp.edge || !ev_nodes) {
+        st = pd__err(PD_ERR_NOMEM, "plan: out of memory");
+        goto done;
+    }
+    for (int e = 0; e < p->n_edges; e++) {
+        indeg[p->edge[2 * e + 1]]++;
+        outdeg[p->edge[2 * e]]++;
+    }
+    for (int v = 0; v < p->n; v++) {
+        inv[v] = -1;
+        bool skip = pd__skip_input(p, v, indeg) ||
+                    (outdeg[v] == 0 && p->node[v].desc && strncmp(p->node[v].desc, "__getitem__", 11) == 0);
+        if (skip) continue;
+        inv[v] = rp.n;
+        map[rp.n] = v;
+        rp.node[rp.n++] = p->node[v];
+    }
+    if (rp.n == 0) {
+        st = pd__err(PD_ERR_INVALID, "plan: the profile has only input nodes");
+        goto done;
+    }
+    for (int e = 0; e < p->n_edges; e++) {
+        int a = inv[p->edge[2 * e]], b = inv[p->edge[2 * e + 1]];
+        if (a < 0 || b < 0) continue;
+        rp.edge[2 * rp.n_edges] = a;
+        rp.edge[2 * rp.n_edges + 1] = b;
+        rp.n_edges++;
+    }
+    rp.batch = p->batch;
+    /* the profile the plan is evaluated on: PipeDream's input layers cost nothing */
+    ep = *p;
+    ep.node = ev_nodes;
+    memcpy(ev_nodes, p->node, sizeof(pd__pnode) * (size_t)p->n);
+    for (int v = 0; v < p->n; v++)
+        if (pd__skip_input(p, v, indeg)) {
+            pd__pnode *nd = &ev_nodes[v];
+            nd->fwd_ms = nd->bwd_in_ms = nd->bwd_w_ms = nd->act_bytes = nd->param_bytes = nd->optim_bytes = 0;
+        }
+    p = &ep;
+    if ((st = pd__cuts_build(&rp, o->max_states > 0 ? o->max_states : 4096, &c)) != PD_OK) goto done;
+
+    if (algo == PD_ALGO_2BW) {
+        /* every depth d dividing the workers, with and without recomputation */
+        double best_tp = -1;
+        int best_d = 0, best_rc = 0, best_w = 1;
+        pd__cut_plan best = {0};
+        for (int d = 1; d <= x.workers; d++) {
+            if (x.workers % d || d > c->n_states - 1) continue;
+            for (int rc = 0; rc < 2; rc++) {
+                pd__cut_plan t = {0};
+                if (pd__straight(&x, c, d, rc, &t) != PD_OK) continue; /* does not fit at this depth */
+                pd_plan *cand;
+                if ((st = pd__plan_alloc(p, t.n, &cand)) != PD_OK) {
+                    pd__cut_plan_free(&t);
+                    goto done;
+                }
+                cand->algo = PD_ALGO_2BW;
+                cand->recompute = rc;
+                cand->width = x.workers / d;
+                cand->microbatches = o->microbatches > 0 ? o->microbatches : t.n;
+                pd__plan_from_cuts(&x, &rp, map, c, &t, cand);
+                for (int s = 0; s < t.n; s++) cand->stage[s].replicas = 1;
+                for (int v = 0; v < p->n; v++) {
+                    if (inv[v] < 0) cand->fwd_stage[v] = -1;
+                }
+                for (int v = 0; v < p->n; v++) /* inputs: first stage; sinks: producer's */
+                    if (cand->fwd_stage[v] < 0) cand->fwd_stage[v] = 0;
+                memcpy(cand->bwd_stage, cand->fwd_stage, sizeof(int) * (size_t)p->n);
+                pd__plan_evaluate(cand, p, &x);
+                bool fits = true;
+                for (int s = 0; s < t.n && x.mem > 0; s++) fits &= cand->stage[s].memory_bytes <= x.mem;
+                if (fits && cand->throughput > best_tp * (1 + 1e-12)) {
+                    best_tp = cand->throughput;
+                    best_d = t.n;
+                    best_rc = rc;
+                    pd__cut_plan_free(&best);
+                    best.n = t.n;
+                    best.cut = PD_MALLOC(sizeof(int) * ((size_t)t.n + 1));
+                    best.rep = PD_MALLOC(sizeof(int) * (size_t)t.n);
+                    if (best.cut && best.rep) {
+                        memcpy(best.cut, t.cut, sizeof(int) * ((size_t)t.n + 1));
+                        memcpy(best.rep, t.rep, sizeof(int) * (size_t)t.n);
+                    }
+                    best_w = x.workers / d;
+                }
+                pd__plan_free(cand);
+                pd__cut_plan_free(&t);
+            }
+        }
+        if (best_tp < 0 || !best.cut) {
+            pd__cut_plan_free(&best);
+            st = pd__err(PD_ERR_INVALID,
+                         "plan: no 2bw configuration fits --memory %.0f bytes per worker on %d workers; raise --memory "
+                         "or add workers", x.mem, x.workers);
+            goto done;
+        }
+        if ((st = pd__plan_alloc(p, best_d, &pl)) != PD_OK) {
+            pd__cut_plan_free(&best);
+            goto done;
+        }
+        pl->algo = PD_ALGO_2BW;
+        pl->recompute = best_rc;
+        pl->width = best_w;
+        pl->microbatches = o->microbatches > 0 ? o->microbatches : best_d;
+        for (int v = 0; v < p->n; v++) pl->fwd_stage[v] = -1;
+        pd__plan_from_cuts(&x, &rp, map, c, &best, pl);
+        for (int s = 0; s < best_d; s++) pl->stage[s].replicas = 1;
+        pd__cut_plan_free(&best);
+    } else {
+        if (x.levels == 1 && !x.pd_model) st = pd__fast(&x, c, &cp);
+        else st = pd__pipedream_dp(&x, c, &cp);
+        if (st != PD_OK) goto done;
+        if ((st = pd__plan_alloc(p, cp.n, &pl)) != PD_OK) goto done;
+        pl->algo = PD_ALGO_PIPEDREAM;
+        pl->microbatches = o->microbatches > 0 ? o->microbatches : 1;
+        for (int v = 0; v < p->n; v++) pl->fwd_stage[v] = -1;
+        pd__plan_from_cuts(&x, &rp, map, c, &cp, pl);
+        if (x.pd_model) pl->time_ms = cp.time_ms; /* PipeDream's own number */
+    }
+    /* skipped nodes: inputs go first, sinks with their producer */
+    for (int v = 0; v < p->n; v++)
+        if (pl->fwd_stage[v] < 0) {
+            int s = 0;
+            for (int e = 0; e < p->n_edges; e++)
+                if (p->edge[2 * e + 1] == v && pl->fwd_stage[p->edge[2 * e]] > s) s = pl->fwd_stage[p->edge[2 * e]];
+            pl->fwd_stage[v] = indeg[v] == 0 ? 0 : s;
+        }
+    memcpy(pl->bwd_stage, pl->fwd_stage, sizeof(int) * (size_t)p->n);
+    {
+        double dp_time = pl->time_ms;
+        if ((st = pd__plan_evaluate(pl, p, &x)) != PD_OK) goto done;
+        if (x.pd_model) {
+            pl->time_ms = dp_time;
+            pl->speedup = pl->single_ms / pl->time_ms;
+            pl->dp_speedup = pl->dp_ms / pl->time_ms;
+        }
+    }
+    pl->algo_name = pd__strdup(pl->algo == PD_ALGO_2BW ? "2bw" : "pipedream");
+    pl->cost_model = pd__strdup(x.pd_model ? "pipedream" : "default");
+    pl->bandwidth = x.lb[0];
+    pl->prefix_only = c->prefix_only;
+    pl->n_cut_states = c->n_states;
+    if (!pl->algo_name || !pl->cost_model) st = pd__err(PD_ERR_NOMEM, "plan: out of memory");
+done:
+    pd__cut_plan_free(&cp);
+    pd__cuts_free(c);
+    PD_FREE(indeg);
+    PD_FREE(outdeg);
+    PD_FREE(map);
+    PD_FREE(inv);
+    PD_FREE(rp.node);
+    PD_FREE(rp.edge);
+    PD_FREE(ev_nodes);
+    if (st != PD_OK) {
+        pd__plan_free(pl);
+        return st;
+    }
+    *out = pl;
+    return PD_OK;
+}
+
+/* ---- Bi-Partition ---------------------------------------------------------------------
+ * Worker i runs the forward of nodes [f_i, f_i+1) and the backward of nodes
+ * [b_i, b_i+1) of the topological order. Letting the two cuts differ
+ * balances each worker's F+B load at a finer grain than one cut can. A node
+ * whose backward runs on a neighbour must have no parameters (its weights and
+ * their gradients stay with its forward), and its stashed activation travels
+ * with the boundary gradient. Bisection on the worst load T; for each T a
+ * frontier DP keeps, per forward cut, the furthest backward cut reachable. */
+static pd_status pd__bipartition(const pd__ctx *x, const pd_profile *p, pd_plan **out) {
+    int n = p->n, P = x->workers;
+    if (P > n) return pd__err(PD_ERR_INVALID, "plan: %d workers but the model has only %d nodes; use --workers %d or fewer", P, n, n);
+    double *F = PD_CALLOC((size_t)n + 1, sizeof(double)), *B = PD_CALLOC((size_t)n + 1, sizeof(double));
+    int *prevp = PD_MALLOC(sizeof(int) * ((size_t)n + 1)), *nextp = PD_MALLOC(sizeof(int) * ((size_t)n + 1));
+    int *R = PD_MALLOC(sizeof(int) * (size_t)(P + 1) * ((size_t)n + 1));
+    int *from = PD_MALLOC(sizeof(int) * (size_t)(P + 1) * ((size_t)n + 1));
+    pd_status st = PD_OK;
+    if (!F || !B || !prevp || !nextp || !R || !from) {
+        st = pd__err(PD_ERR_NOMEM, "plan: out of memory");
+        goto done;
+    }
+    for (int v = 0; v < n; v++) {
+        F[v + 1] = F[v] + p->node[v].fwd_ms;
+        B[v + 1] = B[v] + p->node[v].bwd_in_ms + p->node[v].bwd_w_ms;
+    }
+    /* prevp[k]: 1 + the last node with parameters before position k; nextp[k]: the first at or after k */
+    prevp[0] = 0;
+    for (int k = 1; k <= n; k++) prevp[k] = p->node[k - 1].param_bytes > 0 ? k : prevp[k - 1];
+    nextp[n] = n;
+    for (int k = n - 1; k >= 0; k--) nextp[k] = p->node[k].param_bytes > 0 ? k : nextp[k + 1];
+    double lo = 0, hi = F[n] + B[n];
+#define RR(i, f) R[(size_t)(i) * (size_t)(n + 1) + (size_t)(f)]
+#define FR(i, f) from[(size_t)(i) * (size_t)(n + 1) + (size_t)(f)]
+    int used = 0;
+    for (int it = 0; it < 60; it++) {
+        double T = it == 59 ? hi : 0.5 * (lo + hi);
+        for (size_t k = 0; k < (size_t)(P + 1) * (size_t)(n + 1); k++) R[k] = -1;
+        RR(0, 0) = 0;
+        int ok = 0;
+        for (int i = 0; i < P && !ok; i++)
+            for (int f = 0; f < n; f++) {
+                int b = RR(i, f);
+                if (b < 0) continue;
+                for (int f2 = f + 1; f2 <= n; f2++) {
+                    double rest = T - (F[f2] - F[f]);
+                    if (rest < 0) break;
+                    /* furthest b2 with B[b2] - B[b] <= rest, inside the parameter-free window of f2 */
+                    int lo2 = b + 1 > prevp[f2] ? b + 1 : prevp[f2];
+                    int hi2 = f2 == n ? n : (nextp[f2] < n ? nextp[f2] : n);
+                    if (f2 == n) lo2 = lo2 > n ? lo2 : n;
+                    if (lo2 > hi2) continue;
+                    int l = lo2, h = hi2, bb = -1;
+                    while (l <= h) {
+                        int mid = (l + h) / 2;
+                        if (B[mid] - B[b] <= rest) {
+                            bb = mid;
+                            l = mid + 1;
+                        } else {
+                            h = mid - 1;
+                        }
+                    }
+                    if (bb < 0) continue;
+                    if (bb > RR(i + 1, f2)) {
+                        RR(i + 1, f2) = bb;
+                        FR(i + 1, f2) = f;
+                    }
+                }
+                if (RR(i + 1, n) == n) ok = i + 1;
+            }
+        if (ok) {
+            hi = T;
+            used = ok;
+        } else {
+            lo = T;
+        }
+        if (it == 59 && !ok) {
+            st = pd__err(PD_ERR_INTERNAL, "plan: bipartition found no split");
+            goto done;
+        }
+    }
+    pd_plan *pl;
+    if ((st = pd__plan_alloc(p, used, &pl)) != PD_OK) goto done;
+    pl->algo = PD_ALGO_BIPARTITION;
+    pl->microbatches = x->o->microbatches > 0 ? x->o->microbatches : 1;
+    {
+        int f = n;
+        for (int i = used; i > 0; i--) {
+            int fprev = FR(i, f), b = RR(i, f), bprev = RR(i - 1, fprev);
+            for (int v = fprev; v < f; v++) pl->fwd_stage[v] = i - 1;
+            for (int v = bprev; v < b; v++) pl->bwd_stage[v] = i - 1;
+            pl->stage[i - 1].replicas = 1;
+            f = fprev;
+        }
+    }
+#undef RR
+#undef FR
+    if ((st = pd__plan_evaluate(pl, p, x)) != PD_OK || !(pl->algo_name = pd__strdup("bipartition")) ||
+        !(pl->cost_model = pd__strdup("default"))) {
+        if (st == PD_OK) st = pd__err(PD_ERR_NOMEM, "plan: out of memory");
+        pd__plan_free(pl);
+        goto done;
+    }
+    pl->bandwidth = x->lb[0];
+    *out = pl;
+done:
+    PD_FREE(F);
+    PD_FREE(B);
+    PD_FREE(prevp);
+    PD_FREE(nextp);
+    PD_FREE(R);
+    PD_FREE(from);
+    return st;
+}
+
+/* ---- accessors ------------------------------------------------------------------------ */
+
+pd_status pd_plan_info_get(const pd_plan *p, pd_plan_info *out) {
+    if (!p || !out) return pd__err(PD_ERR_INVALID, "pd_plan_info_get: NULL argument");
+    pd_plan_info i;
+    memset(&i, 0, sizeof i);
+    i.n_stages = p->n_stages;
+    for (int s = 0; s < p->n_stages; s++) i.workers += p->stage[s].replicas;
+    i.workers *= p->width > 0 ? p->width : 1;
+    i.microbatches = p->microbatches;
+    i.width = p->width;
+    i.time_ms = p->time_ms;
+    i.speedup = p->speedup;
+    i.dp_speedup = p->dp_speedup;
+    i.bubble = p->bubble;
+    i.throughput = p->throughput;
+    *out = i;
+    return PD_OK;
+}
+
+pd_status pd_plan_stage(const pd_plan *p, int i, pd_stage_info *out) {
+    if (!p || !out || i < 0 || i >= p->n_stages) return pd__err(PD_ERR_INVALID, "pd_plan_stage: stage %d out of range", i);
+    pd_stage_info s;
+    memset(&s, 0, sizeof s);
+    s.first_node = -1;
+    for (int v = 0; v < p->n_nodes; v++)
+        if (p->fwd_stage[v] == i) {
+            if (s.first_node < 0) s.first_node = v;
+            s.n_nodes++;
+        }
+    const pd__stage *st = &p->stage[i];
+    s.replicas = st->replicas;
+    s.compute_ms = st->fwd_ms + st->bwd_in_ms + st->bwd_w_ms;
+    s.comm_ms = 2 * st->send_ms;
+    s.memory_bytes = st->memory_bytes;
+    *out = s;
+    return PD_OK;
+}
+
+int pd_plan_node_stage(const pd_plan *p, int i, int *bwd) {
+    if (!p || i < 0 || i >= p->n_nodes) return -1;
+    if (bwd) *bwd = p->bwd_stage[i];
+    return p->fwd_stage[i];
+}

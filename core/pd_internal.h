@@ -53,6 +53,8 @@ int64_t pd__get_i(pd_dtype t, const void *data, int64_t i);
 /* Writes value v to element i, converting to the dtype (float16/bfloat16 too). */
 void pd__set_f(pd_dtype t, void *data, int64_t i, double v);
 void pd__set_i(pd_dtype t, void *data, int64_t i, int64_t v);
+/* Writes a whole file through a temporary name, fsync and rename. */
+pd_status pd__write_atomic(const char *path, const void *buf, size_t len);
 float pd__half_to_float(uint16_t h);
 uint16_t pd__float_to_half(float f);
 float pd__bf16_to_float(uint16_t h);

@@ -66,6 +66,7 @@ pd_status pd__profile_finish(pd_profile *p, const char *what);
  * ideal[b]) holds the nodes ideal[b] \ ideal[a]. */
 typedef struct pd__cuts {
     int n_states;
+    bool prefix_only;      /* too many ideals: only the prefixes of the topological order */
     int words;             /* 64-bit words per ideal bitset */
     uint64_t *ideal;       /* n_states * words */
     /* prefix sums over each ideal (so a stage's totals are differences) */
@@ -131,9 +132,13 @@ struct pd_plan {
     double dp_speedup;     /* dp_ms / time_ms */
     double bubble;         /* predicted idle fraction for the plan's default schedule */
     double throughput;     /* samples per second */
+    int n_cut_states;      /* cut states the planner searched (0: not a DAG search) */
+    bool prefix_only;      /* they were the prefixes of one topological order */
 };
 
 void pd__plan_free(pd_plan *p);
+/* The plan as JSON text (runtime/plan_io.c); free with cJSON_free / free. */
+char *pd__plan_to_json(const pd_plan *p);
 
 /* ---- schedules ---------------------------------------------------------------- */
 

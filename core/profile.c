@@ -1,2 +1,199 @@
-/* profile.c - placeholder while being written this session. */
+/* profile.c - building and validating profiles (struct pd_profile, core/plan.h)
+ * and the public accessors of pipedream.h.
+ *
+ * Loaders and the profiler fill a profile made by pd__profile_new, add edges,
+ * then call pd__profile_finish: it checks the costs (finite, non-negative) and
+ * the edges (in range, no self-loop), drops duplicate edges, and puts the nodes
+ * in a topological order that keeps the given order wherever the DAG allows
+ * (Kahn's algorithm, ties broken by the original index), so a profile already
+ * in order is left as it is. Edges end up sorted by (producer, consumer).
+ */
 #include "plan.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Edge arrays hold room for pd__edge_cap(n_edges) edges: 16, then powers of two. */
+static int pd__edge_cap(int n) {
+    int c = 16;
+    while (c < n) c *= 2;
+    return c;
+}
+
+pd_status pd__profile_new(int n, pd_profile **out) {
+    if (n < 0 || !out) return pd__err(PD_ERR_INVALID, "pd__profile_new: bad arguments (n = %d)", n);
+    pd_profile *p = PD_CALLOC(1, sizeof *p);
+    if (p) p->node = PD_CALLOC((size_t)n + 1, sizeof *p->node);
+    if (!p || !p->node) {
+        PD_FREE(p);
+        return pd__err(PD_ERR_NOMEM, "out of memory for a profile of %d nodes", n);
+    }
+    p->n = n;
+    *out = p;
+    return PD_OK;
+}
+
+pd_status pd__profile_add_edge(pd_profile *p, int a, int b) {
+    if (a < 0 || a >= p->n || b < 0 || b >= p->n)
+        return pd__err(PD_ERR_INVALID, "profile edge %d -> %d: node index out of range [0, %d)", a, b, p->n);
+    if (!p->edge || p->n_edges == pd__edge_cap(p->n_edges)) {
+        if (p->n_edges > INT32_MAX / 4) return pd__err(PD_ERR_NOMEM, "too many profile edges");
+        int *e = PD_REALLOC(p->edge, sizeof(int) * 2 * (size_t)pd__edge_cap(p->n_edges + 1));
+        if (!e) return pd__err(PD_ERR_NOMEM, "out of memory for profile edges");
+        p->edge = e;
+    }
+    p->edge[2 * p->n_edges] = a;
+    p->edge[2 * p->n_edges + 1] = b;
+    p->n_edges++;
+    return PD_OK;
+}
+
+static int pd__edge_cmp(const void *x, const void *y) {
+    const int *a = x, *b = y;
+    if (a[0] != b[0]) return a[0] < b[0] ? -1 : 1;
+    return (a[1] > b[1]) - (a[1] < b[1]);
+}
+
+/* A binary min-heap of node indices (the ready set of Kahn's algorithm). */
+static void pd__heap_push(int *h, int *len, int v) {
+    int i = (*len)++;
+    while (i > 0 && h[(i - 1) / 2] > v) {
+        h[i] = h[(i - 1) / 2];
+        i = (i - 1) / 2;
+    }
+    h[i] = v;
+}
+
+static int pd__heap_pop(int *h, int *len) {
+    int top = h[0], v = h[--(*len)], i = 0;
+    for (;;) {
+        int c = 2 * i + 1;
+        if (c >= *len) break;
+        if (c + 1 < *len && h[c + 1] < h[c]) c++;
+        if (h[c] >= v) break;
+        h[i] = h[c];
+        i = c;
+    }
+    if (*len > 0) h[i] = v;
+    return top;
+}
+
+static const char *pd__pname(const pd_profile *p, int i) { return p->node[i].name ? p->node[i].name : "?"; }
+
+pd_status pd__profile_finish(pd_profile *p, const char *what) {
+    if (!what) what = p->model ? p->model : "profile";
+    for (int i = 0; i < p->n; i++) {
+        const pd__pnode *d = &p->node[i];
+        const char *field[] = {"fwd_ms", "bwd_in_ms", "bwd_w_ms", "act_bytes", "param_bytes", "optim_bytes"};
+        double v[] = {d->fwd_ms, d->bwd_in_ms, d->bwd_w_ms, d->act_bytes, d->param_bytes, d->optim_bytes};
+        for (int k = 0; k < 6; k++)
+            if (!isfinite(v[k]) || v[k] < 0)
+                return pd__err(PD_ERR_INVALID, "%s: node '%s': %s is %g (costs must be finite and non-negative)", what,
+                               pd__pname(p, i), field[k], v[k]);
+    }
+    for (int e = 0; e < p->n_edges; e++) {
+        int a = p->edge[2 * e], b = p->edge[2 * e + 1];
+        if (a < 0 || a >= p->n || b < 0 || b >= p->n)
+            return pd__err(PD_ERR_INVALID, "%s: edge %d -> %d: node index out of range [0, %d)", what, a, b, p->n);
+        if (a == b) return pd__err(PD_ERR_INVALID, "%s: cycle: node '%s' is its own input", what, pd__pname(p, a));
+    }
+    /* duplicate edges go */
+    qsort(p->edge, (size_t)p->n_edges, 2 * sizeof(int), pd__edge_cmp);
+    int ne = 0;
+    for (int e = 0; e < p->n_edges; e++)
+        if (ne == 0 || pd__edge_cmp(p->edge + 2 * e, p->edge + 2 * (ne - 1)) != 0) {
+            p->edge[2 * ne] = p->edge[2 * e];
+            p->edge[2 * ne + 1] = p->edge[2 * e + 1];
+            ne++;
+        }
+    p->n_edges = ne;
+    /* Kahn: successors in CSR (edges are sorted by producer), ready set a min-heap */
+    size_t n1 = (size_t)p->n + 1;
+    int *start = PD_CALLOC(n1, sizeof(int)), *indeg = PD_CALLOC(n1, sizeof(int));
+    int *heap = PD_MALLOC(n1 * sizeof(int)), *order = PD_MALLOC(n1 * sizeof(int)), *pos = PD_MALLOC(n1 * sizeof(int));
+    int *edge = PD_MALLOC(sizeof(int) * 2 * (size_t)pd__edge_cap(ne));
+    pd__pnode *node = PD_MALLOC(n1 * sizeof(pd__pnode));
+    pd_status st = PD_OK;
+    if (!start || !indeg || !heap || !order || !pos || !edge || !node) {
+        st = pd__err(PD_ERR_NOMEM, "%s: out of memory sorting %d nodes", what, p->n);
+        goto done;
+    }
+    for (int e = 0; e < ne; e++) {
+        start[p->edge[2 * e] + 1]++;
+        indeg[p->edge[2 * e + 1]]++;
+    }
+    for (int i = 0; i < p->n; i++) start[i + 1] += start[i];
+    int hl = 0, k = 0;
+    for (int i = 0; i < p->n; i++)
+        if (indeg[i] == 0) pd__heap_push(heap, &hl, i);
+    while (hl > 0) {
+        int v = pd__heap_pop(heap, &hl);
+        pos[v] = k;
+        order[k++] = v;
+        for (int e = start[v]; e < start[v + 1]; e++)
+            if (--indeg[p->edge[2 * e + 1]] == 0) pd__heap_push(heap, &hl, p->edge[2 * e + 1]);
+    }
+    if (k < p->n) {
+        /* the nodes left (indeg > 0) each have a predecessor left: walking back
+         * n steps from one of them lands on a cycle */
+        int *back = heap, v = 0;
+        for (int e = 0; e < ne; e++)
+            if (indeg[p->edge[2 * e]] > 0) back[p->edge[2 * e + 1]] = p->edge[2 * e];
+        while (indeg[v] == 0) v++;
+        for (int step = 0; step < p->n; step++) v = back[v];
+        st = pd__err(PD_ERR_INVALID, "%s: the graph has a cycle through node '%s'", what, pd__pname(p, v));
+        goto done;
+    }
+    for (int i = 0; i < p->n; i++) node[i] = p->node[order[i]];
+    for (int e = 0; e < ne; e++) {
+        edge[2 * e] = pos[p->edge[2 * e]];
+        edge[2 * e + 1] = pos[p->edge[2 * e + 1]];
+    }
+    qsort(edge, (size_t)ne, 2 * sizeof(int), pd__edge_cmp);
+    PD_FREE(p->node);
+    PD_FREE(p->edge);
+    p->node = node;
+    p->edge = edge;
+    node = NULL;
+    edge = NULL;
+done:
+    PD_FREE(start);
+    PD_FREE(indeg);
+    PD_FREE(heap);
+    PD_FREE(order);
+    PD_FREE(pos);
+    PD_FREE(edge);
+    PD_FREE(node);
+    return st;
+}
+
+void pd_profile_destroy(pd_profile *p) {
+    if (!p) return;
+    for (int i = 0; i < p->n; i++) {
+        PD_FREE(p->node[i].name);
+        PD_FREE(p->node[i].desc);
+    }
+    PD_FREE(p->node);
+    PD_FREE(p->edge);
+    PD_FREE(p->model);
+    PD_FREE(p->device);
+    PD_FREE(p);
+}
+
+int pd_profile_num_nodes(const pd_profile *p) { return p ? p->n : 0; }
+
+pd_status pd_profile_node(const pd_profile *p, int i, pd_profile_node_info *out) {
+    if (!p || !out || i < 0 || i >= p->n)
+        return pd__err(PD_ERR_INVALID, "pd_profile_node: node index %d out of range", i);
+    const pd__pnode *d = &p->node[i];
+    out->name = d->name ? d->name : "";
+    out->desc = d->desc ? d->desc : "";
+    out->fwd_ms = d->fwd_ms;
+    out->bwd_in_ms = d->bwd_in_ms;
+    out->bwd_w_ms = d->bwd_w_ms;
+    out->act_bytes = d->act_bytes;
+    out->param_bytes = d->param_bytes;
+    out->optim_bytes = d->optim_bytes;
+    return PD_OK;
+}

@@ -5,9 +5,12 @@
  */
 #include "pd_internal.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 static _Thread_local char pd__errbuf[1024];
 
@@ -255,3 +258,38 @@ void *pd__scratch(pd__exec *x, size_t bytes) {
     x->scratch_size = n;
     return p;
 }
+
+/* Writes through "<path>.tmp.<pid>", fsync and rename: a reader sees the old
+ * file or the whole new one, never half of it. */
+pd_status pd__write_atomic(const char *path, const void *data, size_t len) {
+    const char *buf = data;
+    char tmp[4096];
+    if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof tmp)
+        return pd__err(PD_ERR_IO, "%s: path too long", path);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0) return pd__err(PD_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
+    size_t off = 0;
+    while (off < len) {
+        ssize_t w = write(fd, buf + off, len - off);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) {
+            int e = errno;
+            close(fd);
+            unlink(tmp);
+            return pd__err(PD_ERR_IO, "%s: write failed: %s", path, strerror(e));
+        }
+        off += (size_t)w;
+    }
+    if (fsync(fd) != 0 || close(fd) != 0) {
+        int e = errno;
+        unlink(tmp);
+        return pd__err(PD_ERR_IO, "%s: write failed: %s", path, strerror(e));
+    }
+    if (rename(tmp, path) != 0) {
+        int e = errno;
+        unlink(tmp);
+        return pd__err(PD_ERR_IO, "%s: cannot rename into place: %s", path, strerror(e));
+    }
+    return PD_OK;
+}
+

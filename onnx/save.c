@@ -42,37 +42,6 @@ static void pd__drop_typed(Onnx__TensorProto *tp) {
     tp->data_location = ONNX__TENSOR_PROTO__DATA_LOCATION__DEFAULT;
 }
 
-static pd_status pd__write_atomic(const char *path, const uint8_t *buf, size_t len) {
-    char tmp[4096];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof tmp)
-        return pd__err(PD_ERR_IO, "%s: path too long", path);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0) return pd__err(PD_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
-    size_t off = 0;
-    while (off < len) {
-        ssize_t w = write(fd, buf + off, len - off);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) {
-            int e = errno;
-            close(fd);
-            unlink(tmp);
-            return pd__err(PD_ERR_IO, "%s: write failed: %s", path, strerror(e));
-        }
-        off += (size_t)w;
-    }
-    if (fsync(fd) != 0 || close(fd) != 0) {
-        int e = errno;
-        unlink(tmp);
-        return pd__err(PD_ERR_IO, "%s: write failed: %s", path, strerror(e));
-    }
-    if (rename(tmp, path) != 0) {
-        int e = errno;
-        unlink(tmp);
-        return pd__err(PD_ERR_IO, "%s: cannot rename into place: %s", path, strerror(e));
-    }
-    return PD_OK;
-}
-
 pd_status pd_graph_save(const pd_graph *g, const char *path) {
     if (!g || !path) return pd__err(PD_ERR_INVALID, "pd_graph_save: NULL %s", g ? "path" : "graph");
     if (!g->model_bytes) return pd__err(PD_ERR_INVALID, "%s: the graph keeps no model to save", g->path);

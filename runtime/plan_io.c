@@ -1,2 +1,293 @@
-/* plan_io.c - placeholder while being written this session. */
+/* plan_io.c - plans as JSON on disk (cJSON), read back for `pdonnx simulate`
+ * and the pipeline runtime.
+ *
+ *   {"format": "pdonnx-plan", "version": 1, "model": ..., "algo": "pipedream",
+ *    "cost_model": "default", "workers": 16, "microbatches": 1, "microbatch_size": 64,
+ *    "width": 1, "chunks": 1, "recompute": false, "bandwidth": 1e10,
+ *    "predicted_time_ms": ..., "predicted_speedup": ..., "dp_speedup": ...,
+ *    "single_ms": ..., "dp_ms": ..., "bubble": ..., "throughput": ...,
+ *    "nodes": ["conv1", ...],                      every profile node, in order
+ *    "stages": [{"id": 0, "replicas": 2, "ranks": [0, 1],
+ *                "nodes": ["conv1", ...],          forward nodes
+ *                "bwd_nodes": [...],               only when they differ (bipartition)
+ *                "fwd_ms", "bwd_in_ms", "bwd_w_ms", "param_bytes", "optim_bytes",
+ *                "act_bytes", "in_bytes", "out_bytes", "send_ms", "allreduce_ms",
+ *                "time_ms", "memory_bytes"}, ...],
+ *    "stage_to_rank_map": {"0": [0, 1], "1": [2]}}  as PipeDream's conf
+ */
 #include "../core/plan.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <string.h>
+
+static cJSON *pd__names(const pd_plan *p, const int *which, int s) {
+    cJSON *a = cJSON_CreateArray();
+    for (int v = 0; a && v < p->n_nodes; v++)
+        if (!which || which[v] == s) cJSON_AddItemToArray(a, cJSON_CreateString(p->node_name[v]));
+    return a;
+}
+
+char *pd__plan_to_json(const pd_plan *p) {
+    cJSON *r = cJSON_CreateObject();
+    if (!r) return NULL;
+    cJSON_AddStringToObject(r, "format", "pdonnx-plan");
+    cJSON_AddNumberToObject(r, "version", 1);
+    if (p->model) cJSON_AddStringToObject(r, "model", p->model);
+    cJSON_AddStringToObject(r, "algo", p->algo_name ? p->algo_name : "pipedream");
+    cJSON_AddStringToObject(r, "cost_model", p->cost_model ? p->cost_model : "default");
+    cJSON_AddNumberToObject(r, "workers", p->workers);
+    cJSON_AddNumberToObject(r, "microbatches", p->microbatches);
+    cJSON_AddNumberToObject(r, "microbatch_size", (double)p->microbatch_size);
+    cJSON_AddNumberToObject(r, "width", p->width);
+    cJSON_AddNumberToObject(r, "chunks", p->chunks);
+    cJSON_AddBoolToObject(r, "recompute", p->recompute);
+    cJSON_AddNumberToObject(r, "bandwidth", p->bandwidth);
+    cJSON_AddNumberToObject(r, "predicted_time_ms", p->time_ms);
+    cJSON_AddNumberToObject(r, "predicted_speedup", p->speedup);
+    cJSON_AddNumberToObject(r, "dp_speedup", p->dp_speedup);
+    cJSON_AddNumberToObject(r, "single_ms", p->single_ms);
+    cJSON_AddNumberToObject(r, "dp_ms", p->dp_ms);
+    cJSON_AddNumberToObject(r, "bubble", p->bubble);
+    cJSON_AddNumberToObject(r, "throughput", p->throughput);
+    cJSON_AddItemToObject(r, "nodes", pd__names(p, NULL, 0));
+    cJSON *stages = cJSON_AddArrayToObject(r, "stages");
+    cJSON *map = cJSON_AddObjectToObject(r, "stage_to_rank_map");
+    for (int s = 0; stages && map && s < p->n_stages; s++) {
+        const pd__stage *st = &p->stage[s];
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddItemToArray(stages, o);
+        cJSON_AddNumberToObject(o, "id", s);
+        cJSON_AddNumberToObject(o, "replicas", st->replicas);
+        cJSON *ranks = cJSON_AddArrayToObject(o, "ranks");
+        cJSON *mr = cJSON_CreateArray();
+        for (int k = 0; k < st->replicas; k++) {
+            cJSON_AddItemToArray(ranks, cJSON_CreateNumber(st->first_rank + k));
+            cJSON_AddItemToArray(mr, cJSON_CreateNumber(st->first_rank + k));
+        }
+        char key[16];
+        snprintf(key, sizeof key, "%d", s);
+        cJSON_AddItemToObject(map, key, mr);
+        cJSON_AddItemToObject(o, "nodes", pd__names(p, p->fwd_stage, s));
+        if (memcmp(p->fwd_stage, p->bwd_stage, sizeof(int) * (size_t)p->n_nodes) != 0)
+            cJSON_AddItemToObject(o, "bwd_nodes", pd__names(p, p->bwd_stage, s));
+        const struct {
+            const char *k;
+            double v;
+        } num[] = {{"fwd_ms", st->fwd_ms},         {"bwd_in_ms", st->bwd_in_ms},     {"bwd_w_ms", st->bwd_w_ms},
+                   {"param_bytes", st->param_bytes}, {"optim_bytes", st->optim_bytes}, {"act_bytes", st->act_bytes},
+                   {"in_bytes", st->in_bytes},     {"out_bytes", st->out_bytes},     {"send_ms", st->send_ms},
+                   {"allreduce_ms", st->allreduce_ms}, {"time_ms", st->time_ms},     {"memory_bytes", st->memory_bytes}};
+        for (size_t k = 0; k < sizeof num / sizeof num[0]; k++) cJSON_AddNumberToObject(o, num[k].k, num[k].v);
+    }
+    char *text = cJSON_Print(r);
+    cJSON_Delete(r);
+    return text;
+}
+
+pd_status pd_plan_save(const pd_plan *p, const char *path) {
+    if (!p || !path) return pd__err(PD_ERR_INVALID, "pd_plan_save: NULL argument");
+    char *text = pd__plan_to_json(p);
+    if (!text) return pd__err(PD_ERR_NOMEM, "%s: out of memory writing the plan", path);
+    size_t n = strlen(text);
+    text[n] = '\n'; /* cJSON's buffer ends in a NUL we may overwrite: write n+1 bytes */
+    pd_status st = pd__write_atomic(path, text, n + 1);
+    cJSON_free(text);
+    return st;
+}
+
+/* ---- reading -------------------------------------------------------------------- */
+
+static pd_status pd__num(const char *path, const cJSON *o, const char *key, bool required, double lo, double hi,
+                         double *out) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!v) {
+        if (required) return pd__err(PD_ERR_PARSE, "%s: plan: missing \"%s\"", path, key);
+        return PD_OK;
+    }
+    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || v->valuedouble < lo || v->valuedouble > hi)
+        return pd__err(PD_ERR_PARSE, "%s: plan: \"%s\" must be a number in [%g, %g]", path, key, lo, hi);
+    *out = v->valuedouble;
+    return PD_OK;
+}
+
+static pd_status pd__str(const char *path, const cJSON *o, const char *key, char **out) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!v) return PD_OK;
+    if (!cJSON_IsString(v)) return pd__err(PD_ERR_PARSE, "%s: plan: \"%s\" must be a string", path, key);
+    if (!(*out = pd__strdup(v->valuestring))) return pd__err(PD_ERR_NOMEM, "%s: out of memory", path);
+    return PD_OK;
+}
+
+static int pd__find_name(const pd_plan *p, const char *s) {
+    for (int v = 0; v < p->n_nodes; v++)
+        if (strcmp(p->node_name[v], s) == 0) return v;
+    return -1;
+}
+
+/* Marks each node named in `arr` with stage s in `which`. */
+static pd_status pd__assign(const char *path, pd_plan *p, const cJSON *arr, int s, int *which, const char *key) {
+    if (!cJSON_IsArray(arr)) return pd__err(PD_ERR_PARSE, "%s: plan: stage %d: \"%s\" must be an array of node names", path, s, key);
+    const cJSON *it;
+    cJSON_ArrayForEach(it, arr) {
+        if (!cJSON_IsString(it)) return pd__err(PD_ERR_PARSE, "%s: plan: stage %d: \"%s\" holds a non-string", path, s, key);
+        int v = pd__find_name(p, it->valuestring);
+        if (v < 0) return pd__err(PD_ERR_PARSE, "%s: plan: stage %d names unknown node '%s'", path, s, it->valuestring);
+        if (which[v] >= 0) return pd__err(PD_ERR_PARSE, "%s: plan: node '%s' is in stages %d and %d", path, it->valuestring, which[v], s);
+        which[v] = s;
+    }
+    return PD_OK;
+}
+
+static pd_status pd__plan_parse(const char *path, const cJSON *r, pd_plan *p) {
+    if (!cJSON_IsObject(r)) return pd__err(PD_ERR_PARSE, "%s: plan: not a JSON object", path);
+    const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(r, "format");
+    if (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, "pdonnx-plan") != 0)
+        return pd__err(PD_ERR_PARSE, "%s: not a pdonnx plan (\"format\" is not \"pdonnx-plan\")", path);
+    double d = 0;
+    PD_TRY(pd__str(path, r, "model", &p->model));
+    PD_TRY(pd__str(path, r, "algo", &p->algo_name));
+    PD_TRY(pd__str(path, r, "cost_model", &p->cost_model));
+    p->algo = PD_ALGO_PIPEDREAM;
+    if (p->algo_name) {
+        static const char *names[] = {"pipedream", "2bw", "bipartition", "uniform", "params"};
+        for (int i = 0; i < 5; i++)
+            if (strcmp(p->algo_name, names[i]) == 0) p->algo = (pd__algo)i;
+    }
+    PD_TRY(pd__num(path, r, "workers", true, 1, 1 << 20, &d));
+    p->workers = (int)d;
+    d = 1;
+    PD_TRY(pd__num(path, r, "microbatches", false, 1, 1 << 20, &d));
+    p->microbatches = (int)d;
+    d = 0;
+    PD_TRY(pd__num(path, r, "microbatch_size", false, 0, 1e12, &d));
+    p->microbatch_size = (int64_t)d;
+    d = 1;
+    PD_TRY(pd__num(path, r, "width", false, 1, 1 << 20, &d));
+    p->width = (int)d;
+    d = 1;
+    PD_TRY(pd__num(path, r, "chunks", false, 1, 1024, &d));
+    p->chunks = (int)d;
+    p->recompute = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r, "recompute"));
+    PD_TRY(pd__num(path, r, "bandwidth", false, 0, INFINITY, &p->bandwidth));
+    PD_TRY(pd__num(path, r, "predicted_time_ms", false, 0, INFINITY, &p->time_ms));
+    PD_TRY(pd__num(path, r, "predicted_speedup", false, 0, INFINITY, &p->speedup));
+    PD_TRY(pd__num(path, r, "dp_speedup", false, 0, INFINITY, &p->dp_speedup));
+    PD_TRY(pd__num(path, r, "single_ms", false, 0, INFINITY, &p->single_ms));
+    PD_TRY(pd__num(path, r, "dp_ms", false, 0, INFINITY, &p->dp_ms));
+    PD_TRY(pd__num(path, r, "bubble", false, 0, 1, &p->bubble));
+    PD_TRY(pd__num(path, r, "throughput", false, 0, INFINITY, &p->throughput));
+
+    const cJSON *nodes = cJSON_GetObjectItemCaseSensitive(r, "nodes");
+    if (!cJSON_IsArray(nodes) || cJSON_GetArraySize(nodes) < 1)
+        return pd__err(PD_ERR_PARSE, "%s: plan: \"nodes\" must be a non-empty array of node names", path);
+    p->n_nodes = cJSON_GetArraySize(nodes);
+    p->node_name = PD_CALLOC((size_t)p->n_nodes, sizeof(char *));
+    p->fwd_stage = PD_MALLOC(sizeof(int) * (size_t)p->n_nodes);
+    p->bwd_stage = PD_MALLOC(sizeof(int) * (size_t)p->n_nodes);
+    if (!p->node_name || !p->fwd_stage || !p->bwd_stage) return pd__err(PD_ERR_NOMEM, "%s: out of memory", path);
+    int v = 0;
+    const cJSON *it;
+    cJSON_ArrayForEach(it, nodes) {
+        if (!cJSON_IsString(it)) return pd__err(PD_ERR_PARSE, "%s: plan: \"nodes\"[%d] is not a string", path, v);
+        if (!(p->node_name[v] = pd__strdup(it->valuestring))) return pd__err(PD_ERR_NOMEM, "%s: out of memory", path);
+        p->fwd_stage[v] = p->bwd_stage[v] = -1;
+        v++;
+    }
+    const cJSON *stages = cJSON_GetObjectItemCaseSensitive(r, "stages");
+    if (!cJSON_IsArray(stages) || cJSON_GetArraySize(stages) < 1)
+        return pd__err(PD_ERR_PARSE, "%s: plan: \"stages\" must be a non-empty array", path);
+    p->n_stages = cJSON_GetArraySize(stages);
+    if (p->n_stages % p->chunks) return pd__err(PD_ERR_PARSE, "%s: plan: %d stages do not split into %d chunks per worker", path, p->n_stages, p->chunks);
+    p->stage = PD_CALLOC((size_t)p->n_stages, sizeof(pd__stage));
+    if (!p->stage) return pd__err(PD_ERR_NOMEM, "%s: out of memory", path);
+    int s = 0, rank = 0;
+    cJSON_ArrayForEach(it, stages) {
+        pd__stage *st = &p->stage[s];
+        if (!cJSON_IsObject(it)) return pd__err(PD_ERR_PARSE, "%s: plan: stage %d is not an object", path, s);
+        double rep = 1;
+        PD_TRY(pd__num(path, it, "replicas", false, 1, 1 << 20, &rep));
+        st->replicas = (int)rep;
+        st->first_rank = rank;
+        rank += st->replicas;
+        const char *keys[] = {"fwd_ms", "bwd_in_ms", "bwd_w_ms", "param_bytes", "optim_bytes", "act_bytes",
+                              "in_bytes", "out_bytes", "send_ms", "allreduce_ms", "time_ms", "memory_bytes"};
+        double *dst[] = {&st->fwd_ms, &st->bwd_in_ms, &st->bwd_w_ms, &st->param_bytes, &st->optim_bytes, &st->act_bytes,
+                         &st->in_bytes, &st->out_bytes, &st->send_ms, &st->allreduce_ms, &st->time_ms, &st->memory_bytes};
+        for (int k = 0; k < 12; k++) {
+            pd_status e = pd__num(path, it, keys[k], k < 3, 0, INFINITY, dst[k]);
+            if (e != PD_OK) {
+                pd__err_prefix("stage %d", s);
+                return e;
+            }
+        }
+        PD_TRY(pd__assign(path, p, cJSON_GetObjectItemCaseSensitive(it, "nodes"), s, p->fwd_stage, "nodes"));
+        const cJSON *bw = cJSON_GetObjectItemCaseSensitive(it, "bwd_nodes");
+        if (bw) PD_TRY(pd__assign(path, p, bw, s, p->bwd_stage, "bwd_nodes"));
+        s++;
+    }
+    bool has_bwd = false;
+    for (v = 0; v < p->n_nodes; v++) {
+        if (p->fwd_stage[v] < 0) return pd__err(PD_ERR_PARSE, "%s: plan: node '%s' is in no stage", path, p->node_name[v]);
+        has_bwd |= p->bwd_stage[v] >= 0;
+    }
+    for (v = 0; v < p->n_nodes; v++) {
+        if (!has_bwd) p->bwd_stage[v] = p->fwd_stage[v];
+        else if (p->bwd_stage[v] < 0) return pd__err(PD_ERR_PARSE, "%s: plan: node '%s' has no backward stage", path, p->node_name[v]);
+    }
+    return PD_OK;
+}
+
+pd_status pd_plan_load(const char *path, pd_plan **out) {
+    if (!path || !out) return pd__err(PD_ERR_INVALID, "pd_plan_load: NULL argument");
+    FILE *f = fopen(path, "rb");
+    if (!f) return pd__err(PD_ERR_IO, "%s: cannot open the plan: %s", path, strerror(errno));
+    char *buf = NULL;
+    size_t len = 0, cap = 0;
+    for (;;) {
+        if (len + 4096 + 1 > cap) {
+            cap = cap ? cap * 2 : 65536;
+            char *nb = PD_REALLOC(buf, cap);
+            if (!nb) {
+                PD_FREE(buf);
+                fclose(f);
+                return pd__err(PD_ERR_NOMEM, "%s: out of memory reading the plan", path);
+            }
+            buf = nb;
+        }
+        size_t got = fread(buf + len, 1, cap - len - 1, f);
+        len += got;
+        if (got == 0) break;
+    }
+    bool err = ferror(f);
+    fclose(f);
+    if (err) {
+        PD_FREE(buf);
+        return pd__err(PD_ERR_IO, "%s: read failed", path);
+    }
+    buf[len] = 0;
+    const char *end = NULL;
+    cJSON *r = cJSON_ParseWithLengthOpts(buf, len, &end, 0);
+    if (!r) {
+        size_t off = end ? (size_t)(end - buf) : 0;
+        int line = 1;
+        for (size_t i = 0; i < off && i < len; i++) line += buf[i] == '\n';
+        PD_FREE(buf);
+        return pd__err(PD_ERR_PARSE, "%s:%d: invalid JSON", path, line);
+    }
+    PD_FREE(buf);
+    pd_plan *p = PD_CALLOC(1, sizeof *p);
+    if (!p) {
+        cJSON_Delete(r);
+        return pd__err(PD_ERR_NOMEM, "%s: out of memory", path);
+    }
+    pd_status st = pd__plan_parse(path, r, p);
+    cJSON_Delete(r);
+    if (st != PD_OK) {
+        pd__plan_free(p);
+        return st;
+    }
+    *out = p;
+    return PD_OK;
+}

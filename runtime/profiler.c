@@ -1,2 +1,223 @@
-/* profiler.c - placeholder while being written this session. */
+/* profiler.c - pd_profile_measure: per-node costs of a pd_graph measured by
+ * running real training steps on the CPU backend.
+ *
+ * One profile node per graph node, in the graph's (topological) order, named
+ * as the graph names it, described by its op type; an edge for every tensor a
+ * node reads from another node. The steps are the training session's own
+ * (runtime/session.c, through the pd__session_timed_step hook): forward of
+ * every node, the loss, then each node's backward as two kernel calls, the
+ * input gradient (zero-bubble's B: gradients of the activation inputs only)
+ * and the weight gradient (W: gradients of the trained parameters only). A
+ * node with no parameters has bwd_w_ms 0; a node whose inputs need no
+ * gradient (the first layer) has bwd_in_ms 0. Each time is the median over
+ * `repeats` steps after `warmup` untimed ones. The optimizer update is not
+ * run, so the weights are left as they were (BatchNorm running statistics,
+ * which a training forward updates, are restored afterwards).
+ *
+ * The loss has no node of its own: its time (loss and its gradient) is added
+ * to fwd_ms of the node that produces the tensor the loss reads (the last
+ * layer), where a pipeline's last stage runs it.
+ *
+ * Sizes: act_bytes = bytes of the node's outputs; param_bytes = bytes of the
+ * trainable float parameters it reads (those the session trains), a shared
+ * one counted once, at its first consumer; optim_bytes = param_bytes times the
+ * optimizer's state slabs (sgd 0, momentum/nesterov 1, adam/adamw 2).
+ *
+ * Inputs are synthetic: float inputs get a fixed pseudo-random pattern in
+ * [-1, 1), integer and bool inputs zeros (valid ids for Gather). Labels are
+ * zeros: class 0 for cross-entropy; PD_LOSS_AUTO profiles with cross-entropy
+ * when the prediction has a class axis (rank >= 2, last dim >= 2) and with
+ * mse otherwise.
+ */
 #include "../core/plan.h"
+#include "optim.h"
+#include "session.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static int pd__dcmp(const void *x, const void *y) {
+    double a = *(const double *)x, b = *(const double *)y;
+    return (a > b) - (a < b);
+}
+
+/* Median of v[0], v[stride], ... (n values); sorts a copy in tmp. */
+static double pd__median(const double *v, int n, int stride, double *tmp) {
+    for (int r = 0; r < n; r++) tmp[r] = v[(size_t)r * (size_t)stride];
+    qsort(tmp, (size_t)n, sizeof *tmp, pd__dcmp);
+    return n % 2 ? tmp[n / 2] : 0.5 * (tmp[n / 2 - 1] + tmp[n / 2]);
+}
+
+/* A tensor of the graph tensor's dtype and shape, filled as the header says. */
+static pd_status pd__synthetic(const pd__tensor *t, pd_dtype dtype, int ndim, const int64_t *shape, pd_tensor *out) {
+    memset(out, 0, sizeof *out);
+    out->dtype = dtype;
+    out->ndim = ndim;
+    for (int d = 0; d < ndim; d++) out->shape[d] = shape[d];
+    int64_t n = pd_tensor_numel(out);
+    size_t es = pd_dtype_size(dtype);
+    if (n < 0 || es == 0)
+        return pd__err(PD_ERR_UNSUPPORTED, "input '%s': cannot make a %s tensor to profile with", t->name,
+                       pd_dtype_name(dtype));
+    out->data = PD_CALLOC((size_t)n + 1, es);
+    if (!out->data) return pd__err(PD_ERR_NOMEM, "out of memory for input '%s'", t->name);
+    if (dtype == PD_FLOAT || dtype == PD_DOUBLE || dtype == PD_FLOAT16 || dtype == PD_BFLOAT16)
+        for (int64_t i = 0; i < n; i++)
+            pd__set_f(dtype, out->data, i, (double)((uint64_t)(i + 1) * 2654435761u % 2048) / 1024.0 - 1.0);
+    return PD_OK;
+}
+
+/* Feeds every graph input and the labels. */
+static pd_status pd__feed(pd_session *s, const pd_graph *g, pd_loss_kind loss) {
+    int lab = pd__session_labels_input(s);
+    pd_tensor t;
+    for (int i = 0; i < g->ninputs; i++) {
+        const pd__tensor *x = &g->tensors[g->inputs[i]];
+        if (g->inputs[i] == lab) continue;
+        PD_TRY(pd__synthetic(x, x->dtype, x->ndim, x->shape, &t));
+        pd_status st = pd_session_set_input(s, x->name, &t);
+        PD_FREE(t.data);
+        PD_TRY(st);
+    }
+    const pd__tensor *pred = &g->tensors[pd__session_loss_tensor(s)];
+    bool ce = loss == PD_LOSS_CROSS_ENTROPY ||
+              (loss == PD_LOSS_AUTO && pred->ndim >= 2 && pred->shape[pred->ndim - 1] >= 2);
+    if (lab >= 0) {
+        const pd__tensor *x = &g->tensors[lab];
+        PD_TRY(pd__synthetic(x, x->dtype, x->ndim, x->shape, &t));
+    } else if (ce && pred->ndim >= 1) {
+        PD_TRY(pd__synthetic(pred, PD_INT64, pred->ndim - 1, pred->shape, &t));
+    } else {
+        PD_TRY(pd__synthetic(pred, pred->dtype, pred->ndim, pred->shape, &t));
+        memset(t.data, 0, (size_t)pd_tensor_numel(&t) * pd_dtype_size(t.dtype));
+    }
+    pd_status st = pd_session_set_labels(s, &t);
+    PD_FREE(t.data);
+    return st;
+}
+
+/* Runs the steps; samples: 3 * repeats * nnodes times (fwd, bwd_in, bwd_w per
+ * step) and repeats loss times. */
+static pd_status pd__run_steps(pd_session *s, int nnodes, int warmup, int repeats, double *samples, double *loss) {
+    for (int r = -warmup; r < repeats; r++) {
+        int k = r < 0 ? 0 : r;
+        double *base = samples + (size_t)3 * (size_t)k * (size_t)nnodes;
+        pd__step_times t = {base, base + nnodes, base + 2 * nnodes, 0};
+        PD_TRY(pd__session_timed_step(s, &t));
+        loss[k] = t.loss_ms;
+    }
+    return PD_OK;
+}
+
+static pd_status pd__build(const pd_graph *g, pd_session *s, const pd_profile_options *o, const double *samples,
+                           const double *loss, pd_profile **out) {
+    int nn = g->nnodes, R = o->repeats;
+    pd_profile *p = NULL;
+    double *tmp = PD_MALLOC(sizeof(double) * ((size_t)R + 1));
+    bool *is_param = PD_CALLOC((size_t)g->ntensors + 1, sizeof(bool));
+    bool *counted = PD_CALLOC((size_t)g->ntensors + 1, sizeof(bool));
+    pd_status st = tmp && is_param && counted ? pd__profile_new(nn, &p) : pd__err(PD_ERR_NOMEM, "out of memory");
+    if (st != PD_OK) goto done;
+    for (int i = 0; i < pd_session_num_params(s); i++) {
+        const char *name;
+        pd_session_param(s, i, &name, NULL, NULL);
+        int t = pd__graph_find(g, name);
+        if (t >= 0) is_param[t] = true;
+    }
+    const pd__tensor *lt = &g->tensors[pd__session_loss_tensor(s)];
+    double loss_ms = pd__median(loss, R, 1, tmp);
+    int slabs = pd__optim_state_slabs(o->optimizer);
+    for (int i = 0; i < nn && st == PD_OK; i++) {
+        const pd__node *n = &g->nodes[i];
+        pd__pnode *d = &p->node[i];
+        d->name = pd__strdup(n->name);
+        d->desc = pd__strdup(n->op_type);
+        if (!d->name || !d->desc) {
+            st = pd__err(PD_ERR_NOMEM, "out of memory");
+            break;
+        }
+        d->fwd_ms = pd__median(samples + i, R, 3 * nn, tmp) + (lt->producer == i ? loss_ms : 0);
+        d->bwd_in_ms = pd__median(samples + nn + i, R, 3 * nn, tmp);
+        d->bwd_w_ms = pd__median(samples + 2 * nn + i, R, 3 * nn, tmp);
+        for (int j = 0; j < n->nout; j++)
+            if (n->out[j] >= 0) {
+                const pd__tensor *t = &g->tensors[n->out[j]];
+                d->act_bytes += (double)t->numel * (double)pd_dtype_size(t->dtype);
+            }
+        for (int j = 0; j < n->nin; j++) {
+            int t = n->in[j];
+            if (t < 0) continue;
+            if (is_param[t] && !counted[t]) {
+                counted[t] = true;
+                d->param_bytes += (double)g->tensors[t].numel * (double)pd_dtype_size(g->tensors[t].dtype);
+            }
+            int from = g->tensors[t].producer;
+            if (from >= 0 && from != i && st == PD_OK) st = pd__profile_add_edge(p, from, i);
+        }
+        d->optim_bytes = slabs * d->param_bytes;
+    }
+    if (st != PD_OK) goto done;
+    const pd__tensor *x0 = g->ninputs > 0 ? &g->tensors[g->inputs[0]] : NULL;
+    p->batch = x0 && x0->ndim > 0 ? x0->shape[0] : 0;
+    p->model = pd__strdup(g->path);
+    p->device = pd__strdup("cpu");
+    st = p->model && p->device ? pd__profile_finish(p, g->path) : pd__err(PD_ERR_NOMEM, "out of memory");
+done:
+    PD_FREE(tmp);
+    PD_FREE(is_param);
+    PD_FREE(counted);
+    if (st == PD_OK) *out = p;
+    else pd_profile_destroy(p);
+    return st;
+}
+
+pd_status pd_profile_measure(pd_graph *g, const pd_profile_options *opt, pd_profile **out) {
+    if (!g || !out) return pd__err(PD_ERR_INVALID, "pd_profile_measure: graph and out must not be NULL");
+    pd_profile_options o = PD_PROFILE_OPTIONS_INIT;
+    if (opt) memcpy(&o, opt, opt->size < sizeof o ? opt->size : sizeof o);
+    o.size = sizeof o;
+    if (o.device && strcmp(o.device, "cpu") != 0) {
+        if (strcmp(o.device, "cuda") == 0)
+            return pd__err(PD_ERR_UNSUPPORTED, "the CUDA backend is not built into this pdonnx (profile on \"cpu\")");
+        return pd__err(PD_ERR_INVALID, "unknown device '%s' (cpu or cuda)", o.device);
+    }
+    if (o.warmup < 0 || o.repeats < 1 || o.threads < 0 || (unsigned)o.optimizer > PD_OPT_ADAMW ||
+        (unsigned)o.loss > PD_LOSS_GRAPH)
+        return pd__err(PD_ERR_INVALID, "profile options out of range (warmup >= 0, repeats >= 1, threads >= 0)");
+    if (g->nnodes == 0) return pd__err(PD_ERR_INVALID, "%s: the model has no nodes to profile", g->path);
+    pd_train_options to = PD_TRAIN_OPTIONS_INIT;
+    to.loss = o.loss;
+    to.optimizer = o.optimizer;
+    to.threads = o.threads;
+    pd_session *s = NULL;
+    PD_TRY(pd_session_create(g, &to, &s));
+    /* what a training forward writes besides activations: the initializers the
+     * session does not own (BatchNorm running statistics), kept to restore */
+    int nt = g->ntensors, nn = g->nnodes;
+    void **saved = PD_CALLOC((size_t)nt + 1, sizeof *saved);
+    double *samples = PD_MALLOC(sizeof(double) * 3 * (size_t)nn * (size_t)o.repeats);
+    double *loss = PD_MALLOC(sizeof(double) * (size_t)o.repeats);
+    pd_status st = saved && samples && loss ? PD_OK : pd__err(PD_ERR_NOMEM, "%s: out of memory profiling", g->path);
+    for (int t = 0; t < nt && st == PD_OK; t++) {
+        pd__tensor *x = &g->tensors[t];
+        if (x->kind != PD_T_INIT || !x->data || x->borrowed) continue;
+        size_t bytes = (size_t)x->numel * pd_dtype_size(x->dtype);
+        saved[t] = PD_MALLOC(bytes + 1);
+        if (!saved[t]) st = pd__err(PD_ERR_NOMEM, "%s: out of memory profiling", g->path);
+        else memcpy(saved[t], x->data, bytes);
+    }
+    if (st == PD_OK) st = pd__feed(s, g, o.loss);
+    if (st == PD_OK) st = pd__run_steps(s, nn, o.warmup, o.repeats, samples, loss);
+    if (st == PD_OK) st = pd__build(g, s, &o, samples, loss, out);
+    pd_session_destroy(s);
+    for (int t = 0; t < nt && saved; t++)
+        if (saved[t]) {
+            pd__tensor *x = &g->tensors[t];
+            memcpy(x->data, saved[t], (size_t)x->numel * pd_dtype_size(x->dtype));
+            PD_FREE(saved[t]);
+        }
+    PD_FREE(saved);
+    PD_FREE(samples);
+    PD_FREE(loss);
+    return st;
+}

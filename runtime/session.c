@@ -14,12 +14,14 @@
  * them). Activations and their gradients are two more slabs, planned once:
  * the step allocates nothing.
  */
+#include "session.h"
 #include "loss.h"
 #include "optim.h"
 
 #include <math.h>
 #include <regex.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 void openblas_set_num_threads(int);
@@ -398,12 +400,21 @@ static pd_status pd__check_fed(const pd_session *s) {
     return PD_OK;
 }
 
-static pd_status pd__forward(pd_session *s) {
+static int64_t pd__now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* ms: NULL, or per node the time its forward took (the profiler's hook). */
+static pd_status pd__forward(pd_session *s, double *ms) {
     const pd_graph *g = s->g;
     for (int i = 0; i < g->nnodes; i++) {
         const pd__node *n = &g->nodes[i];
         pd_tensor **a = s->args + s->arg_start[i];
+        int64_t t0 = ms ? pd__now_ns() : 0;
         PD_TRY(pd__cpu_run(&s->x, g, n, a, a + n->nin));
+        if (ms) ms[i] = 1e-6 * (double)(pd__now_ns() - t0);
     }
     return PD_OK;
 }
@@ -469,6 +480,43 @@ static pd_status pd__backward(pd_session *s) {
     return PD_OK;
 }
 
+/* The backward of pd__backward, each node's run as two kernel calls, timed:
+ * the input gradients (din only for inputs that are not parameters), then the
+ * weight gradients (din only for parameters). Gradients are added (+=), so the
+ * result is the same as one call asking for both. */
+static pd_status pd__backward_split(pd_session *s, double *in_ms, double *w_ms) {
+    const pd_graph *g = s->g;
+    int maxin = 0;
+    for (int i = 0; i < g->nnodes; i++) {
+        maxin = g->nodes[i].nin > maxin ? g->nodes[i].nin : maxin;
+        in_ms[i] = w_ms[i] = 0;
+    }
+    pd_tensor **din = PD_CALLOC((size_t)maxin + 1, sizeof *din);
+    if (!din) return pd__err(PD_ERR_NOMEM, "out of memory");
+    pd_status st = PD_OK;
+    for (int i = g->nnodes - 1; i >= 0 && st == PD_OK; i--) {
+        const pd__node *n = &g->nodes[i];
+        pd_tensor **a = s->args + s->arg_start[i], **ga = s->gargs + s->arg_start[i];
+        bool any_out = false;
+        for (int j = 0; j < n->nout; j++) any_out |= ga[j] != NULL;
+        for (int part = 0; part < 2 && any_out && st == PD_OK; part++) {
+            bool any = false;
+            for (int j = 0; j < n->nin; j++) {
+                pd_tensor *d = ga[n->nout + j];
+                bool w = d && g->tensors[n->in[j]].kind == PD_T_INIT;
+                din[j] = (d && w == (part == 1)) ? d : NULL;
+                any |= din[j] != NULL;
+            }
+            if (!any) continue;
+            int64_t t0 = pd__now_ns();
+            st = pd__cpu_run_bwd(&s->x, g, n, a, a + n->nin, ga, din);
+            (part ? w_ms : in_ms)[i] = 1e-6 * (double)(pd__now_ns() - t0);
+        }
+    }
+    PD_FREE(din);
+    return st;
+}
+
 static uint64_t pd__mix(uint64_t z) {
     z += 0x9e3779b97f4a7c15ull;
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
@@ -483,7 +531,7 @@ pd_status pd_session_step(pd_session *s, pd_step_result *r) {
     memset(&res, 0, sizeof res);
     s->x.training = true;
     s->x.seed = pd__mix(s->o.seed ^ pd__mix((uint64_t)s->step));
-    PD_TRY(pd__forward(s));
+    PD_TRY(pd__forward(s, NULL));
     memset(s->grads, 0, sizeof(float) * (size_t)s->ptotal);
     memset(s->gact, 0, s->gact_bytes);
     PD_TRY(pd__loss(s, true, INT64_MAX, &res));
@@ -508,7 +556,7 @@ pd_status pd_session_eval_rows(pd_session *s, int64_t rows, pd_step_result *r) {
     pd_step_result res;
     memset(&res, 0, sizeof res);
     s->x.training = false;
-    PD_TRY(pd__forward(s));
+    PD_TRY(pd__forward(s, NULL));
     PD_TRY(pd__loss(s, false, rows, &res));
     if (r) *r = res;
     return PD_OK;
@@ -519,4 +567,26 @@ pd_status pd_session_eval(pd_session *s, pd_step_result *r) { return pd_session_
 int64_t pd_session_batch(const pd_session *s) {
     const pd__tensor *p = &s->g->tensors[s->pred];
     return p->ndim > 0 ? p->shape[0] : 1;
+}
+
+/* ---- the profiler's hooks (session.h) ----------------------------------------- */
+
+int pd__session_loss_tensor(const pd_session *s) { return s->pred; }
+int pd__session_labels_input(const pd_session *s) { return s->labels_input; }
+
+pd_status pd__session_timed_step(pd_session *s, pd__step_times *t) {
+    if (!s || !t) return pd__err(PD_ERR_INVALID, "pd__session_timed_step: NULL argument");
+    PD_TRY(pd__check_fed(s));
+    pd_step_result res;
+    memset(&res, 0, sizeof res);
+    s->x.training = true;
+    s->x.seed = pd__mix(s->o.seed ^ pd__mix((uint64_t)s->step));
+    PD_TRY(pd__forward(s, t->fwd_ms));
+    memset(s->grads, 0, sizeof(float) * (size_t)s->ptotal);
+    memset(s->gact, 0, s->gact_bytes);
+    int64_t t0 = pd__now_ns();
+    PD_TRY(pd__loss(s, true, INT64_MAX, &res));
+    t->loss_ms = 1e-6 * (double)(pd__now_ns() - t0);
+    if (!isfinite(res.loss)) return pd__numeric_error(s, "the loss", res.loss);
+    return pd__backward_split(s, t->bwd_in_ms, t->bwd_w_ms);
 }

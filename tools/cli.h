@@ -10,6 +10,11 @@ int pd_cli_usage_error(const char *fmt, const char *arg);
 /* Parses an integer flag value in [lo, hi]; prints the error and returns false otherwise. */
 bool pd_cli_parse_int(const char *flag, const char *s, int64_t lo, int64_t hi, int64_t *out);
 
+/* Prints "pdonnx: <pd_last_error()>" and returns 1. */
+int pd_cli_fail(void);
+/* Parses a finite number >= lo; prints the error and returns false otherwise. */
+bool pd_cli_parse_double(const char *flag, const char *s, double lo, double *out);
+
 int pd_cli_conformance(int argc, char **argv);
 int pd_cli_train(int argc, char **argv);
 int pd_cli_profile(int argc, char **argv);

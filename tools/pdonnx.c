@@ -7,13 +7,26 @@
 #include "cli.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static int pd__fail(void) {
+int pd_cli_fail(void) {
     fprintf(stderr, "pdonnx: %s\n", pd_last_error());
     return 1;
+}
+
+bool pd_cli_parse_double(const char *flag, const char *s, double lo, double *out) {
+    char *end;
+    errno = 0;
+    double v = s ? strtod(s, &end) : 0;
+    if (!s || !*s || *end || errno || !isfinite(v) || v < lo) {
+        fprintf(stderr, "pdonnx: %s expects a number >= %g, got '%s'\n", flag, lo, s ? s : "");
+        return false;
+    }
+    *out = v;
+    return true;
 }
 
 int pd_cli_usage_error(const char *fmt, const char *arg) {
@@ -104,7 +117,7 @@ static int pd__cmd_info(int argc, char **argv) {
     }
     if (!path) return pd_cli_usage_error("info: %s", "missing MODEL.onnx");
     pd_graph *g;
-    if (pd_graph_load_file(path, &lo, &g) != PD_OK) return pd__fail();
+    if (pd_graph_load_file(path, &lo, &g) != PD_OK) return pd_cli_fail();
     char a[128], b[64], c[64];
     printf("%s: %d nodes, %d inputs, %d outputs\n", path, pd_graph_num_nodes(g), pd_graph_num_inputs(g),
            pd_graph_num_outputs(g));
@@ -235,7 +248,7 @@ static int pd__cmd_run(int argc, char **argv) {
     pd_engine *e = NULL;
     for (; loaded < nin; loaded++) {
         if (pd_npy_load(ins[loaded].file, &data[loaded]) != PD_OK) {
-            pd__fail();
+            pd_cli_fail();
             goto out;
         }
     }
@@ -255,7 +268,7 @@ static int pd__cmd_run(int argc, char **argv) {
     for (int i = 0; i < nin; i++)
         if (!ins[i].name && lo.batch == 0 && data[i].ndim > 0) lo.batch = data[i].shape[0];
     if (pd_graph_load_file(path, &lo, &g) != PD_OK) {
-        pd__fail();
+        pd_cli_fail();
         goto out;
     }
     for (int i = 0; i < nin; i++) {
@@ -278,7 +291,7 @@ static int pd__cmd_run(int argc, char **argv) {
             lo.n_input_shapes = 1;
             lo.input_shapes = shapes;
             if (pd_graph_load_file(path, &lo, &g) != PD_OK) {
-                pd__fail();
+                pd_cli_fail();
                 goto out;
             }
         }
@@ -294,7 +307,7 @@ static int pd__cmd_run(int argc, char **argv) {
         }
     }
     if (pd_engine_create(g, &eo, &e) != PD_OK) {
-        pd__fail();
+        pd_cli_fail();
         goto out;
     }
     for (int i = 0; i < nin; i++) {
@@ -304,7 +317,7 @@ static int pd__cmd_run(int argc, char **argv) {
         }
     }
     if (pd_engine_run(e) != PD_OK) {
-        pd__fail();
+        pd_cli_fail();
         goto out;
     }
     if (nout == 0) {
@@ -313,7 +326,7 @@ static int pd__cmd_run(int argc, char **argv) {
             pd_tensor t;
             pd_graph_output(g, i, &v);
             if (pd_engine_get_output(e, v.name, &t) != PD_OK) {
-                pd__fail();
+                pd_cli_fail();
                 goto out;
             }
             pd__summarize(v.name, &t);
@@ -328,7 +341,7 @@ static int pd__cmd_run(int argc, char **argv) {
         }
         pd_tensor t;
         if (pd_engine_get_output(e, name, &t) != PD_OK || pd_npy_save(outs[i].file, &t) != PD_OK) {
-            pd__fail();
+            pd_cli_fail();
             goto out;
         }
         printf("wrote %s to %s\n", name, outs[i].file);

@@ -1,7 +1,205 @@
-/* plan.c - placeholder while being written this session. */
+/* plan.c - `pdonnx plan`: cut a model into pipeline stages and predict what
+ * the plan achieves.
+ *
+ *   pdonnx plan MODEL.onnx --batch N --workers 4            profiles the model first (CPU)
+ *   pdonnx plan --profile graph.txt --topology 4x4 --bandwidth 10e9,1.25e9
+ *
+ * Prints a table (stage, nodes, replicas, compute, communication, memory per
+ * worker) and the predictions; -o writes the plan as JSON, `--json -`
+ * prints the JSON on stdout instead of the table.
+ */
+#include "../core/plan.h"
 #include "cli.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* "16e9", "16G" (decimal), "16Gi" (binary) */
+static bool pd__parse_bytes(const char *flag, const char *s, double *out) {
+    char *end;
+    double v = strtod(s, &end);
+    double mul = 1;
+    if (*end) {
+        const char *u = "kMGT";
+        const char *k = strchr(u, end[0] == 'K' ? 'k' : end[0]);
+        if (!k || !end[0]) goto bad;
+        bool bin = end[1] == 'i';
+        mul = pow(bin ? 1024 : 1000, (double)(k - u + 1));
+        if (end[1 + bin] && strcmp(end + 1 + bin, "B") != 0) goto bad;
+    }
+    if (end == s || !isfinite(v) || v <= 0) goto bad;
+    *out = v * mul;
+    return true;
+bad:
+    fprintf(stderr, "pdonnx: %s expects a positive byte count (e.g. 16e9, 16G, 16Gi), got '%s'\n", flag, s);
+    return false;
+}
+
+static void pd__bytes_str(char *buf, size_t n, double v) {
+    const char *u[] = {"B", "KB", "MB", "GB", "TB"};
+    int k = 0;
+    while (v >= 1000 && k < 4) {
+        v /= 1000;
+        k++;
+    }
+    snprintf(buf, n, k ? "%.2f %s" : "%.0f %s", v, u[k]);
+}
+
+static void pd__print_plan(const pd_plan *pl, const char *src) {
+    printf("plan for %s: algo %s, cost model %s, %d workers, %d stage%s", src, pl->algo_name, pl->cost_model,
+           pl->workers, pl->n_stages, pl->n_stages == 1 ? "" : "s");
+    if (pl->width > 1) printf(" x %d parallel pipelines", pl->width);
+    printf(", %d microbatch%s per minibatch%s\n", pl->microbatches, pl->microbatches == 1 ? "" : "es",
+           pl->recompute ? ", activations recomputed" : "");
+    if (pl->n_cut_states > 0)
+        printf("searched %d cut states%s\n", pl->n_cut_states,
+               pl->prefix_only ? " (prefixes of one topological order: the DAG has too many; see --max-states)" : "");
+    printf("%-5s %-40s %8s %12s %10s %12s\n", "stage", "nodes (forward)", "replicas", "compute ms", "comm ms",
+           "memory/wkr");
+    for (int s = 0; s < pl->n_stages; s++) {
+        const pd__stage *st = &pl->stage[s];
+        int first = -1, last = -1, count = 0;
+        for (int v = 0; v < pl->n_nodes; v++)
+            if (pl->fwd_stage[v] == s) {
+                if (first < 0) first = v;
+                last = v;
+                count++;
+            }
+        char range[128], mem[32];
+        if (count == 0) snprintf(range, sizeof range, "(none)");
+        else if (count == 1) snprintf(range, sizeof range, "%.38s", pl->node_name[first]);
+        else snprintf(range, sizeof range, "%.16s .. %.16s (%d)", pl->node_name[first], pl->node_name[last], count);
+        pd__bytes_str(mem, sizeof mem, st->memory_bytes);
+        printf("%-5d %-40s %8d %12.3f %10.3f %12s\n", s, range, st->replicas, st->fwd_ms + st->bwd_in_ms + st->bwd_w_ms,
+               2 * st->send_ms, mem);
+    }
+    printf("predicted time per minibatch: %.4f ms   throughput: %.1f samples/s   bubble: %.1f%%\n", pl->time_ms,
+           pl->throughput, 100 * pl->bubble);
+    printf("speedup over 1 worker: %.3fx   over %d-worker data parallelism: %.3fx\n", pl->speedup, pl->workers,
+           pl->dp_speedup);
+}
+
 int pd_cli_plan(int argc, char **argv) {
-    (void)argc;
-    (void)argv;
-    return pd_cli_usage_error("plan: %s", "not built yet");
+    const char *model = NULL, *profile = NULL, *out = NULL, *json = NULL, *topology = NULL, *bandwidth = NULL;
+    pd_plan_options o = PD_PLAN_OPTIONS_INIT;
+    int64_t workers = 0, v = 0, batch = 0;
+    int lw[8];
+    double lb[8];
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        bool has = i + 1 < argc;
+        if (strcmp(a, "--profile") == 0 && has) profile = argv[++i];
+        else if (strcmp(a, "--workers") == 0 && has) {
+            if (!pd_cli_parse_int("--workers", argv[++i], 1, 1 << 20, &workers)) return 2;
+        } else if (strcmp(a, "--batch") == 0 && has) {
+            if (!pd_cli_parse_int("--batch", argv[++i], 1, INT32_MAX, &batch)) return 2;
+        } else if (strcmp(a, "--topology") == 0 && has) topology = argv[++i];
+        else if (strcmp(a, "--bandwidth") == 0 && has) bandwidth = argv[++i];
+        else if (strcmp(a, "--memory") == 0 && has) {
+            if (!pd__parse_bytes("--memory", argv[++i], &o.memory)) return 2;
+        } else if (strcmp(a, "--microbatches") == 0 && has) {
+            if (!pd_cli_parse_int("--microbatches", argv[++i], 1, 1 << 20, &v)) return 2;
+            o.microbatches = (int)v;
+        } else if (strcmp(a, "--algo") == 0 && has) o.algo = argv[++i];
+        else if (strcmp(a, "--cost-model") == 0 && has) o.cost_model = argv[++i];
+        else if (strcmp(a, "--straight") == 0) o.straight = 1;
+        else if (strcmp(a, "--activation-compression") == 0 && has) {
+            if (!pd_cli_parse_double("--activation-compression", argv[++i], 1e-9, &o.activation_compression)) return 2;
+        } else if (strcmp(a, "--max-states") == 0 && has) {
+            if (!pd_cli_parse_int("--max-states", argv[++i], 2, 1 << 20, &v)) return 2;
+            o.max_states = (int)v;
+        } else if (strcmp(a, "-o") == 0 && has) out = argv[++i];
+        else if (strcmp(a, "--json") == 0 && has) json = argv[++i];
+        else if (a[0] == '-') return pd_cli_usage_error("plan: unknown flag or missing value '%s'", a);
+        else if (!model) model = a;
+        else return pd_cli_usage_error("plan: unexpected argument '%s'", a);
+    }
+    if (!model == !profile) return pd_cli_usage_error("plan: %s", "give MODEL.onnx or --profile FILE (one of them)");
+    if (!topology && workers == 0) return pd_cli_usage_error("plan: %s", "missing --workers N (or --topology AxB)");
+
+    /* topology and bandwidths: levels innermost first, as PipeDream's -n and -b */
+    int levels = 0;
+    if (topology) {
+        const char *s = topology;
+        while (*s) {
+            char *end;
+            long k = strtol(s, &end, 10);
+            if (end == s || k < 1 || k > 1 << 20 || levels == 8 || (*end && *end != 'x'))
+                return pd_cli_usage_error("plan: --topology expects levels like 4x4 (1 to 8 levels), got '%s'", topology);
+            lw[levels++] = (int)k;
+            s = *end ? end + 1 : end;
+        }
+    }
+    int nb = 0;
+    if (bandwidth) {
+        const char *s = bandwidth;
+        while (*s) {
+            char *end;
+            double b = strtod(s, &end);
+            if (end == s || !isfinite(b) || b <= 0 || nb == 8 || (*end && *end != ','))
+                return pd_cli_usage_error("plan: --bandwidth expects bytes/s per level like 10e9,1.25e9, got '%s'", bandwidth);
+            lb[nb++] = b;
+            s = *end ? end + 1 : end;
+        }
+    }
+    if (levels > 0) {
+        if (nb != levels) {
+            char msg[128];
+            snprintf(msg, sizeof msg, "%d topology levels but %d bandwidths", levels, nb);
+            return pd_cli_usage_error("plan: --bandwidth needs one value per --topology level (%s)", msg);
+        }
+        o.n_levels = levels;
+        o.level_workers = lw;
+        o.level_bandwidth = lb;
+        o.workers = (int)workers;
+    } else {
+        if (nb > 1) return pd_cli_usage_error("plan: several --bandwidth values need --topology (%s)", bandwidth);
+        if (nb == 1) o.bandwidth = lb[0];
+        o.workers = (int)workers;
+    }
+
+    pd_profile *p = NULL;
+    const char *src = model ? model : profile;
+    if (profile) {
+        if (pd_profile_load(profile, &p) != PD_OK) return pd_cli_fail();
+    } else {
+        pd_load_options lo = PD_LOAD_OPTIONS_INIT;
+        lo.batch = batch;
+        pd_graph *g;
+        if (pd_graph_load_file(model, &lo, &g) != PD_OK) return pd_cli_fail();
+        pd_profile_options po = PD_PROFILE_OPTIONS_INIT;
+        pd_status st = pd_profile_measure(g, &po, &p);
+        pd_graph_destroy(g);
+        if (st != PD_OK) return pd_cli_fail();
+    }
+    pd_plan *pl;
+    pd_status st = pd_plan_create(p, &o, &pl);
+    pd_profile_destroy(p);
+    if (st != PD_OK) return pd_cli_fail();
+    int rc = 0;
+    if (out && pd_plan_save(pl, out) != PD_OK) rc = pd_cli_fail();
+    if (json) {
+        char *text = pd__plan_to_json(pl);
+        if (!text) {
+            fprintf(stderr, "pdonnx: out of memory\n");
+            rc = 1;
+        } else if (strcmp(json, "-") == 0) {
+            printf("%s\n", text);
+        } else {
+            size_t n = strlen(text);
+            text[n] = '\n';
+            if (pd__write_atomic(json, text, n + 1) != PD_OK) rc = pd_cli_fail();
+        }
+        cJSON_free(text);
+    }
+    if (!json || strcmp(json, "-") != 0) {
+        pd__print_plan(pl, src);
+        if (out && rc == 0) printf("wrote %s\n", out);
+    }
+    pd_plan_destroy(pl);
+    return rc;
 }

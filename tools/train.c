@@ -36,22 +36,6 @@ static double pd__now(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static int pd__fail(void) {
-    fprintf(stderr, "pdonnx: %s\n", pd_last_error());
-    return 1;
-}
-
-static bool pd__parse_f(const char *flag, const char *s, double lo, double *out) {
-    char *end;
-    errno = 0;
-    double v = s ? strtod(s, &end) : 0;
-    if (!s || !*s || *end || errno || !isfinite(v) || v < lo) {
-        fprintf(stderr, "pdonnx: %s expects a number >= %g, got '%s'\n", flag, lo, s ? s : "");
-        return false;
-    }
-    *out = v;
-    return true;
-}
 
 /* Reads MODEL.flags into argv-style tokens; data paths are made relative to its folder. */
 static int pd__read_flags(pd__targs *a, const char *model, char **tok, int max) {
@@ -132,7 +116,7 @@ static int pd__parse(pd__targs *a, int argc, char **argv) {
                    !strcmp(f, "--eps") || !strcmp(f, "--weight-decay") || !strcmp(f, "--clip-grad-norm") ||
                    !strcmp(f, "--min-lr")) {
             NEED_VALUE;
-            if (!pd__parse_f(f, v, 0, &d)) return 2;
+            if (!pd_cli_parse_double(f, v, 0, &d)) return 2;
             if (!strcmp(f, "--lr")) a->o.lr = d;
             else if (!strcmp(f, "--momentum")) a->o.momentum = d;
             else if (!strcmp(f, "--beta1")) a->o.beta1 = d;
@@ -301,11 +285,11 @@ int pd_cli_train(int argc, char **argv) {
     pd__prefetch *pf = NULL;
     FILE *mf = NULL;
     if (pd_npy_load(a.data, &X) != PD_OK || pd_npy_load(a.labels, &Y) != PD_OK) {
-        pd__fail();
+        pd_cli_fail();
         goto done;
     }
     if (a.val_x && (pd_npy_load(a.val_x, &VX) != PD_OK || pd_npy_load(a.val_y, &VY) != PD_OK)) {
-        pd__fail();
+        pd_cli_fail();
         goto done;
     }
     if (X.ndim < 1 || Y.ndim < 1 || X.shape[0] != Y.shape[0]) {
@@ -320,7 +304,7 @@ int pd_cli_train(int argc, char **argv) {
     pd_load_options lo = PD_LOAD_OPTIONS_INIT;
     lo.batch = a.batch;
     if (pd_graph_load_file(a.model, &lo, &g) != PD_OK) {
-        pd__fail();
+        pd_cli_fail();
         goto done;
     }
     /* the data input: the one graph input that is not the labels */
@@ -332,7 +316,7 @@ int pd_cli_train(int argc, char **argv) {
     bool int_labels = Y.dtype == PD_INT64 || Y.dtype == PD_INT32 || Y.dtype == PD_UINT8 || Y.dtype == PD_INT16;
     if (a.o.loss == PD_LOSS_AUTO) a.o.loss = int_labels ? PD_LOSS_CROSS_ENTROPY : PD_LOSS_MSE;
     if (pd_session_create(g, &a.o, &s) != PD_OK) {
-        pd__fail();
+        pd_cli_fail();
         goto done;
     }
     const char *input = NULL;
@@ -409,7 +393,7 @@ int pd_cli_train(int argc, char **argv) {
     }
     if (pd__data_init(&data, &X, &Y, a.batch, a.shuffle, (uint64_t)a.seed) != PD_OK ||
         pd__prefetch_start(&data, 0, steps - 1, &pf) != PD_OK) {
-        pd__fail();
+        pd_cli_fail();
         goto done;
     }
     if (a.metrics && !(mf = fopen(a.metrics, "w"))) {
@@ -430,7 +414,7 @@ int pd_cli_train(int argc, char **argv) {
         double waited, t0 = pd__now();
         const void *xb, *yb;
         if (pd__prefetch_next(pf, &xb, &yb, &waited) != PD_OK) {
-            pd__fail();
+            pd_cli_fail();
             goto done;
         }
         stall += waited;
@@ -440,7 +424,7 @@ int pd_cli_train(int argc, char **argv) {
         if (pd_session_set_input(s, input, &bx) != PD_OK || pd_session_set_labels(s, &by) != PD_OK ||
             pd_session_step(s, &r) != PD_OK) {
             if (tty) printf("\n");
-            pd__fail();
+            pd_cli_fail();
             goto done;
         }
         double dt = pd__now() - t0;
@@ -450,7 +434,7 @@ int pd_cli_train(int argc, char **argv) {
         bool did_val = false;
         if (a.val_x && epoch_end) {
             if (pd__validate(s, input, &VX, &VY, &vloss, &vacc, &vcorrect, &vcount) != PD_OK) {
-                pd__fail();
+                pd_cli_fail();
                 goto done;
             }
             did_val = true;
@@ -489,7 +473,7 @@ int pd_cli_train(int argc, char **argv) {
     }
     if (a.save) {
         if (pd_graph_save(g, a.save) != PD_OK) {
-            pd__fail();
+            pd_cli_fail();
             goto done;
         }
         if (!a.quiet) printf("saved %s\n", a.save);
