@@ -30,6 +30,8 @@
 #include <math.h>
 #include <string.h>
 
+static inline double pd__max(double a, double b) { return a > b ? a : b; }
+
 typedef struct pd__ctx {
     const pd_profile *p;
     const pd_plan_options *o;
@@ -80,8 +82,8 @@ static double pd__stage_mem(const pd__ctx *x, const pd__range *g, int r, int dow
 static double pd__stage_time(const pd__range *g, int r, double bw) {
     double wt = 4.0 * g->w / bw * 1e3;
     double t = (g->c + wt - wt / r) / r;
-    double x = 2.0 * fmax(g->in, g->out) / bw * 1e3 / r;
-    return fmax(t, x);
+    double x = 2.0 * pd__max(g->in, g->out) / bw * 1e3 / r;
+    return pd__max(t, x);
 }
 
 /* The fewest replicas for which the stage meets time T and the memory limit
@@ -97,10 +99,10 @@ static int pd__min_replicas(const pd__ctx *x, const pd__range *g, double T, int 
     double wt = 4.0 * g->w / bw * 1e3, a = g->c + wt;
     if (T <= 0) return INT32_MAX;
     double disc = a * a - 4 * T * wt;
-    if (disc > 0) r = fmax(r, ceil((a + sqrt(disc)) / (2 * T) - 1e-9));
+    if (disc > 0) r = pd__max(r, ceil((a + sqrt(disc)) / (2 * T) - 1e-9));
     /* transfers */
-    double xt = 2.0 * fmax(g->in, g->out) / bw * 1e3;
-    r = fmax(r, ceil(xt / T - 1e-9));
+    double xt = 2.0 * pd__max(g->in, g->out) / bw * 1e3;
+    r = pd__max(r, ceil(xt / T - 1e-9));
     /* memory: ceil(down/r) <= q */
     if (x->mem > 0) {
         double q = floor((x->mem - 2 * g->w - g->opt - g->act) / (g->act + g->w));
@@ -108,30 +110,37 @@ static int pd__min_replicas(const pd__ctx *x, const pd__range *g, double T, int 
         if (q == 0) {
             if (down > 0) return INT32_MAX;
         } else {
-            r = fmax(r, ceil(down / q));
+            r = pd__max(r, ceil(down / q));
         }
     }
     if (r > left) return INT32_MAX;
+    /* the closed forms round up; settle on the exact smallest r by checking */
     int ri = (int)r;
+    while (ri > 2 && pd__stage_time(g, ri - 1, bw) <= T && (x->mem <= 0 || pd__stage_mem(x, g, ri - 1, down) <= x->mem))
+        ri--;
     for (int k = 0; k < 3 && ri <= left; k++, ri++)
-        if (pd__stage_time(g, ri, bw) <= T * (1 + 1e-12) && (x->mem <= 0 || pd__stage_mem(x, g, ri, down) <= x->mem))
-            return ri;
+        if (pd__stage_time(g, ri, bw) <= T && (x->mem <= 0 || pd__stage_mem(x, g, ri, down) <= x->mem)) return ri;
     return INT32_MAX;
 }
 
 /* Suffix DP at bottleneck T: need[a] = fewest workers for the stages after cut
  * a; choice[a] = (next cut, replicas). Returns need[0]. */
-static int pd__feasible(const pd__ctx *x, const pd__cuts *c, const int *sstart, const int *succ, double T, int *need,
-                        int *nxt, int *rep) {
+static int pd__feasible(const pd__ctx *x, const pd__cuts *c, const int *sstart, const int *succ, const double *tot,
+                        double T, int *need, int *nxt, int *rep) {
     int S = c->n_states;
     need[S - 1] = 0;
     for (int a = S - 2; a >= 0; a--) {
         int best = INT32_MAX, bb = -1, br = 0;
         for (int k = sstart[a + 1] - 1; k >= sstart[a]; k--) { /* larger cuts first: fewer stages on ties */
             int b = succ[k];
-            if (need[b] > x->workers) continue;
+            int left = x->workers - need[b];
+            if (left <= 0) continue;
+            /* a stage of compute C needs at least C/T replicas: skip what cannot beat `best` */
+            double C = tot[b] - tot[a];
+            if (C > T * left || (best != INT32_MAX && C > T * (double)(best - need[b] - 1) && best - need[b] - 1 < left))
+                continue;
             pd__range g = pd__rng(x, c, a, b);
-            int r = pd__min_replicas(x, &g, T, need[b], x->workers - need[b]);
+            int r = pd__min_replicas(x, &g, T, need[b], left);
             if (r == INT32_MAX) continue;
             if (r + need[b] < best) {
                 best = r + need[b];
@@ -159,14 +168,27 @@ static void pd__cut_plan_free(pd__cut_plan *cp) {
     memset(cp, 0, sizeof *cp);
 }
 
+/* The bottleneck of the plan recorded in nxt/rep. */
+static double pd__actual(const pd__ctx *x, const pd__cuts *c, const int *nxt, const int *rep) {
+    double t = 0;
+    for (int a = 0; a != c->n_states - 1; a = nxt[a]) {
+        pd__range g = pd__rng(x, c, a, nxt[a]);
+        t = fmax(t, pd__stage_time(&g, rep[a], x->lb[0]));
+    }
+    return t;
+}
+
 static pd_status pd__fast(const pd__ctx *x, const pd__cuts *c, pd__cut_plan *out) {
     int S = c->n_states;
     int np = c->pred_start[S];
-    int *sstart = PD_CALLOC((size_t)S + 1, sizeof(int)), *succ = PD_MALLOC(sizeof(int) * ((size_t)np + 1));
+    int *sstart = PD_CALLOC((size_t)S + 1, sizeof(int)), *succ = PD_CALLOC((size_t)np + 1, sizeof(int));
     int *need = PD_MALLOC(sizeof(int) * (size_t)S), *nxt = PD_MALLOC(sizeof(int) * (size_t)S),
         *rep = PD_MALLOC(sizeof(int) * (size_t)S);
+    double *tot = PD_CALLOC((size_t)S, sizeof(double));
+    int *bnxt = PD_MALLOC(sizeof(int) * (size_t)S), *brep = PD_MALLOC(sizeof(int) * (size_t)S);
+    int *own_nxt = nxt, *own_rep = rep;
     pd_status st = PD_OK;
-    if (!sstart || !succ || !need || !nxt || !rep) {
+    if (!sstart || !succ || !need || !nxt || !rep || !tot || !bnxt || !brep) {
         st = pd__err(PD_ERR_NOMEM, "plan: out of memory");
         goto done;
     }
@@ -184,8 +206,9 @@ static pd_status pd__fast(const pd__ctx *x, const pd__cuts *c, pd__cut_plan *out
             for (int k = c->pred_start[b]; k < c->pred_start[b + 1]; k++) succ[fill[c->pred[k]]++] = b;
         PD_FREE(fill);
     }
+    for (int b = 0; b < S; b++) tot[b] = c->fwd[b] * (x->recompute ? 2 : 1) + c->bwd_in[b] + c->bwd_w[b];
     /* an upper bound: memory alone decides (no time limit) */
-    if (pd__feasible(x, c, sstart, succ, INFINITY, need, nxt, rep) > x->workers) {
+    if (pd__feasible(x, c, sstart, succ, tot, INFINITY, need, nxt, rep) > x->workers) {
         double need1 = 0;
         for (int i = 0; i < x->p->n; i++) {
             const pd__pnode *nd = &x->p->node[i];
@@ -197,19 +220,42 @@ static pd_status pd__fast(const pd__ctx *x, const pd__cuts *c, pd__cut_plan *out
                      x->mem, x->workers, need1);
         goto done;
     }
-    double hi = 0;
-    for (int a = 0; a != S - 1; a = nxt[a]) {
-        pd__range g = pd__rng(x, c, a, nxt[a]);
-        hi = fmax(hi, pd__stage_time(&g, rep[a], x->lb[0]));
+    /* Bisection on the bottleneck T, tightened by real plans: a feasible probe
+     * moves hi down to the bottleneck its plan actually has; once the bracket
+     * is narrow, probing just below hi either finds a better plan or proves
+     * hi optimal. lo starts at total compute / workers, a lower bound. */
+    double hi = pd__actual(x, c, nxt, rep), lo = 0;
+    for (int b = 0; b < S; b++) lo = fmax(lo, (c->fwd[b] + c->bwd_in[b] + c->bwd_w[b]) / x->workers);
+    lo = fmin(lo, hi) * (1 - 1e-12);
+    memcpy(bnxt, nxt, sizeof(int) * (size_t)S);
+    memcpy(brep, rep, sizeof(int) * (size_t)S);
+    /* the optimum is usually near the bound: bracket it by doubling up from lo */
+    for (double step = pd__max(lo * 0.25, hi * 1e-6); lo + step < hi; step *= 2) {
+        double t = lo + step;
+        if (pd__feasible(x, c, sstart, succ, tot, t, need, nxt, rep) <= x->workers) {
+            hi = pd__actual(x, c, nxt, rep);
+            memcpy(bnxt, nxt, sizeof(int) * (size_t)S);
+            memcpy(brep, rep, sizeof(int) * (size_t)S);
+            break;
+        }
+        lo = t;
     }
-    hi = fmax(hi, 1e-12) * (1 + 1e-9);
-    double lo = 0;
-    for (int it = 0; it < 200 && hi - lo > 1e-10 * hi; it++) {
-        double mid = 0.5 * (lo + hi);
-        if (pd__feasible(x, c, sstart, succ, mid, need, nxt, rep) <= x->workers) hi = mid;
-        else lo = mid;
+    for (int it = 0; it < 200 && lo < hi * (1 - 1e-12); it++) {
+        double mid = hi - lo > 1e-6 * hi ? 0.5 * (lo + hi) : hi * (1 - 1e-12);
+        if (pd__feasible(x, c, sstart, succ, tot, mid, need, nxt, rep) <= x->workers) {
+            double t = pd__actual(x, c, nxt, rep);
+            if (t < hi) {
+                hi = t;
+                memcpy(bnxt, nxt, sizeof(int) * (size_t)S);
+                memcpy(brep, rep, sizeof(int) * (size_t)S);
+            }
+            if (mid < hi) hi = mid; /* (the best plan stays the one kept) */
+        } else {
+            lo = mid;
+        }
     }
-    pd__feasible(x, c, sstart, succ, hi, need, nxt, rep);
+    nxt = bnxt;
+    rep = brep;
     int n = 0;
     for (int a = 0; a != S - 1; a = nxt[a]) n++;
     out->n = n;
@@ -230,11 +276,14 @@ static pd_status pd__fast(const pd__ctx *x, const pd__cuts *c, pd__cut_plan *out
     }
     out->cut[n] = S - 1;
 done:
+    PD_FREE(tot);
     PD_FREE(sstart);
     PD_FREE(succ);
     PD_FREE(need);
-    PD_FREE(nxt);
-    PD_FREE(rep);
+    PD_FREE(own_nxt);
+    PD_FREE(own_rep);
+    PD_FREE(bnxt);
+    PD_FREE(brep);
     return st;
 }
 

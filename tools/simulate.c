@@ -1,7 +1,129 @@
-/* simulate.c - placeholder while being written this session. */
+/* simulate.c - `pdonnx simulate`: runs a plan's stages through one of the
+ * pipeline schedules in the event simulator (core/simulate.c) and prints, per
+ * stage, busy time, peak activations and weight versions, then the time per
+ * minibatch, throughput and bubble. Optionally writes a Chrome trace, an SVG
+ * timeline and the instruction lists as CSV (what the runtime would execute).
+ */
+#include "../core/schedule.h"
 #include "cli.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+static void pd__bytes(char *buf, size_t n, double v) {
+    const char *unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    int u = 0;
+    while (v >= 1024 && u < 4) v /= 1024, u++;
+    snprintf(buf, n, u ? "%.1f %s" : "%.0f %s", v, unit[u]);
+}
+
+/* The instruction lists as CSV, through a temporary file ("-": stdout). */
+static int pd__write_csv(const pd__schedule *s, const char *path) {
+    if (strcmp(path, "-") == 0) return pd__schedule_write(s, stdout, true) == PD_OK ? 0 : pd_cli_fail();
+    char tmp[4096];
+    if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp", path) >= sizeof tmp) {
+        fprintf(stderr, "pdonnx: %s: path too long\n", path);
+        return 1;
+    }
+    FILE *f = fopen(tmp, "w");
+    if (!f) {
+        fprintf(stderr, "pdonnx: %s: %s\n", path, strerror(errno));
+        return 1;
+    }
+    bool ok = pd__schedule_write(s, f, true) == PD_OK;
+    ok = fclose(f) == 0 && ok;
+    if (!ok || rename(tmp, path) != 0) {
+        fprintf(stderr, "pdonnx: %s: write failed: %s\n", path, strerror(errno));
+        remove(tmp);
+        return 1;
+    }
+    return 0;
+}
+
 int pd_cli_simulate(int argc, char **argv) {
-    (void)argc;
-    (void)argv;
-    return pd_cli_usage_error("simulate: %s", "not built yet");
+    const char *path = NULL, *csv = NULL;
+    pd_sim_options o = PD_SIM_OPTIONS_INIT;
+    o.schedule = NULL;
+    for (int i = 0; i < argc; i++) {
+        const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int64_t x;
+        bool takes = strcmp(f, "--schedule") == 0 || strcmp(f, "--microbatches") == 0 ||
+                     strcmp(f, "--minibatches") == 0 || strcmp(f, "--chunks") == 0 || strcmp(f, "--trace") == 0 ||
+                     strcmp(f, "--svg") == 0 || strcmp(f, "--instructions") == 0;
+        if (takes && !v) return pd_cli_usage_error("simulate: %s needs a value", f);
+        if (strcmp(f, "--schedule") == 0) {
+            o.schedule = argv[++i];
+        } else if (strcmp(f, "--microbatches") == 0) {
+            if (!pd_cli_parse_int(f, argv[++i], 1, 1 << 20, &x)) return 2;
+            o.microbatches = (int)x;
+        } else if (strcmp(f, "--minibatches") == 0) {
+            if (!pd_cli_parse_int(f, argv[++i], 1, 1 << 20, &x)) return 2;
+            o.minibatches = (int)x;
+        } else if (strcmp(f, "--chunks") == 0) {
+            if (!pd_cli_parse_int(f, argv[++i], 2, 1024, &x)) return 2;
+            o.chunks = (int)x;
+        } else if (strcmp(f, "--trace") == 0) {
+            o.trace = argv[++i];
+        } else if (strcmp(f, "--svg") == 0) {
+            o.svg = argv[++i];
+        } else if (strcmp(f, "--instructions") == 0) {
+            csv = argv[++i];
+        } else if (f[0] == '-' && f[1]) {
+            return pd_cli_usage_error("simulate: unknown flag '%s'", f);
+        } else if (!path) {
+            path = f;
+        } else {
+            return pd_cli_usage_error("simulate: unexpected argument '%s'", f);
+        }
+    }
+    if (!path) return pd_cli_usage_error("simulate: %s", "missing PLAN.json");
+    if (!o.schedule) return pd_cli_usage_error("simulate: %s", "missing --schedule KIND");
+    pd__sched_kind kind;
+    if (pd__sched_kind_parse(o.schedule, &kind) != PD_OK) return pd_cli_usage_error("simulate: %s", pd_last_error());
+
+    pd_plan *plan;
+    if (pd_plan_load(path, &plan) != PD_OK) return pd_cli_fail();
+    pd__sim_plan sp;
+    pd_sim_result r;
+    if (pd__sim_plan_make(plan, &o, &sp) != PD_OK) {
+        pd_plan_destroy(plan);
+        return pd_cli_fail();
+    }
+    if (pd_simulate(plan, &o, &r) != PD_OK) {
+        pd__sim_plan_free(&sp);
+        pd_plan_destroy(plan);
+        return pd_cli_fail();
+    }
+    const pd__schedule *s = sp.sched;
+    int rc = csv ? pd__write_csv(s, csv) : 0;
+    if (csv && strcmp(csv, "-") == 0) goto out; /* stdout holds the CSV alone */
+    printf("%s: %s schedule, %d stages", path, pd__sched_kind_name(kind), s->n_stages);
+    if (s->chunks > 1) printf(" x %d chunks", s->chunks);
+    printf(", %d microbatch%s x %d minibatch%s, %lld samples per minibatch\n", s->microbatches,
+           s->microbatches == 1 ? "" : "es", s->minibatches, s->minibatches == 1 ? "" : "es", (long long)sp.samples);
+    if (sp.split_chunks)
+        printf("(the plan has no chunks: each stage's costs are split evenly into %d chunks)\n", s->chunks);
+    printf("\n%5s  %8s  %10s  %6s  %12s  %10s  %8s\n", "stage", "replicas", "busy ms", "busy", "peak act mbs",
+           "peak act", "versions");
+    for (int w = 0; w < r.n_stages; w++) {
+        char b[32];
+        pd__bytes(b, sizeof b, r.stage[w].peak_act_bytes);
+        printf("%5d  %8d  %10.3f  %5.1f%%  %12d  %10s  %8d\n", w, sp.replicas[w], r.stage[w].busy_ms,
+               r.makespan_ms > 0 ? 100 * r.stage[w].busy_ms / r.makespan_ms : 0.0, r.stage[w].peak_act_mbs, b,
+               r.stage[w].peak_versions);
+    }
+    bool async = pd__sched_async(kind);
+    printf("\ntime per minibatch: %.3f ms%s\n", r.time_ms, async ? " (steady state)" : "");
+    printf("makespan:           %.3f ms\n", r.makespan_ms);
+    printf("throughput:         %.1f samples/s\n", r.throughput);
+    printf("bubble:             %.1f%%%s\n", 100 * r.bubble, async ? " (steady state)" : "");
+    if (o.trace) printf("trace:              %s\n", o.trace);
+    if (o.svg) printf("timeline:           %s\n", o.svg);
+    if (csv && rc == 0) printf("instructions:       %s\n", csv);
+out:
+    pd_sim_result_free(&r);
+    pd__sim_plan_free(&sp);
+    pd_plan_destroy(plan);
+    return rc;
 }
