@@ -139,5 +139,45 @@ expect_error "train: bad --optimizer" "--optimizer must be sgd, momentum, nester
   "$pdonnx" train "$ex/digits_mlp.onnx" --optimizer lbfgs
 expect_error "train: bad --lr" "--lr expects a number" "$pdonnx" train "$ex/digits_mlp.onnx" --lr fast
 
+# --- profiles, plans, schedules, simulation
+if "$pdonnx" profile "$fx/mlp/model.onnx" --batch 16 --warmup 1 --repeats 2 -o "$tmp/prof.json" --quiet >"$tmp/out" 2>&1 \
+   && grep -q '"format": *"pdonnx-profile"' "$tmp/prof.json" \
+   && "$pdonnx" plan --profile "$tmp/prof.json" --workers 2 -o "$tmp/plan.json" >"$tmp/out" 2>&1 \
+   && grep -q "predicted time per minibatch" "$tmp/out" && grep -q '"predicted_speedup"' "$tmp/plan.json" \
+   && "$pdonnx" simulate "$tmp/plan.json" --schedule flush --microbatches 4 --trace "$tmp/trace.json" >"$tmp/out" 2>&1 \
+   && grep -q "bubble:" "$tmp/out" && grep -q '"ph":"X"' "$tmp/trace.json"; then
+  ok "profile -> plan -> simulate on the mlp fixture"
+else
+  notok "profile -> plan -> simulate: $(head -c 600 "$tmp/out")"
+fi
+if "$pdonnx" plan --profile "$tmp/prof.json" --workers 2 --algo uniform --json - >"$tmp/out" 2>"$tmp/err" \
+   && grep -q '"stages"' "$tmp/out" && grep -q '"predicted_speedup"' "$tmp/out" && [ ! -s "$tmp/err" ] \
+   && ! grep -q "predicted time per minibatch" "$tmp/out"; then
+  ok "plan --json - prints the plan as JSON alone"
+else
+  notok "plan --json -: $(head -c 300 "$tmp/out") $(head -c 300 "$tmp/err")"
+fi
+if "$pdonnx" schedule --stages 3 --microbatches 4 --schedule flush >"$tmp/out" 2>&1 \
+   && grep -qx "stage 0: F0 F1 F2 B0 F3 B1 B2 B3 STEP" "$tmp/out" \
+   && grep -qx "stage 2: F0 B0 F1 B1 F2 B2 F3 B3 STEP" "$tmp/out"; then
+  ok "schedule prints 1F1B's instruction lists"
+else
+  notok "schedule: $(cat "$tmp/out")"
+fi
+printf 'node1 -- Conv2d -- forward_compute_time=1.0, backward_compute_time=2.0, activation_size=10.0, parameter_size=5.0\nnode2 -- ReLU -- forward_compute_time=abc, backward_compute_time=1.0, activation_size=10.0, parameter_size=0.0\n' >"$tmp/bad.txt"
+expect_error "plan: malformed PipeDream profile" "$tmp/bad.txt:2:" "$pdonnx" plan --profile "$tmp/bad.txt" --workers 2
+expect_error "plan: missing --workers" "missing --workers" "$pdonnx" plan --profile "$tmp/prof.json"
+expect_error "plan: impossible memory" "raise --memory" "$pdonnx" plan --profile "$tmp/prof.json" --workers 2 --memory 1k
+expect_error "plan: more stages than nodes" "use --workers" "$pdonnx" plan --profile "$tmp/prof.json" --workers 500 --algo uniform
+expect_error "plan: topology and bandwidths disagree" "one value per --topology level" \
+  "$pdonnx" plan --profile "$tmp/prof.json" --topology 2x2 --bandwidth 1e9
+expect_error "simulate: unknown schedule" "gpipe" "$pdonnx" simulate "$tmp/plan.json" --schedule sideways
+expect_error "simulate: missing plan file" "$tmp/nope.json" "$pdonnx" simulate "$tmp/nope.json" --schedule flush
+echo '{"format": "pdonnx-plan", "workers": 1' >"$tmp/trunc.json"
+expect_error "simulate: truncated plan" "$tmp/trunc.json:1: invalid JSON" "$pdonnx" simulate "$tmp/trunc.json" --schedule flush
+expect_error "schedule: interleaved needs m divisible by p" "multiple" \
+  "$pdonnx" schedule --stages 3 --microbatches 4 --schedule interleaved
+expect_error "profile: no CUDA backend" "CUDA backend is not built" "$pdonnx" profile "$fx/mlp/model.onnx" --batch 4 --device cuda -o "$tmp/p.json"
+
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

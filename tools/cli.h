@@ -20,5 +20,6 @@ int pd_cli_train(int argc, char **argv);
 int pd_cli_profile(int argc, char **argv);
 int pd_cli_plan(int argc, char **argv);
 int pd_cli_simulate(int argc, char **argv);
+int pd_cli_schedule(int argc, char **argv);
 
 #endif

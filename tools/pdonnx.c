@@ -66,16 +66,21 @@ static void pd__usage(FILE *f) {
             "         [--batch N] [--steps N | --epochs N] [--no-shuffle] [--seed N] [--threads N]\n"
             "         [--metrics FILE.jsonl] [--save OUT.onnx] [--quiet]\n"
             "      train on one stage; MODEL.flags beside the model gives default flags\n"
-            "  pdonnx profile MODEL.onnx --batch N [--device cpu] [--warmup N] [--repeats N] -o PROFILE.json\n"
-            "         [--pipedream graph.txt]\n"
+            "  pdonnx profile MODEL.onnx --batch N [--device cpu] [--warmup N] [--repeats N] [--threads N]\n"
+            "         [--optimizer KIND] [--loss KIND] -o PROFILE.json [--pipedream graph.txt] [--quiet]\n"
+            "  pdonnx profile --import graph.txt -o PROFILE.json\n"
             "      measure per-node forward, backward (input and weight gradient) times and bytes\n"
             "  pdonnx plan MODEL.onnx|--profile FILE --workers N [--topology AxB] [--bandwidth B[,B]]\n"
             "         [--memory BYTES] [--microbatches M] [--algo pipedream|2bw|bipartition|uniform|params]\n"
-            "         [--cost-model default|pipedream] [--straight] [-o PLAN.json] [--json -]\n"
+            "         [--cost-model default|pipedream] [--straight] [--activation-compression R]\n"
+            "         [--max-states N] [--batch N] [-o PLAN.json] [--json FILE|-]\n"
             "      cut the model into pipeline stages and predict throughput\n"
             "  pdonnx simulate PLAN.json --schedule gpipe|flush|pipedream|2bw|interleaved|zb-h1\n"
-            "         [--microbatches M] [--trace OUT.json] [--svg OUT.svg]\n"
+            "         [--microbatches M] [--minibatches N] [--chunks V] [--trace OUT.json] [--svg OUT.svg]\n"
+            "         [--instructions OUT.csv]\n"
             "      run the schedule's instruction lists through an event simulator\n"
+            "  pdonnx schedule --stages P --microbatches M --schedule KIND [--chunks V] [--minibatches N] [--csv]\n"
+            "      print the per-stage instruction lists (F, B, W, SEND/RECV, ALLREDUCE, STEP)\n"
             "  pdonnx conformance DIR... [--xfail FILE] [--quiet]\n"
             "      run ONNX backend test cases (folders with model.onnx and test_data_set_*)\n"
             "  pdonnx --version\n",
@@ -372,5 +377,6 @@ int main(int argc, char **argv) {
     if (strcmp(argv[1], "profile") == 0) return pd_cli_profile(argc - 2, argv + 2);
     if (strcmp(argv[1], "plan") == 0) return pd_cli_plan(argc - 2, argv + 2);
     if (strcmp(argv[1], "simulate") == 0) return pd_cli_simulate(argc - 2, argv + 2);
+    if (strcmp(argv[1], "schedule") == 0) return pd_cli_schedule(argc - 2, argv + 2);
     return pd_cli_usage_error("unknown command '%s'", argv[1]);
 }

@@ -127,3 +127,40 @@ out:
     pd_plan_destroy(plan);
     return rc;
 }
+
+/* `pdonnx schedule --stages P --microbatches M --schedule KIND [--chunks V]
+ * [--minibatches N] [--csv]`: prints the per-stage instruction lists the
+ * runtime and the simulator execute. */
+int pd_cli_schedule(int argc, char **argv) {
+    int64_t p = 0, m = 0, v = 2, n = 1;
+    const char *kind_s = NULL;
+    bool csv = false;
+    for (int i = 0; i < argc; i++) {
+        const char *f = argv[i];
+        bool has = i + 1 < argc;
+        if (strcmp(f, "--stages") == 0 && has) {
+            if (!pd_cli_parse_int(f, argv[++i], 1, 4096, &p)) return 2;
+        } else if (strcmp(f, "--microbatches") == 0 && has) {
+            if (!pd_cli_parse_int(f, argv[++i], 1, 1 << 16, &m)) return 2;
+        } else if (strcmp(f, "--chunks") == 0 && has) {
+            if (!pd_cli_parse_int(f, argv[++i], 2, 64, &v)) return 2;
+        } else if (strcmp(f, "--minibatches") == 0 && has) {
+            if (!pd_cli_parse_int(f, argv[++i], 1, 1 << 16, &n)) return 2;
+        } else if (strcmp(f, "--schedule") == 0 && has) {
+            kind_s = argv[++i];
+        } else if (strcmp(f, "--csv") == 0) {
+            csv = true;
+        } else {
+            return pd_cli_usage_error("schedule: unknown flag, missing value or argument '%s'", f);
+        }
+    }
+    if (!p || !m || !kind_s) return pd_cli_usage_error("schedule: %s", "needs --stages P --microbatches M --schedule KIND");
+    pd__sched_kind kind;
+    if (pd__sched_kind_parse(kind_s, &kind) != PD_OK) return pd_cli_usage_error("schedule: %s", pd_last_error());
+    pd__schedule *s;
+    if (pd__schedule_build(kind, (int)p, kind == PD_SCHED_INTERLEAVED ? (int)v : 1, (int)m, (int)n, NULL, &s) != PD_OK)
+        return pd_cli_fail();
+    int rc = pd__schedule_write(s, stdout, csv) == PD_OK ? 0 : pd_cli_fail();
+    pd__schedule_free(s);
+    return rc;
+}
