@@ -10,7 +10,16 @@
  * states, independent of the workers. PipeDream's cost model runs PipeDream's
  * own DP, O(S^2 * M^2) on one level, so its grid stops at fewer workers. */
 #include "../core/plan.h"
-#include "bench_common.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+static double bench_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
 static double urand(void) {

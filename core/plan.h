@@ -57,6 +57,10 @@ pd_status pd__profile_add_edge(pd_profile *p, int a, int b);
  * topologically (stable) when needed. `what` names the profile in errors. */
 pd_status pd__profile_finish(pd_profile *p, const char *what);
 
+/* Parses a profile held in memory (JSON or PipeDream graph.txt); `name` names
+ * it in errors (runtime/profile_io.c). */
+pd_status pd__profile_parse(const char *name, const char *data, size_t len, pd_profile **out);
+
 /* ---- cut states (antichains) ------------------------------------------------ */
 
 /* A valid cut of the DAG: the set of nodes before it is closed under

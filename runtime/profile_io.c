@@ -496,19 +496,25 @@ done:
     return st;
 }
 
+pd_status pd__profile_parse(const char *name, const char *data, size_t len, pd_profile **out) {
+    if (memchr(data, 0, len)) return pd__err(PD_ERR_PARSE, "%s: binary data (a NUL byte) in a profile", name);
+    char *text = PD_MALLOC(len + 1);
+    if (!text) return pd__err(PD_ERR_NOMEM, "%s: out of memory reading the profile", name);
+    memcpy(text, data, len);
+    text[len] = 0;
+    const char *c = text;
+    while (isspace((unsigned char)*c)) c++;
+    pd_status st = *c == '{' ? pd__load_json(name, text, out) : pd__load_graph_txt(name, text, out);
+    PD_FREE(text);
+    return st;
+}
+
 pd_status pd_profile_load(const char *path, pd_profile **out) {
     if (!path || !out) return pd__err(PD_ERR_INVALID, "pd_profile_load: NULL %s", path ? "out" : "path");
     char *text = NULL;
     size_t len = 0;
     PD_TRY(pd__read_text(path, &text, &len));
-    pd_status st;
-    if (strlen(text) != len) {
-        st = pd__err(PD_ERR_PARSE, "%s: binary data (a NUL byte) in a profile", path);
-    } else {
-        const char *c = text;
-        while (isspace((unsigned char)*c)) c++;
-        st = *c == '{' ? pd__load_json(path, text, out) : pd__load_graph_txt(path, text, out);
-    }
+    pd_status st = pd__profile_parse(path, text, len, out);
     PD_FREE(text);
     return st;
 }

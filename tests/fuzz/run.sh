@@ -18,3 +18,15 @@ if [ -d ../shared/onnx-tests ]; then
 fi
 echo "fuzzing the loader for ${secs}s from $i seeds"
 "$build/tests/fuzz_load" -max_total_time="$secs" -rss_limit_mb=2048 -max_len=65536 -print_final_stats=1 "$corpus" 2>&1 | tail -15
+
+# profiles and planners: PipeDream's small profiles and a JSON one as seeds
+pcorpus=$(mktemp -d)
+trap 'rm -rf "$corpus" "$pcorpus"' EXIT
+j=0
+for m in ../shared/pipedream-profiles/{alexnet,vgg16,resnet18,squeezenet1_0}/graph.txt tests/fuzz/regressions/*.profile; do
+  [ -f "$m" ] && cp "$m" "$pcorpus/seed$((j++)).txt"
+done
+printf '{"format":"pdonnx-profile","version":1,"nodes":[{"name":"a","fwd_ms":1,"bwd_in_ms":1,"param_bytes":4},{"name":"b","fwd_ms":2}],"edges":[["a","b"]]}' >"$pcorpus/seed$((j++)).json"
+psecs=$(( secs / 2 > 10 ? secs / 2 : 10 ))
+echo "fuzzing the profile readers and planners for ${psecs}s from $j seeds"
+"$build/tests/fuzz_profile" -max_total_time="$psecs" -rss_limit_mb=2048 -max_len=16384 -timeout=10 -print_final_stats=1 "$pcorpus" 2>&1 | tail -15
