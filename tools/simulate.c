@@ -104,14 +104,19 @@ int pd_cli_simulate(int argc, char **argv) {
            s->microbatches == 1 ? "" : "es", s->minibatches, s->minibatches == 1 ? "" : "es", (long long)sp.samples);
     if (sp.split_chunks)
         printf("(the plan has no chunks: each stage's costs are split evenly into %d chunks)\n", s->chunks);
-    printf("\n%5s  %8s  %10s  %6s  %12s  %10s  %8s\n", "stage", "replicas", "busy ms", "busy", "peak act mbs",
-           "peak act", "versions");
+    printf("\n%5s  %8s  %10s  %6s  %12s  %10s  %8s  %12s\n", "stage", "replicas", "busy ms", "busy", "peak act mbs",
+           "peak act", "versions", "version mem");
     for (int w = 0; w < r.n_stages; w++) {
         char b[32];
         pd__bytes(b, sizeof b, r.stage[w].peak_act_bytes);
-        printf("%5d  %8d  %10.3f  %5.1f%%  %12d  %10s  %8d\n", w, sp.replicas[w], r.stage[w].busy_ms,
+        /* a worker's weights: its chunks' parameters, one copy per version held */
+        double wbytes = 0;
+        for (int k = w; k < s->n_stages * s->chunks; k += s->n_stages) wbytes += sp.param_bytes[k];
+        char vb[32];
+        pd__bytes(vb, sizeof vb, wbytes * r.stage[w].peak_versions);
+        printf("%5d  %8d  %10.3f  %5.1f%%  %12d  %10s  %8d  %12s\n", w, sp.replicas[w], r.stage[w].busy_ms,
                r.makespan_ms > 0 ? 100 * r.stage[w].busy_ms / r.makespan_ms : 0.0, r.stage[w].peak_act_mbs, b,
-               r.stage[w].peak_versions);
+               r.stage[w].peak_versions, vb);
     }
     bool async = pd__sched_async(kind);
     printf("\ntime per minibatch: %.3f ms%s\n", r.time_ms, async ? " (steady state)" : "");
