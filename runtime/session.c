@@ -419,14 +419,13 @@ static pd_status pd__forward(pd_session *s, double *ms) {
     return PD_OK;
 }
 
-/* The loss of the current forward; with grad, writes dLoss/dpred. */
-static pd_status pd__loss(pd_session *s, bool grad, int64_t rows, pd_step_result *r) {
-    const pd_tensor *pred = &s->views[s->pred];
-    float *d = grad ? s->gviews[s->pred].data : NULL;
+/* The loss of pred against labels; d (when not NULL) receives dLoss/dpred. */
+static pd_status pd__loss_of(const pd_session *s, const pd_tensor *pred, const pd_tensor *labels, float *d,
+                             int64_t rows, pd_step_result *r) {
     r->correct = 0;
     r->count = 0;
     pd_loss_kind k = s->o.loss;
-    if (k == PD_LOSS_AUTO) k = s->labels.dtype == PD_INT64 ? PD_LOSS_CROSS_ENTROPY : PD_LOSS_MSE;
+    if (k == PD_LOSS_AUTO) k = labels->dtype == PD_INT64 ? PD_LOSS_CROSS_ENTROPY : PD_LOSS_MSE;
     pd_status st;
     switch (k) {
     case PD_LOSS_GRAPH:
@@ -435,14 +434,19 @@ static pd_status pd__loss(pd_session *s, bool grad, int64_t rows, pd_step_result
         if (d) pd__set_f(pred->dtype, d, 0, 1.0);
         return PD_OK;
     case PD_LOSS_CROSS_ENTROPY:
-        st = pd__loss_cross_entropy(pred, &s->labels, rows, d, &r->loss, &r->correct, &r->count);
+        st = pd__loss_cross_entropy(pred, labels, rows, d, &r->loss, &r->correct, &r->count);
         break;
     default:
-        st = pd__loss_mse(pred, &s->labels, rows, d, &r->loss, &r->count);
+        st = pd__loss_mse(pred, labels, rows, d, &r->loss, &r->count);
         break;
     }
     if (st != PD_OK) pd__err_prefix("%s: output '%s'", s->g->path, s->g->tensors[s->pred].name);
     return st;
+}
+
+/* The loss of the current forward; with grad, writes dLoss/dpred. */
+static pd_status pd__loss(pd_session *s, bool grad, int64_t rows, pd_step_result *r) {
+    return pd__loss_of(s, &s->views[s->pred], &s->labels, grad ? s->gviews[s->pred].data : NULL, rows, r);
 }
 
 /* Names the first computed float tensor holding a NaN or Inf. */
@@ -589,4 +593,125 @@ pd_status pd__session_timed_step(pd_session *s, pd__step_times *t) {
     t->loss_ms = 1e-6 * (double)(pd__now_ns() - t0);
     if (!isfinite(res.loss)) return pd__numeric_error(s, "the loss", res.loss);
     return pd__backward_split(s, t->bwd_in_ms, t->bwd_w_ms);
+}
+
+/* ---- activation contexts for the pipeline (session.h) ------------------------- */
+
+struct pd__actx {
+    void *act, *gact;    /* this context's activations and their gradients */
+    size_t gact_bytes;
+    pd_tensor *views, *gviews;
+    pd_tensor **args, **gargs; /* laid out as the session's (arg_start) */
+};
+
+void pd__actx_destroy(pd__actx *c) {
+    if (!c) return;
+    PD_FREE(c->act);
+    PD_FREE(c->gact);
+    PD_FREE(c->views);
+    PD_FREE(c->gviews);
+    PD_FREE(c->args);
+    PD_FREE(c->gargs);
+    PD_FREE(c);
+}
+
+pd_status pd__actx_create(const pd_session *s, pd__actx **out) {
+    const pd_graph *g = s->g;
+    pd__actx *c = PD_CALLOC(1, sizeof *c);
+    if (!c) return pd__err(PD_ERR_NOMEM, "out of memory");
+    size_t abytes = 0, gbytes = 0;
+    for (int t = 0; t < g->ntensors; t++) {
+        const pd__tensor *x = &g->tensors[t];
+        size_t b = pd__al64((size_t)(x->numel > 0 ? x->numel : 0) * pd_dtype_size(x->dtype));
+        if ((x->kind == PD_T_ACT || x->kind == PD_T_INPUT) && x->ndim >= 0) abytes += b;
+        if (s->needs_grad[t] && x->kind != PD_T_INIT) gbytes += b;
+    }
+    int nargs = s->arg_start[g->nnodes - 1] + g->nodes[g->nnodes - 1].nin + g->nodes[g->nnodes - 1].nout;
+    c->act = pd__slab(abytes);
+    c->gact = pd__slab(gbytes);
+    c->gact_bytes = gbytes;
+    c->views = PD_CALLOC((size_t)g->ntensors + 1, sizeof(pd_tensor));
+    c->gviews = PD_CALLOC((size_t)g->ntensors + 1, sizeof(pd_tensor));
+    c->args = PD_CALLOC((size_t)nargs + 1, sizeof(pd_tensor *));
+    c->gargs = PD_CALLOC((size_t)nargs + 1, sizeof(pd_tensor *));
+    if (!c->act || !c->gact || !c->views || !c->gviews || !c->args || !c->gargs) {
+        pd__actx_destroy(c);
+        return pd__err(PD_ERR_NOMEM, "%s: out of memory for a microbatch's activations", g->path);
+    }
+    size_t ao = 0, go = 0;
+    for (int t = 0; t < g->ntensors; t++) {
+        const pd__tensor *x = &g->tensors[t];
+        c->views[t] = s->views[t]; /* parameters and constants: shared with the session */
+        size_t b = pd__al64((size_t)(x->numel > 0 ? x->numel : 0) * pd_dtype_size(x->dtype));
+        if ((x->kind == PD_T_ACT || x->kind == PD_T_INPUT) && x->ndim >= 0) {
+            c->views[t].data = (char *)c->act + ao;
+            ao += b;
+        }
+        c->gviews[t] = s->gviews[t]; /* parameter gradients: the session's slab */
+        if (s->needs_grad[t] && x->kind != PD_T_INIT) {
+            c->gviews[t].data = (char *)c->gact + go;
+            go += b;
+        }
+    }
+    /* the session's argument tables, re-pointed at this context's views */
+    for (int k = 0; k < nargs; k++) {
+        c->args[k] = s->args[k] ? c->views + (s->args[k] - s->views) : NULL;
+        c->gargs[k] = s->gargs[k] ? c->gviews + (s->gargs[k] - s->gviews) : NULL;
+    }
+    *out = c;
+    return PD_OK;
+}
+
+pd_tensor *pd__actx_value(pd__actx *c, int t) { return &c->views[t]; }
+pd_tensor *pd__actx_grad(pd__actx *c, int t) { return &c->gviews[t]; }
+void pd__actx_zero_grads(pd__actx *c) { memset(c->gact, 0, c->gact_bytes); }
+
+pd_status pd__actx_forward(const pd_session *s, pd__exec *x, pd__actx *c, const int *nodes, int n) {
+    const pd_graph *g = s->g;
+    for (int k = 0; k < n; k++) {
+        const pd__node *nd = &g->nodes[nodes[k]];
+        pd_tensor **a = c->args + s->arg_start[nodes[k]];
+        PD_TRY(pd__cpu_run(x, g, nd, a, a + nd->nin));
+    }
+    return PD_OK;
+}
+
+pd_status pd__actx_backward(const pd_session *s, pd__exec *x, pd__actx *c, const int *nodes, int n) {
+    const pd_graph *g = s->g;
+    for (int k = n - 1; k >= 0; k--) {
+        const pd__node *nd = &g->nodes[nodes[k]];
+        pd_tensor **a = c->args + s->arg_start[nodes[k]], **ga = c->gargs + s->arg_start[nodes[k]];
+        bool any_out = false, any_in = false;
+        for (int j = 0; j < nd->nout; j++) any_out |= ga[j] != NULL;
+        for (int j = 0; j < nd->nin; j++) any_in |= ga[nd->nout + j] != NULL;
+        if (!any_out || !any_in) continue;
+        PD_TRY(pd__cpu_run_bwd(x, g, nd, a, a + nd->nin, ga, ga + nd->nout));
+    }
+    return PD_OK;
+}
+
+pd_status pd__actx_loss(const pd_session *s, pd__actx *c, const pd_tensor *labels, double scale, pd_step_result *r) {
+    pd_tensor *d = &c->gviews[s->pred];
+    PD_TRY(pd__loss_of(s, &c->views[s->pred], labels, d->data, INT64_MAX, r));
+    if (d->data && scale != 1.0) {
+        int64_t n = pd_tensor_numel(d);
+        for (int64_t i = 0; i < n; i++) pd__set_f(d->dtype, d->data, i, scale * pd__get_f(d->dtype, d->data, i));
+    }
+    return PD_OK;
+}
+
+bool pd__session_needs_grad(const pd_session *s, int t) { return s->needs_grad[t]; }
+const pd_train_options *pd__session_options(const pd_session *s) { return &s->o; }
+
+pd_status pd__session_slabs(pd_session *s, pd__slabs *out) {
+    if (!s || !out) return pd__err(PD_ERR_INVALID, "pd__session_slabs: NULL argument");
+    out->np = s->np;
+    out->param = s->param;
+    out->poff = s->poff;
+    out->total = s->ptotal;
+    out->params = s->params;
+    out->grads = s->grads;
+    out->state0 = s->state0;
+    out->state1 = s->state1;
+    return PD_OK;
 }

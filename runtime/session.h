@@ -1,5 +1,7 @@
 /* session.h - private hooks into the training session (runtime/session.c) for
- * the profiler (runtime/profiler.c): a training step that times every node. */
+ * the profiler (runtime/profiler.c): a training step that times every node;
+ * and for the pipeline (runtime/pipeline.c): activation contexts, so that
+ * several microbatches can be in flight over the session's parameters. */
 #ifndef PD_SESSION_H
 #define PD_SESSION_H
 
@@ -23,5 +25,39 @@ pd_status pd__session_timed_step(pd_session *s, pd__step_times *t);
 int pd__session_loss_tensor(const pd_session *s);
 /* PD_LOSS_GRAPH: the graph input fed the labels; -1 otherwise. */
 int pd__session_labels_input(const pd_session *s);
+
+/* ---- for the pipeline ------------------------------------------------------ */
+
+/* An activation context: its own copy of every activation and activation
+ * gradient of the graph, with the nodes' argument tables pointing into it.
+ * Parameters (values and gradients) stay the session's, shared by every
+ * context: a backward adds (+=) into the session's gradient slab. A context's
+ * parameter view may be re-pointed (pd__actx_value) at another weight version. */
+typedef struct pd__actx pd__actx;
+pd_status pd__actx_create(const pd_session *s, pd__actx **out);
+void pd__actx_destroy(pd__actx *c);
+pd_tensor *pd__actx_value(pd__actx *c, int t); /* graph tensor t's data in this context */
+pd_tensor *pd__actx_grad(pd__actx *c, int t);  /* its gradient (data NULL: none) */
+void pd__actx_zero_grads(pd__actx *c);         /* the activation gradients, not the parameters' */
+/* Forward of nodes[0..n) in that order / backward in reverse order; x is the
+ * caller's (one per thread). */
+pd_status pd__actx_forward(const pd_session *s, pd__exec *x, pd__actx *c, const int *nodes, int n);
+pd_status pd__actx_backward(const pd_session *s, pd__exec *x, pd__actx *c, const int *nodes, int n);
+/* The session's loss on this context's prediction; writes dLoss/dpred times
+ * scale into the context. labels: the labels (ignored for PD_LOSS_GRAPH, whose
+ * labels are a graph input). */
+pd_status pd__actx_loss(const pd_session *s, pd__actx *c, const pd_tensor *labels, double scale, pd_step_result *r);
+
+bool pd__session_needs_grad(const pd_session *s, int t);
+const pd_train_options *pd__session_options(const pd_session *s);
+/* The parameter, gradient and optimizer-state slabs (borrowed). */
+typedef struct pd__slabs {
+    int np;
+    const int *param;      /* graph tensor of each trained parameter */
+    const int64_t *poff;   /* its offset (floats) in every slab */
+    int64_t total;
+    float *params, *grads, *state0, *state1; /* state0/1 NULL when the optimizer keeps none */
+} pd__slabs;
+pd_status pd__session_slabs(pd_session *s, pd__slabs *out);
 
 #endif
