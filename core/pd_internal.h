@@ -53,6 +53,10 @@ int64_t pd__get_i(pd_dtype t, const void *data, int64_t i);
 /* Writes value v to element i, converting to the dtype (float16/bfloat16 too). */
 void pd__set_f(pd_dtype t, void *data, int64_t i, double v);
 void pd__set_i(pd_dtype t, void *data, int64_t i, int64_t v);
+/* Reads a whole regular file into a NUL-terminated buffer (*len excludes the NUL; free with PD_FREE). */
+pd_status pd__read_file(const char *path, unsigned char **buf, size_t *len);
+/* Reads exactly len bytes at offset of an open file. */
+pd_status pd__pread_all(int fd, const char *path, void *buf, size_t len, int64_t offset);
 /* Writes a whole file through a temporary name, fsync and rename. */
 pd_status pd__write_atomic(const char *path, const void *buf, size_t len);
 float pd__half_to_float(uint16_t h);

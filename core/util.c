@@ -10,6 +10,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static _Thread_local char pd__errbuf[1024];
@@ -293,3 +294,57 @@ pd_status pd__write_atomic(const char *path, const void *data, size_t len) {
     return PD_OK;
 }
 
+
+/* Reads len bytes at offset, retrying short reads. */
+pd_status pd__pread_all(int fd, const char *path, void *data, size_t len, int64_t offset) {
+    unsigned char *buf = data;
+    size_t got = 0;
+    while (got < len) {
+        size_t want = len - got;
+        if (want > (size_t)1 << 30) want = (size_t)1 << 30;
+        ssize_t r = pread(fd, buf + got, want, (off_t)(offset + (int64_t)got));
+        if (r < 0) {
+            if (errno == EINTR) continue;
+            return pd__err(PD_ERR_IO, "%s: %s", path, strerror(errno));
+        }
+        if (r == 0) return pd__err(PD_ERR_IO, "%s: file shrank while being read", path);
+        got += (size_t)r;
+    }
+    return PD_OK;
+}
+
+/* Reads a whole regular file into a NUL-terminated buffer. */
+pd_status pd__read_file(const char *path, unsigned char **buf, size_t *len) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return pd__err(PD_ERR_IO, "%s: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        pd_status s = pd__err(PD_ERR_IO, "%s: %s", path, strerror(errno));
+        close(fd);
+        return s;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return pd__err(PD_ERR_IO, "%s: not a regular file", path);
+    }
+    if ((uint64_t)st.st_size > (uint64_t)SIZE_MAX - 1) {
+        close(fd);
+        return pd__err(PD_ERR_NOMEM, "%s: file too large", path);
+    }
+    size_t n = (size_t)st.st_size;
+    unsigned char *b = PD_MALLOC(n + 1);
+    if (!b) {
+        close(fd);
+        return pd__err(PD_ERR_NOMEM, "%s: out of memory reading %zu bytes", path, n);
+    }
+    pd_status s = pd__pread_all(fd, path, b, n, 0);
+    close(fd);
+    if (s != PD_OK) {
+        PD_FREE(b);
+        return s;
+    }
+    b[n] = 0;
+    *buf = b;
+    *len = n;
+    return PD_OK;
+}

@@ -21,9 +21,6 @@ size_t pd__onnx_dtype_size(int32_t dt);
 /* ONNX's name of a data type, refused ones included ("unknown" past the list). */
 const char *pd__onnx_type_name(int32_t dt);
 
-/* Reads a whole regular file into a PD_MALLOC'd buffer (errors name the path). */
-pd_status pd__read_file(const char *path, unsigned char **buf, size_t *len);
-
 /* The folder of a path ("." when it has none), PD_MALLOC'd; NULL when out of memory. */
 char *pd__dir_of(const char *path);
 

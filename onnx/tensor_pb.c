@@ -73,55 +73,6 @@ static void from_little_endian(void *data, int64_t n, size_t esize) {
 
 /* ---- files ---------------------------------------------------------------- */
 
-static pd_status read_fd(int fd, const char *path, unsigned char *buf, size_t len, int64_t offset) {
-    size_t got = 0;
-    while (got < len) {
-        size_t want = len - got;
-        if (want > (size_t)1 << 30) want = (size_t)1 << 30;
-        ssize_t r = pread(fd, buf + got, want, (off_t)(offset + (int64_t)got));
-        if (r < 0) {
-            if (errno == EINTR) continue;
-            return pd__err(PD_ERR_IO, "%s: %s", path, strerror(errno));
-        }
-        if (r == 0) return pd__err(PD_ERR_IO, "%s: file shrank while being read", path);
-        got += (size_t)r;
-    }
-    return PD_OK;
-}
-
-pd_status pd__read_file(const char *path, unsigned char **buf, size_t *len) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return pd__err(PD_ERR_IO, "%s: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) != 0) {
-        pd_status s = pd__err(PD_ERR_IO, "%s: %s", path, strerror(errno));
-        close(fd);
-        return s;
-    }
-    if (!S_ISREG(st.st_mode)) {
-        close(fd);
-        return pd__err(PD_ERR_IO, "%s: not a regular file", path);
-    }
-    if ((uint64_t)st.st_size > (uint64_t)SIZE_MAX - 1) {
-        close(fd);
-        return pd__err(PD_ERR_NOMEM, "%s: file too large", path);
-    }
-    size_t n = (size_t)st.st_size;
-    unsigned char *b = PD_MALLOC(n ? n : 1);
-    if (!b) {
-        close(fd);
-        return pd__err(PD_ERR_NOMEM, "%s: out of memory reading %zu bytes", path, n);
-    }
-    pd_status s = read_fd(fd, path, b, n, 0);
-    close(fd);
-    if (s != PD_OK) {
-        PD_FREE(b);
-        return s;
-    }
-    *buf = b;
-    *len = n;
-    return PD_OK;
-}
 
 char *pd__dir_of(const char *path) {
     const char *slash = strrchr(path, '/');
@@ -329,7 +280,7 @@ static pd_status read_external(const Onnx__TensorProto *tp, const char *what, co
             if (!dst)
                 s = pd__err(PD_ERR_NOMEM, "%s: out of memory (%zu bytes)", what, nbytes);
             else
-                s = read_fd(fd, loc, dst, nbytes, off);
+                s = pd__pread_all(fd, loc, dst, nbytes, off);
             if (s == PD_ERR_IO) pd__err_prefix("%s", what);
             if (s == PD_OK)
                 *out = dst;

@@ -241,42 +241,20 @@ static pd_status pd__plan_parse(const char *path, const cJSON *r, pd_plan *p) {
 
 pd_status pd_plan_load(const char *path, pd_plan **out) {
     if (!path || !out) return pd__err(PD_ERR_INVALID, "pd_plan_load: NULL argument");
-    FILE *f = fopen(path, "rb");
-    if (!f) return pd__err(PD_ERR_IO, "%s: cannot open the plan: %s", path, strerror(errno));
-    char *buf = NULL;
-    size_t len = 0, cap = 0;
-    for (;;) {
-        if (len + 4096 + 1 > cap) {
-            cap = cap ? cap * 2 : 65536;
-            char *nb = PD_REALLOC(buf, cap);
-            if (!nb) {
-                PD_FREE(buf);
-                fclose(f);
-                return pd__err(PD_ERR_NOMEM, "%s: out of memory reading the plan", path);
-            }
-            buf = nb;
-        }
-        size_t got = fread(buf + len, 1, cap - len - 1, f);
-        len += got;
-        if (got == 0) break;
-    }
-    bool err = ferror(f);
-    fclose(f);
-    if (err) {
-        PD_FREE(buf);
-        return pd__err(PD_ERR_IO, "%s: read failed", path);
-    }
-    buf[len] = 0;
+    unsigned char *raw = NULL;
+    size_t len = 0;
+    PD_TRY(pd__read_file(path, &raw, &len));
+    const char *buf = (const char *)raw;
     const char *end = NULL;
     cJSON *r = cJSON_ParseWithLengthOpts(buf, len, &end, 0);
     if (!r) {
         size_t off = end ? (size_t)(end - buf) : 0;
         int line = 1;
         for (size_t i = 0; i < off && i < len; i++) line += buf[i] == '\n';
-        PD_FREE(buf);
+        PD_FREE(raw);
         return pd__err(PD_ERR_PARSE, "%s:%d: invalid JSON", path, line);
     }
-    PD_FREE(buf);
+    PD_FREE(raw);
     pd_plan *p = PD_CALLOC(1, sizeof *p);
     if (!p) {
         cJSON_Delete(r);

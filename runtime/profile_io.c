@@ -51,32 +51,6 @@
 
 /* ---- files ------------------------------------------------------------------ */
 
-static pd_status pd__read_text(const char *path, char **out, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return pd__err(PD_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    size_t cap = 1 << 16, n = 0;
-    char *buf = PD_MALLOC(cap);
-    while (buf) {
-        n += fread(buf + n, 1, cap - 1 - n, f);
-        if (n < cap - 1) break;
-        char *b = PD_REALLOC(buf, cap * 2);
-        if (!b) PD_FREE(buf);
-        buf = b;
-        cap *= 2;
-    }
-    bool bad = buf && ferror(f);
-    fclose(f);
-    if (!buf) return pd__err(PD_ERR_NOMEM, "%s: out of memory reading the file", path);
-    if (bad) {
-        PD_FREE(buf);
-        return pd__err(PD_ERR_IO, "%s: read error", path);
-    }
-    buf[n] = 0;
-    *out = buf;
-    *len = n;
-    return PD_OK;
-}
-
 /* Writes what `f` (an open_memstream) holds to path through pd__write_atomic
  * (a temporary name, fsync, rename); closes f and frees the buffer. */
 static pd_status pd__finish_write(const char *path, FILE *f, char **buf, size_t *len) {
@@ -511,10 +485,10 @@ pd_status pd__profile_parse(const char *name, const char *data, size_t len, pd_p
 
 pd_status pd_profile_load(const char *path, pd_profile **out) {
     if (!path || !out) return pd__err(PD_ERR_INVALID, "pd_profile_load: NULL %s", path ? "out" : "path");
-    char *text = NULL;
+    unsigned char *text = NULL;
     size_t len = 0;
-    PD_TRY(pd__read_text(path, &text, &len));
-    pd_status st = pd__profile_parse(path, text, len, out);
+    PD_TRY(pd__read_file(path, &text, &len));
+    pd_status st = pd__profile_parse(path, (const char *)text, len, out);
     PD_FREE(text);
     return st;
 }
