@@ -690,6 +690,28 @@ pd_status pd__actx_backward(const pd_session *s, pd__exec *x, pd__actx *c, const
     return PD_OK;
 }
 
+pd_status pd__actx_backward_part(const pd_session *s, pd__exec *x, pd__actx *c, const int *nodes, int n,
+                                 bool weights) {
+    const pd_graph *g = s->g;
+    pd_tensor *din[64];
+    for (int k = n - 1; k >= 0; k--) {
+        const pd__node *nd = &g->nodes[nodes[k]];
+        pd_tensor **a = c->args + s->arg_start[nodes[k]], **ga = c->gargs + s->arg_start[nodes[k]];
+        if (nd->nin > 64) return pd__node_err(g, nd, PD_ERR_UNSUPPORTED, "a split backward of more than 64 inputs");
+        bool any_out = false, any = false;
+        for (int j = 0; j < nd->nout; j++) any_out |= ga[j] != NULL;
+        for (int j = 0; j < nd->nin; j++) {
+            pd_tensor *d = ga[nd->nout + j];
+            bool w = d && g->tensors[nd->in[j]].kind == PD_T_INIT;
+            din[j] = d && w == weights ? d : NULL;
+            any |= din[j] != NULL;
+        }
+        if (!any_out || !any) continue;
+        PD_TRY(pd__cpu_run_bwd(x, g, nd, a, a + nd->nin, ga, din));
+    }
+    return PD_OK;
+}
+
 pd_status pd__actx_loss(const pd_session *s, pd__actx *c, const pd_tensor *labels, double scale, pd_step_result *r) {
     pd_tensor *d = &c->gviews[s->pred];
     PD_TRY(pd__loss_of(s, &c->views[s->pred], labels, d->data, INT64_MAX, r));

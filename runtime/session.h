@@ -43,6 +43,13 @@ void pd__actx_zero_grads(pd__actx *c);         /* the activation gradients, not 
  * caller's (one per thread). */
 pd_status pd__actx_forward(const pd_session *s, pd__exec *x, pd__actx *c, const int *nodes, int n);
 pd_status pd__actx_backward(const pd_session *s, pd__exec *x, pd__actx *c, const int *nodes, int n);
+/* The backward split in two, as zero-bubble's B and W (and the profiler's
+ * timed step): weights false: only the gradients of inputs that are not
+ * initializers (what flows to earlier nodes); weights true: only the trained
+ * parameters' gradients, from the output gradients the first part left in the
+ * context. Run both (in that order) and the gradients equal
+ * pd__actx_backward's. */
+pd_status pd__actx_backward_part(const pd_session *s, pd__exec *x, pd__actx *c, const int *nodes, int n, bool weights);
 /* The session's loss on this context's prediction; writes dLoss/dpred times
  * scale into the context. labels: the labels (ignored for PD_LOSS_GRAPH, whose
  * labels are a graph input). */

@@ -179,5 +179,29 @@ expect_error "schedule: interleaved needs m divisible by p" "multiple" \
   "$pdonnx" schedule --stages 3 --microbatches 4 --schedule interleaved
 expect_error "profile: no CUDA backend" "CUDA backend is not built" "$pdonnx" profile "$fx/mlp/model.onnx" --batch 4 --device cuda -o "$tmp/p.json"
 
+# --- pipeline training: 1F1B over 2 stages equals one stage on the same global batch
+if "$pdonnx" train "$ex/digits_mlp.onnx" --steps 20 --no-shuffle --metrics "$tmp/one.jsonl" --quiet >"$tmp/out" 2>&1 \
+   && "$pdonnx" train "$ex/digits_mlp.onnx" --steps 20 --no-shuffle --stages 2 --schedule flush --microbatches 4 \
+        --metrics "$tmp/pipe.jsonl" --trace "$tmp/ptrace.json" --save "$tmp/pipe.onnx" >"$tmp/out" 2>&1 \
+   && [ "$(wc -l <"$tmp/pipe.jsonl")" -eq 20 ] && grep -q '"ph":"X"' "$tmp/ptrace.json" && [ -s "$tmp/pipe.onnx" ] \
+   && grep -q "simulated" "$tmp/out" \
+   && paste -d' ' <(grep -o '"loss": [^,]*' "$tmp/one.jsonl" | cut -d' ' -f2) \
+                  <(grep -o '"loss": [^,]*' "$tmp/pipe.jsonl" | cut -d' ' -f2) \
+      | awk '{d = $1 - $2; if (d < 0) d = -d; if (d > 1e-5 * ($1 > 0 ? $1 : -$1) + 1e-7) bad = 1} END {exit bad}'; then
+  ok "train --stages 2 --schedule flush: 20 losses equal one stage's, trace and model written"
+else
+  notok "train pipeline: $(tail -c 800 "$tmp/out")"
+fi
+expect_error "train: microbatches must divide the batch" "not a multiple of --microbatches 3" \
+  "$pdonnx" train "$ex/digits_mlp.onnx" --stages 2 --microbatches 3 --quiet
+expect_error "train: pipedream takes one microbatch" "use --microbatches 1" \
+  "$pdonnx" train "$ex/digits_mlp.onnx" --stages 2 --schedule pipedream --microbatches 2 --quiet
+expect_error "train: --schedule needs stages" "need --stages N or --plan FILE" \
+  "$pdonnx" train "$ex/digits_mlp.onnx" --schedule flush --quiet
+first=$(grep -o '"nodes":[[:space:]]*\["[^"]*"' "$tmp/plan.json" | head -1 | sed 's/.*\["//; s/"$//')
+sed "s|\"$first\"|\"renamed\"|g" "$tmp/plan.json" >"$tmp/other_plan.json"
+expect_error "train: a plan for another model" "node 0 is 'renamed' in the plan but '$first'" \
+  "$pdonnx" train "$ex/digits_mlp.onnx" --plan "$tmp/other_plan.json" --quiet
+
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -16,6 +16,15 @@
  * - a NaN in one minibatch's data, and a failure injected at every
  *   instruction kind of every stage, stop all stages with an error naming
  *   the stage and the step (no deadlock), and the pipeline trains on.
+ * - zb-h1 (B input gradients, W weight gradients; the split itself checked on
+ *   one context), interleaved (P workers x V chunks), replicated stages
+ *   (gradients summed by ALLREDUCE) and Bi-Partition plans (a backward moved
+ *   across a boundary either way): equal single-stage like gpipe and flush;
+ * - statistics (busy time, peaks of microbatches held against the schedule's
+ *   closed forms, activation bytes from the graph) and the Chrome trace (every
+ *   instruction of the run, in order);
+ * - failures on a replicated stage (ALLREDUCE, STEP included) and in a chunk
+ *   stop the pipeline; plans it cannot run are refused with the reason.
  * The small GPT fixture, and the MLP with its loss inside the model (labels
  * a graph input), run a sample of the same checks (2-4 stages).
  */
@@ -26,10 +35,12 @@
 #include "../runtime/session.h"
 #include "check.h"
 
+#include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 enum { STEPS = 25, LONG = 300, BATCH = 8 };
 
@@ -123,16 +134,53 @@ static pd_status make_plan(pd_graph *g, int stages, int m, pd_plan **plan) {
     return st;
 }
 
-static void run_pipe(const char *fx, const pd_tensor *xs, const pd_tensor *ys, const ref *r, int stages, int m,
-                     pd__sched_kind kind) {
+/* Bi-Partition from a uniform plan: at each boundary between stages s and
+ * s+1, the backward of a node without parameters moves across it: bip 1, the
+ * first node of s+1 to s (its activations travel back with the gradients);
+ * bip 2, the last node of s to s+1 (they travel forward). Returns the nodes
+ * moved. */
+static int bipartition(const pd_graph *g, pd_plan *plan, int bip) {
+    int moved = 0;
+    for (int i = 1; i < g->nnodes; i++) {
+        if (plan->fwd_stage[i - 1] == plan->fwd_stage[i]) continue;
+        int v = bip == 1 ? i : i - 1, to = bip == 1 ? plan->fwd_stage[i - 1] : plan->fwd_stage[i];
+        bool params = false;
+        for (int j = 0; j < g->nodes[v].nin; j++) {
+            int t = g->nodes[v].in[j];
+            params |= t >= 0 && g->tensors[t].kind == PD_T_INIT && g->tensors[t].dtype == PD_FLOAT;
+        }
+        if (params) continue;
+        plan->bwd_stage[v] = to;
+        moved++;
+    }
+    return moved;
+}
+
+/* stages workers; chunks: virtual stages per worker (interleaved: the plan
+ * cuts stages*chunks virtual stages); reps: NULL, or replicas per stage; bip:
+ * 0, or a Bi-Partition (bipartition()). */
+static void run_pipe_bx(const char *fx, const pd_tensor *xs, const pd_tensor *ys, const ref *r, int stages, int m,
+                        pd__sched_kind kind, int chunks, const int *reps, int bip) {
     pd_graph *g = NULL;
     pd_plan *plan = NULL;
     pd__pipe *p = NULL;
     pd_step_result res[STEPS];
+    char shape[160] = "";
+    if (chunks > 1) snprintf(shape, sizeof shape, " x %d chunks", chunks);
+    for (int s = 0; reps && s < stages; s++)
+        snprintf(shape + strlen(shape), sizeof shape - strlen(shape), "%s%d", s ? "," : ", replicas ", reps[s]);
     pd_status st = load(fx, BATCH / m, &g);
-    if (st == PD_OK) st = make_plan(g, stages, m, &plan);
-    if (st == PD_OK && plan->n_stages != stages)
+    if (st == PD_OK) st = make_plan(g, stages * chunks, m, &plan);
+    if (st == PD_OK && plan->n_stages != stages * chunks)
         st = pd__err(PD_ERR_INTERNAL, "the plan has %d stages", plan->n_stages);
+    if (st == PD_OK) plan->chunks = chunks;
+    for (int s = 0; st == PD_OK && reps && s < stages; s++) plan->stage[s].replicas = reps[s];
+    if (st == PD_OK && bip) {
+        int moved = bipartition(g, plan, bip);
+        snprintf(shape + strlen(shape), sizeof shape - strlen(shape), ", bipartition: %d backward%s moved %s", moved,
+                 moved == 1 ? "" : "s", bip == 1 ? "back" : "on");
+        if (moved == 0) st = pd__err(PD_ERR_INTERNAL, "no node without parameters at a boundary");
+    }
     if (st == PD_OK) st = pd__pipe_create(g, plan, &r->o, kind, m, &p);
     if (st == PD_OK) st = pd__pipe_run(p, STEPS, xs, ys, res);
     int versions = 0;
@@ -155,12 +203,23 @@ static void run_pipe(const char *fx, const pd_tensor *xs, const pd_tensor *ys, c
     }
     int max_versions = kind == PD_SCHED_2BW ? 2 : 1;
     CHECK(st == PD_OK && worst <= r->tol && wworst <= r->tol && compared > 0 && versions == max_versions,
-          "%s, %d stages x %d microbatches, %s: %d step losses and %d weights equal single-stage, max relative error "
-          "%.3g / %.3g, at most %d weight versions per stage%s%s",
-          r->name, stages, m, pd__sched_kind_name(kind), STEPS, compared, worst, wworst, versions, st ? ": " : "",
+          "%s, %d stages%s x %d microbatches, %s: %d step losses and %d weights equal single-stage, max relative "
+          "error %.3g / %.3g, at most %d weight versions per stage%s%s",
+          r->name, stages, shape, m, pd__sched_kind_name(kind), STEPS, compared, worst, wworst, versions,
+          st ? ": " : "",
           st ? pd_last_error() : "");
     pd_plan_destroy(plan);
     pd_graph_destroy(g);
+}
+
+static void run_pipe_ex(const char *fx, const pd_tensor *xs, const pd_tensor *ys, const ref *r, int stages, int m,
+                        pd__sched_kind kind, int chunks, const int *reps) {
+    run_pipe_bx(fx, xs, ys, r, stages, m, kind, chunks, reps, 0);
+}
+
+static void run_pipe(const char *fx, const pd_tensor *xs, const pd_tensor *ys, const ref *r, int stages, int m,
+                     pd__sched_kind kind) {
+    run_pipe_ex(fx, xs, ys, r, stages, m, kind, 1, NULL);
 }
 
 /* PipeDream: an update after every microbatch (BATCH rows), weights stashed. */
@@ -272,6 +331,280 @@ static void run_pipedream_exact(const char *fx, const pd_tensor *xs, const pd_te
     pd_plan_destroy(plan);
     pd_graph_destroy(g);
     pd_graph_destroy(rg);
+}
+
+/* Statistics and the trace of a run: 3 stages x 4 microbatches, STEPS steps.
+ * Peaks of microbatches held (docs/SCHEDULES.md): gpipe m on every stage,
+ * flush min(p-s, m), zb-h1 p; one weight version. Activation bytes: what the
+ * stage's nodes produce plus what crosses into it, computed from the graph.
+ * The trace holds exactly the run's instructions, one thread per stage. */
+static void run_stats(const char *fx, const pd_tensor *xs, const pd_tensor *ys, const ref *r, pd__sched_kind kind) {
+    enum { P = 3, M = 4 };
+    pd_graph *g = NULL;
+    pd_plan *plan = NULL;
+    pd__pipe *p = NULL;
+    pd_status st = load(fx, BATCH / M, &g);
+    if (st == PD_OK) st = make_plan(g, P, M, &plan);
+    if (st == PD_OK) st = pd__pipe_create(g, plan, &r->o, kind, M, &p);
+    if (st == PD_OK) st = pd__pipe_run(p, STEPS, xs, ys, NULL);
+    double wall = st == PD_OK ? pd__pipe_last_run_ms(p) : 0;
+    bool ok = st == PD_OK && wall > 0;
+    char got[256] = "";
+    for (int s = 0; ok && s < P; s++) {
+        pd__pipe_stats ps;
+        pd__pipe_stats_get(p, s, &ps);
+        int want_act = kind == PD_SCHED_GPIPE ? M : kind == PD_SCHED_FLUSH ? (P - s < M ? P - s : M) : P;
+        double want_bytes = 0;
+        for (int t = 0; t < g->ntensors; t++) {
+            int prod = g->tensors[t].producer;
+            if (prod < 0) continue;
+            int ps_ = plan->fwd_stage[prod], last = ps_;
+            for (int n = 0; n < g->nnodes; n++)
+                for (int j = 0; j < g->nodes[n].nin; j++)
+                    if (g->nodes[n].in[j] == t && plan->fwd_stage[n] > last) last = plan->fwd_stage[n];
+            if (ps_ == s || (ps_ < s && last >= s))
+                want_bytes += (double)g->tensors[t].numel * pd_dtype_size(g->tensors[t].dtype);
+        }
+        snprintf(got + strlen(got), sizeof got - strlen(got), "%sstage %d: busy %.2f ms, %d mbs (want %d), %d "
+                 "versions, %.0f bytes (want %.0f)", s ? "; " : "", s, ps.busy_ms, ps.peak_act_mbs, want_act,
+                 ps.peak_versions, ps.act_bytes_per_mb, want_bytes);
+        ok &= ps.busy_ms > 0 && ps.busy_ms <= wall && ps.peak_act_mbs == want_act && ps.peak_versions == 1 &&
+              ps.act_bytes_per_mb == want_bytes && want_bytes > 0;
+    }
+    CHECK(ok, "%s, %d stages x %d microbatches: statistics of a %.1f ms run: %s%s%s", pd__sched_kind_name(kind), P, M,
+          wall, got, st ? ": " : "", st ? pd_last_error() : "");
+    /* the trace */
+    char tmp[64];
+    snprintf(tmp, sizeof tmp, "/tmp/test_pipeline_%d.json", (int)getpid());
+    pd_status wt = st == PD_OK ? pd__pipe_write_trace(p, tmp) : st;
+    FILE *f = wt == PD_OK ? fopen(tmp, "rb") : NULL;
+    char *js = NULL;
+    if (f) {
+        fseek(f, 0, SEEK_END);
+        long n = ftell(f);
+        fseek(f, 0, SEEK_SET);
+        js = calloc(1, (size_t)n + 1);
+        if (js && fread(js, 1, (size_t)n, f) != (size_t)n) js[0] = 0;
+        fclose(f);
+    }
+    unlink(tmp);
+    cJSON *j = js ? cJSON_Parse(js) : NULL;
+    int count[PD_I_SNAPSHOT + 1][P], names = 0, bad = 0;
+    memset(count, 0, sizeof count);
+    double last_end[P] = {0};
+    for (cJSON *e = j ? j->child : NULL; e; e = e->next) {
+        const char *ph = cJSON_GetStringValue(cJSON_GetObjectItem(e, "ph"));
+        const char *cat = cJSON_GetStringValue(cJSON_GetObjectItem(e, "cat"));
+        int tid = (int)cJSON_GetNumberValue(cJSON_GetObjectItem(e, "tid"));
+        if (tid < 0 || tid >= P || !ph) {
+            bad++;
+            continue;
+        }
+        if (strcmp(ph, "M") == 0) {
+            char want[32];
+            snprintf(want, sizeof want, "stage %d", tid);
+            const char *nm = cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetObjectItem(e, "args"), "name"));
+            names += nm && strcmp(nm, want) == 0;
+            continue;
+        }
+        double ts = cJSON_GetNumberValue(cJSON_GetObjectItem(e, "ts")),
+               dur = cJSON_GetNumberValue(cJSON_GetObjectItem(e, "dur"));
+        int op = -1;
+        for (int k = 0; cat && k <= PD_I_SNAPSHOT; k++)
+            if (strcmp(cat, pd__op_name(k)) == 0) op = k;
+        /* one thread's events in order, none overlapping, inside the run */
+        if (op < 0 || strcmp(ph, "X") != 0 || !(ts >= last_end[tid] - 1e-3) || !(dur >= 0) ||
+            !(ts + dur <= wall * 1000 + 1))
+            bad++;
+        else count[op][tid]++, last_end[tid] = ts + dur;
+    }
+    const int nmb = STEPS * M;
+    bool tr = j && cJSON_IsArray(j) && names == P && bad == 0;
+    for (int s = 0; s < P; s++) {
+        tr &= count[PD_I_F][s] == nmb && count[PD_I_B][s] == nmb && count[PD_I_STEP][s] == STEPS;
+        tr &= count[PD_I_W][s] == (kind == PD_SCHED_ZB_H1 ? nmb : 0) && count[PD_I_ALLREDUCE][s] == 0;
+        tr &= count[PD_I_SEND_ACT][s] == (s < P - 1 ? nmb : 0) && count[PD_I_RECV_ACT][s] == (s > 0 ? nmb : 0);
+        tr &= count[PD_I_SEND_GRAD][s] == (s > 0 ? nmb : 0) && count[PD_I_RECV_GRAD][s] == (s < P - 1 ? nmb : 0);
+    }
+    CHECK(tr,
+          "%s: the Chrome trace holds every instruction of the run (per stage %d F, %d B, %d W, %d STEP, sends and "
+          "receives; stage 1: %d F, %d RECV_ACT, %d W), in order inside the run, named threads (%d), %d bad "
+          "events%s%s",
+          pd__sched_kind_name(kind), nmb, nmb, kind == PD_SCHED_ZB_H1 ? nmb : 0, STEPS, count[PD_I_F][1],
+          count[PD_I_RECV_ACT][1], count[PD_I_W][1], names, bad, wt ? ": " : "", wt ? pd_last_error() : "");
+    cJSON_Delete(j);
+    free(js);
+    pd__pipe_destroy(p);
+    pd_plan_destroy(plan);
+    pd_graph_destroy(g);
+}
+
+/* zb-h1's split on one context: the input-gradient part leaves every
+ * parameter gradient zero, the weight part then gives exactly the full
+ * backward's parameter gradients. */
+static void run_split(const char *fx, const pd_tensor *xs, const pd_tensor *ys, const ref *r) {
+    pd_graph *g = NULL;
+    pd_session *s = NULL;
+    pd__actx *c = NULL;
+    pd__slabs sl = {0};
+    pd__exec x;
+    memset(&x, 0, sizeof x);
+    pd_status st = load(fx, BATCH, &g);
+    if (st == PD_OK) st = pd_session_create(g, &r->o, &s);
+    if (st == PD_OK) st = pd__session_slabs(s, &sl);
+    if (st == PD_OK) st = pd__actx_create(s, &c);
+    int *nodes = g ? malloc(sizeof(int) * (size_t)g->nnodes) : NULL;
+    float *part = malloc(sizeof(float) * (size_t)(sl.total + 1));
+    float *full = malloc(sizeof(float) * (size_t)(sl.total + 1));
+    double after_b = -1, in_grad = 0, err = INFINITY;
+    if (st == PD_OK) {
+        for (int i = 0; i < g->nnodes; i++) nodes[i] = i;
+        x.threads = 1;
+        x.g = g;
+        x.training = true;
+        pd_tensor bx = batch_of(xs, 0), by = batch_of(ys, 0);
+        int in0 = g->inputs[0];
+        memcpy(pd__actx_value(c, in0)->data, bx.data, (size_t)pd_tensor_numel(&bx) * pd_dtype_size(bx.dtype));
+        if (pd__session_labels_input(s) >= 0) {
+            int li = pd__session_labels_input(s);
+            memcpy(pd__actx_value(c, li)->data, by.data, (size_t)pd_tensor_numel(&by) * pd_dtype_size(by.dtype));
+        }
+        pd_step_result res;
+        st = pd__actx_forward(s, &x, c, nodes, g->nnodes);
+        for (int round = 0; round < 2 && st == PD_OK; round++) {
+            memset(sl.grads, 0, sizeof(float) * (size_t)sl.total);
+            pd__actx_zero_grads(c);
+            st = pd__actx_loss(s, c, &by, 1.0, &res);
+            if (st == PD_OK && round == 0) {
+                st = pd__actx_backward_part(s, &x, c, nodes, g->nnodes, false);
+                after_b = 0;
+                for (int64_t e = 0; e < sl.total; e++) after_b = fmax(after_b, fabs(sl.grads[e]));
+                for (int t = 0; t < g->ntensors; t++) {
+                    pd_tensor *d = pd__actx_grad(c, t);
+                    if (g->tensors[t].kind == PD_T_ACT && d->data && g->tensors[t].dtype == PD_FLOAT)
+                        for (int64_t e = 0; e < g->tensors[t].numel; e++)
+                            in_grad = fmax(in_grad, fabs(((float *)d->data)[e]));
+                }
+                if (st == PD_OK) st = pd__actx_backward_part(s, &x, c, nodes, g->nnodes, true);
+                memcpy(part, sl.grads, sizeof(float) * (size_t)sl.total);
+            } else if (st == PD_OK) {
+                st = pd__actx_backward(s, &x, c, nodes, g->nnodes);
+                memcpy(full, sl.grads, sizeof(float) * (size_t)sl.total);
+            }
+        }
+        if (st == PD_OK) err = rel_err(part, full, sl.total);
+    }
+    CHECK(st == PD_OK && after_b == 0 && in_grad > 0 && err <= 1e-6,
+          "%s: the input-gradient half of the backward leaves the weight gradients zero (max %g; activation "
+          "gradients up to %g), the weight half then equals the whole backward's (relative error %.3g)%s%s",
+          r->name, after_b, in_grad, err, st ? ": " : "", st ? pd_last_error() : "");
+    free(part);
+    free(full);
+    free(nodes);
+    PD_FREE(x.scratch);
+    pd__actx_destroy(c);
+    pd_session_destroy(s);
+    pd_graph_destroy(g);
+}
+
+/* A failure on a replicated stage (an F of one replica's microbatch, an
+ * ALLREDUCE or STEP that every replica runs) and in an interleaved chunk stops
+ * the pipeline naming it; no replica waits forever; it trains on afterwards. */
+static void run_failures_ex(const char *fx, const pd_tensor *xs, const pd_tensor *ys, const ref *r) {
+    enum { P = 3, M = 4 };
+    pd_graph *g = NULL;
+    pd_plan *plan = NULL;
+    pd__pipe *p = NULL;
+    pd_status st = load(fx, BATCH / M, &g);
+    if (st == PD_OK) st = make_plan(g, P, M, &plan);
+    if (st == PD_OK) plan->stage[1].replicas = 2;
+    if (st == PD_OK) st = pd__pipe_create(g, plan, &r->o, PD_SCHED_FLUSH, M, &p);
+    const int ops[] = {PD_I_F, PD_I_B, PD_I_ALLREDUCE, PD_I_STEP, PD_I_RECV_ACT, PD_I_SEND_GRAD};
+    int named = 0;
+    char bad[1024] = "";
+    for (int i = 0; st == PD_OK && i < 6; i++) {
+        int mb = ops[i] == PD_I_ALLREDUCE || ops[i] == PD_I_STEP ? 7 : 5;
+        pd__pipe_inject_failure(p, 1, ops[i], mb);
+        pd_status run = pd__pipe_run(p, 4, xs, ys, NULL);
+        char want[128];
+        snprintf(want, sizeof want, ", step 2, %s of microbatch %d: injected failure", pd__op_name(ops[i]), mb);
+        bool ok = run == PD_ERR_INTERNAL && strstr(pd_last_error(), want) &&
+                  strstr(pd_last_error(), mb == 5 ? "stage 1 (replica 1)" : "stage 1 (replica ");
+        named += ok;
+        if (!ok && !bad[0]) snprintf(bad, sizeof bad, "; %s: got '%s'", want, pd_last_error());
+    }
+    if (p) pd__pipe_inject_failure(p, -1, 0, 0);
+    if (st == PD_OK) st = pd__pipe_run(p, 4, xs, ys, NULL);
+    pd__pipe_destroy(p);
+    p = NULL;
+    pd_plan_destroy(plan);
+    plan = NULL;
+    /* interleaved: 2 workers x 2 chunks */
+    bool chunk_named = false;
+    if (st == PD_OK) st = make_plan(g, 4, M, &plan);
+    if (st == PD_OK) plan->chunks = 2;
+    if (st == PD_OK) st = pd__pipe_create(g, plan, &r->o, PD_SCHED_INTERLEAVED, M, &p);
+    if (st == PD_OK) {
+        pd__pipe_inject_failure(p, 1, PD_I_B, 6);
+        pd_status run = pd__pipe_run(p, 4, xs, ys, NULL);
+        chunk_named = run == PD_ERR_INTERNAL && strstr(pd_last_error(), "stage 1, step 2, B of microbatch 6 (chunk ");
+        if (!chunk_named && !bad[0]) snprintf(bad, sizeof bad, "; interleaved: got '%s'", pd_last_error());
+        pd__pipe_inject_failure(p, -1, 0, 0);
+        st = pd__pipe_run(p, 4, xs, ys, NULL);
+    }
+    CHECK(st == PD_OK && named == 6 && chunk_named,
+          "flush, 3 stages, stage 1 with 2 replicas: %d/6 injected failures (F, B, ALLREDUCE, STEP, RECV_ACT, "
+          "SEND_GRAD) stop every replica, named; interleaved 2 x 2 chunks: a failed B names its chunk; both train on "
+          "afterwards%s%s%s",
+          named, bad, st ? ": " : "", st ? pd_last_error() : "");
+    pd__pipe_destroy(p);
+    pd_plan_destroy(plan);
+    pd_graph_destroy(g);
+}
+
+/* Plans the pipeline cannot run say why. */
+static void run_refusals(const char *fx, const ref *r) {
+    pd_graph *g = NULL;
+    pd_plan *plan = NULL;
+    pd__pipe *p = NULL;
+    pd_status st = load(fx, BATCH / 4, &g);
+    if (st == PD_OK) st = make_plan(g, 4, 4, &plan);
+    pd_status a = st == PD_OK ? pd__pipe_create(g, plan, &r->o, PD_SCHED_INTERLEAVED, 4, &p) : st;
+    char ma[512];
+    snprintf(ma, sizeof ma, "%s", pd_last_error());
+    pd__pipe_destroy(p);
+    p = NULL;
+    if (st == PD_OK) plan->chunks = 2;
+    pd_status b = st == PD_OK ? pd__pipe_create(g, plan, &r->o, PD_SCHED_FLUSH, 4, &p) : st;
+    char mb[512];
+    snprintf(mb, sizeof mb, "%s", pd_last_error());
+    pd__pipe_destroy(p);
+    p = NULL;
+    if (st == PD_OK) {
+        plan->chunks = 1;
+        plan->stage[1].replicas = 2;
+    }
+    pd_status c = st == PD_OK ? pd__pipe_create(g, plan, &r->o, PD_SCHED_2BW, 4, &p) : st;
+    char mc[512];
+    snprintf(mc, sizeof mc, "%s", pd_last_error());
+    pd__pipe_destroy(p);
+    p = NULL;
+    if (st == PD_OK) {
+        plan->stage[1].replicas = 1;
+        plan->bwd_stage[0] = plan->fwd_stage[0] + 1;
+    }
+    pd_status d = st == PD_OK ? pd__pipe_create(g, plan, &r->o, PD_SCHED_FLUSH, 4, &p) : st;
+    char md[512];
+    snprintf(md, sizeof md, "%s", pd_last_error());
+    pd__pipe_destroy(p);
+    CHECK(a == PD_ERR_INVALID && strstr(ma, "interleaved needs a plan with chunks") && b == PD_ERR_INVALID &&
+              strstr(mb, "runs only under interleaved") && c == PD_ERR_UNSUPPORTED && strstr(mc, "replicated") &&
+              d == PD_ERR_UNSUPPORTED && strstr(md, "bipartition"),
+          "refused, with reasons: interleaved without chunks (%s); chunks under flush (%s); replicas under 2bw (%s); "
+          "a backward on another stage (%s)",
+          ma, mb, mc, md);
+    pd_plan_destroy(plan);
+    pd_graph_destroy(g);
 }
 
 /* A failure injected at every instruction kind of every stage, on
@@ -406,6 +739,35 @@ static void run_model(const char *fixtures, const char *model, bool full, pd_los
             run_pipedream_exact(fx, &xs, &ys, &refs[0], stages);
             run_pipedream(fx, &xs, &ys, &refs[3], stages);
         }
+        /* zero-bubble: split B and W */
+        for (int stages = 2; stages <= 4; stages++)
+            for (int i = 1; i < 3; i++) run_pipe(fx, &xs, &ys, &refs[0], stages, ms[i], PD_SCHED_ZB_H1);
+        run_pipe(fx, &xs, &ys, &refs[1], 3, 4, PD_SCHED_ZB_H1);
+        /* interleaved: P workers x V chunks */
+        run_pipe_ex(fx, &xs, &ys, &refs[0], 2, 2, PD_SCHED_INTERLEAVED, 2, NULL);
+        run_pipe_ex(fx, &xs, &ys, &refs[0], 2, 4, PD_SCHED_INTERLEAVED, 2, NULL);
+        run_pipe_ex(fx, &xs, &ys, &refs[1], 2, 4, PD_SCHED_INTERLEAVED, 2, NULL);
+        /* replicated stages */
+        const int r2[][3] = {{2, 1, 1}, {1, 2, 1}, {1, 1, 2}, {2, 2, 2}, {1, 3, 1}};
+        for (int i = 0; i < 5; i++) run_pipe_ex(fx, &xs, &ys, &refs[0], 3, 4, PD_SCHED_FLUSH, 1, r2[i]);
+        run_pipe_ex(fx, &xs, &ys, &refs[0], 2, 2, PD_SCHED_GPIPE, 1, r2[3]);
+        run_pipe_ex(fx, &xs, &ys, &refs[0], 3, 4, PD_SCHED_ZB_H1, 1, r2[1]);
+        run_pipe_ex(fx, &xs, &ys, &refs[1], 3, 4, PD_SCHED_FLUSH, 1, r2[0]);
+        const pd__sched_kind sk[] = {PD_SCHED_GPIPE, PD_SCHED_FLUSH, PD_SCHED_ZB_H1};
+        for (int k = 0; k < 3; k++) run_stats(fx, &xs, &ys, &refs[0], sk[k]);
+        /* Bi-Partition */
+        for (int k = 0; k < 2; k++) {
+            run_pipe_bx(fx, &xs, &ys, &refs[0], 3, 4, kinds[k], 1, NULL, 2);
+            run_pipe_bx(fx, &xs, &ys, &refs[0], 3, 2, kinds[k], 1, NULL, 2);
+        }
+        run_pipe_bx(fx, &xs, &ys, &refs[0], 3, 4, PD_SCHED_ZB_H1, 1, NULL, 2);
+        run_pipe_bx(fx, &xs, &ys, &refs[2], 3, 4, PD_SCHED_2BW, 1, NULL, 2);
+        run_pipe_bx(fx, &xs, &ys, &refs[1], 3, 4, PD_SCHED_FLUSH, 1, NULL, 2);
+        const int r3[] = {1, 2, 1};
+        run_pipe_bx(fx, &xs, &ys, &refs[0], 3, 4, PD_SCHED_FLUSH, 1, r3, 2);
+        run_refusals(fx, &refs[0]);
+        run_split(fx, &xs, &ys, &refs[0]);
+        run_failures_ex(fx, &xs, &ys, &refs[0]);
         run_nan(fx, &xs, &ys, &refs[0]);
         run_failures(fx, &xs, &ys, &refs[0], PD_SCHED_GPIPE);
         run_failures(fx, &xs, &ys, &refs[0], PD_SCHED_FLUSH);
@@ -416,6 +778,19 @@ static void run_model(const char *fixtures, const char *model, bool full, pd_los
         run_pipe(fx, &xs, &ys, &refs[1], 3, 2, PD_SCHED_FLUSH);
         run_pipe(fx, &xs, &ys, &refs[2], 3, 2, PD_SCHED_2BW);
         run_pipedream_exact(fx, &xs, &ys, &refs[0], 3);
+        run_pipe(fx, &xs, &ys, &refs[0], 3, 4, PD_SCHED_ZB_H1);
+        run_pipe_ex(fx, &xs, &ys, &refs[0], 2, 4, PD_SCHED_INTERLEAVED, 2, NULL);
+        run_pipe_ex(fx, &xs, &ys, &refs[0], 2, 4, PD_SCHED_INTERLEAVED, 3, NULL);
+        run_split(fx, &xs, &ys, &refs[0]);
+        for (int bip = 1; bip <= 2; bip++) { /* 4 stages have a movable node at a boundary for bip 1, 3 for bip 2 */
+            int n = bip == 1 ? 4 : 3;
+            run_pipe_bx(fx, &xs, &ys, &refs[0], n, 4, PD_SCHED_FLUSH, 1, NULL, bip);
+            run_pipe_bx(fx, &xs, &ys, &refs[0], n, 2, PD_SCHED_GPIPE, 1, NULL, bip);
+            run_pipe_bx(fx, &xs, &ys, &refs[0], n, 4, PD_SCHED_ZB_H1, 1, NULL, bip);
+            run_pipe_bx(fx, &xs, &ys, &refs[2], n, 2, PD_SCHED_2BW, 1, NULL, bip);
+        }
+        const int r2[] = {1, 2, 1};
+        run_pipe_ex(fx, &xs, &ys, &refs[0], 3, 4, PD_SCHED_FLUSH, 1, r2);
     }
     for (int i = 0; i < 4; i++) pd_graph_destroy(refs[i].g);
     pd__data_free(&d);

@@ -6,8 +6,10 @@
  * them and win. That is how `pdonnx train examples/digits_mlp.onnx` trains
  * the bundled model on the bundled digits with nothing else given.
  */
+#include "../core/schedule.h"
 #include "../runtime/data.h"
 #include "../runtime/optim.h"
+#include "../runtime/pipeline.h"
 #include "cli.h"
 
 #include <errno.h>
@@ -23,6 +25,8 @@
 
 typedef struct {
     const char *model, *data, *labels, *val_x, *val_y, *metrics, *save;
+    const char *plan, *schedule, *trace; /* pipeline training */
+    int64_t stages, microbatches;
     pd_train_options o;
     int64_t batch, steps, epochs, seed;
     bool shuffle, cosine, quiet;
@@ -162,6 +166,21 @@ static int pd__parse(pd__targs *a, int argc, char **argv) {
         } else if (!strcmp(f, "--save")) {
             NEED_VALUE;
             a->save = v;
+        } else if (!strcmp(f, "--stages")) {
+            NEED_VALUE;
+            if (!pd_cli_parse_int(f, v, 1, 4096, &a->stages)) return 2;
+        } else if (!strcmp(f, "--microbatches")) {
+            NEED_VALUE;
+            if (!pd_cli_parse_int(f, v, 1, 1 << 20, &a->microbatches)) return 2;
+        } else if (!strcmp(f, "--plan")) {
+            NEED_VALUE;
+            a->plan = v;
+        } else if (!strcmp(f, "--schedule")) {
+            NEED_VALUE;
+            a->schedule = v;
+        } else if (!strcmp(f, "--trace")) {
+            NEED_VALUE;
+            a->trace = v;
         } else if (!strcmp(f, "--quiet")) {
             a->quiet = true;
         } else if (f[0] == '-') {
@@ -247,6 +266,161 @@ static bool pd__writable(const char *path) {
     return true;
 }
 
+/* ---- pipeline training (--stages N | --plan FILE) ---------------------------------- */
+
+/* A plan for g: the file's (its nodes must be g's), or PipeDream's planner on
+ * a profile measured now, as a straight pipeline of at most `stages` stages. */
+static pd_status pd__pipe_plan(const pd__targs *a, pd_graph *g, pd_plan **out) {
+    if (a->plan) {
+        pd_plan *pl;
+        PD_TRY(pd_plan_load(a->plan, &pl));
+        if (pl->n_nodes != pd_graph_num_nodes(g)) {
+            pd_status st = pd__err(PD_ERR_INVALID, "--plan %s has %d nodes but %s has %d: plan this model", a->plan,
+                                   pl->n_nodes, a->model, pd_graph_num_nodes(g));
+            pd_plan_destroy(pl);
+            return st;
+        }
+        for (int i = 0; i < pl->n_nodes; i++) {
+            pd_node_info ni;
+            pd_graph_node(g, i, &ni);
+            if (strcmp(ni.name, pl->node_name[i]) != 0) {
+                pd_status st = pd__err(PD_ERR_INVALID, "--plan %s: node %d is '%s' in the plan but '%s' in %s", a->plan,
+                                       i, pl->node_name[i], ni.name, a->model);
+                pd_plan_destroy(pl);
+                return st;
+            }
+        }
+        *out = pl;
+        return PD_OK;
+    }
+    pd_profile_options po = PD_PROFILE_OPTIONS_INIT;
+    po.optimizer = a->o.optimizer;
+    po.loss = a->o.loss;
+    po.threads = a->o.threads;
+    po.warmup = 1;
+    po.repeats = 3;
+    pd_profile *prof;
+    PD_TRY(pd_profile_measure(g, &po, &prof));
+    pd_plan_options o = PD_PLAN_OPTIONS_INIT;
+    o.workers = (int)a->stages;
+    o.straight = 1;
+    o.microbatches = (int)a->microbatches;
+    pd_status st = pd_plan_create(prof, &o, out);
+    pd_profile_destroy(prof);
+    return st;
+}
+
+static int pd__train_pipeline(pd__targs *a, pd_graph *g, const char *input, pd_tensor *X, pd_tensor *Y,
+                              pd__data *data, int64_t steps, pd__sched_kind kind, FILE *mf) {
+    int rc = 1;
+    pd_plan *plan = NULL;
+    pd__pipe *pipe = NULL;
+    pd_tensor *ins = NULL;
+    pd_step_result *res = NULL;
+    void *bx = NULL, *by = NULL;
+    int M = (int)a->microbatches;
+    if (pd__pipe_plan(a, g, &plan) != PD_OK) {
+        pd_cli_fail();
+        goto out;
+    }
+    if (pd__pipe_create(g, plan, &a->o, kind, M, &pipe) != PD_OK) {
+        pd_cli_fail();
+        goto out;
+    }
+    /* every step's minibatch, back to back, from the same stream as one stage reads */
+    int64_t B = a->batch, rows = steps * B;
+    size_t xr = (size_t)(pd_tensor_numel(X) / X->shape[0]) * pd_dtype_size(X->dtype);
+    size_t yr = (size_t)(pd_tensor_numel(Y) / Y->shape[0]) * pd_dtype_size(Y->dtype);
+    bx = malloc(xr * (size_t)rows + 1);
+    by = malloc(yr * (size_t)rows + 1);
+    int nin = pd_graph_num_inputs(g);
+    ins = calloc((size_t)nin + 1, sizeof *ins);
+    res = calloc((size_t)steps, sizeof *res);
+    if (!bx || !by || !ins || !res) {
+        fprintf(stderr, "pdonnx: out of memory holding %lld steps of data for the pipeline\n", (long long)steps);
+        goto out;
+    }
+    for (int64_t k = 0; k < steps; k++)
+        if (pd__data_fill(data, k, (char *)bx + xr * (size_t)(k * B), (char *)by + yr * (size_t)(k * B)) != PD_OK) {
+            pd_cli_fail();
+            goto out;
+        }
+    pd_tensor tx = *X, ty = *Y;
+    tx.shape[0] = ty.shape[0] = rows;
+    tx.data = bx;
+    ty.data = by;
+    for (int i = 0; i < nin; i++) {
+        pd_value_info v;
+        pd_graph_input(g, i, &v);
+        ins[i] = strcmp(v.name, input) == 0 ? tx : ty;
+    }
+    if (!a->quiet)
+        printf("training %s as a pipeline: %d stages, %s schedule, %d microbatch%s of %lld rows per step, %lld steps, "
+               "%s lr %g\n",
+               a->model, plan->n_stages, pd__sched_kind_name(kind), M, M == 1 ? "" : "es", (long long)(B / M),
+               (long long)steps, pd__optim_name(a->o.optimizer), a->o.lr);
+    double t0 = pd__now();
+    if (pd__pipe_run(pipe, steps, ins, &ty, res) != PD_OK) {
+        pd_cli_fail();
+        goto out;
+    }
+    double total = pd__now() - t0;
+    int64_t every = steps / 10 > 0 ? steps / 10 : 1;
+    for (int64_t k = 0; k < steps; k++) {
+        if (mf)
+            fprintf(mf, "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g, \"samples_per_s\": %.1f, \"epoch\": %.4f}\n",
+                    (long long)k + 1, res[k].loss, res[k].lr, (double)rows / total,
+                    (double)((k + 1) * B) / (double)X->shape[0]);
+        if (!a->quiet && ((k + 1) % every == 0 || k + 1 == steps))
+            printf("step %lld/%lld  loss %.6f  lr %.4g\n", (long long)k + 1, (long long)steps, res[k].loss, res[k].lr);
+    }
+    if (!a->quiet) {
+        printf("trained %lld steps in %.2f s: %.0f samples/s, final loss %.6f\n", (long long)steps, total,
+               (double)rows / total, res[steps - 1].loss);
+        /* measured per stage, beside the simulator's prediction for the same plan and schedule */
+        pd_sim_options so = PD_SIM_OPTIONS_INIT;
+        so.schedule = pd__sched_kind_name(kind);
+        so.microbatches = M;
+        pd_sim_result sr;
+        bool sim = pd_simulate(plan, &so, &sr) == PD_OK && sr.n_stages == plan->n_stages;
+        double wall = pd__pipe_last_run_ms(pipe), busy_all = 0;
+        printf("%5s %10s %7s %9s %9s %10s %10s\n", "stage", "busy ms", "busy", "peak act", "versions", "sim busy",
+               "sim vers");
+        for (int st = 0; st < plan->n_stages; st++) {
+            pd__pipe_stats ps;
+            pd__pipe_stats_get(pipe, st, &ps);
+            busy_all += ps.busy_ms;
+            char simb[32] = "-", simv[16] = "-";
+            if (sim) {
+                snprintf(simb, sizeof simb, "%.1f%%", sr.makespan_ms > 0 ? 100 * sr.stage[st].busy_ms / sr.makespan_ms : 0);
+                snprintf(simv, sizeof simv, "%d", sr.stage[st].peak_versions);
+            }
+            printf("%5d %10.1f %6.1f%% %6d mb %9d %10s %10s\n", st, ps.busy_ms, wall > 0 ? 100 * ps.busy_ms / wall : 0,
+                   ps.peak_act_mbs, ps.peak_versions, simb, simv);
+        }
+        printf("bubble: %.1f%% measured", wall > 0 ? 100 * (1 - busy_all / (plan->n_stages * wall)) : 0);
+        if (sim) printf(", %.1f%% simulated", 100 * sr.bubble);
+        printf("\n");
+        if (sim) pd_sim_result_free(&sr);
+    }
+    if (a->trace) {
+        if (pd__pipe_write_trace(pipe, a->trace) != PD_OK) {
+            pd_cli_fail();
+            goto out;
+        }
+        if (!a->quiet) printf("trace: %s\n", a->trace);
+    }
+    rc = 0;
+out:
+    pd__pipe_destroy(pipe); /* the trained weights go back into g */
+    pd_plan_destroy(plan);
+    free(ins);
+    free(res);
+    free(bx);
+    free(by);
+    return rc;
+}
+
 int pd_cli_train(int argc, char **argv) {
     pd__targs a;
     memset(&a, 0, sizeof a);
@@ -276,6 +450,44 @@ int pd_cli_train(int argc, char **argv) {
         goto out;
     }
     if (a.save && !pd__writable(a.save)) goto out;
+    bool piped = a.stages || a.plan;
+    pd__sched_kind kind = PD_SCHED_FLUSH;
+    if (!piped && (a.schedule || a.microbatches || a.trace)) {
+        pd_cli_usage_error("train: %s", "--schedule, --microbatches and --trace need --stages N or --plan FILE");
+        goto out;
+    }
+    if (a.stages && a.plan) {
+        pd_cli_usage_error("train: %s", "give --stages N or --plan FILE, not both");
+        goto out;
+    }
+    if (piped) {
+        if (a.schedule && pd__sched_kind_parse(a.schedule, &kind) != PD_OK) {
+            pd_cli_usage_error("train: %s", pd_last_error());
+            goto out;
+        }
+        if (!a.microbatches) {
+            /* enough microbatches to fill the pipeline: the smallest divisor of the batch >= the stages */
+            int64_t want = a.stages ? a.stages : 4;
+            a.microbatches = a.batch;
+            for (int64_t m = want; m <= a.batch; m++)
+                if (a.batch % m == 0) {
+                    a.microbatches = m;
+                    break;
+                }
+            if (kind == PD_SCHED_PIPEDREAM) a.microbatches = 1;
+        }
+        if (kind == PD_SCHED_PIPEDREAM && a.microbatches != 1) {
+            pd_cli_usage_error("train: %s", "--schedule pipedream updates after every microbatch: use --microbatches 1");
+            goto out;
+        }
+        if (a.batch % a.microbatches) {
+            char msg[96];
+            snprintf(msg, sizeof msg, "--batch %lld is not a multiple of --microbatches %lld", (long long)a.batch,
+                     (long long)a.microbatches);
+            pd_cli_usage_error("train: %s", msg);
+            goto out;
+        }
+    }
     rc = 1;
 
     pd_tensor X = {0}, Y = {0}, VX = {0}, VY = {0};
@@ -302,7 +514,7 @@ int pd_cli_train(int argc, char **argv) {
         goto done;
     }
     pd_load_options lo = PD_LOAD_OPTIONS_INIT;
-    lo.batch = a.batch;
+    lo.batch = piped ? a.batch / a.microbatches : a.batch; /* a pipeline's graph takes one microbatch */
     if (pd_graph_load_file(a.model, &lo, &g) != PD_OK) {
         pd_cli_fail();
         goto done;
@@ -315,7 +527,7 @@ int pd_cli_train(int argc, char **argv) {
     if (a.cosine) a.o.cosine_steps = steps;
     bool int_labels = Y.dtype == PD_INT64 || Y.dtype == PD_INT32 || Y.dtype == PD_UINT8 || Y.dtype == PD_INT16;
     if (a.o.loss == PD_LOSS_AUTO) a.o.loss = int_labels ? PD_LOSS_CROSS_ENTROPY : PD_LOSS_MSE;
-    if (pd_session_create(g, &a.o, &s) != PD_OK) {
+    if (!piped && pd_session_create(g, &a.o, &s) != PD_OK) {
         pd_cli_fail();
         goto done;
     }
@@ -392,13 +604,30 @@ int pd_cli_train(int argc, char **argv) {
         }
     }
     if (pd__data_init(&data, &X, &Y, a.batch, a.shuffle, (uint64_t)a.seed) != PD_OK ||
-        pd__prefetch_start(&data, 0, steps - 1, &pf) != PD_OK) {
+        (!piped && pd__prefetch_start(&data, 0, steps - 1, &pf) != PD_OK)) {
         pd_cli_fail();
         goto done;
     }
     if (a.metrics && !(mf = fopen(a.metrics, "w"))) {
         fprintf(stderr, "pdonnx: --metrics %s: %s\n", a.metrics, strerror(errno));
         goto done;
+    }
+    if (piped) {
+        if (pd__train_pipeline(&a, g, input, &X, &Y, &data, steps, kind, mf) != 0) goto done;
+        /* the trained weights are back in g: validate on one stage */
+        if (a.val_x) {
+            double vloss, vacc;
+            int64_t vc, vn;
+            if (pd_session_create(g, &a.o, &s) != PD_OK ||
+                pd__validate(s, input, &VX, &VY, &vloss, &vacc, &vc, &vn) != PD_OK) {
+                pd_cli_fail();
+                goto done;
+            }
+            if (!a.quiet)
+                printf("validation: loss %.4f, accuracy %.2f%% (%lld/%lld)\n", vloss, 100 * vacc, (long long)vc,
+                       (long long)vn);
+        }
+        goto save;
     }
     if (!a.quiet)
         printf("training %s: %d parameter tensors (%lld floats), %lld rows, batch %lld, %lld steps, %s lr %g\n",
@@ -471,6 +700,7 @@ int pd_cli_train(int argc, char **argv) {
             printf("validation: loss %.4f, accuracy %.2f%% (%lld/%lld)\n", vloss, 100 * vacc, (long long)vcorrect,
                    (long long)vcount);
     }
+save:
     if (a.save) {
         if (pd_graph_save(g, a.save) != PD_OK) {
             pd_cli_fail();

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# run_pipeline.sh - the same model and global batch trained by one stage on one
+# core and by two stages on two cores (one thread each) with each schedule, in
+# one run; prints a Markdown table for docs/PERF.md with the throughput ratio
+# over one core and the simulator's bubble for the same plan beside the one
+# measured.
+#
+#   bench/run_pipeline.sh [BUILD_DIR] [MODEL] [BATCH] [STEPS]
+# Default model: the GPT fixture on its training rows (tests/fixtures/gpt/train/sgd).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${1:-build} model=${2:-gpt} batch=${3:-32} steps=${4:-60}
+fx=tests/fixtures/$model
+data=(--data "$fx/train/sgd/X.npy" --labels "$fx/train/sgd/Y.npy")
+common=(train "$fx/model.onnx" "${data[@]}" --batch "$batch" --steps "$steps" --no-shuffle --threads 1 --lr 0.01)
+export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
+rate() { grep -o '[0-9.]* samples/s' <<<"$1" | tail -1 | cut -d' ' -f1; }
+echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')"
+echo "$model, global batch $batch, $steps SGD steps, one thread per stage"
+echo
+echo "| configuration | samples/s | vs 1 stage on 1 core | bubble measured | bubble simulated |"
+echo "|---|---|---|---|---|"
+one=$("$build/pdonnx" "${common[@]}")
+r1=$(rate "$one")
+echo "| 1 stage, 1 core | $r1 | 1.00 | | |"
+for s in gpipe flush pipedream 2bw; do
+  mb=4
+  [ "$s" = pipedream ] && mb=1
+  out=$("$build/pdonnx" "${common[@]}" --stages 2 --schedule "$s" --microbatches "$mb")
+  r=$(rate "$out")
+  b=$(grep -o 'bubble: [0-9.]*% measured, [0-9.]*% simulated' <<<"$out" | sed 's/bubble: //; s/ measured, / | /; s/ simulated//')
+  awk -v s="$s" -v mb="$mb" -v r="$r" -v r1="$r1" -v b="$b" \
+    'BEGIN { printf "| 2 stages, %s, %d microbatch%s | %s | %.2f | %s |\n", s, mb, mb == 1 ? "" : "es", r, r / r1, b }'
+done
+echo "| 2-way data parallelism | (replicated stages: issue 7) | | | |"
