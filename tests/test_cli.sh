@@ -192,6 +192,19 @@ if "$pdonnx" train "$ex/digits_mlp.onnx" --steps 20 --no-shuffle --metrics "$tmp
 else
   notok "train pipeline: $(tail -c 800 "$tmp/out")"
 fi
+same_losses() { # same_losses A.jsonl B.jsonl: per-step losses equal to 1e-5 relative
+  [ "$(wc -l <"$1")" -eq "$(wc -l <"$2")" ] &&
+  paste -d' ' <(grep -o '"loss": [^,]*' "$1" | cut -d' ' -f2) <(grep -o '"loss": [^,]*' "$2" | cut -d' ' -f2) |
+    awk '{d = $1 - $2; if (d < 0) d = -d; if (d > 1e-5 * ($1 > 0 ? $1 : -$1) + 1e-7) bad = 1} END {exit bad}'
+}
+for s in gpipe zb-h1 interleaved; do
+  if "$pdonnx" train "$ex/digits_mlp.onnx" --steps 20 --no-shuffle --stages 2 --schedule "$s" \
+       --metrics "$tmp/p_$s.jsonl" --quiet >"$tmp/out" 2>&1 && same_losses "$tmp/one.jsonl" "$tmp/p_$s.jsonl"; then
+    ok "train --stages 2 --schedule $s: 20 losses equal one stage's"
+  else
+    notok "train --schedule $s: $(tail -c 400 "$tmp/out")"
+  fi
+done
 expect_error "train: microbatches must divide the batch" "not a multiple of --microbatches 3" \
   "$pdonnx" train "$ex/digits_mlp.onnx" --stages 2 --microbatches 3 --quiet
 expect_error "train: pipedream takes one microbatch" "use --microbatches 1" \

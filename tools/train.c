@@ -26,7 +26,7 @@
 typedef struct {
     const char *model, *data, *labels, *val_x, *val_y, *metrics, *save;
     const char *plan, *schedule, *trace; /* pipeline training */
-    int64_t stages, microbatches;
+    int64_t stages, microbatches, virtual_stages;
     pd_train_options o;
     int64_t batch, steps, epochs, seed;
     bool shuffle, cosine, quiet;
@@ -172,6 +172,9 @@ static int pd__parse(pd__targs *a, int argc, char **argv) {
         } else if (!strcmp(f, "--microbatches")) {
             NEED_VALUE;
             if (!pd_cli_parse_int(f, v, 1, 1 << 20, &a->microbatches)) return 2;
+        } else if (!strcmp(f, "--virtual-stages")) {
+            NEED_VALUE;
+            if (!pd_cli_parse_int(f, v, 2, 64, &a->virtual_stages)) return 2;
         } else if (!strcmp(f, "--plan")) {
             NEED_VALUE;
             a->plan = v;
@@ -270,7 +273,7 @@ static bool pd__writable(const char *path) {
 
 /* A plan for g: the file's (its nodes must be g's), or PipeDream's planner on
  * a profile measured now, as a straight pipeline of at most `stages` stages. */
-static pd_status pd__pipe_plan(const pd__targs *a, pd_graph *g, pd_plan **out) {
+static pd_status pd__pipe_plan(const pd__targs *a, pd_graph *g, bool interleaved, pd_plan **out) {
     if (a->plan) {
         pd_plan *pl;
         PD_TRY(pd_plan_load(a->plan, &pl));
@@ -301,11 +304,21 @@ static pd_status pd__pipe_plan(const pd__targs *a, pd_graph *g, pd_plan **out) {
     po.repeats = 3;
     pd_profile *prof;
     PD_TRY(pd_profile_measure(g, &po, &prof));
+    /* interleaved: stages x V virtual stages, virtual stage k on worker k % stages */
+    int V = interleaved ? (int)(a->virtual_stages ? a->virtual_stages : 2) : 1;
     pd_plan_options o = PD_PLAN_OPTIONS_INIT;
-    o.workers = (int)a->stages;
+    o.workers = (int)a->stages * V;
     o.straight = 1;
     o.microbatches = (int)a->microbatches;
     pd_status st = pd_plan_create(prof, &o, out);
+    if (st == PD_OK && V > 1 && (*out)->n_stages != o.workers) {
+        /* the planner found fewer stages worth having: cut evenly instead */
+        pd_plan_destroy(*out);
+        *out = NULL;
+        o.algo = "uniform";
+        st = pd_plan_create(prof, &o, out);
+    }
+    if (st == PD_OK) (*out)->chunks = V;
     pd_profile_destroy(prof);
     return st;
 }
@@ -319,7 +332,7 @@ static int pd__train_pipeline(pd__targs *a, pd_graph *g, const char *input, pd_t
     pd_step_result *res = NULL;
     void *bx = NULL, *by = NULL;
     int M = (int)a->microbatches;
-    if (pd__pipe_plan(a, g, &plan) != PD_OK) {
+    if (pd__pipe_plan(a, g, kind == PD_SCHED_INTERLEAVED, &plan) != PD_OK) {
         pd_cli_fail();
         goto out;
     }
@@ -355,9 +368,10 @@ static int pd__train_pipeline(pd__targs *a, pd_graph *g, const char *input, pd_t
         ins[i] = strcmp(v.name, input) == 0 ? tx : ty;
     }
     if (!a->quiet)
-        printf("training %s as a pipeline: %d stages, %s schedule, %d microbatch%s of %lld rows per step, %lld steps, "
+        printf("training %s as a pipeline: %d stages%s, %s schedule, %d microbatch%s of %lld rows per step, %lld steps, "
                "%s lr %g\n",
-               a->model, plan->n_stages, pd__sched_kind_name(kind), M, M == 1 ? "" : "es", (long long)(B / M),
+               a->model, pd__pipe_stages(pipe), plan->chunks > 1 ? " (each with several virtual stages)" : "",
+               pd__sched_kind_name(kind), M, M == 1 ? "" : "es", (long long)(B / M),
                (long long)steps, pd__optim_name(a->o.optimizer), a->o.lr);
     double t0 = pd__now();
     if (pd__pipe_run(pipe, steps, ins, &ty, res) != PD_OK) {
@@ -382,11 +396,12 @@ static int pd__train_pipeline(pd__targs *a, pd_graph *g, const char *input, pd_t
         so.schedule = pd__sched_kind_name(kind);
         so.microbatches = M;
         pd_sim_result sr;
-        bool sim = pd_simulate(plan, &so, &sr) == PD_OK && sr.n_stages == plan->n_stages;
+        int P = pd__pipe_stages(pipe);
+        bool sim = pd_simulate(plan, &so, &sr) == PD_OK && sr.n_stages == P;
         double wall = pd__pipe_last_run_ms(pipe), busy_all = 0;
         printf("%5s %10s %7s %9s %9s %10s %10s\n", "stage", "busy ms", "busy", "peak act", "versions", "sim busy",
                "sim vers");
-        for (int st = 0; st < plan->n_stages; st++) {
+        for (int st = 0; st < P; st++) {
             pd__pipe_stats ps;
             pd__pipe_stats_get(pipe, st, &ps);
             busy_all += ps.busy_ms;
@@ -398,7 +413,7 @@ static int pd__train_pipeline(pd__targs *a, pd_graph *g, const char *input, pd_t
             printf("%5d %10.1f %6.1f%% %6d mb %9d %10s %10s\n", st, ps.busy_ms, wall > 0 ? 100 * ps.busy_ms / wall : 0,
                    ps.peak_act_mbs, ps.peak_versions, simb, simv);
         }
-        printf("bubble: %.1f%% measured", wall > 0 ? 100 * (1 - busy_all / (plan->n_stages * wall)) : 0);
+        printf("bubble: %.1f%% measured", wall > 0 ? 100 * (1 - busy_all / (P * wall)) : 0);
         if (sim) printf(", %.1f%% simulated", 100 * sr.bubble);
         printf("\n");
         if (sim) pd_sim_result_free(&sr);
@@ -452,8 +467,9 @@ int pd_cli_train(int argc, char **argv) {
     if (a.save && !pd__writable(a.save)) goto out;
     bool piped = a.stages || a.plan;
     pd__sched_kind kind = PD_SCHED_FLUSH;
-    if (!piped && (a.schedule || a.microbatches || a.trace)) {
-        pd_cli_usage_error("train: %s", "--schedule, --microbatches and --trace need --stages N or --plan FILE");
+    if (!piped && (a.schedule || a.microbatches || a.trace || a.virtual_stages)) {
+        pd_cli_usage_error("train: %s",
+                           "--schedule, --microbatches, --virtual-stages and --trace need --stages N or --plan FILE");
         goto out;
     }
     if (a.stages && a.plan) {
@@ -475,6 +491,10 @@ int pd_cli_train(int argc, char **argv) {
                     break;
                 }
             if (kind == PD_SCHED_PIPEDREAM) a.microbatches = 1;
+        }
+        if (a.virtual_stages && (kind != PD_SCHED_INTERLEAVED || a.plan)) {
+            pd_cli_usage_error("train: %s", "--virtual-stages goes with --stages N --schedule interleaved");
+            goto out;
         }
         if (kind == PD_SCHED_PIPEDREAM && a.microbatches != 1) {
             pd_cli_usage_error("train: %s", "--schedule pipedream updates after every microbatch: use --microbatches 1");
