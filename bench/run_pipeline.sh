@@ -15,7 +15,7 @@ data=(--data "$fx/train/sgd/X.npy" --labels "$fx/train/sgd/Y.npy")
 common=(train "$fx/model.onnx" "${data[@]}" --batch "$batch" --steps "$steps" --no-shuffle --threads 1 --lr 0.01)
 export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
 rate() { grep -o '[0-9.]* samples/s' <<<"$1" | tail -1 | cut -d' ' -f1; }
-echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')"
+echo "machine: $(nproc --all) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')"
 echo "$model, global batch $batch, $steps SGD steps, one thread per stage"
 echo
 echo "| configuration | samples/s | vs 1 stage on 1 core | bubble measured | bubble simulated |"

@@ -55,6 +55,8 @@ typedef struct pd__msg {
 typedef struct pd__queue {
     pd__msg *ring;
     int cap, head, n;
+    void **pool;        /* spent message buffers, reused (all of one link's size): no malloc per message */
+    int npool;
 } pd__queue;
 
 typedef struct pd__link {
@@ -266,6 +268,31 @@ static void pd__q_drain(pd__queue *q) {
     q->head = 0;
 }
 
+/* A message buffer of n bytes: a spent one of this queue, or a new one. */
+static void *pd__q_buf(pd__pipe *p, pd__queue *q, size_t n) {
+    void *b = NULL;
+    pthread_mutex_lock(&p->mu);
+    if (q->npool > 0) b = q->pool[--q->npool];
+    pthread_mutex_unlock(&p->mu);
+    return b ? b : PD_MALLOC(n ? n : 1);
+}
+
+static void pd__q_recycle(pd__pipe *p, pd__queue *q, void *b) {
+    pthread_mutex_lock(&p->mu);
+    if (q->pool && q->npool < q->cap + 2) {
+        q->pool[q->npool++] = b;
+        b = NULL;
+    }
+    pthread_mutex_unlock(&p->mu);
+    PD_FREE(b);
+}
+
+static void pd__q_free_pool(pd__queue *q) {
+    while (q->npool > 0) PD_FREE(q->pool[--q->npool]);
+    PD_FREE(q->pool);
+    q->pool = NULL;
+}
+
 /* The replicas of worker w meet; false when the pipeline was aborted. */
 static bool pd__barrier(pd__pipe *p, int w) {
     pd__bar *b = &p->bar[w];
@@ -332,6 +359,8 @@ void pd__pipe_destroy(pd__pipe *p) {
         pd__q_drain(&p->link[l].bwd);
         PD_FREE(p->link[l].fwd.ring);
         PD_FREE(p->link[l].bwd.ring);
+        pd__q_free_pool(&p->link[l].fwd);
+        pd__q_free_pool(&p->link[l].bwd);
         PD_FREE(p->link[l].t);
         PD_FREE(p->link[l].gt);
         PD_FREE(p->link[l].bt);
@@ -572,6 +601,8 @@ pd_status pd__pipe_create(pd_graph *g, const pd_plan *plan, const pd_train_optio
         L->fwd.cap = L->bwd.cap = p->M + p->NV;
         L->fwd.ring = PD_CALLOC((size_t)L->fwd.cap, sizeof(pd__msg));
         L->bwd.ring = PD_CALLOC((size_t)L->bwd.cap, sizeof(pd__msg));
+        L->fwd.pool = PD_CALLOC((size_t)L->fwd.cap + 2, sizeof(void *));
+        L->bwd.pool = PD_CALLOC((size_t)L->bwd.cap + 2, sizeof(void *));
         if (!L->t || !L->gt || !L->bt || !L->fwd.ring || !L->bwd.ring) goto nomem;
         for (int t = 0; t < g->ntensors; t++) {
             if (tstage[t] < 0) continue;
@@ -676,7 +707,7 @@ static pd_status pd__do_forward(pd__wk *W, pd__chunk *C, int mb, int32_t version
     PD_TRY(pd__bind(p, C, c, version));
     C->slot_ver[mb % p->nslots] = version;
     if (++W->inflight > W->peak_act) W->peak_act = W->inflight;
-    pd__actx_zero_grads(c);
+    pd__actx_zero_grads_of(p->s, c, S->bnodes, S->nbnodes);
     for (int i = 0; i < g->ninputs; i++) {
         int t = g->inputs[i];
         pd_tensor v = pd__rows(t == p->labels_input ? p->labels : &p->inputs[i], p->rows, mb);
@@ -786,7 +817,7 @@ static pd_status pd__send(pd__pipe *p, pd__chunk *C, int l, bool grad, int mb, p
     const pd__link *L = &p->link[l];
     pd__actx *c = C->slot[mb % p->nslots];
     size_t n = grad ? L->grad_bytes : L->act_bytes, off = 0;
-    char *buf = PD_MALLOC(n ? n : 1);
+    char *buf = pd__q_buf(p, q, n);
     if (!buf) return pd__err(PD_ERR_NOMEM, "out of memory for a %zu-byte message", n);
     for (int k = 0; k < (grad ? L->ngt + L->nbt : L->nt); k++) {
         int t = grad ? (k < L->ngt ? L->gt[k] : L->bt[k - L->ngt]) : L->t[k];
@@ -814,7 +845,7 @@ static pd_status pd__recv(pd__pipe *p, pd__chunk *C, int l, bool grad, int mb, p
         memcpy(v->data, (char *)m.buf + off, pd__tbytes(p->g, t));
         off += pd__tbytes(p->g, t);
     }
-    PD_FREE(m.buf);
+    pd__q_recycle(p, q, m.buf);
     return PD_OK;
 }
 

@@ -666,6 +666,18 @@ pd_tensor *pd__actx_value(pd__actx *c, int t) { return &c->views[t]; }
 pd_tensor *pd__actx_grad(pd__actx *c, int t) { return &c->gviews[t]; }
 void pd__actx_zero_grads(pd__actx *c) { memset(c->gact, 0, c->gact_bytes); }
 
+void pd__actx_zero_grads_of(const pd_session *s, pd__actx *c, const int *nodes, int n) {
+    const pd_graph *g = s->g;
+    for (int i = 0; i < n; i++) {
+        const pd__node *nd = &g->nodes[nodes[i]];
+        for (int j = 0; j < nd->nin + nd->nout; j++) {
+            int t = j < nd->nin ? nd->in[j] : nd->out[j - nd->nin];
+            if (t < 0 || !s->needs_grad[t] || g->tensors[t].kind == PD_T_INIT) continue;
+            memset(c->gviews[t].data, 0, (size_t)g->tensors[t].numel * pd_dtype_size(g->tensors[t].dtype));
+        }
+    }
+}
+
 pd_status pd__actx_forward(const pd_session *s, pd__exec *x, pd__actx *c, const int *nodes, int n) {
     const pd_graph *g = s->g;
     for (int k = 0; k < n; k++) {

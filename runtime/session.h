@@ -39,6 +39,8 @@ void pd__actx_destroy(pd__actx *c);
 pd_tensor *pd__actx_value(pd__actx *c, int t); /* graph tensor t's data in this context */
 pd_tensor *pd__actx_grad(pd__actx *c, int t);  /* its gradient (data NULL: none) */
 void pd__actx_zero_grads(pd__actx *c);         /* the activation gradients, not the parameters' */
+/* Only those a backward over `nodes` accumulates into (their inputs' and outputs'). */
+void pd__actx_zero_grads_of(const pd_session *s, pd__actx *c, const int *nodes, int n);
 /* Forward of nodes[0..n) in that order / backward in reverse order; x is the
  * caller's (one per thread). */
 pd_status pd__actx_forward(const pd_session *s, pd__exec *x, pd__actx *c, const int *nodes, int n);
