@@ -399,8 +399,8 @@ static int pd__train_pipeline(pd__targs *a, pd_graph *g, const char *input, pd_t
         int P = pd__pipe_stages(pipe);
         bool sim = pd_simulate(plan, &so, &sr) == PD_OK && sr.n_stages == P;
         double wall = pd__pipe_last_run_ms(pipe), busy_all = 0;
-        printf("%5s %10s %7s %9s %9s %10s %10s\n", "stage", "busy ms", "busy", "peak act", "versions", "sim busy",
-               "sim vers");
+        printf("%5s %10s %7s %18s %9s %10s %10s\n", "stage", "busy ms", "busy", "peak activations", "versions",
+               "sim busy", "sim vers");
         for (int st = 0; st < P; st++) {
             pd__pipe_stats ps;
             pd__pipe_stats_get(pipe, st, &ps);
@@ -410,8 +410,12 @@ static int pd__train_pipeline(pd__targs *a, pd_graph *g, const char *input, pd_t
                 snprintf(simb, sizeof simb, "%.1f%%", sr.makespan_ms > 0 ? 100 * sr.stage[st].busy_ms / sr.makespan_ms : 0);
                 snprintf(simv, sizeof simv, "%d", sr.stage[st].peak_versions);
             }
-            printf("%5d %10.1f %6.1f%% %6d mb %9d %10s %10s\n", st, ps.busy_ms, wall > 0 ? 100 * ps.busy_ms / wall : 0,
-                   ps.peak_act_mbs, ps.peak_versions, simb, simv);
+            char act[48];
+            double ab = ps.peak_act_mbs * ps.act_bytes_per_mb;
+            snprintf(act, sizeof act, "%d mb, %.1f %s", ps.peak_act_mbs, ab >= 1e6 ? ab / 1e6 : ab / 1e3,
+                     ab >= 1e6 ? "MB" : "KB");
+            printf("%5d %10.1f %6.1f%% %18s %9d %10s %10s\n", st, ps.busy_ms, wall > 0 ? 100 * ps.busy_ms / wall : 0, act,
+                   ps.peak_versions, simb, simv);
         }
         printf("bubble: %.1f%% measured", wall > 0 ? 100 * (1 - busy_all / (P * wall)) : 0);
         if (sim) printf(", %.1f%% simulated", 100 * sr.bubble);
