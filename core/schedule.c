@@ -404,3 +404,27 @@ pd_status pd__schedule_write(const pd__schedule *s, FILE *f, bool csv) {
     if (ferror(f)) return pd__err(PD_ERR_IO, "schedule: write failed");
     return PD_OK;
 }
+
+/* PipeDream's vertical sync: every stage runs microbatch k (forward and
+ * backward) on weight version v, the version stage 0's forward of k used
+ * (version = how many updates the stage has made), instead of its own latest;
+ * a stage keeps the older versions it will still need. */
+pd_status pd__schedule_vertical_sync(pd__schedule *s) {
+    if (s->kind != PD_SCHED_PIPEDREAM)
+        return pd__err(PD_ERR_INVALID, "vertical sync applies to the pipedream schedule, not %s", pd__sched_kind_name(s->kind));
+    int nmb = 0;
+    for (int k = 0; k < s->len[0]; k++)
+        if (s->ins[0][k].mb >= nmb) nmb = s->ins[0][k].mb + 1;
+    int32_t *v0 = PD_MALLOC(sizeof(int32_t) * ((size_t)nmb + 1));
+    if (!v0) return pd__err(PD_ERR_NOMEM, "out of memory");
+    for (int k = 0; k < s->len[0]; k++)
+        if (s->ins[0][k].op == PD_I_F) v0[s->ins[0][k].mb] = s->ins[0][k].version;
+    for (int q = 0; q < s->n_stages; q++)
+        for (int k = 0; k < s->len[q]; k++) {
+            pd__instr *in = &s->ins[q][k];
+            if ((in->op == PD_I_F || in->op == PD_I_B || in->op == PD_I_W) && in->mb >= 0 && in->mb < nmb)
+                in->version = v0[in->mb];
+        }
+    PD_FREE(v0);
+    return PD_OK;
+}

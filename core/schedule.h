@@ -27,6 +27,9 @@ const char *pd__op_name(int op);
  * and version -1 where they do not apply. */
 pd_status pd__schedule_build(pd__sched_kind kind, int n_stages, int chunks, int microbatches, int minibatches,
                              const int *replicas, pd__schedule **out);
+/* PipeDream's vertical sync on a pipedream schedule: every stage runs
+ * microbatch k on the version stage 0's forward of k used. */
+pd_status pd__schedule_vertical_sync(pd__schedule *s);
 void pd__schedule_free(pd__schedule *s);
 /* F before B before W per (virtual stage, microbatch), each exactly once;
  * every F/B past the pipeline's ends preceded by its RECV and followed by its

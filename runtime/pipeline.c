@@ -123,6 +123,7 @@ struct pd__pipe {
     pd__slabs sl;
     pd_train_options o;
     pd__sched_kind kind;
+    bool vertical_sync; /* pipedream: every stage runs a microbatch on stage 0's version */
     int P, V, NV, M, nslots; /* workers, chunks, virtual stages, microbatches */
     int64_t rows;      /* per microbatch */
     int pred, labels_input;
@@ -151,6 +152,13 @@ static int64_t pd__ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+pd_status pd__pipe_set_vertical_sync(pd__pipe *p, bool on) {
+    if (on && p->kind != PD_SCHED_PIPEDREAM)
+        return pd__err(PD_ERR_INVALID, "--vertical-sync goes with the pipedream schedule, not %s", pd__sched_kind_name(p->kind));
+    p->vertical_sync = on;
+    return PD_OK;
 }
 
 int pd__pipe_stages(const pd__pipe *p) { return p ? p->P : 0; }
@@ -926,6 +934,13 @@ pd_status pd__pipe_run(pd__pipe *p, int64_t minibatches, const pd_tensor *inputs
     }
     pd__schedule *sched = NULL;
     PD_TRY(pd__schedule_build(p->kind, p->P, p->V, p->M, (int)minibatches, p->rep, &sched));
+    if (p->vertical_sync) {
+        pd_status vs = pd__schedule_vertical_sync(sched);
+        if (vs != PD_OK) {
+            pd__schedule_free(sched);
+            return vs;
+        }
+    }
     /* per thread and chunk: the last instruction naming each version; nothing in flight */
     pd_status st = PD_OK;
     for (int i = 0; i < p->nwk && st == PD_OK; i++) {

@@ -37,6 +37,9 @@ pd_status pd__pipe_create(pd_graph *g, const pd_plan *plan, const pd_train_optio
                           int microbatches, pd__pipe **out);
 void pd__pipe_destroy(pd__pipe *p);
 int pd__pipe_stages(const pd__pipe *p);
+/* PipeDream's vertical sync (pipedream schedule only): every stage runs
+ * microbatch k on the weight version stage 0's forward of k used. */
+pd_status pd__pipe_set_vertical_sync(pd__pipe *p, bool on);
 
 /* Most weight versions stage s held at once during the last run (stashes
  * plus the live weights). */

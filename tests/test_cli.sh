@@ -205,6 +205,8 @@ for s in gpipe zb-h1 interleaved; do
     notok "train --schedule $s: $(tail -c 400 "$tmp/out")"
   fi
 done
+expect_error "train: --vertical-sync is PipeDream's" "--vertical-sync goes with --schedule pipedream" \
+  "$pdonnx" train "$ex/digits_mlp.onnx" --stages 2 --schedule flush --vertical-sync --quiet
 expect_error "train: microbatches must divide the batch" "not a multiple of --microbatches 3" \
   "$pdonnx" train "$ex/digits_mlp.onnx" --stages 2 --microbatches 3 --quiet
 expect_error "train: pipedream takes one microbatch" "use --microbatches 1" \

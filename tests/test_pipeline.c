@@ -261,7 +261,8 @@ static void run_pipedream(const char *fx, const pd_tensor *xs, const pd_tensor *
 /* PipeDream, exactly: microbatch k's forward and backward on stage s use
  * version v_s(k) (its F's in the schedule) of that stage's weights; the
  * update k+1 = k - lr * gradient, on every stage. Replayed on one stage. */
-static void run_pipedream_exact(const char *fx, const pd_tensor *xs, const pd_tensor *ys, const ref *r, int stages) {
+static void run_pipedream_exact(const char *fx, const pd_tensor *xs, const pd_tensor *ys, const ref *r, int stages,
+                                bool vsync) {
     pd_graph *g = NULL, *rg = NULL;
     pd_plan *plan = NULL;
     pd__pipe *p = NULL;
@@ -276,6 +277,7 @@ static void run_pipedream_exact(const char *fx, const pd_tensor *xs, const pd_te
     if (st == PD_OK) st = load(fx, BATCH, &rg);
     if (st == PD_OK) st = make_plan(g, stages, 1, &plan);
     if (st == PD_OK) st = pd__schedule_build(PD_SCHED_PIPEDREAM, stages, 1, 1, STEPS, NULL, &sc);
+    if (st == PD_OK && vsync) st = pd__schedule_vertical_sync(sc);
     for (int q = 0; st == PD_OK && q < stages; q++)
         for (int k = 0; k < sc->len[q]; k++)
             if (sc->ins[q][k].op == PD_I_F) ver[q][sc->ins[q][k].mb] = sc->ins[q][k].version;
@@ -306,7 +308,11 @@ static void run_pipedream_exact(const char *fx, const pd_tensor *xs, const pd_te
     }
     /* the pipeline */
     if (st == PD_OK) st = pd__pipe_create(g, plan, &r->o, PD_SCHED_PIPEDREAM, 1, &p);
+    if (st == PD_OK) st = pd__pipe_set_vertical_sync(p, vsync);
     if (st == PD_OK) st = pd__pipe_run(p, STEPS, xs, ys, res);
+    /* vertical sync: the last stage runs each microbatch on stage 0's version */
+    bool same = true;
+    for (int k = 0; st == PD_OK && k < STEPS; k++) same &= ver[stages - 1][k] == ver[0][k];
     pd__pipe_destroy(p);
     double worst = 0, wworst = 0;
     for (int k = 0; st == PD_OK && k < STEPS; k++) {
@@ -320,11 +326,11 @@ static void run_pipedream_exact(const char *fx, const pd_tensor *xs, const pd_te
         double e = u >= 0 ? rel_err(g->tensors[u].data, w, rt->numel) : INFINITY;
         if (!(e <= wworst)) wworst = e;
     }
-    CHECK(st == PD_OK && worst <= 1e-5 && wworst <= 1e-5,
-          "%s, pipedream, %d stages: %d step losses and %d weights equal single-stage with each stage's stashed "
-          "version (stage 0's F of microbatch 5 uses version %d), max relative error %.3g / %.3g%s%s",
-          r->name, stages, STEPS, sl.np, st == PD_OK ? ver[0][5] : -1, worst, wworst, st ? ": " : "",
-          st ? pd_last_error() : "");
+    CHECK(st == PD_OK && worst <= 1e-5 && wworst <= 1e-5 && same == vsync,
+          "%s, pipedream%s, %d stages: %d step losses and %d weights equal single-stage with each stage's stashed "
+          "version (stage 0's F of microbatch 5 uses version %d, the last stage's %d), max relative error %.3g / %.3g%s%s",
+          r->name, vsync ? " with vertical sync" : "", stages, STEPS, sl.np, st == PD_OK ? ver[0][5] : -1,
+          st == PD_OK ? ver[stages - 1][5] : -1, worst, wworst, st ? ": " : "", st ? pd_last_error() : "");
     free(hist);
     pd_session_destroy(s);
     pd__schedule_free(sc);
@@ -736,7 +742,8 @@ static void run_model(const char *fixtures, const char *model, bool full, pd_los
         for (int stages = 2; stages <= 4; stages++)
             for (int i = 0; i < 3; i++) run_pipe(fx, &xs, &ys, &refs[2], stages, ms[i], PD_SCHED_2BW);
         for (int stages = 2; stages <= 4; stages++) {
-            run_pipedream_exact(fx, &xs, &ys, &refs[0], stages);
+            run_pipedream_exact(fx, &xs, &ys, &refs[0], stages, false);
+            run_pipedream_exact(fx, &xs, &ys, &refs[0], stages, true);
             run_pipedream(fx, &xs, &ys, &refs[3], stages);
         }
         /* zero-bubble: split B and W */
@@ -777,7 +784,8 @@ static void run_model(const char *fixtures, const char *model, bool full, pd_los
             for (int k = 0; k < 2; k++) run_pipe(fx, &xs, &ys, &refs[0], stages, 4, kinds[k]);
         run_pipe(fx, &xs, &ys, &refs[1], 3, 2, PD_SCHED_FLUSH);
         run_pipe(fx, &xs, &ys, &refs[2], 3, 2, PD_SCHED_2BW);
-        run_pipedream_exact(fx, &xs, &ys, &refs[0], 3);
+        run_pipedream_exact(fx, &xs, &ys, &refs[0], 3, false);
+        run_pipedream_exact(fx, &xs, &ys, &refs[0], 3, true);
         run_pipe(fx, &xs, &ys, &refs[0], 3, 4, PD_SCHED_ZB_H1);
         run_pipe_ex(fx, &xs, &ys, &refs[0], 2, 4, PD_SCHED_INTERLEAVED, 2, NULL);
         run_pipe_ex(fx, &xs, &ys, &refs[0], 2, 4, PD_SCHED_INTERLEAVED, 3, NULL);

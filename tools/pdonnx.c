@@ -66,7 +66,7 @@ static void pd__usage(FILE *f) {
             "         [--batch N] [--steps N | --epochs N] [--no-shuffle] [--seed N] [--threads N]\n"
             "         [--metrics FILE.jsonl] [--save OUT.onnx] [--quiet]\n"
             "         [--stages N | --plan PLAN.json] [--schedule gpipe|flush|pipedream|2bw|interleaved|zb-h1]\n"
-            "         [--microbatches M] [--virtual-stages V] [--trace OUT.json]\n"
+            "         [--microbatches M] [--virtual-stages V] [--vertical-sync] [--trace OUT.json]\n"
             "      train on one stage, or as a pipeline of stages (one thread each);\n"
             "      MODEL.flags beside the model gives default flags\n"
             "  pdonnx profile MODEL.onnx --batch N [--device cpu] [--warmup N] [--repeats N] [--threads N]\n"

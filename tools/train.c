@@ -29,7 +29,7 @@ typedef struct {
     int64_t stages, microbatches, virtual_stages;
     pd_train_options o;
     int64_t batch, steps, epochs, seed;
-    bool shuffle, cosine, quiet;
+    bool shuffle, cosine, quiet, vertical_sync;
     char *owned[PD_MAX_ARGS]; /* strings we allocated */
     int nowned;
 } pd__targs;
@@ -172,6 +172,8 @@ static int pd__parse(pd__targs *a, int argc, char **argv) {
         } else if (!strcmp(f, "--microbatches")) {
             NEED_VALUE;
             if (!pd_cli_parse_int(f, v, 1, 1 << 20, &a->microbatches)) return 2;
+        } else if (!strcmp(f, "--vertical-sync")) {
+            a->vertical_sync = true;
         } else if (!strcmp(f, "--virtual-stages")) {
             NEED_VALUE;
             if (!pd_cli_parse_int(f, v, 2, 64, &a->virtual_stages)) return 2;
@@ -336,7 +338,7 @@ static int pd__train_pipeline(pd__targs *a, pd_graph *g, const char *input, pd_t
         pd_cli_fail();
         goto out;
     }
-    if (pd__pipe_create(g, plan, &a->o, kind, M, &pipe) != PD_OK) {
+    if (pd__pipe_create(g, plan, &a->o, kind, M, &pipe) != PD_OK || pd__pipe_set_vertical_sync(pipe, a->vertical_sync) != PD_OK) {
         pd_cli_fail();
         goto out;
     }
@@ -471,7 +473,7 @@ int pd_cli_train(int argc, char **argv) {
     if (a.save && !pd__writable(a.save)) goto out;
     bool piped = a.stages || a.plan;
     pd__sched_kind kind = PD_SCHED_FLUSH;
-    if (!piped && (a.schedule || a.microbatches || a.trace || a.virtual_stages)) {
+    if (!piped && (a.schedule || a.microbatches || a.trace || a.virtual_stages || a.vertical_sync)) {
         pd_cli_usage_error("train: %s",
                            "--schedule, --microbatches, --virtual-stages and --trace need --stages N or --plan FILE");
         goto out;
@@ -495,6 +497,10 @@ int pd_cli_train(int argc, char **argv) {
                     break;
                 }
             if (kind == PD_SCHED_PIPEDREAM) a.microbatches = 1;
+        }
+        if (a.vertical_sync && kind != PD_SCHED_PIPEDREAM) {
+            pd_cli_usage_error("train: %s", "--vertical-sync goes with --schedule pipedream");
+            goto out;
         }
         if (a.virtual_stages && (kind != PD_SCHED_INTERLEAVED || a.plan)) {
             pd_cli_usage_error("train: %s", "--virtual-stages goes with --stages N --schedule interleaved");
