@@ -242,29 +242,18 @@ pd_status pd__cuts_build(const pd_profile *p, int max_states, pd__cuts **out) {
             c->pred[cnt++] = a;
         }
         if (cnt > (size_t)INT32_MAX) {
-            PD_FREE(order);
-            PD_FREE(set.bits);
-            PD_FREE(set.slot);
-            PD_FREE(pstart);
-            PD_FREE(preds);
-            PD_FREE(sstart);
-            PD_FREE(succs);
-            pd__cuts_free(c);
-            return pd__err(PD_ERR_NOMEM, "plan: too many stage candidates (%d cut states); lower --max-states", S);
+            st = pd__err(PD_ERR_NOMEM, "plan: too many stage candidates (%d cut states); lower --max-states", S);
+            goto done;
         }
         c->pred_start[b + 1] = (int)cnt;
     }
-    PD_FREE(order);
-    PD_FREE(set.bits);
-    PD_FREE(set.slot);
-    PD_FREE(pstart);
-    PD_FREE(preds);
-    PD_FREE(sstart);
-    PD_FREE(succs);
+    st = PD_OK;
     *out = c;
-    return PD_OK;
+    c = NULL;
+    goto done;
 fail:
-    if (st == PD_ERR_NOMEM) pd__err(st, "plan: out of memory building the cut states of %d nodes", n);
+    pd__err(st, "plan: out of memory building the cut states of %d nodes", n);
+done:
     PD_FREE(order);
     PD_FREE(set.bits);
     PD_FREE(set.slot);

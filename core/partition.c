@@ -741,6 +741,19 @@ static bool pd__skip_input(const pd_profile *p, int v, const int *indeg) {
     return indeg[v] == 0 && p->node[v].desc && strncmp(p->node[v].desc, "Input", 5) == 0;
 }
 
+/* Nodes left out of the search (fwd_stage -1): inputs join the first stage,
+ * sinks their producer's; the backward runs where the forward does. */
+static void pd__place_skipped(pd_plan *pl, const pd_profile *p, const int *indeg) {
+    for (int v = 0; v < p->n; v++)
+        if (pl->fwd_stage[v] < 0) {
+            int s = 0;
+            for (int e = 0; e < p->n_edges; e++)
+                if (p->edge[2 * e + 1] == v && pl->fwd_stage[p->edge[2 * e]] > s) s = pl->fwd_stage[p->edge[2 * e]];
+            pl->fwd_stage[v] = indeg[v] == 0 ? 0 : s;
+        }
+    memcpy(pl->bwd_stage, pl->fwd_stage, sizeof(int) * (size_t)p->n);
+}
+
 static pd_status pd__plan_from_cuts(const pd__ctx *x, const pd_profile *rp, const int *map, const pd__cuts *c,
                                     const pd__cut_plan *cp, pd_plan *pl) {
     (void)x;
@@ -755,11 +768,14 @@ static pd_status pd__plan_from_cuts(const pd__ctx *x, const pd_profile *rp, cons
     return PD_OK;
 }
 
-static pd_status pd__parse_algo(const char *s, pd__algo *out) {
-    static const char *names[] = {"pipedream", "2bw", "bipartition", "uniform", "params"};
+static const char *const pd__algo_names[] = {"pipedream", "2bw", "bipartition", "uniform", "params"};
+
+const char *pd__algo_name(pd__algo a) { return pd__algo_names[a]; }
+
+pd_status pd__algo_parse(const char *s, pd__algo *out) {
     if (!s) s = "pipedream";
     for (int i = 0; i < 5; i++)
-        if (strcmp(s, names[i]) == 0) {
+        if (strcmp(s, pd__algo_names[i]) == 0) {
             *out = (pd__algo)i;
             return PD_OK;
         }
@@ -789,7 +805,7 @@ pd_status pd_plan_create(const pd_profile *p, const pd_plan_options *o, pd_plan 
     x.p = p;
     x.o = o;
     pd__algo algo = PD_ALGO_PIPEDREAM;
-    PD_TRY(pd__parse_algo(o->algo, &algo));
+    PD_TRY(pd__algo_parse(o->algo, &algo));
     const char *cm = o->cost_model ? o->cost_model : "default";
     if (strcmp(cm, "pipedream") == 0) x.pd_model = true;
     else if (strcmp(cm, "default") != 0)
@@ -855,7 +871,7 @@ pd_status pd_plan_create(const pd_profile *p, const pd_plan_options *o, pd_plan 
             pd__plan_free(pl);
             return st;
         }
-        pl->algo_name = pd__strdup(algo == PD_ALGO_UNIFORM ? "uniform" : "params");
+        pl->algo_name = pd__strdup(pd__algo_name(algo));
         pl->cost_model = pd__strdup("default");
         pl->bandwidth = x.lb[0];
         *out = pl;
@@ -937,12 +953,9 @@ pd_status pd_plan_create(const pd_profile *p, const pd_plan_options *o, pd_plan 
                 cand->microbatches = o->microbatches > 0 ? o->microbatches : t.n;
                 pd__plan_from_cuts(&x, &rp, map, c, &t, cand);
                 for (int s = 0; s < t.n; s++) cand->stage[s].replicas = 1;
-                for (int v = 0; v < p->n; v++) {
+                for (int v = 0; v < p->n; v++)
                     if (inv[v] < 0) cand->fwd_stage[v] = -1;
-                }
-                for (int v = 0; v < p->n; v++) /* inputs: first stage; sinks: producer's */
-                    if (cand->fwd_stage[v] < 0) cand->fwd_stage[v] = 0;
-                memcpy(cand->bwd_stage, cand->fwd_stage, sizeof(int) * (size_t)p->n);
+                pd__place_skipped(cand, p, indeg);
                 pd__plan_evaluate(cand, p, &x);
                 bool fits = true;
                 for (int s = 0; s < t.n && x.mem > 0; s++) fits &= cand->stage[s].memory_bytes <= x.mem;
@@ -994,15 +1007,7 @@ pd_status pd_plan_create(const pd_profile *p, const pd_plan_options *o, pd_plan 
         pd__plan_from_cuts(&x, &rp, map, c, &cp, pl);
         if (x.pd_model) pl->time_ms = cp.time_ms; /* PipeDream's own number */
     }
-    /* skipped nodes: inputs go first, sinks with their producer */
-    for (int v = 0; v < p->n; v++)
-        if (pl->fwd_stage[v] < 0) {
-            int s = 0;
-            for (int e = 0; e < p->n_edges; e++)
-                if (p->edge[2 * e + 1] == v && pl->fwd_stage[p->edge[2 * e]] > s) s = pl->fwd_stage[p->edge[2 * e]];
-            pl->fwd_stage[v] = indeg[v] == 0 ? 0 : s;
-        }
-    memcpy(pl->bwd_stage, pl->fwd_stage, sizeof(int) * (size_t)p->n);
+    pd__place_skipped(pl, p, indeg);
     {
         double dp_time = pl->time_ms;
         if ((st = pd__plan_evaluate(pl, p, &x)) != PD_OK) goto done;
@@ -1012,7 +1017,7 @@ pd_status pd_plan_create(const pd_profile *p, const pd_plan_options *o, pd_plan 
             pl->dp_speedup = pl->dp_ms / pl->time_ms;
         }
     }
-    pl->algo_name = pd__strdup(pl->algo == PD_ALGO_2BW ? "2bw" : "pipedream");
+    pl->algo_name = pd__strdup(pd__algo_name(pl->algo));
     pl->cost_model = pd__strdup(x.pd_model ? "pipedream" : "default");
     pl->bandwidth = x.lb[0];
     pl->prefix_only = c->prefix_only;
@@ -1131,7 +1136,7 @@ static pd_status pd__bipartition(const pd__ctx *x, const pd_profile *p, pd_plan 
     }
 #undef RR
 #undef FR
-    if ((st = pd__plan_evaluate(pl, p, x)) != PD_OK || !(pl->algo_name = pd__strdup("bipartition")) ||
+    if ((st = pd__plan_evaluate(pl, p, x)) != PD_OK || !(pl->algo_name = pd__strdup(pd__algo_name(PD_ALGO_BIPARTITION))) ||
         !(pl->cost_model = pd__strdup("default"))) {
         if (st == PD_OK) st = pd__err(PD_ERR_NOMEM, "plan: out of memory");
         pd__plan_free(pl);

@@ -141,6 +141,9 @@ struct pd_plan {
 };
 
 void pd__plan_free(pd_plan *p);
+/* The --algo names ("pipedream", "2bw", ...) and back; unknown names are an error naming the flag. */
+const char *pd__algo_name(pd__algo a);
+pd_status pd__algo_parse(const char *s, pd__algo *out);
 /* The plan as JSON text (runtime/plan_io.c); free with cJSON_free / free. */
 char *pd__plan_to_json(const pd_plan *p);
 

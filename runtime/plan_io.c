@@ -150,11 +150,7 @@ static pd_status pd__plan_parse(const char *path, const cJSON *r, pd_plan *p) {
     PD_TRY(pd__str(path, r, "algo", &p->algo_name));
     PD_TRY(pd__str(path, r, "cost_model", &p->cost_model));
     p->algo = PD_ALGO_PIPEDREAM;
-    if (p->algo_name) {
-        static const char *names[] = {"pipedream", "2bw", "bipartition", "uniform", "params"};
-        for (int i = 0; i < 5; i++)
-            if (strcmp(p->algo_name, names[i]) == 0) p->algo = (pd__algo)i;
-    }
+    if (p->algo_name) (void)pd__algo_parse(p->algo_name, &p->algo); /* an unknown name stays pipedream */
     PD_TRY(pd__num(path, r, "workers", true, 1, 1 << 20, &d));
     p->workers = (int)d;
     d = 1;
