@@ -37,6 +37,7 @@
  */
 #include "pipeline.h"
 #include "../core/schedule.h"
+#include "checkpoint.h"
 #include "optim.h"
 #include "session.h"
 
@@ -78,6 +79,7 @@ typedef struct pd__vstage { /* virtual stage k: what it computes */
     int *nodes, nnodes; /* forwards, in topological order */
     int *bnodes, nbnodes; /* backwards (the same nodes unless bipartition) */
     int *params, np;    /* session parameter indices owned */
+    int *bufs, nbufs;   /* tensors its training forward writes (BatchNorm running statistics) */
     int64_t *pk, packed; /* offset of each in a stash; floats in one */
     double act_bytes;   /* one microbatch's activations: its nodes' outputs and what it receives */
 } pd__vstage;
@@ -111,6 +113,11 @@ typedef struct pd__wk { /* a thread: replica r of worker w */
     int nev, evcap;
     int inflight, peak_act;
     double busy_ms;
+    /* snapshots: per boundary b of the run, the index of its first
+     * instruction of a minibatch >= b and of its last one < b */
+    int *kfirst, *klast;
+    int64_t bf, bl, pre_b; /* next boundaries to pass; boundary whose buffers are copied */
+    double snap_ms;        /* time spent on the boundary being taken */
 } pd__wk;
 
 typedef struct pd__bar {
@@ -136,8 +143,20 @@ struct pd__pipe {
     int64_t steps;     /* steps done by earlier runs */
     int fail_stage, fail_op, fail_mb; /* test hook: this instruction fails */
     double last_ms;
+    /* snapshots (docs/CHECKPOINT.md): part[w] holds worker w's records,
+     * its buffers first (part_pre bytes), then its state */
+    pd__snap_hooks hooks;
+    bool hooks_on;
+    char **part;
+    size_t *part_cap, *part_pre, *part_len;
+    int8_t *want;         /* per boundary of the run */
+    int64_t decided, last_taken, snap_b, resume_b;
+    int snap_have;
+    double snap_cur_ms, snap_pause_ms;
+    int64_t snaps_taken;
     /* one run */
     const pd__schedule *sched;
+    int64_t nmb;          /* minibatches */
     const pd_tensor *inputs, *labels;
     pd_step_result *res;
     int64_t t0;
@@ -355,12 +374,21 @@ void pd__pipe_destroy(pd__pipe *p) {
         PD_FREE(W->grads);
         PD_FREE(W->ev);
         PD_FREE(W->x.scratch);
+        PD_FREE(W->kfirst);
+        PD_FREE(W->klast);
     }
+    for (int w = 0; p->part && w < p->P; w++) PD_FREE(p->part[w]);
+    PD_FREE(p->part);
+    PD_FREE(p->part_cap);
+    PD_FREE(p->part_pre);
+    PD_FREE(p->part_len);
+    PD_FREE(p->want);
     for (int k = 0; p->vs && k < p->NV; k++) {
         PD_FREE(p->vs[k].nodes);
         PD_FREE(p->vs[k].bnodes);
         PD_FREE(p->vs[k].params);
         PD_FREE(p->vs[k].pk);
+        PD_FREE(p->vs[k].bufs);
     }
     for (int l = 0; p->link && l < p->NV - 1; l++) {
         pd__q_drain(&p->link[l].fwd);
@@ -532,12 +560,16 @@ pd_status pd__pipe_create(pd_graph *g, const pd_plan *plan, const pd_train_optio
         S->bnodes = PD_MALLOC(sizeof(int) * ((size_t)g->nnodes + 1));
         S->params = PD_MALLOC(sizeof(int) * ((size_t)p->sl.np + 1));
         S->pk = PD_MALLOC(sizeof(int64_t) * ((size_t)p->sl.np + 1));
-        if (!S->nodes || !S->bnodes || !S->params || !S->pk) goto nomem;
+        S->bufs = PD_MALLOC(sizeof(int) * (2 * (size_t)g->nnodes + 1));
+        if (!S->nodes || !S->bnodes || !S->params || !S->pk || !S->bufs) goto nomem;
         for (int i = 0; i < g->nnodes; i++)
             if ((plan->bwd_stage ? plan->bwd_stage[i] : plan->fwd_stage[i]) == k) S->bnodes[S->nbnodes++] = i;
         for (int i = 0; i < g->nnodes; i++)
             if (plan->fwd_stage[i] == k) {
                 S->nodes[S->nnodes++] = i;
+                const pd__node *n = &g->nodes[i]; /* BatchNorm in training updates its running statistics in place */
+                for (int j = 3; n->op == PD_OP_BATCH_NORM && j < 5 && j < n->nin; j++)
+                    if (n->in[j] >= 0 && g->tensors[n->in[j]].kind == PD_T_INIT) S->bufs[S->nbufs++] = n->in[j];
                 for (int j = 0; j < g->nodes[i].nout; j++)
                     if (g->nodes[i].out[j] >= 0) S->act_bytes += (double)pd__tbytes(g, g->nodes[i].out[j]);
             }
@@ -857,6 +889,288 @@ static pd_status pd__recv(pd__pipe *p, pd__chunk *C, int l, bool grad, int mb, p
     return PD_OK;
 }
 
+/* ---- snapshots ---------------------------------------------------------------- */
+
+/* Worker w's records: its chunks' buffers (pre: the region taken before its
+ * first instruction of the next minibatch) or its state (the rest). w_ NULL:
+ * only sizes, with the most stashes a chunk can hold. */
+static void pd__snap_write(const pd__pipe *p, const pd__wk *W, bool pre, pd__recw *rw) {
+    const pd_graph *g = p->g;
+    const pd__slabs *sl = &p->sl;
+    if (pre) {
+        for (int c = 0; c < p->V; c++) {
+            const pd__vstage *S = &p->vs[W->ch[c].k];
+            for (int j = 0; j < S->nbufs; j++) {
+                int t = S->bufs[j];
+                pd__rec_put(rw, PD_REC_BUFFER, 0, g->tensors[t].name, pd__actx_value(W->ch[c].slot[0], t)->data,
+                            pd__tbytes(g, t));
+            }
+        }
+        return;
+    }
+    int64_t u = W->updates;
+    pd__rec_put(rw, PD_REC_META, 0, "updates", &u, sizeof u);
+    for (int c = 0; c < p->V; c++) {
+        const pd__chunk *C = &W->ch[c];
+        const pd__vstage *S = &p->vs[C->k];
+        char nm[32];
+        snprintf(nm, sizeof nm, "live/%d", C->k);
+        pd__rec_put(rw, PD_REC_META, C->live, nm, NULL, 0);
+        for (int j = 0; j < S->np; j++) {
+            int i = S->params[j], t = sl->param[i];
+            size_t b = pd__tbytes(g, t);
+            pd__rec_put(rw, PD_REC_WEIGHT, C->live, g->tensors[t].name, sl->params + sl->poff[i], b);
+            if (sl->state0) pd__rec_put(rw, PD_REC_STATE0, 0, g->tensors[t].name, sl->state0 + sl->poff[i], b);
+            if (sl->state1) pd__rec_put(rw, PD_REC_STATE1, 0, g->tensors[t].name, sl->state1 + sl->poff[i], b);
+        }
+        for (int h = 0; h < C->nstash; h++) {
+            if (rw->buf && C->stash[h].version < 0) continue; /* sizing: every stash slot */
+            for (int j = 0; j < S->np; j++) {
+                int t = sl->param[S->params[j]];
+                pd__rec_put(rw, PD_REC_STASH, C->stash[h].version, g->tensors[t].name, C->stash[h].w + S->pk[j],
+                            pd__tbytes(g, t));
+            }
+        }
+    }
+}
+
+pd_status pd__pipe_set_snap_hooks(pd__pipe *p, const pd__snap_hooks *h) {
+    if (!p || !h || !h->want || !h->ready) return pd__err(PD_ERR_INVALID, "pd__pipe_set_snap_hooks: NULL argument");
+    if (!p->part) {
+        p->part = PD_CALLOC((size_t)p->P, sizeof(char *));
+        p->part_cap = PD_CALLOC((size_t)p->P, sizeof(size_t));
+        p->part_pre = PD_CALLOC((size_t)p->P, sizeof(size_t));
+        p->part_len = PD_CALLOC((size_t)p->P, sizeof(size_t));
+        if (!p->part || !p->part_cap || !p->part_pre || !p->part_len) return pd__err(PD_ERR_NOMEM, "out of memory");
+        for (int i = 0; i < p->nwk; i++) {
+            const pd__wk *W = &p->wk[i];
+            if (W->r != 0) continue;
+            pd__recw pre = {NULL, 0, 0}, post = {NULL, 0, 0};
+            pd__snap_write(p, W, true, &pre);
+            pd__snap_write(p, W, false, &post);
+            p->part_pre[W->w] = pre.n;
+            p->part_cap[W->w] = pre.n + post.n;
+            if (!(p->part[W->w] = PD_MALLOC(pre.n + post.n + 1)))
+                return pd__err(PD_ERR_NOMEM, "out of memory for the snapshot of stage %d (%zu bytes)", W->w,
+                               pre.n + post.n);
+        }
+    }
+    p->hooks = *h;
+    p->hooks_on = true;
+    return PD_OK;
+}
+
+int64_t pd__pipe_snap_gap(const pd__pipe *p) { return pd__sched_async(p->kind) ? p->P + 1 : 1; }
+
+void pd__pipe_snap_part(const pd__pipe *p, int w, const void **data, size_t *len) {
+    *data = p->part[w];
+    *len = p->part_len[w];
+}
+
+void pd__pipe_snap_release(pd__pipe *p) {
+    pthread_mutex_lock(&p->mu);
+    p->snap_b = 0;
+    p->snap_have = 0;
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+}
+
+void pd__pipe_snap_stats(const pd__pipe *p, int64_t *taken, double *pause_ms) {
+    if (taken) *taken = p->snaps_taken;
+    if (pause_ms) *pause_ms = p->snap_pause_ms;
+}
+
+/* Worker 0 decides, before its first instruction of minibatch m, the
+ * boundaries up to m+1: every worker passes boundary b only after that. */
+static void pd__snap_decide(pd__pipe *p, int64_t m) {
+    while (p->decided < m + 1 && p->decided + 1 < p->nmb) {
+        int64_t b = ++p->decided;
+        bool w = b - p->last_taken >= pd__pipe_snap_gap(p) && p->hooks.want(p->hooks.ctx, b);
+        if (!w) continue;
+        p->last_taken = b;
+        pthread_mutex_lock(&p->mu);
+        p->want[b] = 1;
+        pthread_mutex_unlock(&p->mu);
+    }
+}
+
+/* Waits until the parts are free (the last snapshot persisted) or already
+ * hold boundary b, and claims them; false when b is not wanted or the
+ * pipeline was aborted. */
+static bool pd__snap_claim(pd__pipe *p, int64_t b, bool *stop) {
+    pthread_mutex_lock(&p->mu);
+    bool want = p->want[b];
+    while (want && p->snap_b != 0 && p->snap_b != b && !p->abort) pthread_cond_wait(&p->cv, &p->mu);
+    if (p->abort) *stop = true;
+    bool ok = want && !p->abort;
+    if (ok) p->snap_b = b;
+    pthread_mutex_unlock(&p->mu);
+    return ok;
+}
+
+/* Before the first instruction of a minibatch >= b: the buffers (what a
+ * forward writes) as they stand after every minibatch < b. */
+static void pd__snap_pre(pd__wk *W, int64_t b, bool *stop) {
+    pd__pipe *p = W->p;
+    int64_t t0 = pd__ns();
+    if (W->pre_b == b || !pd__snap_claim(p, b, stop)) return;
+    pd__recw rw = {p->part[W->w], 0, p->part_pre[W->w]};
+    pd__snap_write(p, W, true, &rw);
+    W->pre_b = b;
+    W->snap_ms += 1e-6 * (double)(pd__ns() - t0);
+}
+
+/* After the last instruction of a minibatch < b: the weights (live and
+ * stashed), optimizer state and counters; the last worker to deposit hands
+ * the snapshot over. */
+static void pd__snap_post(pd__wk *W, int64_t b, bool *stop) {
+    pd__pipe *p = W->p;
+    int64_t t0 = pd__ns();
+    if (!pd__snap_claim(p, b, stop)) return;
+    if (W->pre_b != b) { /* nothing ran since minibatch b-1: the buffers are as they stand */
+        pd__recw pre = {p->part[W->w], 0, p->part_pre[W->w]};
+        pd__snap_write(p, W, true, &pre);
+        W->pre_b = b;
+    }
+    pd__recw rw = {p->part[W->w] + p->part_pre[W->w], 0, p->part_cap[W->w] - p->part_pre[W->w]};
+    pd__snap_write(p, W, false, &rw);
+    p->part_len[W->w] = p->part_pre[W->w] + rw.n;
+    W->snap_ms += 1e-6 * (double)(pd__ns() - t0);
+    pthread_mutex_lock(&p->mu);
+    if (W->snap_ms > p->snap_cur_ms) p->snap_cur_ms = W->snap_ms;
+    W->snap_ms = 0;
+    bool ready = ++p->snap_have == p->P;
+    if (ready) {
+        p->snap_pause_ms += p->snap_cur_ms;
+        p->snap_cur_ms = 0;
+        p->snaps_taken++;
+    }
+    pthread_mutex_unlock(&p->mu);
+    if (ready) p->hooks.ready(p->hooks.ctx, b);
+}
+
+pd_status pd__pipe_snap_capture(pd__pipe *p) {
+    if (!p->part) return pd__err(PD_ERR_INVALID, "pd__pipe_snap_capture: no snapshot hooks set");
+    pthread_mutex_lock(&p->mu);
+    while (p->snap_b != 0) pthread_cond_wait(&p->cv, &p->mu);
+    p->snap_b = INT64_MAX;
+    pthread_mutex_unlock(&p->mu);
+    for (int i = 0; i < p->nwk; i++) {
+        pd__wk *W = &p->wk[i];
+        if (W->r != 0) continue;
+        pd__recw pre = {p->part[W->w], 0, p->part_pre[W->w]};
+        pd__snap_write(p, W, true, &pre);
+        pd__recw rw = {p->part[W->w] + p->part_pre[W->w], 0, p->part_cap[W->w] - p->part_pre[W->w]};
+        pd__snap_write(p, W, false, &rw);
+        p->part_len[W->w] = p->part_pre[W->w] + rw.n;
+    }
+    return PD_OK;
+}
+
+/* Where record r goes on worker W: chunk *c and parameter *j (-1: none). */
+static void pd__snap_find(const pd__pipe *p, const pd__wk *W, const pd__rec *r, int *c, int *j) {
+    for (*c = 0; *c < p->V; (*c)++) {
+        const pd__vstage *S = &p->vs[W->ch[*c].k];
+        if (r->kind == PD_REC_BUFFER) {
+            for (*j = 0; *j < S->nbufs; (*j)++)
+                if (pd__rec_is(r, p->g->tensors[S->bufs[*j]].name)) return;
+        } else {
+            for (*j = 0; *j < S->np; (*j)++)
+                if (pd__rec_is(r, p->g->tensors[p->sl.param[S->params[*j]]].name)) return;
+        }
+    }
+    *c = *j = -1;
+}
+
+pd_status pd__pipe_resume(pd__pipe *p, int64_t b, int nparts, const void *const *parts, const size_t *lens) {
+    if (!p || b < 0 || (nparts > 0 && (!parts || !lens))) return pd__err(PD_ERR_INVALID, "pd__pipe_resume: bad argument");
+    if (nparts != p->P)
+        return pd__err(PD_ERR_INVALID, "the checkpoint has %d stage%s, this pipeline %d", nparts, nparts == 1 ? "" : "s",
+                       p->P);
+    const pd__slabs *sl = &p->sl;
+    for (int i = 0; i < p->nwk; i++) {
+        pd__wk *W = &p->wk[i];
+        if (W->r != 0) continue;
+        char what[48];
+        snprintf(what, sizeof what, "stage %d's part", W->w);
+        int64_t need = 1 + (sl->state0 != NULL) + (sl->state1 != NULL), got = 0, want = 0;
+        bool updates = false;
+        for (int c = 0; c < p->V; c++) {
+            pd__chunk *C = &W->ch[c];
+            want += need * p->vs[C->k].np + p->vs[C->k].nbufs + 1;
+            for (int h = 0; h < C->nstash; h++) C->stash[h].version = -1;
+            C->live = -1;
+        }
+        size_t off = 0;
+        for (;;) {
+            pd__rec r;
+            bool end;
+            PD_TRY(pd__rec_next(parts[W->w], lens[W->w], &off, &r, &end, what));
+            if (end) break;
+            if (r.kind == PD_REC_META) {
+                if (pd__rec_is(&r, "updates") && r.bytes == 8) {
+                    int64_t u;
+                    memcpy(&u, r.data, 8);
+                    for (int q = 0; q < W->nrep; q++) W[q].updates = u;
+                    updates = true;
+                    continue;
+                }
+                int k;
+                char nm[32];
+                snprintf(nm, sizeof nm, "%.*s", (int)(r.name_len < 31 ? r.name_len : 31), r.name);
+                for (int c = 0; c < p->V; c++)
+                    if (sscanf(nm, "live/%d", &k) == 1 && k == W->ch[c].k) {
+                        for (int q = 0; q < W->nrep; q++) W[q].ch[c].live = r.version;
+                        got++;
+                    }
+                continue;
+            }
+            int c, j;
+            pd__snap_find(p, W, &r, &c, &j);
+            if (c < 0)
+                return pd__err(PD_ERR_INVALID, "%s holds '%.*s', which that stage does not own here (another plan?)",
+                               what, (int)r.name_len, r.name);
+            pd__chunk *C = &W->ch[c];
+            const pd__vstage *S = &p->vs[C->k];
+            int t = r.kind == PD_REC_BUFFER ? S->bufs[j] : sl->param[S->params[j]];
+            if (r.bytes != pd__tbytes(p->g, t))
+                return pd__err(PD_ERR_INVALID, "%s: '%s' has %llu bytes, the model %zu", what, p->g->tensors[t].name,
+                               (unsigned long long)r.bytes, pd__tbytes(p->g, t));
+            float *dst = NULL;
+            if (r.kind == PD_REC_BUFFER) dst = pd__actx_value(C->slot[0], t)->data;
+            else if (r.kind == PD_REC_WEIGHT) dst = sl->params + sl->poff[S->params[j]];
+            else if (r.kind == PD_REC_STATE0 && sl->state0) dst = sl->state0 + sl->poff[S->params[j]];
+            else if (r.kind == PD_REC_STATE1 && sl->state1) dst = sl->state1 + sl->poff[S->params[j]];
+            else if (r.kind == PD_REC_STASH) {
+                pd__stash *h = NULL;
+                for (int q = 0; q < C->nstash && !h; q++)
+                    if (C->stash[q].version == r.version) h = &C->stash[q];
+                for (int q = 0; q < C->nstash && !h; q++)
+                    if (C->stash[q].version < 0) (h = &C->stash[q])->version = r.version;
+                if (!h) return pd__err(PD_ERR_INVALID, "%s holds more weight versions than the schedule keeps", what);
+                dst = h->w + S->pk[j];
+            }
+            if (!dst)
+                return pd__err(PD_ERR_INVALID, "%s holds optimizer state for '%s' that this optimizer does not keep",
+                               what, p->g->tensors[t].name);
+            memcpy(dst, r.data, (size_t)r.bytes);
+            got += r.kind != PD_REC_STASH;
+        }
+        for (int c = 0; c < p->V; c++) /* the replicas hold the same versions */
+            for (int q = 1; q < W->nrep; q++)
+                for (int h = 0; h < W->ch[c].nstash; h++) {
+                    W[q].ch[c].stash[h].version = W->ch[c].stash[h].version;
+                    memcpy(W[q].ch[c].stash[h].w, W->ch[c].stash[h].w, sizeof(float) * (size_t)p->vs[W->ch[c].k].packed);
+                }
+        if (!updates || got != want)
+            return pd__err(PD_ERR_INVALID, "%s is incomplete: %lld of its %lld weights, states and buffers%s", what,
+                           (long long)got, (long long)want, updates ? "" : ", no update count");
+    }
+    memset(sl->grads, 0, sizeof(float) * (size_t)sl->total);
+    p->resume_b = b;
+    return PD_OK;
+}
+
 /* Instruction k of thread W; *stop: the pipeline was aborted while it waited. */
 static pd_status pd__instr_run(pd__wk *W, int k, bool *stop) {
     pd__pipe *p = W->p;
@@ -887,13 +1201,23 @@ static bool pd__mine(const pd__wk *W, const pd__instr *in) {
     return (in->mb % W->p->M) % W->nrep == W->r;
 }
 
+/* Instructions of minibatches before the run's resume boundary were done
+ * before the checkpoint it resumes from. */
+static bool pd__runs(const pd__wk *W, const pd__instr *in) {
+    return in->mb / W->p->M >= W->p->resume_b && pd__mine(W, in);
+}
+
 static void *pd__stage_main(void *arg) {
     pd__wk *W = arg;
     pd__pipe *p = W->p;
-    for (int k = 0; k < p->sched->len[W->w]; k++) {
+    bool snap = p->hooks_on && W->r == 0, decide = snap && W->w == 0;
+    bool stop = false;
+    for (int k = 0; k < p->sched->len[W->w] && !stop; k++) {
         const pd__instr *in = &p->sched->ins[W->w][k];
-        if (!pd__mine(W, in)) continue;
-        bool stop = false;
+        if (!pd__runs(W, in)) continue;
+        if (decide) pd__snap_decide(p, in->mb / p->M);
+        for (; snap && W->bf < p->nmb && W->kfirst[W->bf] <= k && !stop; W->bf++) pd__snap_pre(W, W->bf, &stop);
+        if (stop) break;
         int64_t t0 = pd__ns();
         pd_status st = pd__instr_run(W, k, &stop);
         int64_t t1 = pd__ns();
@@ -906,12 +1230,40 @@ static void *pd__stage_main(void *arg) {
         }
         if (st != PD_OK) pd__fail(p, W, in, st);
         if (st != PD_OK || stop) break;
+        for (; snap && W->bl < p->nmb && W->klast[W->bl] <= k && !stop; W->bl++) pd__snap_post(W, W->bl, &stop);
         pthread_mutex_lock(&p->mu);
-        stop = p->abort;
+        stop = stop || p->abort;
         pthread_mutex_unlock(&p->mu);
-        if (stop) break;
     }
     return NULL;
+}
+
+/* Worker W's boundary tables for a run of n minibatches: kfirst[b], the
+ * index of its first instruction of a minibatch >= b (len: none), klast[b]
+ * of its last one < b (-1: none), over the instructions it runs. */
+static pd_status pd__snap_bounds(pd__pipe *p, pd__wk *W, const pd__schedule *sched, int64_t n) {
+    PD_FREE(W->kfirst);
+    PD_FREE(W->klast);
+    W->kfirst = PD_MALLOC(sizeof(int) * ((size_t)n + 1));
+    W->klast = PD_MALLOC(sizeof(int) * ((size_t)n + 1));
+    if (!W->kfirst || !W->klast) return pd__err(PD_ERR_NOMEM, "out of memory");
+    int len = sched->len[W->w];
+    for (int64_t b = 0; b <= n; b++) W->kfirst[b] = len, W->klast[b] = -1;
+    for (int k = 0; k < len; k++) { /* first and last index of each minibatch, then prefix max and suffix min */
+        const pd__instr *in = &sched->ins[W->w][k];
+        int64_t m = in->mb / p->M;
+        if (!pd__runs(W, in) || m < 0 || m >= n) continue;
+        if (k < W->kfirst[m]) W->kfirst[m] = k;
+        if (k > W->klast[m + 1]) W->klast[m + 1] = k;
+    }
+    for (int64_t b = n - 1; b >= 0; b--)
+        if (W->kfirst[b + 1] < W->kfirst[b]) W->kfirst[b] = W->kfirst[b + 1];
+    for (int64_t b = 1; b <= n; b++)
+        if (W->klast[b - 1] > W->klast[b]) W->klast[b] = W->klast[b - 1];
+    W->bf = W->bl = p->resume_b + 1;
+    W->pre_b = 0;
+    W->snap_ms = 0;
+    return PD_OK;
 }
 
 pd_status pd__pipe_run(pd__pipe *p, int64_t minibatches, const pd_tensor *inputs, const pd_tensor *labels,
@@ -954,6 +1306,7 @@ pd_status pd__pipe_run(pd__pipe *p, int64_t minibatches, const pd_tensor *inputs
         W->busy_ms = 0;
         W->inflight = W->peak_act = 0;
         if (W->grads) memset(W->grads, 0, sizeof(float) * (size_t)p->sl.total);
+        if (p->hooks_on && W->r == 0 && st == PD_OK) st = pd__snap_bounds(p, W, sched, minibatches);
         for (int c = 0; c < p->V && st == PD_OK; c++) {
             pd__chunk *C = &W->ch[c];
             PD_FREE(C->need_until);
@@ -975,15 +1328,27 @@ pd_status pd__pipe_run(pd__pipe *p, int64_t minibatches, const pd_tensor *inputs
                 C->need_until[in->version] = k;
             }
             for (int k = 0; k < p->nslots; k++) C->slot_ver[k] = -1;
+            C->peak_versions = 1;
+            if (p->resume_b > 0) continue; /* the versions pd__pipe_resume restored */
             for (int k = 0; k < C->nstash; k++) C->stash[k].version = -1;
             C->live = 0;
-            C->peak_versions = 1;
         }
+    }
+    if (st == PD_OK && p->resume_b >= minibatches)
+        st = pd__err(PD_ERR_INVALID, "pipeline: resuming at step %lld of a run of %lld", (long long)p->resume_b,
+                     (long long)minibatches);
+    if (st == PD_OK && p->hooks_on) {
+        PD_FREE(p->want);
+        if (!(p->want = PD_CALLOC((size_t)minibatches + 1, 1))) st = pd__err(PD_ERR_NOMEM, "out of memory");
+        p->decided = p->resume_b;
+        p->last_taken = INT64_MIN / 2;
     }
     if (st != PD_OK) {
         pd__schedule_free(sched);
+        p->resume_b = 0;
         return st;
     }
+    p->nmb = minibatches;
     for (int w = 0; w < p->P; w++) p->bar[w] = (pd__bar){0, 0};
     if (results) memset(results, 0, sizeof *results * (size_t)minibatches);
     p->sched = sched;
@@ -1020,6 +1385,7 @@ pd_status pd__pipe_run(pd__pipe *p, int64_t minibatches, const pd_tensor *inputs
             if (p->wk[i].grads) memset(p->wk[i].grads, 0, sizeof(float) * (size_t)p->sl.total);
     }
     if (st == PD_OK) p->steps += minibatches;
+    p->resume_b = 0;
     PD_FREE(th);
     pd__schedule_free(sched);
     p->sched = NULL;

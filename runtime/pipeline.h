@@ -91,4 +91,43 @@ void pd__pipe_inject_failure(pd__pipe *p, int stage, int op, int mb);
 pd_status pd__pipe_run(pd__pipe *p, int64_t minibatches, const pd_tensor *inputs, const pd_tensor *labels,
                        pd_step_result *results);
 
+/* ---- snapshots, for checkpoints (runtime/checkpoint.h, docs/CHECKPOINT.md) ----
+ *
+ * Boundary b of a run (1 <= b < minibatches) is the state after minibatches
+ * 0..b-1 and before b: each worker takes its part of it after its last
+ * instruction of a minibatch < b -- the live weights, the stashed versions
+ * that later instructions still name, the optimizer state, its update count
+ * -- and before its first instruction of a minibatch >= b the buffers its
+ * forwards write (BatchNorm's running statistics). Under pipedream and 2bw
+ * some forwards of minibatches >= b ran before that point; a resumed run
+ * runs them again on the stashed versions they used, so it equals the
+ * uninterrupted run bitwise.
+ *
+ * want(ctx, b) is asked on stage 0's thread before minibatch b-1 starts;
+ * boundaries closer than pd__pipe_snap_gap to the last one taken are not
+ * asked (async schedules: P+1, others 1). ready(ctx, b) is called (on a
+ * worker thread) when every part of b is in place; the parts are then read
+ * with pd__pipe_snap_part until pd__pipe_snap_release, and the next
+ * snapshot waits for that (CheckFreq: a snapshot waits for the last persist). */
+typedef struct pd__snap_hooks {
+    bool (*want)(void *ctx, int64_t b);
+    void (*ready)(void *ctx, int64_t b);
+    void *ctx;
+} pd__snap_hooks;
+/* Allocates the parts (one per worker, sized for its most versions). */
+pd_status pd__pipe_set_snap_hooks(pd__pipe *p, const pd__snap_hooks *h);
+int64_t pd__pipe_snap_gap(const pd__pipe *p);
+void pd__pipe_snap_part(const pd__pipe *p, int w, const void **data, size_t *len);
+void pd__pipe_snap_release(pd__pipe *p);
+/* Snapshots taken in every run so far, and the pause they cost in total
+ * (per snapshot, the longest any worker spent waiting for and copying it). */
+void pd__pipe_snap_stats(const pd__pipe *p, int64_t *taken, double *pause_ms);
+/* Between runs: the whole state into the parts (after the held snapshot is
+ * released); read them with pd__pipe_snap_part, then release. */
+pd_status pd__pipe_snap_capture(pd__pipe *p);
+/* Before a run: restores the parts (one per worker, from the same plan and
+ * schedule) of boundary b; the next pd__pipe_run, of the same length as the
+ * run they came from, skips minibatches < b. */
+pd_status pd__pipe_resume(pd__pipe *p, int64_t b, int nparts, const void *const *parts, const size_t *lens);
+
 #endif

@@ -1,0 +1,423 @@
+/* checkpoint.c - checkpoints on disk and their background writer
+ * (checkpoint.h, docs/CHECKPOINT.md).
+ *
+ * Layout: DIR/ckpt-000000000120/ holds part-0.bin .. part-<n-1>.bin (raw
+ * records, one file per stage) and manifest.json:
+ *   {"format": "pdonnx-checkpoint", "version": 1, "step": 120,
+ *    "info": {...the run...}, "files": [{"name", "bytes", "crc32"}, ...]}
+ * A checkpoint is written into DIR/.ckpt-<step>.tmp-<pid>: every file
+ * written and fsynced, the manifest last, the folder fsynced, then renamed to
+ * its name and DIR fsynced; a crash at any point leaves either the old set of
+ * checkpoints or the new one, and a temporary folder the next writer clears.
+ * Readers trust a checkpoint only when every file matches the manifest.
+ */
+#include "checkpoint.h"
+
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include <zlib.h>
+
+/* ---- records ---------------------------------------------------------------- */
+
+/* header: kind u32, version i32, name_len u32, bytes u64; then name, then data */
+#define PD_REC_HDR 20
+
+void pd__rec_put(pd__recw *w, uint32_t kind, int32_t version, const char *name, const void *data, uint64_t bytes) {
+    uint32_t nl = (uint32_t)strlen(name);
+    size_t need = PD_REC_HDR + nl + (size_t)bytes;
+    if (w->buf && w->n + need <= w->cap) {
+        char *o = w->buf + w->n;
+        memcpy(o, &kind, 4);
+        memcpy(o + 4, &version, 4);
+        memcpy(o + 8, &nl, 4);
+        memcpy(o + 12, &bytes, 8);
+        memcpy(o + PD_REC_HDR, name, nl);
+        if (bytes) memcpy(o + PD_REC_HDR + nl, data, (size_t)bytes);
+    }
+    w->n += need;
+}
+
+pd_status pd__rec_next(const void *buf, size_t len, size_t *off, pd__rec *r, bool *end, const char *what) {
+    const char *b = buf;
+    *end = *off == len;
+    if (*end) return PD_OK;
+    if (len - *off < PD_REC_HDR) return pd__err(PD_ERR_PARSE, "%s: a record is cut short at byte %zu", what, *off);
+    memcpy(&r->kind, b + *off, 4);
+    memcpy(&r->version, b + *off + 4, 4);
+    memcpy(&r->name_len, b + *off + 8, 4);
+    memcpy(&r->bytes, b + *off + 12, 8);
+    size_t rest = len - *off - PD_REC_HDR;
+    if (r->kind < PD_REC_WEIGHT || r->kind > PD_REC_META || r->name_len > rest || r->bytes > rest - r->name_len)
+        return pd__err(PD_ERR_PARSE, "%s: a malformed record at byte %zu", what, *off);
+    r->name = b + *off + PD_REC_HDR;
+    r->data = b + *off + PD_REC_HDR + r->name_len;
+    *off += PD_REC_HDR + r->name_len + (size_t)r->bytes;
+    return PD_OK;
+}
+
+bool pd__rec_is(const pd__rec *r, const char *name) {
+    return strlen(name) == r->name_len && memcmp(r->name, name, r->name_len) == 0;
+}
+
+/* ---- on disk ---------------------------------------------------------------- */
+
+static uint32_t pd__crc(const void *data, size_t len) {
+    return (uint32_t)crc32_z(crc32_z(0, NULL, 0), data, len);
+}
+
+static pd_status pd__fsync_path(const char *path) {
+    int fd = open(path, O_RDONLY | O_DIRECTORY);
+    if (fd < 0) return pd__err(PD_ERR_IO, "%s: %s", path, strerror(errno));
+    int rc = fsync(fd);
+    int e = errno;
+    close(fd);
+    return rc == 0 ? PD_OK : pd__err(PD_ERR_IO, "%s: fsync: %s", path, strerror(e));
+}
+
+/* Removes a checkpoint folder and what it holds (no subfolders). */
+static void pd__rmdir_files(const char *path) {
+    DIR *d = opendir(path);
+    if (d) {
+        struct dirent *e;
+        char f[4200];
+        while ((e = readdir(d)))
+            if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
+                snprintf(f, sizeof f, "%s/%s", path, e->d_name);
+                unlink(f);
+            }
+        closedir(d);
+    }
+    rmdir(path);
+}
+
+static int pd__cmp_i64_desc(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* Steps of the checkpoints in dir, newest first (malloc'd); also clears
+ * temporary folders other writers left (clear true). */
+static pd_status pd__ckpt_list(const char *dir, int64_t **steps, int *n, bool clear) {
+    DIR *d = opendir(dir);
+    if (!d) return pd__err(PD_ERR_IO, "%s: %s", dir, strerror(errno));
+    int cap = 16, k = 0;
+    int64_t *s = PD_MALLOC(sizeof(int64_t) * (size_t)cap);
+    struct dirent *e;
+    while (s && (e = readdir(d))) {
+        long long v;
+        char tail;
+        if (sscanf(e->d_name, "ckpt-%lld%c", &v, &tail) == 1 && v >= 0) {
+            if (k == cap) {
+                int64_t *t = realloc(s, sizeof(int64_t) * (size_t)(cap *= 2));
+                if (!t) break;
+                s = t;
+            }
+            s[k++] = v;
+        } else if (clear && strncmp(e->d_name, ".ckpt-", 6) == 0) {
+            char p[4200];
+            snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+            pd__rmdir_files(p);
+        }
+    }
+    closedir(d);
+    if (!s) return pd__err(PD_ERR_NOMEM, "out of memory");
+    qsort(s, (size_t)k, sizeof *s, pd__cmp_i64_desc);
+    *steps = s;
+    *n = k;
+    return PD_OK;
+}
+
+pd_status pd__ckpt_write(const char *dir, int64_t step, const char *info_json, int nparts, const void *const *parts,
+                         const size_t *lens, int keep) {
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST) return pd__err(PD_ERR_IO, "%s: cannot create: %s", dir, strerror(errno));
+    char tmp[4096], fin[4096], old[4096], f[4200];
+    snprintf(tmp, sizeof tmp, "%s/.ckpt-%012" PRId64 ".tmp-%ld", dir, step, (long)getpid());
+    snprintf(old, sizeof old, "%s/.ckpt-%012" PRId64 ".old-%ld", dir, step, (long)getpid());
+    if (snprintf(fin, sizeof fin, "%s/ckpt-%012" PRId64, dir, step) >= (int)sizeof fin)
+        return pd__err(PD_ERR_IO, "%s: path too long", dir);
+    pd__rmdir_files(tmp);
+    if (mkdir(tmp, 0755) != 0) return pd__err(PD_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
+    cJSON *m = cJSON_CreateObject(), *files = cJSON_CreateArray();
+    cJSON *info = info_json ? cJSON_Parse(info_json) : cJSON_CreateObject();
+    pd_status st = m && files && info ? PD_OK : pd__err(PD_ERR_NOMEM, "out of memory");
+    if (st == PD_OK) {
+        cJSON_AddStringToObject(m, "format", "pdonnx-checkpoint");
+        cJSON_AddNumberToObject(m, "version", 1);
+        cJSON_AddNumberToObject(m, "step", (double)step);
+        cJSON_AddItemToObject(m, "info", info);
+        info = NULL;
+        cJSON_AddItemToObject(m, "files", files);
+        files = NULL;
+    }
+    for (int i = 0; st == PD_OK && i < nparts; i++) {
+        snprintf(f, sizeof f, "%s/part-%d.bin", tmp, i);
+        st = pd__write_atomic(f, parts[i], lens[i]);
+        cJSON *e = cJSON_CreateObject();
+        char name[32];
+        snprintf(name, sizeof name, "part-%d.bin", i);
+        cJSON_AddStringToObject(e, "name", name);
+        cJSON_AddNumberToObject(e, "bytes", (double)lens[i]);
+        cJSON_AddNumberToObject(e, "crc32", (double)pd__crc(parts[i], lens[i]));
+        cJSON_AddItemToArray(cJSON_GetObjectItem(m, "files"), e);
+    }
+    char *text = st == PD_OK ? cJSON_Print(m) : NULL;
+    if (st == PD_OK && !text) st = pd__err(PD_ERR_NOMEM, "out of memory");
+    if (st == PD_OK) {
+        snprintf(f, sizeof f, "%s/manifest.json", tmp);
+        st = pd__write_atomic(f, text, strlen(text));
+    }
+    free(text);
+    cJSON_Delete(m);
+    cJSON_Delete(files);
+    cJSON_Delete(info);
+    if (st == PD_OK) st = pd__fsync_path(tmp);
+    if (st == PD_OK) {
+        /* a checkpoint of this step already there (a resumed run passing it again) is replaced whole */
+        bool had = rename(fin, old) == 0;
+        if (rename(tmp, fin) != 0) {
+            st = pd__err(PD_ERR_IO, "%s: cannot rename into place: %s", fin, strerror(errno));
+            if (had) rename(old, fin);
+        } else if (had) {
+            pd__rmdir_files(old);
+        }
+    }
+    if (st == PD_OK) st = pd__fsync_path(dir);
+    if (st != PD_OK) {
+        pd__rmdir_files(tmp);
+        return st;
+    }
+    if (keep > 0) { /* the oldest beyond `keep` go, only once the new one is in place */
+        int64_t *s;
+        int n;
+        if (pd__ckpt_list(dir, &s, &n, false) == PD_OK) {
+            for (int i = keep; i < n; i++) {
+                snprintf(f, sizeof f, "%s/ckpt-%012" PRId64, dir, s[i]);
+                pd__rmdir_files(f);
+            }
+            PD_FREE(s);
+        }
+    }
+    return PD_OK;
+}
+
+void pd__ckpt_free(pd__ckpt *c) {
+    if (!c) return;
+    for (int i = 0; c->parts && i < c->nparts; i++) PD_FREE(c->parts[i]);
+    PD_FREE(c->parts);
+    PD_FREE(c->lens);
+    PD_FREE(c->path);
+    PD_FREE(c->info_json);
+    memset(c, 0, sizeof *c);
+}
+
+pd_status pd__ckpt_read(const char *path, pd__ckpt *out) {
+    pd__ckpt c;
+    memset(&c, 0, sizeof c);
+    char f[4200];
+    snprintf(f, sizeof f, "%s/manifest.json", path);
+    unsigned char *text;
+    size_t len;
+    PD_TRY(pd__read_file(f, &text, &len));
+    cJSON *m = cJSON_ParseWithLength((const char *)text, len);
+    PD_FREE(text);
+    pd_status st = PD_OK;
+    const cJSON *fmt = cJSON_GetObjectItem(m, "format"), *step = cJSON_GetObjectItem(m, "step"),
+                *files = cJSON_GetObjectItem(m, "files"), *info = cJSON_GetObjectItem(m, "info");
+    if (!m || !cJSON_IsString(fmt) || strcmp(fmt->valuestring, "pdonnx-checkpoint") != 0 || !cJSON_IsNumber(step) ||
+        !cJSON_IsArray(files) || !cJSON_IsObject(info))
+        st = pd__err(PD_ERR_PARSE, "%s: not a pdonnx checkpoint manifest", f);
+    if (st == PD_OK) {
+        c.step = (int64_t)step->valuedouble;
+        c.nparts = cJSON_GetArraySize(files);
+        c.parts = PD_CALLOC((size_t)c.nparts + 1, sizeof(void *));
+        c.lens = PD_CALLOC((size_t)c.nparts + 1, sizeof(size_t));
+        c.path = strdup(path);
+        c.info_json = cJSON_PrintUnformatted(info);
+        if (!c.parts || !c.lens || !c.path || !c.info_json) st = pd__err(PD_ERR_NOMEM, "out of memory");
+    }
+    for (int i = 0; st == PD_OK && i < c.nparts; i++) {
+        const cJSON *e = cJSON_GetArrayItem(files, i), *name = cJSON_GetObjectItem(e, "name"),
+                    *bytes = cJSON_GetObjectItem(e, "bytes"), *crc = cJSON_GetObjectItem(e, "crc32");
+        if (!cJSON_IsString(name) || strchr(name->valuestring, '/') || !cJSON_IsNumber(bytes) || !cJSON_IsNumber(crc)) {
+            st = pd__err(PD_ERR_PARSE, "%s: file entry %d is malformed", f, i);
+            break;
+        }
+        char pf[4200];
+        snprintf(pf, sizeof pf, "%s/%s", path, name->valuestring);
+        unsigned char *data;
+        if ((st = pd__read_file(pf, &data, &len)) != PD_OK) break;
+        c.parts[i] = data;
+        c.lens[i] = len;
+        if ((double)len != bytes->valuedouble)
+            st = pd__err(PD_ERR_PARSE, "%s: %zu bytes, the manifest says %.0f (truncated?)", pf, len, bytes->valuedouble);
+        else if ((double)pd__crc(data, len) != crc->valuedouble)
+            st = pd__err(PD_ERR_PARSE, "%s: checksum mismatch (CRC-32 %u, the manifest says %.0f): corrupted", pf,
+                         pd__crc(data, len), crc->valuedouble);
+    }
+    cJSON_Delete(m);
+    if (st != PD_OK) {
+        pd__ckpt_free(&c);
+        return st;
+    }
+    *out = c;
+    return PD_OK;
+}
+
+pd_status pd__ckpt_read_latest(const char *dir, pd__ckpt *out, void (*warn)(void *ctx, const char *msg), void *ctx) {
+    int64_t *s;
+    int n;
+    PD_TRY(pd__ckpt_list(dir, &s, &n, false));
+    pd_status st = pd__err(PD_ERR_IO, "%s: no checkpoint there", dir);
+    for (int i = 0; i < n; i++) {
+        char p[4200];
+        snprintf(p, sizeof p, "%s/ckpt-%012" PRId64, dir, s[i]);
+        if ((st = pd__ckpt_read(p, out)) == PD_OK) break;
+        if (warn) {
+            char msg[1200];
+            snprintf(msg, sizeof msg, "skipping %s: %s", p, pd_last_error());
+            warn(ctx, msg);
+        }
+        st = pd__err(PD_ERR_IO, "%s: no valid checkpoint there", dir);
+    }
+    PD_FREE(s);
+    return st;
+}
+
+/* ---- the writer thread -------------------------------------------------------- */
+
+struct pd__ckpt_writer {
+    char *dir;
+    int keep;
+    pthread_t th;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool busy, quit;     /* busy: a snapshot is handed over and not yet written */
+    int64_t step;
+    char *info;
+    int nparts;
+    const void *const *parts;
+    const size_t *lens;
+    void (*release)(void *);
+    void *ctx;
+    pd_status err;
+    char errmsg[1024];
+    int64_t written, last_step;
+    double last_ms;
+};
+
+static void *pd__writer_main(void *arg) {
+    pd__ckpt_writer *w = arg;
+    pthread_mutex_lock(&w->mu);
+    for (;;) {
+        while (!w->busy && !w->quit) pthread_cond_wait(&w->cv, &w->mu);
+        if (!w->busy) break;
+        pthread_mutex_unlock(&w->mu);
+        struct timespec a, b;
+        clock_gettime(CLOCK_MONOTONIC, &a);
+        pd_status st = pd__ckpt_write(w->dir, w->step, w->info, w->nparts, w->parts, w->lens, w->keep);
+        clock_gettime(CLOCK_MONOTONIC, &b);
+        if (w->release) w->release(w->ctx);
+        pthread_mutex_lock(&w->mu);
+        if (st != PD_OK && w->err == PD_OK) {
+            w->err = st;
+            snprintf(w->errmsg, sizeof w->errmsg, "checkpoint at step %lld: %s", (long long)w->step, pd_last_error());
+        }
+        if (st == PD_OK) {
+            w->written++;
+            w->last_step = w->step;
+            w->last_ms = 1e3 * (double)(b.tv_sec - a.tv_sec) + 1e-6 * (double)(b.tv_nsec - a.tv_nsec);
+        }
+        PD_FREE(w->info);
+        w->info = NULL;
+        w->busy = false;
+        pthread_cond_broadcast(&w->cv);
+    }
+    pthread_mutex_unlock(&w->mu);
+    return NULL;
+}
+
+pd_status pd__ckpt_writer_start(const char *dir, int keep, pd__ckpt_writer **out) {
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+        return pd__err(PD_ERR_IO, "--checkpoint-dir %s: cannot create: %s", dir, strerror(errno));
+    int64_t *s;
+    int n;
+    PD_TRY(pd__ckpt_list(dir, &s, &n, true)); /* clears what a killed writer left */
+    PD_FREE(s);
+    pd__ckpt_writer *w = PD_CALLOC(1, sizeof *w);
+    if (!w || !(w->dir = strdup(dir))) {
+        PD_FREE(w);
+        return pd__err(PD_ERR_NOMEM, "out of memory");
+    }
+    w->keep = keep;
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_cond_init(&w->cv, NULL);
+    if (pthread_create(&w->th, NULL, pd__writer_main, w) != 0) {
+        pthread_mutex_destroy(&w->mu);
+        pthread_cond_destroy(&w->cv);
+        PD_FREE(w->dir);
+        PD_FREE(w);
+        return pd__err(PD_ERR_NOMEM, "cannot start the checkpoint writer");
+    }
+    *out = w;
+    return PD_OK;
+}
+
+void pd__ckpt_writer_submit(pd__ckpt_writer *w, int64_t step, const char *info_json, int nparts,
+                            const void *const *parts, const size_t *lens, void (*release)(void *ctx), void *ctx) {
+    pthread_mutex_lock(&w->mu);
+    while (w->busy) pthread_cond_wait(&w->cv, &w->mu);
+    w->step = step;
+    w->info = info_json ? strdup(info_json) : NULL;
+    w->nparts = nparts;
+    w->parts = parts;
+    w->lens = lens;
+    w->release = release;
+    w->ctx = ctx;
+    w->busy = true;
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+}
+
+void pd__ckpt_writer_stats(pd__ckpt_writer *w, int64_t *written, double *last_persist_ms, int64_t *last_step) {
+    pthread_mutex_lock(&w->mu);
+    if (written) *written = w->written;
+    if (last_persist_ms) *last_persist_ms = w->last_ms;
+    if (last_step) *last_step = w->last_step;
+    pthread_mutex_unlock(&w->mu);
+}
+
+pd_status pd__ckpt_writer_finish(pd__ckpt_writer *w) {
+    if (!w) return PD_OK;
+    pthread_mutex_lock(&w->mu);
+    w->quit = true;
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+    pthread_join(w->th, NULL);
+    pd_status st = w->err != PD_OK ? pd__err(w->err, "%s", w->errmsg) : PD_OK;
+    pthread_mutex_destroy(&w->mu);
+    pthread_cond_destroy(&w->cv);
+    PD_FREE(w->dir);
+    PD_FREE(w);
+    return st;
+}
+
+int64_t pd__ckpt_auto_every(double step_ms, double snapshot_ms, double persist_ms, double overhead) {
+    if (!(step_ms > 0)) return 1;
+    double k = 1;
+    if (overhead > 0 && snapshot_ms > 0) k = snapshot_ms / (overhead * step_ms);
+    if (persist_ms / step_ms > k) k = persist_ms / step_ms;
+    if (!(k < 1e15)) return INT64_MAX / 4;
+    int64_t n = (int64_t)k;
+    if ((double)n < k) n++;
+    return n < 1 ? 1 : n;
+}

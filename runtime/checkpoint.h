@@ -1,0 +1,88 @@
+/* checkpoint.h - private: checkpoints, CheckFreq-style (runtime/checkpoint.c,
+ * docs/CHECKPOINT.md).
+ *
+ * A snapshot is a few parts (one per stage), each a run of self-describing
+ * records: the live weights, the optimizer state, the stashed weight
+ * versions, BatchNorm's running statistics and a few counters, each named by
+ * its graph tensor. Taking one is a copy into host memory (the only pause
+ * training sees); a writer thread then persists it: every part to its own
+ * file in a temporary folder, fsynced, a manifest with their sizes and CRC-32s
+ * written last, and the folder renamed into place. A reader takes the newest
+ * checkpoint whose every file matches its manifest. */
+#ifndef PD_CHECKPOINT_H
+#define PD_CHECKPOINT_H
+
+#include "../core/pd_internal.h"
+
+enum {
+    PD_REC_WEIGHT = 1, /* a trained parameter's live value (version: its id) */
+    PD_REC_STATE0,     /* the optimizer's first state (momentum, Adam's m) */
+    PD_REC_STATE1,     /* the second (Adam's v) */
+    PD_REC_STASH,      /* a parameter's value in an older weight version still needed */
+    PD_REC_BUFFER,     /* a tensor a training forward writes (BatchNorm running statistics) */
+    PD_REC_META        /* a counter: "updates" (int64), "live" (version: the live version of virtual stage `name`'s suffix) */
+};
+
+typedef struct pd__rec {
+    uint32_t kind;
+    int32_t version;
+    const char *name; /* not NUL-terminated: name_len bytes */
+    uint32_t name_len;
+    const void *data;
+    uint64_t bytes;
+} pd__rec;
+
+/* Appends a record at w->n when it fits in w->cap (buf NULL: only counts). */
+typedef struct pd__recw {
+    char *buf;
+    size_t n, cap;
+} pd__recw;
+void pd__rec_put(pd__recw *w, uint32_t kind, int32_t version, const char *name, const void *data, uint64_t bytes);
+/* The record at *off (advanced past it); *end true at the end of the part.
+ * A truncated or malformed record is PD_ERR_PARSE naming `what`. */
+pd_status pd__rec_next(const void *buf, size_t len, size_t *off, pd__rec *r, bool *end, const char *what);
+bool pd__rec_is(const pd__rec *r, const char *name);
+
+/* A checkpoint on disk: DIR/ckpt-<step>/{part-<i>.bin, manifest.json}. info:
+ * the caller's JSON object (the run: model, plan, schedule, options), kept in
+ * the manifest. keep > 0: only the newest `keep` checkpoints stay. */
+pd_status pd__ckpt_write(const char *dir, int64_t step, const char *info_json, int nparts, const void *const *parts,
+                         const size_t *lens, int keep);
+
+typedef struct pd__ckpt {
+    char *path;      /* DIR/ckpt-<step> */
+    int64_t step;
+    char *info_json; /* the manifest's "info" */
+    int nparts;
+    void **parts;
+    size_t *lens;
+} pd__ckpt;
+/* The newest checkpoint of dir whose manifest parses and whose files all
+ * match it; each one skipped is reported through warn (a line naming it and
+ * what is wrong). PD_ERR_IO when there is none. */
+pd_status pd__ckpt_read_latest(const char *dir, pd__ckpt *out, void (*warn)(void *ctx, const char *msg), void *ctx);
+/* One checkpoint folder (DIR/ckpt-<step>), verified the same way. */
+pd_status pd__ckpt_read(const char *path, pd__ckpt *out);
+void pd__ckpt_free(pd__ckpt *c);
+
+/* The background writer: one snapshot persisted at a time. */
+typedef struct pd__ckpt_writer pd__ckpt_writer;
+pd_status pd__ckpt_writer_start(const char *dir, int keep, pd__ckpt_writer **out);
+/* Hands a snapshot over and returns at once; the parts stay the caller's and
+ * are read until release(ctx) is called (from the writer thread). info_json
+ * is copied. A snapshot submitted while one is being written waits its turn. */
+void pd__ckpt_writer_submit(pd__ckpt_writer *w, int64_t step, const char *info_json, int nparts,
+                            const void *const *parts, const size_t *lens, void (*release)(void *ctx), void *ctx);
+/* Statistics so far: checkpoints written, milliseconds the last one took to persist. */
+void pd__ckpt_writer_stats(pd__ckpt_writer *w, int64_t *written, double *last_persist_ms, int64_t *last_step);
+/* Waits for what was submitted; the first error of any persist (its message
+ * in pd_last_error), PD_OK otherwise. Then stops the thread and frees w. */
+pd_status pd__ckpt_writer_finish(pd__ckpt_writer *w);
+
+/* CheckFreq's frequency: the fewest steps between checkpoints that keeps the
+ * pause (snapshot_ms per checkpoint) under `overhead` of the training time
+ * (step_ms per step), and no shorter than one persist (persist_ms), so that
+ * a snapshot never waits for the previous one to be written. At least 1. */
+int64_t pd__ckpt_auto_every(double step_ms, double snapshot_ms, double persist_ms, double overhead);
+
+#endif

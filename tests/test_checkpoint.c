@@ -1,0 +1,440 @@
+/* test_checkpoint.c - snapshots of a running pipeline, resume, and
+ * checkpoints on disk (runtime/pipeline.c, runtime/checkpoint.c).
+ *
+ * Exact resume: for every schedule (gpipe, flush, zb-h1, interleaved,
+ * pipedream with and without vertical sync, 2bw) on 2-3 stages of the MLP
+ * (Adam: optimizer state), the CNN with BatchNorm (running statistics written
+ * by forwards that run ahead under pipedream and 2bw; momentum) and the small
+ * GPT: a run that snapshots at every boundary it may equals a run that takes
+ * none, bitwise; and a fresh pipeline resumed from each snapshot gives the
+ * same per-step losses after it and the same final weights and statistics,
+ * bitwise. A snapshot of another plan, or cut short, is refused.
+ * On disk: two-phase writes, keep-K pruning, a corrupted or truncated
+ * checkpoint detected by its CRC-32 and the previous one used, leftovers of
+ * a killed writer cleared; CheckFreq's frequency rule on hand-computed cases.
+ */
+#include "../core/plan.h"
+#include "../core/schedule.h"
+#include "../runtime/checkpoint.h"
+#include "../runtime/data.h"
+#include "../runtime/pipeline.h"
+#include "check.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+enum { BATCH = 8, MAXB = 64 };
+
+typedef struct store { /* every snapshot of a run, copied out */
+    pd__pipe *p;
+    int P;
+    void *part[MAXB][8];
+    size_t len[MAXB][8];
+    bool have[MAXB];
+    int n;
+} store;
+
+static bool want_all(void *ctx, int64_t b) {
+    (void)ctx;
+    (void)b;
+    return true;
+}
+
+static void ready_copy(void *ctx, int64_t b) {
+    store *s = ctx;
+    for (int w = 0; w < s->P && b < MAXB; w++) {
+        const void *d;
+        size_t n;
+        pd__pipe_snap_part(s->p, w, &d, &n);
+        s->part[b][w] = malloc(n + 1);
+        memcpy(s->part[b][w], d, n);
+        s->len[b][w] = n;
+    }
+    if (b < MAXB && !s->have[b]) s->have[b] = true, s->n++;
+    pd__pipe_snap_release(s->p);
+}
+
+static void store_free(store *s) {
+    for (int b = 0; b < MAXB; b++)
+        for (int w = 0; w < 8; w++) free(s->part[b][w]);
+    memset(s, 0, sizeof *s);
+}
+
+typedef struct model {
+    const char *name;
+    pd_tensor xs, ys; /* the stream of every step */
+    pd_train_options o;
+    int steps;
+} model;
+
+static pd_status load(const char *fx, const char *name, int64_t batch, pd_graph **g) {
+    char p[1200];
+    pd_load_options lo = PD_LOAD_OPTIONS_INIT;
+    lo.batch = batch;
+    snprintf(p, sizeof p, "%s/%s/model.onnx", fx, name);
+    return pd_graph_load_file(p, &lo, g);
+}
+
+static pd_status make_plan(pd_graph *g, int stages, int chunks, pd_plan **plan) {
+    pd_profile *prof = NULL;
+    pd_profile_options po = PD_PROFILE_OPTIONS_INIT;
+    po.warmup = 0;
+    po.repeats = 1;
+    po.threads = 1;
+    pd_status st = pd_profile_measure(g, &po, &prof);
+    pd_plan_options o = PD_PLAN_OPTIONS_INIT;
+    o.algo = "uniform";
+    o.workers = stages * chunks;
+    o.straight = 1;
+    if (st == PD_OK) st = pd_plan_create(prof, &o, plan);
+    if (st == PD_OK) (*plan)->chunks = chunks;
+    pd_profile_destroy(prof);
+    return st;
+}
+
+/* The float initializers of g (trained weights and BatchNorm statistics), equal bitwise. */
+static bool same_weights(const pd_graph *a, const pd_graph *b) {
+    if (a->ntensors != b->ntensors) return false;
+    for (int t = 0; t < a->ntensors; t++) {
+        const pd__tensor *x = &a->tensors[t], *y = &b->tensors[t];
+        if (x->kind != PD_T_INIT || x->dtype != PD_FLOAT) continue;
+        if (memcmp(x->data, y->data, sizeof(float) * (size_t)x->numel) != 0) return false;
+    }
+    return true;
+}
+
+typedef struct run {
+    pd_graph *g;
+    pd_step_result res[MAXB];
+    pd_status st;
+} run;
+
+/* One run of m->steps minibatches: with snapshots into s (NULL: none), or
+ * resumed at boundary b from s. */
+static void run_pipe(const char *fx, const model *m, pd__sched_kind kind, bool vsync, int P, int V, int M,
+                     store *s, int64_t resume_b, const store *from, run *r) {
+    memset(r, 0, sizeof *r);
+    pd_plan *plan = NULL;
+    pd__pipe *p = NULL;
+    r->st = load(fx, m->name, BATCH / M, &r->g);
+    if (r->st == PD_OK) r->st = make_plan(r->g, P, V, &plan);
+    if (r->st == PD_OK) r->st = pd__pipe_create(r->g, plan, &m->o, kind, M, &p);
+    if (r->st == PD_OK) r->st = pd__pipe_set_vertical_sync(p, vsync);
+    if (r->st == PD_OK && s) {
+        s->p = p;
+        s->P = P;
+        pd__snap_hooks h = {want_all, ready_copy, s};
+        r->st = pd__pipe_set_snap_hooks(p, &h);
+    }
+    if (r->st == PD_OK && from)
+        r->st = pd__pipe_resume(p, resume_b, P, (const void *const *)from->part[resume_b], from->len[resume_b]);
+    pd_tensor ins[2] = {m->xs, m->ys};
+    if (r->st == PD_OK) r->st = pd__pipe_run(p, m->steps, ins, &m->ys, r->res);
+    pd__pipe_destroy(p);
+    pd_plan_destroy(plan);
+}
+
+static void check_schedule(const char *fx, const model *m, pd__sched_kind kind, bool vsync, int P, int V, int M) {
+    char what[160];
+    snprintf(what, sizeof what, "%s, %s%s, %d stages%s, %d microbatches", m->name, pd__sched_kind_name(kind),
+             vsync ? " (vertical sync)" : "", P, V > 1 ? " x 2 chunks" : "", M);
+    store s;
+    memset(&s, 0, sizeof s);
+    run plain, snapped;
+    run_pipe(fx, m, kind, vsync, P, V, M, NULL, 0, NULL, &plain);
+    run_pipe(fx, m, kind, vsync, P, V, M, &s, 0, NULL, &snapped);
+    CHECK(plain.st == PD_OK && snapped.st == PD_OK, "%s: runs%s%s", what, plain.st || snapped.st ? ": " : "",
+          plain.st || snapped.st ? pd_last_error() : "");
+    if (plain.st != PD_OK || snapped.st != PD_OK) goto out;
+    int64_t gap = pd__sched_async(kind) ? P + 1 : 1, expect = (m->steps - 2) / gap + 1;
+    CHECK(s.n == expect, "%s: %d snapshots taken, every %lld boundaries of %d steps: %lld", what, s.n,
+          (long long)gap, m->steps, (long long)expect);
+    CHECK(memcmp(plain.res, snapped.res, sizeof(pd_step_result) * (size_t)m->steps) == 0 &&
+              same_weights(plain.g, snapped.g),
+          "%s: taking snapshots changes nothing (losses and weights bitwise)", what);
+    int ok = 0, tried = 0;
+    for (int b = 1; b < m->steps; b++) {
+        if (!s.have[b]) continue;
+        run r;
+        run_pipe(fx, m, kind, vsync, P, V, M, NULL, b, &s, &r);
+        tried++;
+        bool same = r.st == PD_OK && same_weights(plain.g, r.g);
+        for (int k = b; same && k < m->steps; k++)
+            same = memcmp(&r.res[k], &plain.res[k], sizeof r.res[k]) == 0;
+        if (same) ok++;
+        else
+            printf("  resumed at %d: %s\n", b, r.st ? pd_last_error() : "differs");
+        pd_graph_destroy(r.g);
+    }
+    CHECK(tried > 0 && ok == tried, "%s: resumed from each of %d snapshots, the rest of the run equals the "
+          "uninterrupted one bitwise (%d did)", what, tried, ok);
+out:
+    pd_graph_destroy(plain.g);
+    pd_graph_destroy(snapped.g);
+    store_free(&s);
+}
+
+static bool load_model(const char *fx, model *m, const char *name, pd_optimizer_kind opt, double lr, int steps) {
+    char p[1200];
+    pd_tensor X = {0}, Y = {0};
+    pd__data d = {0};
+    memset(m, 0, sizeof *m);
+    m->name = name;
+    pd_train_options o = PD_TRAIN_OPTIONS_INIT;
+    m->o = o;
+    m->o.optimizer = opt;
+    m->o.lr = lr;
+    m->o.threads = 1;
+    m->steps = steps;
+    snprintf(p, sizeof p, "%s/%s/train/sgd/X.npy", fx, name);
+    pd_status st = pd_npy_load(p, &X);
+    snprintf(p, sizeof p, "%s/%s/train/sgd/Y.npy", fx, name);
+    if (st == PD_OK) st = pd_npy_load(p, &Y);
+    if (st == PD_OK) st = pd__data_init(&d, &X, &Y, BATCH, true, 7);
+    CHECK(st == PD_OK, "%s: the training data loads", name);
+    if (st != PD_OK) return false;
+    m->xs = X;
+    m->ys = Y;
+    m->xs.shape[0] = m->ys.shape[0] = (int64_t)steps * BATCH;
+    size_t xr = (size_t)(pd_tensor_numel(&X) / X.shape[0]) * pd_dtype_size(X.dtype);
+    size_t yr = (size_t)(pd_tensor_numel(&Y) / Y.shape[0]) * pd_dtype_size(Y.dtype);
+    m->xs.data = malloc(xr * (size_t)steps * BATCH);
+    m->ys.data = malloc(yr * (size_t)steps * BATCH);
+    for (int k = 0; k < steps; k++)
+        pd__data_fill(&d, k, (char *)m->xs.data + xr * BATCH * (size_t)k, (char *)m->ys.data + yr * BATCH * (size_t)k);
+    pd__data_free(&d);
+    pd_tensor_free(&X);
+    pd_tensor_free(&Y);
+    return true;
+}
+
+static void free_model(model *m) {
+    free(m->xs.data);
+    free(m->ys.data);
+}
+
+/* A snapshot refused where it does not fit. */
+static void check_refusals(const char *fx, const model *m) {
+    store s;
+    memset(&s, 0, sizeof s);
+    run r;
+    run_pipe(fx, m, PD_SCHED_FLUSH, false, 2, 1, 2, &s, 0, NULL, &r);
+    pd_graph_destroy(r.g);
+    CHECK(r.st == PD_OK && s.have[3], "refusals: a 2-stage flush run snapshots");
+    if (!s.have[3]) return;
+    /* into 3 stages */
+    pd_graph *g = NULL;
+    pd_plan *plan = NULL;
+    pd__pipe *p = NULL;
+    pd_status st = load(fx, m->name, BATCH / 2, &g);
+    if (st == PD_OK) st = make_plan(g, 3, 1, &plan);
+    if (st == PD_OK) st = pd__pipe_create(g, plan, &m->o, PD_SCHED_FLUSH, 2, &p);
+    pd_status a = st == PD_OK ? pd__pipe_resume(p, 3, 2, (const void *const *)s.part[3], s.len[3]) : st;
+    CHECK(a == PD_ERR_INVALID && strstr(pd_last_error(), "2 stages"), "refusals: 2 parts into 3 stages: %s",
+          pd_last_error());
+    const void *three[3] = {s.part[3][0], s.part[3][1], s.part[3][1]};
+    size_t lens[3] = {s.len[3][0], s.len[3][1], s.len[3][1]};
+    pd_status b = st == PD_OK ? pd__pipe_resume(p, 3, 3, three, lens) : st;
+    CHECK(b == PD_ERR_INVALID && strstr(pd_last_error(), "does not own"), "refusals: another plan's part: %s",
+          pd_last_error());
+    pd__pipe_destroy(p);
+    pd_plan_destroy(plan);
+    pd_graph_destroy(g);
+    /* the same plan, a part cut short or missing its last records */
+    p = NULL;
+    plan = NULL;
+    g = NULL;
+    st = load(fx, m->name, BATCH / 2, &g);
+    if (st == PD_OK) st = make_plan(g, 2, 1, &plan);
+    if (st == PD_OK) st = pd__pipe_create(g, plan, &m->o, PD_SCHED_FLUSH, 2, &p);
+    size_t cut[2] = {s.len[3][0], s.len[3][1] - 5};
+    pd_status c = st == PD_OK ? pd__pipe_resume(p, 3, 2, (const void *const *)s.part[3], cut) : st;
+    CHECK(c == PD_ERR_PARSE && strstr(pd_last_error(), "stage 1"), "refusals: a part cut short: %s", pd_last_error());
+    size_t off = 0, last = 0; /* stage 0's part without its last record */
+    for (;;) {
+        pd__rec r;
+        bool end;
+        size_t at = off;
+        if (pd__rec_next(s.part[3][0], s.len[3][0], &off, &r, &end, "t") != PD_OK || end) break;
+        last = at;
+    }
+    size_t less[2] = {last, s.len[3][1]};
+    pd_status d = st == PD_OK ? pd__pipe_resume(p, 3, 2, (const void *const *)s.part[3], less) : st;
+    CHECK(d == PD_ERR_INVALID && strstr(pd_last_error(), "incomplete"), "refusals: a part without its last "
+          "record: %s", pd_last_error());
+    pd_status e = st == PD_OK ? pd__pipe_resume(p, 3, 2, (const void *const *)s.part[3], s.len[3]) : st;
+    pd_tensor ins[2] = {m->xs, m->ys};
+    pd_status f = e == PD_OK ? pd__pipe_run(p, 3, ins, &m->ys, NULL) : e;
+    CHECK(e == PD_OK && f == PD_ERR_INVALID && strstr(pd_last_error(), "resuming at step 3 of a run of 3"),
+          "refusals: resuming at the run's end: %s", pd_last_error());
+    pd__pipe_destroy(p);
+    pd_plan_destroy(plan);
+    pd_graph_destroy(g);
+    store_free(&s);
+}
+
+static void warn_collect(void *ctx, const char *msg) {
+    char *buf = ctx;
+    strncat(buf, msg, 4000 - strlen(buf));
+    strncat(buf, "\n", 4000 - strlen(buf));
+}
+
+static void check_disk(void) {
+    char dir[] = "/tmp/pd_ckpt_test_XXXXXX";
+    CHECK(mkdtemp(dir) != NULL, "disk: a temporary folder");
+    char a[64] = "stage zero's bytes", b[64] = "stage one";
+    const void *parts[2] = {a, b};
+    size_t lens[2] = {strlen(a), strlen(b)};
+    pd_status st = pd__ckpt_write(dir, 10, "{\"schedule\": \"flush\"}", 2, parts, lens, 2);
+    a[0] = 'S';
+    if (st == PD_OK) st = pd__ckpt_write(dir, 20, "{\"schedule\": \"flush\"}", 2, parts, lens, 2);
+    a[0] = 'T';
+    if (st == PD_OK) st = pd__ckpt_write(dir, 30, "{\"schedule\": \"flush\"}", 2, parts, lens, 2);
+    CHECK(st == PD_OK, "disk: three checkpoints written%s%s", st ? ": " : "", st ? pd_last_error() : "");
+    char p[512];
+    struct stat sb;
+    snprintf(p, sizeof p, "%s/ckpt-000000000010", dir);
+    bool gone = stat(p, &sb) != 0;
+    snprintf(p, sizeof p, "%s/ckpt-000000000020/manifest.json", dir);
+    CHECK(gone && stat(p, &sb) == 0, "disk: keep 2 removed the oldest, kept the next");
+    pd__ckpt c;
+    char warns[4096] = "";
+    st = pd__ckpt_read_latest(dir, &c, warn_collect, warns);
+    CHECK(st == PD_OK && c.step == 30 && c.nparts == 2 && c.lens[0] == lens[0] && memcmp(c.parts[0], a, lens[0]) == 0 &&
+              strstr(c.info_json, "flush") && !warns[0],
+          "disk: the newest read back whole");
+    if (st == PD_OK) pd__ckpt_free(&c);
+    /* corrupt one byte of the newest: its checksum fails, step 20 is used */
+    snprintf(p, sizeof p, "%s/ckpt-000000000030/part-1.bin", dir);
+    FILE *f = fopen(p, "r+b");
+    if (f) {
+        fputc('X', f);
+        fclose(f);
+    }
+    st = pd__ckpt_read_latest(dir, &c, warn_collect, warns);
+    CHECK(st == PD_OK && c.step == 20 && ((char *)c.parts[0])[0] == 'S' && strstr(warns, "checksum mismatch") &&
+              strstr(warns, "ckpt-000000000030"),
+          "disk: a corrupted checkpoint is reported and the previous one used: %s", warns);
+    if (st == PD_OK) pd__ckpt_free(&c);
+    /* truncate the older one too: nothing valid is left */
+    snprintf(p, sizeof p, "%s/ckpt-000000000020/part-0.bin", dir);
+    CHECK(truncate(p, 3) == 0, "disk: truncating a part");
+    warns[0] = 0;
+    st = pd__ckpt_read_latest(dir, &c, warn_collect, warns);
+    CHECK(st == PD_ERR_IO && strstr(pd_last_error(), "no valid checkpoint") && strstr(warns, "truncated"),
+          "disk: a truncated one is reported too, and with none valid left: %s", pd_last_error());
+    /* a killed writer's temporary folder is cleared; a half-made one is never read */
+    snprintf(p, sizeof p, "%s/.ckpt-000000000040.tmp-99", dir);
+    mkdir(p, 0755);
+    snprintf(p, sizeof p, "%s/ckpt-000000000050", dir); /* no manifest */
+    mkdir(p, 0755);
+    pd__ckpt_writer *w = NULL;
+    st = pd__ckpt_writer_start(dir, 0, &w);
+    snprintf(p, sizeof p, "%s/.ckpt-000000000040.tmp-99", dir);
+    CHECK(st == PD_OK && stat(p, &sb) != 0, "disk: the writer clears a killed writer's leftovers");
+    if (w) {
+        a[0] = 'U';
+        pd__ckpt_writer_submit(w, 60, NULL, 2, parts, lens, NULL, NULL);
+        st = pd__ckpt_writer_finish(w);
+    }
+    warns[0] = 0;
+    pd_status r = pd__ckpt_read_latest(dir, &c, warn_collect, warns);
+    CHECK(st == PD_OK && r == PD_OK && c.step == 60 && ((char *)c.parts[0])[0] == 'U',
+          "disk: the background writer persists a submitted snapshot");
+    if (r == PD_OK) pd__ckpt_free(&c);
+    pd__ckpt_free(&c);
+    /* a write into a folder that cannot be created fails with the path */
+    st = pd__ckpt_write("/proc/pd_no_such/dir", 1, NULL, 2, parts, lens, 0);
+    CHECK(st == PD_ERR_IO && strstr(pd_last_error(), "/proc/pd_no_such"), "disk: an unwritable folder: %s",
+          pd_last_error());
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    CHECK(system(cmd) == 0, "disk: cleaned up");
+}
+
+static void check_records(void) {
+    char buf[256];
+    pd__recw w = {buf, 0, sizeof buf};
+    float v[3] = {1, 2, 3};
+    pd__rec_put(&w, PD_REC_WEIGHT, 4, "fc.weight", v, sizeof v);
+    pd__rec_put(&w, PD_REC_META, 7, "live/2", NULL, 0);
+    pd__recw count = {NULL, 0, 0};
+    pd__rec_put(&count, PD_REC_WEIGHT, 4, "fc.weight", v, sizeof v);
+    pd__rec_put(&count, PD_REC_META, 7, "live/2", NULL, 0);
+    CHECK(count.n == w.n && w.n == (20 + 9 + 12) + (20 + 6), "records: sizes counted as written (%zu)", w.n);
+    size_t off = 0;
+    pd__rec r;
+    bool end;
+    pd_status st = pd__rec_next(buf, w.n, &off, &r, &end, "test");
+    bool ok = st == PD_OK && !end && r.kind == PD_REC_WEIGHT && r.version == 4 && pd__rec_is(&r, "fc.weight") &&
+              r.bytes == 12 && memcmp(r.data, v, 12) == 0;
+    st = pd__rec_next(buf, w.n, &off, &r, &end, "test");
+    ok = ok && st == PD_OK && r.kind == PD_REC_META && r.version == 7 && pd__rec_is(&r, "live/2");
+    st = pd__rec_next(buf, w.n, &off, &r, &end, "test");
+    CHECK(ok && st == PD_OK && end, "records: read back in order");
+    for (size_t cut = 1; cut < w.n; cut++) {
+        off = 0;
+        pd_status a = PD_OK;
+        while (a == PD_OK) {
+            a = pd__rec_next(buf, cut, &off, &r, &end, "cut");
+            if (end) break;
+        }
+        if (cut != 41 && a != PD_ERR_PARSE) {
+            CHECK(false, "records: cut at %zu is malformed", cut);
+            return;
+        }
+    }
+    CHECK(true, "records: every cut inside a record is reported");
+}
+
+static void check_auto(void) {
+    /* the pause bound: 7 ms / (3.5% of 100 ms) = 2 steps */
+    CHECK(pd__ckpt_auto_every(100, 7, 10, 0.035) == 2, "auto: 7 ms pause, 100 ms steps, 3.5%%: every 2");
+    /* 10 ms / 3.5 ms = 2.86: 3 */
+    CHECK(pd__ckpt_auto_every(100, 10, 10, 0.035) == 3, "auto: 10 ms pause: every 3");
+    /* persisting 950 ms needs 9.5 steps: 10 */
+    CHECK(pd__ckpt_auto_every(100, 7, 950, 0.035) == 10, "auto: a 950 ms persist: every 10");
+    CHECK(pd__ckpt_auto_every(100, 0, 0, 0.035) == 1 && pd__ckpt_auto_every(0, 5, 5, 0.035) == 1,
+          "auto: free checkpoints, or no step time yet: every step");
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        fprintf(stderr, "usage: test_checkpoint FIXTURES_DIR\n");
+        return 2;
+    }
+    const char *fx = argv[1];
+    check_records();
+    check_auto();
+    check_disk();
+    model m;
+    if (load_model(fx, &m, "mlp", PD_OPT_ADAM, 0.01, 12)) {
+        for (int P = 2; P <= 3; P++) {
+            check_schedule(fx, &m, PD_SCHED_GPIPE, false, P, 1, 2);
+            check_schedule(fx, &m, PD_SCHED_FLUSH, false, P, 1, 4);
+            check_schedule(fx, &m, PD_SCHED_ZB_H1, false, P, 1, 4);
+            check_schedule(fx, &m, PD_SCHED_PIPEDREAM, false, P, 1, 1);
+            check_schedule(fx, &m, PD_SCHED_PIPEDREAM, true, P, 1, 1);
+            check_schedule(fx, &m, PD_SCHED_2BW, false, P, 1, 2);
+        }
+        check_schedule(fx, &m, PD_SCHED_INTERLEAVED, false, 2, 2, 2);
+        check_refusals(fx, &m);
+        free_model(&m);
+    }
+    if (load_model(fx, &m, "cnn_bn", PD_OPT_MOMENTUM, 0.05, 10)) {
+        check_schedule(fx, &m, PD_SCHED_FLUSH, false, 2, 1, 2);
+        check_schedule(fx, &m, PD_SCHED_PIPEDREAM, false, 3, 1, 1);
+        check_schedule(fx, &m, PD_SCHED_2BW, false, 2, 1, 4);
+        free_model(&m);
+    }
+    if (load_model(fx, &m, "gpt", PD_OPT_ADAMW, 0.01, 8)) {
+        check_schedule(fx, &m, PD_SCHED_PIPEDREAM, false, 2, 1, 1);
+        check_schedule(fx, &m, PD_SCHED_FLUSH, false, 2, 1, 2);
+        free_model(&m);
+    }
+    return check_summary();
+}
