@@ -146,6 +146,8 @@ const char *pd__algo_name(pd__algo a);
 pd_status pd__algo_parse(const char *s, pd__algo *out);
 /* The plan as JSON text (runtime/plan_io.c); free with cJSON_free / free. */
 char *pd__plan_to_json(const pd_plan *p);
+/* The reverse (runtime/plan_io.c); `what` names the text in messages. */
+pd_status pd__plan_from_json(const char *buf, size_t len, const char *what, pd_plan **out);
 
 /* ---- schedules ---------------------------------------------------------------- */
 

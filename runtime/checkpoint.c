@@ -396,6 +396,12 @@ void pd__ckpt_writer_stats(pd__ckpt_writer *w, int64_t *written, double *last_pe
     pthread_mutex_unlock(&w->mu);
 }
 
+void pd__ckpt_writer_drain(pd__ckpt_writer *w) {
+    pthread_mutex_lock(&w->mu);
+    while (w->busy) pthread_cond_wait(&w->cv, &w->mu);
+    pthread_mutex_unlock(&w->mu);
+}
+
 pd_status pd__ckpt_writer_finish(pd__ckpt_writer *w) {
     if (!w) return PD_OK;
     pthread_mutex_lock(&w->mu);

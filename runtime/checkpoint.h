@@ -75,6 +75,8 @@ void pd__ckpt_writer_submit(pd__ckpt_writer *w, int64_t step, const char *info_j
                             const void *const *parts, const size_t *lens, void (*release)(void *ctx), void *ctx);
 /* Statistics so far: checkpoints written, milliseconds the last one took to persist. */
 void pd__ckpt_writer_stats(pd__ckpt_writer *w, int64_t *written, double *last_persist_ms, int64_t *last_step);
+/* Waits until everything submitted is written (or failed). */
+void pd__ckpt_writer_drain(pd__ckpt_writer *w);
 /* Waits for what was submitted; the first error of any persist (its message
  * in pd_last_error), PD_OK otherwise. Then stops the thread and frees w. */
 pd_status pd__ckpt_writer_finish(pd__ckpt_writer *w);

@@ -975,9 +975,11 @@ void pd__pipe_snap_release(pd__pipe *p) {
     pthread_mutex_unlock(&p->mu);
 }
 
-void pd__pipe_snap_stats(const pd__pipe *p, int64_t *taken, double *pause_ms) {
+void pd__pipe_snap_stats(pd__pipe *p, int64_t *taken, double *pause_ms) {
+    pthread_mutex_lock(&p->mu);
     if (taken) *taken = p->snaps_taken;
     if (pause_ms) *pause_ms = p->snap_pause_ms;
+    pthread_mutex_unlock(&p->mu);
 }
 
 /* Worker 0 decides, before its first instruction of minibatch m, the

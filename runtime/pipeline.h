@@ -121,7 +121,7 @@ void pd__pipe_snap_part(const pd__pipe *p, int w, const void **data, size_t *len
 void pd__pipe_snap_release(pd__pipe *p);
 /* Snapshots taken in every run so far, and the pause they cost in total
  * (per snapshot, the longest any worker spent waiting for and copying it). */
-void pd__pipe_snap_stats(const pd__pipe *p, int64_t *taken, double *pause_ms);
+void pd__pipe_snap_stats(pd__pipe *p, int64_t *taken, double *pause_ms);
 /* Between runs: the whole state into the parts (after the held snapshot is
  * released); read them with pd__pipe_snap_part, then release. */
 pd_status pd__pipe_snap_capture(pd__pipe *p);

@@ -235,28 +235,22 @@ static pd_status pd__plan_parse(const char *path, const cJSON *r, pd_plan *p) {
     return PD_OK;
 }
 
-pd_status pd_plan_load(const char *path, pd_plan **out) {
-    if (!path || !out) return pd__err(PD_ERR_INVALID, "pd_plan_load: NULL argument");
-    unsigned char *raw = NULL;
-    size_t len = 0;
-    PD_TRY(pd__read_file(path, &raw, &len));
-    const char *buf = (const char *)raw;
+/* A plan from JSON text; `what` names it in messages. */
+pd_status pd__plan_from_json(const char *buf, size_t len, const char *what, pd_plan **out) {
     const char *end = NULL;
     cJSON *r = cJSON_ParseWithLengthOpts(buf, len, &end, 0);
     if (!r) {
         size_t off = end ? (size_t)(end - buf) : 0;
         int line = 1;
         for (size_t i = 0; i < off && i < len; i++) line += buf[i] == '\n';
-        PD_FREE(raw);
-        return pd__err(PD_ERR_PARSE, "%s:%d: invalid JSON", path, line);
+        return pd__err(PD_ERR_PARSE, "%s:%d: invalid JSON", what, line);
     }
-    PD_FREE(raw);
     pd_plan *p = PD_CALLOC(1, sizeof *p);
     if (!p) {
         cJSON_Delete(r);
-        return pd__err(PD_ERR_NOMEM, "%s: out of memory", path);
+        return pd__err(PD_ERR_NOMEM, "%s: out of memory", what);
     }
-    pd_status st = pd__plan_parse(path, r, p);
+    pd_status st = pd__plan_parse(what, r, p);
     cJSON_Delete(r);
     if (st != PD_OK) {
         pd__plan_free(p);
@@ -264,4 +258,14 @@ pd_status pd_plan_load(const char *path, pd_plan **out) {
     }
     *out = p;
     return PD_OK;
+}
+
+pd_status pd_plan_load(const char *path, pd_plan **out) {
+    if (!path || !out) return pd__err(PD_ERR_INVALID, "pd_plan_load: NULL argument");
+    unsigned char *raw = NULL;
+    size_t len = 0;
+    PD_TRY(pd__read_file(path, &raw, &len));
+    pd_status st = pd__plan_from_json((const char *)raw, len, path, out);
+    PD_FREE(raw);
+    return st;
 }

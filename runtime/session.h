@@ -69,4 +69,12 @@ typedef struct pd__slabs {
 } pd__slabs;
 pd_status pd__session_slabs(pd_session *s, pd__slabs *out);
 
+/* Checkpoints (checkpoint.h): the session's state as the records of one
+ * stage (its BatchNorm statistics, step count, weights and optimizer
+ * state), and back. Restore refuses records of another model, optimizer or
+ * plan, and a part missing any. */
+struct pd__recw;
+void pd__session_snapshot(const pd_session *s, struct pd__recw *w);
+pd_status pd__session_restore(pd_session *s, const void *part, size_t len);
+
 #endif

@@ -5,6 +5,7 @@
  */
 #include "../pipedream.h"
 #include "cli.h"
+#include "ckpt.h"
 
 #include <errno.h>
 #include <math.h>
@@ -381,5 +382,6 @@ int main(int argc, char **argv) {
     if (strcmp(argv[1], "plan") == 0) return pd_cli_plan(argc - 2, argv + 2);
     if (strcmp(argv[1], "simulate") == 0) return pd_cli_simulate(argc - 2, argv + 2);
     if (strcmp(argv[1], "schedule") == 0) return pd_cli_schedule(argc - 2, argv + 2);
+    if (strcmp(argv[1], "export") == 0) return pd_cli_export(argc - 2, argv + 2);
     return pd_cli_usage_error("unknown command '%s'", argv[1]);
 }

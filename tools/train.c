@@ -10,6 +10,8 @@
 #include "../runtime/data.h"
 #include "../runtime/optim.h"
 #include "../runtime/pipeline.h"
+#include "../runtime/session.h"
+#include "ckpt.h"
 #include "cli.h"
 
 #include <errno.h>
@@ -26,6 +28,9 @@
 typedef struct {
     const char *model, *data, *labels, *val_x, *val_y, *metrics, *save;
     const char *plan, *schedule, *trace; /* pipeline training */
+    const char *ckpt_dir, *resume;       /* checkpoints */
+    int64_t ckpt_every, ckpt_keep;       /* every: -1 auto */
+    double ckpt_overhead;
     int64_t stages, microbatches, virtual_stages;
     pd_train_options o;
     int64_t batch, steps, epochs, seed;
@@ -186,6 +191,22 @@ static int pd__parse(pd__targs *a, int argc, char **argv) {
         } else if (!strcmp(f, "--trace")) {
             NEED_VALUE;
             a->trace = v;
+        } else if (!strcmp(f, "--checkpoint-dir")) {
+            NEED_VALUE;
+            a->ckpt_dir = v;
+        } else if (!strcmp(f, "--checkpoint-every")) {
+            NEED_VALUE;
+            if (!strcmp(v, "auto")) a->ckpt_every = -1;
+            else if (!pd_cli_parse_int(f, v, 1, INT64_MAX / 4, &a->ckpt_every)) return 2;
+        } else if (!strcmp(f, "--checkpoint-keep")) {
+            NEED_VALUE;
+            if (!pd_cli_parse_int(f, v, 0, INT32_MAX, &a->ckpt_keep)) return 2;
+        } else if (!strcmp(f, "--checkpoint-overhead")) {
+            NEED_VALUE;
+            if (!pd_cli_parse_double(f, v, 1e-6, &a->ckpt_overhead)) return 2;
+        } else if (!strcmp(f, "--resume")) {
+            NEED_VALUE;
+            a->resume = v;
         } else if (!strcmp(f, "--quiet")) {
             a->quiet = true;
         } else if (f[0] == '-') {
@@ -325,8 +346,62 @@ static pd_status pd__pipe_plan(const pd__targs *a, pd_graph *g, bool interleaved
     return st;
 }
 
+/* Checkpointing a run: the run's description (the manifest's info), and a
+ * resume's checkpoint. */
+typedef struct pd__ckrun {
+    cJSON *info;            /* NULL: no checkpoints */
+    pd__ckpt from;          /* --resume: the checkpoint (nparts 0: none) */
+    cJSON *from_info;
+    int64_t first;          /* the step training starts from */
+    pd_cli_ckpt *ck;
+} pd__ckrun;
+
+/* The checkpoint's own plan, which must be g's. */
+static pd_status pd__ckpt_plan(const pd__targs *a, pd_graph *g, const cJSON *info, pd_plan **out) {
+    char *text = cJSON_PrintUnformatted(cJSON_GetObjectItem(info, "plan"));
+    if (!text) return pd__err(PD_ERR_PARSE, "--resume %s: the checkpoint holds no plan", a->resume);
+    pd_status st = pd__plan_from_json(text, strlen(text), "the checkpoint's plan", out);
+    free(text);
+    if (st == PD_OK && (*out)->n_nodes != pd_graph_num_nodes(g)) {
+        st = pd__err(PD_ERR_INVALID, "--resume %s: the checkpoint's plan has %d nodes, %s %d", a->resume,
+                     (*out)->n_nodes, a->model, pd_graph_num_nodes(g));
+        pd_plan_destroy(*out);
+        *out = NULL;
+    }
+    return st;
+}
+
+static pd_status pd__ckpt_begin(pd__targs *a, pd__ckrun *cr) {
+    pd_cli_ckpt_opts co = {a->ckpt_dir ? a->ckpt_dir : a->resume, a->ckpt_every, (int)a->ckpt_keep,
+                           a->ckpt_overhead > 0 ? a->ckpt_overhead : 0.035, a->quiet};
+    cJSON *info = cr->info;
+    cr->info = NULL;
+    return pd_cli_ckpt_start(&co, info, cr->first, &cr->ck);
+}
+
+/* The pipeline's metrics, written up to a step as soon as it is done (at
+ * each checkpoint, before it is persisted) and at the end. */
+typedef struct pd__pmetrics {
+    FILE *f;
+    const pd_step_result *res;
+    int64_t done, batch, rows; /* lines written up to step `done`; rows of the data */
+    double t0;
+} pd__pmetrics;
+
+static void pd__pmetrics_upto(void *ctx, int64_t b) {
+    pd__pmetrics *m = ctx;
+    if (!m->f) return;
+    double el = pd__now() - m->t0;
+    for (int64_t k = m->done; k < b; k++)
+        fprintf(m->f, "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g, \"samples_per_s\": %.1f, \"epoch\": %.4f}\n",
+                (long long)k + 1, m->res[k].loss, m->res[k].lr, el > 0 ? (double)((b - m->done) * m->batch) / el : 0,
+                (double)((k + 1) * m->batch) / (double)m->rows);
+    if (b > m->done) m->done = b;
+    fflush(m->f);
+}
+
 static int pd__train_pipeline(pd__targs *a, pd_graph *g, const char *input, pd_tensor *X, pd_tensor *Y,
-                              pd__data *data, int64_t steps, pd__sched_kind kind, FILE *mf) {
+                              pd__data *data, int64_t steps, pd__sched_kind kind, FILE *mf, pd__ckrun *cr) {
     int rc = 1;
     pd_plan *plan = NULL;
     pd__pipe *pipe = NULL;
@@ -334,12 +409,29 @@ static int pd__train_pipeline(pd__targs *a, pd_graph *g, const char *input, pd_t
     pd_step_result *res = NULL;
     void *bx = NULL, *by = NULL;
     int M = (int)a->microbatches;
-    if (pd__pipe_plan(a, g, kind == PD_SCHED_INTERLEAVED, &plan) != PD_OK) {
+    int64_t first = cr->first;
+    pd__pmetrics pm = {mf, NULL, first, a->batch, X->shape[0], 0};
+    if ((cr->from.nparts ? pd__ckpt_plan(a, g, cr->from_info, &plan)
+                         : pd__pipe_plan(a, g, kind == PD_SCHED_INTERLEAVED, &plan)) != PD_OK) {
         pd_cli_fail();
         goto out;
     }
     if (pd__pipe_create(g, plan, &a->o, kind, M, &pipe) != PD_OK || pd__pipe_set_vertical_sync(pipe, a->vertical_sync) != PD_OK) {
         pd_cli_fail();
+        goto out;
+    }
+    if (cr->info) { /* the plan goes into every checkpoint: a resume runs the same one */
+        char *pj = pd__plan_to_json(plan);
+        cJSON_AddItemToObject(cr->info, "plan", pj ? cJSON_Parse(pj) : cJSON_CreateNull());
+        free(pj);
+        if (pd__ckpt_begin(a, cr) != PD_OK || pd_cli_ckpt_attach(cr->ck, pipe, pd__pmetrics_upto, &pm) != PD_OK) {
+            pd_cli_fail();
+            goto out;
+        }
+    }
+    if (cr->from.nparts &&
+        pd__pipe_resume(pipe, first, cr->from.nparts, (const void *const *)cr->from.parts, cr->from.lens) != PD_OK) {
+        fprintf(stderr, "pdonnx: --resume %s: %s\n", cr->from.path, pd_last_error());
         goto out;
     }
     /* every step's minibatch, back to back, from the same stream as one stage reads */
@@ -375,18 +467,33 @@ static int pd__train_pipeline(pd__targs *a, pd_graph *g, const char *input, pd_t
                a->model, pd__pipe_stages(pipe), plan->chunks > 1 ? " (each with several virtual stages)" : "",
                pd__sched_kind_name(kind), M, M == 1 ? "" : "es", (long long)(B / M),
                (long long)steps, pd__optim_name(a->o.optimizer), a->o.lr);
+    if (!a->quiet && cr->from.nparts) printf("resuming from %s at step %lld\n", cr->from.path, (long long)first);
     double t0 = pd__now();
-    if (pd__pipe_run(pipe, steps, ins, &ty, res) != PD_OK) {
+    pm.res = res;
+    pm.t0 = t0;
+    if (first < steps && pd__pipe_run(pipe, steps, ins, &ty, res) != PD_OK) {
         pd_cli_fail();
         goto out;
     }
     double total = pd__now() - t0;
+    if (cr->ck) {
+        pd_status cs = pd_cli_ckpt_final(cr->ck, pipe, NULL, steps);
+        pd_status fs = pd_cli_ckpt_finish(cr->ck, total);
+        cr->ck = NULL;
+        if (cs != PD_OK || fs != PD_OK) {
+            pd_cli_fail();
+            goto out;
+        }
+    }
+    if (first == steps) {
+        if (!a->quiet) printf("the checkpoint is at the last step: nothing left to train\n");
+        rc = 0;
+        goto out;
+    }
+    rows = (steps - first) * B;
     int64_t every = steps / 10 > 0 ? steps / 10 : 1;
-    for (int64_t k = 0; k < steps; k++) {
-        if (mf)
-            fprintf(mf, "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g, \"samples_per_s\": %.1f, \"epoch\": %.4f}\n",
-                    (long long)k + 1, res[k].loss, res[k].lr, (double)rows / total,
-                    (double)((k + 1) * B) / (double)X->shape[0]);
+    pd__pmetrics_upto(&pm, steps);
+    for (int64_t k = first; k < steps; k++) {
         if (!a->quiet && ((k + 1) % every == 0 || k + 1 == steps))
             printf("step %lld/%lld  loss %.6f  lr %.4g\n", (long long)k + 1, (long long)steps, res[k].loss, res[k].lr);
     }
@@ -433,6 +540,8 @@ static int pd__train_pipeline(pd__targs *a, pd_graph *g, const char *input, pd_t
     }
     rc = 0;
 out:
+    if (cr->ck) pd_cli_ckpt_finish(cr->ck, 0); /* an error: what was taken is still written */
+    cr->ck = NULL;
     pd__pipe_destroy(pipe); /* the trained weights go back into g */
     pd_plan_destroy(plan);
     free(ins);
@@ -440,6 +549,66 @@ out:
     free(bx);
     free(by);
     return rc;
+}
+
+/* The run as checkpoints record it: what a resume must match (docs/CHECKPOINT.md). */
+static cJSON *pd__run_info(const pd__targs *a, int64_t graph_batch, int64_t steps, int64_t rows, bool piped,
+                           pd__sched_kind kind) {
+    cJSON *j = cJSON_CreateObject();
+    if (!j) return NULL;
+    char *abs = realpath(a->model, NULL);
+    cJSON_AddStringToObject(j, "mode", piped ? "pipeline" : "single");
+    cJSON_AddStringToObject(j, "model", abs ? abs : a->model);
+    free(abs);
+    cJSON_AddNumberToObject(j, "graph_batch", (double)graph_batch);
+    cJSON_AddNumberToObject(j, "steps", (double)steps);
+    cJSON_AddNumberToObject(j, "batch", (double)a->batch);
+    cJSON_AddNumberToObject(j, "rows", (double)rows);
+    cJSON_AddBoolToObject(j, "shuffle", a->shuffle);
+    cJSON_AddNumberToObject(j, "seed", (double)a->seed);
+    cJSON_AddStringToObject(j, "optimizer", pd__optim_name(a->o.optimizer));
+    cJSON_AddNumberToObject(j, "lr", a->o.lr);
+    cJSON_AddNumberToObject(j, "momentum", a->o.momentum);
+    cJSON_AddNumberToObject(j, "weight_decay", a->o.weight_decay);
+    cJSON_AddNumberToObject(j, "loss", (double)a->o.loss);
+    cJSON_AddStringToObject(j, "freeze", a->o.freeze ? a->o.freeze : "");
+    if (piped) {
+        cJSON_AddStringToObject(j, "schedule", pd__sched_kind_name(kind));
+        cJSON_AddNumberToObject(j, "microbatches", (double)a->microbatches);
+        cJSON_AddBoolToObject(j, "vertical_sync", a->vertical_sync);
+    }
+    return j;
+}
+
+/* --metrics: a resumed run keeps the lines of the steps up to its checkpoint and appends. */
+static FILE *pd__metrics_open(const char *path, int64_t first) {
+    FILE *f;
+    if (first > 0 && (f = fopen(path, "r"))) {
+        char *kept = NULL, line[8192];
+        size_t n = 0;
+        FILE *m = open_memstream(&kept, &n);
+        while (m && fgets(line, sizeof line, f)) {
+            long long step = -1;
+            const char *at = strstr(line, "\"step\": ");
+            if (at) step = strtoll(at + 8, NULL, 10);
+            size_t n2 = strlen(line);
+            bool whole = n2 >= 2 && line[n2 - 1] == '\n' && line[n2 - 2] == '}';
+            if (whole && step >= 0 && step <= first) fputs(line, m);
+        }
+        fclose(f);
+        if (m) fclose(m);
+        pd_status st = kept ? pd__write_atomic(path, kept, n) : pd__err(PD_ERR_NOMEM, "out of memory");
+        free(kept);
+        if (st != PD_OK) {
+            pd_cli_fail();
+            return NULL;
+        }
+        f = fopen(path, "a");
+    } else {
+        f = fopen(path, "w");
+    }
+    if (!f) fprintf(stderr, "pdonnx: --metrics %s: %s\n", path, strerror(errno));
+    return f;
 }
 
 int pd_cli_train(int argc, char **argv) {
@@ -450,6 +619,7 @@ int pd_cli_train(int argc, char **argv) {
     a.shuffle = true;
     a.batch = 32;
     a.epochs = 1;
+    a.ckpt_keep = 3;
     int rc = 2;
     /* the model comes first so its default flags can be read before the rest */
     const char *model = NULL;
@@ -471,6 +641,11 @@ int pd_cli_train(int argc, char **argv) {
         goto out;
     }
     if (a.save && !pd__writable(a.save)) goto out;
+    if (a.ckpt_every && !a.ckpt_dir && !a.resume) {
+        pd_cli_usage_error("train: %s", "--checkpoint-every needs --checkpoint-dir DIR");
+        goto out;
+    }
+    if ((a.ckpt_dir || a.resume) && !a.ckpt_every) a.ckpt_every = -1; /* a folder alone: CheckFreq's auto */
     bool piped = a.stages || a.plan;
     pd__sched_kind kind = PD_SCHED_FLUSH;
     if (!piped && (a.schedule || a.microbatches || a.trace || a.virtual_stages || a.vertical_sync)) {
@@ -526,6 +701,8 @@ int pd_cli_train(int argc, char **argv) {
     pd__data data = {0};
     pd__prefetch *pf = NULL;
     FILE *mf = NULL;
+    pd__ckrun cr;
+    memset(&cr, 0, sizeof cr);
     if (pd_npy_load(a.data, &X) != PD_OK || pd_npy_load(a.labels, &Y) != PD_OK) {
         pd_cli_fail();
         goto done;
@@ -633,17 +810,32 @@ int pd_cli_train(int argc, char **argv) {
             }
         }
     }
-    if (pd__data_init(&data, &X, &Y, a.batch, a.shuffle, (uint64_t)a.seed) != PD_OK ||
-        (!piped && pd__prefetch_start(&data, 0, steps - 1, &pf) != PD_OK)) {
+    if (pd__data_init(&data, &X, &Y, a.batch, a.shuffle, (uint64_t)a.seed) != PD_OK) {
         pd_cli_fail();
         goto done;
     }
-    if (a.metrics && !(mf = fopen(a.metrics, "w"))) {
-        fprintf(stderr, "pdonnx: --metrics %s: %s\n", a.metrics, strerror(errno));
-        goto done;
+    if (a.ckpt_dir || a.resume) {
+        cr.info = pd__run_info(&a, lo.batch, steps, rows, piped, kind);
+        if (!cr.info) {
+            fprintf(stderr, "pdonnx: out of memory\n");
+            goto done;
+        }
     }
+    if (a.resume) {
+        if (pd_cli_ckpt_load(a.resume, cr.info, &cr.from, &cr.from_info) != PD_OK) {
+            pd_cli_fail();
+            goto done;
+        }
+        cr.first = cr.from.step;
+        if (cr.first > steps || (!piped && cr.from.nparts != 1)) {
+            fprintf(stderr, "pdonnx: --resume %s: %s is at step %lld of %lld%s\n", a.resume, cr.from.path,
+                    (long long)cr.first, (long long)steps, cr.first > steps ? "" : ", with several stages");
+            goto done;
+        }
+    }
+    if (a.metrics && !(mf = pd__metrics_open(a.metrics, cr.first))) goto done;
     if (piped) {
-        if (pd__train_pipeline(&a, g, input, &X, &Y, &data, steps, kind, mf) != 0) goto done;
+        if (pd__train_pipeline(&a, g, input, &X, &Y, &data, steps, kind, mf, &cr) != 0) goto done;
         /* the trained weights are back in g: validate on one stage */
         if (a.val_x) {
             double vloss, vacc;
@@ -663,13 +855,28 @@ int pd_cli_train(int argc, char **argv) {
         printf("training %s: %d parameter tensors (%lld floats), %lld rows, batch %lld, %lld steps, %s lr %g\n",
                a.model, pd_session_num_params(s), (long long)(pd_graph_param_bytes(g) / 4), (long long)rows,
                (long long)a.batch, (long long)steps, pd__optim_name(a.o.optimizer), a.o.lr);
+    if (cr.from.nparts) {
+        if (pd__session_restore(s, cr.from.parts[0], cr.from.lens[0]) != PD_OK) {
+            fprintf(stderr, "pdonnx: --resume %s: %s\n", cr.from.path, pd_last_error());
+            goto done;
+        }
+        if (!a.quiet) printf("resuming from %s at step %lld\n", cr.from.path, (long long)cr.first);
+    }
+    if (cr.info && pd__ckpt_begin(&a, &cr) != PD_OK) {
+        pd_cli_fail();
+        goto done;
+    }
+    if (cr.first < steps && pd__prefetch_start(&data, cr.first, steps - 1, &pf) != PD_OK) {
+        pd_cli_fail();
+        goto done;
+    }
     bool tty = isatty(fileno(stdout)) && !a.quiet;
     pd_tensor bx = X, by = Y;
     bx.shape[0] = by.shape[0] = a.batch;
     double t_start = pd__now(), stall = 0, last_loss = 0, vloss = 0, vacc = 0;
     int64_t vcorrect = 0, vcount = 0;
     int64_t every = steps / 10 > 0 ? steps / 10 : 1;
-    for (int64_t k = 0; k < steps; k++) {
+    for (int64_t k = cr.first; k < steps; k++) {
         double waited, t0 = pd__now();
         const void *xb, *yb;
         if (pd__prefetch_next(pf, &xb, &yb, &waited) != PD_OK) {
@@ -705,6 +912,7 @@ int pd_cli_train(int argc, char **argv) {
                     (double)((k + 1) * a.batch) / (double)rows);
             if (did_val) fprintf(mf, ", \"val_loss\": %.9g, \"val_accuracy\": %.6f", vloss, vacc);
             fprintf(mf, "}\n");
+            fflush(mf); /* a checkpoint never gets ahead of the metrics */
         }
         double el = pd__now() - t_start;
         if (tty) {
@@ -720,12 +928,28 @@ int pd_cli_train(int argc, char **argv) {
             if (did_val) printf("  val loss %.4f acc %.2f%%", vloss, 100 * vacc);
             printf("\n");
         }
+        if (cr.ck && pd_cli_ckpt_session(cr.ck, s, k + 1, 1e3 * dt) != PD_OK) {
+            if (tty) printf("\n");
+            pd_cli_fail();
+            goto done;
+        }
     }
     double total = pd__now() - t_start;
     if (tty) printf("\n");
+    if (cr.ck) {
+        pd_status cs = pd_cli_ckpt_final(cr.ck, NULL, s, steps);
+        pd_status fs = pd_cli_ckpt_finish(cr.ck, total);
+        cr.ck = NULL;
+        if (cs != PD_OK || fs != PD_OK) {
+            pd_cli_fail();
+            goto done;
+        }
+    }
+    int64_t trained = steps - cr.first;
     if (!a.quiet) {
         printf("trained %lld steps in %.2f s: %.0f samples/s, data stall %.3f s (%.1f%%), final loss %.6f\n",
-               (long long)steps, total, (double)steps * (double)a.batch / total, stall, 100 * stall / total, last_loss);
+               (long long)trained, total, total > 0 ? (double)trained * (double)a.batch / total : 0, stall,
+               total > 0 ? 100 * stall / total : 0, last_loss);
         if (a.val_x)
             printf("validation: loss %.4f, accuracy %.2f%% (%lld/%lld)\n", vloss, 100 * vacc, (long long)vcorrect,
                    (long long)vcount);
@@ -740,6 +964,10 @@ save:
     }
     rc = 0;
 done:
+    if (cr.ck) pd_cli_ckpt_finish(cr.ck, 0);
+    cJSON_Delete(cr.info);
+    cJSON_Delete(cr.from_info);
+    pd__ckpt_free(&cr.from);
     if (mf) fclose(mf);
     pd__prefetch_stop(pf);
     pd__data_free(&data);

@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# test_checkpoint.sh PDONNX SOURCE_ROOT - checkpoints end to end with the CLI:
+# training killed with SIGKILL at random points (while training, while
+# persisting) and resumed until done gives the same trained model (bitwise)
+# and the same per-step losses as an uninterrupted run, on one stage and as
+# pipelines (pipedream, 2bw, flush); a corrupted newest checkpoint is reported
+# and the previous one used; `pdonnx export` writes the trained model; a
+# resume with other settings is refused, naming the setting.
+set -u
+pdonnx=$1
+root=$2
+model=$root/examples/digits_mlp.onnx
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fails=0
+ok() { echo "OK $*"; }
+bad() { echo "NOT OK $*"; fails=$((fails + 1)); }
+# the loss and lr columns of a metrics file
+cols() { sed 's/, "samples_per_s".*//' "$1"; }
+
+steps=1500
+for mode in "single" "pipedream" "2bw" "flush"; do
+  case $mode in
+    single) flags=(--threads 1) ;;
+    *) flags=(--stages 2 --schedule "$mode") ;;
+  esac
+  common=("$model" --steps $steps --quiet "${flags[@]}")
+  "$pdonnx" train "${common[@]}" --save "$tmp/ref.onnx" --metrics "$tmp/ref.jsonl" || { bad "$mode: the reference run"; continue; }
+  # killed at random points, resumed until it finishes
+  for trial in 1 2 3; do
+    d=$tmp/ck-$mode-$trial
+    rm -f "$tmp/out.onnx" "$tmp/m.jsonl"
+    kills=0
+    resumes=0
+    resumed=()
+    done_=0
+    for attempt in 1 2 3 4 5 6 7 8; do
+      [ ${#resumed[@]} -gt 0 ] && resumes=$((resumes + 1))
+      "$pdonnx" train "${common[@]}" --checkpoint-dir "$d" --checkpoint-every 7 --save "$tmp/out.onnx" \
+        --metrics "$tmp/m.jsonl" "${resumed[@]}" > "$tmp/log" 2>&1 &
+      pid=$!
+      # a random moment in the first 0.02-0.3 s; the last attempt runs to the end
+      if [ $attempt -lt 4 ]; then
+        sleep "0.$(printf '%02d' $(( (RANDOM % 28) + 2 )))"
+        kill -9 $pid 2>/dev/null && kills=$((kills + 1))
+      fi
+      wait $pid 2>/dev/null
+      rc=$?
+      if [ $rc = 0 ]; then done_=1; break; fi
+      # resume only once a checkpoint exists
+      if ls "$d"/ckpt-* > /dev/null 2>&1; then resumed=(--resume "$d"); else resumed=(); fi
+    done
+    if [ $done_ = 1 ] && cmp -s "$tmp/ref.onnx" "$tmp/out.onnx" && [ "$(cols "$tmp/ref.jsonl")" = "$(cols "$tmp/m.jsonl")" ]; then
+      ok "$mode, trial $trial: killed $kills time(s), resumed $resumes time(s): the same model bitwise and the same $steps losses"
+    else
+      bad "$mode, trial $trial: killed $kills time(s): done=$done_; $(tail -2 "$tmp/log")"
+      diff <(cols "$tmp/ref.jsonl") <(cols "$tmp/m.jsonl") | head -5
+    fi
+    ls -a "$d" | grep -q '^\.ckpt-' && [ $done_ = 1 ] && bad "$mode: a temporary folder was left behind"
+  done
+done
+
+# a corrupted newest checkpoint: reported, the previous one used, the same result
+d=$tmp/ck-corrupt
+"$pdonnx" train "$model" --steps 40 --quiet --stages 2 --schedule pipedream --checkpoint-dir "$d" \
+  --checkpoint-every 10 --save "$tmp/ref40.onnx" || bad "corrupt: the run"
+"$pdonnx" export "$d" -o "$tmp/exported.onnx" > "$tmp/log" 2>&1
+if cmp -s "$tmp/ref40.onnx" "$tmp/exported.onnx" && grep -q "step 40" "$tmp/log"; then
+  ok "export: the last checkpoint's model equals the trained one"
+else
+  bad "export: $(cat "$tmp/log")"
+fi
+rm -rf "$d/ckpt-000000000040"
+printf 'X' | dd of="$d/ckpt-000000000030/part-1.bin" bs=1 seek=100 conv=notrunc 2>/dev/null
+"$pdonnx" train "$model" --steps 40 --stages 2 --schedule pipedream --resume "$d" --save "$tmp/out40.onnx" \
+  > "$tmp/log" 2>&1
+if grep -q "skipping .*ckpt-000000000030.*checksum mismatch" "$tmp/log" && grep -q "resuming from .*ckpt-000000000020" "$tmp/log" &&
+   cmp -s "$tmp/ref40.onnx" "$tmp/out40.onnx"; then
+  ok "corrupt: the bad checkpoint is reported, the one before it used, the same model"
+else
+  bad "corrupt: $(cat "$tmp/log")"
+fi
+
+# resuming with other settings is refused, naming them
+"$pdonnx" train "$model" --steps 40 --stages 2 --schedule flush --resume "$d" > "$tmp/log" 2>&1
+rc=$?
+if [ $rc = 1 ] && grep -q "schedule 'pipedream', this run has 'flush'" "$tmp/log"; then
+  ok "refused: another schedule ($(head -1 "$tmp/log"))"
+else
+  bad "refused: another schedule: rc $rc: $(cat "$tmp/log")"
+fi
+"$pdonnx" train "$model" --steps 50 --stages 2 --schedule pipedream --resume "$d" > "$tmp/log" 2>&1
+rc=$?
+if [ $rc = 1 ] && grep -q "steps 40, this run has 50" "$tmp/log"; then ok "refused: other --steps"; else bad "refused: other --steps: $(cat "$tmp/log")"; fi
+"$pdonnx" train "$model" --steps 40 --resume "$tmp/nowhere" > "$tmp/log" 2>&1
+rc=$?
+if [ $rc = 1 ] && grep -q "nowhere" "$tmp/log"; then ok "refused: no checkpoint folder"; else bad "refused: no folder: $(cat "$tmp/log")"; fi
+"$pdonnx" train "$model" --steps 40 --checkpoint-every 5 > "$tmp/log" 2>&1
+rc=$?
+if [ $rc = 2 ] && grep -q "checkpoint-dir" "$tmp/log"; then ok "refused: --checkpoint-every without a folder"; else bad "every without dir: $(cat "$tmp/log")"; fi
+"$pdonnx" export "$tmp/nowhere" -o "$tmp/x.onnx" > "$tmp/log" 2>&1
+rc=$?
+if [ $rc = 1 ] && grep -q "nowhere" "$tmp/log" && [ ! -e "$tmp/x.onnx" ]; then ok "export: no checkpoint"; else bad "export nowhere: $(cat "$tmp/log")"; fi
+
+echo "$fails failed"
+[ $fails = 0 ]

@@ -1,0 +1,333 @@
+/* ckpt.c - `pdonnx train`'s checkpoints and `pdonnx export` (ckpt.h,
+ * docs/CHECKPOINT.md).
+ *
+ * When: `--checkpoint-every N` takes boundary b when b is a multiple of N;
+ * `auto` follows CheckFreq: it times the steps, takes a first checkpoint
+ * after a few of them to measure what one costs (the pause of the snapshot,
+ * the time to persist it), then spaces them by pd__ckpt_auto_every, measured
+ * again after every checkpoint. A snapshot is a copy into host memory; the
+ * writer thread persists it while training goes on.
+ */
+#include "ckpt.h"
+#include "../runtime/session.h"
+#include "cli.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+enum { PD_AUTO_FIRST = 3 }; /* steps timed before auto's first checkpoint */
+
+struct pd_cli_ckpt {
+    pd_cli_ckpt_opts o;
+    char *info;          /* the run's JSON, in every manifest */
+    pd__ckpt_writer *w;
+    pd__pipe *pipe;
+    int nparts;
+    const void *part[1024];
+    size_t len[1024];
+    /* one stage: the snapshot buffer, busy while the writer reads it */
+    pd__recw buf;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool busy;
+    double pause_ms;     /* one stage: waits and copies */
+    int64_t taken;
+    /* when */
+    int64_t first, last_taken, every;
+    double t_prev;       /* the clock at the last boundary seen */
+    int64_t b_prev;
+    double step_ms;      /* the latest estimate */
+    void (*progress)(void *ctx, int64_t b);
+    void *pctx;
+};
+
+static double pd__ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return 1e3 * (double)ts.tv_sec + 1e-6 * (double)ts.tv_nsec;
+}
+
+pd_status pd_cli_ckpt_start(const pd_cli_ckpt_opts *o, cJSON *info, int64_t first, pd_cli_ckpt **out) {
+    pd_cli_ckpt *c = PD_CALLOC(1, sizeof *c);
+    char *text = cJSON_PrintUnformatted(info);
+    cJSON_Delete(info);
+    if (!c || !text) {
+        PD_FREE(c);
+        free(text);
+        return pd__err(PD_ERR_NOMEM, "out of memory");
+    }
+    c->o = *o;
+    c->info = text;
+    c->first = c->last_taken = c->b_prev = first;
+    c->every = o->every;
+    c->t_prev = pd__ms();
+    pthread_mutex_init(&c->mu, NULL);
+    pthread_cond_init(&c->cv, NULL);
+    pd_status st = pd__ckpt_writer_start(o->dir, o->keep, &c->w);
+    if (st != PD_OK) {
+        pthread_mutex_destroy(&c->mu);
+        pthread_cond_destroy(&c->cv);
+        free(c->info);
+        PD_FREE(c);
+        return st;
+    }
+    *out = c;
+    return PD_OK;
+}
+
+/* Is boundary b (the state after b steps) to be taken? Called in order of b. */
+static bool pd__due(pd_cli_ckpt *c, int64_t b) {
+    double now = pd__ms();
+    if (b > c->b_prev) { /* the step time: the latest interval, smoothed */
+        double dt = (now - c->t_prev) / (double)(b - c->b_prev);
+        c->step_ms = c->step_ms > 0 ? 0.7 * c->step_ms + 0.3 * dt : dt;
+        c->t_prev = now;
+        c->b_prev = b;
+    }
+    if (c->o.every > 0) return b % c->o.every == 0;
+    if (c->taken == 0) return b - c->first >= PD_AUTO_FIRST; /* the first measures what one costs */
+    int64_t n, k = c->taken;
+    double persist, pause = c->pause_ms;
+    pd__ckpt_writer_stats(c->w, &n, &persist, NULL);
+    if (c->pipe) pd__pipe_snap_stats(c->pipe, &k, &pause);
+    if (n == 0 || k == 0) return false; /* the first one's costs are not known yet */
+    pause /= (double)k;
+    c->every = pd__ckpt_auto_every(c->step_ms, pause, persist, c->o.overhead);
+    return b - c->last_taken >= c->every;
+}
+
+/* ---- pipeline ---- */
+
+static bool pd__want(void *ctx, int64_t b) {
+    pd_cli_ckpt *c = ctx;
+    bool w = pd__due(c, b);
+    if (w) c->last_taken = b, c->taken++;
+    return w;
+}
+
+static void pd__release_pipe(void *ctx) { pd__pipe_snap_release(ctx); }
+
+static void pd__ready(void *ctx, int64_t b) {
+    pd_cli_ckpt *c = ctx;
+    if (c->progress) c->progress(c->pctx, b);
+    for (int w = 0; w < c->nparts; w++) pd__pipe_snap_part(c->pipe, w, &c->part[w], &c->len[w]);
+    pd__ckpt_writer_submit(c->w, b, c->info, c->nparts, c->part, c->len, pd__release_pipe, c->pipe);
+}
+
+pd_status pd_cli_ckpt_attach(pd_cli_ckpt *c, pd__pipe *p, void (*progress)(void *ctx, int64_t b), void *ctx) {
+    c->pipe = p;
+    c->progress = progress;
+    c->pctx = ctx;
+    c->nparts = pd__pipe_stages(p);
+    if (c->nparts > 1024) return pd__err(PD_ERR_UNSUPPORTED, "checkpoints: more than 1024 stages");
+    pd__snap_hooks h = {pd__want, pd__ready, c};
+    return pd__pipe_set_snap_hooks(p, &h);
+}
+
+/* ---- one stage ---- */
+
+static void pd__release_buf(void *ctx) {
+    pd_cli_ckpt *c = ctx;
+    pthread_mutex_lock(&c->mu);
+    c->busy = false;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* Copies the session into the buffer (after the last snapshot is written) and hands it over. */
+static pd_status pd__snap_session(pd_cli_ckpt *c, pd_session *s, int64_t step) {
+    double t0 = pd__ms();
+    pthread_mutex_lock(&c->mu);
+    while (c->busy) pthread_cond_wait(&c->cv, &c->mu);
+    c->busy = true;
+    pthread_mutex_unlock(&c->mu);
+    pd__recw count = {NULL, 0, 0};
+    pd__session_snapshot(s, &count);
+    if (count.n > c->buf.cap) {
+        PD_FREE(c->buf.buf);
+        c->buf.cap = 0;
+        if (!(c->buf.buf = PD_MALLOC(count.n))) {
+            pd__release_buf(c);
+            return pd__err(PD_ERR_NOMEM, "out of memory for a %zu-byte snapshot", count.n);
+        }
+        c->buf.cap = count.n;
+    }
+    c->buf.n = 0;
+    pd__session_snapshot(s, &c->buf);
+    c->part[0] = c->buf.buf;
+    c->len[0] = c->buf.n;
+    c->nparts = 1;
+    c->pause_ms += pd__ms() - t0;
+    pd__ckpt_writer_submit(c->w, step, c->info, 1, c->part, c->len, pd__release_buf, c);
+    return PD_OK;
+}
+
+pd_status pd_cli_ckpt_session(pd_cli_ckpt *c, pd_session *s, int64_t step, double step_ms) {
+    (void)step_ms;
+    if (!pd__due(c, step)) return PD_OK;
+    c->last_taken = step;
+    c->taken++;
+    return pd__snap_session(c, s, step);
+}
+
+pd_status pd_cli_ckpt_final(pd_cli_ckpt *c, pd__pipe *p, pd_session *s, int64_t step) {
+    if (c->last_taken == step && c->taken > 0) return PD_OK; /* just taken */
+    if (s) return pd__snap_session(c, s, step);
+    PD_TRY(pd__pipe_snap_capture(p));
+    pd__ready(c, step);
+    return PD_OK;
+}
+
+pd_status pd_cli_ckpt_finish(pd_cli_ckpt *c, double train_s) {
+    if (!c) return PD_OK;
+    double pause = c->pause_ms;
+    if (c->pipe) pd__pipe_snap_stats(c->pipe, NULL, &pause);
+    pd__ckpt_writer_drain(c->w);
+    int64_t n = 0, last = 0;
+    double persist = 0;
+    pd__ckpt_writer_stats(c->w, &n, &persist, &last);
+    pd_status st = pd__ckpt_writer_finish(c->w);
+    if (st == PD_OK && !c->o.quiet) {
+        printf("checkpoints: %lld written to %s (", (long long)n, c->o.dir);
+        if (c->o.every < 0) printf("auto: every %lld steps at the end", (long long)c->every);
+        else if (c->o.every > 0) printf("every %lld steps", (long long)c->o.every);
+        else printf("the final state");
+        printf("), the last at step %lld; snapshot pauses %.1f ms in all (%.2f%% of training), last persist %.1f ms\n",
+               (long long)last, pause, train_s > 0 ? 100 * pause / (1e3 * train_s) : 0.0, persist);
+    }
+    pthread_mutex_destroy(&c->mu);
+    pthread_cond_destroy(&c->cv);
+    PD_FREE(c->buf.buf);
+    free(c->info);
+    PD_FREE(c);
+    return st;
+}
+
+/* ---- resume ---- */
+
+static void pd__warn(void *ctx, const char *msg) {
+    (void)ctx;
+    fprintf(stderr, "pdonnx: warning: %s\n", msg);
+}
+
+static void pd__json_value(const cJSON *v, char *buf, size_t n) {
+    if (!v) snprintf(buf, n, "(none)");
+    else if (cJSON_IsString(v)) snprintf(buf, n, "'%s'", v->valuestring);
+    else if (cJSON_IsBool(v)) snprintf(buf, n, "%s", cJSON_IsTrue(v) ? "true" : "false");
+    else if (cJSON_IsNumber(v)) snprintf(buf, n, "%.17g", v->valuedouble);
+    else snprintf(buf, n, "(an object)");
+}
+
+pd_status pd_cli_ckpt_load(const char *dir, const cJSON *expect, pd__ckpt *out, cJSON **info) {
+    pd__ckpt c;
+    pd_status st = pd__ckpt_read_latest(dir, &c, pd__warn, NULL);
+    if (st != PD_OK) return pd__err(st, "--resume %s: %s", dir, pd_last_error());
+    cJSON *got = cJSON_Parse(c.info_json);
+    if (!got) {
+        pd__ckpt_free(&c);
+        return pd__err(PD_ERR_PARSE, "--resume %s: the manifest's info is not JSON", dir);
+    }
+    /* every field of the run the state depends on must be as it was */
+    for (const cJSON *e = expect ? expect->child : NULL; e; e = e->next) {
+        /* where the model lies may change; the graph's batch follows from batch and microbatches */
+        if (!strcmp(e->string, "plan") || !strcmp(e->string, "model") || !strcmp(e->string, "graph_batch")) continue;
+        const cJSON *g = cJSON_GetObjectItem(got, e->string);
+        if (g && cJSON_Compare(e, g, true)) continue;
+        char was[256], now[256];
+        pd__json_value(g, was, sizeof was);
+        pd__json_value(e, now, sizeof now);
+        st = pd__err(PD_ERR_INVALID, "--resume %s: %s was taken with %s %s, this run has %s (resume with the same "
+                     "settings)", dir, c.path, e->string, was, now);
+        cJSON_Delete(got);
+        pd__ckpt_free(&c);
+        return st;
+    }
+    *out = c;
+    *info = got;
+    return PD_OK;
+}
+
+/* ---- pdonnx export ---- */
+
+int pd_cli_export(int argc, char **argv) {
+    const char *dir = NULL, *outp = NULL, *model = NULL;
+    for (int i = 0; i < argc; i++) {
+        if ((!strcmp(argv[i], "-o") || !strcmp(argv[i], "--output")) && i + 1 < argc) outp = argv[++i];
+        else if (!strcmp(argv[i], "--model") && i + 1 < argc) model = argv[++i];
+        else if (argv[i][0] == '-') return pd_cli_usage_error("export: unknown flag or missing value '%s'", argv[i]);
+        else if (!dir) dir = argv[i];
+        else return pd_cli_usage_error("export: unexpected argument '%s'", argv[i]);
+    }
+    if (!dir || !outp) return pd_cli_usage_error("export: %s", "usage: pdonnx export CHECKPOINT_DIR -o MODEL.onnx");
+    pd__ckpt c;
+    memset(&c, 0, sizeof c);
+    char mf[4200];
+    snprintf(mf, sizeof mf, "%s/manifest.json", dir);
+    FILE *f = fopen(mf, "r");
+    pd_status st;
+    if (f) { /* one checkpoint's folder */
+        fclose(f);
+        st = pd__ckpt_read(dir, &c);
+    } else {
+        st = pd__ckpt_read_latest(dir, &c, pd__warn, NULL);
+    }
+    if (st != PD_OK) return pd_cli_fail();
+    int rc = 1;
+    pd_graph *g = NULL;
+    cJSON *info = cJSON_Parse(c.info_json);
+    const cJSON *m = cJSON_GetObjectItem(info, "model"), *b = cJSON_GetObjectItem(info, "graph_batch");
+    if (!model) model = cJSON_IsString(m) ? m->valuestring : NULL;
+    if (!model) {
+        fprintf(stderr, "pdonnx: %s names no model: give --model MODEL.onnx\n", c.path);
+        goto out;
+    }
+    pd_load_options lo = PD_LOAD_OPTIONS_INIT;
+    lo.batch = cJSON_IsNumber(b) ? (int64_t)b->valuedouble : 0;
+    if (pd_graph_load_file(model, &lo, &g) != PD_OK) {
+        pd_cli_fail();
+        goto out;
+    }
+    int64_t weights = 0;
+    for (int i = 0; i < c.nparts; i++) {
+        size_t off = 0;
+        char what[64];
+        snprintf(what, sizeof what, "%s/part-%d.bin", c.path, i);
+        for (;;) {
+            pd__rec r;
+            bool end;
+            if (pd__rec_next(c.parts[i], c.lens[i], &off, &r, &end, what) != PD_OK) {
+                pd_cli_fail();
+                goto out;
+            }
+            if (end) break;
+            if (r.kind != PD_REC_WEIGHT && r.kind != PD_REC_BUFFER) continue;
+            char name[512];
+            snprintf(name, sizeof name, "%.*s", (int)(r.name_len < 511 ? r.name_len : 511), r.name);
+            int t = pd__graph_find(g, name);
+            pd__tensor *x = t >= 0 ? &g->tensors[t] : NULL;
+            if (!x || x->kind != PD_T_INIT || !x->data ||
+                r.bytes != (uint64_t)x->numel * pd_dtype_size(x->dtype)) {
+                fprintf(stderr, "pdonnx: %s: '%s' is not an initializer of that size in %s (another model?)\n", what,
+                        name, model);
+                goto out;
+            }
+            memcpy(x->data, r.data, (size_t)r.bytes);
+            weights += r.kind == PD_REC_WEIGHT;
+        }
+    }
+    if (pd_graph_save(g, outp) != PD_OK) {
+        pd_cli_fail();
+        goto out;
+    }
+    printf("exported %s (step %lld, %lld trained tensors) to %s\n", c.path, (long long)c.step, (long long)weights, outp);
+    rc = 0;
+out:
+    pd_graph_destroy(g);
+    cJSON_Delete(info);
+    pd__ckpt_free(&c);
+    return rc;
+}
