@@ -419,8 +419,8 @@ pd_status pd__ckpt_writer_finish(pd__ckpt_writer *w) {
 
 int64_t pd__ckpt_auto_every(double step_ms, double snapshot_ms, double persist_ms, double overhead) {
     if (!(step_ms > 0)) return 1;
-    double k = 1;
-    if (overhead > 0 && snapshot_ms > 0) k = snapshot_ms / (overhead * step_ms);
+    double k = 1, cost = (snapshot_ms > 0 ? snapshot_ms : 0) + (persist_ms > 0 ? persist_ms : 0);
+    if (overhead > 0) k = cost / (overhead * step_ms);
     if (persist_ms / step_ms > k) k = persist_ms / step_ms;
     if (!(k < 1e15)) return INT64_MAX / 4;
     int64_t n = (int64_t)k;

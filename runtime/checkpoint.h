@@ -81,10 +81,13 @@ void pd__ckpt_writer_drain(pd__ckpt_writer *w);
  * in pd_last_error), PD_OK otherwise. Then stops the thread and frees w. */
 pd_status pd__ckpt_writer_finish(pd__ckpt_writer *w);
 
-/* CheckFreq's frequency: the fewest steps between checkpoints that keeps the
- * pause (snapshot_ms per checkpoint) under `overhead` of the training time
- * (step_ms per step), and no shorter than one persist (persist_ms), so that
- * a snapshot never waits for the previous one to be written. At least 1. */
+/* CheckFreq's frequency: the fewest steps between checkpoints that keeps
+ * what one costs under `overhead` of the training time (step_ms per step).
+ * The cost is the pause (snapshot_ms) plus the persist (persist_ms), counted
+ * whole: the writer thread competes with training for cores and memory
+ * bandwidth, and on a machine whose cores all train that is what it slows
+ * training by (CheckFreq measures the same interference). Never shorter than
+ * one persist, so a snapshot does not wait for the previous one. At least 1. */
 int64_t pd__ckpt_auto_every(double step_ms, double snapshot_ms, double persist_ms, double overhead);
 
 #endif

@@ -29,6 +29,8 @@
 
 enum { BATCH = 8, MAXB = 64 };
 
+static int rep0 = 1; /* replicas of stage 0 in the plans made */
+
 typedef struct store { /* every snapshot of a run, copied out */
     pd__pipe *p;
     int P;
@@ -92,6 +94,7 @@ static pd_status make_plan(pd_graph *g, int stages, int chunks, pd_plan **plan) 
     o.straight = 1;
     if (st == PD_OK) st = pd_plan_create(prof, &o, plan);
     if (st == PD_OK) (*plan)->chunks = chunks;
+    if (st == PD_OK) (*plan)->stage[0].replicas = rep0;
     pd_profile_destroy(prof);
     return st;
 }
@@ -140,8 +143,9 @@ static void run_pipe(const char *fx, const model *m, pd__sched_kind kind, bool v
 
 static void check_schedule(const char *fx, const model *m, pd__sched_kind kind, bool vsync, int P, int V, int M) {
     char what[160];
-    snprintf(what, sizeof what, "%s, %s%s, %d stages%s, %d microbatches", m->name, pd__sched_kind_name(kind),
-             vsync ? " (vertical sync)" : "", P, V > 1 ? " x 2 chunks" : "", M);
+    snprintf(what, sizeof what, "%s, %s%s, %d stages%s%s, %d microbatches", m->name, pd__sched_kind_name(kind),
+             vsync ? " (vertical sync)" : "", P, V > 1 ? " x 2 chunks" : "", rep0 > 1 ? " (stage 0 replicated)" : "",
+             M);
     store s;
     memset(&s, 0, sizeof s);
     run plain, snapped;
@@ -392,12 +396,14 @@ static void check_records(void) {
 }
 
 static void check_auto(void) {
-    /* the pause bound: 7 ms / (3.5% of 100 ms) = 2 steps */
-    CHECK(pd__ckpt_auto_every(100, 7, 10, 0.035) == 2, "auto: 7 ms pause, 100 ms steps, 3.5%%: every 2");
-    /* 10 ms / 3.5 ms = 2.86: 3 */
-    CHECK(pd__ckpt_auto_every(100, 10, 10, 0.035) == 3, "auto: 10 ms pause: every 3");
-    /* persisting 950 ms needs 9.5 steps: 10 */
-    CHECK(pd__ckpt_auto_every(100, 7, 950, 0.035) == 10, "auto: a 950 ms persist: every 10");
+    /* (7 + 10) ms / (3.5% of 100 ms) = 4.86: every 5 steps */
+    CHECK(pd__ckpt_auto_every(100, 7, 10, 0.035) == 5, "auto: 7 ms pause + 10 ms persist, 100 ms steps, 3.5%%: every 5");
+    /* 20 / 3.5 = 5.71: 6 */
+    CHECK(pd__ckpt_auto_every(100, 10, 10, 0.035) == 6, "auto: 10 + 10 ms: every 6");
+    /* 957 / 3.5 = 273.4: 274 */
+    CHECK(pd__ckpt_auto_every(100, 7, 950, 0.035) == 274, "auto: a 950 ms persist: every 274");
+    /* a loose bound: the persist itself, 950 / 100 = 9.5: 10 */
+    CHECK(pd__ckpt_auto_every(100, 7, 950, 1000) == 10, "auto: never closer than one persist: every 10");
     CHECK(pd__ckpt_auto_every(100, 0, 0, 0.035) == 1 && pd__ckpt_auto_every(0, 5, 5, 0.035) == 1,
           "auto: free checkpoints, or no step time yet: every step");
 }
@@ -422,6 +428,9 @@ int main(int argc, char **argv) {
             check_schedule(fx, &m, PD_SCHED_2BW, false, P, 1, 2);
         }
         check_schedule(fx, &m, PD_SCHED_INTERLEAVED, false, 2, 2, 2);
+        rep0 = 2;
+        check_schedule(fx, &m, PD_SCHED_FLUSH, false, 2, 1, 4);
+        rep0 = 1;
         check_refusals(fx, &m);
         free_model(&m);
     }
