@@ -38,6 +38,7 @@
 #include "pipeline.h"
 #include "../core/schedule.h"
 #include "checkpoint.h"
+#include "comm/transport.h"
 #include "optim.h"
 #include "session.h"
 
@@ -118,11 +119,18 @@ typedef struct pd__wk { /* a thread: replica r of worker w */
     int *kfirst, *klast;
     int64_t bf, bl, pre_b; /* next boundaries to pass; boundary whose buffers are copied */
     double snap_ms;        /* time spent on the boundary being taken */
+    float *ared;           /* across processes: the packed gradients all-reduced */
+    int64_t ared_n;
 } pd__wk;
 
 typedef struct pd__bar {
     int n, gen;
 } pd__bar;
+
+typedef struct pd__qx { /* the in-process transport: the links' queues */
+    pd__transport base;
+    struct pd__pipe *p;
+} pd__qx;
 
 struct pd__pipe {
     pd_graph *g;
@@ -141,6 +149,12 @@ struct pd__pipe {
     pd__bar *bar;      /* per worker */
     pd__link *link;    /* NV-1 links */
     int64_t steps;     /* steps done by earlier runs */
+    /* transports: threads of this process talk through the queues; with
+     * MPI, thread i runs in process rank_of[i] and talks to the others there */
+    pd__qx local;
+    pd__transport *remote;
+    int rank;
+    int *rank_of, *wbase; /* per thread; per worker: its first thread */
     int fail_stage, fail_op, fail_mb; /* test hook: this instruction fails */
     double last_ms;
     /* snapshots (docs/CHECKPOINT.md): part[w] holds worker w's records,
@@ -320,6 +334,57 @@ static void pd__q_free_pool(pd__queue *q) {
     q->pool = NULL;
 }
 
+/* ---- the in-process transport (comm/transport.h) over the queues ---- */
+
+static pd__queue *pd__lq(pd__transport *t, int l, int dir) {
+    pd__pipe *p = ((pd__qx *)t)->p;
+    return dir ? &p->link[l].bwd : &p->link[l].fwd;
+}
+
+static void *pd__lx_get(pd__transport *t, int l, int dir, size_t n) {
+    return pd__q_buf(((pd__qx *)t)->p, pd__lq(t, l, dir), n);
+}
+
+static pd_status pd__lx_send(pd__transport *t, int from, int to, int l, int dir, int mb, void *buf, size_t n,
+                             bool *stop) {
+    (void)from, (void)to, (void)n;
+    pd__msg m = {mb, buf};
+    if (!pd__q_push(((pd__qx *)t)->p, pd__lq(t, l, dir), m)) { /* aborted: the stage that failed reports */
+        PD_FREE(buf);
+        *stop = true;
+    }
+    return PD_OK;
+}
+
+static pd_status pd__lx_recv(pd__transport *t, int from, int to, int l, int dir, int mb, size_t n, void **buf,
+                             bool *stop) {
+    (void)from, (void)to, (void)n;
+    pd__msg m;
+    if (!pd__q_pop(((pd__qx *)t)->p, pd__lq(t, l, dir), mb, &m)) {
+        *stop = true;
+        return PD_OK;
+    }
+    *buf = m.buf;
+    return PD_OK;
+}
+
+static void pd__lx_put(pd__transport *t, int l, int dir, void *buf) { pd__q_recycle(((pd__qx *)t)->p, pd__lq(t, l, dir), buf); }
+
+static pd_status pd__lx_allreduce(pd__transport *t, int g, void *data, int64_t n, bool f64) {
+    (void)t, (void)g, (void)data, (void)n, (void)f64; /* one process: the sums are made in place (pd__do_allreduce) */
+    return PD_OK;
+}
+
+static pd_status pd__lx_flush(pd__transport *t) {
+    (void)t;
+    return PD_OK;
+}
+
+static void pd__lx_destroy(pd__transport *t) { (void)t; }
+
+static const pd__transport_i pd__local_vt = {"in-process", pd__lx_get, pd__lx_send, pd__lx_recv, pd__lx_put,
+                                             pd__lx_allreduce, pd__lx_flush, pd__lx_destroy};
+
 /* The replicas of worker w meet; false when the pipeline was aborted. */
 static bool pd__barrier(pd__pipe *p, int w) {
     pd__bar *b = &p->bar[w];
@@ -376,6 +441,7 @@ void pd__pipe_destroy(pd__pipe *p) {
         PD_FREE(W->x.scratch);
         PD_FREE(W->kfirst);
         PD_FREE(W->klast);
+        PD_FREE(W->ared);
     }
     for (int w = 0; p->part && w < p->P; w++) PD_FREE(p->part[w]);
     PD_FREE(p->part);
@@ -401,6 +467,9 @@ void pd__pipe_destroy(pd__pipe *p) {
         PD_FREE(p->link[l].gt);
         PD_FREE(p->link[l].bt);
     }
+    if (p->remote) p->remote->vt->destroy(p->remote);
+    PD_FREE(p->rank_of);
+    PD_FREE(p->wbase);
     PD_FREE(p->wk);
     PD_FREE(p->vs);
     PD_FREE(p->rep);
@@ -510,6 +579,10 @@ static pd_status pd__shape(pd__pipe *p, const pd_plan *plan) {
         p->rep[w] = r;
         p->nwk += r;
     }
+    p->wbase = PD_CALLOC((size_t)p->P + 1, sizeof(int));
+    p->rank_of = PD_CALLOC((size_t)p->nwk + 1, sizeof(int)); /* every thread here until pd__pipe_set_ranks */
+    if (!p->wbase || !p->rank_of) return pd__err(PD_ERR_NOMEM, "out of memory");
+    for (int w = 1; w <= p->P; w++) p->wbase[w] = p->wbase[w - 1] + p->rep[w - 1];
     return PD_OK;
 }
 
@@ -530,6 +603,8 @@ pd_status pd__pipe_create(pd_graph *g, const pd_plan *plan, const pd_train_optio
     p->g = g;
     p->kind = kind;
     p->M = microbatches;
+    p->local.base.vt = &pd__local_vt;
+    p->local.p = p;
     p->fail_stage = -1;
     int *ts = PD_MALLOC(sizeof(int) * (5 * (size_t)g->ntensors + 1));
     int nt = g->ntensors, *tstage = ts, *vlast = ts + nt, *gfirst = ts + 2 * nt, *glast = ts + 3 * nt,
@@ -791,9 +866,42 @@ static pd_status pd__do_backward(pd__wk *W, pd__chunk *C, int mb, int32_t versio
 }
 
 /* ALLREDUCE: replica 0 sums its worker's replicas' gradients (every replica waits). */
+/* This thread's gradient slab: replica 0's is the session's, another's its own. */
+static float *pd__gslab(const pd__wk *W) { return W->grads ? W->grads : W->p->sl.grads; }
+
+/* Across processes (one thread each): the replicas' gradients summed by the
+ * transport, packed in one buffer, so every replica holds the sum. */
+static pd_status pd__allreduce_remote(pd__wk *W) {
+    pd__pipe *p = W->p;
+    float *G = pd__gslab(W);
+    int64_t n = 0;
+    for (int c = 0; c < p->V; c++) n += p->vs[W->ch[c].k].packed;
+    if (n > W->ared_n) {
+        PD_FREE(W->ared);
+        if (!(W->ared = PD_MALLOC(sizeof(float) * (size_t)n))) return pd__err(PD_ERR_NOMEM, "out of memory");
+        W->ared_n = n;
+    }
+    for (int pass = 0; pass < 2; pass++) {
+        int64_t at = 0;
+        for (int c = 0; c < p->V; c++) {
+            const pd__vstage *S = &p->vs[W->ch[c].k];
+            for (int j = 0; j < S->np; j++) {
+                int i = S->params[j];
+                size_t b = sizeof(float) * (size_t)p->g->tensors[p->sl.param[i]].numel;
+                if (pass == 0) memcpy(W->ared + at + S->pk[j], G + p->sl.poff[i], b);
+                else memcpy(G + p->sl.poff[i], W->ared + at + S->pk[j], b);
+            }
+            at += S->packed;
+        }
+        if (pass == 0) PD_TRY(p->remote->vt->allreduce(p->remote, W->w, W->ared, n, false));
+    }
+    return PD_OK;
+}
+
 static pd_status pd__do_allreduce(pd__wk *W, bool *stop) {
     pd__pipe *p = W->p;
     if (W->nrep == 1) return PD_OK;
+    if (p->remote) return pd__allreduce_remote(W);
     if (!pd__barrier(p, W->w)) {
         *stop = true;
         return PD_OK;
@@ -823,11 +931,15 @@ static pd_status pd__do_step(pd__wk *W, int mb, int32_t version, int k, bool *st
         if (version != W->ch[c].live + 1)
             return pd__err(PD_ERR_INTERNAL, "STEP makes version %d, the live one is %d", (int)version,
                            (int)W->ch[c].live);
-    for (int c = 0; W->r == 0 && c < p->V; c++) { /* nothing is updated when a gradient is not finite */
+    /* the replicas share the weights, which one of them updates; in
+     * processes of their own each updates its copy with the summed gradients */
+    bool updater = W->r == 0 || p->remote;
+    float *G = pd__gslab(W);
+    for (int c = 0; updater && c < p->V; c++) { /* nothing is updated when a gradient is not finite */
         const pd__vstage *S = &p->vs[W->ch[c].k];
         for (int j = 0; j < S->np; j++) {
             int i = S->params[j];
-            const float *g = sl->grads + sl->poff[i];
+            const float *g = G + sl->poff[i];
             for (int64_t e = 0; e < p->g->tensors[sl->param[i]].numel; e++)
                 if (!isfinite(g[e]))
                     return pd__err(PD_ERR_NUMERIC, "the gradient of '%s' is %g", p->g->tensors[sl->param[i]].name,
@@ -837,55 +949,71 @@ static pd_status pd__do_step(pd__wk *W, int mb, int32_t version, int k, bool *st
     for (int c = 0; c < p->V; c++) PD_TRY(pd__stash_live(p, &W->ch[c], k));
     int64_t t = ++W->updates;
     double lr = pd__lr_at(&p->o, t);
-    for (int c = 0; W->r == 0 && c < p->V; c++) { /* the replicas share the weights: one updates them */
+    for (int c = 0; updater && c < p->V; c++) {
         const pd__vstage *S = &p->vs[W->ch[c].k];
         for (int j = 0; j < S->np; j++) {
             int i = S->params[j];
             int64_t off = sl->poff[i], n = p->g->tensors[sl->param[i]].numel;
-            pd__optim_step(&p->o, t, lr, sl->params + off, sl->grads + off, sl->state0 ? sl->state0 + off : NULL,
+            pd__optim_step(&p->o, t, lr, sl->params + off, G + off, sl->state0 ? sl->state0 + off : NULL,
                            sl->state1 ? sl->state1 + off : NULL, n);
-            memset(sl->grads + off, 0, sizeof(float) * (size_t)n);
+            memset(G + off, 0, sizeof(float) * (size_t)n);
         }
     }
     if (p->res && W->w == p->P - 1 && W->r == 0) p->res[mb / p->M].lr = lr;
-    if (W->nrep > 1 && !pd__barrier(p, W->w)) *stop = true; /* nobody computes on half-updated weights */
+    if (W->nrep > 1 && !p->remote && !pd__barrier(p, W->w)) *stop = true; /* nobody computes on half-updated weights */
     return PD_OK;
+}
+
+/* The thread at the other end of link l for microbatch mb: the one that
+ * receives what a send makes (grad: backward, to virtual stage l), or sends
+ * what a receive takes (grad: from l+1). A replicated worker's microbatch i
+ * is its replica i mod replicas'. */
+static int pd__peer(const pd__pipe *p, int l, bool grad, bool sending, int mb) {
+    int k = grad == sending ? l : l + 1, w = k % p->P;
+    return p->wbase[w] + (mb % p->M) % p->rep[w];
+}
+
+static pd__transport *pd__via(pd__pipe *p, const pd__wk *W, int peer) {
+    return p->remote && p->rank_of[peer] != p->rank_of[W - p->wk] ? p->remote : &p->local.base;
 }
 
 /* Packs the link's activations (grad false) or gradients (grad true) of a context. */
-static pd_status pd__send(pd__pipe *p, pd__chunk *C, int l, bool grad, int mb, pd__queue *q) {
+static pd_status pd__send(pd__wk *W, pd__chunk *C, int l, bool grad, int mb, bool *stop) {
+    pd__pipe *p = W->p;
     const pd__link *L = &p->link[l];
     pd__actx *c = C->slot[mb % p->nslots];
+    int to = pd__peer(p, l, grad, true, mb);
+    pd__transport *t = pd__via(p, W, to);
     size_t n = grad ? L->grad_bytes : L->act_bytes, off = 0;
-    char *buf = pd__q_buf(p, q, n);
+    char *buf = t->vt->get(t, l, grad, n);
     if (!buf) return pd__err(PD_ERR_NOMEM, "out of memory for a %zu-byte message", n);
     for (int k = 0; k < (grad ? L->ngt + L->nbt : L->nt); k++) {
-        int t = grad ? (k < L->ngt ? L->gt[k] : L->bt[k - L->ngt]) : L->t[k];
-        pd_tensor *v = grad && k < L->ngt ? pd__actx_grad(c, t) : pd__actx_value(c, t);
-        memcpy(buf + off, v->data, pd__tbytes(p->g, t));
-        off += pd__tbytes(p->g, t);
+        int tt = grad ? (k < L->ngt ? L->gt[k] : L->bt[k - L->ngt]) : L->t[k];
+        pd_tensor *v = grad && k < L->ngt ? pd__actx_grad(c, tt) : pd__actx_value(c, tt);
+        memcpy(buf + off, v->data, pd__tbytes(p->g, tt));
+        off += pd__tbytes(p->g, tt);
     }
-    pd__msg m = {mb, buf};
-    if (!pd__q_push(p, q, m)) PD_FREE(buf); /* aborted: the stage that failed reports */
-    return PD_OK;
+    return t->vt->send(t, (int)(W - p->wk), to, l, grad, mb, buf, n, stop);
 }
 
-static pd_status pd__recv(pd__pipe *p, pd__chunk *C, int l, bool grad, int mb, pd__queue *q, bool *stop) {
+static pd_status pd__recv(pd__wk *W, pd__chunk *C, int l, bool grad, int mb, bool *stop) {
+    pd__pipe *p = W->p;
     const pd__link *L = &p->link[l];
-    pd__msg m;
-    if (!pd__q_pop(p, q, mb, &m)) {
-        *stop = true;
-        return PD_OK;
-    }
+    int from = pd__peer(p, l, grad, false, mb);
+    pd__transport *t = pd__via(p, W, from);
+    size_t n = grad ? L->grad_bytes : L->act_bytes;
+    void *buf = NULL;
+    PD_TRY(t->vt->recv(t, from, (int)(W - p->wk), l, grad, mb, n, &buf, stop));
+    if (*stop) return PD_OK;
     pd__actx *c = C->slot[mb % p->nslots];
     size_t off = 0;
     for (int k = 0; k < (grad ? L->ngt + L->nbt : L->nt); k++) {
-        int t = grad ? (k < L->ngt ? L->gt[k] : L->bt[k - L->ngt]) : L->t[k];
-        pd_tensor *v = grad && k < L->ngt ? pd__actx_grad(c, t) : pd__actx_value(c, t);
-        memcpy(v->data, (char *)m.buf + off, pd__tbytes(p->g, t));
-        off += pd__tbytes(p->g, t);
+        int tt = grad ? (k < L->ngt ? L->gt[k] : L->bt[k - L->ngt]) : L->t[k];
+        pd_tensor *v = grad && k < L->ngt ? pd__actx_grad(c, tt) : pd__actx_value(c, tt);
+        memcpy(v->data, (char *)buf + off, pd__tbytes(p->g, tt));
+        off += pd__tbytes(p->g, tt);
     }
-    pd__q_recycle(p, q, m.buf);
+    t->vt->put(t, l, grad, buf);
     return PD_OK;
 }
 
@@ -1187,10 +1315,10 @@ static pd_status pd__instr_run(pd__wk *W, int k, bool *stop) {
     case PD_I_F: return pd__do_forward(W, C, in->mb, in->version);
     case PD_I_B: return pd__do_backward(W, C, in->mb, in->version, in->split ? 1 : 0);
     case PD_I_W: return pd__do_backward(W, C, in->mb, in->version, 2);
-    case PD_I_SEND_ACT: return pd__send(p, C, v, false, in->mb, &p->link[v].fwd);
-    case PD_I_RECV_ACT: return pd__recv(p, C, v - 1, false, in->mb, &p->link[v - 1].fwd, stop);
-    case PD_I_SEND_GRAD: return pd__send(p, C, v - 1, true, in->mb, &p->link[v - 1].bwd);
-    case PD_I_RECV_GRAD: return pd__recv(p, C, v, true, in->mb, &p->link[v].bwd, stop);
+    case PD_I_SEND_ACT: return pd__send(W, C, v, false, in->mb, stop);
+    case PD_I_RECV_ACT: return pd__recv(W, C, v - 1, false, in->mb, stop);
+    case PD_I_SEND_GRAD: return pd__send(W, C, v - 1, true, in->mb, stop);
+    case PD_I_RECV_GRAD: return pd__recv(W, C, v, true, in->mb, stop);
     case PD_I_ALLREDUCE: return pd__do_allreduce(W, stop);
     case PD_I_STEP: return pd__do_step(W, in->mb, in->version, k, stop);
     default: return pd__err(PD_ERR_UNSUPPORTED, "instruction %s is not supported yet", pd__op_name(in->op));
@@ -1265,6 +1393,96 @@ static pd_status pd__snap_bounds(pd__pipe *p, pd__wk *W, const pd__schedule *sch
     W->bf = W->bl = p->resume_b + 1;
     W->pre_b = 0;
     W->snap_ms = 0;
+    return PD_OK;
+}
+
+/* Across processes, after a run: every send completed; each step's result
+ * summed from the processes of the last stage (lr from its replica 0). */
+static pd_status pd__run_remote_end(pd__pipe *p, int64_t n, pd_step_result *res) {
+    PD_TRY(p->remote->vt->flush(p->remote));
+    if (!res) return PD_OK;
+    double *v = PD_MALLOC(sizeof(double) * 4 * (size_t)n);
+    if (!v) return pd__err(PD_ERR_NOMEM, "out of memory");
+    for (int64_t k = 0; k < n; k++) {
+        v[4 * k] = res[k].loss;
+        v[4 * k + 1] = res[k].lr;
+        v[4 * k + 2] = (double)res[k].correct;
+        v[4 * k + 3] = (double)res[k].count;
+    }
+    pd_status st = p->remote->vt->allreduce(p->remote, -1, v, 4 * n, true);
+    for (int64_t k = 0; st == PD_OK && k < n; k++) {
+        res[k].loss = v[4 * k];
+        res[k].lr = v[4 * k + 1];
+        res[k].correct = (int64_t)v[4 * k + 2];
+        res[k].count = (int64_t)v[4 * k + 3];
+    }
+    PD_FREE(v);
+    return st;
+}
+
+int pd__pipe_processes(const pd__pipe *p) { return p->nwk; }
+
+pd_status pd__pipe_set_ranks(pd__pipe *p, int rank, int nranks) {
+    if (nranks != p->nwk)
+        return pd__err(PD_ERR_INVALID,
+                       "this plan runs as %d processes, one per stage replica (%d stages%s), not %d: mpirun -np %d",
+                       p->nwk, p->P, p->nwk > p->P ? ", some replicated" : "", nranks, p->nwk);
+    if (p->hooks_on) return pd__err(PD_ERR_UNSUPPORTED, "checkpoints across MPI processes are not supported yet");
+    int *worker_of = PD_MALLOC(sizeof(int) * (size_t)p->nwk);
+    if (!worker_of) return pd__err(PD_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < p->nwk; i++) {
+        p->rank_of[i] = i; /* contiguous: stage by stage, replica by replica */
+        worker_of[i] = p->wk[i].w;
+    }
+    int window = 8;
+    while (window < 2 * (p->M + p->NV) + 2) window *= 2; /* above what a link holds in flight */
+    pd_status st = pd__mpi_transport_create(p->nwk, p->rank_of, worker_of, p->P, p->NV - 1, window, &p->remote);
+    PD_FREE(worker_of);
+    if (st != PD_OK) {
+        for (int i = 0; i < p->nwk; i++) p->rank_of[i] = 0;
+        return st;
+    }
+    p->rank = rank;
+    return PD_OK;
+}
+
+pd_status pd__pipe_gather(pd__pipe *p) {
+    if (!p->remote) return PD_OK;
+    const pd_graph *g = p->g;
+    int64_t nb = 0; /* BatchNorm statistics, every stage's in order */
+    for (int k = 0; k < p->NV; k++)
+        for (int j = 0; j < p->vs[k].nbufs; j++) nb += g->tensors[p->vs[k].bufs[j]].numel;
+    float *v = PD_CALLOC((size_t)(p->sl.total + nb) + 1, sizeof(float));
+    if (!v) return pd__err(PD_ERR_NOMEM, "out of memory");
+    for (int pass = 0; pass < 2; pass++) {
+        int64_t at = p->sl.total;
+        for (int k = 0; k < p->NV; k++) {
+            const pd__vstage *S = &p->vs[k];
+            int owner = p->wbase[k % p->P]; /* replica 0 holds the stage's weights */
+            bool mine = p->rank_of[owner] == p->rank;
+            for (int j = 0; j < S->np; j++) {
+                int i = S->params[j];
+                size_t b = sizeof(float) * (size_t)g->tensors[p->sl.param[i]].numel;
+                if (pass == 0 && mine) memcpy(v + p->sl.poff[i], p->sl.params + p->sl.poff[i], b);
+                if (pass == 1) memcpy(p->sl.params + p->sl.poff[i], v + p->sl.poff[i], b);
+            }
+            for (int j = 0; j < S->nbufs; j++) {
+                const pd__tensor *x = &g->tensors[S->bufs[j]];
+                float *d = pd__actx_value(p->wk[owner].ch[k / p->P].slot[0], S->bufs[j])->data;
+                if (x->dtype == PD_FLOAT && pass == 0 && mine) memcpy(v + at, d, sizeof(float) * (size_t)x->numel);
+                if (x->dtype == PD_FLOAT && pass == 1) memcpy(d, v + at, sizeof(float) * (size_t)x->numel);
+                at += x->numel;
+            }
+        }
+        if (pass == 0) {
+            pd_status st = p->remote->vt->allreduce(p->remote, -1, v, p->sl.total + nb, false);
+            if (st != PD_OK) {
+                PD_FREE(v);
+                return st;
+            }
+        }
+    }
+    PD_FREE(v);
     return PD_OK;
 }
 
@@ -1364,7 +1582,8 @@ pd_status pd__pipe_run(pd__pipe *p, int64_t minibatches, const pd_tensor *inputs
     st = th ? PD_OK : pd__err(PD_ERR_NOMEM, "out of memory");
     p->t0 = pd__ns();
     for (int i = 0; st == PD_OK && i < p->nwk; i++) {
-        if (pthread_create(&th[i], NULL, pd__stage_main, &p->wk[i]) != 0) {
+        if (p->rank_of[i] != p->rank) continue; /* another process runs it */
+        if (pthread_create(&th[started], NULL, pd__stage_main, &p->wk[i]) != 0) {
             pthread_mutex_lock(&p->mu);
             p->abort = true;
             pthread_cond_broadcast(&p->cv);
@@ -1375,6 +1594,7 @@ pd_status pd__pipe_run(pd__pipe *p, int64_t minibatches, const pd_tensor *inputs
         }
     }
     for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
+    if (st == PD_OK && p->err == PD_OK && p->remote) st = pd__run_remote_end(p, minibatches, results);
     p->last_ms = 1e-6 * (double)(pd__ns() - p->t0);
     for (int l = 0; l + 1 < p->NV; l++) {
         pd__q_drain(&p->link[l].fwd);

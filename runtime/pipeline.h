@@ -130,4 +130,18 @@ pd_status pd__pipe_snap_capture(pd__pipe *p);
  * run they came from, skips minibatches < b. */
 pd_status pd__pipe_resume(pd__pipe *p, int64_t b, int nparts, const void *const *parts, const size_t *lens);
 
+/* ---- across processes (MPI: runtime/comm/transport.h, docs/DISTRIBUTED.md) ----
+ * Every process builds the same pipeline (same graph, plan, schedule); this
+ * one runs only the threads of `rank`: thread i (stage by stage, replica by
+ * replica) is process i, so the plan needs one process per stage replica.
+ * Messages to a thread of another process go by MPI; a replicated stage's
+ * processes all-reduce its gradients and each updates its own copy of the
+ * weights. A run's step results are summed across the processes (every one
+ * gets them). After training, pd__pipe_gather gives every process every
+ * stage's trained weights and statistics (for saving). Not with snapshots. */
+pd_status pd__pipe_set_ranks(pd__pipe *p, int rank, int nranks);
+/* The processes pd__pipe_set_ranks needs: one per stage replica. */
+int pd__pipe_processes(const pd__pipe *p);
+pd_status pd__pipe_gather(pd__pipe *p);
+
 #endif

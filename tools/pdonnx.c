@@ -6,6 +6,7 @@
 #include "../pipedream.h"
 #include "cli.h"
 #include "ckpt.h"
+#include "../runtime/comm/transport.h"
 
 #include <errno.h>
 #include <math.h>
@@ -14,7 +15,8 @@
 #include <string.h>
 
 int pd_cli_fail(void) {
-    fprintf(stderr, "pdonnx: %s\n", pd_last_error());
+    if (pd__mpi_active()) fprintf(stderr, "pdonnx: rank %d: %s\n", pd__mpi_rank(), pd_last_error());
+    else fprintf(stderr, "pdonnx: %s\n", pd_last_error());
     return 1;
 }
 

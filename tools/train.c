@@ -10,6 +10,7 @@
 #include "../runtime/data.h"
 #include "../runtime/optim.h"
 #include "../runtime/pipeline.h"
+#include "../runtime/comm/transport.h"
 #include "../runtime/session.h"
 #include "ckpt.h"
 #include "cli.h"
@@ -346,6 +347,46 @@ static pd_status pd__pipe_plan(const pd__targs *a, pd_graph *g, bool interleaved
     return st;
 }
 
+/* ---- under mpirun: one process per stage replica (docs/DISTRIBUTED.md) ----
+ * Every process reads the same flags, data and model. Until the pipeline
+ * starts, a problem found by several processes is reported once: processes
+ * other than rank 0 hold back their error output, and at each agreement
+ * point only the lowest failing rank shows it. Once training runs, a failing
+ * process prints its error (naming its rank, stage and step) and ends the job. */
+static struct {
+    int rank, size;
+    int phase;     /* agreements passed: 1 before planning, 2 before training */
+    int saved_err; /* rank > 0 before training: the real stderr */
+    FILE *held;    /* ... and what was written to it meanwhile */
+} pd__mp = {0, 1, 0, -1, NULL};
+
+static void pd__mp_release(bool show) {
+    if (pd__mp.saved_err < 0) return;
+    fflush(stderr);
+    if (show && pd__mp.held) {
+        rewind(pd__mp.held);
+        char buf[4096];
+        size_t n;
+        while ((n = fread(buf, 1, sizeof buf, pd__mp.held)) > 0)
+            if (write(pd__mp.saved_err, buf, n) < 0) break;
+    }
+    dup2(pd__mp.saved_err, 2);
+    close(pd__mp.saved_err);
+    pd__mp.saved_err = -1;
+    if (pd__mp.held) fclose(pd__mp.held);
+    pd__mp.held = NULL;
+}
+
+/* Every process says whether it is fine; false if any is not (the lowest
+ * failing one has shown its error). final: training starts after this. */
+static bool pd__mp_agree(bool ok, bool final) {
+    if (pd__mp.size < 2) return ok;
+    int low = pd__mpi_agree(ok);
+    pd__mp.phase++;
+    if (low >= 0 || final) pd__mp_release(low == pd__mp.rank);
+    return low < 0;
+}
+
 /* Checkpointing a run: the run's description (the manifest's info), and a
  * resume's checkpoint. */
 typedef struct pd__ckrun {
@@ -411,14 +452,50 @@ static int pd__train_pipeline(pd__targs *a, pd_graph *g, const char *input, pd_t
     int M = (int)a->microbatches;
     int64_t first = cr->first;
     pd__pmetrics pm = {mf, NULL, first, a->batch, X->shape[0], 0};
-    if ((cr->from.nparts ? pd__ckpt_plan(a, g, cr->from_info, &plan)
-                         : pd__pipe_plan(a, g, kind == PD_SCHED_INTERLEAVED, &plan)) != PD_OK) {
+    if (pd__mp.size > 1) { /* rank 0 plans (a profile measured on each would differ); the others take its plan */
+        pd_status ps = pd__mp.rank == 0 ? pd__pipe_plan(a, g, kind == PD_SCHED_INTERLEAVED, &plan) : PD_OK;
+        char *pj = ps == PD_OK && plan ? pd__plan_to_json(plan) : NULL;
+        size_t len = pj ? strlen(pj) : 0;
+        void *buf = pj;
+        if (ps == PD_OK && pd__mp.rank == 0 && !pj) ps = pd__err(PD_ERR_NOMEM, "out of memory");
+        if (pd__mpi_bcast(&buf, &len) != PD_OK) {
+            pd_cli_fail();
+            pd__mpi_abort(1);
+        }
+        if (pd__mp.rank > 0) {
+            pd_plan_destroy(plan);
+            plan = NULL;
+            ps = len ? pd__plan_from_json(buf, len, "rank 0's plan", &plan) : pd__err(PD_ERR_INVALID, "rank 0 has no plan");
+            PD_FREE(buf);
+        } else {
+            free(pj);
+        }
+        if (ps != PD_OK) {
+            pd_cli_fail();
+            goto out;
+        }
+    } else if ((cr->from.nparts ? pd__ckpt_plan(a, g, cr->from_info, &plan)
+                                : pd__pipe_plan(a, g, kind == PD_SCHED_INTERLEAVED, &plan)) != PD_OK) {
         pd_cli_fail();
         goto out;
     }
     if (pd__pipe_create(g, plan, &a->o, kind, M, &pipe) != PD_OK || pd__pipe_set_vertical_sync(pipe, a->vertical_sync) != PD_OK) {
         pd_cli_fail();
         goto out;
+    }
+    if (pd__mp.size > 1) {
+        bool fits = pd__pipe_processes(pipe) == pd__mp.size;
+        if (!fits)
+            fprintf(stderr, "pdonnx: this plan runs as %d processes, one per stage replica, not %d: mpirun -np %d\n",
+                    pd__pipe_processes(pipe), pd__mp.size, pd__pipe_processes(pipe));
+        if (!pd__mp_agree(fits, true)) goto out; /* everyone is ready: training starts */
+        if (pd__pipe_set_ranks(pipe, pd__mp.rank, pd__mp.size) != PD_OK) {
+            pd_cli_fail();
+            goto out;
+        }
+        if (!a->quiet)
+            printf("%d processes (mpirun), one per stage replica; rank 0 writes the metrics and the model\n",
+                   pd__mp.size);
     }
     if (cr->info) { /* the plan goes into every checkpoint: a resume runs the same one */
         char *pj = pd__plan_to_json(plan);
@@ -508,6 +585,7 @@ static int pd__train_pipeline(pd__targs *a, pd_graph *g, const char *input, pd_t
         int P = pd__pipe_stages(pipe);
         bool sim = pd_simulate(plan, &so, &sr) == PD_OK && sr.n_stages == P;
         double wall = pd__pipe_last_run_ms(pipe), busy_all = 0;
+        if (pd__mp.size < 2) { /* under MPI each process knows its own stage only */
         printf("%5s %10s %7s %18s %9s %10s %10s\n", "stage", "busy ms", "busy", "peak activations", "versions",
                "sim busy", "sim vers");
         for (int st = 0; st < P; st++) {
@@ -529,6 +607,7 @@ static int pd__train_pipeline(pd__targs *a, pd_graph *g, const char *input, pd_t
         printf("bubble: %.1f%% measured", wall > 0 ? 100 * (1 - busy_all / (P * wall)) : 0);
         if (sim) printf(", %.1f%% simulated", 100 * sr.bubble);
         printf("\n");
+        }
         if (sim) pd_sim_result_free(&sr);
     }
     if (a->trace) {
@@ -542,6 +621,10 @@ static int pd__train_pipeline(pd__targs *a, pd_graph *g, const char *input, pd_t
 out:
     if (cr->ck) pd_cli_ckpt_finish(cr->ck, 0); /* an error: what was taken is still written */
     cr->ck = NULL;
+    if (rc == 0 && pd__mp.size > 1 && pd__pipe_gather(pipe) != PD_OK) { /* every stage's weights, for --save */
+        pd_cli_fail();
+        rc = 1;
+    }
     pd__pipe_destroy(pipe); /* the trained weights go back into g */
     pd_plan_destroy(plan);
     free(ins);
@@ -611,7 +694,7 @@ static FILE *pd__metrics_open(const char *path, int64_t first) {
     return f;
 }
 
-int pd_cli_train(int argc, char **argv) {
+static int pd__train_main(int argc, char **argv) {
     pd__targs a;
     memset(&a, 0, sizeof a);
     pd_train_options o0 = PD_TRAIN_OPTIONS_INIT;
@@ -621,6 +704,7 @@ int pd_cli_train(int argc, char **argv) {
     a.epochs = 1;
     a.ckpt_keep = 3;
     int rc = 2;
+    if (pd__mp.rank > 0) a.quiet = true; /* under mpirun rank 0 speaks */
     /* the model comes first so its default flags can be read before the rest */
     const char *model = NULL;
     for (int i = 0; i < argc; i++) {
@@ -639,6 +723,21 @@ int pd_cli_train(int argc, char **argv) {
     if (!a.data || !a.labels) {
         pd_cli_usage_error("train: %s", "give --data X.npy --labels Y.npy (or a MODEL.flags file beside the model)");
         goto out;
+    }
+    if (pd__mp.size > 1) { /* mpirun: rank 0 reports and writes; a pipeline of one process per stage replica */
+        if (!a.stages && !a.plan) {
+            pd_cli_usage_error("train: %s", "under mpirun, give --stages N or --plan FILE (one process per stage replica)");
+            goto out;
+        }
+        if (a.ckpt_dir || a.resume || a.ckpt_every) {
+            pd_cli_usage_error("train: %s", "checkpoints across MPI processes are not supported yet");
+            goto out;
+        }
+        if (pd__mp.rank > 0) {
+            a.quiet = true;
+            a.metrics = a.save = a.trace = NULL;
+            a.val_x = a.val_y = NULL;
+        }
     }
     if (a.save && !pd__writable(a.save)) goto out;
     if (a.ckpt_every && !a.ckpt_dir && !a.resume) {
@@ -834,6 +933,7 @@ int pd_cli_train(int argc, char **argv) {
         }
     }
     if (a.metrics && !(mf = pd__metrics_open(a.metrics, cr.first))) goto done;
+    if (pd__mp.size > 1 && !pd__mp_agree(true, false)) goto done; /* every process read its data and model */
     if (piped) {
         if (pd__train_pipeline(&a, g, input, &X, &Y, &data, steps, kind, mf, &cr) != 0) goto done;
         /* the trained weights are back in g: validate on one stage */
@@ -979,5 +1079,27 @@ done:
     pd_tensor_free(&VY);
 out:
     for (int i = 0; i < a.nowned; i++) free(a.owned[i]);
+    return rc;
+}
+
+int pd_cli_train(int argc, char **argv) {
+    if (pd__mpi_init(&pd__mp.rank, &pd__mp.size) != PD_OK) return pd_cli_fail();
+    if (pd__mp.size > 1 && pd__mp.rank > 0) { /* hold back errors until the processes agree */
+        fflush(stderr);
+        pd__mp.held = tmpfile();
+        pd__mp.saved_err = pd__mp.held ? dup(2) : -1;
+        if (pd__mp.saved_err >= 0) dup2(fileno(pd__mp.held), 2);
+    }
+    int rc = pd__train_main(argc, argv);
+    if (pd__mp.size > 1 && rc != 0) {
+        if (pd__mp.phase >= 2) { /* training had started: the others may wait on this process */
+            fflush(stdout);
+            fflush(stderr);
+            pd__mpi_abort(rc);
+        }
+        while (pd__mp.phase < 2) pd__mp_agree(false, pd__mp.phase == 1);
+    }
+    pd__mp_release(true);
+    pd__mpi_finalize();
     return rc;
 }

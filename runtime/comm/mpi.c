@@ -1,0 +1,344 @@
+/* mpi.c - the MPI transport (transport.h): messages between the pipeline's
+ * threads in different processes, and the job-wide helpers `mpirun pdonnx
+ * train` needs (docs/DISTRIBUTED.md).
+ *
+ * Sends are non-blocking (MPI_Isend from a pool of buffers; a buffer goes
+ * back to the pool once its request completes, checked on every call), so a
+ * stage computes its next microbatch while its activations travel. Tags are
+ * ((mb mod window) * 2 + dir) * links + link: within one pair of processes
+ * and one link direction, a window larger than the microbatches in flight
+ * cannot collide, and MPI's order per (source, tag) does the rest. A replicated
+ * stage's processes all-reduce in a communicator of their own.
+ *
+ * Built only with MPI (meson finds it); without it the entry points fail
+ * with a clear message.
+ */
+#include "transport.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef PD_HAVE_MPI
+#include <mpi.h>
+
+static bool pd__mpi_on;
+
+#define PD_MPI_TRY(call, what)                                                                  \
+    do {                                                                                        \
+        int rc_ = (call);                                                                       \
+        if (rc_ != MPI_SUCCESS) {                                                               \
+            char s_[MPI_MAX_ERROR_STRING];                                                      \
+            int n_ = 0;                                                                         \
+            MPI_Error_string(rc_, s_, &n_);                                                     \
+            return pd__err(PD_ERR_IO, "MPI %s failed (%s:%d): %s", what, __FILE__, __LINE__, s_); \
+        }                                                                                       \
+    } while (0)
+
+static int pd__env_int(const char *name) {
+    const char *v = getenv(name);
+    return v ? atoi(v) : 0;
+}
+
+pd_status pd__mpi_init(int *rank, int *size) {
+    *rank = 0;
+    *size = 1;
+    /* started by mpirun (Open MPI, MPICH/Hydra) or srun */
+    int world = pd__env_int("OMPI_COMM_WORLD_SIZE");
+    if (!world) world = pd__env_int("PMI_SIZE");
+    if (!world) world = pd__env_int("SLURM_NTASKS");
+    if (world <= 1) return PD_OK;
+    int provided = 0;
+    PD_MPI_TRY(MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided), "init");
+    if (provided < MPI_THREAD_SERIALIZED) {
+        MPI_Finalize();
+        return pd__err(PD_ERR_UNSUPPORTED, "MPI: this MPI library gives no MPI_THREAD_SERIALIZED (got %d)", provided);
+    }
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(MPI_COMM_WORLD, rank);
+    MPI_Comm_size(MPI_COMM_WORLD, size);
+    pd__mpi_on = true;
+    return PD_OK;
+}
+
+bool pd__mpi_active(void) { return pd__mpi_on; }
+
+void pd__mpi_finalize(void) {
+    if (pd__mpi_on) MPI_Finalize();
+    pd__mpi_on = false;
+}
+
+void pd__mpi_abort(int code) {
+    if (pd__mpi_on) MPI_Abort(MPI_COMM_WORLD, code);
+}
+
+pd_status pd__mpi_bcast(void **buf, size_t *len) {
+    int rank;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    unsigned long long n = rank == 0 ? (unsigned long long)*len : 0;
+    PD_MPI_TRY(MPI_Bcast(&n, 1, MPI_UNSIGNED_LONG_LONG, 0, MPI_COMM_WORLD), "broadcast");
+    if (n > (unsigned long long)INT32_MAX) return pd__err(PD_ERR_UNSUPPORTED, "MPI: a %llu-byte broadcast", n);
+    if (rank != 0) {
+        *buf = PD_MALLOC((size_t)n + 1);
+        if (!*buf) return pd__err(PD_ERR_NOMEM, "out of memory");
+        *len = (size_t)n;
+    }
+    PD_MPI_TRY(MPI_Bcast(*buf, (int)n, MPI_BYTE, 0, MPI_COMM_WORLD), "broadcast");
+    return PD_OK;
+}
+
+int pd__mpi_agree(bool ok) {
+    int me = 0, size = 1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &me);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    int v = ok ? size : me, low = size;
+    if (MPI_Allreduce(&v, &low, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD) != MPI_SUCCESS) return me;
+    return low < size ? low : -1;
+}
+
+int pd__mpi_rank(void) {
+    int me = 0;
+    if (pd__mpi_on) MPI_Comm_rank(MPI_COMM_WORLD, &me);
+    return me;
+}
+
+pd_status pd__mpi_allreduce_f64(double *v, int64_t n) {
+    if (n > INT32_MAX) return pd__err(PD_ERR_UNSUPPORTED, "MPI: an all-reduce of %lld values", (long long)n);
+    PD_MPI_TRY(MPI_Allreduce(MPI_IN_PLACE, v, (int)n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD), "all-reduce");
+    return PD_OK;
+}
+
+/* ---- the transport ---- */
+
+typedef struct pd__pending {
+    MPI_Request req;
+    void *buf;
+    int l, dir;
+} pd__pending;
+
+typedef struct pd__pool {
+    void **b;
+    int n, cap;
+} pd__pool;
+
+typedef struct pd__mpix {
+    pd__transport base;
+    MPI_Comm comm;
+    MPI_Comm *group; /* per worker: its replicas' processes (MPI_COMM_NULL where this one is not) */
+    int nworkers, nthreads, nlinks, window;
+    int *rank_of;
+    pd__pending *pend;
+    int npend, cap;
+    pd__pool *pool; /* per link and direction */
+} pd__mpix;
+
+static void pd__pool_put(pd__pool *q, void *b) {
+    if (q->n == q->cap) {
+        int cap = q->cap ? 2 * q->cap : 8;
+        void **nb = realloc(q->b, sizeof(void *) * (size_t)cap);
+        if (!nb) {
+            PD_FREE(b);
+            return;
+        }
+        q->b = nb;
+        q->cap = cap;
+    }
+    q->b[q->n++] = b;
+}
+
+/* Completed sends give their buffers back. */
+static pd_status pd__progress(pd__mpix *x, bool wait) {
+    for (int i = 0; i < x->npend;) {
+        int done = 0;
+        MPI_Status s;
+        PD_MPI_TRY(wait ? MPI_Wait(&x->pend[i].req, &s) : MPI_Test(&x->pend[i].req, &done, &s), "send completion");
+        if (wait || done) {
+            pd__pool_put(&x->pool[x->pend[i].l * 2 + x->pend[i].dir], x->pend[i].buf);
+            x->pend[i] = x->pend[--x->npend];
+        } else {
+            i++;
+        }
+    }
+    return PD_OK;
+}
+
+static int pd__tag(const pd__mpix *x, int l, int dir, int mb) { return ((mb % x->window) * 2 + dir) * x->nlinks + l; }
+
+static void *pd__mx_get(pd__transport *t, int l, int dir, size_t n) {
+    pd__mpix *x = (pd__mpix *)t;
+    pd__progress(x, false);
+    pd__pool *q = &x->pool[l * 2 + dir];
+    return q->n > 0 ? q->b[--q->n] : PD_MALLOC(n ? n : 1);
+}
+
+static void pd__mx_put(pd__transport *t, int l, int dir, void *buf) {
+    pd__mpix *x = (pd__mpix *)t;
+    pd__pool_put(&x->pool[l * 2 + dir], buf);
+}
+
+static pd_status pd__mx_send(pd__transport *t, int from, int to, int l, int dir, int mb, void *buf, size_t n,
+                             bool *stop) {
+    (void)from;
+    (void)stop;
+    pd__mpix *x = (pd__mpix *)t;
+    if (n > (size_t)INT32_MAX) {
+        PD_FREE(buf);
+        return pd__err(PD_ERR_UNSUPPORTED, "MPI: a %zu-byte message", n);
+    }
+    if (x->npend == x->cap) {
+        int cap = x->cap ? 2 * x->cap : 16;
+        pd__pending *np = realloc(x->pend, sizeof *np * (size_t)cap);
+        if (!np) {
+            PD_FREE(buf);
+            return pd__err(PD_ERR_NOMEM, "out of memory");
+        }
+        x->pend = np;
+        x->cap = cap;
+    }
+    pd__pending *p = &x->pend[x->npend];
+    int rc = MPI_Isend(buf, (int)n, MPI_BYTE, x->rank_of[to], pd__tag(x, l, dir, mb), x->comm, &p->req);
+    if (rc != MPI_SUCCESS) {
+        PD_FREE(buf);
+        return pd__err(PD_ERR_IO, "MPI: sending microbatch %d to rank %d failed", mb, x->rank_of[to]);
+    }
+    p->buf = buf;
+    p->l = l;
+    p->dir = dir;
+    x->npend++;
+    return pd__progress(x, false);
+}
+
+static pd_status pd__mx_recv(pd__transport *t, int from, int to, int l, int dir, int mb, size_t n, void **buf,
+                             bool *stop) {
+    (void)to;
+    (void)stop;
+    pd__mpix *x = (pd__mpix *)t;
+    void *b = pd__mx_get(t, l, dir, n);
+    if (!b) return pd__err(PD_ERR_NOMEM, "out of memory for a %zu-byte message", n);
+    MPI_Status s;
+    int rc = MPI_Recv(b, (int)n, MPI_BYTE, x->rank_of[from], pd__tag(x, l, dir, mb), x->comm, &s);
+    int got = 0;
+    if (rc == MPI_SUCCESS) MPI_Get_count(&s, MPI_BYTE, &got);
+    if (rc != MPI_SUCCESS || (size_t)got != n) {
+        pd__pool_put(&x->pool[l * 2 + dir], b);
+        return pd__err(PD_ERR_IO, "MPI: receiving the %s of microbatch %d from rank %d failed (%d of %zu bytes)",
+                       dir ? "gradients" : "activations", mb, x->rank_of[from], got, n);
+    }
+    *buf = b;
+    return PD_OK;
+}
+
+static pd_status pd__mx_allreduce(pd__transport *t, int g, void *data, int64_t n, bool f64) {
+    pd__mpix *x = (pd__mpix *)t;
+    MPI_Comm c = g < 0 ? x->comm : x->group[g];
+    if (c == MPI_COMM_NULL) return PD_OK;
+    for (int64_t off = 0; off < n;) { /* counts are ints */
+        int k = n - off > (1 << 30) ? 1 << 30 : (int)(n - off);
+        void *at = (char *)data + (size_t)off * (f64 ? 8 : 4);
+        PD_MPI_TRY(MPI_Allreduce(MPI_IN_PLACE, at, k, f64 ? MPI_DOUBLE : MPI_FLOAT, MPI_SUM, c), "all-reduce");
+        off += k;
+    }
+    return PD_OK;
+}
+
+static pd_status pd__mx_flush(pd__transport *t) { return pd__progress((pd__mpix *)t, true); }
+
+static void pd__mx_destroy(pd__transport *t) {
+    pd__mpix *x = (pd__mpix *)t;
+    if (!x) return;
+    pd__progress(x, true);
+    for (int i = 0; x->pool && i < 2 * x->nlinks; i++) {
+        while (x->pool[i].n > 0) PD_FREE(x->pool[i].b[--x->pool[i].n]);
+        free(x->pool[i].b);
+    }
+    PD_FREE(x->pool);
+    free(x->pend);
+    for (int w = 0; x->group && w < x->nworkers; w++)
+        if (x->group[w] != MPI_COMM_NULL) MPI_Comm_free(&x->group[w]);
+    PD_FREE(x->group);
+    if (x->comm != MPI_COMM_NULL) MPI_Comm_free(&x->comm);
+    PD_FREE(x->rank_of);
+    PD_FREE(x);
+}
+
+static const pd__transport_i pd__mpi_vt = {"mpi", pd__mx_get, pd__mx_send, pd__mx_recv, pd__mx_put,
+                                           pd__mx_allreduce, pd__mx_flush, pd__mx_destroy};
+
+pd_status pd__mpi_transport_create(int nthreads, const int *rank_of, const int *worker_of, int nworkers, int nlinks,
+                                   int window, pd__transport **out) {
+    if (!pd__mpi_on) return pd__err(PD_ERR_INVALID, "MPI is not initialized");
+    int me, tag_ub_flag = 0, *tag_ub = NULL;
+    MPI_Comm_rank(MPI_COMM_WORLD, &me);
+    MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &tag_ub, &tag_ub_flag);
+    int64_t need = (int64_t)window * 2 * (nlinks > 0 ? nlinks : 1);
+    if (tag_ub_flag && tag_ub && need > *tag_ub)
+        return pd__err(PD_ERR_UNSUPPORTED, "MPI: %lld message tags needed, this MPI has %d", (long long)need, *tag_ub);
+    pd__mpix *x = PD_CALLOC(1, sizeof *x);
+    if (!x) return pd__err(PD_ERR_NOMEM, "out of memory");
+    x->base.vt = &pd__mpi_vt;
+    x->comm = MPI_COMM_NULL;
+    x->nworkers = nworkers;
+    x->nthreads = nthreads;
+    x->nlinks = nlinks > 0 ? nlinks : 1;
+    x->window = window;
+    x->rank_of = PD_MALLOC(sizeof(int) * (size_t)nthreads);
+    x->pool = PD_CALLOC(2 * (size_t)x->nlinks, sizeof(pd__pool));
+    x->group = PD_MALLOC(sizeof(MPI_Comm) * ((size_t)nworkers + 1));
+    if (!x->rank_of || !x->pool || !x->group) {
+        pd__mx_destroy(&x->base);
+        return pd__err(PD_ERR_NOMEM, "out of memory");
+    }
+    memcpy(x->rank_of, rank_of, sizeof(int) * (size_t)nthreads);
+    for (int w = 0; w < nworkers; w++) x->group[w] = MPI_COMM_NULL;
+    pd_status st = PD_OK;
+    if (MPI_Comm_dup(MPI_COMM_WORLD, &x->comm) != MPI_SUCCESS) st = pd__err(PD_ERR_IO, "MPI: cannot duplicate the world");
+    for (int w = 0; st == PD_OK && w < nworkers; w++) { /* collective: every process, every worker */
+        int mine = 0, members = 0;
+        for (int i = 0; i < nthreads; i++)
+            if (worker_of[i] == w) members++, mine |= rank_of[i] == me;
+        if (MPI_Comm_split(x->comm, mine && members > 1 ? w : MPI_UNDEFINED, me, &x->group[w]) != MPI_SUCCESS)
+            st = pd__err(PD_ERR_IO, "MPI: cannot make the communicator of stage %d's replicas", w);
+    }
+    if (st != PD_OK) {
+        pd__mx_destroy(&x->base);
+        return st;
+    }
+    *out = &x->base;
+    return PD_OK;
+}
+
+#else /* no MPI */
+
+static pd_status pd__no_mpi(void) {
+    return pd__err(PD_ERR_UNSUPPORTED, "this pdonnx was built without MPI (install libopenmpi-dev and rebuild)");
+}
+pd_status pd__mpi_init(int *rank, int *size) {
+    *rank = 0;
+    *size = 1;
+    const char *v = getenv("OMPI_COMM_WORLD_SIZE");
+    if (!v) v = getenv("PMI_SIZE");
+    if (v && atoi(v) > 1) return pd__no_mpi();
+    return PD_OK;
+}
+bool pd__mpi_active(void) { return false; }
+void pd__mpi_finalize(void) {}
+void pd__mpi_abort(int code) { (void)code; }
+pd_status pd__mpi_bcast(void **buf, size_t *len) {
+    (void)buf;
+    (void)len;
+    return pd__no_mpi();
+}
+int pd__mpi_agree(bool ok) { return ok ? -1 : 0; }
+int pd__mpi_rank(void) { return 0; }
+pd_status pd__mpi_allreduce_f64(double *v, int64_t n) {
+    (void)v;
+    (void)n;
+    return pd__no_mpi();
+}
+pd_status pd__mpi_transport_create(int nthreads, const int *rank_of, const int *worker_of, int nworkers, int nlinks,
+                                   int window, pd__transport **out) {
+    (void)nthreads, (void)rank_of, (void)worker_of, (void)nworkers, (void)nlinks, (void)window, (void)out;
+    return pd__no_mpi();
+}
+
+#endif

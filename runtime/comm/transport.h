@@ -1,0 +1,64 @@
+/* transport.h - private: how the pipeline's threads exchange messages
+ * (docs/DISTRIBUTED.md). One interface, pd__transport_i, two
+ * implementations: in-process queues between the threads of one process
+ * (runtime/pipeline.c) and MPI point-to-point between processes
+ * (runtime/comm/mpi.c). The pipeline picks, for every message, the one that
+ * reaches its peer.
+ *
+ * A message is identified by its link l (virtual stage l to l+1), its
+ * direction (0: activations forward, 1: gradients backward) and its
+ * microbatch; `from` and `to` are pipeline thread indices (worker by worker,
+ * replica by replica). Buffers come from the transport (get) and go back to
+ * it: send takes its buffer over; a buffer recv returns is given back with
+ * put. *stop: the pipeline was aborted while waiting. */
+#ifndef PD_TRANSPORT_H
+#define PD_TRANSPORT_H
+
+#include "../../core/pd_internal.h"
+
+typedef struct pd__transport pd__transport;
+
+typedef struct pd__transport_i {
+    const char *name;
+    void *(*get)(pd__transport *t, int l, int dir, size_t n);
+    pd_status (*send)(pd__transport *t, int from, int to, int l, int dir, int mb, void *buf, size_t n, bool *stop);
+    pd_status (*recv)(pd__transport *t, int from, int to, int l, int dir, int mb, size_t n, void **buf, bool *stop);
+    void (*put)(pd__transport *t, int l, int dir, void *buf);
+    /* Sums n values (floats, or doubles when f64) in place across the
+     * members of group g (-1: every process; else the processes holding
+     * worker g's replicas). */
+    pd_status (*allreduce)(pd__transport *t, int g, void *data, int64_t n, bool f64);
+    /* The run is over: every send has completed. */
+    pd_status (*flush)(pd__transport *t);
+    void (*destroy)(pd__transport *t);
+} pd__transport_i;
+
+struct pd__transport {
+    const pd__transport_i *vt;
+};
+
+/* ---- MPI (runtime/comm/mpi.c; stubs that fail when built without MPI) ---- */
+
+/* Initializes MPI when this process was started by mpirun/srun (a world of
+ * more than one process) and returns its rank and size; else 0 and 1. */
+pd_status pd__mpi_init(int *rank, int *size);
+bool pd__mpi_active(void);
+void pd__mpi_finalize(void);
+/* Ends every process of the job with this exit code (after a message). */
+void pd__mpi_abort(int code);
+/* Rank 0's bytes to every rank (*len and *buf set on the others; PD_FREE it). */
+pd_status pd__mpi_bcast(void **buf, size_t *len);
+/* Every process says whether it is fine; the lowest rank that is not (-1: none). */
+int pd__mpi_agree(bool ok);
+int pd__mpi_rank(void);
+/* Sums n doubles in place across every process. */
+pd_status pd__mpi_allreduce_f64(double *v, int64_t n);
+
+/* The MPI transport of a pipeline with nthreads threads, thread i run by
+ * process rank_of[i]; workers: per thread its worker (for the allreduce
+ * groups); links and window: tags are (mb mod window, dir, link), so a
+ * window larger than the microbatches in flight on a link cannot collide. */
+pd_status pd__mpi_transport_create(int nthreads, const int *rank_of, const int *worker_of, int nworkers, int nlinks,
+                                   int window, pd__transport **out);
+
+#endif

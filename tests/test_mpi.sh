@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# test_mpi.sh PDONNX SOURCE_ROOT NPYTOOL - `mpirun pdonnx train` against the
+# same plan trained in one process: every schedule on 2-3 processes gives the
+# same per-step losses and the same trained model (bitwise), a hybrid plan
+# (stage 0 replicated on two processes, stage 1 on a third) too; a process
+# killed mid-run ends the job within seconds, non-zero; a process that fails
+# names its rank, stage and step; a data problem every process finds is
+# reported once. Skipped (77) without mpirun or a build without MPI.
+set -u
+pdonnx=$1
+root=$2
+npytool=$3
+command -v mpirun > /dev/null || { echo "no mpirun: skipped"; exit 77; }
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+# quiet Open MPI's transports on a machine without fast networks
+export OMPI_MCA_btl=self,vader,tcp OMPI_MCA_btl_vader_single_copy_mechanism=none
+mpi() { timeout 300 mpirun --oversubscribe -np "$@"; }
+model=$root/examples/digits_mlp.onnx
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fails=0
+ok() { echo "OK $*"; }
+bad() { echo "NOT OK $*"; fails=$((fails + 1)); }
+cols() { sed 's/, "samples_per_s".*//' "$1"; }
+
+if ! mpi 2 "$pdonnx" train "$model" --steps 2 --stages 2 --quiet > "$tmp/log" 2>&1; then
+  if grep -q "built without MPI" "$tmp/log"; then echo "built without MPI: skipped"; exit 77; fi
+  bad "a first 2-process run: $(cat "$tmp/log")"
+fi
+
+# the plans: 2 and 3 straight stages, 2 stages x 2 chunks, and stage 0 replicated twice
+"$pdonnx" plan "$model" --workers 2 --straight --batch 8 -o "$tmp/p2.json" > /dev/null
+"$pdonnx" plan "$model" --workers 3 --straight --algo uniform --batch 8 -o "$tmp/p3.json" > /dev/null
+"$pdonnx" plan "$model" --workers 4 --straight --algo uniform --batch 8 -o "$tmp/p4.json" > /dev/null
+python3 - "$tmp/p2.json" "$tmp/ph.json" "$tmp/p4.json" "$tmp/pi.json" <<'EOF'
+import json, sys
+q = json.load(open(sys.argv[3]))
+q["chunks"] = 2  # 4 virtual stages on 2 workers
+json.dump(q, open(sys.argv[4], "w"))
+p = json.load(open(sys.argv[1]))
+p["stages"][0]["replicas"] = 2
+p["stages"][0]["ranks"] = [0, 1]
+p["stages"][1]["ranks"] = [2]
+p["workers"] = 3
+json.dump(p, open(sys.argv[2], "w"))
+EOF
+
+check() { # name np plan schedule microbatches [flags...]
+  local name=$1 np=$2 plan=$3 sch=$4 mb=$5
+  shift 5
+  local common=("$model" --steps 60 --plan "$plan" --schedule "$sch" --microbatches "$mb" --quiet "$@")
+  "$pdonnx" train "${common[@]}" --save "$tmp/in.onnx" --metrics "$tmp/in.jsonl" > "$tmp/log" 2>&1 || { bad "$name: in one process: $(cat "$tmp/log")"; return; }
+  mpi "$np" "$pdonnx" train "${common[@]}" --save "$tmp/mpi.onnx" --metrics "$tmp/mpi.jsonl" > "$tmp/log" 2>&1 || { bad "$name: $np processes: $(tail -3 "$tmp/log")"; return; }
+  if cmp -s "$tmp/in.onnx" "$tmp/mpi.onnx" && [ "$(cols "$tmp/in.jsonl")" = "$(cols "$tmp/mpi.jsonl")" ] && [ -s "$tmp/mpi.jsonl" ]; then
+    ok "$name: $np processes equal one process (60 losses and the model, bitwise)"
+  else
+    bad "$name: $np processes differ from one process"
+    diff <(cols "$tmp/in.jsonl") <(cols "$tmp/mpi.jsonl") | head -4
+  fi
+}
+check "gpipe, 2 stages" 2 "$tmp/p2.json" gpipe 4
+check "flush, 2 stages" 2 "$tmp/p2.json" flush 4
+check "flush, 3 stages" 3 "$tmp/p3.json" flush 4
+check "zb-h1, 3 stages" 3 "$tmp/p3.json" zb-h1 4
+check "pipedream, 2 stages" 2 "$tmp/p2.json" pipedream 1
+check "pipedream, 3 stages, vertical sync" 3 "$tmp/p3.json" pipedream 1 --vertical-sync
+check "2bw, 3 stages" 3 "$tmp/p3.json" 2bw 2
+check "interleaved, 2 workers x 2 chunks" 2 "$tmp/pi.json" interleaved 4
+check "hybrid: stage 0 on 2 processes, stage 1 on 1, flush" 3 "$tmp/ph.json" flush 4
+check "hybrid, gpipe" 3 "$tmp/ph.json" gpipe 4
+
+# a process count the plan does not fit: refused once, by rank 0
+mpi 3 "$pdonnx" train "$model" --steps 5 --plan "$tmp/p2.json" > "$tmp/log" 2>&1
+rc=$?
+if [ $rc != 0 ] && [ "$(grep -c 'mpirun -np 2' "$tmp/log")" = 1 ]; then
+  ok "3 processes for a 2-process plan: refused once ($(grep 'mpirun -np 2' "$tmp/log"))"
+else
+  bad "wrong process count: rc $rc: $(cat "$tmp/log")"
+fi
+# a data problem every process finds: reported once
+mpi 2 "$pdonnx" train "$model" --steps 5 --stages 2 --data "$tmp/missing.npy" > "$tmp/log" 2>&1
+rc=$?
+if [ $rc != 0 ] && [ "$(grep -c 'missing.npy' "$tmp/log")" = 1 ]; then
+  ok "a missing data file: reported once, non-zero"
+else
+  bad "missing data: rc $rc: $(cat "$tmp/log")"
+fi
+# a process that fails mid-run names its rank, stage and step: a NaN in row 900, step 29 (no shuffle)
+"$npytool" set "$root/examples/digits/train_x.npy" "$tmp/nan_x.npy" $((900 * 64)) nan > /dev/null  # row 900: step 29
+if [ -s "$tmp/nan_x.npy" ]; then
+  start=$(date +%s)
+  mpi 2 "$pdonnx" train "$model" --steps 60 --stages 2 --schedule flush --no-shuffle --data "$tmp/nan_x.npy" > "$tmp/log" 2>&1
+  rc=$?
+  took=$(( $(date +%s) - start ))
+  if [ $rc != 0 ] && grep -q "rank 1: .*stage 1, step 29" "$tmp/log" && [ $took -lt 60 ]; then
+    ok "a failing process ends the job in ${took} s: $(grep 'rank 1:' "$tmp/log" | head -1)"
+  else
+    bad "a failing process: rc $rc after ${took} s: $(head -5 "$tmp/log")"
+  fi
+else
+  echo "(no numpy: the failing-process check skipped)"
+fi
+# a process killed mid-run: the job ends within seconds, non-zero
+mpi 2 "$pdonnx" train "$model" --steps 200000 --stages 2 --schedule flush --quiet > "$tmp/log" 2>&1 &
+job=$!
+sleep 3
+victim=$(pgrep -f "pdonnx train $model --steps 200000" | tail -1)
+start=$(date +%s)
+[ -n "$victim" ] && kill -9 "$victim"
+wait $job
+rc=$?
+took=$(( $(date +%s) - start ))
+if [ -n "$victim" ] && [ $rc != 0 ] && [ $took -lt 30 ]; then
+  ok "a process killed mid-run: the job ended in ${took} s with $rc"
+else
+  bad "a killed process: victim '$victim', rc $rc after ${took} s: $(tail -3 "$tmp/log")"
+fi
+
+echo "$fails failed"
+[ $fails = 0 ]
