@@ -4028,7 +4028,7 @@ pd_status pd__profile_finish(pd_profile *p, const char *what) {
         if (a == b) return pd__err(PD_ERR_INVALID, "%s: cycle: node '%s' is its own input", what, pd__pname(p, a));
     }
     /* duplicate edges go */
-    qsort(p->edge, (size_t)p->n_edges, 2 * sizeof(int), pd__edge_cmp);
+    if (p->n_edges > 0) qsort(p->edge, (size_t)p->n_edges, 2 * sizeof(int), pd__edge_cmp); /* edge may be NULL */
     int ne = 0;
     for (int e = 0; e < p->n_edges; e++)
         if (ne == 0 || pd__edge_cmp(p->edge + 2 * e, p->edge + 2 * (ne - 1)) != 0) {
