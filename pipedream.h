@@ -1,36 +1,66 @@
 /* pipedream.h - pdonnx: train ONNX models with pipeline parallelism, in C.
  *
- * The public API. Everything an embedding program needs is declared here:
- * load an ONNX model into a graph, inspect it, run it.
+ * The public API, and behind PIPEDREAM_IMPLEMENTATION the dependency-free
+ * core (graph IR, shape inference, profiles, planner, schedule generator,
+ * simulator) in the style of the stb libraries. Two ways to use it:
  *
- *     #include "pipedream.h"
+ * 1. With the library (everything: ONNX loading, training, profiling):
  *
- *     pd_graph *g;
- *     pd_load_options lo = PD_LOAD_OPTIONS_INIT;
- *     lo.batch = 8;
- *     if (pd_graph_load_file("model.onnx", &lo, &g) != PD_OK) {
- *         fprintf(stderr, "%s\n", pd_last_error());
- *         return 1;
- *     }
- *     pd_engine *e;
- *     pd_engine_options eo = PD_ENGINE_OPTIONS_INIT;
- *     pd_engine_create(g, &eo, &e);
- *     pd_engine_set_input(e, "x", &x);      // x: a pd_tensor view of your data
- *     pd_engine_run(e);
- *     pd_tensor y;
- *     pd_engine_get_output(e, "y", &y);     // a view into the engine's memory
- *     pd_engine_destroy(e);
- *     pd_graph_destroy(g);
+ *        cc app.c $(pkg-config --cflags --libs pipedream)
+ *
+ *        #include <pipedream.h>
+ *
+ *        pd_graph *g;
+ *        pd_load_options lo = PD_LOAD_OPTIONS_INIT;
+ *        lo.batch = 32;
+ *        if (pd_graph_load_file("model.onnx", &lo, &g) != PD_OK) {
+ *            fprintf(stderr, "%s\n", pd_last_error());
+ *            return 1;
+ *        }
+ *        pd_session *s;
+ *        pd_train_options to = PD_TRAIN_OPTIONS_INIT;
+ *        pd_session_create(g, &to, &s);
+ *        pd_session_set_input(s, "x", &x);  // x, y: pd_tensor views of your arrays
+ *        pd_session_set_labels(s, &y);
+ *        pd_step_result r;
+ *        pd_session_step(s, &r);            // r.loss
+ *        pd_session_destroy(s);
+ *        pd_graph_save(g, "trained.onnx");
+ *        pd_graph_destroy(g);
+ *
+ * 2. Header only, the planner and simulator without any dependency but libc
+ *    (profile in, plan and simulated timeline out). In exactly one C file:
+ *
+ *        #define PIPEDREAM_IMPLEMENTATION
+ *        #include "pipedream.h"
+ *
+ *    and in the others just #include "pipedream.h" (C or C++). Include it
+ *    before any system header in that file (it asks for POSIX 2008
+ *    declarations); the implementation is C11, so that file is C. What
+ *    the implementation section defines: errors and dtypes (pd_last_error,
+ *    pd_status_name, pd_dtype_*, pd_tensor_numel, pd_tensor_free), graph
+ *    inspection, profiles (pd_profile_create, _node, _num_nodes, _destroy),
+ *    plans (pd_plan_create, _info_get, _stage, _node_stage, _destroy) and
+ *    simulation (pd_simulate, pd_sim_result_free). Loading ONNX, training,
+ *    measuring and the JSON readers and writers need libpipedream.
+ *    Define PD_MALLOC(sz), PD_CALLOC(n, sz), PD_REALLOC(p, sz) and PD_FREE(p)
+ *    (all four) before the include to use your own allocator, and PDDEF
+ *    (default: extern) to change the linkage of the public functions.
  *
  * Conventions: every fallible call returns pd_status; on failure the
  * out-parameters are untouched, nothing leaks, and pd_last_error() (per
  * thread) holds a one-line message naming the file, node or argument at
  * fault. Handles are opaque; destroy functions accept NULL. The library
- * never exits or aborts.
+ * never exits or aborts. docs/API.md describes every function.
  *
- * The core is kept as small source files in core/ and compiled into
- * libpipedream; runtime/ holds the backends and onnx/ the ONNX reader.
+ * The implementation section is generated from the files of core/ by
+ * tools/amalgamate.py (a test fails when it is stale): edit core/, then run
+ * python3 tools/amalgamate.py.
  */
+#if defined(PIPEDREAM_IMPLEMENTATION) && !defined(_GNU_SOURCE) && !defined(_POSIX_C_SOURCE)
+#define _POSIX_C_SOURCE 200809L
+#endif
+
 #ifndef PIPEDREAM_H
 #define PIPEDREAM_H
 
@@ -253,6 +283,10 @@ PDDEF int64_t pd_session_step_count(const pd_session *s);
 /* Writes the model with the graph's current initializer values (trained ones
  * included) through a temporary file and a rename. */
 PDDEF pd_status pd_graph_save(const pd_graph *g, const char *path);
+/* The same model serialized into a new buffer of *len bytes (for
+ * pd_graph_load_memory, say); free it with pd_buffer_free. */
+PDDEF pd_status pd_graph_save_memory(const pd_graph *g, void **buf, size_t *len);
+PDDEF void pd_buffer_free(void *buf);
 
 /* ---- Profiles: per-node costs -------------------------------------------------------- */
 /* A profile holds, for every node of a model (or a layer of a PipeDream
@@ -289,6 +323,15 @@ PDDEF pd_status pd_profile_measure(pd_graph *g, const pd_profile_options *opt, p
 PDDEF pd_status pd_profile_load(const char *path, pd_profile **out);
 PDDEF pd_status pd_profile_save(const pd_profile *p, const char *path);           /* JSON */
 PDDEF pd_status pd_profile_save_pipedream(const pd_profile *p, const char *path); /* graph.txt */
+/* A profile from arrays: n_nodes entries of costs (name NULL: "node<i>"; desc
+ * NULL: "") and n_edges edges, edges[2k] -> edges[2k+1] (producer, consumer,
+ * as node indices). Names are copied. Nodes are put in a topological order
+ * that keeps the given one where the edges allow it, so pd_profile_node(i)
+ * is nodes[i] for a profile given in order. batch: the microbatch size the
+ * times are for (0: unknown). Errors: a bad argument, an edge out of range,
+ * a cycle, a negative or non-finite cost. */
+PDDEF pd_status pd_profile_create(const pd_profile_node_info *nodes, int n_nodes, const int *edges, int n_edges,
+                                  int64_t batch, pd_profile **out);
 PDDEF void pd_profile_destroy(pd_profile *p);
 PDDEF int pd_profile_num_nodes(const pd_profile *p);
 PDDEF pd_status pd_profile_node(const pd_profile *p, int i, pd_profile_node_info *out);
@@ -378,3 +421,6302 @@ PDDEF void pd_sim_result_free(pd_sim_result *r);
 }
 #endif
 #endif /* PIPEDREAM_H */
+
+/* ---- the implementation ------------------------------------------------------------------ */
+#ifdef PIPEDREAM_IMPLEMENTATION
+#ifndef PIPEDREAM_IMPLEMENTATION_INCLUDED
+#define PIPEDREAM_IMPLEMENTATION_INCLUDED
+#ifdef __cplusplus
+/* The core is C11 (void * conversions, gotos past declarations): C++
+ * programs include the declarations and compile the implementation in one
+ * C file. */
+#error "pipedream.h: define PIPEDREAM_IMPLEMENTATION in a C file, not a C++ one (C++ files include the declarations only)"
+#endif
+/* Messages are cut to their buffers on purpose (the library builds with
+ * -Wno-format-truncation for the same reason). */
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 7
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wformat-truncation"
+#endif
+/* ==== BEGIN GENERATED IMPLEMENTATION (tools/amalgamate.py; edit core/, not this) ==== */
+/* ==== core/util.c ==== */
+/* util.c - errors, dtypes, element access and the small helpers every layer uses.
+ *
+ * The last error is per thread (like errno): a library call that fails sets it,
+ * pd_last_error() reads it. No other mutable state is global.
+ */
+/* ---- core/pd_internal.h ---- */
+/* pd_internal.h - the graph IR and the contracts between core, loader and backends.
+ *
+ * Not installed. Everything here is private (pd__ names) and may change.
+ *
+ * A pd_graph holds tensors and nodes. Tensors are referred to by index into
+ * g->tensors; node inputs/outputs are tensor indices, -1 for an absent
+ * optional input. After loading, nodes are in topological order, every
+ * tensor has a concrete dtype and shape, and constant subgraphs are folded
+ * into PD_T_CONST tensors.
+ */
+#ifndef PD_INTERNAL_H
+#define PD_INTERNAL_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* #include "pipedream.h": the declarations above */
+/* ---- core/ops.h ---- */
+/* ops.h - the one list of operators.
+ *
+ * Every op is declared once here. X(ENUM, OnnxName, flags, grad) expands into
+ * the pd_op enum, the name table, and the names of its functions:
+ *   pd__shape_<OnnxName>    (core/shape_*.c)   output dtypes and shapes
+ *   pd__flops_<OnnxName>    (core/shape_*.c)   forward FLOP count
+ *   pd__cpu_<OnnxName>      (runtime/cpu/)     CPU forward kernel
+ *   pd__cpu_<OnnxName>_bwd  (runtime/cpu/)     CPU backward kernel
+ * grad: bit i set when input i is differentiable (gradients flow into it);
+ * PD_GRAD_ALL for variadic ops. 0: the op is not differentiable.
+ * Adding an op: one line here, its shape rule, its kernel.
+ *
+ * flags: PD_OPF_FOLD - may be constant-folded at load when all inputs are
+ * constant; PD_OPF_NN - lives with the neural-network ops (shape_nn.c,
+ * cpu/nn.c) rather than the tensor ops (shape_tensor.c, cpu/tensor.c).
+ */
+#ifndef PD_OPS_H
+#define PD_OPS_H
+
+#define PD_OPF_FOLD 1
+#define PD_OPF_NN 2
+#define PD_GRAD_ALL 0xffffffffu
+
+#define PD_OPS(X)                                             \
+    /* neural-network ops */                                  \
+    X(GEMM, Gemm, PD_OPF_NN, 0x7)                                  \
+    X(MATMUL, MatMul, PD_OPF_NN, 0x3)                              \
+    X(CONV, Conv, PD_OPF_NN, 0x7)                                  \
+    X(CONV_TRANSPOSE, ConvTranspose, PD_OPF_NN, 0x7)               \
+    X(BATCH_NORM, BatchNormalization, PD_OPF_NN, 0x7)              \
+    X(LAYER_NORM, LayerNormalization, PD_OPF_NN, 0x7)              \
+    X(MAX_POOL, MaxPool, PD_OPF_NN, 0x1)                           \
+    X(AVERAGE_POOL, AveragePool, PD_OPF_NN, 0x1)                   \
+    X(GLOBAL_AVERAGE_POOL, GlobalAveragePool, PD_OPF_NN, 0x1)      \
+    X(LRN, LRN, PD_OPF_NN, 0x1)                                    \
+    X(SOFTMAX, Softmax, PD_OPF_NN, 0x1)                            \
+    X(LOG_SOFTMAX, LogSoftmax, PD_OPF_NN, 0x1)                     \
+    X(DROPOUT, Dropout, PD_OPF_NN, 0x1)                            \
+    X(SOFTMAX_CE_LOSS, SoftmaxCrossEntropyLoss, PD_OPF_NN, 0x1)    \
+    X(NLL_LOSS, NegativeLogLikelihoodLoss, PD_OPF_NN, 0x1)         \
+    /* element-wise */                                        \
+    X(ADD, Add, PD_OPF_FOLD, 0x3)                                  \
+    X(SUB, Sub, PD_OPF_FOLD, 0x3)                                  \
+    X(MUL, Mul, PD_OPF_FOLD, 0x3)                                  \
+    X(DIV, Div, PD_OPF_FOLD, 0x3)                                  \
+    X(POW, Pow, PD_OPF_FOLD, 0x3)                                  \
+    X(SUM, Sum, PD_OPF_FOLD, PD_GRAD_ALL)                                  \
+    X(SQRT, Sqrt, PD_OPF_FOLD, 0x1)                                \
+    X(EXP, Exp, PD_OPF_FOLD, 0x1)                                  \
+    X(LOG, Log, PD_OPF_FOLD, 0x1)                                  \
+    X(NEG, Neg, PD_OPF_FOLD, 0x1)                                  \
+    X(RECIPROCAL, Reciprocal, PD_OPF_FOLD, 0x1)                    \
+    X(RELU, Relu, PD_OPF_FOLD, 0x1)                                \
+    X(LEAKY_RELU, LeakyRelu, PD_OPF_FOLD, 0x1)                     \
+    X(SIGMOID, Sigmoid, PD_OPF_FOLD, 0x1)                          \
+    X(TANH, Tanh, PD_OPF_FOLD, 0x1)                                \
+    X(GELU, Gelu, PD_OPF_FOLD, 0x1)                                \
+    X(ERF, Erf, PD_OPF_FOLD, 0x1)                                  \
+    X(CLIP, Clip, PD_OPF_FOLD, 0x1)                                \
+    X(EQUAL, Equal, PD_OPF_FOLD, 0)                              \
+    X(WHERE, Where, PD_OPF_FOLD, 0x6)                              \
+    X(CAST, Cast, PD_OPF_FOLD, 0x1)                                \
+    X(IDENTITY, Identity, PD_OPF_FOLD, 0x1)                        \
+    /* reductions */                                          \
+    X(REDUCE_MEAN, ReduceMean, PD_OPF_FOLD, 0x1)                   \
+    X(REDUCE_SUM, ReduceSum, PD_OPF_FOLD, 0x1)                     \
+    /* tensor manipulation */                                 \
+    X(FLATTEN, Flatten, PD_OPF_FOLD, 0x1)                          \
+    X(RESHAPE, Reshape, PD_OPF_FOLD, 0x1)                          \
+    X(TRANSPOSE, Transpose, PD_OPF_FOLD, 0x1)                      \
+    X(CONCAT, Concat, PD_OPF_FOLD, PD_GRAD_ALL)                            \
+    X(SPLIT, Split, PD_OPF_FOLD, 0x1)                              \
+    X(SLICE, Slice, PD_OPF_FOLD, 0x1)                              \
+    X(GATHER, Gather, PD_OPF_FOLD, 0x1)                            \
+    X(UNSQUEEZE, Unsqueeze, PD_OPF_FOLD, 0x1)                      \
+    X(SQUEEZE, Squeeze, PD_OPF_FOLD, 0x1)                          \
+    X(EXPAND, Expand, PD_OPF_FOLD, 0x1)                            \
+    X(PAD, Pad, PD_OPF_FOLD, 0x1)                                  \
+    X(CONSTANT, Constant, PD_OPF_FOLD, 0)                        \
+    X(SHAPE, Shape, PD_OPF_FOLD, 0)                              \
+    X(CONSTANT_OF_SHAPE, ConstantOfShape, PD_OPF_FOLD, 0)        \
+    X(RANGE, Range, PD_OPF_FOLD, 0)
+
+typedef enum pd_op {
+#define PD__OP_ENUM(e, name, flags, grad) PD_OP_##e,
+    PD_OPS(PD__OP_ENUM)
+#undef PD__OP_ENUM
+        PD_OP_COUNT
+} pd_op;
+
+#endif
+/* ---- end of core/ops.h ---- */
+
+#include <stdlib.h>
+
+/* Every allocation goes through these; an embedding program may define all
+ * four before including pipedream.h with PIPEDREAM_IMPLEMENTATION. */
+#ifndef PD_MALLOC
+#if defined(PD_CALLOC) || defined(PD_REALLOC) || defined(PD_FREE)
+#error "define PD_MALLOC, PD_CALLOC, PD_REALLOC and PD_FREE together, or none of them"
+#endif
+#define PD_MALLOC(sz) malloc(sz)
+#define PD_CALLOC(n, sz) calloc(n, sz)
+#define PD_REALLOC(p, sz) realloc(p, sz)
+#define PD_FREE(p) free(p)
+#elif !defined(PD_CALLOC) || !defined(PD_REALLOC) || !defined(PD_FREE)
+#error "define PD_MALLOC, PD_CALLOC, PD_REALLOC and PD_FREE together, or none of them"
+#endif
+
+/* ---- errors ---------------------------------------------------------------- */
+
+/* Sets the thread's last error (printf-style) and returns `s`. */
+pd_status pd__err(pd_status s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Prefixes the current message: "prefix: old message". */
+void pd__err_prefix(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+#define PD_TRY(expr)                        \
+    do {                                    \
+        pd_status pd__s = (expr);           \
+        if (pd__s != PD_OK) return pd__s;   \
+    } while (0)
+
+/* ---- small helpers ----------------------------------------------------------- */
+char *pd__strdup(const char *s);
+/* a*b with overflow check into *out; false on overflow or negative operands. */
+bool pd__mul_ok(int64_t a, int64_t b, int64_t *out);
+/* numel of a shape with overflow check; -1 on overflow or a negative dim. */
+int64_t pd__shape_numel(int ndim, const int64_t *shape);
+void pd__format_shape(char *buf, size_t n, int ndim, const int64_t *shape);
+/* Reads element i of a numeric tensor as double / int64, any dtype. */
+double pd__get_f(pd_dtype t, const void *data, int64_t i);
+int64_t pd__get_i(pd_dtype t, const void *data, int64_t i);
+/* Writes value v to element i, converting to the dtype (float16/bfloat16 too). */
+void pd__set_f(pd_dtype t, void *data, int64_t i, double v);
+void pd__set_i(pd_dtype t, void *data, int64_t i, int64_t v);
+/* Reads a whole regular file into a NUL-terminated buffer (*len excludes the NUL; free with PD_FREE). */
+pd_status pd__read_file(const char *path, unsigned char **buf, size_t *len);
+/* Reads exactly len bytes at offset of an open file. */
+pd_status pd__pread_all(int fd, const char *path, void *buf, size_t len, int64_t offset);
+/* Writes a whole file through a temporary name, fsync and rename. */
+pd_status pd__write_atomic(const char *path, const void *buf, size_t len);
+float pd__half_to_float(uint16_t h);
+uint16_t pd__float_to_half(float f);
+float pd__bf16_to_float(uint16_t h);
+uint16_t pd__float_to_bf16(float f);
+
+/* ---- the graph IR --------------------------------------------------------- */
+
+typedef enum pd__tkind {
+    PD_T_ACT = 0, /* computed by a node at run time */
+    PD_T_INPUT,   /* fed by the caller */
+    PD_T_INIT,    /* initializer (float ones are the trainable candidates) */
+    PD_T_CONST    /* a Constant node's value or a folded result */
+} pd__tkind;
+
+typedef struct pd__tensor {
+    char *name;
+    pd_dtype dtype;
+    int ndim;        /* -1 while unknown */
+    int64_t shape[PD_MAX_DIMS];
+    int64_t numel;
+    pd__tkind kind;
+    int producer;    /* node index, -1 for inputs and constants */
+    bool is_output;
+    bool borrowed;   /* data lives in a session's parameter slab: not freed with the graph */
+    void *data;      /* owned (unless borrowed); set for PD_T_INIT and PD_T_CONST */
+} pd__tensor;
+
+/* Attribute types, numbered as ONNX's AttributeProto.AttributeType. */
+typedef enum pd__atype {
+    PD_A_UNDEFINED = 0,
+    PD_A_FLOAT = 1,
+    PD_A_INT = 2,
+    PD_A_STRING = 3,
+    PD_A_TENSOR = 4,
+    PD_A_GRAPH = 5,
+    PD_A_FLOATS = 6,
+    PD_A_INTS = 7,
+    PD_A_STRINGS = 8
+} pd__atype;
+
+typedef struct pd__attr {
+    char *name;
+    pd__atype type;
+    int64_t i;
+    float f;
+    char *s;           /* PD_A_STRING: NUL-terminated copy; PD_A_STRINGS: n strings back to back, each NUL-terminated */
+    int n;             /* count for FLOATS / INTS / STRINGS */
+    int64_t *ints;
+    float *floats;
+    pd_tensor *t;      /* PD_A_TENSOR: owned tensor (data owned too) */
+} pd__attr;
+
+typedef struct pd__node {
+    char *name;        /* the model's name, or "<op_type>_<index>" when it has none */
+    char *op_type;
+    char *domain;      /* "" for ai.onnx */
+    int op;            /* pd_op, or -1 when unsupported */
+    int opset;         /* opset version of its domain */
+    int nin, nout;
+    int *in, *out;
+    int nattr;
+    pd__attr *attr;
+} pd__node;
+
+struct pd_graph {
+    char *path;        /* the file, for messages ("<memory>" when loaded from memory) */
+    char *name;
+    int64_t opset;     /* ai.onnx opset */
+    int ntensors, tcap;
+    pd__tensor *tensors;
+    int nnodes, ncap;
+    pd__node *nodes;
+    int ninputs, noutputs;
+    int *inputs;       /* runtime inputs (kind PD_T_INPUT) */
+    int *outputs;
+    /* name -> tensor index (open addressing, power-of-two size) */
+    int hcap;
+    int *hash;
+    /* the serialized ModelProto it was loaded from (pd_graph_save rewrites it) */
+    unsigned char *model_bytes;
+    size_t model_len;
+};
+
+int pd__graph_find(const pd_graph *g, const char *name);
+/* Finds or adds a tensor by name; returns its index or -1 on allocation failure. */
+int pd__graph_tensor(pd_graph *g, const char *name);
+/* Frees what a node owns (names, arrays, attributes) and zeroes it. */
+void pd__node_free(pd__node *n);
+/* Adds a node (copies nothing: takes ownership of the arrays in *n). */
+pd_status pd__graph_add_node(pd_graph *g, pd__node *n);
+pd_graph *pd__graph_new(const char *path);
+/* Sorts nodes topologically; fails naming a node on a cycle or a missing input. */
+pd_status pd__graph_toposort(pd_graph *g);
+/* Binds opt's constant inputs, infers shapes in order, folds constants by
+ * running them on `fold` (the loader passes the CPU backend; NULL or
+ * opt->fold_constants == 0: no folding), removes dead nodes. opt is never NULL.
+ * The backend comes in as an argument so that the graph IR needs no kernels
+ * (pipedream.h's implementation section holds the core without the runtime). */
+struct pd_backend_i;
+pd_status pd__graph_finalize(pd_graph *g, const pd_load_options *opt, const struct pd_backend_i *fold);
+/* Sets t->ndim/shape/numel; checks overflow and PD_MAX_DIMS. */
+pd_status pd__tensor_set_shape(const pd_graph *g, pd__tensor *t, int ndim, const int64_t *shape);
+/* A pd_tensor view of a graph tensor's data. */
+pd_tensor pd__view(const pd__tensor *t);
+
+/* ---- attributes --------------------------------------------------------- */
+const pd__attr *pd__attr_get(const pd__node *n, const char *name);
+int64_t pd__attr_i(const pd__node *n, const char *name, int64_t def);
+float pd__attr_f(const pd__node *n, const char *name, float def);
+const char *pd__attr_s(const pd__node *n, const char *name, const char *def);
+/* Returns the count (0 when absent) and sets *v to the array (NULL when absent). */
+int pd__attr_ints(const pd__node *n, const char *name, const int64_t **v);
+int pd__attr_floats(const pd__node *n, const char *name, const float **v);
+
+/* ---- the op table ---------------------------------------------------------------- */
+
+/* Sets the output tensors' dtype and shape from the inputs. May read the data
+ * of constant inputs (g->tensors[i].data != NULL). Reports errors with
+ * pd__node_err. */
+typedef pd_status (*pd__shape_fn)(pd_graph *g, pd__node *n);
+/* Forward FLOPs of a node with known shapes. */
+typedef int64_t (*pd__flops_fn)(const pd_graph *g, const pd__node *n);
+
+typedef struct pd__op_def {
+    const char *name;
+    int flags;
+    uint32_t grad; /* bit i: input i is differentiable */
+    pd__shape_fn shape;
+    pd__flops_fn flops;
+} pd__op_def;
+
+extern const pd__op_def pd__ops[PD_OP_COUNT];
+int pd__op_lookup(const char *onnx_name); /* -1 when not in the set */
+
+#define PD__DECL_SHAPE(e, name, flags, grad)                    \
+    pd_status pd__shape_##name(pd_graph *g, pd__node *n); \
+    int64_t pd__flops_##name(const pd_graph *g, const pd__node *n);
+PD_OPS(PD__DECL_SHAPE)
+#undef PD__DECL_SHAPE
+
+/* Error about a node: "model.onnx: node 'name' (OpType): message". */
+pd_status pd__node_err(const pd_graph *g, const pd__node *n, pd_status s, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* Convenience for shape rules: input i (NULL when absent or out of range). */
+static inline pd__tensor *pd__in(pd_graph *g, const pd__node *n, int i) {
+    return (i < n->nin && n->in[i] >= 0) ? &g->tensors[n->in[i]] : NULL;
+}
+static inline pd__tensor *pd__out(pd_graph *g, const pd__node *n, int i) {
+    return (i < n->nout && n->out[i] >= 0) ? &g->tensors[n->out[i]] : NULL;
+}
+
+/* ---- backends ------------------------------------------------------------- */
+
+/* What a kernel sees. Kernels may ask for scratch memory (kept between runs, grows
+ * on demand) and use `threads`. */
+typedef struct pd__exec {
+    int threads;
+    void *scratch;
+    size_t scratch_size;
+    const pd_graph *g;
+    /* Training: BatchNormalization normalizes with batch statistics and updates
+     * its running mean/var inputs in place (PyTorch's rule: running =
+     * momentum*running + (1-momentum)*batch, with ONNX's momentum, and the
+     * unbiased variance for the running var); Dropout drops with a mask drawn
+     * from `seed` (set per step by the session) and the node's name, so the
+     * backward can draw the same mask again. */
+    bool training;
+    uint64_t seed;
+} pd__exec;
+
+/* Returns a scratch buffer of at least `bytes`, 64-byte aligned, or NULL (error set). */
+void *pd__scratch(pd__exec *x, size_t bytes);
+
+/* A forward kernel: in[i] is NULL for an absent optional input; out[i] has dtype,
+ * shape and data (allocated by the caller from the shapes inference gave). */
+typedef pd_status (*pd__kernel_fn)(pd__exec *x, const pd__node *n, pd_tensor *const *in,
+                                   pd_tensor *const *out);
+
+/* A backward kernel. in/out: the forward's tensors, holding what the forward
+ * saw and produced. dout[j]: the gradient of output j (NULL: zero, e.g. an
+ * unused output). din[i]: when not NULL, the gradient of input i is ADDED
+ * into it (+=, so a tensor used twice accumulates); NULL: not wanted. Only
+ * inputs whose bit is set in the op's grad mask are ever asked for. Asking
+ * for the activation inputs alone or the parameter inputs alone gives the
+ * split backward (input-gradient B, weight-gradient W) zero-bubble needs. */
+typedef pd_status (*pd__grad_fn)(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out,
+                                 pd_tensor *const *dout, pd_tensor *const *din);
+
+#define PD__DECL_CPU(e, name, flags, grad)                                                                      \
+    pd_status pd__cpu_##name(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out);   \
+    pd_status pd__cpu_##name##_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out, \
+                                   pd_tensor *const *dout, pd_tensor *const *din);
+PD_OPS(PD__DECL_CPU)
+#undef PD__DECL_CPU
+
+extern const pd__kernel_fn pd__cpu_kernels[PD_OP_COUNT];
+extern const pd__grad_fn pd__cpu_grads[PD_OP_COUNT];
+
+/* Backends plug in through this vtable (CPU now; CUDA later). */
+typedef struct pd_backend_i {
+    const char *name;
+    bool (*supports_op)(const pd__node *n);
+    pd_status (*run_node)(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out);
+} pd_backend_i;
+
+extern const pd_backend_i pd__cpu_backend;
+
+/* Runs one node's backward on the CPU backend, naming the node in any error. */
+pd_status pd__cpu_run_bwd(pd__exec *x, const pd_graph *g, const pd__node *n, pd_tensor *const *in,
+                          pd_tensor *const *out, pd_tensor *const *dout, pd_tensor *const *din);
+
+/* Runs one node on the CPU backend, naming the node in any error. */
+pd_status pd__cpu_run(pd__exec *x, const pd_graph *g, const pd__node *n, pd_tensor *const *in,
+                      pd_tensor *const *out);
+
+#endif
+/* ---- end of core/pd_internal.h ---- */
+
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static _Thread_local char pd__errbuf[1024];
+
+pd_status pd__err(pd_status s, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(pd__errbuf, sizeof pd__errbuf, fmt, ap);
+    va_end(ap);
+    return s;
+}
+
+void pd__err_prefix(const char *fmt, ...) {
+    char old[sizeof pd__errbuf], pre[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(pre, sizeof pre, fmt, ap);
+    va_end(ap);
+    memcpy(old, pd__errbuf, sizeof old);
+    snprintf(pd__errbuf, sizeof pd__errbuf, "%s: %s", pre, old);
+}
+
+const char *pd_last_error(void) { return pd__errbuf; }
+
+const char *pd_status_name(pd_status s) {
+    switch (s) {
+    case PD_OK: return "ok";
+    case PD_ERR_IO: return "i/o error";
+    case PD_ERR_PARSE: return "parse error";
+    case PD_ERR_UNSUPPORTED: return "unsupported";
+    case PD_ERR_SHAPE: return "shape error";
+    case PD_ERR_INVALID: return "invalid";
+    case PD_ERR_NOMEM: return "out of memory";
+    case PD_ERR_NUMERIC: return "numeric error";
+    case PD_ERR_INTERNAL: return "internal error";
+    }
+    return "unknown status";
+}
+
+const char *pd_dtype_name(pd_dtype t) {
+    switch (t) {
+    case PD_FLOAT: return "float32";
+    case PD_UINT8: return "uint8";
+    case PD_INT8: return "int8";
+    case PD_UINT16: return "uint16";
+    case PD_INT16: return "int16";
+    case PD_INT32: return "int32";
+    case PD_INT64: return "int64";
+    case PD_STRING: return "string";
+    case PD_BOOL: return "bool";
+    case PD_FLOAT16: return "float16";
+    case PD_DOUBLE: return "float64";
+    case PD_UINT32: return "uint32";
+    case PD_UINT64: return "uint64";
+    case PD_BFLOAT16: return "bfloat16";
+    case PD_UNDEFINED: break;
+    }
+    return "undefined";
+}
+
+size_t pd_dtype_size(pd_dtype t) {
+    switch (t) {
+    case PD_UINT8: case PD_INT8: case PD_BOOL: return 1;
+    case PD_UINT16: case PD_INT16: case PD_FLOAT16: case PD_BFLOAT16: return 2;
+    case PD_FLOAT: case PD_INT32: case PD_UINT32: return 4;
+    case PD_INT64: case PD_DOUBLE: case PD_UINT64: return 8;
+    default: return 0;
+    }
+}
+
+int64_t pd_tensor_numel(const pd_tensor *t) { return t ? pd__shape_numel(t->ndim, t->shape) : 0; }
+
+void pd_tensor_free(pd_tensor *t) {
+    if (!t) return;
+    PD_FREE(t->data);
+    t->data = NULL;
+}
+
+char *pd__strdup(const char *s) {
+    if (!s) s = "";
+    size_t n = strlen(s) + 1;
+    char *d = PD_MALLOC(n);
+    if (d) memcpy(d, s, n);
+    return d;
+}
+
+bool pd__mul_ok(int64_t a, int64_t b, int64_t *out) {
+    if (a < 0 || b < 0) return false;
+    int64_t r;
+    if (__builtin_mul_overflow(a, b, &r)) return false;
+    *out = r;
+    return true;
+}
+
+int64_t pd__shape_numel(int ndim, const int64_t *shape) {
+    int64_t n = 1;
+    for (int i = 0; i < ndim; i++)
+        if (!pd__mul_ok(n, shape[i], &n)) return -1;
+    return n;
+}
+
+void pd__format_shape(char *buf, size_t n, int ndim, const int64_t *shape) {
+    size_t k = 0;
+    k += (size_t)snprintf(buf + k, k < n ? n - k : 0, "[");
+    for (int i = 0; i < ndim; i++)
+        k += (size_t)snprintf(buf + k, k < n ? n - k : 0, "%s%lld", i ? "," : "", (long long)shape[i]);
+    snprintf(buf + k, k < n ? n - k : 0, "]");
+}
+
+/* IEEE half and bfloat16, round to nearest even. */
+float pd__half_to_float(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
+    if (exp == 0) {
+        if (man == 0) {
+            bits = sign;
+        } else { /* subnormal: normalise */
+            exp = 127 - 15 + 1;
+            while (!(man & 0x400)) { man <<= 1; exp--; }
+            man &= 0x3ff;
+            bits = sign | (exp << 23) | (man << 13);
+        }
+    } else if (exp == 0x1f) {
+        bits = sign | 0x7f800000u | (man << 13);
+    } else {
+        bits = sign | ((exp - 15 + 127) << 23) | (man << 13);
+    }
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+uint16_t pd__float_to_half(float f) {
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    uint16_t sign = (uint16_t)((x >> 16) & 0x8000);
+    uint32_t absx = x & 0x7fffffffu;
+    if (absx >= 0x7f800000u) /* inf or nan */
+        return (uint16_t)(sign | 0x7c00 | (absx > 0x7f800000u ? 0x200 : 0));
+    if (absx >= 0x477ff000u) return (uint16_t)(sign | 0x7c00); /* overflow after rounding */
+    if (absx < 0x38800000u) { /* subnormal half or zero */
+        if (absx < 0x33000000u) return sign;
+        uint32_t e = absx >> 23, m = (absx & 0x7fffff) | 0x800000;
+        int shift = (int)(126 - e); /* half subnormal unit is 2^-24 */
+        uint32_t r = m >> shift, rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
+        if (rem > half || (rem == half && (r & 1))) r++;
+        return (uint16_t)(sign | r);
+    }
+    uint32_t r = ((absx >> 13) - ((127 - 15) << 10));
+    uint32_t rem = absx & 0x1fff;
+    if (rem > 0x1000 || (rem == 0x1000 && (r & 1))) r++;
+    return (uint16_t)(sign | r);
+}
+
+float pd__bf16_to_float(uint16_t h) {
+    uint32_t bits = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+uint16_t pd__float_to_bf16(float f) {
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40); /* quiet nan */
+    uint32_t lsb = (x >> 16) & 1;
+    x += 0x7fff + lsb;
+    return (uint16_t)(x >> 16);
+}
+
+double pd__get_f(pd_dtype t, const void *p, int64_t i) {
+    switch (t) {
+    case PD_FLOAT: return ((const float *)p)[i];
+    case PD_DOUBLE: return ((const double *)p)[i];
+    case PD_FLOAT16: return pd__half_to_float(((const uint16_t *)p)[i]);
+    case PD_BFLOAT16: return pd__bf16_to_float(((const uint16_t *)p)[i]);
+    case PD_INT8: return ((const int8_t *)p)[i];
+    case PD_INT16: return ((const int16_t *)p)[i];
+    case PD_INT32: return ((const int32_t *)p)[i];
+    case PD_INT64: return (double)((const int64_t *)p)[i];
+    case PD_UINT8: return ((const uint8_t *)p)[i];
+    case PD_BOOL: return ((const uint8_t *)p)[i] != 0;
+    case PD_UINT16: return ((const uint16_t *)p)[i];
+    case PD_UINT32: return ((const uint32_t *)p)[i];
+    case PD_UINT64: return (double)((const uint64_t *)p)[i];
+    default: return 0;
+    }
+}
+
+int64_t pd__get_i(pd_dtype t, const void *p, int64_t i) {
+    switch (t) {
+    case PD_INT64: return ((const int64_t *)p)[i];
+    case PD_INT32: return ((const int32_t *)p)[i];
+    case PD_INT16: return ((const int16_t *)p)[i];
+    case PD_INT8: return ((const int8_t *)p)[i];
+    case PD_UINT8: return ((const uint8_t *)p)[i];
+    case PD_BOOL: return ((const uint8_t *)p)[i] != 0;
+    case PD_UINT16: return ((const uint16_t *)p)[i];
+    case PD_UINT32: return ((const uint32_t *)p)[i];
+    case PD_UINT64: return (int64_t)((const uint64_t *)p)[i];
+    default: {
+        double v = pd__get_f(t, p, i);
+        if (v != v) return 0;
+        if (v >= 9.2233720368547758e18) return INT64_MAX;
+        if (v <= -9.2233720368547758e18) return INT64_MIN;
+        return (int64_t)v;
+    }
+    }
+}
+
+void pd__set_f(pd_dtype t, void *p, int64_t i, double v) {
+    switch (t) {
+    case PD_FLOAT: ((float *)p)[i] = (float)v; break;
+    case PD_DOUBLE: ((double *)p)[i] = v; break;
+    case PD_FLOAT16: ((uint16_t *)p)[i] = pd__float_to_half((float)v); break;
+    case PD_BFLOAT16: ((uint16_t *)p)[i] = pd__float_to_bf16((float)v); break;
+    case PD_BOOL: ((uint8_t *)p)[i] = v != 0; break;
+    default: pd__set_i(t, p, i, (v != v) ? 0 : (int64_t)v); break;
+    }
+}
+
+void pd__set_i(pd_dtype t, void *p, int64_t i, int64_t v) {
+    switch (t) {
+    case PD_INT64: ((int64_t *)p)[i] = v; break;
+    case PD_INT32: ((int32_t *)p)[i] = (int32_t)v; break;
+    case PD_INT16: ((int16_t *)p)[i] = (int16_t)v; break;
+    case PD_INT8: ((int8_t *)p)[i] = (int8_t)v; break;
+    case PD_UINT8: ((uint8_t *)p)[i] = (uint8_t)v; break;
+    case PD_BOOL: ((uint8_t *)p)[i] = v != 0; break;
+    case PD_UINT16: ((uint16_t *)p)[i] = (uint16_t)v; break;
+    case PD_UINT32: ((uint32_t *)p)[i] = (uint32_t)v; break;
+    case PD_UINT64: ((uint64_t *)p)[i] = (uint64_t)v; break;
+    default: pd__set_f(t, p, i, (double)v); break;
+    }
+}
+
+void *pd__scratch(pd__exec *x, size_t bytes) {
+    if (bytes <= x->scratch_size) return x->scratch;
+    size_t n = bytes + bytes / 4 + 64;
+    void *p = NULL;
+    if (posix_memalign(&p, 64, n) != 0 || !p) {
+        pd__err(PD_ERR_NOMEM, "cannot allocate %zu bytes of scratch memory", n);
+        return NULL;
+    }
+    PD_FREE(x->scratch);
+    x->scratch = p;
+    x->scratch_size = n;
+    return p;
+}
+
+/* Writes through "<path>.tmp.<pid>", fsync and rename: a reader sees the old
+ * file or the whole new one, never half of it. */
+pd_status pd__write_atomic(const char *path, const void *data, size_t len) {
+    const char *buf = data;
+    char tmp[4096];
+    if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof tmp)
+        return pd__err(PD_ERR_IO, "%s: path too long", path);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0) return pd__err(PD_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
+    size_t off = 0;
+    while (off < len) {
+        ssize_t w = write(fd, buf + off, len - off);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) {
+            int e = errno;
+            close(fd);
+            unlink(tmp);
+            return pd__err(PD_ERR_IO, "%s: write failed: %s", path, strerror(e));
+        }
+        off += (size_t)w;
+    }
+    if (fsync(fd) != 0 || close(fd) != 0) {
+        int e = errno;
+        unlink(tmp);
+        return pd__err(PD_ERR_IO, "%s: write failed: %s", path, strerror(e));
+    }
+    if (rename(tmp, path) != 0) {
+        int e = errno;
+        unlink(tmp);
+        return pd__err(PD_ERR_IO, "%s: cannot rename into place: %s", path, strerror(e));
+    }
+    return PD_OK;
+}
+
+
+/* Reads len bytes at offset, retrying short reads. */
+pd_status pd__pread_all(int fd, const char *path, void *data, size_t len, int64_t offset) {
+    unsigned char *buf = data;
+    size_t got = 0;
+    while (got < len) {
+        size_t want = len - got;
+        if (want > (size_t)1 << 30) want = (size_t)1 << 30;
+        ssize_t r = pread(fd, buf + got, want, (off_t)(offset + (int64_t)got));
+        if (r < 0) {
+            if (errno == EINTR) continue;
+            return pd__err(PD_ERR_IO, "%s: %s", path, strerror(errno));
+        }
+        if (r == 0) return pd__err(PD_ERR_IO, "%s: file shrank while being read", path);
+        got += (size_t)r;
+    }
+    return PD_OK;
+}
+
+/* Reads a whole regular file into a NUL-terminated buffer. */
+pd_status pd__read_file(const char *path, unsigned char **buf, size_t *len) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return pd__err(PD_ERR_IO, "%s: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        pd_status s = pd__err(PD_ERR_IO, "%s: %s", path, strerror(errno));
+        close(fd);
+        return s;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return pd__err(PD_ERR_IO, "%s: not a regular file", path);
+    }
+    if ((uint64_t)st.st_size > (uint64_t)SIZE_MAX - 1) {
+        close(fd);
+        return pd__err(PD_ERR_NOMEM, "%s: file too large", path);
+    }
+    size_t n = (size_t)st.st_size;
+    unsigned char *b = PD_MALLOC(n + 1);
+    if (!b) {
+        close(fd);
+        return pd__err(PD_ERR_NOMEM, "%s: out of memory reading %zu bytes", path, n);
+    }
+    pd_status s = pd__pread_all(fd, path, b, n, 0);
+    close(fd);
+    if (s != PD_OK) {
+        PD_FREE(b);
+        return s;
+    }
+    b[n] = 0;
+    *buf = b;
+    *len = n;
+    return PD_OK;
+}
+
+/* ==== core/graph.c ==== */
+/* graph.c - the graph IR: tensors by name, nodes, topological order, shape
+ * inference with constant folding, dead-node removal.
+ *
+ * Loading ends in pd__graph_finalize: nodes are visited in topological order,
+ * each op's shape rule gives its outputs' dtypes and shapes, and a node whose
+ * inputs are all constants (and which is not a trainable initializer's user)
+ * is evaluated once on the CPU backend and replaced by its results. That is how
+ * PyTorch's Shape/Gather/Unsqueeze/Concat subgraphs of dynamic axes disappear.
+ */
+
+#include <stdio.h>
+#include <string.h>
+
+/* ---- names -------------------------------------------------------------- */
+
+static uint64_t pd__hash_str(const char *s) {
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h;
+}
+
+static bool pd__hash_grow(pd_graph *g) {
+    int cap = g->hcap ? g->hcap * 2 : 256;
+    int *h = PD_MALLOC(sizeof(int) * (size_t)cap);
+    if (!h) return false;
+    for (int i = 0; i < cap; i++) h[i] = -1;
+    for (int t = 0; t < g->ntensors; t++) {
+        uint64_t k = pd__hash_str(g->tensors[t].name) & (uint64_t)(cap - 1);
+        while (h[k] >= 0) k = (k + 1) & (uint64_t)(cap - 1);
+        h[k] = t;
+    }
+    PD_FREE(g->hash);
+    g->hash = h;
+    g->hcap = cap;
+    return true;
+}
+
+int pd__graph_find(const pd_graph *g, const char *name) {
+    if (!g->hcap || !name) return -1;
+    uint64_t k = pd__hash_str(name) & (uint64_t)(g->hcap - 1);
+    while (g->hash[k] >= 0) {
+        if (strcmp(g->tensors[g->hash[k]].name, name) == 0) return g->hash[k];
+        k = (k + 1) & (uint64_t)(g->hcap - 1);
+    }
+    return -1;
+}
+
+int pd__graph_tensor(pd_graph *g, const char *name) {
+    int t = pd__graph_find(g, name);
+    if (t >= 0) return t;
+    if (g->ntensors == g->tcap) {
+        int cap = g->tcap ? g->tcap * 2 : 64;
+        pd__tensor *nt = PD_REALLOC(g->tensors, sizeof(pd__tensor) * (size_t)cap);
+        if (!nt) return -1;
+        g->tensors = nt;
+        g->tcap = cap;
+    }
+    if ((g->ntensors + 1) * 2 > g->hcap && !pd__hash_grow(g)) return -1;
+    pd__tensor *x = &g->tensors[g->ntensors];
+    memset(x, 0, sizeof *x);
+    x->name = pd__strdup(name);
+    if (!x->name) return -1;
+    x->ndim = -1;
+    x->producer = -1;
+    t = g->ntensors++;
+    uint64_t k = pd__hash_str(name) & (uint64_t)(g->hcap - 1);
+    while (g->hash[k] >= 0) k = (k + 1) & (uint64_t)(g->hcap - 1);
+    g->hash[k] = t;
+    return t;
+}
+
+pd_graph *pd__graph_new(const char *path) {
+    pd_graph *g = PD_CALLOC(1, sizeof *g);
+    if (!g) return NULL;
+    g->path = pd__strdup(path ? path : "<memory>");
+    g->name = pd__strdup("");
+    if (!g->path || !g->name) {
+        pd_graph_destroy(g);
+        return NULL;
+    }
+    return g;
+}
+
+pd_status pd__graph_add_node(pd_graph *g, pd__node *n) {
+    if (g->nnodes == g->ncap) {
+        int cap = g->ncap ? g->ncap * 2 : 64;
+        pd__node *nn = PD_REALLOC(g->nodes, sizeof(pd__node) * (size_t)cap);
+        if (!nn) return pd__err(PD_ERR_NOMEM, "%s: out of memory adding node", g->path);
+        g->nodes = nn;
+        g->ncap = cap;
+    }
+    g->nodes[g->nnodes++] = *n;
+    return PD_OK;
+}
+
+static void pd__attr_free(pd__attr *a) {
+    PD_FREE(a->name);
+    PD_FREE(a->s);
+    PD_FREE(a->ints);
+    PD_FREE(a->floats);
+    if (a->t) {
+        PD_FREE(a->t->data);
+        PD_FREE(a->t);
+    }
+}
+
+void pd__node_free(pd__node *n) {
+    PD_FREE(n->name);
+    PD_FREE(n->op_type);
+    PD_FREE(n->domain);
+    PD_FREE(n->in);
+    PD_FREE(n->out);
+    for (int i = 0; i < n->nattr; i++) pd__attr_free(&n->attr[i]);
+    PD_FREE(n->attr);
+    memset(n, 0, sizeof *n);
+}
+
+void pd_graph_destroy(pd_graph *g) {
+    if (!g) return;
+    for (int i = 0; i < g->ntensors; i++) {
+        PD_FREE(g->tensors[i].name);
+        if (!g->tensors[i].borrowed) PD_FREE(g->tensors[i].data);
+    }
+    PD_FREE(g->model_bytes);
+    for (int i = 0; i < g->nnodes; i++) pd__node_free(&g->nodes[i]);
+    PD_FREE(g->tensors);
+    PD_FREE(g->nodes);
+    PD_FREE(g->inputs);
+    PD_FREE(g->outputs);
+    PD_FREE(g->hash);
+    PD_FREE(g->path);
+    PD_FREE(g->name);
+    PD_FREE(g);
+}
+
+/* ---- node errors and attributes --------------------------------------- */
+
+pd_status pd__node_err(const pd_graph *g, const pd__node *n, pd_status s, const char *fmt, ...) {
+    char msg[768];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return pd__err(s, "%s: node '%s' (%s): %s", g->path, n->name, n->op_type, msg);
+}
+
+const pd__attr *pd__attr_get(const pd__node *n, const char *name) {
+    for (int i = 0; i < n->nattr; i++)
+        if (strcmp(n->attr[i].name, name) == 0) return &n->attr[i];
+    return NULL;
+}
+
+int64_t pd__attr_i(const pd__node *n, const char *name, int64_t def) {
+    const pd__attr *a = pd__attr_get(n, name);
+    if (!a) return def;
+    if (a->type == PD_A_INT) return a->i;
+    if (a->type == PD_A_FLOAT) return (int64_t)a->f;
+    return def;
+}
+
+float pd__attr_f(const pd__node *n, const char *name, float def) {
+    const pd__attr *a = pd__attr_get(n, name);
+    if (!a) return def;
+    if (a->type == PD_A_FLOAT) return a->f;
+    if (a->type == PD_A_INT) return (float)a->i;
+    return def;
+}
+
+const char *pd__attr_s(const pd__node *n, const char *name, const char *def) {
+    const pd__attr *a = pd__attr_get(n, name);
+    return (a && a->type == PD_A_STRING && a->s) ? a->s : def;
+}
+
+int pd__attr_ints(const pd__node *n, const char *name, const int64_t **v) {
+    const pd__attr *a = pd__attr_get(n, name);
+    if (!a || a->type != PD_A_INTS) {
+        *v = NULL;
+        return 0;
+    }
+    *v = a->ints;
+    return a->n;
+}
+
+int pd__attr_floats(const pd__node *n, const char *name, const float **v) {
+    const pd__attr *a = pd__attr_get(n, name);
+    if (!a || a->type != PD_A_FLOATS) {
+        *v = NULL;
+        return 0;
+    }
+    *v = a->floats;
+    return a->n;
+}
+
+/* ---- shapes -------------------------------------------------------------- */
+
+pd_status pd__tensor_set_shape(const pd_graph *g, pd__tensor *t, int ndim, const int64_t *shape) {
+    char buf[256];
+    if (ndim < 0 || ndim > PD_MAX_DIMS)
+        return pd__err(PD_ERR_UNSUPPORTED, "%s: tensor '%s' has rank %d (at most %d supported)", g->path,
+                       t->name, ndim, PD_MAX_DIMS);
+    int64_t numel = pd__shape_numel(ndim, shape);
+    if (numel < 0) {
+        pd__format_shape(buf, sizeof buf, ndim, shape);
+        return pd__err(PD_ERR_SHAPE, "%s: tensor '%s' has shape %s: negative dim or size overflow", g->path,
+                       t->name, buf);
+    }
+    size_t es = pd_dtype_size(t->dtype);
+    int64_t bytes;
+    if (es && !pd__mul_ok(numel, (int64_t)es, &bytes)) {
+        pd__format_shape(buf, sizeof buf, ndim, shape);
+        return pd__err(PD_ERR_SHAPE, "%s: tensor '%s' of shape %s is too large", g->path, t->name, buf);
+    }
+    t->ndim = ndim;
+    for (int i = 0; i < ndim; i++) t->shape[i] = shape[i];
+    t->numel = numel;
+    return PD_OK;
+}
+
+pd_tensor pd__view(const pd__tensor *t) {
+    pd_tensor v;
+    memset(&v, 0, sizeof v);
+    v.dtype = t->dtype;
+    v.ndim = t->ndim < 0 ? 0 : t->ndim;
+    for (int i = 0; i < v.ndim; i++) v.shape[i] = t->shape[i];
+    v.data = t->data;
+    return v;
+}
+
+/* ---- topological order ------------------------------------------------- */
+
+pd_status pd__graph_toposort(pd_graph *g) {
+    int nn = g->nnodes;
+    if (nn == 0) return PD_OK;
+    pd_status st = PD_OK;
+    int *producer = PD_MALLOC(sizeof(int) * (size_t)(g->ntensors + 1));
+    int *indeg = PD_CALLOC((size_t)nn, sizeof(int));
+    int *order = PD_MALLOC(sizeof(int) * (size_t)nn);
+    int *ucount = PD_CALLOC((size_t)nn + 1, sizeof(int)); /* CSR of node -> consumer nodes */
+    int *users = NULL;
+    pd__node *sorted = NULL;
+    if (!producer || !indeg || !order || !ucount) goto nomem;
+    for (int t = 0; t < g->ntensors; t++) producer[t] = -1;
+    for (int i = 0; i < nn; i++) {
+        pd__node *n = &g->nodes[i];
+        for (int j = 0; j < n->nout; j++) {
+            int t = n->out[j];
+            if (t < 0) continue;
+            if (producer[t] >= 0 || g->tensors[t].kind != PD_T_ACT) {
+                const char *what = producer[t] >= 0 ? "another node's output"
+                                   : g->tensors[t].kind == PD_T_INPUT ? "a graph input"
+                                                                       : "an initializer or constant";
+                st = pd__node_err(g, n, PD_ERR_INVALID, "output '%s' is already %s", g->tensors[t].name, what);
+                goto done;
+            }
+            producer[t] = i;
+        }
+    }
+    int nedges = 0;
+    for (int i = 0; i < nn; i++) {
+        pd__node *n = &g->nodes[i];
+        for (int j = 0; j < n->nin; j++) {
+            int t = n->in[j];
+            if (t < 0) continue;
+            if (producer[t] < 0 && g->tensors[t].kind == PD_T_ACT) {
+                st = pd__node_err(g, n, PD_ERR_INVALID,
+                                  "input '%s' is not a graph input, an initializer or any node's output",
+                                  g->tensors[t].name);
+                goto done;
+            }
+            if (producer[t] >= 0) {
+                indeg[i]++;
+                ucount[producer[t]]++;
+                nedges++;
+            }
+        }
+    }
+    users = PD_MALLOC(sizeof(int) * (size_t)(nedges + 1));
+    if (!users) goto nomem;
+    /* prefix sums: ucount[i] becomes the start of node i's users */
+    for (int i = 0, acc = 0; i <= nn; i++) {
+        int c = i < nn ? ucount[i] : 0;
+        ucount[i] = acc;
+        acc += c;
+    }
+    {
+        int *fill = PD_CALLOC((size_t)nn, sizeof(int));
+        if (!fill) goto nomem;
+        for (int i = 0; i < nn; i++) {
+            pd__node *n = &g->nodes[i];
+            for (int j = 0; j < n->nin; j++) {
+                int t = n->in[j];
+                if (t >= 0 && producer[t] >= 0) {
+                    int p = producer[t];
+                    users[ucount[p] + fill[p]++] = i;
+                }
+            }
+        }
+        PD_FREE(fill);
+    }
+    /* Kahn's algorithm, keeping the model's order among ready nodes (a FIFO
+     * of indices in order of readiness is stable enough for exports). */
+    int head = 0, tail = 0;
+    for (int i = 0; i < nn; i++)
+        if (indeg[i] == 0) order[tail++] = i;
+    while (head < tail) {
+        int i = order[head++];
+        for (int k = ucount[i]; k < ucount[i + 1]; k++)
+            if (--indeg[users[k]] == 0) order[tail++] = users[k];
+    }
+    if (tail < nn) {
+        int bad = 0;
+        while (bad < nn && indeg[bad] == 0) bad++;
+        st = pd__node_err(g, &g->nodes[bad], PD_ERR_INVALID, "the graph has a cycle through this node");
+        goto done;
+    }
+    sorted = PD_MALLOC(sizeof(pd__node) * (size_t)g->ncap);
+    if (!sorted) goto nomem;
+    for (int i = 0; i < nn; i++) sorted[i] = g->nodes[order[i]];
+    PD_FREE(g->nodes);
+    g->nodes = sorted;
+    for (int i = 0; i < nn; i++)
+        for (int j = 0; j < g->nodes[i].nout; j++)
+            if (g->nodes[i].out[j] >= 0) g->tensors[g->nodes[i].out[j]].producer = i;
+    goto done;
+nomem:
+    st = pd__err(PD_ERR_NOMEM, "%s: out of memory sorting the graph", g->path);
+done:
+    PD_FREE(producer);
+    PD_FREE(indeg);
+    PD_FREE(order);
+    PD_FREE(ucount);
+    PD_FREE(users);
+    return st;
+}
+
+/* ---- constant inputs, shape inference and folding ------------------------- */
+
+static bool pd__is_float(pd_dtype t) {
+    return t == PD_FLOAT || t == PD_DOUBLE || t == PD_FLOAT16 || t == PD_BFLOAT16;
+}
+
+/* A float initializer may be trained: never fold it into something else. */
+static bool pd__foldable_input(const pd__tensor *t) {
+    if (t->kind == PD_T_CONST) return true;
+    if (t->kind == PD_T_INIT) return !pd__is_float(t->dtype);
+    return false;
+}
+
+static pd_status pd__bind_const_inputs(pd_graph *g, const pd_load_options *opt) {
+    for (int c = 0; c < opt->n_const_inputs; c++) {
+        const char *name = opt->const_input_names[c];
+        const pd_tensor *v = &opt->const_inputs[c];
+        int k = -1;
+        for (int i = 0; i < g->ninputs; i++)
+            if (strcmp(g->tensors[g->inputs[i]].name, name) == 0) k = i;
+        if (k < 0) return pd__err(PD_ERR_INVALID, "%s: no graph input named '%s'", g->path, name);
+        pd__tensor *t = &g->tensors[g->inputs[k]];
+        if (t->dtype != v->dtype)
+            return pd__err(PD_ERR_SHAPE, "%s: input '%s' is %s, the value given is %s", g->path, name,
+                           pd_dtype_name(t->dtype), pd_dtype_name(v->dtype));
+        t->dtype = v->dtype;
+        PD_TRY(pd__tensor_set_shape(g, t, v->ndim, v->shape));
+        size_t bytes = (size_t)t->numel * pd_dtype_size(t->dtype);
+        t->data = PD_MALLOC(bytes ? bytes : 1);
+        if (!t->data) return pd__err(PD_ERR_NOMEM, "%s: out of memory binding input '%s'", g->path, name);
+        if (bytes) memcpy(t->data, v->data, bytes);
+        t->kind = PD_T_CONST;
+        g->inputs[k] = g->inputs[--g->ninputs];
+    }
+    return PD_OK;
+}
+
+static pd_status pd__fold_node(pd_graph *g, pd__node *n, const pd_backend_i *be) {
+    pd_tensor inv[16], outv[16];
+    pd_tensor *in[16], *out[16];
+    if (n->nin > 16 || n->nout > 16) return PD_OK; /* not worth folding */
+    for (int j = 0; j < n->nin; j++) {
+        in[j] = NULL;
+        if (n->in[j] < 0) continue;
+        inv[j] = pd__view(&g->tensors[n->in[j]]);
+        in[j] = &inv[j];
+    }
+    for (int j = 0; j < n->nout; j++) {
+        out[j] = NULL;
+        if (n->out[j] < 0) continue;
+        pd__tensor *t = &g->tensors[n->out[j]];
+        size_t bytes = (size_t)t->numel * pd_dtype_size(t->dtype);
+        t->data = PD_CALLOC(1, bytes ? bytes : 1);
+        if (!t->data) return pd__err(PD_ERR_NOMEM, "%s: out of memory folding '%s'", g->path, n->name);
+        outv[j] = pd__view(t);
+        out[j] = &outv[j];
+    }
+    pd__exec x;
+    memset(&x, 0, sizeof x);
+    x.threads = 1;
+    x.g = g;
+    pd_status st = be->run_node(&x, n, in, out);
+    PD_FREE(x.scratch);
+    if (st != PD_OK) return st;
+    for (int j = 0; j < n->nout; j++) {
+        if (n->out[j] < 0) continue;
+        g->tensors[n->out[j]].kind = PD_T_CONST;
+        g->tensors[n->out[j]].producer = -1;
+    }
+    return PD_OK;
+}
+
+static bool pd__should_fold(const pd_graph *g, const pd__node *n) {
+    if (n->op < 0 || !(pd__ops[n->op].flags & PD_OPF_FOLD)) return false;
+    if (n->op == PD_OP_SHAPE) return true; /* only needs the input's shape */
+    for (int j = 0; j < n->nin; j++)
+        if (n->in[j] >= 0 && !pd__foldable_input(&g->tensors[n->in[j]])) return false;
+    return true;
+}
+
+/* Keeps the nodes that still compute something a graph output needs. */
+static pd_status pd__prune(pd_graph *g, const bool *folded) {
+    bool *need = PD_CALLOC((size_t)g->ntensors + 1, sizeof(bool));
+    bool *keep = PD_CALLOC((size_t)g->nnodes + 1, sizeof(bool));
+    if (!need || !keep) {
+        PD_FREE(need);
+        PD_FREE(keep);
+        return pd__err(PD_ERR_NOMEM, "%s: out of memory", g->path);
+    }
+    for (int i = 0; i < g->noutputs; i++) need[g->outputs[i]] = true;
+    for (int i = g->nnodes - 1; i >= 0; i--) {
+        pd__node *n = &g->nodes[i];
+        if (folded[i]) continue;
+        for (int j = 0; j < n->nout; j++)
+            if (n->out[j] >= 0 && need[n->out[j]]) keep[i] = true;
+        if (!keep[i]) continue;
+        for (int j = 0; j < n->nin; j++)
+            if (n->in[j] >= 0) need[n->in[j]] = true;
+    }
+    int k = 0;
+    for (int i = 0; i < g->nnodes; i++) {
+        if (keep[i]) {
+            g->nodes[k++] = g->nodes[i];
+        } else {
+            pd__node_free(&g->nodes[i]);
+        }
+    }
+    g->nnodes = k;
+    for (int t = 0; t < g->ntensors; t++) g->tensors[t].producer = -1;
+    for (int i = 0; i < g->nnodes; i++)
+        for (int j = 0; j < g->nodes[i].nout; j++)
+            if (g->nodes[i].out[j] >= 0) g->tensors[g->nodes[i].out[j]].producer = i;
+    /* Folded intermediates nobody reads any more: drop their data. */
+    for (int t = 0; t < g->ntensors; t++) {
+        pd__tensor *x = &g->tensors[t];
+        if (x->kind == PD_T_CONST && !need[t] && !x->is_output) {
+            PD_FREE(x->data);
+            x->data = NULL;
+        }
+    }
+    PD_FREE(need);
+    PD_FREE(keep);
+    return PD_OK;
+}
+
+pd_status pd__graph_finalize(pd_graph *g, const pd_load_options *opt, const pd_backend_i *fold) {
+    PD_TRY(pd__bind_const_inputs(g, opt));
+    bool *folded = PD_CALLOC((size_t)g->nnodes + 1, sizeof(bool));
+    if (!folded) return pd__err(PD_ERR_NOMEM, "%s: out of memory", g->path);
+    pd_status st = PD_OK;
+    for (int i = 0; i < g->nnodes && st == PD_OK; i++) {
+        pd__node *n = &g->nodes[i];
+        if (n->op < 0) {
+            if (n->domain && n->domain[0] && strcmp(n->domain, "ai.onnx") != 0)
+                st = pd__node_err(g, n, PD_ERR_UNSUPPORTED, "operator %s of domain '%s' is not supported",
+                                  n->op_type, n->domain);
+            else
+                st = pd__node_err(g, n, PD_ERR_UNSUPPORTED, "operator %s is not supported", n->op_type);
+            break;
+        }
+        if (n->nout < 1 || n->out[0] < 0) { /* every op of the set has a first output */
+            st = pd__node_err(g, n, PD_ERR_INVALID, "the node has no output");
+            break;
+        }
+        st = pd__ops[n->op].shape(g, n);
+        if (st != PD_OK) break;
+        for (int j = 0; j < n->nout && st == PD_OK; j++) {
+            pd__tensor *t = pd__out(g, n, j);
+            if (t && (t->ndim < 0 || t->dtype == PD_UNDEFINED))
+                st = pd__node_err(g, n, PD_ERR_INTERNAL, "shape rule left output %d without a shape", j);
+        }
+        if (st == PD_OK && fold && opt->fold_constants && pd__should_fold(g, n)) {
+            st = pd__fold_node(g, n, fold);
+            folded[i] = st == PD_OK;
+        }
+    }
+    if (st == PD_OK) st = pd__prune(g, folded);
+    PD_FREE(folded);
+    return st;
+}
+
+/* ==== core/ops.c ==== */
+/* ops.c - the op table, expanded from the one list in ops.h. */
+
+#include <string.h>
+
+const pd__op_def pd__ops[PD_OP_COUNT] = {
+#define PD__OP_DEF(e, name, flags, grad) [PD_OP_##e] = {#name, flags, grad, pd__shape_##name, pd__flops_##name},
+    PD_OPS(PD__OP_DEF)
+#undef PD__OP_DEF
+};
+
+int pd__op_lookup(const char *onnx_name) {
+    if (!onnx_name) return -1;
+    for (int i = 0; i < PD_OP_COUNT; i++)
+        if (strcmp(pd__ops[i].name, onnx_name) == 0) return i;
+    return -1;
+}
+#undef PD__OP_DEF
+
+/* ==== core/api.c ==== */
+/* api.c - the public graph-inspection calls of pipedream.h. */
+
+#include <string.h>
+
+int pd_graph_num_nodes(const pd_graph *g) { return g ? g->nnodes : 0; }
+int pd_graph_num_inputs(const pd_graph *g) { return g ? g->ninputs : 0; }
+int pd_graph_num_outputs(const pd_graph *g) { return g ? g->noutputs : 0; }
+
+static bool pd__is_param(const pd__tensor *t) {
+    return t->kind == PD_T_INIT &&
+           (t->dtype == PD_FLOAT || t->dtype == PD_DOUBLE || t->dtype == PD_FLOAT16 || t->dtype == PD_BFLOAT16);
+}
+
+static int64_t pd__bytes(const pd__tensor *t) { return t->numel * (int64_t)pd_dtype_size(t->dtype); }
+
+pd_status pd_graph_node(const pd_graph *g, int i, pd_node_info *out) {
+    if (!g || !out) return pd__err(PD_ERR_INVALID, "pd_graph_node: %s is NULL", !g ? "graph" : "out");
+    if (i < 0 || i >= g->nnodes)
+        return pd__err(PD_ERR_INVALID, "pd_graph_node: node index %d out of range [0, %d)", i, g->nnodes);
+    const pd__node *n = &g->nodes[i];
+    pd_node_info info;
+    memset(&info, 0, sizeof info);
+    info.name = n->name;
+    info.op_type = n->op_type;
+    info.n_inputs = n->nin;
+    info.n_outputs = n->nout;
+    info.flops = n->op >= 0 ? pd__ops[n->op].flops(g, n) : 0;
+    for (int j = 0; j < n->nin; j++)
+        if (n->in[j] >= 0 && pd__is_param(&g->tensors[n->in[j]])) info.param_bytes += pd__bytes(&g->tensors[n->in[j]]);
+    for (int j = 0; j < n->nout; j++)
+        if (n->out[j] >= 0) info.output_bytes += pd__bytes(&g->tensors[n->out[j]]);
+    *out = info;
+    return PD_OK;
+}
+
+const char *pd_graph_node_input(const pd_graph *g, int i, int j) {
+    if (!g || i < 0 || i >= g->nnodes || j < 0 || j >= g->nodes[i].nin || g->nodes[i].in[j] < 0) return NULL;
+    return g->tensors[g->nodes[i].in[j]].name;
+}
+
+const char *pd_graph_node_output(const pd_graph *g, int i, int j) {
+    if (!g || i < 0 || i >= g->nnodes || j < 0 || j >= g->nodes[i].nout || g->nodes[i].out[j] < 0) return NULL;
+    return g->tensors[g->nodes[i].out[j]].name;
+}
+
+static void pd__value_info(const pd__tensor *t, pd_value_info *out) {
+    memset(out, 0, sizeof *out);
+    out->name = t->name;
+    out->dtype = t->dtype;
+    out->ndim = t->ndim;
+    for (int i = 0; i < t->ndim; i++) out->shape[i] = t->shape[i];
+}
+
+pd_status pd_graph_input(const pd_graph *g, int i, pd_value_info *out) {
+    if (!g || !out) return pd__err(PD_ERR_INVALID, "pd_graph_input: %s is NULL", !g ? "graph" : "out");
+    if (i < 0 || i >= g->ninputs)
+        return pd__err(PD_ERR_INVALID, "pd_graph_input: index %d out of range [0, %d)", i, g->ninputs);
+    pd__value_info(&g->tensors[g->inputs[i]], out);
+    return PD_OK;
+}
+
+pd_status pd_graph_output(const pd_graph *g, int i, pd_value_info *out) {
+    if (!g || !out) return pd__err(PD_ERR_INVALID, "pd_graph_output: %s is NULL", !g ? "graph" : "out");
+    if (i < 0 || i >= g->noutputs)
+        return pd__err(PD_ERR_INVALID, "pd_graph_output: index %d out of range [0, %d)", i, g->noutputs);
+    pd__value_info(&g->tensors[g->outputs[i]], out);
+    return PD_OK;
+}
+
+pd_status pd_graph_value(const pd_graph *g, const char *name, pd_value_info *out) {
+    if (!g || !name || !out)
+        return pd__err(PD_ERR_INVALID, "pd_graph_value: %s is NULL", !g ? "graph" : !name ? "name" : "out");
+    int t = pd__graph_find(g, name);
+    if (t < 0) return pd__err(PD_ERR_INVALID, "%s: no tensor named '%s'", g->path, name);
+    pd__value_info(&g->tensors[t], out);
+    return PD_OK;
+}
+
+int64_t pd_graph_param_bytes(const pd_graph *g) {
+    int64_t s = 0;
+    if (!g) return 0;
+    for (int t = 0; t < g->ntensors; t++)
+        if (pd__is_param(&g->tensors[t])) s += pd__bytes(&g->tensors[t]);
+    return s;
+}
+
+/* ==== core/shape_elem.c ==== */
+/* shape_elem.c - shape rules and FLOP counts of the element-wise ops:
+ * the arithmetic ones with numpy (multidirectional) broadcasting (Add, Sub,
+ * Mul, Div, Pow, Sum, Equal, Where), the unary ones (Sqrt ... Gelu, Clip),
+ * Cast and Identity, and the reductions ReduceSum and ReduceMean.
+ *
+ * A rule checks the inputs' presence, dtypes and shapes, and reports what
+ * does not fit in one line naming the shapes; dtypes no kernel computes in
+ * (string, float8, int4...) are PD_ERR_UNSUPPORTED.
+ */
+/* ---- core/shape_elem.h ---- */
+/* shape_elem.h - what the element-wise shape rules (core/shape_elem.c) and
+ * their CPU kernels (runtime/cpu/elementwise.c) must agree on: which dtypes
+ * an op computes in, the shape input B takes under the old (opset < 7)
+ * broadcast attribute, and which axes a ReduceSum / ReduceMean reduces.
+ * Not installed; private to the library.
+ */
+#ifndef PD_SHAPE_ELEM_H
+#define PD_SHAPE_ELEM_H
+
+
+/* Dtype classes, as bits so that a rule can say which ones it accepts. */
+#define PD_EK_FLOAT 1u /* float, double, float16, bfloat16 */
+#define PD_EK_SINT 2u  /* int8, int16, int32, int64 */
+#define PD_EK_UINT 4u  /* uint8, uint16, uint32, uint64 */
+#define PD_EK_BOOL 8u
+#define PD_EK_INT (PD_EK_SINT | PD_EK_UINT)
+#define PD_EK_NUM (PD_EK_FLOAT | PD_EK_INT)
+#define PD_EK_ANY (PD_EK_NUM | PD_EK_BOOL)
+
+/* The class of a dtype, 0 for the ones no kernel handles (string, float8, int4...). */
+static inline unsigned pd__ekind(pd_dtype t) {
+    switch (t) {
+    case PD_FLOAT: case PD_DOUBLE: case PD_FLOAT16: case PD_BFLOAT16: return PD_EK_FLOAT;
+    case PD_INT8: case PD_INT16: case PD_INT32: case PD_INT64: return PD_EK_SINT;
+    case PD_UINT8: case PD_UINT16: case PD_UINT32: case PD_UINT64: return PD_EK_UINT;
+    case PD_BOOL: return PD_EK_BOOL;
+    default: return 0;
+    }
+}
+
+/* Old-style broadcasting (opset < 7, attribute broadcast=1): B's dims line
+ * up with A's starting at `axis` (default: B's dims are A's last ones).
+ * Rewrites B's shape into the equivalent rank-na numpy shape. False when B
+ * does not fit inside A at that axis. Later opsets: B's shape unchanged. */
+static inline bool pd__legacy_bshape(const pd__node *n, int na, int *nb, int64_t *bshape) {
+    if (n->opset >= 7 || pd__attr_i(n, "broadcast", 0) == 0 || !pd__attr_get(n, "axis")) return true;
+    int64_t axis = pd__attr_i(n, "axis", 0);
+    if (axis < 0) axis += na;
+    if (axis < 0 || axis + *nb > na) return false;
+    int64_t s[PD_MAX_DIMS];
+    for (int d = 0; d < na; d++) s[d] = (d >= axis && d < axis + *nb) ? bshape[d - axis] : 1;
+    for (int d = 0; d < na; d++) bshape[d] = s[d];
+    *nb = na;
+    return true;
+}
+
+/* Whether a Reduce* node takes its axes from input 1 (newer opsets) rather
+ * than the `axes` attribute. */
+static inline bool pd__reduce_axes_input(const pd__node *n) {
+    return n->opset >= (n->op == PD_OP_REDUCE_MEAN ? 18 : 13);
+}
+
+/* The axes a ReduceSum / ReduceMean of a rank-`ndim` input reduces:
+ * mask[d] = 1 for each. `axes` is a view of input 1 (NULL when absent; its
+ * data may be NULL only when it has no elements), read in the newer opsets.
+ * *noop is set when nothing is reduced (empty axes, noop_with_empty_axes).
+ * Returns PD_OK, PD_ERR_UNSUPPORTED (axes not known), or PD_ERR_SHAPE (an
+ * axis out of range or repeated). Sets no message: the caller does. */
+static inline pd_status pd__reduce_mask(const pd__node *n, int ndim, const pd_tensor *axes, bool *mask,
+                                        bool *noop) {
+    const int64_t *av = NULL;
+    int na = 0;
+    bool from_input = pd__reduce_axes_input(n);
+    if (from_input && axes) {
+        int64_t cnt = pd_tensor_numel(axes);
+        if (cnt > 0 && !axes->data) return PD_ERR_UNSUPPORTED;
+        if (axes->dtype != PD_INT64 && axes->dtype != PD_INT32) return PD_ERR_SHAPE;
+        if (cnt > 64) return PD_ERR_SHAPE;
+        na = (int)cnt;
+    } else if (!from_input) {
+        na = pd__attr_ints(n, "axes", &av);
+    }
+    *noop = false;
+    for (int d = 0; d < ndim; d++) mask[d] = na == 0;
+    if (na == 0) {
+        if (from_input && pd__attr_i(n, "noop_with_empty_axes", 0)) {
+            *noop = true;
+            for (int d = 0; d < ndim; d++) mask[d] = false;
+        }
+        return PD_OK;
+    }
+    for (int k = 0; k < na; k++) {
+        int64_t a = av ? av[k] : pd__get_i(axes->dtype, axes->data, k);
+        if (a < 0) a += ndim;
+        if (a < 0 || a >= ndim || mask[a]) return PD_ERR_SHAPE;
+        mask[a] = true;
+    }
+    return PD_OK;
+}
+
+#endif
+/* ---- end of core/shape_elem.h ---- */
+
+#include <stdio.h>
+#include <string.h>
+
+/* ---- helpers ---------------------------------------------------------------- */
+
+/* Input i, which must be present and have a shape. */
+static pd_status input(pd_graph *g, const pd__node *n, int i, pd__tensor **t) {
+    *t = pd__in(g, n, i);
+    if (!*t) return pd__node_err(g, n, PD_ERR_INVALID, "input %d is missing", i);
+    if ((*t)->ndim < 0) return pd__node_err(g, n, PD_ERR_SHAPE, "input %d ('%s') has no known shape", i, (*t)->name);
+    return PD_OK;
+}
+
+static pd_status output(pd_graph *g, const pd__node *n, pd__tensor **t) {
+    *t = pd__out(g, n, 0);
+    if (!*t) return pd__node_err(g, n, PD_ERR_INVALID, "output 0 is missing");
+    return PD_OK;
+}
+
+/* The dtype of input i must be of one of the classes in `kinds`. */
+static pd_status check_kind(const pd_graph *g, const pd__node *n, const pd__tensor *t, unsigned kinds) {
+    unsigned k = pd__ekind(t->dtype);
+    if (k & kinds) return PD_OK;
+    return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "dtype %s of '%s' is not supported", pd_dtype_name(t->dtype),
+                        t->name);
+}
+
+static pd_status check_same_dtype(const pd_graph *g, const pd__node *n, const pd__tensor *a, const pd__tensor *b) {
+    if (a->dtype == b->dtype) return PD_OK;
+    return pd__node_err(g, n, PD_ERR_SHAPE, "dtypes differ: '%s' is %s, '%s' is %s", a->name,
+                        pd_dtype_name(a->dtype), b->name, pd_dtype_name(b->dtype));
+}
+
+/* shape (*nd) = numpy broadcast of shape and b; error naming both when they do not fit. */
+static pd_status bcast(const pd_graph *g, const pd__node *n, int *nd, int64_t *shape, int nb, const int64_t *b) {
+    int nr = *nd > nb ? *nd : nb;
+    int64_t r[PD_MAX_DIMS];
+    for (int d = 0; d < nr; d++) {
+        int da = d - (nr - *nd), db = d - (nr - nb);
+        int64_t x = da >= 0 ? shape[da] : 1, y = db >= 0 ? b[db] : 1;
+        if (x != y && x != 1 && y != 1) {
+            char sa[128], sb[128];
+            pd__format_shape(sa, sizeof sa, *nd, shape);
+            pd__format_shape(sb, sizeof sb, nb, b);
+            return pd__node_err(g, n, PD_ERR_SHAPE, "shapes %s and %s do not broadcast", sa, sb);
+        }
+        r[d] = x == 1 ? y : x;
+    }
+    for (int d = 0; d < nr; d++) shape[d] = r[d];
+    *nd = nr;
+    return PD_OK;
+}
+
+static int64_t out_numel(const pd_graph *g, const pd__node *n) {
+    if (n->nout < 1 || n->out[0] < 0) return 0;
+    int64_t v = g->tensors[n->out[0]].numel;
+    return v > 0 ? v : 0;
+}
+
+static int64_t in_numel(const pd_graph *g, const pd__node *n, int i) {
+    if (i >= n->nin || n->in[i] < 0) return 0;
+    int64_t v = g->tensors[n->in[i]].numel;
+    return v > 0 ? v : 0;
+}
+
+/* ---- binary ops with broadcasting --------------------------------------------- */
+
+/* A op B: both of a class in `kinds`; same dtype unless `mixed`; output
+ * dtype `odt` (PD_UNDEFINED: A's). Honours opset < 7's broadcast/axis. */
+static pd_status shape_binary(pd_graph *g, pd__node *n, unsigned kinds, bool mixed, pd_dtype odt) {
+    pd__tensor *a, *b, *y;
+    PD_TRY(input(g, n, 0, &a));
+    PD_TRY(input(g, n, 1, &b));
+    PD_TRY(output(g, n, &y));
+    PD_TRY(check_kind(g, n, a, kinds));
+    PD_TRY(check_kind(g, n, b, kinds));
+    if (!mixed) PD_TRY(check_same_dtype(g, n, a, b));
+    int nd = a->ndim, nb = b->ndim;
+    int64_t shape[PD_MAX_DIMS], bs[PD_MAX_DIMS];
+    for (int d = 0; d < nd; d++) shape[d] = a->shape[d];
+    for (int d = 0; d < nb; d++) bs[d] = b->shape[d];
+    if (!pd__legacy_bshape(n, nd, &nb, bs)) {
+        char sa[128], sb[128];
+        pd__format_shape(sa, sizeof sa, a->ndim, a->shape);
+        pd__format_shape(sb, sizeof sb, b->ndim, b->shape);
+        return pd__node_err(g, n, PD_ERR_SHAPE, "shape %s does not fit in %s at axis %lld", sb, sa,
+                            (long long)pd__attr_i(n, "axis", 0));
+    }
+    PD_TRY(bcast(g, n, &nd, shape, nb, bs));
+    y->dtype = odt == PD_UNDEFINED ? a->dtype : odt;
+    return pd__tensor_set_shape(g, y, nd, shape);
+}
+
+pd_status pd__shape_Add(pd_graph *g, pd__node *n) { return shape_binary(g, n, PD_EK_NUM, false, PD_UNDEFINED); }
+pd_status pd__shape_Sub(pd_graph *g, pd__node *n) { return shape_binary(g, n, PD_EK_NUM, false, PD_UNDEFINED); }
+pd_status pd__shape_Mul(pd_graph *g, pd__node *n) { return shape_binary(g, n, PD_EK_NUM, false, PD_UNDEFINED); }
+pd_status pd__shape_Div(pd_graph *g, pd__node *n) { return shape_binary(g, n, PD_EK_NUM, false, PD_UNDEFINED); }
+/* Pow: the exponent may have another dtype; the result has the base's. */
+pd_status pd__shape_Pow(pd_graph *g, pd__node *n) { return shape_binary(g, n, PD_EK_NUM, true, PD_UNDEFINED); }
+pd_status pd__shape_Equal(pd_graph *g, pd__node *n) { return shape_binary(g, n, PD_EK_ANY, false, PD_BOOL); }
+
+int64_t pd__flops_Add(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
+int64_t pd__flops_Sub(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
+int64_t pd__flops_Mul(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
+int64_t pd__flops_Div(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
+int64_t pd__flops_Pow(const pd_graph *g, const pd__node *n) { return 8 * out_numel(g, n); }
+int64_t pd__flops_Equal(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
+
+/* Sum: one or more inputs of one dtype, broadcast together. */
+pd_status pd__shape_Sum(pd_graph *g, pd__node *n) {
+    pd__tensor *a, *y;
+    PD_TRY(input(g, n, 0, &a));
+    PD_TRY(output(g, n, &y));
+    PD_TRY(check_kind(g, n, a, PD_EK_NUM));
+    int nd = a->ndim;
+    int64_t shape[PD_MAX_DIMS];
+    for (int d = 0; d < nd; d++) shape[d] = a->shape[d];
+    for (int i = 1; i < n->nin; i++) {
+        pd__tensor *b;
+        PD_TRY(input(g, n, i, &b));
+        PD_TRY(check_same_dtype(g, n, a, b));
+        PD_TRY(bcast(g, n, &nd, shape, b->ndim, b->shape));
+    }
+    y->dtype = a->dtype;
+    return pd__tensor_set_shape(g, y, nd, shape);
+}
+
+int64_t pd__flops_Sum(const pd_graph *g, const pd__node *n) {
+    int64_t k = n->nin > 1 ? n->nin - 1 : 1;
+    return k * out_numel(g, n);
+}
+
+/* Where(condition, X, Y): bool condition, X and Y of one dtype, 3-way broadcast. */
+pd_status pd__shape_Where(pd_graph *g, pd__node *n) {
+    pd__tensor *c, *a, *b, *y;
+    PD_TRY(input(g, n, 0, &c));
+    PD_TRY(input(g, n, 1, &a));
+    PD_TRY(input(g, n, 2, &b));
+    PD_TRY(output(g, n, &y));
+    if (c->dtype != PD_BOOL)
+        return pd__node_err(g, n, PD_ERR_SHAPE, "condition '%s' is %s, not bool", c->name, pd_dtype_name(c->dtype));
+    PD_TRY(check_kind(g, n, a, PD_EK_ANY));
+    PD_TRY(check_same_dtype(g, n, a, b));
+    int nd = c->ndim;
+    int64_t shape[PD_MAX_DIMS];
+    for (int d = 0; d < nd; d++) shape[d] = c->shape[d];
+    PD_TRY(bcast(g, n, &nd, shape, a->ndim, a->shape));
+    PD_TRY(bcast(g, n, &nd, shape, b->ndim, b->shape));
+    y->dtype = a->dtype;
+    return pd__tensor_set_shape(g, y, nd, shape);
+}
+
+int64_t pd__flops_Where(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
+
+/* ---- unary ops ------------------------------------------------------------------ */
+
+/* Y has X's dtype and shape; X must be of a class in `kinds`. */
+static pd_status shape_unary(pd_graph *g, pd__node *n, unsigned kinds) {
+    pd__tensor *x, *y;
+    PD_TRY(input(g, n, 0, &x));
+    PD_TRY(output(g, n, &y));
+    PD_TRY(check_kind(g, n, x, kinds));
+    y->dtype = x->dtype;
+    return pd__tensor_set_shape(g, y, x->ndim, x->shape);
+}
+
+#define PD__FLOAT_ONLY PD_EK_FLOAT
+#define PD__SIGNED (PD_EK_FLOAT | PD_EK_SINT)
+
+pd_status pd__shape_Sqrt(pd_graph *g, pd__node *n) { return shape_unary(g, n, PD__FLOAT_ONLY); }
+pd_status pd__shape_Exp(pd_graph *g, pd__node *n) { return shape_unary(g, n, PD__FLOAT_ONLY); }
+pd_status pd__shape_Log(pd_graph *g, pd__node *n) { return shape_unary(g, n, PD__FLOAT_ONLY); }
+pd_status pd__shape_Neg(pd_graph *g, pd__node *n) { return shape_unary(g, n, PD__SIGNED); }
+pd_status pd__shape_Reciprocal(pd_graph *g, pd__node *n) { return shape_unary(g, n, PD__FLOAT_ONLY); }
+pd_status pd__shape_Relu(pd_graph *g, pd__node *n) { return shape_unary(g, n, PD__SIGNED); }
+pd_status pd__shape_LeakyRelu(pd_graph *g, pd__node *n) { return shape_unary(g, n, PD__FLOAT_ONLY); }
+pd_status pd__shape_Sigmoid(pd_graph *g, pd__node *n) { return shape_unary(g, n, PD__FLOAT_ONLY); }
+pd_status pd__shape_Tanh(pd_graph *g, pd__node *n) { return shape_unary(g, n, PD__FLOAT_ONLY); }
+/* Erf is defined for every numeric type (integers go through double). */
+pd_status pd__shape_Erf(pd_graph *g, pd__node *n) { return shape_unary(g, n, PD_EK_NUM); }
+
+pd_status pd__shape_Gelu(pd_graph *g, pd__node *n) {
+    const char *ap = pd__attr_s(n, "approximate", "none");
+    if (strcmp(ap, "none") != 0 && strcmp(ap, "tanh") != 0)
+        return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "approximate='%s' (expected none or tanh)", ap);
+    return shape_unary(g, n, PD__FLOAT_ONLY);
+}
+
+/* Clip: opset >= 11 takes optional scalar min / max inputs of X's dtype;
+ * older ones float attributes. */
+pd_status pd__shape_Clip(pd_graph *g, pd__node *n) {
+    pd__tensor *x;
+    PD_TRY(input(g, n, 0, &x));
+    PD_TRY(shape_unary(g, n, n->opset >= 11 ? PD_EK_NUM : PD_EK_FLOAT));
+    for (int i = 1; i <= 2 && n->opset >= 11; i++) {
+        pd__tensor *b = pd__in(g, n, i);
+        if (!b) continue;
+        if (b->ndim < 0) return pd__node_err(g, n, PD_ERR_SHAPE, "input %d ('%s') has no known shape", i, b->name);
+        PD_TRY(check_same_dtype(g, n, x, b));
+        if (b->numel != 1) {
+            char s[128];
+            pd__format_shape(s, sizeof s, b->ndim, b->shape);
+            return pd__node_err(g, n, PD_ERR_SHAPE, "%s '%s' has shape %s, not a scalar", i == 1 ? "min" : "max",
+                                b->name, s);
+        }
+    }
+    return PD_OK;
+}
+
+int64_t pd__flops_Sqrt(const pd_graph *g, const pd__node *n) { return 4 * out_numel(g, n); }
+int64_t pd__flops_Exp(const pd_graph *g, const pd__node *n) { return 8 * out_numel(g, n); }
+int64_t pd__flops_Log(const pd_graph *g, const pd__node *n) { return 8 * out_numel(g, n); }
+int64_t pd__flops_Neg(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
+int64_t pd__flops_Reciprocal(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
+int64_t pd__flops_Relu(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
+int64_t pd__flops_LeakyRelu(const pd_graph *g, const pd__node *n) { return 2 * out_numel(g, n); }
+int64_t pd__flops_Sigmoid(const pd_graph *g, const pd__node *n) { return 10 * out_numel(g, n); }
+int64_t pd__flops_Tanh(const pd_graph *g, const pd__node *n) { return 10 * out_numel(g, n); }
+int64_t pd__flops_Erf(const pd_graph *g, const pd__node *n) { return 10 * out_numel(g, n); }
+int64_t pd__flops_Gelu(const pd_graph *g, const pd__node *n) { return 14 * out_numel(g, n); }
+int64_t pd__flops_Clip(const pd_graph *g, const pd__node *n) { return 2 * out_numel(g, n); }
+
+/* ---- Cast, Identity ---------------------------------------------------------------- */
+
+pd_status pd__shape_Cast(pd_graph *g, pd__node *n) {
+    pd__tensor *x, *y;
+    PD_TRY(input(g, n, 0, &x));
+    PD_TRY(output(g, n, &y));
+    PD_TRY(check_kind(g, n, x, PD_EK_ANY));
+    const pd__attr *to = pd__attr_get(n, "to");
+    if (!to || to->type != PD_A_INT)
+        return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "attribute 'to' missing or not an int");
+    pd_dtype t = (pd_dtype)to->i;
+    if (to->i < 0 || to->i > 64 || !pd__ekind(t))
+        return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "cast to dtype %lld is not supported", (long long)to->i);
+    y->dtype = t;
+    return pd__tensor_set_shape(g, y, x->ndim, x->shape);
+}
+
+int64_t pd__flops_Cast(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
+
+pd_status pd__shape_Identity(pd_graph *g, pd__node *n) { return shape_unary(g, n, PD_EK_ANY); }
+
+int64_t pd__flops_Identity(const pd_graph *g, const pd__node *n) {
+    (void)g;
+    (void)n;
+    return 0;
+}
+
+/* ---- reductions ------------------------------------------------------------------ */
+
+static pd_status shape_reduce(pd_graph *g, pd__node *n) {
+    pd__tensor *x, *y;
+    PD_TRY(input(g, n, 0, &x));
+    PD_TRY(output(g, n, &y));
+    PD_TRY(check_kind(g, n, x, PD_EK_NUM));
+    pd__tensor *at = pd__reduce_axes_input(n) ? pd__in(g, n, 1) : NULL;
+    pd_tensor av = {PD_UNDEFINED, 0, {0}, NULL};
+    if (at) {
+        if (at->ndim < 0) return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "axes must be constant");
+        av = pd__view(at);
+        if (!at->data || (at->kind != PD_T_INIT && at->kind != PD_T_CONST)) {
+            if (at->numel != 0) return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "axes must be constant");
+            av.data = NULL;
+        }
+    }
+    bool mask[PD_MAX_DIMS], noop;
+    pd_status st = pd__reduce_mask(n, x->ndim, at ? &av : NULL, mask, &noop);
+    if (st == PD_ERR_UNSUPPORTED) return pd__node_err(g, n, st, "axes must be constant");
+    if (st != PD_OK) {
+        char s[128];
+        pd__format_shape(s, sizeof s, x->ndim, x->shape);
+        return pd__node_err(g, n, st, "bad or repeated axes for input of shape %s", s);
+    }
+    bool keep = pd__attr_i(n, "keepdims", 1) != 0;
+    int nd = 0;
+    int64_t shape[PD_MAX_DIMS];
+    for (int d = 0; d < x->ndim; d++) {
+        if (!mask[d]) shape[nd++] = x->shape[d];
+        else if (keep) shape[nd++] = 1;
+    }
+    y->dtype = x->dtype;
+    return pd__tensor_set_shape(g, y, nd, shape);
+}
+
+pd_status pd__shape_ReduceMean(pd_graph *g, pd__node *n) { return shape_reduce(g, n); }
+pd_status pd__shape_ReduceSum(pd_graph *g, pd__node *n) { return shape_reduce(g, n); }
+
+int64_t pd__flops_ReduceMean(const pd_graph *g, const pd__node *n) { return in_numel(g, n, 0) + out_numel(g, n); }
+int64_t pd__flops_ReduceSum(const pd_graph *g, const pd__node *n) { return in_numel(g, n, 0); }
+#undef PD__FLOAT_ONLY
+#undef PD__SIGNED
+
+/* ==== core/shape_nn.c ==== */
+#define set_out pd__shape_nn_set_out
+/* shape_nn.c - shape rules and FLOP counts of the neural-network ops:
+ * Gemm, MatMul, Conv, ConvTranspose, BatchNormalization, LayerNormalization,
+ * MaxPool, AveragePool, GlobalAveragePool, LRN, Softmax, LogSoftmax, Dropout,
+ * SoftmaxCrossEntropyLoss and NegativeLogLikelihoodLoss (opsets 6-22).
+ *
+ * A rule checks ranks, channel counts against the weights, and dtypes, so a
+ * bad model fails with one line naming the node and the shapes, and then
+ * sets the outputs' dtype and shape. The sliding-window geometry of Conv,
+ * ConvTranspose and the pools (pd__win_make) and a few other decisions the
+ * kernels must repeat exactly live here too, declared in shape_nn.h.
+ * FLOPs count a multiply-add as 2.
+ */
+/* ---- core/shape_nn.h ---- */
+/* shape_nn.h - sliding-window geometry shared by the nn shape rules
+ * (core/shape_nn.c) and the CPU kernels (runtime/cpu/nn.c).
+ *
+ * Conv, ConvTranspose, MaxPool and AveragePool read the same attributes
+ * (kernel_shape, strides, dilations, pads, auto_pad, ceil_mode,
+ * output_padding, output_shape). One function turns them into a pd__win so
+ * that the shape a rule promises and the windows a kernel walks cannot
+ * disagree. Not installed; private to the library.
+ */
+#ifndef PD_SHAPE_NN_H
+#define PD_SHAPE_NN_H
+
+
+/* Window geometry over the spatial dims of an (N, C, D1..Dn) tensor.
+ * Window o of dim i covers positions o*s[i] - pb[i] + j*d[i], j in [0, k[i]),
+ * of the "image": the input for Conv and pools, the output for ConvTranspose
+ * (whose col2im scatters input position o to those positions). */
+typedef struct pd__win {
+    int nsp;                  /* number of spatial dims */
+    int64_t in[PD_MAX_DIMS];  /* spatial sizes of the input X */
+    int64_t out[PD_MAX_DIMS]; /* spatial sizes of the output Y */
+    int64_t k[PD_MAX_DIMS];   /* kernel */
+    int64_t s[PD_MAX_DIMS];   /* strides */
+    int64_t d[PD_MAX_DIMS];   /* dilations */
+    int64_t pb[PD_MAX_DIMS];  /* pads at the start (ConvTranspose: may be negative) */
+    int64_t pe[PD_MAX_DIMS];  /* pads at the end */
+} pd__win;
+
+typedef enum pd__win_kind {
+    PD_WIN_CONV = 0, /* Conv: kernel from the weights, no ceil_mode */
+    PD_WIN_POOL,     /* MaxPool / AveragePool: kernel_shape required, ceil_mode */
+    PD_WIN_CONVT     /* ConvTranspose: output_padding, output_shape */
+} pd__win_kind;
+
+/* Fills *w from the node's attributes and the shape of X (rank ndim >= 3).
+ * kshape: the kernel's spatial dims from the weights (NULL for pools).
+ * On error sets the message (without the node prefix) and returns it. */
+pd_status pd__win_make(const pd__node *n, pd__win_kind kind, int ndim, const int64_t *xshape,
+                       const int64_t *kshape, pd__win *w);
+
+/* Whether a BatchNormalization node computes batch statistics: training_mode
+ * (opset 14+), more than one output (opsets 7-13), is_test=0 (before 7). */
+int pd__bn_training(const pd__node *n);
+
+/* Softmax / LogSoftmax view their input as (outer, len, inner) and normalize
+ * over len: one axis from opset 13, the input coerced to 2-D at axis before. */
+pd_status pd__softmax_split(const pd__node *n, int ndim, const int64_t *shape, int64_t *outer, int64_t *len,
+                            int64_t *inner);
+
+/* The reduction attribute of the losses: 0 none, 1 sum, 2 mean, -1 unknown. */
+int pd__loss_reduction(const pd__node *n);
+
+#endif
+/* ---- end of core/shape_nn.h ---- */
+
+#include <string.h>
+
+/* ---- small helpers ---------------------------------------------------------- */
+
+/* A shape formatted for a message; the temporary lives to the end of the call. */
+typedef struct pd__shp {
+    char s[160];
+} pd__shp;
+
+static pd__shp shp(const pd__tensor *t) {
+    pd__shp b;
+    pd__format_shape(b.s, sizeof b.s, t->ndim, t->shape);
+    return b;
+}
+
+static pd__shp shpv(int n, const int64_t *v) {
+    pd__shp b;
+    pd__format_shape(b.s, sizeof b.s, n, v);
+    return b;
+}
+
+static bool is_float(pd_dtype t) { return t == PD_FLOAT || t == PD_DOUBLE; }
+
+static const pd__tensor *cin(const pd_graph *g, const pd__node *n, int i) {
+    return (i < n->nin && n->in[i] >= 0) ? &g->tensors[n->in[i]] : NULL;
+}
+
+static const pd__tensor *cout(const pd_graph *g, const pd__node *n, int i) {
+    return (i < n->nout && n->out[i] >= 0) ? &g->tensors[n->out[i]] : NULL;
+}
+
+static int64_t prod(int n, const int64_t *v) {
+    int64_t p = 1;
+    for (int i = 0; i < n; i++) p *= v[i];
+    return p;
+}
+
+/* Adds the node prefix to a message set with pd__err (geometry errors). */
+static pd_status node_prefix(const pd_graph *g, const pd__node *n, pd_status st) {
+    pd__err_prefix("%s: node '%s' (%s)", g->path, n->name, n->op_type);
+    return st;
+}
+
+static pd_status need(pd_graph *g, pd__node *n, int i, const char *what, pd__tensor **t) {
+    *t = pd__in(g, n, i);
+    if (!*t) return pd__node_err(g, n, PD_ERR_INVALID, "input %d (%s) is missing", i, what);
+    return PD_OK;
+}
+
+static pd_status need_float(pd_graph *g, pd__node *n, const pd__tensor *t, const char *what) {
+    if (!is_float(t->dtype))
+        return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "%s '%s' has dtype %s (float and double are supported)", what,
+                            t->name, pd_dtype_name(t->dtype));
+    return PD_OK;
+}
+
+static pd_status need_dtype(pd_graph *g, pd__node *n, const pd__tensor *t, pd_dtype want, const char *what) {
+    if (t->dtype != want)
+        return pd__node_err(g, n, PD_ERR_SHAPE, "%s '%s' has dtype %s, expected %s", what, t->name,
+                            pd_dtype_name(t->dtype), pd_dtype_name(want));
+    return PD_OK;
+}
+
+/* Sets output i's dtype and shape (absent optional outputs are skipped). */
+static pd_status set_out(pd_graph *g, pd__node *n, int i, pd_dtype dt, int ndim, const int64_t *shape) {
+    pd__tensor *t = pd__out(g, n, i);
+    if (!t) return PD_OK;
+    t->dtype = dt;
+    return pd__tensor_set_shape(g, t, ndim, shape);
+}
+
+/* Normalizes an axis attribute into [0, hi]; false when out of [-r, hi]. */
+static bool norm_axis(int64_t a, int r, int hi, int *out) {
+    if (a < 0) a += r;
+    if (a < 0 || a > hi) return false;
+    *out = (int)a;
+    return true;
+}
+
+/* ---- sliding windows -------------------------------------------------------- */
+
+typedef enum { AP_NOTSET, AP_SAME_UPPER, AP_SAME_LOWER, AP_VALID } pd__autopad;
+
+/* Reads an INTS attribute of `want` values into dst (def when absent). */
+static pd_status win_ints(const pd__node *n, const char *name, int want, int64_t def, int64_t lo, int64_t *dst) {
+    const int64_t *v;
+    int c = pd__attr_ints(n, name, &v);
+    if (c == 0) {
+        for (int i = 0; i < want; i++) dst[i] = def;
+        return PD_OK;
+    }
+    if (c != want)
+        return pd__err(PD_ERR_SHAPE, "attribute %s has %d values, expected %d", name, c, want);
+    for (int i = 0; i < want; i++) {
+        if (v[i] < lo || v[i] > INT32_MAX)
+            return pd__err(PD_ERR_SHAPE, "attribute %s has value %lld at %d (must be >= %lld)", name,
+                           (long long)v[i], i, (long long)lo);
+        dst[i] = v[i];
+    }
+    return PD_OK;
+}
+
+static int64_t floor_div2(int64_t v) { return v >= 0 ? v / 2 : -((-v + 1) / 2); }
+
+static pd_status win_convt(const pd__node *n, pd__win *w, pd__autopad ap) {
+    int ns = w->nsp;
+    int64_t op[PD_MAX_DIMS];
+    PD_TRY(win_ints(n, "output_padding", ns, 0, 0, op));
+    const int64_t *osv;
+    int osc = pd__attr_ints(n, "output_shape", &osv);
+    if (osc && osc != ns && osc != ns + 2)
+        return pd__err(PD_ERR_SHAPE, "attribute output_shape %s has %d values, expected %d", shpv(osc, osv).s, osc, ns);
+    const int64_t *os = osc ? osv + (osc - ns) : NULL;
+    for (int i = 0; i < ns; i++) {
+        int64_t ek = (w->k[i] - 1) * w->d[i] + 1, grown;
+        if (!pd__mul_ok(w->s[i], w->in[i], &grown) || grown > INT64_MAX / 4)
+            return pd__err(PD_ERR_SHAPE, "input size %lld times stride %lld overflows in spatial dim %d",
+                           (long long)w->in[i], (long long)w->s[i], i);
+        int64_t natural = w->s[i] * (w->in[i] - 1) + op[i] + ek;
+        if (ap == AP_SAME_UPPER || ap == AP_SAME_LOWER) {
+            /* as ONNX's reference: the output is in*stride (or output_shape), the
+             * difference is split with the odd one at the end for SAME_UPPER */
+            w->out[i] = os ? os[i] : w->in[i] * w->s[i];
+            int64_t total = natural - w->out[i], half = floor_div2(total);
+            w->pb[i] = ap == AP_SAME_UPPER ? half : total - half;
+            w->pe[i] = total - w->pb[i];
+        } else {
+            if (ap == AP_VALID) w->pb[i] = w->pe[i] = 0;
+            /* output_shape with explicit (or zero) pads grows or cuts at the end */
+            w->out[i] = os ? os[i] : natural - w->pb[i] - w->pe[i];
+        }
+        if (w->out[i] < 1)
+            return pd__err(PD_ERR_SHAPE, "output size %lld in spatial dim %d (input %lld, kernel %lld, stride %lld)",
+                           (long long)w->out[i], i, (long long)w->in[i], (long long)w->k[i], (long long)w->s[i]);
+    }
+    return PD_OK;
+}
+
+pd_status pd__win_make(const pd__node *n, pd__win_kind kind, int ndim, const int64_t *x, const int64_t *ks,
+                       pd__win *w) {
+    memset(w, 0, sizeof *w);
+    int ns = ndim - 2;
+    if (ns < 1)
+        return pd__err(PD_ERR_SHAPE, "input %s has rank %d; expected (N, C, D1, ...) with a spatial dim",
+                       shpv(ndim, x).s, ndim);
+    w->nsp = ns;
+    for (int i = 0; i < ns; i++) w->in[i] = x[i + 2];
+    const int64_t *kv;
+    int kc = pd__attr_ints(n, "kernel_shape", &kv);
+    if (kind == PD_WIN_POOL) {
+        if (kc != ns)
+            return pd__err(PD_ERR_SHAPE, "attribute kernel_shape has %d values, expected %d for input %s", kc, ns,
+                           shpv(ndim, x).s);
+        PD_TRY(win_ints(n, "kernel_shape", ns, 1, 1, w->k));
+    } else {
+        for (int i = 0; i < ns; i++) w->k[i] = ks[i];
+        if (kc && (kc != ns || memcmp(kv, ks, sizeof(int64_t) * (size_t)ns) != 0))
+            return pd__err(PD_ERR_SHAPE, "attribute kernel_shape %s does not match the weights' kernel %s",
+                           shpv(kc, kv).s, shpv(ns, ks).s);
+        for (int i = 0; i < ns; i++)
+            if (w->k[i] < 1 || w->k[i] > INT32_MAX)
+                return pd__err(PD_ERR_SHAPE, "kernel %s has an empty or huge dim", shpv(ns, ks).s);
+    }
+    PD_TRY(win_ints(n, "strides", ns, 1, 1, w->s));
+    PD_TRY(win_ints(n, "dilations", ns, 1, 1, w->d));
+    int64_t pads[2 * PD_MAX_DIMS];
+    PD_TRY(win_ints(n, "pads", 2 * ns, 0, 0, pads));
+    for (int i = 0; i < ns; i++) {
+        w->pb[i] = pads[i];
+        w->pe[i] = pads[ns + i];
+    }
+    const char *aps = pd__attr_s(n, "auto_pad", "NOTSET");
+    pd__autopad ap;
+    if (!strcmp(aps, "NOTSET") || !aps[0]) ap = AP_NOTSET;
+    else if (!strcmp(aps, "SAME_UPPER")) ap = AP_SAME_UPPER;
+    else if (!strcmp(aps, "SAME_LOWER")) ap = AP_SAME_LOWER;
+    else if (!strcmp(aps, "VALID")) ap = AP_VALID;
+    else return pd__err(PD_ERR_UNSUPPORTED, "attribute auto_pad '%s' is not NOTSET, SAME_UPPER, SAME_LOWER or VALID", aps);
+    if (kind == PD_WIN_CONVT) return win_convt(n, w, ap);
+
+    bool ceil_mode = kind == PD_WIN_POOL && pd__attr_i(n, "ceil_mode", 0) != 0;
+    for (int i = 0; i < ns; i++) {
+        int64_t in = w->in[i], s = w->s[i], ek = (w->k[i] - 1) * w->d[i] + 1;
+        if (ap == AP_SAME_UPPER || ap == AP_SAME_LOWER) {
+            w->out[i] = (in + s - 1) / s;
+            int64_t total = (w->out[i] - 1) * s + ek - in;
+            if (total < 0) total = 0;
+            w->pb[i] = ap == AP_SAME_UPPER ? total / 2 : total - total / 2;
+            w->pe[i] = total - w->pb[i];
+        } else {
+            if (ap == AP_VALID) w->pb[i] = w->pe[i] = 0;
+            int64_t num = in + w->pb[i] + w->pe[i] - ek;
+            if (num < 0)
+                return pd__err(PD_ERR_SHAPE,
+                               "window of %lld (kernel %lld, dilation %lld) is larger than the padded input %lld "
+                               "in spatial dim %d of %s",
+                               (long long)ek, (long long)w->k[i], (long long)w->d[i],
+                               (long long)(in + w->pb[i] + w->pe[i]), i, shpv(ndim, x).s);
+            if (ceil_mode) {
+                w->out[i] = (num + s - 1) / s + 1;
+                /* the last window must start inside the input or its leading pad */
+                if ((w->out[i] - 1) * s >= in + w->pb[i]) w->out[i]--;
+            } else {
+                w->out[i] = num / s + 1;
+            }
+        }
+        if (w->out[i] < 1)
+            return pd__err(PD_ERR_SHAPE, "empty output in spatial dim %d of %s", i, shpv(ndim, x).s);
+    }
+    return PD_OK;
+}
+
+/* ---- Gemm, MatMul ------------------------------------------------------------- */
+
+pd_status pd__shape_Gemm(pd_graph *g, pd__node *n) {
+    pd__tensor *a, *b, *c = pd__in(g, n, 2);
+    PD_TRY(need(g, n, 0, "A", &a));
+    PD_TRY(need(g, n, 1, "B", &b));
+    PD_TRY(need_float(g, n, a, "A"));
+    PD_TRY(need_dtype(g, n, b, a->dtype, "B"));
+    if (c) PD_TRY(need_dtype(g, n, c, a->dtype, "C"));
+    if (a->ndim != 2 || b->ndim != 2)
+        return pd__node_err(g, n, PD_ERR_SHAPE, "A %s and B %s must be matrices", shp(a).s, shp(b).s);
+    int ta = pd__attr_i(n, "transA", 0) != 0, tb = pd__attr_i(n, "transB", 0) != 0;
+    int64_t M = a->shape[ta], K = a->shape[!ta], Kb = b->shape[tb], N = b->shape[!tb];
+    if (K != Kb)
+        return pd__node_err(g, n, PD_ERR_SHAPE, "A %s (transA=%d) and B %s (transB=%d): inner dims %lld and %lld differ",
+                            shp(a).s, ta, shp(b).s, tb, (long long)K, (long long)Kb);
+    if (c) {
+        bool ok = c->ndim <= 2;
+        if (ok && c->ndim >= 1) ok = c->shape[c->ndim - 1] == 1 || c->shape[c->ndim - 1] == N;
+        if (ok && c->ndim == 2) ok = c->shape[0] == 1 || c->shape[0] == M;
+        if (!ok)
+            return pd__node_err(g, n, PD_ERR_SHAPE, "C %s does not broadcast to the output [%lld,%lld]", shp(c).s,
+                                (long long)M, (long long)N);
+    }
+    int64_t y[2] = {M, N};
+    return set_out(g, n, 0, a->dtype, 2, y);
+}
+
+int64_t pd__flops_Gemm(const pd_graph *g, const pd__node *n) {
+    const pd__tensor *a = cin(g, n, 0), *y = cout(g, n, 0);
+    if (!a || !y || a->ndim != 2 || y->ndim != 2) return 0;
+    int64_t K = a->shape[pd__attr_i(n, "transA", 0) != 0 ? 0 : 1];
+    return 2 * y->numel * K + (cin(g, n, 2) ? y->numel : 0);
+}
+
+/* MatMul as numpy: 1-D operands are promoted (and the dim removed again),
+ * batch dims broadcast. */
+typedef struct pd__mm {
+    int64_t M, N, K, Kb, batch;
+    int ndim;                 /* output rank */
+    int64_t out[PD_MAX_DIMS]; /* output shape */
+    bool bcast_ok;
+} pd__mm;
+
+static void mm_dims(const pd__tensor *a, const pd__tensor *b, pd__mm *r) {
+    int ra = a->ndim, rb = b->ndim;
+    r->M = ra >= 2 ? a->shape[ra - 2] : 1;
+    r->K = a->shape[ra - 1];
+    r->Kb = rb >= 2 ? b->shape[rb - 2] : b->shape[0];
+    r->N = rb >= 2 ? b->shape[rb - 1] : 1;
+    int ba = ra > 2 ? ra - 2 : 0, bb = rb > 2 ? rb - 2 : 0, nb = ba > bb ? ba : bb;
+    r->bcast_ok = true;
+    r->batch = 1;
+    r->ndim = 0;
+    for (int i = 0; i < nb; i++) {
+        int ia = i - (nb - ba), ib = i - (nb - bb);
+        int64_t da = ia >= 0 ? a->shape[ia] : 1, db = ib >= 0 ? b->shape[ib] : 1;
+        if (da != db && da != 1 && db != 1) r->bcast_ok = false;
+        int64_t d = da == 1 ? db : da;
+        r->out[r->ndim++] = d;
+        r->batch *= d;
+    }
+    if (ra >= 2) r->out[r->ndim++] = r->M;
+    if (rb >= 2) r->out[r->ndim++] = r->N;
+}
+
+pd_status pd__shape_MatMul(pd_graph *g, pd__node *n) {
+    pd__tensor *a, *b;
+    PD_TRY(need(g, n, 0, "A", &a));
+    PD_TRY(need(g, n, 1, "B", &b));
+    PD_TRY(need_float(g, n, a, "A"));
+    PD_TRY(need_dtype(g, n, b, a->dtype, "B"));
+    if (a->ndim < 1 || b->ndim < 1)
+        return pd__node_err(g, n, PD_ERR_SHAPE, "A %s and B %s must have rank >= 1", shp(a).s, shp(b).s);
+    pd__mm r;
+    mm_dims(a, b, &r);
+    if (r.K != r.Kb)
+        return pd__node_err(g, n, PD_ERR_SHAPE, "A %s and B %s: inner dims %lld and %lld differ", shp(a).s, shp(b).s,
+                            (long long)r.K, (long long)r.Kb);
+    if (!r.bcast_ok)
+        return pd__node_err(g, n, PD_ERR_SHAPE, "A %s and B %s: batch dims do not broadcast", shp(a).s, shp(b).s);
+    return set_out(g, n, 0, a->dtype, r.ndim, r.out);
+}
+
+int64_t pd__flops_MatMul(const pd_graph *g, const pd__node *n) {
+    const pd__tensor *a = cin(g, n, 0), *b = cin(g, n, 1);
+    if (!a || !b || a->ndim < 1 || b->ndim < 1) return 0;
+    pd__mm r;
+    mm_dims(a, b, &r);
+    return 2 * r.batch * r.M * r.N * r.K;
+}
+
+/* ---- Conv, ConvTranspose ------------------------------------------------------------ */
+
+/* Shared checks of X, W, B; *wch is W's dim that must equal C/group (Conv: 1, ConvTranspose: 0). */
+static pd_status conv_inputs(pd_graph *g, pd__node *n, pd__tensor **x, pd__tensor **w, int64_t *group) {
+    pd__tensor *b = pd__in(g, n, 2);
+    PD_TRY(need(g, n, 0, "X", x));
+    PD_TRY(need(g, n, 1, "W", w));
+    PD_TRY(need_float(g, n, *x, "X"));
+    PD_TRY(need_dtype(g, n, *w, (*x)->dtype, "W"));
+    if (b) PD_TRY(need_dtype(g, n, b, (*x)->dtype, "B"));
+    if ((*x)->ndim < 3)
+        return pd__node_err(g, n, PD_ERR_SHAPE, "X %s must be (N, C, D1, ...)", shp(*x).s);
+    if ((*w)->ndim != (*x)->ndim)
+        return pd__node_err(g, n, PD_ERR_SHAPE, "W %s must have the rank of X %s", shp(*w).s, shp(*x).s);
+    *group = pd__attr_i(n, "group", 1);
+    if (*group < 1 || (*x)->shape[1] % *group != 0)
+        return pd__node_err(g, n, PD_ERR_SHAPE, "X %s has %lld channels, not divisible by group=%lld", shp(*x).s,
+                            (long long)(*x)->shape[1], (long long)*group);
+    return PD_OK;
+}
+
+static pd_status conv_bias(pd_graph *g, pd__node *n, int64_t M) {
+    pd__tensor *b = pd__in(g, n, 2);
+    if (b && (b->ndim != 1 || b->shape[0] != M))
+        return pd__node_err(g, n, PD_ERR_SHAPE, "B %s must be [%lld], one per output channel", shp(b).s, (long long)M);
+    return PD_OK;
+}
+
+pd_status pd__shape_Conv(pd_graph *g, pd__node *n) {
+    pd__tensor *x, *w;
+    int64_t group;
+    PD_TRY(conv_inputs(g, n, &x, &w, &group));
+    int64_t C = x->shape[1], M = w->shape[0];
+    if (w->shape[1] * group != C || M % group != 0)
+        return pd__node_err(g, n, PD_ERR_SHAPE,
+                            "X %s with group=%lld needs W [M, %lld, k...] with M divisible by the group; W is %s",
+                            shp(x).s, (long long)group, (long long)(C / group), shp(w).s);
+    PD_TRY(conv_bias(g, n, M));
+    pd__win win;
+    pd_status st = pd__win_make(n, PD_WIN_CONV, x->ndim, x->shape, w->shape + 2, &win);
+    if (st != PD_OK) return node_prefix(g, n, st);
+    int64_t y[PD_MAX_DIMS] = {x->shape[0], M};
+    for (int i = 0; i < win.nsp; i++) y[i + 2] = win.out[i];
+    return set_out(g, n, 0, x->dtype, x->ndim, y);
+}
+
+int64_t pd__flops_Conv(const pd_graph *g, const pd__node *n) {
+    const pd__tensor *w = cin(g, n, 1), *y = cout(g, n, 0);
+    if (!w || !y || w->ndim < 3) return 0;
+    /* each output element: (C/group) * prod(kernel) multiply-adds, plus the bias */
+    return 2 * y->numel * prod(w->ndim - 1, w->shape + 1) + (cin(g, n, 2) ? y->numel : 0);
+}
+
+pd_status pd__shape_ConvTranspose(pd_graph *g, pd__node *n) {
+    pd__tensor *x, *w;
+    int64_t group;
+    PD_TRY(conv_inputs(g, n, &x, &w, &group));
+    int64_t C = x->shape[1], M = w->shape[1] * group;
+    if (w->shape[0] != C)
+        return pd__node_err(g, n, PD_ERR_SHAPE, "X %s has %lld channels but W %s is [C, M/group, k...] with C=%lld",
+                            shp(x).s, (long long)C, shp(w).s, (long long)w->shape[0]);
+    PD_TRY(conv_bias(g, n, M));
+    pd__win win;
+    pd_status st = pd__win_make(n, PD_WIN_CONVT, x->ndim, x->shape, w->shape + 2, &win);
+    if (st != PD_OK) return node_prefix(g, n, st);
+    int64_t y[PD_MAX_DIMS] = {x->shape[0], M};
+    for (int i = 0; i < win.nsp; i++) y[i + 2] = win.out[i];
+    return set_out(g, n, 0, x->dtype, x->ndim, y);
+}
+
+int64_t pd__flops_ConvTranspose(const pd_graph *g, const pd__node *n) {
+    const pd__tensor *x = cin(g, n, 0), *w = cin(g, n, 1), *y = cout(g, n, 0);
+    if (!x || !w || !y || w->ndim < 3) return 0;
+    /* each input element scatters (M/group) * prod(kernel) multiply-adds */
+    return 2 * x->numel * prod(w->ndim - 1, w->shape + 1) + (cin(g, n, 2) ? y->numel : 0);
+}
+
+/* ---- normalizations ------------------------------------------------------------------- */
+
+int pd__bn_training(const pd__node *n) {
+    if (n->opset >= 14) return pd__attr_i(n, "training_mode", 0) != 0;
+    if (n->opset < 7) return pd__attr_i(n, "is_test", 0) == 0;
+    for (int i = 1; i < n->nout; i++)
+        if (n->out[i] >= 0) return 1;
+    return 0;
+}
+
+pd_status pd__shape_BatchNormalization(pd_graph *g, pd__node *n) {
+    static const char *names[5] = {"X", "scale", "B", "input_mean", "input_var"};
+    pd__tensor *t[5];
+    for (int i = 0; i < 5; i++) PD_TRY(need(g, n, i, names[i], &t[i]));
+    pd__tensor *x = t[0];
+    PD_TRY(need_float(g, n, x, "X"));
+    if (x->ndim < 2) return pd__node_err(g, n, PD_ERR_SHAPE, "X %s must be (N, C, ...)", shp(x).s);
+    /* spatial=0 (opsets 7-8): statistics per (C, D1, ...) feature rather than per channel */
+    bool per_feature = n->opset < 9 && pd__attr_i(n, "spatial", 1) == 0;
+    int pnd = per_feature ? x->ndim - 1 : 1;
+    for (int i = 1; i < 5; i++) {
+        /* opset 15 lets the parameters have their own float types; they are read as double */
+        pd_dtype pt = t[i]->dtype;
+        if (!is_float(pt) && pt != PD_FLOAT16 && pt != PD_BFLOAT16)
+            return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "%s '%s' has dtype %s", names[i], t[i]->name,
+                                pd_dtype_name(pt));
+        bool ok = t[i]->ndim == pnd && memcmp(t[i]->shape, x->shape + 1, sizeof(int64_t) * (size_t)pnd) == 0;
+        if (!ok)
+            return pd__node_err(g, n, PD_ERR_SHAPE, "%s %s must be %s for X %s", names[i], shp(t[i]).s,
+                                shpv(pnd, x->shape + 1).s, shp(x).s);
+    }
+    PD_TRY(set_out(g, n, 0, x->dtype, x->ndim, x->shape));
+    if (n->opset >= 14) {
+        PD_TRY(set_out(g, n, 1, t[3]->dtype, pnd, x->shape + 1));
+        PD_TRY(set_out(g, n, 2, t[4]->dtype, pnd, x->shape + 1));
+    } else {
+        for (int i = 1; i < 5; i++) PD_TRY(set_out(g, n, i, x->dtype, pnd, x->shape + 1));
+    }
+    return PD_OK;
+}
+
+int64_t pd__flops_BatchNormalization(const pd_graph *g, const pd__node *n) {
+    const pd__tensor *x = cin(g, n, 0);
+    if (!x) return 0;
+    /* y = x*a + b per element; training adds the two statistics passes */
+    return (pd__bn_training(n) ? 6 : 2) * x->numel;
+}
+
+pd_status pd__shape_LayerNormalization(pd_graph *g, pd__node *n) {
+    pd__tensor *x, *scale, *b = pd__in(g, n, 2);
+    PD_TRY(need(g, n, 0, "X", &x));
+    PD_TRY(need(g, n, 1, "Scale", &scale));
+    PD_TRY(need_float(g, n, x, "X"));
+    PD_TRY(need_dtype(g, n, scale, x->dtype, "Scale"));
+    if (b) PD_TRY(need_dtype(g, n, b, x->dtype, "B"));
+    int r = x->ndim, axis;
+    if (r < 1) return pd__node_err(g, n, PD_ERR_SHAPE, "X %s must have rank >= 1", shp(x).s);
+    int64_t a = pd__attr_i(n, "axis", -1);
+    if (!norm_axis(a, r, r - 1, &axis))
+        return pd__node_err(g, n, PD_ERR_SHAPE, "axis %lld is out of range for X %s", (long long)a, shp(x).s);
+    for (int j = 1; j < 3; j++) {
+        pd__tensor *p = j == 1 ? scale : b;
+        if (!p) continue;
+        bool ok = p->ndim <= r - axis;
+        for (int i = 0; ok && i < p->ndim; i++) {
+            int64_t d = p->shape[p->ndim - 1 - i];
+            ok = d == 1 || d == x->shape[r - 1 - i];
+        }
+        if (!ok)
+            return pd__node_err(g, n, PD_ERR_SHAPE, "%s %s does not broadcast to the normalized shape %s of X %s",
+                                j == 1 ? "Scale" : "B", shp(p).s, shpv(r - axis, x->shape + axis).s, shp(x).s);
+    }
+    int64_t st = pd__attr_i(n, "stash_type", PD_FLOAT);
+    if (st != PD_FLOAT && st != PD_DOUBLE)
+        return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "stash_type %lld (float and double are supported)",
+                            (long long)st);
+    int64_t ms[PD_MAX_DIMS];
+    for (int i = 0; i < r; i++) ms[i] = i < axis ? x->shape[i] : 1;
+    PD_TRY(set_out(g, n, 0, x->dtype, r, x->shape));
+    PD_TRY(set_out(g, n, 1, (pd_dtype)st, r, ms));
+    return set_out(g, n, 2, (pd_dtype)st, r, ms);
+}
+
+int64_t pd__flops_LayerNormalization(const pd_graph *g, const pd__node *n) {
+    const pd__tensor *x = cin(g, n, 0);
+    /* mean, variance, normalize, scale and shift */
+    return x ? 8 * x->numel : 0;
+}
+
+pd_status pd__shape_LRN(pd_graph *g, pd__node *n) {
+    pd__tensor *x;
+    PD_TRY(need(g, n, 0, "X", &x));
+    PD_TRY(need_float(g, n, x, "X"));
+    if (x->ndim < 2) return pd__node_err(g, n, PD_ERR_SHAPE, "X %s must be (N, C, ...)", shp(x).s);
+    int64_t size = pd__attr_i(n, "size", 0);
+    if (size < 1) return pd__node_err(g, n, PD_ERR_SHAPE, "attribute size must be >= 1 (is %lld)", (long long)size);
+    return set_out(g, n, 0, x->dtype, x->ndim, x->shape);
+}
+
+int64_t pd__flops_LRN(const pd_graph *g, const pd__node *n) {
+    const pd__tensor *x = cin(g, n, 0);
+    return x ? x->numel * (2 * pd__attr_i(n, "size", 1) + 4) : 0;
+}
+
+/* ---- pools ---------------------------------------------------------------------------------- */
+
+static pd_status pool_shape(pd_graph *g, pd__node *n, bool any_dtype) {
+    pd__tensor *x;
+    PD_TRY(need(g, n, 0, "X", &x));
+    if (any_dtype) {
+        pd_dtype t = x->dtype;
+        if (!is_float(t) && t != PD_UINT8 && t != PD_INT8 && t != PD_FLOAT16)
+            return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "X '%s' has dtype %s", x->name, pd_dtype_name(t));
+    } else {
+        PD_TRY(need_float(g, n, x, "X"));
+    }
+    if (x->ndim < 3) return pd__node_err(g, n, PD_ERR_SHAPE, "X %s must be (N, C, D1, ...)", shp(x).s);
+    pd__win win;
+    pd_status st = pd__win_make(n, PD_WIN_POOL, x->ndim, x->shape, NULL, &win);
+    if (st != PD_OK) return node_prefix(g, n, st);
+    int64_t y[PD_MAX_DIMS] = {x->shape[0], x->shape[1]};
+    for (int i = 0; i < win.nsp; i++) y[i + 2] = win.out[i];
+    PD_TRY(set_out(g, n, 0, x->dtype, x->ndim, y));
+    return set_out(g, n, 1, PD_INT64, x->ndim, y);
+}
+
+static int64_t pool_flops(const pd_graph *g, const pd__node *n) {
+    const pd__tensor *y = cout(g, n, 0);
+    const int64_t *k;
+    int nk = pd__attr_ints(n, "kernel_shape", &k);
+    return y ? y->numel * prod(nk, k) : 0;
+}
+
+pd_status pd__shape_MaxPool(pd_graph *g, pd__node *n) {
+    int64_t so = pd__attr_i(n, "storage_order", 0);
+    if (so != 0 && so != 1)
+        return pd__node_err(g, n, PD_ERR_SHAPE, "storage_order must be 0 or 1 (is %lld)", (long long)so);
+    return pool_shape(g, n, true);
+}
+int64_t pd__flops_MaxPool(const pd_graph *g, const pd__node *n) { return pool_flops(g, n); }
+
+pd_status pd__shape_AveragePool(pd_graph *g, pd__node *n) {
+    if (n->nout > 1 && n->out[1] >= 0)
+        return pd__node_err(g, n, PD_ERR_SHAPE, "AveragePool has one output, the model gives it %d", n->nout);
+    return pool_shape(g, n, false);
+}
+int64_t pd__flops_AveragePool(const pd_graph *g, const pd__node *n) { return pool_flops(g, n); }
+
+pd_status pd__shape_GlobalAveragePool(pd_graph *g, pd__node *n) {
+    pd__tensor *x;
+    PD_TRY(need(g, n, 0, "X", &x));
+    PD_TRY(need_float(g, n, x, "X"));
+    if (x->ndim < 2) return pd__node_err(g, n, PD_ERR_SHAPE, "X %s must be (N, C, ...)", shp(x).s);
+    int64_t y[PD_MAX_DIMS];
+    for (int i = 0; i < x->ndim; i++) y[i] = i < 2 ? x->shape[i] : 1;
+    return set_out(g, n, 0, x->dtype, x->ndim, y);
+}
+
+int64_t pd__flops_GlobalAveragePool(const pd_graph *g, const pd__node *n) {
+    const pd__tensor *x = cin(g, n, 0);
+    return x ? x->numel : 0;
+}
+
+/* ---- softmax family --------------------------------------------------------------------- */
+
+pd_status pd__softmax_split(const pd__node *n, int ndim, const int64_t *shape, int64_t *outer, int64_t *len,
+                            int64_t *inner) {
+    int axis;
+    if (n->opset >= 13) {
+        int64_t a = pd__attr_i(n, "axis", -1);
+        if (ndim < 1 || !norm_axis(a, ndim, ndim - 1, &axis))
+            return pd__err(PD_ERR_SHAPE, "axis %lld is out of range for input %s", (long long)a,
+                           shpv(ndim, shape).s);
+        *outer = prod(axis, shape);
+        *len = shape[axis];
+        *inner = prod(ndim - axis - 1, shape + axis + 1);
+    } else {
+        /* before opset 13 the input is coerced to 2-D at axis */
+        int64_t a = pd__attr_i(n, "axis", 1);
+        if (!norm_axis(a, ndim, ndim, &axis))
+            return pd__err(PD_ERR_SHAPE, "axis %lld is out of range for input %s", (long long)a,
+                           shpv(ndim, shape).s);
+        *outer = prod(axis, shape);
+        *len = prod(ndim - axis, shape + axis);
+        *inner = 1;
+    }
+    return PD_OK;
+}
+
+static pd_status softmax_shape(pd_graph *g, pd__node *n) {
+    pd__tensor *x;
+    PD_TRY(need(g, n, 0, "input", &x));
+    PD_TRY(need_float(g, n, x, "input"));
+    int64_t o, l, i;
+    pd_status st = pd__softmax_split(n, x->ndim, x->shape, &o, &l, &i);
+    if (st != PD_OK) return node_prefix(g, n, st);
+    return set_out(g, n, 0, x->dtype, x->ndim, x->shape);
+}
+
+static int64_t softmax_flops(const pd_graph *g, const pd__node *n) {
+    const pd__tensor *x = cin(g, n, 0);
+    /* subtract the max, exponentiate, sum, scale */
+    return x ? 4 * x->numel : 0;
+}
+
+pd_status pd__shape_Softmax(pd_graph *g, pd__node *n) { return softmax_shape(g, n); }
+int64_t pd__flops_Softmax(const pd_graph *g, const pd__node *n) { return softmax_flops(g, n); }
+pd_status pd__shape_LogSoftmax(pd_graph *g, pd__node *n) { return softmax_shape(g, n); }
+int64_t pd__flops_LogSoftmax(const pd_graph *g, const pd__node *n) { return softmax_flops(g, n); }
+
+/* ---- Dropout ------------------------------------------------------------------------------ */
+
+pd_status pd__shape_Dropout(pd_graph *g, pd__node *n) {
+    pd__tensor *x, *r = pd__in(g, n, 1), *t = pd__in(g, n, 2);
+    PD_TRY(need(g, n, 0, "data", &x));
+    if (!is_float(x->dtype) && x->dtype != PD_FLOAT16 && x->dtype != PD_BFLOAT16)
+        return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "data '%s' has dtype %s", x->name, pd_dtype_name(x->dtype));
+    if (n->opset >= 12) {
+        if (r && (r->numel != 1 || !(is_float(r->dtype) || r->dtype == PD_FLOAT16 || r->dtype == PD_BFLOAT16)))
+            return pd__node_err(g, n, PD_ERR_SHAPE, "ratio %s (%s) must be a float scalar", shp(r).s,
+                                pd_dtype_name(r->dtype));
+        if (t && (t->numel != 1 || t->dtype != PD_BOOL))
+            return pd__node_err(g, n, PD_ERR_SHAPE, "training_mode %s (%s) must be a bool scalar", shp(t).s,
+                                pd_dtype_name(t->dtype));
+    }
+    float ratio = pd__attr_f(n, "ratio", 0.5f);
+    if (n->opset < 12 && (ratio < 0 || ratio >= 1))
+        return pd__node_err(g, n, PD_ERR_SHAPE, "ratio %g is not in [0, 1)", (double)ratio);
+    PD_TRY(set_out(g, n, 0, x->dtype, x->ndim, x->shape));
+    /* the mask is bool from opset 10, the data's type before */
+    return set_out(g, n, 1, n->opset >= 10 ? PD_BOOL : x->dtype, x->ndim, x->shape);
+}
+
+int64_t pd__flops_Dropout(const pd_graph *g, const pd__node *n) {
+    const pd__tensor *x = cin(g, n, 0);
+    /* identity unless a training_mode input is wired */
+    return x && cin(g, n, 2) ? 2 * x->numel : 0;
+}
+
+/* ---- losses -------------------------------------------------------------------------------------- */
+
+int pd__loss_reduction(const pd__node *n) {
+    const char *r = pd__attr_s(n, "reduction", "mean");
+    if (!strcmp(r, "none")) return 0;
+    if (!strcmp(r, "sum")) return 1;
+    if (!strcmp(r, "mean")) return 2;
+    return -1;
+}
+
+/* Scores/log-probs (N, C, d1, ...), labels (N, d1, ...), optional weights (C). */
+static pd_status loss_shape(pd_graph *g, pd__node *n, bool sce) {
+    pd__tensor *x, *y, *w = pd__in(g, n, 2);
+    PD_TRY(need(g, n, 0, sce ? "scores" : "input", &x));
+    PD_TRY(need(g, n, 1, sce ? "labels" : "target", &y));
+    PD_TRY(need_float(g, n, x, sce ? "scores" : "input"));
+    if (y->dtype != PD_INT64 && y->dtype != PD_INT32)
+        return pd__node_err(g, n, PD_ERR_SHAPE, "labels '%s' have dtype %s, expected int32 or int64", y->name,
+                            pd_dtype_name(y->dtype));
+    if (x->ndim < 2) return pd__node_err(g, n, PD_ERR_SHAPE, "input %s must be (N, C, d1, ...)", shp(x).s);
+    bool ok = y->ndim == x->ndim - 1 && y->shape[0] == x->shape[0] &&
+              memcmp(y->shape + 1, x->shape + 2, sizeof(int64_t) * (size_t)(x->ndim - 2)) == 0;
+    if (!ok)
+        return pd__node_err(g, n, PD_ERR_SHAPE, "labels %s must be the input %s without its class dim", shp(y).s,
+                            shp(x).s);
+    if (w) {
+        PD_TRY(need_dtype(g, n, w, x->dtype, "weights"));
+        if (w->ndim != 1 || w->shape[0] != x->shape[1])
+            return pd__node_err(g, n, PD_ERR_SHAPE, "weights %s must be [C] = [%lld]", shp(w).s,
+                                (long long)x->shape[1]);
+    }
+    int red = pd__loss_reduction(n);
+    if (red < 0)
+        return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "reduction '%s' is not none, sum or mean",
+                            pd__attr_s(n, "reduction", ""));
+    if (red == 0) PD_TRY(set_out(g, n, 0, x->dtype, y->ndim, y->shape));
+    else PD_TRY(set_out(g, n, 0, x->dtype, 0, NULL));
+    if (sce) return set_out(g, n, 1, x->dtype, x->ndim, x->shape);
+    if (n->nout > 1 && n->out[1] >= 0)
+        return pd__node_err(g, n, PD_ERR_SHAPE, "NegativeLogLikelihoodLoss has one output, the model gives it %d",
+                            n->nout);
+    return PD_OK;
+}
+
+pd_status pd__shape_SoftmaxCrossEntropyLoss(pd_graph *g, pd__node *n) { return loss_shape(g, n, true); }
+
+int64_t pd__flops_SoftmaxCrossEntropyLoss(const pd_graph *g, const pd__node *n) {
+    const pd__tensor *x = cin(g, n, 0);
+    return x && x->ndim >= 2 && x->shape[1] ? 4 * x->numel + 2 * (x->numel / x->shape[1]) : 0;
+}
+
+pd_status pd__shape_NegativeLogLikelihoodLoss(pd_graph *g, pd__node *n) { return loss_shape(g, n, false); }
+
+int64_t pd__flops_NegativeLogLikelihoodLoss(const pd_graph *g, const pd__node *n) {
+    const pd__tensor *x = cin(g, n, 0);
+    return x && x->ndim >= 2 && x->shape[1] ? 2 * (x->numel / x->shape[1]) : 0;
+}
+#undef set_out
+
+/* ==== core/shape_tensor.c ==== */
+#define set_out pd__shape_tensor_set_out
+/* shape_tensor.c - shape rules and FLOP counts of the tensor ops: Flatten,
+ * Reshape, Transpose, Concat, Split, Slice, Gather, Unsqueeze, Squeeze,
+ * Expand, Pad, Constant, Shape, ConstantOfShape, Range; and the parameter
+ * resolvers of shape_tensor.h, which the CPU kernels share.
+ *
+ * These ops only move bytes, so they take every dtype (but strings) and count
+ * 0 FLOPs. Inputs that determine a shape (Reshape's shape, Slice's starts...)
+ * are read from constant tensors at load; a runtime value there is reported
+ * as a dynamic shape, which pdonnx does not support.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+/* ---- core/shape_tensor.h ---- */
+/* shape_tensor.h - parameters of the tensor ops (Transpose, Split, Slice, Pad,
+ * Shape, Constant, ConstantOfShape, Range), resolved from a node's attributes
+ * and constant inputs.
+ *
+ * The shape rules (core/shape_tensor.c) and the CPU kernels
+ * (runtime/cpu/tensor.c) both call these, so the two cannot drift apart.
+ * `in` holds views of the node's inputs, n->nin of them, NULL for an absent
+ * optional one; an input whose values are needed must have data (or no
+ * elements), otherwise the call fails with PD_ERR_UNSUPPORTED (dynamic shape).
+ * Errors are set with pd__err and do not name the node: callers add that.
+ */
+#ifndef PD_SHAPE_TENSOR_H
+#define PD_SHAPE_TENSOR_H
+
+
+/* axis in [-rank, rank) -> [0, rank); false when out of range. */
+bool pd__norm_axis(int64_t axis, int rank, int *out);
+
+/* Transpose: the permutation (attribute `perm`, default reversed), validated. */
+pd_status pd__transpose_perm(const pd__node *n, int rank, int *perm);
+
+/* Split: the axis and the size of each of the n->nout parts along it
+ * (`sizes` has room for n->nout values). */
+pd_status pd__split_sizes(const pd__node *n, pd_tensor *const *in, int *axis, int64_t *sizes);
+
+/* Slice: for every axis of the input (rank = in[0]->ndim) the first element,
+ * the step and the count of elements taken; unsliced axes get 0, 1, dim. */
+typedef struct pd__slice_params {
+    int64_t start[PD_MAX_DIMS];
+    int64_t step[PD_MAX_DIMS];
+    int64_t count[PD_MAX_DIMS];
+} pd__slice_params;
+pd_status pd__slice_resolve(const pd__node *n, pd_tensor *const *in, pd__slice_params *p);
+
+/* Pad: mode and the pads before/after every axis (negative pads crop).
+ * The constant value is not resolved here (the kernel reads it). */
+typedef enum pd__pad_mode { PD_PAD_CONSTANT, PD_PAD_REFLECT, PD_PAD_EDGE, PD_PAD_WRAP } pd__pad_mode;
+typedef struct pd__pad_params {
+    pd__pad_mode mode;
+    int64_t begin[PD_MAX_DIMS];
+    int64_t end[PD_MAX_DIMS];
+} pd__pad_params;
+pd_status pd__pad_resolve(const pd__node *n, pd_tensor *const *in, pd__pad_params *p);
+
+/* Shape (opset 15 start/end): the dims [*start, *end) of a rank-`rank` input. */
+void pd__shape_span(const pd__node *n, int rank, int *start, int *end);
+
+/* Constant: a view (dtype, shape, data) of the node's value; the data points
+ * into the attribute (NULL when the value has no elements). */
+pd_status pd__constant_value(const pd__node *n, pd_tensor *out);
+
+/* ConstantOfShape: a view of the one-element fill value (float 0 when the
+ * `value` attribute is absent; `zero` provides its storage). */
+pd_status pd__constant_of_shape_value(const pd__node *n, pd_tensor *out, float *zero);
+
+/* Range: the number of elements of Range(start, limit, delta) (scalars). */
+pd_status pd__range_count(const pd_tensor *start, const pd_tensor *limit, const pd_tensor *delta, int64_t *count);
+
+#endif
+/* ---- end of core/shape_tensor.h ---- */
+
+#define MAX_VIEWS 8 /* most inputs of an op that reads constant inputs (Slice: 5) */
+
+/* ---- small helpers ---------------------------------------------------------- */
+
+static int64_t view_numel(const pd_tensor *t) {
+    int64_t k = 1;
+    for (int i = 0; i < t->ndim; i++) k *= t->shape[i];
+    return k;
+}
+
+static bool is_int_dtype(pd_dtype t) {
+    return t == PD_INT8 || t == PD_INT16 || t == PD_INT32 || t == PD_INT64 || t == PD_UINT8 || t == PD_UINT16 ||
+           t == PD_UINT32 || t == PD_UINT64;
+}
+
+static bool is_float_dtype(pd_dtype t) {
+    return t == PD_FLOAT || t == PD_DOUBLE || t == PD_FLOAT16 || t == PD_BFLOAT16;
+}
+
+static int64_t clamp64(int64_t v, int64_t lo, int64_t hi) { return v < lo ? lo : v > hi ? hi : v; }
+
+/* Reads a 1-D (or scalar) int32/int64 tensor of at most `max` values. */
+static pd_status read_ints(const pd_tensor *t, const char *what, int max, int64_t *v, int *count) {
+    int64_t k = view_numel(t);
+    if (t->data == NULL && k > 0)
+        return pd__err(PD_ERR_UNSUPPORTED, "%s must be constant (dynamic shapes are not supported)", what);
+    if (t->dtype != PD_INT64 && t->dtype != PD_INT32)
+        return pd__err(PD_ERR_SHAPE, "%s must be int64 or int32, not %s", what, pd_dtype_name(t->dtype));
+    if (t->ndim > 1) return pd__err(PD_ERR_SHAPE, "%s must be 1-D, got rank %d", what, t->ndim);
+    if (k > max) return pd__err(PD_ERR_SHAPE, "%s has %lld values, at most %d allowed", what, (long long)k, max);
+    for (int64_t i = 0; i < k; i++) v[i] = pd__get_i(t->dtype, t->data, i);
+    *count = (int)k;
+    return PD_OK;
+}
+
+/* Reads an ints attribute of at most `max` values; *count = -1 when absent. */
+static pd_status read_attr_ints(const pd__node *n, const char *name, int max, int64_t *v, int *count) {
+    const int64_t *a;
+    int k = pd__attr_ints(n, name, &a);
+    const pd__attr *at = pd__attr_get(n, name);
+    if (at == NULL) {
+        *count = -1;
+        return PD_OK;
+    }
+    if (at->type != PD_A_INTS) return pd__err(PD_ERR_INVALID, "attribute %s must be a list of ints", name);
+    if (k > max) return pd__err(PD_ERR_SHAPE, "attribute %s has %d values, at most %d allowed", name, k, max);
+    for (int i = 0; i < k; i++) v[i] = a[i];
+    *count = k;
+    return PD_OK;
+}
+
+/* Normalizes `k` axes against `rank` in place, rejecting duplicates. */
+static pd_status norm_axes(const char *what, int64_t *axes, int k, int rank) {
+    bool seen[PD_MAX_DIMS] = {false};
+    for (int i = 0; i < k; i++) {
+        int a;
+        if (!pd__norm_axis(axes[i], rank, &a))
+            return pd__err(PD_ERR_SHAPE, "%s value %lld out of range for rank %d", what, (long long)axes[i], rank);
+        if (seen[a]) return pd__err(PD_ERR_SHAPE, "%s repeats axis %d", what, a);
+        seen[a] = true;
+        axes[i] = a;
+    }
+    return PD_OK;
+}
+
+static const pd_tensor *view_in(const pd__node *n, pd_tensor *const *in, int i) { return i < n->nin ? in[i] : NULL; }
+
+/* ---- parameter resolvers (shape_tensor.h) ------------------------------------ */
+
+bool pd__norm_axis(int64_t axis, int rank, int *out) {
+    if (axis < -(int64_t)rank || axis >= rank) return false;
+    *out = (int)(axis < 0 ? axis + rank : axis);
+    return true;
+}
+
+pd_status pd__transpose_perm(const pd__node *n, int rank, int *perm) {
+    const int64_t *p;
+    int k = pd__attr_ints(n, "perm", &p);
+    if (pd__attr_get(n, "perm") == NULL) {
+        for (int i = 0; i < rank; i++) perm[i] = rank - 1 - i;
+        return PD_OK;
+    }
+    if (k != rank) return pd__err(PD_ERR_SHAPE, "perm has %d entries but the input has rank %d", k, rank);
+    bool seen[PD_MAX_DIMS] = {false};
+    for (int i = 0; i < k; i++) {
+        if (p[i] < 0 || p[i] >= rank || seen[p[i]])
+            return pd__err(PD_ERR_SHAPE, "perm is not a permutation of 0..%d (entry %d is %lld)", rank - 1, i,
+                           (long long)p[i]);
+        seen[p[i]] = true;
+        perm[i] = (int)p[i];
+    }
+    return PD_OK;
+}
+
+pd_status pd__split_sizes(const pd__node *n, pd_tensor *const *in, int *axis, int64_t *sizes) {
+    const pd_tensor *x = in[0], *s = view_in(n, in, 1);
+    int nout = n->nout;
+    int64_t ax = pd__attr_i(n, "axis", 0);
+    if (!pd__norm_axis(ax, x->ndim, axis))
+        return pd__err(PD_ERR_SHAPE, "axis %lld out of range for rank %d", (long long)ax, x->ndim);
+    int64_t dim = x->shape[*axis];
+    const int64_t *sa;
+    int ka = pd__attr_ints(n, "split", &sa);
+    if (s != NULL && view_numel(s) > 0) {
+        int64_t k = view_numel(s);
+        if (s->data == NULL)
+            return pd__err(PD_ERR_UNSUPPORTED, "split must be constant (dynamic shapes are not supported)");
+        if (!is_int_dtype(s->dtype))
+            return pd__err(PD_ERR_SHAPE, "split must be int64, not %s", pd_dtype_name(s->dtype));
+        if (k != nout) return pd__err(PD_ERR_SHAPE, "split has %lld values for %d outputs", (long long)k, nout);
+        for (int i = 0; i < nout; i++) sizes[i] = pd__get_i(s->dtype, s->data, i);
+    } else if (pd__attr_get(n, "split") != NULL && ka > 0) {
+        if (ka != nout) return pd__err(PD_ERR_SHAPE, "split has %d values for %d outputs", ka, nout);
+        for (int i = 0; i < nout; i++) sizes[i] = sa[i];
+    } else {
+        int64_t parts = pd__attr_i(n, "num_outputs", nout);
+        if (parts != nout)
+            return pd__err(PD_ERR_SHAPE, "num_outputs is %lld but the node has %d outputs", (long long)parts, nout);
+        if (nout < 1) return pd__err(PD_ERR_INVALID, "no outputs");
+        int64_t div = dim / nout;
+        if (dim % nout != 0) {
+            if (n->opset < 18)
+                return pd__err(PD_ERR_SHAPE, "cannot split a dim of %lld into %d equal parts", (long long)dim, nout);
+            div += 1; /* opset 18: the last chunk is smaller */
+        }
+        for (int i = 0; i < nout; i++) sizes[i] = div;
+        sizes[nout - 1] = dim - div * (nout - 1);
+        if (sizes[nout - 1] < 0)
+            return pd__err(PD_ERR_SHAPE, "cannot split a dim of %lld into %d parts", (long long)dim, nout);
+    }
+    int64_t sum = 0;
+    for (int i = 0; i < nout; i++) {
+        if (sizes[i] < 0) return pd__err(PD_ERR_SHAPE, "split[%d] = %lld is negative", i, (long long)sizes[i]);
+        if (__builtin_add_overflow(sum, sizes[i], &sum)) return pd__err(PD_ERR_SHAPE, "split sizes overflow");
+    }
+    if (sum != dim)
+        return pd__err(PD_ERR_SHAPE, "split sizes add up to %lld but axis %d has %lld", (long long)sum, *axis,
+                       (long long)dim);
+    return PD_OK;
+}
+
+pd_status pd__slice_resolve(const pd__node *n, pd_tensor *const *in, pd__slice_params *p) {
+    const pd_tensor *x = in[0];
+    int r = x->ndim;
+    for (int d = 0; d < r; d++) {
+        p->start[d] = 0;
+        p->step[d] = 1;
+        p->count[d] = x->shape[d];
+    }
+    int64_t st[PD_MAX_DIMS], en[PD_MAX_DIMS], ax[PD_MAX_DIMS], sp[PD_MAX_DIMS];
+    int ks, ke, ka = -1, kp = -1;
+    const pd_tensor *ts = view_in(n, in, 1), *te = view_in(n, in, 2);
+    if (ts == NULL && te == NULL) { /* opset < 10: attributes */
+        PD_TRY(read_attr_ints(n, "starts", PD_MAX_DIMS, st, &ks));
+        PD_TRY(read_attr_ints(n, "ends", PD_MAX_DIMS, en, &ke));
+        PD_TRY(read_attr_ints(n, "axes", PD_MAX_DIMS, ax, &ka));
+        if (ks < 0 || ke < 0) return pd__err(PD_ERR_INVALID, "missing starts or ends");
+    } else {
+        if (ts == NULL || te == NULL) return pd__err(PD_ERR_INVALID, "missing starts or ends input");
+        const pd_tensor *ta = view_in(n, in, 3), *tp = view_in(n, in, 4);
+        PD_TRY(read_ints(ts, "starts", PD_MAX_DIMS, st, &ks));
+        PD_TRY(read_ints(te, "ends", PD_MAX_DIMS, en, &ke));
+        if (ta) PD_TRY(read_ints(ta, "axes", PD_MAX_DIMS, ax, &ka));
+        if (tp) PD_TRY(read_ints(tp, "steps", PD_MAX_DIMS, sp, &kp));
+    }
+    if (ke != ks) return pd__err(PD_ERR_SHAPE, "starts has %d values but ends has %d", ks, ke);
+    if (ka < 0) {
+        if (ks > r) return pd__err(PD_ERR_SHAPE, "starts has %d values for rank %d", ks, r);
+        for (int i = 0; i < ks; i++) ax[i] = i;
+    } else if (ka != ks) {
+        return pd__err(PD_ERR_SHAPE, "axes has %d values but starts has %d", ka, ks);
+    }
+    if (kp < 0)
+        for (int i = 0; i < ks; i++) sp[i] = 1;
+    else if (kp != ks)
+        return pd__err(PD_ERR_SHAPE, "steps has %d values but starts has %d", kp, ks);
+    PD_TRY(norm_axes("axes", ax, ks, r));
+    for (int i = 0; i < ks; i++) {
+        int a = (int)ax[i];
+        int64_t dim = x->shape[a], s = st[i], e = en[i], k = sp[i], c = 0;
+        if (k == 0) return pd__err(PD_ERR_SHAPE, "steps[%d] is 0", i);
+        if (s < 0) s += dim;
+        if (e < 0) e += dim;
+        if (k > 0) {
+            s = clamp64(s, 0, dim);
+            e = clamp64(e, 0, dim);
+            if (e > s) c = (e - s - 1) / k + 1;
+        } else {
+            s = clamp64(s, 0, dim - 1);
+            e = clamp64(e, -1, dim - 1);
+            if (s > e) c = (int64_t)((uint64_t)(s - e - 1) / ((uint64_t)0 - (uint64_t)k)) + 1;
+        }
+        if (dim == 0) s = 0, c = 0;
+        p->start[a] = s;
+        p->step[a] = k;
+        p->count[a] = c;
+    }
+    return PD_OK;
+}
+
+pd_status pd__pad_resolve(const pd__node *n, pd_tensor *const *in, pd__pad_params *p) {
+    const pd_tensor *x = in[0];
+    int r = x->ndim;
+    const char *mode = pd__attr_s(n, "mode", "constant");
+    if (strcmp(mode, "constant") == 0)
+        p->mode = PD_PAD_CONSTANT;
+    else if (strcmp(mode, "reflect") == 0)
+        p->mode = PD_PAD_REFLECT;
+    else if (strcmp(mode, "edge") == 0)
+        p->mode = PD_PAD_EDGE;
+    else if (strcmp(mode, "wrap") == 0)
+        p->mode = PD_PAD_WRAP;
+    else
+        return pd__err(PD_ERR_UNSUPPORTED, "unknown pad mode '%s'", mode);
+
+    int64_t pads[2 * PD_MAX_DIMS], axes[PD_MAX_DIMS];
+    int kp, ka = -1;
+    const pd_tensor *tp = view_in(n, in, 1), *ta = view_in(n, in, 3);
+    if (tp == NULL) { /* opset < 11: attribute (`paddings` in opset 1) */
+        PD_TRY(read_attr_ints(n, "pads", 2 * PD_MAX_DIMS, pads, &kp));
+        if (kp < 0) PD_TRY(read_attr_ints(n, "paddings", 2 * PD_MAX_DIMS, pads, &kp));
+        if (kp < 0) return pd__err(PD_ERR_INVALID, "missing pads");
+    } else {
+        PD_TRY(read_ints(tp, "pads", 2 * PD_MAX_DIMS, pads, &kp));
+    }
+    if (ta) PD_TRY(read_ints(ta, "axes", PD_MAX_DIMS, axes, &ka));
+    if (ka < 0) {
+        ka = r;
+        for (int i = 0; i < r; i++) axes[i] = i;
+    }
+    if (kp != 2 * ka) return pd__err(PD_ERR_SHAPE, "pads has %d values, expected %d (2 per axis)", kp, 2 * ka);
+    PD_TRY(norm_axes("axes", axes, ka, r));
+    for (int d = 0; d < r; d++) p->begin[d] = p->end[d] = 0;
+    for (int i = 0; i < ka; i++) {
+        p->begin[axes[i]] = pads[i];
+        p->end[axes[i]] = pads[i + ka];
+    }
+    for (int d = 0; d < r; d++) {
+        int64_t dim = x->shape[d], o;
+        if (__builtin_add_overflow(dim, p->begin[d], &o) || __builtin_add_overflow(o, p->end[d], &o))
+            return pd__err(PD_ERR_SHAPE, "pads of axis %d overflow", d);
+        if (o < 0)
+            return pd__err(PD_ERR_SHAPE, "pads %lld, %lld crop axis %d of size %lld below 0", (long long)p->begin[d],
+                           (long long)p->end[d], d, (long long)dim);
+        if (p->mode != PD_PAD_CONSTANT && dim == 0 && o > 0)
+            return pd__err(PD_ERR_SHAPE, "cannot pad the empty axis %d in %s mode", d, mode);
+    }
+    return PD_OK;
+}
+
+void pd__shape_span(const pd__node *n, int rank, int *start, int *end) {
+    int64_t s = pd__attr_i(n, "start", 0), e = pd__attr_i(n, "end", rank);
+    if (s < 0) s += rank;
+    if (e < 0) e += rank;
+    s = clamp64(s, 0, rank);
+    e = clamp64(e, 0, rank);
+    if (e < s) e = s;
+    *start = (int)s;
+    *end = (int)e;
+}
+
+pd_status pd__constant_value(const pd__node *n, pd_tensor *out) {
+    for (int i = 0; i < n->nattr; i++) {
+        const pd__attr *a = &n->attr[i];
+        pd_tensor v = {0};
+        if (strcmp(a->name, "value") == 0) {
+            if (a->type != PD_A_TENSOR || a->t == NULL)
+                return pd__err(PD_ERR_INVALID, "attribute value is not a tensor");
+            v = *a->t;
+            if (pd_dtype_size(v.dtype) == 0)
+                return pd__err(PD_ERR_UNSUPPORTED, "constants of dtype %s are not supported", pd_dtype_name(v.dtype));
+        } else if (strcmp(a->name, "value_float") == 0) {
+            v.dtype = PD_FLOAT;
+            v.data = (void *)&a->f;
+        } else if (strcmp(a->name, "value_floats") == 0) {
+            v.dtype = PD_FLOAT;
+            v.ndim = 1;
+            v.shape[0] = a->n;
+            v.data = a->floats;
+        } else if (strcmp(a->name, "value_int") == 0) {
+            v.dtype = PD_INT64;
+            v.data = (void *)&a->i;
+        } else if (strcmp(a->name, "value_ints") == 0) {
+            v.dtype = PD_INT64;
+            v.ndim = 1;
+            v.shape[0] = a->n;
+            v.data = a->ints;
+        } else if (strncmp(a->name, "value_string", 12) == 0 || strcmp(a->name, "sparse_value") == 0) {
+            return pd__err(PD_ERR_UNSUPPORTED, "Constant with %s is not supported", a->name);
+        } else {
+            continue;
+        }
+        if (view_numel(&v) > 0 && v.data == NULL) return pd__err(PD_ERR_INVALID, "attribute %s has no data", a->name);
+        *out = v;
+        return PD_OK;
+    }
+    return pd__err(PD_ERR_INVALID, "Constant has no value attribute");
+}
+
+pd_status pd__constant_of_shape_value(const pd__node *n, pd_tensor *out, float *zero) {
+    const pd__attr *a = pd__attr_get(n, "value");
+    if (a == NULL) {
+        *zero = 0.0f;
+        pd_tensor v = {.dtype = PD_FLOAT, .ndim = 0, .data = zero};
+        *out = v;
+        return PD_OK;
+    }
+    if (a->type != PD_A_TENSOR || a->t == NULL) return pd__err(PD_ERR_INVALID, "attribute value is not a tensor");
+    if (pd_dtype_size(a->t->dtype) == 0)
+        return pd__err(PD_ERR_UNSUPPORTED, "value of dtype %s is not supported", pd_dtype_name(a->t->dtype));
+    if (view_numel(a->t) != 1 || a->t->data == NULL)
+        return pd__err(PD_ERR_SHAPE, "value must have one element, has %lld", (long long)view_numel(a->t));
+    *out = *a->t;
+    return PD_OK;
+}
+
+pd_status pd__range_count(const pd_tensor *start, const pd_tensor *limit, const pd_tensor *delta, int64_t *count) {
+    const pd_tensor *t[3] = {start, limit, delta};
+    const char *names[3] = {"start", "limit", "delta"};
+    for (int i = 0; i < 3; i++) {
+        if (t[i] == NULL) return pd__err(PD_ERR_INVALID, "missing input %s", names[i]);
+        if (view_numel(t[i]) != 1)
+            return pd__err(PD_ERR_SHAPE, "%s must be a scalar, has %lld elements", names[i],
+                           (long long)view_numel(t[i]));
+        if (t[i]->data == NULL)
+            return pd__err(PD_ERR_UNSUPPORTED, "%s must be constant (dynamic shapes are not supported)", names[i]);
+        if (t[i]->dtype != start->dtype)
+            return pd__err(PD_ERR_SHAPE, "%s is %s but start is %s", names[i], pd_dtype_name(t[i]->dtype),
+                           pd_dtype_name(start->dtype));
+    }
+    pd_dtype dt = start->dtype;
+    if (is_float_dtype(dt)) {
+        double s = pd__get_f(dt, start->data, 0), l = pd__get_f(dt, limit->data, 0), d = pd__get_f(dt, delta->data, 0);
+        if (d == 0 || !isfinite(s) || !isfinite(l) || !isfinite(d))
+            return pd__err(PD_ERR_SHAPE, "range(%g, %g, %g) is not finite", s, l, d);
+        double c = ceil((l - s) / d);
+        if (!(c > 0)) c = 0;
+        if (c > 9.0e15) return pd__err(PD_ERR_SHAPE, "range(%g, %g, %g) is too long", s, l, d);
+        *count = (int64_t)c;
+    } else if (is_int_dtype(dt)) {
+        int64_t s = pd__get_i(dt, start->data, 0), l = pd__get_i(dt, limit->data, 0), d = pd__get_i(dt, delta->data, 0);
+        int64_t diff;
+        if (d == 0) return pd__err(PD_ERR_SHAPE, "delta is 0");
+        if (__builtin_sub_overflow(l, s, &diff))
+            return pd__err(PD_ERR_SHAPE, "range(%lld, %lld) overflows", (long long)s, (long long)l);
+        if (diff == 0 || (diff > 0) != (d > 0)) {
+            *count = 0;
+        } else {
+            int64_t q = diff / d; /* diff and d have one sign: q > 0 unless |d| > |diff| */
+            if (diff % d != 0) q += 1;
+            *count = q;
+        }
+    } else {
+        return pd__err(PD_ERR_UNSUPPORTED, "Range of %s is not supported", pd_dtype_name(dt));
+    }
+    return PD_OK;
+}
+
+/* ---- helpers of the shape rules ---------------------------------------------- */
+
+/* Re-reports the current error (set by a resolver) as an error of node n. */
+static pd_status node_fail(const pd_graph *g, const pd__node *n, pd_status s) {
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", pd_last_error());
+    return pd__node_err(g, n, s, "%s", msg);
+}
+
+/* Input i, present and with a known shape. */
+static pd_status need_in(pd_graph *g, pd__node *n, int i, const char *what, pd__tensor **out) {
+    pd__tensor *t = pd__in(g, n, i);
+    if (t == NULL) return pd__node_err(g, n, PD_ERR_INVALID, "missing input %d (%s)", i, what);
+    if (t->ndim < 0) return pd__node_err(g, n, PD_ERR_SHAPE, "input %s has no known shape", t->name);
+    *out = t;
+    return PD_OK;
+}
+
+/* Like need_in, for an input whose elements the op moves (strings are not supported). */
+static pd_status need_data(pd_graph *g, pd__node *n, int i, pd__tensor **out) {
+    PD_TRY(need_in(g, n, i, "data", out));
+    if (pd_dtype_size((*out)->dtype) == 0)
+        return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "dtype %s is not supported", pd_dtype_name((*out)->dtype));
+    return PD_OK;
+}
+
+static pd_status set_out(pd_graph *g, pd__node *n, int i, pd_dtype dt, int ndim, const int64_t *shape) {
+    pd__tensor *o = pd__out(g, n, i);
+    if (o == NULL) return PD_OK; /* an unused optional output */
+    for (int d = 0; d < ndim; d++)
+        if (shape[d] < 0)
+            return pd__node_err(g, n, PD_ERR_SHAPE, "output dim %d would be %lld", d, (long long)shape[d]);
+    o->dtype = dt;
+    return pd__tensor_set_shape(g, o, ndim, shape);
+}
+
+static bool is_const(const pd__tensor *t) {
+    return (t->kind == PD_T_INIT || t->kind == PD_T_CONST) && (t->data != NULL || t->numel == 0);
+}
+
+/* Views of the node's inputs for a resolver; non-constant ones lose their data. */
+static pd_status make_views(pd_graph *g, pd__node *n, pd_tensor *v, pd_tensor **vp) {
+    if (n->nin > MAX_VIEWS) return pd__node_err(g, n, PD_ERR_INVALID, "too many inputs (%d)", n->nin);
+    for (int i = 0; i < n->nin; i++) {
+        pd__tensor *t = pd__in(g, n, i);
+        vp[i] = NULL;
+        if (t == NULL) continue;
+        if (t->ndim < 0) return pd__node_err(g, n, PD_ERR_SHAPE, "input %s has no known shape", t->name);
+        v[i] = pd__view(t);
+        if (!is_const(t)) v[i].data = NULL;
+        vp[i] = &v[i];
+    }
+    return PD_OK;
+}
+
+/* Reads constant input i as up to `max` ints. */
+static pd_status const_ints(pd_graph *g, pd__node *n, int i, const char *what, int max, int64_t *v, int *count) {
+    pd__tensor *t = NULL;
+    PD_TRY(need_in(g, n, i, what, &t));
+    pd_tensor view = pd__view(t);
+    if (!is_const(t)) view.data = NULL;
+    pd_status s = read_ints(&view, what, max, v, count);
+    return s == PD_OK ? s : node_fail(g, n, s);
+}
+
+static pd_status bad_shape(pd_graph *g, pd__node *n, const char *what, const pd__tensor *x, int k,
+                           const int64_t *shape) {
+    char a[128], b[128];
+    pd__format_shape(a, sizeof a, x->ndim, x->shape);
+    pd__format_shape(b, sizeof b, k, shape);
+    return pd__node_err(g, n, PD_ERR_SHAPE, "cannot %s %s into %s", what, a, b);
+}
+
+/* ---- shape rules --------------------------------------------------------------- */
+
+pd_status pd__shape_Flatten(pd_graph *g, pd__node *n) {
+    pd__tensor *x = NULL;
+    PD_TRY(need_data(g, n, 0, &x));
+    int r = x->ndim;
+    int64_t axis = pd__attr_i(n, "axis", 1);
+    if (axis < -(int64_t)r || axis > r)
+        return pd__node_err(g, n, PD_ERR_SHAPE, "axis %lld out of range [-%d, %d]", (long long)axis, r, r);
+    if (axis < 0) axis += r;
+    int64_t shape[2] = {pd__shape_numel((int)axis, x->shape), pd__shape_numel(r - (int)axis, x->shape + axis)};
+    return set_out(g, n, 0, x->dtype, 2, shape);
+}
+
+pd_status pd__shape_Reshape(pd_graph *g, pd__node *n) {
+    pd__tensor *x = NULL;
+    PD_TRY(need_data(g, n, 0, &x));
+    int64_t shape[PD_MAX_DIMS];
+    int k;
+    if (pd__in(g, n, 1) == NULL && pd__attr_get(n, "shape") != NULL) { /* Reshape-1 */
+        pd_status s = read_attr_ints(n, "shape", PD_MAX_DIMS, shape, &k);
+        if (s != PD_OK) return node_fail(g, n, s);
+    } else {
+        PD_TRY(const_ints(g, n, 1, "shape", PD_MAX_DIMS, shape, &k));
+    }
+    bool allowzero = pd__attr_i(n, "allowzero", 0) != 0;
+    int64_t total = pd__shape_numel(x->ndim, x->shape), known = 1;
+    int infer = -1;
+    for (int i = 0; i < k; i++) {
+        if (shape[i] == -1) {
+            if (infer >= 0) return pd__node_err(g, n, PD_ERR_SHAPE, "shape has more than one -1");
+            infer = i;
+            continue;
+        }
+        if (shape[i] < -1)
+            return pd__node_err(g, n, PD_ERR_SHAPE, "shape[%d] = %lld is negative", i, (long long)shape[i]);
+        if (shape[i] == 0 && !allowzero) {
+            if (i >= x->ndim)
+                return pd__node_err(g, n, PD_ERR_SHAPE, "shape[%d] = 0 copies a dim the input (rank %d) lacks", i,
+                                    x->ndim);
+            shape[i] = x->shape[i];
+        }
+        if (!pd__mul_ok(known, shape[i], &known)) return pd__node_err(g, n, PD_ERR_SHAPE, "shape overflows");
+    }
+    if (infer >= 0) {
+        if (known == 0 || total % known != 0) {
+            shape[infer] = -1;
+            return bad_shape(g, n, "reshape", x, k, shape);
+        }
+        shape[infer] = total / known;
+    } else if (known != total) {
+        return bad_shape(g, n, "reshape", x, k, shape);
+    }
+    return set_out(g, n, 0, x->dtype, k, shape);
+}
+
+pd_status pd__shape_Transpose(pd_graph *g, pd__node *n) {
+    pd__tensor *x = NULL;
+    PD_TRY(need_data(g, n, 0, &x));
+    int perm[PD_MAX_DIMS];
+    pd_status s = pd__transpose_perm(n, x->ndim, perm);
+    if (s != PD_OK) return node_fail(g, n, s);
+    int64_t shape[PD_MAX_DIMS];
+    for (int i = 0; i < x->ndim; i++) shape[i] = x->shape[perm[i]];
+    return set_out(g, n, 0, x->dtype, x->ndim, shape);
+}
+
+pd_status pd__shape_Concat(pd_graph *g, pd__node *n) {
+    pd__tensor *x = NULL;
+    PD_TRY(need_data(g, n, 0, &x));
+    const pd__attr *aa = pd__attr_get(n, "axis");
+    if (aa == NULL && n->opset >= 4) return pd__node_err(g, n, PD_ERR_INVALID, "missing attribute axis");
+    int64_t ax = pd__attr_i(n, "axis", 1);
+    int r = x->ndim, axis;
+    if (!pd__norm_axis(ax, r, &axis))
+        return pd__node_err(g, n, PD_ERR_SHAPE, "axis %lld out of range for rank %d", (long long)ax, r);
+    int64_t shape[PD_MAX_DIMS];
+    memcpy(shape, x->shape, sizeof shape);
+    for (int i = 1; i < n->nin; i++) {
+        pd__tensor *t = NULL;
+        PD_TRY(need_data(g, n, i, &t));
+        if (t->dtype != x->dtype)
+            return pd__node_err(g, n, PD_ERR_SHAPE, "input %d is %s but input 0 is %s", i, pd_dtype_name(t->dtype),
+                                pd_dtype_name(x->dtype));
+        if (t->ndim != r)
+            return pd__node_err(g, n, PD_ERR_SHAPE, "input %d has rank %d but input 0 has %d", i, t->ndim, r);
+        for (int d = 0; d < r; d++)
+            if (d != axis && t->shape[d] != x->shape[d])
+                return pd__node_err(g, n, PD_ERR_SHAPE, "input %d has %lld at dim %d but input 0 has %lld", i,
+                                    (long long)t->shape[d], d, (long long)x->shape[d]);
+        if (__builtin_add_overflow(shape[axis], t->shape[axis], &shape[axis]))
+            return pd__node_err(g, n, PD_ERR_SHAPE, "concatenated dim overflows");
+    }
+    return set_out(g, n, 0, x->dtype, r, shape);
+}
+
+pd_status pd__shape_Split(pd_graph *g, pd__node *n) {
+    pd__tensor *x = NULL;
+    PD_TRY(need_data(g, n, 0, &x));
+    pd_tensor v[MAX_VIEWS], *vp[MAX_VIEWS];
+    PD_TRY(make_views(g, n, v, vp));
+    if (n->nout < 1) return pd__node_err(g, n, PD_ERR_INVALID, "no outputs");
+    int64_t *sizes = PD_MALLOC((size_t)n->nout * sizeof *sizes);
+    if (sizes == NULL) return pd__node_err(g, n, PD_ERR_NOMEM, "out of memory");
+    int axis;
+    pd_status s = pd__split_sizes(n, vp, &axis, sizes);
+    if (s != PD_OK) s = node_fail(g, n, s);
+    for (int i = 0; s == PD_OK && i < n->nout; i++) {
+        int64_t shape[PD_MAX_DIMS];
+        memcpy(shape, x->shape, sizeof shape);
+        shape[axis] = sizes[i];
+        s = set_out(g, n, i, x->dtype, x->ndim, shape);
+    }
+    PD_FREE(sizes);
+    return s;
+}
+
+pd_status pd__shape_Slice(pd_graph *g, pd__node *n) {
+    pd__tensor *x = NULL;
+    PD_TRY(need_data(g, n, 0, &x));
+    pd_tensor v[MAX_VIEWS], *vp[MAX_VIEWS];
+    PD_TRY(make_views(g, n, v, vp));
+    pd__slice_params p;
+    pd_status s = pd__slice_resolve(n, vp, &p);
+    if (s != PD_OK) return node_fail(g, n, s);
+    return set_out(g, n, 0, x->dtype, x->ndim, p.count);
+}
+
+pd_status pd__shape_Gather(pd_graph *g, pd__node *n) {
+    pd__tensor *x = NULL, *idx = NULL;
+    PD_TRY(need_data(g, n, 0, &x));
+    PD_TRY(need_in(g, n, 1, "indices", &idx));
+    if (idx->dtype != PD_INT64 && idx->dtype != PD_INT32)
+        return pd__node_err(g, n, PD_ERR_SHAPE, "indices must be int64 or int32, not %s", pd_dtype_name(idx->dtype));
+    int64_t ax = pd__attr_i(n, "axis", 0);
+    int axis;
+    if (!pd__norm_axis(ax, x->ndim, &axis))
+        return pd__node_err(g, n, PD_ERR_SHAPE, "axis %lld out of range for rank %d", (long long)ax, x->ndim);
+    int r = x->ndim - 1 + idx->ndim;
+    if (r > PD_MAX_DIMS) return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "output rank %d exceeds %d", r, PD_MAX_DIMS);
+    int64_t shape[PD_MAX_DIMS];
+    int k = 0;
+    for (int d = 0; d < axis; d++) shape[k++] = x->shape[d];
+    for (int d = 0; d < idx->ndim; d++) shape[k++] = idx->shape[d];
+    for (int d = axis + 1; d < x->ndim; d++) shape[k++] = x->shape[d];
+    return set_out(g, n, 0, x->dtype, r, shape);
+}
+
+/* The axes of Squeeze/Unsqueeze: attribute before opset 13, input after.
+ * *k = -1 when there are none. */
+static pd_status squeeze_axes(pd_graph *g, pd__node *n, int64_t *axes, int *k) {
+    if (pd__in(g, n, 1) != NULL) return const_ints(g, n, 1, "axes", PD_MAX_DIMS, axes, k);
+    pd_status s = read_attr_ints(n, "axes", PD_MAX_DIMS, axes, k);
+    return s == PD_OK ? s : node_fail(g, n, s);
+}
+
+pd_status pd__shape_Unsqueeze(pd_graph *g, pd__node *n) {
+    pd__tensor *x = NULL;
+    PD_TRY(need_data(g, n, 0, &x));
+    int64_t axes[PD_MAX_DIMS];
+    int k;
+    PD_TRY(squeeze_axes(g, n, axes, &k));
+    if (k < 0) return pd__node_err(g, n, PD_ERR_INVALID, "missing axes");
+    int r = x->ndim + k;
+    if (r > PD_MAX_DIMS) return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "output rank %d exceeds %d", r, PD_MAX_DIMS);
+    pd_status s = norm_axes("axes", axes, k, r);
+    if (s != PD_OK) return node_fail(g, n, s);
+    bool ins[PD_MAX_DIMS] = {false};
+    for (int i = 0; i < k; i++) ins[axes[i]] = true;
+    int64_t shape[PD_MAX_DIMS];
+    for (int d = 0, j = 0; d < r; d++) shape[d] = ins[d] ? 1 : x->shape[j++];
+    return set_out(g, n, 0, x->dtype, r, shape);
+}
+
+pd_status pd__shape_Squeeze(pd_graph *g, pd__node *n) {
+    pd__tensor *x = NULL;
+    PD_TRY(need_data(g, n, 0, &x));
+    int64_t axes[PD_MAX_DIMS];
+    int k;
+    PD_TRY(squeeze_axes(g, n, axes, &k));
+    bool drop[PD_MAX_DIMS] = {false};
+    if (k <= 0) { /* no axes (or an empty list, as onnxruntime reads it): every 1 goes */
+        for (int d = 0; d < x->ndim; d++) drop[d] = x->shape[d] == 1;
+    } else {
+        pd_status s = norm_axes("axes", axes, k, x->ndim);
+        if (s != PD_OK) return node_fail(g, n, s);
+        for (int i = 0; i < k; i++) {
+            if (x->shape[axes[i]] != 1)
+                return pd__node_err(g, n, PD_ERR_SHAPE, "cannot squeeze axis %d of size %lld", (int)axes[i],
+                                    (long long)x->shape[axes[i]]);
+            drop[axes[i]] = true;
+        }
+    }
+    int64_t shape[PD_MAX_DIMS];
+    int r = 0;
+    for (int d = 0; d < x->ndim; d++)
+        if (!drop[d]) shape[r++] = x->shape[d];
+    return set_out(g, n, 0, x->dtype, r, shape);
+}
+
+pd_status pd__shape_Expand(pd_graph *g, pd__node *n) {
+    pd__tensor *x = NULL;
+    PD_TRY(need_data(g, n, 0, &x));
+    int64_t want[PD_MAX_DIMS], shape[PD_MAX_DIMS];
+    int k;
+    PD_TRY(const_ints(g, n, 1, "shape", PD_MAX_DIMS, want, &k));
+    int r = k > x->ndim ? k : x->ndim;
+    for (int i = 0; i < r; i++) { /* aligned from the right */
+        int64_t a = i < x->ndim ? x->shape[x->ndim - 1 - i] : 1;
+        int64_t b = i < k ? want[k - 1 - i] : 1;
+        if (b < 0) return pd__node_err(g, n, PD_ERR_SHAPE, "shape[%d] = %lld is negative", k - 1 - i, (long long)b);
+        if (a != b && a != 1 && b != 1) return bad_shape(g, n, "expand", x, k, want);
+        shape[r - 1 - i] = a == 1 ? b : a;
+    }
+    return set_out(g, n, 0, x->dtype, r, shape);
+}
+
+pd_status pd__shape_Pad(pd_graph *g, pd__node *n) {
+    pd__tensor *x = NULL;
+    PD_TRY(need_data(g, n, 0, &x));
+    pd_tensor v[MAX_VIEWS], *vp[MAX_VIEWS];
+    PD_TRY(make_views(g, n, v, vp));
+    pd__pad_params p;
+    pd_status s = pd__pad_resolve(n, vp, &p);
+    if (s != PD_OK) return node_fail(g, n, s);
+    pd__tensor *cv = pd__in(g, n, 2);
+    if (cv != NULL) {
+        if (cv->dtype != x->dtype)
+            return pd__node_err(g, n, PD_ERR_SHAPE, "constant_value is %s but data is %s", pd_dtype_name(cv->dtype),
+                                pd_dtype_name(x->dtype));
+        if (cv->ndim < 0 || cv->numel > 1) return pd__node_err(g, n, PD_ERR_SHAPE, "constant_value must be a scalar");
+    }
+    int64_t shape[PD_MAX_DIMS];
+    for (int d = 0; d < x->ndim; d++) shape[d] = x->shape[d] + p.begin[d] + p.end[d];
+    return set_out(g, n, 0, x->dtype, x->ndim, shape);
+}
+
+pd_status pd__shape_Constant(pd_graph *g, pd__node *n) {
+    pd_tensor v;
+    pd_status s = pd__constant_value(n, &v);
+    if (s != PD_OK) return node_fail(g, n, s);
+    return set_out(g, n, 0, v.dtype, v.ndim, v.shape);
+}
+
+pd_status pd__shape_Shape(pd_graph *g, pd__node *n) {
+    pd__tensor *x = NULL;
+    PD_TRY(need_in(g, n, 0, "data", &x));
+    int start, end;
+    pd__shape_span(n, x->ndim, &start, &end);
+    int64_t len = end - start;
+    return set_out(g, n, 0, PD_INT64, 1, &len);
+}
+
+pd_status pd__shape_ConstantOfShape(pd_graph *g, pd__node *n) {
+    int64_t shape[PD_MAX_DIMS];
+    int k;
+    PD_TRY(const_ints(g, n, 0, "shape", PD_MAX_DIMS, shape, &k));
+    for (int i = 0; i < k; i++)
+        if (shape[i] < 0)
+            return pd__node_err(g, n, PD_ERR_SHAPE, "shape[%d] = %lld is negative", i, (long long)shape[i]);
+    pd_tensor v;
+    float zero;
+    pd_status s = pd__constant_of_shape_value(n, &v, &zero);
+    if (s != PD_OK) return node_fail(g, n, s);
+    return set_out(g, n, 0, v.dtype, k, shape);
+}
+
+pd_status pd__shape_Range(pd_graph *g, pd__node *n) {
+    pd_tensor v[MAX_VIEWS], *vp[MAX_VIEWS];
+    if (n->nin != 3) return pd__node_err(g, n, PD_ERR_INVALID, "Range takes 3 inputs, has %d", n->nin);
+    PD_TRY(make_views(g, n, v, vp));
+    int64_t count;
+    pd_status s = pd__range_count(vp[0], vp[1], vp[2], &count);
+    if (s != PD_OK) return node_fail(g, n, s);
+    return set_out(g, n, 0, vp[0]->dtype, 1, &count);
+}
+
+/* ---- FLOPs: these ops only move data ------------------------------------------ */
+
+#define PD__NO_FLOPS(name)                                                                                             \
+    int64_t pd__flops_##name(const pd_graph *g, const pd__node *n) {                                                   \
+        (void)g;                                                                                                       \
+        (void)n;                                                                                                       \
+        return 0;                                                                                                      \
+    }
+PD__NO_FLOPS(Flatten)
+PD__NO_FLOPS(Reshape)
+PD__NO_FLOPS(Transpose)
+PD__NO_FLOPS(Concat)
+PD__NO_FLOPS(Split)
+PD__NO_FLOPS(Slice)
+PD__NO_FLOPS(Gather)
+PD__NO_FLOPS(Unsqueeze)
+PD__NO_FLOPS(Squeeze)
+PD__NO_FLOPS(Expand)
+PD__NO_FLOPS(Pad)
+PD__NO_FLOPS(Constant)
+PD__NO_FLOPS(Shape)
+PD__NO_FLOPS(ConstantOfShape)
+PD__NO_FLOPS(Range)
+#undef MAX_VIEWS
+#undef PD__NO_FLOPS
+#undef set_out
+
+/* ==== core/profile.c ==== */
+/* profile.c - building and validating profiles (struct pd_profile, core/plan.h)
+ * and the public accessors of pipedream.h.
+ *
+ * Loaders and the profiler fill a profile made by pd__profile_new, add edges,
+ * then call pd__profile_finish: it checks the costs (finite, non-negative) and
+ * the edges (in range, no self-loop), drops duplicate edges, and puts the nodes
+ * in a topological order that keeps the given order wherever the DAG allows
+ * (Kahn's algorithm, ties broken by the original index), so a profile already
+ * in order is left as it is. Edges end up sorted by (producer, consumer).
+ */
+/* ---- core/plan.h ---- */
+/* plan.h - profiles, plans and schedules: what the profiler measures, the
+ * planner cuts and the schedule generator turns into per-stage instruction
+ * lists that the simulator (and later the runtime) execute.
+ *
+ * Not installed; pipedream.h exposes these through opaque handles.
+ *
+ * Units everywhere: milliseconds for times, bytes for sizes, bytes/s for
+ * bandwidth. Times in a profile are for one microbatch (the profile's batch).
+ *
+ * Files:
+ *   core/profile.c      building, validating, deriving (node costs, edges)
+ *   runtime/profile_io.c  JSON and PipeDream graph.txt read/write
+ *   runtime/profiler.c  measures a pd_graph on a backend
+ *   core/antichain.c    DAG -> sequence of valid cut states (PipeDream's antichains)
+ *   core/partition.c    the partitioners (pipedream DP, 2bw, bipartition, uniform, params)
+ *   runtime/plan_io.c   plan JSON read/write
+ *   core/schedule.c     instruction lists per schedule kind, validation
+ *   core/simulate.c     event-driven simulation, Chrome trace, SVG
+ */
+#ifndef PD_PLAN_H
+#define PD_PLAN_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+
+/* ---- profiles ------------------------------------------------------------- */
+
+typedef struct pd__pnode {
+    char *name;          /* ONNX node name, or PipeDream's "nodeN" */
+    char *desc;          /* op type or PipeDream's layer description */
+    double fwd_ms;       /* forward of one microbatch */
+    double bwd_in_ms;    /* backward: gradient of the inputs (zero-bubble's B) */
+    double bwd_w_ms;     /* backward: gradient of the weights (zero-bubble's W) */
+    double act_bytes;    /* bytes of its outputs (one microbatch) */
+    double param_bytes;  /* bytes of the trainable parameters it owns */
+    double optim_bytes;  /* optimizer state for those parameters */
+} pd__pnode;
+
+struct pd_profile {
+    int n;               /* nodes, in a topological order */
+    pd__pnode *node;
+    int n_edges;
+    int *edge;           /* 2*n_edges ints: producer, consumer (node indices, producer < consumer) */
+    int64_t batch;       /* microbatch the times are for (0: unknown) */
+    char *model;         /* where it came from (for messages); may be NULL */
+    char *device;        /* "cpu", "cuda", "pipedream" (imported) ... ; may be NULL */
+};
+
+/* An empty profile with room for n nodes (names NULL, costs 0). */
+pd_status pd__profile_new(int n, pd_profile **out);
+/* Adds an edge a -> b (checked: indices in range). */
+pd_status pd__profile_add_edge(pd_profile *p, int a, int b);
+/* Checks: finite non-negative costs, edges in range, acyclic; reorders nodes
+ * topologically (stable) when needed. `what` names the profile in errors. */
+pd_status pd__profile_finish(pd_profile *p, const char *what);
+
+/* Parses a profile held in memory (JSON or PipeDream graph.txt); `name` names
+ * it in errors (runtime/profile_io.c). */
+pd_status pd__profile_parse(const char *name, const char *data, size_t len, pd_profile **out);
+
+/* ---- cut states (antichains) ------------------------------------------------ */
+
+/* A valid cut of the DAG: the set of nodes before it is closed under
+ * predecessors (an "ideal"). States are in a topological order of the
+ * antichain DAG; state 0 is the empty cut and state n_states-1 the whole
+ * graph. The stage between states a and b (a before b, ideal[a] inside
+ * ideal[b]) holds the nodes ideal[b] \ ideal[a]. */
+typedef struct pd__cuts {
+    int n_states;
+    bool prefix_only;      /* too many ideals: only the prefixes of the topological order */
+    int words;             /* 64-bit words per ideal bitset */
+    uint64_t *ideal;       /* n_states * words */
+    /* prefix sums over each ideal (so a stage's totals are differences) */
+    double *fwd, *bwd_in, *bwd_w, *act, *param, *optim;
+    /* bytes of every tensor crossing the cut (outputs of nodes inside with a
+     * consumer outside): sent forward as activations, back as gradients */
+    double *cross_bytes;
+    /* PipeDream's own measure: activation bytes of the cut's maximal nodes */
+    double *antichain_bytes;
+    /* pred[b] lists the states a with ideal[a] strictly inside ideal[b] (ascending) */
+    int *pred_start, *pred;   /* CSR: pred[pred_start[b] .. pred_start[b+1]) */
+} pd__cuts;
+
+/* max_states bounds the enumeration (error naming the limit when exceeded). */
+pd_status pd__cuts_build(const pd_profile *p, int max_states, pd__cuts **out);
+void pd__cuts_free(pd__cuts *c);
+
+/* ---- plans ---------------------------------------------------------------- */
+
+typedef struct pd__stage {
+    int replicas;
+    int first_rank;        /* ranks first_rank .. first_rank+replicas-1 */
+    /* per microbatch, on one replica */
+    double fwd_ms, bwd_in_ms, bwd_w_ms;
+    double param_bytes, optim_bytes, act_bytes;  /* act: activations stashed per microbatch */
+    double in_bytes;       /* activation bytes received per microbatch (gradient bytes sent back) */
+    double out_bytes;      /* activation bytes sent per microbatch (gradient bytes received) */
+    double send_ms;        /* time to send out_bytes to the next stage (and the gradient back) */
+    double allreduce_ms;   /* gradient all-reduce among the replicas, per minibatch */
+    double time_ms;        /* the stage's cost in the planner's model (per minibatch per replica) */
+    double memory_bytes;   /* predicted peak per worker */
+} pd__stage;
+
+typedef enum pd__algo {
+    PD_ALGO_PIPEDREAM = 0,
+    PD_ALGO_2BW,
+    PD_ALGO_BIPARTITION,
+    PD_ALGO_UNIFORM,
+    PD_ALGO_PARAMS
+} pd__algo;
+
+struct pd_plan {
+    int n_nodes;
+    char **node_name;      /* copies of the profile's names */
+    int *fwd_stage;        /* per node: the stage that runs its forward */
+    int *bwd_stage;        /* per node: the stage that runs its backward (== fwd_stage except bipartition) */
+    int n_stages;          /* stages (virtual stages when chunks > 1) */
+    pd__stage *stage;
+    int chunks;            /* virtual stages per worker: stage k runs on worker k % (n_stages / chunks) */
+    int workers;           /* workers given; sum of replicas may be fewer */
+    int microbatches;      /* per minibatch (per pipeline) */
+    int64_t microbatch_size;
+    int width;             /* 2bw: parallel pipelines (data-parallel width); 1 otherwise */
+    bool recompute;        /* 2bw: activation recomputation */
+    pd__algo algo;
+    char *algo_name, *cost_model, *model;
+    double bandwidth;      /* between adjacent stages (the slowest level crossed) */
+    /* predictions */
+    double time_ms;        /* per minibatch in steady state (the bottleneck stage) */
+    double single_ms;      /* one worker, whole model */
+    double dp_ms;          /* pure data parallelism on the same workers */
+    double speedup;        /* single_ms / time_ms */
+    double dp_speedup;     /* dp_ms / time_ms */
+    double bubble;         /* predicted idle fraction for the plan's default schedule */
+    double throughput;     /* samples per second */
+    int n_cut_states;      /* cut states the planner searched (0: not a DAG search) */
+    bool prefix_only;      /* they were the prefixes of one topological order */
+};
+
+void pd__plan_free(pd_plan *p);
+/* The --algo names ("pipedream", "2bw", ...) and back; unknown names are an error naming the flag. */
+const char *pd__algo_name(pd__algo a);
+pd_status pd__algo_parse(const char *s, pd__algo *out);
+/* The plan as JSON text (runtime/plan_io.c); free with cJSON_free / free. */
+char *pd__plan_to_json(const pd_plan *p);
+/* The reverse (runtime/plan_io.c); `what` names the text in messages. */
+pd_status pd__plan_from_json(const char *buf, size_t len, const char *what, pd_plan **out);
+
+/* ---- schedules ---------------------------------------------------------------- */
+
+typedef enum pd__sched_kind {
+    PD_SCHED_GPIPE = 0,    /* all F, then all B; flush */
+    PD_SCHED_FLUSH,        /* PipeDream-Flush / 1F1B; flush */
+    PD_SCHED_PIPEDREAM,    /* asynchronous 1F1B with weight stashing; no flush */
+    PD_SCHED_2BW,          /* 1F1B, two weight versions, step every m microbatches */
+    PD_SCHED_INTERLEAVED,  /* Megatron's interleaved 1F1B with v chunks per worker */
+    PD_SCHED_ZB_H1         /* zero-bubble H1: B and W split, W fills the bubble */
+} pd__sched_kind;
+
+typedef enum pd__op_kind {
+    PD_I_F = 0,            /* forward of microbatch mb on chunk */
+    PD_I_B,                /* backward: input gradient (and weight gradient unless split) */
+    PD_I_W,                /* backward: weight gradient (zero-bubble) */
+    PD_I_SEND_ACT,
+    PD_I_RECV_ACT,
+    PD_I_SEND_GRAD,
+    PD_I_RECV_GRAD,
+    PD_I_ALLREDUCE,        /* gradients among a stage's replicas */
+    PD_I_STEP,             /* optimizer update (version: the new weight version) */
+    PD_I_SNAPSHOT          /* checkpoint point */
+} pd__op_kind;
+
+typedef struct pd__instr {
+    uint8_t op;            /* pd__op_kind */
+    uint8_t split;         /* PD_I_B: 1 when a separate PD_I_W follows for this mb */
+    int16_t chunk;         /* virtual stage on this worker (interleaved), else 0 */
+    int32_t mb;            /* microbatch index (global across minibatches) */
+    int32_t version;       /* weight version the F/B/W uses; STEP: version produced */
+    int32_t peer;          /* SEND/RECV: the other stage (virtual stage index) */
+} pd__instr;
+
+typedef struct pd__schedule {
+    pd__sched_kind kind;
+    int n_stages;          /* physical stages (workers of one pipeline) */
+    int chunks;            /* virtual stages per worker (1 unless interleaved) */
+    int microbatches;      /* per minibatch */
+    int minibatches;       /* how many minibatches the lists cover */
+    int *len;              /* instructions per stage */
+    pd__instr **ins;       /* ins[s][k] */
+} pd__schedule;
+
+#endif
+/* ---- end of core/plan.h ---- */
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Edge arrays hold room for pd__edge_cap(n_edges) edges: 16, then powers of two. */
+static int pd__edge_cap(int n) {
+    int c = 16;
+    while (c < n) c *= 2;
+    return c;
+}
+
+pd_status pd__profile_new(int n, pd_profile **out) {
+    if (n < 0 || !out) return pd__err(PD_ERR_INVALID, "pd__profile_new: bad arguments (n = %d)", n);
+    pd_profile *p = PD_CALLOC(1, sizeof *p);
+    if (p) p->node = PD_CALLOC((size_t)n + 1, sizeof *p->node);
+    if (!p || !p->node) {
+        PD_FREE(p);
+        return pd__err(PD_ERR_NOMEM, "out of memory for a profile of %d nodes", n);
+    }
+    p->n = n;
+    *out = p;
+    return PD_OK;
+}
+
+pd_status pd__profile_add_edge(pd_profile *p, int a, int b) {
+    if (a < 0 || a >= p->n || b < 0 || b >= p->n)
+        return pd__err(PD_ERR_INVALID, "profile edge %d -> %d: node index out of range [0, %d)", a, b, p->n);
+    if (!p->edge || p->n_edges == pd__edge_cap(p->n_edges)) {
+        if (p->n_edges > INT32_MAX / 4) return pd__err(PD_ERR_NOMEM, "too many profile edges");
+        int *e = PD_REALLOC(p->edge, sizeof(int) * 2 * (size_t)pd__edge_cap(p->n_edges + 1));
+        if (!e) return pd__err(PD_ERR_NOMEM, "out of memory for profile edges");
+        p->edge = e;
+    }
+    p->edge[2 * p->n_edges] = a;
+    p->edge[2 * p->n_edges + 1] = b;
+    p->n_edges++;
+    return PD_OK;
+}
+
+static int pd__edge_cmp(const void *x, const void *y) {
+    const int *a = x, *b = y;
+    if (a[0] != b[0]) return a[0] < b[0] ? -1 : 1;
+    return (a[1] > b[1]) - (a[1] < b[1]);
+}
+
+/* A binary min-heap of node indices (the ready set of Kahn's algorithm). */
+static void pd__heap_push(int *h, int *len, int v) {
+    int i = (*len)++;
+    while (i > 0 && h[(i - 1) / 2] > v) {
+        h[i] = h[(i - 1) / 2];
+        i = (i - 1) / 2;
+    }
+    h[i] = v;
+}
+
+static int pd__heap_pop(int *h, int *len) {
+    int top = h[0], v = h[--(*len)], i = 0;
+    for (;;) {
+        int c = 2 * i + 1;
+        if (c >= *len) break;
+        if (c + 1 < *len && h[c + 1] < h[c]) c++;
+        if (h[c] >= v) break;
+        h[i] = h[c];
+        i = c;
+    }
+    if (*len > 0) h[i] = v;
+    return top;
+}
+
+static const char *pd__pname(const pd_profile *p, int i) { return p->node[i].name ? p->node[i].name : "?"; }
+
+pd_status pd__profile_finish(pd_profile *p, const char *what) {
+    if (!what) what = p->model ? p->model : "profile";
+    for (int i = 0; i < p->n; i++) {
+        const pd__pnode *d = &p->node[i];
+        const char *field[] = {"fwd_ms", "bwd_in_ms", "bwd_w_ms", "act_bytes", "param_bytes", "optim_bytes"};
+        double v[] = {d->fwd_ms, d->bwd_in_ms, d->bwd_w_ms, d->act_bytes, d->param_bytes, d->optim_bytes};
+        for (int k = 0; k < 6; k++)
+            if (!isfinite(v[k]) || v[k] < 0)
+                return pd__err(PD_ERR_INVALID, "%s: node '%s': %s is %g (costs must be finite and non-negative)", what,
+                               pd__pname(p, i), field[k], v[k]);
+    }
+    for (int e = 0; e < p->n_edges; e++) {
+        int a = p->edge[2 * e], b = p->edge[2 * e + 1];
+        if (a < 0 || a >= p->n || b < 0 || b >= p->n)
+            return pd__err(PD_ERR_INVALID, "%s: edge %d -> %d: node index out of range [0, %d)", what, a, b, p->n);
+        if (a == b) return pd__err(PD_ERR_INVALID, "%s: cycle: node '%s' is its own input", what, pd__pname(p, a));
+    }
+    /* duplicate edges go */
+    if (p->n_edges > 0) qsort(p->edge, (size_t)p->n_edges, 2 * sizeof(int), pd__edge_cmp); /* edge may be NULL */
+    int ne = 0;
+    for (int e = 0; e < p->n_edges; e++)
+        if (ne == 0 || pd__edge_cmp(p->edge + 2 * e, p->edge + 2 * (ne - 1)) != 0) {
+            p->edge[2 * ne] = p->edge[2 * e];
+            p->edge[2 * ne + 1] = p->edge[2 * e + 1];
+            ne++;
+        }
+    p->n_edges = ne;
+    /* Kahn: successors in CSR (edges are sorted by producer), ready set a min-heap */
+    size_t n1 = (size_t)p->n + 1;
+    int *start = PD_CALLOC(n1, sizeof(int)), *indeg = PD_CALLOC(n1, sizeof(int));
+    int *heap = PD_MALLOC(n1 * sizeof(int)), *order = PD_MALLOC(n1 * sizeof(int)), *pos = PD_MALLOC(n1 * sizeof(int));
+    int *edge = PD_MALLOC(sizeof(int) * 2 * (size_t)pd__edge_cap(ne));
+    pd__pnode *node = PD_MALLOC(n1 * sizeof(pd__pnode));
+    pd_status st = PD_OK;
+    if (!start || !indeg || !heap || !order || !pos || !edge || !node) {
+        st = pd__err(PD_ERR_NOMEM, "%s: out of memory sorting %d nodes", what, p->n);
+        goto done;
+    }
+    for (int e = 0; e < ne; e++) {
+        start[p->edge[2 * e] + 1]++;
+        indeg[p->edge[2 * e + 1]]++;
+    }
+    for (int i = 0; i < p->n; i++) start[i + 1] += start[i];
+    int hl = 0, k = 0;
+    for (int i = 0; i < p->n; i++)
+        if (indeg[i] == 0) pd__heap_push(heap, &hl, i);
+    while (hl > 0) {
+        int v = pd__heap_pop(heap, &hl);
+        pos[v] = k;
+        order[k++] = v;
+        for (int e = start[v]; e < start[v + 1]; e++)
+            if (--indeg[p->edge[2 * e + 1]] == 0) pd__heap_push(heap, &hl, p->edge[2 * e + 1]);
+    }
+    if (k < p->n) {
+        /* the nodes left (indeg > 0) each have a predecessor left: walking back
+         * n steps from one of them lands on a cycle */
+        int *back = heap, v = 0;
+        for (int e = 0; e < ne; e++)
+            if (indeg[p->edge[2 * e]] > 0) back[p->edge[2 * e + 1]] = p->edge[2 * e];
+        while (indeg[v] == 0) v++;
+        for (int step = 0; step < p->n; step++) v = back[v];
+        st = pd__err(PD_ERR_INVALID, "%s: the graph has a cycle through node '%s'", what, pd__pname(p, v));
+        goto done;
+    }
+    for (int i = 0; i < p->n; i++) node[i] = p->node[order[i]];
+    for (int e = 0; e < ne; e++) {
+        edge[2 * e] = pos[p->edge[2 * e]];
+        edge[2 * e + 1] = pos[p->edge[2 * e + 1]];
+    }
+    qsort(edge, (size_t)ne, 2 * sizeof(int), pd__edge_cmp);
+    PD_FREE(p->node);
+    PD_FREE(p->edge);
+    p->node = node;
+    p->edge = edge;
+    node = NULL;
+    edge = NULL;
+done:
+    PD_FREE(start);
+    PD_FREE(indeg);
+    PD_FREE(heap);
+    PD_FREE(order);
+    PD_FREE(pos);
+    PD_FREE(edge);
+    PD_FREE(node);
+    return st;
+}
+
+void pd_profile_destroy(pd_profile *p) {
+    if (!p) return;
+    for (int i = 0; i < p->n; i++) {
+        PD_FREE(p->node[i].name);
+        PD_FREE(p->node[i].desc);
+    }
+    PD_FREE(p->node);
+    PD_FREE(p->edge);
+    PD_FREE(p->model);
+    PD_FREE(p->device);
+    PD_FREE(p);
+}
+
+int pd_profile_num_nodes(const pd_profile *p) { return p ? p->n : 0; }
+
+pd_status pd_profile_node(const pd_profile *p, int i, pd_profile_node_info *out) {
+    if (!p || !out || i < 0 || i >= p->n)
+        return pd__err(PD_ERR_INVALID, "pd_profile_node: node index %d out of range", i);
+    const pd__pnode *d = &p->node[i];
+    out->name = d->name ? d->name : "";
+    out->desc = d->desc ? d->desc : "";
+    out->fwd_ms = d->fwd_ms;
+    out->bwd_in_ms = d->bwd_in_ms;
+    out->bwd_w_ms = d->bwd_w_ms;
+    out->act_bytes = d->act_bytes;
+    out->param_bytes = d->param_bytes;
+    out->optim_bytes = d->optim_bytes;
+    return PD_OK;
+}
+
+pd_status pd_profile_create(const pd_profile_node_info *nodes, int n_nodes, const int *edges, int n_edges,
+                            int64_t batch, pd_profile **out) {
+    if (!out) return pd__err(PD_ERR_INVALID, "pd_profile_create: NULL out");
+    if (n_nodes < 1 || !nodes)
+        return pd__err(PD_ERR_INVALID, "pd_profile_create: nodes: %s (need at least one node)",
+                       nodes ? "n_nodes < 1" : "NULL");
+    if (n_edges < 0 || (n_edges > 0 && !edges))
+        return pd__err(PD_ERR_INVALID, "pd_profile_create: edges: %s", n_edges < 0 ? "n_edges < 0" : "NULL");
+    if (batch < 0) return pd__err(PD_ERR_INVALID, "pd_profile_create: batch is negative (%lld)", (long long)batch);
+    pd_profile *p = NULL;
+    PD_TRY(pd__profile_new(n_nodes, &p));
+    pd_status st = PD_OK;
+    for (int i = 0; i < n_nodes && st == PD_OK; i++) {
+        const pd_profile_node_info *d = &nodes[i];
+        pd__pnode *q = &p->node[i];
+        char nm[32];
+        if (!d->name) snprintf(nm, sizeof nm, "node%d", i);
+        q->name = pd__strdup(d->name ? d->name : nm);
+        q->desc = pd__strdup(d->desc ? d->desc : "");
+        if (!q->name || !q->desc) st = pd__err(PD_ERR_NOMEM, "pd_profile_create: out of memory");
+        q->fwd_ms = d->fwd_ms;
+        q->bwd_in_ms = d->bwd_in_ms;
+        q->bwd_w_ms = d->bwd_w_ms;
+        q->act_bytes = d->act_bytes;
+        q->param_bytes = d->param_bytes;
+        q->optim_bytes = d->optim_bytes;
+    }
+    for (int e = 0; e < n_edges && st == PD_OK; e++) {
+        st = pd__profile_add_edge(p, edges[2 * e], edges[2 * e + 1]);
+        if (st != PD_OK) pd__err_prefix("pd_profile_create: edges[%d]", e);
+    }
+    p->batch = batch;
+    if (st == PD_OK) {
+        st = pd__profile_finish(p, "pd_profile_create");
+    }
+    if (st != PD_OK) {
+        pd_profile_destroy(p);
+        return st;
+    }
+    *out = p;
+    return PD_OK;
+}
+
+/* ==== core/antichain.c ==== */
+/* antichain.c - the valid cuts of a layer DAG, as PipeDream's planner sees them.
+ *
+ * A pipeline cut is valid when every node before it has all its
+ * predecessors before it too: the set of nodes before the cut is an
+ * "ideal" of the DAG (PipeDream names it by its antichain, the ideal's
+ * maximal nodes). A stage is the difference of two nested ideals. For a
+ * chain there are n+1 ideals; branches multiply them (a diamond has one
+ * per subset of the branch prefixes).
+ *
+ * States are every ideal, found breadth-first by adding one ready node at a
+ * time, then ordered by size (a topological order of containment). When a
+ * very branchy DAG has more than `max_states` ideals, the cuts fall back to
+ * the prefixes of the profile's topological order: still valid, fewer
+ * choices (the planner says so).
+ *
+ * Costs are prefix sums over each ideal, so a stage's totals are one
+ * subtraction; `cross_bytes` counts every tensor that crosses the cut (the
+ * outputs of nodes inside with a consumer outside), since all of them must
+ * travel forward as activations and back as gradients.
+ */
+
+#include <string.h>
+
+typedef struct pd__set {
+    int words, cap, n;
+    uint64_t *bits;   /* n * words */
+    int *slot;        /* hash table of indices, cap entries, -1 empty */
+} pd__set;
+
+static uint64_t pd__hash_bits(const uint64_t *b, int words) {
+    uint64_t h = 1469598103934665603ull;
+    for (int i = 0; i < words; i++) {
+        h ^= b[i];
+        h *= 1099511628211ull;
+        h ^= h >> 29;
+    }
+    return h;
+}
+
+/* Adds b if absent; returns its index, or -1 on allocation failure; *added says which. */
+static int pd__set_add(pd__set *s, const uint64_t *b, int limit, bool *added) {
+    *added = false;
+    if (s->n * 2 >= s->cap) {
+        int ncap = s->cap ? s->cap * 2 : 1024;
+        int *ns = PD_MALLOC(sizeof(int) * (size_t)ncap);
+        if (!ns) return -1;
+        for (int i = 0; i < ncap; i++) ns[i] = -1;
+        for (int i = 0; i < s->n; i++) {
+            uint64_t h = pd__hash_bits(s->bits + (size_t)i * s->words, s->words) & (uint64_t)(ncap - 1);
+            while (ns[h] >= 0) h = (h + 1) & (uint64_t)(ncap - 1);
+            ns[h] = i;
+        }
+        PD_FREE(s->slot);
+        s->slot = ns;
+        s->cap = ncap;
+    }
+    uint64_t h = pd__hash_bits(b, s->words) & (uint64_t)(s->cap - 1);
+    while (s->slot[h] >= 0) {
+        if (memcmp(s->bits + (size_t)s->slot[h] * s->words, b, sizeof(uint64_t) * (size_t)s->words) == 0)
+            return s->slot[h];
+        h = (h + 1) & (uint64_t)(s->cap - 1);
+    }
+    if (s->n >= limit) return -2;
+    if ((s->n & (s->n - 1)) == 0 || s->n == 0) {
+        size_t want = (size_t)(s->n ? s->n * 2 : 64) * (size_t)s->words;
+        uint64_t *nb = PD_REALLOC(s->bits, sizeof(uint64_t) * want);
+        if (!nb) return -1;
+        s->bits = nb;
+    }
+    memcpy(s->bits + (size_t)s->n * s->words, b, sizeof(uint64_t) * (size_t)s->words);
+    s->slot[h] = s->n;
+    *added = true;
+    return s->n++;
+}
+
+static inline bool pd__has(const uint64_t *b, int i) { return (b[i >> 6] >> (i & 63)) & 1; }
+
+void pd__cuts_free(pd__cuts *c) {
+    if (!c) return;
+    PD_FREE(c->ideal);
+    PD_FREE(c->fwd);
+    PD_FREE(c->bwd_in);
+    PD_FREE(c->bwd_w);
+    PD_FREE(c->act);
+    PD_FREE(c->param);
+    PD_FREE(c->optim);
+    PD_FREE(c->cross_bytes);
+    PD_FREE(c->antichain_bytes);
+    PD_FREE(c->pred_start);
+    PD_FREE(c->pred);
+    PD_FREE(c);
+}
+
+/* All ideals, breadth-first; returns the count, 0 when over `limit`, -1 on allocation failure. */
+static int pd__enumerate(const pd_profile *p, const int *pstart, const int *preds, int words, int limit,
+                         pd__set *set) {
+    uint64_t *tmp = PD_CALLOC((size_t)words, sizeof(uint64_t));
+    if (!tmp) return -1;
+    bool added;
+    int r = pd__set_add(set, tmp, limit, &added);
+    if (r < 0) {
+        PD_FREE(tmp);
+        return -1;
+    }
+    for (int head = 0; head < set->n; head++) {
+        for (int v = 0; v < p->n; v++) {
+            const uint64_t *b = set->bits + (size_t)head * words;
+            if (pd__has(b, v)) continue;
+            bool ready = true;
+            for (int k = pstart[v]; k < pstart[v + 1] && ready; k++) ready = pd__has(b, preds[k]);
+            if (!ready) continue;
+            memcpy(tmp, b, sizeof(uint64_t) * (size_t)words);
+            tmp[v >> 6] |= 1ull << (v & 63);
+            r = pd__set_add(set, tmp, limit, &added);
+            if (r < 0) {
+                PD_FREE(tmp);
+                return r == -2 ? 0 : -1;
+            }
+        }
+    }
+    PD_FREE(tmp);
+    return set->n;
+}
+
+static int pd__popcount(const uint64_t *b, int words) {
+    int c = 0;
+    for (int i = 0; i < words; i++) c += __builtin_popcountll(b[i]);
+    return c;
+}
+
+pd_status pd__cuts_build(const pd_profile *p, int max_states, pd__cuts **out) {
+    if (!p || p->n <= 0) return pd__err(PD_ERR_INVALID, "plan: the profile has no nodes");
+    if (max_states <= 0) max_states = 4096;
+    int n = p->n, words = (n + 63) / 64;
+    pd_status st = PD_ERR_NOMEM;
+    pd__cuts *c = PD_CALLOC(1, sizeof *c);
+    int *pstart = PD_CALLOC((size_t)n + 1, sizeof(int)), *preds = PD_MALLOC(sizeof(int) * ((size_t)p->n_edges + 1));
+    int *sstart = PD_CALLOC((size_t)n + 1, sizeof(int)), *succs = PD_MALLOC(sizeof(int) * ((size_t)p->n_edges + 1));
+    int *order = NULL;
+    pd__set set = {words, 0, 0, NULL, NULL};
+    if (!c || !pstart || !preds || !sstart || !succs) goto fail;
+    for (int e = 0; e < p->n_edges; e++) {
+        pstart[p->edge[2 * e + 1] + 1]++;
+        sstart[p->edge[2 * e] + 1]++;
+    }
+    for (int v = 0; v < n; v++) {
+        pstart[v + 1] += pstart[v];
+        sstart[v + 1] += sstart[v];
+    }
+    {
+        int *pf = PD_MALLOC(sizeof(int) * (size_t)n), *sf = PD_MALLOC(sizeof(int) * (size_t)n);
+        if (!pf || !sf) {
+            PD_FREE(pf);
+            PD_FREE(sf);
+            goto fail;
+        }
+        memcpy(pf, pstart, sizeof(int) * (size_t)n);
+        memcpy(sf, sstart, sizeof(int) * (size_t)n);
+        for (int e = 0; e < p->n_edges; e++) {
+            preds[pf[p->edge[2 * e + 1]]++] = p->edge[2 * e];
+            succs[sf[p->edge[2 * e]]++] = p->edge[2 * e + 1];
+        }
+        PD_FREE(pf);
+        PD_FREE(sf);
+    }
+
+    int S = pd__enumerate(p, pstart, preds, words, max_states, &set);
+    if (S < 0) goto fail;
+    if (S == 0) {
+        /* too many ideals: the prefixes of the topological order */
+        set.n = 0;
+        PD_FREE(set.bits);
+        set.bits = PD_CALLOC((size_t)(n + 1) * (size_t)words, sizeof(uint64_t));
+        if (!set.bits) goto fail;
+        for (int s = 1; s <= n; s++) {
+            memcpy(set.bits + (size_t)s * words, set.bits + (size_t)(s - 1) * words, sizeof(uint64_t) * (size_t)words);
+            set.bits[(size_t)s * words + (size_t)((s - 1) >> 6)] |= 1ull << ((s - 1) & 63);
+        }
+        S = set.n = n + 1;
+        c->prefix_only = true;
+    }
+    /* states by ideal size, ties by index: a counting sort, as sizes are 0..n
+     * (and no qsort_r, which is not standard C: the core builds on libc alone) */
+    order = PD_MALLOC(sizeof(int) * (size_t)S);
+    int *bucket = PD_CALLOC((size_t)n + 2, sizeof(int));
+    if (!order || !bucket) {
+        PD_FREE(bucket);
+        goto fail;
+    }
+    for (int i = 0; i < S; i++) bucket[pd__popcount(set.bits + (size_t)i * words, words) + 1]++;
+    for (int k = 0; k <= n; k++) bucket[k + 1] += bucket[k];
+    for (int i = 0; i < S; i++) order[bucket[pd__popcount(set.bits + (size_t)i * words, words)]++] = i;
+    PD_FREE(bucket);
+
+    c->n_states = S;
+    c->words = words;
+    c->ideal = PD_MALLOC(sizeof(uint64_t) * (size_t)S * (size_t)words);
+    double **arr[] = {&c->fwd, &c->bwd_in, &c->bwd_w, &c->act, &c->param, &c->optim, &c->cross_bytes, &c->antichain_bytes};
+    for (size_t k = 0; k < sizeof arr / sizeof arr[0]; k++)
+        if (!(*arr[k] = PD_CALLOC((size_t)S, sizeof(double)))) goto fail;
+    c->pred_start = PD_CALLOC((size_t)S + 1, sizeof(int));
+    if (!c->ideal || !c->pred_start) goto fail;
+    for (int i = 0; i < S; i++) {
+        const uint64_t *b = set.bits + (size_t)order[i] * words;
+        memcpy(c->ideal + (size_t)i * words, b, sizeof(uint64_t) * (size_t)words);
+        for (int v = 0; v < n; v++) {
+            if (!pd__has(b, v)) continue;
+            const pd__pnode *nd = &p->node[v];
+            c->fwd[i] += nd->fwd_ms;
+            c->bwd_in[i] += nd->bwd_in_ms;
+            c->bwd_w[i] += nd->bwd_w_ms;
+            c->act[i] += nd->act_bytes;
+            c->param[i] += nd->param_bytes;
+            c->optim[i] += nd->optim_bytes;
+            bool out_edge = false, in_edge = false;
+            for (int k = sstart[v]; k < sstart[v + 1]; k++) {
+                if (pd__has(b, succs[k])) in_edge = true;
+                else out_edge = true;
+            }
+            if (out_edge) c->cross_bytes[i] += nd->act_bytes;
+            if (!in_edge) c->antichain_bytes[i] += nd->act_bytes;
+        }
+    }
+    /* containment: a before b and ideal[a] inside ideal[b] */
+    size_t cap = 1024, cnt = 0;
+    c->pred = PD_MALLOC(sizeof(int) * cap);
+    if (!c->pred) goto fail;
+    for (int b = 0; b < S; b++) {
+        const uint64_t *bb = c->ideal + (size_t)b * words;
+        for (int a = 0; a < b; a++) {
+            const uint64_t *ab = c->ideal + (size_t)a * words;
+            bool sub = true;
+            for (int w = 0; w < words && sub; w++) sub = (ab[w] & ~bb[w]) == 0;
+            if (!sub) continue;
+            if (cnt == cap) {
+                int *np = PD_REALLOC(c->pred, sizeof(int) * cap * 2);
+                if (!np) goto fail;
+                c->pred = np;
+                cap *= 2;
+            }
+            c->pred[cnt++] = a;
+        }
+        if (cnt > (size_t)INT32_MAX) {
+            st = pd__err(PD_ERR_NOMEM, "plan: too many stage candidates (%d cut states); lower --max-states", S);
+            goto done;
+        }
+        c->pred_start[b + 1] = (int)cnt;
+    }
+    st = PD_OK;
+    *out = c;
+    c = NULL;
+    goto done;
+fail:
+    pd__err(st, "plan: out of memory building the cut states of %d nodes", n);
+done:
+    PD_FREE(order);
+    PD_FREE(set.bits);
+    PD_FREE(set.slot);
+    PD_FREE(pstart);
+    PD_FREE(preds);
+    PD_FREE(sstart);
+    PD_FREE(succs);
+    pd__cuts_free(c);
+    return st;
+}
+
+/* ==== core/partition.c ==== */
+/* partition.c - the planners: cut a profiled DAG into pipeline stages.
+ *
+ *   pipedream    PipeDream's dynamic programme over cut states and per-stage
+ *                replication. Two cost models:
+ *                - "pipedream" reproduces PipeDream's optimizer
+ *                  (optimizer_graph_hierarchical.py) number for number: a stage
+ *                  of compute C and parameters W replicated r ways costs
+ *                  (C + 4(r-1)W/(B r))/r, exactly the given workers are used,
+ *                  activation transfers count only with a compression ratio,
+ *                  levels are solved innermost first and a level's best times
+ *                  become the compute times of the level above.
+ *                - "default" also counts the activations and gradients that
+ *                  cross each cut (overlapped with compute, as the runtime's
+ *                  asynchronous sends are) and may leave workers idle when
+ *                  that is faster. On one level it is solved by a bisection
+ *                  on the bottleneck time with an O(1) minimal replica count
+ *                  per candidate stage: O(P log(1/eps)) for P nested state
+ *                  pairs (n^2/2 on a chain), independent of the worker count.
+ *   2bw          PipeDream-2BW: d x w equal-width pipelines, microbatches,
+ *                recomputation, under the memory limit.
+ *   bipartition  separate forward and backward cut points per worker.
+ *   uniform      equal node counts (DeepSpeed's "uniform").
+ *   params       equal parameter bytes (DeepSpeed's "parameters").
+ *
+ * Every plan is then evaluated the same way (pd__plan_evaluate): per stage
+ * compute, bytes crossing its boundaries, memory, and the predictions.
+ */
+
+#include <math.h>
+#include <string.h>
+
+static inline double pd__max(double a, double b) { return a > b ? a : b; }
+
+typedef struct pd__ctx {
+    const pd_profile *p;
+    const pd_plan_options *o;
+    bool pd_model;          /* cost model "pipedream" */
+    int levels;
+    int lw[8];              /* workers per level, innermost first */
+    double lb[8];           /* bandwidth per level, bytes/s */
+    int workers;
+    double mem;             /* per-worker limit, 0 = none */
+    double compress;
+    bool twobw;             /* memory as 2BW keeps it: two weight versions, no per-microbatch stash */
+    bool recompute;         /* 2BW with activation recomputation: the backward redoes the forward */
+} pd__ctx;
+
+/* A stage candidate between cut states a and b. */
+typedef struct pd__range {
+    double c, w, act, opt, in, out; /* compute ms, param, act, optim, bytes in/out */
+} pd__range;
+
+static pd__range pd__rng(const pd__ctx *x, const pd__cuts *c, int a, int b) {
+    pd__range r;
+    r.c = (c->fwd[b] - c->fwd[a]) * (x->recompute ? 2 : 1) + (c->bwd_in[b] - c->bwd_in[a]) + (c->bwd_w[b] - c->bwd_w[a]);
+    r.w = c->param[b] - c->param[a];
+    r.act = c->act[b] - c->act[a];
+    r.opt = c->optim[b] - c->optim[a];
+    r.in = c->cross_bytes[a];
+    r.out = b == c->n_states - 1 ? 0 : c->cross_bytes[b];
+    return r;
+}
+
+/* ---- the default model's stage cost -------------------------------------------- */
+
+/* Per-worker memory of a stage replica with `down` workers after it: weights,
+ * gradients and optimizer state, plus, for each microbatch in flight
+ * (ceil(down/r) + 1 under 1F1B), its activations and (PipeDream) a stashed
+ * weight version; 2BW keeps two versions instead, and with recomputation
+ * stashes only each microbatch's stage input plus one microbatch's
+ * activations. */
+static double pd__stage_mem(const pd__ctx *x, const pd__range *g, int r, int down) {
+    double inflight = ceil((double)down / r) + 1;
+    if (x->twobw)
+        return 3 * g->w + g->opt + (x->recompute ? inflight * g->in + g->act : inflight * g->act);
+    return 2 * g->w + g->opt + inflight * g->act + (inflight - 1) * g->w;
+}
+
+/* Time per microbatch of a stage replicated r ways: compute plus the gradient
+ * all-reduce, or the boundary transfers when they take longer. */
+static double pd__stage_time(const pd__range *g, int r, double bw) {
+    double wt = 4.0 * g->w / bw * 1e3;
+    double t = (g->c + wt - wt / r) / r;
+    double x = 2.0 * pd__max(g->in, g->out) / bw * 1e3 / r;
+    return pd__max(t, x);
+}
+
+/* The fewest replicas for which the stage meets time T and the memory limit
+ * with `down` workers after it; INT32_MAX when none up to `left`. */
+static int pd__min_replicas(const pd__ctx *x, const pd__range *g, double T, int down, int left) {
+    double bw = x->lb[0];
+    if (left < 1) return INT32_MAX;
+    bool mem_ok1 = x->mem <= 0 || pd__stage_mem(x, g, 1, down) <= x->mem;
+    if (mem_ok1 && pd__stage_time(g, 1, bw) <= T) return 1;
+    if (x->o->straight || left < 2) return INT32_MAX;
+    double r = 2;
+    /* compute: T r^2 - (C + 4W') r + 4W' >= 0 for r above the larger root */
+    double wt = 4.0 * g->w / bw * 1e3, a = g->c + wt;
+    if (T <= 0) return INT32_MAX;
+    double disc = a * a - 4 * T * wt;
+    if (disc > 0) r = pd__max(r, ceil((a + sqrt(disc)) / (2 * T) - 1e-9));
+    /* transfers */
+    double xt = 2.0 * pd__max(g->in, g->out) / bw * 1e3;
+    r = pd__max(r, ceil(xt / T - 1e-9));
+    /* memory: ceil(down/r) <= q */
+    if (x->mem > 0) {
+        double q = floor((x->mem - 2 * g->w - g->opt - g->act) / (g->act + g->w));
+        if (q < 0) return INT32_MAX;
+        if (q == 0) {
+            if (down > 0) return INT32_MAX;
+        } else {
+            r = pd__max(r, ceil(down / q));
+        }
+    }
+    if (r > left) return INT32_MAX;
+    /* the closed forms round up; settle on the exact smallest r by checking */
+    int ri = (int)r;
+    while (ri > 2 && pd__stage_time(g, ri - 1, bw) <= T && (x->mem <= 0 || pd__stage_mem(x, g, ri - 1, down) <= x->mem))
+        ri--;
+    for (int k = 0; k < 3 && ri <= left; k++, ri++)
+        if (pd__stage_time(g, ri, bw) <= T && (x->mem <= 0 || pd__stage_mem(x, g, ri, down) <= x->mem)) return ri;
+    return INT32_MAX;
+}
+
+/* Suffix DP at bottleneck T: need[a] = fewest workers for the stages after cut
+ * a; choice[a] = (next cut, replicas). Returns need[0]. */
+static int pd__feasible(const pd__ctx *x, const pd__cuts *c, const int *sstart, const int *succ, const double *tot,
+                        double T, int *need, int *nxt, int *rep) {
+    int S = c->n_states;
+    need[S - 1] = 0;
+    for (int a = S - 2; a >= 0; a--) {
+        int best = INT32_MAX, bb = -1, br = 0;
+        for (int k = sstart[a + 1] - 1; k >= sstart[a]; k--) { /* larger cuts first: fewer stages on ties */
+            int b = succ[k];
+            int left = x->workers - need[b];
+            if (left <= 0) continue;
+            /* a stage of compute C needs at least C/T replicas: skip what cannot beat `best` */
+            double C = tot[b] - tot[a];
+            if (C > T * left || (best != INT32_MAX && C > T * (double)(best - need[b] - 1) && best - need[b] - 1 < left))
+                continue;
+            pd__range g = pd__rng(x, c, a, b);
+            int r = pd__min_replicas(x, &g, T, need[b], left);
+            if (r == INT32_MAX) continue;
+            if (r + need[b] < best) {
+                best = r + need[b];
+                bb = b;
+                br = r;
+            }
+        }
+        need[a] = best;
+        nxt[a] = bb;
+        rep[a] = br;
+    }
+    return need[0];
+}
+
+typedef struct pd__cut_plan {
+    int n;          /* stages */
+    int *cut;       /* n+1 cut states */
+    int *rep;       /* n replica counts */
+    double time_ms; /* the objective's value */
+} pd__cut_plan;
+
+static void pd__cut_plan_free(pd__cut_plan *cp) {
+    PD_FREE(cp->cut);
+    PD_FREE(cp->rep);
+    memset(cp, 0, sizeof *cp);
+}
+
+/* The bottleneck of the plan recorded in nxt/rep. */
+static double pd__actual(const pd__ctx *x, const pd__cuts *c, const int *nxt, const int *rep) {
+    double t = 0;
+    for (int a = 0; a != c->n_states - 1; a = nxt[a]) {
+        pd__range g = pd__rng(x, c, a, nxt[a]);
+        t = fmax(t, pd__stage_time(&g, rep[a], x->lb[0]));
+    }
+    return t;
+}
+
+static pd_status pd__fast(const pd__ctx *x, const pd__cuts *c, pd__cut_plan *out) {
+    int S = c->n_states;
+    int np = c->pred_start[S];
+    int *sstart = PD_CALLOC((size_t)S + 1, sizeof(int)), *succ = PD_CALLOC((size_t)np + 1, sizeof(int));
+    int *need = PD_MALLOC(sizeof(int) * (size_t)S), *nxt = PD_MALLOC(sizeof(int) * (size_t)S),
+        *rep = PD_MALLOC(sizeof(int) * (size_t)S);
+    double *tot = PD_CALLOC((size_t)S, sizeof(double));
+    int *bnxt = PD_MALLOC(sizeof(int) * (size_t)S), *brep = PD_MALLOC(sizeof(int) * (size_t)S);
+    int *own_nxt = nxt, *own_rep = rep;
+    pd_status st = PD_OK;
+    if (!sstart || !succ || !need || !nxt || !rep || !tot || !bnxt || !brep) {
+        st = pd__err(PD_ERR_NOMEM, "plan: out of memory");
+        goto done;
+    }
+    for (int b = 0; b < S; b++)
+        for (int k = c->pred_start[b]; k < c->pred_start[b + 1]; k++) sstart[c->pred[k] + 1]++;
+    for (int a = 0; a < S; a++) sstart[a + 1] += sstart[a];
+    {
+        int *fill = PD_MALLOC(sizeof(int) * ((size_t)S + 1));
+        if (!fill) {
+            st = pd__err(PD_ERR_NOMEM, "plan: out of memory");
+            goto done;
+        }
+        memcpy(fill, sstart, sizeof(int) * ((size_t)S + 1));
+        for (int b = 0; b < S; b++) /* ascending b: succ lists come out ascending */
+            for (int k = c->pred_start[b]; k < c->pred_start[b + 1]; k++) succ[fill[c->pred[k]]++] = b;
+        PD_FREE(fill);
+    }
+    for (int b = 0; b < S; b++) tot[b] = c->fwd[b] * (x->recompute ? 2 : 1) + c->bwd_in[b] + c->bwd_w[b];
+    /* an upper bound: memory alone decides (no time limit) */
+    if (pd__feasible(x, c, sstart, succ, tot, INFINITY, need, nxt, rep) > x->workers) {
+        double need1 = 0;
+        for (int i = 0; i < x->p->n; i++) {
+            const pd__pnode *nd = &x->p->node[i];
+            need1 = fmax(need1, 3 * nd->param_bytes + nd->optim_bytes + nd->act_bytes);
+        }
+        st = pd__err(PD_ERR_INVALID,
+                     "plan: no plan fits --memory %.0f bytes per worker on %d workers (the largest single node "
+                     "alone needs about %.0f bytes); raise --memory or add workers",
+                     x->mem, x->workers, need1);
+        goto done;
+    }
+    /* Bisection on the bottleneck T, tightened by real plans: a feasible probe
+     * moves hi down to the bottleneck its plan actually has; once the bracket
+     * is narrow, probing just below hi either finds a better plan or proves
+     * hi optimal. lo starts at total compute / workers, a lower bound. */
+    double hi = pd__actual(x, c, nxt, rep), lo = 0;
+    for (int b = 0; b < S; b++) lo = fmax(lo, (c->fwd[b] + c->bwd_in[b] + c->bwd_w[b]) / x->workers);
+    lo = fmin(lo, hi) * (1 - 1e-12);
+    memcpy(bnxt, nxt, sizeof(int) * (size_t)S);
+    memcpy(brep, rep, sizeof(int) * (size_t)S);
+    /* the optimum is usually near the bound: bracket it by doubling up from lo */
+    for (double step = pd__max(lo * 0.25, hi * 1e-6); lo + step < hi; step *= 2) {
+        double t = lo + step;
+        if (pd__feasible(x, c, sstart, succ, tot, t, need, nxt, rep) <= x->workers) {
+            hi = pd__actual(x, c, nxt, rep);
+            memcpy(bnxt, nxt, sizeof(int) * (size_t)S);
+            memcpy(brep, rep, sizeof(int) * (size_t)S);
+            break;
+        }
+        lo = t;
+    }
+    for (int it = 0; it < 200 && lo < hi * (1 - 1e-12); it++) {
+        double mid = hi - lo > 1e-6 * hi ? 0.5 * (lo + hi) : hi * (1 - 1e-12);
+        if (pd__feasible(x, c, sstart, succ, tot, mid, need, nxt, rep) <= x->workers) {
+            double t = pd__actual(x, c, nxt, rep);
+            if (t < hi) {
+                hi = t;
+                memcpy(bnxt, nxt, sizeof(int) * (size_t)S);
+                memcpy(brep, rep, sizeof(int) * (size_t)S);
+            }
+            if (mid < hi) hi = mid; /* (the best plan stays the one kept) */
+        } else {
+            lo = mid;
+        }
+    }
+    nxt = bnxt;
+    rep = brep;
+    int n = 0;
+    for (int a = 0; a != S - 1; a = nxt[a]) n++;
+    out->n = n;
+    out->cut = PD_MALLOC(sizeof(int) * ((size_t)n + 1));
+    out->rep = PD_MALLOC(sizeof(int) * (size_t)n);
+    if (!out->cut || !out->rep) {
+        pd__cut_plan_free(out);
+        st = pd__err(PD_ERR_NOMEM, "plan: out of memory");
+        goto done;
+    }
+    n = 0;
+    out->time_ms = 0;
+    for (int a = 0; a != S - 1; a = nxt[a]) {
+        pd__range g = pd__rng(x, c, a, nxt[a]);
+        out->time_ms = fmax(out->time_ms, pd__stage_time(&g, rep[a], x->lb[0]));
+        out->cut[n] = a;
+        out->rep[n++] = rep[a];
+    }
+    out->cut[n] = S - 1;
+done:
+    PD_FREE(tot);
+    PD_FREE(sstart);
+    PD_FREE(succ);
+    PD_FREE(need);
+    PD_FREE(own_nxt);
+    PD_FREE(own_rep);
+    PD_FREE(bnxt);
+    PD_FREE(brep);
+    return st;
+}
+
+/* ---- PipeDream's dynamic programme, level by level ------------------------------ */
+
+typedef struct pd__cell {
+    double t;     /* NAN: none */
+    int k, m;     /* split: previous cut and machines before it (-1: a single stage) */
+    int r;        /* machines of the last stage */
+} pd__cell;
+
+/* The cost of stage (k, b] with r machines at level `lv` (M machines on the
+ * level, `used` machines up to and including this stage, K machines inside
+ * each); `cl` is the stage's compute time at this level. */
+static double pd__pd_stage(const pd__ctx *x, const pd__cuts *c, int lv, int k, int b, int r, int M, int used,
+                           double cl, int K, bool base) {
+    double bw = x->lb[lv];
+    pd__range g = pd__rng(x, c, k, b);
+    if (x->mem > 0) {
+        double stash = ceil((double)(M - used) / r) * (g.act + g.w);
+        if (x->pd_model ? stash > x->mem : pd__stage_mem(x, &g, r, (M - used) * K) > x->mem) return NAN;
+    }
+    double dp = 4.0 * (r - 1) * g.w / (bw * r) * 1e3;
+    double t;
+    if (x->pd_model) {
+        t = (cl + (base ? dp / K : dp)) / r;
+        if (x->compress > 0) {
+            double in = 2.0 * c->antichain_bytes[k] / (bw * r) * 1e3 / x->compress;
+            double out = b < c->n_states - 1 ? 2.0 * c->antichain_bytes[b] / (bw * r) * 1e3 / x->compress : 0;
+            if (!base) t = fmax(t, fmax(in, out));
+        }
+    } else {
+        t = (cl + dp / K) / r;
+        t = fmax(t, 2.0 * fmax(g.in, g.out) / (bw * r * K) * 1e3);
+    }
+    return t;
+}
+
+/* A[a][b][m] for rows a in `rows` (row list; the final level needs only row 0).
+ * cl(a,b): the compute time of a range at this level (NAN when invalid). */
+static pd_status pd__pd_level(const pd__ctx *x, const pd__cuts *c, int lv, int K, const double *cl, bool final,
+                              pd__cell *A) {
+    int S = c->n_states, M = x->lw[lv];
+    int rows = final ? 1 : S;
+    bool fewer = !x->pd_model;
+    uint8_t *sub = NULL; /* sub[a*S+k]: ideal a strictly inside ideal k */
+    if (!final) {
+        if (!(sub = PD_CALLOC((size_t)S * (size_t)S, 1))) return pd__err(PD_ERR_NOMEM, "plan: out of memory (%d cut states)", S);
+        for (int k = 0; k < S; k++)
+            for (int q = c->pred_start[k]; q < c->pred_start[k + 1]; q++) sub[(size_t)c->pred[q] * S + k] = 1;
+    }
+#define CELL(a, b, m) A[((size_t)(a) * S + (size_t)(b)) * (size_t)M + (size_t)(m)]
+    for (int a = 0; a < rows; a++)
+        for (int b = 0; b < S; b++)
+            for (int m = 0; m < M; m++) {
+                pd__cell *e = &CELL(a, b, m);
+                e->t = NAN;
+                e->k = e->m = -1;
+                e->r = 0;
+                if (b <= a || isnan(cl[(size_t)a * S + b])) continue;
+                if (m > 0 && x->o->straight) continue;
+                e->t = pd__pd_stage(x, c, lv, a, b, m + 1, M, m + 1, cl[(size_t)a * S + b], K, true);
+                e->r = m + 1;
+            }
+    for (int a = 0; a < rows; a++) {
+        for (int m = 1; m < M; m++)
+            for (int b = a + 1; b < S; b++) {
+                pd__cell best = CELL(a, b, m);
+                if (fewer && (isnan(best.t) || CELL(a, b, m - 1).t < best.t) && !isnan(CELL(a, b, m - 1).t))
+                    best = CELL(a, b, m - 1);
+                for (int q = c->pred_start[b]; q < c->pred_start[b + 1]; q++) {
+                    int k = c->pred[q];
+                    if (k <= a) continue;
+                    if (a > 0 && !sub[(size_t)a * S + k]) continue; /* k must contain a */
+                    double ck = cl[(size_t)k * S + b];
+                    if (isnan(ck)) continue;
+                    int maxr = x->o->straight ? 1 : m;
+                    for (int r = 1; r <= maxr; r++) {
+                        const pd__cell *prev = &CELL(a, k, m - r);
+                        if (isnan(prev->t)) continue;
+                        double t = pd__pd_stage(x, c, lv, k, b, r, M, m + 1, ck, K, false);
+                        if (isnan(t)) continue;
+                        t = fmax(prev->t, t);
+                        if (isnan(best.t) || best.t > t) {
+                            best.t = t;
+                            best.k = k;
+                            best.m = m - r;
+                            best.r = r;
+                        }
+                    }
+                }
+                CELL(a, b, m) = best;
+            }
+    }
+#undef CELL
+    PD_FREE(sub);
+    return PD_OK;
+}
+
+/* Appends the stages of range (a, b] solved at level lv with m+1 machines. */
+typedef struct pd__stage_list {
+    int n, cap;
+    int *lo, *hi, *rep;
+} pd__stage_list;
+
+static pd_status pd__push(pd__stage_list *L, int lo, int hi, int rep) {
+    if (L->n == L->cap) {
+        int nc = L->cap ? L->cap * 2 : 16;
+        int *a = PD_REALLOC(L->lo, sizeof(int) * (size_t)nc);
+        if (!a) return pd__err(PD_ERR_NOMEM, "plan: out of memory");
+        L->lo = a;
+        int *b = PD_REALLOC(L->hi, sizeof(int) * (size_t)nc);
+        if (!b) return pd__err(PD_ERR_NOMEM, "plan: out of memory");
+        L->hi = b;
+        int *r = PD_REALLOC(L->rep, sizeof(int) * (size_t)nc);
+        if (!r) return pd__err(PD_ERR_NOMEM, "plan: out of memory");
+        L->rep = r;
+        L->cap = nc;
+    }
+    L->lo[L->n] = lo;
+    L->hi[L->n] = hi;
+    L->rep[L->n++] = rep;
+    return PD_OK;
+}
+
+static pd_status pd__unwind(const pd__ctx *x, const pd__cuts *c, pd__cell **As, int lv, int a, int b, int mult,
+                            pd__stage_list *L) {
+    int S = c->n_states, M = x->lw[lv];
+    int row = lv == x->levels - 1 ? 0 : a;
+    /* the splits of this range, last stage first */
+    pd__stage_list here = {0};
+    pd_status st = PD_OK;
+    const pd__cell *e = &As[lv][((size_t)row * S + (size_t)b) * (size_t)M + (size_t)(M - 1)];
+    int hi = b;
+    for (;;) {
+        if (isnan(e->t)) {
+            st = pd__err(PD_ERR_INTERNAL, "plan: no solution recorded");
+            break;
+        }
+        if ((st = pd__push(&here, e->k >= 0 ? e->k : a, hi, e->r)) != PD_OK || e->k < 0) break;
+        hi = e->k;
+        e = &As[lv][((size_t)row * S + (size_t)e->k) * (size_t)M + (size_t)e->m];
+    }
+    for (int i = here.n - 1; i >= 0 && st == PD_OK; i--) {
+        if (lv == 0) st = pd__push(L, here.lo[i], here.hi[i], here.rep[i] * mult);
+        else st = pd__unwind(x, c, As, lv - 1, here.lo[i], here.hi[i], here.rep[i] * mult, L);
+    }
+    PD_FREE(here.lo);
+    PD_FREE(here.hi);
+    PD_FREE(here.rep);
+    return st;
+}
+
+static pd_status pd__pipedream_dp(const pd__ctx *x, const pd__cuts *c, pd__cut_plan *out) {
+    int S = c->n_states;
+    pd_status st = PD_OK;
+    pd__cell *As[8] = {0};
+    pd__stage_list L = {0};
+    double *cl = PD_MALLOC(sizeof(double) * (size_t)S * (size_t)S);
+    if (!cl) return pd__err(PD_ERR_NOMEM, "plan: out of memory (%d cut states)", S);
+    for (int a = 0; a < S; a++)
+        for (int b = 0; b < S; b++) cl[(size_t)a * S + b] = NAN;
+    for (int b = 0; b < S; b++)
+        for (int q = c->pred_start[b]; q < c->pred_start[b + 1]; q++) {
+            pd__range g = pd__rng(x, c, c->pred[q], b);
+            cl[(size_t)c->pred[q] * S + b] = g.c;
+        }
+    int K = 1;
+    for (int lv = 0; lv < x->levels; lv++) {
+        bool final = lv == x->levels - 1;
+        size_t cells = (size_t)(final ? 1 : S) * (size_t)S * (size_t)x->lw[lv];
+        As[lv] = PD_MALLOC(sizeof(pd__cell) * cells);
+        if (!As[lv]) {
+            st = pd__err(PD_ERR_NOMEM, "plan: out of memory for the DP table (%zu cells)", cells);
+            goto done;
+        }
+        if ((st = pd__pd_level(x, c, lv, K, cl, final, As[lv])) != PD_OK) goto done;
+        if (!final)
+            for (int a = 0; a < S; a++)
+                for (int b = 0; b < S; b++)
+                    if (!isnan(cl[(size_t)a * S + b]))
+                        cl[(size_t)a * S + b] = As[lv][((size_t)a * S + b) * (size_t)x->lw[lv] + (size_t)(x->lw[lv] - 1)].t;
+        K *= x->lw[lv];
+    }
+    const pd__cell *top = &As[x->levels - 1][(size_t)(S - 1) * (size_t)x->lw[x->levels - 1] + (size_t)(x->lw[x->levels - 1] - 1)];
+    if (isnan(top->t)) {
+        st = pd__err(PD_ERR_INVALID,
+                     "plan: no plan uses exactly %d workers within --memory %.0f bytes%s; raise --memory, change "
+                     "--workers, or use --cost-model default",
+                     x->workers, x->mem, x->o->straight ? " as a straight pipeline" : "");
+        goto done;
+    }
+    out->time_ms = top->t;
+    if ((st = pd__unwind(x, c, As, x->levels - 1, 0, S - 1, 1, &L)) != PD_OK) goto done;
+    out->n = L.n;
+    out->cut = PD_MALLOC(sizeof(int) * ((size_t)L.n + 1));
+    out->rep = PD_MALLOC(sizeof(int) * (size_t)L.n);
+    if (!out->cut || !out->rep) {
+        pd__cut_plan_free(out);
+        st = pd__err(PD_ERR_NOMEM, "plan: out of memory");
+        goto done;
+    }
+    for (int i = 0; i < L.n; i++) {
+        out->cut[i] = L.lo[i];
+        out->rep[i] = L.rep[i];
+    }
+    out->cut[L.n] = S - 1;
+done:
+    for (int lv = 0; lv < 8; lv++) PD_FREE(As[lv]);
+    PD_FREE(L.lo);
+    PD_FREE(L.hi);
+    PD_FREE(L.rep);
+    PD_FREE(cl);
+    return st;
+}
+
+/* ---- contiguous splits of the topological order ----------------------------------- */
+
+/* Cuts nodes 0..n-1 into at most p contiguous ranges minimising the largest
+ * sum of `w` (bisection over the answer, greedy check). cut[0..p]. */
+static int pd__minmax_split(const double *w, int n, int p, int *cut) {
+    double lo = 0, hi = 0;
+    for (int i = 0; i < n; i++) {
+        lo = fmax(lo, w[i]);
+        hi += w[i];
+    }
+    for (int it = 0; it < 100 && hi - lo > 1e-12 * (hi + 1e-300); it++) {
+        double mid = 0.5 * (lo + hi), s = 0;
+        int k = 1;
+        for (int i = 0; i < n; i++) {
+            if (s + w[i] > mid) {
+                k++;
+                s = 0;
+            }
+            s += w[i];
+        }
+        if (k <= p) hi = mid;
+        else lo = mid;
+    }
+    int k = 0;
+    double s = 0;
+    cut[0] = 0;
+    for (int i = 0; i < n; i++) {
+        if (s + w[i] > hi * (1 + 1e-12) && i > cut[k]) {
+            cut[++k] = i;
+            s = 0;
+        }
+        s += w[i];
+    }
+    /* use every worker: split the largest ranges while there are spare workers and nodes */
+    while (k + 1 < p && k + 1 < n) {
+        int best = -1;
+        double bw = -1;
+        for (int j = 0; j <= k; j++) {
+            int lo2 = cut[j], hi2 = j == k ? n : cut[j + 1];
+            if (hi2 - lo2 < 2) continue;
+            double t = 0;
+            for (int i = lo2; i < hi2; i++) t += w[i];
+            if (t > bw) {
+                bw = t;
+                best = j;
+            }
+        }
+        if (best < 0) break;
+        int lo2 = cut[best], hi2 = best == k ? n : cut[best + 1];
+        double t = 0, half = bw / 2;
+        int at = lo2 + 1;
+        for (int i = lo2; i < hi2 - 1; i++) {
+            t += w[i];
+            at = i + 1;
+            if (t >= half) break;
+        }
+        memmove(cut + best + 2, cut + best + 1, sizeof(int) * (size_t)(k - best));
+        cut[best + 1] = at;
+        k++;
+    }
+    cut[k + 1] = n;
+    return k + 1;
+}
+
+/* ---- evaluation: per-stage numbers and predictions --------------------------------- */
+
+static int pd__level_of(const pd__ctx *x, int r1, int r2) {
+    int lv = 0, g = 1;
+    for (int l = 0; l < x->levels; l++) {
+        g *= x->lw[l];
+        if (r1 / g == r2 / g) return lv;
+        lv = l + 1;
+    }
+    return x->levels - 1;
+}
+
+static pd_status pd__plan_evaluate(pd_plan *pl, const pd_profile *p, const pd__ctx *x) {
+    pd__ctx xx = *x;
+    xx.twobw = pl->algo == PD_ALGO_2BW;
+    xx.recompute = pl->recompute;
+    int n = p->n, ns = pl->n_stages;
+    for (int s = 0; s < ns; s++) {
+        pd__stage *st = &pl->stage[s];
+        int r = st->replicas;
+        memset(st, 0, sizeof *st);
+        st->replicas = r;
+    }
+    int rank = 0;
+    for (int s = 0; s < ns; s++) {
+        pl->stage[s].first_rank = rank;
+        rank += pl->stage[s].replicas;
+    }
+    for (int v = 0; v < n; v++) {
+        const pd__pnode *nd = &p->node[v];
+        pd__stage *f = &pl->stage[pl->fwd_stage[v]], *b = &pl->stage[pl->bwd_stage[v]];
+        f->fwd_ms += nd->fwd_ms;
+        b->bwd_in_ms += nd->bwd_in_ms;
+        b->bwd_w_ms += nd->bwd_w_ms;
+        f->param_bytes += nd->param_bytes;
+        f->optim_bytes += nd->optim_bytes;
+        f->act_bytes += nd->act_bytes;
+    }
+    /* tensors crossing each boundary k|k+1: producer at or before k, a consumer after */
+    double *cross = PD_CALLOC((size_t)ns + 1, sizeof(double));
+    int *last = PD_MALLOC(sizeof(int) * (size_t)n);
+    if (!cross || !last) {
+        PD_FREE(cross);
+        PD_FREE(last);
+        return pd__err(PD_ERR_NOMEM, "plan: out of memory");
+    }
+    for (int v = 0; v < n; v++) last[v] = pl->fwd_stage[v];
+    for (int e = 0; e < p->n_edges; e++) {
+        int u = p->edge[2 * e], v = p->edge[2 * e + 1];
+        if (pl->fwd_stage[v] > last[u]) last[u] = pl->fwd_stage[v];
+    }
+    for (int v = 0; v < n; v++)
+        for (int k = pl->fwd_stage[v]; k < last[v]; k++) cross[k] += p->node[v].act_bytes;
+    /* bipartition: a node whose backward runs elsewhere sends its stash there */
+    for (int v = 0; v < n; v++)
+        if (pl->bwd_stage[v] != pl->fwd_stage[v]) {
+            int lo = pl->fwd_stage[v] < pl->bwd_stage[v] ? pl->fwd_stage[v] : pl->bwd_stage[v];
+            int hi = pl->fwd_stage[v] ^ pl->bwd_stage[v] ^ lo;
+            for (int k = lo; k < hi; k++) cross[k] += p->node[v].act_bytes;
+        }
+    PD_FREE(last);
+    double tmax = 0, busy = 0;
+    int used = 0;
+    for (int s = 0; s < ns; s++) {
+        pd__stage *st = &pl->stage[s];
+        int r = st->replicas;
+        st->in_bytes = s > 0 ? cross[s - 1] : 0;
+        st->out_bytes = s < ns - 1 ? cross[s] : 0;
+        double bw = x->lb[0];
+        if (s < ns - 1) bw = x->lb[pd__level_of(x, st->first_rank + r - 1, pl->stage[s + 1].first_rank)];
+        st->send_ms = st->out_bytes / bw * 1e3;
+        double abw = x->lb[pd__level_of(x, st->first_rank, st->first_rank + r - 1)];
+        st->allreduce_ms = r > 1 ? 4.0 * (r - 1) * st->param_bytes / (abw * r) * 1e3 : 0;
+        pd__range g = {st->fwd_ms * (xx.recompute ? 2 : 1) + st->bwd_in_ms + st->bwd_w_ms, st->param_bytes,
+                       st->act_bytes, st->optim_bytes, st->in_bytes, st->out_bytes};
+        int down = 0;
+        for (int q = s + 1; q < ns; q++) down += pl->stage[q].replicas;
+        st->time_ms = pd__stage_time(&g, r, bw);
+        st->memory_bytes = pd__stage_mem(&xx, &g, r, down);
+        tmax = fmax(tmax, st->time_ms);
+        busy += (st->fwd_ms + st->bwd_in_ms + st->bwd_w_ms + (pl->recompute ? st->fwd_ms : 0)) ;
+        used += r;
+    }
+    PD_FREE(cross);
+    double single = 0, wtot = 0;
+    for (int v = 0; v < n; v++) {
+        single += p->node[v].fwd_ms + p->node[v].bwd_in_ms + p->node[v].bwd_w_ms;
+        wtot += p->node[v].param_bytes;
+    }
+    /* pure data parallelism, level by level as PipeDream computes it */
+    double dp = single;
+    int inner = 1;
+    for (int l = 0; l < x->levels; l++) {
+        int M = x->lw[l];
+        dp = (dp + 4.0 * (M - 1) * wtot / (x->lb[l] * M) * 1e3 / inner) / M;
+        inner = M;
+    }
+    int width = pl->width > 0 ? pl->width : 1;
+    int m = pl->microbatches > 0 ? pl->microbatches : 1;
+    pl->single_ms = single * m * width;
+    pl->dp_ms = dp * m * width;
+    pl->workers = x->workers;
+    if (pl->algo == PD_ALGO_2BW) {
+        double ar = 0;
+        for (int s = 0; s < ns; s++)
+            ar = fmax(ar, width > 1 ? 4.0 * (width - 1) * pl->stage[s].param_bytes / (x->lb[x->levels - 1] * width) * 1e3 : 0);
+        pl->time_ms = m * tmax + ar;
+    } else if (pl->time_ms <= 0) {
+        pl->time_ms = m * tmax;
+    }
+    pl->speedup = pl->single_ms / pl->time_ms;
+    pl->dp_speedup = pl->dp_ms / pl->time_ms;
+    /* steady-state idle: each worker's share of the bottleneck it does not fill */
+    pl->bubble = used > 0 ? 1 - busy * m / (used * pl->time_ms) : 0;
+    if (pl->bubble < 0) pl->bubble = 0;
+    int64_t mbs = pl->microbatch_size > 0 ? pl->microbatch_size : 1;
+    pl->throughput = (double)mbs * m * width / (pl->time_ms / 1e3);
+    return PD_OK;
+}
+
+/* ---- plan assembly ----------------------------------------------------------------- */
+
+void pd__plan_free(pd_plan *pl) {
+    if (!pl) return;
+    if (pl->node_name)
+        for (int i = 0; i < pl->n_nodes; i++) PD_FREE(pl->node_name[i]);
+    PD_FREE(pl->node_name);
+    PD_FREE(pl->fwd_stage);
+    PD_FREE(pl->bwd_stage);
+    PD_FREE(pl->stage);
+    PD_FREE(pl->algo_name);
+    PD_FREE(pl->cost_model);
+    PD_FREE(pl->model);
+    PD_FREE(pl);
+}
+
+void pd_plan_destroy(pd_plan *p) { pd__plan_free(p); }
+
+static pd_status pd__plan_alloc(const pd_profile *p, int n_stages, pd_plan **out) {
+    pd_plan *pl = PD_CALLOC(1, sizeof *pl);
+    if (!pl) return pd__err(PD_ERR_NOMEM, "plan: out of memory");
+    pl->n_nodes = p->n;
+    pl->node_name = PD_CALLOC((size_t)p->n, sizeof(char *));
+    pl->fwd_stage = PD_CALLOC((size_t)p->n, sizeof(int));
+    pl->bwd_stage = PD_CALLOC((size_t)p->n, sizeof(int));
+    pl->n_stages = n_stages;
+    pl->stage = PD_CALLOC((size_t)n_stages, sizeof(pd__stage));
+    pl->chunks = 1;
+    pl->width = 1;
+    pl->microbatches = 1;
+    if (!pl->node_name || !pl->fwd_stage || !pl->bwd_stage || !pl->stage) {
+        pd__plan_free(pl);
+        return pd__err(PD_ERR_NOMEM, "plan: out of memory");
+    }
+    for (int i = 0; i < p->n; i++) {
+        const char *nm = p->node[i].name ? p->node[i].name : "";
+        if (!(pl->node_name[i] = pd__strdup(nm))) {
+            pd__plan_free(pl);
+            return pd__err(PD_ERR_NOMEM, "plan: out of memory");
+        }
+    }
+    pl->microbatch_size = p->batch;
+    if (p->model && !(pl->model = pd__strdup(p->model))) {
+        pd__plan_free(pl);
+        return pd__err(PD_ERR_NOMEM, "plan: out of memory");
+    }
+    *out = pl;
+    return PD_OK;
+}
+
+/* PipeDream leaves its input layers and unused "__getitem__" sinks out of the
+ * search (they have no cost and would only waste a stage); they join the
+ * first stage / their producer's stage. */
+static bool pd__skip_input(const pd_profile *p, int v, const int *indeg) {
+    return indeg[v] == 0 && p->node[v].desc && strncmp(p->node[v].desc, "Input", 5) == 0;
+}
+
+/* Nodes left out of the search (fwd_stage -1): inputs join the first stage,
+ * sinks their producer's; the backward runs where the forward does. */
+static void pd__place_skipped(pd_plan *pl, const pd_profile *p, const int *indeg) {
+    for (int v = 0; v < p->n; v++)
+        if (pl->fwd_stage[v] < 0) {
+            int s = 0;
+            for (int e = 0; e < p->n_edges; e++)
+                if (p->edge[2 * e + 1] == v && pl->fwd_stage[p->edge[2 * e]] > s) s = pl->fwd_stage[p->edge[2 * e]];
+            pl->fwd_stage[v] = indeg[v] == 0 ? 0 : s;
+        }
+    memcpy(pl->bwd_stage, pl->fwd_stage, sizeof(int) * (size_t)p->n);
+}
+
+static pd_status pd__plan_from_cuts(const pd__ctx *x, const pd_profile *rp, const int *map, const pd__cuts *c,
+                                    const pd__cut_plan *cp, pd_plan *pl) {
+    (void)x;
+    for (int s = 0; s < cp->n; s++) {
+        pl->stage[s].replicas = cp->rep[s];
+        const uint64_t *a = c->ideal + (size_t)cp->cut[s] * c->words, *b = c->ideal + (size_t)cp->cut[s + 1] * c->words;
+        for (int v = 0; v < rp->n; v++) {
+            bool in_b = (b[v >> 6] >> (v & 63)) & 1, in_a = (a[v >> 6] >> (v & 63)) & 1;
+            if (in_b && !in_a) pl->fwd_stage[map[v]] = s;
+        }
+    }
+    return PD_OK;
+}
+
+static const char *const pd__algo_names[] = {"pipedream", "2bw", "bipartition", "uniform", "params"};
+
+const char *pd__algo_name(pd__algo a) { return pd__algo_names[a]; }
+
+pd_status pd__algo_parse(const char *s, pd__algo *out) {
+    if (!s) s = "pipedream";
+    for (int i = 0; i < 5; i++)
+        if (strcmp(s, pd__algo_names[i]) == 0) {
+            *out = (pd__algo)i;
+            return PD_OK;
+        }
+    return pd__err(PD_ERR_INVALID, "plan: unknown --algo '%s' (pipedream, 2bw, bipartition, uniform, params)", s);
+}
+
+/* Depth-d straight pipeline for 2bw: fast DP with r = 1 on d workers, 2BW's
+ * memory (recomputation: `rc`). */
+static pd_status pd__straight(const pd__ctx *x0, const pd__cuts *c, int d, bool rc, pd__cut_plan *cp) {
+    pd__ctx x = *x0;
+    pd_plan_options o = *x0->o;
+    o.straight = 1;
+    x.o = &o;
+    x.workers = d;
+    x.twobw = true;
+    x.recompute = rc;
+    return pd__fast(&x, c, cp);
+}
+
+static pd_status pd__bipartition(const pd__ctx *x, const pd_profile *p, pd_plan **out);
+
+pd_status pd_plan_create(const pd_profile *p, const pd_plan_options *o, pd_plan **out) {
+    if (!p || !o || !out) return pd__err(PD_ERR_INVALID, "pd_plan_create: NULL argument");
+    if (o->size != sizeof(pd_plan_options)) return pd__err(PD_ERR_INVALID, "pd_plan_create: options size mismatch (use PD_PLAN_OPTIONS_INIT)");
+    pd__ctx x;
+    memset(&x, 0, sizeof x);
+    x.p = p;
+    x.o = o;
+    pd__algo algo = PD_ALGO_PIPEDREAM;
+    PD_TRY(pd__algo_parse(o->algo, &algo));
+    const char *cm = o->cost_model ? o->cost_model : "default";
+    if (strcmp(cm, "pipedream") == 0) x.pd_model = true;
+    else if (strcmp(cm, "default") != 0)
+        return pd__err(PD_ERR_INVALID, "plan: unknown --cost-model '%s' (default, pipedream)", cm);
+    if (p->n <= 0) return pd__err(PD_ERR_INVALID, "plan: the profile has no nodes");
+    if (o->n_levels < 0 || o->n_levels > 8) return pd__err(PD_ERR_INVALID, "plan: --topology has %d levels (1 to 8)", o->n_levels);
+    if (o->n_levels > 0) {
+        x.levels = o->n_levels;
+        int64_t prod = 1;
+        for (int l = 0; l < o->n_levels; l++) {
+            if (o->level_workers[l] < 1) return pd__err(PD_ERR_INVALID, "plan: --topology level %d has %d workers", l, o->level_workers[l]);
+            if (!(o->level_bandwidth[l] > 0) || !isfinite(o->level_bandwidth[l]))
+                return pd__err(PD_ERR_INVALID, "plan: --bandwidth of level %d must be positive", l);
+            x.lw[l] = o->level_workers[l];
+            x.lb[l] = o->level_bandwidth[l];
+            prod *= x.lw[l];
+            if (prod > 1 << 20) return pd__err(PD_ERR_INVALID, "plan: --topology has more than %d workers", 1 << 20);
+        }
+        if (o->workers > 1 && o->workers != prod)
+            return pd__err(PD_ERR_INVALID, "plan: --workers %d differs from the topology's %lld workers", o->workers, (long long)prod);
+        x.workers = (int)prod;
+    } else {
+        if (o->workers < 1 || o->workers > 1 << 20) return pd__err(PD_ERR_INVALID, "plan: --workers must be 1 to %d (got %d)", 1 << 20, o->workers);
+        if (!(o->bandwidth > 0) || !isfinite(o->bandwidth)) return pd__err(PD_ERR_INVALID, "plan: --bandwidth must be positive");
+        x.levels = 1;
+        x.lw[0] = o->workers;
+        x.lb[0] = o->bandwidth;
+        x.workers = o->workers;
+    }
+    if (o->memory < 0 || !isfinite(o->memory)) return pd__err(PD_ERR_INVALID, "plan: --memory must be a positive byte count");
+    x.mem = o->memory;
+    x.compress = o->activation_compression;
+    if (o->microbatches < 0) return pd__err(PD_ERR_INVALID, "plan: --microbatches must be positive");
+
+    if (algo == PD_ALGO_BIPARTITION) return pd__bipartition(&x, p, out);
+
+    if (algo == PD_ALGO_UNIFORM || algo == PD_ALGO_PARAMS) {
+        if (x.workers > p->n)
+            return pd__err(PD_ERR_INVALID, "plan: %d workers but the model has only %d nodes; use --workers %d or fewer", x.workers, p->n, p->n);
+        double *w = PD_MALLOC(sizeof(double) * (size_t)p->n);
+        int *cut = PD_MALLOC(sizeof(int) * ((size_t)x.workers + 2));
+        if (!w || !cut) {
+            PD_FREE(w);
+            PD_FREE(cut);
+            return pd__err(PD_ERR_NOMEM, "plan: out of memory");
+        }
+        for (int v = 0; v < p->n; v++) w[v] = algo == PD_ALGO_UNIFORM ? 1 : p->node[v].param_bytes + 1e-9;
+        int ns = pd__minmax_split(w, p->n, x.workers, cut);
+        pd_plan *pl;
+        pd_status st = pd__plan_alloc(p, ns, &pl);
+        if (st == PD_OK) {
+            for (int s = 0; s < ns; s++) {
+                pl->stage[s].replicas = 1;
+                for (int v = cut[s]; v < cut[s + 1]; v++) pl->fwd_stage[v] = pl->bwd_stage[v] = s;
+            }
+            pl->algo = algo;
+            pl->microbatches = o->microbatches > 0 ? o->microbatches : 1;
+            st = pd__plan_evaluate(pl, p, &x);
+        }
+        PD_FREE(w);
+        PD_FREE(cut);
+        if (st != PD_OK) {
+            pd__plan_free(pl);
+            return st;
+        }
+        pl->algo_name = pd__strdup(pd__algo_name(algo));
+        pl->cost_model = pd__strdup("default");
+        pl->bandwidth = x.lb[0];
+        *out = pl;
+        return PD_OK;
+    }
+
+    /* the DAG without PipeDream's input layers and __getitem__ sinks */
+    int *indeg = PD_CALLOC((size_t)p->n, sizeof(int)), *outdeg = PD_CALLOC((size_t)p->n, sizeof(int));
+    int *map = PD_MALLOC(sizeof(int) * (size_t)p->n), *inv = PD_MALLOC(sizeof(int) * (size_t)p->n);
+    pd_profile rp;
+    memset(&rp, 0, sizeof rp);
+    rp.node = PD_MALLOC(sizeof(pd__pnode) * (size_t)p->n);
+    rp.edge = PD_MALLOC(sizeof(int) * 2 * ((size_t)p->n_edges + 1));
+    pd_profile ep;
+    pd__pnode *ev_nodes = PD_MALLOC(sizeof(pd__pnode) * (size_t)p->n);
+    pd__cuts *c = NULL;
+    pd_plan *pl = NULL;
+    pd__cut_plan cp = {0};
+    pd_status st = PD_OK;
+    if (!indeg || !outdeg || !map || !inv || !rp.node || !rp.edge || !ev_nodes) {
+        st = pd__err(PD_ERR_NOMEM, "plan: out of memory");
+        goto done;
+    }
+    for (int e = 0; e < p->n_edges; e++) {
+        indeg[p->edge[2 * e + 1]]++;
+        outdeg[p->edge[2 * e]]++;
+    }
+    for (int v = 0; v < p->n; v++) {
+        inv[v] = -1;
+        bool skip = pd__skip_input(p, v, indeg) ||
+                    (outdeg[v] == 0 && p->node[v].desc && strncmp(p->node[v].desc, "__getitem__", 11) == 0);
+        if (skip) continue;
+        inv[v] = rp.n;
+        map[rp.n] = v;
+        rp.node[rp.n++] = p->node[v];
+    }
+    if (rp.n == 0) {
+        st = pd__err(PD_ERR_INVALID, "plan: the profile has only input nodes");
+        goto done;
+    }
+    for (int e = 0; e < p->n_edges; e++) {
+        int a = inv[p->edge[2 * e]], b = inv[p->edge[2 * e + 1]];
+        if (a < 0 || b < 0) continue;
+        rp.edge[2 * rp.n_edges] = a;
+        rp.edge[2 * rp.n_edges + 1] = b;
+        rp.n_edges++;
+    }
+    rp.batch = p->batch;
+    /* the profile the plan is evaluated on: PipeDream's input layers cost nothing */
+    ep = *p;
+    ep.node = ev_nodes;
+    memcpy(ev_nodes, p->node, sizeof(pd__pnode) * (size_t)p->n);
+    for (int v = 0; v < p->n; v++)
+        if (pd__skip_input(p, v, indeg)) {
+            pd__pnode *nd = &ev_nodes[v];
+            nd->fwd_ms = nd->bwd_in_ms = nd->bwd_w_ms = nd->act_bytes = nd->param_bytes = nd->optim_bytes = 0;
+        }
+    p = &ep;
+    if ((st = pd__cuts_build(&rp, o->max_states > 0 ? o->max_states : 4096, &c)) != PD_OK) goto done;
+
+    if (algo == PD_ALGO_2BW) {
+        /* every depth d dividing the workers, with and without recomputation */
+        double best_tp = -1;
+        int best_d = 0, best_rc = 0, best_w = 1;
+        pd__cut_plan best = {0};
+        for (int d = 1; d <= x.workers; d++) {
+            if (x.workers % d || d > c->n_states - 1) continue;
+            for (int rc = 0; rc < 2; rc++) {
+                pd__cut_plan t = {0};
+                if (pd__straight(&x, c, d, rc, &t) != PD_OK) continue; /* does not fit at this depth */
+                pd_plan *cand;
+                if ((st = pd__plan_alloc(p, t.n, &cand)) != PD_OK) {
+                    pd__cut_plan_free(&t);
+                    goto done;
+                }
+                cand->algo = PD_ALGO_2BW;
+                cand->recompute = rc;
+                cand->width = x.workers / d;
+                cand->microbatches = o->microbatches > 0 ? o->microbatches : t.n;
+                pd__plan_from_cuts(&x, &rp, map, c, &t, cand);
+                for (int s = 0; s < t.n; s++) cand->stage[s].replicas = 1;
+                for (int v = 0; v < p->n; v++)
+                    if (inv[v] < 0) cand->fwd_stage[v] = -1;
+                pd__place_skipped(cand, p, indeg);
+                pd__plan_evaluate(cand, p, &x);
+                bool fits = true;
+                for (int s = 0; s < t.n && x.mem > 0; s++) fits &= cand->stage[s].memory_bytes <= x.mem;
+                if (fits && cand->throughput > best_tp * (1 + 1e-12)) {
+                    best_tp = cand->throughput;
+                    best_d = t.n;
+                    best_rc = rc;
+                    pd__cut_plan_free(&best);
+                    best.n = t.n;
+                    best.cut = PD_MALLOC(sizeof(int) * ((size_t)t.n + 1));
+                    best.rep = PD_MALLOC(sizeof(int) * (size_t)t.n);
+                    if (best.cut && best.rep) {
+                        memcpy(best.cut, t.cut, sizeof(int) * ((size_t)t.n + 1));
+                        memcpy(best.rep, t.rep, sizeof(int) * (size_t)t.n);
+                    }
+                    best_w = x.workers / d;
+                }
+                pd__plan_free(cand);
+                pd__cut_plan_free(&t);
+            }
+        }
+        if (best_tp < 0 || !best.cut) {
+            pd__cut_plan_free(&best);
+            st = pd__err(PD_ERR_INVALID,
+                         "plan: no 2bw configuration fits --memory %.0f bytes per worker on %d workers; raise --memory "
+                         "or add workers", x.mem, x.workers);
+            goto done;
+        }
+        if ((st = pd__plan_alloc(p, best_d, &pl)) != PD_OK) {
+            pd__cut_plan_free(&best);
+            goto done;
+        }
+        pl->algo = PD_ALGO_2BW;
+        pl->recompute = best_rc;
+        pl->width = best_w;
+        pl->microbatches = o->microbatches > 0 ? o->microbatches : best_d;
+        for (int v = 0; v < p->n; v++) pl->fwd_stage[v] = -1;
+        pd__plan_from_cuts(&x, &rp, map, c, &best, pl);
+        for (int s = 0; s < best_d; s++) pl->stage[s].replicas = 1;
+        pd__cut_plan_free(&best);
+    } else {
+        if (x.levels == 1 && !x.pd_model) st = pd__fast(&x, c, &cp);
+        else st = pd__pipedream_dp(&x, c, &cp);
+        if (st != PD_OK) goto done;
+        if ((st = pd__plan_alloc(p, cp.n, &pl)) != PD_OK) goto done;
+        pl->algo = PD_ALGO_PIPEDREAM;
+        pl->microbatches = o->microbatches > 0 ? o->microbatches : 1;
+        for (int v = 0; v < p->n; v++) pl->fwd_stage[v] = -1;
+        pd__plan_from_cuts(&x, &rp, map, c, &cp, pl);
+        if (x.pd_model) pl->time_ms = cp.time_ms; /* PipeDream's own number */
+    }
+    pd__place_skipped(pl, p, indeg);
+    {
+        double dp_time = pl->time_ms;
+        if ((st = pd__plan_evaluate(pl, p, &x)) != PD_OK) goto done;
+        if (x.pd_model) {
+            pl->time_ms = dp_time;
+            pl->speedup = pl->single_ms / pl->time_ms;
+            pl->dp_speedup = pl->dp_ms / pl->time_ms;
+        }
+    }
+    pl->algo_name = pd__strdup(pd__algo_name(pl->algo));
+    pl->cost_model = pd__strdup(x.pd_model ? "pipedream" : "default");
+    pl->bandwidth = x.lb[0];
+    pl->prefix_only = c->prefix_only;
+    pl->n_cut_states = c->n_states;
+    if (!pl->algo_name || !pl->cost_model) st = pd__err(PD_ERR_NOMEM, "plan: out of memory");
+done:
+    pd__cut_plan_free(&cp);
+    pd__cuts_free(c);
+    PD_FREE(indeg);
+    PD_FREE(outdeg);
+    PD_FREE(map);
+    PD_FREE(inv);
+    PD_FREE(rp.node);
+    PD_FREE(rp.edge);
+    PD_FREE(ev_nodes);
+    if (st != PD_OK) {
+        pd__plan_free(pl);
+        return st;
+    }
+    *out = pl;
+    return PD_OK;
+}
+
+/* ---- Bi-Partition ---------------------------------------------------------------------
+ * Worker i runs the forward of nodes [f_i, f_i+1) and the backward of nodes
+ * [b_i, b_i+1) of the topological order. Letting the two cuts differ
+ * balances each worker's F+B load at a finer grain than one cut can. A node
+ * whose backward runs on a neighbour must have no parameters (its weights and
+ * their gradients stay with its forward), and its stashed activation travels
+ * with the boundary gradient. Bisection on the worst load T; for each T a
+ * frontier DP keeps, per forward cut, the furthest backward cut reachable. */
+static pd_status pd__bipartition(const pd__ctx *x, const pd_profile *p, pd_plan **out) {
+    int n = p->n, P = x->workers;
+    if (P > n) return pd__err(PD_ERR_INVALID, "plan: %d workers but the model has only %d nodes; use --workers %d or fewer", P, n, n);
+    double *F = PD_CALLOC((size_t)n + 1, sizeof(double)), *B = PD_CALLOC((size_t)n + 1, sizeof(double));
+    int *prevp = PD_MALLOC(sizeof(int) * ((size_t)n + 1)), *nextp = PD_MALLOC(sizeof(int) * ((size_t)n + 1));
+    int *R = PD_MALLOC(sizeof(int) * (size_t)(P + 1) * ((size_t)n + 1));
+    int *from = PD_MALLOC(sizeof(int) * (size_t)(P + 1) * ((size_t)n + 1));
+    pd_status st = PD_OK;
+    if (!F || !B || !prevp || !nextp || !R || !from) {
+        st = pd__err(PD_ERR_NOMEM, "plan: out of memory");
+        goto done;
+    }
+    for (int v = 0; v < n; v++) {
+        F[v + 1] = F[v] + p->node[v].fwd_ms;
+        B[v + 1] = B[v] + p->node[v].bwd_in_ms + p->node[v].bwd_w_ms;
+    }
+    /* prevp[k]: 1 + the last node with parameters before position k; nextp[k]: the first at or after k */
+    prevp[0] = 0;
+    for (int k = 1; k <= n; k++) prevp[k] = p->node[k - 1].param_bytes > 0 ? k : prevp[k - 1];
+    nextp[n] = n;
+    for (int k = n - 1; k >= 0; k--) nextp[k] = p->node[k].param_bytes > 0 ? k : nextp[k + 1];
+    double lo = 0, hi = F[n] + B[n];
+#define RR(i, f) R[(size_t)(i) * (size_t)(n + 1) + (size_t)(f)]
+#define FR(i, f) from[(size_t)(i) * (size_t)(n + 1) + (size_t)(f)]
+    int used = 0;
+    for (int it = 0; it < 60; it++) {
+        double T = it == 59 ? hi : 0.5 * (lo + hi);
+        for (size_t k = 0; k < (size_t)(P + 1) * (size_t)(n + 1); k++) R[k] = -1;
+        RR(0, 0) = 0;
+        int ok = 0;
+        for (int i = 0; i < P && !ok; i++)
+            for (int f = 0; f < n; f++) {
+                int b = RR(i, f);
+                if (b < 0) continue;
+                for (int f2 = f + 1; f2 <= n; f2++) {
+                    double rest = T - (F[f2] - F[f]);
+                    if (rest < 0) break;
+                    /* furthest b2 with B[b2] - B[b] <= rest, inside the parameter-free window of f2 */
+                    int lo2 = b + 1 > prevp[f2] ? b + 1 : prevp[f2];
+                    int hi2 = f2 == n ? n : (nextp[f2] < n ? nextp[f2] : n);
+                    if (f2 == n) lo2 = lo2 > n ? lo2 : n;
+                    if (lo2 > hi2) continue;
+                    int l = lo2, h = hi2, bb = -1;
+                    while (l <= h) {
+                        int mid = (l + h) / 2;
+                        if (B[mid] - B[b] <= rest) {
+                            bb = mid;
+                            l = mid + 1;
+                        } else {
+                            h = mid - 1;
+                        }
+                    }
+                    if (bb < 0) continue;
+                    if (bb > RR(i + 1, f2)) {
+                        RR(i + 1, f2) = bb;
+                        FR(i + 1, f2) = f;
+                    }
+                }
+                if (RR(i + 1, n) == n) ok = i + 1;
+            }
+        if (ok) {
+            hi = T;
+            used = ok;
+        } else {
+            lo = T;
+        }
+        if (it == 59 && !ok) {
+            st = pd__err(PD_ERR_INTERNAL, "plan: bipartition found no split");
+            goto done;
+        }
+    }
+    pd_plan *pl;
+    if ((st = pd__plan_alloc(p, used, &pl)) != PD_OK) goto done;
+    pl->algo = PD_ALGO_BIPARTITION;
+    pl->microbatches = x->o->microbatches > 0 ? x->o->microbatches : 1;
+    {
+        int f = n;
+        for (int i = used; i > 0; i--) {
+            int fprev = FR(i, f), b = RR(i, f), bprev = RR(i - 1, fprev);
+            for (int v = fprev; v < f; v++) pl->fwd_stage[v] = i - 1;
+            for (int v = bprev; v < b; v++) pl->bwd_stage[v] = i - 1;
+            pl->stage[i - 1].replicas = 1;
+            f = fprev;
+        }
+    }
+#undef RR
+#undef FR
+    if ((st = pd__plan_evaluate(pl, p, x)) != PD_OK || !(pl->algo_name = pd__strdup(pd__algo_name(PD_ALGO_BIPARTITION))) ||
+        !(pl->cost_model = pd__strdup("default"))) {
+        if (st == PD_OK) st = pd__err(PD_ERR_NOMEM, "plan: out of memory");
+        pd__plan_free(pl);
+        goto done;
+    }
+    pl->bandwidth = x->lb[0];
+    *out = pl;
+done:
+    PD_FREE(F);
+    PD_FREE(B);
+    PD_FREE(prevp);
+    PD_FREE(nextp);
+    PD_FREE(R);
+    PD_FREE(from);
+    return st;
+}
+
+/* ---- accessors ------------------------------------------------------------------------ */
+
+pd_status pd_plan_info_get(const pd_plan *p, pd_plan_info *out) {
+    if (!p || !out) return pd__err(PD_ERR_INVALID, "pd_plan_info_get: NULL argument");
+    pd_plan_info i;
+    memset(&i, 0, sizeof i);
+    i.n_stages = p->n_stages;
+    for (int s = 0; s < p->n_stages; s++) i.workers += p->stage[s].replicas;
+    i.workers *= p->width > 0 ? p->width : 1;
+    i.microbatches = p->microbatches;
+    i.width = p->width;
+    i.time_ms = p->time_ms;
+    i.speedup = p->speedup;
+    i.dp_speedup = p->dp_speedup;
+    i.bubble = p->bubble;
+    i.throughput = p->throughput;
+    *out = i;
+    return PD_OK;
+}
+
+pd_status pd_plan_stage(const pd_plan *p, int i, pd_stage_info *out) {
+    if (!p || !out || i < 0 || i >= p->n_stages) return pd__err(PD_ERR_INVALID, "pd_plan_stage: stage %d out of range", i);
+    pd_stage_info s;
+    memset(&s, 0, sizeof s);
+    s.first_node = -1;
+    for (int v = 0; v < p->n_nodes; v++)
+        if (p->fwd_stage[v] == i) {
+            if (s.first_node < 0) s.first_node = v;
+            s.n_nodes++;
+        }
+    const pd__stage *st = &p->stage[i];
+    s.replicas = st->replicas;
+    s.compute_ms = st->fwd_ms + st->bwd_in_ms + st->bwd_w_ms;
+    s.comm_ms = 2 * st->send_ms;
+    s.memory_bytes = st->memory_bytes;
+    *out = s;
+    return PD_OK;
+}
+
+int pd_plan_node_stage(const pd_plan *p, int i, int *bwd) {
+    if (!p || i < 0 || i >= p->n_nodes) return -1;
+    if (bwd) *bwd = p->bwd_stage[i];
+    return p->fwd_stage[i];
+}
+#undef CELL
+#undef FR
+#undef RR
+
+/* ==== core/schedule.c ==== */
+/* schedule.c - the schedule generator: per worker, the ordered instruction
+ * list (F, B, W, SEND/RECV of activations and gradients, ALLREDUCE, STEP) of
+ * GPipe, PipeDream-Flush (1F1B), asynchronous PipeDream, PipeDream-2BW,
+ * Megatron's interleaved 1F1B and zero-bubble H1; validation of any list
+ * (hand-made ones included); text and CSV output.
+ *
+ * Every kind is written as the order of compute ops on one worker; the
+ * emitters add the receive before and the send after each op that crosses a
+ * stage boundary, so the communication always mirrors the compute order.
+ * docs/SCHEDULES.md gives the orders with examples.
+ */
+/* ---- core/schedule.h ---- */
+/* schedule.h - private: the schedule generator (core/schedule.c) and the
+ * event simulator that replays its instruction lists (core/simulate.c).
+ *
+ * Indexing: a schedule has p = n_stages workers (physical stages) and v =
+ * chunks virtual stages per worker; virtual stage k = chunk * p + worker, so
+ * without interleaving the virtual stage is the worker. Cost arrays are per
+ * virtual stage. docs/SCHEDULES.md describes every kind's order.
+ */
+#ifndef PD_SCHEDULE_H
+#define PD_SCHEDULE_H
+
+
+/* "gpipe", "flush" (or "1f1b"), "pipedream", "2bw", "interleaved", "zb-h1". */
+pd_status pd__sched_kind_parse(const char *s, pd__sched_kind *out);
+const char *pd__sched_kind_name(pd__sched_kind k);
+/* pipedream and 2bw: no flush, the pipeline runs across minibatches. */
+bool pd__sched_async(pd__sched_kind k);
+/* "F", "B", "W", "SEND_ACT", ... ("?" when out of range). */
+const char *pd__op_name(int op);
+
+/* Builds the instruction lists of `minibatches` minibatches of `microbatches`
+ * each. chunks: 1, or >= 2 for interleaved. replicas: per worker (NULL: all
+ * 1); a worker with replicas > 1 all-reduces its gradients before each STEP.
+ * Microbatch indices are global (minibatch t: t*m .. t*m+m-1); STEP and
+ * ALLREDUCE carry the last microbatch of the update they close; peer is -1
+ * and version -1 where they do not apply. */
+pd_status pd__schedule_build(pd__sched_kind kind, int n_stages, int chunks, int microbatches, int minibatches,
+                             const int *replicas, pd__schedule **out);
+/* PipeDream's vertical sync on a pipedream schedule: every stage runs
+ * microbatch k on the version stage 0's forward of k used. */
+pd_status pd__schedule_vertical_sync(pd__schedule *s);
+void pd__schedule_free(pd__schedule *s);
+/* F before B before W per (virtual stage, microbatch), each exactly once;
+ * every F/B past the pipeline's ends preceded by its RECV and followed by its
+ * SEND; sends and receives pair up in order on every link; versions consistent
+ * (a B/W uses its F's version, an F no version not yet produced); and a
+ * zero-cost replay retires every instruction (no deadlock). Errors name the
+ * stage, the instruction index and the microbatch. */
+pd_status pd__schedule_validate(const pd__schedule *s);
+/* Per-stage lines ("stage 0: F0 F1 B0 ...", compute and updates only) or CSV
+ * with every instruction: stage,index,op,chunk,mb,version,peer. */
+pd_status pd__schedule_write(const pd__schedule *s, FILE *f, bool csv);
+
+/* Costs of one microbatch per virtual stage (NULL arrays: zero, except f_ms
+ * and b_ms which are required). */
+typedef struct pd__sim_costs {
+    const double *f_ms;         /* forward */
+    const double *b_ms;         /* input gradient (an unsplit B costs b_ms + w_ms) */
+    const double *w_ms;         /* weight gradient */
+    const double *send_ms;      /* one transfer over the link k -> k+1, either direction */
+    const double *allreduce_ms; /* per worker: one ALLREDUCE */
+    const double *act_bytes;    /* activations stashed per microbatch */
+    const double *param_bytes;  /* one weight version */
+} pd__sim_costs;
+
+/* Replays the lists in order per worker: an instruction starts when its
+ * worker is free and, for a RECV, when the matching SEND's data has arrived
+ * (sends do not block; transfers on one link direction go one at a time).
+ * start/end: per worker, arrays of len[s] (NULL: not wanted). Fails naming the
+ * instruction on a send/receive mismatch or a deadlock. pd__schedule_validate
+ * runs it with NULL costs (all zero) after its own checks. */
+pd_status pd__schedule_replay(const pd__schedule *s, const pd__sim_costs *c, double **start, double **end);
+
+/* Validates and simulates s with synthetic costs (arrays per virtual stage,
+ * as in pd__sim_costs; no all-reduce cost) and fills out (free with
+ * pd_sim_result_free); throughput counts one sample per microbatch.
+ * trace: when not NULL, a Chrome trace is written to it. */
+pd_status pd__simulate_schedule(const pd__schedule *s, const double *f_ms, const double *b_ms, const double *w_ms,
+                                const double *send_ms, const double *act_bytes, const double *param_bytes,
+                                pd_sim_result *out, FILE *trace);
+/* The same with every cost (all-reduce included) and an optional SVG timeline. */
+pd_status pd__simulate_costs(const pd__schedule *s, const pd__sim_costs *c, pd_sim_result *out, FILE *trace, FILE *svg);
+
+/* The schedule pd_simulate runs for this plan and these options, with the
+ * per-virtual-stage costs it uses (arrays of n_stages*chunks, freed by
+ * pd__sim_plan_free). */
+typedef struct pd__sim_plan {
+    pd__schedule *sched;
+    double *f_ms, *b_ms, *w_ms, *send_ms, *act_bytes, *param_bytes; /* per virtual stage */
+    double *allreduce_ms;                                           /* per worker */
+    int *replicas;                                                  /* per worker */
+    bool split_chunks; /* interleaved on a plan without chunks: stages split evenly */
+    int64_t samples;   /* samples per minibatch: microbatch size * microbatches * width */
+} pd__sim_plan;
+
+pd_status pd__sim_plan_make(const pd_plan *p, const pd_sim_options *opt, pd__sim_plan *out);
+void pd__sim_plan_free(pd__sim_plan *sp);
+
+#endif
+/* ---- end of core/schedule.h ---- */
+
+#include <string.h>
+
+static const char *const pd__kind_names[] = {"gpipe", "flush", "pipedream", "2bw", "interleaved", "zb-h1"};
+
+pd_status pd__sched_kind_parse(const char *s, pd__sched_kind *out) {
+    if (s && strcmp(s, "1f1b") == 0) s = "flush";
+    for (int k = 0; s && k < (int)(sizeof pd__kind_names / sizeof *pd__kind_names); k++) {
+        if (strcmp(s, pd__kind_names[k]) == 0) {
+            *out = (pd__sched_kind)k;
+            return PD_OK;
+        }
+    }
+    return pd__err(PD_ERR_INVALID,
+                   "unknown schedule '%s' (expected gpipe, flush (1f1b), pipedream, 2bw, interleaved or zb-h1)",
+                   s ? s : "(null)");
+}
+
+const char *pd__sched_kind_name(pd__sched_kind k) {
+    return (unsigned)k < sizeof pd__kind_names / sizeof *pd__kind_names ? pd__kind_names[k] : "?";
+}
+
+bool pd__sched_async(pd__sched_kind k) { return k == PD_SCHED_PIPEDREAM || k == PD_SCHED_2BW; }
+
+const char *pd__op_name(int op) {
+    static const char *const names[] = {"F",         "B",         "W",         "SEND_ACT", "RECV_ACT",
+                                        "SEND_GRAD", "RECV_GRAD", "ALLREDUCE", "STEP",     "SNAPSHOT"};
+    return op >= 0 && op < (int)(sizeof names / sizeof *names) ? names[op] : "?";
+}
+
+/* ---- building ----------------------------------------------------------------- */
+
+/* One worker's list under construction. */
+typedef struct pd__bld {
+    int p, v, s;    /* workers, chunks, this worker */
+    bool allreduce; /* replicated: ALLREDUCE before STEP */
+    pd__instr *ins;
+    int n, cap;
+    bool oom;
+    int *fver; /* version each (chunk, mb)'s F used: fver[chunk * M + mb] (workers are built in turn) */
+    int M;     /* microbatches in all */
+} pd__bld;
+
+static void pd__emit(pd__bld *b, int op, int chunk, int mb, int version, int peer, int split) {
+    if (b->oom) return;
+    if (b->n == b->cap) {
+        int cap = b->cap ? b->cap * 2 : 64;
+        pd__instr *ni = PD_REALLOC(b->ins, sizeof(pd__instr) * (size_t)cap);
+        if (!ni) {
+            b->oom = true;
+            return;
+        }
+        b->ins = ni;
+        b->cap = cap;
+    }
+    b->ins[b->n++] = (pd__instr){(uint8_t)op, (uint8_t)split, (int16_t)chunk, mb, version, peer};
+}
+
+/* F of mb on chunk with weight version `version`, between its receive and send. */
+static void pd__F(pd__bld *b, int chunk, int mb, int version) {
+    int k = chunk * b->p + b->s, last = b->p * b->v - 1;
+    if (k > 0) pd__emit(b, PD_I_RECV_ACT, chunk, mb, -1, k - 1, 0);
+    pd__emit(b, PD_I_F, chunk, mb, version, -1, 0);
+    if (k < last) pd__emit(b, PD_I_SEND_ACT, chunk, mb, -1, k + 1, 0);
+    b->fver[chunk * b->M + mb] = version;
+}
+
+/* B of mb on chunk (split: the weight gradient is a later W), with its F's version. */
+static void pd__B(pd__bld *b, int chunk, int mb, bool split) {
+    int k = chunk * b->p + b->s, last = b->p * b->v - 1;
+    if (k < last) pd__emit(b, PD_I_RECV_GRAD, chunk, mb, -1, k + 1, 0);
+    pd__emit(b, PD_I_B, chunk, mb, b->fver[chunk * b->M + mb], -1, split);
+    if (k > 0) pd__emit(b, PD_I_SEND_GRAD, chunk, mb, -1, k - 1, 0);
+}
+
+static void pd__W(pd__bld *b, int chunk, int mb) { pd__emit(b, PD_I_W, chunk, mb, b->fver[chunk * b->M + mb], -1, 0); }
+
+/* The update closing the microbatches up to `mb`, producing `version`. */
+static void pd__STEP(pd__bld *b, int mb, int version) {
+    if (b->allreduce) pd__emit(b, PD_I_ALLREDUCE, 0, mb, -1, -1, 0);
+    pd__emit(b, PD_I_STEP, 0, mb, version, -1, 0);
+}
+
+static int pd__min(int a, int b) { return a < b ? a : b; }
+
+/* GPipe: all forwards, then all backwards in reverse microbatch order (the
+ * last forward's backward first, as GPipe's autograd does), then the update. */
+static void pd__gpipe(pd__bld *b, int m, int N) {
+    for (int t = 0; t < N; t++) {
+        for (int i = 0; i < m; i++) pd__F(b, 0, t * m + i, t);
+        for (int i = m - 1; i >= 0; i--) pd__B(b, 0, t * m + i, false);
+        pd__STEP(b, t * m + m - 1, t + 1);
+    }
+}
+
+/* 1F1B with a flush: min(p-s-1, m) warm-up forwards, then one forward and one
+ * backward in turn, then the remaining backwards and the update. zb (ZB-H1):
+ * B is split and W of microbatch k-s follows B of microbatch k, so worker s
+ * defers s weight gradients into the cool-down, where 1F1B idles. */
+static void pd__flush(pd__bld *b, int m, int N, bool zb) {
+    int w = pd__min(b->p - b->s - 1, m);
+    for (int t = 0; t < N; t++) {
+        int o = t * m, nw = 0;
+        for (int i = 0; i < w; i++) pd__F(b, 0, o + i, t);
+        for (int k = 0; k < m; k++) {
+            if (k + w < m) pd__F(b, 0, o + k + w, t);
+            pd__B(b, 0, o + k, zb);
+            if (zb && k >= b->s) pd__W(b, 0, o + nw++);
+        }
+        while (zb && nw < m) pd__W(b, 0, o + nw++);
+        pd__STEP(b, o + m - 1, t + 1);
+    }
+}
+
+/* 1F1B without a flush over all M = m*N microbatches. pipedream: an update
+ * after every backward; an F uses the latest version (the updates done so
+ * far), its B the same stashed version. 2bw: an update after the last
+ * backward of every m microbatches; minibatch t's microbatches all use
+ * version max(t-1, 0) (W(t+1) = W(t) - lr*grad f(W(t-1))); the warm-up is
+ * capped at m so that at most two versions are ever live. */
+static void pd__async(pd__bld *b, int m, int N, bool twobw) {
+    int M = m * N, w = pd__min(b->p - b->s - 1, M), steps = 0;
+    if (twobw) w = pd__min(w, m);
+    for (int k = -w; k < M; k++) {
+        int j = k + w;
+        if (j < M) pd__F(b, 0, j, twobw ? (j / m > 0 ? j / m - 1 : 0) : steps);
+        if (k < 0) continue;
+        pd__B(b, 0, k, false);
+        if (!twobw)
+            pd__STEP(b, k, ++steps);
+        else if (k % m == m - 1)
+            pd__STEP(b, k, k / m + 1);
+    }
+}
+
+/* Megatron's interleaved 1F1B (forward_backward_pipelining_with_interleaving):
+ * the i-th forward of a minibatch runs chunk (i mod pv) / p on microbatch
+ * (i / pv) * p + i mod p, the i-th backward the same microbatch on the
+ * mirrored chunk v-1-chunk; (p-s-1)*2 + (v-1)*p warm-up forwards (at most
+ * m*v), then one forward and one backward in turn, then the cool-down. */
+static void pd__interleaved(pd__bld *b, int m, int N) {
+    int p = b->p, v = b->v, total = m * v;
+    int w = pd__min((p - b->s - 1) * 2 + (v - 1) * p, total);
+    for (int t = 0; t < N; t++) {
+        int o = t * m;
+        for (int i = -w; i < total; i++) {
+            int j = i + w;
+            if (j < total) pd__F(b, (j % (p * v)) / p, o + (j / (p * v)) * p + j % p, t);
+            if (i >= 0) pd__B(b, v - 1 - (i % (p * v)) / p, o + (i / (p * v)) * p + i % p, false);
+        }
+        pd__STEP(b, o + m - 1, t + 1);
+    }
+}
+
+void pd__schedule_free(pd__schedule *s) {
+    if (!s) return;
+    for (int i = 0; s->ins && i < s->n_stages; i++) PD_FREE(s->ins[i]);
+    PD_FREE(s->ins);
+    PD_FREE(s->len);
+    PD_FREE(s);
+}
+
+pd_status pd__schedule_build(pd__sched_kind kind, int n_stages, int chunks, int microbatches, int minibatches,
+                             const int *replicas, pd__schedule **out) {
+    const char *name = pd__sched_kind_name(kind);
+    if ((unsigned)kind > PD_SCHED_ZB_H1) return pd__err(PD_ERR_INVALID, "schedule: unknown kind %d", (int)kind);
+    if (n_stages < 1 || n_stages > 4096)
+        return pd__err(PD_ERR_INVALID, "%s: %d pipeline stages (expected 1 to 4096)", name, n_stages);
+    if (microbatches < 1 || minibatches < 1)
+        return pd__err(PD_ERR_INVALID, "%s: needs at least one microbatch and one minibatch (got %d and %d)", name,
+                       microbatches, minibatches);
+    if (kind == PD_SCHED_INTERLEAVED) {
+        if (chunks < 2 || chunks > 1024)
+            return pd__err(PD_ERR_INVALID, "interleaved: needs 2 to 1024 chunks per worker, got %d", chunks);
+        if (microbatches % n_stages != 0)
+            return pd__err(
+                PD_ERR_INVALID,
+                "interleaved: microbatches per minibatch (%d) must be a multiple of the pipeline stages (%d)",
+                microbatches, n_stages);
+    } else if (chunks != 1) {
+        return pd__err(PD_ERR_INVALID, "%s: %d chunks per worker (only interleaved has more than one)", name, chunks);
+    }
+    int64_t M = (int64_t)microbatches * minibatches;
+    if (M * chunks * n_stages > 100000000 || n_stages * chunks > INT16_MAX)
+        return pd__err(PD_ERR_INVALID, "%s: %lld microbatches on %d stages is too large to schedule", name,
+                       (long long)M, n_stages * chunks);
+    for (int s = 0; replicas && s < n_stages; s++)
+        if (replicas[s] < 1) return pd__err(PD_ERR_INVALID, "%s: stage %d has %d replicas", name, s, replicas[s]);
+
+    pd__schedule *sc = PD_MALLOC(sizeof *sc);
+    if (!sc) return pd__err(PD_ERR_NOMEM, "schedule: out of memory");
+    *sc = (pd__schedule){kind, n_stages, chunks, microbatches, minibatches, NULL, NULL};
+    sc->len = PD_MALLOC(sizeof(int) * (size_t)n_stages);
+    sc->ins = PD_MALLOC(sizeof(pd__instr *) * (size_t)n_stages);
+    int *fver = PD_MALLOC(sizeof(int) * (size_t)(M * chunks));
+    if (!sc->len || !sc->ins || !fver) {
+        PD_FREE(fver);
+        pd__schedule_free(sc);
+        return pd__err(PD_ERR_NOMEM, "schedule: out of memory");
+    }
+    for (int s = 0; s < n_stages; s++) sc->ins[s] = NULL, sc->len[s] = 0;
+    for (int s = 0; s < n_stages; s++) {
+        pd__bld b = {n_stages, chunks, s, replicas && replicas[s] > 1, NULL, 0, 0, false, fver, (int)M};
+        switch (kind) {
+        case PD_SCHED_GPIPE: pd__gpipe(&b, microbatches, minibatches); break;
+        case PD_SCHED_FLUSH: pd__flush(&b, microbatches, minibatches, false); break;
+        case PD_SCHED_ZB_H1: pd__flush(&b, microbatches, minibatches, true); break;
+        case PD_SCHED_PIPEDREAM: pd__async(&b, microbatches, minibatches, false); break;
+        case PD_SCHED_2BW: pd__async(&b, microbatches, minibatches, true); break;
+        case PD_SCHED_INTERLEAVED: pd__interleaved(&b, microbatches, minibatches); break;
+        }
+        sc->ins[s] = b.ins;
+        sc->len[s] = b.n;
+        if (b.oom) {
+            PD_FREE(fver);
+            pd__schedule_free(sc);
+            return pd__err(PD_ERR_NOMEM, "schedule: out of memory");
+        }
+    }
+    PD_FREE(fver);
+    *out = sc;
+    return PD_OK;
+}
+
+/* ---- validation ------------------------------------------------------------------ */
+
+/* What has happened to one (virtual stage, microbatch) on its worker. */
+enum { PD__RA = 1, PD__F = 2, PD__SA = 4, PD__RG = 8, PD__B = 16, PD__W = 32, PD__SG = 64, PD__SPLIT = 128 };
+
+static pd_status pd__bad(int s, int i, const pd__instr *in, const char *msg) {
+    if (in->op == PD_I_STEP || in->op == PD_I_ALLREDUCE || in->op == PD_I_SNAPSHOT)
+        return pd__err(PD_ERR_INVALID, "schedule: stage %d, instruction %d (%s): %s", s, i, pd__op_name(in->op), msg);
+    return pd__err(PD_ERR_INVALID, "schedule: stage %d, instruction %d (%s mb %d, chunk %d): %s", s, i,
+                   pd__op_name(in->op), (int)in->mb, (int)in->chunk, msg);
+}
+
+pd_status pd__schedule_validate(const pd__schedule *s) {
+    if (!s || s->n_stages < 1 || s->chunks < 1 || s->microbatches < 1 || s->minibatches < 1 || !s->len || !s->ins)
+        return pd__err(PD_ERR_INVALID, "schedule: empty or malformed");
+    int p = s->n_stages, v = s->chunks, V = p * v;
+    int64_t M = (int64_t)s->microbatches * s->minibatches;
+    if (M * V > 100000000) return pd__err(PD_ERR_INVALID, "schedule: too large to validate");
+    uint8_t *st = PD_MALLOC((size_t)(M * V));
+    int *ver = PD_MALLOC(sizeof(int) * (size_t)(M * V));
+    if (!st || !ver) {
+        PD_FREE(st);
+        PD_FREE(ver);
+        return pd__err(PD_ERR_NOMEM, "schedule: out of memory");
+    }
+    memset(st, 0, (size_t)(M * V));
+    pd_status rc = PD_OK;
+    for (int w = 0; w < p && rc == PD_OK; w++) {
+        int produced = 0; /* newest weight version on this worker */
+        for (int i = 0; i < s->len[w] && rc == PD_OK; i++) {
+            const pd__instr *in = &s->ins[w][i];
+            if (in->op > PD_I_SNAPSHOT) {
+                rc = pd__bad(w, i, in, "unknown op");
+                break;
+            }
+            if (in->op == PD_I_STEP) {
+                if (in->version <= produced) rc = pd__bad(w, i, in, "produces an old weight version");
+                produced = in->version;
+                continue;
+            }
+            if (in->op == PD_I_ALLREDUCE || in->op == PD_I_SNAPSHOT) continue;
+            if (in->chunk < 0 || in->chunk >= v || in->mb < 0 || in->mb >= M) {
+                rc = pd__bad(w, i, in, "chunk or microbatch out of range");
+                break;
+            }
+            int k = in->chunk * p + w;
+            uint8_t *f = &st[(int64_t)k * M + in->mb];
+            int *fv = &ver[(int64_t)k * M + in->mb];
+            bool comm = in->op >= PD_I_SEND_ACT && in->op <= PD_I_RECV_GRAD;
+            int want = in->op == PD_I_SEND_ACT || in->op == PD_I_RECV_GRAD ? k + 1 : k - 1;
+            if (comm && in->peer != want) {
+                char msg[64];
+                snprintf(msg, sizeof msg, "wrong peer stage %d (expected %d)", (int)in->peer, want);
+                rc = pd__bad(w, i, in, msg);
+                break;
+            }
+            switch (in->op) {
+            case PD_I_RECV_ACT:
+                if (k == 0)
+                    rc = pd__bad(w, i, in, "the first stage receives no activations");
+                else if (*f & (PD__RA | PD__F))
+                    rc = pd__bad(w, i, in, "received after or twice");
+                *f |= PD__RA;
+                break;
+            case PD_I_F:
+                if (*f & PD__F)
+                    rc = pd__bad(w, i, in, "a second forward");
+                else if (k > 0 && !(*f & PD__RA))
+                    rc = pd__bad(w, i, in, "no RECV_ACT before it");
+                else if (in->version > produced || in->version < 0)
+                    rc = pd__bad(w, i, in, "uses a weight version not produced yet");
+                *f |= PD__F;
+                *fv = in->version;
+                break;
+            case PD_I_SEND_ACT:
+                if (k == V - 1)
+                    rc = pd__bad(w, i, in, "the last stage sends no activations");
+                else if (!(*f & PD__F) || (*f & PD__SA))
+                    rc = pd__bad(w, i, in, "not after its F, or twice");
+                *f |= PD__SA;
+                break;
+            case PD_I_RECV_GRAD:
+                if (k == V - 1)
+                    rc = pd__bad(w, i, in, "the last stage receives no gradients");
+                else if (!(*f & PD__F) || (*f & (PD__RG | PD__B)))
+                    rc = pd__bad(w, i, in, "not between its F and its B, or twice");
+                *f |= PD__RG;
+                break;
+            case PD_I_B:
+                if (!(*f & PD__F))
+                    rc = pd__bad(w, i, in, "before its F");
+                else if (*f & PD__B)
+                    rc = pd__bad(w, i, in, "a second backward");
+                else if (k < V - 1 && !(*f & PD__RG))
+                    rc = pd__bad(w, i, in, "no RECV_GRAD before it");
+                else if (in->version != *fv)
+                    rc = pd__bad(w, i, in, "uses another weight version than its F");
+                *f |= PD__B | (in->split ? PD__SPLIT : 0);
+                break;
+            case PD_I_W:
+                if (!(*f & PD__B) || !(*f & PD__SPLIT) || (*f & PD__W))
+                    rc = pd__bad(w, i, in, "not after a split B of its microbatch, or twice");
+                else if (in->version != *fv)
+                    rc = pd__bad(w, i, in, "uses another weight version than its F");
+                *f |= PD__W;
+                break;
+            case PD_I_SEND_GRAD:
+                if (k == 0)
+                    rc = pd__bad(w, i, in, "the first stage sends no gradients");
+                else if (!(*f & PD__B) || (*f & PD__SG))
+                    rc = pd__bad(w, i, in, "not after its B, or twice");
+                *f |= PD__SG;
+                break;
+            }
+        }
+    }
+    /* every microbatch ran completely on every virtual stage */
+    for (int k = 0; k < V && rc == PD_OK; k++) {
+        for (int64_t mb = 0; mb < M && rc == PD_OK; mb++) {
+            uint8_t f = st[(int64_t)k * M + mb];
+            const char *miss = !(f & PD__F)                      ? "F"
+                               : !(f & PD__B)                    ? "B"
+                               : (f & PD__SPLIT) && !(f & PD__W) ? "W"
+                               : k < V - 1 && !(f & PD__SA)      ? "SEND_ACT"
+                               : k > 0 && !(f & PD__SG)          ? "SEND_GRAD"
+                                                                 : NULL;
+            if (miss)
+                rc = pd__err(PD_ERR_INVALID, "schedule: stage %d (chunk %d) never runs %s of mb %lld", k % p, k / p,
+                             miss, (long long)mb);
+        }
+    }
+    PD_FREE(st);
+    PD_FREE(ver);
+    if (rc != PD_OK) return rc;
+    return pd__schedule_replay(s, NULL, NULL, NULL);
+}
+
+/* ---- output ------------------------------------------------------------------------ */
+
+pd_status pd__schedule_write(const pd__schedule *s, FILE *f, bool csv) {
+    if (!s || !f) return pd__err(PD_ERR_INVALID, "pd__schedule_write: NULL argument");
+    if (csv)
+        fprintf(f, "stage,index,op,chunk,mb,version,peer\n");
+    else if (s->chunks > 1)
+        fprintf(f, "# %s: %d stages x %d chunks, %d microbatches x %d minibatches\n", pd__sched_kind_name(s->kind),
+                s->n_stages, s->chunks, s->microbatches, s->minibatches);
+    else
+        fprintf(f, "# %s: %d stages, %d microbatches x %d minibatches\n", pd__sched_kind_name(s->kind), s->n_stages,
+                s->microbatches, s->minibatches);
+    for (int w = 0; w < s->n_stages; w++) {
+        if (!csv) fprintf(f, "stage %d:", w);
+        for (int i = 0; i < s->len[w]; i++) {
+            const pd__instr *in = &s->ins[w][i];
+            if (csv) {
+                fprintf(f, "%d,%d,%s,%d,%d,%d,%d\n", w, i, pd__op_name(in->op), (int)in->chunk, (int)in->mb,
+                        (int)in->version, (int)in->peer);
+            } else if (in->op == PD_I_F || in->op == PD_I_B || in->op == PD_I_W) {
+                fprintf(f, " %s%d", pd__op_name(in->op), (int)in->mb);
+                if (s->chunks > 1) fprintf(f, ".%d", (int)in->chunk);
+            } else if (in->op == PD_I_STEP) {
+                fprintf(f, " STEP");
+            } else if (in->op == PD_I_ALLREDUCE) {
+                fprintf(f, " AR");
+            }
+        }
+        if (!csv) fprintf(f, "\n");
+    }
+    if (ferror(f)) return pd__err(PD_ERR_IO, "schedule: write failed");
+    return PD_OK;
+}
+
+/* PipeDream's vertical sync: every stage runs microbatch k (forward and
+ * backward) on weight version v, the version stage 0's forward of k used
+ * (version = how many updates the stage has made), instead of its own latest;
+ * a stage keeps the older versions it will still need. */
+pd_status pd__schedule_vertical_sync(pd__schedule *s) {
+    if (s->kind != PD_SCHED_PIPEDREAM)
+        return pd__err(PD_ERR_INVALID, "vertical sync applies to the pipedream schedule, not %s", pd__sched_kind_name(s->kind));
+    int nmb = 0;
+    for (int k = 0; k < s->len[0]; k++)
+        if (s->ins[0][k].mb >= nmb) nmb = s->ins[0][k].mb + 1;
+    int32_t *v0 = PD_MALLOC(sizeof(int32_t) * ((size_t)nmb + 1));
+    if (!v0) return pd__err(PD_ERR_NOMEM, "out of memory");
+    for (int k = 0; k < s->len[0]; k++)
+        if (s->ins[0][k].op == PD_I_F) v0[s->ins[0][k].mb] = s->ins[0][k].version;
+    for (int q = 0; q < s->n_stages; q++)
+        for (int k = 0; k < s->len[q]; k++) {
+            pd__instr *in = &s->ins[q][k];
+            if ((in->op == PD_I_F || in->op == PD_I_B || in->op == PD_I_W) && in->mb >= 0 && in->mb < nmb)
+                in->version = v0[in->mb];
+        }
+    PD_FREE(v0);
+    return PD_OK;
+}
+
+/* ==== core/simulate.c ==== */
+/* simulate.c - the event simulator: replays a schedule's instruction lists
+ * with per-stage costs instead of kernels (the same lists the runtime runs),
+ * then reports time per minibatch, throughput, the bubble, per-worker busy
+ * time, peak activations and weight versions; draws a Chrome trace and an
+ * SVG timeline.
+ *
+ * Model: a worker runs its list in order; an instruction starts when the
+ * worker is free and, for a RECV, when the matching SEND's data has arrived.
+ * A SEND costs its worker nothing (the transfer overlaps compute); transfers
+ * over one link in one direction go one after another, each taking the link's
+ * send_ms. A replicated stage is one worker with r times the throughput.
+ */
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- the replay ------------------------------------------------------------------ */
+
+/* Link k (virtual stages k and k+1): channel 2k carries activations up, 2k+1 gradients down. */
+static int pd__channel(const pd__instr *in, int k) {
+    switch (in->op) {
+    case PD_I_SEND_ACT: return 2 * k;
+    case PD_I_RECV_ACT: return 2 * (k - 1);
+    case PD_I_SEND_GRAD: return 2 * (k - 1) + 1;
+    case PD_I_RECV_GRAD: return 2 * k + 1;
+    default: return -1;
+    }
+}
+
+typedef struct pd__sent {
+    double arrive;
+    int mb, stage, index;
+} pd__sent;
+
+static double pd__cost(const double *a, int k) { return a ? a[k] : 0; }
+
+pd_status pd__schedule_replay(const pd__schedule *s, const pd__sim_costs *c, double **start, double **end) {
+    int p = s->n_stages, V = p * s->chunks, nch = 2 * (V > 1 ? V - 1 : 0);
+    int *cap = PD_CALLOC((size_t)nch + 1, sizeof(int)), *nsent = PD_CALLOC((size_t)nch + 1, sizeof(int));
+    int *nrecv = PD_CALLOC((size_t)nch + 1, sizeof(int)), *pos = PD_CALLOC((size_t)p, sizeof(int));
+    double *chfree = PD_CALLOC((size_t)nch + 1, sizeof(double)), *t = PD_CALLOC((size_t)p, sizeof(double));
+    pd__sent **q = PD_CALLOC((size_t)nch + 1, sizeof(pd__sent *));
+    pd_status rc = PD_OK;
+    if (!cap || !nsent || !nrecv || !pos || !chfree || !t || !q) {
+        rc = pd__err(PD_ERR_NOMEM, "simulate: out of memory");
+        goto out;
+    }
+    /* channel queues, sized by counting the sends (and checking each op's channel) */
+    for (int w = 0; w < p; w++) {
+        for (int i = 0; i < s->len[w]; i++) {
+            const pd__instr *in = &s->ins[w][i];
+            int k = in->chunk * p + w, ch = pd__channel(in, k);
+            bool comm = in->op >= PD_I_SEND_ACT && in->op <= PD_I_RECV_GRAD;
+            if (in->op > PD_I_SNAPSHOT || in->chunk < 0 || in->chunk >= s->chunks || (comm && (ch < 0 || ch >= nch))) {
+                rc = pd__err(PD_ERR_INVALID,
+                             "schedule: stage %d, instruction %d (%s mb %d): op, chunk or link out of range", w, i,
+                             pd__op_name(in->op), (int)in->mb);
+                goto out;
+            }
+            if (in->op == PD_I_SEND_ACT || in->op == PD_I_SEND_GRAD) cap[ch]++;
+        }
+    }
+    for (int ch = 0; ch < nch; ch++) {
+        if (cap[ch] && !(q[ch] = PD_MALLOC(sizeof(pd__sent) * (size_t)cap[ch]))) {
+            rc = pd__err(PD_ERR_NOMEM, "simulate: out of memory");
+            goto out;
+        }
+    }
+    for (bool progress = true; progress;) {
+        progress = false;
+        for (int w = 0; w < p; w++) {
+            for (; pos[w] < s->len[w]; pos[w]++, progress = true) {
+                const pd__instr *in = &s->ins[w][pos[w]];
+                int k = in->chunk * p + w, ch = pd__channel(in, k), i = pos[w];
+                double t0 = t[w], dur = 0;
+                switch (in->op) {
+                case PD_I_F: dur = c ? c->f_ms[k] : 0; break;
+                case PD_I_B: dur = c ? c->b_ms[k] + (in->split ? 0 : pd__cost(c->w_ms, k)) : 0; break;
+                case PD_I_W: dur = c ? pd__cost(c->w_ms, k) : 0; break;
+                case PD_I_ALLREDUCE: dur = c ? pd__cost(c->allreduce_ms, w) : 0; break;
+                case PD_I_SEND_ACT:
+                case PD_I_SEND_GRAD: {
+                    double x = c ? pd__cost(c->send_ms, ch / 2) : 0;
+                    double a = (t0 > chfree[ch] ? t0 : chfree[ch]) + x;
+                    chfree[ch] = a;
+                    q[ch][nsent[ch]++] = (pd__sent){a, in->mb, w, i};
+                    break;
+                }
+                case PD_I_RECV_ACT:
+                case PD_I_RECV_GRAD: {
+                    if (nrecv[ch] == nsent[ch]) goto blocked;
+                    const pd__sent *e = &q[ch][nrecv[ch]++];
+                    if (e->mb != in->mb) {
+                        rc = pd__err(PD_ERR_INVALID,
+                                     "schedule: stage %d, instruction %d (%s mb %d from stage %d): the matching send "
+                                     "(stage %d, instruction %d) carries mb %d",
+                                     w, i, pd__op_name(in->op), (int)in->mb, (int)in->peer, e->stage, e->index, e->mb);
+                        goto out;
+                    }
+                    if (e->arrive > t0) t0 = e->arrive;
+                    break;
+                }
+                default: break;
+                }
+                if (start) start[w][i] = t0;
+                if (end) end[w][i] = t0 + dur;
+                t[w] = t0 + dur;
+            }
+        blocked:;
+        }
+    }
+    for (int w = 0; w < p; w++) {
+        if (pos[w] < s->len[w]) {
+            const pd__instr *in = &s->ins[w][pos[w]];
+            rc = pd__err(PD_ERR_INVALID,
+                         "schedule: stage %d, instruction %d (%s mb %d from stage %d) waits forever: no matching send "
+                         "(deadlock)",
+                         w, pos[w], pd__op_name(in->op), (int)in->mb, (int)in->peer);
+            goto out;
+        }
+    }
+    for (int ch = 0; ch < nch; ch++) {
+        if (nrecv[ch] < nsent[ch]) {
+            const pd__sent *e = &q[ch][nrecv[ch]];
+            rc = pd__err(PD_ERR_INVALID, "schedule: stage %d, instruction %d (%s mb %d to stage %d): never received",
+                         e->stage, e->index, pd__op_name(s->ins[e->stage][e->index].op), e->mb,
+                         (int)s->ins[e->stage][e->index].peer);
+            goto out;
+        }
+    }
+out:
+    for (int ch = 0; q && ch < nch; ch++) PD_FREE(q[ch]);
+    PD_FREE(q);
+    PD_FREE(cap);
+    PD_FREE(nsent);
+    PD_FREE(nrecv);
+    PD_FREE(pos);
+    PD_FREE(chfree);
+    PD_FREE(t);
+    return rc;
+}
+
+/* ---- measuring ------------------------------------------------------------------- */
+
+/* Asynchronous schedules: minibatches left out at each end of the steady-state
+ * window (the pipeline fills within about V microbatches). */
+static int pd__warm(int V, int m) { return (V + m - 1) / m + 1; }
+
+static bool pd__compute(int op) { return op == PD_I_F || op == PD_I_B || op == PD_I_W; }
+
+/* "F3", or "F3.1" (mb 3, chunk 1) when workers hold several chunks. */
+static void pd__label(char *buf, size_t n, const pd__schedule *s, const pd__instr *in) {
+    if (s->chunks > 1)
+        snprintf(buf, n, "%s%d.%d", pd__op_name(in->op), (int)in->mb, (int)in->chunk);
+    else
+        snprintf(buf, n, "%s%d", pd__op_name(in->op), (int)in->mb);
+}
+
+/* Walks worker w's list in order: in-flight microbatches (F done, last
+ * backward op not) and live weight versions (those in-flight microbatches
+ * use, plus the newest). Fills the peaks; with a trace, emits counters. */
+static pd_status pd__memory(const pd__schedule *s, const pd__sim_costs *c, int w, double *const *en, int max_version,
+                            pd_sim_stage *out, FILE *trace) {
+    int *ref = PD_CALLOC((size_t)max_version + 1, sizeof(int));
+    if (!ref) return pd__err(PD_ERR_NOMEM, "simulate: out of memory");
+    int p = s->n_stages, count = 0, live = 0, current = 0;
+    double bytes = 0, params = 0;
+    for (int ch = 0; ch < s->chunks; ch++) params += pd__cost(c->param_bytes, ch * p + w);
+    out->peak_act_mbs = 0, out->peak_act_bytes = 0, out->peak_versions = 1;
+    for (int i = 0; i < s->len[w]; i++) {
+        const pd__instr *in = &s->ins[w][i];
+        int k = in->chunk * p + w, v = in->version;
+        if (in->op == PD_I_F) {
+            count++, bytes += pd__cost(c->act_bytes, k);
+            if (v >= 0 && v <= max_version && ref[v]++ == 0) live++;
+        } else if (in->op == PD_I_W || (in->op == PD_I_B && !in->split)) {
+            count--, bytes -= pd__cost(c->act_bytes, k);
+            if (v >= 0 && v <= max_version && --ref[v] == 0) live--;
+        } else if (in->op == PD_I_STEP) {
+            current = v;
+        } else {
+            continue;
+        }
+        int versions = live + (current >= 0 && current <= max_version && ref[current] == 0);
+        if (count > out->peak_act_mbs) out->peak_act_mbs = count;
+        if (bytes > out->peak_act_bytes) out->peak_act_bytes = bytes;
+        if (versions > out->peak_versions) out->peak_versions = versions;
+        if (trace)
+            fprintf(trace,
+                    ",\n{\"name\":\"memory stage %d\",\"ph\":\"C\",\"ts\":%.3f,\"pid\":0,"
+                    "\"args\":{\"activations\":%.0f,\"weights\":%.0f}}",
+                    w, en[w][i] * 1000, bytes > 0 ? bytes : 0, versions * params);
+    }
+    PD_FREE(ref);
+    return PD_OK;
+}
+
+static void pd__trace_events(const pd__schedule *s, double *const *st, double *const *en, FILE *f) {
+    fprintf(f, "[\n{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":0,\"args\":{\"name\":\"pdonnx simulate: %s\"}}",
+            pd__sched_kind_name(s->kind));
+    for (int w = 0; w < s->n_stages; w++)
+        fprintf(f, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":%d,\"args\":{\"name\":\"stage %d\"}}",
+                w, w);
+    for (int w = 0; w < s->n_stages; w++) {
+        for (int i = 0; i < s->len[w]; i++) {
+            const pd__instr *in = &s->ins[w][i];
+            char name[64];
+            const char *cat = in->op == PD_I_F ? "forward" : in->op == PD_I_B ? "backward" : "weight-gradient";
+            if (pd__compute(in->op)) {
+                pd__label(name, sizeof name, s, in);
+                fprintf(f,
+                        ",\n{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"ts\":%.3f,\"dur\":%.3f,\"pid\":0,\"tid\":%d,"
+                        "\"args\":{\"mb\":%d,\"chunk\":%d,\"version\":%d}}",
+                        name, cat, st[w][i] * 1000, (en[w][i] - st[w][i]) * 1000, w, (int)in->mb, (int)in->chunk,
+                        (int)in->version);
+            } else if (in->op == PD_I_ALLREDUCE && en[w][i] > st[w][i]) {
+                fprintf(f,
+                        ",\n{\"name\":\"allreduce\",\"cat\":\"allreduce\",\"ph\":\"X\",\"ts\":%.3f,\"dur\":%.3f,"
+                        "\"pid\":0,\"tid\":%d}",
+                        st[w][i] * 1000, (en[w][i] - st[w][i]) * 1000, w);
+            } else if (in->op == PD_I_STEP) {
+                fprintf(f,
+                        ",\n{\"name\":\"step\",\"cat\":\"step\",\"ph\":\"i\",\"s\":\"t\",\"ts\":%.3f,\"pid\":0,"
+                        "\"tid\":%d,\"args\":{\"version\":%d}}",
+                        st[w][i] * 1000, w, (int)in->version);
+            }
+        }
+    }
+}
+
+/* 1, 2 or 5 times a power of ten, about x/8. */
+static double pd__tick(double x) {
+    double e = pow(10, floor(log10(x / 8))), r = x / 8 / e;
+    return e * (r < 1.5 ? 1 : r < 3.5 ? 2 : r < 7.5 ? 5 : 10);
+}
+
+static void pd__svg(const pd__schedule *s, double *const *st, double *const *en, const pd_sim_result *r, FILE *f) {
+    const double left = 70, width = 1000, top = 34, row = 26, gap = 6;
+    int p = s->n_stages;
+    double span = r->makespan_ms > 0 ? r->makespan_ms : 1, sx = width / span, axis = top + p * (row + gap) + 4;
+    fprintf(f,
+            "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" font-family=\"sans-serif\" "
+            "font-size=\"11\">\n<rect width=\"100%%\" height=\"100%%\" fill=\"#fff\"/>\n",
+            left + width + 30, axis + 56);
+    char chunks[32] = "";
+    if (s->chunks > 1) snprintf(chunks, sizeof chunks, " x %d chunks", s->chunks);
+    fprintf(f,
+            "<text x=\"%.0f\" y=\"20\" font-size=\"13\">%s: %d stages%s, %d microbatches x %d minibatches; "
+            "%.4g ms per minibatch, bubble %.1f%%</text>\n",
+            left, pd__sched_kind_name(s->kind), p, chunks, s->microbatches, s->minibatches, r->time_ms,
+            100 * r->bubble);
+    for (int w = 0; w < p; w++) {
+        double y = top + w * (row + gap);
+        fprintf(f, "<text x=\"8\" y=\"%.1f\">stage %d</text>\n", y + row / 2 + 4, w);
+        for (int i = 0; i < s->len[w]; i++) {
+            const pd__instr *in = &s->ins[w][i];
+            if (!pd__compute(in->op) && in->op != PD_I_ALLREDUCE) continue;
+            double x = left + st[w][i] * sx, dx = (en[w][i] - st[w][i]) * sx;
+            if (dx <= 0) continue;
+            const char *fill = in->op == PD_I_F           ? "#4e79a7"
+                               : in->op == PD_I_W         ? "#f28e2b"
+                               : in->op == PD_I_ALLREDUCE ? "#9c9c9c"
+                               : in->split                ? "#76b7b2"
+                                                          : "#59a14f";
+            double shade = s->chunks > 1 ? 1 - 0.45 * in->chunk / (s->chunks - 1) : 1;
+            fprintf(f,
+                    "<rect x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%.0f\" fill=\"%s\" fill-opacity=\"%.2f\" "
+                    "stroke=\"#fff\" stroke-width=\"0.5\"/>\n",
+                    x, y, dx, row, fill, shade);
+            if (dx >= 12 && in->op != PD_I_ALLREDUCE)
+                fprintf(f, "<text x=\"%.2f\" y=\"%.1f\" text-anchor=\"middle\" font-size=\"10\">%d</text>\n",
+                        x + dx / 2, y + row / 2 + 4, (int)in->mb);
+        }
+    }
+    fprintf(f, "<line x1=\"%.0f\" y1=\"%.1f\" x2=\"%.0f\" y2=\"%.1f\" stroke=\"#000\"/>\n", left, axis, left + width,
+            axis);
+    double tick = pd__tick(span);
+    for (int i = 0; i * tick <= span * (1 + 1e-9); i++) {
+        double x = left + i * tick * sx;
+        fprintf(f, "<line x1=\"%.2f\" y1=\"%.1f\" x2=\"%.2f\" y2=\"%.1f\" stroke=\"#000\"/>\n", x, axis, x, axis + 5);
+        fprintf(f, "<text x=\"%.2f\" y=\"%.1f\" text-anchor=\"middle\">%g</text>\n", x, axis + 17, i * tick);
+    }
+    fprintf(f, "<text x=\"%.0f\" y=\"%.1f\" text-anchor=\"end\">ms</text>\n", left + width + 25, axis + 17);
+    const char *key[][2] = {{"#4e79a7", "F forward"},
+                            {"#59a14f", "B backward"},
+                            {"#76b7b2", "B input gradient"},
+                            {"#f28e2b", "W weight gradient"},
+                            {"#9c9c9c", "all-reduce"}};
+    for (int i = 0; i < 5; i++)
+        fprintf(f,
+                "<rect x=\"%.0f\" y=\"%.1f\" width=\"10\" height=\"10\" fill=\"%s\"/><text x=\"%.0f\" "
+                "y=\"%.1f\">%s</text>\n",
+                left + 150 * i, axis + 30, key[i][0], left + 150 * i + 14, axis + 39, key[i][1]);
+    fprintf(f, "</svg>\n");
+}
+
+static double pd__overlap(double a, double b, double lo, double hi) {
+    double x = (b < hi ? b : hi) - (a > lo ? a : lo);
+    return x > 0 ? x : 0;
+}
+
+pd_status pd__simulate_costs(const pd__schedule *s, const pd__sim_costs *c, pd_sim_result *out, FILE *trace,
+                             FILE *svg) {
+    if (!s || !c || !c->f_ms || !c->b_ms || !out)
+        return pd__err(PD_ERR_INVALID, "simulate: NULL schedule, costs or result");
+    PD_TRY(pd__schedule_validate(s));
+    int p = s->n_stages, V = p * s->chunks, m = s->microbatches, N = s->minibatches;
+    const double *arr[] = {c->f_ms, c->b_ms, c->w_ms, c->send_ms, c->act_bytes, c->param_bytes};
+    const char *names[] = {"forward", "backward", "weight-gradient", "send", "activation bytes", "parameter bytes"};
+    for (int a = 0; a < 6; a++)
+        for (int k = 0; arr[a] && k < V; k++)
+            if (!isfinite(arr[a][k]) || arr[a][k] < 0)
+                return pd__err(PD_ERR_INVALID, "simulate: virtual stage %d: %s cost %g is not a finite value >= 0", k,
+                               names[a], arr[a][k]);
+    for (int w = 0; c->allreduce_ms && w < p; w++)
+        if (!isfinite(c->allreduce_ms[w]) || c->allreduce_ms[w] < 0)
+            return pd__err(PD_ERR_INVALID, "simulate: stage %d: all-reduce cost %g is not a finite value >= 0", w,
+                           c->allreduce_ms[w]);
+
+    pd_status rc = PD_OK;
+    double **st = PD_CALLOC((size_t)p, sizeof(double *)), **en = PD_CALLOC((size_t)p, sizeof(double *));
+    double *done = PD_CALLOC((size_t)N, sizeof(double));
+    pd_sim_stage *stage = PD_CALLOC((size_t)p, sizeof(pd_sim_stage));
+    bool ok = st && en && done && stage;
+    for (int w = 0; ok && w < p; w++) {
+        st[w] = PD_MALLOC(sizeof(double) * (size_t)(s->len[w] + 1));
+        en[w] = PD_MALLOC(sizeof(double) * (size_t)(s->len[w] + 1));
+        ok = st[w] && en[w];
+    }
+    if (!ok) {
+        rc = pd__err(PD_ERR_NOMEM, "simulate: out of memory");
+        goto out;
+    }
+    if ((rc = pd__schedule_replay(s, c, st, en)) != PD_OK) goto out;
+
+    /* makespan, minibatch completions, the newest weight version */
+    double makespan = 0;
+    int max_version = 0;
+    for (int w = 0; w < p; w++) {
+        for (int i = 0; i < s->len[w]; i++) {
+            const pd__instr *in = &s->ins[w][i];
+            if (en[w][i] > makespan) makespan = en[w][i];
+            if (in->version > max_version) max_version = in->version;
+            int t = in->mb >= 0 ? in->mb / m : -1;
+            if (t >= 0 && t < N && in->op != PD_I_SEND_ACT && in->op != PD_I_SEND_GRAD && en[w][i] > done[t])
+                done[t] = en[w][i];
+        }
+    }
+    /* the measured window: the whole run, or for asynchronous schedules from the
+     * completion of minibatch a to that of b, leaving out fill and drain */
+    double lo = 0, hi = makespan, time_ms = makespan / N;
+    if (pd__sched_async(s->kind) && N >= 2) {
+        int a = pd__warm(V, m), b;
+        if (a > (N - 2) / 2) a = (N - 2) / 2;
+        b = N - 1 - a;
+        lo = done[a], hi = done[b], time_ms = (hi - lo) / (b - a);
+    }
+    double busy = 0;
+    for (int w = 0; w < p; w++) {
+        for (int i = 0; i < s->len[w]; i++) {
+            if (!pd__compute(s->ins[w][i].op)) continue;
+            stage[w].busy_ms += en[w][i] - st[w][i];
+            busy += pd__overlap(st[w][i], en[w][i], lo, hi);
+        }
+    }
+    if (trace) pd__trace_events(s, st, en, trace);
+    for (int w = 0; w < p && rc == PD_OK; w++) rc = pd__memory(s, c, w, en, max_version, &stage[w], trace);
+    if (rc != PD_OK) goto out;
+    if (trace) fprintf(trace, "\n]\n");
+
+    pd_sim_result r = {0};
+    r.time_ms = time_ms;
+    r.makespan_ms = makespan;
+    r.throughput = time_ms > 0 ? m / (time_ms / 1000) : 0;
+    r.bubble = hi > lo ? 1 - busy / (p * (hi - lo)) : 0;
+    if (r.bubble < 0) r.bubble = 0;
+    r.n_stages = p;
+    r.stage = stage;
+    if (svg) pd__svg(s, st, en, &r, svg);
+    if ((trace && ferror(trace)) || (svg && ferror(svg))) {
+        rc = pd__err(PD_ERR_IO, "simulate: writing the trace or timeline failed");
+        goto out;
+    }
+    *out = r;
+    stage = NULL;
+out:
+    for (int w = 0; w < p && st; w++) PD_FREE(st[w]);
+    for (int w = 0; w < p && en; w++) PD_FREE(en[w]);
+    PD_FREE(st);
+    PD_FREE(en);
+    PD_FREE(done);
+    PD_FREE(stage);
+    return rc;
+}
+
+pd_status pd__simulate_schedule(const pd__schedule *s, const double *f_ms, const double *b_ms, const double *w_ms,
+                                const double *send_ms, const double *act_bytes, const double *param_bytes,
+                                pd_sim_result *out, FILE *trace) {
+    pd__sim_costs c = {f_ms, b_ms, w_ms, send_ms, NULL, act_bytes, param_bytes};
+    return pd__simulate_costs(s, &c, out, trace, NULL);
+}
+
+void pd_sim_result_free(pd_sim_result *r) {
+    if (!r) return;
+    PD_FREE(r->stage);
+    r->stage = NULL;
+    r->n_stages = 0;
+}
+
+/* ---- plans ------------------------------------------------------------------------ */
+
+void pd__sim_plan_free(pd__sim_plan *sp) {
+    if (!sp) return;
+    pd__schedule_free(sp->sched);
+    PD_FREE(sp->f_ms);
+    PD_FREE(sp->b_ms);
+    PD_FREE(sp->w_ms);
+    PD_FREE(sp->send_ms);
+    PD_FREE(sp->act_bytes);
+    PD_FREE(sp->param_bytes);
+    PD_FREE(sp->allreduce_ms);
+    PD_FREE(sp->replicas);
+    memset(sp, 0, sizeof *sp);
+}
+
+pd_status pd__sim_plan_make(const pd_plan *pl, const pd_sim_options *opt, pd__sim_plan *out) {
+    pd_sim_options o = PD_SIM_OPTIONS_INIT;
+    if (opt) memcpy(&o, opt, opt->size < sizeof o ? opt->size : sizeof o);
+    if (!pl || !out) return pd__err(PD_ERR_INVALID, "pd_simulate: NULL plan or result");
+    pd__sched_kind kind = PD_SCHED_FLUSH; /* set by the parse; initialized for -Wmaybe-uninitialized in the amalgamation */
+    PD_TRY(pd__sched_kind_parse(o.schedule ? o.schedule : "flush", &kind));
+    int pc = pl->chunks > 0 ? pl->chunks : 1;
+    if (pl->n_stages < 1 || !pl->stage || pl->n_stages % pc != 0)
+        return pd__err(PD_ERR_INVALID, "pd_simulate: the plan has %d stages in %d chunks per worker", pl->n_stages, pc);
+    int p = pl->n_stages / pc, v = pc;
+    bool split = false;
+    if (kind == PD_SCHED_INTERLEAVED && pc == 1) {
+        v = o.chunks, split = true;
+        if (v < 2) return pd__err(PD_ERR_INVALID, "pd_simulate: interleaved needs at least 2 chunks, got %d", v);
+    } else if (kind != PD_SCHED_INTERLEAVED && pc > 1) {
+        return pd__err(PD_ERR_INVALID,
+                       "pd_simulate: the plan has %d chunks per worker: only the interleaved schedule runs it", pc);
+    }
+    if (o.microbatches < 0 || o.minibatches < 0)
+        return pd__err(PD_ERR_INVALID, "pd_simulate: negative microbatch or minibatch count");
+    int m = o.microbatches > 0 ? o.microbatches : pl->microbatches > 0 ? pl->microbatches : 1;
+    int N = o.minibatches > 0 ? o.minibatches : pd__sched_async(kind) ? 2 * pd__warm(p * v, m) + 8 : 1;
+    int V = p * v;
+    pd__sim_plan sp = {0};
+    sp.f_ms = PD_CALLOC((size_t)V, sizeof(double));
+    sp.b_ms = PD_CALLOC((size_t)V, sizeof(double));
+    sp.w_ms = PD_CALLOC((size_t)V, sizeof(double));
+    sp.send_ms = PD_CALLOC((size_t)V, sizeof(double));
+    sp.act_bytes = PD_CALLOC((size_t)V, sizeof(double));
+    sp.param_bytes = PD_CALLOC((size_t)V, sizeof(double));
+    sp.allreduce_ms = PD_CALLOC((size_t)p, sizeof(double));
+    sp.replicas = PD_CALLOC((size_t)p, sizeof(int));
+    if (!sp.f_ms || !sp.b_ms || !sp.w_ms || !sp.send_ms || !sp.act_bytes || !sp.param_bytes || !sp.allreduce_ms ||
+        !sp.replicas) {
+        pd__sim_plan_free(&sp);
+        return pd__err(PD_ERR_NOMEM, "pd_simulate: out of memory");
+    }
+    /* the wrap-around link of a split plan (last worker -> first) costs as the dearest real link */
+    double wrap = 0;
+    for (int s = 0; s + 1 < p; s++)
+        if (pl->stage[s].send_ms > wrap) wrap = pl->stage[s].send_ms;
+    for (int k = 0; k < V; k++) {
+        int w = k % p;
+        const pd__stage *g = split ? &pl->stage[w] : &pl->stage[k];
+        double r = g->replicas > 0 ? g->replicas : 1, d = split ? v : 1;
+        sp.f_ms[k] = g->fwd_ms / d / r;
+        sp.b_ms[k] = g->bwd_in_ms / d / r;
+        sp.w_ms[k] = g->bwd_w_ms / d / r;
+        sp.act_bytes[k] = g->act_bytes / d;
+        sp.param_bytes[k] = g->param_bytes / d;
+        sp.send_ms[k] = k + 1 == V ? 0 : !split ? g->send_ms : w + 1 < p ? g->send_ms : wrap;
+        if ((int)r > sp.replicas[w]) sp.replicas[w] = (int)r;
+        /* pipedream's replicas take microbatches in turn: one all-reduce serves r updates */
+        if (!split || k < p) sp.allreduce_ms[w] += kind == PD_SCHED_PIPEDREAM ? g->allreduce_ms / r : g->allreduce_ms;
+    }
+    sp.split_chunks = split;
+    int width = pl->width > 0 ? pl->width : 1;
+    int64_t mbs = pl->microbatch_size > 0 ? pl->microbatch_size : 1;
+    sp.samples = mbs * m * width;
+    /* copies of a stage all-reduce: its replicas and, with parallel pipelines, their twins */
+    int *copies = PD_MALLOC(sizeof(int) * (size_t)p);
+    if (!copies) {
+        pd__sim_plan_free(&sp);
+        return pd__err(PD_ERR_NOMEM, "pd_simulate: out of memory");
+    }
+    for (int w = 0; w < p; w++) copies[w] = sp.replicas[w] * width;
+    pd_status rc = pd__schedule_build(kind, p, v, m, N, copies, &sp.sched);
+    PD_FREE(copies);
+    if (rc != PD_OK) {
+        pd__err_prefix("pd_simulate");
+        pd__sim_plan_free(&sp);
+        return rc;
+    }
+    *out = sp;
+    return PD_OK;
+}
+
+/* A temporary file beside `path`, renamed into place when the write succeeded. */
+static FILE *pd__open_tmp(const char *path, char *tmp, size_t n, pd_status *rc) {
+    if (!path) return NULL;
+    FILE *f = NULL;
+    if ((size_t)snprintf(tmp, n, "%s.tmp", path) >= n)
+        *rc = pd__err(PD_ERR_IO, "%s: path too long", path);
+    else if (!(f = fopen(tmp, "w")))
+        *rc = pd__err(PD_ERR_IO, "%s: %s", path, strerror(errno));
+    return f;
+}
+
+static pd_status pd__close_tmp(FILE *f, const char *tmp, const char *path, pd_status rc) {
+    if (!f) return rc;
+    bool ok = fclose(f) == 0;
+    if (rc == PD_OK && (!ok || rename(tmp, path) != 0))
+        rc = pd__err(PD_ERR_IO, "%s: write failed: %s", path, strerror(errno));
+    if (rc != PD_OK) remove(tmp);
+    return rc;
+}
+
+pd_status pd_simulate(const pd_plan *p, const pd_sim_options *opt, pd_sim_result *out) {
+    pd_sim_options o = PD_SIM_OPTIONS_INIT;
+    if (opt) memcpy(&o, opt, opt->size < sizeof o ? opt->size : sizeof o);
+    if (!out) return pd__err(PD_ERR_INVALID, "pd_simulate: NULL result");
+    pd__sim_plan sp;
+    PD_TRY(pd__sim_plan_make(p, &o, &sp));
+    pd__sim_costs c = {sp.f_ms, sp.b_ms, sp.w_ms, sp.send_ms, sp.allreduce_ms, sp.act_bytes, sp.param_bytes};
+    char ttmp[4096], stmp[4096];
+    pd_status rc = PD_OK;
+    FILE *ft = pd__open_tmp(o.trace, ttmp, sizeof ttmp, &rc);
+    FILE *fs = rc == PD_OK ? pd__open_tmp(o.svg, stmp, sizeof stmp, &rc) : NULL;
+    pd_sim_result r = {0};
+    if (rc == PD_OK) rc = pd__simulate_costs(sp.sched, &c, &r, ft, fs);
+    rc = pd__close_tmp(ft, ttmp, o.trace, rc);
+    rc = pd__close_tmp(fs, stmp, o.svg, rc);
+    if (rc == PD_OK) {
+        r.throughput = r.time_ms > 0 ? (double)sp.samples / (r.time_ms / 1000) : 0;
+        *out = r;
+    } else {
+        pd_sim_result_free(&r);
+    }
+    pd__sim_plan_free(&sp);
+    return rc;
+}
+/* ==== END GENERATED IMPLEMENTATION ==== */
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 7
+#pragma GCC diagnostic pop
+#endif
+#endif /* PIPEDREAM_IMPLEMENTATION_INCLUDED */
+#endif /* PIPEDREAM_IMPLEMENTATION */

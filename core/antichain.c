@@ -129,14 +129,6 @@ static int pd__popcount(const uint64_t *b, int words) {
     return c;
 }
 
-static int pd__by_size(const void *a, const void *b, void *ctx) {
-    const pd__set *s = ctx;
-    int x = *(const int *)a, y = *(const int *)b;
-    int cx = pd__popcount(s->bits + (size_t)x * s->words, s->words);
-    int cy = pd__popcount(s->bits + (size_t)y * s->words, s->words);
-    return cx != cy ? (cx < cy ? -1 : 1) : (x < y ? -1 : x > y);
-}
-
 pd_status pd__cuts_build(const pd_profile *p, int max_states, pd__cuts **out) {
     if (!p || p->n <= 0) return pd__err(PD_ERR_INVALID, "plan: the profile has no nodes");
     if (max_states <= 0) max_states = 4096;
@@ -188,10 +180,18 @@ pd_status pd__cuts_build(const pd_profile *p, int max_states, pd__cuts **out) {
         S = set.n = n + 1;
         c->prefix_only = true;
     }
+    /* states by ideal size, ties by index: a counting sort, as sizes are 0..n
+     * (and no qsort_r, which is not standard C: the core builds on libc alone) */
     order = PD_MALLOC(sizeof(int) * (size_t)S);
-    if (!order) goto fail;
-    for (int i = 0; i < S; i++) order[i] = i;
-    qsort_r(order, (size_t)S, sizeof(int), pd__by_size, &set);
+    int *bucket = PD_CALLOC((size_t)n + 2, sizeof(int));
+    if (!order || !bucket) {
+        PD_FREE(bucket);
+        goto fail;
+    }
+    for (int i = 0; i < S; i++) bucket[pd__popcount(set.bits + (size_t)i * words, words) + 1]++;
+    for (int k = 0; k <= n; k++) bucket[k + 1] += bucket[k];
+    for (int i = 0; i < S; i++) order[bucket[pd__popcount(set.bits + (size_t)i * words, words)]++] = i;
+    PD_FREE(bucket);
 
     c->n_states = S;
     c->words = words;

@@ -15,8 +15,9 @@ static bool pd__is_param(const pd__tensor *t) {
 static int64_t pd__bytes(const pd__tensor *t) { return t->numel * (int64_t)pd_dtype_size(t->dtype); }
 
 pd_status pd_graph_node(const pd_graph *g, int i, pd_node_info *out) {
-    if (!g || !out || i < 0 || i >= g->nnodes)
-        return pd__err(PD_ERR_INVALID, "pd_graph_node: node index %d out of range", i);
+    if (!g || !out) return pd__err(PD_ERR_INVALID, "pd_graph_node: %s is NULL", !g ? "graph" : "out");
+    if (i < 0 || i >= g->nnodes)
+        return pd__err(PD_ERR_INVALID, "pd_graph_node: node index %d out of range [0, %d)", i, g->nnodes);
     const pd__node *n = &g->nodes[i];
     pd_node_info info;
     memset(&info, 0, sizeof info);
@@ -52,22 +53,26 @@ static void pd__value_info(const pd__tensor *t, pd_value_info *out) {
 }
 
 pd_status pd_graph_input(const pd_graph *g, int i, pd_value_info *out) {
-    if (!g || !out || i < 0 || i >= g->ninputs)
-        return pd__err(PD_ERR_INVALID, "pd_graph_input: index %d out of range", i);
+    if (!g || !out) return pd__err(PD_ERR_INVALID, "pd_graph_input: %s is NULL", !g ? "graph" : "out");
+    if (i < 0 || i >= g->ninputs)
+        return pd__err(PD_ERR_INVALID, "pd_graph_input: index %d out of range [0, %d)", i, g->ninputs);
     pd__value_info(&g->tensors[g->inputs[i]], out);
     return PD_OK;
 }
 
 pd_status pd_graph_output(const pd_graph *g, int i, pd_value_info *out) {
-    if (!g || !out || i < 0 || i >= g->noutputs)
-        return pd__err(PD_ERR_INVALID, "pd_graph_output: index %d out of range", i);
+    if (!g || !out) return pd__err(PD_ERR_INVALID, "pd_graph_output: %s is NULL", !g ? "graph" : "out");
+    if (i < 0 || i >= g->noutputs)
+        return pd__err(PD_ERR_INVALID, "pd_graph_output: index %d out of range [0, %d)", i, g->noutputs);
     pd__value_info(&g->tensors[g->outputs[i]], out);
     return PD_OK;
 }
 
 pd_status pd_graph_value(const pd_graph *g, const char *name, pd_value_info *out) {
-    int t = g ? pd__graph_find(g, name) : -1;
-    if (t < 0 || !out) return pd__err(PD_ERR_INVALID, "no tensor named '%s'", name ? name : "(null)");
+    if (!g || !name || !out)
+        return pd__err(PD_ERR_INVALID, "pd_graph_value: %s is NULL", !g ? "graph" : !name ? "name" : "out");
+    int t = pd__graph_find(g, name);
+    if (t < 0) return pd__err(PD_ERR_INVALID, "%s: no tensor named '%s'", g->path, name);
     pd__value_info(&g->tensors[t], out);
     return PD_OK;
 }

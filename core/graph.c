@@ -371,7 +371,7 @@ static pd_status pd__bind_const_inputs(pd_graph *g, const pd_load_options *opt) 
     return PD_OK;
 }
 
-static pd_status pd__fold_node(pd_graph *g, pd__node *n) {
+static pd_status pd__fold_node(pd_graph *g, pd__node *n, const pd_backend_i *be) {
     pd_tensor inv[16], outv[16];
     pd_tensor *in[16], *out[16];
     if (n->nin > 16 || n->nout > 16) return PD_OK; /* not worth folding */
@@ -395,7 +395,7 @@ static pd_status pd__fold_node(pd_graph *g, pd__node *n) {
     memset(&x, 0, sizeof x);
     x.threads = 1;
     x.g = g;
-    pd_status st = pd__cpu_run(&x, g, n, in, out);
+    pd_status st = be->run_node(&x, n, in, out);
     PD_FREE(x.scratch);
     if (st != PD_OK) return st;
     for (int j = 0; j < n->nout; j++) {
@@ -459,7 +459,7 @@ static pd_status pd__prune(pd_graph *g, const bool *folded) {
     return PD_OK;
 }
 
-pd_status pd__graph_finalize(pd_graph *g, const pd_load_options *opt) {
+pd_status pd__graph_finalize(pd_graph *g, const pd_load_options *opt, const pd_backend_i *fold) {
     PD_TRY(pd__bind_const_inputs(g, opt));
     bool *folded = PD_CALLOC((size_t)g->nnodes + 1, sizeof(bool));
     if (!folded) return pd__err(PD_ERR_NOMEM, "%s: out of memory", g->path);
@@ -485,8 +485,8 @@ pd_status pd__graph_finalize(pd_graph *g, const pd_load_options *opt) {
             if (t && (t->ndim < 0 || t->dtype == PD_UNDEFINED))
                 st = pd__node_err(g, n, PD_ERR_INTERNAL, "shape rule left output %d without a shape", j);
         }
-        if (st == PD_OK && opt->fold_constants && pd__should_fold(g, n)) {
-            st = pd__fold_node(g, n);
+        if (st == PD_OK && fold && opt->fold_constants && pd__should_fold(g, n)) {
+            st = pd__fold_node(g, n, fold);
             folded[i] = st == PD_OK;
         }
     }

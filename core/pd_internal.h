@@ -19,12 +19,20 @@
 #include "../pipedream.h"
 #include "ops.h"
 
-#ifndef PD_MALLOC
 #include <stdlib.h>
+
+/* Every allocation goes through these; an embedding program may define all
+ * four before including pipedream.h with PIPEDREAM_IMPLEMENTATION. */
+#ifndef PD_MALLOC
+#if defined(PD_CALLOC) || defined(PD_REALLOC) || defined(PD_FREE)
+#error "define PD_MALLOC, PD_CALLOC, PD_REALLOC and PD_FREE together, or none of them"
+#endif
 #define PD_MALLOC(sz) malloc(sz)
 #define PD_CALLOC(n, sz) calloc(n, sz)
 #define PD_REALLOC(p, sz) realloc(p, sz)
 #define PD_FREE(p) free(p)
+#elif !defined(PD_CALLOC) || !defined(PD_REALLOC) || !defined(PD_FREE)
+#error "define PD_MALLOC, PD_CALLOC, PD_REALLOC and PD_FREE together, or none of them"
 #endif
 
 /* ---- errors ---------------------------------------------------------------- */
@@ -152,9 +160,13 @@ pd_status pd__graph_add_node(pd_graph *g, pd__node *n);
 pd_graph *pd__graph_new(const char *path);
 /* Sorts nodes topologically; fails naming a node on a cycle or a missing input. */
 pd_status pd__graph_toposort(pd_graph *g);
-/* Binds opt's constant inputs, infers shapes in order, folds constants via the CPU
- * backend (unless opt->fold_constants is 0), removes dead nodes. opt is never NULL. */
-pd_status pd__graph_finalize(pd_graph *g, const pd_load_options *opt);
+/* Binds opt's constant inputs, infers shapes in order, folds constants by
+ * running them on `fold` (the loader passes the CPU backend; NULL or
+ * opt->fold_constants == 0: no folding), removes dead nodes. opt is never NULL.
+ * The backend comes in as an argument so that the graph IR needs no kernels
+ * (pipedream.h's implementation section holds the core without the runtime). */
+struct pd_backend_i;
+pd_status pd__graph_finalize(pd_graph *g, const pd_load_options *opt, const struct pd_backend_i *fold);
 /* Sets t->ndim/shape/numel; checks overflow and PD_MAX_DIMS. */
 pd_status pd__tensor_set_shape(const pd_graph *g, pd__tensor *t, int ndim, const int64_t *shape);
 /* A pd_tensor view of a graph tensor's data. */

@@ -11,6 +11,7 @@
 #include "plan.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -99,7 +100,7 @@ pd_status pd__profile_finish(pd_profile *p, const char *what) {
         if (a == b) return pd__err(PD_ERR_INVALID, "%s: cycle: node '%s' is its own input", what, pd__pname(p, a));
     }
     /* duplicate edges go */
-    qsort(p->edge, (size_t)p->n_edges, 2 * sizeof(int), pd__edge_cmp);
+    if (p->n_edges > 0) qsort(p->edge, (size_t)p->n_edges, 2 * sizeof(int), pd__edge_cmp); /* edge may be NULL */
     int ne = 0;
     for (int e = 0; e < p->n_edges; e++)
         if (ne == 0 || pd__edge_cmp(p->edge + 2 * e, p->edge + 2 * (ne - 1)) != 0) {
@@ -195,5 +196,48 @@ pd_status pd_profile_node(const pd_profile *p, int i, pd_profile_node_info *out)
     out->act_bytes = d->act_bytes;
     out->param_bytes = d->param_bytes;
     out->optim_bytes = d->optim_bytes;
+    return PD_OK;
+}
+
+pd_status pd_profile_create(const pd_profile_node_info *nodes, int n_nodes, const int *edges, int n_edges,
+                            int64_t batch, pd_profile **out) {
+    if (!out) return pd__err(PD_ERR_INVALID, "pd_profile_create: NULL out");
+    if (n_nodes < 1 || !nodes)
+        return pd__err(PD_ERR_INVALID, "pd_profile_create: nodes: %s (need at least one node)",
+                       nodes ? "n_nodes < 1" : "NULL");
+    if (n_edges < 0 || (n_edges > 0 && !edges))
+        return pd__err(PD_ERR_INVALID, "pd_profile_create: edges: %s", n_edges < 0 ? "n_edges < 0" : "NULL");
+    if (batch < 0) return pd__err(PD_ERR_INVALID, "pd_profile_create: batch is negative (%lld)", (long long)batch);
+    pd_profile *p = NULL;
+    PD_TRY(pd__profile_new(n_nodes, &p));
+    pd_status st = PD_OK;
+    for (int i = 0; i < n_nodes && st == PD_OK; i++) {
+        const pd_profile_node_info *d = &nodes[i];
+        pd__pnode *q = &p->node[i];
+        char nm[32];
+        if (!d->name) snprintf(nm, sizeof nm, "node%d", i);
+        q->name = pd__strdup(d->name ? d->name : nm);
+        q->desc = pd__strdup(d->desc ? d->desc : "");
+        if (!q->name || !q->desc) st = pd__err(PD_ERR_NOMEM, "pd_profile_create: out of memory");
+        q->fwd_ms = d->fwd_ms;
+        q->bwd_in_ms = d->bwd_in_ms;
+        q->bwd_w_ms = d->bwd_w_ms;
+        q->act_bytes = d->act_bytes;
+        q->param_bytes = d->param_bytes;
+        q->optim_bytes = d->optim_bytes;
+    }
+    for (int e = 0; e < n_edges && st == PD_OK; e++) {
+        st = pd__profile_add_edge(p, edges[2 * e], edges[2 * e + 1]);
+        if (st != PD_OK) pd__err_prefix("pd_profile_create: edges[%d]", e);
+    }
+    p->batch = batch;
+    if (st == PD_OK) {
+        st = pd__profile_finish(p, "pd_profile_create");
+    }
+    if (st != PD_OK) {
+        pd_profile_destroy(p);
+        return st;
+    }
+    *out = p;
     return PD_OK;
 }

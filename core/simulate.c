@@ -430,7 +430,7 @@ pd_status pd__sim_plan_make(const pd_plan *pl, const pd_sim_options *opt, pd__si
     pd_sim_options o = PD_SIM_OPTIONS_INIT;
     if (opt) memcpy(&o, opt, opt->size < sizeof o ? opt->size : sizeof o);
     if (!pl || !out) return pd__err(PD_ERR_INVALID, "pd_simulate: NULL plan or result");
-    pd__sched_kind kind;
+    pd__sched_kind kind = PD_SCHED_FLUSH; /* set by the parse; initialized for -Wmaybe-uninitialized in the amalgamation */
     PD_TRY(pd__sched_kind_parse(o.schedule ? o.schedule : "flush", &kind));
     int pc = pl->chunks > 0 ? pl->chunks : 1;
     if (pl->n_stages < 1 || !pl->stage || pl->n_stages % pc != 0)

@@ -81,7 +81,7 @@ size_t pd_dtype_size(pd_dtype t) {
     }
 }
 
-int64_t pd_tensor_numel(const pd_tensor *t) { return pd__shape_numel(t->ndim, t->shape); }
+int64_t pd_tensor_numel(const pd_tensor *t) { return t ? pd__shape_numel(t->ndim, t->shape) : 0; }
 
 void pd_tensor_free(pd_tensor *t) {
     if (!t) return;

@@ -5,7 +5,8 @@
  * in the graph gets its data as raw_data (typed fields and external-data
  * references dropped: the saved model is self-contained), and the result is
  * written to a temporary file in the target's folder, fsynced and renamed, so
- * a failure never leaves a half-written model behind. Everything else (nodes,
+ * a failure never leaves a half-written model behind (pd_graph_save), or
+ * handed to the caller as a buffer (pd_graph_save_memory). Everything else (nodes,
  * symbolic dims, opsets, metadata) is kept byte for byte in meaning.
  */
 #include "../core/pd_internal.h"
@@ -42,8 +43,9 @@ static void pd__drop_typed(Onnx__TensorProto *tp) {
     tp->data_location = ONNX__TENSOR_PROTO__DATA_LOCATION__DEFAULT;
 }
 
-pd_status pd_graph_save(const pd_graph *g, const char *path) {
-    if (!g || !path) return pd__err(PD_ERR_INVALID, "pd_graph_save: NULL %s", g ? "path" : "graph");
+/* The model with the graph's current initializer values, serialized into a
+ * new buffer (PD_MALLOC). `what` names the destination in messages. */
+static pd_status pd__graph_pack(const pd_graph *g, const char *what, uint8_t **out, size_t *out_len) {
     if (!g->model_bytes) return pd__err(PD_ERR_INVALID, "%s: the graph keeps no model to save", g->path);
     Onnx__ModelProto *m = onnx__model_proto__unpack(NULL, g->model_len, g->model_bytes);
     if (!m || !m->graph) {
@@ -60,7 +62,7 @@ pd_status pd_graph_save(const pd_graph *g, const char *path) {
         size_t bytes = (size_t)x->numel * pd_dtype_size(x->dtype);
         uint8_t *d = PD_MALLOC(bytes ? bytes : 1);
         if (!d) {
-            st = pd__err(PD_ERR_NOMEM, "%s: out of memory saving '%s'", path, tp->name);
+            st = pd__err(PD_ERR_NOMEM, "%s: out of memory saving '%s'", what, tp->name);
             break;
         }
         memcpy(d, x->data, bytes);
@@ -76,12 +78,36 @@ pd_status pd_graph_save(const pd_graph *g, const char *path) {
         len = onnx__model_proto__get_packed_size(m);
         buf = PD_MALLOC(len ? len : 1);
         if (!buf)
-            st = pd__err(PD_ERR_NOMEM, "%s: out of memory (%zu bytes)", path, len);
+            st = pd__err(PD_ERR_NOMEM, "%s: out of memory (%zu bytes)", what, len);
         else
             onnx__model_proto__pack(m, buf);
     }
     onnx__model_proto__free_unpacked(m, NULL);
-    if (st == PD_OK) st = pd__write_atomic(path, buf, len);
+    if (st != PD_OK) return st;
+    *out = buf;
+    *out_len = len;
+    return PD_OK;
+}
+
+pd_status pd_graph_save(const pd_graph *g, const char *path) {
+    if (!g || !path) return pd__err(PD_ERR_INVALID, "pd_graph_save: NULL %s", g ? "path" : "graph");
+    uint8_t *buf;
+    size_t len;
+    PD_TRY(pd__graph_pack(g, path, &buf, &len));
+    pd_status st = pd__write_atomic(path, buf, len);
     PD_FREE(buf);
     return st;
 }
+
+pd_status pd_graph_save_memory(const pd_graph *g, void **buf, size_t *len) {
+    if (!g || !buf || !len)
+        return pd__err(PD_ERR_INVALID, "pd_graph_save_memory: NULL %s", !g ? "graph" : !buf ? "buf" : "len");
+    uint8_t *b;
+    size_t n;
+    PD_TRY(pd__graph_pack(g, "<memory>", &b, &n));
+    *buf = b;
+    *len = n;
+    return PD_OK;
+}
+
+void pd_buffer_free(void *buf) { PD_FREE(buf); }

@@ -170,7 +170,9 @@ nomem:
 }
 
 pd_status pd_engine_set_input(pd_engine *e, const char *name, const pd_tensor *t) {
-    if (!e || !name || !t) return pd__err(PD_ERR_INVALID, "pd_engine_set_input: NULL argument");
+    if (!e || !name || !t || !t->data)
+        return pd__err(PD_ERR_INVALID, "pd_engine_set_input: %s is NULL",
+                       !e ? "engine" : !name ? "name" : !t ? "tensor" : "the tensor's data");
     const pd_graph *g = e->g;
     int k = -1;
     for (int i = 0; i < g->ninputs; i++)
@@ -192,7 +194,7 @@ pd_status pd_engine_set_input(pd_engine *e, const char *name, const pd_tensor *t
 }
 
 pd_status pd_engine_run(pd_engine *e) {
-    if (!e) return pd__err(PD_ERR_INVALID, "pd_engine_run: NULL engine");
+    if (!e) return pd__err(PD_ERR_INVALID, "pd_engine_run: engine is NULL");
     const pd_graph *g = e->g;
     for (int i = 0; i < g->nnodes; i++) {
         const pd__node *n = &g->nodes[i];
@@ -203,7 +205,8 @@ pd_status pd_engine_run(pd_engine *e) {
 }
 
 pd_status pd_engine_get_output(pd_engine *e, const char *name, pd_tensor *out) {
-    if (!e || !name || !out) return pd__err(PD_ERR_INVALID, "pd_engine_get_output: NULL argument");
+    if (!e || !name || !out)
+        return pd__err(PD_ERR_INVALID, "pd_engine_get_output: %s is NULL", !e ? "engine" : !name ? "name" : "out");
     int t = pd__graph_find(e->g, name);
     if (t < 0 || !e->views[t].data)
         return pd__err(PD_ERR_INVALID, "%s: no computed tensor named '%s'", e->g->path, name);

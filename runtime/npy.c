@@ -118,6 +118,7 @@ done:
 }
 
 pd_status pd_npy_peek(const char *path, pd_tensor *out) {
+    if (!path || !out) return pd__err(PD_ERR_INVALID, "pd_npy_peek: %s is NULL", !path ? "path" : "out");
     FILE *f = fopen(path, "rb");
     if (!f) return pd__err(PD_ERR_IO, "%s: %s", path, strerror(errno));
     pd_tensor t;
@@ -129,6 +130,7 @@ pd_status pd_npy_peek(const char *path, pd_tensor *out) {
 }
 
 pd_status pd_npy_load(const char *path, pd_tensor *out) {
+    if (!path || !out) return pd__err(PD_ERR_INVALID, "pd_npy_load: %s is NULL", !path ? "path" : "out");
     FILE *f = fopen(path, "rb");
     if (!f) return pd__err(PD_ERR_IO, "%s: %s", path, strerror(errno));
     pd_tensor t;
@@ -171,6 +173,10 @@ static const char *pd__npy_descr(pd_dtype t) {
 }
 
 pd_status pd_npy_save(const char *path, const pd_tensor *t) {
+    if (!path || !t || (!t->data && pd_tensor_numel(t) != 0))
+        return pd__err(PD_ERR_INVALID, "pd_npy_save: %s is NULL", !path ? "path" : !t ? "tensor" : "the tensor's data");
+    if (t->ndim < 0 || t->ndim > PD_MAX_DIMS || pd_tensor_numel(t) < 0)
+        return pd__err(PD_ERR_INVALID, "pd_npy_save: %s: bad shape (ndim %d)", path, t->ndim);
     const char *descr = pd__npy_descr(t->dtype);
     if (!descr) return pd__err(PD_ERR_UNSUPPORTED, "%s: cannot write %s arrays to .npy", path, pd_dtype_name(t->dtype));
     char dict[512];

@@ -87,7 +87,7 @@ char *pd__plan_to_json(const pd_plan *p) {
 }
 
 pd_status pd_plan_save(const pd_plan *p, const char *path) {
-    if (!p || !path) return pd__err(PD_ERR_INVALID, "pd_plan_save: NULL argument");
+    if (!p || !path) return pd__err(PD_ERR_INVALID, "pd_plan_save: %s is NULL", !p ? "plan" : "path");
     char *text = pd__plan_to_json(p);
     if (!text) return pd__err(PD_ERR_NOMEM, "%s: out of memory writing the plan", path);
     size_t n = strlen(text);
@@ -261,7 +261,7 @@ pd_status pd__plan_from_json(const char *buf, size_t len, const char *what, pd_p
 }
 
 pd_status pd_plan_load(const char *path, pd_plan **out) {
-    if (!path || !out) return pd__err(PD_ERR_INVALID, "pd_plan_load: NULL argument");
+    if (!path || !out) return pd__err(PD_ERR_INVALID, "pd_plan_load: %s is NULL", !path ? "path" : "out");
     unsigned char *raw = NULL;
     size_t len = 0;
     PD_TRY(pd__read_file(path, &raw, &len));

@@ -59,7 +59,9 @@ int pd_session_num_params(const pd_session *s) { return s ? s->np : 0; }
 int64_t pd_session_step_count(const pd_session *s) { return s ? s->step : 0; }
 
 pd_status pd_session_param(pd_session *s, int i, const char **name, pd_tensor *value, pd_tensor *grad) {
-    if (!s || i < 0 || i >= s->np) return pd__err(PD_ERR_INVALID, "pd_session_param: index %d out of range", i);
+    if (!s) return pd__err(PD_ERR_INVALID, "pd_session_param: session is NULL");
+    if (i < 0 || i >= s->np)
+        return pd__err(PD_ERR_INVALID, "pd_session_param: index %d out of range [0, %d)", i, s->np);
     const pd__tensor *t = &s->g->tensors[s->param[i]];
     if (name) *name = t->name;
     if (value) *value = pd__view(t);
@@ -352,7 +354,9 @@ fail:
 }
 
 pd_status pd_session_set_input(pd_session *s, const char *name, const pd_tensor *t) {
-    if (!s || !name || !t) return pd__err(PD_ERR_INVALID, "pd_session_set_input: NULL argument");
+    if (!s || !name || !t || !t->data)
+        return pd__err(PD_ERR_INVALID, "pd_session_set_input: %s is NULL",
+                       !s ? "session" : !name ? "name" : !t ? "tensor" : "the tensor's data");
     const pd_graph *g = s->g;
     int k = pd__graph_find(g, name);
     if (k < 0 || g->tensors[k].kind != PD_T_INPUT)
@@ -372,7 +376,11 @@ pd_status pd_session_set_input(pd_session *s, const char *name, const pd_tensor 
 }
 
 pd_status pd_session_set_labels(pd_session *s, const pd_tensor *labels) {
-    if (!s || !labels) return pd__err(PD_ERR_INVALID, "pd_session_set_labels: NULL argument");
+    if (!s || !labels || !labels->data)
+        return pd__err(PD_ERR_INVALID, "pd_session_set_labels: %s is NULL",
+                       !s ? "session" : !labels ? "labels" : "the labels' data");
+    if (labels->ndim < 0 || labels->ndim > PD_MAX_DIMS || pd_tensor_numel(labels) < 0)
+        return pd__err(PD_ERR_INVALID, "pd_session_set_labels: labels: bad shape (ndim %d)", labels->ndim);
     if (s->labels_input >= 0) {
         PD_TRY(pd_session_set_input(s, s->g->tensors[s->labels_input].name, labels));
         s->labels_fed = true;
@@ -531,7 +539,7 @@ static uint64_t pd__mix(uint64_t z) {
 }
 
 pd_status pd_session_step(pd_session *s, pd_step_result *r) {
-    if (!s) return pd__err(PD_ERR_INVALID, "pd_session_step: NULL session");
+    if (!s) return pd__err(PD_ERR_INVALID, "pd_session_step: session is NULL");
     PD_TRY(pd__check_fed(s));
     pd_step_result res;
     memset(&res, 0, sizeof res);
@@ -557,7 +565,7 @@ pd_status pd_session_step(pd_session *s, pd_step_result *r) {
 }
 
 pd_status pd_session_eval_rows(pd_session *s, int64_t rows, pd_step_result *r) {
-    if (!s) return pd__err(PD_ERR_INVALID, "pd_session_eval: NULL session");
+    if (!s) return pd__err(PD_ERR_INVALID, "pd_session_eval: session is NULL");
     PD_TRY(pd__check_fed(s));
     pd_step_result res;
     memset(&res, 0, sizeof res);
@@ -571,6 +579,7 @@ pd_status pd_session_eval_rows(pd_session *s, int64_t rows, pd_step_result *r) {
 pd_status pd_session_eval(pd_session *s, pd_step_result *r) { return pd_session_eval_rows(s, INT64_MAX, r); }
 
 int64_t pd_session_batch(const pd_session *s) {
+    if (!s) return 0;
     const pd__tensor *p = &s->g->tensors[s->pred];
     return p->ndim > 0 ? p->shape[0] : 1;
 }

@@ -91,8 +91,14 @@ static void test_npy_numpy_file(void) {
     write_raw(tmp("junk.npy"), "hello world", 11);
     st = pd_npy_load(tmp("junk.npy"), &r);
     CHECK(st == PD_ERR_PARSE, "npy: junk is a parse error (%s)", pd_last_error());
-    st = pd_npy_save("/nonexistent-dir/x.npy", &r);
-    CHECK(st == PD_ERR_IO || st == PD_ERR_UNSUPPORTED, "npy: unwritable path fails cleanly (%s)", pd_last_error());
+    double one = 1;
+    pd_tensor t1 = {PD_DOUBLE, 0, {0}, &one};
+    st = pd_npy_save("/nonexistent-dir/x.npy", &t1);
+    CHECK(st == PD_ERR_IO && strstr(pd_last_error(), "/nonexistent-dir/x.npy"), "npy: unwritable path fails cleanly (%s)",
+          pd_last_error());
+    st = pd_npy_save(tmp("freed.npy"), &r); /* r was freed: its data is NULL */
+    CHECK(st == PD_ERR_INVALID && strstr(pd_last_error(), "data"), "npy: a tensor without data is refused (%s)",
+          pd_last_error());
 }
 
 static void test_half(void) {

@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# test_install.sh - the installed library as an embedding program sees it.
+#
+#   test_install.sh BUILDDIR SRCDIR WORKDIR PREFIX LIBDIR INCLUDEDIR SANITIZE CC...
+#
+# meson install --destdir into WORKDIR; checks the header, the shared and
+# static libraries and pipedream.pc are there; builds examples/embed against
+# them with pkg-config alone (PKG_CONFIG_PATH points into the destdir, whose
+# pipedream.pc gets the destdir's prefix), once with the shared library and once statically linked
+# (pkg-config --static: the .pc's private dependencies); runs both and checks
+# that the loss went down and that the model reloaded from memory agrees.
+# Skipped (77) on sanitizer builds.
+set -u
+build=$1 src=$2 work=$3 prefix=$4 libdir=$5 includedir=$6 sanitize=$7
+shift 7
+if [ "$sanitize" != "none" ]; then
+    # a plain cc line cannot link a library built with -fsanitize
+    echo "library built with -fsanitize=$sanitize: skipped"
+    exit 77
+fi
+cc="$*"
+fail=0
+bad() { echo "FAIL $*"; fail=1; }
+
+case $libdir in /*) ;; *) libdir=$prefix/$libdir ;; esac
+case $includedir in /*) ;; *) includedir=$prefix/$includedir ;; esac
+rm -rf "$work"
+mkdir -p "$work"
+dest=$work/dest
+if ! meson install -C "$build" --destdir "$dest" --no-rebuild >"$work/install.log" 2>&1; then
+    cat "$work/install.log"
+    echo "FAIL meson install --destdir"
+    exit 1
+fi
+for f in "$includedir/pipedream.h" "$libdir/libpipedream.a" "$libdir/libpipedream.so" "$libdir/pkgconfig/pipedream.pc"; do
+    if [ -e "$dest$f" ]; then echo "ok   installed $f"; else bad "not installed: $f"; fi
+done
+[ $fail -eq 0 ] || exit 1
+
+pc=$dest$libdir/pkgconfig/pipedream.pc
+# The .pc names the real prefix; every other path derives from ${prefix}, so
+# moving the prefix into the destdir relocates it (this copy only).
+if grep -q '^libdir=${prefix}' "$pc" && grep -q '^includedir=${prefix}' "$pc"; then
+    echo "ok   pipedream.pc: libdir and includedir under \${prefix}"
+else
+    bad "pipedream.pc: libdir or includedir not under \${prefix}"
+fi
+sed -i "s|^prefix=.*|prefix=$dest$prefix|" "$pc"
+export PKG_CONFIG_PATH=$dest$libdir/pkgconfig
+for want in "Requires.private:.*libprotobuf-c" "Requires.private:.*libcjson" "Libs.private:.*-lm" "Libs.private:.*thread"; do
+    if grep -q "$want" "$pc"; then echo "ok   pipedream.pc: $want"; else bad "pipedream.pc lacks $want"; fi
+done
+if grep -q "openblas" "$pc"; then echo "ok   pipedream.pc names openblas"; else bad "pipedream.pc does not name openblas"; fi
+echo "pkg-config --cflags --libs pipedream: $(pkg-config --cflags --libs pipedream)"
+echo "pkg-config --static --libs pipedream: $(pkg-config --static --libs pipedream)"
+
+cp -r "$src/examples/embed" "$work/embed"
+model=$src/examples/digits_mlp.onnx
+check_run() { # check_run NAME [ENV...] : runs ./embed, checks its output
+    local name=$1
+    shift
+    local out
+    out=$(cd "$work/embed" && env "$@" ./embed "$model" 2>&1)
+    local rc=$?
+    echo "$out" | sed 's/^/    /'
+    if [ $rc -ne 0 ]; then bad "$name: embed exited with $rc"; return; fi
+    local first last
+    first=$(echo "$out" | awk '$1 == "step" {print $4; exit}')
+    last=$(echo "$out" | awk '$1 == "step" {v = $4} END {print v}')
+    if [ -z "$first" ] || ! awk -v a="$first" -v b="$last" 'BEGIN {exit !(b < a / 2)}'; then
+        bad "$name: the loss did not go down ($first -> $last)"
+    elif ! echo "$out" | grep -q "^OK: "; then
+        bad "$name: no OK line"
+    else
+        echo "ok   $name: loss $first -> $last, the reloaded model agrees"
+    fi
+}
+
+# shared: the plain pkg-config line of the README
+if (cd "$work/embed" && $cc -O2 -Wall -Wextra -Werror embed.c -o embed $(pkg-config --cflags --libs pipedream) -lm) >"$work/cc.log" 2>&1; then
+    echo "ok   built with: cc embed.c \$(pkg-config --cflags --libs pipedream)"
+    check_run "shared" LD_LIBRARY_PATH="$dest$libdir"
+else
+    cat "$work/cc.log"
+    bad "building examples/embed against the shared library"
+fi
+
+# static: the example's Makefile, make STATIC=1
+if (cd "$work/embed" && rm -f embed && make CC="$cc" STATIC=1 CFLAGS="-O2 -Wall -Wextra -Werror") >"$work/make.log" 2>&1; then
+    echo "ok   built with: make STATIC=1 (pkg-config --static)"
+    if ldd "$work/embed/embed" 2>/dev/null | grep -q libpipedream; then
+        bad "static: the program still loads libpipedream.so"
+    fi
+    check_run "static" LD_LIBRARY_PATH=
+else
+    cat "$work/make.log"
+    bad "building examples/embed against the static library with its Makefile"
+fi
+exit $fail
