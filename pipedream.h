@@ -345,7 +345,7 @@ PDDEF int pd_plan_node_stage(const pd_plan *p, int i, int *bwd);
 /* ---- Simulation ------------------------------------------------------------------- */
 typedef struct pd_sim_options {
     size_t size;              /* sizeof(pd_sim_options) */
-    const char *schedule;     /* "gpipe", "flush", "pipedream", "2bw", "interleaved", "zb-h1" */
+    const char *schedule;     /* "gpipe", "flush", "pipedream", "2bw", "interleaved", "zb-h1", "avgpipe" */
     int microbatches;         /* per minibatch (0: the plan's) */
     int minibatches;          /* simulated minibatches (0: enough for a steady state) */
     int chunks;               /* interleaved: virtual stages per worker (2) */

@@ -155,7 +155,9 @@ typedef enum pd__sched_kind {
     PD_SCHED_PIPEDREAM,    /* asynchronous 1F1B with weight stashing; no flush */
     PD_SCHED_2BW,          /* 1F1B, two weight versions, step every m microbatches */
     PD_SCHED_INTERLEAVED,  /* Megatron's interleaved 1F1B with v chunks per worker */
-    PD_SCHED_ZB_H1         /* zero-bubble H1: B and W split, W fills the bubble */
+    PD_SCHED_ZB_H1,        /* zero-bubble H1: B and W split, W fills the bubble */
+    PD_SCHED_AVGPIPE       /* AvgPipe's advance forward propagation: 1F1B with forwards issued
+                              ahead, at most `inflight` microbatches held per stage; flush */
 } pd__sched_kind;
 
 typedef enum pd__op_kind {
@@ -188,6 +190,7 @@ typedef struct pd__schedule {
     int minibatches;       /* how many minibatches the lists cover */
     int *len;              /* instructions per stage */
     pd__instr **ins;       /* ins[s][k] */
+    int inflight;          /* avgpipe: most microbatches a stage holds (0 for other kinds) */
 } pd__schedule;
 
 #endif

@@ -489,7 +489,7 @@ pd_status pd__pipe_create(pd_graph *g, const pd_plan *plan, const pd_train_optio
                           int microbatches, pd__pipe **out) {
     if (!g || !plan || !out) return pd__err(PD_ERR_INVALID, "pd__pipe_create: NULL argument");
     if (microbatches < 1) return pd__err(PD_ERR_INVALID, "pipeline: %d microbatches", microbatches);
-    if ((unsigned)kind > PD_SCHED_ZB_H1) return pd__err(PD_ERR_INVALID, "pipeline: unknown schedule %d", (int)kind);
+    if ((unsigned)kind > PD_SCHED_AVGPIPE) return pd__err(PD_ERR_INVALID, "pipeline: unknown schedule %d", (int)kind);
     if (kind == PD_SCHED_PIPEDREAM && microbatches != 1)
         return pd__err(PD_ERR_INVALID, "pipeline: pipedream updates after every microbatch, so a minibatch is one "
                        "microbatch: use 1 microbatch, not %d", microbatches);
