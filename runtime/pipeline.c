@@ -189,6 +189,7 @@ int pd__pipe_peak_versions(const pd__pipe *p, int s) {
 }
 
 double pd__pipe_last_run_ms(const pd__pipe *p) { return p ? p->last_ms : 0; }
+pd_status pd__pipe_slabs(pd__pipe *p, pd__slabs *out) { return pd__session_slabs(p->s, out); }
 
 pd_status pd__pipe_write_trace(const pd__pipe *p, const char *path) {
     if (!p || !path) return pd__err(PD_ERR_INVALID, "pd__pipe_write_trace: NULL argument");
