@@ -11,6 +11,7 @@
 #include "../runtime/optim.h"
 #include "../runtime/pipeline.h"
 #include "cli.h"
+#include "train_avgpipe.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -442,7 +443,19 @@ out:
     return rc;
 }
 
+/* ---- AvgPipe hook: --parallel-pipelines K (tools/train_avgpipe.c) ------------------- */
+
+static int pd__train_avgpipe_hook(pd__targs *a, const pd_cli_avg_args *av, pd_graph *g, const char *input,
+                                  pd_tensor *X, pd_tensor *Y, pd__data *data, int64_t steps, pd__sched_kind kind,
+                                  FILE *mf) {
+    pd_cli_avg_ctx c = {a->model, a->plan, (int)a->stages, (int)a->microbatches, a->batch, steps, &a->o, kind,
+                        a->quiet, a->trace, g, input, X, Y, data, mf};
+    return pd_cli_train_avgpipe(av, &c);
+}
+
 int pd_cli_train(int argc, char **argv) {
+    pd_cli_avg_args av; /* AvgPipe hook: its flags leave argv here */
+    if (pd_cli_avg_take_flags(&argc, argv, &av) != 0) return 2;
     pd__targs a;
     memset(&a, 0, sizeof a);
     pd_train_options o0 = PD_TRAIN_OPTIONS_INIT;
@@ -472,6 +485,10 @@ int pd_cli_train(int argc, char **argv) {
     }
     if (a.save && !pd__writable(a.save)) goto out;
     bool piped = a.stages || a.plan;
+    if (av.given && !piped) { /* AvgPipe hook */
+        pd_cli_usage_error("train: %s", "--parallel-pipelines, --elastic-alpha and --average-every need --stages N or --plan FILE");
+        goto out;
+    }
     pd__sched_kind kind = PD_SCHED_FLUSH;
     if (!piped && (a.schedule || a.microbatches || a.trace || a.virtual_stages || a.vertical_sync)) {
         pd_cli_usage_error("train: %s",
@@ -643,7 +660,9 @@ int pd_cli_train(int argc, char **argv) {
         goto done;
     }
     if (piped) {
-        if (pd__train_pipeline(&a, g, input, &X, &Y, &data, steps, kind, mf) != 0) goto done;
+        if ((av.given ? pd__train_avgpipe_hook(&a, &av, g, input, &X, &Y, &data, steps, kind, mf) /* AvgPipe hook */
+                      : pd__train_pipeline(&a, g, input, &X, &Y, &data, steps, kind, mf)) != 0)
+            goto done;
         /* the trained weights are back in g: validate on one stage */
         if (a.val_x) {
             double vloss, vacc;
