@@ -298,7 +298,7 @@ typedef struct pd_plan pd_plan;
 
 typedef struct pd_plan_options {
     size_t size;              /* sizeof(pd_plan_options) */
-    const char *algo;         /* "pipedream" (default), "2bw", "bipartition", "uniform", "params" */
+    const char *algo;         /* "pipedream" (default), "2bw", "bipartition", "uniform", "params", "avgpipe" */
     const char *cost_model;   /* "default" (transfers counted and overlapped) or "pipedream" (PipeDream's optimizer) */
     int workers;              /* total workers (the product of the topology's levels when given) */
     int n_levels;             /* hierarchical topology, innermost level first: 0 = one level */

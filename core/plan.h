@@ -109,7 +109,8 @@ typedef enum pd__algo {
     PD_ALGO_2BW,
     PD_ALGO_BIPARTITION,
     PD_ALGO_UNIFORM,
-    PD_ALGO_PARAMS
+    PD_ALGO_PARAMS,
+    PD_ALGO_AVGPIPE        /* AvgPipe's tuner: K parallel pipelines and the microbatches */
 } pd__algo;
 
 struct pd_plan {
@@ -123,7 +124,7 @@ struct pd_plan {
     int workers;           /* workers given; sum of replicas may be fewer */
     int microbatches;      /* per minibatch (per pipeline) */
     int64_t microbatch_size;
-    int width;             /* 2bw: parallel pipelines (data-parallel width); 1 otherwise */
+    int width;             /* 2bw, avgpipe: parallel pipelines (data-parallel width; avgpipe's K); 1 otherwise */
     bool recompute;        /* 2bw: activation recomputation */
     pd__algo algo;
     char *algo_name, *cost_model, *model;

@@ -15,10 +15,13 @@
  *   (plus 0.01) of one pipeline's after the same steps (which saw half the
  *   samples) and below half the initial loss; the centre is what the graphs
  *   keep;
- * - refused: alpha > 1/K, asynchronous schedules.
+ * - refused: alpha > 1/K, asynchronous schedules;
+ * - the tuner (plan --algo avgpipe) on a hand-made chain where K and m follow
+ *   in closed form, with and without a memory limit (test_tuner).
  */
 #include "../core/plan.h"
 #include "../core/schedule.h"
+#include "../core/pd_internal.h"
 #include "../runtime/avgpipe.h"
 #include "../runtime/data.h"
 #include "../runtime/pipeline.h"
@@ -48,6 +51,87 @@ static void test_elastic_formula(void) {
     bool one = y[0] == 1.0f && cy[0] == 1.0f;
     pd__elastic_update(xy, 1, cy, 1, 0);
     CHECK(one && y[0] == 1.0f && cy[0] == 1.0f, "elastic update, K = 1, alpha 0.5: x 2 and centre 0 meet at 1");
+}
+
+/* ---- the tuner (pdonnx plan --algo avgpipe) ----------------------------------------
+ * A chain of 4 equal nodes (F 1 ms, B 2 ms, 1000 parameter bytes, 100
+ * activation bytes each; no optimizer state), 4 workers, a bandwidth so high
+ * that transfers and the elastic exchange cost nothing, up to M = 16
+ * microbatches. K pipelines of d = 4/K stages take (m+d-1) * 12/d ms per
+ * minibatch of m microbatches: throughput K m / that = 4000 m / (12 (m+d-1))
+ * samples/s, proportional to m/(m+d-1). Memory of stage s: 3 * 4000/d +
+ * min(d+1-s, m) * 400/d bytes. The tuner takes, per K, the fewest m within 2%
+ * of that K's best (m = 16), then the K with the highest throughput:
+ * - no limit: K = 4 (d = 1, no bubble), m = 1;
+ * - 10000 bytes: K = 4 needs 12400; K = 2 (6000 + 200 min(3, m) <= 6600
+ *   fits) with m/(m+1) >= 0.98 * 16/17, so m = 12, beats K = 1 (at best
+ *   16/19);
+ * - 6300 bytes: K = 2 fits only m = 1 (1/2); K = 1 (3000 + 100 min(5, m))
+ *   with m/(m+3) >= 0.98 * 16/19: m = 15 (15/18), so K = 1, m = 15. */
+static pd_profile *chain4(void) {
+    pd_profile *p;
+    if (pd__profile_new(4, &p) != PD_OK) return NULL;
+    for (int i = 0; i < 4; i++) {
+        char nm[16];
+        snprintf(nm, sizeof nm, "n%d", i);
+        p->node[i].name = pd__strdup(nm);
+        p->node[i].desc = pd__strdup("Layer");
+        p->node[i].fwd_ms = 1;
+        p->node[i].bwd_in_ms = 2;
+        p->node[i].param_bytes = 1000;
+        p->node[i].act_bytes = 100;
+        if (i > 0) pd__profile_add_edge(p, i - 1, i);
+    }
+    p->batch = 1;
+    if (pd__profile_finish(p, "chain4") != PD_OK) {
+        pd_profile_destroy(p);
+        return NULL;
+    }
+    return p;
+}
+
+static void test_tuner(void) {
+    pd_profile *prof = chain4();
+    const double mem[3] = {0, 10000, 6300};
+    const int wantK[3] = {4, 2, 1}, wantm[3] = {1, 12, 15};
+    for (int i = 0; i < 3; i++) {
+        pd_plan_options o = PD_PLAN_OPTIONS_INIT;
+        o.algo = "avgpipe";
+        o.workers = 4;
+        o.bandwidth = 1e18;
+        o.memory = mem[i];
+        o.microbatches = 16;
+        pd_plan *pl = NULL;
+        pd_status st = prof ? pd_plan_create(prof, &o, &pl) : PD_ERR_NOMEM;
+        int d = 4 / wantK[i], m = wantm[i];
+        double want_tp = 4000.0 * m / (12.0 * (m + d - 1));
+        bool ok = st == PD_OK && pl->width == wantK[i] && pl->microbatches == m && pl->n_stages == d &&
+                  fabs(pl->throughput - want_tp) <= 1e-6 * want_tp && pl->algo == PD_ALGO_AVGPIPE;
+        double peak = 0;
+        for (int s = 0; st == PD_OK && s < pl->n_stages; s++)
+            if (pl->stage[s].memory_bytes > peak) peak = pl->stage[s].memory_bytes;
+        ok = ok && (mem[i] == 0 || peak <= mem[i]);
+        /* the plan JSON records K and reads back */
+        char *js = st == PD_OK ? pd__plan_to_json(pl) : NULL;
+        ok = ok && js && strstr(js, "\"parallel_pipelines\":");
+        free(js);
+        CHECK(ok, "tuner, memory %.0f: K = %d pipelines of %d stages, m = %d, %.3f samples/s predicted (got K = %d, "
+                  "%d stages, m = %d, %.3f samples/s, peak %.0f bytes)%s%s",
+              mem[i], wantK[i], d, m, want_tp, st == PD_OK ? pl->width : -1, st == PD_OK ? pl->n_stages : -1,
+              st == PD_OK ? pl->microbatches : -1, st == PD_OK ? pl->throughput : -1, peak, st ? ": " : "",
+              st ? pd_last_error() : "");
+        pd_plan_destroy(pl);
+    }
+    /* too little memory for any K: an error naming the limit */
+    pd_plan_options o = PD_PLAN_OPTIONS_INIT;
+    o.algo = "avgpipe";
+    o.workers = 4;
+    o.memory = 3000;
+    pd_plan *pl = NULL;
+    pd_status st = prof ? pd_plan_create(prof, &o, &pl) : PD_ERR_NOMEM;
+    CHECK(st == PD_ERR_INVALID && !pl && strstr(pd_last_error(), "--memory 3000"),
+          "tuner: nothing fits 3000 bytes per worker: %s", pd_last_error());
+    pd_profile_destroy(prof);
 }
 
 /* ---- training ---------------------------------------------------------------- */
@@ -334,6 +418,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     test_elastic_formula();
+    test_tuner();
     fixture f;
     if (fixture_open(&f, argv[1], "mlp")) {
         check_exact(&f);

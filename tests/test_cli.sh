@@ -245,6 +245,13 @@ if "$pdonnx" schedule --stages 3 --microbatches 6 --schedule avgpipe --max-infli
 else
   notok "schedule avgpipe: $(cat "$tmp/out")"
 fi
+if "$pdonnx" plan "$ex/digits_mlp.onnx" --batch 8 --workers 4 --algo avgpipe -o "$tmp/avg_plan.json" >"$tmp/out" 2>&1 &&
+   grep -q '"parallel_pipelines"' "$tmp/avg_plan.json" && grep -q "^avgpipe: .* --parallel-pipelines" "$tmp/out" &&
+   "$pdonnx" simulate "$tmp/avg_plan.json" --schedule avgpipe >"$tmp/out2" 2>&1 && grep -q "throughput:" "$tmp/out2"; then
+  ok "plan --algo avgpipe records K in the plan, prints the train command; simulate runs it"
+else
+  notok "plan --algo avgpipe: $(tail -c 600 "$tmp/out") $(tail -c 300 "$tmp/out2" 2>/dev/null)"
+fi
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
