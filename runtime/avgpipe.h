@@ -44,7 +44,10 @@ struct pd__pipe *pd__avg_pipe(pd__avg *a, int i);
  * a thread each, and meet every `every` steps for the elastic update (counted
  * across runs). results (may be NULL): steps entries, the loss the mean of
  * the K pipelines' losses of that step, lr the update's; per_pipe (may be
- * NULL): K * steps entries, pipeline i's step t at [i * steps + t]. */
+ * NULL): K * steps entries, pipeline i's step t at [i * steps + t].
+ * An error in a pipeline ends the run once the others finish their steps up
+ * to the next elastic update (the message names the pipeline); updates
+ * already made stay made. */
 pd_status pd__avg_run(pd__avg *a, int64_t steps, const pd_tensor *const *inputs, const pd_tensor *labels,
                       pd_step_result *results, pd_step_result *per_pipe);
 
