@@ -341,7 +341,7 @@ typedef struct pd_plan pd_plan;
 
 typedef struct pd_plan_options {
     size_t size;              /* sizeof(pd_plan_options) */
-    const char *algo;         /* "pipedream" (default), "2bw", "bipartition", "uniform", "params" */
+    const char *algo;         /* "pipedream" (default), "2bw", "bipartition", "uniform", "params", "avgpipe" */
     const char *cost_model;   /* "default" (transfers counted and overlapped) or "pipedream" (PipeDream's optimizer) */
     int workers;              /* total workers (the product of the topology's levels when given) */
     int n_levels;             /* hierarchical topology, innermost level first: 0 = one level */
@@ -388,7 +388,7 @@ PDDEF int pd_plan_node_stage(const pd_plan *p, int i, int *bwd);
 /* ---- Simulation ------------------------------------------------------------------- */
 typedef struct pd_sim_options {
     size_t size;              /* sizeof(pd_sim_options) */
-    const char *schedule;     /* "gpipe", "flush", "pipedream", "2bw", "interleaved", "zb-h1" */
+    const char *schedule;     /* "gpipe", "flush", "pipedream", "2bw", "interleaved", "zb-h1", "avgpipe" */
     int microbatches;         /* per minibatch (0: the plan's) */
     int minibatches;          /* simulated minibatches (0: enough for a steady state) */
     int chunks;               /* interleaved: virtual stages per worker (2) */
@@ -3854,7 +3854,8 @@ typedef enum pd__algo {
     PD_ALGO_2BW,
     PD_ALGO_BIPARTITION,
     PD_ALGO_UNIFORM,
-    PD_ALGO_PARAMS
+    PD_ALGO_PARAMS,
+    PD_ALGO_AVGPIPE        /* AvgPipe's tuner: K parallel pipelines and the microbatches */
 } pd__algo;
 
 struct pd_plan {
@@ -3868,7 +3869,7 @@ struct pd_plan {
     int workers;           /* workers given; sum of replicas may be fewer */
     int microbatches;      /* per minibatch (per pipeline) */
     int64_t microbatch_size;
-    int width;             /* 2bw: parallel pipelines (data-parallel width); 1 otherwise */
+    int width;             /* 2bw, avgpipe: parallel pipelines (data-parallel width; avgpipe's K); 1 otherwise */
     bool recompute;        /* 2bw: activation recomputation */
     pd__algo algo;
     char *algo_name, *cost_model, *model;
@@ -3902,7 +3903,9 @@ typedef enum pd__sched_kind {
     PD_SCHED_PIPEDREAM,    /* asynchronous 1F1B with weight stashing; no flush */
     PD_SCHED_2BW,          /* 1F1B, two weight versions, step every m microbatches */
     PD_SCHED_INTERLEAVED,  /* Megatron's interleaved 1F1B with v chunks per worker */
-    PD_SCHED_ZB_H1         /* zero-bubble H1: B and W split, W fills the bubble */
+    PD_SCHED_ZB_H1,        /* zero-bubble H1: B and W split, W fills the bubble */
+    PD_SCHED_AVGPIPE       /* AvgPipe's advance forward propagation: 1F1B with forwards issued
+                              ahead, at most `inflight` microbatches held per stage; flush */
 } pd__sched_kind;
 
 typedef enum pd__op_kind {
@@ -3935,6 +3938,7 @@ typedef struct pd__schedule {
     int minibatches;       /* how many minibatches the lists cover */
     int *len;              /* instructions per stage */
     pd__instr **ins;       /* ins[s][k] */
+    int inflight;          /* avgpipe: most microbatches a stage holds (0 for other kinds) */
 } pd__schedule;
 
 #endif
@@ -4463,10 +4467,113 @@ done:
  *   bipartition  separate forward and backward cut points per worker.
  *   uniform      equal node counts (DeepSpeed's "uniform").
  *   params       equal parameter bytes (DeepSpeed's "parameters").
+ *   avgpipe      AvgPipe's tuner: K parallel pipelines of W/K stages and the
+ *                microbatch count, by the simulator's throughput of the
+ *                avgpipe schedule under the memory limit (pd__avgpipe_tune).
  *
  * Every plan is then evaluated the same way (pd__plan_evaluate): per stage
  * compute, bytes crossing its boundaries, memory, and the predictions.
  */
+/* ---- core/schedule.h ---- */
+/* schedule.h - private: the schedule generator (core/schedule.c) and the
+ * event simulator that replays its instruction lists (core/simulate.c).
+ *
+ * Indexing: a schedule has p = n_stages workers (physical stages) and v =
+ * chunks virtual stages per worker; virtual stage k = chunk * p + worker, so
+ * without interleaving the virtual stage is the worker. Cost arrays are per
+ * virtual stage. docs/SCHEDULES.md describes every kind's order.
+ */
+#ifndef PD_SCHEDULE_H
+#define PD_SCHEDULE_H
+
+
+/* "gpipe", "flush" (or "1f1b"), "pipedream", "2bw", "interleaved", "zb-h1", "avgpipe". */
+pd_status pd__sched_kind_parse(const char *s, pd__sched_kind *out);
+const char *pd__sched_kind_name(pd__sched_kind k);
+/* pipedream and 2bw: no flush, the pipeline runs across minibatches. */
+bool pd__sched_async(pd__sched_kind k);
+/* "F", "B", "W", "SEND_ACT", ... ("?" when out of range). */
+const char *pd__op_name(int op);
+
+/* Builds the instruction lists of `minibatches` minibatches of `microbatches`
+ * each. chunks: 1, or >= 2 for interleaved. replicas: per worker (NULL: all
+ * 1); a worker with replicas > 1 all-reduces its gradients before each STEP.
+ * Microbatch indices are global (minibatch t: t*m .. t*m+m-1); STEP and
+ * ALLREDUCE carry the last microbatch of the update they close; peer is -1
+ * and version -1 where they do not apply. */
+pd_status pd__schedule_build(pd__sched_kind kind, int n_stages, int chunks, int microbatches, int minibatches,
+                             const int *replicas, pd__schedule **out);
+/* AvgPipe's advance forward propagation with an explicit bound: stage s
+ * issues min(max(inflight-s-1, 0), m) forwards before its first backward
+ * (1F1B as if the pipeline were `inflight` stages deep), so it holds at most
+ * min(max(inflight-s, 1), m) microbatches' activations; inflight = p is flush's
+ * order. pd__schedule_build(PD_SCHED_AVGPIPE, ...) uses
+ * pd__avgpipe_default_inflight(p): p + 1, one forward ahead on every stage. */
+pd_status pd__schedule_build_avgpipe(int n_stages, int microbatches, int minibatches, const int *replicas,
+                                     int inflight, pd__schedule **out);
+int pd__avgpipe_default_inflight(int n_stages);
+/* PipeDream's vertical sync on a pipedream schedule: every stage runs
+ * microbatch k on the version stage 0's forward of k used. */
+pd_status pd__schedule_vertical_sync(pd__schedule *s);
+void pd__schedule_free(pd__schedule *s);
+/* F before B before W per (virtual stage, microbatch), each exactly once;
+ * every F/B past the pipeline's ends preceded by its RECV and followed by its
+ * SEND; sends and receives pair up in order on every link; versions consistent
+ * (a B/W uses its F's version, an F no version not yet produced); and a
+ * zero-cost replay retires every instruction (no deadlock). Errors name the
+ * stage, the instruction index and the microbatch. */
+pd_status pd__schedule_validate(const pd__schedule *s);
+/* Per-stage lines ("stage 0: F0 F1 B0 ...", compute and updates only) or CSV
+ * with every instruction: stage,index,op,chunk,mb,version,peer. */
+pd_status pd__schedule_write(const pd__schedule *s, FILE *f, bool csv);
+
+/* Costs of one microbatch per virtual stage (NULL arrays: zero, except f_ms
+ * and b_ms which are required). */
+typedef struct pd__sim_costs {
+    const double *f_ms;         /* forward */
+    const double *b_ms;         /* input gradient (an unsplit B costs b_ms + w_ms) */
+    const double *w_ms;         /* weight gradient */
+    const double *send_ms;      /* one transfer over the link k -> k+1, either direction */
+    const double *allreduce_ms; /* per worker: one ALLREDUCE */
+    const double *act_bytes;    /* activations stashed per microbatch */
+    const double *param_bytes;  /* one weight version */
+} pd__sim_costs;
+
+/* Replays the lists in order per worker: an instruction starts when its
+ * worker is free and, for a RECV, when the matching SEND's data has arrived
+ * (sends do not block; transfers on one link direction go one at a time).
+ * start/end: per worker, arrays of len[s] (NULL: not wanted). Fails naming the
+ * instruction on a send/receive mismatch or a deadlock. pd__schedule_validate
+ * runs it with NULL costs (all zero) after its own checks. */
+pd_status pd__schedule_replay(const pd__schedule *s, const pd__sim_costs *c, double **start, double **end);
+
+/* Validates and simulates s with synthetic costs (arrays per virtual stage,
+ * as in pd__sim_costs; no all-reduce cost) and fills out (free with
+ * pd_sim_result_free); throughput counts one sample per microbatch.
+ * trace: when not NULL, a Chrome trace is written to it. */
+pd_status pd__simulate_schedule(const pd__schedule *s, const double *f_ms, const double *b_ms, const double *w_ms,
+                                const double *send_ms, const double *act_bytes, const double *param_bytes,
+                                pd_sim_result *out, FILE *trace);
+/* The same with every cost (all-reduce included) and an optional SVG timeline. */
+pd_status pd__simulate_costs(const pd__schedule *s, const pd__sim_costs *c, pd_sim_result *out, FILE *trace, FILE *svg);
+
+/* The schedule pd_simulate runs for this plan and these options, with the
+ * per-virtual-stage costs it uses (arrays of n_stages*chunks, freed by
+ * pd__sim_plan_free). */
+typedef struct pd__sim_plan {
+    pd__schedule *sched;
+    double *f_ms, *b_ms, *w_ms, *send_ms, *act_bytes, *param_bytes; /* per virtual stage */
+    double *allreduce_ms;                                           /* per worker */
+    int *replicas;                                                  /* per worker */
+    bool split_chunks; /* interleaved on a plan without chunks: stages split evenly */
+    int64_t samples;   /* samples per minibatch: microbatch size * microbatches * width */
+} pd__sim_plan;
+
+pd_status pd__sim_plan_make(const pd_plan *p, const pd_sim_options *opt, pd__sim_plan *out);
+void pd__sim_plan_free(pd__sim_plan *sp);
+
+#endif
+/* ---- end of core/schedule.h ---- */
 
 #include <math.h>
 #include <string.h>
@@ -5209,18 +5316,19 @@ static pd_status pd__plan_from_cuts(const pd__ctx *x, const pd_profile *rp, cons
     return PD_OK;
 }
 
-static const char *const pd__algo_names[] = {"pipedream", "2bw", "bipartition", "uniform", "params"};
+static const char *const pd__algo_names[] = {"pipedream", "2bw", "bipartition", "uniform", "params", "avgpipe"};
 
 const char *pd__algo_name(pd__algo a) { return pd__algo_names[a]; }
 
 pd_status pd__algo_parse(const char *s, pd__algo *out) {
     if (!s) s = "pipedream";
-    for (int i = 0; i < 5; i++)
+    for (int i = 0; i < (int)(sizeof pd__algo_names / sizeof *pd__algo_names); i++)
         if (strcmp(s, pd__algo_names[i]) == 0) {
             *out = (pd__algo)i;
             return PD_OK;
         }
-    return pd__err(PD_ERR_INVALID, "plan: unknown --algo '%s' (pipedream, 2bw, bipartition, uniform, params)", s);
+    return pd__err(PD_ERR_INVALID, "plan: unknown --algo '%s' (pipedream, 2bw, bipartition, uniform, params, avgpipe)",
+                   s);
 }
 
 /* Depth-d straight pipeline for 2bw: fast DP with r = 1 on d workers, 2BW's
@@ -5234,6 +5342,135 @@ static pd_status pd__straight(const pd__ctx *x0, const pd__cuts *c, int d, bool 
     x.twobw = true;
     x.recompute = rc;
     return pd__fast(&x, c, cp);
+}
+
+/* ---- AvgPipe's tuner ------------------------------------------------------------------
+ * K parallel pipelines (K divides the workers W) of d = W/K stages each (the
+ * default model's straight cut of the DAG into at most d stages), m
+ * microbatches per pipeline minibatch, the avgpipe schedule (in-flight bound
+ * L = d+1: stage s holds min(L-s, m) microbatches). Per worker: weights,
+ * gradients, its share of the centre variable and optimizer state, plus the
+ * activations in flight: 3W + O + min(L-s, m) A. Elastic averaging every step
+ * costs what an all-reduce of the stage's weights among the K twins costs,
+ * 4 (K-1) W / (K bw), before each update (the simulator's ALLREDUCE, stage
+ * allreduce_ms with width K). Predicted time: pd_simulate of the plan under
+ * the avgpipe schedule; throughput K m b / time for microbatch size b.
+ * For each K, m is the fewest microbatches (1 .. M: --microbatches, default
+ * 4W) whose throughput is within 2% of that K's best over 1 .. M: more
+ * microbatches only make the minibatch larger once the bubble is small. The
+ * chosen K has the highest throughput at its m (ties: fewer pipelines). */
+
+enum { PD__AVG_SLACK_PCT = 2 };
+
+/* Memory, averaging cost and the simulator's prediction for an avgpipe plan
+ * of width K with m microbatches (after pd__plan_evaluate). */
+static pd_status pd__avgpipe_predict(pd_plan *pl, const pd__ctx *x) {
+    int d = pl->n_stages, K = pl->width, m = pl->microbatches, L = pd__avgpipe_default_inflight(d);
+    double bw = x->lb[x->levels - 1];
+    for (int s = 0; s < d; s++) {
+        pd__stage *st = &pl->stage[s];
+        int held = L - s > m ? m : L - s;
+        st->allreduce_ms = K > 1 ? 4.0 * (K - 1) * st->param_bytes / (bw * K) * 1e3 : 0;
+        st->memory_bytes = 3 * st->param_bytes + st->optim_bytes + held * st->act_bytes;
+    }
+    pd_sim_options so = PD_SIM_OPTIONS_INIT;
+    so.schedule = "avgpipe";
+    so.microbatches = m;
+    so.minibatches = 1;
+    pd_sim_result r;
+    PD_TRY(pd_simulate(pl, &so, &r));
+    pl->time_ms = r.time_ms;
+    pl->throughput = r.throughput;
+    pl->bubble = r.bubble;
+    pl->speedup = pl->time_ms > 0 ? pl->single_ms / pl->time_ms : 0;
+    pl->dp_speedup = pl->time_ms > 0 ? pl->dp_ms / pl->time_ms : 0;
+    pd_sim_result_free(&r);
+    return PD_OK;
+}
+
+static bool pd__avgpipe_fits(const pd_plan *pl, const pd__ctx *x) {
+    for (int s = 0; s < pl->n_stages && x->mem > 0; s++)
+        if (pl->stage[s].memory_bytes > x->mem) return false;
+    return true;
+}
+
+/* The whole search; *out: the chosen plan, evaluated (p: the evaluation
+ * profile, rp/map/inv/indeg as pd_plan_create builds them). */
+static pd_status pd__avgpipe_tune(const pd__ctx *x0, const pd_profile *p, const pd_profile *rp, const int *map,
+                                  const int *inv, const int *indeg, const pd__cuts *c, pd_plan **out) {
+    int W = x0->workers, Mmax = x0->o->microbatches > 0 ? x0->o->microbatches : 4 * W;
+    pd_plan *best = NULL;
+    pd_status st = PD_OK;
+    for (int K = 1; K <= W && st == PD_OK; K++) {
+        if (W % K) continue;
+        int d = W / K;
+        pd__ctx x = *x0;
+        pd_plan_options o = *x0->o;
+        o.straight = 1;
+        x.o = &o;
+        x.workers = d;
+        x.mem = 0; /* the cut for time; avgpipe's own memory is checked below */
+        if (x.levels > 1) { /* the pipelines' stages talk over the level that holds d workers */
+            x.levels = 1;
+            int lv = 0;
+            for (int g = x0->lw[0]; lv + 1 < x0->levels && g < d; g *= x0->lw[++lv]) {}
+            x.lb[0] = x0->lb[lv];
+            x.lw[0] = d;
+        } else {
+            x.lw[0] = d;
+        }
+        pd__cut_plan cp = {0};
+        if (pd__fast(&x, c, &cp) != PD_OK) continue;
+        pd_plan *k_best = NULL, **cand = PD_CALLOC((size_t)Mmax + 1, sizeof *cand);
+        if (!cand) {
+            pd__cut_plan_free(&cp);
+            st = pd__err(PD_ERR_NOMEM, "plan: out of memory");
+            break;
+        }
+        double top = -1;
+        for (int m = 1; m <= Mmax && st == PD_OK; m++) {
+            pd_plan *pl;
+            if ((st = pd__plan_alloc(p, cp.n, &pl)) != PD_OK) break;
+            for (int v = 0; v < p->n; v++) pl->fwd_stage[v] = -1;
+            pd__plan_from_cuts(&x, rp, map, c, &cp, pl);
+            for (int v = 0; v < p->n; v++)
+                if (inv[v] < 0) pl->fwd_stage[v] = -1;
+            pd__place_skipped(pl, p, indeg);
+            pl->algo = PD_ALGO_AVGPIPE;
+            pl->width = K;
+            pl->microbatches = m;
+            if ((st = pd__plan_evaluate(pl, p, x0)) == PD_OK) st = pd__avgpipe_predict(pl, x0);
+            if (st != PD_OK || !pd__avgpipe_fits(pl, x0)) {
+                pd__plan_free(pl);
+                continue;
+            }
+            cand[m] = pl;
+            if (pl->throughput > top) top = pl->throughput;
+        }
+        for (int m = 1; m <= Mmax && !k_best; m++)
+            if (cand[m] && cand[m]->throughput >= top * (1 - PD__AVG_SLACK_PCT / 100.0)) k_best = cand[m];
+        for (int m = 1; m <= Mmax; m++)
+            if (cand[m] != k_best) pd__plan_free(cand[m]);
+        PD_FREE(cand);
+        pd__cut_plan_free(&cp);
+        if (k_best && (!best || k_best->throughput > best->throughput * (1 + 1e-9))) {
+            pd__plan_free(best);
+            best = k_best;
+        } else {
+            pd__plan_free(k_best);
+        }
+    }
+    if (st != PD_OK) {
+        pd__plan_free(best);
+        return st;
+    }
+    if (!best)
+        return pd__err(PD_ERR_INVALID,
+                       "plan: no avgpipe configuration (pipelines dividing %d workers, 1 to %d microbatches) fits "
+                       "--memory %.0f bytes per worker; raise --memory or add workers",
+                       W, Mmax, x0->mem);
+    *out = best;
+    return PD_OK;
 }
 
 static pd_status pd__bipartition(const pd__ctx *x, const pd_profile *p, pd_plan **out);
@@ -5373,7 +5610,9 @@ pd_status pd_plan_create(const pd_profile *p, const pd_plan_options *o, pd_plan 
     p = &ep;
     if ((st = pd__cuts_build(&rp, o->max_states > 0 ? o->max_states : 4096, &c)) != PD_OK) goto done;
 
-    if (algo == PD_ALGO_2BW) {
+    if (algo == PD_ALGO_AVGPIPE) {
+        if ((st = pd__avgpipe_tune(&x, p, &rp, map, inv, indeg, c, &pl)) != PD_OK) goto done;
+    } else if (algo == PD_ALGO_2BW) {
         /* every depth d dividing the workers, with and without recomputation */
         double best_tp = -1;
         int best_d = 0, best_rc = 0, best_w = 1;
@@ -5448,8 +5687,8 @@ pd_status pd_plan_create(const pd_profile *p, const pd_plan_options *o, pd_plan 
         pd__plan_from_cuts(&x, &rp, map, c, &cp, pl);
         if (x.pd_model) pl->time_ms = cp.time_ms; /* PipeDream's own number */
     }
-    pd__place_skipped(pl, p, indeg);
-    {
+    if (algo != PD_ALGO_AVGPIPE) pd__place_skipped(pl, p, indeg);
+    if (algo != PD_ALGO_AVGPIPE) {
         double dp_time = pl->time_ms;
         if ((st = pd__plan_evaluate(pl, p, &x)) != PD_OK) goto done;
         if (x.pd_model) {
@@ -5647,7 +5886,8 @@ int pd_plan_node_stage(const pd_plan *p, int i, int *bwd) {
 /* schedule.c - the schedule generator: per worker, the ordered instruction
  * list (F, B, W, SEND/RECV of activations and gradients, ALLREDUCE, STEP) of
  * GPipe, PipeDream-Flush (1F1B), asynchronous PipeDream, PipeDream-2BW,
- * Megatron's interleaved 1F1B and zero-bubble H1; validation of any list
+ * Megatron's interleaved 1F1B, zero-bubble H1 and AvgPipe's advance forward
+ * propagation; validation of any list
  * (hand-made ones included); text and CSV output.
  *
  * Every kind is written as the order of compute ops on one worker; the
@@ -5655,101 +5895,10 @@ int pd_plan_node_stage(const pd_plan *p, int i, int *bwd) {
  * stage boundary, so the communication always mirrors the compute order.
  * docs/SCHEDULES.md gives the orders with examples.
  */
-/* ---- core/schedule.h ---- */
-/* schedule.h - private: the schedule generator (core/schedule.c) and the
- * event simulator that replays its instruction lists (core/simulate.c).
- *
- * Indexing: a schedule has p = n_stages workers (physical stages) and v =
- * chunks virtual stages per worker; virtual stage k = chunk * p + worker, so
- * without interleaving the virtual stage is the worker. Cost arrays are per
- * virtual stage. docs/SCHEDULES.md describes every kind's order.
- */
-#ifndef PD_SCHEDULE_H
-#define PD_SCHEDULE_H
-
-
-/* "gpipe", "flush" (or "1f1b"), "pipedream", "2bw", "interleaved", "zb-h1". */
-pd_status pd__sched_kind_parse(const char *s, pd__sched_kind *out);
-const char *pd__sched_kind_name(pd__sched_kind k);
-/* pipedream and 2bw: no flush, the pipeline runs across minibatches. */
-bool pd__sched_async(pd__sched_kind k);
-/* "F", "B", "W", "SEND_ACT", ... ("?" when out of range). */
-const char *pd__op_name(int op);
-
-/* Builds the instruction lists of `minibatches` minibatches of `microbatches`
- * each. chunks: 1, or >= 2 for interleaved. replicas: per worker (NULL: all
- * 1); a worker with replicas > 1 all-reduces its gradients before each STEP.
- * Microbatch indices are global (minibatch t: t*m .. t*m+m-1); STEP and
- * ALLREDUCE carry the last microbatch of the update they close; peer is -1
- * and version -1 where they do not apply. */
-pd_status pd__schedule_build(pd__sched_kind kind, int n_stages, int chunks, int microbatches, int minibatches,
-                             const int *replicas, pd__schedule **out);
-/* PipeDream's vertical sync on a pipedream schedule: every stage runs
- * microbatch k on the version stage 0's forward of k used. */
-pd_status pd__schedule_vertical_sync(pd__schedule *s);
-void pd__schedule_free(pd__schedule *s);
-/* F before B before W per (virtual stage, microbatch), each exactly once;
- * every F/B past the pipeline's ends preceded by its RECV and followed by its
- * SEND; sends and receives pair up in order on every link; versions consistent
- * (a B/W uses its F's version, an F no version not yet produced); and a
- * zero-cost replay retires every instruction (no deadlock). Errors name the
- * stage, the instruction index and the microbatch. */
-pd_status pd__schedule_validate(const pd__schedule *s);
-/* Per-stage lines ("stage 0: F0 F1 B0 ...", compute and updates only) or CSV
- * with every instruction: stage,index,op,chunk,mb,version,peer. */
-pd_status pd__schedule_write(const pd__schedule *s, FILE *f, bool csv);
-
-/* Costs of one microbatch per virtual stage (NULL arrays: zero, except f_ms
- * and b_ms which are required). */
-typedef struct pd__sim_costs {
-    const double *f_ms;         /* forward */
-    const double *b_ms;         /* input gradient (an unsplit B costs b_ms + w_ms) */
-    const double *w_ms;         /* weight gradient */
-    const double *send_ms;      /* one transfer over the link k -> k+1, either direction */
-    const double *allreduce_ms; /* per worker: one ALLREDUCE */
-    const double *act_bytes;    /* activations stashed per microbatch */
-    const double *param_bytes;  /* one weight version */
-} pd__sim_costs;
-
-/* Replays the lists in order per worker: an instruction starts when its
- * worker is free and, for a RECV, when the matching SEND's data has arrived
- * (sends do not block; transfers on one link direction go one at a time).
- * start/end: per worker, arrays of len[s] (NULL: not wanted). Fails naming the
- * instruction on a send/receive mismatch or a deadlock. pd__schedule_validate
- * runs it with NULL costs (all zero) after its own checks. */
-pd_status pd__schedule_replay(const pd__schedule *s, const pd__sim_costs *c, double **start, double **end);
-
-/* Validates and simulates s with synthetic costs (arrays per virtual stage,
- * as in pd__sim_costs; no all-reduce cost) and fills out (free with
- * pd_sim_result_free); throughput counts one sample per microbatch.
- * trace: when not NULL, a Chrome trace is written to it. */
-pd_status pd__simulate_schedule(const pd__schedule *s, const double *f_ms, const double *b_ms, const double *w_ms,
-                                const double *send_ms, const double *act_bytes, const double *param_bytes,
-                                pd_sim_result *out, FILE *trace);
-/* The same with every cost (all-reduce included) and an optional SVG timeline. */
-pd_status pd__simulate_costs(const pd__schedule *s, const pd__sim_costs *c, pd_sim_result *out, FILE *trace, FILE *svg);
-
-/* The schedule pd_simulate runs for this plan and these options, with the
- * per-virtual-stage costs it uses (arrays of n_stages*chunks, freed by
- * pd__sim_plan_free). */
-typedef struct pd__sim_plan {
-    pd__schedule *sched;
-    double *f_ms, *b_ms, *w_ms, *send_ms, *act_bytes, *param_bytes; /* per virtual stage */
-    double *allreduce_ms;                                           /* per worker */
-    int *replicas;                                                  /* per worker */
-    bool split_chunks; /* interleaved on a plan without chunks: stages split evenly */
-    int64_t samples;   /* samples per minibatch: microbatch size * microbatches * width */
-} pd__sim_plan;
-
-pd_status pd__sim_plan_make(const pd_plan *p, const pd_sim_options *opt, pd__sim_plan *out);
-void pd__sim_plan_free(pd__sim_plan *sp);
-
-#endif
-/* ---- end of core/schedule.h ---- */
 
 #include <string.h>
 
-static const char *const pd__kind_names[] = {"gpipe", "flush", "pipedream", "2bw", "interleaved", "zb-h1"};
+static const char *const pd__kind_names[] = {"gpipe", "flush", "pipedream", "2bw", "interleaved", "zb-h1", "avgpipe"};
 
 pd_status pd__sched_kind_parse(const char *s, pd__sched_kind *out) {
     if (s && strcmp(s, "1f1b") == 0) s = "flush";
@@ -5760,7 +5909,7 @@ pd_status pd__sched_kind_parse(const char *s, pd__sched_kind *out) {
         }
     }
     return pd__err(PD_ERR_INVALID,
-                   "unknown schedule '%s' (expected gpipe, flush (1f1b), pipedream, 2bw, interleaved or zb-h1)",
+                   "unknown schedule '%s' (expected gpipe, flush (1f1b), pipedream, 2bw, interleaved, zb-h1 or avgpipe)",
                    s ? s : "(null)");
 }
 
@@ -5844,9 +5993,15 @@ static void pd__gpipe(pd__bld *b, int m, int N) {
 /* 1F1B with a flush: min(p-s-1, m) warm-up forwards, then one forward and one
  * backward in turn, then the remaining backwards and the update. zb (ZB-H1):
  * B is split and W of microbatch k-s follows B of microbatch k, so worker s
- * defers s weight gradients into the cool-down, where 1F1B idles. */
-static void pd__flush(pd__bld *b, int m, int N, bool zb) {
-    int w = pd__min(b->p - b->s - 1, m);
+ * defers s weight gradients into the cool-down, where 1F1B idles. depth: p
+ * for 1F1B; AvgPipe's advance forward propagation is the same order with
+ * depth = its in-flight bound L, i.e. min(L-s-1, m) warm-up forwards: L-p
+ * forwards of later microbatches run ahead of 1F1B's warm-up on every stage,
+ * so a stage has work queued while its activations and gradients travel,
+ * and holds at most min(L-s, m) microbatches (AvgPipe, Chen et al., PPoPP
+ * 2023, section "advance forward propagation"). */
+static void pd__flush(pd__bld *b, int m, int N, bool zb, int depth) {
+    int w = pd__min(depth - b->s - 1 > 0 ? depth - b->s - 1 : 0, m);
     for (int t = 0; t < N; t++) {
         int o = t * m, nw = 0;
         for (int i = 0; i < w; i++) pd__F(b, 0, o + i, t);
@@ -5908,10 +6063,15 @@ void pd__schedule_free(pd__schedule *s) {
     PD_FREE(s);
 }
 
-pd_status pd__schedule_build(pd__sched_kind kind, int n_stages, int chunks, int microbatches, int minibatches,
-                             const int *replicas, pd__schedule **out) {
+int pd__avgpipe_default_inflight(int n_stages) { return n_stages + 1; }
+
+static pd_status pd__build(pd__sched_kind kind, int n_stages, int chunks, int microbatches, int minibatches,
+                           const int *replicas, int inflight, pd__schedule **out) {
     const char *name = pd__sched_kind_name(kind);
-    if ((unsigned)kind > PD_SCHED_ZB_H1) return pd__err(PD_ERR_INVALID, "schedule: unknown kind %d", (int)kind);
+    if ((unsigned)kind > PD_SCHED_AVGPIPE) return pd__err(PD_ERR_INVALID, "schedule: unknown kind %d", (int)kind);
+    if (kind == PD_SCHED_AVGPIPE && (inflight < 1 || inflight > 1 << 20))
+        return pd__err(PD_ERR_INVALID, "avgpipe: at most %d microbatches in flight per stage (expected 1 to %d)",
+                       inflight, 1 << 20);
     if (n_stages < 1 || n_stages > 4096)
         return pd__err(PD_ERR_INVALID, "%s: %d pipeline stages (expected 1 to 4096)", name, n_stages);
     if (microbatches < 1 || minibatches < 1)
@@ -5937,7 +6097,8 @@ pd_status pd__schedule_build(pd__sched_kind kind, int n_stages, int chunks, int 
 
     pd__schedule *sc = PD_MALLOC(sizeof *sc);
     if (!sc) return pd__err(PD_ERR_NOMEM, "schedule: out of memory");
-    *sc = (pd__schedule){kind, n_stages, chunks, microbatches, minibatches, NULL, NULL};
+    *sc = (pd__schedule){kind, n_stages, chunks, microbatches, minibatches, NULL, NULL, 0};
+    if (kind == PD_SCHED_AVGPIPE) sc->inflight = inflight;
     sc->len = PD_MALLOC(sizeof(int) * (size_t)n_stages);
     sc->ins = PD_MALLOC(sizeof(pd__instr *) * (size_t)n_stages);
     int *fver = PD_MALLOC(sizeof(int) * (size_t)(M * chunks));
@@ -5951,8 +6112,9 @@ pd_status pd__schedule_build(pd__sched_kind kind, int n_stages, int chunks, int 
         pd__bld b = {n_stages, chunks, s, replicas && replicas[s] > 1, NULL, 0, 0, false, fver, (int)M};
         switch (kind) {
         case PD_SCHED_GPIPE: pd__gpipe(&b, microbatches, minibatches); break;
-        case PD_SCHED_FLUSH: pd__flush(&b, microbatches, minibatches, false); break;
-        case PD_SCHED_ZB_H1: pd__flush(&b, microbatches, minibatches, true); break;
+        case PD_SCHED_FLUSH: pd__flush(&b, microbatches, minibatches, false, n_stages); break;
+        case PD_SCHED_ZB_H1: pd__flush(&b, microbatches, minibatches, true, n_stages); break;
+        case PD_SCHED_AVGPIPE: pd__flush(&b, microbatches, minibatches, false, inflight); break;
         case PD_SCHED_PIPEDREAM: pd__async(&b, microbatches, minibatches, false); break;
         case PD_SCHED_2BW: pd__async(&b, microbatches, minibatches, true); break;
         case PD_SCHED_INTERLEAVED: pd__interleaved(&b, microbatches, minibatches); break;
@@ -5968,6 +6130,17 @@ pd_status pd__schedule_build(pd__sched_kind kind, int n_stages, int chunks, int 
     PD_FREE(fver);
     *out = sc;
     return PD_OK;
+}
+
+pd_status pd__schedule_build(pd__sched_kind kind, int n_stages, int chunks, int microbatches, int minibatches,
+                             const int *replicas, pd__schedule **out) {
+    return pd__build(kind, n_stages, chunks, microbatches, minibatches, replicas,
+                     kind == PD_SCHED_AVGPIPE ? pd__avgpipe_default_inflight(n_stages) : 0, out);
+}
+
+pd_status pd__schedule_build_avgpipe(int n_stages, int microbatches, int minibatches, const int *replicas,
+                                     int inflight, pd__schedule **out) {
+    return pd__build(PD_SCHED_AVGPIPE, n_stages, 1, microbatches, minibatches, replicas, inflight, out);
 }
 
 /* ---- validation ------------------------------------------------------------------ */
@@ -6116,6 +6289,9 @@ pd_status pd__schedule_write(const pd__schedule *s, FILE *f, bool csv) {
     else if (s->chunks > 1)
         fprintf(f, "# %s: %d stages x %d chunks, %d microbatches x %d minibatches\n", pd__sched_kind_name(s->kind),
                 s->n_stages, s->chunks, s->microbatches, s->minibatches);
+    else if (s->kind == PD_SCHED_AVGPIPE)
+        fprintf(f, "# %s: %d stages, %d microbatches x %d minibatches, at most %d in flight per stage\n",
+                pd__sched_kind_name(s->kind), s->n_stages, s->microbatches, s->minibatches, s->inflight);
     else
         fprintf(f, "# %s: %d stages, %d microbatches x %d minibatches\n", pd__sched_kind_name(s->kind), s->n_stages,
                 s->microbatches, s->minibatches);

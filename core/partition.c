@@ -21,11 +21,15 @@
  *   bipartition  separate forward and backward cut points per worker.
  *   uniform      equal node counts (DeepSpeed's "uniform").
  *   params       equal parameter bytes (DeepSpeed's "parameters").
+ *   avgpipe      AvgPipe's tuner: K parallel pipelines of W/K stages and the
+ *                microbatch count, by the simulator's throughput of the
+ *                avgpipe schedule under the memory limit (pd__avgpipe_tune).
  *
  * Every plan is then evaluated the same way (pd__plan_evaluate): per stage
  * compute, bytes crossing its boundaries, memory, and the predictions.
  */
 #include "plan.h"
+#include "schedule.h"
 
 #include <math.h>
 #include <string.h>
@@ -768,18 +772,19 @@ static pd_status pd__plan_from_cuts(const pd__ctx *x, const pd_profile *rp, cons
     return PD_OK;
 }
 
-static const char *const pd__algo_names[] = {"pipedream", "2bw", "bipartition", "uniform", "params"};
+static const char *const pd__algo_names[] = {"pipedream", "2bw", "bipartition", "uniform", "params", "avgpipe"};
 
 const char *pd__algo_name(pd__algo a) { return pd__algo_names[a]; }
 
 pd_status pd__algo_parse(const char *s, pd__algo *out) {
     if (!s) s = "pipedream";
-    for (int i = 0; i < 5; i++)
+    for (int i = 0; i < (int)(sizeof pd__algo_names / sizeof *pd__algo_names); i++)
         if (strcmp(s, pd__algo_names[i]) == 0) {
             *out = (pd__algo)i;
             return PD_OK;
         }
-    return pd__err(PD_ERR_INVALID, "plan: unknown --algo '%s' (pipedream, 2bw, bipartition, uniform, params)", s);
+    return pd__err(PD_ERR_INVALID, "plan: unknown --algo '%s' (pipedream, 2bw, bipartition, uniform, params, avgpipe)",
+                   s);
 }
 
 /* Depth-d straight pipeline for 2bw: fast DP with r = 1 on d workers, 2BW's
@@ -793,6 +798,135 @@ static pd_status pd__straight(const pd__ctx *x0, const pd__cuts *c, int d, bool 
     x.twobw = true;
     x.recompute = rc;
     return pd__fast(&x, c, cp);
+}
+
+/* ---- AvgPipe's tuner ------------------------------------------------------------------
+ * K parallel pipelines (K divides the workers W) of d = W/K stages each (the
+ * default model's straight cut of the DAG into at most d stages), m
+ * microbatches per pipeline minibatch, the avgpipe schedule (in-flight bound
+ * L = d+1: stage s holds min(L-s, m) microbatches). Per worker: weights,
+ * gradients, its share of the centre variable and optimizer state, plus the
+ * activations in flight: 3W + O + min(L-s, m) A. Elastic averaging every step
+ * costs what an all-reduce of the stage's weights among the K twins costs,
+ * 4 (K-1) W / (K bw), before each update (the simulator's ALLREDUCE, stage
+ * allreduce_ms with width K). Predicted time: pd_simulate of the plan under
+ * the avgpipe schedule; throughput K m b / time for microbatch size b.
+ * For each K, m is the fewest microbatches (1 .. M: --microbatches, default
+ * 4W) whose throughput is within 2% of that K's best over 1 .. M: more
+ * microbatches only make the minibatch larger once the bubble is small. The
+ * chosen K has the highest throughput at its m (ties: fewer pipelines). */
+
+enum { PD__AVG_SLACK_PCT = 2 };
+
+/* Memory, averaging cost and the simulator's prediction for an avgpipe plan
+ * of width K with m microbatches (after pd__plan_evaluate). */
+static pd_status pd__avgpipe_predict(pd_plan *pl, const pd__ctx *x) {
+    int d = pl->n_stages, K = pl->width, m = pl->microbatches, L = pd__avgpipe_default_inflight(d);
+    double bw = x->lb[x->levels - 1];
+    for (int s = 0; s < d; s++) {
+        pd__stage *st = &pl->stage[s];
+        int held = L - s > m ? m : L - s;
+        st->allreduce_ms = K > 1 ? 4.0 * (K - 1) * st->param_bytes / (bw * K) * 1e3 : 0;
+        st->memory_bytes = 3 * st->param_bytes + st->optim_bytes + held * st->act_bytes;
+    }
+    pd_sim_options so = PD_SIM_OPTIONS_INIT;
+    so.schedule = "avgpipe";
+    so.microbatches = m;
+    so.minibatches = 1;
+    pd_sim_result r;
+    PD_TRY(pd_simulate(pl, &so, &r));
+    pl->time_ms = r.time_ms;
+    pl->throughput = r.throughput;
+    pl->bubble = r.bubble;
+    pl->speedup = pl->time_ms > 0 ? pl->single_ms / pl->time_ms : 0;
+    pl->dp_speedup = pl->time_ms > 0 ? pl->dp_ms / pl->time_ms : 0;
+    pd_sim_result_free(&r);
+    return PD_OK;
+}
+
+static bool pd__avgpipe_fits(const pd_plan *pl, const pd__ctx *x) {
+    for (int s = 0; s < pl->n_stages && x->mem > 0; s++)
+        if (pl->stage[s].memory_bytes > x->mem) return false;
+    return true;
+}
+
+/* The whole search; *out: the chosen plan, evaluated (p: the evaluation
+ * profile, rp/map/inv/indeg as pd_plan_create builds them). */
+static pd_status pd__avgpipe_tune(const pd__ctx *x0, const pd_profile *p, const pd_profile *rp, const int *map,
+                                  const int *inv, const int *indeg, const pd__cuts *c, pd_plan **out) {
+    int W = x0->workers, Mmax = x0->o->microbatches > 0 ? x0->o->microbatches : 4 * W;
+    pd_plan *best = NULL;
+    pd_status st = PD_OK;
+    for (int K = 1; K <= W && st == PD_OK; K++) {
+        if (W % K) continue;
+        int d = W / K;
+        pd__ctx x = *x0;
+        pd_plan_options o = *x0->o;
+        o.straight = 1;
+        x.o = &o;
+        x.workers = d;
+        x.mem = 0; /* the cut for time; avgpipe's own memory is checked below */
+        if (x.levels > 1) { /* the pipelines' stages talk over the level that holds d workers */
+            x.levels = 1;
+            int lv = 0;
+            for (int g = x0->lw[0]; lv + 1 < x0->levels && g < d; g *= x0->lw[++lv]) {}
+            x.lb[0] = x0->lb[lv];
+            x.lw[0] = d;
+        } else {
+            x.lw[0] = d;
+        }
+        pd__cut_plan cp = {0};
+        if (pd__fast(&x, c, &cp) != PD_OK) continue;
+        pd_plan *k_best = NULL, **cand = PD_CALLOC((size_t)Mmax + 1, sizeof *cand);
+        if (!cand) {
+            pd__cut_plan_free(&cp);
+            st = pd__err(PD_ERR_NOMEM, "plan: out of memory");
+            break;
+        }
+        double top = -1;
+        for (int m = 1; m <= Mmax && st == PD_OK; m++) {
+            pd_plan *pl;
+            if ((st = pd__plan_alloc(p, cp.n, &pl)) != PD_OK) break;
+            for (int v = 0; v < p->n; v++) pl->fwd_stage[v] = -1;
+            pd__plan_from_cuts(&x, rp, map, c, &cp, pl);
+            for (int v = 0; v < p->n; v++)
+                if (inv[v] < 0) pl->fwd_stage[v] = -1;
+            pd__place_skipped(pl, p, indeg);
+            pl->algo = PD_ALGO_AVGPIPE;
+            pl->width = K;
+            pl->microbatches = m;
+            if ((st = pd__plan_evaluate(pl, p, x0)) == PD_OK) st = pd__avgpipe_predict(pl, x0);
+            if (st != PD_OK || !pd__avgpipe_fits(pl, x0)) {
+                pd__plan_free(pl);
+                continue;
+            }
+            cand[m] = pl;
+            if (pl->throughput > top) top = pl->throughput;
+        }
+        for (int m = 1; m <= Mmax && !k_best; m++)
+            if (cand[m] && cand[m]->throughput >= top * (1 - PD__AVG_SLACK_PCT / 100.0)) k_best = cand[m];
+        for (int m = 1; m <= Mmax; m++)
+            if (cand[m] != k_best) pd__plan_free(cand[m]);
+        PD_FREE(cand);
+        pd__cut_plan_free(&cp);
+        if (k_best && (!best || k_best->throughput > best->throughput * (1 + 1e-9))) {
+            pd__plan_free(best);
+            best = k_best;
+        } else {
+            pd__plan_free(k_best);
+        }
+    }
+    if (st != PD_OK) {
+        pd__plan_free(best);
+        return st;
+    }
+    if (!best)
+        return pd__err(PD_ERR_INVALID,
+                       "plan: no avgpipe configuration (pipelines dividing %d workers, 1 to %d microbatches) fits "
+                       "--memory %.0f bytes per worker; raise --memory or add workers",
+                       W, Mmax, x0->mem);
+    *out = best;
+    return PD_OK;
 }
 
 static pd_status pd__bipartition(const pd__ctx *x, const pd_profile *p, pd_plan **out);
@@ -932,7 +1066,9 @@ pd_status pd_plan_create(const pd_profile *p, const pd_plan_options *o, pd_plan 
     p = &ep;
     if ((st = pd__cuts_build(&rp, o->max_states > 0 ? o->max_states : 4096, &c)) != PD_OK) goto done;
 
-    if (algo == PD_ALGO_2BW) {
+    if (algo == PD_ALGO_AVGPIPE) {
+        if ((st = pd__avgpipe_tune(&x, p, &rp, map, inv, indeg, c, &pl)) != PD_OK) goto done;
+    } else if (algo == PD_ALGO_2BW) {
         /* every depth d dividing the workers, with and without recomputation */
         double best_tp = -1;
         int best_d = 0, best_rc = 0, best_w = 1;
@@ -1007,8 +1143,8 @@ pd_status pd_plan_create(const pd_profile *p, const pd_plan_options *o, pd_plan 
         pd__plan_from_cuts(&x, &rp, map, c, &cp, pl);
         if (x.pd_model) pl->time_ms = cp.time_ms; /* PipeDream's own number */
     }
-    pd__place_skipped(pl, p, indeg);
-    {
+    if (algo != PD_ALGO_AVGPIPE) pd__place_skipped(pl, p, indeg);
+    if (algo != PD_ALGO_AVGPIPE) {
         double dp_time = pl->time_ms;
         if ((st = pd__plan_evaluate(pl, p, &x)) != PD_OK) goto done;
         if (x.pd_model) {

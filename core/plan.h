@@ -109,7 +109,8 @@ typedef enum pd__algo {
     PD_ALGO_2BW,
     PD_ALGO_BIPARTITION,
     PD_ALGO_UNIFORM,
-    PD_ALGO_PARAMS
+    PD_ALGO_PARAMS,
+    PD_ALGO_AVGPIPE        /* AvgPipe's tuner: K parallel pipelines and the microbatches */
 } pd__algo;
 
 struct pd_plan {
@@ -123,7 +124,7 @@ struct pd_plan {
     int workers;           /* workers given; sum of replicas may be fewer */
     int microbatches;      /* per minibatch (per pipeline) */
     int64_t microbatch_size;
-    int width;             /* 2bw: parallel pipelines (data-parallel width); 1 otherwise */
+    int width;             /* 2bw, avgpipe: parallel pipelines (data-parallel width; avgpipe's K); 1 otherwise */
     bool recompute;        /* 2bw: activation recomputation */
     pd__algo algo;
     char *algo_name, *cost_model, *model;
@@ -157,7 +158,9 @@ typedef enum pd__sched_kind {
     PD_SCHED_PIPEDREAM,    /* asynchronous 1F1B with weight stashing; no flush */
     PD_SCHED_2BW,          /* 1F1B, two weight versions, step every m microbatches */
     PD_SCHED_INTERLEAVED,  /* Megatron's interleaved 1F1B with v chunks per worker */
-    PD_SCHED_ZB_H1         /* zero-bubble H1: B and W split, W fills the bubble */
+    PD_SCHED_ZB_H1,        /* zero-bubble H1: B and W split, W fills the bubble */
+    PD_SCHED_AVGPIPE       /* AvgPipe's advance forward propagation: 1F1B with forwards issued
+                              ahead, at most `inflight` microbatches held per stage; flush */
 } pd__sched_kind;
 
 typedef enum pd__op_kind {
@@ -190,6 +193,7 @@ typedef struct pd__schedule {
     int minibatches;       /* how many minibatches the lists cover */
     int *len;              /* instructions per stage */
     pd__instr **ins;       /* ins[s][k] */
+    int inflight;          /* avgpipe: most microbatches a stage holds (0 for other kinds) */
 } pd__schedule;
 
 #endif

@@ -1,7 +1,8 @@
 /* schedule.c - the schedule generator: per worker, the ordered instruction
  * list (F, B, W, SEND/RECV of activations and gradients, ALLREDUCE, STEP) of
  * GPipe, PipeDream-Flush (1F1B), asynchronous PipeDream, PipeDream-2BW,
- * Megatron's interleaved 1F1B and zero-bubble H1; validation of any list
+ * Megatron's interleaved 1F1B, zero-bubble H1 and AvgPipe's advance forward
+ * propagation; validation of any list
  * (hand-made ones included); text and CSV output.
  *
  * Every kind is written as the order of compute ops on one worker; the
@@ -13,7 +14,7 @@
 
 #include <string.h>
 
-static const char *const pd__kind_names[] = {"gpipe", "flush", "pipedream", "2bw", "interleaved", "zb-h1"};
+static const char *const pd__kind_names[] = {"gpipe", "flush", "pipedream", "2bw", "interleaved", "zb-h1", "avgpipe"};
 
 pd_status pd__sched_kind_parse(const char *s, pd__sched_kind *out) {
     if (s && strcmp(s, "1f1b") == 0) s = "flush";
@@ -24,7 +25,7 @@ pd_status pd__sched_kind_parse(const char *s, pd__sched_kind *out) {
         }
     }
     return pd__err(PD_ERR_INVALID,
-                   "unknown schedule '%s' (expected gpipe, flush (1f1b), pipedream, 2bw, interleaved or zb-h1)",
+                   "unknown schedule '%s' (expected gpipe, flush (1f1b), pipedream, 2bw, interleaved, zb-h1 or avgpipe)",
                    s ? s : "(null)");
 }
 
@@ -108,9 +109,15 @@ static void pd__gpipe(pd__bld *b, int m, int N) {
 /* 1F1B with a flush: min(p-s-1, m) warm-up forwards, then one forward and one
  * backward in turn, then the remaining backwards and the update. zb (ZB-H1):
  * B is split and W of microbatch k-s follows B of microbatch k, so worker s
- * defers s weight gradients into the cool-down, where 1F1B idles. */
-static void pd__flush(pd__bld *b, int m, int N, bool zb) {
-    int w = pd__min(b->p - b->s - 1, m);
+ * defers s weight gradients into the cool-down, where 1F1B idles. depth: p
+ * for 1F1B; AvgPipe's advance forward propagation is the same order with
+ * depth = its in-flight bound L, i.e. min(L-s-1, m) warm-up forwards: L-p
+ * forwards of later microbatches run ahead of 1F1B's warm-up on every stage,
+ * so a stage has work queued while its activations and gradients travel,
+ * and holds at most min(L-s, m) microbatches (AvgPipe, Chen et al., PPoPP
+ * 2023, section "advance forward propagation"). */
+static void pd__flush(pd__bld *b, int m, int N, bool zb, int depth) {
+    int w = pd__min(depth - b->s - 1 > 0 ? depth - b->s - 1 : 0, m);
     for (int t = 0; t < N; t++) {
         int o = t * m, nw = 0;
         for (int i = 0; i < w; i++) pd__F(b, 0, o + i, t);
@@ -172,10 +179,15 @@ void pd__schedule_free(pd__schedule *s) {
     PD_FREE(s);
 }
 
-pd_status pd__schedule_build(pd__sched_kind kind, int n_stages, int chunks, int microbatches, int minibatches,
-                             const int *replicas, pd__schedule **out) {
+int pd__avgpipe_default_inflight(int n_stages) { return n_stages + 1; }
+
+static pd_status pd__build(pd__sched_kind kind, int n_stages, int chunks, int microbatches, int minibatches,
+                           const int *replicas, int inflight, pd__schedule **out) {
     const char *name = pd__sched_kind_name(kind);
-    if ((unsigned)kind > PD_SCHED_ZB_H1) return pd__err(PD_ERR_INVALID, "schedule: unknown kind %d", (int)kind);
+    if ((unsigned)kind > PD_SCHED_AVGPIPE) return pd__err(PD_ERR_INVALID, "schedule: unknown kind %d", (int)kind);
+    if (kind == PD_SCHED_AVGPIPE && (inflight < 1 || inflight > 1 << 20))
+        return pd__err(PD_ERR_INVALID, "avgpipe: at most %d microbatches in flight per stage (expected 1 to %d)",
+                       inflight, 1 << 20);
     if (n_stages < 1 || n_stages > 4096)
         return pd__err(PD_ERR_INVALID, "%s: %d pipeline stages (expected 1 to 4096)", name, n_stages);
     if (microbatches < 1 || minibatches < 1)
@@ -201,7 +213,8 @@ pd_status pd__schedule_build(pd__sched_kind kind, int n_stages, int chunks, int 
 
     pd__schedule *sc = PD_MALLOC(sizeof *sc);
     if (!sc) return pd__err(PD_ERR_NOMEM, "schedule: out of memory");
-    *sc = (pd__schedule){kind, n_stages, chunks, microbatches, minibatches, NULL, NULL};
+    *sc = (pd__schedule){kind, n_stages, chunks, microbatches, minibatches, NULL, NULL, 0};
+    if (kind == PD_SCHED_AVGPIPE) sc->inflight = inflight;
     sc->len = PD_MALLOC(sizeof(int) * (size_t)n_stages);
     sc->ins = PD_MALLOC(sizeof(pd__instr *) * (size_t)n_stages);
     int *fver = PD_MALLOC(sizeof(int) * (size_t)(M * chunks));
@@ -215,8 +228,9 @@ pd_status pd__schedule_build(pd__sched_kind kind, int n_stages, int chunks, int 
         pd__bld b = {n_stages, chunks, s, replicas && replicas[s] > 1, NULL, 0, 0, false, fver, (int)M};
         switch (kind) {
         case PD_SCHED_GPIPE: pd__gpipe(&b, microbatches, minibatches); break;
-        case PD_SCHED_FLUSH: pd__flush(&b, microbatches, minibatches, false); break;
-        case PD_SCHED_ZB_H1: pd__flush(&b, microbatches, minibatches, true); break;
+        case PD_SCHED_FLUSH: pd__flush(&b, microbatches, minibatches, false, n_stages); break;
+        case PD_SCHED_ZB_H1: pd__flush(&b, microbatches, minibatches, true, n_stages); break;
+        case PD_SCHED_AVGPIPE: pd__flush(&b, microbatches, minibatches, false, inflight); break;
         case PD_SCHED_PIPEDREAM: pd__async(&b, microbatches, minibatches, false); break;
         case PD_SCHED_2BW: pd__async(&b, microbatches, minibatches, true); break;
         case PD_SCHED_INTERLEAVED: pd__interleaved(&b, microbatches, minibatches); break;
@@ -232,6 +246,17 @@ pd_status pd__schedule_build(pd__sched_kind kind, int n_stages, int chunks, int 
     PD_FREE(fver);
     *out = sc;
     return PD_OK;
+}
+
+pd_status pd__schedule_build(pd__sched_kind kind, int n_stages, int chunks, int microbatches, int minibatches,
+                             const int *replicas, pd__schedule **out) {
+    return pd__build(kind, n_stages, chunks, microbatches, minibatches, replicas,
+                     kind == PD_SCHED_AVGPIPE ? pd__avgpipe_default_inflight(n_stages) : 0, out);
+}
+
+pd_status pd__schedule_build_avgpipe(int n_stages, int microbatches, int minibatches, const int *replicas,
+                                     int inflight, pd__schedule **out) {
+    return pd__build(PD_SCHED_AVGPIPE, n_stages, 1, microbatches, minibatches, replicas, inflight, out);
 }
 
 /* ---- validation ------------------------------------------------------------------ */
@@ -380,6 +405,9 @@ pd_status pd__schedule_write(const pd__schedule *s, FILE *f, bool csv) {
     else if (s->chunks > 1)
         fprintf(f, "# %s: %d stages x %d chunks, %d microbatches x %d minibatches\n", pd__sched_kind_name(s->kind),
                 s->n_stages, s->chunks, s->microbatches, s->minibatches);
+    else if (s->kind == PD_SCHED_AVGPIPE)
+        fprintf(f, "# %s: %d stages, %d microbatches x %d minibatches, at most %d in flight per stage\n",
+                pd__sched_kind_name(s->kind), s->n_stages, s->microbatches, s->minibatches, s->inflight);
     else
         fprintf(f, "# %s: %d stages, %d microbatches x %d minibatches\n", pd__sched_kind_name(s->kind), s->n_stages,
                 s->microbatches, s->minibatches);

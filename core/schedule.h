@@ -11,7 +11,7 @@
 
 #include "plan.h"
 
-/* "gpipe", "flush" (or "1f1b"), "pipedream", "2bw", "interleaved", "zb-h1". */
+/* "gpipe", "flush" (or "1f1b"), "pipedream", "2bw", "interleaved", "zb-h1", "avgpipe". */
 pd_status pd__sched_kind_parse(const char *s, pd__sched_kind *out);
 const char *pd__sched_kind_name(pd__sched_kind k);
 /* pipedream and 2bw: no flush, the pipeline runs across minibatches. */
@@ -27,6 +27,15 @@ const char *pd__op_name(int op);
  * and version -1 where they do not apply. */
 pd_status pd__schedule_build(pd__sched_kind kind, int n_stages, int chunks, int microbatches, int minibatches,
                              const int *replicas, pd__schedule **out);
+/* AvgPipe's advance forward propagation with an explicit bound: stage s
+ * issues min(max(inflight-s-1, 0), m) forwards before its first backward
+ * (1F1B as if the pipeline were `inflight` stages deep), so it holds at most
+ * min(max(inflight-s, 1), m) microbatches' activations; inflight = p is flush's
+ * order. pd__schedule_build(PD_SCHED_AVGPIPE, ...) uses
+ * pd__avgpipe_default_inflight(p): p + 1, one forward ahead on every stage. */
+pd_status pd__schedule_build_avgpipe(int n_stages, int microbatches, int minibatches, const int *replicas,
+                                     int inflight, pd__schedule **out);
+int pd__avgpipe_default_inflight(int n_stages);
 /* PipeDream's vertical sync on a pipedream schedule: every stage runs
  * microbatch k on the version stage 0's forward of k used. */
 pd_status pd__schedule_vertical_sync(pd__schedule *s);

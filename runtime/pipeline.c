@@ -222,6 +222,7 @@ int pd__pipe_peak_versions(const pd__pipe *p, int s) {
 }
 
 double pd__pipe_last_run_ms(const pd__pipe *p) { return p ? p->last_ms : 0; }
+pd_status pd__pipe_slabs(pd__pipe *p, pd__slabs *out) { return pd__session_slabs(p->s, out); }
 
 pd_status pd__pipe_write_trace(const pd__pipe *p, const char *path) {
     if (!p || !path) return pd__err(PD_ERR_INVALID, "pd__pipe_write_trace: NULL argument");
@@ -590,7 +591,7 @@ pd_status pd__pipe_create(pd_graph *g, const pd_plan *plan, const pd_train_optio
                           int microbatches, pd__pipe **out) {
     if (!g || !plan || !out) return pd__err(PD_ERR_INVALID, "pd__pipe_create: NULL argument");
     if (microbatches < 1) return pd__err(PD_ERR_INVALID, "pipeline: %d microbatches", microbatches);
-    if ((unsigned)kind > PD_SCHED_ZB_H1) return pd__err(PD_ERR_INVALID, "pipeline: unknown schedule %d", (int)kind);
+    if ((unsigned)kind > PD_SCHED_AVGPIPE) return pd__err(PD_ERR_INVALID, "pipeline: unknown schedule %d", (int)kind);
     if (kind == PD_SCHED_PIPEDREAM && microbatches != 1)
         return pd__err(PD_ERR_INVALID, "pipeline: pipedream updates after every microbatch, so a minibatch is one "
                        "microbatch: use 1 microbatch, not %d", microbatches);

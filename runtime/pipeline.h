@@ -62,6 +62,13 @@ typedef struct pd__pipe_stats {
 void pd__pipe_stats_get(const pd__pipe *p, int s, pd__pipe_stats *out);
 /* Wall time of the last pd__pipe_run (0 before any). */
 double pd__pipe_last_run_ms(const pd__pipe *p);
+/* The live weights (and gradient, optimizer-state slabs) of the pipeline's
+ * session, borrowed (runtime/session.h): between runs a caller may change the
+ * parameters in place (AvgPipe's elastic averaging, runtime/avgpipe.c, which
+ * also runs the avgpipe schedule here: weights as under flush); destroy
+ * writes them back into the graph. */
+struct pd__slabs;
+pd_status pd__pipe_slabs(pd__pipe *p, struct pd__slabs *out);
 /* The last run as a Chrome trace (JSON array): an "X" event per F, B, W,
  * SEND_ACT, RECV_ACT, SEND_GRAD, RECV_GRAD, ALLREDUCE and STEP it executed
  * (name "F3", "B3.1" under interleaving: op, microbatch, chunk; cat the op;

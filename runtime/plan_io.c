@@ -4,6 +4,7 @@
  *   {"format": "pdonnx-plan", "version": 1, "model": ..., "algo": "pipedream",
  *    "cost_model": "default", "workers": 16, "microbatches": 1, "microbatch_size": 64,
  *    "width": 1, "chunks": 1, "recompute": false, "bandwidth": 1e10,
+ *    "parallel_pipelines": K,                      avgpipe only: its K (= width)
  *    "predicted_time_ms": ..., "predicted_speedup": ..., "dp_speedup": ...,
  *    "single_ms": ..., "dp_ms": ..., "bubble": ..., "throughput": ...,
  *    "nodes": ["conv1", ...],                      every profile node, in order
@@ -41,6 +42,7 @@ char *pd__plan_to_json(const pd_plan *p) {
     cJSON_AddNumberToObject(r, "microbatches", p->microbatches);
     cJSON_AddNumberToObject(r, "microbatch_size", (double)p->microbatch_size);
     cJSON_AddNumberToObject(r, "width", p->width);
+    if (p->algo == PD_ALGO_AVGPIPE) cJSON_AddNumberToObject(r, "parallel_pipelines", p->width);
     cJSON_AddNumberToObject(r, "chunks", p->chunks);
     cJSON_AddBoolToObject(r, "recompute", p->recompute);
     cJSON_AddNumberToObject(r, "bandwidth", p->bandwidth);
@@ -162,6 +164,13 @@ static pd_status pd__plan_parse(const char *path, const cJSON *r, pd_plan *p) {
     d = 1;
     PD_TRY(pd__num(path, r, "width", false, 1, 1 << 20, &d));
     p->width = (int)d;
+    if (cJSON_GetObjectItemCaseSensitive(r, "parallel_pipelines")) { /* avgpipe's K: the width */
+        PD_TRY(pd__num(path, r, "parallel_pipelines", true, 1, 1 << 20, &d));
+        if ((int)d != p->width && cJSON_GetObjectItemCaseSensitive(r, "width"))
+            return pd__err(PD_ERR_PARSE, "%s: plan: \"parallel_pipelines\" %d differs from \"width\" %d", path, (int)d,
+                           p->width);
+        p->width = (int)d;
+    }
     d = 1;
     PD_TRY(pd__num(path, r, "chunks", false, 1, 1024, &d));
     p->chunks = (int)d;

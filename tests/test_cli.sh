@@ -197,7 +197,7 @@ same_losses() { # same_losses A.jsonl B.jsonl: per-step losses equal to 1e-5 rel
   paste -d' ' <(grep -o '"loss": [^,]*' "$1" | cut -d' ' -f2) <(grep -o '"loss": [^,]*' "$2" | cut -d' ' -f2) |
     awk '{d = $1 - $2; if (d < 0) d = -d; if (d > 1e-5 * ($1 > 0 ? $1 : -$1) + 1e-7) bad = 1} END {exit bad}'
 }
-for s in gpipe zb-h1 interleaved; do
+for s in gpipe zb-h1 interleaved avgpipe; do
   if "$pdonnx" train "$ex/digits_mlp.onnx" --steps 20 --no-shuffle --stages 2 --schedule "$s" \
        --metrics "$tmp/p_$s.jsonl" --quiet >"$tmp/out" 2>&1 && same_losses "$tmp/one.jsonl" "$tmp/p_$s.jsonl"; then
     ok "train --stages 2 --schedule $s: 20 losses equal one stage's"
@@ -217,6 +217,41 @@ first=$(grep -o '"nodes":[[:space:]]*\["[^"]*"' "$tmp/plan.json" | head -1 | sed
 sed "s|\"$first\"|\"renamed\"|g" "$tmp/plan.json" >"$tmp/other_plan.json"
 expect_error "train: a plan for another model" "node 0 is 'renamed' in the plan but '$first'" \
   "$pdonnx" train "$ex/digits_mlp.onnx" --plan "$tmp/other_plan.json" --quiet
+
+# --- AvgPipe: K parallel pipelines (tools/train_avgpipe.c)
+if "$pdonnx" train "$ex/digits_mlp.onnx" --steps 20 --no-shuffle --stages 2 --schedule avgpipe --parallel-pipelines 1 \
+     --average-every 0 --metrics "$tmp/avg1.jsonl" --quiet >"$tmp/out" 2>&1 && same_losses "$tmp/one.jsonl" "$tmp/avg1.jsonl"; then
+  ok "train --parallel-pipelines 1 without averaging: 20 losses equal one stage's"
+else
+  notok "train --parallel-pipelines 1: $(tail -c 400 "$tmp/out")"
+fi
+if "$pdonnx" train "$ex/digits_mlp.onnx" --steps 20 --stages 2 --schedule avgpipe --parallel-pipelines 2 \
+     --elastic-alpha 0.25 --average-every 4 --metrics "$tmp/avg2.jsonl" --save "$tmp/avg2.onnx" >"$tmp/out" 2>&1 &&
+   grep -q "2 parallel pipelines of 2 stages" "$tmp/out" && grep -q "5 elastic updates" "$tmp/out" &&
+   [ -s "$tmp/avg2.onnx" ] && [ "$(grep -c '"pipeline_loss": \[[^,]*, [^,]*\]' "$tmp/avg2.jsonl")" -eq 20 ]; then
+  ok "train --parallel-pipelines 2: 5 elastic updates, both pipelines' losses per step, the centre saved"
+else
+  notok "train --parallel-pipelines 2: $(tail -c 600 "$tmp/out")"
+fi
+expect_error "train: --parallel-pipelines needs stages" "need --stages N or --plan FILE" \
+  "$pdonnx" train "$ex/digits_mlp.onnx" --parallel-pipelines 2 --quiet
+expect_error "train: the elastic update must contract" "at most 1" \
+  "$pdonnx" train "$ex/digits_mlp.onnx" --stages 2 --parallel-pipelines 2 --elastic-alpha 0.7 --quiet
+expect_error "train: parallel pipelines flush" "not 2bw" \
+  "$pdonnx" train "$ex/digits_mlp.onnx" --stages 2 --parallel-pipelines 2 --schedule 2bw --quiet
+if "$pdonnx" schedule --stages 3 --microbatches 6 --schedule avgpipe --max-inflight 5 >"$tmp/out" 2>&1 &&
+   grep -q "^stage 0: F0 F1 F2 F3 F4 B0 F5 B1 B2 B3 B4 B5 STEP$" "$tmp/out"; then
+  ok "schedule --schedule avgpipe --max-inflight 5: four forwards ahead on stage 0"
+else
+  notok "schedule avgpipe: $(cat "$tmp/out")"
+fi
+if "$pdonnx" plan "$ex/digits_mlp.onnx" --batch 8 --workers 4 --algo avgpipe -o "$tmp/avg_plan.json" >"$tmp/out" 2>&1 &&
+   grep -q '"parallel_pipelines"' "$tmp/avg_plan.json" && grep -q "^avgpipe: .* --parallel-pipelines" "$tmp/out" &&
+   "$pdonnx" simulate "$tmp/avg_plan.json" --schedule avgpipe >"$tmp/out2" 2>&1 && grep -q "throughput:" "$tmp/out2"; then
+  ok "plan --algo avgpipe records K in the plan, prints the train command; simulate runs it"
+else
+  notok "plan --algo avgpipe: $(tail -c 600 "$tmp/out") $(tail -c 300 "$tmp/out2" 2>/dev/null)"
+fi
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -38,14 +38,14 @@ static bool sim(pd__sched_kind k, int p, int v, int m, int n, double f, double b
 }
 
 static void test_parse(void) {
-    const char *names[] = {"gpipe", "flush", "pipedream", "2bw", "interleaved", "zb-h1"};
+    const char *names[] = {"gpipe", "flush", "pipedream", "2bw", "interleaved", "zb-h1", "avgpipe"};
     bool ok = true;
     pd__sched_kind k;
-    for (int i = 0; i < 6; i++) ok = ok && pd__sched_kind_parse(names[i], &k) == PD_OK && (int)k == i;
+    for (int i = 0; i < 7; i++) ok = ok && pd__sched_kind_parse(names[i], &k) == PD_OK && (int)k == i;
     ok = ok && pd__sched_kind_parse("1f1b", &k) == PD_OK && k == PD_SCHED_FLUSH;
     CHECK(ok, "kind names parse (1f1b is flush)");
     CHECK(pd__sched_kind_parse("zb-h2", &k) == PD_ERR_INVALID && strstr(pd_last_error(), "'zb-h2'") &&
-              strstr(pd_last_error(), "gpipe, flush (1f1b), pipedream, 2bw, interleaved or zb-h1"),
+              strstr(pd_last_error(), "gpipe, flush (1f1b), pipedream, 2bw, interleaved, zb-h1 or avgpipe"),
           "an unknown kind is refused, listing the valid ones (%s)", pd_last_error());
 }
 
@@ -273,7 +273,7 @@ static void test_versions(void) {
 static void test_grid(void) {
     int bad = 0, n = 0, ar = 0;
     int reps[6] = {2, 1, 3, 1, 1, 2};
-    for (int k = PD_SCHED_GPIPE; k <= PD_SCHED_ZB_H1; k++) {
+    for (int k = PD_SCHED_GPIPE; k <= PD_SCHED_AVGPIPE; k++) {
         for (int p = 1; p <= 6; p++) {
             for (int m = 1; m <= 12; m++) {
                 for (int v = 2; v <= (k == PD_SCHED_INTERLEAVED ? 3 : 2); v++) {
@@ -297,8 +297,114 @@ static void test_grid(void) {
             }
         }
     }
-    CHECK(bad == 0 && n > 400, "every kind validates for p 1..6, m 1..12, v 2..3 (%d schedules, %d failed)", n, bad);
+    CHECK(bad == 0 && n > 450, "every kind validates for p 1..6, m 1..12, v 2..3 (%d schedules, %d failed)", n, bad);
     CHECK(ar == 0, "ALLREDUCE only on replicated stages, right before STEP");
+}
+
+/* AvgPipe's advance forward propagation with bound L (stage s: min(max(L-s-1,
+ * 0), m) warm-up forwards). Per stage: m F, m B, one STEP per minibatch, and
+ * the sends/receives of its links; at most min(max(L-s, 1), m) microbatches
+ * held; L = p is exactly flush. Unit costs (F = B = 1) and no transfers: the
+ * makespan is 1F1B's 2(m+p-1) for every L >= p (running ahead costs nothing)
+ * and 2(m+p-1) + 2(p-L)(m-1) below (a stage s >= L waits a full round trip
+ * per microbatch). With transfers the forwards run ahead hide them: the
+ * makespan does not grow with L from p on, and at L = 2p it is below flush's. */
+static void test_avgpipe(void) {
+    bool counts = true, peak = true, same = true, mk = true, comm = true, def = true;
+    for (int p = 1; p <= 5; p++) {
+        for (int m = 1; m <= 9; m++) {
+            for (int L = 1; L <= 2 * p + 2; L++) {
+                pd__schedule *s = NULL;
+                if (pd__schedule_build_avgpipe(p, m, 2, NULL, L, &s) != PD_OK || pd__schedule_validate(s) != PD_OK) {
+                    printf("# avgpipe p=%d m=%d L=%d: %s\n", p, m, L, pd_last_error());
+                    counts = false;
+                    pd__schedule_free(s);
+                    continue;
+                }
+                for (int w = 0; w < p; w++) {
+                    int c[PD_I_SNAPSHOT + 1] = {0};
+                    for (int i = 0; i < s->len[w]; i++) c[s->ins[w][i].op]++;
+                    int links = (w > 0) + (w < p - 1);
+                    if (c[PD_I_F] != 2 * m || c[PD_I_B] != 2 * m || c[PD_I_W] || c[PD_I_STEP] != 2 ||
+                        c[PD_I_ALLREDUCE] || s->len[w] != 2 * (2 * m + 2 * m * links + 1))
+                        counts = false;
+                }
+                pd_sim_result r;
+                double fa[8], ba[8], xa[8];
+                for (int i = 0; i < 8; i++) fa[i] = ba[i] = 1, xa[i] = 0;
+                pd__schedule_free(s);
+                s = NULL;
+                if (pd__schedule_build_avgpipe(p, m, 1, NULL, L, &s) != PD_OK ||
+                    pd__simulate_schedule(s, fa, ba, NULL, xa, ones, NULL, &r, NULL) != PD_OK) {
+                    counts = false;
+                    pd__schedule_free(s);
+                    continue;
+                }
+                for (int w = 0; w < p; w++) {
+                    int want = L - w > 1 ? L - w : 1;
+                    if (r.stage[w].peak_act_mbs != (want < m ? want : m)) peak = false;
+                }
+                double want = 2.0 * (m + p - 1) + (L < p ? 2.0 * (p - L) * (m - 1) : 0);
+                if (!near(r.makespan_ms, want)) {
+                    if (mk) printf("# avgpipe p=%d m=%d L=%d: makespan %.3f, want %.3f\n", p, m, L, r.makespan_ms, want);
+                    mk = false;
+                }
+                pd_sim_result_free(&r);
+                if (L == p) { /* the same instructions as flush */
+                    pd__schedule *fl = build(PD_SCHED_FLUSH, p, 1, m, 1, NULL);
+                    for (int w = 0; fl && w < p; w++)
+                        same = same && fl->len[w] == s->len[w] &&
+                               memcmp(fl->ins[w], s->ins[w], sizeof(pd__instr) * (size_t)s->len[w]) == 0;
+                    same = same && fl;
+                    pd__schedule_free(fl);
+                }
+                pd__schedule_free(s);
+            }
+            /* transfers of 0.5 and 1 (F = B = 1) */
+            for (int h = 1; h <= 2 && p >= 2 && m >= 4; h++) {
+                double fa[8], ba[8], xa[8], prev = 0, fl = 0;
+                for (int i = 0; i < 8; i++) fa[i] = ba[i] = 1, xa[i] = 0.5 * h;
+                for (int L = p; L <= 2 * p; L++) {
+                    pd__schedule *s = NULL;
+                    pd_sim_result r;
+                    if (pd__schedule_build_avgpipe(p, m, 1, NULL, L, &s) != PD_OK ||
+                        pd__simulate_schedule(s, fa, ba, NULL, xa, ones, NULL, &r, NULL) != PD_OK) {
+                        comm = false;
+                        pd__schedule_free(s);
+                        break;
+                    }
+                    if (L == p) fl = r.makespan_ms;
+                    if (L > p && r.makespan_ms > prev + 1e-9) comm = false;
+                    if (L == 2 * p && !(r.makespan_ms < fl - 0.5)) {
+                        printf("# avgpipe p=%d m=%d send %.1f: L=2p %.3f, flush %.3f\n", p, m, 0.5 * h, r.makespan_ms,
+                               fl);
+                        comm = false;
+                    }
+                    prev = r.makespan_ms;
+                    pd_sim_result_free(&r);
+                    pd__schedule_free(s);
+                }
+            }
+        }
+    }
+    pd__schedule *s = build(PD_SCHED_AVGPIPE, 4, 1, 8, 1, NULL);
+    def = s && s->inflight == 5 && pd__avgpipe_default_inflight(4) == 5;
+    char buf[1024] = "";
+    FILE *f = tmpfile();
+    if (def && f && pd__schedule_write(s, f, false) == PD_OK) rewind(f), buf[fread(buf, 1, sizeof buf - 1, f)] = 0;
+    def = def && strstr(buf, "at most 5 in flight per stage") && strstr(buf, "stage 0: F0 F1 F2 F3 F4 B0 F5 B1") &&
+          strstr(buf, "stage 3: F0 F1 B0 F2 B1");
+    if (f) fclose(f);
+    pd__schedule_free(s);
+    s = NULL;
+    def = def && pd__schedule_build_avgpipe(3, 4, 1, NULL, 0, &s) == PD_ERR_INVALID && !s &&
+          strstr(pd_last_error(), "in flight");
+    CHECK(counts, "avgpipe validates (p 1..5, m 1..9, L 1..2p+2): m F, m B and one STEP per minibatch per stage");
+    CHECK(peak, "avgpipe: stage s holds at most min(max(L-s, 1), m) microbatches");
+    CHECK(same, "avgpipe with L = p is flush, instruction for instruction");
+    CHECK(mk, "avgpipe, F = B = 1, no transfers: makespan 2(m+p-1), plus 2(p-L)(m-1) when L < p");
+    CHECK(comm, "avgpipe with transfers: the makespan does not grow with L >= p and is below flush's at L = 2p");
+    CHECK(def, "avgpipe: default bound p + 1, printed; a bound of 0 is refused");
 }
 
 /* ---- hand-broken schedules --------------------------------------------------- */
@@ -376,7 +482,7 @@ static void test_validation(void) {
         {PD_I_B, 0, 0, 1, 0, -1},        {PD_I_SEND_GRAD, 0, 0, 1, -1, 0}, {PD_I_STEP, 0, 0, 1, 1, -1}};
     int len[2] = {9, 9};
     pd__instr *ins[2] = {a, c};
-    pd__schedule h = {PD_SCHED_FLUSH, 2, 1, 2, 1, len, ins};
+    pd__schedule h = {PD_SCHED_FLUSH, 2, 1, 2, 1, len, ins, 0};
     CHECK(pd__schedule_validate(&h) == PD_ERR_INVALID && says("waits forever", "deadlock", NULL),
           "validation: a hand-made deadlock");
     /* the same lists in a consistent order pass */
@@ -551,6 +657,7 @@ int main(void) {
     test_async();
     test_versions();
     test_grid();
+    test_avgpipe();
     test_validation();
     test_transfers();
     test_write();

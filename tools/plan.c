@@ -81,6 +81,12 @@ static void pd__print_plan(const pd_plan *pl, const char *src) {
            pl->throughput, 100 * pl->bubble);
     printf("speedup over 1 worker: %.3fx   over %d-worker data parallelism: %.3fx\n", pl->speedup, pl->workers,
            pl->dp_speedup);
+    if (pl->algo == PD_ALGO_AVGPIPE)
+        printf("avgpipe: %d parallel pipeline%s, %d microbatch%s (simulated under the avgpipe schedule); train with "
+               "--stages %d --schedule avgpipe --parallel-pipelines %d --microbatches %d --batch %lld\n",
+               pl->width, pl->width == 1 ? "" : "s", pl->microbatches, pl->microbatches == 1 ? "" : "es", pl->n_stages,
+               pl->width, pl->microbatches,
+               (long long)(pl->microbatch_size > 0 ? pl->microbatch_size : 1) * pl->microbatches);
 }
 
 int pd_cli_plan(int argc, char **argv) {

@@ -134,10 +134,10 @@ out:
 }
 
 /* `pdonnx schedule --stages P --microbatches M --schedule KIND [--chunks V]
- * [--minibatches N] [--csv]`: prints the per-stage instruction lists the
+ * [--minibatches N] [--max-inflight L] [--csv]`: prints the per-stage instruction lists the
  * runtime and the simulator execute. */
 int pd_cli_schedule(int argc, char **argv) {
-    int64_t p = 0, m = 0, v = 2, n = 1;
+    int64_t p = 0, m = 0, v = 2, n = 1, inflight = 0;
     const char *kind_s = NULL;
     bool csv = false;
     for (int i = 0; i < argc; i++) {
@@ -153,6 +153,8 @@ int pd_cli_schedule(int argc, char **argv) {
             if (!pd_cli_parse_int(f, argv[++i], 1, 1 << 16, &n)) return 2;
         } else if (strcmp(f, "--schedule") == 0 && has) {
             kind_s = argv[++i];
+        } else if (strcmp(f, "--max-inflight") == 0 && has) {
+            if (!pd_cli_parse_int(f, argv[++i], 1, 1 << 20, &inflight)) return 2;
         } else if (strcmp(f, "--csv") == 0) {
             csv = true;
         } else {
@@ -162,9 +164,14 @@ int pd_cli_schedule(int argc, char **argv) {
     if (!p || !m || !kind_s) return pd_cli_usage_error("schedule: %s", "needs --stages P --microbatches M --schedule KIND");
     pd__sched_kind kind;
     if (pd__sched_kind_parse(kind_s, &kind) != PD_OK) return pd_cli_usage_error("schedule: %s", pd_last_error());
+    if (inflight && kind != PD_SCHED_AVGPIPE)
+        return pd_cli_usage_error("schedule: %s", "--max-inflight goes with --schedule avgpipe");
     pd__schedule *s;
-    if (pd__schedule_build(kind, (int)p, kind == PD_SCHED_INTERLEAVED ? (int)v : 1, (int)m, (int)n, NULL, &s) != PD_OK)
-        return pd_cli_fail();
+    pd_status st = kind == PD_SCHED_AVGPIPE && inflight
+                       ? pd__schedule_build_avgpipe((int)p, (int)m, (int)n, NULL, (int)inflight, &s)
+                       : pd__schedule_build(kind, (int)p, kind == PD_SCHED_INTERLEAVED ? (int)v : 1, (int)m, (int)n,
+                                            NULL, &s);
+    if (st != PD_OK) return pd_cli_fail();
     int rc = pd__schedule_write(s, stdout, csv) == PD_OK ? 0 : pd_cli_fail();
     pd__schedule_free(s);
     return rc;

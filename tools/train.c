@@ -14,6 +14,7 @@
 #include "../runtime/session.h"
 #include "ckpt.h"
 #include "cli.h"
+#include "train_avgpipe.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -694,7 +695,19 @@ static FILE *pd__metrics_open(const char *path, int64_t first) {
     return f;
 }
 
+/* ---- AvgPipe hook: --parallel-pipelines K (tools/train_avgpipe.c) ------------------- */
+
+static int pd__train_avgpipe_hook(pd__targs *a, const pd_cli_avg_args *av, pd_graph *g, const char *input,
+                                  pd_tensor *X, pd_tensor *Y, pd__data *data, int64_t steps, pd__sched_kind kind,
+                                  FILE *mf) {
+    pd_cli_avg_ctx c = {a->model, a->plan, (int)a->stages, (int)a->microbatches, a->batch, steps, &a->o, kind,
+                        a->quiet, a->trace, g, input, X, Y, data, mf};
+    return pd_cli_train_avgpipe(av, &c);
+}
+
 static int pd__train_main(int argc, char **argv) {
+    pd_cli_avg_args av; /* AvgPipe hook: its flags leave argv here */
+    if (pd_cli_avg_take_flags(&argc, argv, &av) != 0) return 2;
     pd__targs a;
     memset(&a, 0, sizeof a);
     pd_train_options o0 = PD_TRAIN_OPTIONS_INIT;
@@ -724,6 +737,10 @@ static int pd__train_main(int argc, char **argv) {
         pd_cli_usage_error("train: %s", "give --data X.npy --labels Y.npy (or a MODEL.flags file beside the model)");
         goto out;
     }
+    if (av.given && (a.ckpt_dir || a.resume || a.ckpt_every || pd__mp.size > 1)) {
+        pd_cli_usage_error("train: %s", "--parallel-pipelines runs in one process without checkpoints so far");
+        goto out;
+    }
     if (pd__mp.size > 1) { /* mpirun: rank 0 reports and writes; a pipeline of one process per stage replica */
         if (!a.stages && !a.plan) {
             pd_cli_usage_error("train: %s", "under mpirun, give --stages N or --plan FILE (one process per stage replica)");
@@ -746,6 +763,10 @@ static int pd__train_main(int argc, char **argv) {
     }
     if ((a.ckpt_dir || a.resume) && !a.ckpt_every) a.ckpt_every = -1; /* a folder alone: CheckFreq's auto */
     bool piped = a.stages || a.plan;
+    if (av.given && !piped) { /* AvgPipe hook */
+        pd_cli_usage_error("train: %s", "--parallel-pipelines, --elastic-alpha and --average-every need --stages N or --plan FILE");
+        goto out;
+    }
     pd__sched_kind kind = PD_SCHED_FLUSH;
     if (!piped && (a.schedule || a.microbatches || a.trace || a.virtual_stages || a.vertical_sync)) {
         pd_cli_usage_error("train: %s",
@@ -935,7 +956,9 @@ static int pd__train_main(int argc, char **argv) {
     if (a.metrics && !(mf = pd__metrics_open(a.metrics, cr.first))) goto done;
     if (pd__mp.size > 1 && !pd__mp_agree(true, false)) goto done; /* every process read its data and model */
     if (piped) {
-        if (pd__train_pipeline(&a, g, input, &X, &Y, &data, steps, kind, mf, &cr) != 0) goto done;
+        if ((av.given ? pd__train_avgpipe_hook(&a, &av, g, input, &X, &Y, &data, steps, kind, mf) /* AvgPipe hook */
+                      : pd__train_pipeline(&a, g, input, &X, &Y, &data, steps, kind, mf, &cr)) != 0)
+            goto done;
         /* the trained weights are back in g: validate on one stage */
         if (a.val_x) {
             double vloss, vacc;

@@ -1,0 +1,61 @@
+/* avgpipe.h - private: AvgPipe (Chen et al., PPoPP 2023) in one process: K
+ * parallel pipelines of the same model, each a pd__pipe over its own graph
+ * copy (its own threads, one per stage), trained on different minibatches and
+ * kept close by elastic averaging (runtime/avgpipe.c).
+ *
+ * Elastic averaging SGD (Zhang, Choromanska and LeCun 2015, synchronous
+ * form): every `every` steps, with the values before the update,
+ *     x_i      <- x_i - alpha (x_i - centre)           for each pipeline i
+ *     centre   <- centre + alpha * sum_i (x_i - centre)
+ * (alpha = eta * rho in the paper's terms). The centre starts at the initial
+ * weights and is the model the run produces. Averaging disabled (alpha = 0 or
+ * every = 0): the pipelines train independently and the model produced is
+ * their mean (with K = 1, exactly the single pipeline's weights).
+ */
+#ifndef PD_AVGPIPE_H
+#define PD_AVGPIPE_H
+
+#include "../core/plan.h"
+
+/* One elastic-averaging update of K replicas x[0..K) of n floats and their
+ * centre, in place (all terms use the values from before the update). */
+void pd__elastic_update(float *const *x, int K, float *centre, int64_t n, double alpha);
+
+typedef struct pd__avg pd__avg;
+
+/* g[0..K): K graphs of the same model with the same initial weights, each
+ * loaded with the microbatch size as its batch; pipeline i trains g[i] in
+ * place until pd__avg_destroy, which leaves the centre in every g[i]. plan,
+ * o, kind and microbatches as for pd__pipe_create (every pipeline gets the
+ * same plan: K pipelines use K times its workers). alpha in [0, 1/K] keeps
+ * the update a contraction (the paper's stability condition); every >= 0. */
+pd_status pd__avg_create(pd_graph *const *g, int K, const pd_plan *plan, const pd_train_options *o,
+                         pd__sched_kind kind, int microbatches, double alpha, int every, pd__avg **out);
+/* Writes the centre into every pipeline's weights and destroys the pipelines
+ * (their graphs keep the centre). Accepts NULL. */
+void pd__avg_destroy(pd__avg *a);
+int pd__avg_pipelines(const pd__avg *a);
+/* The pipeline i (for statistics, traces). */
+struct pd__pipe *pd__avg_pipe(pd__avg *a, int i);
+
+/* Trains `steps` steps; in each, pipeline i runs one minibatch of its own
+ * stream: inputs[i] (graph input order, as pd__pipe_run) and labels[i], each
+ * holding steps * microbatches * batch rows. The pipelines run concurrently,
+ * a thread each, and meet every `every` steps for the elastic update (counted
+ * across runs). results (may be NULL): steps entries, the loss the mean of
+ * the K pipelines' losses of that step, lr the update's; per_pipe (may be
+ * NULL): K * steps entries, pipeline i's step t at [i * steps + t].
+ * An error in a pipeline ends the run once the others finish their steps up
+ * to the next elastic update (the message names the pipeline); updates
+ * already made stay made. */
+pd_status pd__avg_run(pd__avg *a, int64_t steps, const pd_tensor *const *inputs, const pd_tensor *labels,
+                      pd_step_result *results, pd_step_result *per_pipe);
+
+/* The centre (n floats, the session's parameter layout), after the last run:
+ * with averaging disabled, the pipelines' current mean. Borrowed. */
+const float *pd__avg_centre(pd__avg *a, int64_t *n);
+/* Elastic updates made so far; wall time of the last run. */
+int64_t pd__avg_updates(const pd__avg *a);
+double pd__avg_last_run_ms(const pd__avg *a);
+
+#endif
