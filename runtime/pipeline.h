@@ -78,6 +78,10 @@ pd_status pd__pipe_slabs(pd__pipe *p, struct pd__slabs *out);
  * ("stage s", "stage s replica r"). RECV events include the wait for the
  * message. Written to a temporary name and renamed. */
 pd_status pd__pipe_write_trace(const pd__pipe *p, const char *path);
+/* The same events of this process's threads only, comma-separated, without
+ * the brackets (malloc'd): under MPI rank 0 joins every process's (pid: the
+ * rank, one track per thread). */
+pd_status pd__pipe_trace_events(const pd__pipe *p, char **buf, size_t *len);
 
 /* Test hook: the instruction op (pd__op_kind) of microbatch mb on stage s
  * fails in the following runs (stage -1: none). */

@@ -69,6 +69,17 @@ check "interleaved, 2 workers x 2 chunks" 2 "$tmp/pi.json" interleaved 4
 check "hybrid: stage 0 on 2 processes, stage 1 on 1, flush" 3 "$tmp/ph.json" flush 4
 check "hybrid, gpipe" 3 "$tmp/ph.json" gpipe 4
 
+# the trace: rank 0 writes every process's tracks (pid: the rank), every F and B of both stages
+mpi 2 "$pdonnx" train "$model" --steps 5 --plan "$tmp/p2.json" --schedule flush --microbatches 4 --quiet \
+  --trace "$tmp/trace.json" > "$tmp/log" 2>&1
+if python3 - "$tmp/trace.json" <<'EOF'
+import json, sys
+ev = json.load(open(sys.argv[1]))
+count = {pid: sum(1 for e in ev if e.get("ph") == "X" and e["pid"] == pid and e["name"][0] in "FB") for pid in (0, 1)}
+sys.exit(0 if count == {0: 40, 1: 40} else 1)
+EOF
+then ok "trace: one file with both processes' tracks, 20 F and 20 B each"; else bad "trace: $(cat "$tmp/log")"; fi
+
 # a process count the plan does not fit: refused once, by rank 0
 mpi 3 "$pdonnx" train "$model" --steps 5 --plan "$tmp/p2.json" > "$tmp/log" 2>&1
 rc=$?

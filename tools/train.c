@@ -30,6 +30,7 @@
 typedef struct {
     const char *model, *data, *labels, *val_x, *val_y, *metrics, *save;
     const char *plan, *schedule, *trace; /* pipeline training */
+    const char *trace_all;               /* under MPI: rank 0's --trace, gathered from every process */
     const char *ckpt_dir, *resume;       /* checkpoints */
     int64_t ckpt_every, ckpt_keep;       /* every: -1 auto */
     double ckpt_overhead;
@@ -611,7 +612,25 @@ static int pd__train_pipeline(pd__targs *a, pd_graph *g, const char *input, pd_t
         }
         if (sim) pd_sim_result_free(&sr);
     }
-    if (a->trace) {
+    if (pd__mp.size > 1 && a->trace_all) { /* every process's tracks, joined on rank 0 */
+        char *mine = NULL, *all = NULL;
+        size_t n = 0, total = 0;
+        pd_status ts = pd__pipe_trace_events(pipe, &mine, &n);
+        if (ts == PD_OK) ts = pd__mpi_gather_text(mine, n, ",\n", &all, &total);
+        free(mine);
+        if (ts == PD_OK && pd__mp.rank == 0) {
+            char *doc = malloc(total + 8);
+            if (doc) snprintf(doc, total + 8, "[\n%s\n]\n", all);
+            ts = doc ? pd__write_atomic(a->trace_all, doc, strlen(doc)) : pd__err(PD_ERR_NOMEM, "out of memory");
+            free(doc);
+            if (ts == PD_OK && !a->quiet) printf("trace: %s (every process)\n", a->trace_all);
+        }
+        PD_FREE(all);
+        if (ts != PD_OK) {
+            pd_cli_fail();
+            goto out;
+        }
+    } else if (a->trace) {
         if (pd__pipe_write_trace(pipe, a->trace) != PD_OK) {
             pd_cli_fail();
             goto out;
@@ -750,6 +769,7 @@ static int pd__train_main(int argc, char **argv) {
             pd_cli_usage_error("train: %s", "checkpoints across MPI processes are not supported yet");
             goto out;
         }
+        a.trace_all = a.trace;
         if (pd__mp.rank > 0) {
             a.quiet = true;
             a.metrics = a.save = a.trace = NULL;

@@ -96,6 +96,41 @@ int pd__mpi_agree(bool ok) {
     return low < size ? low : -1;
 }
 
+pd_status pd__mpi_gather_text(const char *buf, size_t len, const char *sep, char **all, size_t *alllen) {
+    int me, n;
+    MPI_Comm_rank(MPI_COMM_WORLD, &me);
+    MPI_Comm_size(MPI_COMM_WORLD, &n);
+    *all = NULL;
+    *alllen = 0;
+    if (len > (size_t)INT32_MAX / 2) return pd__err(PD_ERR_UNSUPPORTED, "MPI: a %zu-byte gather", len);
+    int mine = (int)len, *lens = me == 0 ? PD_CALLOC((size_t)n, sizeof(int)) : NULL,
+        *offs = me == 0 ? PD_CALLOC((size_t)n, sizeof(int)) : NULL;
+    if (me == 0 && (!lens || !offs)) return pd__err(PD_ERR_NOMEM, "out of memory");
+    PD_MPI_TRY(MPI_Gather(&mine, 1, MPI_INT, lens, 1, MPI_INT, 0, MPI_COMM_WORLD), "gather");
+    char *tmp = NULL;
+    int64_t total = 0;
+    for (int i = 0; me == 0 && i < n; i++) offs[i] = (int)total, total += lens[i];
+    if (me == 0 && !(tmp = PD_MALLOC((size_t)total + 1))) return pd__err(PD_ERR_NOMEM, "out of memory");
+    PD_MPI_TRY(MPI_Gatherv(buf, mine, MPI_CHAR, tmp, lens, offs, MPI_CHAR, 0, MPI_COMM_WORLD), "gather");
+    if (me != 0) return PD_OK;
+    size_t sl = strlen(sep), cap = (size_t)total + (size_t)n * sl + 1, at = 0;
+    char *out = PD_MALLOC(cap);
+    for (int i = 0; out && i < n; i++) {
+        if (lens[i] == 0) continue;
+        if (at > 0) memcpy(out + at, sep, sl), at += sl;
+        memcpy(out + at, tmp + offs[i], (size_t)lens[i]);
+        at += (size_t)lens[i];
+    }
+    PD_FREE(tmp);
+    PD_FREE(lens);
+    PD_FREE(offs);
+    if (!out) return pd__err(PD_ERR_NOMEM, "out of memory");
+    out[at] = 0;
+    *all = out;
+    *alllen = at;
+    return PD_OK;
+}
+
 int pd__mpi_rank(void) {
     int me = 0;
     if (pd__mpi_on) MPI_Comm_rank(MPI_COMM_WORLD, &me);
@@ -329,6 +364,10 @@ pd_status pd__mpi_bcast(void **buf, size_t *len) {
     return pd__no_mpi();
 }
 int pd__mpi_agree(bool ok) { return ok ? -1 : 0; }
+pd_status pd__mpi_gather_text(const char *buf, size_t len, const char *sep, char **all, size_t *alllen) {
+    (void)buf, (void)len, (void)sep, (void)all, (void)alllen;
+    return pd__no_mpi();
+}
 int pd__mpi_rank(void) { return 0; }
 pd_status pd__mpi_allreduce_f64(double *v, int64_t n) {
     (void)v;

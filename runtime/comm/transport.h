@@ -51,6 +51,9 @@ pd_status pd__mpi_bcast(void **buf, size_t *len);
 /* Every process says whether it is fine; the lowest rank that is not (-1: none). */
 int pd__mpi_agree(bool ok);
 int pd__mpi_rank(void);
+/* Rank 0 receives every process's bytes, in rank order, joined by `sep`
+ * (*all malloc'd there; NULL elsewhere). */
+pd_status pd__mpi_gather_text(const char *buf, size_t len, const char *sep, char **all, size_t *alllen);
 /* Sums n doubles in place across every process. */
 pd_status pd__mpi_allreduce_f64(double *v, int64_t n);
 
