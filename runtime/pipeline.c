@@ -168,6 +168,13 @@ struct pd__pipe {
     int snap_have;
     double snap_cur_ms, snap_pause_ms;
     int64_t snaps_taken;
+    /* the global gradient norm of an update (flushing schedules): each
+     * worker's sum of squares, added in worker order once all are in */
+    struct pd__gn {
+        int64_t t;     /* the update the slot holds */
+        int arrived;
+        double *part;  /* per worker */
+    } gn[4];
     /* one run */
     const pd__schedule *sched;
     int64_t nmb;          /* minibatches */
@@ -474,6 +481,7 @@ void pd__pipe_destroy(pd__pipe *p) {
     PD_FREE(p->part_pre);
     PD_FREE(p->part_len);
     PD_FREE(p->want);
+    for (int i = 0; i < 4; i++) PD_FREE(p->gn[i].part);
     for (int k = 0; p->vs && k < p->NV; k++) {
         PD_FREE(p->vs[k].nodes);
         PD_FREE(p->vs[k].bnodes);
@@ -619,8 +627,10 @@ pd_status pd__pipe_create(pd_graph *g, const pd_plan *plan, const pd_train_optio
     if (kind == PD_SCHED_PIPEDREAM && microbatches != 1)
         return pd__err(PD_ERR_INVALID, "pipeline: pipedream updates after every microbatch, so a minibatch is one "
                        "microbatch: use 1 microbatch, not %d", microbatches);
-    if (o && o->clip_grad_norm > 0)
-        return pd__err(PD_ERR_UNSUPPORTED, "pipeline: gradient clipping is not supported yet");
+    if (o && o->clip_grad_norm > 0 && pd__sched_async(kind))
+        return pd__err(PD_ERR_UNSUPPORTED, "pipeline: --clip-grad-norm needs every stage's gradients of one update at "
+                       "once; %s updates each stage on its own (use gpipe, flush, zb-h1 or interleaved)",
+                       pd__sched_kind_name(kind));
     pd__pipe *p = PD_CALLOC(1, sizeof *p);
     if (!p) return pd__err(PD_ERR_NOMEM, "out of memory");
     pthread_mutex_init(&p->mu, NULL);
@@ -630,6 +640,7 @@ pd_status pd__pipe_create(pd_graph *g, const pd_plan *plan, const pd_train_optio
     p->M = microbatches;
     p->local.base.vt = &pd__local_vt;
     p->local.p = p;
+    for (int i = 0; i < 4; i++) p->gn[i].t = -1;
     p->fail_stage = -1;
     int *ts = PD_MALLOC(sizeof(int) * (5 * (size_t)g->ntensors + 1));
     int nt = g->ntensors, *tstage = ts, *vlast = ts + nt, *gfirst = ts + 2 * nt, *glast = ts + 3 * nt,
@@ -949,6 +960,56 @@ static pd_status pd__do_allreduce(pd__wk *W, bool *stop) {
     return PD_OK;
 }
 
+/* The global L2 norm of the update's gradients (every stage's, each counted
+ * once): every thread adds its part and waits for the others (under MPI an
+ * all-reduce); the parts are added in worker order, so the norm is the same
+ * whatever the arrival order, and the same in one process or several. */
+static pd_status pd__global_norm(pd__wk *W, int64_t t, const float *G, double *norm, bool *stop) {
+    pd__pipe *p = W->p;
+    double sq = 0;
+    for (int c = 0; W->r == 0 && c < p->V; c++) {
+        const pd__vstage *S = &p->vs[W->ch[c].k];
+        for (int j = 0; j < S->np; j++) {
+            int i = S->params[j];
+            const float *g = G + p->sl.poff[i];
+            for (int64_t e = 0; e < p->g->tensors[p->sl.param[i]].numel; e++) sq += (double)g[e] * g[e];
+        }
+    }
+    double *part = NULL;
+    if (p->remote) {
+        part = PD_CALLOC((size_t)p->P, sizeof(double));
+        if (!part) return pd__err(PD_ERR_NOMEM, "out of memory");
+        part[W->w] = sq;
+        pd_status st = p->remote->vt->allreduce(p->remote, -1, part, p->P, true);
+        double sum = 0;
+        for (int w = 0; w < p->P; w++) sum += part[w];
+        PD_FREE(part);
+        *norm = sqrt(sum);
+        return st;
+    }
+    struct pd__gn *s = &p->gn[t % 4];
+    pthread_mutex_lock(&p->mu);
+    if (s->t != t) { /* the slot's last user, four updates ago, is long done */
+        if (!s->part) s->part = PD_CALLOC((size_t)p->P + 1, sizeof(double));
+        for (int w = 0; s->part && w < p->P; w++) s->part[w] = 0;
+        s->t = t;
+        s->arrived = 0;
+    }
+    if (!s->part) {
+        pthread_mutex_unlock(&p->mu);
+        return pd__err(PD_ERR_NOMEM, "out of memory");
+    }
+    s->part[W->w] += sq;
+    if (++s->arrived == p->nwk) pthread_cond_broadcast(&p->cv);
+    while (s->arrived < p->nwk && !p->abort) pthread_cond_wait(&p->cv, &p->mu);
+    if (p->abort) *stop = true;
+    double sum = 0;
+    for (int w = 0; w < p->P; w++) sum += s->part[w];
+    pthread_mutex_unlock(&p->mu);
+    *norm = sqrt(sum);
+    return PD_OK;
+}
+
 static pd_status pd__do_step(pd__wk *W, int mb, int32_t version, int k, bool *stop) {
     pd__pipe *p = W->p;
     const pd__slabs *sl = &p->sl;
@@ -969,6 +1030,24 @@ static pd_status pd__do_step(pd__wk *W, int mb, int32_t version, int k, bool *st
                 if (!isfinite(g[e]))
                     return pd__err(PD_ERR_NUMERIC, "the gradient of '%s' is %g", p->g->tensors[sl->param[i]].name,
                                    (double)g[e]);
+        }
+    }
+    if (!pd__sched_async(p->kind)) { /* one update of the whole model: its gradient norm, and clipping */
+        double norm = 0;
+        PD_TRY(pd__global_norm(W, mb / p->M, G, &norm, stop));
+        if (*stop) return PD_OK;
+        if (!isfinite(norm)) return pd__err(PD_ERR_NUMERIC, "the gradient norm is %g", norm);
+        if (p->res && W->w == p->P - 1 && W->r == 0) p->res[mb / p->M].grad_norm = norm;
+        if (p->o.clip_grad_norm > 0 && norm > p->o.clip_grad_norm && updater) { /* as clip_grad_norm_ */
+            float cf = (float)(p->o.clip_grad_norm / (norm + 1e-6));
+            for (int c = 0; c < p->V; c++) {
+                const pd__vstage *S = &p->vs[W->ch[c].k];
+                for (int j = 0; j < S->np; j++) {
+                    int i = S->params[j];
+                    float *g = G + sl->poff[i];
+                    for (int64_t e = 0; e < p->g->tensors[sl->param[i]].numel; e++) g[e] *= cf;
+                }
+            }
         }
     }
     for (int c = 0; c < p->V; c++) PD_TRY(pd__stash_live(p, &W->ch[c], k));
@@ -1426,20 +1505,19 @@ static pd_status pd__snap_bounds(pd__pipe *p, pd__wk *W, const pd__schedule *sch
 static pd_status pd__run_remote_end(pd__pipe *p, int64_t n, pd_step_result *res) {
     PD_TRY(p->remote->vt->flush(p->remote));
     if (!res) return PD_OK;
-    double *v = PD_MALLOC(sizeof(double) * 4 * (size_t)n);
+    enum { F = 5 }; /* loss, lr, grad_norm, correct, count: each set or summed by the last stage's processes */
+    double *v = PD_MALLOC(sizeof(double) * F * (size_t)n);
     if (!v) return pd__err(PD_ERR_NOMEM, "out of memory");
     for (int64_t k = 0; k < n; k++) {
-        v[4 * k] = res[k].loss;
-        v[4 * k + 1] = res[k].lr;
-        v[4 * k + 2] = (double)res[k].correct;
-        v[4 * k + 3] = (double)res[k].count;
+        double *e = v + F * k;
+        e[0] = res[k].loss, e[1] = res[k].lr, e[2] = res[k].grad_norm;
+        e[3] = (double)res[k].correct, e[4] = (double)res[k].count;
     }
-    pd_status st = p->remote->vt->allreduce(p->remote, -1, v, 4 * n, true);
+    pd_status st = p->remote->vt->allreduce(p->remote, -1, v, F * n, true);
     for (int64_t k = 0; st == PD_OK && k < n; k++) {
-        res[k].loss = v[4 * k];
-        res[k].lr = v[4 * k + 1];
-        res[k].correct = (int64_t)v[4 * k + 2];
-        res[k].count = (int64_t)v[4 * k + 3];
+        const double *e = v + F * k;
+        res[k].loss = e[0], res[k].lr = e[1], res[k].grad_norm = e[2];
+        res[k].correct = (int64_t)e[3], res[k].count = (int64_t)e[4];
     }
     PD_FREE(v);
     return st;
@@ -1595,6 +1673,7 @@ pd_status pd__pipe_run(pd__pipe *p, int64_t minibatches, const pd_tensor *inputs
     }
     p->nmb = minibatches;
     for (int w = 0; w < p->P; w++) p->bar[w] = (pd__bar){0, 0};
+    for (int i = 0; i < 4; i++) p->gn[i].t = -1; /* update indices start again each run */
     if (results) memset(results, 0, sizeof *results * (size_t)minibatches);
     p->sched = sched;
     p->inputs = inputs;

@@ -17,7 +17,10 @@
  * Bi-Partition plans (bwd_stage != fwd_stage for nodes without parameters)
  * run under every schedule without chunks.
  * Not yet: replicas under pipedream, 2bw or interleaved; bipartition with
- * chunks; gradient clipping; shared weights across stages.
+ * chunks; shared weights across stages. Gradient clipping (and the step's
+ * gradient norm) only under the flushing schedules, where an update has every
+ * stage's gradients: the stages meet at STEP and add their squared norms in
+ * worker order.
  */
 #ifndef PD_PIPELINE_H
 #define PD_PIPELINE_H
@@ -93,7 +96,8 @@ void pd__pipe_inject_failure(pd__pipe *p, int stage, int op, int mb);
  * its microbatches t*m .. t*m+m-1 in order. For --loss graph the labels
  * input's entry in inputs is ignored (labels feed it). results (may be NULL):
  * one per step, the loss the mean over the minibatch (computed on the weights
- * its forward used), lr the update's; grad_norm is not computed (0).
+ * its forward used), lr the update's; grad_norm the update's global gradient
+ * norm before clipping (flushing schedules; 0 under pipedream and 2bw).
  * A run's schedule starts and ends with nothing in flight, so the async
  * schedules start each run from one version (2bw: W(-1) = W(0) again).
  * An error in any stage stops every stage; the message names the stage, the

@@ -51,6 +51,7 @@ typedef struct ref {
     int steps;
     double tol; /* relative, on losses and weights */
     double loss[LONG];
+    double gnorm[LONG];
     pd_graph *g; /* trained */
 } ref;
 
@@ -106,6 +107,7 @@ static pd_status run_ref(const char *fx, const pd_tensor *xs, const pd_tensor *y
         if (st == PD_OK) st = pd_session_set_labels(s, &by);
         if (st == PD_OK) st = pd_session_step(s, &res);
         r->loss[k] = res.loss;
+        r->gnorm[k] = res.grad_norm;
         if (st == PD_OK && r->late) { /* the session's own update is dropped: W(k+1) = W(k) - lr grad */
             memcpy(prev, cur, bytes);
             for (int64_t i = 0; i < sl.total; i++) sl.params[i] = cur[i] - (float)r->o.lr * sl.grads[i];
@@ -191,6 +193,9 @@ static void run_pipe_bx(const char *fx, const pd_tensor *xs, const pd_tensor *ys
     int compared = 0;
     for (int k = 0; st == PD_OK && k < STEPS; k++) {
         double e = fabs(res[k].loss - r->loss[k]) / fabs(r->loss[k]);
+        if (!(e <= worst)) worst = e;
+        /* a flushing schedule reports the update's global gradient norm, as one stage does */
+        e = kind == PD_SCHED_2BW ? 0 : fabs(res[k].grad_norm - r->gnorm[k]) / fabs(r->gnorm[k]);
         if (!(e <= worst)) worst = e;
     }
     for (int t = 0; st == PD_OK && t < g->ntensors; t++) {
@@ -603,6 +608,14 @@ static void run_refusals(const char *fx, const ref *r) {
     char md[512];
     snprintf(md, sizeof md, "%s", pd_last_error());
     pd__pipe_destroy(p);
+    p = NULL;
+    if (st == PD_OK) plan->bwd_stage[0] = plan->fwd_stage[0];
+    pd_train_options clip = r->o;
+    clip.clip_grad_norm = 1;
+    pd_status e = st == PD_OK ? pd__pipe_create(g, plan, &clip, PD_SCHED_PIPEDREAM, 1, &p) : st;
+    CHECK(e == PD_ERR_UNSUPPORTED && strstr(pd_last_error(), "--clip-grad-norm"),
+          "refused: gradient clipping under pipedream, whose stages update on their own (%s)", pd_last_error());
+    pd__pipe_destroy(p);
     CHECK(a == PD_ERR_INVALID && strstr(ma, "interleaved needs a plan with chunks") && b == PD_ERR_INVALID &&
               strstr(mb, "runs only under interleaved") && c == PD_ERR_UNSUPPORTED && strstr(mc, "replicated") &&
               d == PD_ERR_UNSUPPORTED && strstr(md, "bipartition"),
@@ -704,18 +717,25 @@ static void run_model(const char *fixtures, const char *model, bool full, pd_los
     for (int k = 0; k < steps; k++)
         pd__data_fill(&d, k, (char *)xs.data + xr * BATCH * (size_t)k, (char *)ys.data + yr * BATCH * (size_t)k);
 
-    char names[4][96];
+    char names[5][96];
     snprintf(names[0], sizeof names[0], "%s, sgd lr 0.05", model);
     snprintf(names[1], sizeof names[1], "%s, adam lr 0.01", model);
     snprintf(names[2], sizeof names[2], "%s, sgd lr 0.05, gradients one step late", model);
     snprintf(names[3], sizeof names[3], "%s, sgd lr 0.1, %d steps", model, LONG);
+    snprintf(names[4], sizeof names[4], "%s, momentum lr 0.05, gradients clipped to norm 0.25", model);
     /* Adam divides by the root of the squared gradients, so the float noise of
      * summing microbatches instead of rows reaches the weights undamped where
      * a gradient is tiny: 1e-4 there, as test_train allows against PyTorch */
-    ref refs[4] = {{names[0], PD_TRAIN_OPTIONS_INIT, false, STEPS, 1e-5, {0}, NULL},
-                   {names[1], PD_TRAIN_OPTIONS_INIT, false, STEPS, 1e-4, {0}, NULL},
-                   {names[2], PD_TRAIN_OPTIONS_INIT, true, STEPS, 1e-5, {0}, NULL},
-                   {names[3], PD_TRAIN_OPTIONS_INIT, false, LONG, 1e-5, {0}, NULL}};
+    static ref refs[5];
+    const ref init[5] = {{names[0], PD_TRAIN_OPTIONS_INIT, false, STEPS, 1e-5, {0}, {0}, NULL},
+                         {names[1], PD_TRAIN_OPTIONS_INIT, false, STEPS, 1e-4, {0}, {0}, NULL},
+                         {names[2], PD_TRAIN_OPTIONS_INIT, true, STEPS, 1e-5, {0}, {0}, NULL},
+                         {names[3], PD_TRAIN_OPTIONS_INIT, false, LONG, 1e-5, {0}, {0}, NULL},
+                         {names[4], PD_TRAIN_OPTIONS_INIT, false, STEPS, 1e-5, {0}, {0}, NULL}};
+    memcpy(refs, init, sizeof refs);
+    refs[4].o.optimizer = PD_OPT_MOMENTUM;
+    refs[4].o.lr = 0.05;
+    refs[4].o.clip_grad_norm = 0.25;
     refs[0].o.optimizer = refs[2].o.optimizer = refs[3].o.optimizer = PD_OPT_SGD;
     refs[0].o.lr = refs[2].o.lr = 0.05;
     refs[3].o.lr = 0.1;
@@ -723,7 +743,7 @@ static void run_model(const char *fixtures, const char *model, bool full, pd_los
     refs[1].o.lr = 0.01;
     /* as the fixture's adam case: Adam turns the float noise of a true zero gradient into steps of lr */
     refs[1].o.freeze = "attn\\.c_attn\\.bias$";
-    int nrefs = full ? 4 : 3;
+    int nrefs = full ? 5 : 3;
     for (int i = 0; i < nrefs && st == PD_OK; i++) {
         refs[i].o.loss = loss;
         refs[i].o.threads = 1;
@@ -772,6 +792,15 @@ static void run_model(const char *fixtures, const char *model, bool full, pd_los
         run_pipe_bx(fx, &xs, &ys, &refs[1], 3, 4, PD_SCHED_FLUSH, 1, NULL, 2);
         const int r3[] = {1, 2, 1};
         run_pipe_bx(fx, &xs, &ys, &refs[0], 3, 4, PD_SCHED_FLUSH, 1, r3, 2);
+        /* gradient clipping: the whole model's norm, across stages and replicas */
+        int clipped = 0;
+        for (int k = 0; k < STEPS; k++) clipped += refs[4].gnorm[k] > refs[4].o.clip_grad_norm;
+        CHECK(clipped > STEPS / 2, "%s: the reference clips %d of its %d steps", refs[4].name, clipped, STEPS);
+        run_pipe(fx, &xs, &ys, &refs[4], 3, 4, PD_SCHED_FLUSH);
+        run_pipe(fx, &xs, &ys, &refs[4], 2, 2, PD_SCHED_GPIPE);
+        run_pipe(fx, &xs, &ys, &refs[4], 3, 4, PD_SCHED_ZB_H1);
+        run_pipe_ex(fx, &xs, &ys, &refs[4], 2, 4, PD_SCHED_INTERLEAVED, 2, NULL);
+        run_pipe_ex(fx, &xs, &ys, &refs[4], 3, 4, PD_SCHED_FLUSH, 1, r2[3]);
         run_refusals(fx, &refs[0]);
         run_split(fx, &xs, &ys, &refs[0]);
         run_failures_ex(fx, &xs, &ys, &refs[0]);
@@ -800,7 +829,7 @@ static void run_model(const char *fixtures, const char *model, bool full, pd_los
         const int r2[] = {1, 2, 1};
         run_pipe_ex(fx, &xs, &ys, &refs[0], 3, 4, PD_SCHED_FLUSH, 1, r2);
     }
-    for (int i = 0; i < 4; i++) pd_graph_destroy(refs[i].g);
+    for (int i = 0; i < 5; i++) pd_graph_destroy(refs[i].g);
     pd__data_free(&d);
     free(xs.data);
     free(ys.data);

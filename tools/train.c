@@ -436,9 +436,11 @@ static void pd__pmetrics_upto(void *ctx, int64_t b) {
     if (!m->f) return;
     double el = pd__now() - m->t0;
     for (int64_t k = m->done; k < b; k++)
-        fprintf(m->f, "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g, \"samples_per_s\": %.1f, \"epoch\": %.4f}\n",
+        fprintf(m->f,
+                "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g, \"samples_per_s\": %.1f, \"grad_norm\": %.6g, "
+                "\"epoch\": %.4f}\n",
                 (long long)k + 1, m->res[k].loss, m->res[k].lr, el > 0 ? (double)((b - m->done) * m->batch) / el : 0,
-                (double)((k + 1) * m->batch) / (double)m->rows);
+                m->res[k].grad_norm, (double)((k + 1) * m->batch) / (double)m->rows);
     if (b > m->done) m->done = b;
     fflush(m->f);
 }
