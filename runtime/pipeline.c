@@ -81,6 +81,8 @@ typedef struct pd__vstage { /* virtual stage k: what it computes */
     int *bnodes, nbnodes; /* backwards (the same nodes unless bipartition) */
     int *params, np;    /* session parameter indices owned */
     int *bufs, nbufs;   /* tensors its training forward writes (BatchNorm running statistics) */
+    int *sp, nsp;       /* parameters an earlier stage owns that it reads too (tied weights) */
+    int64_t *spk, spacked; /* their offsets in a chunk's gradient buffer (sg); floats in it */
     int64_t *pk, packed; /* offset of each in a stash; floats in one */
     double act_bytes;   /* one microbatch's activations: its nodes' outputs and what it receives */
 } pd__vstage;
@@ -94,6 +96,7 @@ typedef struct pd__chunk { /* a virtual stage on one replica of its worker */
     int32_t live;       /* version of the live weights (STEPs this run) */
     int *need_until;    /* per version: index of the last F/B/W naming it (this run) */
     int peak_versions;  /* most versions held at once (this run) */
+    float *sg;          /* gradients of the shared parameters it reads (vstage sp) */
 } pd__chunk;
 
 typedef struct pd__ev {
@@ -139,6 +142,8 @@ struct pd__pipe {
     pd_train_options o;
     pd__sched_kind kind;
     bool vertical_sync; /* pipedream: every stage runs a microbatch on stage 0's version */
+    bool shared;        /* a parameter read by several virtual stages */
+    pd__bar allbar;     /* every thread meets (STEP with shared parameters) */
     int P, V, NV, M, nslots; /* workers, chunks, virtual stages, microbatches */
     int64_t rows;      /* per microbatch */
     int pred, labels_input;
@@ -466,6 +471,7 @@ void pd__pipe_destroy(pd__pipe *p) {
             for (int k = 0; C->stash && k < C->nstash; k++) PD_FREE(C->stash[k].w);
             PD_FREE(C->stash);
             PD_FREE(C->need_until);
+            PD_FREE(C->sg);
         }
         PD_FREE(W->ch);
         PD_FREE(W->grads);
@@ -488,6 +494,8 @@ void pd__pipe_destroy(pd__pipe *p) {
         PD_FREE(p->vs[k].params);
         PD_FREE(p->vs[k].pk);
         PD_FREE(p->vs[k].bufs);
+        PD_FREE(p->vs[k].sp);
+        PD_FREE(p->vs[k].spk);
     }
     for (int l = 0; p->link && l < p->NV - 1; l++) {
         pd__q_drain(&p->link[l].fwd);
@@ -685,25 +693,40 @@ pd_status pd__pipe_create(pd_graph *g, const pd_plan *plan, const pd_train_optio
                     if (g->nodes[i].out[j] >= 0) S->act_bytes += (double)pd__tbytes(g, g->nodes[i].out[j]);
             }
     }
-    /* parameters: each belongs to the one virtual stage that reads it */
+    /* parameters: each belongs to the first virtual stage that reads it; a
+     * later stage reading it too (tied weights) shares it: its backward adds
+     * into a gradient buffer of its own, which the owner sums into the
+     * parameter's at STEP, once every stage has met there */
     for (int i = 0; i < p->sl.np; i++) {
-        int owner = -1, t = p->sl.param[i];
+        int t = p->sl.param[i], owner = INT32_MAX;
         for (int k = 0; k < g->nnodes; k++)
-            for (int j = 0; j < g->nodes[k].nin; j++) {
-                if (g->nodes[k].in[j] != t) continue;
-                int s = plan->fwd_stage[k];
-                if (owner >= 0 && owner != s) {
-                    st = pd__err(PD_ERR_UNSUPPORTED, "pipeline: parameter '%s' is read by stages %d and %d (shared "
-                                 "weights across stages are not supported yet)", g->tensors[t].name, owner, s);
-                    goto fail;
-                }
-                owner = s;
-            }
-        if (owner < 0) continue;
+            for (int j = 0; j < g->nodes[k].nin; j++)
+                if (g->nodes[k].in[j] == t && plan->fwd_stage[k] < owner) owner = plan->fwd_stage[k];
+        if (owner == INT32_MAX) continue;
         pd__vstage *S = &p->vs[owner];
         S->pk[S->np] = S->packed;
         S->params[S->np++] = i;
         S->packed += g->tensors[t].numel;
+        for (int k = owner + 1; k < p->NV; k++) {
+            bool reads = false;
+            for (int v = 0; v < g->nnodes && !reads; v++)
+                for (int j = 0; j < g->nodes[v].nin; j++) reads |= g->nodes[v].in[j] == t && plan->fwd_stage[v] == k;
+            if (!reads) continue;
+            if (pd__sched_async(kind) || p->rep[owner % p->P] > 1 || p->rep[k % p->P] > 1) {
+                st = pd__err(PD_ERR_UNSUPPORTED,
+                             "pipeline: parameter '%s' is read by stages %d and %d (tied weights): shared across "
+                             "stages only under gpipe, flush, zb-h1 and interleaved, without replicas, so far",
+                             g->tensors[t].name, owner, k);
+                goto fail;
+            }
+            pd__vstage *K = &p->vs[k];
+            if (!K->sp && !(K->sp = PD_MALLOC(sizeof(int) * ((size_t)p->sl.np + 1)))) goto nomem;
+            if (!K->spk && !(K->spk = PD_MALLOC(sizeof(int64_t) * ((size_t)p->sl.np + 1)))) goto nomem;
+            K->spk[K->nsp] = K->spacked;
+            K->sp[K->nsp++] = i;
+            K->spacked += g->tensors[t].numel;
+            p->shared = true;
+        }
     }
     /* threads: replica r of worker w, each with its chunks' contexts */
     for (int w = 0, i = 0; w < p->P; w++)
@@ -728,12 +751,15 @@ pd_status pd__pipe_create(pd_graph *g, const pd_plan *plan, const pd_train_optio
                 C->nstash = pd__sched_async(kind) ? p->P + 1 : 0;
                 C->stash = PD_CALLOC((size_t)C->nstash + 1, sizeof *C->stash);
                 if (!C->slot || !C->slot_ver || !C->stash) goto nomem;
+                if (S->nsp > 0 && !(C->sg = PD_CALLOC((size_t)S->spacked + 1, sizeof(float)))) goto nomem;
                 for (int k = 0; k < p->nslots; k++) {
                     if ((st = pd__actx_create(p->s, &C->slot[k])) != PD_OK) goto fail;
                     for (int j = 0; r > 0 && j < S->np; j++) { /* the replica's own gradients */
                         int pi = S->params[j];
                         pd__actx_grad(C->slot[k], p->sl.param[pi])->data = W->grads + p->sl.poff[pi];
                     }
+                    for (int j = 0; j < S->nsp; j++) /* a shared parameter's: its own buffer */
+                        pd__actx_grad(C->slot[k], p->sl.param[S->sp[j]])->data = C->sg + S->spk[j];
                 }
                 for (int k = 0; k < C->nstash; k++) {
                     C->stash[k].version = -1;
@@ -960,6 +986,44 @@ static pd_status pd__do_allreduce(pd__wk *W, bool *stop) {
     return PD_OK;
 }
 
+/* Every thread of the pipeline meets (in order of their STEPs); false when aborted. */
+static bool pd__meet_all(pd__pipe *p) {
+    pd__bar *b = &p->allbar;
+    pthread_mutex_lock(&p->mu);
+    int gen = b->gen;
+    if (++b->n == p->nwk) {
+        b->n = 0;
+        b->gen++;
+        pthread_cond_broadcast(&p->cv);
+    } else {
+        while (b->gen == gen && !p->abort) pthread_cond_wait(&p->cv, &p->mu);
+    }
+    bool ok = !p->abort;
+    pthread_mutex_unlock(&p->mu);
+    return ok;
+}
+
+/* The owner of a shared parameter adds the later stages' gradients of it to
+ * its own, in stage order, and clears theirs (they are waiting at STEP). */
+static void pd__sum_shared(pd__wk *W, float *G) {
+    pd__pipe *p = W->p;
+    for (int c = 0; c < p->V; c++)
+        for (int k = W->ch[c].k + 1; k < p->NV; k++) {
+            const pd__vstage *K = &p->vs[k];
+            pd__chunk *other = &p->wk[p->wbase[k % p->P]].ch[k / p->P];
+            for (int j = 0; j < K->nsp; j++) {
+                int i = K->sp[j];
+                bool mine = false;
+                for (int q = 0; q < p->vs[W->ch[c].k].np && !mine; q++) mine = p->vs[W->ch[c].k].params[q] == i;
+                if (!mine) continue;
+                float *dst = G + p->sl.poff[i], *src = other->sg + K->spk[j];
+                int64_t n = p->g->tensors[p->sl.param[i]].numel;
+                for (int64_t e = 0; e < n; e++) dst[e] += src[e];
+                memset(src, 0, sizeof(float) * (size_t)n);
+            }
+        }
+}
+
 /* The global L2 norm of the update's gradients (every stage's, each counted
  * once): every thread adds its part and waits for the others (under MPI an
  * all-reduce); the parts are added in worker order, so the norm is the same
@@ -1031,6 +1095,13 @@ static pd_status pd__do_step(pd__wk *W, int mb, int32_t version, int k, bool *st
                     return pd__err(PD_ERR_NUMERIC, "the gradient of '%s' is %g", p->g->tensors[sl->param[i]].name,
                                    (double)g[e]);
         }
+    }
+    if (p->shared && !pd__sched_async(p->kind)) { /* tied weights: every backward done, the owner sums */
+        if (!pd__meet_all(p)) {
+            *stop = true;
+            return PD_OK;
+        }
+        pd__sum_shared(W, G);
     }
     if (!pd__sched_async(p->kind)) { /* one update of the whole model: its gradient norm, and clipping */
         double norm = 0;
@@ -1531,6 +1602,7 @@ pd_status pd__pipe_set_ranks(pd__pipe *p, int rank, int nranks) {
                        "this plan runs as %d processes, one per stage replica (%d stages%s), not %d: mpirun -np %d",
                        p->nwk, p->P, p->nwk > p->P ? ", some replicated" : "", nranks, p->nwk);
     if (p->hooks_on) return pd__err(PD_ERR_UNSUPPORTED, "checkpoints across MPI processes are not supported yet");
+    if (p->shared) return pd__err(PD_ERR_UNSUPPORTED, "tied weights across MPI processes are not supported yet");
     int *worker_of = PD_MALLOC(sizeof(int) * (size_t)p->nwk);
     if (!worker_of) return pd__err(PD_ERR_NOMEM, "out of memory");
     for (int i = 0; i < p->nwk; i++) {
@@ -1674,6 +1746,7 @@ pd_status pd__pipe_run(pd__pipe *p, int64_t minibatches, const pd_tensor *inputs
     p->nmb = minibatches;
     for (int w = 0; w < p->P; w++) p->bar[w] = (pd__bar){0, 0};
     for (int i = 0; i < 4; i++) p->gn[i].t = -1; /* update indices start again each run */
+    p->allbar = (pd__bar){0, 0};
     if (results) memset(results, 0, sizeof *results * (size_t)minibatches);
     p->sched = sched;
     p->inputs = inputs;
@@ -1707,6 +1780,9 @@ pd_status pd__pipe_run(pd__pipe *p, int64_t minibatches, const pd_tensor *inputs
     if (st == PD_OK && p->err != PD_OK) st = pd__err(p->err, "%s: %s", g->path, p->errmsg);
     if (st != PD_OK) { /* no half-summed gradients */
         memset(p->sl.grads, 0, sizeof(float) * (size_t)p->sl.total);
+        for (int i = 0; i < p->nwk; i++)
+            for (int c = 0; c < p->V; c++)
+                if (p->wk[i].ch[c].sg) memset(p->wk[i].ch[c].sg, 0, sizeof(float) * (size_t)p->vs[p->wk[i].ch[c].k].spacked);
         for (int i = 0; i < p->nwk; i++)
             if (p->wk[i].grads) memset(p->wk[i].grads, 0, sizeof(float) * (size_t)p->sl.total);
     }

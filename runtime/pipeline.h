@@ -17,7 +17,10 @@
  * Bi-Partition plans (bwd_stage != fwd_stage for nodes without parameters)
  * run under every schedule without chunks.
  * Not yet: replicas under pipedream, 2bw or interleaved; bipartition with
- * chunks; shared weights across stages. Gradient clipping (and the step's
+ * chunks. Tied weights (a parameter read by several stages: the first owns
+ * and updates it, the others add their gradients into buffers of their own,
+ * summed into the owner's when every stage meets at STEP) under the flushing
+ * schedules, in one process, without replicas. Gradient clipping (and the step's
  * gradient norm) only under the flushing schedules, where an update has every
  * stage's gradients: the stages meet at STEP and add their squared norms in
  * worker order.

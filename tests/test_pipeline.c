@@ -44,6 +44,9 @@
 
 enum { STEPS = 25, LONG = 300, BATCH = 8 };
 
+/* The tied model: this node (a reader of the shared table) is moved to the last stage. */
+static const char *tie_node;
+
 typedef struct ref {
     const char *name;
     pd_train_options o;
@@ -177,6 +180,12 @@ static void run_pipe_bx(const char *fx, const pd_tensor *xs, const pd_tensor *ys
         st = pd__err(PD_ERR_INTERNAL, "the plan has %d stages", plan->n_stages);
     if (st == PD_OK) plan->chunks = chunks;
     for (int s = 0; st == PD_OK && reps && s < stages; s++) plan->stage[s].replicas = reps[s];
+    for (int i = 0; st == PD_OK && tie_node && i < g->nnodes; i++) /* the table's second reader to the last stage */
+        if (!strcmp(g->nodes[i].name, tie_node)) {
+            plan->fwd_stage[i] = plan->bwd_stage[i] = plan->n_stages - 1;
+            snprintf(shape + strlen(shape), sizeof shape - strlen(shape), ", the tied table on stages 0 and %d",
+                     plan->n_stages - 1);
+        }
     if (st == PD_OK && bip) {
         int moved = bipartition(g, plan, bip);
         snprintf(shape + strlen(shape), sizeof shape - strlen(shape), ", bipartition: %d backward%s moved %s", moved,
@@ -837,6 +846,68 @@ static void run_model(const char *fixtures, const char *model, bool full, pd_los
     pd_tensor_free(&Y);
 }
 
+/* Tied weights (tests/fixtures/tied: the embedding table is also the output
+ * layer): the table's first reader on stage 0, its second on the last stage;
+ * the flushing schedules equal single-stage training, and the schedules that
+ * update stages on their own refuse it. */
+static void run_tied(const char *fixtures) {
+    char fx[1024], p[1100];
+    snprintf(fx, sizeof fx, "%s/tied", fixtures);
+    pd_tensor X = {0}, Y = {0};
+    pd__data d = {0};
+    snprintf(p, sizeof p, "%s/train/sgd/X.npy", fx);
+    pd_status st = pd_npy_load(p, &X);
+    snprintf(p, sizeof p, "%s/train/sgd/Y.npy", fx);
+    if (st == PD_OK) st = pd_npy_load(p, &Y);
+    if (st == PD_OK) st = pd__data_init(&d, &X, &Y, BATCH, false, 0);
+    pd_tensor xs = X, ys = Y;
+    xs.shape[0] = ys.shape[0] = (int64_t)STEPS * BATCH;
+    size_t xr = (size_t)(pd_tensor_numel(&X) / X.shape[0]) * pd_dtype_size(X.dtype);
+    size_t yr = (size_t)(pd_tensor_numel(&Y) / Y.shape[0]) * pd_dtype_size(Y.dtype);
+    xs.data = malloc(xr * (size_t)STEPS * BATCH);
+    ys.data = malloc(yr * (size_t)STEPS * BATCH);
+    for (int k = 0; st == PD_OK && k < STEPS; k++)
+        pd__data_fill(&d, k, (char *)xs.data + xr * BATCH * (size_t)k, (char *)ys.data + yr * BATCH * (size_t)k);
+    static ref r = {"tied, momentum lr 0.05, clipped to 1", PD_TRAIN_OPTIONS_INIT, false, STEPS, 1e-5, {0}, {0}, NULL};
+    r.o.optimizer = PD_OPT_MOMENTUM;
+    r.o.lr = 0.05;
+    r.o.clip_grad_norm = 1;
+    r.o.threads = 1;
+    if (st == PD_OK) st = run_ref(fx, &xs, &ys, &r);
+    CHECK(st == PD_OK, "tied: the single-stage reference trains%s%s", st ? ": " : "", st ? pd_last_error() : "");
+    tie_node = "/Transpose";
+    if (st == PD_OK) {
+        run_pipe(fx, &xs, &ys, &r, 2, 4, PD_SCHED_FLUSH);
+        run_pipe(fx, &xs, &ys, &r, 3, 4, PD_SCHED_FLUSH);
+        run_pipe(fx, &xs, &ys, &r, 3, 2, PD_SCHED_GPIPE);
+        run_pipe(fx, &xs, &ys, &r, 3, 4, PD_SCHED_ZB_H1);
+        run_pipe_ex(fx, &xs, &ys, &r, 2, 4, PD_SCHED_INTERLEAVED, 2, NULL);
+        /* refused where stages update on their own */
+        pd_graph *g = NULL;
+        pd_plan *plan = NULL;
+        pd__pipe *pp = NULL;
+        pd_status a = load(fx, BATCH, &g);
+        if (a == PD_OK) a = make_plan(g, 2, 1, &plan);
+        for (int i = 0; a == PD_OK && i < g->nnodes; i++)
+            if (!strcmp(g->nodes[i].name, tie_node)) plan->fwd_stage[i] = plan->bwd_stage[i] = 1;
+        pd_train_options o = r.o;
+        o.clip_grad_norm = 0;
+        pd_status b = a == PD_OK ? pd__pipe_create(g, plan, &o, PD_SCHED_PIPEDREAM, 1, &pp) : a;
+        CHECK(b == PD_ERR_UNSUPPORTED && strstr(pd_last_error(), "tied weights"),
+              "tied: refused under pipedream, whose stages update on their own (%s)", pd_last_error());
+        pd__pipe_destroy(pp);
+        pd_plan_destroy(plan);
+        pd_graph_destroy(g);
+    }
+    tie_node = NULL;
+    pd_graph_destroy(r.g);
+    pd__data_free(&d);
+    free(xs.data);
+    free(ys.data);
+    pd_tensor_free(&X);
+    pd_tensor_free(&Y);
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: test_pipeline FIXTURES_DIR\n");
@@ -845,5 +916,6 @@ int main(int argc, char **argv) {
     run_model(argv[1], "mlp", true, PD_LOSS_CROSS_ENTROPY);
     run_model(argv[1], "gpt", false, PD_LOSS_CROSS_ENTROPY);
     run_model(argv[1], "mlp_loss", false, PD_LOSS_GRAPH); /* the loss inside the model, its labels an input */
+    run_tied(argv[1]);
     return check_summary();
 }
