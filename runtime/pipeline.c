@@ -611,10 +611,10 @@ static pd_status pd__shape(pd__pipe *p, const pd_plan *plan) {
         if (r < 1) r = 1;
         for (int c = 1; c < V; c++)
             if (plan->stage && plan->stage[c * p->P + w].replicas > 1) r = 2;
-        if (r > 1 && (V > 1 || pd__sched_async(p->kind)))
+        if (r > 1 && pd__sched_async(p->kind))
             return pd__err(PD_ERR_UNSUPPORTED,
-                           "pipeline: stage %d is replicated; replicas run only under gpipe, flush and zb-h1 without "
-                           "chunks so far, not %s",
+                           "pipeline: stage %d is replicated; replicas run only under the flushing schedules (gpipe, "
+                           "flush, zb-h1, interleaved) so far, not %s",
                            w, pd__sched_kind_name(p->kind));
         if (r > 256) return pd__err(PD_ERR_INVALID, "plan: stage %d has %d replicas", w, r);
         p->rep[w] = r;

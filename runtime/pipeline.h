@@ -9,14 +9,14 @@
  * with chunks = V: virtual stage k runs on worker k % P), pipedream (an
  * update after every microbatch, weight stashing) and 2bw (two weight
  * versions: minibatch t computes on W(t-1)).
- * Replicated stages (plan->stage[s].replicas = r > 1, flushing schedules
- * without chunks): r threads, replica j taking the microbatches i of each
+ * Replicated stages (plan->stage[s].replicas = r > 1, flushing schedules): r threads, replica j taking the microbatches i of each
  * minibatch with i mod r == j; ALLREDUCE sums the replicas' gradients, so an
  * update equals single-stage training on the same global batch; the replicas
  * share the stage's weights, which one of them updates while the others wait.
  * Bi-Partition plans (bwd_stage != fwd_stage for nodes without parameters)
  * run under every schedule without chunks.
- * Not yet: replicas under pipedream, 2bw or interleaved; bipartition with
+ * Replicas under interleaved too (a replicated worker holds all its chunks
+ * on every replica). Not yet: replicas under pipedream or 2bw; bipartition with
  * chunks. Tied weights (a parameter read by several stages: the first owns
  * and updates it, the others add their gradients into buffers of their own,
  * summed into the owner's when every stage meets at STEP) under the flushing

@@ -783,6 +783,8 @@ static void run_model(const char *fixtures, const char *model, bool full, pd_los
         run_pipe_ex(fx, &xs, &ys, &refs[0], 2, 2, PD_SCHED_INTERLEAVED, 2, NULL);
         run_pipe_ex(fx, &xs, &ys, &refs[0], 2, 4, PD_SCHED_INTERLEAVED, 2, NULL);
         run_pipe_ex(fx, &xs, &ys, &refs[1], 2, 4, PD_SCHED_INTERLEAVED, 2, NULL);
+        const int rw[][2] = {{2, 1}, {1, 2}, {2, 2}}; /* a replicated worker holds both its chunks twice */
+        for (int i = 0; i < 3; i++) run_pipe_ex(fx, &xs, &ys, &refs[0], 2, 4, PD_SCHED_INTERLEAVED, 2, rw[i]);
         /* replicated stages */
         const int r2[][3] = {{2, 1, 1}, {1, 2, 1}, {1, 1, 2}, {2, 2, 2}, {1, 3, 1}};
         for (int i = 0; i < 5; i++) run_pipe_ex(fx, &xs, &ys, &refs[0], 3, 4, PD_SCHED_FLUSH, 1, r2[i]);
