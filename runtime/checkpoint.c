@@ -210,6 +210,118 @@ pd_status pd__ckpt_write(const char *dir, int64_t step, const char *info_json, i
     return PD_OK;
 }
 
+/* ---- one checkpoint written by several processes ---- */
+
+static void pd__shared_tmp(char *buf, size_t n, const char *dir, int64_t step) {
+    snprintf(buf, n, "%s/.ckpt-%012" PRId64 ".tmp-shared", dir, step);
+}
+
+pd_status pd__ckpt_write_part(const char *dir, int64_t step, int index, const void *data, size_t len) {
+    char tmp[4096], f[4200], side[256];
+    pd__shared_tmp(tmp, sizeof tmp, dir, step);
+    if (mkdir(tmp, 0755) != 0 && errno != EEXIST) return pd__err(PD_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
+    snprintf(f, sizeof f, "%s/part-%d.bin", tmp, index);
+    PD_TRY(pd__write_atomic(f, data, len));
+    /* its size and checksum, for the process that writes the manifest; last, so it means the part is whole */
+    int n = snprintf(side, sizeof side, "{\"bytes\": %zu, \"crc32\": %u}\n", len, pd__crc(data, len));
+    snprintf(f, sizeof f, "%s/part-%d.json", tmp, index);
+    return pd__write_atomic(f, side, (size_t)n);
+}
+
+pd_status pd__ckpt_finalize(const char *dir, int64_t step, const char *info_json, int nparts, int keep,
+                            double timeout_s) {
+    char tmp[4096], f[4200], fin[4096];
+    pd__shared_tmp(tmp, sizeof tmp, dir, step);
+    if (snprintf(fin, sizeof fin, "%s/ckpt-%012" PRId64, dir, step) >= (int)sizeof fin)
+        return pd__err(PD_ERR_IO, "%s: path too long", dir);
+    cJSON *m = cJSON_CreateObject(), *files = cJSON_CreateArray();
+    cJSON *info = info_json ? cJSON_Parse(info_json) : cJSON_CreateObject();
+    if (!m || !files || !info) {
+        cJSON_Delete(m);
+        cJSON_Delete(files);
+        cJSON_Delete(info);
+        return pd__err(PD_ERR_NOMEM, "out of memory");
+    }
+    cJSON_AddStringToObject(m, "format", "pdonnx-checkpoint");
+    cJSON_AddNumberToObject(m, "version", 1);
+    cJSON_AddNumberToObject(m, "step", (double)step);
+    cJSON_AddItemToObject(m, "info", info);
+    cJSON_AddItemToObject(m, "files", files);
+    pd_status st = PD_OK;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (int i = 0; st == PD_OK && i < nparts; i++) {
+        snprintf(f, sizeof f, "%s/part-%d.json", tmp, i);
+        unsigned char *side = NULL;
+        size_t len;
+        for (;;) { /* the other processes write theirs at their own pace */
+            FILE *probe = fopen(f, "r");
+            if (probe) {
+                fclose(probe);
+                break;
+            }
+            clock_gettime(CLOCK_MONOTONIC, &t1);
+            if ((double)(t1.tv_sec - t0.tv_sec) > timeout_s) {
+                st = pd__err(PD_ERR_IO, "%s: part %d never came (%.0f s)", tmp, i, timeout_s);
+                break;
+            }
+            struct timespec nap = {0, 5000000};
+            nanosleep(&nap, NULL);
+        }
+        if (st != PD_OK || (st = pd__read_file(f, &side, &len)) != PD_OK) break;
+        cJSON *j = cJSON_ParseWithLength((const char *)side, len);
+        PD_FREE(side);
+        const cJSON *b = cJSON_GetObjectItem(j, "bytes"), *c = cJSON_GetObjectItem(j, "crc32");
+        if (!cJSON_IsNumber(b) || !cJSON_IsNumber(c)) {
+            cJSON_Delete(j);
+            st = pd__err(PD_ERR_PARSE, "%s: malformed", f);
+            break;
+        }
+        cJSON *e = cJSON_CreateObject();
+        char name[32];
+        snprintf(name, sizeof name, "part-%d.bin", i);
+        cJSON_AddStringToObject(e, "name", name);
+        cJSON_AddNumberToObject(e, "bytes", b->valuedouble);
+        cJSON_AddNumberToObject(e, "crc32", c->valuedouble);
+        cJSON_AddItemToArray(files, e);
+        cJSON_Delete(j);
+        unlink(f);
+    }
+    char *text = st == PD_OK ? cJSON_Print(m) : NULL;
+    if (st == PD_OK && !text) st = pd__err(PD_ERR_NOMEM, "out of memory");
+    cJSON_Delete(m);
+    if (st == PD_OK) {
+        snprintf(f, sizeof f, "%s/manifest.json", tmp);
+        st = pd__write_atomic(f, text, strlen(text));
+    }
+    free(text);
+    if (st == PD_OK) st = pd__fsync_path(tmp);
+    if (st == PD_OK) {
+        char old[4200];
+        snprintf(old, sizeof old, "%s/.ckpt-%012" PRId64 ".old-%ld", dir, step, (long)getpid());
+        bool had = rename(fin, old) == 0;
+        if (rename(tmp, fin) != 0) {
+            st = pd__err(PD_ERR_IO, "%s: cannot rename into place: %s", fin, strerror(errno));
+            if (had) rename(old, fin);
+        } else if (had) {
+            pd__rmdir_files(old);
+        }
+    }
+    if (st == PD_OK) st = pd__fsync_path(dir);
+    if (st == PD_OK && keep > 0) {
+        int64_t *steps;
+        int n;
+        if (pd__ckpt_list(dir, &steps, &n, false) == PD_OK) {
+            for (int i = keep; i < n; i++) {
+                snprintf(f, sizeof f, "%s/ckpt-%012" PRId64, dir, steps[i]);
+                pd__rmdir_files(f);
+            }
+            PD_FREE(steps);
+        }
+    }
+    return st;
+}
+
 void pd__ckpt_free(pd__ckpt *c) {
     if (!c) return;
     for (int i = 0; c->parts && i < c->nparts; i++) PD_FREE(c->parts[i]);
@@ -298,6 +410,8 @@ pd_status pd__ckpt_read_latest(const char *dir, pd__ckpt *out, void (*warn)(void
 struct pd__ckpt_writer {
     char *dir;
     int keep;
+    int dist;            /* > 0: one of several processes writing checkpoints of `dist` parts */
+    bool final;          /* ... and the one that writes the manifest */
     pthread_t th;
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -324,9 +438,18 @@ static void *pd__writer_main(void *arg) {
         pthread_mutex_unlock(&w->mu);
         struct timespec a, b;
         clock_gettime(CLOCK_MONOTONIC, &a);
-        pd_status st = pd__ckpt_write(w->dir, w->step, w->info, w->nparts, w->parts, w->lens, w->keep);
+        pd_status st = PD_OK;
+        if (w->dist > 0) { /* this process's parts; the manifest once every process's are in */
+            for (int i = 0; st == PD_OK && i < w->nparts; i++)
+                if (w->parts[i]) st = pd__ckpt_write_part(w->dir, w->step, i, w->parts[i], w->lens[i]);
+            if (st == PD_OK && w->release) w->release(w->ctx), w->release = NULL;
+            if (st == PD_OK && w->final) st = pd__ckpt_finalize(w->dir, w->step, w->info, w->dist, w->keep, 600);
+        } else {
+            st = pd__ckpt_write(w->dir, w->step, w->info, w->nparts, w->parts, w->lens, w->keep);
+        }
         clock_gettime(CLOCK_MONOTONIC, &b);
         if (w->release) w->release(w->ctx);
+        w->release = NULL;
         pthread_mutex_lock(&w->mu);
         if (st != PD_OK && w->err == PD_OK) {
             w->err = st;
@@ -347,11 +470,15 @@ static void *pd__writer_main(void *arg) {
 }
 
 pd_status pd__ckpt_writer_start(const char *dir, int keep, pd__ckpt_writer **out) {
+    return pd__ckpt_writer_start_dist(dir, keep, 0, true, out);
+}
+
+pd_status pd__ckpt_writer_start_dist(const char *dir, int keep, int nparts, bool final, pd__ckpt_writer **out) {
     if (mkdir(dir, 0755) != 0 && errno != EEXIST)
         return pd__err(PD_ERR_IO, "--checkpoint-dir %s: cannot create: %s", dir, strerror(errno));
     int64_t *s;
     int n;
-    PD_TRY(pd__ckpt_list(dir, &s, &n, true)); /* clears what a killed writer left */
+    PD_TRY(pd__ckpt_list(dir, &s, &n, final)); /* clears what a killed writer left (one process does) */
     PD_FREE(s);
     pd__ckpt_writer *w = PD_CALLOC(1, sizeof *w);
     if (!w || !(w->dir = strdup(dir))) {
@@ -359,6 +486,8 @@ pd_status pd__ckpt_writer_start(const char *dir, int keep, pd__ckpt_writer **out
         return pd__err(PD_ERR_NOMEM, "out of memory");
     }
     w->keep = keep;
+    w->dist = nparts;
+    w->final = final;
     pthread_mutex_init(&w->mu, NULL);
     pthread_cond_init(&w->cv, NULL);
     if (pthread_create(&w->th, NULL, pd__writer_main, w) != 0) {

@@ -65,9 +65,22 @@ pd_status pd__ckpt_read_latest(const char *dir, pd__ckpt *out, void (*warn)(void
 pd_status pd__ckpt_read(const char *path, pd__ckpt *out);
 void pd__ckpt_free(pd__ckpt *c);
 
+/* One checkpoint written by several processes (MPI, on a file system they
+ * share): each writes its parts into DIR/.ckpt-<step>.tmp-shared, each part
+ * followed by a small file with its size and CRC-32; one process waits for
+ * all nparts of them (timeout_s), writes the manifest and renames the folder
+ * into place. */
+pd_status pd__ckpt_write_part(const char *dir, int64_t step, int index, const void *data, size_t len);
+pd_status pd__ckpt_finalize(const char *dir, int64_t step, const char *info_json, int nparts, int keep,
+                            double timeout_s);
+
 /* The background writer: one snapshot persisted at a time. */
 typedef struct pd__ckpt_writer pd__ckpt_writer;
 pd_status pd__ckpt_writer_start(const char *dir, int keep, pd__ckpt_writer **out);
+/* For one process of several: checkpoints of nparts parts, of which a
+ * submission gives this process's (the others NULL); `final`: this process
+ * writes the manifests (and clears a killed writer's leftovers at start). */
+pd_status pd__ckpt_writer_start_dist(const char *dir, int keep, int nparts, bool final, pd__ckpt_writer **out);
 /* Hands a snapshot over and returns at once; the parts stay the caller's and
  * are read until release(ctx) is called (from the writer thread). info_json
  * is copied. A snapshot submitted while one is being written waits its turn. */

@@ -170,7 +170,7 @@ struct pd__pipe {
     size_t *part_cap, *part_pre, *part_len;
     int8_t *want;         /* per boundary of the run */
     int64_t decided, last_taken, snap_b, resume_b;
-    int snap_have;
+    int snap_have, snap_need; /* parts deposited; parts this process takes */
     double snap_cur_ms, snap_pause_ms;
     int64_t snaps_taken;
     /* the global gradient norm of an update (flushing schedules): each
@@ -1247,7 +1247,8 @@ pd_status pd__pipe_set_snap_hooks(pd__pipe *p, const pd__snap_hooks *h) {
         if (!p->part || !p->part_cap || !p->part_pre || !p->part_len) return pd__err(PD_ERR_NOMEM, "out of memory");
         for (int i = 0; i < p->nwk; i++) {
             const pd__wk *W = &p->wk[i];
-            if (W->r != 0) continue;
+            if (W->r != 0 || p->rank_of[i] != p->rank) continue; /* replica 0 of each stage here writes its part */
+            p->snap_need++;
             pd__recw pre = {NULL, 0, 0}, post = {NULL, 0, 0};
             pd__snap_write(p, W, true, &pre);
             pd__snap_write(p, W, false, &post);
@@ -1266,8 +1267,8 @@ pd_status pd__pipe_set_snap_hooks(pd__pipe *p, const pd__snap_hooks *h) {
 int64_t pd__pipe_snap_gap(const pd__pipe *p) { return pd__sched_async(p->kind) ? p->P + 1 : 1; }
 
 void pd__pipe_snap_part(const pd__pipe *p, int w, const void **data, size_t *len) {
-    *data = p->part[w];
-    *len = p->part_len[w];
+    *data = p->part[w]; /* NULL: another process takes it */
+    *len = p->part[w] ? p->part_len[w] : 0;
 }
 
 void pd__pipe_snap_release(pd__pipe *p) {
@@ -1344,7 +1345,7 @@ static void pd__snap_post(pd__wk *W, int64_t b, bool *stop) {
     pthread_mutex_lock(&p->mu);
     if (W->snap_ms > p->snap_cur_ms) p->snap_cur_ms = W->snap_ms;
     W->snap_ms = 0;
-    bool ready = ++p->snap_have == p->P;
+    bool ready = ++p->snap_have == p->snap_need;
     if (ready) {
         p->snap_pause_ms += p->snap_cur_ms;
         p->snap_cur_ms = 0;
@@ -1362,7 +1363,7 @@ pd_status pd__pipe_snap_capture(pd__pipe *p) {
     pthread_mutex_unlock(&p->mu);
     for (int i = 0; i < p->nwk; i++) {
         pd__wk *W = &p->wk[i];
-        if (W->r != 0) continue;
+        if (W->r != 0 || !p->part[W->w]) continue;
         pd__recw pre = {p->part[W->w], 0, p->part_pre[W->w]};
         pd__snap_write(p, W, true, &pre);
         pd__recw rw = {p->part[W->w] + p->part_pre[W->w], 0, p->part_cap[W->w] - p->part_pre[W->w]};
@@ -1395,7 +1396,7 @@ pd_status pd__pipe_resume(pd__pipe *p, int64_t b, int nparts, const void *const 
     const pd__slabs *sl = &p->sl;
     for (int i = 0; i < p->nwk; i++) {
         pd__wk *W = &p->wk[i];
-        if (W->r != 0) continue;
+        if (W->r != 0 || p->rank_of[i] != p->rank) continue; /* its process restores another stage */
         char what[48];
         snprintf(what, sizeof what, "stage %d's part", W->w);
         int64_t need = 1 + (sl->state0 != NULL) + (sl->state1 != NULL), got = 0, want = 0;
@@ -1515,7 +1516,9 @@ static bool pd__runs(const pd__wk *W, const pd__instr *in) {
 static void *pd__stage_main(void *arg) {
     pd__wk *W = arg;
     pd__pipe *p = W->p;
-    bool snap = p->hooks_on && W->r == 0, decide = snap && W->w == 0;
+    /* stage 0 decides for every thread of this process; under MPI each
+     * process decides for itself (want must then depend on b alone) */
+    bool snap = p->hooks_on && W->r == 0, decide = snap && (W->w == 0 || p->remote);
     bool stop = false;
     for (int k = 0; k < p->sched->len[W->w] && !stop; k++) {
         const pd__instr *in = &p->sched->ins[W->w][k];
@@ -1601,7 +1604,7 @@ pd_status pd__pipe_set_ranks(pd__pipe *p, int rank, int nranks) {
         return pd__err(PD_ERR_INVALID,
                        "this plan runs as %d processes, one per stage replica (%d stages%s), not %d: mpirun -np %d",
                        p->nwk, p->P, p->nwk > p->P ? ", some replicated" : "", nranks, p->nwk);
-    if (p->hooks_on) return pd__err(PD_ERR_UNSUPPORTED, "checkpoints across MPI processes are not supported yet");
+    if (p->hooks_on) return pd__err(PD_ERR_INVALID, "pd__pipe_set_ranks: set the ranks before the snapshot hooks");
     if (p->shared) return pd__err(PD_ERR_UNSUPPORTED, "tied weights across MPI processes are not supported yet");
     int *worker_of = PD_MALLOC(sizeof(int) * (size_t)p->nwk);
     if (!worker_of) return pd__err(PD_ERR_NOMEM, "out of memory");

@@ -156,7 +156,10 @@ pd_status pd__pipe_resume(pd__pipe *p, int64_t b, int nparts, const void *const 
  * processes all-reduce its gradients and each updates its own copy of the
  * weights. A run's step results are summed across the processes (every one
  * gets them). After training, pd__pipe_gather gives every process every
- * stage's trained weights and statistics (for saving). Not with snapshots. */
+ * stage's trained weights and statistics (for saving). Snapshots: set the
+ * hooks after the ranks; each process takes the parts of its own stages
+ * (pd__pipe_snap_part gives NULL for the others), decides each boundary
+ * itself (so want must depend on b alone), and resumes its own stages. */
 pd_status pd__pipe_set_ranks(pd__pipe *p, int rank, int nranks);
 /* The processes pd__pipe_set_ranks needs: one per stage replica. */
 int pd__pipe_processes(const pd__pipe *p);

@@ -67,7 +67,8 @@ pd_status pd_cli_ckpt_start(const pd_cli_ckpt_opts *o, cJSON *info, int64_t firs
     c->t_prev = pd__ms();
     pthread_mutex_init(&c->mu, NULL);
     pthread_cond_init(&c->cv, NULL);
-    pd_status st = pd__ckpt_writer_start(o->dir, o->keep, &c->w);
+    pd_status st = o->processes > 1 ? pd__ckpt_writer_start_dist(o->dir, o->keep, o->parts, o->rank == 0, &c->w)
+                                     : pd__ckpt_writer_start(o->dir, o->keep, &c->w);
     if (st != PD_OK) {
         pthread_mutex_destroy(&c->mu);
         pthread_cond_destroy(&c->cv);

@@ -15,6 +15,9 @@ typedef struct pd_cli_ckpt_opts {
     int keep;           /* --checkpoint-keep (0: all) */
     double overhead;    /* --checkpoint-overhead: auto's bound on the pause, a fraction of training time */
     bool quiet;
+    int processes;      /* under MPI: the job's processes (each writes its stages' parts); 0 or 1: one */
+    int rank;           /* ... this one's; rank 0 writes the manifests */
+    int parts;          /* ... and the parts of a checkpoint (the plan's stages) */
 } pd_cli_ckpt_opts;
 
 typedef struct pd_cli_ckpt pd_cli_ckpt;

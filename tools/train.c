@@ -397,6 +397,7 @@ typedef struct pd__ckrun {
     cJSON *from_info;
     int64_t first;          /* the step training starts from */
     pd_cli_ckpt *ck;
+    int parts;              /* a checkpoint's parts: the pipeline's stages */
 } pd__ckrun;
 
 /* The checkpoint's own plan, which must be g's. */
@@ -416,7 +417,8 @@ static pd_status pd__ckpt_plan(const pd__targs *a, pd_graph *g, const cJSON *inf
 
 static pd_status pd__ckpt_begin(pd__targs *a, pd__ckrun *cr) {
     pd_cli_ckpt_opts co = {a->ckpt_dir ? a->ckpt_dir : a->resume, a->ckpt_every, (int)a->ckpt_keep,
-                           a->ckpt_overhead > 0 ? a->ckpt_overhead : 0.035, a->quiet};
+                           a->ckpt_overhead > 0 ? a->ckpt_overhead : 0.035, a->quiet, pd__mp.size, pd__mp.rank,
+                           cr->parts};
     cJSON *info = cr->info;
     cr->info = NULL;
     return pd_cli_ckpt_start(&co, info, cr->first, &cr->ck);
@@ -457,7 +459,9 @@ static int pd__train_pipeline(pd__targs *a, pd_graph *g, const char *input, pd_t
     int64_t first = cr->first;
     pd__pmetrics pm = {mf, NULL, first, a->batch, X->shape[0], 0};
     if (pd__mp.size > 1) { /* rank 0 plans (a profile measured on each would differ); the others take its plan */
-        pd_status ps = pd__mp.rank == 0 ? pd__pipe_plan(a, g, kind == PD_SCHED_INTERLEAVED, &plan) : PD_OK;
+        pd_status ps = pd__mp.rank != 0 ? PD_OK
+                       : cr->from.nparts  ? pd__ckpt_plan(a, g, cr->from_info, &plan)
+                                          : pd__pipe_plan(a, g, kind == PD_SCHED_INTERLEAVED, &plan);
         char *pj = ps == PD_OK && plan ? pd__plan_to_json(plan) : NULL;
         size_t len = pj ? strlen(pj) : 0;
         void *buf = pj;
@@ -501,11 +505,14 @@ static int pd__train_pipeline(pd__targs *a, pd_graph *g, const char *input, pd_t
             printf("%d processes (mpirun), one per stage replica; rank 0 writes the metrics and the model\n",
                    pd__mp.size);
     }
+    cr->parts = pd__pipe_stages(pipe);
     if (cr->info) { /* the plan goes into every checkpoint: a resume runs the same one */
         char *pj = pd__plan_to_json(plan);
         cJSON_AddItemToObject(cr->info, "plan", pj ? cJSON_Parse(pj) : cJSON_CreateNull());
         free(pj);
-        if (pd__ckpt_begin(a, cr) != PD_OK || pd_cli_ckpt_attach(cr->ck, pipe, pd__pmetrics_upto, &pm) != PD_OK) {
+        /* under MPI rank 0 knows the losses only after the run: the metrics are written then */
+        if (pd__ckpt_begin(a, cr) != PD_OK ||
+            pd_cli_ckpt_attach(cr->ck, pipe, pd__mp.size > 1 ? NULL : pd__pmetrics_upto, &pm) != PD_OK) {
             pd_cli_fail();
             goto out;
         }
@@ -767,8 +774,9 @@ static int pd__train_main(int argc, char **argv) {
             pd_cli_usage_error("train: %s", "under mpirun, give --stages N or --plan FILE (one process per stage replica)");
             goto out;
         }
-        if (a.ckpt_dir || a.resume || a.ckpt_every) {
-            pd_cli_usage_error("train: %s", "checkpoints across MPI processes are not supported yet");
+        if ((a.ckpt_dir || a.resume) && a.ckpt_every <= 0) {
+            /* each process decides its boundaries alone: a rule of the step, not of measured times */
+            pd_cli_usage_error("train: %s", "under mpirun, checkpoints need --checkpoint-every N (not auto)");
             goto out;
         }
         a.trace_all = a.trace;
