@@ -137,13 +137,40 @@ static pd_status pd__ckpt_list(const char *dir, int64_t **steps, int *n, bool cl
     return PD_OK;
 }
 
+/* The finished folder tmp (manifest written) becomes DIR/ckpt-<step>: fsynced,
+ * renamed (a checkpoint of this step already there, from a resumed run passing
+ * it again, is replaced whole), DIR fsynced; then the oldest beyond `keep`
+ * go, only once the new one is in place. */
+static pd_status pd__ckpt_place(const char *dir, const char *tmp, int64_t step, int keep) {
+    char fin[4096], old[4200], f[4200];
+    snprintf(fin, sizeof fin, "%s/ckpt-%012" PRId64, dir, step);
+    snprintf(old, sizeof old, "%s/.ckpt-%012" PRId64 ".old-%ld", dir, step, (long)getpid());
+    PD_TRY(pd__fsync_path(tmp));
+    bool had = rename(fin, old) == 0;
+    if (rename(tmp, fin) != 0) {
+        pd_status st = pd__err(PD_ERR_IO, "%s: cannot rename into place: %s", fin, strerror(errno));
+        if (had) rename(old, fin);
+        return st;
+    }
+    if (had) pd__rmdir_files(old);
+    PD_TRY(pd__fsync_path(dir));
+    int64_t *s;
+    int n;
+    if (keep > 0 && pd__ckpt_list(dir, &s, &n, false) == PD_OK) {
+        for (int i = keep; i < n; i++) {
+            snprintf(f, sizeof f, "%s/ckpt-%012" PRId64, dir, s[i]);
+            pd__rmdir_files(f);
+        }
+        PD_FREE(s);
+    }
+    return PD_OK;
+}
+
 pd_status pd__ckpt_write(const char *dir, int64_t step, const char *info_json, int nparts, const void *const *parts,
                          const size_t *lens, int keep) {
     if (mkdir(dir, 0755) != 0 && errno != EEXIST) return pd__err(PD_ERR_IO, "%s: cannot create: %s", dir, strerror(errno));
-    char tmp[4096], fin[4096], old[4096], f[4200];
-    snprintf(tmp, sizeof tmp, "%s/.ckpt-%012" PRId64 ".tmp-%ld", dir, step, (long)getpid());
-    snprintf(old, sizeof old, "%s/.ckpt-%012" PRId64 ".old-%ld", dir, step, (long)getpid());
-    if (snprintf(fin, sizeof fin, "%s/ckpt-%012" PRId64, dir, step) >= (int)sizeof fin)
+    char tmp[4096], f[4200];
+    if (snprintf(tmp, sizeof tmp, "%s/.ckpt-%012" PRId64 ".tmp-%ld", dir, step, (long)getpid()) >= (int)sizeof tmp - 64)
         return pd__err(PD_ERR_IO, "%s: path too long", dir);
     pd__rmdir_files(tmp);
     if (mkdir(tmp, 0755) != 0) return pd__err(PD_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
@@ -180,34 +207,9 @@ pd_status pd__ckpt_write(const char *dir, int64_t step, const char *info_json, i
     cJSON_Delete(m);
     cJSON_Delete(files);
     cJSON_Delete(info);
-    if (st == PD_OK) st = pd__fsync_path(tmp);
-    if (st == PD_OK) {
-        /* a checkpoint of this step already there (a resumed run passing it again) is replaced whole */
-        bool had = rename(fin, old) == 0;
-        if (rename(tmp, fin) != 0) {
-            st = pd__err(PD_ERR_IO, "%s: cannot rename into place: %s", fin, strerror(errno));
-            if (had) rename(old, fin);
-        } else if (had) {
-            pd__rmdir_files(old);
-        }
-    }
-    if (st == PD_OK) st = pd__fsync_path(dir);
-    if (st != PD_OK) {
-        pd__rmdir_files(tmp);
-        return st;
-    }
-    if (keep > 0) { /* the oldest beyond `keep` go, only once the new one is in place */
-        int64_t *s;
-        int n;
-        if (pd__ckpt_list(dir, &s, &n, false) == PD_OK) {
-            for (int i = keep; i < n; i++) {
-                snprintf(f, sizeof f, "%s/ckpt-%012" PRId64, dir, s[i]);
-                pd__rmdir_files(f);
-            }
-            PD_FREE(s);
-        }
-    }
-    return PD_OK;
+    if (st == PD_OK) st = pd__ckpt_place(dir, tmp, step, keep);
+    if (st != PD_OK) pd__rmdir_files(tmp);
+    return st;
 }
 
 /* ---- one checkpoint written by several processes ---- */
@@ -230,10 +232,9 @@ pd_status pd__ckpt_write_part(const char *dir, int64_t step, int index, const vo
 
 pd_status pd__ckpt_finalize(const char *dir, int64_t step, const char *info_json, int nparts, int keep,
                             double timeout_s) {
-    char tmp[4096], f[4200], fin[4096];
+    char tmp[4096], f[4200];
     pd__shared_tmp(tmp, sizeof tmp, dir, step);
-    if (snprintf(fin, sizeof fin, "%s/ckpt-%012" PRId64, dir, step) >= (int)sizeof fin)
-        return pd__err(PD_ERR_IO, "%s: path too long", dir);
+    if (strlen(tmp) >= sizeof tmp - 64) return pd__err(PD_ERR_IO, "%s: path too long", dir);
     cJSON *m = cJSON_CreateObject(), *files = cJSON_CreateArray();
     cJSON *info = info_json ? cJSON_Parse(info_json) : cJSON_CreateObject();
     if (!m || !files || !info) {
@@ -295,30 +296,7 @@ pd_status pd__ckpt_finalize(const char *dir, int64_t step, const char *info_json
         st = pd__write_atomic(f, text, strlen(text));
     }
     free(text);
-    if (st == PD_OK) st = pd__fsync_path(tmp);
-    if (st == PD_OK) {
-        char old[4200];
-        snprintf(old, sizeof old, "%s/.ckpt-%012" PRId64 ".old-%ld", dir, step, (long)getpid());
-        bool had = rename(fin, old) == 0;
-        if (rename(tmp, fin) != 0) {
-            st = pd__err(PD_ERR_IO, "%s: cannot rename into place: %s", fin, strerror(errno));
-            if (had) rename(old, fin);
-        } else if (had) {
-            pd__rmdir_files(old);
-        }
-    }
-    if (st == PD_OK) st = pd__fsync_path(dir);
-    if (st == PD_OK && keep > 0) {
-        int64_t *steps;
-        int n;
-        if (pd__ckpt_list(dir, &steps, &n, false) == PD_OK) {
-            for (int i = keep; i < n; i++) {
-                snprintf(f, sizeof f, "%s/ckpt-%012" PRId64, dir, steps[i]);
-                pd__rmdir_files(f);
-            }
-            PD_FREE(steps);
-        }
-    }
+    if (st == PD_OK) st = pd__ckpt_place(dir, tmp, step, keep);
     return st;
 }
 

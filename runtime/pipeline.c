@@ -422,12 +422,11 @@ static void pd__lx_destroy(pd__transport *t) { (void)t; }
 static const pd__transport_i pd__local_vt = {"in-process", pd__lx_get, pd__lx_send, pd__lx_recv, pd__lx_put,
                                              pd__lx_allreduce, pd__lx_flush, pd__lx_destroy};
 
-/* The replicas of worker w meet; false when the pipeline was aborted. */
-static bool pd__barrier(pd__pipe *p, int w) {
-    pd__bar *b = &p->bar[w];
+/* n threads meet at barrier b; false when the pipeline was aborted. */
+static bool pd__meet(pd__pipe *p, pd__bar *b, int n) {
     pthread_mutex_lock(&p->mu);
     int gen = b->gen;
-    if (++b->n == p->rep[w]) {
+    if (++b->n == n) {
         b->n = 0;
         b->gen++;
         pthread_cond_broadcast(&p->cv);
@@ -438,6 +437,9 @@ static bool pd__barrier(pd__pipe *p, int w) {
     pthread_mutex_unlock(&p->mu);
     return ok;
 }
+
+/* The replicas of worker w meet. */
+static bool pd__barrier(pd__pipe *p, int w) { return pd__meet(p, &p->bar[w], p->rep[w]); }
 
 /* The first error stops every stage. */
 static void pd__fail(pd__pipe *p, const pd__wk *W, const pd__instr *in, pd_status st) {
@@ -987,21 +989,7 @@ static pd_status pd__do_allreduce(pd__wk *W, bool *stop) {
 }
 
 /* Every thread of the pipeline meets (in order of their STEPs); false when aborted. */
-static bool pd__meet_all(pd__pipe *p) {
-    pd__bar *b = &p->allbar;
-    pthread_mutex_lock(&p->mu);
-    int gen = b->gen;
-    if (++b->n == p->nwk) {
-        b->n = 0;
-        b->gen++;
-        pthread_cond_broadcast(&p->cv);
-    } else {
-        while (b->gen == gen && !p->abort) pthread_cond_wait(&p->cv, &p->mu);
-    }
-    bool ok = !p->abort;
-    pthread_mutex_unlock(&p->mu);
-    return ok;
-}
+static bool pd__meet_all(pd__pipe *p) { return pd__meet(p, &p->allbar, p->nwk); }
 
 /* The owner of a shared parameter adds the later stages' gradients of it to
  * its own, in stage order, and clears theirs (they are waiting at STEP). */

@@ -703,28 +703,38 @@ static void run_nan(const char *fx, const pd_tensor *xs, const pd_tensor *ys, co
 }
 
 /* Every check on one fixture (full), or a sample. */
-static void run_model(const char *fixtures, const char *model, bool full, pd_loss_kind loss) {
-    char fx[1024], p[1100];
-    snprintf(fx, sizeof fx, "%s/%s", fixtures, model);
-    pd_tensor X = {0}, Y = {0};
-    pd__data d = {0};
+/* A fixture's training rows as the stream of `steps` steps of BATCH rows,
+ * laid out row after row (xs, ys: malloc'd; X, Y, d: the caller frees). */
+static pd_status load_stream(const char *fx, int steps, pd_tensor *X, pd_tensor *Y, pd__data *d, pd_tensor *xs,
+                             pd_tensor *ys) {
+    char p[1100];
     snprintf(p, sizeof p, "%s/train/sgd/X.npy", fx);
-    pd_status st = pd_npy_load(p, &X);
+    pd_status st = pd_npy_load(p, X);
     snprintf(p, sizeof p, "%s/train/sgd/Y.npy", fx);
-    if (st == PD_OK) st = pd_npy_load(p, &Y);
-    if (st == PD_OK) st = pd__data_init(&d, &X, &Y, BATCH, false, 0);
+    if (st == PD_OK) st = pd_npy_load(p, Y);
+    if (st == PD_OK) st = pd__data_init(d, X, Y, BATCH, false, 0);
+    if (st != PD_OK) return st;
+    *xs = *X;
+    *ys = *Y;
+    xs->shape[0] = ys->shape[0] = (int64_t)steps * BATCH;
+    size_t xr = (size_t)(pd_tensor_numel(X) / X->shape[0]) * pd_dtype_size(X->dtype);
+    size_t yr = (size_t)(pd_tensor_numel(Y) / Y->shape[0]) * pd_dtype_size(Y->dtype);
+    xs->data = malloc(xr * (size_t)steps * BATCH);
+    ys->data = malloc(yr * (size_t)steps * BATCH);
+    for (int k = 0; k < steps; k++)
+        pd__data_fill(d, k, (char *)xs->data + xr * BATCH * (size_t)k, (char *)ys->data + yr * BATCH * (size_t)k);
+    return PD_OK;
+}
+
+static void run_model(const char *fixtures, const char *model, bool full, pd_loss_kind loss) {
+    char fx[1024];
+    snprintf(fx, sizeof fx, "%s/%s", fixtures, model);
+    pd_tensor X = {0}, Y = {0}, xs = {0}, ys = {0};
+    pd__data d = {0};
+    int steps = full ? LONG : STEPS;
+    pd_status st = load_stream(fx, steps, &X, &Y, &d, &xs, &ys);
     CHECK(st == PD_OK, "%s: the training data loads%s%s", model, st ? ": " : "", st ? pd_last_error() : "");
     if (st != PD_OK) return;
-    /* the stream of every step, laid out row after row */
-    int steps = full ? LONG : STEPS;
-    pd_tensor xs = X, ys = Y;
-    xs.shape[0] = ys.shape[0] = (int64_t)steps * BATCH;
-    size_t xr = (size_t)(pd_tensor_numel(&X) / X.shape[0]) * pd_dtype_size(X.dtype);
-    size_t yr = (size_t)(pd_tensor_numel(&Y) / Y.shape[0]) * pd_dtype_size(Y.dtype);
-    xs.data = malloc(xr * (size_t)steps * BATCH);
-    ys.data = malloc(yr * (size_t)steps * BATCH);
-    for (int k = 0; k < steps; k++)
-        pd__data_fill(&d, k, (char *)xs.data + xr * BATCH * (size_t)k, (char *)ys.data + yr * BATCH * (size_t)k);
 
     char names[5][96];
     snprintf(names[0], sizeof names[0], "%s, sgd lr 0.05", model);
@@ -853,23 +863,11 @@ static void run_model(const char *fixtures, const char *model, bool full, pd_los
  * the flushing schedules equal single-stage training, and the schedules that
  * update stages on their own refuse it. */
 static void run_tied(const char *fixtures) {
-    char fx[1024], p[1100];
+    char fx[1024];
     snprintf(fx, sizeof fx, "%s/tied", fixtures);
-    pd_tensor X = {0}, Y = {0};
+    pd_tensor X = {0}, Y = {0}, xs = {0}, ys = {0};
     pd__data d = {0};
-    snprintf(p, sizeof p, "%s/train/sgd/X.npy", fx);
-    pd_status st = pd_npy_load(p, &X);
-    snprintf(p, sizeof p, "%s/train/sgd/Y.npy", fx);
-    if (st == PD_OK) st = pd_npy_load(p, &Y);
-    if (st == PD_OK) st = pd__data_init(&d, &X, &Y, BATCH, false, 0);
-    pd_tensor xs = X, ys = Y;
-    xs.shape[0] = ys.shape[0] = (int64_t)STEPS * BATCH;
-    size_t xr = (size_t)(pd_tensor_numel(&X) / X.shape[0]) * pd_dtype_size(X.dtype);
-    size_t yr = (size_t)(pd_tensor_numel(&Y) / Y.shape[0]) * pd_dtype_size(Y.dtype);
-    xs.data = malloc(xr * (size_t)STEPS * BATCH);
-    ys.data = malloc(yr * (size_t)STEPS * BATCH);
-    for (int k = 0; st == PD_OK && k < STEPS; k++)
-        pd__data_fill(&d, k, (char *)xs.data + xr * BATCH * (size_t)k, (char *)ys.data + yr * BATCH * (size_t)k);
+    pd_status st = load_stream(fx, STEPS, &X, &Y, &d, &xs, &ys);
     static ref r = {"tied, momentum lr 0.05, clipped to 1", PD_TRAIN_OPTIONS_INIT, false, STEPS, 1e-5, {0}, {0}, NULL};
     r.o.optimizer = PD_OPT_MOMENTUM;
     r.o.lr = 0.05;
