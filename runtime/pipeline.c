@@ -49,6 +49,8 @@
 #include <string.h>
 #include <time.h>
 
+void openblas_set_num_threads(int); /* OpenBLAS's cblas.h; declared here as runtime/session.c does */
+
 typedef struct pd__msg {
     int32_t mb;
     void *buf;
@@ -652,6 +654,7 @@ pd_status pd__pipe_create(pd_graph *g, const pd_plan *plan, const pd_train_optio
     p->local.p = p;
     for (int i = 0; i < 4; i++) p->gn[i].t = -1;
     p->fail_stage = -1;
+    bool *need = NULL; /* per virtual stage and tensor: its contexts hold it */
     int *ts = PD_MALLOC(sizeof(int) * (5 * (size_t)g->ntensors + 1));
     int nt = g->ntensors, *tstage = ts, *vlast = ts + nt, *gfirst = ts + 2 * nt, *glast = ts + 3 * nt,
         *bfirst = ts + 4 * nt;
@@ -665,6 +668,10 @@ pd_status pd__pipe_create(pd_graph *g, const pd_plan *plan, const pd_train_optio
     }
     p->nslots = pd__sched_async(kind) ? microbatches + p->P : microbatches; /* async: at most P in flight */
     if ((st = pd_session_create(g, o, &p->s)) != PD_OK) goto fail;
+    /* every stage thread computes alone: BLAS in the calling thread, not a
+     * pool of its own per call that the stages would fight over (the
+     * session set it to its thread count; it is process-wide) */
+    openblas_set_num_threads(1);
     p->o = *pd__session_options(p->s);
     pd__session_slabs(p->s, &p->sl);
     p->pred = pd__session_loss_tensor(p->s);
@@ -730,46 +737,6 @@ pd_status pd__pipe_create(pd_graph *g, const pd_plan *plan, const pd_train_optio
             p->shared = true;
         }
     }
-    /* threads: replica r of worker w, each with its chunks' contexts */
-    for (int w = 0, i = 0; w < p->P; w++)
-        for (int r = 0; r < p->rep[w]; r++, i++) {
-            pd__wk *W = &p->wk[i];
-            W->p = p;
-            W->w = w;
-            W->r = r;
-            W->nrep = p->rep[w];
-            W->x.threads = 1;
-            W->x.g = g;
-            W->x.training = true;
-            W->ch = PD_CALLOC((size_t)p->V, sizeof *W->ch);
-            if (!W->ch) goto nomem;
-            if (r > 0 && !(W->grads = PD_CALLOC((size_t)p->sl.total + 1, sizeof(float)))) goto nomem;
-            for (int c = 0; c < p->V; c++) {
-                pd__chunk *C = &W->ch[c];
-                const pd__vstage *S = &p->vs[c * p->P + w];
-                C->k = c * p->P + w;
-                C->slot = PD_CALLOC((size_t)p->nslots, sizeof *C->slot);
-                C->slot_ver = PD_MALLOC(sizeof(int32_t) * (size_t)p->nslots);
-                C->nstash = pd__sched_async(kind) ? p->P + 1 : 0;
-                C->stash = PD_CALLOC((size_t)C->nstash + 1, sizeof *C->stash);
-                if (!C->slot || !C->slot_ver || !C->stash) goto nomem;
-                if (S->nsp > 0 && !(C->sg = PD_CALLOC((size_t)S->spacked + 1, sizeof(float)))) goto nomem;
-                for (int k = 0; k < p->nslots; k++) {
-                    if ((st = pd__actx_create(p->s, &C->slot[k])) != PD_OK) goto fail;
-                    for (int j = 0; r > 0 && j < S->np; j++) { /* the replica's own gradients */
-                        int pi = S->params[j];
-                        pd__actx_grad(C->slot[k], p->sl.param[pi])->data = W->grads + p->sl.poff[pi];
-                    }
-                    for (int j = 0; j < S->nsp; j++) /* a shared parameter's: its own buffer */
-                        pd__actx_grad(C->slot[k], p->sl.param[S->sp[j]])->data = C->sg + S->spk[j];
-                }
-                for (int k = 0; k < C->nstash; k++) {
-                    C->stash[k].version = -1;
-                    C->stash[k].w = PD_MALLOC(sizeof(float) * ((size_t)S->packed + 1));
-                    if (!C->stash[k].w) goto nomem;
-                }
-            }
-        }
     /* links: activations made at or before virtual stage l (not graph inputs:
      * every stage reads those itself) and read after it */
     for (int l = 0; l + 1 < p->NV; l++) {
@@ -802,13 +769,82 @@ pd_status pd__pipe_create(pd_graph *g, const pd_plan *plan, const pd_train_optio
         }
         p->vs[l + 1].act_bytes += (double)L->act_bytes;
     }
+    /* what each virtual stage's contexts hold: its nodes' (forward and
+     * backward) inputs and outputs, what its links carry in and out, and the
+     * loss's prediction on the last; the rest of the graph has no memory there */
+    need = PD_CALLOC((size_t)p->NV * (size_t)g->ntensors + 1, sizeof(bool));
+    if (!need) goto nomem;
+    for (int k = 0; k < p->NV; k++) {
+        bool *nd = need + (size_t)k * (size_t)g->ntensors;
+        const pd__vstage *S = &p->vs[k];
+        for (int pass = 0; pass < 2; pass++)
+            for (int q = 0; q < (pass ? S->nbnodes : S->nnodes); q++) {
+                const pd__node *n = &g->nodes[pass ? S->bnodes[q] : S->nodes[q]];
+                for (int j = 0; j < n->nin; j++)
+                    if (n->in[j] >= 0) nd[n->in[j]] = true;
+                for (int j = 0; j < n->nout; j++)
+                    if (n->out[j] >= 0) nd[n->out[j]] = true;
+            }
+        for (int l = k - 1; l <= k; l++) {
+            if (l < 0 || l + 1 >= p->NV) continue;
+            const pd__link *L = &p->link[l];
+            for (int q = 0; q < L->nt; q++) nd[L->t[q]] = true;
+            for (int q = 0; q < L->ngt; q++) nd[L->gt[q]] = true;
+            for (int q = 0; q < L->nbt; q++) nd[L->bt[q]] = true;
+        }
+        if (k == p->NV - 1) nd[p->pred] = true;
+        if (p->labels_input >= 0) nd[p->labels_input] = nd[p->labels_input] || k == p->NV - 1;
+    }
+    /* threads: replica r of worker w, each with its chunks' contexts */
+    for (int w = 0, i = 0; w < p->P; w++)
+        for (int r = 0; r < p->rep[w]; r++, i++) {
+            pd__wk *W = &p->wk[i];
+            W->p = p;
+            W->w = w;
+            W->r = r;
+            W->nrep = p->rep[w];
+            W->x.threads = 1;
+            W->x.g = g;
+            W->x.training = true;
+            W->ch = PD_CALLOC((size_t)p->V, sizeof *W->ch);
+            if (!W->ch) goto nomem;
+            if (r > 0 && !(W->grads = PD_CALLOC((size_t)p->sl.total + 1, sizeof(float)))) goto nomem;
+            for (int c = 0; c < p->V; c++) {
+                pd__chunk *C = &W->ch[c];
+                const pd__vstage *S = &p->vs[c * p->P + w];
+                C->k = c * p->P + w;
+                C->slot = PD_CALLOC((size_t)p->nslots, sizeof *C->slot);
+                C->slot_ver = PD_MALLOC(sizeof(int32_t) * (size_t)p->nslots);
+                C->nstash = pd__sched_async(kind) ? p->P + 1 : 0;
+                C->stash = PD_CALLOC((size_t)C->nstash + 1, sizeof *C->stash);
+                if (!C->slot || !C->slot_ver || !C->stash) goto nomem;
+                if (S->nsp > 0 && !(C->sg = PD_CALLOC((size_t)S->spacked + 1, sizeof(float)))) goto nomem;
+                for (int k = 0; k < p->nslots; k++) {
+                    if ((st = pd__actx_create(p->s, need + (size_t)C->k * (size_t)g->ntensors, &C->slot[k])) != PD_OK)
+                        goto fail;
+                    for (int j = 0; r > 0 && j < S->np; j++) { /* the replica's own gradients */
+                        int pi = S->params[j];
+                        pd__actx_grad(C->slot[k], p->sl.param[pi])->data = W->grads + p->sl.poff[pi];
+                    }
+                    for (int j = 0; j < S->nsp; j++) /* a shared parameter's: its own buffer */
+                        pd__actx_grad(C->slot[k], p->sl.param[S->sp[j]])->data = C->sg + S->spk[j];
+                }
+                for (int k = 0; k < C->nstash; k++) {
+                    C->stash[k].version = -1;
+                    C->stash[k].w = PD_MALLOC(sizeof(float) * ((size_t)S->packed + 1));
+                    if (!C->stash[k].w) goto nomem;
+                }
+            }
+        }
     PD_FREE(ts);
+    PD_FREE(need);
     *out = p;
     return PD_OK;
 nomem:
     st = pd__err(PD_ERR_NOMEM, "%s: out of memory building the pipeline", g->path);
 fail:
     PD_FREE(ts);
+    PD_FREE(need);
     pd__pipe_destroy(p);
     return st;
 }
@@ -887,8 +923,9 @@ static pd_status pd__do_forward(pd__wk *W, pd__chunk *C, int mb, int32_t version
     C->slot_ver[mb % p->nslots] = version;
     if (++W->inflight > W->peak_act) W->peak_act = W->inflight;
     pd__actx_zero_grads_of(p->s, c, S->bnodes, S->nbnodes);
-    for (int i = 0; i < g->ninputs; i++) {
+    for (int i = 0; i < g->ninputs; i++) { /* the graph inputs its nodes read */
         int t = g->inputs[i];
+        if (!pd__actx_value(c, t)->data) continue;
         pd_tensor v = pd__rows(t == p->labels_input ? p->labels : &p->inputs[i], p->rows, mb);
         memcpy(pd__actx_value(c, t)->data, v.data, pd__tbytes(g, t));
     }

@@ -626,7 +626,7 @@ void pd__actx_destroy(pd__actx *c) {
     PD_FREE(c);
 }
 
-pd_status pd__actx_create(const pd_session *s, pd__actx **out) {
+pd_status pd__actx_create(const pd_session *s, const bool *need, pd__actx **out) {
     const pd_graph *g = s->g;
     pd__actx *c = PD_CALLOC(1, sizeof *c);
     if (!c) return pd__err(PD_ERR_NOMEM, "out of memory");
@@ -634,6 +634,7 @@ pd_status pd__actx_create(const pd_session *s, pd__actx **out) {
     for (int t = 0; t < g->ntensors; t++) {
         const pd__tensor *x = &g->tensors[t];
         size_t b = pd__al64((size_t)(x->numel > 0 ? x->numel : 0) * pd_dtype_size(x->dtype));
+        if (need && !need[t]) continue;
         if ((x->kind == PD_T_ACT || x->kind == PD_T_INPUT) && x->ndim >= 0) abytes += b;
         if (s->needs_grad[t] && x->kind != PD_T_INIT) gbytes += b;
     }
@@ -653,15 +654,16 @@ pd_status pd__actx_create(const pd_session *s, pd__actx **out) {
     for (int t = 0; t < g->ntensors; t++) {
         const pd__tensor *x = &g->tensors[t];
         c->views[t] = s->views[t]; /* parameters and constants: shared with the session */
-        size_t b = pd__al64((size_t)(x->numel > 0 ? x->numel : 0) * pd_dtype_size(x->dtype));
-        if ((x->kind == PD_T_ACT || x->kind == PD_T_INPUT) && x->ndim >= 0) {
-            c->views[t].data = (char *)c->act + ao;
-            ao += b;
-        }
         c->gviews[t] = s->gviews[t]; /* parameter gradients: the session's slab */
+        size_t b = pd__al64((size_t)(x->numel > 0 ? x->numel : 0) * pd_dtype_size(x->dtype));
+        bool here = !need || need[t];
+        if ((x->kind == PD_T_ACT || x->kind == PD_T_INPUT) && x->ndim >= 0) {
+            c->views[t].data = here ? (char *)c->act + ao : NULL; /* not needed: no memory */
+            if (here) ao += b;
+        }
         if (s->needs_grad[t] && x->kind != PD_T_INIT) {
-            c->gviews[t].data = (char *)c->gact + go;
-            go += b;
+            c->gviews[t].data = here ? (char *)c->gact + go : NULL;
+            if (here) go += b;
         }
     }
     /* the session's argument tables, re-pointed at this context's views */

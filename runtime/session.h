@@ -34,7 +34,10 @@ int pd__session_labels_input(const pd_session *s);
  * context: a backward adds (+=) into the session's gradient slab. A context's
  * parameter view may be re-pointed (pd__actx_value) at another weight version. */
 typedef struct pd__actx pd__actx;
-pd_status pd__actx_create(const pd_session *s, pd__actx **out);
+/* need (NULL: all): per graph tensor, whether the context holds it; the
+ * activations and gradients of the others have no memory (data NULL), so a
+ * pipeline stage's contexts hold only what its nodes and links touch. */
+pd_status pd__actx_create(const pd_session *s, const bool *need, pd__actx **out);
 void pd__actx_destroy(pd__actx *c);
 pd_tensor *pd__actx_value(pd__actx *c, int t); /* graph tensor t's data in this context */
 pd_tensor *pd__actx_grad(pd__actx *c, int t);  /* its gradient (data NULL: none) */

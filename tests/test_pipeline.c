@@ -472,7 +472,7 @@ static void run_split(const char *fx, const pd_tensor *xs, const pd_tensor *ys, 
     pd_status st = load(fx, BATCH, &g);
     if (st == PD_OK) st = pd_session_create(g, &r->o, &s);
     if (st == PD_OK) st = pd__session_slabs(s, &sl);
-    if (st == PD_OK) st = pd__actx_create(s, &c);
+    if (st == PD_OK) st = pd__actx_create(s, NULL, &c);
     int *nodes = g ? malloc(sizeof(int) * (size_t)g->nnodes) : NULL;
     float *part = malloc(sizeof(float) * (size_t)(sl.total + 1));
     float *full = malloc(sizeof(float) * (size_t)(sl.total + 1));
