@@ -11,6 +11,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build} model=${2:-gpt} batch=${3:-32} steps=${4:-60}
 fx=tests/fixtures/$model
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
 data=(--data "$fx/train/sgd/X.npy" --labels "$fx/train/sgd/Y.npy")
 common=(train "$fx/model.onnx" "${data[@]}" --batch "$batch" --steps "$steps" --no-shuffle --threads 1 --lr 0.01)
 export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
@@ -32,4 +34,18 @@ for s in gpipe flush pipedream 2bw; do
   awk -v s="$s" -v mb="$mb" -v r="$r" -v r1="$r1" -v b="$b" \
     'BEGIN { printf "| 2 stages, %s, %d microbatch%s | %s | %.2f | %s |\n", s, mb, mb == 1 ? "" : "es", r, r / r1, b }'
 done
-echo "| 2-way data parallelism | (replicated stages: issue 7) | | | |"
+# 2-way data parallelism: one stage replicated on both cores (threads), each
+# replica half of every minibatch, gradients summed before the update
+"$build/pdonnx" plan "$fx/model.onnx" --workers 1 --batch $((batch / 2)) -o "$tmp/dp.json" > /dev/null
+python3 - "$tmp/dp.json" <<'EOF'
+import json, sys
+p = json.load(open(sys.argv[1]))
+p["stages"][0]["replicas"] = 2
+p["stages"][0]["ranks"] = [0, 1]
+p["workers"] = 2
+json.dump(p, open(sys.argv[1], "w"))
+EOF
+out=$("$build/pdonnx" "${common[@]}" --plan "$tmp/dp.json" --schedule flush --microbatches 2)
+r=$(rate "$out")
+b=$(grep -o 'bubble: [0-9.]*% measured, [0-9.]*% simulated' <<<"$out" | sed 's/bubble: //; s/ measured, / | /; s/ simulated//')
+awk -v r="$r" -v r1="$r1" -v b="$b" 'BEGIN { printf "| 2-way data parallelism (1 stage, 2 replicas) | %s | %.2f | %s |\n", r, r / r1, b }'
