@@ -7,6 +7,7 @@
 #include "avgpipe.h"
 
 #include "../core/schedule.h"
+#include "comm/transport.h"
 #include "pipeline.h"
 #include "session.h"
 
@@ -37,12 +38,21 @@ struct pd__avg {
     int64_t steps;     /* steps done by earlier runs */
     int64_t updates;
     double last_ms;
+    /* under MPI: this process runs one stage of pipeline `me` (pipe[0], x[0]);
+     * peers: the processes holding the same stage of every pipeline */
+    bool mpi;
+    int me;
+    pd__mpi_group *peers;
+    double *d;         /* n: x - centre, summed across the peers (in double, as the one-process update) */
 };
 
 static bool pd__avg_on(const pd__avg *a) { return a->alpha > 0 && a->every > 0; }
 
 int pd__avg_pipelines(const pd__avg *a) { return a ? a->K : 0; }
-struct pd__pipe *pd__avg_pipe(pd__avg *a, int i) { return a && i >= 0 && i < a->K ? a->pipe[i] : NULL; }
+int pd__avg_mine(const pd__avg *a) { return a && a->mpi ? a->me : 0; }
+struct pd__pipe *pd__avg_pipe(pd__avg *a, int i) {
+    return a && i >= 0 && i < (a->mpi ? 1 : a->K) ? a->pipe[i] : NULL; /* under MPI: this process's */
+}
 int64_t pd__avg_updates(const pd__avg *a) { return a ? a->updates : 0; }
 double pd__avg_last_run_ms(const pd__avg *a) { return a ? a->last_ms : 0; }
 
@@ -60,12 +70,15 @@ const float *pd__avg_centre(pd__avg *a, int64_t *n) {
 
 void pd__avg_destroy(pd__avg *a) {
     if (!a) return;
-    if (a->centre && a->x) {
+    int local = a->mpi ? 1 : a->K;
+    if (a->centre && a->x && !a->mpi) {
         pd__avg_centre(a, NULL);
-        for (int i = 0; i < a->K; i++)
+        for (int i = 0; i < local; i++)
             if (a->x[i]) memcpy(a->x[i], a->centre, sizeof(float) * (size_t)a->n);
     }
-    for (int i = 0; a->pipe && i < a->K; i++) pd__pipe_destroy(a->pipe[i]); /* the centre goes back into g[i] */
+    for (int i = 0; a->pipe && i < local; i++) pd__pipe_destroy(a->pipe[i]); /* the centre goes back into g[i] */
+    pd__mpi_group_free(a->peers);
+    PD_FREE(a->d);
     PD_FREE(a->pipe);
     PD_FREE(a->x);
     PD_FREE(a->centre);
@@ -132,6 +145,60 @@ pd_status pd__avg_create(pd_graph *const *g, int K, const pd_plan *plan, const p
     return PD_OK;
 }
 
+pd_status pd__avg_create_mpi(pd_graph *g, int K, const pd_plan *plan, const pd_train_options *o, pd__sched_kind kind,
+                             int microbatches, double alpha, int every, int rank, int size, pd__avg **out) {
+    pd__avg *a = NULL;
+    PD_TRY(pd__avg_create(&g, 1, plan, o, kind, microbatches, 0, 0, &a)); /* this process's pipeline */
+    a->K = K;
+    a->alpha = alpha;
+    a->every = every;
+    a->mpi = true;
+    pd__pipe *p = a->pipe[0];
+    int per = pd__pipe_processes(p);
+    pd_status st = PD_OK;
+    if ((int64_t)per * K != size)
+        st = pd__err(PD_ERR_INVALID,
+                     "avgpipe: %d pipelines of %d processes each (one per stage replica) run as mpirun -np %d, not %d",
+                     K, per, per * K, size);
+    a->me = rank / (per > 0 ? per : 1);
+    /* pipeline me's processes; then the peers: the same stage in every pipeline */
+    if (st == PD_OK) st = pd__pipe_set_ranks_in(p, rank % per, per, a->me);
+    if (st == PD_OK) st = pd__mpi_group_split(rank % per, a->me, &a->peers);
+    if (st == PD_OK && !(a->d = PD_MALLOC(sizeof(double) * ((size_t)a->n + 1)))) st = pd__err(PD_ERR_NOMEM, "out of memory");
+    if (st != PD_OK) {
+        pd__avg_destroy(a);
+        return st;
+    }
+    *out = a;
+    return PD_OK;
+}
+
+/* Across processes: each holds its stages' weights (the others stay at their
+ * initial values, as does its centre of them, so their differences are 0) and
+ * sums x - centre with the same stage's processes of the other pipelines. */
+static pd_status pd__elastic_update_mpi(pd__avg *a) {
+    float *x = a->x[0];
+    for (int64_t j = 0; j < a->n; j++) a->d[j] = (double)x[j] - a->centre[j];
+    PD_TRY(pd__mpi_group_allreduce(a->peers, a->d, a->n, true));
+    for (int64_t j = 0; j < a->n; j++) {
+        double c = a->centre[j], d = (double)x[j] - c;
+        x[j] = (float)((double)x[j] - a->alpha * d);
+        a->centre[j] = (float)(c + a->alpha * a->d[j]);
+    }
+    return PD_OK;
+}
+
+pd_status pd__avg_gather(pd__avg *a) {
+    if (!a || !a->mpi) return PD_OK;
+    if (pd__avg_on(a)) memcpy(a->x[0], a->centre, sizeof(float) * (size_t)a->n);
+    else { /* no centre kept: the pipelines' mean, over the peers */
+        for (int64_t j = 0; j < a->n; j++) a->d[j] = a->x[0][j];
+        PD_TRY(pd__mpi_group_allreduce(a->peers, a->d, a->n, true));
+        for (int64_t j = 0; j < a->n; j++) a->x[0][j] = (float)(a->d[j] / a->K);
+    }
+    return pd__pipe_gather(a->pipe[0]); /* every stage's, into every process's graph */
+}
+
 /* One pipeline's share of a run, on its own thread. */
 typedef struct pd__avg_job {
     pd__pipe *pipe;
@@ -168,7 +235,7 @@ static int64_t pd__avg_ns_now(void) {
 pd_status pd__avg_run(pd__avg *a, int64_t steps, const pd_tensor *const *inputs, const pd_tensor *labels,
                       pd_step_result *results, pd_step_result *per_pipe) {
     if (!a || !inputs || !labels || steps < 1) return pd__err(PD_ERR_INVALID, "pd__avg_run: bad arguments");
-    int K = a->K;
+    int K = a->mpi ? 1 : a->K; /* pipelines run here */
     const pd_graph *g = a->g0;
     int nin = g->ninputs;
     int64_t rows = nin > 0 && g->tensors[g->inputs[0]].ndim > 0 ? g->tensors[g->inputs[0]].shape[0] : 1;
@@ -207,18 +274,35 @@ pd_status pd__avg_run(pd__avg *a, int64_t steps, const pd_tensor *const *inputs,
         done += chunk;
         a->steps += chunk;
         if (pd__avg_on(a) && a->steps % a->every == 0) {
-            pd__elastic_update(a->x, K, a->centre, a->n, a->alpha);
+            if (a->mpi) st = pd__elastic_update_mpi(a);
+            else pd__elastic_update(a->x, K, a->centre, a->n, a->alpha);
             a->updates++;
         }
     }
     a->last_ms = (double)(pd__avg_ns_now() - t0) / 1e6;
-    for (int64_t t = 0; st == PD_OK && results && t < steps; t++) {
+    if (st == PD_OK && a->mpi) { /* every pipeline's losses: this one's row, summed across the peers */
+        double *v = PD_CALLOC((size_t)(a->K * steps), sizeof(double));
+        if (!v) st = pd__err(PD_ERR_NOMEM, "out of memory");
+        for (int64_t t = 0; v && t < steps; t++) v[a->me * steps + t] = pr[t].loss;
+        if (st == PD_OK) st = pd__mpi_group_allreduce(a->peers, v, a->K * steps, true);
+        for (int64_t t = 0; st == PD_OK && t < steps; t++) {
+            double loss = 0;
+            for (int i = 0; i < a->K; i++) loss += v[i * steps + t];
+            if (results) results[t] = pr[t], results[t].loss = loss / a->K;
+            for (int i = 0; per_pipe && i < a->K; i++) {
+                per_pipe[i * steps + t] = pr[t];
+                per_pipe[i * steps + t].loss = v[i * steps + t];
+            }
+        }
+        PD_FREE(v);
+    }
+    for (int64_t t = 0; st == PD_OK && !a->mpi && results && t < steps; t++) {
         double loss = 0;
         for (int i = 0; i < K; i++) loss += pr[i * steps + t].loss;
         results[t] = pr[t];
         results[t].loss = loss / K;
     }
-    if (st == PD_OK && per_pipe) memcpy(per_pipe, pr, sizeof *pr * (size_t)(K * steps));
+    if (st == PD_OK && !a->mpi && per_pipe) memcpy(per_pipe, pr, sizeof *pr * (size_t)(K * steps));
     PD_FREE(pr);
     PD_FREE(view);
     PD_FREE(job);

@@ -31,6 +31,19 @@ typedef struct pd__avg pd__avg;
  * the update a contraction (the paper's stability condition); every >= 0. */
 pd_status pd__avg_create(pd_graph *const *g, int K, const pd_plan *plan, const pd_train_options *o,
                          pd__sched_kind kind, int microbatches, double alpha, int every, pd__avg **out);
+/* Under mpirun: this process (rank of size) runs one stage replica of one of
+ * the K pipelines (pipeline rank / P, P = the plan's processes), on g; the
+ * elastic update sums across the processes holding the same stage of every
+ * pipeline. pd__avg_run then takes this pipeline's data only (inputs[0],
+ * labels[0]) and gives every pipeline's losses (per_pipe) and their mean.
+ * After training, pd__avg_gather puts the centre of every stage into every
+ * process's graph (collective). */
+pd_status pd__avg_create_mpi(pd_graph *g, int K, const pd_plan *plan, const pd_train_options *o, pd__sched_kind kind,
+                             int microbatches, double alpha, int every, int rank, int size, pd__avg **out);
+pd_status pd__avg_gather(pd__avg *a);
+/* The pipeline this process runs (under MPI; 0 otherwise). */
+int pd__avg_mine(const pd__avg *a);
+
 /* Writes the centre into every pipeline's weights and destroys the pipelines
  * (their graphs keep the centre). Accepts NULL. */
 void pd__avg_destroy(pd__avg *a);

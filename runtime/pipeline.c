@@ -1624,7 +1624,9 @@ static pd_status pd__run_remote_end(pd__pipe *p, int64_t n, pd_step_result *res)
 
 int pd__pipe_processes(const pd__pipe *p) { return p->nwk; }
 
-pd_status pd__pipe_set_ranks(pd__pipe *p, int rank, int nranks) {
+pd_status pd__pipe_set_ranks(pd__pipe *p, int rank, int nranks) { return pd__pipe_set_ranks_in(p, rank, nranks, 0); }
+
+pd_status pd__pipe_set_ranks_in(pd__pipe *p, int rank, int nranks, int color) {
     if (nranks != p->nwk)
         return pd__err(PD_ERR_INVALID,
                        "this plan runs as %d processes, one per stage replica (%d stages%s), not %d: mpirun -np %d",
@@ -1639,7 +1641,8 @@ pd_status pd__pipe_set_ranks(pd__pipe *p, int rank, int nranks) {
     }
     int window = 8;
     while (window < 2 * (p->M + p->NV) + 2) window *= 2; /* above what a link holds in flight */
-    pd_status st = pd__mpi_transport_create(p->nwk, p->rank_of, worker_of, p->P, p->NV - 1, window, &p->remote);
+    pd_status st =
+        pd__mpi_transport_create(p->nwk, p->rank_of, worker_of, p->P, p->NV - 1, window, color, &p->remote);
     PD_FREE(worker_of);
     if (st != PD_OK) {
         for (int i = 0; i < p->nwk; i++) p->rank_of[i] = 0;

@@ -161,6 +161,10 @@ pd_status pd__pipe_resume(pd__pipe *p, int64_t b, int nparts, const void *const 
  * (pd__pipe_snap_part gives NULL for the others), decides each boundary
  * itself (so want must depend on b alone), and resumes its own stages. */
 pd_status pd__pipe_set_ranks(pd__pipe *p, int rank, int nranks);
+/* The same for one of several pipelines side by side (AvgPipe): the
+ * processes of color `color` (collective over every process) run this
+ * pipeline, rank and nranks counted among them. */
+pd_status pd__pipe_set_ranks_in(pd__pipe *p, int rank, int nranks, int color);
 /* The processes pd__pipe_set_ranks needs: one per stage replica. */
 int pd__pipe_processes(const pd__pipe *p);
 pd_status pd__pipe_gather(pd__pipe *p);

@@ -70,6 +70,13 @@ check "hybrid: stage 0 on 2 processes, stage 1 on 1, flush" 3 "$tmp/ph.json" flu
 check "hybrid, gpipe" 3 "$tmp/ph.json" gpipe 4
 check "hybrid, flush, gradients clipped to norm 0.5" 3 "$tmp/ph.json" flush 4 --clip-grad-norm 0.5
 
+# AvgPipe: 2 pipelines of 2 stages on 4 processes, the elastic update across the processes holding
+# the same stage: the same losses (each pipeline's too) and centre as the 2 pipelines in one process
+check "avgpipe, 2 pipelines x 2 stages, elastic averaging every 4 steps" 4 "$tmp/p2.json" avgpipe 4 \
+  --parallel-pipelines 2 --elastic-alpha 0.25 --average-every 4
+check "flush, 2 pipelines x 2 stages, no averaging (their mean)" 4 "$tmp/p2.json" flush 4 \
+  --parallel-pipelines 2 --elastic-alpha 0
+
 # the trace: rank 0 writes every process's tracks (pid: the rank), every F and B of both stages
 mpi 2 "$pdonnx" train "$model" --steps 5 --plan "$tmp/p2.json" --schedule flush --microbatches 4 --quiet \
   --trace "$tmp/trace.json" > "$tmp/log" 2>&1

@@ -389,6 +389,8 @@ static bool pd__mp_agree(bool ok, bool final) {
     return low < 0;
 }
 
+static bool pd__mp_agree_final(bool ok) { return pd__mp_agree(ok, true); }
+
 /* Checkpointing a run: the run's description (the manifest's info), and a
  * resume's checkpoint. */
 typedef struct pd__ckrun {
@@ -729,7 +731,7 @@ static int pd__train_avgpipe_hook(pd__targs *a, const pd_cli_avg_args *av, pd_gr
                                   pd_tensor *X, pd_tensor *Y, pd__data *data, int64_t steps, pd__sched_kind kind,
                                   FILE *mf) {
     pd_cli_avg_ctx c = {a->model, a->plan, (int)a->stages, (int)a->microbatches, a->batch, steps, &a->o, kind,
-                        a->quiet, a->trace, g, input, X, Y, data, mf};
+                        a->quiet, a->trace, g, input, X, Y, data, mf, pd__mp.rank, pd__mp.size, pd__mp_agree_final};
     return pd_cli_train_avgpipe(av, &c);
 }
 
@@ -765,8 +767,8 @@ static int pd__train_main(int argc, char **argv) {
         pd_cli_usage_error("train: %s", "give --data X.npy --labels Y.npy (or a MODEL.flags file beside the model)");
         goto out;
     }
-    if (av.given && (a.ckpt_dir || a.resume || a.ckpt_every || pd__mp.size > 1)) {
-        pd_cli_usage_error("train: %s", "--parallel-pipelines runs in one process without checkpoints so far");
+    if (av.given && (a.ckpt_dir || a.resume || a.ckpt_every)) {
+        pd_cli_usage_error("train: %s", "--parallel-pipelines runs without checkpoints so far");
         goto out;
     }
     if (pd__mp.size > 1) { /* mpirun: rank 0 reports and writes; a pipeline of one process per stage replica */

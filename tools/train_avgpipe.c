@@ -8,6 +8,7 @@
 
 #include "../core/schedule.h"
 #include "../runtime/avgpipe.h"
+#include "../runtime/comm/transport.h"
 #include "../runtime/optim.h"
 #include "../runtime/pipeline.h"
 #include "cli.h"
@@ -103,7 +104,26 @@ int pd_cli_train_avgpipe(const pd_cli_avg_args *av, const pd_cli_avg_ctx *c) {
                                 "interleaved), not %s", pd__sched_kind_name(c->kind));
         goto out;
     }
-    if (pd__avg_plan(c, &plan) != PD_OK) {
+    if (c->size > 1) { /* rank 0 plans; every process runs its plan */
+        pd_status ps = c->rank == 0 ? pd__avg_plan(c, &plan) : PD_OK;
+        char *pj = c->rank == 0 && ps == PD_OK ? pd__plan_to_json(plan) : NULL;
+        size_t len = pj ? strlen(pj) : 0;
+        void *buf = pj;
+        if (pd__mpi_bcast(&buf, &len) != PD_OK) {
+            pd_cli_fail();
+            pd__mpi_abort(1);
+        }
+        if (c->rank > 0) {
+            ps = len ? pd__plan_from_json(buf, len, "rank 0's plan", &plan) : pd__err(PD_ERR_INVALID, "rank 0 has no plan");
+            PD_FREE(buf);
+        } else {
+            free(pj);
+        }
+        if (ps != PD_OK) {
+            pd_cli_fail();
+            goto out;
+        }
+    } else if (pd__avg_plan(c, &plan) != PD_OK) {
         pd_cli_fail();
         goto out;
     }
@@ -111,20 +131,38 @@ int pd_cli_train_avgpipe(const pd_cli_avg_args *av, const pd_cli_avg_ctx *c) {
     g[0] = c->g;
     pd_load_options lo = PD_LOAD_OPTIONS_INIT;
     lo.batch = B / c->microbatches;
-    for (int i = 1; i < K; i++)
+    int here = c->size > 1 ? 1 : K; /* pipelines in this process: under mpirun, one stage of one */
+    for (int i = 1; i < here; i++)
         if (pd_graph_load_file(c->model, &lo, &g[i]) != PD_OK) {
             pd_cli_fail();
             goto out;
         }
     if (plan->chunks > 1 && c->kind != PD_SCHED_INTERLEAVED) plan->chunks = 1;
-    if (pd__avg_create(g, K, plan, c->o, c->kind, c->microbatches, av->alpha, (int)av->every, &avg) != PD_OK) {
+    if (c->size > 1) {
+        pd__pipe *probe = NULL; /* the plan's processes per pipeline, checked by every process before any waits */
+        bool fits = pd__pipe_create(c->g, plan, c->o, c->kind, c->microbatches, &probe) == PD_OK &&
+                    (int64_t)pd__pipe_processes(probe) * K == c->size;
+        if (!fits && probe)
+            fprintf(stderr, "pdonnx: %d pipelines of %d processes (one per stage replica) run as mpirun -np %d, not %d\n",
+                    K, pd__pipe_processes(probe), pd__pipe_processes(probe) * K, c->size);
+        else if (!fits)
+            pd_cli_fail();
+        pd__pipe_destroy(probe);
+        if (!c->agree(fits)) goto out;
+        if (pd__avg_create_mpi(c->g, K, plan, c->o, c->kind, c->microbatches, av->alpha, (int)av->every, c->rank,
+                               c->size, &avg) != PD_OK) {
+            pd_cli_fail();
+            goto out;
+        }
+    } else if (pd__avg_create(g, K, plan, c->o, c->kind, c->microbatches, av->alpha, (int)av->every, &avg) != PD_OK) {
         pd_cli_fail();
         goto out;
     }
+    int mine = pd__avg_mine(avg);
     /* pipeline i's steps: stream minibatches i, K + i, 2K + i, ... */
     size_t xr = (size_t)(pd_tensor_numel(c->X) / c->X->shape[0]) * pd_dtype_size(c->X->dtype);
     size_t yr = (size_t)(pd_tensor_numel(c->Y) / c->Y->shape[0]) * pd_dtype_size(c->Y->dtype);
-    for (int i = 0; i < K; i++) {
+    for (int i = 0; i < here; i++) {
         bx[i] = malloc(xr * (size_t)rows + 1);
         by[i] = malloc(yr * (size_t)rows + 1);
         if (!bx[i] || !by[i]) {
@@ -132,7 +170,7 @@ int pd_cli_train_avgpipe(const pd_cli_avg_args *av, const pd_cli_avg_ctx *c) {
             goto out;
         }
         for (int64_t k = 0; k < steps; k++)
-            if (pd__data_fill(c->data, k * K + i, (char *)bx[i] + xr * (size_t)(k * B),
+            if (pd__data_fill(c->data, k * K + i + mine, (char *)bx[i] + xr * (size_t)(k * B),
                               (char *)by[i] + yr * (size_t)(k * B)) != PD_OK) {
                 pd_cli_fail();
                 goto out;
@@ -162,6 +200,10 @@ int pd_cli_train_avgpipe(const pd_cli_avg_args *av, const pd_cli_avg_ctx *c) {
         goto out;
     }
     double total = pd__avg_now() - t0;
+    if (c->size > 1 && pd__avg_gather(avg) != PD_OK) { /* the centre of every stage, for --save */
+        pd_cli_fail();
+        goto out;
+    }
     int64_t every = steps / 10 > 0 ? steps / 10 : 1;
     for (int64_t k = 0; k < steps; k++) {
         if (c->mf) {
@@ -193,7 +235,7 @@ out:
     pd__avg_destroy(avg); /* every graph, c->g included, gets the centre */
     pd_plan_destroy(plan);
     for (int i = 1; g && i < K; i++) pd_graph_destroy(g[i]);
-    for (int i = 0; bx && by && i < K; i++) free(bx[i]), free(by[i]);
+    for (int i = 0; bx && by && i < K; i++) free(bx[i]), free(by[i]); /* (NULL beyond this process's) */
     free(g);
     free(bx);
     free(by);

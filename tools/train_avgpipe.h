@@ -37,6 +37,8 @@ typedef struct pd_cli_avg_ctx {
     const pd_tensor *X, *Y;
     pd__data *data;             /* the stream: pipeline i takes minibatches t*K + i */
     FILE *mf;                   /* metrics (may be NULL) */
+    int rank, size;             /* under mpirun: this process and the job's (size 1: one process) */
+    bool (*agree)(bool ok);     /* under mpirun: every process ready to train (false: one is not) */
 } pd_cli_avg_ctx;
 
 /* Trains; g gets the centre. 0, or 1 after printing the error. */

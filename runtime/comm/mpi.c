@@ -300,10 +300,10 @@ static const pd__transport_i pd__mpi_vt = {"mpi", pd__mx_get, pd__mx_send, pd__m
                                            pd__mx_allreduce, pd__mx_flush, pd__mx_destroy};
 
 pd_status pd__mpi_transport_create(int nthreads, const int *rank_of, const int *worker_of, int nworkers, int nlinks,
-                                   int window, pd__transport **out) {
+                                   int window, int color, pd__transport **out) {
     if (!pd__mpi_on) return pd__err(PD_ERR_INVALID, "MPI is not initialized");
-    int me, tag_ub_flag = 0, *tag_ub = NULL;
-    MPI_Comm_rank(MPI_COMM_WORLD, &me);
+    int me, world_me, tag_ub_flag = 0, *tag_ub = NULL;
+    MPI_Comm_rank(MPI_COMM_WORLD, &world_me);
     MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &tag_ub, &tag_ub_flag);
     int64_t need = (int64_t)window * 2 * (nlinks > 0 ? nlinks : 1);
     if (tag_ub_flag && tag_ub && need > *tag_ub)
@@ -326,7 +326,10 @@ pd_status pd__mpi_transport_create(int nthreads, const int *rank_of, const int *
     memcpy(x->rank_of, rank_of, sizeof(int) * (size_t)nthreads);
     for (int w = 0; w < nworkers; w++) x->group[w] = MPI_COMM_NULL;
     pd_status st = PD_OK;
-    if (MPI_Comm_dup(MPI_COMM_WORLD, &x->comm) != MPI_SUCCESS) st = pd__err(PD_ERR_IO, "MPI: cannot duplicate the world");
+    /* this pipeline's processes: those of its color, numbered as rank_of numbers them */
+    if (MPI_Comm_split(MPI_COMM_WORLD, color, world_me, &x->comm) != MPI_SUCCESS)
+        st = pd__err(PD_ERR_IO, "MPI: cannot make the pipeline's communicator");
+    if (st == PD_OK) MPI_Comm_rank(x->comm, &me);
     for (int w = 0; st == PD_OK && w < nworkers; w++) { /* collective: every process, every worker */
         int mine = 0, members = 0;
         for (int i = 0; i < nthreads; i++)
@@ -340,6 +343,37 @@ pd_status pd__mpi_transport_create(int nthreads, const int *rank_of, const int *
     }
     *out = &x->base;
     return PD_OK;
+}
+
+struct pd__mpi_group {
+    MPI_Comm comm;
+};
+
+pd_status pd__mpi_group_split(int color, int key, pd__mpi_group **out) {
+    pd__mpi_group *g = PD_CALLOC(1, sizeof *g);
+    if (!g) return pd__err(PD_ERR_NOMEM, "out of memory");
+    if (MPI_Comm_split(MPI_COMM_WORLD, color, key, &g->comm) != MPI_SUCCESS) {
+        PD_FREE(g);
+        return pd__err(PD_ERR_IO, "MPI: cannot split the world (color %d)", color);
+    }
+    *out = g;
+    return PD_OK;
+}
+
+pd_status pd__mpi_group_allreduce(pd__mpi_group *g, void *data, int64_t n, bool f64) {
+    for (int64_t off = 0; off < n;) {
+        int k = n - off > (1 << 30) ? 1 << 30 : (int)(n - off);
+        void *at = (char *)data + (size_t)off * (f64 ? 8 : 4);
+        PD_MPI_TRY(MPI_Allreduce(MPI_IN_PLACE, at, k, f64 ? MPI_DOUBLE : MPI_FLOAT, MPI_SUM, g->comm), "all-reduce");
+        off += k;
+    }
+    return PD_OK;
+}
+
+void pd__mpi_group_free(pd__mpi_group *g) {
+    if (!g) return;
+    MPI_Comm_free(&g->comm);
+    PD_FREE(g);
 }
 
 #else /* no MPI */
@@ -375,9 +409,18 @@ pd_status pd__mpi_allreduce_f64(double *v, int64_t n) {
     return pd__no_mpi();
 }
 pd_status pd__mpi_transport_create(int nthreads, const int *rank_of, const int *worker_of, int nworkers, int nlinks,
-                                   int window, pd__transport **out) {
-    (void)nthreads, (void)rank_of, (void)worker_of, (void)nworkers, (void)nlinks, (void)window, (void)out;
+                                   int window, int color, pd__transport **out) {
+    (void)nthreads, (void)rank_of, (void)worker_of, (void)nworkers, (void)nlinks, (void)window, (void)color, (void)out;
     return pd__no_mpi();
 }
+pd_status pd__mpi_group_split(int color, int key, pd__mpi_group **out) {
+    (void)color, (void)key, (void)out;
+    return pd__no_mpi();
+}
+pd_status pd__mpi_group_allreduce(pd__mpi_group *g, void *data, int64_t n, bool f64) {
+    (void)g, (void)data, (void)n, (void)f64;
+    return pd__no_mpi();
+}
+void pd__mpi_group_free(pd__mpi_group *g) { (void)g; }
 
 #endif

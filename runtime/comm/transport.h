@@ -3,7 +3,9 @@
  * implementations: in-process queues between the threads of one process
  * (runtime/pipeline.c) and MPI point-to-point between processes
  * (runtime/comm/mpi.c). The pipeline picks, for every message, the one that
- * reaches its peer.
+ * reaches its peer. Under MPI a pipeline's processes are those of one color
+ * (a communicator split from the world: AvgPipe runs K pipelines side by side);
+ * rank_of numbers them within it.
  *
  * A message is identified by its link l (virtual stage l to l+1), its
  * direction (0: activations forward, 1: gradients backward) and its
@@ -62,6 +64,15 @@ pd_status pd__mpi_allreduce_f64(double *v, int64_t n);
  * groups); links and window: tags are (mb mod window, dir, link), so a
  * window larger than the microbatches in flight on a link cannot collide. */
 pd_status pd__mpi_transport_create(int nthreads, const int *rank_of, const int *worker_of, int nworkers, int nlinks,
-                                   int window, pd__transport **out);
+                                   int window, int color, pd__transport **out);
+
+/* A communicator of the processes that give the same color (collective over
+ * every process), ranked by key: AvgPipe's processes holding the same stage
+ * of the K pipelines. */
+typedef struct pd__mpi_group pd__mpi_group;
+pd_status pd__mpi_group_split(int color, int key, pd__mpi_group **out);
+/* Sums n values (floats, or doubles when f64) in place across the group. */
+pd_status pd__mpi_group_allreduce(pd__mpi_group *g, void *data, int64_t n, bool f64);
+void pd__mpi_group_free(pd__mpi_group *g);
 
 #endif
