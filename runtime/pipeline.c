@@ -610,16 +610,20 @@ static pd_status pd__shape(pd__pipe *p, const pd_plan *plan) {
     p->bar = PD_CALLOC((size_t)p->P, sizeof(pd__bar));
     if (!p->rep || !p->bar) return pd__err(PD_ERR_NOMEM, "out of memory");
     p->nwk = 0;
+    /* PipeDream-2BW's width: w pipelines whose stages all-reduce their
+     * gradients, which is every stage replicated w times */
+    int width = plan->algo == PD_ALGO_2BW && plan->width > 1 ? plan->width : 1;
     for (int w = 0; w < p->P; w++) {
         int r = plan->stage ? plan->stage[w].replicas : 1;
         if (r < 1) r = 1;
+        r *= width;
         for (int c = 1; c < V; c++)
             if (plan->stage && plan->stage[c * p->P + w].replicas > 1) r = 2;
-        if (r > 1 && pd__sched_async(p->kind))
+        if (r > 1 && p->kind == PD_SCHED_PIPEDREAM)
             return pd__err(PD_ERR_UNSUPPORTED,
-                           "pipeline: stage %d is replicated; replicas run only under the flushing schedules (gpipe, "
-                           "flush, zb-h1, interleaved) so far, not %s",
-                           w, pd__sched_kind_name(p->kind));
+                           "pipeline: stage %d is replicated; pipedream updates after every microbatch, which one "
+                           "replica would take (replicas run under gpipe, flush, zb-h1, interleaved and 2bw)",
+                           w);
         if (r > 256) return pd__err(PD_ERR_INVALID, "plan: stage %d has %d replicas", w, r);
         p->rep[w] = r;
         p->nwk += r;
@@ -1147,6 +1151,12 @@ static pd_status pd__do_step(pd__wk *W, int mb, int32_t version, int k, bool *st
         }
     }
     for (int c = 0; c < p->V; c++) PD_TRY(pd__stash_live(p, &W->ch[c], k));
+    /* replicas sharing the weights keep their own stashes (2bw): every one has
+     * copied the version being replaced before replica 0 writes the next */
+    if (W->nrep > 1 && !p->remote && pd__sched_async(p->kind) && !pd__barrier(p, W->w)) {
+        *stop = true;
+        return PD_OK;
+    }
     int64_t t = ++W->updates;
     double lr = pd__lr_at(&p->o, t);
     for (int c = 0; updater && c < p->V; c++) {
@@ -1745,7 +1755,7 @@ pd_status pd__pipe_run(pd__pipe *p, int64_t minibatches, const pd_tensor *inputs
             for (int k = 0; k < len; k++) {
                 const pd__instr *in = &sched->ins[W->w][k];
                 bool names = in->op == PD_I_F || in->op == PD_I_B || in->op == PD_I_W;
-                if (!names || in->chunk != c) continue;
+                if (!names || in->chunk != c || !pd__mine(W, in)) continue; /* a replica: the versions it uses */
                 if (in->version < 0 || in->version >= nv) {
                     st = pd__err(PD_ERR_INTERNAL, "stage %d, instruction %d names weight version %d", W->w, k,
                                  (int)in->version);

@@ -16,7 +16,9 @@
  * Bi-Partition plans (bwd_stage != fwd_stage for nodes without parameters)
  * run under every schedule without chunks.
  * Replicas under interleaved too (a replicated worker holds all its chunks
- * on every replica). Not yet: replicas under pipedream or 2bw; bipartition with
+ * on every replica) and 2bw (each replica its own stash; a 2bw plan's width
+ * w is every stage replicated w times). Not yet: replicas under pipedream;
+ * bipartition with
  * chunks. Tied weights (a parameter read by several stages: the first owns
  * and updates it, the others add their gradients into buffers of their own,
  * summed into the owner's when every stage meets at STEP) under the flushing

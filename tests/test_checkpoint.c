@@ -430,6 +430,7 @@ int main(int argc, char **argv) {
         check_schedule(fx, &m, PD_SCHED_INTERLEAVED, false, 2, 2, 2);
         rep0 = 2;
         check_schedule(fx, &m, PD_SCHED_FLUSH, false, 2, 1, 4);
+        check_schedule(fx, &m, PD_SCHED_2BW, false, 2, 1, 4); /* each replica's stash restored */
         rep0 = 1;
         check_refusals(fx, &m);
         free_model(&m);

@@ -604,7 +604,7 @@ static void run_refusals(const char *fx, const ref *r) {
         plan->chunks = 1;
         plan->stage[1].replicas = 2;
     }
-    pd_status c = st == PD_OK ? pd__pipe_create(g, plan, &r->o, PD_SCHED_2BW, 4, &p) : st;
+    pd_status c = st == PD_OK ? pd__pipe_create(g, plan, &r->o, PD_SCHED_PIPEDREAM, 1, &p) : st;
     char mc[512];
     snprintf(mc, sizeof mc, "%s", pd_last_error());
     pd__pipe_destroy(p);
@@ -619,6 +619,20 @@ static void run_refusals(const char *fx, const ref *r) {
     pd__pipe_destroy(p);
     p = NULL;
     if (st == PD_OK) plan->bwd_stage[0] = plan->fwd_stage[0];
+    /* a PipeDream-2BW plan of width 2: two pipelines, so every stage twice */
+    if (st == PD_OK) {
+        plan->stage[1].replicas = 1;
+        plan->chunks = 1;
+        plan->algo = PD_ALGO_2BW;
+        plan->width = 2;
+    }
+    pd_status w2 = st == PD_OK ? pd__pipe_create(g, plan, &r->o, PD_SCHED_2BW, 4, &p) : st;
+    CHECK(w2 == PD_OK && pd__pipe_processes(p) == 2 * plan->n_stages,
+          "a 2bw plan of width 2 and %d stages runs %d threads, every stage twice", plan->n_stages,
+          p ? pd__pipe_processes(p) : -1);
+    pd__pipe_destroy(p);
+    p = NULL;
+    if (st == PD_OK) plan->algo = PD_ALGO_PIPEDREAM, plan->width = 1;
     pd_train_options clip = r->o;
     clip.clip_grad_norm = 1;
     pd_status e = st == PD_OK ? pd__pipe_create(g, plan, &clip, PD_SCHED_PIPEDREAM, 1, &p) : st;
@@ -628,7 +642,7 @@ static void run_refusals(const char *fx, const ref *r) {
     CHECK(a == PD_ERR_INVALID && strstr(ma, "interleaved needs a plan with chunks") && b == PD_ERR_INVALID &&
               strstr(mb, "runs only under interleaved") && c == PD_ERR_UNSUPPORTED && strstr(mc, "replicated") &&
               d == PD_ERR_UNSUPPORTED && strstr(md, "bipartition"),
-          "refused, with reasons: interleaved without chunks (%s); chunks under flush (%s); replicas under 2bw (%s); "
+          "refused, with reasons: interleaved without chunks (%s); chunks under flush (%s); replicas under pipedream (%s); "
           "a backward on another stage (%s)",
           ma, mb, mc, md);
     pd_plan_destroy(plan);
@@ -793,6 +807,9 @@ static void run_model(const char *fixtures, const char *model, bool full, pd_los
         run_pipe_ex(fx, &xs, &ys, &refs[0], 2, 2, PD_SCHED_INTERLEAVED, 2, NULL);
         run_pipe_ex(fx, &xs, &ys, &refs[0], 2, 4, PD_SCHED_INTERLEAVED, 2, NULL);
         run_pipe_ex(fx, &xs, &ys, &refs[1], 2, 4, PD_SCHED_INTERLEAVED, 2, NULL);
+        /* 2bw with replicated stages: replicas take microbatches in turn, each keeps its own stash */
+        const int rb[][3] = {{2, 1, 1}, {1, 2, 1}, {2, 2, 2}};
+        for (int i = 0; i < 3; i++) run_pipe_ex(fx, &xs, &ys, &refs[2], 3, 4, PD_SCHED_2BW, 1, rb[i]);
         const int rw[][2] = {{2, 1}, {1, 2}, {2, 2}}; /* a replicated worker holds both its chunks twice */
         for (int i = 0; i < 3; i++) run_pipe_ex(fx, &xs, &ys, &refs[0], 2, 4, PD_SCHED_INTERLEAVED, 2, rw[i]);
         /* replicated stages */
