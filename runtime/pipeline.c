@@ -162,6 +162,7 @@ struct pd__pipe {
     pd__transport *remote;
     int rank;
     int *rank_of, *wbase; /* per thread; per worker: its first thread */
+    int *first_rank;      /* per worker: the plan's rank of its replica 0 */
     int fail_stage, fail_op, fail_mb; /* test hook: this instruction fails */
     double last_ms;
     /* snapshots (docs/CHECKPOINT.md): part[w] holds worker w's records,
@@ -515,6 +516,7 @@ void pd__pipe_destroy(pd__pipe *p) {
     if (p->remote) p->remote->vt->destroy(p->remote);
     PD_FREE(p->rank_of);
     PD_FREE(p->wbase);
+    PD_FREE(p->first_rank);
     PD_FREE(p->wk);
     PD_FREE(p->vs);
     PD_FREE(p->rep);
@@ -628,6 +630,9 @@ static pd_status pd__shape(pd__pipe *p, const pd_plan *plan) {
         p->rep[w] = r;
         p->nwk += r;
     }
+    p->first_rank = PD_CALLOC((size_t)p->P + 1, sizeof(int)); /* the plan's stage_to_rank */
+    for (int w = 0; p->first_rank && w < p->P; w++)
+        p->first_rank[w] = plan->stage && plan->stage[w].first_rank >= 0 ? plan->stage[w].first_rank : -1;
     p->wbase = PD_CALLOC((size_t)p->P + 1, sizeof(int));
     p->rank_of = PD_CALLOC((size_t)p->nwk + 1, sizeof(int)); /* every thread here until pd__pipe_set_ranks */
     if (!p->wbase || !p->rank_of) return pd__err(PD_ERR_NOMEM, "out of memory");
@@ -1645,9 +1650,18 @@ pd_status pd__pipe_set_ranks_in(pd__pipe *p, int rank, int nranks, int color) {
     if (p->shared) return pd__err(PD_ERR_UNSUPPORTED, "tied weights across MPI processes are not supported yet");
     int *worker_of = PD_MALLOC(sizeof(int) * (size_t)p->nwk);
     if (!worker_of) return pd__err(PD_ERR_NOMEM, "out of memory");
+    /* the plan's stage_to_rank (its stages' consecutive ranks), when it is a
+     * mapping onto 0 .. nranks-1; otherwise contiguous, stage by stage */
+    bool planned = p->first_rank != NULL;
+    for (int w = 0; planned && w < p->P; w++)
+        planned = p->first_rank[w] >= 0 && p->first_rank[w] + p->rep[w] <= nranks;
+    for (int w = 0; planned && w < p->P; w++) /* no two stages on one rank */
+        for (int q = 0; planned && q < w; q++)
+            planned = p->first_rank[w] >= p->first_rank[q] + p->rep[q] || p->first_rank[q] >= p->first_rank[w] + p->rep[w];
     for (int i = 0; i < p->nwk; i++) {
-        p->rank_of[i] = i; /* contiguous: stage by stage, replica by replica */
-        worker_of[i] = p->wk[i].w;
+        const pd__wk *W = &p->wk[i];
+        p->rank_of[i] = planned ? p->first_rank[W->w] + W->r : i;
+        worker_of[i] = W->w;
     }
     int window = 8;
     while (window < 2 * (p->M + p->NV) + 2) window *= 2; /* above what a link holds in flight */

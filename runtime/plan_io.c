@@ -215,6 +215,22 @@ static pd_status pd__plan_parse(const char *path, const cJSON *r, pd_plan *p) {
         PD_TRY(pd__num(path, it, "replicas", false, 1, 1 << 20, &rep));
         st->replicas = (int)rep;
         st->first_rank = rank;
+        const cJSON *rk = cJSON_GetObjectItem(it, "ranks"); /* stage_to_rank: consecutive ranks per stage */
+        if (rk) {
+            if (!cJSON_IsArray(rk) || cJSON_GetArraySize(rk) != st->replicas)
+                return pd__err(PD_ERR_PARSE, "%s: plan: stage %d's \"ranks\" must list its %d replicas' ranks", path, s,
+                               st->replicas);
+            for (int q = 0; q < st->replicas; q++) {
+                const cJSON *v = cJSON_GetArrayItem(rk, q);
+                if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble > 1 << 20 ||
+                    (q > 0 && v->valuedouble != (double)st->first_rank + q))
+                    return pd__err(PD_ERR_PARSE,
+                                   "%s: plan: stage %d's \"ranks\" must be consecutive whole numbers (a stage's "
+                                   "replicas sit on consecutive ranks)",
+                                   path, s);
+                if (q == 0) st->first_rank = (int)v->valuedouble;
+            }
+        }
         rank += st->replicas;
         const char *keys[] = {"fwd_ms", "bwd_in_ms", "bwd_w_ms", "param_bytes", "optim_bytes", "act_bytes",
                               "in_bytes", "out_bytes", "send_ms", "allreduce_ms", "time_ms", "memory_bytes"};
@@ -240,6 +256,21 @@ static pd_status pd__plan_parse(const char *path, const cJSON *r, pd_plan *p) {
     for (v = 0; v < p->n_nodes; v++) {
         if (!has_bwd) p->bwd_stage[v] = p->fwd_stage[v];
         else if (p->bwd_stage[v] < 0) return pd__err(PD_ERR_PARSE, "%s: plan: node '%s' has no backward stage", path, p->node_name[v]);
+    }
+    /* the workers' ranks (a worker's chunks sit on its ranks) are 0 .. N-1, each once */
+    int workers = p->n_stages / p->chunks, total = 0;
+    for (int w = 0; w < workers; w++) total += p->stage[w].replicas;
+    for (int k = workers; k < p->n_stages; k++) p->stage[k].first_rank = p->stage[k % workers].first_rank;
+    for (int w = 0; w < workers; w++) {
+        const pd__stage *a = &p->stage[w];
+        if (a->first_rank + a->replicas > total)
+            return pd__err(PD_ERR_PARSE, "%s: plan: stage %d's ranks go beyond the %d processes of the plan", path, w,
+                           total);
+        for (int q = 0; q < w; q++) {
+            const pd__stage *b = &p->stage[q];
+            if (a->first_rank < b->first_rank + b->replicas && b->first_rank < a->first_rank + a->replicas)
+                return pd__err(PD_ERR_PARSE, "%s: plan: stages %d and %d share ranks", path, q, w);
+        }
     }
     return PD_OK;
 }

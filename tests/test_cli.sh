@@ -253,5 +253,11 @@ else
   notok "plan --algo avgpipe: $(tail -c 600 "$tmp/out") $(tail -c 300 "$tmp/out2" 2>/dev/null)"
 fi
 
+# a plan's stage_to_rank: a stage's replicas on consecutive ranks, no rank twice
+"$pdonnx" plan "$ex/digits_mlp.onnx" --batch 8 --workers 2 --straight -o "$tmp/rk.json" > /dev/null 2>&1
+sed 's/"ranks":[[:space:]]*\[1\]/"ranks": [0]/' "$tmp/rk.json" > "$tmp/rk_shared.json"
+expect_error "a plan with two stages on one rank" "stages 0 and 1 share ranks" \
+  "$pdonnx" train "$ex/digits_mlp.onnx" --steps 2 --plan "$tmp/rk_shared.json"
+
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -44,6 +44,12 @@ p["stages"][1]["ranks"] = [2]
 p["workers"] = 3
 json.dump(p, open(sys.argv[2], "w"))
 EOF
+python3 - "$tmp/p2.json" "$tmp/pswap.json" <<'EOF'
+import json, sys
+p = json.load(open(sys.argv[1]))
+p["stages"][0]["ranks"], p["stages"][1]["ranks"] = [1], [0]  # stage_to_rank: stage 0 on rank 1
+json.dump(p, open(sys.argv[2], "w"))
+EOF
 
 check() { # name np plan schedule microbatches [flags...]
   local name=$1 np=$2 plan=$3 sch=$4 mb=$5
@@ -68,6 +74,17 @@ check "2bw, 3 stages" 3 "$tmp/p3.json" 2bw 2
 check "interleaved, 2 workers x 2 chunks" 2 "$tmp/pi.json" interleaved 4
 check "hybrid: stage 0 on 2 processes, stage 1 on 1, flush" 3 "$tmp/ph.json" flush 4
 check "hybrid, gpipe" 3 "$tmp/ph.json" gpipe 4
+check "flush, the plan's stage_to_rank: stage 0 on rank 1, stage 1 on rank 0" 2 "$tmp/pswap.json" flush 4 \
+  --trace "$tmp/swap.json"
+if python3 -c "
+import json, sys
+ev = json.load(open(sys.argv[1]))
+names = {(e['pid'], e['args']['name']) for e in ev if e.get('name') == 'thread_name'}
+sys.exit(0 if names == {(0, 'stage 1'), (1, 'stage 0')} else 1)" "$tmp/swap.json"; then
+  ok "stage_to_rank: rank 0 ran stage 1 and rank 1 stage 0 (the trace's tracks)"
+else
+  bad "stage_to_rank: the trace does not show the plan's mapping"
+fi
 check "hybrid, flush, gradients clipped to norm 0.5" 3 "$tmp/ph.json" flush 4 --clip-grad-norm 0.5
 
 # AvgPipe: 2 pipelines of 2 stages on 4 processes, the elastic update across the processes holding
