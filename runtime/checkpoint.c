@@ -263,7 +263,7 @@ pd_status pd__ckpt_finalize(const char *dir, int64_t step, const char *info_json
             }
             clock_gettime(CLOCK_MONOTONIC, &t1);
             if ((double)(t1.tv_sec - t0.tv_sec) > timeout_s) {
-                st = pd__err(PD_ERR_IO, "%s: part %d never came (%.0f s)", tmp, i, timeout_s);
+                st = pd__err(PD_ERR_IO, "%s: part %d never came (waited %g s)", tmp, i, timeout_s);
                 break;
             }
             struct timespec nap = {0, 5000000};

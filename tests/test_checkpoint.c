@@ -355,6 +355,21 @@ static void check_disk(void) {
     st = pd__ckpt_write("/proc/pd_no_such/dir", 1, NULL, 2, parts, lens, 0);
     CHECK(st == PD_ERR_IO && strstr(pd_last_error(), "/proc/pd_no_such"), "disk: an unwritable folder: %s",
           pd_last_error());
+    /* written by several processes: each its parts, one the manifest once all are in */
+    a[0] = 'V';
+    st = pd__ckpt_write_part(dir, 70, 1, b, lens[1]);
+    if (st == PD_OK) st = pd__ckpt_write_part(dir, 70, 0, a, lens[0]);
+    if (st == PD_OK) st = pd__ckpt_finalize(dir, 70, "{\"schedule\": \"flush\"}", 2, 0, 5);
+    r = st == PD_OK ? pd__ckpt_read_latest(dir, &c, warn_collect, warns) : st;
+    CHECK(r == PD_OK && c.step == 70 && c.nparts == 2 && ((char *)c.parts[0])[0] == 'V' && c.lens[1] == lens[1] &&
+              memcmp(c.parts[1], b, lens[1]) == 0,
+          "disk: a checkpoint written part by part, then its manifest, reads back whole");
+    if (r == PD_OK) pd__ckpt_free(&c);
+    st = pd__ckpt_write_part(dir, 80, 0, a, lens[0]); /* part 1 never comes */
+    pd_status fz = st == PD_OK ? pd__ckpt_finalize(dir, 80, NULL, 2, 0, 0.05) : st;
+    snprintf(p, sizeof p, "%s/ckpt-000000000080", dir);
+    CHECK(fz == PD_ERR_IO && strstr(pd_last_error(), "part 1 never came") && stat(p, &sb) != 0,
+          "disk: a part that never comes: no checkpoint, the wait ends (%s)", pd_last_error());
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     CHECK(system(cmd) == 0, "disk: cleaned up");
