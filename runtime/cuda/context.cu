@@ -108,6 +108,11 @@ extern "C" pd__cuda_precision pd__cuda_get_precision(const pd__cuda_ctx *c) { re
 extern "C" int pd__cuda_device(const pd__cuda_ctx *c) { return c->device; }
 extern "C" void *pd__cuda_stream(pd__cuda_ctx *c) { return (void *)c->stream; }
 
+extern "C" pd_status pd__cuda_bind(pd__cuda_ctx *c) {
+    PD_CU(cudaSetDevice(c->device));
+    return PD_OK;
+}
+
 extern "C" pd_status pd__cuda_sync(pd__cuda_ctx *c) {
     PD_CU(cudaStreamSynchronize(c->stream));
     return pd__cu_check_flag(c, "a kernel");

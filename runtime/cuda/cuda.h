@@ -19,7 +19,8 @@
  *
  * Every call runs on the context's stream, in order; only the downloads,
  * pd__cuda_sync and the calls that return a host value wait for it. A context
- * belongs to one thread at a time (one per pipeline stage). Errors of CUDA,
+ * belongs to one thread at a time (one per pipeline stage; a thread other
+ * than its creator calls pd__cuda_bind first). Errors of CUDA,
  * cuBLAS and cuDNN come back as pd_status with "file:line: call: reason" in
  * pd_last_error().
  *
@@ -64,6 +65,9 @@ void pd__cuda_ctx_destroy(pd__cuda_ctx *c);
 void pd__cuda_set_precision(pd__cuda_ctx *c, pd__cuda_precision p);
 pd__cuda_precision pd__cuda_get_precision(const pd__cuda_ctx *c);
 int pd__cuda_device(const pd__cuda_ctx *c);
+/* Makes the context's device current for the calling thread: a thread other
+ * than the creator calls it once before using the context (a stage worker). */
+pd_status pd__cuda_bind(pd__cuda_ctx *c);
 /* The cudaStream_t, for a caller that records events between stages. */
 void *pd__cuda_stream(pd__cuda_ctx *c);
 /* Waits until everything queued on the stream has run; reports its errors. */
