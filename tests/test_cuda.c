@@ -13,6 +13,9 @@
  *
  * Exits 77 (meson's "skipped") when pd__cuda_device_count() is 0: no GPU,
  * no driver. Prints OK / NOT OK per check with the error found.
+ * `test_cuda --cases` needs no device: it checks that every case is well
+ * formed (shape rule, CPU forward and backward, supports_op), test
+ * 'cuda-cases'.
  */
 #include "../runtime/cuda/cuda.h"
 #include "../runtime/loss.h"
@@ -76,6 +79,36 @@ static bool prep(gc *c) {
     return true;
 }
 
+/* --cases: the cases' construction alone (shape rules, the CPU forward and
+ * backward, supports_op), without a device: catches a wrong case here. */
+static bool cases_only;
+
+static void cpu_case(const char *what, gc *c, uint32_t mask) {
+    pd__node *n = &c->node;
+    pd_tensor hiv[16], hov[16], *hi[16], *ho[16], hdo[16], *hdop[16], hdi[16], *hdip[16];
+    gc__views(c, hiv, hi, hov, ho);
+    pd__exec x = {.threads = 1, .g = c->g, .training = c->training, .seed = 1234};
+    pd_status s = pd__cpu_run(&x, c->g, n, hi, ho);
+    for (int j = 0; j < c->nout; j++) {
+        hdo[j] = *ho[j];
+        hdo[j].data = calloc((size_t)pd_tensor_numel(ho[j]) + 1, sizeof(float));
+        hdop[j] = &hdo[j];
+    }
+    for (int i = 0; i < c->nin; i++) {
+        hdip[i] = NULL;
+        if (!hi[i] || !((mask >> i) & 1)) continue;
+        hdi[i] = *hi[i];
+        hdi[i].data = calloc((size_t)pd_tensor_numel(hi[i]) + 1, sizeof(float));
+        hdip[i] = &hdi[i];
+    }
+    if (s == PD_OK && mask) s = pd__cpu_run_bwd(&x, c->g, n, hi, ho, hdop, hdip);
+    CHECK(s == PD_OK, "%s: the case runs on the CPU (%s)", what, s == PD_OK ? "ok" : pd_last_error());
+    for (int j = 0; j < c->nout; j++) free(hdo[j].data);
+    for (int i = 0; i < c->nin; i++)
+        if (hdip[i]) free(hdi[i].data);
+    free(x.scratch);
+}
+
 /* One node on both backends: forward outputs (and, in training, the inputs
  * updated in place), then the gradients of the inputs in `mask`. */
 static void run_case(const char *what, gc *c, uint32_t mask, double tol) {
@@ -85,6 +118,10 @@ static void run_case(const char *what, gc *c, uint32_t mask, double tol) {
         return;
     }
     CHECK(pd__cuda_supports_op(c->g, n), "%s: supported", what);
+    if (cases_only) {
+        cpu_case(what, c, mask);
+        return;
+    }
     int nin = c->nin, nout = c->nout;
     pd_tensor hiv[16], hov[16], *hi[16], *ho[16], div_[16], dov[16], *di[16], *dO[16];
     gc__views(c, hiv, hi, hov, ho);
@@ -683,9 +720,25 @@ static void test_refusals(void) {
     gc_free(c);
 }
 
+static void run_cases(void) {
+    test_unary();
+    test_binary();
+    test_gemm();
+    test_matmul();
+    test_conv();
+    test_norms();
+    test_pool();
+    test_softmax();
+    test_tensor();
+}
+
 int main(int argc, char **argv) {
-    (void)argc;
-    (void)argv;
+    if (argc > 1 && !strcmp(argv[1], "--cases")) {
+        cases_only = true;
+        run_cases();
+        test_refusals();
+        return check_summary();
+    }
     int n = pd__cuda_device_count();
     if (n == 0) {
         printf("no CUDA device (or no driver): skipped\n");
@@ -697,15 +750,7 @@ int main(int argc, char **argv) {
     }
     printf("# %d CUDA device(s); testing on device 0 in fp32\n", n);
     test_alloc();
-    test_unary();
-    test_binary();
-    test_gemm();
-    test_matmul();
-    test_conv();
-    test_norms();
-    test_pool();
-    test_softmax();
-    test_tensor();
+    run_cases();
     test_optim();
     test_loss();
     test_refusals();

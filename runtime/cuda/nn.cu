@@ -563,7 +563,7 @@ extern "C" pd_status pd__cu_sce_fwd(pd__cuda_ctx *c, float *loss, float *logp, c
     float *l = red == 0 ? loss : (float *)buf, *wt = (float *)buf + n;
     k_sce<<<pd__cu_blocks(n), PD_CU_THREADS, 0, c->stream>>>(l, wt, logp, x, labels, lab64, w, N, C, D, has_ii, ii,
                                                               c->flag);
-    if (red != 0) k_sce_reduce<<<1, 1024, 0, c->stream>>>(loss, l, wt, n, red);
+    if (red != 0) k_sce_reduce<<<1, PD_CU_THREADS, 0, c->stream>>>(loss, l, wt, n, red);
     pd__cuda_free(c, buf);
     PD_CU_LAUNCHED();
     return PD_OK;
@@ -580,7 +580,7 @@ extern "C" pd_status pd__cu_sce_bwd(pd__cuda_ctx *c, float *dx, const float *dlo
     if (red == 2) { /* the sum of the weights, through the forward's per-sample pass */
         k_sce<<<pd__cu_blocks(n), PD_CU_THREADS, 0, c->stream>>>(l, wt, NULL, x, labels, lab64, w, N, C, D, has_ii,
                                                                   ii, c->flag);
-        k_sce_reduce<<<1, 1024, 0, c->stream>>>(ws, wt, wt, n, 1);
+        k_sce_reduce<<<1, PD_CU_THREADS, 0, c->stream>>>(ws, wt, wt, n, 1);
     }
     k_sce_bwd<<<pd__cu_blocks(n), PD_CU_THREADS, 0, c->stream>>>(dx, dloss, ws, x, labels, lab64, w, N, C, D, has_ii,
                                                                   ii, red);
@@ -659,7 +659,7 @@ extern "C" pd_status pd__cuda_loss_cross_entropy(pd__cuda_ctx *c, const pd_tenso
         int *ok = (int *)(out + 2);
         k_ce<<<pd__cu_blocks(n), PD_CU_THREADS, 0, c->stream>>>(l, ok, dlogits, (const float *)logits->data,
                                                                  (const int64_t *)labels->data, n, V, c->flag);
-        k_ce_reduce<<<1, 1024, 0, c->stream>>>(out, l, ok, n);
+        k_ce_reduce<<<1, PD_CU_THREADS, 0, c->stream>>>(out, l, ok, n);
         cudaError_t e = cudaGetLastError();
         pd_status s = e == cudaSuccess ? pd__cuda_download(c, h, out, sizeof h) : PD_OK;
         pd__cuda_free(c, buf);
