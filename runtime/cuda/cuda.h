@@ -91,8 +91,8 @@ typedef struct pd__cuda_mem_stats {
 
 /* bytes == 0 gives a valid block of the smallest class. */
 pd_status pd__cuda_alloc(pd__cuda_ctx *c, size_t bytes, void **out);
-/* Returns a block to the cache; NULL is a no-op. A pointer this context did
- * not allocate is ignored (and counted as an error in debug builds). */
+/* Returns a block to the cache; NULL is a no-op, and so is a pointer this
+ * context did not allocate (or already freed). */
 void pd__cuda_free(pd__cuda_ctx *c, void *p);
 void pd__cuda_mem_get_stats(const pd__cuda_ctx *c, pd__cuda_mem_stats *s);
 /* Gives the cached (free) blocks back to the driver (waits for the stream). */
