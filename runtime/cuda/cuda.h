@@ -18,7 +18,9 @@
  *     pd__cuda_ctx_destroy(c);
  *
  * Every call runs on the context's stream, in order; only the downloads,
- * pd__cuda_sync and the calls that return a host value wait for it. A context
+ * pd__cuda_sync and the calls that return a host value wait for it. An
+ * index or label out of range inside a kernel (Gather, the losses) is
+ * reported by the next pd__cuda_sync. A context
  * belongs to one thread at a time (one per pipeline stage; a thread other
  * than its creator calls pd__cuda_bind first). Errors of CUDA,
  * cuBLAS and cuDNN come back as pd_status with "file:line: call: reason" in
