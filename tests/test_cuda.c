@@ -6,7 +6,8 @@
  * inputs; the backward with the same random output gradients and the input
  * gradients pre-filled with the same random values (the kernels must add).
  * Errors are normalized: max |gpu - cpu| / max(1, max |cpu|) per tensor,
- * against a bound per case (fp32). Then the optimizers against
+ * against a bound per case (fp32; the matrix products and convolutions
+ * again in tf32 and bf16 with looser bounds). Then the optimizers against
  * runtime/optim.c over several steps, the gradient norm, the session's
  * cross-entropy loss against runtime/loss.c, the allocator's reuse and
  * statistics, and supports_op's refusals.
@@ -109,10 +110,17 @@ static void cpu_case(const char *what, gc *c, uint32_t mask) {
     free(x.scratch);
 }
 
+/* While the products run in reduced precision: its name and bound. */
+static const char *prec_name;
+static double prec_tol;
+
 /* One node on both backends: forward outputs (and, in training, the inputs
  * updated in place), then the gradients of the inputs in `mask`. */
-static void run_case(const char *what, gc *c, uint32_t mask, double tol) {
+static void run_case(const char *what0, gc *c, uint32_t mask, double tol) {
     pd__node *n = &c->node;
+    char what[160];
+    snprintf(what, sizeof what, "%s%s%s", prec_name ? prec_name : "", prec_name ? ": " : "", what0);
+    if (prec_name) tol = prec_tol;
     if (!prep(c)) {
         CHECK(0, "%s: setup", what);
         return;
@@ -564,6 +572,26 @@ static void test_tensor(void) {
     }
 }
 
+/* The products again with TF32 and bf16 tensor cores (fp32 storage): looser
+ * bounds, from the 10- and 7-bit mantissas over these short sums. */
+static void test_precision(void) {
+    static const struct {
+        pd__cuda_precision p;
+        const char *name;
+        double tol;
+    } modes[] = {{PD_CUDA_TF32, "tf32", 5e-3}, {PD_CUDA_BF16, "bf16", 3e-2}};
+    for (size_t k = 0; k < sizeof modes / sizeof *modes; k++) {
+        pd__cuda_set_precision(ctx, modes[k].p);
+        prec_name = modes[k].name;
+        prec_tol = modes[k].tol;
+        test_gemm();
+        test_matmul();
+        test_conv();
+    }
+    pd__cuda_set_precision(ctx, PD_CUDA_FP32);
+    prec_name = NULL;
+}
+
 /* ---- optimizers, gradient norm, the session's loss --------------------------------------------------- */
 
 static void fill(float *p, int64_t n, double lo) {
@@ -751,6 +779,7 @@ int main(int argc, char **argv) {
     printf("# %d CUDA device(s); testing on device 0 in fp32\n", n);
     test_alloc();
     run_cases();
+    test_precision();
     test_optim();
     test_loss();
     test_refusals();
