@@ -1,0 +1,161 @@
+/* cuda.h - the CUDA backend's C API: a device context (stream, cuBLAS and
+ * cuDNN handles, a caching allocator), host<->device copies, the op table
+ * (forward and backward of the ops in runtime/cuda/ops.c, keyed by pd_op),
+ * the fused optimizer updates and the session's cross-entropy loss.
+ *
+ * Nothing CUDA-specific leaks through this header: C code (the session, the
+ * pipeline, the tests) includes it without the toolkit's headers. Device
+ * tensors are ordinary pd_tensor views whose data points to device memory.
+ *
+ *     if (pd__cuda_device_count() == 0) ...         // no GPU or no driver: 0, never a crash
+ *     pd__cuda_ctx *c;
+ *     PD_TRY(pd__cuda_ctx_create(0, &c));
+ *     pd_tensor dx;                                   // device copy of a host tensor
+ *     PD_TRY(pd__cuda_tensor_upload(c, &hx, &dx));
+ *     if (pd__cuda_supports_op(g, n)) PD_TRY(pd__cuda_run(c, &exec, g, n, din, dout));
+ *     PD_TRY(pd__cuda_tensor_download(c, &dy, hy.data)); // waits for the stream
+ *     pd__cuda_tensor_free(c, &dx);
+ *     pd__cuda_ctx_destroy(c);
+ *
+ * Every call runs on the context's stream, in order; only the downloads,
+ * pd__cuda_sync and the calls that return a host value wait for it. An
+ * index or label out of range inside a kernel (Gather, the losses) is
+ * reported by the next pd__cuda_sync. A context
+ * belongs to one thread at a time (one per pipeline stage; a thread other
+ * than its creator calls pd__cuda_bind first). Errors of CUDA,
+ * cuBLAS and cuDNN come back as pd_status with "file:line: call: reason" in
+ * pd_last_error().
+ *
+ * Built only with -Dcuda (PD_HAVE_CUDA); see docs/CUDA.md.
+ */
+#ifndef PD_CUDA_H
+#define PD_CUDA_H
+
+#ifdef __cplusplus
+/* the IR's declarations have C linkage; its system headers are included
+ * first, outside the extern "C" block (C++'s wrappers of them are templates) */
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+extern "C" {
+#endif
+
+#include "../../core/pd_internal.h"
+
+/* Devices usable by this process: 0 without a GPU, without a driver or when
+ * the runtime cannot initialize. Never fails, never aborts. */
+int pd__cuda_device_count(void);
+
+/* Matrix-product precision (weights, activations and optimizer state stay
+ * fp32 in memory in every mode):
+ *   FP32  full fp32 products (cuBLAS COMPUTE_32F, cuDNN FMA math)
+ *   TF32  fp32 storage, TF32 tensor-core products (cuBLAS and cuDNN)
+ *   BF16  fp32 storage, products rounded through bf16 on tensor cores (cuBLAS
+ *         COMPUTE_32F_FAST_16BF; cuDNN convolutions as TF32). Real bf16
+ *         activations with fp32 master weights are future work (docs/CUDA.md). */
+typedef enum pd__cuda_precision { PD_CUDA_FP32 = 0, PD_CUDA_TF32, PD_CUDA_BF16 } pd__cuda_precision;
+
+typedef struct pd__cuda_ctx pd__cuda_ctx;
+
+/* A context on device `device` (0-based): its own non-blocking stream,
+ * cuBLAS and cuDNN handles bound to it, an empty allocator cache. */
+pd_status pd__cuda_ctx_create(int device, pd__cuda_ctx **out);
+/* Waits for the stream, frees every cached and live block; NULL is a no-op. */
+void pd__cuda_ctx_destroy(pd__cuda_ctx *c);
+void pd__cuda_set_precision(pd__cuda_ctx *c, pd__cuda_precision p);
+pd__cuda_precision pd__cuda_get_precision(const pd__cuda_ctx *c);
+int pd__cuda_device(const pd__cuda_ctx *c);
+/* Makes the context's device current for the calling thread: a thread other
+ * than the creator calls it once before using the context (a stage worker). */
+pd_status pd__cuda_bind(pd__cuda_ctx *c);
+/* The cudaStream_t, for a caller that records events between stages. */
+void *pd__cuda_stream(pd__cuda_ctx *c);
+/* Waits until everything queued on the stream has run; reports its errors. */
+pd_status pd__cuda_sync(pd__cuda_ctx *c);
+
+/* ---- the caching allocator ----------------------------------------------------------------------
+ * Sizes are rounded up to a size class (512 B, then four classes per power of
+ * two); a freed block goes to its class's free list and the next request of
+ * that class takes it back without cudaMalloc. Blocks are stream-ordered on
+ * the context's one stream: a block freed while kernels still use it is only
+ * handed to work queued after them. When cudaMalloc fails the cache is
+ * released and the request retried once. */
+typedef struct pd__cuda_mem_stats {
+    size_t in_use;          /* bytes in live blocks (rounded to their classes) */
+    size_t cached;          /* bytes in free blocks kept for reuse */
+    size_t peak;            /* the largest in_use so far */
+    int64_t device_mallocs; /* cudaMalloc calls */
+    int64_t allocs;         /* pd__cuda_alloc calls */
+    int64_t reuses;         /* of them served from the cache */
+} pd__cuda_mem_stats;
+
+/* bytes == 0 gives a valid block of the smallest class. */
+pd_status pd__cuda_alloc(pd__cuda_ctx *c, size_t bytes, void **out);
+/* Returns a block to the cache; NULL is a no-op, and so is a pointer this
+ * context did not allocate (or already freed). */
+void pd__cuda_free(pd__cuda_ctx *c, void *p);
+void pd__cuda_mem_get_stats(const pd__cuda_ctx *c, pd__cuda_mem_stats *s);
+/* Gives the cached (free) blocks back to the driver (waits for the stream). */
+pd_status pd__cuda_mem_trim(pd__cuda_ctx *c);
+
+/* ---- copies ---------------------------------------------------------------------------------------
+ * upload: queued on the stream (the host buffer may be reused on return: the
+ * copy is staged); download: waits for the stream and the copy. */
+pd_status pd__cuda_upload(pd__cuda_ctx *c, void *dst, const void *src, size_t bytes);
+pd_status pd__cuda_download(pd__cuda_ctx *c, void *dst, const void *src, size_t bytes);
+pd_status pd__cuda_copy(pd__cuda_ctx *c, void *dst, const void *src, size_t bytes); /* device to device */
+pd_status pd__cuda_memset0(pd__cuda_ctx *c, void *dst, size_t bytes);
+
+/* A device tensor with host's dtype and shape and a copy of its data
+ * (dev->data from the allocator); dev untouched on error. */
+pd_status pd__cuda_tensor_upload(pd__cuda_ctx *c, const pd_tensor *host, pd_tensor *dev);
+/* A zero-filled device tensor of the given dtype and shape. */
+pd_status pd__cuda_tensor_zeros(pd__cuda_ctx *c, pd_dtype dt, int ndim, const int64_t *shape, pd_tensor *dev);
+/* Copies a device tensor's data into host memory of its size (waits). */
+pd_status pd__cuda_tensor_download(pd__cuda_ctx *c, const pd_tensor *dev, void *host);
+void pd__cuda_tensor_free(pd__cuda_ctx *c, pd_tensor *dev);
+
+/* ---- ops --------------------------------------------------------------------------------------------
+ * The same contracts as the CPU kernels (pd__kernel_fn, pd__grad_fn in
+ * core/pd_internal.h) with device tensors: out[] has its shape and device
+ * memory; the backward ADDS into din[]. x gives training and seed (the
+ * scratch fields are not used: scratch comes from the allocator). */
+typedef pd_status (*pd__cuda_kernel_fn)(pd__cuda_ctx *c, const pd__exec *x, const pd__node *n, pd_tensor *const *in,
+                                        pd_tensor *const *out);
+typedef pd_status (*pd__cuda_grad_fn)(pd__cuda_ctx *c, const pd__exec *x, const pd__node *n, pd_tensor *const *in,
+                                      pd_tensor *const *out, pd_tensor *const *dout, pd_tensor *const *din);
+
+/* Whether the CUDA backend runs node n (forward and, where the op has one,
+ * backward): its op is in the table, its attributes are of the supported
+ * forms and, when g is not NULL, its inputs have the supported dtypes and
+ * shapes. What it refuses stays on the CPU backend. */
+bool pd__cuda_supports_op(const pd_graph *g, const pd__node *n);
+/* Run node n (errors name it, as pd__cpu_run's do; g may be NULL). */
+pd_status pd__cuda_run(pd__cuda_ctx *c, const pd__exec *x, const pd_graph *g, const pd__node *n, pd_tensor *const *in,
+                       pd_tensor *const *out);
+pd_status pd__cuda_run_bwd(pd__cuda_ctx *c, const pd__exec *x, const pd_graph *g, const pd__node *n,
+                           pd_tensor *const *in, pd_tensor *const *out, pd_tensor *const *dout,
+                           pd_tensor *const *din);
+
+/* ---- optimizer and loss ------------------------------------------------------------------------------
+ * pd__optim_step (runtime/optim.c) on device slabs: the same formulas, in
+ * the same float arithmetic, one fused kernel per optimizer. */
+pd_status pd__cuda_optim_step(pd__cuda_ctx *c, const pd_train_options *o, int64_t t, double lr, float *w,
+                              const float *g, float *s0, float *s1, int64_t n);
+/* sqrt(sum g^2) summed in double (waits for the stream): pd__grad_norm. */
+pd_status pd__cuda_grad_norm(pd__cuda_ctx *c, const float *g, int64_t n, double *norm);
+/* g *= s (gradient clipping). */
+pd_status pd__cuda_scale(pd__cuda_ctx *c, float *g, int64_t n, float s);
+/* pd__loss_cross_entropy (runtime/loss.c) on device logits and labels:
+ * loss, correct and count come back to the host (waits); dlogits (device,
+ * may be NULL) is overwritten. */
+pd_status pd__cuda_loss_cross_entropy(pd__cuda_ctx *c, const pd_tensor *logits, const pd_tensor *labels, int64_t rows,
+                                      float *dlogits, double *loss, int64_t *correct, int64_t *count);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,368 @@
+/* elementwise.cu - own kernels for the element-wise ops and the tensor
+ * moves: unary activations and their derivatives, binary ops with numpy
+ * broadcasting (the backward sums each operand's gradient over the positions
+ * it was broadcast to, one thread per operand element, no atomics), axpy,
+ * transposes, slab copies (Split, Concat) and the embedding gather with its
+ * scatter-add backward.
+ *
+ * One thread per output element in grid-stride loops; nothing fused yet
+ * (docs/CUDA.md lists the fusions to do).
+ */
+#include "internal.cuh"
+
+#include <math.h>
+#include <string.h>
+
+/* ---- unary ----------------------------------------------------------------------------------------- */
+
+#define PD_CU_SQRT1_2 0.70710678118654752440f
+#define PD_CU_GELU_K 0.79788456080286535588f  /* sqrt(2/pi) */
+#define PD_CU_INV_SQRT2PI 0.39894228040143267794f
+#define PD_CU_2_SQRTPI 1.12837916709551257390f
+
+__device__ static inline float cu_unary(int op, float a, float x) {
+    switch (op) {
+    case PD_CU_RELU: return x > 0.0f ? x : 0.0f;
+    case PD_CU_LEAKY_RELU: return x < 0.0f ? a * x : x;
+    case PD_CU_SIGMOID: return 1.0f / (1.0f + expf(-x));
+    case PD_CU_TANH: return tanhf(x);
+    case PD_CU_GELU: return 0.5f * x * (1.0f + erff(x * PD_CU_SQRT1_2));
+    case PD_CU_GELU_TANH: return 0.5f * x * (1.0f + tanhf(PD_CU_GELU_K * (x + 0.044715f * x * x * x)));
+    case PD_CU_ERF: return erff(x);
+    case PD_CU_EXP: return expf(x);
+    case PD_CU_LOG: return logf(x);
+    case PD_CU_SQRT: return sqrtf(x);
+    case PD_CU_NEG: return -x;
+    case PD_CU_RECIPROCAL: return 1.0f / x;
+    default: return x;
+    }
+}
+
+/* dy * f'(x), with y = f(x) */
+__device__ static inline float cu_unary_grad(int op, float a, float x, float y, float dy) {
+    switch (op) {
+    case PD_CU_RELU: return x > 0.0f ? dy : 0.0f;
+    case PD_CU_LEAKY_RELU: return x < 0.0f ? a * dy : dy;
+    case PD_CU_SIGMOID: return dy * y * (1.0f - y);
+    case PD_CU_TANH: return dy * (1.0f - y * y);
+    case PD_CU_GELU: {
+        float cdf = 0.5f * (1.0f + erff(x * PD_CU_SQRT1_2)), pdf = PD_CU_INV_SQRT2PI * expf(-0.5f * x * x);
+        return dy * (cdf + x * pdf);
+    }
+    case PD_CU_GELU_TANH: {
+        float u = PD_CU_GELU_K * (x + 0.044715f * x * x * x), t = tanhf(u);
+        float du = PD_CU_GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
+        return dy * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du);
+    }
+    case PD_CU_ERF: return dy * PD_CU_2_SQRTPI * expf(-x * x);
+    case PD_CU_EXP: return dy * y;
+    case PD_CU_LOG: return dy / x;
+    case PD_CU_SQRT: return dy * 0.5f / y;
+    case PD_CU_NEG: return -dy;
+    case PD_CU_RECIPROCAL: return -dy * y * y;
+    default: return dy;
+    }
+}
+
+__global__ static void k_unary(int op, float a, float *y, const float *x, int64_t n) {
+    PD_CU_FOR(i, n) y[i] = cu_unary(op, a, x[i]);
+}
+
+/* x or y may be NULL where the op's derivative does not read it: the op
+ * tells which (see pd__cu_unary_bwd). */
+__global__ static void k_unary_bwd(int op, float a, float *dx, const float *dy, const float *x, const float *y,
+                                   int64_t n) {
+    PD_CU_FOR(i, n) {
+        float xi = x ? x[i] : 0.0f, yi = y ? y[i] : 0.0f;
+        dx[i] += cu_unary_grad(op, a, xi, yi, dy[i]);
+    }
+}
+
+extern "C" pd_status pd__cu_unary_fwd(pd__cuda_ctx *c, int op, float alpha, float *y, const float *x, int64_t n) {
+    if (n <= 0) return PD_OK;
+    k_unary<<<pd__cu_blocks(n), PD_CU_THREADS, 0, c->stream>>>(op, alpha, y, x, n);
+    PD_CU_LAUNCHED();
+    return PD_OK;
+}
+
+extern "C" pd_status pd__cu_unary_bwd(pd__cuda_ctx *c, int op, float alpha, float *dx, const float *dy,
+                                      const float *x, const float *y, int64_t n) {
+    if (n <= 0) return PD_OK;
+    bool needs_y = op == PD_CU_SIGMOID || op == PD_CU_TANH || op == PD_CU_EXP || op == PD_CU_SQRT ||
+                   op == PD_CU_RECIPROCAL;
+    if (needs_y && !y) return pd__err(PD_ERR_INVALID, "pd__cu_unary_bwd: op %d needs the forward's output", op);
+    if (!needs_y && !x) return pd__err(PD_ERR_INVALID, "pd__cu_unary_bwd: op %d needs the forward's input", op);
+    k_unary_bwd<<<pd__cu_blocks(n), PD_CU_THREADS, 0, c->stream>>>(op, alpha, dx, dy, x, y, n);
+    PD_CU_LAUNCHED();
+    return PD_OK;
+}
+
+/* ---- binary with broadcasting --------------------------------------------------------------------- */
+
+__device__ static inline float cu_binary(int op, float a, float b) {
+    switch (op) {
+    case PD_CU_ADD: return a + b;
+    case PD_CU_SUB: return a - b;
+    case PD_CU_MUL: return a * b;
+    default: return a / b;
+    }
+}
+
+static int64_t bc_numel(const pd__cu_bcast *bc) {
+    int64_t n = 1;
+    for (int i = 0; i < bc->nd; i++) n *= bc->shape[i];
+    return n;
+}
+
+__global__ static void k_binary(int op, float *y, const float *a, const float *b, pd__cu_bcast bc, int64_t n) {
+    PD_CU_FOR(i, n) {
+        int64_t r = i, oa = 0, ob = 0;
+        for (int d = bc.nd - 1; d >= 0; d--) {
+            int64_t k = r % bc.shape[d];
+            r /= bc.shape[d];
+            oa += k * bc.sa[d];
+            ob += k * bc.sb[d];
+        }
+        y[i] = cu_binary(op, a[oa], b[ob]);
+    }
+}
+
+__global__ static void k_broadcast(float *y, const float *a, float alpha, pd__cu_bcast bc, int64_t n) {
+    PD_CU_FOR(i, n) {
+        int64_t r = i, oa = 0;
+        for (int d = bc.nd - 1; d >= 0; d--) {
+            int64_t k = r % bc.shape[d];
+            r /= bc.shape[d];
+            oa += k * bc.sa[d];
+        }
+        y[i] = alpha * a[oa];
+    }
+}
+
+extern "C" pd_status pd__cu_binary_fwd(pd__cuda_ctx *c, int op, float *y, const float *a, const float *b,
+                                       const pd__cu_bcast *bc) {
+    int64_t n = bc_numel(bc);
+    if (n <= 0) return PD_OK;
+    k_binary<<<pd__cu_blocks(n), PD_CU_THREADS, 0, c->stream>>>(op, y, a, b, *bc, n);
+    PD_CU_LAUNCHED();
+    return PD_OK;
+}
+
+extern "C" pd_status pd__cu_broadcast(pd__cuda_ctx *c, float *y, const float *a, float alpha, const pd__cu_bcast *bc) {
+    int64_t n = bc_numel(bc);
+    if (n <= 0) return PD_OK;
+    k_broadcast<<<pd__cu_blocks(n), PD_CU_THREADS, 0, c->stream>>>(y, a, alpha, *bc, n);
+    PD_CU_LAUNCHED();
+    return PD_OK;
+}
+
+/* The output dims split for one operand: kept (its stride is not 0: one
+ * thread per combination, in the operand's own C order) and reduced (it was
+ * broadcast along them: each thread loops over them). Per dim: its size and
+ * the strides of the output, a and b along it. */
+typedef struct cu_red {
+    int nk, nr;
+    int64_t ks[PD_CU_MAXD], ko[PD_CU_MAXD], ka[PD_CU_MAXD], kb[PD_CU_MAXD];
+    int64_t rs[PD_CU_MAXD], ro[PD_CU_MAXD], ra[PD_CU_MAXD], rb[PD_CU_MAXD];
+    int64_t R; /* product of rs */
+} cu_red;
+
+__global__ static void k_binary_bwd(int op, int which, float alpha, float *d, const float *dy, const float *a,
+                                    const float *b, cu_red p, int64_t nt) {
+    PD_CU_FOR(t, nt) {
+        int64_t r = t, oo = 0, oa = 0, ob = 0;
+        for (int k = p.nk - 1; k >= 0; k--) {
+            int64_t q = r % p.ks[k];
+            r /= p.ks[k];
+            oo += q * p.ko[k];
+            oa += q * p.ka[k];
+            ob += q * p.kb[k];
+        }
+        float s = 0.0f;
+        for (int64_t j = 0; j < p.R; j++) {
+            int64_t u = j, po = oo, pa = oa, pb = ob;
+            for (int k = p.nr - 1; k >= 0; k--) {
+                int64_t q = u % p.rs[k];
+                u /= p.rs[k];
+                po += q * p.ro[k];
+                pa += q * p.ra[k];
+                pb += q * p.rb[k];
+            }
+            float g = dy[po];
+            switch (op) {
+            case PD_CU_ADD: s += g; break;
+            case PD_CU_SUB: s += which ? -g : g; break;
+            case PD_CU_MUL: s += which ? g * a[pa] : g * b[pb]; break;
+            default: {
+                float bv = b[pb];
+                s += which ? -g * a[pa] / (bv * bv) : g / bv;
+            }
+            }
+        }
+        d[t] += alpha * s;
+    }
+}
+
+extern "C" pd_status pd__cu_binary_bwd(pd__cuda_ctx *c, int op, int which, float alpha, float *d, const float *dy,
+                                       const float *a, const float *b, const pd__cu_bcast *bc, int64_t nt) {
+    if (nt <= 0 || bc_numel(bc) <= 0) return PD_OK;
+    if ((op == PD_CU_MUL || op == PD_CU_DIV) && (!b || (which && !a)))
+        return pd__err(PD_ERR_INVALID, "pd__cu_binary_bwd: the operands are needed");
+    cu_red p;
+    memset(&p, 0, sizeof p);
+    p.R = 1;
+    int64_t ostr[PD_CU_MAXD], s = 1, kept = 1;
+    for (int i = bc->nd - 1; i >= 0; i--) {
+        ostr[i] = s;
+        s *= bc->shape[i];
+    }
+    const int64_t *st = which ? bc->sb : bc->sa;
+    for (int i = 0; i < bc->nd; i++) {
+        if (bc->shape[i] == 1) continue;
+        if (st[i] != 0) {
+            p.ks[p.nk] = bc->shape[i];
+            p.ko[p.nk] = ostr[i];
+            p.ka[p.nk] = bc->sa[i];
+            p.kb[p.nk] = bc->sb[i];
+            kept *= bc->shape[i];
+            p.nk++;
+        } else {
+            p.rs[p.nr] = bc->shape[i];
+            p.ro[p.nr] = ostr[i];
+            p.ra[p.nr] = bc->sa[i];
+            p.rb[p.nr] = bc->sb[i];
+            p.R *= bc->shape[i];
+            p.nr++;
+        }
+    }
+    if (kept != nt)
+        return pd__err(PD_ERR_INTERNAL, "pd__cu_binary_bwd: operand of %lld elements, broadcast layout says %lld",
+                       (long long)nt, (long long)kept);
+    k_binary_bwd<<<pd__cu_blocks(nt), PD_CU_THREADS, 0, c->stream>>>(op, which, alpha, d, dy, a, b, p, nt);
+    PD_CU_LAUNCHED();
+    return PD_OK;
+}
+
+__global__ static void k_axpy(float *y, const float *x, float alpha, int64_t n) { PD_CU_FOR(i, n) y[i] += alpha * x[i]; }
+
+extern "C" pd_status pd__cu_axpy(pd__cuda_ctx *c, float *y, const float *x, float alpha, int64_t n) {
+    if (n <= 0) return PD_OK;
+    k_axpy<<<pd__cu_blocks(n), PD_CU_THREADS, 0, c->stream>>>(y, x, alpha, n);
+    PD_CU_LAUNCHED();
+    return PD_OK;
+}
+
+/* ---- moves ------------------------------------------------------------------------------------------ */
+
+typedef struct cu_perm {
+    int nd;
+    int64_t ys[PD_CU_MAXD]; /* y's shape */
+    int64_t xs[PD_CU_MAXD]; /* x's stride along y's dim i (x's dim perm[i]) */
+} cu_perm;
+
+__global__ static void k_permute(float *y, const float *x, cu_perm p, int64_t n, bool acc) {
+    PD_CU_FOR(i, n) {
+        int64_t r = i, ox = 0;
+        for (int d = p.nd - 1; d >= 0; d--) {
+            ox += (r % p.ys[d]) * p.xs[d];
+            r /= p.ys[d];
+        }
+        if (acc) y[i] += x[ox];
+        else y[i] = x[ox];
+    }
+}
+
+extern "C" pd_status pd__cu_permute(pd__cuda_ctx *c, float *y, const float *x, int nd, const int64_t *xshape,
+                                    const int64_t *perm, bool accumulate) {
+    if (nd < 0 || nd > PD_CU_MAXD) return pd__err(PD_ERR_UNSUPPORTED, "transpose of rank %d", nd);
+    cu_perm p;
+    memset(&p, 0, sizeof p);
+    p.nd = nd;
+    int64_t xstr[PD_CU_MAXD], s = 1, n = 1;
+    for (int i = nd - 1; i >= 0; i--) {
+        xstr[i] = s;
+        s *= xshape[i];
+    }
+    for (int i = 0; i < nd; i++) {
+        if (perm[i] < 0 || perm[i] >= nd) return pd__err(PD_ERR_INVALID, "transpose: bad perm");
+        p.ys[i] = xshape[perm[i]];
+        p.xs[i] = xstr[perm[i]];
+        n *= p.ys[i];
+    }
+    if (n <= 0) return PD_OK;
+    k_permute<<<pd__cu_blocks(n), PD_CU_THREADS, 0, c->stream>>>(y, x, p, n, accumulate);
+    PD_CU_LAUNCHED();
+    return PD_OK;
+}
+
+__global__ static void k_slab(float *dst, int64_t dlen, int64_t doff, const float *src, int64_t slen, int64_t soff,
+                              int64_t len, int64_t inner, int64_t n, bool acc) {
+    PD_CU_FOR(e, n) {
+        int64_t i = e % inner, j = (e / inner) % len, o = e / (inner * len);
+        float v = src[(o * slen + soff + j) * inner + i];
+        float *p = &dst[(o * dlen + doff + j) * inner + i];
+        if (acc) *p += v;
+        else *p = v;
+    }
+}
+
+extern "C" pd_status pd__cu_slab_copy(pd__cuda_ctx *c, float *dst, int64_t dlen, int64_t doff, const float *src,
+                                      int64_t slen, int64_t soff, int64_t outer, int64_t len, int64_t inner,
+                                      bool accumulate) {
+    int64_t n = outer * len * inner;
+    if (n <= 0) return PD_OK;
+    k_slab<<<pd__cu_blocks(n), PD_CU_THREADS, 0, c->stream>>>(dst, dlen, doff, src, slen, soff, len, inner, n,
+                                                                accumulate);
+    PD_CU_LAUNCHED();
+    return PD_OK;
+}
+
+/* ---- gather and scatter-add ------------------------------------------------------------------------- */
+
+__device__ static inline int64_t cu_index(const void *idx, bool idx64, int64_t j, int64_t len, int *flag) {
+    int64_t k = idx64 ? ((const int64_t *)idx)[j] : (int64_t)((const int32_t *)idx)[j];
+    if (k < 0) k += len;
+    if (k < 0 || k >= len) {
+        *flag = 1;
+        return -1;
+    }
+    return k;
+}
+
+__global__ static void k_gather(float *y, const float *data, const void *idx, bool idx64, int64_t len, int64_t nidx,
+                                int64_t inner, int64_t n, int *flag) {
+    PD_CU_FOR(e, n) {
+        int64_t i = e % inner, j = (e / inner) % nidx, o = e / (inner * nidx);
+        int64_t k = cu_index(idx, idx64, j, len, flag);
+        y[e] = k < 0 ? 0.0f : data[(o * len + k) * inner + i];
+    }
+}
+
+__global__ static void k_scatter_add(float *dd, const float *dy, const void *idx, bool idx64, int64_t len,
+                                     int64_t nidx, int64_t inner, int64_t n, int *flag) {
+    PD_CU_FOR(e, n) {
+        int64_t i = e % inner, j = (e / inner) % nidx, o = e / (inner * nidx);
+        int64_t k = cu_index(idx, idx64, j, len, flag);
+        if (k >= 0) atomicAdd(&dd[(o * len + k) * inner + i], dy[e]);
+    }
+}
+
+extern "C" pd_status pd__cu_gather_fwd(pd__cuda_ctx *c, float *y, const float *data, const void *idx, bool idx64,
+                                       int64_t outer, int64_t axis_len, int64_t nidx, int64_t inner) {
+    int64_t n = outer * nidx * inner;
+    if (n <= 0) return PD_OK;
+    k_gather<<<pd__cu_blocks(n), PD_CU_THREADS, 0, c->stream>>>(y, data, idx, idx64, axis_len, nidx, inner, n,
+                                                                  c->flag);
+    PD_CU_LAUNCHED();
+    return PD_OK;
+}
+
+extern "C" pd_status pd__cu_gather_bwd(pd__cuda_ctx *c, float *ddata, const float *dy, const void *idx, bool idx64,
+                                       int64_t outer, int64_t axis_len, int64_t nidx, int64_t inner) {
+    int64_t n = outer * nidx * inner;
+    if (n <= 0) return PD_OK;
+    k_scatter_add<<<pd__cu_blocks(n), PD_CU_THREADS, 0, c->stream>>>(ddata, dy, idx, idx64, axis_len, nidx, inner, n,
+                                                                       c->flag);
+    PD_CU_LAUNCHED();
+    return PD_OK;
+}
