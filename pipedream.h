@@ -279,6 +279,13 @@ PDDEF int pd_session_num_params(const pd_session *s);
 /* Name, shape and current values of trainable parameter i (a view). */
 PDDEF pd_status pd_session_param(pd_session *s, int i, const char **name, pd_tensor *value, pd_tensor *grad);
 PDDEF int64_t pd_session_step_count(const pd_session *s);
+/* The session's whole training state (weights, optimizer state, step count,
+ * BatchNorm statistics) serialized into a new buffer (free it with
+ * pd_buffer_free), and back into a session of the same model and options:
+ * training on from a restored state equals training on without the pause,
+ * bitwise. A restore that fails leaves the session as it was. */
+PDDEF pd_status pd_session_snapshot(const pd_session *s, void **buf, size_t *len);
+PDDEF pd_status pd_session_restore(pd_session *s, const void *buf, size_t len);
 
 /* Writes the model with the graph's current initializer values (trained ones
  * included) through a temporary file and a rename. */
@@ -415,6 +422,60 @@ typedef struct pd_sim_result {
 
 PDDEF pd_status pd_simulate(const pd_plan *p, const pd_sim_options *opt, pd_sim_result *out);
 PDDEF void pd_sim_result_free(pd_sim_result *r);
+
+/* ---- Pipeline training: a plan's stages as threads of this process ---------------------- */
+/* A trainer runs a plan (pd_plan_create or pd_plan_load) on a graph loaded
+ * with the microbatch size as its batch: one thread per stage (replica), the
+ * schedule's instruction lists, activations and gradients through in-process
+ * queues. It trains the graph's initializers in place, as a session does:
+ * between pd_trainer_train calls and after pd_trainer_destroy, pd_graph_save
+ * sees the trained weights. Data is pushed: each pd_trainer_train call gets
+ * every step's rows at once (the schedule keeps several minibatches in
+ * flight), read only during the call. Across processes (mpirun), use the
+ * pdonnx train command line; this API runs in one process. */
+typedef struct pd_trainer pd_trainer;
+
+typedef struct pd_trainer_options {
+    size_t size;                /* sizeof(pd_trainer_options) */
+    pd_train_options train;     /* loss, optimizer and its schedule, as for pd_session_create */
+    const char *schedule;       /* "flush" (1F1B, default), "gpipe", "zb-h1", "interleaved", "pipedream", "2bw" */
+    int microbatches;           /* per step (0: the plan's; pipedream: 1) */
+    int vertical_sync;          /* pipedream: every stage runs a microbatch on stage 0's version */
+    const char *checkpoint_dir; /* NULL: no checkpoints */
+    int64_t checkpoint_every;   /* also every this many steps (0: only at the end of each pd_trainer_train) */
+    int checkpoint_keep;        /* the newest checkpoints kept (0: all; default 3) */
+} pd_trainer_options;
+#define PD_TRAINER_OPTIONS_INIT {sizeof(pd_trainer_options), PD_TRAIN_OPTIONS_INIT, "flush", 0, 0, NULL, 0, 3}
+
+/* Where pd_trainer_resume put the trainer. A checkpoint taken inside a
+ * pd_trainer_train call of run_steps steps that began at step run_first
+ * (step < run_first + run_steps) is finished by repeating that call: the
+ * same steps and the same data; the steps before `step` are skipped. */
+typedef struct pd_resume_info {
+    int64_t step;               /* steps the checkpoint had done */
+    int64_t run_first;          /* the step its pd_trainer_train call began at */
+    int64_t run_steps;          /* that call's steps */
+} pd_resume_info;
+
+/* Keeps a pointer to g (destroy the trainer first); copies what it needs of
+ * plan and opt. One trainer or session per graph at a time. */
+PDDEF pd_status pd_trainer_create(pd_graph *g, const pd_plan *plan, const pd_trainer_options *opt, pd_trainer **out);
+/* Waits for checkpoints being written; gives the trained weights back to the graph. */
+PDDEF void pd_trainer_destroy(pd_trainer *t);
+PDDEF int pd_trainer_stages(const pd_trainer *t);
+/* Rows of one step: microbatches times the graph's batch. */
+PDDEF int64_t pd_trainer_batch(const pd_trainer *t);
+PDDEF int64_t pd_trainer_step_count(const pd_trainer *t);
+/* Trains `steps` steps. inputs[i] feeds graph input i (pd_graph_input
+ * order; the labels input's entry is ignored under PD_LOSS_GRAPH) and labels
+ * the loss, each with steps * pd_trainer_batch(t) rows (at least): step k
+ * takes rows k*B .. k*B+B-1. results (NULL, or `steps` entries): each step's
+ * mean loss, learning rate and gradient norm (0 under pipedream and 2bw). */
+PDDEF pd_status pd_trainer_train(pd_trainer *t, int64_t steps, const pd_tensor *inputs, const pd_tensor *labels,
+                                 pd_step_result *results);
+/* Restores the newest valid checkpoint of dir (one taken with the same
+ * model, plan, schedule and options, or an error naming what differs). */
+PDDEF pd_status pd_trainer_resume(pd_trainer *t, const char *dir, pd_resume_info *out);
 
 
 #ifdef __cplusplus
