@@ -37,6 +37,8 @@ struct pd_trainer {
     /* a resume inside a call: the call to repeat (run_steps 0: none pending) */
     int64_t run_first, run_steps, resume_b;
     bool failed;        /* a call stopped part-way: only a resume makes sense */
+    pd_loss_kind loss;  /* the labels it takes */
+    char *output;       /* the prediction (NULL: the first output) */
     /* during a call with checkpoints */
     pd__ckpt_writer *w;
     char *run_info;     /* info with this call's position, for every manifest of the call */
@@ -168,7 +170,11 @@ pd_status pd_trainer_create(pd_graph *g, const pd_plan *plan, const pd_trainer_o
     t->M = M;
     t->every = opt->checkpoint_every;
     t->keep = opt->checkpoint_keep;
-    pd_status st = pd__pipe_create(g, plan, &opt->train, kind, M, &t->pipe);
+    t->loss = opt->train.loss;
+    if (opt->train.output && !(t->output = PD_MALLOC(strlen(opt->train.output) + 1))) goto nomem;
+    if (t->output) strcpy(t->output, opt->train.output);
+    pd_status st;
+    st = pd__pipe_create(g, plan, &opt->train, kind, M, &t->pipe);
     if (st == PD_OK) st = pd__pipe_set_vertical_sync(t->pipe, opt->vertical_sync != 0);
     if (st != PD_OK) goto fail;
     t->P = pd__pipe_stages(t->pipe);
@@ -199,6 +205,7 @@ void pd_trainer_destroy(pd_trainer *t) {
     cJSON_Delete(t->info);
     free(t->run_info);
     PD_FREE(t->dir);
+    PD_FREE(t->output);
     PD_FREE(t->part);
     PD_FREE(t->len);
     PD_FREE(t);
@@ -264,6 +271,40 @@ static pd_status pd__trainer_end(pd_trainer *t, int64_t step, pd_status st) {
 
 /* ---- training ---- */
 
+/* Labels the loss takes (what a stage would find wrong only in the middle
+ * of the run): per row, the graph's labels input under PD_LOSS_GRAPH; else
+ * one int64 class per position of the prediction without its class axis
+ * (cross-entropy), or float32 targets of its shape (MSE). */
+static pd_status pd__trainer_check_labels(const pd_trainer *t, const pd_tensor *labels, int li) {
+    const pd_graph *g = t->g;
+    int64_t rows = t->batch / t->M, row = -1;
+    pd_dtype want = PD_FLOAT;
+    const char *why = "mse";
+    if (t->loss == PD_LOSS_GRAPH) {
+        if (li < 0) return PD_OK;
+        want = g->tensors[li].dtype;
+        row = g->tensors[li].numel / (rows ? rows : 1);
+        why = "the model's labels input";
+    } else {
+        int pt = t->output ? pd__graph_find(g, t->output) : g->noutputs > 0 ? g->outputs[0] : -1;
+        if (pt < 0 || g->tensors[pt].ndim < 1) return PD_OK; /* the pipeline said what is wrong */
+        const pd__tensor *pred = &g->tensors[pt];
+        bool ce = t->loss == PD_LOSS_CROSS_ENTROPY || (t->loss == PD_LOSS_AUTO && labels->dtype == PD_INT64);
+        row = pred->numel / (rows ? rows : 1);
+        if (ce) {
+            want = PD_INT64;
+            row /= pred->shape[pred->ndim - 1] > 0 ? pred->shape[pred->ndim - 1] : 1;
+            why = "cross_entropy";
+        }
+    }
+    if (labels->ndim < 1 || labels->ndim > PD_MAX_DIMS || labels->shape[0] < 1) return PD_OK; /* the rows check names it */
+    int64_t have = pd_tensor_numel(labels) / labels->shape[0];
+    if (labels->dtype != want || have != row)
+        return pd__err(PD_ERR_SHAPE, "pd_trainer_train: labels are %s with %lld values per row; %s takes %s with %lld",
+                       pd_dtype_name(labels->dtype), (long long)have, why, pd_dtype_name(want), (long long)row);
+    return PD_OK;
+}
+
 /* What pd__pipe_run would refuse, named the way a caller knows it. */
 static pd_status pd__trainer_check_data(const pd_trainer *t, int64_t steps, const pd_tensor *inputs,
                                         const pd_tensor *labels) {
@@ -272,6 +313,7 @@ static pd_status pd__trainer_check_data(const pd_trainer *t, int64_t steps, cons
         return pd__err(PD_ERR_INVALID, "pd_trainer_train: steps is %lld: too many", (long long)steps);
     int64_t need = steps * t->batch, rows = t->batch / t->M;
     int li = pd__pipe_labels_input(t->pipe);
+    PD_TRY(pd__trainer_check_labels(t, labels, li));
     for (int i = 0; i <= g->ninputs; i++) {
         if (i < g->ninputs && g->inputs[i] == li) continue;
         const pd_tensor *v = i < g->ninputs ? &inputs[i] : labels;
@@ -320,19 +362,15 @@ pd_status pd_trainer_train(pd_trainer *t, int64_t steps, const pd_tensor *inputs
         s0 = t->run_first;
     }
     pd_status st = t->dir ? pd__trainer_begin(t, s0, steps) : PD_OK;
-    bool ran = false;
-    if (st == PD_OK) {
-        st = pd__pipe_run(t->pipe, steps, inputs, labels, results);
-        ran = st != PD_OK; /* the arguments were checked: some updates may be made */
+    bool ran = st == PD_OK;
+    if (ran) st = pd__pipe_run(t->pipe, steps, inputs, labels, results);
+    if (ran && st != PD_OK) t->failed = true; /* the arguments were checked: some updates may be made */
+    if (ran && st == PD_OK) {                 /* trained, even if its last checkpoint fails below */
+        t->steps = s0 + steps;
+        t->run_first = t->run_steps = t->resume_b = 0;
     }
     if (t->dir) st = pd__trainer_end(t, s0 + steps, st);
-    if (st != PD_OK) {
-        if (ran) t->failed = true;
-        return st;
-    }
-    t->steps = s0 + steps;
-    t->run_first = t->run_steps = t->resume_b = 0;
-    return PD_OK;
+    return st;
 }
 
 /* ---- resume ---- */

@@ -469,6 +469,17 @@ static void test_bad_arguments(void) {
     xi.dtype = PD_INT32;
     CHECK(pd_trainer_train(t, 2, &xi, &y, r) == PD_ERR_SHAPE && says("inputs[0]") && says("int32"),
           "train(int32 inputs): %s", pd_last_error());
+    pd_tensor yf = y;
+    yf.dtype = PD_FLOAT;
+    CHECK(pd_trainer_train(t, 2, &x, &yf, r) == PD_ERR_SHAPE && says("labels") && says("mse") && says("10"),
+          "train(one float label per row: the default loss takes them for MSE targets): %s", pd_last_error());
+    pd_tensor y2 = y;
+    y2.ndim = 2;
+    y2.shape[1] = 1;
+    y2.shape[0] = y.shape[0] / 2;
+    y2.shape[1] = 2;
+    CHECK(pd_trainer_train(t, 1, &x, &y2, r) == PD_ERR_SHAPE && says("labels") && says("2 values per row"),
+          "train(two labels per row): %s", pd_last_error());
     pd_tensor xn = x;
     xn.data = NULL;
     CHECK(pd_trainer_train(t, 2, &xn, &y, r) == PD_ERR_INVALID && says("inputs[0]") && says("data"),
