@@ -91,6 +91,29 @@ static pd_plan *make_plan(const pd_graph *g, int stages) {
     return plan;
 }
 
+/* A plan from a JSON file (pd_plan_load): stage 0 the first Gemm, stage 1
+ * the rest, replicated twice. */
+static pd_plan *replicated_plan(void) {
+    static const char json[] =
+        "{\"format\": \"pdonnx-plan\", \"version\": 1, \"workers\": 3, \"microbatches\": 4, \"microbatch_size\": 8,\n"
+        " \"nodes\": [\"/fc1/Gemm\", \"/Relu\", \"/fc2/Gemm\", \"/Relu_1\", \"/fc3/Gemm\"],\n"
+        " \"stages\": [{\"id\": 0, \"replicas\": 1, \"nodes\": [\"/fc1/Gemm\"],\n"
+        "             \"fwd_ms\": 1, \"bwd_in_ms\": 1, \"bwd_w_ms\": 1},\n"
+        "            {\"id\": 1, \"replicas\": 2, \"nodes\": [\"/Relu\", \"/fc2/Gemm\", \"/Relu_1\", \"/fc3/Gemm\"],\n"
+        "             \"fwd_ms\": 2, \"bwd_in_ms\": 2, \"bwd_w_ms\": 2}]}\n";
+    char path[1200];
+    snprintf(path, sizeof path, "%s/trainer-replicated-plan.json", workdir);
+    FILE *f = fopen(path, "w");
+    if (f) {
+        fputs(json, f);
+        fclose(f);
+    }
+    pd_plan *plan = NULL;
+    if (pd_plan_load(path, &plan) != PD_OK) printf("# plan_load: %s\n", pd_last_error());
+    remove(path);
+    return plan;
+}
+
 static pd_trainer_options options(const char *schedule, int microbatches) {
     pd_trainer_options o = PD_TRAINER_OPTIONS_INIT;
     o.train.lr = 0.1;
@@ -145,13 +168,18 @@ static pd_status outputs(const void *buf, size_t len, float *out) {
     return st;
 }
 
-static void test_flush_equals_session(void) {
+static void test_flush_equals_session(int replicated) {
     pd_graph *gp = load(MB), *gs = load(MB * M);
-    pd_plan *plan = gp ? make_plan(gp, 2) : NULL;
+    pd_plan *plan = gp ? replicated ? replicated_plan() : make_plan(gp, 2) : NULL;
+    if (replicated) {
+        pd_stage_info si;
+        CHECK(plan && pd_plan_stage(plan, 1, &si) == PD_OK && si.replicas == 2,
+              "a plan whose stage 1 has 2 replicas, from a file: %s", plan ? "ok" : pd_last_error());
+    }
     pd_trainer_options o = options("flush", M);
     pd_trainer *t = NULL;
-    CHECK(plan && pd_trainer_create(gp, plan, &o, &t) == PD_OK, "create a 2-stage flush trainer: %s",
-          t ? "ok" : pd_last_error());
+    CHECK(plan && pd_trainer_create(gp, plan, &o, &t) == PD_OK, "create a 2-stage flush trainer%s: %s",
+          replicated ? " (stage 1 on 2 replicas)" : "", t ? "ok" : pd_last_error());
     if (!t) goto out;
     CHECK(pd_trainer_stages(t) == 2 && pd_trainer_batch(t) == MB * M && pd_trainer_step_count(t) == 0,
           "2 stages, %lld rows per step", (long long)pd_trainer_batch(t));
@@ -172,8 +200,8 @@ static void test_flush_equals_session(void) {
         if (ok && k == STEPS - 1) ok = fabs(rp[k].lr - rs.lr) < 1e-12 && rs.loss < rp[0].loss;
     }
     CHECK(ok && worst <= 1e-5,
-          "per-step losses equal single-stage training (worst relative difference %.2g; %.4f -> %.4f)",
-          worst, rp[0].loss, rp[STEPS - 1].loss);
+          "%sper-step losses equal single-stage training (worst relative difference %.2g; %.4f -> %.4f)",
+          replicated ? "replicated: " : "", worst, rp[0].loss, rp[STEPS - 1].loss);
     pd_session_destroy(s);
     pd_trainer_destroy(t);
     /* the trained weights, back in both graphs: saved, reloaded, run on the same rows */
@@ -188,7 +216,8 @@ static void test_flush_equals_session(void) {
             if (d > wd) wd = d;
         }
     }
-    CHECK(wd <= 1e-5, "the trained models compute the same outputs (max relative difference %.2g)", wd);
+    CHECK(wd <= 1e-5, "%sthe trained models compute the same outputs (max relative difference %.2g)",
+          replicated ? "replicated: " : "", wd);
     pd_buffer_free(bp);
     pd_buffer_free(bs);
 out:
@@ -563,7 +592,8 @@ int main(int argc, char **argv) {
         return 1;
     }
     test_bad_arguments();
-    test_flush_equals_session();
+    test_flush_equals_session(0);
+    test_flush_equals_session(1);
     test_pipedream_converges();
     test_checkpoint_resume("flush", M);
     test_checkpoint_resume("pipedream", 0);
