@@ -470,7 +470,9 @@ PDDEF int64_t pd_trainer_step_count(const pd_trainer *t);
  * order; the labels input's entry is ignored under PD_LOSS_GRAPH) and labels
  * the loss, each with steps * pd_trainer_batch(t) rows (at least): step k
  * takes rows k*B .. k*B+B-1. results (NULL, or `steps` entries): each step's
- * mean loss, learning rate and gradient norm (0 under pipedream and 2bw). */
+ * mean loss, learning rate and gradient norm (0 under pipedream and 2bw);
+ * zeroed for the steps a resume skips. With a checkpoint folder, returns
+ * once the call's checkpoints are on disk. */
 PDDEF pd_status pd_trainer_train(pd_trainer *t, int64_t steps, const pd_tensor *inputs, const pd_tensor *labels,
                                  pd_step_result *results);
 /* Restores the newest valid checkpoint of dir (one taken with the same
