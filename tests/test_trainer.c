@@ -5,7 +5,8 @@
  *
  *   - a 2-stage flush pipeline (4 microbatches of 8 rows) gives per step the
  *     losses of single-stage pd_session training on the same 32-row batches
- *     (1e-5 relative), and the same trained weights (1e-5);
+ *     (1e-5 relative), and the same trained weights (1e-5); so does one
+ *     whose second stage has 2 replicas (a plan from a file);
  *   - pipedream on 2 stages (asynchronous, weight stashing) converges;
  *   - checkpoints every 5 steps into a folder, across two pd_trainer_train
  *     calls; later checkpoints removed (a crash after step 10's was
@@ -14,6 +15,8 @@
  *     model's bytes equal the uninterrupted run's, bitwise (flush and
  *     pipedream); resuming from the end of a call works the same way;
  *   - a checkpoint of other settings is refused, naming the setting;
+ *   - a call that fails part-way (a NaN) names the stage and step; the
+ *     trainer then takes only a resume, after which it trains on bitwise;
  *   - pd_session_snapshot / pd_session_restore continue bitwise, and a bad
  *     buffer leaves the session as it was;
  *   - bad arguments: statuses with messages naming the argument, no crash,
@@ -370,6 +373,46 @@ static void test_checkpoint_resume(const char *schedule, int microbatches) {
     rm_rf(db);
 }
 
+/* A call that fails part-way (a NaN in step 3's rows): the error names the
+ * stage and step; the trainer then takes only a resume, after which it
+ * trains on as the uninterrupted run does. */
+static void test_failure_then_resume(void) {
+    char dir[1200];
+    snprintf(dir, sizeof dir, "%s/trainer-ckpt-failure", workdir);
+    rm_rf(dir);
+    pd_graph *g;
+    pd_plan *plan;
+    pd_step_result ra[STEPS], rb[STEPS];
+    pd_trainer *t = fresh("flush", M, dir, &g, &plan);
+    int ok = t && train(t, 0, STEPS, ra) == PD_OK; /* the reference, and checkpoints at 5, 10, 15, 20 */
+    pd_trainer_destroy(t);
+    pd_plan_destroy(plan);
+    pd_graph_destroy(g);
+    rm_ckpt(dir, 20), rm_ckpt(dir, 15), rm_ckpt(dir, 10);
+    t = fresh("flush", M, NULL, &g, &plan);
+    int64_t B = MB * M, n = (int64_t)STEPS * B;
+    float *x = malloc(sizeof(float) * (size_t)(n * D));
+    pd_tensor xt, yt;
+    rows_of(0, n, &xt, &yt);
+    if (x) memcpy(x, xt.data, sizeof(float) * (size_t)(n * D));
+    if (x) x[(3 * B + 1) * D + 5] = NAN;
+    xt.data = x;
+    pd_status st = t && x ? pd_trainer_train(t, STEPS, &xt, &yt, rb) : PD_ERR_NOMEM;
+    CHECK(ok && st == PD_ERR_NUMERIC, "a NaN in step 4's rows: %s (%s)", pd_status_name(st), pd_last_error());
+    CHECK(t && train(t, 0, STEPS, rb) == PD_ERR_INVALID && says("failed") && says("pd_trainer_resume"),
+          "after a call failed part-way, training is refused until a resume: %s", pd_last_error());
+    pd_resume_info ri;
+    ok = t && pd_trainer_resume(t, dir, &ri) == PD_OK && ri.step == 5;
+    CHECK(ok, "resumed at step 5 after the failure: %s", ok ? "ok" : pd_last_error());
+    ok = ok && train(t, 0, STEPS, rb) == PD_OK;
+    CHECK(ok && same_results(rb + 5, ra + 5, STEPS - 5), "... and trains on as the uninterrupted run, bitwise");
+    free(x);
+    pd_trainer_destroy(t);
+    pd_plan_destroy(plan);
+    pd_graph_destroy(g);
+    rm_rf(dir);
+}
+
 /* ---- one stage: snapshot and restore ---- */
 
 static pd_status sstep(pd_session *s, int k, double *loss) {
@@ -597,6 +640,7 @@ int main(int argc, char **argv) {
     test_pipedream_converges();
     test_checkpoint_resume("flush", M);
     test_checkpoint_resume("pipedream", 0);
+    test_failure_then_resume();
     test_session_snapshot();
     test_two_trainers();
     pd_tensor_free(&X);
