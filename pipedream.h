@@ -437,7 +437,7 @@ typedef struct pd_trainer pd_trainer;
 
 typedef struct pd_trainer_options {
     size_t size;                /* sizeof(pd_trainer_options) */
-    pd_train_options train;     /* loss, optimizer and its schedule, as for pd_session_create */
+    pd_train_options train;     /* loss, optimizer, learning-rate schedule, ... as for pd_session_create */
     const char *schedule;       /* "flush" (1F1B, default), "gpipe", "zb-h1", "interleaved", "pipedream", "2bw" */
     int microbatches;           /* per step (0: the plan's; pipedream: 1) */
     int vertical_sync;          /* pipedream: every stage runs a microbatch on stage 0's version */
