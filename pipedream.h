@@ -29,14 +29,14 @@
  *        pd_graph_destroy(g);
  *
  * 2. Header only, the planner and simulator without any dependency but libc
- *    (profile in, plan and simulated timeline out). In exactly one C file:
+ *    (profile in, plan and simulated timeline out). In exactly one C or C++ file:
  *
  *        #define PIPEDREAM_IMPLEMENTATION
  *        #include "pipedream.h"
  *
  *    and in the others just #include "pipedream.h" (C or C++). Include it
  *    before any system header in that file (it asks for POSIX 2008
- *    declarations); the implementation is C11, so that file is C. What
+ *    declarations); the implementation is C11 that also compiles as C++11. What
  *    the implementation section defines: errors and dtypes (pd_last_error,
  *    pd_status_name, pd_dtype_*, pd_tensor_numel, pd_tensor_free), graph
  *    inspection, profiles (pd_profile_create, _node, _num_nodes, _destroy),
@@ -279,6 +279,13 @@ PDDEF int pd_session_num_params(const pd_session *s);
 /* Name, shape and current values of trainable parameter i (a view). */
 PDDEF pd_status pd_session_param(pd_session *s, int i, const char **name, pd_tensor *value, pd_tensor *grad);
 PDDEF int64_t pd_session_step_count(const pd_session *s);
+/* The session's whole training state (weights, optimizer state, step count,
+ * BatchNorm statistics) serialized into a new buffer (free it with
+ * pd_buffer_free), and back into a session of the same model and options:
+ * training on from a restored state equals training on without the pause,
+ * bitwise. A restore that fails leaves the session as it was. */
+PDDEF pd_status pd_session_snapshot(const pd_session *s, void **buf, size_t *len);
+PDDEF pd_status pd_session_restore(pd_session *s, const void *buf, size_t len);
 
 /* Writes the model with the graph's current initializer values (trained ones
  * included) through a temporary file and a rename. */
@@ -416,6 +423,62 @@ typedef struct pd_sim_result {
 PDDEF pd_status pd_simulate(const pd_plan *p, const pd_sim_options *opt, pd_sim_result *out);
 PDDEF void pd_sim_result_free(pd_sim_result *r);
 
+/* ---- Pipeline training: a plan's stages as threads of this process ---------------------- */
+/* A trainer runs a plan (pd_plan_create or pd_plan_load) on a graph loaded
+ * with the microbatch size as its batch: one thread per stage (replica), the
+ * schedule's instruction lists, activations and gradients through in-process
+ * queues. It trains the graph's initializers in place, as a session does:
+ * between pd_trainer_train calls and after pd_trainer_destroy, pd_graph_save
+ * sees the trained weights. Data is pushed: each pd_trainer_train call gets
+ * every step's rows at once (the schedule keeps several minibatches in
+ * flight), read only during the call. Across processes (mpirun), use the
+ * pdonnx train command line; this API runs in one process. */
+typedef struct pd_trainer pd_trainer;
+
+typedef struct pd_trainer_options {
+    size_t size;                /* sizeof(pd_trainer_options) */
+    pd_train_options train;     /* loss, optimizer, learning-rate schedule, ... as for pd_session_create */
+    const char *schedule;       /* "flush" (1F1B, default), "gpipe", "zb-h1", "interleaved", "pipedream", "2bw" */
+    int microbatches;           /* per step (0: the plan's; pipedream: 1) */
+    int vertical_sync;          /* pipedream: every stage runs a microbatch on stage 0's version */
+    const char *checkpoint_dir; /* NULL: no checkpoints */
+    int64_t checkpoint_every;   /* also every this many steps (0: only at the end of each pd_trainer_train) */
+    int checkpoint_keep;        /* the newest checkpoints kept (0: all; default 3) */
+} pd_trainer_options;
+#define PD_TRAINER_OPTIONS_INIT {sizeof(pd_trainer_options), PD_TRAIN_OPTIONS_INIT, "flush", 0, 0, NULL, 0, 3}
+
+/* Where pd_trainer_resume put the trainer. A checkpoint taken inside a
+ * pd_trainer_train call of run_steps steps that began at step run_first
+ * (step < run_first + run_steps) is finished by repeating that call: the
+ * same steps and the same data; the steps before `step` are skipped. */
+typedef struct pd_resume_info {
+    int64_t step;               /* steps the checkpoint had done */
+    int64_t run_first;          /* the step its pd_trainer_train call began at */
+    int64_t run_steps;          /* that call's steps */
+} pd_resume_info;
+
+/* Keeps a pointer to g (destroy the trainer first); copies what it needs of
+ * plan and opt. One trainer or session per graph at a time. */
+PDDEF pd_status pd_trainer_create(pd_graph *g, const pd_plan *plan, const pd_trainer_options *opt, pd_trainer **out);
+/* Waits for checkpoints being written; gives the trained weights back to the graph. */
+PDDEF void pd_trainer_destroy(pd_trainer *t);
+PDDEF int pd_trainer_stages(const pd_trainer *t);
+/* Rows of one step: microbatches times the graph's batch. */
+PDDEF int64_t pd_trainer_batch(const pd_trainer *t);
+PDDEF int64_t pd_trainer_step_count(const pd_trainer *t);
+/* Trains `steps` steps. inputs[i] feeds graph input i (pd_graph_input
+ * order; the labels input's entry is ignored under PD_LOSS_GRAPH) and labels
+ * the loss, each with steps * pd_trainer_batch(t) rows (at least): step k
+ * takes rows k*B .. k*B+B-1. results (NULL, or `steps` entries): each step's
+ * mean loss, learning rate and gradient norm (0 under pipedream and 2bw);
+ * zeroed for the steps a resume skips. With a checkpoint folder, returns
+ * once the call's checkpoints are on disk. */
+PDDEF pd_status pd_trainer_train(pd_trainer *t, int64_t steps, const pd_tensor *inputs, const pd_tensor *labels,
+                                 pd_step_result *results);
+/* Restores the newest valid checkpoint of dir (one taken with the same
+ * model, plan, schedule and options, or an error naming what differs). */
+PDDEF pd_status pd_trainer_resume(pd_trainer *t, const char *dir, pd_resume_info *out);
+
 
 #ifdef __cplusplus
 }
@@ -426,12 +489,9 @@ PDDEF void pd_sim_result_free(pd_sim_result *r);
 #ifdef PIPEDREAM_IMPLEMENTATION
 #ifndef PIPEDREAM_IMPLEMENTATION_INCLUDED
 #define PIPEDREAM_IMPLEMENTATION_INCLUDED
-#ifdef __cplusplus
-/* The core is C11 (void * conversions, gotos past declarations): C++
- * programs include the declarations and compile the implementation in one
- * C file. */
-#error "pipedream.h: define PIPEDREAM_IMPLEMENTATION in a C file, not a C++ one (C++ files include the declarations only)"
-#endif
+/* The implementation compiles as C11 and as C++11 (casts on allocations, no
+ * jumps past initializations, no designated initializers or compound
+ * literals): define PIPEDREAM_IMPLEMENTATION in one C or C++ file. */
 /* Messages are cut to their buffers on purpose (the library builds with
  * -Wno-format-truncation for the same reason). */
 #if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 7
@@ -834,7 +894,13 @@ pd_status pd__cpu_run(pd__exec *x, const pd_graph *g, const pd__node *n, pd_tens
 #include <sys/stat.h>
 #include <unistd.h>
 
-static _Thread_local char pd__errbuf[1024];
+/* C11's _Thread_local; the same in C++ (the implementation compiles as either) */
+#ifdef __cplusplus
+#define PD__THREAD_LOCAL thread_local
+#else
+#define PD__THREAD_LOCAL _Thread_local
+#endif
+static PD__THREAD_LOCAL char pd__errbuf[1024];
 
 pd_status pd__err(pd_status s, const char *fmt, ...) {
     va_list ap;
@@ -913,7 +979,7 @@ void pd_tensor_free(pd_tensor *t) {
 char *pd__strdup(const char *s) {
     if (!s) s = "";
     size_t n = strlen(s) + 1;
-    char *d = PD_MALLOC(n);
+    char *d = (char *)PD_MALLOC(n);
     if (d) memcpy(d, s, n);
     return d;
 }
@@ -1084,7 +1150,7 @@ void *pd__scratch(pd__exec *x, size_t bytes) {
 /* Writes through "<path>.tmp.<pid>", fsync and rename: a reader sees the old
  * file or the whole new one, never half of it. */
 pd_status pd__write_atomic(const char *path, const void *data, size_t len) {
-    const char *buf = data;
+    const char *buf = (const char *)data;
     char tmp[4096];
     if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof tmp)
         return pd__err(PD_ERR_IO, "%s: path too long", path);
@@ -1118,7 +1184,7 @@ pd_status pd__write_atomic(const char *path, const void *data, size_t len) {
 
 /* Reads len bytes at offset, retrying short reads. */
 pd_status pd__pread_all(int fd, const char *path, void *data, size_t len, int64_t offset) {
-    unsigned char *buf = data;
+    unsigned char *buf = (unsigned char *)data;
     size_t got = 0;
     while (got < len) {
         size_t want = len - got;
@@ -1153,7 +1219,7 @@ pd_status pd__read_file(const char *path, unsigned char **buf, size_t *len) {
         return pd__err(PD_ERR_NOMEM, "%s: file too large", path);
     }
     size_t n = (size_t)st.st_size;
-    unsigned char *b = PD_MALLOC(n + 1);
+    unsigned char *b = (unsigned char *)PD_MALLOC(n + 1);
     if (!b) {
         close(fd);
         return pd__err(PD_ERR_NOMEM, "%s: out of memory reading %zu bytes", path, n);
@@ -1169,6 +1235,7 @@ pd_status pd__read_file(const char *path, unsigned char **buf, size_t *len) {
     *len = n;
     return PD_OK;
 }
+#undef PD__THREAD_LOCAL
 
 /* ==== core/graph.c ==== */
 /* graph.c - the graph IR: tensors by name, nodes, topological order, shape
@@ -1194,7 +1261,7 @@ static uint64_t pd__hash_str(const char *s) {
 
 static bool pd__hash_grow(pd_graph *g) {
     int cap = g->hcap ? g->hcap * 2 : 256;
-    int *h = PD_MALLOC(sizeof(int) * (size_t)cap);
+    int *h = (int *)PD_MALLOC(sizeof(int) * (size_t)cap);
     if (!h) return false;
     for (int i = 0; i < cap; i++) h[i] = -1;
     for (int t = 0; t < g->ntensors; t++) {
@@ -1223,7 +1290,7 @@ int pd__graph_tensor(pd_graph *g, const char *name) {
     if (t >= 0) return t;
     if (g->ntensors == g->tcap) {
         int cap = g->tcap ? g->tcap * 2 : 64;
-        pd__tensor *nt = PD_REALLOC(g->tensors, sizeof(pd__tensor) * (size_t)cap);
+        pd__tensor *nt = (pd__tensor *)PD_REALLOC(g->tensors, sizeof(pd__tensor) * (size_t)cap);
         if (!nt) return -1;
         g->tensors = nt;
         g->tcap = cap;
@@ -1243,7 +1310,7 @@ int pd__graph_tensor(pd_graph *g, const char *name) {
 }
 
 pd_graph *pd__graph_new(const char *path) {
-    pd_graph *g = PD_CALLOC(1, sizeof *g);
+    pd_graph *g = (pd_graph *)PD_CALLOC(1, sizeof *g);
     if (!g) return NULL;
     g->path = pd__strdup(path ? path : "<memory>");
     g->name = pd__strdup("");
@@ -1257,7 +1324,7 @@ pd_graph *pd__graph_new(const char *path) {
 pd_status pd__graph_add_node(pd_graph *g, pd__node *n) {
     if (g->nnodes == g->ncap) {
         int cap = g->ncap ? g->ncap * 2 : 64;
-        pd__node *nn = PD_REALLOC(g->nodes, sizeof(pd__node) * (size_t)cap);
+        pd__node *nn = (pd__node *)PD_REALLOC(g->nodes, sizeof(pd__node) * (size_t)cap);
         if (!nn) return pd__err(PD_ERR_NOMEM, "%s: out of memory adding node", g->path);
         g->nodes = nn;
         g->ncap = cap;
@@ -1405,12 +1472,13 @@ pd_status pd__graph_toposort(pd_graph *g) {
     int nn = g->nnodes;
     if (nn == 0) return PD_OK;
     pd_status st = PD_OK;
-    int *producer = PD_MALLOC(sizeof(int) * (size_t)(g->ntensors + 1));
-    int *indeg = PD_CALLOC((size_t)nn, sizeof(int));
-    int *order = PD_MALLOC(sizeof(int) * (size_t)nn);
-    int *ucount = PD_CALLOC((size_t)nn + 1, sizeof(int)); /* CSR of node -> consumer nodes */
+    int *producer = (int *)PD_MALLOC(sizeof(int) * (size_t)(g->ntensors + 1));
+    int *indeg = (int *)PD_CALLOC((size_t)nn, sizeof(int));
+    int *order = (int *)PD_MALLOC(sizeof(int) * (size_t)nn);
+    int *ucount = (int *)PD_CALLOC((size_t)nn + 1, sizeof(int)); /* CSR of node -> consumer nodes */
     int *users = NULL;
     pd__node *sorted = NULL;
+    int nedges = 0, head = 0, tail = 0;
     if (!producer || !indeg || !order || !ucount) goto nomem;
     for (int t = 0; t < g->ntensors; t++) producer[t] = -1;
     for (int i = 0; i < nn; i++) {
@@ -1428,7 +1496,6 @@ pd_status pd__graph_toposort(pd_graph *g) {
             producer[t] = i;
         }
     }
-    int nedges = 0;
     for (int i = 0; i < nn; i++) {
         pd__node *n = &g->nodes[i];
         for (int j = 0; j < n->nin; j++) {
@@ -1447,7 +1514,7 @@ pd_status pd__graph_toposort(pd_graph *g) {
             }
         }
     }
-    users = PD_MALLOC(sizeof(int) * (size_t)(nedges + 1));
+    users = (int *)PD_MALLOC(sizeof(int) * (size_t)(nedges + 1));
     if (!users) goto nomem;
     /* prefix sums: ucount[i] becomes the start of node i's users */
     for (int i = 0, acc = 0; i <= nn; i++) {
@@ -1456,7 +1523,7 @@ pd_status pd__graph_toposort(pd_graph *g) {
         acc += c;
     }
     {
-        int *fill = PD_CALLOC((size_t)nn, sizeof(int));
+        int *fill = (int *)PD_CALLOC((size_t)nn, sizeof(int));
         if (!fill) goto nomem;
         for (int i = 0; i < nn; i++) {
             pd__node *n = &g->nodes[i];
@@ -1472,7 +1539,6 @@ pd_status pd__graph_toposort(pd_graph *g) {
     }
     /* Kahn's algorithm, keeping the model's order among ready nodes (a FIFO
      * of indices in order of readiness is stable enough for exports). */
-    int head = 0, tail = 0;
     for (int i = 0; i < nn; i++)
         if (indeg[i] == 0) order[tail++] = i;
     while (head < tail) {
@@ -1486,7 +1552,7 @@ pd_status pd__graph_toposort(pd_graph *g) {
         st = pd__node_err(g, &g->nodes[bad], PD_ERR_INVALID, "the graph has a cycle through this node");
         goto done;
     }
-    sorted = PD_MALLOC(sizeof(pd__node) * (size_t)g->ncap);
+    sorted = (pd__node *)PD_MALLOC(sizeof(pd__node) * (size_t)g->ncap);
     if (!sorted) goto nomem;
     for (int i = 0; i < nn; i++) sorted[i] = g->nodes[order[i]];
     PD_FREE(g->nodes);
@@ -1588,8 +1654,8 @@ static bool pd__should_fold(const pd_graph *g, const pd__node *n) {
 
 /* Keeps the nodes that still compute something a graph output needs. */
 static pd_status pd__prune(pd_graph *g, const bool *folded) {
-    bool *need = PD_CALLOC((size_t)g->ntensors + 1, sizeof(bool));
-    bool *keep = PD_CALLOC((size_t)g->nnodes + 1, sizeof(bool));
+    bool *need = (bool *)PD_CALLOC((size_t)g->ntensors + 1, sizeof(bool));
+    bool *keep = (bool *)PD_CALLOC((size_t)g->nnodes + 1, sizeof(bool));
     if (!need || !keep) {
         PD_FREE(need);
         PD_FREE(keep);
@@ -1633,7 +1699,7 @@ static pd_status pd__prune(pd_graph *g, const bool *folded) {
 
 pd_status pd__graph_finalize(pd_graph *g, const pd_load_options *opt, const pd_backend_i *fold) {
     PD_TRY(pd__bind_const_inputs(g, opt));
-    bool *folded = PD_CALLOC((size_t)g->nnodes + 1, sizeof(bool));
+    bool *folded = (bool *)PD_CALLOC((size_t)g->nnodes + 1, sizeof(bool));
     if (!folded) return pd__err(PD_ERR_NOMEM, "%s: out of memory", g->path);
     pd_status st = PD_OK;
     for (int i = 0; i < g->nnodes && st == PD_OK; i++) {
@@ -1673,7 +1739,8 @@ pd_status pd__graph_finalize(pd_graph *g, const pd_load_options *opt, const pd_b
 #include <string.h>
 
 const pd__op_def pd__ops[PD_OP_COUNT] = {
-#define PD__OP_DEF(e, name, flags, grad) [PD_OP_##e] = {#name, flags, grad, pd__shape_##name, pd__flops_##name},
+/* in enum order: the enum is expanded from the same list (no designators, so C++ compiles it too) */
+#define PD__OP_DEF(e, name, flags, grad) {#name, flags, grad, pd__shape_##name, pd__flops_##name},
     PD_OPS(PD__OP_DEF)
 #undef PD__OP_DEF
 };
@@ -3261,7 +3328,8 @@ void pd__shape_span(const pd__node *n, int rank, int *start, int *end) {
 pd_status pd__constant_value(const pd__node *n, pd_tensor *out) {
     for (int i = 0; i < n->nattr; i++) {
         const pd__attr *a = &n->attr[i];
-        pd_tensor v = {0};
+        pd_tensor v;
+        memset(&v, 0, sizeof v);
         if (strcmp(a->name, "value") == 0) {
             if (a->type != PD_A_TENSOR || a->t == NULL)
                 return pd__err(PD_ERR_INVALID, "attribute value is not a tensor");
@@ -3300,7 +3368,10 @@ pd_status pd__constant_of_shape_value(const pd__node *n, pd_tensor *out, float *
     const pd__attr *a = pd__attr_get(n, "value");
     if (a == NULL) {
         *zero = 0.0f;
-        pd_tensor v = {.dtype = PD_FLOAT, .ndim = 0, .data = zero};
+        pd_tensor v;
+        memset(&v, 0, sizeof v);
+        v.dtype = PD_FLOAT;
+        v.data = zero;
         *out = v;
         return PD_OK;
     }
@@ -3530,7 +3601,7 @@ pd_status pd__shape_Split(pd_graph *g, pd__node *n) {
     pd_tensor v[MAX_VIEWS], *vp[MAX_VIEWS];
     PD_TRY(make_views(g, n, v, vp));
     if (n->nout < 1) return pd__node_err(g, n, PD_ERR_INVALID, "no outputs");
-    int64_t *sizes = PD_MALLOC((size_t)n->nout * sizeof *sizes);
+    int64_t *sizes = (int64_t *)PD_MALLOC((size_t)n->nout * sizeof *sizes);
     if (sizes == NULL) return pd__node_err(g, n, PD_ERR_NOMEM, "out of memory");
     int axis;
     pd_status s = pd__split_sizes(n, vp, &axis, sizes);
@@ -3958,8 +4029,8 @@ static int pd__edge_cap(int n) {
 
 pd_status pd__profile_new(int n, pd_profile **out) {
     if (n < 0 || !out) return pd__err(PD_ERR_INVALID, "pd__profile_new: bad arguments (n = %d)", n);
-    pd_profile *p = PD_CALLOC(1, sizeof *p);
-    if (p) p->node = PD_CALLOC((size_t)n + 1, sizeof *p->node);
+    pd_profile *p = (pd_profile *)PD_CALLOC(1, sizeof *p);
+    if (p) p->node = (pd__pnode *)PD_CALLOC((size_t)n + 1, sizeof *p->node);
     if (!p || !p->node) {
         PD_FREE(p);
         return pd__err(PD_ERR_NOMEM, "out of memory for a profile of %d nodes", n);
@@ -3974,7 +4045,7 @@ pd_status pd__profile_add_edge(pd_profile *p, int a, int b) {
         return pd__err(PD_ERR_INVALID, "profile edge %d -> %d: node index out of range [0, %d)", a, b, p->n);
     if (!p->edge || p->n_edges == pd__edge_cap(p->n_edges)) {
         if (p->n_edges > INT32_MAX / 4) return pd__err(PD_ERR_NOMEM, "too many profile edges");
-        int *e = PD_REALLOC(p->edge, sizeof(int) * 2 * (size_t)pd__edge_cap(p->n_edges + 1));
+        int *e = (int *)PD_REALLOC(p->edge, sizeof(int) * 2 * (size_t)pd__edge_cap(p->n_edges + 1));
         if (!e) return pd__err(PD_ERR_NOMEM, "out of memory for profile edges");
         p->edge = e;
     }
@@ -3985,7 +4056,7 @@ pd_status pd__profile_add_edge(pd_profile *p, int a, int b) {
 }
 
 static int pd__edge_cmp(const void *x, const void *y) {
-    const int *a = x, *b = y;
+    const int *a = (const int *)x, *b = (const int *)y;
     if (a[0] != b[0]) return a[0] < b[0] ? -1 : 1;
     return (a[1] > b[1]) - (a[1] < b[1]);
 }
@@ -4045,11 +4116,12 @@ pd_status pd__profile_finish(pd_profile *p, const char *what) {
     p->n_edges = ne;
     /* Kahn: successors in CSR (edges are sorted by producer), ready set a min-heap */
     size_t n1 = (size_t)p->n + 1;
-    int *start = PD_CALLOC(n1, sizeof(int)), *indeg = PD_CALLOC(n1, sizeof(int));
-    int *heap = PD_MALLOC(n1 * sizeof(int)), *order = PD_MALLOC(n1 * sizeof(int)), *pos = PD_MALLOC(n1 * sizeof(int));
-    int *edge = PD_MALLOC(sizeof(int) * 2 * (size_t)pd__edge_cap(ne));
-    pd__pnode *node = PD_MALLOC(n1 * sizeof(pd__pnode));
+    int *start = (int *)PD_CALLOC(n1, sizeof(int)), *indeg = (int *)PD_CALLOC(n1, sizeof(int));
+    int *heap = (int *)PD_MALLOC(n1 * sizeof(int)), *order = (int *)PD_MALLOC(n1 * sizeof(int)), *pos = (int *)PD_MALLOC(n1 * sizeof(int));
+    int *edge = (int *)PD_MALLOC(sizeof(int) * 2 * (size_t)pd__edge_cap(ne));
+    pd__pnode *node = (pd__pnode *)PD_MALLOC(n1 * sizeof(pd__pnode));
     pd_status st = PD_OK;
+    int hl = 0, k = 0;
     if (!start || !indeg || !heap || !order || !pos || !edge || !node) {
         st = pd__err(PD_ERR_NOMEM, "%s: out of memory sorting %d nodes", what, p->n);
         goto done;
@@ -4059,7 +4131,6 @@ pd_status pd__profile_finish(pd_profile *p, const char *what) {
         indeg[p->edge[2 * e + 1]]++;
     }
     for (int i = 0; i < p->n; i++) start[i + 1] += start[i];
-    int hl = 0, k = 0;
     for (int i = 0; i < p->n; i++)
         if (indeg[i] == 0) pd__heap_push(heap, &hl, i);
     while (hl > 0) {
@@ -4221,7 +4292,7 @@ static int pd__set_add(pd__set *s, const uint64_t *b, int limit, bool *added) {
     *added = false;
     if (s->n * 2 >= s->cap) {
         int ncap = s->cap ? s->cap * 2 : 1024;
-        int *ns = PD_MALLOC(sizeof(int) * (size_t)ncap);
+        int *ns = (int *)PD_MALLOC(sizeof(int) * (size_t)ncap);
         if (!ns) return -1;
         for (int i = 0; i < ncap; i++) ns[i] = -1;
         for (int i = 0; i < s->n; i++) {
@@ -4242,7 +4313,7 @@ static int pd__set_add(pd__set *s, const uint64_t *b, int limit, bool *added) {
     if (s->n >= limit) return -2;
     if ((s->n & (s->n - 1)) == 0 || s->n == 0) {
         size_t want = (size_t)(s->n ? s->n * 2 : 64) * (size_t)s->words;
-        uint64_t *nb = PD_REALLOC(s->bits, sizeof(uint64_t) * want);
+        uint64_t *nb = (uint64_t *)PD_REALLOC(s->bits, sizeof(uint64_t) * want);
         if (!nb) return -1;
         s->bits = nb;
     }
@@ -4273,7 +4344,7 @@ void pd__cuts_free(pd__cuts *c) {
 /* All ideals, breadth-first; returns the count, 0 when over `limit`, -1 on allocation failure. */
 static int pd__enumerate(const pd_profile *p, const int *pstart, const int *preds, int words, int limit,
                          pd__set *set) {
-    uint64_t *tmp = PD_CALLOC((size_t)words, sizeof(uint64_t));
+    uint64_t *tmp = (uint64_t *)PD_CALLOC((size_t)words, sizeof(uint64_t));
     if (!tmp) return -1;
     bool added;
     int r = pd__set_add(set, tmp, limit, &added);
@@ -4312,10 +4383,11 @@ pd_status pd__cuts_build(const pd_profile *p, int max_states, pd__cuts **out) {
     if (max_states <= 0) max_states = 4096;
     int n = p->n, words = (n + 63) / 64;
     pd_status st = PD_ERR_NOMEM;
-    pd__cuts *c = PD_CALLOC(1, sizeof *c);
-    int *pstart = PD_CALLOC((size_t)n + 1, sizeof(int)), *preds = PD_MALLOC(sizeof(int) * ((size_t)p->n_edges + 1));
-    int *sstart = PD_CALLOC((size_t)n + 1, sizeof(int)), *succs = PD_MALLOC(sizeof(int) * ((size_t)p->n_edges + 1));
-    int *order = NULL;
+    pd__cuts *c = (pd__cuts *)PD_CALLOC(1, sizeof *c);
+    int *pstart = (int *)PD_CALLOC((size_t)n + 1, sizeof(int)), *preds = (int *)PD_MALLOC(sizeof(int) * ((size_t)p->n_edges + 1));
+    int *sstart = (int *)PD_CALLOC((size_t)n + 1, sizeof(int)), *succs = (int *)PD_MALLOC(sizeof(int) * ((size_t)p->n_edges + 1));
+    int *order = NULL, *bucket, S;
+    size_t cap, cnt;
     pd__set set = {words, 0, 0, NULL, NULL};
     if (!c || !pstart || !preds || !sstart || !succs) goto fail;
     for (int e = 0; e < p->n_edges; e++) {
@@ -4327,7 +4399,7 @@ pd_status pd__cuts_build(const pd_profile *p, int max_states, pd__cuts **out) {
         sstart[v + 1] += sstart[v];
     }
     {
-        int *pf = PD_MALLOC(sizeof(int) * (size_t)n), *sf = PD_MALLOC(sizeof(int) * (size_t)n);
+        int *pf = (int *)PD_MALLOC(sizeof(int) * (size_t)n), *sf = (int *)PD_MALLOC(sizeof(int) * (size_t)n);
         if (!pf || !sf) {
             PD_FREE(pf);
             PD_FREE(sf);
@@ -4343,13 +4415,13 @@ pd_status pd__cuts_build(const pd_profile *p, int max_states, pd__cuts **out) {
         PD_FREE(sf);
     }
 
-    int S = pd__enumerate(p, pstart, preds, words, max_states, &set);
+    S = pd__enumerate(p, pstart, preds, words, max_states, &set);
     if (S < 0) goto fail;
     if (S == 0) {
         /* too many ideals: the prefixes of the topological order */
         set.n = 0;
         PD_FREE(set.bits);
-        set.bits = PD_CALLOC((size_t)(n + 1) * (size_t)words, sizeof(uint64_t));
+        set.bits = (uint64_t *)PD_CALLOC((size_t)(n + 1) * (size_t)words, sizeof(uint64_t));
         if (!set.bits) goto fail;
         for (int s = 1; s <= n; s++) {
             memcpy(set.bits + (size_t)s * words, set.bits + (size_t)(s - 1) * words, sizeof(uint64_t) * (size_t)words);
@@ -4360,8 +4432,8 @@ pd_status pd__cuts_build(const pd_profile *p, int max_states, pd__cuts **out) {
     }
     /* states by ideal size, ties by index: a counting sort, as sizes are 0..n
      * (and no qsort_r, which is not standard C: the core builds on libc alone) */
-    order = PD_MALLOC(sizeof(int) * (size_t)S);
-    int *bucket = PD_CALLOC((size_t)n + 2, sizeof(int));
+    order = (int *)PD_MALLOC(sizeof(int) * (size_t)S);
+    bucket = (int *)PD_CALLOC((size_t)n + 2, sizeof(int));
     if (!order || !bucket) {
         PD_FREE(bucket);
         goto fail;
@@ -4373,11 +4445,13 @@ pd_status pd__cuts_build(const pd_profile *p, int max_states, pd__cuts **out) {
 
     c->n_states = S;
     c->words = words;
-    c->ideal = PD_MALLOC(sizeof(uint64_t) * (size_t)S * (size_t)words);
-    double **arr[] = {&c->fwd, &c->bwd_in, &c->bwd_w, &c->act, &c->param, &c->optim, &c->cross_bytes, &c->antichain_bytes};
-    for (size_t k = 0; k < sizeof arr / sizeof arr[0]; k++)
-        if (!(*arr[k] = PD_CALLOC((size_t)S, sizeof(double)))) goto fail;
-    c->pred_start = PD_CALLOC((size_t)S + 1, sizeof(int));
+    c->ideal = (uint64_t *)PD_MALLOC(sizeof(uint64_t) * (size_t)S * (size_t)words);
+    {
+        double **arr[] = {&c->fwd, &c->bwd_in, &c->bwd_w, &c->act, &c->param, &c->optim, &c->cross_bytes, &c->antichain_bytes};
+        for (size_t k = 0; k < sizeof arr / sizeof arr[0]; k++)
+            if (!(*arr[k] = (double *)PD_CALLOC((size_t)S, sizeof(double)))) goto fail;
+    }
+    c->pred_start = (int *)PD_CALLOC((size_t)S + 1, sizeof(int));
     if (!c->ideal || !c->pred_start) goto fail;
     for (int i = 0; i < S; i++) {
         const uint64_t *b = set.bits + (size_t)order[i] * words;
@@ -4401,8 +4475,9 @@ pd_status pd__cuts_build(const pd_profile *p, int max_states, pd__cuts **out) {
         }
     }
     /* containment: a before b and ideal[a] inside ideal[b] */
-    size_t cap = 1024, cnt = 0;
-    c->pred = PD_MALLOC(sizeof(int) * cap);
+    cap = 1024;
+    cnt = 0;
+    c->pred = (int *)PD_MALLOC(sizeof(int) * cap);
     if (!c->pred) goto fail;
     for (int b = 0; b < S; b++) {
         const uint64_t *bb = c->ideal + (size_t)b * words;
@@ -4412,7 +4487,7 @@ pd_status pd__cuts_build(const pd_profile *p, int max_states, pd__cuts **out) {
             for (int w = 0; w < words && sub; w++) sub = (ab[w] & ~bb[w]) == 0;
             if (!sub) continue;
             if (cnt == cap) {
-                int *np = PD_REALLOC(c->pred, sizeof(int) * cap * 2);
+                int *np = (int *)PD_REALLOC(c->pred, sizeof(int) * cap * 2);
                 if (!np) goto fail;
                 c->pred = np;
                 cap *= 2;
@@ -4729,13 +4804,15 @@ static double pd__actual(const pd__ctx *x, const pd__cuts *c, const int *nxt, co
 static pd_status pd__fast(const pd__ctx *x, const pd__cuts *c, pd__cut_plan *out) {
     int S = c->n_states;
     int np = c->pred_start[S];
-    int *sstart = PD_CALLOC((size_t)S + 1, sizeof(int)), *succ = PD_CALLOC((size_t)np + 1, sizeof(int));
-    int *need = PD_MALLOC(sizeof(int) * (size_t)S), *nxt = PD_MALLOC(sizeof(int) * (size_t)S),
-        *rep = PD_MALLOC(sizeof(int) * (size_t)S);
-    double *tot = PD_CALLOC((size_t)S, sizeof(double));
-    int *bnxt = PD_MALLOC(sizeof(int) * (size_t)S), *brep = PD_MALLOC(sizeof(int) * (size_t)S);
+    int *sstart = (int *)PD_CALLOC((size_t)S + 1, sizeof(int)), *succ = (int *)PD_CALLOC((size_t)np + 1, sizeof(int));
+    int *need = (int *)PD_MALLOC(sizeof(int) * (size_t)S), *nxt = (int *)PD_MALLOC(sizeof(int) * (size_t)S),
+        *rep = (int *)PD_MALLOC(sizeof(int) * (size_t)S);
+    double *tot = (double *)PD_CALLOC((size_t)S, sizeof(double));
+    int *bnxt = (int *)PD_MALLOC(sizeof(int) * (size_t)S), *brep = (int *)PD_MALLOC(sizeof(int) * (size_t)S);
     int *own_nxt = nxt, *own_rep = rep;
     pd_status st = PD_OK;
+    double hi, lo;
+    int n;
     if (!sstart || !succ || !need || !nxt || !rep || !tot || !bnxt || !brep) {
         st = pd__err(PD_ERR_NOMEM, "plan: out of memory");
         goto done;
@@ -4744,7 +4821,7 @@ static pd_status pd__fast(const pd__ctx *x, const pd__cuts *c, pd__cut_plan *out
         for (int k = c->pred_start[b]; k < c->pred_start[b + 1]; k++) sstart[c->pred[k] + 1]++;
     for (int a = 0; a < S; a++) sstart[a + 1] += sstart[a];
     {
-        int *fill = PD_MALLOC(sizeof(int) * ((size_t)S + 1));
+        int *fill = (int *)PD_MALLOC(sizeof(int) * ((size_t)S + 1));
         if (!fill) {
             st = pd__err(PD_ERR_NOMEM, "plan: out of memory");
             goto done;
@@ -4772,7 +4849,8 @@ static pd_status pd__fast(const pd__ctx *x, const pd__cuts *c, pd__cut_plan *out
      * moves hi down to the bottleneck its plan actually has; once the bracket
      * is narrow, probing just below hi either finds a better plan or proves
      * hi optimal. lo starts at total compute / workers, a lower bound. */
-    double hi = pd__actual(x, c, nxt, rep), lo = 0;
+    hi = pd__actual(x, c, nxt, rep);
+    lo = 0;
     for (int b = 0; b < S; b++) lo = fmax(lo, (c->fwd[b] + c->bwd_in[b] + c->bwd_w[b]) / x->workers);
     lo = fmin(lo, hi) * (1 - 1e-12);
     memcpy(bnxt, nxt, sizeof(int) * (size_t)S);
@@ -4804,11 +4882,11 @@ static pd_status pd__fast(const pd__ctx *x, const pd__cuts *c, pd__cut_plan *out
     }
     nxt = bnxt;
     rep = brep;
-    int n = 0;
+    n = 0;
     for (int a = 0; a != S - 1; a = nxt[a]) n++;
     out->n = n;
-    out->cut = PD_MALLOC(sizeof(int) * ((size_t)n + 1));
-    out->rep = PD_MALLOC(sizeof(int) * (size_t)n);
+    out->cut = (int *)PD_MALLOC(sizeof(int) * ((size_t)n + 1));
+    out->rep = (int *)PD_MALLOC(sizeof(int) * (size_t)n);
     if (!out->cut || !out->rep) {
         pd__cut_plan_free(out);
         st = pd__err(PD_ERR_NOMEM, "plan: out of memory");
@@ -4879,7 +4957,7 @@ static pd_status pd__pd_level(const pd__ctx *x, const pd__cuts *c, int lv, int K
     bool fewer = !x->pd_model;
     uint8_t *sub = NULL; /* sub[a*S+k]: ideal a strictly inside ideal k */
     if (!final) {
-        if (!(sub = PD_CALLOC((size_t)S * (size_t)S, 1))) return pd__err(PD_ERR_NOMEM, "plan: out of memory (%d cut states)", S);
+        if (!(sub = (uint8_t *)PD_CALLOC((size_t)S * (size_t)S, 1))) return pd__err(PD_ERR_NOMEM, "plan: out of memory (%d cut states)", S);
         for (int k = 0; k < S; k++)
             for (int q = c->pred_start[k]; q < c->pred_start[k + 1]; q++) sub[(size_t)c->pred[q] * S + k] = 1;
     }
@@ -4940,13 +5018,13 @@ typedef struct pd__stage_list {
 static pd_status pd__push(pd__stage_list *L, int lo, int hi, int rep) {
     if (L->n == L->cap) {
         int nc = L->cap ? L->cap * 2 : 16;
-        int *a = PD_REALLOC(L->lo, sizeof(int) * (size_t)nc);
+        int *a = (int *)PD_REALLOC(L->lo, sizeof(int) * (size_t)nc);
         if (!a) return pd__err(PD_ERR_NOMEM, "plan: out of memory");
         L->lo = a;
-        int *b = PD_REALLOC(L->hi, sizeof(int) * (size_t)nc);
+        int *b = (int *)PD_REALLOC(L->hi, sizeof(int) * (size_t)nc);
         if (!b) return pd__err(PD_ERR_NOMEM, "plan: out of memory");
         L->hi = b;
-        int *r = PD_REALLOC(L->rep, sizeof(int) * (size_t)nc);
+        int *r = (int *)PD_REALLOC(L->rep, sizeof(int) * (size_t)nc);
         if (!r) return pd__err(PD_ERR_NOMEM, "plan: out of memory");
         L->rep = r;
         L->cap = nc;
@@ -4962,7 +5040,8 @@ static pd_status pd__unwind(const pd__ctx *x, const pd__cuts *c, pd__cell **As, 
     int S = c->n_states, M = x->lw[lv];
     int row = lv == x->levels - 1 ? 0 : a;
     /* the splits of this range, last stage first */
-    pd__stage_list here = {0};
+    pd__stage_list here;
+    memset(&here, 0, sizeof here);
     pd_status st = PD_OK;
     const pd__cell *e = &As[lv][((size_t)row * S + (size_t)b) * (size_t)M + (size_t)(M - 1)];
     int hi = b;
@@ -4989,8 +5068,10 @@ static pd_status pd__pipedream_dp(const pd__ctx *x, const pd__cuts *c, pd__cut_p
     int S = c->n_states;
     pd_status st = PD_OK;
     pd__cell *As[8] = {0};
-    pd__stage_list L = {0};
-    double *cl = PD_MALLOC(sizeof(double) * (size_t)S * (size_t)S);
+    pd__stage_list L;
+    memset(&L, 0, sizeof L);
+    const pd__cell *top;
+    double *cl = (double *)PD_MALLOC(sizeof(double) * (size_t)S * (size_t)S);
     if (!cl) return pd__err(PD_ERR_NOMEM, "plan: out of memory (%d cut states)", S);
     for (int a = 0; a < S; a++)
         for (int b = 0; b < S; b++) cl[(size_t)a * S + b] = NAN;
@@ -5003,7 +5084,7 @@ static pd_status pd__pipedream_dp(const pd__ctx *x, const pd__cuts *c, pd__cut_p
     for (int lv = 0; lv < x->levels; lv++) {
         bool final = lv == x->levels - 1;
         size_t cells = (size_t)(final ? 1 : S) * (size_t)S * (size_t)x->lw[lv];
-        As[lv] = PD_MALLOC(sizeof(pd__cell) * cells);
+        As[lv] = (pd__cell *)PD_MALLOC(sizeof(pd__cell) * cells);
         if (!As[lv]) {
             st = pd__err(PD_ERR_NOMEM, "plan: out of memory for the DP table (%zu cells)", cells);
             goto done;
@@ -5016,7 +5097,7 @@ static pd_status pd__pipedream_dp(const pd__ctx *x, const pd__cuts *c, pd__cut_p
                         cl[(size_t)a * S + b] = As[lv][((size_t)a * S + b) * (size_t)x->lw[lv] + (size_t)(x->lw[lv] - 1)].t;
         K *= x->lw[lv];
     }
-    const pd__cell *top = &As[x->levels - 1][(size_t)(S - 1) * (size_t)x->lw[x->levels - 1] + (size_t)(x->lw[x->levels - 1] - 1)];
+    top = &As[x->levels - 1][(size_t)(S - 1) * (size_t)x->lw[x->levels - 1] + (size_t)(x->lw[x->levels - 1] - 1)];
     if (isnan(top->t)) {
         st = pd__err(PD_ERR_INVALID,
                      "plan: no plan uses exactly %d workers within --memory %.0f bytes%s; raise --memory, change "
@@ -5027,8 +5108,8 @@ static pd_status pd__pipedream_dp(const pd__ctx *x, const pd__cuts *c, pd__cut_p
     out->time_ms = top->t;
     if ((st = pd__unwind(x, c, As, x->levels - 1, 0, S - 1, 1, &L)) != PD_OK) goto done;
     out->n = L.n;
-    out->cut = PD_MALLOC(sizeof(int) * ((size_t)L.n + 1));
-    out->rep = PD_MALLOC(sizeof(int) * (size_t)L.n);
+    out->cut = (int *)PD_MALLOC(sizeof(int) * ((size_t)L.n + 1));
+    out->rep = (int *)PD_MALLOC(sizeof(int) * (size_t)L.n);
     if (!out->cut || !out->rep) {
         pd__cut_plan_free(out);
         st = pd__err(PD_ERR_NOMEM, "plan: out of memory");
@@ -5151,8 +5232,8 @@ static pd_status pd__plan_evaluate(pd_plan *pl, const pd_profile *p, const pd__c
         f->act_bytes += nd->act_bytes;
     }
     /* tensors crossing each boundary k|k+1: producer at or before k, a consumer after */
-    double *cross = PD_CALLOC((size_t)ns + 1, sizeof(double));
-    int *last = PD_MALLOC(sizeof(int) * (size_t)n);
+    double *cross = (double *)PD_CALLOC((size_t)ns + 1, sizeof(double));
+    int *last = (int *)PD_MALLOC(sizeof(int) * (size_t)n);
     if (!cross || !last) {
         PD_FREE(cross);
         PD_FREE(last);
@@ -5251,14 +5332,14 @@ void pd__plan_free(pd_plan *pl) {
 void pd_plan_destroy(pd_plan *p) { pd__plan_free(p); }
 
 static pd_status pd__plan_alloc(const pd_profile *p, int n_stages, pd_plan **out) {
-    pd_plan *pl = PD_CALLOC(1, sizeof *pl);
+    pd_plan *pl = (pd_plan *)PD_CALLOC(1, sizeof *pl);
     if (!pl) return pd__err(PD_ERR_NOMEM, "plan: out of memory");
     pl->n_nodes = p->n;
-    pl->node_name = PD_CALLOC((size_t)p->n, sizeof(char *));
-    pl->fwd_stage = PD_CALLOC((size_t)p->n, sizeof(int));
-    pl->bwd_stage = PD_CALLOC((size_t)p->n, sizeof(int));
+    pl->node_name = (char **)PD_CALLOC((size_t)p->n, sizeof(char *));
+    pl->fwd_stage = (int *)PD_CALLOC((size_t)p->n, sizeof(int));
+    pl->bwd_stage = (int *)PD_CALLOC((size_t)p->n, sizeof(int));
     pl->n_stages = n_stages;
-    pl->stage = PD_CALLOC((size_t)n_stages, sizeof(pd__stage));
+    pl->stage = (pd__stage *)PD_CALLOC((size_t)n_stages, sizeof(pd__stage));
     pl->chunks = 1;
     pl->width = 1;
     pl->microbatches = 1;
@@ -5419,9 +5500,10 @@ static pd_status pd__avgpipe_tune(const pd__ctx *x0, const pd_profile *p, const 
         } else {
             x.lw[0] = d;
         }
-        pd__cut_plan cp = {0};
+        pd__cut_plan cp;
+        memset(&cp, 0, sizeof cp);
         if (pd__fast(&x, c, &cp) != PD_OK) continue;
-        pd_plan *k_best = NULL, **cand = PD_CALLOC((size_t)Mmax + 1, sizeof *cand);
+        pd_plan *k_best = NULL, **cand = (pd_plan **)PD_CALLOC((size_t)Mmax + 1, sizeof *cand);
         if (!cand) {
             pd__cut_plan_free(&cp);
             st = pd__err(PD_ERR_NOMEM, "plan: out of memory");
@@ -5523,8 +5605,8 @@ pd_status pd_plan_create(const pd_profile *p, const pd_plan_options *o, pd_plan 
     if (algo == PD_ALGO_UNIFORM || algo == PD_ALGO_PARAMS) {
         if (x.workers > p->n)
             return pd__err(PD_ERR_INVALID, "plan: %d workers but the model has only %d nodes; use --workers %d or fewer", x.workers, p->n, p->n);
-        double *w = PD_MALLOC(sizeof(double) * (size_t)p->n);
-        int *cut = PD_MALLOC(sizeof(int) * ((size_t)x.workers + 2));
+        double *w = (double *)PD_MALLOC(sizeof(double) * (size_t)p->n);
+        int *cut = (int *)PD_MALLOC(sizeof(int) * ((size_t)x.workers + 2));
         if (!w || !cut) {
             PD_FREE(w);
             PD_FREE(cut);
@@ -5557,17 +5639,18 @@ pd_status pd_plan_create(const pd_profile *p, const pd_plan_options *o, pd_plan 
     }
 
     /* the DAG without PipeDream's input layers and __getitem__ sinks */
-    int *indeg = PD_CALLOC((size_t)p->n, sizeof(int)), *outdeg = PD_CALLOC((size_t)p->n, sizeof(int));
-    int *map = PD_MALLOC(sizeof(int) * (size_t)p->n), *inv = PD_MALLOC(sizeof(int) * (size_t)p->n);
+    int *indeg = (int *)PD_CALLOC((size_t)p->n, sizeof(int)), *outdeg = (int *)PD_CALLOC((size_t)p->n, sizeof(int));
+    int *map = (int *)PD_MALLOC(sizeof(int) * (size_t)p->n), *inv = (int *)PD_MALLOC(sizeof(int) * (size_t)p->n);
     pd_profile rp;
     memset(&rp, 0, sizeof rp);
-    rp.node = PD_MALLOC(sizeof(pd__pnode) * (size_t)p->n);
-    rp.edge = PD_MALLOC(sizeof(int) * 2 * ((size_t)p->n_edges + 1));
+    rp.node = (pd__pnode *)PD_MALLOC(sizeof(pd__pnode) * (size_t)p->n);
+    rp.edge = (int *)PD_MALLOC(sizeof(int) * 2 * ((size_t)p->n_edges + 1));
     pd_profile ep;
-    pd__pnode *ev_nodes = PD_MALLOC(sizeof(pd__pnode) * (size_t)p->n);
+    pd__pnode *ev_nodes = (pd__pnode *)PD_MALLOC(sizeof(pd__pnode) * (size_t)p->n);
     pd__cuts *c = NULL;
     pd_plan *pl = NULL;
-    pd__cut_plan cp = {0};
+    pd__cut_plan cp;
+    memset(&cp, 0, sizeof cp);
     pd_status st = PD_OK;
     if (!indeg || !outdeg || !map || !inv || !rp.node || !rp.edge || !ev_nodes) {
         st = pd__err(PD_ERR_NOMEM, "plan: out of memory");
@@ -5616,11 +5699,13 @@ pd_status pd_plan_create(const pd_profile *p, const pd_plan_options *o, pd_plan 
         /* every depth d dividing the workers, with and without recomputation */
         double best_tp = -1;
         int best_d = 0, best_rc = 0, best_w = 1;
-        pd__cut_plan best = {0};
+        pd__cut_plan best;
+        memset(&best, 0, sizeof best);
         for (int d = 1; d <= x.workers; d++) {
             if (x.workers % d || d > c->n_states - 1) continue;
             for (int rc = 0; rc < 2; rc++) {
-                pd__cut_plan t = {0};
+                pd__cut_plan t;
+                memset(&t, 0, sizeof t);
                 if (pd__straight(&x, c, d, rc, &t) != PD_OK) continue; /* does not fit at this depth */
                 pd_plan *cand;
                 if ((st = pd__plan_alloc(p, t.n, &cand)) != PD_OK) {
@@ -5645,8 +5730,8 @@ pd_status pd_plan_create(const pd_profile *p, const pd_plan_options *o, pd_plan 
                     best_rc = rc;
                     pd__cut_plan_free(&best);
                     best.n = t.n;
-                    best.cut = PD_MALLOC(sizeof(int) * ((size_t)t.n + 1));
-                    best.rep = PD_MALLOC(sizeof(int) * (size_t)t.n);
+                    best.cut = (int *)PD_MALLOC(sizeof(int) * ((size_t)t.n + 1));
+                    best.rep = (int *)PD_MALLOC(sizeof(int) * (size_t)t.n);
                     if (best.cut && best.rep) {
                         memcpy(best.cut, t.cut, sizeof(int) * ((size_t)t.n + 1));
                         memcpy(best.rep, t.rep, sizeof(int) * (size_t)t.n);
@@ -5732,11 +5817,13 @@ done:
 static pd_status pd__bipartition(const pd__ctx *x, const pd_profile *p, pd_plan **out) {
     int n = p->n, P = x->workers;
     if (P > n) return pd__err(PD_ERR_INVALID, "plan: %d workers but the model has only %d nodes; use --workers %d or fewer", P, n, n);
-    double *F = PD_CALLOC((size_t)n + 1, sizeof(double)), *B = PD_CALLOC((size_t)n + 1, sizeof(double));
-    int *prevp = PD_MALLOC(sizeof(int) * ((size_t)n + 1)), *nextp = PD_MALLOC(sizeof(int) * ((size_t)n + 1));
-    int *R = PD_MALLOC(sizeof(int) * (size_t)(P + 1) * ((size_t)n + 1));
-    int *from = PD_MALLOC(sizeof(int) * (size_t)(P + 1) * ((size_t)n + 1));
+    double *F = (double *)PD_CALLOC((size_t)n + 1, sizeof(double)), *B = (double *)PD_CALLOC((size_t)n + 1, sizeof(double));
+    int *prevp = (int *)PD_MALLOC(sizeof(int) * ((size_t)n + 1)), *nextp = (int *)PD_MALLOC(sizeof(int) * ((size_t)n + 1));
+    int *R = (int *)PD_MALLOC(sizeof(int) * (size_t)(P + 1) * ((size_t)n + 1));
+    int *from = (int *)PD_MALLOC(sizeof(int) * (size_t)(P + 1) * ((size_t)n + 1));
     pd_status st = PD_OK;
+    double lo, hi;
+    int used;
     if (!F || !B || !prevp || !nextp || !R || !from) {
         st = pd__err(PD_ERR_NOMEM, "plan: out of memory");
         goto done;
@@ -5750,10 +5837,11 @@ static pd_status pd__bipartition(const pd__ctx *x, const pd_profile *p, pd_plan 
     for (int k = 1; k <= n; k++) prevp[k] = p->node[k - 1].param_bytes > 0 ? k : prevp[k - 1];
     nextp[n] = n;
     for (int k = n - 1; k >= 0; k--) nextp[k] = p->node[k].param_bytes > 0 ? k : nextp[k + 1];
-    double lo = 0, hi = F[n] + B[n];
+    lo = 0;
+    hi = F[n] + B[n];
 #define RR(i, f) R[(size_t)(i) * (size_t)(n + 1) + (size_t)(f)]
 #define FR(i, f) from[(size_t)(i) * (size_t)(n + 1) + (size_t)(f)]
-    int used = 0;
+    used = 0;
     for (int it = 0; it < 60; it++) {
         double T = it == 59 ? hi : 0.5 * (lo + hi);
         for (size_t k = 0; k < (size_t)(P + 1) * (size_t)(n + 1); k++) R[k] = -1;
@@ -5942,7 +6030,7 @@ static void pd__emit(pd__bld *b, int op, int chunk, int mb, int version, int pee
     if (b->oom) return;
     if (b->n == b->cap) {
         int cap = b->cap ? b->cap * 2 : 64;
-        pd__instr *ni = PD_REALLOC(b->ins, sizeof(pd__instr) * (size_t)cap);
+        pd__instr *ni = (pd__instr *)PD_REALLOC(b->ins, sizeof(pd__instr) * (size_t)cap);
         if (!ni) {
             b->oom = true;
             return;
@@ -5950,7 +6038,8 @@ static void pd__emit(pd__bld *b, int op, int chunk, int mb, int version, int pee
         b->ins = ni;
         b->cap = cap;
     }
-    b->ins[b->n++] = (pd__instr){(uint8_t)op, (uint8_t)split, (int16_t)chunk, mb, version, peer};
+    pd__instr in = {(uint8_t)op, (uint8_t)split, (int16_t)chunk, mb, version, peer};
+    b->ins[b->n++] = in;
 }
 
 /* F of mb on chunk with weight version `version`, between its receive and send. */
@@ -6095,13 +6184,14 @@ static pd_status pd__build(pd__sched_kind kind, int n_stages, int chunks, int mi
     for (int s = 0; replicas && s < n_stages; s++)
         if (replicas[s] < 1) return pd__err(PD_ERR_INVALID, "%s: stage %d has %d replicas", name, s, replicas[s]);
 
-    pd__schedule *sc = PD_MALLOC(sizeof *sc);
+    pd__schedule *sc = (pd__schedule *)PD_MALLOC(sizeof *sc);
     if (!sc) return pd__err(PD_ERR_NOMEM, "schedule: out of memory");
-    *sc = (pd__schedule){kind, n_stages, chunks, microbatches, minibatches, NULL, NULL, 0};
+    pd__schedule init = {kind, n_stages, chunks, microbatches, minibatches, NULL, NULL, 0};
+    *sc = init;
     if (kind == PD_SCHED_AVGPIPE) sc->inflight = inflight;
-    sc->len = PD_MALLOC(sizeof(int) * (size_t)n_stages);
-    sc->ins = PD_MALLOC(sizeof(pd__instr *) * (size_t)n_stages);
-    int *fver = PD_MALLOC(sizeof(int) * (size_t)(M * chunks));
+    sc->len = (int *)PD_MALLOC(sizeof(int) * (size_t)n_stages);
+    sc->ins = (pd__instr **)PD_MALLOC(sizeof(pd__instr *) * (size_t)n_stages);
+    int *fver = (int *)PD_MALLOC(sizeof(int) * (size_t)(M * chunks));
     if (!sc->len || !sc->ins || !fver) {
         PD_FREE(fver);
         pd__schedule_free(sc);
@@ -6161,8 +6251,8 @@ pd_status pd__schedule_validate(const pd__schedule *s) {
     int p = s->n_stages, v = s->chunks, V = p * v;
     int64_t M = (int64_t)s->microbatches * s->minibatches;
     if (M * V > 100000000) return pd__err(PD_ERR_INVALID, "schedule: too large to validate");
-    uint8_t *st = PD_MALLOC((size_t)(M * V));
-    int *ver = PD_MALLOC(sizeof(int) * (size_t)(M * V));
+    uint8_t *st = (uint8_t *)PD_MALLOC((size_t)(M * V));
+    int *ver = (int *)PD_MALLOC(sizeof(int) * (size_t)(M * V));
     if (!st || !ver) {
         PD_FREE(st);
         PD_FREE(ver);
@@ -6327,7 +6417,7 @@ pd_status pd__schedule_vertical_sync(pd__schedule *s) {
     int nmb = 0;
     for (int k = 0; k < s->len[0]; k++)
         if (s->ins[0][k].mb >= nmb) nmb = s->ins[0][k].mb + 1;
-    int32_t *v0 = PD_MALLOC(sizeof(int32_t) * ((size_t)nmb + 1));
+    int32_t *v0 = (int32_t *)PD_MALLOC(sizeof(int32_t) * ((size_t)nmb + 1));
     if (!v0) return pd__err(PD_ERR_NOMEM, "out of memory");
     for (int k = 0; k < s->len[0]; k++)
         if (s->ins[0][k].op == PD_I_F) v0[s->ins[0][k].mb] = s->ins[0][k].version;
@@ -6382,10 +6472,10 @@ static double pd__cost(const double *a, int k) { return a ? a[k] : 0; }
 
 pd_status pd__schedule_replay(const pd__schedule *s, const pd__sim_costs *c, double **start, double **end) {
     int p = s->n_stages, V = p * s->chunks, nch = 2 * (V > 1 ? V - 1 : 0);
-    int *cap = PD_CALLOC((size_t)nch + 1, sizeof(int)), *nsent = PD_CALLOC((size_t)nch + 1, sizeof(int));
-    int *nrecv = PD_CALLOC((size_t)nch + 1, sizeof(int)), *pos = PD_CALLOC((size_t)p, sizeof(int));
-    double *chfree = PD_CALLOC((size_t)nch + 1, sizeof(double)), *t = PD_CALLOC((size_t)p, sizeof(double));
-    pd__sent **q = PD_CALLOC((size_t)nch + 1, sizeof(pd__sent *));
+    int *cap = (int *)PD_CALLOC((size_t)nch + 1, sizeof(int)), *nsent = (int *)PD_CALLOC((size_t)nch + 1, sizeof(int));
+    int *nrecv = (int *)PD_CALLOC((size_t)nch + 1, sizeof(int)), *pos = (int *)PD_CALLOC((size_t)p, sizeof(int));
+    double *chfree = (double *)PD_CALLOC((size_t)nch + 1, sizeof(double)), *t = (double *)PD_CALLOC((size_t)p, sizeof(double));
+    pd__sent **q = (pd__sent **)PD_CALLOC((size_t)nch + 1, sizeof(pd__sent *));
     pd_status rc = PD_OK;
     if (!cap || !nsent || !nrecv || !pos || !chfree || !t || !q) {
         rc = pd__err(PD_ERR_NOMEM, "simulate: out of memory");
@@ -6407,7 +6497,7 @@ pd_status pd__schedule_replay(const pd__schedule *s, const pd__sim_costs *c, dou
         }
     }
     for (int ch = 0; ch < nch; ch++) {
-        if (cap[ch] && !(q[ch] = PD_MALLOC(sizeof(pd__sent) * (size_t)cap[ch]))) {
+        if (cap[ch] && !(q[ch] = (pd__sent *)PD_MALLOC(sizeof(pd__sent) * (size_t)cap[ch]))) {
             rc = pd__err(PD_ERR_NOMEM, "simulate: out of memory");
             goto out;
         }
@@ -6429,7 +6519,8 @@ pd_status pd__schedule_replay(const pd__schedule *s, const pd__sim_costs *c, dou
                     double x = c ? pd__cost(c->send_ms, ch / 2) : 0;
                     double a = (t0 > chfree[ch] ? t0 : chfree[ch]) + x;
                     chfree[ch] = a;
-                    q[ch][nsent[ch]++] = (pd__sent){a, in->mb, w, i};
+                    pd__sent sent = {a, in->mb, w, i};
+                    q[ch][nsent[ch]++] = sent;
                     break;
                 }
                 case PD_I_RECV_ACT:
@@ -6507,7 +6598,7 @@ static void pd__label(char *buf, size_t n, const pd__schedule *s, const pd__inst
  * use, plus the newest). Fills the peaks; with a trace, emits counters. */
 static pd_status pd__memory(const pd__schedule *s, const pd__sim_costs *c, int w, double *const *en, int max_version,
                             pd_sim_stage *out, FILE *trace) {
-    int *ref = PD_CALLOC((size_t)max_version + 1, sizeof(int));
+    int *ref = (int *)PD_CALLOC((size_t)max_version + 1, sizeof(int));
     if (!ref) return pd__err(PD_ERR_NOMEM, "simulate: out of memory");
     int p = s->n_stages, count = 0, live = 0, current = 0;
     double bytes = 0, params = 0;
@@ -6664,13 +6755,16 @@ pd_status pd__simulate_costs(const pd__schedule *s, const pd__sim_costs *c, pd_s
                            c->allreduce_ms[w]);
 
     pd_status rc = PD_OK;
-    double **st = PD_CALLOC((size_t)p, sizeof(double *)), **en = PD_CALLOC((size_t)p, sizeof(double *));
-    double *done = PD_CALLOC((size_t)N, sizeof(double));
-    pd_sim_stage *stage = PD_CALLOC((size_t)p, sizeof(pd_sim_stage));
+    double **st = (double **)PD_CALLOC((size_t)p, sizeof(double *)), **en = (double **)PD_CALLOC((size_t)p, sizeof(double *));
+    double *done = (double *)PD_CALLOC((size_t)N, sizeof(double));
+    pd_sim_stage *stage = (pd_sim_stage *)PD_CALLOC((size_t)p, sizeof(pd_sim_stage));
     bool ok = st && en && done && stage;
+    double makespan, lo, hi, time_ms, busy;
+    int max_version;
+    pd_sim_result r;
     for (int w = 0; ok && w < p; w++) {
-        st[w] = PD_MALLOC(sizeof(double) * (size_t)(s->len[w] + 1));
-        en[w] = PD_MALLOC(sizeof(double) * (size_t)(s->len[w] + 1));
+        st[w] = (double *)PD_MALLOC(sizeof(double) * (size_t)(s->len[w] + 1));
+        en[w] = (double *)PD_MALLOC(sizeof(double) * (size_t)(s->len[w] + 1));
         ok = st[w] && en[w];
     }
     if (!ok) {
@@ -6680,8 +6774,8 @@ pd_status pd__simulate_costs(const pd__schedule *s, const pd__sim_costs *c, pd_s
     if ((rc = pd__schedule_replay(s, c, st, en)) != PD_OK) goto out;
 
     /* makespan, minibatch completions, the newest weight version */
-    double makespan = 0;
-    int max_version = 0;
+    makespan = 0;
+    max_version = 0;
     for (int w = 0; w < p; w++) {
         for (int i = 0; i < s->len[w]; i++) {
             const pd__instr *in = &s->ins[w][i];
@@ -6694,14 +6788,14 @@ pd_status pd__simulate_costs(const pd__schedule *s, const pd__sim_costs *c, pd_s
     }
     /* the measured window: the whole run, or for asynchronous schedules from the
      * completion of minibatch a to that of b, leaving out fill and drain */
-    double lo = 0, hi = makespan, time_ms = makespan / N;
+    lo = 0, hi = makespan, time_ms = makespan / N;
     if (pd__sched_async(s->kind) && N >= 2) {
         int a = pd__warm(V, m), b;
         if (a > (N - 2) / 2) a = (N - 2) / 2;
         b = N - 1 - a;
         lo = done[a], hi = done[b], time_ms = (hi - lo) / (b - a);
     }
-    double busy = 0;
+    busy = 0;
     for (int w = 0; w < p; w++) {
         for (int i = 0; i < s->len[w]; i++) {
             if (!pd__compute(s->ins[w][i].op)) continue;
@@ -6714,7 +6808,7 @@ pd_status pd__simulate_costs(const pd__schedule *s, const pd__sim_costs *c, pd_s
     if (rc != PD_OK) goto out;
     if (trace) fprintf(trace, "\n]\n");
 
-    pd_sim_result r = {0};
+    memset(&r, 0, sizeof r);
     r.time_ms = time_ms;
     r.makespan_ms = makespan;
     r.throughput = time_ms > 0 ? m / (time_ms / 1000) : 0;
@@ -6792,15 +6886,16 @@ pd_status pd__sim_plan_make(const pd_plan *pl, const pd_sim_options *opt, pd__si
     int m = o.microbatches > 0 ? o.microbatches : pl->microbatches > 0 ? pl->microbatches : 1;
     int N = o.minibatches > 0 ? o.minibatches : pd__sched_async(kind) ? 2 * pd__warm(p * v, m) + 8 : 1;
     int V = p * v;
-    pd__sim_plan sp = {0};
-    sp.f_ms = PD_CALLOC((size_t)V, sizeof(double));
-    sp.b_ms = PD_CALLOC((size_t)V, sizeof(double));
-    sp.w_ms = PD_CALLOC((size_t)V, sizeof(double));
-    sp.send_ms = PD_CALLOC((size_t)V, sizeof(double));
-    sp.act_bytes = PD_CALLOC((size_t)V, sizeof(double));
-    sp.param_bytes = PD_CALLOC((size_t)V, sizeof(double));
-    sp.allreduce_ms = PD_CALLOC((size_t)p, sizeof(double));
-    sp.replicas = PD_CALLOC((size_t)p, sizeof(int));
+    pd__sim_plan sp;
+    memset(&sp, 0, sizeof sp);
+    sp.f_ms = (double *)PD_CALLOC((size_t)V, sizeof(double));
+    sp.b_ms = (double *)PD_CALLOC((size_t)V, sizeof(double));
+    sp.w_ms = (double *)PD_CALLOC((size_t)V, sizeof(double));
+    sp.send_ms = (double *)PD_CALLOC((size_t)V, sizeof(double));
+    sp.act_bytes = (double *)PD_CALLOC((size_t)V, sizeof(double));
+    sp.param_bytes = (double *)PD_CALLOC((size_t)V, sizeof(double));
+    sp.allreduce_ms = (double *)PD_CALLOC((size_t)p, sizeof(double));
+    sp.replicas = (int *)PD_CALLOC((size_t)p, sizeof(int));
     if (!sp.f_ms || !sp.b_ms || !sp.w_ms || !sp.send_ms || !sp.act_bytes || !sp.param_bytes || !sp.allreduce_ms ||
         !sp.replicas) {
         pd__sim_plan_free(&sp);
@@ -6829,7 +6924,7 @@ pd_status pd__sim_plan_make(const pd_plan *pl, const pd_sim_options *opt, pd__si
     int64_t mbs = pl->microbatch_size > 0 ? pl->microbatch_size : 1;
     sp.samples = mbs * m * width;
     /* copies of a stage all-reduce: its replicas and, with parallel pipelines, their twins */
-    int *copies = PD_MALLOC(sizeof(int) * (size_t)p);
+    int *copies = (int *)PD_MALLOC(sizeof(int) * (size_t)p);
     if (!copies) {
         pd__sim_plan_free(&sp);
         return pd__err(PD_ERR_NOMEM, "pd_simulate: out of memory");
@@ -6877,7 +6972,8 @@ pd_status pd_simulate(const pd_plan *p, const pd_sim_options *opt, pd_sim_result
     pd_status rc = PD_OK;
     FILE *ft = pd__open_tmp(o.trace, ttmp, sizeof ttmp, &rc);
     FILE *fs = rc == PD_OK ? pd__open_tmp(o.svg, stmp, sizeof stmp, &rc) : NULL;
-    pd_sim_result r = {0};
+    pd_sim_result r;
+    memset(&r, 0, sizeof r);
     if (rc == PD_OK) rc = pd__simulate_costs(sp.sched, &c, &r, ft, fs);
     rc = pd__close_tmp(ft, ttmp, o.trace, rc);
     rc = pd__close_tmp(fs, stmp, o.svg, rc);

@@ -43,7 +43,7 @@ static int pd__set_add(pd__set *s, const uint64_t *b, int limit, bool *added) {
     *added = false;
     if (s->n * 2 >= s->cap) {
         int ncap = s->cap ? s->cap * 2 : 1024;
-        int *ns = PD_MALLOC(sizeof(int) * (size_t)ncap);
+        int *ns = (int *)PD_MALLOC(sizeof(int) * (size_t)ncap);
         if (!ns) return -1;
         for (int i = 0; i < ncap; i++) ns[i] = -1;
         for (int i = 0; i < s->n; i++) {
@@ -64,7 +64,7 @@ static int pd__set_add(pd__set *s, const uint64_t *b, int limit, bool *added) {
     if (s->n >= limit) return -2;
     if ((s->n & (s->n - 1)) == 0 || s->n == 0) {
         size_t want = (size_t)(s->n ? s->n * 2 : 64) * (size_t)s->words;
-        uint64_t *nb = PD_REALLOC(s->bits, sizeof(uint64_t) * want);
+        uint64_t *nb = (uint64_t *)PD_REALLOC(s->bits, sizeof(uint64_t) * want);
         if (!nb) return -1;
         s->bits = nb;
     }
@@ -95,7 +95,7 @@ void pd__cuts_free(pd__cuts *c) {
 /* All ideals, breadth-first; returns the count, 0 when over `limit`, -1 on allocation failure. */
 static int pd__enumerate(const pd_profile *p, const int *pstart, const int *preds, int words, int limit,
                          pd__set *set) {
-    uint64_t *tmp = PD_CALLOC((size_t)words, sizeof(uint64_t));
+    uint64_t *tmp = (uint64_t *)PD_CALLOC((size_t)words, sizeof(uint64_t));
     if (!tmp) return -1;
     bool added;
     int r = pd__set_add(set, tmp, limit, &added);
@@ -134,10 +134,11 @@ pd_status pd__cuts_build(const pd_profile *p, int max_states, pd__cuts **out) {
     if (max_states <= 0) max_states = 4096;
     int n = p->n, words = (n + 63) / 64;
     pd_status st = PD_ERR_NOMEM;
-    pd__cuts *c = PD_CALLOC(1, sizeof *c);
-    int *pstart = PD_CALLOC((size_t)n + 1, sizeof(int)), *preds = PD_MALLOC(sizeof(int) * ((size_t)p->n_edges + 1));
-    int *sstart = PD_CALLOC((size_t)n + 1, sizeof(int)), *succs = PD_MALLOC(sizeof(int) * ((size_t)p->n_edges + 1));
-    int *order = NULL;
+    pd__cuts *c = (pd__cuts *)PD_CALLOC(1, sizeof *c);
+    int *pstart = (int *)PD_CALLOC((size_t)n + 1, sizeof(int)), *preds = (int *)PD_MALLOC(sizeof(int) * ((size_t)p->n_edges + 1));
+    int *sstart = (int *)PD_CALLOC((size_t)n + 1, sizeof(int)), *succs = (int *)PD_MALLOC(sizeof(int) * ((size_t)p->n_edges + 1));
+    int *order = NULL, *bucket, S;
+    size_t cap, cnt;
     pd__set set = {words, 0, 0, NULL, NULL};
     if (!c || !pstart || !preds || !sstart || !succs) goto fail;
     for (int e = 0; e < p->n_edges; e++) {
@@ -149,7 +150,7 @@ pd_status pd__cuts_build(const pd_profile *p, int max_states, pd__cuts **out) {
         sstart[v + 1] += sstart[v];
     }
     {
-        int *pf = PD_MALLOC(sizeof(int) * (size_t)n), *sf = PD_MALLOC(sizeof(int) * (size_t)n);
+        int *pf = (int *)PD_MALLOC(sizeof(int) * (size_t)n), *sf = (int *)PD_MALLOC(sizeof(int) * (size_t)n);
         if (!pf || !sf) {
             PD_FREE(pf);
             PD_FREE(sf);
@@ -165,13 +166,13 @@ pd_status pd__cuts_build(const pd_profile *p, int max_states, pd__cuts **out) {
         PD_FREE(sf);
     }
 
-    int S = pd__enumerate(p, pstart, preds, words, max_states, &set);
+    S = pd__enumerate(p, pstart, preds, words, max_states, &set);
     if (S < 0) goto fail;
     if (S == 0) {
         /* too many ideals: the prefixes of the topological order */
         set.n = 0;
         PD_FREE(set.bits);
-        set.bits = PD_CALLOC((size_t)(n + 1) * (size_t)words, sizeof(uint64_t));
+        set.bits = (uint64_t *)PD_CALLOC((size_t)(n + 1) * (size_t)words, sizeof(uint64_t));
         if (!set.bits) goto fail;
         for (int s = 1; s <= n; s++) {
             memcpy(set.bits + (size_t)s * words, set.bits + (size_t)(s - 1) * words, sizeof(uint64_t) * (size_t)words);
@@ -182,8 +183,8 @@ pd_status pd__cuts_build(const pd_profile *p, int max_states, pd__cuts **out) {
     }
     /* states by ideal size, ties by index: a counting sort, as sizes are 0..n
      * (and no qsort_r, which is not standard C: the core builds on libc alone) */
-    order = PD_MALLOC(sizeof(int) * (size_t)S);
-    int *bucket = PD_CALLOC((size_t)n + 2, sizeof(int));
+    order = (int *)PD_MALLOC(sizeof(int) * (size_t)S);
+    bucket = (int *)PD_CALLOC((size_t)n + 2, sizeof(int));
     if (!order || !bucket) {
         PD_FREE(bucket);
         goto fail;
@@ -195,11 +196,13 @@ pd_status pd__cuts_build(const pd_profile *p, int max_states, pd__cuts **out) {
 
     c->n_states = S;
     c->words = words;
-    c->ideal = PD_MALLOC(sizeof(uint64_t) * (size_t)S * (size_t)words);
-    double **arr[] = {&c->fwd, &c->bwd_in, &c->bwd_w, &c->act, &c->param, &c->optim, &c->cross_bytes, &c->antichain_bytes};
-    for (size_t k = 0; k < sizeof arr / sizeof arr[0]; k++)
-        if (!(*arr[k] = PD_CALLOC((size_t)S, sizeof(double)))) goto fail;
-    c->pred_start = PD_CALLOC((size_t)S + 1, sizeof(int));
+    c->ideal = (uint64_t *)PD_MALLOC(sizeof(uint64_t) * (size_t)S * (size_t)words);
+    {
+        double **arr[] = {&c->fwd, &c->bwd_in, &c->bwd_w, &c->act, &c->param, &c->optim, &c->cross_bytes, &c->antichain_bytes};
+        for (size_t k = 0; k < sizeof arr / sizeof arr[0]; k++)
+            if (!(*arr[k] = (double *)PD_CALLOC((size_t)S, sizeof(double)))) goto fail;
+    }
+    c->pred_start = (int *)PD_CALLOC((size_t)S + 1, sizeof(int));
     if (!c->ideal || !c->pred_start) goto fail;
     for (int i = 0; i < S; i++) {
         const uint64_t *b = set.bits + (size_t)order[i] * words;
@@ -223,8 +226,9 @@ pd_status pd__cuts_build(const pd_profile *p, int max_states, pd__cuts **out) {
         }
     }
     /* containment: a before b and ideal[a] inside ideal[b] */
-    size_t cap = 1024, cnt = 0;
-    c->pred = PD_MALLOC(sizeof(int) * cap);
+    cap = 1024;
+    cnt = 0;
+    c->pred = (int *)PD_MALLOC(sizeof(int) * cap);
     if (!c->pred) goto fail;
     for (int b = 0; b < S; b++) {
         const uint64_t *bb = c->ideal + (size_t)b * words;
@@ -234,7 +238,7 @@ pd_status pd__cuts_build(const pd_profile *p, int max_states, pd__cuts **out) {
             for (int w = 0; w < words && sub; w++) sub = (ab[w] & ~bb[w]) == 0;
             if (!sub) continue;
             if (cnt == cap) {
-                int *np = PD_REALLOC(c->pred, sizeof(int) * cap * 2);
+                int *np = (int *)PD_REALLOC(c->pred, sizeof(int) * cap * 2);
                 if (!np) goto fail;
                 c->pred = np;
                 cap *= 2;

@@ -22,7 +22,7 @@ static uint64_t pd__hash_str(const char *s) {
 
 static bool pd__hash_grow(pd_graph *g) {
     int cap = g->hcap ? g->hcap * 2 : 256;
-    int *h = PD_MALLOC(sizeof(int) * (size_t)cap);
+    int *h = (int *)PD_MALLOC(sizeof(int) * (size_t)cap);
     if (!h) return false;
     for (int i = 0; i < cap; i++) h[i] = -1;
     for (int t = 0; t < g->ntensors; t++) {
@@ -51,7 +51,7 @@ int pd__graph_tensor(pd_graph *g, const char *name) {
     if (t >= 0) return t;
     if (g->ntensors == g->tcap) {
         int cap = g->tcap ? g->tcap * 2 : 64;
-        pd__tensor *nt = PD_REALLOC(g->tensors, sizeof(pd__tensor) * (size_t)cap);
+        pd__tensor *nt = (pd__tensor *)PD_REALLOC(g->tensors, sizeof(pd__tensor) * (size_t)cap);
         if (!nt) return -1;
         g->tensors = nt;
         g->tcap = cap;
@@ -71,7 +71,7 @@ int pd__graph_tensor(pd_graph *g, const char *name) {
 }
 
 pd_graph *pd__graph_new(const char *path) {
-    pd_graph *g = PD_CALLOC(1, sizeof *g);
+    pd_graph *g = (pd_graph *)PD_CALLOC(1, sizeof *g);
     if (!g) return NULL;
     g->path = pd__strdup(path ? path : "<memory>");
     g->name = pd__strdup("");
@@ -85,7 +85,7 @@ pd_graph *pd__graph_new(const char *path) {
 pd_status pd__graph_add_node(pd_graph *g, pd__node *n) {
     if (g->nnodes == g->ncap) {
         int cap = g->ncap ? g->ncap * 2 : 64;
-        pd__node *nn = PD_REALLOC(g->nodes, sizeof(pd__node) * (size_t)cap);
+        pd__node *nn = (pd__node *)PD_REALLOC(g->nodes, sizeof(pd__node) * (size_t)cap);
         if (!nn) return pd__err(PD_ERR_NOMEM, "%s: out of memory adding node", g->path);
         g->nodes = nn;
         g->ncap = cap;
@@ -233,12 +233,13 @@ pd_status pd__graph_toposort(pd_graph *g) {
     int nn = g->nnodes;
     if (nn == 0) return PD_OK;
     pd_status st = PD_OK;
-    int *producer = PD_MALLOC(sizeof(int) * (size_t)(g->ntensors + 1));
-    int *indeg = PD_CALLOC((size_t)nn, sizeof(int));
-    int *order = PD_MALLOC(sizeof(int) * (size_t)nn);
-    int *ucount = PD_CALLOC((size_t)nn + 1, sizeof(int)); /* CSR of node -> consumer nodes */
+    int *producer = (int *)PD_MALLOC(sizeof(int) * (size_t)(g->ntensors + 1));
+    int *indeg = (int *)PD_CALLOC((size_t)nn, sizeof(int));
+    int *order = (int *)PD_MALLOC(sizeof(int) * (size_t)nn);
+    int *ucount = (int *)PD_CALLOC((size_t)nn + 1, sizeof(int)); /* CSR of node -> consumer nodes */
     int *users = NULL;
     pd__node *sorted = NULL;
+    int nedges = 0, head = 0, tail = 0;
     if (!producer || !indeg || !order || !ucount) goto nomem;
     for (int t = 0; t < g->ntensors; t++) producer[t] = -1;
     for (int i = 0; i < nn; i++) {
@@ -256,7 +257,6 @@ pd_status pd__graph_toposort(pd_graph *g) {
             producer[t] = i;
         }
     }
-    int nedges = 0;
     for (int i = 0; i < nn; i++) {
         pd__node *n = &g->nodes[i];
         for (int j = 0; j < n->nin; j++) {
@@ -275,7 +275,7 @@ pd_status pd__graph_toposort(pd_graph *g) {
             }
         }
     }
-    users = PD_MALLOC(sizeof(int) * (size_t)(nedges + 1));
+    users = (int *)PD_MALLOC(sizeof(int) * (size_t)(nedges + 1));
     if (!users) goto nomem;
     /* prefix sums: ucount[i] becomes the start of node i's users */
     for (int i = 0, acc = 0; i <= nn; i++) {
@@ -284,7 +284,7 @@ pd_status pd__graph_toposort(pd_graph *g) {
         acc += c;
     }
     {
-        int *fill = PD_CALLOC((size_t)nn, sizeof(int));
+        int *fill = (int *)PD_CALLOC((size_t)nn, sizeof(int));
         if (!fill) goto nomem;
         for (int i = 0; i < nn; i++) {
             pd__node *n = &g->nodes[i];
@@ -300,7 +300,6 @@ pd_status pd__graph_toposort(pd_graph *g) {
     }
     /* Kahn's algorithm, keeping the model's order among ready nodes (a FIFO
      * of indices in order of readiness is stable enough for exports). */
-    int head = 0, tail = 0;
     for (int i = 0; i < nn; i++)
         if (indeg[i] == 0) order[tail++] = i;
     while (head < tail) {
@@ -314,7 +313,7 @@ pd_status pd__graph_toposort(pd_graph *g) {
         st = pd__node_err(g, &g->nodes[bad], PD_ERR_INVALID, "the graph has a cycle through this node");
         goto done;
     }
-    sorted = PD_MALLOC(sizeof(pd__node) * (size_t)g->ncap);
+    sorted = (pd__node *)PD_MALLOC(sizeof(pd__node) * (size_t)g->ncap);
     if (!sorted) goto nomem;
     for (int i = 0; i < nn; i++) sorted[i] = g->nodes[order[i]];
     PD_FREE(g->nodes);
@@ -416,8 +415,8 @@ static bool pd__should_fold(const pd_graph *g, const pd__node *n) {
 
 /* Keeps the nodes that still compute something a graph output needs. */
 static pd_status pd__prune(pd_graph *g, const bool *folded) {
-    bool *need = PD_CALLOC((size_t)g->ntensors + 1, sizeof(bool));
-    bool *keep = PD_CALLOC((size_t)g->nnodes + 1, sizeof(bool));
+    bool *need = (bool *)PD_CALLOC((size_t)g->ntensors + 1, sizeof(bool));
+    bool *keep = (bool *)PD_CALLOC((size_t)g->nnodes + 1, sizeof(bool));
     if (!need || !keep) {
         PD_FREE(need);
         PD_FREE(keep);
@@ -461,7 +460,7 @@ static pd_status pd__prune(pd_graph *g, const bool *folded) {
 
 pd_status pd__graph_finalize(pd_graph *g, const pd_load_options *opt, const pd_backend_i *fold) {
     PD_TRY(pd__bind_const_inputs(g, opt));
-    bool *folded = PD_CALLOC((size_t)g->nnodes + 1, sizeof(bool));
+    bool *folded = (bool *)PD_CALLOC((size_t)g->nnodes + 1, sizeof(bool));
     if (!folded) return pd__err(PD_ERR_NOMEM, "%s: out of memory", g->path);
     pd_status st = PD_OK;
     for (int i = 0; i < g->nnodes && st == PD_OK; i++) {

@@ -4,7 +4,8 @@
 #include <string.h>
 
 const pd__op_def pd__ops[PD_OP_COUNT] = {
-#define PD__OP_DEF(e, name, flags, grad) [PD_OP_##e] = {#name, flags, grad, pd__shape_##name, pd__flops_##name},
+/* in enum order: the enum is expanded from the same list (no designators, so C++ compiles it too) */
+#define PD__OP_DEF(e, name, flags, grad) {#name, flags, grad, pd__shape_##name, pd__flops_##name},
     PD_OPS(PD__OP_DEF)
 #undef PD__OP_DEF
 };

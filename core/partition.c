@@ -185,13 +185,15 @@ static double pd__actual(const pd__ctx *x, const pd__cuts *c, const int *nxt, co
 static pd_status pd__fast(const pd__ctx *x, const pd__cuts *c, pd__cut_plan *out) {
     int S = c->n_states;
     int np = c->pred_start[S];
-    int *sstart = PD_CALLOC((size_t)S + 1, sizeof(int)), *succ = PD_CALLOC((size_t)np + 1, sizeof(int));
-    int *need = PD_MALLOC(sizeof(int) * (size_t)S), *nxt = PD_MALLOC(sizeof(int) * (size_t)S),
-        *rep = PD_MALLOC(sizeof(int) * (size_t)S);
-    double *tot = PD_CALLOC((size_t)S, sizeof(double));
-    int *bnxt = PD_MALLOC(sizeof(int) * (size_t)S), *brep = PD_MALLOC(sizeof(int) * (size_t)S);
+    int *sstart = (int *)PD_CALLOC((size_t)S + 1, sizeof(int)), *succ = (int *)PD_CALLOC((size_t)np + 1, sizeof(int));
+    int *need = (int *)PD_MALLOC(sizeof(int) * (size_t)S), *nxt = (int *)PD_MALLOC(sizeof(int) * (size_t)S),
+        *rep = (int *)PD_MALLOC(sizeof(int) * (size_t)S);
+    double *tot = (double *)PD_CALLOC((size_t)S, sizeof(double));
+    int *bnxt = (int *)PD_MALLOC(sizeof(int) * (size_t)S), *brep = (int *)PD_MALLOC(sizeof(int) * (size_t)S);
     int *own_nxt = nxt, *own_rep = rep;
     pd_status st = PD_OK;
+    double hi, lo;
+    int n;
     if (!sstart || !succ || !need || !nxt || !rep || !tot || !bnxt || !brep) {
         st = pd__err(PD_ERR_NOMEM, "plan: out of memory");
         goto done;
@@ -200,7 +202,7 @@ static pd_status pd__fast(const pd__ctx *x, const pd__cuts *c, pd__cut_plan *out
         for (int k = c->pred_start[b]; k < c->pred_start[b + 1]; k++) sstart[c->pred[k] + 1]++;
     for (int a = 0; a < S; a++) sstart[a + 1] += sstart[a];
     {
-        int *fill = PD_MALLOC(sizeof(int) * ((size_t)S + 1));
+        int *fill = (int *)PD_MALLOC(sizeof(int) * ((size_t)S + 1));
         if (!fill) {
             st = pd__err(PD_ERR_NOMEM, "plan: out of memory");
             goto done;
@@ -228,7 +230,8 @@ static pd_status pd__fast(const pd__ctx *x, const pd__cuts *c, pd__cut_plan *out
      * moves hi down to the bottleneck its plan actually has; once the bracket
      * is narrow, probing just below hi either finds a better plan or proves
      * hi optimal. lo starts at total compute / workers, a lower bound. */
-    double hi = pd__actual(x, c, nxt, rep), lo = 0;
+    hi = pd__actual(x, c, nxt, rep);
+    lo = 0;
     for (int b = 0; b < S; b++) lo = fmax(lo, (c->fwd[b] + c->bwd_in[b] + c->bwd_w[b]) / x->workers);
     lo = fmin(lo, hi) * (1 - 1e-12);
     memcpy(bnxt, nxt, sizeof(int) * (size_t)S);
@@ -260,11 +263,11 @@ static pd_status pd__fast(const pd__ctx *x, const pd__cuts *c, pd__cut_plan *out
     }
     nxt = bnxt;
     rep = brep;
-    int n = 0;
+    n = 0;
     for (int a = 0; a != S - 1; a = nxt[a]) n++;
     out->n = n;
-    out->cut = PD_MALLOC(sizeof(int) * ((size_t)n + 1));
-    out->rep = PD_MALLOC(sizeof(int) * (size_t)n);
+    out->cut = (int *)PD_MALLOC(sizeof(int) * ((size_t)n + 1));
+    out->rep = (int *)PD_MALLOC(sizeof(int) * (size_t)n);
     if (!out->cut || !out->rep) {
         pd__cut_plan_free(out);
         st = pd__err(PD_ERR_NOMEM, "plan: out of memory");
@@ -335,7 +338,7 @@ static pd_status pd__pd_level(const pd__ctx *x, const pd__cuts *c, int lv, int K
     bool fewer = !x->pd_model;
     uint8_t *sub = NULL; /* sub[a*S+k]: ideal a strictly inside ideal k */
     if (!final) {
-        if (!(sub = PD_CALLOC((size_t)S * (size_t)S, 1))) return pd__err(PD_ERR_NOMEM, "plan: out of memory (%d cut states)", S);
+        if (!(sub = (uint8_t *)PD_CALLOC((size_t)S * (size_t)S, 1))) return pd__err(PD_ERR_NOMEM, "plan: out of memory (%d cut states)", S);
         for (int k = 0; k < S; k++)
             for (int q = c->pred_start[k]; q < c->pred_start[k + 1]; q++) sub[(size_t)c->pred[q] * S + k] = 1;
     }
@@ -396,13 +399,13 @@ typedef struct pd__stage_list {
 static pd_status pd__push(pd__stage_list *L, int lo, int hi, int rep) {
     if (L->n == L->cap) {
         int nc = L->cap ? L->cap * 2 : 16;
-        int *a = PD_REALLOC(L->lo, sizeof(int) * (size_t)nc);
+        int *a = (int *)PD_REALLOC(L->lo, sizeof(int) * (size_t)nc);
         if (!a) return pd__err(PD_ERR_NOMEM, "plan: out of memory");
         L->lo = a;
-        int *b = PD_REALLOC(L->hi, sizeof(int) * (size_t)nc);
+        int *b = (int *)PD_REALLOC(L->hi, sizeof(int) * (size_t)nc);
         if (!b) return pd__err(PD_ERR_NOMEM, "plan: out of memory");
         L->hi = b;
-        int *r = PD_REALLOC(L->rep, sizeof(int) * (size_t)nc);
+        int *r = (int *)PD_REALLOC(L->rep, sizeof(int) * (size_t)nc);
         if (!r) return pd__err(PD_ERR_NOMEM, "plan: out of memory");
         L->rep = r;
         L->cap = nc;
@@ -418,7 +421,8 @@ static pd_status pd__unwind(const pd__ctx *x, const pd__cuts *c, pd__cell **As, 
     int S = c->n_states, M = x->lw[lv];
     int row = lv == x->levels - 1 ? 0 : a;
     /* the splits of this range, last stage first */
-    pd__stage_list here = {0};
+    pd__stage_list here;
+    memset(&here, 0, sizeof here);
     pd_status st = PD_OK;
     const pd__cell *e = &As[lv][((size_t)row * S + (size_t)b) * (size_t)M + (size_t)(M - 1)];
     int hi = b;
@@ -445,8 +449,10 @@ static pd_status pd__pipedream_dp(const pd__ctx *x, const pd__cuts *c, pd__cut_p
     int S = c->n_states;
     pd_status st = PD_OK;
     pd__cell *As[8] = {0};
-    pd__stage_list L = {0};
-    double *cl = PD_MALLOC(sizeof(double) * (size_t)S * (size_t)S);
+    pd__stage_list L;
+    memset(&L, 0, sizeof L);
+    const pd__cell *top;
+    double *cl = (double *)PD_MALLOC(sizeof(double) * (size_t)S * (size_t)S);
     if (!cl) return pd__err(PD_ERR_NOMEM, "plan: out of memory (%d cut states)", S);
     for (int a = 0; a < S; a++)
         for (int b = 0; b < S; b++) cl[(size_t)a * S + b] = NAN;
@@ -459,7 +465,7 @@ static pd_status pd__pipedream_dp(const pd__ctx *x, const pd__cuts *c, pd__cut_p
     for (int lv = 0; lv < x->levels; lv++) {
         bool final = lv == x->levels - 1;
         size_t cells = (size_t)(final ? 1 : S) * (size_t)S * (size_t)x->lw[lv];
-        As[lv] = PD_MALLOC(sizeof(pd__cell) * cells);
+        As[lv] = (pd__cell *)PD_MALLOC(sizeof(pd__cell) * cells);
         if (!As[lv]) {
             st = pd__err(PD_ERR_NOMEM, "plan: out of memory for the DP table (%zu cells)", cells);
             goto done;
@@ -472,7 +478,7 @@ static pd_status pd__pipedream_dp(const pd__ctx *x, const pd__cuts *c, pd__cut_p
                         cl[(size_t)a * S + b] = As[lv][((size_t)a * S + b) * (size_t)x->lw[lv] + (size_t)(x->lw[lv] - 1)].t;
         K *= x->lw[lv];
     }
-    const pd__cell *top = &As[x->levels - 1][(size_t)(S - 1) * (size_t)x->lw[x->levels - 1] + (size_t)(x->lw[x->levels - 1] - 1)];
+    top = &As[x->levels - 1][(size_t)(S - 1) * (size_t)x->lw[x->levels - 1] + (size_t)(x->lw[x->levels - 1] - 1)];
     if (isnan(top->t)) {
         st = pd__err(PD_ERR_INVALID,
                      "plan: no plan uses exactly %d workers within --memory %.0f bytes%s; raise --memory, change "
@@ -483,8 +489,8 @@ static pd_status pd__pipedream_dp(const pd__ctx *x, const pd__cuts *c, pd__cut_p
     out->time_ms = top->t;
     if ((st = pd__unwind(x, c, As, x->levels - 1, 0, S - 1, 1, &L)) != PD_OK) goto done;
     out->n = L.n;
-    out->cut = PD_MALLOC(sizeof(int) * ((size_t)L.n + 1));
-    out->rep = PD_MALLOC(sizeof(int) * (size_t)L.n);
+    out->cut = (int *)PD_MALLOC(sizeof(int) * ((size_t)L.n + 1));
+    out->rep = (int *)PD_MALLOC(sizeof(int) * (size_t)L.n);
     if (!out->cut || !out->rep) {
         pd__cut_plan_free(out);
         st = pd__err(PD_ERR_NOMEM, "plan: out of memory");
@@ -607,8 +613,8 @@ static pd_status pd__plan_evaluate(pd_plan *pl, const pd_profile *p, const pd__c
         f->act_bytes += nd->act_bytes;
     }
     /* tensors crossing each boundary k|k+1: producer at or before k, a consumer after */
-    double *cross = PD_CALLOC((size_t)ns + 1, sizeof(double));
-    int *last = PD_MALLOC(sizeof(int) * (size_t)n);
+    double *cross = (double *)PD_CALLOC((size_t)ns + 1, sizeof(double));
+    int *last = (int *)PD_MALLOC(sizeof(int) * (size_t)n);
     if (!cross || !last) {
         PD_FREE(cross);
         PD_FREE(last);
@@ -707,14 +713,14 @@ void pd__plan_free(pd_plan *pl) {
 void pd_plan_destroy(pd_plan *p) { pd__plan_free(p); }
 
 static pd_status pd__plan_alloc(const pd_profile *p, int n_stages, pd_plan **out) {
-    pd_plan *pl = PD_CALLOC(1, sizeof *pl);
+    pd_plan *pl = (pd_plan *)PD_CALLOC(1, sizeof *pl);
     if (!pl) return pd__err(PD_ERR_NOMEM, "plan: out of memory");
     pl->n_nodes = p->n;
-    pl->node_name = PD_CALLOC((size_t)p->n, sizeof(char *));
-    pl->fwd_stage = PD_CALLOC((size_t)p->n, sizeof(int));
-    pl->bwd_stage = PD_CALLOC((size_t)p->n, sizeof(int));
+    pl->node_name = (char **)PD_CALLOC((size_t)p->n, sizeof(char *));
+    pl->fwd_stage = (int *)PD_CALLOC((size_t)p->n, sizeof(int));
+    pl->bwd_stage = (int *)PD_CALLOC((size_t)p->n, sizeof(int));
     pl->n_stages = n_stages;
-    pl->stage = PD_CALLOC((size_t)n_stages, sizeof(pd__stage));
+    pl->stage = (pd__stage *)PD_CALLOC((size_t)n_stages, sizeof(pd__stage));
     pl->chunks = 1;
     pl->width = 1;
     pl->microbatches = 1;
@@ -875,9 +881,10 @@ static pd_status pd__avgpipe_tune(const pd__ctx *x0, const pd_profile *p, const 
         } else {
             x.lw[0] = d;
         }
-        pd__cut_plan cp = {0};
+        pd__cut_plan cp;
+        memset(&cp, 0, sizeof cp);
         if (pd__fast(&x, c, &cp) != PD_OK) continue;
-        pd_plan *k_best = NULL, **cand = PD_CALLOC((size_t)Mmax + 1, sizeof *cand);
+        pd_plan *k_best = NULL, **cand = (pd_plan **)PD_CALLOC((size_t)Mmax + 1, sizeof *cand);
         if (!cand) {
             pd__cut_plan_free(&cp);
             st = pd__err(PD_ERR_NOMEM, "plan: out of memory");
@@ -979,8 +986,8 @@ pd_status pd_plan_create(const pd_profile *p, const pd_plan_options *o, pd_plan 
     if (algo == PD_ALGO_UNIFORM || algo == PD_ALGO_PARAMS) {
         if (x.workers > p->n)
             return pd__err(PD_ERR_INVALID, "plan: %d workers but the model has only %d nodes; use --workers %d or fewer", x.workers, p->n, p->n);
-        double *w = PD_MALLOC(sizeof(double) * (size_t)p->n);
-        int *cut = PD_MALLOC(sizeof(int) * ((size_t)x.workers + 2));
+        double *w = (double *)PD_MALLOC(sizeof(double) * (size_t)p->n);
+        int *cut = (int *)PD_MALLOC(sizeof(int) * ((size_t)x.workers + 2));
         if (!w || !cut) {
             PD_FREE(w);
             PD_FREE(cut);
@@ -1013,17 +1020,18 @@ pd_status pd_plan_create(const pd_profile *p, const pd_plan_options *o, pd_plan 
     }
 
     /* the DAG without PipeDream's input layers and __getitem__ sinks */
-    int *indeg = PD_CALLOC((size_t)p->n, sizeof(int)), *outdeg = PD_CALLOC((size_t)p->n, sizeof(int));
-    int *map = PD_MALLOC(sizeof(int) * (size_t)p->n), *inv = PD_MALLOC(sizeof(int) * (size_t)p->n);
+    int *indeg = (int *)PD_CALLOC((size_t)p->n, sizeof(int)), *outdeg = (int *)PD_CALLOC((size_t)p->n, sizeof(int));
+    int *map = (int *)PD_MALLOC(sizeof(int) * (size_t)p->n), *inv = (int *)PD_MALLOC(sizeof(int) * (size_t)p->n);
     pd_profile rp;
     memset(&rp, 0, sizeof rp);
-    rp.node = PD_MALLOC(sizeof(pd__pnode) * (size_t)p->n);
-    rp.edge = PD_MALLOC(sizeof(int) * 2 * ((size_t)p->n_edges + 1));
+    rp.node = (pd__pnode *)PD_MALLOC(sizeof(pd__pnode) * (size_t)p->n);
+    rp.edge = (int *)PD_MALLOC(sizeof(int) * 2 * ((size_t)p->n_edges + 1));
     pd_profile ep;
-    pd__pnode *ev_nodes = PD_MALLOC(sizeof(pd__pnode) * (size_t)p->n);
+    pd__pnode *ev_nodes = (pd__pnode *)PD_MALLOC(sizeof(pd__pnode) * (size_t)p->n);
     pd__cuts *c = NULL;
     pd_plan *pl = NULL;
-    pd__cut_plan cp = {0};
+    pd__cut_plan cp;
+    memset(&cp, 0, sizeof cp);
     pd_status st = PD_OK;
     if (!indeg || !outdeg || !map || !inv || !rp.node || !rp.edge || !ev_nodes) {
         st = pd__err(PD_ERR_NOMEM, "plan: out of memory");
@@ -1072,11 +1080,13 @@ pd_status pd_plan_create(const pd_profile *p, const pd_plan_options *o, pd_plan 
         /* every depth d dividing the workers, with and without recomputation */
         double best_tp = -1;
         int best_d = 0, best_rc = 0, best_w = 1;
-        pd__cut_plan best = {0};
+        pd__cut_plan best;
+        memset(&best, 0, sizeof best);
         for (int d = 1; d <= x.workers; d++) {
             if (x.workers % d || d > c->n_states - 1) continue;
             for (int rc = 0; rc < 2; rc++) {
-                pd__cut_plan t = {0};
+                pd__cut_plan t;
+                memset(&t, 0, sizeof t);
                 if (pd__straight(&x, c, d, rc, &t) != PD_OK) continue; /* does not fit at this depth */
                 pd_plan *cand;
                 if ((st = pd__plan_alloc(p, t.n, &cand)) != PD_OK) {
@@ -1101,8 +1111,8 @@ pd_status pd_plan_create(const pd_profile *p, const pd_plan_options *o, pd_plan 
                     best_rc = rc;
                     pd__cut_plan_free(&best);
                     best.n = t.n;
-                    best.cut = PD_MALLOC(sizeof(int) * ((size_t)t.n + 1));
-                    best.rep = PD_MALLOC(sizeof(int) * (size_t)t.n);
+                    best.cut = (int *)PD_MALLOC(sizeof(int) * ((size_t)t.n + 1));
+                    best.rep = (int *)PD_MALLOC(sizeof(int) * (size_t)t.n);
                     if (best.cut && best.rep) {
                         memcpy(best.cut, t.cut, sizeof(int) * ((size_t)t.n + 1));
                         memcpy(best.rep, t.rep, sizeof(int) * (size_t)t.n);
@@ -1188,11 +1198,13 @@ done:
 static pd_status pd__bipartition(const pd__ctx *x, const pd_profile *p, pd_plan **out) {
     int n = p->n, P = x->workers;
     if (P > n) return pd__err(PD_ERR_INVALID, "plan: %d workers but the model has only %d nodes; use --workers %d or fewer", P, n, n);
-    double *F = PD_CALLOC((size_t)n + 1, sizeof(double)), *B = PD_CALLOC((size_t)n + 1, sizeof(double));
-    int *prevp = PD_MALLOC(sizeof(int) * ((size_t)n + 1)), *nextp = PD_MALLOC(sizeof(int) * ((size_t)n + 1));
-    int *R = PD_MALLOC(sizeof(int) * (size_t)(P + 1) * ((size_t)n + 1));
-    int *from = PD_MALLOC(sizeof(int) * (size_t)(P + 1) * ((size_t)n + 1));
+    double *F = (double *)PD_CALLOC((size_t)n + 1, sizeof(double)), *B = (double *)PD_CALLOC((size_t)n + 1, sizeof(double));
+    int *prevp = (int *)PD_MALLOC(sizeof(int) * ((size_t)n + 1)), *nextp = (int *)PD_MALLOC(sizeof(int) * ((size_t)n + 1));
+    int *R = (int *)PD_MALLOC(sizeof(int) * (size_t)(P + 1) * ((size_t)n + 1));
+    int *from = (int *)PD_MALLOC(sizeof(int) * (size_t)(P + 1) * ((size_t)n + 1));
     pd_status st = PD_OK;
+    double lo, hi;
+    int used;
     if (!F || !B || !prevp || !nextp || !R || !from) {
         st = pd__err(PD_ERR_NOMEM, "plan: out of memory");
         goto done;
@@ -1206,10 +1218,11 @@ static pd_status pd__bipartition(const pd__ctx *x, const pd_profile *p, pd_plan 
     for (int k = 1; k <= n; k++) prevp[k] = p->node[k - 1].param_bytes > 0 ? k : prevp[k - 1];
     nextp[n] = n;
     for (int k = n - 1; k >= 0; k--) nextp[k] = p->node[k].param_bytes > 0 ? k : nextp[k + 1];
-    double lo = 0, hi = F[n] + B[n];
+    lo = 0;
+    hi = F[n] + B[n];
 #define RR(i, f) R[(size_t)(i) * (size_t)(n + 1) + (size_t)(f)]
 #define FR(i, f) from[(size_t)(i) * (size_t)(n + 1) + (size_t)(f)]
-    int used = 0;
+    used = 0;
     for (int it = 0; it < 60; it++) {
         double T = it == 59 ? hi : 0.5 * (lo + hi);
         for (size_t k = 0; k < (size_t)(P + 1) * (size_t)(n + 1); k++) R[k] = -1;

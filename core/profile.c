@@ -24,8 +24,8 @@ static int pd__edge_cap(int n) {
 
 pd_status pd__profile_new(int n, pd_profile **out) {
     if (n < 0 || !out) return pd__err(PD_ERR_INVALID, "pd__profile_new: bad arguments (n = %d)", n);
-    pd_profile *p = PD_CALLOC(1, sizeof *p);
-    if (p) p->node = PD_CALLOC((size_t)n + 1, sizeof *p->node);
+    pd_profile *p = (pd_profile *)PD_CALLOC(1, sizeof *p);
+    if (p) p->node = (pd__pnode *)PD_CALLOC((size_t)n + 1, sizeof *p->node);
     if (!p || !p->node) {
         PD_FREE(p);
         return pd__err(PD_ERR_NOMEM, "out of memory for a profile of %d nodes", n);
@@ -40,7 +40,7 @@ pd_status pd__profile_add_edge(pd_profile *p, int a, int b) {
         return pd__err(PD_ERR_INVALID, "profile edge %d -> %d: node index out of range [0, %d)", a, b, p->n);
     if (!p->edge || p->n_edges == pd__edge_cap(p->n_edges)) {
         if (p->n_edges > INT32_MAX / 4) return pd__err(PD_ERR_NOMEM, "too many profile edges");
-        int *e = PD_REALLOC(p->edge, sizeof(int) * 2 * (size_t)pd__edge_cap(p->n_edges + 1));
+        int *e = (int *)PD_REALLOC(p->edge, sizeof(int) * 2 * (size_t)pd__edge_cap(p->n_edges + 1));
         if (!e) return pd__err(PD_ERR_NOMEM, "out of memory for profile edges");
         p->edge = e;
     }
@@ -51,7 +51,7 @@ pd_status pd__profile_add_edge(pd_profile *p, int a, int b) {
 }
 
 static int pd__edge_cmp(const void *x, const void *y) {
-    const int *a = x, *b = y;
+    const int *a = (const int *)x, *b = (const int *)y;
     if (a[0] != b[0]) return a[0] < b[0] ? -1 : 1;
     return (a[1] > b[1]) - (a[1] < b[1]);
 }
@@ -111,11 +111,12 @@ pd_status pd__profile_finish(pd_profile *p, const char *what) {
     p->n_edges = ne;
     /* Kahn: successors in CSR (edges are sorted by producer), ready set a min-heap */
     size_t n1 = (size_t)p->n + 1;
-    int *start = PD_CALLOC(n1, sizeof(int)), *indeg = PD_CALLOC(n1, sizeof(int));
-    int *heap = PD_MALLOC(n1 * sizeof(int)), *order = PD_MALLOC(n1 * sizeof(int)), *pos = PD_MALLOC(n1 * sizeof(int));
-    int *edge = PD_MALLOC(sizeof(int) * 2 * (size_t)pd__edge_cap(ne));
-    pd__pnode *node = PD_MALLOC(n1 * sizeof(pd__pnode));
+    int *start = (int *)PD_CALLOC(n1, sizeof(int)), *indeg = (int *)PD_CALLOC(n1, sizeof(int));
+    int *heap = (int *)PD_MALLOC(n1 * sizeof(int)), *order = (int *)PD_MALLOC(n1 * sizeof(int)), *pos = (int *)PD_MALLOC(n1 * sizeof(int));
+    int *edge = (int *)PD_MALLOC(sizeof(int) * 2 * (size_t)pd__edge_cap(ne));
+    pd__pnode *node = (pd__pnode *)PD_MALLOC(n1 * sizeof(pd__pnode));
     pd_status st = PD_OK;
+    int hl = 0, k = 0;
     if (!start || !indeg || !heap || !order || !pos || !edge || !node) {
         st = pd__err(PD_ERR_NOMEM, "%s: out of memory sorting %d nodes", what, p->n);
         goto done;
@@ -125,7 +126,6 @@ pd_status pd__profile_finish(pd_profile *p, const char *what) {
         indeg[p->edge[2 * e + 1]]++;
     }
     for (int i = 0; i < p->n; i++) start[i + 1] += start[i];
-    int hl = 0, k = 0;
     for (int i = 0; i < p->n; i++)
         if (indeg[i] == 0) pd__heap_push(heap, &hl, i);
     while (hl > 0) {

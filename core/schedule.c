@@ -58,7 +58,7 @@ static void pd__emit(pd__bld *b, int op, int chunk, int mb, int version, int pee
     if (b->oom) return;
     if (b->n == b->cap) {
         int cap = b->cap ? b->cap * 2 : 64;
-        pd__instr *ni = PD_REALLOC(b->ins, sizeof(pd__instr) * (size_t)cap);
+        pd__instr *ni = (pd__instr *)PD_REALLOC(b->ins, sizeof(pd__instr) * (size_t)cap);
         if (!ni) {
             b->oom = true;
             return;
@@ -66,7 +66,8 @@ static void pd__emit(pd__bld *b, int op, int chunk, int mb, int version, int pee
         b->ins = ni;
         b->cap = cap;
     }
-    b->ins[b->n++] = (pd__instr){(uint8_t)op, (uint8_t)split, (int16_t)chunk, mb, version, peer};
+    pd__instr in = {(uint8_t)op, (uint8_t)split, (int16_t)chunk, mb, version, peer};
+    b->ins[b->n++] = in;
 }
 
 /* F of mb on chunk with weight version `version`, between its receive and send. */
@@ -211,13 +212,14 @@ static pd_status pd__build(pd__sched_kind kind, int n_stages, int chunks, int mi
     for (int s = 0; replicas && s < n_stages; s++)
         if (replicas[s] < 1) return pd__err(PD_ERR_INVALID, "%s: stage %d has %d replicas", name, s, replicas[s]);
 
-    pd__schedule *sc = PD_MALLOC(sizeof *sc);
+    pd__schedule *sc = (pd__schedule *)PD_MALLOC(sizeof *sc);
     if (!sc) return pd__err(PD_ERR_NOMEM, "schedule: out of memory");
-    *sc = (pd__schedule){kind, n_stages, chunks, microbatches, minibatches, NULL, NULL, 0};
+    pd__schedule init = {kind, n_stages, chunks, microbatches, minibatches, NULL, NULL, 0};
+    *sc = init;
     if (kind == PD_SCHED_AVGPIPE) sc->inflight = inflight;
-    sc->len = PD_MALLOC(sizeof(int) * (size_t)n_stages);
-    sc->ins = PD_MALLOC(sizeof(pd__instr *) * (size_t)n_stages);
-    int *fver = PD_MALLOC(sizeof(int) * (size_t)(M * chunks));
+    sc->len = (int *)PD_MALLOC(sizeof(int) * (size_t)n_stages);
+    sc->ins = (pd__instr **)PD_MALLOC(sizeof(pd__instr *) * (size_t)n_stages);
+    int *fver = (int *)PD_MALLOC(sizeof(int) * (size_t)(M * chunks));
     if (!sc->len || !sc->ins || !fver) {
         PD_FREE(fver);
         pd__schedule_free(sc);
@@ -277,8 +279,8 @@ pd_status pd__schedule_validate(const pd__schedule *s) {
     int p = s->n_stages, v = s->chunks, V = p * v;
     int64_t M = (int64_t)s->microbatches * s->minibatches;
     if (M * V > 100000000) return pd__err(PD_ERR_INVALID, "schedule: too large to validate");
-    uint8_t *st = PD_MALLOC((size_t)(M * V));
-    int *ver = PD_MALLOC(sizeof(int) * (size_t)(M * V));
+    uint8_t *st = (uint8_t *)PD_MALLOC((size_t)(M * V));
+    int *ver = (int *)PD_MALLOC(sizeof(int) * (size_t)(M * V));
     if (!st || !ver) {
         PD_FREE(st);
         PD_FREE(ver);
@@ -443,7 +445,7 @@ pd_status pd__schedule_vertical_sync(pd__schedule *s) {
     int nmb = 0;
     for (int k = 0; k < s->len[0]; k++)
         if (s->ins[0][k].mb >= nmb) nmb = s->ins[0][k].mb + 1;
-    int32_t *v0 = PD_MALLOC(sizeof(int32_t) * ((size_t)nmb + 1));
+    int32_t *v0 = (int32_t *)PD_MALLOC(sizeof(int32_t) * ((size_t)nmb + 1));
     if (!v0) return pd__err(PD_ERR_NOMEM, "out of memory");
     for (int k = 0; k < s->len[0]; k++)
         if (s->ins[0][k].op == PD_I_F) v0[s->ins[0][k].mb] = s->ins[0][k].version;

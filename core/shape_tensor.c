@@ -278,7 +278,8 @@ void pd__shape_span(const pd__node *n, int rank, int *start, int *end) {
 pd_status pd__constant_value(const pd__node *n, pd_tensor *out) {
     for (int i = 0; i < n->nattr; i++) {
         const pd__attr *a = &n->attr[i];
-        pd_tensor v = {0};
+        pd_tensor v;
+        memset(&v, 0, sizeof v);
         if (strcmp(a->name, "value") == 0) {
             if (a->type != PD_A_TENSOR || a->t == NULL)
                 return pd__err(PD_ERR_INVALID, "attribute value is not a tensor");
@@ -317,7 +318,10 @@ pd_status pd__constant_of_shape_value(const pd__node *n, pd_tensor *out, float *
     const pd__attr *a = pd__attr_get(n, "value");
     if (a == NULL) {
         *zero = 0.0f;
-        pd_tensor v = {.dtype = PD_FLOAT, .ndim = 0, .data = zero};
+        pd_tensor v;
+        memset(&v, 0, sizeof v);
+        v.dtype = PD_FLOAT;
+        v.data = zero;
         *out = v;
         return PD_OK;
     }
@@ -547,7 +551,7 @@ pd_status pd__shape_Split(pd_graph *g, pd__node *n) {
     pd_tensor v[MAX_VIEWS], *vp[MAX_VIEWS];
     PD_TRY(make_views(g, n, v, vp));
     if (n->nout < 1) return pd__node_err(g, n, PD_ERR_INVALID, "no outputs");
-    int64_t *sizes = PD_MALLOC((size_t)n->nout * sizeof *sizes);
+    int64_t *sizes = (int64_t *)PD_MALLOC((size_t)n->nout * sizeof *sizes);
     if (sizes == NULL) return pd__node_err(g, n, PD_ERR_NOMEM, "out of memory");
     int axis;
     pd_status s = pd__split_sizes(n, vp, &axis, sizes);

@@ -39,10 +39,10 @@ static double pd__cost(const double *a, int k) { return a ? a[k] : 0; }
 
 pd_status pd__schedule_replay(const pd__schedule *s, const pd__sim_costs *c, double **start, double **end) {
     int p = s->n_stages, V = p * s->chunks, nch = 2 * (V > 1 ? V - 1 : 0);
-    int *cap = PD_CALLOC((size_t)nch + 1, sizeof(int)), *nsent = PD_CALLOC((size_t)nch + 1, sizeof(int));
-    int *nrecv = PD_CALLOC((size_t)nch + 1, sizeof(int)), *pos = PD_CALLOC((size_t)p, sizeof(int));
-    double *chfree = PD_CALLOC((size_t)nch + 1, sizeof(double)), *t = PD_CALLOC((size_t)p, sizeof(double));
-    pd__sent **q = PD_CALLOC((size_t)nch + 1, sizeof(pd__sent *));
+    int *cap = (int *)PD_CALLOC((size_t)nch + 1, sizeof(int)), *nsent = (int *)PD_CALLOC((size_t)nch + 1, sizeof(int));
+    int *nrecv = (int *)PD_CALLOC((size_t)nch + 1, sizeof(int)), *pos = (int *)PD_CALLOC((size_t)p, sizeof(int));
+    double *chfree = (double *)PD_CALLOC((size_t)nch + 1, sizeof(double)), *t = (double *)PD_CALLOC((size_t)p, sizeof(double));
+    pd__sent **q = (pd__sent **)PD_CALLOC((size_t)nch + 1, sizeof(pd__sent *));
     pd_status rc = PD_OK;
     if (!cap || !nsent || !nrecv || !pos || !chfree || !t || !q) {
         rc = pd__err(PD_ERR_NOMEM, "simulate: out of memory");
@@ -64,7 +64,7 @@ pd_status pd__schedule_replay(const pd__schedule *s, const pd__sim_costs *c, dou
         }
     }
     for (int ch = 0; ch < nch; ch++) {
-        if (cap[ch] && !(q[ch] = PD_MALLOC(sizeof(pd__sent) * (size_t)cap[ch]))) {
+        if (cap[ch] && !(q[ch] = (pd__sent *)PD_MALLOC(sizeof(pd__sent) * (size_t)cap[ch]))) {
             rc = pd__err(PD_ERR_NOMEM, "simulate: out of memory");
             goto out;
         }
@@ -86,7 +86,8 @@ pd_status pd__schedule_replay(const pd__schedule *s, const pd__sim_costs *c, dou
                     double x = c ? pd__cost(c->send_ms, ch / 2) : 0;
                     double a = (t0 > chfree[ch] ? t0 : chfree[ch]) + x;
                     chfree[ch] = a;
-                    q[ch][nsent[ch]++] = (pd__sent){a, in->mb, w, i};
+                    pd__sent sent = {a, in->mb, w, i};
+                    q[ch][nsent[ch]++] = sent;
                     break;
                 }
                 case PD_I_RECV_ACT:
@@ -164,7 +165,7 @@ static void pd__label(char *buf, size_t n, const pd__schedule *s, const pd__inst
  * use, plus the newest). Fills the peaks; with a trace, emits counters. */
 static pd_status pd__memory(const pd__schedule *s, const pd__sim_costs *c, int w, double *const *en, int max_version,
                             pd_sim_stage *out, FILE *trace) {
-    int *ref = PD_CALLOC((size_t)max_version + 1, sizeof(int));
+    int *ref = (int *)PD_CALLOC((size_t)max_version + 1, sizeof(int));
     if (!ref) return pd__err(PD_ERR_NOMEM, "simulate: out of memory");
     int p = s->n_stages, count = 0, live = 0, current = 0;
     double bytes = 0, params = 0;
@@ -321,13 +322,16 @@ pd_status pd__simulate_costs(const pd__schedule *s, const pd__sim_costs *c, pd_s
                            c->allreduce_ms[w]);
 
     pd_status rc = PD_OK;
-    double **st = PD_CALLOC((size_t)p, sizeof(double *)), **en = PD_CALLOC((size_t)p, sizeof(double *));
-    double *done = PD_CALLOC((size_t)N, sizeof(double));
-    pd_sim_stage *stage = PD_CALLOC((size_t)p, sizeof(pd_sim_stage));
+    double **st = (double **)PD_CALLOC((size_t)p, sizeof(double *)), **en = (double **)PD_CALLOC((size_t)p, sizeof(double *));
+    double *done = (double *)PD_CALLOC((size_t)N, sizeof(double));
+    pd_sim_stage *stage = (pd_sim_stage *)PD_CALLOC((size_t)p, sizeof(pd_sim_stage));
     bool ok = st && en && done && stage;
+    double makespan, lo, hi, time_ms, busy;
+    int max_version;
+    pd_sim_result r;
     for (int w = 0; ok && w < p; w++) {
-        st[w] = PD_MALLOC(sizeof(double) * (size_t)(s->len[w] + 1));
-        en[w] = PD_MALLOC(sizeof(double) * (size_t)(s->len[w] + 1));
+        st[w] = (double *)PD_MALLOC(sizeof(double) * (size_t)(s->len[w] + 1));
+        en[w] = (double *)PD_MALLOC(sizeof(double) * (size_t)(s->len[w] + 1));
         ok = st[w] && en[w];
     }
     if (!ok) {
@@ -337,8 +341,8 @@ pd_status pd__simulate_costs(const pd__schedule *s, const pd__sim_costs *c, pd_s
     if ((rc = pd__schedule_replay(s, c, st, en)) != PD_OK) goto out;
 
     /* makespan, minibatch completions, the newest weight version */
-    double makespan = 0;
-    int max_version = 0;
+    makespan = 0;
+    max_version = 0;
     for (int w = 0; w < p; w++) {
         for (int i = 0; i < s->len[w]; i++) {
             const pd__instr *in = &s->ins[w][i];
@@ -351,14 +355,14 @@ pd_status pd__simulate_costs(const pd__schedule *s, const pd__sim_costs *c, pd_s
     }
     /* the measured window: the whole run, or for asynchronous schedules from the
      * completion of minibatch a to that of b, leaving out fill and drain */
-    double lo = 0, hi = makespan, time_ms = makespan / N;
+    lo = 0, hi = makespan, time_ms = makespan / N;
     if (pd__sched_async(s->kind) && N >= 2) {
         int a = pd__warm(V, m), b;
         if (a > (N - 2) / 2) a = (N - 2) / 2;
         b = N - 1 - a;
         lo = done[a], hi = done[b], time_ms = (hi - lo) / (b - a);
     }
-    double busy = 0;
+    busy = 0;
     for (int w = 0; w < p; w++) {
         for (int i = 0; i < s->len[w]; i++) {
             if (!pd__compute(s->ins[w][i].op)) continue;
@@ -371,7 +375,7 @@ pd_status pd__simulate_costs(const pd__schedule *s, const pd__sim_costs *c, pd_s
     if (rc != PD_OK) goto out;
     if (trace) fprintf(trace, "\n]\n");
 
-    pd_sim_result r = {0};
+    memset(&r, 0, sizeof r);
     r.time_ms = time_ms;
     r.makespan_ms = makespan;
     r.throughput = time_ms > 0 ? m / (time_ms / 1000) : 0;
@@ -449,15 +453,16 @@ pd_status pd__sim_plan_make(const pd_plan *pl, const pd_sim_options *opt, pd__si
     int m = o.microbatches > 0 ? o.microbatches : pl->microbatches > 0 ? pl->microbatches : 1;
     int N = o.minibatches > 0 ? o.minibatches : pd__sched_async(kind) ? 2 * pd__warm(p * v, m) + 8 : 1;
     int V = p * v;
-    pd__sim_plan sp = {0};
-    sp.f_ms = PD_CALLOC((size_t)V, sizeof(double));
-    sp.b_ms = PD_CALLOC((size_t)V, sizeof(double));
-    sp.w_ms = PD_CALLOC((size_t)V, sizeof(double));
-    sp.send_ms = PD_CALLOC((size_t)V, sizeof(double));
-    sp.act_bytes = PD_CALLOC((size_t)V, sizeof(double));
-    sp.param_bytes = PD_CALLOC((size_t)V, sizeof(double));
-    sp.allreduce_ms = PD_CALLOC((size_t)p, sizeof(double));
-    sp.replicas = PD_CALLOC((size_t)p, sizeof(int));
+    pd__sim_plan sp;
+    memset(&sp, 0, sizeof sp);
+    sp.f_ms = (double *)PD_CALLOC((size_t)V, sizeof(double));
+    sp.b_ms = (double *)PD_CALLOC((size_t)V, sizeof(double));
+    sp.w_ms = (double *)PD_CALLOC((size_t)V, sizeof(double));
+    sp.send_ms = (double *)PD_CALLOC((size_t)V, sizeof(double));
+    sp.act_bytes = (double *)PD_CALLOC((size_t)V, sizeof(double));
+    sp.param_bytes = (double *)PD_CALLOC((size_t)V, sizeof(double));
+    sp.allreduce_ms = (double *)PD_CALLOC((size_t)p, sizeof(double));
+    sp.replicas = (int *)PD_CALLOC((size_t)p, sizeof(int));
     if (!sp.f_ms || !sp.b_ms || !sp.w_ms || !sp.send_ms || !sp.act_bytes || !sp.param_bytes || !sp.allreduce_ms ||
         !sp.replicas) {
         pd__sim_plan_free(&sp);
@@ -486,7 +491,7 @@ pd_status pd__sim_plan_make(const pd_plan *pl, const pd_sim_options *opt, pd__si
     int64_t mbs = pl->microbatch_size > 0 ? pl->microbatch_size : 1;
     sp.samples = mbs * m * width;
     /* copies of a stage all-reduce: its replicas and, with parallel pipelines, their twins */
-    int *copies = PD_MALLOC(sizeof(int) * (size_t)p);
+    int *copies = (int *)PD_MALLOC(sizeof(int) * (size_t)p);
     if (!copies) {
         pd__sim_plan_free(&sp);
         return pd__err(PD_ERR_NOMEM, "pd_simulate: out of memory");
@@ -534,7 +539,8 @@ pd_status pd_simulate(const pd_plan *p, const pd_sim_options *opt, pd_sim_result
     pd_status rc = PD_OK;
     FILE *ft = pd__open_tmp(o.trace, ttmp, sizeof ttmp, &rc);
     FILE *fs = rc == PD_OK ? pd__open_tmp(o.svg, stmp, sizeof stmp, &rc) : NULL;
-    pd_sim_result r = {0};
+    pd_sim_result r;
+    memset(&r, 0, sizeof r);
     if (rc == PD_OK) rc = pd__simulate_costs(sp.sched, &c, &r, ft, fs);
     rc = pd__close_tmp(ft, ttmp, o.trace, rc);
     rc = pd__close_tmp(fs, stmp, o.svg, rc);

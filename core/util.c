@@ -13,7 +13,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static _Thread_local char pd__errbuf[1024];
+/* C11's _Thread_local; the same in C++ (the implementation compiles as either) */
+#ifdef __cplusplus
+#define PD__THREAD_LOCAL thread_local
+#else
+#define PD__THREAD_LOCAL _Thread_local
+#endif
+static PD__THREAD_LOCAL char pd__errbuf[1024];
 
 pd_status pd__err(pd_status s, const char *fmt, ...) {
     va_list ap;
@@ -92,7 +98,7 @@ void pd_tensor_free(pd_tensor *t) {
 char *pd__strdup(const char *s) {
     if (!s) s = "";
     size_t n = strlen(s) + 1;
-    char *d = PD_MALLOC(n);
+    char *d = (char *)PD_MALLOC(n);
     if (d) memcpy(d, s, n);
     return d;
 }
@@ -263,7 +269,7 @@ void *pd__scratch(pd__exec *x, size_t bytes) {
 /* Writes through "<path>.tmp.<pid>", fsync and rename: a reader sees the old
  * file or the whole new one, never half of it. */
 pd_status pd__write_atomic(const char *path, const void *data, size_t len) {
-    const char *buf = data;
+    const char *buf = (const char *)data;
     char tmp[4096];
     if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof tmp)
         return pd__err(PD_ERR_IO, "%s: path too long", path);
@@ -297,7 +303,7 @@ pd_status pd__write_atomic(const char *path, const void *data, size_t len) {
 
 /* Reads len bytes at offset, retrying short reads. */
 pd_status pd__pread_all(int fd, const char *path, void *data, size_t len, int64_t offset) {
-    unsigned char *buf = data;
+    unsigned char *buf = (unsigned char *)data;
     size_t got = 0;
     while (got < len) {
         size_t want = len - got;
@@ -332,7 +338,7 @@ pd_status pd__read_file(const char *path, unsigned char **buf, size_t *len) {
         return pd__err(PD_ERR_NOMEM, "%s: file too large", path);
     }
     size_t n = (size_t)st.st_size;
-    unsigned char *b = PD_MALLOC(n + 1);
+    unsigned char *b = (unsigned char *)PD_MALLOC(n + 1);
     if (!b) {
         close(fd);
         return pd__err(PD_ERR_NOMEM, "%s: out of memory reading %zu bytes", path, n);

@@ -210,6 +210,7 @@ pd_status pd__pipe_set_vertical_sync(pd__pipe *p, bool on) {
 }
 
 int pd__pipe_stages(const pd__pipe *p) { return p ? p->P : 0; }
+int pd__pipe_labels_input(const pd__pipe *p) { return p ? p->labels_input : -1; }
 void pd__pipe_inject_failure(pd__pipe *p, int stage, int op, int mb) {
     p->fail_stage = stage;
     p->fail_op = op;

@@ -45,6 +45,8 @@ pd_status pd__pipe_create(pd_graph *g, const pd_plan *plan, const pd_train_optio
                           int microbatches, pd__pipe **out);
 void pd__pipe_destroy(pd__pipe *p);
 int pd__pipe_stages(const pd__pipe *p);
+/* PD_LOSS_GRAPH: the graph input (tensor index) the labels feed; -1 otherwise. */
+int pd__pipe_labels_input(const pd__pipe *p);
 /* PipeDream's vertical sync (pipedream schedule only): every stage runs
  * microbatch k on the weight version stage 0's forward of k used. */
 pd_status pd__pipe_set_vertical_sync(pd__pipe *p, bool on);

@@ -9,6 +9,9 @@
 # pipedream.pc gets the destdir's prefix), once with the shared library and once statically linked
 # (pkg-config --static: the .pc's private dependencies); runs both and checks
 # that the loss went down and that the model reloaded from memory agrees.
+# The same for examples/embed/pipeline.c (a 2-stage pipeline with
+# checkpoints, resumed by a new trainer): its resumed model must equal the
+# uninterrupted one.
 # Skipped (77) on sanitizer builds.
 set -u
 build=$1 src=$2 work=$3 prefix=$4 libdir=$5 includedir=$6 sanitize=$7
@@ -76,6 +79,26 @@ check_run() { # check_run NAME [ENV...] : runs ./embed, checks its output
     fi
 }
 
+check_pipeline() { # check_pipeline NAME [ENV...] : runs ./pipeline in a fresh checkpoint folder
+    local name=$1
+    shift
+    local out
+    rm -rf "$work/embed/ckpt-$name"
+    out=$(cd "$work/embed" && env "$@" ./pipeline "$model" "ckpt-$name" 2>&1)
+    local rc=$?
+    echo "$out" | sed 's/^/    /'
+    if [ $rc -ne 0 ]; then bad "$name pipeline: exited with $rc"; return; fi
+    if ! echo "$out" | grep -q "^resumed at step 20$"; then
+        bad "$name pipeline: did not resume at step 20"
+    elif ! echo "$out" | grep -q "equals the uninterrupted one" || ! echo "$out" | grep -q "^OK: "; then
+        bad "$name pipeline: the resumed model differs, or the loss did not go down"
+    elif ! ls "$work/embed/ckpt-$name" | grep -q "^ckpt-0*40$"; then
+        bad "$name pipeline: no checkpoint of step 40 in its folder"
+    else
+        echo "ok   $name pipeline: checkpointed, resumed by a new trainer, equal to the uninterrupted run"
+    fi
+}
+
 # shared: the plain pkg-config line of the README
 if (cd "$work/embed" && $cc -O2 -Wall -Wextra -Werror embed.c -o embed $(pkg-config --cflags --libs pipedream) -lm) >"$work/cc.log" 2>&1; then
     echo "ok   built with: cc embed.c \$(pkg-config --cflags --libs pipedream)"
@@ -84,14 +107,24 @@ else
     cat "$work/cc.log"
     bad "building examples/embed against the shared library"
 fi
+if (cd "$work/embed" && $cc -O2 -Wall -Wextra -Werror pipeline.c -o pipeline $(pkg-config --cflags --libs pipedream) -lm) >"$work/cc.log" 2>&1; then
+    echo "ok   built with: cc pipeline.c \$(pkg-config --cflags --libs pipedream)"
+    check_pipeline "shared" LD_LIBRARY_PATH="$dest$libdir"
+else
+    cat "$work/cc.log"
+    bad "building examples/embed/pipeline.c against the shared library"
+fi
 
 # static: the example's Makefile, make STATIC=1
-if (cd "$work/embed" && rm -f embed && make CC="$cc" STATIC=1 CFLAGS="-O2 -Wall -Wextra -Werror") >"$work/make.log" 2>&1; then
+if (cd "$work/embed" && rm -f embed pipeline && make CC="$cc" STATIC=1 CFLAGS="-O2 -Wall -Wextra -Werror") >"$work/make.log" 2>&1; then
     echo "ok   built with: make STATIC=1 (pkg-config --static)"
-    if ldd "$work/embed/embed" 2>/dev/null | grep -q libpipedream; then
-        bad "static: the program still loads libpipedream.so"
-    fi
+    for prog in embed pipeline; do
+        if ldd "$work/embed/$prog" 2>/dev/null | grep -q libpipedream; then
+            bad "static: $prog still loads libpipedream.so"
+        fi
+    done
     check_run "static" LD_LIBRARY_PATH=
+    check_pipeline "static" LD_LIBRARY_PATH=
 else
     cat "$work/make.log"
     bad "building examples/embed against the static library with its Makefile"

@@ -1,0 +1,479 @@
+/* trainer.c - the public pipeline-training API (pd_trainer_*, pipedream.h)
+ * over the private pipeline (pipeline.h) and checkpoints (checkpoint.h), and
+ * the single-stage session snapshot pair (pd_session_snapshot/_restore).
+ *
+ * A pd_trainer_train call is one pd__pipe_run: every step's rows at once,
+ * the schedule filling and draining the pipeline once per call. With a
+ * checkpoint folder, boundaries at multiples of checkpoint_every (counted in
+ * steps since the trainer's start, across calls) are snapshotted by the
+ * workers and persisted by a writer thread, and the state at the end of each
+ * call is the call's last checkpoint, as `pdonnx train` does (tools/ckpt.c).
+ * Every manifest records the run ("info": the options a resume must match,
+ * the plan, and the call the checkpoint was taken in), so pd_trainer_resume
+ * refuses a checkpoint of other settings by naming the field.
+ */
+#include "../core/plan.h"
+#include "../core/schedule.h"
+#include "checkpoint.h"
+#include "pipeline.h"
+#include "session.h"
+
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct pd_trainer {
+    pd_graph *g;
+    pd__pipe *pipe;
+    pd__sched_kind kind;
+    int P, M;
+    int64_t batch;      /* rows per step */
+    int64_t steps;      /* steps done since the start (or the checkpoint resumed) */
+    cJSON *info;        /* what resume compares; NULL when the run cannot be described */
+    char *dir;          /* checkpoint folder (NULL: none) */
+    int64_t every;
+    int keep;
+    /* a resume inside a call: the call to repeat (run_steps 0: none pending) */
+    int64_t run_first, run_steps, resume_b;
+    bool failed;        /* a call stopped part-way: only a resume makes sense */
+    pd_loss_kind loss;  /* the labels it takes */
+    char *output;       /* the prediction (NULL: the first output) */
+    /* during a call with checkpoints */
+    pd__ckpt_writer *w;
+    char *run_info;     /* info with this call's position, for every manifest of the call */
+    int64_t run_s0;
+    const void **part;
+    size_t *len;
+};
+
+/* ---- run description ---- */
+
+/* Per node its forward and backward stage, and per stage its replicas: what a
+ * checkpoint's parts are cut by. */
+static char *pd__cut_text(const pd_plan *p) {
+    size_t cap = 16 + 24 * ((size_t)p->n_nodes * 2 + (size_t)p->n_stages);
+    char *s = PD_MALLOC(cap), *at = s;
+    if (!s) return NULL;
+    size_t left = cap;
+#define PD__PUT(...)                                        \
+    do {                                                    \
+        int n_ = snprintf(at, left, __VA_ARGS__);           \
+        if (n_ < 0 || (size_t)n_ >= left) n_ = (int)left - 1; \
+        at += n_;                                           \
+        left -= (size_t)n_;                                 \
+    } while (0)
+    PD__PUT("chunks %d; fwd", p->chunks > 1 ? p->chunks : 1);
+    for (int i = 0; i < p->n_nodes; i++) PD__PUT(" %d", p->fwd_stage[i]);
+    PD__PUT("; bwd");
+    for (int i = 0; i < p->n_nodes; i++) PD__PUT(" %d", p->bwd_stage ? p->bwd_stage[i] : p->fwd_stage[i]);
+    PD__PUT("; replicas");
+    for (int i = 0; i < p->n_stages; i++) PD__PUT(" %d", p->stage ? p->stage[i].replicas : 1);
+#undef PD__PUT
+    return s;
+}
+
+static const char *pd__optim_label(pd_optimizer_kind k) {
+    static const char *const n[] = {"sgd", "momentum", "nesterov", "adam", "adamw"};
+    return (unsigned)k < sizeof n / sizeof *n ? n[k] : "?";
+}
+
+static cJSON *pd__trainer_info(const pd_trainer *t, const pd_plan *plan, const pd_train_options *o, bool vsync) {
+    cJSON *j = cJSON_CreateObject();
+    char *cut = pd__cut_text(plan), *pj = pd__plan_to_json(plan);
+    bool ok = j && cut && pj;
+    if (ok) {
+        cJSON_AddStringToObject(j, "mode", "pipeline");
+        cJSON_AddStringToObject(j, "model", t->g->path ? t->g->path : "");
+        cJSON_AddNumberToObject(j, "nodes", (double)t->g->nnodes);
+        cJSON_AddNumberToObject(j, "param_bytes", (double)pd_graph_param_bytes(t->g));
+        cJSON_AddNumberToObject(j, "graph_batch", (double)(t->batch / t->M));
+        cJSON_AddNumberToObject(j, "batch", (double)t->batch);
+        cJSON_AddStringToObject(j, "schedule", pd__sched_kind_name(t->kind));
+        cJSON_AddNumberToObject(j, "microbatches", (double)t->M);
+        cJSON_AddBoolToObject(j, "vertical_sync", vsync);
+        cJSON_AddNumberToObject(j, "stages", (double)t->P);
+        cJSON_AddStringToObject(j, "cut", cut);
+        cJSON_AddStringToObject(j, "optimizer", pd__optim_label(o->optimizer));
+        cJSON_AddNumberToObject(j, "lr", o->lr);
+        cJSON_AddNumberToObject(j, "momentum", o->momentum);
+        cJSON_AddNumberToObject(j, "beta1", o->beta1);
+        cJSON_AddNumberToObject(j, "beta2", o->beta2);
+        cJSON_AddNumberToObject(j, "eps", o->eps);
+        cJSON_AddNumberToObject(j, "weight_decay", o->weight_decay);
+        cJSON_AddNumberToObject(j, "clip_grad_norm", o->clip_grad_norm);
+        cJSON_AddNumberToObject(j, "warmup_steps", (double)o->warmup_steps);
+        cJSON_AddNumberToObject(j, "cosine_steps", (double)o->cosine_steps);
+        cJSON_AddNumberToObject(j, "min_lr", o->min_lr);
+        cJSON_AddNumberToObject(j, "loss", (double)o->loss);
+        cJSON_AddStringToObject(j, "output", o->output ? o->output : "");
+        cJSON_AddStringToObject(j, "freeze", o->freeze ? o->freeze : "");
+        cJSON_AddNumberToObject(j, "seed", (double)o->seed);
+        cJSON *pl = cJSON_Parse(pj); /* for pdonnx export and a reader's eyes; compared through "cut" */
+        cJSON_AddItemToObject(j, "plan", pl ? pl : cJSON_CreateNull());
+    }
+    PD_FREE(cut);
+    free(pj);
+    if (!ok) {
+        cJSON_Delete(j);
+        return NULL;
+    }
+    return j;
+}
+
+/* ---- create, destroy, queries ---- */
+
+pd_status pd_trainer_create(pd_graph *g, const pd_plan *plan, const pd_trainer_options *opt, pd_trainer **out) {
+    if (!g) return pd__err(PD_ERR_INVALID, "pd_trainer_create: g is NULL");
+    if (!plan) return pd__err(PD_ERR_INVALID, "pd_trainer_create: plan is NULL");
+    if (!opt) return pd__err(PD_ERR_INVALID, "pd_trainer_create: opt is NULL (start from PD_TRAINER_OPTIONS_INIT)");
+    if (!out) return pd__err(PD_ERR_INVALID, "pd_trainer_create: out is NULL");
+    if (opt->size != sizeof(pd_trainer_options))
+        return pd__err(PD_ERR_INVALID, "pd_trainer_create: opt->size is %zu, not sizeof(pd_trainer_options) = %zu "
+                       "(start from PD_TRAINER_OPTIONS_INIT)", opt->size, sizeof(pd_trainer_options));
+    pd__sched_kind kind = PD_SCHED_FLUSH;
+    if (opt->schedule && pd__sched_kind_parse(opt->schedule, &kind) != PD_OK) {
+        pd__err_prefix("pd_trainer_create: opt->schedule");
+        return PD_ERR_INVALID;
+    }
+    if (kind == PD_SCHED_AVGPIPE)
+        return pd__err(PD_ERR_UNSUPPORTED, "pd_trainer_create: opt->schedule 'avgpipe' runs several pipelines: use "
+                       "pdonnx train --parallel-pipelines");
+    if (opt->microbatches < 0)
+        return pd__err(PD_ERR_INVALID, "pd_trainer_create: opt->microbatches is %d", opt->microbatches);
+    int M = opt->microbatches ? opt->microbatches : kind == PD_SCHED_PIPEDREAM ? 1
+                                                  : plan->microbatches > 0 ? plan->microbatches : 1;
+    if (kind == PD_SCHED_PIPEDREAM && M != 1)
+        return pd__err(PD_ERR_INVALID, "pd_trainer_create: opt->microbatches is %d; pipedream updates after every "
+                       "microbatch, so a step is one microbatch: give 1", M);
+    if (opt->vertical_sync && kind != PD_SCHED_PIPEDREAM)
+        return pd__err(PD_ERR_INVALID, "pd_trainer_create: opt->vertical_sync goes with the pipedream schedule, not %s",
+                       pd__sched_kind_name(kind));
+    if (opt->checkpoint_every < 0)
+        return pd__err(PD_ERR_INVALID, "pd_trainer_create: opt->checkpoint_every is %lld",
+                       (long long)opt->checkpoint_every);
+    if (opt->checkpoint_keep < 0)
+        return pd__err(PD_ERR_INVALID, "pd_trainer_create: opt->checkpoint_keep is %d", opt->checkpoint_keep);
+    if (opt->checkpoint_every > 0 && !opt->checkpoint_dir)
+        return pd__err(PD_ERR_INVALID, "pd_trainer_create: opt->checkpoint_every needs opt->checkpoint_dir");
+    if (plan->n_nodes != g->nnodes)
+        return pd__err(PD_ERR_INVALID, "pd_trainer_create: the plan has %d nodes but %s has %d: plan this model",
+                       plan->n_nodes, g->path, g->nnodes);
+    for (int i = 0; plan->node_name && i < plan->n_nodes; i++)
+        if (plan->node_name[i] && strcmp(plan->node_name[i], g->nodes[i].name) != 0)
+            return pd__err(PD_ERR_INVALID, "pd_trainer_create: node %d is '%s' in the plan but '%s' in %s", i,
+                           plan->node_name[i], g->nodes[i].name, g->path);
+    pd_trainer *t = PD_CALLOC(1, sizeof *t);
+    if (!t) return pd__err(PD_ERR_NOMEM, "out of memory");
+    t->g = g;
+    t->kind = kind;
+    t->M = M;
+    t->every = opt->checkpoint_every;
+    t->keep = opt->checkpoint_keep;
+    t->loss = opt->train.loss;
+    if (opt->train.output && !(t->output = PD_MALLOC(strlen(opt->train.output) + 1))) goto nomem;
+    if (t->output) strcpy(t->output, opt->train.output);
+    pd_status st;
+    st = pd__pipe_create(g, plan, &opt->train, kind, M, &t->pipe);
+    if (st == PD_OK) st = pd__pipe_set_vertical_sync(t->pipe, opt->vertical_sync != 0);
+    if (st != PD_OK) goto fail;
+    t->P = pd__pipe_stages(t->pipe);
+    const pd__tensor *x0 = g->ninputs > 0 ? &g->tensors[g->inputs[0]] : NULL;
+    t->batch = (int64_t)M * (x0 && x0->ndim > 0 ? x0->shape[0] : 1); /* the pipeline's rows per microbatch */
+    t->info = pd__trainer_info(t, plan, &opt->train, opt->vertical_sync != 0);
+    if (!t->info) goto nomem;
+    if (opt->checkpoint_dir) {
+        t->dir = PD_MALLOC(strlen(opt->checkpoint_dir) + 1);
+        t->part = PD_CALLOC((size_t)t->P, sizeof *t->part);
+        t->len = PD_CALLOC((size_t)t->P, sizeof *t->len);
+        if (!t->dir || !t->part || !t->len) goto nomem;
+        strcpy(t->dir, opt->checkpoint_dir);
+    }
+    *out = t;
+    return PD_OK;
+nomem:
+    st = pd__err(PD_ERR_NOMEM, "out of memory");
+fail:
+    pd_trainer_destroy(t);
+    return st;
+}
+
+void pd_trainer_destroy(pd_trainer *t) {
+    if (!t) return;
+    if (t->w) pd__ckpt_writer_finish(t->w);
+    pd__pipe_destroy(t->pipe); /* the trained weights go back into the graph */
+    cJSON_Delete(t->info);
+    free(t->run_info);
+    PD_FREE(t->dir);
+    PD_FREE(t->output);
+    PD_FREE(t->part);
+    PD_FREE(t->len);
+    PD_FREE(t);
+}
+
+int pd_trainer_stages(const pd_trainer *t) { return t ? t->P : 0; }
+int64_t pd_trainer_batch(const pd_trainer *t) { return t ? t->batch : 0; }
+int64_t pd_trainer_step_count(const pd_trainer *t) { return t ? t->steps : 0; }
+
+/* ---- checkpoints during a call ---- */
+
+static bool pd__trainer_want(void *ctx, int64_t b) {
+    const pd_trainer *t = ctx;
+    return t->every > 0 && (t->run_s0 + b) % t->every == 0;
+}
+
+static void pd__trainer_release(void *ctx) { pd__pipe_snap_release(ctx); }
+
+/* On a worker thread: boundary b of this call is in the parts. */
+static void pd__trainer_ready(void *ctx, int64_t b) {
+    pd_trainer *t = ctx;
+    for (int w = 0; w < t->P; w++) pd__pipe_snap_part(t->pipe, w, &t->part[w], &t->len[w]);
+    pd__ckpt_writer_submit(t->w, t->run_s0 + b, t->run_info, t->P, t->part, t->len, pd__trainer_release, t->pipe);
+}
+
+/* The info of every manifest of a call of n steps from step s0. */
+static pd_status pd__trainer_begin(pd_trainer *t, int64_t s0, int64_t n) {
+    cJSON *j = cJSON_Duplicate(t->info, true);
+    if (j) {
+        cJSON_AddNumberToObject(j, "run_first", (double)s0);
+        cJSON_AddNumberToObject(j, "run_steps", (double)n);
+    }
+    char *text = j ? cJSON_PrintUnformatted(j) : NULL;
+    cJSON_Delete(j);
+    if (!text) return pd__err(PD_ERR_NOMEM, "out of memory");
+    free(t->run_info);
+    t->run_info = text;
+    t->run_s0 = s0;
+    pd__snap_hooks h = {pd__trainer_want, pd__trainer_ready, t};
+    PD_TRY(pd__pipe_set_snap_hooks(t->pipe, &h));
+    return pd__ckpt_writer_start(t->dir, t->keep, &t->w);
+}
+
+/* The end of a call: its final state as the last checkpoint (st: the run's
+ * status; on failure only what was taken is written), then every persist
+ * waited for; the first error wins. */
+static pd_status pd__trainer_end(pd_trainer *t, int64_t step, pd_status st) {
+    if (st == PD_OK) {
+        st = pd__pipe_snap_capture(t->pipe);
+        if (st == PD_OK) {
+            for (int w = 0; w < t->P; w++) pd__pipe_snap_part(t->pipe, w, &t->part[w], &t->len[w]);
+            pd__ckpt_writer_submit(t->w, step, t->run_info, t->P, t->part, t->len, pd__trainer_release, t->pipe);
+        }
+    }
+    char msg[1024];
+    if (st != PD_OK) snprintf(msg, sizeof msg, "%s", pd_last_error());
+    pd_status ws = t->w ? pd__ckpt_writer_finish(t->w) : PD_OK;
+    t->w = NULL;
+    if (st != PD_OK) return pd__err(st, "%s", msg);
+    if (ws != PD_OK) pd__err_prefix("pd_trainer_train: %s", t->dir);
+    return ws;
+}
+
+/* ---- training ---- */
+
+/* Labels the loss takes (what a stage would find wrong only in the middle
+ * of the run): per row, the graph's labels input under PD_LOSS_GRAPH; else
+ * one int64 class per position of the prediction without its class axis
+ * (cross-entropy), or float32 targets of its shape (MSE). */
+static pd_status pd__trainer_check_labels(const pd_trainer *t, const pd_tensor *labels, int li) {
+    const pd_graph *g = t->g;
+    int64_t rows = t->batch / t->M, row = -1;
+    pd_dtype want = PD_FLOAT;
+    const char *why = "mse";
+    if (t->loss == PD_LOSS_GRAPH) {
+        if (li < 0) return PD_OK;
+        want = g->tensors[li].dtype;
+        row = g->tensors[li].numel / (rows ? rows : 1);
+        why = "the model's labels input";
+    } else {
+        int pt = t->output ? pd__graph_find(g, t->output) : g->noutputs > 0 ? g->outputs[0] : -1;
+        if (pt < 0 || g->tensors[pt].ndim < 1) return PD_OK; /* the pipeline said what is wrong */
+        const pd__tensor *pred = &g->tensors[pt];
+        bool ce = t->loss == PD_LOSS_CROSS_ENTROPY || (t->loss == PD_LOSS_AUTO && labels->dtype == PD_INT64);
+        row = pred->numel / (rows ? rows : 1);
+        if (ce) {
+            want = PD_INT64;
+            row /= pred->shape[pred->ndim - 1] > 0 ? pred->shape[pred->ndim - 1] : 1;
+            why = "cross_entropy";
+        }
+    }
+    if (labels->ndim < 1 || labels->ndim > PD_MAX_DIMS || labels->shape[0] < 1) return PD_OK; /* the rows check names it */
+    int64_t have = pd_tensor_numel(labels) / labels->shape[0];
+    if (labels->dtype != want || have != row)
+        return pd__err(PD_ERR_SHAPE, "pd_trainer_train: labels are %s with %lld values per row; %s takes %s with %lld",
+                       pd_dtype_name(labels->dtype), (long long)have, why, pd_dtype_name(want), (long long)row);
+    return PD_OK;
+}
+
+/* What pd__pipe_run would refuse, named the way a caller knows it. */
+static pd_status pd__trainer_check_data(const pd_trainer *t, int64_t steps, const pd_tensor *inputs,
+                                        const pd_tensor *labels) {
+    const pd_graph *g = t->g;
+    if (steps > INT32_MAX / t->M || steps > INT64_MAX / t->batch)
+        return pd__err(PD_ERR_INVALID, "pd_trainer_train: steps is %lld: too many", (long long)steps);
+    int64_t need = steps * t->batch, rows = t->batch / t->M;
+    int li = pd__pipe_labels_input(t->pipe);
+    PD_TRY(pd__trainer_check_labels(t, labels, li));
+    for (int i = 0; i <= g->ninputs; i++) {
+        if (i < g->ninputs && g->inputs[i] == li) continue;
+        const pd_tensor *v = i < g->ninputs ? &inputs[i] : labels;
+        char what[300];
+        if (i < g->ninputs) snprintf(what, sizeof what, "inputs[%d] ('%s')", i, g->tensors[g->inputs[i]].name);
+        else snprintf(what, sizeof what, "labels");
+        if (!v->data) return pd__err(PD_ERR_INVALID, "pd_trainer_train: %s: data is NULL", what);
+        if (v->ndim < 1 || v->ndim > PD_MAX_DIMS || v->shape[0] < need)
+            return pd__err(PD_ERR_SHAPE, "pd_trainer_train: %s has %lld rows; %lld steps of %lld rows need %lld", what,
+                           (long long)(v->ndim >= 1 && v->ndim <= PD_MAX_DIMS ? v->shape[0] : 0), (long long)steps,
+                           (long long)t->batch, (long long)need);
+        if (pd_tensor_numel(v) < 0)
+            return pd__err(PD_ERR_SHAPE, "pd_trainer_train: %s has a negative dimension", what);
+        if (i == g->ninputs) break;
+        const pd__tensor *x = &g->tensors[g->inputs[i]];
+        int64_t row = x->numel / (rows ? rows : 1);
+        if (v->dtype != x->dtype || pd_tensor_numel(v) / v->shape[0] != row) {
+            char want[128], got[128];
+            pd__format_shape(want, sizeof want, x->ndim, x->shape);
+            pd__format_shape(got, sizeof got, v->ndim, v->shape);
+            return pd__err(PD_ERR_SHAPE, "pd_trainer_train: %s is %s%s; the model takes rows of %s%s", what,
+                           pd_dtype_name(v->dtype), got, pd_dtype_name(x->dtype), want);
+        }
+    }
+    return PD_OK;
+}
+
+pd_status pd_trainer_train(pd_trainer *t, int64_t steps, const pd_tensor *inputs, const pd_tensor *labels,
+                           pd_step_result *results) {
+    if (!t) return pd__err(PD_ERR_INVALID, "pd_trainer_train: t is NULL");
+    if (steps < 1) return pd__err(PD_ERR_INVALID, "pd_trainer_train: steps is %lld, not >= 1", (long long)steps);
+    if (!inputs && t->g->ninputs > 0) return pd__err(PD_ERR_INVALID, "pd_trainer_train: inputs is NULL");
+    if (!labels) return pd__err(PD_ERR_INVALID, "pd_trainer_train: labels is NULL");
+    if (t->failed)
+        return pd__err(PD_ERR_INVALID, "pd_trainer_train: an earlier call failed in the middle of its steps: resume "
+                       "from a checkpoint (pd_trainer_resume) or destroy the trainer");
+    if (!labels->data) return pd__err(PD_ERR_INVALID, "pd_trainer_train: labels->data is NULL");
+    PD_TRY(pd__trainer_check_data(t, steps, inputs, labels));
+    int64_t s0 = t->steps;
+    if (t->run_steps > 0) {
+        if (steps != t->run_steps)
+            return pd__err(PD_ERR_INVALID, "pd_trainer_train: steps is %lld, but the checkpoint resumed at step %lld "
+                           "was taken in a call of %lld steps from step %lld: repeat that call (the same steps and "
+                           "data)", (long long)steps, (long long)t->steps, (long long)t->run_steps,
+                           (long long)t->run_first);
+        s0 = t->run_first;
+    }
+    pd_status st = t->dir ? pd__trainer_begin(t, s0, steps) : PD_OK;
+    bool ran = st == PD_OK;
+    if (ran) st = pd__pipe_run(t->pipe, steps, inputs, labels, results);
+    if (ran && st != PD_OK) t->failed = true; /* the arguments were checked: some updates may be made */
+    if (ran && st == PD_OK) {                 /* trained, even if its last checkpoint fails below */
+        t->steps = s0 + steps;
+        t->run_first = t->run_steps = t->resume_b = 0;
+    }
+    if (t->dir) st = pd__trainer_end(t, s0 + steps, st);
+    return st;
+}
+
+/* ---- resume ---- */
+
+static void pd__json_value(const cJSON *v, char *buf, size_t n) {
+    if (!v) snprintf(buf, n, "(none)");
+    else if (cJSON_IsString(v)) snprintf(buf, n, "'%s'", v->valuestring);
+    else if (cJSON_IsBool(v)) snprintf(buf, n, "%s", cJSON_IsTrue(v) ? "true" : "false");
+    else if (cJSON_IsNumber(v)) snprintf(buf, n, "%.17g", v->valuedouble);
+    else snprintf(buf, n, "(an object)");
+}
+
+/* The checkpoint's run must be this trainer's in every field its state
+ * depends on (where the model file lies may change; the plan is compared by
+ * its cut). */
+static pd_status pd__trainer_match(const pd_trainer *t, const pd__ckpt *c, const cJSON *got) {
+    for (const cJSON *e = t->info->child; e; e = e->next) {
+        if (!strcmp(e->string, "plan") || !strcmp(e->string, "model")) continue;
+        const cJSON *v = cJSON_GetObjectItem(got, e->string);
+        if (v && cJSON_Compare(e, v, true)) continue;
+        char was[256], now[256];
+        pd__json_value(v, was, sizeof was);
+        pd__json_value(e, now, sizeof now);
+        return pd__err(PD_ERR_INVALID, "pd_trainer_resume: %s was taken with %s %s, this trainer has %s (resume with "
+                       "the same model, plan and options)", c->path, e->string, was, now);
+    }
+    return PD_OK;
+}
+
+pd_status pd_trainer_resume(pd_trainer *t, const char *dir, pd_resume_info *out) {
+    if (!t) return pd__err(PD_ERR_INVALID, "pd_trainer_resume: t is NULL");
+    if (!dir) return pd__err(PD_ERR_INVALID, "pd_trainer_resume: dir is NULL");
+    pd__ckpt c;
+    memset(&c, 0, sizeof c);
+    pd_status st = pd__ckpt_read_latest(dir, &c, NULL, NULL);
+    if (st != PD_OK) {
+        pd__err_prefix("pd_trainer_resume");
+        return st;
+    }
+    cJSON *got = cJSON_Parse(c.info_json);
+    const cJSON *rf = cJSON_GetObjectItem(got, "run_first"), *rs = cJSON_GetObjectItem(got, "run_steps");
+    if (!got) st = pd__err(PD_ERR_PARSE, "pd_trainer_resume: %s: the manifest's info is not JSON", c.path);
+    else st = pd__trainer_match(t, &c, got);
+    int64_t first = cJSON_IsNumber(rf) ? (int64_t)rf->valuedouble : -1;
+    int64_t n = cJSON_IsNumber(rs) ? (int64_t)rs->valuedouble : -1;
+    int64_t b = c.step - first;
+    if (st == PD_OK && (first < 0 || n < 1 || b < 1 || b > n))
+        st = pd__err(PD_ERR_PARSE, "pd_trainer_resume: %s is at step %lld but names a call of %lld steps from step "
+                     "%lld (not a checkpoint of pd_trainer_train?)", c.path, (long long)c.step, (long long)n,
+                     (long long)first);
+    if (st == PD_OK) {
+        st = pd__pipe_resume(t->pipe, b == n ? 0 : b, c.nparts, (const void *const *)c.parts, c.lens);
+        if (st != PD_OK) {
+            pd__err_prefix("pd_trainer_resume: %s", c.path);
+            t->failed = true; /* partly restored */
+        }
+    }
+    if (st == PD_OK) {
+        t->failed = false;
+        t->steps = c.step;
+        t->run_first = b == n ? 0 : first;
+        t->run_steps = b == n ? 0 : n;
+        t->resume_b = b == n ? 0 : b;
+        if (out) {
+            out->step = c.step;
+            out->run_first = first;
+            out->run_steps = n;
+        }
+    }
+    cJSON_Delete(got);
+    pd__ckpt_free(&c);
+    return st;
+}
+
+/* ---- one stage: the session's state in memory ---- */
+
+pd_status pd_session_snapshot(const pd_session *s, void **buf, size_t *len) {
+    if (!s) return pd__err(PD_ERR_INVALID, "pd_session_snapshot: s is NULL");
+    if (!buf) return pd__err(PD_ERR_INVALID, "pd_session_snapshot: buf is NULL");
+    if (!len) return pd__err(PD_ERR_INVALID, "pd_session_snapshot: len is NULL");
+    pd__recw count = {NULL, 0, 0};
+    pd__session_snapshot(s, &count);
+    pd__recw w = {PD_MALLOC(count.n + 1), 0, count.n};
+    if (!w.buf) return pd__err(PD_ERR_NOMEM, "pd_session_snapshot: out of memory for %zu bytes", count.n);
+    pd__session_snapshot(s, &w);
+    *buf = w.buf;
+    *len = w.n;
+    return PD_OK;
+}
+
+pd_status pd_session_restore(pd_session *s, const void *buf, size_t len) {
+    if (!s) return pd__err(PD_ERR_INVALID, "pd_session_restore: s is NULL");
+    if (!buf) return pd__err(PD_ERR_INVALID, "pd_session_restore: buf is NULL");
+    void *was;
+    size_t wlen;
+    PD_TRY(pd_session_snapshot(s, &was, &wlen)); /* to undo a restore that fails half-way */
+    pd_status st = pd__session_restore(s, buf, len);
+    if (st != PD_OK) {
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", pd_last_error());
+        pd__session_restore(s, was, wlen);
+        st = pd__err(st, "pd_session_restore: %s", msg);
+    }
+    PD_FREE(was);
+    return st;
+}
