@@ -6,7 +6,8 @@
 # restore, one step, save). Prints a Markdown table for docs/PERF.md.
 #
 #   bench/run_checkpoint.sh [BUILD_DIR] [MODEL] [BATCH] [STEPS] [CKPT_DIR]
-# Default: the GPT fixture on its training rows, batch 32, 400 steps; the
+# Default: the GPT fixture on its training rows, batch 32, 400 steps (each
+# figure the median of three runs of one fixed plan); the
 # checkpoints go to a temporary folder on the same disk as /tmp unless given.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,18 +24,33 @@ echo "$model, batch $batch, $steps SGD steps; checkpoints in $dir"
 echo
 echo "| configuration | checkpoints | samples/s | overhead | written | snapshot pause |"
 echo "|---|---|---|---|---|---|"
-for conf in "1 stage:--threads 1" "2 stages, flush:--stages 2 --schedule flush --microbatches 4" \
-            "2 stages, pipedream:--stages 2 --schedule pipedream --microbatches 1"; do
+# one plan per pipeline shape, made once, so that every run compares the same stages
+"$build/pdonnx" plan "$fx/model.onnx" --workers 2 --straight --batch $((batch / 4)) -o "$dir/bench-p4.json" > /dev/null
+"$build/pdonnx" plan "$fx/model.onnx" --workers 2 --straight --batch "$batch" -o "$dir/bench-p1.json" > /dev/null
+# the median of three runs' samples/s
+median3() { printf '%s\n' "$@" | sort -n | sed -n 2p; }
+for conf in "1 stage:--threads 1" "2 stages, flush:--plan $dir/bench-p4.json --schedule flush --microbatches 4" \
+            "2 stages, pipedream:--plan $dir/bench-p1.json --schedule pipedream --microbatches 1"; do
   name=${conf%%:*}
   read -r -a flags <<<"${conf#*:}"
-  base=$("$build/pdonnx" "${common[@]}" "${flags[@]}")
-  r0=$(rate "$base")
+  # rounds of every variant side by side, so that the machine's drift hits them alike
+  declare -A rates=() lines=()
+  for round in 1 2 3; do
+    for every in none 10 50 auto; do
+      d=$dir/bench-$every
+      rm -rf "$d"
+      ck=()
+      [ "$every" != none ] && ck=(--checkpoint-dir "$d" --checkpoint-every "$every" --checkpoint-keep 2)
+      out=$("$build/pdonnx" "${common[@]}" "${flags[@]}" "${ck[@]}")
+      rates[$every]+="$(rate "$out") "
+      lines[$every]=$(grep '^checkpoints:' <<<"$out" || true)
+    done
+  done
+  r0=$(median3 ${rates[none]})
   echo "| $name | none | $r0 | | | |"
   for every in 10 50 auto; do
-    d=$dir/bench-$RANDOM
-    out=$("$build/pdonnx" "${common[@]}" "${flags[@]}" --checkpoint-dir "$d" --checkpoint-every "$every" --checkpoint-keep 2)
-    r=$(rate "$out")
-    line=$(grep '^checkpoints:' <<<"$out")
+    r=$(median3 ${rates[$every]})
+    line=${lines[$every]}
     n=$(sed 's/checkpoints: \([0-9]*\) written.*/\1/' <<<"$line")
     pause=$(grep -o 'pauses [0-9.]* ms in all ([0-9.]*%' <<<"$line" | sed 's/pauses //; s/ in all (/, /')
     label="every $every"
@@ -46,11 +62,11 @@ for conf in "1 stage:--threads 1" "2 stages, flush:--stages 2 --schedule flush -
 done
 # restart: a checkpoint at step steps-1, resumed; the process's wall time
 d=$dir/bench-restart
-"$build/pdonnx" "${common[@]}" --stages 2 --schedule flush --microbatches 4 --checkpoint-dir "$d" \
+"$build/pdonnx" "${common[@]}" --plan "$dir/bench-p4.json" --schedule flush --microbatches 4 --checkpoint-dir "$d" \
   --checkpoint-every $((steps - 1)) --checkpoint-keep 0 --quiet
 rm -rf "$d/ckpt-$(printf '%012d' "$steps")"
 t0=$(date +%s.%N)
-"$build/pdonnx" "${common[@]}" --stages 2 --schedule flush --microbatches 4 --resume "$d" --quiet
+"$build/pdonnx" "${common[@]}" --plan "$dir/bench-p4.json" --schedule flush --microbatches 4 --resume "$d" --quiet
 t1=$(date +%s.%N)
 echo
 awk -v a="$t0" -v b="$t1" 'BEGIN { printf "restart to the first resumed step (2 stages, flush; process start to exit, one step): %.3f s\n", b - a }'
