@@ -60,6 +60,34 @@ for mode in "single" "pipedream" "2bw" "flush"; do
   done
 done
 
+# killed while persisting: a checkpoint after every step keeps the writer busy most of the time
+fx=$root/tests/fixtures/gpt
+common=("$fx/model.onnx" --data "$fx/train/sgd/X.npy" --labels "$fx/train/sgd/Y.npy" --batch 8 --steps 400
+        --no-shuffle --quiet --stages 2 --schedule 2bw --microbatches 2)
+"$pdonnx" train "${common[@]}" --save "$tmp/gref.onnx" > /dev/null 2>&1 || bad "gpt: the reference run"
+d=$tmp/ck-busy
+mid=0
+for attempt in 1 2 3 4 5 6; do
+  resumed=()
+  ls "$d"/ckpt-* > /dev/null 2>&1 && resumed=(--resume "$d")
+  "$pdonnx" train "${common[@]}" --checkpoint-dir "$d" --checkpoint-every 1 --save "$tmp/gout.onnx" "${resumed[@]}" \
+    > "$tmp/log" 2>&1 &
+  pid=$!
+  if [ $attempt -lt 4 ]; then
+    sleep "0.$(printf '%02d' $(( (RANDOM % 40) + 10 )))"
+    kill -9 $pid 2>/dev/null
+    wait $pid 2>/dev/null
+    ls -a "$d" 2>/dev/null | grep -q '^\.ckpt-.*\.tmp-' && mid=$((mid + 1)) # a persist was cut short
+  else
+    wait $pid && break
+  fi
+done
+if cmp -s "$tmp/gref.onnx" "$tmp/gout.onnx"; then
+  ok "gpt, 2bw, a checkpoint every step: killed 3 times ($mid while a checkpoint was being written), resumed: the same model bitwise"
+else
+  bad "gpt, killed while persisting: $(tail -2 "$tmp/log")"
+fi
+
 # a corrupted newest checkpoint: reported, the previous one used, the same result
 d=$tmp/ck-corrupt
 "$pdonnx" train "$model" --steps 40 --quiet --stages 2 --schedule pipedream --checkpoint-dir "$d" \
