@@ -155,17 +155,21 @@ fi
 # checkpoints across processes: each writes its stages' parts, rank 0 the manifest; a rank
 # killed mid-run, the job resumed under mpirun: the same model as the uninterrupted in-process run
 ck=$tmp/ck
-common=("$model" --steps 8000 --plan "$tmp/p2.json" --schedule pipedream --microbatches 1 --quiet)
+common=("$model" --steps 20000 --plan "$tmp/p2.json" --schedule pipedream --microbatches 1 --quiet)
 "$pdonnx" train "${common[@]}" --save "$tmp/ref.onnx" > /dev/null 2>&1
-mpi 2 "$pdonnx" train "${common[@]}" --checkpoint-dir "$ck" --checkpoint-every 200 --save "$tmp/ck.onnx" > "$tmp/log" 2>&1 &
+mpi 2 "$pdonnx" train "${common[@]}" --checkpoint-dir "$ck" --checkpoint-every 500 --save "$tmp/ck.onnx" > "$tmp/log" 2>&1 &
 job=$!
-sleep 2
-victim=$(pgrep -f "pdonnx train $model --steps 8000" | tail -1)
+for i in $(seq 600); do # once the first checkpoint is there (or the job is over), kill a rank
+  ls "$ck" 2>/dev/null | grep -q '^ckpt-' && break
+  kill -0 $job 2>/dev/null || break
+  sleep 0.05
+done
+victim=$(pgrep -f "pdonnx train $model --steps 20000" | tail -1)
 [ -n "$victim" ] && kill -9 "$victim"
 wait $job
 killed=$?
 taken=$(ls "$ck" 2>/dev/null | grep -c '^ckpt-')
-mpi 2 "$pdonnx" train "${common[@]}" --resume "$ck" --checkpoint-every 200 --save "$tmp/ck.onnx" > "$tmp/log" 2>&1
+mpi 2 "$pdonnx" train "${common[@]}" --resume "$ck" --checkpoint-every 500 --save "$tmp/ck.onnx" > "$tmp/log" 2>&1
 rc=$?
 if [ "$killed" != 0 ] && [ "$taken" -gt 0 ] && [ $rc = 0 ] && cmp -s "$tmp/ref.onnx" "$tmp/ck.onnx"; then
   ok "checkpoints across 2 processes: a rank killed after $taken checkpoint(s), resumed: the same model bitwise"
