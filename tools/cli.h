@@ -2,6 +2,8 @@
 #ifndef PD_CLI_H
 #define PD_CLI_H
 
+#include "../pipedream.h"
+
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -14,6 +16,13 @@ bool pd_cli_parse_int(const char *flag, const char *s, int64_t lo, int64_t hi, i
 int pd_cli_fail(void);
 /* Parses a finite number >= lo; prints the error and returns false otherwise. */
 bool pd_cli_parse_double(const char *flag, const char *s, double lo, double *out);
+
+/* Under mpirun: rank 0's plan (made with status `made`; a profile measured on
+ * each rank would differ) for every rank. On rank 0 *plan is its own; on the
+ * others it is replaced by rank 0's. Returns this rank's status (rank 0's
+ * failure is every rank's); a broken broadcast ends the job. */
+struct pd_plan;
+pd_status pd_cli_share_plan(int rank, pd_status made, struct pd_plan **plan);
 
 int pd_cli_conformance(int argc, char **argv);
 int pd_cli_train(int argc, char **argv);

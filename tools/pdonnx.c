@@ -4,6 +4,7 @@
  * line on stderr ("pdonnx: <message>") and exit status 1 (2 for bad usage).
  */
 #include "../pipedream.h"
+#include "../core/plan.h"
 #include "cli.h"
 #include "ckpt.h"
 #include "../runtime/comm/transport.h"
@@ -18,6 +19,26 @@ int pd_cli_fail(void) {
     if (pd__mpi_active()) fprintf(stderr, "pdonnx: rank %d: %s\n", pd__mpi_rank(), pd_last_error());
     else fprintf(stderr, "pdonnx: %s\n", pd_last_error());
     return 1;
+}
+
+pd_status pd_cli_share_plan(int rank, pd_status made, pd_plan **plan) {
+    char *pj = rank == 0 && made == PD_OK && *plan ? pd__plan_to_json(*plan) : NULL;
+    if (rank == 0 && made == PD_OK && !pj) made = pd__err(PD_ERR_NOMEM, "out of memory");
+    size_t len = pj ? strlen(pj) : 0; /* 0: rank 0 has none */
+    void *buf = pj;
+    if (pd__mpi_bcast(&buf, &len) != PD_OK) {
+        pd_cli_fail();
+        pd__mpi_abort(1);
+    }
+    if (rank == 0) {
+        free(pj);
+        return made;
+    }
+    pd_plan_destroy(*plan);
+    *plan = NULL;
+    pd_status st = len ? pd__plan_from_json(buf, len, "rank 0's plan", plan) : pd__err(PD_ERR_INVALID, "rank 0 has no plan");
+    PD_FREE(buf);
+    return st;
 }
 
 bool pd_cli_parse_double(const char *flag, const char *s, double lo, double *out) {

@@ -460,27 +460,11 @@ static int pd__train_pipeline(pd__targs *a, pd_graph *g, const char *input, pd_t
     int M = (int)a->microbatches;
     int64_t first = cr->first;
     pd__pmetrics pm = {mf, NULL, first, a->batch, X->shape[0], 0};
-    if (pd__mp.size > 1) { /* rank 0 plans (a profile measured on each would differ); the others take its plan */
+    if (pd__mp.size > 1) { /* rank 0 plans; the others take its plan */
         pd_status ps = pd__mp.rank != 0 ? PD_OK
                        : cr->from.nparts  ? pd__ckpt_plan(a, g, cr->from_info, &plan)
                                           : pd__pipe_plan(a, g, kind == PD_SCHED_INTERLEAVED, &plan);
-        char *pj = ps == PD_OK && plan ? pd__plan_to_json(plan) : NULL;
-        size_t len = pj ? strlen(pj) : 0;
-        void *buf = pj;
-        if (ps == PD_OK && pd__mp.rank == 0 && !pj) ps = pd__err(PD_ERR_NOMEM, "out of memory");
-        if (pd__mpi_bcast(&buf, &len) != PD_OK) {
-            pd_cli_fail();
-            pd__mpi_abort(1);
-        }
-        if (pd__mp.rank > 0) {
-            pd_plan_destroy(plan);
-            plan = NULL;
-            ps = len ? pd__plan_from_json(buf, len, "rank 0's plan", &plan) : pd__err(PD_ERR_INVALID, "rank 0 has no plan");
-            PD_FREE(buf);
-        } else {
-            free(pj);
-        }
-        if (ps != PD_OK) {
+        if (pd_cli_share_plan(pd__mp.rank, ps, &plan) != PD_OK) {
             pd_cli_fail();
             goto out;
         }

@@ -105,21 +105,7 @@ int pd_cli_train_avgpipe(const pd_cli_avg_args *av, const pd_cli_avg_ctx *c) {
         goto out;
     }
     if (c->size > 1) { /* rank 0 plans; every process runs its plan */
-        pd_status ps = c->rank == 0 ? pd__avg_plan(c, &plan) : PD_OK;
-        char *pj = c->rank == 0 && ps == PD_OK ? pd__plan_to_json(plan) : NULL;
-        size_t len = pj ? strlen(pj) : 0;
-        void *buf = pj;
-        if (pd__mpi_bcast(&buf, &len) != PD_OK) {
-            pd_cli_fail();
-            pd__mpi_abort(1);
-        }
-        if (c->rank > 0) {
-            ps = len ? pd__plan_from_json(buf, len, "rank 0's plan", &plan) : pd__err(PD_ERR_INVALID, "rank 0 has no plan");
-            PD_FREE(buf);
-        } else {
-            free(pj);
-        }
-        if (ps != PD_OK) {
+        if (pd_cli_share_plan(c->rank, c->rank == 0 ? pd__avg_plan(c, &plan) : PD_OK, &plan) != PD_OK) {
             pd_cli_fail();
             goto out;
         }
