@@ -383,6 +383,31 @@ pd_status pd__ckpt_read_latest(const char *dir, pd__ckpt *out, void (*warn)(void
     return st;
 }
 
+/* ---- resume checks ---- */
+
+static void pd__json_value(const cJSON *v, char *buf, size_t n) {
+    if (!v) snprintf(buf, n, "(none)");
+    else if (cJSON_IsString(v)) snprintf(buf, n, "'%s'", v->valuestring);
+    else if (cJSON_IsBool(v)) snprintf(buf, n, "%s", cJSON_IsTrue(v) ? "true" : "false");
+    else if (cJSON_IsNumber(v)) snprintf(buf, n, "%.17g", v->valuedouble);
+    else snprintf(buf, n, "(an object)");
+}
+
+const char *pd__ckpt_info_diff(const cJSON *expect, const cJSON *got, const char *const *skip, char *was, char *now,
+                               size_t n) {
+    for (const cJSON *e = expect ? expect->child : NULL; e; e = e->next) {
+        bool skipped = false;
+        for (int i = 0; skip && skip[i] && !skipped; i++) skipped = !strcmp(e->string, skip[i]);
+        if (skipped) continue;
+        const cJSON *v = cJSON_GetObjectItem(got, e->string);
+        if (v && cJSON_Compare(e, v, true)) continue;
+        pd__json_value(v, was, n);
+        pd__json_value(e, now, n);
+        return e->string;
+    }
+    return NULL;
+}
+
 /* ---- the writer thread -------------------------------------------------------- */
 
 struct pd__ckpt_writer {

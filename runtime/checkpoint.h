@@ -74,6 +74,15 @@ pd_status pd__ckpt_write_part(const char *dir, int64_t step, int index, const vo
 pd_status pd__ckpt_finalize(const char *dir, int64_t step, const char *info_json, int nparts, int keep,
                             double timeout_s);
 
+/* Resume checks: the first field of `expect` (a run's info object) that
+ * `got` (the checkpoint's) does not hold with the same value, the fields
+ * named in skip (NULL-terminated) aside; NULL when they all match. was and
+ * now (n bytes each) receive the checkpoint's value and the expected one as
+ * text. */
+struct cJSON;
+const char *pd__ckpt_info_diff(const struct cJSON *expect, const struct cJSON *got, const char *const *skip, char *was,
+                               char *now, size_t n);
+
 /* The background writer: one snapshot persisted at a time. */
 typedef struct pd__ckpt_writer pd__ckpt_writer;
 pd_status pd__ckpt_writer_start(const char *dir, int keep, pd__ckpt_writer **out);

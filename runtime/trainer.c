@@ -15,6 +15,7 @@
 #include "../core/plan.h"
 #include "../core/schedule.h"
 #include "checkpoint.h"
+#include "optim.h"
 #include "pipeline.h"
 #include "session.h"
 
@@ -73,11 +74,6 @@ static char *pd__cut_text(const pd_plan *p) {
     return s;
 }
 
-static const char *pd__optim_label(pd_optimizer_kind k) {
-    static const char *const n[] = {"sgd", "momentum", "nesterov", "adam", "adamw"};
-    return (unsigned)k < sizeof n / sizeof *n ? n[k] : "?";
-}
-
 static cJSON *pd__trainer_info(const pd_trainer *t, const pd_plan *plan, const pd_train_options *o, bool vsync) {
     cJSON *j = cJSON_CreateObject();
     char *cut = pd__cut_text(plan), *pj = pd__plan_to_json(plan);
@@ -94,7 +90,7 @@ static cJSON *pd__trainer_info(const pd_trainer *t, const pd_plan *plan, const p
         cJSON_AddBoolToObject(j, "vertical_sync", vsync);
         cJSON_AddNumberToObject(j, "stages", (double)t->P);
         cJSON_AddStringToObject(j, "cut", cut);
-        cJSON_AddStringToObject(j, "optimizer", pd__optim_label(o->optimizer));
+        cJSON_AddStringToObject(j, "optimizer", pd__optim_name(o->optimizer));
         cJSON_AddNumberToObject(j, "lr", o->lr);
         cJSON_AddNumberToObject(j, "momentum", o->momentum);
         cJSON_AddNumberToObject(j, "beta1", o->beta1);
@@ -375,29 +371,16 @@ pd_status pd_trainer_train(pd_trainer *t, int64_t steps, const pd_tensor *inputs
 
 /* ---- resume ---- */
 
-static void pd__json_value(const cJSON *v, char *buf, size_t n) {
-    if (!v) snprintf(buf, n, "(none)");
-    else if (cJSON_IsString(v)) snprintf(buf, n, "'%s'", v->valuestring);
-    else if (cJSON_IsBool(v)) snprintf(buf, n, "%s", cJSON_IsTrue(v) ? "true" : "false");
-    else if (cJSON_IsNumber(v)) snprintf(buf, n, "%.17g", v->valuedouble);
-    else snprintf(buf, n, "(an object)");
-}
-
 /* The checkpoint's run must be this trainer's in every field its state
  * depends on (where the model file lies may change; the plan is compared by
  * its cut). */
 static pd_status pd__trainer_match(const pd_trainer *t, const pd__ckpt *c, const cJSON *got) {
-    for (const cJSON *e = t->info->child; e; e = e->next) {
-        if (!strcmp(e->string, "plan") || !strcmp(e->string, "model")) continue;
-        const cJSON *v = cJSON_GetObjectItem(got, e->string);
-        if (v && cJSON_Compare(e, v, true)) continue;
-        char was[256], now[256];
-        pd__json_value(v, was, sizeof was);
-        pd__json_value(e, now, sizeof now);
-        return pd__err(PD_ERR_INVALID, "pd_trainer_resume: %s was taken with %s %s, this trainer has %s (resume with "
-                       "the same model, plan and options)", c->path, e->string, was, now);
-    }
-    return PD_OK;
+    static const char *const skip[] = {"plan", "model", NULL};
+    char was[256], now[256];
+    const char *field = pd__ckpt_info_diff(t->info, got, skip, was, now, sizeof was);
+    if (!field) return PD_OK;
+    return pd__err(PD_ERR_INVALID, "pd_trainer_resume: %s was taken with %s %s, this trainer has %s (resume with "
+                   "the same model, plan and options)", c->path, field, was, now);
 }
 
 pd_status pd_trainer_resume(pd_trainer *t, const char *dir, pd_resume_info *out) {

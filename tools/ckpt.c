@@ -215,14 +215,6 @@ static void pd__warn(void *ctx, const char *msg) {
     fprintf(stderr, "pdonnx: warning: %s\n", msg);
 }
 
-static void pd__json_value(const cJSON *v, char *buf, size_t n) {
-    if (!v) snprintf(buf, n, "(none)");
-    else if (cJSON_IsString(v)) snprintf(buf, n, "'%s'", v->valuestring);
-    else if (cJSON_IsBool(v)) snprintf(buf, n, "%s", cJSON_IsTrue(v) ? "true" : "false");
-    else if (cJSON_IsNumber(v)) snprintf(buf, n, "%.17g", v->valuedouble);
-    else snprintf(buf, n, "(an object)");
-}
-
 pd_status pd_cli_ckpt_load(const char *dir, const cJSON *expect, pd__ckpt *out, cJSON **info) {
     pd__ckpt c;
     pd_status st = pd__ckpt_read_latest(dir, &c, pd__warn, NULL);
@@ -232,17 +224,14 @@ pd_status pd_cli_ckpt_load(const char *dir, const cJSON *expect, pd__ckpt *out, 
         pd__ckpt_free(&c);
         return pd__err(PD_ERR_PARSE, "--resume %s: the manifest's info is not JSON", dir);
     }
-    /* every field of the run the state depends on must be as it was */
-    for (const cJSON *e = expect ? expect->child : NULL; e; e = e->next) {
-        /* where the model lies may change; the graph's batch follows from batch and microbatches */
-        if (!strcmp(e->string, "plan") || !strcmp(e->string, "model") || !strcmp(e->string, "graph_batch")) continue;
-        const cJSON *g = cJSON_GetObjectItem(got, e->string);
-        if (g && cJSON_Compare(e, g, true)) continue;
-        char was[256], now[256];
-        pd__json_value(g, was, sizeof was);
-        pd__json_value(e, now, sizeof now);
+    /* every field of the run the state depends on must be as it was; where the
+     * model lies may change, and the graph's batch follows from batch and microbatches */
+    static const char *const skip[] = {"plan", "model", "graph_batch", NULL};
+    char was[256], now[256];
+    const char *field = pd__ckpt_info_diff(expect, got, skip, was, now, sizeof was);
+    if (field) {
         st = pd__err(PD_ERR_INVALID, "--resume %s: %s was taken with %s %s, this run has %s (resume with the same "
-                     "settings)", dir, c.path, e->string, was, now);
+                     "settings)", dir, c.path, field, was, now);
         cJSON_Delete(got);
         pd__ckpt_free(&c);
         return st;
