@@ -166,6 +166,42 @@ static pd_status pd__ckpt_place(const char *dir, const char *tmp, int64_t step, 
     return PD_OK;
 }
 
+/* The manifest of checkpoint `step` with the run's info, its files added
+ * with pd__manifest_add (NULL when out of memory). */
+static cJSON *pd__manifest_new(int64_t step, const char *info_json) {
+    cJSON *m = cJSON_CreateObject(), *info = info_json ? cJSON_Parse(info_json) : cJSON_CreateObject();
+    if (!m || !info || !cJSON_AddArrayToObject(m, "files")) {
+        cJSON_Delete(m);
+        cJSON_Delete(info);
+        return NULL;
+    }
+    cJSON_AddStringToObject(m, "format", "pdonnx-checkpoint");
+    cJSON_AddNumberToObject(m, "version", 1);
+    cJSON_AddNumberToObject(m, "step", (double)step);
+    cJSON_AddItemToObject(m, "info", info);
+    return m;
+}
+
+static void pd__manifest_add(cJSON *m, int i, double bytes, double crc) {
+    cJSON *e = cJSON_CreateObject();
+    char name[32];
+    snprintf(name, sizeof name, "part-%d.bin", i);
+    cJSON_AddStringToObject(e, "name", name);
+    cJSON_AddNumberToObject(e, "bytes", bytes);
+    cJSON_AddNumberToObject(e, "crc32", crc);
+    cJSON_AddItemToArray(cJSON_GetObjectItem(m, "files"), e);
+}
+
+/* Writes the manifest into the checkpoint's folder tmp: the last file written. */
+static pd_status pd__manifest_write(const cJSON *m, const char *tmp) {
+    char f[4200], *text = cJSON_Print(m);
+    if (!text) return pd__err(PD_ERR_NOMEM, "out of memory");
+    snprintf(f, sizeof f, "%s/manifest.json", tmp);
+    pd_status st = pd__write_atomic(f, text, strlen(text));
+    free(text);
+    return st;
+}
+
 pd_status pd__ckpt_write(const char *dir, int64_t step, const char *info_json, int nparts, const void *const *parts,
                          const size_t *lens, int keep) {
     if (mkdir(dir, 0755) != 0 && errno != EEXIST) return pd__err(PD_ERR_IO, "%s: cannot create: %s", dir, strerror(errno));
@@ -174,39 +210,15 @@ pd_status pd__ckpt_write(const char *dir, int64_t step, const char *info_json, i
         return pd__err(PD_ERR_IO, "%s: path too long", dir);
     pd__rmdir_files(tmp);
     if (mkdir(tmp, 0755) != 0) return pd__err(PD_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
-    cJSON *m = cJSON_CreateObject(), *files = cJSON_CreateArray();
-    cJSON *info = info_json ? cJSON_Parse(info_json) : cJSON_CreateObject();
-    pd_status st = m && files && info ? PD_OK : pd__err(PD_ERR_NOMEM, "out of memory");
-    if (st == PD_OK) {
-        cJSON_AddStringToObject(m, "format", "pdonnx-checkpoint");
-        cJSON_AddNumberToObject(m, "version", 1);
-        cJSON_AddNumberToObject(m, "step", (double)step);
-        cJSON_AddItemToObject(m, "info", info);
-        info = NULL;
-        cJSON_AddItemToObject(m, "files", files);
-        files = NULL;
-    }
+    cJSON *m = pd__manifest_new(step, info_json);
+    pd_status st = m ? PD_OK : pd__err(PD_ERR_NOMEM, "out of memory");
     for (int i = 0; st == PD_OK && i < nparts; i++) {
         snprintf(f, sizeof f, "%s/part-%d.bin", tmp, i);
         st = pd__write_atomic(f, parts[i], lens[i]);
-        cJSON *e = cJSON_CreateObject();
-        char name[32];
-        snprintf(name, sizeof name, "part-%d.bin", i);
-        cJSON_AddStringToObject(e, "name", name);
-        cJSON_AddNumberToObject(e, "bytes", (double)lens[i]);
-        cJSON_AddNumberToObject(e, "crc32", (double)pd__crc(parts[i], lens[i]));
-        cJSON_AddItemToArray(cJSON_GetObjectItem(m, "files"), e);
+        pd__manifest_add(m, i, (double)lens[i], (double)pd__crc(parts[i], lens[i]));
     }
-    char *text = st == PD_OK ? cJSON_Print(m) : NULL;
-    if (st == PD_OK && !text) st = pd__err(PD_ERR_NOMEM, "out of memory");
-    if (st == PD_OK) {
-        snprintf(f, sizeof f, "%s/manifest.json", tmp);
-        st = pd__write_atomic(f, text, strlen(text));
-    }
-    free(text);
+    if (st == PD_OK) st = pd__manifest_write(m, tmp);
     cJSON_Delete(m);
-    cJSON_Delete(files);
-    cJSON_Delete(info);
     if (st == PD_OK) st = pd__ckpt_place(dir, tmp, step, keep);
     if (st != PD_OK) pd__rmdir_files(tmp);
     return st;
@@ -235,19 +247,8 @@ pd_status pd__ckpt_finalize(const char *dir, int64_t step, const char *info_json
     char tmp[4096], f[4200];
     pd__shared_tmp(tmp, sizeof tmp, dir, step);
     if (strlen(tmp) >= sizeof tmp - 64) return pd__err(PD_ERR_IO, "%s: path too long", dir);
-    cJSON *m = cJSON_CreateObject(), *files = cJSON_CreateArray();
-    cJSON *info = info_json ? cJSON_Parse(info_json) : cJSON_CreateObject();
-    if (!m || !files || !info) {
-        cJSON_Delete(m);
-        cJSON_Delete(files);
-        cJSON_Delete(info);
-        return pd__err(PD_ERR_NOMEM, "out of memory");
-    }
-    cJSON_AddStringToObject(m, "format", "pdonnx-checkpoint");
-    cJSON_AddNumberToObject(m, "version", 1);
-    cJSON_AddNumberToObject(m, "step", (double)step);
-    cJSON_AddItemToObject(m, "info", info);
-    cJSON_AddItemToObject(m, "files", files);
+    cJSON *m = pd__manifest_new(step, info_json);
+    if (!m) return pd__err(PD_ERR_NOMEM, "out of memory");
     pd_status st = PD_OK;
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -278,24 +279,12 @@ pd_status pd__ckpt_finalize(const char *dir, int64_t step, const char *info_json
             st = pd__err(PD_ERR_PARSE, "%s: malformed", f);
             break;
         }
-        cJSON *e = cJSON_CreateObject();
-        char name[32];
-        snprintf(name, sizeof name, "part-%d.bin", i);
-        cJSON_AddStringToObject(e, "name", name);
-        cJSON_AddNumberToObject(e, "bytes", b->valuedouble);
-        cJSON_AddNumberToObject(e, "crc32", c->valuedouble);
-        cJSON_AddItemToArray(files, e);
+        pd__manifest_add(m, i, b->valuedouble, c->valuedouble);
         cJSON_Delete(j);
         unlink(f);
     }
-    char *text = st == PD_OK ? cJSON_Print(m) : NULL;
-    if (st == PD_OK && !text) st = pd__err(PD_ERR_NOMEM, "out of memory");
+    if (st == PD_OK) st = pd__manifest_write(m, tmp);
     cJSON_Delete(m);
-    if (st == PD_OK) {
-        snprintf(f, sizeof f, "%s/manifest.json", tmp);
-        st = pd__write_atomic(f, text, strlen(text));
-    }
-    free(text);
     if (st == PD_OK) st = pd__ckpt_place(dir, tmp, step, keep);
     return st;
 }
