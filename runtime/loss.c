@@ -11,6 +11,7 @@
  * gradient and do not count. Sums are in double.
  */
 #include "loss.h"
+#include "cpu/fastmath.h"
 
 #include <math.h>
 #include <string.h>
@@ -54,17 +55,22 @@ pd_status pd__loss_cross_entropy(const pd_tensor *logits, const pd_tensor *label
                 mx = zp[v];
                 arg = v;
             }
+        /* e^(z - max) once, in float (vectorized), summed in double; the
+         * gradient is e / sum / n */
         double se = 0;
-        for (int64_t v = 0; v < V; v++) se += exp((double)zp[v] - mx);
+        if (dlogits) {
+            float *dp = dlogits + p * V;
+            for (int64_t v = 0; v < V; v++) dp[v] = pd__expf(zp[v] - mx);
+            for (int64_t v = 0; v < V; v++) se += dp[v];
+            float scale = (float)(1.0 / (se * (double)n));
+            for (int64_t v = 0; v < V; v++) dp[v] *= scale;
+            dp[y[p]] -= (float)(1.0 / (double)n);
+        } else {
+            for (int64_t v = 0; v < V; v++) se += pd__expf(zp[v] - mx);
+        }
         double lse = log(se) + mx;
         sum += lse - zp[y[p]];
         ok += arg == y[p];
-        if (dlogits) {
-            float *dp = dlogits + p * V;
-            double inv = 1.0 / (double)n;
-            for (int64_t v = 0; v < V; v++) dp[v] = (float)(exp((double)zp[v] - lse) * inv);
-            dp[y[p]] -= (float)inv;
-        }
     }
     if (dlogits && n < total) memset(dlogits + n * V, 0, sizeof(float) * (size_t)((total - n) * V));
     *loss = n ? sum / (double)n : 0;

@@ -45,6 +45,8 @@ struct pd_session {
     pd_tensor **args;    /* per node: inputs then outputs */
     pd_tensor **gargs;   /* per node: output gradients then input gradients */
     int *arg_start;
+    int *zero_at, *zero_list; /* node i: zero_list[zero_at[2i] .. zero_at[2i+1]), the activation gradients
+                                 zeroed just before its backward (pd__plan_zeroing) */
     int pred;            /* the prediction (or, PD_LOSS_GRAPH, the loss) tensor */
     int labels_input;    /* PD_LOSS_GRAPH: the graph input fed the labels; else -1 */
     pd_tensor labels;    /* owned copy of the labels */
@@ -97,6 +99,8 @@ void pd_session_destroy(pd_session *s) {
     PD_FREE(s->args);
     PD_FREE(s->gargs);
     PD_FREE(s->arg_start);
+    PD_FREE(s->zero_at);
+    PD_FREE(s->zero_list);
     PD_FREE(s->labels.data);
     PD_FREE(s->fed);
     PD_FREE(s->x.scratch);
@@ -230,6 +234,45 @@ static void *pd__slab(size_t bytes) {
     return p;
 }
 
+/* Backward kernels add into their gradients, so each activation gradient
+ * must be 0 before the first kernel that touches it. Rather than clearing
+ * the whole slab before the backward (a pass over memory that leaves none of
+ * it in cache), each is cleared just before the first node of the backward
+ * order that touches it: an output gradient no later node added into, or an
+ * input gradient this node adds into first. The prediction's is written by
+ * the loss. Walks the nodes as pd__backward does. */
+static pd_status pd__plan_zeroing(pd_session *s) {
+    const pd_graph *g = s->g;
+    bool *seen = PD_CALLOC((size_t)g->ntensors + 1, sizeof(bool));
+    int nargs = g->nnodes ? s->arg_start[g->nnodes - 1] + g->nodes[g->nnodes - 1].nin + g->nodes[g->nnodes - 1].nout : 0;
+    s->zero_at = PD_CALLOC(2 * (size_t)g->nnodes + 1, sizeof(int));
+    s->zero_list = PD_CALLOC((size_t)nargs + 1, sizeof(int));
+    if (!seen || !s->zero_at || !s->zero_list) {
+        PD_FREE(seen);
+        return pd__err(PD_ERR_NOMEM, "%s: out of memory planning the training buffers", g->path);
+    }
+    seen[s->pred] = true;
+    int k = 0;
+    for (int i = g->nnodes - 1; i >= 0; i--) {
+        const pd__node *n = &g->nodes[i];
+        pd_tensor **ga = s->gargs + s->arg_start[i];
+        s->zero_at[2 * i] = s->zero_at[2 * i + 1] = k;
+        bool any_out = false, any_in = false;
+        for (int j = 0; j < n->nout; j++) any_out |= ga[j] != NULL;
+        for (int j = 0; j < n->nin; j++) any_in |= ga[n->nout + j] != NULL;
+        if (!any_out || !any_in) continue;
+        for (int j = 0; j < n->nout + n->nin; j++) {
+            int t = j < n->nout ? n->out[j] : n->in[j - n->nout];
+            if (!ga[j] || seen[t] || g->tensors[t].kind == PD_T_INIT) continue;
+            seen[t] = true;
+            s->zero_list[k++] = t;
+        }
+        s->zero_at[2 * i + 1] = k;
+    }
+    PD_FREE(seen);
+    return PD_OK;
+}
+
 pd_status pd_session_create(pd_graph *g, const pd_train_options *opt, pd_session **out) {
     if (!g || !out) return pd__err(PD_ERR_INVALID, "pd_session_create: graph and out must not be NULL");
     pd_train_options o = PD_TRAIN_OPTIONS_INIT;
@@ -338,6 +381,7 @@ pd_status pd_session_create(pd_graph *g, const pd_train_options *opt, pd_session
             s->gargs[s->arg_start[i] + j] = (t >= 0 && s->needs_grad[t]) ? &s->gviews[t] : NULL;
         }
     }
+    if ((st = pd__plan_zeroing(s)) != PD_OK) goto fail;
     const pd__tensor *p = &g->tensors[s->pred];
     if (o.loss != PD_LOSS_GRAPH && p->dtype != PD_FLOAT) {
         st = pd__err(PD_ERR_SHAPE, "%s: output '%s' is %s; the losses need float32", g->path, p->name,
@@ -489,6 +533,10 @@ static pd_status pd__backward(pd_session *s) {
         for (int j = 0; j < n->nout; j++) any_out |= ga[j] != NULL;
         for (int j = 0; j < n->nin; j++) any_in |= ga[n->nout + j] != NULL;
         if (!any_out || !any_in) continue;
+        for (int k = s->zero_at[2 * i]; k < s->zero_at[2 * i + 1]; k++) {
+            const pd__tensor *t = &g->tensors[s->zero_list[k]];
+            memset(s->gviews[s->zero_list[k]].data, 0, (size_t)t->numel * pd_dtype_size(t->dtype));
+        }
         PD_TRY(pd__cpu_run_bwd(&s->x, g, n, a, a + n->nin, ga, ga + n->nout));
     }
     return PD_OK;
@@ -547,7 +595,8 @@ pd_status pd_session_step(pd_session *s, pd_step_result *r) {
     s->x.seed = pd__mix(s->o.seed ^ pd__mix((uint64_t)s->step));
     PD_TRY(pd__forward(s, NULL));
     memset(s->grads, 0, sizeof(float) * (size_t)s->ptotal);
-    memset(s->gact, 0, s->gact_bytes);
+    const pd__tensor *pt = &s->g->tensors[s->pred]; /* the other activation gradients: pd__backward */
+    if (s->gviews[s->pred].data) memset(s->gviews[s->pred].data, 0, (size_t)pt->numel * pd_dtype_size(pt->dtype));
     PD_TRY(pd__loss(s, true, INT64_MAX, &res));
     if (!isfinite(res.loss)) return pd__numeric_error(s, "the loss", res.loss);
     PD_TRY(pd__backward(s));

@@ -459,7 +459,7 @@ static double ulps(float got, double want) {
     return fabs((double)got - want) / ldexp(1.0, e - 24 < -149 ? -149 : e - 24);
 }
 
-/* The float32 Exp, Tanh and Sigmoid are our own vectorizable ones: within
+/* The float32 Exp, Tanh, Sigmoid and Erf are our own vectorizable ones: within
  * 3 ulp of double libm over their whole range, subnormals and overflow included. */
 static void test_float_math(pd__exec *x) {
     enum { N = 200001 };
@@ -470,7 +470,9 @@ static void test_float_math(pd__exec *x) {
         double lo, hi;
     } cs[] = {{PD_OP_EXP, "Exp", -110, 92},        {PD_OP_EXP, "Exp", -1e-3, 1e-3},
               {PD_OP_TANH, "Tanh", -12, 12},       {PD_OP_TANH, "Tanh", -1e-3, 1e-3},
-              {PD_OP_SIGMOID, "Sigmoid", -110, 30}, {PD_OP_SIGMOID, "Sigmoid", -1e-3, 1e-3}};
+              {PD_OP_SIGMOID, "Sigmoid", -110, 30}, {PD_OP_SIGMOID, "Sigmoid", -1e-3, 1e-3},
+              {PD_OP_ERF, "Erf", -6, 6},           {PD_OP_ERF, "Erf", -1e-3, 1e-3},
+              {PD_OP_ERF, "Erf", 0.9, 0.95},       {PD_OP_ERF, "Erf", -1e-30, 1e-30}};
     pd_tensor a = {PD_FLOAT, 1, {N}, v}, y = {PD_FLOAT, 1, {N}, r};
     for (size_t k = 0; k < sizeof cs / sizeof cs[0]; k++) {
         for (int i = 0; i < N; i++) v[i] = (float)(cs[k].lo + (cs[k].hi - cs[k].lo) * i / (N - 1));
@@ -479,7 +481,10 @@ static void test_float_math(pd__exec *x) {
         double worst = 0;
         for (int i = 0; i < N; i++) {
             double xd = v[i];
-            double want = cs[k].op == PD_OP_EXP ? exp(xd) : cs[k].op == PD_OP_TANH ? tanh(xd) : 1 / (1 + exp(-xd));
+            double want = cs[k].op == PD_OP_EXP    ? exp(xd)
+                          : cs[k].op == PD_OP_TANH ? tanh(xd)
+                          : cs[k].op == PD_OP_ERF  ? erf(xd)
+                                                   : 1 / (1 + exp(-xd));
             double u = ulps(r[i], want);
             if (u > worst) worst = u;
         }
@@ -494,7 +499,10 @@ static void test_float_math(pd__exec *x) {
     ok &= run1(x, &n, &a, &y) == PD_OK && isnan(r[0]) && r[1] == 1 && r[2] == -1 && r[3] == 0 && signbit(r[3]);
     n = node(PD_OP_SIGMOID, 13, 1);
     ok &= run1(x, &n, &a, &y) == PD_OK && isnan(r[0]) && r[1] == 1 && r[2] == 0 && r[3] == 0.5f && r[4] == 0;
-    CHECK(ok, "Exp, Tanh, Sigmoid of NaN, +-inf, -0, -200");
+    n = node(PD_OP_ERF, 13, 1);
+    ok &= run1(x, &n, &a, &y) == PD_OK && isnan(r[0]) && r[1] == 1 && r[2] == -1 && r[3] == 0 && signbit(r[3]) &&
+          r[4] == -1;
+    CHECK(ok, "Exp, Tanh, Sigmoid, Erf of NaN, +-inf, -0, -200");
 }
 
 /* Bad dtypes are reported, not crashed on. */

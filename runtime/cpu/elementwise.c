@@ -14,9 +14,9 @@
  * - float16 / bfloat16 (and mixed-dtype Pow, integer Erf) compute in float
  *   or double: inputs are converted into scratch memory and the result
  *   converted back by the same code as Cast (pd__ew_convert()).
- * - float32 Exp, Sigmoid, Tanh (and Gelu's tanh form) use branch-free exp
- *   and tanh written here (within 3 ulp, tested) so that their loops
- *   vectorize; everything else calls libm (erff for Gelu and Erf).
+ * - float32 Exp, Sigmoid, Tanh, Erf and Gelu use the branch-free exp, tanh
+ *   and erf of fastmath.h (within 3 ulp, tested) so that their loops
+ *   vectorize; everything else calls libm.
  */
 #include "elementwise_common.h"
 
@@ -369,7 +369,7 @@ static const pd__row_fn neg_rows[PD__NDT] = {PD__FLOATS(PD__TAB, neg) PD__SINTS(
 static const pd__row_fn relu_rows[PD__NDT] = {PD__FLOATS(PD__TAB, relu) PD__SINTS(PD__TAB, relu)};
 
 /* unary: float math (M is the libm suffix: sqrtf / sqrt) */
-#define PD__GELU_ERF(T, M) (T)0.5 * x * ((T)1 + erf##M(x * (T)0.70710678118654752440))
+#define PD__GELU_ERF(T, sfx) (T)0.5 * x * ((T)1 + pd__erf_##sfx(x * (T)0.70710678118654752440))
 #define PD__GELU_TANH(T, sfx) \
     (T)0.5 * x * ((T)1 + pd__tanh_##sfx((T)0.79788456080286535588 * (x + (T)0.044715 * x * x * x)))
 #define PD__DEF_FMATH(_, dt, T, sfx, W, M, MIN, MAX)                         \
@@ -379,8 +379,8 @@ static const pd__row_fn relu_rows[PD__NDT] = {PD__FLOATS(PD__TAB, relu) PD__SINT
     PD__UN_ROW(recip_##sfx, T, , (T)1 / x)                                   \
     PD__UN_ROW(sigmoid_##sfx, T, , pd__sigmoid_##sfx(x))                    \
     PD__UN_ROW(tanh_##sfx, T, , pd__tanh_##sfx(x))                           \
-    PD__UN_ROW(erf_##sfx, T, , erf##M(x))                                    \
-    PD__UN_ROW(gelu_##sfx, T, , PD__GELU_ERF(T, M))                          \
+    PD__UN_ROW(erf_##sfx, T, , pd__erf_##sfx(x))                             \
+    PD__UN_ROW(gelu_##sfx, T, , PD__GELU_ERF(T, sfx))                        \
     PD__UN_ROW(gelut_##sfx, T, , PD__GELU_TANH(T, sfx))                      \
     PD__UN_ROW(lrelu_##sfx, T, const T al = (T)ctx->alpha, pd__sel_##sfx(x < 0, al, 1) * x)
 PD__FLOATS(PD__DEF_FMATH, _)

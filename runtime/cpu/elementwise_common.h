@@ -11,6 +11,7 @@
 #define PD_ELEMENTWISE_COMMON_H
 
 #include "../../core/shape_elem.h"
+#include "fastmath.h"
 
 #include <math.h>
 #include <string.h>
@@ -97,78 +98,18 @@ void pd__ew_axpy(const pd__exec *x, pd_dtype w, int64_t n, double alpha, const v
 void pd__ew_reduce_add(const pd__exec *x, pd_dtype w, int ndim, const int64_t *shape, const bool *mask,
                        const void *src, void *dst, double alpha);
 
-/* ---- branch-free float math ---------------------------------------------------------- */
+/* ---- branch-free float math (fastmath.h), per dtype suffix ---------------------------- */
 
-/* c ? a : b on bits, so the compiler keeps it a select: with ?: GCC
- * threads the constant arm into a branch and the loop stops vectorizing. */
-static inline float pd__self(int c, float a, float b) {
-    uint32_t m = -(uint32_t)(c != 0), ab, bb;
-    memcpy(&ab, &a, 4);
-    memcpy(&bb, &b, 4);
-    ab = (ab & m) | (bb & ~m);
-    memcpy(&a, &ab, 4);
-    return a;
-}
-
-static inline double pd__seld(int c, double a, double b) {
-    uint64_t m = -(uint64_t)(c != 0), ab, bb;
-    memcpy(&ab, &a, 8);
-    memcpy(&bb, &b, 8);
-    ab = (ab & m) | (bb & ~m);
-    memcpy(&a, &ab, 8);
-    return a;
-}
 #define pd__sel_f32 pd__self
 #define pd__sel_f64 pd__seld
-
-/* float exp and tanh without branches, so that the loops using them
- * vectorize (glibc's expf / tanhf are scalar calls, 10-30x slower than
- * memory here). exp: Cody-Waite reduction x = k ln2 + r, |r| <= ln2/2, and
- * Cephes' expf polynomial (about 1 ulp); 2^k applied in two halves so that
- * subnormal results round once and large x gives inf. NaN stays NaN. */
-static inline float pd__expf(float x) {
-    x = pd__self(x < -104.0f, -104.0f, x);
-    x = pd__self(x > 88.8f, 88.8f, x);
-    const float magic = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer */
-    float j = x * 1.44269504088896341f + magic, k = j - magic;
-    uint32_t jb;
-    memcpy(&jb, &j, 4);
-    int32_t ki = (int32_t)(jb - 0x4b400000u); /* k, read from j's mantissa */
-    float r = (x - k * 0.693359375f) - k * -2.12194440e-4f;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * r * r + r + 1.0f;
-    int32_t k1 = ki / 2, k2 = ki - k1;
-    uint32_t b1 = (uint32_t)(k1 + 127) << 23, b2 = (uint32_t)(k2 + 127) << 23;
-    float s1, s2;
-    memcpy(&s1, &b1, 4);
-    memcpy(&s2, &b2, 4);
-    return p * s1 * s2;
-}
-
-/* tanh: Cephes' odd polynomial below |x| = 0.625, 1 - 2/(e^2|x| + 1) above
- * (both computed on |x|, one selected, x's sign put back: tanh(-0) = -0). */
-static inline float pd__tanhf(float x) {
-    float ax = fabsf(x), z = x * x;
-    float p = -5.70498872745e-3f;
-    p = p * z + 2.06390887954e-2f;
-    p = p * z - 5.37397155531e-2f;
-    p = p * z + 1.33314422036e-1f;
-    p = p * z - 3.33332819422e-1f;
-    float small = ax + ax * z * p;
-    float big = 1.0f - 2.0f / (pd__expf(2.0f * ax) + 1.0f);
-    return copysignf(pd__self(ax < 0.625f, small, big), x);
-}
 #define pd__fabs_f32 fabsf
 #define pd__fabs_f64 fabs
 #define pd__exp_f32 pd__expf
 #define pd__exp_f64 exp
 #define pd__tanh_f32 pd__tanhf
 #define pd__tanh_f64 tanh
+#define pd__erf_f32 pd__erff
+#define pd__erf_f64 erf
 
 /* sigmoid from e = exp(-|x|), which cannot overflow: 1/(1+e) for x >= 0,
  * e/(1+e) below (so tiny results keep their precision). */

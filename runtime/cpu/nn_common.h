@@ -30,6 +30,18 @@ static inline int pd__nthreads(const pd__exec *x) {
 }
 #endif
 
+/* float32 Conv on oneDNN (dnnl.c): *done = false when oneDNN is absent,
+ * switched off (PD_NO_ONEDNN=1) or declines the geometry, and the caller
+ * takes its im2col path. The backward ADDS into dX and dW (either may be NULL). */
+pd_status pd__dnnl_conv(pd__exec *x, const pd__win *w, int64_t group, const pd_tensor *X, const pd_tensor *W,
+                        const pd_tensor *B, pd_tensor *Y, bool *done);
+pd_status pd__dnnl_conv_bwd(pd__exec *x, const pd__win *w, int64_t group, const pd_tensor *X, const pd_tensor *W,
+                            const float *dY, float *dX, float *dW, bool *done);
+/* Primitive runs and declined geometries so far (tests), and freeing the
+ * process's primitive cache (tests that check for leaks). */
+void pd__dnnl_stats(int64_t *ran, int64_t *declined);
+void pd__dnnl_release(void);
+
 /* Conv and ConvTranspose stage at most this much im2col data per chunk of images. */
 #define PD_NN_CHUNK_BYTES ((size_t)64 << 20)
 

@@ -155,6 +155,11 @@ static pd_status FN(conv_bwd)(pd__exec *x, const pd__win *w, int64_t group, cons
     const T *xd = X->data, *wd = W->data;
     if (dB) FN(bias_bwd)(x, N, M, OUT, dY, dB);
     if (!dX && !dW) return PD_OK;
+    if (sizeof(T) == sizeof(float)) {
+        bool done;
+        PD_TRY(pd__dnnl_conv_bwd(x, w, group, X, W, (const float *)dY, (float *)dX, (float *)dW, &done));
+        if (done) return PD_OK;
+    }
     if (Cg * Mg <= 16) {
         FN(conv_direct_bwd)(x, w, group, N, C, M, xd, wd, dY, dX, dW);
         return PD_OK;

@@ -250,6 +250,11 @@ static pd_status FN(conv)(pd__exec *x, const pd__win *w, int64_t group, const pd
     int64_t K = prod64(ns, w->k), IN = prod64(ns, w->in), OUT = prod64(ns, w->out), rows = Cg * K;
     const T *xd = X->data, *wd = W->data;
     T *yd = Y->data;
+    if (sizeof(T) == sizeof(float)) {
+        bool done;
+        PD_TRY(pd__dnnl_conv(x, w, group, X, W, B, Y, &done));
+        if (done) return PD_OK;
+    }
     FN(fill_bias)(x, N * M, M, OUT, B ? (const T *)B->data : NULL, yd);
     if (Cg * Mg <= 16) {
         FN(conv_direct)(x, w, group, N, C, M, xd, wd, yd);
