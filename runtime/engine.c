@@ -5,6 +5,7 @@
  * constants and initializers are read where the graph holds them.
  */
 #include "../core/pd_internal.h"
+#include "session.h"
 
 #include <string.h>
 #include <unistd.h>
@@ -25,15 +26,15 @@ struct pd_engine {
 static size_t pd__align64(size_t n) { return (n + 63) & ~(size_t)63; }
 
 typedef struct {
-    int t;
-    int first, last; /* node indices between which the tensor is alive */
+    int k;           /* the caller's index */
+    int first, last; /* steps between which it is alive, inclusive */
     size_t size, off;
 } pd__slot;
 
 static int pd__slot_by_size(const void *a, const void *b) {
     const pd__slot *x = a, *y = b;
     if (x->size != y->size) return x->size < y->size ? 1 : -1;
-    return x->t - y->t;
+    return x->k - y->k;
 }
 
 static int pd__slot_by_off(const void *a, const void *b) {
@@ -41,78 +42,92 @@ static int pd__slot_by_off(const void *a, const void *b) {
     return (x->off > y->off) - (x->off < y->off);
 }
 
+pd_status pd__pack_lifetimes(int n, const int *first, const int *last, const size_t *size, size_t *off,
+                             size_t *total) {
+    pd__slot *s = PD_CALLOC((size_t)n + 1, sizeof *s);
+    pd__slot **live = PD_MALLOC(sizeof(pd__slot *) * ((size_t)n + 1));
+    if (!s || !live) {
+        PD_FREE(s);
+        PD_FREE(live);
+        return PD_ERR_NOMEM;
+    }
+    for (int k = 0; k < n; k++) s[k] = (pd__slot){k, first[k], last[k], pd__align64(size[k]), 0};
+    qsort(s, (size_t)n, sizeof *s, pd__slot_by_size);
+    *total = 0;
+    for (int k = 0; k < n; k++) {
+        /* the placed slots alive at the same time, by offset; take the first gap that fits */
+        int nl = 0;
+        for (int j = 0; j < k; j++)
+            if (!(s[j].last < s[k].first || s[k].last < s[j].first)) live[nl++] = &s[j];
+        qsort(live, (size_t)nl, sizeof *live, pd__slot_by_off);
+        size_t o = 0;
+        for (int j = 0; j < nl; j++) {
+            if (live[j]->off >= o + s[k].size) break;
+            if (live[j]->off + live[j]->size > o) o = live[j]->off + live[j]->size;
+        }
+        s[k].off = o;
+        if (o + s[k].size > *total) *total = o + s[k].size;
+        off[s[k].k] = o;
+    }
+    PD_FREE(live);
+    PD_FREE(s);
+    return PD_OK;
+}
+
 /* Places every input and computed tensor in one slab. Tensors whose lifetimes
  * (from the producing node to the last consumer, inclusive) overlap never share
  * bytes; the others may. Greedy by decreasing size, lowest fitting offset. */
 static pd_status pd__plan_memory(pd_engine *e) {
     const pd_graph *g = e->g;
-    pd__slot *s = PD_CALLOC((size_t)g->ntensors + 1, sizeof *s);
-    int *at = PD_MALLOC(sizeof(int) * ((size_t)g->ntensors + 1));
-    if (!s || !at) {
-        PD_FREE(s);
-        PD_FREE(at);
-        return PD_ERR_NOMEM;
-    }
+    int n = g->ntensors + 1;
+    int *tens = PD_MALLOC(sizeof(int) * (size_t)n), *at = PD_MALLOC(sizeof(int) * (size_t)n);
+    int *first = PD_MALLOC(sizeof(int) * (size_t)n), *last = PD_MALLOC(sizeof(int) * (size_t)n);
+    size_t *size = PD_MALLOC(sizeof(size_t) * (size_t)n), *off = PD_MALLOC(sizeof(size_t) * (size_t)n);
+    pd_status st = PD_ERR_NOMEM;
+    if (!tens || !at || !first || !last || !size || !off) goto out;
     int ns = 0;
     for (int t = 0; t < g->ntensors; t++) {
         const pd__tensor *x = &g->tensors[t];
         at[t] = -1;
         if ((x->kind != PD_T_ACT && x->kind != PD_T_INPUT) || x->ndim < 0) continue;
         at[t] = ns;
-        s[ns].t = t;
-        s[ns].first = x->kind == PD_T_INPUT ? -1 : x->producer;
-        s[ns].last = x->is_output ? g->nnodes : s[ns].first;
-        s[ns].size = pd__align64((size_t)x->numel * pd_dtype_size(x->dtype));
+        tens[ns] = t;
+        first[ns] = x->kind == PD_T_INPUT ? -1 : x->producer;
+        last[ns] = x->is_output ? g->nnodes : first[ns];
+        size[ns] = (size_t)x->numel * pd_dtype_size(x->dtype);
         ns++;
     }
     for (int i = 0; i < g->nnodes; i++)
         for (int j = 0; j < g->nodes[i].nin; j++) {
             int t = g->nodes[i].in[j];
-            if (t >= 0 && at[t] >= 0 && s[at[t]].last < i) s[at[t]].last = i;
+            if (t >= 0 && at[t] >= 0 && last[at[t]] < i) last[at[t]] = i;
         }
     /* graph outputs and inputs stay valid for the caller: keep them alive throughout */
     for (int k = 0; k < ns; k++)
-        if (g->tensors[s[k].t].is_output || g->tensors[s[k].t].kind == PD_T_INPUT) {
-            s[k].first = -1;
-            s[k].last = g->nnodes;
+        if (g->tensors[tens[k]].is_output || g->tensors[tens[k]].kind == PD_T_INPUT) {
+            first[k] = -1;
+            last[k] = g->nnodes;
         }
-    qsort(s, (size_t)ns, sizeof *s, pd__slot_by_size);
-    size_t total = 0;
-    pd__slot **live = PD_MALLOC(sizeof(pd__slot *) * ((size_t)ns + 1));
-    if (!live) {
-        PD_FREE(s);
-        PD_FREE(at);
-        return PD_ERR_NOMEM;
-    }
-    for (int k = 0; k < ns; k++) {
-        /* the placed slots alive at the same time, by offset; take the first gap that fits */
-        int nl = 0;
-        for (int j = 0; j < k; j++)
-            if (!(s[j].last < s[k].first || s[k].last < s[j].first)) live[nl++] = &s[j];
-        qsort(live, (size_t)nl, sizeof *live, pd__slot_by_off);
-        size_t off = 0;
-        for (int j = 0; j < nl; j++) {
-            if (live[j]->off >= off + s[k].size) break;
-            if (live[j]->off + live[j]->size > off) off = live[j]->off + live[j]->size;
-        }
-        s[k].off = off;
-        if (off + s[k].size > total) total = off + s[k].size;
-    }
-    PD_FREE(live);
+    size_t total;
+    if ((st = pd__pack_lifetimes(ns, first, last, size, off, &total)) != PD_OK) goto out;
     if (total == 0) total = 64; /* zero-size tensors still get a valid pointer */
     e->slab_size = total;
     if (posix_memalign(&e->slab, 64, total) != 0) {
         e->slab = NULL;
-        PD_FREE(s);
-        PD_FREE(at);
-        return PD_ERR_NOMEM;
+        st = PD_ERR_NOMEM;
+        goto out;
     }
     memset(e->slab, 0, total);
     for (int t = 0; t < g->ntensors; t++) e->views[t] = pd__view(&g->tensors[t]);
-    for (int k = 0; k < ns; k++) e->views[s[k].t].data = (char *)e->slab + s[k].off;
-    PD_FREE(s);
+    for (int k = 0; k < ns; k++) e->views[tens[k]].data = (char *)e->slab + off[k];
+out:
+    PD_FREE(tens);
     PD_FREE(at);
-    return PD_OK;
+    PD_FREE(first);
+    PD_FREE(last);
+    PD_FREE(size);
+    PD_FREE(off);
+    return st;
 }
 
 void pd_engine_destroy(pd_engine *e) {

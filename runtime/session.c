@@ -273,6 +273,70 @@ static pd_status pd__plan_zeroing(pd_session *s) {
     return PD_OK;
 }
 
+/* The activation gradients' slab. A gradient lives from the node that
+ * zeroes it (pd__plan_zeroing) to the last backward that touches it (its
+ * producer's, which reads it); gradients whose lives do not overlap share
+ * bytes, so the backward works in a slab a few layers deep rather than one
+ * the size of every activation, and stays in cache. Steps count the
+ * backward's order; the prediction's gradient, written by the loss, lives
+ * from before the first. */
+static pd_status pd__plan_grad_memory(pd_session *s) {
+    const pd_graph *g = s->g;
+    int n = g->ntensors + 1;
+    int *tens = PD_MALLOC(sizeof(int) * (size_t)n), *at = PD_MALLOC(sizeof(int) * (size_t)n);
+    int *first = PD_MALLOC(sizeof(int) * (size_t)n), *last = PD_MALLOC(sizeof(int) * (size_t)n);
+    size_t *size = PD_MALLOC(sizeof(size_t) * (size_t)n), *off = PD_MALLOC(sizeof(size_t) * (size_t)n);
+    pd_status st = PD_ERR_NOMEM;
+    int ng = 0;
+    if (!tens || !at || !first || !last || !size || !off) goto out;
+    for (int t = 0; t < g->ntensors; t++) {
+        const pd__tensor *x = &g->tensors[t];
+        at[t] = -1;
+        if (!s->needs_grad[t] || x->kind == PD_T_INIT) continue;
+        at[t] = ng;
+        tens[ng] = t;
+        first[ng] = t == s->pred ? -1 : INT32_MAX; /* never touched: alive nowhere */
+        last[ng] = -1;
+        size[ng] = (size_t)(x->numel > 0 ? x->numel : 0) * pd_dtype_size(x->dtype);
+        ng++;
+    }
+    for (int i = g->nnodes - 1; i >= 0; i--) {
+        int step = g->nnodes - 1 - i;
+        for (int k = s->zero_at[2 * i]; k < s->zero_at[2 * i + 1]; k++) first[at[s->zero_list[k]]] = step;
+        const pd__node *nd = &g->nodes[i];
+        pd_tensor **ga = s->gargs + s->arg_start[i];
+        bool any_out = false, any_in = false;
+        for (int j = 0; j < nd->nout; j++) any_out |= ga[j] != NULL;
+        for (int j = 0; j < nd->nin; j++) any_in |= ga[nd->nout + j] != NULL;
+        if (!any_out || !any_in) continue;
+        for (int j = 0; j < nd->nout + nd->nin; j++) {
+            int t = j < nd->nout ? nd->out[j] : nd->in[j - nd->nout];
+            if (ga[j] && at[t] >= 0) last[at[t]] = step;
+        }
+    }
+    for (int k = 0; k < ng; k++)
+        if (first[k] == INT32_MAX) first[k] = last[k] = -2;
+        else if (last[k] < first[k]) last[k] = first[k];
+    size_t total;
+    if ((st = pd__pack_lifetimes(ng, first, last, size, off, &total)) != PD_OK) goto out;
+    s->gact = pd__slab(total);
+    s->gact_bytes = total;
+    if (!s->gact) {
+        st = PD_ERR_NOMEM;
+        goto out;
+    }
+    for (int k = 0; k < ng; k++) s->gviews[tens[k]].data = (char *)s->gact + off[k];
+out:
+    PD_FREE(tens);
+    PD_FREE(at);
+    PD_FREE(first);
+    PD_FREE(last);
+    PD_FREE(size);
+    PD_FREE(off);
+    if (st != PD_OK) pd__err(st, "%s: out of memory planning the training buffers", g->path);
+    return st;
+}
+
 pd_status pd_session_create(pd_graph *g, const pd_train_options *opt, pd_session **out) {
     if (!g || !out) return pd__err(PD_ERR_INVALID, "pd_session_create: graph and out must not be NULL");
     pd_train_options o = PD_TRAIN_OPTIONS_INIT;
@@ -314,21 +378,19 @@ pd_status pd_session_create(pd_graph *g, const pd_train_options *opt, pd_session
     if (ns > 0) s->state0 = pd__slab(pbytes);
     if (ns > 1) s->state1 = pd__slab(pbytes);
     if (!s->params || !s->grads || (ns > 0 && !s->state0) || (ns > 1 && !s->state1)) goto nomem;
-    /* activation and activation-gradient slabs: everything is kept for the backward */
-    size_t abytes = 0, gbytes = 0;
+    /* the activation slab: everything is kept for the backward; the
+     * activation gradients' slab is planned below, once the backward is */
+    size_t abytes = 0;
     for (int t = 0; t < g->ntensors; t++) {
         const pd__tensor *x = &g->tensors[t];
         size_t b = pd__al64((size_t)(x->numel > 0 ? x->numel : 0) * pd_dtype_size(x->dtype));
         if ((x->kind == PD_T_ACT || x->kind == PD_T_INPUT) && x->ndim >= 0) abytes += b;
-        if (s->needs_grad[t] && x->kind != PD_T_INIT) gbytes += b;
     }
     s->act = pd__slab(abytes);
-    s->gact = pd__slab(gbytes);
-    s->gact_bytes = gbytes;
     s->views = PD_CALLOC((size_t)g->ntensors + 1, sizeof(pd_tensor));
     s->gviews = PD_CALLOC((size_t)g->ntensors + 1, sizeof(pd_tensor));
     s->fed = PD_CALLOC((size_t)g->ntensors + 1, sizeof(bool));
-    if (!s->act || !s->gact || !s->views || !s->gviews || !s->fed) goto nomem;
+    if (!s->act || !s->views || !s->gviews || !s->fed) goto nomem;
     /* parameters move into the slab; the graph borrows them back */
     for (int i = 0; i < s->np; i++) {
         pd__tensor *t = &g->tensors[s->param[i]];
@@ -337,7 +399,7 @@ pd_status pd_session_create(pd_graph *g, const pd_train_options *opt, pd_session
         t->data = s->params + s->poff[i];
         t->borrowed = true;
     }
-    size_t ao = 0, go = 0;
+    size_t ao = 0;
     for (int t = 0; t < g->ntensors; t++) {
         pd__tensor *x = &g->tensors[t];
         s->views[t] = pd__view(x);
@@ -351,9 +413,6 @@ pd_status pd_session_create(pd_graph *g, const pd_train_options *opt, pd_session
             if (x->kind == PD_T_INIT) {
                 for (int i = 0; i < s->np; i++)
                     if (s->param[i] == t) s->gviews[t].data = s->grads + s->poff[i];
-            } else {
-                s->gviews[t].data = (char *)s->gact + go;
-                go += b;
             }
         }
     }
@@ -381,7 +440,7 @@ pd_status pd_session_create(pd_graph *g, const pd_train_options *opt, pd_session
             s->gargs[s->arg_start[i] + j] = (t >= 0 && s->needs_grad[t]) ? &s->gviews[t] : NULL;
         }
     }
-    if ((st = pd__plan_zeroing(s)) != PD_OK) goto fail;
+    if ((st = pd__plan_zeroing(s)) != PD_OK || (st = pd__plan_grad_memory(s)) != PD_OK) goto fail;
     const pd__tensor *p = &g->tensors[s->pred];
     if (o.loss != PD_LOSS_GRAPH && p->dtype != PD_FLOAT) {
         st = pd__err(PD_ERR_SHAPE, "%s: output '%s' is %s; the losses need float32", g->path, p->name,
@@ -524,6 +583,14 @@ static pd_status pd__numeric_error(pd_session *s, const char *what, double v) {
     return pd__err(PD_ERR_NUMERIC, "%s: step %lld: %s is %g", g->path, (long long)s->step + 1, what, v);
 }
 
+/* Zeroes the activation gradients node i's backward is the first to touch. */
+static void pd__zero_grads_at(pd_session *s, int i) {
+    for (int k = s->zero_at[2 * i]; k < s->zero_at[2 * i + 1]; k++) {
+        const pd__tensor *t = &s->g->tensors[s->zero_list[k]];
+        memset(s->gviews[s->zero_list[k]].data, 0, (size_t)t->numel * pd_dtype_size(t->dtype));
+    }
+}
+
 static pd_status pd__backward(pd_session *s) {
     const pd_graph *g = s->g;
     for (int i = g->nnodes - 1; i >= 0; i--) {
@@ -533,10 +600,7 @@ static pd_status pd__backward(pd_session *s) {
         for (int j = 0; j < n->nout; j++) any_out |= ga[j] != NULL;
         for (int j = 0; j < n->nin; j++) any_in |= ga[n->nout + j] != NULL;
         if (!any_out || !any_in) continue;
-        for (int k = s->zero_at[2 * i]; k < s->zero_at[2 * i + 1]; k++) {
-            const pd__tensor *t = &g->tensors[s->zero_list[k]];
-            memset(s->gviews[s->zero_list[k]].data, 0, (size_t)t->numel * pd_dtype_size(t->dtype));
-        }
+        pd__zero_grads_at(s, i);
         PD_TRY(pd__cpu_run_bwd(&s->x, g, n, a, a + n->nin, ga, ga + n->nout));
     }
     return PD_OK;
@@ -561,6 +625,7 @@ static pd_status pd__backward_split(pd_session *s, double *in_ms, double *w_ms) 
         pd_tensor **a = s->args + s->arg_start[i], **ga = s->gargs + s->arg_start[i];
         bool any_out = false;
         for (int j = 0; j < n->nout; j++) any_out |= ga[j] != NULL;
+        pd__zero_grads_at(s, i);
         for (int part = 0; part < 2 && any_out && st == PD_OK; part++) {
             bool any = false;
             for (int j = 0; j < n->nin; j++) {
@@ -647,7 +712,8 @@ pd_status pd__session_timed_step(pd_session *s, pd__step_times *t) {
     s->x.seed = pd__mix(s->o.seed ^ pd__mix((uint64_t)s->step));
     PD_TRY(pd__forward(s, t->fwd_ms));
     memset(s->grads, 0, sizeof(float) * (size_t)s->ptotal);
-    memset(s->gact, 0, s->gact_bytes);
+    const pd__tensor *pt = &s->g->tensors[s->pred]; /* the other activation gradients: pd__backward_split */
+    if (s->gviews[s->pred].data) memset(s->gviews[s->pred].data, 0, (size_t)pt->numel * pd_dtype_size(pt->dtype));
     int64_t t0 = pd__now_ns();
     PD_TRY(pd__loss(s, true, INT64_MAX, &res));
     t->loss_ms = 1e-6 * (double)(pd__now_ns() - t0);

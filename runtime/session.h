@@ -37,6 +37,13 @@ typedef struct pd__actx pd__actx;
 /* need (NULL: all): per graph tensor, whether the context holds it; the
  * activations and gradients of the others have no memory (data NULL), so a
  * pipeline stage's contexts hold only what its nodes and links touch. */
+/* Offsets in one slab for n buffers alive from step first[k] to last[k]
+ * (inclusive) of size[k] bytes: buffers alive at the same time never share
+ * bytes. Greedy by decreasing size, lowest fitting offset, each 64-byte
+ * aligned; *total is the slab's size (runtime/engine.c). */
+pd_status pd__pack_lifetimes(int n, const int *first, const int *last, const size_t *size, size_t *off,
+                             size_t *total);
+
 pd_status pd__actx_create(const pd_session *s, const bool *need, pd__actx **out);
 void pd__actx_destroy(pd__actx *c);
 pd_tensor *pd__actx_value(pd__actx *c, int t); /* graph tensor t's data in this context */

@@ -259,7 +259,7 @@ typedef struct pd__ectx {
 /* o = EXPR(x, y) with x from a, y from b; the four stride cases are
  * separate loops so that each vectorizes. */
 #define PD__BIN_ROW(name, T, TO, EXPR)                                              \
-    static void name(PD__ROW_ARGS) {                                                \
+    PD__VEC static void name(PD__ROW_ARGS) {                                        \
         TO *o = (TO *)o_;                                                           \
         const T *a = (const T *)a_, *b = (const T *)b_;                             \
         (void)c_;                                                                   \
@@ -291,7 +291,7 @@ typedef struct pd__ectx {
 
 /* o = EXPR(x) with x from a; PRE declares what EXPR needs from ctx. */
 #define PD__UN_ROW(name, T, PRE, EXPR)          \
-    static void name(PD__ROW_ARGS) {            \
+    PD__VEC static void name(PD__ROW_ARGS) {    \
         T *o = (T *)o_;                         \
         const T *a = (const T *)a_;             \
         const pd__ectx *ctx = ctx_;             \

@@ -114,7 +114,7 @@ void pd__ew_reduce_add(const pd__exec *x, pd_dtype w, int ndim, const int64_t *s
 /* sigmoid from e = exp(-|x|), which cannot overflow: 1/(1+e) for x >= 0,
  * e/(1+e) below (so tiny results keep their precision). */
 #define PD__DEF_SIGMOID(T, sfx)                              \
-    static inline T pd__sigmoid_##sfx(T x) {                 \
+    PD__INLINE T pd__sigmoid_##sfx(T x) {                    \
         T e = pd__exp_##sfx(-pd__fabs_##sfx(x)), r = (T)1 / ((T)1 + e); \
         return pd__sel_##sfx(x < 0, e * r, r);               \
     }

@@ -82,7 +82,7 @@ static bool is_float(pd_dtype t) { return pd__ekind(t) == PD_EK_FLOAT; }
     }
 
 #define PD__GRAD_ROW(name, T, EXPR)                                            \
-    static void name(PD__ROW_ARGS) {                                           \
+    PD__VEC static void name(PD__ROW_ARGS) {                                         \
         T *o = (T *)o_;                                                        \
         const T *gp = (const T *)a_, *up = (const T *)b_, *vp = (const T *)c_; \
         const pd__gctx *ctx = ctx_;                                            \
@@ -97,7 +97,7 @@ static bool is_float(pd_dtype t) { return pd__ekind(t) == PD_EK_FLOAT; }
 /* Unary rows: g, u = x and v = y all contiguous (shaped as the output);
  * PRE declares what EXPR needs from ctx. */
 #define PD__GRAD_UROW(name, T, PRE, EXPR)                                      \
-    static void name(PD__ROW_ARGS) {                                           \
+    PD__VEC static void name(PD__ROW_ARGS) {                                         \
         T *o = (T *)o_;                                                        \
         const T *gp = (const T *)a_, *up = (const T *)b_, *vp = (const T *)c_; \
         const pd__gctx *ctx = ctx_;                                            \
@@ -150,17 +150,17 @@ static const pd__row_fn gpowb_rows[PD__NDT] = PD__GTAB(gpowb);
  * libm's erf. Tanh form, with t = tanh(k (x + 0.044715 x^3)), k =
  * sqrt(2/pi): 0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3 * 0.044715 x^2), as
  * PyTorch. */
-static inline float gelu_d_f32(float x) {
+PD__INLINE float gelu_d_f32(float x) {
     float z = fabsf(x) * 0.70710678118654752440f, t = 1.0f / (1.0f + 0.3275911f * z);
     float p = t * (0.254829592f + t * (-0.284496736f + t * (1.421413741f + t * (-1.453152027f + t * 1.061405429f))));
     float e = pd__expf(-0.5f * x * x), tail = 0.5f * p * e; /* tail = P(N > |x|) = erfc(z) / 2 */
     return pd__self(x < 0, tail, 1.0f - tail) + x * 0.39894228040143267794f * e;
 }
-static inline double gelu_d_f64(double x) {
+PD__INLINE double gelu_d_f64(double x) {
     return 0.5 * (1 + erf(x * 0.70710678118654752440)) + x * 0.39894228040143267794 * exp(-0.5 * x * x);
 }
 #define PD__DEF_GELUT_D(_, dt, T, sfx, W, M, MIN, MAX)                                                 \
-    static inline T gelut_d_##sfx(T x) {                                                               \
+    PD__INLINE T gelut_d_##sfx(T x) {                                                                  \
         const T k = (T)0.79788456080286535588, c = (T)0.044715;                                        \
         T t = pd__tanh_##sfx(k * (x + c * x * x * x));                                                 \
         return (T)0.5 * ((T)1 + t) + (T)0.5 * x * ((T)1 - t * t) * k * ((T)1 + (T)3 * c * x * x);     \

@@ -10,9 +10,24 @@
 #include <stdint.h>
 #include <string.h>
 
+/* PD__VEC on a kernel's loop function: built twice on x86-64 Linux, for the
+ * baseline (SSE2) and for CPUs with AVX2 (8 floats a vector), the
+ * one to run chosen once at load time (GCC's and Clang's target_clones, an
+ * ifunc). Floating-point contraction stays off (ISO C), so both clones do
+ * the same operations in the same order: the results are the same bits on
+ * every x86-64 machine. The math below is always inlined, so that it is
+ * compiled for the clone that calls it. */
+#if defined(__x86_64__) && defined(__linux__) && defined(__GNUC__) && \
+    (defined(__clang__) ? __clang_major__ >= 14 : __GNUC__ >= 8)
+#define PD__VEC __attribute__((target_clones("avx2", "default")))
+#else
+#define PD__VEC
+#endif
+#define PD__INLINE static inline __attribute__((always_inline))
+
 /* c ? a : b on bits, so the compiler keeps it a select: with ?: GCC
  * threads the constant arm into a branch and the loop stops vectorizing. */
-static inline float pd__self(int c, float a, float b) {
+PD__INLINE float pd__self(int c, float a, float b) {
     uint32_t m = -(uint32_t)(c != 0), ab, bb;
     memcpy(&ab, &a, 4);
     memcpy(&bb, &b, 4);
@@ -21,7 +36,7 @@ static inline float pd__self(int c, float a, float b) {
     return a;
 }
 
-static inline double pd__seld(int c, double a, double b) {
+PD__INLINE double pd__seld(int c, double a, double b) {
     uint64_t m = -(uint64_t)(c != 0), ab, bb;
     memcpy(&ab, &a, 8);
     memcpy(&bb, &b, 8);
@@ -35,7 +50,7 @@ static inline double pd__seld(int c, double a, double b) {
  * memory here). exp: Cody-Waite reduction x = k ln2 + r, |r| <= ln2/2, and
  * Cephes' expf polynomial (about 1 ulp); 2^k applied in two halves so that
  * subnormal results round once and large x gives inf. NaN stays NaN. */
-static inline float pd__expf(float x) {
+PD__INLINE float pd__expf(float x) {
     x = pd__self(x < -104.0f, -104.0f, x);
     x = pd__self(x > 88.8f, 88.8f, x);
     const float magic = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer */
@@ -61,7 +76,7 @@ static inline float pd__expf(float x) {
 
 /* tanh: Cephes' odd polynomial below |x| = 0.625, 1 - 2/(e^2|x| + 1) above
  * (both computed on |x|, one selected, x's sign put back: tanh(-0) = -0). */
-static inline float pd__tanhf(float x) {
+PD__INLINE float pd__tanhf(float x) {
     float ax = fabsf(x), z = x * x;
     float p = -5.70498872745e-3f;
     p = p * z + 2.06390887954e-2f;
@@ -78,8 +93,8 @@ static inline float pd__tanhf(float x) {
  * with Q fitted to log erfc on [0.9277, 4] (past 4, erf is 1 in float), the
  * sign put back. Both polynomials are least-squares fits at Chebyshev nodes
  * (relative error for P, absolute for Q), made for this file. */
-static inline float pd__erff(float x) {
-    float ax = fabsf(x), s = x * x, t = ax < 4.0f ? ax : 4.0f;
+PD__INLINE float pd__erff(float x) {
+    float ax = fabsf(x), s = x * x, t = pd__self(ax < 4.0f, ax, 4.0f); /* not ?: (a branch: the loop would not vectorize) */
     float p = -5.982480043e-04f;
     p = p * s + 4.991959052e-03f;
     p = p * s - 2.676613529e-02f;
