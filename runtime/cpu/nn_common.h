@@ -12,6 +12,7 @@
 #define PD_NN_COMMON_H
 
 #include "../../core/shape_nn.h"
+#include "fastmath.h"
 
 #include <cblas.h>
 #include <math.h>

@@ -347,6 +347,46 @@ static pd_status FN(bn_bwd)(pd__exec *x, int64_t N, int64_t F, int64_t S, const 
     return PD_OK;
 }
 
+/* One row of LayerNormalization's backward: st = (mean, 1/std); dX (when
+ * not NULL) += from dY (may be NULL), cm = dLoss/dmean / D and di_r =
+ * dLoss/d(1/std), in double over 8 lanes as the forward. */
+PD__VEC static void FN(layer_norm_bwd_row)(const T *xp, int64_t D, const T *scale, double eps, const T *gp, double cm,
+                                           double di_r, T *dp, double *st) {
+    double m = D ? FN(row_sum)(xp, D) / (double)D : 0;
+    double is = 1.0 / sqrt((D ? FN(row_sqdev)(xp, D, m) / (double)D : 0) + eps);
+    st[0] = m;
+    st[1] = is;
+    if (!dp || D == 0) return;
+    double mg = 0, mgx = 0;
+    if (gp) {
+        double a1[8] = {0}, a2[8] = {0};
+        int64_t i = 0;
+        for (; i + 8 <= D; i += 8)
+            for (int l = 0; l < 8; l++) {
+                double g = (double)gp[i + l] * scale[i + l];
+                a1[l] += g;
+                a2[l] += g * ((double)xp[i + l] - m);
+            }
+        for (; i < D; i++) {
+            double g = (double)gp[i] * scale[i];
+            mg += g;
+            mgx += g * ((double)xp[i] - m);
+        }
+        mg += ((a1[0] + a1[1]) + (a1[2] + a1[3])) + ((a1[4] + a1[5]) + (a1[6] + a1[7]));
+        mgx += ((a2[0] + a2[1]) + (a2[2] + a2[3])) + ((a2[4] + a2[5]) + (a2[6] + a2[7]));
+        mg /= (double)D;
+        mgx *= is / (double)D;
+    }
+    double ci = -di_r * is * is * is / (double)D; /* d istd / d x_i */
+    if (gp)
+        for (int64_t i = 0; i < D; i++) {
+            double xm = (double)xp[i] - m;
+            dp[i] += (T)(cm + ci * xm + is * ((double)gp[i] * scale[i] - mg - xm * is * mgx));
+        }
+    else
+        for (int64_t i = 0; i < D; i++) dp[i] += (T)(cm + ci * ((double)xp[i] - m));
+}
+
 /* LayerNormalization over rows of X (R, D), y = xhat * scale (D) + bias:
  * row statistics (mean, istd as the forward computes them) go to st (2R);
  * dX (when given) += istd * (g - mean(g) - xhat * mean(g * xhat)), g = dY * scale,
@@ -359,34 +399,10 @@ static pd_status FN(layer_norm_bwd)(pd__exec *x, int64_t R, int64_t D, const T *
     int nt = pd__nthreads(x);
     PD_OMP_FOR(nt, R * D > 32768)
     for (int64_t r = 0; r < R; r++) {
-        const T *xp = X + r * D;
-        double sum = 0, sq = 0;
-        for (int64_t i = 0; i < D; i++) sum += xp[i];
-        double m = D ? sum / (double)D : 0;
-        for (int64_t i = 0; i < D; i++) sq += (xp[i] - m) * (xp[i] - m);
-        double is = 1.0 / sqrt((D ? sq / (double)D : 0) + eps);
-        st[2 * r] = m;
-        st[2 * r + 1] = is;
-        if (!dX || D == 0) continue;
-        const T *gp = dY ? dY + r * D : NULL;
-        T *dp = dX + r * D;
-        double mg = 0, mgx = 0;
-        if (gp) {
-            for (int64_t i = 0; i < D; i++) {
-                double g = (double)gp[i] * scale[i];
-                mg += g;
-                mgx += g * (xp[i] - m) * is;
-            }
-            mg /= (double)D;
-            mgx /= (double)D;
-        }
-        double cm = dm ? pd__get_f(mdt, dm, r) / (double)D : 0;           /* d mean / d x_i = 1/D */
-        double ci = di ? -pd__get_f(mdt, di, r) * is * is * is / (double)D : 0; /* d istd / d x_i */
-        for (int64_t i = 0; i < D; i++) {
-            double xh = (xp[i] - m) * is, v = cm + ci * (xp[i] - m);
-            if (gp) v += is * ((double)gp[i] * scale[i] - mg - xh * mgx);
-            dp[i] += (T)v;
-        }
+        double cm = dm ? pd__get_f(mdt, dm, r) / (double)D : 0; /* d mean / d x_i = 1/D */
+        double di_r = di ? pd__get_f(mdt, di, r) : 0;
+        FN(layer_norm_bwd_row)(X + r * D, D, scale, eps, dY ? dY + r * D : NULL, cm, di_r, dX ? dX + r * D : NULL,
+                               st + 2 * r);
     }
     if (!dY || (!dsc && !dbi)) return PD_OK;
     enum { BLK = 64 };
