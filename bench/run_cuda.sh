@@ -5,12 +5,12 @@
 # Fits one 10-minute call (a 570 s budget; runs that would not fit are
 # skipped, a failing one leaves its cell).
 #
-#   bench/run_cuda.sh [BIN (.gpu)] [cuda_bench.py flags, e.g. --models gpt --no-compile]
+#   bench/run_cuda.sh [BIN (build-gpu-pack)] [cuda_bench.py flags, e.g. --models gpt --no-compile]
 # BIN: a folder packed by tools/gpu_pack.sh, or a -Dcuda=enabled build dir.
 # Needs python3 with torch and onnx (the GPU machines' image has both).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bin=$(cd "${1:-.gpu}" && pwd)
+bin=$(cd "${1:-build-gpu-pack}" && pwd)
 [ $# -gt 0 ] && shift
 . tests/gpu_env.sh
 export PYTHONUNBUFFERED=1
