@@ -132,7 +132,7 @@ static void run_case(const char *fx, const char *line) {
           model, cname, (long long)steps, worst, (long long)worst_step, st ? ": " : "", st ? pd_last_error() : "");
     if (st != PD_OK) goto done;
     st = pd_session_sync(s); /* on a GPU: the trained values into the graph */
-    CHECK(st == PD_OK, "%s/%s: the weights come back from the device%s%s", model, cname, st ? ": " : "",
+    CHECK(st == PD_OK, "%s/%s: pd_session_sync (a GPU's weights into the graph; nothing on the CPU)%s%s", model, cname, st ? ": " : "",
           st ? pd_last_error() : "");
     if (st != PD_OK) goto done;
     /* every initializer after training */
