@@ -340,7 +340,7 @@ typedef struct pd_profile_node_info {
 
 typedef struct pd_profile_options {
     size_t size;              /* sizeof(pd_profile_options) */
-    const char *device;       /* "cpu" (default) */
+    const char *device;       /* "cpu" (default), "cuda" or "cuda:N" (nodes timed with CUDA events) */
     int warmup;               /* untimed steps first (2) */
     int repeats;              /* timed steps; the median is kept (5) */
     int threads;              /* 0: all cores */
