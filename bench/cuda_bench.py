@@ -162,18 +162,25 @@ def cmd_export(a):
     orig = getattr(torch._C, "_jit_pass_onnx_eval_peephole", None)
     if orig is not None:
         torch._C._jit_pass_onnx_eval_peephole = lambda graph, params: params
+    how = "torchscript"
     try:
         with torch.no_grad():
             try:
-                torch.onnx.export(m, (x[:1],), path, dynamo=False, **kw)  # the TorchScript exporter
-            except TypeError:  # a torch without the dynamo argument
-                torch.onnx.export(m, (x[:1],), path, **kw)
+                try:
+                    torch.onnx.export(m, (x[:1],), path, dynamo=False, **kw)  # the TorchScript exporter
+                except TypeError:  # a torch without the dynamo argument
+                    torch.onnx.export(m, (x[:1],), path, **kw)
+            except Exception as e:  # a torch whose TorchScript exporter is gone: the dynamo one, fixed batch
+                sys.stderr.write("TorchScript export failed (%s); trying dynamo=True\n" % e)
+                how = "dynamo"
+                torch.onnx.export(m, (x,), path, opset_version=18, input_names=["x"], output_names=["y"], dynamo=True)
     finally:
         if orig is not None:
             torch._C._jit_pass_onnx_eval_peephole = orig
     np.save(os.path.join(a.out, a.model + "_x.npy"), x.numpy())
     params = sum(p.numel() for p in m.parameters())
-    print(json.dumps({"model": a.model, "onnx": path, "params": params, "bytes": os.path.getsize(path)}))
+    print(json.dumps({"model": a.model, "onnx": path, "params": params, "bytes": os.path.getsize(path),
+                      "exporter": how}))
 
 
 def cmd_torch(a):
