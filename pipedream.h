@@ -231,6 +231,20 @@ typedef enum pd_optimizer_kind {
     PD_OPT_ADAMW
 } pd_optimizer_kind;
 
+/* Where a session computes. PD_DEVICE_CUDA needs a build with the CUDA
+ * backend (-Dcuda) and a GPU: pd_session_create says which is missing. */
+typedef enum pd_device_kind { PD_DEVICE_CPU = 0, PD_DEVICE_CUDA } pd_device_kind;
+/* CUDA matrix products (GEMM, MatMul, Conv). Weights, activations, gradients
+ * and optimizer state are fp32 in memory in every mode:
+ *   FP32  fp32 products (no TF32 anywhere)
+ *   TF32  TF32 tensor-core products (cuBLAS and cuDNN)
+ *   BF16  cuBLAS products with inputs rounded to bf16 on tensor cores, fp32
+ *         accumulation; cuDNN convolutions as TF32 */
+typedef enum pd_precision { PD_PRECISION_FP32 = 0, PD_PRECISION_TF32, PD_PRECISION_BF16 } pd_precision;
+/* GPUs this process can use: 0 without a GPU or driver, or in a build
+ * without the CUDA backend. Never fails. */
+PDDEF int pd_cuda_device_count(void);
+
 typedef struct pd_train_options {
     size_t size;               /* sizeof(pd_train_options) */
     pd_loss_kind loss;
@@ -248,9 +262,16 @@ typedef struct pd_train_options {
     const char *freeze;        /* POSIX extended regex: matching parameters are not trained */
     uint64_t seed;             /* Dropout's random stream */
     int threads;               /* 0: all cores */
+    pd_device_kind device;     /* PD_DEVICE_CPU (default) or PD_DEVICE_CUDA (one-stage sessions) */
+    int device_index;          /* PD_DEVICE_CUDA: the GPU, 0-based */
+    pd_precision precision;    /* PD_DEVICE_CUDA: the matrix products' precision (PD_PRECISION_FP32) */
 } pd_train_options;
-#define PD_TRAIN_OPTIONS_INIT \
-    {sizeof(pd_train_options), PD_LOSS_AUTO, NULL, NULL, PD_OPT_SGD, 0.01, 0.9, 0.9, 0.999, 1e-8, 0, 0, 0, 0, 0, NULL, 0, 0}
+#define PD_TRAIN_OPTIONS_INIT                                                                                        \
+    {sizeof(pd_train_options), PD_LOSS_AUTO, NULL, NULL, PD_OPT_SGD, 0.01, 0.9, 0.9, 0.999, 1e-8, 0, 0, 0, 0, 0, NULL, \
+     0, 0, PD_DEVICE_CPU, 0, PD_PRECISION_FP32}
+/* Parses "cpu", "cuda" or "cuda:N" into o->device and o->device_index; and
+ * "fp32", "tf32" or "bf16" into o->precision (either string may be NULL). */
+PDDEF pd_status pd_train_options_set_device(pd_train_options *o, const char *device, const char *precision);
 
 typedef struct pd_step_result {
     double loss;        /* mean loss of the minibatch, from the forward that made the gradients */
@@ -279,6 +300,11 @@ PDDEF int pd_session_num_params(const pd_session *s);
 /* Name, shape and current values of trainable parameter i (a view). */
 PDDEF pd_status pd_session_param(pd_session *s, int i, const char **name, pd_tensor *value, pd_tensor *grad);
 PDDEF int64_t pd_session_step_count(const pd_session *s);
+/* PD_DEVICE_CUDA: copies the trained weights, optimizer state and BatchNorm
+ * statistics from the GPU into host memory, where the graph's initializers
+ * (pd_graph_save, pd_graph_value's data) read them; pd_session_param,
+ * snapshots and pd_session_destroy do it themselves. A no-op on the CPU. */
+PDDEF pd_status pd_session_sync(pd_session *s);
 /* The session's whole training state (weights, optimizer state, step count,
  * BatchNorm statistics) serialized into a new buffer (free it with
  * pd_buffer_free), and back into a session of the same model and options:
@@ -314,7 +340,7 @@ typedef struct pd_profile_node_info {
 
 typedef struct pd_profile_options {
     size_t size;              /* sizeof(pd_profile_options) */
-    const char *device;       /* "cpu" (default) */
+    const char *device;       /* "cpu" (default), "cuda" or "cuda:N" (nodes timed with CUDA events) */
     int warmup;               /* untimed steps first (2) */
     int repeats;              /* timed steps; the median is kept (5) */
     int threads;              /* 0: all cores */

@@ -3,6 +3,11 @@
  * bench/torch_train.py:
  *
  *   bench_train MODEL.onnx X.npy --batch B --threads T --iters I --warmup W [--name NAME]
+ *               [--device cpu|cuda[:N]] [--precision fp32|tf32|bf16]
+ *
+ * On CUDA each step ends with the loss and gradient norm read back (the
+ * session's pd_session_step waits for its stream), so wall-clock step times
+ * are GPU step times plus that one round trip.
  *
  * Inputs are X.npy's rows repeated to fill B; labels are fixed pseudo-random
  * classes. The median step time after W warm-up steps is reported.
@@ -20,6 +25,7 @@ int main(int argc, char **argv) {
     pd_train_options o = PD_TRAIN_OPTIONS_INIT;
     o.loss = PD_LOSS_CROSS_ENTROPY;
     o.threads = a.threads;
+    if (pd_train_options_set_device(&o, a.device, a.precision) != PD_OK) goto fail;
     if (bench_input(a.xpath, a.batch, &x) != PD_OK || pd_graph_load_file(a.model, &lo, &g) != PD_OK ||
         pd_session_create(g, &o, &s) != PD_OK)
         goto fail;
@@ -40,8 +46,10 @@ int main(int argc, char **argv) {
         if (i >= a.warmup) t[i - a.warmup] = bench_now() - t0;
     }
     double med = bench_median(t, a.iters);
-    printf("{\"model\": \"%s\", \"batch\": %d, \"threads\": %d, \"samples_per_s\": %.1f, \"ms_per_step\": %.4f}\n",
-           a.name, a.batch, a.threads, a.batch / med, med * 1e3);
+    printf("{\"model\": \"%s\", \"batch\": %d, \"threads\": %d, \"device\": \"%s\", \"precision\": \"%s\", "
+           "\"samples_per_s\": %.1f, \"ms_per_step\": %.4f}\n",
+           a.name, a.batch, a.threads, a.device ? a.device : "cpu", a.precision ? a.precision : "fp32", a.batch / med,
+           med * 1e3);
     free(t);
     free(x.data);
     free(y.data);

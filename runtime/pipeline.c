@@ -653,6 +653,9 @@ pd_status pd__pipe_create(pd_graph *g, const pd_plan *plan, const pd_train_optio
         return pd__err(PD_ERR_UNSUPPORTED, "pipeline: --clip-grad-norm needs every stage's gradients of one update at "
                        "once; %s updates each stage on its own (use gpipe, flush, zb-h1 or interleaved)",
                        pd__sched_kind_name(kind));
+    if (o && o->size >= sizeof *o && o->device != PD_DEVICE_CPU) /* docs/CUDA.md: not integrated yet */
+        return pd__err(PD_ERR_UNSUPPORTED, "pipeline: the pipeline executor runs on the CPU only; --device cuda "
+                       "trains one stage (no --stages/--plan)");
     pd__pipe *p = PD_CALLOC(1, sizeof *p);
     if (!p) return pd__err(PD_ERR_NOMEM, "out of memory");
     pthread_mutex_init(&p->mu, NULL);

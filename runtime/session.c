@@ -13,11 +13,22 @@
  * session lives (the graph sees the trained values; pd_graph_save writes
  * them). Activations and their gradients are two more slabs, planned once:
  * the step allocates nothing.
+ *
+ * On CUDA (pd_train_options.device, docs/CUDA.md) every slab has a device
+ * twin of the same layout (struct pd__sdev, the end of this file): nodes run
+ * through pd__cuda_run/_bwd on the device views, the loss, gradient norm,
+ * clipping and optimizer on the device; the host slabs stay as the mirror the
+ * CPU fallbacks, pd_session_param, snapshots and the graph's weights read
+ * (pd__sdev_pull). A node the CUDA table refuses runs on the CPU with its
+ * tensors copied down and its results copied up.
  */
 #include "session.h"
 #include "checkpoint.h"
 #include "loss.h"
 #include "optim.h"
+#ifdef PD_HAVE_CUDA
+#include "cuda/cuda.h"
+#endif
 
 #include <math.h>
 #include <regex.h>
@@ -53,17 +64,37 @@ struct pd_session {
     bool *fed;           /* per graph input: set since creation */
     bool labels_fed;
     int64_t step;
+    struct pd__sdev *dev; /* PD_DEVICE_CUDA: the device side; NULL on the CPU */
 };
+
+/* The CUDA side (defined at the end of the file; stubs without PD_HAVE_CUDA). */
+typedef struct pd__sdev pd__sdev;
+static pd_status pd__sdev_create(pd_session *s);
+static void pd__sdev_destroy(pd_session *s);
+static pd_status pd__sdev_pull(const pd_session *s, bool grads);
+static pd_status pd__sdev_push(pd_session *s);
+static pd_status pd__sdev_input(pd_session *s, int t);
+static pd_status pd__sdev_labels(pd_session *s);
+static pd_status pd__sdev_step(pd_session *s, pd_step_result *r);
+static pd_status pd__sdev_eval(pd_session *s, int64_t rows, pd_step_result *r);
+static pd_status pd__sdev_timed_step(pd_session *s, pd__step_times *t);
+static bool pd__sdev_ready(const pd_session *s);
 
 static size_t pd__al64(size_t n) { return (n + 63) & ~(size_t)63; }
 
 int pd_session_num_params(const pd_session *s) { return s ? s->np : 0; }
 int64_t pd_session_step_count(const pd_session *s) { return s ? s->step : 0; }
 
+pd_status pd_session_sync(pd_session *s) {
+    if (!s) return pd__err(PD_ERR_INVALID, "pd_session_sync: session is NULL");
+    return s->dev ? pd__sdev_pull(s, false) : PD_OK;
+}
+
 pd_status pd_session_param(pd_session *s, int i, const char **name, pd_tensor *value, pd_tensor *grad) {
     if (!s) return pd__err(PD_ERR_INVALID, "pd_session_param: session is NULL");
     if (i < 0 || i >= s->np)
         return pd__err(PD_ERR_INVALID, "pd_session_param: index %d out of range [0, %d)", i, s->np);
+    if (s->dev) PD_TRY(pd__sdev_pull(s, grad != NULL));
     const pd__tensor *t = &s->g->tensors[s->param[i]];
     if (name) *name = t->name;
     if (value) *value = pd__view(t);
@@ -76,6 +107,10 @@ pd_status pd_session_param(pd_session *s, int i, const char **name, pd_tensor *v
 
 void pd_session_destroy(pd_session *s) {
     if (!s) return;
+    if (s->dev) {
+        if (pd__sdev_ready(s)) (void)pd__sdev_pull(s, false); /* the graph gets the trained values */
+        pd__sdev_destroy(s);
+    }
     /* give the graph its own copies of the trained values back */
     for (int i = 0; i < s->np; i++) {
         pd__tensor *t = &s->g->tensors[s->param[i]];
@@ -319,7 +354,7 @@ static pd_status pd__plan_grad_memory(pd_session *s) {
         else if (last[k] < first[k]) last[k] = first[k];
     size_t total;
     if ((st = pd__pack_lifetimes(ng, first, last, size, off, &total)) != PD_OK) goto out;
-    s->gact = pd__slab(total);
+    s->gact = s->o.device == PD_DEVICE_CUDA ? PD_CALLOC(1, total + 64) : pd__slab(total); /* see s->act */
     s->gact_bytes = total;
     if (!s->gact) {
         st = PD_ERR_NOMEM;
@@ -347,6 +382,18 @@ pd_status pd_session_create(pd_graph *g, const pd_train_options *opt, pd_session
         o.weight_decay < 0 || o.clip_grad_norm < 0 || o.warmup_steps < 0 || o.cosine_steps < 0 || o.min_lr < 0)
         return pd__err(PD_ERR_INVALID, "optimizer options out of range (momentum/betas in [0,1), eps > 0, the rest >= 0)");
     if ((unsigned)o.optimizer > PD_OPT_ADAMW) return pd__err(PD_ERR_INVALID, "unknown optimizer %d", (int)o.optimizer);
+    if ((unsigned)o.device > PD_DEVICE_CUDA || (unsigned)o.precision > PD_PRECISION_BF16)
+        return pd__err(PD_ERR_INVALID, "unknown device %d or precision %d", (int)o.device, (int)o.precision);
+    if (o.device == PD_DEVICE_CUDA) {
+        int n = pd_cuda_device_count();
+#ifndef PD_HAVE_CUDA
+        return pd__err(PD_ERR_UNSUPPORTED, "device cuda: this build has no CUDA backend (meson setup -Dcuda=enabled)");
+#endif
+        if (n == 0) return pd__err(PD_ERR_UNSUPPORTED, "device cuda: no CUDA GPU found (no device, or no driver)");
+        if (o.device_index < 0 || o.device_index >= n)
+            return pd__err(PD_ERR_INVALID, "device cuda:%d: this machine has %d GPU%s (cuda:0..%d)", o.device_index,
+                           n, n == 1 ? "" : "s", n - 1);
+    }
     for (int t = 0; t < g->ntensors; t++)
         if (g->tensors[t].borrowed)
             return pd__err(PD_ERR_INVALID, "%s: the graph is already being trained by another session", g->path);
@@ -386,7 +433,9 @@ pd_status pd_session_create(pd_graph *g, const pd_train_options *opt, pd_session
         size_t b = pd__al64((size_t)(x->numel > 0 ? x->numel : 0) * pd_dtype_size(x->dtype));
         if ((x->kind == PD_T_ACT || x->kind == PD_T_INPUT) && x->ndim >= 0) abytes += b;
     }
-    s->act = pd__slab(abytes);
+    /* on CUDA the host slabs are a mirror few pages of which are ever touched:
+     * calloc's pages are committed on first use, not here */
+    s->act = o.device == PD_DEVICE_CUDA ? PD_CALLOC(1, abytes + 64) : pd__slab(abytes);
     s->views = PD_CALLOC((size_t)g->ntensors + 1, sizeof(pd_tensor));
     s->gviews = PD_CALLOC((size_t)g->ntensors + 1, sizeof(pd_tensor));
     s->fed = PD_CALLOC((size_t)g->ntensors + 1, sizeof(bool));
@@ -447,6 +496,7 @@ pd_status pd_session_create(pd_graph *g, const pd_train_options *opt, pd_session
                      pd_dtype_name(p->dtype));
         goto fail;
     }
+    if (o.device == PD_DEVICE_CUDA && (st = pd__sdev_create(s)) != PD_OK) goto fail;
     *out = s;
     return PD_OK;
 nomem:
@@ -474,6 +524,7 @@ pd_status pd_session_set_input(pd_session *s, const char *name, const pd_tensor 
         return pd__err(PD_ERR_SHAPE, "%s: input '%s' must be %s%s, got %s%s", g->path, name, pd_dtype_name(x->dtype),
                        want, pd_dtype_name(t->dtype), got);
     memcpy(s->views[k].data, t->data, (size_t)x->numel * pd_dtype_size(x->dtype));
+    if (s->dev) PD_TRY(pd__sdev_input(s, k));
     s->fed[k] = true;
     return PD_OK;
 }
@@ -500,6 +551,7 @@ pd_status pd_session_set_labels(pd_session *s, const pd_tensor *labels) {
         s->labels.data = d;
     }
     memcpy(s->labels.data, labels->data, bytes);
+    if (s->dev) PD_TRY(pd__sdev_labels(s));
     s->labels_fed = true;
     return PD_OK;
 }
@@ -654,6 +706,7 @@ static uint64_t pd__mix(uint64_t z) {
 pd_status pd_session_step(pd_session *s, pd_step_result *r) {
     if (!s) return pd__err(PD_ERR_INVALID, "pd_session_step: session is NULL");
     PD_TRY(pd__check_fed(s));
+    if (s->dev) return pd__sdev_step(s, r);
     pd_step_result res;
     memset(&res, 0, sizeof res);
     s->x.training = true;
@@ -681,6 +734,7 @@ pd_status pd_session_step(pd_session *s, pd_step_result *r) {
 pd_status pd_session_eval_rows(pd_session *s, int64_t rows, pd_step_result *r) {
     if (!s) return pd__err(PD_ERR_INVALID, "pd_session_eval: session is NULL");
     PD_TRY(pd__check_fed(s));
+    if (s->dev) return pd__sdev_eval(s, rows, r);
     pd_step_result res;
     memset(&res, 0, sizeof res);
     s->x.training = false;
@@ -706,6 +760,7 @@ int pd__session_labels_input(const pd_session *s) { return s->labels_input; }
 pd_status pd__session_timed_step(pd_session *s, pd__step_times *t) {
     if (!s || !t) return pd__err(PD_ERR_INVALID, "pd__session_timed_step: NULL argument");
     PD_TRY(pd__check_fed(s));
+    if (s->dev) return pd__sdev_timed_step(s, t);
     pd_step_result res;
     memset(&res, 0, sizeof res);
     s->x.training = true;
@@ -892,6 +947,9 @@ static bool pd__is_buffer(const pd_graph *g, int t) {
 
 void pd__session_snapshot(const pd_session *s, pd__recw *w) {
     const pd_graph *g = s->g;
+    /* on CUDA, the device's values into the host mirror first (an error here
+     * leaves the mirror as the last pull: the records' checksums still hold) */
+    if (s->dev) (void)pd__sdev_pull(s, false);
     for (int i = 0; i < g->nnodes; i++) {
         const pd__node *n = &g->nodes[i];
         for (int j = 3; n->op == PD_OP_BATCH_NORM && j < 5 && j < n->nin; j++) {
@@ -956,5 +1014,452 @@ pd_status pd__session_restore(pd_session *s, const void *part, size_t len) {
     if (got != want)
         return pd__err(PD_ERR_INVALID, "the checkpoint is incomplete: %lld of the %lld records a session needs",
                        (long long)got, (long long)want);
+    return s->dev ? pd__sdev_push(s) : PD_OK;
+}
+
+/* ---- the session on CUDA (pd_train_options.device; docs/CUDA.md) -------------------------------- */
+
+pd_status pd_train_options_set_device(pd_train_options *o, const char *device, const char *precision) {
+    if (!o) return pd__err(PD_ERR_INVALID, "pd_train_options_set_device: o is NULL");
+    pd_device_kind dk = o->device;
+    int di = o->device_index;
+    pd_precision pr = o->precision;
+    if (device) {
+        char *end = NULL;
+        long n = 0;
+        if (!strcmp(device, "cpu")) dk = PD_DEVICE_CPU, di = 0;
+        else if (!strcmp(device, "cuda")) dk = PD_DEVICE_CUDA, di = 0;
+        else if (!strncmp(device, "cuda:", 5) && device[5] >= '0' && device[5] <= '9' &&
+                 (n = strtol(device + 5, &end, 10), *end == '\0') && n < 1024)
+            dk = PD_DEVICE_CUDA, di = (int)n;
+        else return pd__err(PD_ERR_INVALID, "device must be cpu, cuda or cuda:N, not '%s'", device);
+    }
+    if (precision) {
+        if (!strcmp(precision, "fp32")) pr = PD_PRECISION_FP32;
+        else if (!strcmp(precision, "tf32")) pr = PD_PRECISION_TF32;
+        else if (!strcmp(precision, "bf16")) pr = PD_PRECISION_BF16;
+        else return pd__err(PD_ERR_INVALID, "precision must be fp32, tf32 or bf16, not '%s'", precision);
+    }
+    o->device = dk;
+    o->device_index = di;
+    o->precision = pr;
     return PD_OK;
 }
+
+int pd_cuda_device_count(void) {
+#ifdef PD_HAVE_CUDA
+    return pd__cuda_device_count();
+#else
+    return 0;
+#endif
+}
+
+#ifdef PD_HAVE_CUDA
+
+/* The device twin of the session's memory. Every device slab has the host
+ * slab's layout, so a tensor's device address is its host address's offset
+ * in the twin: a CPU fallback copies a tensor down or up with one call. */
+struct pd__sdev {
+    pd__cuda_ctx *c;
+    float *params, *grads, *state0, *state1; /* the parameter, gradient and optimizer-state slabs */
+    void *act, *gact;                         /* activations (inputs included) and their gradients */
+    void *consts;                             /* the other initializers and the constants, uploaded once */
+    pd_tensor *views, *gviews;                /* per graph tensor: its device data (NULL: none) */
+    pd_tensor **args, **gargs;                /* the session's argument tables over the device views */
+    bool *cpu;                                /* per node: runs on the CPU (pd__cuda_supports_op false) */
+    int ncpu;
+    void *stage;                              /* pinned staging of the graph inputs (host act layout) */
+    size_t stage_bytes;
+    pd_tensor labels;                         /* device copy of the labels (data from the allocator) */
+    bool ready;                               /* created whole (the device holds the weights) */
+};
+
+static size_t pd__tb(const pd__tensor *x) { return (size_t)(x->numel > 0 ? x->numel : 0) * pd_dtype_size(x->dtype); }
+
+static void pd__sdev_destroy(pd_session *s) {
+    pd__sdev *d = s->dev;
+    if (!d) return;
+    if (d->c) {
+        (void)pd__cuda_bind(d->c);
+        pd__cuda_free(d->c, d->params);
+        pd__cuda_free(d->c, d->grads);
+        pd__cuda_free(d->c, d->state0);
+        pd__cuda_free(d->c, d->state1);
+        pd__cuda_free(d->c, d->act);
+        pd__cuda_free(d->c, d->gact);
+        pd__cuda_free(d->c, d->consts);
+        pd__cuda_free(d->c, d->labels.data);
+        pd__cuda_ctx_destroy(d->c);
+    }
+    pd__cuda_host_free(d->stage);
+    PD_FREE(d->views);
+    PD_FREE(d->gviews);
+    PD_FREE(d->args);
+    PD_FREE(d->gargs);
+    PD_FREE(d->cpu);
+    PD_FREE(d);
+    s->dev = NULL;
+}
+
+static pd_status pd__sdev_alloc(pd__sdev *d, size_t bytes, void **p) {
+    PD_TRY(pd__cuda_alloc(d->c, bytes, p));
+    return pd__cuda_memset0(d->c, *p, bytes);
+}
+
+static pd_status pd__sdev_create(pd_session *s) {
+    const pd_graph *g = s->g;
+    pd__sdev *d = PD_CALLOC(1, sizeof *d);
+    if (!d) return pd__err(PD_ERR_NOMEM, "out of memory");
+    s->dev = d;
+    PD_TRY(pd__cuda_ctx_create(s->o.device_index, &d->c));
+    pd__cuda_set_precision(d->c, s->o.precision == PD_PRECISION_BF16   ? PD_CUDA_BF16
+                                 : s->o.precision == PD_PRECISION_TF32 ? PD_CUDA_TF32
+                                                                       : PD_CUDA_FP32);
+    size_t pbytes = sizeof(float) * (size_t)s->ptotal;
+    int ns = pd__optim_state_slabs(s->o.optimizer);
+    PD_TRY(pd__sdev_alloc(d, pbytes, (void **)&d->params));
+    PD_TRY(pd__sdev_alloc(d, pbytes, (void **)&d->grads));
+    if (ns > 0) PD_TRY(pd__sdev_alloc(d, pbytes, (void **)&d->state0));
+    if (ns > 1) PD_TRY(pd__sdev_alloc(d, pbytes, (void **)&d->state1));
+    PD_TRY(pd__cuda_upload(d->c, d->params, s->params, pbytes));
+    /* the host slabs' sizes, and the constants' */
+    size_t abytes = 0, cbytes = 0, ibytes = 0;
+    for (int t = 0; t < g->ntensors; t++) {
+        const pd__tensor *x = &g->tensors[t];
+        size_t b = pd__al64(pd__tb(x));
+        if ((x->kind == PD_T_ACT || x->kind == PD_T_INPUT) && x->ndim >= 0) abytes += b;
+        if (x->kind == PD_T_INPUT && x->ndim >= 0) { /* the staging buffer spans the inputs' part of the act layout */
+            size_t end = (size_t)((char *)s->views[t].data - (char *)s->act) + b;
+            if (end > ibytes) ibytes = end;
+        }
+        if ((x->kind == PD_T_INIT || x->kind == PD_T_CONST) && s->views[t].data &&
+            !((char *)s->views[t].data >= (char *)s->params && (char *)s->views[t].data < (char *)(s->params + s->ptotal)))
+            cbytes += b;
+    }
+    PD_TRY(pd__sdev_alloc(d, abytes, &d->act));
+    PD_TRY(pd__sdev_alloc(d, s->gact_bytes, &d->gact));
+    PD_TRY(pd__sdev_alloc(d, cbytes, &d->consts));
+    PD_TRY(pd__cuda_host_alloc(ibytes, &d->stage));
+    d->stage_bytes = ibytes;
+    d->views = PD_CALLOC((size_t)g->ntensors + 1, sizeof(pd_tensor));
+    d->gviews = PD_CALLOC((size_t)g->ntensors + 1, sizeof(pd_tensor));
+    d->cpu = PD_CALLOC((size_t)g->nnodes + 1, sizeof(bool));
+    int nargs = s->arg_start[g->nnodes - 1] + g->nodes[g->nnodes - 1].nin + g->nodes[g->nnodes - 1].nout;
+    d->args = PD_CALLOC((size_t)nargs + 1, sizeof(pd_tensor *));
+    d->gargs = PD_CALLOC((size_t)nargs + 1, sizeof(pd_tensor *));
+    if (!d->views || !d->gviews || !d->cpu || !d->args || !d->gargs) return pd__err(PD_ERR_NOMEM, "out of memory");
+    size_t co = 0;
+    for (int t = 0; t < g->ntensors; t++) {
+        const pd__tensor *x = &g->tensors[t];
+        char *h = s->views[t].data;
+        d->views[t] = s->views[t];
+        d->gviews[t] = s->gviews[t];
+        if (!h) d->views[t].data = NULL;
+        else if ((char *)h >= (char *)s->params && (char *)h < (char *)(s->params + s->ptotal))
+            d->views[t].data = d->params + ((float *)(void *)h - s->params);
+        else if ((x->kind == PD_T_ACT || x->kind == PD_T_INPUT) && x->ndim >= 0)
+            d->views[t].data = (char *)d->act + (h - (char *)s->act);
+        else {
+            d->views[t].data = (char *)d->consts + co;
+            PD_TRY(pd__cuda_upload(d->c, d->views[t].data, h, pd__tb(x)));
+            co += pd__al64(pd__tb(x));
+        }
+        char *gh = s->gviews[t].data;
+        if (!gh) d->gviews[t].data = NULL;
+        else if (gh >= (char *)s->grads && gh < (char *)(s->grads + s->ptotal))
+            d->gviews[t].data = d->grads + ((float *)(void *)gh - s->grads);
+        else
+            d->gviews[t].data = (char *)d->gact + (gh - (char *)s->gact);
+    }
+    for (int k = 0; k < nargs; k++) {
+        d->args[k] = s->args[k] ? d->views + (s->args[k] - s->views) : NULL;
+        d->gargs[k] = s->gargs[k] ? d->gviews + (s->gargs[k] - s->gviews) : NULL;
+    }
+    for (int i = 0; i < g->nnodes; i++) {
+        d->cpu[i] = !pd__cuda_supports_op(g, &g->nodes[i]);
+        d->ncpu += d->cpu[i];
+    }
+    PD_TRY(pd__cuda_sync(d->c));
+    d->ready = true;
+    return PD_OK;
+}
+
+/* Tensor t's data between the host mirror and the device (view tables v/dv). */
+static pd_status pd__sdev_down(const pd_session *s, const pd_tensor *v, const pd_tensor *dv, int t) {
+    if (!v[t].data || !dv[t].data) return PD_OK;
+    return pd__cuda_download(s->dev->c, v[t].data, dv[t].data, pd__tb(&s->g->tensors[t]));
+}
+static pd_status pd__sdev_up(const pd_session *s, const pd_tensor *v, const pd_tensor *dv, int t) {
+    if (!v[t].data || !dv[t].data) return PD_OK;
+    return pd__cuda_upload(s->dev->c, dv[t].data, v[t].data, pd__tb(&s->g->tensors[t]));
+}
+
+/* The trained values (and with grads, the gradients), the optimizer state
+ * and the initializers a training forward writes (BatchNorm statistics), from
+ * the device into the host mirror. */
+static pd_status pd__sdev_pull(const pd_session *s, bool grads) {
+    pd__sdev *d = s->dev;
+    const pd_graph *g = s->g;
+    size_t pbytes = sizeof(float) * (size_t)s->ptotal;
+    PD_TRY(pd__cuda_bind(d->c));
+    PD_TRY(pd__cuda_download(d->c, s->params, d->params, pbytes));
+    if (grads) PD_TRY(pd__cuda_download(d->c, s->grads, d->grads, pbytes));
+    if (s->state0) PD_TRY(pd__cuda_download(d->c, s->state0, d->state0, pbytes));
+    if (s->state1) PD_TRY(pd__cuda_download(d->c, s->state1, d->state1, pbytes));
+    for (int t = 0; t < g->ntensors; t++) {
+        const pd__tensor *x = &g->tensors[t];
+        bool param = (char *)s->views[t].data >= (char *)s->params &&
+                     (char *)s->views[t].data < (char *)(s->params + s->ptotal);
+        if (x->kind == PD_T_INIT && !param) PD_TRY(pd__sdev_down(s, s->views, d->views, t));
+    }
+    return PD_OK;
+}
+
+/* The host mirror's weights, optimizer state and statistics up (a restore). */
+static pd_status pd__sdev_push(pd_session *s) {
+    pd__sdev *d = s->dev;
+    const pd_graph *g = s->g;
+    size_t pbytes = sizeof(float) * (size_t)s->ptotal;
+    PD_TRY(pd__cuda_bind(d->c));
+    PD_TRY(pd__cuda_upload(d->c, d->params, s->params, pbytes));
+    if (s->state0) PD_TRY(pd__cuda_upload(d->c, d->state0, s->state0, pbytes));
+    if (s->state1) PD_TRY(pd__cuda_upload(d->c, d->state1, s->state1, pbytes));
+    for (int t = 0; t < g->ntensors; t++) {
+        bool param = (char *)s->views[t].data >= (char *)s->params &&
+                     (char *)s->views[t].data < (char *)(s->params + s->ptotal);
+        if (g->tensors[t].kind == PD_T_INIT && !param) PD_TRY(pd__sdev_up(s, s->views, d->views, t));
+    }
+    return pd__cuda_sync(d->c);
+}
+
+/* Graph input t, just copied into the host mirror: through the pinned
+ * staging buffer to the device. The staging bytes are rewritten only by the
+ * next pd_session_set_input of t; the stream runs this copy before anything
+ * queued after it, and every step waits for its stream before returning. */
+static pd_status pd__sdev_input(pd_session *s, int t) {
+    pd__sdev *d = s->dev;
+    size_t off = (size_t)((char *)s->views[t].data - (char *)s->act), n = pd__tb(&s->g->tensors[t]);
+    PD_TRY(pd__cuda_bind(d->c));
+    if (!d->stage || off + n > d->stage_bytes) return pd__sdev_up(s, s->views, d->views, t);
+    memcpy((char *)d->stage + off, s->views[t].data, n);
+    return pd__cuda_upload(d->c, d->views[t].data, (char *)d->stage + off, n);
+}
+
+static pd_status pd__sdev_labels(pd_session *s) {
+    pd__sdev *d = s->dev;
+    size_t n = (size_t)pd_tensor_numel(&s->labels) * pd_dtype_size(s->labels.dtype);
+    bool same = d->labels.data && d->labels.dtype == s->labels.dtype && d->labels.ndim == s->labels.ndim;
+    for (int i = 0; same && i < s->labels.ndim; i++) same = d->labels.shape[i] == s->labels.shape[i];
+    PD_TRY(pd__cuda_bind(d->c));
+    if (!same) {
+        void *p;
+        PD_TRY(pd__cuda_alloc(d->c, n, &p));
+        pd__cuda_free(d->c, d->labels.data);
+        d->labels = s->labels;
+        d->labels.data = p;
+    }
+    return pd__cuda_upload(d->c, d->labels.data, s->labels.data, n);
+}
+
+/* A node the CUDA table refuses, on the CPU: its tensors down, the kernel,
+ * its results up (the outputs; backward, the input gradients it adds into). */
+static pd_status pd__sdev_cpu_node(pd_session *s, int i, bool bwd, pd_tensor **din) {
+    pd__sdev *d = s->dev;
+    const pd_graph *g = s->g;
+    const pd__node *n = &g->nodes[i];
+    pd_tensor **a = s->args + s->arg_start[i], **ga = s->gargs + s->arg_start[i];
+    for (int j = 0; j < n->nin; j++)
+        if (n->in[j] >= 0) PD_TRY(pd__sdev_down(s, s->views, d->views, n->in[j]));
+    if (!bwd) {
+        PD_TRY(pd__cpu_run(&s->x, g, n, a, a + n->nin));
+        for (int j = 0; j < n->nout; j++)
+            if (n->out[j] >= 0) PD_TRY(pd__sdev_up(s, s->views, d->views, n->out[j]));
+        /* an in-place update of an initializer input (running statistics) */
+        for (int j = 0; j < n->nin; j++)
+            if (n->in[j] >= 0 && g->tensors[n->in[j]].kind == PD_T_INIT && !s->needs_grad[n->in[j]])
+                PD_TRY(pd__sdev_up(s, s->views, d->views, n->in[j]));
+        return PD_OK;
+    }
+    for (int j = 0; j < n->nout; j++) {
+        int t = n->out[j];
+        if (t < 0) continue;
+        PD_TRY(pd__sdev_down(s, s->views, d->views, t));
+        if (ga[j]) PD_TRY(pd__sdev_down(s, s->gviews, d->gviews, t));
+    }
+    for (int j = 0; j < n->nin; j++)
+        if (din[j]) PD_TRY(pd__sdev_down(s, s->gviews, d->gviews, n->in[j]));
+    PD_TRY(pd__cpu_run_bwd(&s->x, g, n, a, a + n->nin, ga, din));
+    for (int j = 0; j < n->nin; j++)
+        if (din[j]) PD_TRY(pd__sdev_up(s, s->gviews, d->gviews, n->in[j]));
+    return PD_OK;
+}
+
+/* ms: NULL, or per node its forward's GPU time (CUDA events). */
+static pd_status pd__sdev_forward(pd_session *s, double *ms) {
+    pd__sdev *d = s->dev;
+    const pd_graph *g = s->g;
+    for (int i = 0; i < g->nnodes; i++) {
+        const pd__node *n = &g->nodes[i];
+        pd_tensor **a = d->args + s->arg_start[i];
+        if (ms) PD_TRY(pd__cuda_timer_start(d->c));
+        if (d->cpu[i]) PD_TRY(pd__sdev_cpu_node(s, i, false, NULL));
+        else PD_TRY(pd__cuda_run(d->c, &s->x, g, n, a, a + n->nin));
+        if (ms) PD_TRY(pd__cuda_timer_stop(d->c, &ms[i]));
+    }
+    return PD_OK;
+}
+
+/* The backward; part -1: every gradient at once; 0: the input gradients
+ * only; 1: the parameters' only (the profiler's split, timed into ms). */
+static pd_status pd__sdev_backward(pd_session *s, double *in_ms, double *w_ms) {
+    pd__sdev *d = s->dev;
+    const pd_graph *g = s->g;
+    pd_tensor *din[64], *hdin[64];
+    for (int i = g->nnodes - 1; i >= 0; i--) {
+        const pd__node *n = &g->nodes[i];
+        pd_tensor **a = d->args + s->arg_start[i], **ga = d->gargs + s->arg_start[i];
+        pd_tensor **hga = s->gargs + s->arg_start[i];
+        if (in_ms) in_ms[i] = w_ms[i] = 0;
+        if (n->nin > 64) return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "more than 64 inputs on CUDA");
+        bool any_out = false;
+        for (int j = 0; j < n->nout; j++) any_out |= ga[j] != NULL;
+        if (!any_out) continue;
+        for (int k = s->zero_at[2 * i]; k < s->zero_at[2 * i + 1]; k++) { /* as pd__zero_grads_at */
+            const pd__tensor *t = &g->tensors[s->zero_list[k]];
+            PD_TRY(pd__cuda_memset0(d->c, d->gviews[s->zero_list[k]].data, (size_t)t->numel * pd_dtype_size(t->dtype)));
+        }
+        for (int part = in_ms ? 0 : -1; part < (in_ms ? 2 : 0); part++) {
+            bool any = false;
+            for (int j = 0; j < n->nin; j++) {
+                bool w = ga[n->nout + j] && g->tensors[n->in[j]].kind == PD_T_INIT;
+                bool take = ga[n->nout + j] && (part < 0 || w == (part == 1));
+                din[j] = take ? ga[n->nout + j] : NULL;
+                hdin[j] = take ? hga[n->nout + j] : NULL;
+                any |= take;
+            }
+            if (!any) continue;
+            if (in_ms) PD_TRY(pd__cuda_timer_start(d->c));
+            if (d->cpu[i]) PD_TRY(pd__sdev_cpu_node(s, i, true, hdin));
+            else PD_TRY(pd__cuda_run_bwd(d->c, &s->x, g, n, a, a + n->nin, ga, din));
+            if (in_ms) PD_TRY(pd__cuda_timer_stop(d->c, part ? &w_ms[i] : &in_ms[i]));
+        }
+    }
+    return PD_OK;
+}
+
+/* The loss on the device (cross-entropy), or on the host with the prediction
+ * copied down and its gradient up (MSE, the model's own loss). */
+static pd_status pd__sdev_loss(pd_session *s, bool grad, int64_t rows, pd_step_result *r) {
+    pd__sdev *d = s->dev;
+    pd_loss_kind k = s->o.loss;
+    if (k == PD_LOSS_AUTO) k = s->labels.dtype == PD_INT64 ? PD_LOSS_CROSS_ENTROPY : PD_LOSS_MSE;
+    r->correct = 0;
+    r->count = 0;
+    if (k == PD_LOSS_CROSS_ENTROPY && s->labels.dtype == PD_INT64 && d->labels.data) {
+        pd_status st = pd__cuda_loss_cross_entropy(d->c, &d->views[s->pred], &d->labels, rows,
+                                                   grad ? d->gviews[s->pred].data : NULL, &r->loss, &r->correct,
+                                                   &r->count);
+        if (st != PD_OK) pd__err_prefix("%s: output '%s'", s->g->path, s->g->tensors[s->pred].name);
+        return st;
+    }
+    PD_TRY(pd__sdev_down(s, s->views, d->views, s->pred));
+    PD_TRY(pd__loss(s, grad, rows, r));
+    if (grad) PD_TRY(pd__sdev_up(s, s->gviews, d->gviews, s->pred));
+    return PD_OK;
+}
+
+/* A non-finite loss or norm: the activations down, then the host's search. */
+static pd_status pd__sdev_numeric_error(pd_session *s, const char *what, double v) {
+    size_t abytes = 0;
+    for (int t = 0; t < s->g->ntensors; t++) {
+        const pd__tensor *x = &s->g->tensors[t];
+        if ((x->kind == PD_T_ACT || x->kind == PD_T_INPUT) && x->ndim >= 0) abytes += pd__al64(pd__tb(x));
+    }
+    PD_TRY(pd__cuda_download(s->dev->c, s->act, s->dev->act, abytes));
+    return pd__numeric_error(s, what, v);
+}
+
+static pd_status pd__sdev_begin(pd_session *s) {
+    pd__sdev *d = s->dev;
+    PD_TRY(pd__cuda_bind(d->c)); /* a caller may step from another thread than the creator */
+    s->x.training = true;
+    s->x.seed = pd__mix(s->o.seed ^ pd__mix((uint64_t)s->step));
+    return PD_OK;
+}
+
+static pd_status pd__sdev_step(pd_session *s, pd_step_result *r) {
+    pd__sdev *d = s->dev;
+    pd_step_result res;
+    memset(&res, 0, sizeof res);
+    PD_TRY(pd__sdev_begin(s));
+    PD_TRY(pd__sdev_forward(s, NULL));
+    PD_TRY(pd__cuda_memset0(d->c, d->grads, sizeof(float) * (size_t)s->ptotal));
+    const pd__tensor *pt = &s->g->tensors[s->pred]; /* the other activation gradients: pd__sdev_backward */
+    if (d->gviews[s->pred].data)
+        PD_TRY(pd__cuda_memset0(d->c, d->gviews[s->pred].data, (size_t)pt->numel * pd_dtype_size(pt->dtype)));
+    PD_TRY(pd__sdev_loss(s, true, INT64_MAX, &res));
+    if (!isfinite(res.loss)) return pd__sdev_numeric_error(s, "the loss", res.loss);
+    PD_TRY(pd__sdev_backward(s, NULL, NULL));
+    PD_TRY(pd__cuda_grad_norm(d->c, d->grads, s->ptotal, &res.grad_norm));
+    if (!isfinite(res.grad_norm)) return pd__sdev_numeric_error(s, "the gradient norm", res.grad_norm);
+    if (s->o.clip_grad_norm > 0 && res.grad_norm > s->o.clip_grad_norm)
+        PD_TRY(pd__cuda_scale(d->c, d->grads, s->ptotal, (float)(s->o.clip_grad_norm / (res.grad_norm + 1e-6))));
+    res.lr = pd__lr_at(&s->o, s->step + 1);
+    PD_TRY(pd__cuda_optim_step(d->c, &s->o, s->step + 1, res.lr, d->params, d->grads, d->state0, d->state1,
+                               s->ptotal));
+    PD_TRY(pd__cuda_sync(d->c));
+    s->step++;
+    if (r) *r = res;
+    return PD_OK;
+}
+
+static pd_status pd__sdev_eval(pd_session *s, int64_t rows, pd_step_result *r) {
+    pd_step_result res;
+    memset(&res, 0, sizeof res);
+    PD_TRY(pd__cuda_bind(s->dev->c));
+    s->x.training = false;
+    PD_TRY(pd__sdev_forward(s, NULL));
+    PD_TRY(pd__sdev_loss(s, false, rows, &res));
+    if (r) *r = res;
+    return PD_OK;
+}
+
+static pd_status pd__sdev_timed_step(pd_session *s, pd__step_times *t) {
+    pd__sdev *d = s->dev;
+    pd_step_result res;
+    memset(&res, 0, sizeof res);
+    PD_TRY(pd__sdev_begin(s));
+    PD_TRY(pd__sdev_forward(s, t->fwd_ms));
+    PD_TRY(pd__cuda_memset0(d->c, d->grads, sizeof(float) * (size_t)s->ptotal));
+    const pd__tensor *pt = &s->g->tensors[s->pred]; /* the other activation gradients: pd__sdev_backward */
+    if (d->gviews[s->pred].data)
+        PD_TRY(pd__cuda_memset0(d->c, d->gviews[s->pred].data, (size_t)pt->numel * pd_dtype_size(pt->dtype)));
+    PD_TRY(pd__cuda_timer_start(d->c));
+    PD_TRY(pd__sdev_loss(s, true, INT64_MAX, &res));
+    PD_TRY(pd__cuda_timer_stop(d->c, &t->loss_ms));
+    if (!isfinite(res.loss)) return pd__sdev_numeric_error(s, "the loss", res.loss);
+    return pd__sdev_backward(s, t->bwd_in_ms, t->bwd_w_ms);
+}
+
+static bool pd__sdev_ready(const pd_session *s) { return s->dev && s->dev->ready; }
+int pd__session_cpu_nodes(const pd_session *s) { return s->dev ? s->dev->ncpu : 0; }
+
+#else /* no CUDA backend: pd_session_create refuses PD_DEVICE_CUDA, so s->dev is always NULL */
+
+static pd_status pd__sdev_nocuda(void) { return pd__err(PD_ERR_UNSUPPORTED, "this build has no CUDA backend"); }
+static pd_status pd__sdev_create(pd_session *s) { (void)s; return pd__sdev_nocuda(); }
+static void pd__sdev_destroy(pd_session *s) { (void)s; }
+static pd_status pd__sdev_pull(const pd_session *s, bool grads) { (void)s, (void)grads; return pd__sdev_nocuda(); }
+static pd_status pd__sdev_push(pd_session *s) { (void)s; return pd__sdev_nocuda(); }
+static pd_status pd__sdev_input(pd_session *s, int t) { (void)s, (void)t; return pd__sdev_nocuda(); }
+static pd_status pd__sdev_labels(pd_session *s) { (void)s; return pd__sdev_nocuda(); }
+static pd_status pd__sdev_step(pd_session *s, pd_step_result *r) { (void)s, (void)r; return pd__sdev_nocuda(); }
+static pd_status pd__sdev_eval(pd_session *s, int64_t rows, pd_step_result *r) {
+    (void)s, (void)rows, (void)r;
+    return pd__sdev_nocuda();
+}
+static pd_status pd__sdev_timed_step(pd_session *s, pd__step_times *t) { (void)s, (void)t; return pd__sdev_nocuda(); }
+static bool pd__sdev_ready(const pd_session *s) { (void)s; return false; }
+int pd__session_cpu_nodes(const pd_session *s) { (void)s; return 0; }
+
+#endif

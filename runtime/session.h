@@ -67,6 +67,10 @@ pd_status pd__actx_backward_part(const pd_session *s, pd__exec *x, pd__actx *c, 
  * labels are a graph input). */
 pd_status pd__actx_loss(const pd_session *s, pd__actx *c, const pd_tensor *labels, double scale, pd_step_result *r);
 
+/* PD_DEVICE_CUDA: how many nodes run on the CPU because the CUDA table
+ * refuses them (each with copies around it); 0 on the CPU. */
+int pd__session_cpu_nodes(const pd_session *s);
+
 bool pd__session_needs_grad(const pd_session *s, int t);
 const pd_train_options *pd__session_options(const pd_session *s);
 /* The parameter, gradient and optimizer-state slabs (borrowed). */

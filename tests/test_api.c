@@ -172,6 +172,25 @@ static void test_bad_arguments(void) {
     to.lr = -1;
     CHECK(pd_session_create(g, &to, &s) == PD_ERR_INVALID && says("learning rate") && s == (pd_session *)&check_count,
           "session_create(lr -1): names the learning rate: %s", pd_last_error());
+    /* devices (docs/CUDA.md): the parser, and a CUDA session where there is no GPU or no backend */
+    pd_train_options dv = PD_TRAIN_OPTIONS_INIT;
+    CHECK(pd_train_options_set_device(&dv, "cuda:2", "bf16") == PD_OK && dv.device == PD_DEVICE_CUDA &&
+              dv.device_index == 2 && dv.precision == PD_PRECISION_BF16,
+          "train_options_set_device(cuda:2, bf16)");
+    CHECK(pd_train_options_set_device(&dv, "cpu", NULL) == PD_OK && dv.device == PD_DEVICE_CPU &&
+              dv.precision == PD_PRECISION_BF16,
+          "train_options_set_device(cpu, NULL) keeps the precision");
+    CHECK(pd_train_options_set_device(&dv, "cuda:x", NULL) == PD_ERR_INVALID && says("cuda:x") &&
+              dv.device == PD_DEVICE_CPU,
+          "train_options_set_device(cuda:x): names it, o untouched: %s", pd_last_error());
+    CHECK(pd_train_options_set_device(&dv, NULL, "fp16") == PD_ERR_INVALID && says("fp16"),
+          "train_options_set_device(precision fp16): %s", pd_last_error());
+    if (pd_cuda_device_count() == 0) {
+        dv.device = PD_DEVICE_CUDA;
+        CHECK(pd_session_create(g, &dv, &s) == PD_ERR_UNSUPPORTED && says("device cuda") &&
+                  s == (pd_session *)&check_count,
+              "session_create(cuda) without a GPU or the backend: %s", pd_last_error());
+    }
     s = session(g);
     if (s) {
         double loss;
@@ -199,7 +218,9 @@ static void test_bad_arguments(void) {
         CHECK(step(s, 0, &loss) == PD_OK && isfinite(loss), "a step after the errors: loss %g", loss);
         CHECK(pd_session_step_count(s) == 1 && pd_session_batch(s) == B && pd_session_num_params(s) == 6,
               "session counts: 1 step, batch %d, 6 parameters", B);
+        CHECK(pd_session_sync(s) == PD_OK, "session_sync on the CPU: nothing to do");
     }
+    CHECK(pd_session_sync(NULL) == PD_ERR_INVALID && says("session"), "session_sync(NULL): %s", pd_last_error());
     CHECK(pd_session_step(NULL, NULL) == PD_ERR_INVALID && says("session"), "session_step(NULL): %s", pd_last_error());
     CHECK(pd_session_batch(NULL) == 0 && pd_session_num_params(NULL) == 0 && pd_session_step_count(NULL) == 0,
           "session counts of NULL are 0");

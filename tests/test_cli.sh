@@ -177,7 +177,24 @@ echo '{"format": "pdonnx-plan", "workers": 1' >"$tmp/trunc.json"
 expect_error "simulate: truncated plan" "$tmp/trunc.json:1: invalid JSON" "$pdonnx" simulate "$tmp/trunc.json" --schedule flush
 expect_error "schedule: interleaved needs m divisible by p" "multiple" \
   "$pdonnx" schedule --stages 3 --microbatches 4 --schedule interleaved
-expect_error "profile: no CUDA backend" "CUDA backend is not built" "$pdonnx" profile "$fx/mlp/model.onnx" --batch 4 --device cuda -o "$tmp/p.json"
+# --- CUDA (docs/CUDA.md; the runs themselves are test_cli_cuda.sh, suite cuda): without a GPU, or
+# in a build without the backend, --device cuda is one line saying which and a non-zero exit
+if "$pdonnx" train "$ex/digits_mlp.onnx" --steps 1 --device cuda --quiet >/dev/null 2>&1; then
+  ok "train --device cuda: a GPU is here (test_cli_cuda.sh checks the run)"
+else
+  expect_error "train --device cuda without a GPU or the CUDA backend" "device cuda: " \
+    "$pdonnx" train "$ex/digits_mlp.onnx" --steps 1 --device cuda --quiet
+  expect_error "profile --device cuda without a GPU or the CUDA backend" "device cuda: " \
+    "$pdonnx" profile "$fx/mlp/model.onnx" --batch 4 --device cuda -o "$tmp/p.json"
+fi
+expect_error "train: bad --device" "device must be cpu, cuda or cuda:N, not 'tpu'" \
+  "$pdonnx" train "$ex/digits_mlp.onnx" --device tpu
+expect_error "train: bad --precision" "precision must be fp32, tf32 or bf16, not 'fp8'" \
+  "$pdonnx" train "$ex/digits_mlp.onnx" --precision fp8
+expect_error "train: --device cuda with --stages" "the pipeline executor runs on the CPU only" \
+  "$pdonnx" train "$ex/digits_mlp.onnx" --steps 2 --stages 2 --device cuda --quiet
+expect_error "profile: bad --device" "--device must be cpu, cuda or cuda:N, not 'gpu'" \
+  "$pdonnx" profile "$fx/mlp/model.onnx" --batch 4 --device gpu -o "$tmp/p.json"
 
 # --- pipeline training: 1F1B over 2 stages equals one stage on the same global batch
 if "$pdonnx" train "$ex/digits_mlp.onnx" --steps 20 --no-shuffle --metrics "$tmp/one.jsonl" --quiet >"$tmp/out" 2>&1 \

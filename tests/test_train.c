@@ -7,6 +7,11 @@
  * and every initializer afterwards (weights and BatchNorm statistics) with
  * PyTorch's trained.onnx: |ours - torch| <= 1e-4 * (|torch| + mean |torch|).
  * mlp_loss has its loss inside the model (SoftmaxCrossEntropyLoss): --loss graph.
+ *
+ * On a GPU (suite cuda): test_train --device cuda[:N] [--precision fp32|tf32|bf16]
+ * [--tol X] FIXTURES_DIR [MODEL...]: the same cases on the CUDA session, the
+ * same bound in fp32, a looser one (--tol) for tf32 and bf16; exits 77
+ * (skipped) without a GPU or a CUDA build.
  */
 #include "../core/pd_internal.h"
 #include "../runtime/data.h"
@@ -45,6 +50,9 @@ static double rel_err(const float *got, const float *want, int64_t n) {
     return worst;
 }
 
+static const char *dev_name = NULL, *prec_name = NULL; /* --device, --precision */
+static double tol = 1e-4;
+
 static void run_case(const char *fx, const char *line) {
     char model[64], cname[64], opt[64], p[1024];
     kv(line, "model", model, sizeof model);
@@ -80,6 +88,7 @@ static void run_case(const char *fx, const char *line) {
     char freeze[256];
     o.freeze = kv(line, "freeze", freeze, sizeof freeze); /* parameters whose true gradient is zero */
     o.threads = 1;
+    if (st == PD_OK) st = pd_train_options_set_device(&o, dev_name, prec_name);
     if (!strcmp(opt, "sgd")) o.optimizer = PD_OPT_SGD;
     else if (!strcmp(opt, "momentum")) o.optimizer = PD_OPT_MOMENTUM;
     else if (!strcmp(opt, "nesterov")) o.optimizer = PD_OPT_NESTEROV;
@@ -119,8 +128,12 @@ static void run_case(const char *fx, const char *line) {
     }
     free(bx.data);
     free(by.data);
-    CHECK(st == PD_OK && worst <= 1e-4, "%s/%s: %lld per-step losses match PyTorch's, max relative error %.3g (step %lld)%s%s",
+    CHECK(st == PD_OK && worst <= tol, "%s/%s: %lld per-step losses match PyTorch's, max relative error %.3g (step %lld)%s%s",
           model, cname, (long long)steps, worst, (long long)worst_step, st ? ": " : "", st ? pd_last_error() : "");
+    if (st != PD_OK) goto done;
+    st = pd_session_sync(s); /* on a GPU: the trained values into the graph */
+    CHECK(st == PD_OK, "%s/%s: pd_session_sync (a GPU's weights into the graph; nothing on the CPU)%s%s", model, cname, st ? ": " : "",
+          st ? pd_last_error() : "");
     if (st != PD_OK) goto done;
     /* every initializer after training */
     snprintf(p, sizeof p, "%s/%s/train/%s/trained.onnx", fx, model, cname);
@@ -169,7 +182,7 @@ static void run_case(const char *fx, const char *line) {
           same, st ? ": " : "", st ? pd_last_error() : "");
     pd_graph_destroy(back);
     remove(saved);
-    CHECK(bad == 0 && compared > 0 && wworst <= 1e-4,
+    CHECK(bad == 0 && compared > 0 && wworst <= tol,
           "%s/%s: %d trained initializers match PyTorch's, max relative error %.3g ('%s')%s", model, cname, compared,
           wworst, wname, bad ? ", some missing" : "");
 done:
@@ -183,9 +196,22 @@ done:
 }
 
 int main(int argc, char **argv) {
-    if (argc < 2) {
-        fprintf(stderr, "usage: test_train FIXTURES_DIR [MODEL...]\n");
+    while (argc > 2 && argv[1][0] == '-' && argv[1][1] == '-') {
+        if (!strcmp(argv[1], "--device")) dev_name = argv[2];
+        else if (!strcmp(argv[1], "--precision")) prec_name = argv[2];
+        else if (!strcmp(argv[1], "--tol")) tol = atof(argv[2]);
+        else break;
+        argc -= 2;
+        argv += 2;
+    }
+    if (argc < 2 || !(tol > 0)) {
+        fprintf(stderr, "usage: test_train [--device cpu|cuda[:N]] [--precision fp32|tf32|bf16] [--tol X] FIXTURES_DIR "
+                        "[MODEL...]\n");
         return 2;
+    }
+    if (dev_name && strncmp(dev_name, "cuda", 4) == 0 && pd_cuda_device_count() == 0) {
+        printf("no CUDA device (or a build without the CUDA backend): skipped\n");
+        return 77;
     }
     const char *models[] = {"mlp", "cnn_bn", "resnet", "gpt", "mlp_loss"};
     for (int m = 0; m < 5; m++) {

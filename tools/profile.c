@@ -3,7 +3,7 @@
  * on a backend, or convert a PipeDream graph.txt; writes our profile JSON and,
  * on request, a graph.txt, and prints the per-node table with totals.
  *
- *   pdonnx profile MODEL.onnx [--batch N] [--device cpu] [--warmup N] [--repeats N]
+ *   pdonnx profile MODEL.onnx [--batch N] [--device cpu|cuda[:N]] [--warmup N] [--repeats N]
  *                  [--threads N] [--optimizer KIND] [--loss KIND] -o PROFILE.json [--pipedream GRAPH.txt]
  *   pdonnx profile --import GRAPH.txt|PROFILE.json -o PROFILE.json [--pipedream GRAPH.txt]
  */
@@ -72,8 +72,9 @@ int pd_cli_profile(int argc, char **argv) {
         } else if (!strcmp(f, "--import")) {
             import = v;
         } else if (!strcmp(f, "--device")) {
-            if (strcmp(v, "cpu") != 0 && strcmp(v, "cuda") != 0)
-                return pd_cli_usage_error("profile: --device must be cpu or cuda, not '%s'", v);
+            pd_train_options t = PD_TRAIN_OPTIONS_INIT;
+            if (pd_train_options_set_device(&t, v, NULL) != PD_OK)
+                return pd_cli_usage_error("profile: --device must be cpu, cuda or cuda:N, not '%s'", v);
             o.device = v;
         } else if (!strcmp(f, "--batch")) {
             if (!pd_cli_parse_int(f, v, 1, INT32_MAX, &lo.batch)) return 2;

@@ -168,6 +168,10 @@ static int pd__parse(pd__targs *a, int argc, char **argv) {
             NEED_VALUE;
             if (!pd_cli_parse_int(f, v, 1, 1024, &n)) return 2;
             a->o.threads = (int)n;
+        } else if (!strcmp(f, "--device") || !strcmp(f, "--precision")) { /* docs/CUDA.md */
+            NEED_VALUE;
+            if (pd_train_options_set_device(&a->o, f[2] == 'd' ? v : NULL, f[2] == 'p' ? v : NULL) != PD_OK)
+                return pd_cli_usage_error("train: %s", pd_last_error());
         } else if (!strcmp(f, "--metrics")) {
             NEED_VALUE;
             a->metrics = v;
@@ -1095,7 +1099,7 @@ static int pd__train_main(int argc, char **argv) {
     }
 save:
     if (a.save) {
-        if (pd_graph_save(g, a.save) != PD_OK) {
+        if ((s && pd_session_sync(s) != PD_OK) || pd_graph_save(g, a.save) != PD_OK) { /* sync: a CUDA session's weights */
             pd_cli_fail();
             goto done;
         }

@@ -83,6 +83,8 @@ extern "C" pd_status pd__cuda_ctx_create(int device, pd__cuda_ctx **out) {
 static void cu_release(pd__cuda_ctx *c) {
     if (c->stream) (void)cudaStreamSynchronize(c->stream);
     pd__cu_conv_cache_free(c);
+    if (c->ev0) (void)cudaEventDestroy(c->ev0);
+    if (c->ev1) (void)cudaEventDestroy(c->ev1);
     for (int i = 0; i < c->live_cap; i++)
         if (c->live_p && c->live_p[i]) (void)cudaFree(c->live_p[i]);
     for (int k = 0; k < PD_CU_NCLASS; k++) {
@@ -125,6 +127,33 @@ extern "C" pd_status pd__cu_check_flag(pd__cuda_ctx *c, const char *what) {
     if (!h) return PD_OK;
     PD_CU(cudaMemsetAsync(c->flag, 0, sizeof(int), c->stream));
     return pd__err(PD_ERR_INVALID, "%s met an index or label out of range", what);
+}
+
+extern "C" pd_status pd__cuda_timer_start(pd__cuda_ctx *c) {
+    if (!c->ev0) PD_CU(cudaEventCreate(&c->ev0));
+    if (!c->ev1) PD_CU(cudaEventCreate(&c->ev1));
+    PD_CU(cudaEventRecord(c->ev0, c->stream));
+    return PD_OK;
+}
+
+extern "C" pd_status pd__cuda_timer_stop(pd__cuda_ctx *c, double *ms) {
+    float f = 0;
+    PD_CU(cudaEventRecord(c->ev1, c->stream));
+    PD_CU(cudaEventSynchronize(c->ev1));
+    PD_CU(cudaEventElapsedTime(&f, c->ev0, c->ev1));
+    *ms = (double)f;
+    return pd__cu_check_flag(c, "a kernel");
+}
+
+extern "C" pd_status pd__cuda_host_alloc(size_t bytes, void **out) {
+    void *p = NULL;
+    PD_CU(cudaMallocHost(&p, bytes ? bytes : 1));
+    *out = p;
+    return PD_OK;
+}
+
+extern "C" void pd__cuda_host_free(void *p) {
+    if (p) (void)cudaFreeHost(p);
 }
 
 /* ---- the caching allocator ----------------------------------------------------------------------- */

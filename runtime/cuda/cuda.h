@@ -75,6 +75,18 @@ void *pd__cuda_stream(pd__cuda_ctx *c);
 /* Waits until everything queued on the stream has run; reports its errors. */
 pd_status pd__cuda_sync(pd__cuda_ctx *c);
 
+/* The profiler's clock: an event recorded on the stream at start, another at
+ * stop; stop waits for it and gives the milliseconds between them (the work
+ * queued in between, as the GPU ran it). */
+pd_status pd__cuda_timer_start(pd__cuda_ctx *c);
+pd_status pd__cuda_timer_stop(pd__cuda_ctx *c, double *ms);
+
+/* Page-locked host memory (cudaMallocHost): uploads from it are truly
+ * asynchronous, so the caller keeps it unchanged until the stream has run
+ * the copy (the session's input staging). */
+pd_status pd__cuda_host_alloc(size_t bytes, void **out);
+void pd__cuda_host_free(void *p);
+
 /* ---- the caching allocator ----------------------------------------------------------------------
  * Sizes are rounded up to a size class (512 B, then four classes per power of
  * two); a freed block goes to its class's free list and the next request of

@@ -69,6 +69,8 @@ struct pd__cuda_ctx {
     int nconv, conv_cap;
     /* device error flag (an int): kernels set it on bad indices or labels */
     int *flag;
+    /* pd__cuda_timer_start/stop (the profiler): created on first use */
+    cudaEvent_t ev0, ev1;
 };
 
 /* ---- launches ----------------------------------------------------------------------------------- */

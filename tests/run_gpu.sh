@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# run_gpu.sh - every CUDA test on a GPU machine, from a folder packed by
+# tools/gpu_pack.sh (or a build dir: BIN/pdonnx, BIN/tests/..., BIN/bench/...),
+# without meson (the GPU machines lack this project's build dependencies).
+# Prints each test's OK / NOT OK lines; exits 0 when every test passed.
+#
+#   tests/run_gpu.sh BIN [--sanitize]
+#     --sanitize: test_cuda again under compute-sanitizer memcheck, racecheck,
+#                 initcheck and synccheck (minutes; the op tests only)
+set -u
+cd "$(dirname "$0")/.."
+bin=$(cd "${1:?usage: tests/run_gpu.sh BIN [--sanitize]}" && pwd)
+sanitize=${2:-}
+. tests/gpu_env.sh
+export LD_LIBRARY_PATH="$PD_GPU_LIBS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export OMP_WAIT_POLICY=passive
+nvidia-smi -L 2>/dev/null || echo "nvidia-smi: not found"
+failed=0
+t() { # t NAME CMD...: one test; 77 is a skip
+  echo "=== $1"
+  shift
+  "$@"
+  local rc=$?
+  if [ $rc -eq 0 ]; then echo "=== PASS"; elif [ $rc -eq 77 ]; then echo "=== SKIP"; failed=1; else echo "=== FAIL (rc $rc)"; failed=1; fi
+}
+fx=tests/fixtures
+t "cuda (every op against the CPU backend)" "$bin/tests/test_cuda"
+t "train-cuda-fp32 (PyTorch trajectories, 1e-4)" "$bin/tests/test_train" --device cuda "$fx"
+t "train-cuda-tf32 (3e-2)" "$bin/tests/test_train" --device cuda --precision tf32 --tol 3e-2 "$fx"
+t "train-cuda-bf16 (1e-1)" "$bin/tests/test_train" --device cuda --precision bf16 --tol 1e-1 "$fx"
+t "cli-cuda" tests/test_cli_cuda.sh "$bin/pdonnx" .
+if [ "$sanitize" = --sanitize ]; then
+  for tool in memcheck racecheck initcheck synccheck; do
+    t "compute-sanitizer --tool $tool test_cuda" compute-sanitizer --tool "$tool" --error-exitcode 1 "$bin/tests/test_cuda"
+  done
+fi
+[ $failed -eq 0 ] && echo "all GPU tests passed" || echo "some GPU tests failed or were skipped"
+exit $failed

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# test_cli_cuda.sh - `pdonnx train|profile --device cuda` end to end (suite
+# cuda): exits 77 (skipped) where the build has no CUDA backend or the machine
+# no GPU. On a GPU: the digits MLP trains 30 steps on one stage in fp32 with
+# the CPU's per-step losses (1e-4 relative), in tf32 and bf16 close to them
+# (3e-2 and 1e-1), writes metrics and a trained model that runs; profile --device cuda
+# writes a profile that says cuda; a model whose every op runs on the GPU.
+#   test_cli_cuda.sh PDONNX SOURCE_DIR
+set -u
+pdonnx=$1 src=$2
+ex=$src/examples fx=$src/tests/fixtures
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+pass=0 fail=0
+ok() { echo "OK $*"; pass=$((pass + 1)); }
+notok() { echo "NOT OK $*"; fail=$((fail + 1)); }
+
+if ! "$pdonnx" train "$ex/digits_mlp.onnx" --steps 1 --device cuda --quiet >"$tmp/out" 2>&1; then
+  if grep -q "device cuda: " "$tmp/out"; then
+    echo "skipped: $(cat "$tmp/out")"
+    exit 77
+  fi
+fi
+
+losses() { grep -o '"loss": [^,]*' "$1" | cut -d' ' -f2; }
+close() { # close A.jsonl B.jsonl TOL: same number of steps, per-step losses within TOL relative
+  [ "$(wc -l <"$1")" -eq "$(wc -l <"$2")" ] && [ "$(wc -l <"$1")" -gt 0 ] &&
+  paste -d' ' <(losses "$1") <(losses "$2") |
+    awk -v tol="$3" '{d = $1 - $2; if (d < 0) d = -d; if (d > tol * ($1 > 0 ? $1 : -$1) + 1e-7) bad = 1} END {exit bad}'
+}
+common=(--steps 30 --no-shuffle --optimizer momentum --lr 0.05 --quiet) # not Adam: it magnifies near-zero gradients
+"$pdonnx" train "$ex/digits_mlp.onnx" "${common[@]}" --metrics "$tmp/cpu.jsonl" >"$tmp/out" 2>&1 ||
+  notok "train on the CPU: $(tail -c 400 "$tmp/out")"
+for p in fp32 tf32 bf16; do
+  case $p in fp32) tol=1e-4 ;; tf32) tol=3e-2 ;; *) tol=1e-1 ;; esac
+  if "$pdonnx" train "$ex/digits_mlp.onnx" "${common[@]}" --device cuda --precision $p --metrics "$tmp/$p.jsonl" \
+       --save "$tmp/$p.onnx" >"$tmp/out" 2>&1 && close "$tmp/cpu.jsonl" "$tmp/$p.jsonl" $tol && [ -s "$tmp/$p.onnx" ] \
+     && "$pdonnx" run "$tmp/$p.onnx" --input x="$ex/digits/val_x.npy" >/dev/null 2>&1 \
+     && ! cmp -s "$tmp/$p.onnx" "$ex/digits_mlp.onnx"; then
+    ok "train --device cuda --precision $p: 30 losses within $tol of the CPU's, the saved model runs"
+  else
+    notok "train --device cuda --precision $p: $(tail -c 400 "$tmp/out"); losses: $(paste -d' ' <(losses "$tmp/cpu.jsonl") <(losses "$tmp/$p.jsonl" 2>/dev/null) | head -5 | tr '\n' ';')"
+  fi
+done
+if "$pdonnx" train "$ex/digits_mlp.onnx" --steps 5 --device cuda:0 --quiet >"$tmp/out" 2>&1; then
+  ok "train --device cuda:0"
+else
+  notok "train --device cuda:0: $(tail -c 400 "$tmp/out")"
+fi
+if "$pdonnx" train "$ex/digits_mlp.onnx" --steps 1 --device cuda:99 --quiet >"$tmp/out" 2>&1; then
+  notok "train --device cuda:99 ran"
+elif [ "$(wc -l <"$tmp/out")" -eq 1 ] && grep -q "device cuda:99: this machine has" "$tmp/out"; then
+  ok "train --device cuda:99: $(cat "$tmp/out")"
+else
+  notok "train --device cuda:99: $(cat "$tmp/out")"
+fi
+for m in mlp cnn_bn gpt; do
+  if "$pdonnx" profile "$fx/$m/model.onnx" --batch 4 --device cuda --warmup 1 --repeats 3 -o "$tmp/$m.json" \
+       >"$tmp/out" 2>&1 && grep -q '"device":[[:space:]]*"cuda' "$tmp/$m.json"; then
+    ok "profile $m --device cuda (CUDA events)"
+  else
+    notok "profile $m --device cuda: $(tail -c 400 "$tmp/out")"
+  fi
+done
+
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
