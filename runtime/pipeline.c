@@ -205,6 +205,12 @@ static int64_t pd__ns(void) {
 pd_status pd__pipe_set_vertical_sync(pd__pipe *p, bool on) {
     if (on && p->kind != PD_SCHED_PIPEDREAM)
         return pd__err(PD_ERR_INVALID, "--vertical-sync goes with the pipedream schedule, not %s", pd__sched_kind_name(p->kind));
+    for (int w = 0; on && w < p->P; w++) /* a version number counts updates, which a replicated stage makes per round */
+        if (p->rep[w] > 1)
+            return pd__err(PD_ERR_UNSUPPORTED,
+                           "--vertical-sync: stage %d is replicated (%d replicas), so it updates once per round of %d "
+                           "microbatches and its versions are not stage 0's; not supported",
+                           w, p->rep[w], p->rep[w]);
     p->vertical_sync = on;
     return PD_OK;
 }
@@ -622,11 +628,6 @@ static pd_status pd__shape(pd__pipe *p, const pd_plan *plan) {
         r *= width;
         for (int c = 1; c < V; c++)
             if (plan->stage && plan->stage[c * p->P + w].replicas > 1) r = 2;
-        if (r > 1 && p->kind == PD_SCHED_PIPEDREAM)
-            return pd__err(PD_ERR_UNSUPPORTED,
-                           "pipeline: stage %d is replicated; pipedream updates after every microbatch, which one "
-                           "replica would take (replicas run under gpipe, flush, zb-h1, interleaved and 2bw)",
-                           w);
         if (r > 256) return pd__err(PD_ERR_INVALID, "plan: stage %d has %d replicas", w, r);
         p->rep[w] = r;
         p->nwk += r;
@@ -1009,10 +1010,34 @@ static pd_status pd__allreduce_remote(pd__wk *W) {
     return PD_OK;
 }
 
-static pd_status pd__do_allreduce(pd__wk *W, bool *stop) {
+/* pipedream: the round of r microbatches closed by the STEP of microbatch mb
+ * (the run's last round may be shorter) is averaged, as PipeDream's
+ * data-parallel replicas of a stage do; the other schedules' losses are
+ * already scaled per minibatch, so their gradients are summed. */
+static float pd__ared_scale(const pd__wk *W, int mb) {
+    return W->p->kind == PD_SCHED_PIPEDREAM ? 1.0f / (float)(mb % W->nrep + 1) : 1.0f;
+}
+
+static void pd__scale_grads(pd__wk *W, float *G, float f) {
+    pd__pipe *p = W->p;
+    for (int c = 0; f != 1.0f && c < p->V; c++) {
+        const pd__vstage *S = &p->vs[W->ch[c].k];
+        for (int j = 0; j < S->np; j++) {
+            int i = S->params[j];
+            float *g = G + p->sl.poff[i];
+            for (int64_t e = 0; e < p->g->tensors[p->sl.param[i]].numel; e++) g[e] *= f;
+        }
+    }
+}
+
+static pd_status pd__do_allreduce(pd__wk *W, int mb, bool *stop) {
     pd__pipe *p = W->p;
     if (W->nrep == 1) return PD_OK;
-    if (p->remote) return pd__allreduce_remote(W);
+    if (p->remote) {
+        PD_TRY(pd__allreduce_remote(W));
+        pd__scale_grads(W, pd__gslab(W), pd__ared_scale(W, mb));
+        return PD_OK;
+    }
     if (!pd__barrier(p, W->w)) {
         *stop = true;
         return PD_OK;
@@ -1030,6 +1055,7 @@ static pd_status pd__do_allreduce(pd__wk *W, bool *stop) {
                 }
             }
         }
+        pd__scale_grads(W, p->sl.grads, pd__ared_scale(W, mb));
     }
     if (!pd__barrier(p, W->w)) *stop = true;
     return PD_OK;
@@ -1180,13 +1206,19 @@ static pd_status pd__do_step(pd__wk *W, int mb, int32_t version, int k, bool *st
     return PD_OK;
 }
 
+/* The replica of worker w that runs microbatch mb: i mod replicas for the
+ * i-th microbatch of a minibatch; under pipedream (a minibatch is one
+ * microbatch) mb mod replicas, PipeDream's round robin. */
+static int pd__replica_of(const pd__pipe *p, int w, int mb) {
+    return (p->kind == PD_SCHED_PIPEDREAM ? mb : mb % p->M) % p->rep[w];
+}
+
 /* The thread at the other end of link l for microbatch mb: the one that
  * receives what a send makes (grad: backward, to virtual stage l), or sends
- * what a receive takes (grad: from l+1). A replicated worker's microbatch i
- * is its replica i mod replicas'. */
+ * what a receive takes (grad: from l+1). */
 static int pd__peer(const pd__pipe *p, int l, bool grad, bool sending, int mb) {
     int k = grad == sending ? l : l + 1, w = k % p->P;
-    return p->wbase[w] + (mb % p->M) % p->rep[w];
+    return p->wbase[w] + pd__replica_of(p, w, mb);
 }
 
 static pd__transport *pd__via(pd__pipe *p, const pd__wk *W, int peer) {
@@ -1280,6 +1312,12 @@ static void pd__snap_write(const pd__pipe *p, const pd__wk *W, bool pre, pd__rec
 
 pd_status pd__pipe_set_snap_hooks(pd__pipe *p, const pd__snap_hooks *h) {
     if (!p || !h || !h->want || !h->ready) return pd__err(PD_ERR_INVALID, "pd__pipe_set_snap_hooks: NULL argument");
+    for (int w = 0; p->kind == PD_SCHED_PIPEDREAM && w < p->P; w++)
+        if (p->rep[w] > 1) /* a snapshot holds one set of stashes per stage, which its replicas share */
+            return pd__err(PD_ERR_UNSUPPORTED,
+                           "checkpoints of a pipedream run with a replicated stage (stage %d, %d replicas) are not "
+                           "supported yet: each replica stashes the versions of its own microbatches",
+                           w, p->rep[w]);
     if (!p->part) {
         p->part = PD_CALLOC((size_t)p->P, sizeof(char *));
         p->part_cap = PD_CALLOC((size_t)p->P, sizeof(size_t));
@@ -1536,16 +1574,16 @@ static pd_status pd__instr_run(pd__wk *W, int k, bool *stop) {
     case PD_I_RECV_ACT: return pd__recv(W, C, v - 1, false, in->mb, stop);
     case PD_I_SEND_GRAD: return pd__send(W, C, v - 1, true, in->mb, stop);
     case PD_I_RECV_GRAD: return pd__recv(W, C, v, true, in->mb, stop);
-    case PD_I_ALLREDUCE: return pd__do_allreduce(W, stop);
+    case PD_I_ALLREDUCE: return pd__do_allreduce(W, in->mb, stop);
     case PD_I_STEP: return pd__do_step(W, in->mb, in->version, k, stop);
     default: return pd__err(PD_ERR_UNSUPPORTED, "instruction %s is not supported yet", pd__op_name(in->op));
     }
 }
 
-/* A replica takes microbatch i of each minibatch when i mod replicas is its index. */
+/* A replica runs its microbatches (pd__replica_of), and every ALLREDUCE and STEP. */
 static bool pd__mine(const pd__wk *W, const pd__instr *in) {
     if (W->nrep == 1 || in->op == PD_I_ALLREDUCE || in->op == PD_I_STEP) return true;
-    return (in->mb % W->p->M) % W->nrep == W->r;
+    return pd__replica_of(W->p, W->w, in->mb) == W->r;
 }
 
 /* Instructions of minibatches before the run's resume boundary were done
