@@ -20,7 +20,10 @@
  * Link s (stage s -> s+1) carries the tensors made at or before stage s that
  * a later stage reads (a skip connection passes through the stages between),
  * and, backward, the gradients made after s and used at or before it. A
- * message is one packed copy of them. Bi-Partition (a node's backward on
+ * message is one packed copy of them; within the process the receiver does
+ * not unpack it: its views of those tensors point into the buffer, which
+ * goes back to the link's pool when the microbatch's B (W) and SEND_GRAD
+ * are done (across processes the transport's buffer is copied out). Bi-Partition (a node's backward on
  * another stage than its forward; only nodes without parameters): a
  * backward's inputs and outputs count as read by its stage, so a later
  * backward's activations travel forward with the activations, and an earlier
@@ -99,6 +102,15 @@ typedef struct pd__chunk { /* a virtual stage on one replica of its worker */
     int *need_until;    /* per version: index of the last F/B/W naming it (this run) */
     int peak_versions;  /* most versions held at once (this run) */
     float *sg;          /* gradients of the shared parameters it reads (vstage sp) */
+    /* in-process messages are handed over, not unpacked: while microbatch
+     * mb is in flight, the views of what it received point into the message
+     * buffers held[2*slot] (activations, link k-1) and held[2*slot+1]
+     * (gradients, link k); back to the pool when its B (W) and SEND_GRAD
+     * are done. orig: the views' own pointers, per slot, link k-1's then k's */
+    void **held;
+    void **orig;
+    int norig;          /* per slot */
+    bool *sent;         /* per slot: its SEND_GRAD ran */
 } pd__chunk;
 
 typedef struct pd__ev {
@@ -484,6 +496,10 @@ void pd__pipe_destroy(pd__pipe *p) {
             PD_FREE(C->stash);
             PD_FREE(C->need_until);
             PD_FREE(C->sg);
+            for (int k = 0; C->held && k < 2 * p->nslots; k++) PD_FREE(C->held[k]);
+            PD_FREE(C->held);
+            PD_FREE(C->orig);
+            PD_FREE(C->sent);
         }
         PD_FREE(W->ch);
         PD_FREE(W->grads);
@@ -845,6 +861,18 @@ pd_status pd__pipe_create(pd_graph *g, const pd_plan *plan, const pd_train_optio
                     C->stash[k].w = PD_MALLOC(sizeof(float) * ((size_t)S->packed + 1));
                     if (!C->stash[k].w) goto nomem;
                 }
+                const pd__link *La = C->k > 0 ? &p->link[C->k - 1] : NULL, *Lg = C->k + 1 < p->NV ? &p->link[C->k] : NULL;
+                C->norig = (La ? La->nt : 0) + (Lg ? Lg->ngt + Lg->nbt : 0);
+                C->held = PD_CALLOC(2 * (size_t)p->nslots, sizeof(void *));
+                C->orig = PD_CALLOC((size_t)p->nslots * (size_t)C->norig + 1, sizeof(void *));
+                C->sent = PD_CALLOC((size_t)p->nslots, sizeof(bool));
+                if (!C->held || !C->orig || !C->sent) goto nomem;
+                for (int k = 0; k < p->nslots; k++) {
+                    void **o = C->orig + (size_t)k * (size_t)C->norig;
+                    for (int q = 0; La && q < La->nt; q++) *o++ = pd__actx_value(C->slot[k], La->t[q])->data;
+                    for (int q = 0; Lg && q < Lg->ngt; q++) *o++ = pd__actx_grad(C->slot[k], Lg->gt[q])->data;
+                    for (int q = 0; Lg && q < Lg->nbt; q++) *o++ = pd__actx_value(C->slot[k], Lg->bt[q])->data;
+                }
             }
         }
     PD_FREE(ts);
@@ -923,6 +951,8 @@ static void pd__release(pd__chunk *C, int32_t v, int k) {
 
 /* ---- compute ---- */
 
+static void pd__slot_done(pd__pipe *p, pd__chunk *C, int slot);
+
 static pd_status pd__do_forward(pd__wk *W, pd__chunk *C, int mb, int32_t version) {
     pd__pipe *p = W->p;
     const pd_graph *g = p->g;
@@ -932,6 +962,7 @@ static pd_status pd__do_forward(pd__wk *W, pd__chunk *C, int mb, int32_t version
         return pd__err(PD_ERR_INTERNAL, "microbatch %d's slot is still in flight", mb);
     PD_TRY(pd__bind(p, C, c, version));
     C->slot_ver[mb % p->nslots] = version;
+    C->sent[mb % p->nslots] = false;
     if (++W->inflight > W->peak_act) W->peak_act = W->inflight;
     pd__actx_zero_grads_of(p->s, c, S->bnodes, S->nbnodes);
     for (int i = 0; i < g->ninputs; i++) { /* the graph inputs its nodes read */
@@ -973,6 +1004,7 @@ static pd_status pd__do_backward(pd__wk *W, pd__chunk *C, int mb, int32_t versio
     if (part != 1) {
         *fv = -1;
         W->inflight--;
+        pd__slot_done(p, C, mb % p->nslots);
     }
     return PD_OK;
 }
@@ -1225,6 +1257,30 @@ static pd__transport *pd__via(pd__pipe *p, const pd__wk *W, int peer) {
     return p->remote && p->rank_of[peer] != p->rank_of[W - p->wk] ? p->remote : &p->local.base;
 }
 
+/* The in-process message of direction dir (0: activations from link k-1,
+ * 1: gradients from link k) that slot's views read, back to its queue's
+ * pool; the views point at the context's own memory again. */
+static void pd__unhold(pd__pipe *p, pd__chunk *C, int slot, int dir) {
+    void *b = C->held[2 * slot + dir];
+    if (!b) return;
+    pd__link *L = &p->link[dir ? C->k : C->k - 1];
+    void **o = C->orig + (size_t)slot * (size_t)C->norig + (dir && C->k > 0 ? p->link[C->k - 1].nt : 0);
+    pd__actx *c = C->slot[slot];
+    for (int q = 0; !dir && q < L->nt; q++) pd__actx_value(c, L->t[q])->data = *o++;
+    for (int q = 0; dir && q < L->ngt; q++) pd__actx_grad(c, L->gt[q])->data = *o++;
+    for (int q = 0; dir && q < L->nbt; q++) pd__actx_value(c, L->bt[q])->data = *o++;
+    C->held[2 * slot + dir] = NULL;
+    pd__q_recycle(p, dir ? &L->bwd : &L->fwd, b);
+}
+
+/* After the B (W) and the SEND_GRAD of the microbatch in slot: nothing of it
+ * reads its messages any more. */
+static void pd__slot_done(pd__pipe *p, pd__chunk *C, int slot) {
+    if (C->slot_ver[slot] >= 0 || (C->k > 0 && !C->sent[slot])) return;
+    pd__unhold(p, C, slot, 0);
+    pd__unhold(p, C, slot, 1);
+}
+
 /* Packs the link's activations (grad false) or gradients (grad true) of a context. */
 static pd_status pd__send(pd__wk *W, pd__chunk *C, int l, bool grad, int mb, bool *stop) {
     pd__pipe *p = W->p;
@@ -1241,7 +1297,12 @@ static pd_status pd__send(pd__wk *W, pd__chunk *C, int l, bool grad, int mb, boo
         memcpy(buf + off, v->data, pd__tbytes(p->g, tt));
         off += pd__tbytes(p->g, tt);
     }
-    return t->vt->send(t, (int)(W - p->wk), to, l, grad, mb, buf, n, stop);
+    PD_TRY(t->vt->send(t, (int)(W - p->wk), to, l, grad, mb, buf, n, stop));
+    if (grad) { /* the microbatch's last reader of its messages, unless its W is still to come */
+        C->sent[mb % p->nslots] = true;
+        pd__slot_done(p, C, mb % p->nslots);
+    }
+    return PD_OK;
 }
 
 static pd_status pd__recv(pd__wk *W, pd__chunk *C, int l, bool grad, int mb, bool *stop) {
@@ -1253,15 +1314,20 @@ static pd_status pd__recv(pd__wk *W, pd__chunk *C, int l, bool grad, int mb, boo
     void *buf = NULL;
     PD_TRY(t->vt->recv(t, from, (int)(W - p->wk), l, grad, mb, n, &buf, stop));
     if (*stop) return PD_OK;
-    pd__actx *c = C->slot[mb % p->nslots];
+    int slot = mb % p->nslots;
+    pd__actx *c = C->slot[slot];
+    bool hand = t == &p->local.base; /* in process: the views read the buffer itself until the microbatch is done */
+    if (hand) pd__unhold(p, C, slot, grad);
     size_t off = 0;
     for (int k = 0; k < (grad ? L->ngt + L->nbt : L->nt); k++) {
         int tt = grad ? (k < L->ngt ? L->gt[k] : L->bt[k - L->ngt]) : L->t[k];
         pd_tensor *v = grad && k < L->ngt ? pd__actx_grad(c, tt) : pd__actx_value(c, tt);
-        memcpy(v->data, (char *)buf + off, pd__tbytes(p->g, tt));
+        if (hand) v->data = (char *)buf + off;
+        else memcpy(v->data, (char *)buf + off, pd__tbytes(p->g, tt));
         off += pd__tbytes(p->g, tt);
     }
-    t->vt->put(t, l, grad, buf);
+    if (hand) C->held[2 * slot + grad] = buf;
+    else t->vt->put(t, l, grad, buf);
     return PD_OK;
 }
 
@@ -1865,6 +1931,9 @@ pd_status pd__pipe_run(pd__pipe *p, int64_t minibatches, const pd_tensor *inputs
         }
     }
     for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
+    for (int i = 0; i < p->nwk; i++) /* messages a failed run left in the contexts */
+        for (int c = 0; c < p->V; c++)
+            for (int k = 0; k < 2 * p->nslots; k++) pd__unhold(p, &p->wk[i].ch[c], k / 2, k % 2);
     if (st == PD_OK && p->err == PD_OK && p->remote) st = pd__run_remote_end(p, minibatches, results);
     p->last_ms = 1e-6 * (double)(pd__ns() - p->t0);
     for (int l = 0; l + 1 < p->NV; l++) {
