@@ -964,7 +964,9 @@ static pd_status pd__do_forward(pd__wk *W, pd__chunk *C, int mb, int32_t version
     C->slot_ver[mb % p->nslots] = version;
     C->sent[mb % p->nslots] = false;
     if (++W->inflight > W->peak_act) W->peak_act = W->inflight;
-    pd__actx_zero_grads_of(p->s, c, S->bnodes, S->nbnodes);
+    /* the context holds only the stage's tensors: one memset, where zeroing
+     * per node wrote a tensor read by k nodes k+1 times */
+    pd__actx_zero_grads(c);
     for (int i = 0; i < g->ninputs; i++) { /* the graph inputs its nodes read */
         int t = g->inputs[i];
         if (!pd__actx_value(c, t)->data) continue;
