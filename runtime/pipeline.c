@@ -23,10 +23,11 @@
  * message is one packed copy of them; within the process the receiver does
  * not unpack it: its views of those tensors point into the buffer, which
  * goes back to the link's pool when the microbatch's B (W) and SEND_GRAD
- * are done (across processes the transport's buffer is copied out). Bi-Partition (a node's backward on
- * another stage than its forward; only nodes without parameters): a
- * backward's inputs and outputs count as read by its stage, so a later
- * backward's activations travel forward with the activations, and an earlier
+ * are done (across processes the transport's buffer is copied out).
+ * Bi-Partition (a node's backward on another stage than its forward; only
+ * nodes without parameters): a backward's inputs and outputs count as read
+ * by its stage, so a later backward's activations travel forward with the
+ * activations, and an earlier
  * one's travel back with the gradients (made after s, read by a backward at
  * or before s).
  * Links are between virtual stages (interleaved: k on worker k % P to k+1);
@@ -861,7 +862,8 @@ pd_status pd__pipe_create(pd_graph *g, const pd_plan *plan, const pd_train_optio
                     C->stash[k].w = PD_MALLOC(sizeof(float) * ((size_t)S->packed + 1));
                     if (!C->stash[k].w) goto nomem;
                 }
-                const pd__link *La = C->k > 0 ? &p->link[C->k - 1] : NULL, *Lg = C->k + 1 < p->NV ? &p->link[C->k] : NULL;
+                const pd__link *La = C->k > 0 ? &p->link[C->k - 1] : NULL;
+                const pd__link *Lg = C->k + 1 < p->NV ? &p->link[C->k] : NULL;
                 C->norig = (La ? La->nt : 0) + (Lg ? Lg->ngt + Lg->nbt : 0);
                 C->held = PD_CALLOC(2 * (size_t)p->nslots, sizeof(void *));
                 C->orig = PD_CALLOC((size_t)p->nslots * (size_t)C->norig + 1, sizeof(void *));
