@@ -12,7 +12,9 @@
  * - pipedream (weight stashing; the pipeline itself fails a B whose version
  *   is not its F's), 2 to 4 stages: stage s holds p-s versions; equals a
  *   reference that computes microbatch k with each stage's weights at the
- *   version its F names in the schedule; converges in 300 steps;
+ *   version its F names in the schedule; converges in 300 steps; with
+ *   replicated stages (round robin, one update of the mean gradient per
+ *   round) the same replay, each replica's versions as its list keeps;
  * - a NaN in one minibatch's data, and a failure injected at every
  *   instruction kind of every stage, stop all stages with an error naming
  *   the stage and the step (no deadlock), and the pipeline trains on.
@@ -23,7 +25,8 @@
  * - statistics (busy time, peaks of microbatches held against the schedule's
  *   closed forms, activation bytes from the graph) and the Chrome trace (every
  *   instruction of the run, in order);
- * - failures on a replicated stage (ALLREDUCE, STEP included) and in a chunk
+ * - failures on a replicated stage (ALLREDUCE, STEP included; flush and
+ *   pipedream) and in a chunk
  *   stop the pipeline; plans it cannot run are refused with the reason.
  * The small GPT fixture, and the MLP with its loss inside the model (labels
  * a graph input), run a sample of the same checks (2-4 stages).
@@ -654,6 +657,43 @@ static void run_failures_ex(const char *fx, const pd_tensor *xs, const pd_tensor
     pd_graph_destroy(g);
 }
 
+/* pipedream with stage 1 of 3 on two replicas: a failure injected at each
+ * instruction kind of microbatch 5 (replica 1's; its round's ALLREDUCE and
+ * STEP, which both replicas run) stops the run naming it, no replica waits
+ * forever, and the pipeline trains on. */
+static void run_failures_pd(const char *fx, const pd_tensor *xs, const pd_tensor *ys, const ref *r) {
+    pd_graph *g = NULL;
+    pd_plan *plan = NULL;
+    pd__pipe *p = NULL;
+    pd_status st = load(fx, BATCH, &g);
+    if (st == PD_OK) st = make_plan(g, 3, 1, &plan);
+    if (st == PD_OK) plan->stage[1].replicas = 2;
+    if (st == PD_OK) st = pd__pipe_create(g, plan, &r->o, PD_SCHED_PIPEDREAM, 1, &p);
+    const int ops[] = {PD_I_F, PD_I_B, PD_I_ALLREDUCE, PD_I_STEP, PD_I_RECV_ACT, PD_I_SEND_GRAD};
+    int named = 0;
+    char bad[1024] = "";
+    for (int i = 0; st == PD_OK && i < 6; i++) {
+        pd__pipe_inject_failure(p, 1, ops[i], 5);
+        pd_status run = pd__pipe_run(p, 8, xs, ys, NULL);
+        char want[128];
+        snprintf(want, sizeof want, ", step 6, %s of microbatch 5: injected failure", pd__op_name(ops[i]));
+        bool every = ops[i] == PD_I_ALLREDUCE || ops[i] == PD_I_STEP;
+        bool ok = run == PD_ERR_INTERNAL && strstr(pd_last_error(), want) &&
+                  strstr(pd_last_error(), every ? "stage 1 (replica " : "stage 1 (replica 1)");
+        named += ok;
+        if (!ok && !bad[0]) snprintf(bad, sizeof bad, "; %s: got '%s'", want, pd_last_error());
+    }
+    if (p) pd__pipe_inject_failure(p, -1, 0, 0);
+    if (st == PD_OK) st = pd__pipe_run(p, 8, xs, ys, NULL);
+    CHECK(st == PD_OK && named == 6,
+          "pipedream, 3 stages, stage 1 with 2 replicas: %d/6 injected failures (F, B, ALLREDUCE, STEP, RECV_ACT, "
+          "SEND_GRAD) stop every replica, named; it trains on afterwards%s%s%s",
+          named, bad, st ? ": " : "", st ? pd_last_error() : "");
+    pd__pipe_destroy(p);
+    pd_plan_destroy(plan);
+    pd_graph_destroy(g);
+}
+
 /* Plans the pipeline cannot run say why. */
 static bool no_snap(void *ctx, int64_t b) {
     (void)ctx, (void)b;
@@ -935,6 +975,7 @@ static void run_model(const char *fixtures, const char *model, bool full, pd_los
         run_refusals(fx, &refs[0]);
         run_split(fx, &xs, &ys, &refs[0]);
         run_failures_ex(fx, &xs, &ys, &refs[0]);
+        run_failures_pd(fx, &xs, &ys, &refs[0]);
         run_nan(fx, &xs, &ys, &refs[0]);
         run_failures(fx, &xs, &ys, &refs[0], PD_SCHED_GPIPE);
         run_failures(fx, &xs, &ys, &refs[0], PD_SCHED_FLUSH);
