@@ -4598,7 +4598,9 @@ const char *pd__op_name(int op);
 
 /* Builds the instruction lists of `minibatches` minibatches of `microbatches`
  * each. chunks: 1, or >= 2 for interleaved. replicas: per worker (NULL: all
- * 1); a worker with replicas > 1 all-reduces its gradients before each STEP.
+ * 1); a worker with replicas > 1 all-reduces its gradients before each STEP
+ * (pipedream: one STEP per round of r microbatches, replica j taking the
+ * microbatches j mod r).
  * Microbatch indices are global (minibatch t: t*m .. t*m+m-1); STEP and
  * ALLREDUCE carry the last microbatch of the update they close; peer is -1
  * and version -1 where they do not apply. */
@@ -6050,6 +6052,7 @@ typedef struct pd__bld {
     bool oom;
     int *fver; /* version each (chunk, mb)'s F used: fver[chunk * M + mb] (workers are built in turn) */
     int M;     /* microbatches in all */
+    int rep;   /* replicas of this worker */
 } pd__bld;
 
 static void pd__emit(pd__bld *b, int op, int chunk, int mb, int version, int peer, int split) {
@@ -6132,7 +6135,11 @@ static void pd__flush(pd__bld *b, int m, int N, bool zb, int depth) {
 
 /* 1F1B without a flush over all M = m*N microbatches. pipedream: an update
  * after every backward; an F uses the latest version (the updates done so
- * far), its B the same stashed version. 2bw: an update after the last
+ * far), its B the same stashed version. A pipedream worker with r replicas
+ * (PipeDream's hybrid plans: replica j takes microbatches j, j+r, ... in
+ * turn) updates once per round of r microbatches, after the backward of its
+ * last (or of the run's last microbatch), with the round's gradients
+ * averaged by the ALLREDUCE before it. 2bw: an update after the last
  * backward of every m microbatches; minibatch t's microbatches all use
  * version max(t-1, 0) (W(t+1) = W(t) - lr*grad f(W(t-1))); the warm-up is
  * capped at m so that at most two versions are ever live. */
@@ -6144,8 +6151,9 @@ static void pd__async(pd__bld *b, int m, int N, bool twobw) {
         if (j < M) pd__F(b, 0, j, twobw ? (j / m > 0 ? j / m - 1 : 0) : steps);
         if (k < 0) continue;
         pd__B(b, 0, k, false);
-        if (!twobw)
-            pd__STEP(b, k, ++steps);
+        if (!twobw) {
+            if (k % b->rep == b->rep - 1 || k == M - 1) pd__STEP(b, k, ++steps);
+        }
         else if (k % m == m - 1)
             pd__STEP(b, k, k / m + 1);
     }
@@ -6225,7 +6233,8 @@ static pd_status pd__build(pd__sched_kind kind, int n_stages, int chunks, int mi
     }
     for (int s = 0; s < n_stages; s++) sc->ins[s] = NULL, sc->len[s] = 0;
     for (int s = 0; s < n_stages; s++) {
-        pd__bld b = {n_stages, chunks, s, replicas && replicas[s] > 1, NULL, 0, 0, false, fver, (int)M};
+        pd__bld b = {n_stages, chunks, s, replicas && replicas[s] > 1, NULL, 0, 0, false, fver, (int)M,
+                     replicas ? replicas[s] : 1};
         switch (kind) {
         case PD_SCHED_GPIPE: pd__gpipe(&b, microbatches, minibatches); break;
         case PD_SCHED_FLUSH: pd__flush(&b, microbatches, minibatches, false, n_stages); break;
@@ -6942,8 +6951,8 @@ pd_status pd__sim_plan_make(const pd_plan *pl, const pd_sim_options *opt, pd__si
         sp.param_bytes[k] = g->param_bytes / d;
         sp.send_ms[k] = k + 1 == V ? 0 : !split ? g->send_ms : w + 1 < p ? g->send_ms : wrap;
         if ((int)r > sp.replicas[w]) sp.replicas[w] = (int)r;
-        /* pipedream's replicas take microbatches in turn: one all-reduce serves r updates */
-        if (!split || k < p) sp.allreduce_ms[w] += kind == PD_SCHED_PIPEDREAM ? g->allreduce_ms / r : g->allreduce_ms;
+        /* pipedream's replicas take microbatches in turn and update once per round: one ALLREDUCE a round */
+        if (!split || k < p) sp.allreduce_ms[w] += g->allreduce_ms;
     }
     sp.split_chunks = split;
     int width = pl->width > 0 ? pl->width : 1;

@@ -52,6 +52,7 @@ typedef struct pd__bld {
     bool oom;
     int *fver; /* version each (chunk, mb)'s F used: fver[chunk * M + mb] (workers are built in turn) */
     int M;     /* microbatches in all */
+    int rep;   /* replicas of this worker */
 } pd__bld;
 
 static void pd__emit(pd__bld *b, int op, int chunk, int mb, int version, int peer, int split) {
@@ -134,7 +135,11 @@ static void pd__flush(pd__bld *b, int m, int N, bool zb, int depth) {
 
 /* 1F1B without a flush over all M = m*N microbatches. pipedream: an update
  * after every backward; an F uses the latest version (the updates done so
- * far), its B the same stashed version. 2bw: an update after the last
+ * far), its B the same stashed version. A pipedream worker with r replicas
+ * (PipeDream's hybrid plans: replica j takes microbatches j, j+r, ... in
+ * turn) updates once per round of r microbatches, after the backward of its
+ * last (or of the run's last microbatch), with the round's gradients
+ * averaged by the ALLREDUCE before it. 2bw: an update after the last
  * backward of every m microbatches; minibatch t's microbatches all use
  * version max(t-1, 0) (W(t+1) = W(t) - lr*grad f(W(t-1))); the warm-up is
  * capped at m so that at most two versions are ever live. */
@@ -146,8 +151,9 @@ static void pd__async(pd__bld *b, int m, int N, bool twobw) {
         if (j < M) pd__F(b, 0, j, twobw ? (j / m > 0 ? j / m - 1 : 0) : steps);
         if (k < 0) continue;
         pd__B(b, 0, k, false);
-        if (!twobw)
-            pd__STEP(b, k, ++steps);
+        if (!twobw) {
+            if (k % b->rep == b->rep - 1 || k == M - 1) pd__STEP(b, k, ++steps);
+        }
         else if (k % m == m - 1)
             pd__STEP(b, k, k / m + 1);
     }
@@ -227,7 +233,8 @@ static pd_status pd__build(pd__sched_kind kind, int n_stages, int chunks, int mi
     }
     for (int s = 0; s < n_stages; s++) sc->ins[s] = NULL, sc->len[s] = 0;
     for (int s = 0; s < n_stages; s++) {
-        pd__bld b = {n_stages, chunks, s, replicas && replicas[s] > 1, NULL, 0, 0, false, fver, (int)M};
+        pd__bld b = {n_stages, chunks, s, replicas && replicas[s] > 1, NULL, 0, 0, false, fver, (int)M,
+                     replicas ? replicas[s] : 1};
         switch (kind) {
         case PD_SCHED_GPIPE: pd__gpipe(&b, microbatches, minibatches); break;
         case PD_SCHED_FLUSH: pd__flush(&b, microbatches, minibatches, false, n_stages); break;

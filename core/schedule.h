@@ -21,7 +21,9 @@ const char *pd__op_name(int op);
 
 /* Builds the instruction lists of `minibatches` minibatches of `microbatches`
  * each. chunks: 1, or >= 2 for interleaved. replicas: per worker (NULL: all
- * 1); a worker with replicas > 1 all-reduces its gradients before each STEP.
+ * 1); a worker with replicas > 1 all-reduces its gradients before each STEP
+ * (pipedream: one STEP per round of r microbatches, replica j taking the
+ * microbatches j mod r).
  * Microbatch indices are global (minibatch t: t*m .. t*m+m-1); STEP and
  * ALLREDUCE carry the last microbatch of the update they close; peer is -1
  * and version -1 where they do not apply. */

@@ -483,8 +483,8 @@ pd_status pd__sim_plan_make(const pd_plan *pl, const pd_sim_options *opt, pd__si
         sp.param_bytes[k] = g->param_bytes / d;
         sp.send_ms[k] = k + 1 == V ? 0 : !split ? g->send_ms : w + 1 < p ? g->send_ms : wrap;
         if ((int)r > sp.replicas[w]) sp.replicas[w] = (int)r;
-        /* pipedream's replicas take microbatches in turn: one all-reduce serves r updates */
-        if (!split || k < p) sp.allreduce_ms[w] += kind == PD_SCHED_PIPEDREAM ? g->allreduce_ms / r : g->allreduce_ms;
+        /* pipedream's replicas take microbatches in turn and update once per round: one ALLREDUCE a round */
+        if (!split || k < p) sp.allreduce_ms[w] += g->allreduce_ms;
     }
     sp.split_chunks = split;
     int width = pl->width > 0 ? pl->width : 1;

@@ -20,10 +20,14 @@
  * Link s (stage s -> s+1) carries the tensors made at or before stage s that
  * a later stage reads (a skip connection passes through the stages between),
  * and, backward, the gradients made after s and used at or before it. A
- * message is one packed copy of them. Bi-Partition (a node's backward on
- * another stage than its forward; only nodes without parameters): a
- * backward's inputs and outputs count as read by its stage, so a later
- * backward's activations travel forward with the activations, and an earlier
+ * message is one packed copy of them; within the process the receiver does
+ * not unpack it: its views of those tensors point into the buffer, which
+ * goes back to the link's pool when the microbatch's B (W) and SEND_GRAD
+ * are done (across processes the transport's buffer is copied out).
+ * Bi-Partition (a node's backward on another stage than its forward; only
+ * nodes without parameters): a backward's inputs and outputs count as read
+ * by its stage, so a later backward's activations travel forward with the
+ * activations, and an earlier
  * one's travel back with the gradients (made after s, read by a backward at
  * or before s).
  * Links are between virtual stages (interleaved: k on worker k % P to k+1);
@@ -99,6 +103,15 @@ typedef struct pd__chunk { /* a virtual stage on one replica of its worker */
     int *need_until;    /* per version: index of the last F/B/W naming it (this run) */
     int peak_versions;  /* most versions held at once (this run) */
     float *sg;          /* gradients of the shared parameters it reads (vstage sp) */
+    /* in-process messages are handed over, not unpacked: while microbatch
+     * mb is in flight, the views of what it received point into the message
+     * buffers held[2*slot] (activations, link k-1) and held[2*slot+1]
+     * (gradients, link k); back to the pool when its B (W) and SEND_GRAD
+     * are done. orig: the views' own pointers, per slot, link k-1's then k's */
+    void **held;
+    void **orig;
+    int norig;          /* per slot */
+    bool *sent;         /* per slot: its SEND_GRAD ran */
 } pd__chunk;
 
 typedef struct pd__ev {
@@ -205,6 +218,12 @@ static int64_t pd__ns(void) {
 pd_status pd__pipe_set_vertical_sync(pd__pipe *p, bool on) {
     if (on && p->kind != PD_SCHED_PIPEDREAM)
         return pd__err(PD_ERR_INVALID, "--vertical-sync goes with the pipedream schedule, not %s", pd__sched_kind_name(p->kind));
+    for (int w = 0; on && w < p->P; w++) /* a version number counts updates, which a replicated stage makes per round */
+        if (p->rep[w] > 1)
+            return pd__err(PD_ERR_UNSUPPORTED,
+                           "--vertical-sync: stage %d is replicated (%d replicas), so it updates once per round of %d "
+                           "microbatches and its versions are not stage 0's; not supported",
+                           w, p->rep[w], p->rep[w]);
     p->vertical_sync = on;
     return PD_OK;
 }
@@ -478,6 +497,10 @@ void pd__pipe_destroy(pd__pipe *p) {
             PD_FREE(C->stash);
             PD_FREE(C->need_until);
             PD_FREE(C->sg);
+            for (int k = 0; C->held && k < 2 * p->nslots; k++) PD_FREE(C->held[k]);
+            PD_FREE(C->held);
+            PD_FREE(C->orig);
+            PD_FREE(C->sent);
         }
         PD_FREE(W->ch);
         PD_FREE(W->grads);
@@ -622,11 +645,6 @@ static pd_status pd__shape(pd__pipe *p, const pd_plan *plan) {
         r *= width;
         for (int c = 1; c < V; c++)
             if (plan->stage && plan->stage[c * p->P + w].replicas > 1) r = 2;
-        if (r > 1 && p->kind == PD_SCHED_PIPEDREAM)
-            return pd__err(PD_ERR_UNSUPPORTED,
-                           "pipeline: stage %d is replicated; pipedream updates after every microbatch, which one "
-                           "replica would take (replicas run under gpipe, flush, zb-h1, interleaved and 2bw)",
-                           w);
         if (r > 256) return pd__err(PD_ERR_INVALID, "plan: stage %d has %d replicas", w, r);
         p->rep[w] = r;
         p->nwk += r;
@@ -847,6 +865,19 @@ pd_status pd__pipe_create(pd_graph *g, const pd_plan *plan, const pd_train_optio
                     C->stash[k].w = PD_MALLOC(sizeof(float) * ((size_t)S->packed + 1));
                     if (!C->stash[k].w) goto nomem;
                 }
+                const pd__link *La = C->k > 0 ? &p->link[C->k - 1] : NULL;
+                const pd__link *Lg = C->k + 1 < p->NV ? &p->link[C->k] : NULL;
+                C->norig = (La ? La->nt : 0) + (Lg ? Lg->ngt + Lg->nbt : 0);
+                C->held = PD_CALLOC(2 * (size_t)p->nslots, sizeof(void *));
+                C->orig = PD_CALLOC((size_t)p->nslots * (size_t)C->norig + 1, sizeof(void *));
+                C->sent = PD_CALLOC((size_t)p->nslots, sizeof(bool));
+                if (!C->held || !C->orig || !C->sent) goto nomem;
+                for (int k = 0; k < p->nslots; k++) {
+                    void **o = C->orig + (size_t)k * (size_t)C->norig;
+                    for (int q = 0; La && q < La->nt; q++) *o++ = pd__actx_value(C->slot[k], La->t[q])->data;
+                    for (int q = 0; Lg && q < Lg->ngt; q++) *o++ = pd__actx_grad(C->slot[k], Lg->gt[q])->data;
+                    for (int q = 0; Lg && q < Lg->nbt; q++) *o++ = pd__actx_value(C->slot[k], Lg->bt[q])->data;
+                }
             }
         }
     PD_FREE(ts);
@@ -925,6 +956,8 @@ static void pd__release(pd__chunk *C, int32_t v, int k) {
 
 /* ---- compute ---- */
 
+static void pd__slot_done(pd__pipe *p, pd__chunk *C, int slot);
+
 static pd_status pd__do_forward(pd__wk *W, pd__chunk *C, int mb, int32_t version) {
     pd__pipe *p = W->p;
     const pd_graph *g = p->g;
@@ -934,8 +967,11 @@ static pd_status pd__do_forward(pd__wk *W, pd__chunk *C, int mb, int32_t version
         return pd__err(PD_ERR_INTERNAL, "microbatch %d's slot is still in flight", mb);
     PD_TRY(pd__bind(p, C, c, version));
     C->slot_ver[mb % p->nslots] = version;
+    C->sent[mb % p->nslots] = false;
     if (++W->inflight > W->peak_act) W->peak_act = W->inflight;
-    pd__actx_zero_grads_of(p->s, c, S->bnodes, S->nbnodes);
+    /* the context holds only the stage's tensors: one memset, where zeroing
+     * per node wrote a tensor read by k nodes k+1 times */
+    pd__actx_zero_grads(c);
     for (int i = 0; i < g->ninputs; i++) { /* the graph inputs its nodes read */
         int t = g->inputs[i];
         if (!pd__actx_value(c, t)->data) continue;
@@ -975,6 +1011,7 @@ static pd_status pd__do_backward(pd__wk *W, pd__chunk *C, int mb, int32_t versio
     if (part != 1) {
         *fv = -1;
         W->inflight--;
+        pd__slot_done(p, C, mb % p->nslots);
     }
     return PD_OK;
 }
@@ -1012,10 +1049,34 @@ static pd_status pd__allreduce_remote(pd__wk *W) {
     return PD_OK;
 }
 
-static pd_status pd__do_allreduce(pd__wk *W, bool *stop) {
+/* pipedream: the round of r microbatches closed by the STEP of microbatch mb
+ * (the run's last round may be shorter) is averaged, as PipeDream's
+ * data-parallel replicas of a stage do; the other schedules' losses are
+ * already scaled per minibatch, so their gradients are summed. */
+static float pd__ared_scale(const pd__wk *W, int mb) {
+    return W->p->kind == PD_SCHED_PIPEDREAM ? 1.0f / (float)(mb % W->nrep + 1) : 1.0f;
+}
+
+static void pd__scale_grads(pd__wk *W, float *G, float f) {
+    pd__pipe *p = W->p;
+    for (int c = 0; f != 1.0f && c < p->V; c++) {
+        const pd__vstage *S = &p->vs[W->ch[c].k];
+        for (int j = 0; j < S->np; j++) {
+            int i = S->params[j];
+            float *g = G + p->sl.poff[i];
+            for (int64_t e = 0; e < p->g->tensors[p->sl.param[i]].numel; e++) g[e] *= f;
+        }
+    }
+}
+
+static pd_status pd__do_allreduce(pd__wk *W, int mb, bool *stop) {
     pd__pipe *p = W->p;
     if (W->nrep == 1) return PD_OK;
-    if (p->remote) return pd__allreduce_remote(W);
+    if (p->remote) {
+        PD_TRY(pd__allreduce_remote(W));
+        pd__scale_grads(W, pd__gslab(W), pd__ared_scale(W, mb));
+        return PD_OK;
+    }
     if (!pd__barrier(p, W->w)) {
         *stop = true;
         return PD_OK;
@@ -1033,6 +1094,7 @@ static pd_status pd__do_allreduce(pd__wk *W, bool *stop) {
                 }
             }
         }
+        pd__scale_grads(W, p->sl.grads, pd__ared_scale(W, mb));
     }
     if (!pd__barrier(p, W->w)) *stop = true;
     return PD_OK;
@@ -1183,17 +1245,47 @@ static pd_status pd__do_step(pd__wk *W, int mb, int32_t version, int k, bool *st
     return PD_OK;
 }
 
+/* The replica of worker w that runs microbatch mb: i mod replicas for the
+ * i-th microbatch of a minibatch; under pipedream (a minibatch is one
+ * microbatch) mb mod replicas, PipeDream's round robin. */
+static int pd__replica_of(const pd__pipe *p, int w, int mb) {
+    return (p->kind == PD_SCHED_PIPEDREAM ? mb : mb % p->M) % p->rep[w];
+}
+
 /* The thread at the other end of link l for microbatch mb: the one that
  * receives what a send makes (grad: backward, to virtual stage l), or sends
- * what a receive takes (grad: from l+1). A replicated worker's microbatch i
- * is its replica i mod replicas'. */
+ * what a receive takes (grad: from l+1). */
 static int pd__peer(const pd__pipe *p, int l, bool grad, bool sending, int mb) {
     int k = grad == sending ? l : l + 1, w = k % p->P;
-    return p->wbase[w] + (mb % p->M) % p->rep[w];
+    return p->wbase[w] + pd__replica_of(p, w, mb);
 }
 
 static pd__transport *pd__via(pd__pipe *p, const pd__wk *W, int peer) {
     return p->remote && p->rank_of[peer] != p->rank_of[W - p->wk] ? p->remote : &p->local.base;
+}
+
+/* The in-process message of direction dir (0: activations from link k-1,
+ * 1: gradients from link k) that slot's views read, back to its queue's
+ * pool; the views point at the context's own memory again. */
+static void pd__unhold(pd__pipe *p, pd__chunk *C, int slot, int dir) {
+    void *b = C->held[2 * slot + dir];
+    if (!b) return;
+    pd__link *L = &p->link[dir ? C->k : C->k - 1];
+    void **o = C->orig + (size_t)slot * (size_t)C->norig + (dir && C->k > 0 ? p->link[C->k - 1].nt : 0);
+    pd__actx *c = C->slot[slot];
+    for (int q = 0; !dir && q < L->nt; q++) pd__actx_value(c, L->t[q])->data = *o++;
+    for (int q = 0; dir && q < L->ngt; q++) pd__actx_grad(c, L->gt[q])->data = *o++;
+    for (int q = 0; dir && q < L->nbt; q++) pd__actx_value(c, L->bt[q])->data = *o++;
+    C->held[2 * slot + dir] = NULL;
+    pd__q_recycle(p, dir ? &L->bwd : &L->fwd, b);
+}
+
+/* After the B (W) and the SEND_GRAD of the microbatch in slot: nothing of it
+ * reads its messages any more. */
+static void pd__slot_done(pd__pipe *p, pd__chunk *C, int slot) {
+    if (C->slot_ver[slot] >= 0 || (C->k > 0 && !C->sent[slot])) return;
+    pd__unhold(p, C, slot, 0);
+    pd__unhold(p, C, slot, 1);
 }
 
 /* Packs the link's activations (grad false) or gradients (grad true) of a context. */
@@ -1212,7 +1304,12 @@ static pd_status pd__send(pd__wk *W, pd__chunk *C, int l, bool grad, int mb, boo
         memcpy(buf + off, v->data, pd__tbytes(p->g, tt));
         off += pd__tbytes(p->g, tt);
     }
-    return t->vt->send(t, (int)(W - p->wk), to, l, grad, mb, buf, n, stop);
+    PD_TRY(t->vt->send(t, (int)(W - p->wk), to, l, grad, mb, buf, n, stop));
+    if (grad) { /* the microbatch's last reader of its messages, unless its W is still to come */
+        C->sent[mb % p->nslots] = true;
+        pd__slot_done(p, C, mb % p->nslots);
+    }
+    return PD_OK;
 }
 
 static pd_status pd__recv(pd__wk *W, pd__chunk *C, int l, bool grad, int mb, bool *stop) {
@@ -1224,15 +1321,20 @@ static pd_status pd__recv(pd__wk *W, pd__chunk *C, int l, bool grad, int mb, boo
     void *buf = NULL;
     PD_TRY(t->vt->recv(t, from, (int)(W - p->wk), l, grad, mb, n, &buf, stop));
     if (*stop) return PD_OK;
-    pd__actx *c = C->slot[mb % p->nslots];
+    int slot = mb % p->nslots;
+    pd__actx *c = C->slot[slot];
+    bool hand = t == &p->local.base; /* in process: the views read the buffer itself until the microbatch is done */
+    if (hand) pd__unhold(p, C, slot, grad);
     size_t off = 0;
     for (int k = 0; k < (grad ? L->ngt + L->nbt : L->nt); k++) {
         int tt = grad ? (k < L->ngt ? L->gt[k] : L->bt[k - L->ngt]) : L->t[k];
         pd_tensor *v = grad && k < L->ngt ? pd__actx_grad(c, tt) : pd__actx_value(c, tt);
-        memcpy(v->data, (char *)buf + off, pd__tbytes(p->g, tt));
+        if (hand) v->data = (char *)buf + off;
+        else memcpy(v->data, (char *)buf + off, pd__tbytes(p->g, tt));
         off += pd__tbytes(p->g, tt);
     }
-    t->vt->put(t, l, grad, buf);
+    if (hand) C->held[2 * slot + grad] = buf;
+    else t->vt->put(t, l, grad, buf);
     return PD_OK;
 }
 
@@ -1283,6 +1385,12 @@ static void pd__snap_write(const pd__pipe *p, const pd__wk *W, bool pre, pd__rec
 
 pd_status pd__pipe_set_snap_hooks(pd__pipe *p, const pd__snap_hooks *h) {
     if (!p || !h || !h->want || !h->ready) return pd__err(PD_ERR_INVALID, "pd__pipe_set_snap_hooks: NULL argument");
+    for (int w = 0; p->kind == PD_SCHED_PIPEDREAM && w < p->P; w++)
+        if (p->rep[w] > 1) /* a snapshot holds one set of stashes per stage, which its replicas share */
+            return pd__err(PD_ERR_UNSUPPORTED,
+                           "checkpoints of a pipedream run with a replicated stage (stage %d, %d replicas) are not "
+                           "supported yet: each replica stashes the versions of its own microbatches",
+                           w, p->rep[w]);
     if (!p->part) {
         p->part = PD_CALLOC((size_t)p->P, sizeof(char *));
         p->part_cap = PD_CALLOC((size_t)p->P, sizeof(size_t));
@@ -1539,16 +1647,16 @@ static pd_status pd__instr_run(pd__wk *W, int k, bool *stop) {
     case PD_I_RECV_ACT: return pd__recv(W, C, v - 1, false, in->mb, stop);
     case PD_I_SEND_GRAD: return pd__send(W, C, v - 1, true, in->mb, stop);
     case PD_I_RECV_GRAD: return pd__recv(W, C, v, true, in->mb, stop);
-    case PD_I_ALLREDUCE: return pd__do_allreduce(W, stop);
+    case PD_I_ALLREDUCE: return pd__do_allreduce(W, in->mb, stop);
     case PD_I_STEP: return pd__do_step(W, in->mb, in->version, k, stop);
     default: return pd__err(PD_ERR_UNSUPPORTED, "instruction %s is not supported yet", pd__op_name(in->op));
     }
 }
 
-/* A replica takes microbatch i of each minibatch when i mod replicas is its index. */
+/* A replica runs its microbatches (pd__replica_of), and every ALLREDUCE and STEP. */
 static bool pd__mine(const pd__wk *W, const pd__instr *in) {
     if (W->nrep == 1 || in->op == PD_I_ALLREDUCE || in->op == PD_I_STEP) return true;
-    return (in->mb % W->p->M) % W->nrep == W->r;
+    return pd__replica_of(W->p, W->w, in->mb) == W->r;
 }
 
 /* Instructions of minibatches before the run's resume boundary were done
@@ -1830,6 +1938,9 @@ pd_status pd__pipe_run(pd__pipe *p, int64_t minibatches, const pd_tensor *inputs
         }
     }
     for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
+    for (int i = 0; i < p->nwk; i++) /* messages a failed run left in the contexts */
+        for (int c = 0; c < p->V; c++)
+            for (int k = 0; k < 2 * p->nslots; k++) pd__unhold(p, &p->wk[i].ch[c], k / 2, k % 2);
     if (st == PD_OK && p->err == PD_OK && p->remote) st = pd__run_remote_end(p, minibatches, results);
     p->last_ms = 1e-6 * (double)(pd__ns() - p->t0);
     for (int l = 0; l + 1 < p->NV; l++) {

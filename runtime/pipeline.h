@@ -17,8 +17,11 @@
  * run under every schedule without chunks.
  * Replicas under interleaved too (a replicated worker holds all its chunks
  * on every replica) and 2bw (each replica its own stash; a 2bw plan's width
- * w is every stage replicated w times). Not yet: replicas under pipedream;
- * bipartition with
+ * w is every stage replicated w times). Under pipedream (PipeDream's hybrid
+ * plans) replica j of an r-way stage takes microbatches j, j+r, ... (round
+ * robin), keeps its own stash, and the replicas average their gradients and
+ * update once per round of r microbatches; not with --vertical-sync or
+ * snapshots yet. Not yet: bipartition with
  * chunks. Tied weights (a parameter read by several stages: the first owns
  * and updates it, the others add their gradients into buffers of their own,
  * summed into the owner's when every stage meets at STEP) under the flushing

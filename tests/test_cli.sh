@@ -276,5 +276,24 @@ sed 's/"ranks":[[:space:]]*\[1\]/"ranks": [0]/' "$tmp/rk.json" > "$tmp/rk_shared
 expect_error "a plan with two stages on one rank" "stages 0 and 1 share ranks" \
   "$pdonnx" train "$ex/digits_mlp.onnx" --steps 2 --plan "$tmp/rk_shared.json"
 
+# a hybrid plan under pipedream: stage 1 on two replicas, which take the microbatches in turn
+# (replica 0 the even ones, replica 1 the odd) and update once per round of two
+sed -z 's/"replicas":[[:space:]]*1,\([[:space:]]*\)"ranks":[[:space:]]*\[1\]/"replicas": 2,\1"ranks": [1, 2]/' "$tmp/rk.json" \
+  > "$tmp/rk_rep.json"
+b_of() { grep '"cat":"B"' "$tmp/rep.json" | grep "\"tid\":$1," | grep -o '"name":"B[0-9]*"' | tr -dc '0-9\n' |
+  awk '{ n++; odd += $1 % 2 } END { print n + 0, odd + 0 }'; }
+if "$pdonnx" train "$ex/digits_mlp.onnx" --steps 40 --plan "$tmp/rk_rep.json" --schedule pipedream --microbatches 1 \
+     --trace "$tmp/rep.json" --quiet >"$tmp/out" 2>&1 && [ "$(b_of 1)" = "20 0" ] && [ "$(b_of 2)" = "20 20" ] &&
+   [ "$(grep '"cat":"STEP"' "$tmp/rep.json" | grep -c '"tid":2,')" -eq 20 ]; then
+  ok "train --plan (stage 1 replicated) --schedule pipedream: each replica 20 backwards (even, odd), 20 updates"
+else
+  notok "train a replicated plan under pipedream: $(tail -c 400 "$tmp/out") replica 0: $(b_of 1), replica 1: $(b_of 2)"
+fi
+expect_error "pipedream with a replicated stage: no vertical sync" "stage 1 is replicated" \
+  "$pdonnx" train "$ex/digits_mlp.onnx" --steps 2 --plan "$tmp/rk_rep.json" --schedule pipedream --vertical-sync --quiet
+expect_error "pipedream with a replicated stage: no checkpoints yet" "checkpoints of a pipedream run with a replicated stage" \
+  "$pdonnx" train "$ex/digits_mlp.onnx" --steps 4 --plan "$tmp/rk_rep.json" --schedule pipedream \
+  --checkpoint-dir "$tmp/rep_ck" --checkpoint-every 2 --quiet
+
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

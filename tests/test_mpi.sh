@@ -2,7 +2,8 @@
 # test_mpi.sh PDONNX SOURCE_ROOT NPYTOOL - `mpirun pdonnx train` against the
 # same plan trained in one process: every schedule on 2-3 processes gives the
 # same per-step losses and the same trained model (bitwise), a hybrid plan
-# (stage 0 replicated on two processes, stage 1 on a third) too; a process
+# (stage 0 replicated on two processes, stage 1 on a third; flush, gpipe,
+# pipedream) too; a process
 # killed mid-run ends the job within seconds, non-zero; a process that fails
 # names its rank, stage and step; a data problem every process finds is
 # reported once. Skipped (77) without mpirun or a build without MPI.
@@ -74,6 +75,8 @@ check "2bw, 3 stages" 3 "$tmp/p3.json" 2bw 2
 check "interleaved, 2 workers x 2 chunks" 2 "$tmp/pi.json" interleaved 4
 check "hybrid: stage 0 on 2 processes, stage 1 on 1, flush" 3 "$tmp/ph.json" flush 4
 check "hybrid, gpipe" 3 "$tmp/ph.json" gpipe 4
+check "hybrid, pipedream: stage 0's replicas take microbatches in turn, one update per round" 3 "$tmp/ph.json" \
+  pipedream 1
 check "flush, the plan's stage_to_rank: stage 0 on rank 1, stage 1 on rank 0" 2 "$tmp/pswap.json" flush 4 \
   --trace "$tmp/swap.json"
 if python3 -c "
