@@ -424,7 +424,7 @@ static pd_status pd__lx_flush(pd__transport *t) {
 static void pd__lx_destroy(pd__transport *t) { (void)t; }
 
 static const pd__transport_i pd__local_vt = {"in-process", pd__lx_get, pd__lx_send, pd__lx_recv, pd__lx_put,
-                                             pd__lx_allreduce, pd__lx_flush, pd__lx_destroy};
+                                             pd__lx_allreduce, pd__lx_flush, pd__lx_destroy, NULL};
 
 /* n threads meet at barrier b; false when the pipeline was aborted. */
 static bool pd__meet(pd__pipe *p, pd__bar *b, int n) {
@@ -448,7 +448,8 @@ static bool pd__barrier(pd__pipe *p, int w) { return pd__meet(p, &p->bar[w], p->
 /* The first error stops every stage. */
 static void pd__fail(pd__pipe *p, const pd__wk *W, const pd__instr *in, pd_status st) {
     pthread_mutex_lock(&p->mu);
-    if (!p->abort) {
+    bool first = !p->abort;
+    if (first) {
         char who[64];
         if (W->nrep > 1) snprintf(who, sizeof who, "stage %d (replica %d)", W->w, W->r);
         else snprintf(who, sizeof who, "stage %d", W->w);
@@ -461,6 +462,8 @@ static void pd__fail(pd__pipe *p, const pd__wk *W, const pd__instr *in, pd_statu
     }
     pthread_cond_broadcast(&p->cv);
     pthread_mutex_unlock(&p->mu);
+    /* under MPI the other processes hear of it instead of waiting for ever */
+    if (first && p->remote && p->remote->vt->fail) p->remote->vt->fail(p->remote, p->errmsg);
 }
 
 /* ---- creation ------------------------------------------------------------------ */
