@@ -126,6 +126,7 @@ typedef struct pd__wk { /* a thread: replica r of worker w */
     double snap_ms;        /* time spent on the boundary being taken */
     float *ared;           /* across processes: the packed gradients all-reduced */
     int64_t ared_n;
+    double *gnpart;        /* across processes: per worker its squared gradient norm (P), all-reduced at STEP */
 } pd__wk;
 
 typedef struct pd__bar {
@@ -489,6 +490,7 @@ void pd__pipe_destroy(pd__pipe *p) {
         PD_FREE(W->kfirst);
         PD_FREE(W->klast);
         PD_FREE(W->ared);
+        PD_FREE(W->gnpart);
     }
     for (int w = 0; p->part && w < p->P; w++) PD_FREE(p->part[w]);
     PD_FREE(p->part);
@@ -1077,15 +1079,12 @@ static pd_status pd__global_norm(pd__wk *W, int64_t t, const float *G, double *n
             for (int64_t e = 0; e < p->g->tensors[p->sl.param[i]].numel; e++) sq += (double)g[e] * g[e];
         }
     }
-    double *part = NULL;
-    if (p->remote) {
-        part = PD_CALLOC((size_t)p->P, sizeof(double));
-        if (!part) return pd__err(PD_ERR_NOMEM, "out of memory");
-        part[W->w] = sq;
+    if (p->remote) { /* W->gnpart: made with the transport, so a step allocates nothing */
+        double *part = W->gnpart;
+        for (int w = 0; w < p->P; w++) part[w] = w == W->w ? sq : 0;
         pd_status st = p->remote->vt->allreduce(p->remote, -1, part, p->P, true);
         double sum = 0;
         for (int w = 0; w < p->P; w++) sum += part[w];
-        PD_FREE(part);
         *norm = sqrt(sum);
         return st;
     }
@@ -1663,9 +1662,13 @@ pd_status pd__pipe_set_ranks_in(pd__pipe *p, int rank, int nranks, int color) {
         for (int q = 0; planned && q < w; q++)
             planned = p->first_rank[w] >= p->first_rank[q] + p->rep[q] || p->first_rank[q] >= p->first_rank[w] + p->rep[w];
     for (int i = 0; i < p->nwk; i++) {
-        const pd__wk *W = &p->wk[i];
+        pd__wk *W = &p->wk[i];
         p->rank_of[i] = planned ? p->first_rank[W->w] + W->r : i;
         worker_of[i] = W->w;
+        if (!W->gnpart && !(W->gnpart = PD_CALLOC((size_t)p->P, sizeof(double)))) {
+            PD_FREE(worker_of);
+            return pd__err(PD_ERR_NOMEM, "out of memory");
+        }
     }
     int window = 8;
     while (window < 2 * (p->M + p->NV) + 2) window *= 2; /* above what a link holds in flight */
