@@ -127,6 +127,9 @@ typedef struct pd__wk { /* a thread: replica r of worker w */
     float *ared;           /* across processes: the packed gradients all-reduced */
     int64_t ared_n;
     double *gnpart;        /* across processes: per worker its squared gradient norm (P), all-reduced at STEP */
+    int *arfirst;          /* across processes, a replica: per parameter of its stage, the backward node after
+                            * which its gradient is final (pd__backward_overlapped) */
+    bool ar_started;       /* this minibatch's gradient all-reduces are running (ALLREDUCE waits) */
 } pd__wk;
 
 typedef struct pd__bar {
@@ -161,6 +164,7 @@ struct pd__pipe {
      * MPI, thread i runs in process rank_of[i] and talks to the others there */
     pd__qx local;
     pd__transport *remote;
+    bool ar_overlap;      /* replicas' all-reduces started during the last backward (PDONNX_ALLREDUCE_OVERLAP=0: off) */
     int rank;
     int *rank_of, *wbase; /* per thread; per worker: its first thread */
     int *first_rank;      /* per worker: the plan's rank of its replica 0 */
@@ -425,7 +429,7 @@ static pd_status pd__lx_flush(pd__transport *t) {
 static void pd__lx_destroy(pd__transport *t) { (void)t; }
 
 static const pd__transport_i pd__local_vt = {"in-process", pd__lx_get, pd__lx_send, pd__lx_recv, pd__lx_put,
-                                             pd__lx_allreduce, pd__lx_flush, pd__lx_destroy, NULL};
+                                             pd__lx_allreduce, pd__lx_flush, pd__lx_destroy, NULL, NULL, NULL};
 
 /* n threads meet at barrier b; false when the pipeline was aborted. */
 static bool pd__meet(pd__pipe *p, pd__bar *b, int n) {
@@ -491,6 +495,7 @@ void pd__pipe_destroy(pd__pipe *p) {
         PD_FREE(W->klast);
         PD_FREE(W->ared);
         PD_FREE(W->gnpart);
+        PD_FREE(W->arfirst);
     }
     for (int w = 0; p->part && w < p->P; w++) PD_FREE(p->part[w]);
     PD_FREE(p->part);
@@ -963,8 +968,49 @@ static pd_status pd__do_forward(pd__wk *W, pd__chunk *C, int mb, int32_t version
     return PD_OK;
 }
 
-/* part: 0 the whole backward (B), 1 input gradients (split B), 2 weight gradients (W). */
-static pd_status pd__do_backward(pd__wk *W, pd__chunk *C, int mb, int32_t version, int part) {
+/* This thread's gradient slab: replica 0's is the session's, another's its own. */
+static float *pd__gslab(const pd__wk *W) { return W->grads ? W->grads : W->p->sl.grads; }
+
+/* Across processes, a replica's last backward (or W) of a minibatch: the
+ * nodes run in stretches, and as soon as a stretch has made parameters'
+ * gradients final (their last reader's backward, in reverse order, has run)
+ * their all-reduces start (in place, a bucket per node) and travel while the
+ * backward goes on; ALLREDUCE waits for them. Every replica runs the same
+ * nodes in the same order, so starts the same all-reduces in the same
+ * order; each element is summed as by the packed all-reduce. */
+static pd_status pd__backward_overlapped(pd__wk *W, const pd__vstage *S, pd__actx *c, int part) {
+    pd__pipe *p = W->p;
+    const pd_graph *g = p->g;
+    float *G = pd__gslab(W);
+    for (int j = 0; j < S->np; j++) { /* the lowest position of a node reading parameter j */
+        W->arfirst[j] = -1;
+        for (int k = 0; k < S->nbnodes && W->arfirst[j] < 0; k++) {
+            const pd__node *nd = &g->nodes[S->bnodes[k]];
+            for (int q = 0; q < nd->nin; q++)
+                if (nd->in[q] == p->sl.param[S->params[j]]) W->arfirst[j] = k;
+        }
+    }
+    int hi = S->nbnodes;
+    for (int k = S->nbnodes - 1; k >= 0; k--) {
+        bool due = k == 0;
+        for (int j = 0; j < S->np && !due; j++) due = W->arfirst[j] == k;
+        if (!due) continue;
+        if (part == 0) PD_TRY(pd__actx_backward(p->s, &W->x, c, S->bnodes + k, hi - k));
+        else PD_TRY(pd__actx_backward_part(p->s, &W->x, c, S->bnodes + k, hi - k, true));
+        hi = k;
+        for (int j = 0; j < S->np; j++) {
+            if (W->arfirst[j] != k && !(k == 0 && W->arfirst[j] < 0)) continue;
+            int i = S->params[j];
+            PD_TRY(p->remote->vt->iallreduce(p->remote, W->w, G + p->sl.poff[i], g->tensors[p->sl.param[i]].numel, false));
+        }
+    }
+    W->ar_started = true;
+    return PD_OK;
+}
+
+/* part: 0 the whole backward (B), 1 input gradients (split B), 2 weight
+ * gradients (W); overlap: start the gradients' all-reduces as they are made. */
+static pd_status pd__do_backward(pd__wk *W, pd__chunk *C, int mb, int32_t version, int part, bool overlap) {
     pd__pipe *p = W->p;
     const pd__vstage *S = &p->vs[C->k];
     int32_t *fv = &C->slot_ver[mb % p->nslots];
@@ -972,7 +1018,8 @@ static pd_status pd__do_backward(pd__wk *W, pd__chunk *C, int mb, int32_t versio
         return pd__err(PD_ERR_INTERNAL, "the %s names weight version %d, its forward used %d", part == 2 ? "W" : "B",
                        (int)version, (int)*fv);
     pd__actx *c = C->slot[mb % p->nslots];
-    if (part == 0) PD_TRY(pd__actx_backward(p->s, &W->x, c, S->bnodes, S->nbnodes));
+    if (overlap) PD_TRY(pd__backward_overlapped(W, S, c, part));
+    else if (part == 0) PD_TRY(pd__actx_backward(p->s, &W->x, c, S->bnodes, S->nbnodes));
     else PD_TRY(pd__actx_backward_part(p->s, &W->x, c, S->bnodes, S->nbnodes, part == 2));
     if (part != 1) {
         *fv = -1;
@@ -982,13 +1029,15 @@ static pd_status pd__do_backward(pd__wk *W, pd__chunk *C, int mb, int32_t versio
 }
 
 /* ALLREDUCE: replica 0 sums its worker's replicas' gradients (every replica waits). */
-/* This thread's gradient slab: replica 0's is the session's, another's its own. */
-static float *pd__gslab(const pd__wk *W) { return W->grads ? W->grads : W->p->sl.grads; }
 
 /* Across processes (one thread each): the replicas' gradients summed by the
  * transport, packed in one buffer, so every replica holds the sum. */
 static pd_status pd__allreduce_remote(pd__wk *W) {
     pd__pipe *p = W->p;
+    if (W->ar_started) { /* started during the last backward */
+        W->ar_started = false;
+        return p->remote->vt->wait_all(p->remote);
+    }
     float *G = pd__gslab(W);
     int64_t n = 0;
     for (int c = 0; c < p->V; c++) n += p->vs[W->ch[c].k].packed;
@@ -1520,6 +1569,22 @@ pd_status pd__pipe_resume(pd__pipe *p, int64_t b, int nparts, const void *const 
     return PD_OK;
 }
 
+static bool pd__mine(const pd__wk *W, const pd__instr *in);
+
+/* Whether instruction k (a B or a W) makes this replica's last parameter
+ * gradients before its ALLREDUCE, whose all-reduces may then overlap it
+ * (across processes, without chunks). */
+static bool pd__last_grads(const pd__wk *W, int k) {
+    const pd__pipe *p = W->p;
+    if (!p->ar_overlap || !p->remote || W->nrep == 1 || p->V > 1 || !p->remote->vt->iallreduce) return false;
+    for (int q = k + 1; q < p->sched->len[W->w]; q++) {
+        const pd__instr *in = &p->sched->ins[W->w][q];
+        if (in->op == PD_I_ALLREDUCE) return true;
+        if (((in->op == PD_I_B && !in->split) || in->op == PD_I_W) && pd__mine(W, in)) return false;
+    }
+    return false;
+}
+
 /* Instruction k of thread W; *stop: the pipeline was aborted while it waited. */
 static pd_status pd__instr_run(pd__wk *W, int k, bool *stop) {
     pd__pipe *p = W->p;
@@ -1532,8 +1597,8 @@ static pd_status pd__instr_run(pd__wk *W, int k, bool *stop) {
         return pd__err(PD_ERR_INTERNAL, "injected failure");
     switch (in->op) {
     case PD_I_F: return pd__do_forward(W, C, in->mb, in->version);
-    case PD_I_B: return pd__do_backward(W, C, in->mb, in->version, in->split ? 1 : 0);
-    case PD_I_W: return pd__do_backward(W, C, in->mb, in->version, 2);
+    case PD_I_B: return pd__do_backward(W, C, in->mb, in->version, in->split ? 1 : 0, !in->split && pd__last_grads(W, k));
+    case PD_I_W: return pd__do_backward(W, C, in->mb, in->version, 2, pd__last_grads(W, k));
     case PD_I_SEND_ACT: return pd__send(W, C, v, false, in->mb, stop);
     case PD_I_RECV_ACT: return pd__recv(W, C, v - 1, false, in->mb, stop);
     case PD_I_SEND_GRAD: return pd__send(W, C, v - 1, true, in->mb, stop);
@@ -1665,6 +1730,12 @@ pd_status pd__pipe_set_ranks_in(pd__pipe *p, int rank, int nranks, int color) {
         pd__wk *W = &p->wk[i];
         p->rank_of[i] = planned ? p->first_rank[W->w] + W->r : i;
         worker_of[i] = W->w;
+        int np = 1;
+        for (int c = 0; c < p->V; c++) np = p->vs[W->ch[c].k].np > np ? p->vs[W->ch[c].k].np : np;
+        if (!W->arfirst && !(W->arfirst = PD_CALLOC((size_t)np, sizeof(int)))) {
+            PD_FREE(worker_of);
+            return pd__err(PD_ERR_NOMEM, "out of memory");
+        }
         if (!W->gnpart && !(W->gnpart = PD_CALLOC((size_t)p->P, sizeof(double)))) {
             PD_FREE(worker_of);
             return pd__err(PD_ERR_NOMEM, "out of memory");
@@ -1680,6 +1751,8 @@ pd_status pd__pipe_set_ranks_in(pd__pipe *p, int rank, int nranks, int color) {
         return st;
     }
     p->rank = rank;
+    const char *ov = getenv("PDONNX_ALLREDUCE_OVERLAP"); /* a benchmark's switch (bench/run_mpi.sh) */
+    p->ar_overlap = !ov || strcmp(ov, "0") != 0;
     return PD_OK;
 }
 
@@ -1763,6 +1836,7 @@ pd_status pd__pipe_run(pd__pipe *p, int64_t minibatches, const pd_tensor *inputs
         W->busy_ms = 0;
         W->inflight = W->peak_act = 0;
         if (W->grads) memset(W->grads, 0, sizeof(float) * (size_t)p->sl.total);
+        W->ar_started = false;
         if (p->hooks_on && W->r == 0 && st == PD_OK) st = pd__snap_bounds(p, W, sched, minibatches);
         for (int c = 0; c < p->V && st == PD_OK; c++) {
             pd__chunk *C = &W->ch[c];

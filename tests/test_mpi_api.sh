@@ -59,6 +59,9 @@ check "zb-h1, 3 stages" 3 "$tmp/p3.json" zb-h1 4
 check "pipedream, 2 stages" 2 "$tmp/p2.json" pipedream 1
 check "2bw, 3 stages" 3 "$tmp/p3.json" 2bw 2
 check "hybrid (stage 0 on 2 processes), flush" 3 "$tmp/ph.json" flush 4
+check "hybrid, gpipe" 3 "$tmp/ph.json" gpipe 4
+check "hybrid, zb-h1" 3 "$tmp/ph.json" zb-h1 4
+PDONNX_ALLREDUCE_OVERLAP=0 check "hybrid, flush, the all-reduce not overlapped" 3 "$tmp/ph.json" flush 4
 check "flush, rank 1 passes NULL labels once" 2 "$tmp/p2.json" flush 4 bad-arg
 if [ "$(grep -c "^rank [01]: error: rank 1: pd_trainer_train: labels is NULL" "$tmp/mpi.txt")" = 2 ]; then
   ok "an argument error on rank 1 is an error on both processes, naming rank 1; training goes on"

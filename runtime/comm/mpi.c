@@ -250,6 +250,8 @@ typedef struct pd__mpix {
     bool failed;    /* this run failed (here or elsewhere): the communicators may hold unmatched operations */
     MPI_Request *fails; /* the failure notices this process sent (never waited for) */
     char failmsg[1024]; /* what they say */
+    MPI_Request *ar;    /* all-reduces started (iallreduce), completed by wait_all */
+    int nar, arcap;
     int nfails;
 } pd__mpix;
 
@@ -397,6 +399,40 @@ static pd_status pd__mx_allreduce(pd__transport *t, int g, void *data, int64_t n
     return PD_OK;
 }
 
+static pd_status pd__mx_iallreduce(pd__transport *t, int g, void *data, int64_t n, bool f64) {
+    pd__mpix *x = (pd__mpix *)t;
+    MPI_Comm c = g < 0 ? x->comm : x->group[g];
+    if (c == MPI_COMM_NULL) return PD_OK;
+    for (int64_t off = 0; off < n;) {
+        int k = n - off > (1 << 30) ? 1 << 30 : (int)(n - off);
+        if (x->nar == x->arcap) {
+            int cap = x->arcap ? 2 * x->arcap : 64; /* grows in the first minibatch, then is kept */
+            MPI_Request *nr = realloc(x->ar, sizeof *nr * (size_t)cap);
+            if (!nr) return pd__err(PD_ERR_NOMEM, "out of memory");
+            x->ar = nr;
+            x->arcap = cap;
+        }
+        void *at = (char *)data + (size_t)off * (f64 ? 8 : 4);
+        PD_MPI_TRY(MPI_Iallreduce(MPI_IN_PLACE, at, k, f64 ? MPI_DOUBLE : MPI_FLOAT, MPI_SUM, c, &x->ar[x->nar]),
+                   "all-reduce");
+        x->nar++;
+        off += k;
+    }
+    for (int i = 0; i < x->nar; i++) { /* MPI moves non-blocking collectives on inside its calls */
+        int done = 0;
+        if (x->ar[i] != MPI_REQUEST_NULL) PD_MPI_TRY(MPI_Test(&x->ar[i], &done, MPI_STATUS_IGNORE), "all-reduce");
+    }
+    return PD_OK;
+}
+
+static pd_status pd__mx_wait_all(pd__transport *t) {
+    pd__mpix *x = (pd__mpix *)t;
+    for (int i = 0; i < x->nar; i++)
+        if (x->ar[i] != MPI_REQUEST_NULL) PD_TRY(pd__wait(x, &x->ar[i], MPI_STATUS_IGNORE, false));
+    x->nar = 0;
+    return PD_OK;
+}
+
 /* This process failed: every other process of the pipeline hears of it at
  * its next wait. The notices are never waited for (a process that already
  * failed may never receive one). */
@@ -432,6 +468,7 @@ static void pd__mx_destroy(pd__transport *t) {
     for (int i = 0; x->failed && i < x->npend; i++) MPI_Request_free(&x->pend[i].req);
     for (int i = 0; i < x->nfails; i++) MPI_Request_free(&x->fails[i]);
     PD_FREE(x->fails);
+    free(x->ar);
     free(x->pend);
     for (int w = 0; !x->failed && x->group && w < x->nworkers; w++)
         if (x->group[w] != MPI_COMM_NULL) MPI_Comm_free(&x->group[w]);
@@ -442,7 +479,8 @@ static void pd__mx_destroy(pd__transport *t) {
 }
 
 static const pd__transport_i pd__mpi_vt = {"mpi", pd__mx_get, pd__mx_send, pd__mx_recv, pd__mx_put,
-                                           pd__mx_allreduce, pd__mx_flush, pd__mx_destroy, pd__mx_fail};
+                                           pd__mx_allreduce, pd__mx_flush, pd__mx_destroy, pd__mx_fail,
+                                           pd__mx_iallreduce, pd__mx_wait_all};
 
 pd_status pd__mpi_transport_create(int nthreads, const int *rank_of, const int *worker_of, int nworkers, int nlinks,
                                    int window, int color, pd__transport **out) {

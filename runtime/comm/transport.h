@@ -37,6 +37,13 @@ typedef struct pd__transport_i {
      * processes it talks to, whose waits then fail naming this one, instead
      * of waiting for ever. NULL: nothing to tell (one process). */
     void (*fail)(pd__transport *t, const char *msg);
+    /* allreduce started and left running (NULL: none; the pipeline then
+     * sums at ALLREDUCE): the data is not to be touched until wait_all has
+     * completed every sum started. Every member of the group starts the
+     * same sums in the same order. The sums are the allreduce's, element by
+     * element. */
+    pd_status (*iallreduce)(pd__transport *t, int g, void *data, int64_t n, bool f64);
+    pd_status (*wait_all)(pd__transport *t);
 } pd__transport_i;
 
 struct pd__transport {
