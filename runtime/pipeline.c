@@ -974,8 +974,10 @@ static float *pd__gslab(const pd__wk *W) { return W->grads ? W->grads : W->p->sl
 /* Across processes, a replica's last backward (or W) of a minibatch: the
  * nodes run in stretches, and as soon as a stretch has made parameters'
  * gradients final (their last reader's backward, in reverse order, has run)
- * their all-reduces start (in place, a bucket per node) and travel while the
- * backward goes on; ALLREDUCE waits for them. Every replica runs the same
+ * their all-reduces start (in place) and travel while the
+ * backward goes on (buckets of adjoining gradients of at least 1 MiB, or
+ * what is final when the next parameter does not adjoin them); ALLREDUCE
+ * waits for them. Every replica runs the same
  * nodes in the same order, so starts the same all-reduces in the same
  * order; each element is summed as by the packed all-reduce. */
 static pd_status pd__backward_overlapped(pd__wk *W, const pd__vstage *S, pd__actx *c, int part) {
@@ -990,20 +992,37 @@ static pd_status pd__backward_overlapped(pd__wk *W, const pd__vstage *S, pd__act
                 if (nd->in[q] == p->sl.param[S->params[j]]) W->arfirst[j] = k;
         }
     }
-    int hi = S->nbnodes;
+    /* final gradients gather in a bucket, a stretch [lo, hi) of the slab,
+     * sent once it holds PD__BUCKET values (or one that does not adjoin it
+     * comes, or the backward ends) */
+    enum { PD__BUCKET = 1 << 18 };
+    int64_t lo = 0, hi = 0;
+    int top = S->nbnodes;
     for (int k = S->nbnodes - 1; k >= 0; k--) {
         bool due = k == 0;
         for (int j = 0; j < S->np && !due; j++) due = W->arfirst[j] == k;
         if (!due) continue;
-        if (part == 0) PD_TRY(pd__actx_backward(p->s, &W->x, c, S->bnodes + k, hi - k));
-        else PD_TRY(pd__actx_backward_part(p->s, &W->x, c, S->bnodes + k, hi - k, true));
-        hi = k;
+        if (part == 0) PD_TRY(pd__actx_backward(p->s, &W->x, c, S->bnodes + k, top - k));
+        else PD_TRY(pd__actx_backward_part(p->s, &W->x, c, S->bnodes + k, top - k, true));
+        top = k;
         for (int j = 0; j < S->np; j++) {
             if (W->arfirst[j] != k && !(k == 0 && W->arfirst[j] < 0)) continue;
             int i = S->params[j];
-            PD_TRY(p->remote->vt->iallreduce(p->remote, W->w, G + p->sl.poff[i], g->tensors[p->sl.param[i]].numel, false));
+            int64_t a = p->sl.poff[i], n = g->tensors[p->sl.param[i]].numel;
+            if (hi > lo && a + n != lo && a != hi) {
+                PD_TRY(p->remote->vt->iallreduce(p->remote, W->w, G + lo, hi - lo, false));
+                lo = hi = 0;
+            }
+            if (hi == lo) lo = a, hi = a + n;
+            else if (a + n == lo) lo = a;
+            else hi = a + n;
+            if (hi - lo >= PD__BUCKET) {
+                PD_TRY(p->remote->vt->iallreduce(p->remote, W->w, G + lo, hi - lo, false));
+                lo = hi = 0;
+            }
         }
     }
+    if (hi > lo) PD_TRY(p->remote->vt->iallreduce(p->remote, W->w, G + lo, hi - lo, false));
     W->ar_started = true;
     return PD_OK;
 }

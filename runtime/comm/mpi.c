@@ -418,9 +418,11 @@ static pd_status pd__mx_iallreduce(pd__transport *t, int g, void *data, int64_t 
         x->nar++;
         off += k;
     }
-    for (int i = 0; i < x->nar; i++) { /* MPI moves non-blocking collectives on inside its calls */
+    for (int i = 0; i < x->nar; i++) { /* MPI moves non-blocking collectives on inside its calls: one test */
+        if (x->ar[i] == MPI_REQUEST_NULL) continue;
         int done = 0;
-        if (x->ar[i] != MPI_REQUEST_NULL) PD_MPI_TRY(MPI_Test(&x->ar[i], &done, MPI_STATUS_IGNORE), "all-reduce");
+        PD_MPI_TRY(MPI_Test(&x->ar[i], &done, MPI_STATUS_IGNORE), "all-reduce");
+        break;
     }
     return PD_OK;
 }
