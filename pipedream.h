@@ -434,7 +434,8 @@ PDDEF void pd_sim_result_free(pd_sim_result *r);
  * flight), read only during the call.
  *
  * Under MPI (opt->mpi = 1; the program launched by mpirun, one process per
- * stage replica): every process makes the same calls with the same
+ * stage replica, or per group of stages sharing a rank in the plan's
+ * stage_to_rank): every process makes the same calls with the same
  * arguments (collective), each runs its own stage replicas, the steps'
  * results come back on every process, and after each call every process's
  * graph holds the whole trained model (rank 0 saves it). A failure on one

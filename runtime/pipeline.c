@@ -166,6 +166,8 @@ struct pd__pipe {
     pd__transport *remote;
     bool ar_overlap;      /* replicas' all-reduces started during the last backward (PDONNX_ALLREDUCE_OVERLAP=0: off) */
     int rank;
+    int nlocal;           /* threads this process runs (under MPI several stages may share a process) */
+    int stopped;          /* p->abort for the MPI transport's waits (atomic) */
     int *rank_of, *wbase; /* per thread; per worker: its first thread */
     int *first_rank;      /* per worker: the plan's rank of its replica 0 */
     int fail_stage, fail_op, fail_mb; /* test hook: this instruction fails */
@@ -186,6 +188,8 @@ struct pd__pipe {
     struct pd__gn {
         int64_t t;     /* the update the slot holds */
         int arrived;
+        bool reduced;  /* under MPI: the parts summed across the processes */
+        pd_status st;
         double *part;  /* per worker */
     } gn[4];
     /* one run */
@@ -461,6 +465,7 @@ static void pd__fail(pd__pipe *p, const pd__wk *W, const pd__instr *in, pd_statu
         char chunk[32] = "";
         if (p->V > 1) snprintf(chunk, sizeof chunk, " (chunk %d)", (int)in->chunk);
         p->abort = true;
+        __atomic_store_n(&p->stopped, 1, __ATOMIC_RELEASE);
         p->err = st;
         snprintf(p->errmsg, sizeof p->errmsg, "%s, step %lld, %s of microbatch %d%s: %s", who,
                  (long long)(p->steps + in->mb / p->M + 1), pd__op_name(in->op), (int)in->mb, chunk, pd_last_error());
@@ -1147,7 +1152,7 @@ static pd_status pd__global_norm(pd__wk *W, int64_t t, const float *G, double *n
             for (int64_t e = 0; e < p->g->tensors[p->sl.param[i]].numel; e++) sq += (double)g[e] * g[e];
         }
     }
-    if (p->remote) { /* W->gnpart: made with the transport, so a step allocates nothing */
+    if (p->remote && p->nlocal == 1) { /* W->gnpart: made with the transport, so a step allocates nothing */
         double *part = W->gnpart;
         for (int w = 0; w < p->P; w++) part[w] = w == W->w ? sq : 0;
         pd_status st = p->remote->vt->allreduce(p->remote, -1, part, p->P, true);
@@ -1163,15 +1168,34 @@ static pd_status pd__global_norm(pd__wk *W, int64_t t, const float *G, double *n
         for (int w = 0; s->part && w < p->P; w++) s->part[w] = 0;
         s->t = t;
         s->arrived = 0;
+        s->reduced = false;
+        s->st = PD_OK;
     }
     if (!s->part) {
         pthread_mutex_unlock(&p->mu);
         return pd__err(PD_ERR_NOMEM, "out of memory");
     }
     s->part[W->w] += sq;
-    if (++s->arrived == p->nwk) pthread_cond_broadcast(&p->cv);
-    while (s->arrived < p->nwk && !p->abort) pthread_cond_wait(&p->cv, &p->mu);
-    if (p->abort) *stop = true;
+    /* under MPI with several threads here: this process's parts, then the
+     * last of its threads to arrive sums them across the processes */
+    int here = p->remote ? p->nlocal : p->nwk;
+    if (++s->arrived == here) {
+        if (p->remote) {
+            pthread_mutex_unlock(&p->mu);
+            pd_status st = p->remote->vt->allreduce(p->remote, -1, s->part, p->P, true);
+            pthread_mutex_lock(&p->mu);
+            s->st = st;
+            s->reduced = true;
+            if (st != PD_OK) { /* this thread reports it; the others stop */
+                pthread_cond_broadcast(&p->cv);
+                pthread_mutex_unlock(&p->mu);
+                return st;
+            }
+        }
+        pthread_cond_broadcast(&p->cv);
+    }
+    while ((s->arrived < here || (p->remote && !s->reduced)) && !p->abort) pthread_cond_wait(&p->cv, &p->mu);
+    if (p->abort || (p->remote && s->st != PD_OK)) *stop = true;
     double sum = 0;
     for (int w = 0; w < p->P; w++) sum += s->part[w];
     pthread_mutex_unlock(&p->mu);
@@ -1350,6 +1374,8 @@ static void pd__snap_write(const pd__pipe *p, const pd__wk *W, bool pre, pd__rec
 
 pd_status pd__pipe_set_snap_hooks(pd__pipe *p, const pd__snap_hooks *h) {
     if (!p || !h || !h->want || !h->ready) return pd__err(PD_ERR_INVALID, "pd__pipe_set_snap_hooks: NULL argument");
+    if (p->remote && p->nlocal > 1)
+        return pd__err(PD_ERR_UNSUPPORTED, "checkpoints with several stages per process under MPI are not supported yet");
     if (!p->part) {
         p->part = PD_CALLOC((size_t)p->P, sizeof(char *));
         p->part_cap = PD_CALLOC((size_t)p->P, sizeof(size_t));
@@ -1724,30 +1750,57 @@ static pd_status pd__run_remote_end(pd__pipe *p, int64_t n, pd_step_result *res)
     return st;
 }
 
-int pd__pipe_processes(const pd__pipe *p) { return p->nwk; }
+/* The processes the plan's stage_to_rank maps the threads onto, when it is
+ * a mapping onto 0 .. K-1 (every rank used; stages share a rank only
+ * without replicas: several stages per process); -1 when it is not. */
+static int pd__planned_processes(const pd__pipe *p) {
+    if (!p->first_rank) return -1;
+    int K = 0;
+    for (int w = 0; w < p->P; w++) {
+        if (p->first_rank[w] < 0) return -1;
+        if (p->first_rank[w] + p->rep[w] > K) K = p->first_rank[w] + p->rep[w];
+    }
+    for (int w = 0; w < p->P; w++)
+        for (int q = 0; q < w; q++)
+            if (p->first_rank[w] < p->first_rank[q] + p->rep[q] && p->first_rank[q] < p->first_rank[w] + p->rep[w] &&
+                (p->rep[w] > 1 || p->rep[q] > 1))
+                return -1;
+    for (int r = 0; r < K; r++) {
+        bool used = false;
+        for (int w = 0; w < p->P && !used; w++) used = r >= p->first_rank[w] && r < p->first_rank[w] + p->rep[w];
+        if (!used) return -1;
+    }
+    return K;
+}
+
+int pd__pipe_processes(const pd__pipe *p) {
+    int K = pd__planned_processes(p);
+    return K > 0 ? K : p->nwk;
+}
 
 pd_status pd__pipe_set_ranks(pd__pipe *p, int rank, int nranks) { return pd__pipe_set_ranks_in(p, rank, nranks, 0); }
 
 pd_status pd__pipe_set_ranks_in(pd__pipe *p, int rank, int nranks, int color) {
-    if (nranks != p->nwk)
+    int K = pd__planned_processes(p), need = K > 0 ? K : p->nwk;
+    if (nranks != need && need == p->nwk)
         return pd__err(PD_ERR_INVALID,
                        "this plan runs as %d processes, one per stage replica (%d stages%s), not %d: mpirun -np %d",
                        p->nwk, p->P, p->nwk > p->P ? ", some replicated" : "", nranks, p->nwk);
+    if (nranks != need)
+        return pd__err(PD_ERR_INVALID, "this plan runs as %d processes (its stage_to_rank puts %d stages on them), "
+                       "not %d: mpirun -np %d", need, p->P, nranks, need);
     if (p->hooks_on) return pd__err(PD_ERR_INVALID, "pd__pipe_set_ranks: set the ranks before the snapshot hooks");
     if (p->shared) return pd__err(PD_ERR_UNSUPPORTED, "tied weights across MPI processes are not supported yet");
     int *worker_of = PD_MALLOC(sizeof(int) * (size_t)p->nwk);
     if (!worker_of) return pd__err(PD_ERR_NOMEM, "out of memory");
     /* the plan's stage_to_rank (its stages' consecutive ranks), when it is a
      * mapping onto 0 .. nranks-1; otherwise contiguous, stage by stage */
-    bool planned = p->first_rank != NULL;
-    for (int w = 0; planned && w < p->P; w++)
-        planned = p->first_rank[w] >= 0 && p->first_rank[w] + p->rep[w] <= nranks;
-    for (int w = 0; planned && w < p->P; w++) /* no two stages on one rank */
-        for (int q = 0; planned && q < w; q++)
-            planned = p->first_rank[w] >= p->first_rank[q] + p->rep[q] || p->first_rank[q] >= p->first_rank[w] + p->rep[w];
+    bool planned = K == nranks;
+    p->nlocal = 0;
     for (int i = 0; i < p->nwk; i++) {
         pd__wk *W = &p->wk[i];
         p->rank_of[i] = planned ? p->first_rank[W->w] + W->r : i;
+        p->nlocal += p->rank_of[i] == rank;
         worker_of[i] = W->w;
         int np = 1;
         for (int c = 0; c < p->V; c++) np = p->vs[W->ch[c].k].np > np ? p->vs[W->ch[c].k].np : np;
@@ -1763,10 +1816,11 @@ pd_status pd__pipe_set_ranks_in(pd__pipe *p, int rank, int nranks, int color) {
     int window = 8;
     while (window < 2 * (p->M + p->NV) + 2) window *= 2; /* above what a link holds in flight */
     pd_status st =
-        pd__mpi_transport_create(p->nwk, p->rank_of, worker_of, p->P, p->NV - 1, window, color, &p->remote);
+        pd__mpi_transport_create(p->nwk, p->rank_of, worker_of, p->P, p->NV - 1, window, color, &p->stopped, &p->remote);
     PD_FREE(worker_of);
     if (st != PD_OK) {
         for (int i = 0; i < p->nwk; i++) p->rank_of[i] = 0;
+        p->nlocal = 0;
         return st;
     }
     p->rank = rank;
@@ -1908,6 +1962,7 @@ pd_status pd__pipe_run(pd__pipe *p, int64_t minibatches, const pd_tensor *inputs
     p->labels = labels;
     p->res = results;
     p->abort = false;
+    __atomic_store_n(&p->stopped, 0, __ATOMIC_RELEASE);
     p->err = PD_OK;
     pthread_t *th = PD_CALLOC((size_t)p->nwk, sizeof *th);
     int started = 0;

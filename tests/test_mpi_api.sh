@@ -26,6 +26,14 @@ bad() { echo "NOT OK $*"; fails=$((fails + 1)); }
 
 "$pdonnx" plan "$model" --workers 2 --straight --batch 8 -o "$tmp/p2.json" > /dev/null
 "$pdonnx" plan "$model" --workers 3 --straight --algo uniform --batch 8 -o "$tmp/p3.json" > /dev/null
+"$pdonnx" plan "$model" --workers 4 --straight --algo uniform --batch 8 -o "$tmp/p4.json" > /dev/null
+python3 - "$tmp/p4.json" "$tmp/p4on2.json" <<'PY'
+import json, sys
+p = json.load(open(sys.argv[1]))
+for s, r in zip(p["stages"], [0, 0, 1, 1]):
+    s["ranks"] = [r]  # two stages per process
+json.dump(p, open(sys.argv[2], "w"))
+PY
 python3 - "$tmp/p2.json" "$tmp/ph.json" <<'PY'
 import json, sys
 p = json.load(open(sys.argv[1]))
@@ -62,6 +70,8 @@ check "hybrid (stage 0 on 2 processes), flush" 3 "$tmp/ph.json" flush 4
 check "hybrid, gpipe" 3 "$tmp/ph.json" gpipe 4
 check "hybrid, zb-h1" 3 "$tmp/ph.json" zb-h1 4
 PDONNX_ALLREDUCE_OVERLAP=0 check "hybrid, flush, the all-reduce not overlapped" 3 "$tmp/ph.json" flush 4
+check "4 stages on 2 processes (two each), flush" 2 "$tmp/p4on2.json" flush 4
+check "4 stages on 2 processes, gpipe" 2 "$tmp/p4on2.json" gpipe 4
 check "flush, rank 1 passes NULL labels once" 2 "$tmp/p2.json" flush 4 bad-arg
 if [ "$(grep -c "^rank [01]: error: rank 1: pd_trainer_train: labels is NULL" "$tmp/mpi.txt")" = 2 ]; then
   ok "an argument error on rank 1 is an error on both processes, naming rank 1; training goes on"
@@ -78,6 +88,15 @@ if [ $rc != 0 ] && [ $rc != 124 ] && [ "$(grep -c "^rank [01]: error: .*stage 1,
   ok "a NaN loss on rank 1 at step 3 is an error on both processes naming stage 1 and step 3 (${took}s, exit $rc)"
 else
   bad "a failure mid-run (exit $rc, ${took}s): $(grep -v '^step' "$tmp/nan.txt" | head -5)"
+fi
+
+# the same with two stages per process: the other stage of rank 1 and both of rank 0 stop
+mpi 2 "$prog" "$model" "$tmp/p4on2.json" flush 4 6 "$tmp/n.onnx" nan > "$tmp/nan.txt" 2>&1
+rc=$?
+if [ $rc != 0 ] && [ $rc != 124 ] && [ "$(grep -c "^rank [01]: error: rank 1: .*stage 3, step 3.*nan" "$tmp/nan.txt")" = 2 ]; then
+  ok "two stages per process: a NaN loss on stage 3 (rank 1) is an error on both processes naming it (exit $rc)"
+else
+  bad "two stages per process, a failure mid-run (exit $rc): $(grep -v '^step' "$tmp/nan.txt" | head -5)"
 fi
 
 # a plan for 2 processes on 3: refused on every process, which end cleanly

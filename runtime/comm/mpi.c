@@ -17,6 +17,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <pthread.h>
 #include <sched.h>
 #include <string.h>
 
@@ -253,6 +254,11 @@ typedef struct pd__mpix {
     MPI_Request *ar;    /* all-reduces started (iallreduce), completed by wait_all */
     int nar, arcap;
     int nfails;
+    /* several stages (threads) of one process may call the transport: one
+     * at a time inside MPI (MPI_THREAD_SERIALIZED) and in its lists; a wait
+     * lets go of it between polls */
+    pthread_mutex_t mu;
+    const int *stopped; /* the pipeline was stopped here (another thread failed): waits give up */
 } pd__mpix;
 
 /* Waits for req while watching for another process's failure notice (a
@@ -261,7 +267,7 @@ typedef struct pd__mpix {
  * transport is marked failed and the error names the rank that failed and
  * its message. */
 static pd_status pd__wait(pd__mpix *x, MPI_Request *req, MPI_Status *s, bool cancellable) {
-    for (unsigned spins = 0;; spins++) {
+    for (unsigned spins = 0;; spins++) { /* x->mu held, but between polls */
         int done = 0, flag = 0;
         PD_MPI_TRY(MPI_Test(req, &done, s), "wait");
         if (done) return PD_OK;
@@ -278,7 +284,17 @@ static pd_status pd__wait(pd__mpix *x, MPI_Request *req, MPI_Status *s, bool can
             x->failed = true;
             return pd__err(PD_ERR_IO, PD__RELAYED "%s", ps.MPI_SOURCE, msg);
         }
+        if (x->stopped && __atomic_load_n(x->stopped, __ATOMIC_ACQUIRE)) { /* another thread here failed: it told */
+            if (cancellable) {
+                MPI_Cancel(req);
+                MPI_Wait(req, MPI_STATUS_IGNORE);
+            }
+            x->failed = true;
+            return pd__err(PD_ERR_IO, "MPI: stopped (another stage of this process failed)");
+        }
+        pthread_mutex_unlock(&x->mu);
         if (spins > 64) sched_yield(); /* a core shared with the stage computing next door */
+        pthread_mutex_lock(&x->mu);
     }
 }
 
@@ -315,19 +331,19 @@ static pd_status pd__progress(pd__mpix *x, bool wait) {
 
 static int pd__tag(const pd__mpix *x, int l, int dir, int mb) { return ((mb % x->window) * 2 + dir) * x->nlinks + l; }
 
-static void *pd__mx_get(pd__transport *t, int l, int dir, size_t n) {
+static void *pd__mx_get_in(pd__transport *t, int l, int dir, size_t n) {
     pd__mpix *x = (pd__mpix *)t;
     pd__progress(x, false);
     pd__pool *q = &x->pool[l * 2 + dir];
     return q->n > 0 ? q->b[--q->n] : PD_MALLOC(n ? n : 1);
 }
 
-static void pd__mx_put(pd__transport *t, int l, int dir, void *buf) {
+static void pd__mx_put_in(pd__transport *t, int l, int dir, void *buf) {
     pd__mpix *x = (pd__mpix *)t;
     pd__pool_put(&x->pool[l * 2 + dir], buf);
 }
 
-static pd_status pd__mx_send(pd__transport *t, int from, int to, int l, int dir, int mb, void *buf, size_t n,
+static pd_status pd__mx_send_in(pd__transport *t, int from, int to, int l, int dir, int mb, void *buf, size_t n,
                              bool *stop) {
     (void)from;
     (void)stop;
@@ -359,12 +375,12 @@ static pd_status pd__mx_send(pd__transport *t, int from, int to, int l, int dir,
     return pd__progress(x, false);
 }
 
-static pd_status pd__mx_recv(pd__transport *t, int from, int to, int l, int dir, int mb, size_t n, void **buf,
+static pd_status pd__mx_recv_in(pd__transport *t, int from, int to, int l, int dir, int mb, size_t n, void **buf,
                              bool *stop) {
     (void)to;
     (void)stop;
     pd__mpix *x = (pd__mpix *)t;
-    void *b = pd__mx_get(t, l, dir, n);
+    void *b = pd__mx_get_in(t, l, dir, n);
     if (!b) return pd__err(PD_ERR_NOMEM, "out of memory for a %zu-byte message", n);
     MPI_Status s;
     MPI_Request req;
@@ -384,7 +400,7 @@ static pd_status pd__mx_recv(pd__transport *t, int from, int to, int l, int dir,
     return PD_OK;
 }
 
-static pd_status pd__mx_allreduce(pd__transport *t, int g, void *data, int64_t n, bool f64) {
+static pd_status pd__mx_allreduce_in(pd__transport *t, int g, void *data, int64_t n, bool f64) {
     pd__mpix *x = (pd__mpix *)t;
     MPI_Comm c = g < 0 ? x->comm : x->group[g];
     if (c == MPI_COMM_NULL) return PD_OK;
@@ -399,7 +415,7 @@ static pd_status pd__mx_allreduce(pd__transport *t, int g, void *data, int64_t n
     return PD_OK;
 }
 
-static pd_status pd__mx_iallreduce(pd__transport *t, int g, void *data, int64_t n, bool f64) {
+static pd_status pd__mx_iallreduce_in(pd__transport *t, int g, void *data, int64_t n, bool f64) {
     pd__mpix *x = (pd__mpix *)t;
     MPI_Comm c = g < 0 ? x->comm : x->group[g];
     if (c == MPI_COMM_NULL) return PD_OK;
@@ -427,10 +443,13 @@ static pd_status pd__mx_iallreduce(pd__transport *t, int g, void *data, int64_t 
     return PD_OK;
 }
 
-static pd_status pd__mx_wait_all(pd__transport *t) {
+static pd_status pd__mx_wait_all_in(pd__transport *t) {
     pd__mpix *x = (pd__mpix *)t;
-    for (int i = 0; i < x->nar; i++)
-        if (x->ar[i] != MPI_REQUEST_NULL) PD_TRY(pd__wait(x, &x->ar[i], MPI_STATUS_IGNORE, false));
+    for (int i = 0; i < x->nar; i++) {
+        MPI_Request r = x->ar[i]; /* x->ar may move while the wait lets go of the lock */
+        if (r != MPI_REQUEST_NULL) PD_TRY(pd__wait(x, &r, MPI_STATUS_IGNORE, false));
+        x->ar[i] = r;
+    }
     x->nar = 0;
     return PD_OK;
 }
@@ -438,7 +457,7 @@ static pd_status pd__mx_wait_all(pd__transport *t) {
 /* This process failed: every other process of the pipeline hears of it at
  * its next wait. The notices are never waited for (a process that already
  * failed may never receive one). */
-static void pd__mx_fail(pd__transport *t, const char *msg) {
+static void pd__mx_fail_in(pd__transport *t, const char *msg) {
     pd__mpix *x = (pd__mpix *)t;
     if (x->failed) return; /* it heard of another's failure, or already told */
     x->failed = true;
@@ -453,12 +472,77 @@ static void pd__mx_fail(pd__transport *t, const char *msg) {
             x->nfails++;
 }
 
-static pd_status pd__mx_flush(pd__transport *t) { return pd__progress((pd__mpix *)t, true); }
+static pd_status pd__mx_flush_in(pd__transport *t) { return pd__progress((pd__mpix *)t, true); }
+
+/* The entry points: one thread at a time inside (x->mu). */
+static void *pd__mx_get(pd__transport *t, int l, int dir, size_t n) {
+    pd__mpix *x = (pd__mpix *)t;
+    pthread_mutex_lock(&x->mu);
+    void *b = pd__mx_get_in(t, l, dir, n);
+    pthread_mutex_unlock(&x->mu);
+    return b;
+}
+static void pd__mx_put(pd__transport *t, int l, int dir, void *buf) {
+    pd__mpix *x = (pd__mpix *)t;
+    pthread_mutex_lock(&x->mu);
+    pd__mx_put_in(t, l, dir, buf);
+    pthread_mutex_unlock(&x->mu);
+}
+static pd_status pd__mx_send(pd__transport *t, int from, int to, int l, int dir, int mb, void *buf, size_t n,
+                             bool *stop) {
+    pd__mpix *x = (pd__mpix *)t;
+    pthread_mutex_lock(&x->mu);
+    pd_status st = pd__mx_send_in(t, from, to, l, dir, mb, buf, n, stop);
+    pthread_mutex_unlock(&x->mu);
+    return st;
+}
+static pd_status pd__mx_recv(pd__transport *t, int from, int to, int l, int dir, int mb, size_t n, void **buf,
+                             bool *stop) {
+    pd__mpix *x = (pd__mpix *)t;
+    pthread_mutex_lock(&x->mu);
+    pd_status st = pd__mx_recv_in(t, from, to, l, dir, mb, n, buf, stop);
+    pthread_mutex_unlock(&x->mu);
+    return st;
+}
+static pd_status pd__mx_allreduce(pd__transport *t, int g, void *data, int64_t n, bool f64) {
+    pd__mpix *x = (pd__mpix *)t;
+    pthread_mutex_lock(&x->mu);
+    pd_status st = pd__mx_allreduce_in(t, g, data, n, f64);
+    pthread_mutex_unlock(&x->mu);
+    return st;
+}
+static pd_status pd__mx_iallreduce(pd__transport *t, int g, void *data, int64_t n, bool f64) {
+    pd__mpix *x = (pd__mpix *)t;
+    pthread_mutex_lock(&x->mu);
+    pd_status st = pd__mx_iallreduce_in(t, g, data, n, f64);
+    pthread_mutex_unlock(&x->mu);
+    return st;
+}
+static pd_status pd__mx_wait_all(pd__transport *t) {
+    pd__mpix *x = (pd__mpix *)t;
+    pthread_mutex_lock(&x->mu);
+    pd_status st = pd__mx_wait_all_in(t);
+    pthread_mutex_unlock(&x->mu);
+    return st;
+}
+static void pd__mx_fail(pd__transport *t, const char *msg) {
+    pd__mpix *x = (pd__mpix *)t;
+    pthread_mutex_lock(&x->mu);
+    pd__mx_fail_in(t, msg);
+    pthread_mutex_unlock(&x->mu);
+}
+static pd_status pd__mx_flush(pd__transport *t) {
+    pd__mpix *x = (pd__mpix *)t;
+    pthread_mutex_lock(&x->mu);
+    pd_status st = pd__mx_flush_in(t);
+    pthread_mutex_unlock(&x->mu);
+    return st;
+}
 
 static void pd__mx_destroy(pd__transport *t) {
     pd__mpix *x = (pd__mpix *)t;
     if (!x) return;
-    if (!x->failed) pd__progress(x, true);
+    if (!x->failed) pd__mx_flush(t);
     for (int i = 0; x->pool && i < 2 * x->nlinks; i++) {
         while (x->pool[i].n > 0) PD_FREE(x->pool[i].b[--x->pool[i].n]);
         free(x->pool[i].b);
@@ -477,6 +561,7 @@ static void pd__mx_destroy(pd__transport *t) {
     PD_FREE(x->group);
     if (!x->failed && x->comm != MPI_COMM_NULL) MPI_Comm_free(&x->comm);
     PD_FREE(x->rank_of);
+    pthread_mutex_destroy(&x->mu);
     PD_FREE(x);
 }
 
@@ -485,7 +570,7 @@ static const pd__transport_i pd__mpi_vt = {"mpi", pd__mx_get, pd__mx_send, pd__m
                                            pd__mx_iallreduce, pd__mx_wait_all};
 
 pd_status pd__mpi_transport_create(int nthreads, const int *rank_of, const int *worker_of, int nworkers, int nlinks,
-                                   int window, int color, pd__transport **out) {
+                                   int window, int color, const int *stopped, pd__transport **out) {
     if (!pd__mpi_on) return pd__err(PD_ERR_INVALID, "MPI is not initialized");
     int me, world_me, tag_ub_flag = 0, *tag_ub = NULL;
     MPI_Comm_rank(MPI_COMM_WORLD, &world_me);
@@ -497,6 +582,8 @@ pd_status pd__mpi_transport_create(int nthreads, const int *rank_of, const int *
     if (!x) return pd__err(PD_ERR_NOMEM, "out of memory");
     x->base.vt = &pd__mpi_vt;
     x->comm = MPI_COMM_NULL;
+    x->stopped = stopped;
+    pthread_mutex_init(&x->mu, NULL);
     x->nworkers = nworkers;
     x->nthreads = nthreads;
     x->nlinks = nlinks > 0 ? nlinks : 1;
@@ -606,8 +693,9 @@ pd_status pd__mpi_allreduce_f64(double *v, int64_t n) {
     return pd__no_mpi();
 }
 pd_status pd__mpi_transport_create(int nthreads, const int *rank_of, const int *worker_of, int nworkers, int nlinks,
-                                   int window, int color, pd__transport **out) {
-    (void)nthreads, (void)rank_of, (void)worker_of, (void)nworkers, (void)nlinks, (void)window, (void)color, (void)out;
+                                   int window, int color, const int *stopped, pd__transport **out) {
+    (void)nthreads, (void)rank_of, (void)worker_of, (void)nworkers, (void)nlinks, (void)window, (void)color;
+    (void)stopped, (void)out;
     return pd__no_mpi();
 }
 pd_status pd__mpi_group_split(int color, int key, pd__mpi_group **out) {

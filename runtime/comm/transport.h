@@ -85,9 +85,12 @@ pd_status pd__mpi_allreduce_f64(double *v, int64_t n);
 /* The MPI transport of a pipeline with nthreads threads, thread i run by
  * process rank_of[i]; workers: per thread its worker (for the allreduce
  * groups); links and window: tags are (mb mod window, dir, link), so a
- * window larger than the microbatches in flight on a link cannot collide. */
+ * window larger than the microbatches in flight on a link cannot collide.
+ * Several threads of this process (stages) may use it at once; stopped (may
+ * be NULL), when it reads non-zero (atomically), makes every wait give up:
+ * another thread of this process failed and told the others. */
 pd_status pd__mpi_transport_create(int nthreads, const int *rank_of, const int *worker_of, int nworkers, int nlinks,
-                                   int window, int color, pd__transport **out);
+                                   int window, int color, const int *stopped, pd__transport **out);
 
 /* A communicator of the processes that give the same color (collective over
  * every process), ranked by key: AvgPipe's processes holding the same stage
