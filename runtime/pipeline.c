@@ -976,19 +976,27 @@ static pd_status pd__do_forward(pd__wk *W, pd__chunk *C, int mb, int32_t version
 /* This thread's gradient slab: replica 0's is the session's, another's its own. */
 static float *pd__gslab(const pd__wk *W) { return W->grads ? W->grads : W->p->sl.grads; }
 
+/* The order parameters' gradients become final in: j by j at position k
+ * (going down), then those no node reads (at k = 0). */
+static bool pd__final_at(const pd__wk *W, int j, int k) { return W->arfirst[j] == k || (k == 0 && W->arfirst[j] < 0); }
+
 /* Across processes, a replica's last backward (or W) of a minibatch: the
  * nodes run in stretches, and as soon as a stretch has made parameters'
  * gradients final (their last reader's backward, in reverse order, has run)
- * their all-reduces start (in place) and travel while the
- * backward goes on (buckets of adjoining gradients of at least 1 MiB, or
- * what is final when the next parameter does not adjoin them); ALLREDUCE
- * waits for them. Every replica runs the same
- * nodes in the same order, so starts the same all-reduces in the same
- * order; each element is summed as by the packed all-reduce. */
+ * their all-reduces start and travel while the backward goes on (packed in
+ * the order they become final, in buckets of 1 MiB, the rest when the
+ * backward ends); ALLREDUCE waits for them and unpacks. Every replica runs
+ * the same nodes in the same order, so starts the same all-reduces in the
+ * same order; each element is summed as by the packed all-reduce. */
 static pd_status pd__backward_overlapped(pd__wk *W, const pd__vstage *S, pd__actx *c, int part) {
     pd__pipe *p = W->p;
     const pd_graph *g = p->g;
-    float *G = pd__gslab(W);
+    const float *G = pd__gslab(W);
+    if (S->packed > W->ared_n) { /* the first minibatch only */
+        PD_FREE(W->ared);
+        if (!(W->ared = PD_MALLOC(sizeof(float) * (size_t)S->packed))) return pd__err(PD_ERR_NOMEM, "out of memory");
+        W->ared_n = S->packed;
+    }
     for (int j = 0; j < S->np; j++) { /* the lowest position of a node reading parameter j */
         W->arfirst[j] = -1;
         for (int k = 0; k < S->nbnodes && W->arfirst[j] < 0; k++) {
@@ -997,11 +1005,11 @@ static pd_status pd__backward_overlapped(pd__wk *W, const pd__vstage *S, pd__act
                 if (nd->in[q] == p->sl.param[S->params[j]]) W->arfirst[j] = k;
         }
     }
-    /* final gradients gather in a bucket, a stretch [lo, hi) of the slab,
-     * sent once it holds PD__BUCKET values (or one that does not adjoin it
-     * comes, or the backward ends) */
+    /* final gradients are packed into W->ared in the order they become
+     * final; a bucket [lo, at) goes once it holds PD__BUCKET values, and the
+     * rest when the backward ends */
     enum { PD__BUCKET = 1 << 18 };
-    int64_t lo = 0, hi = 0;
+    int64_t lo = 0, at = 0;
     int top = S->nbnodes;
     for (int k = S->nbnodes - 1; k >= 0; k--) {
         bool due = k == 0;
@@ -1011,24 +1019,38 @@ static pd_status pd__backward_overlapped(pd__wk *W, const pd__vstage *S, pd__act
         else PD_TRY(pd__actx_backward_part(p->s, &W->x, c, S->bnodes + k, top - k, true));
         top = k;
         for (int j = 0; j < S->np; j++) {
-            if (W->arfirst[j] != k && !(k == 0 && W->arfirst[j] < 0)) continue;
+            if (!pd__final_at(W, j, k)) continue;
             int i = S->params[j];
-            int64_t a = p->sl.poff[i], n = g->tensors[p->sl.param[i]].numel;
-            if (hi > lo && a + n != lo && a != hi) {
-                PD_TRY(p->remote->vt->iallreduce(p->remote, W->w, G + lo, hi - lo, false));
-                lo = hi = 0;
-            }
-            if (hi == lo) lo = a, hi = a + n;
-            else if (a + n == lo) lo = a;
-            else hi = a + n;
-            if (hi - lo >= PD__BUCKET) {
-                PD_TRY(p->remote->vt->iallreduce(p->remote, W->w, G + lo, hi - lo, false));
-                lo = hi = 0;
+            int64_t n = g->tensors[p->sl.param[i]].numel;
+            memcpy(W->ared + at, G + p->sl.poff[i], sizeof(float) * (size_t)n);
+            at += n;
+            if (at - lo >= PD__BUCKET) {
+                PD_TRY(p->remote->vt->iallreduce(p->remote, W->w, W->ared + lo, at - lo, false));
+                lo = at;
             }
         }
     }
-    if (hi > lo) PD_TRY(p->remote->vt->iallreduce(p->remote, W->w, G + lo, hi - lo, false));
+    if (at > lo) PD_TRY(p->remote->vt->iallreduce(p->remote, W->w, W->ared + lo, at - lo, false));
     W->ar_started = true;
+    return PD_OK;
+}
+
+/* ALLREDUCE after pd__backward_overlapped: the sums back into the slab. */
+static pd_status pd__overlapped_wait(pd__wk *W) {
+    pd__pipe *p = W->p;
+    const pd__vstage *S = &p->vs[W->ch[0].k];
+    float *G = pd__gslab(W);
+    W->ar_started = false;
+    PD_TRY(p->remote->vt->wait_all(p->remote));
+    int64_t at = 0;
+    for (int k = S->nbnodes - 1; k >= 0; k--)
+        for (int j = 0; j < S->np; j++) {
+            if (!pd__final_at(W, j, k)) continue;
+            int i = S->params[j];
+            int64_t n = p->g->tensors[p->sl.param[i]].numel;
+            memcpy(G + p->sl.poff[i], W->ared + at, sizeof(float) * (size_t)n);
+            at += n;
+        }
     return PD_OK;
 }
 
@@ -1058,10 +1080,7 @@ static pd_status pd__do_backward(pd__wk *W, pd__chunk *C, int mb, int32_t versio
  * transport, packed in one buffer, so every replica holds the sum. */
 static pd_status pd__allreduce_remote(pd__wk *W) {
     pd__pipe *p = W->p;
-    if (W->ar_started) { /* started during the last backward */
-        W->ar_started = false;
-        return p->remote->vt->wait_all(p->remote);
-    }
+    if (W->ar_started) return pd__overlapped_wait(W); /* started during the last backward */
     float *G = pd__gslab(W);
     int64_t n = 0;
     for (int c = 0; c < p->V; c++) n += p->vs[W->ch[c].k].packed;
