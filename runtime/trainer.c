@@ -400,6 +400,9 @@ pd_status pd_trainer_train(pd_trainer *t, int64_t steps, const pd_tensor *inputs
                            pd_step_result *results) {
     if (!t) return pd__err(PD_ERR_INVALID, "pd_trainer_train: t is NULL");
     pd_status st = pd__trainer_train_check(t, steps, inputs, labels);
+    if (t->mpi && !pd__mpi_same(steps) && st == PD_OK) /* a run of other lengths would never meet */
+        st = pd__err(PD_ERR_INVALID, "pd_trainer_train: steps is %lld here but not on every process: every process "
+                     "trains the same steps", (long long)steps);
     if (t->mpi) st = pd__mpi_agree_status(st); /* one process's bad arguments stop every process */
     if (st != PD_OK) return st;
     int64_t s0 = t->run_steps > 0 ? t->run_first : t->steps;

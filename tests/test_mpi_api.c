@@ -7,8 +7,9 @@
  * Launched by mpirun (size > 1) it trains with opt->mpi; else in one process.
  * Rank 0 prints each step's loss and gradient norm exactly (%a) and saves
  * OUT. Every process prints the errors it gets as "rank R: error: MESSAGE".
- * MODE: ok; bad-arg (rank 1 alone passes NULL labels to a first call: every
- * process must get the error, then train on as in ok); nan (step 3's rows
+ * MODE: ok; bad-arg (rank 1 alone passes NULL labels to a first call, then
+ * other steps to a second: every process must get each error, then train
+ * on as in ok); nan (step 3's rows
  * are NaN: the last stage's loss fails mid-run, every process must return
  * an error; exit 3 without finalizing, as a program would end the job).
  */
@@ -64,6 +65,8 @@ int main(int argc, char **argv) {
     pd_tensor xt = {PD_FLOAT, 2, {rows, 64}, x}, yt = {PD_INT64, 1, {rows}, y};
     if (st == PD_OK && !strcmp(mode, "bad-arg")) {
         pd_status bad = pd_trainer_train(t, steps, &xt, rank == 1 ? NULL : &yt, r);
+        printf("rank %d: error: %s\n", rank, bad != PD_OK ? pd_last_error() : "(none: NOT OK)");
+        bad = pd_trainer_train(t, rank == 1 ? steps - 1 : steps, &xt, &yt, r); /* steps that differ */
         printf("rank %d: error: %s\n", rank, bad != PD_OK ? pd_last_error() : "(none: NOT OK)");
     }
     if (st == PD_OK) st = pd_trainer_train(t, steps, &xt, &yt, r);

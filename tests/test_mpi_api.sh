@@ -73,8 +73,9 @@ PDONNX_ALLREDUCE_OVERLAP=0 check "hybrid, flush, the all-reduce not overlapped" 
 check "4 stages on 2 processes (two each), flush" 2 "$tmp/p4on2.json" flush 4
 check "4 stages on 2 processes, gpipe" 2 "$tmp/p4on2.json" gpipe 4
 check "flush, rank 1 passes NULL labels once" 2 "$tmp/p2.json" flush 4 bad-arg
-if [ "$(grep -c "^rank [01]: error: rank 1: pd_trainer_train: labels is NULL" "$tmp/mpi.txt")" = 2 ]; then
-  ok "an argument error on rank 1 is an error on both processes, naming rank 1; training goes on"
+if [ "$(grep -c "^rank [01]: error: rank 1: pd_trainer_train: labels is NULL" "$tmp/mpi.txt")" = 2 ] &&
+   [ "$(grep -c "^rank [01]: error: rank 0: pd_trainer_train: steps is 30 here but not on every process" "$tmp/mpi.txt")" = 2 ]; then
+  ok "an argument error on rank 1, and steps that differ, are errors on both processes, naming a rank; training goes on"
 else
   bad "an argument error on rank 1: $(grep error "$tmp/mpi.txt" | head -3)"
 fi

@@ -153,6 +153,13 @@ bool pd__mpi_relayed(const char *msg) {
     return at && sscanf(at, "MPI: rank %d faile%c", &r, &c) == 2;
 }
 
+bool pd__mpi_same(int64_t v) {
+    long long lo = (long long)v, hi = (long long)v, mine = (long long)v;
+    if (MPI_Allreduce(&mine, &lo, 1, MPI_LONG_LONG, MPI_MIN, MPI_COMM_WORLD) != MPI_SUCCESS) return false;
+    if (MPI_Allreduce(&mine, &hi, 1, MPI_LONG_LONG, MPI_MAX, MPI_COMM_WORLD) != MPI_SUCCESS) return false;
+    return lo == hi;
+}
+
 pd_status pd__mpi_agree_status(pd_status st) {
     int me = 0, n = 1;
     MPI_Comm_rank(MPI_COMM_WORLD, &me);
@@ -672,6 +679,10 @@ pd_status pd__mpi_bcast(void **buf, size_t *len) {
 }
 int pd__mpi_agree(bool ok) { return ok ? -1 : 0; }
 pd_status pd__mpi_agree_status(pd_status st) { return st; }
+bool pd__mpi_same(int64_t v) {
+    (void)v;
+    return true;
+}
 bool pd__mpi_relayed(const char *msg) {
     (void)msg;
     return false;

@@ -72,6 +72,8 @@ int pd__mpi_agree(bool ok);
  * failure through the transport (pd__mpi_relayed: its message says so). */
 pd_status pd__mpi_agree_status(pd_status st);
 bool pd__mpi_relayed(const char *msg);
+/* Whether every process gave the same v (collective over every process). */
+bool pd__mpi_same(int64_t v);
 /* MPI up for the public API: initialized by pd_mpi_init, or by the program
  * itself at MPI_THREAD_SERIALIZED or above (adopted, never finalized here). */
 pd_status pd__mpi_use(void);
