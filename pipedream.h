@@ -457,8 +457,15 @@ PDDEF void pd_sim_result_free(pd_sim_result *r);
  * between pd_trainer_train calls and after pd_trainer_destroy, pd_graph_save
  * sees the trained weights. Data is pushed: each pd_trainer_train call gets
  * every step's rows at once (the schedule keeps several minibatches in
- * flight), read only during the call. Across processes (mpirun), use the
- * pdonnx train command line; this API runs in one process. */
+ * flight), read only during the call.
+ *
+ * Under MPI (opt->mpi = 1; the program launched by mpirun, one process per
+ * stage replica, or per group of stages sharing a rank in the plan's
+ * stage_to_rank): every process makes the same calls with the same
+ * arguments (collective), each runs its own stage replicas, the steps'
+ * results come back on every process, and after each call every process's
+ * graph holds the whole trained model (rank 0 saves it). A failure on one
+ * process is a pd_status on every process, naming the rank. */
 typedef struct pd_trainer pd_trainer;
 
 typedef struct pd_trainer_options {
@@ -470,8 +477,9 @@ typedef struct pd_trainer_options {
     const char *checkpoint_dir; /* NULL: no checkpoints */
     int64_t checkpoint_every;   /* also every this many steps (0: only at the end of each pd_trainer_train) */
     int checkpoint_keep;        /* the newest checkpoints kept (0: all; default 3) */
+    int mpi;                    /* 1: this process runs its share of the plan under MPI (pd_mpi_init first) */
 } pd_trainer_options;
-#define PD_TRAINER_OPTIONS_INIT {sizeof(pd_trainer_options), PD_TRAIN_OPTIONS_INIT, "flush", 0, 0, NULL, 0, 3}
+#define PD_TRAINER_OPTIONS_INIT {sizeof(pd_trainer_options), PD_TRAIN_OPTIONS_INIT, "flush", 0, 0, NULL, 0, 3, 0}
 
 /* Where pd_trainer_resume put the trainer. A checkpoint taken inside a
  * pd_trainer_train call of run_steps steps that began at step run_first
@@ -504,6 +512,16 @@ PDDEF pd_status pd_trainer_train(pd_trainer *t, int64_t steps, const pd_tensor *
 /* Restores the newest valid checkpoint of dir (one taken with the same
  * model, plan, schedule and options, or an error naming what differs). */
 PDDEF pd_status pd_trainer_resume(pd_trainer *t, const char *dir, pd_resume_info *out);
+
+/* MPI for trainers with opt->mpi (libpipedream built with MPI; else
+ * PD_ERR_UNSUPPORTED). pd_mpi_init initializes MPI at
+ * MPI_THREAD_SERIALIZED, or uses the program's own MPI when the program
+ * already called MPI_Init_thread (at that level or above); it gives this
+ * process's rank and the number of processes (either pointer may be NULL).
+ * pd_mpi_finalize finalizes MPI only when pd_mpi_init initialized it:
+ * a program that initialized MPI finalizes it itself. Destroy trainers first. */
+PDDEF pd_status pd_mpi_init(int *rank, int *size);
+PDDEF void pd_mpi_finalize(void);
 
 
 #ifdef __cplusplus

@@ -32,3 +32,32 @@ for s in gpipe flush pipedream 2bw; do
   awk -v s="$s" -v mb="$mb" -v rt="$rt" -v rm="$rm" -v r1="$r1" \
     'BEGIN { printf "| 2 stages, %s, %d microbatch%s | %s | %.2f | %s | %.2f | %.2f |\n", s, mb, mb == 1 ? "" : "es", rt, rt / r1, rm, rm / r1, rm / rt }'
 done
+
+# Data parallelism across 2 processes (one stage, replicated): the gradient
+# all-reduce started bucket by bucket during the last backward of each
+# minibatch (the default) against all of it at ALLREDUCE
+# (PDONNX_ALLREDUCE_OVERLAP=0); rounds side by side, medians.
+"$build/pdonnx" plan "$fx/model.onnx" --workers 1 --straight --batch $((batch / 4)) -o "$tmp/p1.json" > /dev/null
+python3 - "$tmp/p1.json" "$tmp/dp.json" <<'PY'
+import json, sys
+p = json.load(open(sys.argv[1]))
+p["stages"][0]["replicas"] = 2
+p["stages"][0]["ranks"] = [0, 1]
+p["workers"] = 2
+json.dump(p, open(sys.argv[2], "w"))
+PY
+on=() off=()
+for round in 1 2 3; do
+  for ov in 0 1; do
+    r=$(rate "$(PDONNX_ALLREDUCE_OVERLAP=$ov mpirun -x PDONNX_ALLREDUCE_OVERLAP --oversubscribe --bind-to core -np 2 \
+        "$build/pdonnx" "${common[@]}" --plan "$tmp/dp.json" --schedule flush --microbatches 4)")
+    if [ $ov = 1 ]; then on+=("$r"); else off+=("$r"); fi
+  done
+done
+med() { printf '%s\n' "$@" | sort -g | sed -n 2p; }
+echo
+echo "| 2 processes, 1 stage x 2 replicas, flush, 4 microbatches | samples/s (median of 3) |"
+echo "|---|---|"
+echo "| all-reduce at ALLREDUCE | $(med "${off[@]}") |"
+echo "| all-reduce overlapped with the last backward | $(med "${on[@]}") |"
+awk -v a="$(med "${on[@]}")" -v b="$(med "${off[@]}")" 'BEGIN { printf "| overlapped / not | %.3f |\n", a / b }'

@@ -139,6 +139,10 @@ typedef struct pd__wk { /* a thread: replica r of worker w */
     double snap_ms;        /* time spent on the boundary being taken */
     float *ared;           /* across processes: the packed gradients all-reduced */
     int64_t ared_n;
+    double *gnpart;        /* across processes: per worker its squared gradient norm (P), all-reduced at STEP */
+    int *arfirst;          /* across processes, a replica: per parameter of its stage, the backward node after
+                            * which its gradient is final (pd__backward_overlapped) */
+    bool ar_started;       /* this minibatch's gradient all-reduces are running (ALLREDUCE waits) */
 } pd__wk;
 
 typedef struct pd__bar {
@@ -173,7 +177,10 @@ struct pd__pipe {
      * MPI, thread i runs in process rank_of[i] and talks to the others there */
     pd__qx local;
     pd__transport *remote;
+    bool ar_overlap;      /* replicas' all-reduces started during the last backward (PDONNX_ALLREDUCE_OVERLAP=0: off) */
     int rank;
+    int nlocal;           /* threads this process runs (under MPI several stages may share a process) */
+    int stopped;          /* p->abort for the MPI transport's waits (atomic) */
     int *rank_of, *wbase; /* per thread; per worker: its first thread */
     int *first_rank;      /* per worker: the plan's rank of its replica 0 */
     int fail_stage, fail_op, fail_mb; /* test hook: this instruction fails */
@@ -194,6 +201,8 @@ struct pd__pipe {
     struct pd__gn {
         int64_t t;     /* the update the slot holds */
         int arrived;
+        bool reduced;  /* under MPI: the parts summed across the processes */
+        pd_status st;
         double *part;  /* per worker */
     } gn[4];
     /* one run */
@@ -443,7 +452,7 @@ static pd_status pd__lx_flush(pd__transport *t) {
 static void pd__lx_destroy(pd__transport *t) { (void)t; }
 
 static const pd__transport_i pd__local_vt = {"in-process", pd__lx_get, pd__lx_send, pd__lx_recv, pd__lx_put,
-                                             pd__lx_allreduce, pd__lx_flush, pd__lx_destroy};
+                                             pd__lx_allreduce, pd__lx_flush, pd__lx_destroy, NULL, NULL, NULL};
 
 /* n threads meet at barrier b; false when the pipeline was aborted. */
 static bool pd__meet(pd__pipe *p, pd__bar *b, int n) {
@@ -467,19 +476,23 @@ static bool pd__barrier(pd__pipe *p, int w) { return pd__meet(p, &p->bar[w], p->
 /* The first error stops every stage. */
 static void pd__fail(pd__pipe *p, const pd__wk *W, const pd__instr *in, pd_status st) {
     pthread_mutex_lock(&p->mu);
-    if (!p->abort) {
+    bool first = !p->abort;
+    if (first) {
         char who[64];
         if (W->nrep > 1) snprintf(who, sizeof who, "stage %d (replica %d)", W->w, W->r);
         else snprintf(who, sizeof who, "stage %d", W->w);
         char chunk[32] = "";
         if (p->V > 1) snprintf(chunk, sizeof chunk, " (chunk %d)", (int)in->chunk);
         p->abort = true;
+        __atomic_store_n(&p->stopped, 1, __ATOMIC_RELEASE);
         p->err = st;
         snprintf(p->errmsg, sizeof p->errmsg, "%s, step %lld, %s of microbatch %d%s: %s", who,
                  (long long)(p->steps + in->mb / p->M + 1), pd__op_name(in->op), (int)in->mb, chunk, pd_last_error());
     }
     pthread_cond_broadcast(&p->cv);
     pthread_mutex_unlock(&p->mu);
+    /* under MPI the other processes hear of it instead of waiting for ever */
+    if (first && p->remote && p->remote->vt->fail) p->remote->vt->fail(p->remote, p->errmsg);
 }
 
 /* ---- creation ------------------------------------------------------------------ */
@@ -509,6 +522,8 @@ void pd__pipe_destroy(pd__pipe *p) {
         PD_FREE(W->kfirst);
         PD_FREE(W->klast);
         PD_FREE(W->ared);
+        PD_FREE(W->gnpart);
+        PD_FREE(W->arfirst);
     }
     for (int w = 0; p->part && w < p->P; w++) PD_FREE(p->part[w]);
     PD_FREE(p->part);
@@ -997,8 +1012,90 @@ static pd_status pd__do_forward(pd__wk *W, pd__chunk *C, int mb, int32_t version
     return PD_OK;
 }
 
-/* part: 0 the whole backward (B), 1 input gradients (split B), 2 weight gradients (W). */
-static pd_status pd__do_backward(pd__wk *W, pd__chunk *C, int mb, int32_t version, int part) {
+/* This thread's gradient slab: replica 0's is the session's, another's its own. */
+static float *pd__gslab(const pd__wk *W) { return W->grads ? W->grads : W->p->sl.grads; }
+
+/* The order parameters' gradients become final in: j by j at position k
+ * (going down), then those no node reads (at k = 0). */
+static bool pd__final_at(const pd__wk *W, int j, int k) { return W->arfirst[j] == k || (k == 0 && W->arfirst[j] < 0); }
+
+/* Across processes, a replica's last backward (or W) of a minibatch: the
+ * nodes run in stretches, and as soon as a stretch has made parameters'
+ * gradients final (their last reader's backward, in reverse order, has run)
+ * their all-reduces start and travel while the backward goes on (packed in
+ * the order they become final, in buckets of 1 MiB, the rest when the
+ * backward ends); ALLREDUCE waits for them and unpacks. Every replica runs
+ * the same nodes in the same order, so starts the same all-reduces in the
+ * same order; each element is summed as by the packed all-reduce. */
+static pd_status pd__backward_overlapped(pd__wk *W, const pd__vstage *S, pd__actx *c, int part) {
+    pd__pipe *p = W->p;
+    const pd_graph *g = p->g;
+    const float *G = pd__gslab(W);
+    if (S->packed > W->ared_n) { /* the first minibatch only */
+        PD_FREE(W->ared);
+        if (!(W->ared = PD_MALLOC(sizeof(float) * (size_t)S->packed))) return pd__err(PD_ERR_NOMEM, "out of memory");
+        W->ared_n = S->packed;
+    }
+    for (int j = 0; j < S->np; j++) { /* the lowest position of a node reading parameter j */
+        W->arfirst[j] = -1;
+        for (int k = 0; k < S->nbnodes && W->arfirst[j] < 0; k++) {
+            const pd__node *nd = &g->nodes[S->bnodes[k]];
+            for (int q = 0; q < nd->nin; q++)
+                if (nd->in[q] == p->sl.param[S->params[j]]) W->arfirst[j] = k;
+        }
+    }
+    /* final gradients are packed into W->ared in the order they become
+     * final; a bucket [lo, at) goes once it holds PD__BUCKET values, and the
+     * rest when the backward ends */
+    enum { PD__BUCKET = 1 << 18 };
+    int64_t lo = 0, at = 0;
+    int top = S->nbnodes;
+    for (int k = S->nbnodes - 1; k >= 0; k--) {
+        bool due = k == 0;
+        for (int j = 0; j < S->np && !due; j++) due = W->arfirst[j] == k;
+        if (!due) continue;
+        if (part == 0) PD_TRY(pd__actx_backward(p->s, &W->x, c, S->bnodes + k, top - k));
+        else PD_TRY(pd__actx_backward_part(p->s, &W->x, c, S->bnodes + k, top - k, true));
+        top = k;
+        for (int j = 0; j < S->np; j++) {
+            if (!pd__final_at(W, j, k)) continue;
+            int i = S->params[j];
+            int64_t n = g->tensors[p->sl.param[i]].numel;
+            memcpy(W->ared + at, G + p->sl.poff[i], sizeof(float) * (size_t)n);
+            at += n;
+            if (at - lo >= PD__BUCKET) {
+                PD_TRY(p->remote->vt->iallreduce(p->remote, W->w, W->ared + lo, at - lo, false));
+                lo = at;
+            }
+        }
+    }
+    if (at > lo) PD_TRY(p->remote->vt->iallreduce(p->remote, W->w, W->ared + lo, at - lo, false));
+    W->ar_started = true;
+    return PD_OK;
+}
+
+/* ALLREDUCE after pd__backward_overlapped: the sums back into the slab. */
+static pd_status pd__overlapped_wait(pd__wk *W) {
+    pd__pipe *p = W->p;
+    const pd__vstage *S = &p->vs[W->ch[0].k];
+    float *G = pd__gslab(W);
+    W->ar_started = false;
+    PD_TRY(p->remote->vt->wait_all(p->remote));
+    int64_t at = 0;
+    for (int k = S->nbnodes - 1; k >= 0; k--)
+        for (int j = 0; j < S->np; j++) {
+            if (!pd__final_at(W, j, k)) continue;
+            int i = S->params[j];
+            int64_t n = p->g->tensors[p->sl.param[i]].numel;
+            memcpy(G + p->sl.poff[i], W->ared + at, sizeof(float) * (size_t)n);
+            at += n;
+        }
+    return PD_OK;
+}
+
+/* part: 0 the whole backward (B), 1 input gradients (split B), 2 weight
+ * gradients (W); overlap: start the gradients' all-reduces as they are made. */
+static pd_status pd__do_backward(pd__wk *W, pd__chunk *C, int mb, int32_t version, int part, bool overlap) {
     pd__pipe *p = W->p;
     const pd__vstage *S = &p->vs[C->k];
     int32_t *fv = &C->slot_ver[mb % p->nslots];
@@ -1006,7 +1103,8 @@ static pd_status pd__do_backward(pd__wk *W, pd__chunk *C, int mb, int32_t versio
         return pd__err(PD_ERR_INTERNAL, "the %s names weight version %d, its forward used %d", part == 2 ? "W" : "B",
                        (int)version, (int)*fv);
     pd__actx *c = C->slot[mb % p->nslots];
-    if (part == 0) PD_TRY(pd__actx_backward(p->s, &W->x, c, S->bnodes, S->nbnodes));
+    if (overlap) PD_TRY(pd__backward_overlapped(W, S, c, part));
+    else if (part == 0) PD_TRY(pd__actx_backward(p->s, &W->x, c, S->bnodes, S->nbnodes));
     else PD_TRY(pd__actx_backward_part(p->s, &W->x, c, S->bnodes, S->nbnodes, part == 2));
     if (part != 1) {
         *fv = -1;
@@ -1017,13 +1115,12 @@ static pd_status pd__do_backward(pd__wk *W, pd__chunk *C, int mb, int32_t versio
 }
 
 /* ALLREDUCE: replica 0 sums its worker's replicas' gradients (every replica waits). */
-/* This thread's gradient slab: replica 0's is the session's, another's its own. */
-static float *pd__gslab(const pd__wk *W) { return W->grads ? W->grads : W->p->sl.grads; }
 
 /* Across processes (one thread each): the replicas' gradients summed by the
  * transport, packed in one buffer, so every replica holds the sum. */
 static pd_status pd__allreduce_remote(pd__wk *W) {
     pd__pipe *p = W->p;
+    if (W->ar_started) return pd__overlapped_wait(W); /* started during the last backward */
     float *G = pd__gslab(W);
     int64_t n = 0;
     for (int c = 0; c < p->V; c++) n += p->vs[W->ch[c].k].packed;
@@ -1139,15 +1236,12 @@ static pd_status pd__global_norm(pd__wk *W, int64_t t, const float *G, double *n
             for (int64_t e = 0; e < p->g->tensors[p->sl.param[i]].numel; e++) sq += (double)g[e] * g[e];
         }
     }
-    double *part = NULL;
-    if (p->remote) {
-        part = PD_CALLOC((size_t)p->P, sizeof(double));
-        if (!part) return pd__err(PD_ERR_NOMEM, "out of memory");
-        part[W->w] = sq;
+    if (p->remote && p->nlocal == 1) { /* W->gnpart: made with the transport, so a step allocates nothing */
+        double *part = W->gnpart;
+        for (int w = 0; w < p->P; w++) part[w] = w == W->w ? sq : 0;
         pd_status st = p->remote->vt->allreduce(p->remote, -1, part, p->P, true);
         double sum = 0;
         for (int w = 0; w < p->P; w++) sum += part[w];
-        PD_FREE(part);
         *norm = sqrt(sum);
         return st;
     }
@@ -1158,15 +1252,34 @@ static pd_status pd__global_norm(pd__wk *W, int64_t t, const float *G, double *n
         for (int w = 0; s->part && w < p->P; w++) s->part[w] = 0;
         s->t = t;
         s->arrived = 0;
+        s->reduced = false;
+        s->st = PD_OK;
     }
     if (!s->part) {
         pthread_mutex_unlock(&p->mu);
         return pd__err(PD_ERR_NOMEM, "out of memory");
     }
     s->part[W->w] += sq;
-    if (++s->arrived == p->nwk) pthread_cond_broadcast(&p->cv);
-    while (s->arrived < p->nwk && !p->abort) pthread_cond_wait(&p->cv, &p->mu);
-    if (p->abort) *stop = true;
+    /* under MPI with several threads here: this process's parts, then the
+     * last of its threads to arrive sums them across the processes */
+    int here = p->remote ? p->nlocal : p->nwk;
+    if (++s->arrived == here) {
+        if (p->remote) {
+            pthread_mutex_unlock(&p->mu);
+            pd_status st = p->remote->vt->allreduce(p->remote, -1, s->part, p->P, true);
+            pthread_mutex_lock(&p->mu);
+            s->st = st;
+            s->reduced = true;
+            if (st != PD_OK) { /* this thread reports it; the others stop */
+                pthread_cond_broadcast(&p->cv);
+                pthread_mutex_unlock(&p->mu);
+                return st;
+            }
+        }
+        pthread_cond_broadcast(&p->cv);
+    }
+    while ((s->arrived < here || (p->remote && !s->reduced)) && !p->abort) pthread_cond_wait(&p->cv, &p->mu);
+    if (p->abort || (p->remote && s->st != PD_OK)) *stop = true;
     double sum = 0;
     for (int w = 0; w < p->P; w++) sum += s->part[w];
     pthread_mutex_unlock(&p->mu);
@@ -1391,6 +1504,8 @@ pd_status pd__pipe_set_snap_hooks(pd__pipe *p, const pd__snap_hooks *h) {
                            "checkpoints of a pipedream run with a replicated stage (stage %d, %d replicas) are not "
                            "supported yet: each replica stashes the versions of its own microbatches",
                            w, p->rep[w]);
+    if (p->remote && p->nlocal > 1)
+        return pd__err(PD_ERR_UNSUPPORTED, "checkpoints with several stages per process under MPI are not supported yet");
     if (!p->part) {
         p->part = PD_CALLOC((size_t)p->P, sizeof(char *));
         p->part_cap = PD_CALLOC((size_t)p->P, sizeof(size_t));
@@ -1629,6 +1744,22 @@ pd_status pd__pipe_resume(pd__pipe *p, int64_t b, int nparts, const void *const 
     return PD_OK;
 }
 
+static bool pd__mine(const pd__wk *W, const pd__instr *in);
+
+/* Whether instruction k (a B or a W) makes this replica's last parameter
+ * gradients before its ALLREDUCE, whose all-reduces may then overlap it
+ * (across processes, without chunks). */
+static bool pd__last_grads(const pd__wk *W, int k) {
+    const pd__pipe *p = W->p;
+    if (!p->ar_overlap || !p->remote || W->nrep == 1 || p->V > 1 || !p->remote->vt->iallreduce) return false;
+    for (int q = k + 1; q < p->sched->len[W->w]; q++) {
+        const pd__instr *in = &p->sched->ins[W->w][q];
+        if (in->op == PD_I_ALLREDUCE) return true;
+        if (((in->op == PD_I_B && !in->split) || in->op == PD_I_W) && pd__mine(W, in)) return false;
+    }
+    return false;
+}
+
 /* Instruction k of thread W; *stop: the pipeline was aborted while it waited. */
 static pd_status pd__instr_run(pd__wk *W, int k, bool *stop) {
     pd__pipe *p = W->p;
@@ -1641,8 +1772,8 @@ static pd_status pd__instr_run(pd__wk *W, int k, bool *stop) {
         return pd__err(PD_ERR_INTERNAL, "injected failure");
     switch (in->op) {
     case PD_I_F: return pd__do_forward(W, C, in->mb, in->version);
-    case PD_I_B: return pd__do_backward(W, C, in->mb, in->version, in->split ? 1 : 0);
-    case PD_I_W: return pd__do_backward(W, C, in->mb, in->version, 2);
+    case PD_I_B: return pd__do_backward(W, C, in->mb, in->version, in->split ? 1 : 0, !in->split && pd__last_grads(W, k));
+    case PD_I_W: return pd__do_backward(W, C, in->mb, in->version, 2, pd__last_grads(W, k));
     case PD_I_SEND_ACT: return pd__send(W, C, v, false, in->mb, stop);
     case PD_I_RECV_ACT: return pd__recv(W, C, v - 1, false, in->mb, stop);
     case PD_I_SEND_GRAD: return pd__send(W, C, v - 1, true, in->mb, stop);
@@ -1749,42 +1880,82 @@ static pd_status pd__run_remote_end(pd__pipe *p, int64_t n, pd_step_result *res)
     return st;
 }
 
-int pd__pipe_processes(const pd__pipe *p) { return p->nwk; }
+/* The processes the plan's stage_to_rank maps the threads onto, when it is
+ * a mapping onto 0 .. K-1 (every rank used; stages share a rank only
+ * without replicas: several stages per process); -1 when it is not. */
+static int pd__planned_processes(const pd__pipe *p) {
+    if (!p->first_rank) return -1;
+    int K = 0;
+    for (int w = 0; w < p->P; w++) {
+        if (p->first_rank[w] < 0) return -1;
+        if (p->first_rank[w] + p->rep[w] > K) K = p->first_rank[w] + p->rep[w];
+    }
+    for (int w = 0; w < p->P; w++)
+        for (int q = 0; q < w; q++)
+            if (p->first_rank[w] < p->first_rank[q] + p->rep[q] && p->first_rank[q] < p->first_rank[w] + p->rep[w] &&
+                (p->rep[w] > 1 || p->rep[q] > 1))
+                return -1;
+    for (int r = 0; r < K; r++) {
+        bool used = false;
+        for (int w = 0; w < p->P && !used; w++) used = r >= p->first_rank[w] && r < p->first_rank[w] + p->rep[w];
+        if (!used) return -1;
+    }
+    return K;
+}
+
+int pd__pipe_processes(const pd__pipe *p) {
+    int K = pd__planned_processes(p);
+    return K > 0 ? K : p->nwk;
+}
 
 pd_status pd__pipe_set_ranks(pd__pipe *p, int rank, int nranks) { return pd__pipe_set_ranks_in(p, rank, nranks, 0); }
 
 pd_status pd__pipe_set_ranks_in(pd__pipe *p, int rank, int nranks, int color) {
-    if (nranks != p->nwk)
+    int K = pd__planned_processes(p), need = K > 0 ? K : p->nwk;
+    if (nranks != need && need == p->nwk)
         return pd__err(PD_ERR_INVALID,
                        "this plan runs as %d processes, one per stage replica (%d stages%s), not %d: mpirun -np %d",
                        p->nwk, p->P, p->nwk > p->P ? ", some replicated" : "", nranks, p->nwk);
+    if (nranks != need)
+        return pd__err(PD_ERR_INVALID, "this plan runs as %d processes (its stage_to_rank puts %d stages on them), "
+                       "not %d: mpirun -np %d", need, p->P, nranks, need);
     if (p->hooks_on) return pd__err(PD_ERR_INVALID, "pd__pipe_set_ranks: set the ranks before the snapshot hooks");
     if (p->shared) return pd__err(PD_ERR_UNSUPPORTED, "tied weights across MPI processes are not supported yet");
     int *worker_of = PD_MALLOC(sizeof(int) * (size_t)p->nwk);
     if (!worker_of) return pd__err(PD_ERR_NOMEM, "out of memory");
     /* the plan's stage_to_rank (its stages' consecutive ranks), when it is a
      * mapping onto 0 .. nranks-1; otherwise contiguous, stage by stage */
-    bool planned = p->first_rank != NULL;
-    for (int w = 0; planned && w < p->P; w++)
-        planned = p->first_rank[w] >= 0 && p->first_rank[w] + p->rep[w] <= nranks;
-    for (int w = 0; planned && w < p->P; w++) /* no two stages on one rank */
-        for (int q = 0; planned && q < w; q++)
-            planned = p->first_rank[w] >= p->first_rank[q] + p->rep[q] || p->first_rank[q] >= p->first_rank[w] + p->rep[w];
+    bool planned = K == nranks;
+    p->nlocal = 0;
     for (int i = 0; i < p->nwk; i++) {
-        const pd__wk *W = &p->wk[i];
+        pd__wk *W = &p->wk[i];
         p->rank_of[i] = planned ? p->first_rank[W->w] + W->r : i;
+        p->nlocal += p->rank_of[i] == rank;
         worker_of[i] = W->w;
+        int np = 1;
+        for (int c = 0; c < p->V; c++) np = p->vs[W->ch[c].k].np > np ? p->vs[W->ch[c].k].np : np;
+        if (!W->arfirst && !(W->arfirst = PD_CALLOC((size_t)np, sizeof(int)))) {
+            PD_FREE(worker_of);
+            return pd__err(PD_ERR_NOMEM, "out of memory");
+        }
+        if (!W->gnpart && !(W->gnpart = PD_CALLOC((size_t)p->P, sizeof(double)))) {
+            PD_FREE(worker_of);
+            return pd__err(PD_ERR_NOMEM, "out of memory");
+        }
     }
     int window = 8;
     while (window < 2 * (p->M + p->NV) + 2) window *= 2; /* above what a link holds in flight */
     pd_status st =
-        pd__mpi_transport_create(p->nwk, p->rank_of, worker_of, p->P, p->NV - 1, window, color, &p->remote);
+        pd__mpi_transport_create(p->nwk, p->rank_of, worker_of, p->P, p->NV - 1, window, color, &p->stopped, &p->remote);
     PD_FREE(worker_of);
     if (st != PD_OK) {
         for (int i = 0; i < p->nwk; i++) p->rank_of[i] = 0;
+        p->nlocal = 0;
         return st;
     }
     p->rank = rank;
+    const char *ov = getenv("PDONNX_ALLREDUCE_OVERLAP"); /* a benchmark's switch (bench/run_mpi.sh) */
+    p->ar_overlap = !ov || strcmp(ov, "0") != 0;
     return PD_OK;
 }
 
@@ -1868,6 +2039,7 @@ pd_status pd__pipe_run(pd__pipe *p, int64_t minibatches, const pd_tensor *inputs
         W->busy_ms = 0;
         W->inflight = W->peak_act = 0;
         if (W->grads) memset(W->grads, 0, sizeof(float) * (size_t)p->sl.total);
+        W->ar_started = false;
         if (p->hooks_on && W->r == 0 && st == PD_OK) st = pd__snap_bounds(p, W, sched, minibatches);
         for (int c = 0; c < p->V && st == PD_OK; c++) {
             pd__chunk *C = &W->ch[c];
@@ -1920,6 +2092,7 @@ pd_status pd__pipe_run(pd__pipe *p, int64_t minibatches, const pd_tensor *inputs
     p->labels = labels;
     p->res = results;
     p->abort = false;
+    __atomic_store_n(&p->stopped, 0, __ATOMIC_RELEASE);
     p->err = PD_OK;
     pthread_t *th = PD_CALLOC((size_t)p->nwk, sizeof *th);
     int started = 0;

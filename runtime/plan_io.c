@@ -257,7 +257,9 @@ static pd_status pd__plan_parse(const char *path, const cJSON *r, pd_plan *p) {
         if (!has_bwd) p->bwd_stage[v] = p->fwd_stage[v];
         else if (p->bwd_stage[v] < 0) return pd__err(PD_ERR_PARSE, "%s: plan: node '%s' has no backward stage", path, p->node_name[v]);
     }
-    /* the workers' ranks (a worker's chunks sit on its ranks) are 0 .. N-1, each once */
+    /* the workers' ranks (a worker's chunks sit on its ranks) are 0 .. N-1,
+     * each once, except that stages without replicas may share a rank
+     * (several stages per process under MPI) */
     int workers = p->n_stages / p->chunks, total = 0;
     for (int w = 0; w < workers; w++) total += p->stage[w].replicas;
     for (int k = workers; k < p->n_stages; k++) p->stage[k].first_rank = p->stage[k % workers].first_rank;
@@ -268,8 +270,10 @@ static pd_status pd__plan_parse(const char *path, const cJSON *r, pd_plan *p) {
                            total);
         for (int q = 0; q < w; q++) {
             const pd__stage *b = &p->stage[q];
-            if (a->first_rank < b->first_rank + b->replicas && b->first_rank < a->first_rank + a->replicas)
-                return pd__err(PD_ERR_PARSE, "%s: plan: stages %d and %d share ranks", path, q, w);
+            if (a->first_rank < b->first_rank + b->replicas && b->first_rank < a->first_rank + a->replicas &&
+                (a->replicas > 1 || b->replicas > 1))
+                return pd__err(PD_ERR_PARSE, "%s: plan: stages %d and %d share ranks (only stages without replicas "
+                               "may)", path, q, w);
         }
     }
     return PD_OK;

@@ -11,10 +11,18 @@
  * Every manifest records the run ("info": the options a resume must match,
  * the plan, and the call the checkpoint was taken in), so pd_trainer_resume
  * refuses a checkpoint of other settings by naming the field.
+ *
+ * Under MPI (opt->mpi) every process makes the same calls: each runs its
+ * stage replicas of the same pipeline (pd__pipe_set_ranks); the checks
+ * before a run and the run's outcome are agreed (pd__mpi_agree_status), so
+ * an error anywhere is an error everywhere, naming the rank; after each
+ * call the weights are gathered (pd__pipe_gather) so every process's graph
+ * holds the whole model.
  */
 #include "../core/plan.h"
 #include "../core/schedule.h"
 #include "checkpoint.h"
+#include "comm/transport.h"
 #include "optim.h"
 #include "pipeline.h"
 #include "session.h"
@@ -38,6 +46,7 @@ struct pd_trainer {
     /* a resume inside a call: the call to repeat (run_steps 0: none pending) */
     int64_t run_first, run_steps, resume_b;
     bool failed;        /* a call stopped part-way: only a resume makes sense */
+    bool mpi;           /* this process runs its share of the plan (opt->mpi) */
     pd_loss_kind loss;  /* the labels it takes */
     char *output;       /* the prediction (NULL: the first output) */
     /* during a call with checkpoints */
@@ -119,7 +128,7 @@ static cJSON *pd__trainer_info(const pd_trainer *t, const pd_plan *plan, const p
 
 /* ---- create, destroy, queries ---- */
 
-pd_status pd_trainer_create(pd_graph *g, const pd_plan *plan, const pd_trainer_options *opt, pd_trainer **out) {
+static pd_status pd__trainer_make(pd_graph *g, const pd_plan *plan, const pd_trainer_options *opt, pd_trainer **out) {
     if (!g) return pd__err(PD_ERR_INVALID, "pd_trainer_create: g is NULL");
     if (!plan) return pd__err(PD_ERR_INVALID, "pd_trainer_create: plan is NULL");
     if (!opt) return pd__err(PD_ERR_INVALID, "pd_trainer_create: opt is NULL (start from PD_TRAINER_OPTIONS_INIT)");
@@ -150,6 +159,11 @@ pd_status pd_trainer_create(pd_graph *g, const pd_plan *plan, const pd_trainer_o
                        (long long)opt->checkpoint_every);
     if (opt->checkpoint_keep < 0)
         return pd__err(PD_ERR_INVALID, "pd_trainer_create: opt->checkpoint_keep is %d", opt->checkpoint_keep);
+    if (opt->mpi != 0 && opt->mpi != 1)
+        return pd__err(PD_ERR_INVALID, "pd_trainer_create: opt->mpi is %d, not 0 or 1", opt->mpi);
+    if (opt->mpi && opt->checkpoint_dir)
+        return pd__err(PD_ERR_UNSUPPORTED, "pd_trainer_create: opt->checkpoint_dir under MPI (opt->mpi) is not "
+                       "supported yet (pdonnx train --checkpoint-every writes checkpoints under mpirun)");
     if (opt->checkpoint_every > 0 && !opt->checkpoint_dir)
         return pd__err(PD_ERR_INVALID, "pd_trainer_create: opt->checkpoint_every needs opt->checkpoint_dir");
     if (plan->n_nodes != g->nnodes)
@@ -192,6 +206,32 @@ nomem:
 fail:
     pd_trainer_destroy(t);
     return st;
+}
+
+/* Under MPI: every process makes the trainer, the processes agree, then
+ * each takes its stage replicas (collective). */
+pd_status pd_trainer_create(pd_graph *g, const pd_plan *plan, const pd_trainer_options *opt, pd_trainer **out) {
+    if (!opt || opt->size != sizeof(pd_trainer_options) || !opt->mpi) return pd__trainer_make(g, plan, opt, out);
+    pd_status st = pd__mpi_use();
+    if (st != PD_OK) {
+        pd__err_prefix("pd_trainer_create: opt->mpi");
+        return st;
+    }
+    int rank = 0, size = 1;
+    pd_trainer *t = NULL;
+    st = pd_mpi_init(&rank, &size);
+    if (st == PD_OK) st = pd__trainer_make(g, plan, opt, &t);
+    st = pd__mpi_agree_status(st);
+    if (st == PD_OK) {
+        t->mpi = true;
+        st = pd__mpi_agree_status(pd__pipe_set_ranks(t->pipe, rank, size));
+    }
+    if (st != PD_OK) {
+        pd_trainer_destroy(t);
+        return st;
+    }
+    *out = t;
+    return PD_OK;
 }
 
 void pd_trainer_destroy(pd_trainer *t) {
@@ -337,9 +377,9 @@ static pd_status pd__trainer_check_data(const pd_trainer *t, int64_t steps, cons
     return PD_OK;
 }
 
-pd_status pd_trainer_train(pd_trainer *t, int64_t steps, const pd_tensor *inputs, const pd_tensor *labels,
-                           pd_step_result *results) {
-    if (!t) return pd__err(PD_ERR_INVALID, "pd_trainer_train: t is NULL");
+/* What pd_trainer_train refuses before running. */
+static pd_status pd__trainer_train_check(pd_trainer *t, int64_t steps, const pd_tensor *inputs,
+                                         const pd_tensor *labels) {
     if (steps < 1) return pd__err(PD_ERR_INVALID, "pd_trainer_train: steps is %lld, not >= 1", (long long)steps);
     if (!inputs && t->g->ninputs > 0) return pd__err(PD_ERR_INVALID, "pd_trainer_train: inputs is NULL");
     if (!labels) return pd__err(PD_ERR_INVALID, "pd_trainer_train: labels is NULL");
@@ -348,18 +388,31 @@ pd_status pd_trainer_train(pd_trainer *t, int64_t steps, const pd_tensor *inputs
                        "from a checkpoint (pd_trainer_resume) or destroy the trainer");
     if (!labels->data) return pd__err(PD_ERR_INVALID, "pd_trainer_train: labels->data is NULL");
     PD_TRY(pd__trainer_check_data(t, steps, inputs, labels));
-    int64_t s0 = t->steps;
-    if (t->run_steps > 0) {
-        if (steps != t->run_steps)
-            return pd__err(PD_ERR_INVALID, "pd_trainer_train: steps is %lld, but the checkpoint resumed at step %lld "
-                           "was taken in a call of %lld steps from step %lld: repeat that call (the same steps and "
-                           "data)", (long long)steps, (long long)t->steps, (long long)t->run_steps,
-                           (long long)t->run_first);
-        s0 = t->run_first;
-    }
-    pd_status st = t->dir ? pd__trainer_begin(t, s0, steps) : PD_OK;
+    if (t->run_steps > 0 && steps != t->run_steps)
+        return pd__err(PD_ERR_INVALID, "pd_trainer_train: steps is %lld, but the checkpoint resumed at step %lld "
+                       "was taken in a call of %lld steps from step %lld: repeat that call (the same steps and "
+                       "data)", (long long)steps, (long long)t->steps, (long long)t->run_steps,
+                       (long long)t->run_first);
+    return PD_OK;
+}
+
+pd_status pd_trainer_train(pd_trainer *t, int64_t steps, const pd_tensor *inputs, const pd_tensor *labels,
+                           pd_step_result *results) {
+    if (!t) return pd__err(PD_ERR_INVALID, "pd_trainer_train: t is NULL");
+    pd_status st = pd__trainer_train_check(t, steps, inputs, labels);
+    if (t->mpi && !pd__mpi_same(steps) && st == PD_OK) /* a run of other lengths would never meet */
+        st = pd__err(PD_ERR_INVALID, "pd_trainer_train: steps is %lld here but not on every process: every process "
+                     "trains the same steps", (long long)steps);
+    if (t->mpi) st = pd__mpi_agree_status(st); /* one process's bad arguments stop every process */
+    if (st != PD_OK) return st;
+    int64_t s0 = t->run_steps > 0 ? t->run_first : t->steps;
+    st = t->dir ? pd__trainer_begin(t, s0, steps) : PD_OK;
     bool ran = st == PD_OK;
     if (ran) st = pd__pipe_run(t->pipe, steps, inputs, labels, results);
+    if (ran && t->mpi) { /* every process ends the call the same way, with the whole model */
+        st = pd__mpi_agree_status(st);
+        if (st == PD_OK) st = pd__pipe_gather(t->pipe);
+    }
     if (ran && st != PD_OK) t->failed = true; /* the arguments were checked: some updates may be made */
     if (ran && st == PD_OK) {                 /* trained, even if its last checkpoint fails below */
         t->steps = s0 + steps;
@@ -386,6 +439,8 @@ static pd_status pd__trainer_match(const pd_trainer *t, const pd__ckpt *c, const
 pd_status pd_trainer_resume(pd_trainer *t, const char *dir, pd_resume_info *out) {
     if (!t) return pd__err(PD_ERR_INVALID, "pd_trainer_resume: t is NULL");
     if (!dir) return pd__err(PD_ERR_INVALID, "pd_trainer_resume: dir is NULL");
+    if (t->mpi)
+        return pd__err(PD_ERR_UNSUPPORTED, "pd_trainer_resume: checkpoints under MPI (opt->mpi) are not supported yet");
     pd__ckpt c;
     memset(&c, 0, sizeof c);
     pd_status st = pd__ckpt_read_latest(dir, &c, NULL, NULL);

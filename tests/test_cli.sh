@@ -270,10 +270,19 @@ else
   notok "plan --algo avgpipe: $(tail -c 600 "$tmp/out") $(tail -c 300 "$tmp/out2" 2>/dev/null)"
 fi
 
-# a plan's stage_to_rank: a stage's replicas on consecutive ranks, no rank twice
+# a plan's stage_to_rank: a stage's replicas on consecutive ranks; a rank
+# twice only for stages without replicas (several stages per process)
 "$pdonnx" plan "$ex/digits_mlp.onnx" --batch 8 --workers 2 --straight -o "$tmp/rk.json" > /dev/null 2>&1
-sed 's/"ranks":[[:space:]]*\[1\]/"ranks": [0]/' "$tmp/rk.json" > "$tmp/rk_shared.json"
-expect_error "a plan with two stages on one rank" "stages 0 and 1 share ranks" \
+python3 - "$tmp/rk.json" "$tmp/rk_shared.json" <<'PY'
+import json, sys
+p = json.load(open(sys.argv[1]))
+p["stages"][0]["replicas"] = 2
+p["stages"][0]["ranks"] = [0, 1]
+p["stages"][1]["ranks"] = [1]
+p["workers"] = 3
+json.dump(p, open(sys.argv[2], "w"))
+PY
+expect_error "a plan with a replicated stage sharing a rank" "stages 0 and 1 share ranks (only stages without replicas may)" \
   "$pdonnx" train "$ex/digits_mlp.onnx" --steps 2 --plan "$tmp/rk_shared.json"
 
 # a hybrid plan under pipedream: stage 1 on two replicas, which take the microbatches in turn

@@ -77,6 +77,19 @@ check "hybrid: stage 0 on 2 processes, stage 1 on 1, flush" 3 "$tmp/ph.json" flu
 check "hybrid, gpipe" 3 "$tmp/ph.json" gpipe 4
 check "hybrid, pipedream: stage 0's replicas take microbatches in turn, one update per round" 3 "$tmp/ph.json" \
   pipedream 1
+# several stages per process: the plan's stage_to_rank puts stages 0-1 on
+# rank 0 and 2-3 on rank 1 (between them in-process queues, across MPI)
+python3 - "$tmp/p4.json" "$tmp/p4on2.json" <<'EOF2'
+import json, sys
+p = json.load(open(sys.argv[1]))
+for s, r in zip(p["stages"], [0, 0, 1, 1]):
+    s["ranks"] = [r]
+json.dump(p, open(sys.argv[2], "w"))
+EOF2
+check "4 stages on 2 processes (two each), flush, clipping" 2 "$tmp/p4on2.json" flush 4 --clip-grad-norm 0.3
+check "4 stages on 2 processes, zb-h1" 2 "$tmp/p4on2.json" zb-h1 4
+check "4 stages on 2 processes, pipedream" 2 "$tmp/p4on2.json" pipedream 1
+check "4 stages on 2 processes, 2bw" 2 "$tmp/p4on2.json" 2bw 2
 check "flush, the plan's stage_to_rank: stage 0 on rank 1, stage 1 on rank 0" 2 "$tmp/pswap.json" flush 4 \
   --trace "$tmp/swap.json"
 if python3 -c "

@@ -17,12 +17,15 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <pthread.h>
+#include <sched.h>
 #include <string.h>
 
 #ifdef PD_HAVE_MPI
 #include <mpi.h>
 
-static bool pd__mpi_on;
+static bool pd__mpi_on;    /* MPI is up and pdonnx may use it */
+static bool pd__mpi_owned; /* pdonnx initialized it, so pdonnx finalizes it */
 
 #define PD_MPI_TRY(call, what)                                                                  \
     do {                                                                                        \
@@ -48,24 +51,69 @@ pd_status pd__mpi_init(int *rank, int *size) {
     if (!world) world = pd__env_int("PMI_SIZE");
     if (!world) world = pd__env_int("SLURM_NTASKS");
     if (world <= 1) return PD_OK;
+    return pd_mpi_init(rank, size);
+}
+
+/* MPI initialized by the program itself: usable when it allows calls from
+ * any thread, one at a time (the pipeline's stage threads make them). */
+static pd_status pd__mpi_adopt(void) {
     int provided = 0;
-    PD_MPI_TRY(MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided), "init");
-    if (provided < MPI_THREAD_SERIALIZED) {
-        MPI_Finalize();
-        return pd__err(PD_ERR_UNSUPPORTED, "MPI: this MPI library gives no MPI_THREAD_SERIALIZED (got %d)", provided);
+    MPI_Query_thread(&provided);
+    if (provided < MPI_THREAD_SERIALIZED)
+        return pd__err(PD_ERR_UNSUPPORTED, "MPI: the program initialized MPI with thread level %d; pdonnx's stage "
+                       "threads need MPI_THREAD_SERIALIZED (MPI_Init_thread) or let pd_mpi_init initialize it",
+                       provided);
+    pd__mpi_on = true;
+    return PD_OK;
+}
+
+pd_status pd_mpi_init(int *rank, int *size) {
+    int inited = 0, done = 0;
+    MPI_Finalized(&done);
+    if (done) return pd__err(PD_ERR_INVALID, "pd_mpi_init: MPI was already finalized");
+    MPI_Initialized(&inited);
+    if (!pd__mpi_on && inited) PD_TRY(pd__mpi_adopt());
+    if (!inited) {
+        int provided = 0;
+        PD_MPI_TRY(MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided), "init");
+        if (provided < MPI_THREAD_SERIALIZED) {
+            MPI_Finalize();
+            return pd__err(PD_ERR_UNSUPPORTED, "MPI: this MPI library gives no MPI_THREAD_SERIALIZED (got %d)",
+                           provided);
+        }
+        pd__mpi_on = pd__mpi_owned = true;
     }
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-    MPI_Comm_rank(MPI_COMM_WORLD, rank);
-    MPI_Comm_size(MPI_COMM_WORLD, size);
-    pd__mpi_on = true;
+    int r = 0, n = 1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &r);
+    MPI_Comm_size(MPI_COMM_WORLD, &n);
+    if (rank) *rank = r;
+    if (size) *size = n;
+    return PD_OK;
+}
+
+void pd_mpi_finalize(void) { pd__mpi_finalize(); }
+
+pd_status pd__mpi_use(void) {
+    if (pd__mpi_on) return PD_OK;
+    int inited = 0, done = 0;
+    MPI_Initialized(&inited);
+    MPI_Finalized(&done);
+    if (!inited || done)
+        return pd__err(PD_ERR_INVALID, "MPI is not initialized: call pd_mpi_init first (or MPI_Init_thread with "
+                       "MPI_THREAD_SERIALIZED)");
+    PD_TRY(pd__mpi_adopt());
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     return PD_OK;
 }
 
 bool pd__mpi_active(void) { return pd__mpi_on; }
 
 void pd__mpi_finalize(void) {
-    if (pd__mpi_on) MPI_Finalize();
-    pd__mpi_on = false;
+    int done = 0;
+    MPI_Finalized(&done);
+    if (pd__mpi_owned && !done) MPI_Finalize();
+    pd__mpi_on = pd__mpi_owned = false;
 }
 
 void pd__mpi_abort(int code) {
@@ -94,6 +142,47 @@ int pd__mpi_agree(bool ok) {
     int v = ok ? size : me, low = size;
     if (MPI_Allreduce(&v, &low, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD) != MPI_SUCCESS) return me;
     return low < size ? low : -1;
+}
+
+#define PD__RELAYED "MPI: rank %d failed: "
+
+bool pd__mpi_relayed(const char *msg) {
+    const char *at = msg ? strstr(msg, "MPI: rank ") : NULL;
+    int r;
+    char c;
+    return at && sscanf(at, "MPI: rank %d faile%c", &r, &c) == 2;
+}
+
+bool pd__mpi_same(int64_t v) {
+    long long lo = (long long)v, hi = (long long)v, mine = (long long)v;
+    if (MPI_Allreduce(&mine, &lo, 1, MPI_LONG_LONG, MPI_MIN, MPI_COMM_WORLD) != MPI_SUCCESS) return false;
+    if (MPI_Allreduce(&mine, &hi, 1, MPI_LONG_LONG, MPI_MAX, MPI_COMM_WORLD) != MPI_SUCCESS) return false;
+    return lo == hi;
+}
+
+pd_status pd__mpi_agree_status(pd_status st) {
+    int me = 0, n = 1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &me);
+    MPI_Comm_size(MPI_COMM_WORLD, &n);
+    /* the lowest failing rank, preferring one that failed itself over one
+     * that only heard of another's failure */
+    int v = st == PD_OK ? 2 * n : pd__mpi_relayed(pd_last_error()) ? n + me : me, best = 2 * n;
+    if (MPI_Allreduce(&v, &best, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD) != MPI_SUCCESS)
+        return st != PD_OK ? st : pd__err(PD_ERR_IO, "rank %d: MPI: cannot agree on the outcome", me);
+    if (best == 2 * n) return PD_OK;
+    int low = best % n;
+    struct {
+        int code;
+        char msg[1024];
+    } m;
+    memset(&m, 0, sizeof m);
+    m.code = (int)st;
+    if (me == low) snprintf(m.msg, sizeof m.msg, "%s", pd_last_error());
+    if (MPI_Bcast(&m, (int)sizeof m, MPI_BYTE, low, MPI_COMM_WORLD) != MPI_SUCCESS)
+        return pd__err(st != PD_OK ? st : PD_ERR_IO, "rank %d failed (MPI could not tell why)", low);
+    m.msg[sizeof m.msg - 1] = 0;
+    if (me == low && st != PD_OK) return pd__err(st, "rank %d: %s", me, m.msg);
+    return pd__err(m.code != PD_OK ? (pd_status)m.code : PD_ERR_INTERNAL, "rank %d: %s", low, m.msg);
 }
 
 pd_status pd__mpi_gather_text(const char *buf, size_t len, const char *sep, char **all, size_t *alllen) {
@@ -165,7 +254,56 @@ typedef struct pd__mpix {
     pd__pending *pend;
     int npend, cap;
     pd__pool *pool; /* per link and direction */
+    int abort_tag;  /* above every message tag: "a process failed" */
+    bool failed;    /* this run failed (here or elsewhere): the communicators may hold unmatched operations */
+    MPI_Request *fails; /* the failure notices this process sent (never waited for) */
+    char failmsg[1024]; /* what they say */
+    MPI_Request *ar;    /* all-reduces started (iallreduce), completed by wait_all */
+    int nar, arcap;
+    int nfails;
+    /* several stages (threads) of one process may call the transport: one
+     * at a time inside MPI (MPI_THREAD_SERIALIZED) and in its lists; a wait
+     * lets go of it between polls */
+    pthread_mutex_t mu;
+    const int *stopped; /* the pipeline was stopped here (another thread failed): waits give up */
 } pd__mpix;
+
+/* Waits for req while watching for another process's failure notice (a
+ * blocking call would wait for ever for a message that process never
+ * sends). On a notice: req is cancelled where MPI can (a receive), the
+ * transport is marked failed and the error names the rank that failed and
+ * its message. */
+static pd_status pd__wait(pd__mpix *x, MPI_Request *req, MPI_Status *s, bool cancellable) {
+    for (unsigned spins = 0;; spins++) { /* x->mu held, but between polls */
+        int done = 0, flag = 0;
+        PD_MPI_TRY(MPI_Test(req, &done, s), "wait");
+        if (done) return PD_OK;
+        MPI_Status ps;
+        PD_MPI_TRY(MPI_Iprobe(MPI_ANY_SOURCE, x->abort_tag, x->comm, &flag, &ps), "probe");
+        if (flag) {
+            char msg[sizeof x->failmsg] = "";
+            MPI_Recv(msg, (int)sizeof msg - 1, MPI_CHAR, ps.MPI_SOURCE, x->abort_tag, x->comm, MPI_STATUS_IGNORE);
+            msg[sizeof msg - 1] = 0;
+            if (cancellable) {
+                MPI_Cancel(req);
+                MPI_Wait(req, MPI_STATUS_IGNORE);
+            }
+            x->failed = true;
+            return pd__err(PD_ERR_IO, PD__RELAYED "%s", ps.MPI_SOURCE, msg);
+        }
+        if (x->stopped && __atomic_load_n(x->stopped, __ATOMIC_ACQUIRE)) { /* another thread here failed: it told */
+            if (cancellable) {
+                MPI_Cancel(req);
+                MPI_Wait(req, MPI_STATUS_IGNORE);
+            }
+            x->failed = true;
+            return pd__err(PD_ERR_IO, "MPI: stopped (another stage of this process failed)");
+        }
+        pthread_mutex_unlock(&x->mu);
+        if (spins > 64) sched_yield(); /* a core shared with the stage computing next door */
+        pthread_mutex_lock(&x->mu);
+    }
+}
 
 static void pd__pool_put(pd__pool *q, void *b) {
     if (q->n == q->cap) {
@@ -186,7 +324,8 @@ static pd_status pd__progress(pd__mpix *x, bool wait) {
     for (int i = 0; i < x->npend;) {
         int done = 0;
         MPI_Status s;
-        PD_MPI_TRY(wait ? MPI_Wait(&x->pend[i].req, &s) : MPI_Test(&x->pend[i].req, &done, &s), "send completion");
+        if (wait) PD_TRY(pd__wait(x, &x->pend[i].req, &s, false));
+        else PD_MPI_TRY(MPI_Test(&x->pend[i].req, &done, &s), "send completion");
         if (wait || done) {
             pd__pool_put(&x->pool[x->pend[i].l * 2 + x->pend[i].dir], x->pend[i].buf);
             x->pend[i] = x->pend[--x->npend];
@@ -199,19 +338,19 @@ static pd_status pd__progress(pd__mpix *x, bool wait) {
 
 static int pd__tag(const pd__mpix *x, int l, int dir, int mb) { return ((mb % x->window) * 2 + dir) * x->nlinks + l; }
 
-static void *pd__mx_get(pd__transport *t, int l, int dir, size_t n) {
+static void *pd__mx_get_in(pd__transport *t, int l, int dir, size_t n) {
     pd__mpix *x = (pd__mpix *)t;
     pd__progress(x, false);
     pd__pool *q = &x->pool[l * 2 + dir];
     return q->n > 0 ? q->b[--q->n] : PD_MALLOC(n ? n : 1);
 }
 
-static void pd__mx_put(pd__transport *t, int l, int dir, void *buf) {
+static void pd__mx_put_in(pd__transport *t, int l, int dir, void *buf) {
     pd__mpix *x = (pd__mpix *)t;
     pd__pool_put(&x->pool[l * 2 + dir], buf);
 }
 
-static pd_status pd__mx_send(pd__transport *t, int from, int to, int l, int dir, int mb, void *buf, size_t n,
+static pd_status pd__mx_send_in(pd__transport *t, int from, int to, int l, int dir, int mb, void *buf, size_t n,
                              bool *stop) {
     (void)from;
     (void)stop;
@@ -243,15 +382,20 @@ static pd_status pd__mx_send(pd__transport *t, int from, int to, int l, int dir,
     return pd__progress(x, false);
 }
 
-static pd_status pd__mx_recv(pd__transport *t, int from, int to, int l, int dir, int mb, size_t n, void **buf,
+static pd_status pd__mx_recv_in(pd__transport *t, int from, int to, int l, int dir, int mb, size_t n, void **buf,
                              bool *stop) {
     (void)to;
     (void)stop;
     pd__mpix *x = (pd__mpix *)t;
-    void *b = pd__mx_get(t, l, dir, n);
+    void *b = pd__mx_get_in(t, l, dir, n);
     if (!b) return pd__err(PD_ERR_NOMEM, "out of memory for a %zu-byte message", n);
     MPI_Status s;
-    int rc = MPI_Recv(b, (int)n, MPI_BYTE, x->rank_of[from], pd__tag(x, l, dir, mb), x->comm, &s);
+    MPI_Request req;
+    int rc = MPI_Irecv(b, (int)n, MPI_BYTE, x->rank_of[from], pd__tag(x, l, dir, mb), x->comm, &req);
+    if (rc == MPI_SUCCESS && pd__wait(x, &req, &s, true) != PD_OK) {
+        pd__pool_put(&x->pool[l * 2 + dir], b);
+        return PD_ERR_IO; /* another process failed: pd__wait said which */
+    }
     int got = 0;
     if (rc == MPI_SUCCESS) MPI_Get_count(&s, MPI_BYTE, &got);
     if (rc != MPI_SUCCESS || (size_t)got != n) {
@@ -263,59 +407,195 @@ static pd_status pd__mx_recv(pd__transport *t, int from, int to, int l, int dir,
     return PD_OK;
 }
 
-static pd_status pd__mx_allreduce(pd__transport *t, int g, void *data, int64_t n, bool f64) {
+static pd_status pd__mx_allreduce_in(pd__transport *t, int g, void *data, int64_t n, bool f64) {
     pd__mpix *x = (pd__mpix *)t;
     MPI_Comm c = g < 0 ? x->comm : x->group[g];
     if (c == MPI_COMM_NULL) return PD_OK;
     for (int64_t off = 0; off < n;) { /* counts are ints */
         int k = n - off > (1 << 30) ? 1 << 30 : (int)(n - off);
         void *at = (char *)data + (size_t)off * (f64 ? 8 : 4);
-        PD_MPI_TRY(MPI_Allreduce(MPI_IN_PLACE, at, k, f64 ? MPI_DOUBLE : MPI_FLOAT, MPI_SUM, c), "all-reduce");
+        MPI_Request req;
+        PD_MPI_TRY(MPI_Iallreduce(MPI_IN_PLACE, at, k, f64 ? MPI_DOUBLE : MPI_FLOAT, MPI_SUM, c, &req), "all-reduce");
+        PD_TRY(pd__wait(x, &req, MPI_STATUS_IGNORE, false));
         off += k;
     }
     return PD_OK;
 }
 
-static pd_status pd__mx_flush(pd__transport *t) { return pd__progress((pd__mpix *)t, true); }
+static pd_status pd__mx_iallreduce_in(pd__transport *t, int g, void *data, int64_t n, bool f64) {
+    pd__mpix *x = (pd__mpix *)t;
+    MPI_Comm c = g < 0 ? x->comm : x->group[g];
+    if (c == MPI_COMM_NULL) return PD_OK;
+    for (int64_t off = 0; off < n;) {
+        int k = n - off > (1 << 30) ? 1 << 30 : (int)(n - off);
+        if (x->nar == x->arcap) {
+            int cap = x->arcap ? 2 * x->arcap : 64; /* grows in the first minibatch, then is kept */
+            MPI_Request *nr = realloc(x->ar, sizeof *nr * (size_t)cap);
+            if (!nr) return pd__err(PD_ERR_NOMEM, "out of memory");
+            x->ar = nr;
+            x->arcap = cap;
+        }
+        void *at = (char *)data + (size_t)off * (f64 ? 8 : 4);
+        PD_MPI_TRY(MPI_Iallreduce(MPI_IN_PLACE, at, k, f64 ? MPI_DOUBLE : MPI_FLOAT, MPI_SUM, c, &x->ar[x->nar]),
+                   "all-reduce");
+        x->nar++;
+        off += k;
+    }
+    for (int i = 0; i < x->nar; i++) { /* MPI moves non-blocking collectives on inside its calls: one test */
+        if (x->ar[i] == MPI_REQUEST_NULL) continue;
+        int done = 0;
+        PD_MPI_TRY(MPI_Test(&x->ar[i], &done, MPI_STATUS_IGNORE), "all-reduce");
+        break;
+    }
+    return PD_OK;
+}
+
+static pd_status pd__mx_wait_all_in(pd__transport *t) {
+    pd__mpix *x = (pd__mpix *)t;
+    for (int i = 0; i < x->nar; i++) {
+        MPI_Request r = x->ar[i]; /* x->ar may move while the wait lets go of the lock */
+        if (r != MPI_REQUEST_NULL) PD_TRY(pd__wait(x, &r, MPI_STATUS_IGNORE, false));
+        x->ar[i] = r;
+    }
+    x->nar = 0;
+    return PD_OK;
+}
+
+/* This process failed: every other process of the pipeline hears of it at
+ * its next wait. The notices are never waited for (a process that already
+ * failed may never receive one). */
+static void pd__mx_fail_in(pd__transport *t, const char *msg) {
+    pd__mpix *x = (pd__mpix *)t;
+    if (x->failed) return; /* it heard of another's failure, or already told */
+    x->failed = true;
+    int n = 0, me = 0;
+    MPI_Comm_size(x->comm, &n);
+    MPI_Comm_rank(x->comm, &me);
+    if (!(x->fails = PD_CALLOC((size_t)n + 1, sizeof(MPI_Request)))) return;
+    snprintf(x->failmsg, sizeof x->failmsg, "%s", msg);
+    int len = (int)strlen(x->failmsg) + 1;
+    for (int r = 0; r < n; r++)
+        if (r != me && MPI_Isend(x->failmsg, len, MPI_CHAR, r, x->abort_tag, x->comm, &x->fails[x->nfails]) == MPI_SUCCESS)
+            x->nfails++;
+}
+
+static pd_status pd__mx_flush_in(pd__transport *t) { return pd__progress((pd__mpix *)t, true); }
+
+/* The entry points: one thread at a time inside (x->mu). */
+static void *pd__mx_get(pd__transport *t, int l, int dir, size_t n) {
+    pd__mpix *x = (pd__mpix *)t;
+    pthread_mutex_lock(&x->mu);
+    void *b = pd__mx_get_in(t, l, dir, n);
+    pthread_mutex_unlock(&x->mu);
+    return b;
+}
+static void pd__mx_put(pd__transport *t, int l, int dir, void *buf) {
+    pd__mpix *x = (pd__mpix *)t;
+    pthread_mutex_lock(&x->mu);
+    pd__mx_put_in(t, l, dir, buf);
+    pthread_mutex_unlock(&x->mu);
+}
+static pd_status pd__mx_send(pd__transport *t, int from, int to, int l, int dir, int mb, void *buf, size_t n,
+                             bool *stop) {
+    pd__mpix *x = (pd__mpix *)t;
+    pthread_mutex_lock(&x->mu);
+    pd_status st = pd__mx_send_in(t, from, to, l, dir, mb, buf, n, stop);
+    pthread_mutex_unlock(&x->mu);
+    return st;
+}
+static pd_status pd__mx_recv(pd__transport *t, int from, int to, int l, int dir, int mb, size_t n, void **buf,
+                             bool *stop) {
+    pd__mpix *x = (pd__mpix *)t;
+    pthread_mutex_lock(&x->mu);
+    pd_status st = pd__mx_recv_in(t, from, to, l, dir, mb, n, buf, stop);
+    pthread_mutex_unlock(&x->mu);
+    return st;
+}
+static pd_status pd__mx_allreduce(pd__transport *t, int g, void *data, int64_t n, bool f64) {
+    pd__mpix *x = (pd__mpix *)t;
+    pthread_mutex_lock(&x->mu);
+    pd_status st = pd__mx_allreduce_in(t, g, data, n, f64);
+    pthread_mutex_unlock(&x->mu);
+    return st;
+}
+static pd_status pd__mx_iallreduce(pd__transport *t, int g, void *data, int64_t n, bool f64) {
+    pd__mpix *x = (pd__mpix *)t;
+    pthread_mutex_lock(&x->mu);
+    pd_status st = pd__mx_iallreduce_in(t, g, data, n, f64);
+    pthread_mutex_unlock(&x->mu);
+    return st;
+}
+static pd_status pd__mx_wait_all(pd__transport *t) {
+    pd__mpix *x = (pd__mpix *)t;
+    pthread_mutex_lock(&x->mu);
+    pd_status st = pd__mx_wait_all_in(t);
+    pthread_mutex_unlock(&x->mu);
+    return st;
+}
+static void pd__mx_fail(pd__transport *t, const char *msg) {
+    pd__mpix *x = (pd__mpix *)t;
+    pthread_mutex_lock(&x->mu);
+    pd__mx_fail_in(t, msg);
+    pthread_mutex_unlock(&x->mu);
+}
+static pd_status pd__mx_flush(pd__transport *t) {
+    pd__mpix *x = (pd__mpix *)t;
+    pthread_mutex_lock(&x->mu);
+    pd_status st = pd__mx_flush_in(t);
+    pthread_mutex_unlock(&x->mu);
+    return st;
+}
 
 static void pd__mx_destroy(pd__transport *t) {
     pd__mpix *x = (pd__mpix *)t;
     if (!x) return;
-    pd__progress(x, true);
+    if (!x->failed) pd__mx_flush(t);
     for (int i = 0; x->pool && i < 2 * x->nlinks; i++) {
         while (x->pool[i].n > 0) PD_FREE(x->pool[i].b[--x->pool[i].n]);
         free(x->pool[i].b);
     }
     PD_FREE(x->pool);
+    /* After a failure, sends to a process that stopped may never complete,
+     * and a collective may be left open: their requests are released, their
+     * buffers and the communicators kept (MPI may still touch them). */
+    for (int i = 0; x->failed && i < x->npend; i++) MPI_Request_free(&x->pend[i].req);
+    for (int i = 0; i < x->nfails; i++) MPI_Request_free(&x->fails[i]);
+    PD_FREE(x->fails);
+    free(x->ar);
     free(x->pend);
-    for (int w = 0; x->group && w < x->nworkers; w++)
+    for (int w = 0; !x->failed && x->group && w < x->nworkers; w++)
         if (x->group[w] != MPI_COMM_NULL) MPI_Comm_free(&x->group[w]);
     PD_FREE(x->group);
-    if (x->comm != MPI_COMM_NULL) MPI_Comm_free(&x->comm);
+    if (!x->failed && x->comm != MPI_COMM_NULL) MPI_Comm_free(&x->comm);
     PD_FREE(x->rank_of);
+    pthread_mutex_destroy(&x->mu);
     PD_FREE(x);
 }
 
 static const pd__transport_i pd__mpi_vt = {"mpi", pd__mx_get, pd__mx_send, pd__mx_recv, pd__mx_put,
-                                           pd__mx_allreduce, pd__mx_flush, pd__mx_destroy};
+                                           pd__mx_allreduce, pd__mx_flush, pd__mx_destroy, pd__mx_fail,
+                                           pd__mx_iallreduce, pd__mx_wait_all};
 
 pd_status pd__mpi_transport_create(int nthreads, const int *rank_of, const int *worker_of, int nworkers, int nlinks,
-                                   int window, int color, pd__transport **out) {
+                                   int window, int color, const int *stopped, pd__transport **out) {
     if (!pd__mpi_on) return pd__err(PD_ERR_INVALID, "MPI is not initialized");
     int me, world_me, tag_ub_flag = 0, *tag_ub = NULL;
     MPI_Comm_rank(MPI_COMM_WORLD, &world_me);
     MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &tag_ub, &tag_ub_flag);
-    int64_t need = (int64_t)window * 2 * (nlinks > 0 ? nlinks : 1);
+    int64_t need = (int64_t)window * 2 * (nlinks > 0 ? nlinks : 1) + 1; /* + the failure notice's */
     if (tag_ub_flag && tag_ub && need > *tag_ub)
         return pd__err(PD_ERR_UNSUPPORTED, "MPI: %lld message tags needed, this MPI has %d", (long long)need, *tag_ub);
     pd__mpix *x = PD_CALLOC(1, sizeof *x);
     if (!x) return pd__err(PD_ERR_NOMEM, "out of memory");
     x->base.vt = &pd__mpi_vt;
     x->comm = MPI_COMM_NULL;
+    x->stopped = stopped;
+    pthread_mutex_init(&x->mu, NULL);
     x->nworkers = nworkers;
     x->nthreads = nthreads;
     x->nlinks = nlinks > 0 ? nlinks : 1;
     x->window = window;
+    x->abort_tag = (int)need - 1;
     x->rank_of = PD_MALLOC(sizeof(int) * (size_t)nthreads);
     x->pool = PD_CALLOC(2 * (size_t)x->nlinks, sizeof(pd__pool));
     x->group = PD_MALLOC(sizeof(MPI_Comm) * ((size_t)nworkers + 1));
@@ -398,6 +678,21 @@ pd_status pd__mpi_bcast(void **buf, size_t *len) {
     return pd__no_mpi();
 }
 int pd__mpi_agree(bool ok) { return ok ? -1 : 0; }
+pd_status pd__mpi_agree_status(pd_status st) { return st; }
+bool pd__mpi_same(int64_t v) {
+    (void)v;
+    return true;
+}
+bool pd__mpi_relayed(const char *msg) {
+    (void)msg;
+    return false;
+}
+pd_status pd_mpi_init(int *rank, int *size) {
+    (void)rank, (void)size;
+    return pd__no_mpi();
+}
+void pd_mpi_finalize(void) {}
+pd_status pd__mpi_use(void) { return pd__no_mpi(); }
 pd_status pd__mpi_gather_text(const char *buf, size_t len, const char *sep, char **all, size_t *alllen) {
     (void)buf, (void)len, (void)sep, (void)all, (void)alllen;
     return pd__no_mpi();
@@ -409,8 +704,9 @@ pd_status pd__mpi_allreduce_f64(double *v, int64_t n) {
     return pd__no_mpi();
 }
 pd_status pd__mpi_transport_create(int nthreads, const int *rank_of, const int *worker_of, int nworkers, int nlinks,
-                                   int window, int color, pd__transport **out) {
-    (void)nthreads, (void)rank_of, (void)worker_of, (void)nworkers, (void)nlinks, (void)window, (void)color, (void)out;
+                                   int window, int color, const int *stopped, pd__transport **out) {
+    (void)nthreads, (void)rank_of, (void)worker_of, (void)nworkers, (void)nlinks, (void)window, (void)color;
+    (void)stopped, (void)out;
     return pd__no_mpi();
 }
 pd_status pd__mpi_group_split(int color, int key, pd__mpi_group **out) {

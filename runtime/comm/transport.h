@@ -33,6 +33,17 @@ typedef struct pd__transport_i {
     /* The run is over: every send has completed. */
     pd_status (*flush)(pd__transport *t);
     void (*destroy)(pd__transport *t);
+    /* This process's run failed (msg says where): the transport tells the
+     * processes it talks to, whose waits then fail naming this one, instead
+     * of waiting for ever. NULL: nothing to tell (one process). */
+    void (*fail)(pd__transport *t, const char *msg);
+    /* allreduce started and left running (NULL: none; the pipeline then
+     * sums at ALLREDUCE): the data is not to be touched until wait_all has
+     * completed every sum started. Every member of the group starts the
+     * same sums in the same order. The sums are the allreduce's, element by
+     * element. */
+    pd_status (*iallreduce)(pd__transport *t, int g, void *data, int64_t n, bool f64);
+    pd_status (*wait_all)(pd__transport *t);
 } pd__transport_i;
 
 struct pd__transport {
@@ -42,7 +53,9 @@ struct pd__transport {
 /* ---- MPI (runtime/comm/mpi.c; stubs that fail when built without MPI) ---- */
 
 /* Initializes MPI when this process was started by mpirun/srun (a world of
- * more than one process) and returns its rank and size; else 0 and 1. */
+ * more than one process) and returns its rank and size; else 0 and 1.
+ * (pd_mpi_init, public, initializes it whatever the world, or adopts the
+ * program's.) pd__mpi_finalize finalizes only an MPI pdonnx initialized. */
 pd_status pd__mpi_init(int *rank, int *size);
 bool pd__mpi_active(void);
 void pd__mpi_finalize(void);
@@ -52,6 +65,18 @@ void pd__mpi_abort(int code);
 pd_status pd__mpi_bcast(void **buf, size_t *len);
 /* Every process says whether it is fine; the lowest rank that is not (-1: none). */
 int pd__mpi_agree(bool ok);
+/* The same for a status (collective over every process): PD_OK where every
+ * process had PD_OK; otherwise every process returns the lowest failing
+ * rank's status and message, prefixed with that rank ("rank 1: ..."); a
+ * rank that failed itself is preferred to one that only heard of another's
+ * failure through the transport (pd__mpi_relayed: its message says so). */
+pd_status pd__mpi_agree_status(pd_status st);
+bool pd__mpi_relayed(const char *msg);
+/* Whether every process gave the same v (collective over every process). */
+bool pd__mpi_same(int64_t v);
+/* MPI up for the public API: initialized by pd_mpi_init, or by the program
+ * itself at MPI_THREAD_SERIALIZED or above (adopted, never finalized here). */
+pd_status pd__mpi_use(void);
 int pd__mpi_rank(void);
 /* Rank 0 receives every process's bytes, in rank order, joined by `sep`
  * (*all malloc'd there; NULL elsewhere). */
@@ -62,9 +87,12 @@ pd_status pd__mpi_allreduce_f64(double *v, int64_t n);
 /* The MPI transport of a pipeline with nthreads threads, thread i run by
  * process rank_of[i]; workers: per thread its worker (for the allreduce
  * groups); links and window: tags are (mb mod window, dir, link), so a
- * window larger than the microbatches in flight on a link cannot collide. */
+ * window larger than the microbatches in flight on a link cannot collide.
+ * Several threads of this process (stages) may use it at once; stopped (may
+ * be NULL), when it reads non-zero (atomically), makes every wait give up:
+ * another thread of this process failed and told the others. */
 pd_status pd__mpi_transport_create(int nthreads, const int *rank_of, const int *worker_of, int nworkers, int nlinks,
-                                   int window, int color, pd__transport **out);
+                                   int window, int color, const int *stopped, pd__transport **out);
 
 /* A communicator of the processes that give the same color (collective over
  * every process), ranked by key: AvgPipe's processes holding the same stage

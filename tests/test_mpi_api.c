@@ -1,0 +1,88 @@
+/* test_mpi_api.c - the public trainer under MPI (opt->mpi), driven by
+ * tests/test_mpi_api.sh: the same program in one process and under mpirun
+ * must print the same per-step results and save the same model, bitwise.
+ *
+ *   test_mpi_api MODEL PLAN SCHEDULE MICROBATCHES STEPS OUT.onnx MODE
+ *
+ * Launched by mpirun (size > 1) it trains with opt->mpi; else in one process.
+ * Rank 0 prints each step's loss and gradient norm exactly (%a) and saves
+ * OUT. Every process prints the errors it gets as "rank R: error: MESSAGE".
+ * MODE: ok; bad-arg (rank 1 alone passes NULL labels to a first call, then
+ * other steps to a second: every process must get each error, then train
+ * on as in ok); nan (step 3's rows
+ * are NaN: the last stage's loss fails mid-run, every process must return
+ * an error; exit 3 without finalizing, as a program would end the job).
+ */
+#include <pipedream.h>
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int main(int argc, char **argv) {
+    if (argc < 8) {
+        fprintf(stderr, "usage: test_mpi_api MODEL PLAN SCHEDULE MICROBATCHES STEPS OUT MODE\n");
+        return 2;
+    }
+    const char *model = argv[1], *planf = argv[2], *sched = argv[3], *out = argv[6], *mode = argv[7];
+    int M = atoi(argv[4]), steps = atoi(argv[5]);
+    int rank = 0, size = 1;
+    const char *launched = getenv("OMPI_COMM_WORLD_SIZE");
+    if (launched && atoi(launched) > 1 && pd_mpi_init(&rank, &size) != PD_OK) {
+        printf("rank ?: error: %s\n", pd_last_error());
+        return strstr(pd_last_error(), "without MPI") ? 77 : 1;
+    }
+    pd_load_options lo = PD_LOAD_OPTIONS_INIT;
+    lo.batch = 8;
+    pd_graph *g = NULL;
+    pd_plan *plan = NULL;
+    pd_trainer *t = NULL;
+    pd_status st = pd_graph_load_file(model, &lo, &g);
+    if (st == PD_OK) st = pd_plan_load(planf, &plan);
+    pd_trainer_options to = PD_TRAINER_OPTIONS_INIT;
+    to.train.optimizer = PD_OPT_MOMENTUM;
+    to.train.lr = 0.05;
+    to.train.threads = 1;
+    to.schedule = sched;
+    to.microbatches = M;
+    to.mpi = size > 1;
+    if (st == PD_OK) st = pd_trainer_create(g, plan, &to, &t);
+    int64_t B = st == PD_OK ? pd_trainer_batch(t) : 0, rows = B * steps;
+    float *x = calloc((size_t)rows * 64 + 1, sizeof(float));
+    int64_t *y = calloc((size_t)rows + 1, sizeof(int64_t));
+    pd_step_result *r = calloc((size_t)steps, sizeof *r);
+    uint64_t s = 88172645463325252ull;
+    for (int64_t i = 0; x && y && i < rows; i++) {
+        y[i] = (i * 7) % 10;
+        for (int j = 0; j < 64; j++) {
+            s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+            x[i * 64 + j] = (j % 10 == y[i] ? 1.0f : 0.0f) + (float)(s % 1000) / 4000.0f;
+            if (!strcmp(mode, "nan") && i / B == 2) x[i * 64 + j] = NAN;
+        }
+    }
+    pd_tensor xt = {PD_FLOAT, 2, {rows, 64}, x}, yt = {PD_INT64, 1, {rows}, y};
+    if (st == PD_OK && !strcmp(mode, "bad-arg")) {
+        pd_status bad = pd_trainer_train(t, steps, &xt, rank == 1 ? NULL : &yt, r);
+        printf("rank %d: error: %s\n", rank, bad != PD_OK ? pd_last_error() : "(none: NOT OK)");
+        bad = pd_trainer_train(t, rank == 1 ? steps - 1 : steps, &xt, &yt, r); /* steps that differ */
+        printf("rank %d: error: %s\n", rank, bad != PD_OK ? pd_last_error() : "(none: NOT OK)");
+    }
+    if (st == PD_OK) st = pd_trainer_train(t, steps, &xt, &yt, r);
+    if (st == PD_OK && rank == 0) {
+        for (int i = 0; i < steps; i++) printf("step %d loss %a grad_norm %a lr %a\n", i + 1, r[i].loss, r[i].grad_norm, r[i].lr);
+        st = pd_graph_save(g, out);
+    }
+    if (st != PD_OK) printf("rank %d: error: %s\n", rank, pd_last_error());
+    fflush(stdout);
+    free(x);
+    free(y);
+    free(r);
+    if (st != PD_OK && !strcmp(mode, "nan")) return 3; /* a failed run under MPI: end the job */
+    pd_trainer_destroy(t);
+    pd_plan_destroy(plan);
+    pd_graph_destroy(g);
+    pd_mpi_finalize();
+    return st == PD_OK ? 0 : 1;
+}

@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# test_mpi_api.sh TEST_MPI_API EXAMPLE_MPI PDONNX SOURCE_ROOT - the public
+# trainer under mpirun (pd_trainer_options.mpi): a program built against
+# pipedream.h, run by `mpirun -np 2` (and 3 for a hybrid plan), prints the
+# same per-step results (exactly) and saves the same model (bitwise) as the
+# same program in one process, under every schedule; an argument error on
+# one process is an error on every process, naming it, and the job goes on;
+# a failure in the middle of a run is an error on every process (no hang);
+# a plan for another process count is refused on every process.
+# examples/embed/mpi.c likewise. Skipped (77) without mpirun or MPI.
+set -u
+prog=$1
+example=$2
+pdonnx=$3
+root=$4
+command -v mpirun > /dev/null || { echo "no mpirun: skipped"; exit 77; }
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+export OMPI_MCA_btl=self,vader,tcp OMPI_MCA_btl_vader_single_copy_mechanism=none
+mpi() { timeout 300 mpirun --oversubscribe -np "$@"; }
+model=$root/examples/digits_mlp.onnx
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fails=0
+ok() { echo "OK $*"; }
+bad() { echo "NOT OK $*"; fails=$((fails + 1)); }
+
+"$pdonnx" plan "$model" --workers 2 --straight --batch 8 -o "$tmp/p2.json" > /dev/null
+"$pdonnx" plan "$model" --workers 3 --straight --algo uniform --batch 8 -o "$tmp/p3.json" > /dev/null
+"$pdonnx" plan "$model" --workers 4 --straight --algo uniform --batch 8 -o "$tmp/p4.json" > /dev/null
+python3 - "$tmp/p4.json" "$tmp/p4on2.json" <<'PY'
+import json, sys
+p = json.load(open(sys.argv[1]))
+for s, r in zip(p["stages"], [0, 0, 1, 1]):
+    s["ranks"] = [r]  # two stages per process
+json.dump(p, open(sys.argv[2], "w"))
+PY
+python3 - "$tmp/p2.json" "$tmp/ph.json" <<'PY'
+import json, sys
+p = json.load(open(sys.argv[1]))
+p["stages"][0]["replicas"] = 2
+p["stages"][0]["ranks"] = [0, 1]
+p["stages"][1]["ranks"] = [2]
+p["workers"] = 3
+json.dump(p, open(sys.argv[2], "w"))
+PY
+
+mpi 2 "$prog" "$model" "$tmp/p2.json" flush 4 2 "$tmp/x.onnx" ok > "$tmp/log" 2>&1
+rc=$?
+if [ $rc = 77 ] || grep -q "without MPI" "$tmp/log"; then echo "built without MPI: skipped"; exit 77; fi
+[ $rc = 0 ] || bad "a first 2-process run: $(tail -3 "$tmp/log")"
+
+check() { # name np plan schedule microbatches [mode]
+  local name=$1 np=$2 plan=$3 sch=$4 mb=$5 mode=${6:-ok}
+  "$prog" "$model" "$plan" "$sch" "$mb" 30 "$tmp/in.onnx" ok > "$tmp/in.txt" 2>&1 || { bad "$name: in one process: $(tail -3 "$tmp/in.txt")"; return; }
+  mpi "$np" "$prog" "$model" "$plan" "$sch" "$mb" 30 "$tmp/mpi.onnx" "$mode" > "$tmp/mpi.txt" 2>&1 || { bad "$name: $np processes: $(tail -3 "$tmp/mpi.txt")"; return; }
+  if cmp -s "$tmp/in.onnx" "$tmp/mpi.onnx" && cmp -s <(grep ^step "$tmp/in.txt") <(grep ^step "$tmp/mpi.txt") &&
+     [ "$(grep -c ^step "$tmp/mpi.txt")" = 30 ]; then
+    ok "$name: $np processes through the API equal one process (30 steps' results and the model, bitwise)"
+  else
+    bad "$name: $np processes differ from one process"
+    diff <(grep ^step "$tmp/in.txt") <(grep ^step "$tmp/mpi.txt") | head -4
+  fi
+}
+check "flush, 2 stages" 2 "$tmp/p2.json" flush 4
+check "gpipe, 2 stages" 2 "$tmp/p2.json" gpipe 4
+check "zb-h1, 3 stages" 3 "$tmp/p3.json" zb-h1 4
+check "pipedream, 2 stages" 2 "$tmp/p2.json" pipedream 1
+check "2bw, 3 stages" 3 "$tmp/p3.json" 2bw 2
+check "hybrid (stage 0 on 2 processes), flush" 3 "$tmp/ph.json" flush 4
+check "hybrid, gpipe" 3 "$tmp/ph.json" gpipe 4
+check "hybrid, zb-h1" 3 "$tmp/ph.json" zb-h1 4
+PDONNX_ALLREDUCE_OVERLAP=0 check "hybrid, flush, the all-reduce not overlapped" 3 "$tmp/ph.json" flush 4
+check "4 stages on 2 processes (two each), flush" 2 "$tmp/p4on2.json" flush 4
+check "4 stages on 2 processes, gpipe" 2 "$tmp/p4on2.json" gpipe 4
+check "flush, rank 1 passes NULL labels once" 2 "$tmp/p2.json" flush 4 bad-arg
+if [ "$(grep -c "^rank [01]: error: rank 1: pd_trainer_train: labels is NULL" "$tmp/mpi.txt")" = 2 ] &&
+   [ "$(grep -c "^rank [01]: error: rank 0: pd_trainer_train: steps is 30 here but not on every process" "$tmp/mpi.txt")" = 2 ]; then
+  ok "an argument error on rank 1, and steps that differ, are errors on both processes, naming a rank; training goes on"
+else
+  bad "an argument error on rank 1: $(grep error "$tmp/mpi.txt" | head -3)"
+fi
+
+# a NaN loss on the last stage (rank 1) in the middle of the run: both return
+start=$(date +%s)
+mpi 2 "$prog" "$model" "$tmp/p2.json" flush 4 6 "$tmp/n.onnx" nan > "$tmp/nan.txt" 2>&1
+rc=$?
+took=$(($(date +%s) - start))
+if [ $rc != 0 ] && [ $rc != 124 ] && [ "$(grep -c "^rank [01]: error: .*stage 1, step 3.*nan" "$tmp/nan.txt")" = 2 ]; then
+  ok "a NaN loss on rank 1 at step 3 is an error on both processes naming stage 1 and step 3 (${took}s, exit $rc)"
+else
+  bad "a failure mid-run (exit $rc, ${took}s): $(grep -v '^step' "$tmp/nan.txt" | head -5)"
+fi
+
+# the same with two stages per process: the other stage of rank 1 and both of rank 0 stop
+mpi 2 "$prog" "$model" "$tmp/p4on2.json" flush 4 6 "$tmp/n.onnx" nan > "$tmp/nan.txt" 2>&1
+rc=$?
+if [ $rc != 0 ] && [ $rc != 124 ] && [ "$(grep -c "^rank [01]: error: rank 1: .*stage 3, step 3.*nan" "$tmp/nan.txt")" = 2 ]; then
+  ok "two stages per process: a NaN loss on stage 3 (rank 1) is an error on both processes naming it (exit $rc)"
+else
+  bad "two stages per process, a failure mid-run (exit $rc): $(grep -v '^step' "$tmp/nan.txt" | head -5)"
+fi
+
+# a plan for 2 processes on 3: refused on every process, which end cleanly
+mpi 3 "$prog" "$model" "$tmp/p2.json" flush 4 2 "$tmp/x.onnx" ok > "$tmp/np.txt" 2>&1
+rc=$?
+if [ $rc = 1 ] && [ "$(grep -c "^rank [012]: error: .*runs as 2 processes.*not 3" "$tmp/np.txt")" = 3 ]; then
+  ok "a 2-process plan on 3 processes is refused on each"
+else
+  bad "a 2-process plan on 3 processes (exit $rc): $(head -5 "$tmp/np.txt")"
+fi
+
+# the example: under mpirun and in one process, the same output and model
+"$example" "$model" "$tmp/p2.json" "$tmp/e1.onnx" > "$tmp/e1.txt" 2> "$tmp/e1.err" || bad "examples/embed/mpi.c in one process: $(cat "$tmp/e1.err")"
+mpi 2 "$example" "$model" "$tmp/p2.json" "$tmp/e2.onnx" > "$tmp/e2.txt" 2> "$tmp/e2.err" || bad "examples/embed/mpi.c under mpirun: $(tail -3 "$tmp/e2.err")"
+if cmp -s "$tmp/e1.txt" "$tmp/e2.txt" && cmp -s "$tmp/e1.onnx" "$tmp/e2.onnx" && [ "$(grep -c ^step "$tmp/e2.txt")" = 20 ]; then
+  ok "examples/embed/mpi.c: mpirun -np 2 equals one process (20 steps, the model)"
+else
+  bad "examples/embed/mpi.c: mpirun -np 2 differs from one process"
+fi
+
+[ $fails = 0 ] || { echo "$fails failed"; exit 1; }
+echo "all passed"

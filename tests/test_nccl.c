@@ -1,0 +1,102 @@
+/* test_nccl.c - the NCCL transport (runtime/comm/nccl.c) between two
+ * processes, one GPU each, driven by tests/test_nccl.sh:
+ *
+ *   test_nccl --devices      prints the CUDA devices visible (0 without a driver)
+ *   mpirun -np 2 test_nccl   the checks below; prints OK / NOT OK lines
+ *
+ * Rank 0 sends four microbatches of activations (device buffers it fills)
+ * on link 0, rank 1 receives them in order and checks every value, then
+ * sends gradients back the other way; a stage replicated on both
+ * processes all-reduces floats in its own communicator and every process
+ * all-reduces doubles; the sums are checked exactly (small integers). */
+#include "../runtime/comm/nccl.h"
+
+#include <cuda_runtime_api.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define N 4099 /* floats per message: not a multiple of anything */
+#define MBS 4
+
+static int fails;
+static void check(bool ok, const char *what) {
+    printf("%s %s\n", ok ? "OK" : "NOT OK", what);
+    if (!ok) fails++;
+}
+
+static float pattern(int rank, int dir, int mb, int i) { return (float)(rank * 100000 + dir * 10000 + mb * 1000 + i % 997); }
+
+static int die(const char *what) {
+    fprintf(stderr, "test_nccl: %s: %s\n", what, pd_last_error());
+    return 1;
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1 && !strcmp(argv[1], "--devices")) {
+        printf("%d\n", pd__nccl_devices());
+        return 0;
+    }
+    int rank, size;
+    if (pd_mpi_init(&rank, &size) != PD_OK) return die("MPI");
+    if (size != 2) {
+        fprintf(stderr, "test_nccl: run me as mpirun -np 2\n");
+        pd_mpi_finalize();
+        return 2;
+    }
+    int ndev = pd__nccl_devices();
+    int rank_of[2] = {0, 1}, two[2] = {0, 1}, one[2] = {0, 0};
+    pd__transport *t = NULL, *r = NULL;
+    if (pd__nccl_transport_create(2, rank_of, two, 2, 1, 0, rank % ndev, NULL, &t) != PD_OK) return die("create");
+    static float h[N];
+    bool stop = false;
+    /* activations 0 -> 1, gradients 1 -> 0; several in flight before any is received */
+    for (int dir = 0; dir < 2; dir++) {
+        int from = dir, to = 1 - dir;
+        bool good = true;
+        if (rank == from) {
+            for (int mb = 0; mb < MBS; mb++) {
+                void *b = t->vt->get(t, 0, dir, sizeof h);
+                for (int i = 0; i < N; i++) h[i] = pattern(from, dir, mb, i);
+                if (!b || cudaMemcpy(b, h, sizeof h, cudaMemcpyHostToDevice) != cudaSuccess) return die("fill");
+                if (t->vt->send(t, from, to, 0, dir, mb, b, sizeof h, &stop) != PD_OK) return die("send");
+            }
+        } else {
+            for (int mb = 0; mb < MBS; mb++) {
+                void *b = NULL;
+                if (t->vt->recv(t, from, to, 0, dir, mb, sizeof h, &b, &stop) != PD_OK) return die("recv");
+                if (pd__nccl_sync(t) != PD_OK) return die("sync");
+                if (cudaMemcpy(h, b, sizeof h, cudaMemcpyDeviceToHost) != cudaSuccess) return die("read");
+                for (int i = 0; i < N; i++) good = good && h[i] == pattern(from, dir, mb, i);
+                t->vt->put(t, 0, dir, b);
+            }
+            check(good, dir ? "gradients, 4 microbatches from rank 1 to rank 0, every value, in order"
+                            : "activations, 4 microbatches from rank 0 to rank 1, every value, in order");
+        }
+    }
+    if (t->vt->flush(t) != PD_OK) return die("flush");
+    /* every process: doubles summed */
+    double hd[3] = {rank + 1.0, 10.0 * (rank + 1), 0.5}, *dd = NULL;
+    if (cudaMalloc((void **)&dd, sizeof hd) != cudaSuccess) return die("cudaMalloc");
+    cudaMemcpy(dd, hd, sizeof hd, cudaMemcpyHostToDevice);
+    if (t->vt->allreduce(t, -1, dd, 3, true) != PD_OK || pd__nccl_sync(t) != PD_OK) return die("allreduce");
+    cudaMemcpy(hd, dd, sizeof hd, cudaMemcpyDeviceToHost);
+    check(hd[0] == 3 && hd[1] == 30 && hd[2] == 1, "all-reduce of doubles over every process");
+    t->vt->destroy(t);
+    /* one stage replicated on both processes: its communicator */
+    if (pd__nccl_transport_create(2, rank_of, one, 1, 1, 0, rank % ndev, NULL, &r) != PD_OK) return die("create");
+    float *df = NULL;
+    for (int i = 0; i < N; i++) h[i] = (float)((rank + 1) * (i % 1000));
+    if (cudaMalloc((void **)&df, sizeof h) != cudaSuccess) return die("cudaMalloc");
+    cudaMemcpy(df, h, sizeof h, cudaMemcpyHostToDevice);
+    if (r->vt->allreduce(r, 0, df, N, false) != PD_OK || pd__nccl_sync(r) != PD_OK) return die("allreduce");
+    cudaMemcpy(h, df, sizeof h, cudaMemcpyDeviceToHost);
+    bool good = true;
+    for (int i = 0; i < N; i++) good = good && h[i] == (float)(3 * (i % 1000));
+    check(good, "all-reduce of a replicated stage's floats in its communicator");
+    r->vt->destroy(r);
+    cudaFree(df);
+    cudaFree(dd);
+    pd_mpi_finalize();
+    return fails ? 1 : 0;
+}
