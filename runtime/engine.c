@@ -42,8 +42,40 @@ static int pd__slot_by_off(const void *a, const void *b) {
     return (x->off > y->off) - (x->off < y->off);
 }
 
-pd_status pd__pack_lifetimes(int n, const int *first, const int *last, const size_t *size, size_t *off,
-                             size_t *total) {
+pd_status pd__life_init(pd__life *l, int ntensors) {
+    size_t m = (size_t)ntensors + 1;
+    memset(l, 0, sizeof *l);
+    l->id = PD_MALLOC(sizeof(int) * m), l->at = PD_MALLOC(sizeof(int) * m);
+    l->first = PD_MALLOC(sizeof(int) * m), l->last = PD_MALLOC(sizeof(int) * m);
+    l->size = PD_MALLOC(sizeof(size_t) * m), l->off = PD_MALLOC(sizeof(size_t) * m);
+    if (!l->id || !l->at || !l->first || !l->last || !l->size || !l->off) {
+        pd__life_free(l);
+        return PD_ERR_NOMEM;
+    }
+    for (int t = 0; t < ntensors; t++) l->at[t] = -1;
+    return PD_OK;
+}
+
+void pd__life_add(pd__life *l, int t, int first, int last, size_t bytes) {
+    int k = l->n++;
+    l->id[k] = t, l->at[t] = k, l->first[k] = first, l->last[k] = last, l->size[k] = bytes;
+}
+
+void pd__life_free(pd__life *l) {
+    PD_FREE(l->id);
+    PD_FREE(l->at);
+    PD_FREE(l->first);
+    PD_FREE(l->last);
+    PD_FREE(l->size);
+    PD_FREE(l->off);
+    memset(l, 0, sizeof *l);
+}
+
+pd_status pd__life_pack(pd__life *l, size_t *total) {
+    int n = l->n;
+    const int *first = l->first, *last = l->last;
+    const size_t *size = l->size;
+    size_t *off = l->off;
     pd__slot *s = PD_CALLOC((size_t)n + 1, sizeof *s);
     pd__slot **live = PD_MALLOC(sizeof(pd__slot *) * ((size_t)n + 1));
     if (!s || !live) {
@@ -79,54 +111,41 @@ pd_status pd__pack_lifetimes(int n, const int *first, const int *last, const siz
  * bytes; the others may. Greedy by decreasing size, lowest fitting offset. */
 static pd_status pd__plan_memory(pd_engine *e) {
     const pd_graph *g = e->g;
-    int n = g->ntensors + 1;
-    int *tens = PD_MALLOC(sizeof(int) * (size_t)n), *at = PD_MALLOC(sizeof(int) * (size_t)n);
-    int *first = PD_MALLOC(sizeof(int) * (size_t)n), *last = PD_MALLOC(sizeof(int) * (size_t)n);
-    size_t *size = PD_MALLOC(sizeof(size_t) * (size_t)n), *off = PD_MALLOC(sizeof(size_t) * (size_t)n);
-    pd_status st = PD_ERR_NOMEM;
-    if (!tens || !at || !first || !last || !size || !off) goto out;
-    int ns = 0;
+    pd__life l;
+    PD_TRY(pd__life_init(&l, g->ntensors));
     for (int t = 0; t < g->ntensors; t++) {
         const pd__tensor *x = &g->tensors[t];
-        at[t] = -1;
         if ((x->kind != PD_T_ACT && x->kind != PD_T_INPUT) || x->ndim < 0) continue;
-        at[t] = ns;
-        tens[ns] = t;
-        first[ns] = x->kind == PD_T_INPUT ? -1 : x->producer;
-        last[ns] = x->is_output ? g->nnodes : first[ns];
-        size[ns] = (size_t)x->numel * pd_dtype_size(x->dtype);
-        ns++;
+        int first = x->kind == PD_T_INPUT ? -1 : x->producer;
+        pd__life_add(&l, t, first, x->is_output ? g->nnodes : first, (size_t)x->numel * pd_dtype_size(x->dtype));
     }
     for (int i = 0; i < g->nnodes; i++)
         for (int j = 0; j < g->nodes[i].nin; j++) {
-            int t = g->nodes[i].in[j];
-            if (t >= 0 && at[t] >= 0 && last[at[t]] < i) last[at[t]] = i;
+            int t = g->nodes[i].in[j], k = t >= 0 ? l.at[t] : -1;
+            if (k >= 0 && l.last[k] < i) l.last[k] = i;
         }
     /* graph outputs and inputs stay valid for the caller: keep them alive throughout */
-    for (int k = 0; k < ns; k++)
-        if (g->tensors[tens[k]].is_output || g->tensors[tens[k]].kind == PD_T_INPUT) {
-            first[k] = -1;
-            last[k] = g->nnodes;
+    for (int k = 0; k < l.n; k++)
+        if (g->tensors[l.id[k]].is_output || g->tensors[l.id[k]].kind == PD_T_INPUT) {
+            l.first[k] = -1;
+            l.last[k] = g->nnodes;
         }
     size_t total;
-    if ((st = pd__pack_lifetimes(ns, first, last, size, off, &total)) != PD_OK) goto out;
-    if (total == 0) total = 64; /* zero-size tensors still get a valid pointer */
-    e->slab_size = total;
-    if (posix_memalign(&e->slab, 64, total) != 0) {
-        e->slab = NULL;
-        st = PD_ERR_NOMEM;
-        goto out;
+    pd_status st = pd__life_pack(&l, &total);
+    if (st == PD_OK) {
+        if (total == 0) total = 64; /* zero-size tensors still get a valid pointer */
+        e->slab_size = total;
+        if (posix_memalign(&e->slab, 64, total) != 0) {
+            e->slab = NULL;
+            st = PD_ERR_NOMEM;
+        }
     }
-    memset(e->slab, 0, total);
-    for (int t = 0; t < g->ntensors; t++) e->views[t] = pd__view(&g->tensors[t]);
-    for (int k = 0; k < ns; k++) e->views[tens[k]].data = (char *)e->slab + off[k];
-out:
-    PD_FREE(tens);
-    PD_FREE(at);
-    PD_FREE(first);
-    PD_FREE(last);
-    PD_FREE(size);
-    PD_FREE(off);
+    if (st == PD_OK) {
+        memset(e->slab, 0, total);
+        for (int t = 0; t < g->ntensors; t++) e->views[t] = pd__view(&g->tensors[t]);
+        for (int k = 0; k < l.n; k++) e->views[l.id[k]].data = (char *)e->slab + l.off[k];
+    }
+    pd__life_free(&l);
     return st;
 }
 

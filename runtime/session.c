@@ -317,27 +317,19 @@ static pd_status pd__plan_zeroing(pd_session *s) {
  * from before the first. */
 static pd_status pd__plan_grad_memory(pd_session *s) {
     const pd_graph *g = s->g;
-    int n = g->ntensors + 1;
-    int *tens = PD_MALLOC(sizeof(int) * (size_t)n), *at = PD_MALLOC(sizeof(int) * (size_t)n);
-    int *first = PD_MALLOC(sizeof(int) * (size_t)n), *last = PD_MALLOC(sizeof(int) * (size_t)n);
-    size_t *size = PD_MALLOC(sizeof(size_t) * (size_t)n), *off = PD_MALLOC(sizeof(size_t) * (size_t)n);
-    pd_status st = PD_ERR_NOMEM;
-    int ng = 0;
-    if (!tens || !at || !first || !last || !size || !off) goto out;
+    pd__life l;
+    if (pd__life_init(&l, g->ntensors) != PD_OK)
+        return pd__err(PD_ERR_NOMEM, "%s: out of memory planning the training buffers", g->path);
     for (int t = 0; t < g->ntensors; t++) {
         const pd__tensor *x = &g->tensors[t];
-        at[t] = -1;
         if (!s->needs_grad[t] || x->kind == PD_T_INIT) continue;
-        at[t] = ng;
-        tens[ng] = t;
-        first[ng] = t == s->pred ? -1 : INT32_MAX; /* never touched: alive nowhere */
-        last[ng] = -1;
-        size[ng] = (size_t)(x->numel > 0 ? x->numel : 0) * pd_dtype_size(x->dtype);
-        ng++;
+        /* lives set below; one never touched stays alive nowhere */
+        pd__life_add(&l, t, t == s->pred ? -1 : INT32_MAX, -1,
+                     (size_t)(x->numel > 0 ? x->numel : 0) * pd_dtype_size(x->dtype));
     }
     for (int i = g->nnodes - 1; i >= 0; i--) {
         int step = g->nnodes - 1 - i;
-        for (int k = s->zero_at[2 * i]; k < s->zero_at[2 * i + 1]; k++) first[at[s->zero_list[k]]] = step;
+        for (int k = s->zero_at[2 * i]; k < s->zero_at[2 * i + 1]; k++) l.first[l.at[s->zero_list[k]]] = step;
         const pd__node *nd = &g->nodes[i];
         pd_tensor **ga = s->gargs + s->arg_start[i];
         bool any_out = false, any_in = false;
@@ -346,28 +338,22 @@ static pd_status pd__plan_grad_memory(pd_session *s) {
         if (!any_out || !any_in) continue;
         for (int j = 0; j < nd->nout + nd->nin; j++) {
             int t = j < nd->nout ? nd->out[j] : nd->in[j - nd->nout];
-            if (ga[j] && at[t] >= 0) last[at[t]] = step;
+            if (ga[j] && l.at[t] >= 0) l.last[l.at[t]] = step;
         }
     }
-    for (int k = 0; k < ng; k++)
-        if (first[k] == INT32_MAX) first[k] = last[k] = -2;
-        else if (last[k] < first[k]) last[k] = first[k];
+    for (int k = 0; k < l.n; k++)
+        if (l.first[k] == INT32_MAX) l.first[k] = l.last[k] = -2;
+        else if (l.last[k] < l.first[k]) l.last[k] = l.first[k];
     size_t total;
-    if ((st = pd__pack_lifetimes(ng, first, last, size, off, &total)) != PD_OK) goto out;
-    s->gact = s->o.device == PD_DEVICE_CUDA ? PD_CALLOC(1, total + 64) : pd__slab(total); /* see s->act */
-    s->gact_bytes = total;
-    if (!s->gact) {
-        st = PD_ERR_NOMEM;
-        goto out;
+    pd_status st = pd__life_pack(&l, &total);
+    if (st == PD_OK) {
+        s->gact = s->o.device == PD_DEVICE_CUDA ? PD_CALLOC(1, total + 64) : pd__slab(total); /* see s->act */
+        s->gact_bytes = total;
+        if (!s->gact) st = PD_ERR_NOMEM;
     }
-    for (int k = 0; k < ng; k++) s->gviews[tens[k]].data = (char *)s->gact + off[k];
-out:
-    PD_FREE(tens);
-    PD_FREE(at);
-    PD_FREE(first);
-    PD_FREE(last);
-    PD_FREE(size);
-    PD_FREE(off);
+    if (st == PD_OK)
+        for (int k = 0; k < l.n; k++) s->gviews[l.id[k]].data = (char *)s->gact + l.off[k];
+    pd__life_free(&l);
     if (st != PD_OK) pd__err(st, "%s: out of memory planning the training buffers", g->path);
     return st;
 }

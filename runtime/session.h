@@ -37,12 +37,22 @@ typedef struct pd__actx pd__actx;
 /* need (NULL: all): per graph tensor, whether the context holds it; the
  * activations and gradients of the others have no memory (data NULL), so a
  * pipeline stage's contexts hold only what its nodes and links touch. */
-/* Offsets in one slab for n buffers alive from step first[k] to last[k]
- * (inclusive) of size[k] bytes: buffers alive at the same time never share
+/* A slab planned by lifetimes: buffers (one per tensor) alive from step
+ * first to step last (inclusive); buffers alive at the same time never share
  * bytes. Greedy by decreasing size, lowest fitting offset, each 64-byte
- * aligned; *total is the slab's size (runtime/engine.c). */
-pd_status pd__pack_lifetimes(int n, const int *first, const int *last, const size_t *size, size_t *off,
-                             size_t *total);
+ * aligned (runtime/engine.c). The inference engine plans its activations
+ * with it, the session its activation gradients. */
+typedef struct pd__life {
+    int n;             /* buffers */
+    int *id, *at;      /* buffer k's tensor; tensor t's buffer, -1 for none */
+    int *first, *last; /* buffer k's steps */
+    size_t *size, *off;
+} pd__life;
+
+pd_status pd__life_init(pd__life *l, int ntensors); /* no buffers; PD_ERR_NOMEM */
+void pd__life_add(pd__life *l, int t, int first, int last, size_t bytes);
+pd_status pd__life_pack(pd__life *l, size_t *total); /* fills off; *total: the slab's size */
+void pd__life_free(pd__life *l);
 
 pd_status pd__actx_create(const pd_session *s, const bool *need, pd__actx **out);
 void pd__actx_destroy(pd__actx *c);

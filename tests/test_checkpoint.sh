@@ -9,12 +9,8 @@
 set -u
 pdonnx=$1
 root=$2
+. "$(dirname "$0")/common.sh"
 model=$root/examples/digits_mlp.onnx
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fails=0
-ok() { echo "OK $*"; }
-bad() { echo "NOT OK $*"; fails=$((fails + 1)); }
 # the loss and lr columns of a metrics file
 cols() { sed 's/, "samples_per_s".*//' "$1"; }
 

@@ -11,17 +11,9 @@ set -u
 pdonnx=$1
 root=$2
 npytool=$3
-command -v mpirun > /dev/null || { echo "no mpirun: skipped"; exit 77; }
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-# quiet Open MPI's transports on a machine without fast networks
-export OMPI_MCA_btl=self,vader,tcp OMPI_MCA_btl_vader_single_copy_mechanism=none
-mpi() { timeout 300 mpirun --oversubscribe -np "$@"; }
+. "$(dirname "$0")/common.sh"
+mpi_setup
 model=$root/examples/digits_mlp.onnx
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fails=0
-ok() { echo "OK $*"; }
-bad() { echo "NOT OK $*"; fails=$((fails + 1)); }
 cols() { sed 's/, "samples_per_s": [0-9.]*//' "$1"; } # all but the speed
 
 if ! mpi 2 "$pdonnx" train "$model" --steps 2 --stages 2 --quiet > "$tmp/log" 2>&1; then

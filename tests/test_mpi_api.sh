@@ -13,16 +13,9 @@ prog=$1
 example=$2
 pdonnx=$3
 root=$4
-command -v mpirun > /dev/null || { echo "no mpirun: skipped"; exit 77; }
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-export OMPI_MCA_btl=self,vader,tcp OMPI_MCA_btl_vader_single_copy_mechanism=none
-mpi() { timeout 300 mpirun --oversubscribe -np "$@"; }
+. "$(dirname "$0")/common.sh"
+mpi_setup
 model=$root/examples/digits_mlp.onnx
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fails=0
-ok() { echo "OK $*"; }
-bad() { echo "NOT OK $*"; fails=$((fails + 1)); }
 
 "$pdonnx" plan "$model" --workers 2 --straight --batch 8 -o "$tmp/p2.json" > /dev/null
 "$pdonnx" plan "$model" --workers 3 --straight --algo uniform --batch 8 -o "$tmp/p3.json" > /dev/null
