@@ -15,9 +15,10 @@
  * one to run chosen once at load time (GCC's and Clang's target_clones, an
  * ifunc). Floating-point contraction stays off (ISO C), so both clones do
  * the same operations in the same order: the results are the same bits on
- * every x86-64 machine. The math below is always inlined, so that it is
+ * every x86-64 machine. PD_NO_CLONES turns it off (the fuzzing build: an
+ * ifunc resolver must not be instrumented). The math below is always inlined, so that it is
  * compiled for the clone that calls it. */
-#if defined(__x86_64__) && defined(__linux__) && defined(__GNUC__) && \
+#if defined(__x86_64__) && defined(__linux__) && defined(__GNUC__) && !defined(PD_NO_CLONES) && \
     (defined(__clang__) ? __clang_major__ >= 14 : __GNUC__ >= 8)
 #define PD__VEC __attribute__((target_clones("avx2", "default")))
 #else
