@@ -238,6 +238,9 @@ typedef struct pd__exec {
     uint64_t seed;
 } pd__exec;
 
+/* n rounded up to a multiple of 64 (slab offsets, cache lines). */
+static inline size_t pd__align64(size_t n) { return (n + 63) & ~(size_t)63; }
+
 /* Returns a scratch buffer of at least `bytes`, 64-byte aligned, or NULL (error set). */
 void *pd__scratch(pd__exec *x, size_t bytes);
 

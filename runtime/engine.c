@@ -23,8 +23,6 @@ struct pd_engine {
     int *arg_start;     /* per node: index into args */
 };
 
-static size_t pd__align64(size_t n) { return (n + 63) & ~(size_t)63; }
-
 typedef struct {
     int k;           /* the caller's index */
     int first, last; /* steps between which it is alive, inclusive */

@@ -57,7 +57,7 @@ struct pd_session {
     pd_tensor **gargs;   /* per node: output gradients then input gradients */
     int *arg_start;
     int *zero_at, *zero_list; /* node i: zero_list[zero_at[2i] .. zero_at[2i+1]), the activation gradients
-                                 zeroed just before its backward (pd__plan_zeroing) */
+                                 zeroed just before its backward (pd__plan_grads) */
     int pred;            /* the prediction (or, PD_LOSS_GRAPH, the loss) tensor */
     int labels_input;    /* PD_LOSS_GRAPH: the graph input fed the labels; else -1 */
     pd_tensor labels;    /* owned copy of the labels */
@@ -79,8 +79,6 @@ static pd_status pd__sdev_step(pd_session *s, pd_step_result *r);
 static pd_status pd__sdev_eval(pd_session *s, int64_t rows, pd_step_result *r);
 static pd_status pd__sdev_timed_step(pd_session *s, pd__step_times *t);
 static bool pd__sdev_ready(const pd_session *s);
-
-static size_t pd__al64(size_t n) { return (n + 63) & ~(size_t)63; }
 
 int pd_session_num_params(const pd_session *s) { return s ? s->np : 0; }
 int64_t pd_session_step_count(const pd_session *s) { return s ? s->step : 0; }
@@ -269,83 +267,75 @@ static void *pd__slab(size_t bytes) {
     return p;
 }
 
-/* Backward kernels add into their gradients, so each activation gradient
+/* Whether node i's backward runs: it has an output gradient to read and an
+ * input gradient to add into (pd__backward's rule, which the planning below
+ * follows). */
+static bool pd__bwd_runs(const pd_session *s, int i) {
+    const pd__node *n = &s->g->nodes[i];
+    pd_tensor *const *ga = s->gargs + s->arg_start[i];
+    bool any_out = false, any_in = false;
+    for (int j = 0; j < n->nout; j++) any_out |= ga[j] != NULL;
+    for (int j = 0; j < n->nin; j++) any_in |= ga[n->nout + j] != NULL;
+    return any_out && any_in;
+}
+
+/* The activation gradients: when each is zeroed, and where it lives.
+ *
+ * Backward kernels add into their gradients, so each activation gradient
  * must be 0 before the first kernel that touches it. Rather than clearing
  * the whole slab before the backward (a pass over memory that leaves none of
  * it in cache), each is cleared just before the first node of the backward
  * order that touches it: an output gradient no later node added into, or an
- * input gradient this node adds into first. The prediction's is written by
- * the loss. Walks the nodes as pd__backward does. */
-static pd_status pd__plan_zeroing(pd_session *s) {
+ * input gradient this node adds into first (zero_at, zero_list). The
+ * prediction's is written by the loss.
+ *
+ * A gradient then lives from that node to the last backward that touches it
+ * (its producer's, which reads it); gradients whose lives do not overlap
+ * share bytes (pd__life), so the backward works in a slab a few layers deep
+ * rather than one the size of every activation, and stays in cache. Steps
+ * count the backward's order; the prediction's gradient lives from before
+ * the first, and one never touched nowhere. */
+static pd_status pd__plan_grads(pd_session *s) {
     const pd_graph *g = s->g;
-    bool *seen = PD_CALLOC((size_t)g->ntensors + 1, sizeof(bool));
     int nargs = g->nnodes ? s->arg_start[g->nnodes - 1] + g->nodes[g->nnodes - 1].nin + g->nodes[g->nnodes - 1].nout : 0;
+    pd__life l;
+    pd_status st = pd__life_init(&l, g->ntensors);
     s->zero_at = PD_CALLOC(2 * (size_t)g->nnodes + 1, sizeof(int));
     s->zero_list = PD_CALLOC((size_t)nargs + 1, sizeof(int));
-    if (!seen || !s->zero_at || !s->zero_list) {
-        PD_FREE(seen);
+    if (st != PD_OK || !s->zero_at || !s->zero_list) {
+        pd__life_free(&l);
         return pd__err(PD_ERR_NOMEM, "%s: out of memory planning the training buffers", g->path);
     }
-    seen[s->pred] = true;
-    int k = 0;
-    for (int i = g->nnodes - 1; i >= 0; i--) {
-        const pd__node *n = &g->nodes[i];
-        pd_tensor **ga = s->gargs + s->arg_start[i];
-        s->zero_at[2 * i] = s->zero_at[2 * i + 1] = k;
-        bool any_out = false, any_in = false;
-        for (int j = 0; j < n->nout; j++) any_out |= ga[j] != NULL;
-        for (int j = 0; j < n->nin; j++) any_in |= ga[n->nout + j] != NULL;
-        if (!any_out || !any_in) continue;
-        for (int j = 0; j < n->nout + n->nin; j++) {
-            int t = j < n->nout ? n->out[j] : n->in[j - n->nout];
-            if (!ga[j] || seen[t] || g->tensors[t].kind == PD_T_INIT) continue;
-            seen[t] = true;
-            s->zero_list[k++] = t;
-        }
-        s->zero_at[2 * i + 1] = k;
-    }
-    PD_FREE(seen);
-    return PD_OK;
-}
-
-/* The activation gradients' slab. A gradient lives from the node that
- * zeroes it (pd__plan_zeroing) to the last backward that touches it (its
- * producer's, which reads it); gradients whose lives do not overlap share
- * bytes, so the backward works in a slab a few layers deep rather than one
- * the size of every activation, and stays in cache. Steps count the
- * backward's order; the prediction's gradient, written by the loss, lives
- * from before the first. */
-static pd_status pd__plan_grad_memory(pd_session *s) {
-    const pd_graph *g = s->g;
-    pd__life l;
-    if (pd__life_init(&l, g->ntensors) != PD_OK)
-        return pd__err(PD_ERR_NOMEM, "%s: out of memory planning the training buffers", g->path);
+    enum { UNTOUCHED = INT32_MAX };
     for (int t = 0; t < g->ntensors; t++) {
         const pd__tensor *x = &g->tensors[t];
         if (!s->needs_grad[t] || x->kind == PD_T_INIT) continue;
-        /* lives set below; one never touched stays alive nowhere */
-        pd__life_add(&l, t, t == s->pred ? -1 : INT32_MAX, -1,
+        pd__life_add(&l, t, t == s->pred ? -1 : UNTOUCHED, -1,
                      (size_t)(x->numel > 0 ? x->numel : 0) * pd_dtype_size(x->dtype));
     }
+    int nz = 0;
     for (int i = g->nnodes - 1; i >= 0; i--) {
-        int step = g->nnodes - 1 - i;
-        for (int k = s->zero_at[2 * i]; k < s->zero_at[2 * i + 1]; k++) l.first[l.at[s->zero_list[k]]] = step;
-        const pd__node *nd = &g->nodes[i];
+        const pd__node *n = &g->nodes[i];
         pd_tensor **ga = s->gargs + s->arg_start[i];
-        bool any_out = false, any_in = false;
-        for (int j = 0; j < nd->nout; j++) any_out |= ga[j] != NULL;
-        for (int j = 0; j < nd->nin; j++) any_in |= ga[nd->nout + j] != NULL;
-        if (!any_out || !any_in) continue;
-        for (int j = 0; j < nd->nout + nd->nin; j++) {
-            int t = j < nd->nout ? nd->out[j] : nd->in[j - nd->nout];
-            if (ga[j] && l.at[t] >= 0) l.last[l.at[t]] = step;
+        int step = g->nnodes - 1 - i;
+        s->zero_at[2 * i] = s->zero_at[2 * i + 1] = nz;
+        if (!pd__bwd_runs(s, i)) continue;
+        for (int j = 0; j < n->nout + n->nin; j++) {
+            int t = j < n->nout ? n->out[j] : n->in[j - n->nout], k = ga[j] ? l.at[t] : -1;
+            if (k < 0) continue; /* no gradient asked for, or a parameter's */
+            if (l.first[k] == UNTOUCHED) {
+                l.first[k] = step;
+                s->zero_list[nz++] = t;
+            }
+            l.last[k] = step;
         }
+        s->zero_at[2 * i + 1] = nz;
     }
     for (int k = 0; k < l.n; k++)
-        if (l.first[k] == INT32_MAX) l.first[k] = l.last[k] = -2;
+        if (l.first[k] == UNTOUCHED) l.first[k] = l.last[k] = -2;
         else if (l.last[k] < l.first[k]) l.last[k] = l.first[k];
     size_t total;
-    pd_status st = pd__life_pack(&l, &total);
+    st = pd__life_pack(&l, &total);
     if (st == PD_OK) {
         s->gact = s->o.device == PD_DEVICE_CUDA ? PD_CALLOC(1, total + 64) : pd__slab(total); /* see s->act */
         s->gact_bytes = total;
@@ -416,7 +406,7 @@ pd_status pd_session_create(pd_graph *g, const pd_train_options *opt, pd_session
     size_t abytes = 0;
     for (int t = 0; t < g->ntensors; t++) {
         const pd__tensor *x = &g->tensors[t];
-        size_t b = pd__al64((size_t)(x->numel > 0 ? x->numel : 0) * pd_dtype_size(x->dtype));
+        size_t b = pd__align64((size_t)(x->numel > 0 ? x->numel : 0) * pd_dtype_size(x->dtype));
         if ((x->kind == PD_T_ACT || x->kind == PD_T_INPUT) && x->ndim >= 0) abytes += b;
     }
     /* on CUDA the host slabs are a mirror few pages of which are ever touched:
@@ -438,7 +428,7 @@ pd_status pd_session_create(pd_graph *g, const pd_train_options *opt, pd_session
     for (int t = 0; t < g->ntensors; t++) {
         pd__tensor *x = &g->tensors[t];
         s->views[t] = pd__view(x);
-        size_t b = pd__al64((size_t)(x->numel > 0 ? x->numel : 0) * pd_dtype_size(x->dtype));
+        size_t b = pd__align64((size_t)(x->numel > 0 ? x->numel : 0) * pd_dtype_size(x->dtype));
         if ((x->kind == PD_T_ACT || x->kind == PD_T_INPUT) && x->ndim >= 0) {
             s->views[t].data = (char *)s->act + ao;
             ao += b;
@@ -475,7 +465,7 @@ pd_status pd_session_create(pd_graph *g, const pd_train_options *opt, pd_session
             s->gargs[s->arg_start[i] + j] = (t >= 0 && s->needs_grad[t]) ? &s->gviews[t] : NULL;
         }
     }
-    if ((st = pd__plan_zeroing(s)) != PD_OK || (st = pd__plan_grad_memory(s)) != PD_OK) goto fail;
+    if ((st = pd__plan_grads(s)) != PD_OK) goto fail;
     const pd__tensor *p = &g->tensors[s->pred];
     if (o.loss != PD_LOSS_GRAPH && p->dtype != PD_FLOAT) {
         st = pd__err(PD_ERR_SHAPE, "%s: output '%s' is %s; the losses need float32", g->path, p->name,
@@ -634,10 +624,7 @@ static pd_status pd__backward(pd_session *s) {
     for (int i = g->nnodes - 1; i >= 0; i--) {
         const pd__node *n = &g->nodes[i];
         pd_tensor **a = s->args + s->arg_start[i], **ga = s->gargs + s->arg_start[i];
-        bool any_out = false, any_in = false;
-        for (int j = 0; j < n->nout; j++) any_out |= ga[j] != NULL;
-        for (int j = 0; j < n->nin; j++) any_in |= ga[n->nout + j] != NULL;
-        if (!any_out || !any_in) continue;
+        if (!pd__bwd_runs(s, i)) continue;
         pd__zero_grads_at(s, i);
         PD_TRY(pd__cpu_run_bwd(&s->x, g, n, a, a + n->nin, ga, ga + n->nout));
     }
@@ -789,7 +776,7 @@ pd_status pd__actx_create(const pd_session *s, const bool *need, pd__actx **out)
     size_t abytes = 0, gbytes = 0;
     for (int t = 0; t < g->ntensors; t++) {
         const pd__tensor *x = &g->tensors[t];
-        size_t b = pd__al64((size_t)(x->numel > 0 ? x->numel : 0) * pd_dtype_size(x->dtype));
+        size_t b = pd__align64((size_t)(x->numel > 0 ? x->numel : 0) * pd_dtype_size(x->dtype));
         if (need && !need[t]) continue;
         if ((x->kind == PD_T_ACT || x->kind == PD_T_INPUT) && x->ndim >= 0) abytes += b;
         if (s->needs_grad[t] && x->kind != PD_T_INIT) gbytes += b;
@@ -811,7 +798,7 @@ pd_status pd__actx_create(const pd_session *s, const bool *need, pd__actx **out)
         const pd__tensor *x = &g->tensors[t];
         c->views[t] = s->views[t]; /* parameters and constants: shared with the session */
         c->gviews[t] = s->gviews[t]; /* parameter gradients: the session's slab */
-        size_t b = pd__al64((size_t)(x->numel > 0 ? x->numel : 0) * pd_dtype_size(x->dtype));
+        size_t b = pd__align64((size_t)(x->numel > 0 ? x->numel : 0) * pd_dtype_size(x->dtype));
         bool here = !need || need[t];
         if ((x->kind == PD_T_ACT || x->kind == PD_T_INPUT) && x->ndim >= 0) {
             c->views[t].data = here ? (char *)c->act + ao : NULL; /* not needed: no memory */
@@ -1112,7 +1099,7 @@ static pd_status pd__sdev_create(pd_session *s) {
     size_t abytes = 0, cbytes = 0, ibytes = 0;
     for (int t = 0; t < g->ntensors; t++) {
         const pd__tensor *x = &g->tensors[t];
-        size_t b = pd__al64(pd__tb(x));
+        size_t b = pd__align64(pd__tb(x));
         if ((x->kind == PD_T_ACT || x->kind == PD_T_INPUT) && x->ndim >= 0) abytes += b;
         if (x->kind == PD_T_INPUT && x->ndim >= 0) { /* the staging buffer spans the inputs' part of the act layout */
             size_t end = (size_t)((char *)s->views[t].data - (char *)s->act) + b;
@@ -1148,7 +1135,7 @@ static pd_status pd__sdev_create(pd_session *s) {
         else {
             d->views[t].data = (char *)d->consts + co;
             PD_TRY(pd__cuda_upload(d->c, d->views[t].data, h, pd__tb(x)));
-            co += pd__al64(pd__tb(x));
+            co += pd__align64(pd__tb(x));
         }
         char *gh = s->gviews[t].data;
         if (!gh) d->gviews[t].data = NULL;
@@ -1359,7 +1346,7 @@ static pd_status pd__sdev_numeric_error(pd_session *s, const char *what, double 
     size_t abytes = 0;
     for (int t = 0; t < s->g->ntensors; t++) {
         const pd__tensor *x = &s->g->tensors[t];
-        if ((x->kind == PD_T_ACT || x->kind == PD_T_INPUT) && x->ndim >= 0) abytes += pd__al64(pd__tb(x));
+        if ((x->kind == PD_T_ACT || x->kind == PD_T_INPUT) && x->ndim >= 0) abytes += pd__align64(pd__tb(x));
     }
     PD_TRY(pd__cuda_download(s->dev->c, s->act, s->dev->act, abytes));
     return pd__numeric_error(s, what, v);

@@ -52,6 +52,7 @@ typedef struct conv_entry {
     dnnl_primitive_t prim; /* NULL: oneDNN declined this geometry */
     conv_arg args[MAX_ARGS];
     int nargs;
+    dnnl_memory_desc_t pad_md;       /* oneDNN's scratchpad */
     size_t pad_bytes, scratch_bytes; /* oneDNN's scratchpad at 0, then the layout buffers */
     struct conv_entry *next;
 } conv_entry;
@@ -61,8 +62,6 @@ static int64_t g_ran, g_declined; /* calls, under g_lock */
 static conv_entry *g_cache;
 static dnnl_engine_t g_engine;
 static int g_state; /* 0 not tried, 1 ready, -1 off (no engine or PD_NO_ONEDNN) */
-
-static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
 
 static void conv_entry_free(conv_entry *e) {
     if (e->prim) dnnl_primitive_destroy(e->prim);
@@ -98,16 +97,13 @@ static dnnl_format_tag_t plain_tag(int ndims) {
     return tags[ndims - 1];
 }
 
-static bool md_plain(dnnl_memory_desc_t *md, int ndims, const int64_t *dims) {
+/* A float32 descriptor of dims in our plain layout, or with the layout left
+ * to the primitive (any). */
+static bool md_make(dnnl_memory_desc_t *md, int ndims, const int64_t *dims, bool any) {
     dnnl_dims_t d = {0};
     for (int i = 0; i < ndims; i++) d[i] = dims[i];
-    return dnnl_memory_desc_init_by_tag(md, ndims, d, dnnl_f32, plain_tag(ndims)) == dnnl_success;
-}
-
-static bool md_any(dnnl_memory_desc_t *md, int ndims, const int64_t *dims) {
-    dnnl_dims_t d = {0};
-    for (int i = 0; i < ndims; i++) d[i] = dims[i];
-    return dnnl_memory_desc_init_by_tag(md, ndims, d, dnnl_f32, dnnl_format_tag_any) == dnnl_success;
+    return dnnl_memory_desc_init_by_tag(md, ndims, d, dnnl_f32, any ? dnnl_format_tag_any : plain_tag(ndims)) ==
+           dnnl_success;
 }
 
 /* The plain and "any" descriptors of X, W (grouped: (G, M/G, C/G, k...)), B, Y. */
@@ -122,9 +118,9 @@ static bool conv_mds_make(const conv_key *k, conv_mds *m) {
     wd[nw++] = k->C / k->group;
     for (int i = 0; i < k->nsp; i++) xd[2 + i] = k->in[i], yd[2 + i] = k->out[i], wd[nw++] = k->k[i];
     int nd = 2 + k->nsp;
-    return md_plain(&m->x, nd, xd) && md_plain(&m->y, nd, yd) && md_plain(&m->w, (int)nw, wd) &&
-           md_plain(&m->b, 1, &k->M) && md_any(&m->x_any, nd, xd) && md_any(&m->y_any, nd, yd) &&
-           md_any(&m->w_any, (int)nw, wd);
+    return md_make(&m->x, nd, xd, false) && md_make(&m->y, nd, yd, false) && md_make(&m->w, (int)nw, wd, false) &&
+           md_make(&m->b, 1, &k->M, false) && md_make(&m->x_any, nd, xd, true) && md_make(&m->y_any, nd, yd, true) &&
+           md_make(&m->w_any, (int)nw, wd, true);
 }
 
 static bool conv_desc(const conv_key *k, int kind, const conv_mds *m, dnnl_convolution_desc_t *cd) {
@@ -168,11 +164,13 @@ static bool arg_reorder(conv_arg *a) {
     return ok;
 }
 
-static void add_arg(conv_entry *e, const_dnnl_primitive_desc_t pd, int arg, dnnl_query_t q, const dnnl_memory_desc_t *user,
-                    bool out, bool add) {
+/* Argument `arg` of the primitive pd: ours is `user`, the primitive's the
+ * idx-th descriptor of query q (the bias is the weights' second). */
+static void add_arg(conv_entry *e, const_dnnl_primitive_desc_t pd, int arg, dnnl_query_t q, int idx,
+                    const dnnl_memory_desc_t *user, bool out, bool add) {
     conv_arg *a = &e->args[e->nargs++];
     a->arg = arg, a->out = out, a->add = add, a->user = *user;
-    a->prim = *dnnl_primitive_desc_query_md(pd, q, 0);
+    a->prim = *dnnl_primitive_desc_query_md(pd, q, idx);
 }
 
 /* Builds the primitive of `key` and its reorders; e->prim stays NULL when
@@ -195,26 +193,26 @@ static void conv_entry_build(conv_entry *e) {
     ok = ok && conv_desc(k, k->kind, &m, &cd) && dnnl_primitive_desc_create(&pd, &cd, attr, g_engine, fwd) == dnnl_success;
     if (ok) {
         if (k->kind == CONV_FWD) {
-            add_arg(e, pd, DNNL_ARG_SRC, dnnl_query_src_md, &m.x, false, false);
-            add_arg(e, pd, DNNL_ARG_WEIGHTS, dnnl_query_weights_md, &m.w, false, false);
-            if (k->bias) add_arg(e, pd, DNNL_ARG_BIAS, dnnl_query_weights_md, &m.b, false, false);
-            add_arg(e, pd, DNNL_ARG_DST, dnnl_query_dst_md, &m.y, true, false);
-            if (k->bias) e->args[2].prim = *dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 1);
+            add_arg(e, pd, DNNL_ARG_SRC, dnnl_query_src_md, 0, &m.x, false, false);
+            add_arg(e, pd, DNNL_ARG_WEIGHTS, dnnl_query_weights_md, 0, &m.w, false, false);
+            if (k->bias) add_arg(e, pd, DNNL_ARG_BIAS, dnnl_query_weights_md, 1, &m.b, false, false);
+            add_arg(e, pd, DNNL_ARG_DST, dnnl_query_dst_md, 0, &m.y, true, false);
         } else if (k->kind == CONV_BWD_DATA) {
-            add_arg(e, pd, DNNL_ARG_DIFF_DST, dnnl_query_diff_dst_md, &m.y, false, false);
-            add_arg(e, pd, DNNL_ARG_WEIGHTS, dnnl_query_weights_md, &m.w, false, false);
-            add_arg(e, pd, DNNL_ARG_DIFF_SRC, dnnl_query_diff_src_md, &m.x, true, true);
+            add_arg(e, pd, DNNL_ARG_DIFF_DST, dnnl_query_diff_dst_md, 0, &m.y, false, false);
+            add_arg(e, pd, DNNL_ARG_WEIGHTS, dnnl_query_weights_md, 0, &m.w, false, false);
+            add_arg(e, pd, DNNL_ARG_DIFF_SRC, dnnl_query_diff_src_md, 0, &m.x, true, true);
         } else {
-            add_arg(e, pd, DNNL_ARG_SRC, dnnl_query_src_md, &m.x, false, false);
-            add_arg(e, pd, DNNL_ARG_DIFF_DST, dnnl_query_diff_dst_md, &m.y, false, false);
-            add_arg(e, pd, DNNL_ARG_DIFF_WEIGHTS, dnnl_query_diff_weights_md, &m.w, true, true);
+            add_arg(e, pd, DNNL_ARG_SRC, dnnl_query_src_md, 0, &m.x, false, false);
+            add_arg(e, pd, DNNL_ARG_DIFF_DST, dnnl_query_diff_dst_md, 0, &m.y, false, false);
+            add_arg(e, pd, DNNL_ARG_DIFF_WEIGHTS, dnnl_query_diff_weights_md, 0, &m.w, true, true);
         }
-        e->pad_bytes = align64(dnnl_memory_desc_get_size(dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0)));
+        e->pad_md = *dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+        e->pad_bytes = pd__align64(dnnl_memory_desc_get_size(&e->pad_md));
         size_t off = e->pad_bytes;
         for (int i = 0; ok && i < e->nargs; i++) {
             conv_arg *a = &e->args[i];
             ok = arg_reorder(a);
-            if (a->reorder) a->off = off, off += align64(dnnl_memory_desc_get_size(&a->prim));
+            if (a->reorder) a->off = off, off += pd__align64(dnnl_memory_desc_get_size(&a->prim));
         }
         e->scratch_bytes = off;
         ok = ok && dnnl_primitive_create(&e->prim, pd) == dnnl_success;
@@ -283,10 +281,7 @@ static pd_status conv_exec(pd__exec *x, const conv_entry *e, int threads, void *
     }
     int nargs = e->nargs;
     if (ok && e->pad_bytes) {
-        const_dnnl_primitive_desc_t ppd;
-        ok = dnnl_primitive_get_primitive_desc(e->prim, &ppd) == dnnl_success &&
-             dnnl_memory_create(&pad, dnnl_primitive_desc_query_md(ppd, dnnl_query_scratchpad_md, 0), g_engine, buf) ==
-                 dnnl_success;
+        ok = dnnl_memory_create(&pad, &e->pad_md, g_engine, buf) == dnnl_success;
         args[nargs++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, pad};
     }
     for (int i = 0; ok && i < e->nargs; i++)

@@ -206,8 +206,6 @@ static bool convertible(pd_dtype t) { return pd__ekind(t) != 0; }
 
 #define PD__MAX_STAGED 64
 
-static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
-
 /* Fills view[k] with input k as dtype w (the input itself, or a converted
  * copy in scratch) and *oview with where the row writes the output (out
  * itself when its dtype is wout, scratch otherwise; stage_end converts). */
@@ -215,8 +213,8 @@ static pd_status stage_begin(pd__exec *x, int nin, pd_tensor *const *in, pd_dtyp
                              pd_dtype wout, pd_tensor *oview) {
     size_t need = 0;
     for (int k = 0; k < nin; k++)
-        if (in[k]->dtype != w) need += align64((size_t)numel(in[k]) * pd_dtype_size(w));
-    if (out->dtype != wout) need += align64((size_t)numel(out) * pd_dtype_size(wout));
+        if (in[k]->dtype != w) need += pd__align64((size_t)numel(in[k]) * pd_dtype_size(w));
+    if (out->dtype != wout) need += pd__align64((size_t)numel(out) * pd_dtype_size(wout));
     char *buf = NULL;
     if (need) {
         buf = pd__scratch(x, need);
@@ -230,7 +228,7 @@ static pd_status stage_begin(pd__exec *x, int nin, pd_tensor *const *in, pd_dtyp
             return pd__err(PD_ERR_UNSUPPORTED, "dtype %s is not supported", pd_dtype_name(in[k]->dtype));
         view[k].dtype = w;
         view[k].data = buf + off;
-        off += align64((size_t)numel(in[k]) * pd_dtype_size(w));
+        off += pd__align64((size_t)numel(in[k]) * pd_dtype_size(w));
         pd__ew_convert(x, w, view[k].data, in[k]->dtype, in[k]->data, numel(in[k]));
     }
     *oview = *out;

@@ -254,8 +254,7 @@ static const pd__row_fn gscale_rows[PD__NDT] = PD__GTAB(gscale);
 
 /* ---- scratch and staging ----------------------------------------------------------- */
 
-static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
-static size_t wbytes(int64_t n, pd_dtype w) { return align64((size_t)(n > 0 ? n : 0) * pd_dtype_size(w)); }
+static size_t wbytes(int64_t n, pd_dtype w) { return pd__align64((size_t)(n > 0 ? n : 0) * pd_dtype_size(w)); }
 
 /* Pieces of one scratch buffer (kernels get one: asking again may move it). */
 typedef struct pd__arena {
