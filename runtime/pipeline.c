@@ -701,6 +701,7 @@ pd_status pd__pipe_create(pd_graph *g, const pd_plan *plan, const pd_train_optio
     for (int i = 0; i < 4; i++) p->gn[i].t = -1;
     p->fail_stage = -1;
     bool *need = NULL; /* per virtual stage and tensor: its contexts hold it */
+    uint8_t *role = NULL; /* per tensor, for one chunk's contexts (PD__G_SET, PD__G_KEEP) */
     int *ts = PD_MALLOC(sizeof(int) * (5 * (size_t)g->ntensors + 1));
     int nt = g->ntensors, *tstage = ts, *vlast = ts + nt, *gfirst = ts + 2 * nt, *glast = ts + 3 * nt,
         *bfirst = ts + 4 * nt;
@@ -819,7 +820,8 @@ pd_status pd__pipe_create(pd_graph *g, const pd_plan *plan, const pd_train_optio
      * backward) inputs and outputs, what its links carry in and out, and the
      * loss's prediction on the last; the rest of the graph has no memory there */
     need = PD_CALLOC((size_t)p->NV * (size_t)g->ntensors + 1, sizeof(bool));
-    if (!need) goto nomem;
+    role = PD_MALLOC((size_t)g->ntensors + 1);
+    if (!need || !role) goto nomem;
     for (int k = 0; k < p->NV; k++) {
         bool *nd = need + (size_t)k * (size_t)g->ntensors;
         const pd__vstage *S = &p->vs[k];
@@ -865,8 +867,17 @@ pd_status pd__pipe_create(pd_graph *g, const pd_plan *plan, const pd_train_optio
                 C->stash = PD_CALLOC((size_t)C->nstash + 1, sizeof *C->stash);
                 if (!C->slot || !C->slot_ver || !C->stash) goto nomem;
                 if (S->nsp > 0 && !(C->sg = PD_CALLOC((size_t)S->spacked + 1, sizeof(float)))) goto nomem;
+                /* the gradients it receives (link k's) and the loss's are
+                 * written before its backward; those it sends (link k-1's)
+                 * are read after (pd__actx_create) */
+                memset(role, 0, (size_t)g->ntensors);
+                const pd__link *Lr = C->k + 1 < p->NV ? &p->link[C->k] : NULL, *Ls = C->k > 0 ? &p->link[C->k - 1] : NULL;
+                for (int q = 0; Lr && q < Lr->ngt; q++) role[Lr->gt[q]] |= PD__G_SET;
+                for (int q = 0; Ls && q < Ls->ngt; q++) role[Ls->gt[q]] |= PD__G_KEEP;
+                if (C->k == p->NV - 1) role[p->pred] |= PD__G_SET;
                 for (int k = 0; k < p->nslots; k++) {
-                    if ((st = pd__actx_create(p->s, need + (size_t)C->k * (size_t)g->ntensors, &C->slot[k])) != PD_OK)
+                    if ((st = pd__actx_create(p->s, need + (size_t)C->k * (size_t)g->ntensors, S->bnodes, S->nbnodes,
+                                              role, kind == PD_SCHED_ZB_H1, &C->slot[k])) != PD_OK)
                         goto fail;
                     for (int j = 0; r > 0 && j < S->np; j++) { /* the replica's own gradients */
                         int pi = S->params[j];
@@ -897,6 +908,7 @@ pd_status pd__pipe_create(pd_graph *g, const pd_plan *plan, const pd_train_optio
         }
     PD_FREE(ts);
     PD_FREE(need);
+    PD_FREE(role);
     *out = p;
     return PD_OK;
 nomem:
@@ -904,6 +916,7 @@ nomem:
 fail:
     PD_FREE(ts);
     PD_FREE(need);
+    PD_FREE(role);
     pd__pipe_destroy(p);
     return st;
 }
@@ -984,9 +997,6 @@ static pd_status pd__do_forward(pd__wk *W, pd__chunk *C, int mb, int32_t version
     C->slot_ver[mb % p->nslots] = version;
     C->sent[mb % p->nslots] = false;
     if (++W->inflight > W->peak_act) W->peak_act = W->inflight;
-    /* the context holds only the stage's tensors: one memset, where zeroing
-     * per node wrote a tensor read by k nodes k+1 times */
-    pd__actx_zero_grads(c);
     for (int i = 0; i < g->ninputs; i++) { /* the graph inputs its nodes read */
         int t = g->inputs[i];
         if (!pd__actx_value(c, t)->data) continue;

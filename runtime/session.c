@@ -267,85 +267,109 @@ static void *pd__slab(size_t bytes) {
     return p;
 }
 
-/* Whether node i's backward runs: it has an output gradient to read and an
- * input gradient to add into (pd__backward's rule, which the planning below
- * follows). */
-static bool pd__bwd_runs(const pd_session *s, int i) {
-    const pd__node *n = &s->g->nodes[i];
-    pd_tensor *const *ga = s->gargs + s->arg_start[i];
+/* Whether a node's backward runs: it has an output gradient to read and an
+ * input gradient to add into (ga: its gradient arguments, outputs' first).
+ * pd__backward's rule, which the planning below follows. */
+static bool pd__bwd_runs_of(const pd__node *n, pd_tensor *const *ga) {
     bool any_out = false, any_in = false;
     for (int j = 0; j < n->nout; j++) any_out |= ga[j] != NULL;
     for (int j = 0; j < n->nin; j++) any_in |= ga[n->nout + j] != NULL;
     return any_out && any_in;
 }
 
-/* The activation gradients: when each is zeroed, and where it lives.
+static bool pd__bwd_runs(const pd_session *s, int i) { return pd__bwd_runs_of(&s->g->nodes[i], s->gargs + s->arg_start[i]); }
+
+/* The activation gradients of a backward: when each is zeroed, and where it
+ * lives.
  *
  * Backward kernels add into their gradients, so each activation gradient
  * must be 0 before the first kernel that touches it. Rather than clearing
  * the whole slab before the backward (a pass over memory that leaves none of
  * it in cache), each is cleared just before the first node of the backward
  * order that touches it: an output gradient no later node added into, or an
- * input gradient this node adds into first (zero_at, zero_list). The
- * prediction's is written by the loss.
+ * input gradient this node adds into first (zero_at, zero_list, by node).
  *
  * A gradient then lives from that node to the last backward that touches it
  * (its producer's, which reads it); gradients whose lives do not overlap
  * share bytes (pd__life), so the backward works in a slab a few layers deep
- * rather than one the size of every activation, and stays in cache. Steps
- * count the backward's order; the prediction's gradient lives from before
- * the first, and one never touched nowhere. */
-static pd_status pd__plan_grads(pd_session *s) {
+ * rather than one the size of every activation, and stays in cache.
+ *
+ * The backward runs over nodes[0..n) (NULL: the graph's, in order) in
+ * reverse; steps count its order. has: the tensors given a buffer (NULL:
+ * all), of those that need a gradient and are not initializers. role (NULL:
+ * none) marks PD__G_SET gradients, written before the backward (the loss's
+ * prediction, those a pipeline stage receives): never zeroed here, alive
+ * from the start; and PD__G_KEEP ones, read after it (those a stage sends):
+ * alive to the end. split: the backward may run in two passes (zero-bubble's
+ * B then W, which reads every output gradient again), so nothing shares. One
+ * touched nowhere lives nowhere (step -2). On return l holds each buffer's
+ * offset in a slab of *total bytes (the caller's to allocate and free l). */
+static pd_status pd__plan_grads_over(const pd_session *s, pd_tensor *const *gargs, const int *nodes, int n,
+                                     const bool *has, const uint8_t *role, bool split, int *zero_at, int *zero_list,
+                                     pd__life *l, size_t *total) {
     const pd_graph *g = s->g;
-    int nargs = g->nnodes ? s->arg_start[g->nnodes - 1] + g->nodes[g->nnodes - 1].nin + g->nodes[g->nnodes - 1].nout : 0;
-    pd__life l;
-    pd_status st = pd__life_init(&l, g->ntensors);
-    s->zero_at = PD_CALLOC(2 * (size_t)g->nnodes + 1, sizeof(int));
-    s->zero_list = PD_CALLOC((size_t)nargs + 1, sizeof(int));
-    if (st != PD_OK || !s->zero_at || !s->zero_list) {
-        pd__life_free(&l);
-        return pd__err(PD_ERR_NOMEM, "%s: out of memory planning the training buffers", g->path);
-    }
+    if (pd__life_init(l, g->ntensors) != PD_OK) return pd__err(PD_ERR_NOMEM, "%s: out of memory planning the training buffers", g->path);
     enum { UNTOUCHED = INT32_MAX };
     for (int t = 0; t < g->ntensors; t++) {
         const pd__tensor *x = &g->tensors[t];
-        if (!s->needs_grad[t] || x->kind == PD_T_INIT) continue;
-        pd__life_add(&l, t, t == s->pred ? -1 : UNTOUCHED, -1,
+        if (!s->needs_grad[t] || x->kind == PD_T_INIT || (has && !has[t])) continue;
+        int r = role ? role[t] : 0;
+        pd__life_add(l, t, r & PD__G_SET ? -1 : UNTOUCHED, r & PD__G_KEEP ? n : -1,
                      (size_t)(x->numel > 0 ? x->numel : 0) * pd_dtype_size(x->dtype));
     }
     int nz = 0;
-    for (int i = g->nnodes - 1; i >= 0; i--) {
-        const pd__node *n = &g->nodes[i];
-        pd_tensor **ga = s->gargs + s->arg_start[i];
-        int step = g->nnodes - 1 - i;
-        s->zero_at[2 * i] = s->zero_at[2 * i + 1] = nz;
-        if (!pd__bwd_runs(s, i)) continue;
-        for (int j = 0; j < n->nout + n->nin; j++) {
-            int t = j < n->nout ? n->out[j] : n->in[j - n->nout], k = ga[j] ? l.at[t] : -1;
-            if (k < 0) continue; /* no gradient asked for, or a parameter's */
-            if (l.first[k] == UNTOUCHED) {
-                l.first[k] = step;
-                s->zero_list[nz++] = t;
+    for (int k = n - 1; k >= 0; k--) {
+        int i = nodes ? nodes[k] : k;
+        const pd__node *nd = &g->nodes[i];
+        pd_tensor *const *ga = gargs + s->arg_start[i];
+        int step = n - 1 - k;
+        zero_at[2 * i] = zero_at[2 * i + 1] = nz;
+        if (!pd__bwd_runs_of(nd, ga)) continue;
+        for (int j = 0; j < nd->nout + nd->nin; j++) {
+            int t = j < nd->nout ? nd->out[j] : nd->in[j - nd->nout], b = ga[j] ? l->at[t] : -1;
+            if (b < 0) continue; /* no gradient asked for, or a parameter's */
+            if (l->first[b] == UNTOUCHED) {
+                l->first[b] = step;
+                zero_list[nz++] = t;
             }
-            l.last[k] = step;
+            if (l->last[b] < step) l->last[b] = step;
         }
-        s->zero_at[2 * i + 1] = nz;
+        zero_at[2 * i + 1] = nz;
     }
-    for (int k = 0; k < l.n; k++)
-        if (l.first[k] == UNTOUCHED) l.first[k] = l.last[k] = -2;
-        else if (l.last[k] < l.first[k]) l.last[k] = l.first[k];
+    for (int b = 0; b < l->n; b++)
+        if (l->first[b] == UNTOUCHED) l->first[b] = l->last[b] = -2;
+        else if (split || l->last[b] < l->first[b]) l->last[b] = split ? n : l->first[b];
+    if (pd__life_pack(l, total) != PD_OK) {
+        pd__life_free(l);
+        return pd__err(PD_ERR_NOMEM, "%s: out of memory planning the training buffers", g->path);
+    }
+    return PD_OK;
+}
+
+/* The session's activation gradients (pd__plan_grads_over over the whole
+ * graph); the prediction's is written by the loss. */
+static pd_status pd__plan_grads(pd_session *s) {
+    const pd_graph *g = s->g;
+    int nargs = g->nnodes ? s->arg_start[g->nnodes - 1] + g->nodes[g->nnodes - 1].nin + g->nodes[g->nnodes - 1].nout : 0;
+    s->zero_at = PD_CALLOC(2 * (size_t)g->nnodes + 1, sizeof(int));
+    s->zero_list = PD_CALLOC((size_t)nargs + 1, sizeof(int));
+    uint8_t *role = PD_CALLOC((size_t)g->ntensors + 1, 1);
+    if (!s->zero_at || !s->zero_list || !role) {
+        PD_FREE(role);
+        return pd__err(PD_ERR_NOMEM, "%s: out of memory planning the training buffers", g->path);
+    }
+    role[s->pred] = PD__G_SET;
+    pd__life l;
     size_t total;
-    st = pd__life_pack(&l, &total);
-    if (st == PD_OK) {
-        s->gact = s->o.device == PD_DEVICE_CUDA ? PD_CALLOC(1, total + 64) : pd__slab(total); /* see s->act */
-        s->gact_bytes = total;
-        if (!s->gact) st = PD_ERR_NOMEM;
-    }
-    if (st == PD_OK)
-        for (int k = 0; k < l.n; k++) s->gviews[l.id[k]].data = (char *)s->gact + l.off[k];
+    pd_status st = pd__plan_grads_over(s, s->gargs, NULL, g->nnodes, NULL, role, false, s->zero_at, s->zero_list, &l, &total);
+    PD_FREE(role);
+    if (st != PD_OK) return st;
+    s->gact = s->o.device == PD_DEVICE_CUDA ? PD_CALLOC(1, total + 64) : pd__slab(total); /* see s->act */
+    s->gact_bytes = total;
+    if (s->gact)
+        for (int b = 0; b < l.n; b++) s->gviews[l.id[b]].data = (char *)s->gact + l.off[b];
     pd__life_free(&l);
-    if (st != PD_OK) pd__err(st, "%s: out of memory planning the training buffers", g->path);
-    return st;
+    return s->gact ? PD_OK : pd__err(PD_ERR_NOMEM, "%s: out of memory for the activation gradients", g->path);
 }
 
 pd_status pd_session_create(pd_graph *g, const pd_train_options *opt, pd_session **out) {
@@ -753,9 +777,9 @@ pd_status pd__session_timed_step(pd_session *s, pd__step_times *t) {
 
 struct pd__actx {
     void *act, *gact;    /* this context's activations and their gradients */
-    size_t gact_bytes;
     pd_tensor *views, *gviews;
     pd_tensor **args, **gargs; /* laid out as the session's (arg_start) */
+    int *zero_at, *zero_list;  /* as the session's, over the backward it was planned for */
 };
 
 void pd__actx_destroy(pd__actx *c) {
@@ -766,53 +790,63 @@ void pd__actx_destroy(pd__actx *c) {
     PD_FREE(c->gviews);
     PD_FREE(c->args);
     PD_FREE(c->gargs);
+    PD_FREE(c->zero_at);
+    PD_FREE(c->zero_list);
     PD_FREE(c);
 }
 
-pd_status pd__actx_create(const pd_session *s, const bool *need, pd__actx **out) {
+pd_status pd__actx_create(const pd_session *s, const bool *need, const int *bnodes, int nb, const uint8_t *role,
+                          bool split, pd__actx **out) {
     const pd_graph *g = s->g;
     pd__actx *c = PD_CALLOC(1, sizeof *c);
     if (!c) return pd__err(PD_ERR_NOMEM, "out of memory");
-    size_t abytes = 0, gbytes = 0;
+    size_t abytes = 0;
     for (int t = 0; t < g->ntensors; t++) {
         const pd__tensor *x = &g->tensors[t];
-        size_t b = pd__align64((size_t)(x->numel > 0 ? x->numel : 0) * pd_dtype_size(x->dtype));
-        if (need && !need[t]) continue;
-        if ((x->kind == PD_T_ACT || x->kind == PD_T_INPUT) && x->ndim >= 0) abytes += b;
-        if (s->needs_grad[t] && x->kind != PD_T_INIT) gbytes += b;
+        if ((!need || need[t]) && (x->kind == PD_T_ACT || x->kind == PD_T_INPUT) && x->ndim >= 0)
+            abytes += pd__align64((size_t)(x->numel > 0 ? x->numel : 0) * pd_dtype_size(x->dtype));
     }
     int nargs = s->arg_start[g->nnodes - 1] + g->nodes[g->nnodes - 1].nin + g->nodes[g->nnodes - 1].nout;
     c->act = pd__slab(abytes);
-    c->gact = pd__slab(gbytes);
-    c->gact_bytes = gbytes;
     c->views = PD_CALLOC((size_t)g->ntensors + 1, sizeof(pd_tensor));
     c->gviews = PD_CALLOC((size_t)g->ntensors + 1, sizeof(pd_tensor));
     c->args = PD_CALLOC((size_t)nargs + 1, sizeof(pd_tensor *));
     c->gargs = PD_CALLOC((size_t)nargs + 1, sizeof(pd_tensor *));
-    if (!c->act || !c->gact || !c->views || !c->gviews || !c->args || !c->gargs) {
+    c->zero_at = PD_CALLOC(2 * (size_t)g->nnodes + 1, sizeof(int));
+    c->zero_list = PD_CALLOC((size_t)nargs + 1, sizeof(int));
+    if (!c->act || !c->views || !c->gviews || !c->args || !c->gargs || !c->zero_at || !c->zero_list) {
         pd__actx_destroy(c);
         return pd__err(PD_ERR_NOMEM, "%s: out of memory for a microbatch's activations", g->path);
     }
-    size_t ao = 0, go = 0;
+    size_t ao = 0;
     for (int t = 0; t < g->ntensors; t++) {
         const pd__tensor *x = &g->tensors[t];
         c->views[t] = s->views[t]; /* parameters and constants: shared with the session */
         c->gviews[t] = s->gviews[t]; /* parameter gradients: the session's slab */
-        size_t b = pd__align64((size_t)(x->numel > 0 ? x->numel : 0) * pd_dtype_size(x->dtype));
-        bool here = !need || need[t];
         if ((x->kind == PD_T_ACT || x->kind == PD_T_INPUT) && x->ndim >= 0) {
+            bool here = !need || need[t];
             c->views[t].data = here ? (char *)c->act + ao : NULL; /* not needed: no memory */
-            if (here) ao += b;
+            if (here) ao += pd__align64((size_t)(x->numel > 0 ? x->numel : 0) * pd_dtype_size(x->dtype));
         }
-        if (s->needs_grad[t] && x->kind != PD_T_INIT) {
-            c->gviews[t].data = here ? (char *)c->gact + go : NULL;
-            if (here) go += b;
-        }
+        if (s->needs_grad[t] && x->kind != PD_T_INIT) c->gviews[t].data = NULL; /* planned below */
     }
     /* the session's argument tables, re-pointed at this context's views */
     for (int k = 0; k < nargs; k++) {
         c->args[k] = s->args[k] ? c->views + (s->args[k] - s->views) : NULL;
         c->gargs[k] = s->gargs[k] ? c->gviews + (s->gargs[k] - s->gviews) : NULL;
+    }
+    pd__life l;
+    size_t total;
+    pd_status st = pd__plan_grads_over(s, c->gargs, bnodes, nb, need, role, split, c->zero_at, c->zero_list, &l, &total);
+    if (st == PD_OK) {
+        if ((c->gact = pd__slab(total)))
+            for (int b = 0; b < l.n; b++) c->gviews[l.id[b]].data = (char *)c->gact + l.off[b];
+        else st = pd__err(PD_ERR_NOMEM, "%s: out of memory for a microbatch's gradients", g->path);
+        pd__life_free(&l);
+    }
+    if (st != PD_OK) {
+        pd__actx_destroy(c);
+        return st;
     }
     *out = c;
     return PD_OK;
@@ -820,17 +854,12 @@ pd_status pd__actx_create(const pd_session *s, const bool *need, pd__actx **out)
 
 pd_tensor *pd__actx_value(pd__actx *c, int t) { return &c->views[t]; }
 pd_tensor *pd__actx_grad(pd__actx *c, int t) { return &c->gviews[t]; }
-void pd__actx_zero_grads(pd__actx *c) { memset(c->gact, 0, c->gact_bytes); }
 
-void pd__actx_zero_grads_of(const pd_session *s, pd__actx *c, const int *nodes, int n) {
-    const pd_graph *g = s->g;
-    for (int i = 0; i < n; i++) {
-        const pd__node *nd = &g->nodes[nodes[i]];
-        for (int j = 0; j < nd->nin + nd->nout; j++) {
-            int t = j < nd->nin ? nd->in[j] : nd->out[j - nd->nin];
-            if (t < 0 || !s->needs_grad[t] || g->tensors[t].kind == PD_T_INIT) continue;
-            memset(c->gviews[t].data, 0, (size_t)g->tensors[t].numel * pd_dtype_size(g->tensors[t].dtype));
-        }
+/* Zeroes the activation gradients node i's backward is the first to touch (pd__zero_grads_at). */
+static void pd__actx_zero_at(const pd_session *s, pd__actx *c, int i) {
+    for (int k = c->zero_at[2 * i]; k < c->zero_at[2 * i + 1]; k++) {
+        const pd__tensor *t = &s->g->tensors[c->zero_list[k]];
+        memset(c->gviews[c->zero_list[k]].data, 0, (size_t)t->numel * pd_dtype_size(t->dtype));
     }
 }
 
@@ -849,10 +878,8 @@ pd_status pd__actx_backward(const pd_session *s, pd__exec *x, pd__actx *c, const
     for (int k = n - 1; k >= 0; k--) {
         const pd__node *nd = &g->nodes[nodes[k]];
         pd_tensor **a = c->args + s->arg_start[nodes[k]], **ga = c->gargs + s->arg_start[nodes[k]];
-        bool any_out = false, any_in = false;
-        for (int j = 0; j < nd->nout; j++) any_out |= ga[j] != NULL;
-        for (int j = 0; j < nd->nin; j++) any_in |= ga[nd->nout + j] != NULL;
-        if (!any_out || !any_in) continue;
+        if (!pd__bwd_runs_of(nd, ga)) continue;
+        pd__actx_zero_at(s, c, nodes[k]);
         PD_TRY(pd__cpu_run_bwd(x, g, nd, a, a + nd->nin, ga, ga + nd->nout));
     }
     return PD_OK;
@@ -874,6 +901,7 @@ pd_status pd__actx_backward_part(const pd_session *s, pd__exec *x, pd__actx *c, 
             din[j] = d && w == weights ? d : NULL;
             any |= din[j] != NULL;
         }
+        if (!weights && pd__bwd_runs_of(nd, ga)) pd__actx_zero_at(s, c, nodes[k]); /* the B pass zeroes for both */
         if (!any_out || !any) continue;
         PD_TRY(pd__cpu_run_bwd(x, g, nd, a, a + nd->nin, ga, din));
     }

@@ -28,15 +28,6 @@ int pd__session_labels_input(const pd_session *s);
 
 /* ---- for the pipeline ------------------------------------------------------ */
 
-/* An activation context: its own copy of every activation and activation
- * gradient of the graph, with the nodes' argument tables pointing into it.
- * Parameters (values and gradients) stay the session's, shared by every
- * context: a backward adds (+=) into the session's gradient slab. A context's
- * parameter view may be re-pointed (pd__actx_value) at another weight version. */
-typedef struct pd__actx pd__actx;
-/* need (NULL: all): per graph tensor, whether the context holds it; the
- * activations and gradients of the others have no memory (data NULL), so a
- * pipeline stage's contexts hold only what its nodes and links touch. */
 /* A slab planned by lifetimes: buffers (one per tensor) alive from step
  * first to step last (inclusive); buffers alive at the same time never share
  * bytes. Greedy by decreasing size, lowest fitting offset, each 64-byte
@@ -54,13 +45,29 @@ void pd__life_add(pd__life *l, int t, int first, int last, size_t bytes);
 pd_status pd__life_pack(pd__life *l, size_t *total); /* fills off; *total: the slab's size */
 void pd__life_free(pd__life *l);
 
-pd_status pd__actx_create(const pd_session *s, const bool *need, pd__actx **out);
+/* An activation context: its own copy of every activation and activation
+ * gradient of the graph, with the nodes' argument tables pointing into it.
+ * Parameters (values and gradients) stay the session's, shared by every
+ * context: a backward adds (+=) into the session's gradient slab. A context's
+ * parameter view may be re-pointed (pd__actx_value) at another weight version. */
+typedef struct pd__actx pd__actx;
+/* need (NULL: all): per graph tensor, whether the context holds it; the
+ * activations and gradients of the others have no memory (data NULL), so a
+ * pipeline stage's contexts hold only what its nodes and links touch.
+ * The activation gradients are planned over the backward of
+ * bnodes[0..nb) (run in reverse; pd__actx_backward over them or a stretch of
+ * them) as the session plans its own (lifetimes, lazy zeroing). role (NULL:
+ * none), per tensor: PD__G_SET, its gradient is written before the backward
+ * (received, or the loss's) and never zeroed; PD__G_KEEP, it is read after
+ * the backward (sent). split: the backward may run as
+ * pd__actx_backward_part's two passes, the W pass reading every output
+ * gradient again, so none share. */
+enum { PD__G_SET = 1, PD__G_KEEP = 2 };
+pd_status pd__actx_create(const pd_session *s, const bool *need, const int *bnodes, int nb, const uint8_t *role,
+                          bool split, pd__actx **out);
 void pd__actx_destroy(pd__actx *c);
 pd_tensor *pd__actx_value(pd__actx *c, int t); /* graph tensor t's data in this context */
 pd_tensor *pd__actx_grad(pd__actx *c, int t);  /* its gradient (data NULL: none) */
-void pd__actx_zero_grads(pd__actx *c);         /* the activation gradients, not the parameters' */
-/* Only those a backward over `nodes` accumulates into (their inputs' and outputs'). */
-void pd__actx_zero_grads_of(const pd_session *s, pd__actx *c, const int *nodes, int n);
 /* Forward of nodes[0..n) in that order / backward in reverse order; x is the
  * caller's (one per thread). */
 pd_status pd__actx_forward(const pd_session *s, pd__exec *x, pd__actx *c, const int *nodes, int n);

@@ -547,13 +547,15 @@ static void run_split(const char *fx, const pd_tensor *xs, const pd_tensor *ys, 
     pd_status st = load(fx, BATCH, &g);
     if (st == PD_OK) st = pd_session_create(g, &r->o, &s);
     if (st == PD_OK) st = pd__session_slabs(s, &sl);
-    if (st == PD_OK) st = pd__actx_create(s, NULL, &c);
     int *nodes = g ? malloc(sizeof(int) * (size_t)g->nnodes) : NULL;
+    uint8_t *role = g ? calloc((size_t)g->ntensors, 1) : NULL;
+    for (int i = 0; nodes && i < g->nnodes; i++) nodes[i] = i;
+    if (role && s) role[pd__session_loss_tensor(s)] = PD__G_SET;
+    if (st == PD_OK) st = pd__actx_create(s, NULL, nodes, g->nnodes, role, true, &c);
     float *part = malloc(sizeof(float) * (size_t)(sl.total + 1));
     float *full = malloc(sizeof(float) * (size_t)(sl.total + 1));
     double after_b = -1, in_grad = 0, err = INFINITY;
     if (st == PD_OK) {
-        for (int i = 0; i < g->nnodes; i++) nodes[i] = i;
         x.threads = 1;
         x.g = g;
         x.training = true;
@@ -567,8 +569,7 @@ static void run_split(const char *fx, const pd_tensor *xs, const pd_tensor *ys, 
         pd_step_result res;
         st = pd__actx_forward(s, &x, c, nodes, g->nnodes);
         for (int round = 0; round < 2 && st == PD_OK; round++) {
-            memset(sl.grads, 0, sizeof(float) * (size_t)sl.total);
-            pd__actx_zero_grads(c);
+            memset(sl.grads, 0, sizeof(float) * (size_t)sl.total); /* the activation gradients: the backward */
             st = pd__actx_loss(s, c, &by, 1.0, &res);
             if (st == PD_OK && round == 0) {
                 st = pd__actx_backward_part(s, &x, c, nodes, g->nnodes, false);
@@ -596,6 +597,7 @@ static void run_split(const char *fx, const pd_tensor *xs, const pd_tensor *ys, 
     free(part);
     free(full);
     free(nodes);
+    free(role);
     PD_FREE(x.scratch);
     pd__actx_destroy(c);
     pd_session_destroy(s);
