@@ -56,8 +56,7 @@ struct pd_session {
     pd_tensor **args;    /* per node: inputs then outputs */
     pd_tensor **gargs;   /* per node: output gradients then input gradients */
     int *arg_start;
-    int *zero_at, *zero_list; /* node i: zero_list[zero_at[2i] .. zero_at[2i+1]), the activation gradients
-                                 zeroed just before its backward (pd__plan_grads) */
+    pd__zplan zp;        /* the activation gradients each node's backward zeroes or writes first (pd__plan_grads) */
     int pred;            /* the prediction (or, PD_LOSS_GRAPH, the loss) tensor */
     int labels_input;    /* PD_LOSS_GRAPH: the graph input fed the labels; else -1 */
     pd_tensor labels;    /* owned copy of the labels */
@@ -132,8 +131,7 @@ void pd_session_destroy(pd_session *s) {
     PD_FREE(s->args);
     PD_FREE(s->gargs);
     PD_FREE(s->arg_start);
-    PD_FREE(s->zero_at);
-    PD_FREE(s->zero_list);
+    pd__zplan_free(&s->zp);
     PD_FREE(s->labels.data);
     PD_FREE(s->fed);
     PD_FREE(s->x.scratch);
@@ -287,7 +285,9 @@ static bool pd__bwd_runs(const pd_session *s, int i) { return pd__bwd_runs_of(&s
  * the whole slab before the backward (a pass over memory that leaves none of
  * it in cache), each is cleared just before the first node of the backward
  * order that touches it: an output gradient no later node added into, or an
- * input gradient this node adds into first (zero_at, zero_list, by node).
+ * input gradient this node adds into first (zp, by node). Better still, a
+ * gradient the node's kernel writes whole is not zeroed at all: the kernel
+ * is told it is fresh (pd__exec.fresh) and writes rather than adds.
  *
  * A gradient then lives from that node to the last backward that touches it
  * (its producer's, which reads it); gradients whose lives do not overlap
@@ -305,10 +305,17 @@ static bool pd__bwd_runs(const pd_session *s, int i) { return pd__bwd_runs_of(&s
  * touched nowhere lives nowhere (step -2). On return l holds each buffer's
  * offset in a slab of *total bytes (the caller's to allocate and free l). */
 static pd_status pd__plan_grads_over(const pd_session *s, pd_tensor *const *gargs, const int *nodes, int n,
-                                     const bool *has, const uint8_t *role, bool split, int *zero_at, int *zero_list,
-                                     pd__life *l, size_t *total) {
+                                     const bool *has, const uint8_t *role, bool split, pd__zplan *zp, pd__life *l,
+                                     size_t *total) {
     const pd_graph *g = s->g;
-    if (pd__life_init(l, g->ntensors) != PD_OK) return pd__err(PD_ERR_NOMEM, "%s: out of memory planning the training buffers", g->path);
+    int nargs = g->nnodes ? s->arg_start[g->nnodes - 1] + g->nodes[g->nnodes - 1].nin + g->nodes[g->nnodes - 1].nout : 0;
+    zp->at = PD_CALLOC(3 * (size_t)g->nnodes + 1, sizeof(int));
+    zp->list = PD_CALLOC((size_t)nargs + 1, sizeof(int));
+    zp->fresh = PD_CALLOC((size_t)g->nnodes + 1, sizeof(uint32_t));
+    if (!zp->at || !zp->list || !zp->fresh || pd__life_init(l, g->ntensors) != PD_OK) {
+        pd__zplan_free(zp);
+        return pd__err(PD_ERR_NOMEM, "%s: out of memory planning the training buffers", g->path);
+    }
     enum { UNTOUCHED = INT32_MAX };
     for (int t = 0; t < g->ntensors; t++) {
         const pd__tensor *x = &g->tensors[t];
@@ -323,45 +330,74 @@ static pd_status pd__plan_grads_over(const pd_session *s, pd_tensor *const *garg
         const pd__node *nd = &g->nodes[i];
         pd_tensor *const *ga = gargs + s->arg_start[i];
         int step = n - 1 - k;
-        zero_at[2 * i] = zero_at[2 * i + 1] = nz;
+        zp->at[3 * i] = zp->at[3 * i + 1] = zp->at[3 * i + 2] = nz;
         if (!pd__bwd_runs_of(nd, ga)) continue;
+        /* first touches: zeroed (pass 0), or written whole by the kernel
+         * (pass 1: an input gradient the node adds into through one
+         * argument only, not also an output's) */
+        int first[64], nf = 0;
         for (int j = 0; j < nd->nout + nd->nin; j++) {
             int t = j < nd->nout ? nd->out[j] : nd->in[j - nd->nout], b = ga[j] ? l->at[t] : -1;
             if (b < 0) continue; /* no gradient asked for, or a parameter's */
             if (l->first[b] == UNTOUCHED) {
                 l->first[b] = step;
-                zero_list[nz++] = t;
+                if (nf < 64) first[nf++] = j;
+                else zp->list[nz++] = t;
             }
             if (l->last[b] < step) l->last[b] = step;
         }
-        zero_at[2 * i + 1] = nz;
+        for (int pass = 0; pass < 2; pass++) {
+            for (int f = 0; f < nf; f++) {
+                int j = first[f], q = j - nd->nout, t = j < nd->nout ? nd->out[j] : nd->in[q], uses = 0;
+                for (int a = 0; a < nd->nout + nd->nin; a++)
+                    uses += ga[a] && (a < nd->nout ? nd->out[a] : nd->in[a - nd->nout]) == t;
+                bool fresh = q >= 0 && q < 32 && uses == 1;
+                if (fresh != (pass == 1)) continue;
+                zp->list[nz++] = t;
+                if (fresh) zp->fresh[i] |= 1u << q;
+            }
+            zp->at[3 * i + 1 + pass] = nz;
+        }
     }
     for (int b = 0; b < l->n; b++)
         if (l->first[b] == UNTOUCHED) l->first[b] = l->last[b] = -2;
         else if (split || l->last[b] < l->first[b]) l->last[b] = split ? n : l->first[b];
     if (pd__life_pack(l, total) != PD_OK) {
         pd__life_free(l);
+        pd__zplan_free(zp);
         return pd__err(PD_ERR_NOMEM, "%s: out of memory planning the training buffers", g->path);
     }
     return PD_OK;
+}
+
+void pd__zplan_free(pd__zplan *zp) {
+    PD_FREE(zp->at);
+    PD_FREE(zp->list);
+    PD_FREE(zp->fresh);
+    memset(zp, 0, sizeof *zp);
+}
+
+/* Before node i's backward: zeroes the activation gradients it touches
+ * first, except those its kernel writes whole (x->fresh, which the CPU's
+ * pd__cpu_run_bwd honours or zeroes itself); gv: the gradients' views. */
+static void pd__zplan_run(const pd_graph *g, const pd__zplan *zp, const pd_tensor *gv, int i, pd__exec *x) {
+    for (int k = zp->at[3 * i]; k < zp->at[3 * i + 1]; k++) {
+        const pd__tensor *t = &g->tensors[zp->list[k]];
+        memset(gv[zp->list[k]].data, 0, (size_t)t->numel * pd_dtype_size(t->dtype));
+    }
+    x->fresh = zp->fresh[i];
 }
 
 /* The session's activation gradients (pd__plan_grads_over over the whole
  * graph); the prediction's is written by the loss. */
 static pd_status pd__plan_grads(pd_session *s) {
     const pd_graph *g = s->g;
-    int nargs = g->nnodes ? s->arg_start[g->nnodes - 1] + g->nodes[g->nnodes - 1].nin + g->nodes[g->nnodes - 1].nout : 0;
-    s->zero_at = PD_CALLOC(2 * (size_t)g->nnodes + 1, sizeof(int));
-    s->zero_list = PD_CALLOC((size_t)nargs + 1, sizeof(int));
     uint8_t *role = PD_CALLOC((size_t)g->ntensors + 1, 1);
-    if (!s->zero_at || !s->zero_list || !role) {
-        PD_FREE(role);
-        return pd__err(PD_ERR_NOMEM, "%s: out of memory planning the training buffers", g->path);
-    }
+    if (!role) return pd__err(PD_ERR_NOMEM, "%s: out of memory planning the training buffers", g->path);
     role[s->pred] = PD__G_SET;
     pd__life l;
     size_t total;
-    pd_status st = pd__plan_grads_over(s, s->gargs, NULL, g->nnodes, NULL, role, false, s->zero_at, s->zero_list, &l, &total);
+    pd_status st = pd__plan_grads_over(s, s->gargs, NULL, g->nnodes, NULL, role, false, &s->zp, &l, &total);
     PD_FREE(role);
     if (st != PD_OK) return st;
     s->gact = s->o.device == PD_DEVICE_CUDA ? PD_CALLOC(1, total + 64) : pd__slab(total); /* see s->act */
@@ -635,21 +671,13 @@ static pd_status pd__numeric_error(pd_session *s, const char *what, double v) {
     return pd__err(PD_ERR_NUMERIC, "%s: step %lld: %s is %g", g->path, (long long)s->step + 1, what, v);
 }
 
-/* Zeroes the activation gradients node i's backward is the first to touch. */
-static void pd__zero_grads_at(pd_session *s, int i) {
-    for (int k = s->zero_at[2 * i]; k < s->zero_at[2 * i + 1]; k++) {
-        const pd__tensor *t = &s->g->tensors[s->zero_list[k]];
-        memset(s->gviews[s->zero_list[k]].data, 0, (size_t)t->numel * pd_dtype_size(t->dtype));
-    }
-}
-
 static pd_status pd__backward(pd_session *s) {
     const pd_graph *g = s->g;
     for (int i = g->nnodes - 1; i >= 0; i--) {
         const pd__node *n = &g->nodes[i];
         pd_tensor **a = s->args + s->arg_start[i], **ga = s->gargs + s->arg_start[i];
         if (!pd__bwd_runs(s, i)) continue;
-        pd__zero_grads_at(s, i);
+        pd__zplan_run(g, &s->zp, s->gviews, i, &s->x);
         PD_TRY(pd__cpu_run_bwd(&s->x, g, n, a, a + n->nin, ga, ga + n->nout));
     }
     return PD_OK;
@@ -674,7 +702,7 @@ static pd_status pd__backward_split(pd_session *s, double *in_ms, double *w_ms) 
         pd_tensor **a = s->args + s->arg_start[i], **ga = s->gargs + s->arg_start[i];
         bool any_out = false;
         for (int j = 0; j < n->nout; j++) any_out |= ga[j] != NULL;
-        pd__zero_grads_at(s, i);
+        pd__zplan_run(g, &s->zp, s->gviews, i, &s->x); /* fresh: part 0's, the activations' gradients */
         for (int part = 0; part < 2 && any_out && st == PD_OK; part++) {
             bool any = false;
             for (int j = 0; j < n->nin; j++) {
@@ -688,6 +716,7 @@ static pd_status pd__backward_split(pd_session *s, double *in_ms, double *w_ms) 
             st = pd__cpu_run_bwd(&s->x, g, n, a, a + n->nin, ga, din);
             (part ? w_ms : in_ms)[i] = 1e-6 * (double)(pd__now_ns() - t0);
         }
+        s->x.fresh = 0;
     }
     PD_FREE(din);
     return st;
@@ -779,7 +808,7 @@ struct pd__actx {
     void *act, *gact;    /* this context's activations and their gradients */
     pd_tensor *views, *gviews;
     pd_tensor **args, **gargs; /* laid out as the session's (arg_start) */
-    int *zero_at, *zero_list;  /* as the session's, over the backward it was planned for */
+    pd__zplan zp;              /* as the session's, over the backward it was planned for */
 };
 
 void pd__actx_destroy(pd__actx *c) {
@@ -790,8 +819,7 @@ void pd__actx_destroy(pd__actx *c) {
     PD_FREE(c->gviews);
     PD_FREE(c->args);
     PD_FREE(c->gargs);
-    PD_FREE(c->zero_at);
-    PD_FREE(c->zero_list);
+    pd__zplan_free(&c->zp);
     PD_FREE(c);
 }
 
@@ -812,9 +840,7 @@ pd_status pd__actx_create(const pd_session *s, const bool *need, const int *bnod
     c->gviews = PD_CALLOC((size_t)g->ntensors + 1, sizeof(pd_tensor));
     c->args = PD_CALLOC((size_t)nargs + 1, sizeof(pd_tensor *));
     c->gargs = PD_CALLOC((size_t)nargs + 1, sizeof(pd_tensor *));
-    c->zero_at = PD_CALLOC(2 * (size_t)g->nnodes + 1, sizeof(int));
-    c->zero_list = PD_CALLOC((size_t)nargs + 1, sizeof(int));
-    if (!c->act || !c->views || !c->gviews || !c->args || !c->gargs || !c->zero_at || !c->zero_list) {
+    if (!c->act || !c->views || !c->gviews || !c->args || !c->gargs) {
         pd__actx_destroy(c);
         return pd__err(PD_ERR_NOMEM, "%s: out of memory for a microbatch's activations", g->path);
     }
@@ -837,7 +863,7 @@ pd_status pd__actx_create(const pd_session *s, const bool *need, const int *bnod
     }
     pd__life l;
     size_t total;
-    pd_status st = pd__plan_grads_over(s, c->gargs, bnodes, nb, need, role, split, c->zero_at, c->zero_list, &l, &total);
+    pd_status st = pd__plan_grads_over(s, c->gargs, bnodes, nb, need, role, split, &c->zp, &l, &total);
     if (st == PD_OK) {
         if ((c->gact = pd__slab(total)))
             for (int b = 0; b < l.n; b++) c->gviews[l.id[b]].data = (char *)c->gact + l.off[b];
@@ -855,14 +881,6 @@ pd_status pd__actx_create(const pd_session *s, const bool *need, const int *bnod
 pd_tensor *pd__actx_value(pd__actx *c, int t) { return &c->views[t]; }
 pd_tensor *pd__actx_grad(pd__actx *c, int t) { return &c->gviews[t]; }
 
-/* Zeroes the activation gradients node i's backward is the first to touch (pd__zero_grads_at). */
-static void pd__actx_zero_at(const pd_session *s, pd__actx *c, int i) {
-    for (int k = c->zero_at[2 * i]; k < c->zero_at[2 * i + 1]; k++) {
-        const pd__tensor *t = &s->g->tensors[c->zero_list[k]];
-        memset(c->gviews[c->zero_list[k]].data, 0, (size_t)t->numel * pd_dtype_size(t->dtype));
-    }
-}
-
 pd_status pd__actx_forward(const pd_session *s, pd__exec *x, pd__actx *c, const int *nodes, int n) {
     const pd_graph *g = s->g;
     for (int k = 0; k < n; k++) {
@@ -879,7 +897,7 @@ pd_status pd__actx_backward(const pd_session *s, pd__exec *x, pd__actx *c, const
         const pd__node *nd = &g->nodes[nodes[k]];
         pd_tensor **a = c->args + s->arg_start[nodes[k]], **ga = c->gargs + s->arg_start[nodes[k]];
         if (!pd__bwd_runs_of(nd, ga)) continue;
-        pd__actx_zero_at(s, c, nodes[k]);
+        pd__zplan_run(g, &c->zp, c->gviews, nodes[k], x);
         PD_TRY(pd__cpu_run_bwd(x, g, nd, a, a + nd->nin, ga, ga + nd->nout));
     }
     return PD_OK;
@@ -901,8 +919,12 @@ pd_status pd__actx_backward_part(const pd_session *s, pd__exec *x, pd__actx *c, 
             din[j] = d && w == weights ? d : NULL;
             any |= din[j] != NULL;
         }
-        if (!weights && pd__bwd_runs_of(nd, ga)) pd__actx_zero_at(s, c, nodes[k]); /* the B pass zeroes for both */
-        if (!any_out || !any) continue;
+        /* the B pass zeroes for both, and its kernel writes the fresh ones (activations' gradients) */
+        if (!weights && pd__bwd_runs_of(nd, ga)) pd__zplan_run(g, &c->zp, c->gviews, nodes[k], x);
+        if (!any_out || !any) {
+            x->fresh = 0;
+            continue;
+        }
         PD_TRY(pd__cpu_run_bwd(x, g, nd, a, a + nd->nin, ga, din));
     }
     return PD_OK;
@@ -1325,9 +1347,9 @@ static pd_status pd__sdev_backward(pd_session *s, double *in_ms, double *w_ms) {
         bool any_out = false;
         for (int j = 0; j < n->nout; j++) any_out |= ga[j] != NULL;
         if (!any_out) continue;
-        for (int k = s->zero_at[2 * i]; k < s->zero_at[2 * i + 1]; k++) { /* as pd__zero_grads_at */
-            const pd__tensor *t = &g->tensors[s->zero_list[k]];
-            PD_TRY(pd__cuda_memset0(d->c, d->gviews[s->zero_list[k]].data, (size_t)t->numel * pd_dtype_size(t->dtype)));
+        for (int k = s->zp.at[3 * i]; k < s->zp.at[3 * i + 2]; k++) { /* as pd__zplan_run, fresh ones too */
+            const pd__tensor *t = &g->tensors[s->zp.list[k]];
+            PD_TRY(pd__cuda_memset0(d->c, d->gviews[s->zp.list[k]].data, (size_t)t->numel * pd_dtype_size(t->dtype)));
         }
         for (int part = in_ms ? 0 : -1; part < (in_ms ? 2 : 0); part++) {
             bool any = false;

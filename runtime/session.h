@@ -45,6 +45,16 @@ void pd__life_add(pd__life *l, int t, int first, int last, size_t bytes);
 pd_status pd__life_pack(pd__life *l, size_t *total); /* fills off; *total: the slab's size */
 void pd__life_free(pd__life *l);
 
+/* Which activation gradients each node's backward touches first (by node
+ * i: list[at[3i] .. at[3i+1]) are zeroed before it, list[at[3i+1] ..
+ * at[3i+2]) are fresh, written whole by its kernel: input bits fresh[i] of
+ * pd__exec.fresh; a backend that cannot write them zeroes those too). */
+typedef struct pd__zplan {
+    int *at, *list;
+    uint32_t *fresh;
+} pd__zplan;
+void pd__zplan_free(pd__zplan *zp);
+
 /* An activation context: its own copy of every activation and activation
  * gradient of the graph, with the nodes' argument tables pointing into it.
  * Parameters (values and gradients) stay the session's, shared by every

@@ -11,8 +11,10 @@
  * (the last term: the differences' own rounding, about eps |out r| / h)
  * for every element, scale being the largest |numeric| of that input.
  * It also checks that the backward ADDS into din (it pre-fills din with
- * ones and subtracts them), and that asking for each input alone gives the
- * same gradient as asking for all (the split B/W backward).
+ * ones and subtracts them), that asking for each input alone gives the
+ * same gradient as asking for all (the split B/W backward), and that with
+ * every din marked fresh (pd__exec.fresh) and pre-filled with NaN the
+ * backward writes the same gradient over all of it.
  *
  *     gc *c = gc_new("Gemm", 13);
  *     int64_t sa[2] = {3, 4}, sb[2] = {4, 5};
@@ -253,6 +255,39 @@ static inline bool gc_check(gc *c, double tol, uint32_t mask) {
             }
             free(div[i].data);
         }
+    }
+    /* fresh (pd__exec.fresh): din pre-filled with NaN, which the kernel must
+     * overwrite whole with the same gradient (or pd__cpu_run_bwd zero first) */
+    for (int i = 0; i < c->nin && ok; i++) {
+        dip[i] = NULL;
+        if (!grad[i] || i >= 32) continue;
+        const pd__tensor *t = &c->g->tensors[c->in[i]];
+        div[i] = pd__view(t);
+        div[i].data = malloc(sizeof(double) * (size_t)(t->numel + 1));
+        for (int64_t k = 0; k < t->numel; k++) pd__set_f(t->dtype, div[i].data, k, NAN);
+        dip[i] = &div[i];
+        x.fresh |= 1u << i;
+    }
+    if (ok && pd__cpu_run_bwd(&x, c->g, n, ip, op, dop, dip) != PD_OK) {
+        snprintf(c->why, sizeof c->why, "fresh backward: %s", pd_last_error());
+        ok = false;
+    }
+    if (x.fresh != 0) {
+        snprintf(c->why, sizeof c->why, "pd__cpu_run_bwd left pd__exec.fresh set (%#x)", (unsigned)x.fresh);
+        ok = false;
+    }
+    for (int i = 0; i < c->nin; i++) {
+        if (!dip[i]) continue;
+        const pd__tensor *t = &c->g->tensors[c->in[i]];
+        for (int64_t k = 0; k < t->numel && ok; k++) {
+            double gf = pd__get_f(t->dtype, div[i].data, k);
+            if (!(fabs(gf - grad[i][k]) <= 1e-9 * (1 + fabs(grad[i][k])))) {
+                snprintf(c->why, sizeof c->why, "input %d, fresh: %.10g at %lld where adding gives %.10g", i, gf,
+                         (long long)k, grad[i][k]);
+                ok = false;
+            }
+        }
+        free(div[i].data);
     }
     /* numeric */
     for (int i = 0; i < c->nin && ok; i++) {

@@ -587,8 +587,8 @@ static int pd__train_pipeline(pd__targs *a, pd_graph *g, const char *input, pd_t
         bool sim = pd_simulate(plan, &so, &sr) == PD_OK && sr.n_stages == P;
         double wall = pd__pipe_last_run_ms(pipe), busy_all = 0;
         if (pd__mp.size < 2) { /* under MPI each process knows its own stage only */
-        printf("%5s %10s %7s %18s %9s %10s %10s\n", "stage", "busy ms", "busy", "peak activations", "versions",
-               "sim busy", "sim vers");
+        printf("%5s %10s %10s %7s %18s %9s %10s %10s\n", "stage", "nodes", "busy ms", "busy", "peak activations",
+               "versions", "sim busy", "sim vers");
         for (int st = 0; st < P; st++) {
             pd__pipe_stats ps;
             pd__pipe_stats_get(pipe, st, &ps);
@@ -602,8 +602,19 @@ static int pd__train_pipeline(pd__targs *a, pd_graph *g, const char *input, pd_t
             double ab = ps.peak_act_mbs * ps.act_bytes_per_mb;
             snprintf(act, sizeof act, "%d mb, %.1f %s", ps.peak_act_mbs, ab >= 1e6 ? ab / 1e6 : ab / 1e3,
                      ab >= 1e6 ? "MB" : "KB");
-            printf("%5d %10.1f %6.1f%% %18s %9d %10s %10s\n", st, ps.busy_ms, wall > 0 ? 100 * ps.busy_ms / wall : 0, act,
-                   ps.peak_versions, simb, simv);
+            /* its nodes: "first-last" when one run of the graph's order, else how many */
+            int first = -1, last = -1, count = 0;
+            for (int i = 0; i < plan->n_nodes; i++)
+                if (plan->fwd_stage[i] % P == st) {
+                    if (first < 0) first = i;
+                    last = i;
+                    count++;
+                }
+            char nodes[32];
+            if (count == last - first + 1) snprintf(nodes, sizeof nodes, "%d-%d", first, last);
+            else snprintf(nodes, sizeof nodes, "%d of them", count);
+            printf("%5d %10s %10.1f %6.1f%% %18s %9d %10s %10s\n", st, nodes, ps.busy_ms,
+                   wall > 0 ? 100 * ps.busy_ms / wall : 0, act, ps.peak_versions, simb, simv);
         }
         printf("bubble: %.1f%% measured", wall > 0 ? 100 * (1 - busy_all / (P * wall)) : 0);
         if (sim) printf(", %.1f%% simulated", 100 * sr.bubble);

@@ -303,21 +303,31 @@ static bool needs_tmp_i(int64_t on, int64_t in_n, pd_dtype dt, pd_dtype w) { ret
  * (rank ind, dims ish, right-aligned under o's) is broadcast along). The
  * term is fn over the streams s[0..ns) (views in w broadcast to o's shape,
  * s[0] the output gradient), or s[0] itself when fn is NULL. tmp_o, tmp_i:
- * scratch as needs_tmp_o / needs_tmp_i say. */
+ * scratch as needs_tmp_o / needs_tmp_i say. fresh (pd__exec.fresh): din =
+ * rather than +=; written in place where the term is din's whole, zeroed
+ * first otherwise. */
 static pd_status add_term(const pd__exec *x, pd_dtype w, const pd_tensor *o, int ind, const int64_t *ish,
                           pd_tensor *din, pd__row_fn fn, pd__gctx ctx, int ns, const pd_tensor *s, int64_t cost,
-                          double alpha, void *tmp_o, void *tmp_i) {
+                          double alpha, void *tmp_o, void *tmp_i, bool fresh) {
     int64_t on = numel(o), in_n = pd__shape_numel(ind, ish);
-    if (on <= 0 || in_n <= 0) return PD_OK; /* an empty output adds nothing */
     bool full = in_n == on, direct = din->dtype == w;
+    if (fresh && !(full && direct && (fn || alpha == 1) && on > 0)) {
+        memset(din->data, 0, (size_t)(in_n > 0 ? in_n : 0) * pd_dtype_size(din->dtype));
+        fresh = false;
+    }
+    if (on <= 0 || in_n <= 0) return PD_OK; /* an empty output adds nothing */
     pd_tensor ov = *o;
     ov.dtype = w;
     if (fn && full && direct) { /* straight into din */
-        ctx.acc = true;
+        ctx.acc = !fresh;
         ov.data = din->data;
         return pd__ew_bcast_run(x, fn, &ctx, &ov, ns, s, cost);
     }
     const void *term = s[0].data;
+    if (fresh) { /* din = the output gradient itself */
+        memcpy(din->data, term, (size_t)on * pd_dtype_size(w));
+        return PD_OK;
+    }
     if (fn) {
         ctx.acc = false;
         ov.data = tmp_o;
@@ -409,7 +419,8 @@ static pd_status binary_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *in
             if (sp->v[i] >= 0) s[2] = v[sp->v[i]];
             fn = row_of(sp->row[i], w);
         }
-        PD_TRY(add_term(x, w, y, ab[i].ndim, ab[i].shape, din[i], fn, ctx, 3, s, sp->cost, sp->alpha[i], to, ti));
+        PD_TRY(add_term(x, w, y, ab[i].ndim, ab[i].shape, din[i], fn, ctx, 3, s, sp->cost, sp->alpha[i], to, ti,
+                         pd__fresh(x, i)));
     }
     return PD_OK;
 }
@@ -458,7 +469,7 @@ pd_status pd__cpu_Sum_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *in, 
     memset(&ctx, 0, sizeof ctx);
     for (int i = 0; i < n->nin; i++)
         if (wanted(din, i, in[i]))
-            PD_TRY(add_term(x, w, y, in[i]->ndim, in[i]->shape, din[i], NULL, ctx, 1, &g, 1, 1.0, NULL, ti));
+            PD_TRY(add_term(x, w, y, in[i]->ndim, in[i]->shape, din[i], NULL, ctx, 1, &g, 1, 1.0, NULL, ti, false));
     return PD_OK;
 }
 
@@ -496,7 +507,7 @@ pd_status pd__cpu_Where_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *in
         if (!want[i]) continue;
         ctx.inv = i == 2;
         PD_TRY(add_term(x, w, y, in[i]->ndim, in[i]->shape, din[i], row_of(gwhere_rows, w), ctx, 2, s, 1, 1.0, to,
-                        ti));
+                        ti, false));
     }
     return PD_OK;
 }
@@ -545,7 +556,7 @@ static pd_status unary_bwd(pd__exec *x, pd_tensor *const *in, pd_tensor *const *
     }
     pd_tensor o = s[0];
     void *to = direct ? NULL : arena_take(&ar, nn, w);
-    return add_term(x, w, &o, 1, &nn, din[0], row_of(tab, w), *ctx, 3, s, cost, 1.0, to, NULL);
+    return add_term(x, w, &o, 1, &nn, din[0], row_of(tab, w), *ctx, 3, s, cost, 1.0, to, NULL, pd__fresh(x, 0));
 }
 
 #define PD__UNARY_BWD(Op, tab, use, cost)                                                                      \

@@ -73,11 +73,11 @@ pd_status pd__cpu_Gemm_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *in,
 
 pd_status pd__cpu_MatMul_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out,
                              pd_tensor *const *dout, pd_tensor *const *din) {
-    (void)x;
     (void)out;
     const pd_tensor *dY = gout(n, dout, 0);
     if (!dY) return PD_OK;
-    PD_DISPATCH(in[0]->dtype, matmul_bwd, (in[0], in[1], dY->data, dptr(gin(n, din, 0)), dptr(gin(n, din, 1))))
+    PD_DISPATCH(in[0]->dtype, matmul_bwd,
+                (in[0], in[1], dY->data, dptr(gin(n, din, 0)), dptr(gin(n, din, 1)), pd__fresh(x, 0), pd__fresh(x, 1)))
 }
 
 /* ---- Conv, ConvTranspose ------------------------------------------------------------------------- */

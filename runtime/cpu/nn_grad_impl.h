@@ -43,20 +43,26 @@ static pd_status FN(gemm_bwd)(const pd_tensor *a, const pd_tensor *b, const pd_t
 /* numpy matmul, Y (..., M, N) = A (..., M, K) @ B (..., K, N): per output batch
  * dA += dY @ B^T, dB += A^T @ dY, into the operand's own (possibly
  * broadcast) batch, so broadcast batches sum. */
-static pd_status FN(matmul_bwd)(const pd_tensor *a, const pd_tensor *b, const T *dY, T *dA, T *dB) {
+/* fa, fb (pd__exec.fresh): dA, dB hold nothing yet: the first product into
+ * each block writes it (beta 0), a broadcast operand's later ones add. */
+static pd_status FN(matmul_bwd)(const pd_tensor *a, const pd_tensor *b, const T *dY, T *dA, T *dB, bool fa, bool fb) {
     pd__mm L;
     pd__mm_init(a, b, &L);
     const int64_t M = L.M, K = L.K, N = L.N;
     const T *A = a->data, *B = b->data;
     if (L.nbb == 1) { /* B is one matrix and A holds every batch: A's rows stack */
-        if (dA) PD_TRY(FN(gemm)(false, true, L.nbatch * M, K, N, 1, dY, N, B, N, 1, dA, K));
-        if (dB) PD_TRY(FN(gemm)(true, false, K, N, L.nbatch * M, 1, A, K, dY, N, 1, dB, N));
+        if (dA) PD_TRY(FN(gemm)(false, true, L.nbatch * M, K, N, 1, dY, N, B, N, fa ? 0 : 1, dA, K));
+        if (dB) PD_TRY(FN(gemm)(true, false, K, N, L.nbatch * M, 1, A, K, dY, N, fb ? 0 : 1, dB, N));
         return PD_OK;
     }
+    /* a broadcast operand's blocks are visited more than once: zero them, then add */
+    int64_t na = pd_tensor_numel(a), nb = pd_tensor_numel(b);
+    if (dA && fa && na != L.nbatch * M * K) memset(dA, 0, sizeof(T) * (size_t)na), fa = false;
+    if (dB && fb && nb != L.nbatch * K * N) memset(dB, 0, sizeof(T) * (size_t)nb), fb = false;
     for (int64_t q = 0; q < L.nbatch; q++, pd__mm_next(&L)) {
         const T *dq = dY + q * M * N; // (M, N)
-        if (dA) PD_TRY(FN(gemm)(false, true, M, K, N, 1, dq, N, B + L.obb * K * N, N, 1, dA + L.oa * M * K, K));
-        if (dB) PD_TRY(FN(gemm)(true, false, K, N, M, 1, A + L.oa * M * K, K, dq, N, 1, dB + L.obb * K * N, N));
+        if (dA) PD_TRY(FN(gemm)(false, true, M, K, N, 1, dq, N, B + L.obb * K * N, N, fa ? 0 : 1, dA + L.oa * M * K, K));
+        if (dB) PD_TRY(FN(gemm)(true, false, K, N, M, 1, A + L.oa * M * K, K, dq, N, fb ? 0 : 1, dB + L.obb * K * N, N));
     }
     return PD_OK;
 }

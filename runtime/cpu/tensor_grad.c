@@ -63,6 +63,18 @@ static inline void add_row(bool f32, void *dst, int64_t ds, const void *src, int
 }
 #undef ADD_ROW
 
+/* dst[i * ds] = src[i * ss] for i < len: add_row into a fresh din (ds != 0). */
+static inline void set_row(bool f32, void *dst, int64_t ds, const void *src, int64_t ss, int64_t len) {
+    size_t es = f32 ? 4 : 8;
+    if (ds == 1 && ss == 1) {
+        memcpy(dst, src, (size_t)len * es);
+    } else if (f32) {
+        for (int64_t i = 0; i < len; i++) ((float *)dst)[i * ds] = ((const float *)src)[i * ss];
+    } else {
+        for (int64_t i = 0; i < len; i++) ((double *)dst)[i * ds] = ((const double *)src)[i * ss];
+    }
+}
+
 /* ---- the accumulating walk -------------------------------------------------------
  * For every index tuple of a box n[k]: din[sum idx_d * ds[d]] += dout[sum idx_d * ss[d]].
  * ds[d] == 0 marks a dim that is summed over (Expand); the walk is injective
@@ -72,6 +84,7 @@ typedef struct acc {
     int64_t n[PD_MAX_DIMS];
     int64_t ds[PD_MAX_DIMS]; /* strides into din, in elements */
     int64_t ss[PD_MAX_DIMS]; /* strides into dout, in elements */
+    bool set;                /* din = instead of += (pd__exec.fresh; an injective walk only) */
 } acc;
 
 /* Drops size-1 dims and merges neighbours contiguous in both din and dout. */
@@ -99,7 +112,8 @@ static void acc_rows(const acc *w, char *dst, const char *src, size_t es, bool f
     int64_t rows = 1, idx[PD_MAX_DIMS] = {0}, doff = 0, soff = 0;
     for (int d = 0; d < k - 1; d++) rows *= w->n[d];
     for (int64_t r = 0; r < rows; r++) {
-        add_row(f32, dst + doff * (int64_t)es, w->ds[k - 1], src + soff * (int64_t)es, w->ss[k - 1], w->n[k - 1]);
+        (w->set ? set_row : add_row)(f32, dst + doff * (int64_t)es, w->ds[k - 1], src + soff * (int64_t)es,
+                                     w->ss[k - 1], w->n[k - 1]);
         for (int d = k - 2; d >= 0; d--) {
             doff += w->ds[d];
             soff += w->ss[d];
@@ -120,7 +134,7 @@ static void acc_run(const pd__exec *x, acc w, char *dst, const char *src, size_t
     if (total == 0) return;
     acc_simplify(&w);
     if (w.k == 0) {
-        add_row(f32, dst, 1, src, 1, 1);
+        (w.set ? set_row : add_row)(f32, dst, 1, src, 1, 1);
         return;
     }
     int sd = -1, want = pd__threads_for(x, total * (int64_t)es, total);
@@ -180,7 +194,7 @@ static void acc_tiled(const pd__exec *x, const acc *w, int j, char *dst, const c
         for (int64_t b0 = 0; b0 < B; b0 += TILE) {
             int64_t nb = b0 + TILE < B ? TILE : B - b0;
             for (int64_t a = a0; a < a1; a++)
-                add_row(f32, dst + (doff + a * w->ds[j] + b0 * w->ds[k - 1]) * (int64_t)es, w->ds[k - 1],
+                (w->set ? set_row : add_row)(f32, dst + (doff + a * w->ds[j] + b0 * w->ds[k - 1]) * (int64_t)es, w->ds[k - 1],
                         src + (soff + a * w->ss[j] + b0 * w->ss[k - 1]) * (int64_t)es, w->ss[k - 1], nb);
         }
     }
@@ -193,7 +207,7 @@ static pd_status add_all(pd__exec *x, pd_tensor *const *dout, pd_tensor *const *
     bool f32 = false;
     PD_TRY(grad_dtype(din[0], dout[0], &f32));
     PD_TRY(same_numel(din[0], dout[0]));
-    acc w = {.k = 1, .n = {pd__numel_of(din[0])}, .ds = {1}, .ss = {1}};
+    acc w = {.k = 1, .n = {pd__numel_of(din[0])}, .ds = {1}, .ss = {1}, .set = pd__fresh(x, 0)};
     acc_run(x, w, din[0]->data, dout[0]->data, f32 ? 4 : 8, f32);
     return PD_OK;
 }
@@ -242,7 +256,7 @@ pd_status pd__cpu_Transpose_bwd(pd__exec *x, const pd__node *n, pd_tensor *const
     pd__strides_of(t->ndim, oshape, ost);
     pd__strides_of(t->ndim, t->shape, ist);
     /* walk din in its own order (contiguous writes); input dim e is output dim inv[e] */
-    acc w = {.k = t->ndim};
+    acc w = {.k = t->ndim, .set = pd__fresh(x, 0)};
     for (int e = 0; e < t->ndim; e++) {
         w.n[e] = t->shape[e];
         w.ds[e] = ist[e];
