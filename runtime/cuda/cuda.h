@@ -195,7 +195,12 @@ pd_status pd__cuda_loss_cross_entropy(pd__cuda_ctx *c, const pd_tensor *logits, 
  * module) or, for a void function, V(name, (parameters), (arguments)). The
  * table's member, the loader's stub, the module's table entry and the
  * signature the loader checks all come from the list; a declared function
- * missing from it is an undefined reference when libpipedream links. */
+ * missing from it is an undefined reference when libpipedream links.
+ * libpipedream's own files (the session, the pipeline, the profiler) reach
+ * CUDA only through these functions: a cuda*(), cublas*() or cudnn*() call
+ * outside the module does not link without the CUDA libraries, and linking
+ * them into libpipedream again fails test 'install'. Events, peer copies and
+ * the like are more entries in the list. */
 #define PD_CUDA_API(X, V)                                                                                             \
     X(int, device_count, (void), (), 0)                                                                               \
     X(pd_status, ctx_create, (int device, pd__cuda_ctx **out), (device, out), pd__cuda_load())                        \
