@@ -241,8 +241,10 @@ typedef enum pd_device_kind { PD_DEVICE_CPU = 0, PD_DEVICE_CUDA } pd_device_kind
  *   BF16  cuBLAS products with inputs rounded to bf16 on tensor cores, fp32
  *         accumulation; cuDNN convolutions as TF32 */
 typedef enum pd_precision { PD_PRECISION_FP32 = 0, PD_PRECISION_TF32, PD_PRECISION_BF16 } pd_precision;
-/* GPUs this process can use: 0 without a GPU or driver, or in a build
- * without the CUDA backend. Never fails. */
+/* GPUs this process can use: 0 without a GPU or driver, in a build without
+ * the CUDA backend, or when the backend's module (libpdcuda.so, loaded by
+ * the first CUDA call and not before) or a CUDA library it needs cannot be
+ * loaded; pd_session_create with PD_DEVICE_CUDA then says which. Never fails. */
 PDDEF int pd_cuda_device_count(void);
 
 typedef struct pd_train_options {

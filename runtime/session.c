@@ -421,10 +421,15 @@ pd_status pd_session_create(pd_graph *g, const pd_train_options *opt, pd_session
     if ((unsigned)o.device > PD_DEVICE_CUDA || (unsigned)o.precision > PD_PRECISION_BF16)
         return pd__err(PD_ERR_INVALID, "unknown device %d or precision %d", (int)o.device, (int)o.precision);
     if (o.device == PD_DEVICE_CUDA) {
-        int n = pd_cuda_device_count();
 #ifndef PD_HAVE_CUDA
         return pd__err(PD_ERR_UNSUPPORTED, "device cuda: this build has no CUDA backend (meson setup -Dcuda=enabled)");
+#else
+        if (pd__cuda_load() != PD_OK) { /* the module or a CUDA library it needs is missing: say which */
+            pd__err_prefix("device cuda");
+            return PD_ERR_UNSUPPORTED;
+        }
 #endif
+        int n = pd_cuda_device_count();
         if (n == 0) return pd__err(PD_ERR_UNSUPPORTED, "device cuda: no CUDA GPU found (no device, or no driver)");
         if (o.device_index < 0 || o.device_index >= n)
             return pd__err(PD_ERR_INVALID, "device cuda:%d: this machine has %d GPU%s (cuda:0..%d)", o.device_index,

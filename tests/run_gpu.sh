@@ -24,6 +24,8 @@ t() { # t NAME CMD...: one test; 77 is a skip
   if [ $rc -eq 0 ]; then echo "=== PASS"; elif [ $rc -eq 77 ]; then echo "=== SKIP"; failed=1; else echo "=== FAIL (rc $rc)"; failed=1; fi
 }
 fx=tests/fixtures
+# the CUDA module (libpdcuda.so) is loaded from beside libpipedream on the first CUDA call
+t "cuda-module (loaded on demand; a CUDA session trains)" "$bin/tests/test_cuda_module" lazy examples/digits_mlp.onnx
 t "cuda (every op against the CPU backend)" "$bin/tests/test_cuda"
 t "train-cuda-fp32 (PyTorch trajectories, 1e-4)" "$bin/tests/test_train" --device cuda "$fx"
 t "train-cuda-tf32 (3e-2)" "$bin/tests/test_train" --device cuda --precision tf32 --tol 3e-2 "$fx"

@@ -187,6 +187,13 @@ else
   expect_error "profile --device cuda without a GPU or the CUDA backend" "device cuda: " \
     "$pdonnx" profile "$fx/mlp/model.onnx" --batch 4 --device cuda -o "$tmp/p.json"
 fi
+# the CUDA module (libpdcuda.so) missing: one line naming the file that did not load (a build
+# without the backend says that instead)
+expect_error "train --device cuda with PDONNX_CUDA_MODULE naming no file" "device cuda: " \
+  env PDONNX_CUDA_MODULE="$tmp/none/libpdcuda.so" "$pdonnx" train "$ex/digits_mlp.onnx" --steps 1 --device cuda --quiet
+if ! grep -qF -e "cannot load the CUDA module $tmp/none/libpdcuda.so: " -e "no CUDA backend" "$tmp/err"; then
+  notok "train --device cuda, module missing: the line names neither the module nor a build without it: $(cat "$tmp/err")"
+fi
 expect_error "train: bad --device" "device must be cpu, cuda or cuda:N, not 'tpu'" \
   "$pdonnx" train "$ex/digits_mlp.onnx" --device tpu
 expect_error "train: bad --precision" "precision must be fp32, tf32 or bf16, not 'fp8'" \

@@ -13,7 +13,8 @@
  * statistics, and supports_op's refusals.
  *
  * Exits 77 (meson's "skipped") when pd__cuda_device_count() is 0: no GPU,
- * no driver. Prints OK / NOT OK per check with the error found.
+ * no driver; fails when the CUDA module cannot be loaded (pd__cuda_load).
+ * Prints OK / NOT OK per check with the error found.
  * `test_cuda --cases` needs no device: it checks that every case is well
  * formed (shape rule, CPU forward and backward, supports_op), test
  * 'cuda-cases'.
@@ -761,6 +762,11 @@ static void run_cases(void) {
 }
 
 int main(int argc, char **argv) {
+    /* the module (libpdcuda.so) is built with this test: not loading it is a failure, not a skip */
+    if (pd__cuda_load() != PD_OK) {
+        printf("NOT OK %s\n", pd_last_error());
+        return 1;
+    }
     if (argc > 1 && !strcmp(argv[1], "--cases")) {
         cases_only = true;
         run_cases();

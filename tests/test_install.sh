@@ -12,6 +12,9 @@
 # The same for examples/embed/pipeline.c (a 2-stage pipeline with
 # checkpoints, resumed by a new trainer): its resumed model must equal the
 # uninterrupted one.
+# With the CUDA backend: the module libpdcuda.so is installed beside the
+# library, neither libpipedream.so nor pipedream.pc names a CUDA library, and
+# the installed library loads the installed module on the first CUDA call.
 # Skipped (77) on sanitizer builds.
 set -u
 build=$1 src=$2 work=$3 prefix=$4 libdir=$5 includedir=$6 sanitize=$7
@@ -54,6 +57,28 @@ for want in "Requires.private:.*libprotobuf-c" "Requires.private:.*libcjson" "Li
     if grep -q "$want" "$pc"; then echo "ok   pipedream.pc: $want"; else bad "pipedream.pc lacks $want"; fi
 done
 if grep -q "openblas" "$pc"; then echo "ok   pipedream.pc names openblas"; else bad "pipedream.pc does not name openblas"; fi
+cuda_libs='cudart|cublas|cudnn|libcuda'
+if grep -Eq "$cuda_libs" "$pc"; then bad "pipedream.pc names a CUDA library: $(grep -E "$cuda_libs" "$pc")"; fi
+if readelf -d "$dest$libdir/libpipedream.so" | grep NEEDED | grep -Eq "$cuda_libs"; then
+    bad "libpipedream.so links a CUDA library: $(readelf -d "$dest$libdir/libpipedream.so" | grep NEEDED | tr -s ' ')"
+else
+    echo "ok   neither pipedream.pc nor libpipedream.so names a CUDA library"
+fi
+if [ -e "$build/libpdcuda.so" ]; then
+    # the CUDA module: installed beside the library, found there by the installed library
+    if [ -e "$dest$libdir/libpdcuda.so" ]; then
+        echo "ok   installed $libdir/libpdcuda.so (the CUDA module)"
+        if out=$(LD_LIBRARY_PATH="$dest$libdir" "$build/tests/test_cuda_module" lazy "$src/examples/digits_mlp.onnx" \
+                 "$dest$libdir" 2>&1); then
+            echo "ok   the installed libpipedream loads the installed module on the first CUDA call"
+        else
+            echo "$out" | sed 's/^/    /'
+            bad "test_cuda_module lazy against the installed library"
+        fi
+    else
+        bad "not installed: $libdir/libpdcuda.so"
+    fi
+fi
 echo "pkg-config --cflags --libs pipedream: $(pkg-config --cflags --libs pipedream)"
 echo "pkg-config --static --libs pipedream: $(pkg-config --static --libs pipedream)"
 

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # gpu_pack.sh - packs what a GPU machine without this project's build
 # dependencies needs to run the CUDA tests and benchmark (tests/run_gpu.sh,
-# bench/run_cuda.sh): a -Dcuda=enabled build without MPI, its executables and
-# libpipedream, and the non-CUDA shared libraries they load (OpenBLAS,
-# protobuf-c, cJSON, gfortran, quadmath, gomp), into one folder (about 45 MiB).
-# The CUDA libraries (cudart, cuBLAS, cuBLASLt, cuDNN) are the GPU machine's
-# own: tests/run_gpu.sh finds them there.
+# bench/run_cuda.sh): a -Dcuda=enabled build without MPI, its executables,
+# libpipedream and the CUDA module beside it in lib/ (libpdcuda.so, which
+# libpipedream loads from its own directory on the first CUDA call), and the
+# non-CUDA shared libraries they load (OpenBLAS, protobuf-c, cJSON, gfortran,
+# quadmath, gomp), into one folder (about 45 MiB). The CUDA libraries
+# (cudart, cuBLAS, cuBLASLt, cuDNN) are the GPU machine's own: the module
+# links them, and tests/run_gpu.sh puts them on LD_LIBRARY_PATH.
 #
 #   tools/gpu_pack.sh [BUILD_DIR (build-gpu)] [OUT_DIR (build-gpu-pack)]
 # OUT_DIR must be a path git ignores (.gitignore ignores /build*/) for the
@@ -17,13 +19,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build-gpu} out=${2:-build-gpu-pack}
 [ -f "$build/build.ninja" ] || meson setup "$build" -Dcuda=enabled -Dmpi=disabled --buildtype=release >/dev/null
-ninja -C "$build" -j2 pdonnx tests/test_cuda tests/test_train bench/bench_train >/dev/null
+ninja -C "$build" -j2 pdonnx libpdcuda.so tests/test_cuda tests/test_train tests/test_cuda_module bench/bench_train >/dev/null
 rm -rf "$out"
 mkdir -p "$out/tests" "$out/bench" "$out/lib"
 cp "$build/pdonnx" "$out/"
-cp "$build/tests/test_cuda" "$build/tests/test_train" "$out/tests/"
+cp "$build/tests/test_cuda" "$build/tests/test_train" "$build/tests/test_cuda_module" "$out/tests/"
 cp "$build/bench/bench_train" "$out/bench/"
-cp -L "$build"/libpipedream.so.0 "$out/lib/"
+cp -L "$build"/libpipedream.so.0 "$build"/libpdcuda.so "$out/lib/"
 # the non-CUDA libraries the executables load, as this machine resolves them
 ldd "$build/pdonnx" "$build/libpipedream.so.0" | awk '/=> \// {print $3}' | sort -u |
   grep -E 'openblas|protobuf-c|cjson|gfortran|quadmath|gomp|libz\.' | while read -r f; do cp -L "$f" "$out/lib/"; done

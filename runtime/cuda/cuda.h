@@ -17,6 +17,11 @@
  *     pd__cuda_tensor_free(c, &dx);
  *     pd__cuda_ctx_destroy(c);
  *
+ * The functions are defined in the CUDA module (libpdcuda.so, the end of
+ * this file), which libpipedream loads with dlopen on first use: calling
+ * them from libpipedream, a test or a tool needs no CUDA library at link
+ * time, and a process that never asks for a GPU never loads one.
+ *
  * Every call runs on the context's stream, in order; only the downloads,
  * pd__cuda_sync and the calls that return a host value wait for it. An
  * index or label out of range inside a kernel (Gather, the losses) is
@@ -165,6 +170,119 @@ pd_status pd__cuda_scale(pd__cuda_ctx *c, float *g, int64_t n, float s);
  * may be NULL) is overwritten. */
 pd_status pd__cuda_loss_cross_entropy(pd__cuda_ctx *c, const pd_tensor *logits, const pd_tensor *labels, int64_t rows,
                                       float *dlogits, double *loss, int64_t *correct, int64_t *count);
+
+/* ---- the module ----------------------------------------------------------------------------------
+ * Everything above is implemented in a separately built shared module,
+ * libpdcuda.so (the .cu files, ops.c and module.c here; it links cudart,
+ * cuBLAS, cuBLASLt and cuDNN, and libpipedream for the IR's helpers), installed
+ * beside libpipedream. libpipedream links no CUDA library: its loader
+ * (loader.c) defines each function of PD_CUDA_API as a stub that forwards
+ * through the module's table, loading the module with dlopen on the first
+ * call from any thread (pthread_once). Without the module, or without a CUDA
+ * library it needs, the stubs answer what each entry's last argument says:
+ * 0 devices, supports_op false, and the pd_status calls fail with
+ * pd__cuda_load()'s one line; void calls do nothing.
+ *
+ * Where the module is looked for: $PDONNX_CUDA_MODULE when set (a path, or a
+ * file name dlopen searches for); else libpdcuda.so in the directory of the
+ * libpipedream that runs (so the build tree's root: meson test and
+ * uninstalled runs); else in the installed libdir (a program linked with the
+ * static libpipedream). docs/CUDA.md, "Building".
+ *
+ * Adding a function to the module's API is one line in PD_CUDA_API (after its
+ * declaration above and its definition in the module): X(return type, name
+ * without pd__cuda_, (parameters), (arguments), what it returns without the
+ * module) or, for a void function, V(name, (parameters), (arguments)). The
+ * table's member, the loader's stub, the module's table entry and the
+ * signature the loader checks all come from the list; a declared function
+ * missing from it is an undefined reference when libpipedream links.
+ * libpipedream's own files (the session, the pipeline, the profiler) reach
+ * CUDA only through these functions: a cuda*(), cublas*() or cudnn*() call
+ * outside the module does not link without the CUDA libraries, and linking
+ * them into libpipedream again fails test 'install'. Events, peer copies and
+ * the like are more entries in the list. */
+#define PD_CUDA_API(X, V)                                                                                             \
+    X(int, device_count, (void), (), 0)                                                                               \
+    X(pd_status, ctx_create, (int device, pd__cuda_ctx **out), (device, out), pd__cuda_load())                        \
+    V(ctx_destroy, (pd__cuda_ctx *c), (c))                                                                            \
+    V(set_precision, (pd__cuda_ctx *c, pd__cuda_precision p), (c, p))                                                 \
+    X(pd__cuda_precision, get_precision, (const pd__cuda_ctx *c), (c), PD_CUDA_FP32)                                  \
+    X(int, device, (const pd__cuda_ctx *c), (c), -1)                                                                  \
+    X(pd_status, bind, (pd__cuda_ctx *c), (c), pd__cuda_load())                                                       \
+    X(void *, stream, (pd__cuda_ctx *c), (c), NULL)                                                                   \
+    X(pd_status, sync, (pd__cuda_ctx *c), (c), pd__cuda_load())                                                       \
+    X(pd_status, timer_start, (pd__cuda_ctx *c), (c), pd__cuda_load())                                                \
+    X(pd_status, timer_stop, (pd__cuda_ctx *c, double *ms), (c, ms), pd__cuda_load())                                 \
+    X(pd_status, host_alloc, (size_t bytes, void **out), (bytes, out), pd__cuda_load())                               \
+    V(host_free, (void *p), (p))                                                                                      \
+    X(pd_status, alloc, (pd__cuda_ctx *c, size_t bytes, void **out), (c, bytes, out), pd__cuda_load())                \
+    V(free, (pd__cuda_ctx *c, void *p), (c, p))                                                                       \
+    V(mem_get_stats, (const pd__cuda_ctx *c, pd__cuda_mem_stats *s), (c, s))                                          \
+    X(pd_status, mem_trim, (pd__cuda_ctx *c), (c), pd__cuda_load())                                                   \
+    X(pd_status, upload, (pd__cuda_ctx *c, void *dst, const void *src, size_t bytes), (c, dst, src, bytes),           \
+      pd__cuda_load())                                                                                                \
+    X(pd_status, download, (pd__cuda_ctx *c, void *dst, const void *src, size_t bytes), (c, dst, src, bytes),         \
+      pd__cuda_load())                                                                                                \
+    X(pd_status, copy, (pd__cuda_ctx *c, void *dst, const void *src, size_t bytes), (c, dst, src, bytes),             \
+      pd__cuda_load())                                                                                                \
+    X(pd_status, memset0, (pd__cuda_ctx *c, void *dst, size_t bytes), (c, dst, bytes), pd__cuda_load())               \
+    X(pd_status, tensor_upload, (pd__cuda_ctx *c, const pd_tensor *host, pd_tensor *dev), (c, host, dev),             \
+      pd__cuda_load())                                                                                                \
+    X(pd_status, tensor_zeros, (pd__cuda_ctx *c, pd_dtype dt, int ndim, const int64_t *shape, pd_tensor *dev),        \
+      (c, dt, ndim, shape, dev), pd__cuda_load())                                                                     \
+    X(pd_status, tensor_download, (pd__cuda_ctx *c, const pd_tensor *dev, void *host), (c, dev, host),                \
+      pd__cuda_load())                                                                                                \
+    V(tensor_free, (pd__cuda_ctx *c, pd_tensor *dev), (c, dev))                                                       \
+    X(bool, supports_op, (const pd_graph *g, const pd__node *n), (g, n), false)                                       \
+    X(pd_status, run,                                                                                                 \
+      (pd__cuda_ctx *c, const pd__exec *x, const pd_graph *g, const pd__node *n, pd_tensor *const *in,                \
+       pd_tensor *const *out),                                                                                        \
+      (c, x, g, n, in, out), pd__cuda_load())                                                                         \
+    X(pd_status, run_bwd,                                                                                             \
+      (pd__cuda_ctx *c, const pd__exec *x, const pd_graph *g, const pd__node *n, pd_tensor *const *in,                \
+       pd_tensor *const *out, pd_tensor *const *dout, pd_tensor *const *din),                                         \
+      (c, x, g, n, in, out, dout, din), pd__cuda_load())                                                              \
+    X(pd_status, optim_step,                                                                                          \
+      (pd__cuda_ctx *c, const pd_train_options *o, int64_t t, double lr, float *w, const float *g, float *s0,         \
+       float *s1, int64_t n),                                                                                         \
+      (c, o, t, lr, w, g, s0, s1, n), pd__cuda_load())                                                                \
+    X(pd_status, grad_norm, (pd__cuda_ctx *c, const float *g, int64_t n, double *norm), (c, g, n, norm),              \
+      pd__cuda_load())                                                                                                \
+    X(pd_status, scale, (pd__cuda_ctx *c, float *g, int64_t n, float s), (c, g, n, s), pd__cuda_load())               \
+    X(pd_status, loss_cross_entropy,                                                                                  \
+      (pd__cuda_ctx *c, const pd_tensor *logits, const pd_tensor *labels, int64_t rows, float *dlogits,               \
+       double *loss, int64_t *correct, int64_t *count),                                                               \
+      (c, logits, labels, rows, dlogits, loss, correct, count), pd__cuda_load())
+
+/* The module's table: a header, then one pointer per function of the list. */
+#define PD__CUDA_MEMBER(ret, name, params, args, fallback) ret(*name) params;
+#define PD__CUDA_MEMBER_V(name, params, args) void(*name) params;
+typedef struct pd__cuda_api {
+    size_t size;           /* sizeof(pd__cuda_api) where the module was built */
+    const char *version;   /* its PD_VERSION_STRING */
+    const char *signature; /* PD_CUDA_API_SIGNATURE where the module was built */
+    /* pd__err as the module's code calls it: the loader refuses a module bound
+     * to another copy of libpipedream (whose last error this one never sees) */
+    pd_status (*err)(pd_status s, const char *fmt, ...);
+    PD_CUDA_API(PD__CUDA_MEMBER, PD__CUDA_MEMBER_V)
+} pd__cuda_api;
+
+/* The list as text, "int device_count(void);pd_status ctx_create(...);...":
+ * a module built from another list is refused, not called. */
+#define PD__CUDA_SIG(ret, name, params, args, fallback) #ret " " #name #params ";"
+#define PD__CUDA_SIG_V(name, params, args) "void " #name #params ";"
+#define PD_CUDA_API_SIGNATURE PD_CUDA_API(PD__CUDA_SIG, PD__CUDA_SIG_V)
+
+/* The module's one exported symbol: its const pd__cuda_api (module.c). */
+#define PD_CUDA_MODULE_SYMBOL "pd__cuda_module_api"
+/* The module's file name; PDONNX_CUDA_MODULE overrides the whole path. */
+#define PD_CUDA_MODULE_NAME "libpdcuda.so"
+
+/* Loads the module, once per process (later calls give the first answer):
+ * PD_OK, or PD_ERR_UNSUPPORTED with one line, "cannot load the CUDA module
+ * PATH: REASON" (dlerror's reason, or why the module was refused). Defined
+ * by libpipedream's loader, not by the module. */
+pd_status pd__cuda_load(void);
 
 #ifdef __cplusplus
 }

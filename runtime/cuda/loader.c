@@ -1,0 +1,112 @@
+/* loader.c - libpipedream's side of the CUDA module: every function of the
+ * CUDA API (cuda.h, PD_CUDA_API) as a stub that forwards to the module
+ * libpdcuda.so, loaded with dlopen on the first call. libpipedream itself
+ * links no CUDA library, so a CUDA-built libpipedream loads and runs on the
+ * CPU where the CUDA libraries are missing, and a process that never asks
+ * for a GPU never maps cuBLAS or cuDNN.
+ *
+ * The module is process-wide state, as dlopen's own is: loaded at most once
+ * (pthread_once), never unloaded (the CUDA libraries do not unload cleanly),
+ * and the table, the path and the reason for a failure are written only
+ * inside that once and read-only after it.
+ *
+ * Where it is looked for: $PDONNX_CUDA_MODULE when set; else libpdcuda.so
+ * beside the object this file is linked into (libpipedream.so, installed or
+ * in the build tree's root; a statically linked program: its executable);
+ * else in the libdir libpipedream is installed to (PD_CUDA_MODULE_LIBDIR).
+ * The first of these files that exists is loaded.
+ */
+#include "cuda.h"
+
+#include <dlfcn.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#ifndef PD_CUDA_MODULE_LIBDIR
+#error "PD_CUDA_MODULE_LIBDIR (the installed libdir) is defined by meson.build"
+#endif
+
+static pthread_once_t pd__cuda_once = PTHREAD_ONCE_INIT;
+static const pd__cuda_api *pd__cuda_mod; /* NULL: not loaded (pd__cuda_why says why) */
+static char pd__cuda_path[PATH_MAX];
+static char pd__cuda_why[768];
+
+/* libpdcuda.so in the directory of the object `addr` is in; false when it has none */
+static bool pd__cuda_beside(const void *addr, char *out, size_t n) {
+    Dl_info info;
+    if (!dladdr(addr, &info) || !info.dli_fname) return false;
+    const char *slash = strrchr(info.dli_fname, '/');
+    if (!slash) return false;
+    return snprintf(out, n, "%.*s/%s", (int)(slash - info.dli_fname), info.dli_fname, PD_CUDA_MODULE_NAME) <
+           (int)n;
+}
+
+static void pd__cuda_choose(void) {
+    const char *env = getenv("PDONNX_CUDA_MODULE");
+    if (env && *env) {
+        snprintf(pd__cuda_path, sizeof pd__cuda_path, "%s", env);
+        return;
+    }
+    char beside[PATH_MAX];
+    bool have_beside = pd__cuda_beside(&pd__cuda_once, beside, sizeof beside);
+    const char *installed = PD_CUDA_MODULE_LIBDIR "/" PD_CUDA_MODULE_NAME;
+    const char *pick = have_beside && (access(beside, F_OK) == 0 || access(installed, F_OK) != 0) ? beside : installed;
+    snprintf(pd__cuda_path, sizeof pd__cuda_path, "%s", pick);
+}
+
+static void pd__cuda_open(void) {
+    pd__cuda_choose();
+    const char *path = pd__cuda_path;
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        /* dlerror() names the file it could not load: the module itself
+         * (said once, not twice) or a library the module needs */
+        const char *e = dlerror();
+        size_t n = strlen(path);
+        if (e && !strncmp(e, path, n) && !strncmp(e + n, ": ", 2)) e += n + 2;
+        snprintf(pd__cuda_why, sizeof pd__cuda_why, "cannot load the CUDA module %s: %s", path, e ? e : "dlopen failed");
+        return;
+    }
+    const pd__cuda_api *api = (const pd__cuda_api *)dlsym(h, PD_CUDA_MODULE_SYMBOL);
+    const char *bad = NULL;
+    if (!api) bad = "not a pdonnx CUDA module (no " PD_CUDA_MODULE_SYMBOL ")";
+    else if (api->size != sizeof *api || strcmp(api->version, PD_VERSION_STRING) ||
+             strcmp(api->signature, PD_CUDA_API_SIGNATURE))
+        bad = "built from another pdonnx (its API differs from this libpipedream's " PD_VERSION_STRING
+              "): install the two from one build";
+    else if (api->err != pd__err)
+        bad = "it binds to another copy of libpipedream (this program links the static library: link the shared "
+              "one, or export the library's symbols with -rdynamic)";
+    if (bad) {
+        snprintf(pd__cuda_why, sizeof pd__cuda_why, "cannot load the CUDA module %s: %s", path, bad);
+        dlclose(h);
+        return;
+    }
+    pd__cuda_mod = api;
+}
+
+static const pd__cuda_api *pd__cuda_get(void) {
+    pthread_once(&pd__cuda_once, pd__cuda_open);
+    return pd__cuda_mod;
+}
+
+pd_status pd__cuda_load(void) {
+    return pd__cuda_get() ? PD_OK : pd__err(PD_ERR_UNSUPPORTED, "%s", pd__cuda_why);
+}
+
+/* The stubs: pd__cuda_NAME forwards to the module's NAME, or answers
+ * `fallback` without the module. */
+#define PD__CUDA_FORWARD(ret, name, params, args, fallback) \
+    ret pd__cuda_##name params {                            \
+        const pd__cuda_api *m = pd__cuda_get();             \
+        return m ? m->name args : (fallback);               \
+    }
+#define PD__CUDA_FORWARD_V(name, params, args) \
+    void pd__cuda_##name params {              \
+        const pd__cuda_api *m = pd__cuda_get(); \
+        if (m) m->name args;                   \
+    }
+PD_CUDA_API(PD__CUDA_FORWARD, PD__CUDA_FORWARD_V)
