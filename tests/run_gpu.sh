@@ -28,6 +28,7 @@ t "cuda (every op against the CPU backend)" "$bin/tests/test_cuda"
 t "train-cuda-fp32 (PyTorch trajectories, 1e-4)" "$bin/tests/test_train" --device cuda "$fx"
 t "train-cuda-tf32 (3e-2)" "$bin/tests/test_train" --device cuda --precision tf32 --tol 3e-2 "$fx"
 t "train-cuda-bf16 (1e-1)" "$bin/tests/test_train" --device cuda --precision bf16 --tol 1e-1 "$fx"
+t "pipeline-cuda (2-4 stages on one GPU against one stage, 1e-4)" "$bin/tests/test_pipeline" --device cuda "$fx"
 t "cli-cuda" tests/test_cli_cuda.sh "$bin/pdonnx" .
 if [ "$sanitize" = --sanitize ]; then
   for tool in memcheck racecheck initcheck synccheck; do

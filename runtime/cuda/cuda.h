@@ -120,6 +120,23 @@ pd_status pd__cuda_download(pd__cuda_ctx *c, void *dst, const void *src, size_t 
 pd_status pd__cuda_copy(pd__cuda_ctx *c, void *dst, const void *src, size_t bytes); /* device to device */
 pd_status pd__cuda_memset0(pd__cuda_ctx *c, void *dst, size_t bytes);
 
+/* ---- between contexts (pipeline stages, runtime/pipeline_cuda.c) -----------------------------------
+ * copy_peer: bytes from src on device sdev to dst on device ddev, queued on
+ * c's stream (cudaMemcpyPeerAsync; a plain device copy when they are the
+ * same device). malloc_on: device memory outside every context's allocator
+ * (a buffer two contexts' streams use, ordered by events). Events carry
+ * order from one stream to another without a host wait: create one on the
+ * device of the stream that records it; record queues it after the work on
+ * c's stream so far; wait makes c's stream wait for its last record (of any
+ * device; no wait when it was never recorded). */
+pd_status pd__cuda_copy_peer(pd__cuda_ctx *c, void *dst, int ddev, const void *src, int sdev, size_t bytes);
+pd_status pd__cuda_malloc_on(int device, size_t bytes, void **out);
+void pd__cuda_free_on(int device, void *p);
+pd_status pd__cuda_event_create(int device, void **out);
+void pd__cuda_event_destroy(void *ev);
+pd_status pd__cuda_event_record(pd__cuda_ctx *c, void *ev);
+pd_status pd__cuda_event_wait(pd__cuda_ctx *c, void *ev);
+
 /* A device tensor with host's dtype and shape and a copy of its data
  * (dev->data from the allocator); dev untouched on error. */
 pd_status pd__cuda_tensor_upload(pd__cuda_ctx *c, const pd_tensor *host, pd_tensor *dev);
