@@ -43,6 +43,9 @@
 #include "../core/schedule.h"
 #include "checkpoint.h"
 #include "comm/transport.h"
+#ifdef PD_HAVE_NCCL
+#include "comm/nccl.h"
+#endif
 #include "optim.h"
 #include "pipeline_cuda.h"
 #include "session.h"
@@ -175,7 +178,14 @@ struct pd__pipe {
     int nwk;
     pd__bar *bar;      /* per worker */
     pd__link *link;    /* NV-1 links */
-    pd__glink **glink; /* GPU stages: per link, its device message buffers (pipeline_cuda.h) */
+    /* GPU stages (--device cuda; the end of the file): set up at the first
+     * run, when the ranks are known, for this process's threads only */
+    bool gpu, gready;
+    bool *gneed;          /* per virtual stage and tensor: its contexts hold it (pd__pipe_create's) */
+    int *gdev;            /* per worker: its CUDA device */
+    int gcolor;           /* under MPI: the color of pd__pipe_set_ranks_in */
+    pd__glink **glink;    /* per link within the process: its device message buffers (pipeline_cuda.h) */
+    pd__transport *dremote; /* across processes: NCCL (comm/nccl.h) */
     int64_t steps;     /* steps done by earlier runs */
     /* transports: threads of this process talk through the queues; with
      * MPI, thread i runs in process rank_of[i] and talks to the others there */
@@ -223,7 +233,10 @@ struct pd__pipe {
 };
 
 /* GPU stages (--device cuda): the end of the file */
-static pd_status pd__dev_setup(pd__pipe *p, const pd_plan *plan, const pd_train_options *o, const bool *need);
+static pd_status pd__dev_prepare(pd__pipe *p, const pd_plan *plan, const pd_train_options *o, bool **need);
+static pd_status pd__dev_setup(pd__pipe *p);
+static void pd__dev_teardown(pd__pipe *p);
+static pd_status pd__dev_allreduce(pd__wk *W, int mb);
 static pd_status pd__dev_forward(pd__wk *W, pd__chunk *C, int mb, int32_t version);
 static pd_status pd__dev_backward(pd__wk *W, pd__chunk *C, int mb, int32_t version, int part);
 static pd_status pd__dev_send(pd__wk *W, pd__chunk *C, int l, bool grad, int mb, bool *stop);
@@ -515,7 +528,6 @@ void pd__pipe_destroy(pd__pipe *p) {
     if (!p) return;
     for (int i = 0; p->wk && i < p->nwk; i++) {
         pd__wk *W = &p->wk[i];
-        pd__gpu_destroy(W->dev);
         for (int c = 0; W->ch && c < p->V; c++) {
             pd__chunk *C = &W->ch[c];
             for (int k = 0; C->slot && k < p->nslots; k++) pd__actx_destroy(C->slot[k]);
@@ -566,9 +578,10 @@ void pd__pipe_destroy(pd__pipe *p) {
         PD_FREE(p->link[l].t);
         PD_FREE(p->link[l].gt);
         PD_FREE(p->link[l].bt);
-        if (p->glink) pd__glink_destroy(p->glink[l]);
     }
-    PD_FREE(p->glink);
+    pd__dev_teardown(p);
+    PD_FREE(p->gneed);
+    PD_FREE(p->gdev);
     if (p->remote) p->remote->vt->destroy(p->remote);
     PD_FREE(p->rank_of);
     PD_FREE(p->wbase);
@@ -924,7 +937,7 @@ pd_status pd__pipe_create(pd_graph *g, const pd_plan *plan, const pd_train_optio
                 }
             }
         }
-    if (gpu && (st = pd__dev_setup(p, plan, o, need)) != PD_OK) goto fail;
+    if (gpu && (st = pd__dev_prepare(p, plan, o, &need)) != PD_OK) goto fail;
     PD_FREE(ts);
     PD_FREE(need);
     PD_FREE(role);
@@ -1200,6 +1213,7 @@ static void pd__scale_grads(pd__wk *W, float *G, float f) {
 static pd_status pd__do_allreduce(pd__wk *W, int mb, bool *stop) {
     pd__pipe *p = W->p;
     if (W->nrep == 1) return PD_OK;
+    if (W->dev) return pd__dev_allreduce(W, mb);
     if (p->remote) {
         PD_TRY(pd__allreduce_remote(W));
         pd__scale_grads(W, pd__gslab(W), pd__ared_scale(W, mb));
@@ -1259,7 +1273,7 @@ static void pd__sum_shared(pd__wk *W, float *G) {
 static pd_status pd__global_norm(pd__wk *W, int64_t t, const float *G, double *norm, bool *stop) {
     pd__pipe *p = W->p;
     double sq = 0;
-    if (W->dev) PD_TRY(pd__gpu_sqnorm(W->dev, &sq)); /* a GPU stage's gradients are on its device */
+    if (W->dev && W->r == 0) PD_TRY(pd__gpu_sqnorm(W->dev, &sq)); /* a GPU stage's gradients are on its device */
     for (int c = 0; !W->dev && W->r == 0 && c < p->V; c++) {
         const pd__vstage *S = &p->vs[W->ch[c].k];
         for (int j = 0; j < S->np; j++) {
@@ -1533,7 +1547,7 @@ static void pd__snap_write(const pd__pipe *p, const pd__wk *W, bool pre, pd__rec
 
 pd_status pd__pipe_set_snap_hooks(pd__pipe *p, const pd__snap_hooks *h) {
     if (!p || !h || !h->want || !h->ready) return pd__err(PD_ERR_INVALID, "pd__pipe_set_snap_hooks: NULL argument");
-    if (p->wk[0].dev) return pd__dev_refuse("checkpoints (--checkpoint-every)");
+    if (p->gpu) return pd__dev_refuse("checkpoints (--checkpoint-every)");
     for (int w = 0; p->kind == PD_SCHED_PIPEDREAM && w < p->P; w++)
         if (p->rep[w] > 1) /* a snapshot holds one set of stashes per stage, which its replicas share */
             return pd__err(PD_ERR_UNSUPPORTED,
@@ -1693,7 +1707,7 @@ static void pd__snap_find(const pd__pipe *p, const pd__wk *W, const pd__rec *r, 
 
 pd_status pd__pipe_resume(pd__pipe *p, int64_t b, int nparts, const void *const *parts, const size_t *lens) {
     if (!p || b < 0 || (nparts > 0 && (!parts || !lens))) return pd__err(PD_ERR_INVALID, "pd__pipe_resume: bad argument");
-    if (p->wk[0].dev) return pd__dev_refuse("resuming from a checkpoint (--resume)");
+    if (p->gpu) return pd__dev_refuse("resuming from a checkpoint (--resume)");
     if (nparts != p->P)
         return pd__err(PD_ERR_INVALID, "the checkpoint has %d stage%s, this pipeline %d", nparts, nparts == 1 ? "" : "s",
                        p->P);
@@ -1948,7 +1962,7 @@ int pd__pipe_processes(const pd__pipe *p) {
 pd_status pd__pipe_set_ranks(pd__pipe *p, int rank, int nranks) { return pd__pipe_set_ranks_in(p, rank, nranks, 0); }
 
 pd_status pd__pipe_set_ranks_in(pd__pipe *p, int rank, int nranks, int color) {
-    if (p->wk[0].dev) return pd__dev_refuse("stages in several MPI processes (the NCCL transport)");
+    p->gcolor = color; /* GPU stages: the processes of their NCCL communicators (pd__dev_setup) */
     int K = pd__planned_processes(p), need = K > 0 ? K : p->nwk;
     if (nranks != need && need == p->nwk)
         return pd__err(PD_ERR_INVALID,
@@ -2109,6 +2123,7 @@ pd_status pd__pipe_run(pd__pipe *p, int64_t minibatches, const pd_tensor *inputs
     if (st == PD_OK && p->resume_b >= minibatches)
         st = pd__err(PD_ERR_INVALID, "pipeline: resuming at step %lld of a run of %lld", (long long)p->resume_b,
                      (long long)minibatches);
+    if (st == PD_OK && p->gpu && !p->gready) st = pd__dev_setup(p);
     if (st == PD_OK && p->hooks_on) {
         PD_FREE(p->want);
         if (!(p->want = PD_CALLOC((size_t)minibatches + 1, 1))) st = pd__err(PD_ERR_NOMEM, "out of memory");
@@ -2149,7 +2164,7 @@ pd_status pd__pipe_run(pd__pipe *p, int64_t minibatches, const pd_tensor *inputs
         }
     }
     for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
-    if (p->wk[0].dev) { /* GPU stages: their streams drained, the weights back in the host slabs */
+    if (p->gready) { /* GPU stages: their streams drained, the weights back in the host slabs */
         pd_status ds = pd__dev_end(p, st == PD_OK && p->err == PD_OK);
         if (st == PD_OK && p->err == PD_OK) st = ds;
     }
@@ -2187,61 +2202,119 @@ pd_status pd__pipe_run(pd__pipe *p, int64_t minibatches, const pd_tensor *inputs
  * pd__glink (device message buffers ordered by events; the queues carry
  * their indices). The schedule, the weight-version bookkeeping (live,
  * stash[].version, need_until, slot_ver) and the queues are the CPU
- * pipeline's; F, B, W, SEND, RECV and STEP of a GPU thread run here instead,
- * on the device. Not yet: replicated stages, tied weights, snapshots, MPI
- * (refused when the pipeline is made or the feature asked for). */
+ * pipeline's; F, B, W, SEND, RECV, ALLREDUCE and STEP of a GPU thread run
+ * here instead, on the device. Under MPI (one stage replica per process)
+ * messages between processes go by NCCL (comm/nccl.h: device buffers, no
+ * host copy) and a replicated stage's processes sum their gradients with
+ * ncclAllReduce; the MPI transport keeps the rest (failures, the step
+ * results, the gradient norm's parts, the final gather). The device side is
+ * made at the first run, once pd__pipe_set_ranks has said which threads run
+ * here. Not yet: replicas in one process, tied weights, several stages per
+ * MPI process, snapshots, AvgPipe (refused with a line naming them). */
 
 static pd_status pd__dev_refuse(const char *what) {
     return pd__err(PD_ERR_UNSUPPORTED, "pipeline: %s with GPU stages (--device cuda): not supported yet", what);
 }
 
-static pd_status pd__dev_setup(pd__pipe *p, const pd_plan *plan, const pd_train_options *o, const bool *need) {
-    const pd_graph *g = p->g;
+/* At pd__pipe_create: the devices (the plan's per stage, else --device's)
+ * checked, and the contexts' tensor sets (*need, taken over) kept for
+ * pd__dev_setup. */
+static pd_status pd__dev_prepare(pd__pipe *p, const pd_plan *plan, const pd_train_options *o, bool **need) {
+    p->gpu = true;
     p->o.device = o->device;
     p->o.device_index = o->device_index;
     p->o.precision = o->precision;
-    for (int w = 0; w < p->P; w++)
-        if (p->rep[w] > 1)
-            return pd__err(PD_ERR_UNSUPPORTED, "pipeline: stage %d is replicated (%d replicas); replicated stages on "
-                           "GPUs (--device cuda) are not supported yet", w, p->rep[w]);
-    if (p->shared) return pd__dev_refuse("a parameter read by several stages (tied weights)");
-    /* per worker its device: the plan's (every chunk of a worker on one), else --device's */
-    int *dev = PD_CALLOC((size_t)p->P, sizeof(int));
-    if (!dev) return pd__err(PD_ERR_NOMEM, "out of memory");
-    pd_status st = PD_OK;
-    for (int w = 0; w < p->P && st == PD_OK; w++) {
-        dev[w] = plan->stage && plan->stage[w].has_device ? plan->stage[w].device : o->device_index;
-        for (int c = 1; c < p->V && st == PD_OK; c++) {
+    if (!(p->gdev = PD_CALLOC((size_t)p->P, sizeof(int)))) return pd__err(PD_ERR_NOMEM, "out of memory");
+    for (int w = 0; w < p->P; w++) {
+        p->gdev[w] = plan->stage && plan->stage[w].has_device ? plan->stage[w].device : o->device_index;
+        for (int c = 1; c < p->V; c++) {
             const pd__stage *k = plan->stage ? &plan->stage[c * p->P + w] : NULL;
-            if (k && k->has_device && k->device != dev[w])
-                st = pd__err(PD_ERR_INVALID, "plan: virtual stage %d is on cuda:%d, its worker %d's first chunk on "
-                             "cuda:%d: a worker's chunks share its GPU", c * p->P + w, k->device, w, dev[w]);
+            if (k && k->has_device && k->device != p->gdev[w])
+                return pd__err(PD_ERR_INVALID, "plan: virtual stage %d is on cuda:%d, its worker %d's first chunk on "
+                               "cuda:%d: a worker's chunks share its GPU", c * p->P + w, k->device, w, p->gdev[w]);
         }
-        if (st == PD_OK) st = pd__gpu_check(dev[w]);
+        PD_TRY(pd__gpu_check(p->gdev[w]));
     }
+    p->gneed = *need;
+    *need = NULL;
+    return PD_OK;
+}
+
+/* What pd__dev_setup made, undone (a failed set-up, pd__pipe_destroy). */
+static void pd__dev_teardown(pd__pipe *p) {
+    for (int i = 0; p->wk && i < p->nwk; i++) {
+        pd__gpu_destroy(p->wk[i].dev);
+        p->wk[i].dev = NULL;
+        for (int c = 0; p->wk[i].ch && c < p->V; c++) p->wk[i].ch[c].dev = false;
+    }
+    for (int l = 0; p->glink && l + 1 < p->NV; l++) pd__glink_destroy(p->glink[l]);
+    PD_FREE(p->glink);
+    p->glink = NULL;
+    if (p->dremote) p->dremote->vt->destroy(p->dremote);
+    p->dremote = NULL;
+    p->gready = false;
+}
+
+/* Before the first run: a pd__gpu for each thread of this process, the
+ * links' buffers between them, and under MPI the NCCL transport (collective:
+ * every process sets up in its first run). */
+static pd_status pd__dev_setup(pd__pipe *p) {
+    const pd_graph *g = p->g;
+    for (int w = 0; w < p->P; w++) {
+        int here = 0;
+        for (int i = p->wbase[w]; i < p->wbase[w + 1]; i++) here += p->rank_of[i] == p->rank;
+        if (here > 1)
+            return pd__err(PD_ERR_UNSUPPORTED, "pipeline: stage %d has %d replicas in this process; replicated "
+                           "stages on GPUs (--device cuda) run one replica per MPI process so far", w, here);
+    }
+    if (p->shared) return pd__dev_refuse("a parameter read by several stages (tied weights)");
+    if (p->remote && p->nlocal > 1) return pd__dev_refuse("several stages in one MPI process");
     pd__gpu_chunk *cd = PD_CALLOC((size_t)p->V, sizeof *cd);
-    if (st == PD_OK && !cd) st = pd__err(PD_ERR_NOMEM, "out of memory");
+    pd_status st = cd ? PD_OK : pd__err(PD_ERR_NOMEM, "out of memory");
+    pd__wk *mine = NULL; /* under MPI: this process's one thread */
     for (int i = 0; i < p->nwk && st == PD_OK; i++) {
         pd__wk *W = &p->wk[i];
+        if (p->rank_of[i] != p->rank) continue;
         for (int c = 0; c < p->V; c++) {
             const pd__chunk *C = &W->ch[c];
             const pd__vstage *S = &p->vs[C->k];
-            cd[c] = (pd__gpu_chunk){S->params, S->pk, S->np, S->packed, C->slot, need + (size_t)C->k * (size_t)g->ntensors,
-                                    C->nstash};
+            cd[c] = (pd__gpu_chunk){S->params, S->pk, S->np, S->packed, C->slot,
+                                    p->gneed + (size_t)C->k * (size_t)g->ntensors, C->nstash};
         }
-        st = pd__gpu_create(p->s, g, &p->sl, dev[W->w], o->precision, p->V, cd, p->nslots, &W->dev);
-        if (st != PD_OK) pd__err_prefix("stage %d on cuda:%d", W->w, dev[W->w]);
+        st = pd__gpu_create(p->s, g, &p->sl, p->gdev[W->w], p->o.precision, p->V, cd, p->nslots, &W->dev);
+        if (st != PD_OK) pd__err_prefix("stage %d on cuda:%d", W->w, p->gdev[W->w]);
         for (int c = 0; c < p->V && st == PD_OK; c++) W->ch[c].dev = true;
+        mine = W;
     }
-    /* a link's buffers: what its queue holds, one a sender holds while the queue is full, one being read */
-    if (st == PD_OK && p->NV > 1 && !(p->glink = PD_CALLOC((size_t)p->NV - 1, sizeof *p->glink)))
-        st = pd__err(PD_ERR_NOMEM, "out of memory");
-    for (int l = 0; l + 1 < p->NV && st == PD_OK; l++)
-        st = pd__glink_create(dev[l % p->P], dev[(l + 1) % p->P], p->link[l].act_bytes, p->link[l].grad_bytes,
-                              p->link[l].fwd.cap + 2, &p->glink[l]);
     PD_FREE(cd);
-    PD_FREE(dev);
-    return st;
+    /* a link's buffers: what its queue holds, one a sender holds while the queue is full, one being read */
+    if (st == PD_OK && !p->remote && p->NV > 1 && !(p->glink = PD_CALLOC((size_t)p->NV - 1, sizeof *p->glink)))
+        st = pd__err(PD_ERR_NOMEM, "out of memory");
+    for (int l = 0; !p->remote && l + 1 < p->NV && st == PD_OK; l++)
+        st = pd__glink_create(p->gdev[l % p->P], p->gdev[(l + 1) % p->P], p->link[l].act_bytes,
+                              p->link[l].grad_bytes, p->link[l].fwd.cap + 2, &p->glink[l]);
+    if (st == PD_OK && p->remote) {
+#ifdef PD_HAVE_NCCL
+        int *worker_of = PD_MALLOC(sizeof(int) * (size_t)p->nwk);
+        if (!worker_of) st = pd__err(PD_ERR_NOMEM, "out of memory");
+        for (int i = 0; st == PD_OK && i < p->nwk; i++) worker_of[i] = p->wk[i].w;
+        if (st == PD_OK && !mine) st = pd__err(PD_ERR_INTERNAL, "rank %d runs no stage", p->rank);
+        if (st == PD_OK)
+            st = pd__nccl_transport_create(p->nwk, p->rank_of, worker_of, p->P, p->NV - 1, p->gcolor,
+                                           p->gdev[mine->w], pd__gpu_stream(mine->dev), &p->dremote);
+        PD_FREE(worker_of);
+#else
+        (void)mine;
+        st = pd__err(PD_ERR_UNSUPPORTED, "pipeline: GPU stages in several MPI processes need the NCCL transport, which "
+                     "this build lacks (meson setup -Dnccl=enabled)");
+#endif
+    }
+    if (st != PD_OK) {
+        pd__dev_teardown(p);
+        return st;
+    }
+    p->gready = true;
+    return PD_OK;
 }
 
 /* Points slot's device parameter views at version v (live or a stash): a
@@ -2328,10 +2401,26 @@ static pd_tensor *pd__dev_part(const pd__link *L, pd__dactx *d, bool grad, int k
 static pd_status pd__dev_send(pd__wk *W, pd__chunk *C, int l, bool grad, int mb, bool *stop) {
     pd__pipe *p = W->p;
     const pd__link *L = &p->link[l];
-    pd__glink *G = p->glink[l];
     int slot = mb % p->nslots, to = pd__peer(p, l, grad, true, mb), e = -1;
     pd__dactx *d = pd__gpu_slot(W->dev, (int)(C - W->ch), slot);
     PD_TRY(pd__gpu_bind(W->dev));
+    if (pd__via(p, W, to) != &p->local.base) { /* another process: packed into an NCCL buffer on this device */
+        pd__transport *x = p->dremote;
+        size_t n = grad ? L->grad_bytes : L->act_bytes, off = 0;
+        char *buf = x->vt->get(x, l, grad, n);
+        if (!buf) return pd__err(PD_ERR_NOMEM, "no device memory for a %zu-byte message", n);
+        for (int k = 0; k < (grad ? L->ngt + L->nbt : L->nt); k++) {
+            int t;
+            const pd_tensor *v = pd__dev_part(L, d, grad, k, &t);
+            if (!v->data) return pd__err(PD_ERR_INTERNAL, "'%s' has no device memory on this stage", p->g->tensors[t].name);
+            PD_TRY(pd__gpu_copy(W->dev, buf + off, v->data, pd__tbytes(p->g, t)));
+            off += pd__tbytes(p->g, t);
+        }
+        PD_TRY(x->vt->send(x, (int)(W - p->wk), to, l, grad, mb, buf, n, stop));
+        if (grad) C->sent[slot] = true;
+        return PD_OK;
+    }
+    pd__glink *G = p->glink[l];
     PD_TRY(pd__glink_send_begin(G, grad, W->dev, &e));
     size_t off = 0;
     for (int k = 0; k < (grad ? L->ngt + L->nbt : L->nt); k++) {
@@ -2356,9 +2445,27 @@ static pd_status pd__dev_send(pd__wk *W, pd__chunk *C, int l, bool grad, int mb,
 static pd_status pd__dev_recv(pd__wk *W, pd__chunk *C, int l, bool grad, int mb, bool *stop) {
     pd__pipe *p = W->p;
     const pd__link *L = &p->link[l];
-    pd__glink *G = p->glink[l];
     pd__transport *t = &p->local.base;
     int from = pd__peer(p, l, grad, false, mb);
+    if (pd__via(p, W, from) != &p->local.base) { /* another process: NCCL's buffer, which this stream waits for */
+        pd__transport *x = p->dremote;
+        size_t n = grad ? L->grad_bytes : L->act_bytes, off = 0;
+        char *buf = NULL;
+        PD_TRY(pd__gpu_bind(W->dev));
+        PD_TRY(x->vt->recv(x, from, (int)(W - p->wk), l, grad, mb, n, (void **)&buf, stop));
+        pd__dactx *d = pd__gpu_slot(W->dev, (int)(C - W->ch), mb % p->nslots);
+        pd_status st = PD_OK;
+        for (int k = 0; k < (grad ? L->ngt + L->nbt : L->nt) && st == PD_OK; k++) {
+            int tt;
+            const pd_tensor *v = pd__dev_part(L, d, grad, k, &tt);
+            st = v->data ? pd__gpu_copy(W->dev, v->data, buf + off, pd__tbytes(p->g, tt))
+                         : pd__err(PD_ERR_INTERNAL, "'%s' has no device memory on this stage", p->g->tensors[tt].name);
+            off += pd__tbytes(p->g, tt);
+        }
+        x->vt->put(x, l, grad, buf); /* free again once the copies queued on this stream have run */
+        return st;
+    }
+    pd__glink *G = p->glink[l];
     void *buf = NULL;
     PD_TRY(t->vt->recv(t, from, (int)(W - p->wk), l, grad, mb, sizeof(int32_t), &buf, stop));
     if (*stop) return PD_OK;
@@ -2379,7 +2486,9 @@ static pd_status pd__dev_recv(pd__wk *W, pd__chunk *C, int l, bool grad, int mb,
     return pd__glink_recv_end(G, grad, W->dev, e);
 }
 
-/* pd__do_step on the device (no replicas, no shared parameters here). */
+/* pd__do_step on the device: every thread updates its own weights (a
+ * replica in its own process, with the summed gradients); no shared
+ * parameters here. */
 static pd_status pd__dev_step(pd__wk *W, int mb, int32_t version, int k, bool *stop) {
     pd__pipe *p = W->p;
     for (int c = 0; c < p->V; c++)
@@ -2402,7 +2511,7 @@ static pd_status pd__dev_step(pd__wk *W, int mb, int32_t version, int k, bool *s
         PD_TRY(pd__global_norm(W, mb / p->M, NULL, &norm, stop));
         if (*stop) return PD_OK;
         if (!isfinite(norm)) return pd__err(PD_ERR_NUMERIC, "the gradient norm is %g", norm);
-        if (p->res && W->w == p->P - 1) p->res[mb / p->M].grad_norm = norm;
+        if (p->res && W->w == p->P - 1 && W->r == 0) p->res[mb / p->M].grad_norm = norm;
         if (p->o.clip_grad_norm > 0 && norm > p->o.clip_grad_norm) /* as clip_grad_norm_ */
             PD_TRY(pd__gpu_scale(W->dev, (float)(p->o.clip_grad_norm / (norm + 1e-6))));
     }
@@ -2416,8 +2525,26 @@ static pd_status pd__dev_step(pd__wk *W, int mb, int32_t version, int k, bool *s
     int64_t t = ++W->updates;
     double lr = pd__lr_at(&p->o, t);
     PD_TRY(pd__gpu_update(W->dev, &p->o, t, lr));
-    if (p->res && W->w == p->P - 1) p->res[mb / p->M].lr = lr;
+    if (p->res && W->w == p->P - 1 && W->r == 0) p->res[mb / p->M].lr = lr;
     return PD_OK;
+}
+
+/* ALLREDUCE across the processes of a replicated stage: each chunk's packed
+ * gradients summed in place by ncclAllReduce on this stage's stream (the
+ * update queued after it reads the sums), averaged over the round under
+ * pipedream as on the CPU. */
+static pd_status pd__dev_allreduce(pd__wk *W, int mb) {
+    pd__pipe *p = W->p;
+    if (!p->dremote) return pd__err(PD_ERR_INTERNAL, "replicas of a GPU stage outside MPI");
+    PD_TRY(pd__gpu_bind(W->dev));
+    for (int c = 0; c < p->V; c++) {
+        float *g;
+        int64_t n;
+        pd__gpu_grads(W->dev, c, &g, &n);
+        if (n > 0) PD_TRY(p->dremote->vt->allreduce(p->dremote, W->w, g, n, false));
+    }
+    float f = pd__ared_scale(W, mb);
+    return f == 1.0f ? PD_OK : pd__gpu_scale(W->dev, f);
 }
 
 /* After a run (every thread joined): each stage's stream drained (an
@@ -2427,8 +2554,10 @@ static pd_status pd__dev_step(pd__wk *W, int mb, int32_t version, int k, bool *s
  * a failed run's gradients dropped, as on the CPU. */
 static pd_status pd__dev_end(pd__pipe *p, bool ok) {
     pd_status st = PD_OK;
+    if (p->dremote && ok) st = p->dremote->vt->flush(p->dremote); /* every send done */
     for (int i = 0; i < p->nwk; i++) {
         pd__wk *W = &p->wk[i];
+        if (!W->dev) continue; /* another process's */
         pd_status s1 = pd__gpu_bind(W->dev);
         if (s1 == PD_OK) s1 = pd__gpu_sync(W->dev);
         if (s1 == PD_OK && !ok) s1 = pd__gpu_zero_grads(W->dev);

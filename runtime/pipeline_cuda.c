@@ -123,6 +123,8 @@ pd_status pd__gpu_create(pd_session *s, const pd_graph *g, const pd__slabs *sl, 
         if (st == PD_OK && ns > 1) st = pd__gzeros(d->c, C->packed, &C->s1);
         for (int k = 0; k < C->nstash && st == PD_OK; k++) st = pd__gzeros(d->c, C->packed, &C->stash[k]);
         if (st == PD_OK) st = pd__gpack(d, C, d->hparams, C->w, true);
+        if (st == PD_OK && C->s0) st = pd__gpack(d, C, d->hs0, C->s0, true);
+        if (st == PD_OK && C->s1) st = pd__gpack(d, C, d->hs1, C->s1, true);
         for (int k = 0; k < nslots && st == PD_OK; k++)
             st = pd__dactx_create(s, d->c, in->slot[k], in->need, k ? C->slot[0] : NULL, &C->slot[k]);
     }
@@ -138,6 +140,12 @@ fail:
 pd_status pd__gpu_bind(pd__gpu *d) { return pd__cuda_bind(d->c); }
 
 pd__dactx *pd__gpu_slot(pd__gpu *d, int c, int slot) { return d->ch[c].slot[slot]; }
+void *pd__gpu_stream(pd__gpu *d) { return pd__cuda_stream(d->c); }
+void pd__gpu_grads(pd__gpu *d, int c, float **g, int64_t *n) {
+    *g = d->ch[c].g;
+    *n = d->ch[c].packed;
+}
+pd_status pd__gpu_copy(pd__gpu *d, void *dst, const void *src, size_t n) { return pd__cuda_copy(d->c, dst, src, n); }
 
 void pd__gpu_use(pd__gpu *d, int c, int slot, int h) {
     pd__gchunk *C = &d->ch[c];
@@ -354,6 +362,9 @@ pd_status pd__gpu_create(pd_session *s, const pd_graph *g, const pd__slabs *sl, 
 void pd__gpu_destroy(pd__gpu *d) { (void)d; }
 pd_status pd__gpu_bind(pd__gpu *d) { (void)d; return pd__gno(); }
 pd__dactx *pd__gpu_slot(pd__gpu *d, int c, int slot) { (void)d, (void)c, (void)slot; return NULL; }
+void *pd__gpu_stream(pd__gpu *d) { (void)d; return NULL; }
+void pd__gpu_grads(pd__gpu *d, int c, float **g, int64_t *n) { (void)d, (void)c, *g = NULL, *n = 0; }
+pd_status pd__gpu_copy(pd__gpu *d, void *dst, const void *src, size_t n) { (void)d, (void)dst, (void)src, (void)n; return pd__gno(); }
 void pd__gpu_use(pd__gpu *d, int c, int slot, int h) { (void)d, (void)c, (void)slot, (void)h; }
 pd_status pd__gpu_upload(pd__gpu *d, void *dst, const void *src, size_t n) { (void)d, (void)dst, (void)src, (void)n; return pd__gno(); }
 pd_status pd__gpu_stash(pd__gpu *d, int c, int h) { (void)d, (void)c, (void)h; return pd__gno(); }

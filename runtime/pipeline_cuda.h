@@ -54,6 +54,12 @@ void pd__gpu_destroy(pd__gpu *d);
 /* The calling thread works on d's device (a worker calls it before its work). */
 pd_status pd__gpu_bind(pd__gpu *d);
 pd__dactx *pd__gpu_slot(pd__gpu *d, int c, int slot);
+/* Its stream (a cudaStream_t: the NCCL transport's compute stream). */
+void *pd__gpu_stream(pd__gpu *d);
+/* Chunk c's packed gradients (device) and their count. */
+void pd__gpu_grads(pd__gpu *d, int c, float **g, int64_t *n);
+/* n bytes between two device addresses of d's GPU, queued on its stream. */
+pd_status pd__gpu_copy(pd__gpu *d, void *dst, const void *src, size_t n);
 /* Points slot's parameter views on chunk c at the live weights (h < 0) or
  * stash h, their gradients at the chunk's gradient slab. */
 void pd__gpu_use(pd__gpu *d, int c, int slot, int h);

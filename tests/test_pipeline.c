@@ -923,6 +923,7 @@ static void run_gpu(const char *fx, const pd_tensor *xs, const pd_tensor *ys, co
     if (st == PD_OK) st = make_plan(g, 3, 4, &plan);
     if (st == PD_OK) plan->stage[1].replicas = 2;
     pd_status a = st == PD_OK ? pd__pipe_create(g, plan, &refs[0].o, PD_SCHED_FLUSH, 4, &p) : st;
+    if (a == PD_OK) a = pd__pipe_run(p, 1, xs, ys, NULL); /* the device side is made at the first run */
     char ma[512];
     snprintf(ma, sizeof ma, "%s", pd_last_error());
     pd__pipe_destroy(p);
