@@ -526,6 +526,7 @@ static void pd__fail(pd__pipe *p, const pd__wk *W, const pd__instr *in, pd_statu
 
 void pd__pipe_destroy(pd__pipe *p) {
     if (!p) return;
+    pd__dev_teardown(p); /* GPU stages: their device twins first, while the host contexts they mirror live */
     for (int i = 0; p->wk && i < p->nwk; i++) {
         pd__wk *W = &p->wk[i];
         for (int c = 0; W->ch && c < p->V; c++) {
@@ -579,7 +580,6 @@ void pd__pipe_destroy(pd__pipe *p) {
         PD_FREE(p->link[l].gt);
         PD_FREE(p->link[l].bt);
     }
-    pd__dev_teardown(p);
     PD_FREE(p->gneed);
     PD_FREE(p->gdev);
     if (p->remote) p->remote->vt->destroy(p->remote);

@@ -1497,7 +1497,7 @@ static bool pd__within(const void *p, const void *base, size_t bytes) {
     return base && (const char *)p >= (const char *)base && (const char *)p < (const char *)base + bytes;
 }
 
-pd_status pd__dactx_create(const pd_session *s, pd__cuda_ctx *c, pd__actx *h, const bool *need, const pd__dactx *base,
+pd_status pd__dactx_create(const pd_session *s, struct pd__cuda_ctx *c, pd__actx *h, const bool *need, const pd__dactx *base,
                            pd__dactx **out) {
     const pd_graph *g = s->g;
     size_t pbytes = sizeof(float) * (size_t)s->ptotal;
@@ -1561,12 +1561,6 @@ pd_status pd__dactx_create(const pd_session *s, pd__cuda_ctx *c, pd__actx *h, co
 
 pd_tensor *pd__dactx_value(pd__dactx *d, int t) { return &d->views[t]; }
 pd_tensor *pd__dactx_grad(pd__dactx *d, int t) { return &d->gviews[t]; }
-
-int pd__dactx_cpu_nodes(const pd__dactx *d, const int *nodes, int n) {
-    int k = 0;
-    for (int i = 0; i < n; i++) k += d->cpu[nodes[i]];
-    return k;
-}
 
 pd_status pd__dactx_forward(const pd_session *s, pd__exec *x, pd__dactx *d, const int *nodes, int n) {
     const pd_graph *g = s->g;
@@ -1671,5 +1665,27 @@ static pd_status pd__sdev_eval(pd_session *s, int64_t rows, pd_step_result *r) {
 static pd_status pd__sdev_timed_step(pd_session *s, pd__step_times *t) { (void)s, (void)t; return pd__sdev_nocuda(); }
 static bool pd__sdev_ready(const pd_session *s) { (void)s; return false; }
 int pd__session_cpu_nodes(const pd_session *s) { (void)s; return 0; }
+
+/* the pipeline makes no GPU stage without the backend (pipeline_cuda.c), so no pd__dactx exists */
+pd_status pd__dactx_create(const pd_session *s, struct pd__cuda_ctx *c, pd__actx *h, const bool *need, const pd__dactx *base,
+                           pd__dactx **out) {
+    (void)s, (void)c, (void)h, (void)need, (void)base, (void)out;
+    return pd__sdev_nocuda();
+}
+void pd__dactx_destroy(pd__dactx *d) { (void)d; }
+pd_tensor *pd__dactx_value(pd__dactx *d, int t) { (void)d, (void)t; return NULL; }
+pd_tensor *pd__dactx_grad(pd__dactx *d, int t) { (void)d, (void)t; return NULL; }
+pd_status pd__dactx_forward(const pd_session *s, pd__exec *x, pd__dactx *d, const int *nodes, int n) {
+    (void)s, (void)x, (void)d, (void)nodes, (void)n;
+    return pd__sdev_nocuda();
+}
+pd_status pd__dactx_backward(const pd_session *s, pd__exec *x, pd__dactx *d, const int *nodes, int n, int part) {
+    (void)s, (void)x, (void)d, (void)nodes, (void)n, (void)part;
+    return pd__sdev_nocuda();
+}
+pd_status pd__dactx_loss(const pd_session *s, pd__dactx *d, const pd_tensor *labels, double scale, pd_step_result *r) {
+    (void)s, (void)d, (void)labels, (void)scale, (void)r;
+    return pd__sdev_nocuda();
+}
 
 #endif

@@ -104,8 +104,6 @@ pd_status pd__dactx_create(const pd_session *s, struct pd__cuda_ctx *c, pd__actx
 void pd__dactx_destroy(pd__dactx *d);
 pd_tensor *pd__dactx_value(pd__dactx *d, int t);
 pd_tensor *pd__dactx_grad(pd__dactx *d, int t);
-/* Of nodes[0..n), those that run on the CPU. */
-int pd__dactx_cpu_nodes(const pd__dactx *d, const int *nodes, int n);
 pd_status pd__dactx_forward(const pd_session *s, pd__exec *x, pd__dactx *d, const int *nodes, int n);
 /* part -1: pd__actx_backward; 0 and 1: pd__actx_backward_part's input and weight passes. */
 pd_status pd__dactx_backward(const pd_session *s, pd__exec *x, pd__dactx *d, const int *nodes, int n, int part);
