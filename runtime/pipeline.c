@@ -2390,10 +2390,15 @@ static pd_status pd__dev_backward(pd__wk *W, pd__chunk *C, int mb, int32_t versi
     return PD_OK;
 }
 
-/* Tensor k of a link's message (grad: the backward one) in a device context. */
-static pd_tensor *pd__dev_part(const pd__link *L, pd__dactx *d, bool grad, int k, int *t) {
-    *t = grad ? (k < L->ngt ? L->gt[k] : L->bt[k - L->ngt]) : L->t[k];
-    return grad && k < L->ngt ? pd__dactx_grad(d, *t) : pd__dactx_value(d, *t);
+/* Tensor k of a link's message (grad: the backward one) in a device
+ * context: its device address and bytes. */
+static pd_status pd__dev_part(const pd__pipe *p, const pd__link *L, pd__dactx *d, bool grad, int k, char **data,
+                              size_t *bytes) {
+    int t = grad ? (k < L->ngt ? L->gt[k] : L->bt[k - L->ngt]) : L->t[k];
+    *data = (grad && k < L->ngt ? pd__dactx_grad(d, t) : pd__dactx_value(d, t))->data;
+    *bytes = pd__tbytes(p->g, t);
+    if (!*data) return pd__err(PD_ERR_INTERNAL, "'%s' has no device memory on this stage", p->g->tensors[t].name);
+    return PD_OK;
 }
 
 /* pd__send on the device: the tensors into a buffer of the link (on the
@@ -2410,11 +2415,11 @@ static pd_status pd__dev_send(pd__wk *W, pd__chunk *C, int l, bool grad, int mb,
         char *buf = x->vt->get(x, l, grad, n);
         if (!buf) return pd__err(PD_ERR_NOMEM, "no device memory for a %zu-byte message", n);
         for (int k = 0; k < (grad ? L->ngt + L->nbt : L->nt); k++) {
-            int t;
-            const pd_tensor *v = pd__dev_part(L, d, grad, k, &t);
-            if (!v->data) return pd__err(PD_ERR_INTERNAL, "'%s' has no device memory on this stage", p->g->tensors[t].name);
-            PD_TRY(pd__gpu_copy(W->dev, buf + off, v->data, pd__tbytes(p->g, t)));
-            off += pd__tbytes(p->g, t);
+            char *v;
+            size_t b;
+            PD_TRY(pd__dev_part(p, L, d, grad, k, &v, &b));
+            PD_TRY(pd__gpu_copy(W->dev, buf + off, v, b));
+            off += b;
         }
         PD_TRY(x->vt->send(x, (int)(W - p->wk), to, l, grad, mb, buf, n, stop));
         if (grad) C->sent[slot] = true;
@@ -2424,11 +2429,11 @@ static pd_status pd__dev_send(pd__wk *W, pd__chunk *C, int l, bool grad, int mb,
     PD_TRY(pd__glink_send_begin(G, grad, W->dev, &e));
     size_t off = 0;
     for (int k = 0; k < (grad ? L->ngt + L->nbt : L->nt); k++) {
-        int t;
-        const pd_tensor *v = pd__dev_part(L, d, grad, k, &t);
-        if (!v->data) return pd__err(PD_ERR_INTERNAL, "'%s' has no device memory on this stage", p->g->tensors[t].name);
-        PD_TRY(pd__glink_put(G, grad, W->dev, e, off, v->data, pd__tbytes(p->g, t)));
-        off += pd__tbytes(p->g, t);
+        char *v;
+        size_t b;
+        PD_TRY(pd__dev_part(p, L, d, grad, k, &v, &b));
+        PD_TRY(pd__glink_put(G, grad, W->dev, e, off, v, b));
+        off += b;
     }
     PD_TRY(pd__glink_send_end(G, grad, W->dev, e));
     pd__transport *t = &p->local.base;
@@ -2456,11 +2461,11 @@ static pd_status pd__dev_recv(pd__wk *W, pd__chunk *C, int l, bool grad, int mb,
         pd__dactx *d = pd__gpu_slot(W->dev, (int)(C - W->ch), mb % p->nslots);
         pd_status st = PD_OK;
         for (int k = 0; k < (grad ? L->ngt + L->nbt : L->nt) && st == PD_OK; k++) {
-            int tt;
-            const pd_tensor *v = pd__dev_part(L, d, grad, k, &tt);
-            st = v->data ? pd__gpu_copy(W->dev, v->data, buf + off, pd__tbytes(p->g, tt))
-                         : pd__err(PD_ERR_INTERNAL, "'%s' has no device memory on this stage", p->g->tensors[tt].name);
-            off += pd__tbytes(p->g, tt);
+            char *v;
+            size_t b = 0;
+            st = pd__dev_part(p, L, d, grad, k, &v, &b);
+            if (st == PD_OK) st = pd__gpu_copy(W->dev, v, buf + off, b);
+            off += b;
         }
         x->vt->put(x, l, grad, buf); /* free again once the copies queued on this stream have run */
         return st;
@@ -2477,11 +2482,11 @@ static pd_status pd__dev_recv(pd__wk *W, pd__chunk *C, int l, bool grad, int mb,
     PD_TRY(pd__glink_recv_begin(G, grad, W->dev, e));
     size_t off = 0;
     for (int k = 0; k < (grad ? L->ngt + L->nbt : L->nt); k++) {
-        int tt;
-        const pd_tensor *v = pd__dev_part(L, d, grad, k, &tt);
-        if (!v->data) return pd__err(PD_ERR_INTERNAL, "'%s' has no device memory on this stage", p->g->tensors[tt].name);
-        PD_TRY(pd__glink_take(G, grad, W->dev, e, off, v->data, pd__tbytes(p->g, tt)));
-        off += pd__tbytes(p->g, tt);
+        char *v;
+        size_t b;
+        PD_TRY(pd__dev_part(p, L, d, grad, k, &v, &b));
+        PD_TRY(pd__glink_take(G, grad, W->dev, e, off, v, b));
+        off += b;
     }
     return pd__glink_recv_end(G, grad, W->dev, e);
 }

@@ -31,7 +31,7 @@ struct pd__gpu {
     int device, nchunks, nslots;
     pd__gchunk *ch;
     const pd_graph *g;
-    const int *param;       /* the session's: graph tensor of each parameter */
+    const int *param; /* the session's: graph tensor of each parameter */
     const int64_t *poff;
     float *hparams, *hs0, *hs1; /* the session's host slabs */
 };
@@ -41,9 +41,11 @@ void pd__gpu_destroy(pd__gpu *d) {
     if (d->c) (void)pd__cuda_bind(d->c);
     for (int c = 0; d->ch && c < d->nchunks; c++) {
         pd__gchunk *C = &d->ch[c];
-        for (int k = 0; C->slot && k < d->nslots; k++) pd__dactx_destroy(C->slot[k]);
+        for (int k = 0; C->slot && k < d->nslots; k++)
+            pd__dactx_destroy(C->slot[k]);
         if (d->c) {
-            for (int k = 0; C->stash && k < C->nstash; k++) pd__cuda_free(d->c, C->stash[k]);
+            for (int k = 0; C->stash && k < C->nstash; k++)
+                pd__cuda_free(d->c, C->stash[k]);
             pd__cuda_free(d->c, C->w);
             pd__cuda_free(d->c, C->g);
             pd__cuda_free(d->c, C->s0);
@@ -77,8 +79,10 @@ static pd_status pd__gpack(pd__gpu *d, const pd__gchunk *C, float *h, float *dv,
     for (int j = 0; j < C->np; j++) {
         int i = C->params[j];
         size_t b = sizeof(float) * (size_t)d->g->tensors[d->param[i]].numel;
-        if (up) PD_TRY(pd__cuda_upload(d->c, dv + C->pk[j], h + d->poff[i], b));
-        else PD_TRY(pd__cuda_download(d->c, h + d->poff[i], dv + C->pk[j], b));
+        if (up)
+            PD_TRY(pd__cuda_upload(d->c, dv + C->pk[j], h + d->poff[i], b));
+        else
+            PD_TRY(pd__cuda_download(d->c, h + d->poff[i], dv + C->pk[j], b));
     }
     return PD_OK;
 }
@@ -121,7 +125,8 @@ pd_status pd__gpu_create(pd_session *s, const pd_graph *g, const pd__slabs *sl, 
         if (st == PD_OK) st = pd__gzeros(d->c, C->packed, &C->g);
         if (st == PD_OK && ns > 0) st = pd__gzeros(d->c, C->packed, &C->s0);
         if (st == PD_OK && ns > 1) st = pd__gzeros(d->c, C->packed, &C->s1);
-        for (int k = 0; k < C->nstash && st == PD_OK; k++) st = pd__gzeros(d->c, C->packed, &C->stash[k]);
+        for (int k = 0; k < C->nstash && st == PD_OK; k++)
+            st = pd__gzeros(d->c, C->packed, &C->stash[k]);
         if (st == PD_OK) st = pd__gpack(d, C, d->hparams, C->w, true);
         if (st == PD_OK && C->s0) st = pd__gpack(d, C, d->hs0, C->s0, true);
         if (st == PD_OK && C->s1) st = pd__gpack(d, C, d->hs1, C->s1, true);
@@ -158,7 +163,9 @@ void pd__gpu_use(pd__gpu *d, int c, int slot, int h) {
     }
 }
 
-pd_status pd__gpu_upload(pd__gpu *d, void *dst, const void *src, size_t n) { return pd__cuda_upload(d->c, dst, src, n); }
+pd_status pd__gpu_upload(pd__gpu *d, void *dst, const void *src, size_t n) {
+    return pd__cuda_upload(d->c, dst, src, n);
+}
 
 pd_status pd__gpu_stash(pd__gpu *d, int c, int h) {
     pd__gchunk *C = &d->ch[c];
@@ -248,7 +255,7 @@ typedef struct pd__gbuf {
 struct pd__glink {
     pthread_mutex_t mu;
     int n;
-    int dev[2][2];      /* per direction: sender's device, receiver's */
+    int dev[2][2]; /* per direction: sender's device, receiver's */
     size_t bytes[2];
     pd__gbuf *b[2];
 };
@@ -296,7 +303,8 @@ pd_status pd__glink_create(int dev_lo, int dev_hi, size_t act_bytes, size_t grad
 
 void pd__glink_reset(pd__glink *L) {
     for (int dir = 0; dir < 2; dir++)
-        for (int k = 0; k < L->n; k++) L->b[dir][k].taken = false;
+        for (int k = 0; k < L->n; k++)
+            L->b[dir][k].taken = false;
 }
 
 static pd_status pd__gcheck(const pd__glink *L, int dir, int e, size_t off, size_t n) {
@@ -310,7 +318,8 @@ pd_status pd__glink_send_begin(pd__glink *L, int dir, pd__gpu *from, int *e) {
     PD_TRY(pd__gcheck(L, dir, 0, 0, 0));
     pthread_mutex_lock(&L->mu);
     int k = 0;
-    while (k < L->n && L->b[dir][k].taken) k++;
+    while (k < L->n && L->b[dir][k].taken)
+        k++;
     if (k < L->n) L->b[dir][k].taken = true;
     pthread_mutex_unlock(&L->mu);
     if (k == L->n) return pd__err(PD_ERR_INTERNAL, "all %d message buffers of the link are taken", L->n);
@@ -353,27 +362,66 @@ pd_status pd__glink_recv_end(pd__glink *L, int dir, pd__gpu *to, int e) {
 static pd_status pd__gno(void) {
     return pd__err(PD_ERR_UNSUPPORTED, "device cuda: this build has no CUDA backend (meson setup -Dcuda=enabled)");
 }
-pd_status pd__gpu_check(int device) { (void)device; return pd__gno(); }
+pd_status pd__gpu_check(int device) {
+    (void)device;
+    return pd__gno();
+}
 pd_status pd__gpu_create(pd_session *s, const pd_graph *g, const pd__slabs *sl, int device, pd_precision prec,
                          int nchunks, const pd__gpu_chunk *ch, int nslots, pd__gpu **out) {
     (void)s, (void)g, (void)sl, (void)device, (void)prec, (void)nchunks, (void)ch, (void)nslots, (void)out;
     return pd__gno();
 }
 void pd__gpu_destroy(pd__gpu *d) { (void)d; }
-pd_status pd__gpu_bind(pd__gpu *d) { (void)d; return pd__gno(); }
-pd__dactx *pd__gpu_slot(pd__gpu *d, int c, int slot) { (void)d, (void)c, (void)slot; return NULL; }
-void *pd__gpu_stream(pd__gpu *d) { (void)d; return NULL; }
+pd_status pd__gpu_bind(pd__gpu *d) {
+    (void)d;
+    return pd__gno();
+}
+pd__dactx *pd__gpu_slot(pd__gpu *d, int c, int slot) {
+    (void)d, (void)c, (void)slot;
+    return NULL;
+}
+void *pd__gpu_stream(pd__gpu *d) {
+    (void)d;
+    return NULL;
+}
 void pd__gpu_grads(pd__gpu *d, int c, float **g, int64_t *n) { (void)d, (void)c, *g = NULL, *n = 0; }
-pd_status pd__gpu_copy(pd__gpu *d, void *dst, const void *src, size_t n) { (void)d, (void)dst, (void)src, (void)n; return pd__gno(); }
+pd_status pd__gpu_copy(pd__gpu *d, void *dst, const void *src, size_t n) {
+    (void)d, (void)dst, (void)src, (void)n;
+    return pd__gno();
+}
 void pd__gpu_use(pd__gpu *d, int c, int slot, int h) { (void)d, (void)c, (void)slot, (void)h; }
-pd_status pd__gpu_upload(pd__gpu *d, void *dst, const void *src, size_t n) { (void)d, (void)dst, (void)src, (void)n; return pd__gno(); }
-pd_status pd__gpu_stash(pd__gpu *d, int c, int h) { (void)d, (void)c, (void)h; return pd__gno(); }
-pd_status pd__gpu_sqnorm(pd__gpu *d, double *sq) { (void)d, (void)sq; return pd__gno(); }
-pd_status pd__gpu_nonfinite(pd__gpu *d, int *param, float *value) { (void)d, (void)param, (void)value; return pd__gno(); }
-pd_status pd__gpu_scale(pd__gpu *d, float f) { (void)d, (void)f; return pd__gno(); }
-pd_status pd__gpu_update(pd__gpu *d, const pd_train_options *o, int64_t t, double lr) { (void)d, (void)o, (void)t, (void)lr; return pd__gno(); }
-pd_status pd__gpu_zero_grads(pd__gpu *d) { (void)d; return pd__gno(); }
-pd_status pd__gpu_sync(pd__gpu *d) { (void)d; return pd__gno(); }
+pd_status pd__gpu_upload(pd__gpu *d, void *dst, const void *src, size_t n) {
+    (void)d, (void)dst, (void)src, (void)n;
+    return pd__gno();
+}
+pd_status pd__gpu_stash(pd__gpu *d, int c, int h) {
+    (void)d, (void)c, (void)h;
+    return pd__gno();
+}
+pd_status pd__gpu_sqnorm(pd__gpu *d, double *sq) {
+    (void)d, (void)sq;
+    return pd__gno();
+}
+pd_status pd__gpu_nonfinite(pd__gpu *d, int *param, float *value) {
+    (void)d, (void)param, (void)value;
+    return pd__gno();
+}
+pd_status pd__gpu_scale(pd__gpu *d, float f) {
+    (void)d, (void)f;
+    return pd__gno();
+}
+pd_status pd__gpu_update(pd__gpu *d, const pd_train_options *o, int64_t t, double lr) {
+    (void)d, (void)o, (void)t, (void)lr;
+    return pd__gno();
+}
+pd_status pd__gpu_zero_grads(pd__gpu *d) {
+    (void)d;
+    return pd__gno();
+}
+pd_status pd__gpu_sync(pd__gpu *d) {
+    (void)d;
+    return pd__gno();
+}
 pd_status pd__gpu_pull(pd__gpu *d, int c, const int *bufs, int nb, void *const *host) {
     (void)d, (void)c, (void)bufs, (void)nb, (void)host;
     return pd__gno();
@@ -384,17 +432,29 @@ pd_status pd__glink_create(int dev_lo, int dev_hi, size_t act_bytes, size_t grad
 }
 void pd__glink_destroy(pd__glink *L) { (void)L; }
 void pd__glink_reset(pd__glink *L) { (void)L; }
-pd_status pd__glink_send_begin(pd__glink *L, int dir, pd__gpu *from, int *e) { (void)L, (void)dir, (void)from, (void)e; return pd__gno(); }
+pd_status pd__glink_send_begin(pd__glink *L, int dir, pd__gpu *from, int *e) {
+    (void)L, (void)dir, (void)from, (void)e;
+    return pd__gno();
+}
 pd_status pd__glink_put(pd__glink *L, int dir, pd__gpu *from, int e, size_t off, const void *src, size_t n) {
     (void)L, (void)dir, (void)from, (void)e, (void)off, (void)src, (void)n;
     return pd__gno();
 }
-pd_status pd__glink_send_end(pd__glink *L, int dir, pd__gpu *from, int e) { (void)L, (void)dir, (void)from, (void)e; return pd__gno(); }
-pd_status pd__glink_recv_begin(pd__glink *L, int dir, pd__gpu *to, int e) { (void)L, (void)dir, (void)to, (void)e; return pd__gno(); }
+pd_status pd__glink_send_end(pd__glink *L, int dir, pd__gpu *from, int e) {
+    (void)L, (void)dir, (void)from, (void)e;
+    return pd__gno();
+}
+pd_status pd__glink_recv_begin(pd__glink *L, int dir, pd__gpu *to, int e) {
+    (void)L, (void)dir, (void)to, (void)e;
+    return pd__gno();
+}
 pd_status pd__glink_take(pd__glink *L, int dir, pd__gpu *to, int e, size_t off, void *dst, size_t n) {
     (void)L, (void)dir, (void)to, (void)e, (void)off, (void)dst, (void)n;
     return pd__gno();
 }
-pd_status pd__glink_recv_end(pd__glink *L, int dir, pd__gpu *to, int e) { (void)L, (void)dir, (void)to, (void)e; return pd__gno(); }
+pd_status pd__glink_recv_end(pd__glink *L, int dir, pd__gpu *to, int e) {
+    (void)L, (void)dir, (void)to, (void)e;
+    return pd__gno();
+}
 
 #endif

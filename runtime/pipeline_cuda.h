@@ -33,12 +33,12 @@ typedef struct pd__glink pd__glink;
 
 /* What pd__gpu_create needs of a chunk. */
 typedef struct pd__gpu_chunk {
-    const int *params;      /* the session parameter indices it owns (pd__slabs order) */
-    const int64_t *pk;      /* their offsets in a packed version */
+    const int *params; /* the session parameter indices it owns (pd__slabs order) */
+    const int64_t *pk; /* their offsets in a packed version */
     int np;
-    int64_t packed;         /* floats in a packed version */
-    pd__actx *const *slot;  /* its host contexts, one per slot */
-    const bool *need;       /* per graph tensor: its contexts hold it */
+    int64_t packed;        /* floats in a packed version */
+    pd__actx *const *slot; /* its host contexts, one per slot */
+    const bool *need;      /* per graph tensor: its contexts hold it */
     int nstash;
 } pd__gpu_chunk;
 

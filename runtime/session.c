@@ -1497,8 +1497,8 @@ static bool pd__within(const void *p, const void *base, size_t bytes) {
     return base && (const char *)p >= (const char *)base && (const char *)p < (const char *)base + bytes;
 }
 
-pd_status pd__dactx_create(const pd_session *s, struct pd__cuda_ctx *c, pd__actx *h, const bool *need, const pd__dactx *base,
-                           pd__dactx **out) {
+pd_status pd__dactx_create(const pd_session *s, struct pd__cuda_ctx *c, pd__actx *h, const bool *need,
+                           const pd__dactx *base, pd__dactx **out) {
     const pd_graph *g = s->g;
     size_t pbytes = sizeof(float) * (size_t)s->ptotal;
     pd__dactx *d = PD_CALLOC(1, sizeof *d);
@@ -1512,7 +1512,8 @@ pd_status pd__dactx_create(const pd_session *s, struct pd__cuda_ctx *c, pd__actx
     d->args = PD_CALLOC((size_t)nargs + 1, sizeof(pd_tensor *));
     d->gargs = PD_CALLOC((size_t)nargs + 1, sizeof(pd_tensor *));
     d->cpu = base ? base->cpu : PD_CALLOC((size_t)g->nnodes + 1, sizeof(bool));
-    pd_status st = d->views && d->gviews && d->args && d->gargs && d->cpu ? PD_OK : pd__err(PD_ERR_NOMEM, "out of memory");
+    pd_status st =
+        d->views && d->gviews && d->args && d->gargs && d->cpu ? PD_OK : pd__err(PD_ERR_NOMEM, "out of memory");
     /* the constants this context reads that are not trained parameters (BatchNorm's statistics among them) */
     size_t cbytes = 0;
     for (int t = 0; t < g->ntensors && !base; t++) {
@@ -1544,7 +1545,8 @@ pd_status pd__dactx_create(const pd_session *s, struct pd__cuda_ctx *c, pd__actx
                 co += pd__align64(pd__tb(&g->tensors[t]));
             }
         }
-        if (gp && pd__within(gp, h->gact, h->gbytes)) d->gviews[t].data = (char *)d->gact + (gp - (const char *)h->gact);
+        if (gp && pd__within(gp, h->gact, h->gbytes))
+            d->gviews[t].data = (char *)d->gact + (gp - (const char *)h->gact);
     }
     for (int k = 0; k < nargs && st == PD_OK; k++) {
         d->args[k] = h->args[k] ? d->views + (h->args[k] - h->views) : NULL;
@@ -1631,7 +1633,8 @@ pd_status pd__dactx_loss(const pd_session *s, pd__dactx *d, const pd_tensor *lab
         dl.data = d->labels;
         r->correct = 0;
         r->count = 0;
-        pd_status st = pd__cuda_loss_cross_entropy(d->c, dp, &dl, INT64_MAX, dd->data, &r->loss, &r->correct, &r->count);
+        pd_status st =
+            pd__cuda_loss_cross_entropy(d->c, dp, &dl, INT64_MAX, dd->data, &r->loss, &r->correct, &r->count);
         if (st != PD_OK) {
             pd__err_prefix("%s: output '%s'", g->path, g->tensors[s->pred].name);
             return st;
@@ -1667,8 +1670,8 @@ static bool pd__sdev_ready(const pd_session *s) { (void)s; return false; }
 int pd__session_cpu_nodes(const pd_session *s) { (void)s; return 0; }
 
 /* the pipeline makes no GPU stage without the backend (pipeline_cuda.c), so no pd__dactx exists */
-pd_status pd__dactx_create(const pd_session *s, struct pd__cuda_ctx *c, pd__actx *h, const bool *need, const pd__dactx *base,
-                           pd__dactx **out) {
+pd_status pd__dactx_create(const pd_session *s, struct pd__cuda_ctx *c, pd__actx *h, const bool *need,
+                           const pd__dactx *base, pd__dactx **out) {
     (void)s, (void)c, (void)h, (void)need, (void)base, (void)out;
     return pd__sdev_nocuda();
 }
