@@ -20,7 +20,9 @@
  * clipping and optimizer on the device; the host slabs stay as the mirror the
  * CPU fallbacks, pd_session_param, snapshots and the graph's weights read
  * (pd__sdev_pull). A node the CUDA table refuses runs on the CPU with its
- * tensors copied down and its results copied up.
+ * tensors copied down and its results copied up (pd__dev_cpu_node). The
+ * pipeline's GPU stages run activation contexts' device twins (pd__dactx,
+ * after pd__sdev) through the same kernels and the same fallback.
  */
 #include "session.h"
 #include "checkpoint.h"
