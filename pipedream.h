@@ -3968,6 +3968,8 @@ void pd__cuts_free(pd__cuts *c);
 typedef struct pd__stage {
     int replicas;
     int first_rank;        /* ranks first_rank .. first_rank+replicas-1 */
+    bool has_device;       /* the plan puts it on CUDA device `device` (GPU stages); else --device's index */
+    int device;
     /* per microbatch, on one replica */
     double fwd_ms, bwd_in_ms, bwd_w_ms;
     double param_bytes, optim_bytes, act_bytes;  /* act: activations stashed per microbatch */

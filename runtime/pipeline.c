@@ -43,7 +43,11 @@
 #include "../core/schedule.h"
 #include "checkpoint.h"
 #include "comm/transport.h"
+#ifdef PD_HAVE_NCCL
+#include "cuda/cuda.h" /* pd__cuda_nccl_transport_create: the transport is in the CUDA module */
+#endif
 #include "optim.h"
+#include "pipeline_cuda.h"
 #include "session.h"
 
 #include <math.h>
@@ -113,6 +117,7 @@ typedef struct pd__chunk { /* a virtual stage on one replica of its worker */
     void **orig;
     int norig;          /* per slot */
     bool *sent;         /* per slot: its SEND_GRAD ran */
+    bool dev;           /* a GPU stage's: its weights and stashes are on the device (pd__dev_*), stash[].w unused */
 } pd__chunk;
 
 typedef struct pd__ev {
@@ -145,6 +150,7 @@ typedef struct pd__wk { /* a thread: replica r of worker w */
                             * which its gradient is final (pd__backward_overlapped) */
     bool ar_started;       /* this minibatch's gradient all-reduces are running (ALLREDUCE waits) */
     int cpu;               /* the CPU its thread is bound to this run; -1: none (pd__pin) */
+    pd__gpu *dev;          /* a GPU stage: its device side (pipeline_cuda.h); NULL on the CPU */
 } pd__wk;
 
 typedef struct pd__bar {
@@ -174,6 +180,14 @@ struct pd__pipe {
     int nwk;
     pd__bar *bar;      /* per worker */
     pd__link *link;    /* NV-1 links */
+    /* GPU stages (--device cuda; the end of the file): set up at the first
+     * run, when the ranks are known, for this process's threads only */
+    bool gpu, gready;
+    bool *gneed;          /* per virtual stage and tensor: its contexts hold it (pd__pipe_create's) */
+    int *gdev;            /* per worker: its CUDA device */
+    int gcolor;           /* under MPI: the color of pd__pipe_set_ranks_in */
+    pd__glink **glink;    /* per link within the process: its device message buffers (pipeline_cuda.h) */
+    pd__transport *dremote; /* across processes: NCCL (comm/nccl.h) */
     int64_t steps;     /* steps done by earlier runs */
     /* transports: threads of this process talk through the queues; with
      * MPI, thread i runs in process rank_of[i] and talks to the others there */
@@ -220,6 +234,19 @@ struct pd__pipe {
     pd_status err;
     char errmsg[1024];
 };
+
+/* GPU stages (--device cuda): the end of the file */
+static pd_status pd__dev_prepare(pd__pipe *p, const pd_plan *plan, const pd_train_options *o, bool **need);
+static pd_status pd__dev_setup(pd__pipe *p);
+static void pd__dev_teardown(pd__pipe *p);
+static pd_status pd__dev_allreduce(pd__wk *W, int mb);
+static pd_status pd__dev_forward(pd__wk *W, pd__chunk *C, int mb, int32_t version);
+static pd_status pd__dev_backward(pd__wk *W, pd__chunk *C, int mb, int32_t version, int part);
+static pd_status pd__dev_send(pd__wk *W, pd__chunk *C, int l, bool grad, int mb, bool *stop);
+static pd_status pd__dev_recv(pd__wk *W, pd__chunk *C, int l, bool grad, int mb, bool *stop);
+static pd_status pd__dev_step(pd__wk *W, int mb, int32_t version, int k, bool *stop);
+static pd_status pd__dev_end(pd__pipe *p, bool ok);
+static pd_status pd__dev_refuse(const char *what);
 
 static int64_t pd__ns(void) {
     struct timespec ts;
@@ -505,6 +532,7 @@ static void pd__fail(pd__pipe *p, const pd__wk *W, const pd__instr *in, pd_statu
 
 void pd__pipe_destroy(pd__pipe *p) {
     if (!p) return;
+    pd__dev_teardown(p); /* GPU stages: their device twins first, while the host contexts they mirror live */
     for (int i = 0; p->wk && i < p->nwk; i++) {
         pd__wk *W = &p->wk[i];
         for (int c = 0; W->ch && c < p->V; c++) {
@@ -558,6 +586,8 @@ void pd__pipe_destroy(pd__pipe *p) {
         PD_FREE(p->link[l].gt);
         PD_FREE(p->link[l].bt);
     }
+    PD_FREE(p->gneed);
+    PD_FREE(p->gdev);
     if (p->remote) p->remote->vt->destroy(p->remote);
     PD_FREE(p->rank_of);
     PD_FREE(p->wbase);
@@ -692,9 +722,10 @@ pd_status pd__pipe_create(pd_graph *g, const pd_plan *plan, const pd_train_optio
         return pd__err(PD_ERR_UNSUPPORTED, "pipeline: --clip-grad-norm needs every stage's gradients of one update at "
                        "once; %s updates each stage on its own (use gpipe, flush, zb-h1 or interleaved)",
                        pd__sched_kind_name(kind));
-    if (o && o->size >= sizeof *o && o->device != PD_DEVICE_CPU) /* docs/CUDA.md: not integrated yet */
-        return pd__err(PD_ERR_UNSUPPORTED, "pipeline: the pipeline executor runs on the CPU only; --device cuda "
-                       "trains one stage (no --stages/--plan)");
+    /* GPU stages (pd__dev_setup): the session keeps the host slabs, each stage its own device memory */
+    bool gpu = o && o->size >= sizeof *o && o->device == PD_DEVICE_CUDA;
+    pd_train_options ho;
+    if (gpu) ho = *o, ho.device = PD_DEVICE_CPU;
     pd__pipe *p = PD_CALLOC(1, sizeof *p);
     if (!p) return pd__err(PD_ERR_NOMEM, "out of memory");
     pthread_mutex_init(&p->mu, NULL);
@@ -721,7 +752,7 @@ pd_status pd__pipe_create(pd_graph *g, const pd_plan *plan, const pd_train_optio
         goto fail;
     }
     p->nslots = pd__sched_async(kind) ? microbatches + p->P : microbatches; /* async: at most P in flight */
-    if ((st = pd_session_create(g, o, &p->s)) != PD_OK) goto fail;
+    if ((st = pd_session_create(g, gpu ? &ho : o, &p->s)) != PD_OK) goto fail;
     /* every stage thread computes alone: BLAS in the calling thread, not a
      * pool of its own per call that the stages would fight over (the
      * session set it to its thread count; it is process-wide) */
@@ -914,6 +945,7 @@ pd_status pd__pipe_create(pd_graph *g, const pd_plan *plan, const pd_train_optio
                 }
             }
         }
+    if (gpu && (st = pd__dev_prepare(p, plan, o, &need)) != PD_OK) goto fail;
     PD_FREE(ts);
     PD_FREE(need);
     PD_FREE(role);
@@ -972,7 +1004,7 @@ static pd_status pd__stash_live(pd__pipe *p, pd__chunk *C, int k) {
     }
     if (!h) return pd__err(PD_ERR_INTERNAL, "more than %d weight versions held", C->nstash + 1);
     h->version = v;
-    for (int j = 0; j < S->np; j++) {
+    for (int j = 0; !C->dev && j < S->np; j++) { /* a GPU stage copies on its device (pd__dev_step) */
         int i = S->params[j];
         size_t n = (size_t)p->g->tensors[p->sl.param[i]].numel;
         memcpy(h->w + S->pk[j], p->sl.params + p->sl.poff[i], sizeof(float) * n);
@@ -995,6 +1027,7 @@ static void pd__release(pd__chunk *C, int32_t v, int k) {
 static void pd__slot_done(pd__pipe *p, pd__chunk *C, int slot);
 
 static pd_status pd__do_forward(pd__wk *W, pd__chunk *C, int mb, int32_t version) {
+    if (W->dev) return pd__dev_forward(W, C, mb, version);
     pd__pipe *p = W->p;
     const pd_graph *g = p->g;
     const pd__vstage *S = &p->vs[C->k];
@@ -1114,6 +1147,7 @@ static pd_status pd__overlapped_wait(pd__wk *W) {
 /* part: 0 the whole backward (B), 1 input gradients (split B), 2 weight
  * gradients (W); overlap: start the gradients' all-reduces as they are made. */
 static pd_status pd__do_backward(pd__wk *W, pd__chunk *C, int mb, int32_t version, int part, bool overlap) {
+    if (W->dev) return pd__dev_backward(W, C, mb, version, part);
     pd__pipe *p = W->p;
     const pd__vstage *S = &p->vs[C->k];
     int32_t *fv = &C->slot_ver[mb % p->nslots];
@@ -1187,6 +1221,7 @@ static void pd__scale_grads(pd__wk *W, float *G, float f) {
 static pd_status pd__do_allreduce(pd__wk *W, int mb, bool *stop) {
     pd__pipe *p = W->p;
     if (W->nrep == 1) return PD_OK;
+    if (W->dev) return pd__dev_allreduce(W, mb);
     if (p->remote) {
         PD_TRY(pd__allreduce_remote(W));
         pd__scale_grads(W, pd__gslab(W), pd__ared_scale(W, mb));
@@ -1246,7 +1281,8 @@ static void pd__sum_shared(pd__wk *W, float *G) {
 static pd_status pd__global_norm(pd__wk *W, int64_t t, const float *G, double *norm, bool *stop) {
     pd__pipe *p = W->p;
     double sq = 0;
-    for (int c = 0; W->r == 0 && c < p->V; c++) {
+    if (W->dev && W->r == 0) PD_TRY(pd__gpu_sqnorm(W->dev, &sq)); /* a GPU stage's gradients are on its device */
+    for (int c = 0; !W->dev && W->r == 0 && c < p->V; c++) {
         const pd__vstage *S = &p->vs[W->ch[c].k];
         for (int j = 0; j < S->np; j++) {
             int i = S->params[j];
@@ -1306,6 +1342,7 @@ static pd_status pd__global_norm(pd__wk *W, int64_t t, const float *G, double *n
 }
 
 static pd_status pd__do_step(pd__wk *W, int mb, int32_t version, int k, bool *stop) {
+    if (W->dev) return pd__dev_step(W, mb, version, k, stop);
     pd__pipe *p = W->p;
     const pd__slabs *sl = &p->sl;
     for (int c = 0; c < p->V; c++)
@@ -1421,6 +1458,7 @@ static void pd__slot_done(pd__pipe *p, pd__chunk *C, int slot) {
 
 /* Packs the link's activations (grad false) or gradients (grad true) of a context. */
 static pd_status pd__send(pd__wk *W, pd__chunk *C, int l, bool grad, int mb, bool *stop) {
+    if (W->dev) return pd__dev_send(W, C, l, grad, mb, stop);
     pd__pipe *p = W->p;
     const pd__link *L = &p->link[l];
     pd__actx *c = C->slot[mb % p->nslots];
@@ -1444,6 +1482,7 @@ static pd_status pd__send(pd__wk *W, pd__chunk *C, int l, bool grad, int mb, boo
 }
 
 static pd_status pd__recv(pd__wk *W, pd__chunk *C, int l, bool grad, int mb, bool *stop) {
+    if (W->dev) return pd__dev_recv(W, C, l, grad, mb, stop);
     pd__pipe *p = W->p;
     const pd__link *L = &p->link[l];
     int from = pd__peer(p, l, grad, false, mb);
@@ -1516,6 +1555,7 @@ static void pd__snap_write(const pd__pipe *p, const pd__wk *W, bool pre, pd__rec
 
 pd_status pd__pipe_set_snap_hooks(pd__pipe *p, const pd__snap_hooks *h) {
     if (!p || !h || !h->want || !h->ready) return pd__err(PD_ERR_INVALID, "pd__pipe_set_snap_hooks: NULL argument");
+    if (p->gpu) return pd__dev_refuse("checkpoints (--checkpoint-every)");
     for (int w = 0; p->kind == PD_SCHED_PIPEDREAM && w < p->P; w++)
         if (p->rep[w] > 1) /* a snapshot holds one set of stashes per stage, which its replicas share */
             return pd__err(PD_ERR_UNSUPPORTED,
@@ -1675,6 +1715,7 @@ static void pd__snap_find(const pd__pipe *p, const pd__wk *W, const pd__rec *r, 
 
 pd_status pd__pipe_resume(pd__pipe *p, int64_t b, int nparts, const void *const *parts, const size_t *lens) {
     if (!p || b < 0 || (nparts > 0 && (!parts || !lens))) return pd__err(PD_ERR_INVALID, "pd__pipe_resume: bad argument");
+    if (p->gpu) return pd__dev_refuse("resuming from a checkpoint (--resume)");
     if (nparts != p->P)
         return pd__err(PD_ERR_INVALID, "the checkpoint has %d stage%s, this pipeline %d", nparts, nparts == 1 ? "" : "s",
                        p->P);
@@ -1957,6 +1998,7 @@ int pd__pipe_processes(const pd__pipe *p) {
 pd_status pd__pipe_set_ranks(pd__pipe *p, int rank, int nranks) { return pd__pipe_set_ranks_in(p, rank, nranks, 0); }
 
 pd_status pd__pipe_set_ranks_in(pd__pipe *p, int rank, int nranks, int color) {
+    p->gcolor = color; /* GPU stages: the processes of their NCCL communicators (pd__dev_setup) */
     int K = pd__planned_processes(p), need = K > 0 ? K : p->nwk;
     if (nranks != need && need == p->nwk)
         return pd__err(PD_ERR_INVALID,
@@ -2117,6 +2159,7 @@ pd_status pd__pipe_run(pd__pipe *p, int64_t minibatches, const pd_tensor *inputs
     if (st == PD_OK && p->resume_b >= minibatches)
         st = pd__err(PD_ERR_INVALID, "pipeline: resuming at step %lld of a run of %lld", (long long)p->resume_b,
                      (long long)minibatches);
+    if (st == PD_OK && p->gpu && !p->gready) st = pd__dev_setup(p);
     if (st == PD_OK && p->hooks_on) {
         PD_FREE(p->want);
         if (!(p->want = PD_CALLOC((size_t)minibatches + 1, 1))) st = pd__err(PD_ERR_NOMEM, "out of memory");
@@ -2158,6 +2201,10 @@ pd_status pd__pipe_run(pd__pipe *p, int64_t minibatches, const pd_tensor *inputs
         }
     }
     for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
+    if (p->gready) { /* GPU stages: their streams drained, the weights back in the host slabs */
+        pd_status ds = pd__dev_end(p, st == PD_OK && p->err == PD_OK);
+        if (st == PD_OK && p->err == PD_OK) st = ds;
+    }
     for (int i = 0; i < p->nwk; i++) /* messages a failed run left in the contexts */
         for (int c = 0; c < p->V; c++)
             for (int k = 0; k < 2 * p->nslots; k++) pd__unhold(p, &p->wk[i].ch[c], k / 2, k % 2);
@@ -2181,5 +2228,398 @@ pd_status pd__pipe_run(pd__pipe *p, int64_t minibatches, const pd_tensor *inputs
     PD_FREE(th);
     pd__schedule_free(sched);
     p->sched = NULL;
+    return st;
+}
+
+/* ---- GPU stages (--device cuda; docs/CUDA.md, "The pipeline on GPUs") ----------------------------
+ *
+ * Every thread of a GPU pipeline has a pd__gpu (pipeline_cuda.h: its CUDA
+ * context, its chunks' packed weight, gradient, optimizer-state and stash
+ * slabs, a device twin of each slot's activation context) and every link a
+ * pd__glink (device message buffers ordered by events; the queues carry
+ * their indices). The schedule, the weight-version bookkeeping (live,
+ * stash[].version, need_until, slot_ver) and the queues are the CPU
+ * pipeline's; F, B, W, SEND, RECV, ALLREDUCE and STEP of a GPU thread run
+ * here instead, on the device. Under MPI (one stage replica per process)
+ * messages between processes go by NCCL (comm/nccl.h: device buffers, no
+ * host copy) and a replicated stage's processes sum their gradients with
+ * ncclAllReduce; the MPI transport keeps the rest (failures, the step
+ * results, the gradient norm's parts, the final gather). The device side is
+ * made at the first run, once pd__pipe_set_ranks has said which threads run
+ * here. Not yet: replicas in one process, tied weights, several stages per
+ * MPI process, snapshots, AvgPipe (refused with a line naming them). */
+
+static pd_status pd__dev_refuse(const char *what) {
+    return pd__err(PD_ERR_UNSUPPORTED, "pipeline: %s with GPU stages (--device cuda): not supported yet", what);
+}
+
+/* At pd__pipe_create: the devices (the plan's per stage, else --device's)
+ * checked, and the contexts' tensor sets (*need, taken over) kept for
+ * pd__dev_setup. */
+static pd_status pd__dev_prepare(pd__pipe *p, const pd_plan *plan, const pd_train_options *o, bool **need) {
+    p->gpu = true;
+    p->o.device = o->device;
+    p->o.device_index = o->device_index;
+    p->o.precision = o->precision;
+    if (!(p->gdev = PD_CALLOC((size_t)p->P, sizeof(int)))) return pd__err(PD_ERR_NOMEM, "out of memory");
+    for (int w = 0; w < p->P; w++) {
+        p->gdev[w] = plan->stage && plan->stage[w].has_device ? plan->stage[w].device : o->device_index;
+        for (int c = 1; c < p->V; c++) {
+            const pd__stage *k = plan->stage ? &plan->stage[c * p->P + w] : NULL;
+            if (k && k->has_device && k->device != p->gdev[w])
+                return pd__err(PD_ERR_INVALID, "plan: virtual stage %d is on cuda:%d, its worker %d's first chunk on "
+                               "cuda:%d: a worker's chunks share its GPU", c * p->P + w, k->device, w, p->gdev[w]);
+        }
+        PD_TRY(pd__gpu_check(p->gdev[w]));
+    }
+    p->gneed = *need;
+    *need = NULL;
+    return PD_OK;
+}
+
+/* What pd__dev_setup made, undone (a failed set-up, pd__pipe_destroy). */
+static void pd__dev_teardown(pd__pipe *p) {
+    for (int i = 0; p->wk && i < p->nwk; i++) {
+        pd__gpu_destroy(p->wk[i].dev);
+        p->wk[i].dev = NULL;
+        for (int c = 0; p->wk[i].ch && c < p->V; c++) p->wk[i].ch[c].dev = false;
+    }
+    for (int l = 0; p->glink && l + 1 < p->NV; l++) pd__glink_destroy(p->glink[l]);
+    PD_FREE(p->glink);
+    p->glink = NULL;
+    if (p->dremote) p->dremote->vt->destroy(p->dremote);
+    p->dremote = NULL;
+    p->gready = false;
+}
+
+/* Before the first run: a pd__gpu for each thread of this process, the
+ * links' buffers between them, and under MPI the NCCL transport (collective:
+ * every process sets up in its first run). */
+static pd_status pd__dev_setup(pd__pipe *p) {
+    const pd_graph *g = p->g;
+    for (int w = 0; w < p->P; w++) {
+        int here = 0;
+        for (int i = p->wbase[w]; i < p->wbase[w + 1]; i++) here += p->rank_of[i] == p->rank;
+        if (here > 1)
+            return pd__err(PD_ERR_UNSUPPORTED, "pipeline: stage %d has %d replicas in this process; replicated "
+                           "stages on GPUs (--device cuda) run one replica per MPI process so far", w, here);
+    }
+    if (p->shared) return pd__dev_refuse("a parameter read by several stages (tied weights)");
+    if (p->remote && p->nlocal > 1) return pd__dev_refuse("several stages in one MPI process");
+    pd__gpu_chunk *cd = PD_CALLOC((size_t)p->V, sizeof *cd);
+    pd_status st = cd ? PD_OK : pd__err(PD_ERR_NOMEM, "out of memory");
+    pd__wk *mine = NULL; /* under MPI: this process's one thread */
+    for (int i = 0; i < p->nwk && st == PD_OK; i++) {
+        pd__wk *W = &p->wk[i];
+        if (p->rank_of[i] != p->rank) continue;
+        for (int c = 0; c < p->V; c++) {
+            const pd__chunk *C = &W->ch[c];
+            const pd__vstage *S = &p->vs[C->k];
+            cd[c] = (pd__gpu_chunk){S->params, S->pk, S->np, S->packed, C->slot,
+                                    p->gneed + (size_t)C->k * (size_t)g->ntensors, C->nstash};
+        }
+        st = pd__gpu_create(p->s, g, &p->sl, p->gdev[W->w], p->o.precision, p->V, cd, p->nslots, &W->dev);
+        if (st != PD_OK) pd__err_prefix("stage %d on cuda:%d", W->w, p->gdev[W->w]);
+        for (int c = 0; c < p->V && st == PD_OK; c++) W->ch[c].dev = true;
+        mine = W;
+    }
+    PD_FREE(cd);
+    /* a link's buffers: what its queue holds, one a sender holds while the queue is full, one being read */
+    if (st == PD_OK && !p->remote && p->NV > 1 && !(p->glink = PD_CALLOC((size_t)p->NV - 1, sizeof *p->glink)))
+        st = pd__err(PD_ERR_NOMEM, "out of memory");
+    for (int l = 0; !p->remote && l + 1 < p->NV && st == PD_OK; l++)
+        st = pd__glink_create(p->gdev[l % p->P], p->gdev[(l + 1) % p->P], p->link[l].act_bytes,
+                              p->link[l].grad_bytes, p->link[l].fwd.cap + 2, &p->glink[l]);
+    if (st == PD_OK && p->remote) {
+#ifdef PD_HAVE_NCCL
+        int *worker_of = PD_MALLOC(sizeof(int) * (size_t)p->nwk);
+        if (!worker_of) st = pd__err(PD_ERR_NOMEM, "out of memory");
+        for (int i = 0; st == PD_OK && i < p->nwk; i++) worker_of[i] = p->wk[i].w;
+        if (st == PD_OK && !mine) st = pd__err(PD_ERR_INTERNAL, "rank %d runs no stage", p->rank);
+        if (st == PD_OK)
+            st = pd__cuda_nccl_transport_create(p->nwk, p->rank_of, worker_of, p->P, p->NV - 1, p->gcolor,
+                                                p->gdev[mine->w], pd__gpu_stream(mine->dev), &p->dremote);
+        PD_FREE(worker_of);
+#else
+        (void)mine;
+        st = pd__err(PD_ERR_UNSUPPORTED, "pipeline: GPU stages in several MPI processes need the NCCL transport, which "
+                     "this build lacks (meson setup -Dnccl=enabled)");
+#endif
+    }
+    if (st != PD_OK) {
+        pd__dev_teardown(p);
+        return st;
+    }
+    p->gready = true;
+    return PD_OK;
+}
+
+/* Points slot's device parameter views at version v (live or a stash): a
+ * STEP since its F may have moved v into a stash. */
+static pd_status pd__dev_use(pd__wk *W, pd__chunk *C, int slot, int32_t v) {
+    int h = -1;
+    for (int k = 0; v != C->live && k < C->nstash; k++)
+        if (C->stash[k].version == v) h = k;
+    if (v != C->live && h < 0)
+        return pd__err(PD_ERR_INTERNAL, "weight version %d is not held (the live one is %d)", (int)v, (int)C->live);
+    pd__gpu_use(W->dev, (int)(C - W->ch), slot, h);
+    return PD_OK;
+}
+
+/* pd__do_forward on the device: the graph inputs uploaded, the loss on the
+ * last stage (cross-entropy on the device, only its sums come back). */
+static pd_status pd__dev_forward(pd__wk *W, pd__chunk *C, int mb, int32_t version) {
+    pd__pipe *p = W->p;
+    const pd_graph *g = p->g;
+    const pd__vstage *S = &p->vs[C->k];
+    int slot = mb % p->nslots;
+    if (C->slot_ver[slot] >= 0) return pd__err(PD_ERR_INTERNAL, "microbatch %d's slot is still in flight", mb);
+    PD_TRY(pd__gpu_bind(W->dev));
+    PD_TRY(pd__bind(p, C, C->slot[slot], version)); /* the host views, which nodes on the CPU compute in */
+    PD_TRY(pd__dev_use(W, C, slot, version));
+    C->slot_ver[slot] = version;
+    C->sent[slot] = false;
+    if (++W->inflight > W->peak_act) W->peak_act = W->inflight;
+    pd__dactx *d = pd__gpu_slot(W->dev, (int)(C - W->ch), slot);
+    for (int i = 0; i < g->ninputs; i++) { /* the graph inputs its nodes read */
+        int t = g->inputs[i];
+        void *dst = pd__dactx_value(d, t)->data;
+        if (!dst) continue;
+        pd_tensor v = pd__rows(t == p->labels_input ? p->labels : &p->inputs[i], p->rows, mb);
+        PD_TRY(pd__gpu_upload(W->dev, dst, v.data, pd__tbytes(g, t)));
+    }
+    W->x.seed = p->o.seed ^ ((uint64_t)(p->steps * p->M + mb) * 0x9e3779b97f4a7c15ull); /* as pd__do_forward */
+    PD_TRY(pd__dactx_forward(p->s, &W->x, d, S->nodes, S->nnodes));
+    if (C->k != p->NV - 1) return PD_OK;
+    pd_step_result r;
+    memset(&r, 0, sizeof r);
+    pd_tensor lab = pd__rows(p->labels, p->rows, mb);
+    PD_TRY(pd__dactx_loss(p->s, d, &lab, 1.0 / p->M, &r));
+    if (!isfinite(r.loss)) return pd__err(PD_ERR_NUMERIC, "the loss is %g", r.loss);
+    if (p->res) {
+        pthread_mutex_lock(&p->mu);
+        pd_step_result *R = &p->res[mb / p->M];
+        R->loss += r.loss / p->M;
+        R->correct += r.correct;
+        R->count += r.count;
+        pthread_mutex_unlock(&p->mu);
+    }
+    return PD_OK;
+}
+
+/* pd__do_backward on the device (part: 0 B, 1 split B, 2 W). */
+static pd_status pd__dev_backward(pd__wk *W, pd__chunk *C, int mb, int32_t version, int part) {
+    pd__pipe *p = W->p;
+    const pd__vstage *S = &p->vs[C->k];
+    int slot = mb % p->nslots;
+    int32_t *fv = &C->slot_ver[slot];
+    if (*fv != version)
+        return pd__err(PD_ERR_INTERNAL, "the %s names weight version %d, its forward used %d", part == 2 ? "W" : "B",
+                       (int)version, (int)*fv);
+    PD_TRY(pd__gpu_bind(W->dev));
+    PD_TRY(pd__dev_use(W, C, slot, version));
+    PD_TRY(pd__dactx_backward(p->s, &W->x, pd__gpu_slot(W->dev, (int)(C - W->ch), slot), S->bnodes, S->nbnodes,
+                              part == 0 ? -1 : part - 1));
+    if (part != 1) {
+        *fv = -1;
+        W->inflight--;
+    }
+    return PD_OK;
+}
+
+/* Tensor k of a link's message (grad: the backward one) in a device
+ * context: its device address and bytes. */
+static pd_status pd__dev_part(const pd__pipe *p, const pd__link *L, pd__dactx *d, bool grad, int k, char **data,
+                              size_t *bytes) {
+    int t = grad ? (k < L->ngt ? L->gt[k] : L->bt[k - L->ngt]) : L->t[k];
+    *data = (grad && k < L->ngt ? pd__dactx_grad(d, t) : pd__dactx_value(d, t))->data;
+    *bytes = pd__tbytes(p->g, t);
+    if (!*data) return pd__err(PD_ERR_INTERNAL, "'%s' has no device memory on this stage", p->g->tensors[t].name);
+    return PD_OK;
+}
+
+/* pd__send on the device: the tensors into a buffer of the link (on the
+ * receiver's device), whose index goes through the queue. */
+static pd_status pd__dev_send(pd__wk *W, pd__chunk *C, int l, bool grad, int mb, bool *stop) {
+    pd__pipe *p = W->p;
+    const pd__link *L = &p->link[l];
+    int slot = mb % p->nslots, to = pd__peer(p, l, grad, true, mb), e = -1;
+    pd__dactx *d = pd__gpu_slot(W->dev, (int)(C - W->ch), slot);
+    PD_TRY(pd__gpu_bind(W->dev));
+    if (pd__via(p, W, to) != &p->local.base) { /* another process: packed into an NCCL buffer on this device */
+        pd__transport *x = p->dremote;
+        size_t n = grad ? L->grad_bytes : L->act_bytes, off = 0;
+        char *buf = x->vt->get(x, l, grad, n);
+        if (!buf) return pd__err(PD_ERR_NOMEM, "no device memory for a %zu-byte message", n);
+        for (int k = 0; k < (grad ? L->ngt + L->nbt : L->nt); k++) {
+            char *v;
+            size_t b;
+            PD_TRY(pd__dev_part(p, L, d, grad, k, &v, &b));
+            PD_TRY(pd__gpu_copy(W->dev, buf + off, v, b));
+            off += b;
+        }
+        PD_TRY(x->vt->send(x, (int)(W - p->wk), to, l, grad, mb, buf, n, stop));
+        if (grad) C->sent[slot] = true;
+        return PD_OK;
+    }
+    pd__glink *G = p->glink[l];
+    PD_TRY(pd__glink_send_begin(G, grad, W->dev, &e));
+    size_t off = 0;
+    for (int k = 0; k < (grad ? L->ngt + L->nbt : L->nt); k++) {
+        char *v;
+        size_t b;
+        PD_TRY(pd__dev_part(p, L, d, grad, k, &v, &b));
+        PD_TRY(pd__glink_put(G, grad, W->dev, e, off, v, b));
+        off += b;
+    }
+    PD_TRY(pd__glink_send_end(G, grad, W->dev, e));
+    pd__transport *t = &p->local.base;
+    int32_t *ticket = t->vt->get(t, l, grad, sizeof *ticket);
+    if (!ticket) return pd__err(PD_ERR_NOMEM, "out of memory");
+    *ticket = e;
+    PD_TRY(t->vt->send(t, (int)(W - p->wk), to, l, grad, mb, ticket, sizeof *ticket, stop));
+    if (grad) C->sent[slot] = true;
+    return PD_OK;
+}
+
+/* pd__recv on the device: the buffer's tensors copied into the context once
+ * the sender's copies have run (an event, no host wait). */
+static pd_status pd__dev_recv(pd__wk *W, pd__chunk *C, int l, bool grad, int mb, bool *stop) {
+    pd__pipe *p = W->p;
+    const pd__link *L = &p->link[l];
+    pd__transport *t = &p->local.base;
+    int from = pd__peer(p, l, grad, false, mb);
+    if (pd__via(p, W, from) != &p->local.base) { /* another process: NCCL's buffer, which this stream waits for */
+        pd__transport *x = p->dremote;
+        size_t n = grad ? L->grad_bytes : L->act_bytes, off = 0;
+        char *buf = NULL;
+        PD_TRY(pd__gpu_bind(W->dev));
+        PD_TRY(x->vt->recv(x, from, (int)(W - p->wk), l, grad, mb, n, (void **)&buf, stop));
+        pd__dactx *d = pd__gpu_slot(W->dev, (int)(C - W->ch), mb % p->nslots);
+        pd_status st = PD_OK;
+        for (int k = 0; k < (grad ? L->ngt + L->nbt : L->nt) && st == PD_OK; k++) {
+            char *v;
+            size_t b = 0;
+            st = pd__dev_part(p, L, d, grad, k, &v, &b);
+            if (st == PD_OK) st = pd__gpu_copy(W->dev, v, buf + off, b);
+            off += b;
+        }
+        x->vt->put(x, l, grad, buf); /* free again once the copies queued on this stream have run */
+        return st;
+    }
+    pd__glink *G = p->glink[l];
+    void *buf = NULL;
+    PD_TRY(t->vt->recv(t, from, (int)(W - p->wk), l, grad, mb, sizeof(int32_t), &buf, stop));
+    if (*stop) return PD_OK;
+    int32_t e;
+    memcpy(&e, buf, sizeof e);
+    t->vt->put(t, l, grad, buf);
+    pd__dactx *d = pd__gpu_slot(W->dev, (int)(C - W->ch), mb % p->nslots);
+    PD_TRY(pd__gpu_bind(W->dev));
+    PD_TRY(pd__glink_recv_begin(G, grad, W->dev, e));
+    size_t off = 0;
+    for (int k = 0; k < (grad ? L->ngt + L->nbt : L->nt); k++) {
+        char *v;
+        size_t b;
+        PD_TRY(pd__dev_part(p, L, d, grad, k, &v, &b));
+        PD_TRY(pd__glink_take(G, grad, W->dev, e, off, v, b));
+        off += b;
+    }
+    return pd__glink_recv_end(G, grad, W->dev, e);
+}
+
+/* pd__do_step on the device: every thread updates its own weights (a
+ * replica in its own process, with the summed gradients); no shared
+ * parameters here. */
+static pd_status pd__dev_step(pd__wk *W, int mb, int32_t version, int k, bool *stop) {
+    pd__pipe *p = W->p;
+    for (int c = 0; c < p->V; c++)
+        if (version != W->ch[c].live + 1)
+            return pd__err(PD_ERR_INTERNAL, "STEP makes version %d, the live one is %d", (int)version,
+                           (int)W->ch[c].live);
+    PD_TRY(pd__gpu_bind(W->dev));
+    double sq = 0;
+    PD_TRY(pd__gpu_sqnorm(W->dev, &sq));
+    if (!isfinite(sq)) { /* nothing is updated when a gradient is not finite; name the first */
+        int i = -1;
+        float v = 0;
+        PD_TRY(pd__gpu_nonfinite(W->dev, &i, &v));
+        if (i >= 0)
+            return pd__err(PD_ERR_NUMERIC, "the gradient of '%s' is %g", p->g->tensors[p->sl.param[i]].name, (double)v);
+        return pd__err(PD_ERR_NUMERIC, "the squared gradient norm is %g", sq);
+    }
+    if (!pd__sched_async(p->kind)) { /* one update of the whole model: its gradient norm, and clipping */
+        double norm = 0;
+        PD_TRY(pd__global_norm(W, mb / p->M, NULL, &norm, stop));
+        if (*stop) return PD_OK;
+        if (!isfinite(norm)) return pd__err(PD_ERR_NUMERIC, "the gradient norm is %g", norm);
+        if (p->res && W->w == p->P - 1 && W->r == 0) p->res[mb / p->M].grad_norm = norm;
+        if (p->o.clip_grad_norm > 0 && norm > p->o.clip_grad_norm) /* as clip_grad_norm_ */
+            PD_TRY(pd__gpu_scale(W->dev, (float)(p->o.clip_grad_norm / (norm + 1e-6))));
+    }
+    for (int c = 0; c < p->V; c++) { /* the version being replaced into a stash when a later instruction names it */
+        pd__chunk *C = &W->ch[c];
+        int32_t v = C->live;
+        PD_TRY(pd__stash_live(p, C, k));
+        for (int h = 0; h < C->nstash; h++)
+            if (C->stash[h].version == v) PD_TRY(pd__gpu_stash(W->dev, c, h));
+    }
+    int64_t t = ++W->updates;
+    double lr = pd__lr_at(&p->o, t);
+    PD_TRY(pd__gpu_update(W->dev, &p->o, t, lr));
+    if (p->res && W->w == p->P - 1 && W->r == 0) p->res[mb / p->M].lr = lr;
+    return PD_OK;
+}
+
+/* ALLREDUCE across the processes of a replicated stage: each chunk's packed
+ * gradients summed in place by ncclAllReduce on this stage's stream (the
+ * update queued after it reads the sums), averaged over the round under
+ * pipedream as on the CPU. */
+static pd_status pd__dev_allreduce(pd__wk *W, int mb) {
+    pd__pipe *p = W->p;
+    if (!p->dremote) return pd__err(PD_ERR_INTERNAL, "replicas of a GPU stage outside MPI");
+    PD_TRY(pd__gpu_bind(W->dev));
+    for (int c = 0; c < p->V; c++) {
+        float *g;
+        int64_t n;
+        pd__gpu_grads(W->dev, c, &g, &n);
+        if (n > 0) PD_TRY(p->dremote->vt->allreduce(p->dremote, W->w, g, n, false));
+    }
+    float f = pd__ared_scale(W, mb);
+    return f == 1.0f ? PD_OK : pd__gpu_scale(W->dev, f);
+}
+
+/* After a run (every thread joined): each stage's stream drained (an
+ * asynchronous error of its kernels fails the run, naming the stage), the
+ * weights, optimizer state and BatchNorm statistics in the session's host
+ * slabs (which pd__pipe_destroy gives the graph), the links' buffers free;
+ * a failed run's gradients dropped, as on the CPU. */
+static pd_status pd__dev_end(pd__pipe *p, bool ok) {
+    pd_status st = PD_OK;
+    if (p->dremote && ok) st = p->dremote->vt->flush(p->dremote); /* every send done */
+    for (int i = 0; i < p->nwk; i++) {
+        pd__wk *W = &p->wk[i];
+        if (!W->dev) continue; /* another process's */
+        pd_status s1 = pd__gpu_bind(W->dev);
+        if (s1 == PD_OK) s1 = pd__gpu_sync(W->dev);
+        if (s1 == PD_OK && !ok) s1 = pd__gpu_zero_grads(W->dev);
+        for (int c = 0; c < p->V && s1 == PD_OK; c++) {
+            const pd__vstage *S = &p->vs[W->ch[c].k];
+            void **host = PD_CALLOC((size_t)S->nbufs + 1, sizeof(void *));
+            if (!host) {
+                s1 = pd__err(PD_ERR_NOMEM, "out of memory");
+                break;
+            }
+            for (int j = 0; j < S->nbufs; j++) host[j] = pd__actx_value(W->ch[c].slot[0], S->bufs[j])->data;
+            s1 = pd__gpu_pull(W->dev, c, S->bufs, S->nbufs, host);
+            PD_FREE(host);
+        }
+        if (s1 != PD_OK && st == PD_OK) {
+            char msg[512];
+            snprintf(msg, sizeof msg, "%s", pd_last_error());
+            st = pd__err(s1, "stage %d: %s", W->w, msg);
+        }
+    }
+    for (int l = 0; p->glink && l + 1 < p->NV; l++) pd__glink_reset(p->glink[l]);
     return st;
 }

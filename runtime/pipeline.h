@@ -29,6 +29,12 @@
  * gradient norm) only under the flushing schedules, where an update has every
  * stage's gradients: the stages meet at STEP and add their squared norms in
  * worker order.
+ * GPU stages (o->device PD_DEVICE_CUDA; docs/CUDA.md, "The pipeline on
+ * GPUs"): every thread computes on a CUDA device (the plan's per stage, else
+ * o->device_index), its weights, stashes and contexts there
+ * (runtime/pipeline_cuda.h), made at the first run; messages are device
+ * copies ordered by events, NCCL between processes. Not yet: replicas in one
+ * process, tied weights, snapshots.
  */
 #ifndef PD_PIPELINE_H
 #define PD_PIPELINE_H

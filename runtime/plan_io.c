@@ -9,6 +9,7 @@
  *    "single_ms": ..., "dp_ms": ..., "bubble": ..., "throughput": ...,
  *    "nodes": ["conv1", ...],                      every profile node, in order
  *    "stages": [{"id": 0, "replicas": 2, "ranks": [0, 1],
+ *                "device": 1,                      optional: the stage's GPU under --device cuda
  *                "nodes": ["conv1", ...],          forward nodes
  *                "bwd_nodes": [...],               only when they differ (bipartition)
  *                "fwd_ms", "bwd_in_ms", "bwd_w_ms", "param_bytes", "optim_bytes",
@@ -62,6 +63,7 @@ char *pd__plan_to_json(const pd_plan *p) {
         cJSON_AddItemToArray(stages, o);
         cJSON_AddNumberToObject(o, "id", s);
         cJSON_AddNumberToObject(o, "replicas", st->replicas);
+        if (st->has_device) cJSON_AddNumberToObject(o, "device", st->device);
         cJSON *ranks = cJSON_AddArrayToObject(o, "ranks");
         cJSON *mr = cJSON_CreateArray();
         for (int k = 0; k < st->replicas; k++) {
@@ -232,6 +234,13 @@ static pd_status pd__plan_parse(const char *path, const cJSON *r, pd_plan *p) {
             }
         }
         rank += st->replicas;
+        if (cJSON_GetObjectItemCaseSensitive(it, "device")) { /* optional: the stage's GPU (--device cuda) */
+            double dev = 0;
+            PD_TRY(pd__num(path, it, "device", true, 0, 1023, &dev));
+            if (dev != floor(dev)) return pd__err(PD_ERR_PARSE, "%s: plan: stage %d's \"device\" must be a GPU index", path, s);
+            st->has_device = true;
+            st->device = (int)dev;
+        }
         const char *keys[] = {"fwd_ms", "bwd_in_ms", "bwd_w_ms", "param_bytes", "optim_bytes", "act_bytes",
                               "in_bytes", "out_bytes", "send_ms", "allreduce_ms", "time_ms", "memory_bytes"};
         double *dst[] = {&st->fwd_ms, &st->bwd_in_ms, &st->bwd_w_ms, &st->param_bytes, &st->optim_bytes, &st->act_bytes,

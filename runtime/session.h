@@ -94,6 +94,33 @@ pd_status pd__actx_backward_part(const pd_session *s, pd__exec *x, pd__actx *c, 
  * labels are a graph input). */
 pd_status pd__actx_loss(const pd_session *s, pd__actx *c, const pd_tensor *labels, double scale, pd_step_result *r);
 
+/* ---- device twins of activation contexts: the pipeline's GPU stages
+ * (runtime/pipeline_cuda.c; built with the CUDA backend only) ----
+ * A pd__dactx holds on a CUDA context (runtime/cuda/cuda.h) the tensors of
+ * host context h that need (NULL: all) marks: activations and activation
+ * gradients at h's offsets in device slabs of h's sizes, and the other
+ * initializers and constants it reads uploaded once (base: a twin on the
+ * same CUDA context whose copies it shares instead: a stage's slots share
+ * its BatchNorm statistics, as host contexts share the session's). The
+ * parameters' values and gradients have no data until the caller points
+ * them at a weight version (pd__dactx_value/_grad), as pd__actx_value does
+ * on the host. Forward, backward and loss are pd__actx_*'s on the device;
+ * nodes the CUDA table refuses run on the CPU in h's memory, with copies
+ * around them, as the session's do. h must outlive its twin. */
+struct pd__cuda_ctx;
+typedef struct pd__dactx pd__dactx;
+pd_status pd__dactx_create(const pd_session *s, struct pd__cuda_ctx *c, pd__actx *h, const bool *need,
+                           const pd__dactx *base, pd__dactx **out);
+void pd__dactx_destroy(pd__dactx *d);
+pd_tensor *pd__dactx_value(pd__dactx *d, int t);
+pd_tensor *pd__dactx_grad(pd__dactx *d, int t);
+pd_status pd__dactx_forward(const pd_session *s, pd__exec *x, pd__dactx *d, const int *nodes, int n);
+/* part -1: pd__actx_backward; 0 and 1: pd__actx_backward_part's input and weight passes. */
+pd_status pd__dactx_backward(const pd_session *s, pd__exec *x, pd__dactx *d, const int *nodes, int n, int part);
+/* pd__actx_loss: cross-entropy with int64 labels (host memory) on the
+ * device, only the sums coming back; the other losses on the host. */
+pd_status pd__dactx_loss(const pd_session *s, pd__dactx *d, const pd_tensor *labels, double scale, pd_step_result *r);
+
 /* PD_DEVICE_CUDA: how many nodes run on the CPU because the CUDA table
  * refuses them (each with copies around it); 0 on the CPU. */
 int pd__session_cpu_nodes(const pd_session *s);

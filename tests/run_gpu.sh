@@ -30,7 +30,12 @@ t "cuda (every op against the CPU backend)" "$bin/tests/test_cuda"
 t "train-cuda-fp32 (PyTorch trajectories, 1e-4)" "$bin/tests/test_train" --device cuda "$fx"
 t "train-cuda-tf32 (3e-2)" "$bin/tests/test_train" --device cuda --precision tf32 --tol 3e-2 "$fx"
 t "train-cuda-bf16 (1e-1)" "$bin/tests/test_train" --device cuda --precision bf16 --tol 1e-1 "$fx"
+t "pipeline-cuda (2-4 stages on one GPU against one stage, 1e-4)" "$bin/tests/test_pipeline" --device cuda "$fx"
 t "cli-cuda" tests/test_cli_cuda.sh "$bin/pdonnx" .
+# GPU stages in two processes over NCCL: only from a build with MPI and NCCL, on two GPUs or more
+if [ -x "$bin/tests/test_nccl" ] && command -v mpirun >/dev/null && [ "$(nvidia-smi -L 2>/dev/null | wc -l)" -ge 2 ]; then
+  t "nccl-pipeline (2 processes, a GPU each)" tests/test_nccl_pipe.sh "$bin/pdonnx" . "$bin/tests/test_nccl"
+fi
 if [ "$sanitize" = --sanitize ]; then
   for tool in memcheck racecheck initcheck synccheck; do
     t "compute-sanitizer --tool $tool test_cuda" compute-sanitizer --tool "$tool" --error-exitcode 1 "$bin/tests/test_cuda"

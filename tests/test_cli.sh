@@ -186,6 +186,8 @@ else
     "$pdonnx" train "$ex/digits_mlp.onnx" --steps 1 --device cuda --quiet
   expect_error "profile --device cuda without a GPU or the CUDA backend" "device cuda: " \
     "$pdonnx" profile "$fx/mlp/model.onnx" --batch 4 --device cuda -o "$tmp/p.json"
+  expect_error "train --device cuda --stages 2 without a GPU or the CUDA backend" "device cuda: " \
+    "$pdonnx" train "$ex/digits_mlp.onnx" --steps 2 --stages 2 --device cuda --quiet
 fi
 # the CUDA module (libpdcuda.so) missing: one line naming the file that did not load (a build
 # without the backend says that instead)
@@ -198,8 +200,6 @@ expect_error "train: bad --device" "device must be cpu, cuda or cuda:N, not 'tpu
   "$pdonnx" train "$ex/digits_mlp.onnx" --device tpu
 expect_error "train: bad --precision" "precision must be fp32, tf32 or bf16, not 'fp8'" \
   "$pdonnx" train "$ex/digits_mlp.onnx" --precision fp8
-expect_error "train: --device cuda with --stages" "the pipeline executor runs on the CPU only" \
-  "$pdonnx" train "$ex/digits_mlp.onnx" --steps 2 --stages 2 --device cuda --quiet
 expect_error "profile: bad --device" "--device must be cpu, cuda or cuda:N, not 'gpu'" \
   "$pdonnx" profile "$fx/mlp/model.onnx" --batch 4 --device gpu -o "$tmp/p.json"
 

@@ -3,7 +3,9 @@
 # cuda): exits 77 (skipped) where the build has no CUDA backend or the machine
 # no GPU. On a GPU: the digits MLP trains 30 steps on one stage in fp32 with
 # the CPU's per-step losses (1e-4 relative), in tf32 and bf16 close to them
-# (3e-2 and 1e-1), writes metrics and a trained model that runs; profile --device cuda
+# (3e-2 and 1e-1), writes metrics and a trained model that runs; as a
+# pipeline of 2 stages on the GPU (--stages 2, flush and gpipe) with the same
+# losses, and refuses checkpoints there in one line; profile --device cuda
 # writes a profile that says cuda; a model whose every op runs on the GPU.
 #   test_cli_cuda.sh PDONNX SOURCE_DIR
 set -u
@@ -42,6 +44,25 @@ for p in fp32 tf32 bf16; do
     notok "train --device cuda --precision $p: $(tail -c 400 "$tmp/out"); losses: $(paste -d' ' <(losses "$tmp/cpu.jsonl") <(losses "$tmp/$p.jsonl" 2>/dev/null) | head -5 | tr '\n' ';')"
   fi
 done
+# the pipeline on the GPU: 2 stages on cuda:0 (flush, and gpipe, over 4 microbatches) give one stage's losses
+for sch in flush gpipe; do
+  if "$pdonnx" train "$ex/digits_mlp.onnx" "${common[@]}" --device cuda --stages 2 --schedule $sch --microbatches 4 \
+       --metrics "$tmp/pipe-$sch.jsonl" --save "$tmp/pipe-$sch.onnx" >"$tmp/out" 2>&1 \
+     && close "$tmp/cpu.jsonl" "$tmp/pipe-$sch.jsonl" 1e-4 && [ -s "$tmp/pipe-$sch.onnx" ] \
+     && "$pdonnx" run "$tmp/pipe-$sch.onnx" --input x="$ex/digits/val_x.npy" >/dev/null 2>&1; then
+    ok "train --device cuda --stages 2 --schedule $sch: 30 losses within 1e-4 of one stage on the CPU, the saved model runs"
+  else
+    notok "train --device cuda --stages 2 --schedule $sch: $(tail -c 400 "$tmp/out"); losses: $(paste -d' ' <(losses "$tmp/cpu.jsonl") <(losses "$tmp/pipe-$sch.jsonl" 2>/dev/null) | head -5 | tr '\n' ';')"
+  fi
+done
+if "$pdonnx" train "$ex/digits_mlp.onnx" --steps 2 --device cuda --stages 2 --checkpoint-dir "$tmp/ck" \
+     --checkpoint-every 1 --quiet >"$tmp/out" 2>&1; then
+  notok "train --device cuda --stages 2 --checkpoint-every 1 ran (GPU stages do not snapshot yet)"
+elif [ "$(wc -l <"$tmp/out")" -eq 1 ] && grep -q "checkpoints (--checkpoint-every) with GPU stages" "$tmp/out"; then
+  ok "train --device cuda --stages 2 --checkpoint-every: $(cat "$tmp/out")"
+else
+  notok "train --device cuda --stages 2 --checkpoint-every: $(cat "$tmp/out")"
+fi
 if "$pdonnx" train "$ex/digits_mlp.onnx" --steps 5 --device cuda:0 --quiet >"$tmp/out" 2>&1; then
   ok "train --device cuda:0"
 else

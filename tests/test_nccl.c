@@ -9,7 +9,8 @@
  * sends gradients back the other way; a stage replicated on both
  * processes all-reduces floats in its own communicator and every process
  * all-reduces doubles; the sums are checked exactly (small integers). */
-#include "../runtime/comm/nccl.h"
+#include "../runtime/comm/transport.h"
+#include "../runtime/cuda/cuda.h" /* the NCCL transport, through the CUDA module */
 
 #include <cuda_runtime_api.h>
 #include <stdio.h>
@@ -34,7 +35,7 @@ static int die(const char *what) {
 
 int main(int argc, char **argv) {
     if (argc > 1 && !strcmp(argv[1], "--devices")) {
-        printf("%d\n", pd__nccl_devices());
+        printf("%d\n", pd__cuda_nccl_devices());
         return 0;
     }
     int rank, size;
@@ -44,10 +45,10 @@ int main(int argc, char **argv) {
         pd_mpi_finalize();
         return 2;
     }
-    int ndev = pd__nccl_devices();
+    int ndev = pd__cuda_nccl_devices();
     int rank_of[2] = {0, 1}, two[2] = {0, 1}, one[2] = {0, 0};
     pd__transport *t = NULL, *r = NULL;
-    if (pd__nccl_transport_create(2, rank_of, two, 2, 1, 0, rank % ndev, NULL, &t) != PD_OK) return die("create");
+    if (pd__cuda_nccl_transport_create(2, rank_of, two, 2, 1, 0, rank % ndev, NULL, &t) != PD_OK) return die("create");
     static float h[N];
     bool stop = false;
     /* activations 0 -> 1, gradients 1 -> 0; several in flight before any is received */
@@ -65,7 +66,7 @@ int main(int argc, char **argv) {
             for (int mb = 0; mb < MBS; mb++) {
                 void *b = NULL;
                 if (t->vt->recv(t, from, to, 0, dir, mb, sizeof h, &b, &stop) != PD_OK) return die("recv");
-                if (pd__nccl_sync(t) != PD_OK) return die("sync");
+                if (pd__cuda_nccl_sync(t) != PD_OK) return die("sync");
                 if (cudaMemcpy(h, b, sizeof h, cudaMemcpyDeviceToHost) != cudaSuccess) return die("read");
                 for (int i = 0; i < N; i++) good = good && h[i] == pattern(from, dir, mb, i);
                 t->vt->put(t, 0, dir, b);
@@ -79,17 +80,17 @@ int main(int argc, char **argv) {
     double hd[3] = {rank + 1.0, 10.0 * (rank + 1), 0.5}, *dd = NULL;
     if (cudaMalloc((void **)&dd, sizeof hd) != cudaSuccess) return die("cudaMalloc");
     cudaMemcpy(dd, hd, sizeof hd, cudaMemcpyHostToDevice);
-    if (t->vt->allreduce(t, -1, dd, 3, true) != PD_OK || pd__nccl_sync(t) != PD_OK) return die("allreduce");
+    if (t->vt->allreduce(t, -1, dd, 3, true) != PD_OK || pd__cuda_nccl_sync(t) != PD_OK) return die("allreduce");
     cudaMemcpy(hd, dd, sizeof hd, cudaMemcpyDeviceToHost);
     check(hd[0] == 3 && hd[1] == 30 && hd[2] == 1, "all-reduce of doubles over every process");
     t->vt->destroy(t);
     /* one stage replicated on both processes: its communicator */
-    if (pd__nccl_transport_create(2, rank_of, one, 1, 1, 0, rank % ndev, NULL, &r) != PD_OK) return die("create");
+    if (pd__cuda_nccl_transport_create(2, rank_of, one, 1, 1, 0, rank % ndev, NULL, &r) != PD_OK) return die("create");
     float *df = NULL;
     for (int i = 0; i < N; i++) h[i] = (float)((rank + 1) * (i % 1000));
     if (cudaMalloc((void **)&df, sizeof h) != cudaSuccess) return die("cudaMalloc");
     cudaMemcpy(df, h, sizeof h, cudaMemcpyHostToDevice);
-    if (r->vt->allreduce(r, 0, df, N, false) != PD_OK || pd__nccl_sync(r) != PD_OK) return die("allreduce");
+    if (r->vt->allreduce(r, 0, df, N, false) != PD_OK || pd__cuda_nccl_sync(r) != PD_OK) return die("allreduce");
     cudaMemcpy(h, df, sizeof h, cudaMemcpyDeviceToHost);
     bool good = true;
     for (int i = 0; i < N; i++) good = good && h[i] == (float)(3 * (i % 1000));

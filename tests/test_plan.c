@@ -538,6 +538,8 @@ static void test_json(void) {
         return;
     }
     const char *path = "test_plan_roundtrip.json";
+    pl->stage[1].has_device = true; /* a GPU stage's device (optional; the others take --device's) */
+    pl->stage[1].device = 3;
     pd_status st = pd_plan_save(pl, path);
     if (st == PD_OK) st = pd_plan_load(path, &back);
     bool same = st == PD_OK && back->n_stages == pl->n_stages && back->n_nodes == pl->n_nodes &&
@@ -546,8 +548,10 @@ static void test_json(void) {
         same = back->fwd_stage[v] == pl->fwd_stage[v] && back->bwd_stage[v] == pl->bwd_stage[v];
     for (int s = 0; same && s < pl->n_stages; s++)
         same = back->stage[s].replicas == pl->stage[s].replicas && near(back->stage[s].fwd_ms, pl->stage[s].fwd_ms, 1e-12) &&
-               near(back->stage[s].send_ms, pl->stage[s].send_ms, 1e-12);
-    CHECK(same, "plan JSON round trip keeps stages, nodes and figures%s%s", st ? ": " : "", st ? pd_last_error() : "");
+               near(back->stage[s].send_ms, pl->stage[s].send_ms, 1e-12) &&
+               back->stage[s].has_device == (s == 1) && back->stage[s].device == (s == 1 ? 3 : 0);
+    CHECK(same, "plan JSON round trip keeps stages, nodes, figures and a stage's device%s%s", st ? ": " : "",
+          st ? pd_last_error() : "");
     FILE *f = fopen(path, "w");
     fputs("{\"format\": \"pdonnx-plan\", \"workers\": 2, \"nodes\": [\"a\"], \"stages\": [{\"fwd_ms\": 1, \"bwd_in_ms\": 1, "
           "\"bwd_w_ms\": 0, \"nodes\": [\"b\"]}]}",
@@ -557,6 +561,16 @@ static void test_json(void) {
     st = pd_plan_load(path, &bad);
     CHECK(st == PD_ERR_PARSE && strstr(pd_last_error(), path) && strstr(pd_last_error(), "unknown node 'b'"),
           "a plan naming an unknown node: %s", pd_last_error());
+    pd_plan_destroy(bad);
+    bad = NULL;
+    f = fopen(path, "w");
+    fputs("{\"format\": \"pdonnx-plan\", \"workers\": 1, \"nodes\": [\"a\"], \"stages\": [{\"fwd_ms\": 1, \"bwd_in_ms\": 1, "
+          "\"bwd_w_ms\": 0, \"device\": -1, \"nodes\": [\"a\"]}]}",
+          f);
+    fclose(f);
+    st = pd_plan_load(path, &bad);
+    CHECK(st == PD_ERR_PARSE && strstr(pd_last_error(), "\"device\""), "a stage's device must be a GPU index: %s",
+          pd_last_error());
     remove(path);
     pd_plan_destroy(back);
     pd_plan_destroy(pl);

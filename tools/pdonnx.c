@@ -88,7 +88,7 @@ static void pd__usage(FILE *f) {
             "         [--beta1 F] [--beta2 F] [--eps F] [--weight-decay F] [--clip-grad-norm F]\n"
             "         [--warmup N] [--cosine] [--min-lr F] [--freeze REGEX]\n"
             "         [--batch N] [--steps N | --epochs N] [--no-shuffle] [--seed N] [--threads N]\n"
-            "         [--device cpu|cuda[:N]] [--precision fp32|tf32|bf16] (cuda: one stage)\n"
+            "         [--device cpu|cuda[:N]] [--precision fp32|tf32|bf16] (cuda: a stage per thread on the GPU)\n"
             "         [--metrics FILE.jsonl] [--save OUT.onnx] [--quiet]\n"
             "         [--stages N | --plan PLAN.json] [--schedule gpipe|flush|pipedream|2bw|interleaved|zb-h1|avgpipe]\n"
             "         [--microbatches M] [--virtual-stages V] [--vertical-sync] [--trace OUT.json]\n"

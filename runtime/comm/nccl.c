@@ -1,9 +1,9 @@
 /* nccl.c - the NCCL transport (nccl.h): device buffers between the
  * pipeline's processes with ncclSend/ncclRecv on a stream per link and
  * direction, replicated stages' gradients summed with ncclAllReduce in a
- * communicator of their own; communicators bootstrapped over MPI. Not yet
- * used by the pipeline (docs/DISTRIBUTED.md, "NCCL"). One thread per
- * process calls it (as the MPI transport). */
+ * communicator of their own; communicators bootstrapped over MPI. The
+ * pipeline's GPU stages use it between processes (docs/DISTRIBUTED.md,
+ * "NCCL"). One thread per process calls it (as the MPI transport). */
 #include "nccl.h"
 
 #include <cuda_runtime_api.h>

@@ -1,9 +1,8 @@
 /* nccl.h - private: the NCCL transport (runtime/comm/nccl.c) for device
  * tensors between the pipeline's processes, one GPU each
- * (docs/DISTRIBUTED.md, "NCCL"). Built as libpdnccl with -Dnccl (CUDA
- * backend + NCCL + MPI); not yet wired into the pipeline: it works on plain
- * device pointers and a CUDA stream, so GPU stages can use it once the
- * session runs on the CUDA backend.
+ * (docs/DISTRIBUTED.md, "NCCL"). Compiled into libpipedream with -Dnccl
+ * (CUDA backend + NCCL + MPI; PD_HAVE_NCCL); the pipeline's GPU stages use
+ * it between processes, on plain device pointers and the stage's stream.
  *
  * Communicators are bootstrapped over MPI: within the processes of `color`
  * (as pd__mpi_transport_create numbers them), rank 0 calls ncclGetUniqueId

@@ -336,6 +336,51 @@ extern "C" pd_status pd__cuda_memset0(pd__cuda_ctx *c, void *dst, size_t bytes) 
     return PD_OK;
 }
 
+/* ---- between contexts: the pipeline's stages (runtime/pipeline_cuda.c) ----------------------------- */
+
+extern "C" pd_status pd__cuda_copy_peer(pd__cuda_ctx *c, void *dst, int ddev, const void *src, int sdev, size_t bytes) {
+    if (!bytes) return PD_OK;
+    if (ddev == sdev) PD_CU(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, c->stream));
+    else PD_CU(cudaMemcpyPeerAsync(dst, ddev, src, sdev, bytes, c->stream));
+    return PD_OK;
+}
+
+extern "C" pd_status pd__cuda_malloc_on(int device, size_t bytes, void **out) {
+    void *p = NULL;
+    PD_CU(cudaSetDevice(device));
+    PD_CU(cudaMalloc(&p, bytes ? bytes : 1));
+    *out = p;
+    return PD_OK;
+}
+
+extern "C" void pd__cuda_free_on(int device, void *p) {
+    if (!p) return;
+    (void)cudaSetDevice(device);
+    (void)cudaFree(p);
+}
+
+extern "C" pd_status pd__cuda_event_create(int device, void **out) {
+    cudaEvent_t e;
+    PD_CU(cudaSetDevice(device));
+    PD_CU(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    *out = (void *)e;
+    return PD_OK;
+}
+
+extern "C" void pd__cuda_event_destroy(void *ev) {
+    if (ev) (void)cudaEventDestroy((cudaEvent_t)ev);
+}
+
+extern "C" pd_status pd__cuda_event_record(pd__cuda_ctx *c, void *ev) {
+    PD_CU(cudaEventRecord((cudaEvent_t)ev, c->stream));
+    return PD_OK;
+}
+
+extern "C" pd_status pd__cuda_event_wait(pd__cuda_ctx *c, void *ev) {
+    PD_CU(cudaStreamWaitEvent(c->stream, (cudaEvent_t)ev, 0));
+    return PD_OK;
+}
+
 static pd_status cu_tensor_bytes(pd_dtype dt, int ndim, const int64_t *shape, size_t *bytes) {
     int64_t n = pd__shape_numel(ndim, shape);
     size_t es = pd_dtype_size(dt);

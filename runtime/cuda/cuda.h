@@ -125,6 +125,23 @@ pd_status pd__cuda_download(pd__cuda_ctx *c, void *dst, const void *src, size_t 
 pd_status pd__cuda_copy(pd__cuda_ctx *c, void *dst, const void *src, size_t bytes); /* device to device */
 pd_status pd__cuda_memset0(pd__cuda_ctx *c, void *dst, size_t bytes);
 
+/* ---- between contexts (pipeline stages, runtime/pipeline_cuda.c) -----------------------------------
+ * copy_peer: bytes from src on device sdev to dst on device ddev, queued on
+ * c's stream (cudaMemcpyPeerAsync; a plain device copy when they are the
+ * same device). malloc_on: device memory outside every context's allocator
+ * (a buffer two contexts' streams use, ordered by events). Events carry
+ * order from one stream to another without a host wait: create one on the
+ * device of the stream that records it; record queues it after the work on
+ * c's stream so far; wait makes c's stream wait for its last record (of any
+ * device; no wait when it was never recorded). */
+pd_status pd__cuda_copy_peer(pd__cuda_ctx *c, void *dst, int ddev, const void *src, int sdev, size_t bytes);
+pd_status pd__cuda_malloc_on(int device, size_t bytes, void **out);
+void pd__cuda_free_on(int device, void *p);
+pd_status pd__cuda_event_create(int device, void **out);
+void pd__cuda_event_destroy(void *ev);
+pd_status pd__cuda_event_record(pd__cuda_ctx *c, void *ev);
+pd_status pd__cuda_event_wait(pd__cuda_ctx *c, void *ev);
+
 /* A device tensor with host's dtype and shape and a copy of its data
  * (dev->data from the allocator); dev untouched on error. */
 pd_status pd__cuda_tensor_upload(pd__cuda_ctx *c, const pd_tensor *host, pd_tensor *dev);
@@ -226,6 +243,14 @@ pd_status pd__cuda_loss_cross_entropy(pd__cuda_ctx *c, const pd_tensor *logits, 
     X(pd_status, copy, (pd__cuda_ctx *c, void *dst, const void *src, size_t bytes), (c, dst, src, bytes),             \
       pd__cuda_load())                                                                                                \
     X(pd_status, memset0, (pd__cuda_ctx *c, void *dst, size_t bytes), (c, dst, bytes), pd__cuda_load())               \
+    X(pd_status, copy_peer, (pd__cuda_ctx *c, void *dst, int ddev, const void *src, int sdev, size_t bytes),          \
+      (c, dst, ddev, src, sdev, bytes), pd__cuda_load())                                                              \
+    X(pd_status, malloc_on, (int device, size_t bytes, void **out), (device, bytes, out), pd__cuda_load())           \
+    V(free_on, (int device, void *p), (device, p))                                                                    \
+    X(pd_status, event_create, (int device, void **out), (device, out), pd__cuda_load())                              \
+    V(event_destroy, (void *ev), (ev))                                                                                \
+    X(pd_status, event_record, (pd__cuda_ctx *c, void *ev), (c, ev), pd__cuda_load())                                 \
+    X(pd_status, event_wait, (pd__cuda_ctx *c, void *ev), (c, ev), pd__cuda_load())                                   \
     X(pd_status, tensor_upload, (pd__cuda_ctx *c, const pd_tensor *host, pd_tensor *dev), (c, host, dev),             \
       pd__cuda_load())                                                                                                \
     X(pd_status, tensor_zeros, (pd__cuda_ctx *c, pd_dtype dt, int ndim, const int64_t *shape, pd_tensor *dev),        \
@@ -252,7 +277,23 @@ pd_status pd__cuda_loss_cross_entropy(pd__cuda_ctx *c, const pd_tensor *logits, 
     X(pd_status, loss_cross_entropy,                                                                                  \
       (pd__cuda_ctx *c, const pd_tensor *logits, const pd_tensor *labels, int64_t rows, float *dlogits,               \
        double *loss, int64_t *correct, int64_t *count),                                                               \
-      (c, logits, labels, rows, dlogits, loss, correct, count), pd__cuda_load())
+      (c, logits, labels, rows, dlogits, loss, correct, count), pd__cuda_load())                                      \
+    X(pd_status, nccl_transport_create,                                                                               \
+      (int nthreads, const int *rank_of, const int *worker_of, int nworkers, int nlinks, int color, int device,       \
+       void *stream, struct pd__transport **out),                                                                     \
+      (nthreads, rank_of, worker_of, nworkers, nlinks, color, device, stream, out), pd__cuda_load())                  \
+    X(pd_status, nccl_sync, (struct pd__transport *t), (t), pd__cuda_load())                                          \
+    X(int, nccl_devices, (void), (), 0)
+
+/* The NCCL transport (runtime/comm/nccl.h: pd__nccl_transport_create,
+ * pd__nccl_sync, pd__nccl_devices), which the module holds when built with
+ * NCCL (PD_HAVE_NCCL); without, create and sync fail with one line and
+ * there are 0 devices for it. */
+struct pd__transport;
+pd_status pd__cuda_nccl_transport_create(int nthreads, const int *rank_of, const int *worker_of, int nworkers,
+                                         int nlinks, int color, int device, void *stream, struct pd__transport **out);
+pd_status pd__cuda_nccl_sync(struct pd__transport *t);
+int pd__cuda_nccl_devices(void);
 
 /* The module's table: a header, then one pointer per function of the list. */
 #define PD__CUDA_MEMBER(ret, name, params, args, fallback) ret(*name) params;

@@ -5,6 +5,39 @@
  * names.
  */
 #include "cuda.h"
+#ifdef PD_HAVE_NCCL
+#include "../comm/nccl.h"
+#endif
+
+/* The NCCL transport's entries (cuda.h): runtime/comm/nccl.c, built into
+ * this module with NCCL, or one line saying it is not. */
+pd_status pd__cuda_nccl_transport_create(int nthreads, const int *rank_of, const int *worker_of, int nworkers,
+                                         int nlinks, int color, int device, void *stream, struct pd__transport **out) {
+#ifdef PD_HAVE_NCCL
+    return pd__nccl_transport_create(nthreads, rank_of, worker_of, nworkers, nlinks, color, device, stream, out);
+#else
+    (void)nthreads, (void)rank_of, (void)worker_of, (void)nworkers, (void)nlinks, (void)color, (void)device,
+        (void)stream, (void)out;
+    return pd__err(PD_ERR_UNSUPPORTED, "this build's CUDA module has no NCCL transport (-Dnccl)");
+#endif
+}
+
+pd_status pd__cuda_nccl_sync(struct pd__transport *t) {
+#ifdef PD_HAVE_NCCL
+    return pd__nccl_sync(t);
+#else
+    (void)t;
+    return pd__err(PD_ERR_UNSUPPORTED, "this build's CUDA module has no NCCL transport (-Dnccl)");
+#endif
+}
+
+int pd__cuda_nccl_devices(void) {
+#ifdef PD_HAVE_NCCL
+    return pd__nccl_devices();
+#else
+    return 0;
+#endif
+}
 
 #define PD__CUDA_ENTRY(ret, name, params, args, fallback) .name = pd__cuda_##name,
 #define PD__CUDA_ENTRY_V(name, params, args) .name = pd__cuda_##name,

@@ -1,0 +1,460 @@
+/* pipeline_cuda.c - the device side of the pipeline's GPU stages
+ * (pipeline_cuda.h): a stage thread's CUDA context, its packed weight,
+ * gradient, optimizer-state and stash slabs, the device twins of its
+ * activation contexts, and the links' message buffers ordered by events.
+ * Every call checks its CUDA status (runtime/cuda/cuda.h returns pd_status
+ * with file:line); nothing here waits on the host except where it says so. */
+#include "pipeline_cuda.h"
+
+#ifdef PD_HAVE_CUDA
+
+#include "cuda/cuda.h"
+#include "optim.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <string.h>
+
+typedef struct pd__gchunk {
+    const int *params;
+    const int64_t *pk;
+    int np;
+    int64_t packed;
+    float *w, *g, *s0, *s1; /* live weights, gradients, optimizer state: packed */
+    float **stash;          /* nstash packed versions */
+    int nstash;
+    pd__dactx **slot;
+} pd__gchunk;
+
+struct pd__gpu {
+    pd__cuda_ctx *c;
+    int device, nchunks, nslots;
+    pd__gchunk *ch;
+    const pd_graph *g;
+    const int *param; /* the session's: graph tensor of each parameter */
+    const int64_t *poff;
+    float *hparams, *hs0, *hs1; /* the session's host slabs */
+};
+
+void pd__gpu_destroy(pd__gpu *d) {
+    if (!d) return;
+    if (d->c) (void)pd__cuda_bind(d->c);
+    for (int c = 0; d->ch && c < d->nchunks; c++) {
+        pd__gchunk *C = &d->ch[c];
+        for (int k = 0; C->slot && k < d->nslots; k++)
+            pd__dactx_destroy(C->slot[k]);
+        if (d->c) {
+            for (int k = 0; C->stash && k < C->nstash; k++)
+                pd__cuda_free(d->c, C->stash[k]);
+            pd__cuda_free(d->c, C->w);
+            pd__cuda_free(d->c, C->g);
+            pd__cuda_free(d->c, C->s0);
+            pd__cuda_free(d->c, C->s1);
+        }
+        PD_FREE(C->slot);
+        PD_FREE(C->stash);
+    }
+    PD_FREE(d->ch);
+    pd__cuda_ctx_destroy(d->c);
+    PD_FREE(d);
+}
+
+pd_status pd__gpu_check(int device) {
+    int n = pd__cuda_device_count();
+    if (n == 0) return pd__err(PD_ERR_UNSUPPORTED, "device cuda: no CUDA GPU found (no device, or no driver)");
+    if (device < 0 || device >= n)
+        return pd__err(PD_ERR_INVALID, "device cuda:%d: this machine has %d GPU%s (cuda:0..%d)", device, n,
+                       n == 1 ? "" : "s", n - 1);
+    return PD_OK;
+}
+
+static pd_status pd__gzeros(pd__cuda_ctx *c, int64_t n, float **out) {
+    PD_TRY(pd__cuda_alloc(c, sizeof(float) * (size_t)n, (void **)out));
+    return pd__cuda_memset0(c, *out, sizeof(float) * (size_t)n);
+}
+
+/* The packed floats of chunk C between the host slab h (the session's
+ * layout, offsets poff) and device memory dv; up or down (down waits). */
+static pd_status pd__gpack(pd__gpu *d, const pd__gchunk *C, float *h, float *dv, bool up) {
+    for (int j = 0; j < C->np; j++) {
+        int i = C->params[j];
+        size_t b = sizeof(float) * (size_t)d->g->tensors[d->param[i]].numel;
+        if (up)
+            PD_TRY(pd__cuda_upload(d->c, dv + C->pk[j], h + d->poff[i], b));
+        else
+            PD_TRY(pd__cuda_download(d->c, h + d->poff[i], dv + C->pk[j], b));
+    }
+    return PD_OK;
+}
+
+pd_status pd__gpu_create(pd_session *s, const pd_graph *g, const pd__slabs *sl, int device, pd_precision prec,
+                         int nchunks, const pd__gpu_chunk *ch, int nslots, pd__gpu **out) {
+    pd__gpu *d = PD_CALLOC(1, sizeof *d);
+    if (!d) return pd__err(PD_ERR_NOMEM, "out of memory");
+    d->device = device;
+    d->nchunks = nchunks;
+    d->nslots = nslots;
+    d->g = g;
+    d->param = sl->param;
+    d->poff = sl->poff;
+    d->hparams = sl->params;
+    d->hs0 = sl->state0;
+    d->hs1 = sl->state1;
+    d->ch = PD_CALLOC((size_t)nchunks, sizeof *d->ch);
+    pd_status st = d->ch ? pd__cuda_ctx_create(device, &d->c) : pd__err(PD_ERR_NOMEM, "out of memory");
+    if (st != PD_OK) goto fail;
+    pd__cuda_set_precision(d->c, prec == PD_PRECISION_BF16   ? PD_CUDA_BF16
+                                 : prec == PD_PRECISION_TF32 ? PD_CUDA_TF32
+                                                             : PD_CUDA_FP32);
+    for (int c = 0; c < nchunks && st == PD_OK; c++) {
+        pd__gchunk *C = &d->ch[c];
+        const pd__gpu_chunk *in = &ch[c];
+        C->params = in->params;
+        C->pk = in->pk;
+        C->np = in->np;
+        C->packed = in->packed;
+        C->nstash = in->nstash;
+        C->slot = PD_CALLOC((size_t)nslots, sizeof *C->slot);
+        C->stash = PD_CALLOC((size_t)in->nstash + 1, sizeof *C->stash);
+        if (!C->slot || !C->stash) {
+            st = pd__err(PD_ERR_NOMEM, "out of memory");
+            break;
+        }
+        int ns = pd__optim_state_slabs(pd__session_options(s)->optimizer);
+        st = pd__gzeros(d->c, C->packed, &C->w);
+        if (st == PD_OK) st = pd__gzeros(d->c, C->packed, &C->g);
+        if (st == PD_OK && ns > 0) st = pd__gzeros(d->c, C->packed, &C->s0);
+        if (st == PD_OK && ns > 1) st = pd__gzeros(d->c, C->packed, &C->s1);
+        for (int k = 0; k < C->nstash && st == PD_OK; k++)
+            st = pd__gzeros(d->c, C->packed, &C->stash[k]);
+        if (st == PD_OK) st = pd__gpack(d, C, d->hparams, C->w, true);
+        if (st == PD_OK && C->s0) st = pd__gpack(d, C, d->hs0, C->s0, true);
+        if (st == PD_OK && C->s1) st = pd__gpack(d, C, d->hs1, C->s1, true);
+        for (int k = 0; k < nslots && st == PD_OK; k++)
+            st = pd__dactx_create(s, d->c, in->slot[k], in->need, k ? C->slot[0] : NULL, &C->slot[k]);
+    }
+    if (st == PD_OK) st = pd__cuda_sync(d->c);
+    if (st != PD_OK) goto fail;
+    *out = d;
+    return PD_OK;
+fail:
+    pd__gpu_destroy(d);
+    return st;
+}
+
+pd_status pd__gpu_bind(pd__gpu *d) { return pd__cuda_bind(d->c); }
+
+pd__dactx *pd__gpu_slot(pd__gpu *d, int c, int slot) { return d->ch[c].slot[slot]; }
+void *pd__gpu_stream(pd__gpu *d) { return pd__cuda_stream(d->c); }
+void pd__gpu_grads(pd__gpu *d, int c, float **g, int64_t *n) {
+    *g = d->ch[c].g;
+    *n = d->ch[c].packed;
+}
+pd_status pd__gpu_copy(pd__gpu *d, void *dst, const void *src, size_t n) { return pd__cuda_copy(d->c, dst, src, n); }
+
+void pd__gpu_use(pd__gpu *d, int c, int slot, int h) {
+    pd__gchunk *C = &d->ch[c];
+    pd__dactx *x = C->slot[slot];
+    float *base = h < 0 ? C->w : C->stash[h];
+    for (int j = 0; j < C->np; j++) {
+        int t = d->param[C->params[j]];
+        pd__dactx_value(x, t)->data = base + C->pk[j];
+        pd__dactx_grad(x, t)->data = C->g + C->pk[j];
+    }
+}
+
+pd_status pd__gpu_upload(pd__gpu *d, void *dst, const void *src, size_t n) {
+    return pd__cuda_upload(d->c, dst, src, n);
+}
+
+pd_status pd__gpu_stash(pd__gpu *d, int c, int h) {
+    pd__gchunk *C = &d->ch[c];
+    if (h < 0 || h >= C->nstash) return pd__err(PD_ERR_INTERNAL, "stash %d of %d", h, C->nstash);
+    return pd__cuda_copy(d->c, C->stash[h], C->w, sizeof(float) * (size_t)C->packed);
+}
+
+pd_status pd__gpu_sqnorm(pd__gpu *d, double *sq) {
+    double sum = 0;
+    for (int c = 0; c < d->nchunks; c++) {
+        double n = 0;
+        if (d->ch[c].packed > 0) PD_TRY(pd__cuda_grad_norm(d->c, d->ch[c].g, d->ch[c].packed, &n));
+        sum += n * n;
+    }
+    *sq = sum;
+    return PD_OK;
+}
+
+pd_status pd__gpu_nonfinite(pd__gpu *d, int *param, float *value) {
+    *param = -1;
+    for (int c = 0; c < d->nchunks && *param < 0; c++) {
+        const pd__gchunk *C = &d->ch[c];
+        float *h = PD_MALLOC(sizeof(float) * ((size_t)C->packed + 1));
+        if (!h) return pd__err(PD_ERR_NOMEM, "out of memory");
+        pd_status st = pd__cuda_download(d->c, h, C->g, sizeof(float) * (size_t)C->packed);
+        for (int j = 0; j < C->np && st == PD_OK && *param < 0; j++) {
+            int64_t n = j + 1 < C->np ? C->pk[j + 1] - C->pk[j] : C->packed - C->pk[j];
+            for (int64_t e = 0; e < n && *param < 0; e++)
+                if (!isfinite(h[C->pk[j] + e])) *param = C->params[j], *value = h[C->pk[j] + e];
+        }
+        PD_FREE(h);
+        PD_TRY(st);
+    }
+    return PD_OK;
+}
+
+pd_status pd__gpu_scale(pd__gpu *d, float f) {
+    for (int c = 0; c < d->nchunks; c++)
+        if (d->ch[c].packed > 0) PD_TRY(pd__cuda_scale(d->c, d->ch[c].g, d->ch[c].packed, f));
+    return PD_OK;
+}
+
+pd_status pd__gpu_update(pd__gpu *d, const pd_train_options *o, int64_t t, double lr) {
+    for (int c = 0; c < d->nchunks; c++) {
+        pd__gchunk *C = &d->ch[c];
+        if (C->packed == 0) continue;
+        /* element-wise, so the packed range is one call: the session's update of the same floats */
+        PD_TRY(pd__cuda_optim_step(d->c, o, t, lr, C->w, C->g, C->s0, C->s1, C->packed));
+        PD_TRY(pd__cuda_memset0(d->c, C->g, sizeof(float) * (size_t)C->packed));
+    }
+    return PD_OK;
+}
+
+pd_status pd__gpu_zero_grads(pd__gpu *d) {
+    PD_TRY(pd__cuda_bind(d->c));
+    for (int c = 0; c < d->nchunks; c++)
+        PD_TRY(pd__cuda_memset0(d->c, d->ch[c].g, sizeof(float) * (size_t)d->ch[c].packed));
+    return pd__cuda_sync(d->c);
+}
+
+pd_status pd__gpu_sync(pd__gpu *d) { return pd__cuda_sync(d->c); }
+
+pd_status pd__gpu_pull(pd__gpu *d, int c, const int *bufs, int nb, void *const *host) {
+    pd__gchunk *C = &d->ch[c];
+    const pd_graph *g = d->g;
+    PD_TRY(pd__cuda_bind(d->c));
+    PD_TRY(pd__gpack(d, C, d->hparams, C->w, false));
+    if (C->s0) PD_TRY(pd__gpack(d, C, d->hs0, C->s0, false));
+    if (C->s1) PD_TRY(pd__gpack(d, C, d->hs1, C->s1, false));
+    for (int j = 0; j < nb; j++) {
+        const pd_tensor *v = pd__dactx_value(C->slot[0], bufs[j]);
+        if (v->data && host[j])
+            PD_TRY(pd__cuda_download(d->c, host[j], v->data,
+                                     (size_t)g->tensors[bufs[j]].numel * pd_dtype_size(g->tensors[bufs[j]].dtype)));
+    }
+    return PD_OK;
+}
+
+/* ---- links ---- */
+
+typedef struct pd__gbuf {
+    void *p;            /* on the receiver's device */
+    void *ready, *done; /* events: on the sender's device, on the receiver's */
+    bool taken;
+} pd__gbuf;
+
+struct pd__glink {
+    pthread_mutex_t mu;
+    int n;
+    int dev[2][2]; /* per direction: sender's device, receiver's */
+    size_t bytes[2];
+    pd__gbuf *b[2];
+};
+
+void pd__glink_destroy(pd__glink *L) {
+    if (!L) return;
+    for (int dir = 0; dir < 2; dir++)
+        for (int k = 0; L->b[dir] && k < L->n; k++) {
+            pd__cuda_free_on(L->dev[dir][1], L->b[dir][k].p);
+            pd__cuda_event_destroy(L->b[dir][k].ready);
+            pd__cuda_event_destroy(L->b[dir][k].done);
+        }
+    PD_FREE(L->b[0]);
+    PD_FREE(L->b[1]);
+    pthread_mutex_destroy(&L->mu);
+    PD_FREE(L);
+}
+
+pd_status pd__glink_create(int dev_lo, int dev_hi, size_t act_bytes, size_t grad_bytes, int n, pd__glink **out) {
+    pd__glink *L = PD_CALLOC(1, sizeof *L);
+    if (!L) return pd__err(PD_ERR_NOMEM, "out of memory");
+    pthread_mutex_init(&L->mu, NULL);
+    L->n = n;
+    L->dev[0][0] = dev_lo, L->dev[0][1] = dev_hi;
+    L->dev[1][0] = dev_hi, L->dev[1][1] = dev_lo;
+    L->bytes[0] = act_bytes;
+    L->bytes[1] = grad_bytes;
+    L->b[0] = PD_CALLOC((size_t)n, sizeof(pd__gbuf));
+    L->b[1] = PD_CALLOC((size_t)n, sizeof(pd__gbuf));
+    pd_status st = L->b[0] && L->b[1] ? PD_OK : pd__err(PD_ERR_NOMEM, "out of memory");
+    for (int dir = 0; dir < 2 && st == PD_OK; dir++)
+        for (int k = 0; k < n && st == PD_OK; k++) {
+            pd__gbuf *b = &L->b[dir][k];
+            st = pd__cuda_malloc_on(L->dev[dir][1], L->bytes[dir], &b->p);
+            if (st == PD_OK) st = pd__cuda_event_create(L->dev[dir][0], &b->ready);
+            if (st == PD_OK) st = pd__cuda_event_create(L->dev[dir][1], &b->done);
+        }
+    if (st != PD_OK) {
+        pd__glink_destroy(L);
+        return st;
+    }
+    *out = L;
+    return PD_OK;
+}
+
+void pd__glink_reset(pd__glink *L) {
+    for (int dir = 0; dir < 2; dir++)
+        for (int k = 0; k < L->n; k++)
+            L->b[dir][k].taken = false;
+}
+
+static pd_status pd__gcheck(const pd__glink *L, int dir, int e, size_t off, size_t n) {
+    if (dir < 0 || dir > 1 || e < 0 || e >= L->n || off + n > L->bytes[dir])
+        return pd__err(PD_ERR_INTERNAL, "message buffer %d (direction %d): %zu bytes at %zu of %zu", e, dir, n, off,
+                       dir >= 0 && dir <= 1 ? L->bytes[dir] : 0);
+    return PD_OK;
+}
+
+pd_status pd__glink_send_begin(pd__glink *L, int dir, pd__gpu *from, int *e) {
+    PD_TRY(pd__gcheck(L, dir, 0, 0, 0));
+    pthread_mutex_lock(&L->mu);
+    int k = 0;
+    while (k < L->n && L->b[dir][k].taken)
+        k++;
+    if (k < L->n) L->b[dir][k].taken = true;
+    pthread_mutex_unlock(&L->mu);
+    if (k == L->n) return pd__err(PD_ERR_INTERNAL, "all %d message buffers of the link are taken", L->n);
+    *e = k;
+    /* the buffer's last reader (another stream, maybe another device) is done with it */
+    return pd__cuda_event_wait(from->c, L->b[dir][k].done);
+}
+
+pd_status pd__glink_put(pd__glink *L, int dir, pd__gpu *from, int e, size_t off, const void *src, size_t n) {
+    PD_TRY(pd__gcheck(L, dir, e, off, n));
+    return pd__cuda_copy_peer(from->c, (char *)L->b[dir][e].p + off, L->dev[dir][1], src, from->device, n);
+}
+
+pd_status pd__glink_send_end(pd__glink *L, int dir, pd__gpu *from, int e) {
+    PD_TRY(pd__gcheck(L, dir, e, 0, 0));
+    return pd__cuda_event_record(from->c, L->b[dir][e].ready);
+}
+
+pd_status pd__glink_recv_begin(pd__glink *L, int dir, pd__gpu *to, int e) {
+    PD_TRY(pd__gcheck(L, dir, e, 0, 0));
+    return pd__cuda_event_wait(to->c, L->b[dir][e].ready);
+}
+
+pd_status pd__glink_take(pd__glink *L, int dir, pd__gpu *to, int e, size_t off, void *dst, size_t n) {
+    PD_TRY(pd__gcheck(L, dir, e, off, n));
+    return pd__cuda_copy(to->c, dst, (char *)L->b[dir][e].p + off, n);
+}
+
+pd_status pd__glink_recv_end(pd__glink *L, int dir, pd__gpu *to, int e) {
+    PD_TRY(pd__gcheck(L, dir, e, 0, 0));
+    pd_status st = pd__cuda_event_record(to->c, L->b[dir][e].done);
+    pthread_mutex_lock(&L->mu); /* free even on an error: the run stops, and pd__glink_reset follows */
+    L->b[dir][e].taken = false;
+    pthread_mutex_unlock(&L->mu);
+    return st;
+}
+
+#else /* no CUDA backend: pd__gpu_create fails, so no pd__gpu or pd__glink exists and the rest is never reached */
+
+static pd_status pd__gno(void) {
+    return pd__err(PD_ERR_UNSUPPORTED, "device cuda: this build has no CUDA backend (meson setup -Dcuda=enabled)");
+}
+pd_status pd__gpu_check(int device) {
+    (void)device;
+    return pd__gno();
+}
+pd_status pd__gpu_create(pd_session *s, const pd_graph *g, const pd__slabs *sl, int device, pd_precision prec,
+                         int nchunks, const pd__gpu_chunk *ch, int nslots, pd__gpu **out) {
+    (void)s, (void)g, (void)sl, (void)device, (void)prec, (void)nchunks, (void)ch, (void)nslots, (void)out;
+    return pd__gno();
+}
+void pd__gpu_destroy(pd__gpu *d) { (void)d; }
+pd_status pd__gpu_bind(pd__gpu *d) {
+    (void)d;
+    return pd__gno();
+}
+pd__dactx *pd__gpu_slot(pd__gpu *d, int c, int slot) {
+    (void)d, (void)c, (void)slot;
+    return NULL;
+}
+void *pd__gpu_stream(pd__gpu *d) {
+    (void)d;
+    return NULL;
+}
+void pd__gpu_grads(pd__gpu *d, int c, float **g, int64_t *n) { (void)d, (void)c, *g = NULL, *n = 0; }
+pd_status pd__gpu_copy(pd__gpu *d, void *dst, const void *src, size_t n) {
+    (void)d, (void)dst, (void)src, (void)n;
+    return pd__gno();
+}
+void pd__gpu_use(pd__gpu *d, int c, int slot, int h) { (void)d, (void)c, (void)slot, (void)h; }
+pd_status pd__gpu_upload(pd__gpu *d, void *dst, const void *src, size_t n) {
+    (void)d, (void)dst, (void)src, (void)n;
+    return pd__gno();
+}
+pd_status pd__gpu_stash(pd__gpu *d, int c, int h) {
+    (void)d, (void)c, (void)h;
+    return pd__gno();
+}
+pd_status pd__gpu_sqnorm(pd__gpu *d, double *sq) {
+    (void)d, (void)sq;
+    return pd__gno();
+}
+pd_status pd__gpu_nonfinite(pd__gpu *d, int *param, float *value) {
+    (void)d, (void)param, (void)value;
+    return pd__gno();
+}
+pd_status pd__gpu_scale(pd__gpu *d, float f) {
+    (void)d, (void)f;
+    return pd__gno();
+}
+pd_status pd__gpu_update(pd__gpu *d, const pd_train_options *o, int64_t t, double lr) {
+    (void)d, (void)o, (void)t, (void)lr;
+    return pd__gno();
+}
+pd_status pd__gpu_zero_grads(pd__gpu *d) {
+    (void)d;
+    return pd__gno();
+}
+pd_status pd__gpu_sync(pd__gpu *d) {
+    (void)d;
+    return pd__gno();
+}
+pd_status pd__gpu_pull(pd__gpu *d, int c, const int *bufs, int nb, void *const *host) {
+    (void)d, (void)c, (void)bufs, (void)nb, (void)host;
+    return pd__gno();
+}
+pd_status pd__glink_create(int dev_lo, int dev_hi, size_t act_bytes, size_t grad_bytes, int n, pd__glink **out) {
+    (void)dev_lo, (void)dev_hi, (void)act_bytes, (void)grad_bytes, (void)n, (void)out;
+    return pd__gno();
+}
+void pd__glink_destroy(pd__glink *L) { (void)L; }
+void pd__glink_reset(pd__glink *L) { (void)L; }
+pd_status pd__glink_send_begin(pd__glink *L, int dir, pd__gpu *from, int *e) {
+    (void)L, (void)dir, (void)from, (void)e;
+    return pd__gno();
+}
+pd_status pd__glink_put(pd__glink *L, int dir, pd__gpu *from, int e, size_t off, const void *src, size_t n) {
+    (void)L, (void)dir, (void)from, (void)e, (void)off, (void)src, (void)n;
+    return pd__gno();
+}
+pd_status pd__glink_send_end(pd__glink *L, int dir, pd__gpu *from, int e) {
+    (void)L, (void)dir, (void)from, (void)e;
+    return pd__gno();
+}
+pd_status pd__glink_recv_begin(pd__glink *L, int dir, pd__gpu *to, int e) {
+    (void)L, (void)dir, (void)to, (void)e;
+    return pd__gno();
+}
+pd_status pd__glink_take(pd__glink *L, int dir, pd__gpu *to, int e, size_t off, void *dst, size_t n) {
+    (void)L, (void)dir, (void)to, (void)e, (void)off, (void)dst, (void)n;
+    return pd__gno();
+}
+pd_status pd__glink_recv_end(pd__glink *L, int dir, pd__gpu *to, int e) {
+    (void)L, (void)dir, (void)to, (void)e;
+    return pd__gno();
+}
+
+#endif

@@ -1,0 +1,104 @@
+/* pipeline_cuda.h - private: the device side of the pipeline's GPU stages
+ * (runtime/pipeline_cuda.c; docs/CUDA.md, "The pipeline on GPUs").
+ * runtime/pipeline.c keeps the schedule, the weight-version bookkeeping and
+ * the queues; this holds what lives on a GPU, per pipeline thread (a stage
+ * worker, pd__gpu) and per link (pd__glink).
+ *
+ * A thread's pd__gpu: one CUDA context (its own non-blocking stream, cuBLAS
+ * and cuDNN handles) on the stage's device; per chunk (virtual stage) its
+ * parameters packed in one device slab (pd__vstage's pk layout), and a
+ * gradient slab, optimizer-state slabs and stashes of the same layout; per
+ * slot a device twin of the host activation context (pd__dactx, session.h).
+ * Everything a stage does is queued on its one stream, in order, so a stash
+ * copy, the update after it and a later backward on the stash need no
+ * further ordering.
+ *
+ * A link's pd__glink: per direction, a fixed set of message buffers on the
+ * receiver's device. The sender copies its tensors into a free buffer on its
+ * own stream (a peer copy when the devices differ) and records the buffer's
+ * `ready` event; the receiver's stream waits for it (no host wait), copies
+ * the tensors into its context and records `done`, which the next sender of
+ * that buffer waits for before writing it. The queues carry only the
+ * buffer's index.
+ *
+ * Built with the CUDA backend; without it pd__gpu_create fails ("no CUDA
+ * backend") and nothing else is reached. */
+#ifndef PD_PIPELINE_CUDA_H
+#define PD_PIPELINE_CUDA_H
+
+#include "session.h"
+
+typedef struct pd__gpu pd__gpu;
+typedef struct pd__glink pd__glink;
+
+/* What pd__gpu_create needs of a chunk. */
+typedef struct pd__gpu_chunk {
+    const int *params; /* the session parameter indices it owns (pd__slabs order) */
+    const int64_t *pk; /* their offsets in a packed version */
+    int np;
+    int64_t packed;        /* floats in a packed version */
+    pd__actx *const *slot; /* its host contexts, one per slot */
+    const bool *need;      /* per graph tensor: its contexts hold it */
+    int nstash;
+} pd__gpu_chunk;
+
+/* Whether `device` can run a stage: a one-line error when the build has no
+ * CUDA backend, the machine no GPU, or fewer GPUs. */
+pd_status pd__gpu_check(int device);
+/* A context on `device` with the given precision, the chunks' weights
+ * uploaded from the session's host slab, their gradients and optimizer
+ * state zero, and a twin of every slot's context. */
+pd_status pd__gpu_create(pd_session *s, const pd_graph *g, const pd__slabs *sl, int device, pd_precision prec,
+                         int nchunks, const pd__gpu_chunk *ch, int nslots, pd__gpu **out);
+void pd__gpu_destroy(pd__gpu *d);
+/* The calling thread works on d's device (a worker calls it before its work). */
+pd_status pd__gpu_bind(pd__gpu *d);
+pd__dactx *pd__gpu_slot(pd__gpu *d, int c, int slot);
+/* Its stream (a cudaStream_t: the NCCL transport's compute stream). */
+void *pd__gpu_stream(pd__gpu *d);
+/* Chunk c's packed gradients (device) and their count. */
+void pd__gpu_grads(pd__gpu *d, int c, float **g, int64_t *n);
+/* n bytes between two device addresses of d's GPU, queued on its stream. */
+pd_status pd__gpu_copy(pd__gpu *d, void *dst, const void *src, size_t n);
+/* Points slot's parameter views on chunk c at the live weights (h < 0) or
+ * stash h, their gradients at the chunk's gradient slab. */
+void pd__gpu_use(pd__gpu *d, int c, int slot, int h);
+/* n bytes of host memory to device address dst (queued; src reusable on return). */
+pd_status pd__gpu_upload(pd__gpu *d, void *dst, const void *src, size_t n);
+/* The live weights of chunk c into its stash h. */
+pd_status pd__gpu_stash(pd__gpu *d, int c, int h);
+/* The sum of squares of every chunk's gradients (waits). */
+pd_status pd__gpu_sqnorm(pd__gpu *d, double *sq);
+/* When a gradient is not finite: the first such parameter (session index)
+ * and value; *param -1 when all are finite (waits). */
+pd_status pd__gpu_nonfinite(pd__gpu *d, int *param, float *value);
+pd_status pd__gpu_scale(pd__gpu *d, float f);
+/* pd__optim_step on every chunk (update t, rate lr), then its gradients zeroed. */
+pd_status pd__gpu_update(pd__gpu *d, const pd_train_options *o, int64_t t, double lr);
+pd_status pd__gpu_zero_grads(pd__gpu *d);
+/* Waits for the stream; reports an asynchronous error of its kernels. */
+pd_status pd__gpu_sync(pd__gpu *d);
+/* The live weights and optimizer state into the session's host slabs, and
+ * chunk c's initializers bufs[0..nb) (BatchNorm statistics, the twin of
+ * slot 0's) into host memory host[0..nb) (waits). */
+pd_status pd__gpu_pull(pd__gpu *d, int c, const int *bufs, int nb, void *const *host);
+
+/* Link l's buffers: n per direction; dev_lo: stage l's device, dev_hi:
+ * stage l+1's; act_bytes forward, grad_bytes backward. */
+pd_status pd__glink_create(int dev_lo, int dev_hi, size_t act_bytes, size_t grad_bytes, int n, pd__glink **out);
+void pd__glink_destroy(pd__glink *L);
+/* Between runs, every stream idle: every buffer free (a failed run leaves some taken). */
+void pd__glink_reset(pd__glink *L);
+/* Sending in direction dir (0: forward, from stage l): takes a free buffer
+ * (*e), then each put copies n bytes of from's device memory at offset off,
+ * and send_end marks it ready. */
+pd_status pd__glink_send_begin(pd__glink *L, int dir, pd__gpu *from, int *e);
+pd_status pd__glink_put(pd__glink *L, int dir, pd__gpu *from, int e, size_t off, const void *src, size_t n);
+pd_status pd__glink_send_end(pd__glink *L, int dir, pd__gpu *from, int e);
+/* Receiving buffer e: the receiver's stream waits for it, each take copies
+ * out of it, recv_end frees it once those copies have run. */
+pd_status pd__glink_recv_begin(pd__glink *L, int dir, pd__gpu *to, int e);
+pd_status pd__glink_take(pd__glink *L, int dir, pd__gpu *to, int e, size_t off, void *dst, size_t n);
+pd_status pd__glink_recv_end(pd__glink *L, int dir, pd__gpu *to, int e);
+
+#endif
