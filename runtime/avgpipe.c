@@ -12,7 +12,6 @@
 #include "session.h"
 
 #include <pthread.h>
-#include <sched.h>
 #include <string.h>
 #include <time.h>
 
@@ -129,13 +128,6 @@ pd_status pd__avg_create(pd_graph *const *g, int K, const pd_plan *plan, const p
         }
         a->n = sl.total;
         a->x[i] = sl.params;
-    }
-    if (st == PD_OK) { /* each pipeline's threads on CPUs of their own, when there are enough for all */
-        cpu_set_t set;
-        int ncpu = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 0, need = 0;
-        for (int i = 0; i < K; i++) need += pd__pipe_threads(a->pipe[i]);
-        for (int i = 0, from = 0; i < K; from += pd__pipe_threads(a->pipe[i]), i++)
-            pd__pipe_set_pinning(a->pipe[i], need <= ncpu ? from : -1);
     }
     if (st == PD_OK) {
         a->centre = PD_MALLOC(sizeof(float) * ((size_t)a->n + 1));

@@ -52,7 +52,6 @@
 
 #include <math.h>
 #include <pthread.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -149,7 +148,6 @@ typedef struct pd__wk { /* a thread: replica r of worker w */
     int *arfirst;          /* across processes, a replica: per parameter of its stage, the backward node after
                             * which its gradient is final (pd__backward_overlapped) */
     bool ar_started;       /* this minibatch's gradient all-reduces are running (ALLREDUCE waits) */
-    int cpu;               /* the CPU its thread is bound to this run; -1: none (pd__pin) */
     pd__gpu *dev;          /* a GPU stage: its device side (pipeline_cuda.h); NULL on the CPU */
 } pd__wk;
 
@@ -200,7 +198,6 @@ struct pd__pipe {
     int *rank_of, *wbase; /* per thread; per worker: its first thread */
     int *first_rank;      /* per worker: the plan's rank of its replica 0 */
     int fail_stage, fail_op, fail_mb; /* test hook: this instruction fails */
-    int pin_from;         /* threads bound to CPUs from this one of the process's on (pd__pin); -1: unbound */
     double last_ms;
     /* snapshots (docs/CHECKPOINT.md): part[w] holds worker w's records,
      * its buffers first (part_pre bytes), then its state */
@@ -268,7 +265,6 @@ pd_status pd__pipe_set_vertical_sync(pd__pipe *p, bool on) {
 }
 
 int pd__pipe_stages(const pd__pipe *p) { return p ? p->P : 0; }
-int pd__pipe_threads(const pd__pipe *p) { return p ? p->nwk : 0; }
 int pd__pipe_labels_input(const pd__pipe *p) { return p ? p->labels_input : -1; }
 void pd__pipe_inject_failure(pd__pipe *p, int stage, int op, int mb) {
     p->fail_stage = stage;
@@ -278,12 +274,10 @@ void pd__pipe_inject_failure(pd__pipe *p, int stage, int op, int mb) {
 
 void pd__pipe_stats_get(const pd__pipe *p, int s, pd__pipe_stats *out) {
     memset(out, 0, sizeof *out);
-    out->cpu = -1;
     if (!p || s < 0 || s >= p->P) return;
     for (int i = 0; i < p->nwk; i++) {
         const pd__wk *W = &p->wk[i];
         if (W->w != s) continue;
-        if (W->r == 0) out->cpu = W->cpu;
         if (W->busy_ms > out->busy_ms) out->busy_ms = W->busy_ms;
         if (W->peak_act > out->peak_act_mbs) out->peak_act_mbs = W->peak_act;
         for (int c = 0; c < p->V; c++)
@@ -737,7 +731,6 @@ pd_status pd__pipe_create(pd_graph *g, const pd_plan *plan, const pd_train_optio
     p->local.p = p;
     for (int i = 0; i < 4; i++) p->gn[i].t = -1;
     p->fail_stage = -1;
-    p->pin_from = 0;
     bool *need = NULL; /* per virtual stage and tensor: its contexts hold it */
     uint8_t *role = NULL; /* per tensor, for one chunk's contexts (PD__G_SET, PD__G_KEEP) */
     int *ts = PD_MALLOC(sizeof(int) * (5 * (size_t)g->ntensors + 1));
@@ -890,7 +883,6 @@ pd_status pd__pipe_create(pd_graph *g, const pd_plan *plan, const pd_train_optio
             W->r = r;
             W->nrep = p->rep[w];
             W->x.threads = 1;
-            W->cpu = -1;
             W->x.g = g;
             W->x.training = true;
             W->ch = PD_CALLOC((size_t)p->V, sizeof *W->ch);
@@ -1855,37 +1847,9 @@ static bool pd__runs(const pd__wk *W, const pd__instr *in) {
     return in->mb / W->p->M >= W->p->resume_b && pd__mine(W, in);
 }
 
-void pd__pipe_set_pinning(pd__pipe *p, int first) { p->pin_from = first; }
-
-/* Binds this process's stage threads, one CPU each, to the CPUs it may run
- * on (its affinity mask), from the pin_from-th on, when there are enough for
- * all of them: a stage thread woken by another (a message, a barrier) is
- * otherwise often queued on its waker's CPU, Linux's wake-affine choice,
- * and waits there while the other CPU idles; two replicas meeting at every
- * update then ran one after the other (docs/PERF.md). Not under MPI (mpirun
- * binds the processes), nor with PDONNX_PIN=0. */
-static void pd__pin(pd__pipe *p) {
-    for (int i = 0; i < p->nwk; i++) p->wk[i].cpu = -1;
-    const char *env = getenv("PDONNX_PIN");
-    if (p->remote || p->pin_from < 0 || (env && strcmp(env, "0") == 0)) return;
-    cpu_set_t set;
-    if (sched_getaffinity(0, sizeof set, &set) != 0) return;
-    int cpus[CPU_SETSIZE], n = 0;
-    for (int c = 0; c < CPU_SETSIZE; c++)
-        if (CPU_ISSET(c, &set)) cpus[n++] = c;
-    if (p->pin_from + p->nwk > n) return; /* more threads than CPUs: the scheduler shares them out */
-    for (int i = 0; i < p->nwk; i++) p->wk[i].cpu = cpus[p->pin_from + i];
-}
-
 static void *pd__stage_main(void *arg) {
     pd__wk *W = arg;
     pd__pipe *p = W->p;
-    if (W->cpu >= 0) { /* best effort: unbound if refused */
-        cpu_set_t one;
-        CPU_ZERO(&one);
-        CPU_SET(W->cpu, &one);
-        (void)pthread_setaffinity_np(pthread_self(), sizeof one, &one);
-    }
     /* stage 0 decides for every thread of this process; under MPI each
      * process decides for itself (want must then depend on b alone) */
     bool snap = p->hooks_on && W->r == 0, decide = snap && (W->w == 0 || p->remote);
@@ -2185,7 +2149,6 @@ pd_status pd__pipe_run(pd__pipe *p, int64_t minibatches, const pd_tensor *inputs
     p->err = PD_OK;
     pthread_t *th = PD_CALLOC((size_t)p->nwk, sizeof *th);
     int started = 0;
-    pd__pin(p);
     st = th ? PD_OK : pd__err(PD_ERR_NOMEM, "out of memory");
     p->t0 = pd__ns();
     for (int i = 0; st == PD_OK && i < p->nwk; i++) {

@@ -54,19 +54,11 @@ pd_status pd__pipe_create(pd_graph *g, const pd_plan *plan, const pd_train_optio
                           int microbatches, pd__pipe **out);
 void pd__pipe_destroy(pd__pipe *p);
 int pd__pipe_stages(const pd__pipe *p);
-int pd__pipe_threads(const pd__pipe *p); /* stage threads: every stage's replicas */
 /* PD_LOSS_GRAPH: the graph input (tensor index) the labels feed; -1 otherwise. */
 int pd__pipe_labels_input(const pd__pipe *p);
 /* PipeDream's vertical sync (pipedream schedule only): every stage runs
  * microbatch k on the weight version stage 0's forward of k used. */
 pd_status pd__pipe_set_vertical_sync(pd__pipe *p, bool on);
-
-/* Runs bind each stage thread of this process to a CPU of its own, from
- * the first-th CPU of the process's affinity mask on (default 0; -1: never),
- * when the mask holds enough CPUs for all of them and the pipeline is not
- * under MPI; PDONNX_PIN=0 in the environment turns it off. Several pipelines
- * running at once in one process (AvgPipe) give each its own range. */
-void pd__pipe_set_pinning(pd__pipe *p, int first);
 
 /* Most weight versions stage s held at once during the last run (stashes
  * plus the live weights). */
@@ -85,7 +77,6 @@ typedef struct pd__pipe_stats {
     int peak_act_mbs;
     int peak_versions;
     double act_bytes_per_mb;
-    int cpu; /* the CPU its (replica 0's) thread was bound to (pd__pipe_set_pinning); -1: none */
 } pd__pipe_stats;
 void pd__pipe_stats_get(const pd__pipe *p, int s, pd__pipe_stats *out);
 /* Wall time of the last pd__pipe_run (0 before any). */

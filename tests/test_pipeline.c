@@ -47,7 +47,6 @@
 
 #include <cjson/cJSON.h>
 #include <math.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -560,43 +559,6 @@ static void run_stats(const char *fx, const pd_tensor *xs, const pd_tensor *ys, 
     pd_graph_destroy(g);
 }
 
-/* Stage threads are bound one CPU each, in order, from the process's
- * affinity mask when it has a CPU for every thread; not when it is short
- * of them, not when turned off (-1), and from the CPU asked for. */
-static void run_pinning(const char *fx, const pd_tensor *xs, const pd_tensor *ys, const ref *r) {
-    cpu_set_t set;
-    int cpus[CPU_SETSIZE], n = 0;
-    if (sched_getaffinity(0, sizeof set, &set) == 0)
-        for (int c = 0; c < CPU_SETSIZE; c++)
-            if (CPU_ISSET(c, &set)) cpus[n++] = c;
-    const char *env = getenv("PDONNX_PIN");
-    bool off = env && strcmp(env, "0") == 0;
-    for (int P = 2; P <= 3; P++)
-        for (int from = -1; from <= 1; from++) {
-            pd_graph *g = NULL;
-            pd_plan *plan = NULL;
-            pd__pipe *p = NULL;
-            pd_status st = load(fx, BATCH / 2, &g);
-            if (st == PD_OK) st = make_plan(g, P, 2, &plan);
-            if (st == PD_OK) st = pd__pipe_create(g, plan, &r->o, PD_SCHED_FLUSH, 2, &p);
-            if (st == PD_OK) pd__pipe_set_pinning(p, from);
-            if (st == PD_OK) st = pd__pipe_run(p, 2, xs, ys, NULL);
-            bool bound = !off && from >= 0 && from + P <= n, ok = st == PD_OK;
-            char got[128] = "";
-            for (int s = 0; ok && s < P; s++) {
-                pd__pipe_stats ps;
-                pd__pipe_stats_get(p, s, &ps);
-                ok = ps.cpu == (bound ? cpus[from + s] : -1);
-                snprintf(got + strlen(got), sizeof got - strlen(got), " %d", ps.cpu);
-            }
-            CHECK(ok, "%d stages, pinning from CPU #%d of the %d this process may use%s: stage threads on CPUs%s%s%s", P,
-                  from, n, off ? " (PDONNX_PIN=0)" : "", got, st ? ": " : "", st ? pd_last_error() : "");
-            pd__pipe_destroy(p);
-            pd_plan_destroy(plan);
-            pd_graph_destroy(g);
-        }
-}
-
 /* zb-h1's split on one context: the input-gradient part leaves every
  * parameter gradient zero, the weight part then gives exactly the full
  * backward's parameter gradients. */
@@ -1100,7 +1062,6 @@ static void run_model(const char *fixtures, const char *model, bool full, pd_los
         run_pipe_ex(fx, &xs, &ys, &refs[4], 3, 4, PD_SCHED_FLUSH, 1, r2[3]);
         run_refusals(fx, &refs[0]);
         run_split(fx, &xs, &ys, &refs[0]);
-        run_pinning(fx, &xs, &ys, &refs[0]);
         run_failures_ex(fx, &xs, &ys, &refs[0]);
         run_failures_pd(fx, &xs, &ys, &refs[0]);
         run_nan(fx, &xs, &ys, &refs[0]);
