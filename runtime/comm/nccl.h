@@ -1,8 +1,10 @@
 /* nccl.h - private: the NCCL transport (runtime/comm/nccl.c) for device
  * tensors between the pipeline's processes, one GPU each
- * (docs/DISTRIBUTED.md, "NCCL"). Compiled into libpipedream with -Dnccl
- * (CUDA backend + NCCL + MPI; PD_HAVE_NCCL); the pipeline's GPU stages use
- * it between processes, on plain device pointers and the stage's stream.
+ * (docs/DISTRIBUTED.md, "NCCL"). Built into the CUDA module (libpdcuda.so)
+ * with -Dnccl (CUDA backend + NCCL + MPI; PD_HAVE_NCCL); the pipeline's GPU
+ * stages use it between processes, on plain device pointers and the stage's
+ * stream, through the module's table (cuda.h: pd__cuda_nccl_*, which
+ * forward here).
  *
  * Communicators are bootstrapped over MPI: within the processes of `color`
  * (as pd__mpi_transport_create numbers them), rank 0 calls ncclGetUniqueId
