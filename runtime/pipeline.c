@@ -1018,6 +1018,25 @@ static void pd__release(pd__chunk *C, int32_t v, int k) {
 
 static void pd__slot_done(pd__pipe *p, pd__chunk *C, int slot);
 
+/* Microbatch mb's Dropout seed, the same on the CPU and the GPU. */
+static uint64_t pd__mb_seed(const pd__pipe *p, int mb) {
+    return p->o.seed ^ ((uint64_t)(p->steps * p->M + mb) * 0x9e3779b97f4a7c15ull);
+}
+
+/* The last stage's loss of microbatch mb into its minibatch's result
+ * (replicas of the last stage share the results). */
+static pd_status pd__mb_result(pd__pipe *p, int mb, const pd_step_result *r) {
+    if (!isfinite(r->loss)) return pd__err(PD_ERR_NUMERIC, "the loss is %g", r->loss);
+    if (!p->res) return PD_OK;
+    pthread_mutex_lock(&p->mu);
+    pd_step_result *R = &p->res[mb / p->M];
+    R->loss += r->loss / p->M;
+    R->correct += r->correct;
+    R->count += r->count;
+    pthread_mutex_unlock(&p->mu);
+    return PD_OK;
+}
+
 static pd_status pd__do_forward(pd__wk *W, pd__chunk *C, int mb, int32_t version) {
     if (W->dev) return pd__dev_forward(W, C, mb, version);
     pd__pipe *p = W->p;
@@ -1036,23 +1055,14 @@ static pd_status pd__do_forward(pd__wk *W, pd__chunk *C, int mb, int32_t version
         pd_tensor v = pd__rows(t == p->labels_input ? p->labels : &p->inputs[i], p->rows, mb);
         memcpy(pd__actx_value(c, t)->data, v.data, pd__tbytes(g, t));
     }
-    W->x.seed = p->o.seed ^ ((uint64_t)(p->steps * p->M + mb) * 0x9e3779b97f4a7c15ull);
+    W->x.seed = pd__mb_seed(p, mb);
     PD_TRY(pd__actx_forward(p->s, &W->x, c, S->nodes, S->nnodes));
     if (C->k != p->NV - 1) return PD_OK;
     pd_step_result r;
     memset(&r, 0, sizeof r);
     pd_tensor lab = pd__rows(p->labels, p->rows, mb);
     PD_TRY(pd__actx_loss(p->s, c, &lab, 1.0 / p->M, &r));
-    if (!isfinite(r.loss)) return pd__err(PD_ERR_NUMERIC, "the loss is %g", r.loss);
-    if (p->res) {
-        pthread_mutex_lock(&p->mu); /* replicas of the last stage share the results */
-        pd_step_result *R = &p->res[mb / p->M];
-        R->loss += r.loss / p->M;
-        R->correct += r.correct;
-        R->count += r.count;
-        pthread_mutex_unlock(&p->mu);
-    }
-    return PD_OK;
+    return pd__mb_result(p, mb, &r);
 }
 
 /* This thread's gradient slab: replica 0's is the session's, another's its own. */
@@ -2351,23 +2361,14 @@ static pd_status pd__dev_forward(pd__wk *W, pd__chunk *C, int mb, int32_t versio
         pd_tensor v = pd__rows(t == p->labels_input ? p->labels : &p->inputs[i], p->rows, mb);
         PD_TRY(pd__gpu_upload(W->dev, dst, v.data, pd__tbytes(g, t)));
     }
-    W->x.seed = p->o.seed ^ ((uint64_t)(p->steps * p->M + mb) * 0x9e3779b97f4a7c15ull); /* as pd__do_forward */
+    W->x.seed = pd__mb_seed(p, mb);
     PD_TRY(pd__dactx_forward(p->s, &W->x, d, S->nodes, S->nnodes));
     if (C->k != p->NV - 1) return PD_OK;
     pd_step_result r;
     memset(&r, 0, sizeof r);
     pd_tensor lab = pd__rows(p->labels, p->rows, mb);
     PD_TRY(pd__dactx_loss(p->s, d, &lab, 1.0 / p->M, &r));
-    if (!isfinite(r.loss)) return pd__err(PD_ERR_NUMERIC, "the loss is %g", r.loss);
-    if (p->res) {
-        pthread_mutex_lock(&p->mu);
-        pd_step_result *R = &p->res[mb / p->M];
-        R->loss += r.loss / p->M;
-        R->correct += r.correct;
-        R->count += r.count;
-        pthread_mutex_unlock(&p->mu);
-    }
-    return PD_OK;
+    return pd__mb_result(p, mb, &r);
 }
 
 /* pd__do_backward on the device (part: 0 B, 1 split B, 2 W). */
