@@ -6,10 +6,11 @@
 # measured.
 #
 #   bench/run_pipeline.sh [BUILD_DIR] [MODEL] [BATCH] [STEPS]
-# Default model: the GPT fixture on its training rows (tests/fixtures/gpt/train/sgd).
+# Default: the GPT fixture on its training rows (tests/fixtures/gpt/train/sgd),
+# global batch 64 (issue 5's figures, docs/PERF.md), 200 steps.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-build=${1:-build} model=${2:-gpt} batch=${3:-32} steps=${4:-60}
+build=${1:-build} model=${2:-gpt} batch=${3:-64} steps=${4:-200}
 fx=tests/fixtures/$model
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
