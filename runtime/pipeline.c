@@ -237,7 +237,8 @@ static pd_status pd__dev_prepare(pd__pipe *p, const pd_plan *plan, const pd_trai
 static pd_status pd__dev_setup(pd__pipe *p);
 static void pd__dev_teardown(pd__pipe *p);
 static pd_status pd__dev_allreduce(pd__wk *W, int mb);
-static pd_status pd__dev_forward(pd__wk *W, pd__chunk *C, int mb, int32_t version);
+static pd_status pd__dev_use(pd__wk *W, pd__chunk *C, int slot, int32_t v);
+static pd_status pd__dev_forward(pd__wk *W, pd__chunk *C, int mb, pd_step_result *r);
 static pd_status pd__dev_backward(pd__wk *W, pd__chunk *C, int mb, int32_t version, int part);
 static pd_status pd__dev_send(pd__wk *W, pd__chunk *C, int l, bool grad, int mb, bool *stop);
 static pd_status pd__dev_recv(pd__wk *W, pd__chunk *C, int l, bool grad, int mb, bool *stop);
@@ -1037,32 +1038,43 @@ static pd_status pd__mb_result(pd__pipe *p, int mb, const pd_step_result *r) {
     return PD_OK;
 }
 
+/* Rows of microbatch mb of graph input i (the labels, for the input they feed). */
+static pd_tensor pd__input_rows(const pd__pipe *p, int i, int mb) {
+    return pd__rows(p->g->inputs[i] == p->labels_input ? p->labels : &p->inputs[i], p->rows, mb);
+}
+
+/* F: the graph inputs the stage's nodes read copied in, its forward, and on
+ * the last stage the loss (on a GPU stage: pd__dev_forward). */
 static pd_status pd__do_forward(pd__wk *W, pd__chunk *C, int mb, int32_t version) {
-    if (W->dev) return pd__dev_forward(W, C, mb, version);
     pd__pipe *p = W->p;
     const pd_graph *g = p->g;
     const pd__vstage *S = &p->vs[C->k];
-    pd__actx *c = C->slot[mb % p->nslots];
-    if (C->slot_ver[mb % p->nslots] >= 0)
-        return pd__err(PD_ERR_INTERNAL, "microbatch %d's slot is still in flight", mb);
-    PD_TRY(pd__bind(p, C, c, version));
-    C->slot_ver[mb % p->nslots] = version;
-    C->sent[mb % p->nslots] = false;
+    int slot = mb % p->nslots;
+    pd__actx *c = C->slot[slot];
+    if (C->slot_ver[slot] >= 0) return pd__err(PD_ERR_INTERNAL, "microbatch %d's slot is still in flight", mb);
+    if (W->dev) PD_TRY(pd__gpu_bind(W->dev));
+    PD_TRY(pd__bind(p, C, c, version)); /* on a GPU stage, the host views, which nodes on the CPU compute in */
+    if (W->dev) PD_TRY(pd__dev_use(W, C, slot, version));
+    C->slot_ver[slot] = version;
+    C->sent[slot] = false;
     if (++W->inflight > W->peak_act) W->peak_act = W->inflight;
-    for (int i = 0; i < g->ninputs; i++) { /* the graph inputs its nodes read */
-        int t = g->inputs[i];
-        if (!pd__actx_value(c, t)->data) continue;
-        pd_tensor v = pd__rows(t == p->labels_input ? p->labels : &p->inputs[i], p->rows, mb);
-        memcpy(pd__actx_value(c, t)->data, v.data, pd__tbytes(g, t));
-    }
     W->x.seed = pd__mb_seed(p, mb);
-    PD_TRY(pd__actx_forward(p->s, &W->x, c, S->nodes, S->nnodes));
-    if (C->k != p->NV - 1) return PD_OK;
     pd_step_result r;
     memset(&r, 0, sizeof r);
-    pd_tensor lab = pd__rows(p->labels, p->rows, mb);
-    PD_TRY(pd__actx_loss(p->s, c, &lab, 1.0 / p->M, &r));
-    return pd__mb_result(p, mb, &r);
+    if (W->dev) {
+        PD_TRY(pd__dev_forward(W, C, mb, &r));
+    } else {
+        for (int i = 0; i < g->ninputs; i++) { /* the graph inputs its nodes read */
+            int t = g->inputs[i];
+            if (!pd__actx_value(c, t)->data) continue;
+            memcpy(pd__actx_value(c, t)->data, pd__input_rows(p, i, mb).data, pd__tbytes(g, t));
+        }
+        PD_TRY(pd__actx_forward(p->s, &W->x, c, S->nodes, S->nnodes));
+        if (C->k != p->NV - 1) return PD_OK;
+        pd_tensor lab = pd__rows(p->labels, p->rows, mb);
+        PD_TRY(pd__actx_loss(p->s, c, &lab, 1.0 / p->M, &r));
+    }
+    return C->k == p->NV - 1 ? pd__mb_result(p, mb, &r) : PD_OK;
 }
 
 /* This thread's gradient slab: replica 0's is the session's, another's its own. */
@@ -2339,36 +2351,23 @@ static pd_status pd__dev_use(pd__wk *W, pd__chunk *C, int slot, int32_t v) {
     return PD_OK;
 }
 
-/* pd__do_forward on the device: the graph inputs uploaded, the loss on the
- * last stage (cross-entropy on the device, only its sums come back). */
-static pd_status pd__dev_forward(pd__wk *W, pd__chunk *C, int mb, int32_t version) {
+/* pd__do_forward's device part, once the slot is taken: the graph inputs
+ * uploaded, the forward, and on the last stage the loss into *r
+ * (cross-entropy on the device, only its sums come back). */
+static pd_status pd__dev_forward(pd__wk *W, pd__chunk *C, int mb, pd_step_result *r) {
     pd__pipe *p = W->p;
     const pd_graph *g = p->g;
     const pd__vstage *S = &p->vs[C->k];
-    int slot = mb % p->nslots;
-    if (C->slot_ver[slot] >= 0) return pd__err(PD_ERR_INTERNAL, "microbatch %d's slot is still in flight", mb);
-    PD_TRY(pd__gpu_bind(W->dev));
-    PD_TRY(pd__bind(p, C, C->slot[slot], version)); /* the host views, which nodes on the CPU compute in */
-    PD_TRY(pd__dev_use(W, C, slot, version));
-    C->slot_ver[slot] = version;
-    C->sent[slot] = false;
-    if (++W->inflight > W->peak_act) W->peak_act = W->inflight;
-    pd__dactx *d = pd__gpu_slot(W->dev, (int)(C - W->ch), slot);
+    pd__dactx *d = pd__gpu_slot(W->dev, (int)(C - W->ch), mb % p->nslots);
     for (int i = 0; i < g->ninputs; i++) { /* the graph inputs its nodes read */
         int t = g->inputs[i];
         void *dst = pd__dactx_value(d, t)->data;
-        if (!dst) continue;
-        pd_tensor v = pd__rows(t == p->labels_input ? p->labels : &p->inputs[i], p->rows, mb);
-        PD_TRY(pd__gpu_upload(W->dev, dst, v.data, pd__tbytes(g, t)));
+        if (dst) PD_TRY(pd__gpu_upload(W->dev, dst, pd__input_rows(p, i, mb).data, pd__tbytes(g, t)));
     }
-    W->x.seed = pd__mb_seed(p, mb);
     PD_TRY(pd__dactx_forward(p->s, &W->x, d, S->nodes, S->nnodes));
     if (C->k != p->NV - 1) return PD_OK;
-    pd_step_result r;
-    memset(&r, 0, sizeof r);
     pd_tensor lab = pd__rows(p->labels, p->rows, mb);
-    PD_TRY(pd__dactx_loss(p->s, d, &lab, 1.0 / p->M, &r));
-    return pd__mb_result(p, mb, &r);
+    return pd__dactx_loss(p->s, d, &lab, 1.0 / p->M, r);
 }
 
 /* pd__do_backward on the device (part: 0 B, 1 split B, 2 W). */
