@@ -6,7 +6,9 @@
 # pipedream) too; a process
 # killed mid-run ends the job within seconds, non-zero; a process that fails
 # names its rank, stage and step; a data problem every process finds is
-# reported once. Skipped (77) without mpirun or a build without MPI.
+# reported once; tied weights (a table read on the first and last stage)
+# under gpipe, flush, zb-h1 and interleaved the same as one process too, and
+# refused under pipedream. Skipped (77) without mpirun or a build without MPI.
 set -u
 pdonnx=$1
 root=$2
@@ -101,6 +103,61 @@ check "avgpipe, 2 pipelines x 2 stages, elastic averaging every 4 steps" 4 "$tmp
   --parallel-pipelines 2 --elastic-alpha 0.25 --average-every 4
 check "flush, 2 pipelines x 2 stages, no averaging (their mean)" 4 "$tmp/p2.json" flush 4 \
   --parallel-pipelines 2 --elastic-alpha 0
+
+# tied weights (tests/fixtures/tied: the embedding table is also the output layer), the table read on the
+# first and the last stage: each process holding a reader keeps a copy, the gradients are summed across
+# them in stage order at STEP; the same losses and model as one process. Plans by hand: /Transpose (the
+# table's second reader) on the last stage
+tied=$root/tests/fixtures/tied
+python3 - "$tied/model.onnx" "$pdonnx" "$tmp" <<'EOF2'
+import json, subprocess, sys
+model, pdonnx, tmp = sys.argv[1:4]
+cuts = {2: [["/wte/Gather", "/fc/Transpose", "/fc/MatMul", "/fc/Add"], ["/Transpose", "/Tanh", "/Add",
+            "/ln/LayerNormalization", "/MatMul"]],
+        3: [["/wte/Gather", "/fc/Transpose"], ["/fc/MatMul", "/fc/Add", "/Tanh"], ["/Transpose", "/Add",
+            "/ln/LayerNormalization", "/MatMul"]],
+        4: [["/wte/Gather"], ["/fc/Transpose", "/fc/MatMul"], ["/fc/Add", "/Tanh", "/Add"], ["/Transpose",
+            "/ln/LayerNormalization", "/MatMul"]]}
+for n, stages in cuts.items():
+    out = f"{tmp}/t{n}.json"
+    subprocess.run([pdonnx, "plan", model, "--workers", str(n), "--straight", "--algo", "uniform", "--batch", "8",
+                    "-o", out], stdout=subprocess.DEVNULL, check=True)
+    p = json.load(open(out))
+    for s, nodes in zip(p["stages"], stages):
+        s["nodes"] = nodes
+    json.dump(p, open(out, "w"))
+    if n == 4:
+        for name, ranks in (("t4on2", [0, 0, 1, 1]), ("t4wrap", [0, 1, 1, 0])):
+            for s, r in zip(p["stages"], ranks):
+                s["ranks"] = [r]
+            json.dump(p, open(f"{tmp}/{name}.json", "w"))
+        for s, r in zip(p["stages"], range(4)):
+            s["ranks"] = [r]
+        p["chunks"] = 2  # 4 virtual stages on 2 workers: the table on worker 0's chunk 0 and worker 1's chunk 1
+        json.dump(p, open(f"{tmp}/ti.json", "w"))
+EOF2
+tied_check() { # as check, on the tied model (check reads $model); later flags win
+  local model=$tied/model.onnx args=("${@:1:5}")
+  shift 5
+  check "${args[@]}" --data "$tied/train/sgd/X.npy" --labels "$tied/train/sgd/Y.npy" --batch 8 --optimizer momentum \
+    --lr 0.05 --clip-grad-norm 1 "$@"
+}
+tied_check "tied weights, flush, 2 stages (the table on both processes)" 2 "$tmp/t2.json" flush 4
+tied_check "tied weights, flush, 3 stages (the middle process holds no copy)" 3 "$tmp/t3.json" flush 4
+tied_check "tied weights, gpipe, 3 stages" 3 "$tmp/t3.json" gpipe 2
+tied_check "tied weights, zb-h1, 3 stages, adamw with weight decay" 3 "$tmp/t3.json" zb-h1 4 --optimizer adamw \
+  --lr 0.01 --weight-decay 0.1
+tied_check "tied weights, interleaved, 2 workers x 2 chunks" 2 "$tmp/ti.json" interleaved 4
+tied_check "tied weights, 4 stages on 2 processes (two each), flush" 2 "$tmp/t4on2.json" flush 4
+tied_check "tied weights, 4 stages on 2 processes, the table's stages 0 and 3 on rank 0" 2 "$tmp/t4wrap.json" flush 4
+mpi 2 "$pdonnx" train "$tied/model.onnx" --steps 5 --plan "$tmp/t2.json" --schedule pipedream --microbatches 1 \
+  --data "$tied/train/sgd/X.npy" --labels "$tied/train/sgd/Y.npy" --batch 8 > "$tmp/log" 2>&1
+rc=$?
+if [ $rc != 0 ] && [ "$(grep -c 'tied weights' "$tmp/log")" = 1 ]; then
+  ok "tied weights under pipedream across processes: refused once ($(grep 'tied weights' "$tmp/log"))"
+else
+  bad "tied weights under pipedream: rc $rc: $(cat "$tmp/log")"
+fi
 
 # the trace: rank 0 writes every process's tracks (pid: the rank), every F and B of both stages
 mpi 2 "$pdonnx" train "$model" --steps 5 --plan "$tmp/p2.json" --schedule flush --microbatches 4 --quiet \
