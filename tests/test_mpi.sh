@@ -155,6 +155,8 @@ tied_check tied "tied weights, zb-h1, 3 stages, adamw with weight decay" 3 "$tmp
 tied_check tied "tied weights, interleaved, 2 workers x 2 chunks" 2 "$tmp/ti.json" interleaved 4
 tied_check tied "tied weights, 4 stages on 2 processes (two each), flush" 2 "$tmp/t4on2.json" flush 4
 tied_check tied "tied weights, 4 stages on 2 processes, the table's stages 0 and 3 on rank 0" 2 "$tmp/t4wrap.json" flush 4
+tied_check tied "tied weights, avgpipe, 2 pipelines x 2 stages" 4 "$tmp/t2.json" avgpipe 4 --parallel-pipelines 2 \
+  --elastic-alpha 0.25 --average-every 4
 tied_check tied3 "a table read on 3 stages, flush, 3 processes" 3 "$tmp/u3.json" flush 4
 tied_check tied3 "a table read on stages 0, 1 and 3, 4 stages on 2 processes (0 and 3 on rank 0), flush" 2 \
   "$tmp/u4wrap.json" flush 4
