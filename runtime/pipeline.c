@@ -158,8 +158,8 @@ typedef struct pd__bar {
 
 typedef struct pd__tie { /* across processes: a parameter several virtual stages read (tied weights) */
     int i, owner;        /* its session index; the virtual stage owning it */
-    int nslot;           /* the stages reading it, owner included */
-    int64_t off;         /* its slots in pd__pipe.tbuf: one per reading stage, in stage order, numel each */
+    int nslot;           /* its slots: one per stage reading it (owner included), or one for two (pd__sum_tied_remote) */
+    int64_t off;         /* its slots in pd__pipe.tbuf, in stage order, numel each */
     bool here;           /* a stage of this process reads it: this process keeps a copy up to date */
 } pd__tie;
 
@@ -1329,7 +1329,8 @@ static bool pd__tied_reader(pd__pipe *p, int k, int i, float **g) {
  * zeros too), so whatever order MPI adds the processes' buffers in, the
  * all-reduce leaves each stage's gradient in its slot; every holder then adds
  * the slots in stage order, as the owner does in one process: the same sum,
- * bit for bit, in every copy's gradient. One thread per process does it while
+ * bit for bit, in every copy's gradient. Two stages reading it (GPT-2's table)
+ * share one slot, as a + b is b + a. One thread per process does it while
  * the others wait (STEP: every backward here is done). */
 static pd_status pd__sum_tied_remote(pd__wk *W, bool *stop) {
     pd__pipe *p = W->p;
@@ -1339,12 +1340,13 @@ static pd_status pd__sum_tied_remote(pd__wk *W, bool *stop) {
         for (int t = 0; t < p->ntie; t++) {
             const pd__tie *T = &p->tie[t];
             int64_t n = p->g->tensors[p->sl.param[T->i]].numel;
+            for (int64_t e = 0; e < T->nslot * n; e++) p->tbuf[T->off + e] = -0.0f;
             for (int k = T->owner, s = 0; k < p->NV; k++) {
                 float *g, *slot = p->tbuf + T->off + s * n;
                 if (!pd__tied_reader(p, k, T->i, &g)) continue;
-                for (int64_t e = 0; e < n; e++) slot[e] = g ? g[e] : -0.0f;
+                for (int64_t e = 0; g && e < n; e++) slot[e] += g[e];
                 if (g && k != T->owner) memset(g, 0, sizeof(float) * (size_t)n);
-                s++;
+                s += T->nslot > 1;
             }
         }
         PD_TRY(p->remote->vt->allreduce(p->remote, PD__TIED, p->tbuf, p->tbuf_n, false));
@@ -2088,8 +2090,8 @@ static pd_status pd__tied_setup(pd__pipe *p, int rank, bool *tied) {
             for (int q = k; q < p->NV; q++) nslot += pd__tied_reader(p, q, i, NULL);
             if (nslot < 2) continue;
             pd__tie *T = &p->tie[p->ntie++];
-            *T = (pd__tie){i, k, nslot, p->tbuf_n, false};
-            p->tbuf_n += nslot * p->g->tensors[p->sl.param[i]].numel;
+            *T = (pd__tie){i, k, nslot == 2 ? 1 : nslot, p->tbuf_n, false};
+            p->tbuf_n += T->nslot * p->g->tensors[p->sl.param[i]].numel;
             for (int q = k; q < p->NV; q++) {
                 int th = p->wbase[q % p->P];
                 if (!pd__tied_reader(p, q, i, NULL)) continue;
