@@ -148,12 +148,20 @@ typedef struct pd__wk { /* a thread: replica r of worker w */
     int *arfirst;          /* across processes, a replica: per parameter of its stage, the backward node after
                             * which its gradient is final (pd__backward_overlapped) */
     bool ar_started;       /* this minibatch's gradient all-reduces are running (ALLREDUCE waits) */
+    int *tup, ntup;        /* across processes: tied parameters another process owns whose copy it updates */
     pd__gpu *dev;          /* a GPU stage: its device side (pipeline_cuda.h); NULL on the CPU */
 } pd__wk;
 
 typedef struct pd__bar {
     int n, gen;
 } pd__bar;
+
+typedef struct pd__tie { /* across processes: a parameter several virtual stages read (tied weights) */
+    int i, owner;        /* its session index; the virtual stage owning it */
+    int nslot;           /* its slots: one per stage reading it (owner included), or one for two (pd__sum_tied_remote) */
+    int64_t off;         /* its slots in pd__pipe.tbuf, in stage order, numel each */
+    bool here;           /* a stage of this process reads it: this process keeps a copy up to date */
+} pd__tie;
 
 typedef struct pd__qx { /* the in-process transport: the links' queues */
     pd__transport base;
@@ -197,6 +205,10 @@ struct pd__pipe {
     int stopped;          /* p->abort for the MPI transport's waits (atomic) */
     int *rank_of, *wbase; /* per thread; per worker: its first thread */
     int *first_rank;      /* per worker: the plan's rank of its replica 0 */
+    pd__tie *tie;         /* tied parameters across processes (pd__tied_setup) */
+    int ntie, tlead;      /* ...; this process's thread that sums them at STEP */
+    float *tbuf;          /* their slots, all-reduced among the holders */
+    int64_t tbuf_n;
     int fail_stage, fail_op, fail_mb; /* test hook: this instruction fails */
     double last_ms;
     /* snapshots (docs/CHECKPOINT.md): part[w] holds worker w's records,
@@ -553,7 +565,10 @@ void pd__pipe_destroy(pd__pipe *p) {
         PD_FREE(W->ared);
         PD_FREE(W->gnpart);
         PD_FREE(W->arfirst);
+        PD_FREE(W->tup);
     }
+    PD_FREE(p->tie);
+    PD_FREE(p->tbuf);
     for (int w = 0; p->part && w < p->P; w++) PD_FREE(p->part[w]);
     PD_FREE(p->part);
     PD_FREE(p->part_cap);
@@ -1264,8 +1279,8 @@ static pd_status pd__do_allreduce(pd__wk *W, int mb, bool *stop) {
     return PD_OK;
 }
 
-/* Every thread of the pipeline meets (in order of their STEPs); false when aborted. */
-static bool pd__meet_all(pd__pipe *p) { return pd__meet(p, &p->allbar, p->nwk); }
+/* Every thread of the pipeline (of this process, under MPI) meets (in order of their STEPs); false when aborted. */
+static bool pd__meet_all(pd__pipe *p) { return pd__meet(p, &p->allbar, p->remote ? p->nlocal : p->nwk); }
 
 /* The owner of a shared parameter adds the later stages' gradients of it to
  * its own, in stage order, and clears theirs (they are waiting at STEP). */
@@ -1286,6 +1301,66 @@ static void pd__sum_shared(pd__wk *W, float *G) {
                 memset(src, 0, sizeof(float) * (size_t)n);
             }
         }
+}
+
+/* Whether virtual stage k reads parameter i (owns it, or shares it); *g:
+ * its gradient of it when this process runs k, else NULL. */
+static bool pd__tied_reader(pd__pipe *p, int k, int i, float **g) {
+    pd__wk *W = &p->wk[p->wbase[k % p->P]]; /* no replicas: refused where a parameter is shared */
+    const pd__vstage *K = &p->vs[k];
+    bool here = p->rank_of[W - p->wk] == p->rank;
+    if (g) *g = NULL;
+    for (int j = 0; j < K->np; j++)
+        if (K->params[j] == i) {
+            if (g && here) *g = p->sl.grads + p->sl.poff[i];
+            return true;
+        }
+    for (int j = 0; j < K->nsp; j++)
+        if (K->sp[j] == i) {
+            if (g && here) *g = W->ch[k / p->P].sg + K->spk[j];
+            return true;
+        }
+    return false;
+}
+
+/* pd__sum_shared across processes: each process puts its stages' gradients
+ * of a tied parameter in their slots (one per reading stage, the owner's
+ * first) and -0.0 in the others', which adds exactly (x + -0.0 is x, signed
+ * zeros too), so whatever order MPI adds the processes' buffers in, the
+ * all-reduce leaves each stage's gradient in its slot; every holder then adds
+ * the slots in stage order, as the owner does in one process: the same sum,
+ * bit for bit, in every copy's gradient. Two stages reading it (GPT-2's table)
+ * share one slot, as a + b is b + a. One thread per process does it while
+ * the others wait (STEP: every backward here is done). */
+static pd_status pd__sum_tied_remote(pd__wk *W, bool *stop) {
+    pd__pipe *p = W->p;
+    bool any = false;
+    for (int t = 0; t < p->ntie; t++) any |= p->tie[t].here;
+    if (W - p->wk == p->tlead && any) {
+        for (int t = 0; t < p->ntie; t++) {
+            const pd__tie *T = &p->tie[t];
+            int64_t n = p->g->tensors[p->sl.param[T->i]].numel;
+            for (int64_t e = 0; e < T->nslot * n; e++) p->tbuf[T->off + e] = -0.0f;
+            for (int k = T->owner, s = 0; k < p->NV; k++) {
+                float *g, *slot = p->tbuf + T->off + s * n;
+                if (!pd__tied_reader(p, k, T->i, &g)) continue;
+                for (int64_t e = 0; g && e < n; e++) slot[e] += g[e];
+                if (g && k != T->owner) memset(g, 0, sizeof(float) * (size_t)n);
+                s += T->nslot > 1;
+            }
+        }
+        PD_TRY(p->remote->vt->allreduce(p->remote, PD__TIED, p->tbuf, p->tbuf_n, false));
+        for (int t = 0; t < p->ntie; t++) {
+            const pd__tie *T = &p->tie[t];
+            int64_t n = p->g->tensors[p->sl.param[T->i]].numel;
+            float *G = p->sl.grads + p->sl.poff[T->i], *slot = p->tbuf + T->off;
+            for (int64_t e = 0; T->here && e < n; e++) G[e] = slot[e];
+            for (int s = 1; T->here && s < T->nslot; s++)
+                for (int64_t e = 0; e < n; e++) G[e] += slot[s * n + e];
+        }
+    }
+    if (!pd__meet_all(p)) *stop = true;
+    return PD_OK;
 }
 
 /* The global L2 norm of the update's gradients (every stage's, each counted
@@ -1383,7 +1458,9 @@ static pd_status pd__do_step(pd__wk *W, int mb, int32_t version, int k, bool *st
             *stop = true;
             return PD_OK;
         }
-        pd__sum_shared(W, G);
+        if (p->remote) PD_TRY(pd__sum_tied_remote(W, stop));
+        else pd__sum_shared(W, G);
+        if (*stop) return PD_OK;
     }
     if (!pd__sched_async(p->kind)) { /* one update of the whole model: its gradient norm, and clipping */
         double norm = 0;
@@ -1393,10 +1470,10 @@ static pd_status pd__do_step(pd__wk *W, int mb, int32_t version, int k, bool *st
         if (p->res && W->w == p->P - 1 && W->r == 0) p->res[mb / p->M].grad_norm = norm;
         if (p->o.clip_grad_norm > 0 && norm > p->o.clip_grad_norm && updater) { /* as clip_grad_norm_ */
             float cf = (float)(p->o.clip_grad_norm / (norm + 1e-6));
-            for (int c = 0; c < p->V; c++) {
-                const pd__vstage *S = &p->vs[W->ch[c].k];
-                for (int j = 0; j < S->np; j++) {
-                    int i = S->params[j];
+            for (int c = 0; c <= p->V; c++) { /* its chunks' parameters, then its tied copies' (pd__tied_setup) */
+                const pd__vstage *S = c < p->V ? &p->vs[W->ch[c].k] : NULL;
+                for (int j = 0; j < (S ? S->np : W->ntup); j++) {
+                    int i = S ? S->params[j] : W->tup[j];
                     float *g = G + sl->poff[i];
                     for (int64_t e = 0; e < p->g->tensors[sl->param[i]].numel; e++) g[e] *= cf;
                 }
@@ -1412,10 +1489,10 @@ static pd_status pd__do_step(pd__wk *W, int mb, int32_t version, int k, bool *st
     }
     int64_t t = ++W->updates;
     double lr = pd__lr_at(&p->o, t);
-    for (int c = 0; updater && c < p->V; c++) {
-        const pd__vstage *S = &p->vs[W->ch[c].k];
-        for (int j = 0; j < S->np; j++) {
-            int i = S->params[j];
+    for (int c = 0; updater && c <= p->V; c++) { /* the same update of a tied copy as its owner's */
+        const pd__vstage *S = c < p->V ? &p->vs[W->ch[c].k] : NULL;
+        for (int j = 0; j < (S ? S->np : W->ntup); j++) {
+            int i = S ? S->params[j] : W->tup[j];
             int64_t off = sl->poff[i], n = p->g->tensors[sl->param[i]].numel;
             pd__optim_step(&p->o, t, lr, sl->params + off, G + off, sl->state0 ? sl->state0 + off : NULL,
                            sl->state1 ? sl->state1 + off : NULL, n);
@@ -1578,6 +1655,8 @@ pd_status pd__pipe_set_snap_hooks(pd__pipe *p, const pd__snap_hooks *h) {
                            w, p->rep[w]);
     if (p->remote && p->nlocal > 1)
         return pd__err(PD_ERR_UNSUPPORTED, "checkpoints with several stages per process under MPI are not supported yet");
+    if (p->remote && p->ntie > 0) /* a process would restore its stages' parts, not its copy of a tied parameter */
+        return pd__err(PD_ERR_UNSUPPORTED, "checkpoints with tied weights across MPI processes are not supported yet");
     if (!p->part) {
         p->part = PD_CALLOC((size_t)p->P, sizeof(char *));
         p->part_cap = PD_CALLOC((size_t)p->P, sizeof(size_t));
@@ -1983,6 +2062,52 @@ int pd__pipe_processes(const pd__pipe *p) {
 
 pd_status pd__pipe_set_ranks(pd__pipe *p, int rank, int nranks) { return pd__pipe_set_ranks_in(p, rank, nranks, 0); }
 
+/* Tied weights across processes: every process holds the whole model, so a
+ * process running a stage that reads a tied parameter keeps its own copy,
+ * updated at every STEP with the gradients summed across the holders
+ * (pd__sum_tied_remote) by the same optimizer on the same state: the copies
+ * stay the owner's, bit for bit. Where another process owns the parameter,
+ * the thread of the lowest stage here reading it updates the copy (W->tup):
+ * the forwards of the next minibatch here that read it come after that
+ * stage's STEP. tied: per thread, whether its stage reads one (the
+ * transport's PD__TIED group). */
+static pd_status pd__tied_setup(pd__pipe *p, int rank, bool *tied) {
+    p->ntie = 0, p->tbuf_n = 0, p->tlead = -1;
+    for (int i = 0; i < p->nwk; i++) {
+        if (p->rank_of[i] == rank && p->tlead < 0) p->tlead = i;
+        PD_FREE(p->wk[i].tup);
+        p->wk[i].ntup = 0;
+        if (p->shared && !(p->wk[i].tup = PD_MALLOC(sizeof(int) * ((size_t)p->sl.np + 1))))
+            return pd__err(PD_ERR_NOMEM, "out of memory");
+    }
+    PD_FREE(p->tie);
+    PD_FREE(p->tbuf);
+    if (!p->shared) return PD_OK;
+    if (!(p->tie = PD_MALLOC(sizeof *p->tie * ((size_t)p->sl.np + 1)))) return pd__err(PD_ERR_NOMEM, "out of memory");
+    for (int k = 0; k < p->NV; k++)
+        for (int j = 0; j < p->vs[k].np; j++) {
+            int i = p->vs[k].params[j], nslot = 0, upd = -1;
+            for (int q = k; q < p->NV; q++) nslot += pd__tied_reader(p, q, i, NULL);
+            if (nslot < 2) continue;
+            pd__tie *T = &p->tie[p->ntie++];
+            *T = (pd__tie){i, k, nslot == 2 ? 1 : nslot, p->tbuf_n, false};
+            p->tbuf_n += T->nslot * p->g->tensors[p->sl.param[i]].numel;
+            for (int q = k; q < p->NV; q++) {
+                int th = p->wbase[q % p->P];
+                if (!pd__tied_reader(p, q, i, NULL)) continue;
+                tied[th] = true;
+                if (p->rank_of[th] != rank) continue;
+                T->here = true;
+                if (upd < 0) upd = th;
+            }
+            if (upd >= 0 && upd != p->wbase[k % p->P]) p->wk[upd].tup[p->wk[upd].ntup++] = i;
+        }
+    if (!(p->tbuf = PD_MALLOC(sizeof(float) * ((size_t)p->tbuf_n + 1))))
+        return pd__err(PD_ERR_NOMEM, "out of memory for the tied parameters' gradients (%lld floats)",
+                       (long long)p->tbuf_n);
+    return PD_OK;
+}
+
 pd_status pd__pipe_set_ranks_in(pd__pipe *p, int rank, int nranks, int color) {
     p->gcolor = color; /* GPU stages: the processes of their NCCL communicators (pd__dev_setup) */
     int K = pd__planned_processes(p), need = K > 0 ? K : p->nwk;
@@ -1994,9 +2119,13 @@ pd_status pd__pipe_set_ranks_in(pd__pipe *p, int rank, int nranks, int color) {
         return pd__err(PD_ERR_INVALID, "this plan runs as %d processes (its stage_to_rank puts %d stages on them), "
                        "not %d: mpirun -np %d", need, p->P, nranks, need);
     if (p->hooks_on) return pd__err(PD_ERR_INVALID, "pd__pipe_set_ranks: set the ranks before the snapshot hooks");
-    if (p->shared) return pd__err(PD_ERR_UNSUPPORTED, "tied weights across MPI processes are not supported yet");
     int *worker_of = PD_MALLOC(sizeof(int) * (size_t)p->nwk);
-    if (!worker_of) return pd__err(PD_ERR_NOMEM, "out of memory");
+    bool *tied = PD_CALLOC((size_t)p->nwk, sizeof(bool));
+    if (!worker_of || !tied) {
+        PD_FREE(worker_of);
+        PD_FREE(tied);
+        return pd__err(PD_ERR_NOMEM, "out of memory");
+    }
     /* the plan's stage_to_rank (its stages' consecutive ranks), when it is a
      * mapping onto 0 .. nranks-1; otherwise contiguous, stage by stage */
     bool planned = K == nranks;
@@ -2008,20 +2137,21 @@ pd_status pd__pipe_set_ranks_in(pd__pipe *p, int rank, int nranks, int color) {
         worker_of[i] = W->w;
         int np = 1;
         for (int c = 0; c < p->V; c++) np = p->vs[W->ch[c].k].np > np ? p->vs[W->ch[c].k].np : np;
-        if (!W->arfirst && !(W->arfirst = PD_CALLOC((size_t)np, sizeof(int)))) {
+        if ((!W->arfirst && !(W->arfirst = PD_CALLOC((size_t)np, sizeof(int)))) ||
+            (!W->gnpart && !(W->gnpart = PD_CALLOC((size_t)p->P, sizeof(double))))) {
             PD_FREE(worker_of);
-            return pd__err(PD_ERR_NOMEM, "out of memory");
-        }
-        if (!W->gnpart && !(W->gnpart = PD_CALLOC((size_t)p->P, sizeof(double)))) {
-            PD_FREE(worker_of);
+            PD_FREE(tied);
             return pd__err(PD_ERR_NOMEM, "out of memory");
         }
     }
     int window = 8;
     while (window < 2 * (p->M + p->NV) + 2) window *= 2; /* above what a link holds in flight */
-    pd_status st =
-        pd__mpi_transport_create(p->nwk, p->rank_of, worker_of, p->P, p->NV - 1, window, color, &p->stopped, &p->remote);
+    pd_status st = pd__tied_setup(p, rank, tied);
+    if (st == PD_OK)
+        st = pd__mpi_transport_create(p->nwk, p->rank_of, worker_of, tied, p->P, p->NV - 1, window, color, &p->stopped,
+                                      &p->remote);
     PD_FREE(worker_of);
+    PD_FREE(tied);
     if (st != PD_OK) {
         for (int i = 0; i < p->nwk; i++) p->rank_of[i] = 0;
         p->nlocal = 0;

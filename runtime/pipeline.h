@@ -25,7 +25,9 @@
  * chunks. Tied weights (a parameter read by several stages: the first owns
  * and updates it, the others add their gradients into buffers of their own,
  * summed into the owner's when every stage meets at STEP) under the flushing
- * schedules, in one process, without replicas. Gradient clipping (and the step's
+ * schedules, without replicas; across MPI processes every process holding a
+ * reader keeps a copy, updated with the same sum (all-reduced in stage
+ * slots, added in stage order). Gradient clipping (and the step's
  * gradient norm) only under the flushing schedules, where an update has every
  * stage's gradients: the stages meet at STEP and add their squared norms in
  * worker order.

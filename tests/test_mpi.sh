@@ -6,7 +6,9 @@
 # pipedream) too; a process
 # killed mid-run ends the job within seconds, non-zero; a process that fails
 # names its rank, stage and step; a data problem every process finds is
-# reported once. Skipped (77) without mpirun or a build without MPI.
+# reported once; tied weights (a table read on the first and last stage)
+# under gpipe, flush, zb-h1 and interleaved the same as one process too, and
+# refused under pipedream. Skipped (77) without mpirun or a build without MPI.
 set -u
 pdonnx=$1
 root=$2
@@ -101,6 +103,73 @@ check "avgpipe, 2 pipelines x 2 stages, elastic averaging every 4 steps" 4 "$tmp
   --parallel-pipelines 2 --elastic-alpha 0.25 --average-every 4
 check "flush, 2 pipelines x 2 stages, no averaging (their mean)" 4 "$tmp/p2.json" flush 4 \
   --parallel-pipelines 2 --elastic-alpha 0
+
+# tied weights (tests/fixtures/tied: the embedding table is also the output layer; tied3: read by a
+# third node, a second Gather) with the table on the first, (a middle,) and the last stage: each process
+# holding a reader keeps a copy, the gradients are summed across them in stage order at STEP (with three
+# readers the order shows in the bits); the same losses and model as one process. Plans by hand
+tied=$root/tests/fixtures/tied
+python3 - "$pdonnx" "$root/tests/fixtures" "$tmp" <<'EOF2'
+import json, subprocess, sys
+pdonnx, fx, tmp = sys.argv[1:4]
+rest = ["/ln/LayerNormalization", "/MatMul"]
+cuts = {  # name: model, per stage its nodes, per stage its rank (chunks: 2 workers x 2 chunks)
+    "t2": ("tied", [["/wte/Gather", "/fc/Transpose", "/fc/MatMul", "/fc/Add"], ["/Transpose", "/Tanh", "/Add"] + rest]),
+    "t3": ("tied", [["/wte/Gather", "/fc/Transpose"], ["/fc/MatMul", "/fc/Add", "/Tanh"], ["/Transpose", "/Add"] + rest]),
+    "t4": ("tied", [["/wte/Gather"], ["/fc/Transpose", "/fc/MatMul"], ["/fc/Add", "/Tanh", "/Add"], ["/Transpose"] + rest]),
+    "u3": ("tied3", [["/wte/Gather", "/fc/Transpose"], ["/fc/MatMul", "/fc/Add", "/Tanh", "/wte/Gather2", "/Add2"],
+                     ["/Add", "/Transpose"] + rest]),
+    "u4": ("tied3", [["/wte/Gather"], ["/fc/Transpose", "/fc/MatMul", "/wte/Gather2"], ["/fc/Add", "/Tanh", "/Add2",
+                     "/Add"], ["/Transpose"] + rest]),
+}
+variants = {"t4on2": ("t4", [0, 0, 1, 1]), "t4wrap": ("t4", [0, 1, 1, 0]), "ti": ("t4", "chunks"),
+            "u4on2": ("u4", [0, 0, 1, 1]), "u4wrap": ("u4", [0, 1, 1, 0])}
+for name, (model, stages) in cuts.items():
+    out = f"{tmp}/{name}.json"
+    subprocess.run([pdonnx, "plan", f"{fx}/{model}/model.onnx", "--workers", str(len(stages)), "--straight",
+                    "--algo", "uniform", "--batch", "8", "-o", out], stdout=subprocess.DEVNULL, check=True)
+    p = json.load(open(out))
+    for s, nodes in zip(p["stages"], stages):
+        s["nodes"] = nodes
+    json.dump(p, open(out, "w"))
+for name, (base, ranks) in variants.items():
+    p = json.load(open(f"{tmp}/{base}.json"))
+    if ranks == "chunks":
+        p["chunks"] = 2  # 4 virtual stages on 2 workers: the table on worker 0's chunk 0 and worker 1's chunk 1
+    else:
+        for s, r in zip(p["stages"], ranks):
+            s["ranks"] = [r]
+    json.dump(p, open(f"{tmp}/{name}.json", "w"))
+EOF2
+tied_check() { # MODEL, then as check (which reads $model); later flags win
+  local model=$root/tests/fixtures/$1/model.onnx args=("${@:2:5}")
+  shift 6
+  check "${args[@]}" --data "$tied/train/sgd/X.npy" --labels "$tied/train/sgd/Y.npy" --batch 8 --optimizer momentum \
+    --lr 0.05 --clip-grad-norm 1 "$@"
+}
+tied_check tied "tied weights, flush, 2 stages (the table on both processes)" 2 "$tmp/t2.json" flush 4
+tied_check tied "tied weights, flush, 3 stages (the middle process holds no copy)" 3 "$tmp/t3.json" flush 4
+tied_check tied "tied weights, gpipe, 3 stages" 3 "$tmp/t3.json" gpipe 2
+tied_check tied "tied weights, zb-h1, 3 stages, adamw with weight decay" 3 "$tmp/t3.json" zb-h1 4 --optimizer adamw \
+  --lr 0.01 --weight-decay 0.1
+tied_check tied "tied weights, interleaved, 2 workers x 2 chunks" 2 "$tmp/ti.json" interleaved 4
+tied_check tied "tied weights, 4 stages on 2 processes (two each), flush" 2 "$tmp/t4on2.json" flush 4
+tied_check tied "tied weights, 4 stages on 2 processes, the table's stages 0 and 3 on rank 0" 2 "$tmp/t4wrap.json" flush 4
+tied_check tied "tied weights, avgpipe, 2 pipelines x 2 stages" 4 "$tmp/t2.json" avgpipe 4 --parallel-pipelines 2 \
+  --elastic-alpha 0.25 --average-every 4
+tied_check tied3 "a table read on 3 stages, flush, 3 processes" 3 "$tmp/u3.json" flush 4
+tied_check tied3 "a table read on stages 0, 1 and 3, 4 stages on 2 processes (0 and 3 on rank 0), flush" 2 \
+  "$tmp/u4wrap.json" flush 4
+tied_check tied3 "a table read on stages 0, 1 and 3, 4 stages on 2 processes (two each), zb-h1" 2 "$tmp/u4on2.json" \
+  zb-h1 4
+mpi 2 "$pdonnx" train "$tied/model.onnx" --steps 5 --plan "$tmp/t2.json" --schedule pipedream --microbatches 1 \
+  --data "$tied/train/sgd/X.npy" --labels "$tied/train/sgd/Y.npy" --batch 8 > "$tmp/log" 2>&1
+rc=$?
+if [ $rc != 0 ] && [ "$(grep -c 'tied weights' "$tmp/log")" = 1 ]; then
+  ok "tied weights under pipedream across processes: refused once ($(grep 'tied weights' "$tmp/log"))"
+else
+  bad "tied weights under pipedream: rc $rc: $(cat "$tmp/log")"
+fi
 
 # the trace: rank 0 writes every process's tracks (pid: the rank), every F and B of both stages
 mpi 2 "$pdonnx" train "$model" --steps 5 --plan "$tmp/p2.json" --schedule flush --microbatches 4 --quiet \

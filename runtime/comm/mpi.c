@@ -8,7 +8,8 @@
  * ((mb mod window) * 2 + dir) * links + link: within one pair of processes
  * and one link direction, a window larger than the microbatches in flight
  * cannot collide, and MPI's order per (source, tag) does the rest. A replicated
- * stage's processes all-reduce in a communicator of their own.
+ * stage's processes all-reduce in a communicator of their own, so do the
+ * processes holding the readers of tied parameters.
  *
  * Built only with MPI (meson finds it); without it the entry points fail
  * with a clear message.
@@ -249,6 +250,7 @@ typedef struct pd__mpix {
     pd__transport base;
     MPI_Comm comm;
     MPI_Comm *group; /* per worker: its replicas' processes (MPI_COMM_NULL where this one is not) */
+    MPI_Comm tied;   /* the processes holding a stage that reads a tied parameter (PD__TIED) */
     int nworkers, nthreads, nlinks, window;
     int *rank_of;
     pd__pending *pend;
@@ -409,7 +411,7 @@ static pd_status pd__mx_recv_in(pd__transport *t, int from, int to, int l, int d
 
 static pd_status pd__mx_allreduce_in(pd__transport *t, int g, void *data, int64_t n, bool f64) {
     pd__mpix *x = (pd__mpix *)t;
-    MPI_Comm c = g < 0 ? x->comm : x->group[g];
+    MPI_Comm c = g == PD__TIED ? x->tied : g < 0 ? x->comm : x->group[g];
     if (c == MPI_COMM_NULL) return PD_OK;
     for (int64_t off = 0; off < n;) { /* counts are ints */
         int k = n - off > (1 << 30) ? 1 << 30 : (int)(n - off);
@@ -424,7 +426,7 @@ static pd_status pd__mx_allreduce_in(pd__transport *t, int g, void *data, int64_
 
 static pd_status pd__mx_iallreduce_in(pd__transport *t, int g, void *data, int64_t n, bool f64) {
     pd__mpix *x = (pd__mpix *)t;
-    MPI_Comm c = g < 0 ? x->comm : x->group[g];
+    MPI_Comm c = g == PD__TIED ? x->tied : g < 0 ? x->comm : x->group[g];
     if (c == MPI_COMM_NULL) return PD_OK;
     for (int64_t off = 0; off < n;) {
         int k = n - off > (1 << 30) ? 1 << 30 : (int)(n - off);
@@ -566,6 +568,7 @@ static void pd__mx_destroy(pd__transport *t) {
     for (int w = 0; !x->failed && x->group && w < x->nworkers; w++)
         if (x->group[w] != MPI_COMM_NULL) MPI_Comm_free(&x->group[w]);
     PD_FREE(x->group);
+    if (!x->failed && x->tied != MPI_COMM_NULL) MPI_Comm_free(&x->tied);
     if (!x->failed && x->comm != MPI_COMM_NULL) MPI_Comm_free(&x->comm);
     PD_FREE(x->rank_of);
     pthread_mutex_destroy(&x->mu);
@@ -576,8 +579,9 @@ static const pd__transport_i pd__mpi_vt = {"mpi", pd__mx_get, pd__mx_send, pd__m
                                            pd__mx_allreduce, pd__mx_flush, pd__mx_destroy, pd__mx_fail,
                                            pd__mx_iallreduce, pd__mx_wait_all};
 
-pd_status pd__mpi_transport_create(int nthreads, const int *rank_of, const int *worker_of, int nworkers, int nlinks,
-                                   int window, int color, const int *stopped, pd__transport **out) {
+pd_status pd__mpi_transport_create(int nthreads, const int *rank_of, const int *worker_of, const bool *tied,
+                                   int nworkers, int nlinks, int window, int color, const int *stopped,
+                                   pd__transport **out) {
     if (!pd__mpi_on) return pd__err(PD_ERR_INVALID, "MPI is not initialized");
     int me, world_me, tag_ub_flag = 0, *tag_ub = NULL;
     MPI_Comm_rank(MPI_COMM_WORLD, &world_me);
@@ -588,7 +592,7 @@ pd_status pd__mpi_transport_create(int nthreads, const int *rank_of, const int *
     pd__mpix *x = PD_CALLOC(1, sizeof *x);
     if (!x) return pd__err(PD_ERR_NOMEM, "out of memory");
     x->base.vt = &pd__mpi_vt;
-    x->comm = MPI_COMM_NULL;
+    x->comm = x->tied = MPI_COMM_NULL;
     x->stopped = stopped;
     pthread_mutex_init(&x->mu, NULL);
     x->nworkers = nworkers;
@@ -617,6 +621,10 @@ pd_status pd__mpi_transport_create(int nthreads, const int *rank_of, const int *
         if (MPI_Comm_split(x->comm, mine && members > 1 ? w : MPI_UNDEFINED, me, &x->group[w]) != MPI_SUCCESS)
             st = pd__err(PD_ERR_IO, "MPI: cannot make the communicator of stage %d's replicas", w);
     }
+    int holds = 0, holders = 0; /* collective too, where some thread reads a tied parameter */
+    for (int i = 0; tied && i < nthreads; i++) holds |= tied[i] && rank_of[i] == me, holders += tied[i];
+    if (st == PD_OK && holders > 0 && MPI_Comm_split(x->comm, holds ? 0 : MPI_UNDEFINED, me, &x->tied) != MPI_SUCCESS)
+        st = pd__err(PD_ERR_IO, "MPI: cannot make the communicator of the tied parameters' holders");
     if (st != PD_OK) {
         pd__mx_destroy(&x->base);
         return st;
@@ -703,9 +711,10 @@ pd_status pd__mpi_allreduce_f64(double *v, int64_t n) {
     (void)n;
     return pd__no_mpi();
 }
-pd_status pd__mpi_transport_create(int nthreads, const int *rank_of, const int *worker_of, int nworkers, int nlinks,
-                                   int window, int color, const int *stopped, pd__transport **out) {
-    (void)nthreads, (void)rank_of, (void)worker_of, (void)nworkers, (void)nlinks, (void)window, (void)color;
+pd_status pd__mpi_transport_create(int nthreads, const int *rank_of, const int *worker_of, const bool *tied,
+                                   int nworkers, int nlinks, int window, int color, const int *stopped,
+                                   pd__transport **out) {
+    (void)nthreads, (void)rank_of, (void)worker_of, (void)tied, (void)nworkers, (void)nlinks, (void)window, (void)color;
     (void)stopped, (void)out;
     return pd__no_mpi();
 }

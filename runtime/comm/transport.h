@@ -27,8 +27,9 @@ typedef struct pd__transport_i {
     pd_status (*recv)(pd__transport *t, int from, int to, int l, int dir, int mb, size_t n, void **buf, bool *stop);
     void (*put)(pd__transport *t, int l, int dir, void *buf);
     /* Sums n values (floats, or doubles when f64) in place across the
-     * members of group g (-1: every process; else the processes holding
-     * worker g's replicas). */
+     * members of group g (-1: every process; PD__TIED: the processes
+     * holding a stage that reads a tied parameter; else the processes
+     * holding worker g's replicas). A process outside g returns at once. */
     pd_status (*allreduce)(pd__transport *t, int g, void *data, int64_t n, bool f64);
     /* The run is over: every send has completed. */
     pd_status (*flush)(pd__transport *t);
@@ -45,6 +46,8 @@ typedef struct pd__transport_i {
     pd_status (*iallreduce)(pd__transport *t, int g, void *data, int64_t n, bool f64);
     pd_status (*wait_all)(pd__transport *t);
 } pd__transport_i;
+
+enum { PD__TIED = -2 }; /* allreduce's group of the tied parameters' holders (MPI) */
 
 struct pd__transport {
     const pd__transport_i *vt;
@@ -86,13 +89,15 @@ pd_status pd__mpi_allreduce_f64(double *v, int64_t n);
 
 /* The MPI transport of a pipeline with nthreads threads, thread i run by
  * process rank_of[i]; workers: per thread its worker (for the allreduce
- * groups); links and window: tags are (mb mod window, dir, link), so a
+ * groups); tied (NULL: none): per thread whether its stage reads a tied
+ * parameter (the PD__TIED group); links and window: tags are (mb mod window, dir, link), so a
  * window larger than the microbatches in flight on a link cannot collide.
  * Several threads of this process (stages) may use it at once; stopped (may
  * be NULL), when it reads non-zero (atomically), makes every wait give up:
  * another thread of this process failed and told the others. */
-pd_status pd__mpi_transport_create(int nthreads, const int *rank_of, const int *worker_of, int nworkers, int nlinks,
-                                   int window, int color, const int *stopped, pd__transport **out);
+pd_status pd__mpi_transport_create(int nthreads, const int *rank_of, const int *worker_of, const bool *tied,
+                                   int nworkers, int nlinks, int window, int color, const int *stopped,
+                                   pd__transport **out);
 
 /* A communicator of the processes that give the same color (collective over
  * every process), ranked by key: AvgPipe's processes holding the same stage
