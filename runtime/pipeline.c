@@ -971,6 +971,7 @@ static pd_tensor pd__rows(const pd_tensor *all, int64_t rows, int mb) {
 static pd_status pd__bind(pd__pipe *p, pd__chunk *C, pd__actx *c, int32_t v) {
     const pd__vstage *S = &p->vs[C->k];
     const float *base = NULL;
+    if (S->np == 0) return PD_OK; /* nothing to point: a checkpoint holds no versions of a stage without weights */
     for (int k = 0; v != C->live && k < C->nstash; k++)
         if (C->stash[k].version == v) base = C->stash[k].w;
     if (v != C->live && !base)
