@@ -428,7 +428,7 @@ struct pd__ckpt_writer {
     void *ctx;
     pd_status err;
     char errmsg[1024];
-    int64_t written, last_step;
+    int64_t written, last_step, done_step; /* done: the last one finished, written or failed */
     double last_ms;
 };
 
@@ -463,6 +463,7 @@ static void *pd__writer_main(void *arg) {
             w->last_step = w->step;
             w->last_ms = 1e3 * (double)(b.tv_sec - a.tv_sec) + 1e-6 * (double)(b.tv_nsec - a.tv_nsec);
         }
+        w->done_step = w->step;
         PD_FREE(w->info);
         w->info = NULL;
         w->busy = false;
@@ -489,6 +490,7 @@ pd_status pd__ckpt_writer_start_dist(const char *dir, int keep, int nparts, bool
         return pd__err(PD_ERR_NOMEM, "out of memory");
     }
     w->keep = keep;
+    w->done_step = -1;
     w->dist = nparts;
     w->final = final;
     pthread_mutex_init(&w->mu, NULL);
@@ -526,6 +528,13 @@ void pd__ckpt_writer_stats(pd__ckpt_writer *w, int64_t *written, double *last_pe
     if (last_persist_ms) *last_persist_ms = w->last_ms;
     if (last_step) *last_step = w->last_step;
     pthread_mutex_unlock(&w->mu);
+}
+
+int64_t pd__ckpt_writer_done(pd__ckpt_writer *w) {
+    pthread_mutex_lock(&w->mu);
+    int64_t s = w->done_step;
+    pthread_mutex_unlock(&w->mu);
+    return s;
 }
 
 void pd__ckpt_writer_cancel(pd__ckpt_writer *w) { __atomic_store_n(&w->cancel, 1, __ATOMIC_RELEASE); }

@@ -1624,6 +1624,17 @@ void pd__pipe_snap_release(pd__pipe *p) {
     pthread_mutex_unlock(&p->mu);
 }
 
+pd_status pd__pipe_snap_agree(pd__pipe *p, double *v, int64_t n) {
+    return p->remote ? p->remote->vt->allreduce(p->remote, -2, v, n, true) : PD_OK;
+}
+
+bool pd__pipe_aborted(pd__pipe *p) {
+    pthread_mutex_lock(&p->mu);
+    bool a = p->abort;
+    pthread_mutex_unlock(&p->mu);
+    return a;
+}
+
 void pd__pipe_snap_stats(pd__pipe *p, int64_t *taken, double *pause_ms) {
     pthread_mutex_lock(&p->mu);
     if (taken) *taken = p->snaps_taken;

@@ -151,6 +151,14 @@ pd_status pd__pipe_set_snap_hooks(pd__pipe *p, const pd__snap_hooks *h);
 int64_t pd__pipe_snap_gap(const pd__pipe *p);
 void pd__pipe_snap_part(const pd__pipe *p, int w, const void **data, size_t *len);
 void pd__pipe_snap_release(pd__pipe *p);
+/* Under MPI, from want (on the deciding thread): sums n doubles across the
+ * pipeline's processes, on a communicator of their own, so that they agree
+ * on a boundary that depends on measured times (CheckFreq's auto); every
+ * process must make the same calls at the same boundaries. One process: a
+ * no-op. Waits that may last (for a persist) should give up when
+ * pd__pipe_aborted says the run was stopped. */
+pd_status pd__pipe_snap_agree(pd__pipe *p, double *v, int64_t n);
+bool pd__pipe_aborted(pd__pipe *p);
 /* Snapshots taken in every run so far, and the pause they cost in total
  * (per snapshot, the longest any worker spent waiting for and copying it). */
 void pd__pipe_snap_stats(pd__pipe *p, int64_t *taken, double *pause_ms);

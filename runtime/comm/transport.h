@@ -28,7 +28,9 @@ typedef struct pd__transport_i {
     void (*put)(pd__transport *t, int l, int dir, void *buf);
     /* Sums n values (floats, or doubles when f64) in place across the
      * members of group g (-1: every process; else the processes holding
-     * worker g's replicas). */
+     * worker g's replicas; -2: every process, on a communicator of its own,
+     * so that a sum started by one thread in the middle of a run, the same
+     * on every process, cannot be matched with the stages' own). */
     pd_status (*allreduce)(pd__transport *t, int g, void *data, int64_t n, bool f64);
     /* The run is over: every send has completed. */
     pd_status (*flush)(pd__transport *t);
