@@ -457,7 +457,8 @@ pd_status pd_trainer_resume(pd_trainer *t, const char *dir, pd_resume_info *out)
     if (st != PD_OK) pd__err_prefix("pd_trainer_resume");
     cJSON *got = st == PD_OK ? cJSON_Parse(c.info_json) : NULL;
     const cJSON *rf = cJSON_GetObjectItem(got, "run_first"), *rs = cJSON_GetObjectItem(got, "run_steps");
-    if (st == PD_OK && !got) st = pd__err(PD_ERR_PARSE, "pd_trainer_resume: %s: the manifest's info is not JSON", c.path);
+    if (st == PD_OK && !got)
+        st = pd__err(PD_ERR_PARSE, "pd_trainer_resume: %s: the manifest's info is not JSON", c.path);
     else if (st == PD_OK) st = pd__trainer_match(t, &c, got);
     int64_t first = cJSON_IsNumber(rf) ? (int64_t)rf->valuedouble : -1;
     int64_t n = cJSON_IsNumber(rs) ? (int64_t)rs->valuedouble : -1;
