@@ -1580,10 +1580,12 @@ pd_status pd__pipe_set_snap_hooks(pd__pipe *p, const pd__snap_hooks *h) {
                            w, p->rep[w]);
     /* one thread decides the boundaries for this process's threads: stage 0's
      * in one process; under MPI its lowest stage's (the others of the process
-     * pass each boundary causally after it, as in one process) */
+     * pass each boundary causally after it, as in one process), a replica's
+     * where that is all the process runs (it takes no part, but want may
+     * agree with the other processes on each boundary) */
     p->decider = -1;
     for (int i = 0; i < p->nwk && p->decider < 0; i++)
-        if (p->wk[i].r == 0 && p->rank_of[i] == p->rank) p->decider = i;
+        if (p->rank_of[i] == p->rank) p->decider = i;
     if (!p->part) {
         p->part = PD_CALLOC((size_t)p->P, sizeof(char *));
         p->part_cap = PD_CALLOC((size_t)p->P, sizeof(size_t));
@@ -1894,7 +1896,7 @@ static void *pd__stage_main(void *arg) {
     /* stage 0 decides for every thread of this process; under MPI each
      * process's lowest stage decides for its threads (want must then give
      * every process the same answer) */
-    bool snap = p->hooks_on && W->r == 0, decide = snap && W - p->wk == p->decider;
+    bool snap = p->hooks_on && W->r == 0, decide = p->hooks_on && W - p->wk == p->decider;
     bool stop = false;
     for (int k = 0; k < p->sched->len[W->w] && !stop; k++) {
         const pd__instr *in = &p->sched->ins[W->w][k];

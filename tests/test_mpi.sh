@@ -260,6 +260,21 @@ if [ $rc = 0 ] && [ "$taken" = "ckpt-000000000020 ckpt-000000000040 ckpt-0000000
 else
   bad "checkpoints, hybrid: rc $rc/$rc2, '$taken': $(tail -2 "$tmp/log2")"
 fi
+# ... and under auto, where stage 0's replica 1 runs alone on rank 1 and joins each agreement
+ck=$tmp/ckha
+mpi 3 "$pdonnx" train "${common[@]}" --checkpoint-dir "$ck" --checkpoint-keep 0 --save "$tmp/ckha.onnx" > "$tmp/log" 2>&1
+rc=$?
+first=$(ls "$ck" 2>/dev/null | grep '^ckpt-' | head -1)
+taken=$(ls "$ck" 2>/dev/null | grep -c '^ckpt-')
+for d in "$ck"/ckpt-*; do [ "$(basename "$d")" = "$first" ] || rm -rf "$d"; done
+mpi 3 "$pdonnx" train "${common[@]}" --resume "$ck" --save "$tmp/ckhr.onnx" > "$tmp/log2" 2>&1
+rc2=$?
+if [ $rc = 0 ] && [ "$taken" -ge 2 ] && [ "$first" = ckpt-000000000003 ] && [ $rc2 = 0 ] && cmp -s "$tmp/refh.onnx" "$tmp/ckha.onnx" &&
+   cmp -s "$tmp/refh.onnx" "$tmp/ckhr.onnx"; then
+  ok "checkpoints, hybrid, auto: $taken checkpoints on 3 processes, resumed at step 3: the same model bitwise"
+else
+  bad "checkpoints, hybrid, auto: rc $rc/$rc2, $taken checkpoints from '$first': $(tail -2 "$tmp/log") $(tail -2 "$tmp/log2")"
+fi
 
 echo "$fails failed"
 [ $fails = 0 ]

@@ -46,6 +46,7 @@ struct pd_cli_ckpt {
     /* auto under MPI (pd__due_dist) */
     bool agreed;         /* the interval after the last checkpoint is agreed */
     int64_t lag, next_lag, min_lag;
+    int here;            /* parts this process writes (none: a replica's process only agrees) */
     double *votes;       /* per process its proposal */
     void (*progress)(void *ctx, int64_t b);
     void *pctx;
@@ -112,7 +113,7 @@ static bool pd__due_dist(pd_cli_ckpt *c, int64_t b) {
     int64_t since = b - c->last_taken;
     if (!c->agreed) {
         if (since < c->lag) return false;
-        while (pd__ckpt_writer_done(c->w) < c->last_taken && !pd__pipe_aborted(c->pipe)) {
+        while (c->here && pd__ckpt_writer_done(c->w) < c->last_taken && !pd__pipe_aborted(c->pipe)) {
             struct timespec nap = {0, 1000000};
             nanosleep(&nap, NULL);
         }
@@ -184,7 +185,14 @@ pd_status pd_cli_ckpt_attach(pd_cli_ckpt *c, pd__pipe *p, void (*progress)(void 
     c->lag = c->next_lag = c->min_lag = pd__pipe_snap_gap(p) + 1;
     if (c->nparts > 1024) return pd__err(PD_ERR_UNSUPPORTED, "checkpoints: more than 1024 stages");
     pd__snap_hooks h = {pd__want, pd__ready, c};
-    return pd__pipe_set_snap_hooks(p, &h);
+    PD_TRY(pd__pipe_set_snap_hooks(p, &h));
+    for (int w = 0; w < c->nparts; w++) {
+        const void *d;
+        size_t n;
+        pd__pipe_snap_part(p, w, &d, &n);
+        c->here += d != NULL;
+    }
+    return PD_OK;
 }
 
 /* ---- one stage ---- */
