@@ -135,7 +135,8 @@ pd_status pd__pipe_run(pd__pipe *p, int64_t minibatches, const pd_tensor *inputs
  * uninterrupted run bitwise.
  *
  * want(ctx, b) is asked on stage 0's thread (under MPI: the process's
- * lowest stage's) before minibatch b-1 starts, in order of b;
+ * lowest thread's, a replica's where that is all it runs) before minibatch
+ * b-1 starts, in order of b;
  * boundaries closer than pd__pipe_snap_gap to the last one taken are not
  * asked (async schedules: P+1, others 1). ready(ctx, b) is called (on a
  * worker thread) when every part of b is in place; the parts are then read
