@@ -242,8 +242,9 @@ pd_status pd__ckpt_write_part(const char *dir, int64_t step, int index, const vo
     return pd__write_atomic(f, side, (size_t)n);
 }
 
-pd_status pd__ckpt_finalize(const char *dir, int64_t step, const char *info_json, int nparts, int keep,
-                            double timeout_s) {
+/* cancel (may be NULL): non-zero (read atomically) ends the wait for the parts */
+static pd_status pd__finalize(const char *dir, int64_t step, const char *info_json, int nparts, int keep,
+                              double timeout_s, const int *cancel) {
     char tmp[4096], f[4200];
     pd__shared_tmp(tmp, sizeof tmp, dir, step);
     if (strlen(tmp) >= sizeof tmp - 64) return pd__err(PD_ERR_IO, "%s: path too long", dir);
@@ -263,6 +264,10 @@ pd_status pd__ckpt_finalize(const char *dir, int64_t step, const char *info_json
                 break;
             }
             clock_gettime(CLOCK_MONOTONIC, &t1);
+            if (cancel && __atomic_load_n(cancel, __ATOMIC_ACQUIRE)) {
+                st = pd__err(PD_ERR_IO, "%s: part %d never came (the run failed)", tmp, i);
+                break;
+            }
             if ((double)(t1.tv_sec - t0.tv_sec) > timeout_s) {
                 st = pd__err(PD_ERR_IO, "%s: part %d never came (waited %g s)", tmp, i, timeout_s);
                 break;
@@ -287,6 +292,11 @@ pd_status pd__ckpt_finalize(const char *dir, int64_t step, const char *info_json
     cJSON_Delete(m);
     if (st == PD_OK) st = pd__ckpt_place(dir, tmp, step, keep);
     return st;
+}
+
+pd_status pd__ckpt_finalize(const char *dir, int64_t step, const char *info_json, int nparts, int keep,
+                            double timeout_s) {
+    return pd__finalize(dir, step, info_json, nparts, keep, timeout_s, NULL);
 }
 
 void pd__ckpt_free(pd__ckpt *c) {
@@ -408,6 +418,7 @@ struct pd__ckpt_writer {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     bool busy, quit;     /* busy: a snapshot is handed over and not yet written */
+    int cancel;          /* the run failed: stop waiting for other processes' parts (atomic) */
     int64_t step;
     char *info;
     int nparts;
@@ -417,7 +428,7 @@ struct pd__ckpt_writer {
     void *ctx;
     pd_status err;
     char errmsg[1024];
-    int64_t written, last_step;
+    int64_t written, last_step, done_step; /* done: the last one finished, written or failed */
     double last_ms;
 };
 
@@ -435,7 +446,7 @@ static void *pd__writer_main(void *arg) {
             for (int i = 0; st == PD_OK && i < w->nparts; i++)
                 if (w->parts[i]) st = pd__ckpt_write_part(w->dir, w->step, i, w->parts[i], w->lens[i]);
             if (st == PD_OK && w->release) w->release(w->ctx), w->release = NULL;
-            if (st == PD_OK && w->final) st = pd__ckpt_finalize(w->dir, w->step, w->info, w->dist, w->keep, 600);
+            if (st == PD_OK && w->final) st = pd__finalize(w->dir, w->step, w->info, w->dist, w->keep, 600, &w->cancel);
         } else {
             st = pd__ckpt_write(w->dir, w->step, w->info, w->nparts, w->parts, w->lens, w->keep);
         }
@@ -452,6 +463,7 @@ static void *pd__writer_main(void *arg) {
             w->last_step = w->step;
             w->last_ms = 1e3 * (double)(b.tv_sec - a.tv_sec) + 1e-6 * (double)(b.tv_nsec - a.tv_nsec);
         }
+        w->done_step = w->step;
         PD_FREE(w->info);
         w->info = NULL;
         w->busy = false;
@@ -478,6 +490,7 @@ pd_status pd__ckpt_writer_start_dist(const char *dir, int keep, int nparts, bool
         return pd__err(PD_ERR_NOMEM, "out of memory");
     }
     w->keep = keep;
+    w->done_step = -1;
     w->dist = nparts;
     w->final = final;
     pthread_mutex_init(&w->mu, NULL);
@@ -516,6 +529,15 @@ void pd__ckpt_writer_stats(pd__ckpt_writer *w, int64_t *written, double *last_pe
     if (last_step) *last_step = w->last_step;
     pthread_mutex_unlock(&w->mu);
 }
+
+int64_t pd__ckpt_writer_done(pd__ckpt_writer *w) {
+    pthread_mutex_lock(&w->mu);
+    int64_t s = w->done_step;
+    pthread_mutex_unlock(&w->mu);
+    return s;
+}
+
+void pd__ckpt_writer_cancel(pd__ckpt_writer *w) { __atomic_store_n(&w->cancel, 1, __ATOMIC_RELEASE); }
 
 void pd__ckpt_writer_drain(pd__ckpt_writer *w) {
     pthread_mutex_lock(&w->mu);

@@ -97,6 +97,11 @@ void pd__ckpt_writer_submit(pd__ckpt_writer *w, int64_t step, const char *info_j
                             const void *const *parts, const size_t *lens, void (*release)(void *ctx), void *ctx);
 /* Statistics so far: checkpoints written, milliseconds the last one took to persist. */
 void pd__ckpt_writer_stats(pd__ckpt_writer *w, int64_t *written, double *last_persist_ms, int64_t *last_step);
+/* The step of the last checkpoint the writer finished, written or failed (-1: none yet). */
+int64_t pd__ckpt_writer_done(pd__ckpt_writer *w);
+/* The run failed: a checkpoint still waiting for other processes' parts
+ * (which may never come) fails at once instead of after its timeout. */
+void pd__ckpt_writer_cancel(pd__ckpt_writer *w);
 /* Waits until everything submitted is written (or failed). */
 void pd__ckpt_writer_drain(pd__ckpt_writer *w);
 /* Waits for what was submitted; the first error of any persist (its message

@@ -220,6 +220,7 @@ struct pd__pipe {
     int8_t *want;         /* per boundary of the run */
     int64_t decided, last_taken, snap_b, resume_b;
     int snap_have, snap_need; /* parts deposited; parts this process takes */
+    int decider;              /* the thread that decides the boundaries (pd__snap_decide) */
     double snap_cur_ms, snap_pause_ms;
     int64_t snaps_taken;
     /* the global gradient norm of an update (flushing schedules): each
@@ -986,6 +987,7 @@ static pd_tensor pd__rows(const pd_tensor *all, int64_t rows, int mb) {
 static pd_status pd__bind(pd__pipe *p, pd__chunk *C, pd__actx *c, int32_t v) {
     const pd__vstage *S = &p->vs[C->k];
     const float *base = NULL;
+    if (S->np == 0) return PD_OK; /* nothing to point: a checkpoint holds no versions of a stage without weights */
     for (int k = 0; v != C->live && k < C->nstash; k++)
         if (C->stash[k].version == v) base = C->stash[k].w;
     if (v != C->live && !base)
@@ -1653,10 +1655,16 @@ pd_status pd__pipe_set_snap_hooks(pd__pipe *p, const pd__snap_hooks *h) {
                            "checkpoints of a pipedream run with a replicated stage (stage %d, %d replicas) are not "
                            "supported yet: each replica stashes the versions of its own microbatches",
                            w, p->rep[w]);
-    if (p->remote && p->nlocal > 1)
-        return pd__err(PD_ERR_UNSUPPORTED, "checkpoints with several stages per process under MPI are not supported yet");
     if (p->remote && p->ntie > 0) /* a process would restore its stages' parts, not its copy of a tied parameter */
         return pd__err(PD_ERR_UNSUPPORTED, "checkpoints with tied weights across MPI processes are not supported yet");
+    /* one thread decides the boundaries for this process's threads: stage 0's
+     * in one process; under MPI its lowest stage's (the others of the process
+     * pass each boundary causally after it, as in one process), a replica's
+     * where that is all the process runs (it takes no part, but want may
+     * agree with the other processes on each boundary) */
+    p->decider = -1;
+    for (int i = 0; i < p->nwk && p->decider < 0; i++)
+        if (p->rank_of[i] == p->rank) p->decider = i;
     if (!p->part) {
         p->part = PD_CALLOC((size_t)p->P, sizeof(char *));
         p->part_cap = PD_CALLOC((size_t)p->P, sizeof(size_t));
@@ -1695,6 +1703,17 @@ void pd__pipe_snap_release(pd__pipe *p) {
     p->snap_have = 0;
     pthread_cond_broadcast(&p->cv);
     pthread_mutex_unlock(&p->mu);
+}
+
+pd_status pd__pipe_snap_agree(pd__pipe *p, double *v, int64_t n) {
+    return p->remote ? p->remote->vt->allreduce(p->remote, PD__CKPT, v, n, true) : PD_OK;
+}
+
+bool pd__pipe_aborted(pd__pipe *p) {
+    pthread_mutex_lock(&p->mu);
+    bool a = p->abort;
+    pthread_mutex_unlock(&p->mu);
+    return a;
 }
 
 void pd__pipe_snap_stats(pd__pipe *p, int64_t *taken, double *pause_ms) {
@@ -1815,7 +1834,9 @@ pd_status pd__pipe_resume(pd__pipe *p, int64_t b, int nparts, const void *const 
     const pd__slabs *sl = &p->sl;
     for (int i = 0; i < p->nwk; i++) {
         pd__wk *W = &p->wk[i];
-        if (W->r != 0 || p->rank_of[i] != p->rank) continue; /* its process restores another stage */
+        bool here = false; /* a replicated stage's processes each restore their copy from replica 0's part */
+        for (int q = 0; W->r == 0 && q < W->nrep; q++) here = here || p->rank_of[i + q] == p->rank;
+        if (!here) continue; /* its process restores another stage */
         char what[48];
         snprintf(what, sizeof what, "stage %d's part", W->w);
         int64_t need = 1 + (sl->state0 != NULL) + (sl->state1 != NULL), got = 0, want = 0;
@@ -1952,8 +1973,9 @@ static void *pd__stage_main(void *arg) {
     pd__wk *W = arg;
     pd__pipe *p = W->p;
     /* stage 0 decides for every thread of this process; under MPI each
-     * process decides for itself (want must then depend on b alone) */
-    bool snap = p->hooks_on && W->r == 0, decide = snap && (W->w == 0 || p->remote);
+     * process's lowest stage decides for its threads (want must then give
+     * every process the same answer) */
+    bool snap = p->hooks_on && W->r == 0, decide = p->hooks_on && W - p->wk == p->decider;
     bool stop = false;
     for (int k = 0; k < p->sched->len[W->w] && !stop; k++) {
         const pd__instr *in = &p->sched->ins[W->w][k];

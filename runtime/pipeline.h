@@ -136,7 +136,9 @@ pd_status pd__pipe_run(pd__pipe *p, int64_t minibatches, const pd_tensor *inputs
  * runs them again on the stashed versions they used, so it equals the
  * uninterrupted run bitwise.
  *
- * want(ctx, b) is asked on stage 0's thread before minibatch b-1 starts;
+ * want(ctx, b) is asked on stage 0's thread (under MPI: the process's
+ * lowest thread's, a replica's where that is all it runs) before minibatch
+ * b-1 starts, in order of b;
  * boundaries closer than pd__pipe_snap_gap to the last one taken are not
  * asked (async schedules: P+1, others 1). ready(ctx, b) is called (on a
  * worker thread) when every part of b is in place; the parts are then read
@@ -152,6 +154,14 @@ pd_status pd__pipe_set_snap_hooks(pd__pipe *p, const pd__snap_hooks *h);
 int64_t pd__pipe_snap_gap(const pd__pipe *p);
 void pd__pipe_snap_part(const pd__pipe *p, int w, const void **data, size_t *len);
 void pd__pipe_snap_release(pd__pipe *p);
+/* Under MPI, from want (on the deciding thread): sums n doubles across the
+ * pipeline's processes, on a communicator of their own, so that they agree
+ * on a boundary that depends on measured times (CheckFreq's auto); every
+ * process must make the same calls at the same boundaries. One process: a
+ * no-op. Waits that may last (for a persist) should give up when
+ * pd__pipe_aborted says the run was stopped. */
+pd_status pd__pipe_snap_agree(pd__pipe *p, double *v, int64_t n);
+bool pd__pipe_aborted(pd__pipe *p);
 /* Snapshots taken in every run so far, and the pause they cost in total
  * (per snapshot, the longest any worker spent waiting for and copying it). */
 void pd__pipe_snap_stats(pd__pipe *p, int64_t *taken, double *pause_ms);
@@ -173,8 +183,9 @@ pd_status pd__pipe_resume(pd__pipe *p, int64_t b, int nparts, const void *const 
  * gets them). After training, pd__pipe_gather gives every process every
  * stage's trained weights and statistics (for saving). Snapshots: set the
  * hooks after the ranks; each process takes the parts of its own stages
- * (pd__pipe_snap_part gives NULL for the others), decides each boundary
- * itself (so want must depend on b alone), and resumes its own stages. */
+ * (replica 0's; pd__pipe_snap_part gives NULL for the others), decides each
+ * boundary itself (so want must give every process the same answer), and
+ * resumes its own stages (a replica's process from replica 0's part). */
 pd_status pd__pipe_set_ranks(pd__pipe *p, int rank, int nranks);
 /* The same for one of several pipelines side by side (AvgPipe): the
  * processes of color `color` (collective over every process) run this

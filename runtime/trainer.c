@@ -17,7 +17,10 @@
  * before a run and the run's outcome are agreed (pd__mpi_agree_status), so
  * an error anywhere is an error everywhere, naming the rank; after each
  * call the weights are gathered (pd__pipe_gather) so every process's graph
- * holds the whole model.
+ * holds the whole model. Checkpoints there: each process's writer writes
+ * its stages' parts, rank 0's the manifest once all are in
+ * (pd__ckpt_writer_start_dist); a resume restores each process's stages
+ * from the one checkpoint they all found.
  */
 #include "../core/plan.h"
 #include "../core/schedule.h"
@@ -47,6 +50,7 @@ struct pd_trainer {
     int64_t run_first, run_steps, resume_b;
     bool failed;        /* a call stopped part-way: only a resume makes sense */
     bool mpi;           /* this process runs its share of the plan (opt->mpi) */
+    int rank;           /* ... as this rank (rank 0 writes the checkpoints' manifests) */
     pd_loss_kind loss;  /* the labels it takes */
     char *output;       /* the prediction (NULL: the first output) */
     /* during a call with checkpoints */
@@ -161,9 +165,6 @@ static pd_status pd__trainer_make(pd_graph *g, const pd_plan *plan, const pd_tra
         return pd__err(PD_ERR_INVALID, "pd_trainer_create: opt->checkpoint_keep is %d", opt->checkpoint_keep);
     if (opt->mpi != 0 && opt->mpi != 1)
         return pd__err(PD_ERR_INVALID, "pd_trainer_create: opt->mpi is %d, not 0 or 1", opt->mpi);
-    if (opt->mpi && opt->checkpoint_dir)
-        return pd__err(PD_ERR_UNSUPPORTED, "pd_trainer_create: opt->checkpoint_dir under MPI (opt->mpi) is not "
-                       "supported yet (pdonnx train --checkpoint-every writes checkpoints under mpirun)");
     if (opt->checkpoint_every > 0 && !opt->checkpoint_dir)
         return pd__err(PD_ERR_INVALID, "pd_trainer_create: opt->checkpoint_every needs opt->checkpoint_dir");
     if (plan->n_nodes != g->nnodes)
@@ -224,6 +225,7 @@ pd_status pd_trainer_create(pd_graph *g, const pd_plan *plan, const pd_trainer_o
     st = pd__mpi_agree_status(st);
     if (st == PD_OK) {
         t->mpi = true;
+        t->rank = rank;
         st = pd__mpi_agree_status(pd__pipe_set_ranks(t->pipe, rank, size));
     }
     if (st != PD_OK) {
@@ -282,13 +284,19 @@ static pd_status pd__trainer_begin(pd_trainer *t, int64_t s0, int64_t n) {
     t->run_s0 = s0;
     pd__snap_hooks h = {pd__trainer_want, pd__trainer_ready, t};
     PD_TRY(pd__pipe_set_snap_hooks(t->pipe, &h));
-    return pd__ckpt_writer_start(t->dir, t->keep, &t->w);
+    /* under MPI each process writes its stages' parts, rank 0 the manifest once all are in */
+    return t->mpi ? pd__ckpt_writer_start_dist(t->dir, t->keep, t->P, t->rank == 0, &t->w)
+                  : pd__ckpt_writer_start(t->dir, t->keep, &t->w);
 }
 
 /* The end of a call: its final state as the last checkpoint (st: the run's
- * status; on failure only what was taken is written), then every persist
- * waited for; the first error wins. */
+ * status, agreed under MPI; on failure only what was taken is written, and
+ * rank 0 stops waiting for parts that will not come), then every persist
+ * waited for; the first error wins. Under MPI the processes then agree, so
+ * none returns before rank 0 has written the call's last manifest. */
 static pd_status pd__trainer_end(pd_trainer *t, int64_t step, pd_status st) {
+    bool agree = t->mpi && st == PD_OK;
+    if (st != PD_OK && t->w) pd__ckpt_writer_cancel(t->w);
     if (st == PD_OK) {
         st = pd__pipe_snap_capture(t->pipe);
         if (st == PD_OK) {
@@ -300,9 +308,9 @@ static pd_status pd__trainer_end(pd_trainer *t, int64_t step, pd_status st) {
     if (st != PD_OK) snprintf(msg, sizeof msg, "%s", pd_last_error());
     pd_status ws = t->w ? pd__ckpt_writer_finish(t->w) : PD_OK;
     t->w = NULL;
-    if (st != PD_OK) return pd__err(st, "%s", msg);
-    if (ws != PD_OK) pd__err_prefix("pd_trainer_train: %s", t->dir);
-    return ws;
+    if (st != PD_OK) st = pd__err(st, "%s", msg);
+    else if ((st = ws) != PD_OK) pd__err_prefix("pd_trainer_train: %s", t->dir);
+    return agree ? pd__mpi_agree_status(st) : st;
 }
 
 /* ---- training ---- */
@@ -403,18 +411,22 @@ pd_status pd_trainer_train(pd_trainer *t, int64_t steps, const pd_tensor *inputs
     if (t->mpi && !pd__mpi_same(steps) && st == PD_OK) /* a run of other lengths would never meet */
         st = pd__err(PD_ERR_INVALID, "pd_trainer_train: steps is %lld here but not on every process: every process "
                      "trains the same steps", (long long)steps);
-    if (t->mpi) st = pd__mpi_agree_status(st); /* one process's bad arguments stop every process */
-    if (st != PD_OK) return st;
     int64_t s0 = t->run_steps > 0 ? t->run_first : t->steps;
-    st = t->dir ? pd__trainer_begin(t, s0, steps) : PD_OK;
-    bool ran = st == PD_OK;
-    if (ran) st = pd__pipe_run(t->pipe, steps, inputs, labels, results);
-    if (ran && t->mpi) { /* every process ends the call the same way, with the whole model */
-        st = pd__mpi_agree_status(st);
-        if (st == PD_OK) st = pd__pipe_gather(t->pipe);
+    /* before the agreement: rank 0's writer clears a killed writer's leftovers before any process writes a part */
+    if (st == PD_OK && t->dir) st = pd__trainer_begin(t, s0, steps);
+    if (t->mpi) st = pd__mpi_agree_status(st); /* one process's bad arguments stop every process */
+    if (st != PD_OK) {
+        if (t->w) pd__ckpt_writer_finish(t->w); /* nothing submitted */
+        t->w = NULL;
+        return st;
     }
-    if (ran && st != PD_OK) t->failed = true; /* the arguments were checked: some updates may be made */
-    if (ran && st == PD_OK) {                 /* trained, even if its last checkpoint fails below */
+    st = pd__pipe_run(t->pipe, steps, inputs, labels, results);
+    if (t->mpi) { /* every process ends the call the same way, with the whole model */
+        st = pd__mpi_agree_status(st);
+        if (st == PD_OK) st = pd__mpi_agree_status(pd__pipe_gather(t->pipe));
+    }
+    if (st != PD_OK) t->failed = true; /* the arguments were checked: some updates may be made */
+    if (st == PD_OK) {                 /* trained, even if its last checkpoint fails below */
         t->steps = s0 + steps;
         t->run_first = t->run_steps = t->resume_b = 0;
     }
@@ -439,19 +451,15 @@ static pd_status pd__trainer_match(const pd_trainer *t, const pd__ckpt *c, const
 pd_status pd_trainer_resume(pd_trainer *t, const char *dir, pd_resume_info *out) {
     if (!t) return pd__err(PD_ERR_INVALID, "pd_trainer_resume: t is NULL");
     if (!dir) return pd__err(PD_ERR_INVALID, "pd_trainer_resume: dir is NULL");
-    if (t->mpi)
-        return pd__err(PD_ERR_UNSUPPORTED, "pd_trainer_resume: checkpoints under MPI (opt->mpi) are not supported yet");
     pd__ckpt c;
     memset(&c, 0, sizeof c);
     pd_status st = pd__ckpt_read_latest(dir, &c, NULL, NULL);
-    if (st != PD_OK) {
-        pd__err_prefix("pd_trainer_resume");
-        return st;
-    }
-    cJSON *got = cJSON_Parse(c.info_json);
+    if (st != PD_OK) pd__err_prefix("pd_trainer_resume");
+    cJSON *got = st == PD_OK ? cJSON_Parse(c.info_json) : NULL;
     const cJSON *rf = cJSON_GetObjectItem(got, "run_first"), *rs = cJSON_GetObjectItem(got, "run_steps");
-    if (!got) st = pd__err(PD_ERR_PARSE, "pd_trainer_resume: %s: the manifest's info is not JSON", c.path);
-    else st = pd__trainer_match(t, &c, got);
+    if (st == PD_OK && !got)
+        st = pd__err(PD_ERR_PARSE, "pd_trainer_resume: %s: the manifest's info is not JSON", c.path);
+    else if (st == PD_OK) st = pd__trainer_match(t, &c, got);
     int64_t first = cJSON_IsNumber(rf) ? (int64_t)rf->valuedouble : -1;
     int64_t n = cJSON_IsNumber(rs) ? (int64_t)rs->valuedouble : -1;
     int64_t b = c.step - first;
@@ -459,12 +467,18 @@ pd_status pd_trainer_resume(pd_trainer *t, const char *dir, pd_resume_info *out)
         st = pd__err(PD_ERR_PARSE, "pd_trainer_resume: %s is at step %lld but names a call of %lld steps from step "
                      "%lld (not a checkpoint of pd_trainer_train?)", c.path, (long long)c.step, (long long)n,
                      (long long)first);
+    if (t->mpi) { /* every process restores its stages from the same checkpoint, or none does */
+        bool same = pd__mpi_same(st == PD_OK ? c.step : -1);
+        if (st == PD_OK && !same)
+            st = pd__err(PD_ERR_INVALID, "pd_trainer_resume: %s: the processes found different newest checkpoints "
+                         "(is %s on a file system they all see?)", c.path, dir);
+        st = pd__mpi_agree_status(st);
+    }
     if (st == PD_OK) {
         st = pd__pipe_resume(t->pipe, b == n ? 0 : b, c.nparts, (const void *const *)c.parts, c.lens);
-        if (st != PD_OK) {
-            pd__err_prefix("pd_trainer_resume: %s", c.path);
-            t->failed = true; /* partly restored */
-        }
+        if (st != PD_OK) pd__err_prefix("pd_trainer_resume: %s", c.path);
+        if (t->mpi) st = pd__mpi_agree_status(st);
+        if (st != PD_OK) t->failed = true; /* partly restored */
     }
     if (st == PD_OK) {
         t->failed = false;

@@ -3,7 +3,8 @@
  *
  * Exact resume: for every schedule (gpipe, flush, zb-h1, interleaved,
  * pipedream with and without vertical sync, 2bw) on 2-3 stages of the MLP
- * (Adam: optimizer state), the CNN with BatchNorm (running statistics written
+ * (Adam: optimizer state; pipedream and 2bw on 4 too, whose stage 1 holds
+ * no weights), the CNN with BatchNorm (running statistics written
  * by forwards that run ahead under pipedream and 2bw; momentum) and the small
  * GPT: a run that snapshots at every boundary it may equals a run that takes
  * none, bitwise; and a fresh pipeline resumed from each snapshot gives the
@@ -443,6 +444,8 @@ int main(int argc, char **argv) {
             check_schedule(fx, &m, PD_SCHED_2BW, false, P, 1, 2);
         }
         check_schedule(fx, &m, PD_SCHED_INTERLEAVED, false, 2, 2, 2);
+        check_schedule(fx, &m, PD_SCHED_PIPEDREAM, false, 4, 1, 1); /* a stage of a Relu alone: no versions held */
+        check_schedule(fx, &m, PD_SCHED_2BW, false, 4, 1, 2);
         rep0 = 2;
         check_schedule(fx, &m, PD_SCHED_FLUSH, false, 2, 1, 4);
         check_schedule(fx, &m, PD_SCHED_2BW, false, 2, 1, 4); /* each replica's stash restored */

@@ -8,7 +8,10 @@
 # names its rank, stage and step; a data problem every process finds is
 # reported once; tied weights (a table read on the first and last stage)
 # under gpipe, flush, zb-h1 and interleaved the same as one process too, and
-# refused under pipedream. Skipped (77) without mpirun or a build without MPI.
+# refused under pipedream; checkpoints across processes (2 stages on 2, 4 on
+# 2, a hybrid plan; --checkpoint-every N and CheckFreq's auto, agreed by the
+# processes) resume to the uninterrupted model, bitwise. Skipped (77)
+# without mpirun or a build without MPI.
 set -u
 pdonnx=$1
 root=$2
@@ -253,12 +256,93 @@ if [ "$killed" != 0 ] && [ "$taken" -gt 0 ] && [ $rc = 0 ] && cmp -s "$tmp/ref.o
 else
   bad "checkpoints across processes: killed $killed, $taken checkpoints, resume rc $rc: $(tail -3 "$tmp/log")"
 fi
-mpi 2 "$pdonnx" train "${common[@]}" --checkpoint-dir "$tmp/ck2" > "$tmp/log" 2>&1
+
+# checkpoints with several stages per process: the 4-stage plan on 2 processes (each writes its
+# two stages' parts), a rank killed after a checkpoint, resumed: the model of the in-process run
+ck=$tmp/ck4
+common=("$model" --steps 20000 --plan "$tmp/p4on2.json" --schedule pipedream --microbatches 1 --quiet)
+"$pdonnx" train "${common[@]}" --save "$tmp/ref4.onnx" > /dev/null 2>&1
+mpi 2 "$pdonnx" train "${common[@]}" --checkpoint-dir "$ck" --checkpoint-every 500 --save "$tmp/ck4.onnx" > "$tmp/log" 2>&1 &
+job=$!
+for i in $(seq 600); do
+  ls "$ck" 2>/dev/null | grep -q '^ckpt-' && break
+  kill -0 $job 2>/dev/null || break
+  sleep 0.05
+done
+victim=$(pgrep -f "pdonnx train $model --steps 20000 --plan $tmp/p4on2.json" | tail -1)
+[ -n "$victim" ] && kill -9 "$victim"
+wait $job
+killed=$?
+taken=$(ls "$ck" 2>/dev/null | grep -c '^ckpt-')
+parts=$(ls "$ck"/ckpt-*/part-*.bin 2>/dev/null | wc -l)
+mpi 2 "$pdonnx" train "${common[@]}" --resume "$ck" --checkpoint-every 500 --save "$tmp/ck4.onnx" > "$tmp/log" 2>&1
 rc=$?
-if [ $rc != 0 ] && [ "$(grep -c 'checkpoint-every N (not auto)' "$tmp/log")" = 1 ]; then
-  ok "checkpoints across processes: auto frequency refused once"
+if [ "$killed" != 0 ] && [ "$taken" -gt 0 ] && [ "$parts" = $((4 * taken)) ] && [ $rc = 0 ] && cmp -s "$tmp/ref4.onnx" "$tmp/ck4.onnx"; then
+  ok "checkpoints, 4 stages on 2 processes: a rank killed after $taken checkpoint(s) of 4 parts, resumed: the same model bitwise"
 else
-  bad "auto under MPI: rc $rc: $(cat "$tmp/log")"
+  bad "checkpoints, 4 stages on 2 processes: killed $killed, $taken checkpoints, $parts parts, resume rc $rc: $(tail -3 "$tmp/log")"
+fi
+
+# CheckFreq's auto across processes (a checkpoint folder alone): the interval is agreed, so every
+# checkpoint is whole (both processes' parts of the same step in it) and the choice is printed
+# once; the checkpoints change nothing, and a resume from one in the middle gives the same model
+ck=$tmp/cka
+common=("$model" --steps 20000 --plan "$tmp/p2.json" --schedule pipedream --microbatches 1)
+mpi 2 "$pdonnx" train "${common[@]}" --checkpoint-dir "$ck" --checkpoint-keep 0 --checkpoint-overhead 0.2 \
+  --save "$tmp/cka.onnx" > "$tmp/log" 2>&1
+rc=$?
+steps=$(python3 - "$ck" <<'EOF2'
+import json, os, sys
+d = sys.argv[1]
+cks = sorted(x for x in os.listdir(d) if x.startswith("ckpt-"))
+whole = all(len(json.load(open(f"{d}/{c}/manifest.json"))["files"]) == 2 and
+            all(os.path.exists(f"{d}/{c}/part-{i}.bin") for i in range(2)) for c in cks)
+print(" ".join(str(int(c[5:])) for c in cks) if whole and len(cks) >= 4 and not [x for x in os.listdir(d) if x.startswith(".")] else "torn")
+EOF2
+)
+said=$(grep -c "^checkpoints: .* (auto, agreed by the 2 processes: every [0-9]* steps at the end)" "$tmp/log")
+set -- $steps
+mid=${@:$(( ($# + 1) / 2 )):1}
+for s in $steps; do [ "$s" -gt "$mid" ] && rm -rf "$ck/ckpt-$(printf %012d "$s")"; done
+mpi 2 "$pdonnx" train "${common[@]}" --resume "$ck" --checkpoint-overhead 0.2 --quiet --save "$tmp/ckr.onnx" > "$tmp/log2" 2>&1
+rc2=$?
+if [ $rc = 0 ] && [ "$steps" != torn ] && [ "$said" = 1 ] && cmp -s "$tmp/ref.onnx" "$tmp/cka.onnx" && [ $rc2 = 0 ] &&
+   cmp -s "$tmp/ref.onnx" "$tmp/ckr.onnx"; then
+  ok "auto across 2 processes: whole checkpoints at steps $steps, $(grep -o "auto, agreed[^)]*" "$tmp/log"); resumed at $mid: the same model bitwise"
+else
+  bad "auto across processes: rc $rc/$rc2, checkpoints '$steps', printed $said times: $(tail -2 "$tmp/log") $(tail -2 "$tmp/log2")"
+fi
+
+# a replicated stage: its replica 0's process writes the part, both processes restore it
+ck=$tmp/ckh
+common=("$model" --steps 60 --plan "$tmp/ph.json" --schedule flush --microbatches 4 --quiet)
+"$pdonnx" train "${common[@]}" --save "$tmp/refh.onnx" > /dev/null 2>&1
+mpi 3 "$pdonnx" train "${common[@]}" --checkpoint-dir "$ck" --checkpoint-every 20 --checkpoint-keep 0 > "$tmp/log" 2>&1
+rc=$?
+taken=$(ls "$ck" 2>/dev/null | tr '\n' ' ')
+rm -rf "$ck/ckpt-000000000040" "$ck/ckpt-000000000060"
+mpi 3 "$pdonnx" train "${common[@]}" --resume "$ck" --checkpoint-every 20 --save "$tmp/ckh.onnx" > "$tmp/log2" 2>&1
+rc2=$?
+if [ $rc = 0 ] && [ "$taken" = "ckpt-000000000020 ckpt-000000000040 ckpt-000000000060 " ] && [ $rc2 = 0 ] &&
+   cmp -s "$tmp/refh.onnx" "$tmp/ckh.onnx"; then
+  ok "checkpoints, hybrid (stage 0 on 2 processes), flush: resumed at step 20 on 3 processes, the same model bitwise"
+else
+  bad "checkpoints, hybrid: rc $rc/$rc2, '$taken': $(tail -2 "$tmp/log2")"
+fi
+# ... and under auto, where stage 0's replica 1 runs alone on rank 1 and joins each agreement
+ck=$tmp/ckha
+mpi 3 "$pdonnx" train "${common[@]}" --checkpoint-dir "$ck" --checkpoint-keep 0 --save "$tmp/ckha.onnx" > "$tmp/log" 2>&1
+rc=$?
+first=$(ls "$ck" 2>/dev/null | grep '^ckpt-' | head -1)
+taken=$(ls "$ck" 2>/dev/null | grep -c '^ckpt-')
+for d in "$ck"/ckpt-*; do [ "$(basename "$d")" = "$first" ] || rm -rf "$d"; done
+mpi 3 "$pdonnx" train "${common[@]}" --resume "$ck" --save "$tmp/ckhr.onnx" > "$tmp/log2" 2>&1
+rc2=$?
+if [ $rc = 0 ] && [ "$taken" -ge 2 ] && [ "$first" = ckpt-000000000003 ] && [ $rc2 = 0 ] && cmp -s "$tmp/refh.onnx" "$tmp/ckha.onnx" &&
+   cmp -s "$tmp/refh.onnx" "$tmp/ckhr.onnx"; then
+  ok "checkpoints, hybrid, auto: $taken checkpoints on 3 processes, resumed at step 3: the same model bitwise"
+else
+  bad "checkpoints, hybrid, auto: rc $rc/$rc2, $taken checkpoints from '$first': $(tail -2 "$tmp/log") $(tail -2 "$tmp/log2")"
 fi
 
 echo "$fails failed"

@@ -2,7 +2,7 @@
  * tests/test_mpi_api.sh: the same program in one process and under mpirun
  * must print the same per-step results and save the same model, bitwise.
  *
- *   test_mpi_api MODEL PLAN SCHEDULE MICROBATCHES STEPS OUT.onnx MODE
+ *   test_mpi_api MODEL PLAN SCHEDULE MICROBATCHES STEPS OUT.onnx MODE [CKPT_DIR]
  *
  * Launched by mpirun (size > 1) it trains with opt->mpi; else in one process.
  * Rank 0 prints each step's loss and gradient norm exactly (%a) and saves
@@ -11,11 +11,15 @@
  * other steps to a second: every process must get each error, then train
  * on as in ok); nan (step 3's rows
  * are NaN: the last stage's loss fails mid-run, every process must return
- * an error; exit 3 without finalizing, as a program would end the job).
+ * an error; exit 3 without finalizing, as a program would end the job);
+ * ckpt (checkpoints into CKPT_DIR every 10 steps, all kept); resume
+ * (pd_trainer_resume from CKPT_DIR first, prints "resumed at step S", then
+ * repeats the call the checkpoint was taken in: the steps after S print).
  */
 #include <pipedream.h>
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,6 +52,12 @@ int main(int argc, char **argv) {
     to.schedule = sched;
     to.microbatches = M;
     to.mpi = size > 1;
+    bool ck = !strcmp(mode, "ckpt") || !strcmp(mode, "resume");
+    if (ck && argc > 8) {
+        to.checkpoint_dir = argv[8];
+        to.checkpoint_every = 10;
+        to.checkpoint_keep = 0;
+    }
     if (st == PD_OK) st = pd_trainer_create(g, plan, &to, &t);
     int64_t B = st == PD_OK ? pd_trainer_batch(t) : 0, rows = B * steps;
     float *x = calloc((size_t)rows * 64 + 1, sizeof(float));
@@ -69,9 +79,15 @@ int main(int argc, char **argv) {
         bad = pd_trainer_train(t, rank == 1 ? steps - 1 : steps, &xt, &yt, r); /* steps that differ */
         printf("rank %d: error: %s\n", rank, bad != PD_OK ? pd_last_error() : "(none: NOT OK)");
     }
+    pd_resume_info ri = {0, 0, 0};
+    if (st == PD_OK && !strcmp(mode, "resume")) {
+        st = pd_trainer_resume(t, argv[8], &ri);
+        if (st == PD_OK && rank == 0) printf("resumed at step %lld of a call of %lld steps from %lld\n",
+                                             (long long)ri.step, (long long)ri.run_steps, (long long)ri.run_first);
+    }
     if (st == PD_OK) st = pd_trainer_train(t, steps, &xt, &yt, r);
     if (st == PD_OK && rank == 0) {
-        for (int i = 0; i < steps; i++) printf("step %d loss %a grad_norm %a lr %a\n", i + 1, r[i].loss, r[i].grad_norm, r[i].lr);
+        for (int i = (int)ri.step; i < steps; i++) printf("step %d loss %a grad_norm %a lr %a\n", i + 1, r[i].loss, r[i].grad_norm, r[i].lr);
         st = pd_graph_save(g, out);
     }
     if (st != PD_OK) printf("rank %d: error: %s\n", rank, pd_last_error());

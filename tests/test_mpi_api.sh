@@ -6,7 +6,8 @@
 # same program in one process, under every schedule; an argument error on
 # one process is an error on every process, naming it, and the job goes on;
 # a failure in the middle of a run is an error on every process (no hang);
-# a plan for another process count is refused on every process.
+# a plan for another process count is refused on every process;
+# checkpoints written across the processes and a resume from one.
 # examples/embed/mpi.c likewise. Skipped (77) without mpirun or MPI.
 set -u
 prog=$1
@@ -72,6 +73,37 @@ if [ "$(grep -c "^rank [01]: error: rank 1: pd_trainer_train: labels is NULL" "$
 else
   bad "an argument error on rank 1: $(grep error "$tmp/mpi.txt" | head -3)"
 fi
+
+# checkpoints through the API under MPI: each process writes its stages' parts, rank 0 the
+# manifest; the checkpoints change nothing; the run after a crash (the checkpoints after
+# step 10 lost) resumes from step 10, repeats the call and ends with the uninterrupted model
+ckcheck() { # name np plan schedule microbatches
+  local name=$1 np=$2 plan=$3 sch=$4 mb=$5 ck=$tmp/ck-$RANDOM
+  "$prog" "$model" "$plan" "$sch" "$mb" 30 "$tmp/in.onnx" ok > "$tmp/in.txt" 2>&1 || { bad "$name: in one process: $(tail -3 "$tmp/in.txt")"; return; }
+  mpi "$np" "$prog" "$model" "$plan" "$sch" "$mb" 30 "$tmp/ck.onnx" ckpt "$ck" > "$tmp/ck.txt" 2>&1 || { bad "$name: with checkpoints: $(tail -3 "$tmp/ck.txt")"; return; }
+  local parts; parts=$(python3 -c "import json,sys; print(len(json.load(open(sys.argv[1]))['stages']))" "$plan")
+  local whole; whole=$(python3 - "$ck" "$parts" <<'PY'
+import json, os, sys
+d, n = sys.argv[1], int(sys.argv[2])
+cks = sorted(x for x in os.listdir(d) if x.startswith("ckpt-"))
+good = [c for c in cks if len(json.load(open(f"{d}/{c}/manifest.json"))["files"]) == n
+        and all(os.path.getsize(f"{d}/{c}/part-{i}.bin") > 0 for i in range(n))]
+print(" ".join(c[5:].lstrip("0") for c in good) if len(good) == len(cks) and not [x for x in os.listdir(d) if x.startswith(".")] else "torn")
+PY
+)
+  rm -rf "$ck/ckpt-000000000020" "$ck/ckpt-000000000030"
+  mpi "$np" "$prog" "$model" "$plan" "$sch" "$mb" 30 "$tmp/re.onnx" resume "$ck" > "$tmp/re.txt" 2>&1 || { bad "$name: resumed: $(tail -3 "$tmp/re.txt")"; return; }
+  if [ "$whole" = "10 20 30" ] && cmp -s "$tmp/in.onnx" "$tmp/ck.onnx" && cmp -s "$tmp/in.onnx" "$tmp/re.onnx" &&
+     grep -q "^resumed at step 10 of a call of 30 steps from 0" "$tmp/re.txt" &&
+     cmp -s <(grep ^step "$tmp/in.txt" | tail -20) <(grep ^step "$tmp/re.txt") && [ "$(grep -c ^step "$tmp/re.txt")" = 20 ]; then
+    ok "$name: checkpoints at steps $whole with all $parts parts; resumed at step 10: steps 11-30 and the model equal the uninterrupted run's"
+  else
+    bad "$name: checkpoints '$whole', resume: $(grep -v ^step "$tmp/re.txt" | head -3)"
+  fi
+}
+ckcheck "checkpoints, flush, 2 stages on 2 processes" 2 "$tmp/p2.json" flush 4
+ckcheck "checkpoints, pipedream, 4 stages on 2 processes" 2 "$tmp/p4on2.json" pipedream 1
+ckcheck "checkpoints, hybrid (stage 0's replicas on 2 processes), flush" 3 "$tmp/ph.json" flush 4
 
 # a NaN loss on the last stage (rank 1) in the middle of the run: both return
 start=$(date +%s)

@@ -6,7 +6,9 @@
  * after a few of them to measure what one costs (the pause of the snapshot,
  * the time to persist it), then spaces them by pd__ckpt_auto_every, measured
  * again after every checkpoint. A snapshot is a copy into host memory; the
- * writer thread persists it while training goes on.
+ * writer thread persists it while training goes on. Under MPI every process
+ * must take the same boundaries: auto's measurements are made on each and
+ * the interval agreed (pd__due_dist).
  */
 #include "ckpt.h"
 #include "../runtime/session.h"
@@ -41,6 +43,11 @@ struct pd_cli_ckpt {
     double t_prev;       /* the clock at the last boundary seen */
     int64_t b_prev;
     double step_ms;      /* the latest estimate */
+    /* auto under MPI (pd__due_dist) */
+    bool agreed;         /* the interval after the last checkpoint is agreed */
+    int64_t lag, next_lag, min_lag;
+    int here;            /* parts this process writes (none: a replica's process only agrees) */
+    double *votes;       /* per process its proposal */
     void (*progress)(void *ctx, int64_t b);
     void *pctx;
 };
@@ -65,6 +72,12 @@ pd_status pd_cli_ckpt_start(const pd_cli_ckpt_opts *o, cJSON *info, int64_t firs
     c->first = c->last_taken = c->b_prev = first;
     c->every = o->every;
     c->t_prev = pd__ms();
+    c->agreed = true;
+    if (o->processes > 1 && o->every < 0 && !(c->votes = PD_CALLOC((size_t)o->processes, sizeof(double)))) {
+        free(c->info);
+        PD_FREE(c);
+        return pd__err(PD_ERR_NOMEM, "out of memory");
+    }
     pthread_mutex_init(&c->mu, NULL);
     pthread_cond_init(&c->cv, NULL);
     pd_status st = o->processes > 1 ? pd__ckpt_writer_start_dist(o->dir, o->keep, o->parts, o->rank == 0, &c->w)
@@ -73,11 +86,54 @@ pd_status pd_cli_ckpt_start(const pd_cli_ckpt_opts *o, cJSON *info, int64_t firs
         pthread_mutex_destroy(&c->mu);
         pthread_cond_destroy(&c->cv);
         free(c->info);
+        PD_FREE(c->votes);
         PD_FREE(c);
         return st;
     }
     *out = c;
     return PD_OK;
+}
+
+/* CheckFreq's auto across processes. Each process measures its own costs
+ * (its snapshot pause, its writer's persist: rank 0's includes waiting for
+ * the others' parts and the manifest, its step time), but a checkpoint is
+ * whole only if every process takes the same boundaries, so the interval is
+ * agreed: after checkpoint c, at boundary c + lag (a rule of the step, the
+ * same on every process), each waits until its part of c is persisted,
+ * proposes pd__ckpt_auto_every from its measurements, and all take the
+ * largest proposal E (the most conservative); the next checkpoint is
+ * c + max(E, lag). lag is the previous E, so in the steady state the persist
+ * is over by then and nobody waits; at least the pipeline's snapshot gap + 1,
+ * so that every process's snapshot of c is taken before any process waits
+ * (the deciding thread waits before its first instruction of minibatch
+ * c + lag - 1, which no process needs to reach its snapshot of c, under
+ * pipedream and 2bw either: they run at most P microbatches ahead). */
+static bool pd__due_dist(pd_cli_ckpt *c, int64_t b) {
+    if (c->taken == 0) return b - c->first >= PD_AUTO_FIRST; /* the first measures what one costs */
+    int64_t since = b - c->last_taken;
+    if (!c->agreed) {
+        if (since < c->lag) return false;
+        while (c->here && pd__ckpt_writer_done(c->w) < c->last_taken && !pd__pipe_aborted(c->pipe)) {
+            struct timespec nap = {0, 1000000};
+            nanosleep(&nap, NULL);
+        }
+        int64_t n, k;
+        double persist, pause;
+        pd__ckpt_writer_stats(c->w, &n, &persist, NULL);
+        pd__pipe_snap_stats(c->pipe, &k, &pause);
+        memset(c->votes, 0, sizeof(double) * (size_t)c->o.processes);
+        c->votes[c->o.rank] = (double)pd__ckpt_auto_every(c->step_ms, k > 0 ? pause / (double)k : 0, persist,
+                                                          c->o.overhead);
+        int64_t e = 1;
+        if (pd__pipe_snap_agree(c->pipe, c->votes, c->o.processes) != PD_OK)
+            e = INT64_MAX / 4; /* the run is failing (a process stopped): no more checkpoints */
+        for (int r = 0; e < INT64_MAX / 4 && r < c->o.processes; r++)
+            if (c->votes[r] > (double)e) e = (int64_t)c->votes[r];
+        c->every = e > c->lag ? e : c->lag;
+        c->next_lag = e > c->min_lag ? e : c->min_lag;
+        c->agreed = true;
+    }
+    return since >= c->every;
 }
 
 /* Is boundary b (the state after b steps) to be taken? Called in order of b. */
@@ -90,6 +146,7 @@ static bool pd__due(pd_cli_ckpt *c, int64_t b) {
         c->b_prev = b;
     }
     if (c->o.every > 0) return b % c->o.every == 0;
+    if (c->votes) return pd__due_dist(c, b);
     if (c->taken == 0) return b - c->first >= PD_AUTO_FIRST; /* the first measures what one costs */
     int64_t n, k = c->taken;
     double persist, pause = c->pause_ms;
@@ -107,6 +164,7 @@ static bool pd__want(void *ctx, int64_t b) {
     pd_cli_ckpt *c = ctx;
     bool w = pd__due(c, b);
     if (w) c->last_taken = b, c->taken++;
+    if (w && c->votes) c->agreed = false, c->lag = c->next_lag;
     return w;
 }
 
@@ -124,9 +182,17 @@ pd_status pd_cli_ckpt_attach(pd_cli_ckpt *c, pd__pipe *p, void (*progress)(void 
     c->progress = progress;
     c->pctx = ctx;
     c->nparts = pd__pipe_stages(p);
+    c->lag = c->next_lag = c->min_lag = pd__pipe_snap_gap(p) + 1;
     if (c->nparts > 1024) return pd__err(PD_ERR_UNSUPPORTED, "checkpoints: more than 1024 stages");
     pd__snap_hooks h = {pd__want, pd__ready, c};
-    return pd__pipe_set_snap_hooks(p, &h);
+    PD_TRY(pd__pipe_set_snap_hooks(p, &h));
+    for (int w = 0; w < c->nparts; w++) {
+        const void *d;
+        size_t n;
+        pd__pipe_snap_part(p, w, &d, &n);
+        c->here += d != NULL;
+    }
+    return PD_OK;
 }
 
 /* ---- one stage ---- */
@@ -194,7 +260,12 @@ pd_status pd_cli_ckpt_finish(pd_cli_ckpt *c, double train_s) {
     pd_status st = pd__ckpt_writer_finish(c->w);
     if (st == PD_OK && !c->o.quiet) {
         printf("checkpoints: %lld written to %s (", (long long)n, c->o.dir);
-        if (c->o.every < 0) printf("auto: every %lld steps at the end", (long long)c->every);
+        if (c->o.every < 0 && c->votes && c->every < 0)
+            printf("auto: the run ended before the %d processes agreed on an interval", c->o.processes);
+        else if (c->o.every < 0 && c->votes)
+            printf("auto, agreed by the %d processes: every %lld steps at the end", c->o.processes,
+                   (long long)c->every);
+        else if (c->o.every < 0) printf("auto: every %lld steps at the end", (long long)c->every);
         else if (c->o.every > 0) printf("every %lld steps", (long long)c->o.every);
         else printf("the final state");
         printf("), the last at step %lld; snapshot pauses %.1f ms in all (%.2f%% of training), last persist %.1f ms\n",
@@ -203,6 +274,7 @@ pd_status pd_cli_ckpt_finish(pd_cli_ckpt *c, double train_s) {
     pthread_mutex_destroy(&c->mu);
     pthread_cond_destroy(&c->cv);
     PD_FREE(c->buf.buf);
+    PD_FREE(c->votes);
     free(c->info);
     PD_FREE(c);
     return st;

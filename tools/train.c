@@ -775,11 +775,6 @@ static int pd__train_main(int argc, char **argv) {
             pd_cli_usage_error("train: %s", "under mpirun, give --stages N or --plan FILE (one process per stage replica)");
             goto out;
         }
-        if ((a.ckpt_dir || a.resume) && a.ckpt_every <= 0) {
-            /* each process decides its boundaries alone: a rule of the step, not of measured times */
-            pd_cli_usage_error("train: %s", "under mpirun, checkpoints need --checkpoint-every N (not auto)");
-            goto out;
-        }
         a.trace_all = a.trace;
         if (pd__mp.rank > 0) {
             a.quiet = true;

@@ -249,6 +249,7 @@ typedef struct pd__pool {
 typedef struct pd__mpix {
     pd__transport base;
     MPI_Comm comm;
+    MPI_Comm ckcomm; /* comm's processes again, for sums made beside the stages' (checkpoints' agreement) */
     MPI_Comm *group; /* per worker: its replicas' processes (MPI_COMM_NULL where this one is not) */
     MPI_Comm tied;   /* the processes holding a stage that reads a tied parameter (PD__TIED) */
     int nworkers, nthreads, nlinks, window;
@@ -409,9 +410,14 @@ static pd_status pd__mx_recv_in(pd__transport *t, int from, int to, int l, int d
     return PD_OK;
 }
 
+/* The communicator of allreduce's group g (transport.h). */
+static MPI_Comm pd__mx_comm(const pd__mpix *x, int g) {
+    return g == PD__TIED ? x->tied : g == PD__CKPT ? x->ckcomm : g < 0 ? x->comm : x->group[g];
+}
+
 static pd_status pd__mx_allreduce_in(pd__transport *t, int g, void *data, int64_t n, bool f64) {
     pd__mpix *x = (pd__mpix *)t;
-    MPI_Comm c = g == PD__TIED ? x->tied : g < 0 ? x->comm : x->group[g];
+    MPI_Comm c = pd__mx_comm(x, g);
     if (c == MPI_COMM_NULL) return PD_OK;
     for (int64_t off = 0; off < n;) { /* counts are ints */
         int k = n - off > (1 << 30) ? 1 << 30 : (int)(n - off);
@@ -426,7 +432,7 @@ static pd_status pd__mx_allreduce_in(pd__transport *t, int g, void *data, int64_
 
 static pd_status pd__mx_iallreduce_in(pd__transport *t, int g, void *data, int64_t n, bool f64) {
     pd__mpix *x = (pd__mpix *)t;
-    MPI_Comm c = g == PD__TIED ? x->tied : g < 0 ? x->comm : x->group[g];
+    MPI_Comm c = pd__mx_comm(x, g);
     if (c == MPI_COMM_NULL) return PD_OK;
     for (int64_t off = 0; off < n;) {
         int k = n - off > (1 << 30) ? 1 << 30 : (int)(n - off);
@@ -570,6 +576,7 @@ static void pd__mx_destroy(pd__transport *t) {
     PD_FREE(x->group);
     if (!x->failed && x->tied != MPI_COMM_NULL) MPI_Comm_free(&x->tied);
     if (!x->failed && x->comm != MPI_COMM_NULL) MPI_Comm_free(&x->comm);
+    if (!x->failed && x->ckcomm != MPI_COMM_NULL) MPI_Comm_free(&x->ckcomm);
     PD_FREE(x->rank_of);
     pthread_mutex_destroy(&x->mu);
     PD_FREE(x);
@@ -592,7 +599,7 @@ pd_status pd__mpi_transport_create(int nthreads, const int *rank_of, const int *
     pd__mpix *x = PD_CALLOC(1, sizeof *x);
     if (!x) return pd__err(PD_ERR_NOMEM, "out of memory");
     x->base.vt = &pd__mpi_vt;
-    x->comm = x->tied = MPI_COMM_NULL;
+    x->comm = x->tied = x->ckcomm = MPI_COMM_NULL;
     x->stopped = stopped;
     pthread_mutex_init(&x->mu, NULL);
     x->nworkers = nworkers;
@@ -614,6 +621,8 @@ pd_status pd__mpi_transport_create(int nthreads, const int *rank_of, const int *
     if (MPI_Comm_split(MPI_COMM_WORLD, color, world_me, &x->comm) != MPI_SUCCESS)
         st = pd__err(PD_ERR_IO, "MPI: cannot make the pipeline's communicator");
     if (st == PD_OK) MPI_Comm_rank(x->comm, &me);
+    if (st == PD_OK && MPI_Comm_dup(x->comm, &x->ckcomm) != MPI_SUCCESS)
+        st = pd__err(PD_ERR_IO, "MPI: cannot make the checkpoints' communicator");
     for (int w = 0; st == PD_OK && w < nworkers; w++) { /* collective: every process, every worker */
         int mine = 0, members = 0;
         for (int i = 0; i < nthreads; i++)

@@ -28,8 +28,11 @@ typedef struct pd__transport_i {
     void (*put)(pd__transport *t, int l, int dir, void *buf);
     /* Sums n values (floats, or doubles when f64) in place across the
      * members of group g (-1: every process; PD__TIED: the processes
-     * holding a stage that reads a tied parameter; else the processes
-     * holding worker g's replicas). A process outside g returns at once. */
+     * holding a stage that reads a tied parameter; PD__CKPT: every process,
+     * on a communicator of its own, so that a sum started by one thread in
+     * the middle of a run, the same on every process, cannot be matched with
+     * the stages' own; else the processes holding worker g's replicas). A
+     * process outside g returns at once. */
     pd_status (*allreduce)(pd__transport *t, int g, void *data, int64_t n, bool f64);
     /* The run is over: every send has completed. */
     pd_status (*flush)(pd__transport *t);
@@ -47,7 +50,7 @@ typedef struct pd__transport_i {
     pd_status (*wait_all)(pd__transport *t);
 } pd__transport_i;
 
-enum { PD__TIED = -2 }; /* allreduce's group of the tied parameters' holders (MPI) */
+enum { PD__TIED = -2, PD__CKPT = -3 }; /* allreduce's groups: the tied parameters' holders; every process, for checkpoints (MPI) */
 
 struct pd__transport {
     const pd__transport_i *vt;
