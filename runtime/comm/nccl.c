@@ -21,6 +21,7 @@
 #include <sched.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #define PD_CUDA_TRY(call)                                                                                     \
     do {                                                                                                      \
@@ -133,26 +134,43 @@ static void pd__nc_tell(pd__ncx *x) {
             x->ntells++;
 }
 
-/* NCCL or CUDA failed here (st): every communicator aborted. During the
- * set-up the others are told first (they may be in NCCL's initialization
- * with this one: told, they know why before they notice the abort), unless
- * another's notice came first (most likely the cause: that one wins). */
+/* Another process's failure, one look: during the set-up its notice on
+ * mcomm, later the watch transport's (or a stop, or a run failed here). */
+static pd_status pd__nc_notice(pd__ncx *x) { return x->setup ? pd__nc_heard(x) : pd__mpi_transport_check(x->watch); }
+
+/* NCCL failed here (st): every communicator aborted. A peer that failed
+ * tells (MPI) before it aborts, and its abort may be what failed here: a
+ * notice that comes within a moment is the cause, and wins. Otherwise,
+ * during the set-up, the others are told (they may be in NCCL's
+ * initialization with this one: told, they know why before they notice
+ * the abort). */
 static pd_status pd__nc_failed(pd__ncx *x, pd_status st) {
-    if (x->setup) {
-        pd_status h = pd__nc_heard(x);
-        if (h != PD_OK) st = h;
-        else pd__nc_tell(x);
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", pd_last_error());
+    for (int k = 0; k < 200; k++) { /* 1 s */
+        if (pd__nc_notice(x) != PD_OK) {
+            if (!pd__mpi_relayed(pd_last_error())) break; /* a stop, or this process failed already */
+            pd__nc_abort(x);
+            return PD_ERR_IO;
+        }
+        nanosleep(&(struct timespec){0, 5000000}, NULL);
     }
+    pd__err(st, "%s", msg);
+    if (x->setup) pd__nc_tell(x);
     pd__nc_abort(x);
     return st;
 }
 
-/* One look, never a wait: a communicator's asynchronous error (a peer died,
- * the network failed), or another process's failure (during the set-up its
- * notice on mcomm, later the watch transport's). Either aborts every
- * communicator; the error names the cause. */
+/* One look, never a wait: another process's failure (pd__nc_notice), or a
+ * communicator's asynchronous error (a peer died, the network failed).
+ * Either aborts every communicator; the error names the cause. */
 static pd_status pd__nc_watch(pd__ncx *x) {
     if (x->aborted) return pd__nc_aborted();
+    pd_status st = pd__nc_notice(x);
+    if (st != PD_OK) {
+        pd__nc_abort(x);
+        return st;
+    }
     for (int i = 0; x->cm && i < x->ncm; i++) {
         ncclResult_t r = ncclSuccess;
         if (!x->cm[i] || ncclCommGetAsyncError(x->cm[i], &r) != ncclSuccess || r == ncclSuccess || r == ncclInProgress)
@@ -164,9 +182,7 @@ static pd_status pd__nc_watch(pd__ncx *x) {
         else snprintf(what, sizeof what, "stage %d's replicas'", i - 1 - 2 * x->nlinks);
         return pd__nc_failed(x, pd__err(PD_ERR_IO, "NCCL: %s communicator: %s", what, ncclGetErrorString(r)));
     }
-    pd_status st = x->setup ? pd__nc_heard(x) : pd__mpi_transport_check(x->watch);
-    if (st != PD_OK) pd__nc_abort(x);
-    return st;
+    return PD_OK;
 }
 
 /* NCCL's answer r to a call on communicator c (non-blocking: ncclInProgress
