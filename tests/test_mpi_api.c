@@ -12,6 +12,8 @@
  * on as in ok); nan (step 3's rows
  * are NaN: the last stage's loss fails mid-run, every process must return
  * an error; exit 3 without finalizing, as a program would end the job).
+ * PD_TEST_DEVICE (cuda, cuda:N) trains on the GPU: the plan's stages name
+ * their devices (tests/test_nccl_pipe.sh, messages over NCCL).
  */
 #include <pipedream.h>
 
@@ -48,6 +50,8 @@ int main(int argc, char **argv) {
     to.schedule = sched;
     to.microbatches = M;
     to.mpi = size > 1;
+    const char *dev = getenv("PD_TEST_DEVICE");
+    if (st == PD_OK && dev) st = pd_train_options_set_device(&to.train, dev, NULL);
     if (st == PD_OK) st = pd_trainer_create(g, plan, &to, &t);
     int64_t B = st == PD_OK ? pd_trainer_batch(t) : 0, rows = B * steps;
     float *x = calloc((size_t)rows * 64 + 1, sizeof(float));

@@ -50,11 +50,10 @@ static double now(void) {
 }
 
 /* --bad-device: rank 1's device does not exist. */
-static int bad_device(int rank, int ndev, pd__transport *m) {
+static int bad_device(int rank, int dev, pd__transport *m) {
     int rank_of[2] = {0, 1}, two[2] = {0, 1};
     pd__transport *t = NULL;
-    int dev = rank == 1 ? 1000 : rank % ndev;
-    pd_status st = pd__cuda_nccl_transport_create(2, rank_of, two, 2, 1, 0, dev, NULL, m, &t);
+    pd_status st = pd__cuda_nccl_transport_create(2, rank_of, two, 2, 1, 0, rank == 1 ? 1000 : dev, NULL, m, &t);
     const char *e = pd_last_error();
     if (rank == 1)
         check(st != PD_OK && strstr(e, "rank 1: device 1000") && !strstr(e, "MPI: rank"),
@@ -68,12 +67,12 @@ static int bad_device(int rank, int ndev, pd__transport *m) {
 }
 
 /* --fail: rank 1 stops after two microbatches, rank 0 waits for gradients. */
-static int fail_midway(int rank, int ndev, pd__transport *m) {
+static int fail_midway(int rank, int dev, pd__transport *m) {
     int rank_of[2] = {0, 1}, two[2] = {0, 1};
     pd__transport *t = NULL;
     static float h[N];
     bool stop = false;
-    if (pd__cuda_nccl_transport_create(2, rank_of, two, 2, 1, 0, rank % ndev, NULL, m, &t) != PD_OK)
+    if (pd__cuda_nccl_transport_create(2, rank_of, two, 2, 1, 0, dev, NULL, m, &t) != PD_OK)
         return die("create");
     if (rank == 0) {
         for (int mb = 0; mb < MBS; mb++) {
@@ -116,17 +115,17 @@ int main(int argc, char **argv) {
         pd_mpi_finalize();
         return 2;
     }
-    int ndev = pd__cuda_nccl_devices();
+    int ndev = pd__cuda_nccl_devices(), dev = ndev > 0 ? rank % ndev : rank;
     int rank_of[2] = {0, 1}, two[2] = {0, 1}, one[2] = {0, 0};
     pd__transport *m = NULL, *t = NULL, *r = NULL; /* m: the failure notices */
     if (pd__mpi_transport_create(2, rank_of, two, 2, 1, 8, 0, NULL, &m) != PD_OK) return die("MPI transport");
     if (argc > 1) {
-        int rc = !strcmp(argv[1], "--fail") ? fail_midway(rank, ndev, m) : bad_device(rank, ndev, m);
+        int rc = !strcmp(argv[1], "--fail") ? fail_midway(rank, dev, m) : bad_device(rank, dev, m);
         m->vt->destroy(m);
         pd_mpi_finalize();
         return rc ? rc : fails ? 1 : 0;
     }
-    if (pd__cuda_nccl_transport_create(2, rank_of, two, 2, 1, 0, rank % ndev, NULL, m, &t) != PD_OK)
+    if (pd__cuda_nccl_transport_create(2, rank_of, two, 2, 1, 0, dev, NULL, m, &t) != PD_OK)
         return die("create");
     static float h[N];
     bool stop = false;
@@ -164,7 +163,7 @@ int main(int argc, char **argv) {
     check(hd[0] == 3 && hd[1] == 30 && hd[2] == 1, "all-reduce of doubles over every process");
     t->vt->destroy(t);
     /* one stage replicated on both processes: its communicator */
-    if (pd__cuda_nccl_transport_create(2, rank_of, one, 1, 1, 0, rank % ndev, NULL, m, &r) != PD_OK)
+    if (pd__cuda_nccl_transport_create(2, rank_of, one, 1, 1, 0, dev, NULL, m, &r) != PD_OK)
         return die("create");
     float *df = NULL;
     for (int i = 0; i < N; i++) h[i] = (float)((rank + 1) * (i % 1000));
