@@ -66,13 +66,15 @@ typedef struct pd__ncx {
     int *rank_of;
     pd__dpool *pool;         /* per link and direction */
     bool aborted, setup;
-    /* set-up failures (pd__nc_agree): this process's notice to the others,
-     * whose notices came, the lowest rank among them and its message */
-    char told[512];
+    /* set-up failures (pd__nc_agree): this process's notice to the others
+     * (told: 2 its own failure, 1 an NCCL error a peer's abort may have
+     * caused, 0 none), and per process whether its notice came, and what */
+    char toldmsg[512];
+    int told, ntells, *flags;
     MPI_Request *tells;
-    int ntells, *flags, low;
+    bool heard;
     unsigned char *got;
-    char lowmsg[512];
+    char (*msgs)[512];
 } pd__ncx;
 
 #define PD__ALL(x) ((x)->cm[0])
@@ -101,16 +103,11 @@ static pd_status pd__nc_aborted(void) {
     return pd__err(PD_ERR_IO, "NCCL: the communicators were aborted after a failure");
 }
 
-/* A set-up failure notice from process r: the lowest rank's message is kept. */
+/* A set-up failure notice from process r. */
 static void pd__nc_recv_told(pd__ncx *x, int r) {
-    char msg[sizeof x->lowmsg] = "";
-    MPI_Recv(msg, (int)sizeof msg, MPI_CHAR, r, PD__TOLD, x->mcomm, MPI_STATUS_IGNORE);
-    msg[sizeof msg - 1] = 0;
+    MPI_Recv(x->msgs[r], (int)sizeof x->msgs[r], MPI_CHAR, r, PD__TOLD, x->mcomm, MPI_STATUS_IGNORE);
+    x->msgs[r][sizeof x->msgs[r] - 1] = 0;
     x->got[r] = 1;
-    if (x->low < 0 || r < x->low) {
-        x->low = r;
-        memcpy(x->lowmsg, msg, sizeof msg);
-    }
 }
 
 /* During the set-up: whether another process said its set-up failed. */
@@ -119,18 +116,20 @@ static pd_status pd__nc_heard(pd__ncx *x) {
     MPI_Status s;
     if (MPI_Iprobe(MPI_ANY_SOURCE, PD__TOLD, x->mcomm, &flag, &s) != MPI_SUCCESS || !flag) return PD_OK;
     pd__nc_recv_told(x, s.MPI_SOURCE);
-    return pd__err(PD_ERR_IO, "MPI: rank %d failed: %s", x->low, x->lowmsg); /* as a relayed failure reads */
+    x->heard = true;
+    return pd__err(PD_ERR_IO, "MPI: rank %d failed: %s", s.MPI_SOURCE, x->msgs[s.MPI_SOURCE]); /* as relayed */
 }
 
-/* During the set-up: this process failed on its own (pd_last_error says
- * how); the others hear of it polling, or at the next pd__nc_agree. Once. */
-static void pd__nc_tell(pd__ncx *x) {
-    if (x->told[0]) return;
-    snprintf(x->told, sizeof x->told, "%s", pd_last_error());
+/* During the set-up: this process failed (pd_last_error says how; level:
+ * as x->told); the others hear of it polling, or at the next
+ * pd__nc_agree. Once. */
+static void pd__nc_tell(pd__ncx *x, int level) {
+    if (x->told) return;
+    x->told = level;
+    snprintf(x->toldmsg, sizeof x->toldmsg, "%s", pd_last_error());
     for (int r = 0; r < x->n; r++)
-        if (r != x->me &&
-            MPI_Isend(x->told, (int)strlen(x->told) + 1, MPI_CHAR, r, PD__TOLD, x->mcomm, &x->tells[x->ntells]) ==
-                MPI_SUCCESS)
+        if (r != x->me && MPI_Isend(x->toldmsg, (int)strlen(x->toldmsg) + 1, MPI_CHAR, r, PD__TOLD, x->mcomm,
+                                    &x->tells[x->ntells]) == MPI_SUCCESS)
             x->ntells++;
 }
 
@@ -138,16 +137,17 @@ static void pd__nc_tell(pd__ncx *x) {
  * mcomm, later the watch transport's (or a stop, or a run failed here). */
 static pd_status pd__nc_notice(pd__ncx *x) { return x->setup ? pd__nc_heard(x) : pd__mpi_transport_check(x->watch); }
 
-/* NCCL failed here (st): every communicator aborted. A peer that failed
- * tells (MPI) before it aborts, and its abort may be what failed here: a
- * notice that comes within a moment is the cause, and wins. Otherwise,
- * during the set-up, the others are told (they may be in NCCL's
- * initialization with this one: told, they know why before they notice
- * the abort). */
-static pd_status pd__nc_failed(pd__ncx *x, pd_status st) {
+/* NCCL failed here (st; secondary: an error a peer's abort may cause, a
+ * remote or network one): every communicator aborted. During the set-up
+ * the others are told at once (they may be in NCCL's initialization with
+ * this one); pd__nc_agree then prefers a process's own failure to a
+ * secondary one. During a run, a peer that failed tells by the MPI
+ * transport before it aborts, and its abort may be what failed here: a
+ * notice that comes within a moment is the cause, and wins. */
+static pd_status pd__nc_failed(pd__ncx *x, pd_status st, bool secondary) {
     char msg[1024];
     snprintf(msg, sizeof msg, "%s", pd_last_error());
-    for (int k = 0; k < 200; k++) { /* 1 s */
+    for (int k = 0; !x->setup && k < 200; k++) { /* 1 s */
         if (pd__nc_notice(x) != PD_OK) {
             if (!pd__mpi_relayed(pd_last_error())) break; /* a stop, or this process failed already */
             pd__nc_abort(x);
@@ -156,7 +156,7 @@ static pd_status pd__nc_failed(pd__ncx *x, pd_status st) {
         nanosleep(&(struct timespec){0, 5000000}, NULL);
     }
     pd__err(st, "%s", msg);
-    if (x->setup) pd__nc_tell(x);
+    if (x->setup) pd__nc_tell(x, secondary ? 1 : 2);
     pd__nc_abort(x);
     return st;
 }
@@ -180,7 +180,8 @@ static pd_status pd__nc_watch(pd__ncx *x) {
         else if (i <= 2 * x->nlinks)
             snprintf(what, sizeof what, "link %d's %s", (i - 1) / 2, (i - 1) % 2 ? "gradients'" : "activations'");
         else snprintf(what, sizeof what, "stage %d's replicas'", i - 1 - 2 * x->nlinks);
-        return pd__nc_failed(x, pd__err(PD_ERR_IO, "NCCL: %s communicator: %s", what, ncclGetErrorString(r)));
+        return pd__nc_failed(x, pd__err(PD_ERR_IO, "NCCL: %s communicator: %s", what, ncclGetErrorString(r)),
+                             r == ncclRemoteError || r == ncclSystemError);
     }
     return PD_OK;
 }
@@ -198,7 +199,8 @@ static pd_status pd__nc_done(pd__ncx *x, ncclComm_t c, ncclResult_t r, const cha
     if (r == ncclSuccess) return PD_OK;
     const char *why = ncclGetLastError(NULL);
     return pd__nc_failed(x, pd__err(PD_ERR_IO, "NCCL: %s: %s%s%s%s", what, ncclGetErrorString(r),
-                                    why && *why ? " (" : "", why ? why : "", why && *why ? ")" : ""));
+                                    why && *why ? " (" : "", why ? why : "", why && *why ? ")" : ""),
+                         r == ncclRemoteError || r == ncclSystemError);
 }
 
 /* Waits for event ev (or, ev NULL, stream s) polled, watching between looks. */
@@ -391,6 +393,7 @@ static void pd__nc_destroy(pd__transport *t) {
     PD_FREE(x->tells);
     PD_FREE(x->flags);
     PD_FREE(x->got);
+    PD_FREE(x->msgs);
     PD_FREE(x);
 }
 
@@ -399,22 +402,27 @@ static const pd__transport_i pd__nccl_vt = {"nccl",        pd__nc_get,   pd__nc_
                                             pd__nc_allreduce, pd__nc_wait_all};
 
 /* Collective over mcomm, after each part of the set-up: a process that
- * failed there on its own first tells the others (which may be polling
- * NCCL's initialization: they abort theirs), then every process learns who
- * failed, all the notices are received, and each returns PD_OK, its own
- * error, or the lowest failing rank's as a relayed failure reads ("MPI:
- * rank 1 failed: ..."): a set-up problem is reported once, by its rank. */
+ * failed there and has not told yet tells the others now, then every
+ * process learns who failed and how (pd__nc_tell's levels), all the
+ * notices are received, and each returns PD_OK, or its own error if it is
+ * the one that counts (the lowest rank among those that failed on their
+ * own, else among those with a secondary error), or that one's as a
+ * relayed failure reads ("MPI: rank 1 failed: ..."): a set-up problem is
+ * reported once, by its rank, not as the errors it caused elsewhere. */
 static pd_status pd__nc_agree(pd__ncx *x, pd_status st) {
-    int own = x->told[0] || (st != PD_OK && x->low < 0); /* not a notice heard */
-    if (own) pd__nc_tell(x);
-    if (MPI_Allgather(&own, 1, MPI_INT, x->flags, 1, MPI_INT, x->mcomm) != MPI_SUCCESS)
+    if (st != PD_OK && !x->told && !x->heard) pd__nc_tell(x, 2); /* failed here, outside NCCL */
+    int mine = x->told;
+    if (MPI_Allgather(&mine, 1, MPI_INT, x->flags, 1, MPI_INT, x->mcomm) != MPI_SUCCESS)
         return st != PD_OK ? st : pd__err(PD_ERR_IO, "MPI: agreeing on the NCCL set-up failed");
-    for (int r = 0; r < x->n; r++) /* sent before r's part of the Allgather */
-        if (x->flags[r] && r != x->me && !x->got[r]) pd__nc_recv_told(x, r);
+    int who = -1;
+    for (int r = 0; r < x->n; r++) {
+        if (x->flags[r] && r != x->me && !x->got[r]) pd__nc_recv_told(x, r); /* sent before r's Allgather */
+        if (x->flags[r] && (who < 0 || x->flags[r] > x->flags[who])) who = r;
+    }
     MPI_Waitall(x->ntells, x->tells, MPI_STATUSES_IGNORE); /* every one received by now */
     x->ntells = 0;
-    if (own || x->low < 0) return st;
-    return pd__err(PD_ERR_IO, "MPI: rank %d failed: %s", x->low, x->lowmsg);
+    if (who < 0 || who == x->me) return st;
+    return pd__err(PD_ERR_IO, "MPI: rank %d failed: %s", who, x->msgs[who]);
 }
 
 /* The processes holding replicas of worker w, in rank order: how many, and
@@ -496,7 +504,6 @@ pd_status pd__nccl_transport_create(int nthreads, const int *rank_of, const int 
     x->nlinks = nlinks > 0 ? nlinks : 1;
     x->nworkers = nworkers;
     x->device = device;
-    x->low = -1;
     x->ncm = 1 + 2 * x->nlinks + nworkers;
     x->rank_of = PD_MALLOC(sizeof(int) * (size_t)nthreads);
     x->pool = PD_CALLOC(2 * (size_t)x->nlinks, sizeof *x->pool);
@@ -505,7 +512,8 @@ pd_status pd__nccl_transport_create(int nthreads, const int *rank_of, const int 
     x->tells = PD_CALLOC((size_t)world, sizeof *x->tells); /* the pipeline's processes are some of the world's */
     x->flags = PD_CALLOC((size_t)world, sizeof *x->flags);
     x->got = PD_CALLOC((size_t)world, 1);
-    if (!x->rank_of || !x->pool || !x->cm || !x->cs || !x->tells || !x->flags || !x->got) {
+    x->msgs = PD_CALLOC((size_t)world, sizeof *x->msgs);
+    if (!x->rank_of || !x->pool || !x->cm || !x->cs || !x->tells || !x->flags || !x->got || !x->msgs) {
         pd__nc_destroy(&x->base);
         return pd__err(PD_ERR_NOMEM, "out of memory");
     }
