@@ -2431,20 +2431,23 @@ static void pd__dev_teardown(pd__pipe *p) {
 
 /* Before the first run: a pd__gpu for each thread of this process, the
  * links' buffers between them, and under MPI the NCCL transport (collective:
- * every process sets up in its first run). */
+ * every process sets up in its first run; the processes first agree that
+ * each made its device side, so that one's failure is an error on every
+ * process, naming it, instead of leaving the others in NCCL's set-up). */
 static pd_status pd__dev_setup(pd__pipe *p) {
     const pd_graph *g = p->g;
-    for (int w = 0; w < p->P; w++) {
+    pd_status st = PD_OK;
+    for (int w = 0; w < p->P && st == PD_OK; w++) {
         int here = 0;
         for (int i = p->wbase[w]; i < p->wbase[w + 1]; i++) here += p->rank_of[i] == p->rank;
         if (here > 1)
-            return pd__err(PD_ERR_UNSUPPORTED, "pipeline: stage %d has %d replicas in this process; replicated "
-                           "stages on GPUs (--device cuda) run one replica per MPI process so far", w, here);
+            st = pd__err(PD_ERR_UNSUPPORTED, "pipeline: stage %d has %d replicas in this process; replicated "
+                         "stages on GPUs (--device cuda) run one replica per MPI process so far", w, here);
     }
-    if (p->shared) return pd__dev_refuse("a parameter read by several stages (tied weights)");
-    if (p->remote && p->nlocal > 1) return pd__dev_refuse("several stages in one MPI process");
-    pd__gpu_chunk *cd = PD_CALLOC((size_t)p->V, sizeof *cd);
-    pd_status st = cd ? PD_OK : pd__err(PD_ERR_NOMEM, "out of memory");
+    if (st == PD_OK && p->shared) st = pd__dev_refuse("a parameter read by several stages (tied weights)");
+    if (st == PD_OK && p->remote && p->nlocal > 1) st = pd__dev_refuse("several stages in one MPI process");
+    pd__gpu_chunk *cd = st == PD_OK ? PD_CALLOC((size_t)p->V, sizeof *cd) : NULL;
+    if (st == PD_OK && !cd) st = pd__err(PD_ERR_NOMEM, "out of memory");
     pd__wk *mine = NULL; /* under MPI: this process's one thread */
     for (int i = 0; i < p->nwk && st == PD_OK; i++) {
         pd__wk *W = &p->wk[i];
@@ -2467,20 +2470,23 @@ static pd_status pd__dev_setup(pd__pipe *p) {
     for (int l = 0; !p->remote && l + 1 < p->NV && st == PD_OK; l++)
         st = pd__glink_create(p->gdev[l % p->P], p->gdev[(l + 1) % p->P], p->link[l].act_bytes,
                               p->link[l].grad_bytes, p->link[l].fwd.cap + 2, &p->glink[l]);
-    if (st == PD_OK && p->remote) {
+    if (p->remote) {
 #ifdef PD_HAVE_NCCL
         int *worker_of = PD_MALLOC(sizeof(int) * (size_t)p->nwk);
-        if (!worker_of) st = pd__err(PD_ERR_NOMEM, "out of memory");
+        if (st == PD_OK && !worker_of) st = pd__err(PD_ERR_NOMEM, "out of memory");
         for (int i = 0; st == PD_OK && i < p->nwk; i++) worker_of[i] = p->wk[i].w;
         if (st == PD_OK && !mine) st = pd__err(PD_ERR_INTERNAL, "rank %d runs no stage", p->rank);
-        if (st == PD_OK)
+        int low = pd__mpi_agree(st == PD_OK); /* every process, whatever failed here */
+        if (st == PD_OK && low >= 0) st = pd__err(PD_ERR_IO, "MPI: rank %d failed: setting up its GPU stage", low);
+        if (st == PD_OK) /* p->remote carries the failure notices the NCCL waits watch for */
             st = pd__cuda_nccl_transport_create(p->nwk, p->rank_of, worker_of, p->P, p->NV - 1, p->gcolor,
-                                                p->gdev[mine->w], pd__gpu_stream(mine->dev), &p->dremote);
+                                                p->gdev[mine->w], pd__gpu_stream(mine->dev), p->remote, &p->dremote);
         PD_FREE(worker_of);
 #else
         (void)mine;
-        st = pd__err(PD_ERR_UNSUPPORTED, "pipeline: GPU stages in several MPI processes need the NCCL transport, which "
-                     "this build lacks (meson setup -Dnccl=enabled)");
+        if (st == PD_OK)
+            st = pd__err(PD_ERR_UNSUPPORTED, "pipeline: GPU stages in several MPI processes need the NCCL transport, "
+                         "which this build lacks (meson setup -Dnccl=enabled)");
 #endif
     }
     if (st != PD_OK) {
@@ -2711,7 +2717,9 @@ static pd_status pd__dev_allreduce(pd__wk *W, int mb) {
  * a failed run's gradients dropped, as on the CPU. */
 static pd_status pd__dev_end(pd__pipe *p, bool ok) {
     pd_status st = PD_OK;
-    if (p->dremote && ok) st = p->dremote->vt->flush(p->dremote); /* every send done */
+    if (p->dremote && ok) st = p->dremote->vt->flush(p->dremote); /* every send done (polled: a peer may fail) */
+    if (p->dremote && (!ok || st != PD_OK)) /* NCCL kernels waiting for a peer return: the syncs below end */
+        p->dremote->vt->fail(p->dremote, NULL);
     for (int i = 0; i < p->nwk; i++) {
         pd__wk *W = &p->wk[i];
         if (!W->dev) continue; /* another process's */

@@ -15,6 +15,8 @@
  * ckpt (checkpoints into CKPT_DIR every 10 steps, all kept); resume
  * (pd_trainer_resume from CKPT_DIR first, prints "resumed at step S", then
  * repeats the call the checkpoint was taken in: the steps after S print).
+ * PD_TEST_DEVICE (cuda, cuda:N) trains on the GPU: the plan's stages name
+ * their devices (tests/test_nccl_pipe.sh, messages over NCCL).
  */
 #include <pipedream.h>
 
@@ -58,6 +60,8 @@ int main(int argc, char **argv) {
         to.checkpoint_every = 10;
         to.checkpoint_keep = 0;
     }
+    const char *dev = getenv("PD_TEST_DEVICE");
+    if (st == PD_OK && dev) st = pd_train_options_set_device(&to.train, dev, NULL);
     if (st == PD_OK) st = pd_trainer_create(g, plan, &to, &t);
     int64_t B = st == PD_OK ? pd_trainer_batch(t) : 0, rows = B * steps;
     float *x = calloc((size_t)rows * 64 + 1, sizeof(float));

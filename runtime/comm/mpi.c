@@ -271,36 +271,43 @@ typedef struct pd__mpix {
     const int *stopped; /* the pipeline was stopped here (another thread failed): waits give up */
 } pd__mpix;
 
+/* One look for what ends every wait: another process's failure notice (the
+ * transport is then marked failed and the error names the rank that failed
+ * and its message), or a stop here (x->stopped). PD_OK: neither. x->mu held. */
+static pd_status pd__heard(pd__mpix *x) {
+    int flag = 0;
+    MPI_Status ps;
+    PD_MPI_TRY(MPI_Iprobe(MPI_ANY_SOURCE, x->abort_tag, x->comm, &flag, &ps), "probe");
+    if (flag) {
+        char msg[sizeof x->failmsg] = "";
+        MPI_Recv(msg, (int)sizeof msg - 1, MPI_CHAR, ps.MPI_SOURCE, x->abort_tag, x->comm, MPI_STATUS_IGNORE);
+        msg[sizeof msg - 1] = 0;
+        x->failed = true;
+        return pd__err(PD_ERR_IO, PD__RELAYED "%s", ps.MPI_SOURCE, msg);
+    }
+    if (x->stopped && __atomic_load_n(x->stopped, __ATOMIC_ACQUIRE)) { /* another thread here failed: it told */
+        x->failed = true;
+        return pd__err(PD_ERR_IO, "MPI: stopped (another stage of this process failed)");
+    }
+    return PD_OK;
+}
+
 /* Waits for req while watching for another process's failure notice (a
  * blocking call would wait for ever for a message that process never
- * sends). On a notice: req is cancelled where MPI can (a receive), the
- * transport is marked failed and the error names the rank that failed and
- * its message. */
+ * sends). On a notice or a stop: req is cancelled where MPI can (a
+ * receive) and pd__heard's error returned. */
 static pd_status pd__wait(pd__mpix *x, MPI_Request *req, MPI_Status *s, bool cancellable) {
     for (unsigned spins = 0;; spins++) { /* x->mu held, but between polls */
-        int done = 0, flag = 0;
+        int done = 0;
         PD_MPI_TRY(MPI_Test(req, &done, s), "wait");
         if (done) return PD_OK;
-        MPI_Status ps;
-        PD_MPI_TRY(MPI_Iprobe(MPI_ANY_SOURCE, x->abort_tag, x->comm, &flag, &ps), "probe");
-        if (flag) {
-            char msg[sizeof x->failmsg] = "";
-            MPI_Recv(msg, (int)sizeof msg - 1, MPI_CHAR, ps.MPI_SOURCE, x->abort_tag, x->comm, MPI_STATUS_IGNORE);
-            msg[sizeof msg - 1] = 0;
+        pd_status st = pd__heard(x);
+        if (st != PD_OK) {
             if (cancellable) {
                 MPI_Cancel(req);
                 MPI_Wait(req, MPI_STATUS_IGNORE);
             }
-            x->failed = true;
-            return pd__err(PD_ERR_IO, PD__RELAYED "%s", ps.MPI_SOURCE, msg);
-        }
-        if (x->stopped && __atomic_load_n(x->stopped, __ATOMIC_ACQUIRE)) { /* another thread here failed: it told */
-            if (cancellable) {
-                MPI_Cancel(req);
-                MPI_Wait(req, MPI_STATUS_IGNORE);
-            }
-            x->failed = true;
-            return pd__err(PD_ERR_IO, "MPI: stopped (another stage of this process failed)");
+            return st;
         }
         pthread_mutex_unlock(&x->mu);
         if (spins > 64) sched_yield(); /* a core shared with the stage computing next door */
@@ -586,6 +593,18 @@ static const pd__transport_i pd__mpi_vt = {"mpi", pd__mx_get, pd__mx_send, pd__m
                                            pd__mx_allreduce, pd__mx_flush, pd__mx_destroy, pd__mx_fail,
                                            pd__mx_iallreduce, pd__mx_wait_all};
 
+/* Waits outside this transport (the NCCL transport's, on the GPU) look
+ * here between polls, so that a failed peer never leaves them waiting. */
+pd_status pd__mpi_transport_check(pd__transport *t) {
+    if (!t || t->vt != &pd__mpi_vt) return PD_OK;
+    pd__mpix *x = (pd__mpix *)t;
+    pthread_mutex_lock(&x->mu);
+    pd_status st = x->failed ? pd__err(PD_ERR_IO, "MPI: the pipeline's run failed (here, or a notice came before)")
+                             : pd__heard(x);
+    pthread_mutex_unlock(&x->mu);
+    return st;
+}
+
 pd_status pd__mpi_transport_create(int nthreads, const int *rank_of, const int *worker_of, const bool *tied,
                                    int nworkers, int nlinks, int window, int color, const int *stopped,
                                    pd__transport **out) {
@@ -726,6 +745,10 @@ pd_status pd__mpi_transport_create(int nthreads, const int *rank_of, const int *
     (void)nthreads, (void)rank_of, (void)worker_of, (void)tied, (void)nworkers, (void)nlinks, (void)window, (void)color;
     (void)stopped, (void)out;
     return pd__no_mpi();
+}
+pd_status pd__mpi_transport_check(pd__transport *t) {
+    (void)t;
+    return PD_OK;
 }
 pd_status pd__mpi_group_split(int color, int key, pd__mpi_group **out) {
     (void)color, (void)key, (void)out;

@@ -102,6 +102,13 @@ pd_status pd__mpi_transport_create(int nthreads, const int *rank_of, const int *
                                    int nworkers, int nlinks, int window, int color, const int *stopped,
                                    pd__transport **out);
 
+/* One look, never a wait, at what ends the MPI transport t's waits:
+ * another process's failure notice (the error names that rank: "MPI: rank
+ * 1 failed: ..."), a stop here, or a run that already failed; PD_OK
+ * otherwise, and for a t that is not an MPI transport. The NCCL
+ * transport's waits on the GPU poll it (nccl.h). */
+pd_status pd__mpi_transport_check(pd__transport *t);
+
 /* A communicator of the processes that give the same color (collective over
  * every process), ranked by key: AvgPipe's processes holding the same stage
  * of the K pipelines. */

@@ -280,8 +280,8 @@ pd_status pd__cuda_loss_cross_entropy(pd__cuda_ctx *c, const pd_tensor *logits, 
       (c, logits, labels, rows, dlogits, loss, correct, count), pd__cuda_load())                                      \
     X(pd_status, nccl_transport_create,                                                                               \
       (int nthreads, const int *rank_of, const int *worker_of, int nworkers, int nlinks, int color, int device,       \
-       void *stream, struct pd__transport **out),                                                                     \
-      (nthreads, rank_of, worker_of, nworkers, nlinks, color, device, stream, out), pd__cuda_load())                  \
+       void *stream, struct pd__transport *watch, struct pd__transport **out),                                        \
+      (nthreads, rank_of, worker_of, nworkers, nlinks, color, device, stream, watch, out), pd__cuda_load())           \
     X(pd_status, nccl_sync, (struct pd__transport *t), (t), pd__cuda_load())                                          \
     X(int, nccl_devices, (void), (), 0)
 
@@ -291,7 +291,8 @@ pd_status pd__cuda_loss_cross_entropy(pd__cuda_ctx *c, const pd_tensor *logits, 
  * there are 0 devices for it. */
 struct pd__transport;
 pd_status pd__cuda_nccl_transport_create(int nthreads, const int *rank_of, const int *worker_of, int nworkers,
-                                         int nlinks, int color, int device, void *stream, struct pd__transport **out);
+                                         int nlinks, int color, int device, void *stream, struct pd__transport *watch,
+                                         struct pd__transport **out);
 pd_status pd__cuda_nccl_sync(struct pd__transport *t);
 int pd__cuda_nccl_devices(void);
 

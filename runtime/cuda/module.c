@@ -12,12 +12,13 @@
 /* The NCCL transport's entries (cuda.h): runtime/comm/nccl.c, built into
  * this module with NCCL, or one line saying it is not. */
 pd_status pd__cuda_nccl_transport_create(int nthreads, const int *rank_of, const int *worker_of, int nworkers,
-                                         int nlinks, int color, int device, void *stream, struct pd__transport **out) {
+                                         int nlinks, int color, int device, void *stream, struct pd__transport *watch,
+                                         struct pd__transport **out) {
 #ifdef PD_HAVE_NCCL
-    return pd__nccl_transport_create(nthreads, rank_of, worker_of, nworkers, nlinks, color, device, stream, out);
+    return pd__nccl_transport_create(nthreads, rank_of, worker_of, nworkers, nlinks, color, device, stream, watch, out);
 #else
     (void)nthreads, (void)rank_of, (void)worker_of, (void)nworkers, (void)nlinks, (void)color, (void)device,
-        (void)stream, (void)out;
+        (void)stream, (void)watch, (void)out;
     return pd__err(PD_ERR_UNSUPPORTED, "this build's CUDA module has no NCCL transport (-Dnccl)");
 #endif
 }
