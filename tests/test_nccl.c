@@ -118,7 +118,7 @@ int main(int argc, char **argv) {
     int ndev = pd__cuda_nccl_devices(), dev = ndev > 0 ? rank % ndev : rank;
     int rank_of[2] = {0, 1}, two[2] = {0, 1}, one[2] = {0, 0};
     pd__transport *m = NULL, *t = NULL, *r = NULL; /* m: the failure notices */
-    if (pd__mpi_transport_create(2, rank_of, two, 2, 1, 8, 0, NULL, &m) != PD_OK) return die("MPI transport");
+    if (pd__mpi_transport_create(2, rank_of, two, NULL, 2, 1, 8, 0, NULL, &m) != PD_OK) return die("MPI transport");
     if (argc > 1) {
         int rc = !strcmp(argv[1], "--fail") ? fail_midway(rank, dev, m) : bad_device(rank, dev, m);
         m->vt->destroy(m);
