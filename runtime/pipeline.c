@@ -1655,8 +1655,6 @@ pd_status pd__pipe_set_snap_hooks(pd__pipe *p, const pd__snap_hooks *h) {
                            "checkpoints of a pipedream run with a replicated stage (stage %d, %d replicas) are not "
                            "supported yet: each replica stashes the versions of its own microbatches",
                            w, p->rep[w]);
-    if (p->remote && p->ntie > 0) /* a process would restore its stages' parts, not its copy of a tied parameter */
-        return pd__err(PD_ERR_UNSUPPORTED, "checkpoints with tied weights across MPI processes are not supported yet");
     /* one thread decides the boundaries for this process's threads: stage 0's
      * in one process; under MPI its lowest stage's (the others of the process
      * pass each boundary causally after it, as in one process), a replica's
@@ -1825,8 +1823,44 @@ static void pd__snap_find(const pd__pipe *p, const pd__wk *W, const pd__rec *r, 
     *c = *j = -1;
 }
 
-pd_status pd__pipe_resume(pd__pipe *p, int64_t b, int nparts, const void *const *parts, const size_t *lens) {
-    if (!p || b < 0 || (nparts > 0 && (!parts || !lens))) return pd__err(PD_ERR_INVALID, "pd__pipe_resume: bad argument");
+/* After a resume, a tied parameter's copies in processes that hold a reader
+ * but not its owner are the model's, not the checkpoint's (a part holds its
+ * stage's own parameters): the owner's process gives its weights and
+ * optimizer state to the other holders (an all-reduce of the PD__TIED group,
+ * -0.0 from the others: exact), so every copy is the owner's again, as
+ * pd__sum_tied_remote keeps them. Collective: every process resumes. */
+static pd_status pd__tied_restore(pd__pipe *p) {
+    const pd__slabs *sl = &p->sl;
+    float *slab[3] = {sl->params, sl->state0, sl->state1};
+    int64_t n = 0;
+    for (int t = 0; t < p->ntie; t++) n += 3 * p->g->tensors[sl->param[p->tie[t].i]].numel;
+    if (!p->remote || n == 0) return PD_OK;
+    float *v = PD_MALLOC(sizeof(float) * (size_t)n);
+    if (!v) return pd__err(PD_ERR_NOMEM, "out of memory for the tied parameters (%lld floats)", (long long)n);
+    for (int pass = 0, at = 0; pass < 2; pass++, at = 0)
+        for (int t = 0; t < p->ntie; t++) {
+            const pd__tie *T = &p->tie[t];
+            int64_t m = p->g->tensors[sl->param[T->i]].numel;
+            bool owner = p->rank_of[p->wbase[T->owner % p->P]] == p->rank;
+            for (int q = 0; q < 3; q++, at += m) {
+                float *x = slab[q] ? slab[q] + sl->poff[T->i] : NULL;
+                for (int64_t e = 0; pass == 0 && e < m; e++) v[at + e] = owner && x ? x[e] : -0.0f;
+                if (pass == 1 && T->here && !owner && x) memcpy(x, v + at, sizeof(float) * (size_t)m);
+            }
+            if (pass == 0 && t == p->ntie - 1) {
+                pd_status st = p->remote->vt->allreduce(p->remote, PD__TIED, v, n, false);
+                if (st != PD_OK) {
+                    PD_FREE(v);
+                    return st;
+                }
+            }
+        }
+    PD_FREE(v);
+    return PD_OK;
+}
+
+static pd_status pd__resume_parts(pd__pipe *p, int64_t b, int nparts, const void *const *parts, const size_t *lens) {
+    if (b < 0 || (nparts > 0 && (!parts || !lens))) return pd__err(PD_ERR_INVALID, "pd__pipe_resume: bad argument");
     if (p->gpu) return pd__dev_refuse("resuming from a checkpoint (--resume)");
     if (nparts != p->P)
         return pd__err(PD_ERR_INVALID, "the checkpoint has %d stage%s, this pipeline %d", nparts, nparts == 1 ? "" : "s",
@@ -1915,6 +1949,18 @@ pd_status pd__pipe_resume(pd__pipe *p, int64_t b, int nparts, const void *const 
     memset(sl->grads, 0, sizeof(float) * (size_t)sl->total);
     p->resume_b = b;
     return PD_OK;
+}
+
+pd_status pd__pipe_resume(pd__pipe *p, int64_t b, int nparts, const void *const *parts, const size_t *lens) {
+    if (!p) return pd__err(PD_ERR_INVALID, "pd__pipe_resume: bad argument");
+    pd_status st = pd__resume_parts(p, b, nparts, parts, lens);
+    /* every process takes part in the tied parameters' exchange, one that
+     * failed too (its copies do not matter: it reports its error) */
+    char why[512];
+    snprintf(why, sizeof why, "%s", st != PD_OK ? pd_last_error() : "");
+    pd_status tied = pd__tied_restore(p);
+    if (st != PD_OK) return pd__err(st, "%s", why);
+    return tied;
 }
 
 static bool pd__mine(const pd__wk *W, const pd__instr *in);

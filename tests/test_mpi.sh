@@ -345,5 +345,28 @@ else
   bad "checkpoints, hybrid, auto: rc $rc/$rc2, $taken checkpoints from '$first': $(tail -2 "$tmp/log") $(tail -2 "$tmp/log2")"
 fi
 
+# tied weights: a part holds its stage's own parameters, so the process holding only a reader of
+# the table (rank 1 under t2, rank 2 under t3, whose rank 1 holds none) gets the owner's
+# weights and momentum back from rank 0 on resume; resumed at step 20: the uninterrupted model
+for plan in t2:2 t3:3; do
+  ck=$tmp/ckt-${plan%:*} np=${plan#*:}
+  common=("$tied/model.onnx" --steps 60 --plan "$tmp/${plan%:*}.json" --schedule flush --microbatches 4 --quiet
+          --data "$tied/train/sgd/X.npy" --labels "$tied/train/sgd/Y.npy" --batch 8 --optimizer momentum --lr 0.05
+          --clip-grad-norm 1)
+  "$pdonnx" train "${common[@]}" --save "$tmp/reft.onnx" > /dev/null 2>&1
+  mpi "$np" "$pdonnx" train "${common[@]}" --checkpoint-dir "$ck" --checkpoint-every 20 --checkpoint-keep 0 > "$tmp/log" 2>&1
+  rc=$?
+  taken=$(ls "$ck" 2>/dev/null | tr '\n' ' ')
+  rm -rf "$ck/ckpt-000000000040" "$ck/ckpt-000000000060"
+  mpi "$np" "$pdonnx" train "${common[@]}" --resume "$ck" --checkpoint-every 20 --save "$tmp/ckt.onnx" > "$tmp/log2" 2>&1
+  rc2=$?
+  if [ $rc = 0 ] && [ "$taken" = "ckpt-000000000020 ckpt-000000000040 ckpt-000000000060 " ] && [ $rc2 = 0 ] &&
+     cmp -s "$tmp/reft.onnx" "$tmp/ckt.onnx"; then
+    ok "checkpoints, tied weights, $np stages on $np processes, momentum: resumed at step 20, the same model bitwise"
+  else
+    bad "checkpoints, tied weights on $np processes: rc $rc/$rc2, '$taken': $(tail -2 "$tmp/log") $(tail -2 "$tmp/log2")"
+  fi
+done
+
 echo "$fails failed"
 [ $fails = 0 ]
