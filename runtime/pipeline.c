@@ -191,6 +191,8 @@ struct pd__pipe {
     bool gpu, gready;
     bool *gneed;          /* per virtual stage and tensor: its contexts hold it (pd__pipe_create's) */
     int *gdev;            /* per worker: its CUDA device */
+    bool *gfix;           /* per worker: the plan names it (else under MPI: --device's index + the local rank) */
+    int lrank;            /* under MPI: this process's rank on its machine (pd__mpi_local_rank) */
     int gcolor;           /* under MPI: the color of pd__pipe_set_ranks_in */
     pd__glink **glink;    /* per link within the process: its device message buffers (pipeline_cuda.h) */
     pd__transport *dremote; /* across processes: NCCL (comm/nccl.h) */
@@ -599,6 +601,7 @@ void pd__pipe_destroy(pd__pipe *p) {
     }
     PD_FREE(p->gneed);
     PD_FREE(p->gdev);
+    PD_FREE(p->gfix);
     if (p->remote) p->remote->vt->destroy(p->remote);
     PD_FREE(p->rank_of);
     PD_FREE(p->wbase);
@@ -2226,6 +2229,7 @@ pd_status pd__pipe_set_ranks_in(pd__pipe *p, int rank, int nranks, int color) {
         return st;
     }
     p->rank = rank;
+    p->lrank = p->gpu ? pd__mpi_local_rank() : 0; /* collective (the first time), as the transport's creation */
     const char *ov = getenv("PDONNX_ALLREDUCE_OVERLAP"); /* a benchmark's switch (bench/run_mpi.sh) */
     p->ar_overlap = !ov || strcmp(ov, "0") != 0;
     return PD_OK;
@@ -2444,9 +2448,11 @@ static pd_status pd__dev_prepare(pd__pipe *p, const pd_plan *plan, const pd_trai
     p->o.device = o->device;
     p->o.device_index = o->device_index;
     p->o.precision = o->precision;
-    if (!(p->gdev = PD_CALLOC((size_t)p->P, sizeof(int)))) return pd__err(PD_ERR_NOMEM, "out of memory");
+    if (!(p->gdev = PD_CALLOC((size_t)p->P, sizeof(int))) || !(p->gfix = PD_CALLOC((size_t)p->P, sizeof(bool))))
+        return pd__err(PD_ERR_NOMEM, "out of memory");
     for (int w = 0; w < p->P; w++) {
-        p->gdev[w] = plan->stage && plan->stage[w].has_device ? plan->stage[w].device : o->device_index;
+        p->gfix[w] = plan->stage && plan->stage[w].has_device;
+        p->gdev[w] = p->gfix[w] ? plan->stage[w].device : o->device_index;
         for (int c = 1; c < p->V; c++) {
             const pd__stage *k = plan->stage ? &plan->stage[c * p->P + w] : NULL;
             if (k && k->has_device && k->device != p->gdev[w])
@@ -2504,6 +2510,9 @@ static pd_status pd__dev_setup(pd__pipe *p) {
             cd[c] = (pd__gpu_chunk){S->params, S->pk, S->np, S->packed, C->slot,
                                     p->gneed + (size_t)C->k * (size_t)g->ntensors, C->nstash};
         }
+        int ndev = pd_cuda_device_count();
+        if (p->remote && !p->gfix[W->w] && ndev > 0) /* as torchrun's LOCAL_RANK: a machine's processes spread */
+            p->gdev[W->w] = (p->o.device_index + p->lrank) % ndev;
         st = pd__gpu_create(p->s, g, &p->sl, p->gdev[W->w], p->o.precision, p->V, cd, p->nslots, &W->dev);
         if (st != PD_OK) pd__err_prefix("stage %d on cuda:%d", W->w, p->gdev[W->w]);
         for (int c = 0; c < p->V && st == PD_OK; c++) W->ch[c].dev = true;

@@ -234,21 +234,29 @@ fi
 
 # checkpoints across processes: each writes its stages' parts, rank 0 the manifest; a rank
 # killed mid-run, the job resumed under mpirun: the same model as the uninterrupted in-process run
+# killed_run CK PATTERN ARGS...: mpirun -np 2 pdonnx train ARGS, checkpoints into CK every 500
+# steps; once the first is there (or the job is over) kills the newest process whose command line
+# matches PATTERN (a rank: mpirun started first); sets killed (the job's status) and taken
+killed_run() {
+  local ck=$1 pat=$2 job i victim
+  shift 2
+  mpi 2 "$pdonnx" train "$@" --checkpoint-dir "$ck" --checkpoint-every 500 > "$tmp/log" 2>&1 &
+  job=$!
+  for i in $(seq 600); do
+    ls "$ck" 2>/dev/null | grep -q '^ckpt-' && break
+    kill -0 $job 2>/dev/null || break
+    sleep 0.05
+  done
+  victim=$(pgrep -f "$pat" | tail -1)
+  [ -n "$victim" ] && kill -9 "$victim"
+  wait $job
+  killed=$?
+  taken=$(ls "$ck" 2>/dev/null | grep -c '^ckpt-')
+}
 ck=$tmp/ck
 common=("$model" --steps 20000 --plan "$tmp/p2.json" --schedule pipedream --microbatches 1 --quiet)
 "$pdonnx" train "${common[@]}" --save "$tmp/ref.onnx" > /dev/null 2>&1
-mpi 2 "$pdonnx" train "${common[@]}" --checkpoint-dir "$ck" --checkpoint-every 500 --save "$tmp/ck.onnx" > "$tmp/log" 2>&1 &
-job=$!
-for i in $(seq 600); do # once the first checkpoint is there (or the job is over), kill a rank
-  ls "$ck" 2>/dev/null | grep -q '^ckpt-' && break
-  kill -0 $job 2>/dev/null || break
-  sleep 0.05
-done
-victim=$(pgrep -f "pdonnx train $model --steps 20000" | tail -1)
-[ -n "$victim" ] && kill -9 "$victim"
-wait $job
-killed=$?
-taken=$(ls "$ck" 2>/dev/null | grep -c '^ckpt-')
+killed_run "$ck" "pdonnx train $model --steps 20000" "${common[@]}"
 mpi 2 "$pdonnx" train "${common[@]}" --resume "$ck" --checkpoint-every 500 --save "$tmp/ck.onnx" > "$tmp/log" 2>&1
 rc=$?
 if [ "$killed" != 0 ] && [ "$taken" -gt 0 ] && [ $rc = 0 ] && cmp -s "$tmp/ref.onnx" "$tmp/ck.onnx"; then
@@ -262,18 +270,7 @@ fi
 ck=$tmp/ck4
 common=("$model" --steps 20000 --plan "$tmp/p4on2.json" --schedule pipedream --microbatches 1 --quiet)
 "$pdonnx" train "${common[@]}" --save "$tmp/ref4.onnx" > /dev/null 2>&1
-mpi 2 "$pdonnx" train "${common[@]}" --checkpoint-dir "$ck" --checkpoint-every 500 --save "$tmp/ck4.onnx" > "$tmp/log" 2>&1 &
-job=$!
-for i in $(seq 600); do
-  ls "$ck" 2>/dev/null | grep -q '^ckpt-' && break
-  kill -0 $job 2>/dev/null || break
-  sleep 0.05
-done
-victim=$(pgrep -f "pdonnx train $model --steps 20000 --plan $tmp/p4on2.json" | tail -1)
-[ -n "$victim" ] && kill -9 "$victim"
-wait $job
-killed=$?
-taken=$(ls "$ck" 2>/dev/null | grep -c '^ckpt-')
+killed_run "$ck" "pdonnx train $model --steps 20000 --plan $tmp/p4on2.json" "${common[@]}"
 parts=$(ls "$ck"/ckpt-*/part-*.bin 2>/dev/null | wc -l)
 mpi 2 "$pdonnx" train "${common[@]}" --resume "$ck" --checkpoint-every 500 --save "$tmp/ck4.onnx" > "$tmp/log" 2>&1
 rc=$?

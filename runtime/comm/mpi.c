@@ -227,6 +227,21 @@ int pd__mpi_rank(void) {
     return me;
 }
 
+int pd__mpi_local_rank(void) {
+    static int local = -1; /* the node's processes do not change: split once */
+    if (!pd__mpi_on) return 0;
+    if (local < 0) {
+        MPI_Comm node;
+        int me = 0;
+        MPI_Comm_rank(MPI_COMM_WORLD, &me);
+        if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, me, MPI_INFO_NULL, &node) != MPI_SUCCESS)
+            return 0;
+        MPI_Comm_rank(node, &local);
+        MPI_Comm_free(&node);
+    }
+    return local;
+}
+
 pd_status pd__mpi_allreduce_f64(double *v, int64_t n) {
     if (n > INT32_MAX) return pd__err(PD_ERR_UNSUPPORTED, "MPI: an all-reduce of %lld values", (long long)n);
     PD_MPI_TRY(MPI_Allreduce(MPI_IN_PLACE, v, (int)n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD), "all-reduce");
@@ -734,6 +749,7 @@ pd_status pd__mpi_gather_text(const char *buf, size_t len, const char *sep, char
     return pd__no_mpi();
 }
 int pd__mpi_rank(void) { return 0; }
+int pd__mpi_local_rank(void) { return 0; }
 pd_status pd__mpi_allreduce_f64(double *v, int64_t n) {
     (void)v;
     (void)n;

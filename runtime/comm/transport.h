@@ -84,6 +84,9 @@ bool pd__mpi_same(int64_t v);
  * itself at MPI_THREAD_SERIALIZED or above (adopted, never finalized here). */
 pd_status pd__mpi_use(void);
 int pd__mpi_rank(void);
+/* This process's rank among the processes on its machine (MPI-3's shared-
+ * memory split, made once; collective the first time); 0 without MPI. */
+int pd__mpi_local_rank(void);
 /* Rank 0 receives every process's bytes, in rank order, joined by `sep`
  * (*all malloc'd there; NULL elsewhere). */
 pd_status pd__mpi_gather_text(const char *buf, size_t len, const char *sep, char **all, size_t *alllen);
