@@ -1165,7 +1165,7 @@ static pd_status pd__overlapped_wait(pd__wk *W) {
     const pd__vstage *S = &p->vs[W->ch[0].k];
     float *G = pd__gslab(W);
     W->ar_started = false;
-    PD_TRY(p->remote->vt->wait_all(p->remote));
+    PD_TRY(p->remote->vt->wait_all(p->remote, W->w));
     int64_t at = 0;
     for (int k = S->nbnodes - 1; k >= 0; k--)
         for (int j = 0; j < S->np; j++) {

@@ -261,6 +261,11 @@ typedef struct pd__pool {
     int n, cap;
 } pd__pool;
 
+typedef struct pd__arq { /* one group's all-reduces started: only its one thread here touches them */
+    MPI_Request *r;
+    int n, cap;
+} pd__arq;
+
 typedef struct pd__mpix {
     pd__transport base;
     MPI_Comm comm;
@@ -276,8 +281,7 @@ typedef struct pd__mpix {
     bool failed;    /* this run failed (here or elsewhere): the communicators may hold unmatched operations */
     MPI_Request *fails; /* the failure notices this process sent (never waited for) */
     char failmsg[1024]; /* what they say */
-    MPI_Request *ar;    /* all-reduces started (iallreduce), completed by wait_all */
-    int nar, arcap;
+    pd__arq *ar;        /* per worker: the all-reduces started in its group (iallreduce), completed by wait_all */
     int nfails;
     /* several stages (threads) of one process may call the transport: one
      * at a time inside MPI (MPI_THREAD_SERIALIZED) and in its lists; a wait
@@ -454,40 +458,44 @@ static pd_status pd__mx_allreduce_in(pd__transport *t, int g, void *data, int64_
 
 static pd_status pd__mx_iallreduce_in(pd__transport *t, int g, void *data, int64_t n, bool f64) {
     pd__mpix *x = (pd__mpix *)t;
+    if (g < 0 || g >= x->nworkers) return pd__mx_allreduce_in(t, g, data, n, f64); /* not a worker's: at once */
     MPI_Comm c = pd__mx_comm(x, g);
     if (c == MPI_COMM_NULL) return PD_OK;
+    pd__arq *q = &x->ar[g];
     for (int64_t off = 0; off < n;) {
         int k = n - off > (1 << 30) ? 1 << 30 : (int)(n - off);
-        if (x->nar == x->arcap) {
-            int cap = x->arcap ? 2 * x->arcap : 64; /* grows in the first minibatch, then is kept */
-            MPI_Request *nr = realloc(x->ar, sizeof *nr * (size_t)cap);
+        if (q->n == q->cap) {
+            int cap = q->cap ? 2 * q->cap : 64; /* grows in the first minibatch, then is kept */
+            MPI_Request *nr = realloc(q->r, sizeof *nr * (size_t)cap);
             if (!nr) return pd__err(PD_ERR_NOMEM, "out of memory");
-            x->ar = nr;
-            x->arcap = cap;
+            q->r = nr;
+            q->cap = cap;
         }
         void *at = (char *)data + (size_t)off * (f64 ? 8 : 4);
-        PD_MPI_TRY(MPI_Iallreduce(MPI_IN_PLACE, at, k, f64 ? MPI_DOUBLE : MPI_FLOAT, MPI_SUM, c, &x->ar[x->nar]),
+        PD_MPI_TRY(MPI_Iallreduce(MPI_IN_PLACE, at, k, f64 ? MPI_DOUBLE : MPI_FLOAT, MPI_SUM, c, &q->r[q->n]),
                    "all-reduce");
-        x->nar++;
+        q->n++;
         off += k;
     }
-    for (int i = 0; i < x->nar; i++) { /* MPI moves non-blocking collectives on inside its calls: one test */
-        if (x->ar[i] == MPI_REQUEST_NULL) continue;
+    for (int i = 0; i < q->n; i++) { /* MPI moves non-blocking collectives on inside its calls: one test */
+        if (q->r[i] == MPI_REQUEST_NULL) continue;
         int done = 0;
-        PD_MPI_TRY(MPI_Test(&x->ar[i], &done, MPI_STATUS_IGNORE), "all-reduce");
+        PD_MPI_TRY(MPI_Test(&q->r[i], &done, MPI_STATUS_IGNORE), "all-reduce");
         break;
     }
     return PD_OK;
 }
 
-static pd_status pd__mx_wait_all_in(pd__transport *t) {
+/* Group g's sums only: another stage's thread here may be summing in its
+ * own group meanwhile (its collectives are on another communicator, and
+ * every wait polls, letting go of the lock, so neither holds the other up). */
+static pd_status pd__mx_wait_all_in(pd__transport *t, int g) {
     pd__mpix *x = (pd__mpix *)t;
-    for (int i = 0; i < x->nar; i++) {
-        MPI_Request r = x->ar[i]; /* x->ar may move while the wait lets go of the lock */
-        if (r != MPI_REQUEST_NULL) PD_TRY(pd__wait(x, &r, MPI_STATUS_IGNORE, false));
-        x->ar[i] = r;
-    }
-    x->nar = 0;
+    if (g < 0 || g >= x->nworkers) return PD_OK;
+    pd__arq *q = &x->ar[g];
+    for (int i = 0; i < q->n; i++) /* only this group's thread touches q, waits included */
+        if (q->r[i] != MPI_REQUEST_NULL) PD_TRY(pd__wait(x, &q->r[i], MPI_STATUS_IGNORE, false));
+    q->n = 0;
     return PD_OK;
 }
 
@@ -555,10 +563,10 @@ static pd_status pd__mx_iallreduce(pd__transport *t, int g, void *data, int64_t 
     pthread_mutex_unlock(&x->mu);
     return st;
 }
-static pd_status pd__mx_wait_all(pd__transport *t) {
+static pd_status pd__mx_wait_all(pd__transport *t, int g) {
     pd__mpix *x = (pd__mpix *)t;
     pthread_mutex_lock(&x->mu);
-    pd_status st = pd__mx_wait_all_in(t);
+    pd_status st = pd__mx_wait_all_in(t, g);
     pthread_mutex_unlock(&x->mu);
     return st;
 }
@@ -591,7 +599,8 @@ static void pd__mx_destroy(pd__transport *t) {
     for (int i = 0; x->failed && i < x->npend; i++) MPI_Request_free(&x->pend[i].req);
     for (int i = 0; i < x->nfails; i++) MPI_Request_free(&x->fails[i]);
     PD_FREE(x->fails);
-    free(x->ar);
+    for (int w = 0; x->ar && w < x->nworkers; w++) free(x->ar[w].r);
+    PD_FREE(x->ar);
     free(x->pend);
     for (int w = 0; !x->failed && x->group && w < x->nworkers; w++)
         if (x->group[w] != MPI_COMM_NULL) MPI_Comm_free(&x->group[w]);
@@ -644,12 +653,13 @@ pd_status pd__mpi_transport_create(int nthreads, const int *rank_of, const int *
     x->rank_of = PD_MALLOC(sizeof(int) * (size_t)nthreads);
     x->pool = PD_CALLOC(2 * (size_t)x->nlinks, sizeof(pd__pool));
     x->group = PD_MALLOC(sizeof(MPI_Comm) * ((size_t)nworkers + 1));
-    if (!x->rank_of || !x->pool || !x->group) {
+    x->ar = PD_CALLOC((size_t)nworkers + 1, sizeof(pd__arq));
+    for (int w = 0; x->group && w < nworkers; w++) x->group[w] = MPI_COMM_NULL;
+    if (!x->rank_of || !x->pool || !x->group || !x->ar) {
         pd__mx_destroy(&x->base);
         return pd__err(PD_ERR_NOMEM, "out of memory");
     }
     memcpy(x->rank_of, rank_of, sizeof(int) * (size_t)nthreads);
-    for (int w = 0; w < nworkers; w++) x->group[w] = MPI_COMM_NULL;
     pd_status st = PD_OK;
     /* this pipeline's processes: those of its color, numbered as rank_of numbers them */
     if (MPI_Comm_split(MPI_COMM_WORLD, color, world_me, &x->comm) != MPI_SUCCESS)

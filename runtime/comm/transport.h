@@ -41,13 +41,15 @@ typedef struct pd__transport_i {
      * processes it talks to, whose waits then fail naming this one, instead
      * of waiting for ever. NULL: nothing to tell (one process). */
     void (*fail)(pd__transport *t, const char *msg);
-    /* allreduce started and left running (NULL: none; the pipeline then
-     * sums at ALLREDUCE): the data is not to be touched until wait_all has
-     * completed every sum started. Every member of the group starts the
-     * same sums in the same order. The sums are the allreduce's, element by
-     * element. */
+    /* allreduce started and left running, for a worker's group g >= 0
+     * (NULL: none; the pipeline then sums at ALLREDUCE): the data is not to
+     * be touched until wait_all(g) has completed every sum started in g.
+     * Every member of the group starts the same sums in the same order. The
+     * sums are the allreduce's, element by element. Each group's sums are
+     * kept apart, so that threads of one process running replicas of
+     * different stages wait only for their own. */
     pd_status (*iallreduce)(pd__transport *t, int g, void *data, int64_t n, bool f64);
-    pd_status (*wait_all)(pd__transport *t);
+    pd_status (*wait_all)(pd__transport *t, int g);
 } pd__transport_i;
 
 enum { PD__TIED = -2, PD__CKPT = -3 }; /* allreduce's groups: the tied parameters' holders; every process, for checkpoints (MPI) */
