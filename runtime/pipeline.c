@@ -239,6 +239,8 @@ struct pd__pipe {
     int64_t nmb;          /* minibatches */
     const pd_tensor *inputs, *labels;
     pd_step_result *res;
+    double *mbloss;       /* per microbatch its loss / M, added in microbatch order once a step's are in (pd__mb_result) */
+    int *mbn;             /* per step: its microbatches' losses in */
     int64_t t0;
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -578,6 +580,8 @@ void pd__pipe_destroy(pd__pipe *p) {
     PD_FREE(p->part_pre);
     PD_FREE(p->part_len);
     PD_FREE(p->want);
+    PD_FREE(p->mbloss);
+    PD_FREE(p->mbn);
     for (int i = 0; i < 4; i++) PD_FREE(p->gn[i].part);
     for (int k = 0; p->vs && k < p->NV; k++) {
         PD_FREE(p->vs[k].nodes);
@@ -1049,9 +1053,14 @@ static uint64_t pd__mb_seed(const pd__pipe *p, int mb) {
 static pd_status pd__mb_result(pd__pipe *p, int mb, const pd_step_result *r) {
     if (!isfinite(r->loss)) return pd__err(PD_ERR_NUMERIC, "the loss is %g", r->loss);
     if (!p->res) return PD_OK;
+    /* the step's loss: its microbatches' added in their order (a replicated
+     * last stage's replicas finish them in any order), once all are in; under
+     * MPI after the run, once the processes' losses are in (pd__run_remote_end) */
     pthread_mutex_lock(&p->mu);
     pd_step_result *R = &p->res[mb / p->M];
-    R->loss += r->loss / p->M;
+    p->mbloss[mb] = r->loss / p->M;
+    if (++p->mbn[mb / p->M] == p->M && !p->remote)
+        for (int i = 0; i < p->M; i++) R->loss += p->mbloss[mb / p->M * p->M + i];
     R->correct += r->correct;
     R->count += r->count;
     pthread_mutex_unlock(&p->mu);
@@ -2081,23 +2090,27 @@ static pd_status pd__snap_bounds(pd__pipe *p, pd__wk *W, const pd__schedule *sch
 }
 
 /* Across processes, after a run: every send completed; each step's result
- * summed from the processes of the last stage (lr from its replica 0). */
+ * summed from the processes of the last stage (lr from its replica 0), its
+ * loss from its microbatches' (each made by one process, 0 elsewhere: an
+ * exact sum), added in their order as in one process. */
 static pd_status pd__run_remote_end(pd__pipe *p, int64_t n, pd_step_result *res) {
     PD_TRY(p->remote->vt->flush(p->remote));
     if (!res) return PD_OK;
-    enum { F = 5 }; /* loss, lr, grad_norm, correct, count: each set or summed by the last stage's processes */
-    double *v = PD_MALLOC(sizeof(double) * F * (size_t)n);
+    enum { F = 4 }; /* lr, grad_norm, correct, count: each set or summed by the last stage's processes */
+    int64_t per = F + p->M;
+    double *v = PD_MALLOC(sizeof(double) * (size_t)(per * n));
     if (!v) return pd__err(PD_ERR_NOMEM, "out of memory");
     for (int64_t k = 0; k < n; k++) {
-        double *e = v + F * k;
-        e[0] = res[k].loss, e[1] = res[k].lr, e[2] = res[k].grad_norm;
-        e[3] = (double)res[k].correct, e[4] = (double)res[k].count;
+        double *e = v + per * k;
+        e[0] = res[k].lr, e[1] = res[k].grad_norm, e[2] = (double)res[k].correct, e[3] = (double)res[k].count;
+        memcpy(e + F, p->mbloss + k * p->M, sizeof(double) * (size_t)p->M);
     }
-    pd_status st = p->remote->vt->allreduce(p->remote, -1, v, F * n, true);
+    pd_status st = p->remote->vt->allreduce(p->remote, -1, v, per * n, true);
     for (int64_t k = 0; st == PD_OK && k < n; k++) {
-        const double *e = v + F * k;
-        res[k].loss = e[0], res[k].lr = e[1], res[k].grad_norm = e[2];
-        res[k].correct = (int64_t)e[3], res[k].count = (int64_t)e[4];
+        const double *e = v + per * k;
+        res[k].lr = e[0], res[k].grad_norm = e[1], res[k].correct = (int64_t)e[2], res[k].count = (int64_t)e[3];
+        res[k].loss = 0;
+        for (int i = 0; i < p->M; i++) res[k].loss += e[F + i];
     }
     PD_FREE(v);
     return st;
@@ -2348,6 +2361,11 @@ pd_status pd__pipe_run(pd__pipe *p, int64_t minibatches, const pd_tensor *inputs
         st = pd__err(PD_ERR_INVALID, "pipeline: resuming at step %lld of a run of %lld", (long long)p->resume_b,
                      (long long)minibatches);
     if (st == PD_OK && p->gpu && !p->gready) st = pd__dev_setup(p);
+    PD_FREE(p->mbloss);
+    PD_FREE(p->mbn);
+    if (st == PD_OK && (!(p->mbloss = PD_CALLOC((size_t)(minibatches * p->M) + 1, sizeof(double))) ||
+                        !(p->mbn = PD_CALLOC((size_t)minibatches + 1, sizeof(int)))))
+        st = pd__err(PD_ERR_NOMEM, "out of memory");
     if (st == PD_OK && p->hooks_on) {
         PD_FREE(p->want);
         if (!(p->want = PD_CALLOC((size_t)minibatches + 1, 1))) st = pd__err(PD_ERR_NOMEM, "out of memory");
