@@ -718,9 +718,13 @@ static pd_status pd__shape(pd__pipe *p, const pd_plan *plan) {
         p->rep[w] = r;
         p->nwk += r;
     }
-    p->first_rank = PD_CALLOC((size_t)p->P + 1, sizeof(int)); /* the plan's stage_to_rank */
+    /* the plan's stage_to_rank, unless a worker runs other replicas than its
+     * stage names (2BW's width, a replicated chunk): then one process each */
+    bool as_planned = plan->stage != NULL;
+    for (int w = 0; as_planned && w < p->P; w++) as_planned = plan->stage[w].replicas == p->rep[w];
+    p->first_rank = PD_CALLOC((size_t)p->P + 1, sizeof(int));
     for (int w = 0; p->first_rank && w < p->P; w++)
-        p->first_rank[w] = plan->stage && plan->stage[w].first_rank >= 0 ? plan->stage[w].first_rank : -1;
+        p->first_rank[w] = as_planned && plan->stage[w].first_rank >= 0 ? plan->stage[w].first_rank : -1;
     p->wbase = PD_CALLOC((size_t)p->P + 1, sizeof(int));
     p->rank_of = PD_CALLOC((size_t)p->nwk + 1, sizeof(int)); /* every thread here until pd__pipe_set_ranks */
     if (!p->wbase || !p->rank_of) return pd__err(PD_ERR_NOMEM, "out of memory");
@@ -2117,8 +2121,10 @@ static pd_status pd__run_remote_end(pd__pipe *p, int64_t n, pd_step_result *res)
 }
 
 /* The processes the plan's stage_to_rank maps the threads onto, when it is
- * a mapping onto 0 .. K-1 (every rank used; stages share a rank only
- * without replicas: several stages per process); -1 when it is not. */
+ * a mapping onto 0 .. K-1 (every rank used; stages may share a rank, so a
+ * process may run several stages, a replica of a replicated one among
+ * them; a stage's replicas sit on consecutive ranks, each in a process of
+ * its own); -1 when it is not. */
 static int pd__planned_processes(const pd__pipe *p) {
     if (!p->first_rank) return -1;
     int K = 0;
@@ -2126,11 +2132,6 @@ static int pd__planned_processes(const pd__pipe *p) {
         if (p->first_rank[w] < 0) return -1;
         if (p->first_rank[w] + p->rep[w] > K) K = p->first_rank[w] + p->rep[w];
     }
-    for (int w = 0; w < p->P; w++)
-        for (int q = 0; q < w; q++)
-            if (p->first_rank[w] < p->first_rank[q] + p->rep[q] && p->first_rank[q] < p->first_rank[w] + p->rep[w] &&
-                (p->rep[w] > 1 || p->rep[q] > 1))
-                return -1;
     for (int r = 0; r < K; r++) {
         bool used = false;
         for (int w = 0; w < p->P && !used; w++) used = r >= p->first_rank[w] && r < p->first_rank[w] + p->rep[w];
@@ -2143,6 +2144,8 @@ int pd__pipe_processes(const pd__pipe *p) {
     int K = pd__planned_processes(p);
     return K > 0 ? K : p->nwk;
 }
+
+int pd__pipe_threads(const pd__pipe *p) { return p->nwk; }
 
 pd_status pd__pipe_set_ranks(pd__pipe *p, int rank, int nranks) { return pd__pipe_set_ranks_in(p, rank, nranks, 0); }
 
@@ -2200,8 +2203,8 @@ pd_status pd__pipe_set_ranks_in(pd__pipe *p, int rank, int nranks, int color) {
                        "this plan runs as %d processes, one per stage replica (%d stages%s), not %d: mpirun -np %d",
                        p->nwk, p->P, p->nwk > p->P ? ", some replicated" : "", nranks, p->nwk);
     if (nranks != need)
-        return pd__err(PD_ERR_INVALID, "this plan runs as %d processes (its stage_to_rank puts %d stages on them), "
-                       "not %d: mpirun -np %d", need, p->P, nranks, need);
+        return pd__err(PD_ERR_INVALID, "this plan runs as %d processes (its stage_to_rank puts %d stage%s on them), "
+                       "not %d: mpirun -np %d", need, p->nwk, p->nwk > p->P ? " replicas" : "s", nranks, need);
     if (p->hooks_on) return pd__err(PD_ERR_INVALID, "pd__pipe_set_ranks: set the ranks before the snapshot hooks");
     int *worker_of = PD_MALLOC(sizeof(int) * (size_t)p->nwk);
     bool *tied = PD_CALLOC((size_t)p->nwk, sizeof(bool));

@@ -176,10 +176,12 @@ pd_status pd__pipe_resume(pd__pipe *p, int64_t b, int nparts, const void *const 
 /* ---- across processes (MPI: runtime/comm/transport.h, docs/DISTRIBUTED.md) ----
  * Every process builds the same pipeline (same graph, plan, schedule); this
  * one runs only the threads of `rank`: thread i (stage by stage, replica by
- * replica) is process i, so the plan needs one process per stage replica.
- * Messages to a thread of another process go by MPI; a replicated stage's
- * processes all-reduce its gradients and each updates its own copy of the
- * weights. A run's step results are summed across the processes (every one
+ * replica) is process i, one process per stage replica, unless the plan's
+ * stage_to_rank maps them onto fewer (several stages per process, a
+ * replica of a replicated stage among them; a stage's replicas each in a
+ * process of its own). Messages to a thread of another process go by MPI,
+ * within the process by the queues; a replicated stage's processes
+ * all-reduce its gradients and each updates its own copy of the weights. A run's step results are summed across the processes (every one
  * gets them). After training, pd__pipe_gather gives every process every
  * stage's trained weights and statistics (for saving). Snapshots: set the
  * hooks after the ranks; each process takes the parts of its own stages
@@ -191,8 +193,10 @@ pd_status pd__pipe_set_ranks(pd__pipe *p, int rank, int nranks);
  * processes of color `color` (collective over every process) run this
  * pipeline, rank and nranks counted among them. */
 pd_status pd__pipe_set_ranks_in(pd__pipe *p, int rank, int nranks, int color);
-/* The processes pd__pipe_set_ranks needs: one per stage replica. */
+/* The processes pd__pipe_set_ranks needs: one per stage replica, or the
+ * plan's stage_to_rank's; the threads (stage replicas) they run. */
 int pd__pipe_processes(const pd__pipe *p);
+int pd__pipe_threads(const pd__pipe *p);
 pd_status pd__pipe_gather(pd__pipe *p);
 
 #endif

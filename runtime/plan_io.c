@@ -224,6 +224,11 @@ static pd_status pd__plan_parse(const char *path, const cJSON *r, pd_plan *p) {
                                st->replicas);
             for (int q = 0; q < st->replicas; q++) {
                 const cJSON *v = cJSON_GetArrayItem(rk, q);
+                for (int e = 0; e < q && cJSON_IsNumber(v); e++) /* several threads of one stage per process: no */
+                    if (cJSON_GetArrayItem(rk, e)->valuedouble == v->valuedouble)
+                        return pd__err(PD_ERR_PARSE, "%s: plan: stage %d's replicas %d and %d are both on rank %g (a "
+                                       "stage's replicas each need a process of their own)", path, s, e, q,
+                                       v->valuedouble);
                 if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble > 1 << 20 ||
                     (q > 0 && v->valuedouble != (double)st->first_rank + q))
                     return pd__err(PD_ERR_PARSE,
@@ -266,9 +271,9 @@ static pd_status pd__plan_parse(const char *path, const cJSON *r, pd_plan *p) {
         if (!has_bwd) p->bwd_stage[v] = p->fwd_stage[v];
         else if (p->bwd_stage[v] < 0) return pd__err(PD_ERR_PARSE, "%s: plan: node '%s' has no backward stage", path, p->node_name[v]);
     }
-    /* the workers' ranks (a worker's chunks sit on its ranks) are 0 .. N-1,
-     * each once, except that stages without replicas may share a rank
-     * (several stages per process under MPI) */
+    /* the workers' ranks (a worker's chunks sit on its ranks) are within
+     * 0 .. N-1; stages may share a rank (several stages per process under
+     * MPI, a replicated stage's replica among them), a stage's replicas not */
     int workers = p->n_stages / p->chunks, total = 0;
     for (int w = 0; w < workers; w++) total += p->stage[w].replicas;
     for (int k = workers; k < p->n_stages; k++) p->stage[k].first_rank = p->stage[k % workers].first_rank;
@@ -277,13 +282,6 @@ static pd_status pd__plan_parse(const char *path, const cJSON *r, pd_plan *p) {
         if (a->first_rank + a->replicas > total)
             return pd__err(PD_ERR_PARSE, "%s: plan: stage %d's ranks go beyond the %d processes of the plan", path, w,
                            total);
-        for (int q = 0; q < w; q++) {
-            const pd__stage *b = &p->stage[q];
-            if (a->first_rank < b->first_rank + b->replicas && b->first_rank < a->first_rank + a->replicas &&
-                (a->replicas > 1 || b->replicas > 1))
-                return pd__err(PD_ERR_PARSE, "%s: plan: stages %d and %d share ranks (only stages without replicas "
-                               "may)", path, q, w);
-        }
     }
     return PD_OK;
 }

@@ -277,10 +277,11 @@ else
   notok "plan --algo avgpipe: $(tail -c 600 "$tmp/out") $(tail -c 300 "$tmp/out2" 2>/dev/null)"
 fi
 
-# a plan's stage_to_rank: a stage's replicas on consecutive ranks; a rank
-# twice only for stages without replicas (several stages per process)
+# a plan's stage_to_rank: a stage's replicas on consecutive ranks, never two
+# on one; stages may share a rank (several stages per process), a replica
+# of a replicated stage among them (one process: the ranks do not matter)
 "$pdonnx" plan "$ex/digits_mlp.onnx" --batch 8 --workers 2 --straight -o "$tmp/rk.json" > /dev/null 2>&1
-python3 - "$tmp/rk.json" "$tmp/rk_shared.json" <<'PY'
+python3 - "$tmp/rk.json" "$tmp/rk_shared.json" "$tmp/rk_twice.json" <<'PY'
 import json, sys
 p = json.load(open(sys.argv[1]))
 p["stages"][0]["replicas"] = 2
@@ -288,9 +289,16 @@ p["stages"][0]["ranks"] = [0, 1]
 p["stages"][1]["ranks"] = [1]
 p["workers"] = 3
 json.dump(p, open(sys.argv[2], "w"))
+p["stages"][0]["ranks"] = [1, 1]
+json.dump(p, open(sys.argv[3], "w"))
 PY
-expect_error "a plan with a replicated stage sharing a rank" "stages 0 and 1 share ranks (only stages without replicas may)" \
-  "$pdonnx" train "$ex/digits_mlp.onnx" --steps 2 --plan "$tmp/rk_shared.json"
+if "$pdonnx" train "$ex/digits_mlp.onnx" --steps 2 --plan "$tmp/rk_shared.json" --quiet > "$tmp/out" 2>&1; then
+  ok "a plan whose replicated stage shares a rank with another stage trains"
+else
+  notok "a replicated stage sharing a rank: $(tail -c 400 "$tmp/out")"
+fi
+expect_error "two replicas of a stage on one rank" "stage 0's replicas 0 and 1 are both on rank 1 (a stage's replicas each need a process of their own)" \
+  "$pdonnx" train "$ex/digits_mlp.onnx" --steps 2 --plan "$tmp/rk_twice.json"
 
 # a hybrid plan under pipedream: stage 1 on two replicas, which take the microbatches in turn
 # (replica 0 the even ones, replica 1 the odd) and update once per round of two

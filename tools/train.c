@@ -482,18 +482,20 @@ static int pd__train_pipeline(pd__targs *a, pd_graph *g, const char *input, pd_t
         goto out;
     }
     if (pd__mp.size > 1) {
-        bool fits = pd__pipe_processes(pipe) == pd__mp.size;
+        int K = pd__pipe_processes(pipe), T = pd__pipe_threads(pipe);
+        bool fits = K == pd__mp.size;
+        char how[96] = "one per stage replica"; /* or several per process: the plan's stage_to_rank */
+        if (T > K) snprintf(how, sizeof how, "its stage_to_rank puts %d stage replicas on them", T);
         if (!fits)
-            fprintf(stderr, "pdonnx: this plan runs as %d processes, one per stage replica, not %d: mpirun -np %d\n",
-                    pd__pipe_processes(pipe), pd__mp.size, pd__pipe_processes(pipe));
+            fprintf(stderr, "pdonnx: this plan runs as %d processes (%s), not %d: mpirun -np %d\n", K, how,
+                    pd__mp.size, K);
         if (!pd__mp_agree(fits, true)) goto out; /* everyone is ready: training starts */
         if (pd__pipe_set_ranks(pipe, pd__mp.rank, pd__mp.size) != PD_OK) {
             pd_cli_fail();
             goto out;
         }
         if (!a->quiet)
-            printf("%d processes (mpirun), one per stage replica; rank 0 writes the metrics and the model\n",
-                   pd__mp.size);
+            printf("%d processes (mpirun), %s; rank 0 writes the metrics and the model\n", pd__mp.size, how);
     }
     cr->parts = pd__pipe_stages(pipe);
     if (cr->info) { /* the plan goes into every checkpoint: a resume runs the same one */
