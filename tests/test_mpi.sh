@@ -8,9 +8,12 @@
 # names its rank, stage and step; a data problem every process finds is
 # reported once; tied weights (a table read on the first and last stage)
 # under gpipe, flush, zb-h1 and interleaved the same as one process too, and
-# refused under pipedream; checkpoints across processes (2 stages on 2, 4 on
-# 2, a hybrid plan; --checkpoint-every N and CheckFreq's auto, agreed by the
-# processes) resume to the uninterrupted model, bitwise. Skipped (77)
+# refused under pipedream; replicated stages sharing processes with other
+# stages (flush with clipping, zb-h1, pipedream, 2bw, gpipe, avgpipe) the same
+# as one process too, two replicas of one stage on one rank refused once;
+# checkpoints across processes (2 stages on 2, 4 on 2, a hybrid plan,
+# replicas sharing processes; --checkpoint-every N and CheckFreq's auto,
+# agreed by the processes) resume to the uninterrupted model, bitwise. Skipped (77)
 # without mpirun or a build without MPI.
 set -u
 pdonnx=$1
@@ -99,6 +102,45 @@ else
   bad "stage_to_rank: the trace does not show the plan's mapping"
 fi
 check "hybrid, flush, gradients clipped to norm 0.5" 3 "$tmp/ph.json" flush 4 --clip-grad-norm 0.5
+
+# a replicated stage's replica sharing a process with other stages: stage 0 on ranks [0, 1] and
+# stage 1 on [1] (rank 1 runs stage 0's replica 1 and stage 1 as threads), stage 0 on [0] and stage
+# 1 replicated on [0, 1], and 3 stages: 0 on [0, 1], 1 on [1], 2 on [1, 2] (rank 1 runs three
+# threads, two of them replicas of different stages, each in its own replica group)
+python3 - "$tmp/p2.json" "$tmp/p3.json" "$tmp" <<'EOF2'
+import json, sys
+def plan(src, out, reps, ranks):
+    p = json.load(open(src))
+    for s, n, r in zip(p["stages"], reps, ranks):
+        s["replicas"], s["ranks"] = n, r
+    p["workers"] = sum(reps)
+    json.dump(p, open(out, "w"))
+plan(sys.argv[1], f"{sys.argv[3]}/rs0.json", [2, 1], [[0, 1], [1]])
+plan(sys.argv[1], f"{sys.argv[3]}/rs1.json", [1, 2], [[0], [0, 1]])
+plan(sys.argv[2], f"{sys.argv[3]}/rs3.json", [2, 1, 2], [[0, 1], [1], [1, 2]])
+plan(sys.argv[1], f"{sys.argv[3]}/rs2x.json", [2, 1], [[1, 1], [0]])
+EOF2
+check "stage 0 on ranks 0-1, stage 1 on rank 1, flush, clipping" 2 "$tmp/rs0.json" flush 4 --clip-grad-norm 0.3
+check "stage 0 on ranks 0-1, stage 1 on rank 1, zb-h1" 2 "$tmp/rs0.json" zb-h1 4
+check "stage 0 on ranks 0-1, stage 1 on rank 1, pipedream" 2 "$tmp/rs0.json" pipedream 1
+check "stage 0 on ranks 0-1, stage 1 on rank 1, 2bw" 2 "$tmp/rs0.json" 2bw 2
+check "stage 0 on rank 0, stage 1 on ranks 0-1, flush, clipping" 2 "$tmp/rs1.json" flush 4 --clip-grad-norm 0.3
+check "stage 0 on rank 0, stage 1 on ranks 0-1, zb-h1" 2 "$tmp/rs1.json" zb-h1 4
+check "stage 0 on rank 0, stage 1 on ranks 0-1, pipedream" 2 "$tmp/rs1.json" pipedream 1
+check "stage 0 on rank 0, stage 1 on ranks 0-1, 2bw" 2 "$tmp/rs1.json" 2bw 2
+check "3 stages, 0 on ranks 0-1, 1 on 1, 2 on 1-2, flush, clipping" 3 "$tmp/rs3.json" flush 4 --clip-grad-norm 0.3
+check "3 stages, 0 on ranks 0-1, 1 on 1, 2 on 1-2, pipedream" 3 "$tmp/rs3.json" pipedream 1
+PDONNX_ALLREDUCE_OVERLAP=0 check "3 stages, 0 on ranks 0-1, 1 on 1, 2 on 1-2, gpipe, the all-reduce not overlapped" 3 \
+  "$tmp/rs3.json" gpipe 4
+check "stage 0 on ranks 0-1, stage 1 on rank 1, avgpipe, 2 pipelines" 4 "$tmp/rs0.json" avgpipe 4 \
+  --parallel-pipelines 2 --elastic-alpha 0.25 --average-every 4
+mpi 2 "$pdonnx" train "$model" --steps 5 --plan "$tmp/rs2x.json" > "$tmp/log" 2>&1
+rc=$?
+if [ $rc != 0 ] && [ "$(grep -c "stage 0's replicas 0 and 1 are both on rank 1 (a stage's replicas each need a process of their own)" "$tmp/log")" = 1 ]; then
+  ok "two replicas of one stage on one rank: refused once ($(grep 'both on rank' "$tmp/log"))"
+else
+  bad "two replicas of one stage on one rank: rc $rc: $(cat "$tmp/log")"
+fi
 
 # AvgPipe: 2 pipelines of 2 stages on 4 processes, the elastic update across the processes holding
 # the same stage: the same losses (each pipeline's too) and centre as the 2 pipelines in one process
@@ -340,6 +382,41 @@ if [ $rc = 0 ] && [ "$taken" -ge 2 ] && [ "$first" = ckpt-000000000003 ] && [ $r
   ok "checkpoints, hybrid, auto: $taken checkpoints on 3 processes, resumed at step 3: the same model bitwise"
 else
   bad "checkpoints, hybrid, auto: rc $rc/$rc2, $taken checkpoints from '$first': $(tail -2 "$tmp/log") $(tail -2 "$tmp/log2")"
+fi
+
+# a replicated stage sharing processes: replica 0 of stage 1 writes its part on rank 1 beside
+# stages 0's replica 1 (3 stages on 3 processes, 5 threads); resumed at step 20 (2bw) and a kill
+for sch in flush:4 2bw:2; do
+  ck=$tmp/cks-${sch%:*}
+  common=("$model" --steps 60 --plan "$tmp/rs3.json" --schedule "${sch%:*}" --microbatches "${sch#*:}" --quiet)
+  "$pdonnx" train "${common[@]}" --save "$tmp/refs.onnx" > /dev/null 2>&1
+  mpi 3 "$pdonnx" train "${common[@]}" --checkpoint-dir "$ck" --checkpoint-every 20 --checkpoint-keep 0 > "$tmp/log" 2>&1
+  rc=$?
+  taken=$(ls "$ck" 2>/dev/null | tr '\n' ' ')
+  parts=$(ls "$ck"/ckpt-000000000020/part-*.bin 2>/dev/null | wc -l)
+  rm -rf "$ck/ckpt-000000000040" "$ck/ckpt-000000000060"
+  mpi 3 "$pdonnx" train "${common[@]}" --resume "$ck" --checkpoint-every 20 --save "$tmp/cks.onnx" > "$tmp/log2" 2>&1
+  rc2=$?
+  if [ $rc = 0 ] && [ "$taken" = "ckpt-000000000020 ckpt-000000000040 ckpt-000000000060 " ] && [ "$parts" = 3 ] &&
+     [ $rc2 = 0 ] && cmp -s "$tmp/refs.onnx" "$tmp/cks.onnx"; then
+    ok "checkpoints, replicas sharing processes (3 stages, 5 threads on 3), ${sch%:*}: resumed at step 20, the same model bitwise"
+  else
+    bad "checkpoints, replicas sharing processes, ${sch%:*}: rc $rc/$rc2, '$taken', $parts parts: $(tail -2 "$tmp/log") $(tail -2 "$tmp/log2")"
+  fi
+done
+
+# ... and stage 0 on ranks 0-1, stage 1 on rank 1: rank 1 (both threads) killed after a checkpoint,
+# the job resumed: the model of the in-process run
+ck=$tmp/cks0
+common=("$model" --steps 5000 --plan "$tmp/rs0.json" --schedule flush --microbatches 4 --clip-grad-norm 0.3 --quiet)
+"$pdonnx" train "${common[@]}" --save "$tmp/refs0.onnx" > /dev/null 2>&1
+killed_run "$ck" "pdonnx train $model --steps 5000 --plan $tmp/rs0.json" "${common[@]}"
+mpi 2 "$pdonnx" train "${common[@]}" --resume "$ck" --checkpoint-every 500 --save "$tmp/cks0.onnx" > "$tmp/log" 2>&1
+rc=$?
+if [ "$killed" != 0 ] && [ "$taken" -gt 0 ] && [ $rc = 0 ] && cmp -s "$tmp/refs0.onnx" "$tmp/cks0.onnx"; then
+  ok "checkpoints, stage 0's replica 1 beside stage 1 on rank 1: rank 1 killed after $taken checkpoint(s), resumed: the same model bitwise"
+else
+  bad "checkpoints, replica beside a stage: killed $killed, $taken checkpoints, resume rc $rc: $(tail -3 "$tmp/log")"
 fi
 
 # tied weights: a part holds its stage's own parameters, so the process holding only a reader of

@@ -7,7 +7,8 @@
 # one process is an error on every process, naming it, and the job goes on;
 # a failure in the middle of a run is an error on every process (no hang);
 # a plan for another process count is refused on every process;
-# checkpoints written across the processes and a resume from one.
+# checkpoints written across the processes and a resume from one; a
+# replicated stage sharing processes with another stage likewise.
 # examples/embed/mpi.c likewise. Skipped (77) without mpirun or MPI.
 set -u
 prog=$1
@@ -28,14 +29,16 @@ for s, r in zip(p["stages"], [0, 0, 1, 1]):
     s["ranks"] = [r]  # two stages per process
 json.dump(p, open(sys.argv[2], "w"))
 PY
-python3 - "$tmp/p2.json" "$tmp/ph.json" <<'PY'
+python3 - "$tmp/p2.json" "$tmp/ph.json" "$tmp/rs0.json" "$tmp/rs1.json" <<'PY'
 import json, sys
-p = json.load(open(sys.argv[1]))
-p["stages"][0]["replicas"] = 2
-p["stages"][0]["ranks"] = [0, 1]
-p["stages"][1]["ranks"] = [2]
-p["workers"] = 3
-json.dump(p, open(sys.argv[2], "w"))
+for out, reps, ranks in ((sys.argv[2], [2, 1], [[0, 1], [2]]),  # hybrid: a process per stage replica
+                         (sys.argv[3], [2, 1], [[0, 1], [1]]),  # stage 0's replica 1 beside stage 1 on rank 1
+                         (sys.argv[4], [1, 2], [[0], [0, 1]])):  # stage 1's replica 0 beside stage 0 on rank 0
+    p = json.load(open(sys.argv[1]))
+    for s, n, r in zip(p["stages"], reps, ranks):
+        s["replicas"], s["ranks"] = n, r
+    p["workers"] = sum(reps)
+    json.dump(p, open(out, "w"))
 PY
 
 mpi 2 "$prog" "$model" "$tmp/p2.json" flush 4 2 "$tmp/x.onnx" ok > "$tmp/log" 2>&1
@@ -65,6 +68,8 @@ check "hybrid, gpipe" 3 "$tmp/ph.json" gpipe 4
 check "hybrid, zb-h1" 3 "$tmp/ph.json" zb-h1 4
 PDONNX_ALLREDUCE_OVERLAP=0 check "hybrid, flush, the all-reduce not overlapped" 3 "$tmp/ph.json" flush 4
 check "4 stages on 2 processes (two each), flush" 2 "$tmp/p4on2.json" flush 4
+check "stage 0 on ranks 0-1, stage 1 on rank 1, flush" 2 "$tmp/rs0.json" flush 4
+check "stage 0 on rank 0, stage 1 (the loss) on ranks 0-1, flush" 2 "$tmp/rs1.json" flush 4
 check "4 stages on 2 processes, gpipe" 2 "$tmp/p4on2.json" gpipe 4
 check "flush, rank 1 passes NULL labels once" 2 "$tmp/p2.json" flush 4 bad-arg
 if [ "$(grep -c "^rank [01]: error: rank 1: pd_trainer_train: labels is NULL" "$tmp/mpi.txt")" = 2 ] &&
@@ -104,6 +109,7 @@ PY
 ckcheck "checkpoints, flush, 2 stages on 2 processes" 2 "$tmp/p2.json" flush 4
 ckcheck "checkpoints, pipedream, 4 stages on 2 processes" 2 "$tmp/p4on2.json" pipedream 1
 ckcheck "checkpoints, hybrid (stage 0's replicas on 2 processes), flush" 3 "$tmp/ph.json" flush 4
+ckcheck "checkpoints, stage 0 on ranks 0-1, stage 1 on rank 1, flush" 2 "$tmp/rs0.json" flush 4
 
 # a NaN loss on the last stage (rank 1) in the middle of the run: both return
 start=$(date +%s)
