@@ -1422,7 +1422,9 @@ static pd_status pd__global_norm(pd__wk *W, int64_t t, const float *G, double *n
     }
     s->part[W->w] += sq;
     /* under MPI with several threads here: this process's parts, then the
-     * last of its threads to arrive sums them across the processes */
+     * last of its threads to arrive sums them across the processes (one
+     * all-reduce per update and process, update by update: every thread
+     * here passed update t-1's before arriving at t's) */
     int here = p->remote ? p->nlocal : p->nwk;
     if (++s->arrived == here) {
         if (p->remote) {
@@ -1674,7 +1676,7 @@ pd_status pd__pipe_set_snap_hooks(pd__pipe *p, const pd__snap_hooks *h) {
     /* one thread decides the boundaries for this process's threads: stage 0's
      * in one process; under MPI its lowest stage's (the others of the process
      * pass each boundary causally after it, as in one process), a replica's
-     * where that is all the process runs (it takes no part, but want may
+     * where that is the lowest there (it may take no part, but want may
      * agree with the other processes on each boundary) */
     p->decider = -1;
     for (int i = 0; i < p->nwk && p->decider < 0; i++)
