@@ -161,7 +161,7 @@ pd_status pd__avg_create_mpi(pd_graph *g, int K, const pd_plan *plan, const pd_t
     pd_status st = PD_OK;
     if ((int64_t)per * K != size)
         st = pd__err(PD_ERR_INVALID,
-                     "avgpipe: %d pipelines of %d processes each (one per stage replica) run as mpirun -np %d, not %d",
+                     "avgpipe: %d pipelines of %d processes each run as mpirun -np %d, not %d",
                      K, per, per * K, size);
     a->me = rank / (per > 0 ? per : 1);
     /* pipeline me's processes; then the peers: the same stage in every pipeline */

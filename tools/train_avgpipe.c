@@ -129,7 +129,7 @@ int pd_cli_train_avgpipe(const pd_cli_avg_args *av, const pd_cli_avg_ctx *c) {
         bool fits = pd__pipe_create(c->g, plan, c->o, c->kind, c->microbatches, &probe) == PD_OK &&
                     (int64_t)pd__pipe_processes(probe) * K == c->size;
         if (!fits && probe)
-            fprintf(stderr, "pdonnx: %d pipelines of %d processes (one per stage replica) run as mpirun -np %d, not %d\n",
+            fprintf(stderr, "pdonnx: %d pipelines of %d processes each run as mpirun -np %d, not %d\n",
                     K, pd__pipe_processes(probe), pd__pipe_processes(probe) * K, c->size);
         else if (!fits)
             pd_cli_fail();
