@@ -181,8 +181,9 @@ pd_status pd__pipe_resume(pd__pipe *p, int64_t b, int nparts, const void *const 
  * replica of a replicated stage among them; a stage's replicas each in a
  * process of its own). Messages to a thread of another process go by MPI,
  * within the process by the queues; a replicated stage's processes
- * all-reduce its gradients and each updates its own copy of the weights. A run's step results are summed across the processes (every one
- * gets them). After training, pd__pipe_gather gives every process every
+ * all-reduce its gradients and each updates its own copy of the weights. A
+ * run's step results are summed across the processes (every one gets
+ * them). After training, pd__pipe_gather gives every process every
  * stage's trained weights and statistics (for saving). Snapshots: set the
  * hooks after the ranks; each process takes the parts of its own stages
  * (replica 0's; pd__pipe_snap_part gives NULL for the others), decides each
