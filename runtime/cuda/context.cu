@@ -80,19 +80,18 @@ extern "C" pd_status pd__cuda_ctx_create(int device, pd__cuda_ctx **out) {
     return PD_OK;
 }
 
+/* A block of the allocator given back to the driver. */
+static void cu_drop(void *ctx, void *p) {
+    (void)ctx;
+    (void)cudaFree(p);
+}
+
 static void cu_release(pd__cuda_ctx *c) {
     if (c->stream) (void)cudaStreamSynchronize(c->stream);
     pd__cu_conv_cache_free(c);
     if (c->ev0) (void)cudaEventDestroy(c->ev0);
     if (c->ev1) (void)cudaEventDestroy(c->ev1);
-    for (int i = 0; i < c->live_cap; i++)
-        if (c->live_p && c->live_p[i]) (void)cudaFree(c->live_p[i]);
-    for (int k = 0; k < PD_CU_NCLASS; k++) {
-        for (int i = 0; i < c->free[k].n; i++) (void)cudaFree(c->free[k].p[i]);
-        PD_FREE(c->free[k].p);
-    }
-    PD_FREE(c->live_p);
-    PD_FREE(c->live_cls);
+    pd__dcache_release(&c->mem, cu_drop, NULL);
     if (c->dnn) (void)cudnnDestroy(c->dnn);
     if (c->blas) (void)cublasDestroy(c->blas);
     if (c->stream) (void)cudaStreamDestroy(c->stream);
@@ -156,103 +155,15 @@ extern "C" void pd__cuda_host_free(void *p) {
     if (p) (void)cudaFreeHost(p);
 }
 
-/* ---- the caching allocator ----------------------------------------------------------------------- */
-
-/* Class of a request and its rounded size: 512 B, then 2^e + j 2^(e-2), j = 1..4. */
-static int cu_class(size_t bytes, size_t *rounded) {
-    if (bytes <= 512) {
-        *rounded = 512;
-        return 0;
-    }
-    int e = 63 - __builtin_clzll((unsigned long long)(bytes - 1)); /* 2^e <= bytes-1 < 2^(e+1), e >= 9 */
-    size_t step = (size_t)1 << (e - 2);
-    size_t j = (bytes - 1 - ((size_t)1 << e)) / step + 1; /* 1..4 */
-    *rounded = ((size_t)1 << e) + j * step;
-    return 1 + (e - 9) * 4 + (int)(j - 1);
-}
-
-static size_t cu_hash(const void *p, int cap) {
-    uint64_t h = (uint64_t)(uintptr_t)p;
-    h ^= h >> 33;
-    h *= 0xff51afd7ed558ccdull;
-    h ^= h >> 33;
-    return (size_t)(h & (uint64_t)(cap - 1));
-}
-
-static bool cu_live_grow(pd__cuda_ctx *c) {
-    int cap = c->live_cap ? c->live_cap * 2 : 256;
-    void **p = (void **)PD_CALLOC((size_t)cap, sizeof *p);
-    int *k = (int *)PD_CALLOC((size_t)cap, sizeof *k);
-    if (!p || !k) {
-        PD_FREE(p);
-        PD_FREE(k);
-        return false;
-    }
-    for (int i = 0; i < c->live_cap; i++) {
-        if (!c->live_p[i]) continue;
-        size_t h = cu_hash(c->live_p[i], cap);
-        while (p[h]) h = (h + 1) & (size_t)(cap - 1);
-        p[h] = c->live_p[i];
-        k[h] = c->live_cls[i];
-    }
-    PD_FREE(c->live_p);
-    PD_FREE(c->live_cls);
-    c->live_p = p;
-    c->live_cls = k;
-    c->live_cap = cap;
-    return true;
-}
-
-static bool cu_live_put(pd__cuda_ctx *c, void *p, int cls) {
-    if ((c->live_n + 1) * 2 > c->live_cap && !cu_live_grow(c)) return false;
-    size_t h = cu_hash(p, c->live_cap);
-    while (c->live_p[h]) h = (h + 1) & (size_t)(c->live_cap - 1);
-    c->live_p[h] = p;
-    c->live_cls[h] = cls;
-    c->live_n++;
-    return true;
-}
-
-/* Removes p; its class, or -1 when p is not live. */
-static int cu_live_take(pd__cuda_ctx *c, void *p) {
-    if (!c->live_cap) return -1;
-    size_t mask = (size_t)(c->live_cap - 1), h = cu_hash(p, c->live_cap);
-    while (c->live_p[h] && c->live_p[h] != p) h = (h + 1) & mask;
-    if (!c->live_p[h]) return -1;
-    int cls = c->live_cls[h];
-    c->live_p[h] = NULL;
-    c->live_n--;
-    /* backward shift: re-place the entries after the hole of this cluster */
-    for (size_t i = (h + 1) & mask; c->live_p[i]; i = (i + 1) & mask) {
-        void *q = c->live_p[i];
-        int qc = c->live_cls[i];
-        c->live_p[i] = NULL;
-        size_t j = cu_hash(q, c->live_cap);
-        while (c->live_p[j]) j = (j + 1) & mask;
-        c->live_p[j] = q;
-        c->live_cls[j] = qc;
-    }
-    return cls;
-}
-
-static size_t cu_class_bytes(int cls) {
-    if (cls == 0) return 512;
-    int e = (cls - 1) / 4 + 9, j = (cls - 1) % 4 + 1;
-    return ((size_t)1 << e) + (size_t)j * ((size_t)1 << (e - 2));
-}
+/* ---- the caching allocator (its bookkeeping: dcache.c) ------------------------------------------- */
 
 extern "C" pd_status pd__cuda_alloc(pd__cuda_ctx *c, size_t bytes, void **out) {
     size_t rounded;
-    int cls = cu_class(bytes, &rounded);
+    int cls = pd__dcache_class(bytes, &rounded);
     if (cls >= PD_CU_NCLASS) return pd__err(PD_ERR_NOMEM, "device allocation of %zu bytes is too large", bytes);
-    c->stats.allocs++;
-    void *p = NULL;
-    pd__cu_freelist *fl = &c->free[cls];
-    if (fl->n > 0) {
-        p = fl->p[--fl->n];
-        c->stats.cached -= rounded;
-        c->stats.reuses++;
-    } else {
+    void *p = pd__dcache_take(&c->mem, cls);
+    bool fresh = !p;
+    if (fresh) {
         cudaError_t e = cudaMalloc(&p, rounded);
         if (e == cudaErrorMemoryAllocation) { /* give the cache back and try once more */
             (void)cudaGetLastError();
@@ -263,51 +174,36 @@ extern "C" pd_status pd__cuda_alloc(pd__cuda_ctx *c, size_t bytes, void **out) {
             (void)cudaGetLastError();
             return pd__cuda_fail_rt(e, "cudaMalloc", __FILE__, __LINE__);
         }
-        c->stats.device_mallocs++;
     }
-    if (!cu_live_put(c, p, cls)) {
+    if (!pd__dcache_track(&c->mem, p, cls, fresh)) {
         (void)cudaFree(p);
         return pd__err(PD_ERR_NOMEM, "cannot grow the device allocator's table");
     }
-    c->stats.in_use += rounded;
-    if (c->stats.in_use > c->stats.peak) c->stats.peak = c->stats.in_use;
     *out = p;
     return PD_OK;
 }
 
 extern "C" void pd__cuda_free(pd__cuda_ctx *c, void *p) {
     if (!c || !p) return;
-    int cls = cu_live_take(c, p);
-    if (cls < 0) return; /* not ours */
-    size_t bytes = cu_class_bytes(cls);
-    pd__cu_freelist *fl = &c->free[cls];
-    if (fl->n == fl->cap) {
-        int cap = fl->cap ? fl->cap * 2 : 8;
-        void **np = (void **)PD_REALLOC(fl->p, sizeof(void *) * (size_t)cap);
-        if (!np) { /* cannot cache it: give it back (after the work that may use it) */
-            (void)cudaStreamSynchronize(c->stream);
-            (void)cudaFree(p);
-            c->stats.in_use -= bytes;
-            return;
-        }
-        fl->p = np;
-        fl->cap = cap;
+    if (pd__dcache_give(&c->mem, p) == 0) { /* cannot cache it: give it back (after the work that may use it) */
+        (void)cudaStreamSynchronize(c->stream);
+        (void)cudaFree(p);
     }
-    fl->p[fl->n++] = p;
-    c->stats.in_use -= bytes;
-    c->stats.cached += bytes;
 }
 
-extern "C" void pd__cuda_mem_get_stats(const pd__cuda_ctx *c, pd__cuda_mem_stats *s) { *s = c->stats; }
+extern "C" void pd__cuda_mem_get_stats(const pd__cuda_ctx *c, pd__cuda_mem_stats *s) {
+    const pd__dcache *d = &c->mem;
+    s->in_use = d->in_use;
+    s->cached = d->cached;
+    s->peak = d->peak;
+    s->device_mallocs = d->device_mallocs;
+    s->allocs = d->allocs;
+    s->reuses = d->reuses;
+}
 
 extern "C" pd_status pd__cuda_mem_trim(pd__cuda_ctx *c) {
     PD_CU(cudaStreamSynchronize(c->stream));
-    for (int k = 0; k < PD_CU_NCLASS; k++) {
-        pd__cu_freelist *fl = &c->free[k];
-        for (int i = 0; i < fl->n; i++) PD_CU(cudaFree(fl->p[i]));
-        c->stats.cached -= (size_t)fl->n * cu_class_bytes(k);
-        fl->n = 0;
-    }
+    pd__dcache_drain(&c->mem, cu_drop, NULL);
     return PD_OK;
 }
 

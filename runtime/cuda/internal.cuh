@@ -13,6 +13,7 @@
 
 #include <stdint.h>
 
+#include "dcache.h"
 #include "kernels.h"
 
 /* ---- foreign error codes -> pd_status ------------------------------------------------------------
@@ -44,26 +45,13 @@ extern "C" pd_status pd__cuda_fail_dnn(cudnnStatus_t e, const char *call, const 
 
 struct pd__cu_conv_entry; /* dnn.cu: descriptors and algorithms of one convolution geometry */
 
-#define PD_CU_NCLASS 200 /* size classes: 512 B, then 4 per power of two up to 2^58 */
-
-typedef struct pd__cu_freelist {
-    void **p;
-    int n, cap;
-} pd__cu_freelist;
-
 struct pd__cuda_ctx {
     int device;
     pd__cuda_precision precision;
     cudaStream_t stream;
     cublasHandle_t blas;
     cudnnHandle_t dnn;
-    /* allocator: free lists per class; live blocks in an open-addressing
-     * table (pointer -> class), linear probing, deletion by backward shift */
-    pd__cu_freelist free[PD_CU_NCLASS];
-    void **live_p;
-    int *live_cls;
-    int live_cap, live_n;
-    pd__cuda_mem_stats stats;
+    pd__dcache mem; /* the caching allocator's bookkeeping (dcache.h) */
     /* convolution geometries seen (dnn.cu) */
     struct pd__cu_conv_entry *conv;
     int nconv, conv_cap;
