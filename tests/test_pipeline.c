@@ -950,6 +950,39 @@ static void run_gpu(const char *fx, const pd_tensor *xs, const pd_tensor *ys, co
     pd_graph_destroy(g);
 }
 
+/* A replicated last stage's replicas finish their microbatches in any order;
+ * the step's loss adds the microbatches' losses in microbatch order all the
+ * same, so runs give the same bits (and processes give one process's). */
+static void run_loss_order(const char *fx, const pd_tensor *xs, const pd_tensor *ys, const ref *r) {
+    enum { RUNS = 8, M = 8 };
+    const int reps[] = {1, 3};
+    double first[STEPS];
+    int differ = 0, runs = 0;
+    pd_status st = PD_OK;
+    for (int run = 0; run < RUNS && st == PD_OK; run++) {
+        pd_graph *g = NULL;
+        pd_plan *plan = NULL;
+        pd__pipe *p = NULL;
+        pd_step_result res[STEPS];
+        st = load(fx, BATCH / M, &g);
+        if (st == PD_OK) st = make_plan(g, 2, M, &plan);
+        for (int s = 0; st == PD_OK && s < 2; s++) plan->stage[s].replicas = reps[s];
+        if (st == PD_OK) st = pd__pipe_create(g, plan, &r->o, PD_SCHED_FLUSH, M, &p);
+        if (st == PD_OK) st = pd__pipe_run(p, STEPS, xs, ys, res);
+        pd__pipe_destroy(p);
+        for (int k = 0; st == PD_OK && k < STEPS; k++) {
+            if (run == 0) first[k] = res[k].loss;
+            differ += memcmp(&first[k], &res[k].loss, sizeof(double)) != 0;
+        }
+        runs += st == PD_OK;
+        pd_plan_destroy(plan);
+        pd_graph_destroy(g);
+    }
+    CHECK(st == PD_OK && differ == 0, "%s, 2 stages, the last replicated 3 times, %d microbatches, flush: %d runs, "
+          "the same %d step losses bit for bit (%d differ)%s%s", r->name, M, runs, STEPS, differ, st ? ": " : "",
+          st ? pd_last_error() : "");
+}
+
 static void run_model(const char *fixtures, const char *model, bool full, pd_loss_kind loss) {
     char fx[1024];
     snprintf(fx, sizeof fx, "%s/%s", fixtures, model);
@@ -1039,6 +1072,7 @@ static void run_model(const char *fixtures, const char *model, bool full, pd_los
         run_pipe_ex(fx, &xs, &ys, &refs[0], 2, 2, PD_SCHED_GPIPE, 1, r2[3]);
         run_pipe_ex(fx, &xs, &ys, &refs[0], 3, 4, PD_SCHED_ZB_H1, 1, r2[1]);
         run_pipe_ex(fx, &xs, &ys, &refs[1], 3, 4, PD_SCHED_FLUSH, 1, r2[0]);
+        run_loss_order(fx, &xs, &ys, &refs[0]);
         const pd__sched_kind sk[] = {PD_SCHED_GPIPE, PD_SCHED_FLUSH, PD_SCHED_ZB_H1};
         for (int k = 0; k < 3; k++) run_stats(fx, &xs, &ys, &refs[0], sk[k]);
         /* Bi-Partition */
