@@ -103,14 +103,14 @@ static void steady(void) {
             int j = (int)((i * 7 + it) % N);
             if (p[j]) ok &= pd__dcache_give(&d, p[j]) == 1, p[j] = NULL;
         }
-        if (it == 0) after_first = d.device_mallocs;
+        if (it == 0) after_first = d.stats.device_mallocs;
         else
             for (int i = 0; i < N; i++) p[i] = NULL;
     }
-    CHECK(ok && d.device_mallocs == after_first && after_first <= N && d.allocs == (int64_t)N * ITERS &&
-              d.reuses == d.allocs - after_first && d.in_use == 0,
+    CHECK(ok && d.stats.device_mallocs == after_first && after_first <= N && d.stats.allocs == (int64_t)N * ITERS &&
+              d.stats.reuses == d.stats.allocs - after_first && d.stats.in_use == 0,
           "steady state: %d steps of %d allocations, %lld device allocations, all in the first step (%lld reuses)",
-          ITERS, N, (long long)d.device_mallocs, (long long)d.reuses);
+          ITERS, N, (long long)d.stats.device_mallocs, (long long)d.stats.reuses);
     pd__dcache_release(&d, dev_drop, NULL);
 }
 
@@ -146,23 +146,23 @@ static void random_ops(void) {
             for (int i = 0; i < nlive; i++) in_use += pd__dcache_class_bytes(lcls[i]);
             size_t cached = 0;
             for (int k = 0; k < PD_CU_NCLASS; k++) cached += (size_t)d.free[k].n * pd__dcache_class_bytes(k);
-            bytes_ok &= d.in_use == in_use && d.cached == cached && d.live_n == nlive;
+            bytes_ok &= d.stats.in_use == in_use && d.stats.cached == cached && d.live_n == nlive;
         }
-        if (d.in_use > peak) peak = d.in_use;
+        if (d.stats.in_use > peak) peak = d.stats.in_use;
     }
     CHECK(twice == 0, "random: %d allocations and frees, up to %d blocks live: no block handed out twice", OPS, maxlive);
     CHECK(refused == accepted_bad && accepted_bad > 0, "random: %d stale or foreign frees, all refused", accepted_bad);
-    CHECK(bytes_ok && d.peak == peak, "random: bytes in use and cached, live count and peak (%zu B) exact", d.peak);
+    CHECK(bytes_ok && d.stats.peak == peak, "random: bytes in use and cached, live count and peak (%zu B) exact", d.stats.peak);
     int64_t cached_blocks = 0;
     for (int k = 0; k < PD_CU_NCLASS; k++) cached_blocks += d.free[k].n;
     int64_t before = ndropped;
     pd__dcache_drain(&d, dev_drop, NULL);
-    CHECK(ndropped - before == cached_blocks && d.cached == 0 && d.live_n == nlive,
+    CHECK(ndropped - before == cached_blocks && d.stats.cached == 0 && d.live_n == nlive,
           "trim: the %lld cached blocks given back, the live ones kept", (long long)cached_blocks);
     bool still = true; /* the live blocks are still found and freed after a trim */
     for (int i = 0; i < nlive / 2; i++) still &= pd__dcache_give(&d, live[i]) == 1;
     pd__dcache_release(&d, dev_drop, NULL);
-    CHECK(still && d.live_p == NULL && d.in_use == 0, "release: the tables freed");
+    CHECK(still && d.live_p == NULL && d.stats.in_use == 0, "release: the tables freed");
     free(live);
     free(lcls);
 }

@@ -192,13 +192,7 @@ extern "C" void pd__cuda_free(pd__cuda_ctx *c, void *p) {
 }
 
 extern "C" void pd__cuda_mem_get_stats(const pd__cuda_ctx *c, pd__cuda_mem_stats *s) {
-    const pd__dcache *d = &c->mem;
-    s->in_use = d->in_use;
-    s->cached = d->cached;
-    s->peak = d->peak;
-    s->device_mallocs = d->device_mallocs;
-    s->allocs = d->allocs;
-    s->reuses = d->reuses;
+    *s = c->mem.stats;
 }
 
 extern "C" pd_status pd__cuda_mem_trim(pd__cuda_ctx *c) {

@@ -78,8 +78,8 @@ static int pd__dc_untrack(pd__dcache *d, void *p) {
 void *pd__dcache_take(pd__dcache *d, int cls) {
     pd__cu_freelist *fl = &d->free[cls];
     if (fl->n == 0) return NULL;
-    d->cached -= pd__dcache_class_bytes(cls);
-    d->reuses++;
+    d->stats.cached -= pd__dcache_class_bytes(cls);
+    d->stats.reuses++;
     return fl->p[--fl->n];
 }
 
@@ -90,10 +90,10 @@ bool pd__dcache_track(pd__dcache *d, void *p, int cls, bool fresh) {
     d->live_p[h] = p;
     d->live_cls[h] = cls;
     d->live_n++;
-    d->allocs++;
-    d->device_mallocs += fresh;
-    d->in_use += pd__dcache_class_bytes(cls);
-    if (d->in_use > d->peak) d->peak = d->in_use;
+    d->stats.allocs++;
+    d->stats.device_mallocs += fresh;
+    d->stats.in_use += pd__dcache_class_bytes(cls);
+    if (d->stats.in_use > d->stats.peak) d->stats.peak = d->stats.in_use;
     return true;
 }
 
@@ -101,7 +101,7 @@ int pd__dcache_give(pd__dcache *d, void *p) {
     int cls = pd__dc_untrack(d, p);
     if (cls < 0) return -1;
     size_t bytes = pd__dcache_class_bytes(cls);
-    d->in_use -= bytes;
+    d->stats.in_use -= bytes;
     pd__cu_freelist *fl = &d->free[cls];
     if (fl->n == fl->cap) {
         int cap = fl->cap ? fl->cap * 2 : 8;
@@ -111,7 +111,7 @@ int pd__dcache_give(pd__dcache *d, void *p) {
         fl->cap = cap;
     }
     fl->p[fl->n++] = p;
-    d->cached += bytes;
+    d->stats.cached += bytes;
     return 1;
 }
 
@@ -119,7 +119,7 @@ void pd__dcache_drain(pd__dcache *d, void (*drop)(void *ctx, void *p), void *ctx
     for (int k = 0; k < PD_CU_NCLASS; k++) {
         pd__cu_freelist *fl = &d->free[k];
         for (int i = 0; i < fl->n; i++) drop(ctx, fl->p[i]);
-        d->cached -= (size_t)fl->n * pd__dcache_class_bytes(k);
+        d->stats.cached -= (size_t)fl->n * pd__dcache_class_bytes(k);
         fl->n = 0;
     }
 }

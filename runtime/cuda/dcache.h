@@ -18,6 +18,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cuda.h" /* pd__cuda_mem_stats */
+
 #define PD_CU_NCLASS 200 /* size classes: 512 B, then 4 per power of two, the last 1.75 x 2^58 B */
 
 #ifdef __cplusplus
@@ -36,9 +38,7 @@ typedef struct pd__dcache {
     void **live_p;
     int *live_cls;
     int live_cap, live_n;
-    /* in bytes of their classes: in_use, cached, peak; and the counts */
-    size_t in_use, cached, peak;
-    int64_t device_mallocs, allocs, reuses;
+    pd__cuda_mem_stats stats; /* what pd__cuda_mem_get_stats reports */
 } pd__dcache;
 
 /* The class of a request of `bytes` (0 counts as 1) and its rounded size:
