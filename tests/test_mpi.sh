@@ -259,15 +259,7 @@ else
   echo "(no numpy: the failing-process check skipped)"
 fi
 # a process killed mid-run: the job ends within seconds, non-zero
-mpi 2 "$pdonnx" train "$model" --steps 200000 --stages 2 --schedule flush --quiet > "$tmp/log" 2>&1 &
-job=$!
-sleep 3
-victim=$(pgrep -f "pdonnx train $model --steps 200000" | tail -1)
-start=$(date +%s)
-[ -n "$victim" ] && kill -9 "$victim"
-wait $job
-rc=$?
-took=$(( $(date +%s) - start ))
+kill_rank 3 "pdonnx train $model --steps 200000" 2 "$pdonnx" train "$model" --steps 200000 --stages 2 --schedule flush --quiet
 if [ -n "$victim" ] && [ $rc != 0 ] && [ $took -lt 30 ]; then
   ok "a process killed mid-run: the job ended in ${took} s with $rc"
 else

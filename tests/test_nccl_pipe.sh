@@ -82,16 +82,9 @@ else
   echo "(no npytool: the failing-process check under the CLI skipped)"
 fi
 # a rank killed mid-run: the job ends within seconds, non-zero
-mpi 2 "$pdonnx" train "$model" --steps 200000 --plan "$tmp/p.json" --device cuda --schedule flush --quiet \
-  >"$tmp/log" 2>&1 &
-job=$!
-sleep 10 # past the set-up (CUDA contexts, NCCL's initialization)
-victim=$(pgrep -f "pdonnx train $model --steps 200000" | tail -1)
-start=$(date +%s)
-[ -n "$victim" ] && kill -9 "$victim"
-wait $job
-rc=$?
-took=$(($(date +%s) - start))
+# (10 s: past the set-up, CUDA contexts and NCCL's initialization)
+kill_rank 10 "pdonnx train $model --steps 200000" 2 "$pdonnx" train "$model" --steps 200000 --plan "$tmp/p.json" \
+  --device cuda --schedule flush --quiet
 if [ -n "$victim" ] && [ $rc != 0 ] && [ $took -lt 30 ]; then
   ok "mpirun pdonnx train --device cuda: a process killed mid-run ended the job in ${took} s with $rc"
 else
