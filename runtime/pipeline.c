@@ -208,7 +208,7 @@ struct pd__pipe {
     int *rank_of, *wbase; /* per thread; per worker: its first thread */
     int *first_rank;      /* per worker: the plan's rank of its replica 0 */
     pd__tie *tie;         /* tied parameters across processes (pd__tied_setup) */
-    int ntie, tlead;      /* ...; this process's thread that sums them at STEP */
+    int ntie, tlead;      /* ...; this process's thread that sums them at STEP (-1: it holds no copy) */
     float *tbuf;          /* their slots, all-reduced among the holders */
     int64_t tbuf_n;
     int fail_stage, fail_op, fail_mb; /* test hook: this instruction fails */
@@ -1352,9 +1352,7 @@ static bool pd__tied_reader(pd__pipe *p, int k, int i, float **g) {
  * the others wait (STEP: every backward here is done). */
 static pd_status pd__sum_tied_remote(pd__wk *W, bool *stop) {
     pd__pipe *p = W->p;
-    bool any = false;
-    for (int t = 0; t < p->ntie; t++) any |= p->tie[t].here;
-    if (W - p->wk == p->tlead && any) {
+    if (W - p->wk == p->tlead) {
         for (int t = 0; t < p->ntie; t++) {
             const pd__tie *T = &p->tie[t];
             int64_t n = p->g->tensors[p->sl.param[T->i]].numel;
@@ -1855,26 +1853,22 @@ static pd_status pd__tied_restore(pd__pipe *p) {
     if (!p->remote || n == 0) return PD_OK;
     float *v = PD_MALLOC(sizeof(float) * (size_t)n);
     if (!v) return pd__err(PD_ERR_NOMEM, "out of memory for the tied parameters (%lld floats)", (long long)n);
-    for (int pass = 0, at = 0; pass < 2; pass++, at = 0)
-        for (int t = 0; t < p->ntie; t++) {
-            const pd__tie *T = &p->tie[t];
-            int64_t m = p->g->tensors[sl->param[T->i]].numel;
-            bool owner = p->rank_of[p->wbase[T->owner % p->P]] == p->rank;
-            for (int q = 0; q < 3; q++, at += m) {
-                float *x = slab[q] ? slab[q] + sl->poff[T->i] : NULL;
-                for (int64_t e = 0; pass == 0 && e < m; e++) v[at + e] = owner && x ? x[e] : -0.0f;
-                if (pass == 1 && T->here && !owner && x) memcpy(x, v + at, sizeof(float) * (size_t)m);
-            }
-            if (pass == 0 && t == p->ntie - 1) {
-                pd_status st = p->remote->vt->allreduce(p->remote, PD__TIED, v, n, false);
-                if (st != PD_OK) {
-                    PD_FREE(v);
-                    return st;
-                }
-            }
-        }
+    for (int64_t t = 0, at = 0; t < p->ntie; t++) { /* the owner's values, -0.0 elsewhere */
+        int64_t m = p->g->tensors[sl->param[p->tie[t].i]].numel;
+        bool owner = p->rank_of[p->wbase[p->tie[t].owner % p->P]] == p->rank;
+        for (int q = 0; q < 3; q++, at += m)
+            for (int64_t e = 0; e < m; e++) v[at + e] = owner && slab[q] ? slab[q][sl->poff[p->tie[t].i] + e] : -0.0f;
+    }
+    pd_status st = p->remote->vt->allreduce(p->remote, PD__TIED, v, n, false);
+    for (int64_t t = 0, at = 0; st == PD_OK && t < p->ntie; t++) { /* into the other holders' copies */
+        const pd__tie *T = &p->tie[t];
+        int64_t m = p->g->tensors[sl->param[T->i]].numel;
+        bool owner = p->rank_of[p->wbase[T->owner % p->P]] == p->rank;
+        for (int q = 0; q < 3; q++, at += m)
+            if (T->here && !owner && slab[q]) memcpy(slab[q] + sl->poff[T->i], v + at, sizeof(float) * (size_t)m);
+    }
     PD_FREE(v);
-    return PD_OK;
+    return st;
 }
 
 static pd_status pd__resume_parts(pd__pipe *p, int64_t b, int nparts, const void *const *parts, const size_t *lens) {
@@ -2191,14 +2185,16 @@ static pd_status pd__tied_setup(pd__pipe *p, int rank, bool *tied) {
             }
             if (upd >= 0 && upd != p->wbase[k % p->P]) p->wk[upd].tup[p->wk[upd].ntup++] = i;
         }
+    bool any = false; /* a process holding no copy takes no part in the sums */
+    for (int t = 0; t < p->ntie; t++) any |= p->tie[t].here;
+    if (!any) p->tlead = -1;
     if (!(p->tbuf = PD_MALLOC(sizeof(float) * ((size_t)p->tbuf_n + 1))))
         return pd__err(PD_ERR_NOMEM, "out of memory for the tied parameters' gradients (%lld floats)",
                        (long long)p->tbuf_n);
     return PD_OK;
 }
 
-pd_status pd__pipe_set_ranks_in(pd__pipe *p, int rank, int nranks, int color) {
-    p->gcolor = color; /* GPU stages: the processes of their NCCL communicators (pd__dev_setup) */
+pd_status pd__pipe_fits(const pd__pipe *p, int nranks) {
     int K = pd__planned_processes(p), need = K > 0 ? K : p->nwk;
     if (nranks != need && need == p->nwk)
         return pd__err(PD_ERR_INVALID,
@@ -2207,6 +2203,13 @@ pd_status pd__pipe_set_ranks_in(pd__pipe *p, int rank, int nranks, int color) {
     if (nranks != need)
         return pd__err(PD_ERR_INVALID, "this plan runs as %d processes (its stage_to_rank puts %d stage%s on them), "
                        "not %d: mpirun -np %d", need, p->nwk, p->nwk > p->P ? " replicas" : "s", nranks, need);
+    return PD_OK;
+}
+
+pd_status pd__pipe_set_ranks_in(pd__pipe *p, int rank, int nranks, int color) {
+    p->gcolor = color; /* GPU stages: the processes of their NCCL communicators (pd__dev_setup) */
+    PD_TRY(pd__pipe_fits(p, nranks));
+    int K = pd__planned_processes(p);
     if (p->hooks_on) return pd__err(PD_ERR_INVALID, "pd__pipe_set_ranks: set the ranks before the snapshot hooks");
     int *worker_of = PD_MALLOC(sizeof(int) * (size_t)p->nwk);
     bool *tied = PD_CALLOC((size_t)p->nwk, sizeof(bool));

@@ -198,6 +198,9 @@ pd_status pd__pipe_set_ranks_in(pd__pipe *p, int rank, int nranks, int color);
  * plan's stage_to_rank's; the threads (stage replicas) they run. */
 int pd__pipe_processes(const pd__pipe *p);
 int pd__pipe_threads(const pd__pipe *p);
+/* PD_OK when nranks processes run the plan (pd__pipe_processes); else the
+ * error pd__pipe_set_ranks gives, naming the count mpirun needs. */
+pd_status pd__pipe_fits(const pd__pipe *p, int nranks);
 pd_status pd__pipe_gather(pd__pipe *p);
 
 #endif

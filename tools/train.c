@@ -482,13 +482,11 @@ static int pd__train_pipeline(pd__targs *a, pd_graph *g, const char *input, pd_t
         goto out;
     }
     if (pd__mp.size > 1) {
-        int K = pd__pipe_processes(pipe), T = pd__pipe_threads(pipe);
-        bool fits = K == pd__mp.size;
+        bool fits = pd__pipe_fits(pipe, pd__mp.size) == PD_OK;
+        if (!fits) fprintf(stderr, "pdonnx: %s\n", pd_last_error());
+        int T = pd__pipe_threads(pipe);
         char how[96] = "one per stage replica"; /* or several per process: the plan's stage_to_rank */
-        if (T > K) snprintf(how, sizeof how, "its stage_to_rank puts %d stage replicas on them", T);
-        if (!fits)
-            fprintf(stderr, "pdonnx: this plan runs as %d processes (%s), not %d: mpirun -np %d\n", K, how,
-                    pd__mp.size, K);
+        if (T > pd__mp.size) snprintf(how, sizeof how, "its stage_to_rank puts %d stage replicas on them", T);
         if (!pd__mp_agree(fits, true)) goto out; /* everyone is ready: training starts */
         if (pd__pipe_set_ranks(pipe, pd__mp.rank, pd__mp.size) != PD_OK) {
             pd_cli_fail();
