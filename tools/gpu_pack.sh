@@ -5,9 +5,14 @@
 # libpipedream and the CUDA module beside it in lib/ (libpdcuda.so, which
 # libpipedream loads from its own directory on the first CUDA call), and the
 # non-CUDA shared libraries they load (OpenBLAS, protobuf-c, cJSON, gfortran,
-# quadmath, gomp), into one folder (about 45 MiB). The CUDA libraries
-# (cudart, cuBLAS, cuBLASLt, cuDNN) are the GPU machine's own: the module
-# links them, and tests/run_gpu.sh puts them on LD_LIBRARY_PATH.
+# quadmath, gomp), into one folder. The CUDA libraries (cudart, cuBLAS,
+# cuBLASLt, cuDNN) are the GPU machine's own: the module links them, and
+# tests/run_gpu.sh puts them on LD_LIBRARY_PATH.
+# The build has no oneDNN (-Donednn=disabled): libdnnl.so.2 (and the
+# libOpenCL.so.1 it needs) would not fit a device call's 64 MiB, and the GPU
+# path does not use it. The script ends with tools/gpu_pack_check.sh: every
+# library a packed binary needs is in the pack or is one a bare CUDA machine
+# has, and the pack is under 60 MiB.
 #
 #   tools/gpu_pack.sh [BUILD_DIR (build-gpu)] [OUT_DIR (build-gpu-pack)]
 # OUT_DIR must be a path git ignores (.gitignore ignores /build*/) for the
@@ -18,7 +23,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build-gpu} out=${2:-build-gpu-pack}
-[ -f "$build/build.ninja" ] || meson setup "$build" -Dcuda=enabled -Dmpi=disabled --buildtype=release >/dev/null
+if [ -f "$build/build.ninja" ]; then
+  meson configure "$build" -Dcuda=enabled -Dmpi=disabled -Donednn=disabled >/dev/null
+else
+  meson setup "$build" -Dcuda=enabled -Dmpi=disabled -Donednn=disabled --buildtype=release >/dev/null
+fi
 ninja -C "$build" -j2 pdonnx libpdcuda.so tests/test_cuda tests/test_train tests/test_cuda_module tests/test_pipeline bench/bench_train >/dev/null
 rm -rf "$out"
 mkdir -p "$out/tests" "$out/bench" "$out/lib"
@@ -30,3 +39,4 @@ cp -L "$build"/libpipedream.so.0 "$build"/libpdcuda.so "$out/lib/"
 ldd "$build/pdonnx" "$build/libpipedream.so.0" | awk '/=> \// {print $3}' | sort -u |
   grep -E 'openblas|protobuf-c|cjson|gfortran|quadmath|gomp|libz\.' | while read -r f; do cp -L "$f" "$out/lib/"; done
 du -sh "$out"
+tools/gpu_pack_check.sh "$out"
