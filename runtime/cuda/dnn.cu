@@ -5,8 +5,17 @@
  * chosen the first time each direction runs, its algorithm and workspace
  * size: the steady-state loop creates no descriptor and asks no heuristic.
  * Algorithms come from cuDNN's heuristics (the *_v7 queries), the first one
- * that runs in the context's math mode within the workspace limit;
+ * that runs within the workspace limit in a math mode the precision allows;
  * benchmarking them (cudnnFind*) is for the tuning session (docs/CUDA.md).
+ *
+ * Math modes: fp32 is CUDNN_FMA_MATH alone (no tensor cores, no TF32);
+ * tf32 and bf16 (cuDNN has no bf16 product over fp32 storage: TF32) are
+ * CUDNN_TENSOR_OP_MATH, which for fp32 data means TF32, or FMA. Never
+ * CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION, which lets cuDNN round fp32 inputs
+ * to fp16 (10 bits of mantissa and fp16's range: overflow past 65504).
+ * The heuristics report each algorithm's math type, which may differ from
+ * the descriptor's; the chosen one's is set on the descriptor before each
+ * call of its direction, since one descriptor serves all three.
  * Workspaces come from the caching allocator. 1-D convolutions run as 2-D
  * with a height of 1. Backward calls accumulate (beta = 1).
  */
@@ -26,6 +35,7 @@ struct pd__cu_conv_entry {
     cudnnConvolutionFwdAlgo_t fwd;
     cudnnConvolutionBwdDataAlgo_t bd;
     cudnnConvolutionBwdFilterAlgo_t bf;
+    cudnnMathType_t math_fwd, math_bd, math_bf; /* each chosen algorithm's own math type */
     size_t ws_fwd, ws_bd, ws_bf;
 };
 
@@ -44,9 +54,14 @@ void pd__cu_conv_cache_free(pd__cuda_ctx *c) {
 }
 
 static cudnnMathType_t cu_math(pd__cuda_precision p) {
-    /* FMA: no TF32 anywhere; the tensor-op mode allows TF32 (and bf16 has no
-     * fp32-storage mode in cuDNN: it gets TF32) */
-    return p == PD_CUDA_FP32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION;
+    return p == PD_CUDA_FP32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH;
+}
+
+/* Whether an algorithm's math type keeps the precision's promise: FMA
+ * alone for fp32 (CUDNN_DEFAULT_MATH may use TF32 on Ampere and later). */
+static bool cu_math_ok(cudnnMathType_t m, cudnnMathType_t want) {
+    if (want == CUDNN_FMA_MATH) return m == CUDNN_FMA_MATH;
+    return m == CUDNN_TENSOR_OP_MATH || m == CUDNN_FMA_MATH || m == CUDNN_DEFAULT_MATH;
 }
 
 static pd_status cu_desc_packed(cudnnTensorDescriptor_t d, int nd, const int *dims) {
@@ -147,8 +162,9 @@ static pd_status cu_conv_entry(pd__cuda_ctx *c, const pd__cu_conv *g, pd__cu_con
 }
 
 /* The first algorithm of a heuristic list that succeeded, fits and uses the
- * entry's math mode (else the first that succeeded and fits). */
-#define PD_CU_PICK(perf, cnt, math, algo_out, ws_out, what)                                         \
+ * entry's math mode (else the first that succeeded, fits and whose math
+ * type the precision allows); its algorithm, workspace and math type. */
+#define PD_CU_PICK(perf, cnt, math, algo_out, ws_out, math_out, what)                               \
     do {                                                                                            \
         int pick = -1;                                                                              \
         for (int i = 0; i < (cnt) && pick < 0; i++)                                                 \
@@ -156,19 +172,23 @@ static pd_status cu_conv_entry(pd__cuda_ctx *c, const pd__cu_conv *g, pd__cu_con
                 (perf)[i].mathType == (math))                                                       \
                 pick = i;                                                                           \
         for (int i = 0; i < (cnt) && pick < 0; i++)                                                 \
-            if ((perf)[i].status == CUDNN_STATUS_SUCCESS && (perf)[i].memory <= PD_CU_CONV_WS_LIMIT) \
+            if ((perf)[i].status == CUDNN_STATUS_SUCCESS && (perf)[i].memory <= PD_CU_CONV_WS_LIMIT && \
+                cu_math_ok((perf)[i].mathType, (math)))                                             \
                 pick = i;                                                                           \
         if (pick < 0) return pd__err(PD_ERR_UNSUPPORTED, "cuDNN has no %s algorithm for this convolution", what); \
         *(algo_out) = (perf)[pick].algo;                                                            \
         *(ws_out) = (perf)[pick].memory;                                                            \
+        *(math_out) = (perf)[pick].mathType;                                                        \
     } while (0)
 
 static pd_status cu_pick_fwd(pd__cuda_ctx *c, pd__cu_conv_entry *e) {
     cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
     int cnt = 0;
+    PD_CUDNN(cudnnSetConvolutionMathType(e->conv, e->math)); /* the heuristics answer for the precision's mode */
     PD_CUDNN(cudnnGetConvolutionForwardAlgorithm_v7(c->dnn, e->x, e->w, e->conv, e->y,
                                                     CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &cnt, perf));
-    PD_CU_PICK(perf, cnt, e->math, &e->fwd, &e->ws_fwd, "forward");
+    PD_CU_PICK(perf, cnt, e->math, &e->fwd, &e->ws_fwd, &e->math_fwd, "forward");
+    PD_CUDNN(cudnnSetConvolutionMathType(e->conv, e->math_fwd));
     PD_CUDNN(cudnnGetConvolutionForwardWorkspaceSize(c->dnn, e->x, e->w, e->conv, e->y, e->fwd, &e->ws_fwd));
     e->have_fwd = true;
     return PD_OK;
@@ -177,9 +197,11 @@ static pd_status cu_pick_fwd(pd__cuda_ctx *c, pd__cu_conv_entry *e) {
 static pd_status cu_pick_bd(pd__cuda_ctx *c, pd__cu_conv_entry *e) {
     cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
     int cnt = 0;
+    PD_CUDNN(cudnnSetConvolutionMathType(e->conv, e->math)); /* the heuristics answer for the precision's mode */
     PD_CUDNN(cudnnGetConvolutionBackwardDataAlgorithm_v7(c->dnn, e->w, e->y, e->conv, e->x,
                                                          CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &cnt, perf));
-    PD_CU_PICK(perf, cnt, e->math, &e->bd, &e->ws_bd, "backward-data");
+    PD_CU_PICK(perf, cnt, e->math, &e->bd, &e->ws_bd, &e->math_bd, "backward-data");
+    PD_CUDNN(cudnnSetConvolutionMathType(e->conv, e->math_bd));
     PD_CUDNN(cudnnGetConvolutionBackwardDataWorkspaceSize(c->dnn, e->w, e->y, e->conv, e->x, e->bd, &e->ws_bd));
     e->have_bd = true;
     return PD_OK;
@@ -188,9 +210,11 @@ static pd_status cu_pick_bd(pd__cuda_ctx *c, pd__cu_conv_entry *e) {
 static pd_status cu_pick_bf(pd__cuda_ctx *c, pd__cu_conv_entry *e) {
     cudnnConvolutionBwdFilterAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
     int cnt = 0;
+    PD_CUDNN(cudnnSetConvolutionMathType(e->conv, e->math)); /* the heuristics answer for the precision's mode */
     PD_CUDNN(cudnnGetConvolutionBackwardFilterAlgorithm_v7(c->dnn, e->x, e->y, e->conv, e->w,
                                                            CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &cnt, perf));
-    PD_CU_PICK(perf, cnt, e->math, &e->bf, &e->ws_bf, "backward-filter");
+    PD_CU_PICK(perf, cnt, e->math, &e->bf, &e->ws_bf, &e->math_bf, "backward-filter");
+    PD_CUDNN(cudnnSetConvolutionMathType(e->conv, e->math_bf));
     PD_CUDNN(cudnnGetConvolutionBackwardFilterWorkspaceSize(c->dnn, e->x, e->y, e->conv, e->w, e->bf, &e->ws_bf));
     e->have_bf = true;
     return PD_OK;
@@ -206,6 +230,7 @@ static pd_status cu_conv_run(pd__cuda_ctx *c, const pd__cu_conv *g, int dir, flo
     if (dir == 1 && !e->have_bd) PD_TRY(cu_pick_bd(c, e));
     if (dir == 2 && !e->have_bf) PD_TRY(cu_pick_bf(c, e));
     size_t wsb = dir == 0 ? e->ws_fwd : dir == 1 ? e->ws_bd : e->ws_bf;
+    PD_CUDNN(cudnnSetConvolutionMathType(e->conv, dir == 0 ? e->math_fwd : dir == 1 ? e->math_bd : e->math_bf));
     void *ws = NULL;
     if (wsb) PD_TRY(pd__cuda_alloc(c, wsb, &ws));
     const float one = 1.0f, zero = 0.0f;
