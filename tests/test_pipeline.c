@@ -1010,6 +1010,9 @@ static void run_model(const char *fixtures, const char *model, bool full, pd_los
                          {names[4], PD_TRAIN_OPTIONS_INIT, false, STEPS, 1e-5, {0}, {0}, NULL}};
     memcpy(refs, init, sizeof refs);
     refs[4].o.optimizer = PD_OPT_MOMENTUM;
+    /* on a GPU cuBLAS tiles a 32-row product and four 8-row ones differently,
+     * and Adam carries that noise into the weights: 1.14e-4 on an H100 */
+    if (device == PD_DEVICE_CUDA) refs[1].tol = 3e-4;
     refs[4].o.lr = 0.05;
     refs[4].o.clip_grad_norm = 0.25;
     refs[0].o.optimizer = refs[2].o.optimizer = refs[3].o.optimizer = PD_OPT_SGD;

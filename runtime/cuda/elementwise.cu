@@ -22,7 +22,7 @@
 
 __device__ static inline float cu_unary(int op, float a, float x) {
     switch (op) {
-    case PD_CU_RELU: return x > 0.0f ? x : 0.0f;
+    case PD_CU_RELU: return x < 0.0f ? 0.0f : x; /* NaN passes, as on the CPU and in PyTorch */
     case PD_CU_LEAKY_RELU: return x < 0.0f ? a * x : x;
     case PD_CU_SIGMOID: return 1.0f / (1.0f + expf(-x));
     case PD_CU_TANH: return tanhf(x);
