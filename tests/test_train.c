@@ -9,9 +9,15 @@
  * mlp_loss has its loss inside the model (SoftmaxCrossEntropyLoss): --loss graph.
  *
  * On a GPU (suite cuda): test_train --device cuda[:N] [--precision fp32|tf32|bf16]
- * [--tol X] FIXTURES_DIR [MODEL...]: the same cases on the CUDA session, the
- * same bound in fp32, a looser one (--tol) for tf32 and bf16; exits 77
- * (skipped) without a GPU or a CUDA build.
+ * [--tol X] [--spread FILE] FIXTURES_DIR [MODEL...]: the same cases on the
+ * CUDA session, the same bound in fp32, a looser one (--tol) for tf32 and
+ * bf16; exits 77 (skipped) without a GPU or a CUDA build. With --spread
+ * (tests/fixtures/reduced_precision_spread.txt: how far PyTorch itself lands
+ * from the fp32 reference in that precision on a GPU), a case listed there
+ * is bound by 3x PyTorch's own distance instead, losses and weights each:
+ * TF32 rounding flips ReLUs and Adam's signs of near-zero gradients, so
+ * resnet's weights land 0.2-0.4 away in PyTorch too, and a fixed bound would
+ * be either loose for gpt or failing for resnet.
  */
 #include "../core/pd_internal.h"
 #include "../runtime/data.h"
@@ -52,6 +58,22 @@ static double rel_err(const float *got, const float *want, int64_t n) {
 
 static const char *dev_name = NULL, *prec_name = NULL; /* --device, --precision */
 static double tol = 1e-4;
+static const char *spread_file = NULL; /* --spread */
+
+/* PyTorch's own loss and weight distances for model/case in --precision,
+ * from --spread; false when the file has no such line. */
+static bool spread_of(const char *model, const char *cname, double *ls, double *ws) {
+    if (!spread_file || !prec_name) return false;
+    FILE *f = fopen(spread_file, "r");
+    if (!f) return false;
+    char line[512], m[64], c[64], mode[16];
+    bool found = false;
+    while (!found && fgets(line, sizeof line, f))
+        found = line[0] != '#' && sscanf(line, "%63s %63s %15s %lf %lf", m, c, mode, ls, ws) == 5 &&
+                !strcmp(m, model) && !strcmp(c, cname) && !strcmp(mode, prec_name);
+    fclose(f);
+    return found;
+}
 
 static void run_case(const char *fx, const char *line) {
     char model[64], cname[64], opt[64], p[1024];
@@ -59,6 +81,13 @@ static void run_case(const char *fx, const char *line) {
     kv(line, "case", cname, sizeof cname);
     kv(line, "optimizer", opt, sizeof opt);
     int64_t steps = (int64_t)kvf(line, "steps"), batch = (int64_t)kvf(line, "batch");
+    double ltol = tol, wtol = tol, lsp = 0, wsp = 0;
+    char bound[96] = "";
+    if (spread_of(model, cname, &lsp, &wsp)) {
+        ltol = 3 * lsp > 1e-4 ? 3 * lsp : 1e-4;
+        wtol = 3 * wsp > 1e-4 ? 3 * wsp : 1e-4;
+        snprintf(bound, sizeof bound, " (PyTorch %s: %.3g / %.3g)", prec_name, lsp, wsp);
+    }
     pd_tensor X = {0}, Y = {0}, L = {0};
     pd_graph *g = NULL, *ref = NULL;
     pd_session *s = NULL;
@@ -128,8 +157,9 @@ static void run_case(const char *fx, const char *line) {
     }
     free(bx.data);
     free(by.data);
-    CHECK(st == PD_OK && worst <= tol, "%s/%s: %lld per-step losses match PyTorch's, max relative error %.3g (step %lld)%s%s",
-          model, cname, (long long)steps, worst, (long long)worst_step, st ? ": " : "", st ? pd_last_error() : "");
+    CHECK(st == PD_OK && worst <= ltol,
+          "%s/%s: %lld per-step losses match PyTorch's, max relative error %.3g (step %lld, bound %.3g%s)%s%s", model,
+          cname, (long long)steps, worst, (long long)worst_step, ltol, bound, st ? ": " : "", st ? pd_last_error() : "");
     if (st != PD_OK) goto done;
     st = pd_session_sync(s); /* on a GPU: the trained values into the graph */
     CHECK(st == PD_OK, "%s/%s: pd_session_sync (a GPU's weights into the graph; nothing on the CPU)%s%s", model, cname, st ? ": " : "",
@@ -182,9 +212,9 @@ static void run_case(const char *fx, const char *line) {
           same, st ? ": " : "", st ? pd_last_error() : "");
     pd_graph_destroy(back);
     remove(saved);
-    CHECK(bad == 0 && compared > 0 && wworst <= tol,
-          "%s/%s: %d trained initializers match PyTorch's, max relative error %.3g ('%s')%s", model, cname, compared,
-          wworst, wname, bad ? ", some missing" : "");
+    CHECK(bad == 0 && compared > 0 && wworst <= wtol,
+          "%s/%s: %d trained initializers match PyTorch's, max relative error %.3g ('%s', bound %.3g%s)%s", model, cname,
+          compared, wworst, wname, wtol, bound, bad ? ", some missing" : "");
 done:
     pd__data_free(&d);
     pd_session_destroy(s);
@@ -200,13 +230,14 @@ int main(int argc, char **argv) {
         if (!strcmp(argv[1], "--device")) dev_name = argv[2];
         else if (!strcmp(argv[1], "--precision")) prec_name = argv[2];
         else if (!strcmp(argv[1], "--tol")) tol = atof(argv[2]);
+        else if (!strcmp(argv[1], "--spread")) spread_file = argv[2];
         else break;
         argc -= 2;
         argv += 2;
     }
     if (argc < 2 || !(tol > 0)) {
-        fprintf(stderr, "usage: test_train [--device cpu|cuda[:N]] [--precision fp32|tf32|bf16] [--tol X] FIXTURES_DIR "
-                        "[MODEL...]\n");
+        fprintf(stderr, "usage: test_train [--device cpu|cuda[:N]] [--precision fp32|tf32|bf16] [--tol X] [--spread FILE] "
+                        "FIXTURES_DIR [MODEL...]\n");
         return 2;
     }
     if (dev_name && strncmp(dev_name, "cuda", 4) == 0 && pd_cuda_device_count() == 0) {
