@@ -192,6 +192,9 @@ def cmd_torch(a):
     dev = torch.device("cuda")
     m, x = build(a.model, a.batch)
     m = m.to(dev).train()
+    for mod in m.modules():  # the GPT's causal mask is a plain tensor attribute (not a buffer): .to() skips it
+        if torch.is_tensor(getattr(mod, "mask", None)):
+            mod.mask = mod.mask.to(dev)
     x = x.to(dev)
     with torch.no_grad():
         classes = m(x[:1]).shape[-1]

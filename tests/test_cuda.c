@@ -285,6 +285,12 @@ static void test_binary(void) {
         {{2, 1, 4, 3}, {3, 1, 0, 2}},
         {{1, 0, 0, 1}, {2, 3, 0, 2}},
         {{5, 1, 0, 2}, {1, 6, 0, 2}},
+        /* a bias over 3200 rows: its gradient summed in 100 chunks, then the chunks */
+        {{64, 50, 8, 3}, {8, 0, 0, 1}},
+        /* an attention mask over the batch: read at i % 35 */
+        {{6, 5, 7, 3}, {1, 5, 7, 3}},
+        /* broadcast along a middle axis of 100: 3 chunks of a strided reduction */
+        {{3, 100, 4, 3}, {3, 1, 4, 3}},
     };
     for (size_t k = 0; k < 4; k++)
         for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
@@ -475,6 +481,20 @@ static void test_softmax(void) {
             run_case(what, c, 1, TOL);
             gc_free(c);
         }
+    /* rows longer than a warp along the last axis: a block per row (33: one
+     * lane of a second warp; 1000: several warps; 3000: a loop per thread) */
+    static const int64_t lens[] = {33, 1000, 3000};
+    for (int k = 0; k < 2; k++)
+        for (int a = 0; a < 3; a++) {
+            gc *c = mk(ops[k], 13);
+            gc_input(c, PD_FLOAT, 3, SH3(2, 3, lens[a]), NULL);
+            gc_attr_i(c, "axis", -1);
+            gc_outputs(c, 1);
+            char what[64];
+            snprintf(what, sizeof what, "%s axis -1, rows of %lld", ops[k], (long long)lens[a]);
+            run_case(what, c, 1, TOL);
+            gc_free(c);
+        }
     /* SoftmaxCrossEntropyLoss: mean, sum with ignore_index, none, weights */
     for (int k = 0; k < 4; k++) {
         gc *c = mk("SoftmaxCrossEntropyLoss", 13);
@@ -659,33 +679,67 @@ static void test_optim(void) {
     free(back);
 }
 
-static void test_loss(void) {
-    pd_tensor logits = {PD_FLOAT, 3, {4, 3, 7}, NULL}, labels = {PD_INT64, 2, {4, 3}, NULL};
-    float z[84], dz[84], back[84];
-    int64_t y[12];
-    fill(z, 84, 0);
-    for (int i = 0; i < 12; i++) y[i] = (int64_t)((urand() + 1) * 3.5) % 7;
+/* One cross-entropy case on both backends: rows of [rows, T, V] logits, the
+ * first `use` rows counted. Both take e^(z - max) in float (expf here,
+ * pd__expf there: each within 2 ulp) and sum in double, so the loss agrees
+ * to a few float ulps, not to double precision. */
+static void loss_case(const char *what, int64_t rows, int64_t T, int64_t V, int64_t use, int tie, bool nan) {
+    pd_tensor logits = {PD_FLOAT, 3, {rows, T, V}, NULL}, labels = {PD_INT64, 2, {rows, T}, NULL};
+    int64_t n = rows * T * V;
+    float *z = malloc(sizeof(float) * (size_t)n), *dz = malloc(sizeof(float) * (size_t)n),
+          *back = malloc(sizeof(float) * (size_t)n);
+    int64_t *y = malloc(sizeof(int64_t) * (size_t)(rows * T));
+    fill(z, n, 0);
+    for (int64_t i = 0; i < rows * T; i++) y[i] = (int64_t)((urand() + 1) * 0.5 * (double)V) % V;
+    if (tie) /* position 0's largest logit twice, at V/3 and at the end: the first is the prediction */
+        for (int64_t v = 0; v < V; v++) z[v] = v == V / 3 || v == V - 1 ? 3.0f : z[v];
+    if (tie) y[0] = V / 3;
+    if (nan) z[V + 1] = NAN; /* position 1: NaN loss and gradient on both */
     logits.data = z;
     labels.data = y;
     double l0 = 0, l1 = -1;
     int64_t c0 = 0, c1 = -1, n0 = 0, n1 = -1;
-    pd_status s0 = pd__loss_cross_entropy(&logits, &labels, 3, dz, &l0, &c0, &n0);
+    pd_status s0 = pd__loss_cross_entropy(&logits, &labels, use, dz, &l0, &c0, &n0);
     pd_tensor dl, dy;
     float *ddz = NULL;
     bool ok = pd__cuda_tensor_upload(ctx, &logits, &dl) == PD_OK && pd__cuda_tensor_upload(ctx, &labels, &dy) == PD_OK &&
-              pd__cuda_alloc(ctx, sizeof dz, (void **)&ddz) == PD_OK;
-    pd_status s1 = ok ? pd__cuda_loss_cross_entropy(ctx, &dl, &dy, 3, ddz, &l1, &c1, &n1) : PD_ERR_INTERNAL;
-    ok = ok && s0 == PD_OK && s1 == PD_OK && pd__cuda_download(ctx, back, ddz, sizeof back) == PD_OK;
-    CHECK(ok && fabs(l1 - l0) <= 1e-9 * (1 + fabs(l0)) && c0 == c1 && n0 == n1 && nerr(back, dz, 84) <= 1e-6,
-          "cross_entropy loss: %.9g vs cpu %.9g, correct %lld/%lld, count %lld/%lld", l1, l0, (long long)c1,
-          (long long)c0, (long long)n1, (long long)n0);
-    y[2] = 9; /* out of range */
-    ok = pd__cuda_upload(ctx, dy.data, y, sizeof y) == PD_OK;
-    CHECK(ok && pd__cuda_loss_cross_entropy(ctx, &dl, &dy, 4, NULL, &l1, NULL, NULL) == PD_ERR_INVALID,
-          "cross_entropy: a label out of range is refused (%s)", pd_last_error());
+              pd__cuda_alloc(ctx, sizeof(float) * (size_t)n, (void **)&ddz) == PD_OK;
+    pd_status s1 = ok ? pd__cuda_loss_cross_entropy(ctx, &dl, &dy, use, ddz, &l1, &c1, &n1) : PD_ERR_INTERNAL;
+    ok = ok && s0 == PD_OK && s1 == PD_OK &&
+         pd__cuda_download(ctx, back, ddz, sizeof(float) * (size_t)n) == PD_OK;
+    if (nan) {
+        bool nans = isnan(l0) && isnan(l1) && isnan(back[V + 1]) && isnan(dz[V + 1]);
+        back[V + 1] = dz[V + 1] = 0;
+        for (int64_t v = 0; v < V; v++) nans = nans && isnan(back[V + v]) == isnan(dz[V + v]);
+        CHECK(ok && nans, "cross_entropy %s: a NaN logit makes the loss %g (cpu %g) and its row's gradient NaN", what, l1,
+              l0);
+    } else {
+        CHECK(ok && fabs(l1 - l0) <= 1e-6 * (1 + fabs(l0)) && c0 == c1 && n0 == n1 && nerr(back, dz, n) <= 1e-6,
+              "cross_entropy %s: loss %.9g vs cpu %.9g, correct %lld/%lld, count %lld/%lld, gradient error %.3g", what,
+              l1, l0, (long long)c1, (long long)c0, (long long)n1, (long long)n0, nerr(back, dz, n));
+    }
+    if (tie) CHECK(ok && c0 >= 1 && c1 == c0, "cross_entropy %s: a tie goes to the first index (%lld correct)", what,
+                   (long long)c1);
+    if (!nan && use >= 3) {
+        y[2 * T] = V + 2; /* out of range */
+        ok = pd__cuda_upload(ctx, dy.data, y, sizeof(int64_t) * (size_t)(rows * T)) == PD_OK;
+        CHECK(ok && pd__cuda_loss_cross_entropy(ctx, &dl, &dy, use, NULL, &l1, NULL, NULL) == PD_ERR_INVALID,
+              "cross_entropy %s: a label out of range is refused (%s)", what, pd_last_error());
+    }
     pd__cuda_tensor_free(ctx, &dl);
     pd__cuda_tensor_free(ctx, &dy);
     pd__cuda_free(ctx, ddz);
+    free(z);
+    free(dz);
+    free(back);
+    free(y);
+}
+
+static void test_loss(void) {
+    loss_case("7 classes, 3 of 4 rows", 4, 3, 7, 3, 1, false);
+    loss_case("1000 classes (several warps)", 3, 5, 1000, 3, 1, false);
+    loss_case("50257 classes (GPT-2's vocabulary)", 2, 4, 50257, 2, 1, false);
+    loss_case("33 classes, a NaN", 2, 2, 33, 2, 0, true);
 }
 
 /* ---- allocator, copies, refusals ------------------------------------------------------------------------ */

@@ -4,6 +4,8 @@
  */
 #include "internal.cuh"
 
+#include <pthread.h>
+
 #include <string.h>
 
 /* ---- errors ------------------------------------------------------------------------------------ */
@@ -46,8 +48,32 @@ extern "C" int pd__cuda_device_count(void) {
 static void cu_release(pd__cuda_ctx *c);
 void pd__cu_conv_cache_free(pd__cuda_ctx *c); /* dnn.cu */
 
+/* Direct access from this device to every peer that allows it, so that a
+ * stage's cudaMemcpyPeerAsync goes over NVLink or PCIe peer-to-peer rather
+ * than through host memory. Once per device and process (the primary
+ * context is shared); a peer without access is left to the staged copy. */
+static void cu_enable_peers(int device) {
+    static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    static unsigned long long done; /* bit d: device d's peers enabled (the first 64 devices) */
+    if (device < 0 || device >= 64) return;
+    pthread_mutex_lock(&mu);
+    if (!(done & (1ull << device))) {
+        int n = 0;
+        if (cudaGetDeviceCount(&n) != cudaSuccess) n = 0;
+        for (int peer = 0; peer < n; peer++) {
+            int can = 0;
+            if (peer == device || cudaDeviceCanAccessPeer(&can, device, peer) != cudaSuccess || !can) continue;
+            (void)cudaDeviceEnablePeerAccess(peer, 0); /* refused or already on: the staged copy still works */
+        }
+        (void)cudaGetLastError(); /* nothing sticky is left from a refusal */
+        done |= 1ull << device;
+    }
+    pthread_mutex_unlock(&mu);
+}
+
 static pd_status cu_init(pd__cuda_ctx *c, int device) {
     PD_CU(cudaSetDevice(device));
+    cu_enable_peers(device);
     PD_CU(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
     PD_CUBLAS(cublasCreate(&c->blas));
     PD_CUBLAS(cublasSetStream(c->blas, c->stream));

@@ -1,7 +1,9 @@
 /* elementwise.cu - own kernels for the element-wise ops and the tensor
  * moves: unary activations and their derivatives, binary ops with numpy
  * broadcasting (the backward sums each operand's gradient over the positions
- * it was broadcast to, one thread per operand element, no atomics), axpy,
+ * it was broadcast to, one thread per operand element, no atomics; a small
+ * operand broadcast over many positions, a bias, in chunks of positions
+ * summed in a second pass), axpy,
  * transposes, slab copies (Split, Concat) and the embedding gather with its
  * scatter-add backward.
  *
@@ -139,11 +141,38 @@ __global__ static void k_broadcast(float *y, const float *a, float alpha, pd__cu
     }
 }
 
+/* The period m of an operand read at output position i as element i % m:
+ * its strides are the contiguous ones over its trailing dims and 0 (or the
+ * dim 1) over the leading ones: the same shape (m = n), a scalar (m = 1), a
+ * bias over rows, a mask over batch and heads. -1 otherwise. */
+static int64_t bc_period(const pd__cu_bcast *bc, const int64_t *st) {
+    int64_t m = 1;
+    int d = bc->nd - 1;
+    for (; d >= 0; d--) { /* the trailing dims it spans, contiguously */
+        if (bc->shape[d] == 1) continue;
+        if (st[d] != m) break;
+        m *= bc->shape[d];
+    }
+    for (; d >= 0; d--) /* the leading dims it is broadcast along */
+        if (bc->shape[d] != 1 && st[d] != 0) return -1;
+    return m;
+}
+
+/* No index arithmetic: a at i % ma, b at i % mb. */
+__global__ static void k_binary_flat(int op, float *y, const float *a, const float *b, int64_t ma, int64_t mb,
+                                     int64_t n) {
+    PD_CU_FOR(i, n) y[i] = cu_binary(op, a[ma == n ? i : i % ma], b[mb == n ? i : i % mb]);
+}
+
 extern "C" pd_status pd__cu_binary_fwd(pd__cuda_ctx *c, int op, float *y, const float *a, const float *b,
                                        const pd__cu_bcast *bc) {
     int64_t n = bc_numel(bc);
     if (n <= 0) return PD_OK;
-    k_binary<<<pd__cu_blocks(n), PD_CU_THREADS, 0, c->stream>>>(op, y, a, b, *bc, n);
+    int64_t ma = bc_period(bc, bc->sa), mb = bc_period(bc, bc->sb);
+    if (ma > 0 && mb > 0)
+        k_binary_flat<<<pd__cu_blocks(n), PD_CU_THREADS, 0, c->stream>>>(op, y, a, b, ma, mb, n);
+    else
+        k_binary<<<pd__cu_blocks(n), PD_CU_THREADS, 0, c->stream>>>(op, y, a, b, *bc, n);
     PD_CU_LAUNCHED();
     return PD_OK;
 }
@@ -167,40 +196,91 @@ typedef struct cu_red {
     int64_t R; /* product of rs */
 } cu_red;
 
+/* The gradient of operand element t summed over reduced positions [j0, j1). */
+__device__ static inline float cu_binary_bwd_sum(int op, int which, const float *dy, const float *a, const float *b,
+                                                 const cu_red &p, int64_t t, int64_t j0, int64_t j1) {
+    int64_t r = t, oo = 0, oa = 0, ob = 0;
+    for (int k = p.nk - 1; k >= 0; k--) {
+        int64_t q = r % p.ks[k];
+        r /= p.ks[k];
+        oo += q * p.ko[k];
+        oa += q * p.ka[k];
+        ob += q * p.kb[k];
+    }
+    float s = 0.0f;
+    for (int64_t j = j0; j < j1; j++) {
+        int64_t u = j, po = oo, pa = oa, pb = ob;
+        for (int k = p.nr - 1; k >= 0; k--) {
+            int64_t q = u % p.rs[k];
+            u /= p.rs[k];
+            po += q * p.ro[k];
+            pa += q * p.ra[k];
+            pb += q * p.rb[k];
+        }
+        float g = dy[po];
+        switch (op) {
+        case PD_CU_ADD: s += g; break;
+        case PD_CU_SUB: s += which ? -g : g; break;
+        case PD_CU_MUL: s += which ? g * a[pa] : g * b[pb]; break;
+        default: {
+            float bv = b[pb];
+            s += which ? -g * a[pa] / (bv * bv) : g / bv;
+        }
+        }
+    }
+    return s;
+}
+
+/* The gradient of an operand of the output's shape (nothing to sum): the
+ * other operand at i % ma or i % mb, as k_binary_flat reads them. */
+__global__ static void k_binary_bwd_flat(int op, int which, float alpha, float *d, const float *dy, const float *a,
+                                         const float *b, int64_t ma, int64_t mb, int64_t n) {
+    PD_CU_FOR(i, n) {
+        float g = dy[i], v;
+        switch (op) {
+        case PD_CU_ADD: v = g; break;
+        case PD_CU_SUB: v = which ? -g : g; break;
+        case PD_CU_MUL: v = which ? g * a[ma == n ? i : i % ma] : g * b[mb == n ? i : i % mb]; break;
+        default: {
+            float bv = b[mb == n ? i : i % mb];
+            v = which ? -g * a[ma == n ? i : i % ma] / (bv * bv) : g / bv;
+        }
+        }
+        d[i] += alpha * v;
+    }
+}
+
 __global__ static void k_binary_bwd(int op, int which, float alpha, float *d, const float *dy, const float *a,
                                     const float *b, cu_red p, int64_t nt) {
+    PD_CU_FOR(t, nt) d[t] += alpha * cu_binary_bwd_sum(op, which, dy, a, b, p, t, 0, p.R);
+}
+
+/* A few operand elements each summed over many positions (a bias over a
+ * batch): blockIdx.y takes chunk y of L positions, its partial sums go to
+ * part[y * nt + t]; k_sum_parts adds them up in chunk order (the same
+ * result run after run). */
+__global__ static void k_binary_bwd_part(int op, int which, float *part, const float *dy, const float *a,
+                                         const float *b, cu_red p, int64_t nt, int64_t L) {
+    int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, j0 = (int64_t)blockIdx.y * L;
+    int64_t j1 = j0 + L < p.R ? j0 + L : p.R;
+    if (t < nt) part[(int64_t)blockIdx.y * nt + t] = cu_binary_bwd_sum(op, which, dy, a, b, p, t, j0, j1);
+}
+
+__global__ static void k_sum_parts(float *d, const float *part, float alpha, int64_t nt, int64_t S) {
     PD_CU_FOR(t, nt) {
-        int64_t r = t, oo = 0, oa = 0, ob = 0;
-        for (int k = p.nk - 1; k >= 0; k--) {
-            int64_t q = r % p.ks[k];
-            r /= p.ks[k];
-            oo += q * p.ko[k];
-            oa += q * p.ka[k];
-            ob += q * p.kb[k];
-        }
         float s = 0.0f;
-        for (int64_t j = 0; j < p.R; j++) {
-            int64_t u = j, po = oo, pa = oa, pb = ob;
-            for (int k = p.nr - 1; k >= 0; k--) {
-                int64_t q = u % p.rs[k];
-                u /= p.rs[k];
-                po += q * p.ro[k];
-                pa += q * p.ra[k];
-                pb += q * p.rb[k];
-            }
-            float g = dy[po];
-            switch (op) {
-            case PD_CU_ADD: s += g; break;
-            case PD_CU_SUB: s += which ? -g : g; break;
-            case PD_CU_MUL: s += which ? g * a[pa] : g * b[pb]; break;
-            default: {
-                float bv = b[pb];
-                s += which ? -g * a[pa] / (bv * bv) : g / bv;
-            }
-            }
-        }
+        for (int64_t y = 0; y < S; y++) s += part[y * nt + t];
         d[t] += alpha * s;
     }
+}
+
+/* Chunks of a reduction of R positions for nt outputs: enough threads to
+ * fill the device (about 2^18), at least 32 positions a chunk. */
+static int64_t cu_red_chunks(int64_t nt, int64_t R) {
+    int64_t S = ((int64_t)1 << 18) / (nt > 0 ? nt : 1), most = R / 32;
+    if (S > most) S = most;
+    if (S > 65535) S = 65535;
+    return S < 1 ? 1 : S;
 }
 
 extern "C" pd_status pd__cu_binary_bwd(pd__cuda_ctx *c, int op, int which, float alpha, float *d, const float *dy,
@@ -238,8 +318,27 @@ extern "C" pd_status pd__cu_binary_bwd(pd__cuda_ctx *c, int op, int which, float
     if (kept != nt)
         return pd__err(PD_ERR_INTERNAL, "pd__cu_binary_bwd: operand of %lld elements, broadcast layout says %lld",
                        (long long)nt, (long long)kept);
-    k_binary_bwd<<<pd__cu_blocks(nt), PD_CU_THREADS, 0, c->stream>>>(op, which, alpha, d, dy, a, b, p, nt);
-    PD_CU_LAUNCHED();
+    int64_t n = bc_numel(bc), ma = bc_period(bc, bc->sa), mb = bc_period(bc, bc->sb);
+    if (nt == n && (which ? mb : ma) == n && ma > 0 && mb > 0) {
+        k_binary_bwd_flat<<<pd__cu_blocks(n), PD_CU_THREADS, 0, c->stream>>>(op, which, alpha, d, dy, a, b, ma, mb, n);
+        PD_CU_LAUNCHED();
+        return PD_OK;
+    }
+    int64_t S = cu_red_chunks(nt, p.R);
+    if (S == 1 || nt > INT32_MAX / 2) {
+        k_binary_bwd<<<pd__cu_blocks(nt), PD_CU_THREADS, 0, c->stream>>>(op, which, alpha, d, dy, a, b, p, nt);
+        PD_CU_LAUNCHED();
+        return PD_OK;
+    }
+    float *part = NULL;
+    PD_TRY(pd__cuda_alloc(c, sizeof(float) * (size_t)(S * nt), (void **)&part));
+    int64_t L = (p.R + S - 1) / S;
+    dim3 grid((unsigned)((nt + PD_CU_THREADS - 1) / PD_CU_THREADS), (unsigned)S);
+    k_binary_bwd_part<<<grid, PD_CU_THREADS, 0, c->stream>>>(op, which, part, dy, a, b, p, nt, L);
+    k_sum_parts<<<pd__cu_blocks(nt), PD_CU_THREADS, 0, c->stream>>>(d, part, alpha, nt, S);
+    cudaError_t e = cudaGetLastError();
+    pd__cuda_free(c, part); /* stream-ordered: reused only by later work */
+    if (e != cudaSuccess) return pd__cuda_fail_rt(e, "k_binary_bwd_part", __FILE__, __LINE__);
     return PD_OK;
 }
 

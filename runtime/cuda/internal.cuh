@@ -88,4 +88,24 @@ template <typename T> __device__ inline T pd__cu_block_sum(T v, T *sh) {
     return s;
 }
 
+/* The block's largest v (fmaxf: NaN loses, as in a sequential fmaxf loop),
+ * valid in every thread; blockDim.x as for pd__cu_block_sum. */
+__device__ inline float pd__cu_block_max(float v, float *sh) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    __syncthreads();
+    if (lane == 0) sh[warp] = v;
+    __syncthreads();
+    float m = sh[0];
+    for (int w = 1; w < nw; w++) m = fmaxf(m, sh[w]);
+    return m;
+}
+
+/* Threads for one block per row of len elements: a multiple of 32, at most
+ * PD_CU_THREADS, no more than the row needs. */
+static inline unsigned pd__cu_row_threads(int64_t len) {
+    int64_t t = (len + 31) / 32 * 32;
+    return (unsigned)(t < 32 ? 32 : t > PD_CU_THREADS ? PD_CU_THREADS : t);
+}
+
 #endif

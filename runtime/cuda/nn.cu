@@ -6,9 +6,10 @@
  * kernels add into their outputs. Statistics are summed in double, as the
  * CPU kernels do.
  *
- * Simple shapes of parallelism, chosen to be right first: one block per row
- * (LayerNorm) or per channel (BatchNorm), one thread per softmax row or
- * per pooling output. docs/CUDA.md lists what to tune.
+ * Shapes of parallelism: one block per row (LayerNorm, the last axis's
+ * softmax when longer than a warp, the cross-entropy's positions) or per
+ * chunk of a channel (BatchNorm's sums, then element-wise), one thread per
+ * short or strided softmax row or per pooling output. docs/CUDA.md lists what to tune.
  */
 #include "internal.cuh"
 
@@ -54,10 +55,53 @@ __global__ static void k_softmax_bwd(float *dx, const float *dy, const float *y,
     }
 }
 
+/* The last axis (inner 1) of rows longer than a warp: one block per row,
+ * the same arithmetic (max, e^(x - max) in float summed in double). */
+__global__ static void k_softmax_rows(float *y, const float *x, int64_t len, bool lg) {
+    __shared__ double shd[32];
+    __shared__ float shf[32];
+    const float *xp = x + (int64_t)blockIdx.x * len;
+    float *yp = y + (int64_t)blockIdx.x * len;
+    float mx = -INFINITY;
+    for (int64_t j = threadIdx.x; j < len; j += blockDim.x) mx = fmaxf(mx, xp[j]);
+    mx = pd__cu_block_max(mx, shf);
+    double s = 0;
+    for (int64_t j = threadIdx.x; j < len; j += blockDim.x) s += (double)expf(xp[j] - mx);
+    s = pd__cu_block_sum(s, shd);
+    if (lg) {
+        float ls = (float)log(s);
+        for (int64_t j = threadIdx.x; j < len; j += blockDim.x) yp[j] = xp[j] - mx - ls;
+    } else {
+        float inv = (float)(1.0 / s);
+        for (int64_t j = threadIdx.x; j < len; j += blockDim.x) yp[j] = expf(xp[j] - mx) * inv;
+    }
+}
+
+__global__ static void k_softmax_rows_bwd(float *dx, const float *dy, const float *y, int64_t len, bool lg) {
+    __shared__ double shd[32];
+    int64_t base = (int64_t)blockIdx.x * len;
+    double s = 0;
+    for (int64_t j = threadIdx.x; j < len; j += blockDim.x)
+        s += lg ? (double)dy[base + j] : (double)dy[base + j] * y[base + j];
+    float fs = (float)pd__cu_block_sum(s, shd);
+    for (int64_t j = threadIdx.x; j < len; j += blockDim.x) {
+        int64_t k = base + j;
+        dx[k] += lg ? dy[k] - expf(y[k]) * fs : y[k] * (dy[k] - fs);
+    }
+}
+
+/* rows of the last axis longer than a warp: a block each; else a thread each */
+static bool pd__cu_softmax_by_block(int64_t outer, int64_t len, int64_t inner) {
+    return inner == 1 && len > 32 && outer <= INT32_MAX;
+}
+
 extern "C" pd_status pd__cu_softmax_fwd(pd__cuda_ctx *c, float *y, const float *x, int64_t outer, int64_t len,
                                         int64_t inner, bool lg) {
     if (outer * inner <= 0 || len <= 0) return PD_OK;
-    k_softmax<<<pd__cu_blocks(outer * inner), PD_CU_THREADS, 0, c->stream>>>(y, x, outer, len, inner, lg);
+    if (pd__cu_softmax_by_block(outer, len, inner))
+        k_softmax_rows<<<(unsigned)outer, pd__cu_row_threads(len), 0, c->stream>>>(y, x, len, lg);
+    else
+        k_softmax<<<pd__cu_blocks(outer * inner), PD_CU_THREADS, 0, c->stream>>>(y, x, outer, len, inner, lg);
     PD_CU_LAUNCHED();
     return PD_OK;
 }
@@ -65,7 +109,11 @@ extern "C" pd_status pd__cu_softmax_fwd(pd__cuda_ctx *c, float *y, const float *
 extern "C" pd_status pd__cu_softmax_bwd(pd__cuda_ctx *c, float *dx, const float *dy, const float *y, int64_t outer,
                                         int64_t len, int64_t inner, bool lg) {
     if (outer * inner <= 0 || len <= 0) return PD_OK;
-    k_softmax_bwd<<<pd__cu_blocks(outer * inner), PD_CU_THREADS, 0, c->stream>>>(dx, dy, y, outer, len, inner, lg);
+    if (pd__cu_softmax_by_block(outer, len, inner))
+        k_softmax_rows_bwd<<<(unsigned)outer, pd__cu_row_threads(len), 0, c->stream>>>(dx, dy, y, len, lg);
+    else
+        k_softmax_bwd<<<pd__cu_blocks(outer * inner), PD_CU_THREADS, 0, c->stream>>>(dx, dy, y, outer, len, inner,
+                                                                                     lg);
     PD_CU_LAUNCHED();
     return PD_OK;
 }
@@ -76,7 +124,7 @@ __global__ static void k_layernorm(float *y, float *mean, float *istd, const flo
                                    const float *bias, int64_t D, float eps) {
     __shared__ double sh[32];
     const float *xr = x + (int64_t)blockIdx.x * D;
-    float *yr = y + (int64_t)blockIdx.x * D;
+    float *yr = y ? y + (int64_t)blockIdx.x * D : NULL;
     double s = 0;
     for (int64_t j = threadIdx.x; j < D; j += blockDim.x) s += xr[j];
     double mu = pd__cu_block_sum(s, sh) / (double)D;
@@ -84,7 +132,7 @@ __global__ static void k_layernorm(float *y, float *mean, float *istd, const flo
     for (int64_t j = threadIdx.x; j < D; j += blockDim.x) v += (xr[j] - mu) * (xr[j] - mu);
     double var = pd__cu_block_sum(v, sh) / (double)D;
     float is = (float)(1.0 / sqrt(var + (double)eps)), fm = (float)mu;
-    for (int64_t j = threadIdx.x; j < D; j += blockDim.x)
+    for (int64_t j = threadIdx.x; y && j < D; j += blockDim.x) /* y NULL: the statistics alone */
         yr[j] = (xr[j] - fm) * is * scale[j] + (bias ? bias[j] : 0.0f);
     if (threadIdx.x == 0) {
         if (mean) mean[blockIdx.x] = fm;
@@ -118,15 +166,30 @@ __global__ static void k_layernorm_bwd_x(float *dx, const float *dy, const float
     }
 }
 
-/* per row statistics first (mean, istd), then one thread per column sums over rows */
-__global__ static void k_layernorm_bwd_p(float *dscale, float *dbias, const float *dy, const float *x,
-                                         const float *mean, const float *istd, int64_t R, int64_t D) {
+/* per row statistics first (mean, istd), then per column sums over rows:
+ * blockIdx.y sums chunk y of L rows into part[y][j] (dscale's) and
+ * part[S + y][j] (dbias'), k_layernorm_bwd_sum adds the chunks in order. */
+__global__ static void k_layernorm_bwd_p(double *part, const float *dy, const float *x, const float *mean,
+                                         const float *istd, int64_t R, int64_t D, int64_t L) {
+    int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, r0 = (int64_t)blockIdx.y * L;
+    int64_t r1 = r0 + L < R ? r0 + L : R, S = gridDim.y;
+    if (j >= D) return;
+    double ss = 0, sb = 0;
+    for (int64_t r = r0; r < r1; r++) {
+        float g = dy[r * D + j];
+        ss += (double)g * ((x[r * D + j] - mean[r]) * istd[r]);
+        sb += g;
+    }
+    part[(int64_t)blockIdx.y * D + j] = ss;
+    part[(S + blockIdx.y) * D + j] = sb;
+}
+
+__global__ static void k_layernorm_bwd_sum(float *dscale, float *dbias, const double *part, int64_t D, int64_t S) {
     PD_CU_FOR(j, D) {
         double ss = 0, sb = 0;
-        for (int64_t r = 0; r < R; r++) {
-            float g = dy[r * D + j];
-            ss += (double)g * ((x[r * D + j] - mean[r]) * istd[r]);
-            sb += g;
+        for (int64_t y = 0; y < S; y++) {
+            ss += part[y * D + j];
+            sb += part[(S + y) * D + j];
         }
         if (dscale) dscale[j] += (float)ss;
         if (dbias) dbias[j] += (float)sb;
@@ -154,15 +217,20 @@ extern "C" pd_status pd__cu_layernorm_bwd(pd__cuda_ctx *c, float *dx, float *dsc
         void *st;
         PD_TRY(pd__cuda_alloc(c, sizeof(float) * 2 * (size_t)R, &st));
         float *mean = (float *)st, *istd = mean + R;
-        /* the statistics again, through the forward kernel writing into a scratch y */
-        void *ys;
-        pd_status s = pd__cuda_alloc(c, sizeof(float) * (size_t)(R * D), &ys);
+        /* the statistics again, through the forward kernel without its output */
+        int64_t S = R / 32 < 1 ? 1 : R / 32;
+        if (S > ((int64_t)1 << 18) / D) S = ((int64_t)1 << 18) / D < 1 ? 1 : ((int64_t)1 << 18) / D;
+        if (S > 65535) S = 65535;
+        void *part;
+        pd_status s = pd__cuda_alloc(c, sizeof(double) * 2 * (size_t)(S * D), &part);
         if (s == PD_OK) {
-            k_layernorm<<<(unsigned)R, PD_CU_THREADS, 0, c->stream>>>((float *)ys, mean, istd, x, scale, NULL, D,
-                                                                       eps);
-            k_layernorm_bwd_p<<<pd__cu_blocks(D), PD_CU_THREADS, 0, c->stream>>>(dscale, dbias, dy, x, mean, istd, R,
-                                                                                  D);
-            pd__cuda_free(c, ys);
+            k_layernorm<<<(unsigned)R, PD_CU_THREADS, 0, c->stream>>>(NULL, mean, istd, x, scale, NULL, D, eps);
+            dim3 grid((unsigned)((D + PD_CU_THREADS - 1) / PD_CU_THREADS), (unsigned)S);
+            k_layernorm_bwd_p<<<grid, PD_CU_THREADS, 0, c->stream>>>((double *)part, dy, x, mean, istd, R, D,
+                                                                     (R + S - 1) / S);
+            k_layernorm_bwd_sum<<<pd__cu_blocks(D), PD_CU_THREADS, 0, c->stream>>>(dscale, dbias,
+                                                                                   (const double *)part, D, S);
+            pd__cuda_free(c, part);
         }
         pd__cuda_free(c, st);
         PD_TRY(s);
@@ -171,107 +239,194 @@ extern "C" pd_status pd__cu_layernorm_bwd(pd__cuda_ctx *c, float *dx, float *dsc
     return PD_OK;
 }
 
-/* ---- BatchNormalization: one block per channel ----------------------------------------------------
- * x (N, F, S): channel f is N runs of S values, stride F*S between them. */
+/* ---- BatchNormalization: per channel sums in chunks, then element-wise -------------------------
+ * x (N, F, S): channel f is N runs of S values, stride F*S between them.
+ * A channel's M = N*S values are split into P chunks (enough blocks to fill
+ * the device: early ResNet layers have 64 channels of 400k values); block
+ * (f, p) sums its chunk in double, a per-channel kernel adds the P partial
+ * sums in order (the same result run after run) and makes the channel's
+ * coefficients, and an element-wise kernel applies them. Statistics are the
+ * shifted sums (x - x0, x0 the channel's first value) in double: the mean
+ * and biased variance of the CPU kernel's two passes to double rounding. */
 
-__device__ static inline float cu_bn_at(const float *p, int64_t i, int64_t f, int64_t F, int64_t S) {
-    return p[((i / S) * F + f) * S + i % S];
+__device__ static inline int64_t cu_bn_idx(int64_t i, int64_t f, int64_t F, int64_t S) {
+    return ((i / S) * F + f) * S + i % S;
 }
 
-__device__ static void cu_bn_stats(const float *x, int64_t f, int64_t N, int64_t F, int64_t S, double *sh,
-                                   double *mean, double *var) {
-    int64_t M = N * S;
-    double s = 0;
-    for (int64_t i = threadIdx.x; i < M; i += blockDim.x) s += cu_bn_at(x, i, f, F, S);
-    double mu = pd__cu_block_sum(s, sh) / (double)M;
-    double v = 0;
-    for (int64_t i = threadIdx.x; i < M; i += blockDim.x) {
-        double d = cu_bn_at(x, i, f, F, S) - mu;
-        v += d * d;
-    }
-    *mean = mu;
-    *var = pd__cu_block_sum(v, sh) / (double)M;
-}
-
-__global__ static void k_batchnorm(float *y, const float *x, const float *scale, const float *bias, float *rmean,
-                                   float *rvar, int64_t N, int64_t F, int64_t S, float eps, float mom, bool train) {
+/* block (f, p): sums of (x - x0) and (x - x0)^2 over chunk p into part[(f*P + p)*2 + 0, 1] */
+__global__ static void k_bn_stats_part(double *part, const float *x, int64_t F, int64_t S, int64_t M, int64_t L) {
     __shared__ double sh[32];
-    int64_t f = blockIdx.x, M = N * S;
-    double mu, var;
-    if (train) {
-        cu_bn_stats(x, f, N, F, S, sh, &mu, &var);
-    } else {
-        mu = rmean[f];
-        var = rvar[f];
+    int64_t f = blockIdx.x, p = blockIdx.y, i0 = p * L, i1 = i0 + L < M ? i0 + L : M;
+    double x0 = x[cu_bn_idx(0, f, F, S)], s1 = 0, s2 = 0;
+    for (int64_t i = i0 + threadIdx.x; i < i1; i += blockDim.x) {
+        double d = x[cu_bn_idx(i, f, F, S)] - x0;
+        s1 += d;
+        s2 += d * d;
     }
-    double a = (double)scale[f] / sqrt(var + (double)eps);
-    float fa = (float)a, fb = (float)((double)bias[f] - mu * a);
-    for (int64_t i = threadIdx.x; i < M; i += blockDim.x) {
-        int64_t k = ((i / S) * F + f) * S + i % S;
+    s1 = pd__cu_block_sum(s1, sh);
+    s2 = pd__cu_block_sum(s2, sh);
+    if (threadIdx.x == 0) {
+        part[(f * gridDim.y + p) * 2] = s1;
+        part[(f * gridDim.y + p) * 2 + 1] = s2;
+    }
+}
+
+/* per channel: the statistics (batch: from the parts; else the running
+ * ones), the running update of a training forward, and st[f] = {mean,
+ * 1/sqrt(var + eps)} */
+__global__ static void k_bn_stats(double *st, const double *part, const float *x, float *rmean, float *rvar,
+                                  int64_t F, int64_t S, int64_t M, int64_t P, float eps, float mom, bool batch,
+                                  bool update) {
+    PD_CU_FOR(f, F) {
+        double mu, var;
+        if (batch) {
+            double s1 = 0, s2 = 0;
+            for (int64_t p = 0; p < P; p++) {
+                s1 += part[(f * P + p) * 2];
+                s2 += part[(f * P + p) * 2 + 1];
+            }
+            double m1 = s1 / (double)M;
+            mu = x[cu_bn_idx(0, f, F, S)] + m1;
+            var = s2 / (double)M - m1 * m1;
+            if (var < 0) var = 0;
+        } else {
+            mu = rmean[f];
+            var = rvar[f];
+        }
+        st[2 * f] = mu;
+        st[2 * f + 1] = 1.0 / sqrt(var + (double)eps);
+        if (update) {
+            /* one value per feature has no unbiased variance: the biased one (0) stands in */
+            double unb = M > 1 ? (double)M / (double)(M - 1) : 1.0;
+            rmean[f] = (float)(mom * (double)rmean[f] + (1.0 - mom) * mu);
+            rvar[f] = (float)(mom * (double)rvar[f] + (1.0 - mom) * var * unb);
+        }
+    }
+}
+
+__global__ static void k_bn_apply(float *y, const float *x, const float *scale, const float *bias, const double *st,
+                                  int64_t F, int64_t S, int64_t n) {
+    PD_CU_FOR(k, n) {
+        int64_t f = (k / S) % F;
+        double a = (double)scale[f] * st[2 * f + 1];
+        float fa = (float)a, fb = (float)((double)bias[f] - st[2 * f] * a);
         y[k] = x[k] * fa + fb;
     }
-    if (train && threadIdx.x == 0) {
-        /* one value per feature has no unbiased variance: the biased one (0) stands in */
-        double unb = M > 1 ? (double)M / (double)(M - 1) : 1.0;
-        rmean[f] = (float)(mom * (double)rmean[f] + (1.0 - mom) * mu);
-        rvar[f] = (float)(mom * (double)rvar[f] + (1.0 - mom) * var * unb);
-    }
 }
 
-__global__ static void k_batchnorm_bwd(float *dx, float *dscale, float *dbias, const float *dy, const float *x,
-                                       const float *scale, const float *rmean, const float *rvar, int64_t N, int64_t F,
-                                       int64_t S, float eps, bool batch) {
+/* block (f, p): sums of dy and dy (x - mean) istd over chunk p */
+__global__ static void k_bn_bwd_part(double *part, const float *dy, const float *x, const double *st, int64_t F,
+                                     int64_t S, int64_t M, int64_t L) {
     __shared__ double sh[32];
-    int64_t f = blockIdx.x, M = N * S;
-    double mu, var;
-    if (batch) {
-        cu_bn_stats(x, f, N, F, S, sh, &mu, &var);
-    } else {
-        mu = rmean[f];
-        var = rvar[f];
-    }
-    double is = 1.0 / sqrt(var + (double)eps);
-    double sdy = 0, sdyx = 0;
-    for (int64_t i = threadIdx.x; i < M; i += blockDim.x) {
-        double g = cu_bn_at(dy, i, f, F, S);
+    int64_t f = blockIdx.x, p = blockIdx.y, i0 = p * L, i1 = i0 + L < M ? i0 + L : M;
+    double mu = st[2 * f], is = st[2 * f + 1], sdy = 0, sdyx = 0;
+    for (int64_t i = i0 + threadIdx.x; i < i1; i += blockDim.x) {
+        int64_t k = cu_bn_idx(i, f, F, S);
+        double g = dy[k];
         sdy += g;
-        sdyx += g * (cu_bn_at(x, i, f, F, S) - mu) * is;
+        sdyx += g * (x[k] - mu) * is;
     }
     sdy = pd__cu_block_sum(sdy, sh);
     sdyx = pd__cu_block_sum(sdyx, sh);
     if (threadIdx.x == 0) {
+        part[(f * gridDim.y + p) * 2] = sdy;
+        part[(f * gridDim.y + p) * 2 + 1] = sdyx;
+    }
+}
+
+/* per channel: the parts added into sums[f] = {sdy, sdyx}, dscale and dbias */
+__global__ static void k_bn_bwd_sums(double *sums, float *dscale, float *dbias, const double *part, int64_t F,
+                                     int64_t P) {
+    PD_CU_FOR(f, F) {
+        double sdy = 0, sdyx = 0;
+        for (int64_t p = 0; p < P; p++) {
+            sdy += part[(f * P + p) * 2];
+            sdyx += part[(f * P + p) * 2 + 1];
+        }
+        sums[2 * f] = sdy;
+        sums[2 * f + 1] = sdyx;
         if (dscale) dscale[f] += (float)sdyx;
         if (dbias) dbias[f] += (float)sdy;
     }
-    if (!dx) return;
-    double a = (double)scale[f] * is;
-    for (int64_t i = threadIdx.x; i < M; i += blockDim.x) {
-        int64_t k = ((i / S) * F + f) * S + i % S;
-        double g = dy[k];
-        if (batch) g -= (sdy + (x[k] - mu) * is * sdyx) / (double)M;
+}
+
+__global__ static void k_bn_bwd_apply(float *dx, const float *dy, const float *x, const float *scale, const double *st,
+                                      const double *sums, int64_t F, int64_t S, int64_t M, int64_t n, bool batch) {
+    PD_CU_FOR(k, n) {
+        int64_t f = (k / S) % F;
+        double mu = st[2 * f], is = st[2 * f + 1], a = (double)scale[f] * is, g = dy[k];
+        if (batch) g -= (sums[2 * f] + (x[k] - mu) * is * sums[2 * f + 1]) / (double)M;
         dx[k] += (float)(a * g);
     }
+}
+
+/* Chunks per channel: about 2048 blocks in all, at least 1024 values a chunk. */
+static int64_t cu_bn_chunks(int64_t F, int64_t M) {
+    int64_t P = (2048 + F - 1) / F, most = M / 1024;
+    if (P > most) P = most;
+    if (P > 65535) P = 65535;
+    return P < 1 ? 1 : P;
+}
+
+/* scratch: st (2F), the parts (2FP) and, backward, the sums (2F) */
+static pd_status cu_bn_scratch(pd__cuda_ctx *c, int64_t F, int64_t P, double **st, double **part, double **sums) {
+    void *buf;
+    PD_TRY(pd__cuda_alloc(c, sizeof(double) * (size_t)(4 * F + 2 * F * P), &buf));
+    *st = (double *)buf;
+    *sums = *st + 2 * F;
+    *part = *sums + 2 * F;
+    return PD_OK;
+}
+
+/* st for batch statistics (from x) or the running ones */
+static void cu_bn_launch_stats(pd__cuda_ctx *c, double *st, double *part, const float *x, float *rmean, float *rvar,
+                               int64_t F, int64_t S, int64_t M, int64_t P, float eps, float mom, bool batch,
+                               bool update) {
+    if (batch) {
+        dim3 grid((unsigned)F, (unsigned)P);
+        k_bn_stats_part<<<grid, PD_CU_THREADS, 0, c->stream>>>(part, x, F, S, M, (M + P - 1) / P);
+    }
+    k_bn_stats<<<pd__cu_blocks(F), PD_CU_THREADS, 0, c->stream>>>(st, part, x, rmean, rvar, F, S, M, P, eps, mom,
+                                                                   batch, update);
 }
 
 extern "C" pd_status pd__cu_batchnorm_fwd(pd__cuda_ctx *c, float *y, const float *x, const float *scale,
                                           const float *bias, float *rmean, float *rvar, int64_t N, int64_t F,
                                           int64_t S, float eps, float mom, bool train) {
-    if (F <= 0 || N * S <= 0) return PD_OK;
+    int64_t M = N * S;
+    if (F <= 0 || M <= 0) return PD_OK;
     if (F > INT32_MAX) return pd__err(PD_ERR_UNSUPPORTED, "BatchNormalization of %lld channels", (long long)F);
-    k_batchnorm<<<(unsigned)F, PD_CU_THREADS, 0, c->stream>>>(y, x, scale, bias, rmean, rvar, N, F, S, eps, mom,
-                                                               train);
-    PD_CU_LAUNCHED();
+    int64_t P = cu_bn_chunks(F, M);
+    double *st, *part, *sums;
+    PD_TRY(cu_bn_scratch(c, F, P, &st, &part, &sums));
+    cu_bn_launch_stats(c, st, part, x, rmean, rvar, F, S, M, P, eps, mom, train, train);
+    k_bn_apply<<<pd__cu_blocks(F * M), PD_CU_THREADS, 0, c->stream>>>(y, x, scale, bias, st, F, S, F * M);
+    cudaError_t e = cudaGetLastError();
+    pd__cuda_free(c, st); /* stream-ordered: reused only by later work */
+    if (e != cudaSuccess) return pd__cuda_fail_rt(e, "k_bn_apply", __FILE__, __LINE__);
     return PD_OK;
 }
 
 extern "C" pd_status pd__cu_batchnorm_bwd(pd__cuda_ctx *c, float *dx, float *dscale, float *dbias, const float *dy,
                                           const float *x, const float *scale, const float *rmean, const float *rvar,
                                           int64_t N, int64_t F, int64_t S, float eps, bool batch) {
-    if (F <= 0 || N * S <= 0) return PD_OK;
+    int64_t M = N * S;
+    if (F <= 0 || M <= 0) return PD_OK;
     if (F > INT32_MAX) return pd__err(PD_ERR_UNSUPPORTED, "BatchNormalization of %lld channels", (long long)F);
-    k_batchnorm_bwd<<<(unsigned)F, PD_CU_THREADS, 0, c->stream>>>(dx, dscale, dbias, dy, x, scale, rmean, rvar, N, F,
-                                                                   S, eps, batch);
-    PD_CU_LAUNCHED();
+    int64_t P = cu_bn_chunks(F, M);
+    double *st, *part, *sums;
+    PD_TRY(cu_bn_scratch(c, F, P, &st, &part, &sums));
+    /* the running statistics are read, never written, here */
+    cu_bn_launch_stats(c, st, part, x, (float *)rmean, (float *)rvar, F, S, M, P, eps, 0.0f, batch, false);
+    dim3 grid((unsigned)F, (unsigned)P);
+    k_bn_bwd_part<<<grid, PD_CU_THREADS, 0, c->stream>>>(part, dy, x, st, F, S, M, (M + P - 1) / P);
+    k_bn_bwd_sums<<<pd__cu_blocks(F), PD_CU_THREADS, 0, c->stream>>>(sums, dscale, dbias, part, F, P);
+    if (dx)
+        k_bn_bwd_apply<<<pd__cu_blocks(F * M), PD_CU_THREADS, 0, c->stream>>>(dx, dy, x, scale, st, sums, F, S, M,
+                                                                              F * M, batch);
+    cudaError_t e = cudaGetLastError();
+    pd__cuda_free(c, st);
+    if (e != cudaSuccess) return pd__cuda_fail_rt(e, "k_bn_bwd_apply", __FILE__, __LINE__);
     return PD_OK;
 }
 
@@ -591,34 +746,72 @@ extern "C" pd_status pd__cu_sce_bwd(pd__cuda_ctx *c, float *dx, const float *dlo
 
 /* ---- the session's cross-entropy loss (runtime/loss.c) ---------------------------------------------- */
 
-/* one thread per position p < n: loss and correctness into l, ok; dlogits overwritten */
-__global__ static void k_ce(double *l, int *ok, float *dz, const float *z, const int64_t *y, int64_t n, int64_t V,
+/* One block per position p: loss and correctness into l[p], ok[p];
+ * dlogits overwritten. The arithmetic is runtime/loss.c's: the largest logit
+ * (its first index on ties), e^(z - max) in float summed in double, the
+ * gradient e * (float)(1 / (sum n)) with 1/n taken from the label's. */
+__global__ static void k_ce(double *l, int *ok, float *dz, const float *z, const int64_t *y, int64_t V, double n,
                             int *flag) {
-    PD_CU_FOR(p, n) {
-        const float *zp = z + p * V;
-        int64_t t = y[p], arg = 0;
-        float mx = zp[0];
-        for (int64_t v = 1; v < V; v++)
-            if (zp[v] > mx) {
-                mx = zp[v];
-                arg = v;
-            }
-        double se = 0;
-        for (int64_t v = 0; v < V; v++) se += exp((double)zp[v] - mx);
-        double lse = log(se) + mx;
-        if (t < 0 || t >= V) {
+    __shared__ double shd[32];
+    __shared__ float shv[32];
+    __shared__ int64_t shi[32];
+    int64_t p = blockIdx.x;
+    const float *zp = z + p * V;
+    /* the largest logit and its first index: per thread, then per warp, then the block */
+    float mx = -INFINITY;
+    int64_t arg = INT64_MAX;
+    for (int64_t v = threadIdx.x; v < V; v += blockDim.x)
+        if (zp[v] > mx || (arg == INT64_MAX && !isnan(zp[v]))) {
+            mx = zp[v];
+            arg = v;
+        }
+    for (int o = 16; o > 0; o >>= 1) {
+        float ov = __shfl_xor_sync(0xffffffffu, mx, o);
+        int64_t oi = __shfl_xor_sync(0xffffffffu, arg, o);
+        if (oi != INT64_MAX && (arg == INT64_MAX || ov > mx || (ov == mx && oi < arg))) {
+            mx = ov;
+            arg = oi;
+        }
+    }
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    if (lane == 0) {
+        shv[warp] = mx;
+        shi[warp] = arg;
+    }
+    __syncthreads();
+    mx = shv[0];
+    arg = shi[0];
+    for (int w = 1; w < nw; w++)
+        if (shi[w] != INT64_MAX && (arg == INT64_MAX || shv[w] > mx || (shv[w] == mx && shi[w] < arg))) {
+            mx = shv[w];
+            arg = shi[w];
+        }
+    if (isnan(zp[0])) { /* loss.c's running maximum starts at z[0] and keeps a NaN there; it skips later ones */
+        mx = zp[0];
+        arg = 0;
+    }
+    double s = 0;
+    for (int64_t v = threadIdx.x; v < V; v += blockDim.x) s += (double)expf(zp[v] - mx);
+    double se = pd__cu_block_sum(s, shd);
+    int64_t t = y[p];
+    if (t < 0 || t >= V) {
+        if (threadIdx.x == 0) {
             *flag = 1;
             l[p] = 0;
             ok[p] = 0;
-            continue;
         }
-        l[p] = lse - zp[t];
+        return;
+    }
+    if (threadIdx.x == 0) {
+        l[p] = log(se) + mx - zp[t];
         ok[p] = arg == t;
-        if (dz) {
-            float *dp = dz + p * V;
-            double inv = 1.0 / (double)n;
-            for (int64_t v = 0; v < V; v++) dp[v] = (float)(exp((double)zp[v] - lse) * inv);
-            dp[t] -= (float)inv;
+    }
+    if (dz) {
+        float *dp = dz + p * V;
+        float scale = (float)(1.0 / (se * n)), inv = (float)(1.0 / n);
+        for (int64_t v = threadIdx.x; v < V; v += blockDim.x) {
+            float d = expf(zp[v] - mx) * scale;
+            dp[v] = v == t ? d - inv : d;
         }
     }
 }
@@ -657,8 +850,13 @@ extern "C" pd_status pd__cuda_loss_cross_entropy(pd__cuda_ctx *c, const pd_tenso
         PD_TRY(pd__cuda_alloc(c, bytes, &buf));
         double *l = (double *)buf, *out = l + n;
         int *ok = (int *)(out + 2);
-        k_ce<<<pd__cu_blocks(n), PD_CU_THREADS, 0, c->stream>>>(l, ok, dlogits, (const float *)logits->data,
-                                                                 (const int64_t *)labels->data, n, V, c->flag);
+        if (n > INT32_MAX) {
+            pd__cuda_free(c, buf);
+            return pd__err(PD_ERR_UNSUPPORTED, "cross_entropy over %lld positions", (long long)n);
+        }
+        k_ce<<<(unsigned)n, pd__cu_row_threads(V), 0, c->stream>>>(l, ok, dlogits, (const float *)logits->data,
+                                                                    (const int64_t *)labels->data, V, (double)n,
+                                                                    c->flag);
         k_ce_reduce<<<1, PD_CU_THREADS, 0, c->stream>>>(out, l, ok, n);
         cudaError_t e = cudaGetLastError();
         pd_status s = e == cudaSuccess ? pd__cuda_download(c, h, out, sizeof h) : PD_OK;
