@@ -39,7 +39,10 @@
  * streams drain) and the wait fails naming the cause ("MPI: rank 1 failed:
  * ..."). fail (this process failed) aborts them too; the notice itself goes
  * by the MPI transport. After an abort every call fails: the job is meant
- * to end. */
+ * to end. destroy after a clean run finalizes every communicator
+ * (ncclCommFinalize, which waits for the other processes of it: polled and
+ * watched as the other waits) before destroying it; after a failure they
+ * were aborted already. The watch transport must outlive this one. */
 #ifndef PD_NCCL_H
 #define PD_NCCL_H
 
