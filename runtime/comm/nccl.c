@@ -240,9 +240,10 @@ static void *pd__nc_get(pd__transport *t, int l, int dir, size_t n) {
     }
     pd__dbuf *b = &q->b[q->n];
     memset(b, 0, sizeof *b);
-    if (cudaMalloc(&b->p, n ? n : 1) != cudaSuccess) return NULL;
-    if (cudaEventCreateWithFlags(&b->ev, cudaEventDisableTiming) != cudaSuccess) {
-        cudaFree(b->p);
+    /* the event first: undoing a cudaMalloc (cudaFree) with sends in flight would wait for their receivers */
+    if (cudaEventCreateWithFlags(&b->ev, cudaEventDisableTiming) != cudaSuccess) return NULL;
+    if (cudaMalloc(&b->p, n ? n : 1) != cudaSuccess) {
+        cudaEventDestroy(b->ev);
         return NULL;
     }
     b->cap = n ? n : 1;
@@ -347,6 +348,15 @@ static pd_status pd__nc_allreduce(pd__transport *t, int g, void *data, int64_t n
 static pd_status pd__nc_wait_all(pd__transport *t, int g) {
     (void)t, (void)g;
     return PD_OK;
+}
+
+/* Receives and all-reduces are waited for before they return: only sends
+ * are left running, on the links' streams. */
+bool pd__nccl_pending(void *t) {
+    pd__ncx *x = (pd__ncx *)t;
+    for (int i = 0; x && x->cs && i < 2 * x->nlinks; i++)
+        if (x->cs[i] && cudaStreamQuery(x->cs[i]) != cudaSuccess) return true; /* not ready, or an error: maybe */
+    return false;
 }
 
 pd_status pd__nccl_sync(pd__transport *t) {

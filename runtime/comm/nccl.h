@@ -58,6 +58,11 @@ pd_status pd__nccl_transport_create(int nthreads, const int *rank_of, const int 
                                     int color, int device, void *stream, pd__transport *watch, pd__transport **out);
 /* Waits for the compute stream (polled, as every wait here). */
 pd_status pd__nccl_sync(pd__transport *t);
+/* Whether a transfer of t (a pd__transport) may still be running on the
+ * device: a send waits on its link's stream for its receiver. The compute
+ * context's hook (pd__cuda_set_pending): cudaFree meanwhile would wait for
+ * that receiver. One look, never a wait. */
+bool pd__nccl_pending(void *t);
 /* CUDA devices visible to this process (0 where there is no driver or GPU). */
 int pd__nccl_devices(void);
 
