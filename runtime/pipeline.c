@@ -2502,7 +2502,7 @@ static void pd__dev_teardown(pd__pipe *p) {
     for (int l = 0; p->glink && l + 1 < p->NV; l++) pd__glink_destroy(p->glink[l]);
     PD_FREE(p->glink);
     p->glink = NULL;
-    if (p->dremote) p->dremote->vt->destroy(p->dremote);
+    if (p->dremote) p->dremote->vt->destroy(p->dremote); /* after the contexts, whose pending hook reads it */
     p->dremote = NULL;
     p->gready = false;
 }
@@ -2562,6 +2562,8 @@ static pd_status pd__dev_setup(pd__pipe *p) {
         if (st == PD_OK) /* p->remote carries the failure notices the NCCL waits watch for */
             st = pd__cuda_nccl_transport_create(p->nwk, p->rank_of, worker_of, p->P, p->NV - 1, p->gcolor,
                                                 p->gdev[mine->w], pd__gpu_stream(mine->dev), p->remote, &p->dremote);
+        if (st == PD_OK) /* its allocator gives nothing back (cudaFree) while a send may wait for a peer */
+            pd__gpu_set_pending(mine->dev, pd__cuda_nccl_pending, p->dremote);
         PD_FREE(worker_of);
 #else
         (void)mine;

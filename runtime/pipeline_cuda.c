@@ -146,6 +146,9 @@ pd_status pd__gpu_bind(pd__gpu *d) { return pd__cuda_bind(d->c); }
 
 pd__dactx *pd__gpu_slot(pd__gpu *d, int c, int slot) { return d->ch[c].slot[slot]; }
 void *pd__gpu_stream(pd__gpu *d) { return pd__cuda_stream(d->c); }
+void pd__gpu_set_pending(pd__gpu *d, bool (*pending)(void *arg), void *arg) {
+    pd__cuda_set_pending(d->c, pending, arg);
+}
 void pd__gpu_grads(pd__gpu *d, int c, float **g, int64_t *n) {
     *g = d->ch[c].g;
     *n = d->ch[c].packed;
@@ -384,6 +387,7 @@ void *pd__gpu_stream(pd__gpu *d) {
     (void)d;
     return NULL;
 }
+void pd__gpu_set_pending(pd__gpu *d, bool (*pending)(void *arg), void *arg) { (void)d, (void)pending, (void)arg; }
 void pd__gpu_grads(pd__gpu *d, int c, float **g, int64_t *n) { (void)d, (void)c, *g = NULL, *n = 0; }
 pd_status pd__gpu_copy(pd__gpu *d, void *dst, const void *src, size_t n) {
     (void)d, (void)dst, (void)src, (void)n;

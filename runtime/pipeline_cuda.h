@@ -56,6 +56,10 @@ pd_status pd__gpu_bind(pd__gpu *d);
 pd__dactx *pd__gpu_slot(pd__gpu *d, int c, int slot);
 /* Its stream (a cudaStream_t: the NCCL transport's compute stream). */
 void *pd__gpu_stream(pd__gpu *d);
+/* Work outside its stream that may wait for another process: while
+ * pending(arg), its allocator gives nothing back to the driver
+ * (pd__cuda_set_pending). arg must outlive d. */
+void pd__gpu_set_pending(pd__gpu *d, bool (*pending)(void *arg), void *arg);
 /* Chunk c's packed gradients (device) and their count. */
 void pd__gpu_grads(pd__gpu *d, int c, float **g, int64_t *n);
 /* n bytes between two device addresses of d's GPU, queued on its stream. */

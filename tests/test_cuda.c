@@ -10,7 +10,8 @@
  * again in tf32 and bf16 with looser bounds). Then the optimizers against
  * runtime/optim.c over several steps, the gradient norm, the session's
  * cross-entropy loss against runtime/loss.c, the allocator's reuse and
- * statistics, and supports_op's refusals.
+ * statistics (and that it gives nothing back while transfers to other
+ * processes are pending), and supports_op's refusals.
  *
  * Exits 77 (meson's "skipped") when pd__cuda_device_count() is 0: no GPU,
  * no driver; fails when the CUDA module cannot be loaded (pd__cuda_load).
@@ -781,6 +782,38 @@ static void test_alloc(void) {
     pd__cuda_tensor_free(ctx, &d);
 }
 
+/* pd__cuda_set_pending's hook, as the NCCL transport's with a send in flight: counts its calls */
+static bool pending_yes(void *arg) {
+    ++*(int *)arg;
+    return true;
+}
+
+/* More than any device has (1 PiB): cudaMalloc fails. With transfers to other processes in flight the cache
+ * stays (no cudaFree: it would wait for them) and the error names the size; without, it is given back first. */
+static void test_alloc_pending(void) {
+    pd__cuda_mem_stats a, b;
+    void *p = NULL, *q = NULL;
+    int asked = 0;
+    size_t huge = (size_t)1 << 50;
+    bool ok = pd__cuda_alloc(ctx, 1000, &p) == PD_OK;
+    pd__cuda_free(ctx, p);
+    pd__cuda_mem_get_stats(ctx, &a);
+    pd__cuda_set_pending(ctx, pending_yes, &asked);
+    pd_status st = pd__cuda_alloc(ctx, huge, &q);
+    pd__cuda_mem_get_stats(ctx, &b);
+    CHECK(ok && st == PD_ERR_NOMEM && asked == 1 && a.cached > 0 && b.cached == a.cached &&
+              strstr(pd_last_error(), "1125899906842624 bytes"),
+          "allocator: out of memory while transfers are in flight: nothing given back, the size named (%s)",
+          pd_last_error());
+    st = pd__cuda_mem_trim(ctx);
+    pd__cuda_mem_get_stats(ctx, &b);
+    CHECK(st != PD_OK && asked == 2 && b.cached == a.cached, "allocator: no trim while transfers are in flight");
+    pd__cuda_set_pending(ctx, NULL, NULL);
+    st = pd__cuda_alloc(ctx, huge, &q);
+    pd__cuda_mem_get_stats(ctx, &b);
+    CHECK(st == PD_ERR_NOMEM && b.cached == 0, "allocator: out of memory otherwise: the cache given back, retried");
+}
+
 static void test_refusals(void) {
     gc *c = mk("Conv", 17);
     int64_t pads[4] = {0, 0, 1, 1};
@@ -838,6 +871,7 @@ int main(int argc, char **argv) {
     }
     printf("# %d CUDA device(s); testing on device 0 in fp32\n", n);
     test_alloc();
+    test_alloc_pending();
     run_cases();
     test_precision();
     test_optim();

@@ -12,7 +12,9 @@
  * pipeline's failure notices (the watch transport: MPI carries them) are
  * looked at; on either every communicator is aborted (ncclCommAbort: NCCL's
  * kernels waiting for a peer return, so the streams drain) and the wait
- * fails naming the cause, as the MPI transport's waits do. */
+ * fails naming the cause, as the MPI transport's waits do. The end of a
+ * clean run's communicators (ncclCommFinalize, then ncclCommDestroy) is
+ * such a wait too. */
 #include "nccl.h"
 
 #include <cuda_runtime_api.h>
@@ -238,9 +240,10 @@ static void *pd__nc_get(pd__transport *t, int l, int dir, size_t n) {
     }
     pd__dbuf *b = &q->b[q->n];
     memset(b, 0, sizeof *b);
-    if (cudaMalloc(&b->p, n ? n : 1) != cudaSuccess) return NULL;
-    if (cudaEventCreateWithFlags(&b->ev, cudaEventDisableTiming) != cudaSuccess) {
-        cudaFree(b->p);
+    /* the event first: undoing a cudaMalloc (cudaFree) with sends in flight would wait for their receivers */
+    if (cudaEventCreateWithFlags(&b->ev, cudaEventDisableTiming) != cudaSuccess) return NULL;
+    if (cudaMalloc(&b->p, n ? n : 1) != cudaSuccess) {
+        cudaEventDestroy(b->ev);
         return NULL;
     }
     b->cap = n ? n : 1;
@@ -347,6 +350,15 @@ static pd_status pd__nc_wait_all(pd__transport *t, int g) {
     return PD_OK;
 }
 
+/* Receives and all-reduces are waited for before they return: only sends
+ * are left running, on the links' streams. */
+bool pd__nccl_pending(void *t) {
+    pd__ncx *x = (pd__ncx *)t;
+    for (int i = 0; x && x->cs && i < 2 * x->nlinks; i++)
+        if (x->cs[i] && cudaStreamQuery(x->cs[i]) != cudaSuccess) return true; /* not ready, or an error: maybe */
+    return false;
+}
+
 pd_status pd__nccl_sync(pd__transport *t) {
     return pd__nc_wait((pd__ncx *)t, NULL, ((pd__ncx *)t)->stream, "the compute stream");
 }
@@ -364,6 +376,29 @@ static void pd__nc_fail(pd__transport *t, const char *msg) {
     pd__nc_abort((pd__ncx *)t);
 }
 
+/* A clean shutdown's end of the communicators: each finalized, then
+ * destroyed. ncclCommFinalize flushes the communicator's operations and
+ * leaves it ncclInProgress until every process of it has finalized too (an
+ * intra-node barrier); ncclCommDestroy then only frees what is local.
+ * ncclCommDestroy alone would do that finalization inside NCCL, where
+ * nothing here looks at a peer's failure notice. So the finalizations are
+ * all started (one does not wait behind another), then polled as every
+ * wait here (pd__nc_done): a notice or a communicator's error (a peer that
+ * died: its sockets close) aborts every communicator instead. */
+static void pd__nc_finalize(pd__ncx *x) {
+    for (int i = 0; x->cm && !x->aborted && i < x->ncm; i++) {
+        ncclResult_t r = x->cm[i] ? ncclCommFinalize(x->cm[i]) : ncclSuccess;
+        if (r != ncclSuccess && r != ncclInProgress) (void)pd__nc_done(x, x->cm[i], r, "ncclCommFinalize");
+    }
+    for (int i = 0; x->cm && !x->aborted && i < x->ncm; i++)
+        if (x->cm[i]) (void)pd__nc_done(x, x->cm[i], ncclInProgress, "finalizing a communicator");
+    for (int i = 0; x->cm && !x->aborted && i < x->ncm; i++)
+        if (x->cm[i]) {
+            (void)ncclCommDestroy(x->cm[i]);
+            x->cm[i] = NULL;
+        }
+}
+
 static void pd__nc_destroy(pd__transport *t) {
     pd__ncx *x = (pd__ncx *)t;
     if (!x) return;
@@ -373,6 +408,11 @@ static void pd__nc_destroy(pd__transport *t) {
         if (x->cs[i] && cudaStreamQuery(x->cs[i]) != cudaSuccess) pd__nc_abort(x);
     for (int i = 0; x->cs && i < 2 * x->nlinks; i++)
         if (x->cs[i]) cudaStreamSynchronize(x->cs[i]); /* idle, or its NCCL kernels aborted */
+    char msg[1024]; /* the caller's last error, which a failed finalization would overwrite */
+    snprintf(msg, sizeof msg, "%s", pd_last_error());
+    pd__nc_finalize(x); /* aborted already: nothing left to finalize */
+    pd__err(PD_ERR_IO, "%s", msg);
+    /* the buffers after the communicators: no NCCL kernel is left for cudaFree's device-wide wait */
     for (int i = 0; x->pool && i < 2 * x->nlinks; i++) {
         for (int k = 0; k < x->pool[i].n; k++) {
             cudaFree(x->pool[i].b[k].p);
@@ -381,8 +421,6 @@ static void pd__nc_destroy(pd__transport *t) {
         PD_FREE(x->pool[i].b);
     }
     PD_FREE(x->pool);
-    for (int i = 0; x->cm && i < x->ncm; i++)
-        if (x->cm[i]) ncclCommDestroy(x->cm[i]);
     for (int i = 0; x->cs && i < 2 * x->nlinks; i++)
         if (x->cs[i]) cudaStreamDestroy(x->cs[i]);
     for (int i = 0; i < x->ntells; i++) MPI_Request_free(&x->tells[i]); /* only after an MPI failure */

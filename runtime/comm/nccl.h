@@ -39,7 +39,10 @@
  * streams drain) and the wait fails naming the cause ("MPI: rank 1 failed:
  * ..."). fail (this process failed) aborts them too; the notice itself goes
  * by the MPI transport. After an abort every call fails: the job is meant
- * to end. */
+ * to end. destroy after a clean run finalizes every communicator
+ * (ncclCommFinalize, which waits for the other processes of it: polled and
+ * watched as the other waits) before destroying it; after a failure they
+ * were aborted already. The watch transport must outlive this one. */
 #ifndef PD_NCCL_H
 #define PD_NCCL_H
 
@@ -55,6 +58,11 @@ pd_status pd__nccl_transport_create(int nthreads, const int *rank_of, const int 
                                     int color, int device, void *stream, pd__transport *watch, pd__transport **out);
 /* Waits for the compute stream (polled, as every wait here). */
 pd_status pd__nccl_sync(pd__transport *t);
+/* Whether a transfer of t (a pd__transport) may still be running on the
+ * device: a send waits on its link's stream for its receiver. The compute
+ * context's hook (pd__cuda_set_pending): cudaFree meanwhile would wait for
+ * that receiver. One look, never a wait. */
+bool pd__nccl_pending(void *t);
 /* CUDA devices visible to this process (0 where there is no driver or GPU). */
 int pd__nccl_devices(void);
 

@@ -183,6 +183,14 @@ extern "C" void pd__cuda_host_free(void *p) {
 
 /* ---- the caching allocator (its bookkeeping: dcache.c) ------------------------------------------- */
 
+extern "C" void pd__cuda_set_pending(pd__cuda_ctx *c, bool (*pending)(void *arg), void *arg) {
+    c->pending = pending;
+    c->pending_arg = arg;
+}
+
+/* Whether cudaFree, which waits for the whole device, could now wait for another process. */
+static bool cu_pending(pd__cuda_ctx *c) { return c->pending && c->pending(c->pending_arg); }
+
 extern "C" pd_status pd__cuda_alloc(pd__cuda_ctx *c, size_t bytes, void **out) {
     size_t rounded;
     int cls = pd__dcache_class(bytes, &rounded);
@@ -193,6 +201,11 @@ extern "C" pd_status pd__cuda_alloc(pd__cuda_ctx *c, size_t bytes, void **out) {
         cudaError_t e = cudaMalloc(&p, rounded);
         if (e == cudaErrorMemoryAllocation) { /* give the cache back and try once more */
             (void)cudaGetLastError();
+            if (cu_pending(c))
+                return pd__err(PD_ERR_NOMEM,
+                               "CUDA: out of device memory for %zu bytes; the %zu cached are not given back while "
+                               "transfers to other processes are in flight (cudaFree would wait for them)",
+                               bytes, c->mem.stats.cached);
             PD_TRY(pd__cuda_mem_trim(c));
             e = cudaMalloc(&p, rounded);
         }
@@ -222,6 +235,9 @@ extern "C" void pd__cuda_mem_get_stats(const pd__cuda_ctx *c, pd__cuda_mem_stats
 }
 
 extern "C" pd_status pd__cuda_mem_trim(pd__cuda_ctx *c) {
+    if (cu_pending(c))
+        return pd__err(PD_ERR_NOMEM, "CUDA: the %zu cached bytes are not given back while transfers to other "
+                       "processes are in flight (cudaFree would wait for them)", c->mem.stats.cached);
     PD_CU(cudaStreamSynchronize(c->stream));
     pd__dcache_drain(&c->mem, cu_drop, NULL);
     return PD_OK;

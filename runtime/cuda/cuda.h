@@ -98,7 +98,8 @@ void pd__cuda_host_free(void *p);
  * that class takes it back without cudaMalloc. Blocks are stream-ordered on
  * the context's one stream: a block freed while kernels still use it is only
  * handed to work queued after them. When cudaMalloc fails the cache is
- * released and the request retried once. */
+ * released and the request retried once, unless work that may wait for
+ * another process is pending (pd__cuda_set_pending). */
 typedef struct pd__cuda_mem_stats {
     size_t in_use;          /* bytes in live blocks (rounded to their classes) */
     size_t cached;          /* bytes in free blocks kept for reuse */
@@ -116,6 +117,15 @@ void pd__cuda_free(pd__cuda_ctx *c, void *p);
 void pd__cuda_mem_get_stats(const pd__cuda_ctx *c, pd__cuda_mem_stats *s);
 /* Gives the cached (free) blocks back to the driver (waits for the stream). */
 pd_status pd__cuda_mem_trim(pd__cuda_ctx *c);
+/* Work on the device outside the context's stream that may wait for another
+ * process: the NCCL transport's transfers (pd__cuda_nccl_pending). cudaFree
+ * waits for the whole device, so a block given back to the driver while a
+ * send waits for its receiver waits for that peer, which may itself be
+ * waiting for this process: a deadlock no poll sees. pending(arg) says
+ * whether any such work is pending now (NULL, the default: never); while it
+ * is, trim fails and an allocation the cache cannot serve fails as out of
+ * memory, naming its size, instead of trimming and retrying. */
+void pd__cuda_set_pending(pd__cuda_ctx *c, bool (*pending)(void *arg), void *arg);
 
 /* ---- copies ---------------------------------------------------------------------------------------
  * upload: queued on the stream (the host buffer may be reused on return: the
@@ -236,6 +246,7 @@ pd_status pd__cuda_loss_cross_entropy(pd__cuda_ctx *c, const pd_tensor *logits, 
     V(free, (pd__cuda_ctx *c, void *p), (c, p))                                                                       \
     V(mem_get_stats, (const pd__cuda_ctx *c, pd__cuda_mem_stats *s), (c, s))                                          \
     X(pd_status, mem_trim, (pd__cuda_ctx *c), (c), pd__cuda_load())                                                   \
+    V(set_pending, (pd__cuda_ctx *c, bool (*pending)(void *arg), void *arg), (c, pending, arg))                       \
     X(pd_status, upload, (pd__cuda_ctx *c, void *dst, const void *src, size_t bytes), (c, dst, src, bytes),           \
       pd__cuda_load())                                                                                                \
     X(pd_status, download, (pd__cuda_ctx *c, void *dst, const void *src, size_t bytes), (c, dst, src, bytes),         \
@@ -283,17 +294,19 @@ pd_status pd__cuda_loss_cross_entropy(pd__cuda_ctx *c, const pd_tensor *logits, 
        void *stream, struct pd__transport *watch, struct pd__transport **out),                                        \
       (nthreads, rank_of, worker_of, nworkers, nlinks, color, device, stream, watch, out), pd__cuda_load())           \
     X(pd_status, nccl_sync, (struct pd__transport *t), (t), pd__cuda_load())                                          \
+    X(bool, nccl_pending, (void *t), (t), false)                                                                      \
     X(int, nccl_devices, (void), (), 0)
 
 /* The NCCL transport (runtime/comm/nccl.h: pd__nccl_transport_create,
- * pd__nccl_sync, pd__nccl_devices), which the module holds when built with
- * NCCL (PD_HAVE_NCCL); without, create and sync fail with one line and
- * there are 0 devices for it. */
+ * pd__nccl_sync, pd__nccl_pending, pd__nccl_devices), which the module
+ * holds when built with NCCL (PD_HAVE_NCCL); without, create and sync fail
+ * with one line, nothing is pending and there are 0 devices for it. */
 struct pd__transport;
 pd_status pd__cuda_nccl_transport_create(int nthreads, const int *rank_of, const int *worker_of, int nworkers,
                                          int nlinks, int color, int device, void *stream, struct pd__transport *watch,
                                          struct pd__transport **out);
 pd_status pd__cuda_nccl_sync(struct pd__transport *t);
+bool pd__cuda_nccl_pending(void *t); /* t: the transport; pd__cuda_set_pending's hook */
 int pd__cuda_nccl_devices(void);
 
 /* The module's table: a header, then one pointer per function of the list. */

@@ -52,6 +52,9 @@ struct pd__cuda_ctx {
     cublasHandle_t blas;
     cudnnHandle_t dnn;
     pd__dcache mem; /* the caching allocator's bookkeeping (dcache.h) */
+    /* work outside the stream that may wait for another process (pd__cuda_set_pending) */
+    bool (*pending)(void *arg);
+    void *pending_arg;
     /* convolution geometries seen (dnn.cu) */
     struct pd__cu_conv_entry *conv;
     int nconv, conv_cap;

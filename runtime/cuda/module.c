@@ -32,6 +32,15 @@ pd_status pd__cuda_nccl_sync(struct pd__transport *t) {
 #endif
 }
 
+bool pd__cuda_nccl_pending(void *t) {
+#ifdef PD_HAVE_NCCL
+    return pd__nccl_pending(t);
+#else
+    (void)t;
+    return false;
+#endif
+}
+
 int pd__cuda_nccl_devices(void) {
 #ifdef PD_HAVE_NCCL
     return pd__nccl_devices();
