@@ -39,7 +39,8 @@ if [ -x "$bin/tests/test_nccl" ] && command -v mpirun >/dev/null && [ "$(nvidia-
 fi
 if [ "$sanitize" = --sanitize ]; then
   for tool in memcheck racecheck initcheck synccheck; do
-    t "compute-sanitizer --tool $tool test_cuda" compute-sanitizer --tool "$tool" --error-exitcode 1 "$bin/tests/test_cuda"
+    # API errors unreported: every one is checked by the code, and test_cuda provokes cudaMalloc failures
+    t "compute-sanitizer --tool $tool test_cuda" compute-sanitizer --tool "$tool" --report-api-errors no --error-exitcode 1 "$bin/tests/test_cuda"
   done
 fi
 [ $failed -eq 0 ] && echo "all GPU tests passed" || echo "some GPU tests failed or were skipped"
