@@ -272,7 +272,12 @@ typedef struct pd_train_options {
     {sizeof(pd_train_options), PD_LOSS_AUTO, NULL, NULL, PD_OPT_SGD, 0.01, 0.9, 0.9, 0.999, 1e-8, 0, 0, 0, 0, 0, NULL, \
      0, 0, PD_DEVICE_CPU, 0, PD_PRECISION_FP32}
 /* Parses "cpu", "cuda" or "cuda:N" into o->device and o->device_index; and
- * "fp32", "tf32" or "bf16" into o->precision (either string may be NULL). */
+ * "fp32", "tf32" or "bf16" into o->precision (either string may be NULL).
+ * "sim" or "sim:N" (N from 1 to 8) is the simulated device: the CUDA path on
+ * the CPU (device memory host code cannot touch, a thread per stream; for
+ * testing, docs/CUDA.md), with N devices, as device 0. It switches the
+ * whole process's CUDA API, so it comes before any CUDA use and is refused
+ * after a real GPU was used. */
 PDDEF pd_status pd_train_options_set_device(pd_train_options *o, const char *device, const char *precision);
 
 typedef struct pd_step_result {

@@ -1070,7 +1070,21 @@ pd_status pd_train_options_set_device(pd_train_options *o, const char *device, c
         else if (!strncmp(device, "cuda:", 5) && device[5] >= '0' && device[5] <= '9' &&
                  (n = strtol(device + 5, &end, 10), *end == '\0') && n < 1024)
             dk = PD_DEVICE_CUDA, di = (int)n;
-        else return pd__err(PD_ERR_INVALID, "device must be cpu, cuda or cuda:N, not '%s'", device);
+        else if (!strcmp(device, "sim") || (!strncmp(device, "sim:", 4) && device[4] >= '1' && device[4] <= '9' &&
+                                            (n = strtol(device + 4, &end, 10), *end == '\0'))) {
+            /* the simulated device (runtime/cuda/sim.c): the process's CUDA API
+             * becomes it, with N devices; the session then is a CUDA one */
+            if (device[3] && n > 8) return pd__err(PD_ERR_INVALID, "device %s: from 1 to 8 simulated devices", device);
+#ifdef PD_HAVE_CUDA
+            PD_TRY(pd__cuda_use_sim(device[3] ? (int)n : 1));
+            dk = PD_DEVICE_CUDA, di = 0;
+#else
+            return pd__err(PD_ERR_UNSUPPORTED, "device %s: this build has no CUDA backend, which the simulated device "
+                                               "comes with (meson setup -Dcuda=enabled)",
+                           device);
+#endif
+        } else
+            return pd__err(PD_ERR_INVALID, "device must be cpu, cuda, cuda:N, sim or sim:N, not '%s'", device);
     }
     if (precision) {
         if (!strcmp(precision, "fp32")) pr = PD_PRECISION_FP32;

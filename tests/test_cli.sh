@@ -196,12 +196,40 @@ expect_error "train --device cuda with PDONNX_CUDA_MODULE naming no file" "devic
 if ! grep -qF -e "cannot load the CUDA module $tmp/none/libpdcuda.so: " -e "no CUDA backend" "$tmp/err"; then
   notok "train --device cuda, module missing: the line names neither the module nor a build without it: $(cat "$tmp/err")"
 fi
-expect_error "train: bad --device" "device must be cpu, cuda or cuda:N, not 'tpu'" \
+expect_error "train: bad --device" "device must be cpu, cuda, cuda:N, sim or sim:N, not 'tpu'" \
   "$pdonnx" train "$ex/digits_mlp.onnx" --device tpu
 expect_error "train: bad --precision" "precision must be fp32, tf32 or bf16, not 'fp8'" \
   "$pdonnx" train "$ex/digits_mlp.onnx" --precision fp8
-expect_error "profile: bad --device" "--device must be cpu, cuda or cuda:N, not 'gpu'" \
+expect_error "profile: bad --device" "--device: device must be cpu, cuda, cuda:N, sim or sim:N, not 'gpu'" \
   "$pdonnx" profile "$fx/mlp/model.onnx" --batch 4 --device gpu -o "$tmp/p.json"
+
+# --- the simulated device (--device sim[:N], a CUDA build): the device path on the CPU, one stage and a
+# pipeline of 2 stages on 2 simulated devices, against the CPU's losses; bad counts refused in one line
+simargs=(--steps 20 --no-shuffle --optimizer momentum --lr 0.05 --quiet)
+if "$pdonnx" train "$ex/digits_mlp.onnx" "${simargs[@]}" --device sim --metrics "$tmp/sim1.jsonl" >"$tmp/out" 2>&1; then
+  "$pdonnx" train "$ex/digits_mlp.onnx" "${simargs[@]}" --metrics "$tmp/simcpu.jsonl" >/dev/null 2>&1
+  for run in "sim1:--device sim" "sim2:--device sim:2 --stages 2 --schedule 2bw --microbatches 2"; do
+    name=${run%%:*} flags=${run#*:}
+    [ "$name" = sim2 ] && { "$pdonnx" train "$ex/digits_mlp.onnx" "${simargs[@]}" --stages 2 --schedule 2bw \
+      --microbatches 2 --metrics "$tmp/simcpu2.jsonl" >/dev/null 2>&1; ref=$tmp/simcpu2.jsonl; } || ref=$tmp/simcpu.jsonl
+    # shellcheck disable=SC2086
+    [ "$name" = sim2 ] && "$pdonnx" train "$ex/digits_mlp.onnx" "${simargs[@]}" $flags --metrics "$tmp/$name.jsonl" \
+      >"$tmp/out" 2>&1
+    if [ "$(wc -l <"$tmp/$name.jsonl")" -eq 20 ] &&
+       paste -d' ' <(grep -o '"loss": [^,]*' "$ref" | cut -d' ' -f2) <(grep -o '"loss": [^,]*' "$tmp/$name.jsonl" | cut -d' ' -f2) |
+       awk '{d = $1 - $2; if (d < 0) d = -d; if (d > 1e-5 * ($1 > 0 ? $1 : -$1) + 1e-7) bad = 1} END {exit bad}'; then
+      ok "train $flags: 20 losses equal the CPU's"
+    else
+      notok "train $flags: $(tail -c 300 "$tmp/out")"
+    fi
+  done
+  expect_error "train --device sim:9" "device sim:9: from 1 to 8 simulated devices" \
+    "$pdonnx" train "$ex/digits_mlp.onnx" --steps 1 --device sim:9 --quiet
+  expect_error "train --device sim:0" "not 'sim:0'" "$pdonnx" train "$ex/digits_mlp.onnx" --steps 1 --device sim:0 --quiet
+else
+  expect_error "train --device sim without the CUDA backend" "no CUDA backend" \
+    "$pdonnx" train "$ex/digits_mlp.onnx" --steps 1 --device sim --quiet
+fi
 
 # --- pipeline training: 1F1B over 2 stages equals one stage on the same global batch
 if "$pdonnx" train "$ex/digits_mlp.onnx" --steps 20 --no-shuffle --metrics "$tmp/one.jsonl" --quiet >"$tmp/out" 2>&1 \

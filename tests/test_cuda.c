@@ -13,6 +13,12 @@
  * statistics (and that it gives nothing back while transfers to other
  * processes are pending), and supports_op's refusals.
  *
+ * On the simulated device (PDONNX_CUDA_MODULE=sim[:N], suite devsim) the
+ * same checks run the CPU kernels behind the device API (the numbers agree
+ * exactly; what is tested is the device path: copies, streams, the
+ * allocator, the loss and optimizer calls), and instead of the CUDA
+ * table's refusals: host code touching device memory faults.
+ *
  * Exits 77 (meson's "skipped") when pd__cuda_device_count() is 0: no GPU,
  * no driver; fails when the CUDA module cannot be loaded (pd__cuda_load).
  * Prints OK / NOT OK per check with the error found.
@@ -26,8 +32,12 @@
 #include "check.h"
 #include "gradcheck.h"
 
+#include <fcntl.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -836,6 +846,33 @@ static void test_refusals(void) {
     gc_free(c);
 }
 
+/* The simulated device's promise: device memory is not host memory. A child
+ * reads through a device pointer and must die of it (SIGSEGV; under ASan its
+ * handler reports the fault and exits non-zero). */
+static void test_sim_guard(void) {
+    void *p = NULL;
+    bool ok = pd__cuda_alloc(ctx, 64, &p) == PD_OK && pd__cuda_memset0(ctx, p, 64) == PD_OK &&
+              pd__cuda_sync(ctx) == PD_OK;
+    fflush(stdout);
+    pid_t pid = ok ? fork() : -1;
+    if (pid == 0) {
+        int fd = open("/dev/null", O_WRONLY); /* the sanitizer's report is not this test's output */
+        if (fd >= 0) dup2(fd, 2);
+        volatile float v = *(volatile float *)p;
+        (void)v;
+        _exit(42);
+    }
+    int status = 0;
+    bool died = pid > 0 && waitpid(pid, &status, 0) == pid &&
+                ((WIFSIGNALED(status) && WTERMSIG(status) == SIGSEGV) ||
+                 (WIFEXITED(status) && WEXITSTATUS(status) != 42 && WEXITSTATUS(status) != 0));
+    CHECK(ok && died, "simulated device: host code reading device memory faults (status %d)", status);
+    float back[16] = {1};
+    ok = ok && pd__cuda_download(ctx, back, p, sizeof back) == PD_OK;
+    CHECK(ok && back[0] == 0 && back[15] == 0, "simulated device: the stream reads and writes it");
+    pd__cuda_free(ctx, p);
+}
+
 static void run_cases(void) {
     test_unary();
     test_binary();
@@ -857,7 +894,7 @@ int main(int argc, char **argv) {
     if (argc > 1 && !strcmp(argv[1], "--cases")) {
         cases_only = true;
         run_cases();
-        test_refusals();
+        if (!pd__cuda_is_sim()) test_refusals();
         return check_summary();
     }
     int n = pd__cuda_device_count();
@@ -869,14 +906,15 @@ int main(int argc, char **argv) {
         printf("NOT OK context on device 0: %s\n", pd_last_error());
         return 1;
     }
-    printf("# %d CUDA device(s); testing on device 0 in fp32\n", n);
+    printf("# %d %s device(s); testing on device 0 in fp32\n", n, pd__cuda_is_sim() ? "simulated" : "CUDA");
     test_alloc();
     test_alloc_pending();
     run_cases();
     test_precision();
     test_optim();
     test_loss();
-    test_refusals();
+    if (pd__cuda_is_sim()) test_sim_guard(); /* its supports_op is the CPU backend's, not the CUDA table's */
+    else test_refusals();
     pd__cuda_mem_stats s;
     pd__cuda_mem_get_stats(ctx, &s);
     printf("# allocator: %lld allocations, %lld from the cache, %lld cudaMalloc, peak %zu bytes\n",

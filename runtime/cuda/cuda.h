@@ -339,6 +339,15 @@ typedef struct pd__cuda_api {
  * by libpipedream's loader, not by the module. */
 pd_status pd__cuda_load(void);
 
+/* The simulated device (sim.c: the API on the CPU, device memory no host
+ * code can touch, a worker thread per stream; docs/CUDA.md) instead of the
+ * module, with ndevices devices (1-8): before the first CUDA call of the
+ * process, as PDONNX_CUDA_MODULE=sim[:N] does; refused once the process has
+ * loaded the module or simulates another count. pd__cuda_is_sim: whether
+ * the CUDA API is the simulated device's. Defined by the loader. */
+pd_status pd__cuda_use_sim(int ndevices);
+bool pd__cuda_is_sim(void);
+
 #ifdef __cplusplus
 }
 #endif

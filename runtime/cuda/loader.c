@@ -30,6 +30,13 @@
 #endif
 
 static pthread_once_t pd__cuda_once = PTHREAD_ONCE_INIT;
+/* The simulated device (sim.c) instead of the module: its device count, 0
+ * when not asked for (pd__cuda_use_sim, or PDONNX_CUDA_MODULE=sim[:N]) */
+extern const pd__cuda_api pd__sim_api;
+pd_status pd__sim_init(int ndev);
+static pthread_mutex_t pd__cuda_sim_mu = PTHREAD_MUTEX_INITIALIZER;
+static int pd__cuda_sim_want;
+static bool pd__cuda_opened;
 static const pd__cuda_api *pd__cuda_mod; /* NULL: not loaded (pd__cuda_why says why) */
 static char pd__cuda_path[PATH_MAX];
 static char pd__cuda_why[768];
@@ -57,7 +64,26 @@ static void pd__cuda_choose(void) {
     snprintf(pd__cuda_path, sizeof pd__cuda_path, "%s", pick);
 }
 
+/* "sim" or "sim:N" (N from 1 to 99): N, else 0 */
+static int pd__cuda_sim_count(const char *s) {
+    if (!s || strncmp(s, "sim", 3)) return 0;
+    if (!s[3]) return 1;
+    if (s[3] != ':' || s[4] < '1' || s[4] > '9' || (s[5] && (s[5] < '0' || s[5] > '9' || s[6]))) return 0;
+    return atoi(s + 4);
+}
+
 static void pd__cuda_open(void) {
+    pthread_mutex_lock(&pd__cuda_sim_mu);
+    pd__cuda_opened = true;
+    int sim = pd__cuda_sim_want ? pd__cuda_sim_want : pd__cuda_sim_count(getenv("PDONNX_CUDA_MODULE"));
+    pd__cuda_sim_want = sim;
+    pthread_mutex_unlock(&pd__cuda_sim_mu);
+    if (sim) { /* the simulated device: no module to load */
+        snprintf(pd__cuda_path, sizeof pd__cuda_path, "sim:%d", sim);
+        if (pd__sim_init(sim) == PD_OK) pd__cuda_mod = &pd__sim_api;
+        else snprintf(pd__cuda_why, sizeof pd__cuda_why, "cannot start the simulated device: %s", pd_last_error());
+        return;
+    }
     pd__cuda_choose();
     const char *path = pd__cuda_path;
     void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
@@ -92,6 +118,22 @@ static const pd__cuda_api *pd__cuda_get(void) {
     pthread_once(&pd__cuda_once, pd__cuda_open);
     return pd__cuda_mod;
 }
+
+pd_status pd__cuda_use_sim(int ndevices) {
+    pthread_mutex_lock(&pd__cuda_sim_mu);
+    pd_status s = PD_OK;
+    if (!pd__cuda_opened) pd__cuda_sim_want = ndevices;
+    else if (pd__cuda_sim_want != ndevices)
+        s = pd__err(PD_ERR_UNSUPPORTED,
+                    pd__cuda_sim_want ? "device sim:%d: this process already simulates %d devices"
+                                      : "device sim:%d: this process already uses the CUDA module (real GPUs and the "
+                                        "simulated device do not mix in one process)",
+                    ndevices, pd__cuda_sim_want);
+    pthread_mutex_unlock(&pd__cuda_sim_mu);
+    return s;
+}
+
+bool pd__cuda_is_sim(void) { return pd__cuda_get() == &pd__sim_api; }
 
 pd_status pd__cuda_load(void) {
     return pd__cuda_get() ? PD_OK : pd__err(PD_ERR_UNSUPPORTED, "%s", pd__cuda_why);
