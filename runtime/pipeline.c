@@ -188,7 +188,7 @@ struct pd__pipe {
     pd__link *link;    /* NV-1 links */
     /* GPU stages (--device cuda; the end of the file): set up at the first
      * run, when the ranks are known, for this process's threads only */
-    bool gpu, gready;
+    bool gpu, gready, gpush; /* gpush: a resume restored the host side, which the devices take at the next run */
     bool *gneed;          /* per virtual stage and tensor: its contexts hold it (pd__pipe_create's) */
     int *gdev;            /* per worker: its CUDA device */
     bool *gfix;           /* per worker: the plan names it (else under MPI: --device's index + the local rank) */
@@ -262,6 +262,8 @@ static pd_status pd__dev_recv(pd__wk *W, pd__chunk *C, int l, bool grad, int mb,
 static pd_status pd__dev_step(pd__wk *W, int mb, int32_t version, int k, bool *stop);
 static pd_status pd__dev_end(pd__pipe *p, bool ok);
 static pd_status pd__dev_refuse(const char *what);
+static pd_status pd__dev_snap(pd__wk *W, bool pre);
+static pd_status pd__dev_push(pd__pipe *p);
 
 static int64_t pd__ns(void) {
     struct timespec ts;
@@ -1664,7 +1666,6 @@ static void pd__snap_write(const pd__pipe *p, const pd__wk *W, bool pre, pd__rec
 
 pd_status pd__pipe_set_snap_hooks(pd__pipe *p, const pd__snap_hooks *h) {
     if (!p || !h || !h->want || !h->ready) return pd__err(PD_ERR_INVALID, "pd__pipe_set_snap_hooks: NULL argument");
-    if (p->gpu) return pd__dev_refuse("checkpoints (--checkpoint-every)");
     for (int w = 0; p->kind == PD_SCHED_PIPEDREAM && w < p->P; w++)
         if (p->rep[w] > 1) /* a snapshot holds one set of stashes per stage, which its replicas share */
             return pd__err(PD_ERR_UNSUPPORTED,
@@ -1767,23 +1768,26 @@ static bool pd__snap_claim(pd__pipe *p, int64_t b, bool *stop) {
 
 /* Before the first instruction of a minibatch >= b: the buffers (what a
  * forward writes) as they stand after every minibatch < b. */
-static void pd__snap_pre(pd__wk *W, int64_t b, bool *stop) {
+static pd_status pd__snap_pre(pd__wk *W, int64_t b, bool *stop) {
     pd__pipe *p = W->p;
     int64_t t0 = pd__ns();
-    if (W->pre_b == b || !pd__snap_claim(p, b, stop)) return;
+    if (W->pre_b == b || !pd__snap_claim(p, b, stop)) return PD_OK;
+    if (W->dev) PD_TRY(pd__dev_snap(W, true)); /* a GPU stage's buffers into the host contexts first */
     pd__recw rw = {p->part[W->w], 0, p->part_pre[W->w]};
     pd__snap_write(p, W, true, &rw);
     W->pre_b = b;
     W->snap_ms += 1e-6 * (double)(pd__ns() - t0);
+    return PD_OK;
 }
 
 /* After the last instruction of a minibatch < b: the weights (live and
  * stashed), optimizer state and counters; the last worker to deposit hands
  * the snapshot over. */
-static void pd__snap_post(pd__wk *W, int64_t b, bool *stop) {
+static pd_status pd__snap_post(pd__wk *W, int64_t b, bool *stop) {
     pd__pipe *p = W->p;
     int64_t t0 = pd__ns();
-    if (!pd__snap_claim(p, b, stop)) return;
+    if (!pd__snap_claim(p, b, stop)) return PD_OK;
+    if (W->dev) PD_TRY(pd__dev_snap(W, false)); /* a GPU stage's weights, state, stashes and buffers to the host */
     if (W->pre_b != b) { /* nothing ran since minibatch b-1: the buffers are as they stand */
         pd__recw pre = {p->part[W->w], 0, p->part_pre[W->w]};
         pd__snap_write(p, W, true, &pre);
@@ -1804,6 +1808,7 @@ static void pd__snap_post(pd__wk *W, int64_t b, bool *stop) {
     }
     pthread_mutex_unlock(&p->mu);
     if (ready) p->hooks.ready(p->hooks.ctx, b);
+    return PD_OK;
 }
 
 pd_status pd__pipe_snap_capture(pd__pipe *p) {
@@ -1815,6 +1820,13 @@ pd_status pd__pipe_snap_capture(pd__pipe *p) {
     for (int i = 0; i < p->nwk; i++) {
         pd__wk *W = &p->wk[i];
         if (W->r != 0 || !p->part[W->w]) continue;
+        if (W->dev) { /* a GPU stage's stashes (its weights came back at the end of the run) */
+            pd_status st = pd__dev_snap(W, false);
+            if (st != PD_OK) {
+                pd__pipe_snap_release(p);
+                return st;
+            }
+        }
         pd__recw pre = {p->part[W->w], 0, p->part_pre[W->w]};
         pd__snap_write(p, W, true, &pre);
         pd__recw rw = {p->part[W->w] + p->part_pre[W->w], 0, p->part_cap[W->w] - p->part_pre[W->w]};
@@ -1873,7 +1885,6 @@ static pd_status pd__tied_restore(pd__pipe *p) {
 
 static pd_status pd__resume_parts(pd__pipe *p, int64_t b, int nparts, const void *const *parts, const size_t *lens) {
     if (b < 0 || (nparts > 0 && (!parts || !lens))) return pd__err(PD_ERR_INVALID, "pd__pipe_resume: bad argument");
-    if (p->gpu) return pd__dev_refuse("resuming from a checkpoint (--resume)");
     if (nparts != p->P)
         return pd__err(PD_ERR_INVALID, "the checkpoint has %d stage%s, this pipeline %d", nparts, nparts == 1 ? "" : "s",
                        p->P);
@@ -1960,6 +1971,7 @@ static pd_status pd__resume_parts(pd__pipe *p, int64_t b, int nparts, const void
     }
     memset(sl->grads, 0, sizeof(float) * (size_t)sl->total);
     p->resume_b = b;
+    p->gpush = p->gpu; /* GPU stages take the restored state at the next run (pd__dev_push) */
     return PD_OK;
 }
 
@@ -2039,8 +2051,11 @@ static void *pd__stage_main(void *arg) {
         const pd__instr *in = &p->sched->ins[W->w][k];
         if (!pd__runs(W, in)) continue;
         if (decide) pd__snap_decide(p, in->mb / p->M);
-        for (; snap && W->bf < p->nmb && W->kfirst[W->bf] <= k && !stop; W->bf++) pd__snap_pre(W, W->bf, &stop);
-        if (stop) break;
+        pd_status ss = PD_OK;
+        for (; snap && W->bf < p->nmb && W->kfirst[W->bf] <= k && !stop && ss == PD_OK; W->bf++)
+            ss = pd__snap_pre(W, W->bf, &stop);
+        if (ss != PD_OK) pd__fail(p, W, in, ss);
+        if (stop || ss != PD_OK) break;
         int64_t t0 = pd__ns();
         pd_status st = pd__instr_run(W, k, &stop);
         int64_t t1 = pd__ns();
@@ -2053,7 +2068,12 @@ static void *pd__stage_main(void *arg) {
         }
         if (st != PD_OK) pd__fail(p, W, in, st);
         if (st != PD_OK || stop) break;
-        for (; snap && W->bl < p->nmb && W->klast[W->bl] <= k && !stop; W->bl++) pd__snap_post(W, W->bl, &stop);
+        for (; snap && W->bl < p->nmb && W->klast[W->bl] <= k && !stop && ss == PD_OK; W->bl++)
+            ss = pd__snap_post(W, W->bl, &stop);
+        if (ss != PD_OK) {
+            pd__fail(p, W, in, ss);
+            break;
+        }
         pthread_mutex_lock(&p->mu);
         stop = stop || p->abort;
         pthread_mutex_unlock(&p->mu);
@@ -2369,6 +2389,7 @@ pd_status pd__pipe_run(pd__pipe *p, int64_t minibatches, const pd_tensor *inputs
         st = pd__err(PD_ERR_INVALID, "pipeline: resuming at step %lld of a run of %lld", (long long)p->resume_b,
                      (long long)minibatches);
     if (st == PD_OK && p->gpu && !p->gready) st = pd__dev_setup(p);
+    if (st == PD_OK && p->gpush) st = pd__dev_push(p);
     PD_FREE(p->mbloss);
     PD_FREE(p->mbn);
     if (st == PD_OK && (!(p->mbloss = PD_CALLOC((size_t)(minibatches * p->M) + 1, sizeof(double))) ||
@@ -2583,6 +2604,7 @@ static pd_status pd__dev_setup(pd__pipe *p) {
 /* Points slot's device parameter views at version v (live or a stash): a
  * STEP since its F may have moved v into a stash. */
 static pd_status pd__dev_use(pd__wk *W, pd__chunk *C, int slot, int32_t v) {
+    if (W->p->vs[C->k].np == 0) return PD_OK; /* as pd__bind: a checkpoint holds no versions of a stage without weights */
     int h = -1;
     for (int k = 0; v != C->live && k < C->nstash; k++)
         if (C->stash[k].version == v) h = k;
@@ -2798,6 +2820,53 @@ static pd_status pd__dev_allreduce(pd__wk *W, int mb) {
  * weights, optimizer state and BatchNorm statistics in the session's host
  * slabs (which pd__pipe_destroy gives the graph), the links' buffers free;
  * a failed run's gradients dropped, as on the CPU. */
+/* A GPU stage's state into the host memory pd__snap_write reads (waits):
+ * the buffers (BatchNorm statistics, into slot 0's host context) with the
+ * live weights and optimizer state (into the session's slabs), and unless
+ * pre the stashes that hold a version (into their host copies). */
+static pd_status pd__dev_snap(pd__wk *W, bool pre) {
+    pd__pipe *p = W->p;
+    pd_status st = pd__gpu_bind(W->dev);
+    for (int c = 0; c < p->V && st == PD_OK; c++) {
+        pd__chunk *C = &W->ch[c];
+        const pd__vstage *S = &p->vs[C->k];
+        void **host = PD_CALLOC((size_t)S->nbufs + 1, sizeof(void *));
+        if (!host) return pd__err(PD_ERR_NOMEM, "out of memory");
+        for (int j = 0; j < S->nbufs; j++) host[j] = pd__actx_value(C->slot[0], S->bufs[j])->data;
+        st = pd__gpu_pull(W->dev, c, S->bufs, S->nbufs, host);
+        PD_FREE(host);
+        for (int h = 0; !pre && st == PD_OK && h < C->nstash; h++)
+            if (C->stash[h].version >= 0) st = pd__gpu_pull_stash(W->dev, c, h, C->stash[h].w);
+    }
+    if (st != PD_OK) pd__err_prefix("snapshot of a GPU stage");
+    return st;
+}
+
+/* After pd__pipe_resume: the restored host state (weights, optimizer state,
+ * stashes, buffers) into every GPU stage of this process (waits). */
+static pd_status pd__dev_push(pd__pipe *p) {
+    pd_status st = PD_OK;
+    for (int i = 0; i < p->nwk && st == PD_OK; i++) {
+        pd__wk *W = &p->wk[i];
+        if (!W->dev) continue;
+        for (int c = 0; c < p->V && st == PD_OK; c++) {
+            pd__chunk *C = &W->ch[c];
+            const pd__vstage *S = &p->vs[C->k];
+            void **host = PD_CALLOC((size_t)S->nbufs + 1, sizeof(void *));
+            float **stash = PD_CALLOC((size_t)C->nstash + 1, sizeof(float *));
+            if (!host || !stash) st = pd__err(PD_ERR_NOMEM, "out of memory");
+            for (int j = 0; st == PD_OK && j < S->nbufs; j++) host[j] = pd__actx_value(C->slot[0], S->bufs[j])->data;
+            for (int h = 0; st == PD_OK && h < C->nstash; h++) stash[h] = C->stash[h].version >= 0 ? C->stash[h].w : NULL;
+            if (st == PD_OK) st = pd__gpu_push(W->dev, c, S->bufs, S->nbufs, host, stash);
+            PD_FREE(host);
+            PD_FREE(stash);
+        }
+        if (st != PD_OK) pd__err_prefix("stage %d: resuming on its GPU", W->w);
+    }
+    p->gpush = false;
+    return st;
+}
+
 static pd_status pd__dev_end(pd__pipe *p, bool ok) {
     pd_status st = PD_OK;
     if (p->dremote && ok) st = p->dremote->vt->flush(p->dremote); /* every send done (polled: a peer may fail) */

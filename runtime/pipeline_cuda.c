@@ -247,6 +247,35 @@ pd_status pd__gpu_pull(pd__gpu *d, int c, const int *bufs, int nb, void *const *
     return PD_OK;
 }
 
+/* Stash h of chunk c (packed) into host memory (waits): a snapshot's copy. */
+pd_status pd__gpu_pull_stash(pd__gpu *d, int c, int h, float *host) {
+    pd__gchunk *C = &d->ch[c];
+    if (h < 0 || h >= C->nstash) return pd__err(PD_ERR_INTERNAL, "stash %d of %d", h, C->nstash);
+    PD_TRY(pd__cuda_bind(d->c));
+    return pd__cuda_download(d->c, host, C->stash[h], sizeof(float) * (size_t)C->packed);
+}
+
+/* pd__gpu_pull's inverse after a resume: the host slabs' live weights and
+ * optimizer state, the host stashes (stash[h], NULL: left as is) and the
+ * buffers host[0..nb) into chunk c's device memory (waits). */
+pd_status pd__gpu_push(pd__gpu *d, int c, const int *bufs, int nb, void *const *host, float *const *stash) {
+    pd__gchunk *C = &d->ch[c];
+    const pd_graph *g = d->g;
+    PD_TRY(pd__cuda_bind(d->c));
+    PD_TRY(pd__gpack(d, C, d->hparams, C->w, true));
+    if (C->s0) PD_TRY(pd__gpack(d, C, d->hs0, C->s0, true));
+    if (C->s1) PD_TRY(pd__gpack(d, C, d->hs1, C->s1, true));
+    for (int h = 0; stash && h < C->nstash; h++)
+        if (stash[h]) PD_TRY(pd__cuda_upload(d->c, C->stash[h], stash[h], sizeof(float) * (size_t)C->packed));
+    for (int j = 0; j < nb; j++) {
+        const pd_tensor *v = pd__dactx_value(C->slot[0], bufs[j]);
+        if (v->data && host[j])
+            PD_TRY(pd__cuda_upload(d->c, v->data, host[j],
+                                   (size_t)g->tensors[bufs[j]].numel * pd_dtype_size(g->tensors[bufs[j]].dtype)));
+    }
+    return pd__cuda_sync(d->c);
+}
+
 /* ---- links ---- */
 
 typedef struct pd__gbuf {
@@ -428,6 +457,14 @@ pd_status pd__gpu_sync(pd__gpu *d) {
 }
 pd_status pd__gpu_pull(pd__gpu *d, int c, const int *bufs, int nb, void *const *host) {
     (void)d, (void)c, (void)bufs, (void)nb, (void)host;
+    return pd__gno();
+}
+pd_status pd__gpu_pull_stash(pd__gpu *d, int c, int h, float *host) {
+    (void)d, (void)c, (void)h, (void)host;
+    return pd__gno();
+}
+pd_status pd__gpu_push(pd__gpu *d, int c, const int *bufs, int nb, void *const *host, float *const *stash) {
+    (void)d, (void)c, (void)bufs, (void)nb, (void)host, (void)stash;
     return pd__gno();
 }
 pd_status pd__glink_create(int dev_lo, int dev_hi, size_t act_bytes, size_t grad_bytes, int n, pd__glink **out) {

@@ -86,6 +86,12 @@ pd_status pd__gpu_sync(pd__gpu *d);
  * chunk c's initializers bufs[0..nb) (BatchNorm statistics, the twin of
  * slot 0's) into host memory host[0..nb) (waits). */
 pd_status pd__gpu_pull(pd__gpu *d, int c, const int *bufs, int nb, void *const *host);
+/* Stash h of chunk c (packed) into host memory of its size (waits). */
+pd_status pd__gpu_pull_stash(pd__gpu *d, int c, int h, float *host);
+/* The inverse of pull after a resume: the session's host slabs (live weights,
+ * optimizer state), the packed host stashes (stash[h]; NULL, or a NULL
+ * entry: left as is) and host[0..nb) into chunk c's device memory (waits). */
+pd_status pd__gpu_push(pd__gpu *d, int c, const int *bufs, int nb, void *const *host, float *const *stash);
 
 /* Link l's buffers: n per direction; dev_lo: stage l's device, dev_hi:
  * stage l+1's; act_bytes forward, grad_bytes backward. */

@@ -5,7 +5,8 @@
 # the CPU's per-step losses (1e-4 relative), in tf32 and bf16 close to them
 # (3e-2 and 1e-1), writes metrics and a trained model that runs; as a
 # pipeline of 2 stages on the GPU (--stages 2, flush and gpipe) with the same
-# losses, and refuses checkpoints there in one line; profile --device cuda
+# losses, and a run of GPU stages killed after a checkpoint and resumed gives
+# the uninterrupted run's model bitwise; profile --device cuda
 # writes a profile that says cuda; a model whose every op runs on the GPU.
 #   test_cli_cuda.sh PDONNX SOURCE_DIR
 set -u
@@ -55,14 +56,30 @@ for sch in flush gpipe; do
     notok "train --device cuda --stages 2 --schedule $sch: $(tail -c 400 "$tmp/out"); losses: $(paste -d' ' <(losses "$tmp/cpu.jsonl") <(losses "$tmp/pipe-$sch.jsonl" 2>/dev/null) | head -5 | tr '\n' ';')"
   fi
 done
-if "$pdonnx" train "$ex/digits_mlp.onnx" --steps 2 --device cuda --stages 2 --checkpoint-dir "$tmp/ck" \
-     --checkpoint-every 1 --quiet >"$tmp/out" 2>&1; then
-  notok "train --device cuda --stages 2 --checkpoint-every 1 ran (GPU stages do not snapshot yet)"
-elif [ "$(wc -l <"$tmp/out")" -eq 1 ] && grep -q "checkpoints (--checkpoint-every) with GPU stages" "$tmp/out"; then
-  ok "train --device cuda --stages 2 --checkpoint-every: $(cat "$tmp/out")"
-else
-  notok "train --device cuda --stages 2 --checkpoint-every: $(cat "$tmp/out")"
-fi
+# checkpoints of GPU stages: a run killed once a checkpoint exists, then resumed to its end, gives the
+# uninterrupted run's model bitwise and its losses (flush; 2bw, whose stashes are in the snapshot)
+cols() { sed 's/, "samples_per_s".*//' "$1"; }
+for sch in flush 2bw; do
+  ck=(--steps 1500 --no-shuffle --device cuda --stages 2 --schedule $sch --microbatches 2 --quiet)
+  d=$tmp/ck-$sch
+  "$pdonnx" train "$ex/digits_mlp.onnx" "${ck[@]}" --save "$tmp/ref-$sch.onnx" --metrics "$tmp/ref-$sch.jsonl" \
+    >"$tmp/out" 2>&1 || notok "train --device cuda --stages 2 --schedule $sch: $(tail -c 300 "$tmp/out")"
+  "$pdonnx" train "$ex/digits_mlp.onnx" "${ck[@]}" --checkpoint-dir "$d" --checkpoint-every 5 --save "$tmp/ck-$sch.onnx" \
+    --metrics "$tmp/ck-$sch.jsonl" >"$tmp/out" 2>&1 &
+  pid=$!
+  for _ in $(seq 500); do ls "$d"/ckpt-* >/dev/null 2>&1 && break; sleep 0.02; done
+  kill -9 $pid 2>/dev/null && killed=1 || killed=0
+  wait $pid 2>/dev/null
+  "$pdonnx" train "$ex/digits_mlp.onnx" "${ck[@]}" --checkpoint-dir "$d" --checkpoint-every 5 --resume "$d" \
+    --save "$tmp/ck-$sch.onnx" --metrics "$tmp/ck-$sch.jsonl" >"$tmp/out" 2>&1
+  rc=$?
+  if [ $rc -eq 0 ] && [ $killed = 1 ] && cmp -s "$tmp/ref-$sch.onnx" "$tmp/ck-$sch.onnx" &&
+     [ "$(cols "$tmp/ref-$sch.jsonl")" = "$(cols "$tmp/ck-$sch.jsonl")" ]; then
+    ok "train --device cuda --stages 2 --schedule $sch: killed after a checkpoint, resumed: the same model bitwise and the same 1500 losses"
+  else
+    notok "train --device cuda --stages 2 --schedule $sch, killed ($killed) and resumed (rc $rc): $(tail -c 300 "$tmp/out")"
+  fi
+done
 if "$pdonnx" train "$ex/digits_mlp.onnx" --steps 5 --device cuda:0 --quiet >"$tmp/out" 2>&1; then
   ok "train --device cuda:0"
 else
