@@ -188,6 +188,10 @@ static int bipartition(const pd_graph *g, pd_plan *plan, int bip) {
     return moved;
 }
 
+/* --device cuda with several devices: worker w's stages on device
+ * w % spread_devices (the plan's per-stage device), 0: all on device 0 */
+static int spread_devices = 0;
+
 /* stages workers; chunks: virtual stages per worker (interleaved: the plan
  * cuts stages*chunks virtual stages); reps: NULL, or replicas per stage; bip:
  * 0, or a Bi-Partition (bipartition()). */
@@ -207,6 +211,12 @@ static void run_pipe_bx(const char *fx, const pd_tensor *xs, const pd_tensor *ys
         st = pd__err(PD_ERR_INTERNAL, "the plan has %d stages", plan->n_stages);
     if (st == PD_OK) plan->chunks = chunks;
     for (int s = 0; st == PD_OK && reps && s < stages; s++) plan->stage[s].replicas = reps[s];
+    for (int s = 0; st == PD_OK && spread_devices > 0 && s < plan->n_stages; s++) {
+        plan->stage[s].has_device = true;
+        plan->stage[s].device = s % stages % spread_devices; /* a worker's chunks share its device */
+        snprintf(shape + strlen(shape), sizeof shape - strlen(shape), "%s%d", s ? "," : ", on devices ",
+                 plan->stage[s].device);
+    }
     for (int i = 0; st == PD_OK && tie_node && i < g->nnodes; i++) /* the table's second reader to the last stage */
         if (!strcmp(g->nodes[i].name, tie_node)) {
             plan->fwd_stage[i] = plan->bwd_stage[i] = plan->n_stages - 1;
@@ -908,6 +918,15 @@ static void run_gpu(const char *fx, const pd_tensor *xs, const pd_tensor *ys, co
     run_pipedream_exact(fx, xs, ys, &refs[0], 3, true, NULL);
     run_pipe_ex(fx, xs, ys, &refs[0], 2, 4, PD_SCHED_INTERLEAVED, 2, NULL);
     run_pipe_bx(fx, xs, ys, &refs[0], 3, 4, PD_SCHED_FLUSH, 1, NULL, 2);
+    /* stages on different devices (the simulated device's 4, or a machine's GPUs): peer copies, events across them */
+    if (pd_cuda_device_count() >= 2) {
+        spread_devices = pd_cuda_device_count();
+        run_pipe(fx, xs, ys, &refs[0], 3, 4, PD_SCHED_FLUSH);
+        run_pipe(fx, xs, ys, &refs[0], 4, 4, PD_SCHED_ZB_H1);
+        run_pipe(fx, xs, ys, &refs[2], 3, 2, PD_SCHED_2BW);
+        run_pipe_ex(fx, xs, ys, &refs[0], 2, 4, PD_SCHED_INTERLEAVED, 2, NULL);
+        spread_devices = 0;
+    }
     if (!full) return;
     run_pipe_ex(fx, xs, ys, &refs[1], 2, 4, PD_SCHED_INTERLEAVED, 2, NULL);
     for (int stages = 2; stages <= 4; stages++) run_pipedream(fx, xs, ys, &refs[3], stages, NULL);
