@@ -66,13 +66,22 @@ extern "C" pd_status pd__cuda_optim_step(pd__cuda_ctx *c, const pd_train_options
     return PD_OK;
 }
 
-/* partial sums of squares, one per block, added into *out (double atomics: sm_60+) */
-__global__ static void k_sumsq(double *out, const float *g, int64_t n) {
+/* partial sums of squares, one per block, into part[blockIdx.x] */
+__global__ static void k_sumsq(double *part, const float *g, int64_t n) {
     __shared__ double sh[32];
     double s = 0;
     PD_CU_FOR(i, n) s += (double)g[i] * g[i];
     s = pd__cu_block_sum(s, sh);
-    if (threadIdx.x == 0) atomicAdd(out, s);
+    if (threadIdx.x == 0) part[blockIdx.x] = s;
+}
+
+/* the partial sums added in block order: the same bits run after run (a
+ * double atomicAdd per block added them in whatever order the blocks ended,
+ * and two runs' norms differed in their last bits) */
+__global__ static void k_sum_in_order(double *out, const double *part, unsigned nb) {
+    double s = 0;
+    for (unsigned b = 0; b < nb; b++) s += part[b];
+    *out = s;
 }
 
 extern "C" pd_status pd__cuda_grad_norm(pd__cuda_ctx *c, const float *g, int64_t n, double *norm) {
@@ -80,18 +89,16 @@ extern "C" pd_status pd__cuda_grad_norm(pd__cuda_ctx *c, const float *g, int64_t
         *norm = 0;
         return PD_OK;
     }
+    unsigned nb = pd__cu_blocks(n);
+    if (nb > 1024) nb = 1024;
     void *buf;
-    PD_TRY(pd__cuda_alloc(c, sizeof(double), &buf));
-    double h = 0;
-    pd_status s = pd__cuda_memset0(c, buf, sizeof(double));
-    if (s == PD_OK) {
-        unsigned nb = pd__cu_blocks(n);
-        if (nb > 1024) nb = 1024;
-        k_sumsq<<<nb, PD_CU_THREADS, 0, c->stream>>>((double *)buf, g, n);
-        cudaError_t e = cudaGetLastError();
-        s = e == cudaSuccess ? pd__cuda_download(c, &h, buf, sizeof h)
-                             : pd__cuda_fail_rt(e, "k_sumsq", __FILE__, __LINE__);
-    }
+    PD_TRY(pd__cuda_alloc(c, sizeof(double) * (nb + 1), &buf));
+    double h = 0, *part = (double *)buf + 1;
+    k_sumsq<<<nb, PD_CU_THREADS, 0, c->stream>>>(part, g, n);
+    k_sum_in_order<<<1, 1, 0, c->stream>>>((double *)buf, part, nb);
+    cudaError_t e = cudaGetLastError();
+    pd_status s = e == cudaSuccess ? pd__cuda_download(c, &h, buf, sizeof h)
+                                   : pd__cuda_fail_rt(e, "k_sumsq", __FILE__, __LINE__);
     pd__cuda_free(c, buf);
     PD_TRY(s);
     *norm = sqrt(h);
