@@ -2543,7 +2543,8 @@ static pd_status pd__dev_setup(pd__pipe *p) {
             st = pd__err(PD_ERR_UNSUPPORTED, "pipeline: stage %d has %d replicas in this process; replicated "
                          "stages on GPUs (--device cuda) run one replica per MPI process so far", w, here);
     }
-    if (st == PD_OK && p->shared) st = pd__dev_refuse("a parameter read by several stages (tied weights)");
+    if (st == PD_OK && p->shared && p->remote)
+        st = pd__dev_refuse("a parameter read by stages in several processes (tied weights under mpirun)");
     if (st == PD_OK && p->remote && p->nlocal > 1) st = pd__dev_refuse("several stages in one MPI process");
     pd__gpu_chunk *cd = st == PD_OK ? PD_CALLOC((size_t)p->V, sizeof *cd) : NULL;
     if (st == PD_OK && !cd) st = pd__err(PD_ERR_NOMEM, "out of memory");
@@ -2555,7 +2556,8 @@ static pd_status pd__dev_setup(pd__pipe *p) {
             const pd__chunk *C = &W->ch[c];
             const pd__vstage *S = &p->vs[C->k];
             cd[c] = (pd__gpu_chunk){S->params, S->pk, S->np, S->packed, C->slot,
-                                    p->gneed + (size_t)C->k * (size_t)g->ntensors, C->nstash};
+                                    p->gneed + (size_t)C->k * (size_t)g->ntensors, C->nstash,
+                                    S->sp, S->spk, S->nsp, S->spacked};
         }
         int ndev = pd_cuda_device_count();
         if (p->remote && !p->gfix[W->w] && ndev > 0) /* as torchrun's LOCAL_RANK: a machine's processes spread */
@@ -2757,6 +2759,63 @@ static pd_status pd__dev_recv(pd__wk *W, pd__chunk *C, int l, bool grad, int mb,
 /* pd__do_step on the device: every thread updates its own weights (a
  * replica in its own process, with the summed gradients); no shared
  * parameters here. */
+/* Tied weights on GPU stages (in one process, sync schedules: every STEP
+ * of a minibatch runs together). pd__sum_shared's order and arithmetic:
+ * every thread meets; each reader's gradients of the parameters it shares
+ * come down into its host buffer (C->sg); they meet again; each owner adds
+ * the readers' gradients to its own in stage order, through host memory. */
+static pd_status pd__dev_tied_grads(pd__wk *W, bool *stop) {
+    pd__pipe *p = W->p;
+    if (!pd__meet_all(p)) {
+        *stop = true;
+        return PD_OK;
+    }
+    for (int c = 0; c < p->V; c++) PD_TRY(pd__gpu_shared_grads(W->dev, c, W->ch[c].sg));
+    if (!pd__meet_all(p)) {
+        *stop = true;
+        return PD_OK;
+    }
+    float *tmp = NULL;
+    pd_status st = PD_OK;
+    for (int c = 0; c < p->V && st == PD_OK; c++)
+        for (int k = W->ch[c].k + 1; k < p->NV && st == PD_OK; k++) {
+            const pd__vstage *K = &p->vs[k], *S = &p->vs[W->ch[c].k];
+            pd__chunk *other = &p->wk[p->wbase[k % p->P]].ch[k / p->P];
+            for (int j = 0; j < K->nsp && st == PD_OK; j++) {
+                int i = K->sp[j];
+                bool mine = false;
+                for (int q = 0; q < S->np && !mine; q++) mine = S->params[q] == i;
+                if (!mine) continue;
+                int64_t n = p->g->tensors[p->sl.param[i]].numel;
+                if (!tmp && !(tmp = PD_MALLOC(sizeof(float) * (size_t)p->sl.total + 1)))
+                    st = pd__err(PD_ERR_NOMEM, "out of memory");
+                if (st == PD_OK) st = pd__gpu_grad_add(W->dev, c, i, other->sg + K->spk[j], tmp);
+                if (st == PD_OK) memset(other->sg + K->spk[j], 0, sizeof(float) * (size_t)n);
+            }
+        }
+    PD_FREE(tmp);
+    return st;
+}
+
+/* After the update: each owner's new weights of a tied parameter into the
+ * host slab, they meet, each reader uploads them into its copy. */
+static pd_status pd__dev_tied_weights(pd__wk *W, bool *stop) {
+    pd__pipe *p = W->p;
+    for (int c = 0; c < p->V; c++)
+        for (int k = W->ch[c].k + 1; k < p->NV; k++) {
+            const pd__vstage *K = &p->vs[k], *S = &p->vs[W->ch[c].k];
+            for (int j = 0; j < K->nsp; j++)
+                for (int q = 0; q < S->np; q++)
+                    if (S->params[q] == K->sp[j]) PD_TRY(pd__gpu_weight_down(W->dev, c, K->sp[j]));
+        }
+    if (!pd__meet_all(p)) {
+        *stop = true;
+        return PD_OK;
+    }
+    for (int c = 0; c < p->V; c++) PD_TRY(pd__gpu_shared_up(W->dev, c));
+    return PD_OK;
+}
+
 static pd_status pd__dev_step(pd__wk *W, int mb, int32_t version, int k, bool *stop) {
     pd__pipe *p = W->p;
     for (int c = 0; c < p->V; c++)
@@ -2773,6 +2832,10 @@ static pd_status pd__dev_step(pd__wk *W, int mb, int32_t version, int k, bool *s
         if (i >= 0)
             return pd__err(PD_ERR_NUMERIC, "the gradient of '%s' is %g", p->g->tensors[p->sl.param[i]].name, (double)v);
         return pd__err(PD_ERR_NUMERIC, "the squared gradient norm is %g", sq);
+    }
+    if (p->shared) { /* tied weights (sync schedules): the readers' gradients into the owner's */
+        PD_TRY(pd__dev_tied_grads(W, stop));
+        if (*stop) return PD_OK;
     }
     if (!pd__sched_async(p->kind)) { /* one update of the whole model: its gradient norm, and clipping */
         double norm = 0;
@@ -2794,6 +2857,7 @@ static pd_status pd__dev_step(pd__wk *W, int mb, int32_t version, int k, bool *s
     double lr = pd__lr_at(&p->o, t);
     PD_TRY(pd__gpu_update(W->dev, &p->o, t, lr));
     if (p->res && W->w == p->P - 1 && W->r == 0) p->res[mb / p->M].lr = lr;
+    if (p->shared) PD_TRY(pd__dev_tied_weights(W, stop)); /* the owners' new weights into the readers' copies */
     return PD_OK;
 }
 
@@ -2815,11 +2879,6 @@ static pd_status pd__dev_allreduce(pd__wk *W, int mb) {
     return f == 1.0f ? PD_OK : pd__gpu_scale(W->dev, f);
 }
 
-/* After a run (every thread joined): each stage's stream drained (an
- * asynchronous error of its kernels fails the run, naming the stage), the
- * weights, optimizer state and BatchNorm statistics in the session's host
- * slabs (which pd__pipe_destroy gives the graph), the links' buffers free;
- * a failed run's gradients dropped, as on the CPU. */
 /* A GPU stage's state into the host memory pd__snap_write reads (waits):
  * the buffers (BatchNorm statistics, into slot 0's host context) with the
  * live weights and optimizer state (into the session's slabs), and unless
@@ -2867,6 +2926,11 @@ static pd_status pd__dev_push(pd__pipe *p) {
     return st;
 }
 
+/* After a run (every thread joined): each stage's stream drained (an
+ * asynchronous error of its kernels fails the run, naming the stage), the
+ * weights, optimizer state and BatchNorm statistics in the session's host
+ * slabs (which pd__pipe_destroy gives the graph), the links' buffers free;
+ * a failed run's gradients dropped, as on the CPU. */
 static pd_status pd__dev_end(pd__pipe *p, bool ok) {
     pd_status st = PD_OK;
     if (p->dremote && ok) st = p->dremote->vt->flush(p->dremote); /* every send done (polled: a peer may fail) */

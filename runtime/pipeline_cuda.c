@@ -23,6 +23,11 @@ typedef struct pd__gchunk {
     float *w, *g, *s0, *s1; /* live weights, gradients, optimizer state: packed */
     float **stash;          /* nstash packed versions */
     int nstash;
+    const int *sp; /* tied weights it reads, an earlier stage's: their copy and gradients (pd__gpu_chunk) */
+    const int64_t *spk;
+    int nsp;
+    int64_t spacked;
+    float *sw, *sg;
     pd__dactx **slot;
 } pd__gchunk;
 
@@ -50,6 +55,8 @@ void pd__gpu_destroy(pd__gpu *d) {
             pd__cuda_free(d->c, C->g);
             pd__cuda_free(d->c, C->s0);
             pd__cuda_free(d->c, C->s1);
+            pd__cuda_free(d->c, C->sw);
+            pd__cuda_free(d->c, C->sg);
         }
         PD_FREE(C->slot);
         PD_FREE(C->stash);
@@ -114,6 +121,10 @@ pd_status pd__gpu_create(pd_session *s, const pd_graph *g, const pd__slabs *sl, 
         C->np = in->np;
         C->packed = in->packed;
         C->nstash = in->nstash;
+        C->sp = in->sp;
+        C->spk = in->spk;
+        C->nsp = in->nsp;
+        C->spacked = in->spacked;
         C->slot = PD_CALLOC((size_t)nslots, sizeof *C->slot);
         C->stash = PD_CALLOC((size_t)in->nstash + 1, sizeof *C->stash);
         if (!C->slot || !C->stash) {
@@ -127,6 +138,11 @@ pd_status pd__gpu_create(pd_session *s, const pd_graph *g, const pd__slabs *sl, 
         if (st == PD_OK && ns > 1) st = pd__gzeros(d->c, C->packed, &C->s1);
         for (int k = 0; k < C->nstash && st == PD_OK; k++)
             st = pd__gzeros(d->c, C->packed, &C->stash[k]);
+        if (st == PD_OK && C->nsp > 0) st = pd__gzeros(d->c, C->spacked, &C->sw);
+        if (st == PD_OK && C->nsp > 0) st = pd__gzeros(d->c, C->spacked, &C->sg);
+        for (int j = 0; j < C->nsp && st == PD_OK; j++) /* the owner's weights, as the host slab holds them */
+            st = pd__cuda_upload(d->c, C->sw + C->spk[j], d->hparams + d->poff[C->sp[j]],
+                                 sizeof(float) * (size_t)g->tensors[d->param[C->sp[j]]].numel);
         if (st == PD_OK) st = pd__gpack(d, C, d->hparams, C->w, true);
         if (st == PD_OK && C->s0) st = pd__gpack(d, C, d->hs0, C->s0, true);
         if (st == PD_OK && C->s1) st = pd__gpack(d, C, d->hs1, C->s1, true);
@@ -163,6 +179,11 @@ void pd__gpu_use(pd__gpu *d, int c, int slot, int h) {
         int t = d->param[C->params[j]];
         pd__dactx_value(x, t)->data = base + C->pk[j];
         pd__dactx_grad(x, t)->data = C->g + C->pk[j];
+    }
+    for (int j = 0; j < C->nsp; j++) { /* tied weights: the copy (sync schedules alone: one version) */
+        int t = d->param[C->sp[j]];
+        pd__dactx_value(x, t)->data = C->sw + C->spk[j];
+        pd__dactx_grad(x, t)->data = C->sg + C->spk[j];
     }
 }
 
@@ -224,8 +245,52 @@ pd_status pd__gpu_update(pd__gpu *d, const pd_train_options *o, int64_t t, doubl
 
 pd_status pd__gpu_zero_grads(pd__gpu *d) {
     PD_TRY(pd__cuda_bind(d->c));
-    for (int c = 0; c < d->nchunks; c++)
+    for (int c = 0; c < d->nchunks; c++) {
         PD_TRY(pd__cuda_memset0(d->c, d->ch[c].g, sizeof(float) * (size_t)d->ch[c].packed));
+        if (d->ch[c].sg) PD_TRY(pd__cuda_memset0(d->c, d->ch[c].sg, sizeof(float) * (size_t)d->ch[c].spacked));
+    }
+    return pd__cuda_sync(d->c);
+}
+
+pd_status pd__gpu_shared_grads(pd__gpu *d, int c, float *host) {
+    pd__gchunk *C = &d->ch[c];
+    if (C->nsp == 0) return PD_OK;
+    PD_TRY(pd__cuda_download(d->c, host, C->sg, sizeof(float) * (size_t)C->spacked));
+    PD_TRY(pd__cuda_memset0(d->c, C->sg, sizeof(float) * (size_t)C->spacked));
+    return pd__cuda_sync(d->c);
+}
+
+/* j of chunk C's own parameter i, or -1 */
+static int pd__gown(const pd__gchunk *C, int i) {
+    for (int j = 0; j < C->np; j++)
+        if (C->params[j] == i) return j;
+    return -1;
+}
+
+pd_status pd__gpu_grad_add(pd__gpu *d, int c, int i, const float *add, float *tmp) {
+    pd__gchunk *C = &d->ch[c];
+    int j = pd__gown(C, i);
+    if (j < 0) return pd__err(PD_ERR_INTERNAL, "tied weights: the chunk does not own parameter %d", i);
+    int64_t n = d->g->tensors[d->param[i]].numel;
+    PD_TRY(pd__cuda_download(d->c, tmp, C->g + C->pk[j], sizeof(float) * (size_t)n));
+    for (int64_t e = 0; e < n; e++) tmp[e] += add[e];
+    PD_TRY(pd__cuda_upload(d->c, C->g + C->pk[j], tmp, sizeof(float) * (size_t)n));
+    return pd__cuda_sync(d->c);
+}
+
+pd_status pd__gpu_weight_down(pd__gpu *d, int c, int i) {
+    pd__gchunk *C = &d->ch[c];
+    int j = pd__gown(C, i);
+    if (j < 0) return pd__err(PD_ERR_INTERNAL, "tied weights: the chunk does not own parameter %d", i);
+    return pd__cuda_download(d->c, d->hparams + d->poff[i], C->w + C->pk[j],
+                             sizeof(float) * (size_t)d->g->tensors[d->param[i]].numel);
+}
+
+pd_status pd__gpu_shared_up(pd__gpu *d, int c) {
+    pd__gchunk *C = &d->ch[c];
+    for (int j = 0; j < C->nsp; j++)
+        PD_TRY(pd__cuda_upload(d->c, C->sw + C->spk[j], d->hparams + d->poff[C->sp[j]],
+                               sizeof(float) * (size_t)d->g->tensors[d->param[C->sp[j]]].numel));
     return pd__cuda_sync(d->c);
 }
 
@@ -267,6 +332,9 @@ pd_status pd__gpu_push(pd__gpu *d, int c, const int *bufs, int nb, void *const *
     if (C->s1) PD_TRY(pd__gpack(d, C, d->hs1, C->s1, true));
     for (int h = 0; stash && h < C->nstash; h++)
         if (stash[h]) PD_TRY(pd__cuda_upload(d->c, C->stash[h], stash[h], sizeof(float) * (size_t)C->packed));
+    for (int j = 0; j < C->nsp; j++) /* tied weights' copies: the owner's restored weights */
+        PD_TRY(pd__cuda_upload(d->c, C->sw + C->spk[j], d->hparams + d->poff[C->sp[j]],
+                               sizeof(float) * (size_t)g->tensors[d->param[C->sp[j]]].numel));
     for (int j = 0; j < nb; j++) {
         const pd_tensor *v = pd__dactx_value(C->slot[0], bufs[j]);
         if (v->data && host[j])
@@ -461,6 +529,22 @@ pd_status pd__gpu_pull(pd__gpu *d, int c, const int *bufs, int nb, void *const *
 }
 pd_status pd__gpu_pull_stash(pd__gpu *d, int c, int h, float *host) {
     (void)d, (void)c, (void)h, (void)host;
+    return pd__gno();
+}
+pd_status pd__gpu_shared_grads(pd__gpu *d, int c, float *host) {
+    (void)d, (void)c, (void)host;
+    return pd__gno();
+}
+pd_status pd__gpu_grad_add(pd__gpu *d, int c, int i, const float *add, float *tmp) {
+    (void)d, (void)c, (void)i, (void)add, (void)tmp;
+    return pd__gno();
+}
+pd_status pd__gpu_weight_down(pd__gpu *d, int c, int i) {
+    (void)d, (void)c, (void)i;
+    return pd__gno();
+}
+pd_status pd__gpu_shared_up(pd__gpu *d, int c) {
+    (void)d, (void)c;
     return pd__gno();
 }
 pd_status pd__gpu_push(pd__gpu *d, int c, const int *bufs, int nb, void *const *host, float *const *stash) {

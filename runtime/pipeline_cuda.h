@@ -40,6 +40,13 @@ typedef struct pd__gpu_chunk {
     pd__actx *const *slot; /* its host contexts, one per slot */
     const bool *need;      /* per graph tensor: its contexts hold it */
     int nstash;
+    /* tied weights: parameters an earlier stage owns that it reads too, a
+     * copy of their weights (sw) and their gradients (sg) on its device,
+     * packed at spk[] (spacked floats) */
+    const int *sp;
+    const int64_t *spk;
+    int nsp;
+    int64_t spacked;
 } pd__gpu_chunk;
 
 /* Whether `device` can run a stage: a one-line error when the build has no
@@ -86,6 +93,17 @@ pd_status pd__gpu_sync(pd__gpu *d);
  * chunk c's initializers bufs[0..nb) (BatchNorm statistics, the twin of
  * slot 0's) into host memory host[0..nb) (waits). */
 pd_status pd__gpu_pull(pd__gpu *d, int c, const int *bufs, int nb, void *const *host);
+/* Tied weights (pipeline.c, pd__dev_tied_*). shared_grads: chunk c's
+ * gradients of the parameters it shares into host memory (spacked floats),
+ * then zeroed on the device (waits). grad_add: parameter i's gradient (chunk
+ * c owns it) += add, through host memory tmp of its size (waits).
+ * weight_down: parameter i's live weights into the session's host slab
+ * (waits). shared_up: the host slab's weights of the parameters chunk c
+ * shares into its copy (waits). */
+pd_status pd__gpu_shared_grads(pd__gpu *d, int c, float *host);
+pd_status pd__gpu_grad_add(pd__gpu *d, int c, int i, const float *add, float *tmp);
+pd_status pd__gpu_weight_down(pd__gpu *d, int c, int i);
+pd_status pd__gpu_shared_up(pd__gpu *d, int c);
 /* Stash h of chunk c (packed) into host memory of its size (waits). */
 pd_status pd__gpu_pull_stash(pd__gpu *d, int c, int h, float *host);
 /* The inverse of pull after a resume: the session's host slabs (live weights,

@@ -1171,6 +1171,8 @@ static void run_tied(const char *fixtures) {
     r.o.lr = 0.05;
     r.o.clip_grad_norm = 1;
     r.o.threads = 1;
+    r.o.device = device; /* --device cuda: tied weights across GPU stages (the reference on the GPU too) */
+    if (device == PD_DEVICE_CUDA) r.tol = 1e-4;
     if (st == PD_OK) st = run_ref(fx, &xs, &ys, &r);
     CHECK(st == PD_OK, "tied: the single-stage reference trains%s%s", st ? ": " : "", st ? pd_last_error() : "");
     tie_node = "/Transpose";
@@ -1224,6 +1226,6 @@ int main(int argc, char **argv) {
     run_model(argv[1], "mlp", true, PD_LOSS_CROSS_ENTROPY);
     run_model(argv[1], "gpt", false, PD_LOSS_CROSS_ENTROPY);
     run_model(argv[1], "mlp_loss", false, PD_LOSS_GRAPH); /* the loss inside the model, its labels an input */
-    if (device == PD_DEVICE_CPU) run_tied(argv[1]);
+    run_tied(argv[1]);
     return check_summary();
 }
