@@ -25,6 +25,10 @@
  *  - An error inside the stream (a bad label, a kernel's error) is reported
  *    by the next call that waits, with its message.
  *
+ * PDONNX_SIM_JITTER=US makes each stream sleep up to US microseconds before
+ * each task, so that streams run at uneven speeds and work ordered only by
+ * luck (a missing event wait, a host read before a sync) goes wrong.
+ *
  * What it does not do: run in reduced precision (the precision is kept and
  * ignored: products are fp32), NCCL (its calls fail in one line), or time
  * kernels as a GPU would. supports_op is the CUDA module's dtype rule (float
@@ -65,6 +69,7 @@ typedef struct pd__sim_dev {
 
 static pd__sim_dev pd__sim_devs[PD_SIM_MAXDEV];
 static int pd__sim_ndev;
+static int pd__sim_jitter_us; /* PDONNX_SIM_JITTER=US: each stream sleeps up to US microseconds before each task */
 
 pd_status pd__sim_init(int ndev) {
     if (ndev < 1 || ndev > PD_SIM_MAXDEV)
@@ -90,6 +95,9 @@ pd_status pd__sim_init(int ndev) {
         pthread_mutex_init(&v->mu, NULL);
     }
     pd__sim_ndev = ndev;
+    const char *j = getenv("PDONNX_SIM_JITTER");
+    pd__sim_jitter_us = j ? atoi(j) : 0;
+    if (pd__sim_jitter_us < 0 || pd__sim_jitter_us > 100000) pd__sim_jitter_us = 0;
     return PD_OK;
 }
 
@@ -206,6 +214,7 @@ struct pd__cuda_ctx {
 
 static void *pd__sim_run_stream(void *arg) {
     pd__cuda_ctx *c = arg;
+    unsigned seed = (unsigned)(uintptr_t)c ^ 0x9e3779b9u;
     pthread_mutex_lock(&c->mu);
     for (;;) {
         while (!c->head && !c->quit) pthread_cond_wait(&c->cv, &c->mu);
@@ -213,6 +222,8 @@ static void *pd__sim_run_stream(void *arg) {
         pd__sim_task *t = c->head;
         pthread_mutex_unlock(&c->mu);
         sched_yield(); /* let the host thread run ahead, as it does of a GPU */
+        if (pd__sim_jitter_us) /* streams at uneven speeds: an order missing an event shows */
+            usleep((useconds_t)(rand_r(&seed) % (unsigned)pd__sim_jitter_us));
         pd_status s = t->fn(c, t);
         t->r_status = s;
         pthread_mutex_lock(&c->mu);
