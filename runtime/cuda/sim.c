@@ -660,8 +660,13 @@ static pd_status pd__sim_node_fn(pd__cuda_ctx *c, pd__sim_task *t) {
     t->x.scratch = c->scratch;
     pd_tensor **ptr = (pd_tensor **)((char *)t->ts + sizeof(pd_tensor) * (size_t)t->nt);
     for (int i = 0; i < t->nt; i++) ptr[i] = t->p[0] && !((const bool *)t->p[0])[i] ? NULL : &t->ts[i];
-    if (!t->bytes) return pd__cpu_run(&t->x, t->g, n, ptr, ptr + n->nin);
-    return pd__cpu_run_bwd(&t->x, t->g, n, ptr, ptr + n->nin, ptr + n->nin + n->nout, ptr + n->nin + 2 * n->nout);
+    pd_status st = !t->bytes ? pd__cpu_run(&t->x, t->g, n, ptr, ptr + n->nin)
+                             : pd__cpu_run_bwd(&t->x, t->g, n, ptr, ptr + n->nin, ptr + n->nin + n->nout,
+                                               ptr + n->nin + 2 * n->nout);
+    /* a kernel that needed more scratch (pd__scratch) freed the stream's and made a larger one: the stream's now */
+    c->scratch = t->x.scratch;
+    c->scratch_size = t->x.scratch_size;
+    return st;
 }
 
 /* A node's call queued: its tensors copied by value (a missing one stays
