@@ -38,232 +38,13 @@
  * (pd__chunk) per virtual stage of its worker. Every thread records its
  * instructions' start and end (a preallocated array, one writer) for the
  * statistics and the trace.
+ *
+ * The types are in pipeline_impl.h; a GPU stage's side of each instruction
+ * (and of snapshots, resume and tied weights) is in pipeline_dev.c.
  */
-#include "pipeline.h"
-#include "../core/schedule.h"
-#include "checkpoint.h"
-#include "comm/transport.h"
-#ifdef PD_HAVE_NCCL
-#include "cuda/cuda.h" /* pd__cuda_nccl_transport_create: the transport is in the CUDA module */
-#endif
-#include "optim.h"
-#include "pipeline_cuda.h"
-#include "session.h"
-
-#include <math.h>
-#include <pthread.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
+#include "pipeline_impl.h"
 
 void openblas_set_num_threads(int); /* OpenBLAS's cblas.h; declared here as runtime/session.c does */
-
-typedef struct pd__msg {
-    int32_t mb;
-    void *buf;
-} pd__msg;
-
-typedef struct pd__queue {
-    pd__msg *ring;
-    int cap, head, n;
-    void **pool;        /* spent message buffers, reused (all of one link's size): no malloc per message */
-    int npool;
-} pd__queue;
-
-typedef struct pd__link {
-    int *t;            /* tensors carried forward (values) */
-    int nt;
-    int *gt, ngt;      /* tensors whose gradients are carried backward */
-    int *bt, nbt;      /* tensors whose values are carried backward (bipartition) */
-    size_t act_bytes;  /* one forward message */
-    size_t grad_bytes; /* one backward message: those gradients, then those values */
-    pd__queue fwd, bwd;
-} pd__link;
-
-typedef struct pd__stash {
-    int32_t version;    /* -1: free */
-    float *w;           /* the stage's parameters, packed */
-} pd__stash;
-
-typedef struct pd__vstage { /* virtual stage k: what it computes */
-    int *nodes, nnodes; /* forwards, in topological order */
-    int *bnodes, nbnodes; /* backwards (the same nodes unless bipartition) */
-    int *params, np;    /* session parameter indices owned */
-    int *bufs, nbufs;   /* tensors its training forward writes (BatchNorm running statistics) */
-    int *sp, nsp;       /* parameters an earlier stage owns that it reads too (tied weights) */
-    int64_t *spk, spacked; /* their offsets in a chunk's gradient buffer (sg); floats in it */
-    int64_t *pk, packed; /* offset of each in a stash; floats in one */
-    double act_bytes;   /* one microbatch's activations: its nodes' outputs and what it receives */
-} pd__vstage;
-
-typedef struct pd__chunk { /* a virtual stage on one replica of its worker */
-    int k;              /* the virtual stage */
-    pd__actx **slot;
-    int32_t *slot_ver;  /* version of the F in each slot; -1: none in flight */
-    pd__stash *stash;
-    int nstash;
-    int32_t live;       /* version of the live weights (STEPs this run) */
-    int *need_until;    /* per version: index of the last F/B/W naming it (this run) */
-    int peak_versions;  /* most versions held at once (this run) */
-    float *sg;          /* gradients of the shared parameters it reads (vstage sp) */
-    /* in-process messages are handed over, not unpacked: while microbatch
-     * mb is in flight, the views of what it received point into the message
-     * buffers held[2*slot] (activations, link k-1) and held[2*slot+1]
-     * (gradients, link k); back to the pool when its B (W) and SEND_GRAD
-     * are done. orig: the views' own pointers, per slot, link k-1's then k's */
-    void **held;
-    void **orig;
-    int norig;          /* per slot */
-    bool *sent;         /* per slot: its SEND_GRAD ran */
-    bool dev;           /* a GPU stage's: its weights and stashes are on the device (pd__dev_*), stash[].w unused */
-} pd__chunk;
-
-typedef struct pd__ev {
-    int64_t t0, t1;     /* ns since the run's start */
-    int32_t mb;
-    uint8_t op;
-    int16_t chunk;
-} pd__ev;
-
-typedef struct pd__wk { /* a thread: replica r of worker w */
-    struct pd__pipe *p;
-    int w, r, nrep;
-    pd__chunk *ch;      /* one per chunk */
-    pd__exec x;
-    float *grads;       /* r > 0: its own gradient slab (the session's layout) */
-    int64_t updates;
-    pd__ev *ev;
-    int nev, evcap;
-    int inflight, peak_act;
-    double busy_ms;
-    /* snapshots: per boundary b of the run, the index of its first
-     * instruction of a minibatch >= b and of its last one < b */
-    int *kfirst, *klast;
-    int64_t bf, bl, pre_b; /* next boundaries to pass; boundary whose buffers are copied */
-    double snap_ms;        /* time spent on the boundary being taken */
-    float *ared;           /* across processes: the packed gradients all-reduced */
-    int64_t ared_n;
-    double *gnpart;        /* across processes: per worker its squared gradient norm (P), all-reduced at STEP */
-    int *arfirst;          /* across processes, a replica: per parameter of its stage, the backward node after
-                            * which its gradient is final (pd__backward_overlapped) */
-    bool ar_started;       /* this minibatch's gradient all-reduces are running (ALLREDUCE waits) */
-    int *tup, ntup;        /* across processes: tied parameters another process owns whose copy it updates */
-    pd__gpu *dev;          /* a GPU stage: its device side (pipeline_cuda.h); NULL on the CPU */
-} pd__wk;
-
-typedef struct pd__bar {
-    int n, gen;
-} pd__bar;
-
-typedef struct pd__tie { /* across processes: a parameter several virtual stages read (tied weights) */
-    int i, owner;        /* its session index; the virtual stage owning it */
-    int nslot;           /* its slots: one per stage reading it (owner included), or one for two (pd__sum_tied_remote) */
-    int64_t off;         /* its slots in pd__pipe.tbuf, in stage order, numel each */
-    bool here;           /* a stage of this process reads it: this process keeps a copy up to date */
-} pd__tie;
-
-typedef struct pd__qx { /* the in-process transport: the links' queues */
-    pd__transport base;
-    struct pd__pipe *p;
-} pd__qx;
-
-struct pd__pipe {
-    pd_graph *g;
-    pd_session *s;
-    pd__slabs sl;
-    pd_train_options o;
-    pd__sched_kind kind;
-    bool vertical_sync; /* pipedream: every stage runs a microbatch on stage 0's version */
-    bool shared;        /* a parameter read by several virtual stages */
-    pd__bar allbar;     /* every thread meets (STEP with shared parameters) */
-    int P, V, NV, M, nslots; /* workers, chunks, virtual stages, microbatches */
-    int64_t rows;      /* per microbatch */
-    int pred, labels_input;
-    pd__vstage *vs;    /* NV */
-    int *rep;          /* per worker: replicas */
-    pd__wk *wk;        /* nwk threads, worker by worker */
-    int nwk;
-    pd__bar *bar;      /* per worker */
-    pd__link *link;    /* NV-1 links */
-    /* GPU stages (--device cuda; the end of the file): set up at the first
-     * run, when the ranks are known, for this process's threads only */
-    bool gpu, gready, gpush; /* gpush: a resume restored the host side, which the devices take at the next run */
-    bool *gneed;          /* per virtual stage and tensor: its contexts hold it (pd__pipe_create's) */
-    int *gdev;            /* per worker: its CUDA device */
-    bool *gfix;           /* per worker: the plan names it (else under MPI: --device's index + the local rank) */
-    int lrank;            /* under MPI: this process's rank on its machine (pd__mpi_local_rank) */
-    int gcolor;           /* under MPI: the color of pd__pipe_set_ranks_in */
-    pd__glink **glink;    /* per link within the process: its device message buffers (pipeline_cuda.h) */
-    pd__transport *dremote; /* across processes: NCCL (comm/nccl.h) */
-    int64_t steps;     /* steps done by earlier runs */
-    /* transports: threads of this process talk through the queues; with
-     * MPI, thread i runs in process rank_of[i] and talks to the others there */
-    pd__qx local;
-    pd__transport *remote;
-    bool ar_overlap;      /* replicas' all-reduces started during the last backward (PDONNX_ALLREDUCE_OVERLAP=0: off) */
-    int rank;
-    int nlocal;           /* threads this process runs (under MPI several stages may share a process) */
-    int stopped;          /* p->abort for the MPI transport's waits (atomic) */
-    int *rank_of, *wbase; /* per thread; per worker: its first thread */
-    int *first_rank;      /* per worker: the plan's rank of its replica 0 */
-    pd__tie *tie;         /* tied parameters across processes (pd__tied_setup) */
-    int ntie, tlead;      /* ...; this process's thread that sums them at STEP (-1: it holds no copy) */
-    float *tbuf;          /* their slots, all-reduced among the holders */
-    int64_t tbuf_n;
-    int fail_stage, fail_op, fail_mb; /* test hook: this instruction fails */
-    double last_ms;
-    /* snapshots (docs/CHECKPOINT.md): part[w] holds worker w's records,
-     * its buffers first (part_pre bytes), then its state */
-    pd__snap_hooks hooks;
-    bool hooks_on;
-    char **part;
-    size_t *part_cap, *part_pre, *part_len;
-    int8_t *want;         /* per boundary of the run */
-    int64_t decided, last_taken, snap_b, resume_b;
-    int snap_have, snap_need; /* parts deposited; parts this process takes */
-    int decider;              /* the thread that decides the boundaries (pd__snap_decide) */
-    double snap_cur_ms, snap_pause_ms;
-    int64_t snaps_taken;
-    /* the global gradient norm of an update (flushing schedules): each
-     * worker's sum of squares, added in worker order once all are in */
-    struct pd__gn {
-        int64_t t;     /* the update the slot holds */
-        int arrived;
-        bool reduced;  /* under MPI: the parts summed across the processes */
-        pd_status st;
-        double *part;  /* per worker */
-    } gn[4];
-    /* one run */
-    const pd__schedule *sched;
-    int64_t nmb;          /* minibatches */
-    const pd_tensor *inputs, *labels;
-    pd_step_result *res;
-    double *mbloss;       /* per microbatch its loss / M, added in microbatch order once a step's are in (pd__mb_result) */
-    int *mbn;             /* per step: its microbatches' losses in */
-    int64_t t0;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    bool abort;
-    pd_status err;
-    char errmsg[1024];
-};
-
-/* GPU stages (--device cuda): the end of the file */
-static pd_status pd__dev_prepare(pd__pipe *p, const pd_plan *plan, const pd_train_options *o, bool **need);
-static pd_status pd__dev_setup(pd__pipe *p);
-static void pd__dev_teardown(pd__pipe *p);
-static pd_status pd__dev_allreduce(pd__wk *W, int mb);
-static pd_status pd__dev_use(pd__wk *W, pd__chunk *C, int slot, int32_t v);
-static pd_status pd__dev_forward(pd__wk *W, pd__chunk *C, int mb, pd_step_result *r);
-static pd_status pd__dev_backward(pd__wk *W, pd__chunk *C, int mb, int32_t version, int part);
-static pd_status pd__dev_send(pd__wk *W, pd__chunk *C, int l, bool grad, int mb, bool *stop);
-static pd_status pd__dev_recv(pd__wk *W, pd__chunk *C, int l, bool grad, int mb, bool *stop);
-static pd_status pd__dev_step(pd__wk *W, int mb, int32_t version, int k, bool *stop);
-static pd_status pd__dev_end(pd__pipe *p, bool ok);
-static pd_status pd__dev_refuse(const char *what);
-static pd_status pd__dev_snap(pd__wk *W, bool pre);
-static pd_status pd__dev_push(pd__pipe *p);
 
 static int64_t pd__ns(void) {
     struct timespec ts;
@@ -378,7 +159,7 @@ pd_status pd__pipe_write_trace(const pd__pipe *p, const char *path) {
     return st;
 }
 
-static size_t pd__tbytes(const pd_graph *g, int t) {
+size_t pd__tbytes(const pd_graph *g, int t) {
     return (size_t)g->tensors[t].numel * pd_dtype_size(g->tensors[t].dtype);
 }
 
@@ -986,7 +767,7 @@ fail:
 /* ---- the instructions ------------------------------------------------------------ */
 
 /* Rows of microbatch mb of a tensor holding every microbatch of the run. */
-static pd_tensor pd__rows(const pd_tensor *all, int64_t rows, int mb) {
+pd_tensor pd__rows(const pd_tensor *all, int64_t rows, int mb) {
     pd_tensor v = *all;
     size_t row = v.shape[0] > 0 ? (size_t)(pd_tensor_numel(all) / v.shape[0]) * pd_dtype_size(v.dtype) : 0;
     v.shape[0] = rows;
@@ -1014,7 +795,7 @@ static pd_status pd__bind(pd__pipe *p, pd__chunk *C, pd__actx *c, int32_t v) {
 
 /* Before the live weights become version live+1: keep version live in a stash
  * while an instruction after index k still names it. */
-static pd_status pd__stash_live(pd__pipe *p, pd__chunk *C, int k) {
+pd_status pd__stash_live(pd__pipe *p, pd__chunk *C, int k) {
     const pd__vstage *S = &p->vs[C->k];
     int32_t v = C->live;
     C->live = v + 1;
@@ -1074,7 +855,7 @@ static pd_status pd__mb_result(pd__pipe *p, int mb, const pd_step_result *r) {
 }
 
 /* Rows of microbatch mb of graph input i (the labels, for the input they feed). */
-static pd_tensor pd__input_rows(const pd__pipe *p, int i, int mb) {
+pd_tensor pd__input_rows(const pd__pipe *p, int i, int mb) {
     return pd__rows(p->g->inputs[i] == p->labels_input ? p->labels : &p->inputs[i], p->rows, mb);
 }
 
@@ -1251,7 +1032,7 @@ static pd_status pd__allreduce_remote(pd__wk *W) {
  * (the run's last round may be shorter) is averaged, as PipeDream's
  * data-parallel replicas of a stage do; the other schedules' losses are
  * already scaled per minibatch, so their gradients are summed. */
-static float pd__ared_scale(const pd__wk *W, int mb) {
+float pd__ared_scale(const pd__wk *W, int mb) {
     return W->p->kind == PD_SCHED_PIPEDREAM ? 1.0f / (float)(mb % W->nrep + 1) : 1.0f;
 }
 
@@ -1300,7 +1081,7 @@ static pd_status pd__do_allreduce(pd__wk *W, int mb, bool *stop) {
 }
 
 /* Every thread of the pipeline (of this process, under MPI) meets (in order of their STEPs); false when aborted. */
-static bool pd__meet_all(pd__pipe *p) { return pd__meet(p, &p->allbar, p->remote ? p->nlocal : p->nwk); }
+bool pd__meet_all(pd__pipe *p) { return pd__meet(p, &p->allbar, p->remote ? p->nlocal : p->nwk); }
 
 /* The owner of a shared parameter adds the later stages' gradients of it to
  * its own, in stage order, and clears theirs (they are waiting at STEP). */
@@ -1385,7 +1166,7 @@ static pd_status pd__sum_tied_remote(pd__wk *W, bool *stop) {
  * once): every thread adds its part and waits for the others (under MPI an
  * all-reduce); the parts are added in worker order, so the norm is the same
  * whatever the arrival order, and the same in one process or several. */
-static pd_status pd__global_norm(pd__wk *W, int64_t t, const float *G, double *norm, bool *stop) {
+pd_status pd__global_norm(pd__wk *W, int64_t t, const float *G, double *norm, bool *stop) {
     pd__pipe *p = W->p;
     double sq = 0;
     if (W->dev && W->r == 0) PD_TRY(pd__gpu_sqnorm(W->dev, &sq)); /* a GPU stage's gradients are on its device */
@@ -1534,12 +1315,12 @@ static int pd__replica_of(const pd__pipe *p, int w, int mb) {
 /* The thread at the other end of link l for microbatch mb: the one that
  * receives what a send makes (grad: backward, to virtual stage l), or sends
  * what a receive takes (grad: from l+1). */
-static int pd__peer(const pd__pipe *p, int l, bool grad, bool sending, int mb) {
+int pd__peer(const pd__pipe *p, int l, bool grad, bool sending, int mb) {
     int k = grad == sending ? l : l + 1, w = k % p->P;
     return p->wbase[w] + pd__replica_of(p, w, mb);
 }
 
-static pd__transport *pd__via(pd__pipe *p, const pd__wk *W, int peer) {
+pd__transport *pd__via(pd__pipe *p, const pd__wk *W, int peer) {
     return p->remote && p->rank_of[peer] != p->rank_of[W - p->wk] ? p->remote : &p->local.base;
 }
 
@@ -2482,483 +2263,3 @@ pd_status pd__pipe_run(pd__pipe *p, int64_t minibatches, const pd_tensor *inputs
  * made at the first run, once pd__pipe_set_ranks has said which threads run
  * here. Not yet: replicas in one process, tied weights, several stages per
  * MPI process, snapshots, AvgPipe (refused with a line naming them). */
-
-static pd_status pd__dev_refuse(const char *what) {
-    return pd__err(PD_ERR_UNSUPPORTED, "pipeline: %s with GPU stages (--device cuda): not supported yet", what);
-}
-
-/* At pd__pipe_create: the devices (the plan's per stage, else --device's)
- * checked, and the contexts' tensor sets (*need, taken over) kept for
- * pd__dev_setup. */
-static pd_status pd__dev_prepare(pd__pipe *p, const pd_plan *plan, const pd_train_options *o, bool **need) {
-    p->gpu = true;
-    p->o.device = o->device;
-    p->o.device_index = o->device_index;
-    p->o.precision = o->precision;
-    if (!(p->gdev = PD_CALLOC((size_t)p->P, sizeof(int))) || !(p->gfix = PD_CALLOC((size_t)p->P, sizeof(bool))))
-        return pd__err(PD_ERR_NOMEM, "out of memory");
-    for (int w = 0; w < p->P; w++) {
-        p->gfix[w] = plan->stage && plan->stage[w].has_device;
-        p->gdev[w] = p->gfix[w] ? plan->stage[w].device : o->device_index;
-        for (int c = 1; c < p->V; c++) {
-            const pd__stage *k = plan->stage ? &plan->stage[c * p->P + w] : NULL;
-            if (k && k->has_device && k->device != p->gdev[w])
-                return pd__err(PD_ERR_INVALID, "plan: virtual stage %d is on cuda:%d, its worker %d's first chunk on "
-                               "cuda:%d: a worker's chunks share its GPU", c * p->P + w, k->device, w, p->gdev[w]);
-        }
-        PD_TRY(pd__gpu_check(p->gdev[w]));
-    }
-    p->gneed = *need;
-    *need = NULL;
-    return PD_OK;
-}
-
-/* What pd__dev_setup made, undone (a failed set-up, pd__pipe_destroy). */
-static void pd__dev_teardown(pd__pipe *p) {
-    for (int i = 0; p->wk && i < p->nwk; i++) {
-        pd__gpu_destroy(p->wk[i].dev);
-        p->wk[i].dev = NULL;
-        for (int c = 0; p->wk[i].ch && c < p->V; c++) p->wk[i].ch[c].dev = false;
-    }
-    for (int l = 0; p->glink && l + 1 < p->NV; l++) pd__glink_destroy(p->glink[l]);
-    PD_FREE(p->glink);
-    p->glink = NULL;
-    if (p->dremote) p->dremote->vt->destroy(p->dremote); /* after the contexts, whose pending hook reads it */
-    p->dremote = NULL;
-    p->gready = false;
-}
-
-/* Before the first run: a pd__gpu for each thread of this process, the
- * links' buffers between them, and under MPI the NCCL transport (collective:
- * every process sets up in its first run; the processes first agree that
- * each made its device side, so that one's failure is an error on every
- * process, naming it, instead of leaving the others in NCCL's set-up). */
-static pd_status pd__dev_setup(pd__pipe *p) {
-    const pd_graph *g = p->g;
-    pd_status st = PD_OK;
-    for (int w = 0; w < p->P && st == PD_OK; w++) {
-        int here = 0;
-        for (int i = p->wbase[w]; i < p->wbase[w + 1]; i++) here += p->rank_of[i] == p->rank;
-        if (here > 1)
-            st = pd__err(PD_ERR_UNSUPPORTED, "pipeline: stage %d has %d replicas in this process; replicated "
-                         "stages on GPUs (--device cuda) run one replica per MPI process so far", w, here);
-    }
-    if (st == PD_OK && p->shared && p->remote)
-        st = pd__dev_refuse("a parameter read by stages in several processes (tied weights under mpirun)");
-    if (st == PD_OK && p->remote && p->nlocal > 1) st = pd__dev_refuse("several stages in one MPI process");
-    pd__gpu_chunk *cd = st == PD_OK ? PD_CALLOC((size_t)p->V, sizeof *cd) : NULL;
-    if (st == PD_OK && !cd) st = pd__err(PD_ERR_NOMEM, "out of memory");
-    pd__wk *mine = NULL; /* under MPI: this process's one thread */
-    for (int i = 0; i < p->nwk && st == PD_OK; i++) {
-        pd__wk *W = &p->wk[i];
-        if (p->rank_of[i] != p->rank) continue;
-        for (int c = 0; c < p->V; c++) {
-            const pd__chunk *C = &W->ch[c];
-            const pd__vstage *S = &p->vs[C->k];
-            cd[c] = (pd__gpu_chunk){S->params, S->pk, S->np, S->packed, C->slot,
-                                    p->gneed + (size_t)C->k * (size_t)g->ntensors, C->nstash,
-                                    S->sp, S->spk, S->nsp, S->spacked};
-        }
-        int ndev = pd_cuda_device_count();
-        if (p->remote && !p->gfix[W->w] && ndev > 0) /* as torchrun's LOCAL_RANK: a machine's processes spread */
-            p->gdev[W->w] = (p->o.device_index + p->lrank) % ndev;
-        st = pd__gpu_create(p->s, g, &p->sl, p->gdev[W->w], p->o.precision, p->V, cd, p->nslots, &W->dev);
-        if (st != PD_OK) pd__err_prefix("stage %d on cuda:%d", W->w, p->gdev[W->w]);
-        for (int c = 0; c < p->V && st == PD_OK; c++) W->ch[c].dev = true;
-        mine = W;
-    }
-    PD_FREE(cd);
-    /* a link's buffers: what its queue holds, one a sender holds while the queue is full, one being read */
-    if (st == PD_OK && !p->remote && p->NV > 1 && !(p->glink = PD_CALLOC((size_t)p->NV - 1, sizeof *p->glink)))
-        st = pd__err(PD_ERR_NOMEM, "out of memory");
-    for (int l = 0; !p->remote && l + 1 < p->NV && st == PD_OK; l++)
-        st = pd__glink_create(p->gdev[l % p->P], p->gdev[(l + 1) % p->P], p->link[l].act_bytes,
-                              p->link[l].grad_bytes, p->link[l].fwd.cap + 2, &p->glink[l]);
-    if (p->remote) {
-#ifdef PD_HAVE_NCCL
-        int *worker_of = PD_MALLOC(sizeof(int) * (size_t)p->nwk);
-        if (st == PD_OK && !worker_of) st = pd__err(PD_ERR_NOMEM, "out of memory");
-        for (int i = 0; st == PD_OK && i < p->nwk; i++) worker_of[i] = p->wk[i].w;
-        if (st == PD_OK && !mine) st = pd__err(PD_ERR_INTERNAL, "rank %d runs no stage", p->rank);
-        int low = pd__mpi_agree(st == PD_OK); /* every process, whatever failed here */
-        if (st == PD_OK && low >= 0) st = pd__err(PD_ERR_IO, "MPI: rank %d failed: setting up its GPU stage", low);
-        if (st == PD_OK) /* p->remote carries the failure notices the NCCL waits watch for */
-            st = pd__cuda_nccl_transport_create(p->nwk, p->rank_of, worker_of, p->P, p->NV - 1, p->gcolor,
-                                                p->gdev[mine->w], pd__gpu_stream(mine->dev), p->remote, &p->dremote);
-        if (st == PD_OK) /* its allocator gives nothing back (cudaFree) while a send may wait for a peer */
-            pd__gpu_set_pending(mine->dev, pd__cuda_nccl_pending, p->dremote);
-        PD_FREE(worker_of);
-#else
-        (void)mine;
-        if (st == PD_OK)
-            st = pd__err(PD_ERR_UNSUPPORTED, "pipeline: GPU stages in several MPI processes need the NCCL transport, "
-                         "which this build lacks (meson setup -Dnccl=enabled)");
-#endif
-    }
-    if (st != PD_OK) {
-        pd__dev_teardown(p);
-        return st;
-    }
-    p->gready = true;
-    return PD_OK;
-}
-
-/* Points slot's device parameter views at version v (live or a stash): a
- * STEP since its F may have moved v into a stash. */
-static pd_status pd__dev_use(pd__wk *W, pd__chunk *C, int slot, int32_t v) {
-    if (W->p->vs[C->k].np == 0) return PD_OK; /* as pd__bind: a checkpoint holds no versions of a stage without weights */
-    int h = -1;
-    for (int k = 0; v != C->live && k < C->nstash; k++)
-        if (C->stash[k].version == v) h = k;
-    if (v != C->live && h < 0)
-        return pd__err(PD_ERR_INTERNAL, "weight version %d is not held (the live one is %d)", (int)v, (int)C->live);
-    pd__gpu_use(W->dev, (int)(C - W->ch), slot, h);
-    return PD_OK;
-}
-
-/* pd__do_forward's device part, once the slot is taken: the graph inputs
- * uploaded, the forward, and on the last stage the loss into *r
- * (cross-entropy on the device, only its sums come back). */
-static pd_status pd__dev_forward(pd__wk *W, pd__chunk *C, int mb, pd_step_result *r) {
-    pd__pipe *p = W->p;
-    const pd_graph *g = p->g;
-    const pd__vstage *S = &p->vs[C->k];
-    pd__dactx *d = pd__gpu_slot(W->dev, (int)(C - W->ch), mb % p->nslots);
-    for (int i = 0; i < g->ninputs; i++) { /* the graph inputs its nodes read */
-        int t = g->inputs[i];
-        void *dst = pd__dactx_value(d, t)->data;
-        if (dst) PD_TRY(pd__gpu_upload(W->dev, dst, pd__input_rows(p, i, mb).data, pd__tbytes(g, t)));
-    }
-    PD_TRY(pd__dactx_forward(p->s, &W->x, d, S->nodes, S->nnodes));
-    if (C->k != p->NV - 1) return PD_OK;
-    pd_tensor lab = pd__rows(p->labels, p->rows, mb);
-    return pd__dactx_loss(p->s, d, &lab, 1.0 / p->M, r);
-}
-
-/* pd__do_backward on the device (part: 0 B, 1 split B, 2 W). */
-static pd_status pd__dev_backward(pd__wk *W, pd__chunk *C, int mb, int32_t version, int part) {
-    pd__pipe *p = W->p;
-    const pd__vstage *S = &p->vs[C->k];
-    int slot = mb % p->nslots;
-    int32_t *fv = &C->slot_ver[slot];
-    if (*fv != version)
-        return pd__err(PD_ERR_INTERNAL, "the %s names weight version %d, its forward used %d", part == 2 ? "W" : "B",
-                       (int)version, (int)*fv);
-    PD_TRY(pd__gpu_bind(W->dev));
-    PD_TRY(pd__dev_use(W, C, slot, version));
-    PD_TRY(pd__dactx_backward(p->s, &W->x, pd__gpu_slot(W->dev, (int)(C - W->ch), slot), S->bnodes, S->nbnodes,
-                              part == 0 ? -1 : part - 1));
-    if (part != 1) {
-        *fv = -1;
-        W->inflight--;
-    }
-    return PD_OK;
-}
-
-/* Tensor k of a link's message (grad: the backward one) in a device
- * context: its device address and bytes. */
-static pd_status pd__dev_part(const pd__pipe *p, const pd__link *L, pd__dactx *d, bool grad, int k, char **data,
-                              size_t *bytes) {
-    int t = grad ? (k < L->ngt ? L->gt[k] : L->bt[k - L->ngt]) : L->t[k];
-    *data = (grad && k < L->ngt ? pd__dactx_grad(d, t) : pd__dactx_value(d, t))->data;
-    *bytes = pd__tbytes(p->g, t);
-    if (!*data) return pd__err(PD_ERR_INTERNAL, "'%s' has no device memory on this stage", p->g->tensors[t].name);
-    return PD_OK;
-}
-
-/* pd__send on the device: the tensors into a buffer of the link (on the
- * receiver's device), whose index goes through the queue. */
-static pd_status pd__dev_send(pd__wk *W, pd__chunk *C, int l, bool grad, int mb, bool *stop) {
-    pd__pipe *p = W->p;
-    const pd__link *L = &p->link[l];
-    int slot = mb % p->nslots, to = pd__peer(p, l, grad, true, mb), e = -1;
-    pd__dactx *d = pd__gpu_slot(W->dev, (int)(C - W->ch), slot);
-    PD_TRY(pd__gpu_bind(W->dev));
-    if (pd__via(p, W, to) != &p->local.base) { /* another process: packed into an NCCL buffer on this device */
-        pd__transport *x = p->dremote;
-        size_t n = grad ? L->grad_bytes : L->act_bytes, off = 0;
-        char *buf = x->vt->get(x, l, grad, n);
-        if (!buf) return pd__err(PD_ERR_NOMEM, "no device memory for a %zu-byte message", n);
-        for (int k = 0; k < (grad ? L->ngt + L->nbt : L->nt); k++) {
-            char *v;
-            size_t b;
-            PD_TRY(pd__dev_part(p, L, d, grad, k, &v, &b));
-            PD_TRY(pd__gpu_copy(W->dev, buf + off, v, b));
-            off += b;
-        }
-        PD_TRY(x->vt->send(x, (int)(W - p->wk), to, l, grad, mb, buf, n, stop));
-        if (grad) C->sent[slot] = true;
-        return PD_OK;
-    }
-    pd__glink *G = p->glink[l];
-    PD_TRY(pd__glink_send_begin(G, grad, W->dev, &e));
-    size_t off = 0;
-    for (int k = 0; k < (grad ? L->ngt + L->nbt : L->nt); k++) {
-        char *v;
-        size_t b;
-        PD_TRY(pd__dev_part(p, L, d, grad, k, &v, &b));
-        PD_TRY(pd__glink_put(G, grad, W->dev, e, off, v, b));
-        off += b;
-    }
-    PD_TRY(pd__glink_send_end(G, grad, W->dev, e));
-    pd__transport *t = &p->local.base;
-    int32_t *ticket = t->vt->get(t, l, grad, sizeof *ticket);
-    if (!ticket) return pd__err(PD_ERR_NOMEM, "out of memory");
-    *ticket = e;
-    PD_TRY(t->vt->send(t, (int)(W - p->wk), to, l, grad, mb, ticket, sizeof *ticket, stop));
-    if (grad) C->sent[slot] = true;
-    return PD_OK;
-}
-
-/* pd__recv on the device: the buffer's tensors copied into the context once
- * the sender's copies have run (an event, no host wait). */
-static pd_status pd__dev_recv(pd__wk *W, pd__chunk *C, int l, bool grad, int mb, bool *stop) {
-    pd__pipe *p = W->p;
-    const pd__link *L = &p->link[l];
-    pd__transport *t = &p->local.base;
-    int from = pd__peer(p, l, grad, false, mb);
-    if (pd__via(p, W, from) != &p->local.base) { /* another process: NCCL's buffer, which this stream waits for */
-        pd__transport *x = p->dremote;
-        size_t n = grad ? L->grad_bytes : L->act_bytes, off = 0;
-        char *buf = NULL;
-        PD_TRY(pd__gpu_bind(W->dev));
-        PD_TRY(x->vt->recv(x, from, (int)(W - p->wk), l, grad, mb, n, (void **)&buf, stop));
-        pd__dactx *d = pd__gpu_slot(W->dev, (int)(C - W->ch), mb % p->nslots);
-        pd_status st = PD_OK;
-        for (int k = 0; k < (grad ? L->ngt + L->nbt : L->nt) && st == PD_OK; k++) {
-            char *v;
-            size_t b = 0;
-            st = pd__dev_part(p, L, d, grad, k, &v, &b);
-            if (st == PD_OK) st = pd__gpu_copy(W->dev, v, buf + off, b);
-            off += b;
-        }
-        x->vt->put(x, l, grad, buf); /* free again once the copies queued on this stream have run */
-        return st;
-    }
-    pd__glink *G = p->glink[l];
-    void *buf = NULL;
-    PD_TRY(t->vt->recv(t, from, (int)(W - p->wk), l, grad, mb, sizeof(int32_t), &buf, stop));
-    if (*stop) return PD_OK;
-    int32_t e;
-    memcpy(&e, buf, sizeof e);
-    t->vt->put(t, l, grad, buf);
-    pd__dactx *d = pd__gpu_slot(W->dev, (int)(C - W->ch), mb % p->nslots);
-    PD_TRY(pd__gpu_bind(W->dev));
-    PD_TRY(pd__glink_recv_begin(G, grad, W->dev, e));
-    size_t off = 0;
-    for (int k = 0; k < (grad ? L->ngt + L->nbt : L->nt); k++) {
-        char *v;
-        size_t b;
-        PD_TRY(pd__dev_part(p, L, d, grad, k, &v, &b));
-        PD_TRY(pd__glink_take(G, grad, W->dev, e, off, v, b));
-        off += b;
-    }
-    return pd__glink_recv_end(G, grad, W->dev, e);
-}
-
-/* pd__do_step on the device: every thread updates its own weights (a
- * replica in its own process, with the summed gradients); no shared
- * parameters here. */
-/* Tied weights on GPU stages (in one process, sync schedules: every STEP
- * of a minibatch runs together). pd__sum_shared's order and arithmetic:
- * every thread meets; each reader's gradients of the parameters it shares
- * come down into its host buffer (C->sg); they meet again; each owner adds
- * the readers' gradients to its own in stage order, through host memory. */
-static pd_status pd__dev_tied_grads(pd__wk *W, bool *stop) {
-    pd__pipe *p = W->p;
-    if (!pd__meet_all(p)) {
-        *stop = true;
-        return PD_OK;
-    }
-    for (int c = 0; c < p->V; c++) PD_TRY(pd__gpu_shared_grads(W->dev, c, W->ch[c].sg));
-    if (!pd__meet_all(p)) {
-        *stop = true;
-        return PD_OK;
-    }
-    float *tmp = NULL;
-    pd_status st = PD_OK;
-    for (int c = 0; c < p->V && st == PD_OK; c++)
-        for (int k = W->ch[c].k + 1; k < p->NV && st == PD_OK; k++) {
-            const pd__vstage *K = &p->vs[k], *S = &p->vs[W->ch[c].k];
-            pd__chunk *other = &p->wk[p->wbase[k % p->P]].ch[k / p->P];
-            for (int j = 0; j < K->nsp && st == PD_OK; j++) {
-                int i = K->sp[j];
-                bool mine = false;
-                for (int q = 0; q < S->np && !mine; q++) mine = S->params[q] == i;
-                if (!mine) continue;
-                int64_t n = p->g->tensors[p->sl.param[i]].numel;
-                if (!tmp && !(tmp = PD_MALLOC(sizeof(float) * (size_t)p->sl.total + 1)))
-                    st = pd__err(PD_ERR_NOMEM, "out of memory");
-                if (st == PD_OK) st = pd__gpu_grad_add(W->dev, c, i, other->sg + K->spk[j], tmp);
-                if (st == PD_OK) memset(other->sg + K->spk[j], 0, sizeof(float) * (size_t)n);
-            }
-        }
-    PD_FREE(tmp);
-    return st;
-}
-
-/* After the update: each owner's new weights of a tied parameter into the
- * host slab, they meet, each reader uploads them into its copy. */
-static pd_status pd__dev_tied_weights(pd__wk *W, bool *stop) {
-    pd__pipe *p = W->p;
-    for (int c = 0; c < p->V; c++)
-        for (int k = W->ch[c].k + 1; k < p->NV; k++) {
-            const pd__vstage *K = &p->vs[k], *S = &p->vs[W->ch[c].k];
-            for (int j = 0; j < K->nsp; j++)
-                for (int q = 0; q < S->np; q++)
-                    if (S->params[q] == K->sp[j]) PD_TRY(pd__gpu_weight_down(W->dev, c, K->sp[j]));
-        }
-    if (!pd__meet_all(p)) {
-        *stop = true;
-        return PD_OK;
-    }
-    for (int c = 0; c < p->V; c++) PD_TRY(pd__gpu_shared_up(W->dev, c));
-    return PD_OK;
-}
-
-static pd_status pd__dev_step(pd__wk *W, int mb, int32_t version, int k, bool *stop) {
-    pd__pipe *p = W->p;
-    for (int c = 0; c < p->V; c++)
-        if (version != W->ch[c].live + 1)
-            return pd__err(PD_ERR_INTERNAL, "STEP makes version %d, the live one is %d", (int)version,
-                           (int)W->ch[c].live);
-    PD_TRY(pd__gpu_bind(W->dev));
-    double sq = 0;
-    PD_TRY(pd__gpu_sqnorm(W->dev, &sq));
-    if (!isfinite(sq)) { /* nothing is updated when a gradient is not finite; name the first */
-        int i = -1;
-        float v = 0;
-        PD_TRY(pd__gpu_nonfinite(W->dev, &i, &v));
-        if (i >= 0)
-            return pd__err(PD_ERR_NUMERIC, "the gradient of '%s' is %g", p->g->tensors[p->sl.param[i]].name, (double)v);
-        return pd__err(PD_ERR_NUMERIC, "the squared gradient norm is %g", sq);
-    }
-    if (p->shared) { /* tied weights (sync schedules): the readers' gradients into the owner's */
-        PD_TRY(pd__dev_tied_grads(W, stop));
-        if (*stop) return PD_OK;
-    }
-    if (!pd__sched_async(p->kind)) { /* one update of the whole model: its gradient norm, and clipping */
-        double norm = 0;
-        PD_TRY(pd__global_norm(W, mb / p->M, NULL, &norm, stop));
-        if (*stop) return PD_OK;
-        if (!isfinite(norm)) return pd__err(PD_ERR_NUMERIC, "the gradient norm is %g", norm);
-        if (p->res && W->w == p->P - 1 && W->r == 0) p->res[mb / p->M].grad_norm = norm;
-        if (p->o.clip_grad_norm > 0 && norm > p->o.clip_grad_norm) /* as clip_grad_norm_ */
-            PD_TRY(pd__gpu_scale(W->dev, (float)(p->o.clip_grad_norm / (norm + 1e-6))));
-    }
-    for (int c = 0; c < p->V; c++) { /* the version being replaced into a stash when a later instruction names it */
-        pd__chunk *C = &W->ch[c];
-        int32_t v = C->live;
-        PD_TRY(pd__stash_live(p, C, k));
-        for (int h = 0; h < C->nstash; h++)
-            if (C->stash[h].version == v) PD_TRY(pd__gpu_stash(W->dev, c, h));
-    }
-    int64_t t = ++W->updates;
-    double lr = pd__lr_at(&p->o, t);
-    PD_TRY(pd__gpu_update(W->dev, &p->o, t, lr));
-    if (p->res && W->w == p->P - 1 && W->r == 0) p->res[mb / p->M].lr = lr;
-    if (p->shared) PD_TRY(pd__dev_tied_weights(W, stop)); /* the owners' new weights into the readers' copies */
-    return PD_OK;
-}
-
-/* ALLREDUCE across the processes of a replicated stage: each chunk's packed
- * gradients summed in place by ncclAllReduce on this stage's stream (the
- * update queued after it reads the sums), averaged over the round under
- * pipedream as on the CPU. */
-static pd_status pd__dev_allreduce(pd__wk *W, int mb) {
-    pd__pipe *p = W->p;
-    if (!p->dremote) return pd__err(PD_ERR_INTERNAL, "replicas of a GPU stage outside MPI");
-    PD_TRY(pd__gpu_bind(W->dev));
-    for (int c = 0; c < p->V; c++) {
-        float *g;
-        int64_t n;
-        pd__gpu_grads(W->dev, c, &g, &n);
-        if (n > 0) PD_TRY(p->dremote->vt->allreduce(p->dremote, W->w, g, n, false));
-    }
-    float f = pd__ared_scale(W, mb);
-    return f == 1.0f ? PD_OK : pd__gpu_scale(W->dev, f);
-}
-
-/* A GPU stage's state into the host memory pd__snap_write reads (waits):
- * the buffers (BatchNorm statistics, into slot 0's host context) with the
- * live weights and optimizer state (into the session's slabs), and unless
- * pre the stashes that hold a version (into their host copies). */
-static pd_status pd__dev_snap(pd__wk *W, bool pre) {
-    pd__pipe *p = W->p;
-    pd_status st = pd__gpu_bind(W->dev);
-    for (int c = 0; c < p->V && st == PD_OK; c++) {
-        pd__chunk *C = &W->ch[c];
-        const pd__vstage *S = &p->vs[C->k];
-        void **host = PD_CALLOC((size_t)S->nbufs + 1, sizeof(void *));
-        if (!host) return pd__err(PD_ERR_NOMEM, "out of memory");
-        for (int j = 0; j < S->nbufs; j++) host[j] = pd__actx_value(C->slot[0], S->bufs[j])->data;
-        st = pd__gpu_pull(W->dev, c, S->bufs, S->nbufs, host);
-        PD_FREE(host);
-        for (int h = 0; !pre && st == PD_OK && h < C->nstash; h++)
-            if (C->stash[h].version >= 0) st = pd__gpu_pull_stash(W->dev, c, h, C->stash[h].w);
-    }
-    if (st != PD_OK) pd__err_prefix("snapshot of a GPU stage");
-    return st;
-}
-
-/* After pd__pipe_resume: the restored host state (weights, optimizer state,
- * stashes, buffers) into every GPU stage of this process (waits). */
-static pd_status pd__dev_push(pd__pipe *p) {
-    pd_status st = PD_OK;
-    for (int i = 0; i < p->nwk && st == PD_OK; i++) {
-        pd__wk *W = &p->wk[i];
-        if (!W->dev) continue;
-        for (int c = 0; c < p->V && st == PD_OK; c++) {
-            pd__chunk *C = &W->ch[c];
-            const pd__vstage *S = &p->vs[C->k];
-            void **host = PD_CALLOC((size_t)S->nbufs + 1, sizeof(void *));
-            float **stash = PD_CALLOC((size_t)C->nstash + 1, sizeof(float *));
-            if (!host || !stash) st = pd__err(PD_ERR_NOMEM, "out of memory");
-            for (int j = 0; st == PD_OK && j < S->nbufs; j++) host[j] = pd__actx_value(C->slot[0], S->bufs[j])->data;
-            for (int h = 0; st == PD_OK && h < C->nstash; h++) stash[h] = C->stash[h].version >= 0 ? C->stash[h].w : NULL;
-            if (st == PD_OK) st = pd__gpu_push(W->dev, c, S->bufs, S->nbufs, host, stash);
-            PD_FREE(host);
-            PD_FREE(stash);
-        }
-        if (st != PD_OK) pd__err_prefix("stage %d: resuming on its GPU", W->w);
-    }
-    p->gpush = false;
-    return st;
-}
-
-/* After a run (every thread joined): each stage's stream drained (an
- * asynchronous error of its kernels fails the run, naming the stage), the
- * weights, optimizer state and BatchNorm statistics in the session's host
- * slabs (which pd__pipe_destroy gives the graph), the links' buffers free;
- * a failed run's gradients dropped, as on the CPU. */
-static pd_status pd__dev_end(pd__pipe *p, bool ok) {
-    pd_status st = PD_OK;
-    if (p->dremote && ok) st = p->dremote->vt->flush(p->dremote); /* every send done (polled: a peer may fail) */
-    if (p->dremote && (!ok || st != PD_OK)) /* NCCL kernels waiting for a peer return: the syncs below end */
-        p->dremote->vt->fail(p->dremote, NULL);
-    for (int i = 0; i < p->nwk; i++) {
-        pd__wk *W = &p->wk[i];
-        if (!W->dev) continue; /* another process's */
-        pd_status s1 = pd__gpu_bind(W->dev);
-        if (s1 == PD_OK) s1 = pd__gpu_sync(W->dev);
-        if (s1 == PD_OK && !ok) s1 = pd__gpu_zero_grads(W->dev);
-        for (int c = 0; c < p->V && s1 == PD_OK; c++) {
-            const pd__vstage *S = &p->vs[W->ch[c].k];
-            void **host = PD_CALLOC((size_t)S->nbufs + 1, sizeof(void *));
-            if (!host) {
-                s1 = pd__err(PD_ERR_NOMEM, "out of memory");
-                break;
-            }
-            for (int j = 0; j < S->nbufs; j++) host[j] = pd__actx_value(W->ch[c].slot[0], S->bufs[j])->data;
-            s1 = pd__gpu_pull(W->dev, c, S->bufs, S->nbufs, host);
-            PD_FREE(host);
-        }
-        if (s1 != PD_OK && st == PD_OK) {
-            char msg[512];
-            snprintf(msg, sizeof msg, "%s", pd_last_error());
-            st = pd__err(s1, "stage %d: %s", W->w, msg);
-        }
-    }
-    for (int l = 0; p->glink && l + 1 < p->NV; l++) pd__glink_reset(p->glink[l]);
-    return st;
-}
