@@ -28,6 +28,7 @@ typedef struct pd__gchunk {
     int nsp;
     int64_t spacked;
     float *sw, *sg;
+    pd__actx *hslot; /* its host slot 0, whose buffers (BatchNorm statistics) pull and push copy */
     pd__dactx **slot;
 } pd__gchunk;
 
@@ -39,6 +40,8 @@ struct pd__gpu {
     const int *param; /* the session's: graph tensor of each parameter */
     const int64_t *poff;
     float *hparams, *hs0, *hs1; /* the session's host slabs */
+    float *htmp;                /* pd__gpu_grad_add's host scratch (htmp_n floats), kept between steps */
+    int64_t htmp_n;
 };
 
 void pd__gpu_destroy(pd__gpu *d) {
@@ -62,6 +65,7 @@ void pd__gpu_destroy(pd__gpu *d) {
         PD_FREE(C->stash);
     }
     PD_FREE(d->ch);
+    PD_FREE(d->htmp);
     pd__cuda_ctx_destroy(d->c);
     PD_FREE(d);
 }
@@ -125,6 +129,7 @@ pd_status pd__gpu_create(pd_session *s, const pd_graph *g, const pd__slabs *sl, 
         C->spk = in->spk;
         C->nsp = in->nsp;
         C->spacked = in->spacked;
+        C->hslot = in->slot[0];
         C->slot = PD_CALLOC((size_t)nslots, sizeof *C->slot);
         C->stash = PD_CALLOC((size_t)in->nstash + 1, sizeof *C->stash);
         if (!C->slot || !C->stash) {
@@ -140,9 +145,7 @@ pd_status pd__gpu_create(pd_session *s, const pd_graph *g, const pd__slabs *sl, 
             st = pd__gzeros(d->c, C->packed, &C->stash[k]);
         if (st == PD_OK && C->nsp > 0) st = pd__gzeros(d->c, C->spacked, &C->sw);
         if (st == PD_OK && C->nsp > 0) st = pd__gzeros(d->c, C->spacked, &C->sg);
-        for (int j = 0; j < C->nsp && st == PD_OK; j++) /* the owner's weights, as the host slab holds them */
-            st = pd__cuda_upload(d->c, C->sw + C->spk[j], d->hparams + d->poff[C->sp[j]],
-                                 sizeof(float) * (size_t)g->tensors[d->param[C->sp[j]]].numel);
+        if (st == PD_OK && C->nsp > 0) st = pd__gpu_shared_up(d, c); /* the owner's weights, as the host slab holds them */
         if (st == PD_OK) st = pd__gpack(d, C, d->hparams, C->w, true);
         if (st == PD_OK && C->s0) st = pd__gpack(d, C, d->hs0, C->s0, true);
         if (st == PD_OK && C->s1) st = pd__gpack(d, C, d->hs1, C->s1, true);
@@ -267,11 +270,18 @@ static int pd__gown(const pd__gchunk *C, int i) {
     return -1;
 }
 
-pd_status pd__gpu_grad_add(pd__gpu *d, int c, int i, const float *add, float *tmp) {
+pd_status pd__gpu_grad_add(pd__gpu *d, int c, int i, const float *add) {
     pd__gchunk *C = &d->ch[c];
     int j = pd__gown(C, i);
     if (j < 0) return pd__err(PD_ERR_INTERNAL, "tied weights: the chunk does not own parameter %d", i);
     int64_t n = d->g->tensors[d->param[i]].numel;
+    if (n > d->htmp_n) {
+        float *t = PD_REALLOC(d->htmp, sizeof(float) * (size_t)n);
+        if (!t) return pd__err(PD_ERR_NOMEM, "out of memory for the tied gradients (%lld floats)", (long long)n);
+        d->htmp = t;
+        d->htmp_n = n;
+    }
+    float *tmp = d->htmp;
     PD_TRY(pd__cuda_download(d->c, tmp, C->g + C->pk[j], sizeof(float) * (size_t)n));
     for (int64_t e = 0; e < n; e++) tmp[e] += add[e];
     PD_TRY(pd__cuda_upload(d->c, C->g + C->pk[j], tmp, sizeof(float) * (size_t)n));
@@ -296,23 +306,32 @@ pd_status pd__gpu_shared_up(pd__gpu *d, int c) {
 
 pd_status pd__gpu_sync(pd__gpu *d) { return pd__cuda_sync(d->c); }
 
-pd_status pd__gpu_pull(pd__gpu *d, int c, const int *bufs, int nb, void *const *host) {
-    pd__gchunk *C = &d->ch[c];
-    const pd_graph *g = d->g;
-    PD_TRY(pd__cuda_bind(d->c));
-    PD_TRY(pd__gpack(d, C, d->hparams, C->w, false));
-    if (C->s0) PD_TRY(pd__gpack(d, C, d->hs0, C->s0, false));
-    if (C->s1) PD_TRY(pd__gpack(d, C, d->hs1, C->s1, false));
+/* Chunk c's buffers bufs[0..nb) between its device twin of slot 0 and the
+ * host slot 0 it mirrors; up or down (down waits). */
+static pd_status pd__gbufs(pd__gpu *d, const pd__gchunk *C, const int *bufs, int nb, bool up) {
     for (int j = 0; j < nb; j++) {
-        const pd_tensor *v = pd__dactx_value(C->slot[0], bufs[j]);
-        if (v->data && host[j])
-            PD_TRY(pd__cuda_download(d->c, host[j], v->data,
-                                     (size_t)g->tensors[bufs[j]].numel * pd_dtype_size(g->tensors[bufs[j]].dtype)));
+        void *dv = pd__dactx_value(C->slot[0], bufs[j])->data, *h = pd__actx_value(C->hslot, bufs[j])->data;
+        size_t b = (size_t)d->g->tensors[bufs[j]].numel * pd_dtype_size(d->g->tensors[bufs[j]].dtype);
+        if (!dv || !h) continue;
+        if (up) PD_TRY(pd__cuda_upload(d->c, dv, h, b));
+        else PD_TRY(pd__cuda_download(d->c, h, dv, b));
     }
     return PD_OK;
 }
 
-/* Stash h of chunk c (packed) into host memory (waits): a snapshot's copy. */
+pd_status pd__gpu_pull(pd__gpu *d, int c, const int *bufs, int nb, bool weights) {
+    pd__gchunk *C = &d->ch[c];
+    PD_TRY(pd__cuda_bind(d->c));
+    if (weights) {
+        PD_TRY(pd__gpack(d, C, d->hparams, C->w, false));
+        if (C->s0) PD_TRY(pd__gpack(d, C, d->hs0, C->s0, false));
+        if (C->s1) PD_TRY(pd__gpack(d, C, d->hs1, C->s1, false));
+    }
+    return pd__gbufs(d, C, bufs, nb, false);
+}
+
+/* Stash h of chunk c (packed) between host memory and the device: a
+ * snapshot's copy (down, waits), a resume's (up, queued). */
 pd_status pd__gpu_pull_stash(pd__gpu *d, int c, int h, float *host) {
     pd__gchunk *C = &d->ch[c];
     if (h < 0 || h >= C->nstash) return pd__err(PD_ERR_INTERNAL, "stash %d of %d", h, C->nstash);
@@ -320,27 +339,24 @@ pd_status pd__gpu_pull_stash(pd__gpu *d, int c, int h, float *host) {
     return pd__cuda_download(d->c, host, C->stash[h], sizeof(float) * (size_t)C->packed);
 }
 
-/* pd__gpu_pull's inverse after a resume: the host slabs' live weights and
- * optimizer state, the host stashes (stash[h], NULL: left as is) and the
- * buffers host[0..nb) into chunk c's device memory (waits). */
-pd_status pd__gpu_push(pd__gpu *d, int c, const int *bufs, int nb, void *const *host, float *const *stash) {
+pd_status pd__gpu_push_stash(pd__gpu *d, int c, int h, const float *host) {
     pd__gchunk *C = &d->ch[c];
-    const pd_graph *g = d->g;
+    if (h < 0 || h >= C->nstash) return pd__err(PD_ERR_INTERNAL, "stash %d of %d", h, C->nstash);
+    PD_TRY(pd__cuda_bind(d->c));
+    return pd__cuda_upload(d->c, C->stash[h], host, sizeof(float) * (size_t)C->packed);
+}
+
+/* pd__gpu_pull's inverse after a resume: the host slabs' live weights and
+ * optimizer state, the tied weights' copies and the buffers into chunk c's
+ * device memory (waits). */
+pd_status pd__gpu_push(pd__gpu *d, int c, const int *bufs, int nb) {
+    pd__gchunk *C = &d->ch[c];
     PD_TRY(pd__cuda_bind(d->c));
     PD_TRY(pd__gpack(d, C, d->hparams, C->w, true));
     if (C->s0) PD_TRY(pd__gpack(d, C, d->hs0, C->s0, true));
     if (C->s1) PD_TRY(pd__gpack(d, C, d->hs1, C->s1, true));
-    for (int h = 0; stash && h < C->nstash; h++)
-        if (stash[h]) PD_TRY(pd__cuda_upload(d->c, C->stash[h], stash[h], sizeof(float) * (size_t)C->packed));
-    for (int j = 0; j < C->nsp; j++) /* tied weights' copies: the owner's restored weights */
-        PD_TRY(pd__cuda_upload(d->c, C->sw + C->spk[j], d->hparams + d->poff[C->sp[j]],
-                               sizeof(float) * (size_t)g->tensors[d->param[C->sp[j]]].numel));
-    for (int j = 0; j < nb; j++) {
-        const pd_tensor *v = pd__dactx_value(C->slot[0], bufs[j]);
-        if (v->data && host[j])
-            PD_TRY(pd__cuda_upload(d->c, v->data, host[j],
-                                   (size_t)g->tensors[bufs[j]].numel * pd_dtype_size(g->tensors[bufs[j]].dtype)));
-    }
+    PD_TRY(pd__gpu_shared_up(d, c)); /* tied weights' copies: the owner's restored weights (syncs) */
+    PD_TRY(pd__gbufs(d, C, bufs, nb, true));
     return pd__cuda_sync(d->c);
 }
 
@@ -523,8 +539,12 @@ pd_status pd__gpu_sync(pd__gpu *d) {
     (void)d;
     return pd__gno();
 }
-pd_status pd__gpu_pull(pd__gpu *d, int c, const int *bufs, int nb, void *const *host) {
-    (void)d, (void)c, (void)bufs, (void)nb, (void)host;
+pd_status pd__gpu_pull(pd__gpu *d, int c, const int *bufs, int nb, bool weights) {
+    (void)d, (void)c, (void)bufs, (void)nb, (void)weights;
+    return pd__gno();
+}
+pd_status pd__gpu_push_stash(pd__gpu *d, int c, int h, const float *host) {
+    (void)d, (void)c, (void)h, (void)host;
     return pd__gno();
 }
 pd_status pd__gpu_pull_stash(pd__gpu *d, int c, int h, float *host) {
@@ -535,8 +555,8 @@ pd_status pd__gpu_shared_grads(pd__gpu *d, int c, float *host) {
     (void)d, (void)c, (void)host;
     return pd__gno();
 }
-pd_status pd__gpu_grad_add(pd__gpu *d, int c, int i, const float *add, float *tmp) {
-    (void)d, (void)c, (void)i, (void)add, (void)tmp;
+pd_status pd__gpu_grad_add(pd__gpu *d, int c, int i, const float *add) {
+    (void)d, (void)c, (void)i, (void)add;
     return pd__gno();
 }
 pd_status pd__gpu_weight_down(pd__gpu *d, int c, int i) {
@@ -547,8 +567,8 @@ pd_status pd__gpu_shared_up(pd__gpu *d, int c) {
     (void)d, (void)c;
     return pd__gno();
 }
-pd_status pd__gpu_push(pd__gpu *d, int c, const int *bufs, int nb, void *const *host, float *const *stash) {
-    (void)d, (void)c, (void)bufs, (void)nb, (void)host, (void)stash;
+pd_status pd__gpu_push(pd__gpu *d, int c, const int *bufs, int nb) {
+    (void)d, (void)c, (void)bufs, (void)nb;
     return pd__gno();
 }
 pd_status pd__glink_create(int dev_lo, int dev_hi, size_t act_bytes, size_t grad_bytes, int n, pd__glink **out) {

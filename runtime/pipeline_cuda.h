@@ -89,10 +89,10 @@ pd_status pd__gpu_update(pd__gpu *d, const pd_train_options *o, int64_t t, doubl
 pd_status pd__gpu_zero_grads(pd__gpu *d);
 /* Waits for the stream; reports an asynchronous error of its kernels. */
 pd_status pd__gpu_sync(pd__gpu *d);
-/* The live weights and optimizer state into the session's host slabs, and
- * chunk c's initializers bufs[0..nb) (BatchNorm statistics, the twin of
- * slot 0's) into host memory host[0..nb) (waits). */
-pd_status pd__gpu_pull(pd__gpu *d, int c, const int *bufs, int nb, void *const *host);
+/* Chunk c's initializers bufs[0..nb) (BatchNorm statistics: the twin of
+ * slot 0's) into its host slot 0, and with weights its live weights and
+ * optimizer state into the session's host slabs (waits). */
+pd_status pd__gpu_pull(pd__gpu *d, int c, const int *bufs, int nb, bool weights);
 /* Tied weights (pipeline.c, pd__dev_tied_*). shared_grads: chunk c's
  * gradients of the parameters it shares into host memory (spacked floats),
  * then zeroed on the device (waits). grad_add: parameter i's gradient (chunk
@@ -101,15 +101,17 @@ pd_status pd__gpu_pull(pd__gpu *d, int c, const int *bufs, int nb, void *const *
  * (waits). shared_up: the host slab's weights of the parameters chunk c
  * shares into its copy (waits). */
 pd_status pd__gpu_shared_grads(pd__gpu *d, int c, float *host);
-pd_status pd__gpu_grad_add(pd__gpu *d, int c, int i, const float *add, float *tmp);
+pd_status pd__gpu_grad_add(pd__gpu *d, int c, int i, const float *add);
 pd_status pd__gpu_weight_down(pd__gpu *d, int c, int i);
 pd_status pd__gpu_shared_up(pd__gpu *d, int c);
-/* Stash h of chunk c (packed) into host memory of its size (waits). */
+/* Stash h of chunk c (packed) into host memory of its size (waits), or
+ * from it (queued). */
 pd_status pd__gpu_pull_stash(pd__gpu *d, int c, int h, float *host);
+pd_status pd__gpu_push_stash(pd__gpu *d, int c, int h, const float *host);
 /* The inverse of pull after a resume: the session's host slabs (live weights,
- * optimizer state), the packed host stashes (stash[h]; NULL, or a NULL
- * entry: left as is) and host[0..nb) into chunk c's device memory (waits). */
-pd_status pd__gpu_push(pd__gpu *d, int c, const int *bufs, int nb, void *const *host, float *const *stash);
+ * optimizer state, the tied weights' copies) and host slot 0's bufs[0..nb)
+ * into chunk c's device memory (waits). */
+pd_status pd__gpu_push(pd__gpu *d, int c, const int *bufs, int nb);
 
 /* Link l's buffers: n per direction; dev_lo: stage l's device, dev_hi:
  * stage l+1's; act_bytes forward, grad_bytes backward. */

@@ -300,7 +300,6 @@ static pd_status pd__dev_tied_grads(pd__wk *W, bool *stop) {
         *stop = true;
         return PD_OK;
     }
-    float *tmp = NULL;
     pd_status st = PD_OK;
     for (int c = 0; c < p->V && st == PD_OK; c++)
         for (int k = W->ch[c].k + 1; k < p->NV && st == PD_OK; k++) {
@@ -312,13 +311,10 @@ static pd_status pd__dev_tied_grads(pd__wk *W, bool *stop) {
                 for (int q = 0; q < S->np && !mine; q++) mine = S->params[q] == i;
                 if (!mine) continue;
                 int64_t n = p->g->tensors[p->sl.param[i]].numel;
-                if (!tmp && !(tmp = PD_MALLOC(sizeof(float) * (size_t)p->sl.total + 1)))
-                    st = pd__err(PD_ERR_NOMEM, "out of memory");
-                if (st == PD_OK) st = pd__gpu_grad_add(W->dev, c, i, other->sg + K->spk[j], tmp);
+                st = pd__gpu_grad_add(W->dev, c, i, other->sg + K->spk[j]);
                 if (st == PD_OK) memset(other->sg + K->spk[j], 0, sizeof(float) * (size_t)n);
             }
         }
-    PD_FREE(tmp);
     return st;
 }
 
@@ -405,20 +401,17 @@ pd_status pd__dev_allreduce(pd__wk *W, int mb) {
 }
 
 /* A GPU stage's state into the host memory pd__snap_write reads (waits):
- * the buffers (BatchNorm statistics, into slot 0's host context) with the
- * live weights and optimizer state (into the session's slabs), and unless
- * pre the stashes that hold a version (into their host copies). */
+ * the buffers (BatchNorm statistics, into slot 0's host context), and unless
+ * pre (which writes only those) the live weights and optimizer state (into
+ * the session's slabs) and the stashes that hold a version (into their host
+ * copies). */
 pd_status pd__dev_snap(pd__wk *W, bool pre) {
     pd__pipe *p = W->p;
     pd_status st = pd__gpu_bind(W->dev);
     for (int c = 0; c < p->V && st == PD_OK; c++) {
         pd__chunk *C = &W->ch[c];
         const pd__vstage *S = &p->vs[C->k];
-        void **host = PD_CALLOC((size_t)S->nbufs + 1, sizeof(void *));
-        if (!host) return pd__err(PD_ERR_NOMEM, "out of memory");
-        for (int j = 0; j < S->nbufs; j++) host[j] = pd__actx_value(C->slot[0], S->bufs[j])->data;
-        st = pd__gpu_pull(W->dev, c, S->bufs, S->nbufs, host);
-        PD_FREE(host);
+        st = pd__gpu_pull(W->dev, c, S->bufs, S->nbufs, !pre);
         for (int h = 0; !pre && st == PD_OK && h < C->nstash; h++)
             if (C->stash[h].version >= 0) st = pd__gpu_pull_stash(W->dev, c, h, C->stash[h].w);
     }
@@ -436,14 +429,9 @@ pd_status pd__dev_push(pd__pipe *p) {
         for (int c = 0; c < p->V && st == PD_OK; c++) {
             pd__chunk *C = &W->ch[c];
             const pd__vstage *S = &p->vs[C->k];
-            void **host = PD_CALLOC((size_t)S->nbufs + 1, sizeof(void *));
-            float **stash = PD_CALLOC((size_t)C->nstash + 1, sizeof(float *));
-            if (!host || !stash) st = pd__err(PD_ERR_NOMEM, "out of memory");
-            for (int j = 0; st == PD_OK && j < S->nbufs; j++) host[j] = pd__actx_value(C->slot[0], S->bufs[j])->data;
-            for (int h = 0; st == PD_OK && h < C->nstash; h++) stash[h] = C->stash[h].version >= 0 ? C->stash[h].w : NULL;
-            if (st == PD_OK) st = pd__gpu_push(W->dev, c, S->bufs, S->nbufs, host, stash);
-            PD_FREE(host);
-            PD_FREE(stash);
+            for (int h = 0; st == PD_OK && h < C->nstash; h++)
+                if (C->stash[h].version >= 0) st = pd__gpu_push_stash(W->dev, c, h, C->stash[h].w);
+            if (st == PD_OK) st = pd__gpu_push(W->dev, c, S->bufs, S->nbufs);
         }
         if (st != PD_OK) pd__err_prefix("stage %d: resuming on its GPU", W->w);
     }
@@ -469,14 +457,7 @@ pd_status pd__dev_end(pd__pipe *p, bool ok) {
         if (s1 == PD_OK && !ok) s1 = pd__gpu_zero_grads(W->dev);
         for (int c = 0; c < p->V && s1 == PD_OK; c++) {
             const pd__vstage *S = &p->vs[W->ch[c].k];
-            void **host = PD_CALLOC((size_t)S->nbufs + 1, sizeof(void *));
-            if (!host) {
-                s1 = pd__err(PD_ERR_NOMEM, "out of memory");
-                break;
-            }
-            for (int j = 0; j < S->nbufs; j++) host[j] = pd__actx_value(W->ch[c].slot[0], S->bufs[j])->data;
-            s1 = pd__gpu_pull(W->dev, c, S->bufs, S->nbufs, host);
-            PD_FREE(host);
+            s1 = pd__gpu_pull(W->dev, c, S->bufs, S->nbufs, true);
         }
         if (s1 != PD_OK && st == PD_OK) {
             char msg[512];
