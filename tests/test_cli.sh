@@ -203,26 +203,29 @@ expect_error "train: bad --precision" "precision must be fp32, tf32 or bf16, not
 expect_error "profile: bad --device" "--device: device must be cpu, cuda, cuda:N, sim or sim:N, not 'gpu'" \
   "$pdonnx" profile "$fx/mlp/model.onnx" --batch 4 --device gpu -o "$tmp/p.json"
 
+same_losses() { # same_losses A.jsonl B.jsonl: per-step losses equal to 1e-5 relative
+  [ "$(wc -l <"$1")" -eq "$(wc -l <"$2")" ] &&
+  paste -d' ' <(grep -o '"loss": [^,]*' "$1" | cut -d' ' -f2) <(grep -o '"loss": [^,]*' "$2" | cut -d' ' -f2) |
+    awk '{d = $1 - $2; if (d < 0) d = -d; if (d > 1e-5 * ($1 > 0 ? $1 : -$1) + 1e-7) bad = 1} END {exit bad}'
+}
+
 # --- the simulated device (--device sim[:N], a CUDA build): the device path on the CPU, one stage and a
 # pipeline of 2 stages on 2 simulated devices, against the CPU's losses; bad counts refused in one line
 simargs=(--steps 20 --no-shuffle --optimizer momentum --lr 0.05 --quiet)
-if "$pdonnx" train "$ex/digits_mlp.onnx" "${simargs[@]}" --device sim --metrics "$tmp/sim1.jsonl" >"$tmp/out" 2>&1; then
-  "$pdonnx" train "$ex/digits_mlp.onnx" "${simargs[@]}" --metrics "$tmp/simcpu.jsonl" >/dev/null 2>&1
-  for run in "sim1:--device sim" "sim2:--device sim:2 --stages 2 --schedule 2bw --microbatches 2"; do
-    name=${run%%:*} flags=${run#*:}
-    [ "$name" = sim2 ] && { "$pdonnx" train "$ex/digits_mlp.onnx" "${simargs[@]}" --stages 2 --schedule 2bw \
-      --microbatches 2 --metrics "$tmp/simcpu2.jsonl" >/dev/null 2>&1; ref=$tmp/simcpu2.jsonl; } || ref=$tmp/simcpu.jsonl
-    # shellcheck disable=SC2086
-    [ "$name" = sim2 ] && "$pdonnx" train "$ex/digits_mlp.onnx" "${simargs[@]}" $flags --metrics "$tmp/$name.jsonl" \
-      >"$tmp/out" 2>&1
-    if [ "$(wc -l <"$tmp/$name.jsonl")" -eq 20 ] &&
-       paste -d' ' <(grep -o '"loss": [^,]*' "$ref" | cut -d' ' -f2) <(grep -o '"loss": [^,]*' "$tmp/$name.jsonl" | cut -d' ' -f2) |
-       awk '{d = $1 - $2; if (d < 0) d = -d; if (d > 1e-5 * ($1 > 0 ? $1 : -$1) + 1e-7) bad = 1} END {exit bad}'; then
-      ok "train $flags: 20 losses equal the CPU's"
-    else
-      notok "train $flags: $(tail -c 300 "$tmp/out")"
-    fi
-  done
+sim_vs_cpu() { # sim_vs_cpu DEVICE FLAGS...: the run on DEVICE gives the CPU run's 20 losses
+  local dev=$1
+  shift
+  "$pdonnx" train "$ex/digits_mlp.onnx" "${simargs[@]}" "$@" --metrics "$tmp/simcpu.jsonl" >/dev/null 2>&1
+  if "$pdonnx" train "$ex/digits_mlp.onnx" "${simargs[@]}" "$@" --device "$dev" --metrics "$tmp/sim.jsonl" \
+       >"$tmp/out" 2>&1 && [ "$(wc -l <"$tmp/sim.jsonl")" -eq 20 ] && same_losses "$tmp/simcpu.jsonl" "$tmp/sim.jsonl"; then
+    ok "train --device $dev${*:+ $*}: 20 losses equal the CPU's"
+  else
+    notok "train --device $dev${*:+ $*}: $(tail -c 300 "$tmp/out")"
+  fi
+}
+if "$pdonnx" train "$ex/digits_mlp.onnx" --steps 1 --device sim --quiet >"$tmp/out" 2>&1; then
+  sim_vs_cpu sim
+  sim_vs_cpu sim:2 --stages 2 --schedule 2bw --microbatches 2
   expect_error "train --device sim:9" "device sim:9: from 1 to 8 simulated devices" \
     "$pdonnx" train "$ex/digits_mlp.onnx" --steps 1 --device sim:9 --quiet
   expect_error "train --device sim:0" "not 'sim:0'" "$pdonnx" train "$ex/digits_mlp.onnx" --steps 1 --device sim:0 --quiet
@@ -236,19 +239,11 @@ if "$pdonnx" train "$ex/digits_mlp.onnx" --steps 20 --no-shuffle --metrics "$tmp
    && "$pdonnx" train "$ex/digits_mlp.onnx" --steps 20 --no-shuffle --stages 2 --schedule flush --microbatches 4 \
         --metrics "$tmp/pipe.jsonl" --trace "$tmp/ptrace.json" --save "$tmp/pipe.onnx" >"$tmp/out" 2>&1 \
    && [ "$(wc -l <"$tmp/pipe.jsonl")" -eq 20 ] && grep -q '"ph":"X"' "$tmp/ptrace.json" && [ -s "$tmp/pipe.onnx" ] \
-   && grep -q "simulated" "$tmp/out" \
-   && paste -d' ' <(grep -o '"loss": [^,]*' "$tmp/one.jsonl" | cut -d' ' -f2) \
-                  <(grep -o '"loss": [^,]*' "$tmp/pipe.jsonl" | cut -d' ' -f2) \
-      | awk '{d = $1 - $2; if (d < 0) d = -d; if (d > 1e-5 * ($1 > 0 ? $1 : -$1) + 1e-7) bad = 1} END {exit bad}'; then
+   && grep -q "simulated" "$tmp/out" && same_losses "$tmp/one.jsonl" "$tmp/pipe.jsonl"; then
   ok "train --stages 2 --schedule flush: 20 losses equal one stage's, trace and model written"
 else
   notok "train pipeline: $(tail -c 800 "$tmp/out")"
 fi
-same_losses() { # same_losses A.jsonl B.jsonl: per-step losses equal to 1e-5 relative
-  [ "$(wc -l <"$1")" -eq "$(wc -l <"$2")" ] &&
-  paste -d' ' <(grep -o '"loss": [^,]*' "$1" | cut -d' ' -f2) <(grep -o '"loss": [^,]*' "$2" | cut -d' ' -f2) |
-    awk '{d = $1 - $2; if (d < 0) d = -d; if (d > 1e-5 * ($1 > 0 ? $1 : -$1) + 1e-7) bad = 1} END {exit bad}'
-}
 for s in gpipe zb-h1 interleaved avgpipe; do
   if "$pdonnx" train "$ex/digits_mlp.onnx" --steps 20 --no-shuffle --stages 2 --schedule "$s" \
        --metrics "$tmp/p_$s.jsonl" --quiet >"$tmp/out" 2>&1 && same_losses "$tmp/one.jsonl" "$tmp/p_$s.jsonl"; then
