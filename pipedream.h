@@ -716,7 +716,13 @@ void pd__set_i(pd_dtype t, void *data, int64_t i, int64_t v);
 pd_status pd__read_file(const char *path, unsigned char **buf, size_t *len);
 /* Reads exactly len bytes at offset of an open file. */
 pd_status pd__pread_all(int fd, const char *path, void *buf, size_t len, int64_t offset);
-/* Writes a whole file through a temporary name, fsync and rename. */
+/* Opens path for reading if it is a regular file (never blocks on a FIFO). */
+struct stat;
+pd_status pd__open_regular(const char *path, int *fd, struct stat *st);
+/* PD_OK when path may be written: absent in an existing writable folder, or a
+ * regular file; never a folder, a path ending in '/', a device or a FIFO. */
+pd_status pd__check_dest(const char *path);
+/* Writes a whole file through a temporary name, fsync and rename (pd__check_dest first). */
 pd_status pd__write_atomic(const char *path, const void *buf, size_t len);
 float pd__half_to_float(uint16_t h);
 uint16_t pd__float_to_half(float f);
@@ -1211,11 +1217,59 @@ void *pd__scratch(pd__exec *x, size_t bytes) {
     return p;
 }
 
+/* Opens path for reading only if it is a regular file: O_NONBLOCK so that a
+ * FIFO or a device cannot block the open, then fstat on what was opened. */
+pd_status pd__open_regular(const char *path, int *fd_out, struct stat *st) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) return pd__err(PD_ERR_IO, "%s: %s", path, strerror(errno));
+    if (fstat(fd, st) != 0) {
+        pd_status s = pd__err(PD_ERR_IO, "%s: %s", path, strerror(errno));
+        close(fd);
+        return s;
+    }
+    if (!S_ISREG(st->st_mode)) {
+        close(fd);
+        return pd__err(PD_ERR_IO, "%s: not a regular file", path);
+    }
+    int fl = fcntl(fd, F_GETFL);
+    if (fl != -1) fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+    *fd_out = fd;
+    return PD_OK;
+}
+
+/* A file the program is about to write: absent, or a regular file it may
+ * replace, in a folder that exists. Never a folder, a device or a FIFO (the
+ * write goes through a temporary and a rename, which would replace the node). */
+pd_status pd__check_dest(const char *path) {
+    size_t n = strlen(path);
+    if (n == 0) return pd__err(PD_ERR_INVALID, "an empty output path");
+    if (path[n - 1] == '/') return pd__err(PD_ERR_INVALID, "%s: names a folder, not a file", path);
+    struct stat st;
+    if (stat(path, &st) == 0) {
+        if (S_ISDIR(st.st_mode)) return pd__err(PD_ERR_INVALID, "%s: is a folder, not a file", path);
+        if (!S_ISREG(st.st_mode))
+            return pd__err(PD_ERR_INVALID, "%s: not a regular file (a device or a FIFO); refusing to replace it", path);
+        return PD_OK;
+    }
+    if (errno != ENOENT) return pd__err(PD_ERR_IO, "%s: %s", path, strerror(errno));
+    char *dir = strdup(path);
+    if (!dir) return pd__err(PD_ERR_NOMEM, "out of memory");
+    char *slash = strrchr(dir, '/');
+    const char *d = slash ? (slash == dir ? "/" : (*slash = 0, dir)) : ".";
+    pd_status s = PD_OK;
+    if (stat(d, &st) != 0) s = pd__err(PD_ERR_IO, "%s: folder %s: %s", path, d, strerror(errno));
+    else if (!S_ISDIR(st.st_mode)) s = pd__err(PD_ERR_IO, "%s: %s is not a folder", path, d);
+    else if (access(d, W_OK) != 0) s = pd__err(PD_ERR_IO, "%s: folder %s: %s", path, d, strerror(errno));
+    free(dir);
+    return s;
+}
+
 /* Writes through "<path>.tmp.<pid>", fsync and rename: a reader sees the old
  * file or the whole new one, never half of it. */
 pd_status pd__write_atomic(const char *path, const void *data, size_t len) {
     const char *buf = (const char *)data;
     char tmp[4096];
+    PD_TRY(pd__check_dest(path));
     if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof tmp)
         return pd__err(PD_ERR_IO, "%s: path too long", path);
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -1266,18 +1320,9 @@ pd_status pd__pread_all(int fd, const char *path, void *data, size_t len, int64_
 
 /* Reads a whole regular file into a NUL-terminated buffer. */
 pd_status pd__read_file(const char *path, unsigned char **buf, size_t *len) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return pd__err(PD_ERR_IO, "%s: %s", path, strerror(errno));
+    int fd;
     struct stat st;
-    if (fstat(fd, &st) != 0) {
-        pd_status s = pd__err(PD_ERR_IO, "%s: %s", path, strerror(errno));
-        close(fd);
-        return s;
-    }
-    if (!S_ISREG(st.st_mode)) {
-        close(fd);
-        return pd__err(PD_ERR_IO, "%s: not a regular file", path);
-    }
+    PD_TRY(pd__open_regular(path, &fd, &st));
     if ((uint64_t)st.st_size > (uint64_t)SIZE_MAX - 1) {
         close(fd);
         return pd__err(PD_ERR_NOMEM, "%s: file too large", path);

@@ -65,7 +65,13 @@ void pd__set_i(pd_dtype t, void *data, int64_t i, int64_t v);
 pd_status pd__read_file(const char *path, unsigned char **buf, size_t *len);
 /* Reads exactly len bytes at offset of an open file. */
 pd_status pd__pread_all(int fd, const char *path, void *buf, size_t len, int64_t offset);
-/* Writes a whole file through a temporary name, fsync and rename. */
+/* Opens path for reading if it is a regular file (never blocks on a FIFO). */
+struct stat;
+pd_status pd__open_regular(const char *path, int *fd, struct stat *st);
+/* PD_OK when path may be written: absent in an existing writable folder, or a
+ * regular file; never a folder, a path ending in '/', a device or a FIFO. */
+pd_status pd__check_dest(const char *path);
+/* Writes a whole file through a temporary name, fsync and rename (pd__check_dest first). */
 pd_status pd__write_atomic(const char *path, const void *buf, size_t len);
 float pd__half_to_float(uint16_t h);
 uint16_t pd__float_to_half(float f);

@@ -216,7 +216,7 @@ static pd_status ext_open(const char *what, const char *base_dir, const char *lo
                     loc, rfull);
         goto done;
     }
-    fd = open(rfull, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    fd = open(rfull, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK); /* a FIFO must not block the open */
     struct stat st;
     if (fd < 0 || fstat(fd, &st) != 0) {
         s = pd__err(PD_ERR_IO, "%s: external data '%s': %s", what, full, strerror(errno));
