@@ -1249,9 +1249,10 @@ pd_status pd__check_dest(const char *path) {
         if (S_ISDIR(st.st_mode)) return pd__err(PD_ERR_INVALID, "%s: is a folder, not a file", path);
         if (!S_ISREG(st.st_mode))
             return pd__err(PD_ERR_INVALID, "%s: not a regular file (a device or a FIFO); refusing to replace it", path);
-        return PD_OK;
+    } else if (errno != ENOENT) {
+        return pd__err(PD_ERR_IO, "%s: %s", path, strerror(errno));
     }
-    if (errno != ENOENT) return pd__err(PD_ERR_IO, "%s: %s", path, strerror(errno));
+    /* the temporary is made in the file's folder */
     char *dir = strdup(path);
     if (!dir) return pd__err(PD_ERR_NOMEM, "out of memory");
     char *slash = strrchr(dir, '/');
@@ -7065,6 +7066,7 @@ pd_status pd__sim_plan_make(const pd_plan *pl, const pd_sim_options *opt, pd__si
 static FILE *pd__open_tmp(const char *path, char *tmp, size_t n, pd_status *rc) {
     if (!path) return NULL;
     FILE *f = NULL;
+    if ((*rc = pd__check_dest(path)) != PD_OK) return NULL;
     if ((size_t)snprintf(tmp, n, "%s.tmp", path) >= n)
         *rc = pd__err(PD_ERR_IO, "%s: path too long", path);
     else if (!(f = fopen(tmp, "w")))

@@ -512,6 +512,7 @@ pd_status pd__sim_plan_make(const pd_plan *pl, const pd_sim_options *opt, pd__si
 static FILE *pd__open_tmp(const char *path, char *tmp, size_t n, pd_status *rc) {
     if (!path) return NULL;
     FILE *f = NULL;
+    if ((*rc = pd__check_dest(path)) != PD_OK) return NULL;
     if ((size_t)snprintf(tmp, n, "%s.tmp", path) >= n)
         *rc = pd__err(PD_ERR_IO, "%s: path too long", path);
     else if (!(f = fopen(tmp, "w")))

@@ -298,9 +298,10 @@ pd_status pd__check_dest(const char *path) {
         if (S_ISDIR(st.st_mode)) return pd__err(PD_ERR_INVALID, "%s: is a folder, not a file", path);
         if (!S_ISREG(st.st_mode))
             return pd__err(PD_ERR_INVALID, "%s: not a regular file (a device or a FIFO); refusing to replace it", path);
-        return PD_OK;
+    } else if (errno != ENOENT) {
+        return pd__err(PD_ERR_IO, "%s: %s", path, strerror(errno));
     }
-    if (errno != ENOENT) return pd__err(PD_ERR_IO, "%s: %s", path, strerror(errno));
+    /* the temporary is made in the file's folder */
     char *dir = strdup(path);
     if (!dir) return pd__err(PD_ERR_NOMEM, "out of memory");
     char *slash = strrchr(dir, '/');

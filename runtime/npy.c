@@ -179,6 +179,7 @@ pd_status pd_npy_save(const char *path, const pd_tensor *t) {
         return pd__err(PD_ERR_INVALID, "pd_npy_save: %s: bad shape (ndim %d)", path, t->ndim);
     const char *descr = pd__npy_descr(t->dtype);
     if (!descr) return pd__err(PD_ERR_UNSUPPORTED, "%s: cannot write %s arrays to .npy", path, pd_dtype_name(t->dtype));
+    PD_TRY(pd__check_dest(path)); /* the rename below would replace a device or a FIFO */
     char dict[512];
     int k = snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': False, 'shape': (", descr);
     for (int i = 0; i < t->ndim; i++)

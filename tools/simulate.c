@@ -22,6 +22,7 @@ static void pd__bytes(char *buf, size_t n, double v) {
 static int pd__write_csv(const pd__schedule *s, const char *path) {
     if (strcmp(path, "-") == 0) return pd__schedule_write(s, stdout, true) == PD_OK ? 0 : pd_cli_fail();
     char tmp[4096];
+    if (pd__check_dest(path) != PD_OK) return pd_cli_fail();
     if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp", path) >= sizeof tmp) {
         fprintf(stderr, "pdonnx: %s: path too long\n", path);
         return 1;

@@ -49,7 +49,12 @@ static double pd__now(void) {
 }
 
 
-/* Reads MODEL.flags into argv-style tokens; data paths are made relative to its folder. */
+/* Flags that name a path pdonnx writes: a .flags file that came with a
+ * downloaded model must not choose what gets overwritten. */
+static const char *const pd__flags_writers[] = {"--save", "--metrics", "--trace", "--checkpoint-dir", "--resume", NULL};
+
+/* Reads MODEL.flags into argv-style tokens; data paths are made relative to
+ * its folder. -1 (after a one-line error) when the file sets an output path. */
 static int pd__read_flags(pd__targs *a, const char *model, char **tok, int max) {
     size_t n = strlen(model);
     if (n < 5 || strcmp(model + n - 5, ".onnx") != 0) return 0;
@@ -67,6 +72,15 @@ static int pd__read_flags(pd__targs *a, const char *model, char **tok, int max) 
         char *hash = strchr(line, '#');
         if (hash) *hash = 0;
         for (char *w = strtok(line, " \t\r\n"); w && nt < max; w = strtok(NULL, " \t\r\n")) {
+            for (int k = 0; pd__flags_writers[k]; k++)
+                if (!strcmp(w, pd__flags_writers[k])) {
+                    fclose(f);
+                    fprintf(stderr,
+                            "pdonnx: %s: %s names a file pdonnx writes; a .flags file may set only training "
+                            "settings (give %s on the command line)\n",
+                            path, w, w);
+                    return -1;
+                }
             char *t;
             if (path_next && w[0] != '/' && dirlen) {
                 t = malloc((size_t)dirlen + strlen(w) + 2);
@@ -286,17 +300,23 @@ static pd_status pd__validate(pd_session *s, const char *input, pd_tensor *vx, p
     return st;
 }
 
-static bool pd__writable(const char *path) {
-    char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL, 0644);
-    if (fd < 0) {
-        fprintf(stderr, "pdonnx: --save %s: cannot write there: %s\n", path, strerror(errno));
-        return false;
-    }
-    close(fd);
-    unlink(tmp);
+/* The files a run will write, checked before it trains: a bad --save found
+ * only after training loses the trained weights. */
+static bool pd__outputs_ok(const pd__targs *a) {
+    const char *flag[3] = {"--save", "--metrics", "--trace"}, *path[3] = {a->save, a->metrics, a->trace};
+    for (int i = 0; i < 3; i++)
+        if (path[i] && pd__check_dest(path[i]) != PD_OK) {
+            fprintf(stderr, "pdonnx: %s %s\n", flag[i], pd_last_error());
+            return false;
+        }
     return true;
+}
+
+/* --metrics: false (after a one-line error) once a write to it failed. */
+static bool pd__metrics_ok(FILE *f, const char *path) {
+    if (fflush(f) == 0 && !ferror(f)) return true;
+    fprintf(stderr, "pdonnx: --metrics %s: write failed: %s\n", path, strerror(errno ? errno : EIO));
+    return false;
 }
 
 /* ---- pipeline training (--stages N | --plan FILE) ---------------------------------- */
@@ -756,6 +776,7 @@ static int pd__train_main(int argc, char **argv) {
     }
     char *tok[PD_MAX_ARGS];
     int nt = model ? pd__read_flags(&a, model, tok, PD_MAX_ARGS) : 0;
+    if (nt < 0) goto out;
     if ((rc = pd__parse(&a, nt, tok)) != 0 || (rc = pd__parse(&a, argc, argv)) != 0) goto out;
     rc = 2;
     if (!a.model) {
@@ -782,7 +803,7 @@ static int pd__train_main(int argc, char **argv) {
             a.val_x = a.val_y = NULL;
         }
     }
-    if (a.save && !pd__writable(a.save)) goto out;
+    if (!pd__outputs_ok(&a)) goto out;
     if (a.ckpt_every && !a.ckpt_dir && !a.resume) {
         pd_cli_usage_error("train: %s", "--checkpoint-every needs --checkpoint-dir DIR");
         goto out;
@@ -864,6 +885,10 @@ static int pd__train_main(int argc, char **argv) {
     }
     if (a.val_x && (VX.ndim < 1 || VY.ndim < 1 || VX.shape[0] != VY.shape[0])) {
         fprintf(stderr, "pdonnx: %s and %s have different row counts\n", a.val_x, a.val_y);
+        goto done;
+    }
+    if (X.shape[0] == 0 || (a.val_x && VX.shape[0] == 0)) {
+        fprintf(stderr, "pdonnx: %s: no rows (its first dimension is 0)\n", X.shape[0] == 0 ? a.data : a.val_x);
         goto done;
     }
     pd_load_options lo = PD_LOAD_OPTIONS_INIT;
@@ -1061,7 +1086,7 @@ static int pd__train_main(int argc, char **argv) {
                     (double)((k + 1) * a.batch) / (double)rows);
             if (did_val) fprintf(mf, ", \"val_loss\": %.9g, \"val_accuracy\": %.6f", vloss, vacc);
             fprintf(mf, "}\n");
-            fflush(mf); /* a checkpoint never gets ahead of the metrics */
+            if (!pd__metrics_ok(mf, a.metrics)) goto done; /* flushed: a checkpoint never gets ahead of the metrics */
         }
         double el = pd__now() - t_start;
         if (tty) {
@@ -1110,6 +1135,16 @@ save:
             goto done;
         }
         if (!a.quiet) printf("saved %s\n", a.save);
+    }
+    if (mf) {
+        bool bad = !pd__metrics_ok(mf, a.metrics);
+        FILE *f = mf;
+        mf = NULL;
+        if (fclose(f) != 0 && !bad) {
+            fprintf(stderr, "pdonnx: --metrics %s: write failed: %s\n", a.metrics, strerror(errno));
+            bad = true;
+        }
+        if (bad) goto done;
     }
     rc = 0;
 done:
