@@ -133,7 +133,7 @@ if [ -x "$npytool" ]; then
     notok "train: a failed run left files: $(ls "$tmp")"
   fi
 fi
-expect_error "train: unwritable --save" "--save /nonexistent-dir/m.onnx: cannot write there" \
+expect_error "train: unwritable --save" "--save /nonexistent-dir/m.onnx: folder /nonexistent-dir: No such file" \
   "$pdonnx" train "$ex/digits_mlp.onnx" --save /nonexistent-dir/m.onnx --quiet
 expect_error "train: bad --optimizer" "--optimizer must be sgd, momentum, nesterov, adam or adamw" \
   "$pdonnx" train "$ex/digits_mlp.onnx" --optimizer lbfgs
