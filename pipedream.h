@@ -579,86 +579,104 @@ PDDEF void pd_mpi_finalize(void);
 /* ---- core/ops.h ---- */
 /* ops.h - the one list of operators.
  *
- * Every op is declared once here. X(ENUM, OnnxName, flags, grad) expands into
- * the pd_op enum, the name table, and the names of its functions:
- *   pd__shape_<OnnxName>    (core/shape_*.c)   output dtypes and shapes
- *   pd__flops_<OnnxName>    (core/shape_*.c)   forward FLOP count
- *   pd__cpu_<OnnxName>      (runtime/cpu/)     CPU forward kernel
- *   pd__cpu_<OnnxName>_bwd  (runtime/cpu/)     CPU backward kernel
- * grad: bit i set when input i is differentiable (gradients flow into it);
- * PD_GRAD_ALL for variadic ops. 0: the op is not differentiable.
- * Adding an op: one line here, its shape rule, its kernel.
+ * Every op is declared once here, with everything the rest of the code asks
+ * about it. X(ENUM, OnnxName, flags, grad) expands into the pd_op enum, the
+ * op table (pd__ops, core/ops.c) and the names of its functions, so a
+ * missing one is a link error:
+ *   pd__shape_<OnnxName>    (core/shape_<family>.c)   output dtypes and shapes
+ *   pd__flops_<OnnxName>    (core/shape_<family>.c)   forward FLOP count
+ *   pd__cpu_<OnnxName>      (runtime/cpu/<family>)    CPU forward kernel
+ *   pd__cpu_<OnnxName>_bwd  (runtime/cpu/<family>)    CPU backward kernel
  *
- * flags: PD_OPF_FOLD - may be constant-folded at load when all inputs are
- * constant; PD_OPF_NN - lives with the neural-network ops (shape_nn.c,
- * cpu/nn.c) rather than the tensor ops (shape_tensor.c, cpu/tensor.c).
+ * grad: bit i set when input i is differentiable (gradients flow into it);
+ * PD_GRAD_ALL for variadic ops; 0: not differentiable (PD__NO_GRAD).
+ *
+ * flags:
+ *   PD_OPF_NN, PD_OPF_ELEM, PD_OPF_TENSOR - its family, exactly one: the
+ *       files it lives in (shape_nn.c / shape_elem.c / shape_tensor.c, the
+ *       matching runtime/cpu/ files) and the finite-difference program that
+ *       must check its backward (tests/test_grad_nn.c / _elem.c / _tensor.c)
+ *   PD_OPF_FOLD - may be constant-folded at load when all inputs are constant
+ *   PD_OPF_BWD_WRITES - its backward honours pd__exec.fresh (writes a fresh
+ *       input gradient whole); the others add, into memory zeroed for them
+ *   PD_OPF_HOST - no CUDA kernel: a CUDA session runs it on the CPU, with
+ *       copies (runtime/session_dev.c); the others have a cu_table entry
+ *       (runtime/cuda/ops.c), with a backward when differentiable
+ * tests/test_core.c, test_grad_*.c and test_cuda.c --cases walk this table
+ * and fail when an op and its code disagree. Adding an op:
+ * docs/ARCHITECTURE.md, "Adding an operator".
  */
 #ifndef PD_OPS_H
 #define PD_OPS_H
 
 #define PD_OPF_FOLD 1
 #define PD_OPF_NN 2
+#define PD_OPF_ELEM 4
+#define PD_OPF_TENSOR 8
+#define PD_OPF_FAMILY (PD_OPF_NN | PD_OPF_ELEM | PD_OPF_TENSOR)
+#define PD_OPF_BWD_WRITES 16
+#define PD_OPF_HOST 32
 #define PD_GRAD_ALL 0xffffffffu
 
-#define PD_OPS(X)                                             \
-    /* neural-network ops */                                  \
-    X(GEMM, Gemm, PD_OPF_NN, 0x7)                                  \
-    X(MATMUL, MatMul, PD_OPF_NN, 0x3)                              \
-    X(CONV, Conv, PD_OPF_NN, 0x7)                                  \
-    X(CONV_TRANSPOSE, ConvTranspose, PD_OPF_NN, 0x7)               \
-    X(BATCH_NORM, BatchNormalization, PD_OPF_NN, 0x7)              \
-    X(LAYER_NORM, LayerNormalization, PD_OPF_NN, 0x7)              \
-    X(MAX_POOL, MaxPool, PD_OPF_NN, 0x1)                           \
-    X(AVERAGE_POOL, AveragePool, PD_OPF_NN, 0x1)                   \
-    X(GLOBAL_AVERAGE_POOL, GlobalAveragePool, PD_OPF_NN, 0x1)      \
-    X(LRN, LRN, PD_OPF_NN, 0x1)                                    \
-    X(SOFTMAX, Softmax, PD_OPF_NN, 0x1)                            \
-    X(LOG_SOFTMAX, LogSoftmax, PD_OPF_NN, 0x1)                     \
-    X(DROPOUT, Dropout, PD_OPF_NN, 0x1)                            \
-    X(SOFTMAX_CE_LOSS, SoftmaxCrossEntropyLoss, PD_OPF_NN, 0x1)    \
-    X(NLL_LOSS, NegativeLogLikelihoodLoss, PD_OPF_NN, 0x1)         \
-    /* element-wise */                                        \
-    X(ADD, Add, PD_OPF_FOLD, 0x3)                                  \
-    X(SUB, Sub, PD_OPF_FOLD, 0x3)                                  \
-    X(MUL, Mul, PD_OPF_FOLD, 0x3)                                  \
-    X(DIV, Div, PD_OPF_FOLD, 0x3)                                  \
-    X(POW, Pow, PD_OPF_FOLD, 0x3)                                  \
-    X(SUM, Sum, PD_OPF_FOLD, PD_GRAD_ALL)                                  \
-    X(SQRT, Sqrt, PD_OPF_FOLD, 0x1)                                \
-    X(EXP, Exp, PD_OPF_FOLD, 0x1)                                  \
-    X(LOG, Log, PD_OPF_FOLD, 0x1)                                  \
-    X(NEG, Neg, PD_OPF_FOLD, 0x1)                                  \
-    X(RECIPROCAL, Reciprocal, PD_OPF_FOLD, 0x1)                    \
-    X(RELU, Relu, PD_OPF_FOLD, 0x1)                                \
-    X(LEAKY_RELU, LeakyRelu, PD_OPF_FOLD, 0x1)                     \
-    X(SIGMOID, Sigmoid, PD_OPF_FOLD, 0x1)                          \
-    X(TANH, Tanh, PD_OPF_FOLD, 0x1)                                \
-    X(GELU, Gelu, PD_OPF_FOLD, 0x1)                                \
-    X(ERF, Erf, PD_OPF_FOLD, 0x1)                                  \
-    X(CLIP, Clip, PD_OPF_FOLD, 0x1)                                \
-    X(EQUAL, Equal, PD_OPF_FOLD, 0)                              \
-    X(WHERE, Where, PD_OPF_FOLD, 0x6)                              \
-    X(CAST, Cast, PD_OPF_FOLD, 0x1)                                \
-    X(IDENTITY, Identity, PD_OPF_FOLD, 0x1)                        \
-    /* reductions */                                          \
-    X(REDUCE_MEAN, ReduceMean, PD_OPF_FOLD, 0x1)                   \
-    X(REDUCE_SUM, ReduceSum, PD_OPF_FOLD, 0x1)                     \
-    /* tensor manipulation */                                 \
-    X(FLATTEN, Flatten, PD_OPF_FOLD, 0x1)                          \
-    X(RESHAPE, Reshape, PD_OPF_FOLD, 0x1)                          \
-    X(TRANSPOSE, Transpose, PD_OPF_FOLD, 0x1)                      \
-    X(CONCAT, Concat, PD_OPF_FOLD, PD_GRAD_ALL)                            \
-    X(SPLIT, Split, PD_OPF_FOLD, 0x1)                              \
-    X(SLICE, Slice, PD_OPF_FOLD, 0x1)                              \
-    X(GATHER, Gather, PD_OPF_FOLD, 0x1)                            \
-    X(UNSQUEEZE, Unsqueeze, PD_OPF_FOLD, 0x1)                      \
-    X(SQUEEZE, Squeeze, PD_OPF_FOLD, 0x1)                          \
-    X(EXPAND, Expand, PD_OPF_FOLD, 0x1)                            \
-    X(PAD, Pad, PD_OPF_FOLD, 0x1)                                  \
-    X(CONSTANT, Constant, PD_OPF_FOLD, 0)                        \
-    X(SHAPE, Shape, PD_OPF_FOLD, 0)                              \
-    X(CONSTANT_OF_SHAPE, ConstantOfShape, PD_OPF_FOLD, 0)        \
-    X(RANGE, Range, PD_OPF_FOLD, 0)
+#define PD_OPS(X)                                                                                  \
+    /* neural-network ops */                                                                       \
+    X(GEMM, Gemm, PD_OPF_NN, 0x7)                                                                  \
+    X(MATMUL, MatMul, PD_OPF_NN | PD_OPF_BWD_WRITES, 0x3)                                          \
+    X(CONV, Conv, PD_OPF_NN, 0x7)                                                                  \
+    X(CONV_TRANSPOSE, ConvTranspose, PD_OPF_NN | PD_OPF_HOST, 0x7)                                 \
+    X(BATCH_NORM, BatchNormalization, PD_OPF_NN, 0x7)                                              \
+    X(LAYER_NORM, LayerNormalization, PD_OPF_NN, 0x7)                                              \
+    X(MAX_POOL, MaxPool, PD_OPF_NN, 0x1)                                                           \
+    X(AVERAGE_POOL, AveragePool, PD_OPF_NN, 0x1)                                                   \
+    X(GLOBAL_AVERAGE_POOL, GlobalAveragePool, PD_OPF_NN, 0x1)                                      \
+    X(LRN, LRN, PD_OPF_NN | PD_OPF_HOST, 0x1)                                                      \
+    X(SOFTMAX, Softmax, PD_OPF_NN, 0x1)                                                            \
+    X(LOG_SOFTMAX, LogSoftmax, PD_OPF_NN, 0x1)                                                     \
+    X(DROPOUT, Dropout, PD_OPF_NN | PD_OPF_HOST, 0x1)                                              \
+    X(SOFTMAX_CE_LOSS, SoftmaxCrossEntropyLoss, PD_OPF_NN, 0x1)                                    \
+    X(NLL_LOSS, NegativeLogLikelihoodLoss, PD_OPF_NN | PD_OPF_HOST, 0x1)                           \
+    /* element-wise */                                                                             \
+    X(ADD, Add, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_BWD_WRITES, 0x3)                                \
+    X(SUB, Sub, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_BWD_WRITES, 0x3)                                \
+    X(MUL, Mul, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_BWD_WRITES, 0x3)                                \
+    X(DIV, Div, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_BWD_WRITES, 0x3)                                \
+    X(POW, Pow, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_BWD_WRITES | PD_OPF_HOST, 0x3)                  \
+    X(SUM, Sum, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, PD_GRAD_ALL)                              \
+    X(SQRT, Sqrt, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_BWD_WRITES, 0x1)                              \
+    X(EXP, Exp, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_BWD_WRITES, 0x1)                                \
+    X(LOG, Log, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_BWD_WRITES, 0x1)                                \
+    X(NEG, Neg, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_BWD_WRITES, 0x1)                                \
+    X(RECIPROCAL, Reciprocal, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_BWD_WRITES, 0x1)                  \
+    X(RELU, Relu, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_BWD_WRITES, 0x1)                              \
+    X(LEAKY_RELU, LeakyRelu, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_BWD_WRITES, 0x1)                   \
+    X(SIGMOID, Sigmoid, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_BWD_WRITES, 0x1)                        \
+    X(TANH, Tanh, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_BWD_WRITES, 0x1)                              \
+    X(GELU, Gelu, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_BWD_WRITES, 0x1)                              \
+    X(ERF, Erf, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_BWD_WRITES, 0x1)                                \
+    X(CLIP, Clip, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_BWD_WRITES | PD_OPF_HOST, 0x1)                \
+    X(EQUAL, Equal, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0)                                    \
+    X(WHERE, Where, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x6)                                  \
+    X(CAST, Cast, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x1)                                    \
+    X(IDENTITY, Identity, PD_OPF_ELEM | PD_OPF_FOLD, 0x1)                                          \
+    /* reductions */                                                                               \
+    X(REDUCE_MEAN, ReduceMean, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x1)                       \
+    X(REDUCE_SUM, ReduceSum, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x1)                         \
+    /* tensor manipulation */                                                                      \
+    X(FLATTEN, Flatten, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_BWD_WRITES, 0x1)                      \
+    X(RESHAPE, Reshape, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_BWD_WRITES, 0x1)                      \
+    X(TRANSPOSE, Transpose, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_BWD_WRITES, 0x1)                  \
+    X(CONCAT, Concat, PD_OPF_TENSOR | PD_OPF_FOLD, PD_GRAD_ALL)                                    \
+    X(SPLIT, Split, PD_OPF_TENSOR | PD_OPF_FOLD, 0x1)                                              \
+    X(SLICE, Slice, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0x1)                                \
+    X(GATHER, Gather, PD_OPF_TENSOR | PD_OPF_FOLD, 0x1)                                            \
+    X(UNSQUEEZE, Unsqueeze, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_BWD_WRITES, 0x1)                  \
+    X(SQUEEZE, Squeeze, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_BWD_WRITES, 0x1)                      \
+    X(EXPAND, Expand, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0x1)                              \
+    X(PAD, Pad, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0x1)                                    \
+    X(CONSTANT, Constant, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0)                            \
+    X(SHAPE, Shape, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0)                                  \
+    X(CONSTANT_OF_SHAPE, ConstantOfShape, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0)            \
+    X(RANGE, Range, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0)
 
 typedef enum pd_op {
 #define PD__OP_ENUM(e, name, flags, grad) PD_OP_##e,
@@ -896,7 +914,7 @@ typedef struct pd__exec {
     /* Backward: bit i set, din[i] holds no gradient yet (its memory is
      * stale): the kernel writes all of it instead of adding into it, which
      * saves zeroing it first. pd__cpu_run_bwd zeroes it for kernels that
-     * cannot (pd__cpu_bwd_writes) and clears the bits when the call returns.
+     * cannot (ops without PD_OPF_BWD_WRITES) and clears the bits when the call returns.
      * Kernels read it through pd__fresh. */
     uint32_t fresh;
 } pd__exec;
@@ -945,7 +963,6 @@ extern const pd_backend_i pd__cpu_backend;
 
 /* Runs one node's backward on the CPU backend, naming the node in any error
  * (x->fresh: see pd__exec). */
-bool pd__cpu_bwd_writes(int op); /* its kernel honours x->fresh */
 pd_status pd__cpu_run_bwd(pd__exec *x, const pd_graph *g, const pd__node *n, pd_tensor *const *in,
                           pd_tensor *const *out, pd_tensor *const *dout, pd_tensor *const *din);
 

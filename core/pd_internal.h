@@ -245,7 +245,7 @@ typedef struct pd__exec {
     /* Backward: bit i set, din[i] holds no gradient yet (its memory is
      * stale): the kernel writes all of it instead of adding into it, which
      * saves zeroing it first. pd__cpu_run_bwd zeroes it for kernels that
-     * cannot (pd__cpu_bwd_writes) and clears the bits when the call returns.
+     * cannot (ops without PD_OPF_BWD_WRITES) and clears the bits when the call returns.
      * Kernels read it through pd__fresh. */
     uint32_t fresh;
 } pd__exec;
@@ -294,7 +294,6 @@ extern const pd_backend_i pd__cpu_backend;
 
 /* Runs one node's backward on the CPU backend, naming the node in any error
  * (x->fresh: see pd__exec). */
-bool pd__cpu_bwd_writes(int op); /* its kernel honours x->fresh */
 pd_status pd__cpu_run_bwd(pd__exec *x, const pd_graph *g, const pd__node *n, pd_tensor *const *in,
                           pd_tensor *const *out, pd_tensor *const *dout, pd_tensor *const *din);
 

@@ -34,6 +34,24 @@
 #include <stdio.h>
 #include <string.h>
 
+/* The ops a finite-difference check passed for (gc_check): a program ends
+ * with gc_uncovered for the family it checks (core/ops.h). */
+static bool gc_covered[PD_OP_COUNT];
+
+/* The differentiable ops of `family` (PD_OPF_NN, _ELEM or _TENSOR) without
+ * a passing gc_check, named in buf; how many. */
+static inline int gc_uncovered(unsigned family, char *buf, size_t n) {
+    int k = 0;
+    buf[0] = 0;
+    for (int op = 0; op < PD_OP_COUNT; op++)
+        if ((pd__ops[op].flags & family) && pd__ops[op].grad && !gc_covered[op]) {
+            size_t l = strlen(buf);
+            snprintf(buf + l, n - l, " %s", pd__ops[op].name);
+            k++;
+        }
+    return k;
+}
+
 typedef struct gc {
     pd_graph *g;
     pd__node node;
@@ -322,6 +340,8 @@ done:
     for (int j = 0; j < c->nout; j++) free(r[j]);
     free(x.scratch);
     if (ok) snprintf(c->why, sizeof c->why, "ok");
+    if (ok && c->node.op >= 0 && c->node.op < PD_OP_COUNT && (mask & pd__ops[c->node.op].grad))
+        gc_covered[c->node.op] = true;
     return ok;
 }
 

@@ -135,6 +135,25 @@ static void test_overflow(void) {
     CHECK(pd__shape_numel(2, s3) == 0, "shape: zero-size tensor has numel 0");
 }
 
+/* The op table (core/ops.h) is consistent with itself and the CPU backend:
+ * one family each, a name found again by lookup, every function present, a
+ * backward that writes whole only where there is a backward. The other
+ * walks: tests/test_grad_*.c (finite differences), test_cuda.c (cu_table). */
+static void test_op_table(void) {
+    char bad[2048] = "";
+    for (int op = 0; op < PD_OP_COUNT; op++) {
+        const pd__op_def *d = &pd__ops[op];
+        int fam = d->flags & PD_OPF_FAMILY;
+        const char *why = NULL;
+        if (fam != PD_OPF_NN && fam != PD_OPF_ELEM && fam != PD_OPF_TENSOR) why = "not exactly one family";
+        else if (pd__op_lookup(d->name) != op) why = "its name does not look it up";
+        else if (!d->shape || !d->flops || !pd__cpu_kernels[op] || !pd__cpu_grads[op]) why = "a function missing";
+        else if ((d->flags & PD_OPF_BWD_WRITES) && !d->grad) why = "PD_OPF_BWD_WRITES without a gradient";
+        if (why) snprintf(bad + strlen(bad), sizeof bad - strlen(bad), " %s (%s);", d->name, why);
+    }
+    CHECK(!bad[0], "op table: %d ops, each consistent:%s", (int)PD_OP_COUNT, bad[0] ? bad : " yes");
+}
+
 int main(void) {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/pd-test-core-XXXXXX");
     if (!mkdtemp(tmpdir)) return 1;
@@ -142,6 +161,7 @@ int main(void) {
     test_npy_numpy_file();
     test_half();
     test_overflow();
+    test_op_table();
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
     if (system(cmd) != 0) return 1;

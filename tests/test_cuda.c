@@ -846,6 +846,33 @@ static void test_refusals(void) {
     gc_free(c);
 }
 
+/* The CUDA table against core/ops.h: an op has a CUDA forward (and a
+ * backward where it is differentiable) unless it is marked PD_OPF_HOST, and
+ * one so marked has none. */
+static void test_op_table(void) {
+    char missing[2048] = "", stale[2048] = "";
+    for (int op = 0; op < PD_OP_COUNT; op++) {
+        int k = pd__cuda_op_kernels(op);
+        bool host = pd__ops[op].flags & PD_OPF_HOST, want_bwd = pd__ops[op].grad != 0;
+        char *to = NULL;
+        if (host && k) to = stale;
+        else if (!host && (!(k & 1) || (want_bwd && !(k & 2)) || (!want_bwd && (k & 2)))) to = missing;
+        if (to) snprintf(to + strlen(to), 2048 - strlen(to), " %s(%d)", pd__ops[op].name, k);
+        if (!host && (k & 1)) { /* the table and supports_op agree */
+            pd__node n;
+            memset(&n, 0, sizeof n);
+            n.op = op;
+            n.nout = 1;
+            n.opset = 17;
+            n.op_type = (char *)pd__ops[op].name;
+            if (!pd__cuda_supports_op(NULL, &n)) snprintf(missing + strlen(missing), 2048 - strlen(missing),
+                                                          " %s(supports_op)", pd__ops[op].name);
+        }
+    }
+    CHECK(!missing[0], "every op not marked PD_OPF_HOST has its CUDA forward and backward:%s", missing[0] ? missing : " yes");
+    CHECK(!stale[0], "no op marked PD_OPF_HOST has a CUDA kernel:%s", stale[0] ? stale : " none");
+}
+
 /* The simulated device's promise: device memory is not host memory. A child
  * reads through a device pointer and must die of it (SIGSEGV; under ASan its
  * handler reports the fault and exits non-zero). */
@@ -894,7 +921,7 @@ int main(int argc, char **argv) {
     if (argc > 1 && !strcmp(argv[1], "--cases")) {
         cases_only = true;
         run_cases();
-        if (!pd__cuda_is_sim()) test_refusals();
+        if (!pd__cuda_is_sim()) test_refusals(), test_op_table();
         return check_summary();
     }
     int n = pd__cuda_device_count();
@@ -914,7 +941,7 @@ int main(int argc, char **argv) {
     test_optim();
     test_loss();
     if (pd__cuda_is_sim()) test_sim_guard(); /* its supports_op is the CPU backend's, not the CUDA table's */
-    else test_refusals();
+    else test_refusals(), test_op_table();
     pd__cuda_mem_stats s;
     pd__cuda_mem_get_stats(ctx, &s);
     printf("# allocator: %lld allocations, %lld from the cache, %lld cudaMalloc, peak %zu bytes\n",

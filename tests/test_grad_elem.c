@@ -934,5 +934,9 @@ int main(void) {
     test_reads();
     test_fast_paths();
     test_float16();
+    char missing[1024];
+    CHECK(gc_uncovered(PD_OPF_ELEM, missing, sizeof missing) == 0,
+          "every differentiable element-wise op (core/ops.h) has a passing finite-difference case:%s",
+          missing[0] ? missing : " yes");
     return check_summary();
 }

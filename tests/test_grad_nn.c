@@ -1040,5 +1040,9 @@ int main(void) {
         pd__dnnl_release();
     }
 #endif
+    char missing[1024];
+    CHECK(gc_uncovered(PD_OPF_NN, missing, sizeof missing) == 0,
+          "every differentiable neural-network op (core/ops.h) has a passing finite-difference case:%s",
+          missing[0] ? missing : " yes");
     return check_summary();
 }

@@ -888,5 +888,9 @@ int main(int argc, char **argv) {
     }
     test_errors();
     if (!quick) timings();
+    char missing[1024];
+    CHECK(gc_uncovered(PD_OPF_TENSOR, missing, sizeof missing) == 0,
+          "every differentiable tensor op (core/ops.h) has a passing finite-difference case:%s",
+          missing[0] ? missing : " yes");
     return check_summary();
 }

@@ -176,6 +176,9 @@ typedef pd_status (*pd__cuda_grad_fn)(pd__cuda_ctx *c, const pd__exec *x, const 
  * forms and, when g is not NULL, its inputs have the supported dtypes and
  * shapes. What it refuses stays on the CPU backend. */
 bool pd__cuda_supports_op(const pd_graph *g, const pd__node *n);
+/* What the backend's table holds for op: 1 a forward, | 2 a backward
+ * (tests/test_cuda.c --cases checks it against core/ops.h's PD_OPF_HOST). */
+int pd__cuda_op_kernels(int op);
 /* Run node n (errors name it, as pd__cpu_run's do; g may be NULL). */
 pd_status pd__cuda_run(pd__cuda_ctx *c, const pd__exec *x, const pd_graph *g, const pd__node *n, pd_tensor *const *in,
                        pd_tensor *const *out);
@@ -270,6 +273,7 @@ pd_status pd__cuda_loss_cross_entropy(pd__cuda_ctx *c, const pd_tensor *logits, 
       pd__cuda_load())                                                                                                \
     V(tensor_free, (pd__cuda_ctx *c, pd_tensor *dev), (c, dev))                                                       \
     X(bool, supports_op, (const pd_graph *g, const pd__node *n), (g, n), false)                                       \
+    X(int, op_kernels, (int op), (op), 0)                                                                             \
     X(pd_status, run,                                                                                                 \
       (pd__cuda_ctx *c, const pd__exec *x, const pd_graph *g, const pd__node *n, pd_tensor *const *in,                \
        pd_tensor *const *out),                                                                                        \

@@ -793,6 +793,11 @@ static bool attrs_ok(const pd__node *n) {
     }
 }
 
+int pd__cuda_op_kernels(int op) {
+    if (op < 0 || op >= PD_OP_COUNT) return 0;
+    return (cu_table[op].fwd ? 1 : 0) | (cu_table[op].bwd ? 2 : 0);
+}
+
 bool pd__cuda_supports_op(const pd_graph *g, const pd__node *n) {
     if (!n || n->op < 0 || n->op >= PD_OP_COUNT || !cu_table[n->op].fwd || !attrs_ok(n)) return false;
     if (!g) return true;

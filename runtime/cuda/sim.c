@@ -649,6 +649,12 @@ static bool sim_supports_op(const pd_graph *g, const pd__node *n) {
     return true;
 }
 
+/* every op, with its CPU kernels: forward, and backward where it has one */
+static int sim_op_kernels(int op) {
+    if (op < 0 || op >= PD_OP_COUNT) return 0;
+    return 1 | (pd__ops[op].grad ? 2 : 0);
+}
+
 static pd_status pd__sim_node_fn(pd__cuda_ctx *c, pd__sim_task *t) {
     const pd__node *n = t->n;
     if (t->x.scratch_size > c->scratch_size) {
