@@ -1,4 +1,4 @@
-/* test_grad_nn.c - the nn ops' CPU backward kernels (runtime/cpu/nn_grad.c):
+/* test_grad_nn.c - the nn ops' CPU backward kernels (runtime/cpu/nn.c):
  *
  * - every differentiable input of Gemm, MatMul, Conv, ConvTranspose,
  *   BatchNormalization (training session, the node's own training mode,

@@ -1,22 +1,31 @@
-/* nn.c - CPU forward kernels of the neural-network ops: Gemm, MatMul, Conv,
- * ConvTranspose (N-D, im2col/col2im + OpenBLAS GEMM), BatchNormalization
- * (inference and training statistics), LayerNormalization, MaxPool,
- * AveragePool, GlobalAveragePool (N-D), LRN, Softmax, LogSoftmax, Dropout,
+/* nn.c - CPU kernels of the neural-network ops, each forward beside its
+ * backward: Gemm, MatMul, Conv, ConvTranspose (N-D, im2col/col2im +
+ * OpenBLAS GEMM, or oneDNN: dnnl.c), BatchNormalization (inference and
+ * training statistics), LayerNormalization, MaxPool, AveragePool,
+ * GlobalAveragePool (N-D), LRN, Softmax, LogSoftmax, Dropout,
  * SoftmaxCrossEntropyLoss, NegativeLogLikelihoodLoss.
  *
  * Each pd__cpu_<Op> reads the attributes, takes the window geometry from
  * pd__win_make (the same function the shape rule used) and dispatches on the
  * dtype to a typed kernel. The typed kernels are written once in nn_impl.h
  * and instantiated below for float (_f32) and double (_f64); the untyped
- * helpers they share with the backward (nn_grad.c) are in nn_common.h.
- * Scratch memory comes from pd__scratch; loops run on OpenMP threads where
- * worthwhile. In a training session (x->training) BatchNormalization uses
- * batch statistics and Dropout drops (see each below).
+ * helpers are in nn_common.h. Scratch memory comes from pd__scratch; loops
+ * run on OpenMP threads where worthwhile. In a training session
+ * (x->training) BatchNormalization uses batch statistics and Dropout drops
+ * (see each below).
+ *
+ * Each pd__cpu_<Op>_bwd follows pd__grad_fn: it reads the forward's inputs
+ * and outputs, and ADDS the gradient of each input it is given a din for
+ * (only those: the input-gradient and weight-gradient halves of zero-bubble's
+ * split backward each work alone). Output gradients are read for the float
+ * outputs that depend differentiably on the inputs: Y, LayerNormalization's
+ * Mean and InvStdDev, SoftmaxCrossEntropyLoss's log_prob. MaxPool's
+ * Indices, Dropout's mask and BatchNormalization's running statistics carry
+ * none.
  */
 #include "nn_common.h"
 
 /* ---- the typed kernels ------------------------------------------------------------------------ */
-
 #define T float
 #define FN(name) name##_f32
 #define PD_GEMM cblas_sgemm
@@ -37,8 +46,15 @@
 #undef PD_GEMM
 #undef EXP
 
-/* ---- Gemm, MatMul ------------------------------------------------------------------------------- */
+/* The gradient of output j / the gradient wanted for input i: NULL when
+ * absent, not wanted, or beyond the node's count. */
+static const pd_tensor *gout(const pd__node *n, pd_tensor *const *dout, int j) {
+    return j < n->nout ? dout[j] : NULL;
+}
+static pd_tensor *gin(const pd__node *n, pd_tensor *const *din, int i) { return i < n->nin ? din[i] : NULL; }
+static void *dptr(const pd_tensor *t) { return t ? t->data : NULL; }
 
+/* ---- Gemm, MatMul ------------------------------------------------------------------------------- */
 pd_status pd__cpu_Gemm(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
     (void)x;
     bool ta = pd__attr_i(n, "transA", 0) != 0, tb = pd__attr_i(n, "transB", 0) != 0;
@@ -52,8 +68,29 @@ pd_status pd__cpu_MatMul(pd__exec *x, const pd__node *n, pd_tensor *const *in, p
     PD_DISPATCH(in[0]->dtype, matmul, (in[0], in[1], out[0]))
 }
 
-/* ---- Conv, ConvTranspose ------------------------------------------------------------------------- */
+pd_status pd__cpu_Gemm_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out,
+                           pd_tensor *const *dout, pd_tensor *const *din) {
+    (void)x;
+    (void)out;
+    const pd_tensor *dY = gout(n, dout, 0), *C = opt_in(n, in, 2);
+    if (!dY) return PD_OK;
+    bool ta = pd__attr_i(n, "transA", 0) != 0, tb = pd__attr_i(n, "transB", 0) != 0;
+    double alpha = pd__attr_f(n, "alpha", 1.0f), beta = pd__attr_f(n, "beta", 1.0f);
+    PD_DISPATCH(in[0]->dtype, gemm_bwd,
+                (in[0], in[1], C, dY->data, ta, tb, alpha, beta, dptr(gin(n, din, 0)), dptr(gin(n, din, 1)),
+                 C ? dptr(gin(n, din, 2)) : NULL))
+}
 
+pd_status pd__cpu_MatMul_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out,
+                             pd_tensor *const *dout, pd_tensor *const *din) {
+    (void)out;
+    const pd_tensor *dY = gout(n, dout, 0);
+    if (!dY) return PD_OK;
+    PD_DISPATCH(in[0]->dtype, matmul_bwd,
+                (in[0], in[1], dY->data, dptr(gin(n, din, 0)), dptr(gin(n, din, 1)), pd__fresh(x, 0), pd__fresh(x, 1)))
+}
+
+/* ---- Conv, ConvTranspose ------------------------------------------------------------------------- */
 pd_status pd__cpu_Conv(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
     pd__win w;
     PD_TRY(pd__win_make(n, PD_WIN_CONV, in[0]->ndim, in[0]->shape, in[1]->shape + 2, &w));
@@ -68,8 +105,33 @@ pd_status pd__cpu_ConvTranspose(pd__exec *x, const pd__node *n, pd_tensor *const
     PD_DISPATCH(in[0]->dtype, conv_transpose, (x, &w, group, in[0], in[1], opt_in(n, in, 2), out[0]))
 }
 
-/* ---- normalizations ------------------------------------------------------------------------------- */
+pd_status pd__cpu_Conv_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out,
+                           pd_tensor *const *dout, pd_tensor *const *din) {
+    (void)out;
+    const pd_tensor *dY = gout(n, dout, 0);
+    if (!dY) return PD_OK;
+    pd__win w;
+    PD_TRY(pd__win_make(n, PD_WIN_CONV, in[0]->ndim, in[0]->shape, in[1]->shape + 2, &w));
+    int64_t group = pd__attr_i(n, "group", 1);
+    void *dB = opt_in(n, in, 2) ? dptr(gin(n, din, 2)) : NULL;
+    PD_DISPATCH(in[0]->dtype, conv_bwd,
+                (x, &w, group, in[0], in[1], dY->data, dptr(gin(n, din, 0)), dptr(gin(n, din, 1)), dB))
+}
 
+pd_status pd__cpu_ConvTranspose_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out,
+                                    pd_tensor *const *dout, pd_tensor *const *din) {
+    (void)out;
+    const pd_tensor *dY = gout(n, dout, 0);
+    if (!dY) return PD_OK;
+    pd__win w;
+    PD_TRY(pd__win_make(n, PD_WIN_CONVT, in[0]->ndim, in[0]->shape, in[1]->shape + 2, &w));
+    int64_t group = pd__attr_i(n, "group", 1);
+    void *dB = opt_in(n, in, 2) ? dptr(gin(n, din, 2)) : NULL;
+    PD_DISPATCH(in[0]->dtype, conv_transpose_bwd,
+                (x, &w, group, in[0], in[1], dY->data, dptr(gin(n, din, 0)), dptr(gin(n, din, 1)), dB))
+}
+
+/* ---- normalizations ------------------------------------------------------------------------------- */
 static pd_status bn_run(pd__exec *x, pd_dtype dt, int64_t N, int64_t F, int64_t S, const void *X, const double *m,
                         const double *a, const double *b, void *Y) {
     PD_DISPATCH(dt, affine, (x, N, F, S, X, m, a, b, Y))
@@ -167,8 +229,120 @@ pd_status pd__cpu_LRN(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_t
     PD_DISPATCH(X->dtype, lrn, (x, N, C, S, X->data, size, alpha, beta, bias, out[0]->data))
 }
 
-/* ---- pools ---------------------------------------------------------------------------------------- */
+static pd_status bn_grad(pd__exec *x, pd_dtype dt, int64_t N, int64_t F, int64_t S, const void *X, const void *dY,
+                         const double *mean, const double *istd, const double *scale, bool batch, void *dX,
+                         double *sdy, double *sdyx) {
+    PD_DISPATCH(dt, bn_bwd, (x, N, F, S, X, dY, mean, istd, scale, batch, dX, sdy, sdyx))
+}
 
+/* With batch statistics (the node's training mode, or a training session,
+ * as the forward) the gradient goes through the mean and variance, which
+ * are recomputed from X: the running statistics were updated by the
+ * forward already. Otherwise (inference) it is the affine map's with the
+ * running statistics. The running statistics outputs carry no gradient. */
+pd_status pd__cpu_BatchNormalization_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *in,
+                                         pd_tensor *const *out, pd_tensor *const *dout, pd_tensor *const *din) {
+    (void)out;
+    const pd_tensor *X = in[0], *dY = gout(n, dout, 0);
+    pd_tensor *dX = gin(n, din, 0), *dS = gin(n, din, 1), *dB = gin(n, din, 2);
+    if (!dY || (!dX && !dS && !dB)) return PD_OK;
+    int64_t N = X->shape[0], F = pd_tensor_numel(in[1]), numel = pd_tensor_numel(X);
+    int64_t S = N > 0 && F > 0 ? numel / (N * F) : 0;
+    double eps = pd__attr_f(n, "epsilon", 1e-5f);
+    bool batch = pd__bn_training(n) || x->training;
+    double *buf = pd__scratch_n(x, 6, F, sizeof(double));
+    if (!buf) return PD_ERR_NOMEM;
+    double *sc = buf, *mean = sc + F, *var = mean + F, *istd = var + F, *sdy = istd + F, *sdyx = sdy + F;
+    for (int64_t f = 0; f < F; f++) sc[f] = pd__get_f(in[1]->dtype, in[1]->data, f);
+    if (batch) {
+        PD_TRY(bn_stats(x, X->dtype, N, F, S, X->data, mean, var));
+    } else {
+        for (int64_t f = 0; f < F; f++) {
+            mean[f] = pd__get_f(in[3]->dtype, in[3]->data, f);
+            var[f] = pd__get_f(in[4]->dtype, in[4]->data, f);
+        }
+    }
+    for (int64_t f = 0; f < F; f++) istd[f] = 1.0 / sqrt(var[f] + eps);
+    PD_TRY(bn_grad(x, X->dtype, N, F, S, X->data, dY->data, mean, istd, sc, batch, dptr(dX), sdy, sdyx));
+    for (int64_t f = 0; f < F; f++) {
+        if (dS) pd__set_f(dS->dtype, dS->data, f, pd__get_f(dS->dtype, dS->data, f) + sdyx[f]);
+        if (dB) pd__set_f(dB->dtype, dB->data, f, pd__get_f(dB->dtype, dB->data, f) + sdy[f]);
+    }
+    return PD_OK;
+}
+
+static pd_status ln_grad(pd__exec *x, pd_dtype dt, int64_t R, int64_t D, const void *X, const void *scale,
+                         double eps, const void *dY, const void *dm, const void *di, pd_dtype mdt, void *dX,
+                         double *st, double *dsc, double *dbi) {
+    PD_DISPATCH(dt, layer_norm_bwd, (x, R, D, X, scale, eps, dY, dm, di, mdt, dX, st, dsc, dbi))
+}
+
+/* dp (broadcastable to shape, nd dims) += the sum of dense (D) over the
+ * positions each of its elements was broadcast to. */
+static void reduce_param(pd_tensor *dp, int nd, const int64_t *shape, int64_t D, const double *dense) {
+    int64_t idx[PD_MAX_DIMS] = {0};
+    for (int64_t i = 0; i < D; i++) {
+        int64_t off = param_offset(dp, nd, idx);
+        pd__set_f(dp->dtype, dp->data, off, pd__get_f(dp->dtype, dp->data, off) + dense[i]);
+        odo_next(idx, shape, nd);
+    }
+}
+
+pd_status pd__cpu_LayerNormalization_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *in,
+                                         pd_tensor *const *out, pd_tensor *const *dout, pd_tensor *const *din) {
+    const pd_tensor *X = in[0], *scale = in[1], *bias = opt_in(n, in, 2);
+    const pd_tensor *dY = gout(n, dout, 0), *dM = gout(n, dout, 1), *dI = gout(n, dout, 2);
+    pd_tensor *dX = gin(n, din, 0), *dS = gin(n, din, 1), *dB = bias ? gin(n, din, 2) : NULL;
+    if (!dY) dS = dB = NULL;
+    if (!dY && !dM && !dI) return PD_OK;
+    if (!dX && !dS && !dB) return PD_OK;
+    int r = X->ndim;
+    int64_t axis = pd__attr_i(n, "axis", -1);
+    if (axis < 0) axis += r;
+    if (axis < 0 || axis >= r) return pd__err(PD_ERR_SHAPE, "axis %lld is out of range", (long long)axis);
+    int nd = r - (int)axis;
+    int64_t R = prod64((int)axis, X->shape), D = prod64(nd, X->shape + axis);
+    double eps = pd__attr_f(n, "epsilon", 1e-5f);
+    bool exs = pd_tensor_numel(scale) != D;
+    /* scratch: row statistics (2R), dense dScale and dB (2D), the expanded scale (D) */
+    char *buf = pd__scratch_n(x, 2 * R + 2 * D + D, 1, sizeof(double));
+    if (!buf) return PD_ERR_NOMEM;
+    double *st = (double *)buf, *dsc = st + 2 * R, *dbi = dsc + D;
+    const void *sd = scale->data;
+    if (exs) {
+        expand_param(scale, nd, X->shape + axis, D, X->dtype, dbi + D);
+        sd = dbi + D;
+    }
+    const pd_tensor *mo = opt_out(n, out, 1), *io = opt_out(n, out, 2);
+    pd_dtype mdt = dM && mo ? mo->dtype : dI && io ? io->dtype : PD_FLOAT;
+    PD_TRY(ln_grad(x, X->dtype, R, D, X->data, sd, eps, dptr(dY), dptr(dM), dptr(dI), mdt, dptr(dX), st,
+                   dS ? dsc : NULL, dB ? dbi : NULL));
+    if (dS) reduce_param(dS, nd, X->shape + axis, D, dsc);
+    if (dB) reduce_param(dB, nd, X->shape + axis, D, dbi);
+    return PD_OK;
+}
+
+static pd_status lrn_grad(pd__exec *x, pd_dtype dt, int64_t N, int64_t C, int64_t S, const void *X, const void *dY,
+                          int64_t size, double alpha, double beta, double bias, double *Q, void *dX) {
+    PD_DISPATCH(dt, lrn_bwd, (x, N, C, S, X, dY, size, alpha, beta, bias, Q, dX))
+}
+
+pd_status pd__cpu_LRN_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out,
+                          pd_tensor *const *dout, pd_tensor *const *din) {
+    (void)out;
+    const pd_tensor *X = in[0], *dY = gout(n, dout, 0);
+    pd_tensor *dX = gin(n, din, 0);
+    if (!dY || !dX) return PD_OK;
+    int64_t N = X->shape[0], C = X->shape[1], S = prod64(X->ndim - 2, X->shape + 2);
+    int64_t size = pd__attr_i(n, "size", 1);
+    double alpha = pd__attr_f(n, "alpha", 1e-4f), beta = pd__attr_f(n, "beta", 0.75f),
+           bias = pd__attr_f(n, "bias", 1.0f);
+    double *Q = pd__scratch_n(x, pd_tensor_numel(X), 1, sizeof(double));
+    if (!Q) return PD_ERR_NOMEM;
+    return lrn_grad(x, X->dtype, N, C, S, X->data, dY->data, size, alpha, beta, bias, Q, dX->data);
+}
+
+/* ---- pools ---------------------------------------------------------------------------------------- */
 /* MaxPool of uint8, int8, float16: through float, exactly (a max picks one of the inputs). */
 static pd_status maxpool_via_float(pd__exec *x, const pd__win *w, int64_t NC, const pd_tensor *X, pd_tensor *Y,
                                    int64_t *ind, int so) {
@@ -218,8 +392,54 @@ pd_status pd__cpu_GlobalAveragePool(pd__exec *x, const pd__node *n, pd_tensor *c
     PD_DISPATCH(X->dtype, global_avgpool, (x, NC, S, X->data, out[0]->data))
 }
 
-/* ---- softmax family ---------------------------------------------------------------------------------- */
+pd_status pd__cpu_MaxPool_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out,
+                              pd_tensor *const *dout, pd_tensor *const *din) {
+    (void)out;
+    const pd_tensor *X = in[0], *dY = gout(n, dout, 0);
+    pd_tensor *dX = gin(n, din, 0);
+    if (!dY || !dX) return PD_OK;
+    pd__win w;
+    PD_TRY(pd__win_make(n, PD_WIN_POOL, X->ndim, X->shape, NULL, &w));
+    int64_t NC = X->shape[0] * X->shape[1], ny = NC * prod64(w.nsp, w.out);
+    /* scratch: the argmax (ny int64), then the recomputed Y (ny) */
+    int64_t *ind = pd__scratch_n(x, 2 * ny, 1, sizeof(int64_t));
+    if (!ind) return PD_ERR_NOMEM;
+    PD_DISPATCH(X->dtype, maxpool_bwd, (x, &w, NC, X->data, dY->data, (void *)(ind + ny), ind, dX->data))
+}
 
+static pd_status avgpool_grad(pd__exec *x, pd_dtype dt, const pd__win *w, int64_t NC, const void *dY,
+                              const int64_t *cnt, void *G, void *dX) {
+    PD_DISPATCH(dt, avgpool_bwd, (x, w, NC, dY, cnt, G, dX))
+}
+
+pd_status pd__cpu_AveragePool_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out,
+                                  pd_tensor *const *dout, pd_tensor *const *din) {
+    (void)out;
+    const pd_tensor *X = in[0], *dY = gout(n, dout, 0);
+    pd_tensor *dX = gin(n, din, 0);
+    if (!dY || !dX) return PD_OK;
+    pd__win w;
+    PD_TRY(pd__win_make(n, PD_WIN_POOL, X->ndim, X->shape, NULL, &w));
+    int64_t NC = X->shape[0] * X->shape[1], nc = 0, ny = NC * prod64(w.nsp, w.out);
+    for (int i = 0; i < w.nsp; i++) nc += w.out[i];
+    /* scratch: the per-dim counts (nc int64), then dY / count (ny, as wide as a double at most) */
+    int64_t *cnt = pd__scratch_n(x, nc + ny, 1, sizeof(int64_t));
+    if (!cnt) return PD_ERR_NOMEM;
+    pool_counts(&w, pd__attr_i(n, "count_include_pad", 0) != 0, cnt);
+    return avgpool_grad(x, X->dtype, &w, NC, dY->data, cnt, cnt + nc, dX->data);
+}
+
+pd_status pd__cpu_GlobalAveragePool_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out,
+                                        pd_tensor *const *dout, pd_tensor *const *din) {
+    (void)out;
+    const pd_tensor *X = in[0], *dY = gout(n, dout, 0);
+    pd_tensor *dX = gin(n, din, 0);
+    if (!dY || !dX) return PD_OK;
+    int64_t NC = X->shape[0] * X->shape[1], S = prod64(X->ndim - 2, X->shape + 2);
+    PD_DISPATCH(X->dtype, global_avgpool_bwd, (x, NC, S, dY->data, dX->data))
+}
+
+/* ---- softmax family ---------------------------------------------------------------------------------- */
 static pd_status softmax_run(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out, int lg) {
     const pd_tensor *X = in[0];
     int64_t outer, len, inner;
@@ -235,8 +455,27 @@ pd_status pd__cpu_LogSoftmax(pd__exec *x, const pd__node *n, pd_tensor *const *i
     return softmax_run(x, n, in, out, 1);
 }
 
-/* ---- losses ----------------------------------------------------------------------------------------------- */
+static pd_status softmax_grad(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out,
+                              pd_tensor *const *dout, pd_tensor *const *din, int lg) {
+    const pd_tensor *X = in[0], *dY = gout(n, dout, 0);
+    pd_tensor *dX = gin(n, din, 0);
+    if (!dY || !dX) return PD_OK;
+    int64_t outer, len, inner;
+    PD_TRY(pd__softmax_split(n, X->ndim, X->shape, &outer, &len, &inner));
+    PD_DISPATCH(X->dtype, softmax_bwd, (x, outer, len, inner, out[0]->data, dY->data, dX->data, lg))
+}
 
+pd_status pd__cpu_Softmax_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out,
+                              pd_tensor *const *dout, pd_tensor *const *din) {
+    return softmax_grad(x, n, in, out, dout, din, 0);
+}
+
+pd_status pd__cpu_LogSoftmax_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out,
+                                 pd_tensor *const *dout, pd_tensor *const *din) {
+    return softmax_grad(x, n, in, out, dout, din, 1);
+}
+
+/* ---- losses ----------------------------------------------------------------------------------------------- */
 pd_status pd__cpu_SoftmaxCrossEntropyLoss(pd__exec *x, const pd__node *n, pd_tensor *const *in,
                                           pd_tensor *const *out) {
     const pd_tensor *X = in[0], *W = opt_in(n, in, 2);
@@ -259,8 +498,47 @@ pd_status pd__cpu_NegativeLogLikelihoodLoss(pd__exec *x, const pd__node *n, pd_t
     PD_DISPATCH(X->dtype, nll, (l.N, l.C, l.D, X->data, in[1], wd, l.has_ii, l.ii, l.red, out[0]->data))
 }
 
-/* ---- Dropout ---------------------------------------------------------------------------------------------- */
+static pd_status log_softmax(pd__exec *x, pd_dtype dt, int64_t N, int64_t C, int64_t D, const void *X, void *LP) {
+    PD_DISPATCH(dt, softmax, (x, N, C, D, X, LP, 1))
+}
 
+/* Gradients w.r.t. the scores only (labels and weights are not
+ * differentiable); the log_prob output's gradient, when given, adds in. */
+pd_status pd__cpu_SoftmaxCrossEntropyLoss_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *in,
+                                              pd_tensor *const *out, pd_tensor *const *dout, pd_tensor *const *din) {
+    const pd_tensor *X = in[0], *W = opt_in(n, in, 2), *dY = gout(n, dout, 0), *dLP = gout(n, dout, 1);
+    pd_tensor *dX = gin(n, din, 0);
+    if ((!dY && !dLP) || !dX) return PD_OK;
+    pd__loss l;
+    PD_TRY(loss_opts(n, X, &l));
+    const pd_tensor *lpo = opt_out(n, out, 1);
+    int64_t tot = pd_tensor_numel(X);
+    size_t es = pd_dtype_size(X->dtype);
+    /* scratch: G, then the recomputed log-probabilities when the node does not output them */
+    char *buf = pd__scratch_n(x, lpo ? tot : 2 * tot, 1, es);
+    if (!buf) return PD_ERR_NOMEM;
+    void *G = buf, *LP = lpo ? lpo->data : buf + (size_t)tot * es;
+    if (!lpo) PD_TRY(log_softmax(x, X->dtype, l.N, l.C, l.D, X->data, LP));
+    const void *wd = W ? W->data : NULL;
+    PD_DISPATCH(X->dtype, sce_bwd,
+                (x, l.N, l.C, l.D, LP, dptr(dLP), in[1], wd, l.has_ii, l.ii, l.red, dptr(dY), G, dX->data))
+}
+
+pd_status pd__cpu_NegativeLogLikelihoodLoss_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *in,
+                                                pd_tensor *const *out, pd_tensor *const *dout,
+                                                pd_tensor *const *din) {
+    (void)x;
+    (void)out;
+    const pd_tensor *X = in[0], *W = opt_in(n, in, 2), *dY = gout(n, dout, 0);
+    pd_tensor *dX = gin(n, din, 0);
+    if (!dY || !dX) return PD_OK;
+    pd__loss l;
+    PD_TRY(loss_opts(n, X, &l));
+    const void *wd = W ? W->data : NULL;
+    PD_DISPATCH(X->dtype, nll_bwd, (l.N, l.C, l.D, in[1], wd, l.has_ii, l.ii, l.red, dY->data, dX->data))
+}
+
+/* ---- Dropout ---------------------------------------------------------------------------------------------- */
 /* Identity at inference. ONNX's training mode (opset 12+, training_mode input
  * true): keep[i] = u[i] >= ratio with u from MT19937 seeded by the seed
  * attribute (0 when absent: runs are reproducible). A training session
@@ -293,6 +571,36 @@ pd_status pd__cpu_Dropout(pd__exec *x, const pd__node *n, pd_tensor *const *in, 
     default:
         for (int64_t i = 0; i < numel; i++)
             pd__set_f(Y->dtype, Y->data, i, keep[i] ? pd__get_f(X->dtype, X->data, i) * scale : 0.0);
+        return PD_OK;
+    }
+}
+
+/* The mask drawn again as the forward drew it (dropout_mode, dropout_fill):
+ * dX += dY * keep / (1 - ratio); identity when the forward was. */
+pd_status pd__cpu_Dropout_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out,
+                              pd_tensor *const *dout, pd_tensor *const *din) {
+    (void)out;
+    const pd_tensor *dY = gout(n, dout, 0);
+    pd_tensor *dX = gin(n, din, 0);
+    if (!dY || !dX) return PD_OK;
+    int64_t numel = pd_tensor_numel(in[0]);
+    double ratio, scale = 1;
+    pd__drop_mode mode = dropout_mode(x, n, in, &ratio);
+    uint8_t *keep = NULL;
+    if (mode != PD_DROP_NONE) {
+        if (!(ratio > 0 && ratio < 1)) return pd__err(PD_ERR_INVALID, "ratio %g is not in [0, 1)", ratio);
+        if (!(keep = pd__scratch_n(x, numel, 1, 1))) return PD_ERR_NOMEM;
+        dropout_fill(x, n, mode, ratio, numel, keep);
+        scale = 1.0 / (1.0 - ratio);
+    }
+    switch (dX->dtype) {
+    case PD_FLOAT: return dropout_bwd_f32(x, numel, dY->data, keep, scale, dX->data);
+    case PD_DOUBLE: return dropout_bwd_f64(x, numel, dY->data, keep, scale, dX->data);
+    default:
+        for (int64_t i = 0; i < numel; i++) {
+            double g = !keep || keep[i] ? pd__get_f(dY->dtype, dY->data, i) * scale : 0.0;
+            pd__set_f(dX->dtype, dX->data, i, pd__get_f(dX->dtype, dX->data, i) + g);
+        }
         return PD_OK;
     }
 }

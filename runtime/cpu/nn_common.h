@@ -1,7 +1,7 @@
-/* nn_common.h - the untyped helpers the CPU nn kernels share: the forward
- * (runtime/cpu/nn.c) and the backward (runtime/cpu/nn_grad.c) include it
- * before their typed bodies (nn_impl.h, nn_grad_impl.h), so that both walk
- * the same windows, split the same shapes and draw the same Dropout masks.
+/* nn_common.h - the untyped helpers the CPU nn kernels share: nn.c includes
+ * it before their typed bodies (nn_impl.h), so that forward and backward
+ * walk the same windows, split the same shapes and draw the same Dropout
+ * masks.
  *
  * Threads, scratch sizes, odometers over multi-indices, the output ranges of
  * a sliding window, the pools' divisors, the losses' options, Dropout's two
