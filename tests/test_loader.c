@@ -923,6 +923,15 @@ static void test_external(void) {
             pd_graph_destroy(g);
         }
     }
+
+    /* a FIFO inside the folder: opening it for reading blocked until a writer
+     * came (for ever); ext/fifo.onnx stays for the CLI test */
+    if (mkfifo(fmt("%s/fifo.bin", dir), 0644) != 0) fprintf(stderr, "mkfifo: %s\n", strerror(errno));
+    mb *b = mb_new(13);
+    add_init(b, mk_external("W", "4,3", "fifo.bin", NULL, NULL));
+    add_out(b, "W");
+    expect_fail("external data naming a FIFO", save(b, "ext/fifo.onnx"), NULL, PD_ERR_INVALID, "initializer 'W'",
+                "fifo.bin' is not a regular file");
 }
 
 static void test_tensor_pb(void) {

