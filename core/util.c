@@ -112,10 +112,15 @@ bool pd__mul_ok(int64_t a, int64_t b, int64_t *out) {
 }
 
 int64_t pd__shape_numel(int ndim, const int64_t *shape) {
+    /* the product of the non-zero dims must fit too: [0, 2^62, 2^62] holds no
+     * element, but its rows (a product of some dims) would overflow */
     int64_t n = 1;
-    for (int i = 0; i < ndim; i++)
-        if (!pd__mul_ok(n, shape[i], &n)) return -1;
-    return n;
+    bool empty = false;
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] == 0) empty = true;
+        else if (!pd__mul_ok(n, shape[i], &n)) return -1;
+    }
+    return empty ? 0 : n;
 }
 
 void pd__format_shape(char *buf, size_t n, int ndim, const int64_t *shape) {

@@ -39,5 +39,32 @@ h=$tmp/m/hostile
 [ -p "$tmp/m/ext/fifo.bin" ] || bad "test_loader made no FIFO"
 refused "external data naming a FIFO" "fifo.bin' is not a regular file" "$pdonnx" info "$tmp/m/ext/fifo.onnx"
 
+# --- D7: .npy headers whose sizes do not fit an int64
+# npy DESCR SHAPE OUT [DATA_BYTES]: a version 1.0 file with that header
+npy() {
+  local dict="{'descr': '$1', 'fortran_order': False, 'shape': $2, }" len pad hlen
+  len=$((${#dict} + 1))
+  pad=$(((64 - (10 + len) % 64) % 64))
+  hlen=$((len + pad))
+  { printf '\223NUMPY\001\000'
+    printf "\\$(printf %03o $((hlen & 255)))\\$(printf %03o $((hlen >> 8)))"
+    printf '%s%*s\n' "$dict" "$pad" ''
+    head -c "${4:-16}" /dev/zero; } >"$3"
+}
+mlp=("$pdonnx" run "$fx/mlp/model.onnx" --input)
+npy '|u1' '(9223372036854775807,)' "$tmp/n63.npy"
+refused ".npy of 2^63-1 bytes: the file is too short (no allocation tried)" "n63.npy: truncated: header promises" \
+  "${mlp[@]}" x="$tmp/n63.npy"
+npy '<f4' '(4611686018427387904,)' "$tmp/n62.npy"
+refused ".npy of 2^62 float32 (2^64 bytes)" "n62.npy: array size overflows" "${mlp[@]}" x="$tmp/n62.npy"
+npy '<f4' '(3037000500, 3037000500)' "$tmp/prod.npy"
+refused ".npy whose dims' product overflows" "prod.npy: array size overflows" "${mlp[@]}" x="$tmp/prod.npy"
+npy '<f4' '(0, 4611686018427387904, 4611686018427387904)' "$tmp/empty.npy" 0
+refused ".npy with no elements whose rows overflow" "empty.npy: array size overflows" "${mlp[@]}" x="$tmp/empty.npy"
+npy '<f4' '(99999999999999999999999, 4)' "$tmp/big.npy"
+refused ".npy dim past 2^63" "big.npy: bad shape" "${mlp[@]}" x="$tmp/big.npy"
+npy '<f4' '(-1, 4)' "$tmp/neg.npy"
+refused ".npy with a negative dim" "neg.npy: bad shape" "${mlp[@]}" x="$tmp/neg.npy"
+
 [ $fails -eq 0 ] || { echo "$fails failed"; exit 1; }
 echo "all passed"
