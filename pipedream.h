@@ -176,7 +176,7 @@ typedef struct pd_node_info {
     const char *name;
     const char *op_type;
     int n_inputs, n_outputs;
-    int64_t flops;         /* forward FLOPs (multiply-add = 2) */
+    int64_t flops;         /* forward FLOPs (multiply-add = 2); the three counts stop at INT64_MAX */
     int64_t param_bytes;   /* bytes of float initializers it reads */
     int64_t output_bytes;  /* bytes of its outputs (activations) */
 } pd_node_info;
@@ -844,8 +844,9 @@ int pd__attr_floats(const pd__node *n, const char *name, const float **v);
  * of constant inputs (g->tensors[i].data != NULL). Reports errors with
  * pd__node_err. */
 typedef pd_status (*pd__shape_fn)(pd_graph *g, pd__node *n);
-/* Forward FLOPs of a node with known shapes. */
-typedef int64_t (*pd__flops_fn)(const pd_graph *g, const pd__node *n);
+/* Forward FLOPs of a node with known shapes, in double: a declared shape may be
+ * huge (a [2^30,2^30] MatMul is 2^91 FLOPs), which no int64 holds. */
+typedef double (*pd__flops_fn)(const pd_graph *g, const pd__node *n);
 
 typedef struct pd__op_def {
     const char *name;
@@ -860,7 +861,7 @@ int pd__op_lookup(const char *onnx_name); /* -1 when not in the set */
 
 #define PD__DECL_SHAPE(e, name, flags, grad)                    \
     pd_status pd__shape_##name(pd_graph *g, pd__node *n); \
-    int64_t pd__flops_##name(const pd_graph *g, const pd__node *n);
+    double pd__flops_##name(const pd_graph *g, const pd__node *n);
 PD_OPS(PD__DECL_SHAPE)
 #undef PD__DECL_SHAPE
 
@@ -1883,6 +1884,13 @@ static bool pd__is_param(const pd__tensor *t) {
 
 static int64_t pd__bytes(const pd__tensor *t) { return t->numel * (int64_t)pd_dtype_size(t->dtype); }
 
+/* Counts a model's declared shapes can push past INT64_MAX stop there. */
+static int64_t pd__saturate(double v) { return v >= 9223372036854775807.0 ? INT64_MAX : v > 0 ? (int64_t)v : 0; }
+static int64_t pd__sat_add(int64_t a, int64_t b) {
+    int64_t r;
+    return __builtin_add_overflow(a, b, &r) ? INT64_MAX : r;
+}
+
 pd_status pd_graph_node(const pd_graph *g, int i, pd_node_info *out) {
     if (!g || !out) return pd__err(PD_ERR_INVALID, "pd_graph_node: %s is NULL", !g ? "graph" : "out");
     if (i < 0 || i >= g->nnodes)
@@ -1894,11 +1902,12 @@ pd_status pd_graph_node(const pd_graph *g, int i, pd_node_info *out) {
     info.op_type = n->op_type;
     info.n_inputs = n->nin;
     info.n_outputs = n->nout;
-    info.flops = n->op >= 0 ? pd__ops[n->op].flops(g, n) : 0;
+    info.flops = n->op >= 0 ? pd__saturate(pd__ops[n->op].flops(g, n)) : 0;
     for (int j = 0; j < n->nin; j++)
-        if (n->in[j] >= 0 && pd__is_param(&g->tensors[n->in[j]])) info.param_bytes += pd__bytes(&g->tensors[n->in[j]]);
+        if (n->in[j] >= 0 && pd__is_param(&g->tensors[n->in[j]]))
+            info.param_bytes = pd__sat_add(info.param_bytes, pd__bytes(&g->tensors[n->in[j]]));
     for (int j = 0; j < n->nout; j++)
-        if (n->out[j] >= 0) info.output_bytes += pd__bytes(&g->tensors[n->out[j]]);
+        if (n->out[j] >= 0) info.output_bytes = pd__sat_add(info.output_bytes, pd__bytes(&g->tensors[n->out[j]]));
     *out = info;
     return PD_OK;
 }
@@ -2111,16 +2120,17 @@ static pd_status bcast(const pd_graph *g, const pd__node *n, int *nd, int64_t *s
     return PD_OK;
 }
 
-static int64_t out_numel(const pd_graph *g, const pd__node *n) {
+/* Element counts for the FLOP rules, in double: 8 * numel may not fit an int64. */
+static double out_numel(const pd_graph *g, const pd__node *n) {
     if (n->nout < 1 || n->out[0] < 0) return 0;
     int64_t v = g->tensors[n->out[0]].numel;
-    return v > 0 ? v : 0;
+    return v > 0 ? (double)v : 0;
 }
 
-static int64_t in_numel(const pd_graph *g, const pd__node *n, int i) {
+static double in_numel(const pd_graph *g, const pd__node *n, int i) {
     if (i >= n->nin || n->in[i] < 0) return 0;
     int64_t v = g->tensors[n->in[i]].numel;
-    return v > 0 ? v : 0;
+    return v > 0 ? (double)v : 0;
 }
 
 /* ---- binary ops with broadcasting --------------------------------------------- */
@@ -2159,12 +2169,12 @@ pd_status pd__shape_Div(pd_graph *g, pd__node *n) { return shape_binary(g, n, PD
 pd_status pd__shape_Pow(pd_graph *g, pd__node *n) { return shape_binary(g, n, PD_EK_NUM, true, PD_UNDEFINED); }
 pd_status pd__shape_Equal(pd_graph *g, pd__node *n) { return shape_binary(g, n, PD_EK_ANY, false, PD_BOOL); }
 
-int64_t pd__flops_Add(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
-int64_t pd__flops_Sub(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
-int64_t pd__flops_Mul(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
-int64_t pd__flops_Div(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
-int64_t pd__flops_Pow(const pd_graph *g, const pd__node *n) { return 8 * out_numel(g, n); }
-int64_t pd__flops_Equal(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
+double pd__flops_Add(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
+double pd__flops_Sub(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
+double pd__flops_Mul(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
+double pd__flops_Div(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
+double pd__flops_Pow(const pd_graph *g, const pd__node *n) { return 8 * out_numel(g, n); }
+double pd__flops_Equal(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
 
 /* Sum: one or more inputs of one dtype, broadcast together. */
 pd_status pd__shape_Sum(pd_graph *g, pd__node *n) {
@@ -2185,8 +2195,8 @@ pd_status pd__shape_Sum(pd_graph *g, pd__node *n) {
     return pd__tensor_set_shape(g, y, nd, shape);
 }
 
-int64_t pd__flops_Sum(const pd_graph *g, const pd__node *n) {
-    int64_t k = n->nin > 1 ? n->nin - 1 : 1;
+double pd__flops_Sum(const pd_graph *g, const pd__node *n) {
+    double k = n->nin > 1 ? n->nin - 1 : 1;
     return k * out_numel(g, n);
 }
 
@@ -2210,7 +2220,7 @@ pd_status pd__shape_Where(pd_graph *g, pd__node *n) {
     return pd__tensor_set_shape(g, y, nd, shape);
 }
 
-int64_t pd__flops_Where(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
+double pd__flops_Where(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
 
 /* ---- unary ops ------------------------------------------------------------------ */
 
@@ -2267,18 +2277,18 @@ pd_status pd__shape_Clip(pd_graph *g, pd__node *n) {
     return PD_OK;
 }
 
-int64_t pd__flops_Sqrt(const pd_graph *g, const pd__node *n) { return 4 * out_numel(g, n); }
-int64_t pd__flops_Exp(const pd_graph *g, const pd__node *n) { return 8 * out_numel(g, n); }
-int64_t pd__flops_Log(const pd_graph *g, const pd__node *n) { return 8 * out_numel(g, n); }
-int64_t pd__flops_Neg(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
-int64_t pd__flops_Reciprocal(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
-int64_t pd__flops_Relu(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
-int64_t pd__flops_LeakyRelu(const pd_graph *g, const pd__node *n) { return 2 * out_numel(g, n); }
-int64_t pd__flops_Sigmoid(const pd_graph *g, const pd__node *n) { return 10 * out_numel(g, n); }
-int64_t pd__flops_Tanh(const pd_graph *g, const pd__node *n) { return 10 * out_numel(g, n); }
-int64_t pd__flops_Erf(const pd_graph *g, const pd__node *n) { return 10 * out_numel(g, n); }
-int64_t pd__flops_Gelu(const pd_graph *g, const pd__node *n) { return 14 * out_numel(g, n); }
-int64_t pd__flops_Clip(const pd_graph *g, const pd__node *n) { return 2 * out_numel(g, n); }
+double pd__flops_Sqrt(const pd_graph *g, const pd__node *n) { return 4 * out_numel(g, n); }
+double pd__flops_Exp(const pd_graph *g, const pd__node *n) { return 8 * out_numel(g, n); }
+double pd__flops_Log(const pd_graph *g, const pd__node *n) { return 8 * out_numel(g, n); }
+double pd__flops_Neg(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
+double pd__flops_Reciprocal(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
+double pd__flops_Relu(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
+double pd__flops_LeakyRelu(const pd_graph *g, const pd__node *n) { return 2 * out_numel(g, n); }
+double pd__flops_Sigmoid(const pd_graph *g, const pd__node *n) { return 10 * out_numel(g, n); }
+double pd__flops_Tanh(const pd_graph *g, const pd__node *n) { return 10 * out_numel(g, n); }
+double pd__flops_Erf(const pd_graph *g, const pd__node *n) { return 10 * out_numel(g, n); }
+double pd__flops_Gelu(const pd_graph *g, const pd__node *n) { return 14 * out_numel(g, n); }
+double pd__flops_Clip(const pd_graph *g, const pd__node *n) { return 2 * out_numel(g, n); }
 
 /* ---- Cast, Identity ---------------------------------------------------------------- */
 
@@ -2297,11 +2307,11 @@ pd_status pd__shape_Cast(pd_graph *g, pd__node *n) {
     return pd__tensor_set_shape(g, y, x->ndim, x->shape);
 }
 
-int64_t pd__flops_Cast(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
+double pd__flops_Cast(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
 
 pd_status pd__shape_Identity(pd_graph *g, pd__node *n) { return shape_unary(g, n, PD_EK_ANY); }
 
-int64_t pd__flops_Identity(const pd_graph *g, const pd__node *n) {
+double pd__flops_Identity(const pd_graph *g, const pd__node *n) {
     (void)g;
     (void)n;
     return 0;
@@ -2346,8 +2356,8 @@ static pd_status shape_reduce(pd_graph *g, pd__node *n) {
 pd_status pd__shape_ReduceMean(pd_graph *g, pd__node *n) { return shape_reduce(g, n); }
 pd_status pd__shape_ReduceSum(pd_graph *g, pd__node *n) { return shape_reduce(g, n); }
 
-int64_t pd__flops_ReduceMean(const pd_graph *g, const pd__node *n) { return in_numel(g, n, 0) + out_numel(g, n); }
-int64_t pd__flops_ReduceSum(const pd_graph *g, const pd__node *n) { return in_numel(g, n, 0); }
+double pd__flops_ReduceMean(const pd_graph *g, const pd__node *n) { return in_numel(g, n, 0) + out_numel(g, n); }
+double pd__flops_ReduceSum(const pd_graph *g, const pd__node *n) { return in_numel(g, n, 0); }
 #undef PD__FLOAT_ONLY
 #undef PD__SIGNED
 
@@ -2457,6 +2467,16 @@ static int64_t prod(int n, const int64_t *v) {
     for (int i = 0; i < n; i++) p *= v[i];
     return p;
 }
+
+/* The same in double, for FLOP counts: kernel_shape comes from the file
+ * unchecked, and the products of huge declared shapes overflow an int64. */
+static double dprod(int n, const int64_t *v) {
+    double p = 1;
+    for (int i = 0; i < n; i++) p *= (double)v[i];
+    return p;
+}
+
+static double dnumel(const pd__tensor *t) { return t->numel > 0 ? (double)t->numel : 0; }
 
 /* Adds the node prefix to a message set with pd__err (geometry errors). */
 static pd_status node_prefix(const pd_graph *g, const pd__node *n, pd_status st) {
@@ -2661,17 +2681,18 @@ pd_status pd__shape_Gemm(pd_graph *g, pd__node *n) {
     return set_out(g, n, 0, a->dtype, 2, y);
 }
 
-int64_t pd__flops_Gemm(const pd_graph *g, const pd__node *n) {
+double pd__flops_Gemm(const pd_graph *g, const pd__node *n) {
     const pd__tensor *a = cin(g, n, 0), *y = cout(g, n, 0);
     if (!a || !y || a->ndim != 2 || y->ndim != 2) return 0;
     int64_t K = a->shape[pd__attr_i(n, "transA", 0) != 0 ? 0 : 1];
-    return 2 * y->numel * K + (cin(g, n, 2) ? y->numel : 0);
+    return 2.0 * dnumel(y) * (double)K + (cin(g, n, 2) ? dnumel(y) : 0);
 }
 
 /* MatMul as numpy: 1-D operands are promoted (and the dim removed again),
  * batch dims broadcast. */
 typedef struct pd__mm {
-    int64_t M, N, K, Kb, batch;
+    int64_t M, N, K, Kb;
+    double batch;             /* product of the batch dims (for FLOPs; may exceed an int64) */
     int ndim;                 /* output rank */
     int64_t out[PD_MAX_DIMS]; /* output shape */
     bool bcast_ok;
@@ -2693,7 +2714,7 @@ static void mm_dims(const pd__tensor *a, const pd__tensor *b, pd__mm *r) {
         if (da != db && da != 1 && db != 1) r->bcast_ok = false;
         int64_t d = da == 1 ? db : da;
         r->out[r->ndim++] = d;
-        r->batch *= d;
+        r->batch *= (double)d;
     }
     if (ra >= 2) r->out[r->ndim++] = r->M;
     if (rb >= 2) r->out[r->ndim++] = r->N;
@@ -2717,12 +2738,12 @@ pd_status pd__shape_MatMul(pd_graph *g, pd__node *n) {
     return set_out(g, n, 0, a->dtype, r.ndim, r.out);
 }
 
-int64_t pd__flops_MatMul(const pd_graph *g, const pd__node *n) {
+double pd__flops_MatMul(const pd_graph *g, const pd__node *n) {
     const pd__tensor *a = cin(g, n, 0), *b = cin(g, n, 1);
     if (!a || !b || a->ndim < 1 || b->ndim < 1) return 0;
     pd__mm r;
     mm_dims(a, b, &r);
-    return 2 * r.batch * r.M * r.N * r.K;
+    return 2.0 * r.batch * (double)r.M * (double)r.N * (double)r.K;
 }
 
 /* ---- Conv, ConvTranspose ------------------------------------------------------------ */
@@ -2771,11 +2792,11 @@ pd_status pd__shape_Conv(pd_graph *g, pd__node *n) {
     return set_out(g, n, 0, x->dtype, x->ndim, y);
 }
 
-int64_t pd__flops_Conv(const pd_graph *g, const pd__node *n) {
+double pd__flops_Conv(const pd_graph *g, const pd__node *n) {
     const pd__tensor *w = cin(g, n, 1), *y = cout(g, n, 0);
     if (!w || !y || w->ndim < 3) return 0;
     /* each output element: (C/group) * prod(kernel) multiply-adds, plus the bias */
-    return 2 * y->numel * prod(w->ndim - 1, w->shape + 1) + (cin(g, n, 2) ? y->numel : 0);
+    return 2.0 * dnumel(y) * dprod(w->ndim - 1, w->shape + 1) + (cin(g, n, 2) ? dnumel(y) : 0);
 }
 
 pd_status pd__shape_ConvTranspose(pd_graph *g, pd__node *n) {
@@ -2795,11 +2816,11 @@ pd_status pd__shape_ConvTranspose(pd_graph *g, pd__node *n) {
     return set_out(g, n, 0, x->dtype, x->ndim, y);
 }
 
-int64_t pd__flops_ConvTranspose(const pd_graph *g, const pd__node *n) {
+double pd__flops_ConvTranspose(const pd_graph *g, const pd__node *n) {
     const pd__tensor *x = cin(g, n, 0), *w = cin(g, n, 1), *y = cout(g, n, 0);
     if (!x || !w || !y || w->ndim < 3) return 0;
     /* each input element scatters (M/group) * prod(kernel) multiply-adds */
-    return 2 * x->numel * prod(w->ndim - 1, w->shape + 1) + (cin(g, n, 2) ? y->numel : 0);
+    return 2.0 * dnumel(x) * dprod(w->ndim - 1, w->shape + 1) + (cin(g, n, 2) ? dnumel(y) : 0);
 }
 
 /* ---- normalizations ------------------------------------------------------------------- */
@@ -2843,11 +2864,11 @@ pd_status pd__shape_BatchNormalization(pd_graph *g, pd__node *n) {
     return PD_OK;
 }
 
-int64_t pd__flops_BatchNormalization(const pd_graph *g, const pd__node *n) {
+double pd__flops_BatchNormalization(const pd_graph *g, const pd__node *n) {
     const pd__tensor *x = cin(g, n, 0);
     if (!x) return 0;
     /* y = x*a + b per element; training adds the two statistics passes */
-    return (pd__bn_training(n) ? 6 : 2) * x->numel;
+    return (pd__bn_training(n) ? 6 : 2) * dnumel(x);
 }
 
 pd_status pd__shape_LayerNormalization(pd_graph *g, pd__node *n) {
@@ -2885,10 +2906,10 @@ pd_status pd__shape_LayerNormalization(pd_graph *g, pd__node *n) {
     return set_out(g, n, 2, (pd_dtype)st, r, ms);
 }
 
-int64_t pd__flops_LayerNormalization(const pd_graph *g, const pd__node *n) {
+double pd__flops_LayerNormalization(const pd_graph *g, const pd__node *n) {
     const pd__tensor *x = cin(g, n, 0);
     /* mean, variance, normalize, scale and shift */
-    return x ? 8 * x->numel : 0;
+    return x ? 8 * dnumel(x) : 0;
 }
 
 pd_status pd__shape_LRN(pd_graph *g, pd__node *n) {
@@ -2901,9 +2922,9 @@ pd_status pd__shape_LRN(pd_graph *g, pd__node *n) {
     return set_out(g, n, 0, x->dtype, x->ndim, x->shape);
 }
 
-int64_t pd__flops_LRN(const pd_graph *g, const pd__node *n) {
+double pd__flops_LRN(const pd_graph *g, const pd__node *n) {
     const pd__tensor *x = cin(g, n, 0);
-    return x ? x->numel * (2 * pd__attr_i(n, "size", 1) + 4) : 0;
+    return x ? dnumel(x) * (2.0 * (double)pd__attr_i(n, "size", 1) + 4) : 0;
 }
 
 /* ---- pools ---------------------------------------------------------------------------------- */
@@ -2928,11 +2949,11 @@ static pd_status pool_shape(pd_graph *g, pd__node *n, bool any_dtype) {
     return set_out(g, n, 1, PD_INT64, x->ndim, y);
 }
 
-static int64_t pool_flops(const pd_graph *g, const pd__node *n) {
+static double pool_flops(const pd_graph *g, const pd__node *n) {
     const pd__tensor *y = cout(g, n, 0);
     const int64_t *k;
     int nk = pd__attr_ints(n, "kernel_shape", &k);
-    return y ? y->numel * prod(nk, k) : 0;
+    return y ? dnumel(y) * dprod(nk, k) : 0;
 }
 
 pd_status pd__shape_MaxPool(pd_graph *g, pd__node *n) {
@@ -2941,14 +2962,14 @@ pd_status pd__shape_MaxPool(pd_graph *g, pd__node *n) {
         return pd__node_err(g, n, PD_ERR_SHAPE, "storage_order must be 0 or 1 (is %lld)", (long long)so);
     return pool_shape(g, n, true);
 }
-int64_t pd__flops_MaxPool(const pd_graph *g, const pd__node *n) { return pool_flops(g, n); }
+double pd__flops_MaxPool(const pd_graph *g, const pd__node *n) { return pool_flops(g, n); }
 
 pd_status pd__shape_AveragePool(pd_graph *g, pd__node *n) {
     if (n->nout > 1 && n->out[1] >= 0)
         return pd__node_err(g, n, PD_ERR_SHAPE, "AveragePool has one output, the model gives it %d", n->nout);
     return pool_shape(g, n, false);
 }
-int64_t pd__flops_AveragePool(const pd_graph *g, const pd__node *n) { return pool_flops(g, n); }
+double pd__flops_AveragePool(const pd_graph *g, const pd__node *n) { return pool_flops(g, n); }
 
 pd_status pd__shape_GlobalAveragePool(pd_graph *g, pd__node *n) {
     pd__tensor *x;
@@ -2960,9 +2981,9 @@ pd_status pd__shape_GlobalAveragePool(pd_graph *g, pd__node *n) {
     return set_out(g, n, 0, x->dtype, x->ndim, y);
 }
 
-int64_t pd__flops_GlobalAveragePool(const pd_graph *g, const pd__node *n) {
+double pd__flops_GlobalAveragePool(const pd_graph *g, const pd__node *n) {
     const pd__tensor *x = cin(g, n, 0);
-    return x ? x->numel : 0;
+    return x ? dnumel(x) : 0;
 }
 
 /* ---- softmax family --------------------------------------------------------------------- */
@@ -3001,16 +3022,16 @@ static pd_status softmax_shape(pd_graph *g, pd__node *n) {
     return set_out(g, n, 0, x->dtype, x->ndim, x->shape);
 }
 
-static int64_t softmax_flops(const pd_graph *g, const pd__node *n) {
+static double softmax_flops(const pd_graph *g, const pd__node *n) {
     const pd__tensor *x = cin(g, n, 0);
     /* subtract the max, exponentiate, sum, scale */
-    return x ? 4 * x->numel : 0;
+    return x ? 4 * dnumel(x) : 0;
 }
 
 pd_status pd__shape_Softmax(pd_graph *g, pd__node *n) { return softmax_shape(g, n); }
-int64_t pd__flops_Softmax(const pd_graph *g, const pd__node *n) { return softmax_flops(g, n); }
+double pd__flops_Softmax(const pd_graph *g, const pd__node *n) { return softmax_flops(g, n); }
 pd_status pd__shape_LogSoftmax(pd_graph *g, pd__node *n) { return softmax_shape(g, n); }
-int64_t pd__flops_LogSoftmax(const pd_graph *g, const pd__node *n) { return softmax_flops(g, n); }
+double pd__flops_LogSoftmax(const pd_graph *g, const pd__node *n) { return softmax_flops(g, n); }
 
 /* ---- Dropout ------------------------------------------------------------------------------ */
 
@@ -3035,10 +3056,10 @@ pd_status pd__shape_Dropout(pd_graph *g, pd__node *n) {
     return set_out(g, n, 1, n->opset >= 10 ? PD_BOOL : x->dtype, x->ndim, x->shape);
 }
 
-int64_t pd__flops_Dropout(const pd_graph *g, const pd__node *n) {
+double pd__flops_Dropout(const pd_graph *g, const pd__node *n) {
     const pd__tensor *x = cin(g, n, 0);
     /* identity unless a training_mode input is wired */
-    return x && cin(g, n, 2) ? 2 * x->numel : 0;
+    return x && cin(g, n, 2) ? 2 * dnumel(x) : 0;
 }
 
 /* ---- losses -------------------------------------------------------------------------------------- */
@@ -3087,16 +3108,16 @@ static pd_status loss_shape(pd_graph *g, pd__node *n, bool sce) {
 
 pd_status pd__shape_SoftmaxCrossEntropyLoss(pd_graph *g, pd__node *n) { return loss_shape(g, n, true); }
 
-int64_t pd__flops_SoftmaxCrossEntropyLoss(const pd_graph *g, const pd__node *n) {
+double pd__flops_SoftmaxCrossEntropyLoss(const pd_graph *g, const pd__node *n) {
     const pd__tensor *x = cin(g, n, 0);
-    return x && x->ndim >= 2 && x->shape[1] ? 4 * x->numel + 2 * (x->numel / x->shape[1]) : 0;
+    return x && x->ndim >= 2 && x->shape[1] ? 4 * dnumel(x) + 2 * (double)(x->numel / x->shape[1]) : 0;
 }
 
 pd_status pd__shape_NegativeLogLikelihoodLoss(pd_graph *g, pd__node *n) { return loss_shape(g, n, false); }
 
-int64_t pd__flops_NegativeLogLikelihoodLoss(const pd_graph *g, const pd__node *n) {
+double pd__flops_NegativeLogLikelihoodLoss(const pd_graph *g, const pd__node *n) {
     const pd__tensor *x = cin(g, n, 0);
-    return x && x->ndim >= 2 && x->shape[1] ? 2 * (x->numel / x->shape[1]) : 0;
+    return x && x->ndim >= 2 && x->shape[1] ? 2 * (double)(x->numel / x->shape[1]) : 0;
 }
 #undef set_out
 
@@ -3893,7 +3914,7 @@ pd_status pd__shape_Range(pd_graph *g, pd__node *n) {
 /* ---- FLOPs: these ops only move data ------------------------------------------ */
 
 #define PD__NO_FLOPS(name)                                                                                             \
-    int64_t pd__flops_##name(const pd_graph *g, const pd__node *n) {                                                   \
+    double pd__flops_##name(const pd_graph *g, const pd__node *n) {                                                    \
         (void)g;                                                                                                       \
         (void)n;                                                                                                       \
         return 0;                                                                                                      \

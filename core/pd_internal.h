@@ -193,8 +193,9 @@ int pd__attr_floats(const pd__node *n, const char *name, const float **v);
  * of constant inputs (g->tensors[i].data != NULL). Reports errors with
  * pd__node_err. */
 typedef pd_status (*pd__shape_fn)(pd_graph *g, pd__node *n);
-/* Forward FLOPs of a node with known shapes. */
-typedef int64_t (*pd__flops_fn)(const pd_graph *g, const pd__node *n);
+/* Forward FLOPs of a node with known shapes, in double: a declared shape may be
+ * huge (a [2^30,2^30] MatMul is 2^91 FLOPs), which no int64 holds. */
+typedef double (*pd__flops_fn)(const pd_graph *g, const pd__node *n);
 
 typedef struct pd__op_def {
     const char *name;
@@ -209,7 +210,7 @@ int pd__op_lookup(const char *onnx_name); /* -1 when not in the set */
 
 #define PD__DECL_SHAPE(e, name, flags, grad)                    \
     pd_status pd__shape_##name(pd_graph *g, pd__node *n); \
-    int64_t pd__flops_##name(const pd_graph *g, const pd__node *n);
+    double pd__flops_##name(const pd_graph *g, const pd__node *n);
 PD_OPS(PD__DECL_SHAPE)
 #undef PD__DECL_SHAPE
 

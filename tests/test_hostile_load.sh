@@ -66,5 +66,13 @@ refused ".npy dim past 2^63" "big.npy: bad shape" "${mlp[@]}" x="$tmp/big.npy"
 npy '<f4' '(-1, 4)' "$tmp/neg.npy"
 refused ".npy with a negative dim" "neg.npy: bad shape" "${mlp[@]}" x="$tmp/neg.npy"
 
+# --- D9: FLOPs of huge declared shapes (2^91 for one MatMul) overflowed to negative
+if timeout 20 "$pdonnx" info "$h/flops.onnx" >"$tmp/out" 2>&1 && ! grep -q -- "-[0-9]" "$tmp/out" &&
+   grep -q "^   0  mm .* > *9.22 E " "$tmp/out" && grep -q "forward >.* EFLOPs" "$tmp/out"; then
+  ok "info on a 2^91-FLOP MatMul: counts stop at INT64_MAX, shown as '> 9.22 E'"
+else
+  bad "info on a 2^91-FLOP MatMul: $(cat "$tmp/out")"
+fi
+
 [ $fails -eq 0 ] || { echo "$fails failed"; exit 1; }
 echo "all passed"

@@ -934,6 +934,29 @@ static void test_external(void) {
                 "fifo.bin' is not a regular file");
 }
 
+/* ---- hostile models (issue 22): written to hostile/, kept for test_hostile_load.sh ---- */
+
+/* FLOPs of a MatMul of two [2^30, 2^30] inputs: 2^91, far past INT64_MAX. No
+ * data is needed: info only reads the declared shapes. */
+static void test_huge_flops(void) {
+    mb *b = mb_new(13);
+    add_in(b, mk_vi("A", PD_FLOAT, "1073741824,1073741824"));
+    add_in(b, mk_vi("B", PD_FLOAT, "1073741824,1073741824"));
+    add_node(b, mk_node("MatMul", "mm", "A,B", "y"));
+    add_node(b, mk_node("Relu", "r", "y", "z"));
+    add_node(b, mk_node("MatMul", "mm2", "z,B", "w"));
+    add_out(b, "w");
+    pd_graph *g = expect_load("MatMul of [2^30,2^30] inputs", save(b, "hostile/flops.onnx"), NULL);
+    if (!g) return;
+    pd_node_info ni;
+    CHECK(pd_graph_node(g, 0, &ni) == PD_OK && ni.flops == INT64_MAX,
+          "FLOPs of a 2^91-FLOP MatMul stop at INT64_MAX (got %lld)", (long long)ni.flops);
+    CHECK(pd_graph_node(g, 1, &ni) == PD_OK && ni.flops == (int64_t)1 << 60 && ni.output_bytes == (int64_t)1 << 62,
+          "the Relu between counts 2^60 FLOPs, 2^62 bytes (got %lld, %lld)", (long long)ni.flops,
+          (long long)ni.output_bytes);
+    pd_graph_destroy(g);
+}
+
 static void test_tensor_pb(void) {
     const float v[3] = {1, 2, 3};
     Onnx__TensorProto *t = mk_raw("input_name", PD_FLOAT, "3", v, sizeof v);
@@ -1009,6 +1032,8 @@ int main(int argc, char **argv) {
     test_attributes();
     test_dtypes();
     test_external();
+    mkdir(fmt("%s/hostile", tmp_root), 0755);
+    test_huge_flops();
     test_tensor_pb();
     if (!keep) nftw(tmp_root, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
     arena_free();

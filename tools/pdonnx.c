@@ -128,9 +128,9 @@ static void pd__usage(FILE *f) {
 /* ---- info ------------------------------------------------------------------ */
 
 static void pd__human(char *buf, size_t n, double v, const char *unit) {
-    const char *pre[] = {"", "K", "M", "G", "T", "P"};
+    const char *pre[] = {"", "K", "M", "G", "T", "P", "E", "Z", "Y"};
     int k = 0;
-    while (v >= 1000 && k < 5) {
+    while (v >= 1000 && k < 8) {
         v /= 1000;
         k++;
     }
@@ -178,7 +178,9 @@ static int pd__cmd_info(int argc, char **argv) {
     }
     printf("\n%4s  %-28s %-20s %-26s %12s %12s %12s\n", "#", "node", "op", "output", "params", "FLOPs",
            "act bytes");
-    int64_t tf = 0, tp = 0, ta = 0;
+    /* in double: declared shapes can be huge, the sums of counts near INT64_MAX overflow */
+    double tf = 0, ta = 0;
+    bool over = false;
     for (int i = 0; i < pd_graph_num_nodes(g); i++) {
         pd_node_info ni;
         pd_graph_node(g, i, &ni);
@@ -187,19 +189,22 @@ static int pd__cmd_info(int argc, char **argv) {
         a[0] = 0;
         if (o && pd_graph_value(g, o, &v) == PD_OK) pd__shape_str(a, sizeof a, &v);
         pd__human(b, sizeof b, (double)ni.param_bytes, "B");
-        pd__human(c, sizeof c, (double)ni.flops, "");
+        /* INT64_MAX: the count stopped there (a huge declared shape) */
+        bool at_max = ni.flops == INT64_MAX;
+        over |= at_max;
+        pd__human(c + at_max, sizeof c - at_max, (double)ni.flops, "");
+        if (at_max) c[0] = '>';
         printf("%4d  %-28.28s %-20.20s %-26.26s %12s %12s %12lld\n", i, ni.name, ni.op_type, a, b, c,
                (long long)ni.output_bytes);
-        tf += ni.flops;
-        tp += ni.param_bytes;
-        ta += ni.output_bytes;
+        tf += (double)ni.flops;
+        ta += (double)ni.output_bytes;
     }
     pd__human(b, sizeof b, (double)pd_graph_param_bytes(g), "B");
-    pd__human(c, sizeof c, (double)tf, "FLOPs");
-    pd__human(a, sizeof a, (double)ta, "B");
+    pd__human(c + over, sizeof c - over, tf, "FLOPs");
+    if (over) c[0] = '>';
+    pd__human(a, sizeof a, ta, "B");
     printf("\ntotal: %d nodes, parameters %s (%lld floats), forward %s, activations %s\n", pd_graph_num_nodes(g), b,
            (long long)(pd_graph_param_bytes(g) / 4), c, a);
-    (void)tp;
     pd_graph_destroy(g);
     return 0;
 }
