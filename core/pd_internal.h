@@ -37,8 +37,13 @@
 
 /* ---- errors ---------------------------------------------------------------- */
 
-/* Sets the thread's last error (printf-style) and returns `s`. */
+/* Sets the thread's last error (printf-style) and returns `s`. The message is
+ * escaped with pd__escape: it stays one line whatever names it quotes. */
 pd_status pd__err(pd_status s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Copies src (NULL: "") into dst (n bytes, always NUL-terminated, truncated
+ * between escapes) with bytes below 0x20 and 0x7f written as \n, \t, \r or
+ * \xNN; returns dst. For names read from a model before they are printed. */
+const char *pd__escape(char *dst, size_t n, const char *src);
 /* Prefixes the current message: "prefix: old message". */
 void pd__err_prefix(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 

@@ -74,5 +74,18 @@ else
   bad "info on a 2^91-FLOP MatMul: $(cat "$tmp/out")"
 fi
 
+# --- D14: control bytes in names could forge a second 'pdonnx:' line or drive the terminal
+if timeout 20 "$pdonnx" info "$h/names.onnx" >"$tmp/out" 2>&1 && ! has_ctl "$tmp/out" &&
+   ! grep -q "^pdonnx: forged" "$tmp/out" && grep -qF 'r\npdonnx: forged\x1b[31m' "$tmp/out" &&
+   grep -qF 'x\tin\x1b]0;title\x07' "$tmp/out" && [ "$(wc -l <"$tmp/out")" -eq 8 ]; then
+  ok "info escapes control bytes in node, input and output names"
+else
+  bad "info with control bytes in names: $(cat -v "$tmp/out")"
+fi
+refused "an error naming a node with a newline in its name" "node 'r\\npdonnx: forged\\x1b[31m' (Add)" \
+  "$pdonnx" info "$h/names_bad.onnx"
+refused "run: an input with control bytes not given" "input 'x\\tin\\x1b]0;title\\x07' is not given" \
+  "$pdonnx" run "$h/names.onnx"
+
 [ $fails -eq 0 ] || { echo "$fails failed"; exit 1; }
 echo "all passed"

@@ -936,6 +936,13 @@ static void test_external(void) {
 
 /* ---- hostile models (issue 22): written to hostile/, kept for test_hostile_load.sh ---- */
 
+/* No byte below 0x20 and no DEL: the message cannot break its line or drive a terminal. */
+static bool printable(const char *s) {
+    for (; *s; s++)
+        if ((unsigned char)*s < 0x20 || *s == 0x7f) return false;
+    return true;
+}
+
 /* FLOPs of a MatMul of two [2^30, 2^30] inputs: 2^91, far past INT64_MAX. No
  * data is needed: info only reads the declared shapes. */
 static void test_huge_flops(void) {
@@ -955,6 +962,30 @@ static void test_huge_flops(void) {
           "the Relu between counts 2^60 FLOPs, 2^62 bytes (got %lld, %lld)", (long long)ni.flops,
           (long long)ni.output_bytes);
     pd_graph_destroy(g);
+}
+
+/* Names with a newline, a tab and terminal escapes: messages stay one line
+ * of printable bytes. hostile/names.onnx loads (for info), names_bad.onnx
+ * fails naming the node. */
+static void test_control_names(void) {
+    const char *node = "r\npdonnx: forged\x1b[31m", *in = "x\tin\x1b]0;title\x07", *out = "y\r\x7f";
+    mb *b = mb_new(13);
+    b->g.name = S("graph\nname\x1b[2J");
+    add_in(b, mk_vi(in, PD_FLOAT, "2"));
+    add_node(b, mk_node("Relu", node, in, out));
+    add_out(b, out);
+    pd_graph *g = expect_load("a model whose names hold control bytes", save(b, "hostile/names.onnx"), NULL);
+    pd_graph_destroy(g);
+
+    b = mb_new(13);
+    add_in(b, mk_vi(in, PD_FLOAT, "2"));
+    add_node(b, mk_node("Add", node, fmt("%s,ghost\x1b[0m", in), out));
+    add_out(b, out);
+    g = SENTINEL;
+    pd_status s = pd_graph_load_file(save(b, "hostile/names_bad.onnx"), NULL, &g);
+    const char *msg = pd_last_error();
+    CHECK(s != PD_OK && g == SENTINEL && printable(msg) && strstr(msg, "node 'r\\npdonnx: forged\\x1b[31m'"),
+          "a bad node with control bytes in its name: one printable line, escaped: %s", msg);
 }
 
 static void test_tensor_pb(void) {
@@ -1034,6 +1065,7 @@ int main(int argc, char **argv) {
     test_external();
     mkdir(fmt("%s/hostile", tmp_root), 0755);
     test_huge_flops();
+    test_control_names();
     test_tensor_pb();
     if (!keep) nftw(tmp_root, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
     arena_free();

@@ -161,20 +161,21 @@ static int pd__cmd_info(int argc, char **argv) {
     if (!path) return pd_cli_usage_error("info: %s", "missing MODEL.onnx");
     pd_graph *g;
     if (pd_graph_load_file(path, &lo, &g) != PD_OK) return pd_cli_fail();
-    char a[128], b[64], c[64];
-    printf("%s: %d nodes, %d inputs, %d outputs\n", path, pd_graph_num_nodes(g), pd_graph_num_inputs(g),
-           pd_graph_num_outputs(g));
+    /* names come from the file: escaped (pd__escape), so one is one line and sends no terminal codes */
+    char a[128], b[64], c[64], e1[256], e2[256];
+    printf("%s: %d nodes, %d inputs, %d outputs\n", pd__escape(e1, sizeof e1, path), pd_graph_num_nodes(g),
+           pd_graph_num_inputs(g), pd_graph_num_outputs(g));
     for (int i = 0; i < pd_graph_num_inputs(g); i++) {
         pd_value_info v;
         pd_graph_input(g, i, &v);
         pd__shape_str(a, sizeof a, &v);
-        printf("  input  %-24s %s\n", v.name, a);
+        printf("  input  %-24s %s\n", pd__escape(e1, sizeof e1, v.name), a);
     }
     for (int i = 0; i < pd_graph_num_outputs(g); i++) {
         pd_value_info v;
         pd_graph_output(g, i, &v);
         pd__shape_str(a, sizeof a, &v);
-        printf("  output %-24s %s\n", v.name, a);
+        printf("  output %-24s %s\n", pd__escape(e1, sizeof e1, v.name), a);
     }
     printf("\n%4s  %-28s %-20s %-26s %12s %12s %12s\n", "#", "node", "op", "output", "params", "FLOPs",
            "act bytes");
@@ -194,8 +195,8 @@ static int pd__cmd_info(int argc, char **argv) {
         over |= at_max;
         pd__human(c + at_max, sizeof c - at_max, (double)ni.flops, "");
         if (at_max) c[0] = '>';
-        printf("%4d  %-28.28s %-20.20s %-26.26s %12s %12s %12lld\n", i, ni.name, ni.op_type, a, b, c,
-               (long long)ni.output_bytes);
+        printf("%4d  %-28.28s %-20.20s %-26.26s %12s %12s %12lld\n", i, pd__escape(e1, sizeof e1, ni.name),
+               pd__escape(e2, sizeof e2, ni.op_type), a, b, c, (long long)ni.output_bytes);
         tf += (double)ni.flops;
         ta += (double)ni.output_bytes;
     }
@@ -236,9 +237,9 @@ static bool pd__split_binding(const char *flag, const char *arg, pd__binding *b)
 static void pd__summarize(const char *name, const pd_tensor *t) {
     pd_value_info v = {name, t->dtype, t->ndim, {0}};
     for (int i = 0; i < t->ndim; i++) v.shape[i] = t->shape[i];
-    char s[128];
+    char s[128], e[256];
     pd__shape_str(s, sizeof s, &v);
-    printf("%s %s", name, s);
+    printf("%s %s", pd__escape(e, sizeof e, name), s);
     int64_t n = pd_tensor_numel(t);
     if (t->dtype == PD_FLOAT || t->dtype == PD_DOUBLE) {
         double mn = 0, mx = 0, sum = 0;
@@ -350,7 +351,9 @@ static int pd__cmd_run(int argc, char **argv) {
         bool given = false;
         for (int j = 0; j < nin; j++) given |= strcmp(ins[j].name, v.name) == 0;
         if (!given) {
-            fprintf(stderr, "pdonnx: %s: input '%s' is not given: add --input %s=FILE.npy\n", path, v.name, v.name);
+            char e1[256], e2[256];
+            fprintf(stderr, "pdonnx: %s: input '%s' is not given: add --input %s=FILE.npy\n",
+                    pd__escape(e1, sizeof e1, path), pd__escape(e2, sizeof e2, v.name), e2);
             goto out;
         }
     }
@@ -392,7 +395,8 @@ static int pd__cmd_run(int argc, char **argv) {
             pd_cli_fail();
             goto out;
         }
-        printf("wrote %s to %s\n", name, outs[i].file);
+        char e1[256], e2[256];
+        printf("wrote %s to %s\n", pd__escape(e1, sizeof e1, name), pd__escape(e2, sizeof e2, outs[i].file));
     }
     rc = 0;
 out:
