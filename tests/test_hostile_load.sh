@@ -87,5 +87,13 @@ refused "an error naming a node with a newline in its name" "node 'r\\npdonnx: f
 refused "run: an input with control bytes not given" "input 'x\\tin\\x1b]0;title\\x07' is not given" \
   "$pdonnx" run "$h/names.onnx"
 
+# --- D15: opsets that do not exist were accepted
+for c in "99 opset_99" "0 opset_0" "-1 opset_neg" "4611686018427387904 opset_huge"; do
+  set -- $c
+  refused "ai.onnx opset $1" "$2.onnx: opset $1 of domain 'ai.onnx' does not exist" "$pdonnx" info "$h/$2.onnx"
+done
+refused "no opset imported" "opset_none.onnx: the model imports no opset" "$pdonnx" info "$h/opset_none.onnx"
+timeout 20 "$pdonnx" info "$h/opset_27.onnx" >"$tmp/out" 2>&1 && ok "opset 27 loads" || bad "opset 27: $(cat "$tmp/out")"
+
 [ $fails -eq 0 ] || { echo "$fails failed"; exit 1; }
 echo "all passed"

@@ -988,6 +988,67 @@ static void test_control_names(void) {
           "a bad node with control bytes in its name: one printable line, escaped: %s", msg);
 }
 
+/* Opsets that do not exist, and a model that imports none. */
+static void test_opsets(void) {
+    struct {
+        const char *file, *domain;
+        int64_t version;
+        pd_status want;
+        const char *needle;
+    } cases[] = {
+        {"opset_99", "", 99, PD_ERR_UNSUPPORTED, "opset 99 of domain 'ai.onnx'"},
+        {"opset_0", "", 0, PD_ERR_UNSUPPORTED, "opset 0 of domain 'ai.onnx'"},
+        {"opset_neg", "ai.onnx", -1, PD_ERR_UNSUPPORTED, "opset -1 of domain 'ai.onnx'"},
+        {"opset_huge", "", (int64_t)1 << 62, PD_ERR_UNSUPPORTED, "opset 4611686018427387904 of domain 'ai.onnx'"},
+        {"opset_28", "", 28, PD_ERR_UNSUPPORTED, "reads opsets 1 to 27"},
+        {"opset_27", "", 27, PD_OK, NULL},
+        {"opset_1", "", 1, PD_OK, NULL},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        mb *b = mb_new(cases[c].version);
+        b->ops[0].domain = S(cases[c].domain);
+        add_in(b, mk_vi("x", PD_FLOAT, "2"));
+        add_node(b, mk_node("Relu", "r", "x", "y"));
+        add_out(b, "y");
+        const char *path = save(b, fmt("hostile/%s.onnx", cases[c].file));
+        if (cases[c].want == PD_OK) {
+            pd_graph_destroy(expect_load(fmt("opset %lld", (long long)cases[c].version), path, NULL));
+            continue;
+        }
+        expect_fail(fmt("opset %lld", (long long)cases[c].version), path, NULL, cases[c].want, cases[c].needle,
+                    fmt("%s.onnx", cases[c].file));
+    }
+    mb *b = mb_new(13);
+    b->m.n_opset_import = 0;
+    add_in(b, mk_vi("x", PD_FLOAT, "2"));
+    add_node(b, mk_node("Relu", "r", "x", "y"));
+    add_out(b, "y");
+    expect_fail("no opset imported (IR version 8)", save(b, "hostile/opset_none.onnx"), NULL, PD_ERR_INVALID,
+                "opset_none.onnx", "imports no opset");
+    b->m.ir_version = 2; /* before opset_import existed: opset 1 */
+    pd_graph *g = expect_load("no opset imported, IR version 2", save(b, "hostile/opset_ir2.onnx"), NULL);
+    CHECK(g && g->opset == 1, "an IR version 2 model without imports is opset 1");
+    pd_graph_destroy(g);
+
+    b = mb_new(13);
+    b->ops[0].domain = S("com.example");
+    add_in(b, mk_vi("x", PD_FLOAT, "2"));
+    add_node(b, mk_node("Relu", "r", "x", "y"));
+    add_out(b, "y");
+    expect_fail("a default-domain node in a model that imports only com.example", save(b, "hostile/opset_nodefault.onnx"),
+                NULL, PD_ERR_INVALID, "node 'r' (Relu)", "does not import the default domain");
+    b->ops[0].version = 0;
+    expect_fail("domain com.example at version 0", save(b, "hostile/opset_custom0.onnx"), NULL, PD_ERR_INVALID,
+                "'com.example'", "opset 0");
+    b = mb_new(13);
+    mb_domain(b, "ai.onnx.ml", 99);
+    add_in(b, mk_vi("x", PD_FLOAT, "2"));
+    add_node(b, mk_node("Relu", "r", "x", "y"));
+    add_out(b, "y");
+    expect_fail("ai.onnx.ml opset 99", save(b, "hostile/opset_ml99.onnx"), NULL, PD_ERR_UNSUPPORTED,
+                "opset 99 of domain 'ai.onnx.ml'", NULL);
+}
+
 static void test_tensor_pb(void) {
     const float v[3] = {1, 2, 3};
     Onnx__TensorProto *t = mk_raw("input_name", PD_FLOAT, "3", v, sizeof v);
@@ -1066,6 +1127,7 @@ int main(int argc, char **argv) {
     mkdir(fmt("%s/hostile", tmp_root), 0755);
     test_huge_flops();
     test_control_names();
+    test_opsets();
     test_tensor_pb();
     if (!keep) nftw(tmp_root, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
     arena_free();
