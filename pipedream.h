@@ -156,8 +156,14 @@ typedef struct pd_load_options {
     int n_const_inputs;
     const char *const *const_input_names;
     const pd_tensor *const_inputs;
+    /* Cap on the bytes of the constants folding may create, all together
+     * (0: PD_MAX_CONSTANT_BYTES_DEFAULT). A 100-byte model can ask for a
+     * ConstantOfShape of 8 GiB: beyond the cap the load is refused, naming the
+     * node and the size. */
+    int64_t max_constant_bytes;
 } pd_load_options;
-#define PD_LOAD_OPTIONS_INIT {sizeof(pd_load_options), 0, 0, NULL, 1, 0, NULL, NULL}
+#define PD_MAX_CONSTANT_BYTES_DEFAULT ((int64_t)1 << 30) /* 1 GiB */
+#define PD_LOAD_OPTIONS_INIT {sizeof(pd_load_options), 0, 0, NULL, 1, 0, NULL, NULL, PD_MAX_CONSTANT_BYTES_DEFAULT}
 
 PDDEF pd_status pd_graph_load_file(const char *path, const pd_load_options *opt, pd_graph **out);
 /* `name` names the model in messages; `base_dir` resolves external data (NULL: none allowed). */
@@ -1756,10 +1762,35 @@ static pd_status pd__bind_const_inputs(pd_graph *g, const pd_load_options *opt) 
     return PD_OK;
 }
 
-static pd_status pd__fold_node(pd_graph *g, pd__node *n, const pd_backend_i *be) {
+/* Folds n when its outputs fit in what is left of the cap on folded bytes
+ * (*budget, taken from; opt->max_constant_bytes at the start): a tiny model
+ * may declare a ConstantOfShape of 8 GiB, which must be refused before it is
+ * allocated, naming the node and the size. Refused rather than left to run:
+ * at run time the constant would take the same memory, once per stage. */
+static pd_status pd__fold_node(pd_graph *g, pd__node *n, const pd_backend_i *be, int64_t *budget, int64_t cap) {
     pd_tensor inv[16], outv[16];
     pd_tensor *in[16], *out[16];
     if (n->nin > 16 || n->nout > 16) return PD_OK; /* not worth folding */
+    int64_t need = 0;
+    /* a Constant's value is in the file already: only what folding makes up counts */
+    for (int j = 0; j < n->nout && n->op != PD_OP_CONSTANT; j++) {
+        if (n->out[j] < 0) continue;
+        const pd__tensor *t = &g->tensors[n->out[j]];
+        int64_t b;
+        if (!pd__mul_ok(t->numel, (int64_t)pd_dtype_size(t->dtype), &b) || __builtin_add_overflow(need, b, &need))
+            need = INT64_MAX;
+    }
+    if (need > *budget) {
+        const pd__tensor *t = &g->tensors[n->out[0]];
+        char shape[256];
+        pd__format_shape(shape, sizeof shape, t->ndim, t->shape);
+        return pd__node_err(g, n, PD_ERR_UNSUPPORTED,
+                            "folding it makes a constant of %lld bytes (output '%s' %s %s), beyond the cap of "
+                            "%lld bytes for the model's constants; raise max_constant_bytes (pdonnx: "
+                            "--max-constant-bytes N)",
+                            (long long)need, t->name, pd_dtype_name(t->dtype), shape, (long long)cap);
+    }
+    *budget -= need;
     for (int j = 0; j < n->nin; j++) {
         in[j] = NULL;
         if (n->in[j] < 0) continue;
@@ -1849,6 +1880,7 @@ pd_status pd__graph_finalize(pd_graph *g, const pd_load_options *opt, const pd_b
     bool *folded = (bool *)PD_CALLOC((size_t)g->nnodes + 1, sizeof(bool));
     if (!folded) return pd__err(PD_ERR_NOMEM, "%s: out of memory", g->path);
     pd_status st = PD_OK;
+    int64_t budget = opt->max_constant_bytes > 0 ? opt->max_constant_bytes : PD_MAX_CONSTANT_BYTES_DEFAULT;
     for (int i = 0; i < g->nnodes && st == PD_OK; i++) {
         pd__node *n = &g->nodes[i];
         if (n->op < 0) {
@@ -1871,7 +1903,7 @@ pd_status pd__graph_finalize(pd_graph *g, const pd_load_options *opt, const pd_b
                 st = pd__node_err(g, n, PD_ERR_INTERNAL, "shape rule left output %d without a shape", j);
         }
         if (st == PD_OK && fold && opt->fold_constants && pd__should_fold(g, n)) {
-            st = pd__fold_node(g, n, fold);
+            st = pd__fold_node(g, n, fold, &budget, opt->max_constant_bytes);
             folded[i] = st == PD_OK;
         }
     }

@@ -105,8 +105,13 @@ static pd_status get_options(const pd_load_options *opt, const char *name, pd_lo
         if (PD__HAS(n_const_inputs)) d.n_const_inputs = opt->n_const_inputs;
         if (PD__HAS(const_input_names)) d.const_input_names = opt->const_input_names;
         if (PD__HAS(const_inputs)) d.const_inputs = opt->const_inputs;
+        if (PD__HAS(max_constant_bytes)) d.max_constant_bytes = opt->max_constant_bytes;
 #undef PD__HAS
     }
+    if (d.max_constant_bytes == 0) d.max_constant_bytes = PD_MAX_CONSTANT_BYTES_DEFAULT;
+    if (d.max_constant_bytes < 0)
+        return pd__err(PD_ERR_INVALID, "%s: max_constant_bytes %lld is negative", name,
+                       (long long)d.max_constant_bytes);
     if (d.batch < 0)
         return pd__err(PD_ERR_INVALID, "%s: batch size %lld is negative", name, (long long)d.batch);
     if (d.n_input_shapes < 0 || (d.n_input_shapes > 0 && !d.input_shapes))

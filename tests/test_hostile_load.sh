@@ -95,5 +95,22 @@ done
 refused "no opset imported" "opset_none.onnx: the model imports no opset" "$pdonnx" info "$h/opset_none.onnx"
 timeout 20 "$pdonnx" info "$h/opset_27.onnx" >"$tmp/out" 2>&1 && ok "opset 27 loads" || bad "opset 27: $(cat "$tmp/out")"
 
+# --- D17: 85 bytes of model asked info for an 8 GiB constant (allocated and filled)
+size=$(wc -c <"$h/const_8g.onnx")
+(ulimit -v 1500000; refused "ConstantOfShape of 8 GiB ($size-byte model), 1.5 GB of address space" \
+  "node 'cos' (ConstantOfShape): folding it makes a constant of 8589934592 bytes" "$pdonnx" info "$h/const_8g.onnx")
+refused "--max-constant-bytes below a 4 MiB constant" "beyond the cap of 1000000 bytes" \
+  "$pdonnx" info "$h/const_4m.onnx" --max-constant-bytes 1000000
+if timeout 20 "$pdonnx" info "$h/const_4m.onnx" --max-constant-bytes 5000000 >"$tmp/out" 2>&1 &&
+   grep -q "^  output big .*float32\[1024,1024\]" "$tmp/out"; then
+  ok "--max-constant-bytes above a 4 MiB constant: it loads"
+else
+  bad "--max-constant-bytes 5000000: $(cat "$tmp/out")"
+fi
+refused "--max-constant-bytes 0" "--max-constant-bytes expects an integer" \
+  "$pdonnx" info "$h/const_4m.onnx" --max-constant-bytes 0
+refused "run honours --max-constant-bytes" "beyond the cap of 1000 bytes" \
+  "$pdonnx" run "$h/const_4m.onnx" --max-constant-bytes 1000
+
 [ $fails -eq 0 ] || { echo "$fails failed"; exit 1; }
 echo "all passed"

@@ -1049,6 +1049,67 @@ static void test_opsets(void) {
                 "opset 99 of domain 'ai.onnx.ml'", NULL);
 }
 
+/* ConstantOfShape(shape) as the model's output: folding makes it at load. */
+static mb *const_of_shape(const int64_t *shape, size_t rank) {
+    mb *b = mb_new(13);
+    Onnx__TensorProto *t = mk_tensor("shape", PD_INT64, fmt("%zu", rank));
+    t->n_int64_data = rank;
+    t->int64_data = al(sizeof(int64_t) * rank);
+    memcpy(t->int64_data, shape, sizeof(int64_t) * rank);
+    add_init(b, t);
+    add_node(b, mk_node("ConstantOfShape", "cos", "shape", "big"));
+    add_out(b, "big");
+    return b;
+}
+
+/* A hundred bytes of model asking for a constant of 8 GiB: refused before any
+ * of it is allocated, naming the node and the size; the cap can be raised. */
+static void test_constant_cap(void) {
+    const int64_t huge[1] = {(int64_t)1 << 31}, mid[2] = {1024, 1024};
+    const char *path = save(const_of_shape(huge, 1), "hostile/const_8g.onnx");
+    struct stat st;
+    CHECK(stat(path, &st) == 0 && st.st_size < 128, "the 8 GiB ConstantOfShape model is %lld bytes",
+          (long long)st.st_size);
+    expect_fail("ConstantOfShape of 8 GiB", path, NULL, PD_ERR_UNSUPPORTED, "node 'cos' (ConstantOfShape)",
+                "8589934592 bytes");
+    const char *mpath = save(const_of_shape(mid, 2), "hostile/const_4m.onnx");
+    pd_load_options o = PD_LOAD_OPTIONS_INIT;
+    o.max_constant_bytes = 1 << 20;
+    expect_fail("ConstantOfShape of 4 MiB, cap 1 MiB", mpath, &o, PD_ERR_UNSUPPORTED, "4194304 bytes",
+                "cap of 1048576 bytes");
+    o.max_constant_bytes = 4 << 20;
+    pd_graph *g = expect_load("ConstantOfShape of 4 MiB, cap 4 MiB", mpath, &o);
+    CHECK(g && T(g, "big") && T(g, "big")->data && T(g, "big")->kind == PD_T_CONST, "the 4 MiB constant is folded");
+    pd_graph_destroy(g);
+    pd_graph_destroy(expect_load("ConstantOfShape of 4 MiB, default cap", mpath, NULL));
+    o.max_constant_bytes = -1;
+    expect_fail("a negative cap", mpath, &o, PD_ERR_INVALID, "max_constant_bytes", NULL);
+
+    /* Expand of a constant, twice: 2 x 2 MiB, the cap counts them together */
+    mb *b = mb_new(13);
+    const float one = 1;
+    add_init(b, mk_f32("one", "", &one, 1));
+    b->inits[0]->data_type = PD_INT64; /* an int64 initializer: never trained, so folded */
+    b->inits[0]->n_float_data = 0;
+    b->inits[0]->n_int64_data = 1;
+    b->inits[0]->int64_data = al(sizeof(int64_t));
+    b->inits[0]->int64_data[0] = 1;
+    Onnx__TensorProto *t = mk_tensor("to", PD_INT64, "2");
+    t->n_int64_data = 2;
+    t->int64_data = al(2 * sizeof(int64_t));
+    t->int64_data[0] = 512, t->int64_data[1] = 512;
+    add_init(b, t);
+    add_node(b, mk_node("Expand", "e1", "one,to", "a"));
+    add_node(b, mk_node("Expand", "e2", "one,to", "c"));
+    add_out(b, "a");
+    add_out(b, "c");
+    const char *epath = save(b, "hostile/expand.onnx");
+    o.max_constant_bytes = 3 << 20;
+    expect_fail("two Expands of 2 MiB each, cap 3 MiB", epath, &o, PD_ERR_UNSUPPORTED, "node 'e2' (Expand)", NULL);
+    o.max_constant_bytes = 4 << 20;
+    pd_graph_destroy(expect_load("two Expands of 2 MiB each, cap 4 MiB", epath, &o));
+}
+
 static void test_tensor_pb(void) {
     const float v[3] = {1, 2, 3};
     Onnx__TensorProto *t = mk_raw("input_name", PD_FLOAT, "3", v, sizeof v);
@@ -1128,6 +1189,7 @@ int main(int argc, char **argv) {
     test_huge_flops();
     test_control_names();
     test_opsets();
+    test_constant_cap();
     test_tensor_pb();
     if (!keep) nftw(tmp_root, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
     arena_free();

@@ -78,10 +78,12 @@ static void pd__usage(FILE *f) {
             "pdonnx %s - train ONNX models with pipeline parallelism\n"
             "\n"
             "usage:\n"
-            "  pdonnx info MODEL.onnx [--batch N]\n"
+            "  pdonnx info MODEL.onnx [--batch N] [--max-constant-bytes N]\n"
             "      print the layer DAG: nodes, output shapes, parameters and FLOPs\n"
-            "  pdonnx run MODEL.onnx [--batch N] [--threads N] --input NAME=X.npy ... [--output NAME=Y.npy ...]\n"
+            "  pdonnx run MODEL.onnx [--batch N] [--threads N] [--max-constant-bytes N] --input NAME=X.npy ...\n"
+            "         [--output NAME=Y.npy ...]\n"
             "      run inference; without --output, print a summary of each output\n"
+            "      (--max-constant-bytes: cap on the constants folding may make, default 1 GiB)\n"
             "  pdonnx train MODEL.onnx --data X.npy --labels Y.npy [--val XV.npy YV.npy]\n"
             "         [--loss auto|cross_entropy|mse|graph] [--output NAME]\n"
             "         [--optimizer sgd|momentum|nesterov|adam|adamw] [--lr F] [--momentum F]\n"
@@ -150,6 +152,8 @@ static int pd__cmd_info(int argc, char **argv) {
     for (int i = 0; i < argc; i++) {
         if (strcmp(argv[i], "--batch") == 0 && i + 1 < argc) {
             if (!pd_cli_parse_int("--batch", argv[++i], 1, INT32_MAX, &lo.batch)) return 2;
+        } else if (strcmp(argv[i], "--max-constant-bytes") == 0 && i + 1 < argc) {
+            if (!pd_cli_parse_int("--max-constant-bytes", argv[++i], 1, INT64_MAX, &lo.max_constant_bytes)) return 2;
         } else if (argv[i][0] == '-') {
             return pd_cli_usage_error("info: unknown flag '%s'", argv[i]);
         } else if (!path) {
@@ -271,6 +275,8 @@ static int pd__cmd_run(int argc, char **argv) {
         int64_t v;
         if (strcmp(argv[i], "--batch") == 0 && i + 1 < argc) {
             if (!pd_cli_parse_int("--batch", argv[++i], 1, INT32_MAX, &lo.batch)) return 2;
+        } else if (strcmp(argv[i], "--max-constant-bytes") == 0 && i + 1 < argc) {
+            if (!pd_cli_parse_int("--max-constant-bytes", argv[++i], 1, INT64_MAX, &lo.max_constant_bytes)) return 2;
         } else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc) {
             if (!pd_cli_parse_int("--threads", argv[++i], 1, 1024, &v)) return 2;
             eo.threads = (int)v;
