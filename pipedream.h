@@ -156,8 +156,14 @@ typedef struct pd_load_options {
     int n_const_inputs;
     const char *const *const_input_names;
     const pd_tensor *const_inputs;
+    /* Cap on the bytes of the constants folding may create, all together
+     * (0: PD_MAX_CONSTANT_BYTES_DEFAULT). A 100-byte model can ask for a
+     * ConstantOfShape of 8 GiB: beyond the cap the load is refused, naming the
+     * node and the size. */
+    int64_t max_constant_bytes;
 } pd_load_options;
-#define PD_LOAD_OPTIONS_INIT {sizeof(pd_load_options), 0, 0, NULL, 1, 0, NULL, NULL}
+#define PD_MAX_CONSTANT_BYTES_DEFAULT ((int64_t)1 << 30) /* 1 GiB */
+#define PD_LOAD_OPTIONS_INIT {sizeof(pd_load_options), 0, 0, NULL, 1, 0, NULL, NULL, PD_MAX_CONSTANT_BYTES_DEFAULT}
 
 PDDEF pd_status pd_graph_load_file(const char *path, const pd_load_options *opt, pd_graph **out);
 /* `name` names the model in messages; `base_dir` resolves external data (NULL: none allowed). */
@@ -176,7 +182,7 @@ typedef struct pd_node_info {
     const char *name;
     const char *op_type;
     int n_inputs, n_outputs;
-    int64_t flops;         /* forward FLOPs (multiply-add = 2) */
+    int64_t flops;         /* forward FLOPs (multiply-add = 2); the three counts stop at INT64_MAX */
     int64_t param_bytes;   /* bytes of float initializers it reads */
     int64_t output_bytes;  /* bytes of its outputs (activations) */
 } pd_node_info;
@@ -706,8 +712,13 @@ typedef enum pd_op {
 
 /* ---- errors ---------------------------------------------------------------- */
 
-/* Sets the thread's last error (printf-style) and returns `s`. */
+/* Sets the thread's last error (printf-style) and returns `s`. The message is
+ * escaped with pd__escape: it stays one line whatever names it quotes. */
 pd_status pd__err(pd_status s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Copies src (NULL: "") into dst (n bytes, always NUL-terminated, truncated
+ * between escapes) with bytes below 0x20 and 0x7f written as \n, \t, \r or
+ * \xNN; returns dst. For names read from a model before they are printed. */
+const char *pd__escape(char *dst, size_t n, const char *src);
 /* Prefixes the current message: "prefix: old message". */
 void pd__err_prefix(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
@@ -862,8 +873,9 @@ int pd__attr_floats(const pd__node *n, const char *name, const float **v);
  * of constant inputs (g->tensors[i].data != NULL). Reports errors with
  * pd__node_err. */
 typedef pd_status (*pd__shape_fn)(pd_graph *g, pd__node *n);
-/* Forward FLOPs of a node with known shapes. */
-typedef int64_t (*pd__flops_fn)(const pd_graph *g, const pd__node *n);
+/* Forward FLOPs of a node with known shapes, in double: a declared shape may be
+ * huge (a [2^30,2^30] MatMul is 2^91 FLOPs), which no int64 holds. */
+typedef double (*pd__flops_fn)(const pd_graph *g, const pd__node *n);
 
 typedef struct pd__op_def {
     const char *name;
@@ -878,7 +890,7 @@ int pd__op_lookup(const char *onnx_name); /* -1 when not in the set */
 
 #define PD__DECL_SHAPE(e, name, flags, grad)                    \
     pd_status pd__shape_##name(pd_graph *g, pd__node *n); \
-    int64_t pd__flops_##name(const pd_graph *g, const pd__node *n);
+    double pd__flops_##name(const pd_graph *g, const pd__node *n);
 PD_OPS(PD__DECL_SHAPE)
 #undef PD__DECL_SHAPE
 
@@ -989,22 +1001,49 @@ pd_status pd__cpu_run(pd__exec *x, const pd_graph *g, const pd__node *n, pd_tens
 #endif
 static PD__THREAD_LOCAL char pd__errbuf[1024];
 
+const char *pd__escape(char *dst, size_t n, const char *src) {
+    static const char hex[] = "0123456789abcdef";
+    size_t k = 0;
+    if (n == 0) return dst;
+    for (const unsigned char *p = (const unsigned char *)(src ? src : ""); *p; p++) {
+        char e[5] = {(char)*p, 0, 0, 0, 0};
+        if (*p == '\n' || *p == '\t' || *p == '\r') {
+            e[0] = '\\';
+            e[1] = *p == '\n' ? 'n' : *p == '\t' ? 't' : 'r';
+        } else if (*p < 0x20 || *p == 0x7f) {
+            e[0] = '\\', e[1] = 'x', e[2] = hex[*p >> 4], e[3] = hex[*p & 15];
+        }
+        size_t len = strlen(e);
+        if (k + len >= n) break; /* an escape is never cut in half */
+        memcpy(dst + k, e, len);
+        k += len;
+    }
+    dst[k] = '\0';
+    return dst;
+}
+
+/* Messages are one line whatever the model's names hold: the formatted text
+ * is escaped (pd__escape), so a newline in a node name cannot forge a second
+ * line and an ESC cannot drive the terminal. Escaping twice changes nothing. */
 pd_status pd__err(pd_status s, const char *fmt, ...) {
+    char msg[sizeof pd__errbuf];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(pd__errbuf, sizeof pd__errbuf, fmt, ap);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    pd__escape(pd__errbuf, sizeof pd__errbuf, msg);
     return s;
 }
 
 void pd__err_prefix(const char *fmt, ...) {
-    char old[sizeof pd__errbuf], pre[512];
+    char old[sizeof pd__errbuf], pre[512], msg[sizeof pd__errbuf];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(pre, sizeof pre, fmt, ap);
     va_end(ap);
     memcpy(old, pd__errbuf, sizeof old);
-    snprintf(pd__errbuf, sizeof pd__errbuf, "%s: %s", pre, old);
+    snprintf(msg, sizeof msg, "%s: %s", pre, old);
+    pd__escape(pd__errbuf, sizeof pd__errbuf, msg);
 }
 
 const char *pd_last_error(void) { return pd__errbuf; }
@@ -1080,10 +1119,15 @@ bool pd__mul_ok(int64_t a, int64_t b, int64_t *out) {
 }
 
 int64_t pd__shape_numel(int ndim, const int64_t *shape) {
+    /* the product of the non-zero dims must fit too: [0, 2^62, 2^62] holds no
+     * element, but its rows (a product of some dims) would overflow */
     int64_t n = 1;
-    for (int i = 0; i < ndim; i++)
-        if (!pd__mul_ok(n, shape[i], &n)) return -1;
-    return n;
+    bool empty = false;
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] == 0) empty = true;
+        else if (!pd__mul_ok(n, shape[i], &n)) return -1;
+    }
+    return empty ? 0 : n;
 }
 
 void pd__format_shape(char *buf, size_t n, int ndim, const int64_t *shape) {
@@ -1736,10 +1780,35 @@ static pd_status pd__bind_const_inputs(pd_graph *g, const pd_load_options *opt) 
     return PD_OK;
 }
 
-static pd_status pd__fold_node(pd_graph *g, pd__node *n, const pd_backend_i *be) {
+/* Folds n when its outputs fit in what is left of the cap on folded bytes
+ * (*budget, taken from; opt->max_constant_bytes at the start): a tiny model
+ * may declare a ConstantOfShape of 8 GiB, which must be refused before it is
+ * allocated, naming the node and the size. Refused rather than left to run:
+ * at run time the constant would take the same memory, once per stage. */
+static pd_status pd__fold_node(pd_graph *g, pd__node *n, const pd_backend_i *be, int64_t *budget, int64_t cap) {
     pd_tensor inv[16], outv[16];
     pd_tensor *in[16], *out[16];
     if (n->nin > 16 || n->nout > 16) return PD_OK; /* not worth folding */
+    int64_t need = 0;
+    /* a Constant's value is in the file already: only what folding makes up counts */
+    for (int j = 0; j < n->nout && n->op != PD_OP_CONSTANT; j++) {
+        if (n->out[j] < 0) continue;
+        const pd__tensor *t = &g->tensors[n->out[j]];
+        int64_t b;
+        if (!pd__mul_ok(t->numel, (int64_t)pd_dtype_size(t->dtype), &b) || __builtin_add_overflow(need, b, &need))
+            need = INT64_MAX;
+    }
+    if (need > *budget) {
+        const pd__tensor *t = &g->tensors[n->out[0]];
+        char shape[256];
+        pd__format_shape(shape, sizeof shape, t->ndim, t->shape);
+        return pd__node_err(g, n, PD_ERR_UNSUPPORTED,
+                            "folding it makes a constant of %lld bytes (output '%s' %s %s), beyond the cap of "
+                            "%lld bytes for the model's constants; raise max_constant_bytes (pdonnx: "
+                            "--max-constant-bytes N)",
+                            (long long)need, t->name, pd_dtype_name(t->dtype), shape, (long long)cap);
+    }
+    *budget -= need;
     for (int j = 0; j < n->nin; j++) {
         in[j] = NULL;
         if (n->in[j] < 0) continue;
@@ -1829,6 +1898,7 @@ pd_status pd__graph_finalize(pd_graph *g, const pd_load_options *opt, const pd_b
     bool *folded = (bool *)PD_CALLOC((size_t)g->nnodes + 1, sizeof(bool));
     if (!folded) return pd__err(PD_ERR_NOMEM, "%s: out of memory", g->path);
     pd_status st = PD_OK;
+    int64_t budget = opt->max_constant_bytes > 0 ? opt->max_constant_bytes : PD_MAX_CONSTANT_BYTES_DEFAULT;
     for (int i = 0; i < g->nnodes && st == PD_OK; i++) {
         pd__node *n = &g->nodes[i];
         if (n->op < 0) {
@@ -1851,7 +1921,7 @@ pd_status pd__graph_finalize(pd_graph *g, const pd_load_options *opt, const pd_b
                 st = pd__node_err(g, n, PD_ERR_INTERNAL, "shape rule left output %d without a shape", j);
         }
         if (st == PD_OK && fold && opt->fold_constants && pd__should_fold(g, n)) {
-            st = pd__fold_node(g, n, fold);
+            st = pd__fold_node(g, n, fold, &budget, opt->max_constant_bytes);
             folded[i] = st == PD_OK;
         }
     }
@@ -1896,6 +1966,13 @@ static bool pd__is_param(const pd__tensor *t) {
 
 static int64_t pd__bytes(const pd__tensor *t) { return t->numel * (int64_t)pd_dtype_size(t->dtype); }
 
+/* Counts a model's declared shapes can push past INT64_MAX stop there. */
+static int64_t pd__saturate(double v) { return v >= 9223372036854775807.0 ? INT64_MAX : v > 0 ? (int64_t)v : 0; }
+static int64_t pd__sat_add(int64_t a, int64_t b) {
+    int64_t r;
+    return __builtin_add_overflow(a, b, &r) ? INT64_MAX : r;
+}
+
 pd_status pd_graph_node(const pd_graph *g, int i, pd_node_info *out) {
     if (!g || !out) return pd__err(PD_ERR_INVALID, "pd_graph_node: %s is NULL", !g ? "graph" : "out");
     if (i < 0 || i >= g->nnodes)
@@ -1907,11 +1984,12 @@ pd_status pd_graph_node(const pd_graph *g, int i, pd_node_info *out) {
     info.op_type = n->op_type;
     info.n_inputs = n->nin;
     info.n_outputs = n->nout;
-    info.flops = n->op >= 0 ? pd__ops[n->op].flops(g, n) : 0;
+    info.flops = n->op >= 0 ? pd__saturate(pd__ops[n->op].flops(g, n)) : 0;
     for (int j = 0; j < n->nin; j++)
-        if (n->in[j] >= 0 && pd__is_param(&g->tensors[n->in[j]])) info.param_bytes += pd__bytes(&g->tensors[n->in[j]]);
+        if (n->in[j] >= 0 && pd__is_param(&g->tensors[n->in[j]]))
+            info.param_bytes = pd__sat_add(info.param_bytes, pd__bytes(&g->tensors[n->in[j]]));
     for (int j = 0; j < n->nout; j++)
-        if (n->out[j] >= 0) info.output_bytes += pd__bytes(&g->tensors[n->out[j]]);
+        if (n->out[j] >= 0) info.output_bytes = pd__sat_add(info.output_bytes, pd__bytes(&g->tensors[n->out[j]]));
     *out = info;
     return PD_OK;
 }
@@ -2124,16 +2202,17 @@ static pd_status bcast(const pd_graph *g, const pd__node *n, int *nd, int64_t *s
     return PD_OK;
 }
 
-static int64_t out_numel(const pd_graph *g, const pd__node *n) {
+/* Element counts for the FLOP rules, in double: 8 * numel may not fit an int64. */
+static double out_numel(const pd_graph *g, const pd__node *n) {
     if (n->nout < 1 || n->out[0] < 0) return 0;
     int64_t v = g->tensors[n->out[0]].numel;
-    return v > 0 ? v : 0;
+    return v > 0 ? (double)v : 0;
 }
 
-static int64_t in_numel(const pd_graph *g, const pd__node *n, int i) {
+static double in_numel(const pd_graph *g, const pd__node *n, int i) {
     if (i >= n->nin || n->in[i] < 0) return 0;
     int64_t v = g->tensors[n->in[i]].numel;
-    return v > 0 ? v : 0;
+    return v > 0 ? (double)v : 0;
 }
 
 /* ---- binary ops with broadcasting --------------------------------------------- */
@@ -2172,12 +2251,12 @@ pd_status pd__shape_Div(pd_graph *g, pd__node *n) { return shape_binary(g, n, PD
 pd_status pd__shape_Pow(pd_graph *g, pd__node *n) { return shape_binary(g, n, PD_EK_NUM, true, PD_UNDEFINED); }
 pd_status pd__shape_Equal(pd_graph *g, pd__node *n) { return shape_binary(g, n, PD_EK_ANY, false, PD_BOOL); }
 
-int64_t pd__flops_Add(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
-int64_t pd__flops_Sub(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
-int64_t pd__flops_Mul(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
-int64_t pd__flops_Div(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
-int64_t pd__flops_Pow(const pd_graph *g, const pd__node *n) { return 8 * out_numel(g, n); }
-int64_t pd__flops_Equal(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
+double pd__flops_Add(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
+double pd__flops_Sub(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
+double pd__flops_Mul(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
+double pd__flops_Div(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
+double pd__flops_Pow(const pd_graph *g, const pd__node *n) { return 8 * out_numel(g, n); }
+double pd__flops_Equal(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
 
 /* Sum: one or more inputs of one dtype, broadcast together. */
 pd_status pd__shape_Sum(pd_graph *g, pd__node *n) {
@@ -2198,8 +2277,8 @@ pd_status pd__shape_Sum(pd_graph *g, pd__node *n) {
     return pd__tensor_set_shape(g, y, nd, shape);
 }
 
-int64_t pd__flops_Sum(const pd_graph *g, const pd__node *n) {
-    int64_t k = n->nin > 1 ? n->nin - 1 : 1;
+double pd__flops_Sum(const pd_graph *g, const pd__node *n) {
+    double k = n->nin > 1 ? n->nin - 1 : 1;
     return k * out_numel(g, n);
 }
 
@@ -2223,7 +2302,7 @@ pd_status pd__shape_Where(pd_graph *g, pd__node *n) {
     return pd__tensor_set_shape(g, y, nd, shape);
 }
 
-int64_t pd__flops_Where(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
+double pd__flops_Where(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
 
 /* ---- unary ops ------------------------------------------------------------------ */
 
@@ -2280,18 +2359,18 @@ pd_status pd__shape_Clip(pd_graph *g, pd__node *n) {
     return PD_OK;
 }
 
-int64_t pd__flops_Sqrt(const pd_graph *g, const pd__node *n) { return 4 * out_numel(g, n); }
-int64_t pd__flops_Exp(const pd_graph *g, const pd__node *n) { return 8 * out_numel(g, n); }
-int64_t pd__flops_Log(const pd_graph *g, const pd__node *n) { return 8 * out_numel(g, n); }
-int64_t pd__flops_Neg(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
-int64_t pd__flops_Reciprocal(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
-int64_t pd__flops_Relu(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
-int64_t pd__flops_LeakyRelu(const pd_graph *g, const pd__node *n) { return 2 * out_numel(g, n); }
-int64_t pd__flops_Sigmoid(const pd_graph *g, const pd__node *n) { return 10 * out_numel(g, n); }
-int64_t pd__flops_Tanh(const pd_graph *g, const pd__node *n) { return 10 * out_numel(g, n); }
-int64_t pd__flops_Erf(const pd_graph *g, const pd__node *n) { return 10 * out_numel(g, n); }
-int64_t pd__flops_Gelu(const pd_graph *g, const pd__node *n) { return 14 * out_numel(g, n); }
-int64_t pd__flops_Clip(const pd_graph *g, const pd__node *n) { return 2 * out_numel(g, n); }
+double pd__flops_Sqrt(const pd_graph *g, const pd__node *n) { return 4 * out_numel(g, n); }
+double pd__flops_Exp(const pd_graph *g, const pd__node *n) { return 8 * out_numel(g, n); }
+double pd__flops_Log(const pd_graph *g, const pd__node *n) { return 8 * out_numel(g, n); }
+double pd__flops_Neg(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
+double pd__flops_Reciprocal(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
+double pd__flops_Relu(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
+double pd__flops_LeakyRelu(const pd_graph *g, const pd__node *n) { return 2 * out_numel(g, n); }
+double pd__flops_Sigmoid(const pd_graph *g, const pd__node *n) { return 10 * out_numel(g, n); }
+double pd__flops_Tanh(const pd_graph *g, const pd__node *n) { return 10 * out_numel(g, n); }
+double pd__flops_Erf(const pd_graph *g, const pd__node *n) { return 10 * out_numel(g, n); }
+double pd__flops_Gelu(const pd_graph *g, const pd__node *n) { return 14 * out_numel(g, n); }
+double pd__flops_Clip(const pd_graph *g, const pd__node *n) { return 2 * out_numel(g, n); }
 
 /* ---- Cast, Identity ---------------------------------------------------------------- */
 
@@ -2310,11 +2389,11 @@ pd_status pd__shape_Cast(pd_graph *g, pd__node *n) {
     return pd__tensor_set_shape(g, y, x->ndim, x->shape);
 }
 
-int64_t pd__flops_Cast(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
+double pd__flops_Cast(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
 
 pd_status pd__shape_Identity(pd_graph *g, pd__node *n) { return shape_unary(g, n, PD_EK_ANY); }
 
-int64_t pd__flops_Identity(const pd_graph *g, const pd__node *n) {
+double pd__flops_Identity(const pd_graph *g, const pd__node *n) {
     (void)g;
     (void)n;
     return 0;
@@ -2359,8 +2438,8 @@ static pd_status shape_reduce(pd_graph *g, pd__node *n) {
 pd_status pd__shape_ReduceMean(pd_graph *g, pd__node *n) { return shape_reduce(g, n); }
 pd_status pd__shape_ReduceSum(pd_graph *g, pd__node *n) { return shape_reduce(g, n); }
 
-int64_t pd__flops_ReduceMean(const pd_graph *g, const pd__node *n) { return in_numel(g, n, 0) + out_numel(g, n); }
-int64_t pd__flops_ReduceSum(const pd_graph *g, const pd__node *n) { return in_numel(g, n, 0); }
+double pd__flops_ReduceMean(const pd_graph *g, const pd__node *n) { return in_numel(g, n, 0) + out_numel(g, n); }
+double pd__flops_ReduceSum(const pd_graph *g, const pd__node *n) { return in_numel(g, n, 0); }
 #undef PD__FLOAT_ONLY
 #undef PD__SIGNED
 
@@ -2470,6 +2549,16 @@ static int64_t prod(int n, const int64_t *v) {
     for (int i = 0; i < n; i++) p *= v[i];
     return p;
 }
+
+/* The same in double, for FLOP counts: kernel_shape comes from the file
+ * unchecked, and the products of huge declared shapes overflow an int64. */
+static double dprod(int n, const int64_t *v) {
+    double p = 1;
+    for (int i = 0; i < n; i++) p *= (double)v[i];
+    return p;
+}
+
+static double dnumel(const pd__tensor *t) { return t->numel > 0 ? (double)t->numel : 0; }
 
 /* Adds the node prefix to a message set with pd__err (geometry errors). */
 static pd_status node_prefix(const pd_graph *g, const pd__node *n, pd_status st) {
@@ -2674,17 +2763,18 @@ pd_status pd__shape_Gemm(pd_graph *g, pd__node *n) {
     return set_out(g, n, 0, a->dtype, 2, y);
 }
 
-int64_t pd__flops_Gemm(const pd_graph *g, const pd__node *n) {
+double pd__flops_Gemm(const pd_graph *g, const pd__node *n) {
     const pd__tensor *a = cin(g, n, 0), *y = cout(g, n, 0);
     if (!a || !y || a->ndim != 2 || y->ndim != 2) return 0;
     int64_t K = a->shape[pd__attr_i(n, "transA", 0) != 0 ? 0 : 1];
-    return 2 * y->numel * K + (cin(g, n, 2) ? y->numel : 0);
+    return 2.0 * dnumel(y) * (double)K + (cin(g, n, 2) ? dnumel(y) : 0);
 }
 
 /* MatMul as numpy: 1-D operands are promoted (and the dim removed again),
  * batch dims broadcast. */
 typedef struct pd__mm {
-    int64_t M, N, K, Kb, batch;
+    int64_t M, N, K, Kb;
+    double batch;             /* product of the batch dims (for FLOPs; may exceed an int64) */
     int ndim;                 /* output rank */
     int64_t out[PD_MAX_DIMS]; /* output shape */
     bool bcast_ok;
@@ -2706,7 +2796,7 @@ static void mm_dims(const pd__tensor *a, const pd__tensor *b, pd__mm *r) {
         if (da != db && da != 1 && db != 1) r->bcast_ok = false;
         int64_t d = da == 1 ? db : da;
         r->out[r->ndim++] = d;
-        r->batch *= d;
+        r->batch *= (double)d;
     }
     if (ra >= 2) r->out[r->ndim++] = r->M;
     if (rb >= 2) r->out[r->ndim++] = r->N;
@@ -2730,12 +2820,12 @@ pd_status pd__shape_MatMul(pd_graph *g, pd__node *n) {
     return set_out(g, n, 0, a->dtype, r.ndim, r.out);
 }
 
-int64_t pd__flops_MatMul(const pd_graph *g, const pd__node *n) {
+double pd__flops_MatMul(const pd_graph *g, const pd__node *n) {
     const pd__tensor *a = cin(g, n, 0), *b = cin(g, n, 1);
     if (!a || !b || a->ndim < 1 || b->ndim < 1) return 0;
     pd__mm r;
     mm_dims(a, b, &r);
-    return 2 * r.batch * r.M * r.N * r.K;
+    return 2.0 * r.batch * (double)r.M * (double)r.N * (double)r.K;
 }
 
 /* ---- Conv, ConvTranspose ------------------------------------------------------------ */
@@ -2784,11 +2874,11 @@ pd_status pd__shape_Conv(pd_graph *g, pd__node *n) {
     return set_out(g, n, 0, x->dtype, x->ndim, y);
 }
 
-int64_t pd__flops_Conv(const pd_graph *g, const pd__node *n) {
+double pd__flops_Conv(const pd_graph *g, const pd__node *n) {
     const pd__tensor *w = cin(g, n, 1), *y = cout(g, n, 0);
     if (!w || !y || w->ndim < 3) return 0;
     /* each output element: (C/group) * prod(kernel) multiply-adds, plus the bias */
-    return 2 * y->numel * prod(w->ndim - 1, w->shape + 1) + (cin(g, n, 2) ? y->numel : 0);
+    return 2.0 * dnumel(y) * dprod(w->ndim - 1, w->shape + 1) + (cin(g, n, 2) ? dnumel(y) : 0);
 }
 
 pd_status pd__shape_ConvTranspose(pd_graph *g, pd__node *n) {
@@ -2808,11 +2898,11 @@ pd_status pd__shape_ConvTranspose(pd_graph *g, pd__node *n) {
     return set_out(g, n, 0, x->dtype, x->ndim, y);
 }
 
-int64_t pd__flops_ConvTranspose(const pd_graph *g, const pd__node *n) {
+double pd__flops_ConvTranspose(const pd_graph *g, const pd__node *n) {
     const pd__tensor *x = cin(g, n, 0), *w = cin(g, n, 1), *y = cout(g, n, 0);
     if (!x || !w || !y || w->ndim < 3) return 0;
     /* each input element scatters (M/group) * prod(kernel) multiply-adds */
-    return 2 * x->numel * prod(w->ndim - 1, w->shape + 1) + (cin(g, n, 2) ? y->numel : 0);
+    return 2.0 * dnumel(x) * dprod(w->ndim - 1, w->shape + 1) + (cin(g, n, 2) ? dnumel(y) : 0);
 }
 
 /* ---- normalizations ------------------------------------------------------------------- */
@@ -2856,11 +2946,11 @@ pd_status pd__shape_BatchNormalization(pd_graph *g, pd__node *n) {
     return PD_OK;
 }
 
-int64_t pd__flops_BatchNormalization(const pd_graph *g, const pd__node *n) {
+double pd__flops_BatchNormalization(const pd_graph *g, const pd__node *n) {
     const pd__tensor *x = cin(g, n, 0);
     if (!x) return 0;
     /* y = x*a + b per element; training adds the two statistics passes */
-    return (pd__bn_training(n) ? 6 : 2) * x->numel;
+    return (pd__bn_training(n) ? 6 : 2) * dnumel(x);
 }
 
 pd_status pd__shape_LayerNormalization(pd_graph *g, pd__node *n) {
@@ -2898,10 +2988,10 @@ pd_status pd__shape_LayerNormalization(pd_graph *g, pd__node *n) {
     return set_out(g, n, 2, (pd_dtype)st, r, ms);
 }
 
-int64_t pd__flops_LayerNormalization(const pd_graph *g, const pd__node *n) {
+double pd__flops_LayerNormalization(const pd_graph *g, const pd__node *n) {
     const pd__tensor *x = cin(g, n, 0);
     /* mean, variance, normalize, scale and shift */
-    return x ? 8 * x->numel : 0;
+    return x ? 8 * dnumel(x) : 0;
 }
 
 pd_status pd__shape_LRN(pd_graph *g, pd__node *n) {
@@ -2914,9 +3004,9 @@ pd_status pd__shape_LRN(pd_graph *g, pd__node *n) {
     return set_out(g, n, 0, x->dtype, x->ndim, x->shape);
 }
 
-int64_t pd__flops_LRN(const pd_graph *g, const pd__node *n) {
+double pd__flops_LRN(const pd_graph *g, const pd__node *n) {
     const pd__tensor *x = cin(g, n, 0);
-    return x ? x->numel * (2 * pd__attr_i(n, "size", 1) + 4) : 0;
+    return x ? dnumel(x) * (2.0 * (double)pd__attr_i(n, "size", 1) + 4) : 0;
 }
 
 /* ---- pools ---------------------------------------------------------------------------------- */
@@ -2941,11 +3031,11 @@ static pd_status pool_shape(pd_graph *g, pd__node *n, bool any_dtype) {
     return set_out(g, n, 1, PD_INT64, x->ndim, y);
 }
 
-static int64_t pool_flops(const pd_graph *g, const pd__node *n) {
+static double pool_flops(const pd_graph *g, const pd__node *n) {
     const pd__tensor *y = cout(g, n, 0);
     const int64_t *k;
     int nk = pd__attr_ints(n, "kernel_shape", &k);
-    return y ? y->numel * prod(nk, k) : 0;
+    return y ? dnumel(y) * dprod(nk, k) : 0;
 }
 
 pd_status pd__shape_MaxPool(pd_graph *g, pd__node *n) {
@@ -2954,14 +3044,14 @@ pd_status pd__shape_MaxPool(pd_graph *g, pd__node *n) {
         return pd__node_err(g, n, PD_ERR_SHAPE, "storage_order must be 0 or 1 (is %lld)", (long long)so);
     return pool_shape(g, n, true);
 }
-int64_t pd__flops_MaxPool(const pd_graph *g, const pd__node *n) { return pool_flops(g, n); }
+double pd__flops_MaxPool(const pd_graph *g, const pd__node *n) { return pool_flops(g, n); }
 
 pd_status pd__shape_AveragePool(pd_graph *g, pd__node *n) {
     if (n->nout > 1 && n->out[1] >= 0)
         return pd__node_err(g, n, PD_ERR_SHAPE, "AveragePool has one output, the model gives it %d", n->nout);
     return pool_shape(g, n, false);
 }
-int64_t pd__flops_AveragePool(const pd_graph *g, const pd__node *n) { return pool_flops(g, n); }
+double pd__flops_AveragePool(const pd_graph *g, const pd__node *n) { return pool_flops(g, n); }
 
 pd_status pd__shape_GlobalAveragePool(pd_graph *g, pd__node *n) {
     pd__tensor *x;
@@ -2973,9 +3063,9 @@ pd_status pd__shape_GlobalAveragePool(pd_graph *g, pd__node *n) {
     return set_out(g, n, 0, x->dtype, x->ndim, y);
 }
 
-int64_t pd__flops_GlobalAveragePool(const pd_graph *g, const pd__node *n) {
+double pd__flops_GlobalAveragePool(const pd_graph *g, const pd__node *n) {
     const pd__tensor *x = cin(g, n, 0);
-    return x ? x->numel : 0;
+    return x ? dnumel(x) : 0;
 }
 
 /* ---- softmax family --------------------------------------------------------------------- */
@@ -3014,16 +3104,16 @@ static pd_status softmax_shape(pd_graph *g, pd__node *n) {
     return set_out(g, n, 0, x->dtype, x->ndim, x->shape);
 }
 
-static int64_t softmax_flops(const pd_graph *g, const pd__node *n) {
+static double softmax_flops(const pd_graph *g, const pd__node *n) {
     const pd__tensor *x = cin(g, n, 0);
     /* subtract the max, exponentiate, sum, scale */
-    return x ? 4 * x->numel : 0;
+    return x ? 4 * dnumel(x) : 0;
 }
 
 pd_status pd__shape_Softmax(pd_graph *g, pd__node *n) { return softmax_shape(g, n); }
-int64_t pd__flops_Softmax(const pd_graph *g, const pd__node *n) { return softmax_flops(g, n); }
+double pd__flops_Softmax(const pd_graph *g, const pd__node *n) { return softmax_flops(g, n); }
 pd_status pd__shape_LogSoftmax(pd_graph *g, pd__node *n) { return softmax_shape(g, n); }
-int64_t pd__flops_LogSoftmax(const pd_graph *g, const pd__node *n) { return softmax_flops(g, n); }
+double pd__flops_LogSoftmax(const pd_graph *g, const pd__node *n) { return softmax_flops(g, n); }
 
 /* ---- Dropout ------------------------------------------------------------------------------ */
 
@@ -3048,10 +3138,10 @@ pd_status pd__shape_Dropout(pd_graph *g, pd__node *n) {
     return set_out(g, n, 1, n->opset >= 10 ? PD_BOOL : x->dtype, x->ndim, x->shape);
 }
 
-int64_t pd__flops_Dropout(const pd_graph *g, const pd__node *n) {
+double pd__flops_Dropout(const pd_graph *g, const pd__node *n) {
     const pd__tensor *x = cin(g, n, 0);
     /* identity unless a training_mode input is wired */
-    return x && cin(g, n, 2) ? 2 * x->numel : 0;
+    return x && cin(g, n, 2) ? 2 * dnumel(x) : 0;
 }
 
 /* ---- losses -------------------------------------------------------------------------------------- */
@@ -3100,16 +3190,16 @@ static pd_status loss_shape(pd_graph *g, pd__node *n, bool sce) {
 
 pd_status pd__shape_SoftmaxCrossEntropyLoss(pd_graph *g, pd__node *n) { return loss_shape(g, n, true); }
 
-int64_t pd__flops_SoftmaxCrossEntropyLoss(const pd_graph *g, const pd__node *n) {
+double pd__flops_SoftmaxCrossEntropyLoss(const pd_graph *g, const pd__node *n) {
     const pd__tensor *x = cin(g, n, 0);
-    return x && x->ndim >= 2 && x->shape[1] ? 4 * x->numel + 2 * (x->numel / x->shape[1]) : 0;
+    return x && x->ndim >= 2 && x->shape[1] ? 4 * dnumel(x) + 2 * (double)(x->numel / x->shape[1]) : 0;
 }
 
 pd_status pd__shape_NegativeLogLikelihoodLoss(pd_graph *g, pd__node *n) { return loss_shape(g, n, false); }
 
-int64_t pd__flops_NegativeLogLikelihoodLoss(const pd_graph *g, const pd__node *n) {
+double pd__flops_NegativeLogLikelihoodLoss(const pd_graph *g, const pd__node *n) {
     const pd__tensor *x = cin(g, n, 0);
-    return x && x->ndim >= 2 && x->shape[1] ? 2 * (x->numel / x->shape[1]) : 0;
+    return x && x->ndim >= 2 && x->shape[1] ? 2 * (double)(x->numel / x->shape[1]) : 0;
 }
 #undef set_out
 
@@ -3906,7 +3996,7 @@ pd_status pd__shape_Range(pd_graph *g, pd__node *n) {
 /* ---- FLOPs: these ops only move data ------------------------------------------ */
 
 #define PD__NO_FLOPS(name)                                                                                             \
-    int64_t pd__flops_##name(const pd_graph *g, const pd__node *n) {                                                   \
+    double pd__flops_##name(const pd_graph *g, const pd__node *n) {                                                    \
         (void)g;                                                                                                       \
         (void)n;                                                                                                       \
         return 0;                                                                                                      \

@@ -14,6 +14,13 @@ static bool pd__is_param(const pd__tensor *t) {
 
 static int64_t pd__bytes(const pd__tensor *t) { return t->numel * (int64_t)pd_dtype_size(t->dtype); }
 
+/* Counts a model's declared shapes can push past INT64_MAX stop there. */
+static int64_t pd__saturate(double v) { return v >= 9223372036854775807.0 ? INT64_MAX : v > 0 ? (int64_t)v : 0; }
+static int64_t pd__sat_add(int64_t a, int64_t b) {
+    int64_t r;
+    return __builtin_add_overflow(a, b, &r) ? INT64_MAX : r;
+}
+
 pd_status pd_graph_node(const pd_graph *g, int i, pd_node_info *out) {
     if (!g || !out) return pd__err(PD_ERR_INVALID, "pd_graph_node: %s is NULL", !g ? "graph" : "out");
     if (i < 0 || i >= g->nnodes)
@@ -25,11 +32,12 @@ pd_status pd_graph_node(const pd_graph *g, int i, pd_node_info *out) {
     info.op_type = n->op_type;
     info.n_inputs = n->nin;
     info.n_outputs = n->nout;
-    info.flops = n->op >= 0 ? pd__ops[n->op].flops(g, n) : 0;
+    info.flops = n->op >= 0 ? pd__saturate(pd__ops[n->op].flops(g, n)) : 0;
     for (int j = 0; j < n->nin; j++)
-        if (n->in[j] >= 0 && pd__is_param(&g->tensors[n->in[j]])) info.param_bytes += pd__bytes(&g->tensors[n->in[j]]);
+        if (n->in[j] >= 0 && pd__is_param(&g->tensors[n->in[j]]))
+            info.param_bytes = pd__sat_add(info.param_bytes, pd__bytes(&g->tensors[n->in[j]]));
     for (int j = 0; j < n->nout; j++)
-        if (n->out[j] >= 0) info.output_bytes += pd__bytes(&g->tensors[n->out[j]]);
+        if (n->out[j] >= 0) info.output_bytes = pd__sat_add(info.output_bytes, pd__bytes(&g->tensors[n->out[j]]));
     *out = info;
     return PD_OK;
 }

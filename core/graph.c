@@ -370,10 +370,35 @@ static pd_status pd__bind_const_inputs(pd_graph *g, const pd_load_options *opt) 
     return PD_OK;
 }
 
-static pd_status pd__fold_node(pd_graph *g, pd__node *n, const pd_backend_i *be) {
+/* Folds n when its outputs fit in what is left of the cap on folded bytes
+ * (*budget, taken from; opt->max_constant_bytes at the start): a tiny model
+ * may declare a ConstantOfShape of 8 GiB, which must be refused before it is
+ * allocated, naming the node and the size. Refused rather than left to run:
+ * at run time the constant would take the same memory, once per stage. */
+static pd_status pd__fold_node(pd_graph *g, pd__node *n, const pd_backend_i *be, int64_t *budget, int64_t cap) {
     pd_tensor inv[16], outv[16];
     pd_tensor *in[16], *out[16];
     if (n->nin > 16 || n->nout > 16) return PD_OK; /* not worth folding */
+    int64_t need = 0;
+    /* a Constant's value is in the file already: only what folding makes up counts */
+    for (int j = 0; j < n->nout && n->op != PD_OP_CONSTANT; j++) {
+        if (n->out[j] < 0) continue;
+        const pd__tensor *t = &g->tensors[n->out[j]];
+        int64_t b;
+        if (!pd__mul_ok(t->numel, (int64_t)pd_dtype_size(t->dtype), &b) || __builtin_add_overflow(need, b, &need))
+            need = INT64_MAX;
+    }
+    if (need > *budget) {
+        const pd__tensor *t = &g->tensors[n->out[0]];
+        char shape[256];
+        pd__format_shape(shape, sizeof shape, t->ndim, t->shape);
+        return pd__node_err(g, n, PD_ERR_UNSUPPORTED,
+                            "folding it makes a constant of %lld bytes (output '%s' %s %s), beyond the cap of "
+                            "%lld bytes for the model's constants; raise max_constant_bytes (pdonnx: "
+                            "--max-constant-bytes N)",
+                            (long long)need, t->name, pd_dtype_name(t->dtype), shape, (long long)cap);
+    }
+    *budget -= need;
     for (int j = 0; j < n->nin; j++) {
         in[j] = NULL;
         if (n->in[j] < 0) continue;
@@ -463,6 +488,7 @@ pd_status pd__graph_finalize(pd_graph *g, const pd_load_options *opt, const pd_b
     bool *folded = (bool *)PD_CALLOC((size_t)g->nnodes + 1, sizeof(bool));
     if (!folded) return pd__err(PD_ERR_NOMEM, "%s: out of memory", g->path);
     pd_status st = PD_OK;
+    int64_t budget = opt->max_constant_bytes > 0 ? opt->max_constant_bytes : PD_MAX_CONSTANT_BYTES_DEFAULT;
     for (int i = 0; i < g->nnodes && st == PD_OK; i++) {
         pd__node *n = &g->nodes[i];
         if (n->op < 0) {
@@ -485,7 +511,7 @@ pd_status pd__graph_finalize(pd_graph *g, const pd_load_options *opt, const pd_b
                 st = pd__node_err(g, n, PD_ERR_INTERNAL, "shape rule left output %d without a shape", j);
         }
         if (st == PD_OK && fold && opt->fold_constants && pd__should_fold(g, n)) {
-            st = pd__fold_node(g, n, fold);
+            st = pd__fold_node(g, n, fold, &budget, opt->max_constant_bytes);
             folded[i] = st == PD_OK;
         }
     }

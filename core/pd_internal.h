@@ -37,8 +37,13 @@
 
 /* ---- errors ---------------------------------------------------------------- */
 
-/* Sets the thread's last error (printf-style) and returns `s`. */
+/* Sets the thread's last error (printf-style) and returns `s`. The message is
+ * escaped with pd__escape: it stays one line whatever names it quotes. */
 pd_status pd__err(pd_status s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Copies src (NULL: "") into dst (n bytes, always NUL-terminated, truncated
+ * between escapes) with bytes below 0x20 and 0x7f written as \n, \t, \r or
+ * \xNN; returns dst. For names read from a model before they are printed. */
+const char *pd__escape(char *dst, size_t n, const char *src);
 /* Prefixes the current message: "prefix: old message". */
 void pd__err_prefix(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
@@ -193,8 +198,9 @@ int pd__attr_floats(const pd__node *n, const char *name, const float **v);
  * of constant inputs (g->tensors[i].data != NULL). Reports errors with
  * pd__node_err. */
 typedef pd_status (*pd__shape_fn)(pd_graph *g, pd__node *n);
-/* Forward FLOPs of a node with known shapes. */
-typedef int64_t (*pd__flops_fn)(const pd_graph *g, const pd__node *n);
+/* Forward FLOPs of a node with known shapes, in double: a declared shape may be
+ * huge (a [2^30,2^30] MatMul is 2^91 FLOPs), which no int64 holds. */
+typedef double (*pd__flops_fn)(const pd_graph *g, const pd__node *n);
 
 typedef struct pd__op_def {
     const char *name;
@@ -209,7 +215,7 @@ int pd__op_lookup(const char *onnx_name); /* -1 when not in the set */
 
 #define PD__DECL_SHAPE(e, name, flags, grad)                    \
     pd_status pd__shape_##name(pd_graph *g, pd__node *n); \
-    int64_t pd__flops_##name(const pd_graph *g, const pd__node *n);
+    double pd__flops_##name(const pd_graph *g, const pd__node *n);
 PD_OPS(PD__DECL_SHAPE)
 #undef PD__DECL_SHAPE
 

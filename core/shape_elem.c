@@ -62,16 +62,17 @@ static pd_status bcast(const pd_graph *g, const pd__node *n, int *nd, int64_t *s
     return PD_OK;
 }
 
-static int64_t out_numel(const pd_graph *g, const pd__node *n) {
+/* Element counts for the FLOP rules, in double: 8 * numel may not fit an int64. */
+static double out_numel(const pd_graph *g, const pd__node *n) {
     if (n->nout < 1 || n->out[0] < 0) return 0;
     int64_t v = g->tensors[n->out[0]].numel;
-    return v > 0 ? v : 0;
+    return v > 0 ? (double)v : 0;
 }
 
-static int64_t in_numel(const pd_graph *g, const pd__node *n, int i) {
+static double in_numel(const pd_graph *g, const pd__node *n, int i) {
     if (i >= n->nin || n->in[i] < 0) return 0;
     int64_t v = g->tensors[n->in[i]].numel;
-    return v > 0 ? v : 0;
+    return v > 0 ? (double)v : 0;
 }
 
 /* ---- binary ops with broadcasting --------------------------------------------- */
@@ -110,12 +111,12 @@ pd_status pd__shape_Div(pd_graph *g, pd__node *n) { return shape_binary(g, n, PD
 pd_status pd__shape_Pow(pd_graph *g, pd__node *n) { return shape_binary(g, n, PD_EK_NUM, true, PD_UNDEFINED); }
 pd_status pd__shape_Equal(pd_graph *g, pd__node *n) { return shape_binary(g, n, PD_EK_ANY, false, PD_BOOL); }
 
-int64_t pd__flops_Add(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
-int64_t pd__flops_Sub(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
-int64_t pd__flops_Mul(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
-int64_t pd__flops_Div(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
-int64_t pd__flops_Pow(const pd_graph *g, const pd__node *n) { return 8 * out_numel(g, n); }
-int64_t pd__flops_Equal(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
+double pd__flops_Add(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
+double pd__flops_Sub(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
+double pd__flops_Mul(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
+double pd__flops_Div(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
+double pd__flops_Pow(const pd_graph *g, const pd__node *n) { return 8 * out_numel(g, n); }
+double pd__flops_Equal(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
 
 /* Sum: one or more inputs of one dtype, broadcast together. */
 pd_status pd__shape_Sum(pd_graph *g, pd__node *n) {
@@ -136,8 +137,8 @@ pd_status pd__shape_Sum(pd_graph *g, pd__node *n) {
     return pd__tensor_set_shape(g, y, nd, shape);
 }
 
-int64_t pd__flops_Sum(const pd_graph *g, const pd__node *n) {
-    int64_t k = n->nin > 1 ? n->nin - 1 : 1;
+double pd__flops_Sum(const pd_graph *g, const pd__node *n) {
+    double k = n->nin > 1 ? n->nin - 1 : 1;
     return k * out_numel(g, n);
 }
 
@@ -161,7 +162,7 @@ pd_status pd__shape_Where(pd_graph *g, pd__node *n) {
     return pd__tensor_set_shape(g, y, nd, shape);
 }
 
-int64_t pd__flops_Where(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
+double pd__flops_Where(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
 
 /* ---- unary ops ------------------------------------------------------------------ */
 
@@ -218,18 +219,18 @@ pd_status pd__shape_Clip(pd_graph *g, pd__node *n) {
     return PD_OK;
 }
 
-int64_t pd__flops_Sqrt(const pd_graph *g, const pd__node *n) { return 4 * out_numel(g, n); }
-int64_t pd__flops_Exp(const pd_graph *g, const pd__node *n) { return 8 * out_numel(g, n); }
-int64_t pd__flops_Log(const pd_graph *g, const pd__node *n) { return 8 * out_numel(g, n); }
-int64_t pd__flops_Neg(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
-int64_t pd__flops_Reciprocal(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
-int64_t pd__flops_Relu(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
-int64_t pd__flops_LeakyRelu(const pd_graph *g, const pd__node *n) { return 2 * out_numel(g, n); }
-int64_t pd__flops_Sigmoid(const pd_graph *g, const pd__node *n) { return 10 * out_numel(g, n); }
-int64_t pd__flops_Tanh(const pd_graph *g, const pd__node *n) { return 10 * out_numel(g, n); }
-int64_t pd__flops_Erf(const pd_graph *g, const pd__node *n) { return 10 * out_numel(g, n); }
-int64_t pd__flops_Gelu(const pd_graph *g, const pd__node *n) { return 14 * out_numel(g, n); }
-int64_t pd__flops_Clip(const pd_graph *g, const pd__node *n) { return 2 * out_numel(g, n); }
+double pd__flops_Sqrt(const pd_graph *g, const pd__node *n) { return 4 * out_numel(g, n); }
+double pd__flops_Exp(const pd_graph *g, const pd__node *n) { return 8 * out_numel(g, n); }
+double pd__flops_Log(const pd_graph *g, const pd__node *n) { return 8 * out_numel(g, n); }
+double pd__flops_Neg(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
+double pd__flops_Reciprocal(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
+double pd__flops_Relu(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
+double pd__flops_LeakyRelu(const pd_graph *g, const pd__node *n) { return 2 * out_numel(g, n); }
+double pd__flops_Sigmoid(const pd_graph *g, const pd__node *n) { return 10 * out_numel(g, n); }
+double pd__flops_Tanh(const pd_graph *g, const pd__node *n) { return 10 * out_numel(g, n); }
+double pd__flops_Erf(const pd_graph *g, const pd__node *n) { return 10 * out_numel(g, n); }
+double pd__flops_Gelu(const pd_graph *g, const pd__node *n) { return 14 * out_numel(g, n); }
+double pd__flops_Clip(const pd_graph *g, const pd__node *n) { return 2 * out_numel(g, n); }
 
 /* ---- Cast, Identity ---------------------------------------------------------------- */
 
@@ -248,11 +249,11 @@ pd_status pd__shape_Cast(pd_graph *g, pd__node *n) {
     return pd__tensor_set_shape(g, y, x->ndim, x->shape);
 }
 
-int64_t pd__flops_Cast(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
+double pd__flops_Cast(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
 
 pd_status pd__shape_Identity(pd_graph *g, pd__node *n) { return shape_unary(g, n, PD_EK_ANY); }
 
-int64_t pd__flops_Identity(const pd_graph *g, const pd__node *n) {
+double pd__flops_Identity(const pd_graph *g, const pd__node *n) {
     (void)g;
     (void)n;
     return 0;
@@ -297,5 +298,5 @@ static pd_status shape_reduce(pd_graph *g, pd__node *n) {
 pd_status pd__shape_ReduceMean(pd_graph *g, pd__node *n) { return shape_reduce(g, n); }
 pd_status pd__shape_ReduceSum(pd_graph *g, pd__node *n) { return shape_reduce(g, n); }
 
-int64_t pd__flops_ReduceMean(const pd_graph *g, const pd__node *n) { return in_numel(g, n, 0) + out_numel(g, n); }
-int64_t pd__flops_ReduceSum(const pd_graph *g, const pd__node *n) { return in_numel(g, n, 0); }
+double pd__flops_ReduceMean(const pd_graph *g, const pd__node *n) { return in_numel(g, n, 0) + out_numel(g, n); }
+double pd__flops_ReduceSum(const pd_graph *g, const pd__node *n) { return in_numel(g, n, 0); }

@@ -49,6 +49,16 @@ static int64_t prod(int n, const int64_t *v) {
     return p;
 }
 
+/* The same in double, for FLOP counts: kernel_shape comes from the file
+ * unchecked, and the products of huge declared shapes overflow an int64. */
+static double dprod(int n, const int64_t *v) {
+    double p = 1;
+    for (int i = 0; i < n; i++) p *= (double)v[i];
+    return p;
+}
+
+static double dnumel(const pd__tensor *t) { return t->numel > 0 ? (double)t->numel : 0; }
+
 /* Adds the node prefix to a message set with pd__err (geometry errors). */
 static pd_status node_prefix(const pd_graph *g, const pd__node *n, pd_status st) {
     pd__err_prefix("%s: node '%s' (%s)", g->path, n->name, n->op_type);
@@ -252,17 +262,18 @@ pd_status pd__shape_Gemm(pd_graph *g, pd__node *n) {
     return set_out(g, n, 0, a->dtype, 2, y);
 }
 
-int64_t pd__flops_Gemm(const pd_graph *g, const pd__node *n) {
+double pd__flops_Gemm(const pd_graph *g, const pd__node *n) {
     const pd__tensor *a = cin(g, n, 0), *y = cout(g, n, 0);
     if (!a || !y || a->ndim != 2 || y->ndim != 2) return 0;
     int64_t K = a->shape[pd__attr_i(n, "transA", 0) != 0 ? 0 : 1];
-    return 2 * y->numel * K + (cin(g, n, 2) ? y->numel : 0);
+    return 2.0 * dnumel(y) * (double)K + (cin(g, n, 2) ? dnumel(y) : 0);
 }
 
 /* MatMul as numpy: 1-D operands are promoted (and the dim removed again),
  * batch dims broadcast. */
 typedef struct pd__mm {
-    int64_t M, N, K, Kb, batch;
+    int64_t M, N, K, Kb;
+    double batch;             /* product of the batch dims (for FLOPs; may exceed an int64) */
     int ndim;                 /* output rank */
     int64_t out[PD_MAX_DIMS]; /* output shape */
     bool bcast_ok;
@@ -284,7 +295,7 @@ static void mm_dims(const pd__tensor *a, const pd__tensor *b, pd__mm *r) {
         if (da != db && da != 1 && db != 1) r->bcast_ok = false;
         int64_t d = da == 1 ? db : da;
         r->out[r->ndim++] = d;
-        r->batch *= d;
+        r->batch *= (double)d;
     }
     if (ra >= 2) r->out[r->ndim++] = r->M;
     if (rb >= 2) r->out[r->ndim++] = r->N;
@@ -308,12 +319,12 @@ pd_status pd__shape_MatMul(pd_graph *g, pd__node *n) {
     return set_out(g, n, 0, a->dtype, r.ndim, r.out);
 }
 
-int64_t pd__flops_MatMul(const pd_graph *g, const pd__node *n) {
+double pd__flops_MatMul(const pd_graph *g, const pd__node *n) {
     const pd__tensor *a = cin(g, n, 0), *b = cin(g, n, 1);
     if (!a || !b || a->ndim < 1 || b->ndim < 1) return 0;
     pd__mm r;
     mm_dims(a, b, &r);
-    return 2 * r.batch * r.M * r.N * r.K;
+    return 2.0 * r.batch * (double)r.M * (double)r.N * (double)r.K;
 }
 
 /* ---- Conv, ConvTranspose ------------------------------------------------------------ */
@@ -362,11 +373,11 @@ pd_status pd__shape_Conv(pd_graph *g, pd__node *n) {
     return set_out(g, n, 0, x->dtype, x->ndim, y);
 }
 
-int64_t pd__flops_Conv(const pd_graph *g, const pd__node *n) {
+double pd__flops_Conv(const pd_graph *g, const pd__node *n) {
     const pd__tensor *w = cin(g, n, 1), *y = cout(g, n, 0);
     if (!w || !y || w->ndim < 3) return 0;
     /* each output element: (C/group) * prod(kernel) multiply-adds, plus the bias */
-    return 2 * y->numel * prod(w->ndim - 1, w->shape + 1) + (cin(g, n, 2) ? y->numel : 0);
+    return 2.0 * dnumel(y) * dprod(w->ndim - 1, w->shape + 1) + (cin(g, n, 2) ? dnumel(y) : 0);
 }
 
 pd_status pd__shape_ConvTranspose(pd_graph *g, pd__node *n) {
@@ -386,11 +397,11 @@ pd_status pd__shape_ConvTranspose(pd_graph *g, pd__node *n) {
     return set_out(g, n, 0, x->dtype, x->ndim, y);
 }
 
-int64_t pd__flops_ConvTranspose(const pd_graph *g, const pd__node *n) {
+double pd__flops_ConvTranspose(const pd_graph *g, const pd__node *n) {
     const pd__tensor *x = cin(g, n, 0), *w = cin(g, n, 1), *y = cout(g, n, 0);
     if (!x || !w || !y || w->ndim < 3) return 0;
     /* each input element scatters (M/group) * prod(kernel) multiply-adds */
-    return 2 * x->numel * prod(w->ndim - 1, w->shape + 1) + (cin(g, n, 2) ? y->numel : 0);
+    return 2.0 * dnumel(x) * dprod(w->ndim - 1, w->shape + 1) + (cin(g, n, 2) ? dnumel(y) : 0);
 }
 
 /* ---- normalizations ------------------------------------------------------------------- */
@@ -434,11 +445,11 @@ pd_status pd__shape_BatchNormalization(pd_graph *g, pd__node *n) {
     return PD_OK;
 }
 
-int64_t pd__flops_BatchNormalization(const pd_graph *g, const pd__node *n) {
+double pd__flops_BatchNormalization(const pd_graph *g, const pd__node *n) {
     const pd__tensor *x = cin(g, n, 0);
     if (!x) return 0;
     /* y = x*a + b per element; training adds the two statistics passes */
-    return (pd__bn_training(n) ? 6 : 2) * x->numel;
+    return (pd__bn_training(n) ? 6 : 2) * dnumel(x);
 }
 
 pd_status pd__shape_LayerNormalization(pd_graph *g, pd__node *n) {
@@ -476,10 +487,10 @@ pd_status pd__shape_LayerNormalization(pd_graph *g, pd__node *n) {
     return set_out(g, n, 2, (pd_dtype)st, r, ms);
 }
 
-int64_t pd__flops_LayerNormalization(const pd_graph *g, const pd__node *n) {
+double pd__flops_LayerNormalization(const pd_graph *g, const pd__node *n) {
     const pd__tensor *x = cin(g, n, 0);
     /* mean, variance, normalize, scale and shift */
-    return x ? 8 * x->numel : 0;
+    return x ? 8 * dnumel(x) : 0;
 }
 
 pd_status pd__shape_LRN(pd_graph *g, pd__node *n) {
@@ -492,9 +503,9 @@ pd_status pd__shape_LRN(pd_graph *g, pd__node *n) {
     return set_out(g, n, 0, x->dtype, x->ndim, x->shape);
 }
 
-int64_t pd__flops_LRN(const pd_graph *g, const pd__node *n) {
+double pd__flops_LRN(const pd_graph *g, const pd__node *n) {
     const pd__tensor *x = cin(g, n, 0);
-    return x ? x->numel * (2 * pd__attr_i(n, "size", 1) + 4) : 0;
+    return x ? dnumel(x) * (2.0 * (double)pd__attr_i(n, "size", 1) + 4) : 0;
 }
 
 /* ---- pools ---------------------------------------------------------------------------------- */
@@ -519,11 +530,11 @@ static pd_status pool_shape(pd_graph *g, pd__node *n, bool any_dtype) {
     return set_out(g, n, 1, PD_INT64, x->ndim, y);
 }
 
-static int64_t pool_flops(const pd_graph *g, const pd__node *n) {
+static double pool_flops(const pd_graph *g, const pd__node *n) {
     const pd__tensor *y = cout(g, n, 0);
     const int64_t *k;
     int nk = pd__attr_ints(n, "kernel_shape", &k);
-    return y ? y->numel * prod(nk, k) : 0;
+    return y ? dnumel(y) * dprod(nk, k) : 0;
 }
 
 pd_status pd__shape_MaxPool(pd_graph *g, pd__node *n) {
@@ -532,14 +543,14 @@ pd_status pd__shape_MaxPool(pd_graph *g, pd__node *n) {
         return pd__node_err(g, n, PD_ERR_SHAPE, "storage_order must be 0 or 1 (is %lld)", (long long)so);
     return pool_shape(g, n, true);
 }
-int64_t pd__flops_MaxPool(const pd_graph *g, const pd__node *n) { return pool_flops(g, n); }
+double pd__flops_MaxPool(const pd_graph *g, const pd__node *n) { return pool_flops(g, n); }
 
 pd_status pd__shape_AveragePool(pd_graph *g, pd__node *n) {
     if (n->nout > 1 && n->out[1] >= 0)
         return pd__node_err(g, n, PD_ERR_SHAPE, "AveragePool has one output, the model gives it %d", n->nout);
     return pool_shape(g, n, false);
 }
-int64_t pd__flops_AveragePool(const pd_graph *g, const pd__node *n) { return pool_flops(g, n); }
+double pd__flops_AveragePool(const pd_graph *g, const pd__node *n) { return pool_flops(g, n); }
 
 pd_status pd__shape_GlobalAveragePool(pd_graph *g, pd__node *n) {
     pd__tensor *x;
@@ -551,9 +562,9 @@ pd_status pd__shape_GlobalAveragePool(pd_graph *g, pd__node *n) {
     return set_out(g, n, 0, x->dtype, x->ndim, y);
 }
 
-int64_t pd__flops_GlobalAveragePool(const pd_graph *g, const pd__node *n) {
+double pd__flops_GlobalAveragePool(const pd_graph *g, const pd__node *n) {
     const pd__tensor *x = cin(g, n, 0);
-    return x ? x->numel : 0;
+    return x ? dnumel(x) : 0;
 }
 
 /* ---- softmax family --------------------------------------------------------------------- */
@@ -592,16 +603,16 @@ static pd_status softmax_shape(pd_graph *g, pd__node *n) {
     return set_out(g, n, 0, x->dtype, x->ndim, x->shape);
 }
 
-static int64_t softmax_flops(const pd_graph *g, const pd__node *n) {
+static double softmax_flops(const pd_graph *g, const pd__node *n) {
     const pd__tensor *x = cin(g, n, 0);
     /* subtract the max, exponentiate, sum, scale */
-    return x ? 4 * x->numel : 0;
+    return x ? 4 * dnumel(x) : 0;
 }
 
 pd_status pd__shape_Softmax(pd_graph *g, pd__node *n) { return softmax_shape(g, n); }
-int64_t pd__flops_Softmax(const pd_graph *g, const pd__node *n) { return softmax_flops(g, n); }
+double pd__flops_Softmax(const pd_graph *g, const pd__node *n) { return softmax_flops(g, n); }
 pd_status pd__shape_LogSoftmax(pd_graph *g, pd__node *n) { return softmax_shape(g, n); }
-int64_t pd__flops_LogSoftmax(const pd_graph *g, const pd__node *n) { return softmax_flops(g, n); }
+double pd__flops_LogSoftmax(const pd_graph *g, const pd__node *n) { return softmax_flops(g, n); }
 
 /* ---- Dropout ------------------------------------------------------------------------------ */
 
@@ -626,10 +637,10 @@ pd_status pd__shape_Dropout(pd_graph *g, pd__node *n) {
     return set_out(g, n, 1, n->opset >= 10 ? PD_BOOL : x->dtype, x->ndim, x->shape);
 }
 
-int64_t pd__flops_Dropout(const pd_graph *g, const pd__node *n) {
+double pd__flops_Dropout(const pd_graph *g, const pd__node *n) {
     const pd__tensor *x = cin(g, n, 0);
     /* identity unless a training_mode input is wired */
-    return x && cin(g, n, 2) ? 2 * x->numel : 0;
+    return x && cin(g, n, 2) ? 2 * dnumel(x) : 0;
 }
 
 /* ---- losses -------------------------------------------------------------------------------------- */
@@ -678,14 +689,14 @@ static pd_status loss_shape(pd_graph *g, pd__node *n, bool sce) {
 
 pd_status pd__shape_SoftmaxCrossEntropyLoss(pd_graph *g, pd__node *n) { return loss_shape(g, n, true); }
 
-int64_t pd__flops_SoftmaxCrossEntropyLoss(const pd_graph *g, const pd__node *n) {
+double pd__flops_SoftmaxCrossEntropyLoss(const pd_graph *g, const pd__node *n) {
     const pd__tensor *x = cin(g, n, 0);
-    return x && x->ndim >= 2 && x->shape[1] ? 4 * x->numel + 2 * (x->numel / x->shape[1]) : 0;
+    return x && x->ndim >= 2 && x->shape[1] ? 4 * dnumel(x) + 2 * (double)(x->numel / x->shape[1]) : 0;
 }
 
 pd_status pd__shape_NegativeLogLikelihoodLoss(pd_graph *g, pd__node *n) { return loss_shape(g, n, false); }
 
-int64_t pd__flops_NegativeLogLikelihoodLoss(const pd_graph *g, const pd__node *n) {
+double pd__flops_NegativeLogLikelihoodLoss(const pd_graph *g, const pd__node *n) {
     const pd__tensor *x = cin(g, n, 0);
-    return x && x->ndim >= 2 && x->shape[1] ? 2 * (x->numel / x->shape[1]) : 0;
+    return x && x->ndim >= 2 && x->shape[1] ? 2 * (double)(x->numel / x->shape[1]) : 0;
 }

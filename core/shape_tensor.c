@@ -729,7 +729,7 @@ pd_status pd__shape_Range(pd_graph *g, pd__node *n) {
 /* ---- FLOPs: these ops only move data ------------------------------------------ */
 
 #define PD__NO_FLOPS(name)                                                                                             \
-    int64_t pd__flops_##name(const pd_graph *g, const pd__node *n) {                                                   \
+    double pd__flops_##name(const pd_graph *g, const pd__node *n) {                                                    \
         (void)g;                                                                                                       \
         (void)n;                                                                                                       \
         return 0;                                                                                                      \

@@ -21,22 +21,49 @@
 #endif
 static PD__THREAD_LOCAL char pd__errbuf[1024];
 
+const char *pd__escape(char *dst, size_t n, const char *src) {
+    static const char hex[] = "0123456789abcdef";
+    size_t k = 0;
+    if (n == 0) return dst;
+    for (const unsigned char *p = (const unsigned char *)(src ? src : ""); *p; p++) {
+        char e[5] = {(char)*p, 0, 0, 0, 0};
+        if (*p == '\n' || *p == '\t' || *p == '\r') {
+            e[0] = '\\';
+            e[1] = *p == '\n' ? 'n' : *p == '\t' ? 't' : 'r';
+        } else if (*p < 0x20 || *p == 0x7f) {
+            e[0] = '\\', e[1] = 'x', e[2] = hex[*p >> 4], e[3] = hex[*p & 15];
+        }
+        size_t len = strlen(e);
+        if (k + len >= n) break; /* an escape is never cut in half */
+        memcpy(dst + k, e, len);
+        k += len;
+    }
+    dst[k] = '\0';
+    return dst;
+}
+
+/* Messages are one line whatever the model's names hold: the formatted text
+ * is escaped (pd__escape), so a newline in a node name cannot forge a second
+ * line and an ESC cannot drive the terminal. Escaping twice changes nothing. */
 pd_status pd__err(pd_status s, const char *fmt, ...) {
+    char msg[sizeof pd__errbuf];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(pd__errbuf, sizeof pd__errbuf, fmt, ap);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    pd__escape(pd__errbuf, sizeof pd__errbuf, msg);
     return s;
 }
 
 void pd__err_prefix(const char *fmt, ...) {
-    char old[sizeof pd__errbuf], pre[512];
+    char old[sizeof pd__errbuf], pre[512], msg[sizeof pd__errbuf];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(pre, sizeof pre, fmt, ap);
     va_end(ap);
     memcpy(old, pd__errbuf, sizeof old);
-    snprintf(pd__errbuf, sizeof pd__errbuf, "%s: %s", pre, old);
+    snprintf(msg, sizeof msg, "%s: %s", pre, old);
+    pd__escape(pd__errbuf, sizeof pd__errbuf, msg);
 }
 
 const char *pd_last_error(void) { return pd__errbuf; }
@@ -112,10 +139,15 @@ bool pd__mul_ok(int64_t a, int64_t b, int64_t *out) {
 }
 
 int64_t pd__shape_numel(int ndim, const int64_t *shape) {
+    /* the product of the non-zero dims must fit too: [0, 2^62, 2^62] holds no
+     * element, but its rows (a product of some dims) would overflow */
     int64_t n = 1;
-    for (int i = 0; i < ndim; i++)
-        if (!pd__mul_ok(n, shape[i], &n)) return -1;
-    return n;
+    bool empty = false;
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] == 0) empty = true;
+        else if (!pd__mul_ok(n, shape[i], &n)) return -1;
+    }
+    return empty ? 0 : n;
 }
 
 void pd__format_shape(char *buf, size_t n, int ndim, const int64_t *shape) {

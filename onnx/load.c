@@ -55,6 +55,43 @@ static int64_t domain_version(const Onnx__ModelProto *m, const char *domain) {
     return 0;
 }
 
+/* The newest opsets this build reads: those of ONNX 1.22, whose backend test
+ * data (../shared/onnx-tests) the ops are checked against. A newer opset may
+ * change an op's meaning; refusing it beats computing something else. */
+#define PD__OPSET_MAX 27    /* ai.onnx */
+#define PD__ML_OPSET_MAX 5  /* ai.onnx.ml (no op of it is implemented) */
+
+/* Every import names a version that exists: >= 1, and for the ONNX domains at
+ * most the newest one known. A model without any import is refused unless its
+ * IR version (1 or 2) predates opset_import; other domains are checked only
+ * for a positive version: their nodes are refused later, naming the domain. */
+static pd_status check_opsets(const loader *L) {
+    const Onnx__ModelProto *m = L->m;
+    const char *path = L->g->path;
+    if (m->n_opset_import == 0) {
+        if (m->has_ir_version && m->ir_version >= 1 && m->ir_version < 3) return PD_OK; /* opset 1 */
+        return pd__err(PD_ERR_INVALID, "%s: the model imports no opset (opset_import is empty; IR version %lld needs one)",
+                       path, (long long)(m->has_ir_version ? m->ir_version : 0));
+    }
+    for (size_t i = 0; i < m->n_opset_import; i++) {
+        const Onnx__OperatorSetIdProto *o = m->opset_import[i];
+        if (!o) continue;
+        const char *d = norm_domain(o->domain);
+        int64_t v = o->has_version ? o->version : 0;
+        int64_t max = !*d ? PD__OPSET_MAX : strcmp(d, "ai.onnx.ml") == 0 ? PD__ML_OPSET_MAX : INT64_MAX;
+        if (v < 1 || v > max) {
+            if (max == INT64_MAX)
+                return pd__err(PD_ERR_INVALID, "%s: domain '%s' is imported at opset %lld; versions start at 1", path,
+                               d, (long long)v);
+            return pd__err(PD_ERR_UNSUPPORTED,
+                           "%s: opset %lld of domain '%s' does not exist or is newer than this build knows "
+                           "(it reads opsets 1 to %d, ONNX 1.22)",
+                           path, (long long)v, *d ? d : "ai.onnx", (int)max);
+        }
+    }
+    return PD_OK;
+}
+
 /* ---- options ---------------------------------------------------------------- */
 
 static pd_status get_options(const pd_load_options *opt, const char *name, pd_load_options *o) {
@@ -68,8 +105,13 @@ static pd_status get_options(const pd_load_options *opt, const char *name, pd_lo
         if (PD__HAS(n_const_inputs)) d.n_const_inputs = opt->n_const_inputs;
         if (PD__HAS(const_input_names)) d.const_input_names = opt->const_input_names;
         if (PD__HAS(const_inputs)) d.const_inputs = opt->const_inputs;
+        if (PD__HAS(max_constant_bytes)) d.max_constant_bytes = opt->max_constant_bytes;
 #undef PD__HAS
     }
+    if (d.max_constant_bytes == 0) d.max_constant_bytes = PD_MAX_CONSTANT_BYTES_DEFAULT;
+    if (d.max_constant_bytes < 0)
+        return pd__err(PD_ERR_INVALID, "%s: max_constant_bytes %lld is negative", name,
+                       (long long)d.max_constant_bytes);
     if (d.batch < 0)
         return pd__err(PD_ERR_INVALID, "%s: batch size %lld is negative", name, (long long)d.batch);
     if (d.n_input_shapes < 0 || (d.n_input_shapes > 0 && !d.input_shapes))
@@ -429,6 +471,9 @@ static pd_status build_node(loader *L, size_t index, const Onnx__NodeProto *np, 
     n->name = (np->name && *np->name) ? pd__strdup(np->name) : fmt_alloc("%s_%zu", op_type, index);
     if (!n->op_type || !n->domain || !n->name) return nomem(L);
     n->opset = (int)domain_version(L->m, domain);
+    if (!*domain && n->opset == 0 && L->m->n_opset_import > 0)
+        return pd__err(PD_ERR_INVALID, "%s: node '%s' (%s): the model does not import the default domain (ai.onnx)",
+                       g->path, n->name, n->op_type);
     n->op = *domain ? -1 : pd__op_lookup(op_type);
     PD_TRY(tensor_list(L, np->n_input, np->input, &n->in, &n->nin));
     PD_TRY(tensor_list(L, np->n_output, np->output, &n->out, &n->nout));
@@ -494,7 +539,8 @@ static pd_status build_graph(loader *L) {
     if (!gname) return nomem(L);
     PD_FREE(g->name);
     g->name = gname;
-    /* no ai.onnx import at all: an IR version 1/2 model, opset 1 */
+    PD_TRY(check_opsets(L));
+    /* no ai.onnx import: opset 1 (an IR version 1/2 model, or one that uses other domains only) */
     int64_t opset = domain_version(m, "");
     bool imported = false;
     for (size_t i = 0; i < m->n_opset_import; i++)

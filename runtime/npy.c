@@ -107,10 +107,17 @@ static pd_status pd__npy_header(FILE *f, const char *path, pd_tensor *out, long 
         out->shape[out->ndim++] = v;
         sh = end;
     }
-    if (pd__shape_numel(out->ndim, out->shape) < 0) {
-        st = pd__err(PD_ERR_PARSE, "%s: array size overflows", path);
-        goto done;
-    }
+    /* every size computed from the header (the array's, a row's) must fit an
+     * int64: the non-zero dims times the element size, checked */
+    int64_t bytes = (int64_t)pd_dtype_size(out->dtype);
+    for (int i = 0; i < out->ndim; i++)
+        if (out->shape[i] && !pd__mul_ok(bytes, out->shape[i], &bytes)) {
+            char shape[256];
+            pd__format_shape(shape, sizeof shape, out->ndim, out->shape);
+            st = pd__err(PD_ERR_PARSE, "%s: array size overflows (shape %s of %s)", path, shape,
+                         pd_dtype_name(out->dtype));
+            goto done;
+        }
     *data_off = start + (long)hlen;
 done:
     PD_FREE(h);
@@ -145,8 +152,10 @@ pd_status pd_npy_load(const char *path, pd_tensor *out) {
         fclose(f);
         return pd__err(PD_ERR_PARSE, "%s: array size overflows", path);
     }
-    /* the file must hold exactly the data the header promises */
-    if (fseek(f, 0, SEEK_END) != 0 || ftell(f) < off + bytes) {
+    /* the file must hold the data the header promises (compared as end - off:
+     * off + bytes overflows for a size near 2^63) */
+    long end = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+    if (end < off || bytes > (int64_t)(end - off)) {
         fclose(f);
         return pd__err(PD_ERR_PARSE, "%s: truncated: header promises %lld bytes of data", path, (long long)bytes);
     }

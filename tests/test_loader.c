@@ -923,6 +923,191 @@ static void test_external(void) {
             pd_graph_destroy(g);
         }
     }
+
+    /* a FIFO inside the folder: opening it for reading blocked until a writer
+     * came (for ever); ext/fifo.onnx stays for the CLI test */
+    if (mkfifo(fmt("%s/fifo.bin", dir), 0644) != 0) fprintf(stderr, "mkfifo: %s\n", strerror(errno));
+    mb *b = mb_new(13);
+    add_init(b, mk_external("W", "4,3", "fifo.bin", NULL, NULL));
+    add_out(b, "W");
+    expect_fail("external data naming a FIFO", save(b, "ext/fifo.onnx"), NULL, PD_ERR_INVALID, "initializer 'W'",
+                "fifo.bin' is not a regular file");
+}
+
+/* ---- hostile models (issue 22): written to hostile/, kept for test_hostile_load.sh ---- */
+
+/* No byte below 0x20 and no DEL: the message cannot break its line or drive a terminal. */
+static bool printable(const char *s) {
+    for (; *s; s++)
+        if ((unsigned char)*s < 0x20 || *s == 0x7f) return false;
+    return true;
+}
+
+/* FLOPs of a MatMul of two [2^30, 2^30] inputs: 2^91, far past INT64_MAX. No
+ * data is needed: info only reads the declared shapes. */
+static void test_huge_flops(void) {
+    mb *b = mb_new(13);
+    add_in(b, mk_vi("A", PD_FLOAT, "1073741824,1073741824"));
+    add_in(b, mk_vi("B", PD_FLOAT, "1073741824,1073741824"));
+    add_node(b, mk_node("MatMul", "mm", "A,B", "y"));
+    add_node(b, mk_node("Relu", "r", "y", "z"));
+    add_node(b, mk_node("MatMul", "mm2", "z,B", "w"));
+    add_out(b, "w");
+    pd_graph *g = expect_load("MatMul of [2^30,2^30] inputs", save(b, "hostile/flops.onnx"), NULL);
+    if (!g) return;
+    pd_node_info ni;
+    CHECK(pd_graph_node(g, 0, &ni) == PD_OK && ni.flops == INT64_MAX,
+          "FLOPs of a 2^91-FLOP MatMul stop at INT64_MAX (got %lld)", (long long)ni.flops);
+    CHECK(pd_graph_node(g, 1, &ni) == PD_OK && ni.flops == (int64_t)1 << 60 && ni.output_bytes == (int64_t)1 << 62,
+          "the Relu between counts 2^60 FLOPs, 2^62 bytes (got %lld, %lld)", (long long)ni.flops,
+          (long long)ni.output_bytes);
+    pd_graph_destroy(g);
+}
+
+/* Names with a newline, a tab and terminal escapes: messages stay one line
+ * of printable bytes. hostile/names.onnx loads (for info), names_bad.onnx
+ * fails naming the node. */
+static void test_control_names(void) {
+    const char *node = "r\npdonnx: forged\x1b[31m", *in = "x\tin\x1b]0;title\x07", *out = "y\r\x7f";
+    mb *b = mb_new(13);
+    b->g.name = S("graph\nname\x1b[2J");
+    add_in(b, mk_vi(in, PD_FLOAT, "2"));
+    add_node(b, mk_node("Relu", node, in, out));
+    add_out(b, out);
+    pd_graph *g = expect_load("a model whose names hold control bytes", save(b, "hostile/names.onnx"), NULL);
+    pd_graph_destroy(g);
+
+    b = mb_new(13);
+    add_in(b, mk_vi(in, PD_FLOAT, "2"));
+    add_node(b, mk_node("Add", node, fmt("%s,ghost\x1b[0m", in), out));
+    add_out(b, out);
+    g = SENTINEL;
+    pd_status s = pd_graph_load_file(save(b, "hostile/names_bad.onnx"), NULL, &g);
+    const char *msg = pd_last_error();
+    CHECK(s != PD_OK && g == SENTINEL && printable(msg) && strstr(msg, "node 'r\\npdonnx: forged\\x1b[31m'"),
+          "a bad node with control bytes in its name: one printable line, escaped: %s", msg);
+}
+
+/* Opsets that do not exist, and a model that imports none. */
+static void test_opsets(void) {
+    struct {
+        const char *file, *domain;
+        int64_t version;
+        pd_status want;
+        const char *needle;
+    } cases[] = {
+        {"opset_99", "", 99, PD_ERR_UNSUPPORTED, "opset 99 of domain 'ai.onnx'"},
+        {"opset_0", "", 0, PD_ERR_UNSUPPORTED, "opset 0 of domain 'ai.onnx'"},
+        {"opset_neg", "ai.onnx", -1, PD_ERR_UNSUPPORTED, "opset -1 of domain 'ai.onnx'"},
+        {"opset_huge", "", (int64_t)1 << 62, PD_ERR_UNSUPPORTED, "opset 4611686018427387904 of domain 'ai.onnx'"},
+        {"opset_28", "", 28, PD_ERR_UNSUPPORTED, "reads opsets 1 to 27"},
+        {"opset_27", "", 27, PD_OK, NULL},
+        {"opset_1", "", 1, PD_OK, NULL},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        mb *b = mb_new(cases[c].version);
+        b->ops[0].domain = S(cases[c].domain);
+        add_in(b, mk_vi("x", PD_FLOAT, "2"));
+        add_node(b, mk_node("Relu", "r", "x", "y"));
+        add_out(b, "y");
+        const char *path = save(b, fmt("hostile/%s.onnx", cases[c].file));
+        if (cases[c].want == PD_OK) {
+            pd_graph_destroy(expect_load(fmt("opset %lld", (long long)cases[c].version), path, NULL));
+            continue;
+        }
+        expect_fail(fmt("opset %lld", (long long)cases[c].version), path, NULL, cases[c].want, cases[c].needle,
+                    fmt("%s.onnx", cases[c].file));
+    }
+    mb *b = mb_new(13);
+    b->m.n_opset_import = 0;
+    add_in(b, mk_vi("x", PD_FLOAT, "2"));
+    add_node(b, mk_node("Relu", "r", "x", "y"));
+    add_out(b, "y");
+    expect_fail("no opset imported (IR version 8)", save(b, "hostile/opset_none.onnx"), NULL, PD_ERR_INVALID,
+                "opset_none.onnx", "imports no opset");
+    b->m.ir_version = 2; /* before opset_import existed: opset 1 */
+    pd_graph *g = expect_load("no opset imported, IR version 2", save(b, "hostile/opset_ir2.onnx"), NULL);
+    CHECK(g && g->opset == 1, "an IR version 2 model without imports is opset 1");
+    pd_graph_destroy(g);
+
+    b = mb_new(13);
+    b->ops[0].domain = S("com.example");
+    add_in(b, mk_vi("x", PD_FLOAT, "2"));
+    add_node(b, mk_node("Relu", "r", "x", "y"));
+    add_out(b, "y");
+    expect_fail("a default-domain node in a model that imports only com.example", save(b, "hostile/opset_nodefault.onnx"),
+                NULL, PD_ERR_INVALID, "node 'r' (Relu)", "does not import the default domain");
+    b->ops[0].version = 0;
+    expect_fail("domain com.example at version 0", save(b, "hostile/opset_custom0.onnx"), NULL, PD_ERR_INVALID,
+                "'com.example'", "opset 0");
+    b = mb_new(13);
+    mb_domain(b, "ai.onnx.ml", 99);
+    add_in(b, mk_vi("x", PD_FLOAT, "2"));
+    add_node(b, mk_node("Relu", "r", "x", "y"));
+    add_out(b, "y");
+    expect_fail("ai.onnx.ml opset 99", save(b, "hostile/opset_ml99.onnx"), NULL, PD_ERR_UNSUPPORTED,
+                "opset 99 of domain 'ai.onnx.ml'", NULL);
+}
+
+/* ConstantOfShape(shape) as the model's output: folding makes it at load. */
+static mb *const_of_shape(const int64_t *shape, size_t rank) {
+    mb *b = mb_new(13);
+    Onnx__TensorProto *t = mk_tensor("shape", PD_INT64, fmt("%zu", rank));
+    t->n_int64_data = rank;
+    t->int64_data = al(sizeof(int64_t) * rank);
+    memcpy(t->int64_data, shape, sizeof(int64_t) * rank);
+    add_init(b, t);
+    add_node(b, mk_node("ConstantOfShape", "cos", "shape", "big"));
+    add_out(b, "big");
+    return b;
+}
+
+/* A hundred bytes of model asking for a constant of 8 GiB: refused before any
+ * of it is allocated, naming the node and the size; the cap can be raised. */
+static void test_constant_cap(void) {
+    const int64_t huge[1] = {(int64_t)1 << 31}, mid[2] = {1024, 1024};
+    const char *path = save(const_of_shape(huge, 1), "hostile/const_8g.onnx");
+    struct stat st;
+    CHECK(stat(path, &st) == 0 && st.st_size < 128, "the 8 GiB ConstantOfShape model is %lld bytes",
+          (long long)st.st_size);
+    expect_fail("ConstantOfShape of 8 GiB", path, NULL, PD_ERR_UNSUPPORTED, "node 'cos' (ConstantOfShape)",
+                "8589934592 bytes");
+    const char *mpath = save(const_of_shape(mid, 2), "hostile/const_4m.onnx");
+    pd_load_options o = PD_LOAD_OPTIONS_INIT;
+    o.max_constant_bytes = 1 << 20;
+    expect_fail("ConstantOfShape of 4 MiB, cap 1 MiB", mpath, &o, PD_ERR_UNSUPPORTED, "4194304 bytes",
+                "cap of 1048576 bytes");
+    o.max_constant_bytes = 4 << 20;
+    pd_graph *g = expect_load("ConstantOfShape of 4 MiB, cap 4 MiB", mpath, &o);
+    CHECK(g && T(g, "big") && T(g, "big")->data && T(g, "big")->kind == PD_T_CONST, "the 4 MiB constant is folded");
+    pd_graph_destroy(g);
+    pd_graph_destroy(expect_load("ConstantOfShape of 4 MiB, default cap", mpath, NULL));
+    o.max_constant_bytes = -1;
+    expect_fail("a negative cap", mpath, &o, PD_ERR_INVALID, "max_constant_bytes", NULL);
+
+    /* Expand of a constant, twice: 2 x 2 MiB, the cap counts them together */
+    mb *b = mb_new(13);
+    const float one = 1;
+    add_init(b, mk_f32("one", "", &one, 1));
+    b->inits[0]->data_type = PD_INT64; /* an int64 initializer: never trained, so folded */
+    b->inits[0]->n_float_data = 0;
+    b->inits[0]->n_int64_data = 1;
+    b->inits[0]->int64_data = al(sizeof(int64_t));
+    b->inits[0]->int64_data[0] = 1;
+    Onnx__TensorProto *t = mk_tensor("to", PD_INT64, "2");
+    t->n_int64_data = 2;
+    t->int64_data = al(2 * sizeof(int64_t));
+    t->int64_data[0] = 512, t->int64_data[1] = 512;
+    add_init(b, t);
+    add_node(b, mk_node("Expand", "e1", "one,to", "a"));
+    add_node(b, mk_node("Expand", "e2", "one,to", "c"));
+    add_out(b, "a");
+    add_out(b, "c");
+    const char *epath = save(b, "hostile/expand.onnx");
+    o.max_constant_bytes = 3 << 20;
+    expect_fail("two Expands of 2 MiB each, cap 3 MiB", epath, &o, PD_ERR_UNSUPPORTED, "node 'e2' (Expand)", NULL);
+    o.max_constant_bytes = 4 << 20;
+    pd_graph_destroy(expect_load("two Expands of 2 MiB each, cap 4 MiB", epath, &o));
 }
 
 static void test_tensor_pb(void) {
@@ -1000,6 +1185,11 @@ int main(int argc, char **argv) {
     test_attributes();
     test_dtypes();
     test_external();
+    mkdir(fmt("%s/hostile", tmp_root), 0755);
+    test_huge_flops();
+    test_control_names();
+    test_opsets();
+    test_constant_cap();
     test_tensor_pb();
     if (!keep) nftw(tmp_root, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
     arena_free();

@@ -78,10 +78,12 @@ static void pd__usage(FILE *f) {
             "pdonnx %s - train ONNX models with pipeline parallelism\n"
             "\n"
             "usage:\n"
-            "  pdonnx info MODEL.onnx [--batch N]\n"
+            "  pdonnx info MODEL.onnx [--batch N] [--max-constant-bytes N]\n"
             "      print the layer DAG: nodes, output shapes, parameters and FLOPs\n"
-            "  pdonnx run MODEL.onnx [--batch N] [--threads N] --input NAME=X.npy ... [--output NAME=Y.npy ...]\n"
+            "  pdonnx run MODEL.onnx [--batch N] [--threads N] [--max-constant-bytes N] --input NAME=X.npy ...\n"
+            "         [--output NAME=Y.npy ...]\n"
             "      run inference; without --output, print a summary of each output\n"
+            "      (--max-constant-bytes: cap on the constants folding may make, default 1 GiB)\n"
             "  pdonnx train MODEL.onnx --data X.npy --labels Y.npy [--val XV.npy YV.npy]\n"
             "         [--loss auto|cross_entropy|mse|graph] [--output NAME]\n"
             "         [--optimizer sgd|momentum|nesterov|adam|adamw] [--lr F] [--momentum F]\n"
@@ -128,9 +130,9 @@ static void pd__usage(FILE *f) {
 /* ---- info ------------------------------------------------------------------ */
 
 static void pd__human(char *buf, size_t n, double v, const char *unit) {
-    const char *pre[] = {"", "K", "M", "G", "T", "P"};
+    const char *pre[] = {"", "K", "M", "G", "T", "P", "E", "Z", "Y"};
     int k = 0;
-    while (v >= 1000 && k < 5) {
+    while (v >= 1000 && k < 8) {
         v /= 1000;
         k++;
     }
@@ -150,6 +152,8 @@ static int pd__cmd_info(int argc, char **argv) {
     for (int i = 0; i < argc; i++) {
         if (strcmp(argv[i], "--batch") == 0 && i + 1 < argc) {
             if (!pd_cli_parse_int("--batch", argv[++i], 1, INT32_MAX, &lo.batch)) return 2;
+        } else if (strcmp(argv[i], "--max-constant-bytes") == 0 && i + 1 < argc) {
+            if (!pd_cli_parse_int("--max-constant-bytes", argv[++i], 1, INT64_MAX, &lo.max_constant_bytes)) return 2;
         } else if (argv[i][0] == '-') {
             return pd_cli_usage_error("info: unknown flag '%s'", argv[i]);
         } else if (!path) {
@@ -161,24 +165,27 @@ static int pd__cmd_info(int argc, char **argv) {
     if (!path) return pd_cli_usage_error("info: %s", "missing MODEL.onnx");
     pd_graph *g;
     if (pd_graph_load_file(path, &lo, &g) != PD_OK) return pd_cli_fail();
-    char a[128], b[64], c[64];
-    printf("%s: %d nodes, %d inputs, %d outputs\n", path, pd_graph_num_nodes(g), pd_graph_num_inputs(g),
-           pd_graph_num_outputs(g));
+    /* names come from the file: escaped (pd__escape), so one is one line and sends no terminal codes */
+    char a[128], b[64], c[64], e1[256], e2[256];
+    printf("%s: %d nodes, %d inputs, %d outputs\n", pd__escape(e1, sizeof e1, path), pd_graph_num_nodes(g),
+           pd_graph_num_inputs(g), pd_graph_num_outputs(g));
     for (int i = 0; i < pd_graph_num_inputs(g); i++) {
         pd_value_info v;
         pd_graph_input(g, i, &v);
         pd__shape_str(a, sizeof a, &v);
-        printf("  input  %-24s %s\n", v.name, a);
+        printf("  input  %-24s %s\n", pd__escape(e1, sizeof e1, v.name), a);
     }
     for (int i = 0; i < pd_graph_num_outputs(g); i++) {
         pd_value_info v;
         pd_graph_output(g, i, &v);
         pd__shape_str(a, sizeof a, &v);
-        printf("  output %-24s %s\n", v.name, a);
+        printf("  output %-24s %s\n", pd__escape(e1, sizeof e1, v.name), a);
     }
     printf("\n%4s  %-28s %-20s %-26s %12s %12s %12s\n", "#", "node", "op", "output", "params", "FLOPs",
            "act bytes");
-    int64_t tf = 0, tp = 0, ta = 0;
+    /* in double: declared shapes can be huge, the sums of counts near INT64_MAX overflow */
+    double tf = 0, ta = 0;
+    bool over = false;
     for (int i = 0; i < pd_graph_num_nodes(g); i++) {
         pd_node_info ni;
         pd_graph_node(g, i, &ni);
@@ -187,19 +194,22 @@ static int pd__cmd_info(int argc, char **argv) {
         a[0] = 0;
         if (o && pd_graph_value(g, o, &v) == PD_OK) pd__shape_str(a, sizeof a, &v);
         pd__human(b, sizeof b, (double)ni.param_bytes, "B");
-        pd__human(c, sizeof c, (double)ni.flops, "");
-        printf("%4d  %-28.28s %-20.20s %-26.26s %12s %12s %12lld\n", i, ni.name, ni.op_type, a, b, c,
-               (long long)ni.output_bytes);
-        tf += ni.flops;
-        tp += ni.param_bytes;
-        ta += ni.output_bytes;
+        /* INT64_MAX: the count stopped there (a huge declared shape) */
+        bool at_max = ni.flops == INT64_MAX;
+        over |= at_max;
+        pd__human(c + at_max, sizeof c - at_max, (double)ni.flops, "");
+        if (at_max) c[0] = '>';
+        printf("%4d  %-28.28s %-20.20s %-26.26s %12s %12s %12lld\n", i, pd__escape(e1, sizeof e1, ni.name),
+               pd__escape(e2, sizeof e2, ni.op_type), a, b, c, (long long)ni.output_bytes);
+        tf += (double)ni.flops;
+        ta += (double)ni.output_bytes;
     }
     pd__human(b, sizeof b, (double)pd_graph_param_bytes(g), "B");
-    pd__human(c, sizeof c, (double)tf, "FLOPs");
-    pd__human(a, sizeof a, (double)ta, "B");
+    pd__human(c + over, sizeof c - over, tf, "FLOPs");
+    if (over) c[0] = '>';
+    pd__human(a, sizeof a, ta, "B");
     printf("\ntotal: %d nodes, parameters %s (%lld floats), forward %s, activations %s\n", pd_graph_num_nodes(g), b,
            (long long)(pd_graph_param_bytes(g) / 4), c, a);
-    (void)tp;
     pd_graph_destroy(g);
     return 0;
 }
@@ -231,9 +241,9 @@ static bool pd__split_binding(const char *flag, const char *arg, pd__binding *b)
 static void pd__summarize(const char *name, const pd_tensor *t) {
     pd_value_info v = {name, t->dtype, t->ndim, {0}};
     for (int i = 0; i < t->ndim; i++) v.shape[i] = t->shape[i];
-    char s[128];
+    char s[128], e[256];
     pd__shape_str(s, sizeof s, &v);
-    printf("%s %s", name, s);
+    printf("%s %s", pd__escape(e, sizeof e, name), s);
     int64_t n = pd_tensor_numel(t);
     if (t->dtype == PD_FLOAT || t->dtype == PD_DOUBLE) {
         double mn = 0, mx = 0, sum = 0;
@@ -265,6 +275,8 @@ static int pd__cmd_run(int argc, char **argv) {
         int64_t v;
         if (strcmp(argv[i], "--batch") == 0 && i + 1 < argc) {
             if (!pd_cli_parse_int("--batch", argv[++i], 1, INT32_MAX, &lo.batch)) return 2;
+        } else if (strcmp(argv[i], "--max-constant-bytes") == 0 && i + 1 < argc) {
+            if (!pd_cli_parse_int("--max-constant-bytes", argv[++i], 1, INT64_MAX, &lo.max_constant_bytes)) return 2;
         } else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc) {
             if (!pd_cli_parse_int("--threads", argv[++i], 1, 1024, &v)) return 2;
             eo.threads = (int)v;
@@ -345,7 +357,9 @@ static int pd__cmd_run(int argc, char **argv) {
         bool given = false;
         for (int j = 0; j < nin; j++) given |= strcmp(ins[j].name, v.name) == 0;
         if (!given) {
-            fprintf(stderr, "pdonnx: %s: input '%s' is not given: add --input %s=FILE.npy\n", path, v.name, v.name);
+            char e1[256], e2[256];
+            fprintf(stderr, "pdonnx: %s: input '%s' is not given: add --input %s=FILE.npy\n",
+                    pd__escape(e1, sizeof e1, path), pd__escape(e2, sizeof e2, v.name), e2);
             goto out;
         }
     }
@@ -387,7 +401,8 @@ static int pd__cmd_run(int argc, char **argv) {
             pd_cli_fail();
             goto out;
         }
-        printf("wrote %s to %s\n", name, outs[i].file);
+        char e1[256], e2[256];
+        printf("wrote %s to %s\n", pd__escape(e1, sizeof e1, name), pd__escape(e2, sizeof e2, outs[i].file));
     }
     rc = 0;
 out:

@@ -69,10 +69,12 @@ static void pd__print_plan(const pd_plan *pl, const char *src) {
                 last = v;
                 count++;
             }
-        char range[128], mem[32];
+        char range[128], mem[32], e1[256], e2[256]; /* node names from the model: escaped */
+        pd__escape(e1, sizeof e1, first >= 0 ? pl->node_name[first] : "");
+        pd__escape(e2, sizeof e2, last >= 0 ? pl->node_name[last] : "");
         if (count == 0) snprintf(range, sizeof range, "(none)");
-        else if (count == 1) snprintf(range, sizeof range, "%.38s", pl->node_name[first]);
-        else snprintf(range, sizeof range, "%.16s .. %.16s (%d)", pl->node_name[first], pl->node_name[last], count);
+        else if (count == 1) snprintf(range, sizeof range, "%.38s", e1);
+        else snprintf(range, sizeof range, "%.16s .. %.16s (%d)", e1, e2, count);
         pd__bytes_str(mem, sizeof mem, st->memory_bytes);
         printf("%-5d %-40s %8d %12.3f %10.3f %12s\n", s, range, st->replicas, st->fwd_ms + st->bwd_in_ms + st->bwd_w_ms,
                2 * st->send_ms, mem);

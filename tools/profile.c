@@ -33,8 +33,9 @@ static void pd__print_table(const pd_profile *p) {
         const pd__pnode *d = &p->node[i];
         pd__bytes(a, sizeof a, d->act_bytes);
         pd__bytes(b, sizeof b, d->param_bytes);
-        printf("%5d  %-32.32s %-18.18s %10.3f %10.3f %10.3f %12s %12s\n", i, d->name ? d->name : "",
-               d->desc ? d->desc : "", d->fwd_ms, d->bwd_in_ms, d->bwd_w_ms, a, b);
+        char e1[256], e2[256]; /* names from the model or a profile file: escaped, one line each */
+        printf("%5d  %-32.32s %-18.18s %10.3f %10.3f %10.3f %12s %12s\n", i, pd__escape(e1, sizeof e1, d->name),
+               pd__escape(e2, sizeof e2, d->desc), d->fwd_ms, d->bwd_in_ms, d->bwd_w_ms, a, b);
         f += d->fwd_ms;
         bi += d->bwd_in_ms;
         bw += d->bwd_w_ms;
