@@ -101,6 +101,11 @@ size=$(wc -c <"$h/const_8g.onnx")
   "node 'cos' (ConstantOfShape): folding it makes a constant of 8589934592 bytes" "$pdonnx" info "$h/const_8g.onnx")
 refused "--max-constant-bytes below a 4 MiB constant" "beyond the cap of 1000000 bytes" \
   "$pdonnx" info "$h/const_4m.onnx" --max-constant-bytes 1000000
+dx=$src/examples/digits
+(ulimit -v 1500000; refused "train: the same 8 GiB constant" "folding it makes a constant of 8589934592 bytes" \
+  "$pdonnx" train "$h/const_8g.onnx" --data "$dx/train_x.npy" --labels "$dx/train_y.npy")
+refused "train --max-constant-bytes" "beyond the cap of 1000000 bytes" \
+  "$pdonnx" train "$h/const_4m.onnx" --data "$dx/train_x.npy" --labels "$dx/train_y.npy" --max-constant-bytes 1000000
 if timeout 20 "$pdonnx" info "$h/const_4m.onnx" --max-constant-bytes 5000000 >"$tmp/out" 2>&1 &&
    grep -q "^  output big .*float32\[1024,1024\]" "$tmp/out"; then
   ok "--max-constant-bytes above a 4 MiB constant: it loads"

@@ -92,7 +92,7 @@ static void pd__usage(FILE *f) {
             "         [--batch N] [--steps N | --epochs N] [--no-shuffle] [--seed N] [--threads N]\n"
             "         [--device cpu|cuda[:N]|sim[:N]] [--precision fp32|tf32|bf16] (cuda: a stage per thread on the GPU;\n"
             "          sim: the CUDA path on N simulated devices, on the CPU, for testing)\n"
-            "         [--metrics FILE.jsonl] [--save OUT.onnx] [--quiet]\n"
+            "         [--metrics FILE.jsonl] [--save OUT.onnx] [--max-constant-bytes N] [--quiet]\n"
             "         [--stages N | --plan PLAN.json] [--schedule gpipe|flush|pipedream|2bw|interleaved|zb-h1|avgpipe]\n"
             "         [--microbatches M] [--virtual-stages V] [--vertical-sync] [--trace OUT.json]\n"
             "         [--parallel-pipelines K [--elastic-alpha A] [--average-every N]]\n"

@@ -35,6 +35,7 @@ typedef struct {
     int64_t ckpt_every, ckpt_keep;       /* every: -1 auto */
     double ckpt_overhead;
     int64_t stages, microbatches, virtual_stages;
+    int64_t max_constant_bytes; /* 0: the loader's default */
     pd_train_options o;
     int64_t batch, steps, epochs, seed;
     bool shuffle, cosine, quiet, vertical_sync;
@@ -228,6 +229,9 @@ static int pd__parse(pd__targs *a, int argc, char **argv) {
         } else if (!strcmp(f, "--resume")) {
             NEED_VALUE;
             a->resume = v;
+        } else if (!strcmp(f, "--max-constant-bytes")) {
+            NEED_VALUE;
+            if (!pd_cli_parse_int(f, v, 1, INT64_MAX, &a->max_constant_bytes)) return 2;
         } else if (!strcmp(f, "--quiet")) {
             a->quiet = true;
         } else if (f[0] == '-') {
@@ -893,6 +897,7 @@ static int pd__train_main(int argc, char **argv) {
     }
     pd_load_options lo = PD_LOAD_OPTIONS_INIT;
     lo.batch = piped ? a.batch / a.microbatches : a.batch; /* a pipeline's graph takes one microbatch */
+    lo.max_constant_bytes = a.max_constant_bytes;
     if (pd_graph_load_file(a.model, &lo, &g) != PD_OK) {
         pd_cli_fail();
         goto done;
