@@ -915,13 +915,14 @@ static int pd__train_main(int argc, char **argv) {
         goto done;
     }
     const char *input = NULL;
+    char en1[256], en2[256]; /* the model's names, escaped (pd__escape): one line, no terminal codes */
     for (int i = 0; i < pd_graph_num_inputs(g); i++) {
         pd_value_info v;
         pd_graph_input(g, i, &v);
         if (a.o.loss == PD_LOSS_GRAPH && (a.o.labels_input ? !strcmp(v.name, a.o.labels_input) : i > 0)) continue;
         if (input) {
             fprintf(stderr, "pdonnx: %s: the model has several inputs ('%s', '%s'); pdonnx train feeds one\n", a.model,
-                    input, v.name);
+                    pd__escape(en1, sizeof en1, input), pd__escape(en2, sizeof en2, v.name));
             goto done;
         }
         input = v.name;
@@ -930,8 +931,8 @@ static int pd__train_main(int argc, char **argv) {
     pd_graph_value(g, input, &in);
     /* data and labels in the dtypes the model and the loss take */
     if (!pd__convert(&X, in.dtype) || (a.val_x && !pd__convert(&VX, in.dtype))) {
-        fprintf(stderr, "pdonnx: %s: %s data cannot feed input '%s' (%s)\n", a.data, pd_dtype_name(X.dtype), input,
-                pd_dtype_name(in.dtype));
+        fprintf(stderr, "pdonnx: %s: %s data cannot feed input '%s' (%s)\n", a.data, pd_dtype_name(X.dtype),
+                pd__escape(en1, sizeof en1, input), pd_dtype_name(in.dtype));
         goto done;
     }
     pd_dtype ylabel = a.o.loss == PD_LOSS_MSE ? PD_FLOAT : PD_INT64;
@@ -954,7 +955,8 @@ static int pd__train_main(int argc, char **argv) {
         in.shape[0] = rows;
         pd__format_shape(want, sizeof want, in.ndim, in.shape);
         pd__format_shape(got, sizeof got, X.ndim, X.shape);
-        fprintf(stderr, "pdonnx: %s: rows of shape %s do not fit input '%s' (it takes %s)\n", a.data, got, input, want);
+        fprintf(stderr, "pdonnx: %s: rows of shape %s do not fit input '%s' (it takes %s)\n", a.data, got,
+                pd__escape(en1, sizeof en1, input), want);
         goto done;
     }
     if (a.o.loss == PD_LOSS_CROSS_ENTROPY) {
@@ -969,7 +971,7 @@ static int pd__train_main(int argc, char **argv) {
             fprintf(stderr,
                     "pdonnx: %s: labels of shape %s do not fit output '%s' %s for cross_entropy (one class id per "
                     "position of the output without its last axis)\n",
-                    a.labels, ys, out.name, os);
+                    a.labels, ys, pd__escape(en1, sizeof en1, out.name), os);
             goto done;
         }
         pd_tensor *ls[2] = {&Y, &VY};
@@ -980,7 +982,8 @@ static int pd__train_main(int argc, char **argv) {
                 int64_t l = ((int64_t *)ls[k]->data)[e];
                 if (l < 0 || l >= V) {
                     fprintf(stderr, "pdonnx: %s: label %lld at row %lld is out of range [0, %lld) (output '%s' has %lld classes)\n",
-                            lp[k], (long long)l, (long long)(e / per), (long long)V, out.name, (long long)V);
+                            lp[k], (long long)l, (long long)(e / per), (long long)V,
+                            pd__escape(en1, sizeof en1, out.name), (long long)V);
                     goto done;
                 }
             }
