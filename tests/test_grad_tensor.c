@@ -1,5 +1,5 @@
 /* test_grad_tensor.c - the backward kernels of the tensor ops
- * (runtime/cpu/tensor_grad.c): Flatten, Reshape, Unsqueeze, Squeeze,
+ * (runtime/cpu/tensor.c): Flatten, Reshape, Unsqueeze, Squeeze,
  * Transpose, Concat, Split, Slice, Gather, Expand, Pad.
  *
  * 1. Finite differences (tests/gradcheck.h) in float64 on many random small
