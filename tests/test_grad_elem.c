@@ -1,5 +1,5 @@
 /* test_grad_elem.c - the element-wise backward kernels
- * (runtime/cpu/elementwise_grad.c): every differentiable input of every op
+ * (runtime/cpu/elementwise.c): every differentiable input of every op
  * against central finite differences in float64 (tests/gradcheck.h: also
  * += into din and each input asked for alone) over random broadcast
  * shapes, axes and attributes; the float32 backward against the float64

@@ -1,6 +1,6 @@
 /* elementwise_common.h - what the element-wise forward kernels
- * (runtime/cpu/elementwise.c) and their backward (elementwise_grad.c)
- * share, so that a gradient walks a broadcast, splits work over threads,
+ * (runtime/cpu/elementwise.c) and their backward (beside them) share, so
+ * that a gradient walks a broadcast, splits work over threads,
  * converts dtypes and sums over axes with the very code the forward is
  * tested with: the dtype lists rows are instantiated from, the work dtypes,
  * the thread splitter, Cast's conversion, the broadcast iterator and the
