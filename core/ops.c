@@ -5,7 +5,7 @@
 
 const pd__op_def pd__ops[PD_OP_COUNT] = {
 /* in enum order: the enum is expanded from the same list (no designators, so C++ compiles it too) */
-#define PD__OP_DEF(e, name, flags, grad) {#name, flags, grad, pd__shape_##name, pd__flops_##name},
+#define PD__OP_DEF(e, name, flags, grad, state) {#name, flags, grad, state, pd__shape_##name, pd__flops_##name},
     PD_OPS(PD__OP_DEF)
 #undef PD__OP_DEF
 };

@@ -1,7 +1,7 @@
 /* ops.h - the one list of operators.
  *
  * Every op is declared once here, with everything the rest of the code asks
- * about it. X(ENUM, OnnxName, flags, grad) expands into the pd_op enum, the
+ * about it. X(ENUM, OnnxName, flags, grad, state) expands into the pd_op enum, the
  * op table (pd__ops, core/ops.c) and the names of its functions, so a
  * missing one is a link error:
  *   pd__shape_<OnnxName>    (core/shape_<family>.c)   output dtypes and shapes
@@ -11,6 +11,9 @@
  *
  * grad: bit i set when input i is differentiable (gradients flow into it);
  * PD_GRAD_ALL for variadic ops; 0: not differentiable (PD__NO_GRAD).
+ * state: bit i set when input i is a buffer the op updates in place while
+ * training (BatchNormalization's running mean and variance): not a
+ * parameter, but checkpointed, and held by the stage that runs the op.
  *
  * flags:
  *   PD_OPF_NN, PD_OPF_ELEM, PD_OPF_TENSOR - its family, exactly one: the
@@ -41,66 +44,66 @@
 
 #define PD_OPS(X)                                                                                  \
     /* neural-network ops */                                                                       \
-    X(GEMM, Gemm, PD_OPF_NN, 0x7)                                                                  \
-    X(MATMUL, MatMul, PD_OPF_NN | PD_OPF_BWD_WRITES, 0x3)                                          \
-    X(CONV, Conv, PD_OPF_NN, 0x7)                                                                  \
-    X(CONV_TRANSPOSE, ConvTranspose, PD_OPF_NN | PD_OPF_HOST, 0x7)                                 \
-    X(BATCH_NORM, BatchNormalization, PD_OPF_NN, 0x7)                                              \
-    X(LAYER_NORM, LayerNormalization, PD_OPF_NN, 0x7)                                              \
-    X(MAX_POOL, MaxPool, PD_OPF_NN, 0x1)                                                           \
-    X(AVERAGE_POOL, AveragePool, PD_OPF_NN, 0x1)                                                   \
-    X(GLOBAL_AVERAGE_POOL, GlobalAveragePool, PD_OPF_NN, 0x1)                                      \
-    X(LRN, LRN, PD_OPF_NN | PD_OPF_HOST, 0x1)                                                      \
-    X(SOFTMAX, Softmax, PD_OPF_NN, 0x1)                                                            \
-    X(LOG_SOFTMAX, LogSoftmax, PD_OPF_NN, 0x1)                                                     \
-    X(DROPOUT, Dropout, PD_OPF_NN | PD_OPF_HOST, 0x1)                                              \
-    X(SOFTMAX_CE_LOSS, SoftmaxCrossEntropyLoss, PD_OPF_NN, 0x1)                                    \
-    X(NLL_LOSS, NegativeLogLikelihoodLoss, PD_OPF_NN | PD_OPF_HOST, 0x1)                           \
+    X(GEMM, Gemm, PD_OPF_NN, 0x7, 0)                                                               \
+    X(MATMUL, MatMul, PD_OPF_NN | PD_OPF_BWD_WRITES, 0x3, 0)                                       \
+    X(CONV, Conv, PD_OPF_NN, 0x7, 0)                                                               \
+    X(CONV_TRANSPOSE, ConvTranspose, PD_OPF_NN | PD_OPF_HOST, 0x7, 0)                              \
+    X(BATCH_NORM, BatchNormalization, PD_OPF_NN, 0x7, 0x18)                                        \
+    X(LAYER_NORM, LayerNormalization, PD_OPF_NN, 0x7, 0)                                           \
+    X(MAX_POOL, MaxPool, PD_OPF_NN, 0x1, 0)                                                        \
+    X(AVERAGE_POOL, AveragePool, PD_OPF_NN, 0x1, 0)                                                \
+    X(GLOBAL_AVERAGE_POOL, GlobalAveragePool, PD_OPF_NN, 0x1, 0)                                   \
+    X(LRN, LRN, PD_OPF_NN | PD_OPF_HOST, 0x1, 0)                                                   \
+    X(SOFTMAX, Softmax, PD_OPF_NN, 0x1, 0)                                                         \
+    X(LOG_SOFTMAX, LogSoftmax, PD_OPF_NN, 0x1, 0)                                                  \
+    X(DROPOUT, Dropout, PD_OPF_NN | PD_OPF_HOST, 0x1, 0)                                           \
+    X(SOFTMAX_CE_LOSS, SoftmaxCrossEntropyLoss, PD_OPF_NN, 0x1, 0)                                 \
+    X(NLL_LOSS, NegativeLogLikelihoodLoss, PD_OPF_NN | PD_OPF_HOST, 0x1, 0)                        \
     /* element-wise */                                                                             \
-    X(ADD, Add, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_BWD_WRITES, 0x3)                                \
-    X(SUB, Sub, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_BWD_WRITES, 0x3)                                \
-    X(MUL, Mul, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_BWD_WRITES, 0x3)                                \
-    X(DIV, Div, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_BWD_WRITES, 0x3)                                \
-    X(POW, Pow, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_BWD_WRITES | PD_OPF_HOST, 0x3)                  \
-    X(SUM, Sum, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, PD_GRAD_ALL)                              \
-    X(SQRT, Sqrt, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_BWD_WRITES, 0x1)                              \
-    X(EXP, Exp, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_BWD_WRITES, 0x1)                                \
-    X(LOG, Log, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_BWD_WRITES, 0x1)                                \
-    X(NEG, Neg, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_BWD_WRITES, 0x1)                                \
-    X(RECIPROCAL, Reciprocal, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_BWD_WRITES, 0x1)                  \
-    X(RELU, Relu, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_BWD_WRITES, 0x1)                              \
-    X(LEAKY_RELU, LeakyRelu, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_BWD_WRITES, 0x1)                   \
-    X(SIGMOID, Sigmoid, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_BWD_WRITES, 0x1)                        \
-    X(TANH, Tanh, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_BWD_WRITES, 0x1)                              \
-    X(GELU, Gelu, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_BWD_WRITES, 0x1)                              \
-    X(ERF, Erf, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_BWD_WRITES, 0x1)                                \
-    X(CLIP, Clip, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_BWD_WRITES | PD_OPF_HOST, 0x1)                \
-    X(EQUAL, Equal, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0)                                    \
-    X(WHERE, Where, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x6)                                  \
-    X(CAST, Cast, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x1)                                    \
-    X(IDENTITY, Identity, PD_OPF_ELEM | PD_OPF_FOLD, 0x1)                                          \
+    X(ADD, Add, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_BWD_WRITES, 0x3, 0)                             \
+    X(SUB, Sub, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_BWD_WRITES, 0x3, 0)                             \
+    X(MUL, Mul, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_BWD_WRITES, 0x3, 0)                             \
+    X(DIV, Div, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_BWD_WRITES, 0x3, 0)                             \
+    X(POW, Pow, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_BWD_WRITES | PD_OPF_HOST, 0x3, 0)               \
+    X(SUM, Sum, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, PD_GRAD_ALL, 0)                           \
+    X(SQRT, Sqrt, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_BWD_WRITES, 0x1, 0)                           \
+    X(EXP, Exp, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_BWD_WRITES, 0x1, 0)                             \
+    X(LOG, Log, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_BWD_WRITES, 0x1, 0)                             \
+    X(NEG, Neg, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_BWD_WRITES, 0x1, 0)                             \
+    X(RECIPROCAL, Reciprocal, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_BWD_WRITES, 0x1, 0)               \
+    X(RELU, Relu, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_BWD_WRITES, 0x1, 0)                           \
+    X(LEAKY_RELU, LeakyRelu, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_BWD_WRITES, 0x1, 0)                \
+    X(SIGMOID, Sigmoid, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_BWD_WRITES, 0x1, 0)                     \
+    X(TANH, Tanh, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_BWD_WRITES, 0x1, 0)                           \
+    X(GELU, Gelu, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_BWD_WRITES, 0x1, 0)                           \
+    X(ERF, Erf, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_BWD_WRITES, 0x1, 0)                             \
+    X(CLIP, Clip, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_BWD_WRITES | PD_OPF_HOST, 0x1, 0)             \
+    X(EQUAL, Equal, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                                 \
+    X(WHERE, Where, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x6, 0)                               \
+    X(CAST, Cast, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                                 \
+    X(IDENTITY, Identity, PD_OPF_ELEM | PD_OPF_FOLD, 0x1, 0)                                       \
     /* reductions */                                                                               \
-    X(REDUCE_MEAN, ReduceMean, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x1)                       \
-    X(REDUCE_SUM, ReduceSum, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x1)                         \
+    X(REDUCE_MEAN, ReduceMean, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                    \
+    X(REDUCE_SUM, ReduceSum, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                      \
     /* tensor manipulation */                                                                      \
-    X(FLATTEN, Flatten, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_BWD_WRITES, 0x1)                      \
-    X(RESHAPE, Reshape, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_BWD_WRITES, 0x1)                      \
-    X(TRANSPOSE, Transpose, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_BWD_WRITES, 0x1)                  \
-    X(CONCAT, Concat, PD_OPF_TENSOR | PD_OPF_FOLD, PD_GRAD_ALL)                                    \
-    X(SPLIT, Split, PD_OPF_TENSOR | PD_OPF_FOLD, 0x1)                                              \
-    X(SLICE, Slice, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0x1)                                \
-    X(GATHER, Gather, PD_OPF_TENSOR | PD_OPF_FOLD, 0x1)                                            \
-    X(UNSQUEEZE, Unsqueeze, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_BWD_WRITES, 0x1)                  \
-    X(SQUEEZE, Squeeze, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_BWD_WRITES, 0x1)                      \
-    X(EXPAND, Expand, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0x1)                              \
-    X(PAD, Pad, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0x1)                                    \
-    X(CONSTANT, Constant, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0)                            \
-    X(SHAPE, Shape, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0)                                  \
-    X(CONSTANT_OF_SHAPE, ConstantOfShape, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0)            \
-    X(RANGE, Range, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0)
+    X(FLATTEN, Flatten, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_BWD_WRITES, 0x1, 0)                   \
+    X(RESHAPE, Reshape, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_BWD_WRITES, 0x1, 0)                   \
+    X(TRANSPOSE, Transpose, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_BWD_WRITES, 0x1, 0)               \
+    X(CONCAT, Concat, PD_OPF_TENSOR | PD_OPF_FOLD, PD_GRAD_ALL, 0)                                 \
+    X(SPLIT, Split, PD_OPF_TENSOR | PD_OPF_FOLD, 0x1, 0)                                           \
+    X(SLICE, Slice, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                             \
+    X(GATHER, Gather, PD_OPF_TENSOR | PD_OPF_FOLD, 0x1, 0)                                         \
+    X(UNSQUEEZE, Unsqueeze, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_BWD_WRITES, 0x1, 0)               \
+    X(SQUEEZE, Squeeze, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_BWD_WRITES, 0x1, 0)                   \
+    X(EXPAND, Expand, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                           \
+    X(PAD, Pad, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                                 \
+    X(CONSTANT, Constant, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                         \
+    X(SHAPE, Shape, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                               \
+    X(CONSTANT_OF_SHAPE, ConstantOfShape, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)         \
+    X(RANGE, Range, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)
 
 typedef enum pd_op {
-#define PD__OP_ENUM(e, name, flags, grad) PD_OP_##e,
+#define PD__OP_ENUM(e, name, flags, grad, state) PD_OP_##e,
     PD_OPS(PD__OP_ENUM)
 #undef PD__OP_ENUM
         PD_OP_COUNT

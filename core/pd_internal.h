@@ -205,15 +205,21 @@ typedef double (*pd__flops_fn)(const pd_graph *g, const pd__node *n);
 typedef struct pd__op_def {
     const char *name;
     int flags;
-    uint32_t grad; /* bit i: input i is differentiable */
+    uint32_t grad;  /* bit i: input i is differentiable */
+    uint32_t state; /* bit i: input i is a buffer updated in place while training */
     pd__shape_fn shape;
     pd__flops_fn flops;
 } pd__op_def;
 
 extern const pd__op_def pd__ops[PD_OP_COUNT];
+
+/* Input j of n is a buffer its op updates in place while training (ops.h: state). */
+static inline bool pd__state_input(const pd__node *n, int j) {
+    return n->op >= 0 && n->op < PD_OP_COUNT && j >= 0 && j < 32 && j < n->nin && ((pd__ops[n->op].state >> j) & 1u);
+}
 int pd__op_lookup(const char *onnx_name); /* -1 when not in the set */
 
-#define PD__DECL_SHAPE(e, name, flags, grad)                    \
+#define PD__DECL_SHAPE(e, name, flags, grad, state)                    \
     pd_status pd__shape_##name(pd_graph *g, pd__node *n); \
     double pd__flops_##name(const pd_graph *g, const pd__node *n);
 PD_OPS(PD__DECL_SHAPE)
@@ -279,7 +285,7 @@ typedef pd_status (*pd__kernel_fn)(pd__exec *x, const pd__node *n, pd_tensor *co
 typedef pd_status (*pd__grad_fn)(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out,
                                  pd_tensor *const *dout, pd_tensor *const *din);
 
-#define PD__DECL_CPU(e, name, flags, grad)                                                                      \
+#define PD__DECL_CPU(e, name, flags, grad, state)                                                                      \
     pd_status pd__cpu_##name(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out);   \
     pd_status pd__cpu_##name##_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out, \
                                    pd_tensor *const *dout, pd_tensor *const *din);

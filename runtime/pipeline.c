@@ -584,9 +584,10 @@ pd_status pd__pipe_create(pd_graph *g, const pd_plan *plan, const pd_train_optio
         for (int i = 0; i < g->nnodes; i++)
             if (plan->fwd_stage[i] == k) {
                 S->nodes[S->nnodes++] = i;
-                const pd__node *n = &g->nodes[i]; /* BatchNorm in training updates its running statistics in place */
-                for (int j = 3; n->op == PD_OP_BATCH_NORM && j < 5 && j < n->nin; j++)
-                    if (n->in[j] >= 0 && g->tensors[n->in[j]].kind == PD_T_INIT) S->bufs[S->nbufs++] = n->in[j];
+                const pd__node *n = &g->nodes[i]; /* BatchNorm's running statistics: updated in place (ops.h: state) */
+                for (int j = 0; j < n->nin; j++)
+                    if (pd__state_input(n, j) && n->in[j] >= 0 && g->tensors[n->in[j]].kind == PD_T_INIT)
+                        S->bufs[S->nbufs++] = n->in[j];
                 for (int j = 0; j < g->nodes[i].nout; j++)
                     if (g->nodes[i].out[j] >= 0) S->act_bytes += (double)pd__tbytes(g, g->nodes[i].out[j]);
             }

@@ -932,8 +932,8 @@ pd_status pd__session_slabs(pd_session *s, pd__slabs *out) {
 static bool pd__is_buffer(const pd_graph *g, int t) {
     for (int i = 0; i < g->nnodes; i++) {
         const pd__node *n = &g->nodes[i];
-        for (int j = 3; n->op == PD_OP_BATCH_NORM && j < 5 && j < n->nin; j++)
-            if (n->in[j] == t) return g->tensors[t].kind == PD_T_INIT;
+        for (int j = 0; j < n->nin; j++)
+            if (pd__state_input(n, j) && n->in[j] == t) return g->tensors[t].kind == PD_T_INIT;
     }
     return false;
 }
@@ -945,9 +945,9 @@ void pd__session_snapshot(const pd_session *s, pd__recw *w) {
     if (s->dev) (void)pd__sdev_pull(s, false);
     for (int i = 0; i < g->nnodes; i++) {
         const pd__node *n = &g->nodes[i];
-        for (int j = 3; n->op == PD_OP_BATCH_NORM && j < 5 && j < n->nin; j++) {
+        for (int j = 0; j < n->nin; j++) {
             int t = n->in[j];
-            if (t >= 0 && g->tensors[t].kind == PD_T_INIT)
+            if (pd__state_input(n, j) && t >= 0 && g->tensors[t].kind == PD_T_INIT)
                 pd__rec_put(w, PD_REC_BUFFER, 0, g->tensors[t].name, s->views[t].data,
                             (uint64_t)g->tensors[t].numel * pd_dtype_size(g->tensors[t].dtype));
         }
@@ -968,8 +968,9 @@ pd_status pd__session_restore(pd_session *s, const void *part, size_t len) {
     const pd_graph *g = s->g;
     int64_t want = 2, got = 0;
     for (int i = 0; i < g->nnodes; i++)
-        for (int j = 3; g->nodes[i].op == PD_OP_BATCH_NORM && j < 5 && j < g->nodes[i].nin; j++)
-            want += g->nodes[i].in[j] >= 0 && g->tensors[g->nodes[i].in[j]].kind == PD_T_INIT;
+        for (int j = 0; j < g->nodes[i].nin; j++)
+            want += pd__state_input(&g->nodes[i], j) && g->nodes[i].in[j] >= 0 &&
+                    g->tensors[g->nodes[i].in[j]].kind == PD_T_INIT;
     want += (int64_t)s->np * (1 + (s->state0 != NULL) + (s->state1 != NULL));
     size_t off = 0;
     for (;;) {

@@ -149,6 +149,7 @@ static void test_op_table(void) {
         else if (pd__op_lookup(d->name) != op) why = "its name does not look it up";
         else if (!d->shape || !d->flops || !pd__cpu_kernels[op] || !pd__cpu_grads[op]) why = "a function missing";
         else if ((d->flags & PD_OPF_BWD_WRITES) && !d->grad) why = "PD_OPF_BWD_WRITES without a gradient";
+        else if (d->state & d->grad) why = "an input both differentiable and a buffer it updates";
         if (why) snprintf(bad + strlen(bad), sizeof bad - strlen(bad), " %s (%s);", d->name, why);
     }
     CHECK(!bad[0], "op table: %d ops, each consistent:%s", (int)PD_OP_COUNT, bad[0] ? bad : " yes");

@@ -5,13 +5,13 @@
 #include <string.h>
 
 const pd__kernel_fn pd__cpu_kernels[PD_OP_COUNT] = {
-#define PD__CPU_K(e, name, flags, grad) [PD_OP_##e] = pd__cpu_##name,
+#define PD__CPU_K(e, name, flags, grad, state) [PD_OP_##e] = pd__cpu_##name,
     PD_OPS(PD__CPU_K)
 #undef PD__CPU_K
 };
 
 const pd__grad_fn pd__cpu_grads[PD_OP_COUNT] = {
-#define PD__CPU_G(e, name, flags, grad) [PD_OP_##e] = pd__cpu_##name##_bwd,
+#define PD__CPU_G(e, name, flags, grad, state) [PD_OP_##e] = pd__cpu_##name##_bwd,
     PD_OPS(PD__CPU_G)
 #undef PD__CPU_G
 };
