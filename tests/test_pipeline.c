@@ -1033,6 +1033,11 @@ static void run_model(const char *fixtures, const char *model, bool full, pd_los
     /* on a GPU cuBLAS tiles a 32-row product and four 8-row ones differently,
      * and Adam carries that noise into the weights: 1.14e-4 on an H100 */
     if (device == PD_DEVICE_CUDA) refs[1].tol = 3e-4;
+    /* mlp_loss's data: fc2.weight[4788]'s gradient is 0 at step 1 and 6.6e-8 at
+     * step 2, a sum with cancellation, and Adam's first step with it is ~lr
+     * whatever its size; the microbatches' sums move it 1.2e-4 away (1.5e-5
+     * before Adam took PyTorch's 1-beta scalars: the same noise, elsewhere) */
+    if (loss == PD_LOSS_GRAPH) refs[1].tol = 3e-4;
     refs[4].o.lr = 0.05;
     refs[4].o.clip_grad_norm = 0.25;
     refs[0].o.optimizer = refs[2].o.optimizer = refs[3].o.optimizer = PD_OPT_SGD;
