@@ -9,6 +9,12 @@
  *             w -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps)   (torch.optim.Adam, L2 in g')
  *   adamw     w *= 1 - lr*wd, then adam without L2           (torch.optim.AdamW)
  *
+ * The scalars are PyTorch's: it computes 1-b1, 1-b2, 1 - lr*wd, lr/(1-b1^t)
+ * and sqrt(1-b2^t) from Python floats (double) and the tensor op rounds each
+ * to float once. 1.0f - 0.999f is 0.000999987, not 0.001f: a v 1.3e-5 too
+ * small and every Adam step 6.4e-6 too large (1.7e-4 for b2 0.9999), enough
+ * for a trajectory to leave PyTorch's at a ReLU or max-pool switch (issue 22).
+ *
  * Gradient clipping scales every gradient by max_norm/(norm + 1e-6) when the
  * global L2 norm exceeds max_norm (torch.nn.utils.clip_grad_norm_).
  */
@@ -80,17 +86,18 @@ void pd__optim_step(const pd_train_options *o, int64_t t, double lr, float *w, f
     case PD_OPT_ADAM:
     case PD_OPT_ADAMW: {
         const float b1 = (float)o->beta1, b2 = (float)o->beta2, eps = (float)o->eps;
+        const float c1 = (float)(1.0 - o->beta1), c2 = (float)(1.0 - o->beta2);
         const double bc1 = 1.0 - pow(o->beta1, (double)t), bc2 = 1.0 - pow(o->beta2, (double)t);
-        const float step = (float)(lr / bc1), sbc2 = (float)sqrt(bc2);
+        const float step = (float)(lr / bc1), sbc2 = (float)sqrt(bc2), decay = (float)(1.0 - lr * o->weight_decay);
         const bool decoupled = o->optimizer == PD_OPT_ADAMW;
         for (int64_t i = 0; i < n; i++) {
             float gi = g[i];
             if (decoupled)
-                w[i] *= 1.0f - flr * wd;
+                w[i] *= decay;
             else
                 gi += wd * w[i];
-            s0[i] = b1 * s0[i] + (1.0f - b1) * gi;
-            s1[i] = b2 * s1[i] + (1.0f - b2) * gi * gi;
+            s0[i] = b1 * s0[i] + c1 * gi;
+            s1[i] = b2 * s1[i] + c2 * gi * gi;
             w[i] -= step * s0[i] / (sqrtf(s1[i]) / sbc2 + eps);
         }
         break;

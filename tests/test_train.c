@@ -6,6 +6,10 @@
  * (k*N + j) mod R) and compare every step's loss with PyTorch's losses.npy,
  * and every initializer afterwards (weights and BatchNorm statistics) with
  * PyTorch's trained.onnx: |ours - torch| <= 1e-4 * (|torch| + mean |torch|).
+ * On the CPU the losses are held to 1e-6 relative (2.1e-7 at most is seen;
+ * PyTorch itself, started 1e-6 off, lands up to 6e-7 away): Adam and AdamW
+ * with the moments' 1-beta rounded as 1.0f - beta (issue 22) were 2e-6 to
+ * 1.8e-5 off, inside 1e-4.
  * mlp_loss has its loss inside the model (SoftmaxCrossEntropyLoss): --loss graph.
  *
  * On a GPU (suite cuda): test_train --device cuda[:N] [--precision fp32|tf32|bf16]
@@ -58,6 +62,7 @@ static double rel_err(const float *got, const float *want, int64_t n) {
 
 static const char *dev_name = NULL, *prec_name = NULL; /* --device, --precision */
 static double tol = 1e-4;
+static const double cpu_loss_tol = 1e-6; /* the losses on the CPU session (fp32) */
 static const char *spread_file = NULL; /* --spread */
 
 /* PyTorch's own loss and weight distances for model/case in --precision,
@@ -118,6 +123,7 @@ static void run_case(const char *fx, const char *line) {
     o.freeze = kv(line, "freeze", freeze, sizeof freeze); /* parameters whose true gradient is zero */
     o.threads = 1;
     if (st == PD_OK) st = pd_train_options_set_device(&o, dev_name, prec_name);
+    if (st == PD_OK && o.device == PD_DEVICE_CPU && ltol > cpu_loss_tol) ltol = cpu_loss_tol;
     if (!strcmp(opt, "sgd")) o.optimizer = PD_OPT_SGD;
     else if (!strcmp(opt, "momentum")) o.optimizer = PD_OPT_MOMENTUM;
     else if (!strcmp(opt, "nesterov")) o.optimizer = PD_OPT_NESTEROV;

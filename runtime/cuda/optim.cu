@@ -22,16 +22,17 @@ __global__ static void k_momentum(float *w, const float *g, float *v, float lr, 
     }
 }
 
-__global__ static void k_adam(float *w, const float *g, float *m, float *v, float lr, float wd, float b1, float b2,
-                              float eps, float step, float sbc2, bool decoupled, int64_t n) {
+/* c1, c2, decay: 1-b1, 1-b2, 1 - lr*wd in double, rounded to float once (PyTorch's scalars, optim.c) */
+__global__ static void k_adam(float *w, const float *g, float *m, float *v, float wd, float decay, float b1, float b2,
+                              float c1, float c2, float eps, float step, float sbc2, bool decoupled, int64_t n) {
     PD_CU_FOR(i, n) {
         float gi = g[i], wi = w[i];
         if (decoupled)
-            wi *= 1.0f - lr * wd;
+            wi *= decay;
         else
             gi += wd * wi;
-        float mi = b1 * m[i] + (1.0f - b1) * gi;
-        float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
+        float mi = b1 * m[i] + c1 * gi;
+        float vi = b2 * v[i] + c2 * gi * gi;
         m[i] = mi;
         v[i] = vi;
         w[i] = wi - step * mi / (sqrtf(vi) / sbc2 + eps);
@@ -56,8 +57,10 @@ extern "C" pd_status pd__cuda_optim_step(pd__cuda_ctx *c, const pd_train_options
         if (!s0 || !s1) return pd__err(PD_ERR_INVALID, "adam needs its two state slabs");
         const double bc1 = 1.0 - pow(o->beta1, (double)t), bc2 = 1.0 - pow(o->beta2, (double)t);
         const float step = (float)(lr / bc1), sbc2 = (float)sqrt(bc2);
-        k_adam<<<nb, PD_CU_THREADS, 0, c->stream>>>(w, g, s0, s1, flr, wd, (float)o->beta1, (float)o->beta2,
-                                                     (float)o->eps, step, sbc2, o->optimizer == PD_OPT_ADAMW, n);
+        k_adam<<<nb, PD_CU_THREADS, 0, c->stream>>>(w, g, s0, s1, wd, (float)(1.0 - lr * o->weight_decay),
+                                                     (float)o->beta1, (float)o->beta2, (float)(1.0 - o->beta1),
+                                                     (float)(1.0 - o->beta2), (float)o->eps, step, sbc2,
+                                                     o->optimizer == PD_OPT_ADAMW, n);
         break;
     }
     default: return pd__err(PD_ERR_INVALID, "unknown optimizer %d", (int)o->optimizer);
