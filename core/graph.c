@@ -483,22 +483,62 @@ static pd_status pd__prune(pd_graph *g, const bool *folded) {
     return PD_OK;
 }
 
+static const char *pd__dom(const pd__node *n) { return n->domain ? n->domain : ""; }
+
+/* Every operator the model uses that pdonnx lacks, named at once with its
+ * node count ("3 operators are not supported: Max (2 nodes), And (2), ...");
+ * one node alone is named as any node error is. */
+static pd_status pd__unsupported_ops(const pd_graph *g) {
+    int first = -1, kinds = 0;
+    for (int i = 0; i < g->nnodes; i++)
+        if (g->nodes[i].op < 0) {
+            if (first < 0) first = i;
+            bool seen = false;
+            for (int k = 0; k < i && !seen; k++)
+                seen = g->nodes[k].op < 0 && !strcmp(g->nodes[k].op_type, g->nodes[i].op_type) &&
+                       !strcmp(pd__dom(&g->nodes[k]), pd__dom(&g->nodes[i]));
+            kinds += !seen;
+        }
+    if (first < 0) return PD_OK;
+    const pd__node *n = &g->nodes[first];
+    bool other = pd__dom(n)[0] && strcmp(pd__dom(n), "ai.onnx") != 0;
+    int nodes = 0;
+    for (int i = 0; i < g->nnodes; i++) nodes += g->nodes[i].op < 0;
+    if (nodes == 1)
+        return other ? pd__node_err(g, n, PD_ERR_UNSUPPORTED, "operator %s of domain '%s' is not supported", n->op_type,
+                                    pd__dom(n))
+                     : pd__node_err(g, n, PD_ERR_UNSUPPORTED, "operator %s is not supported", n->op_type);
+    char list[1024] = "";
+    size_t len = 0;
+    for (int i = 0; i < g->nnodes && len < sizeof list - 64; i++) {
+        const pd__node *a = &g->nodes[i];
+        if (a->op >= 0) continue;
+        bool seen = false;
+        int count = 0;
+        for (int k = 0; k < g->nnodes; k++)
+            if (g->nodes[k].op < 0 && !strcmp(g->nodes[k].op_type, a->op_type) && !strcmp(pd__dom(&g->nodes[k]), pd__dom(a))) {
+                if (k < i) seen = true;
+                count++;
+            }
+        if (seen) continue;
+        bool dom = pd__dom(a)[0] && strcmp(pd__dom(a), "ai.onnx") != 0;
+        len += (size_t)snprintf(list + len, sizeof list - len, "%s%s%s%s (%d%s)", len ? ", " : "", dom ? pd__dom(a) : "",
+                                dom ? "." : "", a->op_type, count, len ? "" : count == 1 ? " node" : " nodes");
+    }
+    if (len >= sizeof list - 64) snprintf(list + len, sizeof list - len, ", ...");
+    return pd__err(PD_ERR_UNSUPPORTED, "%s: %d operator%s not supported: %s", g->path, kinds,
+                   kinds == 1 ? " is" : "s are", list);
+}
+
 pd_status pd__graph_finalize(pd_graph *g, const pd_load_options *opt, const pd_backend_i *fold) {
     PD_TRY(pd__bind_const_inputs(g, opt));
+    PD_TRY(pd__unsupported_ops(g));
     bool *folded = (bool *)PD_CALLOC((size_t)g->nnodes + 1, sizeof(bool));
     if (!folded) return pd__err(PD_ERR_NOMEM, "%s: out of memory", g->path);
     pd_status st = PD_OK;
     int64_t budget = opt->max_constant_bytes > 0 ? opt->max_constant_bytes : PD_MAX_CONSTANT_BYTES_DEFAULT;
     for (int i = 0; i < g->nnodes && st == PD_OK; i++) {
         pd__node *n = &g->nodes[i];
-        if (n->op < 0) {
-            if (n->domain && n->domain[0] && strcmp(n->domain, "ai.onnx") != 0)
-                st = pd__node_err(g, n, PD_ERR_UNSUPPORTED, "operator %s of domain '%s' is not supported",
-                                  n->op_type, n->domain);
-            else
-                st = pd__node_err(g, n, PD_ERR_UNSUPPORTED, "operator %s is not supported", n->op_type);
-            break;
-        }
         if (n->nout < 1 || n->out[0] < 0) { /* every op of the set has a first output */
             st = pd__node_err(g, n, PD_ERR_INVALID, "the node has no output");
             break;

@@ -675,6 +675,29 @@ static void test_unsupported(void) {
     add_node(b, n);
     add_out(b, "y");
     expect_unsupported("a node with a graph attribute", save(b, "graphattr.onnx"), "Relu", NULL);
+
+    /* several: every missing operator named at once, with its node count, in order of first use */
+    b = mb_new(13);
+    mb_domain(b, "com.example", 1);
+    add_in(b, mk_vi("x", PD_FLOAT, "2"));
+    add_node(b, mk_node("FooBar", "f1", "x", "a"));
+    add_node(b, mk_node("Relu", "r", "a", "b"));
+    add_node(b, mk_node("Frob", "g1", "b", "c"));
+    add_node(b, mk_node("FooBar", "f2", "c", "d"));
+    n = mk_node("Baz", "z", "d", "e");
+    n->domain = S("com.example");
+    add_node(b, n);
+    add_node(b, mk_node("FooBar", "f3", "e", "y"));
+    add_out(b, "y");
+    const char *path = save(b, "several.onnx");
+    pd_load_options o = PD_LOAD_OPTIONS_INIT;
+    pd_graph *g = SENTINEL;
+    pd_status s = pd_graph_load_file(path, &o, &g);
+    char want[512];
+    snprintf(want, sizeof want, "%s: 3 operators are not supported: FooBar (3 nodes), Frob (1), com.example.Baz (1)",
+             path);
+    CHECK(s == PD_ERR_UNSUPPORTED && g == SENTINEL && !strcmp(pd_last_error(), want), "several missing operators -> %s",
+          pd_last_error());
 }
 
 static void test_attributes(void) {
