@@ -688,7 +688,8 @@ typedef enum pd_op {
 
 /* ---- errors ---------------------------------------------------------------- */
 
-/* Sets the thread's last error (printf-style) and returns `s`. */
+/* Sets the thread's last error (printf-style) and returns `s`; an argument
+ * may be pd_last_error() itself. */
 pd_status pd__err(pd_status s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Prefixes the current message: "prefix: old message". */
 void pd__err_prefix(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -972,11 +973,15 @@ pd_status pd__cpu_run(pd__exec *x, const pd_graph *g, const pd__node *n, pd_tens
 #endif
 static PD__THREAD_LOCAL char pd__errbuf[1024];
 
+/* Formats into a local buffer first: an argument may be pd_last_error()
+ * itself (a caller adding context), which the buffer being written holds. */
 pd_status pd__err(pd_status s, const char *fmt, ...) {
+    char msg[sizeof pd__errbuf];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(pd__errbuf, sizeof pd__errbuf, fmt, ap);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    memcpy(pd__errbuf, msg, sizeof msg);
     return s;
 }
 

@@ -37,7 +37,8 @@
 
 /* ---- errors ---------------------------------------------------------------- */
 
-/* Sets the thread's last error (printf-style) and returns `s`. */
+/* Sets the thread's last error (printf-style) and returns `s`; an argument
+ * may be pd_last_error() itself. */
 pd_status pd__err(pd_status s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Prefixes the current message: "prefix: old message". */
 void pd__err_prefix(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -21,11 +21,15 @@
 #endif
 static PD__THREAD_LOCAL char pd__errbuf[1024];
 
+/* Formats into a local buffer first: an argument may be pd_last_error()
+ * itself (a caller adding context), which the buffer being written holds. */
 pd_status pd__err(pd_status s, const char *fmt, ...) {
+    char msg[sizeof pd__errbuf];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(pd__errbuf, sizeof pd__errbuf, fmt, ap);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    memcpy(pd__errbuf, msg, sizeof msg);
     return s;
 }
 

@@ -388,6 +388,27 @@ static void check_disk(void) {
     CHECK(system(cmd) == 0, "disk: cleaned up");
 }
 
+/* An error formatted with pd_last_error() as an argument (a caller adding
+ * context) read "--resume D: --resume D: oint there": the buffer written
+ * was the one read. */
+static void check_errors(void) {
+    char dir[] = "/tmp/pd_ckpt_errors_XXXXXX", want[600];
+    CHECK(mkdtemp(dir) != NULL, "errors: a temporary folder");
+    pd__ckpt c;
+    pd_status r = pd__ckpt_read_latest(dir, &c, NULL, NULL);
+    snprintf(want, sizeof want, "%s: no checkpoint there", dir);
+    CHECK(r == PD_ERR_IO && !strcmp(pd_last_error(), want), "errors: an empty folder: '%s'", pd_last_error());
+    pd__err(r, "--resume %s", pd_last_error());
+    snprintf(want, sizeof want, "--resume %s: no checkpoint there", dir);
+    CHECK(!strcmp(pd_last_error(), want), "errors: an error formatted with pd_last_error() itself: '%s'",
+          pd_last_error());
+    pd__err(PD_ERR_IO, "abc");
+    pd__err(PD_ERR_IO, "%s, %s: %s", "x", pd_last_error(), pd_last_error());
+    CHECK(!strcmp(pd_last_error(), "x, abc: abc"), "errors: the last error twice in one message: '%s'",
+          pd_last_error());
+    CHECK(rmdir(dir) == 0, "errors: cleaned up");
+}
+
 static void check_records(void) {
     char buf[256];
     pd__recw w = {buf, 0, sizeof buf};
@@ -455,6 +476,7 @@ int main(int argc, char **argv) {
         check_records();
         check_auto();
         check_disk();
+        check_errors();
     }
     model m;
     if (load_model(fx, &m, "mlp", PD_OPT_ADAM, 0.01, 12)) {

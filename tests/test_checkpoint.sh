@@ -126,5 +126,15 @@ if [ $rc = 2 ] && grep -q "checkpoint-dir" "$tmp/log"; then ok "refused: --check
 rc=$?
 if [ $rc = 1 ] && grep -q "nowhere" "$tmp/log" && [ ! -e "$tmp/x.onnx" ]; then ok "export: no checkpoint"; else bad "export nowhere: $(cat "$tmp/log")"; fi
 
+# no checkpoint: one line saying so (it read "--resume D: --resume D: oint there")
+mkdir -p "$tmp/ck-none"
+"$pdonnx" train "$model" --steps 40 --resume "$tmp/ck-none" > "$tmp/log" 2>&1
+rc=$?
+if [ $rc = 1 ] && grep -Fqx "pdonnx: --resume $tmp/ck-none: no checkpoint there" "$tmp/log"; then
+  ok "refused: an empty folder ($(grep resume "$tmp/log"))"
+else
+  bad "refused: an empty folder: rc $rc: $(cat "$tmp/log")"
+fi
+
 echo "$fails failed"
 [ $fails = 0 ]

@@ -290,7 +290,7 @@ static void pd__warn(void *ctx, const char *msg) {
 pd_status pd_cli_ckpt_load(const char *dir, const cJSON *expect, pd__ckpt *out, cJSON **info) {
     pd__ckpt c;
     pd_status st = pd__ckpt_read_latest(dir, &c, pd__warn, NULL);
-    if (st != PD_OK) return pd__err(st, "--resume %s: %s", dir, pd_last_error());
+    if (st != PD_OK) return pd__err(st, "--resume %s", pd_last_error()); /* "DIR: what is wrong" */
     cJSON *got = cJSON_Parse(c.info_json);
     if (!got) {
         pd__ckpt_free(&c);
