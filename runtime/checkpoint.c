@@ -10,10 +10,12 @@
  * its name and DIR fsynced; a crash at any point leaves either the old set of
  * checkpoints or the new one, and a temporary folder the next writer clears.
  * Readers trust a checkpoint only when every file matches the manifest.
+ * Clean-up never follows a link (pd__ckpt_remove).
  */
 #include "checkpoint.h"
 
 #include <cjson/cJSON.h>
+#include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -84,25 +86,86 @@ static pd_status pd__fsync_path(const char *path) {
     return rc == 0 ? PD_OK : pd__err(PD_ERR_IO, "%s: fsync: %s", path, strerror(e));
 }
 
-/* Removes a checkpoint folder and what it holds (no subfolders). */
-static void pd__rmdir_files(const char *path) {
-    DIR *d = opendir(path);
-    if (d) {
-        struct dirent *e;
-        char f[4200];
-        while ((e = readdir(d)))
-            if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
-                snprintf(f, sizeof f, "%s/%s", path, e->d_name);
-                unlink(f);
-            }
-        closedir(d);
+/* ---- clean-up ---- */
+
+/* Digits then the end or `tail`: the rest after them, NULL when s does not start so. */
+static const char *pd__digits(const char *s, const char *tail) {
+    if (!isdigit((unsigned char)*s)) return NULL;
+    while (isdigit((unsigned char)*s)) s++;
+    size_t n = strlen(tail);
+    return strncmp(s, tail, n) == 0 ? s + n : NULL;
+}
+
+/* A file a writer puts in a checkpoint's folder: manifest.json, part-<i>.bin
+ * or part-<i>.json, or one of them with pd__write_atomic's ".tmp.<pid>". */
+static bool pd__own_file(const char *name) {
+    const char *p = NULL;
+    if (strncmp(name, "manifest.json", 13) == 0) p = name + 13;
+    else if (strncmp(name, "part-", 5) == 0 && !(p = pd__digits(name + 5, ".bin"))) p = pd__digits(name + 5, ".json");
+    if (!p) return false;
+    if (!*p) return true;
+    const char *q = strncmp(p, ".tmp.", 5) == 0 ? pd__digits(p + 5, "") : NULL;
+    return q && !*q;
+}
+
+/* Removes entry `name` of the folder open as dfd (a checkpoint or a
+ * temporary folder of one), never through a link: a link is unlinked itself;
+ * a folder is opened without following links and only the regular files a
+ * writer makes (pd__own_file) are removed from it, then the folder, which
+ * stays when something else is in it. Anything else stays too. */
+static void pd__ckpt_remove(int dfd, const char *name) {
+    struct stat sb;
+    if (fstatat(dfd, name, &sb, AT_SYMLINK_NOFOLLOW) != 0) return;
+    if (S_ISLNK(sb.st_mode)) {
+        unlinkat(dfd, name, 0);
+        return;
     }
-    rmdir(path);
+    if (!S_ISDIR(sb.st_mode)) return;
+    int fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    DIR *d = fd >= 0 ? fdopendir(fd) : NULL; /* fd < 0: it became a link or went meanwhile */
+    if (!d) {
+        if (fd >= 0) close(fd);
+        return;
+    }
+    struct dirent *e;
+    while ((e = readdir(d)))
+        if (pd__own_file(e->d_name) && fstatat(fd, e->d_name, &sb, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(sb.st_mode))
+            unlinkat(fd, e->d_name, 0);
+    closedir(d);
+    unlinkat(dfd, name, AT_REMOVEDIR);
+}
+
+/* pd__ckpt_remove of dir's entry `name`. */
+static void pd__ckpt_remove_in(const char *dir, const char *name) {
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0) return;
+    pd__ckpt_remove(dfd, name);
+    close(dfd);
+}
+
+/* A folder the writer made or shares, not a link to one (which would have
+ * it write, and later remove, files elsewhere). */
+static pd_status pd__real_dir(const char *path) {
+    struct stat sb;
+    if (lstat(path, &sb) != 0) return pd__err(PD_ERR_IO, "%s: %s", path, strerror(errno));
+    if (!S_ISDIR(sb.st_mode)) return pd__err(PD_ERR_IO, "%s: not a folder (a link?); remove it", path);
+    return PD_OK;
 }
 
 static int pd__cmp_i64_desc(const void *a, const void *b) {
     int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
     return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* The step of a checkpoint folder's name, ckpt-<step> as the writer names
+ * it (12 digits or more, no other spelling); -1 for any other name. */
+static int64_t pd__name_step(const char *name) {
+    const char *p = strncmp(name, "ckpt-", 5) == 0 ? pd__digits(name + 5, "") : NULL;
+    if (!p || *p || strlen(name + 5) > 18) return -1;
+    char want[32];
+    long long v = strtoll(name + 5, NULL, 10);
+    snprintf(want, sizeof want, "ckpt-%012lld", v);
+    return strcmp(want, name) == 0 ? (int64_t)v : -1;
 }
 
 /* Steps of the checkpoints in dir, newest first (malloc'd); also clears
@@ -114,9 +177,8 @@ static pd_status pd__ckpt_list(const char *dir, int64_t **steps, int *n, bool cl
     int64_t *s = PD_MALLOC(sizeof(int64_t) * (size_t)cap);
     struct dirent *e;
     while (s && (e = readdir(d))) {
-        long long v;
-        char tail;
-        if (sscanf(e->d_name, "ckpt-%lld%c", &v, &tail) == 1 && v >= 0) {
+        int64_t v = pd__name_step(e->d_name);
+        if (v >= 0) {
             if (k == cap) {
                 int64_t *t = realloc(s, sizeof(int64_t) * (size_t)(cap *= 2));
                 if (!t) break;
@@ -124,9 +186,7 @@ static pd_status pd__ckpt_list(const char *dir, int64_t **steps, int *n, bool cl
             }
             s[k++] = v;
         } else if (clear && strncmp(e->d_name, ".ckpt-", 6) == 0) {
-            char p[4200];
-            snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-            pd__rmdir_files(p);
+            pd__ckpt_remove(dirfd(d), e->d_name);
         }
     }
     closedir(d);
@@ -142,24 +202,26 @@ static pd_status pd__ckpt_list(const char *dir, int64_t **steps, int *n, bool cl
  * it again, is replaced whole), DIR fsynced; then the oldest beyond `keep`
  * go, only once the new one is in place. */
 static pd_status pd__ckpt_place(const char *dir, const char *tmp, int64_t step, int keep) {
-    char fin[4096], old[4200], f[4200];
+    char fin[4096], old[4200], oldname[64], f[64];
     snprintf(fin, sizeof fin, "%s/ckpt-%012" PRId64, dir, step);
-    snprintf(old, sizeof old, "%s/.ckpt-%012" PRId64 ".old-%ld", dir, step, (long)getpid());
+    snprintf(oldname, sizeof oldname, ".ckpt-%012" PRId64 ".old-%ld", step, (long)getpid());
+    snprintf(old, sizeof old, "%s/%s", dir, oldname);
     PD_TRY(pd__fsync_path(tmp));
-    bool had = rename(fin, old) == 0;
+    pd__ckpt_remove_in(dir, oldname); /* an earlier process of this pid's, killed in between */
+    bool had = rename(fin, old) == 0; /* a link is renamed itself, then unlinked */
     if (rename(tmp, fin) != 0) {
         pd_status st = pd__err(PD_ERR_IO, "%s: cannot rename into place: %s", fin, strerror(errno));
         if (had) rename(old, fin);
         return st;
     }
-    if (had) pd__rmdir_files(old);
+    if (had) pd__ckpt_remove_in(dir, oldname);
     PD_TRY(pd__fsync_path(dir));
     int64_t *s;
     int n;
     if (keep > 0 && pd__ckpt_list(dir, &s, &n, false) == PD_OK) {
         for (int i = keep; i < n; i++) {
-            snprintf(f, sizeof f, "%s/ckpt-%012" PRId64, dir, s[i]);
-            pd__rmdir_files(f);
+            snprintf(f, sizeof f, "ckpt-%012" PRId64, s[i]);
+            pd__ckpt_remove_in(dir, f);
         }
         PD_FREE(s);
     }
@@ -205,10 +267,11 @@ static pd_status pd__manifest_write(const cJSON *m, const char *tmp) {
 pd_status pd__ckpt_write(const char *dir, int64_t step, const char *info_json, int nparts, const void *const *parts,
                          const size_t *lens, int keep) {
     if (mkdir(dir, 0755) != 0 && errno != EEXIST) return pd__err(PD_ERR_IO, "%s: cannot create: %s", dir, strerror(errno));
-    char tmp[4096], f[4200];
-    if (snprintf(tmp, sizeof tmp, "%s/.ckpt-%012" PRId64 ".tmp-%ld", dir, step, (long)getpid()) >= (int)sizeof tmp - 64)
+    char tmp[4096], name[64], f[4200];
+    snprintf(name, sizeof name, ".ckpt-%012" PRId64 ".tmp-%ld", step, (long)getpid());
+    if (snprintf(tmp, sizeof tmp, "%s/%s", dir, name) >= (int)sizeof tmp - 64)
         return pd__err(PD_ERR_IO, "%s: path too long", dir);
-    pd__rmdir_files(tmp);
+    pd__ckpt_remove_in(dir, name);
     if (mkdir(tmp, 0755) != 0) return pd__err(PD_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
     cJSON *m = pd__manifest_new(step, info_json);
     pd_status st = m ? PD_OK : pd__err(PD_ERR_NOMEM, "out of memory");
@@ -220,7 +283,7 @@ pd_status pd__ckpt_write(const char *dir, int64_t step, const char *info_json, i
     if (st == PD_OK) st = pd__manifest_write(m, tmp);
     cJSON_Delete(m);
     if (st == PD_OK) st = pd__ckpt_place(dir, tmp, step, keep);
-    if (st != PD_OK) pd__rmdir_files(tmp);
+    if (st != PD_OK) pd__ckpt_remove_in(dir, name);
     return st;
 }
 
@@ -234,6 +297,7 @@ pd_status pd__ckpt_write_part(const char *dir, int64_t step, int index, const vo
     char tmp[4096], f[4200], side[256];
     pd__shared_tmp(tmp, sizeof tmp, dir, step);
     if (mkdir(tmp, 0755) != 0 && errno != EEXIST) return pd__err(PD_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
+    PD_TRY(pd__real_dir(tmp));
     snprintf(f, sizeof f, "%s/part-%d.bin", tmp, index);
     PD_TRY(pd__write_atomic(f, data, len));
     /* its size and checksum, for the process that writes the manifest; last, so it means the part is whole */
@@ -275,7 +339,7 @@ static pd_status pd__finalize(const char *dir, int64_t step, const char *info_js
             struct timespec nap = {0, 5000000};
             nanosleep(&nap, NULL);
         }
-        if (st != PD_OK || (st = pd__read_file(f, &side, &len)) != PD_OK) break;
+        if (st != PD_OK || (st = pd__real_dir(tmp)) != PD_OK || (st = pd__read_file(f, &side, &len)) != PD_OK) break;
         cJSON *j = cJSON_ParseWithLength((const char *)side, len);
         PD_FREE(side);
         const cJSON *b = cJSON_GetObjectItem(j, "bytes"), *c = cJSON_GetObjectItem(j, "crc32");

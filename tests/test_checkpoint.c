@@ -13,6 +13,8 @@
  * On disk: two-phase writes, keep-K pruning, a corrupted or truncated
  * checkpoint detected by its CRC-32 and the previous one used, leftovers of
  * a killed writer cleared; CheckFreq's frequency rule on hand-computed cases.
+ * Hostile folders: clean-up never deletes through a link (a symlinked
+ * checkpoint rewritten or rotated out, a symlinked temporary).
  *
  * test_checkpoint --device cuda FIXTURES: the same snapshots and resumes
  * with every stage on GPU 0 (suite cuda; on the simulated device, suite
@@ -388,6 +390,135 @@ static void check_disk(void) {
     CHECK(system(cmd) == 0, "disk: cleaned up");
 }
 
+/* ---- hostile folders ---- */
+
+static bool slurp(const char *path, char *buf, size_t cap) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return false;
+    size_t n = fread(buf, 1, cap - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    return true;
+}
+
+static bool spit(const char *path, const char *text) {
+    FILE *f = fopen(path, "wb");
+    if (!f) return false;
+    bool ok = fputs(text, f) >= 0;
+    return fclose(f) == 0 && ok;
+}
+
+/* Checkpoint `step` of two parts of records, each with its "updates" record at `step`. */
+static pd_status write_step(const char *dir, int64_t step, const char *info, int keep) {
+    char a[128], b[128];
+    pd__recw ra = {a, 0, sizeof a}, rb = {b, 0, sizeof b};
+    float v[2] = {(float)step, 1};
+    pd__rec_put(&ra, PD_REC_WEIGHT, 0, "w0", v, sizeof v);
+    pd__rec_put(&ra, PD_REC_META, 0, "updates", &step, 8);
+    pd__rec_put(&rb, PD_REC_WEIGHT, 0, "w1", v, sizeof v);
+    pd__rec_put(&rb, PD_REC_META, 0, "updates", &step, 8);
+    const void *parts[2] = {a, b};
+    size_t lens[2] = {ra.n, rb.n};
+    return pd__ckpt_write(dir, step, info, 2, parts, lens, keep);
+}
+
+/* The victim: a folder outside the checkpoints, holding files with the
+ * names a writer uses and one of its own. */
+static const char *const victim_files[] = {"part-0.bin", "part-0.json", "manifest.json", "manifest.json.tmp.1",
+                                           "notes.txt", NULL};
+
+static void make_victim(const char *v) {
+    char p[600];
+    for (int i = 0; victim_files[i]; i++) {
+        snprintf(p, sizeof p, "%s/%s", v, victim_files[i]);
+        spit(p, victim_files[i]);
+    }
+}
+
+static bool victim_whole(const char *v) {
+    char p[600], got[64];
+    for (int i = 0; victim_files[i]; i++) {
+        snprintf(p, sizeof p, "%s/%s", v, victim_files[i]);
+        if (!slurp(p, got, sizeof got) || strcmp(got, victim_files[i]) != 0) return false;
+    }
+    return true;
+}
+
+static bool is_link(const char *path) {
+    struct stat sb;
+    return lstat(path, &sb) == 0 && S_ISLNK(sb.st_mode);
+}
+
+static bool exists(const char *path) {
+    struct stat sb;
+    return lstat(path, &sb) == 0;
+}
+
+static void check_cleanup(void) {
+    char dir[] = "/tmp/pd_ckpt_links_XXXXXX", victim[] = "/tmp/pd_ckpt_victim_XXXXXX";
+    CHECK(mkdtemp(dir) && mkdtemp(victim), "links: temporary folders");
+    make_victim(victim);
+    char p[600], q[600];
+    /* a checkpoint rewritten (a resumed run passes its step again) that is a link */
+    snprintf(p, sizeof p, "%s/ckpt-000000000010", dir);
+    CHECK(symlink(victim, p) == 0, "links: ckpt-10 a link to a folder outside");
+    pd_status st = write_step(dir, 10, NULL, 0);
+    pd__ckpt c;
+    pd_status r = pd__ckpt_read(p, &c);
+    CHECK(st == PD_OK && victim_whole(victim) && !is_link(p) && r == PD_OK && c.step == 10,
+          "links: rewriting a symlinked ckpt-10 replaces the link, the folder it named is untouched%s%s",
+          st ? ": " : "", st ? pd_last_error() : "");
+    if (r == PD_OK) pd__ckpt_free(&c);
+    /* one rotated out by keep */
+    snprintf(p, sizeof p, "%s/ckpt-000000000005", dir);
+    CHECK(symlink(victim, p) == 0, "links: ckpt-5 a link");
+    st = write_step(dir, 20, NULL, 2);
+    CHECK(st == PD_OK && victim_whole(victim) && !exists(p),
+          "links: keep 2 rotates a symlinked ckpt-5 out by unlinking the link, the folder it named untouched");
+    /* a real folder rotated out: only the writer's regular files go; a
+     * foreign file, and a link named like a part, stay (so does the folder) */
+    snprintf(p, sizeof p, "%s/ckpt-000000000001", dir);
+    mkdir(p, 0755);
+    snprintf(q, sizeof q, "%s/manifest.json", p);
+    spit(q, "{}");
+    snprintf(q, sizeof q, "%s/notes.txt", p);
+    spit(q, "mine");
+    char target[600];
+    snprintf(target, sizeof target, "%s/part-0.bin", victim);
+    snprintf(q, sizeof q, "%s/part-0.bin", p);
+    CHECK(symlink(target, q) == 0, "links: a part that is a link");
+    st = write_step(dir, 30, NULL, 2);
+    snprintf(q, sizeof q, "%s/notes.txt", p);
+    bool foreign = exists(q);
+    snprintf(q, sizeof q, "%s/manifest.json", p);
+    CHECK(st == PD_OK && victim_whole(victim) && foreign && !exists(q),
+          "links: a rotated folder loses only the writer's regular files; a foreign file and a link stay");
+    /* temporaries: a stale one cleared at start, and this process's own */
+    snprintf(p, sizeof p, "%s/.ckpt-000000000003.tmp-77", dir);
+    CHECK(symlink(victim, p) == 0, "links: a stale temporary that is a link");
+    pd__ckpt_writer *w = NULL;
+    st = pd__ckpt_writer_start(dir, 0, &w);
+    if (w) pd__ckpt_writer_finish(w);
+    CHECK(st == PD_OK && victim_whole(victim) && !exists(p),
+          "links: the writer clears a symlinked temporary by unlinking it, the folder it named untouched");
+    snprintf(p, sizeof p, "%s/.ckpt-000000000040.tmp-%ld", dir, (long)getpid());
+    CHECK(symlink(victim, p) == 0, "links: this writer's own temporary a link");
+    st = write_step(dir, 40, NULL, 0);
+    snprintf(q, sizeof q, "%s/ckpt-000000000040/manifest.json", dir);
+    CHECK(st == PD_OK && victim_whole(victim) && exists(q) && !exists(p),
+          "links: a symlinked temporary of this writer's is replaced by a folder of its own");
+    /* the shared temporary of several processes: refused, nothing written through it */
+    snprintf(p, sizeof p, "%s/.ckpt-000000000050.tmp-shared", dir);
+    CHECK(symlink(victim, p) == 0, "links: a shared temporary that is a link");
+    st = pd__ckpt_write_part(dir, 50, 3, "x", 1);
+    snprintf(q, sizeof q, "%s/part-3.bin", victim);
+    CHECK(st == PD_ERR_IO && strstr(pd_last_error(), "tmp-shared") && !exists(q) && victim_whole(victim),
+          "links: a part is not written through a symlinked shared temporary (%s)", pd_last_error());
+    char cmd[1400];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' '%s'", dir, victim);
+    CHECK(system(cmd) == 0, "links: cleaned up");
+}
+
 /* An error formatted with pd_last_error() as an argument (a caller adding
  * context) read "--resume D: --resume D: oint there": the buffer written
  * was the one read. */
@@ -477,6 +608,7 @@ int main(int argc, char **argv) {
         check_auto();
         check_disk();
         check_errors();
+        check_cleanup();
     }
     model m;
     if (load_model(fx, &m, "mlp", PD_OPT_ADAM, 0.01, 12)) {

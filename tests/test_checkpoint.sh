@@ -5,7 +5,9 @@
 # and the same per-step losses as an uninterrupted run, on one stage and as
 # pipelines (pipedream, 2bw, flush); a corrupted newest checkpoint is reported
 # and the previous one used; `pdonnx export` writes the trained model; a
-# resume with other settings is refused, naming the setting.
+# resume with other settings is refused, naming the setting. Hostile
+# folders: symlinked checkpoints and temporaries are never followed by
+# clean-up; with no checkpoint the error says so once.
 set -u
 pdonnx=$1
 root=$2
@@ -125,6 +127,28 @@ if [ $rc = 2 ] && grep -q "checkpoint-dir" "$tmp/log"; then ok "refused: --check
 "$pdonnx" export "$tmp/nowhere" -o "$tmp/x.onnx" > "$tmp/log" 2>&1
 rc=$?
 if [ $rc = 1 ] && grep -q "nowhere" "$tmp/log" && [ ! -e "$tmp/x.onnx" ]; then ok "export: no checkpoint"; else bad "export nowhere: $(cat "$tmp/log")"; fi
+
+# hostile folders (issue 22). Clean-up never deletes through a link: a
+# checkpoint folder the run writes again, one --checkpoint-keep rotates out
+# and a stale temporary, each a link to a folder outside, which keeps its files
+victim=$tmp/victim
+mkdir -p "$victim" "$tmp/ck-links"
+vfiles="part-0.bin part-0.json manifest.json notes.txt"
+for f in $vfiles; do echo "$f" > "$victim/$f"; done
+ln -s "$victim" "$tmp/ck-links/ckpt-000000000020"
+ln -s "$victim" "$tmp/ck-links/ckpt-000000000005"
+ln -s "$victim" "$tmp/ck-links/.ckpt-000000000007.tmp-1"
+"$pdonnx" train "$model" --steps 40 --quiet --checkpoint-dir "$tmp/ck-links" --checkpoint-every 10 --checkpoint-keep 2 \
+  > "$tmp/log" 2>&1
+rc=$?
+whole=1
+for f in $vfiles; do [ "$(cat "$victim/$f" 2>/dev/null)" = "$f" ] || whole=0; done
+left=$(cd "$tmp/ck-links" && ls -A | tr '\n' ' ')
+if [ $rc = 0 ] && [ $whole = 1 ] && [ "$left" = "ckpt-000000000030 ckpt-000000000040 " ]; then
+  ok "links: a symlinked checkpoint rewritten, one rotated out and a stale temporary: the links go, the folder they named keeps its files"
+else
+  bad "links: rc $rc, the folder outside whole: $whole ($(ls "$victim" | tr '\n' ' ')), left: $left; $(tail -2 "$tmp/log")"
+fi
 
 # no checkpoint: one line saying so (it read "--resume D: --resume D: oint there")
 mkdir -p "$tmp/ck-none"
