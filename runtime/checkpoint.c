@@ -3,14 +3,17 @@
  *
  * Layout: DIR/ckpt-000000000120/ holds part-0.bin .. part-<n-1>.bin (raw
  * records, one file per stage) and manifest.json:
- *   {"format": "pdonnx-checkpoint", "version": 1, "step": 120,
- *    "info": {...the run...}, "files": [{"name", "bytes", "crc32"}, ...]}
+ *   {"files": [{"name", "bytes", "crc32"}, ...], "format": "pdonnx-checkpoint",
+ *    "version": 2, "step": 120, "info": {...the run...}, "checksum": crc}
+ * checksum: the CRC-32 of the manifest's compact text (cJSON_PrintUnformatted)
+ * without it, so that no field is trusted unchecked.
  * A checkpoint is written into DIR/.ckpt-<step>.tmp-<pid>: every file
  * written and fsynced, the manifest last, the folder fsynced, then renamed to
  * its name and DIR fsynced; a crash at any point leaves either the old set of
  * checkpoints or the new one, and a temporary folder the next writer clears.
- * Readers trust a checkpoint only when every file matches the manifest.
- * Clean-up never follows a link (pd__ckpt_remove).
+ * Readers trust a checkpoint only when its manifest matches its checksum,
+ * its folder's name and its parts' records, and every file matches the
+ * manifest. Clean-up never follows a link (pd__ckpt_remove).
  */
 #include "checkpoint.h"
 
@@ -238,7 +241,7 @@ static cJSON *pd__manifest_new(int64_t step, const char *info_json) {
         return NULL;
     }
     cJSON_AddStringToObject(m, "format", "pdonnx-checkpoint");
-    cJSON_AddNumberToObject(m, "version", 1);
+    cJSON_AddNumberToObject(m, "version", PD_CKPT_VERSION);
     cJSON_AddNumberToObject(m, "step", (double)step);
     cJSON_AddItemToObject(m, "info", info);
     return m;
@@ -254,8 +257,20 @@ static void pd__manifest_add(cJSON *m, int i, double bytes, double crc) {
     cJSON_AddItemToArray(cJSON_GetObjectItem(m, "files"), e);
 }
 
-/* Writes the manifest into the checkpoint's folder tmp: the last file written. */
-static pd_status pd__manifest_write(const cJSON *m, const char *tmp) {
+bool pd__ckpt_manifest_crc(const cJSON *m, uint32_t *crc) {
+    char *text = cJSON_PrintUnformatted(m);
+    if (!text) return false;
+    *crc = pd__crc(text, strlen(text));
+    free(text);
+    return true;
+}
+
+/* Writes the manifest, its checksum added, into the checkpoint's folder
+ * tmp: the last file written. */
+static pd_status pd__manifest_write(cJSON *m, const char *tmp) {
+    uint32_t crc;
+    if (!pd__ckpt_manifest_crc(m, &crc) || !cJSON_AddNumberToObject(m, "checksum", (double)crc))
+        return pd__err(PD_ERR_NOMEM, "out of memory");
     char f[4200], *text = cJSON_Print(m);
     if (!text) return pd__err(PD_ERR_NOMEM, "out of memory");
     snprintf(f, sizeof f, "%s/manifest.json", tmp);
@@ -342,13 +357,14 @@ static pd_status pd__finalize(const char *dir, int64_t step, const char *info_js
         if (st != PD_OK || (st = pd__real_dir(tmp)) != PD_OK || (st = pd__read_file(f, &side, &len)) != PD_OK) break;
         cJSON *j = cJSON_ParseWithLength((const char *)side, len);
         PD_FREE(side);
-        const cJSON *b = cJSON_GetObjectItem(j, "bytes"), *c = cJSON_GetObjectItem(j, "crc32");
-        if (!cJSON_IsNumber(b) || !cJSON_IsNumber(c)) {
+        int64_t bytes, crc;
+        if (!pd__ckpt_json_int(cJSON_GetObjectItemCaseSensitive(j, "bytes"), 0, PD_CKPT_MAX_INT, &bytes) ||
+            !pd__ckpt_json_int(cJSON_GetObjectItemCaseSensitive(j, "crc32"), 0, UINT32_MAX, &crc)) {
             cJSON_Delete(j);
             st = pd__err(PD_ERR_PARSE, "%s: malformed", f);
             break;
         }
-        pd__manifest_add(m, i, b->valuedouble, c->valuedouble);
+        pd__manifest_add(m, i, (double)bytes, (double)crc);
         cJSON_Delete(j);
         unlink(f);
     }
@@ -373,49 +389,121 @@ void pd__ckpt_free(pd__ckpt *c) {
     memset(c, 0, sizeof *c);
 }
 
-pd_status pd__ckpt_read(const char *path, pd__ckpt *out) {
+bool pd__ckpt_json_int(const cJSON *v, int64_t lo, int64_t hi, int64_t *out) {
+    if (!cJSON_IsNumber(v)) return false;
+    double d = v->valuedouble;
+    if (!(d >= (double)lo && d <= (double)hi)) return false; /* NaN too; lo, hi within 2^53: exact */
+    int64_t i = (int64_t)d;
+    if ((double)i != d) return false;
+    *out = i;
+    return true;
+}
+
+/* The step a part's records hold ("updates", the optimizer's step count:
+ * the boundary it was taken at), -1 when it holds none; PD_ERR_PARSE naming
+ * the file when a record is malformed. */
+static pd_status pd__part_step(const void *data, size_t len, const char *what, int64_t *step) {
+    size_t off = 0;
+    *step = -1;
+    for (;;) {
+        pd__rec r;
+        bool end;
+        PD_TRY(pd__rec_next(data, len, &off, &r, &end, what));
+        if (end) return PD_OK;
+        if (r.kind == PD_REC_META && r.bytes == 8 && pd__rec_is(&r, "updates")) memcpy(step, r.data, 8);
+    }
+}
+
+/* The checks of a manifest m (its text parsed) of checkpoint folder path, f
+ * its file's name for messages; *step, *files and *info on success. */
+static pd_status pd__manifest_check(cJSON *m, const char *path, const char *f, int64_t *step, const cJSON **files,
+                                    const cJSON **info) {
+    const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(m, "format");
+    int64_t version, crc;
+    if (!cJSON_IsObject(m) || !cJSON_IsString(fmt) || strcmp(fmt->valuestring, "pdonnx-checkpoint") != 0 ||
+        !pd__ckpt_json_int(cJSON_GetObjectItemCaseSensitive(m, "version"), 0, INT32_MAX, &version))
+        return pd__err(PD_ERR_PARSE, "%s: not a pdonnx checkpoint manifest", f);
+    if (version < 1 || version > PD_CKPT_VERSION)
+        return pd__err(PD_ERR_PARSE, "%s: version %lld, not one this build reads (1 to %d)", f, (long long)version,
+                       PD_CKPT_VERSION);
+    if (version >= 2) { /* every field is covered: the checksum is of the text without it */
+        cJSON *sum = cJSON_DetachItemFromObjectCaseSensitive(m, "checksum");
+        bool ok = pd__ckpt_json_int(sum, 0, UINT32_MAX, &crc);
+        cJSON_Delete(sum);
+        uint32_t got;
+        if (!ok) return pd__err(PD_ERR_PARSE, "%s: no checksum (corrupted)", f);
+        if (!pd__ckpt_manifest_crc(m, &got)) return pd__err(PD_ERR_NOMEM, "out of memory");
+        if (got != (uint32_t)crc)
+            return pd__err(PD_ERR_PARSE, "%s: checksum mismatch (CRC-32 %u of its content, it says %lld): corrupted",
+                           f, got, (long long)crc);
+    }
+    *files = cJSON_GetObjectItemCaseSensitive(m, "files");
+    *info = cJSON_GetObjectItemCaseSensitive(m, "info");
+    if (!pd__ckpt_json_int(cJSON_GetObjectItemCaseSensitive(m, "step"), 0, PD_CKPT_MAX_INT, step))
+        return pd__err(PD_ERR_PARSE, "%s: the step is not an integer in [0, 2^53]", f);
+    if (!cJSON_IsObject(*info)) return pd__err(PD_ERR_PARSE, "%s: no info object", f);
+    int n = cJSON_IsArray(*files) ? cJSON_GetArraySize(*files) : 0;
+    if (n < 1 || n > PD_CKPT_MAX_PARTS)
+        return pd__err(PD_ERR_PARSE, "%s: %d files listed, not 1 to %d", f, n, PD_CKPT_MAX_PARTS);
+    /* the folder's name, when it is a checkpoint's, says the step too */
+    size_t k = strlen(path);
+    while (k > 1 && path[k - 1] == '/') k--;
+    size_t b = k;
+    while (b > 0 && path[b - 1] != '/') b--;
+    char base[64] = "";
+    if (k - b < sizeof base) memcpy(base, path + b, k - b), base[k - b] = 0;
+    int64_t named = pd__name_step(base);
+    if (named >= 0 && named != *step)
+        return pd__err(PD_ERR_PARSE, "%s: step %lld, but the folder is step %lld's: corrupted", f, (long long)*step,
+                       (long long)named);
+    if (named < 0 && version < 2) /* nothing else vouches for its step */
+        return pd__err(PD_ERR_PARSE, "%s: a version-1 manifest (no checksum) is read only in a folder named "
+                       "ckpt-<its step, 12 digits>", f);
+    return PD_OK;
+}
+
+pd_status pd__ckpt_parse(const char *path, const void *text, size_t len, pd__ckpt_get_fn get, void *ctx,
+                         pd__ckpt *out) {
     pd__ckpt c;
     memset(&c, 0, sizeof c);
     char f[4200];
     snprintf(f, sizeof f, "%s/manifest.json", path);
-    unsigned char *text;
-    size_t len;
-    PD_TRY(pd__read_file(f, &text, &len));
     cJSON *m = cJSON_ParseWithLength((const char *)text, len);
-    PD_FREE(text);
-    pd_status st = PD_OK;
-    const cJSON *fmt = cJSON_GetObjectItem(m, "format"), *step = cJSON_GetObjectItem(m, "step"),
-                *files = cJSON_GetObjectItem(m, "files"), *info = cJSON_GetObjectItem(m, "info");
-    if (!m || !cJSON_IsString(fmt) || strcmp(fmt->valuestring, "pdonnx-checkpoint") != 0 || !cJSON_IsNumber(step) ||
-        !cJSON_IsArray(files) || !cJSON_IsObject(info))
-        st = pd__err(PD_ERR_PARSE, "%s: not a pdonnx checkpoint manifest", f);
+    const cJSON *files = NULL, *info = NULL;
+    pd_status st = pd__manifest_check(m, path, f, &c.step, &files, &info);
     if (st == PD_OK) {
-        c.step = (int64_t)step->valuedouble;
         c.nparts = cJSON_GetArraySize(files);
         c.parts = PD_CALLOC((size_t)c.nparts + 1, sizeof(void *));
         c.lens = PD_CALLOC((size_t)c.nparts + 1, sizeof(size_t));
-        c.path = strdup(path);
+        c.path = pd__strdup(path);
         c.info_json = cJSON_PrintUnformatted(info);
         if (!c.parts || !c.lens || !c.path || !c.info_json) st = pd__err(PD_ERR_NOMEM, "out of memory");
     }
     for (int i = 0; st == PD_OK && i < c.nparts; i++) {
-        const cJSON *e = cJSON_GetArrayItem(files, i), *name = cJSON_GetObjectItem(e, "name"),
-                    *bytes = cJSON_GetObjectItem(e, "bytes"), *crc = cJSON_GetObjectItem(e, "crc32");
-        if (!cJSON_IsString(name) || strchr(name->valuestring, '/') || !cJSON_IsNumber(bytes) || !cJSON_IsNumber(crc)) {
+        const cJSON *e = cJSON_GetArrayItem(files, i), *name = cJSON_GetObjectItemCaseSensitive(e, "name");
+        char want[32], pf[4200];
+        snprintf(want, sizeof want, "part-%d.bin", i);
+        int64_t bytes, crc, at;
+        if (!cJSON_IsString(name) || strcmp(name->valuestring, want) != 0 ||
+            !pd__ckpt_json_int(cJSON_GetObjectItemCaseSensitive(e, "bytes"), 0, PD_CKPT_MAX_INT, &bytes) ||
+            !pd__ckpt_json_int(cJSON_GetObjectItemCaseSensitive(e, "crc32"), 0, UINT32_MAX, &crc)) {
             st = pd__err(PD_ERR_PARSE, "%s: file entry %d is malformed", f, i);
             break;
         }
-        char pf[4200];
-        snprintf(pf, sizeof pf, "%s/%s", path, name->valuestring);
+        snprintf(pf, sizeof pf, "%s/%s", path, want);
         unsigned char *data;
-        if ((st = pd__read_file(pf, &data, &len)) != PD_OK) break;
+        size_t n;
+        if ((st = get(ctx, pf, &data, &n)) != PD_OK) break;
         c.parts[i] = data;
-        c.lens[i] = len;
-        if ((double)len != bytes->valuedouble)
-            st = pd__err(PD_ERR_PARSE, "%s: %zu bytes, the manifest says %.0f (truncated?)", pf, len, bytes->valuedouble);
-        else if ((double)pd__crc(data, len) != crc->valuedouble)
-            st = pd__err(PD_ERR_PARSE, "%s: checksum mismatch (CRC-32 %u, the manifest says %.0f): corrupted", pf,
-                         pd__crc(data, len), crc->valuedouble);
+        c.lens[i] = n;
+        if ((uint64_t)n != (uint64_t)bytes)
+            st = pd__err(PD_ERR_PARSE, "%s: %zu bytes, the manifest says %lld (truncated?)", pf, n, (long long)bytes);
+        else if (pd__crc(data, n) != (uint32_t)crc)
+            st = pd__err(PD_ERR_PARSE, "%s: checksum mismatch (CRC-32 %u, the manifest says %lld): corrupted", pf,
+                         pd__crc(data, n), (long long)crc);
+        else if ((st = pd__part_step(data, n, pf, &at)) == PD_OK && at >= 0 && at != c.step)
+            st = pd__err(PD_ERR_PARSE, "%s: its records are at step %lld, the manifest says %lld", pf, (long long)at,
+                         (long long)c.step);
     }
     cJSON_Delete(m);
     if (st != PD_OK) {
@@ -424,6 +512,22 @@ pd_status pd__ckpt_read(const char *path, pd__ckpt *out) {
     }
     *out = c;
     return PD_OK;
+}
+
+static pd_status pd__get_file(void *ctx, const char *path, unsigned char **data, size_t *len) {
+    (void)ctx;
+    return pd__read_file(path, data, len);
+}
+
+pd_status pd__ckpt_read(const char *path, pd__ckpt *out) {
+    char f[4200];
+    snprintf(f, sizeof f, "%s/manifest.json", path);
+    unsigned char *text;
+    size_t len;
+    PD_TRY(pd__read_file(f, &text, &len));
+    pd_status st = pd__ckpt_parse(path, text, len, pd__get_file, NULL, out);
+    PD_FREE(text);
+    return st;
 }
 
 pd_status pd__ckpt_read_latest(const char *dir, pd__ckpt *out, void (*warn)(void *ctx, const char *msg), void *ctx) {

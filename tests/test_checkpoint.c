@@ -14,7 +14,10 @@
  * checkpoint detected by its CRC-32 and the previous one used, leftovers of
  * a killed writer cleared; CheckFreq's frequency rule on hand-computed cases.
  * Hostile folders: clean-up never deletes through a link (a symlinked
- * checkpoint rewritten or rotated out, a symlinked temporary).
+ * checkpoint rewritten or rotated out, a symlinked temporary); a manifest
+ * edited (its step, its info, its file list, with and without a matching
+ * checksum), a FIFO for a part, an old version-1 manifest: each such
+ * checkpoint skipped with a warning naming it, the previous one used.
  *
  * test_checkpoint --device cuda FIXTURES: the same snapshots and resumes
  * with every stage on GPU 0 (suite cuda; on the simulated device, suite
@@ -33,11 +36,13 @@
 #include "../runtime/pipeline.h"
 #include "check.h"
 
+#include <cjson/cJSON.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 enum { BATCH = 8, MAXB = 64 };
@@ -305,13 +310,18 @@ static void warn_collect(void *ctx, const char *msg) {
 static void check_disk(void) {
     char dir[] = "/tmp/pd_ckpt_test_XXXXXX";
     CHECK(mkdtemp(dir) != NULL, "disk: a temporary folder");
-    char a[64] = "stage zero's bytes", b[64] = "stage one";
+    /* parts are records (a reader checks them); a[AT] is the first byte of a's data */
+    enum { AT = 20 + 1 };
+    char a[64], b[64];
+    pd__recw ra = {a, 0, sizeof a}, rb = {b, 0, sizeof b};
+    pd__rec_put(&ra, PD_REC_WEIGHT, 0, "a", "stage zero's bytes", 18);
+    pd__rec_put(&rb, PD_REC_WEIGHT, 0, "b", "stage one", 9);
     const void *parts[2] = {a, b};
-    size_t lens[2] = {strlen(a), strlen(b)};
+    size_t lens[2] = {ra.n, rb.n};
     pd_status st = pd__ckpt_write(dir, 10, "{\"schedule\": \"flush\"}", 2, parts, lens, 2);
-    a[0] = 'S';
+    a[AT] = 'S';
     if (st == PD_OK) st = pd__ckpt_write(dir, 20, "{\"schedule\": \"flush\"}", 2, parts, lens, 2);
-    a[0] = 'T';
+    a[AT] = 'T';
     if (st == PD_OK) st = pd__ckpt_write(dir, 30, "{\"schedule\": \"flush\"}", 2, parts, lens, 2);
     CHECK(st == PD_OK, "disk: three checkpoints written%s%s", st ? ": " : "", st ? pd_last_error() : "");
     char p[512];
@@ -335,7 +345,7 @@ static void check_disk(void) {
         fclose(f);
     }
     st = pd__ckpt_read_latest(dir, &c, warn_collect, warns);
-    CHECK(st == PD_OK && c.step == 20 && ((char *)c.parts[0])[0] == 'S' && strstr(warns, "checksum mismatch") &&
+    CHECK(st == PD_OK && c.step == 20 && ((char *)c.parts[0])[AT] == 'S' && strstr(warns, "checksum mismatch") &&
               strstr(warns, "ckpt-000000000030"),
           "disk: a corrupted checkpoint is reported and the previous one used: %s", warns);
     if (st == PD_OK) pd__ckpt_free(&c);
@@ -356,13 +366,13 @@ static void check_disk(void) {
     snprintf(p, sizeof p, "%s/.ckpt-000000000040.tmp-99", dir);
     CHECK(st == PD_OK && stat(p, &sb) != 0, "disk: the writer clears a killed writer's leftovers");
     if (w) {
-        a[0] = 'U';
+        a[AT] = 'U';
         pd__ckpt_writer_submit(w, 60, NULL, 2, parts, lens, NULL, NULL);
         st = pd__ckpt_writer_finish(w);
     }
     warns[0] = 0;
     pd_status r = pd__ckpt_read_latest(dir, &c, warn_collect, warns);
-    CHECK(st == PD_OK && r == PD_OK && c.step == 60 && ((char *)c.parts[0])[0] == 'U',
+    CHECK(st == PD_OK && r == PD_OK && c.step == 60 && ((char *)c.parts[0])[AT] == 'U',
           "disk: the background writer persists a submitted snapshot");
     if (r == PD_OK) pd__ckpt_free(&c);
     pd__ckpt_free(&c);
@@ -371,12 +381,12 @@ static void check_disk(void) {
     CHECK(st == PD_ERR_IO && strstr(pd_last_error(), "/proc/pd_no_such"), "disk: an unwritable folder: %s",
           pd_last_error());
     /* written by several processes: each its parts, one the manifest once all are in */
-    a[0] = 'V';
+    a[AT] = 'V';
     st = pd__ckpt_write_part(dir, 70, 1, b, lens[1]);
     if (st == PD_OK) st = pd__ckpt_write_part(dir, 70, 0, a, lens[0]);
     if (st == PD_OK) st = pd__ckpt_finalize(dir, 70, "{\"schedule\": \"flush\"}", 2, 0, 5);
     r = st == PD_OK ? pd__ckpt_read_latest(dir, &c, warn_collect, warns) : st;
-    CHECK(r == PD_OK && c.step == 70 && c.nparts == 2 && ((char *)c.parts[0])[0] == 'V' && c.lens[1] == lens[1] &&
+    CHECK(r == PD_OK && c.step == 70 && c.nparts == 2 && ((char *)c.parts[0])[AT] == 'V' && c.lens[1] == lens[1] &&
               memcmp(c.parts[1], b, lens[1]) == 0,
           "disk: a checkpoint written part by part, then its manifest, reads back whole");
     if (r == PD_OK) pd__ckpt_free(&c);
@@ -519,6 +529,169 @@ static void check_cleanup(void) {
     CHECK(system(cmd) == 0, "links: cleaned up");
 }
 
+/* Rewrites path's manifest with `edit` applied to it and, when resum, the
+ * checksum made to match again (a manifest that lies consistently). */
+static bool edit_manifest(const char *ck, void (*edit)(cJSON *m), bool resum) {
+    char f[600], text[1 << 16];
+    snprintf(f, sizeof f, "%s/manifest.json", ck);
+    if (!slurp(f, text, sizeof text)) return false;
+    cJSON *m = cJSON_Parse(text);
+    if (!m) return false;
+    edit(m);
+    if (resum) {
+        uint32_t crc;
+        cJSON_DeleteItemFromObjectCaseSensitive(m, "checksum");
+        pd__ckpt_manifest_crc(m, &crc);
+        cJSON_AddNumberToObject(m, "checksum", crc);
+    }
+    char *out = cJSON_Print(m);
+    bool ok = out && spit(f, out);
+    free(out);
+    cJSON_Delete(m);
+    return ok;
+}
+
+static void set_step(cJSON *m, double v) { cJSON_ReplaceItemInObjectCaseSensitive(m, "step", cJSON_CreateNumber(v)); }
+static void step_20(cJSON *m) { set_step(m, 20); }
+static void step_40(cJSON *m) { set_step(m, 40); }
+static void step_neg(cJSON *m) { set_step(m, -7); }
+static void step_huge(cJSON *m) { set_step(m, 1e300); }
+static void step_frac(cJSON *m) { set_step(m, 29.5); }
+static void step_text(cJSON *m) { cJSON_ReplaceItemInObjectCaseSensitive(m, "step", cJSON_CreateString("30")); }
+static void info_steps(cJSON *m) {
+    cJSON_ReplaceItemInObjectCaseSensitive(cJSON_GetObjectItem(m, "info"), "steps", cJSON_CreateNumber(401));
+}
+static void info_rename(cJSON *m) {
+    cJSON *info = cJSON_GetObjectItem(m, "info");
+    cJSON_AddItemToObject(info, "schedulf", cJSON_DetachItemFromObjectCaseSensitive(info, "schedule"));
+}
+static void files_empty(cJSON *m) { cJSON_ReplaceItemInObjectCaseSensitive(m, "files", cJSON_CreateArray()); }
+static void files_many(cJSON *m) {
+    cJSON *files = cJSON_GetObjectItem(m, "files");
+    for (int i = 0; i < 2000; i++) cJSON_AddItemToArray(files, cJSON_Duplicate(cJSON_GetArrayItem(files, 0), true));
+}
+static void files_name(cJSON *m) {
+    cJSON *e = cJSON_GetArrayItem(cJSON_GetObjectItem(m, "files"), 0);
+    cJSON_ReplaceItemInObjectCaseSensitive(e, "name", cJSON_CreateString("../part-0.bin"));
+}
+static void files_bytes(cJSON *m) {
+    cJSON *e = cJSON_GetArrayItem(cJSON_GetObjectItem(m, "files"), 0);
+    cJSON_ReplaceItemInObjectCaseSensitive(e, "bytes", cJSON_CreateNumber(1e300));
+}
+static void version_1(cJSON *m) {
+    cJSON_ReplaceItemInObjectCaseSensitive(m, "version", cJSON_CreateNumber(1));
+    cJSON_DeleteItemFromObjectCaseSensitive(m, "checksum");
+}
+static void version_1_step(cJSON *m) {
+    version_1(m);
+    step_20(m);
+}
+static void version_3(cJSON *m) { cJSON_ReplaceItemInObjectCaseSensitive(m, "version", cJSON_CreateNumber(3)); }
+
+static void check_manifest(void) {
+    char dir[] = "/tmp/pd_ckpt_manifest_XXXXXX";
+    CHECK(mkdtemp(dir) != NULL, "manifest: a temporary folder");
+    /* numbers cJSON prints in few digits, text to escape: the checksum survives the round trip */
+    const char *info = "{\"schedule\": \"flush\", \"steps\": 400, \"lr\": 0.30000000000000004, \"tiny\": 1e-7, "
+                       "\"big\": 1e300, \"long\": 123456789012345678, \"neg\": -0.0, \"text\": \"\\u00e9\\\"\\\\\\n\"}";
+    pd_status st = PD_OK;
+    for (int64_t s = 10; s <= 30 && st == PD_OK; s += 10) st = write_step(dir, s, info, 0);
+    pd__ckpt c;
+    char warns[4096] = "", ck[600], text[1 << 16], saved[1 << 16], f[700];
+    pd_status r = st == PD_OK ? pd__ckpt_read_latest(dir, &c, warn_collect, warns) : st;
+    CHECK(r == PD_OK && c.step == 30 && !warns[0] && strstr(c.info_json, "0.3") && strstr(c.info_json, "1e+300"),
+          "manifest: written with its checksum, read back (awkward numbers and text in info)%s%s", r ? ": " : "",
+          r ? pd_last_error() : warns);
+    if (r == PD_OK) pd__ckpt_free(&c);
+    snprintf(ck, sizeof ck, "%s/ckpt-000000000030", dir);
+    snprintf(f, sizeof f, "%s/manifest.json", ck);
+    CHECK(slurp(f, saved, sizeof saved) && strstr(saved, "\"version\":\t2") && strstr(saved, "\"checksum\":"),
+          "manifest: version 2, with a checksum");
+    /* each edit of ckpt-30's manifest: it is skipped with a warning naming it and why, ckpt-20 used */
+    static const struct {
+        const char *what;
+        void (*edit)(cJSON *m);
+        bool resum;
+        const char *why;
+    } cases[] = {
+        {"step 30 -> 20", step_20, false, "checksum mismatch"},
+        {"step 30 -> -7", step_neg, false, "checksum mismatch"},
+        {"step 30 -> 1e300", step_huge, false, "checksum mismatch"},
+        {"info's steps 400 -> 401", info_steps, false, "checksum mismatch"},
+        {"a key of info renamed", info_rename, false, "checksum mismatch"},
+        {"an empty file list", files_empty, false, "checksum mismatch"},
+        {"2002 files", files_many, false, "checksum mismatch"},
+        {"step 30 -> 20, checksum matching", step_20, true, "but the folder is step 30's"},
+        {"step 30 -> -7, checksum matching", step_neg, true, "not an integer"},
+        {"step 30 -> 1e300, checksum matching", step_huge, true, "not an integer"},
+        {"step 30 -> 29.5, checksum matching", step_frac, true, "not an integer"},
+        {"step 30 -> \"30\", checksum matching", step_text, true, "not an integer"},
+        {"an empty file list, checksum matching", files_empty, true, "0 files listed"},
+        {"2002 files, checksum matching", files_many, true, "2002 files listed"},
+        {"a file named ../part-0.bin, checksum matching", files_name, true, "file entry 0 is malformed"},
+        {"a file of 1e300 bytes, checksum matching", files_bytes, true, "file entry 0 is malformed"},
+        {"version 1 (no checksum) with step 30 -> 20", version_1_step, false, "but the folder is step 30's"},
+        {"version 3", version_3, true, "version 3, not one this build reads"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        spit(f, saved);
+        bool edited = edit_manifest(ck, cases[i].edit, cases[i].resum);
+        warns[0] = 0;
+        r = pd__ckpt_read_latest(dir, &c, warn_collect, warns);
+        CHECK(edited && r == PD_OK && c.step == 20 && strstr(warns, "skipping") && strstr(warns, "ckpt-000000000030") &&
+                  strstr(warns, cases[i].why),
+              "manifest: %s: skipped, the one before used: %s", cases[i].what, r ? pd_last_error() : warns);
+        if (r == PD_OK) pd__ckpt_free(&c);
+    }
+    /* an older version-1 manifest whose step is its folder's is still read */
+    spit(f, saved);
+    edit_manifest(ck, version_1, false);
+    r = pd__ckpt_read_latest(dir, &c, warn_collect, warns);
+    CHECK(r == PD_OK && c.step == 30 && c.nparts == 2, "manifest: a version-1 manifest in ckpt-<its step> is read");
+    if (r == PD_OK) pd__ckpt_free(&c);
+    /* a copy of a checkpoint in a folder of another name (pdonnx export DIR/copy):
+     * version 2 is read on its checksum, version 1 has nothing to vouch for its step */
+    char copy[700], cmd[2000];
+    snprintf(copy, sizeof copy, "%s/copy", dir);
+    snprintf(cmd, sizeof cmd, "cp -r '%s' '%s'", ck, copy);
+    bool copied = system(cmd) == 0;
+    r = pd__ckpt_read(copy, &c);
+    CHECK(copied && r == PD_ERR_PARSE && strstr(pd_last_error(), "version-1 manifest"),
+          "manifest: version 1 in a folder of another name: refused (%s)", pd_last_error());
+    spit(f, saved);
+    snprintf(cmd, sizeof cmd, "cp '%s' '%s/manifest.json'", f, copy);
+    r = system(cmd) == 0 ? pd__ckpt_read(copy, &c) : PD_ERR_IO;
+    CHECK(r == PD_OK && c.step == 30, "manifest: version 2 in a folder of another name: read");
+    if (r == PD_OK) pd__ckpt_free(&c);
+    /* a checkpoint moved to another step's name, its manifest made to agree: the parts' records say otherwise */
+    char moved[700];
+    snprintf(moved, sizeof moved, "%s/ckpt-000000000040", dir);
+    bool ren = rename(ck, moved) == 0 && edit_manifest(moved, step_40, true);
+    warns[0] = 0;
+    r = pd__ckpt_read_latest(dir, &c, warn_collect, warns);
+    CHECK(ren && r == PD_OK && c.step == 20 &&
+              strstr(warns, "ckpt-000000000040/part-0.bin: its records are at step 30"),
+          "manifest: a step the parts' records contradict: skipped: %s", warns);
+    if (r == PD_OK) pd__ckpt_free(&c);
+    rename(moved, ck);
+    spit(f, saved);
+    /* a FIFO for a part: never opened for reading (which would block for ever), skipped at once */
+    snprintf(text, sizeof text, "%s/part-0.bin", ck);
+    unlink(text);
+    bool fifo = mkfifo(text, 0644) == 0;
+    warns[0] = 0;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    r = pd__ckpt_read_latest(dir, &c, warn_collect, warns);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    CHECK(fifo && r == PD_OK && c.step == 20 && strstr(warns, "ckpt-000000000030/part-0.bin") &&
+              t1.tv_sec - t0.tv_sec < 5,
+          "manifest: a FIFO for a part: skipped at once, naming it: %s", warns);
+    if (r == PD_OK) pd__ckpt_free(&c);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    CHECK(system(cmd) == 0, "manifest: cleaned up");
+}
+
 /* An error formatted with pd_last_error() as an argument (a caller adding
  * context) read "--resume D: --resume D: oint there": the buffer written
  * was the one read. */
@@ -609,6 +782,7 @@ int main(int argc, char **argv) {
         check_disk();
         check_errors();
         check_cleanup();
+        check_manifest();
     }
     model m;
     if (load_model(fx, &m, "mlp", PD_OPT_ADAM, 0.01, 12)) {
