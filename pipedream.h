@@ -715,8 +715,9 @@ typedef enum pd_op {
 
 /* ---- errors ---------------------------------------------------------------- */
 
-/* Sets the thread's last error (printf-style) and returns `s`. The message is
- * escaped with pd__escape: it stays one line whatever names it quotes. */
+/* Sets the thread's last error (printf-style) and returns `s`; an argument
+ * may be pd_last_error() itself. The message is escaped with pd__escape: it
+ * stays one line whatever names it quotes. */
 pd_status pd__err(pd_status s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Copies src (NULL: "") into dst (n bytes, always NUL-terminated, truncated
  * between escapes) with bytes below 0x20 and 0x7f written as \n, \t, \r or
@@ -1033,7 +1034,9 @@ const char *pd__escape(char *dst, size_t n, const char *src) {
 
 /* Messages are one line whatever the model's names hold: the formatted text
  * is escaped (pd__escape), so a newline in a node name cannot forge a second
- * line and an ESC cannot drive the terminal. Escaping twice changes nothing. */
+ * line and an ESC cannot drive the terminal. Escaping twice changes nothing.
+ * Formatted into a local buffer first: an argument may be pd_last_error()
+ * itself (a caller adding context), which the buffer being written holds. */
 pd_status pd__err(pd_status s, const char *fmt, ...) {
     char msg[sizeof pd__errbuf];
     va_list ap;
