@@ -388,6 +388,215 @@ static gc *b_pad(pd_dtype dt, tcase *tc) {
     return c;
 }
 
+/* ---- mask-building, index, selection and layout ops ------------------------------------ */
+
+static gc *b_cumsum(pd_dtype dt, tcase *tc) {
+    int r = (int)irand(1, 4), ax = (int)irand(-r, r - 1);
+    int64_t s[8], a = ax, ex = irand(0, 1), rev = irand(0, 1);
+    rand_shape(r, s);
+    bool i32 = irand(0, 1);
+    int32_t a32 = (int32_t)a;
+    gc *c = gc_new("CumSum", 14);
+    gc_input(c, dt, r, s, NULL);
+    gc_input(c, i32 ? PD_INT32 : PD_INT64, 0, s, i32 ? (const void *)&a32 : (const void *)&a);
+    if (ex || irand(0, 1)) gc_attr_i(c, "exclusive", ex);
+    if (rev || irand(0, 1)) gc_attr_i(c, "reverse", rev);
+    gc_outputs(c, 1);
+    char b[64];
+    snprintf(tc->desc, sizeof tc->desc, "CumSum %s axis %d (%s) exclusive %lld reverse %lld", fmt_shape(b, r, s), ax,
+             i32 ? "int32" : "int64", (long long)ex, (long long)rev);
+    return c;
+}
+
+static gc *b_trilu(pd_dtype dt, tcase *tc) {
+    int r = (int)irand(2, 4);
+    int64_t s[8], k = irand(-4, 4), up = irand(0, 1);
+    rand_shape(r, s);
+    bool hask = irand(0, 3) > 0;
+    gc *c = gc_new("Trilu", 14);
+    gc_input(c, dt, r, s, NULL);
+    if (hask) gc_input(c, PD_INT64, 0, s, &k);
+    if (up == 0 || irand(0, 1)) gc_attr_i(c, "upper", up);
+    gc_outputs(c, 1);
+    char b[64];
+    snprintf(tc->desc, sizeof tc->desc, "Trilu %s upper %lld k %lld%s", fmt_shape(b, r, s), (long long)up,
+             hask ? (long long)k : 0LL, hask ? "" : " (absent)");
+    return c;
+}
+
+static gc *b_tile(pd_dtype dt, tcase *tc) {
+    int r = (int)irand(1, 4);
+    int64_t s[8], rep[8];
+    rand_shape(r, s);
+    for (int d = 0; d < r; d++) {
+        if (s[d] > 3) s[d] = 3;
+        rep[d] = irand(0, 5) == 0 ? 0 : irand(1, 3);
+    }
+    gc *c = gc_new("Tile", 13);
+    gc_input(c, dt, r, s, NULL);
+    in_ints(c, r, rep);
+    gc_outputs(c, 1);
+    char b[64], e[96];
+    snprintf(tc->desc, sizeof tc->desc, "Tile %s repeats %s", fmt_shape(b, r, s), fmt_ints(e, r, rep));
+    return c;
+}
+
+static gc *b_gather_elements(pd_dtype dt, tcase *tc) {
+    int r = (int)irand(1, 3), ax = (int)irand(-r, r - 1), a = ax < 0 ? ax + r : ax;
+    int64_t s[8], is[8], idx[64], ni = 1;
+    for (int d = 0; d < r; d++) s[d] = irand(1, 4);
+    for (int d = 0; d < r; d++) ni *= is[d] = d == a ? irand(1, 4) : irand(1, s[d]);
+    for (int64_t j = 0; j < ni; j++) idx[j] = irand(-s[a], s[a] - 1);
+    bool i32 = irand(0, 3) == 0;
+    int32_t idx32[64];
+    for (int64_t j = 0; j < ni; j++) idx32[j] = (int32_t)idx[j];
+    gc *c = gc_new("GatherElements", 13);
+    gc_input(c, dt, r, s, NULL);
+    gc_input(c, i32 ? PD_INT32 : PD_INT64, r, is, i32 ? (const void *)idx32 : (const void *)idx);
+    gc_attr_i(c, "axis", ax);
+    gc_outputs(c, 1);
+    char b[64], e[64], f[96];
+    snprintf(tc->desc, sizeof tc->desc, "GatherElements %s axis %d indices %s %s", fmt_shape(b, r, s), ax,
+             fmt_shape(e, r, is), fmt_ints(f, (int)ni, idx));
+    return c;
+}
+
+static gc *b_gather_nd(pd_dtype dt, tcase *tc) {
+    int r = (int)irand(1, 4), bd = (int)irand(0, r - 1), m = (int)irand(1, r - bd), q = bd + (int)irand(0, 2) + 1;
+    int64_t s[8] = {0}, is[8], idx[128], nt = 1;
+    for (int d = 0; d < r; d++) s[d] = irand(1, 3);
+    for (int d = 0; d < q - 1; d++) is[d] = d < bd ? s[d] : irand(1, 3);
+    is[q - 1] = m;
+    for (int d = 0; d < q - 1; d++) nt *= is[d];
+    for (int64_t t = 0; t < nt; t++)
+        for (int l = 0; l < m; l++) idx[t * m + l] = irand(-s[bd + l], s[bd + l] - 1);
+    gc *c = gc_new("GatherND", 13);
+    gc_input(c, dt, r, s, NULL);
+    gc_input(c, PD_INT64, q, is, idx);
+    if (bd || irand(0, 1)) gc_attr_i(c, "batch_dims", bd);
+    gc_outputs(c, 1);
+    char b[64], e[64], f[96];
+    snprintf(tc->desc, sizeof tc->desc, "GatherND %s batch_dims %d indices %s %s", fmt_shape(b, r, s), bd,
+             fmt_shape(e, q, is), fmt_ints(f, (int)(nt * m), idx));
+    return c;
+}
+
+static bool scatter_add; /* the scatter builders: reduction add, else none (distinct targets) */
+
+static gc *b_scatter_elements(pd_dtype dt, tcase *tc) {
+    int r = (int)irand(1, 3), ax = (int)irand(-r, r - 1), a = ax < 0 ? ax + r : ax;
+    int64_t s[8], is[8], idx[64], ni = 1, id[8] = {0};
+    for (int d = 0; d < r; d++) s[d] = irand(1, 4);
+    for (int d = 0; d < r; d++) ni *= is[d] = d == a ? irand(1, s[d]) : irand(1, s[d]);
+    /* none: within a line along the axis the targets are distinct (a shifted run) */
+    int64_t seed0 = irand(0, 100);
+    for (int64_t j = 0; j < ni; j++) {
+        int64_t key = 0;
+        for (int d = 0; d < r; d++)
+            if (d != a) key += id[d] * (d + 3);
+        int64_t v = scatter_add ? irand(0, s[a] - 1) : (id[a] + key * seed0 + seed0) % s[a];
+        idx[j] = irand(0, 1) ? v - s[a] : v;
+        for (int d = r - 1; d >= 0; d--) {
+            if (++id[d] < is[d]) break;
+            id[d] = 0;
+        }
+    }
+    gc *c = gc_new("ScatterElements", 16);
+    gc_input(c, dt, r, s, NULL);
+    gc_input(c, PD_INT64, r, is, idx);
+    gc_input(c, dt, r, is, NULL);
+    gc_attr_i(c, "axis", ax);
+    if (scatter_add)
+        gc_attr_s(c, "reduction", "add");
+    else if (irand(0, 1))
+        gc_attr_s(c, "reduction", "none");
+    gc_outputs(c, 1);
+    tc->mask = 0x5;
+    char b[64], e[64], f[96];
+    snprintf(tc->desc, sizeof tc->desc, "ScatterElements-%s %s axis %d indices %s %s", scatter_add ? "add" : "none",
+             fmt_shape(b, r, s), ax, fmt_shape(e, r, is), fmt_ints(f, (int)ni, idx));
+    return c;
+}
+
+static gc *b_scatter_nd(pd_dtype dt, tcase *tc) {
+    int r = (int)irand(1, 3), m = (int)irand(1, r), q = (int)irand(1, 3);
+    int64_t s[8], is[8], us[8], idx[64], nt = 1;
+    for (int d = 0; d < r; d++) s[d] = irand(1, 4);
+    int64_t cells = 1;
+    for (int l = 0; l < m; l++) cells *= s[l];
+    for (int d = 0; d < q - 1; d++) nt *= is[d] = irand(1, 3);
+    if (!scatter_add && nt > cells) q = 1, nt = 1; /* none: distinct targets */
+    is[q - 1] = m;
+    int64_t cell[64];
+    for (int64_t i = 0; i < cells; i++) cell[i] = i;
+    shuffle((int)cells, cell);
+    for (int64_t t = 0; t < nt; t++) {
+        int64_t v = scatter_add ? irand(0, cells - 1) : cell[t];
+        for (int l = m - 1; l >= 0; l--) {
+            idx[t * m + l] = irand(0, 1) ? v % s[l] - s[l] : v % s[l];
+            v /= s[l];
+        }
+    }
+    int ru = 0;
+    for (int d = 0; d < q - 1; d++) us[ru++] = is[d];
+    for (int d = m; d < r; d++) us[ru++] = s[d];
+    gc *c = gc_new("ScatterND", 16);
+    gc_input(c, dt, r, s, NULL);
+    gc_input(c, PD_INT64, q, is, idx);
+    gc_input(c, dt, ru, us, NULL);
+    if (scatter_add) gc_attr_s(c, "reduction", "add");
+    gc_outputs(c, 1);
+    tc->mask = 0x5;
+    char b[64], e[64], f[96];
+    snprintf(tc->desc, sizeof tc->desc, "ScatterND-%s %s indices %s %s", scatter_add ? "add" : "none",
+             fmt_shape(b, r, s), fmt_shape(e, q, is), fmt_ints(f, (int)(nt * m), idx));
+    return c;
+}
+
+static gc *b_topk(pd_dtype dt, tcase *tc) {
+    int r = (int)irand(1, 3), ax = (int)irand(-r, r - 1), a = ax < 0 ? ax + r : ax, opset = irand(0, 3) ? 11 : 1;
+    int64_t s[8], k, largest = irand(0, 1);
+    rand_shape(r, s);
+    k = irand(0, s[a]);
+    gc *c = gc_new("TopK", opset);
+    gc_input(c, dt, r, s, NULL);
+    if (opset >= 10) {
+        int64_t one = 1;
+        gc_input(c, PD_INT64, 1, &one, &k);
+        gc_attr_i(c, "largest", largest);
+    } else {
+        gc_attr_i(c, "k", k);
+        largest = 1;
+    }
+    gc_attr_i(c, "axis", ax);
+    gc_outputs(c, 2);
+    tc->no_dout = 0x2;
+    char b[64];
+    snprintf(tc->desc, sizeof tc->desc, "TopK-%d %s axis %d k %lld largest %lld", opset, fmt_shape(b, r, s), ax,
+             (long long)k, (long long)largest);
+    return c;
+}
+
+static gc *b_space_depth(pd_dtype dt, tcase *tc, bool to_space) {
+    int64_t bs = irand(1, 3), s[4] = {irand(1, 2), irand(1, 3), irand(1, 3), irand(1, 3)};
+    if (to_space)
+        s[1] *= bs * bs;
+    else
+        s[2] *= bs, s[3] *= bs;
+    bool crd = to_space && irand(0, 1);
+    gc *c = gc_new(to_space ? "DepthToSpace" : "SpaceToDepth", 13);
+    gc_input(c, dt, 4, s, NULL);
+    gc_attr_i(c, "blocksize", bs);
+    if (crd || (to_space && irand(0, 1))) gc_attr_s(c, "mode", crd ? "CRD" : "DCR");
+    gc_outputs(c, 1);
+    char b[64];
+    snprintf(tc->desc, sizeof tc->desc, "%s %s blocksize %lld%s", to_space ? "DepthToSpace" : "SpaceToDepth",
+             fmt_shape(b, 4, s), (long long)bs, crd ? " CRD" : "");
+    return c;
+}
+static gc *b_depth_to_space(pd_dtype dt, tcase *tc) { return b_space_depth(dt, tc, true); }
+static gc *b_space_to_depth(pd_dtype dt, tcase *tc) { return b_space_depth(dt, tc, false); }
+
 /* ---- the exact reference ---------------------------------------------------------------- */
 
 typedef struct mc_res {
@@ -865,6 +1074,19 @@ int main(int argc, char **argv) {
     suite("Gather", b_gather, 80, 80);
     suite("Expand", b_expand, 60, 60);
     suite("Pad", b_pad, 120, 120);
+    suite("CumSum", b_cumsum, 60, 0); /* sums: not a move, finite differences only */
+    suite("Trilu", b_trilu, 60, 60);
+    suite("Tile", b_tile, 60, 60);
+    suite("GatherElements", b_gather_elements, 60, 60);
+    suite("GatherND", b_gather_nd, 60, 60);
+    suite("ScatterElements (none)", b_scatter_elements, 60, 60);
+    suite("ScatterND (none)", b_scatter_nd, 60, 60);
+    scatter_add = true; /* sums: finite differences only */
+    suite("ScatterElements (add)", b_scatter_elements, 60, 0);
+    suite("ScatterND (add)", b_scatter_nd, 60, 0);
+    suite("TopK", b_topk, 60, 60);
+    suite("DepthToSpace", b_depth_to_space, 40, 40);
+    suite("SpaceToDepth", b_space_to_depth, 40, 40);
 
     { /* a transpose with partial tiles, by finite differences */
         int64_t s[4] = {1, 2, 35, 33}, p[4] = {0, 1, 3, 2};
