@@ -3274,11 +3274,13 @@ double pd__flops_NegativeLogLikelihoodLoss(const pd_graph *g, const pd__node *n)
 #define set_out pd__shape_tensor_set_out
 /* shape_tensor.c - shape rules and FLOP counts of the tensor ops: Flatten,
  * Reshape, Transpose, Concat, Split, Slice, Gather, Unsqueeze, Squeeze,
- * Expand, Pad, Constant, Shape, ConstantOfShape, Range; and the parameter
+ * Expand, Pad, Constant, Shape, ConstantOfShape, Range, CumSum, Trilu, Size,
+ * Tile, OneHot, GatherElements, GatherND, ScatterElements, ScatterND, ArgMax,
+ * ArgMin, TopK, Hardmax, DepthToSpace, SpaceToDepth; and the parameter
  * resolvers of shape_tensor.h, which the CPU kernels share.
  *
- * These ops only move bytes, so they take every dtype (but strings) and count
- * 0 FLOPs. Inputs that determine a shape (Reshape's shape, Slice's starts...)
+ * Most of these ops only move bytes, so they take every dtype (but strings) and
+ * count 0 FLOPs; CumSum, the arg/top-k selections and Hardmax compute and count. Inputs that determine a shape (Reshape's shape, Slice's starts...)
  * are read from constant tensors at load; a runtime value there is reported
  * as a dynamic shape, which pdonnx does not support.
  */
@@ -3288,7 +3290,9 @@ double pd__flops_NegativeLogLikelihoodLoss(const pd_graph *g, const pd__node *n)
 
 /* ---- core/shape_tensor.h ---- */
 /* shape_tensor.h - parameters of the tensor ops (Transpose, Split, Slice, Pad,
- * Shape, Constant, ConstantOfShape, Range), resolved from a node's attributes
+ * Shape, Constant, ConstantOfShape, Range, CumSum, Trilu, Tile, OneHot,
+ * GatherND, the scatters, the arg/top-k selections, DepthToSpace and
+ * SpaceToDepth), resolved from a node's attributes
  * and constant inputs.
  *
  * The shape rules (core/shape_tensor.c) and the CPU kernels

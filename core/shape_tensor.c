@@ -1,10 +1,12 @@
 /* shape_tensor.c - shape rules and FLOP counts of the tensor ops: Flatten,
  * Reshape, Transpose, Concat, Split, Slice, Gather, Unsqueeze, Squeeze,
- * Expand, Pad, Constant, Shape, ConstantOfShape, Range; and the parameter
+ * Expand, Pad, Constant, Shape, ConstantOfShape, Range, CumSum, Trilu, Size,
+ * Tile, OneHot, GatherElements, GatherND, ScatterElements, ScatterND, ArgMax,
+ * ArgMin, TopK, Hardmax, DepthToSpace, SpaceToDepth; and the parameter
  * resolvers of shape_tensor.h, which the CPU kernels share.
  *
- * These ops only move bytes, so they take every dtype (but strings) and count
- * 0 FLOPs. Inputs that determine a shape (Reshape's shape, Slice's starts...)
+ * Most of these ops only move bytes, so they take every dtype (but strings) and
+ * count 0 FLOPs; CumSum, the arg/top-k selections and Hardmax compute and count. Inputs that determine a shape (Reshape's shape, Slice's starts...)
  * are read from constant tensors at load; a runtime value there is reported
  * as a dynamic shape, which pdonnx does not support.
  */

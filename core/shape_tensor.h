@@ -1,5 +1,7 @@
 /* shape_tensor.h - parameters of the tensor ops (Transpose, Split, Slice, Pad,
- * Shape, Constant, ConstantOfShape, Range), resolved from a node's attributes
+ * Shape, Constant, ConstantOfShape, Range, CumSum, Trilu, Tile, OneHot,
+ * GatherND, the scatters, the arg/top-k selections, DepthToSpace and
+ * SpaceToDepth), resolved from a node's attributes
  * and constant inputs.
  *
  * The shape rules (core/shape_tensor.c) and the CPU kernels

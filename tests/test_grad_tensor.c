@@ -1,6 +1,8 @@
 /* test_grad_tensor.c - the backward kernels of the tensor ops
  * (runtime/cpu/tensor.c): Flatten, Reshape, Unsqueeze, Squeeze,
- * Transpose, Concat, Split, Slice, Gather, Expand, Pad.
+ * Transpose, Concat, Split, Slice, Gather, Expand, Pad, CumSum, Trilu, Tile,
+ * GatherElements, GatherND, ScatterElements, ScatterND, TopK, DepthToSpace,
+ * SpaceToDepth.
  *
  * 1. Finite differences (tests/gradcheck.h) in float64 on many random small
  *    cases of every op: ranks 1-5, negative axes, Slice with negative steps
@@ -13,6 +15,9 @@
  *    gradient is din[tag - 1] += dout[o], summed in double. That also checks
  *    Split with an absent output gradient, and float32 against float64.
  * 3. Errors: the ops with no gradient, a bad Gather index, an integer dtype.
+ *    Forwards finite differences cannot see: ArgMax/ArgMin/TopK/Hardmax ties,
+ *    integer and bool data, OneHot's wrapped and out-of-range indices, the
+ *    scatter reductions; TopK's runtime K and a max-scatter's backward refused.
  * 4. Timings (informative) of the embedding backward and the attention
  *    transposes.
  */
@@ -996,6 +1001,201 @@ static void test_errors(void) {
     free(x.scratch);
 }
 
+/* ---- forwards that finite differences cannot see: integer and bool data, ties, refusals ---- */
+
+/* Runs case c's shape rule and forward; false (with why) on an error. */
+static bool fwd_run(gc *c, char *why, size_t nwhy) {
+    why[0] = 0;
+    if (!prepare(c, why, nwhy)) return false;
+    pd__exec x = {.threads = 1, .g = c->g};
+    pd_tensor iv[16], ov[16], *ip[16], *op[16];
+    gc__views(c, iv, ip, ov, op);
+    bool ok = pd__cpu_run(&x, c->g, &c->node, ip, op) == PD_OK;
+    if (!ok) snprintf(why, nwhy, "forward: %s", pd_last_error());
+    free(x.scratch);
+    return ok;
+}
+
+/* Output j of a case that ran, as int64 values (k of them); false when its size differs. */
+static bool out_is(gc *c, int j, int k, const int64_t *want) {
+    const pd__tensor *t = &c->g->tensors[c->out[j]];
+    if (t->numel != k) return false;
+    for (int i = 0; i < k; i++)
+        if (pd__get_i(t->dtype, t->data, i) != want[i]) return false;
+    return true;
+}
+
+static void test_forward_new(void) {
+    char why[512] = "";
+    { /* ArgMax / ArgMin ties: the first, or the last with select_last_index */
+        const int32_t v[8] = {1, 3, 3, 0, -2, -2, 5, -2};
+        int64_t s[2] = {2, 4}, first[2] = {1, 2}, last[2] = {2, 2}, mn[2] = {3, 0}, mnl[2] = {3, 3};
+        for (int w = 0; w < 4; w++) {
+            gc *c = gc_new(w < 2 ? "ArgMax" : "ArgMin", 13);
+            gc_input(c, PD_INT32, 2, s, v);
+            gc_attr_i(c, "axis", -1);
+            gc_attr_i(c, "keepdims", 0);
+            if (w & 1) gc_attr_i(c, "select_last_index", 1);
+            const int64_t *want = w == 0 ? first : w == 1 ? last : w == 2 ? mn : mnl;
+            gc_outputs(c, 1);
+            bool ok = fwd_run(c, why, sizeof why) && c->g->tensors[c->out[0]].dtype == PD_INT64 &&
+                      c->g->tensors[c->out[0]].ndim == 1 && out_is(c, 0, 2, want);
+            CHECK(ok, "%s int32 rows (1,3,3,0), (-2,-2,5,-2)%s: (%lld, %lld) %s", w < 2 ? "ArgMax" : "ArgMin",
+                  w & 1 ? " select_last_index" : "", (long long)want[0], (long long)want[1], why);
+            gc_free(c);
+        }
+        const uint64_t u[3] = {1, UINT64_MAX, 7};
+        int64_t n3 = 3, one = 1;
+        gc *c = gc_new("ArgMax", 13);
+        gc_input(c, PD_UINT64, 1, &n3, u);
+        gc_outputs(c, 1);
+        CHECK(fwd_run(c, why, sizeof why) && out_is(c, 0, 1, &one), "ArgMax of uint64 (1, MAX, 7) is 1 %s", why);
+        gc_free(c);
+    }
+    { /* TopK ties keep the lower index first; int64 data; largest and smallest */
+        const int64_t v[5] = {2, 5, 5, 1, 2};
+        int64_t s = 5, k = 3, one = 1;
+        int64_t lv[3] = {5, 5, 2}, li[3] = {1, 2, 0}, sv[3] = {1, 2, 2}, si[3] = {3, 0, 4};
+        for (int largest = 1; largest >= 0; largest--) {
+            gc *c = gc_new("TopK", 11);
+            gc_input(c, PD_INT64, 1, &s, v);
+            gc_input(c, PD_INT64, 1, &one, &k);
+            gc_attr_i(c, "largest", largest);
+            gc_outputs(c, 2);
+            bool ok = fwd_run(c, why, sizeof why) && out_is(c, 0, 3, largest ? lv : sv) &&
+                      out_is(c, 1, 3, largest ? li : si);
+            CHECK(ok, "TopK int64 (2,5,5,1,2) k 3 %s: ties in index order %s", largest ? "largest" : "smallest", why);
+            gc_free(c);
+        }
+        gc *c = gc_new("TopK", 11); /* K computed at run time: refused at load, not guessed */
+        double x[5] = {0};
+        gc_input(c, PD_DOUBLE, 1, &s, x);
+        gc_input(c, PD_INT64, 1, &one, &k);
+        c->g->tensors[c->in[1]].kind = PD_T_INPUT;
+        gc_outputs(c, 2);
+        bool ok = !fwd_run(c, why, sizeof why);
+        CHECK(ok && strstr(why, "K must be constant") != NULL, "TopK with a runtime K is refused (%s)", why);
+        gc_free(c);
+    }
+    { /* Hardmax: the first of tied maxima */
+        const float v[4] = {1, 4, 4, 2};
+        int64_t s[2] = {1, 4}, want[4] = {0, 1, 0, 0};
+        gc *c = gc_new("Hardmax", 13);
+        gc_input(c, PD_FLOAT, 2, s, v);
+        gc_outputs(c, 1);
+        CHECK(fwd_run(c, why, sizeof why) && out_is(c, 0, 4, want), "Hardmax (1,4,4,2) is (0,1,0,0) %s", why);
+        gc_free(c);
+    }
+    { /* OneHot: a negative index wraps, one out of range is all off; float indices, int32 values */
+        const float ind[3] = {1, -1, 3};
+        const int32_t vals[2] = {-5, 9};
+        int64_t s = 3, depth = 3, two = 2;
+        int64_t want[9] = {-5, 9, -5, -5, -5, 9, -5, -5, -5};
+        gc *c = gc_new("OneHot", 11);
+        gc_input(c, PD_FLOAT, 1, &s, ind);
+        gc_input(c, PD_INT64, 0, &s, &depth);
+        gc_input(c, PD_INT32, 1, &two, vals);
+        gc_outputs(c, 1);
+        CHECK(fwd_run(c, why, sizeof why) && c->g->tensors[c->out[0]].dtype == PD_INT32 && out_is(c, 0, 9, want),
+              "OneHot (1,-1,3) depth 3 values (-5,9) %s", why);
+        gc_free(c);
+    }
+    { /* Size: int64 scalar, 0 for an empty tensor */
+        int64_t s[3] = {2, 3, 0}, zero = 0;
+        gc *c = gc_new("Size", 13);
+        gc_input(c, PD_BOOL, 3, s, NULL);
+        gc_outputs(c, 1);
+        CHECK(fwd_run(c, why, sizeof why) && c->g->tensors[c->out[0]].ndim == 0 && out_is(c, 0, 1, &zero),
+              "Size of a [2,3,0] bool tensor is a 0-D int64 0 %s", why);
+        gc_free(c);
+    }
+    { /* CumSum on int32, exclusive and reverse; uint64 wraps like the type */
+        const int32_t v[4] = {1, 2, 3, 4};
+        int64_t s = 4, ax = 0, want[4] = {9, 7, 4, 0};
+        gc *c = gc_new("CumSum", 14);
+        gc_input(c, PD_INT32, 1, &s, v);
+        gc_input(c, PD_INT64, 0, &s, &ax);
+        gc_attr_i(c, "exclusive", 1);
+        gc_attr_i(c, "reverse", 1);
+        gc_outputs(c, 1);
+        CHECK(fwd_run(c, why, sizeof why) && out_is(c, 0, 4, want), "CumSum int32 (1,2,3,4) exclusive reverse %s",
+              why);
+        gc_free(c);
+    }
+    { /* the byte movers on bool and int8: Tile, Trilu, GatherElements, DepthToSpace */
+        const uint8_t b[4] = {1, 0, 0, 1};
+        int64_t s[2] = {2, 2}, rep[2] = {1, 2}, two = 2, k = 1;
+        int64_t tw[8] = {1, 0, 1, 0, 0, 1, 0, 1}, trw[4] = {0, 0, 0, 0}, trl[4] = {1, 0, 0, 1};
+        gc *c = gc_new("Tile", 13);
+        gc_input(c, PD_BOOL, 2, s, b);
+        gc_input(c, PD_INT64, 1, &two, rep);
+        gc_outputs(c, 1);
+        CHECK(fwd_run(c, why, sizeof why) && c->g->tensors[c->out[0]].dtype == PD_BOOL && out_is(c, 0, 8, tw),
+              "Tile of bool [[1,0],[0,1]] by (1,2) %s", why);
+        gc_free(c);
+        for (int up = 1; up >= 0; up--) {
+            c = gc_new("Trilu", 14);
+            gc_input(c, PD_BOOL, 2, s, b);
+            gc_input(c, PD_INT64, 0, s, &k);
+            gc_attr_i(c, "upper", up);
+            gc_outputs(c, 1);
+            CHECK(fwd_run(c, why, sizeof why) && out_is(c, 0, 4, up ? trw : trl), "Trilu of bool, k 1, upper %d %s",
+                  up, why);
+            gc_free(c);
+        }
+        const int8_t d[4] = {-1, 2, -3, 4};
+        const int64_t ind[4] = {1, 0, -1, 0};
+        int64_t ge[4] = {2, -1, 4, -3};
+        c = gc_new("GatherElements", 13);
+        gc_input(c, PD_INT8, 2, s, d);
+        gc_input(c, PD_INT64, 2, s, ind);
+        gc_attr_i(c, "axis", 1);
+        gc_outputs(c, 1);
+        CHECK(fwd_run(c, why, sizeof why) && out_is(c, 0, 4, ge), "GatherElements of int8, axis 1 %s", why);
+        gc_free(c);
+    }
+    { /* ScatterElements reductions on int32; no gradient for mul, max, min */
+        static const char *reds[4] = {"add", "mul", "max", "min"};
+        const int32_t d[3] = {1, 2, 3}, u[3] = {5, -4, 2};
+        const int64_t ind[3] = {0, 0, 2};
+        int64_t s = 3, want[4][3] = {{2, 2, 5}, {-20, 2, 6}, {5, 2, 3}, {-4, 2, 2}};
+        for (int r = 0; r < 4; r++) {
+            gc *c = gc_new("ScatterElements", 18);
+            gc_input(c, PD_INT32, 1, &s, d);
+            gc_input(c, PD_INT64, 1, &s, ind);
+            gc_input(c, PD_INT32, 1, &s, u);
+            gc_attr_s(c, "reduction", reds[r]);
+            gc_outputs(c, 1);
+            CHECK(fwd_run(c, why, sizeof why) && out_is(c, 0, 3, want[r]),
+                  "ScatterElements int32 reduction %s, repeated index %s", reds[r], why);
+            gc_free(c);
+        }
+        int64_t two = 2, i2[2] = {1, 1};
+        double dd[2] = {1, 2}, du[2] = {3, 4}, g[2] = {1, 1}, gd[2] = {0, 0};
+        gc *c = gc_new("ScatterElements", 18);
+        gc_input(c, PD_DOUBLE, 1, &two, dd);
+        gc_input(c, PD_INT64, 1, &two, i2);
+        gc_input(c, PD_DOUBLE, 1, &two, du);
+        gc_attr_s(c, "reduction", "max");
+        gc_outputs(c, 1);
+        bool ok = fwd_run(c, why, sizeof why);
+        pd__exec x = {.threads = 1, .g = c->g};
+        pd_tensor iv[16], ov[16], *ip[16], *op[16];
+        gc__views(c, iv, ip, ov, op);
+        pd_tensor tg = ov[0], tgd = iv[0];
+        tg.data = g;
+        tgd.data = gd;
+        pd_tensor *dout[1] = {&tg}, *din[3] = {&tgd, NULL, NULL};
+        pd_status st = ok ? pd__cpu_run_bwd(&x, c->g, &c->node, ip, op, dout, din) : PD_ERR_INTERNAL;
+        CHECK(st == PD_ERR_UNSUPPORTED && strstr(pd_last_error(), "reduction 'max'") != NULL &&
+                  strstr(pd_last_error(), "backward") != NULL && gd[0] == 0,
+              "ScatterElements backward with reduction max is refused, naming the node and the reduction (%s)",
+              pd_last_error());
+        free(x.scratch);
+        gc_free(c);
+    }
+}
+
 /* ---- timings --------------------------------------------------------------------------------------- */
 
 static double now_s(void) {
@@ -1109,6 +1309,7 @@ int main(int argc, char **argv) {
         }
     }
     test_errors();
+    test_forward_new();
     if (!quick) timings();
     char missing[1024];
     CHECK(gc_uncovered(PD_OPF_TENSOR, missing, sizeof missing) == 0,

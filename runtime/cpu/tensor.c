@@ -1,7 +1,9 @@
 /* tensor.c - CPU kernels of the tensor ops, each forward beside its
  * backward: Flatten, Reshape, Unsqueeze, Squeeze, Transpose, Concat, Split,
- * Slice, Expand, Gather, Pad; and Constant, Shape, ConstantOfShape and
- * Range, which are not differentiable.
+ * Slice, Expand, Gather, Pad, CumSum, Trilu, Tile, GatherElements, GatherND,
+ * ScatterElements, ScatterND, TopK, DepthToSpace, SpaceToDepth; and Constant,
+ * Shape, ConstantOfShape, Range, Size, OneHot, ArgMax, ArgMin and Hardmax,
+ * which are not differentiable.
  *
  * Forward: they move bytes, so one kernel serves every dtype: elements are
  * copied as pd_dtype_size-byte units with memcpy. Strided copies
