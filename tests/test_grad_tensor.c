@@ -1143,6 +1143,18 @@ static void test_forward_new(void) {
                   up, why);
             gc_free(c);
         }
+        for (int w = 0; w < 4; w++) { /* k at the int64 limits: everything or nothing kept, no overflow */
+            int64_t kk = w & 1 ? INT64_MIN : INT64_MAX, all[4] = {1, 0, 0, 1}, none[4] = {0, 0, 0, 0};
+            bool up = w < 2, keep = up == (kk == INT64_MIN);
+            c = gc_new("Trilu", 14);
+            gc_input(c, PD_BOOL, 2, s, b);
+            gc_input(c, PD_INT64, 0, s, &kk);
+            gc_attr_i(c, "upper", up);
+            gc_outputs(c, 1);
+            CHECK(fwd_run(c, why, sizeof why) && out_is(c, 0, 4, keep ? all : none), "Trilu upper %d k %s keeps %s %s",
+                  up, kk == INT64_MIN ? "INT64_MIN" : "INT64_MAX", keep ? "all" : "nothing", why);
+            gc_free(c);
+        }
         const int8_t d[4] = {-1, 2, -3, 4};
         const int64_t ind[4] = {1, 0, -1, 0};
         int64_t ge[4] = {2, -1, 4, -3};

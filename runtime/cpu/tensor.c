@@ -1225,7 +1225,9 @@ pd_status pd__cpu_CumSum_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *i
 /* ---- Trilu ---------------------------------------------------------------------------------- */
 /* The columns [*lo, *hi) that row i of a cols-wide matrix keeps. */
 static void trilu_keep(bool upper, int64_t k, int64_t i, int64_t cols, int64_t *lo, int64_t *hi) {
-    int64_t e = i + k; /* upper keeps j >= i + k, lower keeps j <= i + k */
+    int64_t e; /* upper keeps j >= i + k, lower keeps j <= i + k; a huge k saturates */
+    if (__builtin_add_overflow(i, k, &e)) e = k > 0 ? INT64_MAX - 1 : INT64_MIN + 1;
+    if (e == INT64_MAX) e = INT64_MAX - 1;
     if (upper) {
         *lo = e < 0 ? 0 : e > cols ? cols : e;
         *hi = cols;
