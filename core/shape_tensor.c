@@ -405,7 +405,21 @@ pd_status pd__tile_repeats(const pd__node *n, pd_tensor *const *in, int64_t *rep
     const pd_tensor *x = in[0], *t = view_in(n, in, 1);
     if (t == NULL) return pd__err(PD_ERR_INVALID, "missing input repeats");
     int k;
-    PD_TRY(read_ints(t, "repeats", PD_MAX_DIMS, rep, &k));
+    if (n->opset < 6) { /* Tile-1: inputs tiles and axis, scalars: one axis repeated */
+        const pd_tensor *ta = view_in(n, in, 2);
+        int64_t tiles, ax;
+        int kt, ka, a;
+        if (ta == NULL) return pd__err(PD_ERR_INVALID, "missing input axis");
+        PD_TRY(read_ints(t, "tiles", 1, &tiles, &kt));
+        PD_TRY(read_ints(ta, "axis", 1, &ax, &ka));
+        if (kt != 1 || ka != 1) return pd__err(PD_ERR_SHAPE, "tiles and axis must be scalars");
+        if (!pd__norm_axis(ax, x->ndim, &a))
+            return pd__err(PD_ERR_SHAPE, "axis %lld out of range for rank %d", (long long)ax, x->ndim);
+        for (int d = 0; d < x->ndim; d++) rep[d] = d == a ? tiles : 1;
+        k = x->ndim;
+    } else {
+        PD_TRY(read_ints(t, "repeats", PD_MAX_DIMS, rep, &k));
+    }
     if (k != x->ndim) return pd__err(PD_ERR_SHAPE, "repeats has %d values for rank %d", k, x->ndim);
     int big = 0;
     for (int d = 0; d < k; d++) {

@@ -67,7 +67,8 @@ pd_status pd__cumsum_axis(const pd_tensor *x, const pd_tensor *axis, int *out);
 /* Trilu: k (optional input 1, default 0). */
 pd_status pd__trilu_k(const pd__node *n, pd_tensor *const *in, int64_t *k);
 
-/* Tile: the repeats (input 1, one per axis of in[0], each >= 0). */
+/* Tile: the repeats (input 1, one per axis of in[0], each >= 0; Tile-1:
+ * inputs tiles and axis, the one axis repeated). */
 pd_status pd__tile_repeats(const pd__node *n, pd_tensor *const *in, int64_t *rep);
 
 /* OneHot: the axis of the output (rank in[0]->ndim + 1) and the depth. */

@@ -437,12 +437,22 @@ static gc *b_tile(pd_dtype dt, tcase *tc) {
         if (s[d] > 3) s[d] = 3;
         rep[d] = irand(0, 5) == 0 ? 0 : irand(1, 3);
     }
-    gc *c = gc_new("Tile", 13);
+    bool one = irand(0, 3) == 0; /* Tile-1: a scalar tiles along one axis */
+    int64_t ax = irand(-r, r - 1);
+    if (one)
+        for (int d = 0; d < r; d++) rep[d] = d == (ax < 0 ? ax + r : ax) ? rep[d] : 1;
+    gc *c = gc_new("Tile", one ? 1 : 13);
     gc_input(c, dt, r, s, NULL);
-    in_ints(c, r, rep);
+    if (one) {
+        gc_input(c, PD_INT64, 0, s, &rep[ax < 0 ? ax + r : ax]);
+        gc_input(c, PD_INT64, 0, s, &ax);
+    } else {
+        in_ints(c, r, rep);
+    }
     gc_outputs(c, 1);
     char b[64], e[96];
-    snprintf(tc->desc, sizeof tc->desc, "Tile %s repeats %s", fmt_shape(b, r, s), fmt_ints(e, r, rep));
+    snprintf(tc->desc, sizeof tc->desc, "Tile-%d %s repeats %s%s", one ? 1 : 13, fmt_shape(b, r, s), fmt_ints(e, r, rep),
+             one ? " (tiles, axis)" : "");
     return c;
 }
 
