@@ -100,7 +100,22 @@
     X(CONSTANT, Constant, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                         \
     X(SHAPE, Shape, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                               \
     X(CONSTANT_OF_SHAPE, ConstantOfShape, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)         \
-    X(RANGE, Range, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)
+    X(RANGE, Range, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                               \
+    X(CUMSUM, CumSum, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                           \
+    X(TRILU, Trilu, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                             \
+    X(SIZE, Size, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                                 \
+    X(TILE, Tile, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                               \
+    X(ONE_HOT, OneHot, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                            \
+    X(GATHER_ELEMENTS, GatherElements, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)          \
+    X(GATHER_ND, GatherND, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                      \
+    X(SCATTER_ELEMENTS, ScatterElements, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0x5, 0)        \
+    X(SCATTER_ND, ScatterND, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0x5, 0)                    \
+    X(ARG_MAX, ArgMax, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                            \
+    X(ARG_MIN, ArgMin, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                            \
+    X(TOP_K, TopK, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                              \
+    X(HARDMAX, Hardmax, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                           \
+    X(DEPTH_TO_SPACE, DepthToSpace, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)             \
+    X(SPACE_TO_DEPTH, SpaceToDepth, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)
 
 typedef enum pd_op {
 #define PD__OP_ENUM(e, name, flags, grad, state) PD_OP_##e,
