@@ -91,8 +91,169 @@ static void check_gradients(void) {
         }
 }
 
+/* ---- float32 against float64 ------------------------------------------------------------------- */
+
+/* Shape rule, forward, then backward with fixed output gradients; y[j] gets
+ * output j, g[i] input i's gradient (mask), as doubles; free them. */
+static bool run_case(gc *c, uint32_t mask, double **y, double **g) {
+    pd__node *n = &c->node;
+    n->nin = c->nin;
+    n->nout = c->nout;
+    n->in = malloc(sizeof(int) * (size_t)(c->nin + 1));
+    n->out = malloc(sizeof(int) * (size_t)(c->nout + 1));
+    memcpy(n->in, c->in, sizeof(int) * (size_t)c->nin);
+    memcpy(n->out, c->out, sizeof(int) * (size_t)c->nout);
+    for (int i = 0; i < 16; i++) y[i] = g[i] = NULL;
+    if (pd__ops[n->op].shape(c->g, n) != PD_OK) {
+        snprintf(c->why, sizeof c->why, "shape rule: %s", pd_last_error());
+        return false;
+    }
+    pd_tensor iv[16], ov[16], dov[16], div[16], *ip[16], *op[16], *dop[16], *dip[16];
+    for (int j = 0; j < c->nout; j++) {
+        pd__tensor *t = &c->g->tensors[c->out[j]];
+        t->data = calloc(1, (size_t)t->numel * pd_dtype_size(t->dtype) + 1);
+        ov[j] = pd__view(t);
+        op[j] = &ov[j];
+    }
+    for (int i = 0; i < c->nin; i++) {
+        ip[i] = NULL;
+        if (c->in[i] < 0) continue;
+        iv[i] = pd__view(&c->g->tensors[c->in[i]]);
+        ip[i] = &iv[i];
+    }
+    pd__exec x = {.threads = 1, .g = c->g, .seed = 1234};
+    bool ok = pd__cpu_run(&x, c->g, n, ip, op) == PD_OK;
+    uint64_t r = 0x2545f4914f6cdd1dull;
+    for (int j = 0; j < c->nout; j++) {
+        int64_t k, m = pd_tensor_numel(&ov[j]);
+        y[j] = malloc(sizeof(double) * (size_t)(m + 1));
+        dov[j] = ov[j];
+        dov[j].data = malloc(sizeof(double) * (size_t)(m + 1));
+        for (k = 0; k < m; k++) {
+            y[j][k] = pd__get_f(ov[j].dtype, ov[j].data, k);
+            r ^= r >> 12, r ^= r << 25, r ^= r >> 27;
+            pd__set_f(dov[j].dtype, dov[j].data, k, (double)((r * 2685821657736338717ull) >> 11) / 4503599627370496.0 - 1);
+        }
+        dop[j] = &dov[j];
+    }
+    for (int i = 0; i < c->nin; i++) {
+        dip[i] = NULL;
+        if (!((mask >> i) & 1) || c->in[i] < 0) continue;
+        div[i] = iv[i];
+        div[i].data = calloc((size_t)pd_tensor_numel(&iv[i]) + 1, sizeof(double));
+        dip[i] = &div[i];
+    }
+    ok = ok && pd__cpu_run_bwd(&x, c->g, n, ip, op, dop, dip) == PD_OK;
+    if (!ok) snprintf(c->why, sizeof c->why, "%s", pd_last_error());
+    for (int i = 0; i < c->nin; i++) {
+        if (!dip[i]) continue;
+        int64_t m = pd_tensor_numel(&div[i]);
+        g[i] = malloc(sizeof(double) * (size_t)(m + 1));
+        for (int64_t k = 0; k < m; k++) g[i][k] = pd__get_f(div[i].dtype, div[i].data, k);
+        free(div[i].data);
+    }
+    for (int j = 0; j < c->nout; j++) free(dov[j].data);
+    free(x.scratch);
+    return ok;
+}
+
+/* max |a - b| / max(|b|, 1) over n values. */
+static double rel_diff(const double *a, const double *b, int64_t n) {
+    double md = 0, mb = 1;
+    for (int64_t k = 0; k < n; k++) {
+        double e = fabs(a[k] - b[k]);
+        if (!(e <= md)) md = e; /* NaN counts */
+        if (fabs(b[k]) > mb) mb = fabs(b[k]);
+    }
+    return md / mb;
+}
+
+static void check_f32(void) {
+    for (int o = 0; o < 3; o++)
+        for (int i = 0; i < 20; i++) {
+            char d[256], d2[256];
+            uint32_t mask, mask2;
+            uint64_t seed = (uint64_t)(o * 1000 + 500 + i);
+            gc *c32 = build(ops[o], seed, PD_FLOAT, &mask, d, sizeof d);
+            gc *c64 = build(ops[o], seed, PD_DOUBLE, &mask2, d2, sizeof d2);
+            for (int k = 0; k < c64->nin; k++) { /* the same values: float64 gets float32's */
+                if (c64->in[k] < 0) continue;
+                const pd__tensor *t = &c32->g->tensors[c32->in[k]];
+                pd__tensor *u = &c64->g->tensors[c64->in[k]];
+                if (t->dtype != PD_FLOAT) continue;
+                for (int64_t e = 0; e < t->numel; e++) pd__set_f(u->dtype, u->data, e, pd__get_f(PD_FLOAT, t->data, e));
+            }
+            double *y32[16], *y64[16], *g32[16], *g64[16], fd = 0, bd = 0;
+            bool ok = run_case(c32, mask, y32, g32) && run_case(c64, mask, y64, g64);
+            for (int j = 0; ok && j < c64->nout; j++) {
+                double e = rel_diff(y32[j], y64[j], c64->g->tensors[c64->out[j]].numel);
+                if (!(e <= fd)) fd = e;
+            }
+            for (int k = 0; ok && k < c64->nin; k++) {
+                if (!g64[k]) continue;
+                double e = rel_diff(g32[k], g64[k], c64->g->tensors[c64->in[k]].numel);
+                if (!(e <= bd)) bd = e;
+            }
+            CHECK(ok && fd <= 1e-5 && bd <= 1e-4, "%s float32 vs float64 #%d %s: forward %.3g, backward %.3g %s",
+                  ops[o], i, d, fd, bd, ok ? "" : (c32->why[0] ? c32->why : c64->why));
+            for (int k = 0; k < 16; k++) free(y32[k]), free(y64[k]), free(g32[k]), free(g64[k]);
+            gc_free(c32);
+            gc_free(c64);
+        }
+}
+
+/* ---- forms refused at load ------------------------------------------------------------------------ */
+
+/* An LSTM (or GRU) with one direction, H 2, and the given extra: the shape rule's verdict. */
+static pd_status refused(const char *op, int what) {
+    gc *c = gc_new(op, 14);
+    int64_t H = 2, G = strcmp(op, "LSTM") == 0 ? 4 : 3;
+    int64_t xs[3] = {2, 1, 3}, ws[3] = {1, G * H, 3}, rs[3] = {1, G * H, H}, ps[2] = {1, 3 * H};
+    gc_input(c, PD_DOUBLE, 3, xs, NULL);
+    gc_input(c, PD_DOUBLE, 3, ws, NULL);
+    gc_input(c, PD_DOUBLE, 3, rs, NULL);
+    gc_attr_i(c, "hidden_size", H);
+    if (what == 0) { /* peepholes */
+        for (int k = 0; k < 4; k++) gc_absent(c);
+        gc_input(c, PD_DOUBLE, 2, ps, NULL);
+    } else if (what == 1) {
+        gc_attr_f(c, "clip", 3);
+    } else if (what == 2) {
+        gc__attr(c, "activations", PD_A_STRINGS)->n = 2;
+        c->node.attr[c->node.nattr - 1].s = malloc(16);
+        memcpy(c->node.attr[c->node.nattr - 1].s, "Sigmoid\0Relu\0", 14);
+    } else if (what == 3) {
+        gc_attr_i(c, "input_forget", 1);
+    }
+    gc_outputs(c, 2);
+    pd__node *n = &c->node;
+    n->nin = c->nin;
+    n->nout = c->nout;
+    n->in = malloc(sizeof(int) * (size_t)(c->nin + 1));
+    n->out = malloc(sizeof(int) * (size_t)(c->nout + 1));
+    memcpy(n->in, c->in, sizeof(int) * (size_t)c->nin);
+    memcpy(n->out, c->out, sizeof(int) * (size_t)c->nout);
+    pd_status st = pd__ops[n->op].shape(c->g, n);
+    gc_free(c);
+    return st;
+}
+
+static void check_refused(void) {
+    CHECK(refused("LSTM", 0) == PD_ERR_UNSUPPORTED && strstr(pd_last_error(), "peephole"),
+          "LSTM with peepholes (P) is refused: %s", pd_last_error());
+    CHECK(refused("LSTM", 1) == PD_ERR_UNSUPPORTED && strstr(pd_last_error(), "clip"), "clip is refused: %s",
+          pd_last_error());
+    CHECK(refused("GRU", 2) == PD_ERR_UNSUPPORTED && strstr(pd_last_error(), "Relu"),
+          "GRU activations Sigmoid, Relu are refused: %s", pd_last_error());
+    CHECK(refused("LSTM", 3) == PD_ERR_UNSUPPORTED && strstr(pd_last_error(), "input_forget"),
+          "input_forget=1 is refused: %s", pd_last_error());
+    CHECK(refused("LSTM", 4) == PD_OK, "the same LSTM without them loads: %s", pd_last_error());
+}
+
 int main(void) {
     check_gradients();
+    check_f32();
+    check_refused();
     char missing[1024];
     CHECK(gc_uncovered(PD_OPF_RNN, missing, sizeof missing) == 0,
           "every differentiable recurrent op (core/ops.h) has a passing finite-difference case:%s",
