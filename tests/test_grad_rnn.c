@@ -8,6 +8,8 @@
  *   states, with uniform and per-entry sequence_lens, with the gradients of
  *   Y; Y and Y_h; or Y, Y_h and Y_c;
  * - the float32 forward and backward against the float64 ones on the same values;
+ * - the forward against a plain reference of ONNX's equations (GRU's two
+ *   linear_before_reset forms, per-entry sequence_lens, both layouts);
  * - the forms refused at load (peepholes, clip, other activations, input_forget).
  */
 #include "check.h"
@@ -202,6 +204,96 @@ static void check_f32(void) {
         }
 }
 
+/* ---- the forward against a plain reference --------------------------------------------------------- */
+
+static double sig(double v) { return 1 / (1 + exp(-v)); }
+
+/* ONNX's equations, one batch entry and one unit at a time, in double (a
+ * float64 case built by build()); entries run their first len steps, Y is 0
+ * beyond them (ONNX Runtime's rule). y[j]: the expected output j. */
+static void reference(gc *c, double **y) {
+    const pd__node *n = &c->node;
+    bool lstm = strcmp(n->op_type, "LSTM") == 0, gru = strcmp(n->op_type, "GRU") == 0;
+    const char *dir = pd__attr_s(n, "direction", "forward");
+    int D = strcmp(dir, "bidirectional") == 0 ? 2 : 1, layout = (int)pd__attr_i(n, "layout", 0);
+    bool rev0 = strcmp(dir, "reverse") == 0, lbr = pd__attr_i(n, "linear_before_reset", 0) != 0;
+    const pd__tensor *tx = &c->g->tensors[c->in[0]], *tr = &c->g->tensors[c->in[2]];
+    int64_t S = tx->shape[layout ? 1 : 0], N = tx->shape[layout ? 0 : 1], I = tx->shape[2], H = tr->shape[2];
+    int64_t G = lstm ? 4 : gru ? 3 : 1;
+    const double *X = tx->data, *W = c->g->tensors[c->in[1]].data, *R = tr->data;
+    const double *B = NULL, *h0 = NULL, *c0 = NULL;
+    const int32_t *lens = NULL;
+    if (c->nin > 3 && c->in[3] >= 0) B = c->g->tensors[c->in[3]].data;
+    if (c->nin > 4 && c->in[4] >= 0) lens = c->g->tensors[c->in[4]].data;
+    if (c->nin > 5 && c->in[5] >= 0) h0 = c->g->tensors[c->in[5]].data;
+    if (c->nin > 6 && c->in[6] >= 0) c0 = c->g->tensors[c->in[6]].data;
+    for (int j = 0; j < c->nout; j++) y[j] = calloc((size_t)c->g->tensors[c->out[j]].numel + 1, sizeof(double));
+    for (int d = 0; d < D; d++)
+        for (int64_t b = 0; b < N; b++) {
+            double h[8], cc[8], px[32], ph[32], nh[8];
+            int64_t hoff = (layout ? b * D + d : d * N + b) * H, L = lens ? lens[b] : S;
+            for (int64_t j = 0; j < H; j++) h[j] = h0 ? h0[hoff + j] : 0, cc[j] = c0 ? c0[hoff + j] : 0;
+            for (int64_t s = 0; s < L; s++) {
+                int64_t t = (rev0 || d == 1) ? L - 1 - s : s;
+                const double *x = X + (layout ? b * S + t : t * N + b) * I;
+                for (int64_t k = 0; k < G * H; k++) {
+                    px[k] = B ? B[d * 2 * G * H + k] : 0;
+                    ph[k] = B ? B[d * 2 * G * H + G * H + k] : 0;
+                    for (int64_t i = 0; i < I; i++) px[k] += W[(d * G * H + k) * I + i] * x[i];
+                    for (int64_t m = 0; m < H; m++) ph[k] += R[(d * G * H + k) * H + m] * h[m];
+                }
+                for (int64_t j = 0; j < H; j++) {
+                    if (lstm) {
+                        double i = sig(px[j] + ph[j]), o = sig(px[H + j] + ph[H + j]);
+                        double f = sig(px[2 * H + j] + ph[2 * H + j]), g = tanh(px[3 * H + j] + ph[3 * H + j]);
+                        cc[j] = f * cc[j] + i * g;
+                        nh[j] = o * tanh(cc[j]);
+                    } else if (gru) {
+                        double z = sig(px[j] + ph[j]), hh;
+                        if (lbr) {
+                            hh = tanh(px[2 * H + j] + sig(px[H + j] + ph[H + j]) * ph[2 * H + j]);
+                        } else {
+                            double a = B ? B[d * 2 * G * H + G * H + 2 * H + j] : 0;
+                            for (int64_t m = 0; m < H; m++)
+                                a += R[(d * G * H + 2 * H + j) * H + m] * sig(px[H + m] + ph[H + m]) * h[m];
+                            hh = tanh(px[2 * H + j] + a);
+                        }
+                        nh[j] = (1 - z) * hh + z * h[j];
+                    } else {
+                        nh[j] = tanh(px[j] + ph[j]);
+                    }
+                }
+                memcpy(h, nh, sizeof h);
+                for (int64_t j = 0; j < H; j++) y[0][(layout ? (b * S + t) * D + d : (t * D + d) * N + b) * H + j] = h[j];
+            }
+            for (int64_t j = 0; j < H; j++) {
+                if (c->nout > 1) y[1][hoff + j] = h[j];
+                if (c->nout > 2) y[2][hoff + j] = cc[j];
+            }
+        }
+}
+
+static void check_reference(void) {
+    for (int o = 0; o < 3; o++)
+        for (int i = 0; i < 40; i++) {
+            char d[256];
+            uint32_t mask;
+            gc *c = build(ops[o], (uint64_t)(o * 1000 + 700 + i), PD_DOUBLE, &mask, d, sizeof d);
+            double *y[16], *g[16], *want[16] = {0}, diff = 0;
+            bool ok = run_case(c, mask, y, g);
+            if (ok) reference(c, want);
+            for (int j = 0; ok && j < c->nout; j++)
+                for (int64_t k = 0; k < c->g->tensors[c->out[j]].numel; k++) {
+                    double e = fabs(y[j][k] - want[j][k]);
+                    if (!(e <= diff)) diff = e;
+                }
+            CHECK(ok && diff <= 1e-12, "%s forward #%d %s against the reference: max diff %.3g %s", ops[o], i, d, diff,
+                  c->why);
+            for (int k = 0; k < 16; k++) free(y[k]), free(g[k]), free(want[k]);
+            gc_free(c);
+        }
+}
+
 /* ---- forms refused at load ------------------------------------------------------------------------ */
 
 /* An LSTM (or GRU) with one direction, H 2, and the given extra: the shape rule's verdict. */
@@ -253,6 +345,7 @@ static void check_refused(void) {
 int main(void) {
     check_gradients();
     check_f32();
+    check_reference();
     check_refused();
     char missing[1024];
     CHECK(gc_uncovered(PD_OPF_RNN, missing, sizeof missing) == 0,
