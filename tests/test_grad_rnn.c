@@ -10,10 +10,12 @@
  * - the float32 forward and backward against the float64 ones on the same values;
  * - the forward against a plain reference of ONNX's equations (GRU's two
  *   linear_before_reset forms, per-entry sequence_lens, both layouts);
- * - the forms refused at load (peepholes, clip, other activations, input_forget).
+ * - the forms refused at load (peepholes, clip, other activations, input_forget);
+ * - two layers as PyTorch exports them (the second without Y) train in a session.
  */
 #include "check.h"
 #include "gradcheck.h"
+#include "onnx.pb-c.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -294,6 +296,199 @@ static void check_reference(void) {
         }
 }
 
+/* ---- training a two-layer model in a session ------------------------------------------------------------ */
+
+/* The model's protobuf structures, freed together. */
+static void *arena[256];
+static int arena_n;
+static void *al(size_t n) {
+    void *p = calloc(1, n ? n : 1);
+    if (!p || arena_n == 256) abort();
+    return arena[arena_n++] = p;
+}
+static char *str(const char *s) { return strcpy(al(strlen(s) + 1), s); }
+static char **names(const char *list, size_t *n) {
+    char **v = al(sizeof(char *) * 8), *c = str(list), *t;
+    for (*n = 0; (t = strsep(&c, ",")) && *n < 8;) v[(*n)++] = t;
+    return v;
+}
+static Onnx__NodeProto *mk_node(Onnx__GraphProto *g, const char *op, const char *ins, const char *outs) {
+    static const Onnx__NodeProto init = ONNX__NODE_PROTO__INIT;
+    Onnx__NodeProto *n = al(sizeof *n);
+    *n = init;
+    n->op_type = str(op);
+    n->name = str(outs);
+    n->input = names(ins, &n->n_input);
+    n->output = names(outs, &n->n_output);
+    n->attribute = al(sizeof(void *) * 4);
+    g->node[g->n_node++] = n;
+    return n;
+}
+static Onnx__AttributeProto *mk_attr(Onnx__NodeProto *n, const char *name, Onnx__AttributeProto__AttributeType t) {
+    static const Onnx__AttributeProto init = ONNX__ATTRIBUTE_PROTO__INIT;
+    Onnx__AttributeProto *a = al(sizeof *a);
+    *a = init;
+    a->name = str(name);
+    a->has_type = 1;
+    a->type = t;
+    n->attribute[n->n_attribute++] = a;
+    return a;
+}
+static void attr_i(Onnx__NodeProto *n, const char *name, int64_t v) {
+    Onnx__AttributeProto *a = mk_attr(n, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT);
+    a->has_i = 1;
+    a->i = v;
+}
+static void attr_ints(Onnx__NodeProto *n, const char *name, int k, const int64_t *v) {
+    Onnx__AttributeProto *a = mk_attr(n, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS);
+    a->n_ints = (size_t)k;
+    a->ints = memcpy(al(sizeof(int64_t) * (size_t)k), v, sizeof(int64_t) * (size_t)k);
+}
+static void attr_s(Onnx__NodeProto *n, const char *name, const char *v) {
+    Onnx__AttributeProto *a = mk_attr(n, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRING);
+    a->has_s = 1;
+    a->s.data = (uint8_t *)str(v);
+    a->s.len = strlen(v);
+}
+/* An initializer: float, random in [-0.5, 0.5), or int64 values iv. */
+static void mk_init(Onnx__GraphProto *g, const char *name, int nd, const int64_t *dims, const int64_t *iv) {
+    static const Onnx__TensorProto init = ONNX__TENSOR_PROTO__INIT;
+    Onnx__TensorProto *t = al(sizeof *t);
+    *t = init;
+    t->name = str(name);
+    t->n_dims = (size_t)nd;
+    t->dims = memcpy(al(sizeof(int64_t) * (size_t)nd), dims, sizeof(int64_t) * (size_t)nd);
+    int64_t n = 1;
+    for (int i = 0; i < nd; i++) n *= dims[i];
+    t->has_data_type = 1;
+    t->data_type = iv ? ONNX__TENSOR_PROTO__DATA_TYPE__INT64 : ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT;
+    if (iv) {
+        t->n_int64_data = (size_t)n;
+        t->int64_data = memcpy(al(sizeof(int64_t) * (size_t)n), iv, sizeof(int64_t) * (size_t)n);
+    } else {
+        t->n_float_data = (size_t)n;
+        t->float_data = al(sizeof(float) * (size_t)n);
+        for (int64_t i = 0; i < n; i++) t->float_data[i] = (float)(rs_next() >> 11) / 9007199254740992.0f - 0.5f;
+    }
+    g->initializer[g->n_initializer++] = t;
+}
+/* A float graph input or output with a symbolic first dim. */
+static Onnx__ValueInfoProto *mk_value(const char *name, int nd, const int64_t *dims) {
+    static const Onnx__ValueInfoProto vinit = ONNX__VALUE_INFO_PROTO__INIT;
+    static const Onnx__TypeProto tinit = ONNX__TYPE_PROTO__INIT;
+    static const Onnx__TypeProto__Tensor ttinit = ONNX__TYPE_PROTO__TENSOR__INIT;
+    static const Onnx__TensorShapeProto sinit = ONNX__TENSOR_SHAPE_PROTO__INIT;
+    static const Onnx__TensorShapeProto__Dimension dinit = ONNX__TENSOR_SHAPE_PROTO__DIMENSION__INIT;
+    Onnx__ValueInfoProto *v = al(sizeof *v);
+    Onnx__TypeProto *tp = al(sizeof *tp);
+    Onnx__TypeProto__Tensor *tt = al(sizeof *tt);
+    Onnx__TensorShapeProto *sp = al(sizeof *sp);
+    *v = vinit, *tp = tinit, *tt = ttinit, *sp = sinit;
+    v->name = str(name);
+    tt->has_elem_type = 1;
+    tt->elem_type = ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT;
+    tp->value_case = ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE;
+    tp->tensor_type = tt;
+    v->type = tp;
+    sp->n_dim = (size_t)nd;
+    sp->dim = al(sizeof(void *) * (size_t)nd);
+    for (int i = 0; i < nd; i++) {
+        Onnx__TensorShapeProto__Dimension *d = al(sizeof *d);
+        *d = dinit;
+        if (i == 0) {
+            d->value_case = ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM;
+            d->dim_param = str("batch");
+        } else {
+            d->value_case = ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE;
+            d->dim_value = dims[i];
+        }
+        sp->dim[i] = d;
+    }
+    tt->shape = sp;
+    return v;
+}
+
+/* Two recurrent layers over a batch-first x (N, 5, 3) as PyTorch exports
+ * them (Transpose in, Y's direction dim folded into the features, the second
+ * layer's Y left off), then a Gemm on the last state; trained with Adam on a
+ * sum and a last value of the sequence, the loss must fall to a fifth. */
+static void check_training(const char *cell, bool bidir) {
+    int64_t G = strcmp(cell, "LSTM") == 0 ? 4 : strcmp(cell, "GRU") == 0 ? 3 : 1, D = bidir ? 2 : 1;
+    enum { N = 8, S = 5, I = 3, H = 6, C = 2 };
+    static const Onnx__ModelProto minit = ONNX__MODEL_PROTO__INIT;
+    static const Onnx__GraphProto ginit = ONNX__GRAPH_PROTO__INIT;
+    static const Onnx__OperatorSetIdProto oinit = ONNX__OPERATOR_SET_ID_PROTO__INIT;
+    Onnx__ModelProto m = minit;
+    Onnx__GraphProto g = ginit;
+    Onnx__OperatorSetIdProto os = oinit, *osp = &os;
+    os.domain = str("");
+    os.has_version = 1;
+    os.version = 14;
+    m.opset_import = &osp;
+    m.n_opset_import = 1;
+    m.has_ir_version = 1;
+    m.ir_version = 8;
+    m.graph = &g;
+    g.name = str("two_layers");
+    g.node = al(sizeof(void *) * 16);
+    g.initializer = al(sizeof(void *) * 16);
+    rs_seed(42);
+    int64_t p3[3] = {1, 0, 2}, p4[4] = {0, 2, 1, 3}, w1[3] = {D, G * H, I}, r[3] = {D, G * H, H}, b[2] = {D, 2 * G * H};
+    int64_t w2[3] = {D, G * H, D * H}, s3[3] = {0, 0, -1}, s2[2] = {0, -1}, n3[1] = {3}, n2[1] = {2};
+    int64_t wf[2] = {C, D * H}, bf[1] = {C}, xs[3] = {N, S, I}, ps[2] = {N, C};
+    mk_init(&g, "W1", 3, w1, NULL), mk_init(&g, "R1", 3, r, NULL), mk_init(&g, "B1", 2, b, NULL);
+    mk_init(&g, "W2", 3, w2, NULL), mk_init(&g, "R2", 3, r, NULL), mk_init(&g, "B2", 2, b, NULL);
+    mk_init(&g, "shape3", 1, n3, s3), mk_init(&g, "shape2", 1, n2, s2);
+    mk_init(&g, "Wfc", 2, wf, NULL), mk_init(&g, "bfc", 1, bf, NULL);
+    attr_ints(mk_node(&g, "Transpose", "x", "xt"), "perm", 3, p3);
+    for (int l = 0; l < 2; l++) {
+        Onnx__NodeProto *n = mk_node(&g, cell, l ? "Y1r,W2,R2,B2" : "xt,W1,R1,B1", l ? ",Yh2" : "Y1,Yh1");
+        attr_i(n, "hidden_size", H);
+        if (bidir) attr_s(n, "direction", "bidirectional");
+        if (G == 3) attr_i(n, "linear_before_reset", 1);
+    }
+    attr_ints(mk_node(&g, "Transpose", "Y1", "Y1t"), "perm", 4, p4);
+    mk_node(&g, "Reshape", "Y1t,shape3", "Y1r"); /* the loader sorts the nodes */
+    attr_ints(mk_node(&g, "Transpose", "Yh2", "Yh2t"), "perm", 3, p3);
+    mk_node(&g, "Reshape", "Yh2t,shape2", "h");
+    attr_i(mk_node(&g, "Gemm", "h,Wfc,bfc", "pred"), "transB", 1);
+    Onnx__ValueInfoProto *in = mk_value("x", 3, xs), *out = mk_value("pred", 2, ps);
+    g.input = &in, g.n_input = 1, g.output = &out, g.n_output = 1;
+    size_t len = onnx__model_proto__get_packed_size(&m);
+    uint8_t *buf = al(len);
+    onnx__model_proto__pack(&m, buf);
+    float X[N * S * I], Y[N * C];
+    for (int i = 0; i < N * S * I; i++) X[i] = (float)(rs_next() >> 11) / 4503599627370496.0f - 1;
+    for (int k = 0; k < N; k++) {
+        Y[2 * k] = Y[2 * k + 1] = 0;
+        for (int t = 0; t < S; t++) Y[2 * k] += X[(k * S + t) * I];
+        Y[2 * k + 1] = -X[(k * S + S - 1) * I + I - 1];
+    }
+    pd_tensor xt = {PD_FLOAT, 3, {N, S, I}, X}, yt = {PD_FLOAT, 2, {N, C}, Y};
+    pd_load_options lo = PD_LOAD_OPTIONS_INIT;
+    lo.batch = N;
+    pd_train_options to = PD_TRAIN_OPTIONS_INIT;
+    to.optimizer = PD_OPT_ADAM;
+    to.lr = 0.02;
+    pd_graph *gr = NULL;
+    pd_session *ss = NULL;
+    pd_step_result res;
+    double first = 0, last = 0;
+    bool ok = pd_graph_load_memory(buf, len, "two_layers", NULL, &lo, &gr) == PD_OK &&
+              pd_session_create(gr, &to, &ss) == PD_OK;
+    for (int st = 0; ok && st < 150; st++) {
+        ok = pd_session_set_input(ss, "x", &xt) == PD_OK && pd_session_set_labels(ss, &yt) == PD_OK &&
+             pd_session_step(ss, &res) == PD_OK;
+        if (st == 0) first = res.loss;
+        last = res.loss;
+    }
+    CHECK(ok && last < 0.2 * first, "two %s%s layers train in a session (second layer without Y): loss %.4g -> %.4g %s",
+          cell, bidir ? " bidirectional" : "", first, last, ok ? "" : pd_last_error());
+    pd_session_destroy(ss);
+    pd_graph_destroy(gr);
+    while (arena_n > 0) free(arena[--arena_n]);
+}
+
 /* ---- forms refused at load ------------------------------------------------------------------------ */
 
 /* An LSTM (or GRU) with one direction, H 2, and the given extra: the shape rule's verdict. */
@@ -347,6 +542,10 @@ int main(void) {
     check_f32();
     check_reference();
     check_refused();
+    check_training("LSTM", false);
+    check_training("LSTM", true);
+    check_training("GRU", true);
+    check_training("RNN", false);
     char missing[1024];
     CHECK(gc_uncovered(PD_OPF_RNN, missing, sizeof missing) == 0,
           "every differentiable recurrent op (core/ops.h) has a passing finite-difference case:%s",
