@@ -608,10 +608,11 @@ PDDEF void pd_mpi_finalize(void);
  * parameter, but checkpointed, and held by the stage that runs the op.
  *
  * flags:
- *   PD_OPF_NN, PD_OPF_ELEM, PD_OPF_TENSOR - its family, exactly one: the
- *       files it lives in (shape_nn.c / shape_elem.c / shape_tensor.c, the
- *       matching runtime/cpu/ files) and the finite-difference program that
- *       must check its backward (tests/test_grad_nn.c / _elem.c / _tensor.c)
+ *   PD_OPF_NN, PD_OPF_ELEM, PD_OPF_TENSOR, PD_OPF_RNN - its family, exactly
+ *       one: the files it lives in (shape_nn.c / shape_elem.c /
+ *       shape_tensor.c / shape_rnn.c, the matching runtime/cpu/ files) and
+ *       the finite-difference program that must check its backward
+ *       (tests/test_grad_nn.c / _elem.c / _tensor.c / _rnn.c)
  *   PD_OPF_FOLD - may be constant-folded at load when all inputs are constant
  *   PD_OPF_BWD_WRITES - its backward honours pd__exec.fresh (writes a fresh
  *       input gradient whole); the others add, into memory zeroed for them
@@ -629,9 +630,10 @@ PDDEF void pd_mpi_finalize(void);
 #define PD_OPF_NN 2
 #define PD_OPF_ELEM 4
 #define PD_OPF_TENSOR 8
-#define PD_OPF_FAMILY (PD_OPF_NN | PD_OPF_ELEM | PD_OPF_TENSOR)
+#define PD_OPF_FAMILY (PD_OPF_NN | PD_OPF_ELEM | PD_OPF_TENSOR | PD_OPF_RNN)
 #define PD_OPF_BWD_WRITES 16
 #define PD_OPF_HOST 32
+#define PD_OPF_RNN 64
 #define PD_GRAD_ALL 0xffffffffu
 
 #define PD_OPS(X)                                                                                  \
@@ -651,6 +653,10 @@ PDDEF void pd_mpi_finalize(void);
     X(DROPOUT, Dropout, PD_OPF_NN | PD_OPF_HOST, 0x1, 0)                                           \
     X(SOFTMAX_CE_LOSS, SoftmaxCrossEntropyLoss, PD_OPF_NN, 0x1, 0)                                 \
     X(NLL_LOSS, NegativeLogLikelihoodLoss, PD_OPF_NN | PD_OPF_HOST, 0x1, 0)                        \
+    /* recurrent: inputs X, W, R, B, sequence_lens, initial_h (initial_c, P) */                    \
+    X(LSTM, LSTM, PD_OPF_RNN | PD_OPF_FOLD | PD_OPF_HOST, 0x6f, 0)                                 \
+    X(GRU, GRU, PD_OPF_RNN | PD_OPF_FOLD | PD_OPF_HOST, 0x2f, 0)                                   \
+    X(RNN, RNN, PD_OPF_RNN | PD_OPF_FOLD | PD_OPF_HOST, 0x2f, 0)                                   \
     /* element-wise */                                                                             \
     X(ADD, Add, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_BWD_WRITES, 0x3, 0)                             \
     X(SUB, Sub, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_BWD_WRITES, 0x3, 0)                             \
@@ -1848,7 +1854,9 @@ static pd_status pd__fold_node(pd_graph *g, pd__node *n, const pd_backend_i *be,
             need = INT64_MAX;
     }
     if (need > *budget) {
-        const pd__tensor *t = &g->tensors[n->out[0]];
+        int first = 0; /* the first output the model names (LSTM's Y may be left off) */
+        while (first < n->nout - 1 && n->out[first] < 0) first++;
+        const pd__tensor *t = &g->tensors[n->out[first]];
         char shape[256];
         pd__format_shape(shape, sizeof shape, t->ndim, t->shape);
         return pd__node_err(g, n, PD_ERR_UNSUPPORTED,
@@ -1998,7 +2006,9 @@ pd_status pd__graph_finalize(pd_graph *g, const pd_load_options *opt, const pd_b
     int64_t budget = opt->max_constant_bytes > 0 ? opt->max_constant_bytes : PD_MAX_CONSTANT_BYTES_DEFAULT;
     for (int i = 0; i < g->nnodes && st == PD_OK; i++) {
         pd__node *n = &g->nodes[i];
-        if (n->nout < 1 || n->out[0] < 0) { /* every op of the set has a first output */
+        bool any = false; /* every op of the set has an output; LSTM, GRU and RNN may leave off the first */
+        for (int j = 0; j < n->nout; j++) any |= n->out[j] >= 0;
+        if (!any || (n->out[0] < 0 && !(pd__ops[n->op].flags & PD_OPF_RNN))) {
             st = pd__node_err(g, n, PD_ERR_INVALID, "the node has no output");
             break;
         }
@@ -2533,7 +2543,10 @@ double pd__flops_ReduceSum(const pd_graph *g, const pd__node *n) { return in_num
 #undef PD__SIGNED
 
 /* ==== core/shape_nn.c ==== */
+#define cin pd__shape_nn_cin
+#define pd__shp pd__shape_nn_pd__shp
 #define set_out pd__shape_nn_set_out
+#define shp pd__shape_nn_shp
 /* shape_nn.c - shape rules and FLOP counts of the neural-network ops:
  * Gemm, MatMul, Conv, ConvTranspose, BatchNormalization, LayerNormalization,
  * MaxPool, AveragePool, GlobalAveragePool, LRN, Softmax, LogSoftmax, Dropout,
@@ -3290,7 +3303,219 @@ double pd__flops_NegativeLogLikelihoodLoss(const pd_graph *g, const pd__node *n)
     const pd__tensor *x = cin(g, n, 0);
     return x && x->ndim >= 2 && x->shape[1] ? 2 * (double)(x->numel / x->shape[1]) : 0;
 }
+#undef cin
+#undef pd__shp
 #undef set_out
+#undef shp
+
+/* ==== core/shape_rnn.c ==== */
+#define cin pd__shape_rnn_cin
+#define pd__shp pd__shape_rnn_pd__shp
+#define shp pd__shape_rnn_shp
+/* shape_rnn.c - shape rules and FLOP counts of the recurrent ops LSTM, GRU
+ * and RNN (ONNX opsets 1-22; layout from 14).
+ *
+ * Inputs X, W, R, B, sequence_lens, initial_h (and LSTM's initial_c, P);
+ * outputs Y, Y_h (and LSTM's Y_c), each optional. The rule checks the
+ * weights' shapes against X, hidden_size and the direction, and refuses
+ * what the kernels do not compute: activations other than the defaults
+ * (Sigmoid, Tanh, Tanh for LSTM; Sigmoid, Tanh for GRU; Tanh for RNN), clip,
+ * input_forget=1 and peepholes (P: PyTorch never exports them).
+ * sequence_lens may differ per batch entry (the kernels mask).
+ * FLOPs count a multiply-add as 2.
+ */
+/* ---- core/shape_rnn.h ---- */
+/* shape_rnn.h - the attributes of the recurrent ops (LSTM, GRU, RNN), read
+ * once for the shape rule (core/shape_rnn.c) and the CPU kernels
+ * (runtime/cpu/rnn.c), so that the shapes a rule promises and the loops a
+ * kernel runs cannot disagree. Not installed; private to the library.
+ */
+#ifndef PD_SHAPE_RNN_H
+#define PD_SHAPE_RNN_H
+
+
+typedef enum pd__rnn_cell { PD_RNN_LSTM = 0, PD_RNN_GRU, PD_RNN_SIMPLE } pd__rnn_cell;
+
+/* One recurrent node's attributes, checked. */
+typedef struct pd__rnn_attrs {
+    pd__rnn_cell cell;
+    int gates;      /* gate blocks in W and R: 4 (LSTM: i, o, f, c), 3 (GRU: z, r, h), 1 (RNN) */
+    int ndir;       /* 1, or 2 for bidirectional */
+    bool reverse;   /* direction "reverse" (the one direction runs backwards in time) */
+    int64_t hidden; /* hidden_size; -1 when the attribute is absent (then R's last dim) */
+    int layout;     /* 0: X (seq, batch, input); 1: X (batch, seq, input) */
+    bool lbr;       /* GRU's linear_before_reset */
+} pd__rnn_attrs;
+
+/* Fills *a from n's attributes. Forms the kernels do not compute (other
+ * activations, clip, input_forget=1) are PD_ERR_UNSUPPORTED naming the
+ * attribute; the message has no node prefix. */
+pd_status pd__rnn_attrs_read(const pd__node *n, pd__rnn_attrs *a);
+
+#endif
+/* ---- end of core/shape_rnn.h ---- */
+
+#include <string.h>
+
+/* A shape formatted for a message; the temporary lives to the end of the call. */
+typedef struct pd__shp {
+    char s[160];
+} pd__shp;
+
+static pd__shp shp(const pd__tensor *t) {
+    pd__shp b;
+    pd__format_shape(b.s, sizeof b.s, t->ndim, t->shape);
+    return b;
+}
+
+static const pd__tensor *cin(const pd_graph *g, const pd__node *n, int i) {
+    return (i < n->nin && n->in[i] >= 0) ? &g->tensors[n->in[i]] : NULL;
+}
+
+/* ASCII strings equal but for case (ONNX Runtime reads activations so). */
+static bool same_name(const char *a, const char *b) {
+    for (; *a && *b; a++, b++) {
+        char x = *a >= 'A' && *a <= 'Z' ? (char)(*a - 'A' + 'a') : *a, y = *b >= 'A' && *b <= 'Z' ? (char)(*b - 'A' + 'a') : *b;
+        if (x != y) return false;
+    }
+    return *a == *b;
+}
+
+/* The ONNX default activation of slot k (per direction) of a cell. */
+static const char *default_act(pd__rnn_cell cell, int k) {
+    if (cell == PD_RNN_SIMPLE) return "Tanh";
+    return k == 0 ? "Sigmoid" : "Tanh";
+}
+
+pd_status pd__rnn_attrs_read(const pd__node *n, pd__rnn_attrs *a) {
+    memset(a, 0, sizeof *a);
+    const char *op = n->op_type;
+    a->cell = strcmp(op, "LSTM") == 0 ? PD_RNN_LSTM : strcmp(op, "GRU") == 0 ? PD_RNN_GRU : PD_RNN_SIMPLE;
+    a->gates = a->cell == PD_RNN_LSTM ? 4 : a->cell == PD_RNN_GRU ? 3 : 1;
+    const char *dir = pd__attr_s(n, "direction", "forward");
+    if (strcmp(dir, "forward") == 0) a->ndir = 1;
+    else if (strcmp(dir, "reverse") == 0) a->ndir = 1, a->reverse = true;
+    else if (strcmp(dir, "bidirectional") == 0) a->ndir = 2;
+    else return pd__err(PD_ERR_INVALID, "direction '%s' (forward, reverse or bidirectional)", dir);
+    a->hidden = pd__attr_i(n, "hidden_size", -1);
+    if (pd__attr_get(n, "hidden_size") && a->hidden < 1)
+        return pd__err(PD_ERR_SHAPE, "hidden_size must be >= 1 (is %lld)", (long long)a->hidden);
+    int64_t layout = pd__attr_i(n, "layout", 0);
+    if (layout != 0 && layout != 1) return pd__err(PD_ERR_INVALID, "layout must be 0 or 1 (is %lld)", (long long)layout);
+    a->layout = (int)layout;
+    a->lbr = a->cell == PD_RNN_GRU && pd__attr_i(n, "linear_before_reset", 0) != 0;
+    if (pd__attr_get(n, "clip"))
+        return pd__err(PD_ERR_UNSUPPORTED, "attribute clip (%g) is not supported", (double)pd__attr_f(n, "clip", 0));
+    if (a->cell == PD_RNN_LSTM && pd__attr_i(n, "input_forget", 0) != 0)
+        return pd__err(PD_ERR_UNSUPPORTED, "attribute input_forget=1 (coupled input and forget gates) is not supported");
+    const pd__attr *acts = pd__attr_get(n, "activations");
+    if (acts) {
+        int per = a->cell == PD_RNN_LSTM ? 3 : a->cell == PD_RNN_GRU ? 2 : 1;
+        if (acts->type != PD_A_STRINGS || acts->n != per * a->ndir)
+            return pd__err(PD_ERR_INVALID, "attribute activations has %d values, expected %d", acts->n, per * a->ndir);
+        const char *s = acts->s;
+        for (int k = 0; k < acts->n; k++, s += strlen(s) + 1) {
+            const char *want = default_act(a->cell, k % per);
+            if (!same_name(s, want))
+                return pd__err(PD_ERR_UNSUPPORTED,
+                               "attribute activations: '%s' at %d is not supported (only the default %s)", s, k, want);
+        }
+    }
+    return PD_OK;
+}
+
+static pd_status check_shape(pd_graph *g, pd__node *n, const pd__tensor *t, const char *what, int nd,
+                             const int64_t *want) {
+    bool ok = t->ndim == nd;
+    for (int i = 0; ok && i < nd; i++) ok = t->shape[i] == want[i];
+    if (!ok) {
+        char w[160];
+        pd__format_shape(w, sizeof w, nd, want);
+        return pd__node_err(g, n, PD_ERR_SHAPE, "%s '%s' is %s, expected %s", what, t->name, shp(t).s, w);
+    }
+    return PD_OK;
+}
+
+static pd_status rnn_shape(pd_graph *g, pd__node *n) {
+    pd__rnn_attrs a;
+    pd_status st = pd__rnn_attrs_read(n, &a);
+    if (st != PD_OK) {
+        pd__err_prefix("%s: node '%s' (%s)", g->path, n->name, n->op_type);
+        return st;
+    }
+    pd__tensor *x = pd__in(g, n, 0), *w = pd__in(g, n, 1), *r = pd__in(g, n, 2), *b = pd__in(g, n, 3);
+    pd__tensor *sl = pd__in(g, n, 4), *h0 = pd__in(g, n, 5);
+    pd__tensor *c0 = a.cell == PD_RNN_LSTM ? pd__in(g, n, 6) : NULL;
+    if (!x || !w || !r) return pd__node_err(g, n, PD_ERR_INVALID, "inputs X, W and R are required");
+    if (a.cell == PD_RNN_LSTM && pd__in(g, n, 7))
+        return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "peephole input P is not supported");
+    int maxin = a.cell == PD_RNN_LSTM ? 8 : 6, maxout = a.cell == PD_RNN_LSTM ? 3 : 2;
+    if (n->nin > maxin || n->nout > maxout)
+        return pd__node_err(g, n, PD_ERR_INVALID, "%d inputs and %d outputs (at most %d and %d)", n->nin, n->nout,
+                            maxin, maxout);
+    if (x->dtype != PD_FLOAT && x->dtype != PD_DOUBLE)
+        return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "X '%s' has dtype %s (float and double are supported)", x->name,
+                            pd_dtype_name(x->dtype));
+    const pd__tensor *same[5] = {w, r, b, h0, c0};
+    for (int i = 0; i < 5; i++)
+        if (same[i] && same[i]->dtype != x->dtype)
+            return pd__node_err(g, n, PD_ERR_SHAPE, "'%s' has dtype %s, X has %s", same[i]->name,
+                                pd_dtype_name(same[i]->dtype), pd_dtype_name(x->dtype));
+    if (x->ndim != 3) return pd__node_err(g, n, PD_ERR_SHAPE, "X '%s' is %s, expected rank 3", x->name, shp(x).s);
+    if (r->ndim != 3) return pd__node_err(g, n, PD_ERR_SHAPE, "R '%s' is %s, expected rank 3", r->name, shp(r).s);
+    int64_t S = x->shape[a.layout ? 1 : 0], N = x->shape[a.layout ? 0 : 1], I = x->shape[2];
+    int64_t H = a.hidden > 0 ? a.hidden : r->shape[2], G = a.gates, D = a.ndir;
+    int64_t ws[3] = {D, G * H, I}, rs[3] = {D, G * H, H}, bs[2] = {D, 2 * G * H}, ls[1] = {N};
+    int64_t hs[3] = {D, N, H};
+    if (a.layout) hs[0] = N, hs[1] = D;
+    PD_TRY(check_shape(g, n, w, "W", 3, ws));
+    PD_TRY(check_shape(g, n, r, "R", 3, rs));
+    if (b) PD_TRY(check_shape(g, n, b, "B", 2, bs));
+    if (h0) PD_TRY(check_shape(g, n, h0, "initial_h", 3, hs));
+    if (c0) PD_TRY(check_shape(g, n, c0, "initial_c", 3, hs));
+    if (sl) {
+        if (sl->dtype != PD_INT32 && sl->dtype != PD_INT64)
+            return pd__node_err(g, n, PD_ERR_SHAPE, "sequence_lens '%s' has dtype %s, expected int32", sl->name,
+                                pd_dtype_name(sl->dtype));
+        PD_TRY(check_shape(g, n, sl, "sequence_lens", 1, ls));
+        if (sl->data)
+            for (int64_t i = 0; i < N; i++) {
+                int64_t v = sl->dtype == PD_INT32 ? ((const int32_t *)sl->data)[i] : ((const int64_t *)sl->data)[i];
+                if (v < 0 || v > S)
+                    return pd__node_err(g, n, PD_ERR_INVALID, "sequence_lens[%lld] = %lld is outside [0, %lld]",
+                                        (long long)i, (long long)v, (long long)S);
+            }
+    }
+    int64_t ys[4] = {S, D, N, H};
+    if (a.layout) ys[0] = N, ys[1] = S, ys[2] = D;
+    for (int j = 0; j < n->nout; j++) {
+        pd__tensor *t = pd__out(g, n, j);
+        if (!t) continue;
+        t->dtype = x->dtype;
+        PD_TRY(pd__tensor_set_shape(g, t, j == 0 ? 4 : 3, j == 0 ? ys : hs));
+    }
+    return PD_OK;
+}
+
+/* Per step and direction: the gate products of X and H (2 flops a multiply-add)
+ * and about 8 flops per gate element for the activations and the update. */
+static double rnn_flops(const pd_graph *g, const pd__node *n) {
+    pd__rnn_attrs a;
+    const pd__tensor *x = cin(g, n, 0), *r = cin(g, n, 2);
+    if (!x || !r || x->ndim != 3 || r->ndim != 3 || pd__rnn_attrs_read(n, &a) != PD_OK) return 0;
+    double H = (double)r->shape[2], G = a.gates, rows = (double)x->shape[0] * (double)x->shape[1] * a.ndir;
+    return rows * G * H * (2.0 * ((double)x->shape[2] + H) + 8);
+}
+
+pd_status pd__shape_LSTM(pd_graph *g, pd__node *n) { return rnn_shape(g, n); }
+double pd__flops_LSTM(const pd_graph *g, const pd__node *n) { return rnn_flops(g, n); }
+pd_status pd__shape_GRU(pd_graph *g, pd__node *n) { return rnn_shape(g, n); }
+double pd__flops_GRU(const pd_graph *g, const pd__node *n) { return rnn_flops(g, n); }
+pd_status pd__shape_RNN(pd_graph *g, pd__node *n) { return rnn_shape(g, n); }
+double pd__flops_RNN(const pd_graph *g, const pd__node *n) { return rnn_flops(g, n); }
+#undef cin
+#undef pd__shp
+#undef shp
 
 /* ==== core/shape_tensor.c ==== */
 #define set_out pd__shape_tensor_set_out
