@@ -161,9 +161,14 @@ typedef struct pd_load_options {
      * ConstantOfShape of 8 GiB: beyond the cap the load is refused, naming the
      * node and the size. */
     int64_t max_constant_bytes;
+    /* Initializers tied through Identity (the TorchScript exporter, in eval
+     * mode, stores equal-valued initializers once and makes the others
+     * Identity of it, so they would train as one): 1 gives each its own copy.
+     * Either way pd_graph_tied lists them. */
+    int untie;
 } pd_load_options;
 #define PD_MAX_CONSTANT_BYTES_DEFAULT ((int64_t)1 << 30) /* 1 GiB */
-#define PD_LOAD_OPTIONS_INIT {sizeof(pd_load_options), 0, 0, NULL, 1, 0, NULL, NULL, PD_MAX_CONSTANT_BYTES_DEFAULT}
+#define PD_LOAD_OPTIONS_INIT {sizeof(pd_load_options), 0, 0, NULL, 1, 0, NULL, NULL, PD_MAX_CONSTANT_BYTES_DEFAULT, 0}
 
 PDDEF pd_status pd_graph_load_file(const char *path, const pd_load_options *opt, pd_graph **out);
 /* `name` names the model in messages; `base_dir` resolves external data (NULL: none allowed). */
@@ -198,6 +203,11 @@ PDDEF pd_status pd_graph_input(const pd_graph *g, int i, pd_value_info *out);
 PDDEF pd_status pd_graph_output(const pd_graph *g, int i, pd_value_info *out);
 PDDEF pd_status pd_graph_value(const pd_graph *g, const char *name, pd_value_info *out);
 PDDEF int64_t pd_graph_param_bytes(const pd_graph *g);
+/* Initializers the model ties to another through an Identity node: `alias`
+ * is computed as Identity(`source`) (pd_load_options.untie: it was given its
+ * own copy of source's values at load). */
+PDDEF int pd_graph_num_tied(const pd_graph *g);
+PDDEF pd_status pd_graph_tied(const pd_graph *g, int i, const char **alias, const char **source);
 
 /* ---- Inference engine ------------------------------------------------------ */
 typedef struct pd_engine pd_engine;
@@ -868,6 +878,8 @@ struct pd_graph {
     char *name;
     int64_t opset;     /* ai.onnx opset */
     bool training_info; /* the model says which initializers training updates (pd__train_rule) */
+    int ntied;
+    int *tied;          /* pairs (alias, source) of tensor indices: alias = Identity(source initializer) */
     int ntensors, tcap;
     pd__tensor *tensors;
     int nnodes, ncap;
@@ -1594,6 +1606,7 @@ void pd_graph_destroy(pd_graph *g) {
     PD_FREE(g->inputs);
     PD_FREE(g->outputs);
     PD_FREE(g->hash);
+    PD_FREE(g->tied);
     PD_FREE(g->path);
     PD_FREE(g->name);
     PD_FREE(g);
@@ -1997,15 +2010,52 @@ static pd_status pd__unsupported_ops(const pd_graph *g) {
                    kinds == 1 ? " is" : "s are", list);
 }
 
+/* Float initializers tied through Identity (the TorchScript exporter's way of
+ * storing equal values once): recorded in g->tied; with untie, the alias
+ * becomes an initializer of its own holding a copy, and the node goes. */
+static pd_status pd__find_ties(pd_graph *g, bool untie, bool *folded) {
+    for (int i = 0; i < g->nnodes; i++) {
+        pd__node *n = &g->nodes[i];
+        if (n->op != PD_OP_IDENTITY || n->nin < 1 || n->in[0] < 0 || n->nout < 1 || n->out[0] < 0) continue;
+        pd__tensor *src = &g->tensors[n->in[0]], *dst = &g->tensors[n->out[0]];
+        if (src->kind != PD_T_INIT || !pd__is_float(src->dtype) || !src->data) continue;
+        int *t = (int *)PD_REALLOC(g->tied, sizeof(int) * 2 * (size_t)(g->ntied + 1));
+        if (!t) return pd__err(PD_ERR_NOMEM, "%s: out of memory", g->path);
+        g->tied = t;
+        g->tied[2 * g->ntied] = n->out[0];
+        g->tied[2 * g->ntied + 1] = n->in[0];
+        g->ntied++;
+        if (!untie) continue;
+        size_t bytes = (size_t)src->numel * pd_dtype_size(src->dtype);
+        void *d = PD_MALLOC(bytes ? bytes : 1);
+        if (!d) return pd__err(PD_ERR_NOMEM, "%s: out of memory untying '%s'", g->path, dst->name);
+        memcpy(d, src->data, bytes);
+        dst->kind = PD_T_INIT;
+        dst->dtype = src->dtype;
+        dst->data = d;
+        dst->producer = -1;
+        dst->train = src->train;
+        PD_TRY(pd__tensor_set_shape(g, dst, src->ndim, src->shape));
+        folded[i] = true; /* pruned with the folded nodes */
+    }
+    return PD_OK;
+}
+
 pd_status pd__graph_finalize(pd_graph *g, const pd_load_options *opt, const pd_backend_i *fold) {
     PD_TRY(pd__bind_const_inputs(g, opt));
     PD_TRY(pd__unsupported_ops(g));
     bool *folded = (bool *)PD_CALLOC((size_t)g->nnodes + 1, sizeof(bool));
     if (!folded) return pd__err(PD_ERR_NOMEM, "%s: out of memory", g->path);
+    pd_status tst = pd__find_ties(g, opt->untie != 0, folded);
+    if (tst != PD_OK) {
+        PD_FREE(folded);
+        return tst;
+    }
     pd_status st = PD_OK;
     int64_t budget = opt->max_constant_bytes > 0 ? opt->max_constant_bytes : PD_MAX_CONSTANT_BYTES_DEFAULT;
     for (int i = 0; i < g->nnodes && st == PD_OK; i++) {
         pd__node *n = &g->nodes[i];
+        if (folded[i]) continue; /* an untied Identity */
         bool any = false; /* every op of the set has an output; LSTM, GRU and RNN may leave off the first */
         for (int j = 0; j < n->nout; j++) any |= n->out[j] >= 0;
         if (!any || (n->out[0] < 0 && !(pd__ops[n->op].flags & PD_OPF_RNN))) {
@@ -2057,6 +2107,16 @@ int pd__op_lookup(const char *onnx_name) {
 int pd_graph_num_nodes(const pd_graph *g) { return g ? g->nnodes : 0; }
 int pd_graph_num_inputs(const pd_graph *g) { return g ? g->ninputs : 0; }
 int pd_graph_num_outputs(const pd_graph *g) { return g ? g->noutputs : 0; }
+int pd_graph_num_tied(const pd_graph *g) { return g ? g->ntied : 0; }
+
+pd_status pd_graph_tied(const pd_graph *g, int i, const char **alias, const char **source) {
+    if (!g) return pd__err(PD_ERR_INVALID, "pd_graph_tied: graph is NULL");
+    if (i < 0 || i >= g->ntied)
+        return pd__err(PD_ERR_INVALID, "pd_graph_tied: index %d out of range [0, %d)", i, g->ntied);
+    if (alias) *alias = g->tensors[g->tied[2 * i]].name;
+    if (source) *source = g->tensors[g->tied[2 * i + 1]].name;
+    return PD_OK;
+}
 
 static bool pd__is_param(const pd__tensor *t) {
     return t->kind == PD_T_INIT &&

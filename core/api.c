@@ -6,6 +6,16 @@
 int pd_graph_num_nodes(const pd_graph *g) { return g ? g->nnodes : 0; }
 int pd_graph_num_inputs(const pd_graph *g) { return g ? g->ninputs : 0; }
 int pd_graph_num_outputs(const pd_graph *g) { return g ? g->noutputs : 0; }
+int pd_graph_num_tied(const pd_graph *g) { return g ? g->ntied : 0; }
+
+pd_status pd_graph_tied(const pd_graph *g, int i, const char **alias, const char **source) {
+    if (!g) return pd__err(PD_ERR_INVALID, "pd_graph_tied: graph is NULL");
+    if (i < 0 || i >= g->ntied)
+        return pd__err(PD_ERR_INVALID, "pd_graph_tied: index %d out of range [0, %d)", i, g->ntied);
+    if (alias) *alias = g->tensors[g->tied[2 * i]].name;
+    if (source) *source = g->tensors[g->tied[2 * i + 1]].name;
+    return PD_OK;
+}
 
 static bool pd__is_param(const pd__tensor *t) {
     return t->kind == PD_T_INIT &&

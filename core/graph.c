@@ -129,6 +129,7 @@ void pd_graph_destroy(pd_graph *g) {
     PD_FREE(g->inputs);
     PD_FREE(g->outputs);
     PD_FREE(g->hash);
+    PD_FREE(g->tied);
     PD_FREE(g->path);
     PD_FREE(g->name);
     PD_FREE(g);
@@ -532,15 +533,52 @@ static pd_status pd__unsupported_ops(const pd_graph *g) {
                    kinds == 1 ? " is" : "s are", list);
 }
 
+/* Float initializers tied through Identity (the TorchScript exporter's way of
+ * storing equal values once): recorded in g->tied; with untie, the alias
+ * becomes an initializer of its own holding a copy, and the node goes. */
+static pd_status pd__find_ties(pd_graph *g, bool untie, bool *folded) {
+    for (int i = 0; i < g->nnodes; i++) {
+        pd__node *n = &g->nodes[i];
+        if (n->op != PD_OP_IDENTITY || n->nin < 1 || n->in[0] < 0 || n->nout < 1 || n->out[0] < 0) continue;
+        pd__tensor *src = &g->tensors[n->in[0]], *dst = &g->tensors[n->out[0]];
+        if (src->kind != PD_T_INIT || !pd__is_float(src->dtype) || !src->data) continue;
+        int *t = (int *)PD_REALLOC(g->tied, sizeof(int) * 2 * (size_t)(g->ntied + 1));
+        if (!t) return pd__err(PD_ERR_NOMEM, "%s: out of memory", g->path);
+        g->tied = t;
+        g->tied[2 * g->ntied] = n->out[0];
+        g->tied[2 * g->ntied + 1] = n->in[0];
+        g->ntied++;
+        if (!untie) continue;
+        size_t bytes = (size_t)src->numel * pd_dtype_size(src->dtype);
+        void *d = PD_MALLOC(bytes ? bytes : 1);
+        if (!d) return pd__err(PD_ERR_NOMEM, "%s: out of memory untying '%s'", g->path, dst->name);
+        memcpy(d, src->data, bytes);
+        dst->kind = PD_T_INIT;
+        dst->dtype = src->dtype;
+        dst->data = d;
+        dst->producer = -1;
+        dst->train = src->train;
+        PD_TRY(pd__tensor_set_shape(g, dst, src->ndim, src->shape));
+        folded[i] = true; /* pruned with the folded nodes */
+    }
+    return PD_OK;
+}
+
 pd_status pd__graph_finalize(pd_graph *g, const pd_load_options *opt, const pd_backend_i *fold) {
     PD_TRY(pd__bind_const_inputs(g, opt));
     PD_TRY(pd__unsupported_ops(g));
     bool *folded = (bool *)PD_CALLOC((size_t)g->nnodes + 1, sizeof(bool));
     if (!folded) return pd__err(PD_ERR_NOMEM, "%s: out of memory", g->path);
+    pd_status tst = pd__find_ties(g, opt->untie != 0, folded);
+    if (tst != PD_OK) {
+        PD_FREE(folded);
+        return tst;
+    }
     pd_status st = PD_OK;
     int64_t budget = opt->max_constant_bytes > 0 ? opt->max_constant_bytes : PD_MAX_CONSTANT_BYTES_DEFAULT;
     for (int i = 0; i < g->nnodes && st == PD_OK; i++) {
         pd__node *n = &g->nodes[i];
+        if (folded[i]) continue; /* an untied Identity */
         bool any = false; /* every op of the set has an output; LSTM, GRU and RNN may leave off the first */
         for (int j = 0; j < n->nout; j++) any |= n->out[j] >= 0;
         if (!any || (n->out[0] < 0 && !(pd__ops[n->op].flags & PD_OPF_RNN))) {

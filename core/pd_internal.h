@@ -162,6 +162,8 @@ struct pd_graph {
     char *name;
     int64_t opset;     /* ai.onnx opset */
     bool training_info; /* the model says which initializers training updates (pd__train_rule) */
+    int ntied;
+    int *tied;          /* pairs (alias, source) of tensor indices: alias = Identity(source initializer) */
     int ntensors, tcap;
     pd__tensor *tensors;
     int nnodes, ncap;

@@ -106,6 +106,7 @@ static pd_status get_options(const pd_load_options *opt, const char *name, pd_lo
         if (PD__HAS(const_input_names)) d.const_input_names = opt->const_input_names;
         if (PD__HAS(const_inputs)) d.const_inputs = opt->const_inputs;
         if (PD__HAS(max_constant_bytes)) d.max_constant_bytes = opt->max_constant_bytes;
+        if (PD__HAS(untie)) d.untie = opt->untie;
 #undef PD__HAS
     }
     if (d.max_constant_bytes == 0) d.max_constant_bytes = PD_MAX_CONSTANT_BYTES_DEFAULT;

@@ -1274,6 +1274,69 @@ static void test_trainable(void) {
                    "s(the model's training_info does not list it)");
 }
 
+/* The TorchScript exporter's ties: b2 = Identity(b1), two biases of equal
+ * values stored once. Reported either way; untie gives b2 its own values,
+ * trained on their own. */
+static void test_ties(void) {
+    static const float w[4] = {0.5f, -0.25f, 0.75f, 1.0f}, zero[2] = {0.01f, 0.01f};
+    mb *b = mb_new(17);
+    add_in(b, mk_vi("x", PD_FLOAT, "4,2"));
+    add_init(b, mk_f32("W1", "2,2", w, 4));
+    add_init(b, mk_f32("W2", "2,2", w, 4));
+    add_init(b, mk_f32("b1", "2", zero, 2));
+    add_node(b, mk_node("Identity", "tie", "b1", "b2"));
+    add_node(b, mk_node("MatMul", "m1", "x,W1", "h1"));
+    add_node(b, mk_node("Add", "a1", "h1,b1", "h2"));
+    add_node(b, mk_node("Tanh", "t", "h2", "h3"));
+    add_node(b, mk_node("MatMul", "m2", "h3,W2", "h4"));
+    add_node(b, mk_node("Add", "a2", "h4,b2", "y"));
+    add_out(b, "y");
+    const char *path = save(b, "tied.onnx");
+    for (int untie = 0; untie <= 1; untie++) {
+        pd_load_options lo = PD_LOAD_OPTIONS_INIT;
+        lo.untie = untie;
+        pd_train_options to = PD_TRAIN_OPTIONS_INIT;
+        to.loss = PD_LOSS_MSE;
+        pd_graph *g = NULL;
+        pd_session *s = NULL;
+        const char *alias = "", *source = "";
+        bool ok = pd_graph_load_file(path, &lo, &g) == PD_OK && pd_graph_num_tied(g) == 1 &&
+                  pd_graph_tied(g, 0, &alias, &source) == PD_OK && !strcmp(alias, "b2") && !strcmp(source, "b1") &&
+                  pd_session_create(g, &to, &s) == PD_OK;
+        char names[128] = "";
+        for (int i = 0; ok && i < pd_session_num_params(s); i++) {
+            const char *nm;
+            pd_session_param(s, i, &nm, NULL, NULL);
+            snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", i ? "," : "", nm);
+        }
+        /* one step: tied, b1 moves by both Adds' gradients; untied, b1 and b2 each by their own */
+        float xv[8] = {1, 2, -1, 0.5f, 0.25f, -2, 1, 1}, yv[8] = {0};
+        int64_t sx[2] = {4, 2};
+        pd_tensor X = {PD_FLOAT, 2, {sx[0], sx[1]}, xv}, Y = {PD_FLOAT, 2, {sx[0], sx[1]}, yv};
+        pd_step_result r;
+        ok = ok && pd_session_set_input(s, "x", &X) == PD_OK && pd_session_set_labels(s, &Y) == PD_OK &&
+             pd_session_step(s, &r) == PD_OK;
+        bool differ = false;
+        if (ok && untie) {
+            pd_tensor t1 = {0}, t2 = {0};
+            for (int i = 0; i < pd_session_num_params(s); i++) {
+                const char *nm;
+                pd_tensor t;
+                pd_session_param(s, i, &nm, &t, NULL);
+                if (!strcmp(nm, "b1")) t1 = t;
+                if (!strcmp(nm, "b2")) t2 = t;
+            }
+            differ = t1.data && t2.data && ((float *)t1.data)[0] != ((float *)t2.data)[0];
+        }
+        CHECK(ok && !strcmp(names, untie ? "W1,W2,b1,b2" : "W1,W2,b1") && (!untie || differ),
+              "ties: b2 = Identity(b1) is reported; %s it trains [%s]%s %s", untie ? "untied," : "tied,", names,
+              untie ? (differ ? ", b1 and b2 apart after a step" : ", b1 == b2 after a step") : "",
+              ok ? "" : pd_last_error());
+        pd_session_destroy(s);
+        pd_graph_destroy(g);
+    }
+}
+
 int main(int argc, char **argv) {
     bool keep = argc > 1;
     if (keep) {
@@ -1303,6 +1366,7 @@ int main(int argc, char **argv) {
     test_constant_cap();
     test_tensor_pb();
     test_trainable();
+    test_ties();
     if (!keep) nftw(tmp_root, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
     arena_free();
     return check_summary();

@@ -38,7 +38,7 @@ typedef struct {
     int64_t max_constant_bytes; /* 0: the loader's default */
     pd_train_options o;
     int64_t batch, steps, epochs, seed;
-    bool shuffle, cosine, quiet, vertical_sync;
+    bool shuffle, cosine, quiet, vertical_sync, untie;
     char *owned[PD_MAX_ARGS]; /* strings we allocated */
     int nowned;
 } pd__targs;
@@ -161,6 +161,8 @@ static int pd__parse(pd__targs *a, int argc, char **argv) {
         } else if (!strcmp(f, "--freeze")) {
             NEED_VALUE;
             a->o.freeze = v;
+        } else if (!strcmp(f, "--untie")) {
+            a->untie = true;
         } else if (!strcmp(f, "--trainable")) {
             NEED_VALUE;
             a->o.trainable = v;
@@ -317,6 +319,27 @@ static bool pd__outputs_ok(const pd__targs *a) {
             return false;
         }
     return true;
+}
+
+/* Initializers the exporter tied through Identity (equal values stored once):
+ * they train as one unless --untie. */
+static void pd__report_ties(const pd__targs *a, const pd_graph *g) {
+    int n = pd_graph_num_tied(g);
+    if (n == 0) return;
+    char list[512] = "", e1[128], e2[128];
+    for (int i = 0; i < n && i < 4; i++) {
+        const char *alias, *source;
+        if (pd_graph_tied(g, i, &alias, &source) != PD_OK) continue;
+        snprintf(list + strlen(list), sizeof list - strlen(list), "%s'%s' = '%s'", i ? ", " : "",
+                 pd__escape(e1, sizeof e1, alias), pd__escape(e2, sizeof e2, source));
+    }
+    if (a->untie)
+        printf("untied %d initializer%s the model tied through Identity (%s%s): each trains on its own\n", n,
+               n == 1 ? "" : "s", list, n > 4 ? ", ..." : "");
+    else
+        printf("the model ties %d initializer%s to others through Identity (%s%s), as the TorchScript exporter does "
+               "with equal values: they train as one (--untie gives each its own copy)\n",
+               n, n == 1 ? "" : "s", list, n > 4 ? ", ..." : "");
 }
 
 /* The start-up lines: what is trained, and what the model holds that is not
@@ -738,6 +761,7 @@ static cJSON *pd__run_info(const pd__targs *a, int64_t graph_batch, int64_t step
     cJSON_AddNumberToObject(j, "weight_decay", a->o.weight_decay);
     cJSON_AddNumberToObject(j, "loss", (double)a->o.loss);
     cJSON_AddStringToObject(j, "freeze", a->o.freeze ? a->o.freeze : "");
+    if (a->untie) cJSON_AddBoolToObject(j, "untie", true);
     if (a->o.trainable) cJSON_AddStringToObject(j, "trainable", a->o.trainable);
     if (piped) {
         cJSON_AddStringToObject(j, "schedule", pd__sched_kind_name(kind));
@@ -928,10 +952,12 @@ static int pd__train_main(int argc, char **argv) {
     pd_load_options lo = PD_LOAD_OPTIONS_INIT;
     lo.batch = piped ? a.batch / a.microbatches : a.batch; /* a pipeline's graph takes one microbatch */
     lo.max_constant_bytes = a.max_constant_bytes;
+    lo.untie = a.untie;
     if (pd_graph_load_file(a.model, &lo, &g) != PD_OK) {
         pd_cli_fail();
         goto done;
     }
+    if (!a.quiet) pd__report_ties(&a, g);
     /* the data input: the one graph input that is not the labels */
     a.o.cosine_steps = 0;
     a.o.seed = (uint64_t)a.seed;
