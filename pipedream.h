@@ -635,6 +635,9 @@ PDDEF void pd_mpi_finalize(void);
     X(CONV_TRANSPOSE, ConvTranspose, PD_OPF_NN | PD_OPF_HOST, 0x7, 0)                              \
     X(BATCH_NORM, BatchNormalization, PD_OPF_NN, 0x7, 0x18)                                        \
     X(LAYER_NORM, LayerNormalization, PD_OPF_NN, 0x7, 0)                                           \
+    X(INSTANCE_NORM, InstanceNormalization, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0x7, 0)         \
+    X(GROUP_NORM, GroupNormalization, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0x7, 0)               \
+    X(RMS_NORM, RMSNormalization, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0x3, 0)                   \
     X(MAX_POOL, MaxPool, PD_OPF_NN, 0x1, 0)                                                        \
     X(AVERAGE_POOL, AveragePool, PD_OPF_NN, 0x1, 0)                                                \
     X(GLOBAL_AVERAGE_POOL, GlobalAveragePool, PD_OPF_NN, 0x1, 0)                                   \
@@ -2499,7 +2502,7 @@ double pd__flops_ReduceSum(const pd_graph *g, const pd__node *n) { return in_num
 #define set_out pd__shape_nn_set_out
 /* shape_nn.c - shape rules and FLOP counts of the neural-network ops:
  * Gemm, MatMul, Conv, ConvTranspose, BatchNormalization, LayerNormalization,
- * MaxPool, AveragePool, GlobalAveragePool, LRN, Softmax, LogSoftmax, Dropout,
+ * InstanceNormalization, GroupNormalization, RMSNormalization, MaxPool, AveragePool, GlobalAveragePool, LRN, Softmax, LogSoftmax, Dropout,
  * SoftmaxCrossEntropyLoss and NegativeLogLikelihoodLoss (opsets 6-22).
  *
  * A rule checks ranks, channel counts against the weights, and dtypes, so a
@@ -2910,7 +2913,7 @@ static pd_status conv_bias(pd_graph *g, pd__node *n, int64_t M) {
 
 pd_status pd__shape_Conv(pd_graph *g, pd__node *n) {
     pd__tensor *x, *w;
-    int64_t group;
+    int64_t group = 1; /* set by conv_inputs; gcc cannot always see it */
     PD_TRY(conv_inputs(g, n, &x, &w, &group));
     int64_t C = x->shape[1], M = w->shape[0];
     if (w->shape[1] * group != C || M % group != 0)
@@ -2935,7 +2938,7 @@ double pd__flops_Conv(const pd_graph *g, const pd__node *n) {
 
 pd_status pd__shape_ConvTranspose(pd_graph *g, pd__node *n) {
     pd__tensor *x, *w;
-    int64_t group;
+    int64_t group = 1; /* set by conv_inputs; gcc cannot always see it */
     PD_TRY(conv_inputs(g, n, &x, &w, &group));
     int64_t C = x->shape[1], M = w->shape[1] * group;
     if (w->shape[0] != C)
@@ -3044,6 +3047,99 @@ double pd__flops_LayerNormalization(const pd_graph *g, const pd__node *n) {
     const pd__tensor *x = cin(g, n, 0);
     /* mean, variance, normalize, scale and shift */
     return x ? 8 * dnumel(x) : 0;
+}
+
+/* stash_type (LayerNormalization, GroupNormalization 21, RMSNormalization):
+ * the precision of the statistics; the kernels keep them in double, at
+ * least as precise as any the spec allows. */
+static pd_status stash_ok(pd_graph *g, pd__node *n) {
+    int64_t st = pd__attr_i(n, "stash_type", PD_FLOAT);
+    if (st != PD_FLOAT && st != PD_DOUBLE && st != PD_FLOAT16 && st != PD_BFLOAT16)
+        return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "stash_type %lld (float, double, float16 and bfloat16 are supported)",
+                            (long long)st);
+    return PD_OK;
+}
+
+/* A per-channel (or per-group) parameter: a vector of `len` values of X's dtype. */
+static pd_status need_vec(pd_graph *g, pd__node *n, int i, const char *what, const pd__tensor *x, int64_t len,
+                          const char *of) {
+    pd__tensor *t;
+    PD_TRY(need(g, n, i, what, &t));
+    PD_TRY(need_dtype(g, n, t, x->dtype, what));
+    if (t->ndim != 1 || t->shape[0] != len)
+        return pd__node_err(g, n, PD_ERR_SHAPE, "%s %s must be [%lld] (%s) for X %s", what, shp(t).s, (long long)len,
+                            of, shp(x).s);
+    return PD_OK;
+}
+
+pd_status pd__shape_InstanceNormalization(pd_graph *g, pd__node *n) {
+    pd__tensor *x;
+    PD_TRY(need(g, n, 0, "input", &x));
+    PD_TRY(need_float(g, n, x, "input"));
+    if (x->ndim < 3) return pd__node_err(g, n, PD_ERR_SHAPE, "input %s must be (N, C, D1, ...)", shp(x).s);
+    PD_TRY(need_vec(g, n, 1, "scale", x, x->shape[1], "C"));
+    PD_TRY(need_vec(g, n, 2, "B", x, x->shape[1], "C"));
+    return set_out(g, n, 0, x->dtype, x->ndim, x->shape);
+}
+
+double pd__flops_InstanceNormalization(const pd_graph *g, const pd__node *n) {
+    const pd__tensor *x = cin(g, n, 0);
+    return x ? 8 * dnumel(x) : 0;
+}
+
+/* Opset 18: scale and bias per group; from 21: per channel (and stash_type). */
+pd_status pd__shape_GroupNormalization(pd_graph *g, pd__node *n) {
+    pd__tensor *x;
+    PD_TRY(need(g, n, 0, "X", &x));
+    PD_TRY(need_float(g, n, x, "X"));
+    if (x->ndim < 2) return pd__node_err(g, n, PD_ERR_SHAPE, "X %s must be (N, C, ...)", shp(x).s);
+    if (!pd__attr_get(n, "num_groups"))
+        return pd__node_err(g, n, PD_ERR_INVALID, "attribute num_groups is missing");
+    int64_t G = pd__attr_i(n, "num_groups", 0), C = x->shape[1];
+    if (G < 1 || C % G != 0)
+        return pd__node_err(g, n, PD_ERR_SHAPE, "num_groups %lld does not divide the %lld channels of X %s",
+                            (long long)G, (long long)C, shp(x).s);
+    bool per_group = n->opset < 21;
+    PD_TRY(need_vec(g, n, 1, "scale", x, per_group ? G : C, per_group ? "num_groups" : "C"));
+    PD_TRY(need_vec(g, n, 2, "bias", x, per_group ? G : C, per_group ? "num_groups" : "C"));
+    if (!per_group) PD_TRY(stash_ok(g, n));
+    return set_out(g, n, 0, x->dtype, x->ndim, x->shape);
+}
+
+double pd__flops_GroupNormalization(const pd_graph *g, const pd__node *n) {
+    const pd__tensor *x = cin(g, n, 0);
+    return x ? 8 * dnumel(x) : 0;
+}
+
+/* Y = X / sqrt(mean(X^2 over axis..r-1) + epsilon) * scale, scale
+ * broadcastable to the normalized shape (as LayerNormalization's). */
+pd_status pd__shape_RMSNormalization(pd_graph *g, pd__node *n) {
+    pd__tensor *x, *scale;
+    PD_TRY(need(g, n, 0, "X", &x));
+    PD_TRY(need(g, n, 1, "scale", &scale));
+    PD_TRY(need_float(g, n, x, "X"));
+    PD_TRY(need_dtype(g, n, scale, x->dtype, "scale"));
+    int r = x->ndim, axis;
+    if (r < 1) return pd__node_err(g, n, PD_ERR_SHAPE, "X %s must have rank >= 1", shp(x).s);
+    int64_t a = pd__attr_i(n, "axis", -1);
+    if (!norm_axis(a, r, r - 1, &axis))
+        return pd__node_err(g, n, PD_ERR_SHAPE, "axis %lld is out of range for X %s", (long long)a, shp(x).s);
+    bool ok = scale->ndim <= r - axis;
+    for (int i = 0; ok && i < scale->ndim; i++) {
+        int64_t d = scale->shape[scale->ndim - 1 - i];
+        ok = d == 1 || d == x->shape[r - 1 - i];
+    }
+    if (!ok)
+        return pd__node_err(g, n, PD_ERR_SHAPE, "scale %s does not broadcast to the normalized shape %s of X %s",
+                            shp(scale).s, shpv(r - axis, x->shape + axis).s, shp(x).s);
+    PD_TRY(stash_ok(g, n));
+    return set_out(g, n, 0, x->dtype, r, x->shape);
+}
+
+double pd__flops_RMSNormalization(const pd_graph *g, const pd__node *n) {
+    const pd__tensor *x = cin(g, n, 0);
+    /* square and sum, normalize, scale */
+    return x ? 4 * dnumel(x) : 0;
 }
 
 pd_status pd__shape_LRN(pd_graph *g, pd__node *n) {

@@ -50,6 +50,9 @@
     X(CONV_TRANSPOSE, ConvTranspose, PD_OPF_NN | PD_OPF_HOST, 0x7, 0)                              \
     X(BATCH_NORM, BatchNormalization, PD_OPF_NN, 0x7, 0x18)                                        \
     X(LAYER_NORM, LayerNormalization, PD_OPF_NN, 0x7, 0)                                           \
+    X(INSTANCE_NORM, InstanceNormalization, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0x7, 0)         \
+    X(GROUP_NORM, GroupNormalization, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0x7, 0)               \
+    X(RMS_NORM, RMSNormalization, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0x3, 0)                   \
     X(MAX_POOL, MaxPool, PD_OPF_NN, 0x1, 0)                                                        \
     X(AVERAGE_POOL, AveragePool, PD_OPF_NN, 0x1, 0)                                                \
     X(GLOBAL_AVERAGE_POOL, GlobalAveragePool, PD_OPF_NN, 0x1, 0)                                   \

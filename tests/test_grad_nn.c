@@ -2,7 +2,8 @@
  *
  * - every differentiable input of Gemm, MatMul, Conv, ConvTranspose,
  *   BatchNormalization (training session, the node's own training mode,
- *   inference), LayerNormalization, MaxPool, AveragePool, GlobalAveragePool,
+ *   inference), LayerNormalization, InstanceNormalization,
+ *   GroupNormalization (opsets 18 and 21), RMSNormalization, MaxPool, AveragePool, GlobalAveragePool,
  *   LRN, Softmax, LogSoftmax, Dropout, SoftmaxCrossEntropyLoss and
  *   NegativeLogLikelihoodLoss against central differences in float64
  *   (tests/gradcheck.h: also += into din and the split B/W backward), over
@@ -304,6 +305,60 @@ static gc *b_ln(uint64_t seed, pd_dtype dt, uint32_t *mask, char *d, size_t dn) 
     describe(c, d, dn);
     size_t k = strlen(d);
     snprintf(d + k, dn - k, " outputs %d", nout);
+    return c;
+}
+
+/* InstanceNormalization (group false) or GroupNormalization, opset 18
+ * (scale and bias per group) or 21 (per channel). */
+static gc *b_gn_any(uint64_t seed, pd_dtype dt, uint32_t *mask, char *d, size_t dn, bool group) {
+    rs_seed(seed);
+    int r = (int)irand(group ? 2 : 3, 5);
+    int64_t G = group ? irand(1, 3) : 1, xs[8] = {irand(1, 3), G * irand(1, 3)};
+    for (int i = 2; i < r; i++) xs[i] = irand(1, 4);
+    int opset = group ? (irand(0, 1) ? 18 : 21) : (irand(0, 1) ? 6 : 22);
+    gc *c = gc_new(group ? "GroupNormalization" : "InstanceNormalization", opset);
+    gc_seed(c, seed);
+    gc_input(c, dt, r, xs, NULL);
+    int64_t ps[1] = {group && opset < 21 ? G : xs[1]};
+    gc_input(c, dt, 1, ps, NULL);
+    gc_input(c, dt, 1, ps, NULL);
+    if (group) gc_attr_i(c, "num_groups", G);
+    int64_t D = xs[1] / G;
+    for (int i = 2; i < r; i++) D *= xs[i];
+    /* a row of one or two values normalizes to 0 or about +-1: a large
+     * epsilon keeps the gradient above the differences' noise */
+    if (D <= 2) gc_attr_f(c, "epsilon", 0.5f);
+    else if (irand(0, 1)) gc_attr_f(c, "epsilon", irand(0, 1) ? 0.1f : 1e-5f);
+    if (group && opset >= 21 && irand(0, 1)) gc_attr_i(c, "stash_type", PD_FLOAT);
+    gc_outputs(c, 1);
+    *mask = 0x7;
+    describe(c, d, dn);
+    return c;
+}
+static gc *b_in(uint64_t seed, pd_dtype dt, uint32_t *mask, char *d, size_t dn) {
+    return b_gn_any(seed, dt, mask, d, dn, false);
+}
+static gc *b_gn(uint64_t seed, pd_dtype dt, uint32_t *mask, char *d, size_t dn) {
+    return b_gn_any(seed, dt, mask, d, dn, true);
+}
+
+static gc *b_rms(uint64_t seed, pd_dtype dt, uint32_t *mask, char *d, size_t dn) {
+    rs_seed(seed);
+    int r = (int)irand(1, 4);
+    int64_t xs[8], ss[8];
+    for (int i = 0; i < r; i++) xs[i] = irand(1, 4);
+    int axis = (int)irand(-r, r - 1), ax = axis < 0 ? axis + r : axis, nd = r - ax;
+    int sn = (int)irand(1, nd);
+    for (int i = 0; i < sn; i++) ss[i] = irand(0, 3) == 0 ? 1 : xs[r - sn + i];
+    gc *c = gc_new("RMSNormalization", 23);
+    gc_seed(c, seed);
+    gc_input(c, dt, r, xs, NULL);
+    gc_input(c, dt, sn, ss, NULL);
+    if (axis != -1 || irand(0, 1)) gc_attr_i(c, "axis", axis);
+    if (irand(0, 1)) gc_attr_f(c, "epsilon", irand(0, 1) ? 0.1f : 1e-5f);
+    gc_outputs(c, 1);
+    *mask = 0x3;
+    describe(c, d, dn);
     return c;
 }
 
@@ -1010,6 +1065,9 @@ int main(void) {
         {"ConvTranspose", b_convt, 100, 16},
         {"BatchNormalization", b_bn, 80, 12},
         {"LayerNormalization", b_ln, 80, 12},
+        {"InstanceNormalization", b_in, 40, 8},
+        {"GroupNormalization", b_gn, 60, 10},
+        {"RMSNormalization", b_rms, 60, 10},
         {"MaxPool", b_maxpool, 100, 12},
         {"AveragePool", b_avgpool, 100, 12},
         {"GlobalAveragePool", b_gap, 20, 6},

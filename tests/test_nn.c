@@ -2,7 +2,8 @@
  * Conv and ConvTranspose (1-D to 3-D, groups, strides, dilations, pads,
  * auto_pad), MaxPool (with indices, both storage orders) and AveragePool
  * (count_include_pad, ceil_mode), MatMul with broadcasting, Softmax and
- * LogSoftmax over every axis, in float and double, over random shapes; and
+ * LogSoftmax over every axis, InstanceNormalization and GroupNormalization
+ * (per-group and per-channel parameters), in float and double, over random shapes; and
  * the multi-threaded paths against the single-threaded ones. */
 #include "../core/shape_nn.h"
 #include "check.h"
@@ -400,6 +401,46 @@ static void test_softmax(pd__exec *x, bool lg, pd_dtype t, int iter) {
     free(X.data), free(Y.data);
 }
 
+/* InstanceNormalization and GroupNormalization (opset 18: scale and bias
+ * per group; 21: per channel) against the textbook formula. */
+static void test_group_norm(pd__exec *x, pd_dtype t, int iter) {
+    int kind = (int)irand(0, 2), nd = (int)irand(kind ? 2 : 3, 5), opset = kind == 1 ? 18 : 21;
+    int64_t G = kind ? irand(1, 4) : 0, xs[8] = {irand(1, 3), 0};
+    xs[1] = kind ? G * irand(1, 3) : irand(1, 5);
+    if (!kind) G = xs[1];
+    for (int i = 2; i < nd; i++) xs[i] = irand(1, 5);
+    int64_t N = xs[0], C = xs[1], S = 1, Cg = C / G, ps[1] = {kind == 1 ? G : C};
+    for (int i = 2; i < nd; i++) S *= xs[i];
+    attrs A = {0};
+    if (kind) a_int(&A, "num_groups", G);
+    pd_tensor X = make(t, nd, xs, true), Y = make(t, nd, xs, false), Sc = make(t, 1, ps, true),
+              B = make(t, 1, ps, true);
+    int64_t nx = pd_tensor_numel(&X);
+    double *ref = malloc(sizeof(double) * (size_t)(nx ? nx : 1)), eps = 1e-5;
+    for (int64_t r = 0; r < N * G; r++) {
+        double m = 0, v = 0;
+        for (int64_t i = 0; i < Cg * S; i++) m += at(&X, r * Cg * S + i);
+        m /= (double)(Cg * S);
+        for (int64_t i = 0; i < Cg * S; i++) v += (at(&X, r * Cg * S + i) - m) * (at(&X, r * Cg * S + i) - m);
+        v /= (double)(Cg * S);
+        for (int64_t i = 0; i < Cg * S; i++) {
+            int64_t c = (r % G) * Cg + i / S, k = kind == 1 ? c / Cg : c;
+            ref[r * Cg * S + i] = (at(&X, r * Cg * S + i) - m) / sqrt(v + eps) * at(&Sc, k) + at(&B, k);
+        }
+    }
+    pd__node n = node(kind ? PD_OP_GROUP_NORM : PD_OP_INSTANCE_NORM, opset, 3, 1, &A);
+    pd_tensor *in[3] = {&X, &Sc, &B}, *out[1] = {&Y};
+    pd_status st = pd__cpu_kernels[n.op](x, &n, in, out);
+    double d = maxdiff(&Y, ref);
+    char shp[64];
+    pd__format_shape(shp, sizeof shp, nd, xs);
+    /* a row of a few values may have a tiny variance, which divides the rounding */
+    CHECK(st == PD_OK && d < 100 * tol(t), "%s %s #%d opset %d X %s groups %lld: max rel diff %.3g", pd__ops[n.op].name,
+          pd_dtype_name(t), iter, opset, shp, (long long)G, d);
+    free(ref);
+    free(X.data), free(Y.data), free(Sc.data), free(B.data);
+}
+
 /* Pools and softmax on 4 threads give the bits of 1 thread; conv is a BLAS sum, so close. */
 static void test_threads(void) {
     pd__exec x1 = {.threads = 1}, x4 = {.threads = 4};
@@ -445,6 +486,7 @@ int main(int argc, char **argv) {
         test_matmul(x, t, it);
         test_softmax(x, false, t, it);
         test_softmax(x, true, t, it);
+        test_group_norm(x, t, it);
     }
     test_threads();
     free(x1.scratch);

@@ -1,7 +1,8 @@
 /* nn.c - CPU kernels of the neural-network ops, each forward beside its
  * backward: Gemm, MatMul, Conv, ConvTranspose (N-D, im2col/col2im +
  * OpenBLAS GEMM, or oneDNN: dnnl.c), BatchNormalization (inference and
- * training statistics), LayerNormalization, MaxPool, AveragePool,
+ * training statistics), LayerNormalization, InstanceNormalization,
+ * GroupNormalization, RMSNormalization, MaxPool, AveragePool,
  * GlobalAveragePool (N-D), LRN, Softmax, LogSoftmax, Dropout,
  * SoftmaxCrossEntropyLoss, NegativeLogLikelihoodLoss.
  *
@@ -319,6 +320,151 @@ pd_status pd__cpu_LayerNormalization_bwd(pd__exec *x, const pd__node *n, pd_tens
                    dS ? dsc : NULL, dB ? dbi : NULL));
     if (dS) reduce_param(dS, nd, X->shape + axis, D, dsc);
     if (dB) reduce_param(dB, nd, X->shape + axis, D, dbi);
+    return PD_OK;
+}
+
+/* ---- InstanceNormalization, GroupNormalization, RMSNormalization ---- */
+
+/* The (N, C, S) view and the group count of an InstanceNormalization (G =
+ * C) or GroupNormalization node, and its scale and bias read per channel
+ * into sc, bi (C doubles each): GroupNormalization before opset 21 gives
+ * them per group, each shared by the group's C/G channels. */
+static void gn_view(const pd__node *n, pd_tensor *const *in, bool group, int64_t *N, int64_t *C, int64_t *G,
+                    int64_t *S, double *sc, double *bi) {
+    const pd_tensor *X = in[0];
+    *N = X->shape[0];
+    *C = X->shape[1];
+    *S = prod64(X->ndim - 2, X->shape + 2);
+    *G = group ? pd__attr_i(n, "num_groups", 1) : *C;
+    bool per_group = group && n->opset < 21;
+    for (int64_t c = 0; c < *C; c++) {
+        int64_t k = per_group ? c / (*C / *G) : c;
+        if (sc) sc[c] = pd__get_f(in[1]->dtype, in[1]->data, k);
+        if (bi) bi[c] = pd__get_f(in[2]->dtype, in[2]->data, k);
+    }
+}
+
+static pd_status gn_run(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out, bool group) {
+    const pd_tensor *X = in[0];
+    int64_t C = X->shape[1], N, G, S;
+    double *sc = pd__scratch_n(x, 2, C, sizeof(double));
+    if (!sc) return PD_ERR_NOMEM;
+    gn_view(n, in, group, &N, &C, &G, &S, sc, sc + C);
+    double eps = pd__attr_f(n, "epsilon", 1e-5f);
+    PD_DISPATCH(X->dtype, group_norm, (x, N, C, G, S, X->data, sc, sc + C, eps, out[0]->data))
+}
+
+static pd_status gn_grad_run(pd__exec *x, pd_dtype dt, int64_t N, int64_t C, int64_t G, int64_t S, const void *X,
+                             const void *dY, const double *sc, double eps, void *dX, double *st, double *dsc,
+                             double *dbi) {
+    PD_DISPATCH(dt, group_norm_bwd, (x, N, C, G, S, X, dY, sc, eps, dX, st, dsc, dbi))
+}
+
+/* dX through the group statistics; dscale, dbias summed per channel, and
+ * per group (over its channels) for GroupNormalization before opset 21. */
+static pd_status gn_grad(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *dout,
+                         pd_tensor *const *din, bool group) {
+    const pd_tensor *X = in[0], *dY = gout(n, dout, 0);
+    pd_tensor *dX = gin(n, din, 0), *dS = gin(n, din, 1), *dB = gin(n, din, 2);
+    if (!dY || (!dX && !dS && !dB)) return PD_OK;
+    int64_t C = X->shape[1], N, G, S;
+    /* scratch: the per-channel scale, dscale, dbias (3C), row statistics (2*N*G) */
+    int64_t R = X->shape[0] * (group ? pd__attr_i(n, "num_groups", 1) : C);
+    double *sc = pd__scratch_n(x, 3 * C + 2 * R, 1, sizeof(double));
+    if (!sc) return PD_ERR_NOMEM;
+    double *dsc = sc + C, *dbi = dsc + C, *st = dbi + C;
+    gn_view(n, in, group, &N, &C, &G, &S, sc, NULL);
+    double eps = pd__attr_f(n, "epsilon", 1e-5f);
+    PD_TRY(gn_grad_run(x, X->dtype, N, C, G, S, X->data, dY->data, sc, eps, dptr(dX), st, dS ? dsc : NULL,
+                       dB ? dbi : NULL));
+    bool per_group = group && n->opset < 21;
+    for (int j = 0; j < 2; j++) {
+        pd_tensor *dp = j ? dB : dS;
+        const double *v = j ? dbi : dsc;
+        if (!dp) continue;
+        for (int64_t c = 0; c < C; c++) {
+            int64_t k = per_group ? c / (C / G) : c;
+            pd__set_f(dp->dtype, dp->data, k, pd__get_f(dp->dtype, dp->data, k) + v[c]);
+        }
+    }
+    return PD_OK;
+}
+
+pd_status pd__cpu_InstanceNormalization(pd__exec *x, const pd__node *n, pd_tensor *const *in,
+                                        pd_tensor *const *out) {
+    return gn_run(x, n, in, out, false);
+}
+
+pd_status pd__cpu_InstanceNormalization_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *in,
+                                            pd_tensor *const *out, pd_tensor *const *dout, pd_tensor *const *din) {
+    (void)out;
+    return gn_grad(x, n, in, dout, din, false);
+}
+
+pd_status pd__cpu_GroupNormalization(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    return gn_run(x, n, in, out, true);
+}
+
+pd_status pd__cpu_GroupNormalization_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *in,
+                                         pd_tensor *const *out, pd_tensor *const *dout, pd_tensor *const *din) {
+    (void)out;
+    return gn_grad(x, n, in, dout, din, true);
+}
+
+/* Rows (R, D) of an RMSNormalization node, and its scale dense over D at
+ * *sd (expanded into buf, D elements of X's dtype, when it broadcasts). */
+static pd_status rms_view(const pd__node *n, pd_tensor *const *in, int64_t *R, int64_t *D, int *nd, void *buf,
+                          const void **sd) {
+    const pd_tensor *X = in[0], *scale = in[1];
+    int r = X->ndim;
+    int64_t axis = pd__attr_i(n, "axis", -1);
+    if (axis < 0) axis += r;
+    if (axis < 0 || axis >= r) return pd__err(PD_ERR_SHAPE, "axis %lld is out of range", (long long)axis);
+    *nd = r - (int)axis;
+    *R = prod64((int)axis, X->shape);
+    *D = prod64(*nd, X->shape + axis);
+    *sd = scale->data;
+    if (pd_tensor_numel(scale) != *D) {
+        expand_param(scale, *nd, X->shape + axis, *D, X->dtype, buf);
+        *sd = buf;
+    }
+    return PD_OK;
+}
+
+pd_status pd__cpu_RMSNormalization(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    const pd_tensor *X = in[0];
+    int64_t R, D = pd_tensor_numel(X);
+    int nd;
+    void *buf = pd__scratch_n(x, D, 1, pd_dtype_size(X->dtype));
+    if (!buf) return PD_ERR_NOMEM;
+    const void *sd;
+    PD_TRY(rms_view(n, in, &R, &D, &nd, buf, &sd));
+    double eps = pd__attr_f(n, "epsilon", 1e-5f);
+    PD_DISPATCH(X->dtype, rms_norm, (x, R, D, X->data, sd, eps, out[0]->data))
+}
+
+static pd_status rms_grad(pd__exec *x, pd_dtype dt, int64_t R, int64_t D, const void *X, const void *scale,
+                          double eps, const void *dY, void *dX, double *st, double *dsc) {
+    PD_DISPATCH(dt, rms_norm_bwd, (x, R, D, X, scale, eps, dY, dX, st, dsc))
+}
+
+pd_status pd__cpu_RMSNormalization_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *in,
+                                       pd_tensor *const *out, pd_tensor *const *dout, pd_tensor *const *din) {
+    (void)out;
+    const pd_tensor *X = in[0], *dY = gout(n, dout, 0);
+    pd_tensor *dX = gin(n, din, 0), *dS = gin(n, din, 1);
+    if (!dY || (!dX && !dS)) return PD_OK;
+    int64_t numel = pd_tensor_numel(X), R, D;
+    int nd;
+    /* scratch: row statistics (numel at most), dense dscale (numel at most), the expanded scale (numel) */
+    double *st = pd__scratch_n(x, 3 * numel + 2, 1, sizeof(double));
+    if (!st) return PD_ERR_NOMEM;
+    double *dsc = st + numel + 1, *buf = dsc + numel + 1;
+    const void *sd;
+    PD_TRY(rms_view(n, in, &R, &D, &nd, buf, &sd));
+    double eps = pd__attr_f(n, "epsilon", 1e-5f);
+    PD_TRY(rms_grad(x, X->dtype, R, D, X->data, sd, eps, dY->data, dptr(dX), st, dS ? dsc : NULL));
+    if (dS) reduce_param(dS, nd, X->shape + (X->ndim - nd), D, dsc);
     return PD_OK;
 }
 

@@ -962,6 +962,120 @@ static pd_status FN(layer_norm_bwd)(pd__exec *x, int64_t R, int64_t D, const T *
     return PD_OK;
 }
 
+/* GroupNormalization and InstanceNormalization (G = C): X (N, C, S) in N*G
+ * rows of Cg = C/G consecutive channels, each normalized over its Cg*S
+ * values (mean and biased variance in double, as LayerNormalization);
+ * Y = xhat * sc[c] + bi[c] per channel c. */
+static pd_status FN(group_norm)(pd__exec *x, int64_t N, int64_t C, int64_t G, int64_t S, const T *X,
+                                const double *sc, const double *bi, double eps, T *Y) {
+    int64_t Cg = C / G, D = Cg * S;
+    int nt = pd__nthreads(x);
+    PD_OMP_FOR(nt, N * C * S > 32768)
+    for (int64_t r = 0; r < N * G; r++) {
+        const T *xp = X + r * D;
+        T *yp = Y + r * D;
+        double m = D ? FN(row_sum)(xp, D) / (double)D : 0;
+        double is = 1.0 / sqrt((D ? FN(row_sqdev)(xp, D, m) / (double)D : 0) + eps);
+        for (int64_t j = 0, c = (r % G) * Cg; j < Cg; j++, c++)
+            for (int64_t s = 0; s < S; s++) yp[j * S + s] = (T)(((double)xp[j * S + s] - m) * is * sc[c] + bi[c]);
+    }
+    return PD_OK;
+}
+
+/* The backward of group_norm: row statistics to st (2*N*G); dX (when given)
+ * += istd * (g - mean(g) - xhat * mean(g * xhat)) per row, g = dY * sc[c];
+ * dsc, dbi (C, when given) = sums over N and S of dY * xhat and dY. */
+static pd_status FN(group_norm_bwd)(pd__exec *x, int64_t N, int64_t C, int64_t G, int64_t S, const T *X,
+                                    const T *dY, const double *sc, double eps, T *dX, double *st, double *dsc,
+                                    double *dbi) {
+    int64_t Cg = C / G, D = Cg * S;
+    int nt = pd__nthreads(x);
+    PD_OMP_FOR(nt, N * C * S > 32768)
+    for (int64_t r = 0; r < N * G; r++) {
+        const T *xp = X + r * D, *gp = dY + r * D;
+        double m = D ? FN(row_sum)(xp, D) / (double)D : 0;
+        double is = 1.0 / sqrt((D ? FN(row_sqdev)(xp, D, m) / (double)D : 0) + eps);
+        st[2 * r] = m;
+        st[2 * r + 1] = is;
+        if (!dX || D == 0) continue;
+        int64_t c0 = (r % G) * Cg;
+        double mg = 0, mgx = 0;
+        for (int64_t j = 0; j < Cg; j++)
+            for (int64_t s = 0; s < S; s++) {
+                double g = (double)gp[j * S + s] * sc[c0 + j];
+                mg += g;
+                mgx += g * ((double)xp[j * S + s] - m) * is;
+            }
+        mg /= (double)D;
+        mgx /= (double)D;
+        T *dp = dX + r * D;
+        for (int64_t j = 0; j < Cg; j++)
+            for (int64_t s = 0; s < S; s++) {
+                double xh = ((double)xp[j * S + s] - m) * is;
+                dp[j * S + s] += (T)(is * ((double)gp[j * S + s] * sc[c0 + j] - mg - xh * mgx));
+            }
+    }
+    if (!dsc && !dbi) return PD_OK;
+    PD_OMP_FOR(nt, N * C * S > 32768)
+    for (int64_t c = 0; c < C; c++) {
+        double s1 = 0, s2 = 0;
+        for (int64_t n = 0; n < N; n++) {
+            int64_t r = n * G + c / Cg;
+            const T *xp = X + (n * C + c) * S, *gp = dY + (n * C + c) * S;
+            double m = st[2 * r], is = st[2 * r + 1];
+            for (int64_t s = 0; s < S; s++) {
+                s1 += (double)gp[s] * ((double)xp[s] - m) * is;
+                s2 += gp[s];
+            }
+        }
+        if (dsc) dsc[c] = s1;
+        if (dbi) dbi[c] = s2;
+    }
+    return PD_OK;
+}
+
+/* RMSNormalization over rows of X (R, D): Y = X * istd * scale (D),
+ * istd = 1/sqrt(mean(X^2) + eps), in double. */
+static pd_status FN(rms_norm)(pd__exec *x, int64_t R, int64_t D, const T *X, const T *scale, double eps, T *Y) {
+    int nt = pd__nthreads(x);
+    PD_OMP_FOR(nt, R * D > 32768)
+    for (int64_t r = 0; r < R; r++) {
+        const T *xp = X + r * D;
+        T *yp = Y + r * D;
+        double is = 1.0 / sqrt((D ? FN(row_sqdev)(xp, D, 0) / (double)D : 0) + eps);
+        for (int64_t i = 0; i < D; i++) yp[i] = (T)((double)xp[i] * is * scale[i]);
+    }
+    return PD_OK;
+}
+
+/* The backward of rms_norm: istd per row to st (R); dX (when given) +=
+ * istd * g - x * istd^3 * mean(g * x), g = dY * scale; dsc (D, when given)
+ * = sum over rows of dY * x * istd. */
+static pd_status FN(rms_norm_bwd)(pd__exec *x, int64_t R, int64_t D, const T *X, const T *scale, double eps,
+                                  const T *dY, T *dX, double *st, double *dsc) {
+    int nt = pd__nthreads(x);
+    PD_OMP_FOR(nt, R * D > 32768)
+    for (int64_t r = 0; r < R; r++) {
+        const T *xp = X + r * D, *gp = dY + r * D;
+        double is = 1.0 / sqrt((D ? FN(row_sqdev)(xp, D, 0) / (double)D : 0) + eps);
+        st[r] = is;
+        if (!dX || D == 0) continue;
+        double a = 0;
+        for (int64_t i = 0; i < D; i++) a += (double)gp[i] * scale[i] * xp[i];
+        double k = is * is * is * a / (double)D;
+        T *dp = dX + r * D;
+        for (int64_t i = 0; i < D; i++) dp[i] += (T)(is * (double)gp[i] * scale[i] - (double)xp[i] * k);
+    }
+    if (!dsc) return PD_OK;
+    PD_OMP_FOR(nt, R * D > 32768)
+    for (int64_t i = 0; i < D; i++) {
+        double s1 = 0;
+        for (int64_t r = 0; r < R; r++) s1 += (double)dY[r * D + i] * X[r * D + i] * st[r];
+        dsc[i] = s1;
+    }
+    return PD_OK;
+}
+
 /* y_c = x_c * d_c^-beta, d_c = bias + alpha/size * sum of x_j^2 over the
  * channels j around c, X (N, C, S):
  *   dx_j += dy_j d_j^-beta - 2 alpha beta / size * x_j * sum over the c whose
