@@ -1,7 +1,9 @@
 /* shape_nn.c - shape rules and FLOP counts of the neural-network ops:
  * Gemm, MatMul, Conv, ConvTranspose, BatchNormalization, LayerNormalization,
- * InstanceNormalization, GroupNormalization, RMSNormalization, MaxPool, AveragePool, GlobalAveragePool, LRN, Softmax, LogSoftmax, Dropout,
- * SoftmaxCrossEntropyLoss and NegativeLogLikelihoodLoss (opsets 6-22).
+ * InstanceNormalization, GroupNormalization, RMSNormalization,
+ * LpNormalization, MeanVarianceNormalization, MaxPool, AveragePool, LpPool,
+ * GlobalAveragePool, GlobalMaxPool, LRN, Softmax, LogSoftmax, Dropout,
+ * SoftmaxCrossEntropyLoss and NegativeLogLikelihoodLoss (opsets 6-23).
  *
  * A rule checks ranks, channel counts against the weights, and dtypes, so a
  * bad model fails with one line naming the node and the shapes, and then
@@ -586,6 +588,59 @@ double pd__flops_RMSNormalization(const pd_graph *g, const pd__node *n) {
     return x ? 4 * dnumel(x) : 0;
 }
 
+/* y = x / ||x||_p along axis (p 1 or 2, as the spec). */
+pd_status pd__shape_LpNormalization(pd_graph *g, pd__node *n) {
+    pd__tensor *x;
+    PD_TRY(need(g, n, 0, "input", &x));
+    PD_TRY(need_float(g, n, x, "input"));
+    int axis;
+    int64_t a = pd__attr_i(n, "axis", -1), p = pd__attr_i(n, "p", 2);
+    if (x->ndim < 1 || !norm_axis(a, x->ndim, x->ndim - 1, &axis))
+        return pd__node_err(g, n, PD_ERR_SHAPE, "axis %lld is out of range for input %s", (long long)a, shp(x).s);
+    if (p != 1 && p != 2)
+        return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "attribute p is %lld (the spec allows 1 and 2)", (long long)p);
+    return set_out(g, n, 0, x->dtype, x->ndim, x->shape);
+}
+
+double pd__flops_LpNormalization(const pd_graph *g, const pd__node *n) {
+    const pd__tensor *x = cin(g, n, 0);
+    return x ? 3 * dnumel(x) : 0;
+}
+
+int pd__mvn_axes(const pd__node *n, int ndim, bool *reduced) {
+    static const int64_t def[3] = {0, 2, 3};
+    const int64_t *v;
+    int c = pd__attr_ints(n, "axes", &v);
+    if (!pd__attr_get(n, "axes")) v = def, c = 3;
+    for (int i = 0; i < ndim; i++) reduced[i] = false;
+    for (int i = 0; i < c; i++) {
+        int a;
+        if (!norm_axis(v[i], ndim, ndim - 1, &a) || reduced[a]) return -1 - i;
+        reduced[a] = true;
+    }
+    return c;
+}
+
+pd_status pd__shape_MeanVarianceNormalization(pd_graph *g, pd__node *n) {
+    pd__tensor *x;
+    PD_TRY(need(g, n, 0, "X", &x));
+    PD_TRY(need_float(g, n, x, "X"));
+    bool red[PD_MAX_DIMS];
+    int c = pd__mvn_axes(n, x->ndim, red);
+    if (c < 0) {
+        const int64_t *v;
+        pd__attr_ints(n, "axes", &v);
+        return pd__node_err(g, n, PD_ERR_SHAPE, "axes entry %d%s is out of range or repeated for X %s", -1 - c,
+                            pd__attr_get(n, "axes") ? "" : " of the default [0,2,3]", shp(x).s);
+    }
+    return set_out(g, n, 0, x->dtype, x->ndim, x->shape);
+}
+
+double pd__flops_MeanVarianceNormalization(const pd_graph *g, const pd__node *n) {
+    const pd__tensor *x = cin(g, n, 0);
+    return x ? 6 * dnumel(x) : 0;
+}
+
 pd_status pd__shape_LRN(pd_graph *g, pd__node *n) {
     pd__tensor *x;
     PD_TRY(need(g, n, 0, "X", &x));
@@ -659,6 +714,30 @@ double pd__flops_GlobalAveragePool(const pd_graph *g, const pd__node *n) {
     const pd__tensor *x = cin(g, n, 0);
     return x ? dnumel(x) : 0;
 }
+
+pd_status pd__shape_GlobalMaxPool(pd_graph *g, pd__node *n) { return pd__shape_GlobalAveragePool(g, n); }
+
+double pd__flops_GlobalMaxPool(const pd_graph *g, const pd__node *n) {
+    const pd__tensor *x = cin(g, n, 0);
+    return x ? dnumel(x) : 0;
+}
+
+double pd__lppool_p(const pd__node *n) {
+    const pd__attr *a = pd__attr_get(n, "p");
+    if (a && a->type == PD_A_FLOAT) return a->f; /* opset 1: a float */
+    return (double)pd__attr_i(n, "p", 2);
+}
+
+pd_status pd__shape_LpPool(pd_graph *g, pd__node *n) {
+    double p = pd__lppool_p(n);
+    if (!(p >= 1 && p <= 64))
+        return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "attribute p is %g (1 to 64 are supported)", p);
+    if (n->nout > 1 && n->out[1] >= 0)
+        return pd__node_err(g, n, PD_ERR_SHAPE, "LpPool has one output, the model gives it %d", n->nout);
+    return pool_shape(g, n, false);
+}
+
+double pd__flops_LpPool(const pd_graph *g, const pd__node *n) { return 3 * pool_flops(g, n); }
 
 /* ---- softmax family --------------------------------------------------------------------- */
 

@@ -48,6 +48,14 @@ int pd__bn_training(const pd__node *n);
 pd_status pd__softmax_split(const pd__node *n, int ndim, const int64_t *shape, int64_t *outer, int64_t *len,
                             int64_t *inner);
 
+/* MeanVarianceNormalization's axes (default [0, 2, 3]): reduced[d] for each
+ * of the ndim dims; returns their count, or -1-i when entry i is out of
+ * range or repeated. */
+int pd__mvn_axes(const pd__node *n, int ndim, bool *reduced);
+
+/* LpPool's p: an int from opset 2, a float in opset 1 (default 2). */
+double pd__lppool_p(const pd__node *n);
+
 /* The reduction attribute of the losses: 0 none, 1 sum, 2 mean, -1 unknown. */
 int pd__loss_reduction(const pd__node *n);
 

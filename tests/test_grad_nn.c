@@ -3,11 +3,12 @@
  * - every differentiable input of Gemm, MatMul, Conv, ConvTranspose,
  *   BatchNormalization (training session, the node's own training mode,
  *   inference), LayerNormalization, InstanceNormalization,
- *   GroupNormalization (opsets 18 and 21), RMSNormalization, MaxPool, AveragePool, GlobalAveragePool,
- *   LRN, Softmax, LogSoftmax, Dropout, SoftmaxCrossEntropyLoss and
- *   NegativeLogLikelihoodLoss against central differences in float64
- *   (tests/gradcheck.h: also += into din and the split B/W backward), over
- *   random shapes and attributes;
+ *   GroupNormalization (opsets 18 and 21), RMSNormalization,
+ *   LpNormalization, MeanVarianceNormalization, MaxPool, AveragePool,
+ *   LpPool, GlobalAveragePool, GlobalMaxPool, LRN, Softmax, LogSoftmax,
+ *   Dropout, SoftmaxCrossEntropyLoss and NegativeLogLikelihoodLoss against
+ *   central differences in float64 (tests/gradcheck.h: also += into din
+ *   and the split B/W backward), over random shapes and attributes;
  * - the float32 backward against the float64 one on the same values;
  * - the multi-threaded backward against the single-threaded one;
  * - BatchNormalization's training-session forward against hand-computed
@@ -422,6 +423,115 @@ static gc *b_gap(uint64_t seed, pd_dtype dt, uint32_t *mask, char *d, size_t dn)
     *mask = 0x1;
     describe(c, d, dn);
     return c;
+}
+
+static gc *b_gmp(uint64_t seed, pd_dtype dt, uint32_t *mask, char *d, size_t dn) {
+    rs_seed(seed);
+    int r = (int)irand(3, 5);
+    int64_t xs[8];
+    for (int i = 0; i < r; i++) xs[i] = irand(1, 4);
+    gc *c = gc_new("GlobalMaxPool", 1);
+    gc_seed(c, seed);
+    gc_input(c, dt, r, xs, NULL);
+    /* distinct values, far apart compared with the differences' step: no ties */
+    int64_t n = numel_in(c, 0);
+    for (int64_t k = 0; k < n; k++) set(c, 0, k, -1 + 2.0 * (double)k / (double)n);
+    for (int64_t k = n - 1; k > 0; k--) {
+        int64_t j = irand(0, k);
+        double t = at(c, 0, k);
+        set(c, 0, k, at(c, 0, j));
+        set(c, 0, j, t);
+    }
+    gc_outputs(c, 1);
+    *mask = 0x1;
+    describe(c, d, dn);
+    return c;
+}
+
+/* LpPool (p 1 to 3; opset 18 adds dilations and ceil_mode), retried until every window holds an input. */
+static gc *b_lppool(uint64_t seed, pd_dtype dt, uint32_t *mask, char *d, size_t dn) {
+    for (uint64_t tries = 0;; tries++) {
+        rs_seed(seed * 733 + tries);
+        int ns = irand(0, 4) == 0 ? 3 : (int)irand(1, 2);
+        int64_t xs[8] = {irand(1, 2), irand(1, 3)}, ks[8];
+        for (int i = 0; i < ns; i++) {
+            ks[i] = irand(1, 3);
+            xs[2 + i] = ns == 1 ? irand(3, 8) : ns == 2 ? irand(3, 5) : irand(2, 3);
+        }
+        int opset = irand(0, 1) ? 11 : 18;
+        gc *c = gc_new("LpPool", opset);
+        gc_seed(c, seed);
+        gc_attr_ints(c, "kernel_shape", ns, ks);
+        rand_window(c, ns, 1, opset >= 18, true);
+        if (opset >= 18 && irand(0, 1)) gc_attr_i(c, "ceil_mode", 1);
+        int64_t p = irand(1, 3);
+        if (p != 2 || irand(0, 1)) gc_attr_i(c, "p", p);
+        pd__win w;
+        if (pd__win_make(&c->node, PD_WIN_POOL, ns + 2, xs, NULL, &w) != PD_OK || !windows_hit(&w)) {
+            gc_free(c);
+            continue;
+        }
+        gc_input(c, dt, ns + 2, xs, NULL);
+        /* away from 0, where |x| has its kink (p 1) */
+        for (int64_t k = 0; k < numel_in(c, 0); k++) {
+            double v = at(c, 0, k);
+            set(c, 0, k, v < 0 ? v - 0.1 : v + 0.1);
+        }
+        gc_outputs(c, 1);
+        *mask = 0x1;
+        describe(c, d, dn);
+        return c;
+    }
+}
+
+static gc *b_lpn(uint64_t seed, pd_dtype dt, uint32_t *mask, char *d, size_t dn) {
+    rs_seed(seed);
+    int r = (int)irand(1, 4);
+    int64_t xs[8];
+    for (int i = 0; i < r; i++) xs[i] = irand(1, 4);
+    int axis = (int)irand(-r, r - 1);
+    /* a line of one value normalizes to its sign: gradient 0, where float32 and float64 differ by rounding only */
+    xs[axis < 0 ? axis + r : axis] = irand(2, 4);
+    int64_t p = irand(1, 2);
+    gc *c = gc_new("LpNormalization", 1);
+    gc_seed(c, seed);
+    gc_input(c, dt, r, xs, NULL);
+    for (int64_t k = 0; k < numel_in(c, 0); k++) { /* away from 0, where |x| has its kink (p 1) */
+        double v = at(c, 0, k);
+        set(c, 0, k, v < 0 ? v - 0.1 : v + 0.1);
+    }
+    if (axis != -1 || irand(0, 1)) gc_attr_i(c, "axis", axis);
+    if (p != 2 || irand(0, 1)) gc_attr_i(c, "p", p);
+    gc_outputs(c, 1);
+    *mask = 0x1;
+    describe(c, d, dn);
+    return c;
+}
+
+/* MeanVarianceNormalization over random axes (the default [0, 2, 3] on rank
+ * 4), groups of 3 values or more. */
+static gc *b_mvn(uint64_t seed, pd_dtype dt, uint32_t *mask, char *d, size_t dn) {
+    for (uint64_t tries = 0;; tries++) {
+        rs_seed(seed * 311 + tries);
+        int r = (int)irand(1, 5);
+        int64_t xs[8], axes[8], na = 0, D = 1;
+        for (int i = 0; i < r; i++) xs[i] = irand(1, 4);
+        bool dflt = r == 4 && irand(0, 1);
+        for (int i = 0; i < r; i++)
+            if (dflt ? i != 1 : irand(0, 1)) {
+                axes[na++] = irand(0, 1) ? i : i - r;
+                D *= xs[i];
+            }
+        if (na == 0 || D < 3) continue;
+        gc *c = gc_new("MeanVarianceNormalization", irand(0, 1) ? 9 : 13);
+        gc_seed(c, seed);
+        gc_input(c, dt, r, xs, NULL);
+        if (!dflt || irand(0, 1)) gc_attr_ints(c, "axes", (int)na, axes);
+        gc_outputs(c, 1);
+        *mask = 0x1;
+        describe(c, d, dn);
+        return c;
+    }
 }
 
 static gc *b_lrn(uint64_t seed, pd_dtype dt, uint32_t *mask, char *d, size_t dn) {
@@ -1068,9 +1178,13 @@ int main(void) {
         {"InstanceNormalization", b_in, 40, 8},
         {"GroupNormalization", b_gn, 60, 10},
         {"RMSNormalization", b_rms, 60, 10},
+        {"LpNormalization", b_lpn, 40, 8},
+        {"MeanVarianceNormalization", b_mvn, 40, 8},
         {"MaxPool", b_maxpool, 100, 12},
         {"AveragePool", b_avgpool, 100, 12},
         {"GlobalAveragePool", b_gap, 20, 6},
+        {"GlobalMaxPool", b_gmp, 20, 6},
+        {"LpPool", b_lppool, 60, 10},
         {"LRN", b_lrn, 50, 8},
         {"Softmax", b_softmax, 50, 8},
         {"LogSoftmax", b_logsoftmax, 50, 8},

@@ -3,8 +3,9 @@
  * auto_pad), MaxPool (with indices, both storage orders) and AveragePool
  * (count_include_pad, ceil_mode), MatMul with broadcasting, Softmax and
  * LogSoftmax over every axis, InstanceNormalization and GroupNormalization
- * (per-group and per-channel parameters), in float and double, over random shapes; and
- * the multi-threaded paths against the single-threaded ones. */
+ * (per-group and per-channel parameters), LpPool, in float and double, over random shapes; and
+ * the multi-threaded paths against the single-threaded ones; GlobalMaxPool's
+ * ties and NaN. */
 #include "../core/shape_nn.h"
 #include "check.h"
 
@@ -441,6 +442,74 @@ static void test_group_norm(pd__exec *x, pd_dtype t, int iter) {
     free(X.data), free(Y.data), free(Sc.data), free(B.data);
 }
 
+/* GlobalMaxPool: ties and NaN, which finite differences cannot see: the
+ * gradient goes to the first maximum of a plane, a NaN wins the max. */
+static void test_global_maxpool(pd__exec *x) {
+    int64_t xs[3] = {1, 3, 4}, ys[3] = {1, 3, 1};
+    pd_tensor X = make(PD_DOUBLE, 3, xs, false), Y = make(PD_DOUBLE, 3, ys, false), dY = make(PD_DOUBLE, 3, ys, false),
+              dX = make(PD_DOUBLE, 3, xs, false);
+    static const double v[12] = {1, 5, 5, 2, -3, -1, -1, -2, 0, NAN, 7, 1};
+    for (int i = 0; i < 12; i++) pd__set_f(PD_DOUBLE, X.data, i, v[i]);
+    for (int i = 0; i < 3; i++) pd__set_f(PD_DOUBLE, dY.data, i, i + 1);
+    pd__node n = node(PD_OP_GLOBAL_MAX_POOL, 1, 1, 1, NULL);
+    pd_tensor *in[1] = {&X}, *out[1] = {&Y}, *dout[1] = {&dY}, *din[1] = {&dX};
+    bool ok = pd__cpu_kernels[n.op](x, &n, in, out) == PD_OK &&
+              pd__cpu_grads[n.op](x, &n, in, out, dout, din) == PD_OK;
+    static const double wy[2] = {5, -1}, wd[12] = {0, 1, 0, 0, 0, 2, 0, 0, 0, 3, 0, 0};
+    bool good = ok && at(&Y, 0) == wy[0] && at(&Y, 1) == wy[1] && isnan(at(&Y, 2));
+    for (int i = 0; i < 12; i++) good = good && at(&dX, i) == wd[i];
+    CHECK(good, "GlobalMaxPool: first maximum takes the gradient, NaN propagates");
+    free(X.data), free(Y.data), free(dY.data), free(dX.data);
+}
+
+/* LpPool (p 1 to 3) against the textbook sum over each window's taps. */
+static void test_lppool(pd__exec *x, pd_dtype t, int iter) {
+    int ns = (int)irand(1, 3);
+    int64_t xs[8] = {irand(1, 2), irand(1, 3)}, p = irand(1, 3);
+    int64_t ks[8];
+    for (int i = 0; i < ns; i++) xs[2 + i] = irand(3, 6), ks[i] = irand(1, 3);
+    attrs A = {0};
+    a_ints(&A, "kernel_shape", ns, ks);
+    random_window(&A, ns, true, false);
+    a_int(&A, "p", p);
+    pd__win w;
+    if (pd__win_make(&(pd__node){.nattr = A.n, .attr = A.a}, PD_WIN_POOL, ns + 2, xs, NULL, &w) != PD_OK) return;
+    int64_t ys[8] = {xs[0], xs[1]};
+    for (int i = 0; i < ns; i++) ys[2 + i] = w.out[i];
+    pd_tensor X = make(t, ns + 2, xs, true), Y = make(t, ns + 2, ys, false);
+    int64_t ny = pd_tensor_numel(&Y), IN = 1, OUT = 1, K = 1;
+    for (int i = 0; i < ns; i++) IN *= w.in[i], OUT *= w.out[i], K *= w.k[i];
+    double *ref = malloc(sizeof(double) * (size_t)ny);
+    for (int64_t nc = 0; nc < xs[0] * xs[1]; nc++)
+        for (int64_t o = 0; o < OUT; o++) {
+            int64_t oi[8], ki[8];
+            for (int64_t f = o, i = ns - 1; i >= 0; i--) oi[i] = f % w.out[i], f /= w.out[i];
+            double acc = 0;
+            for (int64_t k = 0; k < K; k++) {
+                for (int64_t f = k, i = ns - 1; i >= 0; i--) ki[i] = f % w.k[i], f /= w.k[i];
+                int64_t off = 0;
+                bool in = true;
+                for (int i = 0; i < ns; i++) {
+                    int64_t pos = oi[i] * w.s[i] - w.pb[i] + ki[i] * w.d[i];
+                    in = in && pos >= 0 && pos < w.in[i];
+                    off = off * w.in[i] + pos;
+                }
+                if (in) acc += pow(fabs(at(&X, nc * IN + off)), (double)p);
+            }
+            ref[nc * OUT + o] = pow(acc, 1.0 / (double)p);
+        }
+    pd__node n = node(PD_OP_LP_POOL, 18, 1, 1, &A);
+    pd_tensor *in[1] = {&X}, *out[1] = {&Y};
+    pd_status st = pd__cpu_kernels[n.op](x, &n, in, out);
+    double d = maxdiff(&Y, ref);
+    char shp[64];
+    pd__format_shape(shp, sizeof shp, ns + 2, xs);
+    CHECK(st == PD_OK && d < tol(t), "LpPool %s #%d X %s p %lld: max rel diff %.3g", pd_dtype_name(t), iter, shp,
+          (long long)p, d);
+    free(ref);
+    free(X.data), free(Y.data);
+}
+
 /* Pools and softmax on 4 threads give the bits of 1 thread; conv is a BLAS sum, so close. */
 static void test_threads(void) {
     pd__exec x1 = {.threads = 1}, x4 = {.threads = 4};
@@ -487,7 +556,9 @@ int main(int argc, char **argv) {
         test_softmax(x, false, t, it);
         test_softmax(x, true, t, it);
         test_group_norm(x, t, it);
+        test_lppool(x, t, it);
     }
+    test_global_maxpool(&x1);
     test_threads();
     free(x1.scratch);
     free(x4.scratch);

@@ -2,7 +2,8 @@
  * backward: Gemm, MatMul, Conv, ConvTranspose (N-D, im2col/col2im +
  * OpenBLAS GEMM, or oneDNN: dnnl.c), BatchNormalization (inference and
  * training statistics), LayerNormalization, InstanceNormalization,
- * GroupNormalization, RMSNormalization, MaxPool, AveragePool,
+ * GroupNormalization, RMSNormalization, LpNormalization,
+ * MeanVarianceNormalization, MaxPool, AveragePool, LpPool, GlobalMaxPool,
  * GlobalAveragePool (N-D), LRN, Softmax, LogSoftmax, Dropout,
  * SoftmaxCrossEntropyLoss, NegativeLogLikelihoodLoss.
  *
@@ -468,6 +469,82 @@ pd_status pd__cpu_RMSNormalization_bwd(pd__exec *x, const pd__node *n, pd_tensor
     return PD_OK;
 }
 
+/* ---- LpNormalization, MeanVarianceNormalization ---- */
+
+static void lpn_view(const pd__node *n, const pd_tensor *X, int64_t *outer, int64_t *len, int64_t *inner, int *p) {
+    int64_t a = pd__attr_i(n, "axis", -1);
+    int axis = (int)(a < 0 ? a + X->ndim : a);
+    *outer = prod64(axis, X->shape);
+    *len = X->shape[axis];
+    *inner = prod64(X->ndim - axis - 1, X->shape + axis + 1);
+    *p = (int)pd__attr_i(n, "p", 2);
+}
+
+pd_status pd__cpu_LpNormalization(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    int64_t o, l, i;
+    int p;
+    lpn_view(n, in[0], &o, &l, &i, &p);
+    PD_DISPATCH(in[0]->dtype, lp_norm, (x, o, l, i, p, in[0]->data, out[0]->data))
+}
+
+pd_status pd__cpu_LpNormalization_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out,
+                                      pd_tensor *const *dout, pd_tensor *const *din) {
+    (void)out;
+    const pd_tensor *dY = gout(n, dout, 0);
+    pd_tensor *dX = gin(n, din, 0);
+    if (!dY || !dX) return PD_OK;
+    int64_t o, l, i;
+    int p;
+    lpn_view(n, in[0], &o, &l, &i, &p);
+    PD_DISPATCH(in[0]->dtype, lp_norm_bwd, (x, o, l, i, p, in[0]->data, dY->data, dX->data))
+}
+
+/* The group of each element of X (key, numel) over MeanVarianceNormalization's
+ * axes: its index over the dims kept; *K groups. */
+static pd_status mvn_keys(pd__exec *x, const pd__node *n, const pd_tensor *X, int64_t extra, int64_t **key,
+                          int64_t *K) {
+    bool red[PD_MAX_DIMS];
+    if (pd__mvn_axes(n, X->ndim, red) < 0) return pd__err(PD_ERR_SHAPE, "axes out of range or repeated");
+    int64_t numel = pd_tensor_numel(X), kdim[PD_MAX_DIMS], idx[PD_MAX_DIMS] = {0};
+    *K = 1;
+    for (int d = 0; d < X->ndim; d++) {
+        kdim[d] = red[d] ? 1 : X->shape[d];
+        *K *= kdim[d];
+    }
+    /* scratch: the keys (numel), then `extra` doubles per group */
+    *key = pd__scratch_n(x, numel + extra * *K + 1, 1, sizeof(int64_t));
+    if (!*key) return PD_ERR_NOMEM;
+    for (int64_t e = 0; e < numel; e++) {
+        int64_t k = 0;
+        for (int d = 0; d < X->ndim; d++) k = k * kdim[d] + (red[d] ? 0 : idx[d]);
+        (*key)[e] = k;
+        odo_next(idx, X->shape, X->ndim);
+    }
+    return PD_OK;
+}
+
+pd_status pd__cpu_MeanVarianceNormalization(pd__exec *x, const pd__node *n, pd_tensor *const *in,
+                                            pd_tensor *const *out) {
+    const pd_tensor *X = in[0];
+    int64_t *key, K, numel = pd_tensor_numel(X);
+    PD_TRY(mvn_keys(x, n, X, 2, &key, &K));
+    double *st = (double *)(key + numel);
+    PD_DISPATCH(X->dtype, mvn, (numel, K, key, X->data, st, out[0]->data))
+}
+
+pd_status pd__cpu_MeanVarianceNormalization_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *in,
+                                                pd_tensor *const *out, pd_tensor *const *dout,
+                                                pd_tensor *const *din) {
+    (void)out;
+    const pd_tensor *X = in[0], *dY = gout(n, dout, 0);
+    pd_tensor *dX = gin(n, din, 0);
+    if (!dY || !dX) return PD_OK;
+    int64_t *key, K, numel = pd_tensor_numel(X);
+    PD_TRY(mvn_keys(x, n, X, 4, &key, &K));
+    double *st = (double *)(key + numel);
+    PD_DISPATCH(X->dtype, mvn_bwd, (numel, K, key, X->data, dY->data, st, dX->data))
+}
+
 static pd_status lrn_grad(pd__exec *x, pd_dtype dt, int64_t N, int64_t C, int64_t S, const void *X, const void *dY,
                           int64_t size, double alpha, double beta, double bias, double *Q, void *dX) {
     PD_DISPATCH(dt, lrn_bwd, (x, N, C, S, X, dY, size, alpha, beta, bias, Q, dX))
@@ -583,6 +660,46 @@ pd_status pd__cpu_GlobalAveragePool_bwd(pd__exec *x, const pd__node *n, pd_tenso
     if (!dY || !dX) return PD_OK;
     int64_t NC = X->shape[0] * X->shape[1], S = prod64(X->ndim - 2, X->shape + 2);
     PD_DISPATCH(X->dtype, global_avgpool_bwd, (x, NC, S, dY->data, dX->data))
+}
+
+pd_status pd__cpu_GlobalMaxPool(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    (void)n;
+    const pd_tensor *X = in[0];
+    int64_t NC = X->shape[0] * X->shape[1], S = prod64(X->ndim - 2, X->shape + 2);
+    PD_DISPATCH(X->dtype, global_maxpool, (x, NC, S, X->data, out[0]->data))
+}
+
+pd_status pd__cpu_GlobalMaxPool_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out,
+                                    pd_tensor *const *dout, pd_tensor *const *din) {
+    (void)out;
+    const pd_tensor *X = in[0], *dY = gout(n, dout, 0);
+    pd_tensor *dX = gin(n, din, 0);
+    if (!dY || !dX) return PD_OK;
+    int64_t NC = X->shape[0] * X->shape[1], S = prod64(X->ndim - 2, X->shape + 2);
+    PD_DISPATCH(X->dtype, global_maxpool_bwd, (x, NC, S, X->data, dY->data, dX->data))
+}
+
+pd_status pd__cpu_LpPool(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    const pd_tensor *X = in[0];
+    pd__win w;
+    PD_TRY(pd__win_make(n, PD_WIN_POOL, X->ndim, X->shape, NULL, &w));
+    int64_t NC = X->shape[0] * X->shape[1];
+    PD_DISPATCH(X->dtype, lppool, (x, &w, NC, pd__lppool_p(n), X->data, out[0]->data, NULL, NULL))
+}
+
+pd_status pd__cpu_LpPool_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out,
+                             pd_tensor *const *dout, pd_tensor *const *din) {
+    (void)out;
+    const pd_tensor *X = in[0], *dY = gout(n, dout, 0);
+    pd_tensor *dX = gin(n, din, 0);
+    if (!dY || !dX) return PD_OK;
+    pd__win w;
+    PD_TRY(pd__win_make(n, PD_WIN_POOL, X->ndim, X->shape, NULL, &w));
+    int64_t NC = X->shape[0] * X->shape[1];
+    /* scratch: Y recomputed (NC * OUT) */
+    void *Y = pd__scratch_n(x, NC * prod64(w.nsp, w.out), 1, pd_dtype_size(X->dtype));
+    if (!Y) return PD_ERR_NOMEM;
+    PD_DISPATCH(X->dtype, lppool, (x, &w, NC, pd__lppool_p(n), X->data, Y, dY->data, dX->data))
 }
 
 /* ---- softmax family ---------------------------------------------------------------------------------- */

@@ -1113,6 +1113,160 @@ static pd_status FN(lrn_bwd)(pd__exec *x, int64_t N, int64_t C, int64_t S, const
     return PD_OK;
 }
 
+/* ---- LpNormalization, MeanVarianceNormalization, GlobalMaxPool, LpPool ---------------------------- */
+
+/* Lines of X (outer, len, inner) along len: y = x / ||x||_p, p 1 or 2 (a
+ * zero line gives 0/0 = NaN, as ONNX's reference). */
+static pd_status FN(lp_norm)(pd__exec *x, int64_t outer, int64_t len, int64_t inner, int p, const T *X, T *Y) {
+    int nt = pd__nthreads(x);
+    PD_OMP_FOR(nt, outer * len * inner > 32768)
+    for (int64_t q = 0; q < outer * inner; q++) {
+        int64_t base = (q / inner) * len * inner + q % inner;
+        double nrm = 0;
+        for (int64_t j = 0; j < len; j++) {
+            double v = X[base + j * inner];
+            nrm += p == 1 ? fabs(v) : v * v;
+        }
+        if (p == 2) nrm = sqrt(nrm);
+        for (int64_t j = 0; j < len; j++) Y[base + j * inner] = (T)(X[base + j * inner] / nrm);
+    }
+    return PD_OK;
+}
+
+/* dX += dY / n - d n/dx * sum(dY * x) / n^2, n = ||x||_p: d n/dx = x / n
+ * (p 2) or sign(x) (p 1, 0 at 0 as PyTorch's abs). */
+static pd_status FN(lp_norm_bwd)(pd__exec *x, int64_t outer, int64_t len, int64_t inner, int p, const T *X,
+                                 const T *dY, T *dX) {
+    int nt = pd__nthreads(x);
+    PD_OMP_FOR(nt, outer * len * inner > 32768)
+    for (int64_t q = 0; q < outer * inner; q++) {
+        int64_t base = (q / inner) * len * inner + q % inner;
+        double nrm = 0, a = 0;
+        for (int64_t j = 0; j < len; j++) {
+            double v = X[base + j * inner];
+            nrm += p == 1 ? fabs(v) : v * v;
+            a += (double)dY[base + j * inner] * v;
+        }
+        if (p == 2) nrm = sqrt(nrm);
+        for (int64_t j = 0; j < len; j++) {
+            double v = X[base + j * inner], dn = p == 2 ? v / nrm : (double)((v > 0) - (v < 0));
+            dX[base + j * inner] += (T)(dY[base + j * inner] / nrm - dn * a / (nrm * nrm));
+        }
+    }
+    return PD_OK;
+}
+
+/* MeanVarianceNormalization: element i belongs to group key[i] (K groups of
+ * numel/K elements); y = (x - mean) / (std + 1e-9), std the biased one,
+ * as ONNX's function body. st (2K) is scratch. */
+static pd_status FN(mvn)(int64_t numel, int64_t K, const int64_t *key, const T *X, double *st, T *Y) {
+    double *m = st, *v = st + K, cnt = K ? (double)(numel / K) : 1;
+    for (int64_t k = 0; k < 2 * K; k++) st[k] = 0;
+    for (int64_t i = 0; i < numel; i++) m[key[i]] += X[i];
+    for (int64_t k = 0; k < K; k++) m[k] /= cnt;
+    for (int64_t i = 0; i < numel; i++) v[key[i]] += ((double)X[i] - m[key[i]]) * ((double)X[i] - m[key[i]]);
+    for (int64_t k = 0; k < K; k++) v[k] = 1.0 / (sqrt(v[k] / cnt) + 1e-9);
+    for (int64_t i = 0; i < numel; i++) Y[i] = (T)(((double)X[i] - m[key[i]]) * v[key[i]]);
+    return PD_OK;
+}
+
+/* y = (x - m) * k, k = 1 / (s + 1e-9), s^2 = mean((x - m)^2), per group of D:
+ * dX += k * (g - mean(g)) - k^2 (x - m) / (D s) * sum(g * (x - m)).
+ * st (5K) is scratch. */
+static pd_status FN(mvn_bwd)(int64_t numel, int64_t K, const int64_t *key, const T *X, const T *dY, double *st,
+                             T *dX) {
+    double *m = st, *sd = st + K, *a = sd + K, *b = a + K, cnt = K ? (double)(numel / K) : 1;
+    for (int64_t k = 0; k < 4 * K; k++) st[k] = 0;
+    for (int64_t i = 0; i < numel; i++) m[key[i]] += X[i];
+    for (int64_t k = 0; k < K; k++) m[k] /= cnt;
+    for (int64_t i = 0; i < numel; i++) {
+        double xm = (double)X[i] - m[key[i]];
+        sd[key[i]] += xm * xm;
+        a[key[i]] += dY[i];
+        b[key[i]] += (double)dY[i] * xm;
+    }
+    for (int64_t k = 0; k < K; k++) sd[k] = sqrt(sd[k] / cnt);
+    for (int64_t i = 0; i < numel; i++) {
+        int64_t k = key[i];
+        double kk = 1.0 / (sd[k] + 1e-9), xm = (double)X[i] - m[k];
+        double through_std = sd[k] > 0 ? kk * kk * xm / (cnt * sd[k]) * b[k] : 0;
+        dX[i] += (T)(kk * (dY[i] - a[k] / cnt) - through_std);
+    }
+    return PD_OK;
+}
+
+/* Y (NC) = max of each plane of X (NC, S); NaN propagates. */
+static pd_status FN(global_maxpool)(pd__exec *x, int64_t NC, int64_t S, const T *X, T *Y) {
+    int nt = pd__nthreads(x);
+    PD_OMP_FOR(nt, NC * S > 32768)
+    for (int64_t nc = 0; nc < NC; nc++) {
+        const T *xp = X + nc * S;
+        T m = S ? xp[0] : (T)-INFINITY;
+        for (int64_t s = 1; s < S && m == m; s++)
+            if (xp[s] > m || xp[s] != xp[s]) m = xp[s];
+        Y[nc] = m;
+    }
+    return PD_OK;
+}
+
+/* dX (NC, S) += dY (NC) at the first maximum of each plane (MaxPool's rule). */
+static pd_status FN(global_maxpool_bwd)(pd__exec *x, int64_t NC, int64_t S, const T *X, const T *dY, T *dX) {
+    int nt = pd__nthreads(x);
+    PD_OMP_FOR(nt, NC * S > 32768)
+    for (int64_t nc = 0; nc < NC; nc++) {
+        const T *xp = X + nc * S;
+        int64_t best = 0;
+        for (int64_t s = 1; s < S && xp[best] == xp[best]; s++)
+            if (xp[s] > xp[best] || xp[s] != xp[s]) best = s;
+        if (S) dX[nc * S + best] += dY[nc];
+    }
+    return PD_OK;
+}
+
+/* LpPool: y = (sum over the window's taps inside X of |x|^p)^(1/p), pads
+ * counting as zeros; with dY given instead of computing Y, dX += dY *
+ * |x|^(p-1) sign(x) / y^(p-1) (nothing where y is 0). */
+static pd_status FN(lppool)(pd__exec *x, const pd__win *w, int64_t NC, double p, const T *X, T *Y, const T *dY,
+                            T *dX) {
+    int ns = w->nsp;
+    int64_t IN = prod64(ns, w->in), OUT = prod64(ns, w->out), K = prod64(ns, w->k);
+    int nt = pd__nthreads(x);
+    PD_OMP_FOR(nt, NC * OUT * K > 32768)
+    for (int64_t nc = 0; nc < NC; nc++) {
+        const T *xp = X + nc * IN;
+        int64_t oi[PD_MAX_DIMS] = {0};
+        for (int64_t o = 0; o < OUT; o++, odo_next(oi, w->out, ns)) {
+            for (int pass = 0; pass < (dY ? 2 : 1); pass++) {
+                double acc = 0, y = 0, g = 0;
+                if (pass == 1) {
+                    y = Y[nc * OUT + o];
+                    if (!(y > 0)) break;
+                    g = dY[nc * OUT + o] / (p == 1 ? 1 : p == 2 ? y : pow(y, p - 1));
+                }
+                int64_t ki[PD_MAX_DIMS] = {0};
+                for (int64_t kk = 0; kk < K; kk++, odo_next(ki, w->k, ns)) {
+                    int64_t off = 0;
+                    bool in = true;
+                    for (int i = 0; i < ns && in; i++) {
+                        int64_t pos = oi[i] * w->s[i] - w->pb[i] + ki[i] * w->d[i];
+                        in = pos >= 0 && pos < w->in[i];
+                        off = off * w->in[i] + pos;
+                    }
+                    if (!in) continue;
+                    double v = xp[off], av = fabs(v);
+                    if (pass == 0) acc += p == 1 ? av : p == 2 ? v * v : pow(av, p);
+                    else {
+                        double sg = (double)((v > 0) - (v < 0));
+                        dX[nc * IN + off] += (T)(g * sg * (p == 1 ? 1 : p == 2 ? av : pow(av, p - 1)));
+                    }
+                }
+                if (pass == 0) Y[nc * OUT + o] = (T)(p == 1 ? acc : p == 2 ? sqrt(acc) : pow(acc, 1.0 / p));
+            }
+        }
+    }
+    return PD_OK;
+}
+
 /* ---- softmax family ----------------------------------------------------------------------------- */
 
 /* Y = softmax (or log-softmax) of X (outer, len, inner) over len. Rows
