@@ -1116,7 +1116,7 @@ static pd_status FN(lrn_bwd)(pd__exec *x, int64_t N, int64_t C, int64_t S, const
 /* ---- LpNormalization, MeanVarianceNormalization, GlobalMaxPool, LpPool ---------------------------- */
 
 /* Lines of X (outer, len, inner) along len: y = x / ||x||_p, p 1 or 2 (a
- * zero line gives 0/0 = NaN, as ONNX's reference). */
+ * line of zeros stays 0, as ONNX's reference). */
 static pd_status FN(lp_norm)(pd__exec *x, int64_t outer, int64_t len, int64_t inner, int p, const T *X, T *Y) {
     int nt = pd__nthreads(x);
     PD_OMP_FOR(nt, outer * len * inner > 32768)
@@ -1128,7 +1128,7 @@ static pd_status FN(lp_norm)(pd__exec *x, int64_t outer, int64_t len, int64_t in
             nrm += p == 1 ? fabs(v) : v * v;
         }
         if (p == 2) nrm = sqrt(nrm);
-        for (int64_t j = 0; j < len; j++) Y[base + j * inner] = (T)(X[base + j * inner] / nrm);
+        for (int64_t j = 0; j < len; j++) Y[base + j * inner] = nrm == 0 ? (T)0 : (T)(X[base + j * inner] / nrm);
     }
     return PD_OK;
 }
@@ -1148,6 +1148,7 @@ static pd_status FN(lp_norm_bwd)(pd__exec *x, int64_t outer, int64_t len, int64_
             a += (double)dY[base + j * inner] * v;
         }
         if (p == 2) nrm = sqrt(nrm);
+        if (nrm == 0) continue; /* y is 0 there whatever x: no gradient */
         for (int64_t j = 0; j < len; j++) {
             double v = X[base + j * inner], dn = p == 2 ? v / nrm : (double)((v > 0) - (v < 0));
             dX[base + j * inner] += (T)(dY[base + j * inner] / nrm - dn * a / (nrm * nrm));
