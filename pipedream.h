@@ -645,6 +645,8 @@ PDDEF void pd_mpi_finalize(void);
     X(GLOBAL_AVERAGE_POOL, GlobalAveragePool, PD_OPF_NN, 0x1, 0)                                   \
     X(LP_POOL, LpPool, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                              \
     X(GLOBAL_MAX_POOL, GlobalMaxPool, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)               \
+    X(RESIZE, Resize, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                               \
+    X(UPSAMPLE, Upsample, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                           \
     X(LRN, LRN, PD_OPF_NN | PD_OPF_HOST, 0x1, 0)                                                   \
     X(SOFTMAX, Softmax, PD_OPF_NN, 0x1, 0)                                                         \
     X(LOG_SOFTMAX, LogSoftmax, PD_OPF_NN, 0x1, 0)                                                  \
@@ -2508,8 +2510,9 @@ double pd__flops_ReduceSum(const pd_graph *g, const pd__node *n) { return in_num
  * Gemm, MatMul, Conv, ConvTranspose, BatchNormalization, LayerNormalization,
  * InstanceNormalization, GroupNormalization, RMSNormalization,
  * LpNormalization, MeanVarianceNormalization, MaxPool, AveragePool, LpPool,
- * GlobalAveragePool, GlobalMaxPool, LRN, Softmax, LogSoftmax, Dropout,
- * SoftmaxCrossEntropyLoss and NegativeLogLikelihoodLoss (opsets 6-23).
+ * GlobalAveragePool, GlobalMaxPool, Resize, Upsample, LRN, Softmax,
+ * LogSoftmax, Dropout, SoftmaxCrossEntropyLoss and NegativeLogLikelihoodLoss
+ * (opsets 6-23).
  *
  * A rule checks ranks, channel counts against the weights, and dtypes, so a
  * bad model fails with one line naming the node and the shapes, and then
@@ -2576,12 +2579,49 @@ int pd__mvn_axes(const pd__node *n, int ndim, bool *reduced);
 /* LpPool's p: an int from opset 2, a float in opset 1 (default 2). */
 double pd__lppool_p(const pd__node *n);
 
+/* Resize (opsets 10-19) and Upsample (7-9): separable nearest or N-linear
+ * interpolation. The output shape and per-axis scales come from the scales
+ * or sizes input (constants at load), the rest from the attributes. */
+typedef enum pd__rsz_ctm {
+    PD_RSZ_HALF_PIXEL = 0,
+    PD_RSZ_PYTORCH_HALF_PIXEL,
+    PD_RSZ_ALIGN_CORNERS,
+    PD_RSZ_ASYMMETRIC
+} pd__rsz_ctm;
+typedef enum pd__rsz_nearest {
+    PD_RSZ_ROUND_PREFER_FLOOR = 0,
+    PD_RSZ_ROUND_PREFER_CEIL,
+    PD_RSZ_FLOOR,
+    PD_RSZ_CEIL
+} pd__rsz_nearest;
+typedef struct pd__rsz {
+    bool linear;              /* else nearest */
+    pd__rsz_ctm ctm;          /* coordinate_transformation_mode */
+    pd__rsz_nearest nearest;  /* nearest_mode */
+    int ndim;
+    int64_t in[PD_MAX_DIMS], out[PD_MAX_DIMS];
+    double scale[PD_MAX_DIMS]; /* output / input, per axis */
+    double outf[PD_MAX_DIMS];  /* input * scale unrounded (with sizes: the size), as align_corners reads it */
+} pd__rsz;
+
+/* Fills *r from the node and X's shape; scales, sizes: the inputs' data
+ * (NULL or empty when not given). Sets the message (without the node
+ * prefix) and returns PD_ERR_UNSUPPORTED for the forms not implemented
+ * (cubic, antialias, tf_crop_and_resize, half_pixel_symmetric, a
+ * keep_aspect_ratio_policy other than stretch). */
+pd_status pd__resize_plan(const pd__node *n, int ndim, const int64_t *xshape, const pd_tensor *scales,
+                          const pd_tensor *sizes, pd__rsz *r);
+
+/* The input index of Resize's/Upsample's scales and sizes (-1: none). */
+void pd__resize_inputs(const pd__node *n, int *scales, int *sizes);
+
 /* The reduction attribute of the losses: 0 none, 1 sum, 2 mean, -1 unknown. */
 int pd__loss_reduction(const pd__node *n);
 
 #endif
 /* ---- end of core/shape_nn.h ---- */
 
+#include <math.h>
 #include <string.h>
 
 /* ---- small helpers ---------------------------------------------------------- */
@@ -3306,6 +3346,139 @@ pd_status pd__shape_LpPool(pd_graph *g, pd__node *n) {
 }
 
 double pd__flops_LpPool(const pd_graph *g, const pd__node *n) { return 3 * pool_flops(g, n); }
+
+/* ---- Resize, Upsample ------------------------------------------------------------------------ */
+
+void pd__resize_inputs(const pd__node *n, int *scales, int *sizes) {
+    bool up = !strcmp(n->op_type, "Upsample");
+    if (up) *scales = n->opset >= 9 ? 1 : -1, *sizes = -1;
+    else if (n->opset < 11) *scales = 1, *sizes = -1;
+    else *scales = 2, *sizes = 3;
+}
+
+static bool rsz_given(const pd_tensor *t) { return t && pd_tensor_numel(t) > 0; }
+
+pd_status pd__resize_plan(const pd__node *n, int ndim, const int64_t *x, const pd_tensor *scales,
+                          const pd_tensor *sizes, pd__rsz *r) {
+    memset(r, 0, sizeof *r);
+    r->ndim = ndim;
+    bool up = !strcmp(n->op_type, "Upsample"), v10 = up || n->opset < 11;
+    const char *mode = pd__attr_s(n, "mode", "nearest");
+    if (!strcmp(mode, "linear") || (v10 && !strcmp(mode, "bilinear"))) r->linear = true;
+    else if (strcmp(mode, "nearest") != 0)
+        return pd__err(PD_ERR_UNSUPPORTED, "mode '%s' is not supported (nearest and linear are)", mode);
+    if (v10) { /* Upsample and Resize-10: asymmetric coordinates, nearest rounds down */
+        r->ctm = PD_RSZ_ASYMMETRIC;
+        r->nearest = PD_RSZ_FLOOR;
+    } else {
+        static const char *ctms[] = {"half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric"};
+        static const char *nms[] = {"round_prefer_floor", "round_prefer_ceil", "floor", "ceil"};
+        const char *c = pd__attr_s(n, "coordinate_transformation_mode", "half_pixel");
+        const char *m = pd__attr_s(n, "nearest_mode", "round_prefer_floor");
+        int i;
+        for (i = 0; i < 4 && strcmp(c, ctms[i]); i++) {}
+        if (i == 4)
+            return pd__err(PD_ERR_UNSUPPORTED, "coordinate_transformation_mode '%s' is not supported (half_pixel, "
+                           "pytorch_half_pixel, align_corners and asymmetric are)", c);
+        r->ctm = (pd__rsz_ctm)i;
+        for (i = 0; i < 4 && strcmp(m, nms[i]); i++) {}
+        if (i == 4) return pd__err(PD_ERR_UNSUPPORTED, "nearest_mode '%s' is not supported", m);
+        r->nearest = (pd__rsz_nearest)i;
+        if (pd__attr_i(n, "antialias", 0) != 0)
+            return pd__err(PD_ERR_UNSUPPORTED, "antialias=%lld is not supported (0 is)",
+                           (long long)pd__attr_i(n, "antialias", 0));
+        const char *k = pd__attr_s(n, "keep_aspect_ratio_policy", "stretch");
+        if (strcmp(k, "stretch") != 0)
+            return pd__err(PD_ERR_UNSUPPORTED, "keep_aspect_ratio_policy '%s' is not supported (stretch is)", k);
+    }
+    /* the axes scales and sizes apply to (opset 18+), every axis by default */
+    int axes[PD_MAX_DIMS], na = ndim;
+    const int64_t *av;
+    int ac = pd__attr_ints(n, "axes", &av);
+    bool seen[PD_MAX_DIMS] = {false};
+    for (int i = 0; i < ndim; i++) axes[i] = i;
+    if (ac) {
+        if (ac > ndim) return pd__err(PD_ERR_SHAPE, "attribute axes has %d values for rank %d", ac, ndim);
+        na = ac;
+        for (int i = 0; i < ac; i++) {
+            if (!norm_axis(av[i], ndim, ndim - 1, &axes[i]) || seen[axes[i]])
+                return pd__err(PD_ERR_SHAPE, "attribute axes entry %d (%lld) is out of range or repeated", i,
+                               (long long)av[i]);
+            seen[axes[i]] = true;
+        }
+    }
+    for (int i = 0; i < ndim; i++) {
+        r->in[i] = r->out[i] = x[i];
+        r->scale[i] = 1;
+        r->outf[i] = (double)x[i];
+    }
+    const float *af = NULL;
+    int afc = up && n->opset < 9 ? pd__attr_floats(n, "scales", &af) : 0;
+    bool hs = rsz_given(scales) || afc > 0, hz = rsz_given(sizes);
+    if (hs == hz)
+        return pd__err(PD_ERR_SHAPE, hs ? "both scales and sizes are given" : "neither scales nor sizes is given");
+    int64_t cnt = hs ? (afc ? afc : pd_tensor_numel(scales)) : pd_tensor_numel(sizes);
+    if (cnt != na) return pd__err(PD_ERR_SHAPE, "%s has %lld values for %d axes", hs ? "scales" : "sizes", (long long)cnt, na);
+    const pd_tensor *t = hs ? scales : sizes;
+    if (!afc && !t->data) return pd__err(PD_ERR_UNSUPPORTED, "%s is not a constant at load", hs ? "scales" : "sizes");
+    for (int i = 0; i < na; i++) {
+        int d = axes[i];
+        if (hs) {
+            double sc = afc ? af[i] : pd__get_f(t->dtype, t->data, i);
+            if (!(sc > 0) || sc > 1e6) return pd__err(PD_ERR_SHAPE, "scale %g of axis %d is not positive", sc, d);
+            r->scale[d] = sc;
+            double o = floor((double)x[d] * sc);
+            if (o > (double)INT32_MAX) return pd__err(PD_ERR_SHAPE, "output size %g of axis %d is too large", o, d);
+            r->out[d] = (int64_t)o;
+            r->outf[d] = (double)x[d] * sc;
+        } else {
+            int64_t o = pd__get_i(t->dtype, t->data, i);
+            if (o < 0 || o > INT32_MAX) return pd__err(PD_ERR_SHAPE, "size %lld of axis %d is out of range", (long long)o, d);
+            r->out[d] = o;
+            r->scale[d] = x[d] ? (double)o / (double)x[d] : 1;
+            r->outf[d] = (double)o;
+        }
+        if (r->out[d] > 0 && x[d] == 0)
+            return pd__err(PD_ERR_SHAPE, "axis %d of size 0 cannot be resized to %lld", d, (long long)r->out[d]);
+    }
+    return PD_OK;
+}
+
+static pd_status resize_shape(pd_graph *g, pd__node *n) {
+    pd__tensor *x;
+    PD_TRY(need(g, n, 0, "X", &x));
+    PD_TRY(need_float(g, n, x, "X"));
+    int si, zi;
+    pd__resize_inputs(n, &si, &zi);
+    pd_tensor sv, zv, *sp = NULL, *zp = NULL;
+    for (int j = 0; j < 2; j++) {
+        pd__tensor *t = pd__in(g, n, j ? zi : si);
+        if ((j ? zi : si) < 0 || !t) continue;
+        pd_tensor v = pd__view(t);
+        if (!((t->kind == PD_T_INIT || t->kind == PD_T_CONST) && t->data)) v.data = NULL;
+        if (t->ndim != 1 || (j ? (t->dtype != PD_INT64) : !is_float(t->dtype) && t->dtype != PD_FLOAT16))
+            return pd__node_err(g, n, PD_ERR_SHAPE, "%s %s (%s) must be a 1-D %s tensor", j ? "sizes" : "scales",
+                                shp(t).s, pd_dtype_name(t->dtype), j ? "int64" : "float");
+        if (j) zv = v, zp = &zv;
+        else sv = v, sp = &sv;
+    }
+    pd__rsz r;
+    pd_status st = pd__resize_plan(n, x->ndim, x->shape, sp, zp, &r);
+    if (st != PD_OK) return node_prefix(g, n, st);
+    return set_out(g, n, 0, x->dtype, x->ndim, r.out);
+}
+
+static double resize_flops(const pd_graph *g, const pd__node *n) {
+    const pd__tensor *y = cout(g, n, 0), *x = cin(g, n, 0);
+    if (!y || !x) return 0;
+    /* linear: two taps per resized axis */
+    return pd__attr_s(n, "mode", "nearest")[0] == 'n' ? 0 : 2 * dnumel(y) * (double)x->ndim;
+}
+
+pd_status pd__shape_Resize(pd_graph *g, pd__node *n) { return resize_shape(g, n); }
+double pd__flops_Resize(const pd_graph *g, const pd__node *n) { return resize_flops(g, n); }
+pd_status pd__shape_Upsample(pd_graph *g, pd__node *n) { return resize_shape(g, n); }
+double pd__flops_Upsample(const pd_graph *g, const pd__node *n) { return resize_flops(g, n); }
 
 /* ---- softmax family --------------------------------------------------------------------- */
 

@@ -60,6 +60,8 @@
     X(GLOBAL_AVERAGE_POOL, GlobalAveragePool, PD_OPF_NN, 0x1, 0)                                   \
     X(LP_POOL, LpPool, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                              \
     X(GLOBAL_MAX_POOL, GlobalMaxPool, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)               \
+    X(RESIZE, Resize, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                               \
+    X(UPSAMPLE, Upsample, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                           \
     X(LRN, LRN, PD_OPF_NN | PD_OPF_HOST, 0x1, 0)                                                   \
     X(SOFTMAX, Softmax, PD_OPF_NN, 0x1, 0)                                                         \
     X(LOG_SOFTMAX, LogSoftmax, PD_OPF_NN, 0x1, 0)                                                  \

@@ -5,7 +5,8 @@
  *   inference), LayerNormalization, InstanceNormalization,
  *   GroupNormalization (opsets 18 and 21), RMSNormalization,
  *   LpNormalization, MeanVarianceNormalization, MaxPool, AveragePool,
- *   LpPool, GlobalAveragePool, GlobalMaxPool, LRN, Softmax, LogSoftmax,
+ *   LpPool, GlobalAveragePool, GlobalMaxPool, Resize and Upsample (the
+ *   adjoint of the interpolation), LRN, Softmax, LogSoftmax,
  *   Dropout, SoftmaxCrossEntropyLoss and NegativeLogLikelihoodLoss against
  *   central differences in float64 (tests/gradcheck.h: also += into din
  *   and the split B/W backward), over random shapes and attributes;
@@ -532,6 +533,76 @@ static gc *b_mvn(uint64_t seed, pd_dtype dt, uint32_t *mask, char *d, size_t dn)
         describe(c, d, dn);
         return c;
     }
+}
+
+/* Resize (opset 10, 11, 13, 18 with axes) or Upsample (7, 9): nearest or
+ * linear, every supported coordinate transformation and nearest_mode, up- and
+ * downsampling, from constant scales or sizes. */
+static gc *b_resize_any(uint64_t seed, pd_dtype dt, uint32_t *mask, char *d, size_t dn, bool up) {
+    static const char *ctms[] = {"half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric"};
+    static const char *nms[] = {"round_prefer_floor", "round_prefer_ceil", "floor", "ceil"};
+    static const float scs[] = {0.5f, 0.6f, 1, 1.5f, 2, 2.5f, 3};
+    for (uint64_t tries = 0;; tries++) {
+        rs_seed(seed * 419 + tries);
+        int r = (int)irand(up ? 3 : 1, 4);
+        int64_t xs[8];
+        for (int i = 0; i < r; i++) xs[i] = irand(1, i < r - 2 ? 2 : 5);
+        int opset = up ? (irand(0, 1) ? 7 : 9) : (int)(int64_t[]){10, 11, 13, 18, 19}[irand(0, 4)];
+        bool sizes = !up && opset >= 11 && irand(0, 1), axes = opset >= 18 && r >= 2 && irand(0, 1);
+        int na = axes ? 2 : r, ax[2] = {r - 2, r - 1};
+        if (axes && irand(0, 1)) ax[0] = r - 1, ax[1] = r - 2;
+        float sc[8];
+        int64_t sz[8];
+        bool ok = true;
+        for (int i = 0; i < na; i++) {
+            int dim = axes ? ax[i] : i;
+            bool resized = axes || dim >= r - 2 || irand(0, 3) == 0;
+            sc[i] = resized ? scs[irand(0, 6)] : 1;
+            sz[i] = resized ? irand(1, 7) : xs[dim];
+            if (!sizes && (int64_t)floor(xs[dim] * (double)sc[i]) < 1) ok = false;
+        }
+        if (!ok) continue;
+        gc *c = gc_new(up ? "Upsample" : "Resize", opset);
+        gc_seed(c, seed);
+        gc_input(c, dt, r, xs, NULL);
+        int64_t nv[1] = {na};
+        if (up && opset < 9) gc_attr_floats(c, "scales", na, sc);
+        else if (opset < 11) gc_input(c, PD_FLOAT, 1, nv, sc);
+        else {
+            gc_absent(c); /* roi */
+            if (sizes) {
+                gc_absent(c);
+                gc_input(c, PD_INT64, 1, nv, sz);
+            } else {
+                gc_input(c, PD_FLOAT, 1, nv, sc);
+            }
+        }
+        if (axes) {
+            int64_t av[2] = {ax[0], ax[1] - (irand(0, 1) ? r : 0)};
+            gc_attr_ints(c, "axes", 2, av);
+        }
+        bool linear = irand(0, 1);
+        if (linear) gc_attr_s(c, "mode", "linear");
+        else if (irand(0, 1)) gc_attr_s(c, "mode", "nearest");
+        if (opset >= 11) {
+            int ct = (int)irand(0, 4), nm = (int)irand(0, 4);
+            if (ct < 4) gc_attr_s(c, "coordinate_transformation_mode", ctms[ct]);
+            if (!linear && nm < 4) gc_attr_s(c, "nearest_mode", nms[nm]);
+        }
+        gc_outputs(c, 1);
+        *mask = 0x1;
+        describe(c, d, dn);
+        size_t k = strlen(d);
+        if (sizes) snprintf(d + k, dn - k, " sizes");
+        else snprintf(d + k, dn - k, " scales %g %g ...", (double)sc[0], (double)sc[na - 1]);
+        return c;
+    }
+}
+static gc *b_resize(uint64_t seed, pd_dtype dt, uint32_t *mask, char *d, size_t dn) {
+    return b_resize_any(seed, dt, mask, d, dn, false);
+}
+static gc *b_upsample(uint64_t seed, pd_dtype dt, uint32_t *mask, char *d, size_t dn) {
+    return b_resize_any(seed, dt, mask, d, dn, true);
 }
 
 static gc *b_lrn(uint64_t seed, pd_dtype dt, uint32_t *mask, char *d, size_t dn) {
@@ -1185,6 +1256,8 @@ int main(void) {
         {"GlobalAveragePool", b_gap, 20, 6},
         {"GlobalMaxPool", b_gmp, 20, 6},
         {"LpPool", b_lppool, 60, 10},
+        {"Resize", b_resize, 100, 12},
+        {"Upsample", b_upsample, 30, 6},
         {"LRN", b_lrn, 50, 8},
         {"Softmax", b_softmax, 50, 8},
         {"LogSoftmax", b_logsoftmax, 50, 8},

@@ -4,8 +4,8 @@
  * training statistics), LayerNormalization, InstanceNormalization,
  * GroupNormalization, RMSNormalization, LpNormalization,
  * MeanVarianceNormalization, MaxPool, AveragePool, LpPool, GlobalMaxPool,
- * GlobalAveragePool (N-D), LRN, Softmax, LogSoftmax, Dropout,
- * SoftmaxCrossEntropyLoss, NegativeLogLikelihoodLoss.
+ * GlobalAveragePool (N-D), Resize, Upsample, LRN, Softmax, LogSoftmax,
+ * Dropout, SoftmaxCrossEntropyLoss, NegativeLogLikelihoodLoss.
  *
  * Each pd__cpu_<Op> reads the attributes, takes the window geometry from
  * pd__win_make (the same function the shape rule used) and dispatches on the
@@ -700,6 +700,65 @@ pd_status pd__cpu_LpPool_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *i
     void *Y = pd__scratch_n(x, NC * prod64(w.nsp, w.out), 1, pd_dtype_size(X->dtype));
     if (!Y) return PD_ERR_NOMEM;
     PD_DISPATCH(X->dtype, lppool, (x, &w, NC, pd__lppool_p(n), X->data, Y, dY->data, dX->data))
+}
+
+/* ---- Resize, Upsample ---- */
+
+/* The plan of a Resize/Upsample node from its inputs, and its taps in scratch. */
+static pd_status rsz_prep(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd__rsz *r, int64_t **ti,
+                          double **tw) {
+    int si, zi;
+    pd__resize_inputs(n, &si, &zi);
+    const pd_tensor *S = si >= 0 ? opt_in(n, in, si) : NULL, *Z = zi >= 0 ? opt_in(n, in, zi) : NULL;
+    PD_TRY(pd__resize_plan(n, in[0]->ndim, in[0]->shape, S, Z, r));
+    int64_t nt = 0;
+    for (int d = 0; d < r->ndim; d++) nt += r->out[d];
+    *ti = pd__scratch_n(x, 4 * nt + 1, 1, sizeof(int64_t));
+    if (!*ti) return PD_ERR_NOMEM;
+    *tw = (double *)(*ti + 2 * nt);
+    resize_taps(r, *ti, *tw);
+    return PD_OK;
+}
+
+static pd_status rsz_run(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    pd__rsz r;
+    int64_t *ti;
+    double *tw;
+    PD_TRY(rsz_prep(x, n, in, &r, &ti, &tw));
+    PD_DISPATCH(in[0]->dtype, resize, (x, &r, ti, tw, in[0]->data, out[0]->data, NULL, NULL))
+}
+
+static pd_status rsz_grad(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *dout,
+                          pd_tensor *const *din) {
+    const pd_tensor *dY = gout(n, dout, 0);
+    pd_tensor *dX = gin(n, din, 0);
+    if (!dY || !dX) return PD_OK;
+    pd__rsz r;
+    int64_t *ti;
+    double *tw;
+    PD_TRY(rsz_prep(x, n, in, &r, &ti, &tw));
+    PD_DISPATCH(in[0]->dtype, resize, (x, &r, ti, tw, NULL, NULL, dY->data, dX->data))
+}
+
+pd_status pd__cpu_Resize(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    return rsz_run(x, n, in, out);
+}
+
+/* The adjoint of the interpolation, into X only (roi, scales, sizes are not differentiable). */
+pd_status pd__cpu_Resize_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out,
+                             pd_tensor *const *dout, pd_tensor *const *din) {
+    (void)out;
+    return rsz_grad(x, n, in, dout, din);
+}
+
+pd_status pd__cpu_Upsample(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    return rsz_run(x, n, in, out);
+}
+
+pd_status pd__cpu_Upsample_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out,
+                               pd_tensor *const *dout, pd_tensor *const *din) {
+    (void)out;
+    return rsz_grad(x, n, in, dout, din);
 }
 
 /* ---- softmax family ---------------------------------------------------------------------------------- */

@@ -1268,6 +1268,39 @@ static pd_status FN(lppool)(pd__exec *x, const pd__win *w, int64_t NC, double p,
     return PD_OK;
 }
 
+/* ---- Resize, Upsample --------------------------------------------------------------------------- */
+
+/* Y[o] = sum over the 2^nd corners of the taps (resize_taps: ti, tw) of the
+ * product of their weights times X there; with dY given instead, the
+ * adjoint: dX[corner] += weight * dY[o] (one thread: outputs share inputs). */
+static pd_status FN(resize)(pd__exec *x, const pd__rsz *r, const int64_t *ti, const double *tw, const T *X, T *Y,
+                            const T *dY, T *dX) {
+    int nd = r->ndim;
+    int64_t base[PD_MAX_DIMS], OUT = prod64(nd, r->out);
+    for (int d = 0, k = 0; d < nd; k += (int)r->out[d], d++) base[d] = k;
+    int nt = dY ? 1 : pd__nthreads(x);
+    PD_OMP_FOR(nt, OUT > 32768)
+    for (int64_t o = 0; o < OUT; o++) {
+        int64_t oi[PD_MAX_DIMS];
+        odo_unflat(o, r->out, nd, oi);
+        double acc = 0, g = dY ? (double)dY[o] : 0;
+        for (int c = 0; c < (1 << nd); c++) {
+            double w = 1;
+            int64_t off = 0;
+            for (int d = 0; d < nd && w != 0; d++) {
+                int64_t k = 2 * (base[d] + oi[d]) + ((c >> d) & 1);
+                w *= tw[k];
+                off = off * r->in[d] + ti[k];
+            }
+            if (w == 0) continue;
+            if (dY) dX[off] += (T)(w * g);
+            else acc += w * (double)X[off];
+        }
+        if (!dY) Y[o] = (T)acc;
+    }
+    return PD_OK;
+}
+
 /* ---- softmax family ----------------------------------------------------------------------------- */
 
 /* Y = softmax (or log-softmax) of X (outer, len, inner) over len. Rows
