@@ -2,7 +2,7 @@
  * Gemm, MatMul, Conv, ConvTranspose, BatchNormalization, LayerNormalization,
  * InstanceNormalization, GroupNormalization, RMSNormalization,
  * LpNormalization, MeanVarianceNormalization, MaxPool, AveragePool, LpPool,
- * GlobalAveragePool, GlobalMaxPool, Resize, Upsample, LRN, Softmax,
+ * GlobalAveragePool, GlobalMaxPool, Resize, Upsample, Einsum, LRN, Softmax,
  * LogSoftmax, Dropout, SoftmaxCrossEntropyLoss and NegativeLogLikelihoodLoss
  * (opsets 6-23).
  *
@@ -873,6 +873,115 @@ pd_status pd__shape_Resize(pd_graph *g, pd__node *n) { return resize_shape(g, n)
 double pd__flops_Resize(const pd_graph *g, const pd__node *n) { return resize_flops(g, n); }
 pd_status pd__shape_Upsample(pd_graph *g, pd__node *n) { return resize_shape(g, n); }
 double pd__flops_Upsample(const pd_graph *g, const pd__node *n) { return resize_flops(g, n); }
+
+/* ---- Einsum ------------------------------------------------------------------------------------ */
+
+pd_status pd__einsum_plan(const pd__node *n, int nin, int ra, const int64_t *sa, int rb, const int64_t *sb,
+                          pd__ein *e) {
+    memset(e, 0, sizeof *e);
+    const char *eq = pd__attr_s(n, "equation", "");
+    char t[3][PD_MAX_DIMS + 1] = {{0}};
+    int len[3] = {0}, part = 0;
+    bool arrow = false;
+    for (const char *p = eq; *p; p++) {
+        char ch = *p;
+        if (ch == ' ') continue;
+        if (ch == ',' && part == 0 && !arrow) part = 1;
+        else if (ch == '-' && p[1] == '>' && !arrow && part == 1) arrow = true, part = 2, p++;
+        else if (((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z')) && len[part] < PD_MAX_DIMS)
+            t[part][len[part]++] = ch;
+        else
+            return pd__err(PD_ERR_UNSUPPORTED,
+                           "equation '%s' is not supported (two operands, letters only, no ellipsis: a batched "
+                           "matrix product such as 'bij,bjk->bik')", eq);
+    }
+    if (nin != 2 || part == 0)
+        return pd__err(PD_ERR_UNSUPPORTED, "equation '%s' with %d operands is not supported (two are)", eq, nin);
+    if (len[0] != ra || len[1] != rb)
+        return pd__err(PD_ERR_SHAPE, "equation '%s' names %d and %d axes; the operands have ranks %d and %d", eq,
+                       len[0], len[1], ra, rb);
+    /* letter -> axis in A, B, the output (-1: absent) */
+    int ax[3][128];
+    memset(ax, -1, sizeof ax);
+    for (int k = 0; k < 2; k++)
+        for (int i = 0; i < len[k]; i++) {
+            if (ax[k][(int)t[k][i]] >= 0)
+                return pd__err(PD_ERR_UNSUPPORTED, "equation '%s' repeats '%c' in an operand (a diagonal) and is not "
+                               "supported", eq, t[k][i]);
+            ax[k][(int)t[k][i]] = i;
+        }
+    if (!arrow) { /* implicit output: the letters seen once, in alphabetical order */
+        for (int ch = 'A'; ch <= 'z'; ch++)
+            if ((ax[0][ch] >= 0) != (ax[1][ch] >= 0) && len[2] < PD_MAX_DIMS) t[2][len[2]++] = (char)ch;
+    }
+    for (int i = 0; i < len[2]; i++) {
+        int ch = t[2][i];
+        if (ax[2][ch] >= 0 || (ax[0][ch] < 0 && ax[1][ch] < 0))
+            return pd__err(PD_ERR_SHAPE, "equation '%s': output letter '%c' is repeated or in no operand", eq, ch);
+        ax[2][ch] = i;
+    }
+    for (int k = 0; k < 2; k++)
+        for (int i = 0; i < len[k]; i++) {
+            int ch = t[k][i];
+            if (ax[1 - k][ch] < 0 && ax[2][ch] < 0)
+                return pd__err(PD_ERR_UNSUPPORTED, "equation '%s' sums '%c' over one operand only; not supported", eq,
+                               ch);
+            if (ax[0][ch] >= 0 && ax[1][ch] >= 0 && sa[ax[0][ch]] != sb[ax[1][ch]])
+                return pd__err(PD_ERR_SHAPE, "equation '%s': '%c' is %lld in A and %lld in B", eq, ch,
+                               (long long)sa[ax[0][ch]], (long long)sb[ax[1][ch]]);
+        }
+    e->ra = ra, e->rb = rb, e->ro = len[2];
+    e->B = e->M = e->N = e->K = 1;
+    int na = 0, nb = 0, nc = 0;
+    for (int role = 0; role < 4; role++) {
+        if (role == 2) { /* K letters, in A's order: after M in A, after batch in B */
+            for (int i = 0; i < len[0]; i++) {
+                int ch = t[0][i];
+                if (ax[1][ch] < 0 || ax[2][ch] >= 0) continue;
+                e->pa[na++] = i;
+                e->pb[nb++] = ax[1][ch];
+                e->K *= sa[i];
+            }
+            continue;
+        }
+        for (int i = 0; i < len[2]; i++) { /* batch, M, N letters in output order */
+            int ch = t[2][i], ia = ax[0][ch], ib = ax[1][ch];
+            int r = ia >= 0 && ib >= 0 ? 0 : ia >= 0 ? 1 : 3;
+            if (r != role) continue;
+            int64_t sz = ia >= 0 ? sa[ia] : sb[ib];
+            if (ia >= 0) e->pa[na++] = ia;
+            if (ib >= 0) e->pb[nb++] = ib;
+            *(r == 0 ? &e->B : r == 1 ? &e->M : &e->N) *= sz;
+            e->po[nc] = i;
+            e->cshape[nc++] = sz;
+        }
+    }
+    e->nbt = nc;
+    for (int j = 0; j < nc; j++) e->out[e->po[j]] = e->cshape[j];
+    return PD_OK;
+}
+
+pd_status pd__shape_Einsum(pd_graph *g, pd__node *n) {
+    pd__tensor *a, *b;
+    if (n->nin != 2)
+        return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "equation '%s' with %d operands is not supported (two are)",
+                            pd__attr_s(n, "equation", ""), n->nin);
+    PD_TRY(need(g, n, 0, "A", &a));
+    PD_TRY(need(g, n, 1, "B", &b));
+    PD_TRY(need_float(g, n, a, "Inputs[0]"));
+    PD_TRY(need_dtype(g, n, b, a->dtype, "Inputs[1]"));
+    pd__ein e;
+    pd_status st = pd__einsum_plan(n, n->nin, a->ndim, a->shape, b->ndim, b->shape, &e);
+    if (st != PD_OK) return node_prefix(g, n, st);
+    return set_out(g, n, 0, a->dtype, e.ro, e.out);
+}
+
+double pd__flops_Einsum(const pd_graph *g, const pd__node *n) {
+    const pd__tensor *a = cin(g, n, 0), *b = cin(g, n, 1);
+    pd__ein e;
+    if (!a || !b || pd__einsum_plan(n, n->nin, a->ndim, a->shape, b->ndim, b->shape, &e) != PD_OK) return 0;
+    return 2.0 * (double)e.B * (double)e.M * (double)e.N * (double)e.K;
+}
 
 /* ---- softmax family --------------------------------------------------------------------- */
 

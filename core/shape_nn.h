@@ -92,6 +92,25 @@ pd_status pd__resize_plan(const pd__node *n, int ndim, const int64_t *xshape, co
 /* The input index of Resize's/Upsample's scales and sizes (-1: none). */
 void pd__resize_inputs(const pd__node *n, int *scales, int *sizes);
 
+/* Einsum of two operands that is a batched matrix product: every letter is
+ * a batch dim (in A, B and the output), M (A and the output), N (B and the
+ * output) or K (A and B, summed). A is read as (batch, M, K) through the
+ * axis order pa, B as (batch, K, N) through pb; the product C (batch, M, N)
+ * has its axis j at output axis po[j]. */
+typedef struct pd__ein {
+    int ra, rb, ro, nbt;                          /* ranks of A, B, the output, C */
+    int64_t B, M, N, K;                           /* products of each role's sizes */
+    int pa[PD_MAX_DIMS], pb[PD_MAX_DIMS], po[PD_MAX_DIMS];
+    int64_t cshape[PD_MAX_DIMS], out[PD_MAX_DIMS]; /* C's dims, the output's */
+} pd__ein;
+
+/* Parses the node's equation against the operands' shapes; other forms
+ * (one or three operands, ellipses, repeated letters, sums over one
+ * operand's axis) are PD_ERR_UNSUPPORTED naming the equation. Sets the
+ * message without the node prefix. */
+pd_status pd__einsum_plan(const pd__node *n, int nin, int ra, const int64_t *sa, int rb, const int64_t *sb,
+                          pd__ein *e);
+
 /* The reduction attribute of the losses: 0 none, 1 sum, 2 mean, -1 unknown. */
 int pd__loss_reduction(const pd__node *n);
 

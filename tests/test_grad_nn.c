@@ -6,7 +6,7 @@
  *   GroupNormalization (opsets 18 and 21), RMSNormalization,
  *   LpNormalization, MeanVarianceNormalization, MaxPool, AveragePool,
  *   LpPool, GlobalAveragePool, GlobalMaxPool, Resize and Upsample (the
- *   adjoint of the interpolation), LRN, Softmax, LogSoftmax,
+ *   adjoint of the interpolation), Einsum, LRN, Softmax, LogSoftmax,
  *   Dropout, SoftmaxCrossEntropyLoss and NegativeLogLikelihoodLoss against
  *   central differences in float64 (tests/gradcheck.h: also += into din
  *   and the split B/W backward), over random shapes and attributes;
@@ -603,6 +603,56 @@ static gc *b_resize(uint64_t seed, pd_dtype dt, uint32_t *mask, char *d, size_t 
 }
 static gc *b_upsample(uint64_t seed, pd_dtype dt, uint32_t *mask, char *d, size_t dn) {
     return b_resize_any(seed, dt, mask, d, dn, true);
+}
+
+/* Einsum as a batched matrix product: random batch, M, N and K letters in
+ * random orders, the output explicit or implicit. */
+static gc *b_einsum(uint64_t seed, pd_dtype dt, uint32_t *mask, char *d, size_t dn) {
+    rs_seed(seed);
+    /* letters by role: batch, M (A only), N (B only), K (summed) */
+    static const char pool[] = "abcdefghijXYZ";
+    int cnt[4] = {(int)irand(0, 2), (int)irand(0, 2), (int)irand(0, 2), (int)irand(0, 2)};
+    char let[4][3];
+    int64_t lsz[128] = {0};
+    int used = 0, start = (int)irand(0, 5);
+    for (int r = 0; r < 4; r++)
+        for (int i = 0; i < cnt[r]; i++) {
+            let[r][i] = pool[(start + used++) % 13];
+            lsz[(int)let[r][i]] = irand(1, 3);
+        }
+    char ea[8] = {0}, eb[8] = {0}, eo[8] = {0};
+    int na = 0, nb = 0, no = 0;
+    static const int ra[3] = {0, 1, 3}, rb[3] = {0, 3, 2}, ro[3] = {0, 1, 2};
+    for (int j = 0; j < 3; j++) {
+        for (int i = 0; i < cnt[ra[j]]; i++) ea[na++] = let[ra[j]][i];
+        for (int i = 0; i < cnt[rb[j]]; i++) eb[nb++] = let[rb[j]][i];
+        for (int i = 0; i < cnt[ro[j]]; i++) eo[no++] = let[ro[j]][i];
+    }
+    char *sh[3] = {ea, eb, eo};
+    int ln[3] = {na, nb, no};
+    for (int k = 0; k < 3; k++) /* shuffled */
+        for (int i = ln[k] - 1; i > 0; i--) {
+            int j = (int)irand(0, i);
+            char t = sh[k][i];
+            sh[k][i] = sh[k][j];
+            sh[k][j] = t;
+        }
+    bool implicit = cnt[0] == 0 && irand(0, 2) == 0;
+    char eq[40];
+    if (implicit) snprintf(eq, sizeof eq, "%s,%s", ea, eb);
+    else snprintf(eq, sizeof eq, "%s, %s -> %s", ea, eb, eo);
+    int64_t as[8], bs[8];
+    for (int i = 0; i < na; i++) as[i] = lsz[(int)ea[i]];
+    for (int i = 0; i < nb; i++) bs[i] = lsz[(int)eb[i]];
+    gc *c = gc_new("Einsum", 12);
+    gc_seed(c, seed);
+    gc_input(c, dt, na, as, NULL);
+    gc_input(c, dt, nb, bs, NULL);
+    gc_attr_s(c, "equation", eq);
+    gc_outputs(c, 1);
+    *mask = 0x3;
+    describe(c, d, dn);
+    return c;
 }
 
 static gc *b_lrn(uint64_t seed, pd_dtype dt, uint32_t *mask, char *d, size_t dn) {
@@ -1258,6 +1308,7 @@ int main(void) {
         {"LpPool", b_lppool, 60, 10},
         {"Resize", b_resize, 100, 12},
         {"Upsample", b_upsample, 30, 6},
+        {"Einsum", b_einsum, 80, 12},
         {"LRN", b_lrn, 50, 8},
         {"Softmax", b_softmax, 50, 8},
         {"LogSoftmax", b_logsoftmax, 50, 8},

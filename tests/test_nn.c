@@ -3,7 +3,7 @@
  * auto_pad), MaxPool (with indices, both storage orders) and AveragePool
  * (count_include_pad, ceil_mode), MatMul with broadcasting, Softmax and
  * LogSoftmax over every axis, InstanceNormalization and GroupNormalization
- * (per-group and per-channel parameters), LpPool, in float and double, over random shapes; and
+ * (per-group and per-channel parameters), LpPool, Einsum, in float and double, over random shapes; and
  * the multi-threaded paths against the single-threaded ones; GlobalMaxPool's
  * ties and NaN. */
 #include "../core/shape_nn.h"
@@ -510,6 +510,90 @@ static void test_lppool(pd__exec *x, pd_dtype t, int iter) {
     free(X.data), free(Y.data);
 }
 
+/* Einsum (batched matrix products) against the sum over every letter's values. */
+static void test_einsum(pd__exec *x, pd_dtype t, int iter) {
+    /* letters by role: batch, M (A only), N (B only), K (summed) */
+    static const char pool[] = "abcdefghijXYZ";
+    int cnt[4] = {(int)irand(0, 2), (int)irand(0, 2), (int)irand(0, 2), (int)irand(0, 2)};
+    char let[4][3];
+    int64_t lsz[128] = {0};
+    int used = 0, start = (int)irand(0, 5);
+    for (int r = 0; r < 4; r++)
+        for (int i = 0; i < cnt[r]; i++) {
+            let[r][i] = pool[(start + used++) % 13];
+            lsz[(int)let[r][i]] = irand(1, 3);
+        }
+    char ea[8] = {0}, eb[8] = {0}, eo[8] = {0};
+    int na = 0, nb = 0, no = 0;
+    static const int ra[3] = {0, 1, 3}, rb[3] = {0, 3, 2}, ro[3] = {0, 1, 2};
+    for (int j = 0; j < 3; j++) {
+        for (int i = 0; i < cnt[ra[j]]; i++) ea[na++] = let[ra[j]][i];
+        for (int i = 0; i < cnt[rb[j]]; i++) eb[nb++] = let[rb[j]][i];
+        for (int i = 0; i < cnt[ro[j]]; i++) eo[no++] = let[ro[j]][i];
+    }
+    char *sh[3] = {ea, eb, eo};
+    int ln[3] = {na, nb, no};
+    for (int k = 0; k < 3; k++) /* shuffled */
+        for (int i = ln[k] - 1; i > 0; i--) {
+            int j = (int)irand(0, i);
+            char t = sh[k][i];
+            sh[k][i] = sh[k][j];
+            sh[k][j] = t;
+        }
+    bool implicit = cnt[0] == 0 && irand(0, 2) == 0;
+    char eq[40];
+    if (implicit) snprintf(eq, sizeof eq, "%s,%s", ea, eb);
+    else snprintf(eq, sizeof eq, "%s, %s -> %s", ea, eb, eo);
+    int64_t as[8], bs[8];
+    for (int i = 0; i < na; i++) as[i] = lsz[(int)ea[i]];
+    for (int i = 0; i < nb; i++) bs[i] = lsz[(int)eb[i]];
+    attrs A = {0};
+    pd__attr *ae = &A.a[A.n++];
+    memset(ae, 0, sizeof *ae);
+    ae->name = "equation";
+    ae->type = PD_A_STRING;
+    ae->s = eq;
+    pd__node n = node(PD_OP_EINSUM, 12, 2, 1, &A);
+    pd__ein e;
+    bool planned = pd__einsum_plan(&n, 2, na, as, nb, bs, &e) == PD_OK;
+    CHECK(planned, "Einsum '%s' is planned", eq);
+    if (!planned) return;
+    pd_tensor X = make(t, na, as, true), W = make(t, nb, bs, true), Y = make(t, e.ro, e.out, false);
+    /* the output's letters: the explicit ones, or those of the plan's order */
+    char lo[8] = {0};
+    if (implicit) {
+        int k = 0;
+        for (int ch = 'A'; ch <= 'z'; ch++)
+            if ((strchr(ea, ch) != NULL) != (strchr(eb, ch) != NULL) && ch != 0) lo[k++] = (char)ch;
+    } else {
+        memcpy(lo, eo, sizeof lo);
+    }
+    char all[16] = {0};
+    int nl = 0;
+    int64_t dims[16], idx[16] = {0}, val[128] = {0};
+    for (const char *p = ea; *p; p++) all[nl] = *p, dims[nl++] = lsz[(int)*p];
+    for (const char *p = eb; *p; p++)
+        if (!strchr(ea, *p)) all[nl] = *p, dims[nl++] = lsz[(int)*p];
+    int64_t ny = pd_tensor_numel(&Y), total = 1;
+    for (int i = 0; i < nl; i++) total *= dims[i];
+    double *ref = calloc((size_t)(ny ? ny : 1), sizeof(double));
+    for (int64_t q = 0; q < total; q++) {
+        for (int i = 0; i < nl; i++) val[(int)all[i]] = idx[i];
+        int64_t oa = 0, ob = 0, oo = 0;
+        for (int i = 0; i < na; i++) oa = oa * as[i] + val[(int)ea[i]];
+        for (int i = 0; i < nb; i++) ob = ob * bs[i] + val[(int)eb[i]];
+        for (int i = 0; i < e.ro; i++) oo = oo * e.out[i] + val[(int)lo[i]];
+        ref[oo] += at(&X, oa) * at(&W, ob);
+        odo(idx, dims, nl);
+    }
+    pd_tensor *in[2] = {&X, &W}, *out[1] = {&Y};
+    pd_status st = pd__cpu_kernels[n.op](x, &n, in, out);
+    double d = maxdiff(&Y, ref);
+    CHECK(st == PD_OK && d < tol(t), "Einsum %s #%d '%s': max rel diff %.3g", pd_dtype_name(t), iter, eq, d);
+    free(ref);
+    free(X.data), free(W.data), free(Y.data);
+}
+
 /* Pools and softmax on 4 threads give the bits of 1 thread; conv is a BLAS sum, so close. */
 static void test_threads(void) {
     pd__exec x1 = {.threads = 1}, x4 = {.threads = 4};
@@ -557,6 +641,7 @@ int main(int argc, char **argv) {
         test_softmax(x, true, t, it);
         test_group_norm(x, t, it);
         test_lppool(x, t, it);
+        test_einsum(x, t, it);
     }
     test_global_maxpool(&x1);
     test_threads();

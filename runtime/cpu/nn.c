@@ -4,7 +4,8 @@
  * training statistics), LayerNormalization, InstanceNormalization,
  * GroupNormalization, RMSNormalization, LpNormalization,
  * MeanVarianceNormalization, MaxPool, AveragePool, LpPool, GlobalMaxPool,
- * GlobalAveragePool (N-D), Resize, Upsample, LRN, Softmax, LogSoftmax,
+ * GlobalAveragePool (N-D), Resize, Upsample, Einsum (as a batched
+ * matrix product), LRN, Softmax, LogSoftmax,
  * Dropout, SoftmaxCrossEntropyLoss, NegativeLogLikelihoodLoss.
  *
  * Each pd__cpu_<Op> reads the attributes, takes the window geometry from
@@ -759,6 +760,30 @@ pd_status pd__cpu_Upsample_bwd(pd__exec *x, const pd__node *n, pd_tensor *const 
                                pd_tensor *const *dout, pd_tensor *const *din) {
     (void)out;
     return rsz_grad(x, n, in, dout, din);
+}
+
+/* ---- Einsum ---- */
+
+pd_status pd__cpu_Einsum(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    const pd_tensor *A = in[0], *B = in[1];
+    pd__ein e;
+    PD_TRY(pd__einsum_plan(n, n->nin, A->ndim, A->shape, B->ndim, B->shape, &e));
+    void *s = pd__scratch_n(x, e.B * e.M * e.K + e.B * e.K * e.N + e.B * e.M * e.N, 1, pd_dtype_size(A->dtype));
+    if (!s) return PD_ERR_NOMEM;
+    PD_DISPATCH(A->dtype, einsum, (&e, A, B, out[0]->data, s))
+}
+
+pd_status pd__cpu_Einsum_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out,
+                             pd_tensor *const *dout, pd_tensor *const *din) {
+    (void)out;
+    const pd_tensor *A = in[0], *B = in[1], *dY = gout(n, dout, 0);
+    pd_tensor *dA = gin(n, din, 0), *dB = gin(n, din, 1);
+    if (!dY || (!dA && !dB)) return PD_OK;
+    pd__ein e;
+    PD_TRY(pd__einsum_plan(n, n->nin, A->ndim, A->shape, B->ndim, B->shape, &e));
+    void *s = pd__scratch_n(x, 2 * (e.B * e.M * e.K + e.B * e.K * e.N) + e.B * e.M * e.N, 1, pd_dtype_size(A->dtype));
+    if (!s) return PD_ERR_NOMEM;
+    PD_DISPATCH(A->dtype, einsum_bwd, (&e, A, B, dY->data, dptr(dA), dptr(dB), s))
 }
 
 /* ---- softmax family ---------------------------------------------------------------------------------- */

@@ -1301,6 +1301,65 @@ static pd_status FN(resize)(pd__exec *x, const pd__rsz *r, const int64_t *ti, co
     return PD_OK;
 }
 
+/* ---- Einsum ------------------------------------------------------------------------------------- */
+
+/* dst (axis j = src's axis perm[j]) = (or +=, add) src (nd dims sshape). */
+static void FN(permute)(int nd, const int64_t *sshape, const int *perm, const T *src, T *dst, bool add) {
+    int64_t st[PD_MAX_DIMS], dshape[PD_MAX_DIMS], idx[PD_MAX_DIMS] = {0}, n = prod64(nd, sshape), acc = 1;
+    for (int i = nd - 1; i >= 0; i--) {
+        st[i] = acc;
+        acc *= sshape[i];
+    }
+    for (int j = 0; j < nd; j++) dshape[j] = sshape[perm[j]];
+    for (int64_t o = 0; o < n; o++) {
+        int64_t off = 0;
+        for (int j = 0; j < nd; j++) off += idx[j] * st[perm[j]];
+        dst[o] = add ? dst[o] + src[off] : src[off];
+        odo_next(idx, dshape, nd);
+    }
+}
+
+/* Y = Einsum(A, B) as pd__ein plans it: A and B permuted into (batch, M, K)
+ * and (batch, K, N) in scratch (s: B*M*K + B*K*N + B*M*N elements), one GEMM
+ * per batch, the product permuted into Y. */
+static pd_status FN(einsum)(const pd__ein *e, const pd_tensor *A, const pd_tensor *Bt, T *Y, T *s) {
+    int64_t B = e->B, M = e->M, N = e->N, K = e->K;
+    T *a = s, *b = a + B * M * K, *c = b + B * K * N;
+    int q[PD_MAX_DIMS];
+    FN(permute)(e->ra, A->shape, e->pa, A->data, a, false);
+    FN(permute)(e->rb, Bt->shape, e->pb, Bt->data, b, false);
+    for (int64_t i = 0; i < B; i++)
+        PD_TRY(FN(gemm)(false, false, M, N, K, 1, a + i * M * K, K, b + i * K * N, N, 0, c + i * M * N, N));
+    for (int j = 0; j < e->nbt; j++) q[e->po[j]] = j;
+    FN(permute)(e->nbt, e->cshape, q, c, Y, false);
+    return PD_OK;
+}
+
+/* dA += dY's share through B, dB += through A: dC = dY permuted to
+ * (batch, M, N), dA_ = dC @ B_^T, dB_ = A_^T @ dC per batch, permuted back.
+ * s: 2*(B*M*K + B*K*N) + B*M*N elements of scratch. */
+static pd_status FN(einsum_bwd)(const pd__ein *e, const pd_tensor *A, const pd_tensor *Bt, const T *dY, T *dA, T *dB,
+                                T *s) {
+    int64_t B = e->B, M = e->M, N = e->N, K = e->K;
+    T *a = s, *b = a + B * M * K, *dc = b + B * K * N, *ga = dc + B * M * N, *gb = ga + B * M * K;
+    int64_t as[PD_MAX_DIMS], bs[PD_MAX_DIMS];
+    int qa[PD_MAX_DIMS], qb[PD_MAX_DIMS];
+    for (int j = 0; j < e->ra; j++) as[j] = A->shape[e->pa[j]], qa[e->pa[j]] = j;
+    for (int j = 0; j < e->rb; j++) bs[j] = Bt->shape[e->pb[j]], qb[e->pb[j]] = j;
+    FN(permute)(e->ra, A->shape, e->pa, A->data, a, false);
+    FN(permute)(e->rb, Bt->shape, e->pb, Bt->data, b, false);
+    int64_t os[PD_MAX_DIMS];
+    for (int j = 0; j < e->nbt; j++) os[e->po[j]] = e->cshape[j];
+    FN(permute)(e->nbt, os, e->po, dY, dc, false);
+    for (int64_t i = 0; i < B; i++) {
+        if (dA) PD_TRY(FN(gemm)(false, true, M, K, N, 1, dc + i * M * N, N, b + i * K * N, N, 0, ga + i * M * K, K));
+        if (dB) PD_TRY(FN(gemm)(true, false, K, N, M, 1, a + i * M * K, K, dc + i * M * N, N, 0, gb + i * K * N, N));
+    }
+    if (dA) FN(permute)(e->ra, as, qa, ga, dA, true);
+    if (dB) FN(permute)(e->rb, bs, qb, gb, dB, true);
+    return PD_OK;
+}
+
 /* ---- softmax family ----------------------------------------------------------------------------- */
 
 /* Y = softmax (or log-softmax) of X (outer, len, inner) over len. Rows
