@@ -2616,7 +2616,7 @@ pd_status pd__resize_plan(const pd__node *n, int ndim, const int64_t *xshape, co
 /* The input index of Resize's/Upsample's scales and sizes (-1: none). */
 void pd__resize_inputs(const pd__node *n, int *scales, int *sizes);
 
-/* Einsum of two operands that is a batched matrix product: every letter is
+/* Einsum that is a batched matrix product: every letter is
  * a batch dim (in A, B and the output), M (A and the output), N (B and the
  * output) or K (A and B, summed). A is read as (batch, M, K) through the
  * axis order pa, B as (batch, K, N) through pb; the product C (batch, M, N)
@@ -2626,12 +2626,15 @@ typedef struct pd__ein {
     int64_t B, M, N, K;                           /* products of each role's sizes */
     int pa[PD_MAX_DIMS], pb[PD_MAX_DIMS], po[PD_MAX_DIMS];
     int64_t cshape[PD_MAX_DIMS], out[PD_MAX_DIMS]; /* C's dims, the output's */
+    int64_t bshape[PD_MAX_DIMS]; /* one operand: B is ones of this shape (the letters summed) */
 } pd__ein;
 
-/* Parses the node's equation against the operands' shapes; other forms
- * (one or three operands, ellipses, repeated letters, sums over one
- * operand's axis) are PD_ERR_UNSUPPORTED naming the equation. Sets the
- * message without the node prefix. */
+/* Parses the node's equation against the operands' shapes (nin 1: a
+ * transpose or sum of A, planned as a product with B = ones of bshape over
+ * the letters summed; rb, sb unused). Other forms (three operands,
+ * ellipses, repeated letters, with two operands a sum over one operand's
+ * axis) are PD_ERR_UNSUPPORTED naming the equation. Sets the message
+ * without the node prefix. */
 pd_status pd__einsum_plan(const pd__node *n, int nin, int ra, const int64_t *sa, int rb, const int64_t *sb,
                           pd__ein *e);
 
@@ -3508,22 +3511,24 @@ pd_status pd__einsum_plan(const pd__node *n, int nin, int ra, const int64_t *sa,
     const char *eq = pd__attr_s(n, "equation", "");
     char t[3][PD_MAX_DIMS + 1] = {{0}};
     int len[3] = {0}, part = 0;
-    bool arrow = false;
+    bool arrow = false, comma = false;
     for (const char *p = eq; *p; p++) {
         char ch = *p;
         if (ch == ' ') continue;
-        if (ch == ',' && part == 0 && !arrow) part = 1;
-        else if (ch == '-' && p[1] == '>' && !arrow && part == 1) arrow = true, part = 2, p++;
+        if (ch == ',' && part == 0 && !arrow) part = 1, comma = true;
+        else if (ch == '-' && p[1] == '>' && !arrow) arrow = true, part = 2, p++;
         else if (((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z')) && len[part] < PD_MAX_DIMS)
             t[part][len[part]++] = ch;
         else
             return pd__err(PD_ERR_UNSUPPORTED,
-                           "equation '%s' is not supported (two operands, letters only, no ellipsis: a batched "
-                           "matrix product such as 'bij,bjk->bik')", eq);
+                           "equation '%s' is not supported (one or two operands, letters only, no ellipsis: a "
+                           "batched matrix product such as 'bij,bjk->bik', a transpose or a sum)", eq);
     }
-    if (nin != 2 || part == 0)
-        return pd__err(PD_ERR_UNSUPPORTED, "equation '%s' with %d operands is not supported (two are)", eq, nin);
-    if (len[0] != ra || len[1] != rb)
+    if (nin > 2 || nin < 1)
+        return pd__err(PD_ERR_UNSUPPORTED, "equation '%s' with %d operands is not supported (one or two are)", eq, nin);
+    if (nin != (comma ? 2 : 1))
+        return pd__err(PD_ERR_SHAPE, "equation '%s' does not name %d operands", eq, nin);
+    if (len[0] != ra || (nin == 2 && len[1] != rb))
         return pd__err(PD_ERR_SHAPE, "equation '%s' names %d and %d axes; the operands have ranks %d and %d", eq,
                        len[0], len[1], ra, rb);
     /* letter -> axis in A, B, the output (-1: absent) */
@@ -3545,6 +3550,17 @@ pd_status pd__einsum_plan(const pd__node *n, int nin, int ra, const int64_t *sa,
         if (ax[2][ch] >= 0 || (ax[0][ch] < 0 && ax[1][ch] < 0))
             return pd__err(PD_ERR_SHAPE, "equation '%s': output letter '%c' is repeated or in no operand", eq, ch);
         ax[2][ch] = i;
+    }
+    if (nin == 1) { /* one operand: a product with B of ones over the letters summed ('ij->i' is 'ij,j->i') */
+        for (int i = 0; i < len[0]; i++) {
+            int ch = t[0][i];
+            if (ax[2][ch] >= 0) continue;
+            ax[1][ch] = len[1];
+            e->bshape[len[1]] = sa[i];
+            t[1][len[1]++] = (char)ch;
+        }
+        rb = len[1];
+        sb = e->bshape;
     }
     for (int k = 0; k < 2; k++)
         for (int i = 0; i < len[k]; i++) {
@@ -3589,13 +3605,16 @@ pd_status pd__einsum_plan(const pd__node *n, int nin, int ra, const int64_t *sa,
 
 pd_status pd__shape_Einsum(pd_graph *g, pd__node *n) {
     pd__tensor *a, *b;
-    if (n->nin != 2)
-        return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "equation '%s' with %d operands is not supported (two are)",
+    if (n->nin != 2 && n->nin != 1)
+        return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "equation '%s' with %d operands is not supported (one or two are)",
                             pd__attr_s(n, "equation", ""), n->nin);
     PD_TRY(need(g, n, 0, "A", &a));
-    PD_TRY(need(g, n, 1, "B", &b));
     PD_TRY(need_float(g, n, a, "Inputs[0]"));
-    PD_TRY(need_dtype(g, n, b, a->dtype, "Inputs[1]"));
+    b = a;
+    if (n->nin == 2) {
+        PD_TRY(need(g, n, 1, "B", &b));
+        PD_TRY(need_dtype(g, n, b, a->dtype, "Inputs[1]"));
+    }
     pd__ein e;
     pd_status st = pd__einsum_plan(n, n->nin, a->ndim, a->shape, b->ndim, b->shape, &e);
     if (st != PD_OK) return node_prefix(g, n, st);
@@ -3603,7 +3622,7 @@ pd_status pd__shape_Einsum(pd_graph *g, pd__node *n) {
 }
 
 double pd__flops_Einsum(const pd_graph *g, const pd__node *n) {
-    const pd__tensor *a = cin(g, n, 0), *b = cin(g, n, 1);
+    const pd__tensor *a = cin(g, n, 0), *b = n->nin == 1 ? a : cin(g, n, 1);
     pd__ein e;
     if (!a || !b || pd__einsum_plan(n, n->nin, a->ndim, a->shape, b->ndim, b->shape, &e) != PD_OK) return 0;
     return 2.0 * (double)e.B * (double)e.M * (double)e.N * (double)e.K;

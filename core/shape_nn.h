@@ -92,7 +92,7 @@ pd_status pd__resize_plan(const pd__node *n, int ndim, const int64_t *xshape, co
 /* The input index of Resize's/Upsample's scales and sizes (-1: none). */
 void pd__resize_inputs(const pd__node *n, int *scales, int *sizes);
 
-/* Einsum of two operands that is a batched matrix product: every letter is
+/* Einsum that is a batched matrix product: every letter is
  * a batch dim (in A, B and the output), M (A and the output), N (B and the
  * output) or K (A and B, summed). A is read as (batch, M, K) through the
  * axis order pa, B as (batch, K, N) through pb; the product C (batch, M, N)
@@ -102,12 +102,15 @@ typedef struct pd__ein {
     int64_t B, M, N, K;                           /* products of each role's sizes */
     int pa[PD_MAX_DIMS], pb[PD_MAX_DIMS], po[PD_MAX_DIMS];
     int64_t cshape[PD_MAX_DIMS], out[PD_MAX_DIMS]; /* C's dims, the output's */
+    int64_t bshape[PD_MAX_DIMS]; /* one operand: B is ones of this shape (the letters summed) */
 } pd__ein;
 
-/* Parses the node's equation against the operands' shapes; other forms
- * (one or three operands, ellipses, repeated letters, sums over one
- * operand's axis) are PD_ERR_UNSUPPORTED naming the equation. Sets the
- * message without the node prefix. */
+/* Parses the node's equation against the operands' shapes (nin 1: a
+ * transpose or sum of A, planned as a product with B = ones of bshape over
+ * the letters summed; rb, sb unused). Other forms (three operands,
+ * ellipses, repeated letters, with two operands a sum over one operand's
+ * axis) are PD_ERR_UNSUPPORTED naming the equation. Sets the message
+ * without the node prefix. */
 pd_status pd__einsum_plan(const pd__node *n, int nin, int ra, const int64_t *sa, int rb, const int64_t *sb,
                           pd__ein *e);
 

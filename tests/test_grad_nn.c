@@ -606,12 +606,15 @@ static gc *b_upsample(uint64_t seed, pd_dtype dt, uint32_t *mask, char *d, size_
 }
 
 /* Einsum as a batched matrix product: random batch, M, N and K letters in
- * random orders, the output explicit or implicit. */
+ * random orders, the output explicit or implicit; or of one operand (a
+ * transpose and sum). */
 static gc *b_einsum(uint64_t seed, pd_dtype dt, uint32_t *mask, char *d, size_t dn) {
     rs_seed(seed);
     /* letters by role: batch, M (A only), N (B only), K (summed) */
     static const char pool[] = "abcdefghijXYZ";
     int cnt[4] = {(int)irand(0, 2), (int)irand(0, 2), (int)irand(0, 2), (int)irand(0, 2)};
+    bool one = irand(0, 3) == 0; /* one operand: a transpose and sum of A */
+    if (one) cnt[0] = cnt[2] = 0;
     char let[4][3];
     int64_t lsz[128] = {0};
     int used = 0, start = (int)irand(0, 5);
@@ -637,9 +640,10 @@ static gc *b_einsum(uint64_t seed, pd_dtype dt, uint32_t *mask, char *d, size_t 
             sh[k][i] = sh[k][j];
             sh[k][j] = t;
         }
-    bool implicit = cnt[0] == 0 && irand(0, 2) == 0;
+    bool implicit = cnt[0] == 0 && (!one || cnt[3] == 0) && irand(0, 2) == 0;
     char eq[40];
-    if (implicit) snprintf(eq, sizeof eq, "%s,%s", ea, eb);
+    if (one) snprintf(eq, sizeof eq, implicit ? "%s" : "%s -> %s", ea, eo);
+    else if (implicit) snprintf(eq, sizeof eq, "%s,%s", ea, eb);
     else snprintf(eq, sizeof eq, "%s, %s -> %s", ea, eb, eo);
     int64_t as[8], bs[8];
     for (int i = 0; i < na; i++) as[i] = lsz[(int)ea[i]];
@@ -647,10 +651,10 @@ static gc *b_einsum(uint64_t seed, pd_dtype dt, uint32_t *mask, char *d, size_t 
     gc *c = gc_new("Einsum", 12);
     gc_seed(c, seed);
     gc_input(c, dt, na, as, NULL);
-    gc_input(c, dt, nb, bs, NULL);
+    if (!one) gc_input(c, dt, nb, bs, NULL);
     gc_attr_s(c, "equation", eq);
     gc_outputs(c, 1);
-    *mask = 0x3;
+    *mask = one ? 0x1 : 0x3;
     describe(c, d, dn);
     return c;
 }

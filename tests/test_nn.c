@@ -510,11 +510,14 @@ static void test_lppool(pd__exec *x, pd_dtype t, int iter) {
     free(X.data), free(Y.data);
 }
 
-/* Einsum (batched matrix products) against the sum over every letter's values. */
+/* Einsum (batched matrix products, or transposes and sums of one operand)
+ * against the sum over every letter's values. */
 static void test_einsum(pd__exec *x, pd_dtype t, int iter) {
     /* letters by role: batch, M (A only), N (B only), K (summed) */
     static const char pool[] = "abcdefghijXYZ";
     int cnt[4] = {(int)irand(0, 2), (int)irand(0, 2), (int)irand(0, 2), (int)irand(0, 2)};
+    bool one = irand(0, 3) == 0; /* one operand: a transpose and sum of A */
+    if (one) cnt[0] = cnt[2] = 0;
     char let[4][3];
     int64_t lsz[128] = {0};
     int used = 0, start = (int)irand(0, 5);
@@ -540,9 +543,10 @@ static void test_einsum(pd__exec *x, pd_dtype t, int iter) {
             sh[k][i] = sh[k][j];
             sh[k][j] = t;
         }
-    bool implicit = cnt[0] == 0 && irand(0, 2) == 0;
+    bool implicit = cnt[0] == 0 && (!one || cnt[3] == 0) && irand(0, 2) == 0;
     char eq[40];
-    if (implicit) snprintf(eq, sizeof eq, "%s,%s", ea, eb);
+    if (one) snprintf(eq, sizeof eq, implicit ? "%s" : "%s -> %s", ea, eo);
+    else if (implicit) snprintf(eq, sizeof eq, "%s,%s", ea, eb);
     else snprintf(eq, sizeof eq, "%s, %s -> %s", ea, eb, eo);
     int64_t as[8], bs[8];
     for (int i = 0; i < na; i++) as[i] = lsz[(int)ea[i]];
@@ -553,18 +557,20 @@ static void test_einsum(pd__exec *x, pd_dtype t, int iter) {
     ae->name = "equation";
     ae->type = PD_A_STRING;
     ae->s = eq;
-    pd__node n = node(PD_OP_EINSUM, 12, 2, 1, &A);
+    pd__node n = node(PD_OP_EINSUM, 12, one ? 1 : 2, 1, &A);
     pd__ein e;
-    bool planned = pd__einsum_plan(&n, 2, na, as, nb, bs, &e) == PD_OK;
+    bool planned = pd__einsum_plan(&n, one ? 1 : 2, na, as, nb, bs, &e) == PD_OK;
     CHECK(planned, "Einsum '%s' is planned", eq);
     if (!planned) return;
-    pd_tensor X = make(t, na, as, true), W = make(t, nb, bs, true), Y = make(t, e.ro, e.out, false);
+    pd_tensor X = make(t, na, as, true), W = make(t, nb, bs, !one), Y = make(t, e.ro, e.out, false);
+    if (one) /* B stands for the summed letters: ones */
+        for (int64_t i = 0; i < pd_tensor_numel(&W); i++) pd__set_f(t, W.data, i, 1);
     /* the output's letters: the explicit ones, or those of the plan's order */
     char lo[8] = {0};
     if (implicit) {
         int k = 0;
         for (int ch = 'A'; ch <= 'z'; ch++)
-            if ((strchr(ea, ch) != NULL) != (strchr(eb, ch) != NULL) && ch != 0) lo[k++] = (char)ch;
+            if ((strchr(ea, ch) != NULL) != (!one && strchr(eb, ch) != NULL) && ch != 0) lo[k++] = (char)ch;
     } else {
         memcpy(lo, eo, sizeof lo);
     }

@@ -764,26 +764,48 @@ pd_status pd__cpu_Upsample_bwd(pd__exec *x, const pd__node *n, pd_tensor *const 
 
 /* ---- Einsum ---- */
 
+/* The plan, scratch of `extra` elements plus, with one operand, B: ones of
+ * e->bshape at the scratch's end (*ones). */
+static pd_status ein_prep(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd__ein *e, int64_t extra, void **s,
+                          pd_tensor *ones) {
+    const pd_tensor *A = in[0], *B = n->nin > 1 ? in[1] : in[0];
+    PD_TRY(pd__einsum_plan(n, n->nin, A->ndim, A->shape, B->ndim, B->shape, e));
+    int64_t nb = n->nin == 1 ? prod64(e->rb, e->bshape) : 0;
+    size_t es = pd_dtype_size(A->dtype);
+    *s = pd__scratch_n(x, extra + nb, 1, es);
+    if (!*s) return PD_ERR_NOMEM;
+    if (n->nin == 1) {
+        *ones = (pd_tensor){A->dtype, e->rb, {0}, (char *)*s + (size_t)extra * es};
+        memcpy(ones->shape, e->bshape, sizeof(int64_t) * (size_t)e->rb);
+        for (int64_t i = 0; i < nb; i++) pd__set_f(A->dtype, ones->data, i, 1);
+    } else {
+        *ones = *in[1];
+    }
+    return PD_OK;
+}
+
 pd_status pd__cpu_Einsum(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
-    const pd_tensor *A = in[0], *B = in[1];
+    const pd_tensor *A = in[0], *B = n->nin > 1 ? in[1] : in[0];
     pd__ein e;
     PD_TRY(pd__einsum_plan(n, n->nin, A->ndim, A->shape, B->ndim, B->shape, &e));
-    void *s = pd__scratch_n(x, e.B * e.M * e.K + e.B * e.K * e.N + e.B * e.M * e.N, 1, pd_dtype_size(A->dtype));
-    if (!s) return PD_ERR_NOMEM;
-    PD_DISPATCH(A->dtype, einsum, (&e, A, B, out[0]->data, s))
+    void *s;
+    pd_tensor Bv;
+    PD_TRY(ein_prep(x, n, in, &e, e.B * e.M * e.K + e.B * e.K * e.N + e.B * e.M * e.N, &s, &Bv));
+    PD_DISPATCH(A->dtype, einsum, (&e, A, &Bv, out[0]->data, s))
 }
 
 pd_status pd__cpu_Einsum_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out,
                              pd_tensor *const *dout, pd_tensor *const *din) {
     (void)out;
-    const pd_tensor *A = in[0], *B = in[1], *dY = gout(n, dout, 0);
-    pd_tensor *dA = gin(n, din, 0), *dB = gin(n, din, 1);
+    const pd_tensor *A = in[0], *B = n->nin > 1 ? in[1] : in[0], *dY = gout(n, dout, 0);
+    pd_tensor *dA = gin(n, din, 0), *dB = n->nin > 1 ? gin(n, din, 1) : NULL;
     if (!dY || (!dA && !dB)) return PD_OK;
     pd__ein e;
     PD_TRY(pd__einsum_plan(n, n->nin, A->ndim, A->shape, B->ndim, B->shape, &e));
-    void *s = pd__scratch_n(x, 2 * (e.B * e.M * e.K + e.B * e.K * e.N) + e.B * e.M * e.N, 1, pd_dtype_size(A->dtype));
-    if (!s) return PD_ERR_NOMEM;
-    PD_DISPATCH(A->dtype, einsum_bwd, (&e, A, B, dY->data, dptr(dA), dptr(dB), s))
+    void *s;
+    pd_tensor Bv;
+    PD_TRY(ein_prep(x, n, in, &e, 2 * (e.B * e.M * e.K + e.B * e.K * e.N) + e.B * e.M * e.N, &s, &Bv));
+    PD_DISPATCH(A->dtype, einsum_bwd, (&e, A, &Bv, dY->data, dptr(dA), dptr(dB), s))
 }
 
 /* ---- softmax family ---------------------------------------------------------------------------------- */
