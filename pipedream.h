@@ -654,9 +654,19 @@ PDDEF void pd_mpi_finalize(void);
     X(CONV_TRANSPOSE, ConvTranspose, PD_OPF_NN | PD_OPF_HOST, 0x7, 0)                              \
     X(BATCH_NORM, BatchNormalization, PD_OPF_NN, 0x7, 0x18)                                        \
     X(LAYER_NORM, LayerNormalization, PD_OPF_NN, 0x7, 0)                                           \
+    X(INSTANCE_NORM, InstanceNormalization, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0x7, 0)         \
+    X(GROUP_NORM, GroupNormalization, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0x7, 0)               \
+    X(RMS_NORM, RMSNormalization, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0x3, 0)                   \
+    X(LP_NORM, LpNormalization, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                     \
+    X(MVN, MeanVarianceNormalization, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)               \
     X(MAX_POOL, MaxPool, PD_OPF_NN, 0x1, 0)                                                        \
     X(AVERAGE_POOL, AveragePool, PD_OPF_NN, 0x1, 0)                                                \
     X(GLOBAL_AVERAGE_POOL, GlobalAveragePool, PD_OPF_NN, 0x1, 0)                                   \
+    X(LP_POOL, LpPool, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                              \
+    X(GLOBAL_MAX_POOL, GlobalMaxPool, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)               \
+    X(RESIZE, Resize, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                               \
+    X(UPSAMPLE, Upsample, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                           \
+    X(EINSUM, Einsum, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0x3, 0)                               \
     X(LRN, LRN, PD_OPF_NN | PD_OPF_HOST, 0x1, 0)                                                   \
     X(SOFTMAX, Softmax, PD_OPF_NN, 0x1, 0)                                                         \
     X(LOG_SOFTMAX, LogSoftmax, PD_OPF_NN, 0x1, 0)                                                  \
@@ -2609,8 +2619,11 @@ double pd__flops_ReduceSum(const pd_graph *g, const pd__node *n) { return in_num
 #define shp pd__shape_nn_shp
 /* shape_nn.c - shape rules and FLOP counts of the neural-network ops:
  * Gemm, MatMul, Conv, ConvTranspose, BatchNormalization, LayerNormalization,
- * MaxPool, AveragePool, GlobalAveragePool, LRN, Softmax, LogSoftmax, Dropout,
- * SoftmaxCrossEntropyLoss and NegativeLogLikelihoodLoss (opsets 6-22).
+ * InstanceNormalization, GroupNormalization, RMSNormalization,
+ * LpNormalization, MeanVarianceNormalization, MaxPool, AveragePool, LpPool,
+ * GlobalAveragePool, GlobalMaxPool, Resize, Upsample, Einsum, LRN, Softmax,
+ * LogSoftmax, Dropout, SoftmaxCrossEntropyLoss and NegativeLogLikelihoodLoss
+ * (opsets 6-23).
  *
  * A rule checks ranks, channel counts against the weights, and dtypes, so a
  * bad model fails with one line naming the node and the shapes, and then
@@ -2669,12 +2682,79 @@ int pd__bn_training(const pd__node *n);
 pd_status pd__softmax_split(const pd__node *n, int ndim, const int64_t *shape, int64_t *outer, int64_t *len,
                             int64_t *inner);
 
+/* MeanVarianceNormalization's axes (default [0, 2, 3]): reduced[d] for each
+ * of the ndim dims; returns their count, or -1-i when entry i is out of
+ * range or repeated. */
+int pd__mvn_axes(const pd__node *n, int ndim, bool *reduced);
+
+/* LpPool's p: an int from opset 2, a float in opset 1 (default 2). */
+double pd__lppool_p(const pd__node *n);
+
+/* Resize (opsets 10-19) and Upsample (7-9): separable nearest or N-linear
+ * interpolation. The output shape and per-axis scales come from the scales
+ * or sizes input (constants at load), the rest from the attributes. */
+typedef enum pd__rsz_ctm {
+    PD_RSZ_HALF_PIXEL = 0,
+    PD_RSZ_PYTORCH_HALF_PIXEL,
+    PD_RSZ_ALIGN_CORNERS,
+    PD_RSZ_ASYMMETRIC
+} pd__rsz_ctm;
+typedef enum pd__rsz_nearest {
+    PD_RSZ_ROUND_PREFER_FLOOR = 0,
+    PD_RSZ_ROUND_PREFER_CEIL,
+    PD_RSZ_FLOOR,
+    PD_RSZ_CEIL
+} pd__rsz_nearest;
+typedef struct pd__rsz {
+    bool linear;              /* else nearest */
+    pd__rsz_ctm ctm;          /* coordinate_transformation_mode */
+    pd__rsz_nearest nearest;  /* nearest_mode */
+    int ndim;
+    int64_t in[PD_MAX_DIMS], out[PD_MAX_DIMS];
+    double scale[PD_MAX_DIMS]; /* output / input, per axis */
+    double outf[PD_MAX_DIMS];  /* input * scale unrounded (with sizes: the size), as align_corners reads it */
+} pd__rsz;
+
+/* Fills *r from the node and X's shape; scales, sizes: the inputs' data
+ * (NULL or empty when not given). Sets the message (without the node
+ * prefix) and returns PD_ERR_UNSUPPORTED for the forms not implemented
+ * (cubic, antialias, tf_crop_and_resize, half_pixel_symmetric, a
+ * keep_aspect_ratio_policy other than stretch). */
+pd_status pd__resize_plan(const pd__node *n, int ndim, const int64_t *xshape, const pd_tensor *scales,
+                          const pd_tensor *sizes, pd__rsz *r);
+
+/* The input index of Resize's/Upsample's scales and sizes (-1: none). */
+void pd__resize_inputs(const pd__node *n, int *scales, int *sizes);
+
+/* Einsum that is a batched matrix product: every letter is
+ * a batch dim (in A, B and the output), M (A and the output), N (B and the
+ * output) or K (A and B, summed). A is read as (batch, M, K) through the
+ * axis order pa, B as (batch, K, N) through pb; the product C (batch, M, N)
+ * has its axis j at output axis po[j]. */
+typedef struct pd__ein {
+    int ra, rb, ro, nbt;                          /* ranks of A, B, the output, C */
+    int64_t B, M, N, K;                           /* products of each role's sizes */
+    int pa[PD_MAX_DIMS], pb[PD_MAX_DIMS], po[PD_MAX_DIMS];
+    int64_t cshape[PD_MAX_DIMS], out[PD_MAX_DIMS]; /* C's dims, the output's */
+    int64_t bshape[PD_MAX_DIMS]; /* one operand: B is ones of this shape (the letters summed) */
+} pd__ein;
+
+/* Parses the node's equation against the operands' shapes (nin 1: a
+ * transpose or sum of A, planned as a product with B = ones of bshape over
+ * the letters summed; rb, sb unused). Other forms (three operands,
+ * ellipses, repeated letters, with two operands a sum over one operand's
+ * axis) are PD_ERR_UNSUPPORTED naming the equation. Sets the message
+ * without the node prefix. */
+pd_status pd__einsum_plan(const pd__node *n, int nin, int ra, const int64_t *sa, int rb, const int64_t *sb,
+                          pd__ein *e);
+
 /* The reduction attribute of the losses: 0 none, 1 sum, 2 mean, -1 unknown. */
 int pd__loss_reduction(const pd__node *n);
 
 #endif
 /* ---- end of core/shape_nn.h ---- */
 
+#include <math.h>
 #include <string.h>
 
 /* ---- small helpers ---------------------------------------------------------- */
@@ -3020,7 +3100,7 @@ static pd_status conv_bias(pd_graph *g, pd__node *n, int64_t M) {
 
 pd_status pd__shape_Conv(pd_graph *g, pd__node *n) {
     pd__tensor *x, *w;
-    int64_t group;
+    int64_t group = 1; /* set by conv_inputs; gcc cannot always see it */
     PD_TRY(conv_inputs(g, n, &x, &w, &group));
     int64_t C = x->shape[1], M = w->shape[0];
     if (w->shape[1] * group != C || M % group != 0)
@@ -3045,7 +3125,7 @@ double pd__flops_Conv(const pd_graph *g, const pd__node *n) {
 
 pd_status pd__shape_ConvTranspose(pd_graph *g, pd__node *n) {
     pd__tensor *x, *w;
-    int64_t group;
+    int64_t group = 1; /* set by conv_inputs; gcc cannot always see it */
     PD_TRY(conv_inputs(g, n, &x, &w, &group));
     int64_t C = x->shape[1], M = w->shape[1] * group;
     if (w->shape[0] != C)
@@ -3156,6 +3236,152 @@ double pd__flops_LayerNormalization(const pd_graph *g, const pd__node *n) {
     return x ? 8 * dnumel(x) : 0;
 }
 
+/* stash_type (LayerNormalization, GroupNormalization 21, RMSNormalization):
+ * the precision of the statistics; the kernels keep them in double, at
+ * least as precise as any the spec allows. */
+static pd_status stash_ok(pd_graph *g, pd__node *n) {
+    int64_t st = pd__attr_i(n, "stash_type", PD_FLOAT);
+    if (st != PD_FLOAT && st != PD_DOUBLE && st != PD_FLOAT16 && st != PD_BFLOAT16)
+        return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "stash_type %lld (float, double, float16 and bfloat16 are supported)",
+                            (long long)st);
+    return PD_OK;
+}
+
+/* A per-channel (or per-group) parameter: a vector of `len` values of X's dtype. */
+static pd_status need_vec(pd_graph *g, pd__node *n, int i, const char *what, const pd__tensor *x, int64_t len,
+                          const char *of) {
+    pd__tensor *t;
+    PD_TRY(need(g, n, i, what, &t));
+    PD_TRY(need_dtype(g, n, t, x->dtype, what));
+    if (t->ndim != 1 || t->shape[0] != len)
+        return pd__node_err(g, n, PD_ERR_SHAPE, "%s %s must be [%lld] (%s) for X %s", what, shp(t).s, (long long)len,
+                            of, shp(x).s);
+    return PD_OK;
+}
+
+pd_status pd__shape_InstanceNormalization(pd_graph *g, pd__node *n) {
+    pd__tensor *x;
+    PD_TRY(need(g, n, 0, "input", &x));
+    PD_TRY(need_float(g, n, x, "input"));
+    if (x->ndim < 3) return pd__node_err(g, n, PD_ERR_SHAPE, "input %s must be (N, C, D1, ...)", shp(x).s);
+    PD_TRY(need_vec(g, n, 1, "scale", x, x->shape[1], "C"));
+    PD_TRY(need_vec(g, n, 2, "B", x, x->shape[1], "C"));
+    return set_out(g, n, 0, x->dtype, x->ndim, x->shape);
+}
+
+double pd__flops_InstanceNormalization(const pd_graph *g, const pd__node *n) {
+    const pd__tensor *x = cin(g, n, 0);
+    return x ? 8 * dnumel(x) : 0;
+}
+
+/* Opset 18: scale and bias per group; from 21: per channel (and stash_type). */
+pd_status pd__shape_GroupNormalization(pd_graph *g, pd__node *n) {
+    pd__tensor *x;
+    PD_TRY(need(g, n, 0, "X", &x));
+    PD_TRY(need_float(g, n, x, "X"));
+    if (x->ndim < 2) return pd__node_err(g, n, PD_ERR_SHAPE, "X %s must be (N, C, ...)", shp(x).s);
+    if (!pd__attr_get(n, "num_groups"))
+        return pd__node_err(g, n, PD_ERR_INVALID, "attribute num_groups is missing");
+    int64_t G = pd__attr_i(n, "num_groups", 0), C = x->shape[1];
+    if (G < 1 || C % G != 0)
+        return pd__node_err(g, n, PD_ERR_SHAPE, "num_groups %lld does not divide the %lld channels of X %s",
+                            (long long)G, (long long)C, shp(x).s);
+    bool per_group = n->opset < 21;
+    PD_TRY(need_vec(g, n, 1, "scale", x, per_group ? G : C, per_group ? "num_groups" : "C"));
+    PD_TRY(need_vec(g, n, 2, "bias", x, per_group ? G : C, per_group ? "num_groups" : "C"));
+    if (!per_group) PD_TRY(stash_ok(g, n));
+    return set_out(g, n, 0, x->dtype, x->ndim, x->shape);
+}
+
+double pd__flops_GroupNormalization(const pd_graph *g, const pd__node *n) {
+    const pd__tensor *x = cin(g, n, 0);
+    return x ? 8 * dnumel(x) : 0;
+}
+
+/* Y = X / sqrt(mean(X^2 over axis..r-1) + epsilon) * scale, scale
+ * broadcastable to the normalized shape (as LayerNormalization's). */
+pd_status pd__shape_RMSNormalization(pd_graph *g, pd__node *n) {
+    pd__tensor *x, *scale;
+    PD_TRY(need(g, n, 0, "X", &x));
+    PD_TRY(need(g, n, 1, "scale", &scale));
+    PD_TRY(need_float(g, n, x, "X"));
+    PD_TRY(need_dtype(g, n, scale, x->dtype, "scale"));
+    int r = x->ndim, axis;
+    if (r < 1) return pd__node_err(g, n, PD_ERR_SHAPE, "X %s must have rank >= 1", shp(x).s);
+    int64_t a = pd__attr_i(n, "axis", -1);
+    if (!norm_axis(a, r, r - 1, &axis))
+        return pd__node_err(g, n, PD_ERR_SHAPE, "axis %lld is out of range for X %s", (long long)a, shp(x).s);
+    bool ok = scale->ndim <= r - axis;
+    for (int i = 0; ok && i < scale->ndim; i++) {
+        int64_t d = scale->shape[scale->ndim - 1 - i];
+        ok = d == 1 || d == x->shape[r - 1 - i];
+    }
+    if (!ok)
+        return pd__node_err(g, n, PD_ERR_SHAPE, "scale %s does not broadcast to the normalized shape %s of X %s",
+                            shp(scale).s, shpv(r - axis, x->shape + axis).s, shp(x).s);
+    PD_TRY(stash_ok(g, n));
+    return set_out(g, n, 0, x->dtype, r, x->shape);
+}
+
+double pd__flops_RMSNormalization(const pd_graph *g, const pd__node *n) {
+    const pd__tensor *x = cin(g, n, 0);
+    /* square and sum, normalize, scale */
+    return x ? 4 * dnumel(x) : 0;
+}
+
+/* y = x / ||x||_p along axis (p 1 or 2, as the spec). */
+pd_status pd__shape_LpNormalization(pd_graph *g, pd__node *n) {
+    pd__tensor *x;
+    PD_TRY(need(g, n, 0, "input", &x));
+    PD_TRY(need_float(g, n, x, "input"));
+    int axis;
+    int64_t a = pd__attr_i(n, "axis", -1), p = pd__attr_i(n, "p", 2);
+    if (x->ndim < 1 || !norm_axis(a, x->ndim, x->ndim - 1, &axis))
+        return pd__node_err(g, n, PD_ERR_SHAPE, "axis %lld is out of range for input %s", (long long)a, shp(x).s);
+    if (p != 1 && p != 2)
+        return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "attribute p is %lld (the spec allows 1 and 2)", (long long)p);
+    return set_out(g, n, 0, x->dtype, x->ndim, x->shape);
+}
+
+double pd__flops_LpNormalization(const pd_graph *g, const pd__node *n) {
+    const pd__tensor *x = cin(g, n, 0);
+    return x ? 3 * dnumel(x) : 0;
+}
+
+int pd__mvn_axes(const pd__node *n, int ndim, bool *reduced) {
+    static const int64_t def[3] = {0, 2, 3};
+    const int64_t *v;
+    int c = pd__attr_ints(n, "axes", &v);
+    if (!pd__attr_get(n, "axes")) v = def, c = 3;
+    for (int i = 0; i < ndim; i++) reduced[i] = false;
+    for (int i = 0; i < c; i++) {
+        int a;
+        if (!norm_axis(v[i], ndim, ndim - 1, &a) || reduced[a]) return -1 - i;
+        reduced[a] = true;
+    }
+    return c;
+}
+
+pd_status pd__shape_MeanVarianceNormalization(pd_graph *g, pd__node *n) {
+    pd__tensor *x;
+    PD_TRY(need(g, n, 0, "X", &x));
+    PD_TRY(need_float(g, n, x, "X"));
+    bool red[PD_MAX_DIMS];
+    int c = pd__mvn_axes(n, x->ndim, red);
+    if (c < 0) {
+        const int64_t *v;
+        pd__attr_ints(n, "axes", &v);
+        return pd__node_err(g, n, PD_ERR_SHAPE, "axes entry %d%s is out of range or repeated for X %s", -1 - c,
+                            pd__attr_get(n, "axes") ? "" : " of the default [0,2,3]", shp(x).s);
+    }
+    return set_out(g, n, 0, x->dtype, x->ndim, x->shape);
+}
+
+double pd__flops_MeanVarianceNormalization(const pd_graph *g, const pd__node *n) {
+    const pd__tensor *x = cin(g, n, 0);
+    return x ? 6 * dnumel(x) : 0;
+}
+
 pd_status pd__shape_LRN(pd_graph *g, pd__node *n) {
     pd__tensor *x;
     PD_TRY(need(g, n, 0, "X", &x));
@@ -3228,6 +3454,288 @@ pd_status pd__shape_GlobalAveragePool(pd_graph *g, pd__node *n) {
 double pd__flops_GlobalAveragePool(const pd_graph *g, const pd__node *n) {
     const pd__tensor *x = cin(g, n, 0);
     return x ? dnumel(x) : 0;
+}
+
+pd_status pd__shape_GlobalMaxPool(pd_graph *g, pd__node *n) { return pd__shape_GlobalAveragePool(g, n); }
+
+double pd__flops_GlobalMaxPool(const pd_graph *g, const pd__node *n) {
+    const pd__tensor *x = cin(g, n, 0);
+    return x ? dnumel(x) : 0;
+}
+
+double pd__lppool_p(const pd__node *n) {
+    const pd__attr *a = pd__attr_get(n, "p");
+    if (a && a->type == PD_A_FLOAT) return a->f; /* opset 1: a float */
+    return (double)pd__attr_i(n, "p", 2);
+}
+
+pd_status pd__shape_LpPool(pd_graph *g, pd__node *n) {
+    double p = pd__lppool_p(n);
+    if (!(p >= 1 && p <= 64))
+        return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "attribute p is %g (1 to 64 are supported)", p);
+    if (n->nout > 1 && n->out[1] >= 0)
+        return pd__node_err(g, n, PD_ERR_SHAPE, "LpPool has one output, the model gives it %d", n->nout);
+    return pool_shape(g, n, false);
+}
+
+double pd__flops_LpPool(const pd_graph *g, const pd__node *n) { return 3 * pool_flops(g, n); }
+
+/* ---- Resize, Upsample ------------------------------------------------------------------------ */
+
+void pd__resize_inputs(const pd__node *n, int *scales, int *sizes) {
+    bool up = !strcmp(n->op_type, "Upsample");
+    if (up) *scales = n->opset >= 9 ? 1 : -1, *sizes = -1;
+    else if (n->opset < 11) *scales = 1, *sizes = -1;
+    else *scales = 2, *sizes = 3;
+}
+
+static bool rsz_given(const pd_tensor *t) { return t && pd_tensor_numel(t) > 0; }
+
+pd_status pd__resize_plan(const pd__node *n, int ndim, const int64_t *x, const pd_tensor *scales,
+                          const pd_tensor *sizes, pd__rsz *r) {
+    memset(r, 0, sizeof *r);
+    r->ndim = ndim;
+    bool up = !strcmp(n->op_type, "Upsample"), v10 = up || n->opset < 11;
+    const char *mode = pd__attr_s(n, "mode", "nearest");
+    if (!strcmp(mode, "linear") || (v10 && !strcmp(mode, "bilinear"))) r->linear = true;
+    else if (strcmp(mode, "nearest") != 0)
+        return pd__err(PD_ERR_UNSUPPORTED, "mode '%s' is not supported (nearest and linear are)", mode);
+    if (v10) { /* Upsample and Resize-10: asymmetric coordinates, nearest rounds down */
+        r->ctm = PD_RSZ_ASYMMETRIC;
+        r->nearest = PD_RSZ_FLOOR;
+    } else {
+        static const char *ctms[] = {"half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric"};
+        static const char *nms[] = {"round_prefer_floor", "round_prefer_ceil", "floor", "ceil"};
+        const char *c = pd__attr_s(n, "coordinate_transformation_mode", "half_pixel");
+        const char *m = pd__attr_s(n, "nearest_mode", "round_prefer_floor");
+        int i;
+        for (i = 0; i < 4 && strcmp(c, ctms[i]); i++) {}
+        if (i == 4)
+            return pd__err(PD_ERR_UNSUPPORTED, "coordinate_transformation_mode '%s' is not supported (half_pixel, "
+                           "pytorch_half_pixel, align_corners and asymmetric are)", c);
+        r->ctm = (pd__rsz_ctm)i;
+        for (i = 0; i < 4 && strcmp(m, nms[i]); i++) {}
+        if (i == 4) return pd__err(PD_ERR_UNSUPPORTED, "nearest_mode '%s' is not supported", m);
+        r->nearest = (pd__rsz_nearest)i;
+        if (pd__attr_i(n, "antialias", 0) != 0)
+            return pd__err(PD_ERR_UNSUPPORTED, "antialias=%lld is not supported (0 is)",
+                           (long long)pd__attr_i(n, "antialias", 0));
+        const char *k = pd__attr_s(n, "keep_aspect_ratio_policy", "stretch");
+        if (strcmp(k, "stretch") != 0)
+            return pd__err(PD_ERR_UNSUPPORTED, "keep_aspect_ratio_policy '%s' is not supported (stretch is)", k);
+    }
+    /* the axes scales and sizes apply to (opset 18+), every axis by default */
+    int axes[PD_MAX_DIMS], na = ndim;
+    const int64_t *av;
+    int ac = pd__attr_ints(n, "axes", &av);
+    bool seen[PD_MAX_DIMS] = {false};
+    for (int i = 0; i < ndim; i++) axes[i] = i;
+    if (ac) {
+        if (ac > ndim) return pd__err(PD_ERR_SHAPE, "attribute axes has %d values for rank %d", ac, ndim);
+        na = ac;
+        for (int i = 0; i < ac; i++) {
+            if (!norm_axis(av[i], ndim, ndim - 1, &axes[i]) || seen[axes[i]])
+                return pd__err(PD_ERR_SHAPE, "attribute axes entry %d (%lld) is out of range or repeated", i,
+                               (long long)av[i]);
+            seen[axes[i]] = true;
+        }
+    }
+    for (int i = 0; i < ndim; i++) {
+        r->in[i] = r->out[i] = x[i];
+        r->scale[i] = 1;
+        r->outf[i] = (double)x[i];
+    }
+    const float *af = NULL;
+    int afc = up && n->opset < 9 ? pd__attr_floats(n, "scales", &af) : 0;
+    bool hs = rsz_given(scales) || afc > 0, hz = rsz_given(sizes);
+    if (hs == hz)
+        return pd__err(PD_ERR_SHAPE, hs ? "both scales and sizes are given" : "neither scales nor sizes is given");
+    int64_t cnt = hs ? (afc ? afc : pd_tensor_numel(scales)) : pd_tensor_numel(sizes);
+    if (cnt != na) return pd__err(PD_ERR_SHAPE, "%s has %lld values for %d axes", hs ? "scales" : "sizes", (long long)cnt, na);
+    const pd_tensor *t = hs ? scales : sizes;
+    if (!afc && !t->data) return pd__err(PD_ERR_UNSUPPORTED, "%s is not a constant at load", hs ? "scales" : "sizes");
+    for (int i = 0; i < na; i++) {
+        int d = axes[i];
+        if (hs) {
+            double sc = afc ? af[i] : pd__get_f(t->dtype, t->data, i);
+            if (!(sc > 0) || sc > 1e6) return pd__err(PD_ERR_SHAPE, "scale %g of axis %d is not positive", sc, d);
+            r->scale[d] = sc;
+            double o = floor((double)x[d] * sc);
+            if (o > (double)INT32_MAX) return pd__err(PD_ERR_SHAPE, "output size %g of axis %d is too large", o, d);
+            r->out[d] = (int64_t)o;
+            r->outf[d] = (double)x[d] * sc;
+        } else {
+            int64_t o = pd__get_i(t->dtype, t->data, i);
+            if (o < 0 || o > INT32_MAX) return pd__err(PD_ERR_SHAPE, "size %lld of axis %d is out of range", (long long)o, d);
+            r->out[d] = o;
+            r->scale[d] = x[d] ? (double)o / (double)x[d] : 1;
+            r->outf[d] = (double)o;
+        }
+        if (r->out[d] > 0 && x[d] == 0)
+            return pd__err(PD_ERR_SHAPE, "axis %d of size 0 cannot be resized to %lld", d, (long long)r->out[d]);
+    }
+    return PD_OK;
+}
+
+static pd_status resize_shape(pd_graph *g, pd__node *n) {
+    pd__tensor *x;
+    PD_TRY(need(g, n, 0, "X", &x));
+    PD_TRY(need_float(g, n, x, "X"));
+    int si, zi;
+    pd__resize_inputs(n, &si, &zi);
+    pd_tensor sv, zv, *sp = NULL, *zp = NULL;
+    for (int j = 0; j < 2; j++) {
+        pd__tensor *t = pd__in(g, n, j ? zi : si);
+        if ((j ? zi : si) < 0 || !t) continue;
+        pd_tensor v = pd__view(t);
+        if (!((t->kind == PD_T_INIT || t->kind == PD_T_CONST) && t->data)) v.data = NULL;
+        if (t->ndim != 1 || (j ? (t->dtype != PD_INT64) : !is_float(t->dtype) && t->dtype != PD_FLOAT16))
+            return pd__node_err(g, n, PD_ERR_SHAPE, "%s %s (%s) must be a 1-D %s tensor", j ? "sizes" : "scales",
+                                shp(t).s, pd_dtype_name(t->dtype), j ? "int64" : "float");
+        if (j) zv = v, zp = &zv;
+        else sv = v, sp = &sv;
+    }
+    pd__rsz r;
+    pd_status st = pd__resize_plan(n, x->ndim, x->shape, sp, zp, &r);
+    if (st != PD_OK) return node_prefix(g, n, st);
+    return set_out(g, n, 0, x->dtype, x->ndim, r.out);
+}
+
+static double resize_flops(const pd_graph *g, const pd__node *n) {
+    const pd__tensor *y = cout(g, n, 0), *x = cin(g, n, 0);
+    if (!y || !x) return 0;
+    /* linear: two taps per resized axis */
+    return pd__attr_s(n, "mode", "nearest")[0] == 'n' ? 0 : 2 * dnumel(y) * (double)x->ndim;
+}
+
+pd_status pd__shape_Resize(pd_graph *g, pd__node *n) { return resize_shape(g, n); }
+double pd__flops_Resize(const pd_graph *g, const pd__node *n) { return resize_flops(g, n); }
+pd_status pd__shape_Upsample(pd_graph *g, pd__node *n) { return resize_shape(g, n); }
+double pd__flops_Upsample(const pd_graph *g, const pd__node *n) { return resize_flops(g, n); }
+
+/* ---- Einsum ------------------------------------------------------------------------------------ */
+
+pd_status pd__einsum_plan(const pd__node *n, int nin, int ra, const int64_t *sa, int rb, const int64_t *sb,
+                          pd__ein *e) {
+    memset(e, 0, sizeof *e);
+    const char *eq = pd__attr_s(n, "equation", "");
+    char t[3][PD_MAX_DIMS + 1] = {{0}};
+    int len[3] = {0}, part = 0;
+    bool arrow = false, comma = false;
+    for (const char *p = eq; *p; p++) {
+        char ch = *p;
+        if (ch == ' ') continue;
+        if (ch == ',' && part == 0 && !arrow) part = 1, comma = true;
+        else if (ch == '-' && p[1] == '>' && !arrow) arrow = true, part = 2, p++;
+        else if (((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z')) && len[part] < PD_MAX_DIMS)
+            t[part][len[part]++] = ch;
+        else
+            return pd__err(PD_ERR_UNSUPPORTED,
+                           "equation '%s' is not supported (one or two operands, letters only, no ellipsis: a "
+                           "batched matrix product such as 'bij,bjk->bik', a transpose or a sum)", eq);
+    }
+    if (nin > 2 || nin < 1)
+        return pd__err(PD_ERR_UNSUPPORTED, "equation '%s' with %d operands is not supported (one or two are)", eq, nin);
+    if (nin != (comma ? 2 : 1))
+        return pd__err(PD_ERR_SHAPE, "equation '%s' does not name %d operands", eq, nin);
+    if (len[0] != ra || (nin == 2 && len[1] != rb))
+        return pd__err(PD_ERR_SHAPE, "equation '%s' names %d and %d axes; the operands have ranks %d and %d", eq,
+                       len[0], len[1], ra, rb);
+    /* letter -> axis in A, B, the output (-1: absent) */
+    int ax[3][128];
+    memset(ax, -1, sizeof ax);
+    for (int k = 0; k < 2; k++)
+        for (int i = 0; i < len[k]; i++) {
+            if (ax[k][(int)t[k][i]] >= 0)
+                return pd__err(PD_ERR_UNSUPPORTED, "equation '%s' repeats '%c' in an operand (a diagonal) and is not "
+                               "supported", eq, t[k][i]);
+            ax[k][(int)t[k][i]] = i;
+        }
+    if (!arrow) { /* implicit output: the letters seen once, in alphabetical order */
+        for (int ch = 'A'; ch <= 'z'; ch++)
+            if ((ax[0][ch] >= 0) != (ax[1][ch] >= 0) && len[2] < PD_MAX_DIMS) t[2][len[2]++] = (char)ch;
+    }
+    for (int i = 0; i < len[2]; i++) {
+        int ch = t[2][i];
+        if (ax[2][ch] >= 0 || (ax[0][ch] < 0 && ax[1][ch] < 0))
+            return pd__err(PD_ERR_SHAPE, "equation '%s': output letter '%c' is repeated or in no operand", eq, ch);
+        ax[2][ch] = i;
+    }
+    if (nin == 1) { /* one operand: a product with B of ones over the letters summed ('ij->i' is 'ij,j->i') */
+        for (int i = 0; i < len[0]; i++) {
+            int ch = t[0][i];
+            if (ax[2][ch] >= 0) continue;
+            ax[1][ch] = len[1];
+            e->bshape[len[1]] = sa[i];
+            t[1][len[1]++] = (char)ch;
+        }
+        rb = len[1];
+        sb = e->bshape;
+    }
+    for (int k = 0; k < 2; k++)
+        for (int i = 0; i < len[k]; i++) {
+            int ch = t[k][i];
+            if (ax[1 - k][ch] < 0 && ax[2][ch] < 0)
+                return pd__err(PD_ERR_UNSUPPORTED, "equation '%s' sums '%c' over one operand only; not supported", eq,
+                               ch);
+            if (ax[0][ch] >= 0 && ax[1][ch] >= 0 && sa[ax[0][ch]] != sb[ax[1][ch]])
+                return pd__err(PD_ERR_SHAPE, "equation '%s': '%c' is %lld in A and %lld in B", eq, ch,
+                               (long long)sa[ax[0][ch]], (long long)sb[ax[1][ch]]);
+        }
+    e->ra = ra, e->rb = rb, e->ro = len[2];
+    e->B = e->M = e->N = e->K = 1;
+    int na = 0, nb = 0, nc = 0;
+    for (int role = 0; role < 4; role++) {
+        if (role == 2) { /* K letters, in A's order: after M in A, after batch in B */
+            for (int i = 0; i < len[0]; i++) {
+                int ch = t[0][i];
+                if (ax[1][ch] < 0 || ax[2][ch] >= 0) continue;
+                e->pa[na++] = i;
+                e->pb[nb++] = ax[1][ch];
+                e->K *= sa[i];
+            }
+            continue;
+        }
+        for (int i = 0; i < len[2]; i++) { /* batch, M, N letters in output order */
+            int ch = t[2][i], ia = ax[0][ch], ib = ax[1][ch];
+            int r = ia >= 0 && ib >= 0 ? 0 : ia >= 0 ? 1 : 3;
+            if (r != role) continue;
+            int64_t sz = ia >= 0 ? sa[ia] : sb[ib];
+            if (ia >= 0) e->pa[na++] = ia;
+            if (ib >= 0) e->pb[nb++] = ib;
+            *(r == 0 ? &e->B : r == 1 ? &e->M : &e->N) *= sz;
+            e->po[nc] = i;
+            e->cshape[nc++] = sz;
+        }
+    }
+    e->nbt = nc;
+    for (int j = 0; j < nc; j++) e->out[e->po[j]] = e->cshape[j];
+    return PD_OK;
+}
+
+pd_status pd__shape_Einsum(pd_graph *g, pd__node *n) {
+    pd__tensor *a, *b;
+    if (n->nin != 2 && n->nin != 1)
+        return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "equation '%s' with %d operands is not supported (one or two are)",
+                            pd__attr_s(n, "equation", ""), n->nin);
+    PD_TRY(need(g, n, 0, "A", &a));
+    PD_TRY(need_float(g, n, a, "Inputs[0]"));
+    b = a;
+    if (n->nin == 2) {
+        PD_TRY(need(g, n, 1, "B", &b));
+        PD_TRY(need_dtype(g, n, b, a->dtype, "Inputs[1]"));
+    }
+    pd__ein e;
+    pd_status st = pd__einsum_plan(n, n->nin, a->ndim, a->shape, b->ndim, b->shape, &e);
+    if (st != PD_OK) return node_prefix(g, n, st);
+    return set_out(g, n, 0, a->dtype, e.ro, e.out);
+}
+
+double pd__flops_Einsum(const pd_graph *g, const pd__node *n) {
+    const pd__tensor *a = cin(g, n, 0), *b = n->nin == 1 ? a : cin(g, n, 1);
+    pd__ein e;
+    if (!a || !b || pd__einsum_plan(n, n->nin, a->ndim, a->shape, b->ndim, b->shape, &e) != PD_OK) return 0;
+    return 2.0 * (double)e.B * (double)e.M * (double)e.N * (double)e.K;
 }
 
 /* ---- softmax family --------------------------------------------------------------------- */

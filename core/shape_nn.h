@@ -48,6 +48,72 @@ int pd__bn_training(const pd__node *n);
 pd_status pd__softmax_split(const pd__node *n, int ndim, const int64_t *shape, int64_t *outer, int64_t *len,
                             int64_t *inner);
 
+/* MeanVarianceNormalization's axes (default [0, 2, 3]): reduced[d] for each
+ * of the ndim dims; returns their count, or -1-i when entry i is out of
+ * range or repeated. */
+int pd__mvn_axes(const pd__node *n, int ndim, bool *reduced);
+
+/* LpPool's p: an int from opset 2, a float in opset 1 (default 2). */
+double pd__lppool_p(const pd__node *n);
+
+/* Resize (opsets 10-19) and Upsample (7-9): separable nearest or N-linear
+ * interpolation. The output shape and per-axis scales come from the scales
+ * or sizes input (constants at load), the rest from the attributes. */
+typedef enum pd__rsz_ctm {
+    PD_RSZ_HALF_PIXEL = 0,
+    PD_RSZ_PYTORCH_HALF_PIXEL,
+    PD_RSZ_ALIGN_CORNERS,
+    PD_RSZ_ASYMMETRIC
+} pd__rsz_ctm;
+typedef enum pd__rsz_nearest {
+    PD_RSZ_ROUND_PREFER_FLOOR = 0,
+    PD_RSZ_ROUND_PREFER_CEIL,
+    PD_RSZ_FLOOR,
+    PD_RSZ_CEIL
+} pd__rsz_nearest;
+typedef struct pd__rsz {
+    bool linear;              /* else nearest */
+    pd__rsz_ctm ctm;          /* coordinate_transformation_mode */
+    pd__rsz_nearest nearest;  /* nearest_mode */
+    int ndim;
+    int64_t in[PD_MAX_DIMS], out[PD_MAX_DIMS];
+    double scale[PD_MAX_DIMS]; /* output / input, per axis */
+    double outf[PD_MAX_DIMS];  /* input * scale unrounded (with sizes: the size), as align_corners reads it */
+} pd__rsz;
+
+/* Fills *r from the node and X's shape; scales, sizes: the inputs' data
+ * (NULL or empty when not given). Sets the message (without the node
+ * prefix) and returns PD_ERR_UNSUPPORTED for the forms not implemented
+ * (cubic, antialias, tf_crop_and_resize, half_pixel_symmetric, a
+ * keep_aspect_ratio_policy other than stretch). */
+pd_status pd__resize_plan(const pd__node *n, int ndim, const int64_t *xshape, const pd_tensor *scales,
+                          const pd_tensor *sizes, pd__rsz *r);
+
+/* The input index of Resize's/Upsample's scales and sizes (-1: none). */
+void pd__resize_inputs(const pd__node *n, int *scales, int *sizes);
+
+/* Einsum that is a batched matrix product: every letter is
+ * a batch dim (in A, B and the output), M (A and the output), N (B and the
+ * output) or K (A and B, summed). A is read as (batch, M, K) through the
+ * axis order pa, B as (batch, K, N) through pb; the product C (batch, M, N)
+ * has its axis j at output axis po[j]. */
+typedef struct pd__ein {
+    int ra, rb, ro, nbt;                          /* ranks of A, B, the output, C */
+    int64_t B, M, N, K;                           /* products of each role's sizes */
+    int pa[PD_MAX_DIMS], pb[PD_MAX_DIMS], po[PD_MAX_DIMS];
+    int64_t cshape[PD_MAX_DIMS], out[PD_MAX_DIMS]; /* C's dims, the output's */
+    int64_t bshape[PD_MAX_DIMS]; /* one operand: B is ones of this shape (the letters summed) */
+} pd__ein;
+
+/* Parses the node's equation against the operands' shapes (nin 1: a
+ * transpose or sum of A, planned as a product with B = ones of bshape over
+ * the letters summed; rb, sb unused). Other forms (three operands,
+ * ellipses, repeated letters, with two operands a sum over one operand's
+ * axis) are PD_ERR_UNSUPPORTED naming the equation. Sets the message
+ * without the node prefix. */
+pd_status pd__einsum_plan(const pd__node *n, int nin, int ra, const int64_t *sa, int rb, const int64_t *sb,
+                          pd__ein *e);
+
 /* The reduction attribute of the losses: 0 none, 1 sum, 2 mean, -1 unknown. */
 int pd__loss_reduction(const pd__node *n);
 

@@ -2,11 +2,14 @@
  *
  * - every differentiable input of Gemm, MatMul, Conv, ConvTranspose,
  *   BatchNormalization (training session, the node's own training mode,
- *   inference), LayerNormalization, MaxPool, AveragePool, GlobalAveragePool,
- *   LRN, Softmax, LogSoftmax, Dropout, SoftmaxCrossEntropyLoss and
- *   NegativeLogLikelihoodLoss against central differences in float64
- *   (tests/gradcheck.h: also += into din and the split B/W backward), over
- *   random shapes and attributes;
+ *   inference), LayerNormalization, InstanceNormalization,
+ *   GroupNormalization (opsets 18 and 21), RMSNormalization,
+ *   LpNormalization, MeanVarianceNormalization, MaxPool, AveragePool,
+ *   LpPool, GlobalAveragePool, GlobalMaxPool, Resize and Upsample (the
+ *   adjoint of the interpolation), Einsum, LRN, Softmax, LogSoftmax,
+ *   Dropout, SoftmaxCrossEntropyLoss and NegativeLogLikelihoodLoss against
+ *   central differences in float64 (tests/gradcheck.h: also += into din
+ *   and the split B/W backward), over random shapes and attributes;
  * - the float32 backward against the float64 one on the same values;
  * - the multi-threaded backward against the single-threaded one;
  * - BatchNormalization's training-session forward against hand-computed
@@ -307,6 +310,60 @@ static gc *b_ln(uint64_t seed, pd_dtype dt, uint32_t *mask, char *d, size_t dn) 
     return c;
 }
 
+/* InstanceNormalization (group false) or GroupNormalization, opset 18
+ * (scale and bias per group) or 21 (per channel). */
+static gc *b_gn_any(uint64_t seed, pd_dtype dt, uint32_t *mask, char *d, size_t dn, bool group) {
+    rs_seed(seed);
+    int r = (int)irand(group ? 2 : 3, 5);
+    int64_t G = group ? irand(1, 3) : 1, xs[8] = {irand(1, 3), G * irand(1, 3)};
+    for (int i = 2; i < r; i++) xs[i] = irand(1, 4);
+    int opset = group ? (irand(0, 1) ? 18 : 21) : (irand(0, 1) ? 6 : 22);
+    gc *c = gc_new(group ? "GroupNormalization" : "InstanceNormalization", opset);
+    gc_seed(c, seed);
+    gc_input(c, dt, r, xs, NULL);
+    int64_t ps[1] = {group && opset < 21 ? G : xs[1]};
+    gc_input(c, dt, 1, ps, NULL);
+    gc_input(c, dt, 1, ps, NULL);
+    if (group) gc_attr_i(c, "num_groups", G);
+    int64_t D = xs[1] / G;
+    for (int i = 2; i < r; i++) D *= xs[i];
+    /* a row of one or two values normalizes to 0 or about +-1: a large
+     * epsilon keeps the gradient above the differences' noise */
+    if (D <= 2) gc_attr_f(c, "epsilon", 0.5f);
+    else if (irand(0, 1)) gc_attr_f(c, "epsilon", irand(0, 1) ? 0.1f : 1e-5f);
+    if (group && opset >= 21 && irand(0, 1)) gc_attr_i(c, "stash_type", PD_FLOAT);
+    gc_outputs(c, 1);
+    *mask = 0x7;
+    describe(c, d, dn);
+    return c;
+}
+static gc *b_in(uint64_t seed, pd_dtype dt, uint32_t *mask, char *d, size_t dn) {
+    return b_gn_any(seed, dt, mask, d, dn, false);
+}
+static gc *b_gn(uint64_t seed, pd_dtype dt, uint32_t *mask, char *d, size_t dn) {
+    return b_gn_any(seed, dt, mask, d, dn, true);
+}
+
+static gc *b_rms(uint64_t seed, pd_dtype dt, uint32_t *mask, char *d, size_t dn) {
+    rs_seed(seed);
+    int r = (int)irand(1, 4);
+    int64_t xs[8], ss[8];
+    for (int i = 0; i < r; i++) xs[i] = irand(1, 4);
+    int axis = (int)irand(-r, r - 1), ax = axis < 0 ? axis + r : axis, nd = r - ax;
+    int sn = (int)irand(1, nd);
+    for (int i = 0; i < sn; i++) ss[i] = irand(0, 3) == 0 ? 1 : xs[r - sn + i];
+    gc *c = gc_new("RMSNormalization", 23);
+    gc_seed(c, seed);
+    gc_input(c, dt, r, xs, NULL);
+    gc_input(c, dt, sn, ss, NULL);
+    if (axis != -1 || irand(0, 1)) gc_attr_i(c, "axis", axis);
+    if (irand(0, 1)) gc_attr_f(c, "epsilon", irand(0, 1) ? 0.1f : 1e-5f);
+    gc_outputs(c, 1);
+    *mask = 0x3;
+    describe(c, d, dn);
+    return c;
+}
+
 /* MaxPool (max true) or AveragePool, retried until every window holds an input. */
 static gc *b_pool_any(uint64_t seed, pd_dtype dt, uint32_t *mask, char *d, size_t dn, bool max) {
     for (uint64_t tries = 0;; tries++) {
@@ -365,6 +422,239 @@ static gc *b_gap(uint64_t seed, pd_dtype dt, uint32_t *mask, char *d, size_t dn)
     gc_input(c, dt, r, xs, NULL);
     gc_outputs(c, 1);
     *mask = 0x1;
+    describe(c, d, dn);
+    return c;
+}
+
+static gc *b_gmp(uint64_t seed, pd_dtype dt, uint32_t *mask, char *d, size_t dn) {
+    rs_seed(seed);
+    int r = (int)irand(3, 5);
+    int64_t xs[8];
+    for (int i = 0; i < r; i++) xs[i] = irand(1, 4);
+    gc *c = gc_new("GlobalMaxPool", 1);
+    gc_seed(c, seed);
+    gc_input(c, dt, r, xs, NULL);
+    /* distinct values, far apart compared with the differences' step: no ties */
+    int64_t n = numel_in(c, 0);
+    for (int64_t k = 0; k < n; k++) set(c, 0, k, -1 + 2.0 * (double)k / (double)n);
+    for (int64_t k = n - 1; k > 0; k--) {
+        int64_t j = irand(0, k);
+        double t = at(c, 0, k);
+        set(c, 0, k, at(c, 0, j));
+        set(c, 0, j, t);
+    }
+    gc_outputs(c, 1);
+    *mask = 0x1;
+    describe(c, d, dn);
+    return c;
+}
+
+/* LpPool (p 1 to 3; opset 18 adds dilations and ceil_mode), retried until every window holds an input. */
+static gc *b_lppool(uint64_t seed, pd_dtype dt, uint32_t *mask, char *d, size_t dn) {
+    for (uint64_t tries = 0;; tries++) {
+        rs_seed(seed * 733 + tries);
+        int ns = irand(0, 4) == 0 ? 3 : (int)irand(1, 2);
+        int64_t xs[8] = {irand(1, 2), irand(1, 3)}, ks[8];
+        for (int i = 0; i < ns; i++) {
+            ks[i] = irand(1, 3);
+            xs[2 + i] = ns == 1 ? irand(3, 8) : ns == 2 ? irand(3, 5) : irand(2, 3);
+        }
+        int opset = irand(0, 1) ? 11 : 18;
+        gc *c = gc_new("LpPool", opset);
+        gc_seed(c, seed);
+        gc_attr_ints(c, "kernel_shape", ns, ks);
+        rand_window(c, ns, 1, opset >= 18, true);
+        if (opset >= 18 && irand(0, 1)) gc_attr_i(c, "ceil_mode", 1);
+        int64_t p = irand(1, 3);
+        if (p != 2 || irand(0, 1)) gc_attr_i(c, "p", p);
+        pd__win w;
+        if (pd__win_make(&c->node, PD_WIN_POOL, ns + 2, xs, NULL, &w) != PD_OK || !windows_hit(&w)) {
+            gc_free(c);
+            continue;
+        }
+        gc_input(c, dt, ns + 2, xs, NULL);
+        /* away from 0, where |x| has its kink (p 1) */
+        for (int64_t k = 0; k < numel_in(c, 0); k++) {
+            double v = at(c, 0, k);
+            set(c, 0, k, v < 0 ? v - 0.1 : v + 0.1);
+        }
+        gc_outputs(c, 1);
+        *mask = 0x1;
+        describe(c, d, dn);
+        return c;
+    }
+}
+
+static gc *b_lpn(uint64_t seed, pd_dtype dt, uint32_t *mask, char *d, size_t dn) {
+    rs_seed(seed);
+    int r = (int)irand(1, 4);
+    int64_t xs[8];
+    for (int i = 0; i < r; i++) xs[i] = irand(1, 4);
+    int axis = (int)irand(-r, r - 1);
+    /* a line of one value normalizes to its sign: gradient 0, where float32 and float64 differ by rounding only */
+    xs[axis < 0 ? axis + r : axis] = irand(2, 4);
+    int64_t p = irand(1, 2);
+    gc *c = gc_new("LpNormalization", 1);
+    gc_seed(c, seed);
+    gc_input(c, dt, r, xs, NULL);
+    for (int64_t k = 0; k < numel_in(c, 0); k++) { /* away from 0, where |x| has its kink (p 1) */
+        double v = at(c, 0, k);
+        set(c, 0, k, v < 0 ? v - 0.1 : v + 0.1);
+    }
+    if (axis != -1 || irand(0, 1)) gc_attr_i(c, "axis", axis);
+    if (p != 2 || irand(0, 1)) gc_attr_i(c, "p", p);
+    gc_outputs(c, 1);
+    *mask = 0x1;
+    describe(c, d, dn);
+    return c;
+}
+
+/* MeanVarianceNormalization over random axes (the default [0, 2, 3] on rank
+ * 4), groups of 3 values or more. */
+static gc *b_mvn(uint64_t seed, pd_dtype dt, uint32_t *mask, char *d, size_t dn) {
+    for (uint64_t tries = 0;; tries++) {
+        rs_seed(seed * 311 + tries);
+        int r = (int)irand(1, 5);
+        int64_t xs[8], axes[8], na = 0, D = 1;
+        for (int i = 0; i < r; i++) xs[i] = irand(1, 4);
+        bool dflt = r == 4 && irand(0, 1);
+        for (int i = 0; i < r; i++)
+            if (dflt ? i != 1 : irand(0, 1)) {
+                axes[na++] = irand(0, 1) ? i : i - r;
+                D *= xs[i];
+            }
+        if (na == 0 || D < 3) continue;
+        gc *c = gc_new("MeanVarianceNormalization", irand(0, 1) ? 9 : 13);
+        gc_seed(c, seed);
+        gc_input(c, dt, r, xs, NULL);
+        if (!dflt || irand(0, 1)) gc_attr_ints(c, "axes", (int)na, axes);
+        gc_outputs(c, 1);
+        *mask = 0x1;
+        describe(c, d, dn);
+        return c;
+    }
+}
+
+/* Resize (opset 10, 11, 13, 18 with axes) or Upsample (7, 9): nearest or
+ * linear, every supported coordinate transformation and nearest_mode, up- and
+ * downsampling, from constant scales or sizes. */
+static gc *b_resize_any(uint64_t seed, pd_dtype dt, uint32_t *mask, char *d, size_t dn, bool up) {
+    static const char *ctms[] = {"half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric"};
+    static const char *nms[] = {"round_prefer_floor", "round_prefer_ceil", "floor", "ceil"};
+    static const float scs[] = {0.5f, 0.6f, 1, 1.5f, 2, 2.5f, 3};
+    for (uint64_t tries = 0;; tries++) {
+        rs_seed(seed * 419 + tries);
+        int r = (int)irand(up ? 3 : 1, 4);
+        int64_t xs[8];
+        for (int i = 0; i < r; i++) xs[i] = irand(1, i < r - 2 ? 2 : 5);
+        int opset = up ? (irand(0, 1) ? 7 : 9) : (int)(int64_t[]){10, 11, 13, 18, 19}[irand(0, 4)];
+        bool sizes = !up && opset >= 11 && irand(0, 1), axes = opset >= 18 && r >= 2 && irand(0, 1);
+        int na = axes ? 2 : r, ax[2] = {r - 2, r - 1};
+        if (axes && irand(0, 1)) ax[0] = r - 1, ax[1] = r - 2;
+        float sc[8];
+        int64_t sz[8];
+        bool ok = true;
+        for (int i = 0; i < na; i++) {
+            int dim = axes ? ax[i] : i;
+            bool resized = axes || dim >= r - 2 || irand(0, 3) == 0;
+            sc[i] = resized ? scs[irand(0, 6)] : 1;
+            sz[i] = resized ? irand(1, 7) : xs[dim];
+            if (!sizes && (int64_t)floor(xs[dim] * (double)sc[i]) < 1) ok = false;
+        }
+        if (!ok) continue;
+        gc *c = gc_new(up ? "Upsample" : "Resize", opset);
+        gc_seed(c, seed);
+        gc_input(c, dt, r, xs, NULL);
+        int64_t nv[1] = {na};
+        if (up && opset < 9) gc_attr_floats(c, "scales", na, sc);
+        else if (opset < 11) gc_input(c, PD_FLOAT, 1, nv, sc);
+        else {
+            gc_absent(c); /* roi */
+            if (sizes) {
+                gc_absent(c);
+                gc_input(c, PD_INT64, 1, nv, sz);
+            } else {
+                gc_input(c, PD_FLOAT, 1, nv, sc);
+            }
+        }
+        if (axes) {
+            int64_t av[2] = {ax[0], ax[1] - (irand(0, 1) ? r : 0)};
+            gc_attr_ints(c, "axes", 2, av);
+        }
+        bool linear = irand(0, 1);
+        if (linear) gc_attr_s(c, "mode", "linear");
+        else if (irand(0, 1)) gc_attr_s(c, "mode", "nearest");
+        if (opset >= 11) {
+            int ct = (int)irand(0, 4), nm = (int)irand(0, 4);
+            if (ct < 4) gc_attr_s(c, "coordinate_transformation_mode", ctms[ct]);
+            if (!linear && nm < 4) gc_attr_s(c, "nearest_mode", nms[nm]);
+        }
+        gc_outputs(c, 1);
+        *mask = 0x1;
+        describe(c, d, dn);
+        size_t k = strlen(d);
+        if (sizes) snprintf(d + k, dn - k, " sizes");
+        else snprintf(d + k, dn - k, " scales %g %g ...", (double)sc[0], (double)sc[na - 1]);
+        return c;
+    }
+}
+static gc *b_resize(uint64_t seed, pd_dtype dt, uint32_t *mask, char *d, size_t dn) {
+    return b_resize_any(seed, dt, mask, d, dn, false);
+}
+static gc *b_upsample(uint64_t seed, pd_dtype dt, uint32_t *mask, char *d, size_t dn) {
+    return b_resize_any(seed, dt, mask, d, dn, true);
+}
+
+/* Einsum as a batched matrix product: random batch, M, N and K letters in
+ * random orders, the output explicit or implicit; or of one operand (a
+ * transpose and sum). */
+static gc *b_einsum(uint64_t seed, pd_dtype dt, uint32_t *mask, char *d, size_t dn) {
+    rs_seed(seed);
+    /* letters by role: batch, M (A only), N (B only), K (summed) */
+    static const char pool[] = "abcdefghijXYZ";
+    int cnt[4] = {(int)irand(0, 2), (int)irand(0, 2), (int)irand(0, 2), (int)irand(0, 2)};
+    bool one = irand(0, 3) == 0; /* one operand: a transpose and sum of A */
+    if (one) cnt[0] = cnt[2] = 0;
+    char let[4][3];
+    int64_t lsz[128] = {0};
+    int used = 0, start = (int)irand(0, 5);
+    for (int r = 0; r < 4; r++)
+        for (int i = 0; i < cnt[r]; i++) {
+            let[r][i] = pool[(start + used++) % 13];
+            lsz[(int)let[r][i]] = irand(1, 3);
+        }
+    char ea[8] = {0}, eb[8] = {0}, eo[8] = {0};
+    int na = 0, nb = 0, no = 0;
+    static const int ra[3] = {0, 1, 3}, rb[3] = {0, 3, 2}, ro[3] = {0, 1, 2};
+    for (int j = 0; j < 3; j++) {
+        for (int i = 0; i < cnt[ra[j]]; i++) ea[na++] = let[ra[j]][i];
+        for (int i = 0; i < cnt[rb[j]]; i++) eb[nb++] = let[rb[j]][i];
+        for (int i = 0; i < cnt[ro[j]]; i++) eo[no++] = let[ro[j]][i];
+    }
+    char *sh[3] = {ea, eb, eo};
+    int ln[3] = {na, nb, no};
+    for (int k = 0; k < 3; k++) /* shuffled */
+        for (int i = ln[k] - 1; i > 0; i--) {
+            int j = (int)irand(0, i);
+            char t = sh[k][i];
+            sh[k][i] = sh[k][j];
+            sh[k][j] = t;
+        }
+    bool implicit = cnt[0] == 0 && (!one || cnt[3] == 0) && irand(0, 2) == 0;
+    char eq[40];
+    if (one) snprintf(eq, sizeof eq, implicit ? "%s" : "%s -> %s", ea, eo);
+    else if (implicit) snprintf(eq, sizeof eq, "%s,%s", ea, eb);
+    else snprintf(eq, sizeof eq, "%s, %s -> %s", ea, eb, eo);
+    int64_t as[8], bs[8];
+    for (int i = 0; i < na; i++) as[i] = lsz[(int)ea[i]];
+    for (int i = 0; i < nb; i++) bs[i] = lsz[(int)eb[i]];
+    gc *c = gc_new("Einsum", 12);
+    gc_seed(c, seed);
+    gc_input(c, dt, na, as, NULL);
+    if (!one) gc_input(c, dt, nb, bs, NULL);
+    gc_attr_s(c, "equation", eq);
+    gc_outputs(c, 1);
+    *mask = one ? 0x1 : 0x3;
     describe(c, d, dn);
     return c;
 }
@@ -1010,9 +1300,19 @@ int main(void) {
         {"ConvTranspose", b_convt, 100, 16},
         {"BatchNormalization", b_bn, 80, 12},
         {"LayerNormalization", b_ln, 80, 12},
+        {"InstanceNormalization", b_in, 40, 8},
+        {"GroupNormalization", b_gn, 60, 10},
+        {"RMSNormalization", b_rms, 60, 10},
+        {"LpNormalization", b_lpn, 40, 8},
+        {"MeanVarianceNormalization", b_mvn, 40, 8},
         {"MaxPool", b_maxpool, 100, 12},
         {"AveragePool", b_avgpool, 100, 12},
         {"GlobalAveragePool", b_gap, 20, 6},
+        {"GlobalMaxPool", b_gmp, 20, 6},
+        {"LpPool", b_lppool, 60, 10},
+        {"Resize", b_resize, 100, 12},
+        {"Upsample", b_upsample, 30, 6},
+        {"Einsum", b_einsum, 80, 12},
         {"LRN", b_lrn, 50, 8},
         {"Softmax", b_softmax, 50, 8},
         {"LogSoftmax", b_logsoftmax, 50, 8},

@@ -2,8 +2,10 @@
  * Conv and ConvTranspose (1-D to 3-D, groups, strides, dilations, pads,
  * auto_pad), MaxPool (with indices, both storage orders) and AveragePool
  * (count_include_pad, ceil_mode), MatMul with broadcasting, Softmax and
- * LogSoftmax over every axis, in float and double, over random shapes; and
- * the multi-threaded paths against the single-threaded ones. */
+ * LogSoftmax over every axis, InstanceNormalization and GroupNormalization
+ * (per-group and per-channel parameters), LpPool, Einsum, in float and double, over random shapes; and
+ * the multi-threaded paths against the single-threaded ones; GlobalMaxPool's
+ * ties and NaN. */
 #include "../core/shape_nn.h"
 #include "check.h"
 
@@ -400,6 +402,204 @@ static void test_softmax(pd__exec *x, bool lg, pd_dtype t, int iter) {
     free(X.data), free(Y.data);
 }
 
+/* InstanceNormalization and GroupNormalization (opset 18: scale and bias
+ * per group; 21: per channel) against the textbook formula. */
+static void test_group_norm(pd__exec *x, pd_dtype t, int iter) {
+    int kind = (int)irand(0, 2), nd = (int)irand(kind ? 2 : 3, 5), opset = kind == 1 ? 18 : 21;
+    int64_t G = kind ? irand(1, 4) : 0, xs[8] = {irand(1, 3), 0};
+    xs[1] = kind ? G * irand(1, 3) : irand(1, 5);
+    if (!kind) G = xs[1];
+    for (int i = 2; i < nd; i++) xs[i] = irand(1, 5);
+    int64_t N = xs[0], C = xs[1], S = 1, Cg = C / G, ps[1] = {kind == 1 ? G : C};
+    for (int i = 2; i < nd; i++) S *= xs[i];
+    attrs A = {0};
+    if (kind) a_int(&A, "num_groups", G);
+    pd_tensor X = make(t, nd, xs, true), Y = make(t, nd, xs, false), Sc = make(t, 1, ps, true),
+              B = make(t, 1, ps, true);
+    int64_t nx = pd_tensor_numel(&X);
+    double *ref = malloc(sizeof(double) * (size_t)(nx ? nx : 1)), eps = 1e-5;
+    for (int64_t r = 0; r < N * G; r++) {
+        double m = 0, v = 0;
+        for (int64_t i = 0; i < Cg * S; i++) m += at(&X, r * Cg * S + i);
+        m /= (double)(Cg * S);
+        for (int64_t i = 0; i < Cg * S; i++) v += (at(&X, r * Cg * S + i) - m) * (at(&X, r * Cg * S + i) - m);
+        v /= (double)(Cg * S);
+        for (int64_t i = 0; i < Cg * S; i++) {
+            int64_t c = (r % G) * Cg + i / S, k = kind == 1 ? c / Cg : c;
+            ref[r * Cg * S + i] = (at(&X, r * Cg * S + i) - m) / sqrt(v + eps) * at(&Sc, k) + at(&B, k);
+        }
+    }
+    pd__node n = node(kind ? PD_OP_GROUP_NORM : PD_OP_INSTANCE_NORM, opset, 3, 1, &A);
+    pd_tensor *in[3] = {&X, &Sc, &B}, *out[1] = {&Y};
+    pd_status st = pd__cpu_kernels[n.op](x, &n, in, out);
+    double d = maxdiff(&Y, ref);
+    char shp[64];
+    pd__format_shape(shp, sizeof shp, nd, xs);
+    /* a row of a few values may have a tiny variance, which divides the rounding */
+    CHECK(st == PD_OK && d < 100 * tol(t), "%s %s #%d opset %d X %s groups %lld: max rel diff %.3g", pd__ops[n.op].name,
+          pd_dtype_name(t), iter, opset, shp, (long long)G, d);
+    free(ref);
+    free(X.data), free(Y.data), free(Sc.data), free(B.data);
+}
+
+/* GlobalMaxPool: ties and NaN, which finite differences cannot see: the
+ * gradient goes to the first maximum of a plane, a NaN wins the max. */
+static void test_global_maxpool(pd__exec *x) {
+    int64_t xs[3] = {1, 3, 4}, ys[3] = {1, 3, 1};
+    pd_tensor X = make(PD_DOUBLE, 3, xs, false), Y = make(PD_DOUBLE, 3, ys, false), dY = make(PD_DOUBLE, 3, ys, false),
+              dX = make(PD_DOUBLE, 3, xs, false);
+    static const double v[12] = {1, 5, 5, 2, -3, -1, -1, -2, 0, NAN, 7, 1};
+    for (int i = 0; i < 12; i++) pd__set_f(PD_DOUBLE, X.data, i, v[i]);
+    for (int i = 0; i < 3; i++) pd__set_f(PD_DOUBLE, dY.data, i, i + 1);
+    pd__node n = node(PD_OP_GLOBAL_MAX_POOL, 1, 1, 1, NULL);
+    pd_tensor *in[1] = {&X}, *out[1] = {&Y}, *dout[1] = {&dY}, *din[1] = {&dX};
+    bool ok = pd__cpu_kernels[n.op](x, &n, in, out) == PD_OK &&
+              pd__cpu_grads[n.op](x, &n, in, out, dout, din) == PD_OK;
+    static const double wy[2] = {5, -1}, wd[12] = {0, 1, 0, 0, 0, 2, 0, 0, 0, 3, 0, 0};
+    bool good = ok && at(&Y, 0) == wy[0] && at(&Y, 1) == wy[1] && isnan(at(&Y, 2));
+    for (int i = 0; i < 12; i++) good = good && at(&dX, i) == wd[i];
+    CHECK(good, "GlobalMaxPool: first maximum takes the gradient, NaN propagates");
+    free(X.data), free(Y.data), free(dY.data), free(dX.data);
+}
+
+/* LpPool (p 1 to 3) against the textbook sum over each window's taps. */
+static void test_lppool(pd__exec *x, pd_dtype t, int iter) {
+    int ns = (int)irand(1, 3);
+    int64_t xs[8] = {irand(1, 2), irand(1, 3)}, p = irand(1, 3);
+    int64_t ks[8];
+    for (int i = 0; i < ns; i++) xs[2 + i] = irand(3, 6), ks[i] = irand(1, 3);
+    attrs A = {0};
+    a_ints(&A, "kernel_shape", ns, ks);
+    random_window(&A, ns, true, false);
+    a_int(&A, "p", p);
+    pd__win w;
+    if (pd__win_make(&(pd__node){.nattr = A.n, .attr = A.a}, PD_WIN_POOL, ns + 2, xs, NULL, &w) != PD_OK) return;
+    int64_t ys[8] = {xs[0], xs[1]};
+    for (int i = 0; i < ns; i++) ys[2 + i] = w.out[i];
+    pd_tensor X = make(t, ns + 2, xs, true), Y = make(t, ns + 2, ys, false);
+    int64_t ny = pd_tensor_numel(&Y), IN = 1, OUT = 1, K = 1;
+    for (int i = 0; i < ns; i++) IN *= w.in[i], OUT *= w.out[i], K *= w.k[i];
+    double *ref = malloc(sizeof(double) * (size_t)ny);
+    for (int64_t nc = 0; nc < xs[0] * xs[1]; nc++)
+        for (int64_t o = 0; o < OUT; o++) {
+            int64_t oi[8], ki[8];
+            for (int64_t f = o, i = ns - 1; i >= 0; i--) oi[i] = f % w.out[i], f /= w.out[i];
+            double acc = 0;
+            for (int64_t k = 0; k < K; k++) {
+                for (int64_t f = k, i = ns - 1; i >= 0; i--) ki[i] = f % w.k[i], f /= w.k[i];
+                int64_t off = 0;
+                bool in = true;
+                for (int i = 0; i < ns; i++) {
+                    int64_t pos = oi[i] * w.s[i] - w.pb[i] + ki[i] * w.d[i];
+                    in = in && pos >= 0 && pos < w.in[i];
+                    off = off * w.in[i] + pos;
+                }
+                if (in) acc += pow(fabs(at(&X, nc * IN + off)), (double)p);
+            }
+            ref[nc * OUT + o] = pow(acc, 1.0 / (double)p);
+        }
+    pd__node n = node(PD_OP_LP_POOL, 18, 1, 1, &A);
+    pd_tensor *in[1] = {&X}, *out[1] = {&Y};
+    pd_status st = pd__cpu_kernels[n.op](x, &n, in, out);
+    double d = maxdiff(&Y, ref);
+    char shp[64];
+    pd__format_shape(shp, sizeof shp, ns + 2, xs);
+    CHECK(st == PD_OK && d < tol(t), "LpPool %s #%d X %s p %lld: max rel diff %.3g", pd_dtype_name(t), iter, shp,
+          (long long)p, d);
+    free(ref);
+    free(X.data), free(Y.data);
+}
+
+/* Einsum (batched matrix products, or transposes and sums of one operand)
+ * against the sum over every letter's values. */
+static void test_einsum(pd__exec *x, pd_dtype t, int iter) {
+    /* letters by role: batch, M (A only), N (B only), K (summed) */
+    static const char pool[] = "abcdefghijXYZ";
+    int cnt[4] = {(int)irand(0, 2), (int)irand(0, 2), (int)irand(0, 2), (int)irand(0, 2)};
+    bool one = irand(0, 3) == 0; /* one operand: a transpose and sum of A */
+    if (one) cnt[0] = cnt[2] = 0;
+    char let[4][3];
+    int64_t lsz[128] = {0};
+    int used = 0, start = (int)irand(0, 5);
+    for (int r = 0; r < 4; r++)
+        for (int i = 0; i < cnt[r]; i++) {
+            let[r][i] = pool[(start + used++) % 13];
+            lsz[(int)let[r][i]] = irand(1, 3);
+        }
+    char ea[8] = {0}, eb[8] = {0}, eo[8] = {0};
+    int na = 0, nb = 0, no = 0;
+    static const int ra[3] = {0, 1, 3}, rb[3] = {0, 3, 2}, ro[3] = {0, 1, 2};
+    for (int j = 0; j < 3; j++) {
+        for (int i = 0; i < cnt[ra[j]]; i++) ea[na++] = let[ra[j]][i];
+        for (int i = 0; i < cnt[rb[j]]; i++) eb[nb++] = let[rb[j]][i];
+        for (int i = 0; i < cnt[ro[j]]; i++) eo[no++] = let[ro[j]][i];
+    }
+    char *sh[3] = {ea, eb, eo};
+    int ln[3] = {na, nb, no};
+    for (int k = 0; k < 3; k++) /* shuffled */
+        for (int i = ln[k] - 1; i > 0; i--) {
+            int j = (int)irand(0, i);
+            char t = sh[k][i];
+            sh[k][i] = sh[k][j];
+            sh[k][j] = t;
+        }
+    bool implicit = cnt[0] == 0 && (!one || cnt[3] == 0) && irand(0, 2) == 0;
+    char eq[40];
+    if (one) snprintf(eq, sizeof eq, implicit ? "%s" : "%s -> %s", ea, eo);
+    else if (implicit) snprintf(eq, sizeof eq, "%s,%s", ea, eb);
+    else snprintf(eq, sizeof eq, "%s, %s -> %s", ea, eb, eo);
+    int64_t as[8], bs[8];
+    for (int i = 0; i < na; i++) as[i] = lsz[(int)ea[i]];
+    for (int i = 0; i < nb; i++) bs[i] = lsz[(int)eb[i]];
+    attrs A = {0};
+    pd__attr *ae = &A.a[A.n++];
+    memset(ae, 0, sizeof *ae);
+    ae->name = "equation";
+    ae->type = PD_A_STRING;
+    ae->s = eq;
+    pd__node n = node(PD_OP_EINSUM, 12, one ? 1 : 2, 1, &A);
+    pd__ein e;
+    bool planned = pd__einsum_plan(&n, one ? 1 : 2, na, as, nb, bs, &e) == PD_OK;
+    CHECK(planned, "Einsum '%s' is planned", eq);
+    if (!planned) return;
+    pd_tensor X = make(t, na, as, true), W = make(t, nb, bs, !one), Y = make(t, e.ro, e.out, false);
+    if (one) /* B stands for the summed letters: ones */
+        for (int64_t i = 0; i < pd_tensor_numel(&W); i++) pd__set_f(t, W.data, i, 1);
+    /* the output's letters: the explicit ones, or those of the plan's order */
+    char lo[8] = {0};
+    if (implicit) {
+        int k = 0;
+        for (int ch = 'A'; ch <= 'z'; ch++)
+            if ((strchr(ea, ch) != NULL) != (!one && strchr(eb, ch) != NULL) && ch != 0) lo[k++] = (char)ch;
+    } else {
+        memcpy(lo, eo, sizeof lo);
+    }
+    char all[16] = {0};
+    int nl = 0;
+    int64_t dims[16], idx[16] = {0}, val[128] = {0};
+    for (const char *p = ea; *p; p++) all[nl] = *p, dims[nl++] = lsz[(int)*p];
+    for (const char *p = eb; *p; p++)
+        if (!strchr(ea, *p)) all[nl] = *p, dims[nl++] = lsz[(int)*p];
+    int64_t ny = pd_tensor_numel(&Y), total = 1;
+    for (int i = 0; i < nl; i++) total *= dims[i];
+    double *ref = calloc((size_t)(ny ? ny : 1), sizeof(double));
+    for (int64_t q = 0; q < total; q++) {
+        for (int i = 0; i < nl; i++) val[(int)all[i]] = idx[i];
+        int64_t oa = 0, ob = 0, oo = 0;
+        for (int i = 0; i < na; i++) oa = oa * as[i] + val[(int)ea[i]];
+        for (int i = 0; i < nb; i++) ob = ob * bs[i] + val[(int)eb[i]];
+        for (int i = 0; i < e.ro; i++) oo = oo * e.out[i] + val[(int)lo[i]];
+        ref[oo] += at(&X, oa) * at(&W, ob);
+        odo(idx, dims, nl);
+    }
+    pd_tensor *in[2] = {&X, &W}, *out[1] = {&Y};
+    pd_status st = pd__cpu_kernels[n.op](x, &n, in, out);
+    double d = maxdiff(&Y, ref);
+    CHECK(st == PD_OK && d < tol(t), "Einsum %s #%d '%s': max rel diff %.3g", pd_dtype_name(t), iter, eq, d);
+    free(ref);
+    free(X.data), free(W.data), free(Y.data);
+}
+
 /* Pools and softmax on 4 threads give the bits of 1 thread; conv is a BLAS sum, so close. */
 static void test_threads(void) {
     pd__exec x1 = {.threads = 1}, x4 = {.threads = 4};
@@ -445,7 +645,11 @@ int main(int argc, char **argv) {
         test_matmul(x, t, it);
         test_softmax(x, false, t, it);
         test_softmax(x, true, t, it);
+        test_group_norm(x, t, it);
+        test_lppool(x, t, it);
+        test_einsum(x, t, it);
     }
+    test_global_maxpool(&x1);
     test_threads();
     free(x1.scratch);
     free(x4.scratch);

@@ -1,9 +1,12 @@
 /* nn.c - CPU kernels of the neural-network ops, each forward beside its
  * backward: Gemm, MatMul, Conv, ConvTranspose (N-D, im2col/col2im +
  * OpenBLAS GEMM, or oneDNN: dnnl.c), BatchNormalization (inference and
- * training statistics), LayerNormalization, MaxPool, AveragePool,
- * GlobalAveragePool (N-D), LRN, Softmax, LogSoftmax, Dropout,
- * SoftmaxCrossEntropyLoss, NegativeLogLikelihoodLoss.
+ * training statistics), LayerNormalization, InstanceNormalization,
+ * GroupNormalization, RMSNormalization, LpNormalization,
+ * MeanVarianceNormalization, MaxPool, AveragePool, LpPool, GlobalMaxPool,
+ * GlobalAveragePool (N-D), Resize, Upsample, Einsum (as a batched
+ * matrix product), LRN, Softmax, LogSoftmax,
+ * Dropout, SoftmaxCrossEntropyLoss, NegativeLogLikelihoodLoss.
  *
  * Each pd__cpu_<Op> reads the attributes, takes the window geometry from
  * pd__win_make (the same function the shape rule used) and dispatches on the
@@ -322,6 +325,227 @@ pd_status pd__cpu_LayerNormalization_bwd(pd__exec *x, const pd__node *n, pd_tens
     return PD_OK;
 }
 
+/* ---- InstanceNormalization, GroupNormalization, RMSNormalization ---- */
+
+/* The (N, C, S) view and the group count of an InstanceNormalization (G =
+ * C) or GroupNormalization node, and its scale and bias read per channel
+ * into sc, bi (C doubles each): GroupNormalization before opset 21 gives
+ * them per group, each shared by the group's C/G channels. */
+static void gn_view(const pd__node *n, pd_tensor *const *in, bool group, int64_t *N, int64_t *C, int64_t *G,
+                    int64_t *S, double *sc, double *bi) {
+    const pd_tensor *X = in[0];
+    *N = X->shape[0];
+    *C = X->shape[1];
+    *S = prod64(X->ndim - 2, X->shape + 2);
+    *G = group ? pd__attr_i(n, "num_groups", 1) : *C;
+    bool per_group = group && n->opset < 21;
+    for (int64_t c = 0; c < *C; c++) {
+        int64_t k = per_group ? c / (*C / *G) : c;
+        if (sc) sc[c] = pd__get_f(in[1]->dtype, in[1]->data, k);
+        if (bi) bi[c] = pd__get_f(in[2]->dtype, in[2]->data, k);
+    }
+}
+
+static pd_status gn_run(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out, bool group) {
+    const pd_tensor *X = in[0];
+    int64_t C = X->shape[1], N, G, S;
+    double *sc = pd__scratch_n(x, 2, C, sizeof(double));
+    if (!sc) return PD_ERR_NOMEM;
+    gn_view(n, in, group, &N, &C, &G, &S, sc, sc + C);
+    double eps = pd__attr_f(n, "epsilon", 1e-5f);
+    PD_DISPATCH(X->dtype, group_norm, (x, N, C, G, S, X->data, sc, sc + C, eps, out[0]->data))
+}
+
+static pd_status gn_grad_run(pd__exec *x, pd_dtype dt, int64_t N, int64_t C, int64_t G, int64_t S, const void *X,
+                             const void *dY, const double *sc, double eps, void *dX, double *st, double *dsc,
+                             double *dbi) {
+    PD_DISPATCH(dt, group_norm_bwd, (x, N, C, G, S, X, dY, sc, eps, dX, st, dsc, dbi))
+}
+
+/* dX through the group statistics; dscale, dbias summed per channel, and
+ * per group (over its channels) for GroupNormalization before opset 21. */
+static pd_status gn_grad(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *dout,
+                         pd_tensor *const *din, bool group) {
+    const pd_tensor *X = in[0], *dY = gout(n, dout, 0);
+    pd_tensor *dX = gin(n, din, 0), *dS = gin(n, din, 1), *dB = gin(n, din, 2);
+    if (!dY || (!dX && !dS && !dB)) return PD_OK;
+    int64_t C = X->shape[1], N, G, S;
+    /* scratch: the per-channel scale, dscale, dbias (3C), row statistics (2*N*G) */
+    int64_t R = X->shape[0] * (group ? pd__attr_i(n, "num_groups", 1) : C);
+    double *sc = pd__scratch_n(x, 3 * C + 2 * R, 1, sizeof(double));
+    if (!sc) return PD_ERR_NOMEM;
+    double *dsc = sc + C, *dbi = dsc + C, *st = dbi + C;
+    gn_view(n, in, group, &N, &C, &G, &S, sc, NULL);
+    double eps = pd__attr_f(n, "epsilon", 1e-5f);
+    PD_TRY(gn_grad_run(x, X->dtype, N, C, G, S, X->data, dY->data, sc, eps, dptr(dX), st, dS ? dsc : NULL,
+                       dB ? dbi : NULL));
+    bool per_group = group && n->opset < 21;
+    for (int j = 0; j < 2; j++) {
+        pd_tensor *dp = j ? dB : dS;
+        const double *v = j ? dbi : dsc;
+        if (!dp) continue;
+        for (int64_t c = 0; c < C; c++) {
+            int64_t k = per_group ? c / (C / G) : c;
+            pd__set_f(dp->dtype, dp->data, k, pd__get_f(dp->dtype, dp->data, k) + v[c]);
+        }
+    }
+    return PD_OK;
+}
+
+pd_status pd__cpu_InstanceNormalization(pd__exec *x, const pd__node *n, pd_tensor *const *in,
+                                        pd_tensor *const *out) {
+    return gn_run(x, n, in, out, false);
+}
+
+pd_status pd__cpu_InstanceNormalization_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *in,
+                                            pd_tensor *const *out, pd_tensor *const *dout, pd_tensor *const *din) {
+    (void)out;
+    return gn_grad(x, n, in, dout, din, false);
+}
+
+pd_status pd__cpu_GroupNormalization(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    return gn_run(x, n, in, out, true);
+}
+
+pd_status pd__cpu_GroupNormalization_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *in,
+                                         pd_tensor *const *out, pd_tensor *const *dout, pd_tensor *const *din) {
+    (void)out;
+    return gn_grad(x, n, in, dout, din, true);
+}
+
+/* Rows (R, D) of an RMSNormalization node, and its scale dense over D at
+ * *sd (expanded into buf, D elements of X's dtype, when it broadcasts). */
+static pd_status rms_view(const pd__node *n, pd_tensor *const *in, int64_t *R, int64_t *D, int *nd, void *buf,
+                          const void **sd) {
+    const pd_tensor *X = in[0], *scale = in[1];
+    int r = X->ndim;
+    int64_t axis = pd__attr_i(n, "axis", -1);
+    if (axis < 0) axis += r;
+    if (axis < 0 || axis >= r) return pd__err(PD_ERR_SHAPE, "axis %lld is out of range", (long long)axis);
+    *nd = r - (int)axis;
+    *R = prod64((int)axis, X->shape);
+    *D = prod64(*nd, X->shape + axis);
+    *sd = scale->data;
+    if (pd_tensor_numel(scale) != *D) {
+        expand_param(scale, *nd, X->shape + axis, *D, X->dtype, buf);
+        *sd = buf;
+    }
+    return PD_OK;
+}
+
+pd_status pd__cpu_RMSNormalization(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    const pd_tensor *X = in[0];
+    int64_t R, D = pd_tensor_numel(X);
+    int nd;
+    void *buf = pd__scratch_n(x, D, 1, pd_dtype_size(X->dtype));
+    if (!buf) return PD_ERR_NOMEM;
+    const void *sd;
+    PD_TRY(rms_view(n, in, &R, &D, &nd, buf, &sd));
+    double eps = pd__attr_f(n, "epsilon", 1e-5f);
+    PD_DISPATCH(X->dtype, rms_norm, (x, R, D, X->data, sd, eps, out[0]->data))
+}
+
+static pd_status rms_grad(pd__exec *x, pd_dtype dt, int64_t R, int64_t D, const void *X, const void *scale,
+                          double eps, const void *dY, void *dX, double *st, double *dsc) {
+    PD_DISPATCH(dt, rms_norm_bwd, (x, R, D, X, scale, eps, dY, dX, st, dsc))
+}
+
+pd_status pd__cpu_RMSNormalization_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *in,
+                                       pd_tensor *const *out, pd_tensor *const *dout, pd_tensor *const *din) {
+    (void)out;
+    const pd_tensor *X = in[0], *dY = gout(n, dout, 0);
+    pd_tensor *dX = gin(n, din, 0), *dS = gin(n, din, 1);
+    if (!dY || (!dX && !dS)) return PD_OK;
+    int64_t numel = pd_tensor_numel(X), R, D;
+    int nd;
+    /* scratch: row statistics (numel at most), dense dscale (numel at most), the expanded scale (numel) */
+    double *st = pd__scratch_n(x, 3 * numel + 2, 1, sizeof(double));
+    if (!st) return PD_ERR_NOMEM;
+    double *dsc = st + numel + 1, *buf = dsc + numel + 1;
+    const void *sd;
+    PD_TRY(rms_view(n, in, &R, &D, &nd, buf, &sd));
+    double eps = pd__attr_f(n, "epsilon", 1e-5f);
+    PD_TRY(rms_grad(x, X->dtype, R, D, X->data, sd, eps, dY->data, dptr(dX), st, dS ? dsc : NULL));
+    if (dS) reduce_param(dS, nd, X->shape + (X->ndim - nd), D, dsc);
+    return PD_OK;
+}
+
+/* ---- LpNormalization, MeanVarianceNormalization ---- */
+
+static void lpn_view(const pd__node *n, const pd_tensor *X, int64_t *outer, int64_t *len, int64_t *inner, int *p) {
+    int64_t a = pd__attr_i(n, "axis", -1);
+    int axis = (int)(a < 0 ? a + X->ndim : a);
+    *outer = prod64(axis, X->shape);
+    *len = X->shape[axis];
+    *inner = prod64(X->ndim - axis - 1, X->shape + axis + 1);
+    *p = (int)pd__attr_i(n, "p", 2);
+}
+
+pd_status pd__cpu_LpNormalization(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    int64_t o, l, i;
+    int p;
+    lpn_view(n, in[0], &o, &l, &i, &p);
+    PD_DISPATCH(in[0]->dtype, lp_norm, (x, o, l, i, p, in[0]->data, out[0]->data))
+}
+
+pd_status pd__cpu_LpNormalization_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out,
+                                      pd_tensor *const *dout, pd_tensor *const *din) {
+    (void)out;
+    const pd_tensor *dY = gout(n, dout, 0);
+    pd_tensor *dX = gin(n, din, 0);
+    if (!dY || !dX) return PD_OK;
+    int64_t o, l, i;
+    int p;
+    lpn_view(n, in[0], &o, &l, &i, &p);
+    PD_DISPATCH(in[0]->dtype, lp_norm_bwd, (x, o, l, i, p, in[0]->data, dY->data, dX->data))
+}
+
+/* The group of each element of X (key, numel) over MeanVarianceNormalization's
+ * axes: its index over the dims kept; *K groups. */
+static pd_status mvn_keys(pd__exec *x, const pd__node *n, const pd_tensor *X, int64_t extra, int64_t **key,
+                          int64_t *K) {
+    bool red[PD_MAX_DIMS];
+    if (pd__mvn_axes(n, X->ndim, red) < 0) return pd__err(PD_ERR_SHAPE, "axes out of range or repeated");
+    int64_t numel = pd_tensor_numel(X), kdim[PD_MAX_DIMS], idx[PD_MAX_DIMS] = {0};
+    *K = 1;
+    for (int d = 0; d < X->ndim; d++) {
+        kdim[d] = red[d] ? 1 : X->shape[d];
+        *K *= kdim[d];
+    }
+    /* scratch: the keys (numel), then `extra` doubles per group */
+    *key = pd__scratch_n(x, numel + extra * *K + 1, 1, sizeof(int64_t));
+    if (!*key) return PD_ERR_NOMEM;
+    for (int64_t e = 0; e < numel; e++) {
+        int64_t k = 0;
+        for (int d = 0; d < X->ndim; d++) k = k * kdim[d] + (red[d] ? 0 : idx[d]);
+        (*key)[e] = k;
+        odo_next(idx, X->shape, X->ndim);
+    }
+    return PD_OK;
+}
+
+pd_status pd__cpu_MeanVarianceNormalization(pd__exec *x, const pd__node *n, pd_tensor *const *in,
+                                            pd_tensor *const *out) {
+    const pd_tensor *X = in[0];
+    int64_t *key, K, numel = pd_tensor_numel(X);
+    PD_TRY(mvn_keys(x, n, X, 2, &key, &K));
+    double *st = (double *)(key + numel);
+    PD_DISPATCH(X->dtype, mvn, (numel, K, key, X->data, st, out[0]->data))
+}
+
+pd_status pd__cpu_MeanVarianceNormalization_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *in,
+                                                pd_tensor *const *out, pd_tensor *const *dout,
+                                                pd_tensor *const *din) {
+    (void)out;
+    const pd_tensor *X = in[0], *dY = gout(n, dout, 0);
+    pd_tensor *dX = gin(n, din, 0);
+    if (!dY || !dX) return PD_OK;
+    int64_t *key, K, numel = pd_tensor_numel(X);
+    PD_TRY(mvn_keys(x, n, X, 4, &key, &K));
+    double *st = (double *)(key + numel);
+    PD_DISPATCH(X->dtype, mvn_bwd, (numel, K, key, X->data, dY->data, st, dX->data))
+}
+
 static pd_status lrn_grad(pd__exec *x, pd_dtype dt, int64_t N, int64_t C, int64_t S, const void *X, const void *dY,
                           int64_t size, double alpha, double beta, double bias, double *Q, void *dX) {
     PD_DISPATCH(dt, lrn_bwd, (x, N, C, S, X, dY, size, alpha, beta, bias, Q, dX))
@@ -437,6 +661,151 @@ pd_status pd__cpu_GlobalAveragePool_bwd(pd__exec *x, const pd__node *n, pd_tenso
     if (!dY || !dX) return PD_OK;
     int64_t NC = X->shape[0] * X->shape[1], S = prod64(X->ndim - 2, X->shape + 2);
     PD_DISPATCH(X->dtype, global_avgpool_bwd, (x, NC, S, dY->data, dX->data))
+}
+
+pd_status pd__cpu_GlobalMaxPool(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    (void)n;
+    const pd_tensor *X = in[0];
+    int64_t NC = X->shape[0] * X->shape[1], S = prod64(X->ndim - 2, X->shape + 2);
+    PD_DISPATCH(X->dtype, global_maxpool, (x, NC, S, X->data, out[0]->data))
+}
+
+pd_status pd__cpu_GlobalMaxPool_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out,
+                                    pd_tensor *const *dout, pd_tensor *const *din) {
+    (void)out;
+    const pd_tensor *X = in[0], *dY = gout(n, dout, 0);
+    pd_tensor *dX = gin(n, din, 0);
+    if (!dY || !dX) return PD_OK;
+    int64_t NC = X->shape[0] * X->shape[1], S = prod64(X->ndim - 2, X->shape + 2);
+    PD_DISPATCH(X->dtype, global_maxpool_bwd, (x, NC, S, X->data, dY->data, dX->data))
+}
+
+pd_status pd__cpu_LpPool(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    const pd_tensor *X = in[0];
+    pd__win w;
+    PD_TRY(pd__win_make(n, PD_WIN_POOL, X->ndim, X->shape, NULL, &w));
+    int64_t NC = X->shape[0] * X->shape[1];
+    PD_DISPATCH(X->dtype, lppool, (x, &w, NC, pd__lppool_p(n), X->data, out[0]->data, NULL, NULL))
+}
+
+pd_status pd__cpu_LpPool_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out,
+                             pd_tensor *const *dout, pd_tensor *const *din) {
+    (void)out;
+    const pd_tensor *X = in[0], *dY = gout(n, dout, 0);
+    pd_tensor *dX = gin(n, din, 0);
+    if (!dY || !dX) return PD_OK;
+    pd__win w;
+    PD_TRY(pd__win_make(n, PD_WIN_POOL, X->ndim, X->shape, NULL, &w));
+    int64_t NC = X->shape[0] * X->shape[1];
+    /* scratch: Y recomputed (NC * OUT) */
+    void *Y = pd__scratch_n(x, NC * prod64(w.nsp, w.out), 1, pd_dtype_size(X->dtype));
+    if (!Y) return PD_ERR_NOMEM;
+    PD_DISPATCH(X->dtype, lppool, (x, &w, NC, pd__lppool_p(n), X->data, Y, dY->data, dX->data))
+}
+
+/* ---- Resize, Upsample ---- */
+
+/* The plan of a Resize/Upsample node from its inputs, and its taps in scratch. */
+static pd_status rsz_prep(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd__rsz *r, int64_t **ti,
+                          double **tw) {
+    int si, zi;
+    pd__resize_inputs(n, &si, &zi);
+    const pd_tensor *S = si >= 0 ? opt_in(n, in, si) : NULL, *Z = zi >= 0 ? opt_in(n, in, zi) : NULL;
+    PD_TRY(pd__resize_plan(n, in[0]->ndim, in[0]->shape, S, Z, r));
+    int64_t nt = 0;
+    for (int d = 0; d < r->ndim; d++) nt += r->out[d];
+    *ti = pd__scratch_n(x, 4 * nt + 1, 1, sizeof(int64_t));
+    if (!*ti) return PD_ERR_NOMEM;
+    *tw = (double *)(*ti + 2 * nt);
+    resize_taps(r, *ti, *tw);
+    return PD_OK;
+}
+
+static pd_status rsz_run(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    pd__rsz r;
+    int64_t *ti;
+    double *tw;
+    PD_TRY(rsz_prep(x, n, in, &r, &ti, &tw));
+    PD_DISPATCH(in[0]->dtype, resize, (x, &r, ti, tw, in[0]->data, out[0]->data, NULL, NULL))
+}
+
+static pd_status rsz_grad(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *dout,
+                          pd_tensor *const *din) {
+    const pd_tensor *dY = gout(n, dout, 0);
+    pd_tensor *dX = gin(n, din, 0);
+    if (!dY || !dX) return PD_OK;
+    pd__rsz r;
+    int64_t *ti;
+    double *tw;
+    PD_TRY(rsz_prep(x, n, in, &r, &ti, &tw));
+    PD_DISPATCH(in[0]->dtype, resize, (x, &r, ti, tw, NULL, NULL, dY->data, dX->data))
+}
+
+pd_status pd__cpu_Resize(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    return rsz_run(x, n, in, out);
+}
+
+/* The adjoint of the interpolation, into X only (roi, scales, sizes are not differentiable). */
+pd_status pd__cpu_Resize_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out,
+                             pd_tensor *const *dout, pd_tensor *const *din) {
+    (void)out;
+    return rsz_grad(x, n, in, dout, din);
+}
+
+pd_status pd__cpu_Upsample(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    return rsz_run(x, n, in, out);
+}
+
+pd_status pd__cpu_Upsample_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out,
+                               pd_tensor *const *dout, pd_tensor *const *din) {
+    (void)out;
+    return rsz_grad(x, n, in, dout, din);
+}
+
+/* ---- Einsum ---- */
+
+/* The plan, scratch of `extra` elements plus, with one operand, B: ones of
+ * e->bshape at the scratch's end (*ones). */
+static pd_status ein_prep(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd__ein *e, int64_t extra, void **s,
+                          pd_tensor *ones) {
+    const pd_tensor *A = in[0], *B = n->nin > 1 ? in[1] : in[0];
+    PD_TRY(pd__einsum_plan(n, n->nin, A->ndim, A->shape, B->ndim, B->shape, e));
+    int64_t nb = n->nin == 1 ? prod64(e->rb, e->bshape) : 0;
+    size_t es = pd_dtype_size(A->dtype);
+    *s = pd__scratch_n(x, extra + nb, 1, es);
+    if (!*s) return PD_ERR_NOMEM;
+    if (n->nin == 1) {
+        *ones = (pd_tensor){A->dtype, e->rb, {0}, (char *)*s + (size_t)extra * es};
+        memcpy(ones->shape, e->bshape, sizeof(int64_t) * (size_t)e->rb);
+        for (int64_t i = 0; i < nb; i++) pd__set_f(A->dtype, ones->data, i, 1);
+    } else {
+        *ones = *in[1];
+    }
+    return PD_OK;
+}
+
+pd_status pd__cpu_Einsum(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    const pd_tensor *A = in[0], *B = n->nin > 1 ? in[1] : in[0];
+    pd__ein e;
+    PD_TRY(pd__einsum_plan(n, n->nin, A->ndim, A->shape, B->ndim, B->shape, &e));
+    void *s;
+    pd_tensor Bv;
+    PD_TRY(ein_prep(x, n, in, &e, e.B * e.M * e.K + e.B * e.K * e.N + e.B * e.M * e.N, &s, &Bv));
+    PD_DISPATCH(A->dtype, einsum, (&e, A, &Bv, out[0]->data, s))
+}
+
+pd_status pd__cpu_Einsum_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out,
+                             pd_tensor *const *dout, pd_tensor *const *din) {
+    (void)out;
+    const pd_tensor *A = in[0], *B = n->nin > 1 ? in[1] : in[0], *dY = gout(n, dout, 0);
+    pd_tensor *dA = gin(n, din, 0), *dB = n->nin > 1 ? gin(n, din, 1) : NULL;
+    if (!dY || (!dA && !dB)) return PD_OK;
+    pd__ein e;
+    PD_TRY(pd__einsum_plan(n, n->nin, A->ndim, A->shape, B->ndim, B->shape, &e));
+    void *s;
+    pd_tensor Bv;
+    PD_TRY(ein_prep(x, n, in, &e, 2 * (e.B * e.M * e.K + e.B * e.K * e.N) + e.B * e.M * e.N, &s, &Bv));
+    PD_DISPATCH(A->dtype, einsum_bwd, (&e, A, &Bv, dY->data, dptr(dA), dptr(dB), s))
 }
 
 /* ---- softmax family ---------------------------------------------------------------------------------- */

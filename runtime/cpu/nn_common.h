@@ -4,7 +4,7 @@
  * masks.
  *
  * Threads, scratch sizes, odometers over multi-indices, the output ranges of
- * a sliding window, the pools' divisors, the losses' options, Dropout's two
+ * a sliding window, the pools' divisors, Resize's taps, the losses' options, Dropout's two
  * generators (numpy's MT19937 for ONNX's training_mode input, a counter-based
  * one for training sessions) and the dtype dispatch. Private; static inline.
  */
@@ -170,6 +170,52 @@ static inline void pool_counts(const pd__win *w, bool include_pad, int64_t *cnt)
             cnt[o] = hi - lo;
         }
         cnt += w->out[i];
+    }
+}
+
+/* Resize's taps: for output position o of axis d (k = sum of out[0..d-1] + o),
+ * the input positions ti[2k], ti[2k+1] with weights tw[2k], tw[2k+1] (the
+ * second 0 for nearest, and where the two coincide). */
+static inline double rsz_coord(const pd__rsz *r, int d, int64_t o) {
+    double in = (double)r->in[d], out = r->outf[d], s = r->scale[d];
+    switch (r->ctm) {
+    case PD_RSZ_HALF_PIXEL: return ((double)o + 0.5) / s - 0.5;
+    case PD_RSZ_PYTORCH_HALF_PIXEL: return out > 1 ? ((double)o + 0.5) / s - 0.5 : 0;
+    case PD_RSZ_ALIGN_CORNERS: return out > 1 ? (double)o * (in - 1) / (out - 1) : 0;
+    default: return (double)o / s;
+    }
+}
+
+static inline void resize_taps(const pd__rsz *r, int64_t *ti, double *tw) {
+    int64_t k = 0;
+    for (int d = 0; d < r->ndim; d++) {
+        int64_t last = r->in[d] - 1;
+        for (int64_t o = 0; o < r->out[d]; o++, k++) {
+            double c = rsz_coord(r, d, o);
+            int64_t i0, i1;
+            double w1 = 0;
+            if (r->out[d] == r->in[d] && r->scale[d] == 1) { /* an axis not resized: the identity */
+                i0 = i1 = o;
+            } else if (r->linear) {
+                c = c < 0 ? 0 : c > (double)last ? (double)last : c;
+                i0 = (int64_t)floor(c);
+                i1 = i0 + 1 > last ? last : i0 + 1;
+                w1 = i1 == i0 ? 0 : c - (double)i0;
+            } else {
+                double f = floor(c);
+                switch (r->nearest) {
+                case PD_RSZ_ROUND_PREFER_FLOOR: c = c == f + 0.5 ? f : round(c); break;
+                case PD_RSZ_ROUND_PREFER_CEIL: c = c == f + 0.5 ? f + 1 : round(c); break;
+                case PD_RSZ_FLOOR: c = f; break;
+                default: c = ceil(c); break;
+                }
+                i0 = i1 = c < 0 ? 0 : c > (double)last ? last : (int64_t)c;
+            }
+            ti[2 * k] = i0;
+            ti[2 * k + 1] = i1;
+            tw[2 * k] = 1 - w1;
+            tw[2 * k + 1] = w1;
+        }
     }
 }
 

@@ -962,6 +962,120 @@ static pd_status FN(layer_norm_bwd)(pd__exec *x, int64_t R, int64_t D, const T *
     return PD_OK;
 }
 
+/* GroupNormalization and InstanceNormalization (G = C): X (N, C, S) in N*G
+ * rows of Cg = C/G consecutive channels, each normalized over its Cg*S
+ * values (mean and biased variance in double, as LayerNormalization);
+ * Y = xhat * sc[c] + bi[c] per channel c. */
+static pd_status FN(group_norm)(pd__exec *x, int64_t N, int64_t C, int64_t G, int64_t S, const T *X,
+                                const double *sc, const double *bi, double eps, T *Y) {
+    int64_t Cg = C / G, D = Cg * S;
+    int nt = pd__nthreads(x);
+    PD_OMP_FOR(nt, N * C * S > 32768)
+    for (int64_t r = 0; r < N * G; r++) {
+        const T *xp = X + r * D;
+        T *yp = Y + r * D;
+        double m = D ? FN(row_sum)(xp, D) / (double)D : 0;
+        double is = 1.0 / sqrt((D ? FN(row_sqdev)(xp, D, m) / (double)D : 0) + eps);
+        for (int64_t j = 0, c = (r % G) * Cg; j < Cg; j++, c++)
+            for (int64_t s = 0; s < S; s++) yp[j * S + s] = (T)(((double)xp[j * S + s] - m) * is * sc[c] + bi[c]);
+    }
+    return PD_OK;
+}
+
+/* The backward of group_norm: row statistics to st (2*N*G); dX (when given)
+ * += istd * (g - mean(g) - xhat * mean(g * xhat)) per row, g = dY * sc[c];
+ * dsc, dbi (C, when given) = sums over N and S of dY * xhat and dY. */
+static pd_status FN(group_norm_bwd)(pd__exec *x, int64_t N, int64_t C, int64_t G, int64_t S, const T *X,
+                                    const T *dY, const double *sc, double eps, T *dX, double *st, double *dsc,
+                                    double *dbi) {
+    int64_t Cg = C / G, D = Cg * S;
+    int nt = pd__nthreads(x);
+    PD_OMP_FOR(nt, N * C * S > 32768)
+    for (int64_t r = 0; r < N * G; r++) {
+        const T *xp = X + r * D, *gp = dY + r * D;
+        double m = D ? FN(row_sum)(xp, D) / (double)D : 0;
+        double is = 1.0 / sqrt((D ? FN(row_sqdev)(xp, D, m) / (double)D : 0) + eps);
+        st[2 * r] = m;
+        st[2 * r + 1] = is;
+        if (!dX || D == 0) continue;
+        int64_t c0 = (r % G) * Cg;
+        double mg = 0, mgx = 0;
+        for (int64_t j = 0; j < Cg; j++)
+            for (int64_t s = 0; s < S; s++) {
+                double g = (double)gp[j * S + s] * sc[c0 + j];
+                mg += g;
+                mgx += g * ((double)xp[j * S + s] - m) * is;
+            }
+        mg /= (double)D;
+        mgx /= (double)D;
+        T *dp = dX + r * D;
+        for (int64_t j = 0; j < Cg; j++)
+            for (int64_t s = 0; s < S; s++) {
+                double xh = ((double)xp[j * S + s] - m) * is;
+                dp[j * S + s] += (T)(is * ((double)gp[j * S + s] * sc[c0 + j] - mg - xh * mgx));
+            }
+    }
+    if (!dsc && !dbi) return PD_OK;
+    PD_OMP_FOR(nt, N * C * S > 32768)
+    for (int64_t c = 0; c < C; c++) {
+        double s1 = 0, s2 = 0;
+        for (int64_t n = 0; n < N; n++) {
+            int64_t r = n * G + c / Cg;
+            const T *xp = X + (n * C + c) * S, *gp = dY + (n * C + c) * S;
+            double m = st[2 * r], is = st[2 * r + 1];
+            for (int64_t s = 0; s < S; s++) {
+                s1 += (double)gp[s] * ((double)xp[s] - m) * is;
+                s2 += gp[s];
+            }
+        }
+        if (dsc) dsc[c] = s1;
+        if (dbi) dbi[c] = s2;
+    }
+    return PD_OK;
+}
+
+/* RMSNormalization over rows of X (R, D): Y = X * istd * scale (D),
+ * istd = 1/sqrt(mean(X^2) + eps), in double. */
+static pd_status FN(rms_norm)(pd__exec *x, int64_t R, int64_t D, const T *X, const T *scale, double eps, T *Y) {
+    int nt = pd__nthreads(x);
+    PD_OMP_FOR(nt, R * D > 32768)
+    for (int64_t r = 0; r < R; r++) {
+        const T *xp = X + r * D;
+        T *yp = Y + r * D;
+        double is = 1.0 / sqrt((D ? FN(row_sqdev)(xp, D, 0) / (double)D : 0) + eps);
+        for (int64_t i = 0; i < D; i++) yp[i] = (T)((double)xp[i] * is * scale[i]);
+    }
+    return PD_OK;
+}
+
+/* The backward of rms_norm: istd per row to st (R); dX (when given) +=
+ * istd * g - x * istd^3 * mean(g * x), g = dY * scale; dsc (D, when given)
+ * = sum over rows of dY * x * istd. */
+static pd_status FN(rms_norm_bwd)(pd__exec *x, int64_t R, int64_t D, const T *X, const T *scale, double eps,
+                                  const T *dY, T *dX, double *st, double *dsc) {
+    int nt = pd__nthreads(x);
+    PD_OMP_FOR(nt, R * D > 32768)
+    for (int64_t r = 0; r < R; r++) {
+        const T *xp = X + r * D, *gp = dY + r * D;
+        double is = 1.0 / sqrt((D ? FN(row_sqdev)(xp, D, 0) / (double)D : 0) + eps);
+        st[r] = is;
+        if (!dX || D == 0) continue;
+        double a = 0;
+        for (int64_t i = 0; i < D; i++) a += (double)gp[i] * scale[i] * xp[i];
+        double k = is * is * is * a / (double)D;
+        T *dp = dX + r * D;
+        for (int64_t i = 0; i < D; i++) dp[i] += (T)(is * (double)gp[i] * scale[i] - (double)xp[i] * k);
+    }
+    if (!dsc) return PD_OK;
+    PD_OMP_FOR(nt, R * D > 32768)
+    for (int64_t i = 0; i < D; i++) {
+        double s1 = 0;
+        for (int64_t r = 0; r < R; r++) s1 += (double)dY[r * D + i] * X[r * D + i] * st[r];
+        dsc[i] = s1;
+    }
+    return PD_OK;
+}
+
 /* y_c = x_c * d_c^-beta, d_c = bias + alpha/size * sum of x_j^2 over the
  * channels j around c, X (N, C, S):
  *   dx_j += dy_j d_j^-beta - 2 alpha beta / size * x_j * sum over the c whose
@@ -996,6 +1110,253 @@ static pd_status FN(lrn_bwd)(pd__exec *x, int64_t N, int64_t C, int64_t S, const
             dX[nc * S + s] += (T)(k * X[nc * S + s] * acc);
         }
     }
+    return PD_OK;
+}
+
+/* ---- LpNormalization, MeanVarianceNormalization, GlobalMaxPool, LpPool ---------------------------- */
+
+/* Lines of X (outer, len, inner) along len: y = x / ||x||_p, p 1 or 2 (a
+ * line of zeros stays 0, as ONNX's reference). */
+static pd_status FN(lp_norm)(pd__exec *x, int64_t outer, int64_t len, int64_t inner, int p, const T *X, T *Y) {
+    int nt = pd__nthreads(x);
+    PD_OMP_FOR(nt, outer * len * inner > 32768)
+    for (int64_t q = 0; q < outer * inner; q++) {
+        int64_t base = (q / inner) * len * inner + q % inner;
+        double nrm = 0;
+        for (int64_t j = 0; j < len; j++) {
+            double v = X[base + j * inner];
+            nrm += p == 1 ? fabs(v) : v * v;
+        }
+        if (p == 2) nrm = sqrt(nrm);
+        for (int64_t j = 0; j < len; j++) Y[base + j * inner] = nrm == 0 ? (T)0 : (T)(X[base + j * inner] / nrm);
+    }
+    return PD_OK;
+}
+
+/* dX += dY / n - d n/dx * sum(dY * x) / n^2, n = ||x||_p: d n/dx = x / n
+ * (p 2) or sign(x) (p 1, 0 at 0 as PyTorch's abs). */
+static pd_status FN(lp_norm_bwd)(pd__exec *x, int64_t outer, int64_t len, int64_t inner, int p, const T *X,
+                                 const T *dY, T *dX) {
+    int nt = pd__nthreads(x);
+    PD_OMP_FOR(nt, outer * len * inner > 32768)
+    for (int64_t q = 0; q < outer * inner; q++) {
+        int64_t base = (q / inner) * len * inner + q % inner;
+        double nrm = 0, a = 0;
+        for (int64_t j = 0; j < len; j++) {
+            double v = X[base + j * inner];
+            nrm += p == 1 ? fabs(v) : v * v;
+            a += (double)dY[base + j * inner] * v;
+        }
+        if (p == 2) nrm = sqrt(nrm);
+        if (nrm == 0) continue; /* y is 0 there whatever x: no gradient */
+        for (int64_t j = 0; j < len; j++) {
+            double v = X[base + j * inner], dn = p == 2 ? v / nrm : (double)((v > 0) - (v < 0));
+            dX[base + j * inner] += (T)(dY[base + j * inner] / nrm - dn * a / (nrm * nrm));
+        }
+    }
+    return PD_OK;
+}
+
+/* MeanVarianceNormalization: element i belongs to group key[i] (K groups of
+ * numel/K elements); y = (x - mean) / (std + 1e-9), std the biased one,
+ * as ONNX's function body. st (2K) is scratch. */
+static pd_status FN(mvn)(int64_t numel, int64_t K, const int64_t *key, const T *X, double *st, T *Y) {
+    double *m = st, *v = st + K, cnt = K ? (double)(numel / K) : 1;
+    for (int64_t k = 0; k < 2 * K; k++) st[k] = 0;
+    for (int64_t i = 0; i < numel; i++) m[key[i]] += X[i];
+    for (int64_t k = 0; k < K; k++) m[k] /= cnt;
+    for (int64_t i = 0; i < numel; i++) v[key[i]] += ((double)X[i] - m[key[i]]) * ((double)X[i] - m[key[i]]);
+    for (int64_t k = 0; k < K; k++) v[k] = 1.0 / (sqrt(v[k] / cnt) + 1e-9);
+    for (int64_t i = 0; i < numel; i++) Y[i] = (T)(((double)X[i] - m[key[i]]) * v[key[i]]);
+    return PD_OK;
+}
+
+/* y = (x - m) * k, k = 1 / (s + 1e-9), s^2 = mean((x - m)^2), per group of D:
+ * dX += k * (g - mean(g)) - k^2 (x - m) / (D s) * sum(g * (x - m)).
+ * st (5K) is scratch. */
+static pd_status FN(mvn_bwd)(int64_t numel, int64_t K, const int64_t *key, const T *X, const T *dY, double *st,
+                             T *dX) {
+    double *m = st, *sd = st + K, *a = sd + K, *b = a + K, cnt = K ? (double)(numel / K) : 1;
+    for (int64_t k = 0; k < 4 * K; k++) st[k] = 0;
+    for (int64_t i = 0; i < numel; i++) m[key[i]] += X[i];
+    for (int64_t k = 0; k < K; k++) m[k] /= cnt;
+    for (int64_t i = 0; i < numel; i++) {
+        double xm = (double)X[i] - m[key[i]];
+        sd[key[i]] += xm * xm;
+        a[key[i]] += dY[i];
+        b[key[i]] += (double)dY[i] * xm;
+    }
+    for (int64_t k = 0; k < K; k++) sd[k] = sqrt(sd[k] / cnt);
+    for (int64_t i = 0; i < numel; i++) {
+        int64_t k = key[i];
+        double kk = 1.0 / (sd[k] + 1e-9), xm = (double)X[i] - m[k];
+        double through_std = sd[k] > 0 ? kk * kk * xm / (cnt * sd[k]) * b[k] : 0;
+        dX[i] += (T)(kk * (dY[i] - a[k] / cnt) - through_std);
+    }
+    return PD_OK;
+}
+
+/* Y (NC) = max of each plane of X (NC, S); NaN propagates. */
+static pd_status FN(global_maxpool)(pd__exec *x, int64_t NC, int64_t S, const T *X, T *Y) {
+    int nt = pd__nthreads(x);
+    PD_OMP_FOR(nt, NC * S > 32768)
+    for (int64_t nc = 0; nc < NC; nc++) {
+        const T *xp = X + nc * S;
+        T m = S ? xp[0] : (T)-INFINITY;
+        for (int64_t s = 1; s < S && m == m; s++)
+            if (xp[s] > m || xp[s] != xp[s]) m = xp[s];
+        Y[nc] = m;
+    }
+    return PD_OK;
+}
+
+/* dX (NC, S) += dY (NC) at the first maximum of each plane (MaxPool's rule). */
+static pd_status FN(global_maxpool_bwd)(pd__exec *x, int64_t NC, int64_t S, const T *X, const T *dY, T *dX) {
+    int nt = pd__nthreads(x);
+    PD_OMP_FOR(nt, NC * S > 32768)
+    for (int64_t nc = 0; nc < NC; nc++) {
+        const T *xp = X + nc * S;
+        int64_t best = 0;
+        for (int64_t s = 1; s < S && xp[best] == xp[best]; s++)
+            if (xp[s] > xp[best] || xp[s] != xp[s]) best = s;
+        if (S) dX[nc * S + best] += dY[nc];
+    }
+    return PD_OK;
+}
+
+/* LpPool: y = (sum over the window's taps inside X of |x|^p)^(1/p), pads
+ * counting as zeros; with dY given instead of computing Y, dX += dY *
+ * |x|^(p-1) sign(x) / y^(p-1) (nothing where y is 0). */
+static pd_status FN(lppool)(pd__exec *x, const pd__win *w, int64_t NC, double p, const T *X, T *Y, const T *dY,
+                            T *dX) {
+    int ns = w->nsp;
+    int64_t IN = prod64(ns, w->in), OUT = prod64(ns, w->out), K = prod64(ns, w->k);
+    int nt = pd__nthreads(x);
+    PD_OMP_FOR(nt, NC * OUT * K > 32768)
+    for (int64_t nc = 0; nc < NC; nc++) {
+        const T *xp = X + nc * IN;
+        int64_t oi[PD_MAX_DIMS] = {0};
+        for (int64_t o = 0; o < OUT; o++, odo_next(oi, w->out, ns)) {
+            for (int pass = 0; pass < (dY ? 2 : 1); pass++) {
+                double acc = 0, y = 0, g = 0;
+                if (pass == 1) {
+                    y = Y[nc * OUT + o];
+                    if (!(y > 0)) break;
+                    g = dY[nc * OUT + o] / (p == 1 ? 1 : p == 2 ? y : pow(y, p - 1));
+                }
+                int64_t ki[PD_MAX_DIMS] = {0};
+                for (int64_t kk = 0; kk < K; kk++, odo_next(ki, w->k, ns)) {
+                    int64_t off = 0;
+                    bool in = true;
+                    for (int i = 0; i < ns && in; i++) {
+                        int64_t pos = oi[i] * w->s[i] - w->pb[i] + ki[i] * w->d[i];
+                        in = pos >= 0 && pos < w->in[i];
+                        off = off * w->in[i] + pos;
+                    }
+                    if (!in) continue;
+                    double v = xp[off], av = fabs(v);
+                    if (pass == 0) acc += p == 1 ? av : p == 2 ? v * v : pow(av, p);
+                    else {
+                        double sg = (double)((v > 0) - (v < 0));
+                        dX[nc * IN + off] += (T)(g * sg * (p == 1 ? 1 : p == 2 ? av : pow(av, p - 1)));
+                    }
+                }
+                if (pass == 0) Y[nc * OUT + o] = (T)(p == 1 ? acc : p == 2 ? sqrt(acc) : pow(acc, 1.0 / p));
+            }
+        }
+    }
+    return PD_OK;
+}
+
+/* ---- Resize, Upsample --------------------------------------------------------------------------- */
+
+/* Y[o] = sum over the 2^nd corners of the taps (resize_taps: ti, tw) of the
+ * product of their weights times X there; with dY given instead, the
+ * adjoint: dX[corner] += weight * dY[o] (one thread: outputs share inputs). */
+static pd_status FN(resize)(pd__exec *x, const pd__rsz *r, const int64_t *ti, const double *tw, const T *X, T *Y,
+                            const T *dY, T *dX) {
+    int nd = r->ndim;
+    int64_t base[PD_MAX_DIMS], OUT = prod64(nd, r->out);
+    for (int d = 0, k = 0; d < nd; k += (int)r->out[d], d++) base[d] = k;
+    int nt = dY ? 1 : pd__nthreads(x);
+    PD_OMP_FOR(nt, OUT > 32768)
+    for (int64_t o = 0; o < OUT; o++) {
+        int64_t oi[PD_MAX_DIMS];
+        odo_unflat(o, r->out, nd, oi);
+        double acc = 0, g = dY ? (double)dY[o] : 0;
+        for (int c = 0; c < (1 << nd); c++) {
+            double w = 1;
+            int64_t off = 0;
+            for (int d = 0; d < nd && w != 0; d++) {
+                int64_t k = 2 * (base[d] + oi[d]) + ((c >> d) & 1);
+                w *= tw[k];
+                off = off * r->in[d] + ti[k];
+            }
+            if (w == 0) continue;
+            if (dY) dX[off] += (T)(w * g);
+            else acc += w * (double)X[off];
+        }
+        if (!dY) Y[o] = (T)acc;
+    }
+    return PD_OK;
+}
+
+/* ---- Einsum ------------------------------------------------------------------------------------- */
+
+/* dst (axis j = src's axis perm[j]) = (or +=, add) src (nd dims sshape). */
+static void FN(permute)(int nd, const int64_t *sshape, const int *perm, const T *src, T *dst, bool add) {
+    int64_t st[PD_MAX_DIMS], dshape[PD_MAX_DIMS], idx[PD_MAX_DIMS] = {0}, n = prod64(nd, sshape), acc = 1;
+    for (int i = nd - 1; i >= 0; i--) {
+        st[i] = acc;
+        acc *= sshape[i];
+    }
+    for (int j = 0; j < nd; j++) dshape[j] = sshape[perm[j]];
+    for (int64_t o = 0; o < n; o++) {
+        int64_t off = 0;
+        for (int j = 0; j < nd; j++) off += idx[j] * st[perm[j]];
+        dst[o] = add ? dst[o] + src[off] : src[off];
+        odo_next(idx, dshape, nd);
+    }
+}
+
+/* Y = Einsum(A, B) as pd__ein plans it: A and B permuted into (batch, M, K)
+ * and (batch, K, N) in scratch (s: B*M*K + B*K*N + B*M*N elements), one GEMM
+ * per batch, the product permuted into Y. */
+static pd_status FN(einsum)(const pd__ein *e, const pd_tensor *A, const pd_tensor *Bt, T *Y, T *s) {
+    int64_t B = e->B, M = e->M, N = e->N, K = e->K;
+    T *a = s, *b = a + B * M * K, *c = b + B * K * N;
+    int q[PD_MAX_DIMS];
+    FN(permute)(e->ra, A->shape, e->pa, A->data, a, false);
+    FN(permute)(e->rb, Bt->shape, e->pb, Bt->data, b, false);
+    for (int64_t i = 0; i < B; i++)
+        PD_TRY(FN(gemm)(false, false, M, N, K, 1, a + i * M * K, K, b + i * K * N, N, 0, c + i * M * N, N));
+    for (int j = 0; j < e->nbt; j++) q[e->po[j]] = j;
+    FN(permute)(e->nbt, e->cshape, q, c, Y, false);
+    return PD_OK;
+}
+
+/* dA += dY's share through B, dB += through A: dC = dY permuted to
+ * (batch, M, N), dA_ = dC @ B_^T, dB_ = A_^T @ dC per batch, permuted back.
+ * s: 2*(B*M*K + B*K*N) + B*M*N elements of scratch. */
+static pd_status FN(einsum_bwd)(const pd__ein *e, const pd_tensor *A, const pd_tensor *Bt, const T *dY, T *dA, T *dB,
+                                T *s) {
+    int64_t B = e->B, M = e->M, N = e->N, K = e->K;
+    T *a = s, *b = a + B * M * K, *dc = b + B * K * N, *ga = dc + B * M * N, *gb = ga + B * M * K;
+    int64_t as[PD_MAX_DIMS], bs[PD_MAX_DIMS];
+    int qa[PD_MAX_DIMS], qb[PD_MAX_DIMS];
+    for (int j = 0; j < e->ra; j++) as[j] = A->shape[e->pa[j]], qa[e->pa[j]] = j;
+    for (int j = 0; j < e->rb; j++) bs[j] = Bt->shape[e->pb[j]], qb[e->pb[j]] = j;
+    FN(permute)(e->ra, A->shape, e->pa, A->data, a, false);
+    FN(permute)(e->rb, Bt->shape, e->pb, Bt->data, b, false);
+    int64_t os[PD_MAX_DIMS];
+    for (int j = 0; j < e->nbt; j++) os[e->po[j]] = e->cshape[j];
+    FN(permute)(e->nbt, os, e->po, dY, dc, false);
+    for (int64_t i = 0; i < B; i++) {
+        if (dA) PD_TRY(FN(gemm)(false, true, M, K, N, 1, dc + i * M * N, N, b + i * K * N, N, 0, ga + i * M * K, K));
+        if (dB) PD_TRY(FN(gemm)(true, false, K, N, M, 1, a + i * M * K, K, dc + i * M * N, N, 0, gb + i * K * N, N));
+    }
+    if (dA) FN(permute)(e->ra, as, qa, ga, dA, true);
+    if (dB) FN(permute)(e->rb, bs, qb, gb, dB, true);
     return PD_OK;
 }
 
