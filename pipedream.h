@@ -156,14 +156,8 @@ typedef struct pd_load_options {
     int n_const_inputs;
     const char *const *const_input_names;
     const pd_tensor *const_inputs;
-    /* Cap on the bytes of the constants folding may create, all together
-     * (0: PD_MAX_CONSTANT_BYTES_DEFAULT). A 100-byte model can ask for a
-     * ConstantOfShape of 8 GiB: beyond the cap the load is refused, naming the
-     * node and the size. */
-    int64_t max_constant_bytes;
 } pd_load_options;
-#define PD_MAX_CONSTANT_BYTES_DEFAULT ((int64_t)1 << 30) /* 1 GiB */
-#define PD_LOAD_OPTIONS_INIT {sizeof(pd_load_options), 0, 0, NULL, 1, 0, NULL, NULL, PD_MAX_CONSTANT_BYTES_DEFAULT}
+#define PD_LOAD_OPTIONS_INIT {sizeof(pd_load_options), 0, 0, NULL, 1, 0, NULL, NULL}
 
 PDDEF pd_status pd_graph_load_file(const char *path, const pd_load_options *opt, pd_graph **out);
 /* `name` names the model in messages; `base_dir` resolves external data (NULL: none allowed). */
@@ -182,7 +176,7 @@ typedef struct pd_node_info {
     const char *name;
     const char *op_type;
     int n_inputs, n_outputs;
-    int64_t flops;         /* forward FLOPs (multiply-add = 2); the three counts stop at INT64_MAX */
+    int64_t flops;         /* forward FLOPs (multiply-add = 2) */
     int64_t param_bytes;   /* bytes of float initializers it reads */
     int64_t output_bytes;  /* bytes of its outputs (activations) */
 } pd_node_info;
@@ -715,8 +709,9 @@ typedef enum pd_op {
 
 /* ---- errors ---------------------------------------------------------------- */
 
-/* Sets the thread's last error (printf-style) and returns `s`. The message is
- * escaped with pd__escape: it stays one line whatever names it quotes. */
+/* Sets the thread's last error (printf-style) and returns `s`; an argument
+ * may be pd_last_error() itself. The message is escaped with pd__escape: it
+ * stays one line whatever names it quotes. */
 pd_status pd__err(pd_status s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Copies src (NULL: "") into dst (n bytes, always NUL-terminated, truncated
  * between escapes) with bytes below 0x20 and 0x7f written as \n, \t, \r or
@@ -1033,7 +1028,9 @@ const char *pd__escape(char *dst, size_t n, const char *src) {
 
 /* Messages are one line whatever the model's names hold: the formatted text
  * is escaped (pd__escape), so a newline in a node name cannot forge a second
- * line and an ESC cannot drive the terminal. Escaping twice changes nothing. */
+ * line and an ESC cannot drive the terminal. Escaping twice changes nothing.
+ * Formatted into a local buffer first: an argument may be pd_last_error()
+ * itself (a caller adding context), which the buffer being written holds. */
 pd_status pd__err(pd_status s, const char *fmt, ...) {
     char msg[sizeof pd__errbuf];
     va_list ap;

@@ -37,8 +37,9 @@
 
 /* ---- errors ---------------------------------------------------------------- */
 
-/* Sets the thread's last error (printf-style) and returns `s`. The message is
- * escaped with pd__escape: it stays one line whatever names it quotes. */
+/* Sets the thread's last error (printf-style) and returns `s`; an argument
+ * may be pd_last_error() itself. The message is escaped with pd__escape: it
+ * stays one line whatever names it quotes. */
 pd_status pd__err(pd_status s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Copies src (NULL: "") into dst (n bytes, always NUL-terminated, truncated
  * between escapes) with bytes below 0x20 and 0x7f written as \n, \t, \r or

@@ -44,7 +44,9 @@ const char *pd__escape(char *dst, size_t n, const char *src) {
 
 /* Messages are one line whatever the model's names hold: the formatted text
  * is escaped (pd__escape), so a newline in a node name cannot forge a second
- * line and an ESC cannot drive the terminal. Escaping twice changes nothing. */
+ * line and an ESC cannot drive the terminal. Escaping twice changes nothing.
+ * Formatted into a local buffer first: an argument may be pd_last_error()
+ * itself (a caller adding context), which the buffer being written holds. */
 pd_status pd__err(pd_status s, const char *fmt, ...) {
     char msg[sizeof pd__errbuf];
     va_list ap;

@@ -3,17 +3,22 @@
  *
  * Layout: DIR/ckpt-000000000120/ holds part-0.bin .. part-<n-1>.bin (raw
  * records, one file per stage) and manifest.json:
- *   {"format": "pdonnx-checkpoint", "version": 1, "step": 120,
- *    "info": {...the run...}, "files": [{"name", "bytes", "crc32"}, ...]}
+ *   {"files": [{"name", "bytes", "crc32"}, ...], "format": "pdonnx-checkpoint",
+ *    "version": 2, "step": 120, "info": {...the run...}, "checksum": crc}
+ * checksum: the CRC-32 of the manifest's compact text (cJSON_PrintUnformatted)
+ * without it, so that no field is trusted unchecked.
  * A checkpoint is written into DIR/.ckpt-<step>.tmp-<pid>: every file
  * written and fsynced, the manifest last, the folder fsynced, then renamed to
  * its name and DIR fsynced; a crash at any point leaves either the old set of
  * checkpoints or the new one, and a temporary folder the next writer clears.
- * Readers trust a checkpoint only when every file matches the manifest.
+ * Readers trust a checkpoint only when its manifest matches its checksum,
+ * its folder's name and its parts' records, and every file matches the
+ * manifest. Clean-up never follows a link (pd__ckpt_remove).
  */
 #include "checkpoint.h"
 
 #include <cjson/cJSON.h>
+#include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -84,25 +89,86 @@ static pd_status pd__fsync_path(const char *path) {
     return rc == 0 ? PD_OK : pd__err(PD_ERR_IO, "%s: fsync: %s", path, strerror(e));
 }
 
-/* Removes a checkpoint folder and what it holds (no subfolders). */
-static void pd__rmdir_files(const char *path) {
-    DIR *d = opendir(path);
-    if (d) {
-        struct dirent *e;
-        char f[4200];
-        while ((e = readdir(d)))
-            if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
-                snprintf(f, sizeof f, "%s/%s", path, e->d_name);
-                unlink(f);
-            }
-        closedir(d);
+/* ---- clean-up ---- */
+
+/* Digits then the end or `tail`: the rest after them, NULL when s does not start so. */
+static const char *pd__digits(const char *s, const char *tail) {
+    if (!isdigit((unsigned char)*s)) return NULL;
+    while (isdigit((unsigned char)*s)) s++;
+    size_t n = strlen(tail);
+    return strncmp(s, tail, n) == 0 ? s + n : NULL;
+}
+
+/* A file a writer puts in a checkpoint's folder: manifest.json, part-<i>.bin
+ * or part-<i>.json, or one of them with pd__write_atomic's ".tmp.<pid>". */
+static bool pd__own_file(const char *name) {
+    const char *p = NULL;
+    if (strncmp(name, "manifest.json", 13) == 0) p = name + 13;
+    else if (strncmp(name, "part-", 5) == 0 && !(p = pd__digits(name + 5, ".bin"))) p = pd__digits(name + 5, ".json");
+    if (!p) return false;
+    if (!*p) return true;
+    const char *q = strncmp(p, ".tmp.", 5) == 0 ? pd__digits(p + 5, "") : NULL;
+    return q && !*q;
+}
+
+/* Removes entry `name` of the folder open as dfd (a checkpoint or a
+ * temporary folder of one), never through a link: a link is unlinked itself;
+ * a folder is opened without following links and only the regular files a
+ * writer makes (pd__own_file) are removed from it, then the folder, which
+ * stays when something else is in it. Anything else stays too. */
+static void pd__ckpt_remove(int dfd, const char *name) {
+    struct stat sb;
+    if (fstatat(dfd, name, &sb, AT_SYMLINK_NOFOLLOW) != 0) return;
+    if (S_ISLNK(sb.st_mode)) {
+        unlinkat(dfd, name, 0);
+        return;
     }
-    rmdir(path);
+    if (!S_ISDIR(sb.st_mode)) return;
+    int fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    DIR *d = fd >= 0 ? fdopendir(fd) : NULL; /* fd < 0: it became a link or went meanwhile */
+    if (!d) {
+        if (fd >= 0) close(fd);
+        return;
+    }
+    struct dirent *e;
+    while ((e = readdir(d)))
+        if (pd__own_file(e->d_name) && fstatat(fd, e->d_name, &sb, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(sb.st_mode))
+            unlinkat(fd, e->d_name, 0);
+    closedir(d);
+    unlinkat(dfd, name, AT_REMOVEDIR);
+}
+
+/* pd__ckpt_remove of dir's entry `name`. */
+static void pd__ckpt_remove_in(const char *dir, const char *name) {
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0) return;
+    pd__ckpt_remove(dfd, name);
+    close(dfd);
+}
+
+/* A folder the writer made or shares, not a link to one (which would have
+ * it write, and later remove, files elsewhere). */
+static pd_status pd__real_dir(const char *path) {
+    struct stat sb;
+    if (lstat(path, &sb) != 0) return pd__err(PD_ERR_IO, "%s: %s", path, strerror(errno));
+    if (!S_ISDIR(sb.st_mode)) return pd__err(PD_ERR_IO, "%s: not a folder (a link?); remove it", path);
+    return PD_OK;
 }
 
 static int pd__cmp_i64_desc(const void *a, const void *b) {
     int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
     return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* The step of a checkpoint folder's name, ckpt-<step> as the writer names
+ * it (12 digits or more, no other spelling); -1 for any other name. */
+static int64_t pd__name_step(const char *name) {
+    const char *p = strncmp(name, "ckpt-", 5) == 0 ? pd__digits(name + 5, "") : NULL;
+    if (!p || *p || strlen(name + 5) > 18) return -1;
+    char want[32];
+    long long v = strtoll(name + 5, NULL, 10);
+    snprintf(want, sizeof want, "ckpt-%012lld", v);
+    return strcmp(want, name) == 0 ? (int64_t)v : -1;
 }
 
 /* Steps of the checkpoints in dir, newest first (malloc'd); also clears
@@ -114,9 +180,8 @@ static pd_status pd__ckpt_list(const char *dir, int64_t **steps, int *n, bool cl
     int64_t *s = PD_MALLOC(sizeof(int64_t) * (size_t)cap);
     struct dirent *e;
     while (s && (e = readdir(d))) {
-        long long v;
-        char tail;
-        if (sscanf(e->d_name, "ckpt-%lld%c", &v, &tail) == 1 && v >= 0) {
+        int64_t v = pd__name_step(e->d_name);
+        if (v >= 0) {
             if (k == cap) {
                 int64_t *t = realloc(s, sizeof(int64_t) * (size_t)(cap *= 2));
                 if (!t) break;
@@ -124,9 +189,7 @@ static pd_status pd__ckpt_list(const char *dir, int64_t **steps, int *n, bool cl
             }
             s[k++] = v;
         } else if (clear && strncmp(e->d_name, ".ckpt-", 6) == 0) {
-            char p[4200];
-            snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-            pd__rmdir_files(p);
+            pd__ckpt_remove(dirfd(d), e->d_name);
         }
     }
     closedir(d);
@@ -142,24 +205,26 @@ static pd_status pd__ckpt_list(const char *dir, int64_t **steps, int *n, bool cl
  * it again, is replaced whole), DIR fsynced; then the oldest beyond `keep`
  * go, only once the new one is in place. */
 static pd_status pd__ckpt_place(const char *dir, const char *tmp, int64_t step, int keep) {
-    char fin[4096], old[4200], f[4200];
+    char fin[4096], old[4200], oldname[64], f[64];
     snprintf(fin, sizeof fin, "%s/ckpt-%012" PRId64, dir, step);
-    snprintf(old, sizeof old, "%s/.ckpt-%012" PRId64 ".old-%ld", dir, step, (long)getpid());
+    snprintf(oldname, sizeof oldname, ".ckpt-%012" PRId64 ".old-%ld", step, (long)getpid());
+    snprintf(old, sizeof old, "%s/%s", dir, oldname);
     PD_TRY(pd__fsync_path(tmp));
-    bool had = rename(fin, old) == 0;
+    pd__ckpt_remove_in(dir, oldname); /* an earlier process of this pid's, killed in between */
+    bool had = rename(fin, old) == 0; /* a link is renamed itself, then unlinked */
     if (rename(tmp, fin) != 0) {
         pd_status st = pd__err(PD_ERR_IO, "%s: cannot rename into place: %s", fin, strerror(errno));
         if (had) rename(old, fin);
         return st;
     }
-    if (had) pd__rmdir_files(old);
+    if (had) pd__ckpt_remove_in(dir, oldname);
     PD_TRY(pd__fsync_path(dir));
     int64_t *s;
     int n;
     if (keep > 0 && pd__ckpt_list(dir, &s, &n, false) == PD_OK) {
         for (int i = keep; i < n; i++) {
-            snprintf(f, sizeof f, "%s/ckpt-%012" PRId64, dir, s[i]);
-            pd__rmdir_files(f);
+            snprintf(f, sizeof f, "ckpt-%012" PRId64, s[i]);
+            pd__ckpt_remove_in(dir, f);
         }
         PD_FREE(s);
     }
@@ -176,7 +241,7 @@ static cJSON *pd__manifest_new(int64_t step, const char *info_json) {
         return NULL;
     }
     cJSON_AddStringToObject(m, "format", "pdonnx-checkpoint");
-    cJSON_AddNumberToObject(m, "version", 1);
+    cJSON_AddNumberToObject(m, "version", PD_CKPT_VERSION);
     cJSON_AddNumberToObject(m, "step", (double)step);
     cJSON_AddItemToObject(m, "info", info);
     return m;
@@ -192,8 +257,20 @@ static void pd__manifest_add(cJSON *m, int i, double bytes, double crc) {
     cJSON_AddItemToArray(cJSON_GetObjectItem(m, "files"), e);
 }
 
-/* Writes the manifest into the checkpoint's folder tmp: the last file written. */
-static pd_status pd__manifest_write(const cJSON *m, const char *tmp) {
+bool pd__ckpt_manifest_crc(const cJSON *m, uint32_t *crc) {
+    char *text = cJSON_PrintUnformatted(m);
+    if (!text) return false;
+    *crc = pd__crc(text, strlen(text));
+    free(text);
+    return true;
+}
+
+/* Writes the manifest, its checksum added, into the checkpoint's folder
+ * tmp: the last file written. */
+static pd_status pd__manifest_write(cJSON *m, const char *tmp) {
+    uint32_t crc;
+    if (!pd__ckpt_manifest_crc(m, &crc) || !cJSON_AddNumberToObject(m, "checksum", (double)crc))
+        return pd__err(PD_ERR_NOMEM, "out of memory");
     char f[4200], *text = cJSON_Print(m);
     if (!text) return pd__err(PD_ERR_NOMEM, "out of memory");
     snprintf(f, sizeof f, "%s/manifest.json", tmp);
@@ -205,10 +282,11 @@ static pd_status pd__manifest_write(const cJSON *m, const char *tmp) {
 pd_status pd__ckpt_write(const char *dir, int64_t step, const char *info_json, int nparts, const void *const *parts,
                          const size_t *lens, int keep) {
     if (mkdir(dir, 0755) != 0 && errno != EEXIST) return pd__err(PD_ERR_IO, "%s: cannot create: %s", dir, strerror(errno));
-    char tmp[4096], f[4200];
-    if (snprintf(tmp, sizeof tmp, "%s/.ckpt-%012" PRId64 ".tmp-%ld", dir, step, (long)getpid()) >= (int)sizeof tmp - 64)
+    char tmp[4096], name[64], f[4200];
+    snprintf(name, sizeof name, ".ckpt-%012" PRId64 ".tmp-%ld", step, (long)getpid());
+    if (snprintf(tmp, sizeof tmp, "%s/%s", dir, name) >= (int)sizeof tmp - 64)
         return pd__err(PD_ERR_IO, "%s: path too long", dir);
-    pd__rmdir_files(tmp);
+    pd__ckpt_remove_in(dir, name);
     if (mkdir(tmp, 0755) != 0) return pd__err(PD_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
     cJSON *m = pd__manifest_new(step, info_json);
     pd_status st = m ? PD_OK : pd__err(PD_ERR_NOMEM, "out of memory");
@@ -220,7 +298,7 @@ pd_status pd__ckpt_write(const char *dir, int64_t step, const char *info_json, i
     if (st == PD_OK) st = pd__manifest_write(m, tmp);
     cJSON_Delete(m);
     if (st == PD_OK) st = pd__ckpt_place(dir, tmp, step, keep);
-    if (st != PD_OK) pd__rmdir_files(tmp);
+    if (st != PD_OK) pd__ckpt_remove_in(dir, name);
     return st;
 }
 
@@ -234,6 +312,7 @@ pd_status pd__ckpt_write_part(const char *dir, int64_t step, int index, const vo
     char tmp[4096], f[4200], side[256];
     pd__shared_tmp(tmp, sizeof tmp, dir, step);
     if (mkdir(tmp, 0755) != 0 && errno != EEXIST) return pd__err(PD_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
+    PD_TRY(pd__real_dir(tmp));
     snprintf(f, sizeof f, "%s/part-%d.bin", tmp, index);
     PD_TRY(pd__write_atomic(f, data, len));
     /* its size and checksum, for the process that writes the manifest; last, so it means the part is whole */
@@ -275,16 +354,17 @@ static pd_status pd__finalize(const char *dir, int64_t step, const char *info_js
             struct timespec nap = {0, 5000000};
             nanosleep(&nap, NULL);
         }
-        if (st != PD_OK || (st = pd__read_file(f, &side, &len)) != PD_OK) break;
+        if (st != PD_OK || (st = pd__real_dir(tmp)) != PD_OK || (st = pd__read_file(f, &side, &len)) != PD_OK) break;
         cJSON *j = cJSON_ParseWithLength((const char *)side, len);
         PD_FREE(side);
-        const cJSON *b = cJSON_GetObjectItem(j, "bytes"), *c = cJSON_GetObjectItem(j, "crc32");
-        if (!cJSON_IsNumber(b) || !cJSON_IsNumber(c)) {
+        int64_t bytes, crc;
+        if (!pd__ckpt_json_int(cJSON_GetObjectItemCaseSensitive(j, "bytes"), 0, PD_CKPT_MAX_INT, &bytes) ||
+            !pd__ckpt_json_int(cJSON_GetObjectItemCaseSensitive(j, "crc32"), 0, UINT32_MAX, &crc)) {
             cJSON_Delete(j);
             st = pd__err(PD_ERR_PARSE, "%s: malformed", f);
             break;
         }
-        pd__manifest_add(m, i, b->valuedouble, c->valuedouble);
+        pd__manifest_add(m, i, (double)bytes, (double)crc);
         cJSON_Delete(j);
         unlink(f);
     }
@@ -309,49 +389,121 @@ void pd__ckpt_free(pd__ckpt *c) {
     memset(c, 0, sizeof *c);
 }
 
-pd_status pd__ckpt_read(const char *path, pd__ckpt *out) {
+bool pd__ckpt_json_int(const cJSON *v, int64_t lo, int64_t hi, int64_t *out) {
+    if (!cJSON_IsNumber(v)) return false;
+    double d = v->valuedouble;
+    if (!(d >= (double)lo && d <= (double)hi)) return false; /* NaN too; lo, hi within 2^53: exact */
+    int64_t i = (int64_t)d;
+    if ((double)i != d) return false;
+    *out = i;
+    return true;
+}
+
+/* The step a part's records hold ("updates", the optimizer's step count:
+ * the boundary it was taken at), -1 when it holds none; PD_ERR_PARSE naming
+ * the file when a record is malformed. */
+static pd_status pd__part_step(const void *data, size_t len, const char *what, int64_t *step) {
+    size_t off = 0;
+    *step = -1;
+    for (;;) {
+        pd__rec r;
+        bool end;
+        PD_TRY(pd__rec_next(data, len, &off, &r, &end, what));
+        if (end) return PD_OK;
+        if (r.kind == PD_REC_META && r.bytes == 8 && pd__rec_is(&r, "updates")) memcpy(step, r.data, 8);
+    }
+}
+
+/* The checks of a manifest m (its text parsed) of checkpoint folder path, f
+ * its file's name for messages; *step, *files and *info on success. */
+static pd_status pd__manifest_check(cJSON *m, const char *path, const char *f, int64_t *step, const cJSON **files,
+                                    const cJSON **info) {
+    const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(m, "format");
+    int64_t version, crc;
+    if (!cJSON_IsObject(m) || !cJSON_IsString(fmt) || strcmp(fmt->valuestring, "pdonnx-checkpoint") != 0 ||
+        !pd__ckpt_json_int(cJSON_GetObjectItemCaseSensitive(m, "version"), 0, INT32_MAX, &version))
+        return pd__err(PD_ERR_PARSE, "%s: not a pdonnx checkpoint manifest", f);
+    if (version < 1 || version > PD_CKPT_VERSION)
+        return pd__err(PD_ERR_PARSE, "%s: version %lld, not one this build reads (1 to %d)", f, (long long)version,
+                       PD_CKPT_VERSION);
+    if (version >= 2) { /* every field is covered: the checksum is of the text without it */
+        cJSON *sum = cJSON_DetachItemFromObjectCaseSensitive(m, "checksum");
+        bool ok = pd__ckpt_json_int(sum, 0, UINT32_MAX, &crc);
+        cJSON_Delete(sum);
+        uint32_t got;
+        if (!ok) return pd__err(PD_ERR_PARSE, "%s: no checksum (corrupted)", f);
+        if (!pd__ckpt_manifest_crc(m, &got)) return pd__err(PD_ERR_NOMEM, "out of memory");
+        if (got != (uint32_t)crc)
+            return pd__err(PD_ERR_PARSE, "%s: checksum mismatch (CRC-32 %u of its content, it says %lld): corrupted",
+                           f, got, (long long)crc);
+    }
+    *files = cJSON_GetObjectItemCaseSensitive(m, "files");
+    *info = cJSON_GetObjectItemCaseSensitive(m, "info");
+    if (!pd__ckpt_json_int(cJSON_GetObjectItemCaseSensitive(m, "step"), 0, PD_CKPT_MAX_INT, step))
+        return pd__err(PD_ERR_PARSE, "%s: the step is not an integer in [0, 2^53]", f);
+    if (!cJSON_IsObject(*info)) return pd__err(PD_ERR_PARSE, "%s: no info object", f);
+    int n = cJSON_IsArray(*files) ? cJSON_GetArraySize(*files) : 0;
+    if (n < 1 || n > PD_CKPT_MAX_PARTS)
+        return pd__err(PD_ERR_PARSE, "%s: %d files listed, not 1 to %d", f, n, PD_CKPT_MAX_PARTS);
+    /* the folder's name, when it is a checkpoint's, says the step too */
+    size_t k = strlen(path);
+    while (k > 1 && path[k - 1] == '/') k--;
+    size_t b = k;
+    while (b > 0 && path[b - 1] != '/') b--;
+    char base[64] = "";
+    if (k - b < sizeof base) memcpy(base, path + b, k - b), base[k - b] = 0;
+    int64_t named = pd__name_step(base);
+    if (named >= 0 && named != *step)
+        return pd__err(PD_ERR_PARSE, "%s: step %lld, but the folder is step %lld's: corrupted", f, (long long)*step,
+                       (long long)named);
+    if (named < 0 && version < 2) /* nothing else vouches for its step */
+        return pd__err(PD_ERR_PARSE, "%s: a version-1 manifest (no checksum) is read only in a folder named "
+                       "ckpt-<its step, 12 digits>", f);
+    return PD_OK;
+}
+
+pd_status pd__ckpt_parse(const char *path, const void *text, size_t len, pd__ckpt_get_fn get, void *ctx,
+                         pd__ckpt *out) {
     pd__ckpt c;
     memset(&c, 0, sizeof c);
     char f[4200];
     snprintf(f, sizeof f, "%s/manifest.json", path);
-    unsigned char *text;
-    size_t len;
-    PD_TRY(pd__read_file(f, &text, &len));
     cJSON *m = cJSON_ParseWithLength((const char *)text, len);
-    PD_FREE(text);
-    pd_status st = PD_OK;
-    const cJSON *fmt = cJSON_GetObjectItem(m, "format"), *step = cJSON_GetObjectItem(m, "step"),
-                *files = cJSON_GetObjectItem(m, "files"), *info = cJSON_GetObjectItem(m, "info");
-    if (!m || !cJSON_IsString(fmt) || strcmp(fmt->valuestring, "pdonnx-checkpoint") != 0 || !cJSON_IsNumber(step) ||
-        !cJSON_IsArray(files) || !cJSON_IsObject(info))
-        st = pd__err(PD_ERR_PARSE, "%s: not a pdonnx checkpoint manifest", f);
+    const cJSON *files = NULL, *info = NULL;
+    pd_status st = pd__manifest_check(m, path, f, &c.step, &files, &info);
     if (st == PD_OK) {
-        c.step = (int64_t)step->valuedouble;
         c.nparts = cJSON_GetArraySize(files);
         c.parts = PD_CALLOC((size_t)c.nparts + 1, sizeof(void *));
         c.lens = PD_CALLOC((size_t)c.nparts + 1, sizeof(size_t));
-        c.path = strdup(path);
+        c.path = pd__strdup(path);
         c.info_json = cJSON_PrintUnformatted(info);
         if (!c.parts || !c.lens || !c.path || !c.info_json) st = pd__err(PD_ERR_NOMEM, "out of memory");
     }
     for (int i = 0; st == PD_OK && i < c.nparts; i++) {
-        const cJSON *e = cJSON_GetArrayItem(files, i), *name = cJSON_GetObjectItem(e, "name"),
-                    *bytes = cJSON_GetObjectItem(e, "bytes"), *crc = cJSON_GetObjectItem(e, "crc32");
-        if (!cJSON_IsString(name) || strchr(name->valuestring, '/') || !cJSON_IsNumber(bytes) || !cJSON_IsNumber(crc)) {
+        const cJSON *e = cJSON_GetArrayItem(files, i), *name = cJSON_GetObjectItemCaseSensitive(e, "name");
+        char want[32], pf[4200];
+        snprintf(want, sizeof want, "part-%d.bin", i);
+        int64_t bytes, crc, at;
+        if (!cJSON_IsString(name) || strcmp(name->valuestring, want) != 0 ||
+            !pd__ckpt_json_int(cJSON_GetObjectItemCaseSensitive(e, "bytes"), 0, PD_CKPT_MAX_INT, &bytes) ||
+            !pd__ckpt_json_int(cJSON_GetObjectItemCaseSensitive(e, "crc32"), 0, UINT32_MAX, &crc)) {
             st = pd__err(PD_ERR_PARSE, "%s: file entry %d is malformed", f, i);
             break;
         }
-        char pf[4200];
-        snprintf(pf, sizeof pf, "%s/%s", path, name->valuestring);
+        snprintf(pf, sizeof pf, "%s/%s", path, want);
         unsigned char *data;
-        if ((st = pd__read_file(pf, &data, &len)) != PD_OK) break;
+        size_t n;
+        if ((st = get(ctx, pf, &data, &n)) != PD_OK) break;
         c.parts[i] = data;
-        c.lens[i] = len;
-        if ((double)len != bytes->valuedouble)
-            st = pd__err(PD_ERR_PARSE, "%s: %zu bytes, the manifest says %.0f (truncated?)", pf, len, bytes->valuedouble);
-        else if ((double)pd__crc(data, len) != crc->valuedouble)
-            st = pd__err(PD_ERR_PARSE, "%s: checksum mismatch (CRC-32 %u, the manifest says %.0f): corrupted", pf,
-                         pd__crc(data, len), crc->valuedouble);
+        c.lens[i] = n;
+        if ((uint64_t)n != (uint64_t)bytes)
+            st = pd__err(PD_ERR_PARSE, "%s: %zu bytes, the manifest says %lld (truncated?)", pf, n, (long long)bytes);
+        else if (pd__crc(data, n) != (uint32_t)crc)
+            st = pd__err(PD_ERR_PARSE, "%s: checksum mismatch (CRC-32 %u, the manifest says %lld): corrupted", pf,
+                         pd__crc(data, n), (long long)crc);
+        else if ((st = pd__part_step(data, n, pf, &at)) == PD_OK && at >= 0 && at != c.step)
+            st = pd__err(PD_ERR_PARSE, "%s: its records are at step %lld, the manifest says %lld", pf, (long long)at,
+                         (long long)c.step);
     }
     cJSON_Delete(m);
     if (st != PD_OK) {
@@ -360,6 +512,22 @@ pd_status pd__ckpt_read(const char *path, pd__ckpt *out) {
     }
     *out = c;
     return PD_OK;
+}
+
+static pd_status pd__get_file(void *ctx, const char *path, unsigned char **data, size_t *len) {
+    (void)ctx;
+    return pd__read_file(path, data, len);
+}
+
+pd_status pd__ckpt_read(const char *path, pd__ckpt *out) {
+    char f[4200];
+    snprintf(f, sizeof f, "%s/manifest.json", path);
+    unsigned char *text;
+    size_t len;
+    PD_TRY(pd__read_file(f, &text, &len));
+    pd_status st = pd__ckpt_parse(path, text, len, pd__get_file, NULL, out);
+    PD_FREE(text);
+    return st;
 }
 
 pd_status pd__ckpt_read_latest(const char *dir, pd__ckpt *out, void (*warn)(void *ctx, const char *msg), void *ctx) {

@@ -7,8 +7,9 @@
  * its graph tensor. Taking one is a copy into host memory (the only pause
  * training sees); a writer thread then persists it: every part to its own
  * file in a temporary folder, fsynced, a manifest with their sizes and CRC-32s
- * written last, and the folder renamed into place. A reader takes the newest
- * checkpoint whose every file matches its manifest. */
+ * (and a CRC-32 of its own) written last, and the folder renamed into place.
+ * A reader takes the newest checkpoint whose manifest is whole and agrees
+ * with its folder's name and its parts, and whose every file matches it. */
 #ifndef PD_CHECKPOINT_H
 #define PD_CHECKPOINT_H
 
@@ -43,6 +44,12 @@ void pd__rec_put(pd__recw *w, uint32_t kind, int32_t version, const char *name, 
 pd_status pd__rec_next(const void *buf, size_t len, size_t *off, pd__rec *r, bool *end, const char *what);
 bool pd__rec_is(const pd__rec *r, const char *name);
 
+enum {
+    PD_CKPT_VERSION = 2,      /* the manifest's: 2 adds "checksum"; 1 is still read (pd__ckpt_read) */
+    PD_CKPT_MAX_PARTS = 1024  /* parts a manifest may list */
+};
+#define PD_CKPT_MAX_INT ((int64_t)1 << 53) /* the largest step or size a manifest holds (exact as a double) */
+
 /* A checkpoint on disk: DIR/ckpt-<step>/{part-<i>.bin, manifest.json}. info:
  * the caller's JSON object (the run: model, plan, schedule, options), kept in
  * the manifest. keep > 0: only the newest `keep` checkpoints stay. */
@@ -57,12 +64,24 @@ typedef struct pd__ckpt {
     void **parts;
     size_t *lens;
 } pd__ckpt;
-/* The newest checkpoint of dir whose manifest parses and whose files all
- * match it; each one skipped is reported through warn (a line naming it and
- * what is wrong). PD_ERR_IO when there is none. */
+/* The newest valid checkpoint of dir (pd__ckpt_read); each one skipped is
+ * reported through warn (a line naming it and what is wrong). PD_ERR_IO
+ * when there is none. */
 pd_status pd__ckpt_read_latest(const char *dir, pd__ckpt *out, void (*warn)(void *ctx, const char *msg), void *ctx);
-/* One checkpoint folder (DIR/ckpt-<step>), verified the same way. */
+/* One checkpoint folder (DIR/ckpt-<step>), valid when: its manifest's
+ * checksum matches (version 2; a version-1 manifest has none and is read
+ * only in a folder named ckpt-<step>), its numbers are integers in range,
+ * it lists 1 to PD_CKPT_MAX_PARTS files named part-0.bin, part-1.bin, ...,
+ * its step is the folder name's (when that is ckpt-<step>) and every
+ * part's "updates" record's, and every part has the listed size and CRC-32.
+ * Otherwise PD_ERR_PARSE (PD_ERR_IO, PD_ERR_NOMEM) naming the file. */
 pd_status pd__ckpt_read(const char *path, pd__ckpt *out);
+/* pd__ckpt_read from memory: text (len bytes) is the manifest of folder
+ * path, get(ctx, "<path>/part-<i>.bin", ...) gives each part (a PD_MALLOC'd
+ * buffer, then the checkpoint's). What the fuzzer calls. */
+typedef pd_status (*pd__ckpt_get_fn)(void *ctx, const char *path, unsigned char **data, size_t *len);
+pd_status pd__ckpt_parse(const char *path, const void *text, size_t len, pd__ckpt_get_fn get, void *ctx,
+                         pd__ckpt *out);
 void pd__ckpt_free(pd__ckpt *c);
 
 /* One checkpoint written by several processes (MPI, on a file system they
@@ -80,6 +99,14 @@ pd_status pd__ckpt_finalize(const char *dir, int64_t step, const char *info_json
  * now (n bytes each) receive the checkpoint's value and the expected one as
  * text. */
 struct cJSON;
+/* A manifest's checksum: the CRC-32 of m's compact text (false: out of
+ * memory). The writer takes it before adding "checksum", the reader after
+ * taking it out. */
+bool pd__ckpt_manifest_crc(const struct cJSON *m, uint32_t *crc);
+/* A JSON number that is an integer in [lo, hi] (within 2^53) into *out:
+ * false for anything else (NaN, 1e300, 1.5, a string), converting nothing
+ * out of range. */
+bool pd__ckpt_json_int(const struct cJSON *v, int64_t lo, int64_t hi, int64_t *out);
 const char *pd__ckpt_info_diff(const struct cJSON *expect, const struct cJSON *got, const char *const *skip, char *was,
                                char *now, size_t n);
 

@@ -460,8 +460,9 @@ pd_status pd_trainer_resume(pd_trainer *t, const char *dir, pd_resume_info *out)
     if (st == PD_OK && !got)
         st = pd__err(PD_ERR_PARSE, "pd_trainer_resume: %s: the manifest's info is not JSON", c.path);
     else if (st == PD_OK) st = pd__trainer_match(t, &c, got);
-    int64_t first = cJSON_IsNumber(rf) ? (int64_t)rf->valuedouble : -1;
-    int64_t n = cJSON_IsNumber(rs) ? (int64_t)rs->valuedouble : -1;
+    int64_t first, n;
+    if (!pd__ckpt_json_int(rf, 0, PD_CKPT_MAX_INT, &first)) first = -1;
+    if (!pd__ckpt_json_int(rs, 0, PD_CKPT_MAX_INT, &n)) n = -1;
     int64_t b = c.step - first;
     if (st == PD_OK && (first < 0 || n < 1 || b < 1 || b > n))
         st = pd__err(PD_ERR_PARSE, "pd_trainer_resume: %s is at step %lld but names a call of %lld steps from step "

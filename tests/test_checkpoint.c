@@ -13,6 +13,11 @@
  * On disk: two-phase writes, keep-K pruning, a corrupted or truncated
  * checkpoint detected by its CRC-32 and the previous one used, leftovers of
  * a killed writer cleared; CheckFreq's frequency rule on hand-computed cases.
+ * Hostile folders: clean-up never deletes through a link (a symlinked
+ * checkpoint rewritten or rotated out, a symlinked temporary); a manifest
+ * edited (its step, its info, its file list, with and without a matching
+ * checksum), a FIFO for a part, an old version-1 manifest: each such
+ * checkpoint skipped with a warning naming it, the previous one used.
  *
  * test_checkpoint --device cuda FIXTURES: the same snapshots and resumes
  * with every stage on GPU 0 (suite cuda; on the simulated device, suite
@@ -31,11 +36,13 @@
 #include "../runtime/pipeline.h"
 #include "check.h"
 
+#include <cjson/cJSON.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 enum { BATCH = 8, MAXB = 64 };
@@ -303,13 +310,18 @@ static void warn_collect(void *ctx, const char *msg) {
 static void check_disk(void) {
     char dir[] = "/tmp/pd_ckpt_test_XXXXXX";
     CHECK(mkdtemp(dir) != NULL, "disk: a temporary folder");
-    char a[64] = "stage zero's bytes", b[64] = "stage one";
+    /* parts are records (a reader checks them); a[AT] is the first byte of a's data */
+    enum { AT = 20 + 1 };
+    char a[64], b[64];
+    pd__recw ra = {a, 0, sizeof a}, rb = {b, 0, sizeof b};
+    pd__rec_put(&ra, PD_REC_WEIGHT, 0, "a", "stage zero's bytes", 18);
+    pd__rec_put(&rb, PD_REC_WEIGHT, 0, "b", "stage one", 9);
     const void *parts[2] = {a, b};
-    size_t lens[2] = {strlen(a), strlen(b)};
+    size_t lens[2] = {ra.n, rb.n};
     pd_status st = pd__ckpt_write(dir, 10, "{\"schedule\": \"flush\"}", 2, parts, lens, 2);
-    a[0] = 'S';
+    a[AT] = 'S';
     if (st == PD_OK) st = pd__ckpt_write(dir, 20, "{\"schedule\": \"flush\"}", 2, parts, lens, 2);
-    a[0] = 'T';
+    a[AT] = 'T';
     if (st == PD_OK) st = pd__ckpt_write(dir, 30, "{\"schedule\": \"flush\"}", 2, parts, lens, 2);
     CHECK(st == PD_OK, "disk: three checkpoints written%s%s", st ? ": " : "", st ? pd_last_error() : "");
     char p[512];
@@ -333,7 +345,7 @@ static void check_disk(void) {
         fclose(f);
     }
     st = pd__ckpt_read_latest(dir, &c, warn_collect, warns);
-    CHECK(st == PD_OK && c.step == 20 && ((char *)c.parts[0])[0] == 'S' && strstr(warns, "checksum mismatch") &&
+    CHECK(st == PD_OK && c.step == 20 && ((char *)c.parts[0])[AT] == 'S' && strstr(warns, "checksum mismatch") &&
               strstr(warns, "ckpt-000000000030"),
           "disk: a corrupted checkpoint is reported and the previous one used: %s", warns);
     if (st == PD_OK) pd__ckpt_free(&c);
@@ -354,13 +366,13 @@ static void check_disk(void) {
     snprintf(p, sizeof p, "%s/.ckpt-000000000040.tmp-99", dir);
     CHECK(st == PD_OK && stat(p, &sb) != 0, "disk: the writer clears a killed writer's leftovers");
     if (w) {
-        a[0] = 'U';
+        a[AT] = 'U';
         pd__ckpt_writer_submit(w, 60, NULL, 2, parts, lens, NULL, NULL);
         st = pd__ckpt_writer_finish(w);
     }
     warns[0] = 0;
     pd_status r = pd__ckpt_read_latest(dir, &c, warn_collect, warns);
-    CHECK(st == PD_OK && r == PD_OK && c.step == 60 && ((char *)c.parts[0])[0] == 'U',
+    CHECK(st == PD_OK && r == PD_OK && c.step == 60 && ((char *)c.parts[0])[AT] == 'U',
           "disk: the background writer persists a submitted snapshot");
     if (r == PD_OK) pd__ckpt_free(&c);
     pd__ckpt_free(&c);
@@ -369,12 +381,12 @@ static void check_disk(void) {
     CHECK(st == PD_ERR_IO && strstr(pd_last_error(), "/proc/pd_no_such"), "disk: an unwritable folder: %s",
           pd_last_error());
     /* written by several processes: each its parts, one the manifest once all are in */
-    a[0] = 'V';
+    a[AT] = 'V';
     st = pd__ckpt_write_part(dir, 70, 1, b, lens[1]);
     if (st == PD_OK) st = pd__ckpt_write_part(dir, 70, 0, a, lens[0]);
     if (st == PD_OK) st = pd__ckpt_finalize(dir, 70, "{\"schedule\": \"flush\"}", 2, 0, 5);
     r = st == PD_OK ? pd__ckpt_read_latest(dir, &c, warn_collect, warns) : st;
-    CHECK(r == PD_OK && c.step == 70 && c.nparts == 2 && ((char *)c.parts[0])[0] == 'V' && c.lens[1] == lens[1] &&
+    CHECK(r == PD_OK && c.step == 70 && c.nparts == 2 && ((char *)c.parts[0])[AT] == 'V' && c.lens[1] == lens[1] &&
               memcmp(c.parts[1], b, lens[1]) == 0,
           "disk: a checkpoint written part by part, then its manifest, reads back whole");
     if (r == PD_OK) pd__ckpt_free(&c);
@@ -386,6 +398,319 @@ static void check_disk(void) {
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     CHECK(system(cmd) == 0, "disk: cleaned up");
+}
+
+/* ---- hostile folders ---- */
+
+static bool slurp(const char *path, char *buf, size_t cap) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return false;
+    size_t n = fread(buf, 1, cap - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    return true;
+}
+
+static bool spit(const char *path, const char *text) {
+    FILE *f = fopen(path, "wb");
+    if (!f) return false;
+    bool ok = fputs(text, f) >= 0;
+    return fclose(f) == 0 && ok;
+}
+
+/* Checkpoint `step` of two parts of records, each with its "updates" record at `step`. */
+static pd_status write_step(const char *dir, int64_t step, const char *info, int keep) {
+    char a[128], b[128];
+    pd__recw ra = {a, 0, sizeof a}, rb = {b, 0, sizeof b};
+    float v[2] = {(float)step, 1};
+    pd__rec_put(&ra, PD_REC_WEIGHT, 0, "w0", v, sizeof v);
+    pd__rec_put(&ra, PD_REC_META, 0, "updates", &step, 8);
+    pd__rec_put(&rb, PD_REC_WEIGHT, 0, "w1", v, sizeof v);
+    pd__rec_put(&rb, PD_REC_META, 0, "updates", &step, 8);
+    const void *parts[2] = {a, b};
+    size_t lens[2] = {ra.n, rb.n};
+    return pd__ckpt_write(dir, step, info, 2, parts, lens, keep);
+}
+
+/* The victim: a folder outside the checkpoints, holding files with the
+ * names a writer uses and one of its own. */
+static const char *const victim_files[] = {"part-0.bin", "part-0.json", "manifest.json", "manifest.json.tmp.1",
+                                           "notes.txt", NULL};
+
+static void make_victim(const char *v) {
+    char p[600];
+    for (int i = 0; victim_files[i]; i++) {
+        snprintf(p, sizeof p, "%s/%s", v, victim_files[i]);
+        spit(p, victim_files[i]);
+    }
+}
+
+static bool victim_whole(const char *v) {
+    char p[600], got[64];
+    for (int i = 0; victim_files[i]; i++) {
+        snprintf(p, sizeof p, "%s/%s", v, victim_files[i]);
+        if (!slurp(p, got, sizeof got) || strcmp(got, victim_files[i]) != 0) return false;
+    }
+    return true;
+}
+
+static bool is_link(const char *path) {
+    struct stat sb;
+    return lstat(path, &sb) == 0 && S_ISLNK(sb.st_mode);
+}
+
+static bool exists(const char *path) {
+    struct stat sb;
+    return lstat(path, &sb) == 0;
+}
+
+static void check_cleanup(void) {
+    char dir[] = "/tmp/pd_ckpt_links_XXXXXX", victim[] = "/tmp/pd_ckpt_victim_XXXXXX";
+    CHECK(mkdtemp(dir) && mkdtemp(victim), "links: temporary folders");
+    make_victim(victim);
+    char p[600], q[600];
+    /* a checkpoint rewritten (a resumed run passes its step again) that is a link */
+    snprintf(p, sizeof p, "%s/ckpt-000000000010", dir);
+    CHECK(symlink(victim, p) == 0, "links: ckpt-10 a link to a folder outside");
+    pd_status st = write_step(dir, 10, NULL, 0);
+    pd__ckpt c;
+    pd_status r = pd__ckpt_read(p, &c);
+    CHECK(st == PD_OK && victim_whole(victim) && !is_link(p) && r == PD_OK && c.step == 10,
+          "links: rewriting a symlinked ckpt-10 replaces the link, the folder it named is untouched%s%s",
+          st ? ": " : "", st ? pd_last_error() : "");
+    if (r == PD_OK) pd__ckpt_free(&c);
+    /* one rotated out by keep */
+    snprintf(p, sizeof p, "%s/ckpt-000000000005", dir);
+    CHECK(symlink(victim, p) == 0, "links: ckpt-5 a link");
+    st = write_step(dir, 20, NULL, 2);
+    CHECK(st == PD_OK && victim_whole(victim) && !exists(p),
+          "links: keep 2 rotates a symlinked ckpt-5 out by unlinking the link, the folder it named untouched");
+    /* a real folder rotated out: only the writer's regular files go; a
+     * foreign file, and a link named like a part, stay (so does the folder) */
+    snprintf(p, sizeof p, "%s/ckpt-000000000001", dir);
+    mkdir(p, 0755);
+    snprintf(q, sizeof q, "%s/manifest.json", p);
+    spit(q, "{}");
+    snprintf(q, sizeof q, "%s/notes.txt", p);
+    spit(q, "mine");
+    char target[600];
+    snprintf(target, sizeof target, "%s/part-0.bin", victim);
+    snprintf(q, sizeof q, "%s/part-0.bin", p);
+    CHECK(symlink(target, q) == 0, "links: a part that is a link");
+    st = write_step(dir, 30, NULL, 2);
+    snprintf(q, sizeof q, "%s/notes.txt", p);
+    bool foreign = exists(q);
+    snprintf(q, sizeof q, "%s/manifest.json", p);
+    CHECK(st == PD_OK && victim_whole(victim) && foreign && !exists(q),
+          "links: a rotated folder loses only the writer's regular files; a foreign file and a link stay");
+    /* temporaries: a stale one cleared at start, and this process's own */
+    snprintf(p, sizeof p, "%s/.ckpt-000000000003.tmp-77", dir);
+    CHECK(symlink(victim, p) == 0, "links: a stale temporary that is a link");
+    pd__ckpt_writer *w = NULL;
+    st = pd__ckpt_writer_start(dir, 0, &w);
+    if (w) pd__ckpt_writer_finish(w);
+    CHECK(st == PD_OK && victim_whole(victim) && !exists(p),
+          "links: the writer clears a symlinked temporary by unlinking it, the folder it named untouched");
+    snprintf(p, sizeof p, "%s/.ckpt-000000000040.tmp-%ld", dir, (long)getpid());
+    CHECK(symlink(victim, p) == 0, "links: this writer's own temporary a link");
+    st = write_step(dir, 40, NULL, 0);
+    snprintf(q, sizeof q, "%s/ckpt-000000000040/manifest.json", dir);
+    CHECK(st == PD_OK && victim_whole(victim) && exists(q) && !exists(p),
+          "links: a symlinked temporary of this writer's is replaced by a folder of its own");
+    /* the shared temporary of several processes: refused, nothing written through it */
+    snprintf(p, sizeof p, "%s/.ckpt-000000000050.tmp-shared", dir);
+    CHECK(symlink(victim, p) == 0, "links: a shared temporary that is a link");
+    st = pd__ckpt_write_part(dir, 50, 3, "x", 1);
+    snprintf(q, sizeof q, "%s/part-3.bin", victim);
+    CHECK(st == PD_ERR_IO && strstr(pd_last_error(), "tmp-shared") && !exists(q) && victim_whole(victim),
+          "links: a part is not written through a symlinked shared temporary (%s)", pd_last_error());
+    char cmd[1400];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' '%s'", dir, victim);
+    CHECK(system(cmd) == 0, "links: cleaned up");
+}
+
+/* Rewrites path's manifest with `edit` applied to it and, when resum, the
+ * checksum made to match again (a manifest that lies consistently). */
+static bool edit_manifest(const char *ck, void (*edit)(cJSON *m), bool resum) {
+    char f[600], text[1 << 16];
+    snprintf(f, sizeof f, "%s/manifest.json", ck);
+    if (!slurp(f, text, sizeof text)) return false;
+    cJSON *m = cJSON_Parse(text);
+    if (!m) return false;
+    edit(m);
+    if (resum) {
+        uint32_t crc;
+        cJSON_DeleteItemFromObjectCaseSensitive(m, "checksum");
+        pd__ckpt_manifest_crc(m, &crc);
+        cJSON_AddNumberToObject(m, "checksum", crc);
+    }
+    char *out = cJSON_Print(m);
+    bool ok = out && spit(f, out);
+    free(out);
+    cJSON_Delete(m);
+    return ok;
+}
+
+static void set_step(cJSON *m, double v) { cJSON_ReplaceItemInObjectCaseSensitive(m, "step", cJSON_CreateNumber(v)); }
+static void step_20(cJSON *m) { set_step(m, 20); }
+static void step_40(cJSON *m) { set_step(m, 40); }
+static void step_neg(cJSON *m) { set_step(m, -7); }
+static void step_huge(cJSON *m) { set_step(m, 1e300); }
+static void step_frac(cJSON *m) { set_step(m, 29.5); }
+static void step_text(cJSON *m) { cJSON_ReplaceItemInObjectCaseSensitive(m, "step", cJSON_CreateString("30")); }
+static void info_steps(cJSON *m) {
+    cJSON_ReplaceItemInObjectCaseSensitive(cJSON_GetObjectItem(m, "info"), "steps", cJSON_CreateNumber(401));
+}
+static void info_rename(cJSON *m) {
+    cJSON *info = cJSON_GetObjectItem(m, "info");
+    cJSON_AddItemToObject(info, "schedulf", cJSON_DetachItemFromObjectCaseSensitive(info, "schedule"));
+}
+static void files_empty(cJSON *m) { cJSON_ReplaceItemInObjectCaseSensitive(m, "files", cJSON_CreateArray()); }
+static void files_many(cJSON *m) {
+    cJSON *files = cJSON_GetObjectItem(m, "files");
+    for (int i = 0; i < 2000; i++) cJSON_AddItemToArray(files, cJSON_Duplicate(cJSON_GetArrayItem(files, 0), true));
+}
+static void files_name(cJSON *m) {
+    cJSON *e = cJSON_GetArrayItem(cJSON_GetObjectItem(m, "files"), 0);
+    cJSON_ReplaceItemInObjectCaseSensitive(e, "name", cJSON_CreateString("../part-0.bin"));
+}
+static void files_bytes(cJSON *m) {
+    cJSON *e = cJSON_GetArrayItem(cJSON_GetObjectItem(m, "files"), 0);
+    cJSON_ReplaceItemInObjectCaseSensitive(e, "bytes", cJSON_CreateNumber(1e300));
+}
+static void version_1(cJSON *m) {
+    cJSON_ReplaceItemInObjectCaseSensitive(m, "version", cJSON_CreateNumber(1));
+    cJSON_DeleteItemFromObjectCaseSensitive(m, "checksum");
+}
+static void version_1_step(cJSON *m) {
+    version_1(m);
+    step_20(m);
+}
+static void version_3(cJSON *m) { cJSON_ReplaceItemInObjectCaseSensitive(m, "version", cJSON_CreateNumber(3)); }
+
+static void check_manifest(void) {
+    char dir[] = "/tmp/pd_ckpt_manifest_XXXXXX";
+    CHECK(mkdtemp(dir) != NULL, "manifest: a temporary folder");
+    /* numbers cJSON prints in few digits, text to escape: the checksum survives the round trip */
+    const char *info = "{\"schedule\": \"flush\", \"steps\": 400, \"lr\": 0.30000000000000004, \"tiny\": 1e-7, "
+                       "\"big\": 1e300, \"long\": 123456789012345678, \"neg\": -0.0, \"text\": \"\\u00e9\\\"\\\\\\n\"}";
+    pd_status st = PD_OK;
+    for (int64_t s = 10; s <= 30 && st == PD_OK; s += 10) st = write_step(dir, s, info, 0);
+    pd__ckpt c;
+    char warns[4096] = "", ck[600], text[1 << 16], saved[1 << 16], f[700];
+    pd_status r = st == PD_OK ? pd__ckpt_read_latest(dir, &c, warn_collect, warns) : st;
+    CHECK(r == PD_OK && c.step == 30 && !warns[0] && strstr(c.info_json, "0.3") && strstr(c.info_json, "1e+300"),
+          "manifest: written with its checksum, read back (awkward numbers and text in info)%s%s", r ? ": " : "",
+          r ? pd_last_error() : warns);
+    if (r == PD_OK) pd__ckpt_free(&c);
+    snprintf(ck, sizeof ck, "%s/ckpt-000000000030", dir);
+    snprintf(f, sizeof f, "%s/manifest.json", ck);
+    CHECK(slurp(f, saved, sizeof saved) && strstr(saved, "\"version\":\t2") && strstr(saved, "\"checksum\":"),
+          "manifest: version 2, with a checksum");
+    /* each edit of ckpt-30's manifest: it is skipped with a warning naming it and why, ckpt-20 used */
+    static const struct {
+        const char *what;
+        void (*edit)(cJSON *m);
+        bool resum;
+        const char *why;
+    } cases[] = {
+        {"step 30 -> 20", step_20, false, "checksum mismatch"},
+        {"step 30 -> -7", step_neg, false, "checksum mismatch"},
+        {"step 30 -> 1e300", step_huge, false, "checksum mismatch"},
+        {"info's steps 400 -> 401", info_steps, false, "checksum mismatch"},
+        {"a key of info renamed", info_rename, false, "checksum mismatch"},
+        {"an empty file list", files_empty, false, "checksum mismatch"},
+        {"2002 files", files_many, false, "checksum mismatch"},
+        {"step 30 -> 20, checksum matching", step_20, true, "but the folder is step 30's"},
+        {"step 30 -> -7, checksum matching", step_neg, true, "not an integer"},
+        {"step 30 -> 1e300, checksum matching", step_huge, true, "not an integer"},
+        {"step 30 -> 29.5, checksum matching", step_frac, true, "not an integer"},
+        {"step 30 -> \"30\", checksum matching", step_text, true, "not an integer"},
+        {"an empty file list, checksum matching", files_empty, true, "0 files listed"},
+        {"2002 files, checksum matching", files_many, true, "2002 files listed"},
+        {"a file named ../part-0.bin, checksum matching", files_name, true, "file entry 0 is malformed"},
+        {"a file of 1e300 bytes, checksum matching", files_bytes, true, "file entry 0 is malformed"},
+        {"version 1 (no checksum) with step 30 -> 20", version_1_step, false, "but the folder is step 30's"},
+        {"version 3", version_3, true, "version 3, not one this build reads"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        spit(f, saved);
+        bool edited = edit_manifest(ck, cases[i].edit, cases[i].resum);
+        warns[0] = 0;
+        r = pd__ckpt_read_latest(dir, &c, warn_collect, warns);
+        CHECK(edited && r == PD_OK && c.step == 20 && strstr(warns, "skipping") && strstr(warns, "ckpt-000000000030") &&
+                  strstr(warns, cases[i].why),
+              "manifest: %s: skipped, the one before used: %s", cases[i].what, r ? pd_last_error() : warns);
+        if (r == PD_OK) pd__ckpt_free(&c);
+    }
+    /* an older version-1 manifest whose step is its folder's is still read */
+    spit(f, saved);
+    edit_manifest(ck, version_1, false);
+    r = pd__ckpt_read_latest(dir, &c, warn_collect, warns);
+    CHECK(r == PD_OK && c.step == 30 && c.nparts == 2, "manifest: a version-1 manifest in ckpt-<its step> is read");
+    if (r == PD_OK) pd__ckpt_free(&c);
+    /* a copy of a checkpoint in a folder of another name (pdonnx export DIR/copy):
+     * version 2 is read on its checksum, version 1 has nothing to vouch for its step */
+    char copy[700], cmd[2000];
+    snprintf(copy, sizeof copy, "%s/copy", dir);
+    snprintf(cmd, sizeof cmd, "cp -r '%s' '%s'", ck, copy);
+    bool copied = system(cmd) == 0;
+    r = pd__ckpt_read(copy, &c);
+    CHECK(copied && r == PD_ERR_PARSE && strstr(pd_last_error(), "version-1 manifest"),
+          "manifest: version 1 in a folder of another name: refused (%s)", pd_last_error());
+    spit(f, saved);
+    snprintf(cmd, sizeof cmd, "cp '%s' '%s/manifest.json'", f, copy);
+    r = system(cmd) == 0 ? pd__ckpt_read(copy, &c) : PD_ERR_IO;
+    CHECK(r == PD_OK && c.step == 30, "manifest: version 2 in a folder of another name: read");
+    if (r == PD_OK) pd__ckpt_free(&c);
+    /* a checkpoint moved to another step's name, its manifest made to agree: the parts' records say otherwise */
+    char moved[700];
+    snprintf(moved, sizeof moved, "%s/ckpt-000000000040", dir);
+    bool ren = rename(ck, moved) == 0 && edit_manifest(moved, step_40, true);
+    warns[0] = 0;
+    r = pd__ckpt_read_latest(dir, &c, warn_collect, warns);
+    CHECK(ren && r == PD_OK && c.step == 20 &&
+              strstr(warns, "ckpt-000000000040/part-0.bin: its records are at step 30"),
+          "manifest: a step the parts' records contradict: skipped: %s", warns);
+    if (r == PD_OK) pd__ckpt_free(&c);
+    rename(moved, ck);
+    spit(f, saved);
+    /* a FIFO for a part: never opened for reading (which would block for ever), skipped at once */
+    snprintf(text, sizeof text, "%s/part-0.bin", ck);
+    unlink(text);
+    bool fifo = mkfifo(text, 0644) == 0;
+    warns[0] = 0;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    r = pd__ckpt_read_latest(dir, &c, warn_collect, warns);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    CHECK(fifo && r == PD_OK && c.step == 20 && strstr(warns, "ckpt-000000000030/part-0.bin") &&
+              t1.tv_sec - t0.tv_sec < 5,
+          "manifest: a FIFO for a part: skipped at once, naming it: %s", warns);
+    if (r == PD_OK) pd__ckpt_free(&c);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    CHECK(system(cmd) == 0, "manifest: cleaned up");
+}
+
+/* An error formatted with pd_last_error() as an argument (a caller adding
+ * context) read "--resume D: --resume D: oint there": the buffer written
+ * was the one read. */
+static void check_errors(void) {
+    char dir[] = "/tmp/pd_ckpt_errors_XXXXXX", want[600];
+    CHECK(mkdtemp(dir) != NULL, "errors: a temporary folder");
+    pd__ckpt c;
+    pd_status r = pd__ckpt_read_latest(dir, &c, NULL, NULL);
+    snprintf(want, sizeof want, "%s: no checkpoint there", dir);
+    CHECK(r == PD_ERR_IO && !strcmp(pd_last_error(), want), "errors: an empty folder: '%s'", pd_last_error());
+    pd__err(r, "--resume %s", pd_last_error());
+    snprintf(want, sizeof want, "--resume %s: no checkpoint there", dir);
+    CHECK(!strcmp(pd_last_error(), want), "errors: an error formatted with pd_last_error() itself: '%s'",
+          pd_last_error());
+    pd__err(PD_ERR_IO, "abc");
+    pd__err(PD_ERR_IO, "%s, %s: %s", "x", pd_last_error(), pd_last_error());
+    CHECK(!strcmp(pd_last_error(), "x, abc: abc"), "errors: the last error twice in one message: '%s'",
+          pd_last_error());
+    CHECK(rmdir(dir) == 0, "errors: cleaned up");
 }
 
 static void check_records(void) {
@@ -455,6 +780,9 @@ int main(int argc, char **argv) {
         check_records();
         check_auto();
         check_disk();
+        check_errors();
+        check_cleanup();
+        check_manifest();
     }
     model m;
     if (load_model(fx, &m, "mlp", PD_OPT_ADAM, 0.01, 12)) {

@@ -5,7 +5,10 @@
 # and the same per-step losses as an uninterrupted run, on one stage and as
 # pipelines (pipedream, 2bw, flush); a corrupted newest checkpoint is reported
 # and the previous one used; `pdonnx export` writes the trained model; a
-# resume with other settings is refused, naming the setting.
+# resume with other settings is refused, naming the setting. Hostile
+# folders: symlinked checkpoints and temporaries are never followed by
+# clean-up; an edited manifest or a FIFO part is skipped like a corrupted
+# checkpoint; with none valid the error says so once.
 set -u
 pdonnx=$1
 root=$2
@@ -125,6 +128,86 @@ if [ $rc = 2 ] && grep -q "checkpoint-dir" "$tmp/log"; then ok "refused: --check
 "$pdonnx" export "$tmp/nowhere" -o "$tmp/x.onnx" > "$tmp/log" 2>&1
 rc=$?
 if [ $rc = 1 ] && grep -q "nowhere" "$tmp/log" && [ ! -e "$tmp/x.onnx" ]; then ok "export: no checkpoint"; else bad "export nowhere: $(cat "$tmp/log")"; fi
+
+# hostile folders (issue 22). Clean-up never deletes through a link: a
+# checkpoint folder the run writes again, one --checkpoint-keep rotates out
+# and a stale temporary, each a link to a folder outside, which keeps its files
+victim=$tmp/victim
+mkdir -p "$victim" "$tmp/ck-links"
+vfiles="part-0.bin part-0.json manifest.json notes.txt"
+for f in $vfiles; do echo "$f" > "$victim/$f"; done
+ln -s "$victim" "$tmp/ck-links/ckpt-000000000020"
+ln -s "$victim" "$tmp/ck-links/ckpt-000000000005"
+ln -s "$victim" "$tmp/ck-links/.ckpt-000000000007.tmp-1"
+"$pdonnx" train "$model" --steps 40 --quiet --checkpoint-dir "$tmp/ck-links" --checkpoint-every 10 --checkpoint-keep 2 \
+  > "$tmp/log" 2>&1
+rc=$?
+whole=1
+for f in $vfiles; do [ "$(cat "$victim/$f" 2>/dev/null)" = "$f" ] || whole=0; done
+left=$(cd "$tmp/ck-links" && ls -A | tr '\n' ' ')
+if [ $rc = 0 ] && [ $whole = 1 ] && [ "$left" = "ckpt-000000000030 ckpt-000000000040 " ]; then
+  ok "links: a symlinked checkpoint rewritten, one rotated out and a stale temporary: the links go, the folder they named keeps its files"
+else
+  bad "links: rc $rc, the folder outside whole: $whole ($(ls "$victim" | tr '\n' ' ')), left: $left; $(tail -2 "$tmp/log")"
+fi
+
+# a manifest edited is a corrupted checkpoint: skipped with a warning, the
+# one before used, the same model (its step once resumed "at step 20" with
+# step 40's weights; -7 and 1e300 hung the run)
+ed=$tmp/ck-edit-ref
+"$pdonnx" train "$model" --steps 40 --quiet --stages 2 --schedule pipedream --checkpoint-dir "$ed" \
+  --checkpoint-every 10 --checkpoint-keep 0 --save "$tmp/eref.onnx" || bad "edited: the run"
+for edit in 's/"step":\t40/"step":\t20/' 's/"step":\t40/"step":\t-7/' 's/"step":\t40/"step":\t1e300/' \
+            's/"steps":\t40/"steps":\t41/' 's/"schedule":/"schedulf":/' 's/"part-1.bin"/"part-0.bin"/'; do
+  rm -rf "$tmp/ck-edit"
+  cp -r "$ed" "$tmp/ck-edit"
+  sed -i "$edit" "$tmp/ck-edit/ckpt-000000000040/manifest.json"
+  timeout 20 "$pdonnx" train "$model" --steps 40 --stages 2 --schedule pipedream --resume "$tmp/ck-edit" \
+    --save "$tmp/eout.onnx" > "$tmp/log" 2>&1
+  rc=$?
+  if [ $rc = 0 ] && grep -q "warning: skipping .*ckpt-000000000040.*checksum mismatch" "$tmp/log" &&
+     grep -q "resuming from .*ckpt-000000000030" "$tmp/log" && cmp -s "$tmp/eref.onnx" "$tmp/eout.onnx"; then
+    ok "edited: sed '$edit' on the newest manifest: skipped with a warning, the one before used, the same model"
+  else
+    bad "edited: sed '$edit': rc $rc: $(head -3 "$tmp/log")"
+  fi
+done
+
+# a FIFO for a part of the newest: skipped at once, naming it (reading it blocked for ever)
+rm -rf "$tmp/ck-edit"
+cp -r "$ed" "$tmp/ck-edit"
+rm "$tmp/ck-edit/ckpt-000000000040/part-0.bin"
+mkfifo "$tmp/ck-edit/ckpt-000000000040/part-0.bin"
+timeout 20 "$pdonnx" train "$model" --steps 40 --stages 2 --schedule pipedream --resume "$tmp/ck-edit" \
+  --save "$tmp/eout.onnx" > "$tmp/log" 2>&1
+rc=$?
+if [ $rc = 0 ] && grep -q "skipping .*ckpt-000000000040/part-0.bin: not a regular file" "$tmp/log" &&
+   cmp -s "$tmp/eref.onnx" "$tmp/eout.onnx"; then
+  ok "fifo: a FIFO for a part is skipped at once, naming it; the one before used"
+else
+  bad "fifo: rc $rc (124: blocked): $(head -3 "$tmp/log")"
+fi
+
+# no checkpoint, or none valid: one line saying so (it read "--resume D: --resume D: oint there")
+mkdir -p "$tmp/ck-none"
+"$pdonnx" train "$model" --steps 40 --resume "$tmp/ck-none" > "$tmp/log" 2>&1
+rc=$?
+if [ $rc = 1 ] && grep -Fqx "pdonnx: --resume $tmp/ck-none: no checkpoint there" "$tmp/log"; then
+  ok "refused: an empty folder ($(grep resume "$tmp/log"))"
+else
+  bad "refused: an empty folder: rc $rc: $(cat "$tmp/log")"
+fi
+rm -rf "$tmp/ck-edit"
+mkdir -p "$tmp/ck-edit"
+cp -r "$ed/ckpt-000000000040" "$tmp/ck-edit/"
+sed -i 's/"step":\t40/"step":\t20/' "$tmp/ck-edit/ckpt-000000000040/manifest.json"
+"$pdonnx" train "$model" --steps 40 --stages 2 --schedule pipedream --resume "$tmp/ck-edit" > "$tmp/log" 2>&1
+rc=$?
+if [ $rc = 1 ] && grep -Fqx "pdonnx: --resume $tmp/ck-edit: no valid checkpoint there" "$tmp/log"; then
+  ok "refused: nothing valid, the one skipped reported"
+else
+  bad "refused: nothing valid: rc $rc: $(cat "$tmp/log")"
+fi
 
 echo "$fails failed"
 [ $fails = 0 ]

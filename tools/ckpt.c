@@ -290,7 +290,7 @@ static void pd__warn(void *ctx, const char *msg) {
 pd_status pd_cli_ckpt_load(const char *dir, const cJSON *expect, pd__ckpt *out, cJSON **info) {
     pd__ckpt c;
     pd_status st = pd__ckpt_read_latest(dir, &c, pd__warn, NULL);
-    if (st != PD_OK) return pd__err(st, "--resume %s: %s", dir, pd_last_error());
+    if (st != PD_OK) return pd__err(st, "--resume %s", pd_last_error()); /* "DIR: what is wrong" */
     cJSON *got = cJSON_Parse(c.info_json);
     if (!got) {
         pd__ckpt_free(&c);
@@ -348,7 +348,7 @@ int pd_cli_export(int argc, char **argv) {
         goto out;
     }
     pd_load_options lo = PD_LOAD_OPTIONS_INIT;
-    lo.batch = cJSON_IsNumber(b) ? (int64_t)b->valuedouble : 0;
+    if (!pd__ckpt_json_int(b, 0, INT32_MAX, &lo.batch)) lo.batch = 0;
     if (pd_graph_load_file(model, &lo, &g) != PD_OK) {
         pd_cli_fail();
         goto out;

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# run.sh - fuzzes the ONNX loader for a bounded time.
+# run.sh - fuzzes the ONNX loader for a bounded time, then the profile
+# readers and planners (SECONDS/2) and the checkpoint reader (SECONDS/4).
 #   tests/fuzz/run.sh BUILD_DIR SECONDS
-# BUILD_DIR is configured with -Dfuzz=true (clang). The seed corpus is the
-# fixture models plus a sample of ONNX's test models when ../shared is there.
+# BUILD_DIR is configured with -Dfuzz=true (clang). The loader's seed corpus
+# is the fixture models plus a sample of ONNX's test models when ../shared is
+# there; the checkpoint reader's is tests/fuzz/ckpt/ (real checkpoints).
 # Exits non-zero when libFuzzer finds a crash, leak or sanitizer error.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -30,3 +32,11 @@ printf '{"format":"pdonnx-profile","version":1,"nodes":[{"name":"a","fwd_ms":1,"
 psecs=$(( secs / 2 > 10 ? secs / 2 : 10 ))
 echo "fuzzing the profile readers and planners for ${psecs}s from $j seeds"
 "$build/tests/fuzz_profile" -max_total_time="$psecs" -rss_limit_mb=2048 -max_len=16384 -timeout=10 -print_final_stats=1 "$pcorpus" 2>&1 | tail -15
+
+# checkpoints: manifest and parts in one input (fuzz_ckpt.c), from real ones
+ccorpus=$(mktemp -d)
+trap 'rm -rf "$corpus" "$pcorpus" "$ccorpus"' EXIT
+cp tests/fuzz/ckpt/*.ckpt "$ccorpus/"
+csecs=$(( secs / 4 > 10 ? secs / 4 : 10 ))
+echo "fuzzing the checkpoint reader for ${csecs}s from $(ls "$ccorpus" | wc -l) seeds"
+"$build/tests/fuzz_ckpt" -max_total_time="$csecs" -rss_limit_mb=2048 -max_len=32768 -timeout=10 -print_final_stats=1 "$ccorpus" 2>&1 | tail -15
