@@ -267,10 +267,12 @@ typedef struct pd_train_options {
     pd_device_kind device;     /* PD_DEVICE_CPU (default) or PD_DEVICE_CUDA (one-stage sessions) */
     int device_index;          /* PD_DEVICE_CUDA: the GPU, 0-based */
     pd_precision precision;    /* PD_DEVICE_CUDA: the matrix products' precision (PD_PRECISION_FP32) */
+    const char *trainable;     /* POSIX extended regex: matching initializers are trained even where the model
+                                  says not (single-element constants, or absent from its training_info) */
 } pd_train_options;
 #define PD_TRAIN_OPTIONS_INIT                                                                                        \
     {sizeof(pd_train_options), PD_LOSS_AUTO, NULL, NULL, PD_OPT_SGD, 0.01, 0.9, 0.9, 0.999, 1e-8, 0, 0, 0, 0, 0, NULL, \
-     0, 0, PD_DEVICE_CPU, 0, PD_PRECISION_FP32}
+     0, 0, PD_DEVICE_CPU, 0, PD_PRECISION_FP32, NULL}
 /* Parses "cpu", "cuda" or "cuda:N" into o->device and o->device_index; and
  * "fp32", "tf32" or "bf16" into o->precision (either string may be NULL).
  * "sim" or "sim:N" (N from 1 to 8) is the simulated device: the CUDA path on
@@ -304,6 +306,11 @@ PDDEF pd_status pd_session_eval_rows(pd_session *s, int64_t rows, pd_step_result
 /* The batch size the graph was loaded with (the prediction's first dim). */
 PDDEF int64_t pd_session_batch(const pd_session *s);
 PDDEF int pd_session_num_params(const pd_session *s);
+/* Float initializers that reach the loss but are not trained, and why: the
+ * model's own answer (training_info, or a single-element constant) or the
+ * freeze pattern. info and why may be NULL. */
+PDDEF int pd_session_num_untrained(const pd_session *s);
+PDDEF pd_status pd_session_untrained(const pd_session *s, int i, pd_value_info *info, const char **why);
 /* Name, shape and current values of trainable parameter i (a view). */
 PDDEF pd_status pd_session_param(pd_session *s, int i, const char **name, pd_tensor *value, pd_tensor *grad);
 PDDEF int64_t pd_session_step_count(const pd_session *s);
@@ -765,6 +772,18 @@ typedef enum pd__tkind {
     PD_T_CONST    /* a Constant node's value or a folded result */
 } pd__tkind;
 
+/* Whether a float initializer may be trained, decided at load: the model's
+ * ModelProto.training_info names the ones training updates (update_binding);
+ * without one, a single-element tensor (an exporter's scale, exponent or
+ * epsilon) is a constant. A session may still train any of them by name
+ * (pd_train_options.trainable). */
+typedef enum pd__train_rule {
+    PD_TR_DEFAULT = 0, /* trained when it reaches the loss */
+    PD_TR_LISTED,      /* in training_info's update_binding */
+    PD_TR_UNLISTED,    /* the model has training_info without it */
+    PD_TR_SCALAR       /* one element, no training_info */
+} pd__train_rule;
+
 typedef struct pd__tensor {
     char *name;
     pd_dtype dtype;
@@ -775,6 +794,8 @@ typedef struct pd__tensor {
     int producer;    /* node index, -1 for inputs and constants */
     bool is_output;
     bool borrowed;   /* data lives in a session's parameter slab: not freed with the graph */
+    bool trained;    /* a session trains it (pd_graph_save lists it in training_info) */
+    pd__train_rule train;
     void *data;      /* owned (unless borrowed); set for PD_T_INIT and PD_T_CONST */
 } pd__tensor;
 
@@ -819,6 +840,7 @@ struct pd_graph {
     char *path;        /* the file, for messages ("<memory>" when loaded from memory) */
     char *name;
     int64_t opset;     /* ai.onnx opset */
+    bool training_info; /* the model says which initializers training updates (pd__train_rule) */
     int ntensors, tcap;
     pd__tensor *tensors;
     int nnodes, ncap;
