@@ -2421,7 +2421,8 @@ double pd__flops_Min(const pd_graph *g, const pd__node *n) { return pd__flops_Su
 double pd__flops_Mean(const pd_graph *g, const pd__node *n) { return pd__flops_Sum(g, n) + out_numel(g, n); }
 
 /* PRelu(X, slope): slope broadcasts to X one way (opset >= 7); before, it is
- * X's shape or one value. Y has X's shape. */
+ * X's shape, one value, or one per channel (axis 1, as PyTorch exported
+ * PReLU(num_parameters=C) then). Y has X's shape. */
 pd_status pd__shape_PRelu(pd_graph *g, pd__node *n) {
     pd__tensor *x, *s, *y;
     PD_TRY(input(g, n, 0, &x));
@@ -2434,7 +2435,8 @@ pd_status pd__shape_PRelu(pd_graph *g, pd__node *n) {
         int64_t sd = s->shape[d], xd = x->shape[d + x->ndim - s->ndim];
         fits = sd == 1 || sd == xd;
     }
-    if (n->opset < 7 && s->numel != 1 && s->numel != x->numel) fits = false;
+    if (n->opset < 7)
+        fits = s->numel == 1 || s->numel == x->numel || (s->ndim == 1 && x->ndim >= 2 && s->shape[0] == x->shape[1]);
     if (!fits) {
         char sa[128], sb[128];
         pd__format_shape(sa, sizeof sa, x->ndim, x->shape);

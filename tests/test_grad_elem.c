@@ -477,7 +477,7 @@ static void test_mod(void) {
 }
 
 /* PRelu: the slope broadcast one way to X (opset 16), or X's shape / one
- * value (opset 6); X away from the kink at 0. */
+ * value / one per channel (opset 6); X away from the kink at 0. */
 static void test_prelu(void) {
     group gr = {"PRelu (slope broadcast to X)", 0, 0, ""};
     for (int t = 0; t < 60; t++) {
@@ -488,6 +488,7 @@ static void test_prelu(void) {
         int opset = 16;
         if (t % 10 == 0) opset = 6, ns = 0;
         if (t % 10 == 1) opset = 6, ns = nx, memcpy(ss, sx, sizeof ss);
+        if (t % 10 == 2 && nx >= 2) opset = 6, ns = 1, ss[0] = sx[1]; /* per channel */
         gc *c = gc_new("PRelu", opset);
         gc_seed(c, rnd());
         gc_input(c, PD_DOUBLE, nx, sx, NULL);

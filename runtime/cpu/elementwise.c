@@ -2013,14 +2013,21 @@ static const pd__row_fn prelu_rows[PD__NDT] = {PD__FLOATS(PD__TAB, prelu)};
 static const pd__row_fn gprelux_rows[PD__NDT] = PD__GTAB(gprelux);
 static const pd__row_fn gprelus_rows[PD__NDT] = PD__GTAB(gprelus);
 
-/* The slope as it broadcasts to X: opsets < 7 take X's shape or one value. */
+/* The slope as it broadcasts to X: opsets < 7 take one value, X's shape,
+ * or one per channel (axis 1: shape [C, 1, ...]). */
 static void prelu_views(const pd__node *n, pd_tensor *const *in, pd_tensor *v) {
     v[0] = *in[0];
     v[1] = *in[1];
-    if (n->opset < 7 && numel(&v[1]) == 1) v[1].ndim = 0;
-    else if (n->opset < 7) {
+    if (n->opset >= 7) return;
+    if (numel(&v[1]) == 1) {
+        v[1].ndim = 0;
+    } else if (numel(&v[1]) == numel(&v[0])) {
         v[1].ndim = v[0].ndim;
         memcpy(v[1].shape, v[0].shape, sizeof v[1].shape);
+    } else if (v[0].ndim >= 2) {
+        v[1].ndim = v[0].ndim - 1;
+        v[1].shape[0] = v[0].shape[1];
+        for (int d = 1; d < v[1].ndim; d++) v[1].shape[d] = 1;
     }
 }
 
