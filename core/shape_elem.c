@@ -411,11 +411,12 @@ double pd__flops_Identity(const pd_graph *g, const pd__node *n) {
 
 /* ---- reductions ------------------------------------------------------------------ */
 
-static pd_status shape_reduce(pd_graph *g, pd__node *n) {
+/* x of a class in `kinds`; y has x's dtype. */
+static pd_status shape_reduce_of(pd_graph *g, pd__node *n, unsigned kinds) {
     pd__tensor *x, *y;
     PD_TRY(input(g, n, 0, &x));
     PD_TRY(output(g, n, &y));
-    PD_TRY(check_kind(g, n, x, PD_EK_NUM));
+    PD_TRY(check_kind(g, n, x, kinds));
     pd__tensor *at = pd__reduce_axes_input(n) ? pd__in(g, n, 1) : NULL;
     pd_tensor av = {PD_UNDEFINED, 0, {0}, NULL};
     if (at) {
@@ -445,14 +446,21 @@ static pd_status shape_reduce(pd_graph *g, pd__node *n) {
     return pd__tensor_set_shape(g, y, nd, shape);
 }
 
+static pd_status shape_reduce(pd_graph *g, pd__node *n) { return shape_reduce_of(g, n, PD_EK_NUM); }
+
 pd_status pd__shape_ReduceMean(pd_graph *g, pd__node *n) { return shape_reduce(g, n); }
 pd_status pd__shape_ReduceSum(pd_graph *g, pd__node *n) { return shape_reduce(g, n); }
 
 double pd__flops_ReduceMean(const pd_graph *g, const pd__node *n) { return in_numel(g, n, 0) + out_numel(g, n); }
 double pd__flops_ReduceSum(const pd_graph *g, const pd__node *n) { return in_numel(g, n, 0); }
 
-pd_status pd__shape_ReduceMax(pd_graph *g, pd__node *n) { return shape_reduce(g, n); }
-pd_status pd__shape_ReduceMin(pd_graph *g, pd__node *n) { return shape_reduce(g, n); }
+/* ReduceMax, ReduceMin: bool too from opset 20 (any / all). */
+pd_status pd__shape_ReduceMax(pd_graph *g, pd__node *n) {
+    return shape_reduce_of(g, n, n->opset >= 20 ? PD_EK_ANY : PD_EK_NUM);
+}
+pd_status pd__shape_ReduceMin(pd_graph *g, pd__node *n) {
+    return shape_reduce_of(g, n, n->opset >= 20 ? PD_EK_ANY : PD_EK_NUM);
+}
 pd_status pd__shape_ReduceProd(pd_graph *g, pd__node *n) { return shape_reduce(g, n); }
 pd_status pd__shape_ReduceL1(pd_graph *g, pd__node *n) { return shape_reduce(g, n); }
 pd_status pd__shape_ReduceL2(pd_graph *g, pd__node *n) { return shape_reduce(g, n); }

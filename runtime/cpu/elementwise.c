@@ -2321,7 +2321,8 @@ static pd_status rmask(const pd__node *n, pd_tensor *const *in, bool *mask) {
 static pd_status reduce_gen(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *out, int kind) {
     const pd_tensor *xt = in[0];
     unsigned k = pd__ekind(xt->dtype);
-    if (!(k & PD_EK_NUM) || out->dtype != xt->dtype)
+    bool boolean = k == PD_EK_BOOL && (kind == PD_R_MAX || kind == PD_R_MIN); /* any / all, in uint64 */
+    if (!((k & PD_EK_NUM) || boolean) || out->dtype != xt->dtype)
         return pd__err(PD_ERR_UNSUPPORTED, "%s of %s is not supported", n->op_type, pd_dtype_name(xt->dtype));
     bool mask[PD_MAX_DIMS];
     PD_TRY(rmask(n, in, mask));
@@ -2329,6 +2330,7 @@ static pd_status reduce_gen(pd__exec *x, const pd__node *n, pd_tensor *const *in
     if (on <= 0) return PD_OK;
     bool ikind = kind == PD_R_MAX || kind == PD_R_MIN || kind == PD_R_PROD || kind == PD_R_L1 || kind == PD_R_SSQ;
     pd_dtype w = k == PD_EK_FLOAT || !ikind ? PD_DOUBLE : k == PD_EK_SINT ? PD_INT64 : PD_UINT64;
+    if (boolean) w = PD_UINT64;
     int64_t cnt = 1;
     for (int d = 0; d < xt->ndim; d++)
         if (!mask[d]) cnt *= xt->shape[d];
