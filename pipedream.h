@@ -694,6 +694,7 @@ PDDEF void pd_mpi_finalize(void);
     X(SELU, Selu, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                                 \
     X(CELU, Celu, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                                 \
     X(MISH, Mish, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                                 \
+    X(SWISH, Swish, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                               \
     X(THRESHOLDED_RELU, ThresholdedRelu, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)          \
     X(PRELU, PRelu, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x3, 0)                               \
     X(SHRINK, Shrink, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                             \
@@ -2523,6 +2524,7 @@ pd_status pd__shape_Celu(pd_graph *g, pd__node *n) {
     return shape_unary(g, n, PD__FLOAT_ONLY);
 }
 pd_status pd__shape_Mish(pd_graph *g, pd__node *n) { return shape_unary(g, n, PD__FLOAT_ONLY); }
+pd_status pd__shape_Swish(pd_graph *g, pd__node *n) { return shape_unary(g, n, PD__FLOAT_ONLY); }
 pd_status pd__shape_ThresholdedRelu(pd_graph *g, pd__node *n) { return shape_unary(g, n, PD__FLOAT_ONLY); }
 /* Shrink is defined on integers too; only floats are computed here. */
 pd_status pd__shape_Shrink(pd_graph *g, pd__node *n) { return shape_unary(g, n, PD__FLOAT_ONLY); }
@@ -2554,6 +2556,7 @@ double pd__flops_Elu(const pd_graph *g, const pd__node *n) { return 10 * out_num
 double pd__flops_Selu(const pd_graph *g, const pd__node *n) { return 11 * out_numel(g, n); }
 double pd__flops_Celu(const pd_graph *g, const pd__node *n) { return 12 * out_numel(g, n); }
 double pd__flops_Mish(const pd_graph *g, const pd__node *n) { return 30 * out_numel(g, n); }
+double pd__flops_Swish(const pd_graph *g, const pd__node *n) { return 12 * out_numel(g, n); }
 double pd__flops_ThresholdedRelu(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
 double pd__flops_Shrink(const pd_graph *g, const pd__node *n) { return 3 * out_numel(g, n); }
 double pd__flops_Sin(const pd_graph *g, const pd__node *n) { return 10 * out_numel(g, n); }

@@ -109,6 +109,7 @@
     X(SELU, Selu, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                                 \
     X(CELU, Celu, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                                 \
     X(MISH, Mish, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                                 \
+    X(SWISH, Swish, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                               \
     X(THRESHOLDED_RELU, ThresholdedRelu, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)          \
     X(PRELU, PRelu, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x3, 0)                               \
     X(SHRINK, Shrink, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                             \

@@ -530,6 +530,8 @@ static void test_acts(void) {
         {"Celu", 12, -3, 3, NULL, NULL, 0, 0, 1, {0, 0}},
         {"Celu", 12, -3, 3, "alpha", NULL, 2.5f, 0, 1, {0, 0}},
         {"Mish", 18, -4, 4, NULL, NULL, 0, 0, 0, {0, 0}},
+        {"Swish", 24, -4, 4, NULL, NULL, 0, 0, 0, {0, 0}},
+        {"Swish", 24, -4, 4, "alpha", NULL, 1.702f, 0, 0, {0, 0}},
         {"ThresholdedRelu", 10, -3, 3, NULL, NULL, 0, 0, 1, {1, 0}},
         {"ThresholdedRelu", 10, -3, 3, "alpha", NULL, -0.5f, 0, 1, {-0.5, 0}},
         {"Shrink", 9, -2, 2, NULL, NULL, 0, 0, 2, {-0.5, 0.5}},

@@ -2104,6 +2104,10 @@ PD__NO_GRAD(Round)
     PD__INLINE T mish_d_##sfx(T x) {                                                              \
         T t = pd__tanh_##sfx(splus_##sfx(x));                                                  \
         return t + x * pd__sigmoid_##sfx(x) * ((T)1 - t * t);                                     \
+    }                                                                                             \
+    PD__INLINE T swish_d_##sfx(T x, T al) {                                                       \
+        T sg = pd__sigmoid_##sfx(al * x);                                                         \
+        return sg + al * x * sg * ((T)1 - sg);                                                    \
     }
 PD__FLOATS(PD__DEF_ACT_FNS, _)
 
@@ -2121,6 +2125,7 @@ PD__FLOATS(PD__DEF_ACT_FNS, _)
     PD__UN_ROW(selu_##sfx, T, PD__AB(T), be * pd__sel_##sfx(x <= 0, al * expm1##M(x), x))                    \
     PD__UN_ROW(celu_##sfx, T, PD__AB(T), pd__sel_##sfx(x > 0, x, (T)0) + pd__sel_##sfx(x < 0, al * expm1##M(x / al), (T)0)) \
     PD__UN_ROW(mish_##sfx, T, , x * pd__tanh_##sfx(splus_##sfx(x)))                                        \
+    PD__UN_ROW(swish_##sfx, T, PD__AB(T), x * pd__sigmoid_##sfx(al * x))                                    \
     PD__UN_ROW(trelu_##sfx, T, PD__AB(T), pd__sel_##sfx(x > al, x, (T)0))                                     \
     PD__UN_ROW(shrink_##sfx, T, PD__AB(T), x < -al ? x + be : x > al ? x - be : (T)0)                         \
     PD__UN_ROW(sin_##sfx, T, , sin##M(x))                                                                     \
@@ -2149,6 +2154,7 @@ PD__FLOATS(PD__DEF_ACTS, _)
     PD__GRAD_UROW(gselu_##sfx, T, PD__AB(T), be * pd__sel_##sfx(u > 0, g, g * al * pd__exp_##sfx(u)))          \
     PD__GRAD_UROW(gcelu_##sfx, T, PD__AB(T), pd__sel_##sfx(u > 0, g, g * pd__exp_##sfx(u / al)))                \
     PD__GRAD_UROW(gmish_##sfx, T, , g * mish_d_##sfx(u))                                                         \
+    PD__GRAD_UROW(gswish_##sfx, T, PD__AB(T), g * swish_d_##sfx(u, al))                                          \
     PD__GRAD_UROW(gtrelu_##sfx, T, PD__AB(T), pd__sel_##sfx(u > al, g, (T)0))                                    \
     PD__GRAD_UROW(gshrink_##sfx, T, PD__AB(T), pd__sel_##sfx(u < -al || u > al, g, (T)0))                        \
     PD__GRAD_UROW(gabs_##sfx, T, , pd__sel_##sfx(u > 0, g, pd__sel_##sfx(u < 0, -g, (T)0)))                      \
@@ -2198,6 +2204,7 @@ PD__ACT(Elu, elu, gelu_a, PD__USE_X, 10, "alpha", 1.0, PD__NONAME, 0)
 PD__ACT(Selu, selu, gselu, PD__USE_X, 11, "alpha", 1.67326319217681884765625, "gamma", 1.05070102214813232421875)
 PD__ACT(Celu, celu, gcelu, PD__USE_X, 12, "alpha", 1.0, PD__NONAME, 0)
 PD__ACT(Mish, mish, gmish, PD__USE_X, 30, PD__NONAME, 0, PD__NONAME, 0)
+PD__ACT(Swish, swish, gswish, PD__USE_X, 12, "alpha", 1.0, PD__NONAME, 0)
 PD__ACT(ThresholdedRelu, trelu, gtrelu, PD__USE_X, 1, "alpha", 1.0, PD__NONAME, 0)
 PD__ACT(Shrink, shrink, gshrink, PD__USE_X, 3, "lambd", 0.5, "bias", 0.0)
 PD__ACT(Sin, sin, gsin, PD__USE_X, 10, PD__NONAME, 0, PD__NONAME, 0)
