@@ -1,6 +1,9 @@
 /* elementwise.c - CPU kernels of the element-wise ops (Add ... Where, Cast,
- * Identity) and of the reductions ReduceSum and ReduceMean, each forward
- * beside its backward.
+ * Identity; then the comparisons and logic, Max / Min / Mean, Mod, PRelu,
+ * Abs ... Round, the activations, trigonometry and CastLike) and of the
+ * reductions (ReduceSum and ReduceMean on the fast path below; ReduceMax
+ * ... ReduceLogSumExp on a plain one at the end), each forward beside its
+ * backward.
  *
  * Forward, how it is built:
  * - An op is a "row" function: it writes n contiguous output elements from
@@ -38,7 +41,8 @@
  *   then added, converted (Cast's conversion, rounding once).
  * - Formulas follow PyTorch's autograd: Relu's gradient is 0 at 0, Clip
  *   passes it where min <= x <= max, Sigmoid, Tanh, Exp, Sqrt and
- *   Reciprocal use the output, Pow's are masked where they would be 0 * inf.
+ *   Reciprocal use the output, Pow's are masked where they would be 0 * inf;
+ *   Max / Min / ReduceMax / ReduceMin split dout evenly among tied inputs.
  * - Besides dout, a backward reads only (so a session may free the rest):
  *   Mul and Div the other input (Div's B also A), Pow both, Where the
  *   condition, Clip its bounds, Reduce* the axes; y for Sqrt, Exp,
