@@ -901,6 +901,11 @@ static void test_reads(void) {
         {"Clip", 13, 3, 1, 0x7, false},      {"Cast", 19, 1, 1, 0, false},
         {"Identity", 19, 1, 1, 0, false},    {"ReduceSum", 13, 2, 1, 0x2, false},
         {"ReduceMean", 18, 2, 1, 0x2, false},
+        {"Max", 13, 2, 0x3, 0x3, true},      {"Mean", 13, 2, 0x3, 0, false},
+        {"PRelu", 16, 2, 0x3, 0x3, false},   {"Abs", 13, 1, 1, 1, false},
+        {"Softplus", 1, 1, 1, 1, false},     {"Tan", 7, 1, 1, 0, true},
+        {"CastLike", 19, 2, 1, 0, false},    {"ReduceMax", 18, 2, 1, 0x3, true},
+        {"ReduceL2", 18, 2, 1, 0x3, true},   {"ReduceSumSquare", 18, 2, 1, 0x3, false},
     };
     char bad[512] = "";
     int nbad = 0;

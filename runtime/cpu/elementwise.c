@@ -47,7 +47,11 @@
  *   Mul and Div the other input (Div's B also A), Pow both, Where the
  *   condition, Clip its bounds, Reduce* the axes; y for Sqrt, Exp,
  *   Reciprocal, Relu, Sigmoid, Tanh; x for Log, LeakyRelu, Erf, Gelu, Clip;
- *   nothing else (Add, Sub, Sum, Neg, Cast, Identity). Tested.
+ *   nothing else (Add, Sub, Sum, Neg, Cast, Identity). Of the later ops:
+ *   Max and Min every input and y, Mean nothing, Mod and PRelu both
+ *   inputs, Tan y, the other activations, trigonometric ops and Abs x,
+ *   CastLike nothing, ReduceMax ... ReduceLogSumExp x and the axes (and y:
+ *   Max, Min, L2, LogSumExp). Tested.
  */
 #include "elementwise_common.h"
 
