@@ -273,10 +273,12 @@ typedef struct pd_train_options {
     pd_device_kind device;     /* PD_DEVICE_CPU (default) or PD_DEVICE_CUDA (one-stage sessions) */
     int device_index;          /* PD_DEVICE_CUDA: the GPU, 0-based */
     pd_precision precision;    /* PD_DEVICE_CUDA: the matrix products' precision (PD_PRECISION_FP32) */
+    const char *trainable;     /* POSIX extended regex: matching initializers are trained even where the model
+                                  says not (single-element constants, or absent from its training_info) */
 } pd_train_options;
 #define PD_TRAIN_OPTIONS_INIT                                                                                        \
     {sizeof(pd_train_options), PD_LOSS_AUTO, NULL, NULL, PD_OPT_SGD, 0.01, 0.9, 0.9, 0.999, 1e-8, 0, 0, 0, 0, 0, NULL, \
-     0, 0, PD_DEVICE_CPU, 0, PD_PRECISION_FP32}
+     0, 0, PD_DEVICE_CPU, 0, PD_PRECISION_FP32, NULL}
 /* Parses "cpu", "cuda" or "cuda:N" into o->device and o->device_index; and
  * "fp32", "tf32" or "bf16" into o->precision (either string may be NULL).
  * "sim" or "sim:N" (N from 1 to 8) is the simulated device: the CUDA path on
@@ -310,6 +312,11 @@ PDDEF pd_status pd_session_eval_rows(pd_session *s, int64_t rows, pd_step_result
 /* The batch size the graph was loaded with (the prediction's first dim). */
 PDDEF int64_t pd_session_batch(const pd_session *s);
 PDDEF int pd_session_num_params(const pd_session *s);
+/* Float initializers that reach the loss but are not trained, and why: the
+ * model's own answer (training_info, or a single-element constant) or the
+ * freeze pattern. info and why may be NULL. */
+PDDEF int pd_session_num_untrained(const pd_session *s);
+PDDEF pd_status pd_session_untrained(const pd_session *s, int i, pd_value_info *info, const char **why);
 /* Name, shape and current values of trainable parameter i (a view). */
 PDDEF pd_status pd_session_param(pd_session *s, int i, const char **name, pd_tensor *value, pd_tensor *grad);
 PDDEF int64_t pd_session_step_count(const pd_session *s);
@@ -601,10 +608,11 @@ PDDEF void pd_mpi_finalize(void);
  * parameter, but checkpointed, and held by the stage that runs the op.
  *
  * flags:
- *   PD_OPF_NN, PD_OPF_ELEM, PD_OPF_TENSOR - its family, exactly one: the
- *       files it lives in (shape_nn.c / shape_elem.c / shape_tensor.c, the
- *       matching runtime/cpu/ files) and the finite-difference program that
- *       must check its backward (tests/test_grad_nn.c / _elem.c / _tensor.c)
+ *   PD_OPF_NN, PD_OPF_ELEM, PD_OPF_TENSOR, PD_OPF_RNN - its family, exactly
+ *       one: the files it lives in (shape_nn.c / shape_elem.c /
+ *       shape_tensor.c / shape_rnn.c, the matching runtime/cpu/ files) and
+ *       the finite-difference program that must check its backward
+ *       (tests/test_grad_nn.c / _elem.c / _tensor.c / _rnn.c)
  *   PD_OPF_FOLD - may be constant-folded at load when all inputs are constant
  *   PD_OPF_BWD_WRITES - its backward honours pd__exec.fresh (writes a fresh
  *       input gradient whole); the others add, into memory zeroed for them
@@ -622,9 +630,10 @@ PDDEF void pd_mpi_finalize(void);
 #define PD_OPF_NN 2
 #define PD_OPF_ELEM 4
 #define PD_OPF_TENSOR 8
-#define PD_OPF_FAMILY (PD_OPF_NN | PD_OPF_ELEM | PD_OPF_TENSOR)
+#define PD_OPF_FAMILY (PD_OPF_NN | PD_OPF_ELEM | PD_OPF_TENSOR | PD_OPF_RNN)
 #define PD_OPF_BWD_WRITES 16
 #define PD_OPF_HOST 32
+#define PD_OPF_RNN 64
 #define PD_GRAD_ALL 0xffffffffu
 
 #define PD_OPS(X)                                                                                  \
@@ -644,6 +653,10 @@ PDDEF void pd_mpi_finalize(void);
     X(DROPOUT, Dropout, PD_OPF_NN | PD_OPF_HOST, 0x1, 0)                                           \
     X(SOFTMAX_CE_LOSS, SoftmaxCrossEntropyLoss, PD_OPF_NN, 0x1, 0)                                 \
     X(NLL_LOSS, NegativeLogLikelihoodLoss, PD_OPF_NN | PD_OPF_HOST, 0x1, 0)                        \
+    /* recurrent: inputs X, W, R, B, sequence_lens, initial_h (initial_c, P) */                    \
+    X(LSTM, LSTM, PD_OPF_RNN | PD_OPF_FOLD | PD_OPF_HOST, 0x6f, 0)                                 \
+    X(GRU, GRU, PD_OPF_RNN | PD_OPF_FOLD | PD_OPF_HOST, 0x2f, 0)                                   \
+    X(RNN, RNN, PD_OPF_RNN | PD_OPF_FOLD | PD_OPF_HOST, 0x2f, 0)                                   \
     /* element-wise */                                                                             \
     X(ADD, Add, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_BWD_WRITES, 0x3, 0)                             \
     X(SUB, Sub, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_BWD_WRITES, 0x3, 0)                             \
@@ -736,7 +749,22 @@ PDDEF void pd_mpi_finalize(void);
     X(CONSTANT, Constant, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                         \
     X(SHAPE, Shape, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                               \
     X(CONSTANT_OF_SHAPE, ConstantOfShape, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)         \
-    X(RANGE, Range, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)
+    X(RANGE, Range, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                               \
+    X(CUMSUM, CumSum, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                           \
+    X(TRILU, Trilu, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                             \
+    X(SIZE, Size, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                                 \
+    X(TILE, Tile, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                               \
+    X(ONE_HOT, OneHot, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                            \
+    X(GATHER_ELEMENTS, GatherElements, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)          \
+    X(GATHER_ND, GatherND, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                      \
+    X(SCATTER_ELEMENTS, ScatterElements, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0x5, 0)        \
+    X(SCATTER_ND, ScatterND, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0x5, 0)                    \
+    X(ARG_MAX, ArgMax, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                            \
+    X(ARG_MIN, ArgMin, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                            \
+    X(TOP_K, TopK, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                              \
+    X(HARDMAX, Hardmax, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                           \
+    X(DEPTH_TO_SPACE, DepthToSpace, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)             \
+    X(SPACE_TO_DEPTH, SpaceToDepth, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)
 
 typedef enum pd_op {
 #define PD__OP_ENUM(e, name, flags, grad, state) PD_OP_##e,
@@ -822,6 +850,18 @@ typedef enum pd__tkind {
     PD_T_CONST    /* a Constant node's value or a folded result */
 } pd__tkind;
 
+/* Whether a float initializer may be trained, decided at load: the model's
+ * ModelProto.training_info names the ones training updates (update_binding);
+ * without one, a single-element tensor (an exporter's scale, exponent or
+ * epsilon) is a constant. A session may still train any of them by name
+ * (pd_train_options.trainable). */
+typedef enum pd__train_rule {
+    PD_TR_DEFAULT = 0, /* trained when it reaches the loss */
+    PD_TR_LISTED,      /* in training_info's update_binding */
+    PD_TR_UNLISTED,    /* the model has training_info without it */
+    PD_TR_SCALAR       /* one element, no training_info */
+} pd__train_rule;
+
 typedef struct pd__tensor {
     char *name;
     pd_dtype dtype;
@@ -832,6 +872,8 @@ typedef struct pd__tensor {
     int producer;    /* node index, -1 for inputs and constants */
     bool is_output;
     bool borrowed;   /* data lives in a session's parameter slab: not freed with the graph */
+    bool trained;    /* a session trained it (pd_graph_save lists it in training_info) */
+    pd__train_rule train;
     void *data;      /* owned (unless borrowed); set for PD_T_INIT and PD_T_CONST */
 } pd__tensor;
 
@@ -876,6 +918,7 @@ struct pd_graph {
     char *path;        /* the file, for messages ("<memory>" when loaded from memory) */
     char *name;
     int64_t opset;     /* ai.onnx opset */
+    bool training_info; /* the model says which initializers training updates (pd__train_rule) */
     int ntensors, tcap;
     pd__tensor *tensors;
     int nnodes, ncap;
@@ -1862,7 +1905,9 @@ static pd_status pd__fold_node(pd_graph *g, pd__node *n, const pd_backend_i *be,
             need = INT64_MAX;
     }
     if (need > *budget) {
-        const pd__tensor *t = &g->tensors[n->out[0]];
+        int first = 0; /* the first output the model names (LSTM's Y may be left off) */
+        while (first < n->nout - 1 && n->out[first] < 0) first++;
+        const pd__tensor *t = &g->tensors[n->out[first]];
         char shape[256];
         pd__format_shape(shape, sizeof shape, t->ndim, t->shape);
         return pd__node_err(g, n, PD_ERR_UNSUPPORTED,
@@ -2012,7 +2057,9 @@ pd_status pd__graph_finalize(pd_graph *g, const pd_load_options *opt, const pd_b
     int64_t budget = opt->max_constant_bytes > 0 ? opt->max_constant_bytes : PD_MAX_CONSTANT_BYTES_DEFAULT;
     for (int i = 0; i < g->nnodes && st == PD_OK; i++) {
         pd__node *n = &g->nodes[i];
-        if (n->nout < 1 || n->out[0] < 0) { /* every op of the set has a first output */
+        bool any = false; /* every op of the set has an output; LSTM, GRU and RNN may leave off the first */
+        for (int j = 0; j < n->nout; j++) any |= n->out[j] >= 0;
+        if (!any || (n->out[0] < 0 && !(pd__ops[n->op].flags & PD_OPF_RNN))) {
             st = pd__node_err(g, n, PD_ERR_INVALID, "the node has no output");
             break;
         }
@@ -2727,7 +2774,10 @@ double pd__flops_ReduceLogSumExp(const pd_graph *g, const pd__node *n) {
 #undef PD__SIGNED
 
 /* ==== core/shape_nn.c ==== */
+#define cin pd__shape_nn_cin
+#define pd__shp pd__shape_nn_pd__shp
 #define set_out pd__shape_nn_set_out
+#define shp pd__shape_nn_shp
 /* shape_nn.c - shape rules and FLOP counts of the neural-network ops:
  * Gemm, MatMul, Conv, ConvTranspose, BatchNormalization, LayerNormalization,
  * MaxPool, AveragePool, GlobalAveragePool, LRN, Softmax, LogSoftmax, Dropout,
@@ -3484,17 +3534,231 @@ double pd__flops_NegativeLogLikelihoodLoss(const pd_graph *g, const pd__node *n)
     const pd__tensor *x = cin(g, n, 0);
     return x && x->ndim >= 2 && x->shape[1] ? 2 * (double)(x->numel / x->shape[1]) : 0;
 }
+#undef cin
+#undef pd__shp
 #undef set_out
+#undef shp
+
+/* ==== core/shape_rnn.c ==== */
+#define cin pd__shape_rnn_cin
+#define pd__shp pd__shape_rnn_pd__shp
+#define shp pd__shape_rnn_shp
+/* shape_rnn.c - shape rules and FLOP counts of the recurrent ops LSTM, GRU
+ * and RNN (ONNX opsets 1-22; layout from 14).
+ *
+ * Inputs X, W, R, B, sequence_lens, initial_h (and LSTM's initial_c, P);
+ * outputs Y, Y_h (and LSTM's Y_c), each optional. The rule checks the
+ * weights' shapes against X, hidden_size and the direction, and refuses
+ * what the kernels do not compute: activations other than the defaults
+ * (Sigmoid, Tanh, Tanh for LSTM; Sigmoid, Tanh for GRU; Tanh for RNN), clip,
+ * input_forget=1 and peepholes (P: PyTorch never exports them).
+ * sequence_lens may differ per batch entry (the kernels mask).
+ * FLOPs count a multiply-add as 2.
+ */
+/* ---- core/shape_rnn.h ---- */
+/* shape_rnn.h - the attributes of the recurrent ops (LSTM, GRU, RNN), read
+ * once for the shape rule (core/shape_rnn.c) and the CPU kernels
+ * (runtime/cpu/rnn.c), so that the shapes a rule promises and the loops a
+ * kernel runs cannot disagree. Not installed; private to the library.
+ */
+#ifndef PD_SHAPE_RNN_H
+#define PD_SHAPE_RNN_H
+
+
+typedef enum pd__rnn_cell { PD_RNN_LSTM = 0, PD_RNN_GRU, PD_RNN_SIMPLE } pd__rnn_cell;
+
+/* One recurrent node's attributes, checked. */
+typedef struct pd__rnn_attrs {
+    pd__rnn_cell cell;
+    int gates;      /* gate blocks in W and R: 4 (LSTM: i, o, f, c), 3 (GRU: z, r, h), 1 (RNN) */
+    int ndir;       /* 1, or 2 for bidirectional */
+    bool reverse;   /* direction "reverse" (the one direction runs backwards in time) */
+    int64_t hidden; /* hidden_size; -1 when the attribute is absent (then R's last dim) */
+    int layout;     /* 0: X (seq, batch, input); 1: X (batch, seq, input) */
+    bool lbr;       /* GRU's linear_before_reset */
+} pd__rnn_attrs;
+
+/* Fills *a from n's attributes. Forms the kernels do not compute (other
+ * activations, clip, input_forget=1) are PD_ERR_UNSUPPORTED naming the
+ * attribute; the message has no node prefix. */
+pd_status pd__rnn_attrs_read(const pd__node *n, pd__rnn_attrs *a);
+
+#endif
+/* ---- end of core/shape_rnn.h ---- */
+
+#include <string.h>
+
+/* A shape formatted for a message; the temporary lives to the end of the call. */
+typedef struct pd__shp {
+    char s[160];
+} pd__shp;
+
+static pd__shp shp(const pd__tensor *t) {
+    pd__shp b;
+    pd__format_shape(b.s, sizeof b.s, t->ndim, t->shape);
+    return b;
+}
+
+static const pd__tensor *cin(const pd_graph *g, const pd__node *n, int i) {
+    return (i < n->nin && n->in[i] >= 0) ? &g->tensors[n->in[i]] : NULL;
+}
+
+/* ASCII strings equal but for case (ONNX Runtime reads activations so). */
+static bool same_name(const char *a, const char *b) {
+    for (; *a && *b; a++, b++) {
+        char x = *a >= 'A' && *a <= 'Z' ? (char)(*a - 'A' + 'a') : *a, y = *b >= 'A' && *b <= 'Z' ? (char)(*b - 'A' + 'a') : *b;
+        if (x != y) return false;
+    }
+    return *a == *b;
+}
+
+/* The ONNX default activation of slot k (per direction) of a cell. */
+static const char *default_act(pd__rnn_cell cell, int k) {
+    if (cell == PD_RNN_SIMPLE) return "Tanh";
+    return k == 0 ? "Sigmoid" : "Tanh";
+}
+
+pd_status pd__rnn_attrs_read(const pd__node *n, pd__rnn_attrs *a) {
+    memset(a, 0, sizeof *a);
+    const char *op = n->op_type;
+    a->cell = strcmp(op, "LSTM") == 0 ? PD_RNN_LSTM : strcmp(op, "GRU") == 0 ? PD_RNN_GRU : PD_RNN_SIMPLE;
+    a->gates = a->cell == PD_RNN_LSTM ? 4 : a->cell == PD_RNN_GRU ? 3 : 1;
+    const char *dir = pd__attr_s(n, "direction", "forward");
+    if (strcmp(dir, "forward") == 0) a->ndir = 1;
+    else if (strcmp(dir, "reverse") == 0) a->ndir = 1, a->reverse = true;
+    else if (strcmp(dir, "bidirectional") == 0) a->ndir = 2;
+    else return pd__err(PD_ERR_INVALID, "direction '%s' (forward, reverse or bidirectional)", dir);
+    a->hidden = pd__attr_i(n, "hidden_size", -1);
+    if (pd__attr_get(n, "hidden_size") && a->hidden < 1)
+        return pd__err(PD_ERR_SHAPE, "hidden_size must be >= 1 (is %lld)", (long long)a->hidden);
+    int64_t layout = pd__attr_i(n, "layout", 0);
+    if (layout != 0 && layout != 1) return pd__err(PD_ERR_INVALID, "layout must be 0 or 1 (is %lld)", (long long)layout);
+    a->layout = (int)layout;
+    a->lbr = a->cell == PD_RNN_GRU && pd__attr_i(n, "linear_before_reset", 0) != 0;
+    if (pd__attr_get(n, "clip"))
+        return pd__err(PD_ERR_UNSUPPORTED, "attribute clip (%g) is not supported", (double)pd__attr_f(n, "clip", 0));
+    if (a->cell == PD_RNN_LSTM && pd__attr_i(n, "input_forget", 0) != 0)
+        return pd__err(PD_ERR_UNSUPPORTED, "attribute input_forget=1 (coupled input and forget gates) is not supported");
+    const pd__attr *acts = pd__attr_get(n, "activations");
+    if (acts) {
+        int per = a->cell == PD_RNN_LSTM ? 3 : a->cell == PD_RNN_GRU ? 2 : 1;
+        if (acts->type != PD_A_STRINGS || acts->n != per * a->ndir)
+            return pd__err(PD_ERR_INVALID, "attribute activations has %d values, expected %d", acts->n, per * a->ndir);
+        const char *s = acts->s;
+        for (int k = 0; k < acts->n; k++, s += strlen(s) + 1) {
+            const char *want = default_act(a->cell, k % per);
+            if (!same_name(s, want))
+                return pd__err(PD_ERR_UNSUPPORTED,
+                               "attribute activations: '%s' at %d is not supported (only the default %s)", s, k, want);
+        }
+    }
+    return PD_OK;
+}
+
+static pd_status check_shape(pd_graph *g, pd__node *n, const pd__tensor *t, const char *what, int nd,
+                             const int64_t *want) {
+    bool ok = t->ndim == nd;
+    for (int i = 0; ok && i < nd; i++) ok = t->shape[i] == want[i];
+    if (!ok) {
+        char w[160];
+        pd__format_shape(w, sizeof w, nd, want);
+        return pd__node_err(g, n, PD_ERR_SHAPE, "%s '%s' is %s, expected %s", what, t->name, shp(t).s, w);
+    }
+    return PD_OK;
+}
+
+static pd_status rnn_shape(pd_graph *g, pd__node *n) {
+    pd__rnn_attrs a;
+    pd_status st = pd__rnn_attrs_read(n, &a);
+    if (st != PD_OK) {
+        pd__err_prefix("%s: node '%s' (%s)", g->path, n->name, n->op_type);
+        return st;
+    }
+    pd__tensor *x = pd__in(g, n, 0), *w = pd__in(g, n, 1), *r = pd__in(g, n, 2), *b = pd__in(g, n, 3);
+    pd__tensor *sl = pd__in(g, n, 4), *h0 = pd__in(g, n, 5);
+    pd__tensor *c0 = a.cell == PD_RNN_LSTM ? pd__in(g, n, 6) : NULL;
+    if (!x || !w || !r) return pd__node_err(g, n, PD_ERR_INVALID, "inputs X, W and R are required");
+    if (a.cell == PD_RNN_LSTM && pd__in(g, n, 7))
+        return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "peephole input P is not supported");
+    int maxin = a.cell == PD_RNN_LSTM ? 8 : 6, maxout = a.cell == PD_RNN_LSTM ? 3 : 2;
+    if (n->nin > maxin || n->nout > maxout)
+        return pd__node_err(g, n, PD_ERR_INVALID, "%d inputs and %d outputs (at most %d and %d)", n->nin, n->nout,
+                            maxin, maxout);
+    if (x->dtype != PD_FLOAT && x->dtype != PD_DOUBLE)
+        return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "X '%s' has dtype %s (float and double are supported)", x->name,
+                            pd_dtype_name(x->dtype));
+    const pd__tensor *same[5] = {w, r, b, h0, c0};
+    for (int i = 0; i < 5; i++)
+        if (same[i] && same[i]->dtype != x->dtype)
+            return pd__node_err(g, n, PD_ERR_SHAPE, "'%s' has dtype %s, X has %s", same[i]->name,
+                                pd_dtype_name(same[i]->dtype), pd_dtype_name(x->dtype));
+    if (x->ndim != 3) return pd__node_err(g, n, PD_ERR_SHAPE, "X '%s' is %s, expected rank 3", x->name, shp(x).s);
+    if (r->ndim != 3) return pd__node_err(g, n, PD_ERR_SHAPE, "R '%s' is %s, expected rank 3", r->name, shp(r).s);
+    int64_t S = x->shape[a.layout ? 1 : 0], N = x->shape[a.layout ? 0 : 1], I = x->shape[2];
+    int64_t H = a.hidden > 0 ? a.hidden : r->shape[2], G = a.gates, D = a.ndir;
+    int64_t ws[3] = {D, G * H, I}, rs[3] = {D, G * H, H}, bs[2] = {D, 2 * G * H}, ls[1] = {N};
+    int64_t hs[3] = {D, N, H};
+    if (a.layout) hs[0] = N, hs[1] = D;
+    PD_TRY(check_shape(g, n, w, "W", 3, ws));
+    PD_TRY(check_shape(g, n, r, "R", 3, rs));
+    if (b) PD_TRY(check_shape(g, n, b, "B", 2, bs));
+    if (h0) PD_TRY(check_shape(g, n, h0, "initial_h", 3, hs));
+    if (c0) PD_TRY(check_shape(g, n, c0, "initial_c", 3, hs));
+    if (sl) {
+        if (sl->dtype != PD_INT32 && sl->dtype != PD_INT64)
+            return pd__node_err(g, n, PD_ERR_SHAPE, "sequence_lens '%s' has dtype %s, expected int32", sl->name,
+                                pd_dtype_name(sl->dtype));
+        PD_TRY(check_shape(g, n, sl, "sequence_lens", 1, ls));
+        if (sl->data)
+            for (int64_t i = 0; i < N; i++) {
+                int64_t v = sl->dtype == PD_INT32 ? ((const int32_t *)sl->data)[i] : ((const int64_t *)sl->data)[i];
+                if (v < 0 || v > S)
+                    return pd__node_err(g, n, PD_ERR_INVALID, "sequence_lens[%lld] = %lld is outside [0, %lld]",
+                                        (long long)i, (long long)v, (long long)S);
+            }
+    }
+    int64_t ys[4] = {S, D, N, H};
+    if (a.layout) ys[0] = N, ys[1] = S, ys[2] = D;
+    for (int j = 0; j < n->nout; j++) {
+        pd__tensor *t = pd__out(g, n, j);
+        if (!t) continue;
+        t->dtype = x->dtype;
+        PD_TRY(pd__tensor_set_shape(g, t, j == 0 ? 4 : 3, j == 0 ? ys : hs));
+    }
+    return PD_OK;
+}
+
+/* Per step and direction: the gate products of X and H (2 flops a multiply-add)
+ * and about 8 flops per gate element for the activations and the update. */
+static double rnn_flops(const pd_graph *g, const pd__node *n) {
+    pd__rnn_attrs a;
+    const pd__tensor *x = cin(g, n, 0), *r = cin(g, n, 2);
+    if (!x || !r || x->ndim != 3 || r->ndim != 3 || pd__rnn_attrs_read(n, &a) != PD_OK) return 0;
+    double H = (double)r->shape[2], G = a.gates, rows = (double)x->shape[0] * (double)x->shape[1] * a.ndir;
+    return rows * G * H * (2.0 * ((double)x->shape[2] + H) + 8);
+}
+
+pd_status pd__shape_LSTM(pd_graph *g, pd__node *n) { return rnn_shape(g, n); }
+double pd__flops_LSTM(const pd_graph *g, const pd__node *n) { return rnn_flops(g, n); }
+pd_status pd__shape_GRU(pd_graph *g, pd__node *n) { return rnn_shape(g, n); }
+double pd__flops_GRU(const pd_graph *g, const pd__node *n) { return rnn_flops(g, n); }
+pd_status pd__shape_RNN(pd_graph *g, pd__node *n) { return rnn_shape(g, n); }
+double pd__flops_RNN(const pd_graph *g, const pd__node *n) { return rnn_flops(g, n); }
+#undef cin
+#undef pd__shp
+#undef shp
 
 /* ==== core/shape_tensor.c ==== */
 #define set_out pd__shape_tensor_set_out
 /* shape_tensor.c - shape rules and FLOP counts of the tensor ops: Flatten,
  * Reshape, Transpose, Concat, Split, Slice, Gather, Unsqueeze, Squeeze,
- * Expand, Pad, Constant, Shape, ConstantOfShape, Range; and the parameter
+ * Expand, Pad, Constant, Shape, ConstantOfShape, Range, CumSum, Trilu, Size,
+ * Tile, OneHot, GatherElements, GatherND, ScatterElements, ScatterND, ArgMax,
+ * ArgMin, TopK, Hardmax, DepthToSpace, SpaceToDepth; and the parameter
  * resolvers of shape_tensor.h, which the CPU kernels share.
  *
- * These ops only move bytes, so they take every dtype (but strings) and count
- * 0 FLOPs. Inputs that determine a shape (Reshape's shape, Slice's starts...)
+ * Most of these ops only move bytes, so they take every dtype (but strings) and
+ * count 0 FLOPs; CumSum, the arg/top-k selections and Hardmax compute and count. Inputs that determine a shape (Reshape's shape, Slice's starts...)
  * are read from constant tensors at load; a runtime value there is reported
  * as a dynamic shape, which pdonnx does not support.
  */
@@ -3504,7 +3768,9 @@ double pd__flops_NegativeLogLikelihoodLoss(const pd_graph *g, const pd__node *n)
 
 /* ---- core/shape_tensor.h ---- */
 /* shape_tensor.h - parameters of the tensor ops (Transpose, Split, Slice, Pad,
- * Shape, Constant, ConstantOfShape, Range), resolved from a node's attributes
+ * Shape, Constant, ConstantOfShape, Range, CumSum, Trilu, Tile, OneHot,
+ * GatherND, the scatters, the arg/top-k selections, DepthToSpace and
+ * SpaceToDepth), resolved from a node's attributes
  * and constant inputs.
  *
  * The shape rules (core/shape_tensor.c) and the CPU kernels
@@ -3560,6 +3826,41 @@ pd_status pd__constant_of_shape_value(const pd__node *n, pd_tensor *out, float *
 
 /* Range: the number of elements of Range(start, limit, delta) (scalars). */
 pd_status pd__range_count(const pd_tensor *start, const pd_tensor *limit, const pd_tensor *delta, int64_t *count);
+
+/* ---- mask-building, index, selection and layout ops ---------------------------------- */
+
+/* CumSum: the axis (input 1, a constant or runtime scalar with data). */
+pd_status pd__cumsum_axis(const pd_tensor *x, const pd_tensor *axis, int *out);
+
+/* Trilu: k (optional input 1, default 0). */
+pd_status pd__trilu_k(const pd__node *n, pd_tensor *const *in, int64_t *k);
+
+/* Tile: the repeats (input 1, one per axis of in[0], each >= 0; Tile-1:
+ * inputs tiles and axis, the one axis repeated). */
+pd_status pd__tile_repeats(const pd__node *n, pd_tensor *const *in, int64_t *rep);
+
+/* OneHot: the axis of the output (rank in[0]->ndim + 1) and the depth. */
+pd_status pd__onehot_params(const pd__node *n, pd_tensor *const *in, int *axis, int64_t *depth);
+
+/* ArgMax, ArgMin, Hardmax, TopK: the axis of a rank-`rank` input
+ * (attribute `axis`, default `def`). */
+pd_status pd__reduce_axis(const pd__node *n, int rank, int64_t def, int *axis);
+
+/* TopK: the axis and k (attribute before opset 10, constant input after). */
+pd_status pd__topk_params(const pd__node *n, pd_tensor *const *in, int *axis, int64_t *k);
+
+/* GatherND: batch_dims and the length m of an index tuple (indices' last dim). */
+pd_status pd__gathernd_params(const pd__node *n, const pd_tensor *data, const pd_tensor *ind, int *batch, int *m);
+
+/* ScatterElements, ScatterND: the reduction attribute. */
+typedef enum pd__scatter_red { PD_RED_NONE, PD_RED_ADD, PD_RED_MUL, PD_RED_MAX, PD_RED_MIN } pd__scatter_red;
+pd_status pd__scatter_reduction(const pd__node *n, pd__scatter_red *r);
+
+/* DepthToSpace, SpaceToDepth: the six-dim box the output walks, in output
+ * order, and the input stride (in elements) of each of its dims; the output
+ * shape is written to oshape (rank 4). */
+pd_status pd__space_depth_walk(const pd__node *n, const pd_tensor *x, bool to_space, int64_t *box, int64_t *istride,
+                               int64_t *oshape);
 
 #endif
 /* ---- end of core/shape_tensor.h ---- */
@@ -3926,6 +4227,169 @@ pd_status pd__range_count(const pd_tensor *start, const pd_tensor *limit, const 
     return PD_OK;
 }
 
+pd_status pd__cumsum_axis(const pd_tensor *x, const pd_tensor *axis, int *out) {
+    if (axis == NULL) return pd__err(PD_ERR_INVALID, "missing input axis");
+    if (axis->dtype != PD_INT64 && axis->dtype != PD_INT32)
+        return pd__err(PD_ERR_SHAPE, "axis must be int64 or int32, not %s", pd_dtype_name(axis->dtype));
+    if (view_numel(axis) != 1 || axis->ndim > 1) return pd__err(PD_ERR_SHAPE, "axis must be a scalar");
+    if (axis->data == NULL) return pd__err(PD_ERR_UNSUPPORTED, "axis must be constant");
+    int64_t a = pd__get_i(axis->dtype, axis->data, 0);
+    if (!pd__norm_axis(a, x->ndim, out))
+        return pd__err(PD_ERR_SHAPE, "axis %lld out of range for rank %d", (long long)a, x->ndim);
+    return PD_OK;
+}
+
+pd_status pd__trilu_k(const pd__node *n, pd_tensor *const *in, int64_t *k) {
+    const pd_tensor *t = view_in(n, in, 1);
+    *k = 0;
+    if (t == NULL) return PD_OK;
+    if (t->dtype != PD_INT64) return pd__err(PD_ERR_SHAPE, "k must be int64, not %s", pd_dtype_name(t->dtype));
+    if (view_numel(t) != 1) return pd__err(PD_ERR_SHAPE, "k must be a scalar");
+    if (t->data == NULL) return pd__err(PD_ERR_UNSUPPORTED, "k must be constant");
+    *k = pd__get_i(t->dtype, t->data, 0);
+    return PD_OK;
+}
+
+pd_status pd__tile_repeats(const pd__node *n, pd_tensor *const *in, int64_t *rep) {
+    const pd_tensor *x = in[0], *t = view_in(n, in, 1);
+    if (t == NULL) return pd__err(PD_ERR_INVALID, "missing input repeats");
+    int k;
+    if (n->opset < 6) { /* Tile-1: inputs tiles and axis, scalars: one axis repeated */
+        const pd_tensor *ta = view_in(n, in, 2);
+        int64_t tiles, ax;
+        int kt, ka, a;
+        if (ta == NULL) return pd__err(PD_ERR_INVALID, "missing input axis");
+        PD_TRY(read_ints(t, "tiles", 1, &tiles, &kt));
+        PD_TRY(read_ints(ta, "axis", 1, &ax, &ka));
+        if (kt != 1 || ka != 1) return pd__err(PD_ERR_SHAPE, "tiles and axis must be scalars");
+        if (!pd__norm_axis(ax, x->ndim, &a))
+            return pd__err(PD_ERR_SHAPE, "axis %lld out of range for rank %d", (long long)ax, x->ndim);
+        for (int d = 0; d < x->ndim; d++) rep[d] = d == a ? tiles : 1;
+        k = x->ndim;
+    } else {
+        PD_TRY(read_ints(t, "repeats", PD_MAX_DIMS, rep, &k));
+    }
+    if (k != x->ndim) return pd__err(PD_ERR_SHAPE, "repeats has %d values for rank %d", k, x->ndim);
+    int big = 0;
+    for (int d = 0; d < k; d++) {
+        if (rep[d] < 0) return pd__err(PD_ERR_SHAPE, "repeats[%d] = %lld is negative", d, (long long)rep[d]);
+        big += rep[d] != 1;
+    }
+    if (x->ndim + big > PD_MAX_DIMS) /* the walk has a dim per axis and one per repeated axis */
+        return pd__err(PD_ERR_UNSUPPORTED, "rank %d with %d repeated axes exceeds %d walk dims", x->ndim, big,
+                       PD_MAX_DIMS);
+    return PD_OK;
+}
+
+pd_status pd__onehot_params(const pd__node *n, pd_tensor *const *in, int *axis, int64_t *depth) {
+    const pd_tensor *ind = in[0], *d = view_in(n, in, 1);
+    int r = ind->ndim + 1;
+    int64_t ax = pd__attr_i(n, "axis", -1);
+    if (r > PD_MAX_DIMS) return pd__err(PD_ERR_UNSUPPORTED, "output rank %d exceeds %d", r, PD_MAX_DIMS);
+    if (!pd__norm_axis(ax, r, axis)) return pd__err(PD_ERR_SHAPE, "axis %lld out of range for rank %d", (long long)ax, r);
+    if (d == NULL) return pd__err(PD_ERR_INVALID, "missing input depth");
+    if (view_numel(d) != 1) return pd__err(PD_ERR_SHAPE, "depth must have one element");
+    if (d->data == NULL) return pd__err(PD_ERR_UNSUPPORTED, "depth must be constant (dynamic shapes are not supported)");
+    if (pd_dtype_size(d->dtype) == 0 || d->dtype == PD_BOOL)
+        return pd__err(PD_ERR_SHAPE, "depth must be numeric, not %s", pd_dtype_name(d->dtype));
+    double v = is_float_dtype(d->dtype) ? pd__get_f(d->dtype, d->data, 0) : (double)pd__get_i(d->dtype, d->data, 0);
+    if (!(v >= 1 && v < 9.0e15)) return pd__err(PD_ERR_SHAPE, "depth %g is not a positive count", v);
+    *depth = (int64_t)v;
+    return PD_OK;
+}
+
+pd_status pd__reduce_axis(const pd__node *n, int rank, int64_t def, int *axis) {
+    int64_t ax = pd__attr_i(n, "axis", def);
+    if (!pd__norm_axis(ax, rank, axis))
+        return pd__err(PD_ERR_SHAPE, "axis %lld out of range for rank %d", (long long)ax, rank);
+    return PD_OK;
+}
+
+pd_status pd__topk_params(const pd__node *n, pd_tensor *const *in, int *axis, int64_t *k) {
+    const pd_tensor *x = in[0], *t = view_in(n, in, 1);
+    PD_TRY(pd__reduce_axis(n, x->ndim, -1, axis));
+    if (x->ndim == 0) return pd__err(PD_ERR_SHAPE, "input must have rank >= 1");
+    if (t == NULL) {
+        if (pd__attr_get(n, "k") == NULL) return pd__err(PD_ERR_INVALID, "missing k");
+        *k = pd__attr_i(n, "k", 0);
+    } else {
+        if (t->dtype != PD_INT64) return pd__err(PD_ERR_SHAPE, "K must be int64, not %s", pd_dtype_name(t->dtype));
+        if (view_numel(t) != 1) return pd__err(PD_ERR_SHAPE, "K must have one element");
+        if (t->data == NULL)
+            return pd__err(PD_ERR_UNSUPPORTED, "K must be constant (a runtime K is a dynamic shape, not supported)");
+        *k = pd__get_i(t->dtype, t->data, 0);
+    }
+    if (*k < 0 || *k > x->shape[*axis])
+        return pd__err(PD_ERR_SHAPE, "k = %lld out of range [0, %lld]", (long long)*k, (long long)x->shape[*axis]);
+    return PD_OK;
+}
+
+pd_status pd__gathernd_params(const pd__node *n, const pd_tensor *data, const pd_tensor *ind, int *batch, int *m) {
+    int64_t b = pd__attr_i(n, "batch_dims", 0);
+    if (ind->dtype != PD_INT64) return pd__err(PD_ERR_SHAPE, "indices must be int64, not %s", pd_dtype_name(ind->dtype));
+    if (ind->ndim < 1 || data->ndim < 1) return pd__err(PD_ERR_SHAPE, "data and indices must have rank >= 1");
+    if (b < 0 || b >= ind->ndim || b >= data->ndim)
+        return pd__err(PD_ERR_SHAPE, "batch_dims %lld out of range for ranks %d, %d", (long long)b, data->ndim,
+                       ind->ndim);
+    int64_t k = ind->shape[ind->ndim - 1];
+    if (k < 1 || k > data->ndim - b)
+        return pd__err(PD_ERR_SHAPE, "indices' last dim %lld out of range [1, %lld]", (long long)k,
+                       (long long)(data->ndim - b));
+    for (int d = 0; d < b; d++)
+        if (ind->shape[d] != data->shape[d])
+            return pd__err(PD_ERR_SHAPE, "batch dim %d is %lld in indices but %lld in data", d, (long long)ind->shape[d],
+                           (long long)data->shape[d]);
+    *batch = (int)b;
+    *m = (int)k;
+    return PD_OK;
+}
+
+pd_status pd__scatter_reduction(const pd__node *n, pd__scatter_red *r) {
+    static const char *names[] = {"none", "add", "mul", "max", "min"};
+    const char *s = pd__attr_s(n, "reduction", "none");
+    for (int i = 0; i < 5; i++)
+        if (strcmp(s, names[i]) == 0) {
+            *r = (pd__scatter_red)i;
+            return PD_OK;
+        }
+    return pd__err(PD_ERR_UNSUPPORTED, "unknown reduction '%s'", s);
+}
+
+pd_status pd__space_depth_walk(const pd__node *n, const pd_tensor *x, bool to_space, int64_t *box, int64_t *istride,
+                               int64_t *oshape) {
+    int64_t b = pd__attr_i(n, "blocksize", 0);
+    if (pd__attr_get(n, "blocksize") == NULL) return pd__err(PD_ERR_INVALID, "missing attribute blocksize");
+    if (b < 1) return pd__err(PD_ERR_SHAPE, "blocksize %lld must be positive", (long long)b);
+    if (x->ndim != 4) return pd__err(PD_ERR_SHAPE, "input must have rank 4, has %d", x->ndim);
+    int64_t N = x->shape[0], C = x->shape[1], H = x->shape[2], W = x->shape[3];
+    if (to_space) { /* out[n, c, h*b + i, w*b + j] = in[n, ch(c, i, j), h, w] */
+        const char *mode = pd__attr_s(n, "mode", "DCR");
+        bool dcr = strcmp(mode, "DCR") == 0;
+        if (!dcr && strcmp(mode, "CRD") != 0) return pd__err(PD_ERR_UNSUPPORTED, "unknown mode '%s'", mode);
+        if (C % (b * b) != 0)
+            return pd__err(PD_ERR_SHAPE, "channels %lld not divisible by blocksize^2 = %lld", (long long)C,
+                           (long long)(b * b));
+        int64_t c2 = C / (b * b), hw = H * W;
+        int64_t bx[6] = {N, c2, H, b, W, b};
+        int64_t st[6] = {C * hw, dcr ? hw : b * b * hw, W, dcr ? b * c2 * hw : b * hw, 1, dcr ? c2 * hw : hw};
+        memcpy(box, bx, sizeof bx);
+        memcpy(istride, st, sizeof st);
+        int64_t os[4] = {N, c2, H * b, W * b};
+        memcpy(oshape, os, sizeof os);
+    } else { /* out[n, (i*b + j)*C + c, h, w] = in[n, c, h*b + i, w*b + j] */
+        if (H % b != 0 || W % b != 0)
+            return pd__err(PD_ERR_SHAPE, "height %lld and width %lld must be multiples of blocksize %lld", (long long)H,
+                           (long long)W, (long long)b);
+        int64_t bx[6] = {N, b, b, C, H / b, W / b};
+        int64_t st[6] = {C * H * W, W, 1, H * W, b * W, b};
+        memcpy(box, bx, sizeof bx);
+        memcpy(istride, st, sizeof st);
+        int64_t os[4] = {N, C * b * b, H / b, W / b};
+        memcpy(oshape, os, sizeof os);
+    }
+    return PD_OK;
+}
+
 /* ---- helpers of the shape rules ---------------------------------------------- */
 
 /* Re-reports the current error (set by a resolver) as an error of node n. */
@@ -4276,6 +4740,215 @@ pd_status pd__shape_Range(pd_graph *g, pd__node *n) {
     return set_out(g, n, 0, vp[0]->dtype, 1, &count);
 }
 
+/* Runs a resolver on views of the node's inputs, naming the node on failure. */
+#define RESOLVE(call)                                                                                                  \
+    do {                                                                                                               \
+        pd_status s_ = (call);                                                                                         \
+        if (s_ != PD_OK) return node_fail(g, n, s_);                                                                   \
+    } while (0)
+
+static bool is_numeric(pd_dtype t) { return is_int_dtype(t) || is_float_dtype(t); }
+
+pd_status pd__shape_CumSum(pd_graph *g, pd__node *n) {
+    pd__tensor *x = NULL, *a = NULL;
+    PD_TRY(need_data(g, n, 0, &x));
+    PD_TRY(need_in(g, n, 1, "axis", &a));
+    if (!is_numeric(x->dtype))
+        return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "CumSum of %s is not supported", pd_dtype_name(x->dtype));
+    pd_tensor v[MAX_VIEWS], *vp[MAX_VIEWS];
+    PD_TRY(make_views(g, n, v, vp));
+    int axis;
+    if (vp[1]->data != NULL) RESOLVE(pd__cumsum_axis(vp[0], vp[1], &axis));
+    return set_out(g, n, 0, x->dtype, x->ndim, x->shape);
+}
+
+pd_status pd__shape_Trilu(pd_graph *g, pd__node *n) {
+    pd__tensor *x = NULL;
+    PD_TRY(need_data(g, n, 0, &x));
+    if (x->ndim < 2) return pd__node_err(g, n, PD_ERR_SHAPE, "input must have rank >= 2, has %d", x->ndim);
+    pd_tensor v[MAX_VIEWS], *vp[MAX_VIEWS];
+    PD_TRY(make_views(g, n, v, vp));
+    int64_t k; /* a runtime k is checked when the kernel runs */
+    if (n->nin > 1 && vp[1] != NULL && vp[1]->data != NULL) RESOLVE(pd__trilu_k(n, vp, &k));
+    return set_out(g, n, 0, x->dtype, x->ndim, x->shape);
+}
+
+pd_status pd__shape_Size(pd_graph *g, pd__node *n) {
+    pd__tensor *x = NULL;
+    PD_TRY(need_in(g, n, 0, "data", &x));
+    return set_out(g, n, 0, PD_INT64, 0, NULL);
+}
+
+pd_status pd__shape_Tile(pd_graph *g, pd__node *n) {
+    pd__tensor *x = NULL;
+    PD_TRY(need_data(g, n, 0, &x));
+    pd_tensor v[MAX_VIEWS], *vp[MAX_VIEWS];
+    PD_TRY(make_views(g, n, v, vp));
+    int64_t rep[PD_MAX_DIMS], shape[PD_MAX_DIMS];
+    RESOLVE(pd__tile_repeats(n, vp, rep));
+    for (int d = 0; d < x->ndim; d++)
+        if (!pd__mul_ok(x->shape[d], rep[d], &shape[d])) return pd__node_err(g, n, PD_ERR_SHAPE, "shape overflows");
+    return set_out(g, n, 0, x->dtype, x->ndim, shape);
+}
+
+pd_status pd__shape_OneHot(pd_graph *g, pd__node *n) {
+    pd__tensor *ind = NULL, *val = NULL;
+    PD_TRY(need_in(g, n, 0, "indices", &ind));
+    PD_TRY(need_data(g, n, 2, &val));
+    if (!is_numeric(ind->dtype))
+        return pd__node_err(g, n, PD_ERR_SHAPE, "indices must be numeric, not %s", pd_dtype_name(ind->dtype));
+    if (val->numel != 2) return pd__node_err(g, n, PD_ERR_SHAPE, "values must have 2 elements, has %lld", (long long)val->numel);
+    pd_tensor v[MAX_VIEWS], *vp[MAX_VIEWS];
+    PD_TRY(make_views(g, n, v, vp));
+    int axis;
+    int64_t depth, shape[PD_MAX_DIMS];
+    RESOLVE(pd__onehot_params(n, vp, &axis, &depth));
+    for (int d = 0, j = 0; d <= ind->ndim; d++) shape[d] = d == axis ? depth : ind->shape[j++];
+    return set_out(g, n, 0, val->dtype, ind->ndim + 1, shape);
+}
+
+pd_status pd__shape_GatherElements(pd_graph *g, pd__node *n) {
+    pd__tensor *x = NULL, *idx = NULL;
+    PD_TRY(need_data(g, n, 0, &x));
+    PD_TRY(need_in(g, n, 1, "indices", &idx));
+    if (idx->dtype != PD_INT64 && idx->dtype != PD_INT32)
+        return pd__node_err(g, n, PD_ERR_SHAPE, "indices must be int64 or int32, not %s", pd_dtype_name(idx->dtype));
+    if (idx->ndim != x->ndim || x->ndim < 1)
+        return pd__node_err(g, n, PD_ERR_SHAPE, "indices have rank %d but data %d", idx->ndim, x->ndim);
+    int axis;
+    RESOLVE(pd__reduce_axis(n, x->ndim, 0, &axis));
+    return set_out(g, n, 0, x->dtype, idx->ndim, idx->shape);
+}
+
+pd_status pd__shape_GatherND(pd_graph *g, pd__node *n) {
+    pd__tensor *x = NULL, *idx = NULL;
+    PD_TRY(need_data(g, n, 0, &x));
+    PD_TRY(need_in(g, n, 1, "indices", &idx));
+    pd_tensor xv = pd__view(x), iv = pd__view(idx);
+    int b, m;
+    RESOLVE(pd__gathernd_params(n, &xv, &iv, &b, &m));
+    int r = idx->ndim - 1 + x->ndim - b - m;
+    if (r > PD_MAX_DIMS) return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "output rank %d exceeds %d", r, PD_MAX_DIMS);
+    int64_t shape[PD_MAX_DIMS];
+    int k = 0;
+    for (int d = 0; d < idx->ndim - 1; d++) shape[k++] = idx->shape[d];
+    for (int d = b + m; d < x->ndim; d++) shape[k++] = x->shape[d];
+    return set_out(g, n, 0, x->dtype, r, shape);
+}
+
+/* ScatterElements, ScatterND: data and updates of one dtype, a known reduction
+ * (arithmetic ones on numbers only). */
+static pd_status scatter_common(pd_graph *g, pd__node *n, pd__tensor **x, pd__tensor **idx, pd__tensor **u) {
+    PD_TRY(need_data(g, n, 0, x));
+    PD_TRY(need_in(g, n, 1, "indices", idx));
+    PD_TRY(need_data(g, n, 2, u));
+    if ((*idx)->dtype != PD_INT64 && (*idx)->dtype != PD_INT32)
+        return pd__node_err(g, n, PD_ERR_SHAPE, "indices must be int64 or int32, not %s", pd_dtype_name((*idx)->dtype));
+    if ((*u)->dtype != (*x)->dtype)
+        return pd__node_err(g, n, PD_ERR_SHAPE, "updates are %s but data is %s", pd_dtype_name((*u)->dtype),
+                            pd_dtype_name((*x)->dtype));
+    pd__scatter_red red;
+    RESOLVE(pd__scatter_reduction(n, &red));
+    if (red != PD_RED_NONE && !is_numeric((*x)->dtype))
+        return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "reduction on %s is not supported", pd_dtype_name((*x)->dtype));
+    return PD_OK;
+}
+
+pd_status pd__shape_ScatterElements(pd_graph *g, pd__node *n) {
+    pd__tensor *x = NULL, *idx = NULL, *u = NULL;
+    PD_TRY(scatter_common(g, n, &x, &idx, &u));
+    if (idx->ndim != x->ndim || u->ndim != x->ndim || x->ndim < 1)
+        return pd__node_err(g, n, PD_ERR_SHAPE, "data, indices and updates must have one rank (%d, %d, %d)", x->ndim,
+                            idx->ndim, u->ndim);
+    for (int d = 0; d < x->ndim; d++)
+        if (idx->shape[d] != u->shape[d])
+            return pd__node_err(g, n, PD_ERR_SHAPE, "indices and updates differ at dim %d", d);
+    int axis;
+    RESOLVE(pd__reduce_axis(n, x->ndim, 0, &axis));
+    return set_out(g, n, 0, x->dtype, x->ndim, x->shape);
+}
+
+pd_status pd__shape_ScatterND(pd_graph *g, pd__node *n) {
+    pd__tensor *x = NULL, *idx = NULL, *u = NULL;
+    PD_TRY(scatter_common(g, n, &x, &idx, &u));
+    if (idx->dtype != PD_INT64) return pd__node_err(g, n, PD_ERR_SHAPE, "indices must be int64");
+    int q = idx->ndim;
+    int64_t m = q > 0 ? idx->shape[q - 1] : -1;
+    if (q < 1 || m < 1 || m > x->ndim)
+        return pd__node_err(g, n, PD_ERR_SHAPE, "indices' last dim %lld out of range [1, %d]", (long long)m, x->ndim);
+    int ru = q - 1 + x->ndim - (int)m;
+    bool ok = u->ndim == ru;
+    for (int d = 0; ok && d < q - 1; d++) ok = u->shape[d] == idx->shape[d];
+    for (int d = (int)m; ok && d < x->ndim; d++) ok = u->shape[q - 1 + d - m] == x->shape[d];
+    if (!ok) return pd__node_err(g, n, PD_ERR_SHAPE, "updates do not have the shape indices.shape[:-1] + data.shape[m:]");
+    return set_out(g, n, 0, x->dtype, x->ndim, x->shape);
+}
+
+/* ArgMax, ArgMin: int64 indices, the axis kept as 1 or dropped. */
+static pd_status arg_shape(pd_graph *g, pd__node *n) {
+    pd__tensor *x = NULL;
+    PD_TRY(need_data(g, n, 0, &x));
+    if (!is_numeric(x->dtype))
+        return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "%s of %s is not supported", n->op_type, pd_dtype_name(x->dtype));
+    int axis;
+    RESOLVE(pd__reduce_axis(n, x->ndim, 0, &axis));
+    if (x->shape[axis] == 0) return pd__node_err(g, n, PD_ERR_SHAPE, "axis %d is empty", axis);
+    bool keep = pd__attr_i(n, "keepdims", 1) != 0;
+    int64_t shape[PD_MAX_DIMS];
+    int k = 0;
+    for (int d = 0; d < x->ndim; d++)
+        if (d != axis)
+            shape[k++] = x->shape[d];
+        else if (keep)
+            shape[k++] = 1;
+    return set_out(g, n, 0, PD_INT64, k, shape);
+}
+
+pd_status pd__shape_ArgMax(pd_graph *g, pd__node *n) { return arg_shape(g, n); }
+
+pd_status pd__shape_ArgMin(pd_graph *g, pd__node *n) { return arg_shape(g, n); }
+
+pd_status pd__shape_TopK(pd_graph *g, pd__node *n) {
+    pd__tensor *x = NULL;
+    PD_TRY(need_data(g, n, 0, &x));
+    if (!is_numeric(x->dtype))
+        return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "TopK of %s is not supported", pd_dtype_name(x->dtype));
+    pd_tensor v[MAX_VIEWS], *vp[MAX_VIEWS];
+    PD_TRY(make_views(g, n, v, vp));
+    int axis;
+    int64_t k, shape[PD_MAX_DIMS];
+    RESOLVE(pd__topk_params(n, vp, &axis, &k));
+    memcpy(shape, x->shape, sizeof shape);
+    shape[axis] = k;
+    PD_TRY(set_out(g, n, 0, x->dtype, x->ndim, shape));
+    return set_out(g, n, 1, PD_INT64, x->ndim, shape);
+}
+
+pd_status pd__shape_Hardmax(pd_graph *g, pd__node *n) {
+    pd__tensor *x = NULL;
+    PD_TRY(need_data(g, n, 0, &x));
+    if (!is_float_dtype(x->dtype))
+        return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "Hardmax of %s is not supported", pd_dtype_name(x->dtype));
+    int axis;
+    RESOLVE(pd__reduce_axis(n, x->ndim, n->opset >= 13 ? -1 : 1, &axis));
+    return set_out(g, n, 0, x->dtype, x->ndim, x->shape);
+}
+
+static pd_status space_depth_shape(pd_graph *g, pd__node *n, bool to_space) {
+    pd__tensor *x = NULL;
+    PD_TRY(need_data(g, n, 0, &x));
+    pd_tensor xv = pd__view(x);
+    int64_t box[6], st[6], shape[4];
+    RESOLVE(pd__space_depth_walk(n, &xv, to_space, box, st, shape));
+    return set_out(g, n, 0, x->dtype, 4, shape);
+}
+
+pd_status pd__shape_DepthToSpace(pd_graph *g, pd__node *n) { return space_depth_shape(g, n, true); }
+
+pd_status pd__shape_SpaceToDepth(pd_graph *g, pd__node *n) { return space_depth_shape(g, n, false); }
+
+#undef RESOLVE
+
 /* ---- FLOPs: these ops only move data ------------------------------------------ */
 
 #define PD__NO_FLOPS(name)                                                                                             \
@@ -4299,8 +4972,38 @@ PD__NO_FLOPS(Constant)
 PD__NO_FLOPS(Shape)
 PD__NO_FLOPS(ConstantOfShape)
 PD__NO_FLOPS(Range)
+PD__NO_FLOPS(Trilu)
+PD__NO_FLOPS(Size)
+PD__NO_FLOPS(Tile)
+PD__NO_FLOPS(OneHot)
+PD__NO_FLOPS(GatherElements)
+PD__NO_FLOPS(GatherND)
+PD__NO_FLOPS(ScatterElements)
+PD__NO_FLOPS(ScatterND)
+PD__NO_FLOPS(DepthToSpace)
+PD__NO_FLOPS(SpaceToDepth)
+
+/* CumSum: one add per element; ArgMax, ArgMin, Hardmax: one compare; TopK: a
+ * sort of each slice along the axis (n log n compares). */
+static double numel_in0(const pd_graph *g, const pd__node *n) {
+    const pd__tensor *x = pd__in((pd_graph *)g, n, 0);
+    return x == NULL ? 0 : (double)x->numel;
+}
+double pd__flops_CumSum(const pd_graph *g, const pd__node *n) { return numel_in0(g, n); }
+double pd__flops_ArgMax(const pd_graph *g, const pd__node *n) { return numel_in0(g, n); }
+double pd__flops_ArgMin(const pd_graph *g, const pd__node *n) { return numel_in0(g, n); }
+double pd__flops_Hardmax(const pd_graph *g, const pd__node *n) { return numel_in0(g, n); }
+double pd__flops_TopK(const pd_graph *g, const pd__node *n) {
+    const pd__tensor *x = pd__in((pd_graph *)g, n, 0);
+    if (x == NULL || x->ndim < 1) return 0;
+    int axis;
+    if (pd__reduce_axis(n, x->ndim, -1, &axis) != PD_OK) return 0;
+    double len = (double)x->shape[axis];
+    return len > 1 ? (double)x->numel * log2(len) : 0;
+}
 #undef MAX_VIEWS
 #undef PD__NO_FLOPS
+#undef RESOLVE
 #undef set_out
 
 /* ==== core/profile.c ==== */

@@ -389,7 +389,9 @@ static pd_status pd__fold_node(pd_graph *g, pd__node *n, const pd_backend_i *be,
             need = INT64_MAX;
     }
     if (need > *budget) {
-        const pd__tensor *t = &g->tensors[n->out[0]];
+        int first = 0; /* the first output the model names (LSTM's Y may be left off) */
+        while (first < n->nout - 1 && n->out[first] < 0) first++;
+        const pd__tensor *t = &g->tensors[n->out[first]];
         char shape[256];
         pd__format_shape(shape, sizeof shape, t->ndim, t->shape);
         return pd__node_err(g, n, PD_ERR_UNSUPPORTED,
@@ -539,7 +541,9 @@ pd_status pd__graph_finalize(pd_graph *g, const pd_load_options *opt, const pd_b
     int64_t budget = opt->max_constant_bytes > 0 ? opt->max_constant_bytes : PD_MAX_CONSTANT_BYTES_DEFAULT;
     for (int i = 0; i < g->nnodes && st == PD_OK; i++) {
         pd__node *n = &g->nodes[i];
-        if (n->nout < 1 || n->out[0] < 0) { /* every op of the set has a first output */
+        bool any = false; /* every op of the set has an output; LSTM, GRU and RNN may leave off the first */
+        for (int j = 0; j < n->nout; j++) any |= n->out[j] >= 0;
+        if (!any || (n->out[0] < 0 && !(pd__ops[n->op].flags & PD_OPF_RNN))) {
             st = pd__node_err(g, n, PD_ERR_INVALID, "the node has no output");
             break;
         }

@@ -16,10 +16,11 @@
  * parameter, but checkpointed, and held by the stage that runs the op.
  *
  * flags:
- *   PD_OPF_NN, PD_OPF_ELEM, PD_OPF_TENSOR - its family, exactly one: the
- *       files it lives in (shape_nn.c / shape_elem.c / shape_tensor.c, the
- *       matching runtime/cpu/ files) and the finite-difference program that
- *       must check its backward (tests/test_grad_nn.c / _elem.c / _tensor.c)
+ *   PD_OPF_NN, PD_OPF_ELEM, PD_OPF_TENSOR, PD_OPF_RNN - its family, exactly
+ *       one: the files it lives in (shape_nn.c / shape_elem.c /
+ *       shape_tensor.c / shape_rnn.c, the matching runtime/cpu/ files) and
+ *       the finite-difference program that must check its backward
+ *       (tests/test_grad_nn.c / _elem.c / _tensor.c / _rnn.c)
  *   PD_OPF_FOLD - may be constant-folded at load when all inputs are constant
  *   PD_OPF_BWD_WRITES - its backward honours pd__exec.fresh (writes a fresh
  *       input gradient whole); the others add, into memory zeroed for them
@@ -37,9 +38,10 @@
 #define PD_OPF_NN 2
 #define PD_OPF_ELEM 4
 #define PD_OPF_TENSOR 8
-#define PD_OPF_FAMILY (PD_OPF_NN | PD_OPF_ELEM | PD_OPF_TENSOR)
+#define PD_OPF_FAMILY (PD_OPF_NN | PD_OPF_ELEM | PD_OPF_TENSOR | PD_OPF_RNN)
 #define PD_OPF_BWD_WRITES 16
 #define PD_OPF_HOST 32
+#define PD_OPF_RNN 64
 #define PD_GRAD_ALL 0xffffffffu
 
 #define PD_OPS(X)                                                                                  \
@@ -59,6 +61,10 @@
     X(DROPOUT, Dropout, PD_OPF_NN | PD_OPF_HOST, 0x1, 0)                                           \
     X(SOFTMAX_CE_LOSS, SoftmaxCrossEntropyLoss, PD_OPF_NN, 0x1, 0)                                 \
     X(NLL_LOSS, NegativeLogLikelihoodLoss, PD_OPF_NN | PD_OPF_HOST, 0x1, 0)                        \
+    /* recurrent: inputs X, W, R, B, sequence_lens, initial_h (initial_c, P) */                    \
+    X(LSTM, LSTM, PD_OPF_RNN | PD_OPF_FOLD | PD_OPF_HOST, 0x6f, 0)                                 \
+    X(GRU, GRU, PD_OPF_RNN | PD_OPF_FOLD | PD_OPF_HOST, 0x2f, 0)                                   \
+    X(RNN, RNN, PD_OPF_RNN | PD_OPF_FOLD | PD_OPF_HOST, 0x2f, 0)                                   \
     /* element-wise */                                                                             \
     X(ADD, Add, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_BWD_WRITES, 0x3, 0)                             \
     X(SUB, Sub, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_BWD_WRITES, 0x3, 0)                             \
@@ -151,7 +157,22 @@
     X(CONSTANT, Constant, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                         \
     X(SHAPE, Shape, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                               \
     X(CONSTANT_OF_SHAPE, ConstantOfShape, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)         \
-    X(RANGE, Range, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)
+    X(RANGE, Range, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                               \
+    X(CUMSUM, CumSum, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                           \
+    X(TRILU, Trilu, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                             \
+    X(SIZE, Size, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                                 \
+    X(TILE, Tile, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                               \
+    X(ONE_HOT, OneHot, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                            \
+    X(GATHER_ELEMENTS, GatherElements, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)          \
+    X(GATHER_ND, GatherND, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                      \
+    X(SCATTER_ELEMENTS, ScatterElements, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0x5, 0)        \
+    X(SCATTER_ND, ScatterND, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0x5, 0)                    \
+    X(ARG_MAX, ArgMax, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                            \
+    X(ARG_MIN, ArgMin, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                            \
+    X(TOP_K, TopK, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                              \
+    X(HARDMAX, Hardmax, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                           \
+    X(DEPTH_TO_SPACE, DepthToSpace, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)             \
+    X(SPACE_TO_DEPTH, SpaceToDepth, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)
 
 typedef enum pd_op {
 #define PD__OP_ENUM(e, name, flags, grad, state) PD_OP_##e,

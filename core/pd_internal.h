@@ -93,6 +93,18 @@ typedef enum pd__tkind {
     PD_T_CONST    /* a Constant node's value or a folded result */
 } pd__tkind;
 
+/* Whether a float initializer may be trained, decided at load: the model's
+ * ModelProto.training_info names the ones training updates (update_binding);
+ * without one, a single-element tensor (an exporter's scale, exponent or
+ * epsilon) is a constant. A session may still train any of them by name
+ * (pd_train_options.trainable). */
+typedef enum pd__train_rule {
+    PD_TR_DEFAULT = 0, /* trained when it reaches the loss */
+    PD_TR_LISTED,      /* in training_info's update_binding */
+    PD_TR_UNLISTED,    /* the model has training_info without it */
+    PD_TR_SCALAR       /* one element, no training_info */
+} pd__train_rule;
+
 typedef struct pd__tensor {
     char *name;
     pd_dtype dtype;
@@ -103,6 +115,8 @@ typedef struct pd__tensor {
     int producer;    /* node index, -1 for inputs and constants */
     bool is_output;
     bool borrowed;   /* data lives in a session's parameter slab: not freed with the graph */
+    bool trained;    /* a session trained it (pd_graph_save lists it in training_info) */
+    pd__train_rule train;
     void *data;      /* owned (unless borrowed); set for PD_T_INIT and PD_T_CONST */
 } pd__tensor;
 
@@ -147,6 +161,7 @@ struct pd_graph {
     char *path;        /* the file, for messages ("<memory>" when loaded from memory) */
     char *name;
     int64_t opset;     /* ai.onnx opset */
+    bool training_info; /* the model says which initializers training updates (pd__train_rule) */
     int ntensors, tcap;
     pd__tensor *tensors;
     int nnodes, ncap;

@@ -1,10 +1,12 @@
 /* shape_tensor.c - shape rules and FLOP counts of the tensor ops: Flatten,
  * Reshape, Transpose, Concat, Split, Slice, Gather, Unsqueeze, Squeeze,
- * Expand, Pad, Constant, Shape, ConstantOfShape, Range; and the parameter
+ * Expand, Pad, Constant, Shape, ConstantOfShape, Range, CumSum, Trilu, Size,
+ * Tile, OneHot, GatherElements, GatherND, ScatterElements, ScatterND, ArgMax,
+ * ArgMin, TopK, Hardmax, DepthToSpace, SpaceToDepth; and the parameter
  * resolvers of shape_tensor.h, which the CPU kernels share.
  *
- * These ops only move bytes, so they take every dtype (but strings) and count
- * 0 FLOPs. Inputs that determine a shape (Reshape's shape, Slice's starts...)
+ * Most of these ops only move bytes, so they take every dtype (but strings) and
+ * count 0 FLOPs; CumSum, the arg/top-k selections and Hardmax compute and count. Inputs that determine a shape (Reshape's shape, Slice's starts...)
  * are read from constant tensors at load; a runtime value there is reported
  * as a dynamic shape, which pdonnx does not support.
  */
@@ -376,6 +378,169 @@ pd_status pd__range_count(const pd_tensor *start, const pd_tensor *limit, const 
     return PD_OK;
 }
 
+pd_status pd__cumsum_axis(const pd_tensor *x, const pd_tensor *axis, int *out) {
+    if (axis == NULL) return pd__err(PD_ERR_INVALID, "missing input axis");
+    if (axis->dtype != PD_INT64 && axis->dtype != PD_INT32)
+        return pd__err(PD_ERR_SHAPE, "axis must be int64 or int32, not %s", pd_dtype_name(axis->dtype));
+    if (view_numel(axis) != 1 || axis->ndim > 1) return pd__err(PD_ERR_SHAPE, "axis must be a scalar");
+    if (axis->data == NULL) return pd__err(PD_ERR_UNSUPPORTED, "axis must be constant");
+    int64_t a = pd__get_i(axis->dtype, axis->data, 0);
+    if (!pd__norm_axis(a, x->ndim, out))
+        return pd__err(PD_ERR_SHAPE, "axis %lld out of range for rank %d", (long long)a, x->ndim);
+    return PD_OK;
+}
+
+pd_status pd__trilu_k(const pd__node *n, pd_tensor *const *in, int64_t *k) {
+    const pd_tensor *t = view_in(n, in, 1);
+    *k = 0;
+    if (t == NULL) return PD_OK;
+    if (t->dtype != PD_INT64) return pd__err(PD_ERR_SHAPE, "k must be int64, not %s", pd_dtype_name(t->dtype));
+    if (view_numel(t) != 1) return pd__err(PD_ERR_SHAPE, "k must be a scalar");
+    if (t->data == NULL) return pd__err(PD_ERR_UNSUPPORTED, "k must be constant");
+    *k = pd__get_i(t->dtype, t->data, 0);
+    return PD_OK;
+}
+
+pd_status pd__tile_repeats(const pd__node *n, pd_tensor *const *in, int64_t *rep) {
+    const pd_tensor *x = in[0], *t = view_in(n, in, 1);
+    if (t == NULL) return pd__err(PD_ERR_INVALID, "missing input repeats");
+    int k;
+    if (n->opset < 6) { /* Tile-1: inputs tiles and axis, scalars: one axis repeated */
+        const pd_tensor *ta = view_in(n, in, 2);
+        int64_t tiles, ax;
+        int kt, ka, a;
+        if (ta == NULL) return pd__err(PD_ERR_INVALID, "missing input axis");
+        PD_TRY(read_ints(t, "tiles", 1, &tiles, &kt));
+        PD_TRY(read_ints(ta, "axis", 1, &ax, &ka));
+        if (kt != 1 || ka != 1) return pd__err(PD_ERR_SHAPE, "tiles and axis must be scalars");
+        if (!pd__norm_axis(ax, x->ndim, &a))
+            return pd__err(PD_ERR_SHAPE, "axis %lld out of range for rank %d", (long long)ax, x->ndim);
+        for (int d = 0; d < x->ndim; d++) rep[d] = d == a ? tiles : 1;
+        k = x->ndim;
+    } else {
+        PD_TRY(read_ints(t, "repeats", PD_MAX_DIMS, rep, &k));
+    }
+    if (k != x->ndim) return pd__err(PD_ERR_SHAPE, "repeats has %d values for rank %d", k, x->ndim);
+    int big = 0;
+    for (int d = 0; d < k; d++) {
+        if (rep[d] < 0) return pd__err(PD_ERR_SHAPE, "repeats[%d] = %lld is negative", d, (long long)rep[d]);
+        big += rep[d] != 1;
+    }
+    if (x->ndim + big > PD_MAX_DIMS) /* the walk has a dim per axis and one per repeated axis */
+        return pd__err(PD_ERR_UNSUPPORTED, "rank %d with %d repeated axes exceeds %d walk dims", x->ndim, big,
+                       PD_MAX_DIMS);
+    return PD_OK;
+}
+
+pd_status pd__onehot_params(const pd__node *n, pd_tensor *const *in, int *axis, int64_t *depth) {
+    const pd_tensor *ind = in[0], *d = view_in(n, in, 1);
+    int r = ind->ndim + 1;
+    int64_t ax = pd__attr_i(n, "axis", -1);
+    if (r > PD_MAX_DIMS) return pd__err(PD_ERR_UNSUPPORTED, "output rank %d exceeds %d", r, PD_MAX_DIMS);
+    if (!pd__norm_axis(ax, r, axis)) return pd__err(PD_ERR_SHAPE, "axis %lld out of range for rank %d", (long long)ax, r);
+    if (d == NULL) return pd__err(PD_ERR_INVALID, "missing input depth");
+    if (view_numel(d) != 1) return pd__err(PD_ERR_SHAPE, "depth must have one element");
+    if (d->data == NULL) return pd__err(PD_ERR_UNSUPPORTED, "depth must be constant (dynamic shapes are not supported)");
+    if (pd_dtype_size(d->dtype) == 0 || d->dtype == PD_BOOL)
+        return pd__err(PD_ERR_SHAPE, "depth must be numeric, not %s", pd_dtype_name(d->dtype));
+    double v = is_float_dtype(d->dtype) ? pd__get_f(d->dtype, d->data, 0) : (double)pd__get_i(d->dtype, d->data, 0);
+    if (!(v >= 1 && v < 9.0e15)) return pd__err(PD_ERR_SHAPE, "depth %g is not a positive count", v);
+    *depth = (int64_t)v;
+    return PD_OK;
+}
+
+pd_status pd__reduce_axis(const pd__node *n, int rank, int64_t def, int *axis) {
+    int64_t ax = pd__attr_i(n, "axis", def);
+    if (!pd__norm_axis(ax, rank, axis))
+        return pd__err(PD_ERR_SHAPE, "axis %lld out of range for rank %d", (long long)ax, rank);
+    return PD_OK;
+}
+
+pd_status pd__topk_params(const pd__node *n, pd_tensor *const *in, int *axis, int64_t *k) {
+    const pd_tensor *x = in[0], *t = view_in(n, in, 1);
+    PD_TRY(pd__reduce_axis(n, x->ndim, -1, axis));
+    if (x->ndim == 0) return pd__err(PD_ERR_SHAPE, "input must have rank >= 1");
+    if (t == NULL) {
+        if (pd__attr_get(n, "k") == NULL) return pd__err(PD_ERR_INVALID, "missing k");
+        *k = pd__attr_i(n, "k", 0);
+    } else {
+        if (t->dtype != PD_INT64) return pd__err(PD_ERR_SHAPE, "K must be int64, not %s", pd_dtype_name(t->dtype));
+        if (view_numel(t) != 1) return pd__err(PD_ERR_SHAPE, "K must have one element");
+        if (t->data == NULL)
+            return pd__err(PD_ERR_UNSUPPORTED, "K must be constant (a runtime K is a dynamic shape, not supported)");
+        *k = pd__get_i(t->dtype, t->data, 0);
+    }
+    if (*k < 0 || *k > x->shape[*axis])
+        return pd__err(PD_ERR_SHAPE, "k = %lld out of range [0, %lld]", (long long)*k, (long long)x->shape[*axis]);
+    return PD_OK;
+}
+
+pd_status pd__gathernd_params(const pd__node *n, const pd_tensor *data, const pd_tensor *ind, int *batch, int *m) {
+    int64_t b = pd__attr_i(n, "batch_dims", 0);
+    if (ind->dtype != PD_INT64) return pd__err(PD_ERR_SHAPE, "indices must be int64, not %s", pd_dtype_name(ind->dtype));
+    if (ind->ndim < 1 || data->ndim < 1) return pd__err(PD_ERR_SHAPE, "data and indices must have rank >= 1");
+    if (b < 0 || b >= ind->ndim || b >= data->ndim)
+        return pd__err(PD_ERR_SHAPE, "batch_dims %lld out of range for ranks %d, %d", (long long)b, data->ndim,
+                       ind->ndim);
+    int64_t k = ind->shape[ind->ndim - 1];
+    if (k < 1 || k > data->ndim - b)
+        return pd__err(PD_ERR_SHAPE, "indices' last dim %lld out of range [1, %lld]", (long long)k,
+                       (long long)(data->ndim - b));
+    for (int d = 0; d < b; d++)
+        if (ind->shape[d] != data->shape[d])
+            return pd__err(PD_ERR_SHAPE, "batch dim %d is %lld in indices but %lld in data", d, (long long)ind->shape[d],
+                           (long long)data->shape[d]);
+    *batch = (int)b;
+    *m = (int)k;
+    return PD_OK;
+}
+
+pd_status pd__scatter_reduction(const pd__node *n, pd__scatter_red *r) {
+    static const char *names[] = {"none", "add", "mul", "max", "min"};
+    const char *s = pd__attr_s(n, "reduction", "none");
+    for (int i = 0; i < 5; i++)
+        if (strcmp(s, names[i]) == 0) {
+            *r = (pd__scatter_red)i;
+            return PD_OK;
+        }
+    return pd__err(PD_ERR_UNSUPPORTED, "unknown reduction '%s'", s);
+}
+
+pd_status pd__space_depth_walk(const pd__node *n, const pd_tensor *x, bool to_space, int64_t *box, int64_t *istride,
+                               int64_t *oshape) {
+    int64_t b = pd__attr_i(n, "blocksize", 0);
+    if (pd__attr_get(n, "blocksize") == NULL) return pd__err(PD_ERR_INVALID, "missing attribute blocksize");
+    if (b < 1) return pd__err(PD_ERR_SHAPE, "blocksize %lld must be positive", (long long)b);
+    if (x->ndim != 4) return pd__err(PD_ERR_SHAPE, "input must have rank 4, has %d", x->ndim);
+    int64_t N = x->shape[0], C = x->shape[1], H = x->shape[2], W = x->shape[3];
+    if (to_space) { /* out[n, c, h*b + i, w*b + j] = in[n, ch(c, i, j), h, w] */
+        const char *mode = pd__attr_s(n, "mode", "DCR");
+        bool dcr = strcmp(mode, "DCR") == 0;
+        if (!dcr && strcmp(mode, "CRD") != 0) return pd__err(PD_ERR_UNSUPPORTED, "unknown mode '%s'", mode);
+        if (C % (b * b) != 0)
+            return pd__err(PD_ERR_SHAPE, "channels %lld not divisible by blocksize^2 = %lld", (long long)C,
+                           (long long)(b * b));
+        int64_t c2 = C / (b * b), hw = H * W;
+        int64_t bx[6] = {N, c2, H, b, W, b};
+        int64_t st[6] = {C * hw, dcr ? hw : b * b * hw, W, dcr ? b * c2 * hw : b * hw, 1, dcr ? c2 * hw : hw};
+        memcpy(box, bx, sizeof bx);
+        memcpy(istride, st, sizeof st);
+        int64_t os[4] = {N, c2, H * b, W * b};
+        memcpy(oshape, os, sizeof os);
+    } else { /* out[n, (i*b + j)*C + c, h, w] = in[n, c, h*b + i, w*b + j] */
+        if (H % b != 0 || W % b != 0)
+            return pd__err(PD_ERR_SHAPE, "height %lld and width %lld must be multiples of blocksize %lld", (long long)H,
+                           (long long)W, (long long)b);
+        int64_t bx[6] = {N, b, b, C, H / b, W / b};
+        int64_t st[6] = {C * H * W, W, 1, H * W, b * W, b};
+        memcpy(box, bx, sizeof bx);
+        memcpy(istride, st, sizeof st);
+        int64_t os[4] = {N, C * b * b, H / b, W / b};
+        memcpy(oshape, os, sizeof os);
+    }
+    return PD_OK;
+}
+
 /* ---- helpers of the shape rules ---------------------------------------------- */
 
 /* Re-reports the current error (set by a resolver) as an error of node n. */
@@ -726,6 +891,215 @@ pd_status pd__shape_Range(pd_graph *g, pd__node *n) {
     return set_out(g, n, 0, vp[0]->dtype, 1, &count);
 }
 
+/* Runs a resolver on views of the node's inputs, naming the node on failure. */
+#define RESOLVE(call)                                                                                                  \
+    do {                                                                                                               \
+        pd_status s_ = (call);                                                                                         \
+        if (s_ != PD_OK) return node_fail(g, n, s_);                                                                   \
+    } while (0)
+
+static bool is_numeric(pd_dtype t) { return is_int_dtype(t) || is_float_dtype(t); }
+
+pd_status pd__shape_CumSum(pd_graph *g, pd__node *n) {
+    pd__tensor *x = NULL, *a = NULL;
+    PD_TRY(need_data(g, n, 0, &x));
+    PD_TRY(need_in(g, n, 1, "axis", &a));
+    if (!is_numeric(x->dtype))
+        return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "CumSum of %s is not supported", pd_dtype_name(x->dtype));
+    pd_tensor v[MAX_VIEWS], *vp[MAX_VIEWS];
+    PD_TRY(make_views(g, n, v, vp));
+    int axis;
+    if (vp[1]->data != NULL) RESOLVE(pd__cumsum_axis(vp[0], vp[1], &axis));
+    return set_out(g, n, 0, x->dtype, x->ndim, x->shape);
+}
+
+pd_status pd__shape_Trilu(pd_graph *g, pd__node *n) {
+    pd__tensor *x = NULL;
+    PD_TRY(need_data(g, n, 0, &x));
+    if (x->ndim < 2) return pd__node_err(g, n, PD_ERR_SHAPE, "input must have rank >= 2, has %d", x->ndim);
+    pd_tensor v[MAX_VIEWS], *vp[MAX_VIEWS];
+    PD_TRY(make_views(g, n, v, vp));
+    int64_t k; /* a runtime k is checked when the kernel runs */
+    if (n->nin > 1 && vp[1] != NULL && vp[1]->data != NULL) RESOLVE(pd__trilu_k(n, vp, &k));
+    return set_out(g, n, 0, x->dtype, x->ndim, x->shape);
+}
+
+pd_status pd__shape_Size(pd_graph *g, pd__node *n) {
+    pd__tensor *x = NULL;
+    PD_TRY(need_in(g, n, 0, "data", &x));
+    return set_out(g, n, 0, PD_INT64, 0, NULL);
+}
+
+pd_status pd__shape_Tile(pd_graph *g, pd__node *n) {
+    pd__tensor *x = NULL;
+    PD_TRY(need_data(g, n, 0, &x));
+    pd_tensor v[MAX_VIEWS], *vp[MAX_VIEWS];
+    PD_TRY(make_views(g, n, v, vp));
+    int64_t rep[PD_MAX_DIMS], shape[PD_MAX_DIMS];
+    RESOLVE(pd__tile_repeats(n, vp, rep));
+    for (int d = 0; d < x->ndim; d++)
+        if (!pd__mul_ok(x->shape[d], rep[d], &shape[d])) return pd__node_err(g, n, PD_ERR_SHAPE, "shape overflows");
+    return set_out(g, n, 0, x->dtype, x->ndim, shape);
+}
+
+pd_status pd__shape_OneHot(pd_graph *g, pd__node *n) {
+    pd__tensor *ind = NULL, *val = NULL;
+    PD_TRY(need_in(g, n, 0, "indices", &ind));
+    PD_TRY(need_data(g, n, 2, &val));
+    if (!is_numeric(ind->dtype))
+        return pd__node_err(g, n, PD_ERR_SHAPE, "indices must be numeric, not %s", pd_dtype_name(ind->dtype));
+    if (val->numel != 2) return pd__node_err(g, n, PD_ERR_SHAPE, "values must have 2 elements, has %lld", (long long)val->numel);
+    pd_tensor v[MAX_VIEWS], *vp[MAX_VIEWS];
+    PD_TRY(make_views(g, n, v, vp));
+    int axis;
+    int64_t depth, shape[PD_MAX_DIMS];
+    RESOLVE(pd__onehot_params(n, vp, &axis, &depth));
+    for (int d = 0, j = 0; d <= ind->ndim; d++) shape[d] = d == axis ? depth : ind->shape[j++];
+    return set_out(g, n, 0, val->dtype, ind->ndim + 1, shape);
+}
+
+pd_status pd__shape_GatherElements(pd_graph *g, pd__node *n) {
+    pd__tensor *x = NULL, *idx = NULL;
+    PD_TRY(need_data(g, n, 0, &x));
+    PD_TRY(need_in(g, n, 1, "indices", &idx));
+    if (idx->dtype != PD_INT64 && idx->dtype != PD_INT32)
+        return pd__node_err(g, n, PD_ERR_SHAPE, "indices must be int64 or int32, not %s", pd_dtype_name(idx->dtype));
+    if (idx->ndim != x->ndim || x->ndim < 1)
+        return pd__node_err(g, n, PD_ERR_SHAPE, "indices have rank %d but data %d", idx->ndim, x->ndim);
+    int axis;
+    RESOLVE(pd__reduce_axis(n, x->ndim, 0, &axis));
+    return set_out(g, n, 0, x->dtype, idx->ndim, idx->shape);
+}
+
+pd_status pd__shape_GatherND(pd_graph *g, pd__node *n) {
+    pd__tensor *x = NULL, *idx = NULL;
+    PD_TRY(need_data(g, n, 0, &x));
+    PD_TRY(need_in(g, n, 1, "indices", &idx));
+    pd_tensor xv = pd__view(x), iv = pd__view(idx);
+    int b, m;
+    RESOLVE(pd__gathernd_params(n, &xv, &iv, &b, &m));
+    int r = idx->ndim - 1 + x->ndim - b - m;
+    if (r > PD_MAX_DIMS) return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "output rank %d exceeds %d", r, PD_MAX_DIMS);
+    int64_t shape[PD_MAX_DIMS];
+    int k = 0;
+    for (int d = 0; d < idx->ndim - 1; d++) shape[k++] = idx->shape[d];
+    for (int d = b + m; d < x->ndim; d++) shape[k++] = x->shape[d];
+    return set_out(g, n, 0, x->dtype, r, shape);
+}
+
+/* ScatterElements, ScatterND: data and updates of one dtype, a known reduction
+ * (arithmetic ones on numbers only). */
+static pd_status scatter_common(pd_graph *g, pd__node *n, pd__tensor **x, pd__tensor **idx, pd__tensor **u) {
+    PD_TRY(need_data(g, n, 0, x));
+    PD_TRY(need_in(g, n, 1, "indices", idx));
+    PD_TRY(need_data(g, n, 2, u));
+    if ((*idx)->dtype != PD_INT64 && (*idx)->dtype != PD_INT32)
+        return pd__node_err(g, n, PD_ERR_SHAPE, "indices must be int64 or int32, not %s", pd_dtype_name((*idx)->dtype));
+    if ((*u)->dtype != (*x)->dtype)
+        return pd__node_err(g, n, PD_ERR_SHAPE, "updates are %s but data is %s", pd_dtype_name((*u)->dtype),
+                            pd_dtype_name((*x)->dtype));
+    pd__scatter_red red;
+    RESOLVE(pd__scatter_reduction(n, &red));
+    if (red != PD_RED_NONE && !is_numeric((*x)->dtype))
+        return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "reduction on %s is not supported", pd_dtype_name((*x)->dtype));
+    return PD_OK;
+}
+
+pd_status pd__shape_ScatterElements(pd_graph *g, pd__node *n) {
+    pd__tensor *x = NULL, *idx = NULL, *u = NULL;
+    PD_TRY(scatter_common(g, n, &x, &idx, &u));
+    if (idx->ndim != x->ndim || u->ndim != x->ndim || x->ndim < 1)
+        return pd__node_err(g, n, PD_ERR_SHAPE, "data, indices and updates must have one rank (%d, %d, %d)", x->ndim,
+                            idx->ndim, u->ndim);
+    for (int d = 0; d < x->ndim; d++)
+        if (idx->shape[d] != u->shape[d])
+            return pd__node_err(g, n, PD_ERR_SHAPE, "indices and updates differ at dim %d", d);
+    int axis;
+    RESOLVE(pd__reduce_axis(n, x->ndim, 0, &axis));
+    return set_out(g, n, 0, x->dtype, x->ndim, x->shape);
+}
+
+pd_status pd__shape_ScatterND(pd_graph *g, pd__node *n) {
+    pd__tensor *x = NULL, *idx = NULL, *u = NULL;
+    PD_TRY(scatter_common(g, n, &x, &idx, &u));
+    if (idx->dtype != PD_INT64) return pd__node_err(g, n, PD_ERR_SHAPE, "indices must be int64");
+    int q = idx->ndim;
+    int64_t m = q > 0 ? idx->shape[q - 1] : -1;
+    if (q < 1 || m < 1 || m > x->ndim)
+        return pd__node_err(g, n, PD_ERR_SHAPE, "indices' last dim %lld out of range [1, %d]", (long long)m, x->ndim);
+    int ru = q - 1 + x->ndim - (int)m;
+    bool ok = u->ndim == ru;
+    for (int d = 0; ok && d < q - 1; d++) ok = u->shape[d] == idx->shape[d];
+    for (int d = (int)m; ok && d < x->ndim; d++) ok = u->shape[q - 1 + d - m] == x->shape[d];
+    if (!ok) return pd__node_err(g, n, PD_ERR_SHAPE, "updates do not have the shape indices.shape[:-1] + data.shape[m:]");
+    return set_out(g, n, 0, x->dtype, x->ndim, x->shape);
+}
+
+/* ArgMax, ArgMin: int64 indices, the axis kept as 1 or dropped. */
+static pd_status arg_shape(pd_graph *g, pd__node *n) {
+    pd__tensor *x = NULL;
+    PD_TRY(need_data(g, n, 0, &x));
+    if (!is_numeric(x->dtype))
+        return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "%s of %s is not supported", n->op_type, pd_dtype_name(x->dtype));
+    int axis;
+    RESOLVE(pd__reduce_axis(n, x->ndim, 0, &axis));
+    if (x->shape[axis] == 0) return pd__node_err(g, n, PD_ERR_SHAPE, "axis %d is empty", axis);
+    bool keep = pd__attr_i(n, "keepdims", 1) != 0;
+    int64_t shape[PD_MAX_DIMS];
+    int k = 0;
+    for (int d = 0; d < x->ndim; d++)
+        if (d != axis)
+            shape[k++] = x->shape[d];
+        else if (keep)
+            shape[k++] = 1;
+    return set_out(g, n, 0, PD_INT64, k, shape);
+}
+
+pd_status pd__shape_ArgMax(pd_graph *g, pd__node *n) { return arg_shape(g, n); }
+
+pd_status pd__shape_ArgMin(pd_graph *g, pd__node *n) { return arg_shape(g, n); }
+
+pd_status pd__shape_TopK(pd_graph *g, pd__node *n) {
+    pd__tensor *x = NULL;
+    PD_TRY(need_data(g, n, 0, &x));
+    if (!is_numeric(x->dtype))
+        return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "TopK of %s is not supported", pd_dtype_name(x->dtype));
+    pd_tensor v[MAX_VIEWS], *vp[MAX_VIEWS];
+    PD_TRY(make_views(g, n, v, vp));
+    int axis;
+    int64_t k, shape[PD_MAX_DIMS];
+    RESOLVE(pd__topk_params(n, vp, &axis, &k));
+    memcpy(shape, x->shape, sizeof shape);
+    shape[axis] = k;
+    PD_TRY(set_out(g, n, 0, x->dtype, x->ndim, shape));
+    return set_out(g, n, 1, PD_INT64, x->ndim, shape);
+}
+
+pd_status pd__shape_Hardmax(pd_graph *g, pd__node *n) {
+    pd__tensor *x = NULL;
+    PD_TRY(need_data(g, n, 0, &x));
+    if (!is_float_dtype(x->dtype))
+        return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "Hardmax of %s is not supported", pd_dtype_name(x->dtype));
+    int axis;
+    RESOLVE(pd__reduce_axis(n, x->ndim, n->opset >= 13 ? -1 : 1, &axis));
+    return set_out(g, n, 0, x->dtype, x->ndim, x->shape);
+}
+
+static pd_status space_depth_shape(pd_graph *g, pd__node *n, bool to_space) {
+    pd__tensor *x = NULL;
+    PD_TRY(need_data(g, n, 0, &x));
+    pd_tensor xv = pd__view(x);
+    int64_t box[6], st[6], shape[4];
+    RESOLVE(pd__space_depth_walk(n, &xv, to_space, box, st, shape));
+    return set_out(g, n, 0, x->dtype, 4, shape);
+}
+
+pd_status pd__shape_DepthToSpace(pd_graph *g, pd__node *n) { return space_depth_shape(g, n, true); }
+
+pd_status pd__shape_SpaceToDepth(pd_graph *g, pd__node *n) { return space_depth_shape(g, n, false); }
+
+#undef RESOLVE
+
 /* ---- FLOPs: these ops only move data ------------------------------------------ */
 
 #define PD__NO_FLOPS(name)                                                                                             \
@@ -749,3 +1123,32 @@ PD__NO_FLOPS(Constant)
 PD__NO_FLOPS(Shape)
 PD__NO_FLOPS(ConstantOfShape)
 PD__NO_FLOPS(Range)
+PD__NO_FLOPS(Trilu)
+PD__NO_FLOPS(Size)
+PD__NO_FLOPS(Tile)
+PD__NO_FLOPS(OneHot)
+PD__NO_FLOPS(GatherElements)
+PD__NO_FLOPS(GatherND)
+PD__NO_FLOPS(ScatterElements)
+PD__NO_FLOPS(ScatterND)
+PD__NO_FLOPS(DepthToSpace)
+PD__NO_FLOPS(SpaceToDepth)
+
+/* CumSum: one add per element; ArgMax, ArgMin, Hardmax: one compare; TopK: a
+ * sort of each slice along the axis (n log n compares). */
+static double numel_in0(const pd_graph *g, const pd__node *n) {
+    const pd__tensor *x = pd__in((pd_graph *)g, n, 0);
+    return x == NULL ? 0 : (double)x->numel;
+}
+double pd__flops_CumSum(const pd_graph *g, const pd__node *n) { return numel_in0(g, n); }
+double pd__flops_ArgMax(const pd_graph *g, const pd__node *n) { return numel_in0(g, n); }
+double pd__flops_ArgMin(const pd_graph *g, const pd__node *n) { return numel_in0(g, n); }
+double pd__flops_Hardmax(const pd_graph *g, const pd__node *n) { return numel_in0(g, n); }
+double pd__flops_TopK(const pd_graph *g, const pd__node *n) {
+    const pd__tensor *x = pd__in((pd_graph *)g, n, 0);
+    if (x == NULL || x->ndim < 1) return 0;
+    int axis;
+    if (pd__reduce_axis(n, x->ndim, -1, &axis) != PD_OK) return 0;
+    double len = (double)x->shape[axis];
+    return len > 1 ? (double)x->numel * log2(len) : 0;
+}

@@ -1,5 +1,7 @@
 /* shape_tensor.h - parameters of the tensor ops (Transpose, Split, Slice, Pad,
- * Shape, Constant, ConstantOfShape, Range), resolved from a node's attributes
+ * Shape, Constant, ConstantOfShape, Range, CumSum, Trilu, Tile, OneHot,
+ * GatherND, the scatters, the arg/top-k selections, DepthToSpace and
+ * SpaceToDepth), resolved from a node's attributes
  * and constant inputs.
  *
  * The shape rules (core/shape_tensor.c) and the CPU kernels
@@ -56,5 +58,40 @@ pd_status pd__constant_of_shape_value(const pd__node *n, pd_tensor *out, float *
 
 /* Range: the number of elements of Range(start, limit, delta) (scalars). */
 pd_status pd__range_count(const pd_tensor *start, const pd_tensor *limit, const pd_tensor *delta, int64_t *count);
+
+/* ---- mask-building, index, selection and layout ops ---------------------------------- */
+
+/* CumSum: the axis (input 1, a constant or runtime scalar with data). */
+pd_status pd__cumsum_axis(const pd_tensor *x, const pd_tensor *axis, int *out);
+
+/* Trilu: k (optional input 1, default 0). */
+pd_status pd__trilu_k(const pd__node *n, pd_tensor *const *in, int64_t *k);
+
+/* Tile: the repeats (input 1, one per axis of in[0], each >= 0; Tile-1:
+ * inputs tiles and axis, the one axis repeated). */
+pd_status pd__tile_repeats(const pd__node *n, pd_tensor *const *in, int64_t *rep);
+
+/* OneHot: the axis of the output (rank in[0]->ndim + 1) and the depth. */
+pd_status pd__onehot_params(const pd__node *n, pd_tensor *const *in, int *axis, int64_t *depth);
+
+/* ArgMax, ArgMin, Hardmax, TopK: the axis of a rank-`rank` input
+ * (attribute `axis`, default `def`). */
+pd_status pd__reduce_axis(const pd__node *n, int rank, int64_t def, int *axis);
+
+/* TopK: the axis and k (attribute before opset 10, constant input after). */
+pd_status pd__topk_params(const pd__node *n, pd_tensor *const *in, int *axis, int64_t *k);
+
+/* GatherND: batch_dims and the length m of an index tuple (indices' last dim). */
+pd_status pd__gathernd_params(const pd__node *n, const pd_tensor *data, const pd_tensor *ind, int *batch, int *m);
+
+/* ScatterElements, ScatterND: the reduction attribute. */
+typedef enum pd__scatter_red { PD_RED_NONE, PD_RED_ADD, PD_RED_MUL, PD_RED_MAX, PD_RED_MIN } pd__scatter_red;
+pd_status pd__scatter_reduction(const pd__node *n, pd__scatter_red *r);
+
+/* DepthToSpace, SpaceToDepth: the six-dim box the output walks, in output
+ * order, and the input stride (in elements) of each of its dims; the output
+ * shape is written to oshape (rank 4). */
+pd_status pd__space_depth_walk(const pd__node *n, const pd_tensor *x, bool to_space, int64_t *box, int64_t *istride,
+                               int64_t *oshape);
 
 #endif

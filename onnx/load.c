@@ -532,6 +532,30 @@ static pd_status check_outputs(loader *L) {
 
 /* ---- the model -------------------------------------------------------------------- */
 
+/* Which initializers may be trained (pd__train_rule): those training_info's
+ * update_binding names when the model has one; otherwise all but the
+ * single-element ones, an exporter's constants (the dynamo exporter stores
+ * an attention scale or a Pow exponent as a float initializer). */
+static void mark_trainable(loader *L) {
+    pd_graph *g = L->g;
+    const Onnx__ModelProto *m = L->m;
+    for (size_t i = 0; i < m->n_training_info; i++)
+        for (size_t k = 0; m->training_info[i] && k < m->training_info[i]->n_update_binding; k++) {
+            const Onnx__StringStringEntryProto *b = m->training_info[i]->update_binding[k];
+            int t = b && b->key ? pd__graph_find(g, b->key) : -1;
+            if (t >= 0 && g->tensors[t].kind == PD_T_INIT) {
+                g->tensors[t].train = PD_TR_LISTED;
+                g->training_info = true;
+            }
+        }
+    for (int t = 0; t < g->ntensors; t++) {
+        pd__tensor *x = &g->tensors[t];
+        if (x->kind != PD_T_INIT || x->train == PD_TR_LISTED) continue;
+        if (g->training_info) x->train = PD_TR_UNLISTED;
+        else if (x->numel <= 1) x->train = PD_TR_SCALAR;
+    }
+}
+
 static pd_status build_graph(loader *L) {
     pd_graph *g = L->g;
     const Onnx__ModelProto *m = L->m;
@@ -547,6 +571,7 @@ static pd_status build_graph(loader *L) {
         if (m->opset_import[i] && !*norm_domain(m->opset_import[i]->domain)) imported = true;
     g->opset = imported ? opset : 1;
     PD_TRY(load_initializers(L));
+    mark_trainable(L);
     PD_TRY(load_inputs(L));
     PD_TRY(load_outputs(L));
     PD_TRY(load_nodes(L));

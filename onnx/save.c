@@ -15,6 +15,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -41,6 +42,112 @@ static void pd__drop_typed(Onnx__TensorProto *tp) {
     tp->n_external_data = 0;
     tp->has_data_location = 0;
     tp->data_location = ONNX__TENSOR_PROTO__DATA_LOCATION__DEFAULT;
+}
+
+/* vi's type: a tensor of x's dtype and shape. */
+static pd_status pd__typed_vi(Onnx__ValueInfoProto *vi, const pd__tensor *x) {
+    static const Onnx__TypeProto tinit = ONNX__TYPE_PROTO__INIT;
+    static const Onnx__TypeProto__Tensor ttinit = ONNX__TYPE_PROTO__TENSOR__INIT;
+    static const Onnx__TensorShapeProto sinit = ONNX__TENSOR_SHAPE_PROTO__INIT;
+    static const Onnx__TensorShapeProto__Dimension dinit = ONNX__TENSOR_SHAPE_PROTO__DIMENSION__INIT;
+    Onnx__TypeProto *tp = calloc(1, sizeof *tp);
+    Onnx__TypeProto__Tensor *tt = calloc(1, sizeof *tt);
+    Onnx__TensorShapeProto *sp = calloc(1, sizeof *sp);
+    Onnx__TensorShapeProto__Dimension **dims = calloc((size_t)x->ndim + 1, sizeof *dims);
+    if (!tp || !tt || !sp || !dims) {
+        free(tp), free(tt), free(sp), free(dims);
+        return PD_ERR_NOMEM;
+    }
+    *tp = tinit;
+    *tt = ttinit;
+    *sp = sinit;
+    vi->type = tp; /* owned by vi from here on */
+    tp->value_case = ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE;
+    tp->tensor_type = tt;
+    tt->has_elem_type = 1;
+    tt->elem_type = (int32_t)x->dtype;
+    tt->shape = sp;
+    sp->dim = dims;
+    for (int d = 0; d < x->ndim; d++) {
+        Onnx__TensorShapeProto__Dimension *dm = calloc(1, sizeof *dm);
+        if (!dm) return PD_ERR_NOMEM;
+        *dm = dinit;
+        dm->value_case = ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE;
+        dm->dim_value = x->shape[d];
+        sp->dim[sp->n_dim++] = dm;
+    }
+    return PD_OK;
+}
+
+/* A model without training_info gets one naming the initializers a session
+ * trained (update_binding), so that loading the saved model trains the same
+ * set: the algorithm graph is Identity per tensor, a record of which, not of
+ * how (the update is the optimizer's). A model's own training_info is kept.
+ * Allocated with the C library's allocator, as protobuf-c frees the model. */
+static pd_status pd__add_training_info(const pd_graph *g, Onnx__ModelProto *m) {
+    int n = 0;
+    for (int t = 0; t < g->ntensors; t++) n += g->tensors[t].kind == PD_T_INIT && g->tensors[t].trained;
+    if (n == 0 || m->n_training_info > 0) return PD_OK;
+    static const Onnx__TrainingInfoProto tinit = ONNX__TRAINING_INFO_PROTO__INIT;
+    static const Onnx__GraphProto ginit = ONNX__GRAPH_PROTO__INIT;
+    static const Onnx__NodeProto ninit = ONNX__NODE_PROTO__INIT;
+    static const Onnx__ValueInfoProto vinit = ONNX__VALUE_INFO_PROTO__INIT;
+    static const Onnx__StringStringEntryProto einit = ONNX__STRING_STRING_ENTRY_PROTO__INIT;
+    Onnx__TrainingInfoProto *ti = calloc(1, sizeof *ti);
+    Onnx__GraphProto *alg = calloc(1, sizeof *alg);
+    m->training_info = calloc(1, sizeof *m->training_info);
+    if (!ti || !alg || !m->training_info) {
+        free(ti);
+        free(alg);
+        return pd__err(PD_ERR_NOMEM, "out of memory");
+    }
+    *ti = tinit;
+    *alg = ginit;
+    m->training_info[0] = ti; /* freed with the model from here on (free_unpacked frees with the default allocator) */
+    m->n_training_info = 1;
+    ti->algorithm = alg;
+    alg->name = strdup("pdonnx_trained");
+    alg->doc_string = strdup("the initializers pdonnx trained; update_binding names them (the update itself is "
+                                 "pdonnx's optimizer, not this graph)");
+    alg->node = calloc((size_t)n, sizeof *alg->node);
+    alg->output = calloc((size_t)n, sizeof *alg->output);
+    ti->update_binding = calloc((size_t)n, sizeof *ti->update_binding);
+    if (!alg->name || !alg->doc_string || !alg->node || !alg->output || !ti->update_binding)
+        return pd__err(PD_ERR_NOMEM, "out of memory");
+    for (int t = 0; t < g->ntensors; t++) {
+        const pd__tensor *x = &g->tensors[t];
+        if (x->kind != PD_T_INIT || !x->trained) continue;
+        size_t len = strlen(x->name) + 16;
+        char *out = malloc(len);
+        Onnx__NodeProto *nd = calloc(1, sizeof *nd);
+        Onnx__ValueInfoProto *vi = calloc(1, sizeof *vi);
+        Onnx__StringStringEntryProto *e = calloc(1, sizeof *e);
+        char **nin = calloc(1, sizeof(char *)), **nout = calloc(1, sizeof(char *));
+        if (!out || !nd || !vi || !e || !nin || !nout) {
+            free(out), free(nd), free(vi), free(e), free(nin), free(nout);
+            return pd__err(PD_ERR_NOMEM, "out of memory");
+        }
+        snprintf(out, len, "%s__trained", x->name);
+        *nd = ninit;
+        nd->op_type = strdup("Identity");
+        nin[0] = strdup(x->name);
+        nout[0] = strdup(out);
+        nd->input = nin;
+        nd->n_input = 1;
+        nd->output = nout;
+        nd->n_output = 1;
+        alg->node[alg->n_node++] = nd;
+        *vi = vinit;
+        vi->name = strdup(out);
+        alg->output[alg->n_output++] = vi;
+        if (pd__typed_vi(vi, x) != PD_OK) return pd__err(PD_ERR_NOMEM, "out of memory");
+        *e = einit;
+        e->key = strdup(x->name);
+        e->value = out;
+        ti->update_binding[ti->n_update_binding++] = e;
+        if (!nd->op_type || !nin[0] || !nout[0] || !vi->name || !e->key) return pd__err(PD_ERR_NOMEM, "out of memory");
+    }
+    return PD_OK;
 }
 
 /* The model with the graph's current initializer values, serialized into a
@@ -72,6 +179,7 @@ static pd_status pd__graph_pack(const pd_graph *g, const char *what, uint8_t **o
         tp->raw_data.len = bytes;
         tp->has_raw_data = 1;
     }
+    if (st == PD_OK) st = pd__add_training_info(g, m);
     uint8_t *buf = NULL;
     size_t len = 0;
     if (st == PD_OK) {

@@ -3,8 +3,11 @@
  *
  * Which initializers are trained: the float32 ones from which a path of
  * differentiable op inputs (the grad masks of core/ops.h) leads to the loss,
- * minus those the freeze pattern matches. BatchNorm running statistics, masks
- * and shape constants are therefore never trained.
+ * that the model allows (pd__train_rule: its training_info, or not a single
+ * element) or the trainable pattern names, minus those the freeze pattern
+ * matches. BatchNorm running statistics, masks and shape constants never
+ * reach the loss that way; the ones the rules exclude are listed
+ * (pd_session_untrained).
  *
  * Memory (STYLE.md, after llm.c): parameters, their gradients and each
  * optimizer state live in one slab apiece with the same table of offsets, so
@@ -45,6 +48,20 @@ void openblas_set_num_threads(int);
 
 
 int pd_session_num_params(const pd_session *s) { return s ? s->np : 0; }
+int pd_session_num_untrained(const pd_session *s) { return s ? s->nuntrained : 0; }
+
+pd_status pd_session_untrained(const pd_session *s, int i, pd_value_info *info, const char **why) {
+    if (!s) return pd__err(PD_ERR_INVALID, "pd_session_untrained: session is NULL");
+    if (i < 0 || i >= s->nuntrained)
+        return pd__err(PD_ERR_INVALID, "pd_session_untrained: index %d out of range [0, %d)", i, s->nuntrained);
+    const pd__tensor *t = &s->g->tensors[s->untrained[i]];
+    if (info) PD_TRY(pd_graph_value(s->g, t->name, info));
+    if (why)
+        *why = s->frozen[i]                 ? "the freeze pattern matches it"
+               : t->train == PD_TR_SCALAR   ? "one element: an exporter's constant"
+                                            : "the model's training_info does not list it";
+    return PD_OK;
+}
 int64_t pd_session_step_count(const pd_session *s) { return s ? s->step : 0; }
 
 pd_status pd_session_sync(pd_session *s) {
@@ -83,6 +100,8 @@ void pd_session_destroy(pd_session *s) {
         t->borrowed = false;
     }
     PD_FREE(s->param);
+    PD_FREE(s->untrained);
+    PD_FREE(s->frozen);
     PD_FREE(s->poff);
     PD_FREE(s->params);
     PD_FREE(s->grads);
@@ -173,41 +192,73 @@ static pd_status pd__find_outputs(pd_session *s) {
     return PD_OK;
 }
 
+/* A pattern option compiled (*have false when it is NULL or empty). */
+static pd_status pd__regex(const char *field, const char *pat, regex_t *re, bool *have) {
+    *have = false;
+    if (!pat || !pat[0]) return PD_OK;
+    int rc = regcomp(re, pat, REG_EXTENDED | REG_NOSUB);
+    if (rc != 0) {
+        char buf[256];
+        regerror(rc, re, buf, sizeof buf);
+        return pd__err(PD_ERR_INVALID, "%s '%s': %s", field, pat, buf);
+    }
+    *have = true;
+    return PD_OK;
+}
+
 static pd_status pd__choose_params(pd_session *s) {
     pd_graph *g = s->g;
     bool *seed = PD_CALLOC((size_t)g->ntensors + 1, sizeof(bool));
     bool *reach = PD_CALLOC((size_t)g->ntensors + 1, sizeof(bool));
+    bool *all = PD_CALLOC((size_t)g->ntensors + 1, sizeof(bool));
     s->needs_grad = PD_CALLOC((size_t)g->ntensors + 1, sizeof(bool));
     s->param = PD_MALLOC(sizeof(int) * ((size_t)g->ntensors + 1));
+    s->untrained = PD_MALLOC(sizeof(int) * ((size_t)g->ntensors + 1));
+    s->frozen = PD_CALLOC((size_t)g->ntensors + 1, sizeof(bool));
     s->poff = PD_MALLOC(sizeof(int64_t) * ((size_t)g->ntensors + 1));
     pd_status st = PD_OK;
-    regex_t re;
-    bool have_re = false;
-    if (!seed || !reach || !s->needs_grad || !s->param || !s->poff) {
+    regex_t re, tre;
+    bool have_re = false, have_tre = false;
+    if (!seed || !reach || !all || !s->needs_grad || !s->param || !s->untrained || !s->frozen || !s->poff) {
         st = pd__err(PD_ERR_NOMEM, "out of memory");
         goto done;
     }
-    if (s->o.freeze && s->o.freeze[0]) {
-        int rc = regcomp(&re, s->o.freeze, REG_EXTENDED | REG_NOSUB);
-        if (rc != 0) {
-            char buf[256];
-            regerror(rc, &re, buf, sizeof buf);
-            st = pd__err(PD_ERR_INVALID, "--freeze '%s': %s", s->o.freeze, buf);
-            goto done;
-        }
-        have_re = true;
-    }
+    if ((st = pd__regex("freeze", s->o.freeze, &re, &have_re)) != PD_OK ||
+        (st = pd__regex("trainable", s->o.trainable, &tre, &have_tre)) != PD_OK)
+        goto done;
+    /* all: every float initializer the loss could train; seed: those the rules and patterns allow */
     for (int t = 0; t < g->ntensors; t++) {
         const pd__tensor *x = &g->tensors[t];
-        seed[t] = x->kind == PD_T_INIT && x->dtype == PD_FLOAT && x->data && x->numel > 0 &&
-                  !(have_re && regexec(&re, x->name, 0, NULL, 0) == 0);
+        all[t] = x->kind == PD_T_INIT && x->dtype == PD_FLOAT && x->data && x->numel > 0;
+        bool allowed = x->train == PD_TR_DEFAULT || x->train == PD_TR_LISTED ||
+                       (have_tre && regexec(&tre, x->name, 0, NULL, 0) == 0);
+        bool frozen = have_re && regexec(&re, x->name, 0, NULL, 0) == 0;
+        seed[t] = all[t] && allowed && !frozen;
+        reach[t] = frozen; /* kept for the list below */
     }
+    /* the untrained: what the whole set's flow reaches that the chosen set leaves out */
+    bool *frozen = s->needs_grad; /* borrowed until the flow below overwrites it */
+    memcpy(frozen, reach, sizeof(bool) * (size_t)g->ntensors);
+    bool *need = PD_CALLOC((size_t)g->ntensors + 1, sizeof(bool));
+    if (!need) {
+        st = pd__err(PD_ERR_NOMEM, "out of memory");
+        goto done;
+    }
+    pd__flow(g, all, s->pred, reach, need);
+    s->nuntrained = 0;
+    for (int t = 0; t < g->ntensors; t++)
+        if (all[t] && !seed[t] && reach[t] && need[t]) {
+            s->frozen[s->nuntrained] = frozen[t];
+            s->untrained[s->nuntrained++] = t;
+        }
+    PD_FREE(need);
     pd__flow(g, seed, s->pred, reach, s->needs_grad);
     s->np = 0;
     s->ptotal = 0;
     for (int t = 0; t < g->ntensors; t++) {
         s->needs_grad[t] = s->needs_grad[t] && reach[t];
         if (seed[t] && s->needs_grad[t]) {
+            g->tensors[t].trained = true;
             s->param[s->np] = t;
             s->poff[s->np++] = s->ptotal;
             s->ptotal += (g->tensors[t].numel + 15) & ~(int64_t)15;
@@ -215,11 +266,13 @@ static pd_status pd__choose_params(pd_session *s) {
     }
     if (s->np == 0)
         st = pd__err(PD_ERR_INVALID, "%s: nothing to train: no float32 initializer reaches the loss%s", g->path,
-                     have_re ? " (or --freeze matches them all)" : "");
+                     s->nuntrained ? " that the model and the freeze pattern allow" : "");
 done:
     if (have_re) regfree(&re);
+    if (have_tre) regfree(&tre);
     PD_FREE(seed);
     PD_FREE(reach);
+    PD_FREE(all);
     return st;
 }
 

@@ -15,6 +15,9 @@ struct pd_session {
     pd__exec x;
     int np;
     int *param;          /* graph tensor index of each trainable parameter */
+    int nuntrained;
+    int *untrained;      /* float initializers that reach the loss but are not trained: tensor index, */
+    bool *frozen;        /* ... and whether the freeze pattern excluded it (else the model's rules) */
     int64_t *poff;       /* its offset (floats) in the slabs */
     int64_t ptotal;      /* floats in each slab */
     float *params, *grads, *state0, *state1;

@@ -117,6 +117,7 @@ static cJSON *pd__trainer_info(const pd_trainer *t, const pd_plan *plan, const p
         cJSON_AddNumberToObject(j, "loss", (double)o->loss);
         cJSON_AddStringToObject(j, "output", o->output ? o->output : "");
         cJSON_AddStringToObject(j, "freeze", o->freeze ? o->freeze : "");
+        if (o->trainable) cJSON_AddStringToObject(j, "trainable", o->trainable);
         cJSON_AddNumberToObject(j, "seed", (double)o->seed);
         cJSON *pl = cJSON_Parse(pj); /* for pdonnx export and a reader's eyes; compared through "cut" */
         cJSON_AddItemToObject(j, "plan", pl ? pl : cJSON_CreateNull());

@@ -1,6 +1,8 @@
 /* test_grad_tensor.c - the backward kernels of the tensor ops
  * (runtime/cpu/tensor.c): Flatten, Reshape, Unsqueeze, Squeeze,
- * Transpose, Concat, Split, Slice, Gather, Expand, Pad.
+ * Transpose, Concat, Split, Slice, Gather, Expand, Pad, CumSum, Trilu, Tile,
+ * GatherElements, GatherND, ScatterElements, ScatterND, TopK, DepthToSpace,
+ * SpaceToDepth.
  *
  * 1. Finite differences (tests/gradcheck.h) in float64 on many random small
  *    cases of every op: ranks 1-5, negative axes, Slice with negative steps
@@ -13,6 +15,9 @@
  *    gradient is din[tag - 1] += dout[o], summed in double. That also checks
  *    Split with an absent output gradient, and float32 against float64.
  * 3. Errors: the ops with no gradient, a bad Gather index, an integer dtype.
+ *    Forwards finite differences cannot see: ArgMax/ArgMin/TopK/Hardmax ties,
+ *    integer and bool data, OneHot's wrapped and out-of-range indices, the
+ *    scatter reductions; TopK's runtime K and a max-scatter's backward refused.
  * 4. Timings (informative) of the embedding backward and the attention
  *    transposes.
  */
@@ -387,6 +392,225 @@ static gc *b_pad(pd_dtype dt, tcase *tc) {
              fmt_ints(e1, 2 * k, pads), k < r ? fmt_ints(e2, k, ax) : "(all)", cv ? " value -0.5" : "");
     return c;
 }
+
+/* ---- mask-building, index, selection and layout ops ------------------------------------ */
+
+static gc *b_cumsum(pd_dtype dt, tcase *tc) {
+    int r = (int)irand(1, 4), ax = (int)irand(-r, r - 1);
+    int64_t s[8], a = ax, ex = irand(0, 1), rev = irand(0, 1);
+    rand_shape(r, s);
+    bool i32 = irand(0, 1);
+    int32_t a32 = (int32_t)a;
+    gc *c = gc_new("CumSum", 14);
+    gc_input(c, dt, r, s, NULL);
+    gc_input(c, i32 ? PD_INT32 : PD_INT64, 0, s, i32 ? (const void *)&a32 : (const void *)&a);
+    if (ex || irand(0, 1)) gc_attr_i(c, "exclusive", ex);
+    if (rev || irand(0, 1)) gc_attr_i(c, "reverse", rev);
+    gc_outputs(c, 1);
+    char b[64];
+    snprintf(tc->desc, sizeof tc->desc, "CumSum %s axis %d (%s) exclusive %lld reverse %lld", fmt_shape(b, r, s), ax,
+             i32 ? "int32" : "int64", (long long)ex, (long long)rev);
+    return c;
+}
+
+static gc *b_trilu(pd_dtype dt, tcase *tc) {
+    int r = (int)irand(2, 4);
+    int64_t s[8], k = irand(-4, 4), up = irand(0, 1);
+    rand_shape(r, s);
+    bool hask = irand(0, 3) > 0;
+    gc *c = gc_new("Trilu", 14);
+    gc_input(c, dt, r, s, NULL);
+    if (hask) gc_input(c, PD_INT64, 0, s, &k);
+    if (up == 0 || irand(0, 1)) gc_attr_i(c, "upper", up);
+    gc_outputs(c, 1);
+    char b[64];
+    snprintf(tc->desc, sizeof tc->desc, "Trilu %s upper %lld k %lld%s", fmt_shape(b, r, s), (long long)up,
+             hask ? (long long)k : 0LL, hask ? "" : " (absent)");
+    return c;
+}
+
+static gc *b_tile(pd_dtype dt, tcase *tc) {
+    int r = (int)irand(1, 4);
+    int64_t s[8], rep[8];
+    rand_shape(r, s);
+    for (int d = 0; d < r; d++) {
+        if (s[d] > 3) s[d] = 3;
+        rep[d] = irand(0, 5) == 0 ? 0 : irand(1, 3);
+    }
+    bool one = irand(0, 3) == 0; /* Tile-1: a scalar tiles along one axis */
+    int64_t ax = irand(-r, r - 1);
+    if (one)
+        for (int d = 0; d < r; d++) rep[d] = d == (ax < 0 ? ax + r : ax) ? rep[d] : 1;
+    gc *c = gc_new("Tile", one ? 1 : 13);
+    gc_input(c, dt, r, s, NULL);
+    if (one) {
+        gc_input(c, PD_INT64, 0, s, &rep[ax < 0 ? ax + r : ax]);
+        gc_input(c, PD_INT64, 0, s, &ax);
+    } else {
+        in_ints(c, r, rep);
+    }
+    gc_outputs(c, 1);
+    char b[64], e[96];
+    snprintf(tc->desc, sizeof tc->desc, "Tile-%d %s repeats %s%s", one ? 1 : 13, fmt_shape(b, r, s), fmt_ints(e, r, rep),
+             one ? " (tiles, axis)" : "");
+    return c;
+}
+
+static gc *b_gather_elements(pd_dtype dt, tcase *tc) {
+    int r = (int)irand(1, 3), ax = (int)irand(-r, r - 1), a = ax < 0 ? ax + r : ax;
+    int64_t s[8], is[8], idx[64], ni = 1;
+    for (int d = 0; d < r; d++) s[d] = irand(1, 4);
+    for (int d = 0; d < r; d++) ni *= is[d] = d == a ? irand(1, 4) : irand(1, s[d]);
+    for (int64_t j = 0; j < ni; j++) idx[j] = irand(-s[a], s[a] - 1);
+    bool i32 = irand(0, 3) == 0;
+    int32_t idx32[64];
+    for (int64_t j = 0; j < ni; j++) idx32[j] = (int32_t)idx[j];
+    gc *c = gc_new("GatherElements", 13);
+    gc_input(c, dt, r, s, NULL);
+    gc_input(c, i32 ? PD_INT32 : PD_INT64, r, is, i32 ? (const void *)idx32 : (const void *)idx);
+    gc_attr_i(c, "axis", ax);
+    gc_outputs(c, 1);
+    char b[64], e[64], f[96];
+    snprintf(tc->desc, sizeof tc->desc, "GatherElements %s axis %d indices %s %s", fmt_shape(b, r, s), ax,
+             fmt_shape(e, r, is), fmt_ints(f, (int)ni, idx));
+    return c;
+}
+
+static gc *b_gather_nd(pd_dtype dt, tcase *tc) {
+    int r = (int)irand(1, 4), bd = (int)irand(0, r - 1), m = (int)irand(1, r - bd), q = bd + (int)irand(0, 2) + 1;
+    int64_t s[8] = {0}, is[8], idx[128], nt = 1;
+    for (int d = 0; d < r; d++) s[d] = irand(1, 3);
+    for (int d = 0; d < q - 1; d++) is[d] = d < bd ? s[d] : irand(1, 3);
+    is[q - 1] = m;
+    for (int d = 0; d < q - 1; d++) nt *= is[d];
+    for (int64_t t = 0; t < nt; t++)
+        for (int l = 0; l < m; l++) idx[t * m + l] = irand(-s[bd + l], s[bd + l] - 1);
+    gc *c = gc_new("GatherND", 13);
+    gc_input(c, dt, r, s, NULL);
+    gc_input(c, PD_INT64, q, is, idx);
+    if (bd || irand(0, 1)) gc_attr_i(c, "batch_dims", bd);
+    gc_outputs(c, 1);
+    char b[64], e[64], f[96];
+    snprintf(tc->desc, sizeof tc->desc, "GatherND %s batch_dims %d indices %s %s", fmt_shape(b, r, s), bd,
+             fmt_shape(e, q, is), fmt_ints(f, (int)(nt * m), idx));
+    return c;
+}
+
+static bool scatter_add; /* the scatter builders: reduction add, else none (distinct targets) */
+
+static gc *b_scatter_elements(pd_dtype dt, tcase *tc) {
+    int r = (int)irand(1, 3), ax = (int)irand(-r, r - 1), a = ax < 0 ? ax + r : ax;
+    int64_t s[8], is[8], idx[64], ni = 1, id[8] = {0};
+    for (int d = 0; d < r; d++) s[d] = irand(1, 4);
+    for (int d = 0; d < r; d++) ni *= is[d] = d == a ? irand(1, s[d]) : irand(1, s[d]);
+    /* none: within a line along the axis the targets are distinct (a shifted run) */
+    int64_t seed0 = irand(0, 100);
+    for (int64_t j = 0; j < ni; j++) {
+        int64_t key = 0;
+        for (int d = 0; d < r; d++)
+            if (d != a) key += id[d] * (d + 3);
+        int64_t v = scatter_add ? irand(0, s[a] - 1) : (id[a] + key * seed0 + seed0) % s[a];
+        idx[j] = irand(0, 1) ? v - s[a] : v;
+        for (int d = r - 1; d >= 0; d--) {
+            if (++id[d] < is[d]) break;
+            id[d] = 0;
+        }
+    }
+    gc *c = gc_new("ScatterElements", 16);
+    gc_input(c, dt, r, s, NULL);
+    gc_input(c, PD_INT64, r, is, idx);
+    gc_input(c, dt, r, is, NULL);
+    gc_attr_i(c, "axis", ax);
+    if (scatter_add)
+        gc_attr_s(c, "reduction", "add");
+    else if (irand(0, 1))
+        gc_attr_s(c, "reduction", "none");
+    gc_outputs(c, 1);
+    tc->mask = 0x5;
+    char b[64], e[64], f[96];
+    snprintf(tc->desc, sizeof tc->desc, "ScatterElements-%s %s axis %d indices %s %s", scatter_add ? "add" : "none",
+             fmt_shape(b, r, s), ax, fmt_shape(e, r, is), fmt_ints(f, (int)ni, idx));
+    return c;
+}
+
+static gc *b_scatter_nd(pd_dtype dt, tcase *tc) {
+    int r = (int)irand(1, 3), m = (int)irand(1, r), q = (int)irand(1, 3);
+    int64_t s[8], is[8], us[8], idx[64], nt = 1;
+    for (int d = 0; d < r; d++) s[d] = irand(1, 4);
+    int64_t cells = 1;
+    for (int l = 0; l < m; l++) cells *= s[l];
+    for (int d = 0; d < q - 1; d++) nt *= is[d] = irand(1, 3);
+    if (!scatter_add && nt > cells) q = 1, nt = 1; /* none: distinct targets */
+    is[q - 1] = m;
+    int64_t cell[64];
+    for (int64_t i = 0; i < cells; i++) cell[i] = i;
+    shuffle((int)cells, cell);
+    for (int64_t t = 0; t < nt; t++) {
+        int64_t v = scatter_add ? irand(0, cells - 1) : cell[t];
+        for (int l = m - 1; l >= 0; l--) {
+            idx[t * m + l] = irand(0, 1) ? v % s[l] - s[l] : v % s[l];
+            v /= s[l];
+        }
+    }
+    int ru = 0;
+    for (int d = 0; d < q - 1; d++) us[ru++] = is[d];
+    for (int d = m; d < r; d++) us[ru++] = s[d];
+    gc *c = gc_new("ScatterND", 16);
+    gc_input(c, dt, r, s, NULL);
+    gc_input(c, PD_INT64, q, is, idx);
+    gc_input(c, dt, ru, us, NULL);
+    if (scatter_add) gc_attr_s(c, "reduction", "add");
+    gc_outputs(c, 1);
+    tc->mask = 0x5;
+    char b[64], e[64], f[96];
+    snprintf(tc->desc, sizeof tc->desc, "ScatterND-%s %s indices %s %s", scatter_add ? "add" : "none",
+             fmt_shape(b, r, s), fmt_shape(e, q, is), fmt_ints(f, (int)(nt * m), idx));
+    return c;
+}
+
+static gc *b_topk(pd_dtype dt, tcase *tc) {
+    int r = (int)irand(1, 3), ax = (int)irand(-r, r - 1), a = ax < 0 ? ax + r : ax, opset = irand(0, 3) ? 11 : 1;
+    int64_t s[8], k, largest = irand(0, 1);
+    rand_shape(r, s);
+    k = irand(0, s[a]);
+    gc *c = gc_new("TopK", opset);
+    gc_input(c, dt, r, s, NULL);
+    if (opset >= 10) {
+        int64_t one = 1;
+        gc_input(c, PD_INT64, 1, &one, &k);
+        gc_attr_i(c, "largest", largest);
+    } else {
+        gc_attr_i(c, "k", k);
+        largest = 1;
+    }
+    gc_attr_i(c, "axis", ax);
+    gc_outputs(c, 2);
+    tc->no_dout = 0x2;
+    char b[64];
+    snprintf(tc->desc, sizeof tc->desc, "TopK-%d %s axis %d k %lld largest %lld", opset, fmt_shape(b, r, s), ax,
+             (long long)k, (long long)largest);
+    return c;
+}
+
+static gc *b_space_depth(pd_dtype dt, tcase *tc, bool to_space) {
+    int64_t bs = irand(1, 3), s[4] = {irand(1, 2), irand(1, 3), irand(1, 3), irand(1, 3)};
+    if (to_space)
+        s[1] *= bs * bs;
+    else
+        s[2] *= bs, s[3] *= bs;
+    bool crd = to_space && irand(0, 1);
+    gc *c = gc_new(to_space ? "DepthToSpace" : "SpaceToDepth", 13);
+    gc_input(c, dt, 4, s, NULL);
+    gc_attr_i(c, "blocksize", bs);
+    if (crd || (to_space && irand(0, 1))) gc_attr_s(c, "mode", crd ? "CRD" : "DCR");
+    gc_outputs(c, 1);
+    char b[64];
+    snprintf(tc->desc, sizeof tc->desc, "%s %s blocksize %lld%s", to_space ? "DepthToSpace" : "SpaceToDepth",
+             fmt_shape(b, 4, s), (long long)bs, crd ? " CRD" : "");
+    return c;
+}
+static gc *b_depth_to_space(pd_dtype dt, tcase *tc) { return b_space_depth(dt, tc, true); }
+static gc *b_space_to_depth(pd_dtype dt, tcase *tc) { return b_space_depth(dt, tc, false); }
 
 /* ---- the exact reference ---------------------------------------------------------------- */
 
@@ -787,6 +1011,213 @@ static void test_errors(void) {
     free(x.scratch);
 }
 
+/* ---- forwards that finite differences cannot see: integer and bool data, ties, refusals ---- */
+
+/* Runs case c's shape rule and forward; false (with why) on an error. */
+static bool fwd_run(gc *c, char *why, size_t nwhy) {
+    why[0] = 0;
+    if (!prepare(c, why, nwhy)) return false;
+    pd__exec x = {.threads = 1, .g = c->g};
+    pd_tensor iv[16], ov[16], *ip[16], *op[16];
+    gc__views(c, iv, ip, ov, op);
+    bool ok = pd__cpu_run(&x, c->g, &c->node, ip, op) == PD_OK;
+    if (!ok) snprintf(why, nwhy, "forward: %s", pd_last_error());
+    free(x.scratch);
+    return ok;
+}
+
+/* Output j of a case that ran, as int64 values (k of them); false when its size differs. */
+static bool out_is(gc *c, int j, int k, const int64_t *want) {
+    const pd__tensor *t = &c->g->tensors[c->out[j]];
+    if (t->numel != k) return false;
+    for (int i = 0; i < k; i++)
+        if (pd__get_i(t->dtype, t->data, i) != want[i]) return false;
+    return true;
+}
+
+static void test_forward_new(void) {
+    char why[512] = "";
+    { /* ArgMax / ArgMin ties: the first, or the last with select_last_index */
+        const int32_t v[8] = {1, 3, 3, 0, -2, -2, 5, -2};
+        int64_t s[2] = {2, 4}, first[2] = {1, 2}, last[2] = {2, 2}, mn[2] = {3, 0}, mnl[2] = {3, 3};
+        for (int w = 0; w < 4; w++) {
+            gc *c = gc_new(w < 2 ? "ArgMax" : "ArgMin", 13);
+            gc_input(c, PD_INT32, 2, s, v);
+            gc_attr_i(c, "axis", -1);
+            gc_attr_i(c, "keepdims", 0);
+            if (w & 1) gc_attr_i(c, "select_last_index", 1);
+            const int64_t *want = w == 0 ? first : w == 1 ? last : w == 2 ? mn : mnl;
+            gc_outputs(c, 1);
+            bool ok = fwd_run(c, why, sizeof why) && c->g->tensors[c->out[0]].dtype == PD_INT64 &&
+                      c->g->tensors[c->out[0]].ndim == 1 && out_is(c, 0, 2, want);
+            CHECK(ok, "%s int32 rows (1,3,3,0), (-2,-2,5,-2)%s: (%lld, %lld) %s", w < 2 ? "ArgMax" : "ArgMin",
+                  w & 1 ? " select_last_index" : "", (long long)want[0], (long long)want[1], why);
+            gc_free(c);
+        }
+        const uint64_t u[3] = {1, UINT64_MAX, 7};
+        int64_t n3 = 3, one = 1;
+        gc *c = gc_new("ArgMax", 13);
+        gc_input(c, PD_UINT64, 1, &n3, u);
+        gc_outputs(c, 1);
+        CHECK(fwd_run(c, why, sizeof why) && out_is(c, 0, 1, &one), "ArgMax of uint64 (1, MAX, 7) is 1 %s", why);
+        gc_free(c);
+    }
+    { /* TopK ties keep the lower index first; int64 data; largest and smallest */
+        const int64_t v[5] = {2, 5, 5, 1, 2};
+        int64_t s = 5, k = 3, one = 1;
+        int64_t lv[3] = {5, 5, 2}, li[3] = {1, 2, 0}, sv[3] = {1, 2, 2}, si[3] = {3, 0, 4};
+        for (int largest = 1; largest >= 0; largest--) {
+            gc *c = gc_new("TopK", 11);
+            gc_input(c, PD_INT64, 1, &s, v);
+            gc_input(c, PD_INT64, 1, &one, &k);
+            gc_attr_i(c, "largest", largest);
+            gc_outputs(c, 2);
+            bool ok = fwd_run(c, why, sizeof why) && out_is(c, 0, 3, largest ? lv : sv) &&
+                      out_is(c, 1, 3, largest ? li : si);
+            CHECK(ok, "TopK int64 (2,5,5,1,2) k 3 %s: ties in index order %s", largest ? "largest" : "smallest", why);
+            gc_free(c);
+        }
+        gc *c = gc_new("TopK", 11); /* K computed at run time: refused at load, not guessed */
+        double x[5] = {0};
+        gc_input(c, PD_DOUBLE, 1, &s, x);
+        gc_input(c, PD_INT64, 1, &one, &k);
+        c->g->tensors[c->in[1]].kind = PD_T_INPUT;
+        gc_outputs(c, 2);
+        bool ok = !fwd_run(c, why, sizeof why);
+        CHECK(ok && strstr(why, "K must be constant") != NULL, "TopK with a runtime K is refused (%s)", why);
+        gc_free(c);
+    }
+    { /* Hardmax: the first of tied maxima */
+        const float v[4] = {1, 4, 4, 2};
+        int64_t s[2] = {1, 4}, want[4] = {0, 1, 0, 0};
+        gc *c = gc_new("Hardmax", 13);
+        gc_input(c, PD_FLOAT, 2, s, v);
+        gc_outputs(c, 1);
+        CHECK(fwd_run(c, why, sizeof why) && out_is(c, 0, 4, want), "Hardmax (1,4,4,2) is (0,1,0,0) %s", why);
+        gc_free(c);
+    }
+    { /* OneHot: a negative index wraps, one out of range is all off; float indices, int32 values */
+        const float ind[3] = {1, -1, 3};
+        const int32_t vals[2] = {-5, 9};
+        int64_t s = 3, depth = 3, two = 2;
+        int64_t want[9] = {-5, 9, -5, -5, -5, 9, -5, -5, -5};
+        gc *c = gc_new("OneHot", 11);
+        gc_input(c, PD_FLOAT, 1, &s, ind);
+        gc_input(c, PD_INT64, 0, &s, &depth);
+        gc_input(c, PD_INT32, 1, &two, vals);
+        gc_outputs(c, 1);
+        CHECK(fwd_run(c, why, sizeof why) && c->g->tensors[c->out[0]].dtype == PD_INT32 && out_is(c, 0, 9, want),
+              "OneHot (1,-1,3) depth 3 values (-5,9) %s", why);
+        gc_free(c);
+    }
+    { /* Size: int64 scalar, 0 for an empty tensor */
+        int64_t s[3] = {2, 3, 0}, zero = 0;
+        gc *c = gc_new("Size", 13);
+        gc_input(c, PD_BOOL, 3, s, NULL);
+        gc_outputs(c, 1);
+        CHECK(fwd_run(c, why, sizeof why) && c->g->tensors[c->out[0]].ndim == 0 && out_is(c, 0, 1, &zero),
+              "Size of a [2,3,0] bool tensor is a 0-D int64 0 %s", why);
+        gc_free(c);
+    }
+    { /* CumSum on int32, exclusive and reverse; uint64 wraps like the type */
+        const int32_t v[4] = {1, 2, 3, 4};
+        int64_t s = 4, ax = 0, want[4] = {9, 7, 4, 0};
+        gc *c = gc_new("CumSum", 14);
+        gc_input(c, PD_INT32, 1, &s, v);
+        gc_input(c, PD_INT64, 0, &s, &ax);
+        gc_attr_i(c, "exclusive", 1);
+        gc_attr_i(c, "reverse", 1);
+        gc_outputs(c, 1);
+        CHECK(fwd_run(c, why, sizeof why) && out_is(c, 0, 4, want), "CumSum int32 (1,2,3,4) exclusive reverse %s",
+              why);
+        gc_free(c);
+    }
+    { /* the byte movers on bool and int8: Tile, Trilu, GatherElements, DepthToSpace */
+        const uint8_t b[4] = {1, 0, 0, 1};
+        int64_t s[2] = {2, 2}, rep[2] = {1, 2}, two = 2, k = 1;
+        int64_t tw[8] = {1, 0, 1, 0, 0, 1, 0, 1}, trw[4] = {0, 0, 0, 0}, trl[4] = {1, 0, 0, 1};
+        gc *c = gc_new("Tile", 13);
+        gc_input(c, PD_BOOL, 2, s, b);
+        gc_input(c, PD_INT64, 1, &two, rep);
+        gc_outputs(c, 1);
+        CHECK(fwd_run(c, why, sizeof why) && c->g->tensors[c->out[0]].dtype == PD_BOOL && out_is(c, 0, 8, tw),
+              "Tile of bool [[1,0],[0,1]] by (1,2) %s", why);
+        gc_free(c);
+        for (int up = 1; up >= 0; up--) {
+            c = gc_new("Trilu", 14);
+            gc_input(c, PD_BOOL, 2, s, b);
+            gc_input(c, PD_INT64, 0, s, &k);
+            gc_attr_i(c, "upper", up);
+            gc_outputs(c, 1);
+            CHECK(fwd_run(c, why, sizeof why) && out_is(c, 0, 4, up ? trw : trl), "Trilu of bool, k 1, upper %d %s",
+                  up, why);
+            gc_free(c);
+        }
+        for (int w = 0; w < 4; w++) { /* k at the int64 limits: everything or nothing kept, no overflow */
+            int64_t kk = w & 1 ? INT64_MIN : INT64_MAX, all[4] = {1, 0, 0, 1}, none[4] = {0, 0, 0, 0};
+            bool up = w < 2, keep = up == (kk == INT64_MIN);
+            c = gc_new("Trilu", 14);
+            gc_input(c, PD_BOOL, 2, s, b);
+            gc_input(c, PD_INT64, 0, s, &kk);
+            gc_attr_i(c, "upper", up);
+            gc_outputs(c, 1);
+            CHECK(fwd_run(c, why, sizeof why) && out_is(c, 0, 4, keep ? all : none), "Trilu upper %d k %s keeps %s %s",
+                  up, kk == INT64_MIN ? "INT64_MIN" : "INT64_MAX", keep ? "all" : "nothing", why);
+            gc_free(c);
+        }
+        const int8_t d[4] = {-1, 2, -3, 4};
+        const int64_t ind[4] = {1, 0, -1, 0};
+        int64_t ge[4] = {2, -1, 4, -3};
+        c = gc_new("GatherElements", 13);
+        gc_input(c, PD_INT8, 2, s, d);
+        gc_input(c, PD_INT64, 2, s, ind);
+        gc_attr_i(c, "axis", 1);
+        gc_outputs(c, 1);
+        CHECK(fwd_run(c, why, sizeof why) && out_is(c, 0, 4, ge), "GatherElements of int8, axis 1 %s", why);
+        gc_free(c);
+    }
+    { /* ScatterElements reductions on int32; no gradient for mul, max, min */
+        static const char *reds[4] = {"add", "mul", "max", "min"};
+        const int32_t d[3] = {1, 2, 3}, u[3] = {5, -4, 2};
+        const int64_t ind[3] = {0, 0, 2};
+        int64_t s = 3, want[4][3] = {{2, 2, 5}, {-20, 2, 6}, {5, 2, 3}, {-4, 2, 2}};
+        for (int r = 0; r < 4; r++) {
+            gc *c = gc_new("ScatterElements", 18);
+            gc_input(c, PD_INT32, 1, &s, d);
+            gc_input(c, PD_INT64, 1, &s, ind);
+            gc_input(c, PD_INT32, 1, &s, u);
+            gc_attr_s(c, "reduction", reds[r]);
+            gc_outputs(c, 1);
+            CHECK(fwd_run(c, why, sizeof why) && out_is(c, 0, 3, want[r]),
+                  "ScatterElements int32 reduction %s, repeated index %s", reds[r], why);
+            gc_free(c);
+        }
+        int64_t two = 2, i2[2] = {1, 1};
+        double dd[2] = {1, 2}, du[2] = {3, 4}, g[2] = {1, 1}, gd[2] = {0, 0};
+        gc *c = gc_new("ScatterElements", 18);
+        gc_input(c, PD_DOUBLE, 1, &two, dd);
+        gc_input(c, PD_INT64, 1, &two, i2);
+        gc_input(c, PD_DOUBLE, 1, &two, du);
+        gc_attr_s(c, "reduction", "max");
+        gc_outputs(c, 1);
+        bool ok = fwd_run(c, why, sizeof why);
+        pd__exec x = {.threads = 1, .g = c->g};
+        pd_tensor iv[16], ov[16], *ip[16], *op[16];
+        gc__views(c, iv, ip, ov, op);
+        pd_tensor tg = ov[0], tgd = iv[0];
+        tg.data = g;
+        tgd.data = gd;
+        pd_tensor *dout[1] = {&tg}, *din[3] = {&tgd, NULL, NULL};
+        pd_status st = ok ? pd__cpu_run_bwd(&x, c->g, &c->node, ip, op, dout, din) : PD_ERR_INTERNAL;
+        CHECK(st == PD_ERR_UNSUPPORTED && strstr(pd_last_error(), "reduction 'max'") != NULL &&
+                  strstr(pd_last_error(), "backward") != NULL && gd[0] == 0,
+              "ScatterElements backward with reduction max is refused, naming the node and the reduction (%s)",
+              pd_last_error());
+        free(x.scratch);
+        gc_free(c);
+    }
+}
+
 /* ---- timings --------------------------------------------------------------------------------------- */
 
 static double now_s(void) {
@@ -865,6 +1296,19 @@ int main(int argc, char **argv) {
     suite("Gather", b_gather, 80, 80);
     suite("Expand", b_expand, 60, 60);
     suite("Pad", b_pad, 120, 120);
+    suite("CumSum", b_cumsum, 60, 0); /* sums: not a move, finite differences only */
+    suite("Trilu", b_trilu, 60, 60);
+    suite("Tile", b_tile, 60, 60);
+    suite("GatherElements", b_gather_elements, 60, 60);
+    suite("GatherND", b_gather_nd, 60, 60);
+    suite("ScatterElements (none)", b_scatter_elements, 60, 60);
+    suite("ScatterND (none)", b_scatter_nd, 60, 60);
+    scatter_add = true; /* sums: finite differences only */
+    suite("ScatterElements (add)", b_scatter_elements, 60, 0);
+    suite("ScatterND (add)", b_scatter_nd, 60, 0);
+    suite("TopK", b_topk, 60, 60);
+    suite("DepthToSpace", b_depth_to_space, 40, 40);
+    suite("SpaceToDepth", b_space_to_depth, 40, 40);
 
     { /* a transpose with partial tiles, by finite differences */
         int64_t s[4] = {1, 2, 35, 33}, p[4] = {0, 1, 3, 2};
@@ -887,6 +1331,7 @@ int main(int argc, char **argv) {
         }
     }
     test_errors();
+    test_forward_new();
     if (!quick) timings();
     char missing[1024];
     CHECK(gc_uncovered(PD_OPF_TENSOR, missing, sizeof missing) == 0,

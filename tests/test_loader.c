@@ -1186,6 +1186,94 @@ static void test_tensor_pb(void) {
 
 /* test_loader [DIR]: with DIR, the models are written there and kept (the CLI
  * test runs pdonnx on them). */
+/* y = (x W) * s + b, trained with mse from one session per option set:
+ * which initializers the session trains and lists as untrained. */
+static void trainable_case(const char *label, const char *path, const char *freeze, const char *trainable,
+                           const char *want_params, const char *want_untrained) {
+    pd_load_options lo = PD_LOAD_OPTIONS_INIT;
+    pd_graph *g = NULL;
+    pd_session *s = NULL;
+    pd_train_options to = PD_TRAIN_OPTIONS_INIT;
+    to.loss = PD_LOSS_MSE;
+    to.freeze = freeze;
+    to.trainable = trainable;
+    char params[256] = "", untrained[256] = "";
+    pd_status st = pd_graph_load_file(path, &lo, &g);
+    if (st == PD_OK) st = pd_session_create(g, &to, &s);
+    for (int i = 0; st == PD_OK && i < pd_session_num_params(s); i++) {
+        const char *name;
+        if (pd_session_param(s, i, &name, NULL, NULL) == PD_OK)
+            snprintf(params + strlen(params), sizeof params - strlen(params), "%s%s", i ? "," : "", name);
+    }
+    for (int i = 0; st == PD_OK && i < pd_session_num_untrained(s); i++) {
+        pd_value_info v;
+        const char *why;
+        if (pd_session_untrained(s, i, &v, &why) == PD_OK)
+            snprintf(untrained + strlen(untrained), sizeof untrained - strlen(untrained), "%s%s(%s)", i ? "," : "",
+                     v.name, why);
+    }
+    CHECK(st == PD_OK && !strcmp(params, want_params) && !strcmp(untrained, want_untrained),
+          "trainable: %s: trains [%s], not [%s] %s", label, params, untrained, st == PD_OK ? "" : pd_last_error());
+    pd_session_destroy(s);
+    pd_graph_destroy(g);
+}
+
+static void test_trainable(void) {
+    static const float w[6] = {0.1f, -0.2f, 0.3f, 0.4f, -0.5f, 0.6f}, sc[1] = {0.5f}, bias[2] = {0.1f, -0.1f};
+    mb *b = mb_new(17);
+    add_in(b, mk_vi("x", PD_FLOAT, "4,3"));
+    add_init(b, mk_f32("W", "3,2", w, 6));
+    add_init(b, mk_f32("s", "", sc, 1)); /* the dynamo exporter's kind of constant: a float scalar initializer */
+    add_init(b, mk_f32("b", "2", bias, 2));
+    add_node(b, mk_node("MatMul", "mm", "x,W", "h"));
+    add_node(b, mk_node("Mul", "scale", "h,s", "hs"));
+    add_node(b, mk_node("Add", "bias", "hs,b", "y"));
+    add_out(b, "y");
+    const char *plain = save(b, "trainable.onnx");
+    trainable_case("the default", plain, NULL, NULL, "W,b", "s(one element: an exporter's constant)");
+    trainable_case("trainable names the scalar", plain, NULL, "^s$", "W,s,b", "");
+    trainable_case("freeze wins over trainable", plain, "^(s|W)$", "^s$", "b",
+                   "W(the freeze pattern matches it),s(the freeze pattern matches it)");
+
+    /* a saved model says what was trained (training_info), and loading it trains the same set */
+    {
+        pd_load_options lo = PD_LOAD_OPTIONS_INIT;
+        pd_train_options to = PD_TRAIN_OPTIONS_INIT;
+        to.loss = PD_LOSS_MSE;
+        pd_graph *g = NULL;
+        pd_session *s = NULL;
+        const char *saved = fmt("%s/trained.onnx", tmp_root);
+        bool ok = pd_graph_load_file(plain, &lo, &g) == PD_OK && pd_session_create(g, &to, &s) == PD_OK &&
+                  pd_graph_save(g, saved) == PD_OK;
+        pd_session_destroy(s);
+        pd_graph_destroy(g);
+        CHECK(ok, "trainable: a trained model saves: %s", ok ? "yes" : pd_last_error());
+        trainable_case("the saved model's training_info", saved, NULL, NULL, "W,b",
+                       "s(the model's training_info does not list it)");
+    }
+
+    /* the model's own answer: training_info's update_binding lists W only */
+    static const Onnx__TrainingInfoProto tinit = ONNX__TRAINING_INFO_PROTO__INIT;
+    static const Onnx__StringStringEntryProto einit = ONNX__STRING_STRING_ENTRY_PROTO__INIT;
+    Onnx__TrainingInfoProto *ti = al(sizeof *ti);
+    *ti = tinit;
+    Onnx__StringStringEntryProto *e = al(sizeof *e);
+    *e = einit;
+    e->key = S("W");
+    e->value = S("W_new");
+    ti->n_update_binding = 1;
+    ti->update_binding = al(sizeof(void *));
+    ti->update_binding[0] = e;
+    b->m.n_training_info = 1;
+    b->m.training_info = al(sizeof(void *));
+    b->m.training_info[0] = ti;
+    const char *listed = save(b, "training_info.onnx");
+    trainable_case("training_info lists W", listed, NULL, NULL, "W",
+                   "s(the model's training_info does not list it),b(the model's training_info does not list it)");
+    trainable_case("training_info, and trainable names b", listed, NULL, "^b$", "W,b",
+                   "s(the model's training_info does not list it)");
+}
+
 int main(int argc, char **argv) {
     bool keep = argc > 1;
     if (keep) {
@@ -1214,6 +1302,7 @@ int main(int argc, char **argv) {
     test_opsets();
     test_constant_cap();
     test_tensor_pb();
+    test_trainable();
     if (!keep) nftw(tmp_root, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
     arena_free();
     return check_summary();

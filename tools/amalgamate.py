@@ -34,6 +34,7 @@ SOURCES = [
     "api.c",
     "shape_elem.c",
     "shape_nn.c",
+    "shape_rnn.c",
     "shape_tensor.c",
     "profile.c",
     "antichain.c",

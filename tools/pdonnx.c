@@ -88,7 +88,7 @@ static void pd__usage(FILE *f) {
             "         [--loss auto|cross_entropy|mse|graph] [--output NAME]\n"
             "         [--optimizer sgd|momentum|nesterov|adam|adamw] [--lr F] [--momentum F]\n"
             "         [--beta1 F] [--beta2 F] [--eps F] [--weight-decay F] [--clip-grad-norm F]\n"
-            "         [--warmup N] [--cosine] [--min-lr F] [--freeze REGEX]\n"
+            "         [--warmup N] [--cosine] [--min-lr F] [--freeze REGEX] [--trainable REGEX]\n"
             "         [--batch N] [--steps N | --epochs N] [--no-shuffle] [--seed N] [--threads N]\n"
             "         [--device cpu|cuda[:N]|sim[:N]] [--precision fp32|tf32|bf16] (cuda: a stage per thread on the GPU;\n"
             "          sim: the CUDA path on N simulated devices, on the CPU, for testing)\n"

@@ -161,6 +161,9 @@ static int pd__parse(pd__targs *a, int argc, char **argv) {
         } else if (!strcmp(f, "--freeze")) {
             NEED_VALUE;
             a->o.freeze = v;
+        } else if (!strcmp(f, "--trainable")) {
+            NEED_VALUE;
+            a->o.trainable = v;
         } else if (!strcmp(f, "--batch")) {
             NEED_VALUE;
             if (!pd_cli_parse_int(f, v, 1, INT32_MAX, &a->batch)) return 2;
@@ -314,6 +317,32 @@ static bool pd__outputs_ok(const pd__targs *a) {
             return false;
         }
     return true;
+}
+
+/* The start-up lines: what is trained, and what the model holds that is not
+ * (an exporter's constants, what training_info leaves out, --freeze). */
+static void pd__report_params(const pd__targs *a, pd_session *s, int64_t rows, int64_t steps) {
+    int64_t floats = 0;
+    for (int i = 0; i < pd_session_num_params(s); i++) {
+        pd_tensor v;
+        if (pd_session_param(s, i, NULL, &v, NULL) == PD_OK) floats += pd_tensor_numel(&v);
+    }
+    printf("training %s: %d parameter tensors (%lld floats), %lld rows, batch %lld, %lld steps, %s lr %g\n", a->model,
+           pd_session_num_params(s), (long long)floats, (long long)rows, (long long)a->batch, (long long)steps,
+           pd__optim_name(a->o.optimizer), a->o.lr);
+    int nu = pd_session_num_untrained(s);
+    if (nu == 0) return;
+    char list[512] = "", shape[128], name[128];
+    const char *why = "";
+    for (int i = 0; i < nu && i < 6; i++) {
+        pd_value_info v;
+        if (pd_session_untrained(s, i, &v, i == 0 ? &why : NULL) != PD_OK) continue;
+        pd__format_shape(shape, sizeof shape, v.ndim, v.shape);
+        snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s %s", i ? ", " : "",
+                 pd__escape(name, sizeof name, v.name), shape);
+    }
+    printf("not trained: %d float initializer%s (%s%s): %s%s\n", nu, nu == 1 ? "" : "s", list, nu > 6 ? ", ..." : "",
+           why, strstr(why, "freeze") ? "" : " (--trainable REGEX trains them)");
 }
 
 /* --metrics: false (after a one-line error) once a write to it failed. */
@@ -709,6 +738,7 @@ static cJSON *pd__run_info(const pd__targs *a, int64_t graph_batch, int64_t step
     cJSON_AddNumberToObject(j, "weight_decay", a->o.weight_decay);
     cJSON_AddNumberToObject(j, "loss", (double)a->o.loss);
     cJSON_AddStringToObject(j, "freeze", a->o.freeze ? a->o.freeze : "");
+    if (a->o.trainable) cJSON_AddStringToObject(j, "trainable", a->o.trainable);
     if (piped) {
         cJSON_AddStringToObject(j, "schedule", pd__sched_kind_name(kind));
         cJSON_AddNumberToObject(j, "microbatches", (double)a->microbatches);
@@ -1033,10 +1063,7 @@ static int pd__train_main(int argc, char **argv) {
         }
         goto save;
     }
-    if (!a.quiet)
-        printf("training %s: %d parameter tensors (%lld floats), %lld rows, batch %lld, %lld steps, %s lr %g\n",
-               a.model, pd_session_num_params(s), (long long)(pd_graph_param_bytes(g) / 4), (long long)rows,
-               (long long)a.batch, (long long)steps, pd__optim_name(a.o.optimizer), a.o.lr);
+    if (!a.quiet) pd__report_params(&a, s, rows, steps);
     if (cr.from.nparts) {
         if (pd__session_restore(s, cr.from.parts[0], cr.from.lens[0]) != PD_OK) {
             fprintf(stderr, "pdonnx: --resume %s: %s\n", cr.from.path, pd_last_error());

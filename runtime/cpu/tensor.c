@@ -1,7 +1,9 @@
 /* tensor.c - CPU kernels of the tensor ops, each forward beside its
  * backward: Flatten, Reshape, Unsqueeze, Squeeze, Transpose, Concat, Split,
- * Slice, Expand, Gather, Pad; and Constant, Shape, ConstantOfShape and
- * Range, which are not differentiable.
+ * Slice, Expand, Gather, Pad, CumSum, Trilu, Tile, GatherElements, GatherND,
+ * ScatterElements, ScatterND, TopK, DepthToSpace, SpaceToDepth; and Constant,
+ * Shape, ConstantOfShape, Range, Size, OneHot, ArgMax, ArgMin and Hardmax,
+ * which are not differentiable.
  *
  * Forward: they move bytes, so one kernel serves every dtype: elements are
  * copied as pd_dtype_size-byte units with memcpy. Strided copies
@@ -1114,3 +1116,694 @@ PD__NO_GRAD(Constant)
 PD__NO_GRAD(Shape)
 PD__NO_GRAD(ConstantOfShape)
 PD__NO_GRAD(Range)
+
+/* ==== mask-building, index, selection and layout ops =========================================
+ * CumSum, Trilu, Size, Tile, OneHot; GatherElements, GatherND, ScatterElements,
+ * ScatterND; ArgMax, ArgMin, TopK, Hardmax; DepthToSpace, SpaceToDepth. Their
+ * parameters come from core/shape_tensor.h like the ops above. */
+
+/* ---- element arithmetic for the ops that compute (CumSum, the scatter reductions,
+ * the comparisons): float types through double, integers through 64 bits ---- */
+static bool is_float_dt(pd_dtype t) { return t == PD_FLOAT || t == PD_DOUBLE || t == PD_FLOAT16 || t == PD_BFLOAT16; }
+static bool is_unsigned_dt(pd_dtype t) { return t == PD_UINT8 || t == PD_UINT16 || t == PD_UINT32 || t == PD_UINT64; }
+
+/* <0, 0, >0 as a[i] is below, equal to, above b[j] (NaN compares equal to everything). */
+static inline int cmp_elem(pd_dtype dt, const void *a, int64_t i, const void *b, int64_t j) {
+    if (is_float_dt(dt)) {
+        double x = pd__get_f(dt, a, i), y = pd__get_f(dt, b, j);
+        return (x > y) - (x < y);
+    }
+    if (is_unsigned_dt(dt)) {
+        uint64_t x = (uint64_t)pd__get_i(dt, a, i), y = (uint64_t)pd__get_i(dt, b, j);
+        return (x > y) - (x < y);
+    }
+    int64_t x = pd__get_i(dt, a, i), y = pd__get_i(dt, b, j);
+    return (x > y) - (x < y);
+}
+
+/* The blocks of a tensor around `axis`: outer x len x inner. */
+static void around_axis(const pd_tensor *t, int axis, int64_t *outer, int64_t *len, int64_t *inner) {
+    outer_inner(t, axis, outer, inner);
+    *len = t->shape[axis];
+}
+
+/* ---- CumSum -------------------------------------------------------------------------------- */
+/* dst (+)= the running sums of src along the middle dim of outer x len x inner,
+ * from the back when rev, each one short of its own element when excl. acc
+ * holds `inner` running sums (double for float types, uint64 for integers). */
+static void cumsum_run(pd_dtype dt, void *dst, const void *src, int64_t outer, int64_t len, int64_t inner, bool excl,
+                       bool rev, bool add, void *acc) {
+    bool fl = is_float_dt(dt);
+    for (int64_t o = 0; o < outer; o++) {
+        memset(acc, 0, (size_t)inner * 8);
+        for (int64_t j = 0; j < len; j++) {
+            int64_t base = (o * len + (rev ? len - 1 - j : j)) * inner;
+            if (dt == PD_FLOAT || dt == PD_DOUBLE) {
+                double *a = acc;
+                for (int64_t i = 0; i < inner; i++) {
+                    double v = dt == PD_FLOAT ? ((const float *)src)[base + i] : ((const double *)src)[base + i];
+                    double s = excl ? a[i] : a[i] + v;
+                    a[i] += v;
+                    if (dt == PD_FLOAT)
+                        ((float *)dst)[base + i] = (float)s + (add ? ((float *)dst)[base + i] : 0.0f);
+                    else
+                        ((double *)dst)[base + i] = s + (add ? ((double *)dst)[base + i] : 0.0);
+                }
+            } else if (fl) {
+                double *a = acc;
+                for (int64_t i = 0; i < inner; i++) {
+                    double v = pd__get_f(dt, src, base + i), s = excl ? a[i] : a[i] + v;
+                    a[i] += v;
+                    pd__set_f(dt, dst, base + i, s);
+                }
+            } else {
+                uint64_t *a = acc;
+                for (int64_t i = 0; i < inner; i++) {
+                    uint64_t v = (uint64_t)pd__get_i(dt, src, base + i), s = excl ? a[i] : a[i] + v;
+                    a[i] += v;
+                    pd__set_i(dt, dst, base + i, (int64_t)s);
+                }
+            }
+        }
+    }
+}
+
+pd_status pd__cpu_CumSum(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    const pd_tensor *t = in[0];
+    int axis;
+    PD_TRY(pd__cumsum_axis(t, n->nin > 1 ? in[1] : NULL, &axis));
+    int64_t outer, len, inner;
+    around_axis(t, axis, &outer, &len, &inner);
+    if (outer * len * inner == 0) return PD_OK;
+    void *acc = pd__scratch(x, (size_t)inner * 8);
+    if (acc == NULL) return PD_ERR_NOMEM;
+    cumsum_run(t->dtype, out[0]->data, t->data, outer, len, inner, pd__attr_i(n, "exclusive", 0) != 0,
+               pd__attr_i(n, "reverse", 0) != 0, false, acc);
+    return PD_OK;
+}
+
+/* The backward of a cumulative sum is the cumulative sum the other way round. */
+pd_status pd__cpu_CumSum_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out,
+                             pd_tensor *const *dout, pd_tensor *const *din) {
+    (void)out;
+    if (din[0] == NULL || dout[0] == NULL) return PD_OK;
+    bool f32 = false;
+    PD_TRY(grad_dtype(din[0], dout[0], &f32));
+    PD_TRY(same_numel(din[0], dout[0]));
+    int axis;
+    PD_TRY(pd__cumsum_axis(in[0], n->nin > 1 ? in[1] : NULL, &axis));
+    int64_t outer, len, inner;
+    around_axis(in[0], axis, &outer, &len, &inner);
+    if (outer * len * inner == 0) return PD_OK;
+    void *acc = pd__scratch(x, (size_t)inner * 8);
+    if (acc == NULL) return PD_ERR_NOMEM;
+    cumsum_run(din[0]->dtype, din[0]->data, dout[0]->data, outer, len, inner, pd__attr_i(n, "exclusive", 0) != 0,
+               pd__attr_i(n, "reverse", 0) == 0, true, acc);
+    return PD_OK;
+}
+
+/* ---- Trilu ---------------------------------------------------------------------------------- */
+/* The columns [*lo, *hi) that row i of a cols-wide matrix keeps. */
+static void trilu_keep(bool upper, int64_t k, int64_t i, int64_t cols, int64_t *lo, int64_t *hi) {
+    int64_t e; /* upper keeps j >= i + k, lower keeps j <= i + k; a huge k saturates */
+    if (__builtin_add_overflow(i, k, &e)) e = k > 0 ? INT64_MAX - 1 : INT64_MIN + 1;
+    if (e == INT64_MAX) e = INT64_MAX - 1;
+    if (upper) {
+        *lo = e < 0 ? 0 : e > cols ? cols : e;
+        *hi = cols;
+    } else {
+        *lo = 0;
+        *hi = e + 1 < 0 ? 0 : e + 1 > cols ? cols : e + 1;
+    }
+}
+
+pd_status pd__cpu_Trilu(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    (void)x;
+    const pd_tensor *t = in[0];
+    size_t es;
+    PD_TRY(elem_size(t, &es));
+    int64_t k;
+    PD_TRY(pd__trilu_k(n, in, &k));
+    bool upper = pd__attr_i(n, "upper", 1) != 0;
+    int r = t->ndim;
+    int64_t rows = t->shape[r - 2], cols = t->shape[r - 1], mats = pd__numel_of(t) / (rows * cols > 0 ? rows * cols : 1);
+    if (rows * cols == 0) return PD_OK;
+    char *dst = out[0]->data;
+    const char *src = t->data;
+    memset(dst, 0, (size_t)(mats * rows * cols) * es);
+    for (int64_t m = 0; m < mats * rows; m++) {
+        int64_t lo, hi, off = m * cols * (int64_t)es;
+        trilu_keep(upper, k, m % rows, cols, &lo, &hi);
+        if (lo < hi) memcpy(dst + off + lo * (int64_t)es, src + off + lo * (int64_t)es, (size_t)(hi - lo) * es);
+    }
+    return PD_OK;
+}
+
+/* din += dout where the forward kept the input. */
+pd_status pd__cpu_Trilu_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out,
+                            pd_tensor *const *dout, pd_tensor *const *din) {
+    (void)x, (void)out;
+    if (din[0] == NULL || dout[0] == NULL) return PD_OK;
+    bool f32 = false;
+    PD_TRY(grad_dtype(din[0], dout[0], &f32));
+    PD_TRY(same_numel(din[0], dout[0]));
+    int64_t k;
+    PD_TRY(pd__trilu_k(n, in, &k));
+    bool upper = pd__attr_i(n, "upper", 1) != 0;
+    const pd_tensor *t = in[0];
+    int r = t->ndim;
+    int64_t rows = t->shape[r - 2], cols = t->shape[r - 1], es = f32 ? 4 : 8;
+    if (rows * cols == 0) return PD_OK;
+    int64_t nrows = pd__numel_of(t) / cols;
+    for (int64_t m = 0; m < nrows; m++) {
+        int64_t lo, hi, off = (m * cols) * es;
+        trilu_keep(upper, k, m % rows, cols, &lo, &hi);
+        if (lo < hi)
+            add_row(f32, (char *)din[0]->data + off + lo * es, 1, (const char *)dout[0]->data + off + lo * es, 1,
+                    hi - lo);
+    }
+    return PD_OK;
+}
+
+/* ---- Size ----------------------------------------------------------------------------------- */
+pd_status pd__cpu_Size(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    (void)x, (void)n;
+    pd__set_i(PD_INT64, out[0]->data, 0, pd__numel_of(in[0]));
+    return PD_OK;
+}
+
+/* ---- Tile ----------------------------------------------------------------------------------- */
+/* The box Tile walks, in output order: per axis, its repeat count (when not
+ * 1) then the axis; is: input strides (0 along a repeat), os: output strides. */
+static pd_status tile_box(const pd__node *n, pd_tensor *const *in, int *k, int64_t *box, int64_t *is, int64_t *os) {
+    const pd_tensor *t = in[0];
+    int64_t rep[PD_MAX_DIMS], ist[PD_MAX_DIMS], oshape[PD_MAX_DIMS], ost[PD_MAX_DIMS];
+    PD_TRY(pd__tile_repeats(n, in, rep));
+    pd__strides_of(t->ndim, t->shape, ist);
+    for (int d = 0; d < t->ndim; d++) oshape[d] = t->shape[d] * rep[d];
+    pd__strides_of(t->ndim, oshape, ost);
+    *k = 0;
+    for (int d = 0; d < t->ndim; d++) {
+        if (rep[d] != 1) {
+            box[*k] = rep[d];
+            is[*k] = 0;
+            os[(*k)++] = t->shape[d] * ost[d];
+        }
+        box[*k] = t->shape[d];
+        is[*k] = ist[d];
+        os[(*k)++] = ost[d];
+    }
+    return PD_OK;
+}
+
+pd_status pd__cpu_Tile(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    size_t es;
+    PD_TRY(elem_size(in[0], &es));
+    walk w;
+    int64_t os[2 * PD_MAX_DIMS];
+    PD_TRY(tile_box(n, in, &w.k, w.od, w.is, os));
+    if (pd__numel_of(out[0]) == 0) return PD_OK;
+    walk_run(x, w, out[0]->data, in[0]->data, es);
+    return PD_OK;
+}
+
+/* din += the sum of dout's tiles: the repeat dims are summed over. */
+pd_status pd__cpu_Tile_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out,
+                           pd_tensor *const *dout, pd_tensor *const *din) {
+    (void)out;
+    if (din[0] == NULL || dout[0] == NULL) return PD_OK;
+    bool f32 = false;
+    PD_TRY(grad_dtype(din[0], dout[0], &f32));
+    acc w = {.k = 0};
+    PD_TRY(tile_box(n, in, &w.k, w.n, w.ds, w.ss));
+    acc_run(x, w, din[0]->data, dout[0]->data, f32 ? 4 : 8, f32);
+    return PD_OK;
+}
+
+/* ---- OneHot --------------------------------------------------------------------------------- */
+pd_status pd__cpu_OneHot(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    (void)x;
+    const pd_tensor *ind = in[0], *val = in[2];
+    size_t es;
+    PD_TRY(elem_size(val, &es));
+    int axis;
+    int64_t depth;
+    PD_TRY(pd__onehot_params(n, in, &axis, &depth));
+    int64_t outer = 1, inner = 1;
+    for (int d = 0; d < axis; d++) outer *= ind->shape[d];
+    for (int d = axis; d < ind->ndim; d++) inner *= ind->shape[d];
+    char *dst = out[0]->data;
+    const char *off = val->data, *on = (const char *)val->data + es;
+    fill(dst, (const unsigned char *)off, outer * depth * inner, es);
+    bool fl = is_float_dt(ind->dtype);
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t i = 0; i < inner; i++) {
+            int64_t p = o * inner + i, v;
+            if (fl) {
+                double f = pd__get_f(ind->dtype, ind->data, p);
+                if (!(f > -9.0e15 && f < 9.0e15)) continue;
+                v = (int64_t)f;
+            } else {
+                v = pd__get_i(ind->dtype, ind->data, p);
+            }
+            if (v < 0) v += depth;
+            if (v < 0 || v >= depth) continue; /* out of range: all off */
+            memcpy(dst + ((o * depth + v) * inner + i) * (int64_t)es, on, es);
+        }
+    return PD_OK;
+}
+
+/* ---- GatherElements, ScatterElements: one data offset per index ------------------------------ */
+/* off[p] = the offset into data (shape t) of index position p (shape ind):
+ * p's coordinates with the axis one replaced by ind[p]; checked, negatives wrapped. */
+static pd_status elements_offsets(const pd_tensor *t, const pd_tensor *ind, int axis, int64_t *off) {
+    int r = t->ndim;
+    int64_t ist[PD_MAX_DIMS], id[PD_MAX_DIMS] = {0}, N = t->shape[axis], np = pd__numel_of(ind), base = 0;
+    pd__strides_of(r, t->shape, ist);
+    for (int d = 0; d < r; d++)
+        if (d != axis && ind->shape[d] > t->shape[d])
+            return pd__err(PD_ERR_SHAPE, "indices dim %d (%lld) exceeds data's (%lld)", d, (long long)ind->shape[d],
+                           (long long)t->shape[d]);
+    for (int64_t p = 0; p < np; p++) {
+        int64_t v = pd__get_i(ind->dtype, ind->data, p);
+        if (v < -N || v >= N)
+            return pd__err(PD_ERR_INVALID, "index %lld out of range [-%lld, %lld)", (long long)v, (long long)N,
+                           (long long)N);
+        off[p] = base + (v < 0 ? v + N : v) * ist[axis];
+        for (int d = r - 1; d >= 0; d--) { /* next position; base skips the axis */
+            if (d != axis) base += ist[d];
+            if (++id[d] < ind->shape[d]) break;
+            if (d != axis) base -= id[d] * ist[d];
+            id[d] = 0;
+        }
+    }
+    return PD_OK;
+}
+
+static pd_status gather_elements_offsets(pd__exec *x, const pd__node *n, pd_tensor *const *in, int64_t **off) {
+    const pd_tensor *t = in[0], *ind = in[1];
+    int axis;
+    PD_TRY(pd__reduce_axis(n, t->ndim, 0, &axis));
+    *off = pd__scratch(x, (size_t)(pd__numel_of(ind) + 1) * sizeof **off);
+    if (*off == NULL) return PD_ERR_NOMEM;
+    return elements_offsets(t, ind, axis, *off);
+}
+
+pd_status pd__cpu_GatherElements(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    size_t es;
+    PD_TRY(elem_size(in[0], &es));
+    int64_t *off, np = pd__numel_of(in[1]);
+    PD_TRY(gather_elements_offsets(x, n, in, &off));
+    char *dst = out[0]->data;
+    const char *src = in[0]->data;
+    for (int64_t p = 0; p < np; p++) memcpy(dst + p * (int64_t)es, src + off[p] * (int64_t)es, es);
+    return PD_OK;
+}
+
+/* din[off[p]] += dout[p] (repeats add up). */
+static void scatter_add_elems(bool f32, void *din, const int64_t *off, const void *dout, int64_t np) {
+    for (int64_t p = 0; p < np; p++) {
+        if (f32)
+            ((float *)din)[off[p]] += ((const float *)dout)[p];
+        else
+            ((double *)din)[off[p]] += ((const double *)dout)[p];
+    }
+}
+
+pd_status pd__cpu_GatherElements_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out,
+                                     pd_tensor *const *dout, pd_tensor *const *din) {
+    (void)out;
+    if (din[0] == NULL || dout[0] == NULL) return PD_OK;
+    bool f32 = false;
+    PD_TRY(grad_dtype(din[0], dout[0], &f32));
+    int64_t *off, np = pd__numel_of(in[1]);
+    PD_TRY(gather_elements_offsets(x, n, in, &off));
+    scatter_add_elems(f32, din[0]->data, off, dout[0]->data, np);
+    return PD_OK;
+}
+
+/* ---- GatherND, ScatterND: one data offset per index tuple ------------------------------------ */
+/* For the tuples of ind (last dim m, after b batch dims) into data t: the
+ * offset of each slice (off, *ns of them) and the slice length *inner. */
+static pd_status nd_offsets(pd__exec *x, const pd_tensor *t, const pd_tensor *ind, int b, int m, int64_t **off,
+                            int64_t *ns, int64_t *inner) {
+    int64_t ist[PD_MAX_DIMS], nb = 1, per = 1;
+    pd__strides_of(t->ndim, t->shape, ist);
+    for (int d = 0; d < b; d++) nb *= t->shape[d];
+    for (int d = b; d < ind->ndim - 1; d++) per *= ind->shape[d];
+    *inner = 1;
+    for (int d = b + m; d < t->ndim; d++) *inner *= t->shape[d];
+    *ns = nb * per;
+    *off = pd__scratch(x, (size_t)(*ns + 1) * sizeof **off);
+    if (*off == NULL) return PD_ERR_NOMEM;
+    int64_t bstride = b > 0 ? ist[b - 1] : 0;
+    for (int64_t s = 0; s < *ns; s++) {
+        int64_t o = (s / (per > 0 ? per : 1)) * bstride;
+        for (int l = 0; l < m; l++) {
+            int64_t v = pd__get_i(ind->dtype, ind->data, s * m + l), N = t->shape[b + l];
+            if (v < -N || v >= N)
+                return pd__err(PD_ERR_INVALID, "index %lld out of range [-%lld, %lld) at dim %d", (long long)v,
+                               (long long)N, (long long)N, b + l);
+            o += (v < 0 ? v + N : v) * ist[b + l];
+        }
+        (*off)[s] = o;
+    }
+    return PD_OK;
+}
+
+pd_status pd__cpu_GatherND(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    size_t es;
+    PD_TRY(elem_size(in[0], &es));
+    int b, m;
+    PD_TRY(pd__gathernd_params(n, in[0], in[1], &b, &m));
+    int64_t *off, ns, inner;
+    PD_TRY(nd_offsets(x, in[0], in[1], b, m, &off, &ns, &inner));
+    int64_t row = inner * (int64_t)es;
+    for (int64_t s = 0; s < ns; s++)
+        memcpy((char *)out[0]->data + s * row, (const char *)in[0]->data + off[s] * (int64_t)es, (size_t)row);
+    return PD_OK;
+}
+
+pd_status pd__cpu_GatherND_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out,
+                               pd_tensor *const *dout, pd_tensor *const *din) {
+    (void)out;
+    if (din[0] == NULL || dout[0] == NULL) return PD_OK;
+    bool f32 = false;
+    PD_TRY(grad_dtype(din[0], dout[0], &f32));
+    int b, m;
+    PD_TRY(pd__gathernd_params(n, in[0], in[1], &b, &m));
+    int64_t *off, ns, inner, es = f32 ? 4 : 8;
+    PD_TRY(nd_offsets(x, in[0], in[1], b, m, &off, &ns, &inner));
+    for (int64_t s = 0; s < ns; s++)
+        add_row(f32, (char *)din[0]->data + off[s] * es, 1, (const char *)dout[0]->data + s * inner * es, 1, inner);
+    return PD_OK;
+}
+
+/* ---- ScatterElements, ScatterND ---------------------------------------------------------------- */
+/* dst[i] = red(dst[i], src[j]) for one element. */
+static inline void reduce_elem(pd__scatter_red r, pd_dtype dt, size_t es, void *dst, int64_t i, const void *src,
+                               int64_t j) {
+    if (r == PD_RED_NONE) {
+        memcpy((char *)dst + i * (int64_t)es, (const char *)src + j * (int64_t)es, es);
+    } else if (r == PD_RED_MAX || r == PD_RED_MIN) {
+        int c = cmp_elem(dt, src, j, dst, i);
+        if (r == PD_RED_MAX ? c > 0 : c < 0)
+            memcpy((char *)dst + i * (int64_t)es, (const char *)src + j * (int64_t)es, es);
+    } else if (is_float_dt(dt)) {
+        double a = pd__get_f(dt, dst, i), b = pd__get_f(dt, src, j);
+        pd__set_f(dt, dst, i, r == PD_RED_ADD ? a + b : a * b);
+    } else {
+        uint64_t a = (uint64_t)pd__get_i(dt, dst, i), b = (uint64_t)pd__get_i(dt, src, j);
+        pd__set_i(dt, dst, i, (int64_t)(r == PD_RED_ADD ? a + b : a * b));
+    }
+}
+
+/* The offsets of a scatter's update positions: one per element (ScatterElements,
+ * *inner = 1) or one per slice (ScatterND). */
+static pd_status scatter_offsets(pd__exec *x, const pd__node *n, pd_tensor *const *in, bool nd, int64_t **off,
+                                 int64_t *ns, int64_t *inner) {
+    if (nd) {
+        const pd_tensor *ind = in[1];
+        if (ind->ndim < 1 || ind->shape[ind->ndim - 1] < 1 || ind->shape[ind->ndim - 1] > in[0]->ndim)
+            return pd__err(PD_ERR_SHAPE, "bad indices shape");
+        return nd_offsets(x, in[0], ind, 0, (int)ind->shape[ind->ndim - 1], off, ns, inner);
+    }
+    *ns = pd__numel_of(in[1]);
+    *inner = 1;
+    return gather_elements_offsets(x, n, in, off);
+}
+
+static pd_status scatter_fwd(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out, bool nd) {
+    const pd_tensor *t = in[0];
+    size_t es;
+    PD_TRY(elem_size(t, &es));
+    pd__scatter_red red;
+    PD_TRY(pd__scatter_reduction(n, &red));
+    int64_t *off, ns, inner;
+    PD_TRY(scatter_offsets(x, n, in, nd, &off, &ns, &inner));
+    par_memcpy(x, out[0]->data, t->data, pd__numel_of(t) * (int64_t)es);
+    for (int64_t s = 0; s < ns; s++) {
+        if (red == PD_RED_NONE) {
+            memcpy((char *)out[0]->data + off[s] * (int64_t)es, (const char *)in[2]->data + s * inner * (int64_t)es,
+                   (size_t)inner * es);
+            continue;
+        }
+        for (int64_t i = 0; i < inner; i++) reduce_elem(red, t->dtype, es, out[0]->data, off[s] + i, in[2]->data, s * inner + i);
+    }
+    return PD_OK;
+}
+
+/* reduction none: data's gradient is dout but where an update landed, the
+ * updates' is dout there; add: data's is dout, the updates' the same gather.
+ * (PyTorch's scatter and scatter_add; mul, max, min have no backward here.) */
+static pd_status scatter_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *dout,
+                             pd_tensor *const *din, bool nd) {
+    if (dout[0] == NULL || (din[0] == NULL && din[2] == NULL)) return PD_OK;
+    pd__scatter_red red;
+    PD_TRY(pd__scatter_reduction(n, &red));
+    if (red != PD_RED_NONE && red != PD_RED_ADD)
+        return pd__err(PD_ERR_UNSUPPORTED, "no gradient for reduction '%s' (only none and add)",
+                       pd__attr_s(n, "reduction", "none"));
+    bool f32 = false;
+    for (int i = 0; i < 3; i += 2)
+        if (din[i] != NULL) PD_TRY(grad_dtype(din[i], dout[0], &f32));
+    int64_t *off, ns, inner, es = f32 ? 4 : 8, nd0 = pd__numel_of(in[0]);
+    PD_TRY(scatter_offsets(x, n, in, nd, &off, &ns, &inner));
+    if (din[2] != NULL)
+        for (int64_t s = 0; s < ns; s++)
+            add_row(f32, (char *)din[2]->data + s * inner * es, 1, (const char *)dout[0]->data + off[s] * es, 1, inner);
+    if (din[0] == NULL) return PD_OK;
+    if (red == PD_RED_ADD) {
+        add_row(f32, din[0]->data, 1, dout[0]->data, 1, nd0);
+        return PD_OK;
+    }
+    /* mark the overwritten elements (the offsets live in scratch: copy them out first) */
+    int64_t *mem = pd__scratch(x, (size_t)(ns + 1) * sizeof *mem + (size_t)nd0 + 1);
+    if (mem == NULL) return PD_ERR_NOMEM;
+    PD_TRY(scatter_offsets(x, n, in, nd, &off, &ns, &inner)); /* scratch may have moved */
+    unsigned char *hit = (unsigned char *)(off + ns);
+    memset(hit, 0, (size_t)nd0);
+    for (int64_t s = 0; s < ns; s++) memset(hit + off[s], 1, (size_t)inner);
+    for (int64_t i = 0; i < nd0; i++)
+        if (!hit[i]) add_row(f32, (char *)din[0]->data + i * es, 1, (const char *)dout[0]->data + i * es, 1, 1);
+    return PD_OK;
+}
+
+pd_status pd__cpu_ScatterElements(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    return scatter_fwd(x, n, in, out, false);
+}
+
+pd_status pd__cpu_ScatterElements_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out,
+                                      pd_tensor *const *dout, pd_tensor *const *din) {
+    (void)out;
+    return scatter_bwd(x, n, in, dout, din, false);
+}
+
+pd_status pd__cpu_ScatterND(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    return scatter_fwd(x, n, in, out, true);
+}
+
+pd_status pd__cpu_ScatterND_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out,
+                                pd_tensor *const *dout, pd_tensor *const *din) {
+    (void)out;
+    return scatter_bwd(x, n, in, dout, din, true);
+}
+
+/* ---- ArgMax, ArgMin, Hardmax ------------------------------------------------------------------ */
+/* The index along the middle dim of the max (or min) of slice (o, i); the first
+ * one of ties, or the last when `last`. */
+static int64_t arg_best(pd_dtype dt, const void *d, int64_t o, int64_t len, int64_t inner, int64_t i, bool max,
+                        bool last) {
+    int64_t best = 0, base = o * len * inner + i;
+    for (int64_t j = 1; j < len; j++) {
+        int c = cmp_elem(dt, d, base + j * inner, d, base + best * inner);
+        if (max ? c > 0 : c < 0) best = j;
+        else if (c == 0 && last) best = j;
+    }
+    return best;
+}
+
+static pd_status arg_run(const pd__node *n, pd_tensor *const *in, pd_tensor *const *out, bool max) {
+    const pd_tensor *t = in[0];
+    int axis;
+    PD_TRY(pd__reduce_axis(n, t->ndim, 0, &axis));
+    int64_t outer, len, inner;
+    around_axis(t, axis, &outer, &len, &inner);
+    bool last = pd__attr_i(n, "select_last_index", 0) != 0;
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t i = 0; i < inner; i++)
+            ((int64_t *)out[0]->data)[o * inner + i] = arg_best(t->dtype, t->data, o, len, inner, i, max, last);
+    return PD_OK;
+}
+
+pd_status pd__cpu_ArgMax(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    (void)x;
+    return arg_run(n, in, out, true);
+}
+
+pd_status pd__cpu_ArgMin(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    (void)x;
+    return arg_run(n, in, out, false);
+}
+
+/* 1 at the first max along the axis (opset < 13: of each row of the input
+ * flattened to 2-D at the axis), 0 elsewhere. */
+pd_status pd__cpu_Hardmax(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    (void)x;
+    const pd_tensor *t = in[0];
+    int axis;
+    PD_TRY(pd__reduce_axis(n, t->ndim, n->opset >= 13 ? -1 : 1, &axis));
+    int64_t outer, len, inner, total = pd__numel_of(t);
+    around_axis(t, axis, &outer, &len, &inner);
+    if (n->opset < 13) {
+        len *= inner;
+        inner = 1;
+    }
+    for (int64_t p = 0; p < total; p++) pd__set_f(t->dtype, out[0]->data, p, 0);
+    if (len == 0) return PD_OK;
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t i = 0; i < inner; i++) {
+            int64_t j = arg_best(t->dtype, t->data, o, len, inner, i, true, false);
+            pd__set_f(t->dtype, out[0]->data, (o * len + j) * inner + i, 1);
+        }
+    return PD_OK;
+}
+
+/* ---- TopK --------------------------------------------------------------------------------------- */
+typedef struct topk_ctx {
+    pd_dtype dt;
+    const void *d;
+    int64_t base, inner;
+    bool largest;
+} topk_ctx;
+
+/* Stable merge sort of idx[0..len) by value, the best first (ties keep index order). */
+static void topk_sort(const topk_ctx *c, int64_t *idx, int64_t *tmp, int64_t len) {
+    for (int64_t w = 1; w < len; w *= 2) {
+        for (int64_t lo = 0; lo < len; lo += 2 * w) {
+            int64_t mid = lo + w < len ? lo + w : len, hi = lo + 2 * w < len ? lo + 2 * w : len, a = lo, b = mid, o = lo;
+            while (a < mid && b < hi) {
+                int cm = cmp_elem(c->dt, c->d, c->base + idx[b] * c->inner, c->d, c->base + idx[a] * c->inner);
+                bool take_b = c->largest ? cm > 0 : cm < 0;
+                tmp[o++] = take_b ? idx[b++] : idx[a++];
+            }
+            while (a < mid) tmp[o++] = idx[a++];
+            while (b < hi) tmp[o++] = idx[b++];
+        }
+        memcpy(idx, tmp, (size_t)len * sizeof *idx);
+    }
+}
+
+/* For every slice (o, i): the indices of its k best elements, best first, in sel[(o * inner + i) * k ...]. */
+static pd_status topk_select(pd__exec *x, const pd__node *n, pd_tensor *const *in, int64_t **sel, int64_t *outer,
+                             int64_t *len, int64_t *inner, int64_t *k) {
+    const pd_tensor *t = in[0];
+    int axis;
+    PD_TRY(pd__topk_params(n, in, &axis, k));
+    around_axis(t, axis, outer, len, inner);
+    int64_t ns = *outer * *inner;
+    int64_t *mem = pd__scratch(x, (size_t)(ns * *k + 2 * *len + 1) * sizeof *mem);
+    if (mem == NULL) return PD_ERR_NOMEM;
+    int64_t *idx = mem + ns * *k, *tmp = idx + *len;
+    bool largest = pd__attr_i(n, "largest", 1) != 0;
+    for (int64_t o = 0; o < *outer; o++)
+        for (int64_t i = 0; i < *inner; i++) {
+            topk_ctx c = {t->dtype, t->data, o * *len * *inner + i, *inner, largest};
+            for (int64_t j = 0; j < *len; j++) idx[j] = j;
+            topk_sort(&c, idx, tmp, *len);
+            memcpy(mem + (o * *inner + i) * *k, idx, (size_t)*k * sizeof *idx);
+        }
+    *sel = mem;
+    return PD_OK;
+}
+
+pd_status pd__cpu_TopK(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    const pd_tensor *t = in[0];
+    size_t es;
+    PD_TRY(elem_size(t, &es));
+    int64_t *sel, outer, len, inner, k;
+    PD_TRY(topk_select(x, n, in, &sel, &outer, &len, &inner, &k));
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t i = 0; i < inner; i++)
+            for (int64_t j = 0; j < k; j++) {
+                int64_t v = sel[(o * inner + i) * k + j], p = (o * k + j) * inner + i;
+                if (out[0] != NULL)
+                    memcpy((char *)out[0]->data + p * (int64_t)es,
+                           (const char *)t->data + ((o * len + v) * inner + i) * (int64_t)es, es);
+                if (n->nout > 1 && out[1] != NULL) ((int64_t *)out[1]->data)[p] = v;
+            }
+    return PD_OK;
+}
+
+/* din[selected] += dout of the values (the indices output has no gradient). */
+pd_status pd__cpu_TopK_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out,
+                           pd_tensor *const *dout, pd_tensor *const *din) {
+    (void)out;
+    if (din[0] == NULL || dout[0] == NULL) return PD_OK;
+    bool f32 = false;
+    PD_TRY(grad_dtype(din[0], dout[0], &f32));
+    int64_t *sel, outer, len, inner, k, es = f32 ? 4 : 8;
+    PD_TRY(topk_select(x, n, in, &sel, &outer, &len, &inner, &k));
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t i = 0; i < inner; i++)
+            for (int64_t j = 0; j < k; j++) {
+                int64_t v = sel[(o * inner + i) * k + j];
+                add_row(f32, (char *)din[0]->data + ((o * len + v) * inner + i) * es, 1,
+                        (const char *)dout[0]->data + ((o * k + j) * inner + i) * es, 1, 1);
+            }
+    return PD_OK;
+}
+
+/* ---- DepthToSpace, SpaceToDepth: a six-dim transpose ------------------------------------------- */
+static pd_status space_depth_fwd(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out,
+                                 bool to_space) {
+    size_t es;
+    PD_TRY(elem_size(in[0], &es));
+    walk w = {.k = 6};
+    int64_t oshape[4];
+    PD_TRY(pd__space_depth_walk(n, in[0], to_space, w.od, w.is, oshape));
+    if (pd__numel_of(in[0]) == 0) return PD_OK;
+    walk_run(x, w, out[0]->data, in[0]->data, es);
+    return PD_OK;
+}
+
+static pd_status space_depth_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *dout,
+                                 pd_tensor *const *din, bool to_space) {
+    if (din[0] == NULL || dout[0] == NULL) return PD_OK;
+    bool f32 = false;
+    PD_TRY(grad_dtype(din[0], dout[0], &f32));
+    PD_TRY(same_numel(din[0], dout[0]));
+    acc w = {.k = 6};
+    int64_t oshape[4];
+    PD_TRY(pd__space_depth_walk(n, in[0], to_space, w.n, w.ds, oshape));
+    pd__strides_of(6, w.n, w.ss);
+    acc_run(x, w, din[0]->data, dout[0]->data, f32 ? 4 : 8, f32);
+    return PD_OK;
+}
+
+pd_status pd__cpu_DepthToSpace(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    return space_depth_fwd(x, n, in, out, true);
+}
+
+pd_status pd__cpu_DepthToSpace_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out,
+                                   pd_tensor *const *dout, pd_tensor *const *din) {
+    (void)out;
+    return space_depth_bwd(x, n, in, dout, din, true);
+}
+
+pd_status pd__cpu_SpaceToDepth(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    return space_depth_fwd(x, n, in, out, false);
+}
+
+pd_status pd__cpu_SpaceToDepth_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out,
+                                   pd_tensor *const *dout, pd_tensor *const *din) {
+    (void)out;
+    return space_depth_bwd(x, n, in, dout, din, false);
+}
+
+/* ---- Size, OneHot, ArgMax, ArgMin, Hardmax: no gradient ------------------------------------------ */
+PD__NO_GRAD(Size)
+PD__NO_GRAD(OneHot)
+PD__NO_GRAD(ArgMax)
+PD__NO_GRAD(ArgMin)
+PD__NO_GRAD(Hardmax)
