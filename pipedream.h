@@ -700,9 +700,60 @@ PDDEF void pd_mpi_finalize(void);
     X(WHERE, Where, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x6, 0)                               \
     X(CAST, Cast, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                                 \
     X(IDENTITY, Identity, PD_OPF_ELEM | PD_OPF_FOLD, 0x1, 0)                                       \
+    X(LESS, Less, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                                   \
+    X(LESS_OR_EQUAL, LessOrEqual, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                   \
+    X(GREATER, Greater, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                             \
+    X(GREATER_OR_EQUAL, GreaterOrEqual, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)             \
+    X(AND, And, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                                     \
+    X(OR, Or, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                                       \
+    X(NOT, Not, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                                     \
+    X(XOR, Xor, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                                     \
+    X(IS_NAN, IsNaN, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                                \
+    X(IS_INF, IsInf, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                                \
+    X(MAX, Max, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, PD_GRAD_ALL, 0)                           \
+    X(MIN, Min, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, PD_GRAD_ALL, 0)                           \
+    X(MEAN, Mean, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, PD_GRAD_ALL, 0)                         \
+    X(MOD, Mod, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x3, 0)                                   \
+    X(ABS, Abs, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                                   \
+    X(SIGN, Sign, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                                   \
+    X(FLOOR, Floor, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                                 \
+    X(CEIL, Ceil, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                                   \
+    X(ROUND, Round, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                                 \
+    X(HARD_SIGMOID, HardSigmoid, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                  \
+    X(HARD_SWISH, HardSwish, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                      \
+    X(SOFTPLUS, Softplus, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                         \
+    X(SOFTSIGN, Softsign, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                         \
+    X(ELU, Elu, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                                   \
+    X(SELU, Selu, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                                 \
+    X(CELU, Celu, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                                 \
+    X(MISH, Mish, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                                 \
+    X(SWISH, Swish, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                               \
+    X(THRESHOLDED_RELU, ThresholdedRelu, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)          \
+    X(PRELU, PRelu, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x3, 0)                               \
+    X(SHRINK, Shrink, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                             \
+    X(SIN, Sin, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                                   \
+    X(COS, Cos, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                                   \
+    X(TAN, Tan, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                                   \
+    X(ASIN, Asin, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                                 \
+    X(ACOS, Acos, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                                 \
+    X(ATAN, Atan, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                                 \
+    X(SINH, Sinh, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                                 \
+    X(COSH, Cosh, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                                 \
+    X(ASINH, Asinh, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                               \
+    X(ACOSH, Acosh, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                               \
+    X(ATANH, Atanh, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                               \
+    X(CAST_LIKE, CastLike, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                        \
     /* reductions */                                                                               \
     X(REDUCE_MEAN, ReduceMean, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                    \
     X(REDUCE_SUM, ReduceSum, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                      \
+    X(REDUCE_MAX, ReduceMax, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                      \
+    X(REDUCE_MIN, ReduceMin, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                      \
+    X(REDUCE_PROD, ReduceProd, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                    \
+    X(REDUCE_L1, ReduceL1, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                        \
+    X(REDUCE_L2, ReduceL2, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                        \
+    X(REDUCE_SUM_SQUARE, ReduceSumSquare, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)         \
+    X(REDUCE_LOG_SUM, ReduceLogSum, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)               \
+    X(REDUCE_LOG_SUM_EXP, ReduceLogSumExp, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)        \
     /* tensor manipulation */                                                                      \
     X(FLATTEN, Flatten, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_BWD_WRITES, 0x1, 0)                   \
     X(RESHAPE, Reshape, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_BWD_WRITES, 0x1, 0)                   \
@@ -2216,9 +2267,11 @@ int64_t pd_graph_param_bytes(const pd_graph *g) {
 
 /* ==== core/shape_elem.c ==== */
 /* shape_elem.c - shape rules and FLOP counts of the element-wise ops:
- * the arithmetic ones with numpy (multidirectional) broadcasting (Add, Sub,
- * Mul, Div, Pow, Sum, Equal, Where), the unary ones (Sqrt ... Gelu, Clip),
- * Cast and Identity, and the reductions ReduceSum and ReduceMean.
+ * the arithmetic, comparison and logic ones with numpy (multidirectional)
+ * broadcasting (Add ... Pow, Mod, Sum, Max, Min, Mean, Equal, Less ...,
+ * And, Or, Xor, Where), PRelu (one-way), the unary ones (Sqrt ... Gelu,
+ * Clip, the activations, Abs ... Round, trigonometry, Not, IsNaN, IsInf),
+ * Cast, CastLike and Identity, and the reductions (ReduceSum ... ReduceLogSumExp).
  *
  * A rule checks the inputs' presence, dtypes and shapes, and reports what
  * does not fit in one line naming the shapes; dtypes no kernel computes in
@@ -2228,7 +2281,7 @@ int64_t pd_graph_param_bytes(const pd_graph *g) {
 /* shape_elem.h - what the element-wise shape rules (core/shape_elem.c) and
  * their CPU kernels (runtime/cpu/elementwise.c) must agree on: which dtypes
  * an op computes in, the shape input B takes under the old (opset < 7)
- * broadcast attribute, and which axes a ReduceSum / ReduceMean reduces.
+ * broadcast attribute, and which axes a Reduce* op reduces.
  * Not installed; private to the library.
  */
 #ifndef PD_SHAPE_ELEM_H
@@ -2271,13 +2324,13 @@ static inline bool pd__legacy_bshape(const pd__node *n, int na, int *nb, int64_t
     return true;
 }
 
-/* Whether a Reduce* node takes its axes from input 1 (newer opsets) rather
- * than the `axes` attribute. */
+/* Whether a Reduce* node takes its axes from input 1 (newer opsets: 13 for
+ * ReduceSum, 18 for the others) rather than the `axes` attribute. */
 static inline bool pd__reduce_axes_input(const pd__node *n) {
-    return n->opset >= (n->op == PD_OP_REDUCE_MEAN ? 18 : 13);
+    return n->opset >= (n->op == PD_OP_REDUCE_SUM ? 13 : 18);
 }
 
-/* The axes a ReduceSum / ReduceMean of a rank-`ndim` input reduces:
+/* The axes a Reduce* op of a rank-`ndim` input reduces:
  * mask[d] = 1 for each. `axes` is a view of input 1 (NULL when absent; its
  * data may be NULL only when it has no elements), read in the newer opsets.
  * *noop is set when nothing is reduced (empty axes, noop_with_empty_axes).
@@ -2419,6 +2472,19 @@ pd_status pd__shape_Div(pd_graph *g, pd__node *n) { return shape_binary(g, n, PD
 /* Pow: the exponent may have another dtype; the result has the base's. */
 pd_status pd__shape_Pow(pd_graph *g, pd__node *n) { return shape_binary(g, n, PD_EK_NUM, true, PD_UNDEFINED); }
 pd_status pd__shape_Equal(pd_graph *g, pd__node *n) { return shape_binary(g, n, PD_EK_ANY, false, PD_BOOL); }
+pd_status pd__shape_Less(pd_graph *g, pd__node *n) { return shape_binary(g, n, PD_EK_NUM, false, PD_BOOL); }
+pd_status pd__shape_LessOrEqual(pd_graph *g, pd__node *n) { return shape_binary(g, n, PD_EK_NUM, false, PD_BOOL); }
+pd_status pd__shape_Greater(pd_graph *g, pd__node *n) { return shape_binary(g, n, PD_EK_NUM, false, PD_BOOL); }
+pd_status pd__shape_GreaterOrEqual(pd_graph *g, pd__node *n) { return shape_binary(g, n, PD_EK_NUM, false, PD_BOOL); }
+pd_status pd__shape_And(pd_graph *g, pd__node *n) { return shape_binary(g, n, PD_EK_BOOL, false, PD_BOOL); }
+pd_status pd__shape_Or(pd_graph *g, pd__node *n) { return shape_binary(g, n, PD_EK_BOOL, false, PD_BOOL); }
+pd_status pd__shape_Xor(pd_graph *g, pd__node *n) { return shape_binary(g, n, PD_EK_BOOL, false, PD_BOOL); }
+/* Mod: fmod = 0 takes the divisor's sign (Python's %), 1 the dividend's (C's fmod). */
+pd_status pd__shape_Mod(pd_graph *g, pd__node *n) {
+    int64_t f = pd__attr_i(n, "fmod", 0);
+    if (f != 0 && f != 1) return pd__node_err(g, n, PD_ERR_INVALID, "fmod=%lld (expected 0 or 1)", (long long)f);
+    return shape_binary(g, n, PD_EK_NUM, false, PD_UNDEFINED);
+}
 
 double pd__flops_Add(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
 double pd__flops_Sub(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
@@ -2426,13 +2492,22 @@ double pd__flops_Mul(const pd_graph *g, const pd__node *n) { return out_numel(g,
 double pd__flops_Div(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
 double pd__flops_Pow(const pd_graph *g, const pd__node *n) { return 8 * out_numel(g, n); }
 double pd__flops_Equal(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
+double pd__flops_Less(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
+double pd__flops_LessOrEqual(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
+double pd__flops_Greater(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
+double pd__flops_GreaterOrEqual(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
+double pd__flops_And(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
+double pd__flops_Or(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
+double pd__flops_Xor(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
+double pd__flops_Mod(const pd_graph *g, const pd__node *n) { return 4 * out_numel(g, n); }
 
-/* Sum: one or more inputs of one dtype, broadcast together. */
-pd_status pd__shape_Sum(pd_graph *g, pd__node *n) {
+/* Sum, Max, Min, Mean: one or more inputs of one dtype, broadcast together
+ * (Max and Min of any numeric dtype from opset 12, floats before; Mean floats). */
+static pd_status shape_variadic(pd_graph *g, pd__node *n, unsigned kinds) {
     pd__tensor *a, *y;
     PD_TRY(input(g, n, 0, &a));
     PD_TRY(output(g, n, &y));
-    PD_TRY(check_kind(g, n, a, PD_EK_NUM));
+    PD_TRY(check_kind(g, n, a, kinds));
     int nd = a->ndim;
     int64_t shape[PD_MAX_DIMS];
     for (int d = 0; d < nd; d++) shape[d] = a->shape[d];
@@ -2446,10 +2521,51 @@ pd_status pd__shape_Sum(pd_graph *g, pd__node *n) {
     return pd__tensor_set_shape(g, y, nd, shape);
 }
 
+pd_status pd__shape_Sum(pd_graph *g, pd__node *n) { return shape_variadic(g, n, PD_EK_NUM); }
+pd_status pd__shape_Max(pd_graph *g, pd__node *n) {
+    return shape_variadic(g, n, n->opset >= 12 ? PD_EK_NUM : PD_EK_FLOAT);
+}
+pd_status pd__shape_Min(pd_graph *g, pd__node *n) {
+    return shape_variadic(g, n, n->opset >= 12 ? PD_EK_NUM : PD_EK_FLOAT);
+}
+pd_status pd__shape_Mean(pd_graph *g, pd__node *n) { return shape_variadic(g, n, PD_EK_FLOAT); }
+
 double pd__flops_Sum(const pd_graph *g, const pd__node *n) {
     double k = n->nin > 1 ? n->nin - 1 : 1;
     return k * out_numel(g, n);
 }
+double pd__flops_Max(const pd_graph *g, const pd__node *n) { return pd__flops_Sum(g, n); }
+double pd__flops_Min(const pd_graph *g, const pd__node *n) { return pd__flops_Sum(g, n); }
+double pd__flops_Mean(const pd_graph *g, const pd__node *n) { return pd__flops_Sum(g, n) + out_numel(g, n); }
+
+/* PRelu(X, slope): slope broadcasts to X one way (opset >= 7); before, it is
+ * X's shape, one value, or one per channel (axis 1, as PyTorch exported
+ * PReLU(num_parameters=C) then). Y has X's shape. */
+pd_status pd__shape_PRelu(pd_graph *g, pd__node *n) {
+    pd__tensor *x, *s, *y;
+    PD_TRY(input(g, n, 0, &x));
+    PD_TRY(input(g, n, 1, &s));
+    PD_TRY(output(g, n, &y));
+    PD_TRY(check_kind(g, n, x, PD_EK_FLOAT));
+    PD_TRY(check_same_dtype(g, n, x, s));
+    bool fits = s->ndim <= x->ndim;
+    for (int d = 0; fits && d < s->ndim; d++) {
+        int64_t sd = s->shape[d], xd = x->shape[d + x->ndim - s->ndim];
+        fits = sd == 1 || sd == xd;
+    }
+    if (n->opset < 7)
+        fits = s->numel == 1 || s->numel == x->numel || (s->ndim == 1 && x->ndim >= 2 && s->shape[0] == x->shape[1]);
+    if (!fits) {
+        char sa[128], sb[128];
+        pd__format_shape(sa, sizeof sa, x->ndim, x->shape);
+        pd__format_shape(sb, sizeof sb, s->ndim, s->shape);
+        return pd__node_err(g, n, PD_ERR_SHAPE, "slope of shape %s does not broadcast to X of shape %s", sb, sa);
+    }
+    y->dtype = x->dtype;
+    return pd__tensor_set_shape(g, y, x->ndim, x->shape);
+}
+
+double pd__flops_PRelu(const pd_graph *g, const pd__node *n) { return 2 * out_numel(g, n); }
 
 /* Where(condition, X, Y): bool condition, X and Y of one dtype, 3-way broadcast. */
 pd_status pd__shape_Where(pd_graph *g, pd__node *n) {
@@ -2499,6 +2615,78 @@ pd_status pd__shape_Sigmoid(pd_graph *g, pd__node *n) { return shape_unary(g, n,
 pd_status pd__shape_Tanh(pd_graph *g, pd__node *n) { return shape_unary(g, n, PD__FLOAT_ONLY); }
 /* Erf is defined for every numeric type (integers go through double). */
 pd_status pd__shape_Erf(pd_graph *g, pd__node *n) { return shape_unary(g, n, PD_EK_NUM); }
+
+/* Not: bool; IsNaN, IsInf: floats to bool. */
+pd_status pd__shape_Not(pd_graph *g, pd__node *n) { return shape_unary(g, n, PD_EK_BOOL); }
+static pd_status shape_float_pred(pd_graph *g, pd__node *n) {
+    PD_TRY(shape_unary(g, n, PD__FLOAT_ONLY));
+    pd__out(g, n, 0)->dtype = PD_BOOL;
+    return PD_OK;
+}
+pd_status pd__shape_IsNaN(pd_graph *g, pd__node *n) { return shape_float_pred(g, n); }
+pd_status pd__shape_IsInf(pd_graph *g, pd__node *n) { return shape_float_pred(g, n); }
+pd_status pd__shape_Abs(pd_graph *g, pd__node *n) { return shape_unary(g, n, PD_EK_NUM); }
+pd_status pd__shape_Sign(pd_graph *g, pd__node *n) { return shape_unary(g, n, PD_EK_NUM); }
+pd_status pd__shape_Floor(pd_graph *g, pd__node *n) { return shape_unary(g, n, PD__FLOAT_ONLY); }
+pd_status pd__shape_Ceil(pd_graph *g, pd__node *n) { return shape_unary(g, n, PD__FLOAT_ONLY); }
+pd_status pd__shape_Round(pd_graph *g, pd__node *n) { return shape_unary(g, n, PD__FLOAT_ONLY); }
+pd_status pd__shape_HardSigmoid(pd_graph *g, pd__node *n) { return shape_unary(g, n, PD__FLOAT_ONLY); }
+pd_status pd__shape_HardSwish(pd_graph *g, pd__node *n) { return shape_unary(g, n, PD__FLOAT_ONLY); }
+pd_status pd__shape_Softplus(pd_graph *g, pd__node *n) { return shape_unary(g, n, PD__FLOAT_ONLY); }
+pd_status pd__shape_Softsign(pd_graph *g, pd__node *n) { return shape_unary(g, n, PD__FLOAT_ONLY); }
+pd_status pd__shape_Elu(pd_graph *g, pd__node *n) { return shape_unary(g, n, PD__FLOAT_ONLY); }
+pd_status pd__shape_Selu(pd_graph *g, pd__node *n) { return shape_unary(g, n, PD__FLOAT_ONLY); }
+pd_status pd__shape_Celu(pd_graph *g, pd__node *n) {
+    if (pd__attr_f(n, "alpha", 1.0f) == 0.0f) return pd__node_err(g, n, PD_ERR_INVALID, "alpha=0 (Celu divides by it)");
+    return shape_unary(g, n, PD__FLOAT_ONLY);
+}
+pd_status pd__shape_Mish(pd_graph *g, pd__node *n) { return shape_unary(g, n, PD__FLOAT_ONLY); }
+pd_status pd__shape_Swish(pd_graph *g, pd__node *n) { return shape_unary(g, n, PD__FLOAT_ONLY); }
+pd_status pd__shape_ThresholdedRelu(pd_graph *g, pd__node *n) { return shape_unary(g, n, PD__FLOAT_ONLY); }
+/* Shrink is defined on integers too; only floats are computed here. */
+pd_status pd__shape_Shrink(pd_graph *g, pd__node *n) { return shape_unary(g, n, PD__FLOAT_ONLY); }
+pd_status pd__shape_Sin(pd_graph *g, pd__node *n) { return shape_unary(g, n, PD__FLOAT_ONLY); }
+pd_status pd__shape_Cos(pd_graph *g, pd__node *n) { return shape_unary(g, n, PD__FLOAT_ONLY); }
+pd_status pd__shape_Tan(pd_graph *g, pd__node *n) { return shape_unary(g, n, PD__FLOAT_ONLY); }
+pd_status pd__shape_Asin(pd_graph *g, pd__node *n) { return shape_unary(g, n, PD__FLOAT_ONLY); }
+pd_status pd__shape_Acos(pd_graph *g, pd__node *n) { return shape_unary(g, n, PD__FLOAT_ONLY); }
+pd_status pd__shape_Atan(pd_graph *g, pd__node *n) { return shape_unary(g, n, PD__FLOAT_ONLY); }
+pd_status pd__shape_Sinh(pd_graph *g, pd__node *n) { return shape_unary(g, n, PD__FLOAT_ONLY); }
+pd_status pd__shape_Cosh(pd_graph *g, pd__node *n) { return shape_unary(g, n, PD__FLOAT_ONLY); }
+pd_status pd__shape_Asinh(pd_graph *g, pd__node *n) { return shape_unary(g, n, PD__FLOAT_ONLY); }
+pd_status pd__shape_Acosh(pd_graph *g, pd__node *n) { return shape_unary(g, n, PD__FLOAT_ONLY); }
+pd_status pd__shape_Atanh(pd_graph *g, pd__node *n) { return shape_unary(g, n, PD__FLOAT_ONLY); }
+
+double pd__flops_Not(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
+double pd__flops_IsNaN(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
+double pd__flops_IsInf(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
+double pd__flops_Abs(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
+double pd__flops_Sign(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
+double pd__flops_Floor(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
+double pd__flops_Ceil(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
+double pd__flops_Round(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
+double pd__flops_HardSigmoid(const pd_graph *g, const pd__node *n) { return 4 * out_numel(g, n); }
+double pd__flops_HardSwish(const pd_graph *g, const pd__node *n) { return 5 * out_numel(g, n); }
+double pd__flops_Softplus(const pd_graph *g, const pd__node *n) { return 18 * out_numel(g, n); }
+double pd__flops_Softsign(const pd_graph *g, const pd__node *n) { return 3 * out_numel(g, n); }
+double pd__flops_Elu(const pd_graph *g, const pd__node *n) { return 10 * out_numel(g, n); }
+double pd__flops_Selu(const pd_graph *g, const pd__node *n) { return 11 * out_numel(g, n); }
+double pd__flops_Celu(const pd_graph *g, const pd__node *n) { return 12 * out_numel(g, n); }
+double pd__flops_Mish(const pd_graph *g, const pd__node *n) { return 30 * out_numel(g, n); }
+double pd__flops_Swish(const pd_graph *g, const pd__node *n) { return 12 * out_numel(g, n); }
+double pd__flops_ThresholdedRelu(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
+double pd__flops_Shrink(const pd_graph *g, const pd__node *n) { return 3 * out_numel(g, n); }
+double pd__flops_Sin(const pd_graph *g, const pd__node *n) { return 10 * out_numel(g, n); }
+double pd__flops_Cos(const pd_graph *g, const pd__node *n) { return 10 * out_numel(g, n); }
+double pd__flops_Tan(const pd_graph *g, const pd__node *n) { return 12 * out_numel(g, n); }
+double pd__flops_Asin(const pd_graph *g, const pd__node *n) { return 12 * out_numel(g, n); }
+double pd__flops_Acos(const pd_graph *g, const pd__node *n) { return 12 * out_numel(g, n); }
+double pd__flops_Atan(const pd_graph *g, const pd__node *n) { return 12 * out_numel(g, n); }
+double pd__flops_Sinh(const pd_graph *g, const pd__node *n) { return 12 * out_numel(g, n); }
+double pd__flops_Cosh(const pd_graph *g, const pd__node *n) { return 12 * out_numel(g, n); }
+double pd__flops_Asinh(const pd_graph *g, const pd__node *n) { return 14 * out_numel(g, n); }
+double pd__flops_Acosh(const pd_graph *g, const pd__node *n) { return 14 * out_numel(g, n); }
+double pd__flops_Atanh(const pd_graph *g, const pd__node *n) { return 14 * out_numel(g, n); }
 
 pd_status pd__shape_Gelu(pd_graph *g, pd__node *n) {
     const char *ap = pd__attr_s(n, "approximate", "none");
@@ -2560,6 +2748,21 @@ pd_status pd__shape_Cast(pd_graph *g, pd__node *n) {
 
 double pd__flops_Cast(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
 
+/* CastLike(input, target_type): Y is input converted to target_type's dtype. */
+pd_status pd__shape_CastLike(pd_graph *g, pd__node *n) {
+    pd__tensor *x, *t, *y;
+    PD_TRY(input(g, n, 0, &x));
+    PD_TRY(output(g, n, &y));
+    PD_TRY(check_kind(g, n, x, PD_EK_ANY));
+    t = pd__in(g, n, 1);
+    if (!t) return pd__node_err(g, n, PD_ERR_INVALID, "input 1 (target_type) is missing");
+    PD_TRY(check_kind(g, n, t, PD_EK_ANY));
+    y->dtype = t->dtype;
+    return pd__tensor_set_shape(g, y, x->ndim, x->shape);
+}
+
+double pd__flops_CastLike(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
+
 pd_status pd__shape_Identity(pd_graph *g, pd__node *n) { return shape_unary(g, n, PD_EK_ANY); }
 
 double pd__flops_Identity(const pd_graph *g, const pd__node *n) {
@@ -2570,11 +2773,12 @@ double pd__flops_Identity(const pd_graph *g, const pd__node *n) {
 
 /* ---- reductions ------------------------------------------------------------------ */
 
-static pd_status shape_reduce(pd_graph *g, pd__node *n) {
+/* x of a class in `kinds`; y has x's dtype. */
+static pd_status shape_reduce_of(pd_graph *g, pd__node *n, unsigned kinds) {
     pd__tensor *x, *y;
     PD_TRY(input(g, n, 0, &x));
     PD_TRY(output(g, n, &y));
-    PD_TRY(check_kind(g, n, x, PD_EK_NUM));
+    PD_TRY(check_kind(g, n, x, kinds));
     pd__tensor *at = pd__reduce_axes_input(n) ? pd__in(g, n, 1) : NULL;
     pd_tensor av = {PD_UNDEFINED, 0, {0}, NULL};
     if (at) {
@@ -2604,11 +2808,38 @@ static pd_status shape_reduce(pd_graph *g, pd__node *n) {
     return pd__tensor_set_shape(g, y, nd, shape);
 }
 
+static pd_status shape_reduce(pd_graph *g, pd__node *n) { return shape_reduce_of(g, n, PD_EK_NUM); }
+
 pd_status pd__shape_ReduceMean(pd_graph *g, pd__node *n) { return shape_reduce(g, n); }
 pd_status pd__shape_ReduceSum(pd_graph *g, pd__node *n) { return shape_reduce(g, n); }
 
 double pd__flops_ReduceMean(const pd_graph *g, const pd__node *n) { return in_numel(g, n, 0) + out_numel(g, n); }
 double pd__flops_ReduceSum(const pd_graph *g, const pd__node *n) { return in_numel(g, n, 0); }
+
+/* ReduceMax, ReduceMin: bool too from opset 20 (any / all). */
+pd_status pd__shape_ReduceMax(pd_graph *g, pd__node *n) {
+    return shape_reduce_of(g, n, n->opset >= 20 ? PD_EK_ANY : PD_EK_NUM);
+}
+pd_status pd__shape_ReduceMin(pd_graph *g, pd__node *n) {
+    return shape_reduce_of(g, n, n->opset >= 20 ? PD_EK_ANY : PD_EK_NUM);
+}
+pd_status pd__shape_ReduceProd(pd_graph *g, pd__node *n) { return shape_reduce(g, n); }
+pd_status pd__shape_ReduceL1(pd_graph *g, pd__node *n) { return shape_reduce(g, n); }
+pd_status pd__shape_ReduceL2(pd_graph *g, pd__node *n) { return shape_reduce(g, n); }
+pd_status pd__shape_ReduceSumSquare(pd_graph *g, pd__node *n) { return shape_reduce(g, n); }
+pd_status pd__shape_ReduceLogSum(pd_graph *g, pd__node *n) { return shape_reduce(g, n); }
+pd_status pd__shape_ReduceLogSumExp(pd_graph *g, pd__node *n) { return shape_reduce(g, n); }
+
+double pd__flops_ReduceMax(const pd_graph *g, const pd__node *n) { return in_numel(g, n, 0); }
+double pd__flops_ReduceMin(const pd_graph *g, const pd__node *n) { return in_numel(g, n, 0); }
+double pd__flops_ReduceProd(const pd_graph *g, const pd__node *n) { return in_numel(g, n, 0); }
+double pd__flops_ReduceL1(const pd_graph *g, const pd__node *n) { return 2 * in_numel(g, n, 0); }
+double pd__flops_ReduceL2(const pd_graph *g, const pd__node *n) { return 2 * in_numel(g, n, 0) + 4 * out_numel(g, n); }
+double pd__flops_ReduceSumSquare(const pd_graph *g, const pd__node *n) { return 2 * in_numel(g, n, 0); }
+double pd__flops_ReduceLogSum(const pd_graph *g, const pd__node *n) { return in_numel(g, n, 0) + 8 * out_numel(g, n); }
+double pd__flops_ReduceLogSumExp(const pd_graph *g, const pd__node *n) {
+    return 10 * in_numel(g, n, 0) + 8 * out_numel(g, n);
+}
 #undef PD__FLOAT_ONLY
 #undef PD__SIGNED
 

@@ -98,9 +98,60 @@
     X(WHERE, Where, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x6, 0)                               \
     X(CAST, Cast, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                                 \
     X(IDENTITY, Identity, PD_OPF_ELEM | PD_OPF_FOLD, 0x1, 0)                                       \
+    X(LESS, Less, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                                   \
+    X(LESS_OR_EQUAL, LessOrEqual, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                   \
+    X(GREATER, Greater, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                             \
+    X(GREATER_OR_EQUAL, GreaterOrEqual, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)             \
+    X(AND, And, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                                     \
+    X(OR, Or, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                                       \
+    X(NOT, Not, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                                     \
+    X(XOR, Xor, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                                     \
+    X(IS_NAN, IsNaN, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                                \
+    X(IS_INF, IsInf, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                                \
+    X(MAX, Max, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, PD_GRAD_ALL, 0)                           \
+    X(MIN, Min, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, PD_GRAD_ALL, 0)                           \
+    X(MEAN, Mean, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, PD_GRAD_ALL, 0)                         \
+    X(MOD, Mod, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x3, 0)                                   \
+    X(ABS, Abs, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                                   \
+    X(SIGN, Sign, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                                   \
+    X(FLOOR, Floor, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                                 \
+    X(CEIL, Ceil, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                                   \
+    X(ROUND, Round, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                                 \
+    X(HARD_SIGMOID, HardSigmoid, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                  \
+    X(HARD_SWISH, HardSwish, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                      \
+    X(SOFTPLUS, Softplus, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                         \
+    X(SOFTSIGN, Softsign, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                         \
+    X(ELU, Elu, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                                   \
+    X(SELU, Selu, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                                 \
+    X(CELU, Celu, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                                 \
+    X(MISH, Mish, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                                 \
+    X(SWISH, Swish, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                               \
+    X(THRESHOLDED_RELU, ThresholdedRelu, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)          \
+    X(PRELU, PRelu, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x3, 0)                               \
+    X(SHRINK, Shrink, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                             \
+    X(SIN, Sin, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                                   \
+    X(COS, Cos, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                                   \
+    X(TAN, Tan, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                                   \
+    X(ASIN, Asin, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                                 \
+    X(ACOS, Acos, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                                 \
+    X(ATAN, Atan, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                                 \
+    X(SINH, Sinh, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                                 \
+    X(COSH, Cosh, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                                 \
+    X(ASINH, Asinh, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                               \
+    X(ACOSH, Acosh, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                               \
+    X(ATANH, Atanh, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                               \
+    X(CAST_LIKE, CastLike, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                        \
     /* reductions */                                                                               \
     X(REDUCE_MEAN, ReduceMean, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                    \
     X(REDUCE_SUM, ReduceSum, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                      \
+    X(REDUCE_MAX, ReduceMax, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                      \
+    X(REDUCE_MIN, ReduceMin, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                      \
+    X(REDUCE_PROD, ReduceProd, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                    \
+    X(REDUCE_L1, ReduceL1, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                        \
+    X(REDUCE_L2, ReduceL2, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                        \
+    X(REDUCE_SUM_SQUARE, ReduceSumSquare, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)         \
+    X(REDUCE_LOG_SUM, ReduceLogSum, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)               \
+    X(REDUCE_LOG_SUM_EXP, ReduceLogSumExp, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)        \
     /* tensor manipulation */                                                                      \
     X(FLATTEN, Flatten, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_BWD_WRITES, 0x1, 0)                   \
     X(RESHAPE, Reshape, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_BWD_WRITES, 0x1, 0)                   \

@@ -1,7 +1,7 @@
 /* shape_elem.h - what the element-wise shape rules (core/shape_elem.c) and
  * their CPU kernels (runtime/cpu/elementwise.c) must agree on: which dtypes
  * an op computes in, the shape input B takes under the old (opset < 7)
- * broadcast attribute, and which axes a ReduceSum / ReduceMean reduces.
+ * broadcast attribute, and which axes a Reduce* op reduces.
  * Not installed; private to the library.
  */
 #ifndef PD_SHAPE_ELEM_H
@@ -45,13 +45,13 @@ static inline bool pd__legacy_bshape(const pd__node *n, int na, int *nb, int64_t
     return true;
 }
 
-/* Whether a Reduce* node takes its axes from input 1 (newer opsets) rather
- * than the `axes` attribute. */
+/* Whether a Reduce* node takes its axes from input 1 (newer opsets: 13 for
+ * ReduceSum, 18 for the others) rather than the `axes` attribute. */
 static inline bool pd__reduce_axes_input(const pd__node *n) {
-    return n->opset >= (n->op == PD_OP_REDUCE_MEAN ? 18 : 13);
+    return n->opset >= (n->op == PD_OP_REDUCE_SUM ? 13 : 18);
 }
 
-/* The axes a ReduceSum / ReduceMean of a rank-`ndim` input reduces:
+/* The axes a Reduce* op of a rank-`ndim` input reduces:
  * mask[d] = 1 for each. `axes` is a view of input 1 (NULL when absent; its
  * data may be NULL only when it has no elements), read in the newer opsets.
  * *noop is set when nothing is reduced (empty axes, noop_with_empty_axes).

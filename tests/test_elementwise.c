@@ -1,7 +1,9 @@
 /* test_elementwise.c - the element-wise CPU kernels (runtime/cpu/elementwise.c)
  * against a naive reference: numpy broadcasting over random shapes and
- * dtypes, Where, the reductions over random axes, Cast's edge cases, and
- * the multi-threaded paths (results must equal the single-threaded ones). */
+ * dtypes, Where, the reductions over random axes, Cast's edge cases, the
+ * edges of the comparisons, logic, Max / Min, Mod, rounding and the other
+ * reductions, and the multi-threaded paths (results must equal the
+ * single-threaded ones). */
 #include "../core/pd_internal.h"
 #include "check.h"
 
@@ -505,6 +507,152 @@ static void test_float_math(pd__exec *x) {
     CHECK(ok, "Exp, Tanh, Sigmoid, Erf of NaN, +-inf, -0, -200");
 }
 
+/* ---- comparisons, logic, Max / Min / Mean, Mod, Abs ... Round, reductions ------------------- */
+
+static pd_status run2(pd__exec *x, pd__node *n, pd_tensor *a, pd_tensor *b, pd_tensor *y) {
+    pd_tensor *in[2] = {a, b}, *out[1] = {y};
+    return pd__cpu_kernels[n->op](x, n, in, out);
+}
+
+/* What finite differences and the ONNX node tests leave out: integers
+ * beyond double's 53 bits, NaN, wrapping, x mod 0, half-way rounding,
+ * bool broadcasting, IsInf's flags, float16 staging. */
+static void test_more_ops(pd__exec *x) {
+    /* comparisons: uint64 beyond 2^53, int8 broadcast, NaN compares false */
+    uint64_t ua[3] = {UINT64_MAX, UINT64_MAX - 1, 1}, ub[3] = {UINT64_MAX - 1, UINT64_MAX, 1};
+    uint8_t r[6];
+    pd_tensor A = {PD_UINT64, 1, {3}, ua}, B = {PD_UINT64, 1, {3}, ub}, Y = {PD_BOOL, 1, {3}, r};
+    pd__node n = node(PD_OP_GREATER, 13, 2);
+    bool ok = run2(x, &n, &A, &B, &Y) == PD_OK && r[0] == 1 && r[1] == 0 && r[2] == 0;
+    n = node(PD_OP_LESS_OR_EQUAL, 16, 2);
+    ok &= run2(x, &n, &A, &B, &Y) == PD_OK && r[0] == 0 && r[1] == 1 && r[2] == 1;
+    int8_t ia[6] = {-128, 0, 127, 5, -1, 3}, ib[3] = {0, 0, 3};
+    pd_tensor IA = {PD_INT8, 2, {2, 3}, ia}, IB = {PD_INT8, 1, {3}, ib}, Y6 = {PD_BOOL, 2, {2, 3}, r};
+    n = node(PD_OP_LESS, 13, 2);
+    ok &= run2(x, &n, &IA, &IB, &Y6) == PD_OK && r[0] == 1 && r[1] == 0 && r[2] == 0 && r[3] == 0 && r[4] == 1 &&
+          r[5] == 0;
+    n = node(PD_OP_GREATER_OR_EQUAL, 16, 2);
+    ok &= run2(x, &n, &IA, &IB, &Y6) == PD_OK && r[0] == 0 && r[1] == 1 && r[5] == 1;
+    float fa[3] = {NAN, 1.0f, -0.0f}, fb[3] = {NAN, NAN, 0.0f};
+    pd_tensor FA = {PD_FLOAT, 1, {3}, fa}, FB = {PD_FLOAT, 1, {3}, fb};
+    n = node(PD_OP_LESS_OR_EQUAL, 16, 2);
+    ok &= run2(x, &n, &FA, &FB, &Y) == PD_OK && r[0] == 0 && r[1] == 0 && r[2] == 1;
+    CHECK(ok, "Greater / LessOrEqual uint64 near 2^64, Less / GreaterOrEqual int8 broadcast, NaN compares false");
+
+    /* logic: [2, 2] with [2] */
+    uint8_t la[4] = {0, 1, 0, 1}, lb[2] = {0, 1};
+    pd_tensor LA = {PD_BOOL, 2, {2, 2}, la}, LB = {PD_BOOL, 1, {2}, lb}, LY = {PD_BOOL, 2, {2, 2}, r};
+    n = node(PD_OP_AND, 7, 2);
+    ok = run2(x, &n, &LA, &LB, &LY) == PD_OK && !r[0] && r[1] && !r[2] && r[3];
+    n = node(PD_OP_OR, 7, 2);
+    ok &= run2(x, &n, &LA, &LB, &LY) == PD_OK && !r[0] && r[1] && !r[2] && r[3];
+    n = node(PD_OP_XOR, 7, 2);
+    ok &= run2(x, &n, &LA, &LB, &LY) == PD_OK && !r[0] && !r[1] && !r[2] && !r[3];
+    uint8_t lc[4] = {0, 1, 0, 1};
+    pd_tensor LC = {PD_BOOL, 2, {2, 2}, lc};
+    ok &= run2(x, &n, &LA, &LC, &LY) == PD_OK && !r[0] && !r[1];
+    n = node(PD_OP_NOT, 1, 1);
+    ok &= run1(x, &n, &LA, &LY) == PD_OK && r[0] && !r[1] && r[2] && !r[3];
+    CHECK(ok, "And, Or, Xor with a broadcast operand; Not");
+
+    /* IsNaN of float16, IsInf with its flags */
+    uint16_t h[4] = {pd__float_to_half(NAN), pd__float_to_half(INFINITY), pd__float_to_half(-INFINITY),
+                     pd__float_to_half(1.0f)};
+    pd_tensor H = {PD_FLOAT16, 1, {4}, h}, HY = {PD_BOOL, 1, {4}, r};
+    n = node(PD_OP_IS_NAN, 20, 1);
+    ok = run1(x, &n, &H, &HY) == PD_OK && r[0] && !r[1] && !r[2] && !r[3];
+    n = node(PD_OP_IS_INF, 20, 1);
+    ok &= run1(x, &n, &H, &HY) == PD_OK && !r[0] && r[1] && r[2] && !r[3];
+    pd__attr dp = {"detect_positive", PD_A_INT, 0, 0, NULL, 0, NULL, NULL, NULL};
+    n.attr = &dp;
+    n.nattr = 1;
+    ok &= run1(x, &n, &H, &HY) == PD_OK && !r[1] && r[2];
+    CHECK(ok, "IsNaN, IsInf (float16; detect_positive=0)");
+
+    /* Max / Min: int64 beyond 2^53 exactly, NaN propagates; Mean */
+    int64_t ma[2] = {(int64_t)1 << 60, -((int64_t)1 << 60)}, mb[2] = {((int64_t)1 << 60) + 1, -((int64_t)1 << 60) - 1},
+            mr[2];
+    pd_tensor MA = {PD_INT64, 1, {2}, ma}, MB = {PD_INT64, 1, {2}, mb}, MY = {PD_INT64, 1, {2}, mr};
+    n = node(PD_OP_MAX, 13, 2);
+    ok = run2(x, &n, &MA, &MB, &MY) == PD_OK && mr[0] == mb[0] && mr[1] == ma[1];
+    n = node(PD_OP_MIN, 13, 2);
+    ok &= run2(x, &n, &MA, &MB, &MY) == PD_OK && mr[0] == ma[0] && mr[1] == mb[1];
+    float fr[3];
+    pd_tensor FY = {PD_FLOAT, 1, {3}, fr};
+    n = node(PD_OP_MAX, 13, 2);
+    ok &= run2(x, &n, &FA, &FB, &FY) == PD_OK && isnan(fr[0]) && isnan(fr[1]);
+    n = node(PD_OP_MIN, 13, 2);
+    ok &= run2(x, &n, &FB, &FA, &FY) == PD_OK && isnan(fr[0]) && isnan(fr[1]);
+    double da[2] = {1, 2}, db[1] = {4}, dc[2] = {1, 0}, dr[2];
+    pd_tensor DA = {PD_DOUBLE, 1, {2}, da}, DB = {PD_DOUBLE, 1, {1}, db}, DC = {PD_DOUBLE, 1, {2}, dc},
+              DY = {PD_DOUBLE, 1, {2}, dr};
+    pd_tensor *min3[3] = {&DA, &DB, &DC}, *mout[1] = {&DY};
+    n = node(PD_OP_MEAN, 13, 3);
+    ok &= pd__cpu_kernels[n.op](x, &n, min3, mout) == PD_OK && dr[0] == 2 && dr[1] == 2;
+    CHECK(ok, "Max / Min of int64 near 2^60 exact, of float with NaN give NaN; Mean of 3 broadcast");
+
+    /* Mod: int32 both signs, fmod 0 (divisor's sign) and 1 (dividend's); x mod 0, MIN mod -1 */
+    int32_t qa[6] = {7, -7, 7, -7, 5, INT32_MIN}, qb[6] = {3, 3, -3, -3, 0, -1}, qr[6];
+    pd_tensor QA = {PD_INT32, 1, {6}, qa}, QB = {PD_INT32, 1, {6}, qb}, QY = {PD_INT32, 1, {6}, qr};
+    pd__attr fm = {"fmod", PD_A_INT, 1, 0, NULL, 0, NULL, NULL, NULL};
+    n = node(PD_OP_MOD, 13, 2);
+    ok = run2(x, &n, &QA, &QB, &QY) == PD_OK && qr[0] == 1 && qr[1] == 2 && qr[2] == -2 && qr[3] == -1 &&
+         qr[4] == 0 && qr[5] == 0;
+    n.attr = &fm;
+    n.nattr = 1;
+    ok &= run2(x, &n, &QA, &QB, &QY) == PD_OK && qr[0] == 1 && qr[1] == -1 && qr[2] == 1 && qr[3] == -1;
+    double ra[2] = {-5.5, 5.5}, rb[2] = {2, 2}, rr[2];
+    pd_tensor RA = {PD_DOUBLE, 1, {2}, ra}, RB = {PD_DOUBLE, 1, {2}, rb}, RY = {PD_DOUBLE, 1, {2}, rr};
+    n.nattr = 0;
+    ok &= run2(x, &n, &RA, &RB, &RY) == PD_OK && rr[0] == 0.5 && rr[1] == 1.5;
+    n.nattr = 1;
+    ok &= run2(x, &n, &RA, &RB, &RY) == PD_OK && rr[0] == -1.5 && rr[1] == 1.5;
+    CHECK(ok, "Mod int32 fmod 0 / 1 with both signs, x mod 0 = 0, INT32_MIN mod -1 = 0; float64 fmod 0 / 1");
+
+    /* Abs, Sign of int8 (wrapping -128), Sign of floats (-0, NaN), Round half to even, Floor, Ceil */
+    int8_t sv[4] = {-128, -3, 0, 9}, sr[4];
+    pd_tensor SV = {PD_INT8, 1, {4}, sv}, SY = {PD_INT8, 1, {4}, sr};
+    n = node(PD_OP_ABS, 13, 1);
+    ok = run1(x, &n, &SV, &SY) == PD_OK && sr[0] == -128 && sr[1] == 3 && sr[2] == 0 && sr[3] == 9;
+    n = node(PD_OP_SIGN, 13, 1);
+    ok &= run1(x, &n, &SV, &SY) == PD_OK && sr[0] == -1 && sr[1] == -1 && sr[2] == 0 && sr[3] == 1;
+    float gv[6] = {-0.0f, NAN, -2.5f, 0.5f, 1.5f, 2.5f}, gr[6];
+    pd_tensor GV = {PD_FLOAT, 1, {6}, gv}, GY = {PD_FLOAT, 1, {6}, gr};
+    ok &= run1(x, &n, &GV, &GY) == PD_OK && gr[0] == 0 && signbit(gr[0]) && isnan(gr[1]) && gr[2] == -1;
+    n = node(PD_OP_ROUND, 11, 1);
+    ok &= run1(x, &n, &GV, &GY) == PD_OK && gr[2] == -2 && gr[3] == 0 && gr[4] == 2 && gr[5] == 2;
+    n = node(PD_OP_FLOOR, 13, 1);
+    ok &= run1(x, &n, &GV, &GY) == PD_OK && gr[2] == -3 && gr[3] == 0 && gr[5] == 2;
+    n = node(PD_OP_CEIL, 13, 1);
+    ok &= run1(x, &n, &GV, &GY) == PD_OK && gr[2] == -2 && gr[3] == 1 && gr[5] == 3;
+    CHECK(ok, "Abs / Sign int8 (|-128| wraps), Sign of -0 and NaN, Round half to even, Floor, Ceil");
+
+    /* reductions: ReduceMax int64 exact, ReduceLogSumExp of large and -inf values, ReduceProd int32 */
+    int64_t xa[4] = {((int64_t)1 << 60) + 1, (int64_t)1 << 60, -5, -7}, xr[2], ax1 = 1;
+    pd_tensor XA = {PD_INT64, 2, {2, 2}, xa}, XY = {PD_INT64, 2, {2, 1}, xr}, AX = {PD_INT64, 1, {1}, &ax1};
+    n = node(PD_OP_REDUCE_MAX, 18, 2);
+    ok = run2(x, &n, &XA, &AX, &XY) == PD_OK && xr[0] == xa[0] && xr[1] == -5;
+    n = node(PD_OP_REDUCE_MIN, 18, 2);
+    ok &= run2(x, &n, &XA, &AX, &XY) == PD_OK && xr[0] == xa[1] && xr[1] == -7;
+    float la2[4] = {1000.0f, 1000.0f, -INFINITY, -INFINITY}, lr[2];
+    pd_tensor LA2 = {PD_FLOAT, 2, {2, 2}, la2}, LY2 = {PD_FLOAT, 2, {2, 1}, lr};
+    n = node(PD_OP_REDUCE_LOG_SUM_EXP, 18, 2);
+    ok &= run2(x, &n, &LA2, &AX, &LY2) == PD_OK && fabsf(lr[0] - (1000.0f + logf(2.0f))) < 1e-3f && lr[1] == -INFINITY;
+    int32_t pa[4] = {-3, 4, 0, 9}, pr[2];
+    pd_tensor PA = {PD_INT32, 2, {2, 2}, pa}, PY = {PD_INT32, 2, {2, 1}, pr};
+    n = node(PD_OP_REDUCE_PROD, 18, 2);
+    ok &= run2(x, &n, &PA, &AX, &PY) == PD_OK && pr[0] == -12 && pr[1] == 0;
+    CHECK(ok, "ReduceMax / Min int64 near 2^60 exact, ReduceLogSumExp of (1000, 1000) and (-inf, -inf), ReduceProd int32");
+
+    /* CastLike: float to int32 (truncated), the dtype from input 1 */
+    float cv[3] = {1.9f, -1.9f, 3.0f};
+    int32_t like[1] = {0}, cr[3];
+    pd_tensor CV = {PD_FLOAT, 1, {3}, cv}, CL = {PD_INT32, 1, {1}, like}, CY = {PD_INT32, 1, {3}, cr};
+    n = node(PD_OP_CAST_LIKE, 19, 2);
+    ok = run2(x, &n, &CV, &CL, &CY) == PD_OK && cr[0] == 1 && cr[1] == -1 && cr[2] == 3;
+    CHECK(ok, "CastLike float -> int32 (the dtype of input 1)");
+}
+
 /* Bad dtypes are reported, not crashed on. */
 static void test_unsupported(pd__exec *x) {
     uint8_t b[4] = {1, 0, 1, 1};
@@ -529,6 +677,7 @@ int main(void) {
     test_cast(&x);
     test_float_math(&x);
     test_unsupported(&x);
+    test_more_ops(&x);
     free(x.scratch);
     return check_summary();
 }

@@ -416,6 +416,173 @@ static void test_clip(void) {
     group_end(&gr);
 }
 
+/* ---- Max, Min, Mean, Mod, PRelu ------------------------------------------------------ */
+
+/* Max, Min, Mean: 1 to 4 inputs broadcast together; random values (ties
+ * are checked directly in test_ties). */
+static void test_variadic(const char *op) {
+    char name[64];
+    snprintf(name, sizeof name, "%s (1 to 4 inputs, broadcasting)", op);
+    group gr = {name, 0, 0, ""};
+    for (int t = 0; t < 60; t++) {
+        int ond, nk = 1 + t % 4;
+        int64_t os[PD_MAX_DIMS];
+        rand_shape(4, &ond, os);
+        gc *c = gc_new(op, 13);
+        gc_seed(c, rnd());
+        char d[512], s[96];
+        snprintf(d, sizeof d, "%s", op);
+        for (int k = 0; k < nk; k++) {
+            int nd;
+            int64_t sh[PD_MAX_DIMS];
+            sub_shape(ond, os, &nd, sh);
+            gc_input(c, PD_DOUBLE, nd, sh, NULL);
+            fmt(s, sizeof s, nd, sh);
+            strncat(d, " ", sizeof d - strlen(d) - 1);
+            strncat(d, s, sizeof d - strlen(d) - 1);
+        }
+        gc_outputs(c, 1);
+        run_case(&gr, c, (1u << nk) - 1, d);
+    }
+    group_end(&gr);
+}
+
+/* Mod (fmod 0 and 1): B = +-m, A = m (k + f) with f in [0.1, 0.9], so that
+ * A / B stays away from the integers where the result jumps. */
+static void test_mod(void) {
+    group gr = {"Mod (fmod 0 and 1, numpy broadcasting)", 0, 0, ""};
+    for (int t = 0; t < 80; t++) {
+        int ond, na, nb;
+        int64_t os[PD_MAX_DIMS], sa[PD_MAX_DIMS], sb[PD_MAX_DIMS];
+        rand_shape(4, &ond, os);
+        sub_shape(ond, os, &na, sa);
+        sub_shape(ond, os, &nb, sb);
+        int fm = t % 2;
+        double m = urand(0.5, 2.0);
+        gc *c = gc_new("Mod", 13);
+        gc_seed(c, rnd());
+        gc_input(c, PD_DOUBLE, na, sa, NULL);
+        gc_input(c, PD_DOUBLE, nb, sb, NULL);
+        gc_attr_i(c, "fmod", fm);
+        for (int64_t k = 0; k < cnt(c, 0); k++) dat(c, 0)[k] = m * (irand(7) - 3 + urand(0.1, 0.9));
+        for (int64_t k = 0; k < cnt(c, 1); k++) dat(c, 1)[k] = irand(2) ? m : -m;
+        gc_outputs(c, 1);
+        char d[256], s1[96], s2[96];
+        fmt(s1, sizeof s1, na, sa);
+        fmt(s2, sizeof s2, nb, sb);
+        snprintf(d, sizeof d, "Mod fmod=%d %s %s", fm, s1, s2);
+        run_case(&gr, c, 0x3, d);
+    }
+    group_end(&gr);
+}
+
+/* PRelu: the slope broadcast one way to X (opset 16), or X's shape / one
+ * value / one per channel (opset 6); X away from the kink at 0. */
+static void test_prelu(void) {
+    group gr = {"PRelu (slope broadcast to X)", 0, 0, ""};
+    for (int t = 0; t < 60; t++) {
+        int nx, ns;
+        int64_t sx[PD_MAX_DIMS], ss[PD_MAX_DIMS];
+        rand_shape(4, &nx, sx);
+        sub_shape(nx, sx, &ns, ss);
+        int opset = 16;
+        if (t % 10 == 0) opset = 6, ns = 0;
+        if (t % 10 == 1) opset = 6, ns = nx, memcpy(ss, sx, sizeof ss);
+        if (t % 10 == 2 && nx >= 2) opset = 6, ns = 1, ss[0] = sx[1]; /* per channel */
+        gc *c = gc_new("PRelu", opset);
+        gc_seed(c, rnd());
+        gc_input(c, PD_DOUBLE, nx, sx, NULL);
+        gc_input(c, PD_DOUBLE, ns, ss, NULL);
+        unary_values(c, V_KINK0, 0, 0);
+        gc_outputs(c, 1);
+        char d[256], s1[96], s2[96];
+        fmt(s1, sizeof s1, nx, sx);
+        fmt(s2, sizeof s2, ns, ss);
+        snprintf(d, sizeof d, "PRelu opset %d X %s slope %s", opset, s1, s2);
+        run_case(&gr, c, 0x3, d);
+    }
+    group_end(&gr);
+}
+
+/* ---- activations, trigonometry, Abs ------------------------------------------------------ */
+
+typedef struct act_case {
+    const char *op;
+    int opset;
+    double lo, hi;     /* x drawn in [lo, hi] */
+    const char *a, *b; /* attributes set (NULL: default) */
+    float av, bv;
+    int nk;
+    double kink[2]; /* x kept 0.02 away from these */
+} act_case;
+
+static void test_acts(void) {
+    static const act_case cases[] = {
+        {"HardSigmoid", 6, -4, 4, NULL, NULL, 0, 0, 2, {-2.5, 2.5}},
+        {"HardSigmoid", 6, -4, 4, "alpha", "beta", 0.5f, 0.25f, 2, {-0.5, 1.5}},
+        {"HardSwish", 14, -5, 5, NULL, NULL, 0, 0, 2, {-3, 3}},
+        {"Softplus", 1, -4, 4, NULL, NULL, 0, 0, 0, {0, 0}},
+        {"Softsign", 1, -3, 3, NULL, NULL, 0, 0, 1, {0, 0}},
+        {"Elu", 6, -3, 3, NULL, NULL, 0, 0, 1, {0, 0}},
+        {"Elu", 6, -3, 3, "alpha", NULL, 0.4f, 0, 1, {0, 0}},
+        {"Selu", 6, -3, 3, NULL, NULL, 0, 0, 1, {0, 0}},
+        {"Selu", 6, -3, 3, "alpha", "gamma", 2.0f, 0.7f, 1, {0, 0}},
+        {"Celu", 12, -3, 3, NULL, NULL, 0, 0, 1, {0, 0}},
+        {"Celu", 12, -3, 3, "alpha", NULL, 2.5f, 0, 1, {0, 0}},
+        {"Mish", 18, -4, 4, NULL, NULL, 0, 0, 0, {0, 0}},
+        {"Swish", 24, -4, 4, NULL, NULL, 0, 0, 0, {0, 0}},
+        {"Swish", 24, -4, 4, "alpha", NULL, 1.702f, 0, 0, {0, 0}},
+        {"ThresholdedRelu", 10, -3, 3, NULL, NULL, 0, 0, 1, {1, 0}},
+        {"ThresholdedRelu", 10, -3, 3, "alpha", NULL, -0.5f, 0, 1, {-0.5, 0}},
+        {"Shrink", 9, -2, 2, NULL, NULL, 0, 0, 2, {-0.5, 0.5}},
+        {"Shrink", 9, -2, 2, "lambd", "bias", 1.0f, 0.3f, 2, {-1, 1}},
+        {"Abs", 13, -2, 2, NULL, NULL, 0, 0, 1, {0, 0}},
+        {"Sin", 7, -4, 4, NULL, NULL, 0, 0, 0, {0, 0}},
+        {"Cos", 7, -4, 4, NULL, NULL, 0, 0, 0, {0, 0}},
+        {"Tan", 7, -1.2, 1.2, NULL, NULL, 0, 0, 0, {0, 0}},
+        {"Asin", 7, -0.9, 0.9, NULL, NULL, 0, 0, 0, {0, 0}},
+        {"Acos", 7, -0.9, 0.9, NULL, NULL, 0, 0, 0, {0, 0}},
+        {"Atan", 7, -3, 3, NULL, NULL, 0, 0, 0, {0, 0}},
+        {"Sinh", 9, -2, 2, NULL, NULL, 0, 0, 0, {0, 0}},
+        {"Cosh", 9, -2, 2, NULL, NULL, 0, 0, 0, {0, 0}},
+        {"Asinh", 9, -3, 3, NULL, NULL, 0, 0, 0, {0, 0}},
+        {"Acosh", 9, 1.1, 3, NULL, NULL, 0, 0, 0, {0, 0}},
+        {"Atanh", 9, -0.9, 0.9, NULL, NULL, 0, 0, 0, {0, 0}},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+        const act_case *ac = &cases[k];
+        char name[96];
+        snprintf(name, sizeof name, "%s%s%s", ac->op, ac->a ? " with " : "", ac->a ? ac->a : "");
+        group gr = {name, 0, 0, ""};
+        for (int t = 0; t < 24; t++) {
+            int nd;
+            int64_t s[PD_MAX_DIMS];
+            rand_shape(4, &nd, s);
+            gc *c = gc_new(ac->op, ac->opset);
+            gc_seed(c, rnd());
+            gc_input(c, PD_DOUBLE, nd, s, NULL);
+            for (int64_t i = 0; i < cnt(c, 0); i++) {
+                double v;
+                bool near;
+                do {
+                    v = urand(ac->lo, ac->hi);
+                    near = false;
+                    for (int q = 0; q < ac->nk; q++) near |= fabs(v - ac->kink[q]) < 0.02;
+                } while (near);
+                dat(c, 0)[i] = v;
+            }
+            if (ac->a) gc_attr_f(c, ac->a, ac->av);
+            if (ac->b) gc_attr_f(c, ac->b, ac->bv);
+            gc_outputs(c, 1);
+            char d[160], sh[96];
+            fmt(sh, sizeof sh, nd, s);
+            snprintf(d, sizeof d, "%s %s", name, sh);
+            run_case(&gr, c, 0x1, d);
+        }
+        group_end(&gr);
+    }
+}
+
 /* ---- Cast, Identity ---------------------------------------------------------------- */
 
 static void test_cast_identity(void) {
@@ -436,13 +603,31 @@ static void test_cast_identity(void) {
     group_end(&gr);
 }
 
+/* CastLike: to the dtype of input 1 (float64 here: float32 would lose the
+ * differences); its gradient goes to input 0 only. */
+static void test_castlike(void) {
+    group gr = {"CastLike (to float64)", 0, 0, ""};
+    for (int t = 0; t < 6; t++) {
+        int nd;
+        int64_t s[PD_MAX_DIMS], s1[1] = {2};
+        rand_shape(3, &nd, s);
+        gc *c = gc_new("CastLike", 19);
+        gc_seed(c, rnd());
+        gc_input(c, PD_DOUBLE, nd, s, NULL);
+        gc_input(c, PD_DOUBLE, 1, s1, NULL);
+        gc_outputs(c, 1);
+        run_case(&gr, c, 0x1, "CastLike to double");
+    }
+    group_end(&gr);
+}
+
 /* ---- reductions ------------------------------------------------------------------ */
 
 static void test_reduce(const char *op) {
     char name[96];
     snprintf(name, sizeof name, "%s (axes, keepdims, noop_with_empty_axes)", op);
     group gr = {name, 0, 0, ""};
-    bool mean = !strcmp(op, "ReduceMean");
+    bool sum = !strcmp(op, "ReduceSum");
     for (int t = 0; t < 120; t++) {
         int nd = 1 + irand(4);
         int64_t s[PD_MAX_DIMS], axes[PD_MAX_DIMS];
@@ -451,10 +636,13 @@ static void test_reduce(const char *op) {
         for (int d = 0; d < nd; d++)
             if (irand(2)) axes[na++] = irand(2) ? d : d - nd;
         bool from_input = t % 2, keep = irand(2), noop = irand(2);
-        int opset = from_input ? (mean ? 18 : 13) : (mean ? 13 : 11);
+        int opset = from_input ? (sum ? 13 : 18) : (sum ? 11 : 13);
         gc *c = gc_new(op, opset);
         gc_seed(c, rnd());
         gc_input(c, PD_DOUBLE, nd, s, NULL);
+        /* LogSum: a positive sum; L1: away from its kink at 0 */
+        if (!strcmp(op, "ReduceLogSum")) unary_values(c, V_POS, 0, 0);
+        if (!strcmp(op, "ReduceL1")) unary_values(c, V_KINK0, 0, 0);
         if (from_input) {
             if (na > 0 || irand(2)) {
                 int64_t sa[1] = {na};
@@ -713,6 +901,11 @@ static void test_reads(void) {
         {"Clip", 13, 3, 1, 0x7, false},      {"Cast", 19, 1, 1, 0, false},
         {"Identity", 19, 1, 1, 0, false},    {"ReduceSum", 13, 2, 1, 0x2, false},
         {"ReduceMean", 18, 2, 1, 0x2, false},
+        {"Max", 13, 2, 0x3, 0x3, true},      {"Mean", 13, 2, 0x3, 0, false},
+        {"PRelu", 16, 2, 0x3, 0x3, false},   {"Abs", 13, 1, 1, 1, false},
+        {"Softplus", 1, 1, 1, 1, false},     {"Tan", 7, 1, 1, 0, true},
+        {"CastLike", 19, 2, 1, 0, false},    {"ReduceMax", 18, 2, 1, 0x3, true},
+        {"ReduceL2", 18, 2, 1, 0x3, true},   {"ReduceSumSquare", 18, 2, 1, 0x3, false},
     };
     char bad[512] = "";
     int nbad = 0;
@@ -902,6 +1095,91 @@ static void test_float16(void) {
     }
 }
 
+/* Ties and zeros, where finite differences cannot look: Max / Min split
+ * dout evenly among the inputs equal to the output (torch.maximum: half
+ * each at a tie of two), ReduceMax among the tied elements (torch.amax),
+ * ReduceProd with zeros (one zero: only it gets dout * prod(others); two:
+ * nothing), Abs 0 at 0, HardSwish at +-3 as PyTorch; the comparisons,
+ * Sign, Floor, Ceil, Round refuse a backward. */
+static void test_ties(void) {
+    pd__exec x = {.threads = 1};
+    int64_t s5[1] = {5};
+    pd_tensor A = tens(PD_DOUBLE, 1, s5), B = tens(PD_DOUBLE, 1, s5), C = tens(PD_DOUBLE, 1, s5),
+              Y = tens(PD_DOUBLE, 1, s5), G = tens(PD_DOUBLE, 1, s5), DA = tens(PD_DOUBLE, 1, s5),
+              DB = tens(PD_DOUBLE, 1, s5), DC = tens(PD_DOUBLE, 1, s5);
+    double av[5] = {1, 2, 3, 0, 4}, bv[5] = {1, 5, 3, 0, 2}, cv[5] = {0, 0, 3, 0, 4};
+    memcpy(A.data, av, sizeof av), memcpy(B.data, bv, sizeof bv), memcpy(C.data, cv, sizeof cv);
+    for (int k = 0; k < 5; k++) ((double *)G.data)[k] = 6.0;
+    pd_tensor *in[3] = {&A, &B, &C}, *out[1] = {&Y}, *dout[1] = {&G}, *din[3] = {&DA, &DB, &DC};
+    pd__node n = mknode("Max", 13, 3);
+    bool ok = fwd(&x, &n, in, out) == PD_OK && bwd(&x, &n, in, out, dout, din) == PD_OK;
+    const double *da = DA.data, *db = DB.data, *dc = DC.data;
+    /* Max: 1 (a, b tie), 5 (b), 3 (all three), 0 (all three), 4 (a, c) */
+    ok &= da[0] == 3 && db[0] == 3 && dc[0] == 0 && da[1] == 0 && db[1] == 6 && dc[1] == 0;
+    ok &= da[2] == 2 && db[2] == 2 && dc[2] == 2 && da[3] == 2 && da[4] == 3 && db[4] == 0 && dc[4] == 3;
+    CHECK(ok, "Max of 3 inputs: dout split among the tied inputs (a: %g %g %g %g %g)", da[0], da[1], da[2], da[3],
+          da[4]);
+    memset(DA.data, 0, 40), memset(DB.data, 0, 40);
+    n = mknode("Min", 13, 2);
+    ok = fwd(&x, &n, in, out) == PD_OK && bwd(&x, &n, in, out, dout, din) == PD_OK;
+    ok &= da[0] == 3 && db[0] == 3 && da[1] == 6 && db[1] == 0 && da[4] == 0 && db[4] == 6;
+    CHECK(ok, "Min of 2 inputs: half each at a tie");
+    /* ReduceMax / ReduceProd over axis 1 of a 3x3 */
+    int64_t s33[2] = {3, 3}, s3[1] = {3}, s1[1] = {1}, ax[1] = {1};
+    pd_tensor X = tens(PD_DOUBLE, 2, s33), R = tens(PD_DOUBLE, 1, s3), RG = tens(PD_DOUBLE, 1, s3),
+              DX = tens(PD_DOUBLE, 2, s33), AX = tens(PD_INT64, 1, s1);
+    memcpy(AX.data, ax, sizeof ax);
+    double xv[9] = {1, 3, 3, 2, 2, 2, 5, -1, 0};
+    memcpy(X.data, xv, sizeof xv);
+    for (int k = 0; k < 3; k++) ((double *)RG.data)[k] = 1.0;
+    pd_tensor *rin[2] = {&X, &AX}, *rout[1] = {&R}, *rdout[1] = {&RG}, *rdin[2] = {&DX, NULL};
+    n = mknode("ReduceMax", 18, 2);
+    pd__attr kd = {"keepdims", PD_A_INT, 0, 0, NULL, 0, NULL, NULL, NULL};
+    n.attr = &kd;
+    n.nattr = 1;
+    ok = fwd(&x, &n, rin, rout) == PD_OK && bwd(&x, &n, rin, rout, rdout, rdin) == PD_OK;
+    const double *dx = DX.data, *r = R.data;
+    ok &= r[0] == 3 && r[1] == 2 && r[2] == 5;
+    ok &= dx[0] == 0 && dx[1] == 0.5 && dx[2] == 0.5 && fabs(dx[3] - 1.0 / 3) < 1e-15 && dx[6] == 1 && dx[7] == 0;
+    CHECK(ok, "ReduceMax: dout split among the tied elements (%g %g %g, %g %g %g)", dx[0], dx[1], dx[2], dx[3],
+          dx[4], dx[5]);
+    double pv[9] = {2, 0, 3, 0, 0, 1, 2, 3, 4};
+    memcpy(X.data, pv, sizeof pv);
+    memset(DX.data, 0, 72);
+    n.op = pd__op_lookup("ReduceProd");
+    n.op_type = (char *)"ReduceProd";
+    ok = fwd(&x, &n, rin, rout) == PD_OK && bwd(&x, &n, rin, rout, rdout, rdin) == PD_OK;
+    ok &= r[0] == 0 && r[1] == 0 && r[2] == 24;
+    ok &= dx[0] == 0 && dx[1] == 6 && dx[2] == 0 && dx[3] == 0 && dx[4] == 0 && dx[5] == 0;
+    ok &= dx[6] == 12 && dx[7] == 8 && dx[8] == 6;
+    CHECK(ok, "ReduceProd with zeros: one zero gets prod(others), two get nothing (%g %g %g, %g %g %g)", dx[0], dx[1],
+          dx[2], dx[3], dx[4], dx[5]);
+    /* Abs at 0, HardSwish at -3 and 3 */
+    double hv[5] = {0, -3, 3, -0.0, 1};
+    memcpy(A.data, hv, sizeof hv);
+    memset(DA.data, 0, 40);
+    n = mknode("Abs", 13, 1);
+    ok = fwd(&x, &n, in, out) == PD_OK && bwd(&x, &n, in, out, dout, din) == PD_OK;
+    ok &= da[0] == 0 && da[1] == -6 && da[3] == 0 && da[4] == 6;
+    CHECK(ok, "Abs: gradient 0 at 0 and -0");
+    memset(DA.data, 0, 40);
+    n = mknode("HardSwish", 14, 1);
+    ok = fwd(&x, &n, in, out) == PD_OK && bwd(&x, &n, in, out, dout, din) == PD_OK;
+    ok &= da[0] == 3 && da[1] == -3 && da[2] == 9;
+    CHECK(ok, "HardSwish at 0, -3, 3: dout * (x/3 + 1/2) on [-3, 3] (got %g %g %g)", da[0], da[1], da[2]);
+    static const char *none[] = {"Less", "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor", "Not",
+                                 "IsNaN", "IsInf", "Sign", "Floor", "Ceil", "Round"};
+    bool refused = true;
+    for (size_t k = 0; k < sizeof none / sizeof *none; k++) {
+        pd__node m = mknode(none[k], 13, 1);
+        refused &= bwd(&x, &m, in, out, dout, din) == PD_ERR_UNSUPPORTED && pd__ops[m.op].grad == 0;
+    }
+    CHECK(refused, "comparisons, logic, Sign, Floor, Ceil, Round: not differentiable (grad 0, backward refused)");
+    pd_tensor *all[] = {&A, &B, &C, &Y, &G, &DA, &DB, &DC, &X, &R, &RG, &DX, &AX};
+    for (size_t k = 0; k < sizeof all / sizeof *all; k++) free(all[k]->data);
+    free(x.scratch);
+}
+
 int main(void) {
     setvbuf(stdout, NULL, _IOLBF, 0); /* lines out before any crash */
     const char *seed = getenv("TEST_SEED");
@@ -928,6 +1206,22 @@ int main(void) {
     test_cast_identity();
     test_reduce("ReduceSum");
     test_reduce("ReduceMean");
+    test_reduce("ReduceMax");
+    test_reduce("ReduceMin");
+    test_reduce("ReduceProd");
+    test_reduce("ReduceL1");
+    test_reduce("ReduceL2");
+    test_reduce("ReduceSumSquare");
+    test_reduce("ReduceLogSum");
+    test_reduce("ReduceLogSumExp");
+    test_variadic("Max");
+    test_variadic("Min");
+    test_variadic("Mean");
+    test_mod();
+    test_prelu();
+    test_acts();
+    test_castlike();
+    test_ties();
     test_kinks();
     test_casts();
     test_contract();

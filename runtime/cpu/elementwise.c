@@ -1,6 +1,9 @@
 /* elementwise.c - CPU kernels of the element-wise ops (Add ... Where, Cast,
- * Identity) and of the reductions ReduceSum and ReduceMean, each forward
- * beside its backward.
+ * Identity; then the comparisons and logic, Max / Min / Mean, Mod, PRelu,
+ * Abs ... Round, the activations, trigonometry and CastLike) and of the
+ * reductions (ReduceSum and ReduceMean on the fast path below; ReduceMax
+ * ... ReduceLogSumExp on a plain one at the end), each forward beside its
+ * backward.
  *
  * Forward, how it is built:
  * - An op is a "row" function: it writes n contiguous output elements from
@@ -38,12 +41,17 @@
  *   then added, converted (Cast's conversion, rounding once).
  * - Formulas follow PyTorch's autograd: Relu's gradient is 0 at 0, Clip
  *   passes it where min <= x <= max, Sigmoid, Tanh, Exp, Sqrt and
- *   Reciprocal use the output, Pow's are masked where they would be 0 * inf.
+ *   Reciprocal use the output, Pow's are masked where they would be 0 * inf;
+ *   Max / Min / ReduceMax / ReduceMin split dout evenly among tied inputs.
  * - Besides dout, a backward reads only (so a session may free the rest):
  *   Mul and Div the other input (Div's B also A), Pow both, Where the
  *   condition, Clip its bounds, Reduce* the axes; y for Sqrt, Exp,
  *   Reciprocal, Relu, Sigmoid, Tanh; x for Log, LeakyRelu, Erf, Gelu, Clip;
- *   nothing else (Add, Sub, Sum, Neg, Cast, Identity). Tested.
+ *   nothing else (Add, Sub, Sum, Neg, Cast, Identity). Of the later ops:
+ *   Max and Min every input and y, Mean nothing, Mod and PRelu both
+ *   inputs, Tan y, the other activations, trigonometric ops and Abs x,
+ *   CastLike nothing, ReduceMax ... ReduceLogSumExp x and the axes (and y:
+ *   Max, Min, L2, LogSumExp). Tested.
  */
 #include "elementwise_common.h"
 
@@ -273,7 +281,7 @@ static void stage_end(const pd__exec *x, pd_tensor *out, const pd_tensor *oview)
 /* What a row with parameters reads: LeakyRelu's alpha, Clip's bounds (in
  * the row's dtype). */
 typedef struct pd__ectx {
-    double alpha;
+    double alpha, beta; /* beta: HardSigmoid's, Selu's gamma, Shrink's bias */
     unsigned char lo[8], hi[8];
 } pd__ectx;
 
@@ -448,6 +456,7 @@ typedef struct pd__gctx {
     bool inv;      /* Where: the gradient of Y, which flows where the condition is false */
     double alpha;  /* LeakyRelu's slope; the scale of a broadcast dout (ReduceMean) */
     double lo, hi; /* Clip's bounds */
+    double beta;   /* HardSigmoid's beta, Selu's gamma */
 } pd__gctx;
 
 static bool is_float(pd_dtype t) { return pd__ekind(t) == PD_EK_FLOAT; }
@@ -1693,3 +1702,728 @@ void pd__ew_convert_add(const pd__exec *x, pd_dtype dt, void *dst, pd_dtype st, 
     pd__cajob j = {dt, st, dst, src, alpha};
     pd__ew_par_range(x, n, n, PD__BLK, convert_add_range, &j);
 }
+
+/* ==== comparisons, logic, Max / Min / Mean, Mod, more unary ops ==================== */
+/* These follow the rows above: one expression per op, instantiated per
+ * dtype, run by the same broadcast iterator and staging. Gradients follow
+ * PyTorch's derivatives.yaml (noted per op). */
+
+#define PD__NO_GRAD(name)                                                                                       \
+    pd_status pd__cpu_##name##_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out, \
+                                   pd_tensor *const *dout, pd_tensor *const *din) {                             \
+        (void)x, (void)n, (void)in, (void)out, (void)dout, (void)din;                                           \
+        return pd__err(PD_ERR_UNSUPPORTED, "%s is not differentiable", #name);                                  \
+    }
+
+/* ---- comparisons and logic: bool out ---------------------------------------------- */
+#define PD__DEF_CMP(_, dt, T, sfx, W, M, MIN, MAX)  \
+    PD__BIN_ROW(lt_##sfx, T, uint8_t, x < y)        \
+    PD__BIN_ROW(le_##sfx, T, uint8_t, x <= y)       \
+    PD__BIN_ROW(gt_##sfx, T, uint8_t, x > y)        \
+    PD__BIN_ROW(ge_##sfx, T, uint8_t, x >= y)
+PD__NUMS(PD__DEF_CMP, _)
+static const pd__row_fn lt_rows[PD__NDT] = {PD__NUMS(PD__TAB, lt)};
+static const pd__row_fn le_rows[PD__NDT] = {PD__NUMS(PD__TAB, le)};
+static const pd__row_fn gt_rows[PD__NDT] = {PD__NUMS(PD__TAB, gt)};
+static const pd__row_fn ge_rows[PD__NDT] = {PD__NUMS(PD__TAB, ge)};
+PD__BIN_ROW(and_b8, uint8_t, uint8_t, (x != 0) & (y != 0))
+PD__BIN_ROW(or_b8, uint8_t, uint8_t, (x != 0) | (y != 0))
+PD__BIN_ROW(xor_b8, uint8_t, uint8_t, (x != 0) ^ (y != 0))
+PD__UN_ROW(not_b8, uint8_t, , x == 0)
+static const pd__row_fn and_rows[PD__NDT] = {[PD_BOOL] = and_b8};
+static const pd__row_fn or_rows[PD__NDT] = {[PD_BOOL] = or_b8};
+static const pd__row_fn xor_rows[PD__NDT] = {[PD_BOOL] = xor_b8};
+static const pd__row_fn not_rows[PD__NDT] = {[PD_BOOL] = not_b8};
+
+pd_status pd__cpu_Less(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    return binary(x, n, in, out[0], lt_rows, true);
+}
+pd_status pd__cpu_LessOrEqual(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    return binary(x, n, in, out[0], le_rows, true);
+}
+pd_status pd__cpu_Greater(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    return binary(x, n, in, out[0], gt_rows, true);
+}
+pd_status pd__cpu_GreaterOrEqual(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    return binary(x, n, in, out[0], ge_rows, true);
+}
+pd_status pd__cpu_And(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    return binary(x, n, in, out[0], and_rows, true);
+}
+pd_status pd__cpu_Or(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    return binary(x, n, in, out[0], or_rows, true);
+}
+pd_status pd__cpu_Xor(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    return binary(x, n, in, out[0], xor_rows, true);
+}
+pd_status pd__cpu_Not(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    (void)n;
+    return unary(x, in, out[0], PD_BOOL, not_rows, NULL, 1);
+}
+PD__NO_GRAD(Less)
+PD__NO_GRAD(LessOrEqual)
+PD__NO_GRAD(Greater)
+PD__NO_GRAD(GreaterOrEqual)
+PD__NO_GRAD(And)
+PD__NO_GRAD(Or)
+PD__NO_GRAD(Xor)
+PD__NO_GRAD(Not)
+
+/* IsNaN, IsInf: float in (16-bit floats staged to float), bool out; IsInf's
+ * detect_negative / detect_positive in ctx->lo[0] / hi[0]. */
+#define PD__PRED_ROW(name, T, EXPR)              \
+    PD__VEC static void name(PD__ROW_ARGS) {     \
+        uint8_t *o = (uint8_t *)o_;              \
+        const T *a = (const T *)a_;              \
+        const pd__ectx *ctx = ctx_;              \
+        const int neg = ctx->lo[0], pos = ctx->hi[0]; \
+        (void)neg;                               \
+        (void)pos;                               \
+        (void)sa;                                \
+        (void)b_;                                \
+        (void)sb;                                \
+        (void)c_;                                \
+        (void)sc;                                \
+        for (int64_t i = 0; i < n; i++) {        \
+            const T x = a[i];                    \
+            o[i] = (uint8_t)(EXPR);              \
+        }                                        \
+    }
+#define PD__DEF_PRED(_, dt, T, sfx, W, M, MIN, MAX)   \
+    PD__PRED_ROW(isnan_##sfx, T, isnan(x))            \
+    PD__PRED_ROW(isinf_##sfx, T, (neg && x == -(T)INFINITY) || (pos && x == (T)INFINITY))
+PD__FLOATS(PD__DEF_PRED, _)
+static const pd__row_fn isnan_rows[PD__NDT] = {PD__FLOATS(PD__TAB, isnan)};
+static const pd__row_fn isinf_rows[PD__NDT] = {PD__FLOATS(PD__TAB, isinf)};
+
+/* A unary row whose output dtype (wout) is not its input's (w). */
+static pd_status unary_as(pd__exec *x, pd_tensor *const *in, pd_tensor *out, pd_dtype w, pd_dtype wout,
+                          const pd__row_fn *tab, const pd__ectx *ctx, int64_t cost) {
+    if (numel(in[0]) != numel(out)) return pd__err(PD_ERR_SHAPE, "input and output sizes differ");
+    pd_tensor v = *in[0], *vp = &v;
+    v.ndim = out->ndim;
+    memcpy(v.shape, out->shape, sizeof v.shape);
+    return run_rows(x, 1, &vp, w, out, wout, row_of(tab, w), ctx, cost);
+}
+
+pd_status pd__cpu_IsNaN(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    (void)n;
+    pd__ectx c;
+    memset(&c, 0, sizeof c);
+    return unary_as(x, in, out[0], pd__float_work(in[0]->dtype), PD_BOOL, isnan_rows, &c, 1);
+}
+pd_status pd__cpu_IsInf(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    pd__ectx c;
+    memset(&c, 0, sizeof c);
+    c.lo[0] = pd__attr_i(n, "detect_negative", 1) != 0;
+    c.hi[0] = pd__attr_i(n, "detect_positive", 1) != 0;
+    return unary_as(x, in, out[0], pd__float_work(in[0]->dtype), PD_BOOL, isinf_rows, &c, 1);
+}
+PD__NO_GRAD(IsNaN)
+PD__NO_GRAD(IsInf)
+
+/* ---- Max, Min, Mean: variadic, broadcasting ------------------------------------------ */
+/* Floats propagate NaN (numpy's maximum, torch.maximum). */
+#define PD__DEF_MAXMIN_F(_, dt, T, sfx, W, M, MIN, MAX)           \
+    PD__BIN_ROW(max_##sfx, T, T, (x > y || isnan(x)) ? x : y)     \
+    PD__BIN_ROW(min_##sfx, T, T, (x < y || isnan(x)) ? x : y)
+#define PD__DEF_MAXMIN_I(_, dt, T, sfx, W, M, MIN, MAX) \
+    PD__BIN_ROW(max_##sfx, T, T, x > y ? x : y)         \
+    PD__BIN_ROW(min_##sfx, T, T, x < y ? x : y)
+PD__FLOATS(PD__DEF_MAXMIN_F, _)
+PD__INTS(PD__DEF_MAXMIN_I, _)
+static const pd__row_fn max_rows[PD__NDT] = {PD__NUMS(PD__TAB, max)};
+static const pd__row_fn min_rows[PD__NDT] = {PD__NUMS(PD__TAB, min)};
+#define PD__DEF_DIVK(_, dt, T, sfx, W, M, MIN, MAX) PD__UN_ROW(divk_##sfx, T, const T k = (T)ctx->alpha, x / k)
+PD__FLOATS(PD__DEF_DIVK, _)
+static const pd__row_fn divk_rows[PD__NDT] = {PD__FLOATS(PD__TAB, divk)};
+
+/* out = in0 op in1, then out = out op in_k (Sum's loop); Mean divides by the count. */
+static pd_status variadic(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *y, const pd__row_fn *tab,
+                          bool mean) {
+    int nin = n->nin;
+    if (nin < 1 || nin > PD__MAX_STAGED) return pd__err(PD_ERR_UNSUPPORTED, "%s of %d inputs", n->op_type, nin);
+    for (int k = 0; k < nin; k++)
+        if (!in[k]) return pd__err(PD_ERR_INVALID, "input %d is missing", k);
+    if (numel(y) <= 0) return PD_OK;
+    pd_dtype w = pd__arith_work(in[0]->dtype);
+    pd__row_fn fn = row_of(tab, w), dk = mean ? row_of(divk_rows, w) : NULL;
+    if (!fn || (mean && !dk))
+        return pd__err(PD_ERR_UNSUPPORTED, "%s of %s is not supported", n->op_type, pd_dtype_name(in[0]->dtype));
+    pd_tensor view[PD__MAX_STAGED], ov;
+    PD_TRY(stage_begin(x, nin, in, w, view, y, w, &ov));
+    if (nin == 1) {
+        if (numel(&view[0]) != numel(&ov)) return pd__err(PD_ERR_SHAPE, "input and output sizes differ");
+        memcpy(ov.data, view[0].data, (size_t)numel(&ov) * pd_dtype_size(w));
+    } else {
+        PD_TRY(pd__ew_bcast_run(x, fn, NULL, &ov, 2, view, 1));
+        for (int k = 2; k < nin; k++) {
+            pd_tensor ab[2] = {ov, view[k]};
+            PD_TRY(pd__ew_bcast_run(x, fn, NULL, &ov, 2, ab, 1));
+        }
+    }
+    if (mean) {
+        pd__ectx c;
+        memset(&c, 0, sizeof c);
+        c.alpha = nin;
+        PD_TRY(pd__ew_bcast_run(x, dk, &c, &ov, 1, &ov, 1));
+    }
+    stage_end(x, y, &ov);
+    return PD_OK;
+}
+
+pd_status pd__cpu_Max(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    return variadic(x, n, in, out[0], max_rows, false);
+}
+pd_status pd__cpu_Min(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    return variadic(x, n, in, out[0], min_rows, false);
+}
+pd_status pd__cpu_Mean(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    return variadic(x, n, in, out[0], add_rows, true);
+}
+
+/* Max / Min's gradient rows: cnt += (y == x_k) (g's stream carries y);
+ * then each input gets h = dout / cnt where it equals y. */
+#define PD__DEF_MAXMIN_GRADS(_, dt, T, sfx, W, M, MIN, MAX)           \
+    PD__GRAD_ROW(geqcnt_##sfx, T, pd__sel_##sfx(g == u, (T)1, (T)0))  \
+    PD__GRAD_ROW(geqsel_##sfx, T, pd__sel_##sfx(u == v, g, (T)0))
+PD__FLOATS(PD__DEF_MAXMIN_GRADS, _)
+static const pd__row_fn geqcnt_rows[PD__NDT] = PD__GTAB(geqcnt);
+static const pd__row_fn geqsel_rows[PD__NDT] = PD__GTAB(geqsel);
+
+/* Mean: each input gets dout / n, summed over the dims it is broadcast
+ * along. Max, Min: as torch.maximum / minimum, dout goes to the inputs
+ * equal to the output, split evenly among them (dout / 2 at a tie of two);
+ * n-ary as the same rule. */
+static pd_status variadic_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out,
+                              pd_tensor *const *dout, pd_tensor *const *din, bool mean) {
+    const pd_tensor *y = out[0];
+    if (!dout || !dout[0] || !is_float(y->dtype)) return PD_OK;
+    int nin = n->nin;
+    if (nin < 1 || nin > PD__MAX_STAGED) return pd__err(PD_ERR_UNSUPPORTED, "%s of %d inputs", n->op_type, nin);
+    pd_dtype w = pd__float_work(y->dtype);
+    int64_t on = numel(y);
+    PD_TRY(check_size(dout[0], y, "the output gradient"));
+    bool any = false, tmp_o = false;
+    size_t tmp_i = 0, need = stage_bytes(dout[0], w);
+    for (int i = 0; i < nin; i++) {
+        if (!in[i]) return pd__err(PD_ERR_INVALID, "input %d is missing", i);
+        if (!mean) need += stage_bytes(in[i], w);
+        if (!wanted(din, i, in[i])) continue;
+        PD_TRY(check_size(din[i], in[i], "an input gradient"));
+        any = true;
+        tmp_o |= needs_tmp_o(!mean, on, numel(in[i]), din[i]->dtype, w);
+        if (needs_tmp_i(on, numel(in[i]), din[i]->dtype, w) && wbytes(numel(in[i]), w) > tmp_i)
+            tmp_i = wbytes(numel(in[i]), w);
+    }
+    if (!any) return PD_OK;
+    if (!mean) need += stage_bytes(y, w) + 2 * wbytes(on, w);
+    need += (tmp_o ? wbytes(on, w) : 0) + tmp_i;
+    pd__arena ar;
+    PD_TRY(arena_init(x, &ar, need));
+    pd_tensor g = stage(x, &ar, dout[0], w);
+    g.ndim = y->ndim;
+    memcpy(g.shape, y->shape, sizeof g.shape);
+    pd__gctx ctx;
+    memset(&ctx, 0, sizeof ctx);
+    pd_tensor v[PD__MAX_STAGED], yv = g, h = g;
+    if (!mean) {
+        for (int k = 0; k < nin; k++) v[k] = stage(x, &ar, in[k], w);
+        yv = stage(x, &ar, y, w);
+        pd_tensor cnt = yv;
+        cnt.data = arena_take(&ar, on, w);
+        memset(cnt.data, 0, (size_t)on * pd_dtype_size(w));
+        ctx.acc = true;
+        for (int k = 0; k < nin; k++) {
+            pd_tensor s[3] = {yv, v[k], yv};
+            PD_TRY(pd__ew_bcast_run(x, row_of(geqcnt_rows, w), &ctx, &cnt, 3, s, 1));
+        }
+        ctx.acc = false;
+        h.data = arena_take(&ar, on, w);
+        pd_tensor s[3] = {g, cnt, g};
+        PD_TRY(pd__ew_bcast_run(x, row_of(gdiva_rows, w), &ctx, &h, 3, s, 1));
+    }
+    void *to = tmp_o ? arena_take(&ar, on, w) : NULL, *ti = tmp_i ? ar.p + ar.off : NULL;
+    for (int i = 0; i < nin; i++) {
+        if (!wanted(din, i, in[i])) continue;
+        if (mean) {
+            PD_TRY(add_term(x, w, y, in[i]->ndim, in[i]->shape, din[i], NULL, ctx, 1, &g, 1, 1.0 / nin, NULL, ti,
+                            false));
+        } else {
+            pd_tensor s[3] = {h, v[i], yv};
+            PD_TRY(add_term(x, w, y, in[i]->ndim, in[i]->shape, din[i], row_of(geqsel_rows, w), ctx, 3, s, 2, 1.0,
+                            to, ti, false));
+        }
+    }
+    return PD_OK;
+}
+
+pd_status pd__cpu_Max_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out,
+                          pd_tensor *const *dout, pd_tensor *const *din) {
+    return variadic_bwd(x, n, in, out, dout, din, false);
+}
+pd_status pd__cpu_Min_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out,
+                          pd_tensor *const *dout, pd_tensor *const *din) {
+    return variadic_bwd(x, n, in, out, dout, din, false);
+}
+pd_status pd__cpu_Mean_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out,
+                           pd_tensor *const *dout, pd_tensor *const *din) {
+    return variadic_bwd(x, n, in, out, dout, din, true);
+}
+
+/* ---- Mod --------------------------------------------------------------------------- */
+/* fmod = 1: the dividend's sign (C's fmod and %); fmod = 0: the divisor's
+ * (Python's %). An integer x mod 0 gives 0 (ONNX leaves it undefined; C traps). */
+#define PD__PYMOD(r, y) (((r) != 0 && (((r) < 0) != ((y) < 0))) ? (r) + (y) : (r))
+#define PD__DEF_MOD_F(_, dt, T, sfx, W, M, MIN, MAX) \
+    PD__BIN_ROW(fmod_##sfx, T, T, fmod##M(x, y))     \
+    PD__BIN_ROW(pymod_##sfx, T, T, PD__PYMOD(fmod##M(x, y), y))
+#define PD__IMOD(T, x, y) ((y) == 0 || (y) == (T)-1 ? (T)0 : (T)((x) % (y)))
+#define PD__DEF_MOD_S(_, dt, T, sfx, W, M, MIN, MAX) \
+    PD__BIN_ROW(fmod_##sfx, T, T, PD__IMOD(T, x, y)) \
+    PD__BIN_ROW(pymod_##sfx, T, T, (T)PD__PYMOD(PD__IMOD(T, x, y), y))
+#define PD__DEF_MOD_U(_, dt, T, sfx, W, M, MIN, MAX)     \
+    PD__BIN_ROW(fmod_##sfx, T, T, y == 0 ? (T)0 : (T)(x % y)) \
+    PD__BIN_ROW(pymod_##sfx, T, T, y == 0 ? (T)0 : (T)(x % y))
+PD__FLOATS(PD__DEF_MOD_F, _)
+PD__SINTS(PD__DEF_MOD_S, _)
+PD__UINTS(PD__DEF_MOD_U, _)
+static const pd__row_fn fmod_rows[PD__NDT] = {PD__NUMS(PD__TAB, fmod)};
+static const pd__row_fn pymod_rows[PD__NDT] = {PD__NUMS(PD__TAB, pymod)};
+
+pd_status pd__cpu_Mod(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    return binary(x, n, in, out[0], pd__attr_i(n, "fmod", 0) ? fmod_rows : pymod_rows, false);
+}
+
+/* As torch.fmod / torch.remainder: dA = dout, dB = -dout * trunc(A / B)
+ * (fmod = 1) or floor(A / B) (fmod = 0). */
+#define PD__DEF_MOD_GRADS(_, dt, T, sfx, W, M, MIN, MAX)    \
+    PD__GRAD_ROW(gmodt_##sfx, T, -g * trunc##M(u / v))      \
+    PD__GRAD_ROW(gmodf_##sfx, T, -g * floor##M(u / v))
+PD__FLOATS(PD__DEF_MOD_GRADS, _)
+static const pd__row_fn gmodt_rows[PD__NDT] = PD__GTAB(gmodt);
+static const pd__row_fn gmodf_rows[PD__NDT] = PD__GTAB(gmodf);
+
+pd_status pd__cpu_Mod_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out,
+                          pd_tensor *const *dout, pd_tensor *const *din) {
+    static const pd__bspec t = {{NULL, gmodt_rows}, {-1, 0}, {-1, 1}, {1, 1}, 4};
+    static const pd__bspec f = {{NULL, gmodf_rows}, {-1, 0}, {-1, 1}, {1, 1}, 4};
+    return binary_bwd(x, n, in, out, dout, din, pd__attr_i(n, "fmod", 0) ? &t : &f);
+}
+
+/* ---- PRelu ------------------------------------------------------------------------- */
+#define PD__DEF_PRELU(_, dt, T, sfx, W, M, MIN, MAX)                  \
+    PD__BIN_ROW(prelu_##sfx, T, T, pd__sel_##sfx(x < 0, x * y, x))    \
+    PD__GRAD_ROW(gprelux_##sfx, T, pd__sel_##sfx(u > 0, g, g * v))    \
+    PD__GRAD_ROW(gprelus_##sfx, T, pd__sel_##sfx(u > 0, (T)0, g * u))
+PD__FLOATS(PD__DEF_PRELU, _)
+static const pd__row_fn prelu_rows[PD__NDT] = {PD__FLOATS(PD__TAB, prelu)};
+static const pd__row_fn gprelux_rows[PD__NDT] = PD__GTAB(gprelux);
+static const pd__row_fn gprelus_rows[PD__NDT] = PD__GTAB(gprelus);
+
+/* The slope as it broadcasts to X: opsets < 7 take one value, X's shape,
+ * or one per channel (axis 1: shape [C, 1, ...]). */
+static void prelu_views(const pd__node *n, pd_tensor *const *in, pd_tensor *v) {
+    v[0] = *in[0];
+    v[1] = *in[1];
+    if (n->opset >= 7) return;
+    if (numel(&v[1]) == 1) {
+        v[1].ndim = 0;
+    } else if (numel(&v[1]) == numel(&v[0])) {
+        v[1].ndim = v[0].ndim;
+        memcpy(v[1].shape, v[0].shape, sizeof v[1].shape);
+    } else if (v[0].ndim >= 2) {
+        v[1].ndim = v[0].ndim - 1;
+        v[1].shape[0] = v[0].shape[1];
+        for (int d = 1; d < v[1].ndim; d++) v[1].shape[d] = 1;
+    }
+}
+
+pd_status pd__cpu_PRelu(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    pd_tensor v[2];
+    prelu_views(n, in, v);
+    if (!is_float(v[0].dtype) || v[1].dtype != v[0].dtype)
+        return pd__err(PD_ERR_UNSUPPORTED, "PRelu of %s is not supported", pd_dtype_name(v[0].dtype));
+    pd_dtype w = pd__float_work(v[0].dtype);
+    pd_tensor *vp[2] = {&v[0], &v[1]};
+    return run_rows(x, 2, vp, w, out[0], w, row_of(prelu_rows, w), NULL, 2);
+}
+
+/* As torch's prelu: dX = dout where x > 0, dout * slope elsewhere; dslope =
+ * dout * x where x <= 0, summed over the dims the slope is broadcast along. */
+pd_status pd__cpu_PRelu_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out,
+                            pd_tensor *const *dout, pd_tensor *const *din) {
+    static const pd__bspec sp = {{gprelux_rows, gprelus_rows}, {0, 0}, {1, -1}, {1, 1}, 2};
+    pd_tensor v[2];
+    prelu_views(n, in, v);
+    pd_tensor *vp[2] = {&v[0], &v[1]};
+    return binary_bwd(x, n, vp, out, dout, din, &sp);
+}
+
+/* ---- unary: Abs, Sign, Floor, Ceil, Round -------------------------------------------------- */
+#define PD__DEF_ABS_F(_, dt, T, sfx, W, M, MIN, MAX)                                  \
+    PD__UN_ROW(abs_##sfx, T, , fabs##M(x))                                            \
+    PD__UN_ROW(sign_##sfx, T, , pd__sel_##sfx(x > 0, (T)1, pd__sel_##sfx(x < 0, (T)-1, x))) \
+    PD__UN_ROW(floor_##sfx, T, , floor##M(x))                                         \
+    PD__UN_ROW(ceil_##sfx, T, , ceil##M(x))                                           \
+    PD__UN_ROW(round_##sfx, T, , rint##M(x))
+#define PD__DEF_ABS_S(_, dt, T, sfx, W, M, MIN, MAX)          \
+    PD__UN_ROW(abs_##sfx, T, , x < 0 ? (T)(0u - (W)x) : x)    \
+    PD__UN_ROW(sign_##sfx, T, , (x > 0) - (x < 0))
+#define PD__DEF_ABS_U(_, dt, T, sfx, W, M, MIN, MAX) \
+    PD__UN_ROW(abs_##sfx, T, , x)                    \
+    PD__UN_ROW(sign_##sfx, T, , x > 0)
+PD__FLOATS(PD__DEF_ABS_F, _)
+PD__SINTS(PD__DEF_ABS_S, _)
+PD__UINTS(PD__DEF_ABS_U, _)
+static const pd__row_fn abs_rows[PD__NDT] = {PD__NUMS(PD__TAB, abs)};
+static const pd__row_fn sign_rows[PD__NDT] = {PD__NUMS(PD__TAB, sign)};
+static const pd__row_fn floor_rows[PD__NDT] = {PD__FLOATS(PD__TAB, floor)};
+static const pd__row_fn ceil_rows[PD__NDT] = {PD__FLOATS(PD__TAB, ceil)};
+static const pd__row_fn round_rows[PD__NDT] = {PD__FLOATS(PD__TAB, round)};
+
+/* In the dtype itself (16-bit floats in float). */
+#define PD__ARITH_UNARY(Op, tab)                                                                          \
+    pd_status pd__cpu_##Op(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {  \
+        (void)n;                                                                                          \
+        return unary(x, in, out[0], pd__arith_work(in[0]->dtype), tab, NULL, 1);                          \
+    }
+PD__ARITH_UNARY(Abs, abs_rows)
+PD__ARITH_UNARY(Sign, sign_rows)
+PD__ARITH_UNARY(Floor, floor_rows)
+PD__ARITH_UNARY(Ceil, ceil_rows)
+PD__ARITH_UNARY(Round, round_rows)
+/* Sign, Floor, Ceil, Round: gradient 0 almost everywhere; not differentiable
+ * here, so that training through one is refused naming the node. */
+PD__NO_GRAD(Sign)
+PD__NO_GRAD(Floor)
+PD__NO_GRAD(Ceil)
+PD__NO_GRAD(Round)
+
+/* ---- activations and trigonometry: float, with ctx alpha / beta --------------------------------- */
+#define PD__DEF_ACT_FNS(_, dt, T, sfx, W, M, MIN, MAX)                                            \
+    PD__INLINE T clamp01_##sfx(T v) {                                                             \
+        v = pd__sel_##sfx(v < 0, (T)0, v);                                                        \
+        return pd__sel_##sfx(v > 1, (T)1, v);                                                     \
+    }                                                                                             \
+    PD__INLINE T splus_##sfx(T x) {                                                            \
+        return pd__sel_##sfx(x > 0, x, (T)0) + log1p##M(pd__exp_##sfx(-pd__fabs_##sfx(x)));       \
+    }                                                                                             \
+    PD__INLINE T mish_d_##sfx(T x) {                                                              \
+        T t = pd__tanh_##sfx(splus_##sfx(x));                                                  \
+        return t + x * pd__sigmoid_##sfx(x) * ((T)1 - t * t);                                     \
+    }                                                                                             \
+    PD__INLINE T swish_d_##sfx(T x, T al) {                                                       \
+        T sg = pd__sigmoid_##sfx(al * x);                                                         \
+        return sg + al * x * sg * ((T)1 - sg);                                                    \
+    }
+PD__FLOATS(PD__DEF_ACT_FNS, _)
+
+#define PD__AB(T)                  \
+    const T al = (T)ctx->alpha;    \
+    const T be = (T)ctx->beta;     \
+    (void)al;                      \
+    (void)be
+#define PD__DEF_ACTS(_, dt, T, sfx, W, M, MIN, MAX)                                                           \
+    PD__UN_ROW(hsig_##sfx, T, PD__AB(T), clamp01_##sfx(al * x + be))                                          \
+    PD__UN_ROW(hswish_##sfx, T, , x * clamp01_##sfx(x / (T)6 + (T)0.5))                                       \
+    PD__UN_ROW(softplus_##sfx, T, , splus_##sfx(x))                                                        \
+    PD__UN_ROW(softsign_##sfx, T, , x / ((T)1 + pd__fabs_##sfx(x)))                                           \
+    PD__UN_ROW(elu_##sfx, T, PD__AB(T), pd__sel_##sfx(x < 0, al * expm1##M(x), x))                            \
+    PD__UN_ROW(selu_##sfx, T, PD__AB(T), be * pd__sel_##sfx(x <= 0, al * expm1##M(x), x))                    \
+    PD__UN_ROW(celu_##sfx, T, PD__AB(T), pd__sel_##sfx(x > 0, x, (T)0) + pd__sel_##sfx(x < 0, al * expm1##M(x / al), (T)0)) \
+    PD__UN_ROW(mish_##sfx, T, , x * pd__tanh_##sfx(splus_##sfx(x)))                                        \
+    PD__UN_ROW(swish_##sfx, T, PD__AB(T), x * pd__sigmoid_##sfx(al * x))                                    \
+    PD__UN_ROW(trelu_##sfx, T, PD__AB(T), pd__sel_##sfx(x > al, x, (T)0))                                     \
+    PD__UN_ROW(shrink_##sfx, T, PD__AB(T), x < -al ? x + be : x > al ? x - be : (T)0)                         \
+    PD__UN_ROW(sin_##sfx, T, , sin##M(x))                                                                     \
+    PD__UN_ROW(cos_##sfx, T, , cos##M(x))                                                                     \
+    PD__UN_ROW(tan_##sfx, T, , tan##M(x))                                                                     \
+    PD__UN_ROW(asin_##sfx, T, , asin##M(x))                                                                   \
+    PD__UN_ROW(acos_##sfx, T, , acos##M(x))                                                                   \
+    PD__UN_ROW(atan_##sfx, T, , atan##M(x))                                                                   \
+    PD__UN_ROW(sinh_##sfx, T, , sinh##M(x))                                                                   \
+    PD__UN_ROW(cosh_##sfx, T, , cosh##M(x))                                                                   \
+    PD__UN_ROW(asinh_##sfx, T, , asinh##M(x))                                                                 \
+    PD__UN_ROW(acosh_##sfx, T, , acosh##M(x))                                                                 \
+    PD__UN_ROW(atanh_##sfx, T, , atanh##M(x))
+PD__FLOATS(PD__DEF_ACTS, _)
+
+/* Gradients, u = x, v = y, as PyTorch: hardsigmoid's passes strictly inside
+ * (0, 1), hardswish's is x/3 + 1/2 on [-3, 3], elu's / celu's at x <= 0
+ * use exp(x), threshold's passes where x > alpha, shrink's where |x| > lambd. */
+#define PD__DEF_ACT_GRADS(_, dt, T, sfx, W, M, MIN, MAX)                                                         \
+    PD__GRAD_UROW(ghsig_##sfx, T, PD__AB(T), pd__sel_##sfx(al * u + be > 0 && al * u + be < 1, g * al, (T)0))   \
+    PD__GRAD_UROW(ghswish_##sfx, T, ,                                                                            \
+                  pd__sel_##sfx(u < -3, (T)0, pd__sel_##sfx(u <= 3, g * (u / (T)3 + (T)0.5), g)))                \
+    PD__GRAD_UROW(gsoftplus_##sfx, T, , g * pd__sigmoid_##sfx(u))                                                \
+    PD__GRAD_UROW(gsoftsign_##sfx, T, , g / (((T)1 + pd__fabs_##sfx(u)) * ((T)1 + pd__fabs_##sfx(u))))          \
+    PD__GRAD_UROW(gelu_a_##sfx, T, PD__AB(T), pd__sel_##sfx(u > 0, g, g * al * pd__exp_##sfx(u)))               \
+    PD__GRAD_UROW(gselu_##sfx, T, PD__AB(T), be * pd__sel_##sfx(u > 0, g, g * al * pd__exp_##sfx(u)))          \
+    PD__GRAD_UROW(gcelu_##sfx, T, PD__AB(T), pd__sel_##sfx(u > 0, g, g * pd__exp_##sfx(u / al)))                \
+    PD__GRAD_UROW(gmish_##sfx, T, , g * mish_d_##sfx(u))                                                         \
+    PD__GRAD_UROW(gswish_##sfx, T, PD__AB(T), g * swish_d_##sfx(u, al))                                          \
+    PD__GRAD_UROW(gtrelu_##sfx, T, PD__AB(T), pd__sel_##sfx(u > al, g, (T)0))                                    \
+    PD__GRAD_UROW(gshrink_##sfx, T, PD__AB(T), pd__sel_##sfx(u < -al || u > al, g, (T)0))                        \
+    PD__GRAD_UROW(gabs_##sfx, T, , pd__sel_##sfx(u > 0, g, pd__sel_##sfx(u < 0, -g, (T)0)))                      \
+    PD__GRAD_UROW(gsin_##sfx, T, , g * cos##M(u))                                                                \
+    PD__GRAD_UROW(gcos_##sfx, T, , -g * sin##M(u))                                                               \
+    PD__GRAD_UROW(gtan_##sfx, T, , g * ((T)1 + v * v))                                                           \
+    PD__GRAD_UROW(gasin_##sfx, T, , g / sqrt##M((T)1 - u * u))                                                   \
+    PD__GRAD_UROW(gacos_##sfx, T, , -g / sqrt##M((T)1 - u * u))                                                  \
+    PD__GRAD_UROW(gatan_##sfx, T, , g / ((T)1 + u * u))                                                          \
+    PD__GRAD_UROW(gsinh_##sfx, T, , g * cosh##M(u))                                                              \
+    PD__GRAD_UROW(gcosh_##sfx, T, , g * sinh##M(u))                                                              \
+    PD__GRAD_UROW(gasinh_##sfx, T, , g / sqrt##M(u * u + (T)1))                                                  \
+    PD__GRAD_UROW(gacosh_##sfx, T, , g / sqrt##M(u * u - (T)1))                                                  \
+    PD__GRAD_UROW(gatanh_##sfx, T, , g / ((T)1 - u * u))
+PD__FLOATS(PD__DEF_ACT_GRADS, _)
+
+/* Op, forward row, gradient row, what the gradient reads, cost; the
+ * attributes: alpha's name and default, beta's name and default (NULL: none). */
+#define PD__ACT(Op, row, grow, use, cost, aname, adef, bname, bdef)                                              \
+    static void Op##_ab(const pd__node *n, double *a, double *b) {                                               \
+        *a = aname ? pd__attr_f(n, aname ? aname : "", (float)(adef)) : (adef);                                  \
+        *b = bname ? pd__attr_f(n, bname ? bname : "", (float)(bdef)) : (bdef);                                  \
+    }                                                                                                            \
+    pd_status pd__cpu_##Op(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {        \
+        static const pd__row_fn tab[PD__NDT] = {PD__FLOATS(PD__TAB, row)};                                       \
+        if (!is_float(in[0]->dtype))                                                                             \
+            return pd__err(PD_ERR_UNSUPPORTED, #Op " of %s is not supported", pd_dtype_name(in[0]->dtype));      \
+        pd__ectx c;                                                                                              \
+        memset(&c, 0, sizeof c);                                                                                 \
+        Op##_ab(n, &c.alpha, &c.beta);                                                                           \
+        return unary(x, in, out[0], pd__float_work(in[0]->dtype), tab, &c, cost);                                \
+    }                                                                                                            \
+    pd_status pd__cpu_##Op##_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out,    \
+                                 pd_tensor *const *dout, pd_tensor *const *din) {                                \
+        static const pd__row_fn tab[PD__NDT] = PD__GTAB(grow);                                                   \
+        pd__gctx ctx;                                                                                            \
+        memset(&ctx, 0, sizeof ctx);                                                                             \
+        Op##_ab(n, &ctx.alpha, &ctx.beta);                                                                       \
+        return unary_bwd(x, in, out, dout, din, tab, &ctx, use, cost);                                           \
+    }
+#define PD__NONAME ((const char *)NULL)
+PD__ACT(HardSigmoid, hsig, ghsig, PD__USE_X, 4, "alpha", 0.2, "beta", 0.5)
+PD__ACT(HardSwish, hswish, ghswish, PD__USE_X, 5, PD__NONAME, 0, PD__NONAME, 0)
+PD__ACT(Softplus, softplus, gsoftplus, PD__USE_X, 18, PD__NONAME, 0, PD__NONAME, 0)
+PD__ACT(Softsign, softsign, gsoftsign, PD__USE_X, 3, PD__NONAME, 0, PD__NONAME, 0)
+PD__ACT(Elu, elu, gelu_a, PD__USE_X, 10, "alpha", 1.0, PD__NONAME, 0)
+PD__ACT(Selu, selu, gselu, PD__USE_X, 11, "alpha", 1.67326319217681884765625, "gamma", 1.05070102214813232421875)
+PD__ACT(Celu, celu, gcelu, PD__USE_X, 12, "alpha", 1.0, PD__NONAME, 0)
+PD__ACT(Mish, mish, gmish, PD__USE_X, 30, PD__NONAME, 0, PD__NONAME, 0)
+PD__ACT(Swish, swish, gswish, PD__USE_X, 12, "alpha", 1.0, PD__NONAME, 0)
+PD__ACT(ThresholdedRelu, trelu, gtrelu, PD__USE_X, 1, "alpha", 1.0, PD__NONAME, 0)
+PD__ACT(Shrink, shrink, gshrink, PD__USE_X, 3, "lambd", 0.5, "bias", 0.0)
+PD__ACT(Sin, sin, gsin, PD__USE_X, 10, PD__NONAME, 0, PD__NONAME, 0)
+PD__ACT(Cos, cos, gcos, PD__USE_X, 10, PD__NONAME, 0, PD__NONAME, 0)
+PD__ACT(Tan, tan, gtan, PD__USE_Y, 12, PD__NONAME, 0, PD__NONAME, 0)
+PD__ACT(Asin, asin, gasin, PD__USE_X, 12, PD__NONAME, 0, PD__NONAME, 0)
+PD__ACT(Acos, acos, gacos, PD__USE_X, 12, PD__NONAME, 0, PD__NONAME, 0)
+PD__ACT(Atan, atan, gatan, PD__USE_X, 12, PD__NONAME, 0, PD__NONAME, 0)
+PD__ACT(Sinh, sinh, gsinh, PD__USE_X, 12, PD__NONAME, 0, PD__NONAME, 0)
+PD__ACT(Cosh, cosh, gcosh, PD__USE_X, 12, PD__NONAME, 0, PD__NONAME, 0)
+PD__ACT(Asinh, asinh, gasinh, PD__USE_X, 14, PD__NONAME, 0, PD__NONAME, 0)
+PD__ACT(Acosh, acosh, gacosh, PD__USE_X, 14, PD__NONAME, 0, PD__NONAME, 0)
+PD__ACT(Atanh, atanh, gatanh, PD__USE_X, 14, PD__NONAME, 0, PD__NONAME, 0)
+
+/* Abs: as torch.abs, sign(x) * dout, 0 at 0. */
+PD__UNARY_BWD(Abs, ((const pd__row_fn[PD__NDT])PD__GTAB(gabs)), PD__USE_X, 1)
+
+/* ---- CastLike: Cast to the second input's dtype ------------------------------------------ */
+pd_status pd__cpu_CastLike(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    return pd__cpu_Cast(x, n, in, out);
+}
+
+/* The gradient flows into input 0 only (target_type gives a dtype, no values). */
+pd_status pd__cpu_CastLike_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out,
+                               pd_tensor *const *dout, pd_tensor *const *din) {
+    (void)n;
+    return pass_bwd(x, in, out, dout, din);
+}
+
+/* ---- ReduceMax ... ReduceLogSumExp ------------------------------------------------------- */
+/* One walk over the input in order, each element combined into its output
+ * (an odometer gives the output offset: the kept dims' strides, 0 for the
+ * reduced ones). Floats compute in double, integers (Max, Min, Prod, L1,
+ * SumSquare) in int64 / uint64, wrapping; L2, LogSum and LogSumExp of
+ * integers in double, cast back. One thread: these are rare in training
+ * graphs and small where they appear. */
+enum { PD_R_MAX, PD_R_MIN, PD_R_PROD, PD_R_L1, PD_R_L2, PD_R_SSQ, PD_R_LOGSUM, PD_R_LSE };
+
+typedef struct pd__rmap {
+    int nd;
+    int64_t shape[PD_MAX_DIMS], ost[PD_MAX_DIMS];
+} pd__rmap;
+
+static void rmap_make(pd__rmap *m, int ndim, const int64_t *shape, const bool *mask) {
+    int64_t acc = 1;
+    m->nd = ndim;
+    for (int d = ndim - 1; d >= 0; d--) {
+        m->shape[d] = shape[d];
+        m->ost[d] = mask[d] ? 0 : acc;
+        if (!mask[d]) acc *= shape[d];
+    }
+}
+
+/* BODY runs for each input element i with o its output's offset. */
+#define PD__RMAP_LOOP(m, total, BODY)                                  \
+    do {                                                               \
+        int64_t idx_[PD_MAX_DIMS] = {0}, o = 0;                        \
+        for (int64_t i = 0; i < (total); i++) {                        \
+            BODY;                                                      \
+            for (int d_ = (m)->nd - 1; d_ >= 0; d_--) {                \
+                o += (m)->ost[d_];                                     \
+                if (++idx_[d_] < (m)->shape[d_]) break;                \
+                o -= (m)->ost[d_] * (m)->shape[d_];                    \
+                idx_[d_] = 0;                                          \
+            }                                                          \
+        }                                                              \
+    } while (0)
+
+#define PD__DEF_RGEN_I(T, sfx, LO, HI, ABS)                                                               \
+    static void rgen_##sfx(int kind, const pd__rmap *m, int64_t xn, const T *s, T *dst, int64_t on) {     \
+        T init = kind == PD_R_MAX ? (LO) : kind == PD_R_MIN ? (HI) : kind == PD_R_PROD ? (T)1 : (T)0;     \
+        for (int64_t k = 0; k < on; k++) dst[k] = init;                                                   \
+        switch (kind) {                                                                                   \
+        case PD_R_MAX: PD__RMAP_LOOP(m, xn, dst[o] = s[i] > dst[o] ? s[i] : dst[o]); break;               \
+        case PD_R_MIN: PD__RMAP_LOOP(m, xn, dst[o] = s[i] < dst[o] ? s[i] : dst[o]); break;               \
+        case PD_R_PROD: PD__RMAP_LOOP(m, xn, dst[o] = (T)((uint64_t)dst[o] * (uint64_t)s[i])); break;     \
+        case PD_R_L1: PD__RMAP_LOOP(m, xn, dst[o] = (T)((uint64_t)dst[o] + (uint64_t)ABS(s[i]))); break;  \
+        default: PD__RMAP_LOOP(m, xn, dst[o] = (T)((uint64_t)dst[o] + (uint64_t)s[i] * (uint64_t)s[i])); break; \
+        }                                                                                                 \
+    }
+#define PD__IABS(v) ((v) < 0 ? 0u - (uint64_t)(v) : (uint64_t)(v))
+#define PD__UABS(v) (v)
+PD__DEF_RGEN_I(int64_t, i64, INT64_MIN, INT64_MAX, PD__IABS)
+PD__DEF_RGEN_I(uint64_t, u64, 0, UINT64_MAX, PD__UABS)
+
+/* Doubles; tmp: `on` more doubles (LogSumExp's sums). Max / Min propagate NaN. */
+static void rgen_f64(int kind, const pd__rmap *m, int64_t xn, const double *s, double *dst, int64_t on,
+                     double *tmp) {
+    double init = kind == PD_R_MAX || kind == PD_R_LSE ? -INFINITY : kind == PD_R_MIN ? INFINITY
+                  : kind == PD_R_PROD ? 1.0 : 0.0;
+    for (int64_t k = 0; k < on; k++) dst[k] = init;
+    switch (kind) {
+    case PD_R_MAX:
+    case PD_R_LSE: PD__RMAP_LOOP(m, xn, dst[o] = (s[i] > dst[o] || isnan(s[i])) ? s[i] : dst[o]); break;
+    case PD_R_MIN: PD__RMAP_LOOP(m, xn, dst[o] = (s[i] < dst[o] || isnan(s[i])) ? s[i] : dst[o]); break;
+    case PD_R_PROD: PD__RMAP_LOOP(m, xn, dst[o] *= s[i]); break;
+    case PD_R_L1: PD__RMAP_LOOP(m, xn, dst[o] += fabs(s[i])); break;
+    case PD_R_LOGSUM: PD__RMAP_LOOP(m, xn, dst[o] += s[i]); break;
+    default: PD__RMAP_LOOP(m, xn, dst[o] += s[i] * s[i]); break; /* L2, SumSquare */
+    }
+    if (kind == PD_R_L2)
+        for (int64_t k = 0; k < on; k++) dst[k] = sqrt(dst[k]);
+    if (kind == PD_R_LOGSUM)
+        for (int64_t k = 0; k < on; k++) dst[k] = log(dst[k]);
+    if (kind == PD_R_LSE) { /* max + log(sum(exp(x - max))); an infinite max is the answer */
+        for (int64_t k = 0; k < on; k++) tmp[k] = 0;
+        PD__RMAP_LOOP(m, xn, tmp[o] += exp(s[i] - (isfinite(dst[o]) ? dst[o] : 0)));
+        for (int64_t k = 0; k < on; k++)
+            if (isfinite(dst[k])) dst[k] += log(tmp[k]);
+    }
+}
+
+/* The axes of a Reduce* node as a mask. */
+static pd_status rmask(const pd__node *n, pd_tensor *const *in, bool *mask) {
+    bool noop;
+    const pd_tensor *axes = (pd__reduce_axes_input(n) && n->nin > 1) ? in[1] : NULL;
+    pd_status st = pd__reduce_mask(n, in[0]->ndim, axes, mask, &noop);
+    return st == PD_OK ? PD_OK : pd__err(st, "bad or unknown axes");
+}
+
+static pd_status reduce_gen(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *out, int kind) {
+    const pd_tensor *xt = in[0];
+    unsigned k = pd__ekind(xt->dtype);
+    bool boolean = k == PD_EK_BOOL && (kind == PD_R_MAX || kind == PD_R_MIN); /* any / all, in uint64 */
+    if (!((k & PD_EK_NUM) || boolean) || out->dtype != xt->dtype)
+        return pd__err(PD_ERR_UNSUPPORTED, "%s of %s is not supported", n->op_type, pd_dtype_name(xt->dtype));
+    bool mask[PD_MAX_DIMS];
+    PD_TRY(rmask(n, in, mask));
+    int64_t on = numel(out), xn = numel(xt);
+    if (on <= 0) return PD_OK;
+    bool ikind = kind == PD_R_MAX || kind == PD_R_MIN || kind == PD_R_PROD || kind == PD_R_L1 || kind == PD_R_SSQ;
+    pd_dtype w = k == PD_EK_FLOAT || !ikind ? PD_DOUBLE : k == PD_EK_SINT ? PD_INT64 : PD_UINT64;
+    if (boolean) w = PD_UINT64;
+    int64_t cnt = 1;
+    for (int d = 0; d < xt->ndim; d++)
+        if (!mask[d]) cnt *= xt->shape[d];
+    if (cnt != on) return pd__err(PD_ERR_SHAPE, "output size does not match the reduction");
+    pd__arena ar;
+    PD_TRY(arena_init(x, &ar, stage_bytes(xt, w) + 2 * wbytes(on, w)));
+    pd_tensor v = stage(x, &ar, xt, w);
+    void *dst = arena_take(&ar, on, w), *tmp = arena_take(&ar, on, w);
+    pd__rmap m;
+    rmap_make(&m, xt->ndim, xt->shape, mask);
+    if (w == PD_DOUBLE) rgen_f64(kind, &m, xn, v.data, dst, on, tmp);
+    else if (w == PD_INT64) rgen_i64(kind, &m, xn, v.data, dst, on);
+    else rgen_u64(kind, &m, xn, v.data, dst, on);
+    pd__ew_convert(x, out->dtype, out->data, w, dst, on);
+    return PD_OK;
+}
+
+/* Gradients in double, as PyTorch: amax / amin split dout evenly among the
+ * elements equal to the result; prod: dout * prod(others), with zeros
+ * handled (one zero: only it gets a gradient; two: none); L1: sign(x);
+ * L2: x / y, 0 where y = 0; SumSquare: 2x; LogSum: 1 / sum; LogSumExp:
+ * exp(x - y). */
+static pd_status reduce_gen_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out,
+                                pd_tensor *const *dout, pd_tensor *const *din, int kind) {
+    const pd_tensor *xt = in[0], *y = out[0];
+    if (!dout || !dout[0] || !wanted(din, 0, xt) || !is_float(dout[0]->dtype)) return PD_OK;
+    bool mask[PD_MAX_DIMS];
+    PD_TRY(rmask(n, in, mask));
+    PD_TRY(check_size(din[0], xt, "the input gradient"));
+    PD_TRY(check_size(dout[0], y, "the output gradient"));
+    int64_t xn = numel(xt), on = numel(y);
+    if (xn <= 0 || on <= 0) return PD_OK;
+    pd_dtype w = PD_DOUBLE;
+    pd__arena ar;
+    PD_TRY(arena_init(x, &ar, stage_bytes(xt, w) + stage_bytes(y, w) + stage_bytes(dout[0], w) + wbytes(xn, w) +
+                                  2 * wbytes(on, w)));
+    pd_tensor xv = stage(x, &ar, xt, w), yv = stage(x, &ar, y, w), gv = stage(x, &ar, dout[0], w);
+    const double *s = xv.data, *yy = yv.data, *g = gv.data;
+    double *d = arena_take(&ar, xn, w), *a = arena_take(&ar, on, w), *b = arena_take(&ar, on, w);
+    pd__rmap mm, *m = &mm;
+    rmap_make(m, xt->ndim, xt->shape, mask);
+    for (int64_t k = 0; k < on; k++) a[k] = 0, b[k] = 1;
+    switch (kind) {
+    case PD_R_MAX:
+    case PD_R_MIN:
+        PD__RMAP_LOOP(m, xn, a[o] += s[i] == yy[o]);
+        PD__RMAP_LOOP(m, xn, d[i] = s[i] == yy[o] ? g[o] / a[o] : 0);
+        break;
+    case PD_R_PROD: /* a: zeros, b: product of the nonzero ones */
+        PD__RMAP_LOOP(m, xn, if (s[i] == 0) a[o] += 1; else b[o] *= s[i]);
+        PD__RMAP_LOOP(m, xn, d[i] = a[o] == 0 ? g[o] * b[o] / s[i] : (a[o] == 1 && s[i] == 0) ? g[o] * b[o] : 0);
+        break;
+    case PD_R_L1: PD__RMAP_LOOP(m, xn, d[i] = s[i] > 0 ? g[o] : s[i] < 0 ? -g[o] : 0); break;
+    case PD_R_L2: PD__RMAP_LOOP(m, xn, d[i] = yy[o] == 0 ? 0 : g[o] * s[i] / yy[o]); break;
+    case PD_R_SSQ: PD__RMAP_LOOP(m, xn, d[i] = 2 * g[o] * s[i]); break;
+    case PD_R_LOGSUM:
+        PD__RMAP_LOOP(m, xn, a[o] += s[i]);
+        PD__RMAP_LOOP(m, xn, d[i] = g[o] / a[o]);
+        break;
+    default: PD__RMAP_LOOP(m, xn, d[i] = g[o] * exp(s[i] - yy[o])); break;
+    }
+    pd__ew_convert_add(x, din[0]->dtype, din[0]->data, w, d, xn, 1.0);
+    return PD_OK;
+}
+
+#define PD__REDUCE_GEN(Op, kind)                                                                                \
+    pd_status pd__cpu_##Op(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {        \
+        return reduce_gen(x, n, in, out[0], kind);                                                               \
+    }                                                                                                            \
+    pd_status pd__cpu_##Op##_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out,    \
+                                 pd_tensor *const *dout, pd_tensor *const *din) {                                \
+        return reduce_gen_bwd(x, n, in, out, dout, din, kind);                                                   \
+    }
+PD__REDUCE_GEN(ReduceMax, PD_R_MAX)
+PD__REDUCE_GEN(ReduceMin, PD_R_MIN)
+PD__REDUCE_GEN(ReduceProd, PD_R_PROD)
+PD__REDUCE_GEN(ReduceL1, PD_R_L1)
+PD__REDUCE_GEN(ReduceL2, PD_R_L2)
+PD__REDUCE_GEN(ReduceSumSquare, PD_R_SSQ)
+PD__REDUCE_GEN(ReduceLogSum, PD_R_LOGSUM)
+PD__REDUCE_GEN(ReduceLogSumExp, PD_R_LSE)
