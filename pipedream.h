@@ -3565,7 +3565,7 @@ pd_status pd__shape_LpNormalization(pd_graph *g, pd__node *n) {
     pd__tensor *x;
     PD_TRY(need(g, n, 0, "input", &x));
     PD_TRY(need_float(g, n, x, "input"));
-    int axis;
+    int axis = 0;
     int64_t a = pd__attr_i(n, "axis", -1), p = pd__attr_i(n, "p", 2);
     if (x->ndim < 1 || !norm_axis(a, x->ndim, x->ndim - 1, &axis))
         return pd__node_err(g, n, PD_ERR_SHAPE, "axis %lld is out of range for input %s", (long long)a, shp(x).s);
@@ -3973,7 +3973,7 @@ double pd__flops_Einsum(const pd_graph *g, const pd__node *n) {
 
 pd_status pd__softmax_split(const pd__node *n, int ndim, const int64_t *shape, int64_t *outer, int64_t *len,
                             int64_t *inner) {
-    int axis;
+    int axis = 0;
     if (n->opset >= 13) {
         int64_t a = pd__attr_i(n, "axis", -1);
         if (ndim < 1 || !norm_axis(a, ndim, ndim - 1, &axis))
@@ -5135,7 +5135,7 @@ pd_status pd__shape_Split(pd_graph *g, pd__node *n) {
     if (n->nout < 1) return pd__node_err(g, n, PD_ERR_INVALID, "no outputs");
     int64_t *sizes = (int64_t *)PD_MALLOC((size_t)n->nout * sizeof *sizes);
     if (sizes == NULL) return pd__node_err(g, n, PD_ERR_NOMEM, "out of memory");
-    int axis;
+    int axis = 0;
     pd_status s = pd__split_sizes(n, vp, &axis, sizes);
     if (s != PD_OK) s = node_fail(g, n, s);
     for (int i = 0; s == PD_OK && i < n->nout; i++) {
@@ -5166,7 +5166,7 @@ pd_status pd__shape_Gather(pd_graph *g, pd__node *n) {
     if (idx->dtype != PD_INT64 && idx->dtype != PD_INT32)
         return pd__node_err(g, n, PD_ERR_SHAPE, "indices must be int64 or int32, not %s", pd_dtype_name(idx->dtype));
     int64_t ax = pd__attr_i(n, "axis", 0);
-    int axis;
+    int axis = 0;
     if (!pd__norm_axis(ax, x->ndim, &axis))
         return pd__node_err(g, n, PD_ERR_SHAPE, "axis %lld out of range for rank %d", (long long)ax, x->ndim);
     int r = x->ndim - 1 + idx->ndim;
@@ -5325,7 +5325,7 @@ pd_status pd__shape_CumSum(pd_graph *g, pd__node *n) {
         return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "CumSum of %s is not supported", pd_dtype_name(x->dtype));
     pd_tensor v[MAX_VIEWS], *vp[MAX_VIEWS];
     PD_TRY(make_views(g, n, v, vp));
-    int axis;
+    int axis = 0;
     if (vp[1]->data != NULL) RESOLVE(pd__cumsum_axis(vp[0], vp[1], &axis));
     return set_out(g, n, 0, x->dtype, x->ndim, x->shape);
 }
@@ -5368,7 +5368,7 @@ pd_status pd__shape_OneHot(pd_graph *g, pd__node *n) {
     if (val->numel != 2) return pd__node_err(g, n, PD_ERR_SHAPE, "values must have 2 elements, has %lld", (long long)val->numel);
     pd_tensor v[MAX_VIEWS], *vp[MAX_VIEWS];
     PD_TRY(make_views(g, n, v, vp));
-    int axis;
+    int axis = 0;
     int64_t depth, shape[PD_MAX_DIMS];
     RESOLVE(pd__onehot_params(n, vp, &axis, &depth));
     for (int d = 0, j = 0; d <= ind->ndim; d++) shape[d] = d == axis ? depth : ind->shape[j++];
@@ -5383,7 +5383,7 @@ pd_status pd__shape_GatherElements(pd_graph *g, pd__node *n) {
         return pd__node_err(g, n, PD_ERR_SHAPE, "indices must be int64 or int32, not %s", pd_dtype_name(idx->dtype));
     if (idx->ndim != x->ndim || x->ndim < 1)
         return pd__node_err(g, n, PD_ERR_SHAPE, "indices have rank %d but data %d", idx->ndim, x->ndim);
-    int axis;
+    int axis = 0;
     RESOLVE(pd__reduce_axis(n, x->ndim, 0, &axis));
     return set_out(g, n, 0, x->dtype, idx->ndim, idx->shape);
 }
@@ -5431,7 +5431,7 @@ pd_status pd__shape_ScatterElements(pd_graph *g, pd__node *n) {
     for (int d = 0; d < x->ndim; d++)
         if (idx->shape[d] != u->shape[d])
             return pd__node_err(g, n, PD_ERR_SHAPE, "indices and updates differ at dim %d", d);
-    int axis;
+    int axis = 0;
     RESOLVE(pd__reduce_axis(n, x->ndim, 0, &axis));
     return set_out(g, n, 0, x->dtype, x->ndim, x->shape);
 }
@@ -5458,7 +5458,7 @@ static pd_status arg_shape(pd_graph *g, pd__node *n) {
     PD_TRY(need_data(g, n, 0, &x));
     if (!is_numeric(x->dtype))
         return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "%s of %s is not supported", n->op_type, pd_dtype_name(x->dtype));
-    int axis;
+    int axis = 0;
     RESOLVE(pd__reduce_axis(n, x->ndim, 0, &axis));
     if (x->shape[axis] == 0) return pd__node_err(g, n, PD_ERR_SHAPE, "axis %d is empty", axis);
     bool keep = pd__attr_i(n, "keepdims", 1) != 0;
@@ -5483,7 +5483,7 @@ pd_status pd__shape_TopK(pd_graph *g, pd__node *n) {
         return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "TopK of %s is not supported", pd_dtype_name(x->dtype));
     pd_tensor v[MAX_VIEWS], *vp[MAX_VIEWS];
     PD_TRY(make_views(g, n, v, vp));
-    int axis;
+    int axis = 0;
     int64_t k, shape[PD_MAX_DIMS];
     RESOLVE(pd__topk_params(n, vp, &axis, &k));
     memcpy(shape, x->shape, sizeof shape);
@@ -5497,7 +5497,7 @@ pd_status pd__shape_Hardmax(pd_graph *g, pd__node *n) {
     PD_TRY(need_data(g, n, 0, &x));
     if (!is_float_dtype(x->dtype))
         return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "Hardmax of %s is not supported", pd_dtype_name(x->dtype));
-    int axis;
+    int axis = 0;
     RESOLVE(pd__reduce_axis(n, x->ndim, n->opset >= 13 ? -1 : 1, &axis));
     return set_out(g, n, 0, x->dtype, x->ndim, x->shape);
 }
@@ -5564,7 +5564,7 @@ double pd__flops_Hardmax(const pd_graph *g, const pd__node *n) { return numel_in
 double pd__flops_TopK(const pd_graph *g, const pd__node *n) {
     const pd__tensor *x = pd__in((pd_graph *)g, n, 0);
     if (x == NULL || x->ndim < 1) return 0;
-    int axis;
+    int axis = 0;
     if (pd__reduce_axis(n, x->ndim, -1, &axis) != PD_OK) return 0;
     double len = (double)x->shape[axis];
     return len > 1 ? (double)x->numel * log2(len) : 0;

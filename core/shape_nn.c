@@ -595,7 +595,7 @@ pd_status pd__shape_LpNormalization(pd_graph *g, pd__node *n) {
     pd__tensor *x;
     PD_TRY(need(g, n, 0, "input", &x));
     PD_TRY(need_float(g, n, x, "input"));
-    int axis;
+    int axis = 0;
     int64_t a = pd__attr_i(n, "axis", -1), p = pd__attr_i(n, "p", 2);
     if (x->ndim < 1 || !norm_axis(a, x->ndim, x->ndim - 1, &axis))
         return pd__node_err(g, n, PD_ERR_SHAPE, "axis %lld is out of range for input %s", (long long)a, shp(x).s);
@@ -1003,7 +1003,7 @@ double pd__flops_Einsum(const pd_graph *g, const pd__node *n) {
 
 pd_status pd__softmax_split(const pd__node *n, int ndim, const int64_t *shape, int64_t *outer, int64_t *len,
                             int64_t *inner) {
-    int axis;
+    int axis = 0;
     if (n->opset >= 13) {
         int64_t a = pd__attr_i(n, "axis", -1);
         if (ndim < 1 || !norm_axis(a, ndim, ndim - 1, &axis))
