@@ -379,6 +379,7 @@ int pd_cli_export(int argc, char **argv) {
             }
             memcpy(x->data, r.data, (size_t)r.bytes);
             weights += r.kind == PD_REC_WEIGHT;
+            if (r.kind == PD_REC_WEIGHT) x->trained = true; /* the saved model's training_info lists it */
         }
     }
     if (pd_graph_save(g, outp) != PD_OK) {
