@@ -1878,10 +1878,13 @@ static bool pd__is_float(pd_dtype t) {
     return t == PD_FLOAT || t == PD_DOUBLE || t == PD_FLOAT16 || t == PD_BFLOAT16;
 }
 
-/* A float initializer may be trained: never fold it into something else. */
+/* A float initializer may be trained: never fold it into something else,
+ * unless the model says it is a constant (pd__train_rule: a single element,
+ * or left out of its training_info), as the -1e9 of a causal mask is. */
 static bool pd__foldable_input(const pd__tensor *t) {
     if (t->kind == PD_T_CONST) return true;
-    if (t->kind == PD_T_INIT) return !pd__is_float(t->dtype);
+    if (t->kind == PD_T_INIT)
+        return !pd__is_float(t->dtype) || t->train == PD_TR_SCALAR || t->train == PD_TR_UNLISTED;
     return false;
 }
 
