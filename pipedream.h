@@ -1026,10 +1026,10 @@ pd_status pd__node_err(const pd_graph *g, const pd__node *n, pd_status s, const 
 
 /* Convenience for shape rules: input i (NULL when absent or out of range). */
 static inline pd__tensor *pd__in(pd_graph *g, const pd__node *n, int i) {
-    return (i < n->nin && n->in[i] >= 0) ? &g->tensors[n->in[i]] : NULL;
+    return (i >= 0 && i < n->nin && n->in[i] >= 0) ? &g->tensors[n->in[i]] : NULL;
 }
 static inline pd__tensor *pd__out(pd_graph *g, const pd__node *n, int i) {
-    return (i < n->nout && n->out[i] >= 0) ? &g->tensors[n->out[i]] : NULL;
+    return (i >= 0 && i < n->nout && n->out[i] >= 0) ? &g->tensors[n->out[i]] : NULL;
 }
 
 /* ---- backends ------------------------------------------------------------- */
@@ -3819,8 +3819,9 @@ static pd_status resize_shape(pd_graph *g, pd__node *n) {
     pd__resize_inputs(n, &si, &zi);
     pd_tensor sv, zv, *sp = NULL, *zp = NULL;
     for (int j = 0; j < 2; j++) {
-        pd__tensor *t = pd__in(g, n, j ? zi : si);
-        if ((j ? zi : si) < 0 || !t) continue;
+        int k = j ? zi : si;
+        pd__tensor *t = k >= 0 ? pd__in(g, n, k) : NULL;
+        if (!t) continue;
         pd_tensor v = pd__view(t);
         if (!((t->kind == PD_T_INIT || t->kind == PD_T_CONST) && t->data)) v.data = NULL;
         if (t->ndim != 1 || (j ? (t->dtype != PD_INT64) : !is_float(t->dtype) && t->dtype != PD_FLOAT16))

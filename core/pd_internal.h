@@ -249,10 +249,10 @@ pd_status pd__node_err(const pd_graph *g, const pd__node *n, pd_status s, const 
 
 /* Convenience for shape rules: input i (NULL when absent or out of range). */
 static inline pd__tensor *pd__in(pd_graph *g, const pd__node *n, int i) {
-    return (i < n->nin && n->in[i] >= 0) ? &g->tensors[n->in[i]] : NULL;
+    return (i >= 0 && i < n->nin && n->in[i] >= 0) ? &g->tensors[n->in[i]] : NULL;
 }
 static inline pd__tensor *pd__out(pd_graph *g, const pd__node *n, int i) {
-    return (i < n->nout && n->out[i] >= 0) ? &g->tensors[n->out[i]] : NULL;
+    return (i >= 0 && i < n->nout && n->out[i] >= 0) ? &g->tensors[n->out[i]] : NULL;
 }
 
 /* ---- backends ------------------------------------------------------------- */

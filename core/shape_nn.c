@@ -846,8 +846,9 @@ static pd_status resize_shape(pd_graph *g, pd__node *n) {
     pd__resize_inputs(n, &si, &zi);
     pd_tensor sv, zv, *sp = NULL, *zp = NULL;
     for (int j = 0; j < 2; j++) {
-        pd__tensor *t = pd__in(g, n, j ? zi : si);
-        if ((j ? zi : si) < 0 || !t) continue;
+        int k = j ? zi : si;
+        pd__tensor *t = k >= 0 ? pd__in(g, n, k) : NULL;
+        if (!t) continue;
         pd_tensor v = pd__view(t);
         if (!((t->kind == PD_T_INIT || t->kind == PD_T_CONST) && t->data)) v.data = NULL;
         if (t->ndim != 1 || (j ? (t->dtype != PD_INT64) : !is_float(t->dtype) && t->dtype != PD_FLOAT16))
