@@ -3014,6 +3014,7 @@ pd_status pd__rope_plan(const pd__node *n, int xn, const int64_t *xs, int cn, co
 typedef struct pd__attn {
     int64_t B, Hq, Hk, Sq, Skv, P, Tk, Dh, Dv;
     bool three, causal;
+    int mode; /* qk_matmul_output_mode: the scores (0, 1), plus the mask (2), the softmax (3) */
     double scale, softcap;
     int mn;
     int64_t mshape[4];
@@ -4268,9 +4269,12 @@ pd_status pd__attn_plan(const pd__node *n, int qn, const int64_t *qs, int kn, co
     a->causal = pd__attr_i(n, "is_causal", 0) != 0;
     a->scale = pd__attr_get(n, "scale") ? pd__attr_f(n, "scale", 1) : 1 / sqrt((double)a->Dh);
     a->softcap = pd__attr_f(n, "softcap", 0);
+    /* as ONNX's reference computes it: 0 and 1 the (softcapped) scores, 2
+     * with the mask added, 3 the softmax */
     int64_t mode = pd__attr_i(n, "qk_matmul_output_mode", 0);
-    if (mode != 0)
-        return pd__err(PD_ERR_UNSUPPORTED, "attribute qk_matmul_output_mode %lld (0 is supported)", (long long)mode);
+    if (mode < 0 || mode > 3)
+        return pd__err(PD_ERR_UNSUPPORTED, "attribute qk_matmul_output_mode %lld (0 to 3 are defined)", (long long)mode);
+    a->mode = (int)mode;
     if (a->softcap < 0) return pd__err(PD_ERR_SHAPE, "softcap %g is negative", a->softcap);
     if (mn) {
         const int64_t want[3] = {a->B, a->Hq, a->Sq};

@@ -144,6 +144,7 @@ pd_status pd__rope_plan(const pd__node *n, int xn, const int64_t *xs, int cn, co
 typedef struct pd__attn {
     int64_t B, Hq, Hk, Sq, Skv, P, Tk, Dh, Dv;
     bool three, causal;
+    int mode; /* qk_matmul_output_mode: the scores (0, 1), plus the mask (2), the softmax (3) */
     double scale, softcap;
     int mn;
     int64_t mshape[4];

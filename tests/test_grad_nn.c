@@ -823,9 +823,10 @@ static gc *b_attn(uint64_t seed, pd_dtype dt, uint32_t *mask, char *d, size_t dn
     gc_input(c, dt, three ? 3 : 4, three ? q3 : q4, NULL);
     gc_input(c, dt, three ? 3 : 4, three ? k3 : k4, NULL);
     gc_input(c, dt, three ? 3 : 4, three ? v3 : v4, NULL);
+    int64_t lm = irand(0, 1) ? T : irand(1, T);
     if (mk) {
         int mn = (int)irand(2, 4);
-        int64_t full[4] = {B, Hq, Sq, irand(1, T)}, ms[4];
+        int64_t full[4] = {B, Hq, Sq, lm}, ms[4];
         for (int i = 0; i < mn; i++) ms[i] = full[4 - mn + i];
         for (int i = 0; i < mn - 1; i++)
             if (irand(0, 2) == 0) ms[i] = 1;
@@ -854,7 +855,14 @@ static gc *b_attn(uint64_t seed, pd_dtype dt, uint32_t *mask, char *d, size_t dn
     if (causal || irand(0, 1)) gc_attr_i(c, "is_causal", causal);
     if (irand(0, 1)) gc_attr_f(c, "scale", irand(0, 1) ? 0.5f : 1.25f);
     if (irand(0, 2) == 0) gc_attr_f(c, "softcap", irand(0, 1) ? 1.5f : 3.0f);
-    gc_outputs(c, irand(0, 1) ? 4 : 1);
+    int nout = irand(0, 1) ? 4 : 1;
+    if (nout == 4) {
+        /* the scores with the mask (2) only where it adds no -inf */
+        int mode = (int)irand(0, 3);
+        if (mode == 2 && (mk == 1 || causal || (mk && lm < T))) mode = 3;
+        if (mode || irand(0, 1)) gc_attr_i(c, "qk_matmul_output_mode", mode);
+    }
+    gc_outputs(c, nout);
     *mask = 0x7;
     describe(c, d, dn);
     return c;

@@ -1653,7 +1653,7 @@ static void FN(attn_present)(const pd__attn *a, const T *K, const T *V, const T 
  * (Sq, T) = softmax over the keys of S + the mask (bool or T) + causal. A
  * row with every key masked is NaN, as ONNX's reference computes it. */
 static pd_status FN(attn_probs)(const pd__attn *a, int64_t b, int64_t h, const T *Q, const T *PK, const void *mask,
-                                pd_dtype mdt, T *S, T *Pm) {
+                                pd_dtype mdt, T *S, T *Pm, T *QK) {
     int64_t hk = h / (a->Hq / a->Hk), ldq = a->three ? a->Hq * a->Dh : a->Dh;
     const T *q = Q + (a->three ? b * a->Sq * a->Hq * a->Dh + h * a->Dh : (b * a->Hq + h) * a->Sq * a->Dh);
     PD_TRY(FN(gemm)(false, true, a->Sq, a->Tk, a->Dh, a->scale, q, ldq, PK + (b * a->Hk + hk) * a->Tk * a->Dh, a->Dh, 0,
@@ -1680,6 +1680,7 @@ static pd_status FN(attn_probs)(const pd__attn *a, int64_t b, int64_t h, const T
             }
             if (a->causal && j > i + a->P) z = -INFINITY;
             pr[j] = (T)z;
+            if (QK && a->mode < 3) QK[i * a->Tk + j] = a->mode == 2 ? (T)z : sr[j];
             if (z > mx) mx = z;
         }
         double sum = 0;
@@ -1689,6 +1690,7 @@ static pd_status FN(attn_probs)(const pd__attn *a, int64_t b, int64_t h, const T
             sum += e;
         }
         for (int64_t j = 0; j < a->Tk; j++) pr[j] = (T)((double)pr[j] / sum);
+        if (QK && a->mode == 3) memcpy(QK + i * a->Tk, pr, sizeof(T) * (size_t)a->Tk);
     }
     return PD_OK;
 }
@@ -1703,8 +1705,7 @@ static pd_status FN(attention)(const pd__attn *a, const T *Q, const T *K, const 
     for (int64_t b = 0; b < a->B; b++)
         for (int64_t h = 0; h < a->Hq; h++) {
             int64_t hk = h / (a->Hq / a->Hk);
-            PD_TRY(FN(attn_probs)(a, b, h, Q, PK, mask, mdt, S, Pm));
-            if (QK) memcpy(QK + (b * a->Hq + h) * a->Sq * a->Tk, S, sizeof(T) * (size_t)(a->Sq * a->Tk));
+            PD_TRY(FN(attn_probs)(a, b, h, Q, PK, mask, mdt, S, Pm, QK ? QK + (b * a->Hq + h) * a->Sq * a->Tk : NULL));
             T *y = Y + (a->three ? b * a->Sq * a->Hq * a->Dv + h * a->Dv : (b * a->Hq + h) * a->Sq * a->Dv);
             PD_TRY(FN(gemm)(false, false, a->Sq, a->Dv, a->Tk, 1, Pm, a->Tk, PV + (b * a->Hk + hk) * a->Tk * a->Dv, a->Dv,
                             0, y, ldy));
@@ -1729,12 +1730,21 @@ static pd_status FN(attention_bwd)(const pd__attn *a, const T *Q, const T *K, co
         for (int64_t h = 0; h < a->Hq; h++) {
             int64_t hk = h / (a->Hq / a->Hk), kv = (b * a->Hk + hk) * a->Tk;
             const T *q = Q + (a->three ? b * a->Sq * a->Hq * a->Dh + h * a->Dh : (b * a->Hq + h) * a->Sq * a->Dh);
-            PD_TRY(FN(attn_probs)(a, b, h, Q, PK, mask, mdt, S, Pm));
+            PD_TRY(FN(attn_probs)(a, b, h, Q, PK, mask, mdt, S, Pm, NULL));
+            const T *gq = dQK ? dQK + (b * a->Hq + h) * a->Sq * a->Tk : NULL;
             memset(dS, 0, sizeof(T) * (size_t)(a->Sq * a->Tk));
-            if (dY) {
-                const T *dy = dY + (a->three ? b * a->Sq * a->Hq * a->Dv + h * a->Dv : (b * a->Hq + h) * a->Sq * a->Dv);
-                PD_TRY(FN(gemm)(false, true, a->Sq, a->Tk, a->Dv, 1, dy, ldy, PV + kv * a->Dv, a->Dv, 0, dS, a->Tk));
-                PD_TRY(FN(gemm)(true, false, a->Tk, a->Dv, a->Sq, 1, Pm, a->Tk, dy, ldy, 1, dPV + kv * a->Dv, a->Dv));
+            if (dY || (gq && a->mode == 3)) {
+                const T *dy =
+                    dY ? dY + (a->three ? b * a->Sq * a->Hq * a->Dv + h * a->Dv : (b * a->Hq + h) * a->Sq * a->Dv)
+                       : NULL;
+                if (dY) {
+                    PD_TRY(FN(gemm)(false, true, a->Sq, a->Tk, a->Dv, 1, dy, ldy, PV + kv * a->Dv, a->Dv, 0, dS, a->Tk));
+                    PD_TRY(FN(gemm)(true, false, a->Tk, a->Dv, a->Sq, 1, Pm, a->Tk, dy, ldy, 1, dPV + kv * a->Dv,
+                                    a->Dv));
+                }
+                /* mode 3: the scores output is the softmax, its gradient joins dY's before the softmax's backward */
+                if (gq && a->mode == 3)
+                    for (int64_t k = 0; k < a->Sq * a->Tk; k++) dS[k] += gq[k];
                 for (int64_t i = 0; i < a->Sq; i++) {
                     T *gr = dS + i * a->Tk, *pr = Pm + i * a->Tk;
                     double dot = 0;
@@ -1742,9 +1752,9 @@ static pd_status FN(attention_bwd)(const pd__attn *a, const T *Q, const T *K, co
                     for (int64_t j = 0; j < a->Tk; j++) gr[j] = (T)((double)pr[j] * ((double)gr[j] - dot));
                 }
             }
-            const T *gq = dQK ? dQK + (b * a->Hq + h) * a->Sq * a->Tk : NULL;
+            /* modes 0 to 2: the scores output (with the mask, a constant, in 2) adds to the scores' gradient */
             for (int64_t k = 0; k < a->Sq * a->Tk; k++) {
-                double g = (double)dS[k] + (gq ? (double)gq[k] : 0);
+                double g = (double)dS[k] + (gq && a->mode < 3 ? (double)gq[k] : 0);
                 if (a->softcap > 0) {
                     double t = (double)S[k] / a->softcap;
                     g *= 1 - t * t;
