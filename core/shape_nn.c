@@ -1259,7 +1259,8 @@ pd_status pd__attn_plan(const pd__node *n, int qn, const int64_t *qs, int kn, co
      * with the mask added, 3 the softmax */
     int64_t mode = pd__attr_i(n, "qk_matmul_output_mode", 0);
     if (mode < 0 || mode > 3)
-        return pd__err(PD_ERR_UNSUPPORTED, "attribute qk_matmul_output_mode %lld (0 to 3 are defined)", (long long)mode);
+        return pd__err(PD_ERR_UNSUPPORTED, "attribute qk_matmul_output_mode %lld (0 to 3 are defined)",
+                       (long long)mode);
     a->mode = (int)mode;
     if (a->softcap < 0) return pd__err(PD_ERR_SHAPE, "softcap %g is negative", a->softcap);
     if (mn) {

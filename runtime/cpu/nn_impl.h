@@ -1707,8 +1707,8 @@ static pd_status FN(attention)(const pd__attn *a, const T *Q, const T *K, const 
             int64_t hk = h / (a->Hq / a->Hk);
             PD_TRY(FN(attn_probs)(a, b, h, Q, PK, mask, mdt, S, Pm, QK ? QK + (b * a->Hq + h) * a->Sq * a->Tk : NULL));
             T *y = Y + (a->three ? b * a->Sq * a->Hq * a->Dv + h * a->Dv : (b * a->Hq + h) * a->Sq * a->Dv);
-            PD_TRY(FN(gemm)(false, false, a->Sq, a->Dv, a->Tk, 1, Pm, a->Tk, PV + (b * a->Hk + hk) * a->Tk * a->Dv, a->Dv,
-                            0, y, ldy));
+            PD_TRY(FN(gemm)(false, false, a->Sq, a->Dv, a->Tk, 1, Pm, a->Tk, PV + (b * a->Hk + hk) * a->Tk * a->Dv,
+                            a->Dv, 0, y, ldy));
         }
     return PD_OK;
 }
@@ -1738,7 +1738,8 @@ static pd_status FN(attention_bwd)(const pd__attn *a, const T *Q, const T *K, co
                     dY ? dY + (a->three ? b * a->Sq * a->Hq * a->Dv + h * a->Dv : (b * a->Hq + h) * a->Sq * a->Dv)
                        : NULL;
                 if (dY) {
-                    PD_TRY(FN(gemm)(false, true, a->Sq, a->Tk, a->Dv, 1, dy, ldy, PV + kv * a->Dv, a->Dv, 0, dS, a->Tk));
+                    PD_TRY(FN(gemm)(false, true, a->Sq, a->Tk, a->Dv, 1, dy, ldy, PV + kv * a->Dv, a->Dv, 0, dS,
+                                    a->Tk));
                     PD_TRY(FN(gemm)(true, false, a->Tk, a->Dv, a->Sq, 1, Pm, a->Tk, dy, ldy, 1, dPV + kv * a->Dv,
                                     a->Dv));
                 }
