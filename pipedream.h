@@ -3009,11 +3009,14 @@ pd_status pd__rope_plan(const pd__node *n, int xn, const int64_t *xs, int cn, co
  * h / (Hq / Hk). Scores scale * Q K^T, softcapped (cap * tanh(s / cap))
  * when softcap > 0, plus the mask (bool: false is -inf; float: added; keys
  * beyond its last dim are -inf) and, when causal, -inf where j > i + P;
- * softmax over the keys, times V. The mask broadcasts against
+ * softmax over the keys, times V. With nonpad_kv_seqlen, batch b's keys
+ * from kvlen[b] on are -inf too and, without past, its causal diagonal is
+ * offset by kvlen[b] - Sq (keys right-aligned). The mask broadcasts against
  * (B, Hq, Sq, .): mshape is its shape right-aligned to 4 dims (mn 0: none). */
 typedef struct pd__attn {
     int64_t B, Hq, Hk, Sq, Skv, P, Tk, Dh, Dv;
-    bool three, causal;
+    bool three, causal, past;
+    const int64_t *kvlen; /* nonpad_kv_seqlen (opset 24, B): the kernel sets it; NULL: none */
     int mode; /* qk_matmul_output_mode: the scores (0, 1), plus the mask (2), the softmax (3) */
     double scale, softcap;
     int mn;
@@ -4264,6 +4267,7 @@ pd_status pd__attn_plan(const pd__node *n, int qn, const int64_t *qs, int kn, co
             return pd__err(PD_ERR_SHAPE, "past_key %s must be [%lld,%lld,.,%lld]", shpv(pn, ps).s, (long long)a->B,
                            (long long)a->Hk, (long long)a->Dh);
         a->P = ps[2];
+        a->past = true;
     }
     a->Tk = a->P + a->Skv;
     a->causal = pd__attr_i(n, "is_causal", 0) != 0;
@@ -4301,8 +4305,10 @@ pd_status pd__shape_Attention(pd_graph *g, pd__node *n) {
     PD_TRY(need_float(g, n, q, "Q"));
     PD_TRY(need_dtype(g, n, k, q->dtype, "K"));
     PD_TRY(need_dtype(g, n, v, q->dtype, "V"));
-    if (pd__in(g, n, 6))
-        return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "input nonpad_kv_seqlen (opset 24) is not supported");
+    pd__tensor *kl = pd__in(g, n, 6);
+    if (kl && (kl->dtype != PD_INT64 || kl->ndim != 1 || kl->shape[0] != q->shape[0]))
+        return pd__node_err(g, n, PD_ERR_SHAPE, "nonpad_kv_seqlen %s (%s) must be int64 [batch] for Q %s", shp(kl).s,
+                            pd_dtype_name(kl->dtype), shp(q).s);
     if (m && m->dtype != PD_BOOL) PD_TRY(need_dtype(g, n, m, q->dtype, "attn_mask"));
     if (!pk != !pv) return pd__node_err(g, n, PD_ERR_SHAPE, "past_key and past_value must be given together");
     if (pk) {

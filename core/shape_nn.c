@@ -1250,6 +1250,7 @@ pd_status pd__attn_plan(const pd__node *n, int qn, const int64_t *qs, int kn, co
             return pd__err(PD_ERR_SHAPE, "past_key %s must be [%lld,%lld,.,%lld]", shpv(pn, ps).s, (long long)a->B,
                            (long long)a->Hk, (long long)a->Dh);
         a->P = ps[2];
+        a->past = true;
     }
     a->Tk = a->P + a->Skv;
     a->causal = pd__attr_i(n, "is_causal", 0) != 0;
@@ -1287,8 +1288,10 @@ pd_status pd__shape_Attention(pd_graph *g, pd__node *n) {
     PD_TRY(need_float(g, n, q, "Q"));
     PD_TRY(need_dtype(g, n, k, q->dtype, "K"));
     PD_TRY(need_dtype(g, n, v, q->dtype, "V"));
-    if (pd__in(g, n, 6))
-        return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "input nonpad_kv_seqlen (opset 24) is not supported");
+    pd__tensor *kl = pd__in(g, n, 6);
+    if (kl && (kl->dtype != PD_INT64 || kl->ndim != 1 || kl->shape[0] != q->shape[0]))
+        return pd__node_err(g, n, PD_ERR_SHAPE, "nonpad_kv_seqlen %s (%s) must be int64 [batch] for Q %s", shp(kl).s,
+                            pd_dtype_name(kl->dtype), shp(q).s);
     if (m && m->dtype != PD_BOOL) PD_TRY(need_dtype(g, n, m, q->dtype, "attn_mask"));
     if (!pk != !pv) return pd__node_err(g, n, PD_ERR_SHAPE, "past_key and past_value must be given together");
     if (pk) {

@@ -139,11 +139,14 @@ pd_status pd__rope_plan(const pd__node *n, int xn, const int64_t *xs, int cn, co
  * h / (Hq / Hk). Scores scale * Q K^T, softcapped (cap * tanh(s / cap))
  * when softcap > 0, plus the mask (bool: false is -inf; float: added; keys
  * beyond its last dim are -inf) and, when causal, -inf where j > i + P;
- * softmax over the keys, times V. The mask broadcasts against
+ * softmax over the keys, times V. With nonpad_kv_seqlen, batch b's keys
+ * from kvlen[b] on are -inf too and, without past, its causal diagonal is
+ * offset by kvlen[b] - Sq (keys right-aligned). The mask broadcasts against
  * (B, Hq, Sq, .): mshape is its shape right-aligned to 4 dims (mn 0: none). */
 typedef struct pd__attn {
     int64_t B, Hq, Hk, Sq, Skv, P, Tk, Dh, Dv;
-    bool three, causal;
+    bool three, causal, past;
+    const int64_t *kvlen; /* nonpad_kv_seqlen (opset 24, B): the kernel sets it; NULL: none */
     int mode; /* qk_matmul_output_mode: the scores (0, 1), plus the mask (2), the softmax (3) */
     double scale, softcap;
     int mn;

@@ -809,7 +809,7 @@ static gc *b_rope(uint64_t seed, pd_dtype dt, uint32_t *mask, char *d, size_t dn
 
 /* Attention: 3-D or 4-D, grouped-query heads, past keys and values, a bool
  * or float mask (broadcast, maybe fewer keys than the total), causal,
- * scale, softcap; the present and score outputs' gradients checked too. */
+ * scale, softcap, nonpad_kv_seqlen; the present and score outputs' gradients checked too. */
 static gc *b_attn(uint64_t seed, pd_dtype dt, uint32_t *mask, char *d, size_t dn) {
     rs_seed(seed);
     int64_t B = irand(1, 2), Hk = irand(1, 2), Hq = Hk * irand(1, 2), Sq = irand(1, 3), Skv = irand(1, 3);
@@ -843,10 +843,22 @@ static gc *b_attn(uint64_t seed, pd_dtype dt, uint32_t *mask, char *d, size_t dn
     } else if (P) {
         gc_absent(c);
     }
+    /* nonpad_kv_seqlen (opset 24): at least one key per query */
+    bool kvl = irand(0, 3) == 0;
+    int64_t kv[2], bs = B, lo = causal && !P ? (Sq < T ? Sq : T) : 1;
+    for (int64_t b = 0; b < B; b++) kv[b] = irand(lo, T);
+    if (kvl && !mk && !P) gc_absent(c);
     if (P) {
         int64_t pk[4] = {B, Hk, P, Dh}, pv[4] = {B, Hk, P, Dv};
         gc_input(c, dt, 4, pk, NULL);
         gc_input(c, dt, 4, pv, NULL);
+    } else if (kvl) {
+        gc_absent(c);
+        gc_absent(c);
+    }
+    if (kvl) {
+        gc_input(c, PD_INT64, 1, &bs, kv);
+        c->node.opset = c->g->opset = 24;
     }
     if (three || irand(0, 1)) {
         gc_attr_i(c, "q_num_heads", Hq);
@@ -859,7 +871,7 @@ static gc *b_attn(uint64_t seed, pd_dtype dt, uint32_t *mask, char *d, size_t dn
     if (nout == 4) {
         /* the scores with the mask (2) only where it adds no -inf */
         int mode = (int)irand(0, 3);
-        if (mode == 2 && (mk == 1 || causal || (mk && lm < T))) mode = 3;
+        if (mode == 2 && (mk == 1 || causal || (mk && lm < T) || kvl)) mode = 3;
         if (mode || irand(0, 1)) gc_attr_i(c, "qk_matmul_output_mode", mode);
     }
     gc_outputs(c, nout);

@@ -612,7 +612,8 @@ static void a_flt(attrs *A, const char *name, float v) {
 
 /* Attention against the formula, element by element in double: 3-D and
  * 4-D, grouped-query heads, past keys and values, bool and float masks
- * broadcast and shorter than the keys, causal, scale, softcap. */
+ * broadcast and shorter than the keys, causal, scale, softcap,
+ * nonpad_kv_seqlen. */
 static void test_attention(pd__exec *x, pd_dtype t, int it) {
     int64_t B = irand(1, 2), Hk = irand(1, 3), Hq = Hk * irand(1, 3), Sq = irand(1, 5), Skv = irand(1, 5);
     int64_t Dh = irand(1, 6), Dv = irand(1, 6), P = irand(0, 1) ? irand(1, 3) : 0, T = P + Skv;
@@ -642,8 +643,14 @@ static void test_attention(pd__exec *x, pd_dtype t, int it) {
     a_flt(&A, "scale", (float)scale);
     a_flt(&A, "softcap", (float)cap);
     scale = (float)scale;
-    pd__node n = node(PD_OP_ATTENTION, 23, P ? 6 : 4, 4, &A);
-    pd_tensor *in[6] = {&Q, &K, &V, mk ? &M : NULL, &PK, &PV}, *out[4] = {&Y, &OK_, &OV, &QK};
+    /* nonpad_kv_seqlen (opset 24): at least one key per query */
+    bool kvl = irand(0, 3) == 0;
+    int64_t kv[2], bs = B, lo = causal && !P ? (Sq < T ? Sq : T) : 1;
+    for (int64_t b = 0; b < B; b++) kv[b] = irand(lo, T);
+    pd_tensor KL = {PD_INT64, 1, {bs}, kv};
+    pd__node n = node(PD_OP_ATTENTION, kvl ? 24 : 23, kvl ? 7 : P ? 6 : 4, 4, &A);
+    pd_tensor *in[7] = {&Q, &K, &V, mk ? &M : NULL, P ? &PK : NULL, P ? &PV : NULL, &KL};
+    pd_tensor *out[4] = {&Y, &OK_, &OV, &QK};
     pd_status st = pd__cpu_kernels[n.op](x, &n, in, out);
     double *ry = calloc((size_t)pd_tensor_numel(&Y), sizeof(double));
     double *rq = calloc((size_t)(B * Hq * Sq * T), sizeof(double));
@@ -651,6 +658,7 @@ static void test_attention(pd__exec *x, pd_dtype t, int it) {
     for (int64_t b = 0; b < B; b++)
         for (int64_t h = 0; h < Hq; h++)
             for (int64_t i = 0; i < Sq; i++) {
+                int64_t kl = kvl ? kv[b] : T, off = kvl && !P ? kl - Sq : P;
                 int64_t hk = h / (Hq / Hk), qo = three ? (b * Sq + i) * Hq * Dh + h * Dh : ((b * Hq + h) * Sq + i) * Dh;
                 double mx = -INFINITY, sum = 0;
                 for (int64_t j = 0; j < T; j++) {
@@ -670,7 +678,7 @@ static void test_attention(pd__exec *x, pd_dtype t, int it) {
                     if (mk && j >= lm) d = -INFINITY;
                     else if (mk == 1 && !((uint8_t *)M.data)[mo]) d = -INFINITY;
                     else if (mk == 2) d += at(&M, mo);
-                    if (causal && j > i + P) d = -INFINITY;
+                    if ((causal && j > i + off) || j >= kl) d = -INFINITY;
                     s[j] = d;
                     mx = fmax(mx, d);
                 }
@@ -690,9 +698,9 @@ static void test_attention(pd__exec *x, pd_dtype t, int it) {
     double dy = maxdiff(&Y, ry), dq = maxdiff(&QK, rq);
     CHECK(st == PD_OK && dy <= tol(t) && dq <= tol(t),
           "Attention #%d %s %s Q [%lld,%lld,%lld,%lld] Hk %lld Skv %lld Dv %lld past %lld mask %d/%d causal %d "
-          "softcap %g: max diff %.3g (scores %.3g)",
+          "softcap %g nonpad_kv_seqlen %d: max diff %.3g (scores %.3g)",
           it, pd_dtype_name(t), three ? "3-D" : "4-D", (long long)B, (long long)Hq, (long long)Sq, (long long)Dh,
-          (long long)Hk, (long long)Skv, (long long)Dv, (long long)P, mk, mn, causal, cap, dy, dq);
+          (long long)Hk, (long long)Skv, (long long)Dv, (long long)P, mk, mn, causal, cap, kvl, dy, dq);
     free(ry), free(rq), free(s);
     pd_tensor *all[] = {&Q, &K, &V, &PK, &PV, &M, &Y, &OK_, &OV, &QK};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]->data);

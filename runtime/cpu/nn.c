@@ -1008,8 +1008,11 @@ pd_status pd__cpu_RotaryEmbedding_bwd(pd__exec *x, const pd__node *n, pd_tensor 
 
 static pd_status attn_view(const pd__node *n, pd_tensor *const *in, pd__attn *a) {
     const pd_tensor *Q = in[0], *K = in[1], *V = in[2], *M = opt_in(n, in, 3), *PK = opt_in(n, in, 4);
-    return pd__attn_plan(n, Q->ndim, Q->shape, K->ndim, K->shape, V->ndim, V->shape, M ? M->ndim : 0,
-                         M ? M->shape : NULL, PK ? PK->ndim : 0, PK ? PK->shape : NULL, a);
+    const pd_tensor *KL = opt_in(n, in, 6);
+    PD_TRY(pd__attn_plan(n, Q->ndim, Q->shape, K->ndim, K->shape, V->ndim, V->shape, M ? M->ndim : 0,
+                         M ? M->shape : NULL, PK ? PK->ndim : 0, PK ? PK->shape : NULL, a));
+    a->kvlen = KL ? KL->data : NULL;
+    return PD_OK;
 }
 
 pd_status pd__cpu_Attention(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {

@@ -1666,6 +1666,7 @@ static pd_status FN(attn_probs)(const pd__attn *a, int64_t b, int64_t h, const T
         for (int k = 0; k < 3; k++)
             if (a->mshape[k] == 1) ms[k] = 0;
     }
+    int64_t kl = a->kvlen ? a->kvlen[b] : a->Tk, off = a->kvlen && !a->past ? kl - a->Sq : a->P;
     for (int64_t i = 0; i < a->Sq; i++) {
         T *sr = S + i * a->Tk, *pr = Pm + i * a->Tk;
         int64_t mo = b * ms[0] + h * ms[1] + i * ms[2];
@@ -1678,7 +1679,7 @@ static pd_status FN(attn_probs)(const pd__attn *a, int64_t b, int64_t h, const T
                 if (mdt == PD_BOOL) z = ((const uint8_t *)mask)[mo + j] ? z : -INFINITY;
                 else z += (double)((const T *)mask)[mo + j];
             }
-            if (a->causal && j > i + a->P) z = -INFINITY;
+            if ((a->causal && j > i + off) || j >= kl) z = -INFINITY;
             pr[j] = (T)z;
             if (QK && a->mode < 3) QK[i * a->Tk + j] = a->mode == 2 ? (T)z : sr[j];
             if (z > mx) mx = z;
