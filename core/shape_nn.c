@@ -3,8 +3,8 @@
  * InstanceNormalization, GroupNormalization, RMSNormalization,
  * LpNormalization, MeanVarianceNormalization, MaxPool, AveragePool, LpPool,
  * GlobalAveragePool, GlobalMaxPool, Resize, Upsample, Einsum, LRN, Softmax,
- * LogSoftmax, Dropout, SoftmaxCrossEntropyLoss and NegativeLogLikelihoodLoss
- * (opsets 6-23).
+ * LogSoftmax, Dropout, SoftmaxCrossEntropyLoss, NegativeLogLikelihoodLoss,
+ * RotaryEmbedding and Attention (opsets 6-23).
  *
  * A rule checks ranks, channel counts against the weights, and dtypes, so a
  * bad model fails with one line naming the node and the shapes, and then
@@ -1132,4 +1132,197 @@ pd_status pd__shape_NegativeLogLikelihoodLoss(pd_graph *g, pd__node *n) { return
 double pd__flops_NegativeLogLikelihoodLoss(const pd_graph *g, const pd__node *n) {
     const pd__tensor *x = cin(g, n, 0);
     return x && x->ndim >= 2 && x->shape[1] ? 2 * (double)(x->numel / x->shape[1]) : 0;
+}
+
+/* ---- RotaryEmbedding ----------------------------------------------------------------------- */
+
+pd_status pd__rope_plan(const pd__node *n, int xn, const int64_t *xs, int cn, const int64_t *cs, int pn,
+                        const int64_t *ps, pd__rope *r) {
+    memset(r, 0, sizeof *r);
+    if (xn != 3 && xn != 4) return pd__err(PD_ERR_SHAPE, "X %s must be 3-D or 4-D", shpv(xn, xs).s);
+    r->four = xn == 4;
+    r->B = xs[0];
+    int64_t nh = pd__attr_i(n, "num_heads", 0);
+    if (r->four) {
+        r->H = xs[1];
+        r->S = xs[2];
+        r->D = xs[3];
+    } else {
+        if (nh <= 0 || xs[2] % nh != 0)
+            return pd__err(PD_ERR_SHAPE, "num_heads %lld must divide the hidden size of a 3-D X %s", (long long)nh,
+                           shpv(xn, xs).s);
+        r->S = xs[1];
+        r->H = nh;
+        r->D = xs[2] / nh;
+    }
+    r->rd = pd__attr_i(n, "rotary_embedding_dim", 0);
+    if (r->rd == 0) r->rd = r->D;
+    if (r->rd < 0 || r->rd > r->D || r->rd % 2 != 0)
+        return pd__err(PD_ERR_SHAPE, "rotary_embedding_dim %lld must be even and at most the head size %lld",
+                       (long long)r->rd, (long long)r->D);
+    r->interleaved = pd__attr_i(n, "interleaved", 0) != 0;
+    r->pos = pn > 0;
+    if (r->pos) {
+        if (pn != 2 || ps[0] != r->B || ps[1] != r->S)
+            return pd__err(PD_ERR_SHAPE, "position_ids %s must be [%lld,%lld]", shpv(pn, ps).s, (long long)r->B,
+                           (long long)r->S);
+        if (cn != 2) return pd__err(PD_ERR_SHAPE, "with position_ids the caches %s must be 2-D", shpv(cn, cs).s);
+        r->P = cs[0];
+        r->C = cs[1];
+    } else {
+        if (cn != 3 || cs[0] != r->B || cs[1] != r->S)
+            return pd__err(PD_ERR_SHAPE, "without position_ids the caches %s must be [%lld,%lld,.]", shpv(cn, cs).s,
+                           (long long)r->B, (long long)r->S);
+        r->C = cs[2];
+    }
+    if (r->C < r->rd / 2)
+        return pd__err(PD_ERR_SHAPE, "the caches %s are narrower than rotary_embedding_dim/2 = %lld", shpv(cn, cs).s,
+                       (long long)(r->rd / 2));
+    return PD_OK;
+}
+
+pd_status pd__shape_RotaryEmbedding(pd_graph *g, pd__node *n) {
+    pd__tensor *x, *c, *s, *p = pd__in(g, n, 3);
+    PD_TRY(need(g, n, 0, "X", &x));
+    PD_TRY(need(g, n, 1, "cos_cache", &c));
+    PD_TRY(need(g, n, 2, "sin_cache", &s));
+    PD_TRY(need_float(g, n, x, "X"));
+    PD_TRY(need_dtype(g, n, c, x->dtype, "cos_cache"));
+    PD_TRY(need_dtype(g, n, s, x->dtype, "sin_cache"));
+    if (s->ndim != c->ndim || memcmp(s->shape, c->shape, sizeof(int64_t) * (size_t)c->ndim) != 0)
+        return pd__node_err(g, n, PD_ERR_SHAPE, "sin_cache %s and cos_cache %s differ", shp(s).s, shp(c).s);
+    if (p) PD_TRY(need_dtype(g, n, p, PD_INT64, "position_ids"));
+    pd__rope r;
+    pd_status st = pd__rope_plan(n, x->ndim, x->shape, c->ndim, c->shape, p ? p->ndim : 0, p ? p->shape : NULL, &r);
+    if (st != PD_OK) return node_prefix(g, n, st);
+    return set_out(g, n, 0, x->dtype, x->ndim, x->shape);
+}
+
+double pd__flops_RotaryEmbedding(const pd_graph *g, const pd__node *n) {
+    const pd__tensor *x = cin(g, n, 0);
+    return x ? 3 * dnumel(x) : 0;
+}
+
+/* ---- Attention ----------------------------------------------------------------------------- */
+
+pd_status pd__attn_plan(const pd__node *n, int qn, const int64_t *qs, int kn, const int64_t *ks, int vn,
+                        const int64_t *vs, int mn, const int64_t *ms, int pn, const int64_t *ps, pd__attn *a) {
+    memset(a, 0, sizeof *a);
+    if ((qn != 3 && qn != 4) || kn != qn || vn != qn)
+        return pd__err(PD_ERR_SHAPE, "Q %s, K %s and V %s must all be 3-D or all 4-D", shpv(qn, qs).s,
+                       shpv(kn, ks).s, shpv(vn, vs).s);
+    a->three = qn == 3;
+    a->B = qs[0];
+    if (a->three) {
+        int64_t hq = pd__attr_i(n, "q_num_heads", 0), hk = pd__attr_i(n, "kv_num_heads", 0);
+        if (hq <= 0 || hk <= 0 || qs[2] % hq != 0 || ks[2] % hk != 0 || vs[2] % hk != 0)
+            return pd__err(PD_ERR_SHAPE,
+                           "3-D Q %s, K %s, V %s need q_num_heads (%lld) and kv_num_heads (%lld) dividing their "
+                           "hidden sizes",
+                           shpv(qn, qs).s, shpv(kn, ks).s, shpv(vn, vs).s, (long long)hq, (long long)hk);
+        a->Hq = hq;
+        a->Hk = hk;
+        a->Sq = qs[1];
+        a->Skv = ks[1];
+        a->Dh = qs[2] / hq;
+        if (ks[2] / hk != a->Dh || vs[1] != a->Skv)
+            return pd__err(PD_ERR_SHAPE, "K %s and V %s do not match Q %s", shpv(kn, ks).s, shpv(vn, vs).s,
+                           shpv(qn, qs).s);
+        a->Dv = vs[2] / hk;
+    } else {
+        a->Hq = qs[1];
+        a->Sq = qs[2];
+        a->Dh = qs[3];
+        a->Hk = ks[1];
+        a->Skv = ks[2];
+        a->Dv = vs[3];
+        if (ks[3] != a->Dh || vs[1] != a->Hk || vs[2] != a->Skv)
+            return pd__err(PD_ERR_SHAPE, "K %s and V %s do not match Q %s", shpv(kn, ks).s, shpv(vn, vs).s,
+                           shpv(qn, qs).s);
+    }
+    if (ks[0] != a->B || vs[0] != a->B)
+        return pd__err(PD_ERR_SHAPE, "K %s and V %s have another batch than Q %s", shpv(kn, ks).s, shpv(vn, vs).s,
+                       shpv(qn, qs).s);
+    if (a->Hk <= 0 || a->Hq % a->Hk != 0)
+        return pd__err(PD_ERR_SHAPE, "the %lld kv heads do not divide the %lld query heads", (long long)a->Hk,
+                       (long long)a->Hq);
+    if (pn) {
+        if (pn != 4 || ps[0] != a->B || ps[1] != a->Hk || ps[3] != a->Dh)
+            return pd__err(PD_ERR_SHAPE, "past_key %s must be [%lld,%lld,.,%lld]", shpv(pn, ps).s, (long long)a->B,
+                           (long long)a->Hk, (long long)a->Dh);
+        a->P = ps[2];
+        a->past = true;
+    }
+    a->Tk = a->P + a->Skv;
+    a->causal = pd__attr_i(n, "is_causal", 0) != 0;
+    a->scale = pd__attr_get(n, "scale") ? pd__attr_f(n, "scale", 1) : 1 / sqrt((double)a->Dh);
+    a->softcap = pd__attr_f(n, "softcap", 0);
+    /* as ONNX's reference computes it: 0 and 1 the (softcapped) scores, 2
+     * with the mask added, 3 the softmax */
+    int64_t mode = pd__attr_i(n, "qk_matmul_output_mode", 0);
+    if (mode < 0 || mode > 3)
+        return pd__err(PD_ERR_UNSUPPORTED, "attribute qk_matmul_output_mode %lld (0 to 3 are defined)",
+                       (long long)mode);
+    a->mode = (int)mode;
+    if (a->softcap < 0) return pd__err(PD_ERR_SHAPE, "softcap %g is negative", a->softcap);
+    if (mn) {
+        const int64_t want[3] = {a->B, a->Hq, a->Sq};
+        if (mn < 2 || mn > 4 || ms[mn - 1] > a->Tk)
+            return pd__err(PD_ERR_SHAPE, "attn_mask %s must have rank 2 to 4 and at most %lld keys", shpv(mn, ms).s,
+                           (long long)a->Tk);
+        a->mn = mn;
+        for (int i = 0; i < 4; i++) a->mshape[i] = 1;
+        for (int i = 0; i < mn; i++) a->mshape[4 - mn + i] = ms[i];
+        for (int i = 0; i < 3; i++)
+            if (a->mshape[i] != 1 && a->mshape[i] != want[i])
+                return pd__err(PD_ERR_SHAPE, "attn_mask %s does not broadcast to [%lld,%lld,%lld,%lld]",
+                               shpv(mn, ms).s, (long long)a->B, (long long)a->Hq, (long long)a->Sq, (long long)a->Tk);
+    }
+    return PD_OK;
+}
+
+pd_status pd__shape_Attention(pd_graph *g, pd__node *n) {
+    pd__tensor *q, *k, *v, *m = pd__in(g, n, 3), *pk = pd__in(g, n, 4), *pv = pd__in(g, n, 5);
+    PD_TRY(need(g, n, 0, "Q", &q));
+    PD_TRY(need(g, n, 1, "K", &k));
+    PD_TRY(need(g, n, 2, "V", &v));
+    PD_TRY(need_float(g, n, q, "Q"));
+    PD_TRY(need_dtype(g, n, k, q->dtype, "K"));
+    PD_TRY(need_dtype(g, n, v, q->dtype, "V"));
+    pd__tensor *kl = pd__in(g, n, 6);
+    if (kl && (kl->dtype != PD_INT64 || kl->ndim != 1 || kl->shape[0] != q->shape[0]))
+        return pd__node_err(g, n, PD_ERR_SHAPE, "nonpad_kv_seqlen %s (%s) must be int64 [batch] for Q %s", shp(kl).s,
+                            pd_dtype_name(kl->dtype), shp(q).s);
+    if (m && m->dtype != PD_BOOL) PD_TRY(need_dtype(g, n, m, q->dtype, "attn_mask"));
+    if (!pk != !pv) return pd__node_err(g, n, PD_ERR_SHAPE, "past_key and past_value must be given together");
+    if (pk) {
+        PD_TRY(need_dtype(g, n, pk, q->dtype, "past_key"));
+        PD_TRY(need_dtype(g, n, pv, q->dtype, "past_value"));
+    }
+    pd__attn a;
+    pd_status st = pd__attn_plan(n, q->ndim, q->shape, k->ndim, k->shape, v->ndim, v->shape, m ? m->ndim : 0,
+                                 m ? m->shape : NULL, pk ? pk->ndim : 0, pk ? pk->shape : NULL, &a);
+    if (st != PD_OK) return node_prefix(g, n, st);
+    if (pv && (pv->ndim != 4 || pv->shape[0] != a.B || pv->shape[1] != a.Hk || pv->shape[2] != a.P ||
+               pv->shape[3] != a.Dv))
+        return pd__node_err(g, n, PD_ERR_SHAPE, "past_value %s must be [%lld,%lld,%lld,%lld]", shp(pv).s,
+                            (long long)a.B, (long long)a.Hk, (long long)a.P, (long long)a.Dv);
+    int64_t y3[3] = {a.B, a.Sq, a.Hq * a.Dv}, y4[4] = {a.B, a.Hq, a.Sq, a.Dv};
+    int64_t pks[4] = {a.B, a.Hk, a.Tk, a.Dh}, pvs[4] = {a.B, a.Hk, a.Tk, a.Dv}, qks[4] = {a.B, a.Hq, a.Sq, a.Tk};
+    PD_TRY(set_out(g, n, 0, q->dtype, a.three ? 3 : 4, a.three ? y3 : y4));
+    PD_TRY(set_out(g, n, 1, q->dtype, 4, pks));
+    PD_TRY(set_out(g, n, 2, q->dtype, 4, pvs));
+    return set_out(g, n, 3, q->dtype, 4, qks);
+}
+
+double pd__flops_Attention(const pd_graph *g, const pd__node *n) {
+    const pd__tensor *q = cin(g, n, 0), *k = cin(g, n, 1), *v = cin(g, n, 2), *m = cin(g, n, 3), *pk = cin(g, n, 4);
+    pd__attn a;
+    if (!q || !k || !v || q->numel < 0 || k->numel < 0 || v->numel < 0 ||
+        pd__attn_plan(n, q->ndim, q->shape, k->ndim, k->shape, v->ndim, v->shape, m ? m->ndim : 0,
+                      m ? m->shape : NULL, pk ? pk->ndim : 0, pk ? pk->shape : NULL, &a) != PD_OK)
+        return 0;
+    double scores = (double)a.B * (double)a.Hq * (double)a.Sq * (double)a.Tk;
+    /* Q K^T, P V, and the mask, max, exp, sum and scale per score */
+    return scores * (2 * (double)(a.Dh + a.Dv) + 5);
 }

@@ -117,4 +117,46 @@ pd_status pd__einsum_plan(const pd__node *n, int nin, int ra, const int64_t *sa,
 /* The reduction attribute of the losses: 0 none, 1 sum, 2 mean, -1 unknown. */
 int pd__loss_reduction(const pd__node *n);
 
+/* RotaryEmbedding (opset 23): X seen as (B, S, H, D), from a 4-D
+ * (B, H, S, D) or a 3-D (B, S, H*D) input; the first rd of each head's D
+ * rotate by the cache rows (C >= rd/2 wide), in pairs (x[2i], x[2i+1])
+ * when interleaved, else (x[i], x[i+rd/2]); the rest pass through. With
+ * position_ids (B, S) the caches are (P, C) tables indexed by them, else
+ * (B, S, C). */
+typedef struct pd__rope {
+    int64_t B, S, H, D, rd, C, P;
+    bool four, interleaved, pos;
+} pd__rope;
+
+/* Fills *r from the node and the shapes of X, cos_cache and position_ids
+ * (pn 0: absent). Sets the message without the node prefix. */
+pd_status pd__rope_plan(const pd__node *n, int xn, const int64_t *xs, int cn, const int64_t *cs, int pn,
+                        const int64_t *ps, pd__rope *r);
+
+/* Attention (opset 23): Q (B, Hq, Sq, Dh) or (B, Sq, Hq*Dh), K and V
+ * (B, Hk, Skv, Dh|Dv) or 3-D likewise; past_key/past_value (B, Hk, P, .)
+ * are prepended to K and V (Tk = P + Skv keys); query head h reads kv head
+ * h / (Hq / Hk). Scores scale * Q K^T, softcapped (cap * tanh(s / cap))
+ * when softcap > 0, plus the mask (bool: false is -inf; float: added; keys
+ * beyond its last dim are -inf) and, when causal, -inf where j > i + P;
+ * softmax over the keys, times V. With nonpad_kv_seqlen, batch b's keys
+ * from kvlen[b] on are -inf too and, without past, its causal diagonal is
+ * offset by kvlen[b] - Sq (keys right-aligned). The mask broadcasts against
+ * (B, Hq, Sq, .): mshape is its shape right-aligned to 4 dims (mn 0: none). */
+typedef struct pd__attn {
+    int64_t B, Hq, Hk, Sq, Skv, P, Tk, Dh, Dv;
+    bool three, causal, past;
+    const int64_t *kvlen; /* nonpad_kv_seqlen (opset 24, B): the kernel sets it; NULL: none */
+    int mode; /* qk_matmul_output_mode: the scores (0, 1), plus the mask (2), the softmax (3) */
+    double scale, softcap;
+    int mn;
+    int64_t mshape[4];
+} pd__attn;
+
+/* Fills *a from the node and the shapes of Q, K, V, attn_mask and
+ * past_key (ndim 0: absent). Forms not implemented are PD_ERR_UNSUPPORTED
+ * naming the attribute. Sets the message without the node prefix. */
+pd_status pd__attn_plan(const pd__node *n, int qn, const int64_t *qs, int kn, const int64_t *ks, int vn,
+                        const int64_t *vs, int mn, const int64_t *ms, int pn, const int64_t *ps, pd__attn *a);
+
 #endif

@@ -7,7 +7,8 @@
  *   LpNormalization, MeanVarianceNormalization, MaxPool, AveragePool,
  *   LpPool, GlobalAveragePool, GlobalMaxPool, Resize and Upsample (the
  *   adjoint of the interpolation), Einsum, LRN, Softmax, LogSoftmax,
- *   Dropout, SoftmaxCrossEntropyLoss and NegativeLogLikelihoodLoss against
+ *   Dropout, SoftmaxCrossEntropyLoss, NegativeLogLikelihoodLoss,
+ *   RotaryEmbedding and Attention against
  *   central differences in float64 (tests/gradcheck.h: also += into din
  *   and the split B/W backward), over random shapes and attributes;
  * - the float32 backward against the float64 one on the same values;
@@ -778,6 +779,107 @@ static gc *b_nll(uint64_t seed, pd_dtype dt, uint32_t *mask, char *d, size_t dn)
     return b_loss_any(seed, dt, mask, d, dn, false);
 }
 
+/* RotaryEmbedding: 3-D or 4-D X, interleaved or halves, a partial
+ * rotary_embedding_dim, caches indexed by position_ids or per token. */
+static gc *b_rope(uint64_t seed, pd_dtype dt, uint32_t *mask, char *d, size_t dn) {
+    rs_seed(seed);
+    int64_t B = irand(1, 2), S = irand(1, 3), H = irand(1, 3), D = 2 * irand(1, 3);
+    int64_t rd = irand(0, 2) == 0 ? 2 * irand(1, D / 2) : 0, half = (rd ? rd : D) / 2, C = half + irand(0, 1);
+    bool four = irand(0, 1), pos = irand(0, 1);
+    int64_t P = irand(1, 5);
+    gc *c = gc_new("RotaryEmbedding", 23);
+    gc_seed(c, seed);
+    int64_t x4[4] = {B, H, S, D}, x3[3] = {B, S, H * D}, c2[2] = {P, C}, c3[3] = {B, S, C}, ps[2] = {B, S};
+    gc_input(c, dt, four ? 4 : 3, four ? x4 : x3, NULL);
+    gc_input(c, dt, pos ? 2 : 3, pos ? c2 : c3, NULL);
+    gc_input(c, dt, pos ? 2 : 3, pos ? c2 : c3, NULL);
+    if (pos) {
+        int64_t ids[16];
+        for (int64_t i = 0; i < B * S; i++) ids[i] = irand(0, P - 1);
+        gc_input(c, PD_INT64, 2, ps, ids);
+    }
+    if (!four || irand(0, 1)) gc_attr_i(c, "num_heads", H);
+    if (rd || irand(0, 1)) gc_attr_i(c, "rotary_embedding_dim", rd);
+    if (irand(0, 1)) gc_attr_i(c, "interleaved", irand(0, 1));
+    gc_outputs(c, 1);
+    *mask = 0x1;
+    describe(c, d, dn);
+    return c;
+}
+
+/* Attention: 3-D or 4-D, grouped-query heads, past keys and values, a bool
+ * or float mask (broadcast, maybe fewer keys than the total), causal,
+ * scale, softcap, nonpad_kv_seqlen; the present and score outputs' gradients checked too. */
+static gc *b_attn(uint64_t seed, pd_dtype dt, uint32_t *mask, char *d, size_t dn) {
+    rs_seed(seed);
+    int64_t B = irand(1, 2), Hk = irand(1, 2), Hq = Hk * irand(1, 2), Sq = irand(1, 3), Skv = irand(1, 3);
+    int64_t Dh = irand(1, 3), Dv = irand(1, 3), P = irand(0, 2) == 0 ? 0 : irand(1, 2), T = P + Skv;
+    bool three = irand(0, 1), causal = irand(0, 2) == 0;
+    int mk = (int)irand(0, 2); /* 0 none, 1 bool, 2 float */
+    gc *c = gc_new("Attention", 23);
+    gc_seed(c, seed);
+    int64_t q4[4] = {B, Hq, Sq, Dh}, k4[4] = {B, Hk, Skv, Dh}, v4[4] = {B, Hk, Skv, Dv};
+    int64_t q3[3] = {B, Sq, Hq * Dh}, k3[3] = {B, Skv, Hk * Dh}, v3[3] = {B, Skv, Hk * Dv};
+    gc_input(c, dt, three ? 3 : 4, three ? q3 : q4, NULL);
+    gc_input(c, dt, three ? 3 : 4, three ? k3 : k4, NULL);
+    gc_input(c, dt, three ? 3 : 4, three ? v3 : v4, NULL);
+    int64_t lm = irand(0, 1) ? T : irand(1, T);
+    if (mk) {
+        int mn = (int)irand(2, 4);
+        int64_t full[4] = {B, Hq, Sq, lm}, ms[4];
+        for (int i = 0; i < mn; i++) ms[i] = full[4 - mn + i];
+        for (int i = 0; i < mn - 1; i++)
+            if (irand(0, 2) == 0) ms[i] = 1;
+        int64_t nm = 1;
+        for (int i = 0; i < mn; i++) nm *= ms[i];
+        if (mk == 1) {
+            uint8_t mb[256];
+            /* key 0 always attended: no row masked whole */
+            for (int64_t i = 0; i < nm; i++) mb[i] = i % ms[mn - 1] == 0 || irand(0, 2) != 0;
+            gc_input(c, PD_BOOL, mn, ms, mb);
+        } else {
+            gc_input(c, dt, mn, ms, NULL);
+        }
+    } else if (P) {
+        gc_absent(c);
+    }
+    /* nonpad_kv_seqlen (opset 24): at least one key per query */
+    bool kvl = irand(0, 3) == 0;
+    int64_t kv[2], bs = B, lo = causal && !P ? (Sq < T ? Sq : T) : 1;
+    for (int64_t b = 0; b < B; b++) kv[b] = irand(lo, T);
+    if (kvl && !mk && !P) gc_absent(c);
+    if (P) {
+        int64_t pk[4] = {B, Hk, P, Dh}, pv[4] = {B, Hk, P, Dv};
+        gc_input(c, dt, 4, pk, NULL);
+        gc_input(c, dt, 4, pv, NULL);
+    } else if (kvl) {
+        gc_absent(c);
+        gc_absent(c);
+    }
+    if (kvl) {
+        gc_input(c, PD_INT64, 1, &bs, kv);
+        c->node.opset = c->g->opset = 24;
+    }
+    if (three || irand(0, 1)) {
+        gc_attr_i(c, "q_num_heads", Hq);
+        gc_attr_i(c, "kv_num_heads", Hk);
+    }
+    if (causal || irand(0, 1)) gc_attr_i(c, "is_causal", causal);
+    if (irand(0, 1)) gc_attr_f(c, "scale", irand(0, 1) ? 0.5f : 1.25f);
+    if (irand(0, 2) == 0) gc_attr_f(c, "softcap", irand(0, 1) ? 1.5f : 3.0f);
+    int nout = irand(0, 1) ? 4 : 1;
+    if (nout == 4) {
+        /* the scores with the mask (2) only where it adds no -inf */
+        int mode = (int)irand(0, 3);
+        if (mode == 2 && (mk == 1 || causal || (mk && lm < T) || kvl)) mode = 3;
+        if (mode || irand(0, 1)) gc_attr_i(c, "qk_matmul_output_mode", mode);
+    }
+    gc_outputs(c, nout);
+    *mask = 0x7;
+    describe(c, d, dn);
+    return c;
+}
+
 /* ---- running a case without the finite differences ------------------------------------------------ */
 
 /* Shape rule, output buffers and the exec of a built case (as gc_check does). */
@@ -1319,6 +1421,8 @@ int main(void) {
         {"Dropout", b_dropout, 40, 8},
         {"SoftmaxCrossEntropyLoss", b_sce, 80, 12},
         {"NegativeLogLikelihoodLoss", b_nll, 40, 8},
+        {"RotaryEmbedding", b_rope, 40, 8},
+        {"Attention", b_attn, 100, 12},
     };
     for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
         check_gradients(&ops[i]);

@@ -3,9 +3,9 @@
  * auto_pad), MaxPool (with indices, both storage orders) and AveragePool
  * (count_include_pad, ceil_mode), MatMul with broadcasting, Softmax and
  * LogSoftmax over every axis, InstanceNormalization and GroupNormalization
- * (per-group and per-channel parameters), LpPool, Einsum, in float and double, over random shapes; and
- * the multi-threaded paths against the single-threaded ones; GlobalMaxPool's
- * ties and NaN. */
+ * (per-group and per-channel parameters), LpPool, Einsum, Attention, in float and double, over random
+ * shapes; and the multi-threaded paths against the single-threaded ones; GlobalMaxPool's
+ * ties and NaN; Attention's fully masked queries; RotaryEmbedding's position ids. */
 #include "../core/shape_nn.h"
 #include "check.h"
 
@@ -600,6 +600,146 @@ static void test_einsum(pd__exec *x, pd_dtype t, int iter) {
     free(X.data), free(W.data), free(Y.data);
 }
 
+/* ---- Attention, RotaryEmbedding ---- */
+
+static void a_flt(attrs *A, const char *name, float v) {
+    pd__attr *a = &A->a[A->n++];
+    memset(a, 0, sizeof *a);
+    a->name = (char *)name;
+    a->type = PD_A_FLOAT;
+    a->f = v;
+}
+
+/* Attention against the formula, element by element in double: 3-D and
+ * 4-D, grouped-query heads, past keys and values, bool and float masks
+ * broadcast and shorter than the keys, causal, scale, softcap,
+ * nonpad_kv_seqlen. */
+static void test_attention(pd__exec *x, pd_dtype t, int it) {
+    int64_t B = irand(1, 2), Hk = irand(1, 3), Hq = Hk * irand(1, 3), Sq = irand(1, 5), Skv = irand(1, 5);
+    int64_t Dh = irand(1, 6), Dv = irand(1, 6), P = irand(0, 1) ? irand(1, 3) : 0, T = P + Skv;
+    bool three = irand(0, 1), causal = irand(0, 2) == 0;
+    int mk = (int)irand(0, 2), mn = (int)irand(2, 4);
+    double scale = irand(0, 1) ? 1 / sqrt((double)Dh) : 0.75, cap = irand(0, 2) == 0 ? 2.5 : 0;
+    int64_t q4[4] = {B, Hq, Sq, Dh}, k4[4] = {B, Hk, Skv, Dh}, v4[4] = {B, Hk, Skv, Dv};
+    int64_t q3[3] = {B, Sq, Hq * Dh}, k3[3] = {B, Skv, Hk * Dh}, v3[3] = {B, Skv, Hk * Dv};
+    int64_t pks[4] = {B, Hk, P, Dh}, pvs[4] = {B, Hk, P, Dv}, ys3[3] = {B, Sq, Hq * Dv}, ys4[4] = {B, Hq, Sq, Dv};
+    int64_t full[4] = {B, Hq, Sq, irand(1, T)}, ms[4], m4[4] = {1, 1, 1, 1};
+    for (int i = 0; i < mn; i++) ms[i] = full[4 - mn + i] > 1 && i < mn - 1 && irand(0, 2) == 0 ? 1 : full[4 - mn + i];
+    for (int i = 0; i < mn; i++) m4[4 - mn + i] = ms[i];
+    int nd = three ? 3 : 4;
+    pd_tensor Q = make(t, nd, three ? q3 : q4, true), K = make(t, nd, three ? k3 : k4, true);
+    pd_tensor V = make(t, nd, three ? v3 : v4, true), PK = make(t, 4, pks, true), PV = make(t, 4, pvs, true);
+    pd_tensor M = make(mk == 1 ? PD_BOOL : t, mn, ms, mk == 2);
+    int64_t nm = pd_tensor_numel(&M), lm = ms[mn - 1];
+    if (mk == 1)
+        for (int64_t i = 0; i < nm; i++) ((uint8_t *)M.data)[i] = i % lm == 0 || irand(0, 2) != 0;
+    int64_t os[4] = {B, Hk, T, Dh}, ovs[4] = {B, Hk, T, Dv}, qks[4] = {B, Hq, Sq, T};
+    pd_tensor Y = make(t, nd, three ? ys3 : ys4, false), OK_ = make(t, 4, os, false), OV = make(t, 4, ovs, false);
+    pd_tensor QK = make(t, 4, qks, false);
+    attrs A = {0};
+    a_int(&A, "q_num_heads", Hq);
+    a_int(&A, "kv_num_heads", Hk);
+    a_int(&A, "is_causal", causal);
+    a_flt(&A, "scale", (float)scale);
+    a_flt(&A, "softcap", (float)cap);
+    scale = (float)scale;
+    /* nonpad_kv_seqlen (opset 24): at least one key per query */
+    bool kvl = irand(0, 3) == 0;
+    int64_t kv[2], bs = B, lo = causal && !P ? (Sq < T ? Sq : T) : 1;
+    for (int64_t b = 0; b < B; b++) kv[b] = irand(lo, T);
+    pd_tensor KL = {PD_INT64, 1, {bs}, kv};
+    pd__node n = node(PD_OP_ATTENTION, kvl ? 24 : 23, kvl ? 7 : P ? 6 : 4, 4, &A);
+    pd_tensor *in[7] = {&Q, &K, &V, mk ? &M : NULL, P ? &PK : NULL, P ? &PV : NULL, &KL};
+    pd_tensor *out[4] = {&Y, &OK_, &OV, &QK};
+    pd_status st = pd__cpu_kernels[n.op](x, &n, in, out);
+    double *ry = calloc((size_t)pd_tensor_numel(&Y), sizeof(double));
+    double *rq = calloc((size_t)(B * Hq * Sq * T), sizeof(double));
+    double *s = calloc((size_t)T, sizeof(double));
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t h = 0; h < Hq; h++)
+            for (int64_t i = 0; i < Sq; i++) {
+                int64_t kl = kvl ? kv[b] : T, off = kvl && !P ? kl - Sq : P;
+                int64_t hk = h / (Hq / Hk), qo = three ? (b * Sq + i) * Hq * Dh + h * Dh : ((b * Hq + h) * Sq + i) * Dh;
+                double mx = -INFINITY, sum = 0;
+                for (int64_t j = 0; j < T; j++) {
+                    double d = 0;
+                    for (int64_t e = 0; e < Dh; e++) {
+                        int64_t s2 = j - P;
+                        double kv = j < P ? at(&PK, ((b * Hk + hk) * P + j) * Dh + e)
+                                          : at(&K, three ? (b * Skv + s2) * Hk * Dh + hk * Dh + e
+                                                         : ((b * Hk + hk) * Skv + s2) * Dh + e);
+                        d += at(&Q, qo + e) * kv;
+                    }
+                    d *= scale;
+                    if (cap > 0) d = cap * tanh(d / cap);
+                    rq[((b * Hq + h) * Sq + i) * T + j] = d;
+                    int64_t mo = (m4[0] > 1 ? b : 0) * m4[1] * m4[2] * m4[3] + (m4[1] > 1 ? h : 0) * m4[2] * m4[3] +
+                                 (m4[2] > 1 ? i : 0) * m4[3] + j;
+                    if (mk && j >= lm) d = -INFINITY;
+                    else if (mk == 1 && !((uint8_t *)M.data)[mo]) d = -INFINITY;
+                    else if (mk == 2) d += at(&M, mo);
+                    if ((causal && j > i + off) || j >= kl) d = -INFINITY;
+                    s[j] = d;
+                    mx = fmax(mx, d);
+                }
+                for (int64_t j = 0; j < T; j++) sum += s[j] = exp(s[j] - mx);
+                for (int64_t e = 0; e < Dv; e++) {
+                    double acc = 0;
+                    for (int64_t j = 0; j < T; j++) {
+                        int64_t s2 = j - P;
+                        acc += s[j] / sum *
+                               (j < P ? at(&PV, ((b * Hk + hk) * P + j) * Dv + e)
+                                      : at(&V, three ? (b * Skv + s2) * Hk * Dv + hk * Dv + e
+                                                     : ((b * Hk + hk) * Skv + s2) * Dv + e));
+                    }
+                    ry[three ? (b * Sq + i) * Hq * Dv + h * Dv + e : ((b * Hq + h) * Sq + i) * Dv + e] = acc;
+                }
+            }
+    double dy = maxdiff(&Y, ry), dq = maxdiff(&QK, rq);
+    CHECK(st == PD_OK && dy <= tol(t) && dq <= tol(t),
+          "Attention #%d %s %s Q [%lld,%lld,%lld,%lld] Hk %lld Skv %lld Dv %lld past %lld mask %d/%d causal %d "
+          "softcap %g nonpad_kv_seqlen %d: max diff %.3g (scores %.3g)",
+          it, pd_dtype_name(t), three ? "3-D" : "4-D", (long long)B, (long long)Hq, (long long)Sq, (long long)Dh,
+          (long long)Hk, (long long)Skv, (long long)Dv, (long long)P, mk, mn, causal, cap, kvl, dy, dq);
+    free(ry), free(rq), free(s);
+    pd_tensor *all[] = {&Q, &K, &V, &PK, &PV, &M, &Y, &OK_, &OV, &QK};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]->data);
+}
+
+/* What the differences cannot see: a query with every key masked gives NaN
+ * (as ONNX's reference), and a position id outside RotaryEmbedding's
+ * caches is an error, not a read out of bounds. */
+static void test_attention_edges(pd__exec *x) {
+    int64_t s4[4] = {1, 1, 2, 2}, ms[2] = {2, 2};
+    pd_tensor Q = make(PD_FLOAT, 4, s4, true), K = make(PD_FLOAT, 4, s4, true), V = make(PD_FLOAT, 4, s4, true);
+    pd_tensor M = make(PD_BOOL, 2, ms, false), Y = make(PD_FLOAT, 4, s4, false);
+    ((uint8_t *)M.data)[0] = 1; /* query 0 sees key 0, query 1 none */
+    pd__node n = node(PD_OP_ATTENTION, 23, 4, 1, NULL);
+    pd_tensor *in[4] = {&Q, &K, &V, &M}, *out[1] = {&Y};
+    pd_status st = pd__cpu_kernels[n.op](x, &n, in, out);
+    const float *y = Y.data;
+    CHECK(st == PD_OK && y[0] == ((float *)V.data)[0] && y[1] == ((float *)V.data)[1] && isnan(y[2]) && isnan(y[3]),
+          "Attention: a query with every key masked is NaN, one with one key gets its value (%g %g %g %g)", y[0], y[1],
+          y[2], y[3]);
+    int64_t xs[4] = {1, 1, 2, 2}, cs[2] = {3, 1}, ps[2] = {1, 2}, ids[2] = {1, 3};
+    pd_tensor X = make(PD_FLOAT, 4, xs, true), C = make(PD_FLOAT, 2, cs, true), S = make(PD_FLOAT, 2, cs, true);
+    pd_tensor Pi = {PD_INT64, 2, {1, 2}, ids}, R = make(PD_FLOAT, 4, xs, false);
+    (void)ps;
+    pd__node rn = node(PD_OP_ROTARY_EMBEDDING, 23, 4, 1, NULL);
+    pd_tensor *rin[4] = {&X, &C, &S, &Pi}, *rout[1] = {&R};
+    st = pd__cpu_kernels[rn.op](x, &rn, rin, rout);
+    CHECK(st == PD_ERR_INVALID, "RotaryEmbedding: position id 3 of a 3-row cache is refused (%s)", pd_last_error());
+    ids[1] = 2;
+    st = pd__cpu_kernels[rn.op](x, &rn, rin, rout);
+    const float *xv = X.data, *c = C.data, *sv = S.data, *r = R.data;
+    /* token 1 at position 2, head size 2: (x0, x1) rotated by cos, sin of row 2 */
+    float e0 = c[2] * xv[2] - sv[2] * xv[3], e1 = sv[2] * xv[2] + c[2] * xv[3];
+    CHECK(st == PD_OK && fabsf(r[2] - e0) < 1e-6f && fabsf(r[3] - e1) < 1e-6f,
+          "RotaryEmbedding: a token rotates by its position's row (%g %g, expected %g %g)", r[2], r[3], e0, e1);
+    pd_tensor *all[] = {&Q, &K, &V, &M, &Y, &X, &C, &S, &R};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]->data);
+}
+
 /* Pools and softmax on 4 threads give the bits of 1 thread; conv is a BLAS sum, so close. */
 static void test_threads(void) {
     pd__exec x1 = {.threads = 1}, x4 = {.threads = 4};
@@ -648,7 +788,9 @@ int main(int argc, char **argv) {
         test_group_norm(x, t, it);
         test_lppool(x, t, it);
         test_einsum(x, t, it);
+        test_attention(x, t, it);
     }
+    test_attention_edges(&x1);
     test_global_maxpool(&x1);
     test_threads();
     free(x1.scratch);

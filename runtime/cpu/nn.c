@@ -6,7 +6,9 @@
  * MeanVarianceNormalization, MaxPool, AveragePool, LpPool, GlobalMaxPool,
  * GlobalAveragePool (N-D), Resize, Upsample, Einsum (as a batched
  * matrix product), LRN, Softmax, LogSoftmax,
- * Dropout, SoftmaxCrossEntropyLoss, NegativeLogLikelihoodLoss.
+ * Dropout, SoftmaxCrossEntropyLoss, NegativeLogLikelihoodLoss,
+ * RotaryEmbedding, Attention (GEMMs per head, the softmax recomputed in
+ * the backward).
  *
  * Each pd__cpu_<Op> reads the attributes, takes the window geometry from
  * pd__win_make (the same function the shape rule used) and dispatches on the
@@ -972,4 +974,90 @@ pd_status pd__cpu_Dropout_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *
         }
         return PD_OK;
     }
+}
+
+/* ---- RotaryEmbedding ---- */
+
+static pd_status rope_view(const pd__node *n, pd_tensor *const *in, pd__rope *r) {
+    const pd_tensor *X = in[0], *C = in[1], *P = opt_in(n, in, 3);
+    return pd__rope_plan(n, X->ndim, X->shape, C->ndim, C->shape, P ? P->ndim : 0, P ? P->shape : NULL, r);
+}
+
+pd_status pd__cpu_RotaryEmbedding(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    (void)x;
+    pd__rope r;
+    PD_TRY(rope_view(n, in, &r));
+    const pd_tensor *P = opt_in(n, in, 3);
+    PD_DISPATCH(in[0]->dtype, rope, (&r, in[0]->data, in[1]->data, in[2]->data, dptr(P), out[0]->data, false))
+}
+
+/* Only X is differentiable: the caches are tables (grad mask 0x1). */
+pd_status pd__cpu_RotaryEmbedding_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out,
+                                      pd_tensor *const *dout, pd_tensor *const *din) {
+    (void)x;
+    (void)out;
+    const pd_tensor *dY = gout(n, dout, 0), *P = opt_in(n, in, 3);
+    pd_tensor *dX = gin(n, din, 0);
+    if (!dY || !dX) return PD_OK;
+    pd__rope r;
+    PD_TRY(rope_view(n, in, &r));
+    PD_DISPATCH(in[0]->dtype, rope, (&r, dY->data, in[1]->data, in[2]->data, dptr(P), dX->data, true))
+}
+
+/* ---- Attention ---- */
+
+static pd_status attn_view(const pd__node *n, pd_tensor *const *in, pd__attn *a) {
+    const pd_tensor *Q = in[0], *K = in[1], *V = in[2], *M = opt_in(n, in, 3), *PK = opt_in(n, in, 4);
+    const pd_tensor *KL = opt_in(n, in, 6);
+    PD_TRY(pd__attn_plan(n, Q->ndim, Q->shape, K->ndim, K->shape, V->ndim, V->shape, M ? M->ndim : 0,
+                         M ? M->shape : NULL, PK ? PK->ndim : 0, PK ? PK->shape : NULL, a));
+    a->kvlen = KL ? KL->data : NULL;
+    return PD_OK;
+}
+
+pd_status pd__cpu_Attention(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    pd__attn a;
+    PD_TRY(attn_view(n, in, &a));
+    const pd_tensor *M = opt_in(n, in, 3), *pk = opt_in(n, in, 4), *pv = opt_in(n, in, 5);
+    pd_tensor *PKo = opt_out(n, out, 1), *PVo = opt_out(n, out, 2), *QK = opt_out(n, out, 3);
+    int64_t nk = a.B * a.Hk * a.Tk, st = a.Sq * a.Tk;
+    /* scratch: the present keys and values where not wanted as outputs, the scores and probabilities */
+    void *s = pd__scratch_n(x, (PKo ? 0 : nk * a.Dh) + (PVo ? 0 : nk * a.Dv) + 2 * st, 1, pd_dtype_size(in[0]->dtype));
+    if (!s) return PD_ERR_NOMEM;
+    size_t es = pd_dtype_size(in[0]->dtype);
+    char *p = s;
+    void *PK = PKo ? PKo->data : p;
+    p += PKo ? 0 : (size_t)(nk * a.Dh) * es;
+    void *PV = PVo ? PVo->data : p;
+    p += PVo ? 0 : (size_t)(nk * a.Dv) * es;
+    void *S = p, *Pm = p + (size_t)st * es;
+    PD_DISPATCH(in[0]->dtype, attention,
+                (&a, in[0]->data, in[1]->data, in[2]->data, dptr(M), M ? M->dtype : PD_BOOL, dptr(pk), dptr(pv), PK,
+                 PV, out[0]->data, dptr(QK), S, Pm))
+}
+
+/* Differentiable in Q, K and V (grad mask 0x7): the mask and the past
+ * inputs get no gradient; the present outputs' and the scores' gradients
+ * flow into K, V and the scores. */
+pd_status pd__cpu_Attention_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out,
+                                pd_tensor *const *dout, pd_tensor *const *din) {
+    (void)out;
+    pd_tensor *dQ = gin(n, din, 0), *dK = gin(n, din, 1), *dV = gin(n, din, 2);
+    const pd_tensor *dY = gout(n, dout, 0), *dPK = gout(n, dout, 1), *dPV = gout(n, dout, 2), *dQK = gout(n, dout, 3);
+    if (!dQ && !dK && !dV) return PD_OK;
+    if (!dY && !dPK && !dPV && !dQK) return PD_OK;
+    pd__attn a;
+    PD_TRY(attn_view(n, in, &a));
+    const pd_tensor *M = opt_in(n, in, 3), *pk = opt_in(n, in, 4), *pv = opt_in(n, in, 5);
+    int64_t nk = a.B * a.Hk * a.Tk, st = a.Sq * a.Tk;
+    size_t es = pd_dtype_size(in[0]->dtype);
+    char *s = pd__scratch_n(x, 2 * nk * (a.Dh + a.Dv) + 3 * st, 1, es);
+    if (!s) return PD_ERR_NOMEM;
+    char *PK = s, *PV = PK + (size_t)(nk * a.Dh) * es, *gPK = PV + (size_t)(nk * a.Dv) * es;
+    char *gPV = gPK + (size_t)(nk * a.Dh) * es, *S = gPV + (size_t)(nk * a.Dv) * es;
+    char *Pm = S + (size_t)st * es, *gS = Pm + (size_t)st * es;
+    PD_DISPATCH(in[0]->dtype, attention_bwd,
+                (&a, in[0]->data, in[1]->data, in[2]->data, dptr(M), M ? M->dtype : PD_BOOL, dptr(pk), dptr(pv),
+                 dptr(dY), dptr(dPK), dptr(dPV), dptr(dQK), dptr(dQ), dptr(dK), dptr(dV), (void *)PK, (void *)PV,
+                 (void *)gPK, (void *)gPV, (void *)S, (void *)Pm, (void *)gS))
 }

@@ -1585,3 +1585,205 @@ static pd_status FN(dropout_bwd)(pd__exec *x, int64_t n, const T *dY, const uint
     for (int64_t i = 0; i < n; i++) dX[i] += !keep ? dY[i] : keep[i] ? dY[i] * sc : (T)0;
     return PD_OK;
 }
+
+/* ---- RotaryEmbedding ------------------------------------------------------------------------ */
+
+/* Y = X rotated by the cache rows (the plan r: shape_nn.h); with bwd,
+ * Y += X rotated back (the transpose: sin negated), the backward's dX from dY. */
+static pd_status FN(rope)(const pd__rope *r, const T *X, const T *cosc, const T *sinc, const int64_t *pos, T *Y,
+                          bool bwd) {
+    int64_t half = r->rd / 2;
+    for (int64_t b = 0; b < r->B; b++)
+        for (int64_t s = 0; s < r->S; s++) {
+            int64_t row = b * r->S + s;
+            if (r->pos) {
+                row = pos[b * r->S + s];
+                if (row < 0 || row >= r->P)
+                    return pd__err(PD_ERR_INVALID, "position_ids[%lld][%lld] = %lld is outside the caches' %lld rows",
+                                   (long long)b, (long long)s, (long long)row, (long long)r->P);
+            }
+            const T *c = cosc + row * r->C, *sn = sinc + row * r->C;
+            for (int64_t h = 0; h < r->H; h++) {
+                int64_t off = (r->four ? (b * r->H + h) * r->S + s : (b * r->S + s) * r->H + h) * r->D;
+                const T *xp = X + off;
+                T *yp = Y + off;
+                for (int64_t i = 0; i < half; i++) {
+                    int64_t i1 = r->interleaved ? 2 * i : i, i2 = r->interleaved ? 2 * i + 1 : i + half;
+                    T co = c[i], si = bwd ? -sn[i] : sn[i], x1 = xp[i1], x2 = xp[i2];
+                    T y1 = co * x1 - si * x2, y2 = si * x1 + co * x2;
+                    if (bwd) {
+                        yp[i1] += y1;
+                        yp[i2] += y2;
+                    } else {
+                        yp[i1] = y1;
+                        yp[i2] = y2;
+                    }
+                }
+                for (int64_t d = r->rd; d < r->D; d++) yp[d] = bwd ? yp[d] + xp[d] : xp[d];
+            }
+        }
+    return PD_OK;
+}
+
+/* ---- Attention ------------------------------------------------------------------------------- */
+
+/* The present keys PK (B, Hk, T, Dh) and values PV (B, Hk, T, Dv): the past
+ * rows, then K's and V's (3-D: (B, Skv, Hk*D)). */
+static void FN(attn_present)(const pd__attn *a, const T *K, const T *V, const T *pastk, const T *pastv, T *PK,
+                             T *PV) {
+    for (int64_t b = 0; b < a->B; b++)
+        for (int64_t hk = 0; hk < a->Hk; hk++)
+            for (int64_t t = 0; t < a->Tk; t++) {
+                T *kd = PK + ((b * a->Hk + hk) * a->Tk + t) * a->Dh, *vd = PV + ((b * a->Hk + hk) * a->Tk + t) * a->Dv;
+                const T *ks, *vs;
+                if (t < a->P) {
+                    ks = pastk + ((b * a->Hk + hk) * a->P + t) * a->Dh;
+                    vs = pastv + ((b * a->Hk + hk) * a->P + t) * a->Dv;
+                } else {
+                    int64_t s = t - a->P;
+                    ks = K + (a->three ? (b * a->Skv + s) * a->Hk + hk : (b * a->Hk + hk) * a->Skv + s) * a->Dh;
+                    vs = V + (a->three ? (b * a->Skv + s) * a->Hk + hk : (b * a->Hk + hk) * a->Skv + s) * a->Dv;
+                }
+                memcpy(kd, ks, sizeof(T) * (size_t)a->Dh);
+                memcpy(vd, vs, sizeof(T) * (size_t)a->Dv);
+            }
+}
+
+/* Head h of batch b: S (Sq, T) = the scores scale * Q K^T, softcapped; Pm
+ * (Sq, T) = softmax over the keys of S + the mask (bool or T) + causal. A
+ * row with every key masked is NaN, as ONNX's reference computes it. */
+static pd_status FN(attn_probs)(const pd__attn *a, int64_t b, int64_t h, const T *Q, const T *PK, const void *mask,
+                                pd_dtype mdt, T *S, T *Pm, T *QK) {
+    int64_t hk = h / (a->Hq / a->Hk), ldq = a->three ? a->Hq * a->Dh : a->Dh;
+    const T *q = Q + (a->three ? b * a->Sq * a->Hq * a->Dh + h * a->Dh : (b * a->Hq + h) * a->Sq * a->Dh);
+    PD_TRY(FN(gemm)(false, true, a->Sq, a->Tk, a->Dh, a->scale, q, ldq, PK + (b * a->Hk + hk) * a->Tk * a->Dh, a->Dh, 0,
+                    S, a->Tk));
+    int64_t ms[4] = {0, 0, 0, 1}, lm = a->mn ? a->mshape[3] : a->Tk;
+    if (a->mn) {
+        ms[2] = lm;
+        ms[1] = a->mshape[2] * ms[2];
+        ms[0] = a->mshape[1] * ms[1];
+        for (int k = 0; k < 3; k++)
+            if (a->mshape[k] == 1) ms[k] = 0;
+    }
+    int64_t kl = a->kvlen ? a->kvlen[b] : a->Tk, off = a->kvlen && !a->past ? kl - a->Sq : a->P;
+    for (int64_t i = 0; i < a->Sq; i++) {
+        T *sr = S + i * a->Tk, *pr = Pm + i * a->Tk;
+        int64_t mo = b * ms[0] + h * ms[1] + i * ms[2];
+        double mx = -INFINITY;
+        for (int64_t j = 0; j < a->Tk; j++) {
+            if (a->softcap > 0) sr[j] = (T)(a->softcap * tanh((double)sr[j] / a->softcap));
+            double z = sr[j];
+            if (j >= lm) z = -INFINITY;
+            else if (a->mn) {
+                if (mdt == PD_BOOL) z = ((const uint8_t *)mask)[mo + j] ? z : -INFINITY;
+                else z += (double)((const T *)mask)[mo + j];
+            }
+            if ((a->causal && j > i + off) || j >= kl) z = -INFINITY;
+            pr[j] = (T)z;
+            if (QK && a->mode < 3) QK[i * a->Tk + j] = a->mode == 2 ? (T)z : sr[j];
+            if (z > mx) mx = z;
+        }
+        double sum = 0;
+        for (int64_t j = 0; j < a->Tk; j++) {
+            double e = mx == -INFINITY ? NAN : exp((double)pr[j] - mx);
+            pr[j] = (T)e;
+            sum += e;
+        }
+        for (int64_t j = 0; j < a->Tk; j++) pr[j] = (T)((double)pr[j] / sum);
+        if (QK && a->mode == 3) memcpy(QK + i * a->Tk, pr, sizeof(T) * (size_t)a->Tk);
+    }
+    return PD_OK;
+}
+
+/* Y = softmax(scores) V per head; PK, PV (the present outputs or scratch)
+ * filled here; QK (B, Hq, Sq, T; NULL: not wanted) gets the scores. S, Pm:
+ * scratch of Sq*T each. */
+static pd_status FN(attention)(const pd__attn *a, const T *Q, const T *K, const T *V, const void *mask, pd_dtype mdt,
+                               const T *pastk, const T *pastv, T *PK, T *PV, T *Y, T *QK, T *S, T *Pm) {
+    FN(attn_present)(a, K, V, pastk, pastv, PK, PV);
+    int64_t ldy = a->three ? a->Hq * a->Dv : a->Dv;
+    for (int64_t b = 0; b < a->B; b++)
+        for (int64_t h = 0; h < a->Hq; h++) {
+            int64_t hk = h / (a->Hq / a->Hk);
+            PD_TRY(FN(attn_probs)(a, b, h, Q, PK, mask, mdt, S, Pm, QK ? QK + (b * a->Hq + h) * a->Sq * a->Tk : NULL));
+            T *y = Y + (a->three ? b * a->Sq * a->Hq * a->Dv + h * a->Dv : (b * a->Hq + h) * a->Sq * a->Dv);
+            PD_TRY(FN(gemm)(false, false, a->Sq, a->Dv, a->Tk, 1, Pm, a->Tk, PV + (b * a->Hk + hk) * a->Tk * a->Dv,
+                            a->Dv, 0, y, ldy));
+        }
+    return PD_OK;
+}
+
+/* The backward, recomputing the softmax per head: dQ, dK, dV (each may be
+ * NULL) += the gradients from dY, dPKo and dPVo (the present outputs' K
+ * and V rows) and dQK (the scores); the past inputs get none. Scratch: PK,
+ * PV, dPK, dPV of the present outputs' sizes, S, Pm, dS of Sq*T each. */
+static pd_status FN(attention_bwd)(const pd__attn *a, const T *Q, const T *K, const T *V, const void *mask,
+                                   pd_dtype mdt, const T *pastk, const T *pastv, const T *dY, const T *dPKo,
+                                   const T *dPVo, const T *dQK, T *dQ, T *dK, T *dV, T *PK, T *PV, T *dPK, T *dPV,
+                                   T *S, T *Pm, T *dS) {
+    FN(attn_present)(a, K, V, pastk, pastv, PK, PV);
+    int64_t nk = a->B * a->Hk * a->Tk;
+    memset(dPK, 0, sizeof(T) * (size_t)(nk * a->Dh));
+    memset(dPV, 0, sizeof(T) * (size_t)(nk * a->Dv));
+    int64_t ldq = a->three ? a->Hq * a->Dh : a->Dh, ldy = a->three ? a->Hq * a->Dv : a->Dv;
+    for (int64_t b = 0; b < a->B; b++)
+        for (int64_t h = 0; h < a->Hq; h++) {
+            int64_t hk = h / (a->Hq / a->Hk), kv = (b * a->Hk + hk) * a->Tk;
+            const T *q = Q + (a->three ? b * a->Sq * a->Hq * a->Dh + h * a->Dh : (b * a->Hq + h) * a->Sq * a->Dh);
+            PD_TRY(FN(attn_probs)(a, b, h, Q, PK, mask, mdt, S, Pm, NULL));
+            const T *gq = dQK ? dQK + (b * a->Hq + h) * a->Sq * a->Tk : NULL;
+            memset(dS, 0, sizeof(T) * (size_t)(a->Sq * a->Tk));
+            if (dY || (gq && a->mode == 3)) {
+                const T *dy =
+                    dY ? dY + (a->three ? b * a->Sq * a->Hq * a->Dv + h * a->Dv : (b * a->Hq + h) * a->Sq * a->Dv)
+                       : NULL;
+                if (dY) {
+                    PD_TRY(FN(gemm)(false, true, a->Sq, a->Tk, a->Dv, 1, dy, ldy, PV + kv * a->Dv, a->Dv, 0, dS,
+                                    a->Tk));
+                    PD_TRY(FN(gemm)(true, false, a->Tk, a->Dv, a->Sq, 1, Pm, a->Tk, dy, ldy, 1, dPV + kv * a->Dv,
+                                    a->Dv));
+                }
+                /* mode 3: the scores output is the softmax, its gradient joins dY's before the softmax's backward */
+                if (gq && a->mode == 3)
+                    for (int64_t k = 0; k < a->Sq * a->Tk; k++) dS[k] += gq[k];
+                for (int64_t i = 0; i < a->Sq; i++) {
+                    T *gr = dS + i * a->Tk, *pr = Pm + i * a->Tk;
+                    double dot = 0;
+                    for (int64_t j = 0; j < a->Tk; j++) dot += (double)gr[j] * pr[j];
+                    for (int64_t j = 0; j < a->Tk; j++) gr[j] = (T)((double)pr[j] * ((double)gr[j] - dot));
+                }
+            }
+            /* modes 0 to 2: the scores output (with the mask, a constant, in 2) adds to the scores' gradient */
+            for (int64_t k = 0; k < a->Sq * a->Tk; k++) {
+                double g = (double)dS[k] + (gq && a->mode < 3 ? (double)gq[k] : 0);
+                if (a->softcap > 0) {
+                    double t = (double)S[k] / a->softcap;
+                    g *= 1 - t * t;
+                }
+                dS[k] = (T)g;
+            }
+            if (dQ) {
+                T *dq = dQ + (q - Q);
+                PD_TRY(FN(gemm)(false, false, a->Sq, a->Dh, a->Tk, a->scale, dS, a->Tk, PK + kv * a->Dh, a->Dh, 1, dq,
+                                ldq));
+            }
+            if (dK)
+                PD_TRY(FN(gemm)(true, false, a->Tk, a->Dh, a->Sq, a->scale, dS, a->Tk, q, ldq, 1, dPK + kv * a->Dh,
+                                a->Dh));
+        }
+    /* the rows of K and V in the present keys and values */
+    for (int64_t b = 0; b < a->B; b++)
+        for (int64_t hk = 0; hk < a->Hk; hk++)
+            for (int64_t s = 0; s < a->Skv; s++) {
+                int64_t t = (b * a->Hk + hk) * a->Tk + a->P + s;
+                int64_t r = a->three ? (b * a->Skv + s) * a->Hk + hk : (b * a->Hk + hk) * a->Skv + s;
+                if (dK)
+                    for (int64_t d = 0; d < a->Dh; d++)
+                        dK[r * a->Dh + d] += dPK[t * a->Dh + d] + (dPKo ? dPKo[t * a->Dh + d] : (T)0);
+                if (dV)
+                    for (int64_t d = 0; d < a->Dv; d++)
+                        dV[r * a->Dv + d] += dPV[t * a->Dv + d] + (dPVo ? dPVo[t * a->Dv + d] : (T)0);
+            }
+    return PD_OK;
+}
