@@ -211,6 +211,7 @@ static pd_status pd__choose_params(pd_session *s) {
     bool *seed = PD_CALLOC((size_t)g->ntensors + 1, sizeof(bool));
     bool *reach = PD_CALLOC((size_t)g->ntensors + 1, sizeof(bool));
     bool *all = PD_CALLOC((size_t)g->ntensors + 1, sizeof(bool));
+    bool *frozen = PD_CALLOC((size_t)g->ntensors + 1, sizeof(bool));
     s->needs_grad = PD_CALLOC((size_t)g->ntensors + 1, sizeof(bool));
     s->param = PD_MALLOC(sizeof(int) * ((size_t)g->ntensors + 1));
     s->untrained = PD_MALLOC(sizeof(int) * ((size_t)g->ntensors + 1));
@@ -219,7 +220,7 @@ static pd_status pd__choose_params(pd_session *s) {
     pd_status st = PD_OK;
     regex_t re, tre;
     bool have_re = false, have_tre = false;
-    if (!seed || !reach || !all || !s->needs_grad || !s->param || !s->untrained || !s->frozen || !s->poff) {
+    if (!seed || !reach || !all || !frozen || !s->needs_grad || !s->param || !s->untrained || !s->frozen || !s->poff) {
         st = pd__err(PD_ERR_NOMEM, "out of memory");
         goto done;
     }
@@ -232,26 +233,19 @@ static pd_status pd__choose_params(pd_session *s) {
         all[t] = x->kind == PD_T_INIT && x->dtype == PD_FLOAT && x->data && x->numel > 0;
         bool allowed = x->train == PD_TR_DEFAULT || x->train == PD_TR_LISTED ||
                        (have_tre && regexec(&tre, x->name, 0, NULL, 0) == 0);
-        bool frozen = have_re && regexec(&re, x->name, 0, NULL, 0) == 0;
-        seed[t] = all[t] && allowed && !frozen;
-        reach[t] = frozen; /* kept for the list below */
+        frozen[t] = have_re && regexec(&re, x->name, 0, NULL, 0) == 0;
+        seed[t] = all[t] && allowed && !frozen[t];
     }
-    /* the untrained: what the whole set's flow reaches that the chosen set leaves out */
-    bool *frozen = s->needs_grad; /* borrowed until the flow below overwrites it */
-    memcpy(frozen, reach, sizeof(bool) * (size_t)g->ntensors);
-    bool *need = PD_CALLOC((size_t)g->ntensors + 1, sizeof(bool));
-    if (!need) {
-        st = pd__err(PD_ERR_NOMEM, "out of memory");
-        goto done;
-    }
-    pd__flow(g, all, s->pred, reach, need);
+    /* the untrained: what the whole set's flow reaches that the chosen set
+     * leaves out (needs_grad is the scratch here; the chosen set's flow below
+     * writes it for good) */
+    pd__flow(g, all, s->pred, reach, s->needs_grad);
     s->nuntrained = 0;
     for (int t = 0; t < g->ntensors; t++)
-        if (all[t] && !seed[t] && reach[t] && need[t]) {
+        if (all[t] && !seed[t] && reach[t] && s->needs_grad[t]) {
             s->frozen[s->nuntrained] = frozen[t];
             s->untrained[s->nuntrained++] = t;
         }
-    PD_FREE(need);
     pd__flow(g, seed, s->pred, reach, s->needs_grad);
     s->np = 0;
     s->ptotal = 0;
@@ -273,6 +267,7 @@ done:
     PD_FREE(seed);
     PD_FREE(reach);
     PD_FREE(all);
+    PD_FREE(frozen);
     return st;
 }
 
