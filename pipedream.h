@@ -2034,40 +2034,44 @@ static const char *pd__dom(const pd__node *n) { return n->domain ? n->domain : "
 /* Every operator the model uses that pdonnx lacks, named at once with its
  * node count ("3 operators are not supported: Max (2 nodes), And (2), ...");
  * one node alone is named as any node error is. */
+static bool pd__other_domain(const pd__node *n) { return pd__dom(n)[0] && strcmp(pd__dom(n), "ai.onnx") != 0; }
+
+/* Node i is unsupported and the first of its kind (op_type and domain): how
+ * many nodes of that kind there are; 0 otherwise. */
+static int pd__kind_count(const pd_graph *g, int i) {
+    const pd__node *a = &g->nodes[i];
+    if (a->op >= 0) return 0;
+    int count = 0;
+    for (int k = 0; k < g->nnodes; k++) {
+        const pd__node *b = &g->nodes[k];
+        if (b->op >= 0 || strcmp(b->op_type, a->op_type) || strcmp(pd__dom(b), pd__dom(a))) continue;
+        if (k < i) return 0;
+        count++;
+    }
+    return count;
+}
+
 static pd_status pd__unsupported_ops(const pd_graph *g) {
-    int first = -1, kinds = 0;
+    int first = -1, kinds = 0, nodes = 0;
     for (int i = 0; i < g->nnodes; i++)
         if (g->nodes[i].op < 0) {
             if (first < 0) first = i;
-            bool seen = false;
-            for (int k = 0; k < i && !seen; k++)
-                seen = g->nodes[k].op < 0 && !strcmp(g->nodes[k].op_type, g->nodes[i].op_type) &&
-                       !strcmp(pd__dom(&g->nodes[k]), pd__dom(&g->nodes[i]));
-            kinds += !seen;
+            nodes++;
+            kinds += pd__kind_count(g, i) > 0;
         }
     if (first < 0) return PD_OK;
     const pd__node *n = &g->nodes[first];
-    bool other = pd__dom(n)[0] && strcmp(pd__dom(n), "ai.onnx") != 0;
-    int nodes = 0;
-    for (int i = 0; i < g->nnodes; i++) nodes += g->nodes[i].op < 0;
     if (nodes == 1)
-        return other ? pd__node_err(g, n, PD_ERR_UNSUPPORTED, "operator %s of domain '%s' is not supported", n->op_type,
-                                    pd__dom(n))
-                     : pd__node_err(g, n, PD_ERR_UNSUPPORTED, "operator %s is not supported", n->op_type);
+        return pd__other_domain(n) ? pd__node_err(g, n, PD_ERR_UNSUPPORTED, "operator %s of domain '%s' is not supported",
+                                                  n->op_type, pd__dom(n))
+                                   : pd__node_err(g, n, PD_ERR_UNSUPPORTED, "operator %s is not supported", n->op_type);
     char list[1024] = "";
     size_t len = 0;
     for (int i = 0; i < g->nnodes && len < sizeof list - 64; i++) {
+        int count = pd__kind_count(g, i);
+        if (count == 0) continue;
         const pd__node *a = &g->nodes[i];
-        if (a->op >= 0) continue;
-        bool seen = false;
-        int count = 0;
-        for (int k = 0; k < g->nnodes; k++)
-            if (g->nodes[k].op < 0 && !strcmp(g->nodes[k].op_type, a->op_type) && !strcmp(pd__dom(&g->nodes[k]), pd__dom(a))) {
-                if (k < i) seen = true;
-                count++;
-            }
-        if (seen) continue;
-        bool dom = pd__dom(a)[0] && strcmp(pd__dom(a), "ai.onnx") != 0;
+        bool dom = pd__other_domain(a);
         len += (size_t)snprintf(list + len, sizeof list - len, "%s%s%s%s (%d%s)", len ? ", " : "", dom ? pd__dom(a) : "",
                                 dom ? "." : "", a->op_type, count, len ? "" : count == 1 ? " node" : " nodes");
     }
