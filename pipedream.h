@@ -1106,6 +1106,15 @@ extern const pd_backend_i pd__cpu_backend;
 pd_status pd__cpu_run_bwd(pd__exec *x, const pd_graph *g, const pd__node *n, pd_tensor *const *in,
                           pd_tensor *const *out, pd_tensor *const *dout, pd_tensor *const *din);
 
+/* The calling thread computes with n threads from here on: our OpenMP loops,
+ * oneDNN and OpenBLAS's OpenMP build all read this thread's OpenMP setting,
+ * so they share libgomp's one pool; a pthreads OpenBLAS gets the count too
+ * (process-wide there). Cheap when n is already set: every node calls it. */
+void pd__threads_use(int n);
+/* threads 0: the cores this process may run on (its affinity mask, so
+ * taskset and container limits count), at least 1. */
+int pd__threads_default(int threads);
+
 /* Runs one node on the CPU backend, naming the node in any error. */
 pd_status pd__cpu_run(pd__exec *x, const pd_graph *g, const pd__node *n, pd_tensor *const *in,
                       pd_tensor *const *out);

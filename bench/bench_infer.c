@@ -7,8 +7,10 @@
  * untimed ones is timed alone (CLOCK_MONOTONIC); the median is reported.
  */
 #include "bench_common.h"
+#include "../tools/omp_passive.h"
 
 int main(int argc, char **argv) {
+    pd_omp_passive(argv);
     bench_args a;
     if (!bench_parse("bench_infer", argc, argv, 50, &a)) return 2;
     pd_tensor x;

@@ -10,7 +10,6 @@
 #include <string.h>
 #include <unistd.h>
 
-void openblas_set_num_threads(int);
 
 struct pd_engine {
     pd_graph *g;
@@ -169,9 +168,7 @@ pd_status pd_engine_create(pd_graph *g, const pd_engine_options *opt, pd_engine 
     e->g = g;
     e->be = &pd__cpu_backend;
     e->x.g = g;
-    e->x.threads = o.threads > 0 ? o.threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
-    if (e->x.threads < 1) e->x.threads = 1;
-    openblas_set_num_threads(e->x.threads);
+    e->x.threads = pd__threads_default(o.threads);
 
     int nargs = 0;
     for (int i = 0; i < g->nnodes; i++) {

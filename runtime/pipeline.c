@@ -44,7 +44,6 @@
  */
 #include "pipeline_impl.h"
 
-void openblas_set_num_threads(int); /* OpenBLAS's cblas.h; declared here as runtime/session.c does */
 
 static int64_t pd__ns(void) {
     struct timespec ts;
@@ -557,10 +556,6 @@ pd_status pd__pipe_create(pd_graph *g, const pd_plan *plan, const pd_train_optio
     }
     p->nslots = pd__sched_async(kind) ? microbatches + p->P : microbatches; /* async: at most P in flight */
     if ((st = pd_session_create(g, gpu ? &ho : o, &p->s)) != PD_OK) goto fail;
-    /* every stage thread computes alone: BLAS in the calling thread, not a
-     * pool of its own per call that the stages would fight over (the
-     * session set it to its thread count; it is process-wide) */
-    openblas_set_num_threads(1);
     p->o = *pd__session_options(p->s);
     pd__session_slabs(p->s, &p->sl);
     p->pred = pd__session_loss_tensor(p->s);

@@ -43,7 +43,6 @@
 #include <time.h>
 #include <unistd.h>
 
-void openblas_set_num_threads(int);
 
 
 
@@ -456,9 +455,7 @@ pd_status pd_session_create(pd_graph *g, const pd_train_options *opt, pd_session
     s->g = g;
     s->o = o;
     s->x.g = g;
-    s->x.threads = o.threads > 0 ? o.threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
-    if (s->x.threads < 1) s->x.threads = 1;
-    openblas_set_num_threads(s->x.threads);
+    s->x.threads = pd__threads_default(o.threads);
     pd_status st = pd__find_outputs(s);
     if (st == PD_OK) st = pd__choose_params(s);
     if (st != PD_OK) goto fail;

@@ -20,7 +20,7 @@ for a in "$@"; do
 done
 
 pkgs=(build-essential meson ninja-build pkg-config
-      libprotobuf-c-dev protobuf-c-compiler libonnx-dev libopenblas-dev libdnnl-dev libcjson-dev zlib1g-dev
+      libprotobuf-c-dev protobuf-c-compiler libonnx-dev libopenblas-dev libopenblas-openmp-dev libdnnl-dev libcjson-dev zlib1g-dev
       clang libclang-rt-14-dev valgrind libopenmpi-dev openmpi-bin)
 devpkgs=(python3-torch python3-onnx python3-numpy python3-sklearn)
 

@@ -2,7 +2,32 @@
  * one place a node runs on the CPU (errors get the node's name here). */
 #include "../../core/pd_internal.h"
 
+#include <sched.h>
 #include <string.h>
+#include <unistd.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+/* OpenBLAS's own (cblas.h is not included: it drags in its own complex types);
+ * openblas_get_parallel: 0 sequential, 1 pthreads, 2 OpenMP */
+int openblas_get_parallel(void);
+int openblas_get_num_threads(void);
+void openblas_set_num_threads(int);
+
+void pd__threads_use(int n) {
+#ifdef _OPENMP
+    if (omp_get_max_threads() != n) omp_set_num_threads(n);
+#endif
+    if (openblas_get_parallel() != 2 && openblas_get_num_threads() != n) openblas_set_num_threads(n);
+}
+
+int pd__threads_default(int threads) {
+    if (threads > 0) return threads;
+    cpu_set_t set;
+    int n = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? n : 1;
+}
 
 const pd__kernel_fn pd__cpu_kernels[PD_OP_COUNT] = {
 #define PD__CPU_K(e, name, flags, grad, state) [PD_OP_##e] = pd__cpu_##name,
@@ -22,6 +47,7 @@ pd_status pd__cpu_run(pd__exec *x, const pd_graph *g, const pd__node *n, pd_tens
                       pd_tensor *const *out) {
     if (!pd__cpu_supports(n))
         return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "operator %s has no CPU kernel", n->op_type);
+    if (x->threads > 0) pd__threads_use(x->threads);
     pd_status st = pd__cpu_kernels[n->op](x, n, in, out);
     if (st != PD_OK) pd__err_prefix("%s: node '%s' (%s)", g->path, n->name, n->op_type);
     return st;
@@ -37,6 +63,7 @@ pd_status pd__cpu_run_bwd(pd__exec *x, const pd_graph *g, const pd__node *n, pd_
                 memset(din[i]->data, 0, (size_t)pd_tensor_numel(din[i]) * pd_dtype_size(din[i]->dtype));
         x->fresh = 0;
     }
+    if (x->threads > 0) pd__threads_use(x->threads);
     pd_status st = pd__cpu_grads[n->op](x, n, in, out, dout, din);
     x->fresh = 0;
     if (st != PD_OK) pd__err_prefix("%s: node '%s' (%s) backward", g->path, n->name, n->op_type);

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# run_realistic.sh - training at realistic sizes, pdonnx next to PyTorch 2.x on
+# the same exported models, batch and threads, in one run (issue 23). Prints
+# the Markdown table of docs/PERF.md ("Realistic sizes").
+#
+#   bench/run_realistic.sh [BUILD_DIR] [ITERS] [REPEATS]
+#
+# The models (bench/torch_realistic.py: ResNet-18, a ViT, a GPT, an MLP) are
+# built and exported by PyTorch 2.x, which runs in a virtual environment:
+# $PD_BENCH_VENV (default bench/.venv, made here with pip on first use). Each
+# row runs pdonnx and PyTorch alternately REPEATS times (default 3), each run
+# the median of ITERS steps (default 20) after 3 warm-up steps, and reports
+# the median run of each side: this shared VM's noise is +-20% between runs.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${1:-build} iters=${2:-20} repeats=${3:-3}
+venv=${PD_BENCH_VENV:-bench/.venv}
+if [ ! -x "$venv/bin/python" ]; then
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install -q torch onnx numpy
+fi
+py=$venv/bin/python
+ninja -C "$build" bench/bench_train >/dev/null
+out=$build/bench-realistic
+for m in mlp gpt vit resnet18; do
+  [ -f "$out/$m/model.onnx" ] || "$py" bench/torch_realistic.py export "$m" "$out/$m" 2>/dev/null
+done
+batch() { "$py" -c "import sys; sys.path.insert(0, 'bench'); import torch_realistic as t; print(t.BATCH['$1'])"; }
+# median of the REPEATS runs' ms_per_step (one JSON line each on stdin)
+median_ms() { "$py" -c "import json,statistics,sys; print(statistics.median(json.loads(l)['ms_per_step'] for l in sys.stdin))"; }
+
+echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'); $("$py" -c 'import torch; print("PyTorch", torch.__version__)')"
+echo "SGD momentum 0.9, median of $iters steps after 3 warm-up steps, median of $repeats alternating runs"
+echo
+echo "| model | batch | threads | pdonnx steps/s | PyTorch steps/s | pdonnx / PyTorch | pdonnx 2T / 1T | PyTorch 2T / 1T |"
+echo "|---|---|---|---|---|---|---|---|"
+for m in mlp gpt vit resnet18; do
+  b=$(batch "$m")
+  declare -A ours theirs
+  for t in 1 2; do
+    o=() p=()
+    for ((r = 0; r < repeats; r++)); do
+      o+=("$("$build/bench/bench_train" "$out/$m/model.onnx" "$out/$m/x.npy" --batch "$b" --threads "$t" \
+              --iters "$iters" --warmup 3 --name "$m")")
+      p+=("$("$py" bench/torch_realistic.py time "$m" --threads "$t" --iters "$iters" --warmup 3 2>/dev/null)")
+    done
+    ours[$t]=$(printf '%s\n' "${o[@]}" | median_ms)
+    theirs[$t]=$(printf '%s\n' "${p[@]}" | median_ms)
+  done
+  for t in 1 2; do
+    scale=("" "")
+    [ "$t" = 2 ] && scale=("$(awk -v a="${ours[1]}" -v b="${ours[2]}" 'BEGIN { printf "%.2f", a / b }')"
+                           "$(awk -v a="${theirs[1]}" -v b="${theirs[2]}" 'BEGIN { printf "%.2f", a / b }')")
+    awk -v m="$m" -v b="$b" -v t="$t" -v o="${ours[$t]}" -v p="${theirs[$t]}" -v s1="${scale[0]}" -v s2="${scale[1]}" \
+      'BEGIN { printf "| %s | %s | %s | %.2f | %.2f | %.2f | %s | %s |\n", m, b, t, 1e3 / o, 1e3 / p, p / o, s1, s2 }'
+  done
+  unset ours theirs
+done
