@@ -16,6 +16,7 @@ typedef struct {
     const char *model, *xpath, *name;
     int batch, threads, iters, warmup;
     const char *device, *precision; /* bench_train: cpu|cuda[:N], fp32|tf32|bf16 (NULL: cpu, fp32) */
+    const char *optimizer;          /* bench_train: sgd (default), momentum, adam */
 } bench_args;
 
 static double bench_now(void) {
@@ -36,13 +37,13 @@ static double bench_median(double *t, int n) {
 }
 
 /* PROG MODEL.onnx X.npy [--batch B] [--threads T] [--iters I] [--warmup W] [--name N]
- * [--device D] [--precision P]; false on bad usage. */
+ * [--device D] [--precision P] [--optimizer sgd|momentum|adam]; false on bad usage. */
 static bool bench_parse(const char *prog, int argc, char **argv, int iters, bench_args *a) {
     if (argc < 3) {
         fprintf(stderr, "usage: %s MODEL.onnx X.npy [--batch B] [--threads T] [--iters I] [--warmup W] [--name N]\n", prog);
         return false;
     }
-    *a = (bench_args){argv[1], argv[2], argv[1], 64, 1, iters, 5, NULL, NULL};
+    *a = (bench_args){argv[1], argv[2], argv[1], 64, 1, iters, 5, NULL, NULL, "sgd"};
     for (int i = 3; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--batch")) a->batch = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--threads")) a->threads = atoi(argv[i + 1]);
@@ -51,6 +52,7 @@ static bool bench_parse(const char *prog, int argc, char **argv, int iters, benc
         else if (!strcmp(argv[i], "--name")) a->name = argv[i + 1];
         else if (!strcmp(argv[i], "--device")) a->device = argv[i + 1];
         else if (!strcmp(argv[i], "--precision")) a->precision = argv[i + 1];
+        else if (!strcmp(argv[i], "--optimizer")) a->optimizer = argv[i + 1];
         else {
             fprintf(stderr, "%s: unknown flag %s\n", prog, argv[i]);
             return false;

@@ -3,7 +3,7 @@
  * bench/torch_train.py:
  *
  *   bench_train MODEL.onnx X.npy --batch B --threads T --iters I --warmup W [--name NAME]
- *               [--device cpu|cuda[:N]] [--precision fp32|tf32|bf16]
+ *               [--device cpu|cuda[:N]] [--precision fp32|tf32|bf16] [--optimizer sgd|momentum|adam]
  *
  * On CUDA each step ends with the loss and gradient norm read back (the
  * session's pd_session_step waits for its stream), so wall-clock step times
@@ -27,6 +27,12 @@ int main(int argc, char **argv) {
     pd_train_options o = PD_TRAIN_OPTIONS_INIT;
     o.loss = PD_LOSS_CROSS_ENTROPY;
     o.threads = a.threads;
+    if (!strcmp(a.optimizer, "momentum")) o.optimizer = PD_OPT_MOMENTUM;
+    else if (!strcmp(a.optimizer, "adam")) o.optimizer = PD_OPT_ADAM;
+    else if (strcmp(a.optimizer, "sgd")) {
+        fprintf(stderr, "bench_train: --optimizer %s: sgd, momentum or adam\n", a.optimizer);
+        return 2;
+    }
     if (pd_train_options_set_device(&o, a.device, a.precision) != PD_OK) goto fail;
     if (bench_input(a.xpath, a.batch, &x) != PD_OK || pd_graph_load_file(a.model, &lo, &g) != PD_OK ||
         pd_session_create(g, &o, &s) != PD_OK)

@@ -41,7 +41,7 @@ for m in mlp gpt vit resnet18; do
     o=() p=()
     for ((r = 0; r < repeats; r++)); do
       o+=("$("$build/bench/bench_train" "$out/$m/model.onnx" "$out/$m/x.npy" --batch "$b" --threads "$t" \
-              --iters "$iters" --warmup 3 --name "$m")")
+              --iters "$iters" --warmup 3 --name "$m" --optimizer momentum)")
       p+=("$("$py" bench/torch_realistic.py time "$m" --threads "$t" --iters "$iters" --warmup 3 2>/dev/null)")
     done
     ours[$t]=$(printf '%s\n' "${o[@]}" | median_ms)

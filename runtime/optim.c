@@ -21,6 +21,7 @@
 #include "optim.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 const char *pd__optim_name(pd_optimizer_kind k) {
@@ -56,20 +57,50 @@ double pd__lr_at(const pd_train_options *o, int64_t step) {
     return lr;
 }
 
+/* Summed in double over fixed blocks, each with eight running sums, and the
+ * blocks' sums added in order: the same value at every thread count. */
+#define PD__NORM_BLOCK 16384
+static double pd__sq_block(const float *g, int64_t n, int64_t b) {
+    g += b * PD__NORM_BLOCK;
+    int64_t m = n - b * PD__NORM_BLOCK < PD__NORM_BLOCK ? n - b * PD__NORM_BLOCK : PD__NORM_BLOCK;
+    double a[8] = {0};
+    int64_t i = 0;
+    for (; i + 8 <= m; i += 8)
+        for (int k = 0; k < 8; k++) a[k] += (double)g[i + k] * g[i + k];
+    for (; i < m; i++) a[0] += (double)g[i] * g[i];
+    return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+}
+
 double pd__grad_norm(const float *g, int64_t n) {
-    double s = 0;
-    for (int64_t i = 0; i < n; i++) s += (double)g[i] * g[i];
+    int64_t nb = (n + PD__NORM_BLOCK - 1) / PD__NORM_BLOCK;
+    double stack[64], *part = nb <= 64 ? stack : malloc(sizeof(double) * (size_t)nb), s = 0;
+    if (!part) { /* no room for the blocks' sums: the same sum on this thread */
+        for (int64_t b = 0; b < nb; b++) s += pd__sq_block(g, n, b);
+        return sqrt(s);
+    }
+#pragma omp parallel for schedule(static) if (nb > 4)
+    for (int64_t b = 0; b < nb; b++)
+        part[b] = pd__sq_block(g, n, b);
+    for (int64_t b = 0; b < nb; b++) s += part[b];
+    if (part != stack) free(part);
     return sqrt(s);
 }
+
+/* Element by element, so the threads (the calling thread's OpenMP count:
+ * pd__threads_use) change nothing but the time. */
+#define PD__OPTIM_FOR PD__PRAGMA(omp parallel for simd schedule(static) if (n > 65536))
+#define PD__PRAGMA(x) _Pragma(#x)
 
 void pd__optim_step(const pd_train_options *o, int64_t t, double lr, float *w, float *g, float *s0, float *s1,
                     int64_t n) {
     const float wd = (float)o->weight_decay, mu = (float)o->momentum, flr = (float)lr;
     switch (o->optimizer) {
     case PD_OPT_SGD:
+        PD__OPTIM_FOR
         for (int64_t i = 0; i < n; i++) w[i] -= flr * (g[i] + wd * w[i]);
         break;
     case PD_OPT_MOMENTUM:
+        PD__OPTIM_FOR
         for (int64_t i = 0; i < n; i++) {
             float gi = g[i] + wd * w[i];
             s0[i] = t == 1 ? gi : mu * s0[i] + gi;
@@ -77,6 +108,7 @@ void pd__optim_step(const pd_train_options *o, int64_t t, double lr, float *w, f
         }
         break;
     case PD_OPT_NESTEROV:
+        PD__OPTIM_FOR
         for (int64_t i = 0; i < n; i++) {
             float gi = g[i] + wd * w[i];
             s0[i] = t == 1 ? gi : mu * s0[i] + gi;
@@ -90,6 +122,7 @@ void pd__optim_step(const pd_train_options *o, int64_t t, double lr, float *w, f
         const double bc1 = 1.0 - pow(o->beta1, (double)t), bc2 = 1.0 - pow(o->beta2, (double)t);
         const float step = (float)(lr / bc1), sbc2 = (float)sqrt(bc2), decay = (float)(1.0 - lr * o->weight_decay);
         const bool decoupled = o->optimizer == PD_OPT_ADAMW;
+        PD__OPTIM_FOR
         for (int64_t i = 0; i < n; i++) {
             float gi = g[i];
             if (decoupled)
