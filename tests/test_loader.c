@@ -2,6 +2,7 @@
  * models built here with protobuf-c and written to a temporary folder:
  * shapes, dtypes, batch binding, external data (and its escapes), corrupt
  * and hostile files. Prints OK / NOT OK per check; exits 1 on any failure. */
+#include <math.h>
 #include <errno.h>
 #include <ftw.h>
 #include <stdarg.h>
@@ -1379,6 +1380,76 @@ static void test_mask_folds(void) {
     pd_graph_destroy(g);
 }
 
+/* GELU as PyTorch's exporters write it below opset 20,
+ *   Mul(Mul(h, Add(Erf(Div(h, sqrt 2)), 1)), 0.5),
+ * becomes one Gelu node at load, and trains as the five nodes do: the loss
+ * and gradient norm of a step with and without folding (fold_constants 0
+ * keeps the nodes) agree to float rounding. The exported GPT fixture's
+ * trajectories against PyTorch (test_train) run through the fused node too.
+ * A chain with an intermediate someone else reads stays as it is. */
+static pd_status gelu_step(const char *path, int fold, char *ops, size_t cap, pd_step_result *r) {
+    pd_load_options o = PD_LOAD_OPTIONS_INIT;
+    o.fold_constants = fold;
+    pd_graph *g = NULL;
+    pd_session *s = NULL;
+    pd_train_options t = PD_TRAIN_OPTIONS_INIT;
+    t.loss = PD_LOSS_CROSS_ENTROPY;
+    t.threads = 1;
+    float x[4 * 6];
+    int64_t y[4] = {0, 3, 5, 2};
+    for (int i = 0; i < 24; i++) x[i] = (float)((i * 7) % 11) / 5.0f - 1.0f;
+    pd_tensor xt = {PD_FLOAT, 2, {4, 6}, x}, yt = {PD_INT64, 1, {4}, y};
+    pd_status st = pd_graph_load_file(path, &o, &g);
+    if (st == PD_OK) {
+        ops[0] = 0;
+        for (int i = 0; i < pd_graph_num_nodes(g); i++) {
+            pd_node_info ni;
+            pd_graph_node(g, i, &ni);
+            snprintf(ops + strlen(ops), cap - strlen(ops), "%s%s", i ? "," : "", ni.op_type);
+        }
+        st = pd_session_create(g, &t, &s);
+    }
+    if (st == PD_OK) st = pd_session_set_input(s, "x", &xt);
+    if (st == PD_OK) st = pd_session_set_labels(s, &yt);
+    if (st == PD_OK) st = pd_session_step(s, r);
+    pd_session_destroy(s);
+    pd_graph_destroy(g);
+    return st;
+}
+
+static void test_gelu_fuses(void) {
+    float w[36];
+    for (int i = 0; i < 36; i++) w[i] = (float)((i * 5) % 13) / 6.0f - 1.0f;
+    const float sqrt2 = 1.41421356f, one = 1.0f, half = 0.5f;
+    for (int shared = 0; shared < 2; shared++) {
+        mb *b = mb_new(17);
+        add_in(b, mk_vi("x", PD_FLOAT, "4,6"));
+        add_init(b, mk_raw("W", PD_FLOAT, "6,6", w, sizeof w));
+        add_init(b, mk_raw("sqrt2", PD_FLOAT, "", &sqrt2, 4));
+        add_init(b, mk_raw("one", PD_FLOAT, "", &one, 4));
+        add_init(b, mk_raw("half", PD_FLOAT, "", &half, 4));
+        add_node(b, mk_node("MatMul", "fc", "x,W", "h"));
+        add_node(b, mk_node("Div", "div", "h,sqrt2", "d"));
+        add_node(b, mk_node("Erf", "erf", "d", "e"));
+        add_node(b, mk_node("Add", "add", "e,one", "a"));
+        add_node(b, mk_node("Mul", "mul", "h,a", "m"));
+        add_node(b, mk_node("Mul", "gelu", "m,half", shared ? "g" : "y"));
+        if (shared) add_node(b, mk_node("Add", "plus_erf", "g,e", "y")); /* e read twice: no fusion */
+        add_out(b, "y");
+        const char *path = save(b, shared ? "gelu_shared.onnx" : "gelu.onnx");
+        char fused[256], kept[256];
+        pd_step_result rf, rk;
+        pd_status a = gelu_step(path, 1, fused, sizeof fused, &rf), c = gelu_step(path, 0, kept, sizeof kept, &rk);
+        const char *all = shared ? "MatMul,Div,Erf,Add,Mul,Mul,Add" : "MatMul,Div,Erf,Add,Mul,Mul";
+        CHECK(a == PD_OK && c == PD_OK && !strcmp(fused, shared ? all : "MatMul,Gelu") && !strcmp(kept, all) &&
+                  fabs(rf.loss - rk.loss) <= 1e-6 * fabs(rk.loss) &&
+                  fabs(rf.grad_norm - rk.grad_norm) <= 1e-5 * rk.grad_norm,
+              "GELU's five exported nodes %s: [%s]; loss %.9g and gradient norm %.9g, without folding %.9g and %.9g %s",
+              shared ? "stay when an intermediate is read twice" : "become one Gelu", fused, rf.loss, rf.grad_norm,
+              rk.loss, rk.grad_norm, a == PD_OK && c == PD_OK ? "" : pd_last_error());
+    }
+}
+
 int main(int argc, char **argv) {
     bool keep = argc > 1;
     if (keep) {
@@ -1410,6 +1481,7 @@ int main(int argc, char **argv) {
     test_trainable();
     test_ties();
     test_mask_folds();
+    test_gelu_fuses();
     if (!keep) nftw(tmp_root, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
     arena_free();
     return check_summary();
