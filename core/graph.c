@@ -602,7 +602,8 @@ static int pd__sole_reader(const pd_graph *g, const int *reads, const int *reade
 }
 
 static pd_status pd__fuse_gelu(pd_graph *g, bool *gone) {
-    int *reads = PD_CALLOC((size_t)g->ntensors + 1, sizeof(int)), *reader = PD_CALLOC((size_t)g->ntensors + 1, sizeof(int));
+    int *reads = (int *)PD_CALLOC((size_t)g->ntensors + 1, sizeof(int));
+    int *reader = (int *)PD_CALLOC((size_t)g->ntensors + 1, sizeof(int));
     if (!reads || !reader) {
         PD_FREE(reads);
         PD_FREE(reader);
@@ -619,9 +620,9 @@ static pd_status pd__fuse_gelu(pd_graph *g, bool *gone) {
         if (id < 0 || gone[id] || reads[d] != 1 || g->tensors[d].is_output) continue;
         pd__node *D = &g->nodes[id];
         int x = -1;
-        if (D->op == PD_OP_DIV && D->nin == 2 && pd__const_is(g, D->in[1], M_SQRT2)) x = D->in[0];
-        if (D->op == PD_OP_MUL && pd__const_is(g, D->in[1], M_SQRT1_2)) x = D->in[0];
-        if (D->op == PD_OP_MUL && pd__const_is(g, D->in[0], M_SQRT1_2)) x = D->in[1];
+        if (D->op == PD_OP_DIV && D->nin == 2 && pd__const_is(g, D->in[1], 1.41421356237309504880)) x = D->in[0];
+        if (D->op == PD_OP_MUL && pd__const_is(g, D->in[1], 0.70710678118654752440)) x = D->in[0];
+        if (D->op == PD_OP_MUL && pd__const_is(g, D->in[0], 0.70710678118654752440)) x = D->in[1];
         if (x < 0 || g->tensors[x].dtype != PD_FLOAT) continue;
         int ia = pd__sole_reader(g, reads, reader, E->out[0], PD_OP_ADD);
         if (ia < 0 || !pd__const_is(g, pd__other_in(&g->nodes[ia], E->out[0]), 1.0)) continue;

@@ -159,7 +159,7 @@
     X(RESHAPE, Reshape, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_BWD_WRITES, 0x1, 0)                   \
     X(TRANSPOSE, Transpose, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_BWD_WRITES, 0x1, 0)               \
     X(CONCAT, Concat, PD_OPF_TENSOR | PD_OPF_FOLD, PD_GRAD_ALL, 0)                                 \
-    X(SPLIT, Split, PD_OPF_TENSOR | PD_OPF_FOLD, 0x1, 0)                                           \
+    X(SPLIT, Split, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_BWD_WRITES, 0x1, 0)                       \
     X(SLICE, Slice, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                             \
     X(GATHER, Gather, PD_OPF_TENSOR | PD_OPF_FOLD, 0x1, 0)                                         \
     X(UNSQUEEZE, Unsqueeze, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_BWD_WRITES, 0x1, 0)               \

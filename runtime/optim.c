@@ -21,7 +21,6 @@
 #include "optim.h"
 
 #include <math.h>
-#include <stdlib.h>
 #include <string.h>
 
 const char *pd__optim_name(pd_optimizer_kind k) {
@@ -73,7 +72,7 @@ static double pd__sq_block(const float *g, int64_t n, int64_t b) {
 
 double pd__grad_norm(const float *g, int64_t n) {
     int64_t nb = (n + PD__NORM_BLOCK - 1) / PD__NORM_BLOCK;
-    double stack[64], *part = nb <= 64 ? stack : malloc(sizeof(double) * (size_t)nb), s = 0;
+    double stack[64], *part = nb <= 64 ? stack : (double *)PD_MALLOC(sizeof(double) * (size_t)nb), s = 0;
     if (!part) { /* no room for the blocks' sums: the same sum on this thread */
         for (int64_t b = 0; b < nb; b++) s += pd__sq_block(g, n, b);
         return sqrt(s);
@@ -82,7 +81,7 @@ double pd__grad_norm(const float *g, int64_t n) {
     for (int64_t b = 0; b < nb; b++)
         part[b] = pd__sq_block(g, n, b);
     for (int64_t b = 0; b < nb; b++) s += part[b];
-    if (part != stack) free(part);
+    if (part != stack) PD_FREE(part);
     return sqrt(s);
 }
 

@@ -82,12 +82,12 @@ static pd_status FN(gemm_bwd)(const pd_tensor *a, const pd_tensor *b, const pd_t
     }
     if (dC && beta != 0) {
         int64_t cc = c->ndim >= 1 ? c->shape[c->ndim - 1] : 1, cr = c->ndim == 2 ? c->shape[0] : 1;
-        double *col = cr == 1 && cc == N && N > 1 ? calloc((size_t)N, sizeof(double)) : NULL;
+        double *col = cr == 1 && cc == N && N > 1 ? (double *)PD_CALLOC((size_t)N, sizeof(double)) : NULL;
         if (col) { /* a bias over the columns: the rows added in order, as below, a row at a time */
             for (int64_t i = 0; i < M; i++)
                 for (int64_t j = 0; j < N; j++) col[j] += dY[i * N + j];
             for (int64_t j = 0; j < N; j++) dC[j] += (T)(beta * col[j]);
-            free(col);
+            PD_FREE(col);
             return PD_OK;
         }
         for (int64_t ci = 0; ci < cr; ci++)
