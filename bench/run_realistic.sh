@@ -11,6 +11,8 @@
 # row runs pdonnx and PyTorch alternately REPEATS times (default 3), each run
 # the median of ITERS steps (default 20) after 3 warm-up steps, and reports
 # the median run of each side: this shared VM's noise is +-20% between runs.
+# A last table puts pdonnx beside ONNX Runtime training where it can train
+# the model ($PD_BENCH_ORT_VENV, default bench/.venv-ort; see the end).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build} iters=${2:-20} repeats=${3:-3}
@@ -55,4 +57,33 @@ for m in mlp gpt vit resnet18; do
       'BEGIN { printf "| %s | %s | %s | %.2f | %.2f | %.2f | %s | %s |\n", m, b, t, 1e3 / o, 1e3 / p, p / o, s1, s2 }'
   done
   unset ours theirs
+done
+
+# Against ONNX Runtime training (onnxruntime-training 1.19 from PyPI, which
+# imports torch: $PD_BENCH_ORT_VENV, skipped when it is not there). Its SGD
+# has no momentum, so pdonnx runs plain SGD here. Of these models it trains
+# the MLP: its gradient builder fails on the ViT export and on the train-mode
+# BatchNorm ResNet (running_var_grad), and its cross-entropy takes the classes
+# on axis 1, not the GPT's last.
+ortpy=${PD_BENCH_ORT_VENV:-bench/.venv-ort}/bin/python
+[ -x "$ortpy" ] || exit 0
+echo
+echo "ONNX Runtime $("$ortpy" -c 'import onnxruntime; print(onnxruntime.__version__)') training, SGD without momentum:"
+echo
+echo "| model | batch | threads | pdonnx steps/s | ORT steps/s | pdonnx / ORT |"
+echo "|---|---|---|---|---|---|"
+for m in mlp; do
+  b=$(batch "$m")
+  for t in 1 2; do
+    o=() p=()
+    for ((r = 0; r < repeats; r++)); do
+      o+=("$("$build/bench/bench_train" "$out/$m/model.onnx" "$out/$m/x.npy" --batch "$b" --threads "$t" \
+              --iters "$iters" --warmup 3 --name "$m" --optimizer sgd)")
+      p+=("$("$ortpy" bench/ort_realistic.py "$out/$m" --threads "$t" --iters "$iters" --warmup 3 2>/dev/null | tail -1)")
+    done
+    o1=$(printf '%s\n' "${o[@]}" | median_ms)
+    p1=$(printf '%s\n' "${p[@]}" | median_ms)
+    awk -v m="$m" -v b="$b" -v t="$t" -v o="$o1" -v p="$p1" \
+      'BEGIN { printf "| %s | %s | %s | %.2f | %.2f | %.2f |\n", m, b, t, 1e3 / o, 1e3 / p, p / o }'
+  done
 done
