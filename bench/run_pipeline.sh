@@ -7,14 +7,21 @@
 #
 #   bench/run_pipeline.sh [BUILD_DIR] [MODEL] [BATCH] [STEPS]
 # Default: the GPT fixture on its training rows (tests/fixtures/gpt/train/sgd),
-# global batch 64 (issue 5's figures, docs/PERF.md), 200 steps.
+# global batch 64 (issue 5's figures, docs/PERF.md), 200 steps. MODEL may also
+# be a folder holding model.onnx, X.npy and Y.npy (issue 23's realistic GPT:
+# bench/run_pipeline.sh build build/bench-realistic/gpt 8 20, once
+# run_realistic.sh exported it and X.npy, Y.npy are written beside it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build} model=${2:-gpt} batch=${3:-64} steps=${4:-200}
 fx=tests/fixtures/$model
+data=(--data "$fx/train/sgd/X.npy" --labels "$fx/train/sgd/Y.npy")
+if [ -f "$model/model.onnx" ]; then # a folder with model.onnx, X.npy and Y.npy (bench/run_realistic.sh's gpt)
+  fx=$model
+  data=(--data "$fx/X.npy" --labels "$fx/Y.npy")
+fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-data=(--data "$fx/train/sgd/X.npy" --labels "$fx/train/sgd/Y.npy")
 common=(train "$fx/model.onnx" "${data[@]}" --batch "$batch" --steps "$steps" --no-shuffle --threads 1 --lr 0.01)
 export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
 rate() { grep -o '[0-9.]* samples/s' <<<"$1" | tail -1 | cut -d' ' -f1; }

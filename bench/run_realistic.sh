@@ -68,7 +68,7 @@ done
 ortpy=${PD_BENCH_ORT_VENV:-bench/.venv-ort}/bin/python
 [ -x "$ortpy" ] || exit 0
 echo
-echo "ONNX Runtime $("$ortpy" -c 'import onnxruntime; print(onnxruntime.__version__)') training, SGD without momentum:"
+echo "ONNX Runtime $("$ortpy" -c 'import onnxruntime; print(onnxruntime.__version__)' 2>/dev/null) training, SGD without momentum:"
 echo
 echo "| model | batch | threads | pdonnx steps/s | ORT steps/s | pdonnx / ORT |"
 echo "|---|---|---|---|---|---|"

@@ -158,7 +158,8 @@ def export(name, out):
     model.train()
     torch.onnx.export(model, (x,), os.path.join(out, "model.onnx"), opset_version=17, dynamo=False,
                       training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False,
-                      input_names=["x"], output_names=["logits"])
+                      input_names=["x"], output_names=["logits"],
+                      dynamic_axes={"x": {0: "batch"}, "logits": {0: "batch"}})
     np.save(os.path.join(out, "x.npy"), x.numpy())
 
 
