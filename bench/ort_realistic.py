@@ -51,6 +51,7 @@ def main():
     opt.set_learning_rate(0.01)
     out = onnx.load(os.path.join(a.dir, "model.onnx"), load_external_data=False).graph.output[0]
     dims = [d.dim_value for d in out.type.tensor_type.shape.dim]
+    dims[0] = x.shape[0]  # the batch axis is symbolic in the export
     classes = dims[-1]
     rows = int(np.prod(dims[:-1]))
     y = (np.arange(rows, dtype=np.int64) * 7919) % classes
