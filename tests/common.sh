@@ -1,6 +1,11 @@
 # common.sh - what the shell tests share; sourced, after `set -u`:
 #   $tmp       a temporary folder, removed at exit
 #   ok/bad     print an OK / NOT OK line; bad counts into $fails
+#   expect_error NAME WANT CMD...
+#              CMD refused as a user should see it: within 30 s, a status of
+#              1 to 123 (not a signal, not the timeout), one printable line on
+#              stderr holding WANT; stdout must be empty, or (ERR_STDOUT=quiet-run)
+#              may hold start-up lines but nothing trained
 #   mpi_setup  skip (exit 77) without mpirun; Open MPI's settings for running
 #              as root, oversubscribed, on a machine without fast networks
 #   mpi N ...  mpirun -np N ..., bounded to 5 minutes
@@ -14,6 +19,26 @@ trap 'rm -rf "$tmp"' EXIT
 fails=0
 ok() { echo "OK $*"; }
 bad() { echo "NOT OK $*"; fails=$((fails + 1)); }
+has_ctl() { LC_ALL=C grep -q $'[\x01-\x09\x0b-\x1f\x7f]' "$1"; }
+expect_error() {
+  local name=$1 want=$2 rc lines quiet
+  shift 2
+  timeout 30 "$@" >"$tmp/out" 2>"$tmp/err"
+  rc=$?
+  lines=$(wc -l <"$tmp/err")
+  if [ "${ERR_STDOUT:-}" = quiet-run ]; then
+    ! grep -q "^training \|^step \|^trained " "$tmp/out"
+  else
+    [ ! -s "$tmp/out" ]
+  fi
+  quiet=$?
+  if [ $rc -ne 0 ] && [ $rc -lt 124 ] && [ "$lines" -eq 1 ] && ! has_ctl "$tmp/err" && [ $quiet = 0 ] &&
+     grep -qF -- "$want" "$tmp/err"; then
+    ok "$name: $(cat "$tmp/err")"
+  else
+    bad "$name: rc=$rc, stderr ($lines lines): $(head -c 400 "$tmp/err" | cat -v), stdout: $(head -c 200 "$tmp/out" | cat -v), wanted '$want'"
+  fi
+}
 mpi_setup() {
   command -v mpirun > /dev/null || { echo "no mpirun: skipped"; exit 77; }
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1

@@ -13,6 +13,10 @@ set -u
 pdonnx=$1
 root=$2
 . "$(dirname "$0")/common.sh"
+# the kill times are random: the seed is printed, PD_TEST_SEED=N repeats a run
+seed=${PD_TEST_SEED:-$(( $(date +%s) % 32768 ))}
+echo "# kill times from seed $seed (PD_TEST_SEED=$seed repeats them)"
+RANDOM=$seed
 model=$root/examples/digits_mlp.onnx
 # the loss and lr columns of a metrics file
 cols() { sed 's/, "samples_per_s".*//' "$1"; }

@@ -5,46 +5,29 @@
 set -u
 pdonnx=$1 src=$2
 fx=$src/tests/fixtures
-tmp=$(mktemp -d)
+. "$src/tests/common.sh"
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
-trap 'rm -rf "$tmp"' EXIT
-pass=0 fail=0
-ok() { echo "OK $*"; pass=$((pass + 1)); }
-notok() { echo "NOT OK $*"; fail=$((fail + 1)); }
-
-# expect_error NAME EXPECTED_SUBSTRING CMD...: exit 1 or 2 (not a signal), one
-# line on stderr containing the substring, nothing on stdout.
-expect_error() {
-  local name=$1 want=$2; shift 2
-  "$@" >"$tmp/out" 2>"$tmp/err"
-  local rc=$? lines
-  lines=$(wc -l <"$tmp/err")
-  if [ $rc -ne 0 ] && [ $rc -lt 128 ] && [ "$lines" -eq 1 ] && grep -qF -- "$want" "$tmp/err"; then
-    ok "$name: $(cat "$tmp/err")"
-  else
-    notok "$name: rc=$rc, stderr ($lines lines): $(head -c 400 "$tmp/err"), wanted '$want'"
-  fi
-}
+ERR_STDOUT=quiet-run # refusals may follow start-up lines ("using default flags from ..."), never training
 
 # --- good runs
 if "$pdonnx" run "$fx/mlp/model.onnx" --input x="$fx/mlp/x.npy" --output y="$tmp/y.npy" >"$tmp/out" 2>&1 \
    && [ -s "$tmp/y.npy" ] && grep -q "wrote y" "$tmp/out"; then
   ok "run writes the output .npy"
 else
-  notok "run writes the output .npy: $(cat "$tmp/out")"
+  bad "run writes the output .npy: $(cat "$tmp/out")"
 fi
 if "$pdonnx" run "$fx/mlp/model.onnx" --input "$fx/mlp/x.npy" >"$tmp/out" 2>&1 && grep -q "^y float32\[4,10\]" "$tmp/out"; then
   ok "run with an unnamed input binds the batch from the file and summarises y"
 else
-  notok "run summary: $(cat "$tmp/out")"
+  bad "run summary: $(cat "$tmp/out")"
 fi
 if "$pdonnx" info "$fx/gpt/model.onnx" --batch 3 >"$tmp/out" 2>&1 && grep -q "int64\[3,16\]" "$tmp/out" \
    && grep -q "^total: " "$tmp/out" && ! grep -q " Shape " "$tmp/out"; then
   ok "info binds --batch and folds the shape subgraphs away"
 else
-  notok "info: $(head -20 "$tmp/out")"
+  bad "info: $(head -20 "$tmp/out")"
 fi
-"$pdonnx" --version | grep -q "^pdonnx " && ok "--version" || notok "--version"
+"$pdonnx" --version | grep -q "^pdonnx " && ok "--version" || bad "--version"
 
 # --- bad input
 expect_error "missing model file" "nope.onnx" "$pdonnx" info "$tmp/nope.onnx"
@@ -85,7 +68,7 @@ if [ -n "${3:-}" ] && "$3" "$tmp/bad" >/dev/null 2>&1; then
   expect_error "external data through a symlink out" "'rellink.bin'" "$pdonnx" info "$b/ext/m6.onnx"
   expect_error "external data /etc/passwd" "'/etc/passwd'" "$pdonnx" info "$b/ext/m5.onnx"
 else
-  notok "the loader test could not write its bad models (${3:-no test_loader given})"
+  bad "the loader test could not write its bad models (${3:-no test_loader given})"
 fi
 
 # --- training
@@ -99,16 +82,16 @@ if "$pdonnx" train "$ex/digits_mlp.onnx" --epochs 5 --metrics "$tmp/m.jsonl" --s
      && awk -v a="$acc" 'BEGIN { exit !(a > 85) }'; then
     ok "train: default flags, 5 epochs = 225 steps of metrics, validation accuracy $acc%"
   else
-    notok "train: $steps metric lines, accuracy '$acc': $(tail -3 "$tmp/out")"
+    bad "train: $steps metric lines, accuracy '$acc': $(tail -3 "$tmp/out")"
   fi
   if "$pdonnx" run "$tmp/trained.onnx" --input x="$ex/digits/val_x.npy" --output y="$tmp/vy.npy" >/dev/null 2>&1 \
      && ! cmp -s "$tmp/trained.onnx" "$ex/digits_mlp.onnx"; then
     ok "train: --save writes a model pdonnx runs, with new weights"
   else
-    notok "train: the saved model does not run"
+    bad "train: the saved model does not run"
   fi
 else
-  notok "train: $(tail -3 "$tmp/out")"
+  bad "train: $(tail -3 "$tmp/out")"
 fi
 if [ -x "$npytool" ]; then
   d=$ex/digits
@@ -130,7 +113,7 @@ if [ -x "$npytool" ]; then
   if [ ! -e "$tmp/nan.onnx" ] && [ -z "$(ls "$tmp" | grep 'nan.onnx.tmp')" ]; then
     ok "train: a failed run leaves no model and no temporary file"
   else
-    notok "train: a failed run left files: $(ls "$tmp")"
+    bad "train: a failed run left files: $(ls "$tmp")"
   fi
 fi
 expect_error "train: unwritable --save" "--save /nonexistent-dir/m.onnx: folder /nonexistent-dir: No such file" \
@@ -148,21 +131,21 @@ if "$pdonnx" profile "$fx/mlp/model.onnx" --batch 16 --warmup 1 --repeats 2 -o "
    && grep -q "bubble:" "$tmp/out" && grep -q '"ph":"X"' "$tmp/trace.json"; then
   ok "profile -> plan -> simulate on the mlp fixture"
 else
-  notok "profile -> plan -> simulate: $(head -c 600 "$tmp/out")"
+  bad "profile -> plan -> simulate: $(head -c 600 "$tmp/out")"
 fi
 if "$pdonnx" plan --profile "$tmp/prof.json" --workers 2 --algo uniform --json - >"$tmp/out" 2>"$tmp/err" \
    && grep -q '"stages"' "$tmp/out" && grep -q '"predicted_speedup"' "$tmp/out" && [ ! -s "$tmp/err" ] \
    && ! grep -q "predicted time per minibatch" "$tmp/out"; then
   ok "plan --json - prints the plan as JSON alone"
 else
-  notok "plan --json -: $(head -c 300 "$tmp/out") $(head -c 300 "$tmp/err")"
+  bad "plan --json -: $(head -c 300 "$tmp/out") $(head -c 300 "$tmp/err")"
 fi
 if "$pdonnx" schedule --stages 3 --microbatches 4 --schedule flush >"$tmp/out" 2>&1 \
    && grep -qx "stage 0: F0 F1 F2 B0 F3 B1 B2 B3 STEP" "$tmp/out" \
    && grep -qx "stage 2: F0 B0 F1 B1 F2 B2 F3 B3 STEP" "$tmp/out"; then
   ok "schedule prints 1F1B's instruction lists"
 else
-  notok "schedule: $(cat "$tmp/out")"
+  bad "schedule: $(cat "$tmp/out")"
 fi
 printf 'node1 -- Conv2d -- forward_compute_time=1.0, backward_compute_time=2.0, activation_size=10.0, parameter_size=5.0\nnode2 -- ReLU -- forward_compute_time=abc, backward_compute_time=1.0, activation_size=10.0, parameter_size=0.0\n' >"$tmp/bad.txt"
 expect_error "plan: malformed PipeDream profile" "$tmp/bad.txt:2:" "$pdonnx" plan --profile "$tmp/bad.txt" --workers 2
@@ -194,7 +177,7 @@ fi
 expect_error "train --device cuda with PDONNX_CUDA_MODULE naming no file" "device cuda: " \
   env PDONNX_CUDA_MODULE="$tmp/none/libpdcuda.so" "$pdonnx" train "$ex/digits_mlp.onnx" --steps 1 --device cuda --quiet
 if ! grep -qF -e "cannot load the CUDA module $tmp/none/libpdcuda.so: " -e "no CUDA backend" "$tmp/err"; then
-  notok "train --device cuda, module missing: the line names neither the module nor a build without it: $(cat "$tmp/err")"
+  bad "train --device cuda, module missing: the line names neither the module nor a build without it: $(cat "$tmp/err")"
 fi
 expect_error "train: bad --device" "device must be cpu, cuda, cuda:N, sim or sim:N, not 'tpu'" \
   "$pdonnx" train "$ex/digits_mlp.onnx" --device tpu
@@ -220,7 +203,7 @@ sim_vs_cpu() { # sim_vs_cpu DEVICE FLAGS...: the run on DEVICE gives the CPU run
        >"$tmp/out" 2>&1 && [ "$(wc -l <"$tmp/sim.jsonl")" -eq 20 ] && same_losses "$tmp/simcpu.jsonl" "$tmp/sim.jsonl"; then
     ok "train --device $dev${*:+ $*}: 20 losses equal the CPU's"
   else
-    notok "train --device $dev${*:+ $*}: $(tail -c 300 "$tmp/out")"
+    bad "train --device $dev${*:+ $*}: $(tail -c 300 "$tmp/out")"
   fi
 }
 if "$pdonnx" train "$ex/digits_mlp.onnx" --steps 1 --device sim --quiet >"$tmp/out" 2>&1; then
@@ -242,14 +225,14 @@ if "$pdonnx" train "$ex/digits_mlp.onnx" --steps 20 --no-shuffle --metrics "$tmp
    && grep -q "simulated" "$tmp/out" && same_losses "$tmp/one.jsonl" "$tmp/pipe.jsonl"; then
   ok "train --stages 2 --schedule flush: 20 losses equal one stage's, trace and model written"
 else
-  notok "train pipeline: $(tail -c 800 "$tmp/out")"
+  bad "train pipeline: $(tail -c 800 "$tmp/out")"
 fi
 for s in gpipe zb-h1 interleaved avgpipe; do
   if "$pdonnx" train "$ex/digits_mlp.onnx" --steps 20 --no-shuffle --stages 2 --schedule "$s" \
        --metrics "$tmp/p_$s.jsonl" --quiet >"$tmp/out" 2>&1 && same_losses "$tmp/one.jsonl" "$tmp/p_$s.jsonl"; then
     ok "train --stages 2 --schedule $s: 20 losses equal one stage's"
   else
-    notok "train --schedule $s: $(tail -c 400 "$tmp/out")"
+    bad "train --schedule $s: $(tail -c 400 "$tmp/out")"
   fi
 done
 expect_error "train: --vertical-sync is PipeDream's" "--vertical-sync goes with --schedule pipedream" \
@@ -270,7 +253,7 @@ if "$pdonnx" train "$ex/digits_mlp.onnx" --steps 20 --no-shuffle --stages 2 --sc
      --average-every 0 --metrics "$tmp/avg1.jsonl" --quiet >"$tmp/out" 2>&1 && same_losses "$tmp/one.jsonl" "$tmp/avg1.jsonl"; then
   ok "train --parallel-pipelines 1 without averaging: 20 losses equal one stage's"
 else
-  notok "train --parallel-pipelines 1: $(tail -c 400 "$tmp/out")"
+  bad "train --parallel-pipelines 1: $(tail -c 400 "$tmp/out")"
 fi
 if "$pdonnx" train "$ex/digits_mlp.onnx" --steps 20 --stages 2 --schedule avgpipe --parallel-pipelines 2 \
      --elastic-alpha 0.25 --average-every 4 --metrics "$tmp/avg2.jsonl" --save "$tmp/avg2.onnx" >"$tmp/out" 2>&1 &&
@@ -278,7 +261,7 @@ if "$pdonnx" train "$ex/digits_mlp.onnx" --steps 20 --stages 2 --schedule avgpip
    [ -s "$tmp/avg2.onnx" ] && [ "$(grep -c '"pipeline_loss": \[[^,]*, [^,]*\]' "$tmp/avg2.jsonl")" -eq 20 ]; then
   ok "train --parallel-pipelines 2: 5 elastic updates, both pipelines' losses per step, the centre saved"
 else
-  notok "train --parallel-pipelines 2: $(tail -c 600 "$tmp/out")"
+  bad "train --parallel-pipelines 2: $(tail -c 600 "$tmp/out")"
 fi
 expect_error "train: --parallel-pipelines needs stages" "need --stages N or --plan FILE" \
   "$pdonnx" train "$ex/digits_mlp.onnx" --parallel-pipelines 2 --quiet
@@ -290,14 +273,14 @@ if "$pdonnx" schedule --stages 3 --microbatches 6 --schedule avgpipe --max-infli
    grep -q "^stage 0: F0 F1 F2 F3 F4 B0 F5 B1 B2 B3 B4 B5 STEP$" "$tmp/out"; then
   ok "schedule --schedule avgpipe --max-inflight 5: four forwards ahead on stage 0"
 else
-  notok "schedule avgpipe: $(cat "$tmp/out")"
+  bad "schedule avgpipe: $(cat "$tmp/out")"
 fi
 if "$pdonnx" plan "$ex/digits_mlp.onnx" --batch 8 --workers 4 --algo avgpipe -o "$tmp/avg_plan.json" >"$tmp/out" 2>&1 &&
    grep -q '"parallel_pipelines"' "$tmp/avg_plan.json" && grep -q "^avgpipe: .* --parallel-pipelines" "$tmp/out" &&
    "$pdonnx" simulate "$tmp/avg_plan.json" --schedule avgpipe >"$tmp/out2" 2>&1 && grep -q "throughput:" "$tmp/out2"; then
   ok "plan --algo avgpipe records K in the plan, prints the train command; simulate runs it"
 else
-  notok "plan --algo avgpipe: $(tail -c 600 "$tmp/out") $(tail -c 300 "$tmp/out2" 2>/dev/null)"
+  bad "plan --algo avgpipe: $(tail -c 600 "$tmp/out") $(tail -c 300 "$tmp/out2" 2>/dev/null)"
 fi
 
 # a plan's stage_to_rank: a stage's replicas on consecutive ranks, never two
@@ -318,7 +301,7 @@ PY
 if "$pdonnx" train "$ex/digits_mlp.onnx" --steps 2 --plan "$tmp/rk_shared.json" --quiet > "$tmp/out" 2>&1; then
   ok "a plan whose replicated stage shares a rank with another stage trains"
 else
-  notok "a replicated stage sharing a rank: $(tail -c 400 "$tmp/out")"
+  bad "a replicated stage sharing a rank: $(tail -c 400 "$tmp/out")"
 fi
 expect_error "two replicas of a stage on one rank" "stage 0's replicas 0 and 1 are both on rank 1 (a stage's replicas each need a process of their own)" \
   "$pdonnx" train "$ex/digits_mlp.onnx" --steps 2 --plan "$tmp/rk_twice.json"
@@ -334,7 +317,7 @@ if "$pdonnx" train "$ex/digits_mlp.onnx" --steps 40 --plan "$tmp/rk_rep.json" --
    [ "$(grep '"cat":"STEP"' "$tmp/rep.json" | grep -c '"tid":2,')" -eq 20 ]; then
   ok "train --plan (stage 1 replicated) --schedule pipedream: each replica 20 backwards (even, odd), 20 updates"
 else
-  notok "train a replicated plan under pipedream: $(tail -c 400 "$tmp/out") replica 0: $(b_of 1), replica 1: $(b_of 2)"
+  bad "train a replicated plan under pipedream: $(tail -c 400 "$tmp/out") replica 0: $(b_of 1), replica 1: $(b_of 2)"
 fi
 expect_error "pipedream with a replicated stage: no vertical sync" "stage 1 is replicated" \
   "$pdonnx" train "$ex/digits_mlp.onnx" --steps 2 --plan "$tmp/rk_rep.json" --schedule pipedream --vertical-sync --quiet
@@ -342,5 +325,5 @@ expect_error "pipedream with a replicated stage: no checkpoints yet" "checkpoint
   "$pdonnx" train "$ex/digits_mlp.onnx" --steps 4 --plan "$tmp/rk_rep.json" --schedule pipedream \
   --checkpoint-dir "$tmp/rep_ck" --checkpoint-every 2 --quiet
 
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+echo "$fails failed"
+[ "$fails" -eq 0 ]
