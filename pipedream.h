@@ -123,6 +123,9 @@ typedef struct pd_tensor {
 } pd_tensor;
 
 PDDEF const char *pd_last_error(void);
+/* The version of the library linked at run time, "MAJOR.MINOR.PATCH"; a
+ * program built against this header has PD_VERSION_STRING. */
+PDDEF const char *pd_version(void);
 PDDEF const char *pd_status_name(pd_status s);
 PDDEF const char *pd_dtype_name(pd_dtype t);
 PDDEF size_t pd_dtype_size(pd_dtype t); /* 0 for strings and undefined */
@@ -1186,6 +1189,8 @@ void pd__err_prefix(const char *fmt, ...) {
 }
 
 const char *pd_last_error(void) { return pd__errbuf; }
+
+const char *pd_version(void) { return PD_VERSION_STRING; }
 
 const char *pd_status_name(pd_status s) {
     switch (s) {

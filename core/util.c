@@ -70,6 +70,8 @@ void pd__err_prefix(const char *fmt, ...) {
 
 const char *pd_last_error(void) { return pd__errbuf; }
 
+const char *pd_version(void) { return PD_VERSION_STRING; }
+
 const char *pd_status_name(pd_status s) {
     switch (s) {
     case PD_OK: return "ok";

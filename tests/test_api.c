@@ -387,6 +387,10 @@ int main(int argc, char **argv) {
     }
     model = argv[1];
     snprintf(workdir, sizeof workdir, "%s", argv[2]);
+    char want[32];
+    snprintf(want, sizeof want, "%d.%d.%d", PD_VERSION_MAJOR, PD_VERSION_MINOR, PD_VERSION_PATCH);
+    CHECK(!strcmp(pd_version(), want) && !strcmp(pd_version(), PD_VERSION_STRING),
+          "pd_version() is the header's version: %s (header %s)", pd_version(), want);
     test_bad_arguments();
     test_two_sessions();
     test_memory_round_trip();

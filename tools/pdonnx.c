@@ -422,7 +422,7 @@ int main(int argc, char **argv) {
         return argc < 2 ? 2 : 0;
     }
     if (strcmp(argv[1], "--version") == 0) {
-        printf("pdonnx %s\n", PD_VERSION_STRING);
+        printf("pdonnx %s\n", pd_version());
         return 0;
     }
     if (strcmp(argv[1], "info") == 0) return pd__cmd_info(argc - 2, argv + 2);
