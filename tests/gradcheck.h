@@ -34,6 +34,10 @@
 #include <stdio.h>
 #include <string.h>
 
+/* the threads the kernels run with (the batched products split their batches
+ * over threads only with more than one) */
+static int gc_threads = 1;
+
 /* The ops a finite-difference check passed for (gc_check): a program ends
  * with gc_uncovered for the family it checks (core/ops.h). */
 static bool gc_covered[PD_OP_COUNT];
@@ -209,7 +213,7 @@ static inline bool gc_check(gc *c, double tol, uint32_t mask) {
         pd__tensor *t = &c->g->tensors[c->out[j]];
         t->data = calloc(1, (size_t)t->numel * pd_dtype_size(t->dtype) + 1);
     }
-    pd__exec x = {.threads = 1, .g = c->g, .training = c->training, .seed = 1234};
+    pd__exec x = {.threads = gc_threads, .g = c->g, .training = c->training, .seed = 1234};
     double *r[16] = {0};
     bool ok = true;
     long double L0;

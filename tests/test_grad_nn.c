@@ -188,6 +188,23 @@ static gc *b_matmul(uint64_t seed, pd_dtype dt, uint32_t *mask, char *d, size_t 
     return c;
 }
 
+/* MatMul of 12 batches of small matrices, B whole or broadcast over the first
+ * batch dim: the products split over the threads (run at gc_threads 2). */
+static gc *b_matmul_batched(uint64_t seed, pd_dtype dt, uint32_t *mask, char *d, size_t dn) {
+    rs_seed(seed);
+    int64_t M = irand(2, 5), K = irand(2, 5), N = irand(2, 5);
+    int64_t sa[4] = {3, 4, M, K}, sb[4] = {3, 4, K, N};
+    bool bcast = irand(0, 1);
+    gc *c = gc_new("MatMul", 13);
+    gc_seed(c, seed);
+    gc_input(c, dt, 4, sa, NULL);
+    gc_input(c, dt, bcast ? 3 : 4, bcast ? sb + 1 : sb, NULL);
+    gc_outputs(c, 1);
+    *mask = 0x3;
+    describe(c, d, dn);
+    return c;
+}
+
 /* Conv (transpose false) or ConvTranspose, retried until the window fits. */
 static gc *b_conv_any(uint64_t seed, pd_dtype dt, uint32_t *mask, char *d, size_t dn, bool transpose) {
     for (uint64_t tries = 0;; tries++) {
@@ -1428,6 +1445,11 @@ int main(void) {
         check_gradients(&ops[i]);
         check_f32(&ops[i]);
     }
+    gc_threads = 2; /* batched products split over threads: the same values */
+    static const op_case par = {"MatMul of 12 batches on 2 threads", b_matmul_batched, 8, 4};
+    check_gradients(&par);
+    check_f32(&par);
+    gc_threads = 1;
     check_threads();
     check_bn_forward();
     check_dropout();

@@ -123,6 +123,32 @@ static inline void odo_unflat(int64_t flat, const int64_t *dims, int n, int64_t 
     }
 }
 
+/* The matrices of output batch q: A's at oa, B's at ob (in matrices). */
+static inline void pd__mm_at(const pd__mm *L, int64_t q, int64_t *oa, int64_t *ob) {
+    int64_t idx[PD_MAX_DIMS];
+    odo_unflat(q, L->ob, L->nb, idx);
+    *oa = *ob = 0;
+    for (int i = 0; i < L->nb; i++) {
+        *oa += idx[i] * L->sa[i];
+        *ob += idx[i] * L->sb[i];
+    }
+}
+
+/* Threads to split a batched product's batches over: attention's many small
+ * products (a ViT's 65x64 by 64x65) are too small for OpenBLAS to split, so
+ * each thread takes whole products (OpenBLAS's OpenMP build runs one thread
+ * inside a parallel region); big ones (1: none) OpenBLAS splits itself. */
+static inline int pd__mm_batch_threads(const pd__mm *L) {
+#ifdef _OPENMP
+    int nt = omp_get_max_threads();
+    if (nt < 2 || L->nbatch < 2 * (int64_t)nt || L->M * L->N * L->K > ((int64_t)1 << 21)) return 1;
+    return nt;
+#else
+    (void)L;
+    return 1;
+#endif
+}
+
 /* [lo, hi): the o in [0, n) with 0 <= o*s + p < len (s > 0). */
 static inline void out_range(int64_t p, int64_t s, int64_t len, int64_t n, int64_t *lo, int64_t *hi) {
     int64_t a = p >= 0 ? 0 : (-p + s - 1) / s;

@@ -59,6 +59,16 @@ static pd_status FN(matmul)(const pd_tensor *a, const pd_tensor *b, pd_tensor *y
     T *Y = y->data;                     // (..., M, N)
     if (L.nbb == 1) /* B is one matrix: all of A's rows in one product */
         return FN(gemm)(false, false, L.nbatch * M, N, K, 1, A, K, B, N, 0, Y, N);
+    int nt = pd__mm_batch_threads(&L); /* small sizes: FN(gemm) cannot fail */
+    if (nt > 1) {
+        PD_OMP_FOR(nt, 1)
+        for (int64_t q = 0; q < L.nbatch; q++) {
+            int64_t oa, ob;
+            pd__mm_at(&L, q, &oa, &ob);
+            FN(gemm)(false, false, M, N, K, 1, A + oa * M * K, K, B + ob * K * N, N, 0, Y + q * M * N, N);
+        }
+        return PD_OK;
+    }
     for (int64_t q = 0; q < L.nbatch; q++, pd__mm_next(&L))
         PD_TRY(FN(gemm)(false, false, M, N, K, 1, A + L.oa * M * K, K, B + L.obb * K * N, N, 0, Y + q * M * N, N));
     return PD_OK;
@@ -120,6 +130,18 @@ static pd_status FN(matmul_bwd)(const pd_tensor *a, const pd_tensor *b, const T 
     int64_t na = pd_tensor_numel(a), nb = pd_tensor_numel(b);
     if (dA && fa && na != L.nbatch * M * K) memset(dA, 0, sizeof(T) * (size_t)na), fa = false;
     if (dB && fb && nb != L.nbatch * K * N) memset(dB, 0, sizeof(T) * (size_t)nb), fb = false;
+    int nt = pd__mm_batch_threads(&L);
+    if (nt > 1 && na == L.nbatch * M * K && nb == L.nbatch * K * N) { /* each block written by one batch */
+        PD_OMP_FOR(nt, 1)
+        for (int64_t q = 0; q < L.nbatch; q++) {
+            int64_t oa, ob;
+            pd__mm_at(&L, q, &oa, &ob);
+            const T *dq = dY + q * M * N;
+            if (dA) FN(gemm)(false, true, M, K, N, 1, dq, N, B + ob * K * N, N, fa ? 0 : 1, dA + oa * M * K, K);
+            if (dB) FN(gemm)(true, false, K, N, M, 1, A + oa * M * K, K, dq, N, fb ? 0 : 1, dB + ob * K * N, N);
+        }
+        return PD_OK;
+    }
     for (int64_t q = 0; q < L.nbatch; q++, pd__mm_next(&L)) {
         const T *dq = dY + q * M * N; // (M, N)
         if (dA) PD_TRY(FN(gemm)(false, true, M, K, N, 1, dq, N, B + L.obb * K * N, N, fa ? 0 : 1, dA + L.oa * M * K, K));
