@@ -456,12 +456,64 @@ extern "C" pd_status pd__cu_gather_fwd(pd__cuda_ctx *c, float *y, const float *d
     return PD_OK;
 }
 
+/* Gather's backward in a fixed order: a block per row k of data (per outer
+ * index o) scans the indices PD_CU_THREADS at a time, lists the j with
+ * idx[j] == k in ascending order, and each thread adds those rows of dy
+ * into its columns of row k. Each row has one writer and one order of
+ * sums, so no atomics and two runs give the same bits (an embedding's
+ * gradient under atomicAdd did not, and bitwise resume checks failed);
+ * a token repeated thousands of times is summed by the whole block. */
+__global__ static void k_gather_bwd_rows(float *dd, const float *dy, const void *idx, bool idx64, int64_t len,
+                                         int64_t nidx, int64_t inner, int64_t nrows, int *flag) {
+    __shared__ int64_t hits[PD_CU_THREADS];
+    __shared__ int warp_hits[PD_CU_THREADS / 32];
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    for (int64_t r = blockIdx.x; r < nrows; r += gridDim.x) {
+        int64_t o = r / len, k = r % len;
+        float *drow = dd + (o * len + k) * inner;
+        const float *ybase = dy + o * nidx * inner;
+        for (int64_t j0 = 0; j0 < nidx; j0 += PD_CU_THREADS) {
+            int64_t j = j0 + threadIdx.x;
+            bool hit = j < nidx && cu_index(idx, idx64, j, len, flag) == k;
+            unsigned m = __ballot_sync(0xffffffffu, hit);
+            if (lane == 0) warp_hits[warp] = __popc(m);
+            __syncthreads();
+            int before = 0, total = 0;
+            for (int w = 0; w < PD_CU_THREADS / 32; w++) {
+                before += w < warp ? warp_hits[w] : 0;
+                total += warp_hits[w];
+            }
+            if (hit) hits[before + __popc(m & ((1u << lane) - 1u))] = j;
+            __syncthreads();
+            for (int64_t i = threadIdx.x; total && i < inner; i += PD_CU_THREADS) {
+                float acc = 0.0f;
+                for (int q = 0; q < total; q++) acc += ybase[hits[q] * inner + i];
+                drow[i] += acc;
+            }
+            __syncthreads(); /* hits and warp_hits are rewritten by the next chunk */
+        }
+    }
+}
+
+/* Past this many index comparisons (outer * len * nidx) the ordered scan
+ * would cost more than the step; the atomic scatter takes over (its sums in
+ * no fixed order: docs/CUDA.md). An embedding of 50257 rows and 4096 tokens
+ * is 2^27.6. */
+#define PD_CU_GATHER_ORDERED_MAX ((double)(1ull << 34))
+
 extern "C" pd_status pd__cu_gather_bwd(pd__cuda_ctx *c, float *ddata, const float *dy, const void *idx, bool idx64,
                                        int64_t outer, int64_t axis_len, int64_t nidx, int64_t inner) {
     int64_t n = outer * nidx * inner;
-    if (n <= 0) return PD_OK;
-    k_scatter_add<<<pd__cu_blocks(n), PD_CU_THREADS, 0, c->stream>>>(ddata, dy, idx, idx64, axis_len, nidx, inner, n,
-                                                                       c->flag);
+    if (n <= 0 || axis_len <= 0) return PD_OK;
+    if ((double)outer * (double)axis_len * (double)nidx <= PD_CU_GATHER_ORDERED_MAX) {
+        int64_t nrows = outer * axis_len;
+        unsigned blocks = (unsigned)(nrows < 65535 * 8 ? nrows : 65535 * 8);
+        k_gather_bwd_rows<<<blocks, PD_CU_THREADS, 0, c->stream>>>(ddata, dy, idx, idx64, axis_len, nidx, inner, nrows,
+                                                                   c->flag);
+    } else {
+        k_scatter_add<<<pd__cu_blocks(n), PD_CU_THREADS, 0, c->stream>>>(ddata, dy, idx, idx64, axis_len, nidx, inner,
+                                                                           n, c->flag);
+    }
     PD_CU_LAUNCHED();
     return PD_OK;
 }
