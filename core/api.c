@@ -12,9 +12,13 @@ pd_status pd_graph_tied(const pd_graph *g, int i, const char **alias, const char
     if (!g) return pd__err(PD_ERR_INVALID, "pd_graph_tied: graph is NULL");
     if (i < 0 || i >= g->ntied)
         return pd__err(PD_ERR_INVALID, "pd_graph_tied: index %d out of range [0, %d)", i, g->ntied);
-    if (alias) *alias = g->tensors[g->tied[2 * i]].name;
-    if (source) *source = g->tensors[g->tied[2 * i + 1]].name;
+    if (alias) *alias = g->tensors[g->tied[3 * i]].name;
+    if (source) *source = g->tensors[g->tied[3 * i + 1]].name;
     return PD_OK;
+}
+
+int pd_graph_tied_transposed(const pd_graph *g, int i) {
+    return g && i >= 0 && i < g->ntied ? g->tied[3 * i + 2] : 0;
 }
 
 static bool pd__is_param(const pd__tensor *t) {

@@ -541,6 +541,114 @@ static pd_status pd__unsupported_ops(const pd_graph *g) {
                    kinds == 1 ? " is" : "s are", list);
 }
 
+pd_status pd__add_tie(pd_graph *g, int alias, int source, bool transposed) {
+    int *t = (int *)PD_REALLOC(g->tied, sizeof(int) * 3 * (size_t)(g->ntied + 1));
+    if (!t) return pd__err(PD_ERR_NOMEM, "%s: out of memory", g->path);
+    g->tied = t;
+    g->tied[3 * g->ntied] = alias;
+    g->tied[3 * g->ntied + 1] = source;
+    g->tied[3 * g->ntied + 2] = transposed;
+    g->ntied++;
+    return PD_OK;
+}
+
+/* ---- ties stored as a transpose --------------------------------------------
+ * PyTorch ties an LM head to the token embedding: one tensor. Both exporters
+ * store the head again, as the embedding's transpose (TorchScript folds W^T
+ * into `onnx::MatMul_N`, dynamo into `val_N`), and trained apart the two part
+ * from the second step. A 2-D float initializer equal, bit for bit, to
+ * another's transpose becomes Transpose(that one), so both uses train one
+ * tensor; untie keeps them apart. A tensor whose values are all equal, or a
+ * symmetric square, proves nothing (fresh zeros, an identity) and is left. */
+
+static bool pd__transpose_of(const pd__tensor *a, const pd__tensor *b) {
+    if (a->shape[0] != b->shape[1] || a->shape[1] != b->shape[0]) return false;
+    int64_t r = a->shape[0], c = a->shape[1];
+    const uint32_t *x = (const uint32_t *)a->data, *y = (const uint32_t *)b->data;
+    for (int64_t i = 0; i < r; i++)
+        for (int64_t j = 0; j < c; j++)
+            if (x[i * c + j] != y[j * r + i]) return false;
+    return true;
+}
+
+static bool pd__tie_candidate(const pd__tensor *x) {
+    if (x->kind != PD_T_INIT || x->dtype != PD_FLOAT || !x->data || x->ndim != 2 || x->numel < 2) return false;
+    if (x->train == PD_TR_SCALAR || x->train == PD_TR_UNLISTED) return false;
+    const uint32_t *v = (const uint32_t *)x->data;
+    bool same = true;
+    for (int64_t i = 1; i < x->numel && same; i++) same = v[i] == v[0];
+    return !same && !(x->shape[0] == x->shape[1] && pd__transpose_of(x, x));
+}
+
+/* a module's parameter ("transformer.wte.weight"), not an exporter's name ("onnx::MatMul_7", "val_3") */
+static bool pd__param_name(const char *s) { return strchr(s, '.') && !strstr(s, "::"); }
+
+static pd_status pd__add_transpose_node(pd_graph *g, int source, int alias) {
+    pd__node n;
+    memset(&n, 0, sizeof n);
+    size_t len = strlen(g->tensors[alias].name) + 32;
+    n.name = (char *)PD_MALLOC(len);
+    n.op_type = pd__strdup("Transpose");
+    n.domain = pd__strdup("");
+    n.in = (int *)PD_MALLOC(sizeof(int));
+    n.out = (int *)PD_MALLOC(sizeof(int));
+    n.attr = (pd__attr *)PD_CALLOC(1, sizeof(pd__attr));
+    int64_t *perm = (int64_t *)PD_MALLOC(2 * sizeof(int64_t));
+    char *pname = pd__strdup("perm");
+    if (!n.name || !n.op_type || !n.domain || !n.in || !n.out || !n.attr || !perm || !pname) {
+        PD_FREE(perm);
+        PD_FREE(pname);
+        pd__node_free(&n);
+        return pd__err(PD_ERR_NOMEM, "%s: out of memory", g->path);
+    }
+    snprintf(n.name, len, "%s/tied_transpose", g->tensors[alias].name);
+    n.op = PD_OP_TRANSPOSE;
+    n.opset = (int)g->opset;
+    n.nin = n.nout = 1;
+    n.in[0] = source;
+    n.out[0] = alias;
+    perm[0] = 1;
+    perm[1] = 0;
+    n.nattr = 1;
+    n.attr[0].name = pname;
+    n.attr[0].type = PD_A_INTS;
+    n.attr[0].n = 2;
+    n.attr[0].ints = perm;
+    pd_status st = pd__graph_add_node(g, &n);
+    if (st != PD_OK) pd__node_free(&n);
+    return st;
+}
+
+static bool pd__tied_already(const pd_graph *g, int t) {
+    for (int i = 0; i < g->ntied; i++)
+        if (g->tied[3 * i + 2] && (g->tied[3 * i] == t || g->tied[3 * i + 1] == t)) return true;
+    return false;
+}
+
+pd_status pd__tie_transposes(pd_graph *g, bool untie) {
+    for (int b = 0; b < g->ntensors; b++) {
+        if (!pd__tie_candidate(&g->tensors[b]) || pd__tied_already(g, b)) continue;
+        for (int a = 0; a < g->ntensors; a++) {
+            pd__tensor *A = &g->tensors[a], *B = &g->tensors[b];
+            if (a == b || A->ndim != 2 || A->shape[0] != B->shape[1] || A->shape[1] != B->shape[0]) continue;
+            if (!pd__tie_candidate(A) || !pd__transpose_of(A, B)) continue;
+            /* the module's parameter is the source; else the one stored first */
+            bool bsrc = pd__param_name(B->name) && !pd__param_name(A->name);
+            int source = bsrc ? b : a, alias = bsrc ? a : b;
+            PD_TRY(pd__add_tie(g, alias, source, true));
+            if (!untie) {
+                pd__tensor *x = &g->tensors[alias];
+                PD_TRY(pd__add_transpose_node(g, source, alias));
+                if (!x->borrowed) PD_FREE(x->data);
+                x->data = NULL;
+                x->kind = PD_T_ACT;
+            }
+            break;
+        }
+    }
+    return PD_OK;
+}
+
 /* Float initializers tied through Identity (the TorchScript exporter's way of
  * storing equal values once): recorded in g->tied; with untie, the alias
  * becomes an initializer of its own holding a copy, and the node goes. */
@@ -550,12 +658,7 @@ static pd_status pd__find_ties(pd_graph *g, bool untie, bool *folded) {
         if (n->op != PD_OP_IDENTITY || n->nin < 1 || n->in[0] < 0 || n->nout < 1 || n->out[0] < 0) continue;
         pd__tensor *src = &g->tensors[n->in[0]], *dst = &g->tensors[n->out[0]];
         if (src->kind != PD_T_INIT || !pd__is_float(src->dtype) || !src->data) continue;
-        int *t = (int *)PD_REALLOC(g->tied, sizeof(int) * 2 * (size_t)(g->ntied + 1));
-        if (!t) return pd__err(PD_ERR_NOMEM, "%s: out of memory", g->path);
-        g->tied = t;
-        g->tied[2 * g->ntied] = n->out[0];
-        g->tied[2 * g->ntied + 1] = n->in[0];
-        g->ntied++;
+        PD_TRY(pd__add_tie(g, n->out[0], n->in[0], false));
         if (!untie) continue;
         size_t bytes = (size_t)src->numel * pd_dtype_size(src->dtype);
         void *d = PD_MALLOC(bytes ? bytes : 1);

@@ -163,7 +163,8 @@ struct pd_graph {
     int64_t opset;     /* ai.onnx opset */
     bool training_info; /* the model says which initializers training updates (pd__train_rule) */
     int ntied;
-    int *tied;          /* pairs (alias, source) of tensor indices: alias = Identity(source initializer) */
+    int *tied;          /* triples (alias, source, transposed) of tensor indices: alias = Identity(source
+                           initializer), or its Transpose (pd__tie_transposes) */
     int ntensors, tcap;
     pd__tensor *tensors;
     int nnodes, ncap;
@@ -186,6 +187,10 @@ int pd__graph_tensor(pd_graph *g, const char *name);
 void pd__node_free(pd__node *n);
 /* Adds a node (copies nothing: takes ownership of the arrays in *n). */
 pd_status pd__graph_add_node(pd_graph *g, pd__node *n);
+pd_status pd__add_tie(pd_graph *g, int alias, int source, bool transposed);
+/* 2-D float initializers stored as another's transpose (a tied LM head):
+ * with !untie, the alias becomes Transpose(source). Before toposort. */
+pd_status pd__tie_transposes(pd_graph *g, bool untie);
 pd_graph *pd__graph_new(const char *path);
 /* Sorts nodes topologically; fails naming a node on a cycle or a missing input. */
 pd_status pd__graph_toposort(pd_graph *g);

@@ -150,6 +150,16 @@ static pd_status pd__add_training_info(const pd_graph *g, Onnx__ModelProto *m) {
     return PD_OK;
 }
 
+/* The source of tensor t when t is a tie stored as a transpose and not
+ * untied (computed by a Transpose node at run time), else -1. */
+static int pd__transposed_source(const pd_graph *g, int t) {
+    for (int i = 0; i < g->ntied; i++)
+        if (g->tied[3 * i] == t && g->tied[3 * i + 2] && g->tensors[t].kind == PD_T_ACT &&
+            g->tensors[g->tied[3 * i + 1]].data)
+            return g->tied[3 * i + 1];
+    return -1;
+}
+
 /* The model with the graph's current initializer values, serialized into a
  * new buffer (PD_MALLOC). `what` names the destination in messages. */
 static pd_status pd__graph_pack(const pd_graph *g, const char *what, uint8_t **out, size_t *out_len) {
@@ -165,14 +175,24 @@ static pd_status pd__graph_pack(const pd_graph *g, const char *what, uint8_t **o
         int t = pd__graph_find(g, tp->name);
         if (t < 0) continue;
         const pd__tensor *x = &g->tensors[t];
-        if (x->kind != PD_T_INIT || !x->data || (int)x->dtype != tp->data_type) continue;
+        int src = pd__transposed_source(g, t); /* a tie stored as a transpose: the file's copy, from its source */
+        if (src < 0 && (x->kind != PD_T_INIT || !x->data)) continue;
+        if ((int)x->dtype != tp->data_type) continue;
         size_t bytes = (size_t)x->numel * pd_dtype_size(x->dtype);
         uint8_t *d = PD_MALLOC(bytes ? bytes : 1);
         if (!d) {
             st = pd__err(PD_ERR_NOMEM, "%s: out of memory saving '%s'", what, tp->name);
             break;
         }
-        memcpy(d, x->data, bytes);
+        if (src < 0) {
+            memcpy(d, x->data, bytes);
+        } else { /* x (r x c) = source^T */
+            const float *a = (const float *)g->tensors[src].data;
+            float *y = (float *)d;
+            int64_t r = x->shape[0], c = x->shape[1];
+            for (int64_t i = 0; i < r; i++)
+                for (int64_t j = 0; j < c; j++) y[i * c + j] = a[j * r + i];
+        }
         pd__drop_typed(tp);
         PD_FREE(tp->raw_data.data);
         tp->raw_data.data = d;

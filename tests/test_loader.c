@@ -1338,6 +1338,101 @@ static void test_ties(void) {
     }
 }
 
+/* A tied LM head as both of PyTorch's exporters write it: the head is a
+ * second initializer, the embedding's transpose. Tied (the default) it is
+ * Transpose(emb.weight) and one tensor trains, moved by both uses'
+ * gradients: after one step, emb.weight is where the untied run's emb.weight
+ * and head would be summed (E_u + H_u^T - E). Saved, the file's head holds
+ * the trained embedding's transpose. Equal values (fresh zeros) are no tie. */
+static void test_transposed_ties(void) {
+    static const float e[15] = {0.1f, -0.2f, 0.3f, 0.4f, 0.5f, -0.6f, 0.7f, 0.8f,
+                                -0.9f, 0.15f, 0.25f, -0.35f, 0.45f, 0.55f, 0.65f}; /* 5 x 3 */
+    float h[15], z1[6] = {0}, z2[6] = {0};
+    for (int i = 0; i < 5; i++)
+        for (int j = 0; j < 3; j++) h[j * 5 + i] = e[i * 3 + j];
+    mb *b = mb_new(17);
+    add_in(b, mk_vi("x", PD_FLOAT, "4,5"));
+    add_init(b, mk_f32("emb.weight", "5,3", e, 15));
+    add_init(b, mk_f32("onnx::MatMul_9", "3,5", h, 15));
+    add_init(b, mk_f32("za", "2,3", z1, 6)); /* zeros against zeros transposed: no tie */
+    add_init(b, mk_f32("zb", "3,2", z2, 6));
+    add_node(b, mk_node("MatMul", "m1", "x,emb.weight", "h1"));
+    add_node(b, mk_node("Tanh", "t", "h1", "h2"));
+    add_node(b, mk_node("MatMul", "m2", "h2,onnx::MatMul_9", "h3"));
+    add_node(b, mk_node("MatMul", "mz", "za,zb", "hz"));
+    add_node(b, mk_node("ReduceSum", "rz", "hz", "sz"));
+    add_node(b, mk_node("Add", "a", "h3,sz", "y"));
+    add_out(b, "y");
+    const char *path = save(b, "tied_transposed.onnx");
+    float xv[20], yv[20] = {0}, E[2][15], H[15];
+    for (int i = 0; i < 20; i++) xv[i] = (float)((i * 7 % 11) - 5) * 0.1f;
+    pd_tensor X = {PD_FLOAT, 2, {4, 5}, xv}, Y = {PD_FLOAT, 2, {4, 5}, yv};
+    const double lr = 0.1;
+    bool ok = true;
+    for (int untie = 1; untie >= 0; untie--) {
+        pd_load_options lo = PD_LOAD_OPTIONS_INIT;
+        lo.untie = untie;
+        pd_train_options to = PD_TRAIN_OPTIONS_INIT;
+        to.loss = PD_LOSS_MSE;
+        to.optimizer = PD_OPT_SGD;
+        to.lr = lr;
+        pd_graph *g = NULL;
+        pd_session *s = NULL;
+        const char *alias = "", *source = "";
+        pd_step_result r;
+        bool k = pd_graph_load_file(path, &lo, &g) == PD_OK && pd_graph_num_tied(g) == 1 &&
+                 pd_graph_tied(g, 0, &alias, &source) == PD_OK && !strcmp(alias, "onnx::MatMul_9") &&
+                 !strcmp(source, "emb.weight") && pd_graph_tied_transposed(g, 0) == 1 &&
+                 pd_session_create(g, &to, &s) == PD_OK && pd_session_set_input(s, "x", &X) == PD_OK &&
+                 pd_session_set_labels(s, &Y) == PD_OK && pd_session_step(s, &r) == PD_OK;
+        char names[128] = "";
+        for (int i = 0; k && i < pd_session_num_params(s); i++) {
+            const char *nm;
+            pd_tensor t;
+            pd_session_param(s, i, &nm, &t, NULL);
+            snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", i ? "," : "", nm);
+            if (!strcmp(nm, "emb.weight")) memcpy(E[untie], t.data, sizeof E[0]);
+            if (!strcmp(nm, "onnx::MatMul_9")) memcpy(H, t.data, sizeof H);
+        }
+        const char *want = untie ? "emb.weight,onnx::MatMul_9,za,zb" : "emb.weight,za,zb";
+        CHECK(k && !strcmp(names, want), "transposed tie reported; %s, it trains [%s] %s",
+              untie ? "untied" : "tied", names, k ? "" : pd_last_error());
+        ok = ok && k;
+        if (k && !untie) {
+            double worst = 0;
+            for (int i = 0; i < 5; i++)
+                for (int j = 0; j < 3; j++) {
+                    double want_e = (double)E[1][i * 3 + j] + H[j * 5 + i] - e[i * 3 + j];
+                    worst = fmax(worst, fabs(E[0][i * 3 + j] - want_e));
+                }
+            CHECK(worst <= 1e-6, "transposed tie: the tied step adds both uses' gradients (max error %.3g)", worst);
+            pd_session_destroy(s);
+            s = NULL;
+            char *out = fmt("%s/tied_transposed_trained.onnx", tmp_root);
+            pd_graph *g2 = NULL;
+            pd_load_options l1 = PD_LOAD_OPTIONS_INIT;
+            l1.untie = 1;
+            pd_session *s2 = NULL;
+            bool same = pd_graph_save(g, out) == PD_OK && pd_graph_load_file(out, &l1, &g2) == PD_OK &&
+                        pd_session_create(g2, &to, &s2) == PD_OK;
+            for (int i = 0; same && i < pd_session_num_params(s2); i++) {
+                const char *nm;
+                pd_tensor t;
+                pd_session_param(s2, i, &nm, &t, NULL);
+                if (strcmp(nm, "onnx::MatMul_9")) continue;
+                for (int a = 0; a < 5; a++)
+                    for (int c = 0; c < 3; c++) same = same && ((float *)t.data)[c * 5 + a] == E[0][a * 3 + c];
+            }
+            CHECK(same, "transposed tie: the saved file's head is the trained embedding's transpose %s",
+                  same ? "" : pd_last_error());
+            pd_session_destroy(s2);
+            pd_graph_destroy(g2);
+        }
+        pd_session_destroy(s);
+        pd_graph_destroy(g);
+    }
+}
+
 /* A causal mask as GPT-2's and Llama's exports build it, from Shape alone:
  * Shape, Gather, Range, Unsqueeze, LessOrEqual, Not, Where. With the shapes
  * known at load every node of it folds: the graph left is the two nodes that
@@ -1480,6 +1575,7 @@ int main(int argc, char **argv) {
     test_tensor_pb();
     test_trainable();
     test_ties();
+    test_transposed_ties();
     test_mask_folds();
     test_gelu_fuses();
     if (!keep) nftw(tmp_root, rm_cb, 16, FTW_DEPTH | FTW_PHYS);

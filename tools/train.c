@@ -321,8 +321,9 @@ static bool pd__outputs_ok(const pd__targs *a) {
     return true;
 }
 
-/* Initializers the exporter tied through Identity (equal values stored once):
- * they train as one unless --untie. */
+/* Initializers the exporter tied to others: through Identity (equal values
+ * stored once) or as a transpose (a tied LM head stored twice). They train
+ * as one unless --untie. */
 static void pd__report_ties(const pd__targs *a, const pd_graph *g) {
     int n = pd_graph_num_tied(g);
     if (n == 0) return;
@@ -330,15 +331,16 @@ static void pd__report_ties(const pd__targs *a, const pd_graph *g) {
     for (int i = 0; i < n && i < 4; i++) {
         const char *alias, *source;
         if (pd_graph_tied(g, i, &alias, &source) != PD_OK) continue;
-        snprintf(list + strlen(list), sizeof list - strlen(list), "%s'%s' = '%s'", i ? ", " : "",
-                 pd__escape(e1, sizeof e1, alias), pd__escape(e2, sizeof e2, source));
+        snprintf(list + strlen(list), sizeof list - strlen(list), "%s'%s' = '%s'%s", i ? ", " : "",
+                 pd__escape(e1, sizeof e1, alias), pd__escape(e2, sizeof e2, source),
+                 pd_graph_tied_transposed(g, i) ? " transposed" : "");
     }
     if (a->untie)
-        printf("untied %d initializer%s the model tied through Identity (%s%s): each trains on its own\n", n,
+        printf("untied %d initializer%s the model ties to others (%s%s): each trains on its own\n", n,
                n == 1 ? "" : "s", list, n > 4 ? ", ..." : "");
     else
-        printf("the model ties %d initializer%s to others through Identity (%s%s), as the TorchScript exporter does "
-               "with equal values: they train as one (--untie gives each its own copy)\n",
+        printf("the model ties %d initializer%s to others (%s%s): they train as one, as in PyTorch (--untie gives "
+               "each its own copy)\n",
                n, n == 1 ? "" : "s", list, n > 4 ? ", ..." : "");
 }
 
