@@ -216,6 +216,11 @@ PDDEF pd_status pd_graph_tied(const pd_graph *g, int i, const char **alias, cons
 /* 1 when tie i stores alias as source's transpose (a tied LM head as both of
  * PyTorch's exporters write it): unless untie, alias is Transpose(source). */
 PDDEF int pd_graph_tied_transposed(const pd_graph *g, int i);
+/* What the loader found an exporter did to the model that changes what
+ * trains (a parameter folded into another tensor, ...): one line each, for
+ * the user (pdonnx train prints them). NULL past the end. */
+PDDEF int pd_graph_num_notes(const pd_graph *g);
+PDDEF const char *pd_graph_note(const pd_graph *g, int i);
 
 /* ---- Inference engine ------------------------------------------------------ */
 typedef struct pd_engine pd_engine;
@@ -889,7 +894,8 @@ typedef enum pd__train_rule {
     PD_TR_DEFAULT = 0, /* trained when it reaches the loss */
     PD_TR_LISTED,      /* in training_info's update_binding */
     PD_TR_UNLISTED,    /* the model has training_info without it */
-    PD_TR_SCALAR       /* one element, no training_info */
+    PD_TR_SCALAR,      /* one element, no training_info */
+    PD_TR_EXPORTER     /* the dynamo exporter's graph signature: a buffer or constant, not a parameter */
 } pd__train_rule;
 
 typedef struct pd__tensor {
@@ -965,6 +971,9 @@ struct pd_graph {
     /* the serialized ModelProto it was loaded from (pd_graph_save rewrites it) */
     unsigned char *model_bytes;
     size_t model_len;
+    /* what the loader found the exporter did to the model (pd_graph_note) */
+    int nnotes;
+    char **notes;
 };
 
 int pd__graph_find(const pd_graph *g, const char *name);
@@ -975,6 +984,8 @@ void pd__node_free(pd__node *n);
 /* Adds a node (copies nothing: takes ownership of the arrays in *n). */
 pd_status pd__graph_add_node(pd_graph *g, pd__node *n);
 pd_status pd__add_tie(pd_graph *g, int alias, int source, bool transposed);
+/* A line for pd_graph_note (printf-style). */
+pd_status pd__graph_note(pd_graph *g, const char *fmt, ...);
 /* 2-D float initializers stored as another's transpose (a tied LM head):
  * with !untie, the alias becomes Transpose(source). Before toposort. */
 pd_status pd__tie_transposes(pd_graph *g, bool untie);
@@ -1695,6 +1706,8 @@ void pd_graph_destroy(pd_graph *g) {
     PD_FREE(g->outputs);
     PD_FREE(g->hash);
     PD_FREE(g->tied);
+    for (int i = 0; i < g->nnotes; i++) PD_FREE(g->notes[i]);
+    PD_FREE(g->notes);
     PD_FREE(g->path);
     PD_FREE(g->name);
     PD_FREE(g);
@@ -1911,7 +1924,8 @@ static bool pd__is_float(pd_dtype t) {
 static bool pd__foldable_input(const pd__tensor *t) {
     if (t->kind == PD_T_CONST) return true;
     if (t->kind == PD_T_INIT)
-        return !pd__is_float(t->dtype) || t->train == PD_TR_SCALAR || t->train == PD_TR_UNLISTED;
+        return !pd__is_float(t->dtype) || t->train == PD_TR_SCALAR || t->train == PD_TR_UNLISTED ||
+               t->train == PD_TR_EXPORTER;
     return false;
 }
 
@@ -2105,6 +2119,20 @@ static pd_status pd__unsupported_ops(const pd_graph *g) {
                    kinds == 1 ? " is" : "s are", list);
 }
 
+pd_status pd__graph_note(pd_graph *g, const char *fmt, ...) {
+    char buf[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    char **n = (char **)PD_REALLOC(g->notes, sizeof(char *) * (size_t)(g->nnotes + 1));
+    if (!n) return pd__err(PD_ERR_NOMEM, "%s: out of memory", g->path);
+    g->notes = n;
+    if (!(n[g->nnotes] = pd__strdup(buf))) return pd__err(PD_ERR_NOMEM, "%s: out of memory", g->path);
+    g->nnotes++;
+    return PD_OK;
+}
+
 pd_status pd__add_tie(pd_graph *g, int alias, int source, bool transposed) {
     int *t = (int *)PD_REALLOC(g->tied, sizeof(int) * 3 * (size_t)(g->ntied + 1));
     if (!t) return pd__err(PD_ERR_NOMEM, "%s: out of memory", g->path);
@@ -2137,7 +2165,7 @@ static bool pd__transpose_of(const pd__tensor *a, const pd__tensor *b) {
 
 static bool pd__tie_candidate(const pd__tensor *x) {
     if (x->kind != PD_T_INIT || x->dtype != PD_FLOAT || !x->data || x->ndim != 2 || x->numel < 2) return false;
-    if (x->train == PD_TR_SCALAR || x->train == PD_TR_UNLISTED) return false;
+    if (x->train == PD_TR_SCALAR || x->train == PD_TR_UNLISTED || x->train == PD_TR_EXPORTER) return false;
     const uint32_t *v = (const uint32_t *)x->data;
     bool same = true;
     for (int64_t i = 1; i < x->numel && same; i++) same = v[i] == v[0];
@@ -2393,6 +2421,10 @@ pd_status pd_graph_tied(const pd_graph *g, int i, const char **alias, const char
     if (source) *source = g->tensors[g->tied[3 * i + 1]].name;
     return PD_OK;
 }
+
+int pd_graph_num_notes(const pd_graph *g) { return g ? g->nnotes : 0; }
+
+const char *pd_graph_note(const pd_graph *g, int i) { return g && i >= 0 && i < g->nnotes ? g->notes[i] : NULL; }
 
 int pd_graph_tied_transposed(const pd_graph *g, int i) {
     return g && i >= 0 && i < g->ntied ? g->tied[3 * i + 2] : 0;

@@ -17,6 +17,10 @@ pd_status pd_graph_tied(const pd_graph *g, int i, const char **alias, const char
     return PD_OK;
 }
 
+int pd_graph_num_notes(const pd_graph *g) { return g ? g->nnotes : 0; }
+
+const char *pd_graph_note(const pd_graph *g, int i) { return g && i >= 0 && i < g->nnotes ? g->notes[i] : NULL; }
+
 int pd_graph_tied_transposed(const pd_graph *g, int i) {
     return g && i >= 0 && i < g->ntied ? g->tied[3 * i + 2] : 0;
 }

@@ -131,6 +131,8 @@ void pd_graph_destroy(pd_graph *g) {
     PD_FREE(g->outputs);
     PD_FREE(g->hash);
     PD_FREE(g->tied);
+    for (int i = 0; i < g->nnotes; i++) PD_FREE(g->notes[i]);
+    PD_FREE(g->notes);
     PD_FREE(g->path);
     PD_FREE(g->name);
     PD_FREE(g);
@@ -347,7 +349,8 @@ static bool pd__is_float(pd_dtype t) {
 static bool pd__foldable_input(const pd__tensor *t) {
     if (t->kind == PD_T_CONST) return true;
     if (t->kind == PD_T_INIT)
-        return !pd__is_float(t->dtype) || t->train == PD_TR_SCALAR || t->train == PD_TR_UNLISTED;
+        return !pd__is_float(t->dtype) || t->train == PD_TR_SCALAR || t->train == PD_TR_UNLISTED ||
+               t->train == PD_TR_EXPORTER;
     return false;
 }
 
@@ -541,6 +544,20 @@ static pd_status pd__unsupported_ops(const pd_graph *g) {
                    kinds == 1 ? " is" : "s are", list);
 }
 
+pd_status pd__graph_note(pd_graph *g, const char *fmt, ...) {
+    char buf[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    char **n = (char **)PD_REALLOC(g->notes, sizeof(char *) * (size_t)(g->nnotes + 1));
+    if (!n) return pd__err(PD_ERR_NOMEM, "%s: out of memory", g->path);
+    g->notes = n;
+    if (!(n[g->nnotes] = pd__strdup(buf))) return pd__err(PD_ERR_NOMEM, "%s: out of memory", g->path);
+    g->nnotes++;
+    return PD_OK;
+}
+
 pd_status pd__add_tie(pd_graph *g, int alias, int source, bool transposed) {
     int *t = (int *)PD_REALLOC(g->tied, sizeof(int) * 3 * (size_t)(g->ntied + 1));
     if (!t) return pd__err(PD_ERR_NOMEM, "%s: out of memory", g->path);
@@ -573,7 +590,7 @@ static bool pd__transpose_of(const pd__tensor *a, const pd__tensor *b) {
 
 static bool pd__tie_candidate(const pd__tensor *x) {
     if (x->kind != PD_T_INIT || x->dtype != PD_FLOAT || !x->data || x->ndim != 2 || x->numel < 2) return false;
-    if (x->train == PD_TR_SCALAR || x->train == PD_TR_UNLISTED) return false;
+    if (x->train == PD_TR_SCALAR || x->train == PD_TR_UNLISTED || x->train == PD_TR_EXPORTER) return false;
     const uint32_t *v = (const uint32_t *)x->data;
     bool same = true;
     for (int64_t i = 1; i < x->numel && same; i++) same = v[i] == v[0];

@@ -102,7 +102,8 @@ typedef enum pd__train_rule {
     PD_TR_DEFAULT = 0, /* trained when it reaches the loss */
     PD_TR_LISTED,      /* in training_info's update_binding */
     PD_TR_UNLISTED,    /* the model has training_info without it */
-    PD_TR_SCALAR       /* one element, no training_info */
+    PD_TR_SCALAR,      /* one element, no training_info */
+    PD_TR_EXPORTER     /* the dynamo exporter's graph signature: a buffer or constant, not a parameter */
 } pd__train_rule;
 
 typedef struct pd__tensor {
@@ -178,6 +179,9 @@ struct pd_graph {
     /* the serialized ModelProto it was loaded from (pd_graph_save rewrites it) */
     unsigned char *model_bytes;
     size_t model_len;
+    /* what the loader found the exporter did to the model (pd_graph_note) */
+    int nnotes;
+    char **notes;
 };
 
 int pd__graph_find(const pd_graph *g, const char *name);
@@ -188,6 +192,8 @@ void pd__node_free(pd__node *n);
 /* Adds a node (copies nothing: takes ownership of the arrays in *n). */
 pd_status pd__graph_add_node(pd_graph *g, pd__node *n);
 pd_status pd__add_tie(pd_graph *g, int alias, int source, bool transposed);
+/* A line for pd_graph_note (printf-style). */
+pd_status pd__graph_note(pd_graph *g, const char *fmt, ...);
 /* 2-D float initializers stored as another's transpose (a tied LM head):
  * with !untie, the alias becomes Transpose(source). Before toposort. */
 pd_status pd__tie_transposes(pd_graph *g, bool untie);

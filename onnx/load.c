@@ -557,6 +557,114 @@ static void mark_trainable(loader *L) {
     }
 }
 
+/* ---- the dynamo exporter's word on parameters ------------------------------
+ * torch.export's graph signature names every parameter ("p_x: PARAMETER
+ * target='layer1.0.conv1.weight'"), buffer and constant; the dynamo exporter
+ * keeps it in the graph's metadata_props, and onnxscript's optimizer notes in
+ * each folded initializer's value_info what it was folded from (a Linear
+ * weight's transpose from the weight; Llama's rotary tables from the buffer
+ * inv_freq). Both fields are newer than the system's onnx.proto (GraphProto
+ * field 16, ValueInfoProto field 4): protobuf-c keeps them as unknown fields. */
+
+/* The value of `key` in msg's metadata_props at field `tag` (PD_MALLOC'd), or NULL. */
+static char *unknown_meta(const ProtobufCMessage *msg, uint32_t tag, const char *key) {
+    for (unsigned i = 0; i < msg->n_unknown_fields; i++) {
+        const ProtobufCMessageUnknownField *f = &msg->unknown_fields[i];
+        if (f->tag != tag || f->wire_type != PROTOBUF_C_WIRE_TYPE_LENGTH_PREFIXED) continue;
+        /* protobuf-c keeps a length-prefixed field's varint length in data */
+        size_t off = 0, n = 0;
+        for (int shift = 0; off < f->len && shift < 64; shift += 7) {
+            uint8_t b = f->data[off++];
+            n |= (size_t)(b & 0x7f) << shift;
+            if (!(b & 0x80)) break;
+        }
+        if (n > f->len - off) continue;
+        Onnx__StringStringEntryProto *e = onnx__string_string_entry_proto__unpack(NULL, n, f->data + off);
+        char *v = e && e->key && e->value && !strcmp(e->key, key) ? pd__strdup(e->value) : NULL;
+        if (e) onnx__string_string_entry_proto__free_unpacked(e, NULL);
+        if (v) return v;
+    }
+    return NULL;
+}
+
+static bool signature_param(const char *sig, const char *name, size_t len) {
+    static const char pre[] = "PARAMETER target='";
+    for (const char *p = strstr(sig, pre); p; p = strstr(p + 1, pre)) {
+        const char *q = p + sizeof pre - 1;
+        if (!strncmp(q, name, len) && q[len] == '\'') return true;
+    }
+    return false;
+}
+
+/* Initializer `name` is a parameter, or was folded from one ("['a', 'b']").
+ * *folded: the first parameter it was folded from together with other
+ * values (not a plain transpose) that the file no longer holds (NULL if none;
+ * PD_MALLOC'd). */
+static bool from_parameter(const loader *L, const char *sig, const char *name, char **folded) {
+    *folded = NULL;
+    if (signature_param(sig, name, strlen(name))) return true;
+    for (size_t i = 0; i < L->gp->n_value_info; i++) {
+        const Onnx__ValueInfoProto *v = L->gp->value_info[i];
+        if (!v || !v->name || strcmp(v->name, name)) continue;
+        char *from = unknown_meta(&v->base, 4, "pkg.onnxscript.optimizer.folded_from");
+        bool yes = false;
+        int entries = 0;
+        const char *gone = NULL;
+        size_t gone_len = 0;
+        for (const char *p = from ? strchr(from, '\'') : NULL; p; p = strchr(p, '\'')) {
+            const char *q = strchr(p + 1, '\'');
+            if (!q) break;
+            size_t len = (size_t)(q - p - 1);
+            entries++;
+            if (signature_param(sig, p + 1, len)) {
+                yes = true;
+                char nm[512];
+                snprintf(nm, sizeof nm, "%.*s", (int)(len < sizeof nm ? len : sizeof nm - 1), p + 1);
+                if (!gone && pd__graph_find(L->g, nm) < 0) gone = p + 1, gone_len = len;
+            }
+            p = q + 1;
+        }
+        if (gone && entries > 1 && (*folded = (char *)PD_MALLOC(gone_len + 1))) {
+            memcpy(*folded, gone, gone_len);
+            (*folded)[gone_len] = 0;
+        }
+        PD_FREE(from);
+        return yes;
+    }
+    return false;
+}
+
+/* Without training_info, a dynamo export's float initializers that are
+ * neither parameters nor folded from one are not trained (PD_TR_EXPORTER);
+ * one folded from a parameter the file no longer holds gets a note. */
+static pd_status mark_exporter_constants(loader *L) {
+    pd_graph *g = L->g;
+    if (g->training_info) return PD_OK;
+    char *sig = unknown_meta(&L->gp->base, 16, "pkg.torch.export.ExportedProgram.graph_signature");
+    if (!sig) return PD_OK;
+    pd_status st = PD_OK;
+    for (int t = 0; t < g->ntensors && st == PD_OK; t++) {
+        pd__tensor *x = &g->tensors[t];
+        if (x->kind != PD_T_INIT || x->train != PD_TR_DEFAULT || x->dtype != PD_FLOAT) continue;
+        char *folded = NULL;
+        if (!from_parameter(L, sig, x->name, &folded)) x->train = PD_TR_EXPORTER;
+        if (folded) {
+            char dims[128] = "";
+            for (int d = 0; d < x->ndim; d++)
+                snprintf(dims + strlen(dims), sizeof dims - strlen(dims), "%s%lld", d ? "," : "",
+                         (long long)x->shape[d]);
+            st = pd__graph_note(g,
+                                "'%s' [%s] is parameter '%s' folded by the exporter with constants, and the file no "
+                                "longer holds the parameter: the folded tensor trains in its place (the dynamo "
+                                "exporter's optimize=False keeps it; docs/EXPORT.md)",
+                                x->name, dims, folded);
+            PD_FREE(folded);
+        }
+    }
+    PD_FREE(sig);
+    return st;
+}
+
 static pd_status build_graph(loader *L) {
     pd_graph *g = L->g;
     const Onnx__ModelProto *m = L->m;
@@ -573,6 +681,7 @@ static pd_status build_graph(loader *L) {
     g->opset = imported ? opset : 1;
     PD_TRY(load_initializers(L));
     mark_trainable(L);
+    PD_TRY(mark_exporter_constants(L));
     PD_TRY(load_inputs(L));
     PD_TRY(load_outputs(L));
     PD_TRY(load_nodes(L));

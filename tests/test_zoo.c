@@ -147,7 +147,7 @@ static void check_forward(const char *name, pd_graph *g, const char *dir) {
 }
 
 /* the trained tensors: PyTorch's parameters, counted in tensors and floats */
-static void check_params(const char *name, pd_session *s, const meta *m) {
+static void check_params(const char *name, const pd_graph *g, pd_session *s, const meta *m) {
     int n = pd_session_num_params(s);
     int64_t floats = 0;
     for (int i = 0; i < n; i++) {
@@ -159,6 +159,9 @@ static void check_params(const char *name, pd_session *s, const meta *m) {
     ZCHECK(name, "params", floats == m->floats,
            "%s: trains %lld floats in %d tensors, PyTorch's parameters are %lld floats in %lld", name,
            (long long)floats, n, (long long)m->floats, (long long)m->params);
+    if (floats != m->floats) /* where the file cannot train PyTorch's set, the loader says why */
+        CHECK(pd_graph_num_notes(g) > 0, "%s: trains other floats than PyTorch, and the loader says why: %s", name,
+              pd_graph_num_notes(g) ? pd_graph_note(g, 0) : "(no note)");
     for (int i = 0; i < pd_session_num_untrained(s) && i < 8; i++) {
         pd_value_info vi;
         const char *why = "";
@@ -177,7 +180,7 @@ static void check_losses(const char *name, pd_graph *g, const meta *m, const pd_
     pd_status st = pd_session_create(g, &o, &s);
     CHECK(st == PD_OK, "%s: a training session (%s)", name, st ? pd_last_error() : "");
     if (st != PD_OK) return;
-    check_params(name, s, m);
+    check_params(name, g, s, m);
     double worst = 0;
     int64_t at = -1;
     for (int64_t k = 0; k < m->steps && st == PD_OK; k++) {

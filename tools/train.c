@@ -325,6 +325,7 @@ static bool pd__outputs_ok(const pd__targs *a) {
  * stored once) or as a transpose (a tied LM head stored twice). They train
  * as one unless --untie. */
 static void pd__report_ties(const pd__targs *a, const pd_graph *g) {
+    for (int i = 0; i < pd_graph_num_notes(g); i++) printf("note: %s\n", pd_graph_note(g, i));
     int n = pd_graph_num_tied(g);
     if (n == 0) return;
     char list[512] = "", e1[128], e2[128];
