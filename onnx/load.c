@@ -596,42 +596,34 @@ static bool signature_param(const char *sig, const char *name, size_t len) {
     return false;
 }
 
-/* Initializer `name` is a parameter, or was folded from one ("['a', 'b']").
- * *folded: the first parameter it was folded from together with other
- * values (not a plain transpose) that the file no longer holds (NULL if none;
- * PD_MALLOC'd). */
-static bool from_parameter(const loader *L, const char *sig, const char *name, char **folded) {
-    *folded = NULL;
-    if (signature_param(sig, name, strlen(name))) return true;
-    for (size_t i = 0; i < L->gp->n_value_info; i++) {
-        const Onnx__ValueInfoProto *v = L->gp->value_info[i];
-        if (!v || !v->name || strcmp(v->name, name)) continue;
-        char *from = unknown_meta(&v->base, 4, "pkg.onnxscript.optimizer.folded_from");
-        bool yes = false;
-        int entries = 0;
-        const char *gone = NULL;
-        size_t gone_len = 0;
-        for (const char *p = from ? strchr(from, '\'') : NULL; p; p = strchr(p, '\'')) {
-            const char *q = strchr(p + 1, '\'');
-            if (!q) break;
-            size_t len = (size_t)(q - p - 1);
-            entries++;
-            if (signature_param(sig, p + 1, len)) {
-                yes = true;
-                char nm[512];
-                snprintf(nm, sizeof nm, "%.*s", (int)(len < sizeof nm ? len : sizeof nm - 1), p + 1);
-                if (!gone && pd__graph_find(L->g, nm) < 0) gone = p + 1, gone_len = len;
-            }
-            p = q + 1;
+/* A folded initializer's value_info note "['a', 'b']" (what onnxscript's
+ * optimizer folded it from): whether it names a parameter; *gone: the first
+ * such parameter the file no longer holds, when it was folded together with
+ * other values (not a plain transpose), else NULL (PD_MALLOC'd). */
+static bool folded_from_parameter(const loader *L, const char *sig, const char *from, char **gone) {
+    *gone = NULL;
+    bool yes = false;
+    int entries = 0;
+    const char *first = NULL;
+    size_t first_len = 0;
+    for (const char *p = strchr(from, '\''); p; p = strchr(p, '\'')) {
+        const char *q = strchr(p + 1, '\'');
+        if (!q) break;
+        size_t len = (size_t)(q - p - 1);
+        entries++;
+        if (signature_param(sig, p + 1, len)) {
+            yes = true;
+            char nm[512];
+            snprintf(nm, sizeof nm, "%.*s", (int)(len < sizeof nm ? len : sizeof nm - 1), p + 1);
+            if (!first && pd__graph_find(L->g, nm) < 0) first = p + 1, first_len = len;
         }
-        if (gone && entries > 1 && (*folded = (char *)PD_MALLOC(gone_len + 1))) {
-            memcpy(*folded, gone, gone_len);
-            (*folded)[gone_len] = 0;
-        }
-        PD_FREE(from);
-        return yes;
+        p = q + 1;
     }
-    return false;
+    if (first && entries > 1 && (*gone = (char *)PD_MALLOC(first_len + 1))) {
+        memcpy(*gone, first, first_len);
+        (*gone)[first_len] = 0;
+    }
+    return yes;
 }
 
 /* Without training_info, a dynamo export's float initializers that are
@@ -642,13 +634,21 @@ static pd_status mark_exporter_constants(loader *L) {
     if (g->training_info) return PD_OK;
     char *sig = unknown_meta(&L->gp->base, 16, "pkg.torch.export.ExportedProgram.graph_signature");
     if (!sig) return PD_OK;
-    pd_status st = PD_OK;
-    for (int t = 0; t < g->ntensors && st == PD_OK; t++) {
+    for (int t = 0; t < g->ntensors; t++) {
         pd__tensor *x = &g->tensors[t];
-        if (x->kind != PD_T_INIT || x->train != PD_TR_DEFAULT || x->dtype != PD_FLOAT) continue;
-        char *folded = NULL;
-        if (!from_parameter(L, sig, x->name, &folded)) x->train = PD_TR_EXPORTER;
-        if (folded) {
+        if (x->kind == PD_T_INIT && x->train == PD_TR_DEFAULT && x->dtype == PD_FLOAT &&
+            !signature_param(sig, x->name, strlen(x->name)))
+            x->train = PD_TR_EXPORTER; /* until its folded_from names a parameter */
+    }
+    pd_status st = PD_OK;
+    for (size_t i = 0; i < L->gp->n_value_info && st == PD_OK; i++) {
+        const Onnx__ValueInfoProto *v = L->gp->value_info[i];
+        int t = v && v->name ? pd__graph_find(g, v->name) : -1;
+        if (t < 0 || g->tensors[t].kind != PD_T_INIT || g->tensors[t].train != PD_TR_EXPORTER) continue;
+        char *from = unknown_meta(&v->base, 4, "pkg.onnxscript.optimizer.folded_from"), *gone = NULL;
+        pd__tensor *x = &g->tensors[t];
+        if (from && folded_from_parameter(L, sig, from, &gone)) x->train = PD_TR_DEFAULT;
+        if (gone) {
             char dims[128] = "";
             for (int d = 0; d < x->ndim; d++)
                 snprintf(dims + strlen(dims), sizeof dims - strlen(dims), "%s%lld", d ? "," : "",
@@ -657,9 +657,10 @@ static pd_status mark_exporter_constants(loader *L) {
                                 "'%s' [%s] is parameter '%s' folded by the exporter with constants, and the file no "
                                 "longer holds the parameter: the folded tensor trains in its place (the dynamo "
                                 "exporter's optimize=False keeps it; docs/EXPORT.md)",
-                                x->name, dims, folded);
-            PD_FREE(folded);
+                                x->name, dims, gone);
         }
+        PD_FREE(gone);
+        PD_FREE(from);
     }
     PD_FREE(sig);
     return st;
