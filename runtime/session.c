@@ -58,6 +58,7 @@ pd_status pd_session_untrained(const pd_session *s, int i, pd_value_info *info, 
     if (why)
         *why = s->frozen[i]                 ? "the freeze pattern matches it"
                : t->train == PD_TR_SCALAR   ? "one element: an exporter's constant"
+               : t->train == PD_TR_EXPORTER ? "the exporter's graph signature: a buffer or constant, not a parameter"
                                             : "the model's training_info does not list it";
     return PD_OK;
 }

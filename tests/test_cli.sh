@@ -28,6 +28,27 @@ else
   bad "info: $(head -20 "$tmp/out")"
 fi
 "$pdonnx" --version | grep -q "^pdonnx " && ok "--version" || bad "--version"
+# what the start-up lines say about exporters' doings (the zoo's real exports)
+zoo=$src/tests/zoo
+zoo_train() { (cd "$zoo/$1" && "$pdonnx" train model.onnx --data X.npy --labels Y.npy --batch 4 --steps 1 "${@:2}") >"$tmp/out" 2>&1; }
+if zoo_train gpt2-ts && grep -q "^the model ties 1 initializer to others ('onnx::MatMul_[0-9]*' = 'm.transformer.wte.weight' transposed)" "$tmp/out" \
+   && grep -q "28 parameter tensors (7872 floats)" "$tmp/out" && zoo_train gpt2-ts --untie && grep -q "^untied 1 initializer" "$tmp/out" \
+   && grep -q "29 parameter tensors (8896 floats)" "$tmp/out"; then
+  ok "train names a tied LM head stored as a transpose and trains it as one; --untie trains it apart"
+else
+  bad "tied LM head: $(head -5 "$tmp/out")"
+fi
+if zoo_train llama-dynamo && grep -q "^not trained: 2 float initializers (unsqueeze_14 \[1,1,8,4\], unsqueeze_15 \[1,1,8,4\]): the exporter's graph signature" "$tmp/out" \
+   && grep -q "^not trained: 3 float initializers (.*): one element" "$tmp/out"; then
+  ok "train leaves dynamo's rotary tables untrained and says why, one line per reason"
+else
+  bad "dynamo constants: $(head -5 "$tmp/out")"
+fi
+if zoo_train gpt2-dynamo && grep -q "^note: 'embedding_1' \[1,8,16\] is parameter 'm.transformer.wpe.weight' folded by the exporter" "$tmp/out"; then
+  ok "train notes a parameter the dynamo exporter folded away"
+else
+  bad "folded parameter note: $(head -5 "$tmp/out")"
+fi
 
 # --- bad input
 expect_error "missing model file" "nope.onnx" "$pdonnx" info "$tmp/nope.onnx"

@@ -356,19 +356,31 @@ static void pd__report_params(const pd__targs *a, pd_session *s, int64_t rows, i
     printf("training %s: %d parameter tensors (%lld floats), %lld rows, batch %lld, %lld steps, %s lr %g\n", a->model,
            pd_session_num_params(s), (long long)floats, (long long)rows, (long long)a->batch, (long long)steps,
            pd__optim_name(a->o.optimizer), a->o.lr);
+    /* one line per reason (an exporter's constants, training_info, --freeze) */
     int nu = pd_session_num_untrained(s);
-    if (nu == 0) return;
-    char list[512] = "", shape[128], name[128];
-    const char *why = "";
-    for (int i = 0; i < nu && i < 6; i++) {
-        pd_value_info v;
-        if (pd_session_untrained(s, i, &v, i == 0 ? &why : NULL) != PD_OK) continue;
-        pd__format_shape(shape, sizeof shape, v.ndim, v.shape);
-        snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s %s", i ? ", " : "",
-                 pd__escape(name, sizeof name, v.name), shape);
+    const char *done[8];
+    int ndone = 0;
+    for (int r = 0; r < nu && ndone < 8; r++) {
+        const char *why = "";
+        if (pd_session_untrained(s, r, NULL, &why) != PD_OK) continue;
+        bool seen = false;
+        for (int k = 0; k < ndone; k++) seen |= !strcmp(done[k], why);
+        if (seen) continue;
+        done[ndone++] = why;
+        char list[512] = "", shape[128], name[128];
+        int count = 0;
+        for (int i = 0; i < nu; i++) {
+            pd_value_info v;
+            const char *w = "";
+            if (pd_session_untrained(s, i, &v, &w) != PD_OK || strcmp(w, why)) continue;
+            if (count++ >= 6) continue;
+            pd__format_shape(shape, sizeof shape, v.ndim, v.shape);
+            snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s %s", count > 1 ? ", " : "",
+                     pd__escape(name, sizeof name, v.name), shape);
+        }
+        printf("not trained: %d float initializer%s (%s%s): %s%s\n", count, count == 1 ? "" : "s", list,
+               count > 6 ? ", ..." : "", why, strstr(why, "freeze") ? "" : " (--trainable REGEX trains them)");
     }
-    printf("not trained: %d float initializer%s (%s%s): %s%s\n", nu, nu == 1 ? "" : "s", list, nu > 6 ? ", ..." : "",
-           why, strstr(why, "freeze") ? "" : " (--trainable REGEX trains them)");
 }
 
 /* --metrics: false (after a one-line error) once a write to it failed. */

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# run_zoo.sh - the model zoo's training step (tests/zoo/, issue 18) on one
+# thread, pdonnx next to PyTorch 2.x on the same model, batch and optimizer
+# (plain SGD), both exporters' files, in one run. Prints a Markdown table.
+#
+#   bench/run_zoo.sh [BUILD_DIR (build)] [BATCH (32)] [ITERS (20)] [REPEATS (3)]
+#
+# PyTorch runs in $PD_BENCH_VENV (default bench/.venv) with torchvision and
+# transformers (the zoo's families come from them). Each row runs pdonnx and
+# PyTorch alternately REPEATS times, each the median of ITERS steps after 3
+# warm-up steps, and reports the median run of each side.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${1:-build} batch=${2:-32} iters=${3:-20} repeats=${4:-3}
+venv=${PD_BENCH_VENV:-bench/.venv}
+if [ ! -x "$venv/bin/python" ]; then
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install -q torch torchvision transformers onnx numpy
+fi
+py=$venv/bin/python
+ninja -C "$build" bench/bench_train >/dev/null
+median_ms() { "$py" -c "import json,statistics,sys; print(statistics.median(json.loads(l)['ms_per_step'] for l in sys.stdin))"; }
+echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'); $("$py" -c 'import torch; print("PyTorch", torch.__version__)')"
+echo "plain SGD, batch $batch, 1 thread, median of $iters steps after 3 warm-up steps, median of $repeats alternating runs"
+echo
+echo "| model | exporter | pdonnx ms/step | PyTorch ms/step | pdonnx / PyTorch (speed) |"
+echo "|---|---|---|---|---|"
+for d in tests/zoo/*/; do
+  name=$(basename "$d") m=${name%-*} e=${name##*-}
+  o=() t=()
+  for r in $(seq "$repeats"); do
+    o+=("$("$build/bench/bench_train" "$d/model.onnx" "$d/X.npy" --batch "$batch" --threads 1 --iters "$iters" \
+          --warmup 3 --optimizer sgd 2>/dev/null | tail -1)") || true
+    t+=("$("$py" bench/zoo_bench.py "$m" --batch "$batch" --threads 1 --iters "$iters" 2>/dev/null | tail -1)") || true
+  done
+  po=$(printf '%s\n' "${o[@]}" | grep '^{' | median_ms 2>/dev/null || echo nan)
+  pt=$(printf '%s\n' "${t[@]}" | grep '^{' | median_ms 2>/dev/null || echo nan)
+  "$py" -c "o,t=float('$po'),float('$pt'); print('| $m | $e | %.2f | %.2f | %.2f |' % (o, t, t / o))"
+done
