@@ -5,7 +5,7 @@
 #
 #   bench/run_zoo.sh [BUILD_DIR (build)] [BATCH (32)] [ITERS (20)] [REPEATS (3)]
 #
-# PyTorch runs in $PD_BENCH_VENV (default bench/.venv) with torchvision and
+# PyTorch (timed once per model: both exports are of the same module) runs in $PD_BENCH_VENV (default bench/.venv) with torchvision and
 # transformers (the zoo's families come from them). Each row runs pdonnx and
 # PyTorch alternately REPEATS times, each the median of ITERS steps after 3
 # warm-up steps, and reports the median run of each side.
@@ -23,17 +23,20 @@ median_ms() { "$py" -c "import json,statistics,sys; print(statistics.median(json
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'); $("$py" -c 'import torch; print("PyTorch", torch.__version__)')"
 echo "plain SGD, batch $batch, 1 thread, median of $iters steps after 3 warm-up steps, median of $repeats alternating runs"
 echo
-echo "| model | exporter | pdonnx ms/step | PyTorch ms/step | pdonnx / PyTorch (speed) |"
+echo "| model | PyTorch ms/step | pdonnx ms/step, TorchScript export | pdonnx ms/step, dynamo export | pdonnx / PyTorch (speed, ts / dynamo) |"
 echo "|---|---|---|---|---|"
-for d in tests/zoo/*/; do
-  name=$(basename "$d") m=${name%-*} e=${name##*-}
-  o=() t=()
+for m in $(ls tests/zoo | sed -n 's/-ts$//p'); do
+  t=() o=() d=()
   for r in $(seq "$repeats"); do
-    o+=("$("$build/bench/bench_train" "$d/model.onnx" "$d/X.npy" --batch "$batch" --threads 1 --iters "$iters" \
-          --warmup 3 --optimizer sgd 2>/dev/null | tail -1)") || true
     t+=("$("$py" bench/zoo_bench.py "$m" --batch "$batch" --threads 1 --iters "$iters" 2>/dev/null | tail -1)") || true
+    for e in ts dynamo; do
+      j=$("$build/bench/bench_train" "tests/zoo/$m-$e/model.onnx" "tests/zoo/$m-$e/X.npy" --batch "$batch" --threads 1 \
+            --iters "$iters" --warmup 3 --optimizer sgd 2>/dev/null | tail -1) || true
+      if [ "$e" = ts ]; then o+=("$j"); else d+=("$j"); fi
+    done
   done
-  po=$(printf '%s\n' "${o[@]}" | grep '^{' | median_ms 2>/dev/null || echo nan)
   pt=$(printf '%s\n' "${t[@]}" | grep '^{' | median_ms 2>/dev/null || echo nan)
-  "$py" -c "o,t=float('$po'),float('$pt'); print('| $m | $e | %.2f | %.2f | %.2f |' % (o, t, t / o))"
+  po=$(printf '%s\n' "${o[@]}" | grep '^{' | median_ms 2>/dev/null || echo nan)
+  pd=$(printf '%s\n' "${d[@]}" | grep '^{' | median_ms 2>/dev/null || echo nan)
+  "$py" -c "t,o,d=float('$pt'),float('$po'),float('$pd'); print('| $m | %.2f | %.2f | %.2f | %.2f / %.2f |' % (t, o, d, t / o, t / d))"
 done
