@@ -1145,7 +1145,20 @@ static gc *big_case(int which, uint32_t *mask) {
         gc_attr_i(c, "axis", which == 9 ? 1 : -1);
         *mask = 0x1;
         break;
-    default: {
+    case 12: /* nearest 2x: a plane per thread in the adjoint */
+    case 13: { /* linear 2x, align_corners: 4 corners, planes again */
+        static const float sc[4] = {1, 1, 2, 2};
+        int64_t ns = 4;
+        c = gc_new("Resize", 13);
+        gc_input(c, PD_DOUBLE, 4, x4, NULL);
+        gc_absent(c);
+        gc_input(c, PD_FLOAT, 1, &ns, sc);
+        gc_attr_s(c, "mode", which == 12 ? "nearest" : "linear");
+        if (which == 13) gc_attr_s(c, "coordinate_transformation_mode", "align_corners");
+        *mask = 0x1;
+        break;
+    }
+    case 11: {
         c = gc_new("SoftmaxCrossEntropyLoss", 13);
         gc_input(c, PD_DOUBLE, 4, x4, NULL);
         int64_t ls[3] = {4, 24, 24}, *lab = malloc(sizeof(int64_t) * 4 * 24 * 24);
@@ -1155,13 +1168,15 @@ static gc *big_case(int which, uint32_t *mask) {
         *mask = 0x1;
         break;
     }
+    default:
+        return NULL;
     }
     gc_outputs(c, 1);
     return c;
 }
 
 static void check_threads(void) {
-    for (int which = 0; which <= 11; which++) {
+    for (int which = 0; which <= 13; which++) {
         uint32_t mask;
         gc *c1 = big_case(which, &mask), *c2 = big_case(which, &mask);
         double *g1[16], *g2[16];

@@ -1300,34 +1300,57 @@ static pd_status FN(lppool)(pd__exec *x, const pd__win *w, int64_t NC, double p,
 
 /* ---- Resize, Upsample --------------------------------------------------------------------------- */
 
-/* Y[o] = sum over the 2^nd corners of the taps (resize_taps: ti, tw) of the
+/* Y[o] = sum over the corners of the taps (resize_taps: ti, tw) of the
  * product of their weights times X there; with dY given instead, the
- * adjoint: dX[corner] += weight * dY[o] (one thread: outputs share inputs). */
+ * adjoint: dX[corner] += weight * dY[o]. A dim whose every output reads one
+ * input (nearest, or a dim left as it is) has one corner, not two: a
+ * nearest 2x upsampling of NCHW reads 1 corner, not 16. The adjoint runs a
+ * thread per plane of the leading dims left as they are (N, C), whose
+ * outputs read only their own plane; within a plane, outputs share inputs. */
 static pd_status FN(resize)(pd__exec *x, const pd__rsz *r, const int64_t *ti, const double *tw, const T *X, T *Y,
                             const T *dY, T *dX) {
-    int nd = r->ndim;
+    int nd = r->ndim, bit[PD_MAX_DIMS], nmd = 0, lead = 0;
     int64_t base[PD_MAX_DIMS], OUT = prod64(nd, r->out);
+    bool prefix = true;
     for (int d = 0, k = 0; d < nd; k += (int)r->out[d], d++) base[d] = k;
-    int nt = dY ? 1 : pd__nthreads(x);
-    PD_OMP_FOR(nt, OUT > 32768)
-    for (int64_t o = 0; o < OUT; o++) {
-        int64_t oi[PD_MAX_DIMS];
-        odo_unflat(o, r->out, nd, oi);
-        double acc = 0, g = dY ? (double)dY[o] : 0;
-        for (int c = 0; c < (1 << nd); c++) {
-            double w = 1;
-            int64_t off = 0;
-            for (int d = 0; d < nd && w != 0; d++) {
-                int64_t k = 2 * (base[d] + oi[d]) + ((c >> d) & 1);
-                w *= tw[k];
-                off = off * r->in[d] + ti[k];
-            }
-            if (w == 0) continue;
-            if (dY) dX[off] += (T)(w * g);
-            else acc += w * (double)X[off];
+    for (int d = 0; d < nd; d++) {
+        bool single = true, same = r->in[d] == r->out[d];
+        for (int64_t i = 0; i < r->out[d]; i++) {
+            int64_t k = 2 * (base[d] + i);
+            single = single && tw[k + 1] == 0;
+            same = same && ti[k] == i && tw[k] == 1;
         }
-        if (!dY) Y[o] = (T)acc;
+        bit[d] = single ? -1 : nmd++;
+        prefix = prefix && same && single;
+        if (prefix) lead = d + 1;
     }
+    int64_t P = prod64(lead, r->out), PI = prod64(nd - lead, r->in + lead), PO = prod64(nd - lead, r->out + lead);
+    int nt = pd__nthreads(x);
+    PD_OMP_FOR(nt, (dY ? P > 1 : true) && OUT > 32768)
+    for (int64_t u = 0; u < (dY ? P : OUT); u++) {
+        /* forward: u is an output; adjoint: u is a plane, its outputs in order */
+        int64_t first = dY ? u * PO : u, count = dY ? PO : 1;
+        int64_t oi[PD_MAX_DIMS];
+        odo_unflat(first, r->out, nd, oi);
+        for (int64_t o = first; o < first + count; o++) {
+            double acc = 0, g = dY ? (double)dY[o] : 0;
+            for (int c = 0; c < (1 << nmd); c++) {
+                double w = 1;
+                int64_t off = 0;
+                for (int d = 0; d < nd && w != 0; d++) {
+                    int64_t k = 2 * (base[d] + oi[d]) + (bit[d] < 0 ? 0 : (c >> bit[d]) & 1);
+                    w *= tw[k];
+                    off = off * r->in[d] + ti[k];
+                }
+                if (w == 0) continue;
+                if (dY) dX[off] += (T)(w * g);
+                else acc += w * (double)X[off];
+            }
+            if (!dY) Y[o] = (T)acc;
+            if (dY) odo_next(oi, r->out, nd);
+        }
+    }
+    (void)PI;
     return PD_OK;
 }
 
