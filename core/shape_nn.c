@@ -757,23 +757,28 @@ pd_status pd__resize_plan(const pd__node *n, int ndim, const int64_t *x, const p
     memset(r, 0, sizeof *r);
     r->ndim = ndim;
     bool up = !strcmp(n->op_type, "Upsample"), v10 = up || n->opset < 11;
+    int keep = 0; /* keep_aspect_ratio_policy with sizes: 1 not_larger, 2 not_smaller */
     const char *mode = pd__attr_s(n, "mode", "nearest");
     if (!strcmp(mode, "linear") || (v10 && !strcmp(mode, "bilinear"))) r->linear = true;
+    else if (!v10 && !strcmp(mode, "cubic")) r->cubic = true;
     else if (strcmp(mode, "nearest") != 0)
-        return pd__err(PD_ERR_UNSUPPORTED, "mode '%s' is not supported (nearest and linear are)", mode);
+        return pd__err(PD_ERR_UNSUPPORTED, "mode '%s' is not supported (nearest, linear and cubic are)", mode);
+    r->cubic_a = pd__attr_f(n, "cubic_coeff_a", -0.75f);
+    r->exclude_outside = pd__attr_i(n, "exclude_outside", 0) != 0;
     if (v10) { /* Upsample and Resize-10: asymmetric coordinates, nearest rounds down */
         r->ctm = PD_RSZ_ASYMMETRIC;
         r->nearest = PD_RSZ_FLOOR;
     } else {
-        static const char *ctms[] = {"half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric"};
+        static const char *ctms[] = {"half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric",
+                                     "half_pixel_symmetric"};
         static const char *nms[] = {"round_prefer_floor", "round_prefer_ceil", "floor", "ceil"};
         const char *c = pd__attr_s(n, "coordinate_transformation_mode", "half_pixel");
         const char *m = pd__attr_s(n, "nearest_mode", "round_prefer_floor");
         int i;
-        for (i = 0; i < 4 && strcmp(c, ctms[i]); i++) {}
-        if (i == 4)
+        for (i = 0; i < 5 && strcmp(c, ctms[i]); i++) {}
+        if (i == 5)
             return pd__err(PD_ERR_UNSUPPORTED, "coordinate_transformation_mode '%s' is not supported (half_pixel, "
-                           "pytorch_half_pixel, align_corners and asymmetric are)", c);
+                           "pytorch_half_pixel, align_corners, asymmetric and half_pixel_symmetric are)", c);
         r->ctm = (pd__rsz_ctm)i;
         for (i = 0; i < 4 && strcmp(m, nms[i]); i++) {}
         if (i == 4) return pd__err(PD_ERR_UNSUPPORTED, "nearest_mode '%s' is not supported", m);
@@ -782,8 +787,10 @@ pd_status pd__resize_plan(const pd__node *n, int ndim, const int64_t *x, const p
             return pd__err(PD_ERR_UNSUPPORTED, "antialias=%lld is not supported (0 is)",
                            (long long)pd__attr_i(n, "antialias", 0));
         const char *k = pd__attr_s(n, "keep_aspect_ratio_policy", "stretch");
-        if (strcmp(k, "stretch") != 0)
-            return pd__err(PD_ERR_UNSUPPORTED, "keep_aspect_ratio_policy '%s' is not supported (stretch is)", k);
+        keep = !strcmp(k, "not_larger") ? 1 : !strcmp(k, "not_smaller") ? 2 : 0;
+        if (!keep && strcmp(k, "stretch") != 0)
+            return pd__err(PD_ERR_UNSUPPORTED, "keep_aspect_ratio_policy '%s' is not supported (stretch, not_larger "
+                           "and not_smaller are)", k);
     }
     /* the axes scales and sizes apply to (opset 18+), every axis by default */
     int axes[PD_MAX_DIMS], na = ndim;
@@ -834,6 +841,19 @@ pd_status pd__resize_plan(const pd__node *n, int ndim, const int64_t *x, const p
         }
         if (r->out[d] > 0 && x[d] == 0)
             return pd__err(PD_ERR_SHAPE, "axis %d of size 0 cannot be resized to %lld", d, (long long)r->out[d]);
+    }
+    if (keep && hz) { /* one scale for the axes, the smallest or largest of sizes / input; sizes rounded half up */
+        double sc = keep == 1 ? INFINITY : 0;
+        for (int i = 0; i < na; i++) {
+            double s = r->scale[axes[i]];
+            sc = keep == 1 ? fmin(sc, s) : fmax(sc, s);
+        }
+        for (int i = 0; i < na; i++) {
+            int d = axes[i];
+            r->scale[d] = sc;
+            r->out[d] = (int64_t)((double)x[d] * sc + 0.5);
+            r->outf[d] = (double)x[d] * sc;
+        }
     }
     return PD_OK;
 }

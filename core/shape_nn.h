@@ -63,7 +63,8 @@ typedef enum pd__rsz_ctm {
     PD_RSZ_HALF_PIXEL = 0,
     PD_RSZ_PYTORCH_HALF_PIXEL,
     PD_RSZ_ALIGN_CORNERS,
-    PD_RSZ_ASYMMETRIC
+    PD_RSZ_ASYMMETRIC,
+    PD_RSZ_HALF_PIXEL_SYMMETRIC
 } pd__rsz_ctm;
 typedef enum pd__rsz_nearest {
     PD_RSZ_ROUND_PREFER_FLOOR = 0,
@@ -72,7 +73,10 @@ typedef enum pd__rsz_nearest {
     PD_RSZ_CEIL
 } pd__rsz_nearest;
 typedef struct pd__rsz {
-    bool linear;              /* else nearest */
+    bool linear;              /* else nearest (or cubic) */
+    bool cubic;               /* Keys' cubic convolution, coefficient cubic_a */
+    bool exclude_outside;     /* cubic: taps outside the input weigh 0, the rest renormalised */
+    double cubic_a;
     pd__rsz_ctm ctm;          /* coordinate_transformation_mode */
     pd__rsz_nearest nearest;  /* nearest_mode */
     int ndim;
@@ -84,8 +88,7 @@ typedef struct pd__rsz {
 /* Fills *r from the node and X's shape; scales, sizes: the inputs' data
  * (NULL or empty when not given). Sets the message (without the node
  * prefix) and returns PD_ERR_UNSUPPORTED for the forms not implemented
- * (cubic, antialias, tf_crop_and_resize, half_pixel_symmetric, a
- * keep_aspect_ratio_policy other than stretch). */
+ * (antialias, tf_crop_and_resize). */
 pd_status pd__resize_plan(const pd__node *n, int ndim, const int64_t *xshape, const pd_tensor *scales,
                           const pd_tensor *sizes, pd__rsz *r);
 

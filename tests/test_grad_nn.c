@@ -557,7 +557,8 @@ static gc *b_mvn(uint64_t seed, pd_dtype dt, uint32_t *mask, char *d, size_t dn)
  * linear, every supported coordinate transformation and nearest_mode, up- and
  * downsampling, from constant scales or sizes. */
 static gc *b_resize_any(uint64_t seed, pd_dtype dt, uint32_t *mask, char *d, size_t dn, bool up) {
-    static const char *ctms[] = {"half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric"};
+    static const char *ctms[] = {"half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric",
+                                 "half_pixel_symmetric"};
     static const char *nms[] = {"round_prefer_floor", "round_prefer_ceil", "floor", "ceil"};
     static const float scs[] = {0.5f, 0.6f, 1, 1.5f, 2, 2.5f, 3};
     for (uint64_t tries = 0;; tries++) {
@@ -599,13 +600,16 @@ static gc *b_resize_any(uint64_t seed, pd_dtype dt, uint32_t *mask, char *d, siz
             int64_t av[2] = {ax[0], ax[1] - (irand(0, 1) ? r : 0)};
             gc_attr_ints(c, "axes", 2, av);
         }
-        bool linear = irand(0, 1);
+        bool linear = irand(0, 1), cubic = !linear && opset >= 11 && irand(0, 2) == 0;
         if (linear) gc_attr_s(c, "mode", "linear");
+        else if (cubic) gc_attr_s(c, "mode", "cubic");
         else if (irand(0, 1)) gc_attr_s(c, "mode", "nearest");
+        if (cubic && irand(0, 1)) gc_attr_i(c, "exclude_outside", 1);
+        if (cubic && irand(0, 1)) gc_attr_f(c, "cubic_coeff_a", -0.5f);
         if (opset >= 11) {
-            int ct = (int)irand(0, 4), nm = (int)irand(0, 4);
-            if (ct < 4) gc_attr_s(c, "coordinate_transformation_mode", ctms[ct]);
-            if (!linear && nm < 4) gc_attr_s(c, "nearest_mode", nms[nm]);
+            int ct = (int)irand(0, 5), nm = (int)irand(0, 4);
+            if (ct < 5) gc_attr_s(c, "coordinate_transformation_mode", ctms[ct]);
+            if (!linear && !cubic && nm < 4) gc_attr_s(c, "nearest_mode", nms[nm]);
         }
         gc_outputs(c, 1);
         *mask = 0x1;

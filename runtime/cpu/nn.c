@@ -716,9 +716,9 @@ static pd_status rsz_prep(pd__exec *x, const pd__node *n, pd_tensor *const *in, 
     PD_TRY(pd__resize_plan(n, in[0]->ndim, in[0]->shape, S, Z, r));
     int64_t nt = 0;
     for (int d = 0; d < r->ndim; d++) nt += r->out[d];
-    *ti = pd__scratch_n(x, 4 * nt + 1, 1, sizeof(int64_t));
+    *ti = pd__scratch_n(x, 2 * PD_RSZ_TAPS * nt + 1, 1, sizeof(int64_t));
     if (!*ti) return PD_ERR_NOMEM;
-    *tw = (double *)(*ti + 2 * nt);
+    *tw = (double *)(*ti + PD_RSZ_TAPS * nt);
     resize_taps(r, *ti, *tw);
     return PD_OK;
 }

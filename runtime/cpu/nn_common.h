@@ -200,16 +200,42 @@ static inline void pool_counts(const pd__win *w, bool include_pad, int64_t *cnt)
 }
 
 /* Resize's taps: for output position o of axis d (k = sum of out[0..d-1] + o),
- * the input positions ti[2k], ti[2k+1] with weights tw[2k], tw[2k+1] (the
- * second 0 for nearest, and where the two coincide). */
+ * the input positions ti[4k .. 4k+3] with weights tw[4k .. 4k+3]: one for
+ * nearest and an axis left as it is, two for linear, four for cubic (the
+ * rest weigh 0). */
+#define PD_RSZ_TAPS 4
 static inline double rsz_coord(const pd__rsz *r, int d, int64_t o) {
     double in = (double)r->in[d], out = r->outf[d], s = r->scale[d];
     switch (r->ctm) {
     case PD_RSZ_HALF_PIXEL: return ((double)o + 0.5) / s - 0.5;
     case PD_RSZ_PYTORCH_HALF_PIXEL: return out > 1 ? ((double)o + 0.5) / s - 0.5 : 0;
     case PD_RSZ_ALIGN_CORNERS: return out > 1 ? (double)o * (in - 1) / (out - 1) : 0;
+    case PD_RSZ_HALF_PIXEL_SYMMETRIC: /* the input's centre on the output's, when the size was rounded */
+        return in / 2 * (1 - (double)r->out[d] / out) + ((double)o + 0.5) / s - 0.5;
     default: return (double)o / s;
     }
+}
+
+/* Cubic: Keys' kernel with coefficient A at the four neighbours of c, as
+ * ONNX's reference picks them (an integral c weighs 1 at c; the input is
+ * extended by its edge values, or with exclude_outside the taps outside it
+ * weigh 0 and the others are renormalised). */
+static inline void rsz_cubic(const pd__rsz *r, int d, double c, int64_t *ti, double *tw) {
+    double A = r->cubic_a, f = floor(c), t = c == f ? 1 : c - f;
+    int64_t first = (int64_t)f - (c == f ? 2 : 1), last = r->in[d] - 1;
+    double u = t + 1, v = 1 - t, w = 2 - t, sum = 0;
+    tw[0] = ((A * u - 5 * A) * u + 8 * A) * u - 4 * A;
+    tw[1] = ((A + 2) * t - (A + 3)) * t * t + 1;
+    tw[2] = ((A + 2) * v - (A + 3)) * v * v + 1;
+    tw[3] = ((A * w - 5 * A) * w + 8 * A) * w - 4 * A;
+    for (int j = 0; j < 4; j++) {
+        int64_t i = first + j;
+        if (r->exclude_outside && (i < 0 || i > last)) tw[j] = 0;
+        sum += tw[j];
+        ti[j] = i < 0 ? 0 : i > last ? last : i;
+    }
+    if (r->exclude_outside && sum != 0)
+        for (int j = 0; j < 4; j++) tw[j] /= sum;
 }
 
 static inline void resize_taps(const pd__rsz *r, int64_t *ti, double *tw) {
@@ -218,15 +244,20 @@ static inline void resize_taps(const pd__rsz *r, int64_t *ti, double *tw) {
         int64_t last = r->in[d] - 1;
         for (int64_t o = 0; o < r->out[d]; o++, k++) {
             double c = rsz_coord(r, d, o);
-            int64_t i0, i1;
-            double w1 = 0;
+            int64_t *i = ti + PD_RSZ_TAPS * k;
+            double *w = tw + PD_RSZ_TAPS * k;
+            for (int j = 0; j < PD_RSZ_TAPS; j++) i[j] = 0, w[j] = 0;
+            w[0] = 1;
             if (r->out[d] == r->in[d] && r->scale[d] == 1) { /* an axis not resized: the identity */
-                i0 = i1 = o;
+                i[0] = o;
+            } else if (r->cubic) {
+                rsz_cubic(r, d, c, i, w);
             } else if (r->linear) {
                 c = c < 0 ? 0 : c > (double)last ? (double)last : c;
-                i0 = (int64_t)floor(c);
-                i1 = i0 + 1 > last ? last : i0 + 1;
-                w1 = i1 == i0 ? 0 : c - (double)i0;
+                i[0] = (int64_t)floor(c);
+                i[1] = i[0] + 1 > last ? last : i[0] + 1;
+                w[1] = i[1] == i[0] ? 0 : c - (double)i[0];
+                w[0] = 1 - w[1];
             } else {
                 double f = floor(c);
                 switch (r->nearest) {
@@ -235,12 +266,8 @@ static inline void resize_taps(const pd__rsz *r, int64_t *ti, double *tw) {
                 case PD_RSZ_FLOOR: c = f; break;
                 default: c = ceil(c); break;
                 }
-                i0 = i1 = c < 0 ? 0 : c > (double)last ? last : (int64_t)c;
+                i[0] = c < 0 ? 0 : c > (double)last ? last : (int64_t)c;
             }
-            ti[2 * k] = i0;
-            ti[2 * k + 1] = i1;
-            tw[2 * k] = 1 - w1;
-            tw[2 * k + 1] = w1;
         }
     }
 }

@@ -1302,29 +1302,32 @@ static pd_status FN(lppool)(pd__exec *x, const pd__win *w, int64_t NC, double p,
 
 /* Y[o] = sum over the corners of the taps (resize_taps: ti, tw) of the
  * product of their weights times X there; with dY given instead, the
- * adjoint: dX[corner] += weight * dY[o]. A dim whose every output reads one
- * input (nearest, or a dim left as it is) has one corner, not two: a
- * nearest 2x upsampling of NCHW reads 1 corner, not 16. The adjoint runs a
- * thread per plane of the leading dims left as they are (N, C), whose
- * outputs read only their own plane; within a plane, outputs share inputs. */
+ * adjoint: dX[corner] += weight * dY[o]. An axis takes as many taps as its
+ * weights use (1 for nearest and an axis left as it is, 2 linear, 4 cubic):
+ * a nearest 2x upsampling of NCHW reads 1 corner per output, not 16. The
+ * adjoint runs a thread per plane of the leading axes left as they are
+ * (N, C), whose outputs read only their own plane. */
 static pd_status FN(resize)(pd__exec *x, const pd__rsz *r, const int64_t *ti, const double *tw, const T *X, T *Y,
                             const T *dY, T *dX) {
-    int nd = r->ndim, bit[PD_MAX_DIMS], nmd = 0, lead = 0;
+    int nd = r->ndim, ntap[PD_MAX_DIMS], lead = 0, corners = 1;
     int64_t base[PD_MAX_DIMS], OUT = prod64(nd, r->out);
     bool prefix = true;
     for (int d = 0, k = 0; d < nd; k += (int)r->out[d], d++) base[d] = k;
     for (int d = 0; d < nd; d++) {
-        bool single = true, same = r->in[d] == r->out[d];
+        bool same = r->in[d] == r->out[d];
+        ntap[d] = 1;
         for (int64_t i = 0; i < r->out[d]; i++) {
-            int64_t k = 2 * (base[d] + i);
-            single = single && tw[k + 1] == 0;
-            same = same && ti[k] == i && tw[k] == 1;
+            const int64_t *ki = ti + PD_RSZ_TAPS * (base[d] + i);
+            const double *kw = tw + PD_RSZ_TAPS * (base[d] + i);
+            for (int j = 1; j < PD_RSZ_TAPS; j++)
+                if (kw[j] != 0 && j + 1 > ntap[d]) ntap[d] = j + 1;
+            same = same && ki[0] == i && kw[0] == 1;
         }
-        bit[d] = single ? -1 : nmd++;
-        prefix = prefix && same && single;
+        prefix = prefix && same && ntap[d] == 1;
         if (prefix) lead = d + 1;
+        corners *= ntap[d];
     }
-    int64_t P = prod64(lead, r->out), PI = prod64(nd - lead, r->in + lead), PO = prod64(nd - lead, r->out + lead);
+    int64_t P = prod64(lead, r->out), PO = prod64(nd - lead, r->out + lead);
     int nt = pd__nthreads(x);
     PD_OMP_FOR(nt, (dY ? P > 1 : true) && OUT > 32768)
     for (int64_t u = 0; u < (dY ? P : OUT); u++) {
@@ -1334,11 +1337,11 @@ static pd_status FN(resize)(pd__exec *x, const pd__rsz *r, const int64_t *ti, co
         odo_unflat(first, r->out, nd, oi);
         for (int64_t o = first; o < first + count; o++) {
             double acc = 0, g = dY ? (double)dY[o] : 0;
-            for (int c = 0; c < (1 << nmd); c++) {
+            for (int c = 0; c < corners; c++) {
                 double w = 1;
                 int64_t off = 0;
-                for (int d = 0; d < nd && w != 0; d++) {
-                    int64_t k = 2 * (base[d] + oi[d]) + (bit[d] < 0 ? 0 : (c >> bit[d]) & 1);
+                for (int d = 0, q = c; d < nd && w != 0; q /= ntap[d], d++) {
+                    int64_t k = PD_RSZ_TAPS * (base[d] + oi[d]) + q % ntap[d];
                     w *= tw[k];
                     off = off * r->in[d] + ti[k];
                 }
@@ -1350,7 +1353,6 @@ static pd_status FN(resize)(pd__exec *x, const pd__rsz *r, const int64_t *ti, co
             if (dY) odo_next(oi, r->out, nd);
         }
     }
-    (void)PI;
     return PD_OK;
 }
 
