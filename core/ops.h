@@ -73,6 +73,10 @@
     X(NLL_LOSS, NegativeLogLikelihoodLoss, PD_OPF_NN | PD_OPF_HOST, 0x1, 0)                        \
     X(ROTARY_EMBEDDING, RotaryEmbedding, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)            \
     X(ATTENTION, Attention, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0x7, 0)                         \
+    X(GRID_SAMPLE, GridSample, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0x3, 0)                      \
+    X(AFFINE_GRID, AffineGrid, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                      \
+    X(COL2IM, Col2Im, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                               \
+    X(CENTER_CROP_PAD, CenterCropPad, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)               \
     /* recurrent: inputs X, W, R, B, sequence_lens, initial_h (initial_c, P) */                    \
     X(LSTM, LSTM, PD_OPF_RNN | PD_OPF_FOLD | PD_OPF_HOST, 0x6f, 0)                                 \
     X(GRU, GRU, PD_OPF_RNN | PD_OPF_FOLD | PD_OPF_HOST, 0x2f, 0)                                   \

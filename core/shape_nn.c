@@ -4,7 +4,8 @@
  * LpNormalization, MeanVarianceNormalization, MaxPool, AveragePool, LpPool,
  * GlobalAveragePool, GlobalMaxPool, Resize, Upsample, Einsum, LRN, Softmax,
  * LogSoftmax, Dropout, SoftmaxCrossEntropyLoss, NegativeLogLikelihoodLoss,
- * RotaryEmbedding and Attention (opsets 6-23).
+ * RotaryEmbedding, Attention, GridSample, AffineGrid, Col2Im and
+ * CenterCropPad (opsets 6-23).
  *
  * A rule checks ranks, channel counts against the weights, and dtypes, so a
  * bad model fails with one line naming the node and the shapes, and then
@@ -1345,4 +1346,161 @@ double pd__flops_Attention(const pd_graph *g, const pd__node *n) {
     double scores = (double)a.B * (double)a.Hq * (double)a.Sq * (double)a.Tk;
     /* Q K^T, P V, and the mask, max, exp, sum and scale per score */
     return scores * (2 * (double)(a.Dh + a.Dv) + 5);
+}
+
+/* ---- GridSample, AffineGrid, Col2Im, CenterCropPad ------------------------------------------------ */
+
+/* Constant int64 input i as up to `max` ints: these ops' output shapes hang on it. */
+static pd_status need_ints(pd_graph *g, pd__node *n, int i, const char *what, int max, int64_t *v, int *k) {
+    pd__tensor *t;
+    PD_TRY(need(g, n, i, what, &t));
+    if (t->dtype != PD_INT64 || t->ndim != 1 || t->shape[0] > max)
+        return pd__node_err(g, n, PD_ERR_SHAPE, "%s %s (%s) must be a 1-D int64 tensor of at most %d values", what,
+                            shp(t).s, pd_dtype_name(t->dtype), max);
+    if (!((t->kind == PD_T_INIT || t->kind == PD_T_CONST) && t->data))
+        return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "%s is not a constant at load", what);
+    *k = (int)t->shape[0];
+    for (int j = 0; j < *k; j++) v[j] = ((const int64_t *)t->data)[j];
+    return PD_OK;
+}
+
+int pd__grid_mode(const pd__node *n) {
+    const char *m = pd__attr_s(n, "mode", n->opset >= 20 ? "linear" : "bilinear");
+    if (!strcmp(m, "nearest")) return 1;
+    if (!strcmp(m, "linear") || !strcmp(m, "bilinear")) return 2;
+    if (!strcmp(m, "cubic") || !strcmp(m, "bicubic")) return 4;
+    return 0;
+}
+
+int pd__grid_padding(const pd__node *n) {
+    const char *p = pd__attr_s(n, "padding_mode", "zeros");
+    return !strcmp(p, "zeros") ? 0 : !strcmp(p, "border") ? 1 : !strcmp(p, "reflection") ? 2 : -1;
+}
+
+/* Y (N, C, O1..Or) = X (N, C, D1..Dr) sampled at grid (N, O1..Or, r), r 2 or 3. */
+pd_status pd__shape_GridSample(pd_graph *g, pd__node *n) {
+    pd__tensor *x, *grid;
+    PD_TRY(need(g, n, 0, "X", &x));
+    PD_TRY(need(g, n, 1, "grid", &grid));
+    PD_TRY(need_float(g, n, x, "X"));
+    PD_TRY(need_dtype(g, n, grid, x->dtype, "grid"));
+    int r = x->ndim - 2;
+    if (r < 2 || r > 3 || grid->ndim != r + 2 || grid->shape[r + 1] != r || grid->shape[0] != x->shape[0])
+        return pd__node_err(g, n, PD_ERR_SHAPE, "X %s and grid %s: want X (N, C, D1..Dr), grid (N, O1..Or, r), r 2 or 3",
+                            shp(x).s, shp(grid).s);
+    int mode = pd__grid_mode(n);
+    if (!mode) return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "mode '%s' is not supported", pd__attr_s(n, "mode", ""));
+    if (mode == 4 && r != 2) return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "cubic mode needs a 4-D X (the spec's)");
+    if (pd__grid_padding(n) < 0)
+        return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "padding_mode '%s' is not supported",
+                            pd__attr_s(n, "padding_mode", ""));
+    int64_t ys[5] = {x->shape[0], x->shape[1]};
+    for (int i = 0; i < r; i++) ys[2 + i] = grid->shape[1 + i];
+    return set_out(g, n, 0, x->dtype, r + 2, ys);
+}
+
+double pd__flops_GridSample(const pd_graph *g, const pd__node *n) {
+    const pd__tensor *y = cout(g, n, 0), *x = cin(g, n, 0);
+    if (!y || !x) return 0;
+    int k = pd__grid_mode(n);
+    return 2 * dnumel(y) * pow(k, x->ndim - 2);
+}
+
+/* grid (N, H, W, 2) or (N, D, H, W, 3) = theta (N, 2, 3) or (N, 3, 4) applied to the
+ * normalized coordinates of size (N, C, H, W) or (N, C, D, H, W). */
+pd_status pd__shape_AffineGrid(pd_graph *g, pd__node *n) {
+    pd__tensor *th;
+    PD_TRY(need(g, n, 0, "theta", &th));
+    PD_TRY(need_float(g, n, th, "theta"));
+    int64_t sz[5];
+    int k;
+    PD_TRY(need_ints(g, n, 1, "size", 5, sz, &k));
+    int r = k - 2;
+    if (r < 2 || r > 3 || th->ndim != 3 || th->shape[0] != sz[0] || th->shape[1] != r || th->shape[2] != r + 1)
+        return pd__node_err(g, n, PD_ERR_SHAPE, "theta %s does not match size %s", shp(th).s, shpv(k, sz).s);
+    for (int i = 0; i < k; i++)
+        if (sz[i] < 1) return pd__node_err(g, n, PD_ERR_SHAPE, "size %s has a dim below 1", shpv(k, sz).s);
+    int64_t ys[5] = {sz[0]};
+    for (int i = 0; i < r; i++) ys[1 + i] = sz[2 + i];
+    ys[r + 1] = r;
+    return set_out(g, n, 0, th->dtype, r + 2, ys);
+}
+
+double pd__flops_AffineGrid(const pd_graph *g, const pd__node *n) {
+    const pd__tensor *y = cout(g, n, 0);
+    return y ? 2 * dnumel(y) * 4 : 0;
+}
+
+/* The geometry of Col2Im: its block counts per spatial dim, from the node and
+ * image/block shapes; false when they do not fit. */
+bool pd__col2im_plan(const pd__node *n, int r, const int64_t *img, const int64_t *blk, int64_t *cnt, int64_t *st,
+                     int64_t *pb, int64_t *dil) {
+    const int64_t *dv, *pv, *sv;
+    int dc = pd__attr_ints(n, "dilations", &dv), pc = pd__attr_ints(n, "pads", &pv),
+        sc = pd__attr_ints(n, "strides", &sv);
+    if ((dc && dc != r) || (pc && pc != 2 * r) || (sc && sc != r)) return false;
+    for (int i = 0; i < r; i++) {
+        dil[i] = dc ? dv[i] : 1, st[i] = sc ? sv[i] : 1, pb[i] = pc ? pv[i] : 0;
+        int64_t pe = pc ? pv[r + i] : 0, ext = dil[i] * (blk[i] - 1) + 1, span = img[i] + pb[i] + pe - ext;
+        if (dil[i] < 1 || st[i] < 1 || blk[i] < 1 || span < 0) return false;
+        cnt[i] = span / st[i] + 1;
+    }
+    return true;
+}
+
+/* Y (N, C, image_shape) from the blocks X (N, C * prod(block_shape), L): col2im, adding overlaps. */
+pd_status pd__shape_Col2Im(pd_graph *g, pd__node *n) {
+    pd__tensor *x;
+    PD_TRY(need(g, n, 0, "input", &x));
+    PD_TRY(need_float(g, n, x, "input"));
+    int64_t img[PD_MAX_DIMS], blk[PD_MAX_DIMS], cnt[PD_MAX_DIMS], st[PD_MAX_DIMS], pb[PD_MAX_DIMS], dil[PD_MAX_DIMS];
+    int ki, kb;
+    PD_TRY(need_ints(g, n, 1, "image_shape", PD_MAX_DIMS - 2, img, &ki));
+    PD_TRY(need_ints(g, n, 2, "block_shape", PD_MAX_DIMS - 2, blk, &kb));
+    if (ki != kb || ki < 1 || x->ndim != 3)
+        return pd__node_err(g, n, PD_ERR_SHAPE, "input %s, image_shape %s and block_shape %s do not agree", shp(x).s,
+                            shpv(ki, img).s, shpv(kb, blk).s);
+    if (!pd__col2im_plan(n, ki, img, blk, cnt, st, pb, dil))
+        return pd__node_err(g, n, PD_ERR_SHAPE, "bad dilations, pads or strides for image %s and block %s",
+                            shpv(ki, img).s, shpv(kb, blk).s);
+    int64_t K = prod(ki, blk), L = prod(ki, cnt);
+    if (x->shape[1] % K || x->shape[2] != L)
+        return pd__node_err(g, n, PD_ERR_SHAPE, "input %s: want (N, C * %lld, %lld)", shp(x).s, (long long)K,
+                            (long long)L);
+    int64_t ys[PD_MAX_DIMS] = {x->shape[0], x->shape[1] / K};
+    for (int i = 0; i < ki; i++) ys[2 + i] = img[i];
+    return set_out(g, n, 0, x->dtype, ki + 2, ys);
+}
+
+double pd__flops_Col2Im(const pd_graph *g, const pd__node *n) {
+    const pd__tensor *x = cin(g, n, 0);
+    return x ? dnumel(x) : 0;
+}
+
+/* The output dims of CenterCropPad: shape on axes (all dims by default). */
+pd_status pd__shape_CenterCropPad(pd_graph *g, pd__node *n) {
+    pd__tensor *x;
+    PD_TRY(need(g, n, 0, "input_data", &x));
+    int64_t sv[PD_MAX_DIMS], ys[PD_MAX_DIMS];
+    int k;
+    PD_TRY(need_ints(g, n, 1, "shape", PD_MAX_DIMS, sv, &k));
+    const int64_t *av;
+    int ac = pd__attr_ints(n, "axes", &av), r = x->ndim;
+    if ((ac ? ac : r) != k)
+        return pd__node_err(g, n, PD_ERR_SHAPE, "shape %s has %d values for %d axes", shpv(k, sv).s, k, ac ? ac : r);
+    for (int i = 0; i < r; i++) ys[i] = x->shape[i];
+    bool seen[PD_MAX_DIMS] = {false};
+    for (int i = 0; i < k; i++) {
+        int a = i;
+        if ((ac && !norm_axis(av[i], r, r - 1, &a)) || seen[a] || sv[i] < 0)
+            return pd__node_err(g, n, PD_ERR_SHAPE, "axes or shape entry %d is out of range or repeated", i);
+        seen[a] = true;
+        ys[a] = sv[i];
+    }
+    return set_out(g, n, 0, x->dtype, r, ys);
+}
+
+double pd__flops_CenterCropPad(const pd_graph *g, const pd__node *n) {
+    (void)g, (void)n;
+    return 0; /* a copy */
 }

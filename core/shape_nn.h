@@ -92,6 +92,16 @@ typedef struct pd__rsz {
 pd_status pd__resize_plan(const pd__node *n, int ndim, const int64_t *xshape, const pd_tensor *scales,
                           const pd_tensor *sizes, pd__rsz *r);
 
+/* GridSample's taps per dim (1 nearest, 2 linear, 4 cubic; 0: unknown mode)
+ * and padding (0 zeros, 1 border, 2 reflection; -1: unknown). */
+int pd__grid_mode(const pd__node *n);
+int pd__grid_padding(const pd__node *n);
+
+/* Col2Im's block counts cnt, strides, leading pads and dilations per spatial
+ * dim (r of them); false when the attributes do not fit the shapes. */
+bool pd__col2im_plan(const pd__node *n, int r, const int64_t *img, const int64_t *blk, int64_t *cnt, int64_t *st,
+                     int64_t *pb, int64_t *dil);
+
 /* The input index of Resize's/Upsample's scales and sizes (-1: none). */
 void pd__resize_inputs(const pd__node *n, int *scales, int *sizes);
 

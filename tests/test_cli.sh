@@ -4,6 +4,8 @@
 #   test_cli.sh PDONNX SOURCE_DIR TEST_LOADER NPYTOOL
 set -u
 pdonnx=$1 src=$2
+# absolute: meson may pass ./pdonnx, and the zoo runs cd into the model's folder
+case $pdonnx in /*) ;; *) pdonnx=$PWD/$pdonnx ;; esac
 fx=$src/tests/fixtures
 . "$src/tests/common.sh"
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}

@@ -8,7 +8,8 @@
  *   LpPool, GlobalAveragePool, GlobalMaxPool, Resize and Upsample (the
  *   adjoint of the interpolation), Einsum, LRN, Softmax, LogSoftmax,
  *   Dropout, SoftmaxCrossEntropyLoss, NegativeLogLikelihoodLoss,
- *   RotaryEmbedding and Attention against
+ *   RotaryEmbedding, Attention, GridSample, AffineGrid, Col2Im and
+ *   CenterCropPad against
  *   central differences in float64 (tests/gradcheck.h: also += into din
  *   and the split B/W backward), over random shapes and attributes;
  * - the float32 backward against the float64 one on the same values;
@@ -1030,6 +1031,106 @@ static void free_grads(gc *c, double **g) {
     for (int i = 0; i < c->nin; i++) free(g[i]);
 }
 
+/* GridSample, 4-D (every mode) or 5-D (nearest, linear), every padding mode,
+ * align_corners 0 and 1, the opset 16 and 20 mode names; the grid reaches a
+ * little beyond [-1, 1] so the padding is read. Nearest checks X only (its
+ * grid gradient is 0). */
+static gc *b_gridsample(uint64_t seed, pd_dtype dt, uint32_t *mask, char *d, size_t dn) {
+    static const char *pads[] = {"zeros", "border", "reflection"};
+    rs_seed(seed);
+    int mode = (int)irand(0, 2), r = mode == 2 ? 2 : (int)irand(2, 3), opset = irand(0, 1) ? 16 : 20;
+    static const char *m16[] = {"nearest", "bilinear", "bicubic"}, *m20[] = {"nearest", "linear", "cubic"};
+    int64_t xs[5] = {irand(1, 2), irand(1, 2)}, gs[5] = {xs[0]};
+    for (int i = 0; i < r; i++) xs[2 + i] = irand(1, 4), gs[1 + i] = irand(1, 3);
+    gs[r + 1] = r;
+    gc *c = gc_new("GridSample", opset);
+    gc_seed(c, seed);
+    gc_input(c, dt, r + 2, xs, NULL);
+    gc_input(c, dt, r + 2, gs, NULL);
+    for (int64_t k = 0; k < numel_in(c, 1); k++) set(c, 1, k, at(c, 1, k) * 1.3);
+    if (mode != 1 || irand(0, 1)) gc_attr_s(c, "mode", opset == 16 ? m16[mode] : m20[mode]);
+    int64_t p = irand(0, 2);
+    if (p || irand(0, 1)) gc_attr_s(c, "padding_mode", pads[p]);
+    if (irand(0, 1)) gc_attr_i(c, "align_corners", 1);
+    gc_outputs(c, 1);
+    *mask = mode == 0 ? 0x1 : 0x3;
+    describe(c, d, dn);
+    return c;
+}
+
+/* AffineGrid 2-D or 3-D, align_corners 0 and 1. */
+static gc *b_affinegrid(uint64_t seed, pd_dtype dt, uint32_t *mask, char *d, size_t dn) {
+    rs_seed(seed);
+    int r = (int)irand(2, 3);
+    int64_t sz[5] = {irand(1, 2), irand(1, 3)}, ts[3] = {sz[0], r, r + 1}, ns[1] = {r + 2};
+    for (int i = 0; i < r; i++) sz[2 + i] = irand(1, 4);
+    gc *c = gc_new("AffineGrid", 20);
+    gc_seed(c, seed);
+    gc_input(c, dt, 3, ts, NULL);
+    gc_input(c, PD_INT64, 1, ns, sz);
+    if (irand(0, 1)) gc_attr_i(c, "align_corners", irand(0, 1));
+    gc_outputs(c, 1);
+    *mask = 0x1;
+    describe(c, d, dn);
+    return c;
+}
+
+/* Col2Im over 1 to 3 spatial dims, with strides, dilations and pads. */
+static gc *b_col2im(uint64_t seed, pd_dtype dt, uint32_t *mask, char *d, size_t dn) {
+    for (uint64_t tries = 0;; tries++) {
+        rs_seed(seed * 131 + tries);
+        int r = (int)irand(1, 3);
+        int64_t img[3], blk[3], st[3], dil[3], pads[6], K = 1, L = 1;
+        bool ok = true, hs = irand(0, 1), hp = irand(0, 1);
+        for (int i = 0; i < r; i++) {
+            img[i] = irand(1, 5), blk[i] = irand(1, 3), st[i] = hs ? irand(1, 2) : 1, dil[i] = irand(1, 2);
+            pads[i] = hp ? irand(0, 1) : 0, pads[r + i] = hp ? irand(0, 1) : 0;
+            int64_t span = img[i] + pads[i] + pads[r + i] - dil[i] * (blk[i] - 1) - 1;
+            if (span < 0) ok = false;
+            else K *= blk[i], L *= span / st[i] + 1;
+        }
+        if (!ok) continue;
+        int64_t xs[3] = {irand(1, 2), irand(1, 2) * K, L}, ns[1] = {r};
+        gc *c = gc_new("Col2Im", 18);
+        gc_seed(c, seed);
+        gc_input(c, dt, 3, xs, NULL);
+        gc_input(c, PD_INT64, 1, ns, img);
+        gc_input(c, PD_INT64, 1, ns, blk);
+        if (hs) gc_attr_ints(c, "strides", r, st);
+        gc_attr_ints(c, "dilations", r, dil);
+        if (hp) gc_attr_ints(c, "pads", 2 * r, pads);
+        gc_outputs(c, 1);
+        *mask = 0x1;
+        describe(c, d, dn);
+        return c;
+    }
+}
+
+/* CenterCropPad: each dim cropped, padded or kept, over all dims or some axes. */
+static gc *b_centercroppad(uint64_t seed, pd_dtype dt, uint32_t *mask, char *d, size_t dn) {
+    rs_seed(seed);
+    int r = (int)irand(1, 4), na = 0;
+    int64_t xs[4], sh[4], ax[4];
+    for (int i = 0; i < r; i++) xs[i] = irand(1, 5);
+    bool axes = irand(0, 1);
+    for (int i = 0; i < r; i++)
+        if (!axes || irand(0, 1)) {
+            ax[na] = irand(0, 1) ? i : i - r;
+            sh[na++] = irand(1, 6);
+        }
+    if (na == 0) ax[0] = 0, sh[na++] = irand(1, 6); /* an empty axes attribute reads as absent */
+    gc *c = gc_new("CenterCropPad", 18);
+    gc_seed(c, seed);
+    gc_input(c, dt, r, xs, NULL);
+    int64_t ns[1] = {na};
+    gc_input(c, PD_INT64, 1, ns, sh);
+    if (axes) gc_attr_ints(c, "axes", na, ax);
+    gc_outputs(c, 1);
+    *mask = 0x1;
+    describe(c, d, dn);
+    return c;
+}
+
 /* ---- the three checks per op ---------------------------------------------------------------------------- */
 
 typedef struct op_case {
@@ -1459,6 +1560,10 @@ int main(void) {
         {"NegativeLogLikelihoodLoss", b_nll, 40, 8},
         {"RotaryEmbedding", b_rope, 40, 8},
         {"Attention", b_attn, 100, 12},
+        {"GridSample", b_gridsample, 120, 16},
+        {"AffineGrid", b_affinegrid, 30, 6},
+        {"Col2Im", b_col2im, 60, 10},
+        {"CenterCropPad", b_centercroppad, 40, 8},
     };
     for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
         check_gradients(&ops[i]);

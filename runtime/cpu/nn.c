@@ -8,7 +8,7 @@
  * matrix product), LRN, Softmax, LogSoftmax,
  * Dropout, SoftmaxCrossEntropyLoss, NegativeLogLikelihoodLoss,
  * RotaryEmbedding, Attention (GEMMs per head, the softmax recomputed in
- * the backward).
+ * the backward), GridSample, AffineGrid, Col2Im, CenterCropPad.
  *
  * Each pd__cpu_<Op> reads the attributes, takes the window geometry from
  * pd__win_make (the same function the shape rule used) and dispatches on the
@@ -1060,4 +1060,312 @@ pd_status pd__cpu_Attention_bwd(pd__exec *x, const pd__node *n, pd_tensor *const
                 (&a, in[0]->data, in[1]->data, in[2]->data, dptr(M), M ? M->dtype : PD_BOOL, dptr(pk), dptr(pv),
                  dptr(dY), dptr(dPK), dptr(dPV), dptr(dQK), dptr(dQ), dptr(dK), dptr(dV), (void *)PK, (void *)PV,
                  (void *)gPK, (void *)gPV, (void *)S, (void *)Pm, (void *)gS))
+}
+
+/* ---- GridSample ---------------------------------------------------------------------------------- */
+
+/* Written over float64 through pd__get_f/pd__set_f: one body for both dtypes
+ * and both directions; the taps follow ONNX's reference (onnx/reference/ops/
+ * op_grid_sample.py), which its node tests were made with. */
+
+typedef struct {
+    int r, K, pad;           /* spatial dims, taps per dim, padding mode */
+    bool align;
+    int64_t N, C, in[3], out[3];
+} gs_geo;
+
+static gs_geo gs_make(const pd__node *n, const pd_tensor *X, const pd_tensor *grid) {
+    gs_geo q;
+    q.r = X->ndim - 2, q.K = pd__grid_mode(n), q.pad = pd__grid_padding(n);
+    q.align = pd__attr_i(n, "align_corners", 0) != 0;
+    q.N = X->shape[0], q.C = X->shape[1];
+    for (int d = 0; d < q.r; d++) q.in[d] = X->shape[2 + d], q.out[d] = grid->shape[1 + d];
+    return q;
+}
+
+/* Reflects x into [lo, hi]; *sign: its derivative (+1 or -1). */
+static double gs_reflect(double x, double lo, double hi, double *sign) {
+    double rng = hi - lo;
+    *sign = 1;
+    if (rng <= 0) return lo;
+    if (x < lo) {
+        double dx = lo - x;
+        int64_t k = (int64_t)(dx / rng);
+        double rem = dx - (double)k * rng;
+        *sign = k % 2 ? 1 : -1;
+        return k % 2 ? hi - rem : lo + rem;
+    }
+    if (x > hi) {
+        double dx = x - hi;
+        int64_t k = (int64_t)(dx / rng);
+        double rem = dx - (double)k * rng;
+        *sign = k % 2 ? 1 : -1;
+        return k % 2 ? lo + rem : hi - rem;
+    }
+    return x;
+}
+
+/* The input index of tap i on a dim of length L under the padding (-1: a zero). */
+static int64_t gs_index(int64_t i, int64_t L, int pad, double lo, double hi) {
+    if (i >= 0 && i < L) return i;
+    if (pad == 0) return -1;
+    if (pad == 1) return i < 0 ? 0 : L - 1;
+    double s;
+    int64_t j = (int64_t)gs_reflect((double)i, lo, hi, &s);
+    return j < 0 ? 0 : j >= L ? L - 1 : j;
+}
+
+static void gs_cubic(double t, double *c, double *dc) {
+    const double A = -0.75;
+    double u = t + 1, v = 1 - t, w = 2 - t;
+    c[0] = ((A * u - 5 * A) * u + 8 * A) * u - 4 * A;
+    c[1] = ((A + 2) * t - (A + 3)) * t * t + 1;
+    c[2] = ((A + 2) * v - (A + 3)) * v * v + 1;
+    c[3] = ((A * w - 5 * A) * w + 8 * A) * w - 4 * A;
+    dc[0] = (3 * A * u - 10 * A) * u + 8 * A;
+    dc[1] = (3 * (A + 2) * t - 2 * (A + 3)) * t;
+    dc[2] = -(3 * (A + 2) * v - 2 * (A + 3)) * v;
+    dc[3] = -((3 * A * w - 10 * A) * w + 8 * A);
+}
+
+/* The taps of one output point on dim d from its normalized coordinate g:
+ * input indices idx (-1: zero), weights w, and their derivatives dw in g. */
+static void gs_taps(const gs_geo *q, int d, double g, int64_t *idx, double *w, double *dw) {
+    int64_t L = q->in[d];
+    double lo = q->align ? 0 : -0.5, hi = q->align ? (double)(L - 1) : (double)L - 0.5;
+    double x = q->align ? (g + 1) / 2 * (double)(L - 1) : ((g + 1) * (double)L - 1) / 2;
+    double dx = q->align ? (double)(L - 1) / 2 : (double)L / 2; /* dx/dg */
+    if (q->K == 1) x = nearbyint(x); /* numpy's rint: half to even */
+    if (x < lo || x > hi) {
+        if (q->pad == 1) x = x < 0 ? 0 : x > (double)(L - 1) ? (double)(L - 1) : x, dx = 0;
+        else if (q->pad == 2) {
+            double s;
+            x = gs_reflect(x, lo, hi, &s);
+            dx *= s;
+        }
+    }
+    if (q->K == 1) {
+        idx[0] = gs_index((int64_t)x, L, q->pad, lo, hi);
+        w[0] = 1, dw[0] = 0;
+        return;
+    }
+    double f = floor(x), t = x - f;
+    int64_t b = (int64_t)f - (q->K == 4);
+    for (int k = 0; k < q->K; k++) idx[k] = gs_index(b + k, L, q->pad, lo, hi);
+    if (q->K == 2) {
+        w[0] = 1 - t, w[1] = t, dw[0] = -dx, dw[1] = dx;
+        return;
+    }
+    gs_cubic(t, w, dw);
+    for (int k = 0; k < 4; k++) dw[k] *= dx;
+}
+
+/* Forward (Y) or backward (dY into dX, dgrid), one output point per (n, o), all channels. */
+static void gs_run(const gs_geo *q, pd_dtype dt, const void *X, const void *G, void *Y, const void *dY, void *dX,
+                   void *dG) {
+    int64_t O = 1, S = 1;
+    for (int d = 0; d < q->r; d++) O *= q->out[d], S *= q->in[d];
+    int64_t nk = q->r == 2 ? q->K * q->K : q->K * q->K * q->K;
+    for (int64_t n = 0; n < q->N; n++)
+        for (int64_t o = 0; o < O; o++) {
+            int64_t idx[3][4], go = (n * O + o) * q->r;
+            double w[3][4], dw[3][4];
+            /* the grid's last dim is (x, y[, z]): x indexes the innermost dim */
+            for (int d = 0; d < q->r; d++)
+                gs_taps(q, d, pd__get_f(dt, G, go + q->r - 1 - d), idx[d], w[d], dw[d]);
+            double dg[3] = {0, 0, 0};
+            for (int64_t c = 0; c < q->C; c++) {
+                int64_t xo = (n * q->C + c) * S, yo = (n * q->C + c) * O + o;
+                double acc = 0, gy = dY ? pd__get_f(dt, dY, yo) : 0;
+                for (int64_t t = 0; t < nk; t++) {
+                    int k[3] = {(int)(t % q->K), (int)(t / q->K % q->K), (int)(t / q->K / q->K)};
+                    int64_t off = 0;
+                    double wt = 1;
+                    bool zero = false;
+                    for (int d = 0; d < q->r; d++) {
+                        int kd = k[q->r - 1 - d]; /* innermost dim varies fastest */
+                        if (idx[d][kd] < 0) zero = true;
+                        off = off * q->in[d] + idx[d][kd];
+                        wt *= w[d][kd];
+                    }
+                    if (zero) continue;
+                    if (Y) acc += wt * pd__get_f(dt, X, xo + off);
+                    if (dX && gy != 0) pd__set_f(dt, dX, xo + off, pd__get_f(dt, dX, xo + off) + gy * wt);
+                    if (dG)
+                        for (int d = 0; d < q->r; d++) {
+                            double p = dw[d][k[q->r - 1 - d]];
+                            for (int e = 0; e < q->r; e++)
+                                if (e != d) p *= w[e][k[q->r - 1 - e]];
+                            dg[d] += gy * p * pd__get_f(dt, X, xo + off);
+                        }
+                }
+                if (Y) pd__set_f(dt, Y, yo, acc);
+            }
+            if (dG)
+                for (int d = 0; d < q->r; d++) {
+                    int64_t j = go + q->r - 1 - d;
+                    pd__set_f(dt, dG, j, pd__get_f(dt, dG, j) + dg[d]);
+                }
+        }
+}
+
+pd_status pd__cpu_GridSample(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    (void)x;
+    gs_geo q = gs_make(n, in[0], in[1]);
+    gs_run(&q, in[0]->dtype, in[0]->data, in[1]->data, out[0]->data, NULL, NULL, NULL);
+    return PD_OK;
+}
+
+pd_status pd__cpu_GridSample_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out,
+                                 pd_tensor *const *dout, pd_tensor *const *din) {
+    (void)x, (void)out;
+    const pd_tensor *dY = gout(n, dout, 0);
+    pd_tensor *dX = gin(n, din, 0), *dG = gin(n, din, 1);
+    if (!dY || (!dX && !dG)) return PD_OK;
+    gs_geo q = gs_make(n, in[0], in[1]);
+    gs_run(&q, in[0]->dtype, in[0]->data, in[1]->data, NULL, dY->data, dptr(dX), q.K == 1 ? NULL : dptr(dG));
+    return PD_OK;
+}
+
+/* ---- AffineGrid ----------------------------------------------------------------------------------- */
+
+/* The normalized coordinate of position i on a dim of length L. */
+static double ag_base(int64_t i, int64_t L, bool align) {
+    if (align) return L > 1 ? -1 + 2.0 * (double)i / (double)(L - 1) : -1;
+    return -1 + (2.0 * (double)i + 1) / (double)L;
+}
+
+/* grid[n, p, j] = sum_k theta[n, j, k] * (x, y[, z], 1)[k]; or its adjoint into dtheta. */
+static void ag_run(const pd__node *n, const pd_tensor *th, const pd_tensor *size, void *grid, const void *dgrid,
+                   void *dth) {
+    const int64_t *sz = (const int64_t *)size->data;
+    int r = (int)size->shape[0] - 2;
+    bool align = pd__attr_i(n, "align_corners", 0) != 0;
+    pd_dtype dt = th->dtype;
+    int64_t P = 1;
+    for (int d = 0; d < r; d++) P *= sz[2 + d];
+    for (int64_t b = 0; b < sz[0]; b++)
+        for (int64_t p = 0; p < P; p++) {
+            double base[4];
+            int64_t rem = p;
+            for (int d = r - 1; d >= 0; d--) { /* base[0] is x, the innermost dim */
+                base[r - 1 - d] = ag_base(rem % sz[2 + d], sz[2 + d], align);
+                rem /= sz[2 + d];
+            }
+            base[r] = 1;
+            for (int j = 0; j < r; j++) {
+                int64_t go = (b * P + p) * r + j, to = (b * r + j) * (r + 1);
+                if (grid) {
+                    double v = 0;
+                    for (int k = 0; k <= r; k++) v += pd__get_f(dt, th->data, to + k) * base[k];
+                    pd__set_f(dt, grid, go, v);
+                } else {
+                    double gy = pd__get_f(dt, dgrid, go);
+                    for (int k = 0; k <= r; k++) pd__set_f(dt, dth, to + k, pd__get_f(dt, dth, to + k) + gy * base[k]);
+                }
+            }
+        }
+}
+
+pd_status pd__cpu_AffineGrid(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    (void)x;
+    ag_run(n, in[0], in[1], out[0]->data, NULL, NULL);
+    return PD_OK;
+}
+
+pd_status pd__cpu_AffineGrid_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out,
+                                 pd_tensor *const *dout, pd_tensor *const *din) {
+    (void)x, (void)out;
+    const pd_tensor *dY = gout(n, dout, 0);
+    pd_tensor *dT = gin(n, din, 0);
+    if (!dY || !dT) return PD_OK;
+    ag_run(n, in[0], in[1], NULL, dY->data, dT->data);
+    return PD_OK;
+}
+
+/* ---- Col2Im --------------------------------------------------------------------------------------- */
+
+/* Y (N, C, img) += the blocks of X (N, C * K, L); or dX += dY gathered (the adjoint). */
+static pd_status c2i_run(const pd__node *n, pd_tensor *const *in, const void *src, void *dst, bool fwd) {
+    const pd_tensor *X = in[0];
+    int r = (int)in[1]->shape[0];
+    const int64_t *img = (const int64_t *)in[1]->data, *blk = (const int64_t *)in[2]->data;
+    int64_t cnt[PD_MAX_DIMS], st[PD_MAX_DIMS], pb[PD_MAX_DIMS], dil[PD_MAX_DIMS];
+    if (!pd__col2im_plan(n, r, img, blk, cnt, st, pb, dil)) return pd__err(PD_ERR_SHAPE, "bad Col2Im geometry");
+    int64_t K = prod64(r, blk), L = prod64(r, cnt), S = prod64(r, img), NC = X->shape[0] * (X->shape[1] / K);
+    pd_dtype dt = X->dtype;
+    for (int64_t nc = 0; nc < NC; nc++)
+        for (int64_t k = 0; k < K; k++)
+            for (int64_t l = 0; l < L; l++) {
+                int64_t kr = k, lr = l, off = 0;
+                bool in_img = true;
+                int64_t pos[PD_MAX_DIMS];
+                for (int d = r - 1; d >= 0; d--) {
+                    pos[d] = (lr % cnt[d]) * st[d] - pb[d] + (kr % blk[d]) * dil[d];
+                    lr /= cnt[d], kr /= blk[d];
+                    if (pos[d] < 0 || pos[d] >= img[d]) in_img = false;
+                }
+                if (!in_img) continue;
+                for (int d = 0; d < r; d++) off = off * img[d] + pos[d];
+                int64_t xi = (nc * K + k) * L + l, yi = nc * S + off;
+                if (fwd) pd__set_f(dt, dst, yi, pd__get_f(dt, dst, yi) + pd__get_f(dt, src, xi));
+                else pd__set_f(dt, dst, xi, pd__get_f(dt, dst, xi) + pd__get_f(dt, src, yi));
+            }
+    return PD_OK;
+}
+
+pd_status pd__cpu_Col2Im(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    (void)x;
+    memset(out[0]->data, 0, (size_t)pd_tensor_numel(out[0]) * pd_dtype_size(out[0]->dtype));
+    return c2i_run(n, in, in[0]->data, out[0]->data, true);
+}
+
+pd_status pd__cpu_Col2Im_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out,
+                             pd_tensor *const *dout, pd_tensor *const *din) {
+    (void)x, (void)out;
+    const pd_tensor *dY = gout(n, dout, 0);
+    pd_tensor *dX = gin(n, din, 0);
+    if (!dY || !dX) return PD_OK;
+    return c2i_run(n, in, dY->data, dX->data, false);
+}
+
+/* ---- CenterCropPad -------------------------------------------------------------------------------- */
+
+/* Per dim: the centred window both share, its start in X and in Y and its length
+ * (a crop starts (in - out) / 2 into X, a pad (out - in) / 2 into Y). */
+static void ccp_walk(const pd_tensor *X, const pd_tensor *Y, const void *src, void *dst, bool fwd, bool add) {
+    int r = X->ndim;
+    int64_t a[PD_MAX_DIMS], b[PD_MAX_DIMS], len[PD_MAX_DIMS], idx[PD_MAX_DIMS] = {0}, total = 1;
+    for (int d = 0; d < r; d++) {
+        int64_t i = X->shape[d], o = Y->shape[d];
+        a[d] = i > o ? (i - o) / 2 : 0, b[d] = o > i ? (o - i) / 2 : 0, len[d] = i < o ? i : o;
+        total *= len[d];
+    }
+    size_t es = pd_dtype_size(X->dtype);
+    for (int64_t t = 0; t < total; t++) {
+        int64_t xi = 0, yi = 0;
+        for (int d = 0; d < r; d++) xi = xi * X->shape[d] + a[d] + idx[d], yi = yi * Y->shape[d] + b[d] + idx[d];
+        int64_t si = fwd ? xi : yi, di = fwd ? yi : xi;
+        if (add) pd__set_f(X->dtype, dst, di, pd__get_f(X->dtype, dst, di) + pd__get_f(X->dtype, src, si));
+        else memcpy((char *)dst + (size_t)di * es, (const char *)src + (size_t)si * es, es);
+        odo_next(idx, len, r);
+    }
+}
+
+pd_status pd__cpu_CenterCropPad(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    (void)x, (void)n;
+    memset(out[0]->data, 0, (size_t)pd_tensor_numel(out[0]) * pd_dtype_size(out[0]->dtype));
+    ccp_walk(in[0], out[0], in[0]->data, out[0]->data, true, false);
+    return PD_OK;
+}
+
+pd_status pd__cpu_CenterCropPad_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out,
+                                    pd_tensor *const *dout, pd_tensor *const *din) {
+    (void)x;
+    const pd_tensor *dY = gout(n, dout, 0);
+    pd_tensor *dX = gin(n, din, 0);
+    if (!dY || !dX) return PD_OK;
+    (void)out;
+    ccp_walk(in[0], dY, dY->data, dX->data, false, true);
+    return PD_OK;
 }
