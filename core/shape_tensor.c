@@ -1152,3 +1152,67 @@ double pd__flops_TopK(const pd_graph *g, const pd__node *n) {
     double len = (double)x->shape[axis];
     return len > 1 ? (double)x->numel * log2(len) : 0;
 }
+
+/* ---- HannWindow, HammingWindow, BlackmanWindow, MelWeightMatrix ------------------------------- */
+
+/* Scalar int input i, constant at load: these ops' output shapes are its value. */
+static pd_status const_scalar(pd_graph *g, pd__node *n, int i, const char *what, int64_t *v) {
+    int64_t vals[1];
+    int k = 0;
+    PD_TRY(const_ints(g, n, i, what, 1, vals, &k));
+    if (k != 1) return pd__node_err(g, n, PD_ERR_SHAPE, "%s must be a scalar", what);
+    *v = vals[0];
+    return PD_OK;
+}
+
+/* output_datatype: a float dtype (the ONNX enum); the integer outputs the
+ * spec allows are not supported. */
+static pd_status out_float_dtype(pd_graph *g, pd__node *n, pd_dtype *dt) {
+    int64_t t = pd__attr_i(n, "output_datatype", PD_FLOAT);
+    if (t < 0 || t > 64 || !is_float_dtype((pd_dtype)t))
+        return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "output_datatype %lld is not supported (float types only)",
+                            (long long)t);
+    *dt = (pd_dtype)t;
+    return PD_OK;
+}
+
+static pd_status shape_window(pd_graph *g, pd__node *n) {
+    int64_t size = 0;
+    pd_dtype dt = PD_FLOAT;
+    PD_TRY(out_float_dtype(g, n, &dt));
+    PD_TRY(const_scalar(g, n, 0, "size", &size));
+    if (size < 0) return pd__node_err(g, n, PD_ERR_SHAPE, "size %lld is negative", (long long)size);
+    return set_out(g, n, 0, dt, 1, &size);
+}
+
+pd_status pd__shape_HannWindow(pd_graph *g, pd__node *n) { return shape_window(g, n); }
+pd_status pd__shape_HammingWindow(pd_graph *g, pd__node *n) { return shape_window(g, n); }
+pd_status pd__shape_BlackmanWindow(pd_graph *g, pd__node *n) { return shape_window(g, n); }
+
+/* (dft_length / 2 + 1, num_mel_bins); the sample rate and edges may come at run time. */
+pd_status pd__shape_MelWeightMatrix(pd_graph *g, pd__node *n) {
+    int64_t bins = 0, len = 0;
+    pd_dtype dt = PD_FLOAT;
+    PD_TRY(out_float_dtype(g, n, &dt));
+    PD_TRY(const_scalar(g, n, 0, "num_mel_bins", &bins));
+    PD_TRY(const_scalar(g, n, 1, "dft_length", &len));
+    for (int i = 2; i < 5; i++) {
+        pd__tensor *t = NULL;
+        PD_TRY(need_in(g, n, i, i == 2 ? "sample_rate" : i == 3 ? "lower_edge_hertz" : "upper_edge_hertz", &t));
+        if (t->numel != 1) return pd__node_err(g, n, PD_ERR_SHAPE, "input %d must be a scalar", i);
+    }
+    if (bins < 1 || len < 1)
+        return pd__node_err(g, n, PD_ERR_SHAPE, "num_mel_bins %lld and dft_length %lld must be positive",
+                            (long long)bins, (long long)len);
+    int64_t ys[2] = {len / 2 + 1, bins};
+    return set_out(g, n, 0, dt, 2, ys);
+}
+
+static double numel_out0(const pd_graph *g, const pd__node *n) {
+    const pd__tensor *y = pd__out((pd_graph *)g, n, 0);
+    return y == NULL ? 0 : (double)y->numel;
+}
+double pd__flops_HannWindow(const pd_graph *g, const pd__node *n) { return 4 * numel_out0(g, n); }
+double pd__flops_HammingWindow(const pd_graph *g, const pd__node *n) { return 4 * numel_out0(g, n); }
+double pd__flops_BlackmanWindow(const pd_graph *g, const pd__node *n) { return 8 * numel_out0(g, n); }
+double pd__flops_MelWeightMatrix(const pd_graph *g, const pd__node *n) { return numel_out0(g, n); }

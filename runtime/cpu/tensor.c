@@ -1821,3 +1821,78 @@ PD__NO_GRAD(OneHot)
 PD__NO_GRAD(ArgMax)
 PD__NO_GRAD(ArgMin)
 PD__NO_GRAD(Hardmax)
+
+/* ---- HannWindow, HammingWindow, BlackmanWindow, MelWeightMatrix ------------------------------- */
+
+/* w[k] = a0 - a1 cos(2 pi k / N) + a2 cos(4 pi k / N), N the size when
+ * periodic, size - 1 when symmetric (the spec's forms). */
+static pd_status window(const pd__node *n, pd_tensor *const *out, double a0, double a1, double a2) {
+    pd_tensor *o = out[0];
+    int64_t size = pd__numel_of(o), N = pd__attr_i(n, "periodic", 1) ? size : size - 1;
+    for (int64_t k = 0; k < size; k++) {
+        double t = N > 0 ? 2 * M_PI * (double)k / (double)N : 0;
+        pd__set_f(o->dtype, o->data, k, a0 - a1 * cos(t) + a2 * cos(2 * t));
+    }
+    return PD_OK;
+}
+
+pd_status pd__cpu_HannWindow(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    (void)x, (void)in;
+    return window(n, out, 0.5, 0.5, 0);
+}
+
+pd_status pd__cpu_HammingWindow(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    (void)x, (void)in;
+    return window(n, out, 25.0 / 46.0, 21.0 / 46.0, 0);
+}
+
+pd_status pd__cpu_BlackmanWindow(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    (void)x, (void)in;
+    return window(n, out, 0.42, 0.5, 0.08);
+}
+
+/* Triangular filters between num_mel_bins + 2 points evenly spaced in mel
+ * (2595 log10(1 + f / 700)), mapped to DFT bins by floor((dft_length + 1) f /
+ * sample_rate). The spacing divides by num_mel_bins + 2, as ONNX's reference
+ * does, so the outputs match its tests. */
+pd_status pd__cpu_MelWeightMatrix(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    (void)x, (void)n;
+    pd_tensor *o = out[0];
+    int64_t bins = pd__get_i(in[0]->dtype, in[0]->data, 0), len = pd__get_i(in[1]->dtype, in[1]->data, 0);
+    int64_t rows = len / 2 + 1;
+    if (o->ndim != 2 || o->shape[0] != rows || o->shape[1] != bins)
+        return pd__err(PD_ERR_INTERNAL, "output does not match num_mel_bins and dft_length");
+    double rate = pd__get_f(in[2]->dtype, in[2]->data, 0), lo = pd__get_f(in[3]->dtype, in[3]->data, 0),
+           hi = pd__get_f(in[4]->dtype, in[4]->data, 0);
+    if (!(rate > 0)) return pd__err(PD_ERR_INVALID, "sample_rate %g must be positive", rate);
+    int64_t *pt = PD_MALLOC((size_t)(bins + 2) * sizeof *pt);
+    if (pt == NULL) return pd__err(PD_ERR_NOMEM, "out of memory");
+    double mlo = 2595 * log10(1 + lo / 700), mhi = 2595 * log10(1 + hi / 700), step = (mhi - mlo) / (double)(bins + 2);
+    for (int64_t i = 0; i < bins + 2; i++) {
+        double f = 700 * (pow(10, ((double)i * step + mlo) / 2595) - 1);
+        pt[i] = (int64_t)floor((double)(len + 1) * f / rate);
+    }
+    int64_t total = rows * bins;
+    for (int64_t i = 0; i < total; i++) pd__set_f(o->dtype, o->data, i, 0);
+    pd_status s = PD_OK;
+    for (int64_t i = 0; i < bins && s == PD_OK; i++) {
+        int64_t l = pt[i], c = pt[i + 1], h = pt[i + 2];
+        if (l < 0 || h >= rows + (h == c) || c < l || h < c) {
+            s = pd__err(PD_ERR_INVALID, "mel bin %lld falls outside the %lld DFT bins (edges %g..%g Hz)", (long long)i,
+                        (long long)rows, lo, hi);
+            break;
+        }
+        if (c == l)
+            pd__set_f(o->dtype, o->data, c * bins + i, 1);
+        else
+            for (int64_t j = l; j <= c; j++) pd__set_f(o->dtype, o->data, j * bins + i, (double)(j - l) / (double)(c - l));
+        for (int64_t j = c; j < h; j++) pd__set_f(o->dtype, o->data, j * bins + i, (double)(h - j) / (double)(h - c));
+    }
+    PD_FREE(pt);
+    return s;
+}
+
+PD__NO_GRAD(HannWindow)
+PD__NO_GRAD(HammingWindow)
+PD__NO_GRAD(BlackmanWindow)
+PD__NO_GRAD(MelWeightMatrix)
