@@ -808,7 +808,9 @@ PDDEF void pd_mpi_finalize(void);
     X(HANN_WINDOW, HannWindow, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                    \
     X(HAMMING_WINDOW, HammingWindow, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)              \
     X(BLACKMAN_WINDOW, BlackmanWindow, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)            \
-    X(MEL_WEIGHT_MATRIX, MelWeightMatrix, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)
+    X(MEL_WEIGHT_MATRIX, MelWeightMatrix, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)         \
+    X(DFT, DFT, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                                   \
+    X(STFT, STFT, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)
 
 typedef enum pd_op {
 #define PD__OP_ENUM(e, name, flags, grad, state) PD_OP_##e,
@@ -5117,6 +5119,28 @@ pd_status pd__scatter_reduction(const pd__node *n, pd__scatter_red *r);
 pd_status pd__space_depth_walk(const pd__node *n, const pd_tensor *x, bool to_space, int64_t *box, int64_t *istride,
                                int64_t *oshape);
 
+/* DFT over one axis of x (rank r, the last dim 1 real or 2 complex): outer
+ * and inner are the products of the dims before and after the axis (not the
+ * last); lin the input's length on the axis, n the transform's length, m the
+ * output's; cin and cout the last dims. inverse with onesided reads a half
+ * spectrum and writes a real signal. len and axis (the inputs, NULL when
+ * absent) must have data. */
+typedef struct pd__dft {
+    int axis, cin, cout;
+    int64_t outer, inner, lin, n, m;
+    bool inverse, onesided;
+} pd__dft;
+pd_status pd__dft_plan(const pd__node *n, const pd_tensor *x, const pd_tensor *len, const pd_tensor *axis, pd__dft *p);
+
+/* STFT of signal (batch, length, 1 or 2): frames of frame_len every step, each
+ * bins long in the output (batch, frames, bins, 2). */
+typedef struct pd__stft {
+    int64_t batch, length, step, frame_len, frames, bins;
+    int c;
+} pd__stft;
+pd_status pd__stft_plan(const pd__node *n, const pd_tensor *x, const pd_tensor *step, const pd_tensor *window,
+                        const pd_tensor *frame_len, pd__stft *p);
+
 #endif
 /* ---- end of core/shape_tensor.h ---- */
 
@@ -6320,6 +6344,103 @@ double pd__flops_HannWindow(const pd_graph *g, const pd__node *n) { return 4 * n
 double pd__flops_HammingWindow(const pd_graph *g, const pd__node *n) { return 4 * numel_out0(g, n); }
 double pd__flops_BlackmanWindow(const pd_graph *g, const pd__node *n) { return 8 * numel_out0(g, n); }
 double pd__flops_MelWeightMatrix(const pd_graph *g, const pd__node *n) { return numel_out0(g, n); }
+
+/* ---- DFT, STFT ------------------------------------------------------------------------------------ */
+
+static pd_status scalar_of(const pd_tensor *t, const char *what, int64_t *v) {
+    if (t->data == NULL) return pd__err(PD_ERR_UNSUPPORTED, "%s must be constant at load (output shapes are static)", what);
+    if (view_numel(t) != 1 || !is_int_dtype(t->dtype))
+        return pd__err(PD_ERR_SHAPE, "%s must be an int scalar", what);
+    *v = pd__get_i(t->dtype, t->data, 0);
+    return PD_OK;
+}
+
+pd_status pd__dft_plan(const pd__node *n, const pd_tensor *x, const pd_tensor *len, const pd_tensor *axis, pd__dft *p) {
+    int r = x->ndim;
+    if (r < 2 || (x->shape[r - 1] != 1 && x->shape[r - 1] != 2))
+        return pd__err(PD_ERR_SHAPE, "input must have rank >= 2 and a last dim of 1 (real) or 2 (complex)");
+    if (!is_float_dtype(x->dtype)) return pd__err(PD_ERR_UNSUPPORTED, "DFT of %s is not supported", pd_dtype_name(x->dtype));
+    /* the axis counts the last (real/imaginary) dim too: [-r, -2] or [0, r - 2] */
+    int64_t a = n->opset >= 20 ? -2 : pd__attr_i(n, "axis", 1);
+    if (n->opset >= 20 && axis != NULL) PD_TRY(scalar_of(axis, "axis", &a));
+    if (a < 0) a += r;
+    if (a < 0 || a > r - 2) return pd__err(PD_ERR_SHAPE, "axis is out of range for rank %d", r);
+    p->axis = (int)a;
+    p->inverse = pd__attr_i(n, "inverse", 0) != 0;
+    p->onesided = pd__attr_i(n, "onesided", 0) != 0;
+    p->cin = (int)x->shape[r - 1];
+    p->lin = x->shape[a];
+    p->outer = p->inner = 1;
+    for (int i = 0; i < a; i++) p->outer *= x->shape[i];
+    for (int i = (int)a + 1; i < r - 1; i++) p->inner *= x->shape[i];
+    bool half_in = p->inverse && p->onesided;
+    p->n = half_in ? 2 * (p->lin - 1) : p->lin;
+    if (len != NULL) PD_TRY(scalar_of(len, "dft_length", &p->n));
+    if (p->n < 1) return pd__err(PD_ERR_SHAPE, "dft_length %lld must be positive", (long long)p->n);
+    p->m = half_in || !p->onesided ? p->n : p->n / 2 + 1;
+    p->cout = half_in ? 1 : 2;
+    return PD_OK;
+}
+
+pd_status pd__shape_DFT(pd_graph *g, pd__node *n) {
+    pd__tensor *x = NULL;
+    PD_TRY(need_in(g, n, 0, "input", &x));
+    pd_tensor v[MAX_VIEWS], *vp[MAX_VIEWS];
+    PD_TRY(make_views(g, n, v, vp));
+    pd__dft p;
+    pd_status s = pd__dft_plan(n, vp[0], n->nin > 1 ? vp[1] : NULL, n->nin > 2 ? vp[2] : NULL, &p);
+    if (s != PD_OK) return node_fail(g, n, s);
+    int64_t ys[PD_MAX_DIMS];
+    for (int i = 0; i < x->ndim; i++) ys[i] = x->shape[i];
+    ys[p.axis] = p.m, ys[x->ndim - 1] = p.cout;
+    return set_out(g, n, 0, x->dtype, x->ndim, ys);
+}
+
+pd_status pd__stft_plan(const pd__node *n, const pd_tensor *x, const pd_tensor *step, const pd_tensor *window,
+                        const pd_tensor *frame_len, pd__stft *p) {
+    if (x->ndim != 3 || (x->shape[2] != 1 && x->shape[2] != 2))
+        return pd__err(PD_ERR_SHAPE, "signal must be (batch, length, 1 or 2)");
+    if (!is_float_dtype(x->dtype)) return pd__err(PD_ERR_UNSUPPORTED, "STFT of %s is not supported", pd_dtype_name(x->dtype));
+    if (step == NULL) return pd__err(PD_ERR_INVALID, "missing frame_step");
+    PD_TRY(scalar_of(step, "frame_step", &p->step));
+    p->frame_len = -1;
+    if (frame_len != NULL) PD_TRY(scalar_of(frame_len, "frame_length", &p->frame_len));
+    if (window != NULL) {
+        if (window->ndim != 1 || (p->frame_len >= 0 && window->shape[0] != p->frame_len))
+            return pd__err(PD_ERR_SHAPE, "window must be 1-D, frame_length long");
+        p->frame_len = window->shape[0];
+    }
+    if (p->frame_len < 1 || p->step < 1)
+        return pd__err(PD_ERR_SHAPE, "STFT needs a positive frame_step and a window or frame_length");
+    p->batch = x->shape[0], p->length = x->shape[1], p->c = (int)x->shape[2];
+    if (p->frame_len > p->length) return pd__err(PD_ERR_SHAPE, "frame_length exceeds the signal's length");
+    p->frames = (p->length - p->frame_len) / p->step + 1;
+    bool one = pd__attr_i(n, "onesided", 1) != 0 && p->c == 1;
+    p->bins = one ? p->frame_len / 2 + 1 : p->frame_len;
+    return PD_OK;
+}
+
+pd_status pd__shape_STFT(pd_graph *g, pd__node *n) {
+    pd__tensor *x = NULL;
+    PD_TRY(need_in(g, n, 0, "signal", &x));
+    pd_tensor v[MAX_VIEWS], *vp[MAX_VIEWS];
+    PD_TRY(make_views(g, n, v, vp));
+    pd__stft p;
+    pd_status s = pd__stft_plan(n, vp[0], n->nin > 1 ? vp[1] : NULL, n->nin > 2 ? vp[2] : NULL,
+                                n->nin > 3 ? vp[3] : NULL, &p);
+    if (s != PD_OK) return node_fail(g, n, s);
+    int64_t ys[4] = {p.batch, p.frames, p.bins, 2};
+    return set_out(g, n, 0, x->dtype, 4, ys);
+}
+
+double pd__flops_DFT(const pd_graph *g, const pd__node *n) {
+    const pd__tensor *x = pd__in((pd_graph *)g, n, 0);
+    return x == NULL ? 0 : 8 * numel_out0(g, n) * (double)x->shape[x->ndim > 1 ? 1 : 0];
+}
+double pd__flops_STFT(const pd_graph *g, const pd__node *n) {
+    const pd__tensor *y = pd__out((pd_graph *)g, n, 0);
+    return y == NULL || y->ndim != 4 ? 0 : 8 * (double)y->numel * (double)y->shape[2];
+}
 #undef MAX_VIEWS
 #undef PD__NO_FLOPS
 #undef RESOLVE

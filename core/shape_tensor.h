@@ -94,4 +94,26 @@ pd_status pd__scatter_reduction(const pd__node *n, pd__scatter_red *r);
 pd_status pd__space_depth_walk(const pd__node *n, const pd_tensor *x, bool to_space, int64_t *box, int64_t *istride,
                                int64_t *oshape);
 
+/* DFT over one axis of x (rank r, the last dim 1 real or 2 complex): outer
+ * and inner are the products of the dims before and after the axis (not the
+ * last); lin the input's length on the axis, n the transform's length, m the
+ * output's; cin and cout the last dims. inverse with onesided reads a half
+ * spectrum and writes a real signal. len and axis (the inputs, NULL when
+ * absent) must have data. */
+typedef struct pd__dft {
+    int axis, cin, cout;
+    int64_t outer, inner, lin, n, m;
+    bool inverse, onesided;
+} pd__dft;
+pd_status pd__dft_plan(const pd__node *n, const pd_tensor *x, const pd_tensor *len, const pd_tensor *axis, pd__dft *p);
+
+/* STFT of signal (batch, length, 1 or 2): frames of frame_len every step, each
+ * bins long in the output (batch, frames, bins, 2). */
+typedef struct pd__stft {
+    int64_t batch, length, step, frame_len, frames, bins;
+    int c;
+} pd__stft;
+pd_status pd__stft_plan(const pd__node *n, const pd_tensor *x, const pd_tensor *step, const pd_tensor *window,
+                        const pd_tensor *frame_len, pd__stft *p);
+
 #endif

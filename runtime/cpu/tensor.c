@@ -1896,3 +1896,101 @@ PD__NO_GRAD(HannWindow)
 PD__NO_GRAD(HammingWindow)
 PD__NO_GRAD(BlackmanWindow)
 PD__NO_GRAD(MelWeightMatrix)
+
+/* ---- DFT, STFT ------------------------------------------------------------------------------------ */
+
+/* cos and sin of 2 pi j / n for j < n: the products j k are taken mod n, so
+ * the table stays exact for long transforms. */
+static double *twiddles(int64_t n) {
+    double *t = PD_MALLOC((size_t)(2 * n) * sizeof *t);
+    if (t == NULL) return NULL;
+    for (int64_t j = 0; j < n; j++) t[2 * j] = cos(2 * M_PI * (double)j / (double)n), t[2 * j + 1] = sin(2 * M_PI * (double)j / (double)n);
+    return t;
+}
+
+/* A direct O(n^2) transform per line: the sizes ONNX models use for DFT
+ * (audio frames) are small, and it handles every length alike. */
+pd_status pd__cpu_DFT(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    pd__dft p;
+    PD_TRY(pd__dft_plan(n, in[0], n->nin > 1 ? in[1] : NULL, n->nin > 2 ? in[2] : NULL, &p));
+    double *tw = twiddles(p.n);
+    if (tw == NULL) return pd__err(PD_ERR_NOMEM, "out of memory");
+    pd_dtype dt = in[0]->dtype;
+    const void *xd = in[0]->data;
+    void *yd = out[0]->data;
+    int64_t lines = p.outer * p.inner, N = p.n, use = p.lin < N ? p.lin : N;
+    double sg = p.inverse ? 1 : -1, sc = p.inverse ? 1.0 / (double)N : 1;
+    bool half = p.inverse && p.onesided;
+    int nt = pd__threads_for(x, lines * p.m * use, lines);
+    (void)nt;
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+#endif
+    for (int64_t l = 0; l < lines; l++) {
+        int64_t o = l / p.inner, i = l % p.inner;
+        for (int64_t k = 0; k < p.m; k++) {
+            double re = 0, im = 0;
+            if (!half) {
+                for (int64_t j = 0; j < use; j++) {
+                    int64_t at = ((o * p.lin + j) * p.inner + i) * p.cin, t = (j * k) % N;
+                    double a = pd__get_f(dt, xd, at), b = p.cin == 2 ? pd__get_f(dt, xd, at + 1) : 0;
+                    double c = tw[2 * t], s = sg * tw[2 * t + 1];
+                    re += a * c - b * s, im += a * s + b * c;
+                }
+            } else {
+                /* the half spectrum X[0..n/2] extended by X[n - j] = conj(X[j]); the real part */
+                for (int64_t j = 0; j < N; j++) {
+                    int64_t src = j <= N / 2 ? j : N - j, t = (j * k) % N;
+                    if (src >= p.lin) continue;
+                    int64_t at = ((o * p.lin + src) * p.inner + i) * 2;
+                    double a = pd__get_f(dt, xd, at), b = pd__get_f(dt, xd, at + 1);
+                    if (j != src) b = -b;
+                    re += a * tw[2 * t] - b * tw[2 * t + 1];
+                }
+            }
+            int64_t at = ((o * p.m + k) * p.inner + i) * p.cout;
+            pd__set_f(dt, yd, at, re * sc);
+            if (p.cout == 2) pd__set_f(dt, yd, at + 1, im * sc);
+        }
+    }
+    PD_FREE(tw);
+    return PD_OK;
+}
+
+pd_status pd__cpu_STFT(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    pd__stft p;
+    const pd_tensor *win = n->nin > 2 ? in[2] : NULL;
+    PD_TRY(pd__stft_plan(n, in[0], n->nin > 1 ? in[1] : NULL, win, n->nin > 3 ? in[3] : NULL, &p));
+    double *tw = twiddles(p.frame_len);
+    if (tw == NULL) return pd__err(PD_ERR_NOMEM, "out of memory");
+    pd_dtype dt = in[0]->dtype;
+    const void *xd = in[0]->data;
+    void *yd = out[0]->data;
+    int64_t L = p.frame_len, lines = p.batch * p.frames;
+    int nt = pd__threads_for(x, lines * p.bins * L, lines);
+    (void)nt;
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+#endif
+    for (int64_t l = 0; l < lines; l++) {
+        int64_t b = l / p.frames, f = l % p.frames;
+        for (int64_t k = 0; k < p.bins; k++) {
+            double re = 0, im = 0;
+            for (int64_t j = 0; j < L; j++) {
+                int64_t at = (b * p.length + f * p.step + j) * p.c, t = (j * k) % L;
+                double w = win != NULL ? pd__get_f(win->dtype, win->data, j) : 1;
+                double a = w * pd__get_f(dt, xd, at), bb = p.c == 2 ? w * pd__get_f(dt, xd, at + 1) : 0;
+                double c = tw[2 * t], s = -tw[2 * t + 1];
+                re += a * c - bb * s, im += a * s + bb * c;
+            }
+            int64_t at = (l * p.bins + k) * 2;
+            pd__set_f(dt, yd, at, re);
+            pd__set_f(dt, yd, at + 1, im);
+        }
+    }
+    PD_FREE(tw);
+    return PD_OK;
+}
+
+PD__NO_GRAD(DFT)
+PD__NO_GRAD(STFT)
