@@ -692,6 +692,7 @@ PDDEF void pd_mpi_finalize(void);
     X(AFFINE_GRID, AffineGrid, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                      \
     X(COL2IM, Col2Im, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                               \
     X(CENTER_CROP_PAD, CenterCropPad, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)               \
+    X(ROI_ALIGN, RoiAlign, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                            \
     /* recurrent: inputs X, W, R, B, sequence_lens, initial_h (initial_c, P) */                    \
     X(LSTM, LSTM, PD_OPF_RNN | PD_OPF_FOLD | PD_OPF_HOST, 0x6f, 0)                                 \
     X(GRU, GRU, PD_OPF_RNN | PD_OPF_FOLD | PD_OPF_HOST, 0x2f, 0)                                   \
@@ -3300,6 +3301,12 @@ typedef struct pd__attn {
 pd_status pd__attn_plan(const pd__node *n, int qn, const int64_t *qs, int kn, const int64_t *ks, int vn,
                         const int64_t *vs, int mn, const int64_t *ms, int pn, const int64_t *ps, pd__attn *a);
 
+/* RoiAlign's mode (0 avg, 1 max; -1 unknown) and the offset its
+ * coordinate_transformation_mode subtracts (0.5 half_pixel, 0
+ * output_half_pixel; -1 unknown). */
+int pd__roialign_mode(const pd__node *n);
+double pd__roialign_offset(const pd__node *n);
+
 #endif
 /* ---- end of core/shape_nn.h ---- */
 
@@ -4790,6 +4797,51 @@ pd_status pd__shape_CenterCropPad(pd_graph *g, pd__node *n) {
 double pd__flops_CenterCropPad(const pd_graph *g, const pd__node *n) {
     (void)g, (void)n;
     return 0; /* a copy */
+}
+
+/* ---- RoiAlign ------------------------------------------------------------------------------------- */
+
+int pd__roialign_mode(const pd__node *n) {
+    const char *m = pd__attr_s(n, "mode", "avg");
+    return !strcmp(m, "avg") ? 0 : !strcmp(m, "max") ? 1 : -1;
+}
+
+/* 0.5 for half_pixel (the default from opset 16), 0 for output_half_pixel
+ * (opset 10's only behaviour); -1: unknown. */
+double pd__roialign_offset(const pd__node *n) {
+    const char *m = pd__attr_s(n, "coordinate_transformation_mode", n->opset >= 16 ? "half_pixel" : "output_half_pixel");
+    return !strcmp(m, "half_pixel") ? 0.5 : !strcmp(m, "output_half_pixel") ? 0 : -1;
+}
+
+/* Y (R, C, output_height, output_width) pooled from X (N, C, H, W) over rois (R, 4). */
+pd_status pd__shape_RoiAlign(pd_graph *g, pd__node *n) {
+    pd__tensor *x, *rois, *bi;
+    PD_TRY(need(g, n, 0, "X", &x));
+    PD_TRY(need(g, n, 1, "rois", &rois));
+    PD_TRY(need(g, n, 2, "batch_indices", &bi));
+    PD_TRY(need_float(g, n, x, "X"));
+    PD_TRY(need_dtype(g, n, rois, x->dtype, "rois"));
+    if (bi->dtype != PD_INT64 && bi->dtype != PD_INT32)
+        return pd__node_err(g, n, PD_ERR_SHAPE, "batch_indices has dtype %s, expected int64",
+                            pd_dtype_name(bi->dtype));
+    if (x->ndim != 4 || rois->ndim != 2 || rois->shape[1] != 4 || bi->ndim != 1 || bi->shape[0] != rois->shape[0])
+        return pd__node_err(g, n, PD_ERR_SHAPE, "X %s, rois %s, batch_indices %s: want (N, C, H, W), (R, 4), (R)",
+                            shp(x).s, shp(rois).s, shp(bi).s);
+    if (pd__roialign_mode(n) < 0)
+        return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "mode '%s' is not supported", pd__attr_s(n, "mode", ""));
+    if (pd__roialign_offset(n) < 0)
+        return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "coordinate_transformation_mode '%s' is not supported",
+                            pd__attr_s(n, "coordinate_transformation_mode", ""));
+    int64_t oh = pd__attr_i(n, "output_height", 1), ow = pd__attr_i(n, "output_width", 1);
+    if (oh < 1 || ow < 1 || pd__attr_i(n, "sampling_ratio", 0) < 0)
+        return pd__node_err(g, n, PD_ERR_SHAPE, "output_height, output_width must be positive, sampling_ratio >= 0");
+    int64_t ys[4] = {rois->shape[0], x->shape[1], oh, ow};
+    return set_out(g, n, 0, x->dtype, 4, ys);
+}
+
+double pd__flops_RoiAlign(const pd_graph *g, const pd__node *n) {
+    const pd__tensor *y = cout(g, n, 0);
+    return y ? 8 * dnumel(y) : 0; /* per sample; the samples per bin depend on the rois */
 }
 #undef cin
 #undef pd__shp

@@ -77,6 +77,7 @@
     X(AFFINE_GRID, AffineGrid, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                      \
     X(COL2IM, Col2Im, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                               \
     X(CENTER_CROP_PAD, CenterCropPad, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)               \
+    X(ROI_ALIGN, RoiAlign, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                            \
     /* recurrent: inputs X, W, R, B, sequence_lens, initial_h (initial_c, P) */                    \
     X(LSTM, LSTM, PD_OPF_RNN | PD_OPF_FOLD | PD_OPF_HOST, 0x6f, 0)                                 \
     X(GRU, GRU, PD_OPF_RNN | PD_OPF_FOLD | PD_OPF_HOST, 0x2f, 0)                                   \

@@ -172,4 +172,10 @@ typedef struct pd__attn {
 pd_status pd__attn_plan(const pd__node *n, int qn, const int64_t *qs, int kn, const int64_t *ks, int vn,
                         const int64_t *vs, int mn, const int64_t *ms, int pn, const int64_t *ps, pd__attn *a);
 
+/* RoiAlign's mode (0 avg, 1 max; -1 unknown) and the offset its
+ * coordinate_transformation_mode subtracts (0.5 half_pixel, 0
+ * output_half_pixel; -1 unknown). */
+int pd__roialign_mode(const pd__node *n);
+double pd__roialign_offset(const pd__node *n);
+
 #endif

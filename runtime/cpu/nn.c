@@ -1369,3 +1369,73 @@ pd_status pd__cpu_CenterCropPad_bwd(pd__exec *x, const pd__node *n, pd_tensor *c
     ccp_walk(in[0], dY, dY->data, dX->data, false, true);
     return PD_OK;
 }
+
+/* ---- RoiAlign ------------------------------------------------------------------------------------- */
+
+/* Each output bin averages (or, in max mode, takes the largest of) bilinear
+ * samples on a grid of sampling_ratio (or ceil(roi size / bins)) points per
+ * side. The sampling and the max mode's max of the four weighted taps follow
+ * onnxruntime, which generated ONNX's test data. */
+pd_status pd__cpu_RoiAlign(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    const pd_tensor *X = in[0], *rois = in[1], *bi = in[2];
+    pd_tensor *Y = out[0];
+    pd_dtype dt = X->dtype;
+    int64_t N = X->shape[0], C = X->shape[1], H = X->shape[2], W = X->shape[3], R = rois->shape[0];
+    int64_t oh = Y->shape[2], ow = Y->shape[3], sr = pd__attr_i(n, "sampling_ratio", 0);
+    double off = pd__roialign_offset(n), scale = pd__attr_f(n, "spatial_scale", 1.0f);
+    bool mx = pd__roialign_mode(n) == 1;
+    for (int64_t r = 0; r < R; r++) {
+        int64_t b = pd__get_i(bi->dtype, bi->data, r);
+        if (b < 0 || b >= N)
+            return pd__err(PD_ERR_INVALID, "batch_indices[%lld] = %lld is outside [0, %lld)", (long long)r,
+                           (long long)b, (long long)N);
+    }
+    (void)x;
+    for (int64_t rc = 0; rc < R * C; rc++) {
+        int64_t r = rc / C, c = rc % C, b = pd__get_i(bi->dtype, bi->data, r), base = (b * C + c) * H * W;
+        double x0 = pd__get_f(dt, rois->data, 4 * r) * scale - off, y0 = pd__get_f(dt, rois->data, 4 * r + 1) * scale - off;
+        double x1 = pd__get_f(dt, rois->data, 4 * r + 2) * scale - off, y1 = pd__get_f(dt, rois->data, 4 * r + 3) * scale - off;
+        double rw = x1 - x0, rh = y1 - y0;
+        if (off == 0) rw = rw > 1 ? rw : 1, rh = rh > 1 ? rh : 1; /* output_half_pixel: at least one pixel */
+        double bh = rh / (double)oh, bw = rw / (double)ow;
+        int64_t gh = sr > 0 ? sr : (int64_t)ceil(rh / (double)oh), gw = sr > 0 ? sr : (int64_t)ceil(rw / (double)ow);
+        double cnt = gh * gw > 1 ? (double)(gh * gw) : 1;
+        for (int64_t ph = 0; ph < oh; ph++)
+            for (int64_t pw = 0; pw < ow; pw++) {
+                double acc = 0;
+                bool first = true;
+                for (int64_t iy = 0; iy < gh; iy++)
+                    for (int64_t ix = 0; ix < gw; ix++) {
+                        double yy = y0 + (double)ph * bh + ((double)iy + 0.5) * bh / (double)gh;
+                        double xx = x0 + (double)pw * bw + ((double)ix + 0.5) * bw / (double)gw;
+                        double v = 0;
+                        if (!(yy < -1.0 || yy > (double)H || xx < -1.0 || xx > (double)W)) {
+                            if (yy <= 0) yy = 0;
+                            if (xx <= 0) xx = 0;
+                            int64_t yl = (int64_t)yy, xl = (int64_t)xx, yh, xh;
+                            if (yl >= H - 1) yh = yl = H - 1, yy = (double)yl;
+                            else yh = yl + 1;
+                            if (xl >= W - 1) xh = xl = W - 1, xx = (double)xl;
+                            else xh = xl + 1;
+                            double ly = yy - (double)yl, lx = xx - (double)xl, hy = 1 - ly, hx = 1 - lx;
+                            double t1 = hy * hx * pd__get_f(dt, X->data, base + yl * W + xl);
+                            double t2 = hy * lx * pd__get_f(dt, X->data, base + yl * W + xh);
+                            double t3 = ly * hx * pd__get_f(dt, X->data, base + yh * W + xl);
+                            double t4 = ly * lx * pd__get_f(dt, X->data, base + yh * W + xh);
+                            v = mx ? fmax(fmax(t1, t2), fmax(t3, t4)) : t1 + t2 + t3 + t4;
+                        }
+                        if (!mx) acc += v;
+                        else if (first || v > acc) acc = v;
+                        first = false;
+                    }
+                pd__set_f(dt, Y->data, (rc * oh + ph) * ow + pw, mx ? acc : acc / cnt);
+            }
+    }
+    return PD_OK;
+}
+
+pd_status pd__cpu_RoiAlign_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out,
+                               pd_tensor *const *dout, pd_tensor *const *din) {
+    (void)x, (void)n, (void)in, (void)out, (void)dout, (void)din;
+    return pd__err(PD_ERR_UNSUPPORTED, "RoiAlign is not differentiable");
+}
