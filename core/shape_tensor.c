@@ -1313,3 +1313,103 @@ double pd__flops_STFT(const pd_graph *g, const pd__node *n) {
     const pd__tensor *y = pd__out((pd_graph *)g, n, 0);
     return y == NULL || y->ndim != 4 ? 0 : 8 * (double)y->numel * (double)y->shape[2];
 }
+
+/* ---- NonMaxSuppression ---------------------------------------------------------------------------- */
+
+/* The box's corners (ymin, xmin, ymax, xmax), from either diagonal or from the
+ * center and size (center_point_box = 1). Float, as onnxruntime (which made
+ * the tests) compares IoUs at the threshold. */
+static void nms_corners(pd_dtype dt, const void *boxes, int64_t at, bool center, float *c) {
+    float b[4];
+    for (int i = 0; i < 4; i++) b[i] = (float)pd__get_f(dt, boxes, at + i);
+    if (center) {
+        c[0] = b[1] - b[3] / 2, c[1] = b[0] - b[2] / 2, c[2] = b[1] + b[3] / 2, c[3] = b[0] + b[2] / 2;
+    } else {
+        c[0] = fminf(b[0], b[2]), c[1] = fminf(b[1], b[3]), c[2] = fmaxf(b[0], b[2]), c[3] = fmaxf(b[1], b[3]);
+    }
+}
+
+static bool nms_overlaps(const float *a, const float *b, float thr) {
+    float ih = fminf(a[2], b[2]) - fmaxf(a[0], b[0]), iw = fminf(a[3], b[3]) - fmaxf(a[1], b[1]);
+    float inter = fmaxf(ih, 0) * fmaxf(iw, 0);
+    if (inter <= 0) return false;
+    float aa = (a[2] - a[0]) * (a[3] - a[1]), ab = (b[2] - b[0]) * (b[3] - b[1]), uni = aa + ab - inter;
+    if (aa <= 0 || ab <= 0 || uni <= 0) return false;
+    return inter / uni > thr;
+}
+
+typedef struct {
+    float s;
+    int64_t i;
+} nms_cand;
+
+/* Higher score first; equal scores by index, as onnxruntime's queue orders them. */
+static int nms_cmp(const void *pa, const void *pb) {
+    const nms_cand *a = (const nms_cand *)pa, *b = (const nms_cand *)pb;
+    if (a->s != b->s) return a->s > b->s ? -1 : 1;
+    return a->i < b->i ? -1 : a->i > b->i;
+}
+
+pd_status pd__nms_select(const pd__node *n, const pd_tensor *const *in, int nin, int64_t *sel, int64_t *out) {
+    const pd_tensor *boxes = in[0], *scores = in[1];
+    if (boxes->ndim != 3 || boxes->shape[2] != 4 || scores->ndim != 3 || scores->shape[0] != boxes->shape[0] ||
+        scores->shape[2] != boxes->shape[1]) {
+        return pd__err(PD_ERR_SHAPE, "boxes (batch, spatial, 4) and scores (batch, classes, spatial) do not match");
+    }
+    int64_t maxsel = 0;
+    float iou = 0, sthr = -INFINITY;
+    if (nin > 2 && in[2] != NULL && view_numel(in[2]) > 0) maxsel = pd__get_i(in[2]->dtype, in[2]->data, 0);
+    if (nin > 3 && in[3] != NULL && view_numel(in[3]) > 0) iou = (float)pd__get_f(in[3]->dtype, in[3]->data, 0);
+    if (nin > 4 && in[4] != NULL && view_numel(in[4]) > 0) sthr = (float)pd__get_f(in[4]->dtype, in[4]->data, 0);
+    bool center = pd__attr_i(n, "center_point_box", 0) != 0;
+    int64_t B = boxes->shape[0], S = boxes->shape[1], K = scores->shape[1], count = 0;
+    nms_cand *cand = (nms_cand *)PD_MALLOC((size_t)(S > 0 ? S : 1) * sizeof *cand);
+    float *kept = (float *)PD_MALLOC((size_t)(S > 0 ? S : 1) * 4 * sizeof *kept);
+    if (cand == NULL || kept == NULL) {
+        PD_FREE(cand), PD_FREE(kept);
+        return pd__err(PD_ERR_NOMEM, "out of memory");
+    }
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t k = 0; k < K && maxsel > 0; k++) {
+            int64_t nc = 0, nk = 0;
+            for (int64_t i = 0; i < S; i++) {
+                float s = (float)pd__get_f(scores->dtype, scores->data, (b * K + k) * S + i);
+                if (s > sthr) cand[nc].s = s, cand[nc].i = i, nc++;
+            }
+            qsort(cand, (size_t)nc, sizeof *cand, nms_cmp);
+            for (int64_t c = 0; c < nc && nk < maxsel; c++) {
+                float box[4];
+                nms_corners(boxes->dtype, boxes->data, (b * S + cand[c].i) * 4, center, box);
+                bool drop = false;
+                for (int64_t j = 0; j < nk && !drop; j++) drop = nms_overlaps(&kept[4 * j], box, iou);
+                if (drop) continue;
+                memcpy(&kept[4 * nk++], box, sizeof box);
+                if (sel) sel[3 * count] = b, sel[3 * count + 1] = k, sel[3 * count + 2] = cand[c].i;
+                count++;
+            }
+        }
+    PD_FREE(cand), PD_FREE(kept);
+    *out = count;
+    return PD_OK;
+}
+
+/* The output's length is the selection's: known only from the data, so every
+ * input must be a constant at load (the op then folds). */
+pd_status pd__shape_NonMaxSuppression(pd_graph *g, pd__node *n) {
+    pd__tensor *t = NULL;
+    PD_TRY(need_in(g, n, 0, "boxes", &t));
+    PD_TRY(need_in(g, n, 1, "scores", &t));
+    pd_tensor v[MAX_VIEWS], *vp[MAX_VIEWS];
+    PD_TRY(make_views(g, n, v, vp));
+    for (int i = 0; i < n->nin; i++)
+        if (vp[i] != NULL && vp[i]->data == NULL && view_numel(vp[i]) > 0)
+            return pd__node_err(g, n, PD_ERR_UNSUPPORTED,
+                                "the output size depends on the data: input %d must be a constant at load", i);
+    int64_t k = 0;
+    pd_status s = pd__nms_select(n, (const pd_tensor *const *)vp, n->nin, NULL, &k);
+    if (s != PD_OK) return node_fail(g, n, s);
+    int64_t ys[2] = {k, 3};
+    return set_out(g, n, 0, PD_INT64, 2, ys);
+}
+
+PD__NO_FLOPS(NonMaxSuppression)

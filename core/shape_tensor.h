@@ -116,4 +116,9 @@ typedef struct pd__stft {
 pd_status pd__stft_plan(const pd__node *n, const pd_tensor *x, const pd_tensor *step, const pd_tensor *window,
                         const pd_tensor *frame_len, pd__stft *p);
 
+/* NonMaxSuppression's selected (batch, class, box) triples, written to sel
+ * (3 per selection; NULL: only count them) in the spec's order, their count
+ * to *count; in holds the nin inputs (NULL when absent), all with data. */
+pd_status pd__nms_select(const pd__node *n, const pd_tensor *const *in, int nin, int64_t *sel, int64_t *count);
+
 #endif

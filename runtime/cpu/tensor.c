@@ -1994,3 +1994,15 @@ pd_status pd__cpu_STFT(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_
 
 PD__NO_GRAD(DFT)
 PD__NO_GRAD(STFT)
+
+/* ---- NonMaxSuppression: its shape needed the selection, so it runs folded at load ------------------ */
+pd_status pd__cpu_NonMaxSuppression(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    (void)x;
+    int64_t k = 0;
+    PD_TRY(pd__nms_select(n, (const pd_tensor *const *)in, n->nin, NULL, &k));
+    if (out[0]->ndim != 2 || out[0]->shape[0] != k)
+        return pd__err(PD_ERR_INTERNAL, "selection of %lld boxes does not fit the output", (long long)k);
+    return pd__nms_select(n, (const pd_tensor *const *)in, n->nin, (int64_t *)out[0]->data, &k);
+}
+
+PD__NO_GRAD(NonMaxSuppression)
