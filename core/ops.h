@@ -198,7 +198,8 @@
     X(DFT, DFT, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                                   \
     X(STFT, STFT, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                                 \
     /* output sizes that depend on the data: only folded at load */                                \
-    X(NMS, NonMaxSuppression, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)
+    X(NMS, NonMaxSuppression, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                     \
+    X(UNIQUE, Unique, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)
 
 typedef enum pd_op {
 #define PD__OP_ENUM(e, name, flags, grad, state) PD_OP_##e,

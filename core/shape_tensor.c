@@ -1413,3 +1413,127 @@ pd_status pd__shape_NonMaxSuppression(pd_graph *g, pd__node *n) {
 }
 
 PD__NO_FLOPS(NonMaxSuppression)
+
+/* ---- Unique --------------------------------------------------------------------------------------- */
+
+typedef struct {
+    const pd_tensor *x;
+    int64_t inner, m, outer; /* slice s is x[o, s, i] for o < outer, i < inner */
+    bool fl;
+} uq_ctx;
+
+/* Slices compared element by element in C order, as numpy.unique does. */
+static int uq_cmp(const uq_ctx *c, int64_t a, int64_t b) {
+    for (int64_t o = 0; o < c->outer; o++)
+        for (int64_t i = 0; i < c->inner; i++) {
+            int64_t ia = (o * c->m + a) * c->inner + i, ib = (o * c->m + b) * c->inner + i;
+            if (c->fl) {
+                double va = pd__get_f(c->x->dtype, c->x->data, ia), vb = pd__get_f(c->x->dtype, c->x->data, ib);
+                if (va != vb) return va < vb ? -1 : 1;
+            } else {
+                int64_t va = pd__get_i(c->x->dtype, c->x->data, ia), vb = pd__get_i(c->x->dtype, c->x->data, ib);
+                if (va != vb) return va < vb ? -1 : 1;
+            }
+        }
+    return 0;
+}
+
+/* A stable merge sort of slice numbers (qsort takes no context). */
+static void uq_sort(const uq_ctx *c, int64_t *v, int64_t *tmp, int64_t len) {
+    if (len < 2) return;
+    int64_t h = len / 2;
+    uq_sort(c, v, tmp, h);
+    uq_sort(c, v + h, tmp, len - h);
+    int64_t i = 0, j = h, k = 0;
+    while (i < h && j < len) tmp[k++] = uq_cmp(c, v[j], v[i]) < 0 ? v[j++] : v[i++];
+    while (i < h) tmp[k++] = v[i++];
+    while (j < len) tmp[k++] = v[j++];
+    memcpy(v, tmp, (size_t)len * sizeof *v);
+}
+
+pd_status pd__unique_run(const pd__node *n, const pd_tensor *x, int *axis, int64_t *count, pd_tensor *const *out,
+                         int nout) {
+    uq_ctx c = {.x = x, .inner = 1, .m = view_numel(x), .outer = 1, .fl = is_float_dtype(x->dtype)};
+    if (!c.fl && !is_int_dtype(x->dtype))
+        return pd__err(PD_ERR_UNSUPPORTED, "Unique of %s is not supported", pd_dtype_name(x->dtype));
+    *axis = -1;
+    if (pd__attr_get(n, "axis") != NULL) {
+        int64_t a = pd__attr_i(n, "axis", 0);
+        if (a < 0) a += x->ndim;
+        if (a < 0 || a >= x->ndim) return pd__err(PD_ERR_SHAPE, "axis is out of range for rank %d", x->ndim);
+        *axis = (int)a;
+        c.m = x->shape[a];
+        for (int i = 0; i < a; i++) c.outer *= x->shape[i];
+        for (int i = (int)a + 1; i < x->ndim; i++) c.inner *= x->shape[i];
+    }
+    int64_t M = c.m, *ord = (int64_t *)PD_MALLOC((size_t)(3 * M + 1) * sizeof *ord), *tmp = ord + M,
+            *grp = ord + 2 * M;
+    if (ord == NULL) return pd__err(PD_ERR_NOMEM, "out of memory");
+    for (int64_t i = 0; i < M; i++) ord[i] = i;
+    uq_sort(&c, ord, tmp, M);
+    /* grp[slice] = its group in sorted order; tmp[g] = the group's first slice */
+    int64_t U = 0;
+    for (int64_t i = 0; i < M; i++) {
+        if (i == 0 || uq_cmp(&c, ord[i - 1], ord[i]) != 0) tmp[U++] = ord[i];
+        grp[ord[i]] = U - 1;
+    }
+    *count = U;
+    if (out != NULL) {
+        /* unsorted: groups in the order of their first slice; rank[g] = the output position */
+        bool sorted = pd__attr_i(n, "sorted", 1) != 0;
+        int64_t *rank = ord; /* ord is no longer needed */
+        if (sorted) {
+            for (int64_t g = 0; g < U; g++) rank[g] = g;
+        } else {
+            int64_t k = 0;
+            for (int64_t i = 0; i < M; i++)
+                if (tmp[grp[i]] == i) rank[grp[i]] = k++;
+        }
+        pd_tensor *Y = nout > 0 ? out[0] : NULL, *I = nout > 1 ? out[1] : NULL, *V = nout > 2 ? out[2] : NULL,
+                  *C = nout > 3 ? out[3] : NULL;
+        size_t es = pd_dtype_size(x->dtype);
+        for (int64_t g = 0; g < U; g++) {
+            int64_t r = rank[g], s = tmp[g];
+            if (I) ((int64_t *)I->data)[r] = s;
+            if (C) ((int64_t *)C->data)[r] = 0;
+            if (Y)
+                for (int64_t o = 0; o < c.outer; o++)
+                    memcpy((char *)Y->data + ((o * U + r) * c.inner) * (int64_t)es,
+                           (const char *)x->data + ((o * M + s) * c.inner) * (int64_t)es, (size_t)c.inner * es);
+        }
+        for (int64_t i = 0; i < M; i++) {
+            if (V) ((int64_t *)V->data)[i] = rank[grp[i]];
+            if (C) ((int64_t *)C->data)[rank[grp[i]]]++;
+        }
+    }
+    PD_FREE(ord);
+    return PD_OK;
+}
+
+/* The number of unique values is known only from the data: X must be a
+ * constant at load (the op then folds). */
+pd_status pd__shape_Unique(pd_graph *g, pd__node *n) {
+    pd__tensor *x = NULL;
+    PD_TRY(need_data(g, n, 0, &x));
+    pd_tensor v[MAX_VIEWS], *vp[MAX_VIEWS];
+    PD_TRY(make_views(g, n, v, vp));
+    if (vp[0]->data == NULL && x->numel > 0)
+        return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "the output size depends on the data: X must be a constant at load");
+    int axis = -1;
+    int64_t U = 0;
+    pd_status s = pd__unique_run(n, vp[0], &axis, &U, NULL, 0);
+    if (s != PD_OK) return node_fail(g, n, s);
+    int64_t ys[PD_MAX_DIMS], M = axis < 0 ? x->numel : x->shape[axis];
+    if (axis < 0) {
+        PD_TRY(set_out(g, n, 0, x->dtype, 1, &U));
+    } else {
+        for (int i = 0; i < x->ndim; i++) ys[i] = x->shape[i];
+        ys[axis] = U;
+        PD_TRY(set_out(g, n, 0, x->dtype, x->ndim, ys));
+    }
+    PD_TRY(set_out(g, n, 1, PD_INT64, 1, &U));
+    PD_TRY(set_out(g, n, 2, PD_INT64, 1, &M));
+    return set_out(g, n, 3, PD_INT64, 1, &U);
+}
+
+PD__NO_FLOPS(Unique)

@@ -121,4 +121,11 @@ pd_status pd__stft_plan(const pd__node *n, const pd_tensor *x, const pd_tensor *
  * to *count; in holds the nin inputs (NULL when absent), all with data. */
 pd_status pd__nms_select(const pd__node *n, const pd_tensor *const *in, int nin, int64_t *sel, int64_t *count);
 
+/* Unique over x (data required): the number of unique values (or slices
+ * along the axis attribute) to *count, the axis to *axis (-1: flattened);
+ * with out (Y, indices, inverse_indices, counts; NULL when absent) writes
+ * them too. */
+pd_status pd__unique_run(const pd__node *n, const pd_tensor *x, int *axis, int64_t *count, pd_tensor *const *out,
+                         int nout);
+
 #endif

@@ -2006,3 +2006,16 @@ pd_status pd__cpu_NonMaxSuppression(pd__exec *x, const pd__node *n, pd_tensor *c
 }
 
 PD__NO_GRAD(NonMaxSuppression)
+
+/* ---- Unique: its shapes needed the values, so it runs folded at load ------------------------------- */
+pd_status pd__cpu_Unique(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    (void)x;
+    int axis;
+    int64_t U = 0;
+    PD_TRY(pd__unique_run(n, in[0], &axis, &U, NULL, 0));
+    if (out[0] != NULL && out[0]->shape[axis < 0 ? 0 : axis] != U)
+        return pd__err(PD_ERR_INTERNAL, "%lld unique values do not fit the output", (long long)U);
+    return pd__unique_run(n, in[0], &axis, &U, out, n->nout);
+}
+
+PD__NO_GRAD(Unique)
