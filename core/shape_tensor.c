@@ -1453,7 +1453,7 @@ static void uq_sort(const uq_ctx *c, int64_t *v, int64_t *tmp, int64_t len) {
 
 pd_status pd__unique_run(const pd__node *n, const pd_tensor *x, int *axis, int64_t *count, pd_tensor *const *out,
                          int nout) {
-    uq_ctx c = {.x = x, .inner = 1, .m = view_numel(x), .outer = 1, .fl = is_float_dtype(x->dtype)};
+    uq_ctx c = {x, 1, view_numel(x), 1, is_float_dtype(x->dtype)};
     if (!c.fl && !is_int_dtype(x->dtype))
         return pd__err(PD_ERR_UNSUPPORTED, "Unique of %s is not supported", pd_dtype_name(x->dtype));
     *axis = -1;
