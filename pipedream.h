@@ -810,7 +810,7 @@ PDDEF void pd_mpi_finalize(void);
     X(HAMMING_WINDOW, HammingWindow, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)              \
     X(BLACKMAN_WINDOW, BlackmanWindow, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)            \
     X(MEL_WEIGHT_MATRIX, MelWeightMatrix, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)         \
-    X(DFT, DFT, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                                   \
+    X(DFT, DFT, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                                 \
     X(STFT, STFT, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                                 \
     /* output sizes that depend on the data: only folded at load */                                \
     X(NMS, NonMaxSuppression, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                     \

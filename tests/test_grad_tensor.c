@@ -1283,6 +1283,30 @@ static void timings(void) {
     }
 }
 
+/* DFT in both forms (opset 17: axis attribute; 20: axis input), real or
+ * complex, forward or inverse, onesided, with and without dft_length. */
+static gc *b_dft(pd_dtype dt, tcase *tc) {
+    int r = (int)irand(2, 4), ax = (int)irand(0, r - 2);
+    int64_t s[8], inv = irand(0, 1), one = irand(0, 1), len = irand(1, 7), axv = ax - (irand(0, 1) ? r : 0);
+    rand_shape(r, s);
+    s[r - 1] = inv && one ? 2 : irand(1, 2);
+    bool haslen = irand(0, 1) || (inv && one && s[ax] < 2), o20 = irand(0, 1);
+    gc *c = gc_new("DFT", o20 ? 20 : 17);
+    gc_input(c, dt, r, s, NULL);
+    if (haslen) gc_input(c, PD_INT64, 0, s, &len);
+    else if (o20) gc_absent(c);
+    if (o20) gc_input(c, PD_INT64, 0, s, &axv);
+    else gc_attr_i(c, "axis", axv);
+    if (inv || irand(0, 1)) gc_attr_i(c, "inverse", inv);
+    if (one || irand(0, 1)) gc_attr_i(c, "onesided", one);
+    gc_outputs(c, 1);
+    char b[64];
+    snprintf(tc->desc, sizeof tc->desc, "DFT-%d %s axis %lld inverse %lld onesided %lld dft_length %lld",
+             o20 ? 20 : 17, fmt_shape(b, r, s), (long long)axv, (long long)inv, (long long)one,
+             haslen ? (long long)len : -1LL);
+    return c;
+}
+
 int main(int argc, char **argv) {
     bool quick = argc > 1 && strcmp(argv[1], "--no-timings") == 0;
     suite("Flatten", b_flatten, 30, 30);
@@ -1309,6 +1333,7 @@ int main(int argc, char **argv) {
     suite("TopK", b_topk, 60, 60);
     suite("DepthToSpace", b_depth_to_space, 40, 40);
     suite("SpaceToDepth", b_space_to_depth, 40, 40);
+    suite("DFT", b_dft, 60, 0); /* sums: finite differences only */
 
     { /* a transpose with partial tiles, by finite differences */
         int64_t s[4] = {1, 2, 35, 33}, p[4] = {0, 1, 3, 2};

@@ -1992,7 +1992,60 @@ pd_status pd__cpu_STFT(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_
     return PD_OK;
 }
 
-PD__NO_GRAD(DFT)
+/* The adjoint, the conjugate transpose of the forward: each input element
+ * gathers the output gradients through the conjugate twiddles (a real input
+ * keeps the real part); with inverse and onesided, each half-spectrum entry
+ * gathers the real signal's gradient through every position it fills. */
+pd_status pd__cpu_DFT_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out,
+                          pd_tensor *const *dout, pd_tensor *const *din) {
+    (void)x, (void)out;
+    if (din[0] == NULL || dout[0] == NULL) return PD_OK;
+    pd__dft p;
+    PD_TRY(pd__dft_plan(n, in[0], n->nin > 1 ? in[1] : NULL, n->nin > 2 ? in[2] : NULL, &p));
+    double *tw = twiddles(p.n);
+    if (tw == NULL) return pd__err(PD_ERR_NOMEM, "out of memory");
+    pd_dtype dt = din[0]->dtype, gt = dout[0]->dtype;
+    void *dx = din[0]->data;
+    const void *dy = dout[0]->data;
+    int64_t lines = p.outer * p.inner, N = p.n, use = p.lin < N ? p.lin : N;
+    double sg = p.inverse ? 1 : -1, sc = p.inverse ? 1.0 / (double)N : 1;
+    bool half = p.inverse && p.onesided;
+    for (int64_t l = 0; l < lines; l++) {
+        int64_t o = l / p.inner, i = l % p.inner;
+        if (!half) {
+            for (int64_t j = 0; j < use; j++) {
+                double re = 0, im = 0;
+                for (int64_t k = 0; k < p.m; k++) {
+                    int64_t at = ((o * p.m + k) * p.inner + i) * 2, t = (j * k) % N;
+                    double a = pd__get_f(gt, dy, at), b = pd__get_f(gt, dy, at + 1);
+                    double c = tw[2 * t], s = -sg * tw[2 * t + 1];
+                    re += a * c - b * s, im += a * s + b * c;
+                }
+                int64_t at = ((o * p.lin + j) * p.inner + i) * p.cin;
+                pd__set_f(dt, dx, at, pd__get_f(dt, dx, at) + re * sc);
+                if (p.cin == 2) pd__set_f(dt, dx, at + 1, pd__get_f(dt, dx, at + 1) + im * sc);
+            }
+        } else {
+            for (int64_t j = 0; j < N; j++) {
+                int64_t src = j <= N / 2 ? j : N - j;
+                if (src >= p.lin) continue;
+                double da = 0, db = 0;
+                for (int64_t k = 0; k < p.m; k++) {
+                    int64_t t = (j * k) % N;
+                    double g = pd__get_f(gt, dy, (o * p.m + k) * p.inner + i);
+                    da += g * tw[2 * t], db -= g * tw[2 * t + 1];
+                }
+                if (j != src) db = -db;
+                int64_t at = ((o * p.lin + src) * p.inner + i) * 2;
+                pd__set_f(dt, dx, at, pd__get_f(dt, dx, at) + da * sc);
+                pd__set_f(dt, dx, at + 1, pd__get_f(dt, dx, at + 1) + db * sc);
+            }
+        }
+    }
+    PD_FREE(tw);
+    return PD_OK;
+}
+
 PD__NO_GRAD(STFT)
 
 /* ---- NonMaxSuppression: its shape needed the selection, so it runs folded at load ------------------ */
