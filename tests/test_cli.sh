@@ -4,6 +4,7 @@
 #   test_cli.sh PDONNX SOURCE_DIR TEST_LOADER NPYTOOL
 set -u
 pdonnx=$1 src=$2
+case $pdonnx in */*) pdonnx=$(cd "$(dirname "$pdonnx")" && pwd)/$(basename "$pdonnx") ;; esac # zoo_train runs it from another folder
 fx=$src/tests/fixtures
 . "$src/tests/common.sh"
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
