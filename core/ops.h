@@ -62,6 +62,7 @@
     X(GLOBAL_AVERAGE_POOL, GlobalAveragePool, PD_OPF_NN, 0x1, 0)                                   \
     X(LP_POOL, LpPool, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                              \
     X(GLOBAL_MAX_POOL, GlobalMaxPool, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)               \
+    X(MAX_UNPOOL, MaxUnpool, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                        \
     X(RESIZE, Resize, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                               \
     X(UPSAMPLE, Upsample, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                           \
     X(EINSUM, Einsum, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0x3, 0)                               \
