@@ -677,6 +677,7 @@ PDDEF void pd_mpi_finalize(void);
     X(GLOBAL_AVERAGE_POOL, GlobalAveragePool, PD_OPF_NN, 0x1, 0)                                   \
     X(LP_POOL, LpPool, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                              \
     X(GLOBAL_MAX_POOL, GlobalMaxPool, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)               \
+    X(MAX_UNPOOL, MaxUnpool, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                        \
     X(RESIZE, Resize, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                               \
     X(UPSAMPLE, Upsample, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                           \
     X(EINSUM, Einsum, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0x3, 0)                               \
@@ -728,6 +729,11 @@ PDDEF void pd_mpi_finalize(void);
     X(OR, Or, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                                       \
     X(NOT, Not, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                                     \
     X(XOR, Xor, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                                     \
+    X(BITWISE_AND, BitwiseAnd, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                      \
+    X(BITWISE_OR, BitwiseOr, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                        \
+    X(BITWISE_XOR, BitwiseXor, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                      \
+    X(BITWISE_NOT, BitwiseNot, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                      \
+    X(BIT_SHIFT, BitShift, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                          \
     X(IS_NAN, IsNaN, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                                \
     X(IS_INF, IsInf, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                                \
     X(MAX, Max, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, PD_GRAD_ALL, 0)                           \
@@ -805,6 +811,11 @@ PDDEF void pd_mpi_finalize(void);
     X(HARDMAX, Hardmax, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                           \
     X(DEPTH_TO_SPACE, DepthToSpace, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)             \
     X(SPACE_TO_DEPTH, SpaceToDepth, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)             \
+    X(CUMPROD, CumProd, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                         \
+    X(EYE_LIKE, EyeLike, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                          \
+    X(COMPRESS, Compress, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                       \
+    X(REVERSE_SEQUENCE, ReverseSequence, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)        \
+    X(NON_ZERO, NonZero, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                          \
     /* signal: windows and the mel matrix take scalars (their sizes constant at load) */           \
     X(HANN_WINDOW, HannWindow, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                    \
     X(HAMMING_WINDOW, HammingWindow, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)              \
@@ -1016,6 +1027,10 @@ struct pd_backend_i;
 pd_status pd__graph_finalize(pd_graph *g, const pd_load_options *opt, const struct pd_backend_i *fold);
 /* Sets t->ndim/shape/numel; checks overflow and PD_MAX_DIMS. */
 pd_status pd__tensor_set_shape(const pd_graph *g, pd__tensor *t, int ndim, const int64_t *shape);
+/* t's value is fixed at load: a constant, or an initializer training does
+ * not update (not a float, or one the model marks constant); nodes whose
+ * inputs all are get folded. */
+bool pd__foldable_input(const pd__tensor *t);
 /* A pd_tensor view of a graph tensor's data. */
 pd_tensor pd__view(const pd__tensor *t);
 
@@ -1936,7 +1951,7 @@ static bool pd__is_float(pd_dtype t) {
 /* A float initializer may be trained: never fold it into something else,
  * unless the model says it is a constant (pd__train_rule: a single element,
  * or left out of its training_info), as the -1e9 of a causal mask is. */
-static bool pd__foldable_input(const pd__tensor *t) {
+bool pd__foldable_input(const pd__tensor *t) {
     if (t->kind == PD_T_CONST) return true;
     if (t->kind == PD_T_INIT)
         return !pd__is_float(t->dtype) || t->train == PD_TR_SCALAR || t->train == PD_TR_UNLISTED ||
@@ -2535,8 +2550,9 @@ int64_t pd_graph_param_bytes(const pd_graph *g) {
 /* shape_elem.c - shape rules and FLOP counts of the element-wise ops:
  * the arithmetic, comparison and logic ones with numpy (multidirectional)
  * broadcasting (Add ... Pow, Mod, Sum, Max, Min, Mean, Equal, Less ...,
- * And, Or, Xor, Where), PRelu (one-way), the unary ones (Sqrt ... Gelu,
- * Clip, the activations, Abs ... Round, trigonometry, Not, IsNaN, IsInf),
+ * And, Or, Xor, Where, BitwiseAnd/Or/Xor, BitShift), PRelu (one-way), the
+ * unary ones (Sqrt ... Gelu, Clip, the activations, Abs ... Round,
+ * trigonometry, Not, BitwiseNot, IsNaN, IsInf),
  * Cast, CastLike and Identity, and the reductions (ReduceSum ... ReduceLogSumExp).
  *
  * A rule checks the inputs' presence, dtypes and shapes, and reports what
@@ -2745,6 +2761,17 @@ pd_status pd__shape_GreaterOrEqual(pd_graph *g, pd__node *n) { return shape_bina
 pd_status pd__shape_And(pd_graph *g, pd__node *n) { return shape_binary(g, n, PD_EK_BOOL, false, PD_BOOL); }
 pd_status pd__shape_Or(pd_graph *g, pd__node *n) { return shape_binary(g, n, PD_EK_BOOL, false, PD_BOOL); }
 pd_status pd__shape_Xor(pd_graph *g, pd__node *n) { return shape_binary(g, n, PD_EK_BOOL, false, PD_BOOL); }
+/* The bitwise ops: integers of one dtype; BitShift: unsigned ones, and a
+ * direction of LEFT or RIGHT. */
+pd_status pd__shape_BitwiseAnd(pd_graph *g, pd__node *n) { return shape_binary(g, n, PD_EK_INT, false, PD_UNDEFINED); }
+pd_status pd__shape_BitwiseOr(pd_graph *g, pd__node *n) { return shape_binary(g, n, PD_EK_INT, false, PD_UNDEFINED); }
+pd_status pd__shape_BitwiseXor(pd_graph *g, pd__node *n) { return shape_binary(g, n, PD_EK_INT, false, PD_UNDEFINED); }
+pd_status pd__shape_BitShift(pd_graph *g, pd__node *n) {
+    const char *d = pd__attr_s(n, "direction", "");
+    if (strcmp(d, "LEFT") != 0 && strcmp(d, "RIGHT") != 0)
+        return pd__node_err(g, n, PD_ERR_INVALID, "direction='%s' (expected LEFT or RIGHT)", d);
+    return shape_binary(g, n, PD_EK_UINT, false, PD_UNDEFINED);
+}
 /* Mod: fmod = 0 takes the divisor's sign (Python's %), 1 the dividend's (C's fmod). */
 pd_status pd__shape_Mod(pd_graph *g, pd__node *n) {
     int64_t f = pd__attr_i(n, "fmod", 0);
@@ -2765,6 +2792,10 @@ double pd__flops_GreaterOrEqual(const pd_graph *g, const pd__node *n) { return o
 double pd__flops_And(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
 double pd__flops_Or(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
 double pd__flops_Xor(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
+double pd__flops_BitwiseAnd(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
+double pd__flops_BitwiseOr(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
+double pd__flops_BitwiseXor(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
+double pd__flops_BitShift(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
 double pd__flops_Mod(const pd_graph *g, const pd__node *n) { return 4 * out_numel(g, n); }
 
 /* Sum, Max, Min, Mean: one or more inputs of one dtype, broadcast together
@@ -2884,6 +2915,7 @@ pd_status pd__shape_Erf(pd_graph *g, pd__node *n) { return shape_unary(g, n, PD_
 
 /* Not: bool; IsNaN, IsInf: floats to bool. */
 pd_status pd__shape_Not(pd_graph *g, pd__node *n) { return shape_unary(g, n, PD_EK_BOOL); }
+pd_status pd__shape_BitwiseNot(pd_graph *g, pd__node *n) { return shape_unary(g, n, PD_EK_INT); }
 static pd_status shape_float_pred(pd_graph *g, pd__node *n) {
     PD_TRY(shape_unary(g, n, PD__FLOAT_ONLY));
     pd__out(g, n, 0)->dtype = PD_BOOL;
@@ -2924,6 +2956,7 @@ pd_status pd__shape_Acosh(pd_graph *g, pd__node *n) { return shape_unary(g, n, P
 pd_status pd__shape_Atanh(pd_graph *g, pd__node *n) { return shape_unary(g, n, PD__FLOAT_ONLY); }
 
 double pd__flops_Not(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
+double pd__flops_BitwiseNot(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
 double pd__flops_IsNaN(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
 double pd__flops_IsInf(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
 double pd__flops_Abs(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
@@ -3118,8 +3151,8 @@ double pd__flops_ReduceLogSumExp(const pd_graph *g, const pd__node *n) {
  * Gemm, MatMul, Conv, ConvTranspose, BatchNormalization, LayerNormalization,
  * InstanceNormalization, GroupNormalization, RMSNormalization,
  * LpNormalization, MeanVarianceNormalization, MaxPool, AveragePool, LpPool,
- * GlobalAveragePool, GlobalMaxPool, Resize, Upsample, Einsum, LRN, Softmax,
- * LogSoftmax, Dropout, SoftmaxCrossEntropyLoss, NegativeLogLikelihoodLoss,
+ * MaxUnpool, GlobalAveragePool, GlobalMaxPool, Resize, Upsample, Einsum, LRN,
+ * Softmax, LogSoftmax, Dropout, SoftmaxCrossEntropyLoss, NegativeLogLikelihoodLoss,
  * RotaryEmbedding, Attention, GridSample, AffineGrid, Col2Im and
  * CenterCropPad (opsets 6-23).
  *
@@ -3170,6 +3203,13 @@ typedef enum pd__win_kind {
  * On error sets the message (without the node prefix) and returns it. */
 pd_status pd__win_make(const pd__node *n, pd__win_kind kind, int ndim, const int64_t *xshape,
                        const int64_t *kshape, pd__win *w);
+
+/* MaxUnpool(X, I, output_shape): the shape I's flat indices address
+ * (`frame`: N, C, then (in - 1) * stride - pads + kernel per spatial dim,
+ * as ONNX's reference) and the output's (`out`: the output_shape input when
+ * given, each dim at least frame's, the frame at its start; else frame). in[2]
+ * must then have data. */
+pd_status pd__maxunpool_shapes(const pd__node *n, pd_tensor *const *in, int64_t *frame, int64_t *out);
 
 /* Whether a BatchNormalization node computes batch statistics: training_mode
  * (opset 14+), more than one output (opsets 7-13), is_test=0 (before 7). */
@@ -3999,6 +4039,67 @@ pd_status pd__shape_AveragePool(pd_graph *g, pd__node *n) {
     return pool_shape(g, n, false);
 }
 double pd__flops_AveragePool(const pd_graph *g, const pd__node *n) { return pool_flops(g, n); }
+
+pd_status pd__maxunpool_shapes(const pd__node *n, pd_tensor *const *in, int64_t *frame, int64_t *out) {
+    const pd_tensor *X = in[0], *S = n->nin > 2 ? in[2] : NULL;
+    int r = X->ndim, nsp = r - 2;
+    if (r < 3) return pd__err(PD_ERR_SHAPE, "X %s must be (N, C, D1, ...)", shpv(r, X->shape).s);
+    const int64_t *k, *st, *pads;
+    int nk = pd__attr_ints(n, "kernel_shape", &k), ns = pd__attr_ints(n, "strides", &st),
+        np = pd__attr_ints(n, "pads", &pads);
+    if (nk != nsp) return pd__err(PD_ERR_SHAPE, "kernel_shape has %d values for %d spatial dims", nk, nsp);
+    if (ns != 0 && ns != nsp) return pd__err(PD_ERR_SHAPE, "strides has %d values for %d spatial dims", ns, nsp);
+    if (np != 0 && np != 2 * nsp) return pd__err(PD_ERR_SHAPE, "pads has %d values for %d spatial dims", np, nsp);
+    frame[0] = X->shape[0];
+    frame[1] = X->shape[1];
+    for (int i = 0; i < nsp; i++) {
+        int64_t s = ns ? st[i] : 1, pb = np ? pads[i] : 0, pe = np ? pads[nsp + i] : 0;
+        if (k[i] < 1 || s < 1 || pb < 0 || pe < 0)
+            return pd__err(PD_ERR_SHAPE, "kernel %lld, stride %lld, pads %lld and %lld at spatial dim %d",
+                           (long long)k[i], (long long)s, (long long)pb, (long long)pe, i);
+        frame[i + 2] = (X->shape[i + 2] - 1) * s - pb - pe + k[i];
+        if (frame[i + 2] < 0) return pd__err(PD_ERR_SHAPE, "spatial dim %d of the output would be negative", i);
+    }
+    memcpy(out, frame, sizeof(int64_t) * (size_t)r);
+    if (S == NULL) return PD_OK;
+    if (S->dtype != PD_INT64 || S->ndim != 1 || S->shape[0] != r)
+        return pd__err(PD_ERR_SHAPE, "output_shape must be int64 of %d values", r);
+    if (S->data == NULL) return pd__err(PD_ERR_UNSUPPORTED, "output_shape must be constant");
+    for (int d = 0; d < r; d++) {
+        out[d] = ((const int64_t *)S->data)[d];
+        if (out[d] < frame[d]) /* the reference places the frame in the output: it must fit */
+            return pd__err(PD_ERR_SHAPE, "output_shape %s is smaller than the unpooled %s", shpv(r, out).s,
+                           shpv(r, frame).s);
+    }
+    return PD_OK;
+}
+
+pd_status pd__shape_MaxUnpool(pd_graph *g, pd__node *n) {
+    pd__tensor *x, *ind;
+    PD_TRY(need(g, n, 0, "X", &x));
+    PD_TRY(need_float(g, n, x, "X"));
+    PD_TRY(need(g, n, 1, "I", &ind));
+    if (ind->dtype != PD_INT64 || ind->ndim != x->ndim || memcmp(ind->shape, x->shape, sizeof(int64_t) * (size_t)x->ndim))
+        return pd__node_err(g, n, PD_ERR_SHAPE, "I must be int64 of X's shape %s, is %s %s", shp(x).s,
+                            pd_dtype_name(ind->dtype), shp(ind).s);
+    pd_tensor v[3], *vp[3] = {NULL, NULL, NULL};
+    for (int i = 0; i < n->nin && i < 3; i++) {
+        pd__tensor *t = pd__in(g, n, i);
+        if (t == NULL) continue;
+        v[i] = pd__view(t);
+        if (!pd__foldable_input(t)) v[i].data = NULL;
+        vp[i] = &v[i];
+    }
+    int64_t frame[PD_MAX_DIMS], y[PD_MAX_DIMS];
+    pd_status st = pd__maxunpool_shapes(n, vp, frame, y);
+    if (st != PD_OK) return node_prefix(g, n, st);
+    return set_out(g, n, 0, x->dtype, x->ndim, y);
+}
+
+double pd__flops_MaxUnpool(const pd_graph *g, const pd__node *n) {
+    (void)g, (void)n;
+    return 0;
+}
 
 pd_status pd__shape_GlobalAveragePool(pd_graph *g, pd__node *n) {
     pd__tensor *x;
@@ -5064,13 +5165,14 @@ double pd__flops_RNN(const pd_graph *g, const pd__node *n) { return rnn_flops(g,
 #define set_out pd__shape_tensor_set_out
 /* shape_tensor.c - shape rules and FLOP counts of the tensor ops: Flatten,
  * Reshape, Transpose, Concat, Split, Slice, Gather, Unsqueeze, Squeeze,
- * Expand, Pad, Constant, Shape, ConstantOfShape, Range, CumSum, Trilu, Size,
- * Tile, OneHot, GatherElements, GatherND, ScatterElements, ScatterND, ArgMax,
- * ArgMin, TopK, Hardmax, DepthToSpace, SpaceToDepth; and the parameter
+ * Expand, Pad, Constant, Shape, ConstantOfShape, Range, CumSum, CumProd,
+ * Trilu, Size, Tile, OneHot, GatherElements, GatherND, ScatterElements,
+ * ScatterND, ArgMax, ArgMin, TopK, Hardmax, DepthToSpace, SpaceToDepth,
+ * EyeLike, Compress, ReverseSequence, NonZero; and the parameter
  * resolvers of shape_tensor.h, which the CPU kernels share.
  *
  * Most of these ops only move bytes, so they take every dtype (but strings) and
- * count 0 FLOPs; CumSum, the arg/top-k selections and Hardmax compute and count. Inputs that determine a shape (Reshape's shape, Slice's starts...)
+ * count 0 FLOPs; CumSum, CumProd, the arg/top-k selections and Hardmax compute and count. Inputs that determine a shape (Reshape's shape, Slice's starts...)
  * are read from constant tensors at load; a runtime value there is reported
  * as a dynamic shape, which pdonnx does not support.
  */
@@ -5080,9 +5182,10 @@ double pd__flops_RNN(const pd_graph *g, const pd__node *n) { return rnn_flops(g,
 
 /* ---- core/shape_tensor.h ---- */
 /* shape_tensor.h - parameters of the tensor ops (Transpose, Split, Slice, Pad,
- * Shape, Constant, ConstantOfShape, Range, CumSum, Trilu, Tile, OneHot,
- * GatherND, the scatters, the arg/top-k selections, DepthToSpace and
- * SpaceToDepth), resolved from a node's attributes
+ * Shape, Constant, ConstantOfShape, Range, CumSum, CumProd, Trilu, Tile,
+ * OneHot, GatherND, the scatters, the arg/top-k selections, DepthToSpace,
+ * SpaceToDepth, EyeLike, Compress, ReverseSequence, NonZero), resolved from
+ * a node's attributes
  * and constant inputs.
  *
  * The shape rules (core/shape_tensor.c) and the CPU kernels
@@ -5143,6 +5246,21 @@ pd_status pd__range_count(const pd_tensor *start, const pd_tensor *limit, const 
 
 /* CumSum: the axis (input 1, a constant or runtime scalar with data). */
 pd_status pd__cumsum_axis(const pd_tensor *x, const pd_tensor *axis, int *out);
+
+/* EyeLike: the output dtype (attribute dtype, else the input's `in`). */
+pd_status pd__eyelike_dtype(const pd__node *n, pd_dtype in, pd_dtype *out);
+
+/* Compress: the axis (-1 when absent: the input flattened), how many of its
+ * positions the condition covers (*len) and keeps (*kept). The condition
+ * (input 1) must have data; a true past the axis is an error. */
+pd_status pd__compress_params(const pd__node *n, pd_tensor *const *in, int *axis, int64_t *len, int64_t *kept);
+
+/* ReverseSequence: the time and batch axes (0 and 1, either way); the
+ * sequence lengths (input 1) are checked against the time axis when known. */
+pd_status pd__reverse_sequence_params(const pd__node *n, pd_tensor *const *in, int *time_axis, int *batch_axis);
+
+/* NonZero: the count of non-zero elements of x (which has data). */
+int64_t pd__count_nonzero(const pd_tensor *x);
 
 /* Trilu: k (optional input 1, default 0). */
 pd_status pd__trilu_k(const pd__node *n, pd_tensor *const *in, int64_t *k);
@@ -5583,6 +5701,82 @@ pd_status pd__cumsum_axis(const pd_tensor *x, const pd_tensor *axis, int *out) {
     if (!pd__norm_axis(a, x->ndim, out))
         return pd__err(PD_ERR_SHAPE, "axis %lld out of range for rank %d", (long long)a, x->ndim);
     return PD_OK;
+}
+
+pd_status pd__eyelike_dtype(const pd__node *n, pd_dtype in, pd_dtype *out) {
+    int64_t dt = pd__attr_i(n, "dtype", (int64_t)in);
+    pd_dtype d = (pd_dtype)dt;
+    bool ok = dt > 0 && dt <= PD_BFLOAT16 && d != PD_STRING && pd_dtype_size(d) > 0;
+    if (!ok) return pd__err(PD_ERR_UNSUPPORTED, "dtype %lld is not supported", (long long)dt);
+    *out = d;
+    return PD_OK;
+}
+
+pd_status pd__compress_params(const pd__node *n, pd_tensor *const *in, int *axis, int64_t *len, int64_t *kept) {
+    const pd_tensor *x = in[0], *c = view_in(n, in, 1);
+    if (c == NULL) return pd__err(PD_ERR_INVALID, "missing input condition");
+    if (c->dtype != PD_BOOL) return pd__err(PD_ERR_SHAPE, "condition must be bool, not %s", pd_dtype_name(c->dtype));
+    if (c->ndim != 1) return pd__err(PD_ERR_SHAPE, "condition must be 1-D, has rank %d", c->ndim);
+    *axis = -1;
+    int64_t dim = view_numel(x);
+    if (pd__attr_get(n, "axis") != NULL) {
+        int64_t a = pd__attr_i(n, "axis", 0);
+        if (!pd__norm_axis(a, x->ndim, axis))
+            return pd__err(PD_ERR_SHAPE, "axis %lld out of range for rank %d", (long long)a, x->ndim);
+        dim = x->shape[*axis];
+    }
+    if (c->data == NULL && c->shape[0] > 0)
+        return pd__err(PD_ERR_UNSUPPORTED, "condition must be a constant: the output's shape depends on its values");
+    const uint8_t *v = (const uint8_t *)c->data;
+    *kept = 0;
+    for (int64_t i = 0; i < c->shape[0]; i++) {
+        if (!v[i]) continue;
+        if (i >= dim) /* numpy's compress refuses this too */
+            return pd__err(PD_ERR_SHAPE, "condition selects index %lld of an axis of %lld", (long long)i,
+                           (long long)dim);
+        ++*kept;
+    }
+    *len = c->shape[0] < dim ? c->shape[0] : dim;
+    return PD_OK;
+}
+
+pd_status pd__reverse_sequence_params(const pd__node *n, pd_tensor *const *in, int *time_axis, int *batch_axis) {
+    const pd_tensor *x = in[0], *l = view_in(n, in, 1);
+    if (x->ndim < 2) return pd__err(PD_ERR_SHAPE, "input must have rank >= 2, has %d", x->ndim);
+    int64_t ta = pd__attr_i(n, "time_axis", 0), ba = pd__attr_i(n, "batch_axis", 1);
+    if (!((ta == 0 && ba == 1) || (ta == 1 && ba == 0)))
+        return pd__err(PD_ERR_INVALID, "time_axis %lld and batch_axis %lld (expected 0 and 1, either way)",
+                       (long long)ta, (long long)ba);
+    *time_axis = (int)ta;
+    *batch_axis = (int)ba;
+    if (l == NULL) return pd__err(PD_ERR_INVALID, "missing input sequence_lens");
+    if (l->dtype != PD_INT64) return pd__err(PD_ERR_SHAPE, "sequence_lens must be int64, not %s", pd_dtype_name(l->dtype));
+    if (l->ndim != 1 || l->shape[0] != x->shape[ba])
+        return pd__err(PD_ERR_SHAPE, "sequence_lens must be 1-D of the batch size %lld", (long long)x->shape[ba]);
+    for (int64_t b = 0; l->data != NULL && b < l->shape[0]; b++) {
+        int64_t v = ((const int64_t *)l->data)[b];
+        if (v < 0 || v > x->shape[ta])
+            return pd__err(PD_ERR_INVALID, "sequence_lens[%lld] = %lld is outside [0, %lld]", (long long)b,
+                           (long long)v, (long long)x->shape[ta]);
+    }
+    return PD_OK;
+}
+
+int64_t pd__count_nonzero(const pd_tensor *x) {
+    int64_t k = 0, total = view_numel(x);
+    size_t es = pd_dtype_size(x->dtype);
+    const unsigned char *p = (const unsigned char *)x->data;
+    for (int64_t i = 0; i < total; i++) {
+        bool nz;
+        if (x->dtype == PD_FLOAT || x->dtype == PD_DOUBLE || x->dtype == PD_FLOAT16 || x->dtype == PD_BFLOAT16)
+            nz = pd__get_f(x->dtype, x->data, i) != 0; /* -0.0 is zero */
+        else {
+            nz = false;
+            for (size_t b = 0; b < es; b++) nz |= p[(size_t)i * es + b] != 0;
+        }
+        k += nz;
+    }
+    return k;
 }
 
 pd_status pd__trilu_k(const pd__node *n, pd_tensor *const *in, int64_t *k) {
@@ -6108,6 +6302,75 @@ pd_status pd__shape_CumSum(pd_graph *g, pd__node *n) {
     return set_out(g, n, 0, x->dtype, x->ndim, x->shape);
 }
 
+/* CumProd: CumSum's inputs and attributes. */
+pd_status pd__shape_CumProd(pd_graph *g, pd__node *n) {
+    pd__tensor *x = NULL, *a = NULL;
+    PD_TRY(need_data(g, n, 0, &x));
+    PD_TRY(need_in(g, n, 1, "axis", &a));
+    if (!is_numeric(x->dtype))
+        return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "CumProd of %s is not supported", pd_dtype_name(x->dtype));
+    pd_tensor v[MAX_VIEWS], *vp[MAX_VIEWS];
+    PD_TRY(make_views(g, n, v, vp));
+    int axis = 0;
+    if (vp[1]->data != NULL) RESOLVE(pd__cumsum_axis(vp[0], vp[1], &axis));
+    return set_out(g, n, 0, x->dtype, x->ndim, x->shape);
+}
+
+/* EyeLike: a 2-D input's shape, the dtype attribute's dtype (the input's when absent). */
+pd_status pd__shape_EyeLike(pd_graph *g, pd__node *n) {
+    pd__tensor *x = NULL;
+    PD_TRY(need_in(g, n, 0, "input", &x));
+    if (x->ndim != 2) return pd__node_err(g, n, PD_ERR_SHAPE, "input must be 2-D, has rank %d", x->ndim);
+    pd_dtype dt = PD_UNDEFINED;
+    RESOLVE(pd__eyelike_dtype(n, x->dtype, &dt));
+    return set_out(g, n, 0, dt, 2, x->shape);
+}
+
+/* Compress: the output's length along the axis (or flattened) is the count of
+ * true conditions, so the condition must be known at load and never trained. */
+pd_status pd__shape_Compress(pd_graph *g, pd__node *n) {
+    pd__tensor *x = NULL, *c = NULL;
+    PD_TRY(need_data(g, n, 0, &x));
+    PD_TRY(need_in(g, n, 1, "condition", &c));
+    pd_tensor v[MAX_VIEWS], *vp[MAX_VIEWS];
+    PD_TRY(make_views(g, n, v, vp));
+    if (!pd__foldable_input(c)) vp[1]->data = NULL;
+    int axis;
+    int64_t len, kept;
+    RESOLVE(pd__compress_params(n, vp, &axis, &len, &kept));
+    if (axis < 0) return set_out(g, n, 0, x->dtype, 1, &kept);
+    int64_t shape[PD_MAX_DIMS];
+    memcpy(shape, x->shape, sizeof(int64_t) * (size_t)x->ndim);
+    shape[axis] = kept;
+    return set_out(g, n, 0, x->dtype, x->ndim, shape);
+}
+
+pd_status pd__shape_ReverseSequence(pd_graph *g, pd__node *n) {
+    pd__tensor *x = NULL, *l = NULL;
+    PD_TRY(need_data(g, n, 0, &x));
+    PD_TRY(need_in(g, n, 1, "sequence_lens", &l));
+    pd_tensor v[MAX_VIEWS], *vp[MAX_VIEWS];
+    PD_TRY(make_views(g, n, v, vp));
+    int ta, ba;
+    RESOLVE(pd__reverse_sequence_params(n, vp, &ta, &ba));
+    return set_out(g, n, 0, x->dtype, x->ndim, x->shape);
+}
+
+/* NonZero: [rank, count of non-zeros], which only a constant input that
+ * training cannot change fixes at load (a 0-D input counts as 1-D, as numpy's). */
+pd_status pd__shape_NonZero(pd_graph *g, pd__node *n) {
+    pd__tensor *x = NULL;
+    PD_TRY(need_data(g, n, 0, &x));
+    if (!pd__foldable_input(x) || (x->data == NULL && x->numel > 0))
+        return pd__node_err(g, n, PD_ERR_UNSUPPORTED,
+                            "the output's shape depends on the values of '%s', supported only when it is a constant "
+                            "(folded at load)",
+                            x->name);
+    pd_tensor v = pd__view(x);
+    int64_t shape[2] = {x->ndim > 0 ? x->ndim : 1, pd__count_nonzero(&v)};
+    return set_out(g, n, 0, PD_INT64, 2, shape);
+}
+
 pd_status pd__shape_Trilu(pd_graph *g, pd__node *n) {
     pd__tensor *x = NULL;
     PD_TRY(need_data(g, n, 0, &x));
@@ -6328,14 +6591,19 @@ PD__NO_FLOPS(ScatterElements)
 PD__NO_FLOPS(ScatterND)
 PD__NO_FLOPS(DepthToSpace)
 PD__NO_FLOPS(SpaceToDepth)
+PD__NO_FLOPS(EyeLike)
+PD__NO_FLOPS(Compress)
+PD__NO_FLOPS(ReverseSequence)
+PD__NO_FLOPS(NonZero)
 
-/* CumSum: one add per element; ArgMax, ArgMin, Hardmax: one compare; TopK: a
+/* CumSum, CumProd: one add or multiply per element; ArgMax, ArgMin, Hardmax: one compare; TopK: a
  * sort of each slice along the axis (n log n compares). */
 static double numel_in0(const pd_graph *g, const pd__node *n) {
     const pd__tensor *x = pd__in((pd_graph *)g, n, 0);
     return x == NULL ? 0 : (double)x->numel;
 }
 double pd__flops_CumSum(const pd_graph *g, const pd__node *n) { return numel_in0(g, n); }
+double pd__flops_CumProd(const pd_graph *g, const pd__node *n) { return numel_in0(g, n); }
 double pd__flops_ArgMax(const pd_graph *g, const pd__node *n) { return numel_in0(g, n); }
 double pd__flops_ArgMin(const pd_graph *g, const pd__node *n) { return numel_in0(g, n); }
 double pd__flops_Hardmax(const pd_graph *g, const pd__node *n) { return numel_in0(g, n); }

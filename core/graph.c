@@ -346,7 +346,7 @@ static bool pd__is_float(pd_dtype t) {
 /* A float initializer may be trained: never fold it into something else,
  * unless the model says it is a constant (pd__train_rule: a single element,
  * or left out of its training_info), as the -1e9 of a causal mask is. */
-static bool pd__foldable_input(const pd__tensor *t) {
+bool pd__foldable_input(const pd__tensor *t) {
     if (t->kind == PD_T_CONST) return true;
     if (t->kind == PD_T_INIT)
         return !pd__is_float(t->dtype) || t->train == PD_TR_SCALAR || t->train == PD_TR_UNLISTED ||

@@ -62,6 +62,7 @@
     X(GLOBAL_AVERAGE_POOL, GlobalAveragePool, PD_OPF_NN, 0x1, 0)                                   \
     X(LP_POOL, LpPool, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                              \
     X(GLOBAL_MAX_POOL, GlobalMaxPool, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)               \
+    X(MAX_UNPOOL, MaxUnpool, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                        \
     X(RESIZE, Resize, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                               \
     X(UPSAMPLE, Upsample, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                           \
     X(EINSUM, Einsum, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0x3, 0)                               \
@@ -113,6 +114,11 @@
     X(OR, Or, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                                       \
     X(NOT, Not, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                                     \
     X(XOR, Xor, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                                     \
+    X(BITWISE_AND, BitwiseAnd, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                      \
+    X(BITWISE_OR, BitwiseOr, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                        \
+    X(BITWISE_XOR, BitwiseXor, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                      \
+    X(BITWISE_NOT, BitwiseNot, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                      \
+    X(BIT_SHIFT, BitShift, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                          \
     X(IS_NAN, IsNaN, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                                \
     X(IS_INF, IsInf, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                                \
     X(MAX, Max, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, PD_GRAD_ALL, 0)                           \
@@ -190,6 +196,11 @@
     X(HARDMAX, Hardmax, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                           \
     X(DEPTH_TO_SPACE, DepthToSpace, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)             \
     X(SPACE_TO_DEPTH, SpaceToDepth, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)             \
+    X(CUMPROD, CumProd, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                         \
+    X(EYE_LIKE, EyeLike, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                          \
+    X(COMPRESS, Compress, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                       \
+    X(REVERSE_SEQUENCE, ReverseSequence, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)        \
+    X(NON_ZERO, NonZero, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                          \
     /* signal: windows and the mel matrix take scalars (their sizes constant at load) */           \
     X(HANN_WINDOW, HannWindow, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                    \
     X(HAMMING_WINDOW, HammingWindow, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)              \

@@ -209,6 +209,10 @@ struct pd_backend_i;
 pd_status pd__graph_finalize(pd_graph *g, const pd_load_options *opt, const struct pd_backend_i *fold);
 /* Sets t->ndim/shape/numel; checks overflow and PD_MAX_DIMS. */
 pd_status pd__tensor_set_shape(const pd_graph *g, pd__tensor *t, int ndim, const int64_t *shape);
+/* t's value is fixed at load: a constant, or an initializer training does
+ * not update (not a float, or one the model marks constant); nodes whose
+ * inputs all are get folded. */
+bool pd__foldable_input(const pd__tensor *t);
 /* A pd_tensor view of a graph tensor's data. */
 pd_tensor pd__view(const pd__tensor *t);
 

@@ -1,8 +1,9 @@
 /* shape_elem.c - shape rules and FLOP counts of the element-wise ops:
  * the arithmetic, comparison and logic ones with numpy (multidirectional)
  * broadcasting (Add ... Pow, Mod, Sum, Max, Min, Mean, Equal, Less ...,
- * And, Or, Xor, Where), PRelu (one-way), the unary ones (Sqrt ... Gelu,
- * Clip, the activations, Abs ... Round, trigonometry, Not, IsNaN, IsInf),
+ * And, Or, Xor, Where, BitwiseAnd/Or/Xor, BitShift), PRelu (one-way), the
+ * unary ones (Sqrt ... Gelu, Clip, the activations, Abs ... Round,
+ * trigonometry, Not, BitwiseNot, IsNaN, IsInf),
  * Cast, CastLike and Identity, and the reductions (ReduceSum ... ReduceLogSumExp).
  *
  * A rule checks the inputs' presence, dtypes and shapes, and reports what
@@ -119,6 +120,17 @@ pd_status pd__shape_GreaterOrEqual(pd_graph *g, pd__node *n) { return shape_bina
 pd_status pd__shape_And(pd_graph *g, pd__node *n) { return shape_binary(g, n, PD_EK_BOOL, false, PD_BOOL); }
 pd_status pd__shape_Or(pd_graph *g, pd__node *n) { return shape_binary(g, n, PD_EK_BOOL, false, PD_BOOL); }
 pd_status pd__shape_Xor(pd_graph *g, pd__node *n) { return shape_binary(g, n, PD_EK_BOOL, false, PD_BOOL); }
+/* The bitwise ops: integers of one dtype; BitShift: unsigned ones, and a
+ * direction of LEFT or RIGHT. */
+pd_status pd__shape_BitwiseAnd(pd_graph *g, pd__node *n) { return shape_binary(g, n, PD_EK_INT, false, PD_UNDEFINED); }
+pd_status pd__shape_BitwiseOr(pd_graph *g, pd__node *n) { return shape_binary(g, n, PD_EK_INT, false, PD_UNDEFINED); }
+pd_status pd__shape_BitwiseXor(pd_graph *g, pd__node *n) { return shape_binary(g, n, PD_EK_INT, false, PD_UNDEFINED); }
+pd_status pd__shape_BitShift(pd_graph *g, pd__node *n) {
+    const char *d = pd__attr_s(n, "direction", "");
+    if (strcmp(d, "LEFT") != 0 && strcmp(d, "RIGHT") != 0)
+        return pd__node_err(g, n, PD_ERR_INVALID, "direction='%s' (expected LEFT or RIGHT)", d);
+    return shape_binary(g, n, PD_EK_UINT, false, PD_UNDEFINED);
+}
 /* Mod: fmod = 0 takes the divisor's sign (Python's %), 1 the dividend's (C's fmod). */
 pd_status pd__shape_Mod(pd_graph *g, pd__node *n) {
     int64_t f = pd__attr_i(n, "fmod", 0);
@@ -139,6 +151,10 @@ double pd__flops_GreaterOrEqual(const pd_graph *g, const pd__node *n) { return o
 double pd__flops_And(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
 double pd__flops_Or(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
 double pd__flops_Xor(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
+double pd__flops_BitwiseAnd(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
+double pd__flops_BitwiseOr(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
+double pd__flops_BitwiseXor(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
+double pd__flops_BitShift(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
 double pd__flops_Mod(const pd_graph *g, const pd__node *n) { return 4 * out_numel(g, n); }
 
 /* Sum, Max, Min, Mean: one or more inputs of one dtype, broadcast together
@@ -258,6 +274,7 @@ pd_status pd__shape_Erf(pd_graph *g, pd__node *n) { return shape_unary(g, n, PD_
 
 /* Not: bool; IsNaN, IsInf: floats to bool. */
 pd_status pd__shape_Not(pd_graph *g, pd__node *n) { return shape_unary(g, n, PD_EK_BOOL); }
+pd_status pd__shape_BitwiseNot(pd_graph *g, pd__node *n) { return shape_unary(g, n, PD_EK_INT); }
 static pd_status shape_float_pred(pd_graph *g, pd__node *n) {
     PD_TRY(shape_unary(g, n, PD__FLOAT_ONLY));
     pd__out(g, n, 0)->dtype = PD_BOOL;
@@ -298,6 +315,7 @@ pd_status pd__shape_Acosh(pd_graph *g, pd__node *n) { return shape_unary(g, n, P
 pd_status pd__shape_Atanh(pd_graph *g, pd__node *n) { return shape_unary(g, n, PD__FLOAT_ONLY); }
 
 double pd__flops_Not(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
+double pd__flops_BitwiseNot(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
 double pd__flops_IsNaN(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
 double pd__flops_IsInf(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
 double pd__flops_Abs(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }

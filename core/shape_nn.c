@@ -2,8 +2,8 @@
  * Gemm, MatMul, Conv, ConvTranspose, BatchNormalization, LayerNormalization,
  * InstanceNormalization, GroupNormalization, RMSNormalization,
  * LpNormalization, MeanVarianceNormalization, MaxPool, AveragePool, LpPool,
- * GlobalAveragePool, GlobalMaxPool, Resize, Upsample, Einsum, LRN, Softmax,
- * LogSoftmax, Dropout, SoftmaxCrossEntropyLoss, NegativeLogLikelihoodLoss,
+ * MaxUnpool, GlobalAveragePool, GlobalMaxPool, Resize, Upsample, Einsum, LRN,
+ * Softmax, LogSoftmax, Dropout, SoftmaxCrossEntropyLoss, NegativeLogLikelihoodLoss,
  * RotaryEmbedding, Attention, GridSample, AffineGrid, Col2Im and
  * CenterCropPad (opsets 6-23).
  *
@@ -702,6 +702,67 @@ pd_status pd__shape_AveragePool(pd_graph *g, pd__node *n) {
     return pool_shape(g, n, false);
 }
 double pd__flops_AveragePool(const pd_graph *g, const pd__node *n) { return pool_flops(g, n); }
+
+pd_status pd__maxunpool_shapes(const pd__node *n, pd_tensor *const *in, int64_t *frame, int64_t *out) {
+    const pd_tensor *X = in[0], *S = n->nin > 2 ? in[2] : NULL;
+    int r = X->ndim, nsp = r - 2;
+    if (r < 3) return pd__err(PD_ERR_SHAPE, "X %s must be (N, C, D1, ...)", shpv(r, X->shape).s);
+    const int64_t *k, *st, *pads;
+    int nk = pd__attr_ints(n, "kernel_shape", &k), ns = pd__attr_ints(n, "strides", &st),
+        np = pd__attr_ints(n, "pads", &pads);
+    if (nk != nsp) return pd__err(PD_ERR_SHAPE, "kernel_shape has %d values for %d spatial dims", nk, nsp);
+    if (ns != 0 && ns != nsp) return pd__err(PD_ERR_SHAPE, "strides has %d values for %d spatial dims", ns, nsp);
+    if (np != 0 && np != 2 * nsp) return pd__err(PD_ERR_SHAPE, "pads has %d values for %d spatial dims", np, nsp);
+    frame[0] = X->shape[0];
+    frame[1] = X->shape[1];
+    for (int i = 0; i < nsp; i++) {
+        int64_t s = ns ? st[i] : 1, pb = np ? pads[i] : 0, pe = np ? pads[nsp + i] : 0;
+        if (k[i] < 1 || s < 1 || pb < 0 || pe < 0)
+            return pd__err(PD_ERR_SHAPE, "kernel %lld, stride %lld, pads %lld and %lld at spatial dim %d",
+                           (long long)k[i], (long long)s, (long long)pb, (long long)pe, i);
+        frame[i + 2] = (X->shape[i + 2] - 1) * s - pb - pe + k[i];
+        if (frame[i + 2] < 0) return pd__err(PD_ERR_SHAPE, "spatial dim %d of the output would be negative", i);
+    }
+    memcpy(out, frame, sizeof(int64_t) * (size_t)r);
+    if (S == NULL) return PD_OK;
+    if (S->dtype != PD_INT64 || S->ndim != 1 || S->shape[0] != r)
+        return pd__err(PD_ERR_SHAPE, "output_shape must be int64 of %d values", r);
+    if (S->data == NULL) return pd__err(PD_ERR_UNSUPPORTED, "output_shape must be constant");
+    for (int d = 0; d < r; d++) {
+        out[d] = ((const int64_t *)S->data)[d];
+        if (out[d] < frame[d]) /* the reference places the frame in the output: it must fit */
+            return pd__err(PD_ERR_SHAPE, "output_shape %s is smaller than the unpooled %s", shpv(r, out).s,
+                           shpv(r, frame).s);
+    }
+    return PD_OK;
+}
+
+pd_status pd__shape_MaxUnpool(pd_graph *g, pd__node *n) {
+    pd__tensor *x, *ind;
+    PD_TRY(need(g, n, 0, "X", &x));
+    PD_TRY(need_float(g, n, x, "X"));
+    PD_TRY(need(g, n, 1, "I", &ind));
+    if (ind->dtype != PD_INT64 || ind->ndim != x->ndim || memcmp(ind->shape, x->shape, sizeof(int64_t) * (size_t)x->ndim))
+        return pd__node_err(g, n, PD_ERR_SHAPE, "I must be int64 of X's shape %s, is %s %s", shp(x).s,
+                            pd_dtype_name(ind->dtype), shp(ind).s);
+    pd_tensor v[3], *vp[3] = {NULL, NULL, NULL};
+    for (int i = 0; i < n->nin && i < 3; i++) {
+        pd__tensor *t = pd__in(g, n, i);
+        if (t == NULL) continue;
+        v[i] = pd__view(t);
+        if (!pd__foldable_input(t)) v[i].data = NULL;
+        vp[i] = &v[i];
+    }
+    int64_t frame[PD_MAX_DIMS], y[PD_MAX_DIMS];
+    pd_status st = pd__maxunpool_shapes(n, vp, frame, y);
+    if (st != PD_OK) return node_prefix(g, n, st);
+    return set_out(g, n, 0, x->dtype, x->ndim, y);
+}
+
+double pd__flops_MaxUnpool(const pd_graph *g, const pd__node *n) {
+    (void)g, (void)n;
+    return 0;
+}
 
 pd_status pd__shape_GlobalAveragePool(pd_graph *g, pd__node *n) {
     pd__tensor *x;

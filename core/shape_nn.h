@@ -39,6 +39,13 @@ typedef enum pd__win_kind {
 pd_status pd__win_make(const pd__node *n, pd__win_kind kind, int ndim, const int64_t *xshape,
                        const int64_t *kshape, pd__win *w);
 
+/* MaxUnpool(X, I, output_shape): the shape I's flat indices address
+ * (`frame`: N, C, then (in - 1) * stride - pads + kernel per spatial dim,
+ * as ONNX's reference) and the output's (`out`: the output_shape input when
+ * given, each dim at least frame's, the frame at its start; else frame). in[2]
+ * must then have data. */
+pd_status pd__maxunpool_shapes(const pd__node *n, pd_tensor *const *in, int64_t *frame, int64_t *out);
+
 /* Whether a BatchNormalization node computes batch statistics: training_mode
  * (opset 14+), more than one output (opsets 7-13), is_test=0 (before 7). */
 int pd__bn_training(const pd__node *n);

@@ -1,12 +1,13 @@
 /* shape_tensor.c - shape rules and FLOP counts of the tensor ops: Flatten,
  * Reshape, Transpose, Concat, Split, Slice, Gather, Unsqueeze, Squeeze,
- * Expand, Pad, Constant, Shape, ConstantOfShape, Range, CumSum, Trilu, Size,
- * Tile, OneHot, GatherElements, GatherND, ScatterElements, ScatterND, ArgMax,
- * ArgMin, TopK, Hardmax, DepthToSpace, SpaceToDepth; and the parameter
+ * Expand, Pad, Constant, Shape, ConstantOfShape, Range, CumSum, CumProd,
+ * Trilu, Size, Tile, OneHot, GatherElements, GatherND, ScatterElements,
+ * ScatterND, ArgMax, ArgMin, TopK, Hardmax, DepthToSpace, SpaceToDepth,
+ * EyeLike, Compress, ReverseSequence, NonZero; and the parameter
  * resolvers of shape_tensor.h, which the CPU kernels share.
  *
  * Most of these ops only move bytes, so they take every dtype (but strings) and
- * count 0 FLOPs; CumSum, the arg/top-k selections and Hardmax compute and count. Inputs that determine a shape (Reshape's shape, Slice's starts...)
+ * count 0 FLOPs; CumSum, CumProd, the arg/top-k selections and Hardmax compute and count. Inputs that determine a shape (Reshape's shape, Slice's starts...)
  * are read from constant tensors at load; a runtime value there is reported
  * as a dynamic shape, which pdonnx does not support.
  */
@@ -388,6 +389,82 @@ pd_status pd__cumsum_axis(const pd_tensor *x, const pd_tensor *axis, int *out) {
     if (!pd__norm_axis(a, x->ndim, out))
         return pd__err(PD_ERR_SHAPE, "axis %lld out of range for rank %d", (long long)a, x->ndim);
     return PD_OK;
+}
+
+pd_status pd__eyelike_dtype(const pd__node *n, pd_dtype in, pd_dtype *out) {
+    int64_t dt = pd__attr_i(n, "dtype", (int64_t)in);
+    pd_dtype d = (pd_dtype)dt;
+    bool ok = dt > 0 && dt <= PD_BFLOAT16 && d != PD_STRING && pd_dtype_size(d) > 0;
+    if (!ok) return pd__err(PD_ERR_UNSUPPORTED, "dtype %lld is not supported", (long long)dt);
+    *out = d;
+    return PD_OK;
+}
+
+pd_status pd__compress_params(const pd__node *n, pd_tensor *const *in, int *axis, int64_t *len, int64_t *kept) {
+    const pd_tensor *x = in[0], *c = view_in(n, in, 1);
+    if (c == NULL) return pd__err(PD_ERR_INVALID, "missing input condition");
+    if (c->dtype != PD_BOOL) return pd__err(PD_ERR_SHAPE, "condition must be bool, not %s", pd_dtype_name(c->dtype));
+    if (c->ndim != 1) return pd__err(PD_ERR_SHAPE, "condition must be 1-D, has rank %d", c->ndim);
+    *axis = -1;
+    int64_t dim = view_numel(x);
+    if (pd__attr_get(n, "axis") != NULL) {
+        int64_t a = pd__attr_i(n, "axis", 0);
+        if (!pd__norm_axis(a, x->ndim, axis))
+            return pd__err(PD_ERR_SHAPE, "axis %lld out of range for rank %d", (long long)a, x->ndim);
+        dim = x->shape[*axis];
+    }
+    if (c->data == NULL && c->shape[0] > 0)
+        return pd__err(PD_ERR_UNSUPPORTED, "condition must be a constant: the output's shape depends on its values");
+    const uint8_t *v = (const uint8_t *)c->data;
+    *kept = 0;
+    for (int64_t i = 0; i < c->shape[0]; i++) {
+        if (!v[i]) continue;
+        if (i >= dim) /* numpy's compress refuses this too */
+            return pd__err(PD_ERR_SHAPE, "condition selects index %lld of an axis of %lld", (long long)i,
+                           (long long)dim);
+        ++*kept;
+    }
+    *len = c->shape[0] < dim ? c->shape[0] : dim;
+    return PD_OK;
+}
+
+pd_status pd__reverse_sequence_params(const pd__node *n, pd_tensor *const *in, int *time_axis, int *batch_axis) {
+    const pd_tensor *x = in[0], *l = view_in(n, in, 1);
+    if (x->ndim < 2) return pd__err(PD_ERR_SHAPE, "input must have rank >= 2, has %d", x->ndim);
+    int64_t ta = pd__attr_i(n, "time_axis", 0), ba = pd__attr_i(n, "batch_axis", 1);
+    if (!((ta == 0 && ba == 1) || (ta == 1 && ba == 0)))
+        return pd__err(PD_ERR_INVALID, "time_axis %lld and batch_axis %lld (expected 0 and 1, either way)",
+                       (long long)ta, (long long)ba);
+    *time_axis = (int)ta;
+    *batch_axis = (int)ba;
+    if (l == NULL) return pd__err(PD_ERR_INVALID, "missing input sequence_lens");
+    if (l->dtype != PD_INT64) return pd__err(PD_ERR_SHAPE, "sequence_lens must be int64, not %s", pd_dtype_name(l->dtype));
+    if (l->ndim != 1 || l->shape[0] != x->shape[ba])
+        return pd__err(PD_ERR_SHAPE, "sequence_lens must be 1-D of the batch size %lld", (long long)x->shape[ba]);
+    for (int64_t b = 0; l->data != NULL && b < l->shape[0]; b++) {
+        int64_t v = ((const int64_t *)l->data)[b];
+        if (v < 0 || v > x->shape[ta])
+            return pd__err(PD_ERR_INVALID, "sequence_lens[%lld] = %lld is outside [0, %lld]", (long long)b,
+                           (long long)v, (long long)x->shape[ta]);
+    }
+    return PD_OK;
+}
+
+int64_t pd__count_nonzero(const pd_tensor *x) {
+    int64_t k = 0, total = view_numel(x);
+    size_t es = pd_dtype_size(x->dtype);
+    const unsigned char *p = (const unsigned char *)x->data;
+    for (int64_t i = 0; i < total; i++) {
+        bool nz;
+        if (x->dtype == PD_FLOAT || x->dtype == PD_DOUBLE || x->dtype == PD_FLOAT16 || x->dtype == PD_BFLOAT16)
+            nz = pd__get_f(x->dtype, x->data, i) != 0; /* -0.0 is zero */
+        else {
+            nz = false;
+            for (size_t b = 0; b < es; b++) nz |= p[(size_t)i * es + b] != 0;
+        }
+        k += nz;
+    }
+    return k;
 }
 
 pd_status pd__trilu_k(const pd__node *n, pd_tensor *const *in, int64_t *k) {
@@ -913,6 +990,75 @@ pd_status pd__shape_CumSum(pd_graph *g, pd__node *n) {
     return set_out(g, n, 0, x->dtype, x->ndim, x->shape);
 }
 
+/* CumProd: CumSum's inputs and attributes. */
+pd_status pd__shape_CumProd(pd_graph *g, pd__node *n) {
+    pd__tensor *x = NULL, *a = NULL;
+    PD_TRY(need_data(g, n, 0, &x));
+    PD_TRY(need_in(g, n, 1, "axis", &a));
+    if (!is_numeric(x->dtype))
+        return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "CumProd of %s is not supported", pd_dtype_name(x->dtype));
+    pd_tensor v[MAX_VIEWS], *vp[MAX_VIEWS];
+    PD_TRY(make_views(g, n, v, vp));
+    int axis = 0;
+    if (vp[1]->data != NULL) RESOLVE(pd__cumsum_axis(vp[0], vp[1], &axis));
+    return set_out(g, n, 0, x->dtype, x->ndim, x->shape);
+}
+
+/* EyeLike: a 2-D input's shape, the dtype attribute's dtype (the input's when absent). */
+pd_status pd__shape_EyeLike(pd_graph *g, pd__node *n) {
+    pd__tensor *x = NULL;
+    PD_TRY(need_in(g, n, 0, "input", &x));
+    if (x->ndim != 2) return pd__node_err(g, n, PD_ERR_SHAPE, "input must be 2-D, has rank %d", x->ndim);
+    pd_dtype dt = PD_UNDEFINED;
+    RESOLVE(pd__eyelike_dtype(n, x->dtype, &dt));
+    return set_out(g, n, 0, dt, 2, x->shape);
+}
+
+/* Compress: the output's length along the axis (or flattened) is the count of
+ * true conditions, so the condition must be known at load and never trained. */
+pd_status pd__shape_Compress(pd_graph *g, pd__node *n) {
+    pd__tensor *x = NULL, *c = NULL;
+    PD_TRY(need_data(g, n, 0, &x));
+    PD_TRY(need_in(g, n, 1, "condition", &c));
+    pd_tensor v[MAX_VIEWS], *vp[MAX_VIEWS];
+    PD_TRY(make_views(g, n, v, vp));
+    if (!pd__foldable_input(c)) vp[1]->data = NULL;
+    int axis;
+    int64_t len, kept;
+    RESOLVE(pd__compress_params(n, vp, &axis, &len, &kept));
+    if (axis < 0) return set_out(g, n, 0, x->dtype, 1, &kept);
+    int64_t shape[PD_MAX_DIMS];
+    memcpy(shape, x->shape, sizeof(int64_t) * (size_t)x->ndim);
+    shape[axis] = kept;
+    return set_out(g, n, 0, x->dtype, x->ndim, shape);
+}
+
+pd_status pd__shape_ReverseSequence(pd_graph *g, pd__node *n) {
+    pd__tensor *x = NULL, *l = NULL;
+    PD_TRY(need_data(g, n, 0, &x));
+    PD_TRY(need_in(g, n, 1, "sequence_lens", &l));
+    pd_tensor v[MAX_VIEWS], *vp[MAX_VIEWS];
+    PD_TRY(make_views(g, n, v, vp));
+    int ta, ba;
+    RESOLVE(pd__reverse_sequence_params(n, vp, &ta, &ba));
+    return set_out(g, n, 0, x->dtype, x->ndim, x->shape);
+}
+
+/* NonZero: [rank, count of non-zeros], which only a constant input that
+ * training cannot change fixes at load (a 0-D input counts as 1-D, as numpy's). */
+pd_status pd__shape_NonZero(pd_graph *g, pd__node *n) {
+    pd__tensor *x = NULL;
+    PD_TRY(need_data(g, n, 0, &x));
+    if (!pd__foldable_input(x) || (x->data == NULL && x->numel > 0))
+        return pd__node_err(g, n, PD_ERR_UNSUPPORTED,
+                            "the output's shape depends on the values of '%s', supported only when it is a constant "
+                            "(folded at load)",
+                            x->name);
+    pd_tensor v = pd__view(x);
+    int64_t shape[2] = {x->ndim > 0 ? x->ndim : 1, pd__count_nonzero(&v)};
+    return set_out(g, n, 0, PD_INT64, 2, shape);
+}
+
 pd_status pd__shape_Trilu(pd_graph *g, pd__node *n) {
     pd__tensor *x = NULL;
     PD_TRY(need_data(g, n, 0, &x));
@@ -1133,14 +1279,19 @@ PD__NO_FLOPS(ScatterElements)
 PD__NO_FLOPS(ScatterND)
 PD__NO_FLOPS(DepthToSpace)
 PD__NO_FLOPS(SpaceToDepth)
+PD__NO_FLOPS(EyeLike)
+PD__NO_FLOPS(Compress)
+PD__NO_FLOPS(ReverseSequence)
+PD__NO_FLOPS(NonZero)
 
-/* CumSum: one add per element; ArgMax, ArgMin, Hardmax: one compare; TopK: a
+/* CumSum, CumProd: one add or multiply per element; ArgMax, ArgMin, Hardmax: one compare; TopK: a
  * sort of each slice along the axis (n log n compares). */
 static double numel_in0(const pd_graph *g, const pd__node *n) {
     const pd__tensor *x = pd__in((pd_graph *)g, n, 0);
     return x == NULL ? 0 : (double)x->numel;
 }
 double pd__flops_CumSum(const pd_graph *g, const pd__node *n) { return numel_in0(g, n); }
+double pd__flops_CumProd(const pd_graph *g, const pd__node *n) { return numel_in0(g, n); }
 double pd__flops_ArgMax(const pd_graph *g, const pd__node *n) { return numel_in0(g, n); }
 double pd__flops_ArgMin(const pd_graph *g, const pd__node *n) { return numel_in0(g, n); }
 double pd__flops_Hardmax(const pd_graph *g, const pd__node *n) { return numel_in0(g, n); }

@@ -1,7 +1,8 @@
 /* shape_tensor.h - parameters of the tensor ops (Transpose, Split, Slice, Pad,
- * Shape, Constant, ConstantOfShape, Range, CumSum, Trilu, Tile, OneHot,
- * GatherND, the scatters, the arg/top-k selections, DepthToSpace and
- * SpaceToDepth), resolved from a node's attributes
+ * Shape, Constant, ConstantOfShape, Range, CumSum, CumProd, Trilu, Tile,
+ * OneHot, GatherND, the scatters, the arg/top-k selections, DepthToSpace,
+ * SpaceToDepth, EyeLike, Compress, ReverseSequence, NonZero), resolved from
+ * a node's attributes
  * and constant inputs.
  *
  * The shape rules (core/shape_tensor.c) and the CPU kernels
@@ -63,6 +64,21 @@ pd_status pd__range_count(const pd_tensor *start, const pd_tensor *limit, const 
 
 /* CumSum: the axis (input 1, a constant or runtime scalar with data). */
 pd_status pd__cumsum_axis(const pd_tensor *x, const pd_tensor *axis, int *out);
+
+/* EyeLike: the output dtype (attribute dtype, else the input's `in`). */
+pd_status pd__eyelike_dtype(const pd__node *n, pd_dtype in, pd_dtype *out);
+
+/* Compress: the axis (-1 when absent: the input flattened), how many of its
+ * positions the condition covers (*len) and keeps (*kept). The condition
+ * (input 1) must have data; a true past the axis is an error. */
+pd_status pd__compress_params(const pd__node *n, pd_tensor *const *in, int *axis, int64_t *len, int64_t *kept);
+
+/* ReverseSequence: the time and batch axes (0 and 1, either way); the
+ * sequence lengths (input 1) are checked against the time axis when known. */
+pd_status pd__reverse_sequence_params(const pd__node *n, pd_tensor *const *in, int *time_axis, int *batch_axis);
+
+/* NonZero: the count of non-zero elements of x (which has data). */
+int64_t pd__count_nonzero(const pd_tensor *x);
 
 /* Trilu: k (optional input 1, default 0). */
 pd_status pd__trilu_k(const pd__node *n, pd_tensor *const *in, int64_t *k);

@@ -555,6 +555,33 @@ static void test_more_ops(pd__exec *x) {
     ok &= run1(x, &n, &LA, &LY) == PD_OK && r[0] && !r[1] && r[2] && !r[3];
     CHECK(ok, "And, Or, Xor with a broadcast operand; Not");
 
+    { /* bitwise: int16 [2, 2] with [2]; BitShift by the width or more gives 0 (numpy's rule) */
+        int16_t wa[4] = {-1, 0x0f0f, 12, INT16_MIN}, wb[2] = {0x00ff, -2}, wy[4];
+        pd_tensor WA = {PD_INT16, 2, {2, 2}, wa}, WB = {PD_INT16, 1, {2}, wb}, WY = {PD_INT16, 2, {2, 2}, wy};
+        n = node(PD_OP_BITWISE_AND, 18, 2);
+        ok = run2(x, &n, &WA, &WB, &WY) == PD_OK && wy[0] == 0x00ff && wy[1] == 0x0f0e && wy[2] == 12 && wy[3] == INT16_MIN;
+        n = node(PD_OP_BITWISE_OR, 18, 2);
+        ok &= run2(x, &n, &WA, &WB, &WY) == PD_OK && wy[0] == -1 && wy[1] == -1 && wy[2] == 0xff && wy[3] == -2;
+        n = node(PD_OP_BITWISE_XOR, 18, 2);
+        ok &= run2(x, &n, &WA, &WB, &WY) == PD_OK && wy[0] == (int16_t)0xff00 && wy[1] == (int16_t)0xf0f1;
+        n = node(PD_OP_BITWISE_NOT, 18, 1);
+        ok &= run1(x, &n, &WA, &WY) == PD_OK && wy[0] == 0 && wy[1] == (int16_t)0xf0f0 && wy[3] == INT16_MAX;
+        uint8_t ha[4] = {0x81, 0x81, 0x81, 0x81}, hb[4] = {1, 7, 8, 200}, hy[4];
+        pd_tensor HA = {PD_UINT8, 1, {4}, ha}, HB = {PD_UINT8, 1, {4}, hb}, HY = {PD_UINT8, 1, {4}, hy};
+        pd__attr dir = {"direction", PD_A_STRING, 0, 0, "LEFT", 0, NULL, NULL, NULL};
+        n = node(PD_OP_BIT_SHIFT, 11, 2);
+        n.nattr = 1;
+        n.attr = &dir;
+        ok &= run2(x, &n, &HA, &HB, &HY) == PD_OK && hy[0] == 0x02 && hy[1] == 0x80 && hy[2] == 0 && hy[3] == 0;
+        dir.s = "RIGHT";
+        ok &= run2(x, &n, &HA, &HB, &HY) == PD_OK && hy[0] == 0x40 && hy[1] == 1 && hy[2] == 0 && hy[3] == 0;
+        uint64_t ua64[2] = {UINT64_MAX, 1}, ub64[2] = {63, 64}, uy64[2];
+        pd_tensor UA = {PD_UINT64, 1, {2}, ua64}, UB = {PD_UINT64, 1, {2}, ub64}, UY = {PD_UINT64, 1, {2}, uy64};
+        dir.s = "LEFT";
+        ok &= run2(x, &n, &UA, &UB, &UY) == PD_OK && uy64[0] == (uint64_t)1 << 63 && uy64[1] == 0;
+        CHECK(ok, "BitwiseAnd, Or, Xor int16 with a broadcast operand; BitwiseNot; BitShift uint8 and uint64 by 0..width+");
+    }
+
     /* IsNaN of float16, IsInf with its flags */
     uint16_t h[4] = {pd__float_to_half(NAN), pd__float_to_half(INFINITY), pd__float_to_half(-INFINITY),
                      pd__float_to_half(1.0f)};

@@ -1167,14 +1167,16 @@ static void test_ties(void) {
     ok = fwd(&x, &n, in, out) == PD_OK && bwd(&x, &n, in, out, dout, din) == PD_OK;
     ok &= da[0] == 3 && da[1] == -3 && da[2] == 9;
     CHECK(ok, "HardSwish at 0, -3, 3: dout * (x/3 + 1/2) on [-3, 3] (got %g %g %g)", da[0], da[1], da[2]);
-    static const char *none[] = {"Less", "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor", "Not",
-                                 "IsNaN", "IsInf", "Sign", "Floor", "Ceil", "Round"};
+    static const char *none[] = {"Less",       "Greater",   "LessOrEqual", "GreaterOrEqual", "And",
+                                 "Or",         "Xor",       "Not",         "BitwiseAnd",     "BitwiseOr",
+                                 "BitwiseXor", "BitwiseNot", "BitShift",   "IsNaN",          "IsInf",
+                                 "Sign",       "Floor",     "Ceil",        "Round"};
     bool refused = true;
     for (size_t k = 0; k < sizeof none / sizeof *none; k++) {
         pd__node m = mknode(none[k], 13, 1);
         refused &= bwd(&x, &m, in, out, dout, din) == PD_ERR_UNSUPPORTED && pd__ops[m.op].grad == 0;
     }
-    CHECK(refused, "comparisons, logic, Sign, Floor, Ceil, Round: not differentiable (grad 0, backward refused)");
+    CHECK(refused, "comparisons, logic, bitwise ops, Sign, Floor, Ceil, Round: not differentiable (grad 0, backward refused)");
     pd_tensor *all[] = {&A, &B, &C, &Y, &G, &DA, &DB, &DC, &X, &R, &RG, &DX, &AX};
     for (size_t k = 0; k < sizeof all / sizeof *all; k++) free(all[k]->data);
     free(x.scratch);

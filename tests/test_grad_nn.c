@@ -5,7 +5,7 @@
  *   inference), LayerNormalization, InstanceNormalization,
  *   GroupNormalization (opsets 18 and 21), RMSNormalization,
  *   LpNormalization, MeanVarianceNormalization, MaxPool, AveragePool,
- *   LpPool, GlobalAveragePool, GlobalMaxPool, Resize and Upsample (the
+ *   LpPool, MaxUnpool, GlobalAveragePool, GlobalMaxPool, Resize and Upsample (the
  *   adjoint of the interpolation), Einsum, LRN, Softmax, LogSoftmax,
  *   Dropout, SoftmaxCrossEntropyLoss, NegativeLogLikelihoodLoss,
  *   RotaryEmbedding, Attention, GridSample, AffineGrid, Col2Im and
@@ -462,6 +462,46 @@ static gc *b_gmp(uint64_t seed, pd_dtype dt, uint32_t *mask, char *d, size_t dn)
         set(c, 0, k, at(c, 0, j));
         set(c, 0, j, t);
     }
+    gc_outputs(c, 1);
+    *mask = 0x1;
+    describe(c, d, dn);
+    return c;
+}
+
+/* MaxUnpool: distinct random indices into the unpooled frame, pads that
+ * leave it at least X's size, output_shape sometimes larger than the frame. */
+static gc *b_maxunpool(uint64_t seed, pd_dtype dt, uint32_t *mask, char *d, size_t dn) {
+    rs_seed(seed);
+    int r = (int)irand(3, 5), nsp = r - 2;
+    int64_t xs[8], k[3], st[3], pads[6], frame[8], os[8], fn = 1;
+    for (int i = 0; i < r; i++) xs[i] = irand(1, 3);
+    for (int i = 0; i < nsp; i++) {
+        k[i] = irand(1, 3), st[i] = irand(1, 3);
+        int64_t room = (xs[i + 2] - 1) * (st[i] - 1) + k[i] - 1; /* frame - input at zero pads */
+        pads[i] = irand(0, room), pads[nsp + i] = irand(0, room - pads[i]);
+    }
+    for (int i = 0; i < r; i++) {
+        frame[i] = i < 2 ? xs[i] : (xs[i] - 1) * st[i - 2] - pads[i - 2] - pads[nsp + i - 2] + k[i - 2];
+        os[i] = frame[i] + (irand(0, 2) == 0 ? irand(0, 2) : 0);
+        fn *= frame[i];
+    }
+    int64_t *perm = malloc(sizeof(int64_t) * (size_t)fn);
+    for (int64_t j = 0; j < fn; j++) perm[j] = j;
+    for (int64_t j = fn - 1; j > 0; j--) {
+        int64_t q = irand(0, j), t = perm[j];
+        perm[j] = perm[q], perm[q] = t;
+    }
+    bool has_os = irand(0, 1);
+    gc *c = gc_new("MaxUnpool", 11);
+    gc_seed(c, seed);
+    gc_input(c, dt, r, xs, NULL);
+    gc_input(c, PD_INT64, r, xs, perm);
+    int64_t rr = r;
+    if (has_os) gc_input(c, PD_INT64, 1, &rr, os);
+    free(perm);
+    gc_attr_ints(c, "kernel_shape", nsp, k);
+    gc_attr_ints(c, "strides", nsp, st);
+    gc_attr_ints(c, "pads", 2 * nsp, pads);
     gc_outputs(c, 1);
     *mask = 0x1;
     describe(c, d, dn);
@@ -1549,6 +1589,7 @@ int main(void) {
         {"GlobalAveragePool", b_gap, 20, 6},
         {"GlobalMaxPool", b_gmp, 20, 6},
         {"LpPool", b_lppool, 60, 10},
+        {"MaxUnpool", b_maxunpool, 40, 8},
         {"Resize", b_resize, 100, 12},
         {"Upsample", b_upsample, 30, 6},
         {"Einsum", b_einsum, 80, 12},

@@ -1,6 +1,7 @@
 /* test_grad_tensor.c - the backward kernels of the tensor ops
  * (runtime/cpu/tensor.c): Flatten, Reshape, Unsqueeze, Squeeze,
- * Transpose, Concat, Split, Slice, Gather, Expand, Pad, CumSum, Trilu, Tile,
+ * Transpose, Concat, Split, Slice, Gather, Expand, Pad, CumSum, CumProd,
+ * Compress, ReverseSequence, Trilu, Tile,
  * GatherElements, GatherND, ScatterElements, ScatterND, TopK, DepthToSpace,
  * SpaceToDepth.
  *
@@ -410,6 +411,66 @@ static gc *b_cumsum(pd_dtype dt, tcase *tc) {
     char b[64];
     snprintf(tc->desc, sizeof tc->desc, "CumSum %s axis %d (%s) exclusive %lld reverse %lld", fmt_shape(b, r, s), ax,
              i32 ? "int32" : "int64", (long long)ex, (long long)rev);
+    return c;
+}
+
+/* Some elements exactly 0: the backward does not divide by x, so a zero (or
+ * two) in a run gives the products of the others, as finite differences do. */
+static gc *b_cumprod(pd_dtype dt, tcase *tc) {
+    int r = (int)irand(1, 4), ax = (int)irand(-r, r - 1);
+    int64_t s[8], a = ax, ex = irand(0, 1), rev = irand(0, 1);
+    rand_shape(r, s);
+    gc *c = gc_new("CumProd", 26);
+    int i = gc_input(c, dt, r, s, NULL);
+    gc_input(c, PD_INT64, 0, s, &a);
+    int64_t total = c->g->tensors[c->in[i]].numel, zeros = irand(0, 2);
+    for (int64_t z = 0; z < zeros; z++) pd__set_f(dt, gc_data(c, i), irand(0, total - 1), 0.0);
+    if (ex || irand(0, 1)) gc_attr_i(c, "exclusive", ex);
+    if (rev || irand(0, 1)) gc_attr_i(c, "reverse", rev);
+    gc_outputs(c, 1);
+    char b[64];
+    snprintf(tc->desc, sizeof tc->desc, "CumProd %s axis %d exclusive %lld reverse %lld, %lld zeros",
+             fmt_shape(b, r, s), ax, (long long)ex, (long long)rev, (long long)zeros);
+    return c;
+}
+
+static gc *b_compress(pd_dtype dt, tcase *tc) {
+    int r = (int)irand(1, 4);
+    int64_t s[8], ax = irand(-r, r);
+    rand_shape(r, s);
+    bool flat = ax == r; /* no axis: the input flattened */
+    int64_t dim = flat ? 1 : s[ax < 0 ? ax + r : ax];
+    for (int d = 0; flat && d < r; d++) dim *= s[d];
+    int64_t len = irand(0, dim);
+    uint8_t cond[512];
+    for (int64_t j = 0; j < len; j++) cond[j] = (uint8_t)irand(0, 1);
+    gc *c = gc_new("Compress", 11);
+    gc_input(c, dt, r, s, NULL);
+    gc_input(c, PD_BOOL, 1, &len, cond);
+    if (!flat) gc_attr_i(c, "axis", ax);
+    gc_outputs(c, 1);
+    char b[64];
+    snprintf(tc->desc, sizeof tc->desc, "Compress %s axis %s%lld, %lld conditions", fmt_shape(b, r, s),
+             flat ? "(none) " : "", (long long)(flat ? 0 : ax), (long long)len);
+    return c;
+}
+
+static gc *b_reverse_sequence(pd_dtype dt, tcase *tc) {
+    int r = (int)irand(2, 4);
+    int64_t s[8], ta = irand(0, 1), lens[8];
+    rand_shape(r, s);
+    for (int64_t b = 0; b < s[1 - ta]; b++) lens[b] = irand(0, s[ta]);
+    gc *c = gc_new("ReverseSequence", 10);
+    gc_input(c, dt, r, s, NULL);
+    gc_input(c, PD_INT64, 1, &s[1 - ta], lens);
+    if (ta || irand(0, 1)) {
+        gc_attr_i(c, "time_axis", ta);
+        gc_attr_i(c, "batch_axis", 1 - ta);
+    }
+    gc_outputs(c, 1);
+    char b[64], e[96];
+    snprintf(tc->desc, sizeof tc->desc, "ReverseSequence %s time_axis %lld lens %s", fmt_shape(b, r, s),
+             (long long)ta, fmt_ints(e, (int)s[1 - ta], lens));
     return c;
 }
 
@@ -1132,6 +1193,77 @@ static void test_forward_new(void) {
               why);
         gc_free(c);
     }
+    { /* CumProd on int32, exclusive and reverse; int8 wraps like the type */
+        const int32_t v[4] = {1, 2, 3, 4};
+        const int8_t w[3] = {16, 16, 3};
+        int64_t s = 4, s3 = 3, ax = 0, want[4] = {24, 12, 4, 1}, wrap[3] = {16, 0, 0};
+        gc *c = gc_new("CumProd", 26);
+        gc_input(c, PD_INT32, 1, &s, v);
+        gc_input(c, PD_INT64, 0, &s, &ax);
+        gc_attr_i(c, "exclusive", 1);
+        gc_attr_i(c, "reverse", 1);
+        gc_outputs(c, 1);
+        CHECK(fwd_run(c, why, sizeof why) && out_is(c, 0, 4, want), "CumProd int32 (1,2,3,4) exclusive reverse %s",
+              why);
+        gc_free(c);
+        c = gc_new("CumProd", 26);
+        gc_input(c, PD_INT8, 1, &s3, w);
+        gc_input(c, PD_INT64, 0, &s3, &ax);
+        gc_outputs(c, 1);
+        CHECK(fwd_run(c, why, sizeof why) && out_is(c, 0, 3, wrap), "CumProd int8 (16,16,3) wraps: (16,0,0) %s", why);
+        gc_free(c);
+    }
+    { /* EyeLike: k beyond the matrix is all zeros; dtype from the attribute */
+        int64_t s[2] = {2, 3}, up[6] = {0, 0, 1, 0, 0, 0}, none[6] = {0};
+        for (int k = 0; k < 2; k++) {
+            gc *c = gc_new("EyeLike", 22);
+            gc_input(c, PD_FLOAT, 2, s, none);
+            gc_attr_i(c, "k", k ? 3 : 2);
+            gc_attr_i(c, "dtype", PD_BOOL);
+            gc_outputs(c, 1);
+            CHECK(fwd_run(c, why, sizeof why) && c->g->tensors[c->out[0]].dtype == PD_BOOL &&
+                      out_is(c, 0, 6, k ? none : up),
+                  "EyeLike [2,3] float k %d dtype bool %s", k ? 3 : 2, why);
+            gc_free(c);
+        }
+    }
+    { /* NonZero: coordinates of a constant, row-major; refused naming the node on a runtime input */
+        const float v[6] = {0, 1.5f, -0.0f, 0, 0, -2};
+        int64_t s[2] = {2, 3}, want[4] = {0, 1, 1, 2};
+        gc *c = gc_new("NonZero", 13);
+        gc_input(c, PD_FLOAT, 2, s, v);
+        gc_outputs(c, 1);
+        bool ok = fwd_run(c, why, sizeof why) && c->g->tensors[c->out[0]].ndim == 2 &&
+                  c->g->tensors[c->out[0]].shape[0] == 2 && out_is(c, 0, 4, want);
+        CHECK(ok, "NonZero of a constant [[0,1.5,-0],[0,0,-2]]: [[0,1],[1,2]] %s", why);
+        gc_free(c);
+        c = gc_new("NonZero", 13);
+        gc_input(c, PD_FLOAT, 2, s, NULL);
+        gc_outputs(c, 1);
+        ok = !fwd_run(c, why, sizeof why) && strstr(why, "node 'NonZero'") && strstr(why, "constant");
+        CHECK(ok, "NonZero of a runtime input is refused, naming the node: %s", why);
+        gc_free(c);
+    }
+    { /* Compress without an axis flattens; a runtime condition is refused */
+        const int32_t v[6] = {1, 2, 3, 4, 5, 6};
+        const uint8_t cond[5] = {0, 1, 0, 0, 1};
+        int64_t s[2] = {2, 3}, five = 5, want[2] = {2, 5};
+        gc *c = gc_new("Compress", 11);
+        gc_input(c, PD_INT32, 2, s, v);
+        gc_input(c, PD_BOOL, 1, &five, cond);
+        gc_outputs(c, 1);
+        CHECK(fwd_run(c, why, sizeof why) && c->g->tensors[c->out[0]].ndim == 1 && out_is(c, 0, 2, want),
+              "Compress [2,3] int32, no axis, condition (0,1,0,0,1): (2,5) %s", why);
+        gc_free(c);
+        c = gc_new("Compress", 11);
+        gc_input(c, PD_INT32, 2, s, v);
+        int ci = gc_input(c, PD_BOOL, 1, &five, cond);
+        c->g->tensors[c->in[ci]].kind = PD_T_INPUT;
+        gc_outputs(c, 1);
+        bool ok = !fwd_run(c, why, sizeof why) && strstr(why, "node 'Compress'") && strstr(why, "constant");
+        CHECK(ok, "Compress with a runtime condition is refused, naming the node: %s", why);
+        gc_free(c);
+    }
     { /* the byte movers on bool and int8: Tile, Trilu, GatherElements, DepthToSpace */
         const uint8_t b[4] = {1, 0, 0, 1};
         int64_t s[2] = {2, 2}, rep[2] = {1, 2}, two = 2, k = 1;
@@ -1321,6 +1453,9 @@ int main(int argc, char **argv) {
     suite("Expand", b_expand, 60, 60);
     suite("Pad", b_pad, 120, 120);
     suite("CumSum", b_cumsum, 60, 0); /* sums: not a move, finite differences only */
+    suite("CumProd", b_cumprod, 60, 0); /* products: finite differences only */
+    suite("Compress", b_compress, 40, 40);
+    suite("ReverseSequence", b_reverse_sequence, 40, 40);
     suite("Trilu", b_trilu, 60, 60);
     suite("Tile", b_tile, 60, 60);
     suite("GatherElements", b_gather_elements, 60, 60);

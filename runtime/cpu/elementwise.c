@@ -1,6 +1,7 @@
 /* elementwise.c - CPU kernels of the element-wise ops (Add ... Where, Cast,
- * Identity; then the comparisons and logic, Max / Min / Mean, Mod, PRelu,
- * Abs ... Round, the activations, trigonometry and CastLike) and of the
+ * Identity; then the comparisons and logic, the bitwise ops and BitShift,
+ * Max / Min / Mean, Mod, PRelu, Abs ... Round, the activations,
+ * trigonometry and CastLike) and of the
  * reductions (ReduceSum and ReduceMean on the fast path below; ReduceMax
  * ... ReduceLogSumExp on a plain one at the end), each forward beside its
  * backward.
@@ -1768,6 +1769,49 @@ PD__NO_GRAD(And)
 PD__NO_GRAD(Or)
 PD__NO_GRAD(Xor)
 PD__NO_GRAD(Not)
+
+/* ---- bitwise ops on integers; BitShift on unsigned ones ----------------------------- */
+/* A shift by the width or more gives 0, as numpy's (C leaves it undefined);
+ * the left shift runs in W so that uint8 and uint16 do not shift an int. */
+#define PD__DEF_BITS(_, dt, T, sfx, W, M, MIN, MAX) \
+    PD__BIN_ROW(band_##sfx, T, T, x & y)            \
+    PD__BIN_ROW(bor_##sfx, T, T, x | y)             \
+    PD__BIN_ROW(bxor_##sfx, T, T, x ^ y)            \
+    PD__UN_ROW(bnot_##sfx, T, , ~x)
+#define PD__DEF_SHIFT(_, dt, T, sfx, W, M, MIN, MAX)                               \
+    PD__BIN_ROW(shl_##sfx, T, T, y >= 8 * sizeof(T) ? (T)0 : (T)((W)x << y))      \
+    PD__BIN_ROW(shr_##sfx, T, T, y >= 8 * sizeof(T) ? (T)0 : (T)(x >> y))
+PD__INTS(PD__DEF_BITS, _)
+PD__UINTS(PD__DEF_SHIFT, _)
+static const pd__row_fn band_rows[PD__NDT] = {PD__INTS(PD__TAB, band)};
+static const pd__row_fn bor_rows[PD__NDT] = {PD__INTS(PD__TAB, bor)};
+static const pd__row_fn bxor_rows[PD__NDT] = {PD__INTS(PD__TAB, bxor)};
+static const pd__row_fn bnot_rows[PD__NDT] = {PD__INTS(PD__TAB, bnot)};
+static const pd__row_fn shl_rows[PD__NDT] = {PD__UINTS(PD__TAB, shl)};
+static const pd__row_fn shr_rows[PD__NDT] = {PD__UINTS(PD__TAB, shr)};
+
+pd_status pd__cpu_BitwiseAnd(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    return binary(x, n, in, out[0], band_rows, false);
+}
+pd_status pd__cpu_BitwiseOr(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    return binary(x, n, in, out[0], bor_rows, false);
+}
+pd_status pd__cpu_BitwiseXor(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    return binary(x, n, in, out[0], bxor_rows, false);
+}
+pd_status pd__cpu_BitwiseNot(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    (void)n;
+    return unary(x, in, out[0], in[0]->dtype, bnot_rows, NULL, 1);
+}
+pd_status pd__cpu_BitShift(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    bool left = strcmp(pd__attr_s(n, "direction", ""), "LEFT") == 0;
+    return binary(x, n, in, out[0], left ? shl_rows : shr_rows, false);
+}
+PD__NO_GRAD(BitwiseAnd)
+PD__NO_GRAD(BitwiseOr)
+PD__NO_GRAD(BitwiseXor)
+PD__NO_GRAD(BitwiseNot)
+PD__NO_GRAD(BitShift)
 
 /* IsNaN, IsInf: float in (16-bit floats staged to float), bool out; IsInf's
  * detect_negative / detect_positive in ctx->lo[0] / hi[0]. */

@@ -4,7 +4,7 @@
  * training statistics), LayerNormalization, InstanceNormalization,
  * GroupNormalization, RMSNormalization, LpNormalization,
  * MeanVarianceNormalization, MaxPool, AveragePool, LpPool, GlobalMaxPool,
- * GlobalAveragePool (N-D), Resize, Upsample, Einsum (as a batched
+ * GlobalAveragePool (N-D), MaxUnpool, Resize, Upsample, Einsum (as a batched
  * matrix product), LRN, Softmax, LogSoftmax,
  * Dropout, SoftmaxCrossEntropyLoss, NegativeLogLikelihoodLoss,
  * RotaryEmbedding, Attention (GEMMs per head, the softmax recomputed in
@@ -703,6 +703,60 @@ pd_status pd__cpu_LpPool_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *i
     void *Y = pd__scratch_n(x, NC * prod64(w.nsp, w.out), 1, pd_dtype_size(X->dtype));
     if (!Y) return PD_ERR_NOMEM;
     PD_DISPATCH(X->dtype, lppool, (x, &w, NC, pd__lppool_p(n), X->data, Y, dY->data, dX->data))
+}
+
+/* ---- MaxUnpool: X's elements put where I says, zeros elsewhere ---- */
+/* off[j] = the output offset of X's element j: I[j] is a flat index into
+ * the frame (pd__maxunpool_shapes), which sits at the output's start. */
+static pd_status unpool_offsets(pd__exec *x, const pd__node *n, pd_tensor *const *in, int64_t *ynumel, int64_t **off) {
+    int64_t frame[PD_MAX_DIMS], oshape[PD_MAX_DIMS], fst[PD_MAX_DIMS], ost[PD_MAX_DIMS];
+    PD_TRY(pd__maxunpool_shapes(n, in, frame, oshape));
+    int r = in[0]->ndim;
+    int64_t fn = 1, on = 1, m = pd_tensor_numel(in[0]);
+    for (int d = r - 1; d >= 0; d--) {
+        fst[d] = fn, ost[d] = on;
+        fn *= frame[d], on *= oshape[d];
+    }
+    *ynumel = on;
+    *off = pd__scratch(x, (size_t)(m + 1) * sizeof(int64_t));
+    if (*off == NULL) return PD_ERR_NOMEM;
+    const int64_t *ind = in[1]->data;
+    for (int64_t j = 0; j < m; j++) {
+        int64_t v = ind[j], o = 0;
+        if (v < 0 || v >= fn)
+            return pd__err(PD_ERR_INVALID, "index %lld is outside the unpooled %lld elements", (long long)v,
+                           (long long)fn);
+        for (int d = 0; d < r; d++) o += v / fst[d] % frame[d] * ost[d];
+        (*off)[j] = o;
+    }
+    return PD_OK;
+}
+
+pd_status pd__cpu_MaxUnpool(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    int64_t *off, yn, m = pd_tensor_numel(in[0]);
+    PD_TRY(unpool_offsets(x, n, in, &yn, &off));
+    size_t es = pd_dtype_size(in[0]->dtype);
+    char *y = out[0]->data;
+    const char *xs = in[0]->data;
+    memset(y, 0, (size_t)yn * es);
+    for (int64_t j = 0; j < m; j++) memcpy(y + off[j] * (int64_t)es, xs + j * (int64_t)es, es); /* the last write wins */
+    return PD_OK;
+}
+
+/* PyTorch's rule: dX[j] += dY[off[j]], also where two elements share an index. */
+pd_status pd__cpu_MaxUnpool_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out,
+                                pd_tensor *const *dout, pd_tensor *const *din) {
+    (void)out;
+    if (din[0] == NULL || dout[0] == NULL) return PD_OK;
+    if (din[0]->dtype != dout[0]->dtype || !(din[0]->dtype == PD_FLOAT || din[0]->dtype == PD_DOUBLE))
+        return pd__err(PD_ERR_UNSUPPORTED, "MaxUnpool backward of %s", pd_dtype_name(din[0]->dtype));
+    int64_t *off, yn, m = pd_tensor_numel(in[0]);
+    PD_TRY(unpool_offsets(x, n, in, &yn, &off));
+    for (int64_t j = 0; j < m; j++) {
+        if (din[0]->dtype == PD_FLOAT) ((float *)din[0]->data)[j] += ((const float *)dout[0]->data)[off[j]];
+        else ((double *)din[0]->data)[j] += ((const double *)dout[0]->data)[off[j]];
+    }
+    return PD_OK;
 }
 
 /* ---- Resize, Upsample ---- */

@@ -1,9 +1,10 @@
 /* tensor.c - CPU kernels of the tensor ops, each forward beside its
  * backward: Flatten, Reshape, Unsqueeze, Squeeze, Transpose, Concat, Split,
- * Slice, Expand, Gather, Pad, CumSum, Trilu, Tile, GatherElements, GatherND,
- * ScatterElements, ScatterND, TopK, DepthToSpace, SpaceToDepth; and Constant,
- * Shape, ConstantOfShape, Range, Size, OneHot, ArgMax, ArgMin and Hardmax,
- * which are not differentiable.
+ * Slice, Expand, Gather, Pad, CumSum, CumProd, Trilu, Tile, GatherElements,
+ * GatherND, ScatterElements, ScatterND, TopK, DepthToSpace, SpaceToDepth,
+ * Compress, ReverseSequence; and Constant, Shape, ConstantOfShape, Range,
+ * Size, OneHot, ArgMax, ArgMin, Hardmax, EyeLike and NonZero, which are not
+ * differentiable.
  *
  * Forward: they move bytes, so one kernel serves every dtype: elements are
  * copied as pd_dtype_size-byte units with memcpy. Strided copies
@@ -1236,6 +1237,105 @@ pd_status pd__cpu_CumSum_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *i
     return PD_OK;
 }
 
+/* ---- CumProd -------------------------------------------------------------------------------- */
+/* dst = the running products of src along the middle dim of outer x len x
+ * inner, as cumsum_run walks it; acc holds `inner` products (double for
+ * float types, uint64 for integers, whose low bits wrap as the type's). */
+static void cumprod_run(pd_dtype dt, void *dst, const void *src, int64_t outer, int64_t len, int64_t inner, bool excl,
+                        bool rev, void *acc) {
+    bool fl = is_float_dt(dt);
+    for (int64_t o = 0; o < outer; o++) {
+        for (int64_t i = 0; i < inner; i++) {
+            if (fl) ((double *)acc)[i] = 1;
+            else ((uint64_t *)acc)[i] = 1;
+        }
+        for (int64_t j = 0; j < len; j++) {
+            int64_t base = (o * len + (rev ? len - 1 - j : j)) * inner;
+            if (fl) {
+                double *a = acc;
+                for (int64_t i = 0; i < inner; i++) {
+                    double v = pd__get_f(dt, src, base + i), p = excl ? a[i] : a[i] * v;
+                    a[i] *= v;
+                    pd__set_f(dt, dst, base + i, p);
+                }
+            } else {
+                uint64_t *a = acc;
+                for (int64_t i = 0; i < inner; i++) {
+                    uint64_t v = (uint64_t)pd__get_i(dt, src, base + i), p = excl ? a[i] : a[i] * v;
+                    a[i] *= v;
+                    pd__set_i(dt, dst, base + i, (int64_t)p);
+                }
+            }
+        }
+    }
+}
+
+pd_status pd__cpu_CumProd(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    const pd_tensor *t = in[0];
+    int axis;
+    PD_TRY(pd__cumsum_axis(t, n->nin > 1 ? in[1] : NULL, &axis));
+    int64_t outer, len, inner;
+    around_axis(t, axis, &outer, &len, &inner);
+    if (outer * len * inner == 0) return PD_OK;
+    void *acc = pd__scratch(x, (size_t)inner * 8);
+    if (acc == NULL) return PD_ERR_NOMEM;
+    cumprod_run(t->dtype, out[0]->data, t->data, outer, len, inner, pd__attr_i(n, "exclusive", 0) != 0,
+                pd__attr_i(n, "reverse", 0) != 0, acc);
+    return PD_OK;
+}
+
+/* Without dividing by x, so that zeros are exact: along the walk order
+ * (reversed when rev), y_j = P_j x_j (inclusive) or P_j (exclusive), P_j the
+ * product of the x before j. Then dx_k = P_k S_k, where S_k sums dy_j times
+ * the x strictly between k and j: S_k = dy_k + x_{k+1} S_{k+1} (inclusive),
+ * S_k = dy_{k+1} + x_{k+1} S_{k+1} (exclusive), S past the end 0. */
+pd_status pd__cpu_CumProd_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out,
+                              pd_tensor *const *dout, pd_tensor *const *din) {
+    (void)out;
+    if (din[0] == NULL || dout[0] == NULL) return PD_OK;
+    bool f32 = false;
+    PD_TRY(grad_dtype(din[0], dout[0], &f32));
+    PD_TRY(grad_dtype(in[0], dout[0], &f32));
+    PD_TRY(same_numel(din[0], dout[0]));
+    int axis;
+    PD_TRY(pd__cumsum_axis(in[0], n->nin > 1 ? in[1] : NULL, &axis));
+    int64_t outer, len, inner;
+    around_axis(in[0], axis, &outer, &len, &inner);
+    if (outer * len * inner == 0) return PD_OK;
+    bool excl = pd__attr_i(n, "exclusive", 0) != 0, rev = pd__attr_i(n, "reverse", 0) != 0;
+    double *S = pd__scratch(x, (size_t)(len + 1) * (size_t)inner * sizeof(double));
+    if (S == NULL) return PD_ERR_NOMEM;
+    double *P = S + len * inner;
+    const void *xs = in[0]->data, *dy = dout[0]->data;
+    void *dx = din[0]->data;
+#define LD(p, k) (f32 ? (double)((const float *)(p))[k] : ((const double *)(p))[k])
+    for (int64_t o = 0; o < outer; o++) {
+        int64_t base[2] = {0, 0}; /* of positions j and j + 1 in walk order */
+        for (int64_t j = len - 1; j >= 0; j--) {
+            base[1] = base[0];
+            base[0] = (o * len + (rev ? len - 1 - j : j)) * inner;
+            double *s = S + j * inner, *s1 = s + inner;
+            for (int64_t i = 0; i < inner; i++) {
+                if (j == len - 1) s[i] = excl ? 0 : LD(dy, base[0] + i);
+                else s[i] = LD(dy, base[excl ? 1 : 0] + i) + LD(xs, base[1] + i) * s1[i];
+            }
+        }
+        for (int64_t i = 0; i < inner; i++) P[i] = 1;
+        for (int64_t j = 0; j < len; j++) {
+            int64_t b = (o * len + (rev ? len - 1 - j : j)) * inner;
+            const double *s = S + j * inner;
+            for (int64_t i = 0; i < inner; i++) {
+                double g = P[i] * s[i];
+                if (f32) ((float *)dx)[b + i] += (float)g;
+                else ((double *)dx)[b + i] += g;
+                P[i] *= LD(xs, b + i);
+            }
+        }
+    }
+#undef LD
+    return PD_OK;
+}
+
 /* ---- Trilu ---------------------------------------------------------------------------------- */
 /* The columns [*lo, *hi) that row i of a cols-wide matrix keeps. */
 static void trilu_keep(bool upper, int64_t k, int64_t i, int64_t cols, int64_t *lo, int64_t *hi) {
@@ -1821,6 +1921,164 @@ PD__NO_GRAD(OneHot)
 PD__NO_GRAD(ArgMax)
 PD__NO_GRAD(ArgMin)
 PD__NO_GRAD(Hardmax)
+
+/* ==== EyeLike, Compress, ReverseSequence, NonZero ============================================== */
+
+/* ---- EyeLike: ones on diagonal k of a 2-D output, zeros elsewhere ---------------------------- */
+pd_status pd__cpu_EyeLike(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    (void)x, (void)in;
+    pd_tensor *o = out[0];
+    size_t es;
+    PD_TRY(elem_size(o, &es));
+    if (o->ndim != 2) return pd__err(PD_ERR_SHAPE, "output must be 2-D, has rank %d", o->ndim);
+    int64_t rows = o->shape[0], cols = o->shape[1], k = pd__attr_i(n, "k", 0);
+    memset(o->data, 0, (size_t)(rows * cols) * es);
+    for (int64_t i = 0; i < rows; i++) {
+        int64_t j;
+        if (__builtin_add_overflow(i, k, &j) || j < 0 || j >= cols) continue;
+        pd__set_f(o->dtype, o->data, i * cols + j, 1.0);
+    }
+    return PD_OK;
+}
+
+/* ---- Compress: the slices (or, without an axis, the elements) whose condition is true --------- */
+/* The blocks around the axis: outer x dim x inner (the flattened input: 1 x numel x 1). */
+static pd_status compress_box(const pd__node *n, pd_tensor *const *in, int64_t *outer, int64_t *dim,
+                              int64_t *inner, int64_t *len, const uint8_t **cond) {
+    int axis;
+    int64_t kept;
+    PD_TRY(pd__compress_params(n, in, &axis, len, &kept));
+    if (axis < 0) {
+        *outer = *inner = 1;
+        *dim = pd__numel_of(in[0]);
+    } else {
+        around_axis(in[0], axis, outer, dim, inner);
+    }
+    *cond = in[1]->data;
+    return PD_OK;
+}
+
+pd_status pd__cpu_Compress(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    (void)x;
+    size_t es;
+    PD_TRY(elem_size(in[0], &es));
+    int64_t outer, dim, inner, len;
+    const uint8_t *c;
+    PD_TRY(compress_box(n, in, &outer, &dim, &inner, &len, &c));
+    char *dst = out[0]->data;
+    const char *src = in[0]->data;
+    size_t row = (size_t)inner * es;
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t j = 0; j < len; j++)
+            if (c[j]) {
+                memcpy(dst, src + (size_t)(o * dim + j) * row, row);
+                dst += row;
+            }
+    return PD_OK;
+}
+
+/* din's kept slices += dout's, in the forward's order. */
+pd_status pd__cpu_Compress_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out,
+                               pd_tensor *const *dout, pd_tensor *const *din) {
+    (void)x, (void)out;
+    if (din[0] == NULL || dout[0] == NULL) return PD_OK;
+    bool f32 = false;
+    PD_TRY(grad_dtype(din[0], dout[0], &f32));
+    int64_t outer, dim, inner, len, es = f32 ? 4 : 8;
+    const uint8_t *c;
+    PD_TRY(compress_box(n, in, &outer, &dim, &inner, &len, &c));
+    const char *g = dout[0]->data;
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t j = 0; j < len; j++)
+            if (c[j]) {
+                add_row(f32, (char *)din[0]->data + (o * dim + j) * inner * es, 1, g, 1, inner);
+                g += inner * es;
+            }
+    return PD_OK;
+}
+
+/* ---- ReverseSequence: the first sequence_lens[b] steps of batch entry b reversed -------------- */
+/* With the input seen as [d0, d1, inner], step t of entry b starts at
+ * t * *ts + b * *bs (elements); *T and *B are the time and batch sizes. */
+static pd_status revseq_box(const pd__node *n, pd_tensor *const *in, int64_t *T, int64_t *B, int64_t *ts, int64_t *bs,
+                            int64_t *inner) {
+    int ta, ba;
+    PD_TRY(pd__reverse_sequence_params(n, in, &ta, &ba));
+    if (in[1]->data == NULL && in[1]->shape[0] > 0) return pd__err(PD_ERR_INVALID, "sequence_lens has no data");
+    const pd_tensor *t = in[0];
+    *inner = pd__numel_of(t) / (t->shape[0] * t->shape[1] > 0 ? t->shape[0] * t->shape[1] : 1);
+    *T = t->shape[ta];
+    *B = t->shape[ba];
+    int64_t st[2] = {t->shape[1] * *inner, *inner};
+    *ts = st[ta];
+    *bs = st[ba];
+    return PD_OK;
+}
+
+/* The step that step t of a sequence of length l reads: reversal is its own inverse. */
+static inline int64_t revseq_src(int64_t t, int64_t l) { return t < l ? l - 1 - t : t; }
+
+pd_status pd__cpu_ReverseSequence(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    (void)x;
+    size_t es;
+    PD_TRY(elem_size(in[0], &es));
+    int64_t T, B, ts, bs, inner;
+    PD_TRY(revseq_box(n, in, &T, &B, &ts, &bs, &inner));
+    const int64_t *lens = in[1]->data;
+    char *dst = out[0]->data;
+    const char *src = in[0]->data;
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t t = 0; t < T; t++)
+            memcpy(dst + (size_t)(t * ts + b * bs) * es, src + (size_t)(revseq_src(t, lens[b]) * ts + b * bs) * es,
+                   (size_t)inner * es);
+    return PD_OK;
+}
+
+pd_status pd__cpu_ReverseSequence_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out,
+                                      pd_tensor *const *dout, pd_tensor *const *din) {
+    (void)x, (void)out;
+    if (din[0] == NULL || dout[0] == NULL) return PD_OK;
+    bool f32 = false;
+    PD_TRY(grad_dtype(din[0], dout[0], &f32));
+    PD_TRY(same_numel(din[0], dout[0]));
+    int64_t T, B, ts, bs, inner, es = f32 ? 4 : 8;
+    PD_TRY(revseq_box(n, in, &T, &B, &ts, &bs, &inner));
+    const int64_t *lens = in[1]->data;
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t t = 0; t < T; t++)
+            add_row(f32, (char *)din[0]->data + (revseq_src(t, lens[b]) * ts + b * bs) * es, 1,
+                    (const char *)dout[0]->data + (t * ts + b * bs) * es, 1, inner);
+    return PD_OK;
+}
+
+/* ---- NonZero: the coordinates of the non-zero elements, [rank, count] in row-major order ------- */
+pd_status pd__cpu_NonZero(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    (void)x, (void)n;
+    const pd_tensor *t = in[0];
+    int r = t->ndim > 0 ? t->ndim : 1;
+    int64_t cnt = pd__count_nonzero(t), total = pd__numel_of(t);
+    if (out[0]->ndim != 2 || out[0]->shape[0] != r || out[0]->shape[1] != cnt)
+        return pd__err(PD_ERR_SHAPE, "%lld non-zeros, but the output was sized at load for %lld", (long long)cnt,
+                       (long long)(out[0]->ndim == 2 ? out[0]->shape[1] : -1));
+    int64_t *o = out[0]->data, st[PD_MAX_DIMS], k = 0;
+    pd__strides_of(t->ndim, t->shape, st);
+    size_t es = pd_dtype_size(t->dtype);
+    bool fl = is_float_dt(t->dtype);
+    for (int64_t i = 0; i < total; i++) {
+        bool nz = false;
+        if (fl) nz = pd__get_f(t->dtype, t->data, i) != 0;
+        else
+            for (size_t b = 0; b < es; b++) nz |= ((const unsigned char *)t->data)[(size_t)i * es + b] != 0;
+        if (!nz) continue;
+        if (t->ndim == 0) o[k] = 0;
+        for (int d = 0; d < t->ndim; d++) o[d * cnt + k] = i / st[d] % t->shape[d];
+        k++;
+    }
+    return PD_OK;
+}
+
+PD__NO_GRAD(EyeLike)
+PD__NO_GRAD(NonZero)
 
 /* ---- HannWindow, HammingWindow, BlackmanWindow, MelWeightMatrix ------------------------------- */
 
