@@ -2284,9 +2284,9 @@ static int64_t qmap_at(const pd__qmap *m, int64_t i) {
 }
 
 /* x / scale as the reference divides: in x's own precision (float32, or half
- * rounded) unless either is double. */
+ * rounded) unless either is double or x is int32 (numpy then divides in double). */
 static double quant_div(pd_dtype xt, pd_dtype st, double x, double s) {
-    if (xt == PD_DOUBLE || st == PD_DOUBLE) return x / s;
+    if (xt == PD_DOUBLE || st == PD_DOUBLE || xt == PD_INT32) return x / s;
     float q = (float)x / (float)s;
     if (xt == PD_FLOAT16) q = pd__half_to_float(pd__float_to_half(q));
     if (xt == PD_BFLOAT16) q = pd__bf16_to_float(pd__float_to_bf16(q));
