@@ -2283,13 +2283,14 @@ static int64_t qmap_at(const pd__qmap *m, int64_t i) {
     return (o * m->blocks + a / m->bs) * m->inner + in;
 }
 
-/* x / scale as the reference divides: in x's own precision (float32, or half
- * rounded) unless either is double or x is int32 (numpy then divides in double). */
+/* x / scale as the reference's numpy divides: in float32 (rounded to half
+ * when both are float16, to bfloat16 when both are), in double when either is
+ * double or x is int32. */
 static double quant_div(pd_dtype xt, pd_dtype st, double x, double s) {
     if (xt == PD_DOUBLE || st == PD_DOUBLE || xt == PD_INT32) return x / s;
     float q = (float)x / (float)s;
-    if (xt == PD_FLOAT16) q = pd__half_to_float(pd__float_to_half(q));
-    if (xt == PD_BFLOAT16) q = pd__bf16_to_float(pd__float_to_bf16(q));
+    if (xt == PD_FLOAT16 && st == PD_FLOAT16) q = pd__half_to_float(pd__float_to_half(q));
+    if (xt == PD_BFLOAT16 && st == PD_BFLOAT16) q = pd__bf16_to_float(pd__float_to_bf16(q));
     return q;
 }
 
