@@ -694,6 +694,11 @@ PDDEF void pd_mpi_finalize(void);
     X(COL2IM, Col2Im, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                               \
     X(CENTER_CROP_PAD, CenterCropPad, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)               \
     X(ROI_ALIGN, RoiAlign, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                            \
+    /* quantized (integer) ops: no gradient */                                                     \
+    X(MATMUL_INTEGER, MatMulInteger, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                  \
+    X(QLINEAR_MATMUL, QLinearMatMul, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                  \
+    X(CONV_INTEGER, ConvInteger, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                      \
+    X(QLINEAR_CONV, QLinearConv, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                      \
     /* recurrent: inputs X, W, R, B, sequence_lens, initial_h (initial_c, P) */                    \
     X(LSTM, LSTM, PD_OPF_RNN | PD_OPF_FOLD | PD_OPF_HOST, 0x6f, 0)                                 \
     X(GRU, GRU, PD_OPF_RNN | PD_OPF_FOLD | PD_OPF_HOST, 0x2f, 0)                                   \
@@ -769,6 +774,9 @@ PDDEF void pd_mpi_finalize(void);
     X(ACOSH, Acosh, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                               \
     X(ATANH, Atanh, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                               \
     X(CAST_LIKE, CastLike, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                        \
+    X(QUANTIZE_LINEAR, QuantizeLinear, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)              \
+    X(DEQUANTIZE_LINEAR, DequantizeLinear, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)          \
+    X(DYNAMIC_QUANTIZE_LINEAR, DynamicQuantizeLinear, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)\
     /* reductions */                                                                               \
     X(REDUCE_MEAN, ReduceMean, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                    \
     X(REDUCE_SUM, ReduceSum, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                      \
@@ -2553,7 +2561,8 @@ int64_t pd_graph_param_bytes(const pd_graph *g) {
  * And, Or, Xor, Where, BitwiseAnd/Or/Xor, BitShift), PRelu (one-way), the
  * unary ones (Sqrt ... Gelu, Clip, the activations, Abs ... Round,
  * trigonometry, Not, BitwiseNot, IsNaN, IsInf),
- * Cast, CastLike and Identity, and the reductions (ReduceSum ... ReduceLogSumExp).
+ * Cast, CastLike and Identity, QuantizeLinear, DequantizeLinear and
+ * DynamicQuantizeLinear, and the reductions (ReduceSum ... ReduceLogSumExp).
  *
  * A rule checks the inputs' presence, dtypes and shapes, and reports what
  * does not fit in one line naming the shapes; dtypes no kernel computes in
@@ -3070,6 +3079,128 @@ double pd__flops_Identity(const pd_graph *g, const pd__node *n) {
     return 0;
 }
 
+/* ---- QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear ------------------------- */
+
+/* The integer types these ops compute in; float8, int4, int2 and float4 never
+ * reach here (the loader refuses their tensors) but may be named by output_dtype. */
+static bool quant_int(pd_dtype t) {
+    return t == PD_INT8 || t == PD_UINT8 || t == PD_INT16 || t == PD_UINT16 || t == PD_INT32;
+}
+
+/* Scale s (and zero point z) against x: one value (per tensor), a 1-D one of
+ * x's dim `axis` (per axis), or with block_size, x's shape with that dim cut
+ * into ceil(dim / block_size) blocks. The kernels read the same attributes. */
+static pd_status quant_params(pd_graph *g, const pd__node *n, const pd__tensor *x, const pd__tensor *s,
+                              const pd__tensor *z) {
+    bool same = z && z->ndim == s->ndim && !memcmp(z->shape, s->shape, sizeof(int64_t) * (size_t)s->ndim);
+    if (z && !same && (s->numel != 1 || z->numel != 1)) {
+        char a[128], b[128];
+        pd__format_shape(a, sizeof a, s->ndim, s->shape);
+        pd__format_shape(b, sizeof b, z->ndim, z->shape);
+        return pd__node_err(g, n, PD_ERR_SHAPE, "scale %s and zero point %s differ in shape", a, b);
+    }
+    int64_t bs = n->opset >= 21 ? pd__attr_i(n, "block_size", 0) : 0, axis = pd__attr_i(n, "axis", 1);
+    if (s->numel == 1 && bs == 0) return PD_OK;
+    if (axis < 0) axis += x->ndim;
+    if (axis < 0 || axis >= x->ndim)
+        return pd__node_err(g, n, PD_ERR_SHAPE, "axis %lld is out of range for rank %d",
+                            (long long)pd__attr_i(n, "axis", 1), x->ndim);
+    int64_t d = x->shape[axis];
+    bool ok;
+    if (bs < 0) {
+        ok = false;
+    } else if (bs == 0) {
+        ok = s->ndim == 1 && s->shape[0] == d;
+    } else {
+        ok = s->ndim == x->ndim;
+        for (int i = 0; ok && i < x->ndim; i++)
+            ok = s->shape[i] == (i == axis ? (d + bs - 1) / bs : x->shape[i]);
+    }
+    if (!ok) {
+        char a[128], b[128];
+        pd__format_shape(a, sizeof a, x->ndim, x->shape);
+        pd__format_shape(b, sizeof b, s->ndim, s->shape);
+        return pd__node_err(g, n, PD_ERR_SHAPE, "scale %s does not fit x %s with axis %lld and block_size %lld", b, a,
+                            (long long)axis, (long long)bs);
+    }
+    return PD_OK;
+}
+
+/* y = saturate(round_half_even(x / scale) + zero_point), in the zero point's
+ * type, else output_dtype's, else uint8. */
+pd_status pd__shape_QuantizeLinear(pd_graph *g, pd__node *n) {
+    pd__tensor *x, *s, *y, *z = pd__in(g, n, 2);
+    PD_TRY(input(g, n, 0, &x));
+    PD_TRY(input(g, n, 1, &s));
+    PD_TRY(output(g, n, &y));
+    if (!(pd__ekind(x->dtype) & PD_EK_FLOAT) && x->dtype != PD_INT32)
+        return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "x '%s' has dtype %s (float types and int32 are supported)",
+                            x->name, pd_dtype_name(x->dtype));
+    PD_TRY(check_kind(g, n, s, PD_EK_FLOAT));
+    if (z && z->ndim < 0) return pd__node_err(g, n, PD_ERR_SHAPE, "zero point '%s' has no known shape", z->name);
+    int64_t od = n->opset >= 21 ? pd__attr_i(n, "output_dtype", 0) : 0;
+    pd_dtype t = z ? z->dtype : od ? (pd_dtype)od : PD_UINT8;
+    if (!quant_int(t) || t == PD_INT32)
+        return pd__node_err(g, n, PD_ERR_UNSUPPORTED,
+                            "quantizing to %s is not supported (int8, uint8, int16 and uint16 are)",
+                            od && !z && (od < 0 || od > 64) ? "an unknown dtype" : pd_dtype_name(t));
+    if (z && od && od != (int64_t)z->dtype)
+        return pd__node_err(g, n, PD_ERR_SHAPE, "output_dtype %lld differs from the zero point's %s", (long long)od,
+                            pd_dtype_name(z->dtype));
+    PD_TRY(quant_params(g, n, x, s, z));
+    y->dtype = t;
+    return pd__tensor_set_shape(g, y, x->ndim, x->shape);
+}
+
+double pd__flops_QuantizeLinear(const pd_graph *g, const pd__node *n) { return 3 * out_numel(g, n); }
+
+/* y = (x - zero_point) * scale, in the scale's type (or output_dtype's). */
+pd_status pd__shape_DequantizeLinear(pd_graph *g, pd__node *n) {
+    pd__tensor *x, *s, *y, *z = pd__in(g, n, 2);
+    PD_TRY(input(g, n, 0, &x));
+    PD_TRY(input(g, n, 1, &s));
+    PD_TRY(output(g, n, &y));
+    if (!quant_int(x->dtype))
+        return pd__node_err(g, n, PD_ERR_UNSUPPORTED,
+                            "dequantizing %s is not supported (int8, uint8, int16, uint16 and int32 are)",
+                            pd_dtype_name(x->dtype));
+    PD_TRY(check_kind(g, n, s, PD_EK_FLOAT));
+    if (z) {
+        if (z->ndim < 0) return pd__node_err(g, n, PD_ERR_SHAPE, "zero point '%s' has no known shape", z->name);
+        PD_TRY(check_same_dtype(g, n, x, z));
+    }
+    int64_t od = n->opset >= 23 ? pd__attr_i(n, "output_dtype", 0) : 0;
+    pd_dtype t = od ? (pd_dtype)od : s->dtype;
+    if (od && (od < 0 || od > 64 || !(pd__ekind(t) & PD_EK_FLOAT)))
+        return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "output_dtype %lld is not a supported float type", (long long)od);
+    PD_TRY(quant_params(g, n, x, s, z));
+    y->dtype = t;
+    return pd__tensor_set_shape(g, y, x->ndim, x->shape);
+}
+
+double pd__flops_DequantizeLinear(const pd_graph *g, const pd__node *n) { return 2 * out_numel(g, n); }
+
+/* y (uint8, x's shape), y_scale and y_zero_point (scalars) from x's range widened to hold 0. */
+pd_status pd__shape_DynamicQuantizeLinear(pd_graph *g, pd__node *n) {
+    pd__tensor *x, *y;
+    PD_TRY(input(g, n, 0, &x));
+    PD_TRY(output(g, n, &y));
+    if (x->dtype != PD_FLOAT)
+        return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "x '%s' has dtype %s (float is supported)", x->name,
+                            pd_dtype_name(x->dtype));
+    y->dtype = PD_UINT8;
+    PD_TRY(pd__tensor_set_shape(g, y, x->ndim, x->shape));
+    for (int i = 1; i < 3; i++) {
+        pd__tensor *o = pd__out(g, n, i);
+        if (!o) continue;
+        o->dtype = i == 1 ? PD_FLOAT : PD_UINT8;
+        PD_TRY(pd__tensor_set_shape(g, o, 0, NULL));
+    }
+    return PD_OK;
+}
+
+double pd__flops_DynamicQuantizeLinear(const pd_graph *g, const pd__node *n) { return 5 * out_numel(g, n); }
+
 /* ---- reductions ------------------------------------------------------------------ */
 
 /* x of a class in `kinds`; y has x's dtype. */
@@ -3153,8 +3284,9 @@ double pd__flops_ReduceLogSumExp(const pd_graph *g, const pd__node *n) {
  * LpNormalization, MeanVarianceNormalization, MaxPool, AveragePool, LpPool,
  * MaxUnpool, GlobalAveragePool, GlobalMaxPool, Resize, Upsample, Einsum, LRN,
  * Softmax, LogSoftmax, Dropout, SoftmaxCrossEntropyLoss, NegativeLogLikelihoodLoss,
- * RotaryEmbedding, Attention, GridSample, AffineGrid, Col2Im and
- * CenterCropPad (opsets 6-23).
+ * RotaryEmbedding, Attention, GridSample, AffineGrid, Col2Im,
+ * CenterCropPad, MatMulInteger, QLinearMatMul, ConvInteger and QLinearConv
+ * (opsets 6-23).
  *
  * A rule checks ranks, channel counts against the weights, and dtypes, so a
  * bad model fails with one line naming the node and the shapes, and then
@@ -3744,6 +3876,149 @@ double pd__flops_ConvTranspose(const pd_graph *g, const pd__node *n) {
     if (!x || !w || !y || w->ndim < 3) return 0;
     /* each input element scatters (M/group) * prod(kernel) multiply-adds */
     return 2.0 * dnumel(x) * dprod(w->ndim - 1, w->shape + 1) + (cin(g, n, 2) ? dnumel(y) : 0);
+}
+
+/* ---- MatMulInteger, QLinearMatMul, ConvInteger, QLinearConv ---------------------------------- */
+/* Integer products of (a - a_zero_point)(b - b_zero_point), summed in int32;
+ * the QLinear forms then requantize with the three scales. Zero points and
+ * scales hold one value or one per row of A / column of B / output channel. */
+
+static bool is_q8(pd_dtype t) { return t == PD_INT8 || t == PD_UINT8; }
+
+static pd_status need_q8(pd_graph *g, pd__node *n, const pd__tensor *t, const char *what) {
+    if (!is_q8(t->dtype))
+        return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "%s '%s' has dtype %s (int8 and uint8 are supported)", what,
+                            t->name, pd_dtype_name(t->dtype));
+    return PD_OK;
+}
+
+/* Optional input i: a zero point of `of`'s dtype or a float scale (of NULL), holding 1 or `per` values. */
+static pd_status need_qparam(pd_graph *g, pd__node *n, int i, const char *what, const pd__tensor *of, int64_t per,
+                             bool required) {
+    pd__tensor *t = pd__in(g, n, i);
+    if (!t) return required ? pd__node_err(g, n, PD_ERR_INVALID, "input %d (%s) is missing", i, what) : PD_OK;
+    if (t->ndim < 0) return pd__node_err(g, n, PD_ERR_SHAPE, "%s '%s' has no known shape", what, t->name);
+    if (of) PD_TRY(need_dtype(g, n, t, of->dtype, what));
+    else if (t->dtype != PD_FLOAT && t->dtype != PD_DOUBLE && t->dtype != PD_FLOAT16)
+        return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "%s '%s' has dtype %s (float, double and float16 are supported)",
+                            what, t->name, pd_dtype_name(t->dtype));
+    if (t->numel != 1 && (per < 0 || t->numel != per))
+        return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "%s '%s' %s: one value%s is supported", what, t->name,
+                            shp(t).s, per < 0 ? "" : " or one per row / column / channel");
+    return PD_OK;
+}
+
+/* A (..., M, K) times B (..., K, N) as MatMul; *r gets the dims. */
+static pd_status qmm_shape(pd_graph *g, pd__node *n, const pd__tensor *a, const pd__tensor *b, pd__mm *r) {
+    if (a->ndim < 1 || b->ndim < 1)
+        return pd__node_err(g, n, PD_ERR_SHAPE, "A %s and B %s must have rank >= 1", shp(a).s, shp(b).s);
+    mm_dims(a, b, r);
+    if (r->K != r->Kb)
+        return pd__node_err(g, n, PD_ERR_SHAPE, "A %s and B %s: inner dims %lld and %lld differ", shp(a).s, shp(b).s,
+                            (long long)r->K, (long long)r->Kb);
+    if (!r->bcast_ok)
+        return pd__node_err(g, n, PD_ERR_SHAPE, "A %s and B %s: batch dims do not broadcast", shp(a).s, shp(b).s);
+    return PD_OK;
+}
+
+pd_status pd__shape_MatMulInteger(pd_graph *g, pd__node *n) {
+    pd__tensor *a, *b;
+    PD_TRY(need(g, n, 0, "A", &a));
+    PD_TRY(need(g, n, 1, "B", &b));
+    PD_TRY(need_q8(g, n, a, "A"));
+    PD_TRY(need_q8(g, n, b, "B"));
+    pd__mm r;
+    PD_TRY(qmm_shape(g, n, a, b, &r));
+    PD_TRY(need_qparam(g, n, 2, "a_zero_point", a, r.M, false));
+    PD_TRY(need_qparam(g, n, 3, "b_zero_point", b, r.N, false));
+    return set_out(g, n, 0, PD_INT32, r.ndim, r.out);
+}
+
+double pd__flops_MatMulInteger(const pd_graph *g, const pd__node *n) { return pd__flops_MatMul(g, n); }
+
+pd_status pd__shape_QLinearMatMul(pd_graph *g, pd__node *n) {
+    pd__tensor *a, *b, *yz = pd__in(g, n, 7);
+    PD_TRY(need(g, n, 0, "a", &a));
+    PD_TRY(need(g, n, 3, "b", &b));
+    PD_TRY(need_q8(g, n, a, "a"));
+    PD_TRY(need_q8(g, n, b, "b"));
+    pd__mm r;
+    PD_TRY(qmm_shape(g, n, a, b, &r));
+    PD_TRY(need_qparam(g, n, 1, "a_scale", NULL, r.M, true));
+    PD_TRY(need_qparam(g, n, 2, "a_zero_point", a, r.M, false));
+    PD_TRY(need_qparam(g, n, 4, "b_scale", NULL, r.N, true));
+    PD_TRY(need_qparam(g, n, 5, "b_zero_point", b, r.N, false));
+    PD_TRY(need_qparam(g, n, 6, "y_scale", NULL, -1, true));
+    if (yz) PD_TRY(need_q8(g, n, yz, "y_zero_point"));
+    PD_TRY(need_qparam(g, n, 7, "y_zero_point", yz, -1, false));
+    return set_out(g, n, 0, yz ? yz->dtype : a->dtype, r.ndim, r.out);
+}
+
+double pd__flops_QLinearMatMul(const pd_graph *g, const pd__node *n) {
+    const pd__tensor *a = cin(g, n, 0), *b = cin(g, n, 3);
+    if (!a || !b || a->ndim < 1 || b->ndim < 1) return 0;
+    pd__mm r;
+    mm_dims(a, b, &r);
+    return 2.0 * r.batch * (double)r.M * (double)r.N * (double)r.K;
+}
+
+/* X (N, C, D...) and W (M, C/group, k...) of int8 / uint8, geometry as Conv. */
+static pd_status qconv_shape(pd_graph *g, pd__node *n, int xi, int wi, pd_dtype ydt) {
+    pd__tensor *x, *w;
+    PD_TRY(need(g, n, xi, "x", &x));
+    PD_TRY(need(g, n, wi, "w", &w));
+    PD_TRY(need_q8(g, n, x, "x"));
+    PD_TRY(need_q8(g, n, w, "w"));
+    if (x->ndim < 3 || w->ndim != x->ndim)
+        return pd__node_err(g, n, PD_ERR_SHAPE, "x %s must be (N, C, D1, ...) and w %s of its rank", shp(x).s,
+                            shp(w).s);
+    int64_t group = pd__attr_i(n, "group", 1), C = x->shape[1], M = w->shape[0];
+    if (group < 1 || C % group != 0 || w->shape[1] * group != C || M % group != 0)
+        return pd__node_err(g, n, PD_ERR_SHAPE, "x %s with group=%lld needs w [M, %lld, k...] with M divisible by the "
+                            "group; w is %s", shp(x).s, (long long)group, (long long)(group >= 1 ? C / group : C),
+                            shp(w).s);
+    pd__win win;
+    pd_status st = pd__win_make(n, PD_WIN_CONV, x->ndim, x->shape, w->shape + 2, &win);
+    if (st != PD_OK) return node_prefix(g, n, st);
+    int64_t y[PD_MAX_DIMS] = {x->shape[0], M};
+    for (int i = 0; i < win.nsp; i++) y[i + 2] = win.out[i];
+    return set_out(g, n, 0, ydt == PD_UNDEFINED ? x->dtype : ydt, x->ndim, y);
+}
+
+pd_status pd__shape_ConvInteger(pd_graph *g, pd__node *n) {
+    PD_TRY(qconv_shape(g, n, 0, 1, PD_INT32));
+    const pd__tensor *x = cin(g, n, 0), *w = cin(g, n, 1);
+    PD_TRY(need_qparam(g, n, 2, "x_zero_point", x, -2, false));
+    return need_qparam(g, n, 3, "w_zero_point", w, w->shape[0], false);
+}
+
+double pd__flops_ConvInteger(const pd_graph *g, const pd__node *n) { return pd__flops_Conv(g, n); }
+
+pd_status pd__shape_QLinearConv(pd_graph *g, pd__node *n) {
+    pd__tensor *yz = pd__in(g, n, 7), *b = pd__in(g, n, 8);
+    if (yz) PD_TRY(need_q8(g, n, yz, "y_zero_point"));
+    PD_TRY(qconv_shape(g, n, 0, 3, yz ? yz->dtype : PD_UNDEFINED));
+    const pd__tensor *x = cin(g, n, 0), *w = cin(g, n, 3);
+    int64_t M = w->shape[0];
+    PD_TRY(need_qparam(g, n, 1, "x_scale", NULL, -1, true));
+    PD_TRY(need_qparam(g, n, 2, "x_zero_point", x, -1, false));
+    PD_TRY(need_qparam(g, n, 4, "w_scale", NULL, M, true));
+    PD_TRY(need_qparam(g, n, 5, "w_zero_point", w, M, false));
+    PD_TRY(need_qparam(g, n, 6, "y_scale", NULL, -1, true));
+    PD_TRY(need_qparam(g, n, 7, "y_zero_point", yz, -1, false));
+    if (b) {
+        PD_TRY(need_dtype(g, n, b, PD_INT32, "B"));
+        if (b->ndim != 1 || b->shape[0] != M)
+            return pd__node_err(g, n, PD_ERR_SHAPE, "B %s must be [%lld], one per output channel", shp(b).s,
+                                (long long)M);
+    }
+    return PD_OK;
+}
+
+double pd__flops_QLinearConv(const pd_graph *g, const pd__node *n) {
+    const pd__tensor *w = cin(g, n, 3), *y = cout(g, n, 0);
+    if (!w || !y || w->ndim < 3) return 0;
+    return 2.0 * dnumel(y) * dprod(w->ndim - 1, w->shape + 1) + 3 * dnumel(y);
 }
 
 /* ---- normalizations ------------------------------------------------------------------- */

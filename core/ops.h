@@ -79,6 +79,11 @@
     X(COL2IM, Col2Im, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                               \
     X(CENTER_CROP_PAD, CenterCropPad, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)               \
     X(ROI_ALIGN, RoiAlign, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                            \
+    /* quantized (integer) ops: no gradient */                                                     \
+    X(MATMUL_INTEGER, MatMulInteger, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                  \
+    X(QLINEAR_MATMUL, QLinearMatMul, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                  \
+    X(CONV_INTEGER, ConvInteger, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                      \
+    X(QLINEAR_CONV, QLinearConv, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                      \
     /* recurrent: inputs X, W, R, B, sequence_lens, initial_h (initial_c, P) */                    \
     X(LSTM, LSTM, PD_OPF_RNN | PD_OPF_FOLD | PD_OPF_HOST, 0x6f, 0)                                 \
     X(GRU, GRU, PD_OPF_RNN | PD_OPF_FOLD | PD_OPF_HOST, 0x2f, 0)                                   \
@@ -154,6 +159,9 @@
     X(ACOSH, Acosh, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                               \
     X(ATANH, Atanh, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                               \
     X(CAST_LIKE, CastLike, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                        \
+    X(QUANTIZE_LINEAR, QuantizeLinear, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)              \
+    X(DEQUANTIZE_LINEAR, DequantizeLinear, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)          \
+    X(DYNAMIC_QUANTIZE_LINEAR, DynamicQuantizeLinear, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)\
     /* reductions */                                                                               \
     X(REDUCE_MEAN, ReduceMean, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                    \
     X(REDUCE_SUM, ReduceSum, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                      \

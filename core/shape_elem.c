@@ -4,7 +4,8 @@
  * And, Or, Xor, Where, BitwiseAnd/Or/Xor, BitShift), PRelu (one-way), the
  * unary ones (Sqrt ... Gelu, Clip, the activations, Abs ... Round,
  * trigonometry, Not, BitwiseNot, IsNaN, IsInf),
- * Cast, CastLike and Identity, and the reductions (ReduceSum ... ReduceLogSumExp).
+ * Cast, CastLike and Identity, QuantizeLinear, DequantizeLinear and
+ * DynamicQuantizeLinear, and the reductions (ReduceSum ... ReduceLogSumExp).
  *
  * A rule checks the inputs' presence, dtypes and shapes, and reports what
  * does not fit in one line naming the shapes; dtypes no kernel computes in
@@ -428,6 +429,128 @@ double pd__flops_Identity(const pd_graph *g, const pd__node *n) {
     (void)n;
     return 0;
 }
+
+/* ---- QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear ------------------------- */
+
+/* The integer types these ops compute in; float8, int4, int2 and float4 never
+ * reach here (the loader refuses their tensors) but may be named by output_dtype. */
+static bool quant_int(pd_dtype t) {
+    return t == PD_INT8 || t == PD_UINT8 || t == PD_INT16 || t == PD_UINT16 || t == PD_INT32;
+}
+
+/* Scale s (and zero point z) against x: one value (per tensor), a 1-D one of
+ * x's dim `axis` (per axis), or with block_size, x's shape with that dim cut
+ * into ceil(dim / block_size) blocks. The kernels read the same attributes. */
+static pd_status quant_params(pd_graph *g, const pd__node *n, const pd__tensor *x, const pd__tensor *s,
+                              const pd__tensor *z) {
+    bool same = z && z->ndim == s->ndim && !memcmp(z->shape, s->shape, sizeof(int64_t) * (size_t)s->ndim);
+    if (z && !same && (s->numel != 1 || z->numel != 1)) {
+        char a[128], b[128];
+        pd__format_shape(a, sizeof a, s->ndim, s->shape);
+        pd__format_shape(b, sizeof b, z->ndim, z->shape);
+        return pd__node_err(g, n, PD_ERR_SHAPE, "scale %s and zero point %s differ in shape", a, b);
+    }
+    int64_t bs = n->opset >= 21 ? pd__attr_i(n, "block_size", 0) : 0, axis = pd__attr_i(n, "axis", 1);
+    if (s->numel == 1 && bs == 0) return PD_OK;
+    if (axis < 0) axis += x->ndim;
+    if (axis < 0 || axis >= x->ndim)
+        return pd__node_err(g, n, PD_ERR_SHAPE, "axis %lld is out of range for rank %d",
+                            (long long)pd__attr_i(n, "axis", 1), x->ndim);
+    int64_t d = x->shape[axis];
+    bool ok;
+    if (bs < 0) {
+        ok = false;
+    } else if (bs == 0) {
+        ok = s->ndim == 1 && s->shape[0] == d;
+    } else {
+        ok = s->ndim == x->ndim;
+        for (int i = 0; ok && i < x->ndim; i++)
+            ok = s->shape[i] == (i == axis ? (d + bs - 1) / bs : x->shape[i]);
+    }
+    if (!ok) {
+        char a[128], b[128];
+        pd__format_shape(a, sizeof a, x->ndim, x->shape);
+        pd__format_shape(b, sizeof b, s->ndim, s->shape);
+        return pd__node_err(g, n, PD_ERR_SHAPE, "scale %s does not fit x %s with axis %lld and block_size %lld", b, a,
+                            (long long)axis, (long long)bs);
+    }
+    return PD_OK;
+}
+
+/* y = saturate(round_half_even(x / scale) + zero_point), in the zero point's
+ * type, else output_dtype's, else uint8. */
+pd_status pd__shape_QuantizeLinear(pd_graph *g, pd__node *n) {
+    pd__tensor *x, *s, *y, *z = pd__in(g, n, 2);
+    PD_TRY(input(g, n, 0, &x));
+    PD_TRY(input(g, n, 1, &s));
+    PD_TRY(output(g, n, &y));
+    if (!(pd__ekind(x->dtype) & PD_EK_FLOAT) && x->dtype != PD_INT32)
+        return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "x '%s' has dtype %s (float types and int32 are supported)",
+                            x->name, pd_dtype_name(x->dtype));
+    PD_TRY(check_kind(g, n, s, PD_EK_FLOAT));
+    if (z && z->ndim < 0) return pd__node_err(g, n, PD_ERR_SHAPE, "zero point '%s' has no known shape", z->name);
+    int64_t od = n->opset >= 21 ? pd__attr_i(n, "output_dtype", 0) : 0;
+    pd_dtype t = z ? z->dtype : od ? (pd_dtype)od : PD_UINT8;
+    if (!quant_int(t) || t == PD_INT32)
+        return pd__node_err(g, n, PD_ERR_UNSUPPORTED,
+                            "quantizing to %s is not supported (int8, uint8, int16 and uint16 are)",
+                            od && !z && (od < 0 || od > 64) ? "an unknown dtype" : pd_dtype_name(t));
+    if (z && od && od != (int64_t)z->dtype)
+        return pd__node_err(g, n, PD_ERR_SHAPE, "output_dtype %lld differs from the zero point's %s", (long long)od,
+                            pd_dtype_name(z->dtype));
+    PD_TRY(quant_params(g, n, x, s, z));
+    y->dtype = t;
+    return pd__tensor_set_shape(g, y, x->ndim, x->shape);
+}
+
+double pd__flops_QuantizeLinear(const pd_graph *g, const pd__node *n) { return 3 * out_numel(g, n); }
+
+/* y = (x - zero_point) * scale, in the scale's type (or output_dtype's). */
+pd_status pd__shape_DequantizeLinear(pd_graph *g, pd__node *n) {
+    pd__tensor *x, *s, *y, *z = pd__in(g, n, 2);
+    PD_TRY(input(g, n, 0, &x));
+    PD_TRY(input(g, n, 1, &s));
+    PD_TRY(output(g, n, &y));
+    if (!quant_int(x->dtype))
+        return pd__node_err(g, n, PD_ERR_UNSUPPORTED,
+                            "dequantizing %s is not supported (int8, uint8, int16, uint16 and int32 are)",
+                            pd_dtype_name(x->dtype));
+    PD_TRY(check_kind(g, n, s, PD_EK_FLOAT));
+    if (z) {
+        if (z->ndim < 0) return pd__node_err(g, n, PD_ERR_SHAPE, "zero point '%s' has no known shape", z->name);
+        PD_TRY(check_same_dtype(g, n, x, z));
+    }
+    int64_t od = n->opset >= 23 ? pd__attr_i(n, "output_dtype", 0) : 0;
+    pd_dtype t = od ? (pd_dtype)od : s->dtype;
+    if (od && (od < 0 || od > 64 || !(pd__ekind(t) & PD_EK_FLOAT)))
+        return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "output_dtype %lld is not a supported float type", (long long)od);
+    PD_TRY(quant_params(g, n, x, s, z));
+    y->dtype = t;
+    return pd__tensor_set_shape(g, y, x->ndim, x->shape);
+}
+
+double pd__flops_DequantizeLinear(const pd_graph *g, const pd__node *n) { return 2 * out_numel(g, n); }
+
+/* y (uint8, x's shape), y_scale and y_zero_point (scalars) from x's range widened to hold 0. */
+pd_status pd__shape_DynamicQuantizeLinear(pd_graph *g, pd__node *n) {
+    pd__tensor *x, *y;
+    PD_TRY(input(g, n, 0, &x));
+    PD_TRY(output(g, n, &y));
+    if (x->dtype != PD_FLOAT)
+        return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "x '%s' has dtype %s (float is supported)", x->name,
+                            pd_dtype_name(x->dtype));
+    y->dtype = PD_UINT8;
+    PD_TRY(pd__tensor_set_shape(g, y, x->ndim, x->shape));
+    for (int i = 1; i < 3; i++) {
+        pd__tensor *o = pd__out(g, n, i);
+        if (!o) continue;
+        o->dtype = i == 1 ? PD_FLOAT : PD_UINT8;
+        PD_TRY(pd__tensor_set_shape(g, o, 0, NULL));
+    }
+    return PD_OK;
+}
+
+double pd__flops_DynamicQuantizeLinear(const pd_graph *g, const pd__node *n) { return 5 * out_numel(g, n); }
 
 /* ---- reductions ------------------------------------------------------------------ */
 

@@ -4,8 +4,9 @@
  * LpNormalization, MeanVarianceNormalization, MaxPool, AveragePool, LpPool,
  * MaxUnpool, GlobalAveragePool, GlobalMaxPool, Resize, Upsample, Einsum, LRN,
  * Softmax, LogSoftmax, Dropout, SoftmaxCrossEntropyLoss, NegativeLogLikelihoodLoss,
- * RotaryEmbedding, Attention, GridSample, AffineGrid, Col2Im and
- * CenterCropPad (opsets 6-23).
+ * RotaryEmbedding, Attention, GridSample, AffineGrid, Col2Im,
+ * CenterCropPad, MatMulInteger, QLinearMatMul, ConvInteger and QLinearConv
+ * (opsets 6-23).
  *
  * A rule checks ranks, channel counts against the weights, and dtypes, so a
  * bad model fails with one line naming the node and the shapes, and then
@@ -407,6 +408,149 @@ double pd__flops_ConvTranspose(const pd_graph *g, const pd__node *n) {
     if (!x || !w || !y || w->ndim < 3) return 0;
     /* each input element scatters (M/group) * prod(kernel) multiply-adds */
     return 2.0 * dnumel(x) * dprod(w->ndim - 1, w->shape + 1) + (cin(g, n, 2) ? dnumel(y) : 0);
+}
+
+/* ---- MatMulInteger, QLinearMatMul, ConvInteger, QLinearConv ---------------------------------- */
+/* Integer products of (a - a_zero_point)(b - b_zero_point), summed in int32;
+ * the QLinear forms then requantize with the three scales. Zero points and
+ * scales hold one value or one per row of A / column of B / output channel. */
+
+static bool is_q8(pd_dtype t) { return t == PD_INT8 || t == PD_UINT8; }
+
+static pd_status need_q8(pd_graph *g, pd__node *n, const pd__tensor *t, const char *what) {
+    if (!is_q8(t->dtype))
+        return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "%s '%s' has dtype %s (int8 and uint8 are supported)", what,
+                            t->name, pd_dtype_name(t->dtype));
+    return PD_OK;
+}
+
+/* Optional input i: a zero point of `of`'s dtype or a float scale (of NULL), holding 1 or `per` values. */
+static pd_status need_qparam(pd_graph *g, pd__node *n, int i, const char *what, const pd__tensor *of, int64_t per,
+                             bool required) {
+    pd__tensor *t = pd__in(g, n, i);
+    if (!t) return required ? pd__node_err(g, n, PD_ERR_INVALID, "input %d (%s) is missing", i, what) : PD_OK;
+    if (t->ndim < 0) return pd__node_err(g, n, PD_ERR_SHAPE, "%s '%s' has no known shape", what, t->name);
+    if (of) PD_TRY(need_dtype(g, n, t, of->dtype, what));
+    else if (t->dtype != PD_FLOAT && t->dtype != PD_DOUBLE && t->dtype != PD_FLOAT16)
+        return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "%s '%s' has dtype %s (float, double and float16 are supported)",
+                            what, t->name, pd_dtype_name(t->dtype));
+    if (t->numel != 1 && (per < 0 || t->numel != per))
+        return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "%s '%s' %s: one value%s is supported", what, t->name,
+                            shp(t).s, per < 0 ? "" : " or one per row / column / channel");
+    return PD_OK;
+}
+
+/* A (..., M, K) times B (..., K, N) as MatMul; *r gets the dims. */
+static pd_status qmm_shape(pd_graph *g, pd__node *n, const pd__tensor *a, const pd__tensor *b, pd__mm *r) {
+    if (a->ndim < 1 || b->ndim < 1)
+        return pd__node_err(g, n, PD_ERR_SHAPE, "A %s and B %s must have rank >= 1", shp(a).s, shp(b).s);
+    mm_dims(a, b, r);
+    if (r->K != r->Kb)
+        return pd__node_err(g, n, PD_ERR_SHAPE, "A %s and B %s: inner dims %lld and %lld differ", shp(a).s, shp(b).s,
+                            (long long)r->K, (long long)r->Kb);
+    if (!r->bcast_ok)
+        return pd__node_err(g, n, PD_ERR_SHAPE, "A %s and B %s: batch dims do not broadcast", shp(a).s, shp(b).s);
+    return PD_OK;
+}
+
+pd_status pd__shape_MatMulInteger(pd_graph *g, pd__node *n) {
+    pd__tensor *a, *b;
+    PD_TRY(need(g, n, 0, "A", &a));
+    PD_TRY(need(g, n, 1, "B", &b));
+    PD_TRY(need_q8(g, n, a, "A"));
+    PD_TRY(need_q8(g, n, b, "B"));
+    pd__mm r;
+    PD_TRY(qmm_shape(g, n, a, b, &r));
+    PD_TRY(need_qparam(g, n, 2, "a_zero_point", a, r.M, false));
+    PD_TRY(need_qparam(g, n, 3, "b_zero_point", b, r.N, false));
+    return set_out(g, n, 0, PD_INT32, r.ndim, r.out);
+}
+
+double pd__flops_MatMulInteger(const pd_graph *g, const pd__node *n) { return pd__flops_MatMul(g, n); }
+
+pd_status pd__shape_QLinearMatMul(pd_graph *g, pd__node *n) {
+    pd__tensor *a, *b, *yz = pd__in(g, n, 7);
+    PD_TRY(need(g, n, 0, "a", &a));
+    PD_TRY(need(g, n, 3, "b", &b));
+    PD_TRY(need_q8(g, n, a, "a"));
+    PD_TRY(need_q8(g, n, b, "b"));
+    pd__mm r;
+    PD_TRY(qmm_shape(g, n, a, b, &r));
+    PD_TRY(need_qparam(g, n, 1, "a_scale", NULL, r.M, true));
+    PD_TRY(need_qparam(g, n, 2, "a_zero_point", a, r.M, false));
+    PD_TRY(need_qparam(g, n, 4, "b_scale", NULL, r.N, true));
+    PD_TRY(need_qparam(g, n, 5, "b_zero_point", b, r.N, false));
+    PD_TRY(need_qparam(g, n, 6, "y_scale", NULL, -1, true));
+    if (yz) PD_TRY(need_q8(g, n, yz, "y_zero_point"));
+    PD_TRY(need_qparam(g, n, 7, "y_zero_point", yz, -1, false));
+    return set_out(g, n, 0, yz ? yz->dtype : a->dtype, r.ndim, r.out);
+}
+
+double pd__flops_QLinearMatMul(const pd_graph *g, const pd__node *n) {
+    const pd__tensor *a = cin(g, n, 0), *b = cin(g, n, 3);
+    if (!a || !b || a->ndim < 1 || b->ndim < 1) return 0;
+    pd__mm r;
+    mm_dims(a, b, &r);
+    return 2.0 * r.batch * (double)r.M * (double)r.N * (double)r.K;
+}
+
+/* X (N, C, D...) and W (M, C/group, k...) of int8 / uint8, geometry as Conv. */
+static pd_status qconv_shape(pd_graph *g, pd__node *n, int xi, int wi, pd_dtype ydt) {
+    pd__tensor *x, *w;
+    PD_TRY(need(g, n, xi, "x", &x));
+    PD_TRY(need(g, n, wi, "w", &w));
+    PD_TRY(need_q8(g, n, x, "x"));
+    PD_TRY(need_q8(g, n, w, "w"));
+    if (x->ndim < 3 || w->ndim != x->ndim)
+        return pd__node_err(g, n, PD_ERR_SHAPE, "x %s must be (N, C, D1, ...) and w %s of its rank", shp(x).s,
+                            shp(w).s);
+    int64_t group = pd__attr_i(n, "group", 1), C = x->shape[1], M = w->shape[0];
+    if (group < 1 || C % group != 0 || w->shape[1] * group != C || M % group != 0)
+        return pd__node_err(g, n, PD_ERR_SHAPE, "x %s with group=%lld needs w [M, %lld, k...] with M divisible by the "
+                            "group; w is %s", shp(x).s, (long long)group, (long long)(group >= 1 ? C / group : C),
+                            shp(w).s);
+    pd__win win;
+    pd_status st = pd__win_make(n, PD_WIN_CONV, x->ndim, x->shape, w->shape + 2, &win);
+    if (st != PD_OK) return node_prefix(g, n, st);
+    int64_t y[PD_MAX_DIMS] = {x->shape[0], M};
+    for (int i = 0; i < win.nsp; i++) y[i + 2] = win.out[i];
+    return set_out(g, n, 0, ydt == PD_UNDEFINED ? x->dtype : ydt, x->ndim, y);
+}
+
+pd_status pd__shape_ConvInteger(pd_graph *g, pd__node *n) {
+    PD_TRY(qconv_shape(g, n, 0, 1, PD_INT32));
+    const pd__tensor *x = cin(g, n, 0), *w = cin(g, n, 1);
+    PD_TRY(need_qparam(g, n, 2, "x_zero_point", x, -2, false));
+    return need_qparam(g, n, 3, "w_zero_point", w, w->shape[0], false);
+}
+
+double pd__flops_ConvInteger(const pd_graph *g, const pd__node *n) { return pd__flops_Conv(g, n); }
+
+pd_status pd__shape_QLinearConv(pd_graph *g, pd__node *n) {
+    pd__tensor *yz = pd__in(g, n, 7), *b = pd__in(g, n, 8);
+    if (yz) PD_TRY(need_q8(g, n, yz, "y_zero_point"));
+    PD_TRY(qconv_shape(g, n, 0, 3, yz ? yz->dtype : PD_UNDEFINED));
+    const pd__tensor *x = cin(g, n, 0), *w = cin(g, n, 3);
+    int64_t M = w->shape[0];
+    PD_TRY(need_qparam(g, n, 1, "x_scale", NULL, -1, true));
+    PD_TRY(need_qparam(g, n, 2, "x_zero_point", x, -1, false));
+    PD_TRY(need_qparam(g, n, 4, "w_scale", NULL, M, true));
+    PD_TRY(need_qparam(g, n, 5, "w_zero_point", w, M, false));
+    PD_TRY(need_qparam(g, n, 6, "y_scale", NULL, -1, true));
+    PD_TRY(need_qparam(g, n, 7, "y_zero_point", yz, -1, false));
+    if (b) {
+        PD_TRY(need_dtype(g, n, b, PD_INT32, "B"));
+        if (b->ndim != 1 || b->shape[0] != M)
+            return pd__node_err(g, n, PD_ERR_SHAPE, "B %s must be [%lld], one per output channel", shp(b).s,
+                                (long long)M);
+    }
+    return PD_OK;
+}
+
+double pd__flops_QLinearConv(const pd_graph *g, const pd__node *n) {
+    const pd__tensor *w = cin(g, n, 3), *y = cout(g, n, 0);
+    if (!w || !y || w->ndim < 3) return 0;
+    return 2.0 * dnumel(y) * dprod(w->ndim - 1, w->shape + 1) + 3 * dnumel(y);
 }
 
 /* ---- normalizations ------------------------------------------------------------------- */

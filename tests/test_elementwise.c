@@ -680,6 +680,30 @@ static void test_more_ops(pd__exec *x) {
     CHECK(ok, "CastLike float -> int32 (the dtype of input 1)");
 }
 
+/* QuantizeLinear rounds half-way quotients to even and saturates; an all-zero
+ * DynamicQuantizeLinear input gives scale 0 and zeros, not NaN. */
+static void test_quant(pd__exec *x) {
+    float qx[6] = {2.5f, 3.5f, -2.5f, -3.5f, 1000.0f, -1000.0f}, one = 1.0f;
+    int8_t zp = 0, qy[6];
+    pd_tensor QX = {PD_FLOAT, 1, {6}, qx}, QS = {PD_FLOAT, 0, {0}, &one}, QZ = {PD_INT8, 0, {0}, &zp};
+    pd_tensor QY = {PD_INT8, 1, {6}, qy};
+    pd_tensor *in[3] = {&QX, &QS, &QZ}, *out[3] = {&QY};
+    pd__node n = node(PD_OP_QUANTIZE_LINEAR, 21, 3);
+    bool ok = pd__cpu_kernels[n.op](x, &n, in, out) == PD_OK && qy[0] == 2 && qy[1] == 4 && qy[2] == -2 &&
+              qy[3] == -4 && qy[4] == 127 && qy[5] == -128;
+    CHECK(ok, "QuantizeLinear: 2.5 -> 2, 3.5 -> 4, -2.5 -> -2, -3.5 -> -4, saturated to int8");
+
+    float dx[4] = {0, 0, 0, 0}, ds = -1;
+    uint8_t dy[4] = {9, 9, 9, 9}, dz = 9;
+    pd_tensor DX = {PD_FLOAT, 1, {4}, dx}, DY = {PD_UINT8, 1, {4}, dy}, DS = {PD_FLOAT, 0, {0}, &ds};
+    pd_tensor DZ = {PD_UINT8, 0, {0}, &dz};
+    pd_tensor *din[1] = {&DX}, *dout[3] = {&DY, &DS, &DZ};
+    n = node(PD_OP_DYNAMIC_QUANTIZE_LINEAR, 11, 1);
+    n.nout = 3;
+    ok = pd__cpu_kernels[n.op](x, &n, din, dout) == PD_OK && ds == 0 && dz == 0 && dy[0] == 0 && dy[3] == 0;
+    CHECK(ok, "DynamicQuantizeLinear of zeros: scale 0, zero point 0, y 0");
+}
+
 /* Bad dtypes are reported, not crashed on. */
 static void test_unsupported(pd__exec *x) {
     uint8_t b[4] = {1, 0, 1, 1};
@@ -705,6 +729,7 @@ int main(void) {
     test_float_math(&x);
     test_unsupported(&x);
     test_more_ops(&x);
+    test_quant(&x);
     free(x.scratch);
     return check_summary();
 }

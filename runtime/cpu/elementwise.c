@@ -1,7 +1,7 @@
 /* elementwise.c - CPU kernels of the element-wise ops (Add ... Where, Cast,
  * Identity; then the comparisons and logic, the bitwise ops and BitShift,
  * Max / Min / Mean, Mod, PRelu, Abs ... Round, the activations,
- * trigonometry and CastLike) and of the
+ * trigonometry, CastLike and the quantization ops) and of the
  * reductions (ReduceSum and ReduceMean on the fast path below; ReduceMax
  * ... ReduceLogSumExp on a plain one at the end), each forward beside its
  * backward.
@@ -2285,6 +2285,122 @@ pd_status pd__cpu_CastLike_bwd(pd__exec *x, const pd__node *n, pd_tensor *const 
     (void)n;
     return pass_bwd(x, in, out, dout, din);
 }
+
+/* ---- QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear ----------------------------- */
+/* Scalar loops through pd__get_* / pd__set_*: these run at load (folding
+ * quantized weights) or on small tensors, and carry the reference's exact
+ * rounding. Round half to even is nearbyint under the default rounding mode. */
+
+static void quant_range(pd_dtype t, double *lo, double *hi) {
+    switch (t) {
+    case PD_INT8: *lo = -128, *hi = 127; break;
+    case PD_UINT8: *lo = 0, *hi = 255; break;
+    case PD_INT16: *lo = -32768, *hi = 32767; break;
+    case PD_UINT16: *lo = 0, *hi = 65535; break;
+    default: *lo = -2147483648.0, *hi = 2147483647.0; break;
+    }
+}
+
+/* Maps an element of x to its scale's index: 0 per tensor, the axis coordinate
+ * per axis, the block's position in the scale's own shape when blocked (the
+ * shape rule checked that the shapes fit). */
+typedef struct pd__qmap {
+    int64_t dim, inner, blocks, bs; /* bs 0: per axis; dim 0: per tensor */
+} pd__qmap;
+
+static pd__qmap qmap_make(const pd__node *n, const pd_tensor *x, const pd_tensor *s) {
+    pd__qmap m = {0, 1, 1, 0};
+    int64_t bs = n->opset >= 21 ? pd__attr_i(n, "block_size", 0) : 0, axis = pd__attr_i(n, "axis", 1);
+    if (numel(s) == 1 && bs == 0) return m;
+    if (axis < 0) axis += x->ndim;
+    m.dim = x->shape[axis];
+    for (int i = (int)axis + 1; i < x->ndim; i++) m.inner *= x->shape[i];
+    m.bs = bs;
+    m.blocks = bs ? (m.dim + bs - 1) / bs : m.dim;
+    return m;
+}
+
+static int64_t qmap_at(const pd__qmap *m, int64_t i) {
+    if (!m->dim) return 0;
+    int64_t in = i % m->inner, a = (i / m->inner) % m->dim, o = i / (m->inner * m->dim);
+    if (!m->bs) return a;
+    return (o * m->blocks + a / m->bs) * m->inner + in;
+}
+
+/* x / scale as the reference's numpy divides: in float32 (rounded to half
+ * when both are float16, to bfloat16 when both are), in double when either is
+ * double or x is int32. */
+static double quant_div(pd_dtype xt, pd_dtype st, double x, double s) {
+    if (xt == PD_DOUBLE || st == PD_DOUBLE || xt == PD_INT32) return x / s;
+    float q = (float)x / (float)s;
+    if (xt == PD_FLOAT16 && st == PD_FLOAT16) q = pd__half_to_float(pd__float_to_half(q));
+    if (xt == PD_BFLOAT16 && st == PD_BFLOAT16) q = pd__bf16_to_float(pd__float_to_bf16(q));
+    return q;
+}
+
+pd_status pd__cpu_QuantizeLinear(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    (void)x;
+    const pd_tensor *X = in[0], *S = in[1], *Z = n->nin > 2 ? in[2] : NULL;
+    pd_tensor *Y = out[0];
+    pd__qmap m = qmap_make(n, X, S);
+    double lo, hi;
+    quant_range(Y->dtype, &lo, &hi);
+    int64_t cnt = numel(X);
+    for (int64_t i = 0; i < cnt; i++) {
+        int64_t k = qmap_at(&m, i);
+        double xv = pd__get_f(X->dtype, X->data, i), sv = pd__get_f(S->dtype, S->data, k);
+        double v = nearbyint(quant_div(X->dtype, S->dtype, xv, sv));
+        if (v != v) v = 0;
+        if (Z && Z->data) v += (double)pd__get_i(Z->dtype, Z->data, k);
+        pd__set_i(Y->dtype, Y->data, i, (int64_t)(v < lo ? lo : v > hi ? hi : v));
+    }
+    return PD_OK;
+}
+
+/* (x - zero_point) is exact in double, and its product with a float scale
+ * too, so one rounding to the output type gives the reference's float32 result. */
+pd_status pd__cpu_DequantizeLinear(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    (void)x;
+    const pd_tensor *X = in[0], *S = in[1], *Z = n->nin > 2 ? in[2] : NULL;
+    pd_tensor *Y = out[0];
+    pd__qmap m = qmap_make(n, X, S);
+    int64_t cnt = numel(X);
+    for (int64_t i = 0; i < cnt; i++) {
+        int64_t k = qmap_at(&m, i), v = pd__get_i(X->dtype, X->data, i);
+        if (Z && Z->data) v -= pd__get_i(Z->dtype, Z->data, k);
+        double r = (double)v * pd__get_f(S->dtype, S->data, k);
+        pd__set_f(Y->dtype, Y->data, i, Y->dtype == PD_DOUBLE ? r : (double)(float)r);
+    }
+    return PD_OK;
+}
+
+/* The spec's formulas in float32, as its reference computes them:
+ * scale = (max(0, max x) - min(0, min x)) / 255, zero point = round(clip(-min / scale)). */
+pd_status pd__cpu_DynamicQuantizeLinear(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    (void)x;
+    const pd_tensor *X = in[0];
+    const float *xv = (const float *)X->data;
+    int64_t cnt = numel(X);
+    float mn = 0, mx = 0;
+    for (int64_t i = 0; i < cnt; i++) {
+        if (xv[i] < mn) mn = xv[i];
+        if (xv[i] > mx) mx = xv[i];
+    }
+    float scale = (mx - mn) / 255.0f;
+    float zf = scale > 0 ? 0.0f - mn / scale : 0.0f;
+    zf = nearbyintf(zf < 0 ? 0 : zf > 255 ? 255 : zf);
+    uint8_t *y = (uint8_t *)out[0]->data;
+    for (int64_t i = 0; i < cnt; i++) {
+        float v = scale > 0 ? nearbyintf(xv[i] / scale) + zf : zf;
+        y[i] = (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
+    }
+    if (n->nout > 1 && out[1]) *(float *)out[1]->data = scale;
+    if (n->nout > 2 && out[2]) *(uint8_t *)out[2]->data = (uint8_t)zf;
+    return PD_OK;
+}
+PD__NO_GRAD(QuantizeLinear)
+PD__NO_GRAD(DequantizeLinear)
+PD__NO_GRAD(DynamicQuantizeLinear)
 
 /* ---- ReduceMax ... ReduceLogSumExp ------------------------------------------------------- */
 /* One walk over the input in order, each element combined into its output

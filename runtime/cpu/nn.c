@@ -8,7 +8,8 @@
  * matrix product), LRN, Softmax, LogSoftmax,
  * Dropout, SoftmaxCrossEntropyLoss, NegativeLogLikelihoodLoss,
  * RotaryEmbedding, Attention (GEMMs per head, the softmax recomputed in
- * the backward), GridSample, AffineGrid, Col2Im, CenterCropPad.
+ * the backward), GridSample, AffineGrid, Col2Im, CenterCropPad, and the
+ * quantized MatMulInteger, QLinearMatMul, ConvInteger, QLinearConv.
  *
  * Each pd__cpu_<Op> reads the attributes, takes the window geometry from
  * pd__win_make (the same function the shape rule used) and dispatches on the
@@ -1493,3 +1494,163 @@ pd_status pd__cpu_RoiAlign_bwd(pd__exec *x, const pd__node *n, pd_tensor *const 
     (void)x, (void)n, (void)in, (void)out, (void)dout, (void)din;
     return pd__err(PD_ERR_UNSUPPORTED, "RoiAlign is not differentiable");
 }
+
+/* ---- MatMulInteger, QLinearMatMul, ConvInteger, QLinearConv ------------------------------------------ */
+/* Plain loops over int64 sums of (a - a_zero_point)(b - b_zero_point): these
+ * run in quantized inference models, at load when folded, and the spec asks
+ * for exact integer sums, which a float GEMM would not give past 2^24. A
+ * finishing step writes each sum: as int32, or requantized by the QLinear
+ * forms. Zero points and scales hold one value or one per row of A, column
+ * of B or output channel (the shape rules refused the rest). */
+
+static int64_t qzero(const pd_tensor *t, int64_t k) {
+    if (!t || !t->data) return 0;
+    return pd__get_i(t->dtype, t->data, pd_tensor_numel(t) == 1 ? 0 : k);
+}
+
+static double qscale(const pd_tensor *t, int64_t k) {
+    return pd__get_f(t->dtype, t->data, pd_tensor_numel(t) == 1 ? 0 : k);
+}
+
+/* a_scale * b_scale / y_scale in the scales' own type, as the reference's
+ * numpy computes it (float16 rounds after each step). */
+static double qmult(pd_dtype t, double as, double bs, double ys) {
+    if (t == PD_DOUBLE) return as * bs / ys;
+    float p = (float)as * (float)bs;
+    if (t == PD_FLOAT16) p = pd__half_to_float(pd__float_to_half(p));
+    float q = p / (float)ys;
+    if (t == PD_FLOAT16) q = pd__half_to_float(pd__float_to_half(q));
+    return q;
+}
+
+/* How a sum reaches the output: requant NULL writes it as int32; else
+ * y = saturate(round_half_even(sum * a_scale(row) * b_scale(col) / y_scale) + y_zero_point). */
+typedef struct pd__qfin {
+    const pd_tensor *as, *bs, *ys, *yz, *bias;
+    bool requant;
+} pd__qfin;
+
+static void qfin_put(const pd__qfin *f, pd_tensor *Y, int64_t i, int64_t row, int64_t col, int64_t acc) {
+    if (f->bias && f->bias->data) acc += pd__get_i(f->bias->dtype, f->bias->data, col);
+    if (!f->requant) {
+        ((int32_t *)Y->data)[i] = (int32_t)acc;
+        return;
+    }
+    double m = qmult(f->as->dtype, qscale(f->as, row), qscale(f->bs, col), qscale(f->ys, 0));
+    double v = nearbyint((double)acc * m) + (double)qzero(f->yz, 0);
+    double lo = Y->dtype == PD_INT8 ? -128 : 0, hi = Y->dtype == PD_INT8 ? 127 : 255;
+    pd__set_i(Y->dtype, Y->data, i, (int64_t)(v < lo ? lo : v > hi ? hi : v));
+}
+
+/* A (..., M, K) times B (..., K, N), batch dims broadcast as numpy's matmul. */
+static void qmm_run(const pd_tensor *A, const pd_tensor *B, const pd_tensor *az, const pd_tensor *bz, pd_tensor *Y,
+                    const pd__qfin *f) {
+    int ra = A->ndim, rb = B->ndim;
+    int64_t M = ra >= 2 ? A->shape[ra - 2] : 1, K = A->shape[ra - 1], N = rb >= 2 ? B->shape[rb - 1] : 1;
+    int ba = ra > 2 ? ra - 2 : 0, bb = rb > 2 ? rb - 2 : 0, nb = ba > bb ? ba : bb;
+    int64_t nbatch = 1, bdim[PD_MAX_DIMS], idx[PD_MAX_DIMS] = {0};
+    for (int i = 0; i < nb; i++) {
+        int ia = i - (nb - ba), ib = i - (nb - bb);
+        int64_t da = ia >= 0 ? A->shape[ia] : 1, db = ib >= 0 ? B->shape[ib] : 1;
+        bdim[i] = da == 1 ? db : da;
+        nbatch *= bdim[i];
+    }
+    for (int64_t bi = 0; bi < nbatch; bi++) {
+        int64_t ao = 0, bo = 0;
+        for (int i = 0; i < nb; i++) {
+            int ia = i - (nb - ba), ib = i - (nb - bb);
+            if (ia >= 0) ao = ao * A->shape[ia] + (A->shape[ia] == 1 ? 0 : idx[i]);
+            if (ib >= 0) bo = bo * B->shape[ib] + (B->shape[ib] == 1 ? 0 : idx[i]);
+        }
+        ao *= M * K, bo *= K * N;
+        for (int64_t m = 0; m < M; m++) {
+            int64_t a0 = qzero(az, m);
+            for (int64_t c = 0; c < N; c++) {
+                int64_t b0 = qzero(bz, c), acc = 0;
+                for (int64_t k = 0; k < K; k++)
+                    acc += (pd__get_i(A->dtype, A->data, ao + m * K + k) - a0) *
+                           (pd__get_i(B->dtype, B->data, bo + k * N + c) - b0);
+                qfin_put(f, Y, (bi * M + m) * N + c, m, c, acc);
+            }
+        }
+        for (int i = nb - 1; i >= 0 && ++idx[i] == bdim[i]; i--) idx[i] = 0;
+    }
+}
+
+pd_status pd__cpu_MatMulInteger(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    (void)x;
+    pd__qfin f = {0};
+    qmm_run(in[0], in[1], opt_in(n, in, 2), opt_in(n, in, 3), out[0], &f);
+    return PD_OK;
+}
+
+pd_status pd__cpu_QLinearMatMul(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    (void)x;
+    pd__qfin f = {in[1], in[4], in[6], opt_in(n, in, 7), NULL, true};
+    qmm_run(in[0], in[3], opt_in(n, in, 2), opt_in(n, in, 5), out[0], &f);
+    return PD_OK;
+}
+
+/* Direct convolution: each output (b, m, o...) sums its group's channels over
+ * the window; taps in the padding add nothing (the reference pads x - x_zero_point with 0). */
+static void qconv_run(const pd__win *w, int64_t group, const pd_tensor *X, const pd_tensor *W, const pd_tensor *xz,
+                      const pd_tensor *wz, pd_tensor *Y, const pd__qfin *f) {
+    int ns = w->nsp;
+    int64_t N = X->shape[0], C = X->shape[1], M = W->shape[0], Cg = C / group, Mg = M / group;
+    int64_t osz = 1, ksz = 1, isz = 1, x0 = qzero(xz, 0);
+    for (int i = 0; i < ns; i++) osz *= w->out[i], ksz *= w->k[i], isz *= w->in[i];
+    for (int64_t b = 0; b < N; b++)
+        for (int64_t m = 0; m < M; m++) {
+            int64_t g = m / Mg, w0 = qzero(wz, m);
+            for (int64_t o = 0; o < osz; o++) {
+                int64_t oc[PD_MAX_DIMS], acc = 0;
+                for (int i = ns - 1, r = o; i >= 0; i--) oc[i] = r % w->out[i], r /= w->out[i];
+                for (int64_t kk = 0; kk < ksz; kk++) {
+                    int64_t xi = 0;
+                    bool inside = true;
+                    for (int i = ns - 1, r = kk, st = 1; i >= 0; i--) {
+                        int64_t kc = r % w->k[i], p = oc[i] * w->s[i] - w->pb[i] + kc * w->d[i];
+                        r /= w->k[i];
+                        if (p < 0 || p >= w->in[i]) inside = false;
+                        xi += p * st, st *= w->in[i];
+                    }
+                    if (!inside) continue;
+                    for (int64_t c = 0; c < Cg; c++) {
+                        int64_t xv = pd__get_i(X->dtype, X->data, (b * C + g * Cg + c) * isz + xi) - x0;
+                        int64_t wv = pd__get_i(W->dtype, W->data, (m * Cg + c) * ksz + kk) - w0;
+                        acc += xv * wv;
+                    }
+                }
+                qfin_put(f, Y, (b * M + m) * osz + o, 0, m, acc);
+            }
+        }
+}
+
+pd_status pd__cpu_ConvInteger(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    (void)x;
+    pd__win w;
+    PD_TRY(pd__win_make(n, PD_WIN_CONV, in[0]->ndim, in[0]->shape, in[1]->shape + 2, &w));
+    pd__qfin f = {0};
+    qconv_run(&w, pd__attr_i(n, "group", 1), in[0], in[1], opt_in(n, in, 2), opt_in(n, in, 3), out[0], &f);
+    return PD_OK;
+}
+
+pd_status pd__cpu_QLinearConv(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    (void)x;
+    pd__win w;
+    PD_TRY(pd__win_make(n, PD_WIN_CONV, in[0]->ndim, in[0]->shape, in[3]->shape + 2, &w));
+    pd__qfin f = {in[1], in[4], in[6], opt_in(n, in, 7), opt_in(n, in, 8), true};
+    qconv_run(&w, pd__attr_i(n, "group", 1), in[0], in[3], opt_in(n, in, 2), opt_in(n, in, 5), out[0], &f);
+    return PD_OK;
+}
+
+#define PD__NO_GRAD_NN(name)                                                                                    \
+    pd_status pd__cpu_##name##_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out, \
+                                   pd_tensor *const *dout, pd_tensor *const *din) {                             \
+        (void)x, (void)n, (void)in, (void)out, (void)dout, (void)din;                                           \
+        return pd__err(PD_ERR_UNSUPPORTED, "%s is not differentiable", #name);                                  \
+    }
+PD__NO_GRAD_NN(MatMulInteger)
+PD__NO_GRAD_NN(QLinearMatMul)
+PD__NO_GRAD_NN(ConvInteger)
+PD__NO_GRAD_NN(QLinearConv)
