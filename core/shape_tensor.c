@@ -982,7 +982,8 @@ pd_status pd__shape_CumSum(pd_graph *g, pd__node *n) {
     PD_TRY(need_data(g, n, 0, &x));
     PD_TRY(need_in(g, n, 1, "axis", &a));
     if (!is_numeric(x->dtype))
-        return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "CumSum of %s is not supported", pd_dtype_name(x->dtype));
+        return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "%s of %s is not supported", n->op_type,
+                            pd_dtype_name(x->dtype));
     pd_tensor v[MAX_VIEWS], *vp[MAX_VIEWS];
     PD_TRY(make_views(g, n, v, vp));
     int axis = 0;
@@ -991,18 +992,7 @@ pd_status pd__shape_CumSum(pd_graph *g, pd__node *n) {
 }
 
 /* CumProd: CumSum's inputs and attributes. */
-pd_status pd__shape_CumProd(pd_graph *g, pd__node *n) {
-    pd__tensor *x = NULL, *a = NULL;
-    PD_TRY(need_data(g, n, 0, &x));
-    PD_TRY(need_in(g, n, 1, "axis", &a));
-    if (!is_numeric(x->dtype))
-        return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "CumProd of %s is not supported", pd_dtype_name(x->dtype));
-    pd_tensor v[MAX_VIEWS], *vp[MAX_VIEWS];
-    PD_TRY(make_views(g, n, v, vp));
-    int axis = 0;
-    if (vp[1]->data != NULL) RESOLVE(pd__cumsum_axis(vp[0], vp[1], &axis));
-    return set_out(g, n, 0, x->dtype, x->ndim, x->shape);
-}
+pd_status pd__shape_CumProd(pd_graph *g, pd__node *n) { return pd__shape_CumSum(g, n); }
 
 /* EyeLike: a 2-D input's shape, the dtype attribute's dtype (the input's when absent). */
 pd_status pd__shape_EyeLike(pd_graph *g, pd__node *n) {

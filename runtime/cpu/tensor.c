@@ -1162,40 +1162,45 @@ static void around_axis(const pd_tensor *t, int axis, int64_t *outer, int64_t *l
     *len = t->shape[axis];
 }
 
-/* ---- CumSum -------------------------------------------------------------------------------- */
-/* dst (+)= the running sums of src along the middle dim of outer x len x inner,
- * from the back when rev, each one short of its own element when excl. acc
- * holds `inner` running sums (double for float types, uint64 for integers). */
-static void cumsum_run(pd_dtype dt, void *dst, const void *src, int64_t outer, int64_t len, int64_t inner, bool excl,
-                       bool rev, bool add, void *acc) {
+/* ---- CumSum, CumProd ------------------------------------------------------------------------ */
+/* dst (+)= the running sums (prod: products) of src along the middle dim of
+ * outer x len x inner, from the back when rev, each one short of its own
+ * element when excl. acc holds `inner` running values (double for float
+ * types, uint64 for integers, whose low bits wrap as the type's). */
+static void cum_run(pd_dtype dt, void *dst, const void *src, int64_t outer, int64_t len, int64_t inner, bool excl,
+                    bool rev, bool add, bool prod, void *acc) {
     bool fl = is_float_dt(dt);
     for (int64_t o = 0; o < outer; o++) {
-        memset(acc, 0, (size_t)inner * 8);
+        for (int64_t i = 0; i < inner; i++) {
+            if (fl) ((double *)acc)[i] = prod ? 1 : 0;
+            else ((uint64_t *)acc)[i] = prod ? 1 : 0;
+        }
         for (int64_t j = 0; j < len; j++) {
             int64_t base = (o * len + (rev ? len - 1 - j : j)) * inner;
             if (dt == PD_FLOAT || dt == PD_DOUBLE) {
                 double *a = acc;
                 for (int64_t i = 0; i < inner; i++) {
                     double v = dt == PD_FLOAT ? ((const float *)src)[base + i] : ((const double *)src)[base + i];
-                    double s = excl ? a[i] : a[i] + v;
-                    a[i] += v;
+                    double r = prod ? a[i] * v : a[i] + v, s = excl ? a[i] : r;
+                    a[i] = r;
                     if (dt == PD_FLOAT)
-                        ((float *)dst)[base + i] = (float)s + (add ? ((float *)dst)[base + i] : 0.0f);
+                        ((float *)dst)[base + i] = add ? (float)s + ((float *)dst)[base + i] : (float)s;
                     else
-                        ((double *)dst)[base + i] = s + (add ? ((double *)dst)[base + i] : 0.0);
+                        ((double *)dst)[base + i] = add ? s + ((double *)dst)[base + i] : s;
                 }
             } else if (fl) {
                 double *a = acc;
                 for (int64_t i = 0; i < inner; i++) {
-                    double v = pd__get_f(dt, src, base + i), s = excl ? a[i] : a[i] + v;
-                    a[i] += v;
+                    double v = pd__get_f(dt, src, base + i), r = prod ? a[i] * v : a[i] + v, s = excl ? a[i] : r;
+                    a[i] = r;
                     pd__set_f(dt, dst, base + i, s);
                 }
             } else {
                 uint64_t *a = acc;
                 for (int64_t i = 0; i < inner; i++) {
-                    uint64_t v = (uint64_t)pd__get_i(dt, src, base + i), s = excl ? a[i] : a[i] + v;
-                    a[i] += v;
+                    uint64_t v = (uint64_t)pd__get_i(dt, src, base + i), r = prod ? a[i] * v : a[i] + v;
+                    uint64_t s = excl ? a[i] : r;
+                    a[i] = r;
                     pd__set_i(dt, dst, base + i, (int64_t)s);
                 }
             }
@@ -1203,7 +1208,8 @@ static void cumsum_run(pd_dtype dt, void *dst, const void *src, int64_t outer, i
     }
 }
 
-pd_status pd__cpu_CumSum(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+/* CumSum's and CumProd's forward. */
+static pd_status cum_forward(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out, bool prod) {
     const pd_tensor *t = in[0];
     int axis;
     PD_TRY(pd__cumsum_axis(t, n->nin > 1 ? in[1] : NULL, &axis));
@@ -1212,9 +1218,13 @@ pd_status pd__cpu_CumSum(pd__exec *x, const pd__node *n, pd_tensor *const *in, p
     if (outer * len * inner == 0) return PD_OK;
     void *acc = pd__scratch(x, (size_t)inner * 8);
     if (acc == NULL) return PD_ERR_NOMEM;
-    cumsum_run(t->dtype, out[0]->data, t->data, outer, len, inner, pd__attr_i(n, "exclusive", 0) != 0,
-               pd__attr_i(n, "reverse", 0) != 0, false, acc);
+    cum_run(t->dtype, out[0]->data, t->data, outer, len, inner, pd__attr_i(n, "exclusive", 0) != 0,
+            pd__attr_i(n, "reverse", 0) != 0, false, prod, acc);
     return PD_OK;
+}
+
+pd_status pd__cpu_CumSum(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    return cum_forward(x, n, in, out, false);
 }
 
 /* The backward of a cumulative sum is the cumulative sum the other way round. */
@@ -1232,56 +1242,14 @@ pd_status pd__cpu_CumSum_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *i
     if (outer * len * inner == 0) return PD_OK;
     void *acc = pd__scratch(x, (size_t)inner * 8);
     if (acc == NULL) return PD_ERR_NOMEM;
-    cumsum_run(din[0]->dtype, din[0]->data, dout[0]->data, outer, len, inner, pd__attr_i(n, "exclusive", 0) != 0,
-               pd__attr_i(n, "reverse", 0) == 0, true, acc);
+    cum_run(din[0]->dtype, din[0]->data, dout[0]->data, outer, len, inner, pd__attr_i(n, "exclusive", 0) != 0,
+            pd__attr_i(n, "reverse", 0) == 0, true, false, acc);
     return PD_OK;
 }
 
 /* ---- CumProd -------------------------------------------------------------------------------- */
-/* dst = the running products of src along the middle dim of outer x len x
- * inner, as cumsum_run walks it; acc holds `inner` products (double for
- * float types, uint64 for integers, whose low bits wrap as the type's). */
-static void cumprod_run(pd_dtype dt, void *dst, const void *src, int64_t outer, int64_t len, int64_t inner, bool excl,
-                        bool rev, void *acc) {
-    bool fl = is_float_dt(dt);
-    for (int64_t o = 0; o < outer; o++) {
-        for (int64_t i = 0; i < inner; i++) {
-            if (fl) ((double *)acc)[i] = 1;
-            else ((uint64_t *)acc)[i] = 1;
-        }
-        for (int64_t j = 0; j < len; j++) {
-            int64_t base = (o * len + (rev ? len - 1 - j : j)) * inner;
-            if (fl) {
-                double *a = acc;
-                for (int64_t i = 0; i < inner; i++) {
-                    double v = pd__get_f(dt, src, base + i), p = excl ? a[i] : a[i] * v;
-                    a[i] *= v;
-                    pd__set_f(dt, dst, base + i, p);
-                }
-            } else {
-                uint64_t *a = acc;
-                for (int64_t i = 0; i < inner; i++) {
-                    uint64_t v = (uint64_t)pd__get_i(dt, src, base + i), p = excl ? a[i] : a[i] * v;
-                    a[i] *= v;
-                    pd__set_i(dt, dst, base + i, (int64_t)p);
-                }
-            }
-        }
-    }
-}
-
 pd_status pd__cpu_CumProd(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
-    const pd_tensor *t = in[0];
-    int axis;
-    PD_TRY(pd__cumsum_axis(t, n->nin > 1 ? in[1] : NULL, &axis));
-    int64_t outer, len, inner;
-    around_axis(t, axis, &outer, &len, &inner);
-    if (outer * len * inner == 0) return PD_OK;
-    void *acc = pd__scratch(x, (size_t)inner * 8);
-    if (acc == NULL) return PD_ERR_NOMEM;
-    cumprod_run(t->dtype, out[0]->data, t->data, outer, len, inner, pd__attr_i(n, "exclusive", 0) != 0,
-                pd__attr_i(n, "reverse", 0) != 0, acc);
-    return PD_OK;
+    return cum_forward(x, n, in, out, true);
 }
 
 /* Without dividing by x, so that zeros are exact: along the walk order
