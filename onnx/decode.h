@@ -33,4 +33,8 @@ int pd__pb_check(const ProtobufCMessageDescriptor *desc, const uint8_t *buf, siz
 
 #define PD__PB_MAX_DEPTH 100
 
+/* Reads a protobuf varint at *p (before end) into *v and moves *p past it;
+ * false when it runs past end or 64 bits. */
+bool pd__pb_varint(const uint8_t **p, const uint8_t *end, uint64_t *v);
+
 #endif

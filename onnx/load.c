@@ -572,14 +572,10 @@ static char *unknown_meta(const ProtobufCMessage *msg, uint32_t tag, const char 
         const ProtobufCMessageUnknownField *f = &msg->unknown_fields[i];
         if (f->tag != tag || f->wire_type != PROTOBUF_C_WIRE_TYPE_LENGTH_PREFIXED) continue;
         /* protobuf-c keeps a length-prefixed field's varint length in data */
-        size_t off = 0, n = 0;
-        for (int shift = 0; off < f->len && shift < 64; shift += 7) {
-            uint8_t b = f->data[off++];
-            n |= (size_t)(b & 0x7f) << shift;
-            if (!(b & 0x80)) break;
-        }
-        if (n > f->len - off) continue;
-        Onnx__StringStringEntryProto *e = onnx__string_string_entry_proto__unpack(NULL, n, f->data + off);
+        const uint8_t *p = f->data, *end = f->data + f->len;
+        uint64_t n;
+        if (!pd__pb_varint(&p, end, &n) || n > (uint64_t)(end - p)) continue;
+        Onnx__StringStringEntryProto *e = onnx__string_string_entry_proto__unpack(NULL, (size_t)n, p);
         char *v = e && e->key && e->value && !strcmp(e->key, key) ? pd__strdup(e->value) : NULL;
         if (e) onnx__string_string_entry_proto__free_unpacked(e, NULL);
         if (v) return v;

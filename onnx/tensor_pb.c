@@ -92,7 +92,7 @@ char *pd__dir_of(const char *path) {
 
 /* ---- wire-level nesting check ----------------------------------------------- */
 
-static bool rd_varint(const uint8_t **p, const uint8_t *end, uint64_t *v) {
+bool pd__pb_varint(const uint8_t **p, const uint8_t *end, uint64_t *v) {
     uint64_t r = 0;
     for (int shift = 0; shift < 64 && *p < end; shift += 7) {
         uint8_t c = *(*p)++;
@@ -110,10 +110,10 @@ int pd__pb_check(const ProtobufCMessageDescriptor *desc, const uint8_t *buf, siz
     const uint8_t *p = buf, *end = buf + len;
     while (p < end) {
         uint64_t tag, v;
-        if (!rd_varint(&p, end, &tag)) return PD__PB_MALFORMED;
+        if (!pd__pb_varint(&p, end, &tag)) return PD__PB_MALFORMED;
         switch (tag & 7) {
         case 0:
-            if (!rd_varint(&p, end, &v)) return PD__PB_MALFORMED;
+            if (!pd__pb_varint(&p, end, &v)) return PD__PB_MALFORMED;
             break;
         case 1:
             if (end - p < 8) return PD__PB_MALFORMED;
@@ -124,7 +124,7 @@ int pd__pb_check(const ProtobufCMessageDescriptor *desc, const uint8_t *buf, siz
             p += 4;
             break;
         case 2: {
-            if (!rd_varint(&p, end, &v) || v > (uint64_t)(end - p)) return PD__PB_MALFORMED;
+            if (!pd__pb_varint(&p, end, &v) || v > (uint64_t)(end - p)) return PD__PB_MALFORMED;
             uint64_t fn = tag >> 3;
             const ProtobufCFieldDescriptor *fd =
                 fn <= UINT_MAX ? protobuf_c_message_descriptor_get_field(desc, (unsigned)fn) : NULL;
@@ -414,11 +414,11 @@ static bool looks_like_container(const uint8_t *p, size_t len) {
     const uint8_t *end = p + len;
     while (p < end) {
         uint64_t tag, v;
-        if (!rd_varint(&p, end, &tag)) return false;
+        if (!pd__pb_varint(&p, end, &tag)) return false;
         if (tag == ((1u << 3) | 2u) || tag >> 3 == 3) return true;
         switch (tag & 7) {
         case 0:
-            if (!rd_varint(&p, end, &v)) return false;
+            if (!pd__pb_varint(&p, end, &v)) return false;
             break;
         case 1:
             if (end - p < 8) return false;
@@ -429,7 +429,7 @@ static bool looks_like_container(const uint8_t *p, size_t len) {
             p += 4;
             break;
         case 2:
-            if (!rd_varint(&p, end, &v) || v > (uint64_t)(end - p)) return false;
+            if (!pd__pb_varint(&p, end, &v) || v > (uint64_t)(end - p)) return false;
             p += v;
             break;
         default: return false;
