@@ -321,10 +321,11 @@ static bool pd__outputs_ok(const pd__targs *a) {
     return true;
 }
 
-/* Initializers the exporter tied to others: through Identity (equal values
- * stored once) or as a transpose (a tied LM head stored twice). They train
- * as one unless --untie. */
-static void pd__report_ties(const pd__targs *a, const pd_graph *g) {
+/* What the loader found an exporter did (pd_graph_note), and the
+ * initializers it tied to others: through Identity (equal values stored
+ * once) or as a transpose (a tied LM head stored twice). They train as one
+ * unless --untie. */
+static void pd__report_load(const pd__targs *a, const pd_graph *g) {
     for (int i = 0; i < pd_graph_num_notes(g); i++) printf("note: %s\n", pd_graph_note(g, i));
     int n = pd_graph_num_tied(g);
     if (n == 0) return;
@@ -358,15 +359,11 @@ static void pd__report_params(const pd__targs *a, pd_session *s, int64_t rows, i
            pd__optim_name(a->o.optimizer), a->o.lr);
     /* one line per reason (an exporter's constants, training_info, --freeze) */
     int nu = pd_session_num_untrained(s);
-    const char *done[8];
-    int ndone = 0;
-    for (int r = 0; r < nu && ndone < 8; r++) {
-        const char *why = "";
-        if (pd_session_untrained(s, r, NULL, &why) != PD_OK) continue;
-        bool seen = false;
-        for (int k = 0; k < ndone; k++) seen |= !strcmp(done[k], why);
-        if (seen) continue;
-        done[ndone++] = why;
+    for (int r = 0; r < nu; r++) {
+        const char *why = "", *w = "";
+        bool first = pd_session_untrained(s, r, NULL, &why) == PD_OK; /* the first tensor of its reason */
+        for (int i = 0; first && i < r; i++) first = pd_session_untrained(s, i, NULL, &w) != PD_OK || strcmp(w, why);
+        if (!first) continue;
         char list[512] = "", shape[128], name[128];
         int count = 0;
         for (int i = 0; i < nu; i++) {
@@ -972,7 +969,7 @@ static int pd__train_main(int argc, char **argv) {
         pd_cli_fail();
         goto done;
     }
-    if (!a.quiet) pd__report_ties(&a, g);
+    if (!a.quiet) pd__report_load(&a, g);
     /* the data input: the one graph input that is not the labels */
     a.o.cosine_steps = 0;
     a.o.seed = (uint64_t)a.seed;
