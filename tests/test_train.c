@@ -49,17 +49,6 @@ static double kvf(const char *line, const char *key) {
     return kv(line, key, b, sizeof b) ? atof(b) : 0;
 }
 
-static double rel_err(const float *got, const float *want, int64_t n) {
-    double scale = 0, worst = 0;
-    for (int64_t i = 0; i < n; i++) scale += fabs(want[i]);
-    scale = n ? scale / (double)n : 0;
-    for (int64_t i = 0; i < n; i++) {
-        double e = fabs((double)got[i] - want[i]) / (fabs(want[i]) + scale + 1e-12);
-        if (!(e <= worst)) worst = e;
-    }
-    return worst;
-}
-
 static const char *dev_name = NULL, *prec_name = NULL; /* --device, --precision */
 static double tol = 1e-4;
 static const double cpu_loss_tol = 1e-6; /* the losses on the CPU session (fp32) */
@@ -187,7 +176,7 @@ static void run_case(const char *fx, const char *line) {
             bad++;
             continue;
         }
-        double e = rel_err(g->tensors[u].data, rt->data, rt->numel);
+        double e = check_rel_err(g->tensors[u].data, rt->data, rt->numel);
         if (!(e <= wworst)) {
             wworst = e;
             wname = rt->name;

@@ -85,17 +85,6 @@ static bool xfailed(const char *name, const char *what) {
         }                                                                                               \
     } while (0)
 
-static double max_rel_err(const float *got, const float *want, int64_t n) {
-    double scale = 0, worst = 0;
-    for (int64_t i = 0; i < n; i++) scale += fabs(want[i]);
-    scale = n ? scale / (double)n : 0;
-    for (int64_t i = 0; i < n; i++) {
-        double e = fabs((double)got[i] - want[i]) / (fabs(want[i]) + scale + 1e-12);
-        if (!(e <= worst)) worst = e; /* NaN counts as worst */
-    }
-    return worst;
-}
-
 /* rows (k*B + j) % R of t, j < count: step k's minibatch (or, with
  * count = steps * B, every step's rows one after the other) */
 static pd_tensor take_rows(const pd_tensor *t, int64_t first, int64_t count) {
@@ -137,7 +126,7 @@ static void check_forward(const char *name, pd_graph *g, const char *dir) {
         for (int i = 0; same && i < y.ndim; i++) same = out.shape[i] == y.shape[i];
         CHECK(same, "%s: output shape is PyTorch's", name);
         if (same) {
-            double err = max_rel_err(out.data, y.data, pd_tensor_numel(&y));
+            double err = check_rel_err(out.data, y.data, pd_tensor_numel(&y));
             ZCHECK(name, "forward", err <= 1e-4, "%s: forward matches PyTorch, max relative error %.3g", name, err);
         }
     }
@@ -259,7 +248,7 @@ static void check_pipeline(const char *name, const char *mp, const meta *m, cons
             st = pd_session_param(s1, i, &n1, &a, NULL);
             if (st == PD_OK) st = pd_session_param(s2, i, &n2, &b, NULL);
             if (st == PD_OK && strcmp(n1, n2)) st = PD_ERR_INTERNAL;
-            double e = st == PD_OK ? max_rel_err(b.data, a.data, pd_tensor_numel(&a)) : 0;
+            double e = st == PD_OK ? check_rel_err(b.data, a.data, pd_tensor_numel(&a)) : 0;
             if (!(e <= worst)) worst = e, wn = n1;
         }
         ZCHECK(name, "pipeline", st == PD_OK && worst <= 1e-4, "%s: 2 stages: one stage's trained weights, max relative error %.3g (%s)",
