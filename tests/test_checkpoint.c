@@ -733,6 +733,7 @@ static void check_records(void) {
     ok = ok && st == PD_OK && r.kind == PD_REC_META && r.version == 7 && pd__rec_is(&r, "live/2");
     st = pd__rec_next(buf, w.n, &off, &r, &end, "test");
     CHECK(ok && st == PD_OK && end, "records: read back in order");
+    size_t missed = 0, first_missed = 0; /* cuts inside a record read as a whole file */
     for (size_t cut = 1; cut < w.n; cut++) {
         off = 0;
         pd_status a = PD_OK;
@@ -740,12 +741,10 @@ static void check_records(void) {
             a = pd__rec_next(buf, cut, &off, &r, &end, "cut");
             if (end) break;
         }
-        if (cut != 41 && a != PD_ERR_PARSE) {
-            CHECK(false, "records: cut at %zu is malformed", cut);
-            return;
-        }
+        if (cut != 41 && a != PD_ERR_PARSE && !missed++) first_missed = cut;
     }
-    CHECK(true, "records: every cut inside a record is reported");
+    CHECK(missed == 0, "records: every cut inside a record is reported (%zu missed, the first at %zu)", missed,
+          first_missed);
 }
 
 static void check_auto(void) {

@@ -82,8 +82,9 @@ fi
 # checkpoints through the API under MPI: each process writes its stages' parts, rank 0 the
 # manifest; the checkpoints change nothing; the run after a crash (the checkpoints after
 # step 10 lost) resumes from step 10, repeats the call and ends with the uninterrupted model
+nck=0
 ckcheck() { # name np plan schedule microbatches
-  local name=$1 np=$2 plan=$3 sch=$4 mb=$5 ck=$tmp/ck-$RANDOM
+  local name=$1 np=$2 plan=$3 sch=$4 mb=$5 ck=$tmp/ck-$((++nck))
   "$prog" "$model" "$plan" "$sch" "$mb" 30 "$tmp/in.onnx" ok > "$tmp/in.txt" 2>&1 || { bad "$name: in one process: $(tail -3 "$tmp/in.txt")"; return; }
   mpi "$np" "$prog" "$model" "$plan" "$sch" "$mb" 30 "$tmp/ck.onnx" ckpt "$ck" > "$tmp/ck.txt" 2>&1 || { bad "$name: with checkpoints: $(tail -3 "$tmp/ck.txt")"; return; }
   local parts; parts=$(python3 -c "import json,sys; print(len(json.load(open(sys.argv[1]))['stages']))" "$plan")
