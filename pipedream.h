@@ -513,7 +513,7 @@ typedef struct pd_trainer pd_trainer;
 
 typedef struct pd_trainer_options {
     size_t size;                /* sizeof(pd_trainer_options) */
-    pd_train_options train;     /* loss, optimizer, learning-rate schedule, ... as for pd_session_create */
+    const pd_train_options *train; /* loss, optimizer, ... as for pd_session_create (NULL: PD_TRAIN_OPTIONS_INIT) */
     const char *schedule;       /* "flush" (1F1B, default), "gpipe", "zb-h1", "interleaved", "pipedream", "2bw" */
     int microbatches;           /* per step (0: the plan's; pipedream: 1) */
     int vertical_sync;          /* pipedream: every stage runs a microbatch on stage 0's version */
@@ -522,7 +522,7 @@ typedef struct pd_trainer_options {
     int checkpoint_keep;        /* the newest checkpoints kept (0: all; default 3) */
     int mpi;                    /* 1: this process runs its share of the plan under MPI (pd_mpi_init first) */
 } pd_trainer_options;
-#define PD_TRAINER_OPTIONS_INIT {sizeof(pd_trainer_options), PD_TRAIN_OPTIONS_INIT, "flush", 0, 0, NULL, 0, 3, 0}
+#define PD_TRAINER_OPTIONS_INIT {sizeof(pd_trainer_options), NULL, "flush", 0, 0, NULL, 0, 3, 0}
 
 /* Where pd_trainer_resume put the trainer. A checkpoint taken inside a
  * pd_trainer_train call of run_steps steps that began at step run_first
@@ -871,6 +871,9 @@ pd_status pd__err(pd_status s, const char *fmt, ...) __attribute__((format(print
  * between escapes) with bytes below 0x20 and 0x7f written as \n, \t, \r or
  * \xNN; returns dst. For names read from a model before they are printed. */
 const char *pd__escape(char *dst, size_t n, const char *src);
+/* Reads a caller's options struct (NULL, or `size` bytes of it) over *out,
+ * which holds the defaults (the _INIT macro); refuses a size past `full`. */
+pd_status pd__opts_read(void *out, const void *opt, size_t full, const char *what);
 /* Prefixes the current message: "prefix: old message". */
 void pd__err_prefix(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
@@ -1248,6 +1251,21 @@ void pd__err_prefix(const char *fmt, ...) {
 }
 
 const char *pd_last_error(void) { return pd__errbuf; }
+
+/* One rule for every options struct of pipedream.h: `size` first, set by
+ * its _INIT macro. A program built against an older header passes a shorter
+ * struct and gets the defaults for the fields it never knew; one built
+ * against a newer header is refused (its new fields would be ignored). */
+pd_status pd__opts_read(void *out, const void *opt, size_t full, const char *what) {
+    if (!opt) return PD_OK;
+    size_t n = *(const size_t *)opt;
+    if (n < sizeof(size_t) || n > full)
+        return pd__err(PD_ERR_INVALID, "%s: size is %zu; this library's struct has %zu bytes (start from its _INIT macro)",
+                       what, n, full);
+    memcpy(out, opt, n);
+    *(size_t *)out = full;
+    return PD_OK;
+}
 
 const char *pd_version(void) { return PD_VERSION_STRING; }
 
@@ -9028,9 +9046,11 @@ static pd_status pd__avgpipe_tune(const pd__ctx *x0, const pd_profile *p, const 
 
 static pd_status pd__bipartition(const pd__ctx *x, const pd_profile *p, pd_plan **out);
 
-pd_status pd_plan_create(const pd_profile *p, const pd_plan_options *o, pd_plan **out) {
-    if (!p || !o || !out) return pd__err(PD_ERR_INVALID, "pd_plan_create: NULL argument");
-    if (o->size != sizeof(pd_plan_options)) return pd__err(PD_ERR_INVALID, "pd_plan_create: options size mismatch (use PD_PLAN_OPTIONS_INIT)");
+pd_status pd_plan_create(const pd_profile *p, const pd_plan_options *user, pd_plan **out) {
+    if (!p || !out) return pd__err(PD_ERR_INVALID, "pd_plan_create: NULL profile or out");
+    pd_plan_options opt = PD_PLAN_OPTIONS_INIT;
+    PD_TRY(pd__opts_read(&opt, user, sizeof opt, "pd_plan_create: opt"));
+    const pd_plan_options *o = &opt;
     pd__ctx x;
     memset(&x, 0, sizeof x);
     x.p = p;
@@ -10343,7 +10363,7 @@ void pd__sim_plan_free(pd__sim_plan *sp) {
 
 pd_status pd__sim_plan_make(const pd_plan *pl, const pd_sim_options *opt, pd__sim_plan *out) {
     pd_sim_options o = PD_SIM_OPTIONS_INIT;
-    if (opt) memcpy(&o, opt, opt->size < sizeof o ? opt->size : sizeof o);
+    PD_TRY(pd__opts_read(&o, opt, sizeof o, "pd_simulate: opt"));
     if (!pl || !out) return pd__err(PD_ERR_INVALID, "pd_simulate: NULL plan or result");
     pd__sched_kind kind = PD_SCHED_FLUSH; /* set by the parse; initialized for -Wmaybe-uninitialized in the amalgamation */
     PD_TRY(pd__sched_kind_parse(o.schedule ? o.schedule : "flush", &kind));
@@ -10442,7 +10462,7 @@ static pd_status pd__close_tmp(FILE *f, const char *tmp, const char *path, pd_st
 
 pd_status pd_simulate(const pd_plan *p, const pd_sim_options *opt, pd_sim_result *out) {
     pd_sim_options o = PD_SIM_OPTIONS_INIT;
-    if (opt) memcpy(&o, opt, opt->size < sizeof o ? opt->size : sizeof o);
+    PD_TRY(pd__opts_read(&o, opt, sizeof o, "pd_simulate: opt"));
     if (!out) return pd__err(PD_ERR_INVALID, "pd_simulate: NULL result");
     pd__sim_plan sp;
     PD_TRY(pd__sim_plan_make(p, &o, &sp));

@@ -938,9 +938,11 @@ static pd_status pd__avgpipe_tune(const pd__ctx *x0, const pd_profile *p, const 
 
 static pd_status pd__bipartition(const pd__ctx *x, const pd_profile *p, pd_plan **out);
 
-pd_status pd_plan_create(const pd_profile *p, const pd_plan_options *o, pd_plan **out) {
-    if (!p || !o || !out) return pd__err(PD_ERR_INVALID, "pd_plan_create: NULL argument");
-    if (o->size != sizeof(pd_plan_options)) return pd__err(PD_ERR_INVALID, "pd_plan_create: options size mismatch (use PD_PLAN_OPTIONS_INIT)");
+pd_status pd_plan_create(const pd_profile *p, const pd_plan_options *user, pd_plan **out) {
+    if (!p || !out) return pd__err(PD_ERR_INVALID, "pd_plan_create: NULL profile or out");
+    pd_plan_options opt = PD_PLAN_OPTIONS_INIT;
+    PD_TRY(pd__opts_read(&opt, user, sizeof opt, "pd_plan_create: opt"));
+    const pd_plan_options *o = &opt;
     pd__ctx x;
     memset(&x, 0, sizeof x);
     x.p = p;

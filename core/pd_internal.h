@@ -45,6 +45,9 @@ pd_status pd__err(pd_status s, const char *fmt, ...) __attribute__((format(print
  * between escapes) with bytes below 0x20 and 0x7f written as \n, \t, \r or
  * \xNN; returns dst. For names read from a model before they are printed. */
 const char *pd__escape(char *dst, size_t n, const char *src);
+/* Reads a caller's options struct (NULL, or `size` bytes of it) over *out,
+ * which holds the defaults (the _INIT macro); refuses a size past `full`. */
+pd_status pd__opts_read(void *out, const void *opt, size_t full, const char *what);
 /* Prefixes the current message: "prefix: old message". */
 void pd__err_prefix(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 

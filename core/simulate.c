@@ -432,7 +432,7 @@ void pd__sim_plan_free(pd__sim_plan *sp) {
 
 pd_status pd__sim_plan_make(const pd_plan *pl, const pd_sim_options *opt, pd__sim_plan *out) {
     pd_sim_options o = PD_SIM_OPTIONS_INIT;
-    if (opt) memcpy(&o, opt, opt->size < sizeof o ? opt->size : sizeof o);
+    PD_TRY(pd__opts_read(&o, opt, sizeof o, "pd_simulate: opt"));
     if (!pl || !out) return pd__err(PD_ERR_INVALID, "pd_simulate: NULL plan or result");
     pd__sched_kind kind = PD_SCHED_FLUSH; /* set by the parse; initialized for -Wmaybe-uninitialized in the amalgamation */
     PD_TRY(pd__sched_kind_parse(o.schedule ? o.schedule : "flush", &kind));
@@ -531,7 +531,7 @@ static pd_status pd__close_tmp(FILE *f, const char *tmp, const char *path, pd_st
 
 pd_status pd_simulate(const pd_plan *p, const pd_sim_options *opt, pd_sim_result *out) {
     pd_sim_options o = PD_SIM_OPTIONS_INIT;
-    if (opt) memcpy(&o, opt, opt->size < sizeof o ? opt->size : sizeof o);
+    PD_TRY(pd__opts_read(&o, opt, sizeof o, "pd_simulate: opt"));
     if (!out) return pd__err(PD_ERR_INVALID, "pd_simulate: NULL result");
     pd__sim_plan sp;
     PD_TRY(pd__sim_plan_make(p, &o, &sp));

@@ -70,6 +70,21 @@ void pd__err_prefix(const char *fmt, ...) {
 
 const char *pd_last_error(void) { return pd__errbuf; }
 
+/* One rule for every options struct of pipedream.h: `size` first, set by
+ * its _INIT macro. A program built against an older header passes a shorter
+ * struct and gets the defaults for the fields it never knew; one built
+ * against a newer header is refused (its new fields would be ignored). */
+pd_status pd__opts_read(void *out, const void *opt, size_t full, const char *what) {
+    if (!opt) return PD_OK;
+    size_t n = *(const size_t *)opt;
+    if (n < sizeof(size_t) || n > full)
+        return pd__err(PD_ERR_INVALID, "%s: size is %zu; this library's struct has %zu bytes (start from its _INIT macro)",
+                       what, n, full);
+    memcpy(out, opt, n);
+    *(size_t *)out = full;
+    return PD_OK;
+}
+
 const char *pd_version(void) { return PD_VERSION_STRING; }
 
 const char *pd_status_name(pd_status s) {

@@ -96,19 +96,7 @@ static pd_status check_opsets(const loader *L) {
 
 static pd_status get_options(const pd_load_options *opt, const char *name, pd_load_options *o) {
     pd_load_options d = PD_LOAD_OPTIONS_INIT;
-    if (opt) {
-#define PD__HAS(f) (opt->size >= offsetof(pd_load_options, f) + sizeof opt->f)
-        if (PD__HAS(batch)) d.batch = opt->batch;
-        if (PD__HAS(n_input_shapes)) d.n_input_shapes = opt->n_input_shapes;
-        if (PD__HAS(input_shapes)) d.input_shapes = opt->input_shapes;
-        if (PD__HAS(fold_constants)) d.fold_constants = opt->fold_constants;
-        if (PD__HAS(n_const_inputs)) d.n_const_inputs = opt->n_const_inputs;
-        if (PD__HAS(const_input_names)) d.const_input_names = opt->const_input_names;
-        if (PD__HAS(const_inputs)) d.const_inputs = opt->const_inputs;
-        if (PD__HAS(max_constant_bytes)) d.max_constant_bytes = opt->max_constant_bytes;
-        if (PD__HAS(untie)) d.untie = opt->untie;
-#undef PD__HAS
-    }
+    PD_TRY(pd__opts_read(&d, opt, sizeof d, "pd_graph_load: opt"));
     if (d.max_constant_bytes == 0) d.max_constant_bytes = PD_MAX_CONSTANT_BYTES_DEFAULT;
     if (d.max_constant_bytes < 0)
         return pd__err(PD_ERR_INVALID, "%s: max_constant_bytes %lld is negative", name,

@@ -158,7 +158,7 @@ void pd_engine_destroy(pd_engine *e) {
 
 pd_status pd_engine_create(pd_graph *g, const pd_engine_options *opt, pd_engine **out) {
     pd_engine_options o = PD_ENGINE_OPTIONS_INIT;
-    if (opt) memcpy(&o, opt, opt->size < sizeof o ? opt->size : sizeof o);
+    PD_TRY(pd__opts_read(&o, opt, sizeof o, "pd_engine_create: opt"));
     if (!g || !out) return pd__err(PD_ERR_INVALID, "pd_engine_create: graph and out must not be NULL");
     if (o.backend && strcmp(o.backend, "cpu") != 0)
         return pd__err(PD_ERR_UNSUPPORTED, "backend '%s' is not available (this build has: cpu)", o.backend);

@@ -174,8 +174,7 @@ done:
 pd_status pd_profile_measure(pd_graph *g, const pd_profile_options *opt, pd_profile **out) {
     if (!g || !out) return pd__err(PD_ERR_INVALID, "pd_profile_measure: graph and out must not be NULL");
     pd_profile_options o = PD_PROFILE_OPTIONS_INIT;
-    if (opt) memcpy(&o, opt, opt->size < sizeof o ? opt->size : sizeof o);
-    o.size = sizeof o;
+    PD_TRY(pd__opts_read(&o, opt, sizeof o, "pd_profile_measure: opt"));
     pd_train_options to = PD_TRAIN_OPTIONS_INIT;
     /* cpu, cuda or cuda:N; on CUDA the session times nodes with CUDA events */
     PD_TRY(pd_train_options_set_device(&to, o.device ? o.device : "cpu", NULL));

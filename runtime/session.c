@@ -424,8 +424,7 @@ static pd_status pd__plan_grads(pd_session *s) {
 pd_status pd_session_create(pd_graph *g, const pd_train_options *opt, pd_session **out) {
     if (!g || !out) return pd__err(PD_ERR_INVALID, "pd_session_create: graph and out must not be NULL");
     pd_train_options o = PD_TRAIN_OPTIONS_INIT;
-    if (opt) memcpy(&o, opt, opt->size < sizeof o ? opt->size : sizeof o);
-    o.size = sizeof o;
+    PD_TRY(pd__opts_read(&o, opt, sizeof o, "pd_session_create: opt"));
     if (!(o.lr > 0) || !isfinite(o.lr)) return pd__err(PD_ERR_INVALID, "the learning rate must be > 0, not %g", o.lr);
     if (o.momentum < 0 || o.beta1 < 0 || o.beta1 >= 1 || o.beta2 < 0 || o.beta2 >= 1 || !(o.eps > 0) ||
         o.weight_decay < 0 || o.clip_grad_norm < 0 || o.warmup_steps < 0 || o.cosine_steps < 0 || o.min_lr < 0)

@@ -133,14 +133,12 @@ static cJSON *pd__trainer_info(const pd_trainer *t, const pd_plan *plan, const p
 
 /* ---- create, destroy, queries ---- */
 
-static pd_status pd__trainer_make(pd_graph *g, const pd_plan *plan, const pd_trainer_options *opt, pd_trainer **out) {
+/* opt and train: read by pd_trainer_create (pd__opts_read) */
+static pd_status pd__trainer_make(pd_graph *g, const pd_plan *plan, const pd_trainer_options *opt,
+                                  const pd_train_options *train, pd_trainer **out) {
     if (!g) return pd__err(PD_ERR_INVALID, "pd_trainer_create: g is NULL");
     if (!plan) return pd__err(PD_ERR_INVALID, "pd_trainer_create: plan is NULL");
-    if (!opt) return pd__err(PD_ERR_INVALID, "pd_trainer_create: opt is NULL (start from PD_TRAINER_OPTIONS_INIT)");
     if (!out) return pd__err(PD_ERR_INVALID, "pd_trainer_create: out is NULL");
-    if (opt->size != sizeof(pd_trainer_options))
-        return pd__err(PD_ERR_INVALID, "pd_trainer_create: opt->size is %zu, not sizeof(pd_trainer_options) = %zu "
-                       "(start from PD_TRAINER_OPTIONS_INIT)", opt->size, sizeof(pd_trainer_options));
     pd__sched_kind kind = PD_SCHED_FLUSH;
     if (opt->schedule && pd__sched_kind_parse(opt->schedule, &kind) != PD_OK) {
         pd__err_prefix("pd_trainer_create: opt->schedule");
@@ -182,17 +180,17 @@ static pd_status pd__trainer_make(pd_graph *g, const pd_plan *plan, const pd_tra
     t->M = M;
     t->every = opt->checkpoint_every;
     t->keep = opt->checkpoint_keep;
-    t->loss = opt->train.loss;
-    if (opt->train.output && !(t->output = PD_MALLOC(strlen(opt->train.output) + 1))) goto nomem;
-    if (t->output) strcpy(t->output, opt->train.output);
+    t->loss = train->loss;
+    if (train->output && !(t->output = PD_MALLOC(strlen(train->output) + 1))) goto nomem;
+    if (t->output) strcpy(t->output, train->output);
     pd_status st;
-    st = pd__pipe_create(g, plan, &opt->train, kind, M, &t->pipe);
+    st = pd__pipe_create(g, plan, train, kind, M, &t->pipe);
     if (st == PD_OK) st = pd__pipe_set_vertical_sync(t->pipe, opt->vertical_sync != 0);
     if (st != PD_OK) goto fail;
     t->P = pd__pipe_stages(t->pipe);
     const pd__tensor *x0 = g->ninputs > 0 ? &g->tensors[g->inputs[0]] : NULL;
     t->batch = (int64_t)M * (x0 && x0->ndim > 0 ? x0->shape[0] : 1); /* the pipeline's rows per microbatch */
-    t->info = pd__trainer_info(t, plan, &opt->train, opt->vertical_sync != 0);
+    t->info = pd__trainer_info(t, plan, train, opt->vertical_sync != 0);
     if (!t->info) goto nomem;
     if (opt->checkpoint_dir) {
         t->dir = PD_MALLOC(strlen(opt->checkpoint_dir) + 1);
@@ -212,8 +210,13 @@ fail:
 
 /* Under MPI: every process makes the trainer, the processes agree, then
  * each takes its stage replicas (collective). */
-pd_status pd_trainer_create(pd_graph *g, const pd_plan *plan, const pd_trainer_options *opt, pd_trainer **out) {
-    if (!opt || opt->size != sizeof(pd_trainer_options) || !opt->mpi) return pd__trainer_make(g, plan, opt, out);
+pd_status pd_trainer_create(pd_graph *g, const pd_plan *plan, const pd_trainer_options *user, pd_trainer **out) {
+    pd_trainer_options o = PD_TRAINER_OPTIONS_INIT;
+    pd_train_options train = PD_TRAIN_OPTIONS_INIT;
+    PD_TRY(pd__opts_read(&o, user, sizeof o, "pd_trainer_create: opt"));
+    PD_TRY(pd__opts_read(&train, o.train, sizeof train, "pd_trainer_create: opt->train"));
+    const pd_trainer_options *opt = &o;
+    if (!opt->mpi) return pd__trainer_make(g, plan, opt, &train, out);
     pd_status st = pd__mpi_use();
     if (st != PD_OK) {
         pd__err_prefix("pd_trainer_create: opt->mpi");
@@ -222,7 +225,7 @@ pd_status pd_trainer_create(pd_graph *g, const pd_plan *plan, const pd_trainer_o
     int rank = 0, size = 1;
     pd_trainer *t = NULL;
     st = pd_mpi_init(&rank, &size);
-    if (st == PD_OK) st = pd__trainer_make(g, plan, opt, &t);
+    if (st == PD_OK) st = pd__trainer_make(g, plan, opt, &train, &t);
     st = pd__mpi_agree_status(st);
     if (st == PD_OK) {
         t->mpi = true;

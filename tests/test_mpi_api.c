@@ -47,10 +47,12 @@ int main(int argc, char **argv) {
     pd_trainer *t = NULL;
     pd_status st = pd_graph_load_file(model, &lo, &g);
     if (st == PD_OK) st = pd_plan_load(planf, &plan);
+    pd_train_options tr = PD_TRAIN_OPTIONS_INIT;
+    tr.optimizer = PD_OPT_MOMENTUM;
+    tr.lr = 0.05;
+    tr.threads = 1;
     pd_trainer_options to = PD_TRAINER_OPTIONS_INIT;
-    to.train.optimizer = PD_OPT_MOMENTUM;
-    to.train.lr = 0.05;
-    to.train.threads = 1;
+    to.train = &tr;
     to.schedule = sched;
     to.microbatches = M;
     to.mpi = size > 1;
@@ -61,7 +63,7 @@ int main(int argc, char **argv) {
         to.checkpoint_keep = 0;
     }
     const char *dev = getenv("PD_TEST_DEVICE");
-    if (st == PD_OK && dev) st = pd_train_options_set_device(&to.train, dev, NULL);
+    if (st == PD_OK && dev) st = pd_train_options_set_device(&tr, dev, NULL);
     if (st == PD_OK) st = pd_trainer_create(g, plan, &to, &t);
     int64_t B = st == PD_OK ? pd_trainer_batch(t) : 0, rows = B * steps;
     float *x = calloc((size_t)rows * 64 + 1, sizeof(float));

@@ -117,11 +117,14 @@ static pd_plan *replicated_plan(void) {
     return plan;
 }
 
-static pd_trainer_options options(const char *schedule, int microbatches) {
+/* The trainer's options, with *tr (filled here) as its training options. */
+static pd_trainer_options options(const char *schedule, int microbatches, pd_train_options *tr) {
     pd_trainer_options o = PD_TRAINER_OPTIONS_INIT;
-    o.train.lr = 0.1;
-    o.train.optimizer = PD_OPT_MOMENTUM; /* optimizer state in the checkpoints */
-    o.train.threads = 1;
+    *tr = (pd_train_options)PD_TRAIN_OPTIONS_INIT;
+    tr->lr = 0.1;
+    tr->optimizer = PD_OPT_MOMENTUM; /* optimizer state in the checkpoints */
+    tr->threads = 1;
+    o.train = tr;
     o.schedule = schedule;
     o.microbatches = microbatches;
     return o;
@@ -179,7 +182,8 @@ static void test_flush_equals_session(int replicated) {
         CHECK(plan && pd_plan_stage(plan, 1, &si) == PD_OK && si.replicas == 2,
               "a plan whose stage 1 has 2 replicas, from a file: %s", plan ? "ok" : pd_last_error());
     }
-    pd_trainer_options o = options("flush", M);
+    pd_train_options tr;
+    pd_trainer_options o = options("flush", M, &tr);
     pd_trainer *t = NULL;
     CHECK(plan && pd_trainer_create(gp, plan, &o, &t) == PD_OK, "create a 2-stage flush trainer%s: %s",
           replicated ? " (stage 1 on 2 replicas)" : "", t ? "ok" : pd_last_error());
@@ -190,7 +194,7 @@ static void test_flush_equals_session(int replicated) {
     CHECK(train(t, 0, STEPS, rp) == PD_OK && pd_trainer_step_count(t) == STEPS, "train %d steps: %s", STEPS,
           pd_trainer_step_count(t) == STEPS ? "ok" : pd_last_error());
     pd_session *s = NULL;
-    pd_session_create(gs, &o.train, &s);
+    pd_session_create(gs, &tr, &s);
     double worst = 0;
     int ok = s != NULL;
     for (int k = 0; ok && k < STEPS; k++) {
@@ -232,9 +236,10 @@ out:
 static void test_pipedream_converges(void) {
     pd_graph *g = load(MB);
     pd_plan *plan = g ? make_plan(g, 2) : NULL;
-    pd_trainer_options o = options("pipedream", 0);
-    o.train.optimizer = PD_OPT_SGD;
-    o.train.lr = 0.2;
+    pd_train_options tr;
+    pd_trainer_options o = options("pipedream", 0, &tr);
+    tr.optimizer = PD_OPT_SGD;
+    tr.lr = 0.2;
     pd_trainer *t = NULL;
     enum { N = 150 };
     static pd_step_result r[N];
@@ -286,7 +291,8 @@ static int same_results(const pd_step_result *a, const pd_step_result *b, int n)
 static pd_trainer *fresh(const char *schedule, int microbatches, const char *dir, pd_graph **g, pd_plan **plan) {
     *g = load(MB);
     *plan = *g ? make_plan(*g, 2) : NULL;
-    pd_trainer_options o = options(schedule, microbatches);
+    pd_train_options tr;
+    pd_trainer_options o = options(schedule, microbatches, &tr);
     o.checkpoint_dir = dir;
     o.checkpoint_every = dir ? 5 : 0;
     o.checkpoint_keep = 0;
@@ -359,8 +365,9 @@ static void test_checkpoint_resume(const char *schedule, int microbatches) {
     /* other settings are refused by name */
     g = load(MB);
     plan = g ? make_plan(g, 2) : NULL;
-    pd_trainer_options o = options(schedule, microbatches);
-    o.train.lr = 0.05;
+    pd_train_options tr;
+    pd_trainer_options o = options(schedule, microbatches, &tr);
+    tr.lr = 0.05;
     t = NULL;
     if (plan) pd_trainer_create(g, plan, &o, &t);
     CHECK(t && pd_trainer_resume(t, db, &ri) == PD_ERR_INVALID && says("lr") && says("0.05"),
@@ -428,10 +435,11 @@ static pd_status sstep(pd_session *s, int k, double *loss) {
 
 static void test_session_snapshot(void) {
     pd_graph *g = load(MB), *g2 = load(MB);
-    pd_trainer_options o = options("flush", 1);
+    pd_train_options tr;
+    (void)options("flush", 1, &tr);
     pd_session *s = NULL, *s2 = NULL;
-    pd_session_create(g, &o.train, &s);
-    pd_session_create(g2, &o.train, &s2);
+    pd_session_create(g, &tr, &s);
+    pd_session_create(g2, &tr, &s2);
     double l[10], l2[5];
     int ok = s && s2;
     for (int k = 0; ok && k < 5; k++) ok = sstep(s, k, &l[k]) == PD_OK;
@@ -472,7 +480,8 @@ static void test_bad_arguments(void) {
     pd_plan *plan = g ? make_plan(g, 2) : NULL;
     pd_trainer *const T0 = (pd_trainer *)&check_count;
     pd_trainer *t = T0;
-    pd_trainer_options o = options("flush", M);
+    pd_train_options tr;
+    pd_trainer_options o = options("flush", M, &tr);
     if (!plan) {
         CHECK(0, "a plan for the bad-argument checks");
         pd_graph_destroy(g);
@@ -482,12 +491,10 @@ static void test_bad_arguments(void) {
           "create(NULL g): %s", pd_last_error());
     CHECK(pd_trainer_create(g, NULL, &o, &t) == PD_ERR_INVALID && says("plan") && t == T0, "create(NULL plan): %s",
           pd_last_error());
-    CHECK(pd_trainer_create(g, plan, NULL, &t) == PD_ERR_INVALID && says("opt") && t == T0, "create(NULL opt): %s",
-          pd_last_error());
     CHECK(pd_trainer_create(g, plan, &o, NULL) == PD_ERR_INVALID && says("out"), "create(NULL out): %s",
           pd_last_error());
     pd_trainer_options b = o;
-    b.size = 8;
+    b.size = 4; /* shorter than the size field itself */
     CHECK(pd_trainer_create(g, plan, &b, &t) == PD_ERR_INVALID && says("size") && t == T0, "create(bad size): %s",
           pd_last_error());
     b = o;
@@ -498,7 +505,8 @@ static void test_bad_arguments(void) {
     b.microbatches = -1;
     CHECK(pd_trainer_create(g, plan, &b, &t) == PD_ERR_INVALID && says("microbatches") && t == T0,
           "create(microbatches -1): %s", pd_last_error());
-    b = options("pipedream", 4);
+    pd_train_options tr_b;
+    b = options("pipedream", 4, &tr_b);
     CHECK(pd_trainer_create(g, plan, &b, &t) == PD_ERR_INVALID && says("microbatches") && t == T0,
           "create(pipedream, 4 microbatches): %s", pd_last_error());
     b = o;
@@ -510,8 +518,32 @@ static void test_bad_arguments(void) {
     CHECK(pd_trainer_create(g, plan, &b, &t) == PD_ERR_INVALID && says("checkpoint_dir") && t == T0,
           "create(checkpoint_every without a folder): %s", pd_last_error());
     b = o;
-    b.train.lr = -1;
+    pd_train_options bad_lr = tr;
+    bad_lr.lr = -1;
+    b.train = &bad_lr;
     CHECK(pd_trainer_create(g, plan, &b, &t) == PD_ERR_INVALID && t == T0, "create(negative lr): %s", pd_last_error());
+    b = o;
+    b.size = sizeof(pd_trainer_options) + 8; /* a newer header's struct: its fields would be ignored */
+    CHECK(pd_trainer_create(g, plan, &b, &t) == PD_ERR_INVALID && says("size") && t == T0,
+          "create(a struct larger than the library's): %s", pd_last_error());
+    pd_train_options big = tr;
+    big.size = sizeof big + 8;
+    b = o;
+    b.train = &big;
+    CHECK(pd_trainer_create(g, plan, &b, &t) == PD_ERR_INVALID && says("opt->train") && t == T0,
+          "create(train options larger than the library's): %s", pd_last_error());
+    /* an older header's struct, up to vertical_sync: the fields after it keep their defaults */
+    b = o;
+    b.size = offsetof(pd_trainer_options, vertical_sync) + sizeof b.vertical_sync;
+    b.checkpoint_every = 5; /* past size: not read (read, it needs a checkpoint_dir) */
+    pd_trainer *old = NULL;
+    CHECK(pd_trainer_create(g, plan, &b, &old) == PD_OK && old && pd_trainer_batch(old) == MB * M,
+          "create(an older, shorter struct) takes the defaults past its size: %s", old ? "ok" : pd_last_error());
+    pd_trainer_destroy(old);
+    old = NULL;
+    CHECK(pd_trainer_create(g, plan, NULL, &old) == PD_OK && old, "create(NULL opt) is the defaults: %s",
+          old ? "ok" : pd_last_error());
+    pd_trainer_destroy(old);
     pd_graph *other = load(2 * MB);
     pd_plan *p3 = other ? make_plan(other, 3) : NULL;
     CHECK(p3 && pd_trainer_create(g, p3, &o, &t) == PD_OK, "a 3-stage plan is fine: %s", pd_last_error());
@@ -592,7 +624,8 @@ static void *run_job(void *arg) {
     job *j = arg;
     pd_graph *g = load(MB);
     pd_plan *plan = g ? make_plan(g, 2) : NULL;
-    pd_trainer_options o = options(j->variant ? "gpipe" : "flush", M);
+    pd_train_options tr;
+    pd_trainer_options o = options(j->variant ? "gpipe" : "flush", M, &tr);
     pd_trainer *t = NULL;
     j->st = plan ? pd_trainer_create(g, plan, &o, &t) : PD_ERR_INVALID;
     if (j->st == PD_OK) j->st = train(t, (int64_t)j->variant * 10 * MB * M, 10, j->r);

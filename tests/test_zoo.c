@@ -212,10 +212,12 @@ static void check_pipeline(const char *name, const char *mp, const meta *m, cons
     pl.workers = 2;
     pl.straight = 1;
     pl.microbatches = mb;
+    pd_train_options tr = PD_TRAIN_OPTIONS_INIT;
+    tr.optimizer = PD_OPT_SGD;
+    tr.lr = m->lr;
+    tr.threads = 1;
     pd_trainer_options to = PD_TRAINER_OPTIONS_INIT;
-    to.train.optimizer = PD_OPT_SGD;
-    to.train.lr = m->lr;
-    to.train.threads = 1;
+    to.train = &tr;
     to.microbatches = mb;
     pd_status st = g ? PD_OK : PD_ERR_INVALID;
     if (st == PD_OK) st = pd_profile_measure(g, &po, &prof);

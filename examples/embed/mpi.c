@@ -41,10 +41,12 @@ int main(int argc, char **argv) {
     }
     pd_load_options lo = PD_LOAD_OPTIONS_INIT;
     lo.batch = MICRO;
+    pd_train_options tr = PD_TRAIN_OPTIONS_INIT;
+    tr.optimizer = PD_OPT_MOMENTUM;
+    tr.lr = 0.05;
+    tr.threads = 1;
     pd_trainer_options to = PD_TRAINER_OPTIONS_INIT;
-    to.train.optimizer = PD_OPT_MOMENTUM;
-    to.train.lr = 0.05;
-    to.train.threads = 1;
+    to.train = &tr;
     to.microbatches = MICROS;
     to.mpi = size > 1; /* under mpirun: this process's stages only */
     pd_graph *g = NULL;

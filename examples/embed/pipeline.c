@@ -67,10 +67,12 @@ static pd_status start(const char *ckpt, pd_graph **g, pd_plan **plan, pd_traine
     po.straight = 1; /* one worker per stage, no replicas */
     po.microbatches = MICROS;
     po.algo = "uniform"; /* even cuts: the same plan every time this runs */
+    pd_train_options tr = PD_TRAIN_OPTIONS_INIT;
+    tr.optimizer = PD_OPT_MOMENTUM;
+    tr.lr = 0.05;
+    tr.threads = 1;
     pd_trainer_options to = PD_TRAINER_OPTIONS_INIT;
-    to.train.optimizer = PD_OPT_MOMENTUM;
-    to.train.lr = 0.05;
-    to.train.threads = 1;
+    to.train = &tr;
     to.schedule = "flush";
     to.microbatches = MICROS;
     to.checkpoint_dir = ckpt;

@@ -15,5 +15,5 @@ int pd_test_decl_options(void) {
     pd_plan_options plo = PD_PLAN_OPTIONS_INIT;
     pd_sim_options so = PD_SIM_OPTIONS_INIT;
     pd_trainer_options tro = PD_TRAINER_OPTIONS_INIT;
-    return (int)(lo.size + eo.size + to.size + po.size + plo.size + so.size + tro.size + tro.train.size);
+    return (int)(lo.size + eo.size + to.size + po.size + plo.size + so.size + tro.size + (tro.train == NULL));
 }
