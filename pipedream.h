@@ -71,6 +71,19 @@
 #define PDDEF extern
 #endif
 
+/* On every call that returns a pd_status: ignoring one is a compiler warning
+ * (C23 and C++17 [[nodiscard]]; GCC and Clang's warn_unused_result, which a
+ * (void) cast does not silence: test the status). */
+#ifndef PD_NODISCARD
+#if (defined(__cplusplus) && __cplusplus >= 201703L) || (defined(__STDC_VERSION__) && __STDC_VERSION__ > 201710L)
+#define PD_NODISCARD [[nodiscard]]
+#elif defined(__GNUC__) || defined(__clang__)
+#define PD_NODISCARD __attribute__((warn_unused_result))
+#else
+#define PD_NODISCARD
+#endif
+#endif
+
 #define PD_VERSION_MAJOR 0
 #define PD_VERSION_MINOR 1
 #define PD_VERSION_PATCH 0
@@ -133,10 +146,10 @@ PDDEF int64_t pd_tensor_numel(const pd_tensor *t);
 PDDEF void pd_tensor_free(pd_tensor *t); /* frees data from pd_npy_load etc. */
 
 /* ---- NumPy .npy files ---------------------------------------------------- */
-PDDEF pd_status pd_npy_load(const char *path, pd_tensor *out);
-PDDEF pd_status pd_npy_save(const char *path, const pd_tensor *t);
+PD_NODISCARD PDDEF pd_status pd_npy_load(const char *path, pd_tensor *out);
+PD_NODISCARD PDDEF pd_status pd_npy_save(const char *path, const pd_tensor *t);
 /* Reads only the header: dtype and shape, data left NULL. */
-PDDEF pd_status pd_npy_peek(const char *path, pd_tensor *out);
+PD_NODISCARD PDDEF pd_status pd_npy_peek(const char *path, pd_tensor *out);
 
 /* ---- Graphs ------------------------------------------------------------ */
 typedef struct pd_graph pd_graph;
@@ -175,9 +188,9 @@ typedef struct pd_load_options {
 #define PD_MAX_CONSTANT_BYTES_DEFAULT ((int64_t)1 << 30) /* 1 GiB */
 #define PD_LOAD_OPTIONS_INIT {sizeof(pd_load_options), 0, 0, NULL, 1, 0, NULL, NULL, PD_MAX_CONSTANT_BYTES_DEFAULT, 0}
 
-PDDEF pd_status pd_graph_load_file(const char *path, const pd_load_options *opt, pd_graph **out);
+PD_NODISCARD PDDEF pd_status pd_graph_load_file(const char *path, const pd_load_options *opt, pd_graph **out);
 /* `name` names the model in messages; `base_dir` resolves external data (NULL: none allowed). */
-PDDEF pd_status pd_graph_load_memory(const void *buf, size_t len, const char *name,
+PD_NODISCARD PDDEF pd_status pd_graph_load_memory(const void *buf, size_t len, const char *name,
                                      const char *base_dir, const pd_load_options *opt, pd_graph **out);
 PDDEF void pd_graph_destroy(pd_graph *g);
 
@@ -200,19 +213,19 @@ typedef struct pd_node_info {
 PDDEF int pd_graph_num_nodes(const pd_graph *g);
 PDDEF int pd_graph_num_inputs(const pd_graph *g);  /* runtime inputs, initializers excluded */
 PDDEF int pd_graph_num_outputs(const pd_graph *g);
-PDDEF pd_status pd_graph_node(const pd_graph *g, int i, pd_node_info *out);
+PD_NODISCARD PDDEF pd_status pd_graph_node(const pd_graph *g, int i, pd_node_info *out);
 /* Name of input/output tensor j of node i (NULL for an absent optional one). */
 PDDEF const char *pd_graph_node_input(const pd_graph *g, int i, int j);
 PDDEF const char *pd_graph_node_output(const pd_graph *g, int i, int j);
-PDDEF pd_status pd_graph_input(const pd_graph *g, int i, pd_value_info *out);
-PDDEF pd_status pd_graph_output(const pd_graph *g, int i, pd_value_info *out);
-PDDEF pd_status pd_graph_value(const pd_graph *g, const char *name, pd_value_info *out);
+PD_NODISCARD PDDEF pd_status pd_graph_input(const pd_graph *g, int i, pd_value_info *out);
+PD_NODISCARD PDDEF pd_status pd_graph_output(const pd_graph *g, int i, pd_value_info *out);
+PD_NODISCARD PDDEF pd_status pd_graph_value(const pd_graph *g, const char *name, pd_value_info *out);
 PDDEF int64_t pd_graph_param_bytes(const pd_graph *g);
 /* Initializers the model ties to another through an Identity node: `alias`
  * is computed as Identity(`source`) (pd_load_options.untie: it was given its
  * own copy of source's values at load). */
 PDDEF int pd_graph_num_tied(const pd_graph *g);
-PDDEF pd_status pd_graph_tied(const pd_graph *g, int i, const char **alias, const char **source);
+PD_NODISCARD PDDEF pd_status pd_graph_tied(const pd_graph *g, int i, const char **alias, const char **source);
 /* 1 when tie i stores alias as source's transpose (a tied LM head as both of
  * PyTorch's exporters write it): unless untie, alias is Transpose(source). */
 PDDEF int pd_graph_tied_transposed(const pd_graph *g, int i);
@@ -233,13 +246,13 @@ typedef struct pd_engine_options {
 #define PD_ENGINE_OPTIONS_INIT {sizeof(pd_engine_options), 0, NULL}
 
 /* The engine keeps a pointer to the graph: destroy the engine first. */
-PDDEF pd_status pd_engine_create(pd_graph *g, const pd_engine_options *opt, pd_engine **out);
+PD_NODISCARD PDDEF pd_status pd_engine_create(pd_graph *g, const pd_engine_options *opt, pd_engine **out);
 PDDEF void pd_engine_destroy(pd_engine *e);
 /* Copies t into the input (dtype and shape must match the graph's). */
-PDDEF pd_status pd_engine_set_input(pd_engine *e, const char *name, const pd_tensor *t);
-PDDEF pd_status pd_engine_run(pd_engine *e);
+PD_NODISCARD PDDEF pd_status pd_engine_set_input(pd_engine *e, const char *name, const pd_tensor *t);
+PD_NODISCARD PDDEF pd_status pd_engine_run(pd_engine *e);
 /* A view of an output (or any computed tensor) valid until the next run or destroy. */
-PDDEF pd_status pd_engine_get_output(pd_engine *e, const char *name, pd_tensor *out);
+PD_NODISCARD PDDEF pd_status pd_engine_get_output(pd_engine *e, const char *name, pd_tensor *out);
 
 
 /* ---- Training (one stage) ------------------------------------------------------ */
@@ -309,7 +322,7 @@ typedef struct pd_train_options {
  * testing, docs/CUDA.md), with N devices, as device 0. It switches the
  * whole process's CUDA API, so it comes before any CUDA use and is refused
  * after a real GPU was used. */
-PDDEF pd_status pd_train_options_set_device(pd_train_options *o, const char *device, const char *precision);
+PD_NODISCARD PDDEF pd_status pd_train_options_set_device(pd_train_options *o, const char *device, const char *precision);
 
 typedef struct pd_step_result {
     double loss;        /* mean loss of the minibatch, from the forward that made the gradients */
@@ -321,17 +334,17 @@ typedef struct pd_step_result {
 
 /* The session trains the graph's float initializers in place: pd_graph_save
  * and the graph's values see the trained weights. Destroy it before the graph. */
-PDDEF pd_status pd_session_create(pd_graph *g, const pd_train_options *opt, pd_session **out);
+PD_NODISCARD PDDEF pd_status pd_session_create(pd_graph *g, const pd_train_options *opt, pd_session **out);
 PDDEF void pd_session_destroy(pd_session *s);
 /* Feeds a graph input for the next step or evaluation (copied). */
-PDDEF pd_status pd_session_set_input(pd_session *s, const char *name, const pd_tensor *t);
-PDDEF pd_status pd_session_set_labels(pd_session *s, const pd_tensor *labels);
+PD_NODISCARD PDDEF pd_status pd_session_set_input(pd_session *s, const char *name, const pd_tensor *t);
+PD_NODISCARD PDDEF pd_status pd_session_set_labels(pd_session *s, const pd_tensor *labels);
 /* Forward, backward and one optimizer update. */
-PDDEF pd_status pd_session_step(pd_session *s, pd_step_result *r);
+PD_NODISCARD PDDEF pd_status pd_session_step(pd_session *s, pd_step_result *r);
 /* Forward only, in inference mode (BatchNorm uses running statistics). */
-PDDEF pd_status pd_session_eval(pd_session *s, pd_step_result *r);
+PD_NODISCARD PDDEF pd_status pd_session_eval(pd_session *s, pd_step_result *r);
 /* The same over the first `rows` rows of the batch only (a last, partial batch). */
-PDDEF pd_status pd_session_eval_rows(pd_session *s, int64_t rows, pd_step_result *r);
+PD_NODISCARD PDDEF pd_status pd_session_eval_rows(pd_session *s, int64_t rows, pd_step_result *r);
 /* The batch size the graph was loaded with (the prediction's first dim). */
 PDDEF int64_t pd_session_batch(const pd_session *s);
 PDDEF int pd_session_num_params(const pd_session *s);
@@ -339,29 +352,29 @@ PDDEF int pd_session_num_params(const pd_session *s);
  * model's own answer (training_info, or a single-element constant) or the
  * freeze pattern. info and why may be NULL. */
 PDDEF int pd_session_num_untrained(const pd_session *s);
-PDDEF pd_status pd_session_untrained(const pd_session *s, int i, pd_value_info *info, const char **why);
+PD_NODISCARD PDDEF pd_status pd_session_untrained(const pd_session *s, int i, pd_value_info *info, const char **why);
 /* Name, shape and current values of trainable parameter i (a view). */
-PDDEF pd_status pd_session_param(pd_session *s, int i, const char **name, pd_tensor *value, pd_tensor *grad);
+PD_NODISCARD PDDEF pd_status pd_session_param(pd_session *s, int i, const char **name, pd_tensor *value, pd_tensor *grad);
 PDDEF int64_t pd_session_step_count(const pd_session *s);
 /* PD_DEVICE_CUDA: copies the trained weights, optimizer state and BatchNorm
  * statistics from the GPU into host memory, where the graph's initializers
  * (pd_graph_save, pd_graph_value's data) read them; pd_session_param,
  * snapshots and pd_session_destroy do it themselves. A no-op on the CPU. */
-PDDEF pd_status pd_session_sync(pd_session *s);
+PD_NODISCARD PDDEF pd_status pd_session_sync(pd_session *s);
 /* The session's whole training state (weights, optimizer state, step count,
  * BatchNorm statistics) serialized into a new buffer (free it with
  * pd_buffer_free), and back into a session of the same model and options:
  * training on from a restored state equals training on without the pause,
  * bitwise. A restore that fails leaves the session as it was. */
-PDDEF pd_status pd_session_snapshot(const pd_session *s, void **buf, size_t *len);
-PDDEF pd_status pd_session_restore(pd_session *s, const void *buf, size_t len);
+PD_NODISCARD PDDEF pd_status pd_session_snapshot(const pd_session *s, void **buf, size_t *len);
+PD_NODISCARD PDDEF pd_status pd_session_restore(pd_session *s, const void *buf, size_t len);
 
 /* Writes the model with the graph's current initializer values (trained ones
  * included) through a temporary file and a rename. */
-PDDEF pd_status pd_graph_save(const pd_graph *g, const char *path);
+PD_NODISCARD PDDEF pd_status pd_graph_save(const pd_graph *g, const char *path);
 /* The same model serialized into a new buffer of *len bytes (for
  * pd_graph_load_memory, say); free it with pd_buffer_free. */
-PDDEF pd_status pd_graph_save_memory(const pd_graph *g, void **buf, size_t *len);
+PD_NODISCARD PDDEF pd_status pd_graph_save_memory(const pd_graph *g, void **buf, size_t *len);
 PDDEF void pd_buffer_free(void *buf);
 
 /* ---- Profiles: per-node costs -------------------------------------------------------- */
@@ -394,11 +407,11 @@ typedef struct pd_profile_options {
 
 /* Measures every node by running real training steps of `g` (loaded with the
  * microbatch size as its batch) on the backend. */
-PDDEF pd_status pd_profile_measure(pd_graph *g, const pd_profile_options *opt, pd_profile **out);
+PD_NODISCARD PDDEF pd_status pd_profile_measure(pd_graph *g, const pd_profile_options *opt, pd_profile **out);
 /* Reads a profile: our JSON, or PipeDream's graph.txt (told apart by content). */
-PDDEF pd_status pd_profile_load(const char *path, pd_profile **out);
-PDDEF pd_status pd_profile_save(const pd_profile *p, const char *path);           /* JSON */
-PDDEF pd_status pd_profile_save_pipedream(const pd_profile *p, const char *path); /* graph.txt */
+PD_NODISCARD PDDEF pd_status pd_profile_load(const char *path, pd_profile **out);
+PD_NODISCARD PDDEF pd_status pd_profile_save(const pd_profile *p, const char *path);           /* JSON */
+PD_NODISCARD PDDEF pd_status pd_profile_save_pipedream(const pd_profile *p, const char *path); /* graph.txt */
 /* A profile from arrays: n_nodes entries of costs (name NULL: "node<i>"; desc
  * NULL: "") and n_edges edges, edges[2k] -> edges[2k+1] (producer, consumer,
  * as node indices). Names are copied. Nodes are put in a topological order
@@ -406,11 +419,11 @@ PDDEF pd_status pd_profile_save_pipedream(const pd_profile *p, const char *path)
  * is nodes[i] for a profile given in order. batch: the microbatch size the
  * times are for (0: unknown). Errors: a bad argument, an edge out of range,
  * a cycle, a negative or non-finite cost. */
-PDDEF pd_status pd_profile_create(const pd_profile_node_info *nodes, int n_nodes, const int *edges, int n_edges,
+PD_NODISCARD PDDEF pd_status pd_profile_create(const pd_profile_node_info *nodes, int n_nodes, const int *edges, int n_edges,
                                   int64_t batch, pd_profile **out);
 PDDEF void pd_profile_destroy(pd_profile *p);
 PDDEF int pd_profile_num_nodes(const pd_profile *p);
-PDDEF pd_status pd_profile_node(const pd_profile *p, int i, pd_profile_node_info *out);
+PD_NODISCARD PDDEF pd_status pd_profile_node(const pd_profile *p, int i, pd_profile_node_info *out);
 
 /* ---- Plans: stages, replicas, microbatches ------------------------------------------- */
 typedef struct pd_plan pd_plan;
@@ -452,12 +465,12 @@ typedef struct pd_stage_info {
     double memory_bytes;      /* predicted per worker */
 } pd_stage_info;
 
-PDDEF pd_status pd_plan_create(const pd_profile *p, const pd_plan_options *opt, pd_plan **out);
-PDDEF pd_status pd_plan_save(const pd_plan *p, const char *path); /* JSON */
-PDDEF pd_status pd_plan_load(const char *path, pd_plan **out);
+PD_NODISCARD PDDEF pd_status pd_plan_create(const pd_profile *p, const pd_plan_options *opt, pd_plan **out);
+PD_NODISCARD PDDEF pd_status pd_plan_save(const pd_plan *p, const char *path); /* JSON */
+PD_NODISCARD PDDEF pd_status pd_plan_load(const char *path, pd_plan **out);
 PDDEF void pd_plan_destroy(pd_plan *p);
-PDDEF pd_status pd_plan_info_get(const pd_plan *p, pd_plan_info *out);
-PDDEF pd_status pd_plan_stage(const pd_plan *p, int i, pd_stage_info *out);
+PD_NODISCARD PDDEF pd_status pd_plan_info_get(const pd_plan *p, pd_plan_info *out);
+PD_NODISCARD PDDEF pd_status pd_plan_stage(const pd_plan *p, int i, pd_stage_info *out);
 /* The stage that runs node i's forward (and, in *bwd, its backward). */
 PDDEF int pd_plan_node_stage(const pd_plan *p, int i, int *bwd);
 
@@ -489,7 +502,7 @@ typedef struct pd_sim_result {
     pd_sim_stage *stage;      /* n_stages entries; free with pd_sim_result_free */
 } pd_sim_result;
 
-PDDEF pd_status pd_simulate(const pd_plan *p, const pd_sim_options *opt, pd_sim_result *out);
+PD_NODISCARD PDDEF pd_status pd_simulate(const pd_plan *p, const pd_sim_options *opt, pd_sim_result *out);
 PDDEF void pd_sim_result_free(pd_sim_result *r);
 
 /* ---- Pipeline training: a plan's stages as threads of this process ---------------------- */
@@ -536,7 +549,7 @@ typedef struct pd_resume_info {
 
 /* Keeps a pointer to g (destroy the trainer first); copies what it needs of
  * plan and opt. One trainer or session per graph at a time. */
-PDDEF pd_status pd_trainer_create(pd_graph *g, const pd_plan *plan, const pd_trainer_options *opt, pd_trainer **out);
+PD_NODISCARD PDDEF pd_status pd_trainer_create(pd_graph *g, const pd_plan *plan, const pd_trainer_options *opt, pd_trainer **out);
 /* Waits for checkpoints being written; gives the trained weights back to the graph. */
 PDDEF void pd_trainer_destroy(pd_trainer *t);
 PDDEF int pd_trainer_stages(const pd_trainer *t);
@@ -550,11 +563,11 @@ PDDEF int64_t pd_trainer_step_count(const pd_trainer *t);
  * mean loss, learning rate and gradient norm (0 under pipedream and 2bw);
  * zeroed for the steps a resume skips. With a checkpoint folder, returns
  * once the call's checkpoints are on disk. */
-PDDEF pd_status pd_trainer_train(pd_trainer *t, int64_t steps, const pd_tensor *inputs, const pd_tensor *labels,
+PD_NODISCARD PDDEF pd_status pd_trainer_train(pd_trainer *t, int64_t steps, const pd_tensor *inputs, const pd_tensor *labels,
                                  pd_step_result *results);
 /* Restores the newest valid checkpoint of dir (one taken with the same
  * model, plan, schedule and options, or an error naming what differs). */
-PDDEF pd_status pd_trainer_resume(pd_trainer *t, const char *dir, pd_resume_info *out);
+PD_NODISCARD PDDEF pd_status pd_trainer_resume(pd_trainer *t, const char *dir, pd_resume_info *out);
 
 /* MPI for trainers with opt->mpi (libpipedream built with MPI; else
  * PD_ERR_UNSUPPORTED). pd_mpi_init initializes MPI at
@@ -563,7 +576,7 @@ PDDEF pd_status pd_trainer_resume(pd_trainer *t, const char *dir, pd_resume_info
  * process's rank and the number of processes (either pointer may be NULL).
  * pd_mpi_finalize finalizes MPI only when pd_mpi_init initialized it:
  * a program that initialized MPI finalizes it itself. Destroy trainers first. */
-PDDEF pd_status pd_mpi_init(int *rank, int *size);
+PD_NODISCARD PDDEF pd_status pd_mpi_init(int *rank, int *size);
 PDDEF void pd_mpi_finalize(void);
 
 

@@ -24,7 +24,7 @@ int main(int argc, char **argv) {
         pd_engine_create(g, &eo, &e) != PD_OK)
         goto fail;
     pd_value_info in;
-    pd_graph_input(g, 0, &in);
+    if (pd_graph_input(g, 0, &in) != PD_OK) goto fail;
     if (pd_engine_set_input(e, in.name, &x) != PD_OK) goto fail;
     double *t = malloc(sizeof(double) * (size_t)a.iters);
     for (int i = 0; i < a.warmup + a.iters; i++) {

@@ -38,8 +38,7 @@ int main(int argc, char **argv) {
         pd_session_create(g, &o, &s) != PD_OK)
         goto fail;
     pd_value_info in, out;
-    pd_graph_input(g, 0, &in);
-    pd_graph_output(g, 0, &out);
+    if (pd_graph_input(g, 0, &in) != PD_OK || pd_graph_output(g, 0, &out) != PD_OK) goto fail;
     y.dtype = PD_INT64;
     y.ndim = out.ndim - 1;
     int64_t ny = 1;

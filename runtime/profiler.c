@@ -120,7 +120,7 @@ static pd_status pd__build(const pd_graph *g, pd_session *s, const pd_profile_op
     if (st != PD_OK) goto done;
     for (int i = 0; i < pd_session_num_params(s); i++) {
         const char *name;
-        pd_session_param(s, i, &name, NULL, NULL);
+        if (pd_session_param(s, i, &name, NULL, NULL) != PD_OK) continue;
         int t = pd__graph_find(g, name);
         if (t >= 0) is_param[t] = true;
     }

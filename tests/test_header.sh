@@ -44,6 +44,9 @@ c)
     step "header-only program runs" "$work/header_only"
     step "C11 implementation on the caller's allocator" "${cc[@]}" "${cflags[@]}" "$h/alloc.c" -o "$work/alloc" -lm -lpthread
     step "caller's allocator: everything given back" "$work/alloc"
+    # PD_NODISCARD: a status dropped on the floor is a warning (an error under -Werror)
+    printf '#include "pipedream.h"\nvoid f(void) { pd_graph_load_file("m.onnx", NULL, NULL); }\n' > "$work/drop.c"
+    step "a dropped pd_status does not compile under -Werror" sh -c 'out=$("$@" 2>&1) && exit 1; echo "$out" | grep -q "unused-result\|nodiscard"' sh "${cc[@]}" "${cflags[@]}" -c "$work/drop.c" -o "$work/drop.o"
     ;;
 cxx)
     if [ ${#cxx[@]} -eq 0 ]; then

@@ -150,9 +150,8 @@ static void test_graph_txt(void) {
     CHECK(st == PD_OK, "graph.txt: hand-written file loads (%s)", st ? pd_last_error() : "ok");
     if (st != PD_OK) return;
     pd_profile_node_info a, b, c;
-    pd_profile_node(p, 0, &a);
-    pd_profile_node(p, 1, &b);
-    pd_profile_node(p, 2, &c);
+    CHECK(pd_profile_node(p, 0, &a) == PD_OK && pd_profile_node(p, 1, &b) == PD_OK && pd_profile_node(p, 2, &c) == PD_OK,
+          "graph.txt: three nodes");
     CHECK(p->n == 3 && !strcmp(a.name, "node1") && !strcmp(b.name, "node2") && !strcmp(c.name, "node3"),
           "graph.txt: topological order node1, node2, node3");
     CHECK(!strcmp(b.desc, "Conv2d(3, 4, kernel_size=(3, 3)) -- odd") &&
@@ -359,7 +358,7 @@ static void test_split_grads(pd_graph *g, const char *xpath) {
     int np = ok ? pd_session_num_params(s) : 0;
     for (int i = 0; ok && i < np && i < 16; i++) {
         pd_tensor gr;
-        pd_session_param(s, i, NULL, NULL, &gr);
+        if (pd_session_param(s, i, NULL, NULL, &gr) != PD_OK) { ok = 0; break; }
         size_t bytes = (size_t)pd_tensor_numel(&gr) * sizeof(float);
         split[i] = malloc(bytes);
         memcpy(split[i], gr.data, bytes);
@@ -369,7 +368,7 @@ static void test_split_grads(pd_graph *g, const char *xpath) {
     double worst = ok ? 0 : 1;
     for (int i = 0; ok && i < np; i++) {
         pd_tensor gr;
-        pd_session_param(s, i, NULL, NULL, &gr);
+        if (pd_session_param(s, i, NULL, NULL, &gr) != PD_OK) { ok = 0; break; }
         for (int64_t k = 0; k < pd_tensor_numel(&gr); k++)
             worst = fmax(worst, fabs(((float *)gr.data)[k] - split[i][k]));
     }
@@ -417,7 +416,7 @@ static bool test_measure(const char *fixtures) {
     int gemms = 0;
     for (int i = 0; i < p->n; i++) {
         pd_node_info ni;
-        pd_graph_node(g, i, &ni);
+        if (pd_graph_node(g, i, &ni) != PD_OK) continue;
         const pd__pnode *d = &p->node[i];
         names = names && !strcmp(d->name, ni.name) && !strcmp(d->desc, ni.op_type);
         if (!strcmp(ni.op_type, "Gemm") || !strcmp(ni.op_type, "MatMul")) {

@@ -134,7 +134,7 @@ static void run_case(const char *fx, const char *line) {
     bx.data = malloc(xr * (size_t)batch);
     by.data = malloc(yr * (size_t)batch);
     pd_value_info in;
-    pd_graph_input(g, 0, &in);
+    if (pd_graph_input(g, 0, &in) != PD_OK) in.name = "";
     double worst = 0;
     int64_t worst_step = 0;
     for (int64_t k = 0; k < steps && st == PD_OK; k++) {

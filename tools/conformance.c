@@ -281,7 +281,7 @@ static pd__verdict pd__run_set(const char *model, const char *setdir, char **in_
         bool runtime = false;
         for (int k = 0; k < pd_graph_num_inputs(g); k++) {
             pd_value_info vi;
-            pd_graph_input(g, k, &vi);
+            if (pd_graph_input(g, k, &vi) != PD_OK) continue;
             runtime |= strcmp(vi.name, names[i]) == 0;
         }
         if (runtime && pd_engine_set_input(e, names[i], &ins.t[i]) != PD_OK) {

@@ -172,13 +172,13 @@ static int pd__cmd_info(int argc, char **argv) {
            pd_graph_num_inputs(g), pd_graph_num_outputs(g));
     for (int i = 0; i < pd_graph_num_inputs(g); i++) {
         pd_value_info v;
-        pd_graph_input(g, i, &v);
+        if (pd_graph_input(g, i, &v) != PD_OK) continue;
         pd__shape_str(a, sizeof a, &v);
         printf("  input  %-24s %s\n", pd__escape(e1, sizeof e1, v.name), a);
     }
     for (int i = 0; i < pd_graph_num_outputs(g); i++) {
         pd_value_info v;
-        pd_graph_output(g, i, &v);
+        if (pd_graph_output(g, i, &v) != PD_OK) continue;
         pd__shape_str(a, sizeof a, &v);
         printf("  output %-24s %s\n", pd__escape(e1, sizeof e1, v.name), a);
     }
@@ -189,7 +189,7 @@ static int pd__cmd_info(int argc, char **argv) {
     bool over = false;
     for (int i = 0; i < pd_graph_num_nodes(g); i++) {
         pd_node_info ni;
-        pd_graph_node(g, i, &ni);
+        if (pd_graph_node(g, i, &ni) != PD_OK) continue;
         pd_value_info v;
         const char *o = pd_graph_node_output(g, i, 0);
         a[0] = 0;
@@ -335,7 +335,7 @@ static int pd__cmd_run(int argc, char **argv) {
                 goto out;
             }
             pd_value_info v;
-            pd_graph_input(g, 0, &v);
+            if (pd_graph_input(g, 0, &v) != PD_OK) goto out;
             ins[i].name = strdup(v.name);
             /* reload with the input's shape bound */
             pd_graph_destroy(g);
@@ -354,7 +354,7 @@ static int pd__cmd_run(int argc, char **argv) {
     }
     for (int i = 0; i < pd_graph_num_inputs(g); i++) {
         pd_value_info v;
-        pd_graph_input(g, i, &v);
+        if (pd_graph_input(g, i, &v) != PD_OK) continue;
         bool given = false;
         for (int j = 0; j < nin; j++) given |= strcmp(ins[j].name, v.name) == 0;
         if (!given) {
@@ -382,7 +382,7 @@ static int pd__cmd_run(int argc, char **argv) {
         for (int i = 0; i < pd_graph_num_outputs(g); i++) {
             pd_value_info v;
             pd_tensor t;
-            pd_graph_output(g, i, &v);
+            if (pd_graph_output(g, i, &v) != PD_OK) continue;
             if (pd_engine_get_output(e, v.name, &t) != PD_OK) {
                 pd_cli_fail();
                 goto out;
@@ -394,7 +394,7 @@ static int pd__cmd_run(int argc, char **argv) {
         const char *name = outs[i].name;
         pd_value_info v;
         if (!name) {
-            pd_graph_output(g, 0, &v);
+            if (pd_graph_output(g, 0, &v) != PD_OK) v.name = "";
             name = v.name;
         }
         pd_tensor t;

@@ -403,7 +403,7 @@ static pd_status pd__pipe_plan(const pd__targs *a, pd_graph *g, bool interleaved
         }
         for (int i = 0; i < pl->n_nodes; i++) {
             pd_node_info ni;
-            pd_graph_node(g, i, &ni);
+            if (pd_graph_node(g, i, &ni) != PD_OK) ni.name = "";
             if (strcmp(ni.name, pl->node_name[i]) != 0) {
                 pd_status st = pd__err(PD_ERR_INVALID, "--plan %s: node %d is '%s' in the plan but '%s' in %s", a->plan,
                                        i, pl->node_name[i], ni.name, a->model);
@@ -624,8 +624,7 @@ static int pd__train_pipeline(pd__targs *a, pd_graph *g, const char *input, pd_t
     ty.data = by;
     for (int i = 0; i < nin; i++) {
         pd_value_info v;
-        pd_graph_input(g, i, &v);
-        ins[i] = strcmp(v.name, input) == 0 ? tx : ty;
+        ins[i] = pd_graph_input(g, i, &v) == PD_OK && strcmp(v.name, input) == 0 ? tx : ty;
     }
     if (!a->quiet)
         printf("training %s as a pipeline: %d stages%s, %s schedule, %d microbatch%s of %lld rows per step, %lld steps, "
@@ -986,7 +985,7 @@ static int pd__train_main(int argc, char **argv) {
     char en1[256], en2[256]; /* the model's names, escaped (pd__escape): one line, no terminal codes */
     for (int i = 0; i < pd_graph_num_inputs(g); i++) {
         pd_value_info v;
-        pd_graph_input(g, i, &v);
+        if (pd_graph_input(g, i, &v) != PD_OK) continue;
         if (a.o.loss == PD_LOSS_GRAPH && (a.o.labels_input ? !strcmp(v.name, a.o.labels_input) : i > 0)) continue;
         if (input) {
             fprintf(stderr, "pdonnx: %s: the model has several inputs ('%s', '%s'); pdonnx train feeds one\n", a.model,
@@ -996,7 +995,10 @@ static int pd__train_main(int argc, char **argv) {
         input = v.name;
     }
     pd_value_info in, out;
-    pd_graph_value(g, input, &in);
+    if (pd_graph_value(g, input, &in) != PD_OK) {
+        fprintf(stderr, "pdonnx: %s\n", pd_last_error());
+        goto done;
+    }
     /* data and labels in the dtypes the model and the loss take */
     if (!pd__convert(&X, in.dtype) || (a.val_x && !pd__convert(&VX, in.dtype))) {
         fprintf(stderr, "pdonnx: %s: %s data cannot feed input '%s' (%s)\n", a.data, pd_dtype_name(X.dtype),
@@ -1006,7 +1008,7 @@ static int pd__train_main(int argc, char **argv) {
     pd_dtype ylabel = a.o.loss == PD_LOSS_MSE ? PD_FLOAT : PD_INT64;
     if (a.o.loss == PD_LOSS_GRAPH) {
         pd_value_info lv;
-        pd_graph_input(g, pd_graph_num_inputs(g) > 1 ? 1 : 0, &lv);
+        if (pd_graph_input(g, pd_graph_num_inputs(g) > 1 ? 1 : 0, &lv) != PD_OK) lv.dtype = ylabel;
         ylabel = lv.dtype;
     }
     if (!pd__convert(&Y, ylabel) || (a.val_x && !pd__convert(&VY, ylabel))) {
@@ -1014,8 +1016,10 @@ static int pd__train_main(int argc, char **argv) {
                 a.o.loss == PD_LOSS_MSE ? "mse" : "cross_entropy", pd_dtype_name(ylabel));
         goto done;
     }
-    pd_graph_output(g, 0, &out);
-    if (a.o.output) pd_graph_value(g, a.o.output, &out);
+    if (pd_graph_output(g, 0, &out) != PD_OK || (a.o.output && pd_graph_value(g, a.o.output, &out) != PD_OK)) {
+        fprintf(stderr, "pdonnx: %s\n", pd_last_error());
+        goto done;
+    }
     bool fits = X.ndim == in.ndim;
     for (int i = 1; fits && i < in.ndim; i++) fits = X.shape[i] == in.shape[i];
     if (!fits) {

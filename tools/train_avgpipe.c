@@ -168,8 +168,7 @@ int pd_cli_train_avgpipe(const pd_cli_avg_args *av, const pd_cli_avg_ctx *c) {
         pd_tensor *in = ins + (size_t)i * ((size_t)nin + 1);
         for (int j = 0; j < nin; j++) {
             pd_value_info v;
-            pd_graph_input(c->g, j, &v);
-            in[j] = strcmp(v.name, c->input) == 0 ? tx : ty;
+            in[j] = pd_graph_input(c->g, j, &v) == PD_OK && strcmp(v.name, c->input) == 0 ? tx : ty;
         }
         lab[i] = ty;
         inp[i] = in;

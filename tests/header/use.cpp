@@ -25,9 +25,8 @@ int main() {
         return 1;
     }
     pd_plan_info info;
-    pd_plan_info_get(plan, &info);
     // 3, 12, 3, 6: the best cut is {0,1} | {2,3}, a bottleneck of 15 ms
-    bool ok = info.n_stages == 2 && info.time_ms == 15.0;
+    bool ok = pd_plan_info_get(plan, &info) == PD_OK && info.n_stages == 2 && info.time_ms == 15.0;
     std::printf("%s: %d stages, %.1f ms per minibatch\n", ok ? "OK" : "NOT OK", info.n_stages, info.time_ms);
     pd_plan_destroy(plan);
     pd_profile_destroy(p);
