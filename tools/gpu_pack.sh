@@ -35,9 +35,10 @@ cp "$build/pdonnx" "$out/"
 cp "$build/tests/test_cuda" "$build/tests/test_train" "$build/tests/test_cuda_module" "$build/tests/test_pipeline" \
   "$build/tests/test_checkpoint" "$out/tests/"
 cp "$build/bench/bench_train" "$out/bench/"
-cp -L "$build"/libpipedream.so.0 "$build"/libpdcuda.so "$out/lib/"
+# the tests link libpdinternal.so, bench_train libpipedream.so.0, pdonnx the static library
+cp -L "$build"/libpipedream.so.0 "$build"/libpdinternal.so "$build"/libpdcuda.so "$out/lib/"
 # the non-CUDA libraries the executables load, as this machine resolves them
-ldd "$build/pdonnx" "$build/libpipedream.so.0" | awk '/=> \// {print $3}' | sort -u |
+ldd "$build/pdonnx" "$build/libpipedream.so.0" "$build/libpdinternal.so" | awk '/=> \// {print $3}' | sort -u |
   grep -E 'openblas|protobuf-c|cjson|gfortran|quadmath|gomp|libz\.' | while read -r f; do cp -L "$f" "$out/lib/"; done
 du -sh "$out"
 tools/gpu_pack_check.sh "$out"

@@ -306,6 +306,7 @@ pd_status pd__cuda_loss_cross_entropy(pd__cuda_ctx *c, const pd_tensor *logits, 
  * holds when built with NCCL (PD_HAVE_NCCL); without, create and sync fail
  * with one line, nothing is pending and there are 0 devices for it. */
 struct pd__transport;
+struct pd__cuda_host;
 pd_status pd__cuda_nccl_transport_create(int nthreads, const int *rank_of, const int *worker_of, int nworkers,
                                          int nlinks, int color, int device, void *stream, struct pd__transport *watch,
                                          struct pd__transport **out);
@@ -320,9 +321,8 @@ typedef struct pd__cuda_api {
     size_t size;           /* sizeof(pd__cuda_api) where the module was built */
     const char *version;   /* its PD_VERSION_STRING */
     const char *signature; /* PD_CUDA_API_SIGNATURE where the module was built */
-    /* pd__err as the module's code calls it: the loader refuses a module bound
-     * to another copy of libpipedream (whose last error this one never sees) */
-    pd_status (*err)(pd_status s, const char *fmt, ...);
+    /* called first, with the libpipedream functions the module calls (host.h) */
+    void (*bind_host)(const struct pd__cuda_host *host);
     PD_CUDA_API(PD__CUDA_MEMBER, PD__CUDA_MEMBER_V)
 } pd__cuda_api;
 

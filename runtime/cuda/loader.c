@@ -13,10 +13,12 @@
  * Where it is looked for: $PDONNX_CUDA_MODULE when set; else libpdcuda.so
  * beside the object this file is linked into (libpipedream.so, installed or
  * in the build tree's root; a statically linked program: its executable);
- * else in the libdir libpipedream is installed to (PD_CUDA_MODULE_LIBDIR).
- * The first of these files that exists is loaded.
+ * else in the libdir libpipedream is installed to (PD_CUDA_MODULE_LIBDIR);
+ * else libpdcuda.so by name, where the dynamic linker looks (LD_LIBRARY_PATH:
+ * a GPU pack's lib/, tools/gpu_pack.sh). The first that exists is loaded.
  */
 #include "cuda.h"
+#include "host.h"
 
 #include <dlfcn.h>
 #include <limits.h>
@@ -30,6 +32,39 @@
 #endif
 
 static pthread_once_t pd__cuda_once = PTHREAD_ONCE_INIT;
+
+/* What the module calls back in this library (host.h): it links no copy of
+ * libpipedream, so a program linking the static library loads it too. */
+static const pd__cuda_host pd__cuda_host_table = {
+    .size = sizeof(pd__cuda_host),
+    .err = pd__err,
+    .err_prefix = pd__err_prefix,
+    .last_error = pd_last_error,
+    .dtype_name = pd_dtype_name,
+    .dtype_size = pd_dtype_size,
+    .ops = pd__ops,
+    .attr_get = pd__attr_get,
+    .attr_i = pd__attr_i,
+    .attr_f = pd__attr_f,
+    .attr_s = pd__attr_s,
+    .attr_ints = pd__attr_ints,
+    .bn_training = pd__bn_training,
+    .loss_reduction = pd__loss_reduction,
+    .norm_axis = pd__norm_axis,
+    .shape_numel = pd__shape_numel,
+    .softmax_split = pd__softmax_split,
+    .transpose_perm = pd__transpose_perm,
+    .win_make = pd__win_make,
+    .dcache_class = pd__dcache_class,
+    .dcache_take = pd__dcache_take,
+    .dcache_track = pd__dcache_track,
+    .dcache_give = pd__dcache_give,
+    .dcache_drain = pd__dcache_drain,
+    .dcache_release = pd__dcache_release,
+    .mpi_relayed = pd__mpi_relayed,
+    .mpi_transport_check = pd__mpi_transport_check,
+    .mpi_use = pd__mpi_use,
+};
 /* The simulated device (sim.c) instead of the module: its device count, 0
  * when not asked for (pd__cuda_use_sim, or PDONNX_CUDA_MODULE=sim[:N]) */
 extern const pd__cuda_api pd__sim_api;
@@ -60,7 +95,9 @@ static void pd__cuda_choose(void) {
     char beside[PATH_MAX];
     bool have_beside = pd__cuda_beside(&pd__cuda_once, beside, sizeof beside);
     const char *installed = PD_CUDA_MODULE_LIBDIR "/" PD_CUDA_MODULE_NAME;
-    const char *pick = have_beside && (access(beside, F_OK) == 0 || access(installed, F_OK) != 0) ? beside : installed;
+    const char *pick = have_beside && access(beside, F_OK) == 0 ? beside
+                       : access(installed, F_OK) == 0      ? installed
+                                                           : PD_CUDA_MODULE_NAME; /* dlopen's search path */
     snprintf(pd__cuda_path, sizeof pd__cuda_path, "%s", pick);
 }
 
@@ -103,14 +140,12 @@ static void pd__cuda_open(void) {
              strcmp(api->signature, PD_CUDA_API_SIGNATURE))
         bad = "built from another pdonnx (its API differs from this libpipedream's " PD_VERSION_STRING
               "): install the two from one build";
-    else if (api->err != pd__err)
-        bad = "it binds to another copy of libpipedream (this program links the static library: link the shared "
-              "one, or export the library's symbols with -rdynamic)";
     if (bad) {
         snprintf(pd__cuda_why, sizeof pd__cuda_why, "cannot load the CUDA module %s: %s", path, bad);
         dlclose(h);
         return;
     }
+    api->bind_host(&pd__cuda_host_table);
     pd__cuda_mod = api;
 }
 

@@ -5,6 +5,7 @@
  * names.
  */
 #include "cuda.h"
+#include "host.h"
 #ifdef PD_HAVE_NCCL
 #include "../comm/nccl.h"
 #endif
@@ -57,6 +58,6 @@ const pd__cuda_api pd__cuda_module_api = {
     .size = sizeof(pd__cuda_api),
     .version = PD_VERSION_STRING,
     .signature = PD_CUDA_API_SIGNATURE,
-    .err = pd__err,
+    .bind_host = pd__cuda_host_bind,
     PD_CUDA_API(PD__CUDA_ENTRY, PD__CUDA_ENTRY_V)
 };

@@ -11,6 +11,7 @@
 #include "kernels.h"
 
 #include "../../core/shape_nn.h"
+#include "host.h"
 #include "../../core/shape_tensor.h"
 
 #include <string.h>
@@ -840,7 +841,7 @@ pd_status pd__cuda_run(pd__cuda_ctx *c, const pd__exec *x, const pd_graph *g, co
 pd_status pd__cuda_run_bwd(pd__cuda_ctx *c, const pd__exec *x, const pd_graph *g, const pd__node *n,
                            pd_tensor *const *in, pd_tensor *const *out, pd_tensor *const *dout,
                            pd_tensor *const *din) {
-    if (!pd__cuda_supports_op(g, n) || !cu_table[n->op].bwd || !pd__ops[n->op].grad)
+    if (!pd__cuda_supports_op(g, n) || !cu_table[n->op].bwd || !pd__cuda_host_ops[n->op].grad)
         return pd__err(PD_ERR_UNSUPPORTED, "%s: node '%s' (%s): no CUDA backward for this form", cu_name(g), n->name,
                        n->op_type);
     pd_status st = cu_table[n->op].bwd(c, x, n, in, out, dout, din);

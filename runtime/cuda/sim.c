@@ -838,5 +838,7 @@ static int sim_nccl_devices(void) { return 0; }
 
 #define PD__SIM_ENTRY(ret, name, params, args, fallback) sim_##name,
 #define PD__SIM_ENTRY_V(name, params, args) sim_##name,
-const pd__cuda_api pd__sim_api = {sizeof(pd__cuda_api), PD_VERSION_STRING, PD_CUDA_API_SIGNATURE, pd__err,
+/* in libpipedream itself: nothing to bind */
+static void sim_bind_host(const struct pd__cuda_host *host) { (void)host; }
+const pd__cuda_api pd__sim_api = {sizeof(pd__cuda_api), PD_VERSION_STRING, PD_CUDA_API_SIGNATURE, sim_bind_host,
                                   PD_CUDA_API(PD__SIM_ENTRY, PD__SIM_ENTRY_V)};
