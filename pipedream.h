@@ -154,6 +154,10 @@ PD_NODISCARD PDDEF pd_status pd_npy_peek(const char *path, pd_tensor *out);
 /* ---- Graphs ------------------------------------------------------------ */
 typedef struct pd_graph pd_graph;
 
+/* A runtime input's shape. name NULL: the model's first runtime input, whose
+ * dims the model leaves symbolic or unknown take this shape's (the others,
+ * and the batch from pd_load_options.batch, stay) when the ranks agree: a
+ * data file's row shape binding a sequence length. At most one without a name. */
 typedef struct pd_input_shape {
     const char *name;
     int ndim;

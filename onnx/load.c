@@ -107,7 +107,10 @@ static pd_status get_options(const pd_load_options *opt, const char *name, pd_lo
         return pd__err(PD_ERR_INVALID, "%s: %d input shapes given with no array", name, d.n_input_shapes);
     for (int i = 0; i < d.n_input_shapes; i++) {
         const pd_input_shape *s = &d.input_shapes[i];
-        if (!s->name) return pd__err(PD_ERR_INVALID, "%s: input shape %d has no name", name, i);
+        for (int j = 0; !s->name && j < i; j++)
+            if (!d.input_shapes[j].name)
+                return pd__err(PD_ERR_INVALID, "%s: input shapes %d and %d both have no name (one may: the first input)",
+                               name, j, i);
         if (s->ndim < 0 || s->ndim > PD_MAX_DIMS)
             return pd__err(PD_ERR_INVALID, "%s: input shape for '%s' has rank %d (0 to %d allowed)", name,
                            s->name, s->ndim, PD_MAX_DIMS);
@@ -180,7 +183,7 @@ static pd_status load_initializers(loader *L) {
  * when neither names it. */
 static bool given_shape(const loader *L, const char *name, int *ndim, int64_t *shape, pd_dtype *dtype) {
     for (int i = 0; i < L->opt.n_input_shapes; i++)
-        if (strcmp(L->opt.input_shapes[i].name, name) == 0) {
+        if (L->opt.input_shapes[i].name && strcmp(L->opt.input_shapes[i].name, name) == 0) {
             *dtype = L->opt.input_shapes[i].dtype;
             *ndim = L->opt.input_shapes[i].ndim;
             memcpy(shape, L->opt.input_shapes[i].shape, sizeof(int64_t) * (size_t)*ndim);
@@ -196,9 +199,17 @@ static bool given_shape(const loader *L, const char *name, int *ndim, int64_t *s
     return false;
 }
 
-/* Works out a runtime input's concrete shape. */
+/* The input shape given without a name (the first runtime input's dims the
+ * model leaves open: a data file's rows fixing a sequence length), or NULL. */
+static const pd_input_shape *unnamed_shape(const loader *L) {
+    for (int i = 0; i < L->opt.n_input_shapes; i++)
+        if (!L->opt.input_shapes[i].name) return &L->opt.input_shapes[i];
+    return NULL;
+}
+
+/* Works out a runtime input's concrete shape; `first`: the model's first runtime input. */
 static pd_status input_shape(const loader *L, const char *name, const Onnx__TypeProto__Tensor *tt,
-                             pd_dtype dtype, int *ndim, int64_t *shape) {
+                             pd_dtype dtype, bool first, int *ndim, int64_t *shape) {
     const char *path = L->g->path;
     const Onnx__TensorShapeProto *sp = tt->shape;
     if (sp && sp->n_dim > PD_MAX_DIMS)
@@ -215,11 +226,14 @@ static pd_status input_shape(const loader *L, const char *name, const Onnx__Type
                            name, *ndim, sp->n_dim);
         return PD_OK;
     }
-    if (!sp)
+    const pd_input_shape *fill = first ? unnamed_shape(L) : NULL;
+    if (!sp && !fill)
         return pd__err(PD_ERR_SHAPE, "%s: input '%s' has no shape in the model; give the input's shape", path,
                        name);
-    *ndim = (int)sp->n_dim;
-    for (int a = 0; a < *ndim; a++) {
+    if (fill && sp && (size_t)fill->ndim != sp->n_dim) fill = NULL; /* not this input's shape: the caller's checks say so */
+    *ndim = sp ? (int)sp->n_dim : fill->ndim;
+    if (!sp) memcpy(shape, fill->shape, sizeof(int64_t) * (size_t)*ndim);
+    for (int a = 0; sp && a < *ndim; a++) {
         const Onnx__TensorShapeProto__Dimension *d = sp->dim[a];
         bool known =
             d->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE && d->dim_value >= 0;
@@ -229,6 +243,10 @@ static pd_status input_shape(const loader *L, const char *name, const Onnx__Type
         }
         if (a == 0 && L->opt.batch > 0) {
             shape[a] = L->opt.batch;
+            continue;
+        }
+        if (fill) {
+            shape[a] = fill->shape[a];
             continue;
         }
         if (d->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM && d->dim_param &&
@@ -275,7 +293,7 @@ static pd_status load_inputs(loader *L) {
                            pd__onnx_type_name(et), (int)et);
         int ndim = 0;
         int64_t shape[PD_MAX_DIMS];
-        PD_TRY(input_shape(L, name, tt, (pd_dtype)et, &ndim, shape));
+        PD_TRY(input_shape(L, name, tt, (pd_dtype)et, g->ninputs == 0, &ndim, shape));
         ti = pd__graph_tensor(g, name);
         if (ti < 0) return nomem(L);
         pd__tensor *t = &g->tensors[ti];
@@ -288,6 +306,7 @@ static pd_status load_inputs(loader *L) {
     /* every input shape the caller gave must name a runtime input */
     for (int i = 0; i < L->opt.n_input_shapes; i++) {
         const char *nm = L->opt.input_shapes[i].name;
+        if (!nm) continue;
         int ti = pd__graph_find(g, nm);
         if (ti < 0 || g->tensors[ti].kind != PD_T_INPUT)
             return pd__err(PD_ERR_INVALID,

@@ -46,7 +46,15 @@ if zoo_train llama-dynamo && grep -q "^not trained: 2 float initializers (unsque
 else
   bad "dynamo constants: $(head -5 "$tmp/out")"
 fi
-if zoo_train gpt2-dynamo && grep -q "^note: 'embedding_1' \[1,8,16\] is parameter 'm.transformer.wpe.weight' folded by the exporter" "$tmp/out"; then
+# a dynamic sequence length is bound from the data's rows (X.npy is [10, 8])
+if zoo_train gpt2-dynamo && grep -q "^trained 1 steps" "$tmp/out" && grep -q "28 parameter tensors (7872 floats)" "$tmp/out"; then
+  ok "train binds a symbolic sequence length from --data's rows"
+else
+  bad "symbolic sequence length from the data: $(head -5 "$tmp/out")"
+fi
+# GPT-2 exported by dynamo with a static sequence length: wpe folded into its rows
+(cd "$zoo/gpt2-dynamo" && "$pdonnx" train ../folded/gpt2-dynamo-static-t.onnx --data X.npy --labels Y.npy --batch 4 --steps 1) >"$tmp/out" 2>&1
+if grep -q "^note: 'embedding_1' \[1,8,16\] is parameter 'm.transformer.wpe.weight' folded by the exporter" "$tmp/out"; then
   ok "train notes a parameter the dynamo exporter folded away"
 else
   bad "folded parameter note: $(head -5 "$tmp/out")"

@@ -97,9 +97,21 @@ static pd_tensor take_rows(const pd_tensor *t, int64_t first, int64_t count) {
     return r;
 }
 
+/* batch rows; the input's other open dims (a sequence length) from x.npy's rows */
 static pd_graph *load(const char *mp, int64_t batch) {
     pd_load_options lo = PD_LOAD_OPTIONS_INIT;
     lo.batch = batch;
+    char xp[1100];
+    snprintf(xp, sizeof xp, "%.*s/x.npy", (int)(strrchr(mp, '/') - mp), mp);
+    pd_tensor x;
+    pd_input_shape rows = {NULL, 0, {0}, PD_UNDEFINED};
+    if (pd_npy_peek(xp, &x) == PD_OK) {
+        rows.ndim = x.ndim;
+        memcpy(rows.shape, x.shape, sizeof rows.shape);
+        rows.shape[0] = batch;
+        lo.n_input_shapes = 1;
+        lo.input_shapes = &rows;
+    }
     pd_graph *g = NULL;
     if (pd_graph_load_file(mp, &lo, &g) != PD_OK) return NULL;
     return g;

@@ -964,6 +964,11 @@ static int pd__train_main(int argc, char **argv) {
     lo.batch = piped ? a.batch / a.microbatches : a.batch; /* a pipeline's graph takes one microbatch */
     lo.max_constant_bytes = a.max_constant_bytes;
     lo.untie = a.untie;
+    /* the data's rows fix the dims the model leaves open (a sequence length) */
+    pd_input_shape rows_shape = {NULL, X.ndim, {0}, PD_UNDEFINED};
+    for (int i = 1; i < X.ndim; i++) rows_shape.shape[i] = X.shape[i];
+    rows_shape.shape[0] = lo.batch;
+    if (!(a.o.loss == PD_LOSS_GRAPH && a.o.labels_input)) lo.n_input_shapes = 1, lo.input_shapes = &rows_shape;
     if (pd_graph_load_file(a.model, &lo, &g) != PD_OK) {
         pd_cli_fail();
         goto done;

@@ -13,13 +13,16 @@ torchvision, transformers, onnx and onnxscript from PyPI:
 Writes tests/zoo/<model>-<exporter>/ for exporter `ts` (torch.onnx.export,
 TorchScript, opset 17) and `dynamo` (dynamo=True, opset 20):
 
-  model.onnx    one input `x`, one output `y`, batch dimension symbolic.
+  model.onnx    one input `x`, one output `y`, batch dimension symbolic (and
+                the sequence length of SEQ_DYNAMIC's dynamo exports).
                 The dynamo export of a model in training mode is not optimized:
                 onnxscript's optimizer folds BatchNorm into the convolutions
                 with the running statistics even then (forward 0.74 off)
   x.npy         BATCH rows of input; y.npy: PyTorch's output on them
   X.npy, Y.npy  ROWS rows of training input and int64 labels
   losses.npy    float64 (STEPS,): PyTorch's loss at each SGD step
+  folded/gpt2-dynamo-static-t.onnx  GPT-2's dynamo export with a static
+                sequence length, whose position embedding the exporter folded
   meta.txt      key=value: lr, batch, steps, rows, params (trained tensors),
                 floats (their elements), torch (version), exporter, mode
 
@@ -275,7 +278,14 @@ def trajectory(model, X, Y, lr, dtype):
     return losses
 
 
-def export(model, x, path, exporter):
+# Language models whose position embedding (or relative position bias) the
+# dynamo exporter folds into constant rows when the sequence length is static
+# (wpe[arange(T)]): the parameter is gone from the file. Exported, as users
+# export text models, with a dynamic sequence length, they keep it.
+SEQ_DYNAMIC = {"gpt2", "bert", "t5"}
+
+
+def export(model, x, path, exporter, seq_dynamic=False):
     dyn = {"x": {0: "N"}, "y": {0: "N"}}
     if exporter == "ts":
         kw = {}
@@ -284,9 +294,11 @@ def export(model, x, path, exporter):
         torch.onnx.export(model, (x,), path, input_names=["x"], output_names=["y"], dynamic_axes=dyn,
                           opset_version=17, dynamo=False, **kw)
     else:
-        torch.onnx.export(model, (x,), path, input_names=["x"], output_names=["y"],
-                          dynamic_shapes={"x": {0: torch.export.Dim("N", min=2, max=64)}}, opset_version=20,
-                          dynamo=True, external_data=False, optimize=not model.training)
+        dims = {0: torch.export.Dim("N", min=2, max=64)}
+        if seq_dynamic:
+            dims[1] = torch.export.Dim("T", min=2, max=16)
+        torch.onnx.export(model, (x,), path, input_names=["x"], output_names=["y"], dynamic_shapes={"x": dims},
+                          opset_version=20, dynamo=True, external_data=False, optimize=not model.training)
 
 
 def make(name, exporter):
@@ -300,7 +312,13 @@ def make(name, exporter):
     out = os.path.join(HERE, "%s-%s" % (name, exporter))
     os.makedirs(out, exist_ok=True)
     state = {k: v.clone() for k, v in model.state_dict().items()}
-    export(model, x, os.path.join(out, "model.onnx"), exporter)
+    export(model, x, os.path.join(out, "model.onnx"), exporter, name in SEQ_DYNAMIC)
+    if name == "gpt2" and exporter == "dynamo":
+        # the same with a static sequence length, for the note pdonnx gives
+        # when a parameter was folded away (tests/test_cli.sh)
+        folded = os.path.join(HERE, "folded")
+        os.makedirs(folded, exist_ok=True)
+        export(model, x, os.path.join(folded, "gpt2-dynamo-static-t.onnx"), exporter)
     model.load_state_dict(state)  # a training-mode export runs forwards that move BatchNorm's statistics
     # y is what the file means in ONNX's semantics (what onnxruntime computes):
     # the dynamo exporter writes a training-mode BatchNorm without
