@@ -188,9 +188,14 @@ typedef struct pd_load_options {
      * write twice: by default they train as one, as in PyTorch): 1 gives
      * each its own copy. Either way pd_graph_tied lists them. */
     int untie;
+    /* 1: float16 and bfloat16 tensors (a model.half() export) are computed
+     * and trained in float32: initializers, inputs and outputs, Cast targets
+     * and constants become float32 (a note says how many); pd_graph_save
+     * writes the initializers back in the file's types. */
+    int half_as_float;
 } pd_load_options;
 #define PD_MAX_CONSTANT_BYTES_DEFAULT ((int64_t)1 << 30) /* 1 GiB */
-#define PD_LOAD_OPTIONS_INIT {sizeof(pd_load_options), 0, 0, NULL, 1, 0, NULL, NULL, PD_MAX_CONSTANT_BYTES_DEFAULT, 0}
+#define PD_LOAD_OPTIONS_INIT {sizeof(pd_load_options), 0, 0, NULL, 1, 0, NULL, NULL, PD_MAX_CONSTANT_BYTES_DEFAULT, 0, 0}
 
 PD_NODISCARD PDDEF pd_status pd_graph_load_file(const char *path, const pd_load_options *opt, pd_graph **out);
 /* `name` names the model in messages; `base_dir` resolves external data (NULL: none allowed). */
@@ -965,6 +970,7 @@ typedef struct pd__tensor {
     bool trained;    /* a session trained it (pd_graph_save lists it in training_info) */
     pd__train_rule train;
     void *data;      /* owned (unless borrowed); set for PD_T_INIT and PD_T_CONST */
+    pd_dtype file_dtype; /* the file's float16/bfloat16 for a tensor computed in float32 (half_as_float), else 0 */
 } pd__tensor;
 
 /* Attribute types, numbered as ONNX's AttributeProto.AttributeType. */
@@ -1043,6 +1049,10 @@ pd_status pd__graph_note(pd_graph *g, const char *fmt, ...);
 /* 2-D float initializers stored as another's transpose (a tied LM head):
  * with !untie, the alias becomes Transpose(source). Before toposort. */
 pd_status pd__tie_transposes(pd_graph *g, bool untie);
+/* pd_load_options.half_as_float: every float16/bfloat16 tensor, dtype
+ * attribute (Cast's `to`, ...) and tensor attribute becomes float32; a load
+ * note counts them. Before the shapes are inferred. */
+pd_status pd__half_as_float(pd_graph *g);
 pd_graph *pd__graph_new(const char *path);
 /* Sorts nodes topologically; fails naming a node on a cycle or a missing input. */
 pd_status pd__graph_toposort(pd_graph *g);
@@ -2312,6 +2322,57 @@ pd_status pd__tie_transposes(pd_graph *g, bool untie) {
         }
     }
     return PD_OK;
+}
+
+/* ---- half_as_float ---------------------------------------------------------- */
+
+static bool pd__is_half(pd_dtype t) { return t == PD_FLOAT16 || t == PD_BFLOAT16; }
+
+/* data (numel elements of *dt) rewritten as float32 in a new buffer */
+static pd_status pd__floatify(pd_graph *g, const char *what, pd_dtype *dt, int64_t numel, void **data) {
+    float *f = (float *)PD_MALLOC(sizeof(float) * (size_t)(numel > 0 ? numel : 1));
+    if (!f) return pd__err(PD_ERR_NOMEM, "%s: out of memory for '%s' in float32", g->path, what);
+    for (int64_t i = 0; i < numel; i++) f[i] = (float)pd__get_f(*dt, *data, i);
+    PD_FREE(*data);
+    *data = f;
+    *dt = PD_FLOAT;
+    return PD_OK;
+}
+
+/* an attribute naming a tensor type (Cast's `to`, EyeLike's and the random
+ * ops' `dtype`) */
+static bool pd__dtype_attr(const pd__node *n, const pd__attr *a) {
+    return a->type == PD_A_INT && (!strcmp(a->name, "to") || !strcmp(a->name, "dtype")) &&
+           (!strcmp(n->op_type, "Cast") || !strcmp(n->op_type, "EyeLike") || !strncmp(n->op_type, "Random", 6) ||
+            !strcmp(n->op_type, "Bernoulli"));
+}
+
+pd_status pd__half_as_float(pd_graph *g) {
+    int tensors = 0, attrs = 0;
+    for (int t = 0; t < g->ntensors; t++) {
+        pd__tensor *x = &g->tensors[t];
+        if (!pd__is_half(x->dtype)) continue;
+        x->file_dtype = x->dtype;
+        if (x->data && !x->borrowed) PD_TRY(pd__floatify(g, x->name, &x->dtype, x->numel, &x->data));
+        x->dtype = PD_FLOAT;
+        tensors++;
+    }
+    for (int i = 0; i < g->nnodes; i++) {
+        pd__node *n = &g->nodes[i];
+        for (int k = 0; k < n->nattr; k++) {
+            pd__attr *a = &n->attr[k];
+            if (pd__dtype_attr(n, a) && pd__is_half((pd_dtype)a->i)) {
+                a->i = PD_FLOAT;
+                attrs++;
+            } else if (a->type == PD_A_TENSOR && a->t && pd__is_half(a->t->dtype)) {
+                PD_TRY(pd__floatify(g, a->name, &a->t->dtype, pd_tensor_numel(a->t), &a->t->data));
+                attrs++;
+            }
+        }
+    }
+    if (tensors + attrs == 0) return PD_OK;
+    return pd__graph_note(g, "float16/bfloat16 computed in float32: %d tensors and %d node attributes (the saved "
+                          "model keeps the file's types)", tensors, attrs);
 }
 
 /* Float initializers tied through Identity (the TorchScript exporter's way of

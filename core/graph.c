@@ -666,6 +666,57 @@ pd_status pd__tie_transposes(pd_graph *g, bool untie) {
     return PD_OK;
 }
 
+/* ---- half_as_float ---------------------------------------------------------- */
+
+static bool pd__is_half(pd_dtype t) { return t == PD_FLOAT16 || t == PD_BFLOAT16; }
+
+/* data (numel elements of *dt) rewritten as float32 in a new buffer */
+static pd_status pd__floatify(pd_graph *g, const char *what, pd_dtype *dt, int64_t numel, void **data) {
+    float *f = (float *)PD_MALLOC(sizeof(float) * (size_t)(numel > 0 ? numel : 1));
+    if (!f) return pd__err(PD_ERR_NOMEM, "%s: out of memory for '%s' in float32", g->path, what);
+    for (int64_t i = 0; i < numel; i++) f[i] = (float)pd__get_f(*dt, *data, i);
+    PD_FREE(*data);
+    *data = f;
+    *dt = PD_FLOAT;
+    return PD_OK;
+}
+
+/* an attribute naming a tensor type (Cast's `to`, EyeLike's and the random
+ * ops' `dtype`) */
+static bool pd__dtype_attr(const pd__node *n, const pd__attr *a) {
+    return a->type == PD_A_INT && (!strcmp(a->name, "to") || !strcmp(a->name, "dtype")) &&
+           (!strcmp(n->op_type, "Cast") || !strcmp(n->op_type, "EyeLike") || !strncmp(n->op_type, "Random", 6) ||
+            !strcmp(n->op_type, "Bernoulli"));
+}
+
+pd_status pd__half_as_float(pd_graph *g) {
+    int tensors = 0, attrs = 0;
+    for (int t = 0; t < g->ntensors; t++) {
+        pd__tensor *x = &g->tensors[t];
+        if (!pd__is_half(x->dtype)) continue;
+        x->file_dtype = x->dtype;
+        if (x->data && !x->borrowed) PD_TRY(pd__floatify(g, x->name, &x->dtype, x->numel, &x->data));
+        x->dtype = PD_FLOAT;
+        tensors++;
+    }
+    for (int i = 0; i < g->nnodes; i++) {
+        pd__node *n = &g->nodes[i];
+        for (int k = 0; k < n->nattr; k++) {
+            pd__attr *a = &n->attr[k];
+            if (pd__dtype_attr(n, a) && pd__is_half((pd_dtype)a->i)) {
+                a->i = PD_FLOAT;
+                attrs++;
+            } else if (a->type == PD_A_TENSOR && a->t && pd__is_half(a->t->dtype)) {
+                PD_TRY(pd__floatify(g, a->name, &a->t->dtype, pd_tensor_numel(a->t), &a->t->data));
+                attrs++;
+            }
+        }
+    }
+    if (tensors + attrs == 0) return PD_OK;
+    return pd__graph_note(g, "float16/bfloat16 computed in float32: %d tensors and %d node attributes (the saved "
+                          "model keeps the file's types)", tensors, attrs);
+}
+
 /* Float initializers tied through Identity (the TorchScript exporter's way of
  * storing equal values once): recorded in g->tied; with untie, the alias
  * becomes an initializer of its own holding a copy, and the node goes. */

@@ -122,6 +122,7 @@ typedef struct pd__tensor {
     bool trained;    /* a session trained it (pd_graph_save lists it in training_info) */
     pd__train_rule train;
     void *data;      /* owned (unless borrowed); set for PD_T_INIT and PD_T_CONST */
+    pd_dtype file_dtype; /* the file's float16/bfloat16 for a tensor computed in float32 (half_as_float), else 0 */
 } pd__tensor;
 
 /* Attribute types, numbered as ONNX's AttributeProto.AttributeType. */
@@ -200,6 +201,10 @@ pd_status pd__graph_note(pd_graph *g, const char *fmt, ...);
 /* 2-D float initializers stored as another's transpose (a tied LM head):
  * with !untie, the alias becomes Transpose(source). Before toposort. */
 pd_status pd__tie_transposes(pd_graph *g, bool untie);
+/* pd_load_options.half_as_float: every float16/bfloat16 tensor, dtype
+ * attribute (Cast's `to`, ...) and tensor attribute becomes float32; a load
+ * note counts them. Before the shapes are inferred. */
+pd_status pd__half_as_float(pd_graph *g);
 pd_graph *pd__graph_new(const char *path);
 /* Sorts nodes topologically; fails naming a node on a cycle or a missing input. */
 pd_status pd__graph_toposort(pd_graph *g);

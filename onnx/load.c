@@ -690,6 +690,7 @@ static pd_status build_graph(loader *L) {
     PD_TRY(load_outputs(L));
     PD_TRY(load_nodes(L));
     PD_TRY(check_outputs(L));
+    if (L->opt.half_as_float) PD_TRY(pd__half_as_float(g));
     PD_TRY(pd__tie_transposes(g, L->opt.untie != 0));
     PD_TRY(pd__graph_toposort(g));
     PD_TRY(pd__graph_finalize(g, &L->opt, &pd__cpu_backend));

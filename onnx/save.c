@@ -177,21 +177,23 @@ static pd_status pd__graph_pack(const pd_graph *g, const char *what, uint8_t **o
         const pd__tensor *x = &g->tensors[t];
         int src = pd__transposed_source(g, t); /* a tie stored as a transpose: the file's copy, from its source */
         if (src < 0 && (x->kind != PD_T_INIT || !x->data)) continue;
-        if ((int)x->dtype != tp->data_type) continue;
-        size_t bytes = (size_t)x->numel * pd_dtype_size(x->dtype);
+        pd_dtype dt = x->file_dtype ? x->file_dtype : x->dtype; /* a half tensor trained in float32: the file's type */
+        if ((int)dt != tp->data_type) continue;
+        size_t bytes = (size_t)x->numel * pd_dtype_size(dt);
         uint8_t *d = PD_MALLOC(bytes ? bytes : 1);
         if (!d) {
             st = pd__err(PD_ERR_NOMEM, "%s: out of memory saving '%s'", what, tp->name);
             break;
         }
-        if (src < 0) {
+        if (src < 0 && dt == x->dtype) {
             memcpy(d, x->data, bytes);
+        } else if (src < 0) {
+            for (int64_t k = 0; k < x->numel; k++) pd__set_f(dt, d, k, pd__get_f(x->dtype, x->data, k));
         } else { /* x (r x c) = source^T */
             const float *a = (const float *)g->tensors[src].data;
-            float *y = (float *)d;
             int64_t r = x->shape[0], c = x->shape[1];
             for (int64_t i = 0; i < r; i++)
-                for (int64_t j = 0; j < c; j++) y[i * c + j] = a[j * r + i];
+                for (int64_t j = 0; j < c; j++) pd__set_f(dt, d, i * c + j, a[j * r + i]);
         }
         pd__drop_typed(tp);
         PD_FREE(tp->raw_data.data);

@@ -52,6 +52,14 @@ if zoo_train gpt2-dynamo && grep -q "^trained 1 steps" "$tmp/out" && grep -q "28
 else
   bad "symbolic sequence length from the data: $(head -5 "$tmp/out")"
 fi
+# a model.half() export trains in float32 and is saved in float16
+if zoo_train gpt2_fp16-ts --save "$tmp/half.onnx" && grep -q "^note: float16/bfloat16 computed in float32: 14 tensors and 3 node attributes" "$tmp/out" \
+   && "$pdonnx" info "$tmp/half.onnx" --batch 4 >"$tmp/info" 2>&1 && grep -q "note: float16/bfloat16 computed in float32: 14 tensors and 3 node attributes" "$tmp/info" \
+   && ! cmp -s "$tmp/half.onnx" "$zoo/gpt2_fp16-ts/model.onnx"; then
+  ok "a float16 export trains in float32 and is saved with its float16 tensors, trained"
+else
+  bad "float16 export: $(head -5 "$tmp/out") / $(head -3 "$tmp/info")"
+fi
 # GPT-2 exported by dynamo with a static sequence length: wpe folded into its rows
 (cd "$zoo/gpt2-dynamo" && "$pdonnx" train ../folded/gpt2-dynamo-static-t.onnx --data X.npy --labels Y.npy --batch 4 --steps 1) >"$tmp/out" 2>&1
 if grep -q "^note: 'embedding_1' \[1,8,16\] is parameter 'm.transformer.wpe.weight' folded by the exporter" "$tmp/out"; then

@@ -101,6 +101,7 @@ static pd_tensor take_rows(const pd_tensor *t, int64_t first, int64_t count) {
 static pd_graph *load(const char *mp, int64_t batch) {
     pd_load_options lo = PD_LOAD_OPTIONS_INIT;
     lo.batch = batch;
+    lo.half_as_float = 1; /* the half-precision exports train in float32 */
     char xp[1100];
     snprintf(xp, sizeof xp, "%.*s/x.npy", (int)(strrchr(mp, '/') - mp), mp);
     pd_tensor x;

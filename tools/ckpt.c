@@ -348,6 +348,7 @@ int pd_cli_export(int argc, char **argv) {
         goto out;
     }
     pd_load_options lo = PD_LOAD_OPTIONS_INIT;
+    lo.half_as_float = 1; /* as pdonnx train loaded it */
     if (!pd__ckpt_json_int(b, 0, INT32_MAX, &lo.batch)) lo.batch = 0;
     if (pd_graph_load_file(model, &lo, &g) != PD_OK) {
         pd_cli_fail();

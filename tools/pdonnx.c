@@ -150,6 +150,7 @@ static void pd__shape_str(char *buf, size_t n, const pd_value_info *v) {
 static int pd__cmd_info(int argc, char **argv) {
     const char *path = NULL;
     pd_load_options lo = PD_LOAD_OPTIONS_INIT;
+    lo.half_as_float = 1; /* the model as pdonnx train runs it (a note says so) */
     for (int i = 0; i < argc; i++) {
         if (strcmp(argv[i], "--batch") == 0 && i + 1 < argc) {
             if (!pd_cli_parse_int("--batch", argv[++i], 1, INT32_MAX, &lo.batch)) return 2;
@@ -170,6 +171,7 @@ static int pd__cmd_info(int argc, char **argv) {
     char a[128], b[64], c[64], e1[256], e2[256];
     printf("%s: %d nodes, %d inputs, %d outputs\n", pd__escape(e1, sizeof e1, path), pd_graph_num_nodes(g),
            pd_graph_num_inputs(g), pd_graph_num_outputs(g));
+    for (int i = 0; i < pd_graph_num_notes(g); i++) printf("  note: %s\n", pd__escape(e1, sizeof e1, pd_graph_note(g, i)));
     for (int i = 0; i < pd_graph_num_inputs(g); i++) {
         pd_value_info v;
         if (pd_graph_input(g, i, &v) != PD_OK) continue;

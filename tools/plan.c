@@ -177,6 +177,7 @@ int pd_cli_plan(int argc, char **argv) {
     } else {
         pd_load_options lo = PD_LOAD_OPTIONS_INIT;
         lo.batch = batch;
+        lo.half_as_float = 1;
         pd_graph *g;
         if (pd_graph_load_file(model, &lo, &g) != PD_OK) return pd_cli_fail();
         pd_profile_options po = PD_PROFILE_OPTIONS_INIT;

@@ -55,6 +55,7 @@ static void pd__print_table(const pd_profile *p) {
 int pd_cli_profile(int argc, char **argv) {
     const char *model = NULL, *import = NULL, *out = NULL, *pipedream = NULL;
     pd_load_options lo = PD_LOAD_OPTIONS_INIT;
+    lo.half_as_float = 1; /* profiled as pdonnx train runs it */
     pd_profile_options o = PD_PROFILE_OPTIONS_INIT;
     bool quiet = false;
     for (int i = 0; i < argc; i++) {

@@ -964,6 +964,7 @@ static int pd__train_main(int argc, char **argv) {
     lo.batch = piped ? a.batch / a.microbatches : a.batch; /* a pipeline's graph takes one microbatch */
     lo.max_constant_bytes = a.max_constant_bytes;
     lo.untie = a.untie;
+    lo.half_as_float = 1; /* a model.half() export trains in float32 */
     /* the data's rows fix the dims the model leaves open (a sequence length) */
     pd_input_shape rows_shape = {NULL, X.ndim, {0}, PD_UNDEFINED};
     for (int i = 1; i < X.ndim; i++) rows_shape.shape[i] = X.shape[i];

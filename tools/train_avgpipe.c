@@ -117,6 +117,18 @@ int pd_cli_train_avgpipe(const pd_cli_avg_args *av, const pd_cli_avg_ctx *c) {
     g[0] = c->g;
     pd_load_options lo = PD_LOAD_OPTIONS_INIT;
     lo.batch = B / c->microbatches;
+    lo.half_as_float = 1;
+    /* the copies take the first graph's input shapes (a sequence length bound from the data) */
+    pd_input_shape shapes[8];
+    for (int k = 0; k < pd_graph_num_inputs(c->g) && k < 8; k++) {
+        pd_value_info vi;
+        if (pd_graph_input(c->g, k, &vi) != PD_OK) continue;
+        shapes[lo.n_input_shapes].name = vi.name;
+        shapes[lo.n_input_shapes].ndim = vi.ndim;
+        memcpy(shapes[lo.n_input_shapes].shape, vi.shape, sizeof vi.shape);
+        shapes[lo.n_input_shapes++].dtype = PD_UNDEFINED;
+    }
+    lo.input_shapes = shapes;
     int here = c->size > 1 ? 1 : K; /* pipelines in this process: under mpirun, one stage of one */
     for (int i = 1; i < here; i++)
         if (pd_graph_load_file(c->model, &lo, &g[i]) != PD_OK) {
