@@ -15,6 +15,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "../pipedream.h"
 #include "ops.h"
@@ -45,6 +46,22 @@ pd_status pd__err(pd_status s, const char *fmt, ...) __attribute__((format(print
  * between escapes) with bytes below 0x20 and 0x7f written as \n, \t, \r or
  * \xNN; returns dst. For names read from a model before they are printed. */
 const char *pd__escape(char *dst, size_t n, const char *src);
+/* Chrome trace events (chrome://tracing, Perfetto): one writer for the
+ * simulator's predicted schedule and the executor's measured one. Events are
+ * separated by ",\n"; the caller writes the enclosing "[" and "]". Times in
+ * microseconds; args: the body of a JSON object ("\"mb\":3"), or NULL. */
+typedef struct pd__trace {
+    FILE *f;
+    bool more; /* an event was written: the next one needs a separator */
+} pd__trace;
+/* a process's (tid < 0) or a thread's name (ph "M") */
+void pd__trace_name(pd__trace *t, int pid, int tid, const char *name);
+/* a span (ph "X"), or an instant (ph "i") when dur_us < 0 */
+void pd__trace_event(pd__trace *t, const char *name, const char *cat, double ts_us, double dur_us, int pid, int tid,
+                     const char *args);
+/* counter values (ph "C") at ts_us */
+void pd__trace_counter(pd__trace *t, const char *name, double ts_us, int pid, const char *args);
+
 /* Reads a caller's options struct (NULL, or `size` bytes of it) over *out,
  * which holds the defaults (the _INIT macro); refuses a size past `full`. */
 pd_status pd__opts_read(void *out, const void *opt, size_t full, const char *what);

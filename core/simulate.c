@@ -164,7 +164,7 @@ static void pd__label(char *buf, size_t n, const pd__schedule *s, const pd__inst
  * backward op not) and live weight versions (those in-flight microbatches
  * use, plus the newest). Fills the peaks; with a trace, emits counters. */
 static pd_status pd__memory(const pd__schedule *s, const pd__sim_costs *c, int w, double *const *en, int max_version,
-                            pd_sim_stage *out, FILE *trace) {
+                            pd_sim_stage *out, pd__trace *trace) {
     int *ref = (int *)PD_CALLOC((size_t)max_version + 1, sizeof(int));
     if (!ref) return pd__err(PD_ERR_NOMEM, "simulate: out of memory");
     int p = s->n_stages, count = 0, live = 0, current = 0;
@@ -189,44 +189,41 @@ static pd_status pd__memory(const pd__schedule *s, const pd__sim_costs *c, int w
         if (count > out->peak_act_mbs) out->peak_act_mbs = count;
         if (bytes > out->peak_act_bytes) out->peak_act_bytes = bytes;
         if (versions > out->peak_versions) out->peak_versions = versions;
-        if (trace)
-            fprintf(trace,
-                    ",\n{\"name\":\"memory stage %d\",\"ph\":\"C\",\"ts\":%.3f,\"pid\":0,"
-                    "\"args\":{\"activations\":%.0f,\"weights\":%.0f}}",
-                    w, en[w][i] * 1000, bytes > 0 ? bytes : 0, versions * params);
+        if (trace) {
+            char name[32], args[96];
+            snprintf(name, sizeof name, "memory stage %d", w);
+            snprintf(args, sizeof args, "\"activations\":%.0f,\"weights\":%.0f", bytes > 0 ? bytes : 0,
+                     versions * params);
+            pd__trace_counter(trace, name, en[w][i] * 1000, 0, args);
+        }
     }
     PD_FREE(ref);
     return PD_OK;
 }
 
-static void pd__trace_events(const pd__schedule *s, double *const *st, double *const *en, FILE *f) {
-    fprintf(f, "[\n{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":0,\"args\":{\"name\":\"pdonnx simulate: %s\"}}",
-            pd__sched_kind_name(s->kind));
-    for (int w = 0; w < s->n_stages; w++)
-        fprintf(f, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":%d,\"args\":{\"name\":\"stage %d\"}}",
-                w, w);
+static void pd__trace_events(const pd__schedule *s, double *const *st, double *const *en, pd__trace *t) {
+    char name[64], args[96];
+    snprintf(name, sizeof name, "pdonnx simulate: %s", pd__sched_kind_name(s->kind));
+    pd__trace_name(t, 0, -1, name);
+    for (int w = 0; w < s->n_stages; w++) {
+        snprintf(name, sizeof name, "stage %d", w);
+        pd__trace_name(t, 0, w, name);
+    }
     for (int w = 0; w < s->n_stages; w++) {
         for (int i = 0; i < s->len[w]; i++) {
             const pd__instr *in = &s->ins[w][i];
-            char name[64];
-            const char *cat = in->op == PD_I_F ? "forward" : in->op == PD_I_B ? "backward" : "weight-gradient";
+            double ts = st[w][i] * 1000, dur = (en[w][i] - st[w][i]) * 1000;
             if (pd__compute(in->op)) {
+                const char *cat = in->op == PD_I_F ? "forward" : in->op == PD_I_B ? "backward" : "weight-gradient";
                 pd__label(name, sizeof name, s, in);
-                fprintf(f,
-                        ",\n{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"ts\":%.3f,\"dur\":%.3f,\"pid\":0,\"tid\":%d,"
-                        "\"args\":{\"mb\":%d,\"chunk\":%d,\"version\":%d}}",
-                        name, cat, st[w][i] * 1000, (en[w][i] - st[w][i]) * 1000, w, (int)in->mb, (int)in->chunk,
-                        (int)in->version);
+                snprintf(args, sizeof args, "\"mb\":%d,\"chunk\":%d,\"version\":%d", (int)in->mb, (int)in->chunk,
+                         (int)in->version);
+                pd__trace_event(t, name, cat, ts, dur, 0, w, args);
             } else if (in->op == PD_I_ALLREDUCE && en[w][i] > st[w][i]) {
-                fprintf(f,
-                        ",\n{\"name\":\"allreduce\",\"cat\":\"allreduce\",\"ph\":\"X\",\"ts\":%.3f,\"dur\":%.3f,"
-                        "\"pid\":0,\"tid\":%d}",
-                        st[w][i] * 1000, (en[w][i] - st[w][i]) * 1000, w);
+                pd__trace_event(t, "allreduce", "allreduce", ts, dur, 0, w, NULL);
             } else if (in->op == PD_I_STEP) {
-                fprintf(f,
-                        ",\n{\"name\":\"step\",\"cat\":\"step\",\"ph\":\"i\",\"s\":\"t\",\"ts\":%.3f,\"pid\":0,"
-                        "\"tid\":%d,\"args\":{\"version\":%d}}",
-                        st[w][i] * 1000, w, (int)in->version);
+                snprintf(args, sizeof args, "\"version\":%d", (int)in->version);
+                pd__trace_event(t, "step", "step", ts, -1, 0, w, args);
             }
         }
     }
@@ -370,10 +367,12 @@ pd_status pd__simulate_costs(const pd__schedule *s, const pd__sim_costs *c, pd_s
             busy += pd__overlap(st[w][i], en[w][i], lo, hi);
         }
     }
-    if (trace) pd__trace_events(s, st, en, trace);
-    for (int w = 0; w < p && rc == PD_OK; w++) rc = pd__memory(s, c, w, en, max_version, &stage[w], trace);
+    pd__trace tr = {trace, false}, *tp = trace ? &tr : NULL;
+    if (trace) fputs("[\n", trace);
+    if (trace) pd__trace_events(s, st, en, tp);
+    for (int w = 0; w < p && rc == PD_OK; w++) rc = pd__memory(s, c, w, en, max_version, &stage[w], tp);
     if (rc != PD_OK) goto out;
-    if (trace) fprintf(trace, "\n]\n");
+    if (trace) fputs("\n]\n", trace);
 
     memset(&r, 0, sizeof r);
     r.time_ms = time_ms;

@@ -70,6 +70,34 @@ void pd__err_prefix(const char *fmt, ...) {
 
 const char *pd_last_error(void) { return pd__errbuf; }
 
+static void pd__trace_sep(pd__trace *t) {
+    if (t->more) fputs(",\n", t->f);
+    t->more = true;
+}
+
+void pd__trace_name(pd__trace *t, int pid, int tid, const char *name) {
+    pd__trace_sep(t);
+    if (tid < 0)
+        fprintf(t->f, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"args\":{\"name\":\"%s\"}}", pid, name);
+    else
+        fprintf(t->f, "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"args\":{\"name\":\"%s\"}}", pid,
+                tid, name);
+}
+
+void pd__trace_event(pd__trace *t, const char *name, const char *cat, double ts_us, double dur_us, int pid, int tid,
+                     const char *args) {
+    pd__trace_sep(t);
+    fprintf(t->f, "{\"name\":\"%s\",\"cat\":\"%s\",", name, cat);
+    if (dur_us >= 0) fprintf(t->f, "\"ph\":\"X\",\"ts\":%.3f,\"dur\":%.3f,", ts_us, dur_us);
+    else fprintf(t->f, "\"ph\":\"i\",\"s\":\"t\",\"ts\":%.3f,", ts_us);
+    fprintf(t->f, "\"pid\":%d,\"tid\":%d%s%s%s}", pid, tid, args ? ",\"args\":{" : "", args ? args : "", args ? "}" : "");
+}
+
+void pd__trace_counter(pd__trace *t, const char *name, double ts_us, int pid, const char *args) {
+    pd__trace_sep(t);
+    fprintf(t->f, "{\"name\":\"%s\",\"ph\":\"C\",\"ts\":%.3f,\"pid\":%d,\"args\":{%s}}", name, ts_us, pid, args);
+}
+
 /* One rule for every options struct of pipedream.h: `size` first, set by
  * its _INIT macro. A program built against an older header passes a shorter
  * struct and gets the defaults for the fields it never knew; one built

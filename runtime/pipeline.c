@@ -95,33 +95,27 @@ int pd__pipe_peak_versions(const pd__pipe *p, int s) {
 double pd__pipe_last_run_ms(const pd__pipe *p) { return p ? p->last_ms : 0; }
 pd_status pd__pipe_slabs(pd__pipe *p, pd__slabs *out) { return pd__session_slabs(p->s, out); }
 
-/* The events of this process's threads, comma-separated (pid: the rank). */
-static void pd__trace_events(const pd__pipe *p, FILE *f) {
-    bool first = true;
+/* The events of this process's threads (pid: the rank). */
+static void pd__trace_events(const pd__pipe *p, pd__trace *t) {
     for (int i = 0; i < p->nwk; i++) {
         const pd__wk *W = &p->wk[i];
         if (p->rank_of[i] != p->rank) continue;
-        char tn[64];
-        if (W->nrep > 1) snprintf(tn, sizeof tn, "stage %d replica %d", W->w, W->r);
-        else snprintf(tn, sizeof tn, "stage %d", W->w);
-        fprintf(f, "%s{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"args\":{\"name\":\"%s\"}}",
-                first ? "" : ",\n", p->rank, i, tn);
-        if (p->remote)
-            fprintf(f, ",\n{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"args\":{\"name\":\"rank %d\"}}", p->rank,
-                    p->rank);
-        first = false;
+        char name[64], args[48];
+        if (W->nrep > 1) snprintf(name, sizeof name, "stage %d replica %d", W->w, W->r);
+        else snprintf(name, sizeof name, "stage %d", W->w);
+        pd__trace_name(t, p->rank, i, name);
+        if (p->remote) {
+            snprintf(name, sizeof name, "rank %d", p->rank);
+            pd__trace_name(t, p->rank, -1, name);
+        }
         for (int e = 0; e < W->nev; e++) {
             const pd__ev *v = &W->ev[e];
             const char *op = pd__op_name(v->op);
-            char name[64];
             if (p->V > 1) snprintf(name, sizeof name, "%s%d.%d", op, (int)v->mb, (int)v->chunk);
             else if (v->op == PD_I_STEP || v->op == PD_I_ALLREDUCE) snprintf(name, sizeof name, "%s", op);
             else snprintf(name, sizeof name, "%s%d", op, (int)v->mb);
-            fprintf(f,
-                    ",\n{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"ts\":%.3f,\"dur\":%.3f,\"pid\":%d,\"tid\":%d,"
-                    "\"args\":{\"mb\":%d,\"chunk\":%d}}",
-                    name, op, 1e-3 * (double)v->t0, 1e-3 * (double)(v->t1 - v->t0), p->rank, i, (int)v->mb,
-                    (int)v->chunk);
+            snprintf(args, sizeof args, "\"mb\":%d,\"chunk\":%d", (int)v->mb, (int)v->chunk);
+            pd__trace_event(t, name, op, 1e-3 * (double)v->t0, 1e-3 * (double)(v->t1 - v->t0), p->rank, i, args);
         }
     }
 }
@@ -131,7 +125,8 @@ pd_status pd__pipe_trace_events(const pd__pipe *p, char **buf, size_t *len) {
     *len = 0;
     FILE *f = open_memstream(buf, len);
     if (!f) return pd__err(PD_ERR_NOMEM, "out of memory for the trace");
-    pd__trace_events(p, f);
+    pd__trace t = {f, false};
+    pd__trace_events(p, &t);
     if (fclose(f) != 0 || !*buf) {
         free(*buf);
         *buf = NULL;
@@ -146,8 +141,9 @@ pd_status pd__pipe_write_trace(const pd__pipe *p, const char *path) {
     size_t len = 0;
     FILE *f = open_memstream(&buf, &len);
     if (!f) return pd__err(PD_ERR_NOMEM, "out of memory for the trace");
+    pd__trace t = {f, false};
     fputs("[\n", f);
-    pd__trace_events(p, f);
+    pd__trace_events(p, &t);
     fputs("\n]\n", f);
     if (fclose(f) != 0 || !buf) {
         free(buf);
