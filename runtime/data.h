@@ -5,6 +5,16 @@
 
 #include "../core/pd_internal.h"
 
+/* A .npy file's data mapped instead of read (runtime/npy.c): out->data points
+ * into the mapping; pd__npy_unmap, not pd_tensor_free. When the file cannot be
+ * mapped it is read (m->base NULL: free out with pd_tensor_free). */
+typedef struct pd__map {
+    void *base;
+    size_t len;
+} pd__map;
+pd_status pd__npy_map(const char *path, pd_tensor *out, pd__map *m);
+void pd__npy_unmap(pd__map *m);
+
 /* Samples are rows of x and y (first axis). Step k (0-based) takes stream
  * positions p = k*batch + j, j in [0, batch); position p is row p mod rows
  * without shuffling, and row perm_e[p mod rows] with it, perm_e being a

@@ -2,11 +2,13 @@
  * little-endian float32, float64, int64, int32, uint8, bool and the other
  * fixed-size numeric types). Writes version 1.0 (2.0 when the header needs it).
  */
-#include "../core/pd_internal.h"
+#include "data.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 
 static const struct {
     const char *descr;
@@ -219,4 +221,42 @@ pd_status pd_npy_save(const char *path, const pd_tensor *t) {
         return pd__err(PD_ERR_IO, "%s: write failed: %s", path, strerror(e));
     }
     return PD_OK;
+}
+
+/* The data of a .npy file mapped read-only instead of read: the pages a
+ * batch touches are read when the prefetch thread copies its rows, so a file
+ * larger than memory trains. Falls back to pd_npy_load (m->base NULL) where a
+ * mapping cannot serve: an empty array, a file that is not regular, data not
+ * aligned to 8 bytes (readers index it as typed arrays). */
+pd_status pd__npy_map(const char *path, pd_tensor *out, pd__map *m) {
+    memset(m, 0, sizeof *m);
+    if (!path || !out) return pd__err(PD_ERR_INVALID, "pd__npy_map: %s is NULL", !path ? "path" : "out");
+    FILE *f = fopen(path, "rb");
+    if (!f) return pd__err(PD_ERR_IO, "%s: %s", path, strerror(errno));
+    pd_tensor t;
+    long off;
+    struct stat sb;
+    pd_status st = pd__npy_header(f, path, &t, &off);
+    int64_t bytes = 0;
+    bool mappable = st == PD_OK && fstat(fileno(f), &sb) == 0 && S_ISREG(sb.st_mode) && off % 8 == 0 &&
+                    pd__mul_ok(pd_tensor_numel(&t), (int64_t)pd_dtype_size(t.dtype), &bytes) && bytes > 0 &&
+                    bytes <= (int64_t)sb.st_size - off;
+    if (st != PD_OK || !mappable) {
+        fclose(f);
+        return st != PD_OK ? st : pd_npy_load(path, out); /* its checks say what is wrong, if anything */
+    }
+    size_t len = (size_t)off + (size_t)bytes;
+    void *base = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fileno(f), 0);
+    fclose(f); /* the mapping keeps the file */
+    if (base == MAP_FAILED) return pd_npy_load(path, out);
+    m->base = base;
+    m->len = len;
+    t.data = (char *)base + off;
+    *out = t;
+    return PD_OK;
+}
+
+void pd__npy_unmap(pd__map *m) {
+    if (m->base) munmap(m->base, m->len);
+    memset(m, 0, sizeof *m);
 }

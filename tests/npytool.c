@@ -2,6 +2,7 @@
  *   npytool head IN.npy OUT.npy ROWS          the first ROWS rows
  *   npytool set IN.npy OUT.npy INDEX VALUE    element INDEX (flat) = VALUE (nan, inf ok)
  *   npytool cast IN.npy OUT.npy DTYPE         float32 | float64 | int64 | int32 | uint8
+ *   npytool tile IN.npy OUT.npy ROWS          IN's rows repeated to ROWS rows
  */
 #include "../core/pd_internal.h"
 
@@ -36,6 +37,15 @@ int main(int argc, char **argv) {
         free(t.data);
         t.data = d;
         t.dtype = to;
+    } else if (!strcmp(argv[1], "tile")) {
+        int64_t rows = atoll(argv[4]), in = t.shape[0], row = pd_tensor_numel(&t) / (in ? in : 1);
+        size_t rb = (size_t)row * pd_dtype_size(t.dtype);
+        char *d = malloc((size_t)rows * rb + 1);
+        if (!d || in < 1) return 1;
+        for (int64_t r = 0; r < rows; r++) memcpy(d + (size_t)r * rb, (char *)t.data + (size_t)(r % in) * rb, rb);
+        free(t.data);
+        t.data = d;
+        t.shape[0] = rows;
     } else {
         fprintf(stderr, "npytool: unknown command %s\n", argv[1]);
         return 2;

@@ -145,6 +145,25 @@ if [ -x "$npytool" ]; then
     "$pdonnx" train "$ex/digits_mlp.onnx" --labels "$tmp/y_float.npy" --quiet
   expect_error "train: float labels for cross_entropy" "labels do not fit --loss cross_entropy" \
     "$pdonnx" train "$ex/digits_mlp.onnx" --labels "$tmp/y_float.npy" --loss cross_entropy --quiet
+  # .npy data is mapped, not read: 128 MiB of rows cost no anonymous memory (the
+  # file's pages stay the page cache's: resident while used, dropped under pressure)
+  if "$npytool" tile "$d/train_x.npy" "$tmp/x_big.npy" 524288 && "$npytool" tile "$d/train_y.npy" "$tmp/y_big.npy" 524288; then
+    "$pdonnx" train "$ex/digits_mlp.onnx" --data "$tmp/x_big.npy" --labels "$tmp/y_big.npy" --steps 4000 --quiet >/dev/null 2>&1 &
+    pid=$! anon=0
+    while kill -0 $pid 2>/dev/null; do
+      a=$(awk '/^RssAnon:/ {print $2}' /proc/$pid/status 2>/dev/null)
+      [ -n "$a" ] && [ "$a" -gt "$anon" ] && anon=$a
+      sleep 0.05
+    done
+    wait $pid
+    rc=$?
+    if [ $rc -eq 0 ] && [ "$anon" -gt 0 ] && [ "$anon" -lt 65536 ]; then
+      ok "train maps a 128 MiB data file: at most $((anon / 1024)) MiB of anonymous memory"
+    else
+      bad "train on a 128 MiB data file (rc $rc): $((anon / 1024)) MiB of anonymous memory"
+    fi
+    rm -f "$tmp/x_big.npy" "$tmp/y_big.npy"
+  fi
   "$npytool" set "$d/train_x.npy" "$tmp/x_nan.npy" 5 nan
   expect_error "train: NaN loss names the step and the first non-finite tensor" \
     "step 1: the loss is nan; the first non-finite tensor is '/fc1/Gemm_output_0'" \

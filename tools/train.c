@@ -251,8 +251,9 @@ static int pd__parse(pd__targs *a, int argc, char **argv) {
     return 0;
 }
 
-/* Converts t in place to dtype `to` (numeric casts); false when it cannot. */
-static bool pd__convert(pd_tensor *t, pd_dtype to) {
+/* Converts t in place to dtype `to` (numeric casts); false when it cannot.
+ * Mapped data (m->base) is copied into memory converted, and unmapped. */
+static bool pd__convert(pd_tensor *t, pd_dtype to, pd__map *m) {
     if (t->dtype == to) return true;
     bool to_float = to == PD_FLOAT || to == PD_DOUBLE;
     bool from_float = t->dtype == PD_FLOAT || t->dtype == PD_DOUBLE || t->dtype == PD_FLOAT16;
@@ -267,10 +268,18 @@ static bool pd__convert(pd_tensor *t, pd_dtype to) {
         else
             pd__set_i(to, d, i, pd__get_i(t->dtype, t->data, i));
     }
-    free(t->data);
+    if (m->base) pd__npy_unmap(m);
+    else free(t->data);
     t->data = d;
     t->dtype = to;
     return true;
+}
+
+/* A data file's tensor: mapped (no copy, the prefetch thread reads the rows
+ * a batch needs) or, where it cannot be mapped, read. */
+static void pd__data_release(pd_tensor *t, pd__map *m) {
+    if (m->base) pd__npy_unmap(m);
+    else pd_tensor_free(t);
 }
 
 /* Validation: every row once, in batches of the model's size (the last one partial). */
@@ -932,6 +941,7 @@ static int pd__train_main(int argc, char **argv) {
     rc = 1;
 
     pd_tensor X = {0}, Y = {0}, VX = {0}, VY = {0};
+    pd__map mx = {0}, my = {0}, mvx = {0}, mvy = {0}; /* their mappings (.npy data is mapped, not read) */
     pd_graph *g = NULL;
     pd_session *s = NULL;
     pd__data data = {0};
@@ -939,11 +949,11 @@ static int pd__train_main(int argc, char **argv) {
     FILE *mf = NULL;
     pd__ckrun cr;
     memset(&cr, 0, sizeof cr);
-    if (pd_npy_load(a.data, &X) != PD_OK || pd_npy_load(a.labels, &Y) != PD_OK) {
+    if (pd__npy_map(a.data, &X, &mx) != PD_OK || pd__npy_map(a.labels, &Y, &my) != PD_OK) {
         pd_cli_fail();
         goto done;
     }
-    if (a.val_x && (pd_npy_load(a.val_x, &VX) != PD_OK || pd_npy_load(a.val_y, &VY) != PD_OK)) {
+    if (a.val_x && (pd__npy_map(a.val_x, &VX, &mvx) != PD_OK || pd__npy_map(a.val_y, &VY, &mvy) != PD_OK)) {
         pd_cli_fail();
         goto done;
     }
@@ -1006,7 +1016,7 @@ static int pd__train_main(int argc, char **argv) {
         goto done;
     }
     /* data and labels in the dtypes the model and the loss take */
-    if (!pd__convert(&X, in.dtype) || (a.val_x && !pd__convert(&VX, in.dtype))) {
+    if (!pd__convert(&X, in.dtype, &mx) || (a.val_x && !pd__convert(&VX, in.dtype, &mvx))) {
         fprintf(stderr, "pdonnx: %s: %s data cannot feed input '%s' (%s)\n", a.data, pd_dtype_name(X.dtype),
                 pd__escape(en1, sizeof en1, input), pd_dtype_name(in.dtype));
         goto done;
@@ -1017,7 +1027,7 @@ static int pd__train_main(int argc, char **argv) {
         if (pd_graph_input(g, pd_graph_num_inputs(g) > 1 ? 1 : 0, &lv) != PD_OK) lv.dtype = ylabel;
         ylabel = lv.dtype;
     }
-    if (!pd__convert(&Y, ylabel) || (a.val_x && !pd__convert(&VY, ylabel))) {
+    if (!pd__convert(&Y, ylabel, &my) || (a.val_x && !pd__convert(&VY, ylabel, &mvy))) {
         fprintf(stderr, "pdonnx: %s: %s labels do not fit --loss %s (it needs %s)\n", a.labels, pd_dtype_name(Y.dtype),
                 a.o.loss == PD_LOSS_MSE ? "mse" : "cross_entropy", pd_dtype_name(ylabel));
         goto done;
@@ -1240,10 +1250,10 @@ done:
     pd__data_free(&data);
     pd_session_destroy(s);
     pd_graph_destroy(g);
-    pd_tensor_free(&X);
-    pd_tensor_free(&Y);
-    pd_tensor_free(&VX);
-    pd_tensor_free(&VY);
+    pd__data_release(&X, &mx);
+    pd__data_release(&Y, &my);
+    pd__data_release(&VX, &mvx);
+    pd__data_release(&VY, &mvy);
 out:
     for (int i = 0; i < a.nowned; i++) free(a.owned[i]);
     return rc;
