@@ -36,9 +36,58 @@ pd_status pd__data_init(pd__data *d, const pd_tensor *x, const pd_tensor *y, int
     return PD_OK;
 }
 
+pd_status pd__data_init_parts(pd__data *d, int n, const pd_tensor *xs, const pd_tensor *ys, int64_t batch,
+                              bool shuffle, uint64_t seed) {
+    if (n < 1) return pd__err(PD_ERR_INVALID, "no data files");
+    int64_t *first = PD_MALLOC(sizeof(int64_t) * ((size_t)n + 1));
+    if (!first) return pd__err(PD_ERR_NOMEM, "out of memory for the data's parts");
+    first[0] = 0;
+    for (int i = 0; i < n; i++) {
+        bool same = xs[i].dtype == xs[0].dtype && ys[i].dtype == ys[0].dtype && xs[i].ndim == xs[0].ndim &&
+                    ys[i].ndim == ys[0].ndim && xs[i].ndim >= 1 && ys[i].ndim >= 1;
+        for (int a = 1; same && a < xs[i].ndim; a++) same = xs[i].shape[a] == xs[0].shape[a];
+        for (int a = 1; same && a < ys[i].ndim; a++) same = ys[i].shape[a] == ys[0].shape[a];
+        if (!same || xs[i].shape[0] != ys[i].shape[0]) {
+            PD_FREE(first);
+            return pd__err(PD_ERR_SHAPE, "data part %d: %s", i + 1,
+                           same ? "its data and labels have different row counts"
+                                : "its rows differ in dtype or shape from the first part's");
+        }
+        first[i + 1] = first[i] + xs[i].shape[0];
+    }
+    pd_tensor x = xs[0], y = ys[0];
+    x.shape[0] = y.shape[0] = first[n];
+    pd_status st = pd__data_init(d, &x, &y, batch, shuffle, seed);
+    if (st != PD_OK) {
+        PD_FREE(first);
+        return st;
+    }
+    d->nparts = n;
+    d->xp = xs;
+    d->yp = ys;
+    d->part_first = first;
+    return PD_OK;
+}
+
 void pd__data_free(pd__data *d) {
     PD_FREE(d->perm);
+    PD_FREE(d->part_first);
     d->perm = NULL;
+    d->part_first = NULL;
+}
+
+/* row r's bytes in x (or y): its part's, found by bisection */
+static const char *pd__data_at(const pd__data *d, bool labels, int64_t r, size_t row_bytes) {
+    const pd_tensor *t = labels ? &d->y : &d->x;
+    if (!d->xp) return (const char *)t->data + row_bytes * (size_t)r;
+    int lo = 0, hi = d->nparts - 1;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (d->part_first[mid] <= r) lo = mid;
+        else hi = mid - 1;
+    }
+    const pd_tensor *p = labels ? &d->yp[lo] : &d->xp[lo];
+    return (const char *)p->data + row_bytes * (size_t)(r - d->part_first[lo]);
 }
 
 int64_t pd__data_row(pd__data *d, int64_t p) {
@@ -63,8 +112,8 @@ pd_status pd__data_fill(pd__data *d, int64_t step, void *xb, void *yb) {
     size_t yr = (size_t)(pd_tensor_numel(&d->y) / d->rows) * pd_dtype_size(d->y.dtype);
     for (int64_t j = 0; j < d->batch; j++) {
         int64_t r = pd__data_row(d, step * d->batch + j);
-        memcpy((char *)xb + xr * (size_t)j, (const char *)d->x.data + xr * (size_t)r, xr);
-        memcpy((char *)yb + yr * (size_t)j, (const char *)d->y.data + yr * (size_t)r, yr);
+        memcpy((char *)xb + xr * (size_t)j, pd__data_at(d, false, r, xr), xr);
+        memcpy((char *)yb + yr * (size_t)j, pd__data_at(d, true, r, yr), yr);
     }
     return PD_OK;
 }

@@ -22,7 +22,10 @@ void pd__npy_unmap(pd__map *m);
  * seen once per epoch, batches run across epoch ends, and where the stream
  * stands is one number (the step): a resumable iterator. */
 typedef struct pd__data {
-    pd_tensor x, y;      /* not owned */
+    pd_tensor x, y;      /* not owned; with parts, the first part's (shape[0]: every part's rows) */
+    int nparts;          /* the data in shards, in order (pd__data_init_parts), else 1 */
+    const pd_tensor *xp, *yp; /* the parts (not owned; NULL: x and y alone) */
+    int64_t *part_first; /* part p's first row in the stream of rows; [nparts] = rows */
     int64_t rows, batch;
     bool shuffle;
     uint64_t seed;
@@ -32,6 +35,10 @@ typedef struct pd__data {
 
 pd_status pd__data_init(pd__data *d, const pd_tensor *x, const pd_tensor *y, int64_t batch, bool shuffle,
                         uint64_t seed);
+/* The same over n shards read in order: xs[i] and ys[i] have equal rows,
+ * and every xs (ys) the same dtype and row shape. Keeps the arrays. */
+pd_status pd__data_init_parts(pd__data *d, int n, const pd_tensor *xs, const pd_tensor *ys, int64_t batch,
+                              bool shuffle, uint64_t seed);
 void pd__data_free(pd__data *d);
 /* Copies the rows of step k into xb ([batch, ...] of x's dtype) and yb. */
 pd_status pd__data_fill(pd__data *d, int64_t step, void *xb, void *yb);

@@ -3,6 +3,7 @@
  *   npytool set IN.npy OUT.npy INDEX VALUE    element INDEX (flat) = VALUE (nan, inf ok)
  *   npytool cast IN.npy OUT.npy DTYPE         float32 | float64 | int64 | int32 | uint8
  *   npytool tile IN.npy OUT.npy ROWS          IN's rows repeated to ROWS rows
+ *   npytool slice IN.npy OUT.npy FROM TO      rows FROM .. TO-1
  */
 #include "../core/pd_internal.h"
 
@@ -37,6 +38,12 @@ int main(int argc, char **argv) {
         free(t.data);
         t.data = d;
         t.dtype = to;
+    } else if (!strcmp(argv[1], "slice") && argc > 5) {
+        int64_t from = atoll(argv[4]), to = atoll(argv[5]), row = pd_tensor_numel(&t) / (t.shape[0] ? t.shape[0] : 1);
+        if (from < 0 || to > t.shape[0] || from > to) return 2;
+        size_t rb = (size_t)row * pd_dtype_size(t.dtype);
+        memmove(t.data, (char *)t.data + (size_t)from * rb, (size_t)(to - from) * rb);
+        t.shape[0] = to - from;
     } else if (!strcmp(argv[1], "tile")) {
         int64_t rows = atoll(argv[4]), in = t.shape[0], row = pd_tensor_numel(&t) / (in ? in : 1);
         size_t rb = (size_t)row * pd_dtype_size(t.dtype);

@@ -164,6 +164,29 @@ if [ -x "$npytool" ]; then
     fi
     rm -f "$tmp/x_big.npy" "$tmp/y_big.npy"
   fi
+  # shards: --data 'x-*.npy' reads the files in order as one stream of rows (shuffled across them), and a
+  # checkpoint taken on them resumes exactly
+  for r in "0 500 a" "500 1000 b" "1000 1437 c"; do
+    set -- $r
+    "$npytool" slice "$d/train_x.npy" "$tmp/x-$3.npy" "$1" "$2" && "$npytool" slice "$d/train_y.npy" "$tmp/y-$3.npy" "$1" "$2"
+  done
+  lossgrad() { sed 's/"samples_per_s"[^,]*, //; s/, "data_wait_s"[^,]*//' "$1"; } # loss, lr, grad norm per step
+  "$pdonnx" train "$ex/digits_mlp.onnx" --steps 60 --metrics "$tmp/whole.jsonl" --quiet >/dev/null 2>&1
+  "$pdonnx" train "$ex/digits_mlp.onnx" --data "$tmp/x-*.npy" --labels "$tmp/y-*.npy" --steps 60 \
+    --checkpoint-dir "$tmp/shck" --checkpoint-every 20 --metrics "$tmp/shards.jsonl" --quiet >/dev/null 2>&1
+  rm -rf "$tmp/shck/ckpt-000000000040" "$tmp/shck/ckpt-000000000060"
+  "$pdonnx" train "$ex/digits_mlp.onnx" --data "$tmp/x-*.npy" --labels "$tmp/y-*.npy" --steps 60 --resume "$tmp/shck" \
+    --metrics "$tmp/resumed.jsonl" >"$tmp/resumed" 2>&1
+  if [ "$(wc -l <"$tmp/whole.jsonl")" -eq 60 ] && [ "$(lossgrad "$tmp/shards.jsonl")" = "$(lossgrad "$tmp/whole.jsonl")" ] &&
+     grep -q "at step 20" "$tmp/resumed" && [ "$(lossgrad "$tmp/resumed.jsonl" | tail -40)" = "$(lossgrad "$tmp/whole.jsonl" | tail -40)" ]; then
+    ok "train on 3 shards gives the whole file's 60 losses and gradient norms, and so does a resume from step 20"
+  else
+    bad "shards: $(diff <(lossgrad "$tmp/whole.jsonl") <(lossgrad "$tmp/shards.jsonl") | head -3) / $(tail -2 "$tmp/resumed")"
+  fi
+  expect_error "train: shards that match no file" "nope-*.npy: no file matches" \
+    "$pdonnx" train "$ex/digits_mlp.onnx" --data "$tmp/nope-*.npy" --labels "$tmp/y-*.npy" --quiet
+  expect_error "train: as many data as label shards" "names 3 files but --labels" \
+    "$pdonnx" train "$ex/digits_mlp.onnx" --data "$tmp/x-*.npy" --labels "$d/train_y.npy" --quiet
   "$npytool" set "$d/train_x.npy" "$tmp/x_nan.npy" 5 nan
   expect_error "train: NaN loss names the step and the first non-finite tensor" \
     "step 1: the loss is nan; the first non-finite tensor is '/fc1/Gemm_output_0'" \

@@ -17,6 +17,7 @@
 #include "train_avgpipe.h"
 
 #include <errno.h>
+#include <glob.h>
 #include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
@@ -280,6 +281,66 @@ static bool pd__convert(pd_tensor *t, pd_dtype to, pd__map *m) {
 static void pd__data_release(pd_tensor *t, pd__map *m) {
     if (m->base) pd__npy_unmap(m);
     else pd_tensor_free(t);
+}
+
+/* --data or --labels: one .npy file, or a glob pattern ('train-*.npy') of
+ * shards read in order, each mapped. */
+typedef struct pd__shards {
+    int n;
+    pd_tensor *t;
+    pd__map *m;
+    char **path;
+} pd__shards;
+
+static void pd__shards_close(pd__shards *s) {
+    for (int i = 0; i < s->n; i++) {
+        pd__data_release(&s->t[i], &s->m[i]);
+        free(s->path[i]);
+    }
+    free(s->t), free(s->m), free(s->path);
+    memset(s, 0, sizeof *s);
+}
+
+/* Opens arg's files; *all: the first's tensor with every part's rows. */
+static bool pd__shards_open(const char *arg, pd__shards *s, pd_tensor *all) {
+    memset(s, 0, sizeof *s);
+    glob_t gl = {0};
+    bool pattern = strpbrk(arg, "*?[") != NULL;
+    if (pattern && (glob(arg, 0, NULL, &gl) != 0 || gl.gl_pathc == 0)) {
+        globfree(&gl);
+        fprintf(stderr, "pdonnx: %s: no file matches\n", arg);
+        return false;
+    }
+    int n = pattern ? (int)gl.gl_pathc : 1;
+    s->t = calloc((size_t)n, sizeof *s->t), s->m = calloc((size_t)n, sizeof *s->m);
+    s->path = calloc((size_t)n, sizeof *s->path);
+    bool ok = s->t && s->m && s->path;
+    for (int i = 0; ok && i < n; i++) {
+        s->path[i] = strdup(pattern ? gl.gl_pathv[i] : arg);
+        ok = s->path[i] && pd__npy_map(s->path[i], &s->t[i], &s->m[i]) == PD_OK;
+        if (!ok) break;
+        s->n = i + 1;
+        const pd_tensor *a = &s->t[0], *b = &s->t[i];
+        bool same = b->ndim >= 1 && b->ndim == a->ndim && b->dtype == a->dtype;
+        for (int d = 1; same && d < a->ndim; d++) same = a->shape[d] == b->shape[d];
+        if (!same) {
+            char sa[128], sb[128];
+            pd__format_shape(sa, sizeof sa, a->ndim - 1, a->shape + 1);
+            pd__format_shape(sb, sizeof sb, b->ndim ? b->ndim - 1 : 0, b->shape + 1);
+            pd__err(PD_ERR_SHAPE, "%s: rows of %s %s, not the %s %s of %s", s->path[i], pd_dtype_name(b->dtype), sb,
+                    pd_dtype_name(a->dtype), sa, s->path[0]);
+            ok = false;
+        }
+    }
+    globfree(&gl);
+    if (!ok) {
+        if (s->t) pd_cli_fail();
+        pd__shards_close(s);
+        return false;
+    }
+    *all = s->t[0];
+    for (int i = 1; i < n; i++) all->shape[0] += s->t[i].shape[0];
+    return true;
 }
 
 /* Validation: every row once, in batches of the model's size (the last one partial). */
@@ -941,7 +1002,8 @@ static int pd__train_main(int argc, char **argv) {
     rc = 1;
 
     pd_tensor X = {0}, Y = {0}, VX = {0}, VY = {0};
-    pd__map mx = {0}, my = {0}, mvx = {0}, mvy = {0}; /* their mappings (.npy data is mapped, not read) */
+    pd__shards xs = {0}, ys = {0}; /* X and Y's files: X and Y are the first's, with every file's rows */
+    pd__map mvx = {0}, mvy = {0}; /* VX's and VY's mappings (.npy data is mapped, not read) */
     pd_graph *g = NULL;
     pd_session *s = NULL;
     pd__data data = {0};
@@ -949,10 +1011,17 @@ static int pd__train_main(int argc, char **argv) {
     FILE *mf = NULL;
     pd__ckrun cr;
     memset(&cr, 0, sizeof cr);
-    if (pd__npy_map(a.data, &X, &mx) != PD_OK || pd__npy_map(a.labels, &Y, &my) != PD_OK) {
-        pd_cli_fail();
+    if (!pd__shards_open(a.data, &xs, &X) || !pd__shards_open(a.labels, &ys, &Y)) goto done;
+    if (xs.n != ys.n) {
+        fprintf(stderr, "pdonnx: --data %s names %d files but --labels %s %d\n", a.data, xs.n, a.labels, ys.n);
         goto done;
     }
+    for (int i = 0; i < xs.n && xs.n > 1; i++)
+        if (xs.t[i].shape[0] != ys.t[i].shape[0]) {
+            fprintf(stderr, "pdonnx: %s has %lld rows but %s has %lld\n", xs.path[i], (long long)xs.t[i].shape[0],
+                    ys.path[i], (long long)ys.t[i].shape[0]);
+            goto done;
+        }
     if (a.val_x && (pd__npy_map(a.val_x, &VX, &mvx) != PD_OK || pd__npy_map(a.val_y, &VY, &mvy) != PD_OK)) {
         pd_cli_fail();
         goto done;
@@ -1016,7 +1085,10 @@ static int pd__train_main(int argc, char **argv) {
         goto done;
     }
     /* data and labels in the dtypes the model and the loss take */
-    if (!pd__convert(&X, in.dtype, &mx) || (a.val_x && !pd__convert(&VX, in.dtype, &mvx))) {
+    bool conv = true;
+    for (int i = 0; i < xs.n; i++) conv = conv && pd__convert(&xs.t[i], in.dtype, &xs.m[i]);
+    X.dtype = xs.t[0].dtype, X.data = xs.t[0].data;
+    if (!conv || (a.val_x && !pd__convert(&VX, in.dtype, &mvx))) {
         fprintf(stderr, "pdonnx: %s: %s data cannot feed input '%s' (%s)\n", a.data, pd_dtype_name(X.dtype),
                 pd__escape(en1, sizeof en1, input), pd_dtype_name(in.dtype));
         goto done;
@@ -1027,7 +1099,9 @@ static int pd__train_main(int argc, char **argv) {
         if (pd_graph_input(g, pd_graph_num_inputs(g) > 1 ? 1 : 0, &lv) != PD_OK) lv.dtype = ylabel;
         ylabel = lv.dtype;
     }
-    if (!pd__convert(&Y, ylabel, &my) || (a.val_x && !pd__convert(&VY, ylabel, &mvy))) {
+    for (int i = 0; i < ys.n; i++) conv = conv && pd__convert(&ys.t[i], ylabel, &ys.m[i]);
+    Y.dtype = ys.t[0].dtype, Y.data = ys.t[0].data;
+    if (!conv || (a.val_x && !pd__convert(&VY, ylabel, &mvy))) {
         fprintf(stderr, "pdonnx: %s: %s labels do not fit --loss %s (it needs %s)\n", a.labels, pd_dtype_name(Y.dtype),
                 a.o.loss == PD_LOSS_MSE ? "mse" : "cross_entropy", pd_dtype_name(ylabel));
         goto done;
@@ -1062,22 +1136,24 @@ static int pd__train_main(int argc, char **argv) {
                     a.labels, ys, pd__escape(en1, sizeof en1, out.name), os);
             goto done;
         }
-        pd_tensor *ls[2] = {&Y, &VY};
-        const char *lp[2] = {a.labels, a.val_y};
-        for (int k = 0; k < (a.val_x ? 2 : 1); k++) {
-            int64_t n = pd_tensor_numel(ls[k]), per = n / ls[k]->shape[0];
+        int nl = ys.n + (a.val_x ? 1 : 0);
+        for (int k = 0; k < nl; k++) {
+            pd_tensor *ls[1] = {k < ys.n ? &ys.t[k] : &VY};
+            const char *lp[1] = {k < ys.n ? ys.path[k] : a.val_y};
+            int64_t n = pd_tensor_numel(ls[0]), per = n / ls[0]->shape[0];
             for (int64_t e = 0; e < n; e++) {
-                int64_t l = ((int64_t *)ls[k]->data)[e];
+                int64_t l = ((int64_t *)ls[0]->data)[e];
                 if (l < 0 || l >= V) {
                     fprintf(stderr, "pdonnx: %s: label %lld at row %lld is out of range [0, %lld) (output '%s' has %lld classes)\n",
-                            lp[k], (long long)l, (long long)(e / per), (long long)V,
+                            lp[0], (long long)l, (long long)(e / per), (long long)V,
                             pd__escape(en1, sizeof en1, out.name), (long long)V);
                     goto done;
                 }
             }
         }
     }
-    if (pd__data_init(&data, &X, &Y, a.batch, a.shuffle, (uint64_t)a.seed) != PD_OK) {
+    if ((xs.n > 1 ? pd__data_init_parts(&data, xs.n, xs.t, ys.t, a.batch, a.shuffle, (uint64_t)a.seed)
+                  : pd__data_init(&data, &X, &Y, a.batch, a.shuffle, (uint64_t)a.seed)) != PD_OK) {
         pd_cli_fail();
         goto done;
     }
@@ -1250,8 +1326,8 @@ done:
     pd__data_free(&data);
     pd_session_destroy(s);
     pd_graph_destroy(g);
-    pd__data_release(&X, &mx);
-    pd__data_release(&Y, &my);
+    pd__shards_close(&xs);
+    pd__shards_close(&ys);
     pd__data_release(&VX, &mvx);
     pd__data_release(&VY, &mvy);
 out:
