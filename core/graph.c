@@ -805,7 +805,9 @@ static pd_status pd__expand_at(pd_graph *g, int i, bool **folded) {
     int k = 0;
     PD_TRY(g->expand(g->expand_ctx, g, &self, &made, &k));
     PD_TRY(pd__splice(g, i, made, k, folded));
-    return pd__unsupported_ops(g); /* an op of the subgraph we lack */
+    for (int j = i; j < i + k; j++)
+        if (pd__unsup(g, &g->nodes[j])) return pd__unsupported_ops(g); /* an op of the subgraph we lack */
+    return PD_OK;
 }
 
 pd_status pd__graph_finalize(pd_graph *g, const pd_load_options *opt, const pd_backend_i *fold) {
