@@ -26,7 +26,7 @@
 
 #define PD__FLOW_MAX_DEPTH 16      /* subgraphs inside subgraphs */
 #define PD__FLOW_MAX_ITERS 4096    /* iterations one Loop or Scan unrolls */
-#define PD__FLOW_MAX_NODES 1000000 /* nodes all control flow of a model splices in */
+#define PD__FLOW_MAX_NODES 250000  /* nodes all control flow of a model splices in */
 
 /* ---- a name -> tensor map (names borrowed from the model) ------------------ */
 
