@@ -559,7 +559,7 @@ static pd_status expand_if(pd__loader *L, pd__node *n, nodes *o) {
 
 /* Unsqueeze each piece at axis, Concat them along it (reversed: last first) into out. */
 static pd_status stack(pd__loader *L, nodes *o, const pd__node *n, const int *pieces, int count, int stride,
-                       int64_t axis, bool reversed, int out, int j) {
+                       int64_t axis, bool reversed, int out, const char *tag) {
     pd_graph *g = L->g;
     int ax = -1;
     PD_TRY(const_i64(g, n, "stack_axis", 1, axis, &ax));
@@ -568,16 +568,14 @@ static pd_status stack(pd__loader *L, nodes *o, const pd__node *n, const int *pi
     pd_status st = PD_OK;
     for (int t = 0; t < count && st == PD_OK; t++) {
         char what[64];
-        snprintf(what, sizeof what, "scan_%d/%d", j, t);
+        snprintf(what, sizeof what, "%s/%d", tag, t);
         char base[512];
         snprintf(base, sizeof base, "%s/%s", n->name, what);
         st = fresh(g, base, &cat[reversed ? count - 1 - t : t]);
         int in[2] = {pieces[t * stride], ax};
         if (st == PD_OK) st = mk_node(L, o, n, "Unsqueeze", what, in, 2, cat[reversed ? count - 1 - t : t], NULL, 0);
     }
-    char what[32];
-    snprintf(what, sizeof what, "scan_%d", j);
-    if (st == PD_OK) st = mk_node(L, o, n, "Concat", what, cat, count, out, "axis", axis);
+    if (st == PD_OK) st = mk_node(L, o, n, "Concat", tag, cat, count, out, "axis", axis);
     PD_FREE(cat);
     return st;
 }
@@ -636,8 +634,11 @@ static pd_status expand_loop(pd__loader *L, pd__node *n, nodes *o) {
                 snprintf(what, sizeof what, "out_%d", k);
                 st = mk_node(L, o, n, "Identity", what, &n->in[2 + k], 1, n->out[k], NULL, 0);
             }
-        for (int j = 0; j < K && st == PD_OK; j++)
-            if (n->out[N + j] >= 0) st = stack(L, o, n, pieces + j, iter, K, 0, false, n->out[N + j], j);
+        for (int j = 0; j < K && st == PD_OK; j++) {
+            char tag[32];
+            snprintf(tag, sizeof tag, "scan_%d", j);
+            if (n->out[N + j] >= 0) st = stack(L, o, n, pieces + j, iter, K, 0, false, n->out[N + j], tag);
+        }
         smap_free(&outer);
         return st;
     }
@@ -688,56 +689,112 @@ static pd_status scan_ints(pd_graph *g, const pd__node *n, const char *name, int
     return PD_OK;
 }
 
-/* Scan (opset 9 on): the length is the scan inputs' extent, known now; all
- * iterations at once. */
+/* A new tensor "<ctl>/<what>" and a Gather of src's index i along axis into it. */
+static pd_status take(pd__loader *L, nodes *o, const pd__node *n, int src, int64_t i, int64_t axis, const char *what,
+                      int *t) {
+    pd_graph *g = L->g;
+    int idx = -1;
+    char base[512], iname[64];
+    snprintf(iname, sizeof iname, "index_%lld", (long long)i);
+    PD_TRY(const_i64(g, n, iname, 0, i, &idx));
+    snprintf(base, sizeof base, "%s/%s", n->name, what);
+    PD_TRY(fresh(g, base, t));
+    int in[2] = {src, idx};
+    return mk_node(L, o, n, "Gather", what, in, 2, *t, "axis", axis);
+}
+
+typedef struct scan_ctx {
+    const Onnx__GraphProto *b;
+    int depth, N, nsi, K;
+    const smap *outer;
+    const int64_t *iax, *idir;
+    int64_t T;
+} scan_ctx;
+
+/* T steps of the body: states cur (updated), scan inputs src cut along
+ * iax; pieces[t * K + j]: step t's scan output j. tag names the copies. */
+static pd_status scan_steps(pd__loader *L, nodes *o, const pd__node *n, const scan_ctx *c, const int *src, int *cur,
+                            int *pieces, const char *tag) {
+    pd_graph *g = L->g;
+    int *bind = (int *)PD_MALLOC(sizeof(int) * (size_t)(c->N + c->nsi + 1));
+    int *res = (int *)PD_MALLOC(sizeof(int) * (size_t)(c->N + c->K + 1));
+    pd_status st = bind && res ? PD_OK : nomem(g);
+    for (int64_t t = 0; t < c->T && st == PD_OK; t++) {
+        memcpy(bind, cur, sizeof(int) * (size_t)c->N);
+        for (int j = 0; j < c->nsi && st == PD_OK; j++) {
+            char what[64];
+            snprintf(what, sizeof what, "%s%lld/scan_in_%d", tag, (long long)t, j);
+            st = take(L, o, n, src[j], c->idir[j] ? c->T - 1 - t : t, c->iax[j], what, &bind[c->N + j]);
+        }
+        char prefix[512];
+        snprintf(prefix, sizeof prefix, "%s/%s%lld/", n->name, tag, (long long)t);
+        if (st == PD_OK) st = splice(L, n, c->depth, "body", c->b, c->outer, bind, prefix, o, res);
+        if (st != PD_OK) break;
+        memcpy(cur, res, sizeof(int) * (size_t)c->N);
+        if (c->K) memcpy(pieces + t * c->K, res + c->N, sizeof(int) * (size_t)c->K);
+    }
+    PD_FREE(bind);
+    PD_FREE(res);
+    return st;
+}
+
+/* Scan: the length is the scan inputs' extent, known now; all iterations at
+ * once. Opset 8's form has sequence_lens first (all must equal the length)
+ * and a batch axis 0 everywhere: one unrolled scan per batch row, restacked. */
 static pd_status expand_scan(pd__loader *L, pd__node *n, nodes *o) {
     pd_graph *g = L->g;
     pd_status st = PD_OK;
-    if (n->opset < 9)
-        return pd__node_err(g, n, PD_ERR_UNSUPPORTED,
-                            "Scan of opset 8 (a batch axis and sequence_lens) is not supported; opset 9's is");
+    bool v8 = n->opset < 9;
     const Onnx__GraphProto *b = NULL;
     pd__attr *ba = graph_attr(L, n, "body", &b, &st);
     if (!ba) return st;
-    int nsi = (int)pd__attr_i(n, "num_scan_inputs", -1), E = (int)b->n_input;
+    int nsi = (int)pd__attr_i(n, "num_scan_inputs", -1), E = (int)b->n_input, s0 = v8 ? 1 : 0;
     int N = E - nsi, K = (int)b->n_output - N;
     smap outer = {0};
     int given = 0;
     PD_TRY(outer_map(L, n, 0, &outer, &given));
-    if (nsi < 1 || N < 0 || K < 0 || given != E || n->nout != N + K) {
+    if (nsi < 1 || N < 0 || K < 0 || given != E + s0 || n->nout != N + K) {
         smap_free(&outer);
         return pd__node_err(g, n, PD_ERR_INVALID,
                             "num_scan_inputs is %d, the body has %zu inputs and %zu outputs, the node %d inputs and %d "
                             "outputs; they do not agree",
                             nsi, b->n_input, b->n_output, given, n->nout);
     }
+    const int *sin = n->in + s0 + N; /* the scan inputs */
     int64_t *iax = (int64_t *)PD_MALLOC(sizeof(int64_t) * (size_t)(2 * nsi + 2 * K + 1));
-    int *bind = (int *)PD_MALLOC(sizeof(int) * (size_t)(E + 1)), *res = (int *)PD_MALLOC(sizeof(int) * (size_t)(N + K + 1));
-    int *cur = (int *)PD_MALLOC(sizeof(int) * (size_t)(N + 1));
-    int *pieces = NULL;
-    if (!iax || !bind || !res || !cur) st = nomem(g);
+    int *cur = (int *)PD_MALLOC(sizeof(int) * (size_t)(N + nsi + 1)), *src = cur ? cur + N : NULL;
+    int *pieces = NULL, *rows = NULL;
+    if (!iax || !cur) st = nomem(g);
     int64_t *idir = iax + nsi, *oax = idir + nsi, *odir = oax + K;
     if (st == PD_OK) st = check_types(g, n, "body", (const Onnx__ValueInfoProto *const *)b->input, b->n_input);
     if (st == PD_OK) st = check_types(g, n, "body", (const Onnx__ValueInfoProto *const *)b->output, b->n_output);
-    if (st == PD_OK) st = scan_ints(g, n, "scan_input_axes", nsi, 0, iax);
-    if (st == PD_OK) st = scan_ints(g, n, "scan_input_directions", nsi, 0, idir);
-    if (st == PD_OK) st = scan_ints(g, n, "scan_output_axes", K, 0, oax);
+    if (st == PD_OK) st = scan_ints(g, n, "scan_input_axes", nsi, v8 ? 1 : 0, iax);
+    if (st == PD_OK) st = scan_ints(g, n, v8 ? "directions" : "scan_input_directions", nsi, 0, idir);
+    if (st == PD_OK) st = scan_ints(g, n, "scan_output_axes", K, v8 ? 1 : 0, oax);
     if (st == PD_OK) st = scan_ints(g, n, "scan_output_directions", K, 0, odir);
-    int64_t T = -1;
-    for (int j = 0; j < nsi && st == PD_OK; j++) {
-        int t = n->in[N + j];
+    int64_t T = -1, B = -1;
+    for (int j = 0; j < nsi + N && st == PD_OK; j++) { /* scan inputs, then (opset 8) the states' batch */
+        bool scan = j < nsi;
+        int t = scan ? sin[j] : n->in[s0 + j - nsi];
         if (t < 0) {
-            st = pd__node_err(g, n, PD_ERR_INVALID, "scan input %d is empty", j);
+            st = pd__node_err(g, n, PD_ERR_INVALID, "%s input %d is empty", scan ? "scan" : "state", scan ? j : j - nsi);
             break;
         }
         const pd__tensor *x = &g->tensors[t];
+        if (v8 && (x->ndim < 1 || (B >= 0 && x->shape[0] != B))) {
+            st = pd__node_err(g, n, PD_ERR_INVALID, "input '%s' does not have the batch axis 0 of %lld rows", x->name,
+                              (long long)B);
+            break;
+        }
+        if (v8) B = x->shape[0];
+        if (!scan) continue;
         int64_t a = iax[j] < 0 ? iax[j] + x->ndim : iax[j];
         if (a < 0 || a >= x->ndim) {
             st = pd__node_err(g, n, PD_ERR_INVALID, "scan input '%s' of rank %d has no axis %lld", x->name, x->ndim,
                               (long long)iax[j]);
             break;
         }
-        iax[j] = a;
+        iax[j] = v8 ? a - 1 : a; /* opset 8: along the row, once the batch axis is taken */
         if (T >= 0 && x->shape[a] != T)
             st = pd__node_err(g, n, PD_ERR_INVALID, "the scan inputs' lengths differ (%lld and %lld)", (long long)T,
                               (long long)x->shape[a]);
@@ -748,47 +805,60 @@ static pd_status expand_scan(pd__loader *L, pd__node *n, nodes *o) {
     for (int k = 0; k < K && st == PD_OK; k++)
         if (odir[k] != 0 && odir[k] != 1)
             st = pd__node_err(g, n, PD_ERR_INVALID, "scan_output_directions[%d] is %lld, not 0 or 1", k, (long long)odir[k]);
-    for (int k = 0; k < N && st == PD_OK; k++)
-        if ((cur[k] = n->in[k]) < 0) st = pd__node_err(g, n, PD_ERR_INVALID, "state input %d is empty", k);
-    if (st == PD_OK && T > PD__FLOW_MAX_ITERS)
+    if (st == PD_OK && v8 && n->in[0] >= 0) { /* sequence_lens: only the full length is supported */
+        const pd__tensor *sl = &g->tensors[n->in[0]];
+        bool full = sl->data && pd__foldable_input(sl) && sl->dtype == PD_INT32 && sl->numel == B;
+        for (int64_t r = 0; full && r < B; r++) full = ((const int32_t *)sl->data)[r] == T;
+        if (!full)
+            st = pd__node_err(g, n, PD_ERR_UNSUPPORTED,
+                              "sequence_lens '%s' is not a constant equal to the scan length %lld for every row; "
+                              "shorter rows are not supported",
+                              sl->name, (long long)T);
+    }
+    if (st == PD_OK && v8 && B < 1)
+        st = pd__node_err(g, n, PD_ERR_UNSUPPORTED, "the batch has no rows; an empty Scan is not supported");
+    int64_t R = v8 ? B : 1, steps = T * R;
+    if (st == PD_OK && (T > PD__FLOW_MAX_ITERS || steps > PD__FLOW_MAX_ITERS))
         st = pd__node_err(g, n, PD_ERR_UNSUPPORTED, "the Scan runs %lld iterations, past %d; unrolling it is refused",
-                          (long long)T, PD__FLOW_MAX_ITERS);
+                          (long long)steps, PD__FLOW_MAX_ITERS);
     if (st == PD_OK && T == 0 && K > 0)
         st = pd__node_err(g, n, PD_ERR_UNSUPPORTED, "the Scan runs no iteration and has scan outputs, whose shape is then unknown");
-    if (st == PD_OK && K > 0 && !(pieces = (int *)PD_MALLOC(sizeof(int) * (size_t)(T * K)))) st = nomem(g);
-    for (int64_t t = 0; t < T && st == PD_OK; t++) {
-        memcpy(bind, cur, sizeof(int) * (size_t)N);
-        for (int j = 0; j < nsi && st == PD_OK; j++) {
-            char what[64], base[512];
-            int idx = -1;
-            snprintf(what, sizeof what, "index_%lld", (long long)t);
-            st = const_i64(g, n, what, 0, idir[j] ? T - 1 - t : t, &idx);
-            snprintf(what, sizeof what, "%lld/scan_in_%d", (long long)t, j);
+    if (st == PD_OK && !(pieces = (int *)PD_MALLOC(sizeof(int) * (size_t)(T * K + 1)))) st = nomem(g);
+    if (st == PD_OK && !(rows = (int *)PD_MALLOC(sizeof(int) * (size_t)(R * (N + K) + 1)))) st = nomem(g);
+    scan_ctx c = {b, ba->n, N, nsi, K, &outer, iax, idir, T};
+    for (int64_t r = 0; r < R && st == PD_OK; r++) {
+        char tag[64] = "";
+        if (v8) snprintf(tag, sizeof tag, "row%lld/", (long long)r);
+        for (int k = 0; k < N + nsi && st == PD_OK; k++) { /* this row's states and scan inputs */
+            int from = k < N ? n->in[s0 + k] : sin[k - N];
+            char what[96];
+            snprintf(what, sizeof what, "%s%s_%d", tag, k < N ? "state" : "scan_in", k < N ? k : k - N);
+            if (v8) st = take(L, o, n, from, r, 0, what, &cur[k]);
+            else cur[k] = from;
+        }
+        if (st == PD_OK) st = scan_steps(L, o, n, &c, src, cur, pieces, tag);
+        for (int k = 0; k < N && st == PD_OK; k++) rows[r * (N + K) + k] = cur[k];
+        for (int j = 0; j < K && st == PD_OK; j++) { /* the row's scan output j, stacked over the steps */
+            char what[96], base[512];
+            snprintf(what, sizeof what, "%sscan_%d", tag, j);
             snprintf(base, sizeof base, "%s/%s", n->name, what);
-            if (st == PD_OK) st = fresh(g, base, &bind[N + j]);
-            int in[2] = {n->in[N + j], idx};
-            if (st == PD_OK) st = mk_node(L, o, n, "Gather", what, in, 2, bind[N + j], "axis", iax[j]);
+            int *dst = &rows[r * (N + K) + N + j];
+            if (!v8) *dst = n->out[N + j];
+            else st = fresh(g, base, dst);
+            if (st == PD_OK && *dst >= 0) st = stack(L, o, n, pieces + j, (int)T, K, oax[j] - (v8 ? 1 : 0), odir[j] != 0, *dst, what);
         }
-        char prefix[512];
-        snprintf(prefix, sizeof prefix, "%s/%lld/", n->name, (long long)t);
-        if (st == PD_OK) st = splice(L, n, ba->n, "body", b, &outer, bind, prefix, o, res);
-        if (st != PD_OK) break;
-        memcpy(cur, res, sizeof(int) * (size_t)N);
-        if (K) memcpy(pieces + t * K, res + N, sizeof(int) * (size_t)K);
     }
-    for (int k = 0; k < N && st == PD_OK; k++)
-        if (n->out[k] >= 0) {
-            char what[32];
-            snprintf(what, sizeof what, "out_%d", k);
-            st = mk_node(L, o, n, "Identity", what, &cur[k], 1, n->out[k], NULL, 0);
-        }
-    for (int j = 0; j < K && st == PD_OK; j++)
-        if (n->out[N + j] >= 0) st = stack(L, o, n, pieces + j, (int)T, K, oax[j], odir[j] != 0, n->out[N + j], j);
+    for (int k = 0; k < N + K && st == PD_OK; k++) { /* opset 8: the rows stacked again along the batch axis */
+        if (n->out[k] < 0 || (!v8 && k >= N)) continue;
+        char what[32];
+        snprintf(what, sizeof what, "out_%d", k);
+        if (v8) st = stack(L, o, n, rows + k, (int)R, N + K, 0, false, n->out[k], what);
+        else st = mk_node(L, o, n, "Identity", what, &rows[k], 1, n->out[k], NULL, 0);
+    }
     PD_FREE(iax);
-    PD_FREE(bind);
-    PD_FREE(res);
     PD_FREE(cur);
     PD_FREE(pieces);
+    PD_FREE(rows);
     smap_free(&outer);
     return st;
 }

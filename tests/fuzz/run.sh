@@ -12,7 +12,7 @@ build=$1 secs=${2:-60}
 corpus=$(mktemp -d)
 trap 'rm -rf "$corpus"' EXIT
 i=0
-for m in tests/fixtures/*/model.onnx tests/fixtures/flow/*.onnx examples/*.onnx tests/fuzz/regressions/*.onnx; do
+for m in tests/fixtures/*/model.onnx tests/fixtures/flow/*.onnx tests/fixtures/flow/cases/*/model.onnx examples/*.onnx tests/fuzz/regressions/*.onnx; do
   cp "$m" "$corpus/seed$((i++)).onnx"
 done
 if [ -d ../shared/onnx-tests ]; then
