@@ -49,6 +49,9 @@ typedef struct pd__loader {
     int nsub, subcap;   /* GRAPH attributes -> their subgraphs (pd__flow_keep) */
     const pd__attr **sub_attr;
     const Onnx__GraphProto **sub_graph;
+    int ninit, initcap; /* subgraph initializers decoded so far -> their tensor (flow.c: one copy for all iterations) */
+    const Onnx__TensorProto **init_key;
+    int *init_tensor;
 } pd__loader;
 
 /* Maps a node's input or output name to a tensor index (*t; -1 for ""). */

@@ -345,6 +345,29 @@ static pd_status check_types(pd_graph *g, const pd__node *ctl, const char *what,
     return PD_OK;
 }
 
+/* The tensor an earlier copy decoded initializer tp into; -1 when none did.
+ * Copies share it, so a Loop of 4096 iterations holds a body's weights once. */
+static int shared_init(const pd__loader *L, const Onnx__TensorProto *tp) {
+    for (int i = L->ninit - 1; i >= 0; i--)
+        if (L->init_key[i] == tp) return L->init_tensor[i];
+    return -1;
+}
+
+static pd_status keep_init(pd__loader *L, const Onnx__TensorProto *tp, int t) {
+    if (L->ninit == L->initcap) {
+        int cap = L->initcap ? L->initcap * 2 : 16;
+        const Onnx__TensorProto **k = (const Onnx__TensorProto **)PD_REALLOC(L->init_key, sizeof *k * (size_t)cap);
+        if (k) L->init_key = k;
+        int *v = (int *)PD_REALLOC(L->init_tensor, sizeof *v * (size_t)cap);
+        if (v) L->init_tensor = v;
+        if (!k || !v) return nomem(L->g);
+        L->initcap = cap;
+    }
+    L->init_key[L->ninit] = tp;
+    L->init_tensor[L->ninit++] = t;
+    return PD_OK;
+}
+
 /* Splices a copy of b into o: its inputs bound to bind[], outer names to
  * outer; res[k] gets the tensor of its output k. */
 static pd_status splice(pd__loader *L, const pd__node *ctl, int depth, const char *what, const Onnx__GraphProto *b,
@@ -367,11 +390,15 @@ static pd_status splice(pd__loader *L, const pd__node *ctl, int depth, const cha
             st = pd__node_err(g, ctl, PD_ERR_PARSE, "%s's initializer %zu has no name", what, i);
             break;
         }
+        int t = shared_init(L, tp);
+        if (t >= 0) { /* decoded for an earlier copy: the same constant */
+            st = smap_put(&s.local, tp->name, t) ? PD_OK : nomem(g);
+            continue;
+        }
         char msg[768];
         snprintf(msg, sizeof msg, "%s: node '%s' (%s): %s's initializer '%s'", g->path, ctl->name, ctl->op_type, what,
                  tp->name);
         pd_tensor v;
-        int t = -1;
         st = pd__decode_tensor(tp, msg, L->base_dir, &v);
         if (st != PD_OK) break;
         st = resolve(&s, tp->name, true, &t);
@@ -384,6 +411,7 @@ static pd_status splice(pd__loader *L, const pd__node *ctl, int depth, const cha
             st = pd__tensor_set_shape(g, x, v.ndim, v.shape);
         }
         PD_FREE(v.data);
+        if (st == PD_OK) st = keep_init(L, tp, t);
     }
     for (size_t i = 0; i < b->n_node && st == PD_OK; i++) {
         pd__node x;

@@ -780,6 +780,8 @@ static pd_status load(const uint8_t *buf, size_t len, unsigned char *owned, cons
     s = build_graph(&L);
     PD_FREE(L.sub_attr);
     PD_FREE(L.sub_graph);
+    PD_FREE(L.init_key);
+    PD_FREE(L.init_tensor);
     onnx__model_proto__free_unpacked(m, NULL);
     if (s != PD_OK) {
         pd_graph_destroy(L.g);

@@ -1279,6 +1279,9 @@ static void test_control_flow(void) {
     const pd__tensor *z = g ? T(g, "z") : NULL;
     CHECK(z && z->data && ((int64_t *)z->data)[0] == 104 && ((int64_t *)z->data)[1] == 205,
           "Loop of 3 folds to [1, 2] + 3 + [100, 200] = [104, 205]");
+    int ones = 0;
+    for (int t = 0; g && t < g->ntensors; t++) ones += strstr(g->tensors[t].name, "/one") != NULL;
+    CHECK(ones == 1, "the body's initializer is decoded once for the 3 iterations (%d copies)", ones);
     pd_graph_destroy(g);
     expect_fail("Loop of 10^6 iterations", save(loop_model(1000000, false), "hostile/loop_1e6.onnx"), NULL,
                 PD_ERR_UNSUPPORTED, "node 'L' (Loop)", "past 4096 iterations");
