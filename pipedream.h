@@ -2400,14 +2400,14 @@ static pd_status pd__fuse_gelu(pd_graph *g, bool *gone) {
  * topological order and read only tensors computed before node i. */
 static pd_status pd__splice(pd_graph *g, int i, pd__node *made, int k, bool **folded) {
     int nn = g->nnodes - 1 + k;
-    if (nn > g->ncap) {
-        pd__node *nodes = (pd__node *)PD_REALLOC(g->nodes, sizeof(pd__node) * (size_t)nn);
-        if (!nodes) goto nomem;
-        g->nodes = nodes;
-        g->ncap = nn;
+    pd__node *nodes = nn > g->ncap ? (pd__node *)PD_REALLOC(g->nodes, sizeof(pd__node) * (size_t)nn) : g->nodes;
+    if (nodes) g->nodes = nodes, g->ncap = nn > g->ncap ? nn : g->ncap;
+    bool *f = nodes ? (bool *)PD_REALLOC(*folded, (size_t)nn + 1) : NULL;
+    if (!f) {
+        for (int j = 0; j < k; j++) pd__node_free(&made[j]);
+        PD_FREE(made);
+        return pd__err(PD_ERR_NOMEM, "%s: out of memory expanding control flow", g->path);
     }
-    bool *f = (bool *)PD_REALLOC(*folded, (size_t)nn + 1);
-    if (!f) goto nomem;
     *folded = f;
     memmove(&g->nodes[i + k], &g->nodes[i + 1], sizeof(pd__node) * (size_t)(g->nnodes - i - 1));
     memmove(&f[i + k], &f[i + 1], (size_t)(g->nnodes - i - 1));
@@ -2415,10 +2415,6 @@ static pd_status pd__splice(pd_graph *g, int i, pd__node *made, int k, bool **fo
     g->nnodes = nn;
     PD_FREE(made);
     return PD_OK;
-nomem:
-    for (int j = 0; j < k; j++) pd__node_free(&made[j]);
-    PD_FREE(made);
-    return pd__err(PD_ERR_NOMEM, "%s: out of memory expanding control flow", g->path);
 }
 
 /* Node i is If/Loop/Scan: expanded in place, then visited again from i. */
