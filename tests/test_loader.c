@@ -1310,6 +1310,23 @@ static void test_control_flow(void) {
     add_out(b, "y");
     expect_fail("If whose branch has two outputs for one", save(b, "hostile/if_count.onnx"), NULL, PD_ERR_INVALID,
                 "node 'sel' (If)", "then_branch 2");
+    /* a condition known only at run time, and branches of different shapes */
+    mb *rb = mb_new(13), *rt = id_branch("a"), *re = mb_new(13);
+    add_in(rb, mk_vi("x", PD_FLOAT, "2"));
+    add_in(rb, mk_vi("rc", PD_BOOL, ""));
+    Onnx__NodeProto *cat = mk_node("Concat", "twice", "x,x", "e");
+    Onnx__AttributeProto *ax = mk_attr(cat, "axis", PD_A_INT);
+    ax->has_i = 1;
+    add_node(re, cat);
+    add_out(re, "e");
+    Onnx__NodeProto *rif = mk_node("If", "rsel", "rc", "y");
+    graph_attr(rif, "then_branch", rt);
+    graph_attr(rif, "else_branch", re);
+    add_node(rb, rif);
+    add_out(rb, "y");
+    expect_fail("If on a runtime condition whose branches differ in shape", save(rb, "hostile/if_shapes.onnx"), NULL,
+                PD_ERR_UNSUPPORTED, "node 'rsel' (If)", "float32 [2] and float32 [4]");
+
     tb->g.n_output = 1;
     eb->nodes[0]->input[0] = S("nowhere");
     expect_fail("If whose branch reads an undefined name", save(b, "hostile/if_undef.onnx"), NULL, PD_ERR_INVALID,
