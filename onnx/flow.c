@@ -24,9 +24,9 @@
 #include "../core/pd_internal.h"
 #include "decode.h"
 
-#define PD__FLOW_MAX_DEPTH 16      /* subgraphs inside subgraphs */
-#define PD__FLOW_MAX_ITERS 4096    /* iterations one Loop or Scan unrolls */
-#define PD__FLOW_MAX_NODES 250000  /* nodes all control flow of a model splices in */
+#define PD__FLOW_MAX_DEPTH 16     /* subgraphs inside subgraphs */
+#define PD__FLOW_MAX_ITERS 4096   /* iterations one Loop or Scan unrolls */
+#define PD__FLOW_MAX_NODES 250000 /* nodes all control flow of a model splices in */
 
 /* ---- a name -> tensor map (names borrowed from the model) ------------------ */
 
@@ -90,7 +90,9 @@ static bool smap_put(smap *m, const char *k, int v) {
     return true;
 }
 
-static pd_status nomem(const pd_graph *g) { return pd__err(PD_ERR_NOMEM, "%s: out of memory unrolling control flow", g->path); }
+static pd_status nomem(const pd_graph *g) {
+    return pd__err(PD_ERR_NOMEM, "%s: out of memory unrolling control flow", g->path);
+}
 
 /* ---- GRAPH attributes' subgraphs ---------------------------------------------
  * Kept beside the graph rather than in pd__attr: only loading needs them.
@@ -148,7 +150,8 @@ static bool defined_names(const Onnx__GraphProto *b, smap *def) {
         if (b->initializer[i]->name && !smap_put(def, b->initializer[i]->name, 1)) return false;
     for (size_t i = 0; i < b->n_node; i++)
         for (size_t k = 0; k < b->node[i]->n_output; k++)
-            if (b->node[i]->output[k] && *b->node[i]->output[k] && !smap_put(def, b->node[i]->output[k], 1)) return false;
+            if (b->node[i]->output[k] && *b->node[i]->output[k] && !smap_put(def, b->node[i]->output[k], 1))
+                return false;
     return true;
 }
 
@@ -273,14 +276,13 @@ static pd_status mk_node(pd__loader *L, nodes *o, const pd__node *ctl, const cha
         x.attr = (pd__attr *)PD_CALLOC(1, sizeof *x.attr);
         if (x.attr) x.attr[0].name = pd__strdup(aname);
     }
-    if (!x.name || !x.op_type || !x.domain || !x.in || !x.out || (aname && (!x.attr || !x.attr[0].name))) {
-        if (x.attr && !x.attr[0].name) PD_FREE(x.attr), x.attr = NULL;
-        else x.nattr = aname ? 1 : 0;
+    x.nattr = x.attr && x.attr[0].name ? 1 : 0; /* pd__node_free frees what there is */
+    if (!x.name || !x.op_type || !x.domain || !x.in || !x.out || (aname && !x.nattr)) {
+        if (!x.nattr) PD_FREE(x.attr), x.attr = NULL;
         pd__node_free(&x);
         return nomem(g);
     }
     if (aname) {
-        x.nattr = 1;
         x.attr[0].type = PD_A_INT;
         x.attr[0].i = aval;
     }
@@ -325,7 +327,8 @@ static pd_status resolve(void *ctx, const char *name, bool is_output, int *t) {
     if (smap_get(&s->local, name, t)) return PD_OK;
     if (smap_get(&s->def, name, &dummy))
         return pd__node_err(g, s->ctl, PD_ERR_INVALID,
-                            "%s reads '%s' before computing it (its nodes are not in topological order)", s->what, name);
+                            "%s reads '%s' before computing it (its nodes are not in topological order)", s->what,
+                            name);
     if (smap_get(s->outer, name, t)) return PD_OK;
     return pd__node_err(g, s->ctl, PD_ERR_INVALID, "%s reads '%s', which neither it nor an enclosing scope defines",
                         s->what, name);
@@ -336,7 +339,8 @@ static pd_status check_types(pd_graph *g, const pd__node *ctl, const char *what,
                              size_t nv) {
     for (size_t i = 0; i < nv; i++) {
         const Onnx__TypeProto *tp = v[i]->type;
-        if (tp && tp->value_case != ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE && tp->value_case != ONNX__TYPE_PROTO__VALUE__NOT_SET)
+        if (tp && tp->value_case != ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE &&
+            tp->value_case != ONNX__TYPE_PROTO__VALUE__NOT_SET)
             return pd__node_err(g, ctl, PD_ERR_UNSUPPORTED,
                                 "%s's value '%s' is a sequence, map, optional or sparse tensor; only dense tensors are "
                                 "supported",
@@ -427,13 +431,17 @@ static pd_status splice(pd__loader *L, const pd__node *ctl, int depth, const cha
         if (st == PD_OK && ++L->flow_nodes > PD__FLOW_MAX_NODES)
             st = pd__node_err(g, ctl, PD_ERR_UNSUPPORTED, "unrolling control flow makes more than %d nodes; refused",
                               PD__FLOW_MAX_NODES);
-        if (st == PD_OK) st = push(L, o, &x);
-        else pd__node_free(&x);
+        if (st == PD_OK)
+            st = push(L, o, &x);
+        else
+            pd__node_free(&x);
     }
     for (size_t k = 0; k < b->n_output && st == PD_OK; k++) {
         const char *nm = b->output[k]->name;
-        if (!nm || !*nm) st = pd__node_err(g, ctl, PD_ERR_PARSE, "%s's output %zu has no name", what, k);
-        else st = resolve(&s, nm, false, &res[k]);
+        if (!nm || !*nm)
+            st = pd__node_err(g, ctl, PD_ERR_PARSE, "%s's output %zu has no name", what, k);
+        else
+            st = resolve(&s, nm, false, &res[k]);
     }
     smap_free(&s.local);
     smap_free(&s.def);
@@ -459,8 +467,7 @@ static pd_status outer_map(pd__loader *L, const pd__node *n, int tail, smap *m, 
     PD_TRY(pd__flow_outer_refs(L, n, &nm, &cnt));
     pd_status st = PD_OK;
     *first = n->nin - tail - cnt;
-    if (*first < 0)
-        st = pd__node_err(L->g, n, PD_ERR_INTERNAL, "the node lost its outer-scope inputs");
+    if (*first < 0) st = pd__node_err(L->g, n, PD_ERR_INTERNAL, "the node lost its outer-scope inputs");
     for (int k = 0; k < cnt && st == PD_OK; k++)
         if (!smap_put(m, nm[k], n->in[*first + k])) st = nomem(L->g);
     PD_FREE(nm);
@@ -480,13 +487,26 @@ static bool const_value(const pd_graph *g, int t, double *v, bool *many) {
     }
     switch (x->dtype) {
     case PD_BOOL:
-    case PD_UINT8: *v = *(const uint8_t *)x->data; return true;
-    case PD_INT8: *v = *(const int8_t *)x->data; return true;
-    case PD_INT32: *v = *(const int32_t *)x->data; return true;
-    case PD_INT64: *v = (double)*(const int64_t *)x->data; return true;
-    case PD_FLOAT: *v = *(const float *)x->data; return true;
-    case PD_DOUBLE: *v = *(const double *)x->data; return true;
-    default: return false;
+    case PD_UINT8:
+        *v = *(const uint8_t *)x->data;
+        return true;
+    case PD_INT8:
+        *v = *(const int8_t *)x->data;
+        return true;
+    case PD_INT32:
+        *v = *(const int32_t *)x->data;
+        return true;
+    case PD_INT64:
+        *v = (double)*(const int64_t *)x->data;
+        return true;
+    case PD_FLOAT:
+        *v = *(const float *)x->data;
+        return true;
+    case PD_DOUBLE:
+        *v = *(const double *)x->data;
+        return true;
+    default:
+        return false;
     }
 }
 
@@ -510,7 +530,8 @@ static pd_status expand_if(pd__loader *L, pd__node *n, nodes *o) {
     pd_graph *g = L->g;
     pd_status st = PD_OK;
     const Onnx__GraphProto *tb = NULL, *eb = NULL;
-    pd__attr *ta = graph_attr(L, n, "then_branch", &tb, &st), *ea = ta ? graph_attr(L, n, "else_branch", &eb, &st) : NULL;
+    pd__attr *ta = graph_attr(L, n, "then_branch", &tb, &st),
+             *ea = ta ? graph_attr(L, n, "else_branch", &eb, &st) : NULL;
     if (!ea) return st;
     int nout = n->nout;
     if (ta->i == 1) { /* both spliced: [cond, then outputs, else outputs] */
@@ -541,12 +562,15 @@ static pd_status expand_if(pd__loader *L, pd__node *n, nodes *o) {
     st = outer_map(L, n, 0, &outer, &E);
     if (st == PD_OK && (E != 1 || n->in[0] < 0))
         st = pd__node_err(g, n, PD_ERR_INVALID, "If takes one input, the condition; it has %d", E);
-    if (st == PD_OK && (tb->n_input || eb->n_input)) st = pd__node_err(g, n, PD_ERR_INVALID, "a branch of If declares inputs");
+    if (st == PD_OK && (tb->n_input || eb->n_input))
+        st = pd__node_err(g, n, PD_ERR_INVALID, "a branch of If declares inputs");
     if (st == PD_OK && ((int)tb->n_output != nout || (int)eb->n_output != nout))
         st = pd__node_err(g, n, PD_ERR_INVALID, "the node has %d outputs, then_branch %zu and else_branch %zu", nout,
                           tb->n_output, eb->n_output);
-    if (st == PD_OK) st = check_types(g, n, "then_branch", (const Onnx__ValueInfoProto *const *)tb->output, tb->n_output);
-    if (st == PD_OK) st = check_types(g, n, "else_branch", (const Onnx__ValueInfoProto *const *)eb->output, eb->n_output);
+    if (st == PD_OK)
+        st = check_types(g, n, "then_branch", (const Onnx__ValueInfoProto *const *)tb->output, tb->n_output);
+    if (st == PD_OK)
+        st = check_types(g, n, "else_branch", (const Onnx__ValueInfoProto *const *)eb->output, eb->n_output);
     double v = 0;
     bool many = false, known = st == PD_OK && const_value(g, n->in[0], &v, &many);
     if (st == PD_OK && (many || g->tensors[n->in[0]].numel != 1))
@@ -642,7 +666,9 @@ static pd_status expand_loop(pd__loader *L, pd__node *n, nodes *o) {
                           "the condition '%s' %s; a Loop is unrolled at load and needs a constant one (a "
                           "data-dependent loop)",
                           g->tensors[n->in[1]].name,
-                          many ? "is not a scalar" : iter ? "the body computes depends on runtime data" : "depends on runtime data");
+                          many   ? "is not a scalar"
+                          : iter ? "the body computes depends on runtime data"
+                                 : "depends on runtime data");
     if (st == PD_OK && !has_m && !has_c)
         st = pd__node_err(g, n, PD_ERR_INVALID, "the Loop has neither a trip count nor a condition: it never ends");
     bool done = (has_m && iter >= m) || (has_c && c == 0);
@@ -805,7 +831,8 @@ static pd_status expand_scan(pd__loader *L, pd__node *n, nodes *o) {
         bool scan = j < nsi;
         int t = scan ? sin[j] : n->in[s0 + j - nsi];
         if (t < 0) {
-            st = pd__node_err(g, n, PD_ERR_INVALID, "%s input %d is empty", scan ? "scan" : "state", scan ? j : j - nsi);
+            st =
+                pd__node_err(g, n, PD_ERR_INVALID, "%s input %d is empty", scan ? "scan" : "state", scan ? j : j - nsi);
             break;
         }
         const pd__tensor *x = &g->tensors[t];
@@ -828,11 +855,13 @@ static pd_status expand_scan(pd__loader *L, pd__node *n, nodes *o) {
                               (long long)x->shape[a]);
         T = x->shape[a];
         if (idir[j] != 0 && idir[j] != 1)
-            st = pd__node_err(g, n, PD_ERR_INVALID, "scan_input_directions[%d] is %lld, not 0 or 1", j, (long long)idir[j]);
+            st = pd__node_err(g, n, PD_ERR_INVALID, "scan_input_directions[%d] is %lld, not 0 or 1", j,
+                              (long long)idir[j]);
     }
     for (int k = 0; k < K && st == PD_OK; k++)
         if (odir[k] != 0 && odir[k] != 1)
-            st = pd__node_err(g, n, PD_ERR_INVALID, "scan_output_directions[%d] is %lld, not 0 or 1", k, (long long)odir[k]);
+            st = pd__node_err(g, n, PD_ERR_INVALID, "scan_output_directions[%d] is %lld, not 0 or 1", k,
+                              (long long)odir[k]);
     if (st == PD_OK && v8 && n->in[0] >= 0) { /* sequence_lens: only the full length is supported */
         const pd__tensor *sl = &g->tensors[n->in[0]];
         bool full = sl->data && pd__foldable_input(sl) && sl->dtype == PD_INT32 && sl->numel == B;
@@ -850,7 +879,8 @@ static pd_status expand_scan(pd__loader *L, pd__node *n, nodes *o) {
         st = pd__node_err(g, n, PD_ERR_UNSUPPORTED, "the Scan runs %lld iterations, past %d; unrolling it is refused",
                           (long long)steps, PD__FLOW_MAX_ITERS);
     if (st == PD_OK && T == 0 && K > 0)
-        st = pd__node_err(g, n, PD_ERR_UNSUPPORTED, "the Scan runs no iteration and has scan outputs, whose shape is then unknown");
+        st = pd__node_err(g, n, PD_ERR_UNSUPPORTED,
+                          "the Scan runs no iteration and has scan outputs, whose shape is then unknown");
     if (st == PD_OK && !(pieces = (int *)PD_MALLOC(sizeof(int) * (size_t)(T * K + 1)))) st = nomem(g);
     if (st == PD_OK && !(rows = (int *)PD_MALLOC(sizeof(int) * (size_t)(R * (N + K) + 1)))) st = nomem(g);
     scan_ctx c = {b, ba->n, N, nsi, K, &outer, iax, idir, T};
@@ -861,8 +891,10 @@ static pd_status expand_scan(pd__loader *L, pd__node *n, nodes *o) {
             int from = k < N ? n->in[s0 + k] : sin[k - N];
             char what[96];
             snprintf(what, sizeof what, "%s%s_%d", tag, k < N ? "state" : "scan_in", k < N ? k : k - N);
-            if (v8) st = take(L, o, n, from, r, 0, what, &cur[k]);
-            else cur[k] = from;
+            if (v8)
+                st = take(L, o, n, from, r, 0, what, &cur[k]);
+            else
+                cur[k] = from;
         }
         if (st == PD_OK) st = scan_steps(L, o, n, &c, src, cur, pieces, tag);
         for (int k = 0; k < N && st == PD_OK; k++) rows[r * (N + K) + k] = cur[k];
@@ -871,17 +903,22 @@ static pd_status expand_scan(pd__loader *L, pd__node *n, nodes *o) {
             snprintf(what, sizeof what, "%sscan_%d", tag, j);
             snprintf(base, sizeof base, "%s/%s", n->name, what);
             int *dst = &rows[r * (N + K) + N + j];
-            if (!v8) *dst = n->out[N + j];
-            else st = fresh(g, base, dst);
-            if (st == PD_OK && *dst >= 0) st = stack(L, o, n, pieces + j, (int)T, K, oax[j] - (v8 ? 1 : 0), odir[j] != 0, *dst, what);
+            if (!v8)
+                *dst = n->out[N + j];
+            else
+                st = fresh(g, base, dst);
+            if (st == PD_OK && *dst >= 0)
+                st = stack(L, o, n, pieces + j, (int)T, K, oax[j] - (v8 ? 1 : 0), odir[j] != 0, *dst, what);
         }
     }
     for (int k = 0; k < N + K && st == PD_OK; k++) { /* opset 8: the rows stacked again along the batch axis */
         if (n->out[k] < 0 || (!v8 && k >= N)) continue;
         char what[32];
         snprintf(what, sizeof what, "out_%d", k);
-        if (v8) st = stack(L, o, n, rows + k, (int)R, N + K, 0, false, n->out[k], what);
-        else st = mk_node(L, o, n, "Identity", what, &rows[k], 1, n->out[k], NULL, 0);
+        if (v8)
+            st = stack(L, o, n, rows + k, (int)R, N + K, 0, false, n->out[k], what);
+        else
+            st = mk_node(L, o, n, "Identity", what, &rows[k], 1, n->out[k], NULL, 0);
     }
     PD_FREE(iax);
     PD_FREE(cur);
@@ -895,10 +932,14 @@ pd_status pd__flow_expand(void *ctx, pd_graph *g, pd__node *n, pd__node **made, 
     pd__loader *L = (pd__loader *)ctx;
     nodes o = {0};
     pd_status st;
-    if (!strcmp(n->op_type, "If")) st = expand_if(L, n, &o);
-    else if (!strcmp(n->op_type, "Loop")) st = expand_loop(L, n, &o);
-    else if (!strcmp(n->op_type, "Scan")) st = expand_scan(L, n, &o);
-    else st = pd__node_err(g, n, PD_ERR_INTERNAL, "not a control-flow op");
+    if (!strcmp(n->op_type, "If"))
+        st = expand_if(L, n, &o);
+    else if (!strcmp(n->op_type, "Loop"))
+        st = expand_loop(L, n, &o);
+    else if (!strcmp(n->op_type, "Scan"))
+        st = expand_scan(L, n, &o);
+    else
+        st = pd__node_err(g, n, PD_ERR_INTERNAL, "not a control-flow op");
     pd__node_free(n); /* zeroed when it went back in as its own continuation */
     if (st != PD_OK) {
         for (int i = 0; i < o.n; i++) pd__node_free(&o.v[i]);
