@@ -1012,14 +1012,16 @@ typedef struct pd__attr {
     int n;             /* count for FLOATS / INTS / STRINGS */
     int64_t *ints;
     float *floats;
-    pd_tensor *t;      /* PD_A_TENSOR: owned tensor (data owned too) */
+    pd_tensor *t;      /* PD_A_TENSOR: owned tensor (data owned too). PD_A_GRAPH (the subgraph
+                          itself is the loader's, onnx/flow.c): i counts the iterations a Loop has
+                          unrolled (If: 1 once both branches are in), n the nesting depth */
 } pd__attr;
 
 typedef struct pd__node {
     char *name;        /* the model's name, or "<op_type>_<index>" when it has none */
     char *op_type;
     char *domain;      /* "" for ai.onnx */
-    int op;            /* pd_op, or -1 when unsupported */
+    int op;            /* pd_op, -1 when unsupported, PD__OP_FLOW for If/Loop/Scan until expanded */
     int opset;         /* opset version of its domain */
     int nin, nout;
     int *in, *out;
@@ -1051,7 +1053,15 @@ struct pd_graph {
     /* what the loader found the exporter did to the model (pd_graph_note) */
     int nnotes;
     char **notes;
+    /* control flow (If/Loop/Scan, op PD__OP_FLOW) met by pd__graph_finalize is
+     * handed to expand, which consumes *n and returns the nodes that replace it
+     * (the loader's onnx/flow.c; NULL: such nodes are unsupported) */
+    pd_status (*expand)(void *ctx, pd_graph *g, pd__node *n, pd__node **made, int *nmade);
+    void *expand_ctx;
 };
+
+/* The op of a control-flow node, expanded at load (pd_graph.expand). */
+#define PD__OP_FLOW (-2)
 
 int pd__graph_find(const pd_graph *g, const char *name);
 /* Finds or adds a tensor by name; returns its index or -1 on allocation failure. */
@@ -2203,15 +2213,18 @@ static const char *pd__dom(const pd__node *n) { return n->domain ? n->domain : "
  * one node alone is named as any node error is. */
 static bool pd__other_domain(const pd__node *n) { return pd__dom(n)[0] && strcmp(pd__dom(n), "ai.onnx") != 0; }
 
+/* Control flow waits for pd_graph.expand; without one it is unsupported too. */
+static bool pd__unsup(const pd_graph *g, const pd__node *n) { return n->op < 0 && !(n->op == PD__OP_FLOW && g->expand); }
+
 /* Node i is unsupported and the first of its kind (op_type and domain): how
  * many nodes of that kind there are; 0 otherwise. */
 static int pd__kind_count(const pd_graph *g, int i) {
     const pd__node *a = &g->nodes[i];
-    if (a->op >= 0) return 0;
+    if (!pd__unsup(g, a)) return 0;
     int count = 0;
     for (int k = 0; k < g->nnodes; k++) {
         const pd__node *b = &g->nodes[k];
-        if (b->op >= 0 || strcmp(b->op_type, a->op_type) || strcmp(pd__dom(b), pd__dom(a))) continue;
+        if (!pd__unsup(g, b) || strcmp(b->op_type, a->op_type) || strcmp(pd__dom(b), pd__dom(a))) continue;
         if (k < i) return 0;
         count++;
     }
@@ -2221,7 +2234,7 @@ static int pd__kind_count(const pd_graph *g, int i) {
 static pd_status pd__unsupported_ops(const pd_graph *g) {
     int first = -1, kinds = 0, nodes = 0;
     for (int i = 0; i < g->nnodes; i++)
-        if (g->nodes[i].op < 0) {
+        if (pd__unsup(g, &g->nodes[i])) {
             if (first < 0) first = i;
             nodes++;
             kinds += pd__kind_count(g, i) > 0;
@@ -2523,6 +2536,40 @@ static pd_status pd__fuse_gelu(pd_graph *g, bool *gone) {
     return st;
 }
 
+/* Replaces node i, already consumed by pd_graph.expand, with the k nodes of
+ * made (taken; made freed); *folded grows along. The new nodes come in
+ * topological order and read only tensors computed before node i. */
+static pd_status pd__splice(pd_graph *g, int i, pd__node *made, int k, bool **folded) {
+    int nn = g->nnodes - 1 + k;
+    pd__node *nodes = nn > g->ncap ? (pd__node *)PD_REALLOC(g->nodes, sizeof(pd__node) * (size_t)nn) : g->nodes;
+    if (nodes) g->nodes = nodes, g->ncap = nn > g->ncap ? nn : g->ncap;
+    bool *f = nodes ? (bool *)PD_REALLOC(*folded, (size_t)nn + 1) : NULL;
+    if (!f) {
+        for (int j = 0; j < k; j++) pd__node_free(&made[j]);
+        PD_FREE(made);
+        return pd__err(PD_ERR_NOMEM, "%s: out of memory expanding control flow", g->path);
+    }
+    *folded = f;
+    memmove(&g->nodes[i + k], &g->nodes[i + 1], sizeof(pd__node) * (size_t)(g->nnodes - i - 1));
+    memmove(&f[i + k], &f[i + 1], (size_t)(g->nnodes - i - 1));
+    for (int j = 0; j < k; j++) g->nodes[i + j] = made[j], f[i + j] = false;
+    g->nnodes = nn;
+    PD_FREE(made);
+    return PD_OK;
+}
+
+/* Node i is If/Loop/Scan: expanded in place, then visited again from i. */
+static pd_status pd__expand_at(pd_graph *g, int i, bool **folded) {
+    pd__node self = g->nodes[i], *made = NULL;
+    memset(&g->nodes[i], 0, sizeof self); /* self is the expander's from here on */
+    int k = 0;
+    PD_TRY(g->expand(g->expand_ctx, g, &self, &made, &k));
+    PD_TRY(pd__splice(g, i, made, k, folded));
+    for (int j = i; j < i + k; j++)
+        if (pd__unsup(g, &g->nodes[j])) return pd__unsupported_ops(g); /* an op of the subgraph we lack */
+    return PD_OK;
+}
+
 pd_status pd__graph_finalize(pd_graph *g, const pd_load_options *opt, const pd_backend_i *fold) {
     PD_TRY(pd__bind_const_inputs(g, opt));
     PD_TRY(pd__unsupported_ops(g));
@@ -2538,6 +2585,10 @@ pd_status pd__graph_finalize(pd_graph *g, const pd_load_options *opt, const pd_b
     for (int i = 0; i < g->nnodes && st == PD_OK; i++) {
         pd__node *n = &g->nodes[i];
         if (folded[i]) continue; /* an untied Identity */
+        if (n->op == PD__OP_FLOW) {
+            st = pd__expand_at(g, i--, &folded);
+            continue;
+        }
         bool any = false; /* every op of the set has an output; LSTM, GRU and RNN may leave off the first */
         for (int j = 0; j < n->nout; j++) any |= n->out[j] >= 0;
         if (!any || (n->out[0] < 0 && !(pd__ops[n->op].flags & PD_OPF_RNN))) {
@@ -2556,6 +2607,11 @@ pd_status pd__graph_finalize(pd_graph *g, const pd_load_options *opt, const pd_b
             folded[i] = st == PD_OK;
         }
     }
+    for (int t = 0; st == PD_OK && t < g->ntensors; t++) g->tensors[t].producer = -1; /* nodes moved */
+    for (int i = 0; st == PD_OK && i < g->nnodes; i++)
+        for (int j = 0; j < g->nodes[i].nout; j++)
+            if (g->nodes[i].out[j] >= 0 && g->tensors[g->nodes[i].out[j]].kind == PD_T_ACT)
+                g->tensors[g->nodes[i].out[j]].producer = i;
     if (st == PD_OK && opt->fold_constants) st = pd__fuse_gelu(g, folded);
     if (st == PD_OK) st = pd__prune(g, folded);
     PD_FREE(folded);

@@ -164,14 +164,16 @@ typedef struct pd__attr {
     int n;             /* count for FLOATS / INTS / STRINGS */
     int64_t *ints;
     float *floats;
-    pd_tensor *t;      /* PD_A_TENSOR: owned tensor (data owned too) */
+    pd_tensor *t;      /* PD_A_TENSOR: owned tensor (data owned too). PD_A_GRAPH (the subgraph
+                          itself is the loader's, onnx/flow.c): i counts the iterations a Loop has
+                          unrolled (If: 1 once both branches are in), n the nesting depth */
 } pd__attr;
 
 typedef struct pd__node {
     char *name;        /* the model's name, or "<op_type>_<index>" when it has none */
     char *op_type;
     char *domain;      /* "" for ai.onnx */
-    int op;            /* pd_op, or -1 when unsupported */
+    int op;            /* pd_op, -1 when unsupported, PD__OP_FLOW for If/Loop/Scan until expanded */
     int opset;         /* opset version of its domain */
     int nin, nout;
     int *in, *out;
@@ -203,7 +205,15 @@ struct pd_graph {
     /* what the loader found the exporter did to the model (pd_graph_note) */
     int nnotes;
     char **notes;
+    /* control flow (If/Loop/Scan, op PD__OP_FLOW) met by pd__graph_finalize is
+     * handed to expand, which consumes *n and returns the nodes that replace it
+     * (the loader's onnx/flow.c; NULL: such nodes are unsupported) */
+    pd_status (*expand)(void *ctx, pd_graph *g, pd__node *n, pd__node **made, int *nmade);
+    void *expand_ctx;
 };
+
+/* The op of a control-flow node, expanded at load (pd_graph.expand). */
+#define PD__OP_FLOW (-2)
 
 int pd__graph_find(const pd_graph *g, const char *name);
 /* Finds or adds a tensor by name; returns its index or -1 on allocation failure. */

@@ -37,4 +37,43 @@ int pd__pb_check(const ProtobufCMessageDescriptor *desc, const uint8_t *buf, siz
  * false when it runs past end or 64 bits. */
 bool pd__pb_varint(const uint8_t **p, const uint8_t *end, uint64_t *v);
 
+/* ---- the model reader's state, shared with flow.c ---------------------------- */
+
+typedef struct pd__loader {
+    pd_graph *g;
+    const Onnx__ModelProto *m;
+    const Onnx__GraphProto *gp;
+    const char *base_dir; /* NULL: external data refused */
+    pd_load_options opt;
+    int64_t flow_nodes; /* nodes control flow has spliced in so far (flow.c's budget) */
+    int nsub, subcap;   /* GRAPH attributes -> their subgraphs (pd__flow_keep) */
+    const pd__attr **sub_attr;
+    const Onnx__GraphProto **sub_graph;
+    int ninit, initcap; /* subgraph initializers decoded so far -> their tensor (flow.c: one copy for all iterations) */
+    const Onnx__TensorProto **init_key;
+    int *init_tensor;
+} pd__loader;
+
+/* Maps a node's input or output name to a tensor index (*t; -1 for ""). */
+typedef pd_status (*pd__resolve_fn)(void *ctx, const char *name, bool is_output, int *t);
+
+/* Builds *n from np: names from np (or "<prefix><op_type>_<index>"), the op
+ * from the table (PD__OP_FLOW for If/Loop/Scan, whose GRAPH attributes are
+ * kept borrowed from the model), tensors through resolve (NULL: by name in
+ * L->g). A control-flow node gets its subgraphs' outer-scope names appended
+ * to its inputs (pd__flow_outer_refs), so that toposort orders it after them. */
+pd_status pd__build_node(pd__loader *L, size_t index, const Onnx__NodeProto *np, const char *prefix,
+                         pd__resolve_fn resolve, void *ctx, pd__node *n);
+
+/* flow.c: the names a control-flow node's subgraphs read from enclosing
+ * scopes, in first-use order, deduplicated (*names PD_MALLOC'd, strings
+ * borrowed from the model). Fails past the nesting limit. */
+pd_status pd__flow_outer_refs(const pd__loader *L, const pd__node *n, const char ***names, int *count);
+/* flow.c: records that GRAPH attribute a holds gp (borrowed from the model);
+ * pd__flow_graph finds it again (NULL: not recorded). */
+pd_status pd__flow_keep(pd__loader *L, const pd__attr *a, const Onnx__GraphProto *gp);
+const Onnx__GraphProto *pd__flow_graph(const pd__loader *L, const pd__attr *a);
+/* flow.c: pd_graph.expand, the loader's hook that unrolls control flow. */
+pd_status pd__flow_expand(void *ctx, pd_graph *g, pd__node *n, pd__node **made, int *nmade);
+
 #endif

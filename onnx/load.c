@@ -3,8 +3,9 @@
  * Order: opsets, initializers (owned data), runtime inputs (concrete shapes,
  * from the model, the caller's input shapes or the batch size), outputs,
  * nodes (op looked up in the op table; foreign domains and subgraph
- * attributes leave op = -1, refused later naming the op), then toposort and
- * finalize (shape inference, constant folding). Every error names the file
+ * attributes leave op = -1, refused later naming the op; If/Loop/Scan keep
+ * their subgraphs, unrolled by flow.c as finalize meets them), then toposort
+ * and finalize (shape inference, constant folding). Every error names the file
  * and the tensor, node or attribute; on error the partial graph is destroyed
  * and *out is untouched. */
 #include <limits.h>
@@ -15,13 +16,7 @@
 #include "../core/pd_internal.h"
 #include "decode.h"
 
-typedef struct loader {
-    pd_graph *g;
-    const Onnx__ModelProto *m;
-    const Onnx__GraphProto *gp;
-    const char *base_dir; /* NULL: external data refused */
-    pd_load_options opt;
-} loader;
+typedef pd__loader loader;
 
 /* printf into a PD_MALLOC'd string; NULL when out of memory. */
 static char *fmt_alloc(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -356,8 +351,9 @@ static int attr_type(const Onnx__AttributeProto *ap) {
 }
 
 /* Fills *a from *ap. Sets *unsupported for attributes we cannot hold
- * (subgraphs, sparse tensors, tensor lists, type protos): the node stays in
- * the graph with op = -1 and the attribute keeps only its name and type. */
+ * (subgraph lists, sparse tensors, tensor lists, type protos): the node stays
+ * in the graph with op = -1 and the attribute keeps only its name and type.
+ * A subgraph is kept borrowed from the model (pd__attr.graph). */
 static pd_status load_attr(loader *L, const pd__node *n, const Onnx__AttributeProto *ap, pd__attr *a,
                            bool *unsupported) {
     const char *path = L->g->path;
@@ -442,26 +438,38 @@ static pd_status load_attr(loader *L, const pd__node *n, const Onnx__AttributePr
         *a->t = t;
         break;
     }
-    default: /* GRAPH, GRAPHS, TENSORS, SPARSE_TENSOR(S), TYPE_PROTO(S) */
+    case PD_A_GRAPH:
+        if (!ap->g)
+            return pd__err(PD_ERR_PARSE, "%s: node '%s' (%s): graph attribute '%s' has no graph", path, n->name,
+                           n->op_type, aname);
+        PD_TRY(pd__flow_keep(L, a, ap->g));
+        break;
+    default: /* GRAPHS, TENSORS, SPARSE_TENSOR(S), TYPE_PROTO(S) */
         *unsupported = true;
         break;
     }
     return PD_OK;
 }
 
-static pd_status tensor_list(loader *L, size_t n, char **names, int **idx_out, int *n_out) {
-    if (n > INT_MAX) return pd__err(PD_ERR_PARSE, "%s: a node has too many inputs or outputs", L->g->path);
+static pd_status by_name(void *ctx, const char *name, bool is_output, int *t) {
+    (void)is_output;
+    loader *L = (loader *)ctx;
+    *t = pd__graph_tensor(L->g, name);
+    return *t < 0 ? nomem(L) : PD_OK;
+}
+
+static pd_status tensor_list(loader *L, size_t n, char **names, bool outs, pd__resolve_fn resolve, void *ctx,
+                             int **idx_out, int *n_out) {
+    if (n > INT_MAX / 2) return pd__err(PD_ERR_PARSE, "%s: a node has too many inputs or outputs", L->g->path);
     int *idx = PD_MALLOC(sizeof(int) * (n ? n : 1));
     if (!idx) return nomem(L);
     for (size_t k = 0; k < n; k++) {
-        if (!names[k] || !*names[k]) {
-            idx[k] = -1; /* an absent optional input or output */
-            continue;
-        }
-        idx[k] = pd__graph_tensor(L->g, names[k]);
-        if (idx[k] < 0) {
+        idx[k] = -1; /* "": an absent optional input or output */
+        if (!names[k] || !*names[k]) continue;
+        pd_status s = resolve(ctx, names[k], outs, &idx[k]);
+        if (s != PD_OK) {
             PD_FREE(idx);
-            return nomem(L);
+            return s;
         }
     }
     *idx_out = idx;
@@ -469,22 +477,52 @@ static pd_status tensor_list(loader *L, size_t n, char **names, int **idx_out, i
     return PD_OK;
 }
 
-static pd_status build_node(loader *L, size_t index, const Onnx__NodeProto *np, pd__node *n) {
+/* If, Loop and Scan of ai.onnx, each with its one subgraph attribute (two for If). */
+static bool is_flow(const pd__node *n) {
+    if (*n->domain) return false;
+    return !strcmp(n->op_type, "If") || !strcmp(n->op_type, "Loop") || !strcmp(n->op_type, "Scan");
+}
+
+/* Appends the outer-scope names a control-flow node's subgraphs read to its
+ * inputs: toposort must see them (the subgraph reads them when unrolled). */
+static pd_status add_outer_refs(loader *L, pd__node *n, pd__resolve_fn resolve, void *ctx) {
+    const char **names = NULL;
+    int cnt = 0;
+    PD_TRY(pd__flow_outer_refs(L, n, &names, &cnt));
+    int *in = cnt ? PD_REALLOC(n->in, sizeof(int) * (size_t)(n->nin + cnt)) : n->in;
+    if (!in) {
+        PD_FREE(names);
+        return nomem(L);
+    }
+    n->in = in;
+    pd_status s = PD_OK;
+    for (int k = 0; k < cnt && s == PD_OK; k++) {
+        s = resolve(ctx, names[k], false, &n->in[n->nin]);
+        if (s == PD_OK) n->nin++;
+    }
+    PD_FREE(names);
+    return s;
+}
+
+pd_status pd__build_node(loader *L, size_t index, const Onnx__NodeProto *np, const char *prefix,
+                         pd__resolve_fn resolve, void *ctx, pd__node *n) {
     pd_graph *g = L->g;
+    if (!resolve) resolve = by_name, ctx = L;
     const char *op_type = str_or_empty(np->op_type);
-    if (!*op_type) return pd__err(PD_ERR_PARSE, "%s: node %zu has no op_type", g->path, index);
+    if (!*op_type) return pd__err(PD_ERR_PARSE, "%s: node %s%zu has no op_type", g->path, prefix ? prefix : "", index);
     const char *domain = norm_domain(np->domain);
     n->op_type = pd__strdup(op_type);
     n->domain = pd__strdup(domain);
-    n->name = (np->name && *np->name) ? pd__strdup(np->name) : fmt_alloc("%s_%zu", op_type, index);
+    if (np->name && *np->name) n->name = prefix ? fmt_alloc("%s%s", prefix, np->name) : pd__strdup(np->name);
+    else n->name = fmt_alloc("%s%s_%zu", prefix ? prefix : "", op_type, index);
     if (!n->op_type || !n->domain || !n->name) return nomem(L);
     n->opset = (int)domain_version(L->m, domain);
     if (!*domain && n->opset == 0 && L->m->n_opset_import > 0)
         return pd__err(PD_ERR_INVALID, "%s: node '%s' (%s): the model does not import the default domain (ai.onnx)",
                        g->path, n->name, n->op_type);
     n->op = *domain ? -1 : pd__op_lookup(op_type);
-    PD_TRY(tensor_list(L, np->n_input, np->input, &n->in, &n->nin));
-    PD_TRY(tensor_list(L, np->n_output, np->output, &n->out, &n->nout));
+    PD_TRY(tensor_list(L, np->n_input, np->input, false, resolve, ctx, &n->in, &n->nin));
+    PD_TRY(tensor_list(L, np->n_output, np->output, true, resolve, ctx, &n->out, &n->nout));
     if (np->n_attribute > INT_MAX)
         return pd__err(PD_ERR_PARSE, "%s: node '%s' (%s) has too many attributes", g->path, n->name,
                        n->op_type);
@@ -492,13 +530,19 @@ static pd_status build_node(loader *L, size_t index, const Onnx__NodeProto *np, 
         n->attr = PD_CALLOC(np->n_attribute, sizeof *n->attr);
         if (!n->attr) return nomem(L);
     }
-    bool unsupported = false;
+    bool unsupported = false, graphs = false;
     for (size_t k = 0; k < np->n_attribute; k++) {
         pd_status s = load_attr(L, n, np->attribute[k], &n->attr[k], &unsupported);
         n->nattr = (int)k + 1; /* the attribute is freed with the node, even half-built */
         if (s != PD_OK) return s;
+        graphs |= n->attr[k].type == PD_A_GRAPH;
     }
-    if (unsupported) n->op = -1;
+    if (graphs && !unsupported && is_flow(n)) {
+        n->op = PD__OP_FLOW;
+        PD_TRY(add_outer_refs(L, n, resolve, ctx));
+    } else if (unsupported || graphs) {
+        n->op = -1;
+    }
     return PD_OK;
 }
 
@@ -508,7 +552,7 @@ static pd_status load_nodes(loader *L) {
     for (size_t i = 0; i < gp->n_node; i++) {
         pd__node n;
         memset(&n, 0, sizeof n);
-        pd_status s = build_node(L, i, gp->node[i], &n);
+        pd_status s = pd__build_node(L, i, gp->node[i], NULL, NULL, NULL, &n);
         if (s == PD_OK) s = pd__graph_add_node(g, &n);
         if (s != PD_OK) {
             pd__node_free(&n);
@@ -693,8 +737,12 @@ static pd_status build_graph(loader *L) {
     if (L->opt.half_as_float) PD_TRY(pd__half_as_float(g));
     PD_TRY(pd__tie_transposes(g, L->opt.untie != 0));
     PD_TRY(pd__graph_toposort(g));
-    PD_TRY(pd__graph_finalize(g, &L->opt, &pd__cpu_backend));
-    return PD_OK;
+    g->expand = pd__flow_expand;
+    g->expand_ctx = L;
+    pd_status s = pd__graph_finalize(g, &L->opt, &pd__cpu_backend);
+    g->expand = NULL; /* the subgraphs go with the model */
+    g->expand_ctx = NULL;
+    return s;
 }
 
 /* `owned`, when not NULL, is buf's allocation: freed as soon as it is unpacked. */
@@ -738,6 +786,10 @@ static pd_status load(const uint8_t *buf, size_t len, unsigned char *owned, cons
     L.g->model_bytes = owned;
     L.g->model_len = len;
     s = build_graph(&L);
+    PD_FREE(L.sub_attr);
+    PD_FREE(L.sub_graph);
+    PD_FREE(L.init_key);
+    PD_FREE(L.init_tensor);
     onnx__model_proto__free_unpacked(m, NULL);
     if (s != PD_OK) {
         pd_graph_destroy(L.g);

@@ -104,5 +104,12 @@ expect_error "--max-constant-bytes 0" "--max-constant-bytes expects an integer" 
 expect_error "run honours --max-constant-bytes" "beyond the cap of 1000 bytes" \
   "$pdonnx" run "$h/const_4m.onnx" --max-constant-bytes 1000
 
+# --- issue 19: control flow is unrolled at load; a Loop of 10^6 iterations, If
+# nested past the limit and a data-dependent Loop are refused in one line, promptly
+expect_error "Loop of 10^6 iterations" "node 'L' (Loop): the Loop runs past 4096 iterations" \
+  "${limited[@]}" "$pdonnx" info "$h/loop_1e6.onnx"
+expect_error "If nested 20 deep" "node 'if0' (If): subgraphs nest deeper than 16 levels" "$pdonnx" info "$h/if_20.onnx"
+expect_error "Loop whose condition the data decides" "data-dependent loop" "$pdonnx" info "$h/loop_data.onnx"
+
 [ $fails -eq 0 ] || { echo "$fails failed"; exit 1; }
 echo "all passed"

@@ -1185,6 +1185,154 @@ static void test_tensor_pb(void) {
           pd_last_error());
 }
 
+/* ---- control flow (onnx/flow.c) --------------------------------------------------- */
+
+static Onnx__TensorProto *mk_i64(const char *name, const char *dims, const int64_t *v, size_t n) {
+    return mk_raw(name, PD_INT64, dims, v, n * sizeof *v);
+}
+
+/* A subgraph: a model builder's graph, its inputs and outputs declared as float. */
+static Onnx__GraphProto *sub(mb *b) { return &b->g; }
+
+static void graph_attr(Onnx__NodeProto *n, const char *name, mb *body) {
+    Onnx__AttributeProto *a = mk_attr(n, name, PD_A_GRAPH);
+    a->g = sub(body);
+}
+
+/* Loop M times: y += 1, y starting at [1, 2]; the body names its output
+ * "y_out", and the outer graph holds a tensor named as its renamed copy
+ * would be ("L/0/y_out"): the copies take other names. */
+static mb *loop_model(int64_t M, bool runtime_cond) {
+    mb *b = mb_new(13);
+    const int64_t y0[2] = {1, 2}, clash[2] = {100, 200}, one = 1; /* int64: folded at load */
+    const uint8_t yes = 1;
+    add_init(b, mk_i64("M", "", &M, 1));
+    add_init(b, mk_raw("c", PD_BOOL, "", &yes, 1));
+    add_init(b, mk_i64("y0", "2", y0, 2));
+    add_init(b, mk_i64("L/0/y_out", "2", clash, 2));
+    mb *body = mb_new(13);
+    add_in(body, mk_vi("i", PD_INT64, ""));
+    add_in(body, mk_vi("cond", PD_BOOL, ""));
+    add_in(body, mk_vi("y", PD_INT64, "2"));
+    add_init(body, mk_i64("one", "", &one, 1));
+    add_node(body, mk_node("Add", "inc", "y,one", "y_out"));
+    if (runtime_cond) { /* the condition is computed from the runtime input x */
+        add_node(body, mk_node("ReduceSum", "rs", "x", "xs0"));
+        Onnx__NodeProto *cast = mk_node("Cast", "toint", "xs0", "xs");
+        Onnx__AttributeProto *to = mk_attr(cast, "to", PD_A_INT);
+        to->has_i = 1;
+        to->i = PD_INT64;
+        add_node(body, cast);
+        add_node(body, mk_node("Greater", "gt", "xs,one", "cond_out"));
+    } else {
+        add_node(body, mk_node("Identity", "keep", "cond", "cond_out"));
+    }
+    add_out(body, "cond_out");
+    add_out(body, "y_out");
+    if (runtime_cond) add_in(b, mk_vi("x", PD_FLOAT, "2"));
+    Onnx__NodeProto *n = mk_node("Loop", "L", "M,c,y0", "y");
+    graph_attr(n, "body", body);
+    add_node(b, n);
+    add_node(b, mk_node("Add", "plus", "y,L/0/y_out", "z"));
+    add_out(b, "z");
+    return b;
+}
+
+/* A branch returning Identity(x) as r. */
+static mb *id_branch(const char *r) {
+    mb *br = mb_new(13);
+    add_node(br, mk_node("Identity", NULL, "x", r));
+    add_out(br, r);
+    return br;
+}
+
+/* If nested depth levels deep: each then_branch holds the next If, the innermost returns x. */
+static mb *nested_if(int depth) {
+    mb *inner = NULL;
+    for (int d = depth; d >= 0; d--) {
+        mb *br = id_branch(fmt("r%d", d));
+        if (inner) {
+            br = mb_new(13);
+            Onnx__NodeProto *n = mk_node("If", fmt("if%d", d + 1), "c", fmt("r%d", d));
+            graph_attr(n, "then_branch", inner);
+            graph_attr(n, "else_branch", id_branch(fmt("e%d", d)));
+            add_node(br, n);
+            add_out(br, fmt("r%d", d));
+        }
+        inner = br;
+    }
+    mb *b = mb_new(13);
+    const uint8_t yes = 1;
+    add_init(b, mk_raw("c", PD_BOOL, "", &yes, 1));
+    add_in(b, mk_vi("x", PD_FLOAT, "2"));
+    Onnx__NodeProto *n = mk_node("If", "if0", "c", "y");
+    graph_attr(n, "then_branch", inner);
+    graph_attr(n, "else_branch", id_branch("e"));
+    add_node(b, n);
+    add_out(b, "y");
+    return b;
+}
+
+static void test_control_flow(void) {
+    pd_graph *g = expect_load("Loop of 3, a name that clashes with a renamed copy", save(loop_model(3, false), "loop3.onnx"),
+                              NULL);
+    const pd__tensor *z = g ? T(g, "z") : NULL;
+    CHECK(z && z->data && ((int64_t *)z->data)[0] == 104 && ((int64_t *)z->data)[1] == 205,
+          "Loop of 3 folds to [1, 2] + 3 + [100, 200] = [104, 205]");
+    int ones = 0;
+    for (int t = 0; g && t < g->ntensors; t++) ones += strstr(g->tensors[t].name, "/one") != NULL;
+    CHECK(ones == 1, "the body's initializer is decoded once for the 3 iterations (%d copies)", ones);
+    pd_graph_destroy(g);
+    expect_fail("Loop of 10^6 iterations", save(loop_model(1000000, false), "hostile/loop_1e6.onnx"), NULL,
+                PD_ERR_UNSUPPORTED, "node 'L' (Loop)", "past 4096 iterations");
+    expect_fail("Loop whose condition depends on a runtime input", save(loop_model(3, true), "hostile/loop_data.onnx"),
+                NULL, PD_ERR_UNSUPPORTED, "node 'L' (Loop)", "data-dependent loop");
+
+    pd_graph_destroy(expect_load("If nested 15 deep", save(nested_if(15), "if_15.onnx"), NULL));
+    expect_fail("If nested 20 deep", save(nested_if(20), "hostile/if_20.onnx"), NULL, PD_ERR_UNSUPPORTED,
+                "node 'if0' (If)", "nest deeper than 16");
+
+    /* a branch giving two outputs to an If of one; a branch reading a name nobody defines */
+    mb *b = mb_new(13), *tb = mb_new(13), *eb = mb_new(13);
+    const uint8_t yes = 1;
+    add_init(b, mk_raw("c", PD_BOOL, "", &yes, 1));
+    add_in(b, mk_vi("x", PD_FLOAT, "2"));
+    add_node(tb, mk_node("Identity", "t1", "x", "a"));
+    add_node(tb, mk_node("Identity", "t2", "x", "b"));
+    add_out(tb, "a");
+    add_out(tb, "b");
+    add_node(eb, mk_node("Identity", "e1", "x", "e"));
+    add_out(eb, "e");
+    Onnx__NodeProto *n = mk_node("If", "sel", "c", "y");
+    graph_attr(n, "then_branch", tb);
+    graph_attr(n, "else_branch", eb);
+    add_node(b, n);
+    add_out(b, "y");
+    expect_fail("If whose branch has two outputs for one", save(b, "hostile/if_count.onnx"), NULL, PD_ERR_INVALID,
+                "node 'sel' (If)", "then_branch 2");
+    /* a condition known only at run time, and branches of different shapes */
+    mb *rb = mb_new(13), *rt = id_branch("a"), *re = mb_new(13);
+    add_in(rb, mk_vi("x", PD_FLOAT, "2"));
+    add_in(rb, mk_vi("rc", PD_BOOL, ""));
+    Onnx__NodeProto *cat = mk_node("Concat", "twice", "x,x", "e");
+    Onnx__AttributeProto *ax = mk_attr(cat, "axis", PD_A_INT);
+    ax->has_i = 1;
+    add_node(re, cat);
+    add_out(re, "e");
+    Onnx__NodeProto *rif = mk_node("If", "rsel", "rc", "y");
+    graph_attr(rif, "then_branch", rt);
+    graph_attr(rif, "else_branch", re);
+    add_node(rb, rif);
+    add_out(rb, "y");
+    expect_fail("If on a runtime condition whose branches differ in shape", save(rb, "hostile/if_shapes.onnx"), NULL,
+                PD_ERR_UNSUPPORTED, "node 'rsel' (If)", "float32 [2] and float32 [4]");
+
+    tb->g.n_output = 1;
+    eb->nodes[0]->input[0] = S("nowhere");
+    expect_fail("If whose branch reads an undefined name", save(b, "hostile/if_undef.onnx"), NULL, PD_ERR_INVALID,
+                "node 'sel' (If)", "'nowhere'");
+}
+
 /* test_loader [DIR]: with DIR, the models are written there and kept (the CLI
  * test runs pdonnx on them). */
 /* y = (x W) * s + b, trained with mse from one session per option set:
@@ -1578,6 +1726,7 @@ int main(int argc, char **argv) {
     test_transposed_ties();
     test_mask_folds();
     test_gelu_fuses();
+    test_control_flow();
     if (!keep) nftw(tmp_root, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
     arena_free();
     return check_summary();

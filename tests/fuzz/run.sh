@@ -3,8 +3,8 @@
 # readers and planners (SECONDS/2) and the checkpoint reader (SECONDS/4).
 #   tests/fuzz/run.sh BUILD_DIR SECONDS
 # BUILD_DIR is configured with -Dfuzz=true (clang). The loader's seed corpus
-# is the fixture models plus a sample of ONNX's test models when ../shared is
-# there; the checkpoint reader's is tests/fuzz/ckpt/ (real checkpoints).
+# is the fixture models (control-flow ones included) plus a sample of ONNX's
+# test models and its If/Loop/Scan cases when ../shared is there; the checkpoint reader's is tests/fuzz/ckpt/ (real checkpoints).
 # Exits non-zero when libFuzzer finds a crash, leak or sanitizer error.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -12,10 +12,18 @@ build=$1 secs=${2:-60}
 corpus=$(mktemp -d)
 trap 'rm -rf "$corpus"' EXIT
 i=0
-for m in tests/fixtures/*/model.onnx examples/*.onnx tests/fuzz/regressions/*.onnx; do cp "$m" "$corpus/seed$((i++)).onnx"; done
+for m in tests/fixtures/*/model.onnx tests/fixtures/flow/*.onnx tests/fixtures/flow/cases/*/model.onnx examples/*.onnx tests/fuzz/regressions/*.onnx; do
+  cp "$m" "$corpus/seed$((i++)).onnx"
+done
 if [ -d ../shared/onnx-tests ]; then
   for m in $(ls -d ../shared/onnx-tests/{node,simple,pytorch-operator}/*/model.onnx 2>/dev/null | awk 'NR % 12 == 0'); do
     cp "$m" "$corpus/seed$((i++)).onnx"
+  done
+  # control flow (subgraph attributes, unrolled at load: onnx/flow.c), every case
+  for t in if loop11 scan9_sum scan9_scalar scan9_multi_state scan_sum range_float_type_positive_delta_expanded \
+    affine_grid_2d_expanded affine_grid_3d_align_corners_expanded linear_attention_gated_delta_expanded; do
+    m=../shared/onnx-tests/node/test_$t/model.onnx
+    [ -f "$m" ] && cp "$m" "$corpus/seed$((i++)).onnx"
   done
 fi
 echo "fuzzing the loader for ${secs}s from $i seeds"
