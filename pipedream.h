@@ -10429,6 +10429,7 @@ pd_status pd__simulate_costs(const pd__schedule *s, const pd__sim_costs *c, pd_s
                            c->allreduce_ms[w]);
 
     pd_status rc = PD_OK;
+    pd__trace tr = {trace, false}, *tp = trace ? &tr : NULL;
     double **st = (double **)PD_CALLOC((size_t)p, sizeof(double *)), **en = (double **)PD_CALLOC((size_t)p, sizeof(double *));
     double *done = (double *)PD_CALLOC((size_t)N, sizeof(double));
     pd_sim_stage *stage = (pd_sim_stage *)PD_CALLOC((size_t)p, sizeof(pd_sim_stage));
@@ -10477,7 +10478,6 @@ pd_status pd__simulate_costs(const pd__schedule *s, const pd__sim_costs *c, pd_s
             busy += pd__overlap(st[w][i], en[w][i], lo, hi);
         }
     }
-    pd__trace tr = {trace, false}, *tp = trace ? &tr : NULL;
     if (trace) fputs("[\n", trace);
     if (trace) pd__trace_events(s, st, en, tp);
     for (int w = 0; w < p && rc == PD_OK; w++) rc = pd__memory(s, c, w, en, max_version, &stage[w], tp);
