@@ -390,16 +390,26 @@ double pd__flops_Clip(const pd_graph *g, const pd__node *n) { return 2 * out_num
 
 /* ---- Cast, Identity ---------------------------------------------------------------- */
 
+/* Cast and CastLike convert between every numeric dtype, the low-bit ones
+ * (float8, float4, int4, int2) included; round_mode names e8m0's rounding. */
+static pd_status check_cast(pd_graph *g, const pd__node *n, const pd__tensor *x) {
+    if (!pd__dtype_lowbit(x->dtype)) PD_TRY(check_kind(g, n, x, PD_EK_ANY));
+    const char *rm = pd__attr_s(n, "round_mode", "up");
+    if (strcmp(rm, "up") && strcmp(rm, "down") && strcmp(rm, "nearest"))
+        return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "round_mode '%s' is not one of up, down, nearest", rm);
+    return PD_OK;
+}
+
 pd_status pd__shape_Cast(pd_graph *g, pd__node *n) {
     pd__tensor *x, *y;
     PD_TRY(input(g, n, 0, &x));
     PD_TRY(output(g, n, &y));
-    PD_TRY(check_kind(g, n, x, PD_EK_ANY));
+    PD_TRY(check_cast(g, n, x));
     const pd__attr *to = pd__attr_get(n, "to");
     if (!to || to->type != PD_A_INT)
         return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "attribute 'to' missing or not an int");
     pd_dtype t = (pd_dtype)to->i;
-    if (to->i < 0 || to->i > 64 || !pd__ekind(t))
+    if (to->i < 0 || to->i > 64 || (!pd__ekind(t) && !pd__dtype_lowbit(t)))
         return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "cast to dtype %lld is not supported", (long long)to->i);
     y->dtype = t;
     return pd__tensor_set_shape(g, y, x->ndim, x->shape);
@@ -412,10 +422,10 @@ pd_status pd__shape_CastLike(pd_graph *g, pd__node *n) {
     pd__tensor *x, *t, *y;
     PD_TRY(input(g, n, 0, &x));
     PD_TRY(output(g, n, &y));
-    PD_TRY(check_kind(g, n, x, PD_EK_ANY));
+    PD_TRY(check_cast(g, n, x));
     t = pd__in(g, n, 1);
     if (!t) return pd__node_err(g, n, PD_ERR_INVALID, "input 1 (target_type) is missing");
-    PD_TRY(check_kind(g, n, t, PD_EK_ANY));
+    if (!pd__dtype_lowbit(t->dtype)) PD_TRY(check_kind(g, n, t, PD_EK_ANY));
     y->dtype = t->dtype;
     return pd__tensor_set_shape(g, y, x->ndim, x->shape);
 }
