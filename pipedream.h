@@ -3264,10 +3264,11 @@ double pd__flops_Identity(const pd_graph *g, const pd__node *n) {
 
 /* ---- QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear ------------------------- */
 
-/* The integer types these ops compute in; float8, int4, int2 and float4 never
- * reach here (the loader refuses their tensors) but may be named by output_dtype. */
+/* The types quantized values come in: the integers, and the low-bit types
+ * but e8m0 (a scale type, never a quantized one). */
 static bool quant_int(pd_dtype t) {
-    return t == PD_INT8 || t == PD_UINT8 || t == PD_INT16 || t == PD_UINT16 || t == PD_INT32;
+    return t == PD_INT8 || t == PD_UINT8 || t == PD_INT16 || t == PD_UINT16 || t == PD_INT32 ||
+           (pd__dtype_lowbit(t) && t != PD_FLOAT8E8M0);
 }
 
 /* Scale s (and zero point z) against x: one value (per tensor), a 1-D one of
@@ -3325,7 +3326,8 @@ pd_status pd__shape_QuantizeLinear(pd_graph *g, pd__node *n) {
     pd_dtype t = z ? z->dtype : od ? (pd_dtype)od : PD_UINT8;
     if (!quant_int(t) || t == PD_INT32)
         return pd__node_err(g, n, PD_ERR_UNSUPPORTED,
-                            "quantizing to %s is not supported (int8, uint8, int16 and uint16 are)",
+                            "quantizing to %s is not supported (8- and 16-bit integers, int4, uint4, int2, uint2, "
+                            "float8 but e8m0, and float4e2m1 are)",
                             od && !z && (od < 0 || od > 64) ? "an unknown dtype" : pd_dtype_name(t));
     if (z && od && od != (int64_t)z->dtype)
         return pd__node_err(g, n, PD_ERR_SHAPE, "output_dtype %lld differs from the zero point's %s", (long long)od,
@@ -3345,7 +3347,8 @@ pd_status pd__shape_DequantizeLinear(pd_graph *g, pd__node *n) {
     PD_TRY(output(g, n, &y));
     if (!quant_int(x->dtype))
         return pd__node_err(g, n, PD_ERR_UNSUPPORTED,
-                            "dequantizing %s is not supported (int8, uint8, int16, uint16 and int32 are)",
+                            "dequantizing %s is not supported (8-, 16- and 32-bit integers, int4, uint4, int2, "
+                            "uint2, float8 but e8m0, and float4e2m1 are)",
                             pd_dtype_name(x->dtype));
     PD_TRY(check_kind(g, n, s, PD_EK_FLOAT));
     if (z) {

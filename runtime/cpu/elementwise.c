@@ -2319,8 +2319,17 @@ static void quant_range(pd_dtype t, double *lo, double *hi) {
     case PD_UINT8: *lo = 0, *hi = 255; break;
     case PD_INT16: *lo = -32768, *hi = 32767; break;
     case PD_UINT16: *lo = 0, *hi = 65535; break;
+    case PD_INT4: *lo = -8, *hi = 7; break;
+    case PD_UINT4: *lo = 0, *hi = 15; break;
+    case PD_INT2: *lo = -2, *hi = 1; break;
+    case PD_UINT2: *lo = 0, *hi = 3; break;
     default: *lo = -2147483648.0, *hi = 2147483647.0; break;
     }
+}
+
+/* float8 and float4e2m1 (int4 and int2 go the integer way) */
+static bool lowfloat(pd_dtype t) {
+    return pd__dtype_lowbit(t) && t != PD_INT4 && t != PD_UINT4 && t != PD_INT2 && t != PD_UINT2;
 }
 
 /* Maps an element of x to its scale's index: 0 per tensor, the axis coordinate
@@ -2368,6 +2377,18 @@ pd_status pd__cpu_QuantizeLinear(pd__exec *x, const pd__node *n, pd_tensor *cons
     double lo, hi;
     quant_range(Y->dtype, &lo, &hi);
     int64_t cnt = numel(X);
+    if (lowfloat(Y->dtype)) {
+        /* float8 and float4: x / scale (+ zero point, 0 in practice) in float32,
+         * then Cast's rounding to nearest even, saturating unless saturate = 0 */
+        bool sat = pd__attr_i(n, "saturate", 1) != 0;
+        for (int64_t i = 0; i < cnt; i++) {
+            int64_t k = qmap_at(&m, i);
+            double v = quant_div(X->dtype, S->dtype, pd__get_f(X->dtype, X->data, i), pd__get_f(S->dtype, S->data, k));
+            if (Z && Z->data) v = (float)(v + pd__get_f(Z->dtype, Z->data, k));
+            ((uint8_t *)Y->data)[i] = pd__lowfloat_encode(Y->dtype, v, sat, PD_RM_UP);
+        }
+        return PD_OK;
+    }
     for (int64_t i = 0; i < cnt; i++) {
         int64_t k = qmap_at(&m, i);
         double xv = pd__get_f(X->dtype, X->data, i), sv = pd__get_f(S->dtype, S->data, k);
@@ -2387,10 +2408,20 @@ pd_status pd__cpu_DequantizeLinear(pd__exec *x, const pd__node *n, pd_tensor *co
     pd_tensor *Y = out[0];
     pd__qmap m = qmap_make(n, X, S);
     int64_t cnt = numel(X);
+    /* float8 and float4 values (and their differences) are exact in double too */
+    bool fx = lowfloat(X->dtype);
     for (int64_t i = 0; i < cnt; i++) {
-        int64_t k = qmap_at(&m, i), v = pd__get_i(X->dtype, X->data, i);
-        if (Z && Z->data) v -= pd__get_i(Z->dtype, Z->data, k);
-        double r = (double)v * pd__get_f(S->dtype, S->data, k);
+        int64_t k = qmap_at(&m, i);
+        double v;
+        if (fx) {
+            v = pd__get_f(X->dtype, X->data, i);
+            if (Z && Z->data) v -= pd__get_f(Z->dtype, Z->data, k);
+        } else {
+            int64_t iv = pd__get_i(X->dtype, X->data, i);
+            if (Z && Z->data) iv -= pd__get_i(Z->dtype, Z->data, k);
+            v = (double)iv;
+        }
+        double r = v * pd__get_f(S->dtype, S->data, k);
         pd__set_f(Y->dtype, Y->data, i, Y->dtype == PD_DOUBLE ? r : (double)(float)r);
     }
     return PD_OK;
