@@ -99,6 +99,10 @@ double pd__lowfloat_decode(pd_dtype t, uint8_t c);
  * largest finite value, else inf or NaN where the type has them (float4e2m1
  * always saturates: it has neither). */
 uint8_t pd__lowfloat_encode(pd_dtype t, double v, bool saturate, int round_mode);
+/* n elements of a 4- or 2-bit type between their packed file form ((n * bits
+ * + 7) / 8 bytes, low bits first) and one a byte (int4/int2 sign-extended). */
+void pd__unpack_bits(pd_dtype t, const uint8_t *src, int64_t n, int8_t *dst);
+void pd__pack_bits(pd_dtype t, const int8_t *src, int64_t n, uint8_t *dst);
 
 /* ---- the graph IR --------------------------------------------------------- */
 

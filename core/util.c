@@ -351,6 +351,25 @@ static int8_t low_int_wrap(pd_dtype t, int64_t v) {
 
 static bool low_int(pd_dtype t) { return t == PD_INT4 || t == PD_UINT4 || t == PD_INT2 || t == PD_UINT2; }
 
+/* The 4- and 2-bit types are packed in files, low bits first, the last byte
+ * part used when the count does not fill it. */
+void pd__unpack_bits(pd_dtype t, const uint8_t *src, int64_t n, int8_t *dst) {
+    int bits = pd__dtype_bits(t), per = 8 / bits;
+    unsigned mask = (1u << bits) - 1, sbit = 1u << (bits - 1);
+    bool sgn = t == PD_INT4 || t == PD_INT2;
+    for (int64_t i = 0; i < n; i++) {
+        unsigned c = (src[i / per] >> ((i % per) * bits)) & mask;
+        dst[i] = (int8_t)(sgn ? (int)(c ^ sbit) - (int)sbit : (int)c);
+    }
+}
+
+void pd__pack_bits(pd_dtype t, const int8_t *src, int64_t n, uint8_t *dst) {
+    int bits = pd__dtype_bits(t), per = 8 / bits;
+    unsigned mask = (1u << bits) - 1;
+    memset(dst, 0, (size_t)((n * bits + 7) / 8));
+    for (int64_t i = 0; i < n; i++) dst[i / per] |= (uint8_t)(((unsigned)src[i] & mask) << ((i % per) * bits));
+}
+
 double pd__get_f(pd_dtype t, const void *p, int64_t i) {
     switch (t) {
     case PD_FLOAT: return ((const float *)p)[i];

@@ -178,13 +178,16 @@ static pd_status pd__graph_pack(const pd_graph *g, const char *what, uint8_t **o
         int src = pd__transposed_source(g, t); /* a tie stored as a transpose: the file's copy, from its source */
         if (src < 0 && (x->kind != PD_T_INIT || !x->data)) continue;
         if ((int)x->dtype != tp->data_type) continue;
-        size_t bytes = (size_t)x->numel * pd_dtype_size(x->dtype);
+        int bits = pd__dtype_bits(x->dtype); /* int4, float4, int2 pack 2 or 4 to a byte */
+        size_t bytes = bits < 8 ? ((size_t)x->numel * (size_t)bits + 7) / 8 : (size_t)x->numel * pd_dtype_size(x->dtype);
         uint8_t *d = PD_MALLOC(bytes ? bytes : 1);
         if (!d) {
             st = pd__err(PD_ERR_NOMEM, "%s: out of memory saving '%s'", what, tp->name);
             break;
         }
-        if (src < 0) {
+        if (src < 0 && bits < 8) {
+            pd__pack_bits(x->dtype, (const int8_t *)x->data, x->numel, d);
+        } else if (src < 0) {
             memcpy(d, x->data, bytes);
         } else { /* x (r x c) = source^T */
             const float *a = (const float *)g->tensors[src].data;

@@ -332,19 +332,6 @@ static void decode_typed(const Onnx__TensorProto *tp, pd_dtype dt, size_t n, voi
     }
 }
 
-/* The 4- and 2-bit types come packed, low bits first, the last byte part
- * used when the count does not fill it: one element a byte in memory, the
- * signed ones sign-extended. `src` holds (n * bits + 7) / 8 bytes; dst n. */
-static void unpack_bits(pd_dtype dt, const uint8_t *src, int64_t n, int8_t *dst) {
-    int bits = pd__dtype_bits(dt), per = 8 / bits;
-    unsigned mask = (1u << bits) - 1, sbit = 1u << (bits - 1);
-    bool sgn = dt == PD_INT4 || dt == PD_INT2;
-    for (int64_t i = 0; i < n; i++) {
-        unsigned c = (src[i / per] >> ((i % per) * bits)) & mask;
-        dst[i] = (int8_t)(sgn ? (int)(c ^ sbit) - (int)sbit : (int)c);
-    }
-}
-
 pd_status pd__decode_tensor(const Onnx__TensorProto *tp, const char *what, const char *base_dir,
                             pd_tensor *out) {
     int32_t dt = tp->has_data_type ? tp->data_type : 0;
@@ -422,7 +409,7 @@ pd_status pd__decode_tensor(const Onnx__TensorProto *tp, const char *what, const
             PD_FREE(pk);
             return pd__err(PD_ERR_NOMEM, "%s: out of memory (%zu bytes)", what, nbytes);
         }
-        unpack_bits((pd_dtype)dt, pk, numel, data);
+        pd__unpack_bits((pd_dtype)dt, pk, numel, data);
         PD_FREE(pk);
     } else if (external) {
         PD_TRY(read_external(tp, what, base_dir, nbytes, &data));

@@ -879,6 +879,87 @@ static void test_dtypes(void) {
     pd_graph_destroy(g);
 }
 
+/* The low-bit types: float8 codes a byte, int4/float4 two and uint2 four to a
+ * byte (low bits first, the last byte part used), from raw_data and
+ * int32_data; sizes checked against the shape; saved packed again, and a
+ * reload gives the same bits. */
+static void test_lowbit_io(void) {
+    mb *b = mb_new(21);
+    static const uint8_t i4raw[3] = {0x78, 0x0f, 0x03}; /* -8, 7, -1, 0, 3 */
+    static const uint8_t f8raw[3] = {0x38, 0xc0, 0x7f}; /* 1, -2, NaN */
+    static const int32_t u2typed[2] = {0xe4, 0x0b};     /* 0, 1, 2, 3, 3, 2 */
+    static const int32_t f4typed[2] = {0xf1, 0x07};     /* 0.5, -6, 6 */
+    add_init(b, mk_raw("i4", PD_INT4, "5", i4raw, 3));
+    add_init(b, mk_raw("f8", PD_FLOAT8E4M3FN, "3", f8raw, 3));
+    add_init(b, mk_i32("u2", PD_UINT2, "6", u2typed, 2));
+    add_init(b, mk_i32("f4", PD_FLOAT4E2M1, "3", f4typed, 2));
+    add_out(b, "i4");
+    add_out(b, "f8");
+    add_out(b, "u2");
+    add_out(b, "f4");
+    const char *path = save(b, "lowbit.onnx");
+    pd_graph *g = expect_load("low-bit initializers", path, NULL);
+    if (!g) return;
+    static const int8_t i4[5] = {-8, 7, -1, 0, 3}, u2[6] = {0, 1, 2, 3, 3, 2};
+    const pd__tensor *t = T(g, "i4");
+    CHECK(t && t->dtype == PD_INT4 && t->numel == 5 && !memcmp(t->data, i4, 5), "int4 raw_data unpacks, sign-extended");
+    t = T(g, "u2");
+    CHECK(t && t->dtype == PD_UINT2 && t->numel == 6 && !memcmp(t->data, u2, 6), "uint2 int32_data unpacks 4 a byte");
+    t = T(g, "f8");
+    CHECK(t && t->dtype == PD_FLOAT8E4M3FN && pd__get_f(t->dtype, t->data, 0) == 1 &&
+              pd__get_f(t->dtype, t->data, 1) == -2 && isnan(pd__get_f(t->dtype, t->data, 2)),
+          "float8e4m3fn codes read as 1, -2, NaN");
+    t = T(g, "f4");
+    CHECK(t && t->dtype == PD_FLOAT4E2M1 && pd__get_f(t->dtype, t->data, 0) == 0.5 &&
+              pd__get_f(t->dtype, t->data, 1) == -6 && pd__get_f(t->dtype, t->data, 2) == 6,
+          "float4e2m1 int32_data reads as 0.5, -6, 6");
+
+    const char *out = fmt("%s/lowbit_saved.onnx", tmp_root);
+    pd_graph *g2 = NULL;
+    bool ok = pd_graph_save(g, out) == PD_OK && pd_graph_load_file(out, NULL, &g2) == PD_OK;
+    CHECK(ok, "low-bit initializers save and reload: %s", ok ? "yes" : pd_last_error());
+    const char *names[4] = {"i4", "f8", "u2", "f4"};
+    for (int k = 0; ok && k < 4; k++) {
+        const pd__tensor *a = T(g, names[k]), *c = T(g2, names[k]);
+        CHECK(a && c && a->dtype == c->dtype && a->numel == c->numel && !memcmp(a->data, c->data, (size_t)a->numel),
+              "'%s' has the same bits after save and reload", names[k]);
+    }
+    pd_graph_destroy(g2);
+    pd_graph_destroy(g);
+    /* the saved file holds them packed: 3 bytes for 5 int4, 2 for 6 uint2 */
+    size_t len;
+    unsigned char *buf;
+    if (pd__read_file(out, &buf, &len) == PD_OK) {
+        Onnx__ModelProto *m = onnx__model_proto__unpack(NULL, len, buf);
+        size_t want[4] = {3, 3, 2, 2}, bad = 0;
+        for (size_t i = 0; m && i < m->graph->n_initializer; i++) {
+            const Onnx__TensorProto *tp = m->graph->initializer[i];
+            for (int k = 0; k < 4; k++)
+                if (!strcmp(tp->name, names[k]) && (!tp->has_raw_data || tp->raw_data.len != want[k])) bad++;
+        }
+        CHECK(m && bad == 0, "saved raw_data is packed (3, 3, 2, 2 bytes)");
+        if (m) onnx__model_proto__free_unpacked(m, NULL);
+        PD_FREE(buf);
+    }
+
+    /* hostile sizes: a byte short or over, int32_data counted per element */
+    mb *h = mb_new(21);
+    add_init(h, mk_raw("i4", PD_INT4, "5", i4raw, 2));
+    add_out(h, "i4");
+    expect_fail("int4 raw_data a byte short", save(h, "lowbit_short.onnx"), NULL, PD_ERR_PARSE, "raw_data has 2 bytes",
+                "needs 3");
+    h = mb_new(21);
+    static const int32_t five[5] = {1, 2, 3, 4, 5};
+    add_init(h, mk_i32("u2", PD_UINT2, "6", five, 5));
+    add_out(h, "u2");
+    expect_fail("uint2 int32_data one value per element", save(h, "lowbit_typed.onnx"), NULL, PD_ERR_PARSE,
+                "int32_data has 5 values", "packs into 2");
+    h = mb_new(21);
+    add_init(h, mk_raw("f4", PD_FLOAT4E2M1, "4611686018427387904,4", i4raw, 3));
+    add_out(h, "f4");
+    expect_fail("float4 of 2^64 elements", save(h, "lowbit_huge.onnx"), NULL, PD_ERR_NOMEM, "too large", NULL);
+}
+
 static void test_external(void) {
     /* root/ext/ is the model's folder; root/secret.bin lies outside it */
     const char *dir = fmt("%s/ext", tmp_root);
@@ -1566,6 +1647,7 @@ int main(int argc, char **argv) {
     test_unsupported();
     test_attributes();
     test_dtypes();
+    test_lowbit_io();
     test_external();
     mkdir(fmt("%s/hostile", tmp_root), 0755);
     test_huge_flops();
