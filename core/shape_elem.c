@@ -432,7 +432,15 @@ pd_status pd__shape_CastLike(pd_graph *g, pd__node *n) {
 
 double pd__flops_CastLike(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
 
-pd_status pd__shape_Identity(pd_graph *g, pd__node *n) { return shape_unary(g, n, PD_EK_ANY); }
+/* Identity moves bytes: every dtype, the low-bit ones too. */
+pd_status pd__shape_Identity(pd_graph *g, pd__node *n) {
+    pd__tensor *x, *y;
+    PD_TRY(input(g, n, 0, &x));
+    PD_TRY(output(g, n, &y));
+    if (!pd__dtype_lowbit(x->dtype)) PD_TRY(check_kind(g, n, x, PD_EK_ANY));
+    y->dtype = x->dtype;
+    return pd__tensor_set_shape(g, y, x->ndim, x->shape);
+}
 
 double pd__flops_Identity(const pd_graph *g, const pd__node *n) {
     (void)g;

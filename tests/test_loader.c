@@ -960,6 +960,71 @@ static void test_lowbit_io(void) {
     expect_fail("float4 of 2^64 elements", save(h, "lowbit_huge.onnx"), NULL, PD_ERR_NOMEM, "too large", NULL);
 }
 
+/* The low-bit types move through the byte-moving ops and convert with Cast;
+ * an op that would compute in one refuses, naming the node and the dtype. */
+static void test_lowbit_ops(void) {
+    mb *b = mb_new(21);
+    static const int64_t shp[2] = {3, 2};
+    add_in(b, mk_vi("x", PD_FLOAT8E5M2, "2,3"));
+    add_init(b, mk_raw("shape", PD_INT64, "2", shp, sizeof shp));
+    add_node(b, mk_node("Reshape", "reshape", "x,shape", "r"));
+    add_node(b, mk_node("Transpose", "transpose", "r", "t"));
+    add_node(b, mk_node("Identity", "identity", "t", "y"));
+    Onnx__NodeProto *c = mk_node("Cast", "cast", "y", "yf");
+    Onnx__AttributeProto *a = mk_attr(c, "to", PD_A_INT);
+    a->has_i = 1;
+    a->i = PD_FLOAT;
+    add_node(b, c);
+    add_out(b, "y");
+    add_out(b, "yf");
+    pd_graph *g = expect_load("float8 through Reshape, Transpose, Identity, Cast", save(b, "lowbit_move.onnx"), NULL);
+    pd_engine *e = NULL;
+    if (g && pd_engine_create(g, NULL, &e) == PD_OK) {
+        uint8_t xs[6] = {0x3c, 0x40, 0xc2, 0x01, 0x7b, 0x7e}; /* 1, 2, -3, 2^-16, 57344, NaN */
+        pd_tensor in = {PD_FLOAT8E5M2, 2, {2, 3}, xs}, y, yf;
+        bool ok = pd_engine_set_input(e, "x", &in) == PD_OK && pd_engine_run(e) == PD_OK &&
+                  pd_engine_get_output(e, "y", &y) == PD_OK && pd_engine_get_output(e, "yf", &yf) == PD_OK;
+        CHECK(ok, "the float8 graph runs: %s", ok ? "yes" : pd_last_error());
+        static const uint8_t want[6] = {0x3c, 0xc2, 0x7b, 0x40, 0x01, 0x7e}; /* [3,2] transposed */
+        const float wf[5] = {1, -3, 57344, 2, 0x1p-16f};
+        if (ok) {
+            CHECK(y.dtype == PD_FLOAT8E5M2 && y.shape[0] == 2 && y.shape[1] == 3 && !memcmp(y.data, want, 6),
+                  "Reshape, Transpose and Identity move the float8 bytes");
+            const float *f = yf.data;
+            CHECK(yf.dtype == PD_FLOAT && !memcmp(f, wf, sizeof wf) && isnan(f[5]),
+                  "Cast decodes them: 1 -3 57344 2 2^-16 NaN");
+        }
+    } else if (g) {
+        CHECK(false, "engine on the float8 graph: %s", pd_last_error());
+    }
+    pd_engine_destroy(e);
+    pd_graph_destroy(g);
+
+    struct {
+        const char *op, *label;
+        int dt;
+        const char *needle;
+    } refuse[] = {
+        {"Add", "Add of float8e4m3fn", PD_FLOAT8E4M3FN, "float8e4m3fn"},
+        {"CumSum", "CumSum of int4", PD_INT4, "int4"},
+        {"Hardmax", "Hardmax of float8e5m2fnuz", PD_FLOAT8E5M2FNUZ, "float8e5m2fnuz"},
+        {"Trilu", "Trilu of float8e8m0 (its zero is no 0x00)", PD_FLOAT8E8M0, "no kernel computes in"},
+        {"ArgMax", "ArgMax of float4e2m1", PD_FLOAT4E2M1, "float4e2m1"},
+        {"Relu", "Relu of uint2", PD_UINT2, "uint2"},
+    };
+    for (size_t k = 0; k < sizeof refuse / sizeof refuse[0]; k++) {
+        mb *h = mb_new(21);
+        static const int64_t zero = 0;
+        add_in(h, mk_vi("x", refuse[k].dt, "2,2"));
+        add_init(h, mk_raw("axis", PD_INT64, "", &zero, 8));
+        const char *ins = !strcmp(refuse[k].op, "Add") ? "x,x" : !strcmp(refuse[k].op, "CumSum") ? "x,axis" : "x";
+        add_node(h, mk_node(refuse[k].op, "n0", ins, "y"));
+        add_out(h, "y");
+        expect_fail(refuse[k].label, save(h, fmt("lowbit_refuse%zu.onnx", k)), NULL, PD_ERR_UNSUPPORTED, "'n0'",
+                    refuse[k].needle);
+    }
+}
+
 static void test_external(void) {
     /* root/ext/ is the model's folder; root/secret.bin lies outside it */
     const char *dir = fmt("%s/ext", tmp_root);
@@ -1648,6 +1713,7 @@ int main(int argc, char **argv) {
     test_attributes();
     test_dtypes();
     test_lowbit_io();
+    test_lowbit_ops();
     test_external();
     mkdir(fmt("%s/hostile", tmp_root), 0755);
     test_huge_flops();
