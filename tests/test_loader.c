@@ -1025,6 +1025,67 @@ static void test_lowbit_ops(void) {
     }
 }
 
+/* QuantizeLinear to float8 without saturation and to int4 with a zero
+ * point, DequantizeLinear back, Cast to e8m0 rounding to nearest without
+ * saturation: the values ONNX's ReferenceEvaluator (onnx 1.23) gives. */
+static void test_lowbit_quant(void) {
+    mb *b = mb_new(25);
+    static const float two = 2;
+    static const uint8_t zero = 0, one = 1;
+    add_in(b, mk_vi("x", PD_FLOAT, "8"));
+    add_init(b, mk_f32("s", "", &two, 1));
+    add_init(b, mk_raw("zf8", PD_FLOAT8E4M3FN, "", &zero, 1));
+    add_init(b, mk_raw("zi4", PD_INT4, "", &one, 1));
+    Onnx__NodeProto *n = mk_node("QuantizeLinear", "q1", "x,s,zf8", "q1");
+    Onnx__AttributeProto *a = mk_attr(n, "saturate", PD_A_INT);
+    a->has_i = 1;
+    a->i = 0;
+    add_node(b, n);
+    add_node(b, mk_node("QuantizeLinear", "q2", "x,s,zi4", "q2"));
+    n = mk_node("Cast", "c", "x", "c");
+    a = mk_attr(n, "to", PD_A_INT);
+    a->has_i = 1;
+    a->i = PD_FLOAT8E8M0;
+    a = mk_attr(n, "saturate", PD_A_INT);
+    a->has_i = 1;
+    a->i = 0;
+    a = mk_attr(n, "round_mode", PD_A_STRING);
+    a->has_s = 1;
+    a->s.data = (uint8_t *)S("nearest");
+    a->s.len = 7;
+    add_node(b, n);
+    add_node(b, mk_node("DequantizeLinear", "d", "q2,s,zi4", "d"));
+    add_out(b, "q1");
+    add_out(b, "q2");
+    add_out(b, "c");
+    add_out(b, "d");
+    pd_graph *g = expect_load("QuantizeLinear to float8 and int4, Cast to e8m0", save(b, "lowbit_quant.onnx"), NULL);
+    pd_engine *e = NULL;
+    if (!g || pd_engine_create(g, NULL, &e) != PD_OK) {
+        CHECK(false, "engine on the quantizing graph: %s", pd_last_error());
+        pd_graph_destroy(g);
+        return;
+    }
+    float xs[8] = {1000, -1000, 0.3f, 3.7f, 300, -17, 14.9f, 5.0f};
+    pd_tensor in = {PD_FLOAT, 1, {8}, xs}, q1, q2, c, d;
+    bool ok = pd_engine_set_input(e, "x", &in) == PD_OK && pd_engine_run(e) == PD_OK &&
+              pd_engine_get_output(e, "q1", &q1) == PD_OK && pd_engine_get_output(e, "q2", &q2) == PD_OK &&
+              pd_engine_get_output(e, "c", &c) == PD_OK && pd_engine_get_output(e, "d", &d) == PD_OK;
+    CHECK(ok, "the quantizing graph runs: %s", ok ? "yes" : pd_last_error());
+    if (ok) {
+        static const uint8_t wq1[8] = {127, 255, 34, 63, 113, 208, 79, 66}, wc[8] = {137, 137, 125, 129, 135, 131, 131, 129};
+        static const int8_t wq2[8] = {7, -8, 1, 3, 7, -7, 7, 3};
+        static const float wd[8] = {12, -18, 0, 4, 12, -16, 12, 4};
+        CHECK(q1.dtype == PD_FLOAT8E4M3FN && !memcmp(q1.data, wq1, 8),
+              "QuantizeLinear saturate=0 to float8e4m3fn: out of range gives NaN of its sign, the rest rounds to even");
+        CHECK(q2.dtype == PD_INT4 && !memcmp(q2.data, wq2, 8), "QuantizeLinear to int4 with zero point 1 clips to [-8, 7]");
+        CHECK(c.dtype == PD_FLOAT8E8M0 && !memcmp(c.data, wc, 8), "Cast to float8e8m0, round_mode nearest, saturate 0");
+        CHECK(d.dtype == PD_FLOAT && !memcmp(d.data, wd, sizeof wd), "DequantizeLinear of int4 with zero point 1");
+    }
+    pd_engine_destroy(e);
+    pd_graph_destroy(g);
+}
+
 static void test_external(void) {
     /* root/ext/ is the model's folder; root/secret.bin lies outside it */
     const char *dir = fmt("%s/ext", tmp_root);
@@ -1714,6 +1775,7 @@ int main(int argc, char **argv) {
     test_dtypes();
     test_lowbit_io();
     test_lowbit_ops();
+    test_lowbit_quant();
     test_external();
     mkdir(fmt("%s/hostile", tmp_root), 0755);
     test_huge_flops();
