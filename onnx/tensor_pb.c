@@ -48,7 +48,7 @@ const char *pd__onnx_type_name(int32_t dt) {
         "float16",        "double",   "uint32",       "uint64",         "complex64",
         "complex128",     "bfloat16", "float8e4m3fn", "float8e4m3fnuz", "float8e5m2",
         "float8e5m2fnuz", "uint4",    "int4",         "float4e2m1",     "float8e8m0",
-        "uint2",          "int2"};
+        "uint2",          "int2",     "float6e2m3",   "float6e3m2"};
     if (dt >= 0 && (size_t)dt < sizeof names / sizeof names[0]) return names[dt];
     return "unknown";
 }
