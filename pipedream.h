@@ -1491,10 +1491,12 @@ static double mf_decode(const pd__mfmt *f, unsigned c) {
     return (c & sbit) ? -v : v;
 }
 
-/* Round to nearest even in one step from the double (exact for every float32
- * and float16 source), then saturate or overflow; what a NaN, an overflow
- * and a negative zero become follows ml_dtypes, which ONNX's reference uses. */
+/* Rounds to float32 first, as ml_dtypes does (a double just above a tie
+ * becomes the tie; float32 and float16 sources are exact), then to nearest
+ * even, then saturates or overflows; what a NaN, an overflow and a negative
+ * zero become follows ml_dtypes too, which ONNX's reference uses. */
 static uint8_t mf_encode(const pd__mfmt *f, double v, bool sat) {
+    v = (float)v;
     unsigned sbit = 1u << (f->eb + f->mb), sign = signbit(v) ? sbit : 0;
     /* E2M1 has no NaN: ml_dtypes gives a zero of the opposite sign */
     unsigned nan = f->kind == PD_MF_UZ ? sbit : f->kind == PD_MF_FN ? sign | (sbit - 1)

@@ -92,6 +92,11 @@ int main(void) {
     FLOAT_TYPE(FLOAT8E5M2FNUZ);
     FLOAT_TYPE(FLOAT4E2M1);
     check_e8m0();
+    /* a double source rounds to float32 first, as ml_dtypes: 1.0625 + 2^-40
+     * becomes the tie 1.0625, which goes to the even 1.0 (0x38), not 1.125 */
+    CHECK(pd__lowfloat_encode(PD_FLOAT8E4M3FN, 1.0625 + 0x1p-40, true, PD_RM_UP) == 0x38 &&
+              pd__lowfloat_encode(PD_FLOAT8E4M3FN, -1.0625 - 0x1p-40, false, PD_RM_UP) == 0xb8,
+          "FLOAT8E4M3FN: a double just above a tie rounds through float32, as ml_dtypes");
     INT_TYPE(INT4, -8, 7);
     INT_TYPE(UINT4, 0, 15);
     INT_TYPE(INT2, -2, 1);
