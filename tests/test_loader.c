@@ -942,8 +942,27 @@ static void test_lowbit_io(void) {
         PD_FREE(buf);
     }
 
-    /* hostile sizes: a byte short or over, int32_data counted per element */
+    /* external data: the packed bytes in a file beside the model */
+    write_file(fmt("%s/i4.bin", tmp_root), i4raw, 3);
     mb *h = mb_new(21);
+    Onnx__TensorProto *ext = mk_external("i4", "5", "i4.bin", NULL, NULL);
+    ext->data_type = PD_INT4;
+    add_init(h, ext);
+    add_out(h, "i4");
+    g = expect_load("int4 from external data", save(h, "lowbit_ext.onnx"), NULL);
+    t = g ? T(g, "i4") : NULL;
+    CHECK(t && t->dtype == PD_INT4 && t->numel == 5 && !memcmp(t->data, i4, 5), "external int4 unpacks: -8 7 -1 0 3");
+    pd_graph_destroy(g);
+    h = mb_new(21);
+    ext = mk_external("i4", "5", "i4.bin", "0", "2");
+    ext->data_type = PD_INT4;
+    add_init(h, ext);
+    add_out(h, "i4");
+    expect_fail("external int4 of 2 bytes for 5 elements", save(h, "lowbit_ext_short.onnx"), NULL, PD_ERR_PARSE,
+                "has 2 bytes", "needs 3");
+
+    /* hostile sizes: a byte short or over, int32_data counted per element */
+    h = mb_new(21);
     add_init(h, mk_raw("i4", PD_INT4, "5", i4raw, 2));
     add_out(h, "i4");
     expect_fail("int4 raw_data a byte short", save(h, "lowbit_short.onnx"), NULL, PD_ERR_PARSE, "raw_data has 2 bytes",
