@@ -2408,7 +2408,8 @@ pd_status pd__cpu_DequantizeLinear(pd__exec *x, const pd__node *n, pd_tensor *co
     pd_tensor *Y = out[0];
     pd__qmap m = qmap_make(n, X, S);
     int64_t cnt = numel(X);
-    /* float8 and float4 values (and their differences) are exact in double too */
+    /* float8 and float4 values are decoded to double; with the zero point 0
+     * the spec asks of them, their product with a float scale is exact too */
     bool fx = lowfloat(X->dtype);
     for (int64_t i = 0; i < cnt; i++) {
         int64_t k = qmap_at(&m, i);
