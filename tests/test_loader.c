@@ -1105,6 +1105,50 @@ static void test_lowbit_quant(void) {
     pd_graph_destroy(g);
 }
 
+/* Training cannot go through a cast to a low-bit type or a QuantizeLinear:
+ * the session refuses, naming the node where the gradient's flow stops. */
+static void test_lowbit_train(void) {
+    static const float w[6] = {1, 2, 3, 4, 5, 6}, sc = 0.5f;
+    static const uint8_t zero = 0;
+    for (int k = 0; k < 2; k++) {
+        mb *b = mb_new(21);
+        add_in(b, mk_vi("x", PD_FLOAT, "4,3"));
+        add_init(b, mk_f32("W", "3,2", w, 6));
+        if (k == 0) {
+            Onnx__NodeProto *c = mk_node("Cast", "to_f8", "W", "W8");
+            Onnx__AttributeProto *a = mk_attr(c, "to", PD_A_INT);
+            a->has_i = 1;
+            a->i = PD_FLOAT8E4M3FN;
+            add_node(b, c);
+            c = mk_node("Cast", "back", "W8", "Wd");
+            a = mk_attr(c, "to", PD_A_INT);
+            a->has_i = 1;
+            a->i = PD_FLOAT;
+            add_node(b, c);
+        } else {
+            add_init(b, mk_f32("s", "", &sc, 1));
+            add_init(b, mk_raw("z", PD_FLOAT8E5M2, "", &zero, 1));
+            add_node(b, mk_node("QuantizeLinear", "quant", "W,s,z", "W8"));
+            add_node(b, mk_node("DequantizeLinear", "dequant", "W8,s,z", "Wd"));
+        }
+        add_node(b, mk_node("MatMul", "mm", "x,Wd", "y"));
+        add_out(b, "y");
+        pd_graph *g = NULL;
+        pd_session *s = NULL;
+        pd_train_options to = PD_TRAIN_OPTIONS_INIT;
+        to.loss = PD_LOSS_MSE;
+        pd_status st = pd_graph_load_file(save(b, fmt("lowbit_train%d.onnx", k)), NULL, &g);
+        if (st == PD_OK) st = pd_session_create(g, &to, &s);
+        const char *msg = pd_last_error();
+        bool named = k == 0 ? strstr(msg, "'to_f8' (Cast)") && strstr(msg, "float8e4m3fn")
+                            : strstr(msg, "'quant' (QuantizeLinear)") && strstr(msg, "no gradient for 'W'");
+        CHECK(st == PD_ERR_INVALID && named, "training through %s is refused naming the node: %s",
+              k == 0 ? "a Cast to float8" : "QuantizeLinear to float8", msg);
+        pd_session_destroy(s);
+        pd_graph_destroy(g);
+    }
+}
+
 static void test_external(void) {
     /* root/ext/ is the model's folder; root/secret.bin lies outside it */
     const char *dir = fmt("%s/ext", tmp_root);
@@ -1795,6 +1839,7 @@ int main(int argc, char **argv) {
     test_lowbit_io();
     test_lowbit_ops();
     test_lowbit_quant();
+    test_lowbit_train();
     test_external();
     mkdir(fmt("%s/hostile", tmp_root), 0755);
     test_huge_flops();
