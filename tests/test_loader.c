@@ -1019,6 +1019,67 @@ static void test_lowbit_ops(void) {
     pd_engine_destroy(e);
     pd_graph_destroy(g);
 
+    /* int4 through the other byte movers: Concat, Slice, Gather, Tile, Flatten,
+     * Unsqueeze, Squeeze, Split; the values onnx.reference gives */
+    {
+        mb *m = mb_new(21);
+        static const int64_t shp3[3] = {2, 3, 4}, st[1] = {1}, en[1] = {3}, ax1[1] = {1}, idx[2] = {0, 2},
+                             rep[3] = {2, 1, 1}, ax0[1] = {0};
+        static int64_t perm[3] = {2, 0, 1};
+        add_in(m, mk_vi("x", PD_FLOAT, "24"));
+        add_init(m, mk_raw("shp", PD_INT64, "3", shp3, sizeof shp3));
+        add_init(m, mk_raw("st", PD_INT64, "1", st, 8));
+        add_init(m, mk_raw("en", PD_INT64, "1", en, 8));
+        add_init(m, mk_raw("ax", PD_INT64, "1", ax1, 8));
+        add_init(m, mk_raw("idx", PD_INT64, "2", idx, sizeof idx));
+        add_init(m, mk_raw("rep", PD_INT64, "3", rep, sizeof rep));
+        add_init(m, mk_raw("ax0", PD_INT64, "1", ax0, 8));
+        struct {
+            const char *op, *ins, *outs, *attr;
+            int64_t v;
+        } chain[] = {{"Cast", "x", "l", "to", PD_INT4},         {"Reshape", "l,shp", "r", NULL, 0},
+                     {"Transpose", "r", "t", NULL, 0},           {"Concat", "t,t", "c", "axis", 1},
+                     {"Slice", "c,st,en,ax", "s", NULL, 0},      {"Gather", "s,idx", "g", "axis", 0},
+                     {"Tile", "g,rep", "ti", NULL, 0},           {"Flatten", "ti", "f", "axis", 1},
+                     {"Unsqueeze", "f,ax0", "u", NULL, 0},       {"Squeeze", "u,ax0", "sq", NULL, 0},
+                     {"Split", "sq", "sp0,sp1", "num_outputs", 2}, {"Identity", "sp1", "id", NULL, 0},
+                     {"Cast", "id", "y", "to", PD_FLOAT}};
+        for (size_t k = 0; k < sizeof chain / sizeof chain[0]; k++) {
+            Onnx__NodeProto *nd = mk_node(chain[k].op, fmt("n%zu", k), chain[k].ins, chain[k].outs);
+            if (chain[k].attr) {
+                Onnx__AttributeProto *at = mk_attr(nd, chain[k].attr, PD_A_INT);
+                at->has_i = 1;
+                at->i = chain[k].v;
+            }
+            if (!strcmp(chain[k].op, "Transpose")) {
+                Onnx__AttributeProto *at = mk_attr(nd, "perm", PD_A_INTS);
+                at->ints = perm;
+                at->n_ints = 3;
+            }
+            if (!strcmp(chain[k].op, "Split")) {
+                Onnx__AttributeProto *at = mk_attr(nd, "axis", PD_A_INT);
+                at->has_i = 1;
+                at->i = 0;
+            }
+            add_node(m, nd);
+        }
+        add_out(m, "y");
+        pd_graph *gm = expect_load("int4 through ten byte-moving ops", save(m, "lowbit_chain.onnx"), NULL);
+        pd_engine *em = NULL;
+        float xs[24], *yv = NULL;
+        for (int i = 0; i < 24; i++) xs[i] = (float)(i - 12) * 0.37f;
+        pd_tensor tin = {PD_FLOAT, 1, {24}, xs}, yo;
+        bool ok = gm && pd_engine_create(gm, NULL, &em) == PD_OK && pd_engine_set_input(em, "x", &tin) == PD_OK &&
+                  pd_engine_run(em) == PD_OK && pd_engine_get_output(em, "y", &yo) == PD_OK;
+        if (ok) yv = yo.data;
+        static const float want[12] = {0, 1, 2, -4, -2, -1, 0, 2, 3, -3, -2, 0};
+        CHECK(ok && yo.ndim == 2 && yo.shape[0] == 2 && yo.shape[1] == 6 && !memcmp(yv, want, sizeof want),
+              "int4 through Concat, Slice, Gather, Tile, Flatten, Unsqueeze, Squeeze, Split: onnx.reference's values%s%s",
+              ok ? "" : ": ", ok ? "" : pd_last_error());
+        pd_engine_destroy(em);
+        pd_graph_destroy(gm);
+    }
+
     struct {
         const char *op, *label;
         int dt;
