@@ -179,13 +179,14 @@ static pd_status pd__graph_pack(const pd_graph *g, const char *what, uint8_t **o
         if (src < 0 && (x->kind != PD_T_INIT || !x->data)) continue;
         if ((int)x->dtype != tp->data_type) continue;
         int bits = pd__dtype_bits(x->dtype); /* int4, float4, int2 pack 2 or 4 to a byte */
-        size_t bytes = bits < 8 ? ((size_t)x->numel * (size_t)bits + 7) / 8 : (size_t)x->numel * pd_dtype_size(x->dtype);
+        bool packed = bits == 4 || bits == 2;
+        size_t bytes = packed ? ((size_t)x->numel * (size_t)bits + 7) / 8 : (size_t)x->numel * pd_dtype_size(x->dtype);
         uint8_t *d = PD_MALLOC(bytes ? bytes : 1);
         if (!d) {
             st = pd__err(PD_ERR_NOMEM, "%s: out of memory saving '%s'", what, tp->name);
             break;
         }
-        if (src < 0 && bits < 8) {
+        if (src < 0 && packed) {
             pd__pack_bits(x->dtype, (const int8_t *)x->data, x->numel, d);
         } else if (src < 0) {
             memcpy(d, x->data, bytes);

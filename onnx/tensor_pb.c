@@ -364,7 +364,7 @@ pd_status pd__decode_tensor(const Onnx__TensorProto *tp, const char *what, const
     /* in the file: packed types take (numel * bits + 7) / 8 bytes (numel is at
      * most SIZE_MAX / 2 here, so the product cannot overflow) */
     int bits = pd__dtype_bits((pd_dtype)dt);
-    bool packed = bits < 8;
+    bool packed = bits == 4 || bits == 2;
     size_t fbytes = packed ? ((size_t)numel * (size_t)bits + 7) / 8 : nbytes;
 
     bool external = tp->has_data_location && tp->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL;
