@@ -121,7 +121,20 @@ typedef enum pd_dtype {
     PD_DOUBLE = 11,
     PD_UINT32 = 12,
     PD_UINT64 = 13,
-    PD_BFLOAT16 = 16
+    PD_BFLOAT16 = 16,
+    /* The low-bit types: one byte per element in memory (the 4- and 2-bit ones
+     * unpacked, int4/int2 sign-extended); only Cast, CastLike, the quantization
+     * ops and the ops that move bytes take them. */
+    PD_FLOAT8E4M3FN = 17,
+    PD_FLOAT8E4M3FNUZ = 18,
+    PD_FLOAT8E5M2 = 19,
+    PD_FLOAT8E5M2FNUZ = 20,
+    PD_UINT4 = 21,
+    PD_INT4 = 22,
+    PD_FLOAT4E2M1 = 23,
+    PD_FLOAT8E8M0 = 24,
+    PD_UINT2 = 25,
+    PD_INT2 = 26
 } pd_dtype;
 
 #define PD_MAX_DIMS 8
@@ -952,6 +965,26 @@ uint16_t pd__float_to_half(float f);
 float pd__bf16_to_float(uint16_t h);
 uint16_t pd__float_to_bf16(float f);
 
+/* The low-bit types (float8 x5, float4e2m1, int4/uint4, int2/uint2), one byte
+ * an element in memory. */
+bool pd__dtype_lowbit(pd_dtype t);
+/* Bits per element in a file (raw_data, int32_data): 4 or 2 for the packed
+ * types, else 8 * the element size. */
+int pd__dtype_bits(pd_dtype t);
+/* Cast's rounding for float8e8m0 (its round_mode attribute). */
+enum { PD_RM_UP, PD_RM_DOWN, PD_RM_NEAREST };
+/* Decodes one element of a float8 or float4e2m1 type (NaN for its NaN codes). */
+double pd__lowfloat_decode(pd_dtype t, uint8_t c);
+/* Encodes v into a float8 or float4e2m1 type, rounding to nearest even (e8m0:
+ * round_mode, as ONNX's reference). saturate: out of range (and inf) gives the
+ * largest finite value, else inf or NaN where the type has them (float4e2m1
+ * always saturates: it has neither). */
+uint8_t pd__lowfloat_encode(pd_dtype t, double v, bool saturate, int round_mode);
+/* n elements of a 4- or 2-bit type between their packed file form ((n * bits
+ * + 7) / 8 bytes, low bits first) and one a byte (int4/int2 sign-extended). */
+void pd__unpack_bits(pd_dtype t, const uint8_t *src, int64_t n, int8_t *dst);
+void pd__pack_bits(pd_dtype t, const int8_t *src, int64_t n, uint8_t *dst);
+
 /* ---- the graph IR --------------------------------------------------------- */
 
 typedef enum pd__tkind {
@@ -1382,6 +1415,16 @@ const char *pd_dtype_name(pd_dtype t) {
     case PD_UINT32: return "uint32";
     case PD_UINT64: return "uint64";
     case PD_BFLOAT16: return "bfloat16";
+    case PD_FLOAT8E4M3FN: return "float8e4m3fn";
+    case PD_FLOAT8E4M3FNUZ: return "float8e4m3fnuz";
+    case PD_FLOAT8E5M2: return "float8e5m2";
+    case PD_FLOAT8E5M2FNUZ: return "float8e5m2fnuz";
+    case PD_UINT4: return "uint4";
+    case PD_INT4: return "int4";
+    case PD_FLOAT4E2M1: return "float4e2m1";
+    case PD_FLOAT8E8M0: return "float8e8m0";
+    case PD_UINT2: return "uint2";
+    case PD_INT2: return "int2";
     case PD_UNDEFINED: break;
     }
     return "undefined";
@@ -1390,6 +1433,8 @@ const char *pd_dtype_name(pd_dtype t) {
 size_t pd_dtype_size(pd_dtype t) {
     switch (t) {
     case PD_UINT8: case PD_INT8: case PD_BOOL: return 1;
+    case PD_FLOAT8E4M3FN: case PD_FLOAT8E4M3FNUZ: case PD_FLOAT8E5M2: case PD_FLOAT8E5M2FNUZ:
+    case PD_UINT4: case PD_INT4: case PD_FLOAT4E2M1: case PD_FLOAT8E8M0: case PD_UINT2: case PD_INT2: return 1;
     case PD_UINT16: case PD_INT16: case PD_FLOAT16: case PD_BFLOAT16: return 2;
     case PD_FLOAT: case PD_INT32: case PD_UINT32: return 4;
     case PD_INT64: case PD_DOUBLE: case PD_UINT64: return 8;
@@ -1501,6 +1546,144 @@ uint16_t pd__float_to_bf16(float f) {
     return (uint16_t)(x >> 16);
 }
 
+/* ---- float8, float4, int4, int2 ------------------------------------------------ */
+bool pd__dtype_lowbit(pd_dtype t) { return t >= PD_FLOAT8E4M3FN && t <= PD_INT2; }
+
+int pd__dtype_bits(pd_dtype t) {
+    switch (t) {
+    case PD_UINT4: case PD_INT4: case PD_FLOAT4E2M1: return 4;
+    case PD_UINT2: case PD_INT2: return 2;
+    default: return 8 * (int)pd_dtype_size(t);
+    }
+}
+
+/* A small float format: exponent and mantissa widths, bias, and which codes
+ * are special. IEEE: all-ones exponent is inf (m = 0) or NaN, like E5M2. FN:
+ * only all-ones is NaN, no inf (E4M3FN). UZ: 0x80 (negative zero) is the one
+ * NaN, no -0 and no inf. NONE: every code is finite (E2M1). */
+enum { PD_MF_IEEE, PD_MF_FN, PD_MF_UZ, PD_MF_NONE };
+typedef struct pd__mfmt {
+    int eb, mb, bias, kind;
+    uint8_t maxc; /* the largest finite magnitude's code */
+} pd__mfmt;
+
+static const pd__mfmt *mf_of(pd_dtype t) {
+    static const pd__mfmt e4m3fn = {4, 3, 7, PD_MF_FN, 0x7e}, e4m3fnuz = {4, 3, 8, PD_MF_UZ, 0x7f},
+                          e5m2 = {5, 2, 15, PD_MF_IEEE, 0x7b}, e5m2fnuz = {5, 2, 16, PD_MF_UZ, 0x7f},
+                          e2m1 = {2, 1, 1, PD_MF_NONE, 0x7};
+    switch (t) {
+    case PD_FLOAT8E4M3FN: return &e4m3fn;
+    case PD_FLOAT8E4M3FNUZ: return &e4m3fnuz;
+    case PD_FLOAT8E5M2: return &e5m2;
+    case PD_FLOAT8E5M2FNUZ: return &e5m2fnuz;
+    case PD_FLOAT4E2M1: return &e2m1;
+    default: return NULL;
+    }
+}
+
+static double mf_decode(const pd__mfmt *f, unsigned c) {
+    unsigned sbit = 1u << (f->eb + f->mb), emask = (1u << f->eb) - 1, mmask = (1u << f->mb) - 1;
+    unsigned e = (c >> f->mb) & emask, m = c & mmask;
+    if (f->kind == PD_MF_UZ && c == sbit) return NAN;
+    if (f->kind == PD_MF_IEEE && e == emask) return m ? NAN : (c & sbit) ? -INFINITY : INFINITY;
+    if (f->kind == PD_MF_FN && e == emask && m == mmask) return NAN;
+    double v = e ? ldexp((double)(m | (1u << f->mb)), (int)e - f->bias - f->mb) : ldexp((double)m, 1 - f->bias - f->mb);
+    return (c & sbit) ? -v : v;
+}
+
+/* Rounds to float32 first, as ml_dtypes does (a double just above a tie
+ * becomes the tie; float32 and float16 sources are exact), then to nearest
+ * even, then saturates or overflows; what a NaN, an overflow and a negative
+ * zero become follows ml_dtypes too, which ONNX's reference uses. */
+static uint8_t mf_encode(const pd__mfmt *f, double v, bool sat) {
+    v = (float)v;
+    unsigned sbit = 1u << (f->eb + f->mb), sign = signbit(v) ? sbit : 0;
+    /* E2M1 has no NaN: ml_dtypes gives a zero of the opposite sign */
+    unsigned nan = f->kind == PD_MF_UZ ? sbit : f->kind == PD_MF_FN ? sign | (sbit - 1)
+                   : f->kind == PD_MF_IEEE ? sign | (((1u << f->eb) - 1) << f->mb) | (1u << (f->mb - 1)) : sign ^ sbit;
+    if (v != v) return (uint8_t)nan;
+    double a = fabs(v), max = mf_decode(f, f->maxc);
+    if (f->kind == PD_MF_NONE) sat = true;
+    unsigned over = sat ? sign | f->maxc : f->kind == PD_MF_IEEE ? sign | (((1u << f->eb) - 1) << f->mb) : nan;
+    if (a > 2 * max) return (uint8_t)over; /* inf too; keeps ldexp below in range */
+    int emin = 1 - f->bias, e;
+    frexp(a, &e);
+    e -= 1; /* a in [2^e, 2^(e+1)) */
+    if (e < emin) e = emin;
+    double q = nearbyint(ldexp(a, f->mb - e)), r = ldexp(q, e - f->mb);
+    if (r > max) return (uint8_t)over;
+    if (r == 0) return (uint8_t)(f->kind == PD_MF_UZ ? 0 : sign);
+    if (r < ldexp(1, emin)) return (uint8_t)(sign | (unsigned)q); /* subnormal */
+    frexp(r, &e);
+    e -= 1;
+    unsigned m = (unsigned)ldexp(r, f->mb - e) - (1u << f->mb);
+    return (uint8_t)(sign | ((unsigned)(e + f->bias) << f->mb) | m);
+}
+
+/* float8e8m0 is an exponent alone (2^(c-127), 0xff NaN), made as ONNX's
+ * to_float8e8m0 makes it from the float32's bits: the sign is dropped, and
+ * round_mode decides whether a mantissa rounds the exponent up. */
+static uint8_t e8m0_encode(double v, bool sat, int mode) {
+    float f = (float)v;
+    uint32_t b;
+    memcpy(&b, &f, 4);
+    uint32_t e = (b >> 23) & 0xff;
+    if (e == 0xff) return 0xff;
+    bool up = false;
+    if (mode == PD_RM_NEAREST) {
+        bool g = b & 0x400000, r = b & 0x200000, s = b & 0x1fffff, lsb = e > 0;
+        up = g && (r || s || lsb);
+    } else if (mode == PD_RM_UP) {
+        up = (b & 0x7fffff) != 0;
+    }
+    if (up && sat && e == 0xfe) up = false;
+    return (uint8_t)(e + up);
+}
+
+double pd__lowfloat_decode(pd_dtype t, uint8_t c) {
+    if (t == PD_FLOAT8E8M0) return c == 0xff ? NAN : ldexp(1.0, (int)c - 127);
+    const pd__mfmt *f = mf_of(t);
+    return f ? mf_decode(f, c) : 0;
+}
+
+uint8_t pd__lowfloat_encode(pd_dtype t, double v, bool saturate, int round_mode) {
+    if (t == PD_FLOAT8E8M0) return e8m0_encode(v, saturate, round_mode);
+    const pd__mfmt *f = mf_of(t);
+    return f ? mf_encode(f, v, saturate) : 0;
+}
+
+/* Integers of 4 and 2 bits keep their low bits (two's complement for the
+ * signed ones), as Cast does between integer types. */
+static int8_t low_int_wrap(pd_dtype t, int64_t v) {
+    switch (t) {
+    case PD_INT4: return (int8_t)((int)((v & 0xf) ^ 0x8) - 0x8);
+    case PD_UINT4: return (int8_t)(v & 0xf);
+    case PD_INT2: return (int8_t)((int)((v & 0x3) ^ 0x2) - 0x2);
+    default: return (int8_t)(v & 0x3);
+    }
+}
+
+static bool low_int(pd_dtype t) { return t == PD_INT4 || t == PD_UINT4 || t == PD_INT2 || t == PD_UINT2; }
+
+/* The 4- and 2-bit types are packed in files, low bits first, the last byte
+ * part used when the count does not fill it. */
+void pd__unpack_bits(pd_dtype t, const uint8_t *src, int64_t n, int8_t *dst) {
+    int bits = pd__dtype_bits(t), per = 8 / bits;
+    unsigned mask = (1u << bits) - 1, sbit = 1u << (bits - 1);
+    bool sgn = t == PD_INT4 || t == PD_INT2;
+    for (int64_t i = 0; i < n; i++) {
+        unsigned c = (src[i / per] >> ((i % per) * bits)) & mask;
+        dst[i] = (int8_t)(sgn ? (int)(c ^ sbit) - (int)sbit : (int)c);
+    }
+}
+
+void pd__pack_bits(pd_dtype t, const int8_t *src, int64_t n, uint8_t *dst) {
+    int bits = pd__dtype_bits(t), per = 8 / bits;
+    unsigned mask = (1u << bits) - 1;
+    memset(dst, 0, (size_t)((n * bits + 7) / 8));
+    for (int64_t i = 0; i < n; i++) dst[i / per] |= (uint8_t)(((unsigned)src[i] & mask) << ((i % per) * bits));
+}
+
 double pd__get_f(pd_dtype t, const void *p, int64_t i) {
     switch (t) {
     case PD_FLOAT: return ((const float *)p)[i];
@@ -1516,7 +1699,9 @@ double pd__get_f(pd_dtype t, const void *p, int64_t i) {
     case PD_UINT16: return ((const uint16_t *)p)[i];
     case PD_UINT32: return ((const uint32_t *)p)[i];
     case PD_UINT64: return (double)((const uint64_t *)p)[i];
-    default: return 0;
+    case PD_INT4: case PD_INT2: return ((const int8_t *)p)[i];
+    case PD_UINT4: case PD_UINT2: return ((const uint8_t *)p)[i];
+    default: return pd__dtype_lowbit(t) ? pd__lowfloat_decode(t, ((const uint8_t *)p)[i]) : 0;
     }
 }
 
@@ -1531,6 +1716,8 @@ int64_t pd__get_i(pd_dtype t, const void *p, int64_t i) {
     case PD_UINT16: return ((const uint16_t *)p)[i];
     case PD_UINT32: return ((const uint32_t *)p)[i];
     case PD_UINT64: return (int64_t)((const uint64_t *)p)[i];
+    case PD_INT4: case PD_INT2: return ((const int8_t *)p)[i];
+    case PD_UINT4: case PD_UINT2: return ((const uint8_t *)p)[i];
     default: {
         double v = pd__get_f(t, p, i);
         if (v != v) return 0;
@@ -1548,6 +1735,14 @@ void pd__set_f(pd_dtype t, void *p, int64_t i, double v) {
     case PD_FLOAT16: ((uint16_t *)p)[i] = pd__float_to_half((float)v); break;
     case PD_BFLOAT16: ((uint16_t *)p)[i] = pd__float_to_bf16((float)v); break;
     case PD_BOOL: ((uint8_t *)p)[i] = v != 0; break;
+    case PD_FLOAT8E4M3FN: case PD_FLOAT8E4M3FNUZ: case PD_FLOAT8E5M2: case PD_FLOAT8E5M2FNUZ:
+    case PD_FLOAT4E2M1: case PD_FLOAT8E8M0:
+        ((uint8_t *)p)[i] = pd__lowfloat_encode(t, v, true, PD_RM_UP);
+        break;
+    case PD_INT4: case PD_UINT4: case PD_INT2: case PD_UINT2:
+        /* truncated, then its low bits; NaN and inf give 0, as ml_dtypes */
+        ((int8_t *)p)[i] = low_int_wrap(t, isfinite(v) ? (int64_t)fmod(trunc(v), 16.0) : 0);
+        break;
     default: pd__set_i(t, p, i, (v != v) ? 0 : (int64_t)v); break;
     }
 }
@@ -1563,7 +1758,10 @@ void pd__set_i(pd_dtype t, void *p, int64_t i, int64_t v) {
     case PD_UINT16: ((uint16_t *)p)[i] = (uint16_t)v; break;
     case PD_UINT32: ((uint32_t *)p)[i] = (uint32_t)v; break;
     case PD_UINT64: ((uint64_t *)p)[i] = (uint64_t)v; break;
-    default: pd__set_f(t, p, i, (double)v); break;
+    default:
+        if (low_int(t)) ((int8_t *)p)[i] = low_int_wrap(t, v);
+        else pd__set_f(t, p, i, (double)v);
+        break;
     }
 }
 
@@ -2570,6 +2768,36 @@ static pd_status pd__expand_at(pd_graph *g, int i, bool **folded) {
     return PD_OK;
 }
 
+/* The low-bit types (float8, float4, int4, int2) are stored, converted and
+ * moved, never computed in: an op that reads or makes one must be a
+ * conversion or only move bytes. The other ops' shape rules mostly refuse
+ * them by their dtype checks already; this catches the ones that take "any
+ * dtype" and compute (CumSum, ArgMax, TopK, NonZero, Trilu's zeros...). */
+static pd_status pd__check_lowbit(const pd_graph *g, const pd__node *n) {
+    switch (n->op) {
+    case PD_OP_CAST: case PD_OP_CAST_LIKE: case PD_OP_QUANTIZE_LINEAR: case PD_OP_DEQUANTIZE_LINEAR:
+    case PD_OP_IDENTITY: case PD_OP_FLATTEN: case PD_OP_RESHAPE: case PD_OP_TRANSPOSE: case PD_OP_CONCAT:
+    case PD_OP_SPLIT: case PD_OP_SLICE: case PD_OP_GATHER: case PD_OP_UNSQUEEZE: case PD_OP_SQUEEZE:
+    case PD_OP_EXPAND: case PD_OP_CONSTANT: case PD_OP_SHAPE: case PD_OP_CONSTANT_OF_SHAPE: case PD_OP_SIZE:
+    case PD_OP_TILE: case PD_OP_GATHER_ELEMENTS: case PD_OP_GATHER_ND: case PD_OP_DEPTH_TO_SPACE:
+    case PD_OP_SPACE_TO_DEPTH: case PD_OP_COMPRESS: case PD_OP_REVERSE_SEQUENCE:
+        return PD_OK;
+    case PD_OP_SCATTER_ELEMENTS: case PD_OP_SCATTER_ND:
+        if (!strcmp(pd__attr_s(n, "reduction", "none"), "none")) return PD_OK;
+        break;
+    default: break;
+    }
+    for (int k = 0; k < n->nin + n->nout; k++) {
+        int id = k < n->nin ? n->in[k] : n->out[k - n->nin];
+        const pd__tensor *t = id >= 0 ? &g->tensors[id] : NULL;
+        if (t && pd__dtype_lowbit(t->dtype))
+            return pd__node_err(g, n, PD_ERR_UNSUPPORTED,
+                                "%s '%s' is %s, which no kernel computes in (Cast it to a wider type first)",
+                                k < n->nin ? "input" : "output", t->name, pd_dtype_name(t->dtype));
+    }
+    return PD_OK;
+}
+
 pd_status pd__graph_finalize(pd_graph *g, const pd_load_options *opt, const pd_backend_i *fold) {
     PD_TRY(pd__bind_const_inputs(g, opt));
     PD_TRY(pd__unsupported_ops(g));
@@ -2596,6 +2824,7 @@ pd_status pd__graph_finalize(pd_graph *g, const pd_load_options *opt, const pd_b
             break;
         }
         st = pd__ops[n->op].shape(g, n);
+        if (st == PD_OK) st = pd__check_lowbit(g, n);
         if (st != PD_OK) break;
         for (int j = 0; j < n->nout && st == PD_OK; j++) {
             pd__tensor *t = pd__out(g, n, j);
@@ -3236,16 +3465,26 @@ double pd__flops_Clip(const pd_graph *g, const pd__node *n) { return 2 * out_num
 
 /* ---- Cast, Identity ---------------------------------------------------------------- */
 
+/* Cast and CastLike convert between every numeric dtype, the low-bit ones
+ * (float8, float4, int4, int2) included; round_mode names e8m0's rounding. */
+static pd_status check_cast(pd_graph *g, const pd__node *n, const pd__tensor *x) {
+    if (!pd__dtype_lowbit(x->dtype)) PD_TRY(check_kind(g, n, x, PD_EK_ANY));
+    const char *rm = pd__attr_s(n, "round_mode", "up");
+    if (strcmp(rm, "up") && strcmp(rm, "down") && strcmp(rm, "nearest"))
+        return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "round_mode '%s' is not one of up, down, nearest", rm);
+    return PD_OK;
+}
+
 pd_status pd__shape_Cast(pd_graph *g, pd__node *n) {
     pd__tensor *x, *y;
     PD_TRY(input(g, n, 0, &x));
     PD_TRY(output(g, n, &y));
-    PD_TRY(check_kind(g, n, x, PD_EK_ANY));
+    PD_TRY(check_cast(g, n, x));
     const pd__attr *to = pd__attr_get(n, "to");
     if (!to || to->type != PD_A_INT)
         return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "attribute 'to' missing or not an int");
     pd_dtype t = (pd_dtype)to->i;
-    if (to->i < 0 || to->i > 64 || !pd__ekind(t))
+    if (to->i < 0 || to->i > 64 || (!pd__ekind(t) && !pd__dtype_lowbit(t)))
         return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "cast to dtype %lld is not supported", (long long)to->i);
     y->dtype = t;
     return pd__tensor_set_shape(g, y, x->ndim, x->shape);
@@ -3258,17 +3497,25 @@ pd_status pd__shape_CastLike(pd_graph *g, pd__node *n) {
     pd__tensor *x, *t, *y;
     PD_TRY(input(g, n, 0, &x));
     PD_TRY(output(g, n, &y));
-    PD_TRY(check_kind(g, n, x, PD_EK_ANY));
+    PD_TRY(check_cast(g, n, x));
     t = pd__in(g, n, 1);
     if (!t) return pd__node_err(g, n, PD_ERR_INVALID, "input 1 (target_type) is missing");
-    PD_TRY(check_kind(g, n, t, PD_EK_ANY));
+    if (!pd__dtype_lowbit(t->dtype)) PD_TRY(check_kind(g, n, t, PD_EK_ANY));
     y->dtype = t->dtype;
     return pd__tensor_set_shape(g, y, x->ndim, x->shape);
 }
 
 double pd__flops_CastLike(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
 
-pd_status pd__shape_Identity(pd_graph *g, pd__node *n) { return shape_unary(g, n, PD_EK_ANY); }
+/* Identity moves bytes: every dtype, the low-bit ones too. */
+pd_status pd__shape_Identity(pd_graph *g, pd__node *n) {
+    pd__tensor *x, *y;
+    PD_TRY(input(g, n, 0, &x));
+    PD_TRY(output(g, n, &y));
+    if (!pd__dtype_lowbit(x->dtype)) PD_TRY(check_kind(g, n, x, PD_EK_ANY));
+    y->dtype = x->dtype;
+    return pd__tensor_set_shape(g, y, x->ndim, x->shape);
+}
 
 double pd__flops_Identity(const pd_graph *g, const pd__node *n) {
     (void)g;
@@ -3278,10 +3525,11 @@ double pd__flops_Identity(const pd_graph *g, const pd__node *n) {
 
 /* ---- QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear ------------------------- */
 
-/* The integer types these ops compute in; float8, int4, int2 and float4 never
- * reach here (the loader refuses their tensors) but may be named by output_dtype. */
+/* The types quantized values come in: the integers, and the low-bit types
+ * but e8m0 (a scale type, never a quantized one). */
 static bool quant_int(pd_dtype t) {
-    return t == PD_INT8 || t == PD_UINT8 || t == PD_INT16 || t == PD_UINT16 || t == PD_INT32;
+    return t == PD_INT8 || t == PD_UINT8 || t == PD_INT16 || t == PD_UINT16 || t == PD_INT32 ||
+           (pd__dtype_lowbit(t) && t != PD_FLOAT8E8M0);
 }
 
 /* Scale s (and zero point z) against x: one value (per tensor), a 1-D one of
@@ -3339,7 +3587,8 @@ pd_status pd__shape_QuantizeLinear(pd_graph *g, pd__node *n) {
     pd_dtype t = z ? z->dtype : od ? (pd_dtype)od : PD_UINT8;
     if (!quant_int(t) || t == PD_INT32)
         return pd__node_err(g, n, PD_ERR_UNSUPPORTED,
-                            "quantizing to %s is not supported (int8, uint8, int16 and uint16 are)",
+                            "quantizing to %s is not supported (8- and 16-bit integers, int4, uint4, int2, uint2, "
+                            "float8 but e8m0, and float4e2m1 are)",
                             od && !z && (od < 0 || od > 64) ? "an unknown dtype" : pd_dtype_name(t));
     if (z && od && od != (int64_t)z->dtype)
         return pd__node_err(g, n, PD_ERR_SHAPE, "output_dtype %lld differs from the zero point's %s", (long long)od,
@@ -3359,7 +3608,8 @@ pd_status pd__shape_DequantizeLinear(pd_graph *g, pd__node *n) {
     PD_TRY(output(g, n, &y));
     if (!quant_int(x->dtype))
         return pd__node_err(g, n, PD_ERR_UNSUPPORTED,
-                            "dequantizing %s is not supported (int8, uint8, int16, uint16 and int32 are)",
+                            "dequantizing %s is not supported (8-, 16- and 32-bit integers, int4, uint4, int2, "
+                            "uint2, float8 but e8m0, and float4e2m1 are)",
                             pd_dtype_name(x->dtype));
     PD_TRY(check_kind(g, n, s, PD_EK_FLOAT));
     if (z) {

@@ -857,6 +857,36 @@ static pd_status pd__expand_at(pd_graph *g, int i, bool **folded) {
     return PD_OK;
 }
 
+/* The low-bit types (float8, float4, int4, int2) are stored, converted and
+ * moved, never computed in: an op that reads or makes one must be a
+ * conversion or only move bytes. The other ops' shape rules mostly refuse
+ * them by their dtype checks already; this catches the ones that take "any
+ * dtype" and compute (CumSum, ArgMax, TopK, NonZero, Trilu's zeros...). */
+static pd_status pd__check_lowbit(const pd_graph *g, const pd__node *n) {
+    switch (n->op) {
+    case PD_OP_CAST: case PD_OP_CAST_LIKE: case PD_OP_QUANTIZE_LINEAR: case PD_OP_DEQUANTIZE_LINEAR:
+    case PD_OP_IDENTITY: case PD_OP_FLATTEN: case PD_OP_RESHAPE: case PD_OP_TRANSPOSE: case PD_OP_CONCAT:
+    case PD_OP_SPLIT: case PD_OP_SLICE: case PD_OP_GATHER: case PD_OP_UNSQUEEZE: case PD_OP_SQUEEZE:
+    case PD_OP_EXPAND: case PD_OP_CONSTANT: case PD_OP_SHAPE: case PD_OP_CONSTANT_OF_SHAPE: case PD_OP_SIZE:
+    case PD_OP_TILE: case PD_OP_GATHER_ELEMENTS: case PD_OP_GATHER_ND: case PD_OP_DEPTH_TO_SPACE:
+    case PD_OP_SPACE_TO_DEPTH: case PD_OP_COMPRESS: case PD_OP_REVERSE_SEQUENCE:
+        return PD_OK;
+    case PD_OP_SCATTER_ELEMENTS: case PD_OP_SCATTER_ND:
+        if (!strcmp(pd__attr_s(n, "reduction", "none"), "none")) return PD_OK;
+        break;
+    default: break;
+    }
+    for (int k = 0; k < n->nin + n->nout; k++) {
+        int id = k < n->nin ? n->in[k] : n->out[k - n->nin];
+        const pd__tensor *t = id >= 0 ? &g->tensors[id] : NULL;
+        if (t && pd__dtype_lowbit(t->dtype))
+            return pd__node_err(g, n, PD_ERR_UNSUPPORTED,
+                                "%s '%s' is %s, which no kernel computes in (Cast it to a wider type first)",
+                                k < n->nin ? "input" : "output", t->name, pd_dtype_name(t->dtype));
+    }
+    return PD_OK;
+}
+
 pd_status pd__graph_finalize(pd_graph *g, const pd_load_options *opt, const pd_backend_i *fold) {
     PD_TRY(pd__bind_const_inputs(g, opt));
     PD_TRY(pd__unsupported_ops(g));
@@ -883,6 +913,7 @@ pd_status pd__graph_finalize(pd_graph *g, const pd_load_options *opt, const pd_b
             break;
         }
         st = pd__ops[n->op].shape(g, n);
+        if (st == PD_OK) st = pd__check_lowbit(g, n);
         if (st != PD_OK) break;
         for (int j = 0; j < n->nout && st == PD_OK; j++) {
             pd__tensor *t = pd__out(g, n, j);

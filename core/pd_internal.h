@@ -104,6 +104,26 @@ uint16_t pd__float_to_half(float f);
 float pd__bf16_to_float(uint16_t h);
 uint16_t pd__float_to_bf16(float f);
 
+/* The low-bit types (float8 x5, float4e2m1, int4/uint4, int2/uint2), one byte
+ * an element in memory. */
+bool pd__dtype_lowbit(pd_dtype t);
+/* Bits per element in a file (raw_data, int32_data): 4 or 2 for the packed
+ * types, else 8 * the element size. */
+int pd__dtype_bits(pd_dtype t);
+/* Cast's rounding for float8e8m0 (its round_mode attribute). */
+enum { PD_RM_UP, PD_RM_DOWN, PD_RM_NEAREST };
+/* Decodes one element of a float8 or float4e2m1 type (NaN for its NaN codes). */
+double pd__lowfloat_decode(pd_dtype t, uint8_t c);
+/* Encodes v into a float8 or float4e2m1 type, rounding to nearest even (e8m0:
+ * round_mode, as ONNX's reference). saturate: out of range (and inf) gives the
+ * largest finite value, else inf or NaN where the type has them (float4e2m1
+ * always saturates: it has neither). */
+uint8_t pd__lowfloat_encode(pd_dtype t, double v, bool saturate, int round_mode);
+/* n elements of a 4- or 2-bit type between their packed file form ((n * bits
+ * + 7) / 8 bytes, low bits first) and one a byte (int4/int2 sign-extended). */
+void pd__unpack_bits(pd_dtype t, const uint8_t *src, int64_t n, int8_t *dst);
+void pd__pack_bits(pd_dtype t, const int8_t *src, int64_t n, uint8_t *dst);
+
 /* ---- the graph IR --------------------------------------------------------- */
 
 typedef enum pd__tkind {

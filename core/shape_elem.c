@@ -390,16 +390,26 @@ double pd__flops_Clip(const pd_graph *g, const pd__node *n) { return 2 * out_num
 
 /* ---- Cast, Identity ---------------------------------------------------------------- */
 
+/* Cast and CastLike convert between every numeric dtype, the low-bit ones
+ * (float8, float4, int4, int2) included; round_mode names e8m0's rounding. */
+static pd_status check_cast(pd_graph *g, const pd__node *n, const pd__tensor *x) {
+    if (!pd__dtype_lowbit(x->dtype)) PD_TRY(check_kind(g, n, x, PD_EK_ANY));
+    const char *rm = pd__attr_s(n, "round_mode", "up");
+    if (strcmp(rm, "up") && strcmp(rm, "down") && strcmp(rm, "nearest"))
+        return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "round_mode '%s' is not one of up, down, nearest", rm);
+    return PD_OK;
+}
+
 pd_status pd__shape_Cast(pd_graph *g, pd__node *n) {
     pd__tensor *x, *y;
     PD_TRY(input(g, n, 0, &x));
     PD_TRY(output(g, n, &y));
-    PD_TRY(check_kind(g, n, x, PD_EK_ANY));
+    PD_TRY(check_cast(g, n, x));
     const pd__attr *to = pd__attr_get(n, "to");
     if (!to || to->type != PD_A_INT)
         return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "attribute 'to' missing or not an int");
     pd_dtype t = (pd_dtype)to->i;
-    if (to->i < 0 || to->i > 64 || !pd__ekind(t))
+    if (to->i < 0 || to->i > 64 || (!pd__ekind(t) && !pd__dtype_lowbit(t)))
         return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "cast to dtype %lld is not supported", (long long)to->i);
     y->dtype = t;
     return pd__tensor_set_shape(g, y, x->ndim, x->shape);
@@ -412,17 +422,25 @@ pd_status pd__shape_CastLike(pd_graph *g, pd__node *n) {
     pd__tensor *x, *t, *y;
     PD_TRY(input(g, n, 0, &x));
     PD_TRY(output(g, n, &y));
-    PD_TRY(check_kind(g, n, x, PD_EK_ANY));
+    PD_TRY(check_cast(g, n, x));
     t = pd__in(g, n, 1);
     if (!t) return pd__node_err(g, n, PD_ERR_INVALID, "input 1 (target_type) is missing");
-    PD_TRY(check_kind(g, n, t, PD_EK_ANY));
+    if (!pd__dtype_lowbit(t->dtype)) PD_TRY(check_kind(g, n, t, PD_EK_ANY));
     y->dtype = t->dtype;
     return pd__tensor_set_shape(g, y, x->ndim, x->shape);
 }
 
 double pd__flops_CastLike(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
 
-pd_status pd__shape_Identity(pd_graph *g, pd__node *n) { return shape_unary(g, n, PD_EK_ANY); }
+/* Identity moves bytes: every dtype, the low-bit ones too. */
+pd_status pd__shape_Identity(pd_graph *g, pd__node *n) {
+    pd__tensor *x, *y;
+    PD_TRY(input(g, n, 0, &x));
+    PD_TRY(output(g, n, &y));
+    if (!pd__dtype_lowbit(x->dtype)) PD_TRY(check_kind(g, n, x, PD_EK_ANY));
+    y->dtype = x->dtype;
+    return pd__tensor_set_shape(g, y, x->ndim, x->shape);
+}
 
 double pd__flops_Identity(const pd_graph *g, const pd__node *n) {
     (void)g;
@@ -432,10 +450,11 @@ double pd__flops_Identity(const pd_graph *g, const pd__node *n) {
 
 /* ---- QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear ------------------------- */
 
-/* The integer types these ops compute in; float8, int4, int2 and float4 never
- * reach here (the loader refuses their tensors) but may be named by output_dtype. */
+/* The types quantized values come in: the integers, and the low-bit types
+ * but e8m0 (a scale type, never a quantized one). */
 static bool quant_int(pd_dtype t) {
-    return t == PD_INT8 || t == PD_UINT8 || t == PD_INT16 || t == PD_UINT16 || t == PD_INT32;
+    return t == PD_INT8 || t == PD_UINT8 || t == PD_INT16 || t == PD_UINT16 || t == PD_INT32 ||
+           (pd__dtype_lowbit(t) && t != PD_FLOAT8E8M0);
 }
 
 /* Scale s (and zero point z) against x: one value (per tensor), a 1-D one of
@@ -493,7 +512,8 @@ pd_status pd__shape_QuantizeLinear(pd_graph *g, pd__node *n) {
     pd_dtype t = z ? z->dtype : od ? (pd_dtype)od : PD_UINT8;
     if (!quant_int(t) || t == PD_INT32)
         return pd__node_err(g, n, PD_ERR_UNSUPPORTED,
-                            "quantizing to %s is not supported (int8, uint8, int16 and uint16 are)",
+                            "quantizing to %s is not supported (8- and 16-bit integers, int4, uint4, int2, uint2, "
+                            "float8 but e8m0, and float4e2m1 are)",
                             od && !z && (od < 0 || od > 64) ? "an unknown dtype" : pd_dtype_name(t));
     if (z && od && od != (int64_t)z->dtype)
         return pd__node_err(g, n, PD_ERR_SHAPE, "output_dtype %lld differs from the zero point's %s", (long long)od,
@@ -513,7 +533,8 @@ pd_status pd__shape_DequantizeLinear(pd_graph *g, pd__node *n) {
     PD_TRY(output(g, n, &y));
     if (!quant_int(x->dtype))
         return pd__node_err(g, n, PD_ERR_UNSUPPORTED,
-                            "dequantizing %s is not supported (int8, uint8, int16, uint16 and int32 are)",
+                            "dequantizing %s is not supported (8-, 16- and 32-bit integers, int4, uint4, int2, "
+                            "uint2, float8 but e8m0, and float4e2m1 are)",
                             pd_dtype_name(x->dtype));
     PD_TRY(check_kind(g, n, s, PD_EK_FLOAT));
     if (z) {

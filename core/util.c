@@ -146,6 +146,16 @@ const char *pd_dtype_name(pd_dtype t) {
     case PD_UINT32: return "uint32";
     case PD_UINT64: return "uint64";
     case PD_BFLOAT16: return "bfloat16";
+    case PD_FLOAT8E4M3FN: return "float8e4m3fn";
+    case PD_FLOAT8E4M3FNUZ: return "float8e4m3fnuz";
+    case PD_FLOAT8E5M2: return "float8e5m2";
+    case PD_FLOAT8E5M2FNUZ: return "float8e5m2fnuz";
+    case PD_UINT4: return "uint4";
+    case PD_INT4: return "int4";
+    case PD_FLOAT4E2M1: return "float4e2m1";
+    case PD_FLOAT8E8M0: return "float8e8m0";
+    case PD_UINT2: return "uint2";
+    case PD_INT2: return "int2";
     case PD_UNDEFINED: break;
     }
     return "undefined";
@@ -154,6 +164,8 @@ const char *pd_dtype_name(pd_dtype t) {
 size_t pd_dtype_size(pd_dtype t) {
     switch (t) {
     case PD_UINT8: case PD_INT8: case PD_BOOL: return 1;
+    case PD_FLOAT8E4M3FN: case PD_FLOAT8E4M3FNUZ: case PD_FLOAT8E5M2: case PD_FLOAT8E5M2FNUZ:
+    case PD_UINT4: case PD_INT4: case PD_FLOAT4E2M1: case PD_FLOAT8E8M0: case PD_UINT2: case PD_INT2: return 1;
     case PD_UINT16: case PD_INT16: case PD_FLOAT16: case PD_BFLOAT16: return 2;
     case PD_FLOAT: case PD_INT32: case PD_UINT32: return 4;
     case PD_INT64: case PD_DOUBLE: case PD_UINT64: return 8;
@@ -265,6 +277,144 @@ uint16_t pd__float_to_bf16(float f) {
     return (uint16_t)(x >> 16);
 }
 
+/* ---- float8, float4, int4, int2 ------------------------------------------------ */
+bool pd__dtype_lowbit(pd_dtype t) { return t >= PD_FLOAT8E4M3FN && t <= PD_INT2; }
+
+int pd__dtype_bits(pd_dtype t) {
+    switch (t) {
+    case PD_UINT4: case PD_INT4: case PD_FLOAT4E2M1: return 4;
+    case PD_UINT2: case PD_INT2: return 2;
+    default: return 8 * (int)pd_dtype_size(t);
+    }
+}
+
+/* A small float format: exponent and mantissa widths, bias, and which codes
+ * are special. IEEE: all-ones exponent is inf (m = 0) or NaN, like E5M2. FN:
+ * only all-ones is NaN, no inf (E4M3FN). UZ: 0x80 (negative zero) is the one
+ * NaN, no -0 and no inf. NONE: every code is finite (E2M1). */
+enum { PD_MF_IEEE, PD_MF_FN, PD_MF_UZ, PD_MF_NONE };
+typedef struct pd__mfmt {
+    int eb, mb, bias, kind;
+    uint8_t maxc; /* the largest finite magnitude's code */
+} pd__mfmt;
+
+static const pd__mfmt *mf_of(pd_dtype t) {
+    static const pd__mfmt e4m3fn = {4, 3, 7, PD_MF_FN, 0x7e}, e4m3fnuz = {4, 3, 8, PD_MF_UZ, 0x7f},
+                          e5m2 = {5, 2, 15, PD_MF_IEEE, 0x7b}, e5m2fnuz = {5, 2, 16, PD_MF_UZ, 0x7f},
+                          e2m1 = {2, 1, 1, PD_MF_NONE, 0x7};
+    switch (t) {
+    case PD_FLOAT8E4M3FN: return &e4m3fn;
+    case PD_FLOAT8E4M3FNUZ: return &e4m3fnuz;
+    case PD_FLOAT8E5M2: return &e5m2;
+    case PD_FLOAT8E5M2FNUZ: return &e5m2fnuz;
+    case PD_FLOAT4E2M1: return &e2m1;
+    default: return NULL;
+    }
+}
+
+static double mf_decode(const pd__mfmt *f, unsigned c) {
+    unsigned sbit = 1u << (f->eb + f->mb), emask = (1u << f->eb) - 1, mmask = (1u << f->mb) - 1;
+    unsigned e = (c >> f->mb) & emask, m = c & mmask;
+    if (f->kind == PD_MF_UZ && c == sbit) return NAN;
+    if (f->kind == PD_MF_IEEE && e == emask) return m ? NAN : (c & sbit) ? -INFINITY : INFINITY;
+    if (f->kind == PD_MF_FN && e == emask && m == mmask) return NAN;
+    double v = e ? ldexp((double)(m | (1u << f->mb)), (int)e - f->bias - f->mb) : ldexp((double)m, 1 - f->bias - f->mb);
+    return (c & sbit) ? -v : v;
+}
+
+/* Rounds to float32 first, as ml_dtypes does (a double just above a tie
+ * becomes the tie; float32 and float16 sources are exact), then to nearest
+ * even, then saturates or overflows; what a NaN, an overflow and a negative
+ * zero become follows ml_dtypes too, which ONNX's reference uses. */
+static uint8_t mf_encode(const pd__mfmt *f, double v, bool sat) {
+    v = (float)v;
+    unsigned sbit = 1u << (f->eb + f->mb), sign = signbit(v) ? sbit : 0;
+    /* E2M1 has no NaN: ml_dtypes gives a zero of the opposite sign */
+    unsigned nan = f->kind == PD_MF_UZ ? sbit : f->kind == PD_MF_FN ? sign | (sbit - 1)
+                   : f->kind == PD_MF_IEEE ? sign | (((1u << f->eb) - 1) << f->mb) | (1u << (f->mb - 1)) : sign ^ sbit;
+    if (v != v) return (uint8_t)nan;
+    double a = fabs(v), max = mf_decode(f, f->maxc);
+    if (f->kind == PD_MF_NONE) sat = true;
+    unsigned over = sat ? sign | f->maxc : f->kind == PD_MF_IEEE ? sign | (((1u << f->eb) - 1) << f->mb) : nan;
+    if (a > 2 * max) return (uint8_t)over; /* inf too; keeps ldexp below in range */
+    int emin = 1 - f->bias, e;
+    frexp(a, &e);
+    e -= 1; /* a in [2^e, 2^(e+1)) */
+    if (e < emin) e = emin;
+    double q = nearbyint(ldexp(a, f->mb - e)), r = ldexp(q, e - f->mb);
+    if (r > max) return (uint8_t)over;
+    if (r == 0) return (uint8_t)(f->kind == PD_MF_UZ ? 0 : sign);
+    if (r < ldexp(1, emin)) return (uint8_t)(sign | (unsigned)q); /* subnormal */
+    frexp(r, &e);
+    e -= 1;
+    unsigned m = (unsigned)ldexp(r, f->mb - e) - (1u << f->mb);
+    return (uint8_t)(sign | ((unsigned)(e + f->bias) << f->mb) | m);
+}
+
+/* float8e8m0 is an exponent alone (2^(c-127), 0xff NaN), made as ONNX's
+ * to_float8e8m0 makes it from the float32's bits: the sign is dropped, and
+ * round_mode decides whether a mantissa rounds the exponent up. */
+static uint8_t e8m0_encode(double v, bool sat, int mode) {
+    float f = (float)v;
+    uint32_t b;
+    memcpy(&b, &f, 4);
+    uint32_t e = (b >> 23) & 0xff;
+    if (e == 0xff) return 0xff;
+    bool up = false;
+    if (mode == PD_RM_NEAREST) {
+        bool g = b & 0x400000, r = b & 0x200000, s = b & 0x1fffff, lsb = e > 0;
+        up = g && (r || s || lsb);
+    } else if (mode == PD_RM_UP) {
+        up = (b & 0x7fffff) != 0;
+    }
+    if (up && sat && e == 0xfe) up = false;
+    return (uint8_t)(e + up);
+}
+
+double pd__lowfloat_decode(pd_dtype t, uint8_t c) {
+    if (t == PD_FLOAT8E8M0) return c == 0xff ? NAN : ldexp(1.0, (int)c - 127);
+    const pd__mfmt *f = mf_of(t);
+    return f ? mf_decode(f, c) : 0;
+}
+
+uint8_t pd__lowfloat_encode(pd_dtype t, double v, bool saturate, int round_mode) {
+    if (t == PD_FLOAT8E8M0) return e8m0_encode(v, saturate, round_mode);
+    const pd__mfmt *f = mf_of(t);
+    return f ? mf_encode(f, v, saturate) : 0;
+}
+
+/* Integers of 4 and 2 bits keep their low bits (two's complement for the
+ * signed ones), as Cast does between integer types. */
+static int8_t low_int_wrap(pd_dtype t, int64_t v) {
+    switch (t) {
+    case PD_INT4: return (int8_t)((int)((v & 0xf) ^ 0x8) - 0x8);
+    case PD_UINT4: return (int8_t)(v & 0xf);
+    case PD_INT2: return (int8_t)((int)((v & 0x3) ^ 0x2) - 0x2);
+    default: return (int8_t)(v & 0x3);
+    }
+}
+
+static bool low_int(pd_dtype t) { return t == PD_INT4 || t == PD_UINT4 || t == PD_INT2 || t == PD_UINT2; }
+
+/* The 4- and 2-bit types are packed in files, low bits first, the last byte
+ * part used when the count does not fill it. */
+void pd__unpack_bits(pd_dtype t, const uint8_t *src, int64_t n, int8_t *dst) {
+    int bits = pd__dtype_bits(t), per = 8 / bits;
+    unsigned mask = (1u << bits) - 1, sbit = 1u << (bits - 1);
+    bool sgn = t == PD_INT4 || t == PD_INT2;
+    for (int64_t i = 0; i < n; i++) {
+        unsigned c = (src[i / per] >> ((i % per) * bits)) & mask;
+        dst[i] = (int8_t)(sgn ? (int)(c ^ sbit) - (int)sbit : (int)c);
+    }
+}
+
+void pd__pack_bits(pd_dtype t, const int8_t *src, int64_t n, uint8_t *dst) {
+    int bits = pd__dtype_bits(t), per = 8 / bits;
+    unsigned mask = (1u << bits) - 1;
+    memset(dst, 0, (size_t)((n * bits + 7) / 8));
+    for (int64_t i = 0; i < n; i++) dst[i / per] |= (uint8_t)(((unsigned)src[i] & mask) << ((i % per) * bits));
+}
+
 double pd__get_f(pd_dtype t, const void *p, int64_t i) {
     switch (t) {
     case PD_FLOAT: return ((const float *)p)[i];
@@ -280,7 +430,9 @@ double pd__get_f(pd_dtype t, const void *p, int64_t i) {
     case PD_UINT16: return ((const uint16_t *)p)[i];
     case PD_UINT32: return ((const uint32_t *)p)[i];
     case PD_UINT64: return (double)((const uint64_t *)p)[i];
-    default: return 0;
+    case PD_INT4: case PD_INT2: return ((const int8_t *)p)[i];
+    case PD_UINT4: case PD_UINT2: return ((const uint8_t *)p)[i];
+    default: return pd__dtype_lowbit(t) ? pd__lowfloat_decode(t, ((const uint8_t *)p)[i]) : 0;
     }
 }
 
@@ -295,6 +447,8 @@ int64_t pd__get_i(pd_dtype t, const void *p, int64_t i) {
     case PD_UINT16: return ((const uint16_t *)p)[i];
     case PD_UINT32: return ((const uint32_t *)p)[i];
     case PD_UINT64: return (int64_t)((const uint64_t *)p)[i];
+    case PD_INT4: case PD_INT2: return ((const int8_t *)p)[i];
+    case PD_UINT4: case PD_UINT2: return ((const uint8_t *)p)[i];
     default: {
         double v = pd__get_f(t, p, i);
         if (v != v) return 0;
@@ -312,6 +466,14 @@ void pd__set_f(pd_dtype t, void *p, int64_t i, double v) {
     case PD_FLOAT16: ((uint16_t *)p)[i] = pd__float_to_half((float)v); break;
     case PD_BFLOAT16: ((uint16_t *)p)[i] = pd__float_to_bf16((float)v); break;
     case PD_BOOL: ((uint8_t *)p)[i] = v != 0; break;
+    case PD_FLOAT8E4M3FN: case PD_FLOAT8E4M3FNUZ: case PD_FLOAT8E5M2: case PD_FLOAT8E5M2FNUZ:
+    case PD_FLOAT4E2M1: case PD_FLOAT8E8M0:
+        ((uint8_t *)p)[i] = pd__lowfloat_encode(t, v, true, PD_RM_UP);
+        break;
+    case PD_INT4: case PD_UINT4: case PD_INT2: case PD_UINT2:
+        /* truncated, then its low bits; NaN and inf give 0, as ml_dtypes */
+        ((int8_t *)p)[i] = low_int_wrap(t, isfinite(v) ? (int64_t)fmod(trunc(v), 16.0) : 0);
+        break;
     default: pd__set_i(t, p, i, (v != v) ? 0 : (int64_t)v); break;
     }
 }
@@ -327,7 +489,10 @@ void pd__set_i(pd_dtype t, void *p, int64_t i, int64_t v) {
     case PD_UINT16: ((uint16_t *)p)[i] = (uint16_t)v; break;
     case PD_UINT32: ((uint32_t *)p)[i] = (uint32_t)v; break;
     case PD_UINT64: ((uint64_t *)p)[i] = (uint64_t)v; break;
-    default: pd__set_f(t, p, i, (double)v); break;
+    default:
+        if (low_int(t)) ((int8_t *)p)[i] = low_int_wrap(t, v);
+        else pd__set_f(t, p, i, (double)v);
+        break;
     }
 }
 

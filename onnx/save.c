@@ -179,13 +179,17 @@ static pd_status pd__graph_pack(const pd_graph *g, const char *what, uint8_t **o
         if (src < 0 && (x->kind != PD_T_INIT || !x->data)) continue;
         pd_dtype dt = x->file_dtype ? x->file_dtype : x->dtype; /* a half tensor trained in float32: the file's type */
         if ((int)dt != tp->data_type) continue;
-        size_t bytes = (size_t)x->numel * pd_dtype_size(dt);
+        int bits = pd__dtype_bits(dt); /* int4, float4, int2 pack 2 or 4 to a byte */
+        bool packed = bits == 4 || bits == 2;
+        size_t bytes = packed ? ((size_t)x->numel * (size_t)bits + 7) / 8 : (size_t)x->numel * pd_dtype_size(dt);
         uint8_t *d = PD_MALLOC(bytes ? bytes : 1);
         if (!d) {
             st = pd__err(PD_ERR_NOMEM, "%s: out of memory saving '%s'", what, tp->name);
             break;
         }
-        if (src < 0 && dt == x->dtype) {
+        if (src < 0 && packed) {
+            pd__pack_bits(x->dtype, (const int8_t *)x->data, x->numel, d);
+        } else if (src < 0 && dt == x->dtype) {
             memcpy(d, x->data, bytes);
         } else if (src < 0) {
             for (int64_t k = 0; k < x->numel; k++) pd__set_f(dt, d, k, pd__get_f(x->dtype, x->data, k));

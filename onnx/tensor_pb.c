@@ -2,7 +2,8 @@
  * reader of serialized TensorProto files (ONNX test data's input_N.pb).
  *
  * Decoding covers the dense numeric dtypes in raw_data (little-endian), the
- * typed fields and external data files; external data must resolve to a
+ * typed fields and external data files (int4, uint4, float4e2m1, int2 and
+ * uint2 packed two or four to a byte there, unpacked to one a byte here); external data must resolve to a
  * regular file inside the model's folder (no absolute paths, no `..`, no
  * symlink that leads out). Also here: whole-file reads and a nesting-depth
  * check that keeps protobuf-c's recursive unpacker on hostile input safe. */
@@ -36,7 +37,7 @@ size_t pd__onnx_dtype_size(int32_t dt) {
     case PD_INT8:
     case PD_UINT8:
     case PD_BOOL: return 1;
-    default: return 0;
+    default: return pd__dtype_lowbit((pd_dtype)dt) ? 1 : 0; /* one byte each in memory, packed in files */
     }
 }
 
@@ -47,7 +48,7 @@ const char *pd__onnx_type_name(int32_t dt) {
         "float16",        "double",   "uint32",       "uint64",         "complex64",
         "complex128",     "bfloat16", "float8e4m3fn", "float8e4m3fnuz", "float8e5m2",
         "float8e5m2fnuz", "uint4",    "int4",         "float4e2m1",     "float8e8m0",
-        "uint2",          "int2"};
+        "uint2",          "int2",     "float6e2m3",   "float6e3m2"};
     if (dt >= 0 && (size_t)dt < sizeof names / sizeof names[0]) return names[dt];
     return "unknown";
 }
@@ -326,7 +327,7 @@ static void decode_typed(const Onnx__TensorProto *tp, pd_dtype dt, size_t n, voi
         case PD_INT8: ((int8_t *)dst)[i] = (int8_t)v[i]; break;
         case PD_UINT8: ((uint8_t *)dst)[i] = (uint8_t)v[i]; break;
         case PD_BOOL: ((uint8_t *)dst)[i] = v[i] != 0; break;
-        default: break; /* pd__onnx_dtype_size() admitted only the cases above */
+        default: ((uint8_t *)dst)[i] = (uint8_t)v[i]; break; /* float8 codes; the packed types' bytes */
         }
     }
 }
@@ -360,28 +361,57 @@ pd_status pd__decode_tensor(const Onnx__TensorProto *tp, const char *what, const
         return pd__err(PD_ERR_NOMEM, "%s: shape %s is too large (its size overflows)", what, sh);
     }
     size_t nbytes = (size_t)nbytes64;
+    /* in the file: packed types take (numel * bits + 7) / 8 bytes (numel is at
+     * most SIZE_MAX / 2 here, so the product cannot overflow) */
+    int bits = pd__dtype_bits((pd_dtype)dt);
+    bool packed = bits == 4 || bits == 2;
+    size_t fbytes = packed ? ((size_t)numel * (size_t)bits + 7) / 8 : nbytes;
 
     bool external = tp->has_data_location && tp->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL;
-    if (!external && tp->has_raw_data && tp->raw_data.len != nbytes) {
+    if (!external && tp->has_raw_data && tp->raw_data.len != fbytes) {
         char sh[128];
         pd__format_shape(sh, sizeof sh, ndim, shape);
         return pd__err(PD_ERR_PARSE, "%s: raw_data has %zu bytes but shape %s of %s needs %zu", what,
-                       tp->raw_data.len, sh, pd__onnx_type_name(dt), nbytes);
+                       tp->raw_data.len, sh, pd__onnx_type_name(dt), fbytes);
     }
     if (!external && !tp->has_raw_data) {
         /* check the count before allocating: the size then stays bounded by the input */
         const char *field;
         size_t have = typed_count(tp, (pd_dtype)dt, &field);
-        if (have != (size_t)numel) {
+        if (have != (packed ? fbytes : (size_t)numel)) {
             char sh[128];
             pd__format_shape(sh, sizeof sh, ndim, shape);
+            if (packed)
+                return pd__err(PD_ERR_PARSE, "%s: %s has %zu values but shape %s of %s packs into %zu", what,
+                               field, have, sh, pd__onnx_type_name(dt), fbytes);
             return pd__err(PD_ERR_PARSE, "%s: %s has %zu values but shape %s has %lld elements", what, field,
                            have, sh, (long long)numel);
         }
     }
 
     void *data = NULL;
-    if (external) {
+    if (packed) {
+        /* the packed bytes first (from the file, raw_data or int32_data), then unpacked */
+        uint8_t *pk = NULL;
+        if (external) {
+            PD_TRY(read_external(tp, what, base_dir, fbytes, (void **)&pk));
+        } else {
+            pk = PD_MALLOC(fbytes ? fbytes : 1);
+            if (!pk) return pd__err(PD_ERR_NOMEM, "%s: out of memory (%zu bytes)", what, fbytes);
+            if (tp->has_raw_data) {
+                if (fbytes) memcpy(pk, tp->raw_data.data, fbytes);
+            } else {
+                decode_typed(tp, (pd_dtype)dt, fbytes, pk);
+            }
+        }
+        data = PD_MALLOC(nbytes ? nbytes : 1);
+        if (!data) {
+            PD_FREE(pk);
+            return pd__err(PD_ERR_NOMEM, "%s: out of memory (%zu bytes)", what, nbytes);
+        }
+        pd__unpack_bits((pd_dtype)dt, pk, numel, data);
+        PD_FREE(pk);
+    } else if (external) {
         PD_TRY(read_external(tp, what, base_dir, nbytes, &data));
         from_little_endian(data, numel, esize);
     } else {

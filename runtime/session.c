@@ -143,9 +143,12 @@ static void pd__flow(const pd_graph *g, const bool *seed, int loss, bool *reach,
     }
     for (int i = g->nnodes - 1; i >= 0; i--) {
         const pd__node *n = &g->nodes[i];
+        /* only through outputs the flow reaches: an output no gradient can be
+         * carried in (an int8 or float8 Cast) must not make its inputs look
+         * trainable, or they would train on a gradient that is always 0 */
         bool u = false;
         for (int j = 0; j < n->nout; j++)
-            if (n->out[j] >= 0 && need[n->out[j]]) u = true;
+            if (n->out[j] >= 0 && need[n->out[j]] && reach[n->out[j]]) u = true;
         if (!u) continue;
         uint32_t m = pd__ops[n->op].grad;
         for (int j = 0; j < n->nin && j < 32; j++)
@@ -206,6 +209,35 @@ static pd_status pd__regex(const char *field, const char *pat, regex_t *re, bool
     return PD_OK;
 }
 
+/* Where the flow from the initializers stops short of the loss: the first
+ * node a reached tensor enters that passes no gradient on, because the op has
+ * none for that input (QuantizeLinear) or its output is no float that could
+ * carry one (a Cast to int8 or float8). Written as "; ..." into buf. */
+static void pd__flow_stop(const pd_graph *g, const bool *reach, char *buf, size_t n) {
+    buf[0] = '\0';
+    for (int i = 0; i < g->nnodes; i++) {
+        const pd__node *nd = &g->nodes[i];
+        uint32_t m = pd__ops[nd->op].grad;
+        for (int j = 0; j < nd->nin && j < 32; j++) {
+            int t = nd->in[j];
+            if (t < 0 || !reach[t]) continue;
+            if (!((m >> j) & 1)) {
+                snprintf(buf, n, "; the flow stops at node '%s' (%s), which has no gradient for '%s'", nd->name,
+                         nd->op_type, g->tensors[t].name);
+                return;
+            }
+            for (int k = 0; k < nd->nout; k++) {
+                int o = nd->out[k];
+                if (o >= 0 && !reach[o]) {
+                    snprintf(buf, n, "; the flow stops at node '%s' (%s): its output '%s' is %s, which carries no gradient",
+                             nd->name, nd->op_type, g->tensors[o].name, pd_dtype_name(g->tensors[o].dtype));
+                    return;
+                }
+            }
+        }
+    }
+}
+
 static pd_status pd__choose_params(pd_session *s) {
     pd_graph *g = s->g;
     bool *seed = PD_CALLOC((size_t)g->ntensors + 1, sizeof(bool));
@@ -258,9 +290,12 @@ static pd_status pd__choose_params(pd_session *s) {
             s->ptotal += (g->tensors[t].numel + 15) & ~(int64_t)15;
         }
     }
-    if (s->np == 0)
-        st = pd__err(PD_ERR_INVALID, "%s: nothing to train: no float32 initializer reaches the loss%s", g->path,
-                     s->nuntrained ? " that the model and the freeze pattern allow" : "");
+    if (s->np == 0) {
+        char why[512];
+        pd__flow_stop(g, reach, why, sizeof why);
+        st = pd__err(PD_ERR_INVALID, "%s: nothing to train: no float32 initializer reaches the loss%s%s", g->path,
+                     s->nuntrained ? " that the model and the freeze pattern allow" : "", why);
+    }
 done:
     if (have_re) regfree(&re);
     if (have_tre) regfree(&tre);

@@ -879,6 +879,337 @@ static void test_dtypes(void) {
     pd_graph_destroy(g);
 }
 
+/* The low-bit types: float8 codes a byte, int4/float4 two and uint2 four to a
+ * byte (low bits first, the last byte part used), from raw_data and
+ * int32_data; sizes checked against the shape; saved packed again, and a
+ * reload gives the same bits. */
+static void test_lowbit_io(void) {
+    mb *b = mb_new(21);
+    static const uint8_t i4raw[3] = {0x78, 0x0f, 0x03}; /* -8, 7, -1, 0, 3 */
+    static const uint8_t f8raw[3] = {0x38, 0xc0, 0x7f}; /* 1, -2, NaN */
+    static const int32_t u2typed[2] = {0xe4, 0x0b};     /* 0, 1, 2, 3, 3, 2 */
+    static const int32_t f4typed[2] = {0xf1, 0x07};     /* 0.5, -6, 6 */
+    add_init(b, mk_raw("i4", PD_INT4, "5", i4raw, 3));
+    add_init(b, mk_raw("f8", PD_FLOAT8E4M3FN, "3", f8raw, 3));
+    add_init(b, mk_i32("u2", PD_UINT2, "6", u2typed, 2));
+    add_init(b, mk_i32("f4", PD_FLOAT4E2M1, "3", f4typed, 2));
+    add_out(b, "i4");
+    add_out(b, "f8");
+    add_out(b, "u2");
+    add_out(b, "f4");
+    const char *path = save(b, "lowbit.onnx");
+    pd_graph *g = expect_load("low-bit initializers", path, NULL);
+    if (!g) return;
+    static const int8_t i4[5] = {-8, 7, -1, 0, 3}, u2[6] = {0, 1, 2, 3, 3, 2};
+    const pd__tensor *t = T(g, "i4");
+    CHECK(t && t->dtype == PD_INT4 && t->numel == 5 && !memcmp(t->data, i4, 5), "int4 raw_data unpacks, sign-extended");
+    t = T(g, "u2");
+    CHECK(t && t->dtype == PD_UINT2 && t->numel == 6 && !memcmp(t->data, u2, 6), "uint2 int32_data unpacks 4 a byte");
+    t = T(g, "f8");
+    CHECK(t && t->dtype == PD_FLOAT8E4M3FN && pd__get_f(t->dtype, t->data, 0) == 1 &&
+              pd__get_f(t->dtype, t->data, 1) == -2 && isnan(pd__get_f(t->dtype, t->data, 2)),
+          "float8e4m3fn codes read as 1, -2, NaN");
+    t = T(g, "f4");
+    CHECK(t && t->dtype == PD_FLOAT4E2M1 && pd__get_f(t->dtype, t->data, 0) == 0.5 &&
+              pd__get_f(t->dtype, t->data, 1) == -6 && pd__get_f(t->dtype, t->data, 2) == 6,
+          "float4e2m1 int32_data reads as 0.5, -6, 6");
+
+    const char *out = fmt("%s/lowbit_saved.onnx", tmp_root);
+    pd_graph *g2 = NULL;
+    bool ok = pd_graph_save(g, out) == PD_OK && pd_graph_load_file(out, NULL, &g2) == PD_OK;
+    CHECK(ok, "low-bit initializers save and reload: %s", ok ? "yes" : pd_last_error());
+    const char *names[4] = {"i4", "f8", "u2", "f4"};
+    for (int k = 0; ok && k < 4; k++) {
+        const pd__tensor *a = T(g, names[k]), *c = T(g2, names[k]);
+        CHECK(a && c && a->dtype == c->dtype && a->numel == c->numel && !memcmp(a->data, c->data, (size_t)a->numel),
+              "'%s' has the same bits after save and reload", names[k]);
+    }
+    pd_graph_destroy(g2);
+    pd_graph_destroy(g);
+    /* the saved file holds them packed: 3 bytes for 5 int4, 2 for 6 uint2 */
+    size_t len;
+    unsigned char *buf;
+    if (pd__read_file(out, &buf, &len) == PD_OK) {
+        Onnx__ModelProto *m = onnx__model_proto__unpack(NULL, len, buf);
+        size_t want[4] = {3, 3, 2, 2}, bad = 0;
+        for (size_t i = 0; m && i < m->graph->n_initializer; i++) {
+            const Onnx__TensorProto *tp = m->graph->initializer[i];
+            for (int k = 0; k < 4; k++)
+                if (!strcmp(tp->name, names[k]) && (!tp->has_raw_data || tp->raw_data.len != want[k])) bad++;
+        }
+        CHECK(m && bad == 0, "saved raw_data is packed (3, 3, 2, 2 bytes)");
+        if (m) onnx__model_proto__free_unpacked(m, NULL);
+        PD_FREE(buf);
+    }
+
+    /* external data: the packed bytes in a file beside the model */
+    write_file(fmt("%s/i4.bin", tmp_root), i4raw, 3);
+    mb *h = mb_new(21);
+    Onnx__TensorProto *ext = mk_external("i4", "5", "i4.bin", NULL, NULL);
+    ext->data_type = PD_INT4;
+    add_init(h, ext);
+    add_out(h, "i4");
+    g = expect_load("int4 from external data", save(h, "lowbit_ext.onnx"), NULL);
+    t = g ? T(g, "i4") : NULL;
+    CHECK(t && t->dtype == PD_INT4 && t->numel == 5 && !memcmp(t->data, i4, 5), "external int4 unpacks: -8 7 -1 0 3");
+    pd_graph_destroy(g);
+    h = mb_new(21);
+    ext = mk_external("i4", "5", "i4.bin", "0", "2");
+    ext->data_type = PD_INT4;
+    add_init(h, ext);
+    add_out(h, "i4");
+    expect_fail("external int4 of 2 bytes for 5 elements", save(h, "lowbit_ext_short.onnx"), NULL, PD_ERR_PARSE,
+                "has 2 bytes", "needs 3");
+
+    /* hostile sizes: a byte short or over, int32_data counted per element */
+    h = mb_new(21);
+    add_init(h, mk_raw("i4", PD_INT4, "5", i4raw, 2));
+    add_out(h, "i4");
+    expect_fail("int4 raw_data a byte short", save(h, "lowbit_short.onnx"), NULL, PD_ERR_PARSE, "raw_data has 2 bytes",
+                "needs 3");
+    h = mb_new(21);
+    static const int32_t five[5] = {1, 2, 3, 4, 5};
+    add_init(h, mk_i32("u2", PD_UINT2, "6", five, 5));
+    add_out(h, "u2");
+    expect_fail("uint2 int32_data one value per element", save(h, "lowbit_typed.onnx"), NULL, PD_ERR_PARSE,
+                "int32_data has 5 values", "packs into 2");
+    h = mb_new(21);
+    add_init(h, mk_raw("f4", PD_FLOAT4E2M1, "4611686018427387904,4", i4raw, 3));
+    add_out(h, "f4");
+    expect_fail("float4 of 2^64 elements", save(h, "lowbit_huge.onnx"), NULL, PD_ERR_NOMEM, "too large", NULL);
+}
+
+/* The low-bit types move through the byte-moving ops and convert with Cast;
+ * an op that would compute in one refuses, naming the node and the dtype. */
+static void test_lowbit_ops(void) {
+    mb *b = mb_new(21);
+    static const int64_t shp[2] = {3, 2};
+    add_in(b, mk_vi("x", PD_FLOAT8E5M2, "2,3"));
+    add_init(b, mk_raw("shape", PD_INT64, "2", shp, sizeof shp));
+    add_node(b, mk_node("Reshape", "reshape", "x,shape", "r"));
+    add_node(b, mk_node("Transpose", "transpose", "r", "t"));
+    add_node(b, mk_node("Identity", "identity", "t", "y"));
+    Onnx__NodeProto *c = mk_node("Cast", "cast", "y", "yf");
+    Onnx__AttributeProto *a = mk_attr(c, "to", PD_A_INT);
+    a->has_i = 1;
+    a->i = PD_FLOAT;
+    add_node(b, c);
+    add_out(b, "y");
+    add_out(b, "yf");
+    pd_graph *g = expect_load("float8 through Reshape, Transpose, Identity, Cast", save(b, "lowbit_move.onnx"), NULL);
+    pd_engine *e = NULL;
+    if (g && pd_engine_create(g, NULL, &e) == PD_OK) {
+        uint8_t xs[6] = {0x3c, 0x40, 0xc2, 0x01, 0x7b, 0x7e}; /* 1, 2, -3, 2^-16, 57344, NaN */
+        pd_tensor in = {PD_FLOAT8E5M2, 2, {2, 3}, xs}, y, yf;
+        bool ok = pd_engine_set_input(e, "x", &in) == PD_OK && pd_engine_run(e) == PD_OK &&
+                  pd_engine_get_output(e, "y", &y) == PD_OK && pd_engine_get_output(e, "yf", &yf) == PD_OK;
+        CHECK(ok, "the float8 graph runs: %s", ok ? "yes" : pd_last_error());
+        static const uint8_t want[6] = {0x3c, 0xc2, 0x7b, 0x40, 0x01, 0x7e}; /* [3,2] transposed */
+        const float wf[5] = {1, -3, 57344, 2, 0x1p-16f};
+        if (ok) {
+            CHECK(y.dtype == PD_FLOAT8E5M2 && y.shape[0] == 2 && y.shape[1] == 3 && !memcmp(y.data, want, 6),
+                  "Reshape, Transpose and Identity move the float8 bytes");
+            const float *f = yf.data;
+            CHECK(yf.dtype == PD_FLOAT && !memcmp(f, wf, sizeof wf) && isnan(f[5]),
+                  "Cast decodes them: 1 -3 57344 2 2^-16 NaN");
+        }
+    } else if (g) {
+        CHECK(false, "engine on the float8 graph: %s", pd_last_error());
+    }
+    pd_engine_destroy(e);
+    pd_graph_destroy(g);
+
+    /* int4 through the other byte movers: Concat, Slice, Gather, Tile, Flatten,
+     * Unsqueeze, Squeeze, Split; the values onnx.reference gives */
+    {
+        mb *m = mb_new(21);
+        static const int64_t shp3[3] = {2, 3, 4}, st[1] = {1}, en[1] = {3}, ax1[1] = {1}, idx[2] = {0, 2},
+                             rep[3] = {2, 1, 1}, ax0[1] = {0};
+        static int64_t perm[3] = {2, 0, 1};
+        add_in(m, mk_vi("x", PD_FLOAT, "24"));
+        add_init(m, mk_raw("shp", PD_INT64, "3", shp3, sizeof shp3));
+        add_init(m, mk_raw("st", PD_INT64, "1", st, 8));
+        add_init(m, mk_raw("en", PD_INT64, "1", en, 8));
+        add_init(m, mk_raw("ax", PD_INT64, "1", ax1, 8));
+        add_init(m, mk_raw("idx", PD_INT64, "2", idx, sizeof idx));
+        add_init(m, mk_raw("rep", PD_INT64, "3", rep, sizeof rep));
+        add_init(m, mk_raw("ax0", PD_INT64, "1", ax0, 8));
+        struct {
+            const char *op, *ins, *outs, *attr;
+            int64_t v;
+        } chain[] = {{"Cast", "x", "l", "to", PD_INT4},         {"Reshape", "l,shp", "r", NULL, 0},
+                     {"Transpose", "r", "t", NULL, 0},           {"Concat", "t,t", "c", "axis", 1},
+                     {"Slice", "c,st,en,ax", "s", NULL, 0},      {"Gather", "s,idx", "g", "axis", 0},
+                     {"Tile", "g,rep", "ti", NULL, 0},           {"Flatten", "ti", "f", "axis", 1},
+                     {"Unsqueeze", "f,ax0", "u", NULL, 0},       {"Squeeze", "u,ax0", "sq", NULL, 0},
+                     {"Split", "sq", "sp0,sp1", "num_outputs", 2}, {"Identity", "sp1", "id", NULL, 0},
+                     {"Cast", "id", "y", "to", PD_FLOAT}};
+        for (size_t k = 0; k < sizeof chain / sizeof chain[0]; k++) {
+            Onnx__NodeProto *nd = mk_node(chain[k].op, fmt("n%zu", k), chain[k].ins, chain[k].outs);
+            if (chain[k].attr) {
+                Onnx__AttributeProto *at = mk_attr(nd, chain[k].attr, PD_A_INT);
+                at->has_i = 1;
+                at->i = chain[k].v;
+            }
+            if (!strcmp(chain[k].op, "Transpose")) {
+                Onnx__AttributeProto *at = mk_attr(nd, "perm", PD_A_INTS);
+                at->ints = perm;
+                at->n_ints = 3;
+            }
+            if (!strcmp(chain[k].op, "Split")) {
+                Onnx__AttributeProto *at = mk_attr(nd, "axis", PD_A_INT);
+                at->has_i = 1;
+                at->i = 0;
+            }
+            add_node(m, nd);
+        }
+        add_out(m, "y");
+        pd_graph *gm = expect_load("int4 through ten byte-moving ops", save(m, "lowbit_chain.onnx"), NULL);
+        pd_engine *em = NULL;
+        float xs[24], *yv = NULL;
+        for (int i = 0; i < 24; i++) xs[i] = (float)(i - 12) * 0.37f;
+        pd_tensor tin = {PD_FLOAT, 1, {24}, xs}, yo;
+        bool ok = gm && pd_engine_create(gm, NULL, &em) == PD_OK && pd_engine_set_input(em, "x", &tin) == PD_OK &&
+                  pd_engine_run(em) == PD_OK && pd_engine_get_output(em, "y", &yo) == PD_OK;
+        if (ok) yv = yo.data;
+        static const float want[12] = {0, 1, 2, -4, -2, -1, 0, 2, 3, -3, -2, 0};
+        CHECK(ok && yo.ndim == 2 && yo.shape[0] == 2 && yo.shape[1] == 6 && !memcmp(yv, want, sizeof want),
+              "int4 through Concat, Slice, Gather, Tile, Flatten, Unsqueeze, Squeeze, Split: onnx.reference's values%s%s",
+              ok ? "" : ": ", ok ? "" : pd_last_error());
+        pd_engine_destroy(em);
+        pd_graph_destroy(gm);
+    }
+
+    struct {
+        const char *op, *label;
+        int dt;
+        const char *needle;
+    } refuse[] = {
+        {"Add", "Add of float8e4m3fn", PD_FLOAT8E4M3FN, "float8e4m3fn"},
+        {"CumSum", "CumSum of int4", PD_INT4, "int4"},
+        {"Hardmax", "Hardmax of float8e5m2fnuz", PD_FLOAT8E5M2FNUZ, "float8e5m2fnuz"},
+        {"Trilu", "Trilu of float8e8m0 (its zero is no 0x00)", PD_FLOAT8E8M0, "no kernel computes in"},
+        {"ArgMax", "ArgMax of float4e2m1", PD_FLOAT4E2M1, "float4e2m1"},
+        {"Relu", "Relu of uint2", PD_UINT2, "uint2"},
+    };
+    for (size_t k = 0; k < sizeof refuse / sizeof refuse[0]; k++) {
+        mb *h = mb_new(21);
+        static const int64_t zero = 0;
+        add_in(h, mk_vi("x", refuse[k].dt, "2,2"));
+        add_init(h, mk_raw("axis", PD_INT64, "", &zero, 8));
+        const char *ins = !strcmp(refuse[k].op, "Add") ? "x,x" : !strcmp(refuse[k].op, "CumSum") ? "x,axis" : "x";
+        add_node(h, mk_node(refuse[k].op, "n0", ins, "y"));
+        add_out(h, "y");
+        expect_fail(refuse[k].label, save(h, fmt("lowbit_refuse%zu.onnx", k)), NULL, PD_ERR_UNSUPPORTED, "'n0'",
+                    refuse[k].needle);
+    }
+}
+
+/* QuantizeLinear to float8 without saturation and to int4 with a zero
+ * point, DequantizeLinear back, Cast to e8m0 rounding to nearest without
+ * saturation: the values ONNX's ReferenceEvaluator (onnx 1.23) gives. */
+static void test_lowbit_quant(void) {
+    mb *b = mb_new(25);
+    static const float two = 2;
+    static const uint8_t zero = 0, one = 1;
+    add_in(b, mk_vi("x", PD_FLOAT, "8"));
+    add_init(b, mk_f32("s", "", &two, 1));
+    add_init(b, mk_raw("zf8", PD_FLOAT8E4M3FN, "", &zero, 1));
+    add_init(b, mk_raw("zi4", PD_INT4, "", &one, 1));
+    Onnx__NodeProto *n = mk_node("QuantizeLinear", "q1", "x,s,zf8", "q1");
+    Onnx__AttributeProto *a = mk_attr(n, "saturate", PD_A_INT);
+    a->has_i = 1;
+    a->i = 0;
+    add_node(b, n);
+    add_node(b, mk_node("QuantizeLinear", "q2", "x,s,zi4", "q2"));
+    n = mk_node("Cast", "c", "x", "c");
+    a = mk_attr(n, "to", PD_A_INT);
+    a->has_i = 1;
+    a->i = PD_FLOAT8E8M0;
+    a = mk_attr(n, "saturate", PD_A_INT);
+    a->has_i = 1;
+    a->i = 0;
+    a = mk_attr(n, "round_mode", PD_A_STRING);
+    a->has_s = 1;
+    a->s.data = (uint8_t *)S("nearest");
+    a->s.len = 7;
+    add_node(b, n);
+    add_node(b, mk_node("DequantizeLinear", "d", "q2,s,zi4", "d"));
+    add_out(b, "q1");
+    add_out(b, "q2");
+    add_out(b, "c");
+    add_out(b, "d");
+    pd_graph *g = expect_load("QuantizeLinear to float8 and int4, Cast to e8m0", save(b, "lowbit_quant.onnx"), NULL);
+    pd_engine *e = NULL;
+    if (!g || pd_engine_create(g, NULL, &e) != PD_OK) {
+        CHECK(false, "engine on the quantizing graph: %s", pd_last_error());
+        pd_graph_destroy(g);
+        return;
+    }
+    float xs[8] = {1000, -1000, 0.3f, 3.7f, 300, -17, 14.9f, 5.0f};
+    pd_tensor in = {PD_FLOAT, 1, {8}, xs}, q1, q2, c, d;
+    bool ok = pd_engine_set_input(e, "x", &in) == PD_OK && pd_engine_run(e) == PD_OK &&
+              pd_engine_get_output(e, "q1", &q1) == PD_OK && pd_engine_get_output(e, "q2", &q2) == PD_OK &&
+              pd_engine_get_output(e, "c", &c) == PD_OK && pd_engine_get_output(e, "d", &d) == PD_OK;
+    CHECK(ok, "the quantizing graph runs: %s", ok ? "yes" : pd_last_error());
+    if (ok) {
+        static const uint8_t wq1[8] = {127, 255, 34, 63, 113, 208, 79, 66}, wc[8] = {137, 137, 125, 129, 135, 131, 131, 129};
+        static const int8_t wq2[8] = {7, -8, 1, 3, 7, -7, 7, 3};
+        static const float wd[8] = {12, -18, 0, 4, 12, -16, 12, 4};
+        CHECK(q1.dtype == PD_FLOAT8E4M3FN && !memcmp(q1.data, wq1, 8),
+              "QuantizeLinear saturate=0 to float8e4m3fn: out of range gives NaN of its sign, the rest rounds to even");
+        CHECK(q2.dtype == PD_INT4 && !memcmp(q2.data, wq2, 8), "QuantizeLinear to int4 with zero point 1 clips to [-8, 7]");
+        CHECK(c.dtype == PD_FLOAT8E8M0 && !memcmp(c.data, wc, 8), "Cast to float8e8m0, round_mode nearest, saturate 0");
+        CHECK(d.dtype == PD_FLOAT && !memcmp(d.data, wd, sizeof wd), "DequantizeLinear of int4 with zero point 1");
+    }
+    pd_engine_destroy(e);
+    pd_graph_destroy(g);
+}
+
+/* Training cannot go through a cast to a low-bit type or a QuantizeLinear:
+ * the session refuses, naming the node where the gradient's flow stops. */
+static void test_lowbit_train(void) {
+    static const float w[6] = {1, 2, 3, 4, 5, 6}, sc = 0.5f;
+    static const uint8_t zero = 0;
+    for (int k = 0; k < 2; k++) {
+        mb *b = mb_new(21);
+        add_in(b, mk_vi("x", PD_FLOAT, "4,3"));
+        add_init(b, mk_f32("W", "3,2", w, 6));
+        if (k == 0) {
+            Onnx__NodeProto *c = mk_node("Cast", "to_f8", "W", "W8");
+            Onnx__AttributeProto *a = mk_attr(c, "to", PD_A_INT);
+            a->has_i = 1;
+            a->i = PD_FLOAT8E4M3FN;
+            add_node(b, c);
+            c = mk_node("Cast", "back", "W8", "Wd");
+            a = mk_attr(c, "to", PD_A_INT);
+            a->has_i = 1;
+            a->i = PD_FLOAT;
+            add_node(b, c);
+        } else {
+            add_init(b, mk_f32("s", "", &sc, 1));
+            add_init(b, mk_raw("z", PD_FLOAT8E5M2, "", &zero, 1));
+            add_node(b, mk_node("QuantizeLinear", "quant", "W,s,z", "W8"));
+            add_node(b, mk_node("DequantizeLinear", "dequant", "W8,s,z", "Wd"));
+        }
+        add_node(b, mk_node("MatMul", "mm", "x,Wd", "y"));
+        add_out(b, "y");
+        pd_graph *g = NULL;
+        pd_session *s = NULL;
+        pd_train_options to = PD_TRAIN_OPTIONS_INIT;
+        to.loss = PD_LOSS_MSE;
+        pd_status st = pd_graph_load_file(save(b, fmt("lowbit_train%d.onnx", k)), NULL, &g);
+        if (st == PD_OK) st = pd_session_create(g, &to, &s);
+        const char *msg = pd_last_error();
+        bool named = k == 0 ? strstr(msg, "'to_f8' (Cast)") && strstr(msg, "float8e4m3fn")
+                            : strstr(msg, "'quant' (QuantizeLinear)") && strstr(msg, "no gradient for 'W'");
+        CHECK(st == PD_ERR_INVALID && named, "training through %s is refused naming the node: %s",
+              k == 0 ? "a Cast to float8" : "QuantizeLinear to float8", msg);
+        pd_session_destroy(s);
+        pd_graph_destroy(g);
+    }
+}
+
 static void test_external(void) {
     /* root/ext/ is the model's folder; root/secret.bin lies outside it */
     const char *dir = fmt("%s/ext", tmp_root);
@@ -1714,6 +2045,10 @@ int main(int argc, char **argv) {
     test_unsupported();
     test_attributes();
     test_dtypes();
+    test_lowbit_io();
+    test_lowbit_ops();
+    test_lowbit_quant();
+    test_lowbit_train();
     test_external();
     mkdir(fmt("%s/hostile", tmp_root), 0755);
     test_huge_flops();

@@ -159,7 +159,13 @@ static int wide_load(pd_dtype t, const void *src, int64_t n, pd__wide *w) {
     case PD_BOOL:
         for (int64_t i = 0; i < n; i++) w->i[i] = ((const uint8_t *)src)[i] != 0;
         return PD_WIDE_I;
-    default: return -1;
+    case PD_INT4: case PD_UINT4: case PD_INT2: case PD_UINT2:
+        for (int64_t i = 0; i < n; i++) w->i[i] = pd__get_i(t, src, i);
+        return PD_WIDE_I;
+    default:
+        if (!pd__dtype_lowbit(t)) return -1;
+        for (int64_t i = 0; i < n; i++) w->f[i] = pd__get_f(t, src, i); /* float8, float4: exact in double */
+        return PD_WIDE_F;
     }
 }
 
@@ -202,7 +208,13 @@ static void wide_store(pd_dtype t, void *dst, int64_t n, int cat, const pd__wide
     case PD_FLOAT16: PD__STORE_LOOPS(uint16_t, PD__HALF, PD__HALF, PD__HALF)
     case PD_BFLOAT16: PD__STORE_LOOPS(uint16_t, PD__BF16, PD__BF16, PD__BF16)
     case PD_BOOL: PD__STORE_LOOPS(uint8_t, PD__NZ, PD__NZ, PD__NZ)
-    default: return;
+    default: /* the low-bit types, Cast's defaults: saturate, e8m0 rounds up */
+        if (!pd__dtype_lowbit(t)) return;
+        for (int64_t i = 0; i < n; i++) {
+            if (cat == PD_WIDE_F) pd__set_f(t, dst, i, w->f[i]);
+            else pd__set_i(t, dst, i, cat == PD_WIDE_I ? w->i[i] : (int64_t)w->u[i]);
+        }
+        return;
     }
 }
 
@@ -234,7 +246,7 @@ void pd__ew_convert(const pd__exec *x, pd_dtype dt, void *dst, pd_dtype st, cons
     pd__ew_par_range(x, n, n, PD__BLK, convert_range, &j);
 }
 
-static bool convertible(pd_dtype t) { return pd__ekind(t) != 0; }
+static bool convertible(pd_dtype t) { return pd__ekind(t) != 0 || pd__dtype_lowbit(t); }
 
 /* ---- staging: inputs and output in the dtype a row computes in ------------------- */
 #define PD__MAX_STAGED 64
@@ -1320,12 +1332,22 @@ pd_status pd__cpu_Clip_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *in,
 
 /* ---- Cast, Identity ------------------------------------------------------------ */
 pd_status pd__cpu_Cast(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
-    (void)n;
     pd_tensor *y = out[0];
     if (!convertible(in[0]->dtype) || !convertible(y->dtype))
         return pd__err(PD_ERR_UNSUPPORTED, "Cast from %s to %s is not supported", pd_dtype_name(in[0]->dtype),
                        pd_dtype_name(y->dtype));
     if (numel(in[0]) != numel(y)) return pd__err(PD_ERR_SHAPE, "input and output sizes differ");
+    /* saturate = 0 (float8: overflow to inf or NaN) and e8m0's other rounding
+     * modes take the scalar encoder; the defaults go the blocked way */
+    bool sat = pd__attr_i(n, "saturate", 1) != 0;
+    const char *rm = pd__attr_s(n, "round_mode", "up");
+    int mode = !strcmp(rm, "down") ? PD_RM_DOWN : !strcmp(rm, "nearest") ? PD_RM_NEAREST : PD_RM_UP;
+    bool f8 = pd__dtype_lowbit(y->dtype) && pd__dtype_bits(y->dtype) == 8;
+    if (f8 && y->dtype != in[0]->dtype && (!sat || mode != PD_RM_UP)) {
+        for (int64_t i = 0; i < numel(y); i++)
+            ((uint8_t *)y->data)[i] = pd__lowfloat_encode(y->dtype, pd__get_f(in[0]->dtype, in[0]->data, i), sat, mode);
+        return PD_OK;
+    }
     pd__ew_convert(x, y->dtype, y->data, in[0]->dtype, in[0]->data, numel(y));
     return PD_OK;
 }
@@ -2297,8 +2319,17 @@ static void quant_range(pd_dtype t, double *lo, double *hi) {
     case PD_UINT8: *lo = 0, *hi = 255; break;
     case PD_INT16: *lo = -32768, *hi = 32767; break;
     case PD_UINT16: *lo = 0, *hi = 65535; break;
+    case PD_INT4: *lo = -8, *hi = 7; break;
+    case PD_UINT4: *lo = 0, *hi = 15; break;
+    case PD_INT2: *lo = -2, *hi = 1; break;
+    case PD_UINT2: *lo = 0, *hi = 3; break;
     default: *lo = -2147483648.0, *hi = 2147483647.0; break;
     }
+}
+
+/* float8 and float4e2m1 (int4 and int2 go the integer way) */
+static bool lowfloat(pd_dtype t) {
+    return pd__dtype_lowbit(t) && t != PD_INT4 && t != PD_UINT4 && t != PD_INT2 && t != PD_UINT2;
 }
 
 /* Maps an element of x to its scale's index: 0 per tensor, the axis coordinate
@@ -2346,6 +2377,18 @@ pd_status pd__cpu_QuantizeLinear(pd__exec *x, const pd__node *n, pd_tensor *cons
     double lo, hi;
     quant_range(Y->dtype, &lo, &hi);
     int64_t cnt = numel(X);
+    if (lowfloat(Y->dtype)) {
+        /* float8 and float4: x / scale (+ zero point, 0 in practice) in float32,
+         * then Cast's rounding to nearest even, saturating unless saturate = 0 */
+        bool sat = pd__attr_i(n, "saturate", 1) != 0;
+        for (int64_t i = 0; i < cnt; i++) {
+            int64_t k = qmap_at(&m, i);
+            double v = quant_div(X->dtype, S->dtype, pd__get_f(X->dtype, X->data, i), pd__get_f(S->dtype, S->data, k));
+            if (Z && Z->data) v = (float)(v + pd__get_f(Z->dtype, Z->data, k));
+            ((uint8_t *)Y->data)[i] = pd__lowfloat_encode(Y->dtype, v, sat, PD_RM_UP);
+        }
+        return PD_OK;
+    }
     for (int64_t i = 0; i < cnt; i++) {
         int64_t k = qmap_at(&m, i);
         double xv = pd__get_f(X->dtype, X->data, i), sv = pd__get_f(S->dtype, S->data, k);
@@ -2365,10 +2408,21 @@ pd_status pd__cpu_DequantizeLinear(pd__exec *x, const pd__node *n, pd_tensor *co
     pd_tensor *Y = out[0];
     pd__qmap m = qmap_make(n, X, S);
     int64_t cnt = numel(X);
+    /* float8 and float4 values are decoded to double; with the zero point 0
+     * the spec asks of them, their product with a float scale is exact too */
+    bool fx = lowfloat(X->dtype);
     for (int64_t i = 0; i < cnt; i++) {
-        int64_t k = qmap_at(&m, i), v = pd__get_i(X->dtype, X->data, i);
-        if (Z && Z->data) v -= pd__get_i(Z->dtype, Z->data, k);
-        double r = (double)v * pd__get_f(S->dtype, S->data, k);
+        int64_t k = qmap_at(&m, i);
+        double v;
+        if (fx) {
+            v = pd__get_f(X->dtype, X->data, i);
+            if (Z && Z->data) v -= pd__get_f(Z->dtype, Z->data, k);
+        } else {
+            int64_t iv = pd__get_i(X->dtype, X->data, i);
+            if (Z && Z->data) iv -= pd__get_i(Z->dtype, Z->data, k);
+            v = (double)iv;
+        }
+        double r = v * pd__get_f(S->dtype, S->data, k);
         pd__set_f(Y->dtype, Y->data, i, Y->dtype == PD_DOUBLE ? r : (double)(float)r);
     }
     return PD_OK;
