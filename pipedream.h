@@ -814,6 +814,7 @@ PDDEF void pd_mpi_finalize(void);
     X(GATHER_ND, GatherND, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                      \
     X(SCATTER_ELEMENTS, ScatterElements, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0x5, 0)        \
     X(SCATTER_ND, ScatterND, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0x5, 0)                    \
+    X(SCATTER, Scatter, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0x5, 0)                         \
     X(ARG_MAX, ArgMax, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                            \
     X(ARG_MIN, ArgMin, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                            \
     X(TOP_K, TopK, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                              \
@@ -6769,6 +6770,9 @@ pd_status pd__shape_ScatterElements(pd_graph *g, pd__node *n) {
     return set_out(g, n, 0, x->dtype, x->ndim, x->shape);
 }
 
+/* Scatter (opset 9, deprecated): ScatterElements without a reduction. */
+pd_status pd__shape_Scatter(pd_graph *g, pd__node *n) { return pd__shape_ScatterElements(g, n); }
+
 pd_status pd__shape_ScatterND(pd_graph *g, pd__node *n) {
     pd__tensor *x = NULL, *idx = NULL, *u = NULL;
     PD_TRY(scatter_common(g, n, &x, &idx, &u));
@@ -6881,6 +6885,7 @@ PD__NO_FLOPS(GatherElements)
 PD__NO_FLOPS(GatherND)
 PD__NO_FLOPS(ScatterElements)
 PD__NO_FLOPS(ScatterND)
+PD__NO_FLOPS(Scatter)
 PD__NO_FLOPS(DepthToSpace)
 PD__NO_FLOPS(SpaceToDepth)
 PD__NO_FLOPS(EyeLike)

@@ -1155,6 +1155,9 @@ pd_status pd__shape_ScatterElements(pd_graph *g, pd__node *n) {
     return set_out(g, n, 0, x->dtype, x->ndim, x->shape);
 }
 
+/* Scatter (opset 9, deprecated): ScatterElements without a reduction. */
+pd_status pd__shape_Scatter(pd_graph *g, pd__node *n) { return pd__shape_ScatterElements(g, n); }
+
 pd_status pd__shape_ScatterND(pd_graph *g, pd__node *n) {
     pd__tensor *x = NULL, *idx = NULL, *u = NULL;
     PD_TRY(scatter_common(g, n, &x, &idx, &u));
@@ -1267,6 +1270,7 @@ PD__NO_FLOPS(GatherElements)
 PD__NO_FLOPS(GatherND)
 PD__NO_FLOPS(ScatterElements)
 PD__NO_FLOPS(ScatterND)
+PD__NO_FLOPS(Scatter)
 PD__NO_FLOPS(DepthToSpace)
 PD__NO_FLOPS(SpaceToDepth)
 PD__NO_FLOPS(EyeLike)

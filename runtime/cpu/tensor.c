@@ -1681,6 +1681,17 @@ pd_status pd__cpu_ScatterElements_bwd(pd__exec *x, const pd__node *n, pd_tensor 
     return scatter_bwd(x, n, in, dout, din, false);
 }
 
+/* Scatter: the opset-9 name of ScatterElements (it has no reduction attribute). */
+pd_status pd__cpu_Scatter(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    return scatter_fwd(x, n, in, out, false);
+}
+
+pd_status pd__cpu_Scatter_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out,
+                              pd_tensor *const *dout, pd_tensor *const *din) {
+    (void)out;
+    return scatter_bwd(x, n, in, dout, din, false);
+}
+
 pd_status pd__cpu_ScatterND(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
     return scatter_fwd(x, n, in, out, true);
 }
