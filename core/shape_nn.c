@@ -958,8 +958,8 @@ void pd__resize_inputs(const pd__node *n, int *scales, int *sizes) {
 
 static bool rsz_given(const pd_tensor *t) { return t && pd_tensor_numel(t) > 0; }
 
-pd_status pd__resize_plan(const pd__node *n, int ndim, const int64_t *x, const pd_tensor *scales,
-                          const pd_tensor *sizes, pd__rsz *r) {
+pd_status pd__resize_plan(const pd__node *n, int ndim, const int64_t *x, const pd_tensor *roi,
+                          const pd_tensor *scales, const pd_tensor *sizes, pd__rsz *r) {
     memset(r, 0, sizeof *r);
     r->ndim = ndim;
     bool up = !strcmp(n->op_type, "Upsample"), v10 = up || n->opset < 11;
@@ -976,22 +976,24 @@ pd_status pd__resize_plan(const pd__node *n, int ndim, const int64_t *x, const p
         r->nearest = PD_RSZ_FLOOR;
     } else {
         static const char *ctms[] = {"half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric",
-                                     "half_pixel_symmetric"};
+                                     "half_pixel_symmetric", "tf_crop_and_resize"};
         static const char *nms[] = {"round_prefer_floor", "round_prefer_ceil", "floor", "ceil"};
         const char *c = pd__attr_s(n, "coordinate_transformation_mode", "half_pixel");
         const char *m = pd__attr_s(n, "nearest_mode", "round_prefer_floor");
         int i;
-        for (i = 0; i < 5 && strcmp(c, ctms[i]); i++) {}
-        if (i == 5)
+        for (i = 0; i < 6 && strcmp(c, ctms[i]); i++) {}
+        if (i == 6)
             return pd__err(PD_ERR_UNSUPPORTED, "coordinate_transformation_mode '%s' is not supported (half_pixel, "
-                           "pytorch_half_pixel, align_corners, asymmetric and half_pixel_symmetric are)", c);
+                           "pytorch_half_pixel, align_corners, asymmetric, half_pixel_symmetric and "
+                           "tf_crop_and_resize are)", c);
         r->ctm = (pd__rsz_ctm)i;
         for (i = 0; i < 4 && strcmp(m, nms[i]); i++) {}
         if (i == 4) return pd__err(PD_ERR_UNSUPPORTED, "nearest_mode '%s' is not supported", m);
         r->nearest = (pd__rsz_nearest)i;
-        if (pd__attr_i(n, "antialias", 0) != 0)
-            return pd__err(PD_ERR_UNSUPPORTED, "antialias=%lld is not supported (0 is)",
-                           (long long)pd__attr_i(n, "antialias", 0));
+        r->extrapolation = pd__attr_f(n, "extrapolation_value", 0);
+        r->antialias = pd__attr_i(n, "antialias", 0) != 0;
+        if (r->antialias && !r->linear && !r->cubic)
+            return pd__err(PD_ERR_UNSUPPORTED, "antialias=1 is defined for the linear and cubic modes, not nearest");
         const char *k = pd__attr_s(n, "keep_aspect_ratio_policy", "stretch");
         keep = !strcmp(k, "not_larger") ? 1 : !strcmp(k, "not_smaller") ? 2 : 0;
         if (!keep && strcmp(k, "stretch") != 0)
@@ -1018,6 +1020,18 @@ pd_status pd__resize_plan(const pd__node *n, int ndim, const int64_t *x, const p
         r->in[i] = r->out[i] = x[i];
         r->scale[i] = 1;
         r->outf[i] = (double)x[i];
+        r->roi[i] = 0, r->roi[ndim + i] = 1;
+    }
+    if (r->ctm == PD_RSZ_TF_CROP_AND_RESIZE) { /* roi: starts then ends of the axes scaled, in [0, 1] units */
+        if (!rsz_given(roi)) return pd__err(PD_ERR_SHAPE, "tf_crop_and_resize needs the roi input");
+        if (pd_tensor_numel(roi) != 2 * na)
+            return pd__err(PD_ERR_SHAPE, "roi has %lld values for %d axes (want %d)", (long long)pd_tensor_numel(roi),
+                           na, 2 * na);
+        r->roi_f32 = roi->dtype == PD_FLOAT;
+        for (int i = 0; roi->data && i < na; i++) {
+            r->roi[axes[i]] = pd__get_f(roi->dtype, roi->data, i);
+            r->roi[ndim + axes[i]] = pd__get_f(roi->dtype, roi->data, na + i);
+        }
     }
     const float *af = NULL;
     int afc = up && n->opset < 9 ? pd__attr_floats(n, "scales", &af) : 0;
@@ -1061,6 +1075,13 @@ pd_status pd__resize_plan(const pd__node *n, int ndim, const int64_t *x, const p
             r->outf[d] = (double)x[d] * sc;
         }
     }
+    r->taps = 4;
+    for (int d = 0; r->antialias && d < ndim; d++) { /* the kernel's support, [-1, 1] or [-2, 2], over scale */
+        double s = r->scale[d] < 1 ? r->scale[d] : 1, t = -2 * floor((r->cubic ? -2 : -1) / s);
+        if (t > 1024)
+            return pd__err(PD_ERR_UNSUPPORTED, "antialias at scale %g of axis %d needs %g taps (1024 at most)", s, d, t);
+        if (t > r->taps) r->taps = (int)t;
+    }
     return PD_OK;
 }
 
@@ -1083,8 +1104,15 @@ static pd_status resize_shape(pd_graph *g, pd__node *n) {
         if (j) zv = v, zp = &zv;
         else sv = v, sp = &sv;
     }
+    pd__tensor *rt = si == 2 ? pd__in(g, n, 1) : NULL; /* roi: its values only matter to the kernel */
+    pd_tensor rv, *rp = NULL;
+    if (rt && rt->ndim >= 0) {
+        rv = pd__view(rt);
+        if (!((rt->kind == PD_T_INIT || rt->kind == PD_T_CONST) && rt->data)) rv.data = NULL;
+        rp = &rv;
+    }
     pd__rsz r;
-    pd_status st = pd__resize_plan(n, x->ndim, x->shape, sp, zp, &r);
+    pd_status st = pd__resize_plan(n, x->ndim, x->shape, rp, sp, zp, &r);
     if (st != PD_OK) return node_prefix(g, n, st);
     return set_out(g, n, 0, x->dtype, x->ndim, r.out);
 }

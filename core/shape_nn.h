@@ -71,7 +71,8 @@ typedef enum pd__rsz_ctm {
     PD_RSZ_PYTORCH_HALF_PIXEL,
     PD_RSZ_ALIGN_CORNERS,
     PD_RSZ_ASYMMETRIC,
-    PD_RSZ_HALF_PIXEL_SYMMETRIC
+    PD_RSZ_HALF_PIXEL_SYMMETRIC,
+    PD_RSZ_TF_CROP_AND_RESIZE
 } pd__rsz_ctm;
 typedef enum pd__rsz_nearest {
     PD_RSZ_ROUND_PREFER_FLOOR = 0,
@@ -90,14 +91,19 @@ typedef struct pd__rsz {
     int64_t in[PD_MAX_DIMS], out[PD_MAX_DIMS];
     double scale[PD_MAX_DIMS]; /* output / input, per axis */
     double outf[PD_MAX_DIMS];  /* input * scale unrounded (with sizes: the size), as align_corners reads it */
+    bool antialias;            /* linear, cubic: a downsampled axis widens its kernel by 1 / scale */
+    int taps;                  /* input positions per output position: 4, or more with antialias */
+    double roi[2 * PD_MAX_DIMS]; /* tf_crop_and_resize: starts, then ends, per axis (0 and 1 elsewhere) */
+    double extrapolation;      /* tf_crop_and_resize: the value of outputs mapped outside the input */
+    bool roi_f32;              /* roi is float32: its products rounded to float32, as ONNX's reference does */
 } pd__rsz;
 
-/* Fills *r from the node and X's shape; scales, sizes: the inputs' data
- * (NULL or empty when not given). Sets the message (without the node
- * prefix) and returns PD_ERR_UNSUPPORTED for the forms not implemented
- * (antialias, tf_crop_and_resize). */
-pd_status pd__resize_plan(const pd__node *n, int ndim, const int64_t *xshape, const pd_tensor *scales,
-                          const pd_tensor *sizes, pd__rsz *r);
+/* Fills *r from the node and X's shape; roi, scales, sizes: the inputs' data
+ * (NULL or empty when not given; roi's data may be NULL at load, where only
+ * the shape is wanted). Sets the message (without the node prefix) and
+ * returns PD_ERR_UNSUPPORTED for the forms not implemented. */
+pd_status pd__resize_plan(const pd__node *n, int ndim, const int64_t *xshape, const pd_tensor *roi,
+                          const pd_tensor *scales, const pd_tensor *sizes, pd__rsz *r);
 
 /* GridSample's taps per dim (1 nearest, 2 linear, 4 cubic; 0: unknown mode)
  * and padding (0 zeros, 1 border, 2 reflection; -1: unknown). */

@@ -594,14 +594,15 @@ static gc *b_mvn(uint64_t seed, pd_dtype dt, uint32_t *mask, char *d, size_t dn)
     }
 }
 
-/* Resize (opset 10, 11, 13, 18 with axes) or Upsample (7, 9): nearest or
- * linear, every supported coordinate transformation and nearest_mode, up- and
- * downsampling, from constant scales or sizes. */
+/* Resize (opset 10, 11, 13, 18 with axes) or Upsample (7, 9): nearest,
+ * linear or cubic, every supported coordinate transformation (with
+ * tf_crop_and_resize a roi that reaches outside the input) and nearest_mode,
+ * antialias, up- and downsampling, from constant scales or sizes. */
 static gc *b_resize_any(uint64_t seed, pd_dtype dt, uint32_t *mask, char *d, size_t dn, bool up) {
     static const char *ctms[] = {"half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric",
                                  "half_pixel_symmetric"};
     static const char *nms[] = {"round_prefer_floor", "round_prefer_ceil", "floor", "ceil"};
-    static const float scs[] = {0.5f, 0.6f, 1, 1.5f, 2, 2.5f, 3};
+    static const float scs[] = {0.3f, 0.5f, 0.6f, 1, 1.5f, 2, 2.5f, 3};
     for (uint64_t tries = 0;; tries++) {
         rs_seed(seed * 419 + tries);
         int r = (int)irand(up ? 3 : 1, 4);
@@ -617,19 +618,33 @@ static gc *b_resize_any(uint64_t seed, pd_dtype dt, uint32_t *mask, char *d, siz
         for (int i = 0; i < na; i++) {
             int dim = axes ? ax[i] : i;
             bool resized = axes || dim >= r - 2 || irand(0, 3) == 0;
-            sc[i] = resized ? scs[irand(0, 6)] : 1;
+            sc[i] = resized ? scs[irand(0, 7)] : 1;
             sz[i] = resized ? irand(1, 7) : xs[dim];
             if (!sizes && (int64_t)floor(xs[dim] * (double)sc[i]) < 1) ok = false;
         }
         if (!ok) continue;
         gc *c = gc_new(up ? "Upsample" : "Resize", opset);
+        bool crop = false;
         gc_seed(c, seed);
         gc_input(c, dt, r, xs, NULL);
         int64_t nv[1] = {na};
         if (up && opset < 9) gc_attr_floats(c, "scales", na, sc);
         else if (opset < 11) gc_input(c, PD_FLOAT, 1, nv, sc);
         else {
-            gc_absent(c); /* roi */
+            /* tf_crop_and_resize: a roi from a bit before the start to a bit past the end,
+             * so that some outputs are the extrapolation value */
+            crop = opset >= 11 && irand(0, 3) == 0;
+            if (crop) {
+                float roi[16];
+                int64_t nr[1] = {2 * na};
+                for (int i = 0; i < na; i++) {
+                    roi[i] = (float)irand(-2, 6) / 10;
+                    roi[na + i] = (float)irand(5, 12) / 10;
+                }
+                gc_input(c, PD_FLOAT, 1, nr, roi);
+            } else {
+                gc_absent(c); /* roi */
+            }
             if (sizes) {
                 gc_absent(c);
                 gc_input(c, PD_INT64, 1, nv, sz);
@@ -647,7 +662,13 @@ static gc *b_resize_any(uint64_t seed, pd_dtype dt, uint32_t *mask, char *d, siz
         else if (irand(0, 1)) gc_attr_s(c, "mode", "nearest");
         if (cubic && irand(0, 1)) gc_attr_i(c, "exclude_outside", 1);
         if (cubic && irand(0, 1)) gc_attr_f(c, "cubic_coeff_a", -0.5f);
-        if (opset >= 11) {
+        /* antialias (opset 18): the kernel widened by 1 / scale where an axis shrinks */
+        if ((linear || cubic) && opset >= 18 && irand(0, 1)) gc_attr_i(c, "antialias", 1);
+        if (crop) {
+            gc_attr_s(c, "coordinate_transformation_mode", "tf_crop_and_resize");
+            if (irand(0, 1)) gc_attr_f(c, "extrapolation_value", 2.5f);
+            if (!linear && !cubic) gc_attr_s(c, "nearest_mode", nms[irand(0, 3)]);
+        } else if (opset >= 11) {
             int ct = (int)irand(0, 5), nm = (int)irand(0, 4);
             if (ct < 5) gc_attr_s(c, "coordinate_transformation_mode", ctms[ct]);
             if (!linear && !cubic && nm < 4) gc_attr_s(c, "nearest_mode", nms[nm]);
@@ -1590,7 +1611,7 @@ int main(void) {
         {"GlobalMaxPool", b_gmp, 20, 6},
         {"LpPool", b_lppool, 60, 10},
         {"MaxUnpool", b_maxunpool, 40, 8},
-        {"Resize", b_resize, 100, 12},
+        {"Resize", b_resize, 160, 16},
         {"Upsample", b_upsample, 30, 6},
         {"Einsum", b_einsum, 80, 12},
         {"LRN", b_lrn, 50, 8},

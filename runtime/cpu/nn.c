@@ -768,20 +768,22 @@ static pd_status rsz_prep(pd__exec *x, const pd__node *n, pd_tensor *const *in, 
     int si, zi;
     pd__resize_inputs(n, &si, &zi);
     const pd_tensor *S = si >= 0 ? opt_in(n, in, si) : NULL, *Z = zi >= 0 ? opt_in(n, in, zi) : NULL;
-    PD_TRY(pd__resize_plan(n, in[0]->ndim, in[0]->shape, S, Z, r));
+    const pd_tensor *R = si == 2 ? opt_in(n, in, 1) : NULL;
+    PD_TRY(pd__resize_plan(n, in[0]->ndim, in[0]->shape, R, S, Z, r));
+    if (r->ctm == PD_RSZ_TF_CROP_AND_RESIZE && !R->data) return pd__err(PD_ERR_INVALID, "roi has no data");
     int64_t nt = 0;
     for (int d = 0; d < r->ndim; d++) nt += r->out[d];
-    *ti = pd__scratch_n(x, 2 * PD_RSZ_TAPS * nt + 1, 1, sizeof(int64_t));
+    *ti = pd__scratch_n(x, 2 * r->taps * nt + 1, 1, sizeof(int64_t));
     if (!*ti) return PD_ERR_NOMEM;
-    *tw = (double *)(*ti + PD_RSZ_TAPS * nt);
+    *tw = (double *)(*ti + r->taps * nt);
     resize_taps(r, *ti, *tw);
     return PD_OK;
 }
 
 static pd_status rsz_run(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
     pd__rsz r;
-    int64_t *ti;
-    double *tw;
+    int64_t *ti = NULL;
+    double *tw = NULL;
     PD_TRY(rsz_prep(x, n, in, &r, &ti, &tw));
     PD_DISPATCH(in[0]->dtype, resize, (x, &r, ti, tw, in[0]->data, out[0]->data, NULL, NULL))
 }
@@ -792,8 +794,8 @@ static pd_status rsz_grad(pd__exec *x, const pd__node *n, pd_tensor *const *in, 
     pd_tensor *dX = gin(n, din, 0);
     if (!dY || !dX) return PD_OK;
     pd__rsz r;
-    int64_t *ti;
-    double *tw;
+    int64_t *ti = NULL;
+    double *tw = NULL;
     PD_TRY(rsz_prep(x, n, in, &r, &ti, &tw));
     PD_DISPATCH(in[0]->dtype, resize, (x, &r, ti, tw, NULL, NULL, dY->data, dX->data))
 }
