@@ -681,6 +681,7 @@ PDDEF void pd_mpi_finalize(void);
     X(RESIZE, Resize, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                               \
     X(UPSAMPLE, Upsample, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                           \
     X(EINSUM, Einsum, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0x3, 0)                               \
+    X(DET, Det, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                                     \
     X(LRN, LRN, PD_OPF_NN | PD_OPF_HOST, 0x1, 0)                                                   \
     X(SOFTMAX, Softmax, PD_OPF_NN, 0x1, 0)                                                         \
     X(LOG_SOFTMAX, LogSoftmax, PD_OPF_NN, 0x1, 0)                                                  \
@@ -4631,6 +4632,25 @@ pd_status pd__shape_Resize(pd_graph *g, pd__node *n) { return resize_shape(g, n)
 double pd__flops_Resize(const pd_graph *g, const pd__node *n) { return resize_flops(g, n); }
 pd_status pd__shape_Upsample(pd_graph *g, pd__node *n) { return resize_shape(g, n); }
 double pd__flops_Upsample(const pd_graph *g, const pd__node *n) { return resize_flops(g, n); }
+
+/* ---- Det --------------------------------------------------------------------------------------- */
+
+/* Det: X (*, M, M) to the determinants (*). */
+pd_status pd__shape_Det(pd_graph *g, pd__node *n) {
+    pd__tensor *x;
+    PD_TRY(need(g, n, 0, "X", &x));
+    PD_TRY(need_float(g, n, x, "X"));
+    if (x->ndim < 2 || x->shape[x->ndim - 1] != x->shape[x->ndim - 2])
+        return pd__node_err(g, n, PD_ERR_SHAPE, "X %s is not a batch of square matrices", shp(x).s);
+    return set_out(g, n, 0, x->dtype, x->ndim - 2, x->shape);
+}
+
+double pd__flops_Det(const pd_graph *g, const pd__node *n) {
+    const pd__tensor *x = cin(g, n, 0);
+    if (!x || x->ndim < 2) return 0;
+    double m = (double)x->shape[x->ndim - 1];
+    return dnumel(x) / (m > 0 ? m * m : 1) * (2.0 / 3.0) * m * m * m; /* an LU per matrix */
+}
 
 /* ---- Einsum ------------------------------------------------------------------------------------ */
 

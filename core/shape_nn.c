@@ -1129,6 +1129,25 @@ double pd__flops_Resize(const pd_graph *g, const pd__node *n) { return resize_fl
 pd_status pd__shape_Upsample(pd_graph *g, pd__node *n) { return resize_shape(g, n); }
 double pd__flops_Upsample(const pd_graph *g, const pd__node *n) { return resize_flops(g, n); }
 
+/* ---- Det --------------------------------------------------------------------------------------- */
+
+/* Det: X (*, M, M) to the determinants (*). */
+pd_status pd__shape_Det(pd_graph *g, pd__node *n) {
+    pd__tensor *x;
+    PD_TRY(need(g, n, 0, "X", &x));
+    PD_TRY(need_float(g, n, x, "X"));
+    if (x->ndim < 2 || x->shape[x->ndim - 1] != x->shape[x->ndim - 2])
+        return pd__node_err(g, n, PD_ERR_SHAPE, "X %s is not a batch of square matrices", shp(x).s);
+    return set_out(g, n, 0, x->dtype, x->ndim - 2, x->shape);
+}
+
+double pd__flops_Det(const pd_graph *g, const pd__node *n) {
+    const pd__tensor *x = cin(g, n, 0);
+    if (!x || x->ndim < 2) return 0;
+    double m = (double)x->shape[x->ndim - 1];
+    return dnumel(x) / (m > 0 ? m * m : 1) * (2.0 / 3.0) * m * m * m; /* an LU per matrix */
+}
+
 /* ---- Einsum ------------------------------------------------------------------------------------ */
 
 pd_status pd__einsum_plan(const pd__node *n, int nin, int ra, const int64_t *sa, int rb, const int64_t *sb,

@@ -689,6 +689,28 @@ static gc *b_upsample(uint64_t seed, pd_dtype dt, uint32_t *mask, char *d, size_
     return b_resize_any(seed, dt, mask, d, dn, true);
 }
 
+/* Det: batches of 1x1 to 4x4 matrices, some singular (two equal rows: the
+ * cofactors still give the gradient). */
+static gc *b_det(uint64_t seed, pd_dtype dt, uint32_t *mask, char *d, size_t dn) {
+    rs_seed(seed);
+    int nb = (int)irand(0, 2);
+    int64_t xs[8], m = irand(1, 4);
+    for (int i = 0; i < nb; i++) xs[i] = irand(1, 3);
+    xs[nb] = xs[nb + 1] = m;
+    gc *c = gc_new("Det", 22);
+    gc_seed(c, seed);
+    gc_input(c, dt, nb + 2, xs, NULL);
+    bool singular = m > 1 && irand(0, 3) == 0;
+    if (singular)
+        for (int64_t k = 0; k < numel_in(c, 0); k += m * m)
+            for (int64_t j = 0; j < m; j++) set(c, 0, k + m + j, at(c, 0, k + j));
+    gc_outputs(c, 1);
+    *mask = 0x1;
+    describe(c, d, dn);
+    if (singular) snprintf(d + strlen(d), dn - strlen(d), " singular");
+    return c;
+}
+
 /* Einsum as a batched matrix product: random batch, M, N and K letters in
  * random orders, the output explicit or implicit; or of one operand (a
  * transpose and sum). */
@@ -1614,6 +1636,7 @@ int main(void) {
         {"Resize", b_resize, 160, 16},
         {"Upsample", b_upsample, 30, 6},
         {"Einsum", b_einsum, 80, 12},
+        {"Det", b_det, 60, 10},
         {"LRN", b_lrn, 50, 8},
         {"Softmax", b_softmax, 50, 8},
         {"LogSoftmax", b_logsoftmax, 50, 8},

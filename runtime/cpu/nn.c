@@ -867,6 +867,90 @@ pd_status pd__cpu_Einsum_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *i
     PD_DISPATCH(A->dtype, einsum_bwd, (&e, A, &Bv, dY->data, dptr(dA), dptr(dB), s))
 }
 
+/* ---- Det ---- */
+
+/* The determinant of the m x m matrix a (row-major, overwritten): LU with
+ * partial pivoting, the product of the pivots, a sign per row swap. */
+static double det_lu(int64_t m, double *a) {
+    double det = 1;
+    for (int64_t k = 0; k < m; k++) {
+        int64_t p = k;
+        for (int64_t i = k + 1; i < m; i++)
+            if (fabs(a[i * m + k]) > fabs(a[p * m + k])) p = i;
+        if (a[p * m + k] == 0) return 0;
+        if (p != k) {
+            for (int64_t j = 0; j < m; j++) {
+                double t = a[k * m + j];
+                a[k * m + j] = a[p * m + j], a[p * m + j] = t;
+            }
+            det = -det;
+        }
+        det *= a[k * m + k];
+        for (int64_t i = k + 1; i < m; i++) {
+            double f = a[i * m + k] / a[k * m + k];
+            for (int64_t j = k + 1; j < m; j++) a[i * m + j] -= f * a[k * m + j];
+        }
+    }
+    return det;
+}
+
+static pd_status det_view(const pd_tensor *X, int64_t *B, int64_t *m) {
+    if (X->ndim < 2 || X->shape[X->ndim - 1] != X->shape[X->ndim - 2])
+        return pd__err(PD_ERR_SHAPE, "X is not a batch of square matrices");
+    *m = X->shape[X->ndim - 1];
+    *B = prod64(X->ndim - 2, X->shape);
+    return PD_OK;
+}
+
+pd_status pd__cpu_Det(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    (void)n;
+    const pd_tensor *X = in[0];
+    int64_t B = 0, m = 0;
+    PD_TRY(det_view(X, &B, &m));
+    double *a = pd__scratch_n(x, m * m + 1, 1, sizeof(double));
+    if (!a) return PD_ERR_NOMEM;
+    for (int64_t b = 0; b < B; b++) {
+        for (int64_t i = 0; i < m * m; i++) a[i] = pd__get_f(X->dtype, X->data, b * m * m + i);
+        pd__set_f(out[0]->dtype, out[0]->data, b, det_lu(m, a));
+    }
+    return PD_OK;
+}
+
+/* d det(A) / dA = adj(A)^T, the cofactors: C[i][j] = (-1)^(i+j) det(A without
+ * row i and column j). Cofactors rather than det(A) A^-T, which a singular A
+ * does not have (its gradient is still defined); O(m^5), for the small
+ * matrices Det is used on. */
+pd_status pd__cpu_Det_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out,
+                          pd_tensor *const *dout, pd_tensor *const *din) {
+    (void)out;
+    const pd_tensor *X = in[0], *dY = gout(n, dout, 0);
+    pd_tensor *dX = gin(n, din, 0);
+    if (!dY || !dX) return PD_OK;
+    int64_t B = 0, m = 0;
+    PD_TRY(det_view(X, &B, &m));
+    if (m == 0) return PD_OK;
+    double *a = pd__scratch_n(x, (m - 1) * (m - 1) + 1, 1, sizeof(double));
+    if (!a) return PD_ERR_NOMEM;
+    for (int64_t b = 0; b < B; b++) {
+        double g = pd__get_f(dY->dtype, dY->data, b);
+        const int64_t base = b * m * m;
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = 0; j < m; j++) {
+                double c = 1;
+                if (m > 1) {
+                    int64_t k = 0;
+                    for (int64_t r = 0; r < m; r++)
+                        for (int64_t q = 0; q < m; q++)
+                            if (r != i && q != j) a[k++] = pd__get_f(X->dtype, X->data, base + r * m + q);
+                    c = ((i + j) % 2 ? -1 : 1) * det_lu(m - 1, a);
+                }
+                int64_t o = base + i * m + j;
+                pd__set_f(dX->dtype, dX->data, o, pd__get_f(dX->dtype, dX->data, o) + g * c);
+            }
+    }
+    return PD_OK;
+}
+
 /* ---- softmax family ---------------------------------------------------------------------------------- */
 static pd_status softmax_run(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out, int lg) {
     const pd_tensor *X = in[0];
