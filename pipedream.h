@@ -686,6 +686,9 @@ PDDEF void pd_mpi_finalize(void);
     X(SOFTMAX, Softmax, PD_OPF_NN, 0x1, 0)                                                         \
     X(LOG_SOFTMAX, LogSoftmax, PD_OPF_NN, 0x1, 0)                                                  \
     X(DROPOUT, Dropout, PD_OPF_NN | PD_OPF_HOST, 0x1, 0)                                           \
+    /* random draws: never folded (each run draws), not differentiable */                         \
+    X(BERNOULLI, Bernoulli, PD_OPF_NN | PD_OPF_HOST, 0, 0)                                         \
+    X(RANDOM_UNIFORM_LIKE, RandomUniformLike, PD_OPF_NN | PD_OPF_HOST, 0, 0)                       \
     X(SOFTMAX_CE_LOSS, SoftmaxCrossEntropyLoss, PD_OPF_NN, 0x1, 0)                                 \
     X(NLL_LOSS, NegativeLogLikelihoodLoss, PD_OPF_NN | PD_OPF_HOST, 0x1, 0)                        \
     X(ROTARY_EMBEDDING, RotaryEmbedding, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)            \
@@ -4632,6 +4635,38 @@ pd_status pd__shape_Resize(pd_graph *g, pd__node *n) { return resize_shape(g, n)
 double pd__flops_Resize(const pd_graph *g, const pd__node *n) { return resize_flops(g, n); }
 pd_status pd__shape_Upsample(pd_graph *g, pd__node *n) { return resize_shape(g, n); }
 double pd__flops_Upsample(const pd_graph *g, const pd__node *n) { return resize_flops(g, n); }
+
+/* ---- Bernoulli, RandomUniformLike -------------------------------------------------------------- */
+
+/* A draw shaped like input 0, of the dtype attribute (default: the input's). */
+static pd_status random_like_shape(pd_graph *g, pd__node *n, bool float_only) {
+    pd__tensor *x;
+    PD_TRY(need(g, n, 0, "input", &x));
+    if (x->ndim < 0) return pd__node_err(g, n, PD_ERR_SHAPE, "input '%s' has no known shape", x->name);
+    pd_dtype t = (pd_dtype)pd__attr_i(n, "dtype", (int64_t)x->dtype);
+    bool ok = pd_dtype_size(t) > 0 && t != PD_BFLOAT16;
+    if (float_only || n->op == PD_OP_BERNOULLI) {
+        /* RandomUniformLike's output, Bernoulli's probabilities: floats */
+        const pd__tensor *f = n->op == PD_OP_BERNOULLI ? x : NULL;
+        if (f && !(is_float(f->dtype) || f->dtype == PD_FLOAT16))
+            return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "input '%s' has dtype %s (float, double, float16 are supported)",
+                                x->name, pd_dtype_name(x->dtype));
+        if (float_only) ok = ok && (is_float(t) || t == PD_FLOAT16);
+    }
+    if (!ok) return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "output dtype %s is not supported", pd_dtype_name(t));
+    return set_out(g, n, 0, t, x->ndim, x->shape);
+}
+
+pd_status pd__shape_Bernoulli(pd_graph *g, pd__node *n) { return random_like_shape(g, n, false); }
+double pd__flops_Bernoulli(const pd_graph *g, const pd__node *n) {
+    const pd__tensor *x = cin(g, n, 0);
+    return x ? 4 * dnumel(x) : 0;
+}
+pd_status pd__shape_RandomUniformLike(pd_graph *g, pd__node *n) { return random_like_shape(g, n, true); }
+double pd__flops_RandomUniformLike(const pd_graph *g, const pd__node *n) {
+    const pd__tensor *x = cin(g, n, 0);
+    return x ? 4 * dnumel(x) : 0;
+}
 
 /* ---- Det --------------------------------------------------------------------------------------- */
 

@@ -1117,6 +1117,45 @@ pd_status pd__cpu_Dropout_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *
     }
 }
 
+/* ---- Bernoulli, RandomUniformLike ---- */
+/* u[i] in [0, 1): dropout_u, SplitMix64 over a counter, keyed by the seed
+ * attribute when given (the same output every run: reproducible), else by
+ * the session's seed and the node's name (as Dropout's training masks).
+ * ONNX leaves the generator to the implementation: the values are not
+ * numpy's, only their distribution is. */
+static uint64_t random_key(const pd__exec *x, const pd__node *n) {
+    const pd__attr *a = pd__attr_get(n, "seed");
+    if (!a) return dropout_key(x->seed, n->name);
+    double s = pd__attr_f(n, "seed", 0);
+    uint64_t b;
+    memcpy(&b, &s, sizeof b);
+    return mix64(b ^ 0x5eed5eed5eed5eedull);
+}
+
+/* y[i] = 1 with probability p[i], else 0 (in y's dtype). */
+pd_status pd__cpu_Bernoulli(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    const pd_tensor *P = in[0];
+    pd_tensor *Y = out[0];
+    uint64_t key = random_key(x, n);
+    for (int64_t i = 0, m = pd_tensor_numel(P); i < m; i++)
+        pd__set_f(Y->dtype, Y->data, i, dropout_u(key, i) < pd__get_f(P->dtype, P->data, i) ? 1.0 : 0.0);
+    return PD_OK;
+}
+
+/* y[i] = low + (high - low) u[i], kept below high where rounding to y's
+ * dtype would reach it. */
+pd_status pd__cpu_RandomUniformLike(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    pd_tensor *Y = out[0];
+    double lo = pd__attr_f(n, "low", 0), hi = pd__attr_f(n, "high", 1);
+    if (!(lo < hi)) return pd__err(PD_ERR_INVALID, "low %g is not below high %g", lo, hi);
+    uint64_t key = random_key(x, n);
+    for (int64_t i = 0, m = pd_tensor_numel(in[0]); i < m; i++) {
+        pd__set_f(Y->dtype, Y->data, i, lo + (hi - lo) * dropout_u(key, i));
+        if (pd__get_f(Y->dtype, Y->data, i) >= hi) pd__set_f(Y->dtype, Y->data, i, lo);
+    }
+    return PD_OK;
+}
+
 /* ---- RotaryEmbedding ---- */
 
 static pd_status rope_view(const pd__node *n, pd_tensor *const *in, pd__rope *r) {
@@ -1740,3 +1779,5 @@ PD__NO_GRAD_NN(MatMulInteger)
 PD__NO_GRAD_NN(QLinearMatMul)
 PD__NO_GRAD_NN(ConvInteger)
 PD__NO_GRAD_NN(QLinearConv)
+PD__NO_GRAD_NN(Bernoulli)
+PD__NO_GRAD_NN(RandomUniformLike)
