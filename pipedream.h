@@ -665,6 +665,7 @@ PDDEF void pd_mpi_finalize(void);
     X(MATMUL, MatMul, PD_OPF_NN | PD_OPF_BWD_WRITES, 0x3, 0)                                       \
     X(CONV, Conv, PD_OPF_NN, 0x7, 0)                                                               \
     X(CONV_TRANSPOSE, ConvTranspose, PD_OPF_NN | PD_OPF_HOST, 0x7, 0)                              \
+    X(DEFORM_CONV, DeformConv, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0x1f, 0)                     \
     X(BATCH_NORM, BatchNormalization, PD_OPF_NN, 0x7, 0x18)                                        \
     X(LAYER_NORM, LayerNormalization, PD_OPF_NN, 0x7, 0)                                           \
     X(INSTANCE_NORM, InstanceNormalization, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0x7, 0)         \
@@ -3435,6 +3436,19 @@ typedef struct pd__rsz {
 pd_status pd__resize_plan(const pd__node *n, int ndim, const int64_t *xshape, const pd_tensor *roi,
                           const pd_tensor *scales, const pd_tensor *sizes, pd__rsz *r);
 
+/* DeformConv (2-D): X (N, C, H, W), W (OC, C / group, KH, KW), offset
+ * (N, OG * KH * KW * 2, OH, OW), optional B (OC) and mask (N, OG * KH * KW,
+ * OH, OW); OG = offset_group. */
+typedef struct pd__deform {
+    int64_t N, C, H, W, OC, G, OG, KH, KW, OH, OW;
+    int64_t sh, sw, dh, dw, pt, pl; /* strides, dilations, leading pads */
+} pd__deform;
+
+/* Fills *p from the node and the shapes (bshape, mshape NULL when B, mask
+ * are absent). Sets the message (without the node prefix) on error. */
+pd_status pd__deform_plan(const pd__node *n, int xr, const int64_t *x, int wr, const int64_t *w, int orr,
+                          const int64_t *off, int br, const int64_t *b, int mr, const int64_t *m, pd__deform *p);
+
 /* GridSample's taps per dim (1 nearest, 2 linear, 4 cubic; 0: unknown mode)
  * and padding (0 zeros, 1 border, 2 reflection; -1: unknown). */
 int pd__grid_mode(const pd__node *n);
@@ -4666,6 +4680,67 @@ pd_status pd__shape_RandomUniformLike(pd_graph *g, pd__node *n) { return random_
 double pd__flops_RandomUniformLike(const pd_graph *g, const pd__node *n) {
     const pd__tensor *x = cin(g, n, 0);
     return x ? 4 * dnumel(x) : 0;
+}
+
+/* ---- DeformConv -------------------------------------------------------------------------------- */
+
+pd_status pd__deform_plan(const pd__node *n, int xr, const int64_t *x, int wr, const int64_t *w, int orr,
+                          const int64_t *off, int br, const int64_t *b, int mr, const int64_t *m, pd__deform *p) {
+    memset(p, 0, sizeof *p);
+    if (xr != 4 || wr != 4 || orr != 4) return pd__err(PD_ERR_UNSUPPORTED, "only 2-D DeformConv is supported (X, W, offset of rank 4)");
+    const int64_t *v;
+    p->N = x[0], p->C = x[1], p->H = x[2], p->W = x[3], p->OC = w[0], p->KH = w[2], p->KW = w[3];
+    p->G = pd__attr_i(n, "group", 1), p->OG = pd__attr_i(n, "offset_group", 1);
+    int c = pd__attr_ints(n, "kernel_shape", &v);
+    if (c && (c != 2 || v[0] != p->KH || v[1] != p->KW)) return pd__err(PD_ERR_SHAPE, "kernel_shape does not match W");
+    c = pd__attr_ints(n, "strides", &v);
+    p->sh = c == 2 ? v[0] : 1, p->sw = c == 2 ? v[1] : 1;
+    c = pd__attr_ints(n, "dilations", &v);
+    p->dh = c == 2 ? v[0] : 1, p->dw = c == 2 ? v[1] : 1;
+    c = pd__attr_ints(n, "pads", &v);
+    int64_t pb = c == 4 ? v[2] : 0, pr = c == 4 ? v[3] : 0;
+    p->pt = c == 4 ? v[0] : 0, p->pl = c == 4 ? v[1] : 0;
+    if (p->G < 1 || p->OG < 1 || p->sh < 1 || p->sw < 1 || p->dh < 1 || p->dw < 1 || p->pt < 0 || p->pl < 0 || pb < 0 || pr < 0)
+        return pd__err(PD_ERR_SHAPE, "group, offset_group, strides, dilations must be positive, pads not negative");
+    if (p->C != w[1] * p->G || p->OC % p->G || p->C % p->OG)
+        return pd__err(PD_ERR_SHAPE, "X's %lld channels, W's %lld x group %lld, offset_group %lld do not fit",
+                       (long long)p->C, (long long)w[1], (long long)p->G, (long long)p->OG);
+    p->OH = (p->H + p->pt + pb - (p->KH - 1) * p->dh - 1) / p->sh + 1;
+    p->OW = (p->W + p->pl + pr - (p->KW - 1) * p->dw - 1) / p->sw + 1;
+    int64_t K = p->KH * p->KW;
+    if (off[0] != p->N || off[1] != p->OG * K * 2 || off[2] != p->OH || off[3] != p->OW)
+        return pd__err(PD_ERR_SHAPE, "offset must be (%lld, %lld, %lld, %lld)", (long long)p->N,
+                       (long long)(p->OG * K * 2), (long long)p->OH, (long long)p->OW);
+    if (b && (br != 1 || b[0] != p->OC)) return pd__err(PD_ERR_SHAPE, "B must be (%lld)", (long long)p->OC);
+    if (m && (mr != 4 || m[0] != p->N || m[1] != p->OG * K || m[2] != p->OH || m[3] != p->OW))
+        return pd__err(PD_ERR_SHAPE, "mask must be (%lld, %lld, %lld, %lld)", (long long)p->N, (long long)(p->OG * K),
+                       (long long)p->OH, (long long)p->OW);
+    return PD_OK;
+}
+
+pd_status pd__shape_DeformConv(pd_graph *g, pd__node *n) {
+    pd__tensor *x, *w, *o, *b = pd__in(g, n, 3), *m = pd__in(g, n, 4);
+    PD_TRY(need(g, n, 0, "X", &x));
+    PD_TRY(need(g, n, 1, "W", &w));
+    PD_TRY(need(g, n, 2, "offset", &o));
+    PD_TRY(need_float(g, n, x, "X"));
+    const pd__tensor *all[5] = {x, w, o, b, m};
+    for (int i = 1; i < 5; i++)
+        if (all[i] && all[i]->dtype != x->dtype)
+            return pd__node_err(g, n, PD_ERR_SHAPE, "'%s' is %s, X is %s", all[i]->name, pd_dtype_name(all[i]->dtype),
+                                pd_dtype_name(x->dtype));
+    pd__deform p;
+    pd_status st = pd__deform_plan(n, x->ndim, x->shape, w->ndim, w->shape, o->ndim, o->shape, b ? b->ndim : 0,
+                                   b ? b->shape : NULL, m ? m->ndim : 0, m ? m->shape : NULL, &p);
+    if (st != PD_OK) return node_prefix(g, n, st);
+    int64_t ys[4] = {p.N, p.OC, p.OH, p.OW};
+    return set_out(g, n, 0, x->dtype, 4, ys);
+}
+
+double pd__flops_DeformConv(const pd_graph *g, const pd__node *n) {
+    const pd__tensor *y = cout(g, n, 0), *w = cin(g, n, 1);
+    if (!y || !w || w->ndim != 4) return 0;
+    return dnumel(y) * (2.0 * (double)(w->shape[1] * w->shape[2] * w->shape[3]) + 10); /* the products, the sampling */
 }
 
 /* ---- Det --------------------------------------------------------------------------------------- */

@@ -50,6 +50,7 @@
     X(MATMUL, MatMul, PD_OPF_NN | PD_OPF_BWD_WRITES, 0x3, 0)                                       \
     X(CONV, Conv, PD_OPF_NN, 0x7, 0)                                                               \
     X(CONV_TRANSPOSE, ConvTranspose, PD_OPF_NN | PD_OPF_HOST, 0x7, 0)                              \
+    X(DEFORM_CONV, DeformConv, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0x1f, 0)                     \
     X(BATCH_NORM, BatchNormalization, PD_OPF_NN, 0x7, 0x18)                                        \
     X(LAYER_NORM, LayerNormalization, PD_OPF_NN, 0x7, 0)                                           \
     X(INSTANCE_NORM, InstanceNormalization, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0x7, 0)         \

@@ -105,6 +105,19 @@ typedef struct pd__rsz {
 pd_status pd__resize_plan(const pd__node *n, int ndim, const int64_t *xshape, const pd_tensor *roi,
                           const pd_tensor *scales, const pd_tensor *sizes, pd__rsz *r);
 
+/* DeformConv (2-D): X (N, C, H, W), W (OC, C / group, KH, KW), offset
+ * (N, OG * KH * KW * 2, OH, OW), optional B (OC) and mask (N, OG * KH * KW,
+ * OH, OW); OG = offset_group. */
+typedef struct pd__deform {
+    int64_t N, C, H, W, OC, G, OG, KH, KW, OH, OW;
+    int64_t sh, sw, dh, dw, pt, pl; /* strides, dilations, leading pads */
+} pd__deform;
+
+/* Fills *p from the node and the shapes (bshape, mshape NULL when B, mask
+ * are absent). Sets the message (without the node prefix) on error. */
+pd_status pd__deform_plan(const pd__node *n, int xr, const int64_t *x, int wr, const int64_t *w, int orr,
+                          const int64_t *off, int br, const int64_t *b, int mr, const int64_t *m, pd__deform *p);
+
 /* GridSample's taps per dim (1 nearest, 2 linear, 4 cubic; 0: unknown mode)
  * and padding (0 zeros, 1 border, 2 reflection; -1: unknown). */
 int pd__grid_mode(const pd__node *n);

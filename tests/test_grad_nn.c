@@ -689,6 +689,40 @@ static gc *b_upsample(uint64_t seed, pd_dtype dt, uint32_t *mask, char *d, size_
     return b_resize_any(seed, dt, mask, d, dn, true);
 }
 
+/* DeformConv: groups, offset groups, strides, dilations, pads; offsets
+ * of a few pixels either way (taps reading outside X), B and mask each
+ * present or not. */
+static gc *b_deform(uint64_t seed, pd_dtype dt, uint32_t *mask, char *d, size_t dn) {
+    rs_seed(seed);
+    int64_t G = irand(1, 2), OG = irand(1, 2), N = irand(1, 2), C = G * OG * irand(1, 2), OC = G * irand(1, 2);
+    int64_t kh = irand(1, 3), kw = irand(1, 3), sh = irand(1, 2), sw = irand(1, 2), dh = irand(1, 2), dw = irand(1, 2);
+    int64_t pads[4] = {irand(0, 1), irand(0, 1), irand(0, 1), irand(0, 1)};
+    int64_t H = (kh - 1) * dh + 1 + irand(0, 3), W = (kw - 1) * dw + 1 + irand(0, 3);
+    int64_t OH = (H + pads[0] + pads[2] - (kh - 1) * dh - 1) / sh + 1, OW = (W + pads[1] + pads[3] - (kw - 1) * dw - 1) / sw + 1;
+    int64_t xs[4] = {N, C, H, W}, ws[4] = {OC, C / G, kh, kw}, os[4] = {N, OG * kh * kw * 2, OH, OW};
+    int64_t bs[1] = {OC}, ms[4] = {N, OG * kh * kw, OH, OW}, st[2] = {sh, sw}, dl[2] = {dh, dw}, ks[2] = {kh, kw};
+    bool hb = irand(0, 1), hm = irand(0, 1);
+    gc *c = gc_new("DeformConv", 19);
+    gc_seed(c, seed);
+    gc_input(c, dt, 4, xs, NULL);
+    gc_input(c, dt, 4, ws, NULL);
+    gc_input(c, dt, 4, os, NULL);
+    for (int64_t k = 0; k < numel_in(c, 2); k++) set(c, 2, k, at(c, 2, k) * 2.5); /* whole pixels away, some outside */
+    if (hb) gc_input(c, dt, 1, bs, NULL);
+    else if (hm) gc_absent(c);
+    if (hm) gc_input(c, dt, 4, ms, NULL);
+    gc_attr_ints(c, "strides", 2, st);
+    gc_attr_ints(c, "dilations", 2, dl);
+    gc_attr_ints(c, "pads", 4, pads);
+    if (irand(0, 1)) gc_attr_ints(c, "kernel_shape", 2, ks);
+    if (G > 1 || irand(0, 1)) gc_attr_i(c, "group", G);
+    if (OG > 1 || irand(0, 1)) gc_attr_i(c, "offset_group", OG);
+    gc_outputs(c, 1);
+    *mask = 0x7 | (hb ? 0x8 : 0) | (hm ? 0x10 : 0);
+    describe(c, d, dn);
+    return c;
+}
+
 /* Det: batches of 1x1 to 4x4 matrices, some singular (two equal rows: the
  * cofactors still give the gradient). */
 static gc *b_det(uint64_t seed, pd_dtype dt, uint32_t *mask, char *d, size_t dn) {
@@ -1637,6 +1671,7 @@ int main(void) {
         {"Upsample", b_upsample, 30, 6},
         {"Einsum", b_einsum, 80, 12},
         {"Det", b_det, 60, 10},
+        {"DeformConv", b_deform, 80, 12},
         {"LRN", b_lrn, 50, 8},
         {"Softmax", b_softmax, 50, 8},
         {"LogSoftmax", b_logsoftmax, 50, 8},

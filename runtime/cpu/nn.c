@@ -867,6 +867,157 @@ pd_status pd__cpu_Einsum_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *i
     PD_DISPATCH(A->dtype, einsum_bwd, (&e, A, &Bv, dY->data, dptr(dA), dptr(dB), s))
 }
 
+/* ---- DeformConv ---- */
+/* A convolution whose taps move: tap k of output (i, j) reads X at
+ * (i sh - pt + kh dh + dy, j sw - pl + kw dw + dx), (dy, dx) from offset for
+ * the tap's offset group, bilinearly with zeros outside (GridSample with
+ * align_corners, as ONNX's reference samples), times the mask (1 when absent).
+ * The samples go into col (C, KH KW, OH, OW) per image, which the weights
+ * then contract as a grouped convolution would. Reads and writes through
+ * pd__get_f / pd__set_f, in double: a reference kernel, not a fast one. */
+static inline double dget(const pd_tensor *t, int64_t i) { return pd__get_f(t->dtype, t->data, i); }
+static inline void dadd(pd_tensor *t, int64_t i, double v) { pd__set_f(t->dtype, t->data, i, dget(t, i) + v); }
+
+/* The four corners around (h, w) in an H x W plane: flat index (-1 outside),
+ * weight and the weight's derivatives along h and w. */
+typedef struct {
+    int64_t at[4];
+    double wt[4], gh[4], gw[4];
+} pd__bil;
+
+static void bil_corners(int64_t H, int64_t W, double h, double w, pd__bil *b) {
+    double h0 = floor(h), w0 = floor(w), ly = h - h0, lx = w - w0;
+    for (int c = 0; c < 4; c++) {
+        int a = c >> 1, e = c & 1;
+        double y = h0 + a, xx = w0 + e;
+        b->at[c] = y >= 0 && y < (double)H && xx >= 0 && xx < (double)W ? (int64_t)y * W + (int64_t)xx : -1;
+        double wy = a ? ly : 1 - ly, wx = e ? lx : 1 - lx;
+        b->wt[c] = wy * wx;
+        b->gh[c] = (a ? 1 : -1) * wx;
+        b->gw[c] = wy * (e ? 1 : -1);
+    }
+}
+
+/* The sampling position of tap (kh, kw) for output (i, j) of image nb, offset group og. */
+static void deform_pos(const pd__deform *p, const pd_tensor *off, int64_t nb, int64_t og, int64_t kh, int64_t kw,
+                       int64_t i, int64_t j, double *h, double *w, int64_t *oidx) {
+    int64_t ch = ((og * p->KH + kh) * p->KW + kw) * 2, plane = p->OH * p->OW;
+    *oidx = ((nb * p->OG * p->KH * p->KW * 2 + ch) * p->OH + i) * p->OW + j;
+    *h = (double)(i * p->sh - p->pt + kh * p->dh) + dget(off, *oidx);
+    *w = (double)(j * p->sw - p->pl + kw * p->dw) + dget(off, *oidx + plane);
+}
+
+static pd_status deform_prep(const pd__node *n, pd_tensor *const *in, pd__deform *p) {
+    const pd_tensor *B = opt_in(n, in, 3), *M = opt_in(n, in, 4);
+    return pd__deform_plan(n, in[0]->ndim, in[0]->shape, in[1]->ndim, in[1]->shape, in[2]->ndim, in[2]->shape,
+                           B ? B->ndim : 0, B ? B->shape : NULL, M ? M->ndim : 0, M ? M->shape : NULL, p);
+}
+
+/* col (C, K, OH, OW) of image nb: the masked samples. */
+static void deform_col(const pd__deform *p, pd_tensor *const *in, const pd_tensor *M, int64_t nb, double *col) {
+    const pd_tensor *X = in[0], *off = in[2];
+    int64_t K = p->KH * p->KW, P = p->OH * p->OW, cpo = p->C / p->OG;
+    for (int64_t c = 0; c < p->C; c++)
+        for (int64_t k = 0; k < K; k++)
+            for (int64_t i = 0; i < p->OH; i++)
+                for (int64_t j = 0; j < p->OW; j++) {
+                    int64_t og = c / cpo, oidx;
+                    double h, w, v = 0;
+                    deform_pos(p, off, nb, og, k / p->KW, k % p->KW, i, j, &h, &w, &oidx);
+                    pd__bil b;
+                    bil_corners(p->H, p->W, h, w, &b);
+                    for (int q = 0; q < 4; q++)
+                        if (b.at[q] >= 0) v += b.wt[q] * dget(X, (nb * p->C + c) * p->H * p->W + b.at[q]);
+                    double m = M ? dget(M, ((nb * p->OG + og) * K + k) * P + i * p->OW + j) : 1;
+                    col[(c * K + k) * P + i * p->OW + j] = m * v;
+                }
+}
+
+pd_status pd__cpu_DeformConv(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    pd__deform p;
+    PD_TRY(deform_prep(n, in, &p));
+    const pd_tensor *Wt = in[1], *B = opt_in(n, in, 3), *M = opt_in(n, in, 4);
+    int64_t K = p.KH * p.KW, P = p.OH * p.OW, cpg = p.C / p.G, opg = p.OC / p.G;
+    double *col = pd__scratch_n(x, p.C * K * P + 1, 1, sizeof(double));
+    if (!col) return PD_ERR_NOMEM;
+    for (int64_t nb = 0; nb < p.N; nb++) {
+        deform_col(&p, in, M, nb, col);
+        for (int64_t oc = 0; oc < p.OC; oc++)
+            for (int64_t q = 0; q < P; q++) {
+                double acc = B ? dget(B, oc) : 0;
+                for (int64_t cl = 0; cl < cpg; cl++)
+                    for (int64_t k = 0; k < K; k++)
+                        acc += dget(Wt, (oc * cpg + cl) * K + k) * col[((oc / opg * cpg + cl) * K + k) * P + q];
+                pd__set_f(out[0]->dtype, out[0]->data, (nb * p.OC + oc) * P + q, acc);
+            }
+    }
+    return PD_OK;
+}
+
+/* dB: dY summed; dW: dY against col; through col's element (c, k, i, j), with
+ * g = sum over the group's outputs of dY W: the mask's gradient is g times
+ * the sample, X's g m times each corner's weight, the offset's g m times the
+ * sample's slope along h and w. */
+pd_status pd__cpu_DeformConv_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out,
+                                 pd_tensor *const *dout, pd_tensor *const *din) {
+    (void)out;
+    const pd_tensor *X = in[0], *Wt = in[1], *off = in[2], *M = opt_in(n, in, 4), *dY = gout(n, dout, 0);
+    pd_tensor *dX = gin(n, din, 0), *dW = gin(n, din, 1), *dO = gin(n, din, 2), *dB = gin(n, din, 3),
+              *dM = gin(n, din, 4);
+    if (!dY) return PD_OK;
+    pd__deform p;
+    PD_TRY(deform_prep(n, in, &p));
+    int64_t K = p.KH * p.KW, P = p.OH * p.OW, cpg = p.C / p.G, opg = p.OC / p.G, cpo = p.C / p.OG;
+    double *col = pd__scratch_n(x, p.C * K * P + 1, 1, sizeof(double));
+    if (!col) return PD_ERR_NOMEM;
+    for (int64_t nb = 0; nb < p.N; nb++) {
+        const int64_t ybase = nb * p.OC * P;
+        if (dB)
+            for (int64_t oc = 0; oc < p.OC; oc++)
+                for (int64_t q = 0; q < P; q++) dadd(dB, oc, dget(dY, ybase + oc * P + q));
+        if (dW) {
+            deform_col(&p, in, M, nb, col);
+            for (int64_t oc = 0; oc < p.OC; oc++)
+                for (int64_t cl = 0; cl < cpg; cl++)
+                    for (int64_t k = 0; k < K; k++) {
+                        double acc = 0;
+                        for (int64_t q = 0; q < P; q++)
+                            acc += dget(dY, ybase + oc * P + q) * col[((oc / opg * cpg + cl) * K + k) * P + q];
+                        dadd(dW, (oc * cpg + cl) * K + k, acc);
+                    }
+        }
+        if (!dX && !dO && !dM) continue;
+        for (int64_t c = 0; c < p.C; c++)
+            for (int64_t k = 0; k < K; k++)
+                for (int64_t i = 0; i < p.OH; i++)
+                    for (int64_t j = 0; j < p.OW; j++) {
+                        int64_t q = i * p.OW + j, og = c / cpo, g0 = c / cpg * opg, oidx;
+                        double g = 0;
+                        for (int64_t oc = g0; oc < g0 + opg; oc++)
+                            g += dget(dY, ybase + oc * P + q) * dget(Wt, (oc * cpg + c % cpg) * K + k);
+                        if (g == 0) continue;
+                        double h, w, v = 0, vh = 0, vw = 0;
+                        deform_pos(&p, off, nb, og, k / p.KW, k % p.KW, i, j, &h, &w, &oidx);
+                        pd__bil b;
+                        bil_corners(p.H, p.W, h, w, &b);
+                        int64_t xb = (nb * p.C + c) * p.H * p.W, midx = ((nb * p.OG + og) * K + k) * P + q;
+                        double m = M ? dget(M, midx) : 1;
+                        for (int t = 0; t < 4; t++) {
+                            if (b.at[t] < 0) continue;
+                            double xv = dget(X, xb + b.at[t]);
+                            v += b.wt[t] * xv, vh += b.gh[t] * xv, vw += b.gw[t] * xv;
+                            if (dX) dadd(dX, xb + b.at[t], g * m * b.wt[t]);
+                        }
+                        if (dM) dadd(dM, midx, g * v);
+                        if (dO) {
+                            dadd(dO, oidx, g * m * vh);
+                            dadd(dO, oidx + P, g * m * vw);
+                        }
+                    }
+    }
+    return PD_OK;
+}
+
 /* ---- Det ---- */
 
 /* The determinant of the m x m matrix a (row-major, overwritten): LU with
