@@ -90,7 +90,7 @@
     X(CONV_INTEGER, ConvInteger, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                      \
     X(QLINEAR_CONV, QLinearConv, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                      \
     /* recurrent: inputs X, W, R, B, sequence_lens, initial_h (initial_c, P) */                    \
-    X(LSTM, LSTM, PD_OPF_RNN | PD_OPF_FOLD | PD_OPF_HOST, 0x6f, 0)                                 \
+    X(LSTM, LSTM, PD_OPF_RNN | PD_OPF_FOLD | PD_OPF_HOST, 0xef, 0)                                 \
     X(GRU, GRU, PD_OPF_RNN | PD_OPF_FOLD | PD_OPF_HOST, 0x2f, 0)                                   \
     X(RNN, RNN, PD_OPF_RNN | PD_OPF_FOLD | PD_OPF_HOST, 0x2f, 0)                                   \
     /* element-wise */                                                                             \
