@@ -3473,14 +3473,22 @@ typedef struct pd__ein {
     int pa[PD_MAX_DIMS], pb[PD_MAX_DIMS], po[PD_MAX_DIMS];
     int64_t cshape[PD_MAX_DIMS], out[PD_MAX_DIMS]; /* C's dims, the output's */
     int64_t bshape[PD_MAX_DIMS]; /* one operand: B is ones of this shape (the letters summed) */
+    /* a letter repeated in operand k (k 0: A, 1: B): the product reads its
+     * diagonal, of rank dr[k] and shape dshape[k]; axis i of the operand is
+     * axis dmap[k][i] of the diagonal */
+    bool diag[2];
+    int dr[2], dmap[2][PD_MAX_DIMS];
+    int64_t dshape[2][PD_MAX_DIMS];
 } pd__ein;
 
 /* Parses the node's equation against the operands' shapes (nin 1: a
  * transpose or sum of A, planned as a product with B = ones of bshape over
- * the letters summed; rb, sb unused). Other forms (three operands,
- * ellipses, repeated letters, with two operands a sum over one operand's
- * axis) are PD_ERR_UNSUPPORTED naming the equation. Sets the message
- * without the node prefix. */
+ * the letters summed; rb, sb unused). An ellipsis stands for the operand's
+ * axes not named (of one size in both operands: no broadcasting); a letter
+ * repeated in an operand takes its diagonal (diag). Other forms (three
+ * operands, with two operands a sum over one operand's axis) are
+ * PD_ERR_UNSUPPORTED naming the equation. Sets the message without the node
+ * prefix. */
 pd_status pd__einsum_plan(const pd__node *n, int nin, int ra, const int64_t *sa, int rb, const int64_t *sb,
                           pd__ein *e);
 
@@ -4769,7 +4777,7 @@ pd_status pd__einsum_plan(const pd__node *n, int nin, int ra, const int64_t *sa,
     memset(e, 0, sizeof *e);
     const char *eq = pd__attr_s(n, "equation", "");
     char t[3][PD_MAX_DIMS + 1] = {{0}};
-    int len[3] = {0}, part = 0;
+    int len[3] = {0}, part = 0, ell[3] = {-1, -1, -1};
     bool arrow = false, comma = false;
     for (const char *p = eq; *p; p++) {
         char ch = *p;
@@ -4778,32 +4786,75 @@ pd_status pd__einsum_plan(const pd__node *n, int nin, int ra, const int64_t *sa,
         else if (ch == '-' && p[1] == '>' && !arrow) arrow = true, part = 2, p++;
         else if (((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z')) && len[part] < PD_MAX_DIMS)
             t[part][len[part]++] = ch;
+        else if (ch == '.' && p[1] == '.' && p[2] == '.' && ell[part] < 0)
+            ell[part] = len[part], p += 2;
         else
             return pd__err(PD_ERR_UNSUPPORTED,
-                           "equation '%s' is not supported (one or two operands, letters only, no ellipsis: a "
-                           "batched matrix product such as 'bij,bjk->bik', a transpose or a sum)", eq);
+                           "equation '%s' is not supported (one or two operands, letters and '...': a batched "
+                           "matrix product such as 'bij,bjk->bik', a transpose, a sum or a diagonal)", eq);
     }
     if (nin > 2 || nin < 1)
         return pd__err(PD_ERR_UNSUPPORTED, "equation '%s' with %d operands is not supported (one or two are)", eq, nin);
     if (nin != (comma ? 2 : 1))
         return pd__err(PD_ERR_SHAPE, "equation '%s' does not name %d operands", eq, nin);
-    if (len[0] != ra || (nin == 2 && len[1] != rb))
-        return pd__err(PD_ERR_SHAPE, "equation '%s' names %d and %d axes; the operands have ranks %d and %d", eq,
-                       len[0], len[1], ra, rb);
+    /* an ellipsis becomes letters \1, \2 ... for its axes, right-aligned across the operands */
+    int rk[2] = {ra, rb}, ne = 0, nek[2] = {0, 0};
+    for (int k = 0; k < nin; k++) {
+        nek[k] = ell[k] >= 0 ? rk[k] - len[k] : 0;
+        if (nek[k] < 0 || (ell[k] < 0 && len[k] != rk[k]))
+            return pd__err(PD_ERR_SHAPE, "equation '%s' names %d and %d axes; the operands have ranks %d and %d", eq,
+                           len[0], len[1], ra, rb);
+        if (nek[k] > ne) ne = nek[k];
+    }
+    if (ell[2] >= 0 && !arrow) ell[2] = -1;
+    for (int k = 0; k < 3; k++) {
+        int m = k < 2 ? nek[k] : ell[2] >= 0 ? ne : 0, at = ell[k];
+        if (at < 0 || m == 0) continue;
+        if (len[k] + m > PD_MAX_DIMS) return pd__err(PD_ERR_SHAPE, "equation '%s' has too many axes", eq);
+        memmove(t[k] + at + m, t[k] + at, (size_t)(len[k] - at));
+        for (int j = 0; j < m; j++) t[k][at + j] = (char)(1 + ne - m + j);
+        len[k] += m;
+    }
+    if (!arrow) { /* implicit output: the ellipsis' axes, then the letters named once, in alphabetical order */
+        int cnt[128] = {0};
+        for (int k = 0; k < nin; k++)
+            for (int i = 0; i < len[k]; i++) cnt[(int)t[k][i]]++;
+        for (int j = 0; j < ne; j++) t[2][len[2]++] = (char)(1 + j);
+        for (int ch = 'A'; ch <= 'z'; ch++)
+            if (cnt[ch] == 1 && len[2] < PD_MAX_DIMS) t[2][len[2]++] = (char)ch;
+    }
+    /* a letter repeated in an operand: the operand becomes its diagonal */
+    int64_t dsz[2][PD_MAX_DIMS];
+    const int64_t *sk[2] = {sa, sb};
+    for (int k = 0; k < nin; k++) {
+        char u[PD_MAX_DIMS + 1] = {0};
+        int nu = 0;
+        for (int i = 0; i < len[k]; i++) {
+            int j = 0;
+            while (j < nu && u[j] != t[k][i]) j++;
+            if (j == nu) {
+                u[nu] = t[k][i];
+                dsz[k][nu++] = sk[k][i];
+            } else if (dsz[k][j] != sk[k][i]) {
+                return pd__err(PD_ERR_SHAPE, "equation '%s': the diagonal over '%c' has sides %lld and %lld", eq,
+                               t[k][i], (long long)dsz[k][j], (long long)sk[k][i]);
+            }
+            e->dmap[k][i] = j;
+        }
+        if (nu == len[k]) continue;
+        e->diag[k] = true;
+        e->dr[k] = nu;
+        memcpy(e->dshape[k], dsz[k], sizeof(int64_t) * (size_t)nu);
+        memcpy(t[k], u, (size_t)nu + 1);
+        len[k] = nu;
+    }
+    if (e->diag[0]) ra = e->dr[0], sa = e->dshape[0];
+    if (e->diag[1]) rb = e->dr[1], sb = e->dshape[1];
     /* letter -> axis in A, B, the output (-1: absent) */
     int ax[3][128];
     memset(ax, -1, sizeof ax);
     for (int k = 0; k < 2; k++)
-        for (int i = 0; i < len[k]; i++) {
-            if (ax[k][(int)t[k][i]] >= 0)
-                return pd__err(PD_ERR_UNSUPPORTED, "equation '%s' repeats '%c' in an operand (a diagonal) and is not "
-                               "supported", eq, t[k][i]);
-            ax[k][(int)t[k][i]] = i;
-        }
-    if (!arrow) { /* implicit output: the letters seen once, in alphabetical order */
-        for (int ch = 'A'; ch <= 'z'; ch++)
-            if ((ax[0][ch] >= 0) != (ax[1][ch] >= 0) && len[2] < PD_MAX_DIMS) t[2][len[2]++] = (char)ch;
-    }
+        for (int i = 0; i < len[k]; i++) ax[k][(int)t[k][i]] = i;
     for (int i = 0; i < len[2]; i++) {
         int ch = t[2][i];
         if (ax[2][ch] >= 0 || (ax[0][ch] < 0 && ax[1][ch] < 0))

@@ -142,14 +142,22 @@ typedef struct pd__ein {
     int pa[PD_MAX_DIMS], pb[PD_MAX_DIMS], po[PD_MAX_DIMS];
     int64_t cshape[PD_MAX_DIMS], out[PD_MAX_DIMS]; /* C's dims, the output's */
     int64_t bshape[PD_MAX_DIMS]; /* one operand: B is ones of this shape (the letters summed) */
+    /* a letter repeated in operand k (k 0: A, 1: B): the product reads its
+     * diagonal, of rank dr[k] and shape dshape[k]; axis i of the operand is
+     * axis dmap[k][i] of the diagonal */
+    bool diag[2];
+    int dr[2], dmap[2][PD_MAX_DIMS];
+    int64_t dshape[2][PD_MAX_DIMS];
 } pd__ein;
 
 /* Parses the node's equation against the operands' shapes (nin 1: a
  * transpose or sum of A, planned as a product with B = ones of bshape over
- * the letters summed; rb, sb unused). Other forms (three operands,
- * ellipses, repeated letters, with two operands a sum over one operand's
- * axis) are PD_ERR_UNSUPPORTED naming the equation. Sets the message
- * without the node prefix. */
+ * the letters summed; rb, sb unused). An ellipsis stands for the operand's
+ * axes not named (of one size in both operands: no broadcasting); a letter
+ * repeated in an operand takes its diagonal (diag). Other forms (three
+ * operands, with two operands a sum over one operand's axis) are
+ * PD_ERR_UNSUPPORTED naming the equation. Sets the message without the node
+ * prefix. */
 pd_status pd__einsum_plan(const pd__node *n, int nin, int ra, const int64_t *sa, int rb, const int64_t *sb,
                           pd__ein *e);
 

@@ -723,6 +723,43 @@ static gc *b_deform(uint64_t seed, pd_dtype dt, uint32_t *mask, char *d, size_t 
     return c;
 }
 
+/* Einsum with an ellipsis and repeated letters (diagonals), one or two
+ * operands: the equation from a list, each letter's size (and the
+ * ellipsis' axes) random. */
+static gc *b_einsum_diag(uint64_t seed, pd_dtype dt, uint32_t *mask, char *d, size_t dn) {
+    static const char *eqs[] = {"...ii->...i", "ii->i", "ii", "...ij,...jk->...ik", "bii,bij->bj", "iij->ji",
+                                "...ii,...i->...", "a...b,b...c->...ac", "abab->ba", "ij,jj->i", "i...->...",
+                                "...ij"};
+    rs_seed(seed);
+    const char *eq = eqs[irand(0, (int64_t)(sizeof eqs / sizeof eqs[0]) - 1)];
+    int64_t size[128], ell[4], ne = irand(0, 2);
+    for (int ch = 0; ch < 128; ch++) size[ch] = irand(1, 3);
+    for (int j = 0; j < ne; j++) ell[j] = irand(1, 3);
+    gc *c = gc_new("Einsum", 12);
+    gc_seed(c, seed);
+    int nin = 0;
+    for (const char *p = eq; *p && *p != '-';) { /* each operand's shape from its letters */
+        int64_t sh[8];
+        int r = 0;
+        for (; *p && *p != ',' && *p != '-'; p++) {
+            if (*p == '.') {
+                for (int j = 0; j < ne; j++) sh[r++] = ell[j];
+                p += 2;
+            } else {
+                sh[r++] = size[(int)*p];
+            }
+        }
+        gc_input(c, dt, r, sh, NULL);
+        nin++;
+        if (*p == ',') p++;
+    }
+    gc_attr_s(c, "equation", eq);
+    gc_outputs(c, 1);
+    *mask = nin == 2 ? 0x3 : 0x1;
+    describe(c, d, dn);
+    return c;
+}
+
 /* Det: batches of 1x1 to 4x4 matrices, some singular (two equal rows: the
  * cofactors still give the gradient). */
 static gc *b_det(uint64_t seed, pd_dtype dt, uint32_t *mask, char *d, size_t dn) {
@@ -1670,6 +1707,7 @@ int main(void) {
         {"Resize", b_resize, 160, 16},
         {"Upsample", b_upsample, 30, 6},
         {"Einsum", b_einsum, 80, 12},
+        {"Einsum (ellipsis, diagonals)", b_einsum_diag, 60, 10},
         {"Det", b_det, 60, 10},
         {"DeformConv", b_deform, 80, 12},
         {"LRN", b_lrn, 50, 8},

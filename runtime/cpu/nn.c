@@ -843,14 +843,48 @@ static pd_status ein_prep(pd__exec *x, const pd__node *n, pd_tensor *const *in, 
     return PD_OK;
 }
 
+/* The diagonal of operand k (t, its letters repeated: ein's diag) into dst,
+ * a tensor of e->dshape[k]; or with back, dst's values added to t where
+ * they came from (the diagonal's adjoint). */
+static void ein_diag(const pd__ein *e, int k, pd_tensor *t, pd_tensor *dst, bool back) {
+    int64_t st[PD_MAX_DIMS], acc = 1, idx[PD_MAX_DIMS] = {0}, cnt = prod64(e->dr[k], e->dshape[k]);
+    size_t es = pd_dtype_size(t->dtype);
+    for (int i = t->ndim - 1; i >= 0; i--) st[i] = acc, acc *= t->shape[i];
+    for (int64_t q = 0; q < cnt; q++) {
+        int64_t off = 0;
+        for (int i = 0; i < t->ndim; i++) off += idx[e->dmap[k][i]] * st[i];
+        if (back) pd__set_f(t->dtype, t->data, off, pd__get_f(t->dtype, t->data, off) + pd__get_f(dst->dtype, dst->data, q));
+        else memcpy((char *)dst->data + q * (int64_t)es, (const char *)t->data + off * (int64_t)es, es);
+        odo_next(idx, e->dshape[k], e->dr[k]);
+    }
+}
+
+/* A view of e->dshape[k] at mem. */
+static pd_tensor ein_view(const pd__ein *e, int k, pd_dtype dt, void *mem) {
+    pd_tensor v = {dt, e->dr[k], {0}, mem};
+    memcpy(v.shape, e->dshape[k], sizeof(int64_t) * (size_t)e->dr[k]);
+    return v;
+}
+
+/* The elements of the diagonals the product reads instead of A, B (0 when none). */
+static void ein_diag_sizes(const pd__node *n, const pd__ein *e, int64_t *na, int64_t *nb) {
+    *na = e->diag[0] ? prod64(e->dr[0], e->dshape[0]) : 0;
+    *nb = n->nin > 1 && e->diag[1] ? prod64(e->dr[1], e->dshape[1]) : 0;
+}
+
 pd_status pd__cpu_Einsum(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
     const pd_tensor *A = in[0], *B = n->nin > 1 ? in[1] : in[0];
     pd__ein e;
     PD_TRY(pd__einsum_plan(n, n->nin, A->ndim, A->shape, B->ndim, B->shape, &e));
+    int64_t na, nb;
+    ein_diag_sizes(n, &e, &na, &nb);
     void *s;
-    pd_tensor Bv;
-    PD_TRY(ein_prep(x, n, in, &e, e.B * e.M * e.K + e.B * e.K * e.N + e.B * e.M * e.N, &s, &Bv));
-    PD_DISPATCH(A->dtype, einsum, (&e, A, &Bv, out[0]->data, s))
+    pd_tensor Bv, Av = *A;
+    PD_TRY(ein_prep(x, n, in, &e, na + nb + e.B * e.M * e.K + e.B * e.K * e.N + e.B * e.M * e.N, &s, &Bv));
+    size_t es = pd_dtype_size(A->dtype);
+    if (na) Av = ein_view(&e, 0, A->dtype, s), ein_diag(&e, 0, in[0], &Av, false);
+    if (nb) Bv = ein_view(&e, 1, A->dtype, (char *)s + na * es), ein_diag(&e, 1, in[1], &Bv, false);
+    PD_DISPATCH(A->dtype, einsum, (&e, &Av, &Bv, out[0]->data, (void *)((char *)s + (na + nb) * es)))
 }
 
 pd_status pd__cpu_Einsum_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out,
@@ -861,10 +895,36 @@ pd_status pd__cpu_Einsum_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *i
     if (!dY || (!dA && !dB)) return PD_OK;
     pd__ein e;
     PD_TRY(pd__einsum_plan(n, n->nin, A->ndim, A->shape, B->ndim, B->shape, &e));
+    int64_t na, nb;
+    ein_diag_sizes(n, &e, &na, &nb);
     void *s;
-    pd_tensor Bv;
-    PD_TRY(ein_prep(x, n, in, &e, 2 * (e.B * e.M * e.K + e.B * e.K * e.N) + e.B * e.M * e.N, &s, &Bv));
-    PD_DISPATCH(A->dtype, einsum_bwd, (&e, A, &Bv, dY->data, dptr(dA), dptr(dB), s))
+    pd_tensor Bv, Av = *A, dAv, dBv;
+    /* scratch: the diagonals A', B', their gradients dA', dB', the product's own */
+    int64_t own = 2 * (e.B * e.M * e.K + e.B * e.K * e.N) + e.B * e.M * e.N;
+    PD_TRY(ein_prep(x, n, in, &e, 2 * (na + nb) + own, &s, &Bv));
+    size_t es = pd_dtype_size(A->dtype);
+    char *m = s;
+    if (na) {
+        Av = ein_view(&e, 0, A->dtype, m), ein_diag(&e, 0, in[0], &Av, false);
+        dAv = ein_view(&e, 0, A->dtype, m + (na + nb) * es);
+        memset(dAv.data, 0, (size_t)na * es);
+    }
+    if (nb) {
+        Bv = ein_view(&e, 1, A->dtype, m + na * es), ein_diag(&e, 1, in[1], &Bv, false);
+        dBv = ein_view(&e, 1, A->dtype, m + (2 * na + nb) * es);
+        memset(dBv.data, 0, (size_t)nb * es);
+    }
+    void *pa = dA && na ? dAv.data : dptr(dA), *pb = dB && nb ? dBv.data : dptr(dB);
+    pd_status st;
+    switch (A->dtype) {
+    case PD_FLOAT: st = einsum_bwd_f32(&e, &Av, &Bv, dY->data, pa, pb, (void *)(m + 2 * (na + nb) * es)); break;
+    case PD_DOUBLE: st = einsum_bwd_f64(&e, &Av, &Bv, dY->data, pa, pb, (void *)(m + 2 * (na + nb) * es)); break;
+    default: return pd__err(PD_ERR_UNSUPPORTED, "Einsum backward of %s", pd_dtype_name(A->dtype));
+    }
+    PD_TRY(st);
+    if (dA && na) ein_diag(&e, 0, dA, &dAv, true);
+    if (dB && nb) ein_diag(&e, 1, dB, &dBv, true);
+    return PD_OK;
 }
 
 /* ---- DeformConv ---- */
