@@ -3547,6 +3547,7 @@ double pd__roialign_offset(const pd__node *n);
 /* ---- end of core/shape_nn.h ---- */
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 /* ---- small helpers ---------------------------------------------------------- */
@@ -4875,11 +4876,15 @@ pd_status pd__einsum_plan(const pd__node *n, int nin, int ra, const int64_t *sa,
     for (int k = 0; k < 2; k++)
         for (int i = 0; i < len[k]; i++) {
             int ch = t[k][i];
+            char what[16]; /* a letter, or one of the ellipsis' axes (\1, \2 ...) */
+            if (ch < 'A') snprintf(what, sizeof what, "'...' axis %d", ch - 1);
+            else snprintf(what, sizeof what, "'%c'", ch);
             if (ax[1 - k][ch] < 0 && ax[2][ch] < 0)
-                return pd__err(PD_ERR_UNSUPPORTED, "equation '%s' sums '%c' over one operand only; not supported", eq,
-                               ch);
+                return pd__err(PD_ERR_UNSUPPORTED, "equation '%s' sums %s over one operand only; not supported", eq,
+                               what);
             if (ax[0][ch] >= 0 && ax[1][ch] >= 0 && sa[ax[0][ch]] != sb[ax[1][ch]])
-                return pd__err(PD_ERR_SHAPE, "equation '%s': '%c' is %lld in A and %lld in B", eq, ch,
+                return pd__err(ch < 'A' && (sa[ax[0][ch]] == 1 || sb[ax[1][ch]] == 1) ? PD_ERR_UNSUPPORTED : PD_ERR_SHAPE,
+                               "equation '%s': %s is %lld in A and %lld in B (no broadcasting)", eq, what,
                                (long long)sa[ax[0][ch]], (long long)sb[ax[1][ch]]);
         }
     e->ra = ra, e->rb = rb, e->ro = len[2];
