@@ -1080,7 +1080,8 @@ pd_status pd__resize_plan(const pd__node *n, int ndim, const int64_t *x, const p
     for (int d = 0; r->antialias && d < ndim; d++) { /* the kernel's support, [-1, 1] or [-2, 2], over scale */
         double s = r->scale[d] < 1 ? r->scale[d] : 1, t = -2 * floor((r->cubic ? -2 : -1) / s);
         if (t > 1024)
-            return pd__err(PD_ERR_UNSUPPORTED, "antialias at scale %g of axis %d needs %g taps (1024 at most)", s, d, t);
+            return pd__err(PD_ERR_UNSUPPORTED, "antialias at scale %g of axis %d needs %g taps (1024 at most)", s, d,
+                           t);
         if (t > r->taps) r->taps = (int)t;
     }
     return PD_OK;
@@ -1143,8 +1144,9 @@ static pd_status random_like_shape(pd_graph *g, pd__node *n, bool float_only) {
         /* RandomUniformLike's output, Bernoulli's probabilities: floats */
         const pd__tensor *f = n->op == PD_OP_BERNOULLI ? x : NULL;
         if (f && !(is_float(f->dtype) || f->dtype == PD_FLOAT16))
-            return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "input '%s' has dtype %s (float, double, float16 are supported)",
-                                x->name, pd_dtype_name(x->dtype));
+            return pd__node_err(g, n, PD_ERR_UNSUPPORTED,
+                                "input '%s' has dtype %s (float, double, float16 are supported)", x->name,
+                                pd_dtype_name(x->dtype));
         if (float_only) ok = ok && (is_float(t) || t == PD_FLOAT16);
     }
     if (!ok) return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "output dtype %s is not supported", pd_dtype_name(t));
@@ -1167,7 +1169,8 @@ double pd__flops_RandomUniformLike(const pd_graph *g, const pd__node *n) {
 pd_status pd__deform_plan(const pd__node *n, int xr, const int64_t *x, int wr, const int64_t *w, int orr,
                           const int64_t *off, int br, const int64_t *b, int mr, const int64_t *m, pd__deform *p) {
     memset(p, 0, sizeof *p);
-    if (xr != 4 || wr != 4 || orr != 4) return pd__err(PD_ERR_UNSUPPORTED, "only 2-D DeformConv is supported (X, W, offset of rank 4)");
+    if (xr != 4 || wr != 4 || orr != 4)
+        return pd__err(PD_ERR_UNSUPPORTED, "only 2-D DeformConv is supported (X, W, offset of rank 4)");
     const int64_t *v;
     p->N = x[0], p->C = x[1], p->H = x[2], p->W = x[3], p->OC = w[0], p->KH = w[2], p->KW = w[3];
     p->G = pd__attr_i(n, "group", 1), p->OG = pd__attr_i(n, "offset_group", 1);
@@ -1180,7 +1183,8 @@ pd_status pd__deform_plan(const pd__node *n, int xr, const int64_t *x, int wr, c
     c = pd__attr_ints(n, "pads", &v);
     int64_t pb = c == 4 ? v[2] : 0, pr = c == 4 ? v[3] : 0;
     p->pt = c == 4 ? v[0] : 0, p->pl = c == 4 ? v[1] : 0;
-    if (p->G < 1 || p->OG < 1 || p->sh < 1 || p->sw < 1 || p->dh < 1 || p->dw < 1 || p->pt < 0 || p->pl < 0 || pb < 0 || pr < 0)
+    if (p->G < 1 || p->OG < 1 || p->sh < 1 || p->sw < 1 || p->dh < 1 || p->dw < 1 || p->pt < 0 || p->pl < 0 ||
+        pb < 0 || pr < 0)
         return pd__err(PD_ERR_SHAPE, "group, offset_group, strides, dilations must be positive, pads not negative");
     if (p->C != w[1] * p->G || p->OC % p->G || p->C % p->OG)
         return pd__err(PD_ERR_SHAPE, "X's %lld channels, W's %lld x group %lld, offset_group %lld do not fit",
@@ -1353,10 +1357,12 @@ pd_status pd__einsum_plan(const pd__node *n, int nin, int ra, const int64_t *sa,
             if (ax[1 - k][ch] < 0 && ax[2][ch] < 0)
                 return pd__err(PD_ERR_UNSUPPORTED, "equation '%s' sums %s over one operand only; not supported", eq,
                                what);
-            if (ax[0][ch] >= 0 && ax[1][ch] >= 0 && sa[ax[0][ch]] != sb[ax[1][ch]])
-                return pd__err(ch < 'A' && (sa[ax[0][ch]] == 1 || sb[ax[1][ch]] == 1) ? PD_ERR_UNSUPPORTED : PD_ERR_SHAPE,
+            if (ax[0][ch] >= 0 && ax[1][ch] >= 0 && sa[ax[0][ch]] != sb[ax[1][ch]]) {
+                bool bcast = ch < 'A' && (sa[ax[0][ch]] == 1 || sb[ax[1][ch]] == 1); /* valid ONNX, not done here */
+                return pd__err(bcast ? PD_ERR_UNSUPPORTED : PD_ERR_SHAPE,
                                "equation '%s': %s is %lld in A and %lld in B (no broadcasting)", eq, what,
                                (long long)sa[ax[0][ch]], (long long)sb[ax[1][ch]]);
+            }
         }
     e->ra = ra, e->rb = rb, e->ro = len[2];
     e->B = e->M = e->N = e->K = 1;

@@ -102,7 +102,8 @@ static pd_status rnn_shape(pd_graph *g, pd__node *n) {
     }
     pd__tensor *x = pd__in(g, n, 0), *w = pd__in(g, n, 1), *r = pd__in(g, n, 2), *b = pd__in(g, n, 3);
     pd__tensor *sl = pd__in(g, n, 4), *h0 = pd__in(g, n, 5);
-    pd__tensor *c0 = a.cell == PD_RNN_LSTM ? pd__in(g, n, 6) : NULL, *p = a.cell == PD_RNN_LSTM ? pd__in(g, n, 7) : NULL;
+    bool lstm = a.cell == PD_RNN_LSTM;
+    pd__tensor *c0 = lstm ? pd__in(g, n, 6) : NULL, *p = lstm ? pd__in(g, n, 7) : NULL; /* P: peepholes */
     if (!x || !w || !r) return pd__node_err(g, n, PD_ERR_INVALID, "inputs X, W and R are required");
     int maxin = a.cell == PD_RNN_LSTM ? 8 : 6, maxout = a.cell == PD_RNN_LSTM ? 3 : 2;
     if (n->nin > maxin || n->nout > maxout)

@@ -698,7 +698,8 @@ static gc *b_deform(uint64_t seed, pd_dtype dt, uint32_t *mask, char *d, size_t 
     int64_t kh = irand(1, 3), kw = irand(1, 3), sh = irand(1, 2), sw = irand(1, 2), dh = irand(1, 2), dw = irand(1, 2);
     int64_t pads[4] = {irand(0, 1), irand(0, 1), irand(0, 1), irand(0, 1)};
     int64_t H = (kh - 1) * dh + 1 + irand(0, 3), W = (kw - 1) * dw + 1 + irand(0, 3);
-    int64_t OH = (H + pads[0] + pads[2] - (kh - 1) * dh - 1) / sh + 1, OW = (W + pads[1] + pads[3] - (kw - 1) * dw - 1) / sw + 1;
+    int64_t OH = (H + pads[0] + pads[2] - (kh - 1) * dh - 1) / sh + 1;
+    int64_t OW = (W + pads[1] + pads[3] - (kw - 1) * dw - 1) / sw + 1;
     int64_t xs[4] = {N, C, H, W}, ws[4] = {OC, C / G, kh, kw}, os[4] = {N, OG * kh * kw * 2, OH, OW};
     int64_t bs[1] = {OC}, ms[4] = {N, OG * kh * kw, OH, OW}, st[2] = {sh, sw}, dl[2] = {dh, dw}, ks[2] = {kh, kw};
     bool hb = irand(0, 1), hm = irand(0, 1);

@@ -592,8 +592,8 @@ static gc *b_scatter_elements(pd_dtype dt, tcase *tc) {
     gc_outputs(c, 1);
     tc->mask = 0x5;
     char b[64], e[64], f[96];
-    snprintf(tc->desc, sizeof tc->desc, "%s-%s %s axis %d indices %s %s", scatter_legacy ? "Scatter" : "ScatterElements",
-             scatter_add ? "add" : "none",
+    snprintf(tc->desc, sizeof tc->desc, "%s-%s %s axis %d indices %s %s",
+             scatter_legacy ? "Scatter" : "ScatterElements", scatter_add ? "add" : "none",
              fmt_shape(b, r, s), ax, fmt_shape(e, r, is), fmt_ints(f, (int)ni, idx));
     return c;
 }

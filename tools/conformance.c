@@ -115,7 +115,8 @@ static void pd__output_checks(const Onnx__GraphProto *g, char **out, int nout, p
         for (size_t j = 0; random && j < g->n_node; j++) {
             const Onnx__NodeProto *nd = g->node[j];
             bool makes = false;
-            for (size_t k = 0; k < nd->n_output && !makes; k++) makes = nd->output[k] && strcmp(nd->output[k], out[i]) == 0;
+            for (size_t k = 0; k < nd->n_output && !makes; k++)
+                makes = nd->output[k] && strcmp(nd->output[k], out[i]) == 0;
             if (!makes || !pd__is_random_op(nd)) continue;
             if (strncmp(nd->op_type, "RandomUniform", 13) == 0)
                 cmp[i] = (pd__cmp){PD__CMP_UNIFORM, pd__node_attr_f(nd, "low", 0), pd__node_attr_f(nd, "high", 1)};

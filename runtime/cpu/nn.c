@@ -853,8 +853,10 @@ static void ein_diag(const pd__ein *e, int k, pd_tensor *t, pd_tensor *dst, bool
     for (int64_t q = 0; q < cnt; q++) {
         int64_t off = 0;
         for (int i = 0; i < t->ndim; i++) off += idx[e->dmap[k][i]] * st[i];
-        if (back) pd__set_f(t->dtype, t->data, off, pd__get_f(t->dtype, t->data, off) + pd__get_f(dst->dtype, dst->data, q));
-        else memcpy((char *)dst->data + q * (int64_t)es, (const char *)t->data + off * (int64_t)es, es);
+        if (back)
+            pd__set_f(t->dtype, t->data, off, pd__get_f(t->dtype, t->data, off) + pd__get_f(dst->dtype, dst->data, q));
+        else
+            memcpy((char *)dst->data + q * (int64_t)es, (const char *)t->data + off * (int64_t)es, es);
         odo_next(idx, e->dshape[k], e->dr[k]);
     }
 }
