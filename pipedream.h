@@ -701,6 +701,7 @@ PDDEF void pd_mpi_finalize(void);
     X(MATMUL, MatMul, PD_OPF_NN | PD_OPF_BWD_WRITES, 0x3, 0)                                       \
     X(CONV, Conv, PD_OPF_NN, 0x7, 0)                                                               \
     X(CONV_TRANSPOSE, ConvTranspose, PD_OPF_NN | PD_OPF_HOST, 0x7, 0)                              \
+    X(DEFORM_CONV, DeformConv, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0x1f, 0)                     \
     X(BATCH_NORM, BatchNormalization, PD_OPF_NN, 0x7, 0x18)                                        \
     X(LAYER_NORM, LayerNormalization, PD_OPF_NN, 0x7, 0)                                           \
     X(INSTANCE_NORM, InstanceNormalization, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0x7, 0)         \
@@ -717,10 +718,14 @@ PDDEF void pd_mpi_finalize(void);
     X(RESIZE, Resize, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                               \
     X(UPSAMPLE, Upsample, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                           \
     X(EINSUM, Einsum, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0x3, 0)                               \
+    X(DET, Det, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                                     \
     X(LRN, LRN, PD_OPF_NN | PD_OPF_HOST, 0x1, 0)                                                   \
     X(SOFTMAX, Softmax, PD_OPF_NN, 0x1, 0)                                                         \
     X(LOG_SOFTMAX, LogSoftmax, PD_OPF_NN, 0x1, 0)                                                  \
     X(DROPOUT, Dropout, PD_OPF_NN | PD_OPF_HOST, 0x1, 0)                                           \
+    /* random draws: never folded (each run draws), not differentiable */                         \
+    X(BERNOULLI, Bernoulli, PD_OPF_NN | PD_OPF_HOST, 0, 0)                                         \
+    X(RANDOM_UNIFORM_LIKE, RandomUniformLike, PD_OPF_NN | PD_OPF_HOST, 0, 0)                       \
     X(SOFTMAX_CE_LOSS, SoftmaxCrossEntropyLoss, PD_OPF_NN, 0x1, 0)                                 \
     X(NLL_LOSS, NegativeLogLikelihoodLoss, PD_OPF_NN | PD_OPF_HOST, 0x1, 0)                        \
     X(ROTARY_EMBEDDING, RotaryEmbedding, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)            \
@@ -736,7 +741,7 @@ PDDEF void pd_mpi_finalize(void);
     X(CONV_INTEGER, ConvInteger, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                      \
     X(QLINEAR_CONV, QLinearConv, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                      \
     /* recurrent: inputs X, W, R, B, sequence_lens, initial_h (initial_c, P) */                    \
-    X(LSTM, LSTM, PD_OPF_RNN | PD_OPF_FOLD | PD_OPF_HOST, 0x6f, 0)                                 \
+    X(LSTM, LSTM, PD_OPF_RNN | PD_OPF_FOLD | PD_OPF_HOST, 0xef, 0)                                 \
     X(GRU, GRU, PD_OPF_RNN | PD_OPF_FOLD | PD_OPF_HOST, 0x2f, 0)                                   \
     X(RNN, RNN, PD_OPF_RNN | PD_OPF_FOLD | PD_OPF_HOST, 0x2f, 0)                                   \
     /* element-wise */                                                                             \
@@ -810,6 +815,7 @@ PDDEF void pd_mpi_finalize(void);
     X(ACOSH, Acosh, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                               \
     X(ATANH, Atanh, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                               \
     X(CAST_LIKE, CastLike, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                        \
+    X(BIT_CAST, BitCast, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                            \
     X(QUANTIZE_LINEAR, QuantizeLinear, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)              \
     X(DEQUANTIZE_LINEAR, DequantizeLinear, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)          \
     X(DYNAMIC_QUANTIZE_LINEAR, DynamicQuantizeLinear, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)\
@@ -849,6 +855,8 @@ PDDEF void pd_mpi_finalize(void);
     X(GATHER_ND, GatherND, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                      \
     X(SCATTER_ELEMENTS, ScatterElements, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0x5, 0)        \
     X(SCATTER_ND, ScatterND, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0x5, 0)                    \
+    X(SCATTER, Scatter, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0x5, 0)                         \
+    X(TENSOR_SCATTER, TensorScatter, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0x3, 0)            \
     X(ARG_MAX, ArgMax, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                            \
     X(ARG_MIN, ArgMin, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                            \
     X(TOP_K, TopK, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                              \
@@ -3507,6 +3515,32 @@ pd_status pd__shape_CastLike(pd_graph *g, pd__node *n) {
 
 double pd__flops_CastLike(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
 
+/* BitCast: the same bytes read as dtype 'to', which must be as wide as the
+ * input's (so the shape is unchanged). */
+pd_status pd__shape_BitCast(pd_graph *g, pd__node *n) {
+    pd__tensor *x, *y;
+    PD_TRY(input(g, n, 0, &x));
+    PD_TRY(output(g, n, &y));
+    PD_TRY(check_kind(g, n, x, PD_EK_ANY));
+    const pd__attr *to = pd__attr_get(n, "to");
+    if (!to || to->type != PD_A_INT)
+        return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "attribute 'to' missing or not an int");
+    pd_dtype t = (pd_dtype)to->i;
+    if (to->i < 0 || to->i > 64 || !pd__ekind(t))
+        return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "bit cast to dtype %lld is not supported", (long long)to->i);
+    if (pd_dtype_size(t) != pd_dtype_size(x->dtype))
+        return pd__node_err(g, n, PD_ERR_SHAPE, "bit cast from %s to %s: element sizes differ",
+                            pd_dtype_name(x->dtype), pd_dtype_name(t));
+    y->dtype = t;
+    return pd__tensor_set_shape(g, y, x->ndim, x->shape);
+}
+
+double pd__flops_BitCast(const pd_graph *g, const pd__node *n) {
+    (void)g;
+    (void)n;
+    return 0;
+}
+
 /* Identity moves bytes: every dtype, the low-bit ones too. */
 pd_status pd__shape_Identity(pd_graph *g, pd__node *n) {
     pd__tensor *x, *y;
@@ -3815,7 +3849,8 @@ typedef enum pd__rsz_ctm {
     PD_RSZ_PYTORCH_HALF_PIXEL,
     PD_RSZ_ALIGN_CORNERS,
     PD_RSZ_ASYMMETRIC,
-    PD_RSZ_HALF_PIXEL_SYMMETRIC
+    PD_RSZ_HALF_PIXEL_SYMMETRIC,
+    PD_RSZ_TF_CROP_AND_RESIZE
 } pd__rsz_ctm;
 typedef enum pd__rsz_nearest {
     PD_RSZ_ROUND_PREFER_FLOOR = 0,
@@ -3834,14 +3869,32 @@ typedef struct pd__rsz {
     int64_t in[PD_MAX_DIMS], out[PD_MAX_DIMS];
     double scale[PD_MAX_DIMS]; /* output / input, per axis */
     double outf[PD_MAX_DIMS];  /* input * scale unrounded (with sizes: the size), as align_corners reads it */
+    bool antialias;            /* linear, cubic: a downsampled axis widens its kernel by 1 / scale */
+    int taps;                  /* input positions per output position: 4, or more with antialias */
+    double roi[2 * PD_MAX_DIMS]; /* tf_crop_and_resize: starts, then ends, per axis (0 and 1 elsewhere) */
+    double extrapolation;      /* tf_crop_and_resize: the value of outputs mapped outside the input */
+    bool roi_f32;              /* roi is float32: its products rounded to float32, as ONNX's reference does */
 } pd__rsz;
 
-/* Fills *r from the node and X's shape; scales, sizes: the inputs' data
- * (NULL or empty when not given). Sets the message (without the node
- * prefix) and returns PD_ERR_UNSUPPORTED for the forms not implemented
- * (antialias, tf_crop_and_resize). */
-pd_status pd__resize_plan(const pd__node *n, int ndim, const int64_t *xshape, const pd_tensor *scales,
-                          const pd_tensor *sizes, pd__rsz *r);
+/* Fills *r from the node and X's shape; roi, scales, sizes: the inputs' data
+ * (NULL or empty when not given; roi's data may be NULL at load, where only
+ * the shape is wanted). Sets the message (without the node prefix) and
+ * returns PD_ERR_UNSUPPORTED for the forms not implemented. */
+pd_status pd__resize_plan(const pd__node *n, int ndim, const int64_t *xshape, const pd_tensor *roi,
+                          const pd_tensor *scales, const pd_tensor *sizes, pd__rsz *r);
+
+/* DeformConv (2-D): X (N, C, H, W), W (OC, C / group, KH, KW), offset
+ * (N, OG * KH * KW * 2, OH, OW), optional B (OC) and mask (N, OG * KH * KW,
+ * OH, OW); OG = offset_group. */
+typedef struct pd__deform {
+    int64_t N, C, H, W, OC, G, OG, KH, KW, OH, OW;
+    int64_t sh, sw, dh, dw, pt, pl; /* strides, dilations, leading pads */
+} pd__deform;
+
+/* Fills *p from the node and the shapes (bshape, mshape NULL when B, mask
+ * are absent). Sets the message (without the node prefix) on error. */
+pd_status pd__deform_plan(const pd__node *n, int xr, const int64_t *x, int wr, const int64_t *w, int orr,
+                          const int64_t *off, int br, const int64_t *b, int mr, const int64_t *m, pd__deform *p);
 
 /* GridSample's taps per dim (1 nearest, 2 linear, 4 cubic; 0: unknown mode)
  * and padding (0 zeros, 1 border, 2 reflection; -1: unknown). */
@@ -3867,14 +3920,22 @@ typedef struct pd__ein {
     int pa[PD_MAX_DIMS], pb[PD_MAX_DIMS], po[PD_MAX_DIMS];
     int64_t cshape[PD_MAX_DIMS], out[PD_MAX_DIMS]; /* C's dims, the output's */
     int64_t bshape[PD_MAX_DIMS]; /* one operand: B is ones of this shape (the letters summed) */
+    /* a letter repeated in operand k (k 0: A, 1: B): the product reads its
+     * diagonal, of rank dr[k] and shape dshape[k]; axis i of the operand is
+     * axis dmap[k][i] of the diagonal */
+    bool diag[2];
+    int dr[2], dmap[2][PD_MAX_DIMS];
+    int64_t dshape[2][PD_MAX_DIMS];
 } pd__ein;
 
 /* Parses the node's equation against the operands' shapes (nin 1: a
  * transpose or sum of A, planned as a product with B = ones of bshape over
- * the letters summed; rb, sb unused). Other forms (three operands,
- * ellipses, repeated letters, with two operands a sum over one operand's
- * axis) are PD_ERR_UNSUPPORTED naming the equation. Sets the message
- * without the node prefix. */
+ * the letters summed; rb, sb unused). An ellipsis stands for the operand's
+ * axes not named (of one size in both operands: no broadcasting); a letter
+ * repeated in an operand takes its diagonal (diag). Other forms (three
+ * operands, with two operands a sum over one operand's axis) are
+ * PD_ERR_UNSUPPORTED naming the equation. Sets the message without the node
+ * prefix. */
 pd_status pd__einsum_plan(const pd__node *n, int nin, int ra, const int64_t *sa, int rb, const int64_t *sb,
                           pd__ein *e);
 
@@ -3933,6 +3994,7 @@ double pd__roialign_offset(const pd__node *n);
 /* ---- end of core/shape_nn.h ---- */
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 /* ---- small helpers ---------------------------------------------------------- */
@@ -4873,8 +4935,8 @@ void pd__resize_inputs(const pd__node *n, int *scales, int *sizes) {
 
 static bool rsz_given(const pd_tensor *t) { return t && pd_tensor_numel(t) > 0; }
 
-pd_status pd__resize_plan(const pd__node *n, int ndim, const int64_t *x, const pd_tensor *scales,
-                          const pd_tensor *sizes, pd__rsz *r) {
+pd_status pd__resize_plan(const pd__node *n, int ndim, const int64_t *x, const pd_tensor *roi,
+                          const pd_tensor *scales, const pd_tensor *sizes, pd__rsz *r) {
     memset(r, 0, sizeof *r);
     r->ndim = ndim;
     bool up = !strcmp(n->op_type, "Upsample"), v10 = up || n->opset < 11;
@@ -4891,22 +4953,24 @@ pd_status pd__resize_plan(const pd__node *n, int ndim, const int64_t *x, const p
         r->nearest = PD_RSZ_FLOOR;
     } else {
         static const char *ctms[] = {"half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric",
-                                     "half_pixel_symmetric"};
+                                     "half_pixel_symmetric", "tf_crop_and_resize"};
         static const char *nms[] = {"round_prefer_floor", "round_prefer_ceil", "floor", "ceil"};
         const char *c = pd__attr_s(n, "coordinate_transformation_mode", "half_pixel");
         const char *m = pd__attr_s(n, "nearest_mode", "round_prefer_floor");
         int i;
-        for (i = 0; i < 5 && strcmp(c, ctms[i]); i++) {}
-        if (i == 5)
+        for (i = 0; i < 6 && strcmp(c, ctms[i]); i++) {}
+        if (i == 6)
             return pd__err(PD_ERR_UNSUPPORTED, "coordinate_transformation_mode '%s' is not supported (half_pixel, "
-                           "pytorch_half_pixel, align_corners, asymmetric and half_pixel_symmetric are)", c);
+                           "pytorch_half_pixel, align_corners, asymmetric, half_pixel_symmetric and "
+                           "tf_crop_and_resize are)", c);
         r->ctm = (pd__rsz_ctm)i;
         for (i = 0; i < 4 && strcmp(m, nms[i]); i++) {}
         if (i == 4) return pd__err(PD_ERR_UNSUPPORTED, "nearest_mode '%s' is not supported", m);
         r->nearest = (pd__rsz_nearest)i;
-        if (pd__attr_i(n, "antialias", 0) != 0)
-            return pd__err(PD_ERR_UNSUPPORTED, "antialias=%lld is not supported (0 is)",
-                           (long long)pd__attr_i(n, "antialias", 0));
+        r->extrapolation = pd__attr_f(n, "extrapolation_value", 0);
+        r->antialias = pd__attr_i(n, "antialias", 0) != 0;
+        if (r->antialias && !r->linear && !r->cubic)
+            return pd__err(PD_ERR_UNSUPPORTED, "antialias=1 is defined for the linear and cubic modes, not nearest");
         const char *k = pd__attr_s(n, "keep_aspect_ratio_policy", "stretch");
         keep = !strcmp(k, "not_larger") ? 1 : !strcmp(k, "not_smaller") ? 2 : 0;
         if (!keep && strcmp(k, "stretch") != 0)
@@ -4933,6 +4997,18 @@ pd_status pd__resize_plan(const pd__node *n, int ndim, const int64_t *x, const p
         r->in[i] = r->out[i] = x[i];
         r->scale[i] = 1;
         r->outf[i] = (double)x[i];
+        r->roi[i] = 0, r->roi[ndim + i] = 1;
+    }
+    if (r->ctm == PD_RSZ_TF_CROP_AND_RESIZE) { /* roi: starts then ends of the axes scaled, in [0, 1] units */
+        if (!rsz_given(roi)) return pd__err(PD_ERR_SHAPE, "tf_crop_and_resize needs the roi input");
+        if (pd_tensor_numel(roi) != 2 * na)
+            return pd__err(PD_ERR_SHAPE, "roi has %lld values for %d axes (want %d)", (long long)pd_tensor_numel(roi),
+                           na, 2 * na);
+        r->roi_f32 = roi->dtype == PD_FLOAT;
+        for (int i = 0; roi->data && i < na; i++) {
+            r->roi[axes[i]] = pd__get_f(roi->dtype, roi->data, i);
+            r->roi[ndim + axes[i]] = pd__get_f(roi->dtype, roi->data, na + i);
+        }
     }
     const float *af = NULL;
     int afc = up && n->opset < 9 ? pd__attr_floats(n, "scales", &af) : 0;
@@ -4976,6 +5052,14 @@ pd_status pd__resize_plan(const pd__node *n, int ndim, const int64_t *x, const p
             r->outf[d] = (double)x[d] * sc;
         }
     }
+    r->taps = 4;
+    for (int d = 0; r->antialias && d < ndim; d++) { /* the kernel's support, [-1, 1] or [-2, 2], over scale */
+        double s = r->scale[d] < 1 ? r->scale[d] : 1, t = -2 * floor((r->cubic ? -2 : -1) / s);
+        if (t > 1024)
+            return pd__err(PD_ERR_UNSUPPORTED, "antialias at scale %g of axis %d needs %g taps (1024 at most)", s, d,
+                           t);
+        if (t > r->taps) r->taps = (int)t;
+    }
     return PD_OK;
 }
 
@@ -4998,8 +5082,15 @@ static pd_status resize_shape(pd_graph *g, pd__node *n) {
         if (j) zv = v, zp = &zv;
         else sv = v, sp = &sv;
     }
+    pd__tensor *rt = si == 2 ? pd__in(g, n, 1) : NULL; /* roi: its values only matter to the kernel */
+    pd_tensor rv, *rp = NULL;
+    if (rt && rt->ndim >= 0) {
+        rv = pd__view(rt);
+        if (!((rt->kind == PD_T_INIT || rt->kind == PD_T_CONST) && rt->data)) rv.data = NULL;
+        rp = &rv;
+    }
     pd__rsz r;
-    pd_status st = pd__resize_plan(n, x->ndim, x->shape, sp, zp, &r);
+    pd_status st = pd__resize_plan(n, x->ndim, x->shape, rp, sp, zp, &r);
     if (st != PD_OK) return node_prefix(g, n, st);
     return set_out(g, n, 0, x->dtype, x->ndim, r.out);
 }
@@ -5016,6 +5107,121 @@ double pd__flops_Resize(const pd_graph *g, const pd__node *n) { return resize_fl
 pd_status pd__shape_Upsample(pd_graph *g, pd__node *n) { return resize_shape(g, n); }
 double pd__flops_Upsample(const pd_graph *g, const pd__node *n) { return resize_flops(g, n); }
 
+/* ---- Bernoulli, RandomUniformLike -------------------------------------------------------------- */
+
+/* A draw shaped like input 0, of the dtype attribute (default: the input's). */
+static pd_status random_like_shape(pd_graph *g, pd__node *n, bool float_only) {
+    pd__tensor *x;
+    PD_TRY(need(g, n, 0, "input", &x));
+    if (x->ndim < 0) return pd__node_err(g, n, PD_ERR_SHAPE, "input '%s' has no known shape", x->name);
+    pd_dtype t = (pd_dtype)pd__attr_i(n, "dtype", (int64_t)x->dtype);
+    bool ok = pd_dtype_size(t) > 0 && t != PD_BFLOAT16;
+    if (float_only || n->op == PD_OP_BERNOULLI) {
+        /* RandomUniformLike's output, Bernoulli's probabilities: floats */
+        const pd__tensor *f = n->op == PD_OP_BERNOULLI ? x : NULL;
+        if (f && !(is_float(f->dtype) || f->dtype == PD_FLOAT16))
+            return pd__node_err(g, n, PD_ERR_UNSUPPORTED,
+                                "input '%s' has dtype %s (float, double, float16 are supported)", x->name,
+                                pd_dtype_name(x->dtype));
+        if (float_only) ok = ok && (is_float(t) || t == PD_FLOAT16);
+    }
+    if (!ok) return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "output dtype %s is not supported", pd_dtype_name(t));
+    return set_out(g, n, 0, t, x->ndim, x->shape);
+}
+
+pd_status pd__shape_Bernoulli(pd_graph *g, pd__node *n) { return random_like_shape(g, n, false); }
+double pd__flops_Bernoulli(const pd_graph *g, const pd__node *n) {
+    const pd__tensor *x = cin(g, n, 0);
+    return x ? 4 * dnumel(x) : 0;
+}
+pd_status pd__shape_RandomUniformLike(pd_graph *g, pd__node *n) { return random_like_shape(g, n, true); }
+double pd__flops_RandomUniformLike(const pd_graph *g, const pd__node *n) {
+    const pd__tensor *x = cin(g, n, 0);
+    return x ? 4 * dnumel(x) : 0;
+}
+
+/* ---- DeformConv -------------------------------------------------------------------------------- */
+
+pd_status pd__deform_plan(const pd__node *n, int xr, const int64_t *x, int wr, const int64_t *w, int orr,
+                          const int64_t *off, int br, const int64_t *b, int mr, const int64_t *m, pd__deform *p) {
+    memset(p, 0, sizeof *p);
+    if (xr != 4 || wr != 4 || orr != 4)
+        return pd__err(PD_ERR_UNSUPPORTED, "only 2-D DeformConv is supported (X, W, offset of rank 4)");
+    const int64_t *v;
+    p->N = x[0], p->C = x[1], p->H = x[2], p->W = x[3], p->OC = w[0], p->KH = w[2], p->KW = w[3];
+    p->G = pd__attr_i(n, "group", 1), p->OG = pd__attr_i(n, "offset_group", 1);
+    int c = pd__attr_ints(n, "kernel_shape", &v);
+    if (c && (c != 2 || v[0] != p->KH || v[1] != p->KW)) return pd__err(PD_ERR_SHAPE, "kernel_shape does not match W");
+    c = pd__attr_ints(n, "strides", &v);
+    p->sh = c == 2 ? v[0] : 1, p->sw = c == 2 ? v[1] : 1;
+    c = pd__attr_ints(n, "dilations", &v);
+    p->dh = c == 2 ? v[0] : 1, p->dw = c == 2 ? v[1] : 1;
+    c = pd__attr_ints(n, "pads", &v);
+    int64_t pb = c == 4 ? v[2] : 0, pr = c == 4 ? v[3] : 0;
+    p->pt = c == 4 ? v[0] : 0, p->pl = c == 4 ? v[1] : 0;
+    if (p->G < 1 || p->OG < 1 || p->sh < 1 || p->sw < 1 || p->dh < 1 || p->dw < 1 || p->pt < 0 || p->pl < 0 ||
+        pb < 0 || pr < 0)
+        return pd__err(PD_ERR_SHAPE, "group, offset_group, strides, dilations must be positive, pads not negative");
+    if (p->C != w[1] * p->G || p->OC % p->G || p->C % p->OG)
+        return pd__err(PD_ERR_SHAPE, "X's %lld channels, W's %lld x group %lld, offset_group %lld do not fit",
+                       (long long)p->C, (long long)w[1], (long long)p->G, (long long)p->OG);
+    p->OH = (p->H + p->pt + pb - (p->KH - 1) * p->dh - 1) / p->sh + 1;
+    p->OW = (p->W + p->pl + pr - (p->KW - 1) * p->dw - 1) / p->sw + 1;
+    int64_t K = p->KH * p->KW;
+    if (off[0] != p->N || off[1] != p->OG * K * 2 || off[2] != p->OH || off[3] != p->OW)
+        return pd__err(PD_ERR_SHAPE, "offset must be (%lld, %lld, %lld, %lld)", (long long)p->N,
+                       (long long)(p->OG * K * 2), (long long)p->OH, (long long)p->OW);
+    if (b && (br != 1 || b[0] != p->OC)) return pd__err(PD_ERR_SHAPE, "B must be (%lld)", (long long)p->OC);
+    if (m && (mr != 4 || m[0] != p->N || m[1] != p->OG * K || m[2] != p->OH || m[3] != p->OW))
+        return pd__err(PD_ERR_SHAPE, "mask must be (%lld, %lld, %lld, %lld)", (long long)p->N, (long long)(p->OG * K),
+                       (long long)p->OH, (long long)p->OW);
+    return PD_OK;
+}
+
+pd_status pd__shape_DeformConv(pd_graph *g, pd__node *n) {
+    pd__tensor *x, *w, *o, *b = pd__in(g, n, 3), *m = pd__in(g, n, 4);
+    PD_TRY(need(g, n, 0, "X", &x));
+    PD_TRY(need(g, n, 1, "W", &w));
+    PD_TRY(need(g, n, 2, "offset", &o));
+    PD_TRY(need_float(g, n, x, "X"));
+    const pd__tensor *all[5] = {x, w, o, b, m};
+    for (int i = 1; i < 5; i++)
+        if (all[i] && all[i]->dtype != x->dtype)
+            return pd__node_err(g, n, PD_ERR_SHAPE, "'%s' is %s, X is %s", all[i]->name, pd_dtype_name(all[i]->dtype),
+                                pd_dtype_name(x->dtype));
+    pd__deform p;
+    pd_status st = pd__deform_plan(n, x->ndim, x->shape, w->ndim, w->shape, o->ndim, o->shape, b ? b->ndim : 0,
+                                   b ? b->shape : NULL, m ? m->ndim : 0, m ? m->shape : NULL, &p);
+    if (st != PD_OK) return node_prefix(g, n, st);
+    int64_t ys[4] = {p.N, p.OC, p.OH, p.OW};
+    return set_out(g, n, 0, x->dtype, 4, ys);
+}
+
+double pd__flops_DeformConv(const pd_graph *g, const pd__node *n) {
+    const pd__tensor *y = cout(g, n, 0), *w = cin(g, n, 1);
+    if (!y || !w || w->ndim != 4) return 0;
+    return dnumel(y) * (2.0 * (double)(w->shape[1] * w->shape[2] * w->shape[3]) + 10); /* the products, the sampling */
+}
+
+/* ---- Det --------------------------------------------------------------------------------------- */
+
+/* Det: X (*, M, M) to the determinants (*). */
+pd_status pd__shape_Det(pd_graph *g, pd__node *n) {
+    pd__tensor *x;
+    PD_TRY(need(g, n, 0, "X", &x));
+    PD_TRY(need_float(g, n, x, "X"));
+    if (x->ndim < 2 || x->shape[x->ndim - 1] != x->shape[x->ndim - 2])
+        return pd__node_err(g, n, PD_ERR_SHAPE, "X %s is not a batch of square matrices", shp(x).s);
+    return set_out(g, n, 0, x->dtype, x->ndim - 2, x->shape);
+}
+
+double pd__flops_Det(const pd_graph *g, const pd__node *n) {
+    const pd__tensor *x = cin(g, n, 0);
+    if (!x || x->ndim < 2) return 0;
+    double m = (double)x->shape[x->ndim - 1];
+    return dnumel(x) / (m > 0 ? m * m : 1) * (2.0 / 3.0) * m * m * m; /* an LU per matrix */
+}
+
 /* ---- Einsum ------------------------------------------------------------------------------------ */
 
 pd_status pd__einsum_plan(const pd__node *n, int nin, int ra, const int64_t *sa, int rb, const int64_t *sb,
@@ -5023,7 +5229,7 @@ pd_status pd__einsum_plan(const pd__node *n, int nin, int ra, const int64_t *sa,
     memset(e, 0, sizeof *e);
     const char *eq = pd__attr_s(n, "equation", "");
     char t[3][PD_MAX_DIMS + 1] = {{0}};
-    int len[3] = {0}, part = 0;
+    int len[3] = {0}, part = 0, ell[3] = {-1, -1, -1};
     bool arrow = false, comma = false;
     for (const char *p = eq; *p; p++) {
         char ch = *p;
@@ -5032,32 +5238,75 @@ pd_status pd__einsum_plan(const pd__node *n, int nin, int ra, const int64_t *sa,
         else if (ch == '-' && p[1] == '>' && !arrow) arrow = true, part = 2, p++;
         else if (((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z')) && len[part] < PD_MAX_DIMS)
             t[part][len[part]++] = ch;
+        else if (ch == '.' && p[1] == '.' && p[2] == '.' && ell[part] < 0)
+            ell[part] = len[part], p += 2;
         else
             return pd__err(PD_ERR_UNSUPPORTED,
-                           "equation '%s' is not supported (one or two operands, letters only, no ellipsis: a "
-                           "batched matrix product such as 'bij,bjk->bik', a transpose or a sum)", eq);
+                           "equation '%s' is not supported (one or two operands, letters and '...': a batched "
+                           "matrix product such as 'bij,bjk->bik', a transpose, a sum or a diagonal)", eq);
     }
     if (nin > 2 || nin < 1)
         return pd__err(PD_ERR_UNSUPPORTED, "equation '%s' with %d operands is not supported (one or two are)", eq, nin);
     if (nin != (comma ? 2 : 1))
         return pd__err(PD_ERR_SHAPE, "equation '%s' does not name %d operands", eq, nin);
-    if (len[0] != ra || (nin == 2 && len[1] != rb))
-        return pd__err(PD_ERR_SHAPE, "equation '%s' names %d and %d axes; the operands have ranks %d and %d", eq,
-                       len[0], len[1], ra, rb);
+    /* an ellipsis becomes letters \1, \2 ... for its axes, right-aligned across the operands */
+    int rk[2] = {ra, rb}, ne = 0, nek[2] = {0, 0};
+    for (int k = 0; k < nin; k++) {
+        nek[k] = ell[k] >= 0 ? rk[k] - len[k] : 0;
+        if (nek[k] < 0 || (ell[k] < 0 && len[k] != rk[k]))
+            return pd__err(PD_ERR_SHAPE, "equation '%s' names %d and %d axes; the operands have ranks %d and %d", eq,
+                           len[0], len[1], ra, rb);
+        if (nek[k] > ne) ne = nek[k];
+    }
+    if (ell[2] >= 0 && !arrow) ell[2] = -1;
+    for (int k = 0; k < 3; k++) {
+        int m = k < 2 ? nek[k] : ell[2] >= 0 ? ne : 0, at = ell[k];
+        if (at < 0 || m == 0) continue;
+        if (len[k] + m > PD_MAX_DIMS) return pd__err(PD_ERR_SHAPE, "equation '%s' has too many axes", eq);
+        memmove(t[k] + at + m, t[k] + at, (size_t)(len[k] - at));
+        for (int j = 0; j < m; j++) t[k][at + j] = (char)(1 + ne - m + j);
+        len[k] += m;
+    }
+    if (!arrow) { /* implicit output: the ellipsis' axes, then the letters named once, in alphabetical order */
+        int cnt[128] = {0};
+        for (int k = 0; k < nin; k++)
+            for (int i = 0; i < len[k]; i++) cnt[(int)t[k][i]]++;
+        for (int j = 0; j < ne; j++) t[2][len[2]++] = (char)(1 + j);
+        for (int ch = 'A'; ch <= 'z'; ch++)
+            if (cnt[ch] == 1 && len[2] < PD_MAX_DIMS) t[2][len[2]++] = (char)ch;
+    }
+    /* a letter repeated in an operand: the operand becomes its diagonal */
+    int64_t dsz[2][PD_MAX_DIMS];
+    const int64_t *sk[2] = {sa, sb};
+    for (int k = 0; k < nin; k++) {
+        char u[PD_MAX_DIMS + 1] = {0};
+        int nu = 0;
+        for (int i = 0; i < len[k]; i++) {
+            int j = 0;
+            while (j < nu && u[j] != t[k][i]) j++;
+            if (j == nu) {
+                u[nu] = t[k][i];
+                dsz[k][nu++] = sk[k][i];
+            } else if (dsz[k][j] != sk[k][i]) {
+                return pd__err(PD_ERR_SHAPE, "equation '%s': the diagonal over '%c' has sides %lld and %lld", eq,
+                               t[k][i], (long long)dsz[k][j], (long long)sk[k][i]);
+            }
+            e->dmap[k][i] = j;
+        }
+        if (nu == len[k]) continue;
+        e->diag[k] = true;
+        e->dr[k] = nu;
+        memcpy(e->dshape[k], dsz[k], sizeof(int64_t) * (size_t)nu);
+        memcpy(t[k], u, (size_t)nu + 1);
+        len[k] = nu;
+    }
+    if (e->diag[0]) ra = e->dr[0], sa = e->dshape[0];
+    if (e->diag[1]) rb = e->dr[1], sb = e->dshape[1];
     /* letter -> axis in A, B, the output (-1: absent) */
     int ax[3][128];
     memset(ax, -1, sizeof ax);
     for (int k = 0; k < 2; k++)
-        for (int i = 0; i < len[k]; i++) {
-            if (ax[k][(int)t[k][i]] >= 0)
-                return pd__err(PD_ERR_UNSUPPORTED, "equation '%s' repeats '%c' in an operand (a diagonal) and is not "
-                               "supported", eq, t[k][i]);
-            ax[k][(int)t[k][i]] = i;
-        }
-    if (!arrow) { /* implicit output: the letters seen once, in alphabetical order */
-        for (int ch = 'A'; ch <= 'z'; ch++)
-            if ((ax[0][ch] >= 0) != (ax[1][ch] >= 0) && len[2] < PD_MAX_DIMS) t[2][len[2]++] = (char)ch;
-    }
+        for (int i = 0; i < len[k]; i++) ax[k][(int)t[k][i]] = i;
     for (int i = 0; i < len[2]; i++) {
         int ch = t[2][i];
         if (ax[2][ch] >= 0 || (ax[0][ch] < 0 && ax[1][ch] < 0))
@@ -5078,12 +5327,18 @@ pd_status pd__einsum_plan(const pd__node *n, int nin, int ra, const int64_t *sa,
     for (int k = 0; k < 2; k++)
         for (int i = 0; i < len[k]; i++) {
             int ch = t[k][i];
+            char what[16]; /* a letter, or one of the ellipsis' axes (\1, \2 ...) */
+            if (ch < 'A') snprintf(what, sizeof what, "'...' axis %d", ch - 1);
+            else snprintf(what, sizeof what, "'%c'", ch);
             if (ax[1 - k][ch] < 0 && ax[2][ch] < 0)
-                return pd__err(PD_ERR_UNSUPPORTED, "equation '%s' sums '%c' over one operand only; not supported", eq,
-                               ch);
-            if (ax[0][ch] >= 0 && ax[1][ch] >= 0 && sa[ax[0][ch]] != sb[ax[1][ch]])
-                return pd__err(PD_ERR_SHAPE, "equation '%s': '%c' is %lld in A and %lld in B", eq, ch,
+                return pd__err(PD_ERR_UNSUPPORTED, "equation '%s' sums %s over one operand only; not supported", eq,
+                               what);
+            if (ax[0][ch] >= 0 && ax[1][ch] >= 0 && sa[ax[0][ch]] != sb[ax[1][ch]]) {
+                bool bcast = ch < 'A' && (sa[ax[0][ch]] == 1 || sb[ax[1][ch]] == 1); /* valid ONNX, not done here */
+                return pd__err(bcast ? PD_ERR_UNSUPPORTED : PD_ERR_SHAPE,
+                               "equation '%s': %s is %lld in A and %lld in B (no broadcasting)", eq, what,
                                (long long)sa[ax[0][ch]], (long long)sb[ax[1][ch]]);
+            }
         }
     e->ra = ra, e->rb = rb, e->ro = len[2];
     e->B = e->M = e->N = e->K = 1;
@@ -5686,7 +5941,7 @@ double pd__flops_RoiAlign(const pd_graph *g, const pd__node *n) {
  * weights' shapes against X, hidden_size and the direction, and refuses
  * what the kernels do not compute: activations other than the defaults
  * (Sigmoid, Tanh, Tanh for LSTM; Sigmoid, Tanh for GRU; Tanh for RNN), clip,
- * input_forget=1 and peepholes (P: PyTorch never exports them).
+ * input_forget=1.
  * sequence_lens may differ per batch entry (the kernels mask).
  * FLOPs count a multiply-add as 2.
  */
@@ -5811,10 +6066,9 @@ static pd_status rnn_shape(pd_graph *g, pd__node *n) {
     }
     pd__tensor *x = pd__in(g, n, 0), *w = pd__in(g, n, 1), *r = pd__in(g, n, 2), *b = pd__in(g, n, 3);
     pd__tensor *sl = pd__in(g, n, 4), *h0 = pd__in(g, n, 5);
-    pd__tensor *c0 = a.cell == PD_RNN_LSTM ? pd__in(g, n, 6) : NULL;
+    bool lstm = a.cell == PD_RNN_LSTM;
+    pd__tensor *c0 = lstm ? pd__in(g, n, 6) : NULL, *p = lstm ? pd__in(g, n, 7) : NULL; /* P: peepholes */
     if (!x || !w || !r) return pd__node_err(g, n, PD_ERR_INVALID, "inputs X, W and R are required");
-    if (a.cell == PD_RNN_LSTM && pd__in(g, n, 7))
-        return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "peephole input P is not supported");
     int maxin = a.cell == PD_RNN_LSTM ? 8 : 6, maxout = a.cell == PD_RNN_LSTM ? 3 : 2;
     if (n->nin > maxin || n->nout > maxout)
         return pd__node_err(g, n, PD_ERR_INVALID, "%d inputs and %d outputs (at most %d and %d)", n->nin, n->nout,
@@ -5822,8 +6076,8 @@ static pd_status rnn_shape(pd_graph *g, pd__node *n) {
     if (x->dtype != PD_FLOAT && x->dtype != PD_DOUBLE)
         return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "X '%s' has dtype %s (float and double are supported)", x->name,
                             pd_dtype_name(x->dtype));
-    const pd__tensor *same[5] = {w, r, b, h0, c0};
-    for (int i = 0; i < 5; i++)
+    const pd__tensor *same[6] = {w, r, b, h0, c0, p};
+    for (int i = 0; i < 6; i++)
         if (same[i] && same[i]->dtype != x->dtype)
             return pd__node_err(g, n, PD_ERR_SHAPE, "'%s' has dtype %s, X has %s", same[i]->name,
                                 pd_dtype_name(same[i]->dtype), pd_dtype_name(x->dtype));
@@ -5839,6 +6093,8 @@ static pd_status rnn_shape(pd_graph *g, pd__node *n) {
     if (b) PD_TRY(check_shape(g, n, b, "B", 2, bs));
     if (h0) PD_TRY(check_shape(g, n, h0, "initial_h", 3, hs));
     if (c0) PD_TRY(check_shape(g, n, c0, "initial_c", 3, hs));
+    int64_t ps[2] = {D, 3 * H};
+    if (p) PD_TRY(check_shape(g, n, p, "P", 2, ps));
     if (sl) {
         if (sl->dtype != PD_INT32 && sl->dtype != PD_INT64)
             return pd__node_err(g, n, PD_ERR_SHAPE, "sequence_lens '%s' has dtype %s, expected int32", sl->name,
@@ -7189,6 +7445,9 @@ pd_status pd__shape_ScatterElements(pd_graph *g, pd__node *n) {
     return set_out(g, n, 0, x->dtype, x->ndim, x->shape);
 }
 
+/* Scatter (opset 9, deprecated): ScatterElements without a reduction. */
+pd_status pd__shape_Scatter(pd_graph *g, pd__node *n) { return pd__shape_ScatterElements(g, n); }
+
 pd_status pd__shape_ScatterND(pd_graph *g, pd__node *n) {
     pd__tensor *x = NULL, *idx = NULL, *u = NULL;
     PD_TRY(scatter_common(g, n, &x, &idx, &u));
@@ -7202,6 +7461,30 @@ pd_status pd__shape_ScatterND(pd_graph *g, pd__node *n) {
     for (int d = 0; ok && d < q - 1; d++) ok = u->shape[d] == idx->shape[d];
     for (int d = (int)m; ok && d < x->ndim; d++) ok = u->shape[q - 1 + d - m] == x->shape[d];
     if (!ok) return pd__node_err(g, n, PD_ERR_SHAPE, "updates do not have the shape indices.shape[:-1] + data.shape[m:]");
+    return set_out(g, n, 0, x->dtype, x->ndim, x->shape);
+}
+
+/* TensorScatter (opset 24): present_cache is past_cache with update written at
+ * each batch's write index along `axis` (default -2); update's shape is the
+ * cache's but along that axis, where it is at most as long. */
+pd_status pd__shape_TensorScatter(pd_graph *g, pd__node *n) {
+    pd__tensor *x = NULL, *u = NULL, *w = pd__in(g, n, 2);
+    PD_TRY(need_data(g, n, 0, &x));
+    PD_TRY(need_data(g, n, 1, &u));
+    if (u->dtype != x->dtype)
+        return pd__node_err(g, n, PD_ERR_SHAPE, "update is %s but past_cache is %s", pd_dtype_name(u->dtype),
+                            pd_dtype_name(x->dtype));
+    int axis = 0;
+    RESOLVE(pd__reduce_axis(n, x->ndim, -2, &axis));
+    if (axis < 1) return pd__node_err(g, n, PD_ERR_SHAPE, "axis %d: the sequence axis cannot be the batch axis", axis);
+    bool ok = u->ndim == x->ndim && u->shape[axis] <= x->shape[axis];
+    for (int d = 0; ok && d < x->ndim; d++) ok = d == axis || u->shape[d] == x->shape[d];
+    if (!ok) return pd__node_err(g, n, PD_ERR_SHAPE, "update does not fit past_cache along axis %d", axis);
+    if (w && (w->ndim != 1 || w->shape[0] != x->shape[0] || w->dtype != PD_INT64))
+        return pd__node_err(g, n, PD_ERR_SHAPE, "write_indices must be int64 of shape (batch_size)");
+    const char *mode = pd__attr_s(n, "mode", "linear");
+    if (strcmp(mode, "linear") != 0 && strcmp(mode, "circular") != 0)
+        return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "mode '%s' is not supported (linear and circular are)", mode);
     return set_out(g, n, 0, x->dtype, x->ndim, x->shape);
 }
 
@@ -7301,6 +7584,8 @@ PD__NO_FLOPS(GatherElements)
 PD__NO_FLOPS(GatherND)
 PD__NO_FLOPS(ScatterElements)
 PD__NO_FLOPS(ScatterND)
+PD__NO_FLOPS(Scatter)
+PD__NO_FLOPS(TensorScatter)
 PD__NO_FLOPS(DepthToSpace)
 PD__NO_FLOPS(SpaceToDepth)
 PD__NO_FLOPS(EyeLike)

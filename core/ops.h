@@ -50,6 +50,7 @@
     X(MATMUL, MatMul, PD_OPF_NN | PD_OPF_BWD_WRITES, 0x3, 0)                                       \
     X(CONV, Conv, PD_OPF_NN, 0x7, 0)                                                               \
     X(CONV_TRANSPOSE, ConvTranspose, PD_OPF_NN | PD_OPF_HOST, 0x7, 0)                              \
+    X(DEFORM_CONV, DeformConv, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0x1f, 0)                     \
     X(BATCH_NORM, BatchNormalization, PD_OPF_NN, 0x7, 0x18)                                        \
     X(LAYER_NORM, LayerNormalization, PD_OPF_NN, 0x7, 0)                                           \
     X(INSTANCE_NORM, InstanceNormalization, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0x7, 0)         \
@@ -66,10 +67,14 @@
     X(RESIZE, Resize, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                               \
     X(UPSAMPLE, Upsample, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                           \
     X(EINSUM, Einsum, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0x3, 0)                               \
+    X(DET, Det, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                                     \
     X(LRN, LRN, PD_OPF_NN | PD_OPF_HOST, 0x1, 0)                                                   \
     X(SOFTMAX, Softmax, PD_OPF_NN, 0x1, 0)                                                         \
     X(LOG_SOFTMAX, LogSoftmax, PD_OPF_NN, 0x1, 0)                                                  \
     X(DROPOUT, Dropout, PD_OPF_NN | PD_OPF_HOST, 0x1, 0)                                           \
+    /* random draws: never folded (each run draws), not differentiable */                         \
+    X(BERNOULLI, Bernoulli, PD_OPF_NN | PD_OPF_HOST, 0, 0)                                         \
+    X(RANDOM_UNIFORM_LIKE, RandomUniformLike, PD_OPF_NN | PD_OPF_HOST, 0, 0)                       \
     X(SOFTMAX_CE_LOSS, SoftmaxCrossEntropyLoss, PD_OPF_NN, 0x1, 0)                                 \
     X(NLL_LOSS, NegativeLogLikelihoodLoss, PD_OPF_NN | PD_OPF_HOST, 0x1, 0)                        \
     X(ROTARY_EMBEDDING, RotaryEmbedding, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)            \
@@ -85,7 +90,7 @@
     X(CONV_INTEGER, ConvInteger, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                      \
     X(QLINEAR_CONV, QLinearConv, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                      \
     /* recurrent: inputs X, W, R, B, sequence_lens, initial_h (initial_c, P) */                    \
-    X(LSTM, LSTM, PD_OPF_RNN | PD_OPF_FOLD | PD_OPF_HOST, 0x6f, 0)                                 \
+    X(LSTM, LSTM, PD_OPF_RNN | PD_OPF_FOLD | PD_OPF_HOST, 0xef, 0)                                 \
     X(GRU, GRU, PD_OPF_RNN | PD_OPF_FOLD | PD_OPF_HOST, 0x2f, 0)                                   \
     X(RNN, RNN, PD_OPF_RNN | PD_OPF_FOLD | PD_OPF_HOST, 0x2f, 0)                                   \
     /* element-wise */                                                                             \
@@ -159,6 +164,7 @@
     X(ACOSH, Acosh, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                               \
     X(ATANH, Atanh, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                               \
     X(CAST_LIKE, CastLike, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                        \
+    X(BIT_CAST, BitCast, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                            \
     X(QUANTIZE_LINEAR, QuantizeLinear, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)              \
     X(DEQUANTIZE_LINEAR, DequantizeLinear, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)          \
     X(DYNAMIC_QUANTIZE_LINEAR, DynamicQuantizeLinear, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)\
@@ -198,6 +204,8 @@
     X(GATHER_ND, GatherND, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                      \
     X(SCATTER_ELEMENTS, ScatterElements, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0x5, 0)        \
     X(SCATTER_ND, ScatterND, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0x5, 0)                    \
+    X(SCATTER, Scatter, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0x5, 0)                         \
+    X(TENSOR_SCATTER, TensorScatter, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0x3, 0)            \
     X(ARG_MAX, ArgMax, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                            \
     X(ARG_MIN, ArgMin, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                            \
     X(TOP_K, TopK, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                              \

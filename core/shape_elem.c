@@ -432,6 +432,32 @@ pd_status pd__shape_CastLike(pd_graph *g, pd__node *n) {
 
 double pd__flops_CastLike(const pd_graph *g, const pd__node *n) { return out_numel(g, n); }
 
+/* BitCast: the same bytes read as dtype 'to', which must be as wide as the
+ * input's (so the shape is unchanged). */
+pd_status pd__shape_BitCast(pd_graph *g, pd__node *n) {
+    pd__tensor *x, *y;
+    PD_TRY(input(g, n, 0, &x));
+    PD_TRY(output(g, n, &y));
+    PD_TRY(check_kind(g, n, x, PD_EK_ANY));
+    const pd__attr *to = pd__attr_get(n, "to");
+    if (!to || to->type != PD_A_INT)
+        return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "attribute 'to' missing or not an int");
+    pd_dtype t = (pd_dtype)to->i;
+    if (to->i < 0 || to->i > 64 || !pd__ekind(t))
+        return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "bit cast to dtype %lld is not supported", (long long)to->i);
+    if (pd_dtype_size(t) != pd_dtype_size(x->dtype))
+        return pd__node_err(g, n, PD_ERR_SHAPE, "bit cast from %s to %s: element sizes differ",
+                            pd_dtype_name(x->dtype), pd_dtype_name(t));
+    y->dtype = t;
+    return pd__tensor_set_shape(g, y, x->ndim, x->shape);
+}
+
+double pd__flops_BitCast(const pd_graph *g, const pd__node *n) {
+    (void)g;
+    (void)n;
+    return 0;
+}
+
 /* Identity moves bytes: every dtype, the low-bit ones too. */
 pd_status pd__shape_Identity(pd_graph *g, pd__node *n) {
     pd__tensor *x, *y;

@@ -18,6 +18,7 @@
 #include "shape_nn.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 /* ---- small helpers ---------------------------------------------------------- */
@@ -958,8 +959,8 @@ void pd__resize_inputs(const pd__node *n, int *scales, int *sizes) {
 
 static bool rsz_given(const pd_tensor *t) { return t && pd_tensor_numel(t) > 0; }
 
-pd_status pd__resize_plan(const pd__node *n, int ndim, const int64_t *x, const pd_tensor *scales,
-                          const pd_tensor *sizes, pd__rsz *r) {
+pd_status pd__resize_plan(const pd__node *n, int ndim, const int64_t *x, const pd_tensor *roi,
+                          const pd_tensor *scales, const pd_tensor *sizes, pd__rsz *r) {
     memset(r, 0, sizeof *r);
     r->ndim = ndim;
     bool up = !strcmp(n->op_type, "Upsample"), v10 = up || n->opset < 11;
@@ -976,22 +977,24 @@ pd_status pd__resize_plan(const pd__node *n, int ndim, const int64_t *x, const p
         r->nearest = PD_RSZ_FLOOR;
     } else {
         static const char *ctms[] = {"half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric",
-                                     "half_pixel_symmetric"};
+                                     "half_pixel_symmetric", "tf_crop_and_resize"};
         static const char *nms[] = {"round_prefer_floor", "round_prefer_ceil", "floor", "ceil"};
         const char *c = pd__attr_s(n, "coordinate_transformation_mode", "half_pixel");
         const char *m = pd__attr_s(n, "nearest_mode", "round_prefer_floor");
         int i;
-        for (i = 0; i < 5 && strcmp(c, ctms[i]); i++) {}
-        if (i == 5)
+        for (i = 0; i < 6 && strcmp(c, ctms[i]); i++) {}
+        if (i == 6)
             return pd__err(PD_ERR_UNSUPPORTED, "coordinate_transformation_mode '%s' is not supported (half_pixel, "
-                           "pytorch_half_pixel, align_corners, asymmetric and half_pixel_symmetric are)", c);
+                           "pytorch_half_pixel, align_corners, asymmetric, half_pixel_symmetric and "
+                           "tf_crop_and_resize are)", c);
         r->ctm = (pd__rsz_ctm)i;
         for (i = 0; i < 4 && strcmp(m, nms[i]); i++) {}
         if (i == 4) return pd__err(PD_ERR_UNSUPPORTED, "nearest_mode '%s' is not supported", m);
         r->nearest = (pd__rsz_nearest)i;
-        if (pd__attr_i(n, "antialias", 0) != 0)
-            return pd__err(PD_ERR_UNSUPPORTED, "antialias=%lld is not supported (0 is)",
-                           (long long)pd__attr_i(n, "antialias", 0));
+        r->extrapolation = pd__attr_f(n, "extrapolation_value", 0);
+        r->antialias = pd__attr_i(n, "antialias", 0) != 0;
+        if (r->antialias && !r->linear && !r->cubic)
+            return pd__err(PD_ERR_UNSUPPORTED, "antialias=1 is defined for the linear and cubic modes, not nearest");
         const char *k = pd__attr_s(n, "keep_aspect_ratio_policy", "stretch");
         keep = !strcmp(k, "not_larger") ? 1 : !strcmp(k, "not_smaller") ? 2 : 0;
         if (!keep && strcmp(k, "stretch") != 0)
@@ -1018,6 +1021,18 @@ pd_status pd__resize_plan(const pd__node *n, int ndim, const int64_t *x, const p
         r->in[i] = r->out[i] = x[i];
         r->scale[i] = 1;
         r->outf[i] = (double)x[i];
+        r->roi[i] = 0, r->roi[ndim + i] = 1;
+    }
+    if (r->ctm == PD_RSZ_TF_CROP_AND_RESIZE) { /* roi: starts then ends of the axes scaled, in [0, 1] units */
+        if (!rsz_given(roi)) return pd__err(PD_ERR_SHAPE, "tf_crop_and_resize needs the roi input");
+        if (pd_tensor_numel(roi) != 2 * na)
+            return pd__err(PD_ERR_SHAPE, "roi has %lld values for %d axes (want %d)", (long long)pd_tensor_numel(roi),
+                           na, 2 * na);
+        r->roi_f32 = roi->dtype == PD_FLOAT;
+        for (int i = 0; roi->data && i < na; i++) {
+            r->roi[axes[i]] = pd__get_f(roi->dtype, roi->data, i);
+            r->roi[ndim + axes[i]] = pd__get_f(roi->dtype, roi->data, na + i);
+        }
     }
     const float *af = NULL;
     int afc = up && n->opset < 9 ? pd__attr_floats(n, "scales", &af) : 0;
@@ -1061,6 +1076,14 @@ pd_status pd__resize_plan(const pd__node *n, int ndim, const int64_t *x, const p
             r->outf[d] = (double)x[d] * sc;
         }
     }
+    r->taps = 4;
+    for (int d = 0; r->antialias && d < ndim; d++) { /* the kernel's support, [-1, 1] or [-2, 2], over scale */
+        double s = r->scale[d] < 1 ? r->scale[d] : 1, t = -2 * floor((r->cubic ? -2 : -1) / s);
+        if (t > 1024)
+            return pd__err(PD_ERR_UNSUPPORTED, "antialias at scale %g of axis %d needs %g taps (1024 at most)", s, d,
+                           t);
+        if (t > r->taps) r->taps = (int)t;
+    }
     return PD_OK;
 }
 
@@ -1083,8 +1106,15 @@ static pd_status resize_shape(pd_graph *g, pd__node *n) {
         if (j) zv = v, zp = &zv;
         else sv = v, sp = &sv;
     }
+    pd__tensor *rt = si == 2 ? pd__in(g, n, 1) : NULL; /* roi: its values only matter to the kernel */
+    pd_tensor rv, *rp = NULL;
+    if (rt && rt->ndim >= 0) {
+        rv = pd__view(rt);
+        if (!((rt->kind == PD_T_INIT || rt->kind == PD_T_CONST) && rt->data)) rv.data = NULL;
+        rp = &rv;
+    }
     pd__rsz r;
-    pd_status st = pd__resize_plan(n, x->ndim, x->shape, sp, zp, &r);
+    pd_status st = pd__resize_plan(n, x->ndim, x->shape, rp, sp, zp, &r);
     if (st != PD_OK) return node_prefix(g, n, st);
     return set_out(g, n, 0, x->dtype, x->ndim, r.out);
 }
@@ -1101,6 +1131,121 @@ double pd__flops_Resize(const pd_graph *g, const pd__node *n) { return resize_fl
 pd_status pd__shape_Upsample(pd_graph *g, pd__node *n) { return resize_shape(g, n); }
 double pd__flops_Upsample(const pd_graph *g, const pd__node *n) { return resize_flops(g, n); }
 
+/* ---- Bernoulli, RandomUniformLike -------------------------------------------------------------- */
+
+/* A draw shaped like input 0, of the dtype attribute (default: the input's). */
+static pd_status random_like_shape(pd_graph *g, pd__node *n, bool float_only) {
+    pd__tensor *x;
+    PD_TRY(need(g, n, 0, "input", &x));
+    if (x->ndim < 0) return pd__node_err(g, n, PD_ERR_SHAPE, "input '%s' has no known shape", x->name);
+    pd_dtype t = (pd_dtype)pd__attr_i(n, "dtype", (int64_t)x->dtype);
+    bool ok = pd_dtype_size(t) > 0 && t != PD_BFLOAT16;
+    if (float_only || n->op == PD_OP_BERNOULLI) {
+        /* RandomUniformLike's output, Bernoulli's probabilities: floats */
+        const pd__tensor *f = n->op == PD_OP_BERNOULLI ? x : NULL;
+        if (f && !(is_float(f->dtype) || f->dtype == PD_FLOAT16))
+            return pd__node_err(g, n, PD_ERR_UNSUPPORTED,
+                                "input '%s' has dtype %s (float, double, float16 are supported)", x->name,
+                                pd_dtype_name(x->dtype));
+        if (float_only) ok = ok && (is_float(t) || t == PD_FLOAT16);
+    }
+    if (!ok) return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "output dtype %s is not supported", pd_dtype_name(t));
+    return set_out(g, n, 0, t, x->ndim, x->shape);
+}
+
+pd_status pd__shape_Bernoulli(pd_graph *g, pd__node *n) { return random_like_shape(g, n, false); }
+double pd__flops_Bernoulli(const pd_graph *g, const pd__node *n) {
+    const pd__tensor *x = cin(g, n, 0);
+    return x ? 4 * dnumel(x) : 0;
+}
+pd_status pd__shape_RandomUniformLike(pd_graph *g, pd__node *n) { return random_like_shape(g, n, true); }
+double pd__flops_RandomUniformLike(const pd_graph *g, const pd__node *n) {
+    const pd__tensor *x = cin(g, n, 0);
+    return x ? 4 * dnumel(x) : 0;
+}
+
+/* ---- DeformConv -------------------------------------------------------------------------------- */
+
+pd_status pd__deform_plan(const pd__node *n, int xr, const int64_t *x, int wr, const int64_t *w, int orr,
+                          const int64_t *off, int br, const int64_t *b, int mr, const int64_t *m, pd__deform *p) {
+    memset(p, 0, sizeof *p);
+    if (xr != 4 || wr != 4 || orr != 4)
+        return pd__err(PD_ERR_UNSUPPORTED, "only 2-D DeformConv is supported (X, W, offset of rank 4)");
+    const int64_t *v;
+    p->N = x[0], p->C = x[1], p->H = x[2], p->W = x[3], p->OC = w[0], p->KH = w[2], p->KW = w[3];
+    p->G = pd__attr_i(n, "group", 1), p->OG = pd__attr_i(n, "offset_group", 1);
+    int c = pd__attr_ints(n, "kernel_shape", &v);
+    if (c && (c != 2 || v[0] != p->KH || v[1] != p->KW)) return pd__err(PD_ERR_SHAPE, "kernel_shape does not match W");
+    c = pd__attr_ints(n, "strides", &v);
+    p->sh = c == 2 ? v[0] : 1, p->sw = c == 2 ? v[1] : 1;
+    c = pd__attr_ints(n, "dilations", &v);
+    p->dh = c == 2 ? v[0] : 1, p->dw = c == 2 ? v[1] : 1;
+    c = pd__attr_ints(n, "pads", &v);
+    int64_t pb = c == 4 ? v[2] : 0, pr = c == 4 ? v[3] : 0;
+    p->pt = c == 4 ? v[0] : 0, p->pl = c == 4 ? v[1] : 0;
+    if (p->G < 1 || p->OG < 1 || p->sh < 1 || p->sw < 1 || p->dh < 1 || p->dw < 1 || p->pt < 0 || p->pl < 0 ||
+        pb < 0 || pr < 0)
+        return pd__err(PD_ERR_SHAPE, "group, offset_group, strides, dilations must be positive, pads not negative");
+    if (p->C != w[1] * p->G || p->OC % p->G || p->C % p->OG)
+        return pd__err(PD_ERR_SHAPE, "X's %lld channels, W's %lld x group %lld, offset_group %lld do not fit",
+                       (long long)p->C, (long long)w[1], (long long)p->G, (long long)p->OG);
+    p->OH = (p->H + p->pt + pb - (p->KH - 1) * p->dh - 1) / p->sh + 1;
+    p->OW = (p->W + p->pl + pr - (p->KW - 1) * p->dw - 1) / p->sw + 1;
+    int64_t K = p->KH * p->KW;
+    if (off[0] != p->N || off[1] != p->OG * K * 2 || off[2] != p->OH || off[3] != p->OW)
+        return pd__err(PD_ERR_SHAPE, "offset must be (%lld, %lld, %lld, %lld)", (long long)p->N,
+                       (long long)(p->OG * K * 2), (long long)p->OH, (long long)p->OW);
+    if (b && (br != 1 || b[0] != p->OC)) return pd__err(PD_ERR_SHAPE, "B must be (%lld)", (long long)p->OC);
+    if (m && (mr != 4 || m[0] != p->N || m[1] != p->OG * K || m[2] != p->OH || m[3] != p->OW))
+        return pd__err(PD_ERR_SHAPE, "mask must be (%lld, %lld, %lld, %lld)", (long long)p->N, (long long)(p->OG * K),
+                       (long long)p->OH, (long long)p->OW);
+    return PD_OK;
+}
+
+pd_status pd__shape_DeformConv(pd_graph *g, pd__node *n) {
+    pd__tensor *x, *w, *o, *b = pd__in(g, n, 3), *m = pd__in(g, n, 4);
+    PD_TRY(need(g, n, 0, "X", &x));
+    PD_TRY(need(g, n, 1, "W", &w));
+    PD_TRY(need(g, n, 2, "offset", &o));
+    PD_TRY(need_float(g, n, x, "X"));
+    const pd__tensor *all[5] = {x, w, o, b, m};
+    for (int i = 1; i < 5; i++)
+        if (all[i] && all[i]->dtype != x->dtype)
+            return pd__node_err(g, n, PD_ERR_SHAPE, "'%s' is %s, X is %s", all[i]->name, pd_dtype_name(all[i]->dtype),
+                                pd_dtype_name(x->dtype));
+    pd__deform p;
+    pd_status st = pd__deform_plan(n, x->ndim, x->shape, w->ndim, w->shape, o->ndim, o->shape, b ? b->ndim : 0,
+                                   b ? b->shape : NULL, m ? m->ndim : 0, m ? m->shape : NULL, &p);
+    if (st != PD_OK) return node_prefix(g, n, st);
+    int64_t ys[4] = {p.N, p.OC, p.OH, p.OW};
+    return set_out(g, n, 0, x->dtype, 4, ys);
+}
+
+double pd__flops_DeformConv(const pd_graph *g, const pd__node *n) {
+    const pd__tensor *y = cout(g, n, 0), *w = cin(g, n, 1);
+    if (!y || !w || w->ndim != 4) return 0;
+    return dnumel(y) * (2.0 * (double)(w->shape[1] * w->shape[2] * w->shape[3]) + 10); /* the products, the sampling */
+}
+
+/* ---- Det --------------------------------------------------------------------------------------- */
+
+/* Det: X (*, M, M) to the determinants (*). */
+pd_status pd__shape_Det(pd_graph *g, pd__node *n) {
+    pd__tensor *x;
+    PD_TRY(need(g, n, 0, "X", &x));
+    PD_TRY(need_float(g, n, x, "X"));
+    if (x->ndim < 2 || x->shape[x->ndim - 1] != x->shape[x->ndim - 2])
+        return pd__node_err(g, n, PD_ERR_SHAPE, "X %s is not a batch of square matrices", shp(x).s);
+    return set_out(g, n, 0, x->dtype, x->ndim - 2, x->shape);
+}
+
+double pd__flops_Det(const pd_graph *g, const pd__node *n) {
+    const pd__tensor *x = cin(g, n, 0);
+    if (!x || x->ndim < 2) return 0;
+    double m = (double)x->shape[x->ndim - 1];
+    return dnumel(x) / (m > 0 ? m * m : 1) * (2.0 / 3.0) * m * m * m; /* an LU per matrix */
+}
+
 /* ---- Einsum ------------------------------------------------------------------------------------ */
 
 pd_status pd__einsum_plan(const pd__node *n, int nin, int ra, const int64_t *sa, int rb, const int64_t *sb,
@@ -1108,7 +1253,7 @@ pd_status pd__einsum_plan(const pd__node *n, int nin, int ra, const int64_t *sa,
     memset(e, 0, sizeof *e);
     const char *eq = pd__attr_s(n, "equation", "");
     char t[3][PD_MAX_DIMS + 1] = {{0}};
-    int len[3] = {0}, part = 0;
+    int len[3] = {0}, part = 0, ell[3] = {-1, -1, -1};
     bool arrow = false, comma = false;
     for (const char *p = eq; *p; p++) {
         char ch = *p;
@@ -1117,32 +1262,75 @@ pd_status pd__einsum_plan(const pd__node *n, int nin, int ra, const int64_t *sa,
         else if (ch == '-' && p[1] == '>' && !arrow) arrow = true, part = 2, p++;
         else if (((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z')) && len[part] < PD_MAX_DIMS)
             t[part][len[part]++] = ch;
+        else if (ch == '.' && p[1] == '.' && p[2] == '.' && ell[part] < 0)
+            ell[part] = len[part], p += 2;
         else
             return pd__err(PD_ERR_UNSUPPORTED,
-                           "equation '%s' is not supported (one or two operands, letters only, no ellipsis: a "
-                           "batched matrix product such as 'bij,bjk->bik', a transpose or a sum)", eq);
+                           "equation '%s' is not supported (one or two operands, letters and '...': a batched "
+                           "matrix product such as 'bij,bjk->bik', a transpose, a sum or a diagonal)", eq);
     }
     if (nin > 2 || nin < 1)
         return pd__err(PD_ERR_UNSUPPORTED, "equation '%s' with %d operands is not supported (one or two are)", eq, nin);
     if (nin != (comma ? 2 : 1))
         return pd__err(PD_ERR_SHAPE, "equation '%s' does not name %d operands", eq, nin);
-    if (len[0] != ra || (nin == 2 && len[1] != rb))
-        return pd__err(PD_ERR_SHAPE, "equation '%s' names %d and %d axes; the operands have ranks %d and %d", eq,
-                       len[0], len[1], ra, rb);
+    /* an ellipsis becomes letters \1, \2 ... for its axes, right-aligned across the operands */
+    int rk[2] = {ra, rb}, ne = 0, nek[2] = {0, 0};
+    for (int k = 0; k < nin; k++) {
+        nek[k] = ell[k] >= 0 ? rk[k] - len[k] : 0;
+        if (nek[k] < 0 || (ell[k] < 0 && len[k] != rk[k]))
+            return pd__err(PD_ERR_SHAPE, "equation '%s' names %d and %d axes; the operands have ranks %d and %d", eq,
+                           len[0], len[1], ra, rb);
+        if (nek[k] > ne) ne = nek[k];
+    }
+    if (ell[2] >= 0 && !arrow) ell[2] = -1;
+    for (int k = 0; k < 3; k++) {
+        int m = k < 2 ? nek[k] : ell[2] >= 0 ? ne : 0, at = ell[k];
+        if (at < 0 || m == 0) continue;
+        if (len[k] + m > PD_MAX_DIMS) return pd__err(PD_ERR_SHAPE, "equation '%s' has too many axes", eq);
+        memmove(t[k] + at + m, t[k] + at, (size_t)(len[k] - at));
+        for (int j = 0; j < m; j++) t[k][at + j] = (char)(1 + ne - m + j);
+        len[k] += m;
+    }
+    if (!arrow) { /* implicit output: the ellipsis' axes, then the letters named once, in alphabetical order */
+        int cnt[128] = {0};
+        for (int k = 0; k < nin; k++)
+            for (int i = 0; i < len[k]; i++) cnt[(int)t[k][i]]++;
+        for (int j = 0; j < ne; j++) t[2][len[2]++] = (char)(1 + j);
+        for (int ch = 'A'; ch <= 'z'; ch++)
+            if (cnt[ch] == 1 && len[2] < PD_MAX_DIMS) t[2][len[2]++] = (char)ch;
+    }
+    /* a letter repeated in an operand: the operand becomes its diagonal */
+    int64_t dsz[2][PD_MAX_DIMS];
+    const int64_t *sk[2] = {sa, sb};
+    for (int k = 0; k < nin; k++) {
+        char u[PD_MAX_DIMS + 1] = {0};
+        int nu = 0;
+        for (int i = 0; i < len[k]; i++) {
+            int j = 0;
+            while (j < nu && u[j] != t[k][i]) j++;
+            if (j == nu) {
+                u[nu] = t[k][i];
+                dsz[k][nu++] = sk[k][i];
+            } else if (dsz[k][j] != sk[k][i]) {
+                return pd__err(PD_ERR_SHAPE, "equation '%s': the diagonal over '%c' has sides %lld and %lld", eq,
+                               t[k][i], (long long)dsz[k][j], (long long)sk[k][i]);
+            }
+            e->dmap[k][i] = j;
+        }
+        if (nu == len[k]) continue;
+        e->diag[k] = true;
+        e->dr[k] = nu;
+        memcpy(e->dshape[k], dsz[k], sizeof(int64_t) * (size_t)nu);
+        memcpy(t[k], u, (size_t)nu + 1);
+        len[k] = nu;
+    }
+    if (e->diag[0]) ra = e->dr[0], sa = e->dshape[0];
+    if (e->diag[1]) rb = e->dr[1], sb = e->dshape[1];
     /* letter -> axis in A, B, the output (-1: absent) */
     int ax[3][128];
     memset(ax, -1, sizeof ax);
     for (int k = 0; k < 2; k++)
-        for (int i = 0; i < len[k]; i++) {
-            if (ax[k][(int)t[k][i]] >= 0)
-                return pd__err(PD_ERR_UNSUPPORTED, "equation '%s' repeats '%c' in an operand (a diagonal) and is not "
-                               "supported", eq, t[k][i]);
-            ax[k][(int)t[k][i]] = i;
-        }
-    if (!arrow) { /* implicit output: the letters seen once, in alphabetical order */
-        for (int ch = 'A'; ch <= 'z'; ch++)
-            if ((ax[0][ch] >= 0) != (ax[1][ch] >= 0) && len[2] < PD_MAX_DIMS) t[2][len[2]++] = (char)ch;
-    }
+        for (int i = 0; i < len[k]; i++) ax[k][(int)t[k][i]] = i;
     for (int i = 0; i < len[2]; i++) {
         int ch = t[2][i];
         if (ax[2][ch] >= 0 || (ax[0][ch] < 0 && ax[1][ch] < 0))
@@ -1163,12 +1351,18 @@ pd_status pd__einsum_plan(const pd__node *n, int nin, int ra, const int64_t *sa,
     for (int k = 0; k < 2; k++)
         for (int i = 0; i < len[k]; i++) {
             int ch = t[k][i];
+            char what[16]; /* a letter, or one of the ellipsis' axes (\1, \2 ...) */
+            if (ch < 'A') snprintf(what, sizeof what, "'...' axis %d", ch - 1);
+            else snprintf(what, sizeof what, "'%c'", ch);
             if (ax[1 - k][ch] < 0 && ax[2][ch] < 0)
-                return pd__err(PD_ERR_UNSUPPORTED, "equation '%s' sums '%c' over one operand only; not supported", eq,
-                               ch);
-            if (ax[0][ch] >= 0 && ax[1][ch] >= 0 && sa[ax[0][ch]] != sb[ax[1][ch]])
-                return pd__err(PD_ERR_SHAPE, "equation '%s': '%c' is %lld in A and %lld in B", eq, ch,
+                return pd__err(PD_ERR_UNSUPPORTED, "equation '%s' sums %s over one operand only; not supported", eq,
+                               what);
+            if (ax[0][ch] >= 0 && ax[1][ch] >= 0 && sa[ax[0][ch]] != sb[ax[1][ch]]) {
+                bool bcast = ch < 'A' && (sa[ax[0][ch]] == 1 || sb[ax[1][ch]] == 1); /* valid ONNX, not done here */
+                return pd__err(bcast ? PD_ERR_UNSUPPORTED : PD_ERR_SHAPE,
+                               "equation '%s': %s is %lld in A and %lld in B (no broadcasting)", eq, what,
                                (long long)sa[ax[0][ch]], (long long)sb[ax[1][ch]]);
+            }
         }
     e->ra = ra, e->rb = rb, e->ro = len[2];
     e->B = e->M = e->N = e->K = 1;

@@ -71,7 +71,8 @@ typedef enum pd__rsz_ctm {
     PD_RSZ_PYTORCH_HALF_PIXEL,
     PD_RSZ_ALIGN_CORNERS,
     PD_RSZ_ASYMMETRIC,
-    PD_RSZ_HALF_PIXEL_SYMMETRIC
+    PD_RSZ_HALF_PIXEL_SYMMETRIC,
+    PD_RSZ_TF_CROP_AND_RESIZE
 } pd__rsz_ctm;
 typedef enum pd__rsz_nearest {
     PD_RSZ_ROUND_PREFER_FLOOR = 0,
@@ -90,14 +91,32 @@ typedef struct pd__rsz {
     int64_t in[PD_MAX_DIMS], out[PD_MAX_DIMS];
     double scale[PD_MAX_DIMS]; /* output / input, per axis */
     double outf[PD_MAX_DIMS];  /* input * scale unrounded (with sizes: the size), as align_corners reads it */
+    bool antialias;            /* linear, cubic: a downsampled axis widens its kernel by 1 / scale */
+    int taps;                  /* input positions per output position: 4, or more with antialias */
+    double roi[2 * PD_MAX_DIMS]; /* tf_crop_and_resize: starts, then ends, per axis (0 and 1 elsewhere) */
+    double extrapolation;      /* tf_crop_and_resize: the value of outputs mapped outside the input */
+    bool roi_f32;              /* roi is float32: its products rounded to float32, as ONNX's reference does */
 } pd__rsz;
 
-/* Fills *r from the node and X's shape; scales, sizes: the inputs' data
- * (NULL or empty when not given). Sets the message (without the node
- * prefix) and returns PD_ERR_UNSUPPORTED for the forms not implemented
- * (antialias, tf_crop_and_resize). */
-pd_status pd__resize_plan(const pd__node *n, int ndim, const int64_t *xshape, const pd_tensor *scales,
-                          const pd_tensor *sizes, pd__rsz *r);
+/* Fills *r from the node and X's shape; roi, scales, sizes: the inputs' data
+ * (NULL or empty when not given; roi's data may be NULL at load, where only
+ * the shape is wanted). Sets the message (without the node prefix) and
+ * returns PD_ERR_UNSUPPORTED for the forms not implemented. */
+pd_status pd__resize_plan(const pd__node *n, int ndim, const int64_t *xshape, const pd_tensor *roi,
+                          const pd_tensor *scales, const pd_tensor *sizes, pd__rsz *r);
+
+/* DeformConv (2-D): X (N, C, H, W), W (OC, C / group, KH, KW), offset
+ * (N, OG * KH * KW * 2, OH, OW), optional B (OC) and mask (N, OG * KH * KW,
+ * OH, OW); OG = offset_group. */
+typedef struct pd__deform {
+    int64_t N, C, H, W, OC, G, OG, KH, KW, OH, OW;
+    int64_t sh, sw, dh, dw, pt, pl; /* strides, dilations, leading pads */
+} pd__deform;
+
+/* Fills *p from the node and the shapes (bshape, mshape NULL when B, mask
+ * are absent). Sets the message (without the node prefix) on error. */
+pd_status pd__deform_plan(const pd__node *n, int xr, const int64_t *x, int wr, const int64_t *w, int orr,
+                          const int64_t *off, int br, const int64_t *b, int mr, const int64_t *m, pd__deform *p);
 
 /* GridSample's taps per dim (1 nearest, 2 linear, 4 cubic; 0: unknown mode)
  * and padding (0 zeros, 1 border, 2 reflection; -1: unknown). */
@@ -123,14 +142,22 @@ typedef struct pd__ein {
     int pa[PD_MAX_DIMS], pb[PD_MAX_DIMS], po[PD_MAX_DIMS];
     int64_t cshape[PD_MAX_DIMS], out[PD_MAX_DIMS]; /* C's dims, the output's */
     int64_t bshape[PD_MAX_DIMS]; /* one operand: B is ones of this shape (the letters summed) */
+    /* a letter repeated in operand k (k 0: A, 1: B): the product reads its
+     * diagonal, of rank dr[k] and shape dshape[k]; axis i of the operand is
+     * axis dmap[k][i] of the diagonal */
+    bool diag[2];
+    int dr[2], dmap[2][PD_MAX_DIMS];
+    int64_t dshape[2][PD_MAX_DIMS];
 } pd__ein;
 
 /* Parses the node's equation against the operands' shapes (nin 1: a
  * transpose or sum of A, planned as a product with B = ones of bshape over
- * the letters summed; rb, sb unused). Other forms (three operands,
- * ellipses, repeated letters, with two operands a sum over one operand's
- * axis) are PD_ERR_UNSUPPORTED naming the equation. Sets the message
- * without the node prefix. */
+ * the letters summed; rb, sb unused). An ellipsis stands for the operand's
+ * axes not named (of one size in both operands: no broadcasting); a letter
+ * repeated in an operand takes its diagonal (diag). Other forms (three
+ * operands, with two operands a sum over one operand's axis) are
+ * PD_ERR_UNSUPPORTED naming the equation. Sets the message without the node
+ * prefix. */
 pd_status pd__einsum_plan(const pd__node *n, int nin, int ra, const int64_t *sa, int rb, const int64_t *sb,
                           pd__ein *e);
 

@@ -6,7 +6,7 @@
  * weights' shapes against X, hidden_size and the direction, and refuses
  * what the kernels do not compute: activations other than the defaults
  * (Sigmoid, Tanh, Tanh for LSTM; Sigmoid, Tanh for GRU; Tanh for RNN), clip,
- * input_forget=1 and peepholes (P: PyTorch never exports them).
+ * input_forget=1.
  * sequence_lens may differ per batch entry (the kernels mask).
  * FLOPs count a multiply-add as 2.
  */
@@ -102,10 +102,9 @@ static pd_status rnn_shape(pd_graph *g, pd__node *n) {
     }
     pd__tensor *x = pd__in(g, n, 0), *w = pd__in(g, n, 1), *r = pd__in(g, n, 2), *b = pd__in(g, n, 3);
     pd__tensor *sl = pd__in(g, n, 4), *h0 = pd__in(g, n, 5);
-    pd__tensor *c0 = a.cell == PD_RNN_LSTM ? pd__in(g, n, 6) : NULL;
+    bool lstm = a.cell == PD_RNN_LSTM;
+    pd__tensor *c0 = lstm ? pd__in(g, n, 6) : NULL, *p = lstm ? pd__in(g, n, 7) : NULL; /* P: peepholes */
     if (!x || !w || !r) return pd__node_err(g, n, PD_ERR_INVALID, "inputs X, W and R are required");
-    if (a.cell == PD_RNN_LSTM && pd__in(g, n, 7))
-        return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "peephole input P is not supported");
     int maxin = a.cell == PD_RNN_LSTM ? 8 : 6, maxout = a.cell == PD_RNN_LSTM ? 3 : 2;
     if (n->nin > maxin || n->nout > maxout)
         return pd__node_err(g, n, PD_ERR_INVALID, "%d inputs and %d outputs (at most %d and %d)", n->nin, n->nout,
@@ -113,8 +112,8 @@ static pd_status rnn_shape(pd_graph *g, pd__node *n) {
     if (x->dtype != PD_FLOAT && x->dtype != PD_DOUBLE)
         return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "X '%s' has dtype %s (float and double are supported)", x->name,
                             pd_dtype_name(x->dtype));
-    const pd__tensor *same[5] = {w, r, b, h0, c0};
-    for (int i = 0; i < 5; i++)
+    const pd__tensor *same[6] = {w, r, b, h0, c0, p};
+    for (int i = 0; i < 6; i++)
         if (same[i] && same[i]->dtype != x->dtype)
             return pd__node_err(g, n, PD_ERR_SHAPE, "'%s' has dtype %s, X has %s", same[i]->name,
                                 pd_dtype_name(same[i]->dtype), pd_dtype_name(x->dtype));
@@ -130,6 +129,8 @@ static pd_status rnn_shape(pd_graph *g, pd__node *n) {
     if (b) PD_TRY(check_shape(g, n, b, "B", 2, bs));
     if (h0) PD_TRY(check_shape(g, n, h0, "initial_h", 3, hs));
     if (c0) PD_TRY(check_shape(g, n, c0, "initial_c", 3, hs));
+    int64_t ps[2] = {D, 3 * H};
+    if (p) PD_TRY(check_shape(g, n, p, "P", 2, ps));
     if (sl) {
         if (sl->dtype != PD_INT32 && sl->dtype != PD_INT64)
             return pd__node_err(g, n, PD_ERR_SHAPE, "sequence_lens '%s' has dtype %s, expected int32", sl->name,

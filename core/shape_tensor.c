@@ -1155,6 +1155,9 @@ pd_status pd__shape_ScatterElements(pd_graph *g, pd__node *n) {
     return set_out(g, n, 0, x->dtype, x->ndim, x->shape);
 }
 
+/* Scatter (opset 9, deprecated): ScatterElements without a reduction. */
+pd_status pd__shape_Scatter(pd_graph *g, pd__node *n) { return pd__shape_ScatterElements(g, n); }
+
 pd_status pd__shape_ScatterND(pd_graph *g, pd__node *n) {
     pd__tensor *x = NULL, *idx = NULL, *u = NULL;
     PD_TRY(scatter_common(g, n, &x, &idx, &u));
@@ -1168,6 +1171,30 @@ pd_status pd__shape_ScatterND(pd_graph *g, pd__node *n) {
     for (int d = 0; ok && d < q - 1; d++) ok = u->shape[d] == idx->shape[d];
     for (int d = (int)m; ok && d < x->ndim; d++) ok = u->shape[q - 1 + d - m] == x->shape[d];
     if (!ok) return pd__node_err(g, n, PD_ERR_SHAPE, "updates do not have the shape indices.shape[:-1] + data.shape[m:]");
+    return set_out(g, n, 0, x->dtype, x->ndim, x->shape);
+}
+
+/* TensorScatter (opset 24): present_cache is past_cache with update written at
+ * each batch's write index along `axis` (default -2); update's shape is the
+ * cache's but along that axis, where it is at most as long. */
+pd_status pd__shape_TensorScatter(pd_graph *g, pd__node *n) {
+    pd__tensor *x = NULL, *u = NULL, *w = pd__in(g, n, 2);
+    PD_TRY(need_data(g, n, 0, &x));
+    PD_TRY(need_data(g, n, 1, &u));
+    if (u->dtype != x->dtype)
+        return pd__node_err(g, n, PD_ERR_SHAPE, "update is %s but past_cache is %s", pd_dtype_name(u->dtype),
+                            pd_dtype_name(x->dtype));
+    int axis = 0;
+    RESOLVE(pd__reduce_axis(n, x->ndim, -2, &axis));
+    if (axis < 1) return pd__node_err(g, n, PD_ERR_SHAPE, "axis %d: the sequence axis cannot be the batch axis", axis);
+    bool ok = u->ndim == x->ndim && u->shape[axis] <= x->shape[axis];
+    for (int d = 0; ok && d < x->ndim; d++) ok = d == axis || u->shape[d] == x->shape[d];
+    if (!ok) return pd__node_err(g, n, PD_ERR_SHAPE, "update does not fit past_cache along axis %d", axis);
+    if (w && (w->ndim != 1 || w->shape[0] != x->shape[0] || w->dtype != PD_INT64))
+        return pd__node_err(g, n, PD_ERR_SHAPE, "write_indices must be int64 of shape (batch_size)");
+    const char *mode = pd__attr_s(n, "mode", "linear");
+    if (strcmp(mode, "linear") != 0 && strcmp(mode, "circular") != 0)
+        return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "mode '%s' is not supported (linear and circular are)", mode);
     return set_out(g, n, 0, x->dtype, x->ndim, x->shape);
 }
 
@@ -1267,6 +1294,8 @@ PD__NO_FLOPS(GatherElements)
 PD__NO_FLOPS(GatherND)
 PD__NO_FLOPS(ScatterElements)
 PD__NO_FLOPS(ScatterND)
+PD__NO_FLOPS(Scatter)
+PD__NO_FLOPS(TensorScatter)
 PD__NO_FLOPS(DepthToSpace)
 PD__NO_FLOPS(SpaceToDepth)
 PD__NO_FLOPS(EyeLike)

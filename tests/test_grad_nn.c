@@ -594,14 +594,15 @@ static gc *b_mvn(uint64_t seed, pd_dtype dt, uint32_t *mask, char *d, size_t dn)
     }
 }
 
-/* Resize (opset 10, 11, 13, 18 with axes) or Upsample (7, 9): nearest or
- * linear, every supported coordinate transformation and nearest_mode, up- and
- * downsampling, from constant scales or sizes. */
+/* Resize (opset 10, 11, 13, 18 with axes) or Upsample (7, 9): nearest,
+ * linear or cubic, every supported coordinate transformation (with
+ * tf_crop_and_resize a roi that reaches outside the input) and nearest_mode,
+ * antialias, up- and downsampling, from constant scales or sizes. */
 static gc *b_resize_any(uint64_t seed, pd_dtype dt, uint32_t *mask, char *d, size_t dn, bool up) {
     static const char *ctms[] = {"half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric",
                                  "half_pixel_symmetric"};
     static const char *nms[] = {"round_prefer_floor", "round_prefer_ceil", "floor", "ceil"};
-    static const float scs[] = {0.5f, 0.6f, 1, 1.5f, 2, 2.5f, 3};
+    static const float scs[] = {0.3f, 0.5f, 0.6f, 1, 1.5f, 2, 2.5f, 3};
     for (uint64_t tries = 0;; tries++) {
         rs_seed(seed * 419 + tries);
         int r = (int)irand(up ? 3 : 1, 4);
@@ -617,19 +618,33 @@ static gc *b_resize_any(uint64_t seed, pd_dtype dt, uint32_t *mask, char *d, siz
         for (int i = 0; i < na; i++) {
             int dim = axes ? ax[i] : i;
             bool resized = axes || dim >= r - 2 || irand(0, 3) == 0;
-            sc[i] = resized ? scs[irand(0, 6)] : 1;
+            sc[i] = resized ? scs[irand(0, 7)] : 1;
             sz[i] = resized ? irand(1, 7) : xs[dim];
             if (!sizes && (int64_t)floor(xs[dim] * (double)sc[i]) < 1) ok = false;
         }
         if (!ok) continue;
         gc *c = gc_new(up ? "Upsample" : "Resize", opset);
+        bool crop = false;
         gc_seed(c, seed);
         gc_input(c, dt, r, xs, NULL);
         int64_t nv[1] = {na};
         if (up && opset < 9) gc_attr_floats(c, "scales", na, sc);
         else if (opset < 11) gc_input(c, PD_FLOAT, 1, nv, sc);
         else {
-            gc_absent(c); /* roi */
+            /* tf_crop_and_resize: a roi from a bit before the start to a bit past the end,
+             * so that some outputs are the extrapolation value */
+            crop = opset >= 11 && irand(0, 3) == 0;
+            if (crop) {
+                float roi[16];
+                int64_t nr[1] = {2 * na};
+                for (int i = 0; i < na; i++) {
+                    roi[i] = (float)irand(-2, 6) / 10;
+                    roi[na + i] = (float)irand(5, 12) / 10;
+                }
+                gc_input(c, PD_FLOAT, 1, nr, roi);
+            } else {
+                gc_absent(c); /* roi */
+            }
             if (sizes) {
                 gc_absent(c);
                 gc_input(c, PD_INT64, 1, nv, sz);
@@ -647,7 +662,13 @@ static gc *b_resize_any(uint64_t seed, pd_dtype dt, uint32_t *mask, char *d, siz
         else if (irand(0, 1)) gc_attr_s(c, "mode", "nearest");
         if (cubic && irand(0, 1)) gc_attr_i(c, "exclude_outside", 1);
         if (cubic && irand(0, 1)) gc_attr_f(c, "cubic_coeff_a", -0.5f);
-        if (opset >= 11) {
+        /* antialias (opset 18): the kernel widened by 1 / scale where an axis shrinks */
+        if ((linear || cubic) && opset >= 18 && irand(0, 1)) gc_attr_i(c, "antialias", 1);
+        if (crop) {
+            gc_attr_s(c, "coordinate_transformation_mode", "tf_crop_and_resize");
+            if (irand(0, 1)) gc_attr_f(c, "extrapolation_value", 2.5f);
+            if (!linear && !cubic) gc_attr_s(c, "nearest_mode", nms[irand(0, 3)]);
+        } else if (opset >= 11) {
             int ct = (int)irand(0, 5), nm = (int)irand(0, 4);
             if (ct < 5) gc_attr_s(c, "coordinate_transformation_mode", ctms[ct]);
             if (!linear && !cubic && nm < 4) gc_attr_s(c, "nearest_mode", nms[nm]);
@@ -666,6 +687,100 @@ static gc *b_resize(uint64_t seed, pd_dtype dt, uint32_t *mask, char *d, size_t 
 }
 static gc *b_upsample(uint64_t seed, pd_dtype dt, uint32_t *mask, char *d, size_t dn) {
     return b_resize_any(seed, dt, mask, d, dn, true);
+}
+
+/* DeformConv: groups, offset groups, strides, dilations, pads; offsets
+ * of a few pixels either way (taps reading outside X), B and mask each
+ * present or not. */
+static gc *b_deform(uint64_t seed, pd_dtype dt, uint32_t *mask, char *d, size_t dn) {
+    rs_seed(seed);
+    int64_t G = irand(1, 2), OG = irand(1, 2), N = irand(1, 2), C = G * OG * irand(1, 2), OC = G * irand(1, 2);
+    int64_t kh = irand(1, 3), kw = irand(1, 3), sh = irand(1, 2), sw = irand(1, 2), dh = irand(1, 2), dw = irand(1, 2);
+    int64_t pads[4] = {irand(0, 1), irand(0, 1), irand(0, 1), irand(0, 1)};
+    int64_t H = (kh - 1) * dh + 1 + irand(0, 3), W = (kw - 1) * dw + 1 + irand(0, 3);
+    int64_t OH = (H + pads[0] + pads[2] - (kh - 1) * dh - 1) / sh + 1;
+    int64_t OW = (W + pads[1] + pads[3] - (kw - 1) * dw - 1) / sw + 1;
+    int64_t xs[4] = {N, C, H, W}, ws[4] = {OC, C / G, kh, kw}, os[4] = {N, OG * kh * kw * 2, OH, OW};
+    int64_t bs[1] = {OC}, ms[4] = {N, OG * kh * kw, OH, OW}, st[2] = {sh, sw}, dl[2] = {dh, dw}, ks[2] = {kh, kw};
+    bool hb = irand(0, 1), hm = irand(0, 1);
+    gc *c = gc_new("DeformConv", 19);
+    gc_seed(c, seed);
+    gc_input(c, dt, 4, xs, NULL);
+    gc_input(c, dt, 4, ws, NULL);
+    gc_input(c, dt, 4, os, NULL);
+    for (int64_t k = 0; k < numel_in(c, 2); k++) set(c, 2, k, at(c, 2, k) * 2.5); /* whole pixels away, some outside */
+    if (hb) gc_input(c, dt, 1, bs, NULL);
+    else if (hm) gc_absent(c);
+    if (hm) gc_input(c, dt, 4, ms, NULL);
+    gc_attr_ints(c, "strides", 2, st);
+    gc_attr_ints(c, "dilations", 2, dl);
+    gc_attr_ints(c, "pads", 4, pads);
+    if (irand(0, 1)) gc_attr_ints(c, "kernel_shape", 2, ks);
+    if (G > 1 || irand(0, 1)) gc_attr_i(c, "group", G);
+    if (OG > 1 || irand(0, 1)) gc_attr_i(c, "offset_group", OG);
+    gc_outputs(c, 1);
+    *mask = 0x7 | (hb ? 0x8 : 0) | (hm ? 0x10 : 0);
+    describe(c, d, dn);
+    return c;
+}
+
+/* Einsum with an ellipsis and repeated letters (diagonals), one or two
+ * operands: the equation from a list, each letter's size (and the
+ * ellipsis' axes) random. */
+static gc *b_einsum_diag(uint64_t seed, pd_dtype dt, uint32_t *mask, char *d, size_t dn) {
+    static const char *eqs[] = {"...ii->...i", "ii->i", "ii", "...ij,...jk->...ik", "bii,bij->bj", "iij->ji",
+                                "...ii,...i->...", "a...b,b...c->...ac", "abab->ba", "ij,jj->i", "i...->...",
+                                "...ij"};
+    rs_seed(seed);
+    const char *eq = eqs[irand(0, (int64_t)(sizeof eqs / sizeof eqs[0]) - 1)];
+    int64_t size[128], ell[4], ne = irand(0, 2);
+    for (int ch = 0; ch < 128; ch++) size[ch] = irand(1, 3);
+    for (int j = 0; j < ne; j++) ell[j] = irand(1, 3);
+    gc *c = gc_new("Einsum", 12);
+    gc_seed(c, seed);
+    int nin = 0;
+    for (const char *p = eq; *p && *p != '-';) { /* each operand's shape from its letters */
+        int64_t sh[8];
+        int r = 0;
+        for (; *p && *p != ',' && *p != '-'; p++) {
+            if (*p == '.') {
+                for (int j = 0; j < ne; j++) sh[r++] = ell[j];
+                p += 2;
+            } else {
+                sh[r++] = size[(int)*p];
+            }
+        }
+        gc_input(c, dt, r, sh, NULL);
+        nin++;
+        if (*p == ',') p++;
+    }
+    gc_attr_s(c, "equation", eq);
+    gc_outputs(c, 1);
+    *mask = nin == 2 ? 0x3 : 0x1;
+    describe(c, d, dn);
+    return c;
+}
+
+/* Det: batches of 1x1 to 4x4 matrices, some singular (two equal rows: the
+ * cofactors still give the gradient). */
+static gc *b_det(uint64_t seed, pd_dtype dt, uint32_t *mask, char *d, size_t dn) {
+    rs_seed(seed);
+    int nb = (int)irand(0, 2);
+    int64_t xs[8], m = irand(1, 4);
+    for (int i = 0; i < nb; i++) xs[i] = irand(1, 3);
+    xs[nb] = xs[nb + 1] = m;
+    gc *c = gc_new("Det", 22);
+    gc_seed(c, seed);
+    gc_input(c, dt, nb + 2, xs, NULL);
+    bool singular = m > 1 && irand(0, 3) == 0;
+    if (singular)
+        for (int64_t k = 0; k < numel_in(c, 0); k += m * m)
+            for (int64_t j = 0; j < m; j++) set(c, 0, k + m + j, at(c, 0, k + j));
+    gc_outputs(c, 1);
+    *mask = 0x1;
+    describe(c, d, dn);
+    if (singular) snprintf(d + strlen(d), dn - strlen(d), " singular");
+    return c;
 }
 
 /* Einsum as a batched matrix product: random batch, M, N and K letters in
@@ -1590,9 +1705,12 @@ int main(void) {
         {"GlobalMaxPool", b_gmp, 20, 6},
         {"LpPool", b_lppool, 60, 10},
         {"MaxUnpool", b_maxunpool, 40, 8},
-        {"Resize", b_resize, 100, 12},
+        {"Resize", b_resize, 160, 16},
         {"Upsample", b_upsample, 30, 6},
         {"Einsum", b_einsum, 80, 12},
+        {"Einsum (ellipsis, diagonals)", b_einsum_diag, 60, 10},
+        {"Det", b_det, 60, 10},
+        {"DeformConv", b_deform, 80, 12},
         {"LRN", b_lrn, 50, 8},
         {"Softmax", b_softmax, 50, 8},
         {"LogSoftmax", b_logsoftmax, 50, 8},

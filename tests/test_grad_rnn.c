@@ -1,7 +1,7 @@
 /* test_grad_rnn.c - the recurrent ops' CPU backward kernels (runtime/cpu/rnn.c):
  *
  * - every differentiable input of LSTM, GRU (linear_before_reset 0 and 1)
- *   and RNN - X, W, R, B, initial_h, initial_c - against central
+ *   and RNN - X, W, R, B, initial_h, initial_c, LSTM's P - against central
  *   differences in float64 (tests/gradcheck.h: also += into din and the split
  *   B/W backward), over random sizes (1 to 4 steps), directions (forward,
  *   reverse, bidirectional), layouts, with and without B and the initial
@@ -41,6 +41,7 @@ static gc *build(const char *op, uint64_t seed, pd_dtype dt, uint32_t *mask, cha
     int64_t S = irand(1, 4), N = irand(1, 3), I = irand(1, 4), H = irand(1, 4);
     int dir = (int)irand(0, 2), D = dir == 2 ? 2 : 1, layout = (int)irand(0, 1);
     bool hasB = irand(0, 1), hasH = irand(0, 1), hasC = lstm && irand(0, 1), lens = irand(0, 2) == 0;
+    bool hasP = lstm && irand(0, 1);
     int lbr = gru ? (int)irand(0, 1) : 0, nout = (int)irand(1, lstm ? 3 : 2);
     gc *c = gc_new(op, layout ? 14 : (int)irand(7, 22));
     gc_seed(c, seed);
@@ -54,7 +55,7 @@ static gc *build(const char *op, uint64_t seed, pd_dtype dt, uint32_t *mask, cha
     char ld[32] = "";
     for (int64_t b = 0; b < N; b++) lv[b] = (int32_t)irand(0, S);
     if (lens) snprintf(ld, sizeof ld, " lens=%d,%d,%d", lv[0], N > 1 ? lv[1] : -1, N > 2 ? lv[2] : -1);
-    int last = hasC ? 6 : hasH ? 5 : lens ? 4 : hasB ? 3 : 2; /* absent trailing inputs are left off */
+    int last = hasP ? 7 : hasC ? 6 : hasH ? 5 : lens ? 4 : hasB ? 3 : 2; /* absent trailing inputs are left off */
     if (last >= 3) {
         if (hasB) gc_input(c, dt, 2, bs, NULL), *mask |= 0x8;
         else gc_absent(c);
@@ -68,16 +69,21 @@ static gc *build(const char *op, uint64_t seed, pd_dtype dt, uint32_t *mask, cha
         if (hasH) gc_input(c, dt, 3, hs, NULL), *mask |= 0x20;
         else gc_absent(c);
     }
-    if (last >= 6) gc_input(c, dt, 3, hs, NULL), *mask |= 0x40;
+    if (last >= 6) {
+        if (hasC) gc_input(c, dt, 3, hs, NULL), *mask |= 0x40;
+        else gc_absent(c);
+    }
+    int64_t ps[2] = {D, 3 * H};
+    if (last >= 7) gc_input(c, dt, 2, ps, NULL), *mask |= 0x80;
     static const char *dirs[3] = {"forward", "reverse", "bidirectional"};
     if (dir || irand(0, 1)) gc_attr_s(c, "direction", dirs[dir]);
     gc_attr_i(c, "hidden_size", H);
     if (layout) gc_attr_i(c, "layout", 1);
     if (gru) gc_attr_i(c, "linear_before_reset", lbr);
     gc_outputs(c, nout);
-    snprintf(d, dn, "S=%lld N=%lld I=%lld H=%lld %s layout=%d%s%s%s%s%s outputs=%d", (long long)S, (long long)N,
+    snprintf(d, dn, "S=%lld N=%lld I=%lld H=%lld %s layout=%d%s%s%s%s%s%s outputs=%d", (long long)S, (long long)N,
              (long long)I, (long long)H, dirs[dir], layout, hasB ? " B" : "", hasH ? " initial_h" : "",
-             hasC ? " initial_c" : "", ld, lbr ? " linear_before_reset" : "", nout);
+             hasC ? " initial_c" : "", hasP ? " P" : "", ld, lbr ? " linear_before_reset" : "", nout);
     return c;
 }
 
@@ -223,12 +229,13 @@ static void reference(gc *c, double **y) {
     int64_t S = tx->shape[layout ? 1 : 0], N = tx->shape[layout ? 0 : 1], I = tx->shape[2], H = tr->shape[2];
     int64_t G = lstm ? 4 : gru ? 3 : 1;
     const double *X = tx->data, *W = c->g->tensors[c->in[1]].data, *R = tr->data;
-    const double *B = NULL, *h0 = NULL, *c0 = NULL;
+    const double *B = NULL, *h0 = NULL, *c0 = NULL, *P = NULL;
     const int32_t *lens = NULL;
     if (c->nin > 3 && c->in[3] >= 0) B = c->g->tensors[c->in[3]].data;
     if (c->nin > 4 && c->in[4] >= 0) lens = c->g->tensors[c->in[4]].data;
     if (c->nin > 5 && c->in[5] >= 0) h0 = c->g->tensors[c->in[5]].data;
     if (c->nin > 6 && c->in[6] >= 0) c0 = c->g->tensors[c->in[6]].data;
+    if (c->nin > 7 && c->in[7] >= 0) P = c->g->tensors[c->in[7]].data; /* peepholes i, o, f */
     for (int j = 0; j < c->nout; j++) y[j] = calloc((size_t)c->g->tensors[c->out[j]].numel + 1, sizeof(double));
     for (int d = 0; d < D; d++)
         for (int64_t b = 0; b < N; b++) {
@@ -246,9 +253,12 @@ static void reference(gc *c, double **y) {
                 }
                 for (int64_t j = 0; j < H; j++) {
                     if (lstm) {
-                        double i = sig(px[j] + ph[j]), o = sig(px[H + j] + ph[H + j]);
-                        double f = sig(px[2 * H + j] + ph[2 * H + j]), g = tanh(px[3 * H + j] + ph[3 * H + j]);
+                        const double *pp = P ? P + d * 3 * H : NULL;
+                        double i = sig(px[j] + ph[j] + (pp ? pp[j] * cc[j] : 0));
+                        double f = sig(px[2 * H + j] + ph[2 * H + j] + (pp ? pp[2 * H + j] * cc[j] : 0));
+                        double g = tanh(px[3 * H + j] + ph[3 * H + j]);
                         cc[j] = f * cc[j] + i * g;
+                        double o = sig(px[H + j] + ph[H + j] + (pp ? pp[H + j] * cc[j] : 0));
                         nh[j] = o * tanh(cc[j]);
                     } else if (gru) {
                         double z = sig(px[j] + ph[j]), hh;
@@ -526,8 +536,7 @@ static pd_status refused(const char *op, int what) {
 }
 
 static void check_refused(void) {
-    CHECK(refused("LSTM", 0) == PD_ERR_UNSUPPORTED && strstr(pd_last_error(), "peephole"),
-          "LSTM with peepholes (P) is refused: %s", pd_last_error());
+    CHECK(refused("LSTM", 0) == PD_OK, "LSTM with peepholes (P) loads: %s", pd_last_error());
     CHECK(refused("LSTM", 1) == PD_ERR_UNSUPPORTED && strstr(pd_last_error(), "clip"), "clip is refused: %s",
           pd_last_error());
     CHECK(refused("GRU", 2) == PD_ERR_UNSUPPORTED && strstr(pd_last_error(), "Relu"),

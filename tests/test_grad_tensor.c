@@ -557,7 +557,8 @@ static gc *b_gather_nd(pd_dtype dt, tcase *tc) {
     return c;
 }
 
-static bool scatter_add; /* the scatter builders: reduction add, else none (distinct targets) */
+static bool scatter_add;    /* the scatter builders: reduction add, else none (distinct targets) */
+static bool scatter_legacy; /* b_scatter_elements builds opset 9's Scatter (no reduction attribute) */
 
 static gc *b_scatter_elements(pd_dtype dt, tcase *tc) {
     int r = (int)irand(1, 3), ax = (int)irand(-r, r - 1), a = ax < 0 ? ax + r : ax;
@@ -577,20 +578,51 @@ static gc *b_scatter_elements(pd_dtype dt, tcase *tc) {
             id[d] = 0;
         }
     }
-    gc *c = gc_new("ScatterElements", 16);
+    gc *c = gc_new(scatter_legacy ? "Scatter" : "ScatterElements", scatter_legacy ? 9 : 16);
     gc_input(c, dt, r, s, NULL);
     gc_input(c, PD_INT64, r, is, idx);
     gc_input(c, dt, r, is, NULL);
     gc_attr_i(c, "axis", ax);
-    if (scatter_add)
+    if (scatter_legacy)
+        ;
+    else if (scatter_add)
         gc_attr_s(c, "reduction", "add");
     else if (irand(0, 1))
         gc_attr_s(c, "reduction", "none");
     gc_outputs(c, 1);
     tc->mask = 0x5;
     char b[64], e[64], f[96];
-    snprintf(tc->desc, sizeof tc->desc, "ScatterElements-%s %s axis %d indices %s %s", scatter_add ? "add" : "none",
+    snprintf(tc->desc, sizeof tc->desc, "%s-%s %s axis %d indices %s %s",
+             scatter_legacy ? "Scatter" : "ScatterElements", scatter_add ? "add" : "none",
              fmt_shape(b, r, s), ax, fmt_shape(e, r, is), fmt_ints(f, (int)ni, idx));
+    return c;
+}
+
+/* TensorScatter (opset 24): a cache of rank 2 to 4, the sequence axis any but
+ * the batch axis, write indices per batch (absent: 0), linear or circular
+ * (wrapping past the end). */
+static gc *b_tensor_scatter(pd_dtype dt, tcase *tc) {
+    int r = (int)irand(2, 4), a = (int)irand(1, r - 1);
+    int64_t s[8], us[8], wi[8], B;
+    for (int d = 0; d < r; d++) s[d] = us[d] = irand(1, 3);
+    s[a] = irand(1, 5);
+    us[a] = irand(1, s[a]);
+    B = s[0];
+    bool circ = irand(0, 1), given = irand(0, 3) != 0;
+    for (int64_t b = 0; b < B; b++) wi[b] = circ ? irand(0, s[a] - 1) : irand(0, s[a] - us[a]);
+    gc *c = gc_new("TensorScatter", 24);
+    gc_input(c, dt, r, s, NULL);
+    gc_input(c, dt, r, us, NULL);
+    if (given) gc_input(c, PD_INT64, 1, &B, wi);
+    gc_attr_i(c, "axis", irand(0, 1) ? a : a - r);
+    if (circ) gc_attr_s(c, "mode", "circular");
+    else if (irand(0, 1)) gc_attr_s(c, "mode", "linear");
+    gc_outputs(c, 1);
+    tc->mask = 0x3;
+    char b[64], e[64], f[96];
+    snprintf(tc->desc, sizeof tc->desc, "TensorScatter-%s cache %s update %s axis %d write_indices %s",
+             circ ? "circular" : "linear", fmt_shape(b, r, s), fmt_shape(e, r, us), a,
+             given ? fmt_ints(f, (int)B, wi) : "absent");
     return c;
 }
 
@@ -1462,6 +1494,10 @@ int main(int argc, char **argv) {
     suite("GatherND", b_gather_nd, 60, 60);
     suite("ScatterElements (none)", b_scatter_elements, 60, 60);
     suite("ScatterND (none)", b_scatter_nd, 60, 60);
+    suite("TensorScatter", b_tensor_scatter, 60, 60);
+    scatter_legacy = true;
+    suite("Scatter (opset 9)", b_scatter_elements, 40, 40);
+    scatter_legacy = false;
     scatter_add = true; /* sums: finite differences only */
     suite("ScatterElements (add)", b_scatter_elements, 60, 0);
     suite("ScatterND (add)", b_scatter_nd, 60, 0);

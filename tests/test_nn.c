@@ -600,6 +600,90 @@ static void test_einsum(pd__exec *x, pd_dtype t, int iter) {
     free(X.data), free(W.data), free(Y.data);
 }
 
+/* ---- Bernoulli, RandomUniformLike ---- */
+
+/* a_flt is below, with Attention's tests */
+static void a_flt(attrs *A, const char *name, float v);
+
+/* The draws' distributions over 40000 elements: Bernoulli(p) means p per
+ * element (p from 0 to 1 across the tensor, so the sum's variance is known),
+ * uniform's mean (lo + hi) / 2 and variance (hi - lo)^2 / 12, each within 4
+ * standard errors; a seed gives the same draw twice, no seed and another
+ * seed a different one; values 0 / 1 and within [lo, hi). */
+static void test_random(pd__exec *x) {
+    enum { N = 40000 };
+    int64_t s[2] = {200, 200};
+    pd_tensor P = make(PD_FLOAT, 2, s, false), Y = make(PD_DOUBLE, 2, s, false), Y2 = make(PD_DOUBLE, 2, s, false);
+    double mean = 0, var = 0;
+    for (int64_t i = 0; i < N; i++) {
+        double p = (double)(i % 101) / 100;
+        pd__set_f(PD_FLOAT, P.data, i, p);
+        mean += (float)p, var += (float)p * (1 - (float)p);
+    }
+    for (int seeded = 0; seeded < 2; seeded++) {
+        attrs A = {0};
+        a_int(&A, "dtype", PD_DOUBLE);
+        if (seeded) a_flt(&A, "seed", 7);
+        pd__node n = node(PD_OP_BERNOULLI, 22, 1, 1, &A);
+        pd_tensor *in[1] = {&P}, *out[1] = {&Y}, *out2[1] = {&Y2};
+        bool ok = pd__cpu_kernels[n.op](x, &n, in, out) == PD_OK && pd__cpu_kernels[n.op](x, &n, in, out2) == PD_OK;
+        double sum = 0;
+        bool binary = true, same = true;
+        for (int64_t i = 0; i < N; i++) {
+            double v = at(&Y, i);
+            binary = binary && (v == 0 || v == 1) && (i % 101 != 0 || v == 0) && (i % 101 != 100 || v == 1);
+            same = same && v == at(&Y2, i);
+            sum += v;
+        }
+        double z = (sum - mean) / sqrt(var);
+        CHECK(ok && binary && fabs(z) < 4 && same,
+              "Bernoulli%s: 0 or 1 (p 0 always 0, p 1 always 1), sum %.0f for expected %.1f (%.2f standard errors), "
+              "two runs alike",
+              seeded ? " seed 7" : "", sum, mean, z);
+    }
+    for (int seeded = 0; seeded < 3; seeded++) {
+        attrs A = {0};
+        double lo = -2, hi = 3;
+        a_flt(&A, "low", (float)lo);
+        a_flt(&A, "high", (float)hi);
+        a_int(&A, "dtype", PD_DOUBLE);
+        if (seeded) a_flt(&A, "seed", seeded == 1 ? 7.0f : 8.0f);
+        pd__node n = node(PD_OP_RANDOM_UNIFORM_LIKE, 22, 1, 1, &A);
+        pd_tensor *in[1] = {&P}, *out[1] = {&Y};
+        /* Y2 holds the last draw of the loop before: seed 7 against no seed, seed 8 against seed 7 */
+        if (seeded == 0) memset(Y2.data, 0, sizeof(double) * N);
+        bool ok = pd__cpu_kernels[n.op](x, &n, in, out) == PD_OK;
+        double m = 0, m2 = 0;
+        bool range = true;
+        int64_t differ = 0;
+        for (int64_t i = 0; i < N; i++) {
+            double v = at(&Y, i);
+            range = range && v >= lo && v < hi;
+            m += v, m2 += v * v;
+            differ += v != at(&Y2, i);
+        }
+        m /= N, m2 = m2 / N - m * m;
+        double w = hi - lo, zm = (m - (lo + hi) / 2) / (w / sqrt(12.0 * N));
+        double zv = (m2 - w * w / 12) / (w * w * sqrt(1.0 / 180 / N)); /* var of (u - mean)^2: w^4 / 180 */
+        CHECK(ok && range && fabs(zm) < 4 && fabs(zv) < 4 && (seeded == 0 || differ > N / 2),
+              "RandomUniformLike [-2, 3)%s: within range, mean %.4f (%.2f standard errors), variance %.4f (%.2f), "
+              "%lld of %d values unlike the previous draw",
+              seeded == 1 ? " seed 7" : seeded == 2 ? " seed 8" : "", m, zm, m2, zv, (long long)differ, (int)N);
+        memcpy(Y2.data, Y.data, sizeof(double) * N);
+    }
+    { /* seed 7 twice: the same draw */
+        attrs A = {0};
+        a_flt(&A, "seed", 7);
+        a_int(&A, "dtype", PD_DOUBLE);
+        pd__node n = node(PD_OP_RANDOM_UNIFORM_LIKE, 22, 1, 1, &A);
+        pd_tensor *in[1] = {&P}, *out[1] = {&Y}, *out2[1] = {&Y2};
+        bool ok = pd__cpu_kernels[n.op](x, &n, in, out) == PD_OK && pd__cpu_kernels[n.op](x, &n, in, out2) == PD_OK;
+        ok = ok && memcmp(Y.data, Y2.data, sizeof(double) * N) == 0;
+        CHECK(ok, "RandomUniformLike seed 7: two runs give the same draw");
+    }
+    free(P.data), free(Y.data), free(Y2.data);
+}
+
 /* ---- Attention, RotaryEmbedding ---- */
 
 static void a_flt(attrs *A, const char *name, float v) {
@@ -792,6 +876,7 @@ int main(int argc, char **argv) {
     }
     test_attention_edges(&x1);
     test_global_maxpool(&x1);
+    test_random(&x1);
     test_threads();
     free(x1.scratch);
     free(x4.scratch);

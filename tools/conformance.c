@@ -11,6 +11,15 @@
  * when a shape still depends on a float input, every input is bound.
  * --xfail FILE lists known failures ("case  reason" per line): they are
  * reported as XFAIL and counted as skipped, so the suite fails only on new ones.
+ *
+ * Random outputs: in a model with a random op (Bernoulli, RandomUniform,
+ * RandomNormal and their *Like forms, Multinomial) the expected values are
+ * one draw of ONNX's generator, which no other generator reproduces (the spec
+ * leaves it to the implementation). Its outputs are checked for dtype and
+ * shape, and values: an output of RandomUniform(Like) within [low, high), of
+ * RandomNormal(Like) finite, any other (Bernoulli, or computed from a draw)
+ * each one of the expected output's values (Bernoulli's 0 and 1). Such a
+ * PASS says the draw has the right form, not that it is numpy's.
  */
 #include "../core/pd_internal.h"
 #include "../onnx/onnx_io.h"
@@ -26,6 +35,13 @@
 #include <sys/stat.h>
 
 #define PD_CONF_MAX_IO 32
+
+/* How an output is compared: exactly (within tolerance), or as a random draw. */
+typedef enum { PD__CMP_VALUES, PD__CMP_UNIFORM, PD__CMP_NORMAL, PD__CMP_DISCRETE } pd__cmp_kind;
+typedef struct {
+    pd__cmp_kind kind;
+    double lo, hi; /* PD__CMP_UNIFORM: [lo, hi) */
+} pd__cmp;
 
 typedef struct {
     int passed, failed, unsupported, xfailed, xpassed;
@@ -76,8 +92,44 @@ static void pd__free_list(char **v, int n) {
     free(v);
 }
 
-/* The model's runtime inputs (graph inputs that are not initializers) and outputs, in order. */
-static bool pd__model_io(const char *path, char **in, int *nin, char **out, int *nout) {
+static bool pd__is_random_op(const Onnx__NodeProto *nd) {
+    static const char *ops[] = {"Bernoulli", "RandomUniform", "RandomUniformLike", "RandomNormal",
+                                "RandomNormalLike", "Multinomial"};
+    if (!nd->op_type || (nd->domain && nd->domain[0] && strcmp(nd->domain, "ai.onnx") != 0)) return false;
+    for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
+        if (strcmp(nd->op_type, ops[i]) == 0) return true;
+    return false;
+}
+
+static double pd__node_attr_f(const Onnx__NodeProto *nd, const char *name, double def) {
+    for (size_t k = 0; k < nd->n_attribute; k++)
+        if (nd->attribute[k]->name && strcmp(nd->attribute[k]->name, name) == 0) return nd->attribute[k]->f;
+    return def;
+}
+
+/* How each graph output is compared (the header's "Random outputs"). */
+static void pd__output_checks(const Onnx__GraphProto *g, char **out, int nout, pd__cmp *cmp) {
+    bool random = false;
+    for (size_t j = 0; j < g->n_node && !random; j++) random = pd__is_random_op(g->node[j]);
+    for (int i = 0; i < nout; i++) {
+        cmp[i] = (pd__cmp){random ? PD__CMP_DISCRETE : PD__CMP_VALUES, 0, 0};
+        for (size_t j = 0; random && j < g->n_node; j++) {
+            const Onnx__NodeProto *nd = g->node[j];
+            bool makes = false;
+            for (size_t k = 0; k < nd->n_output && !makes; k++)
+                makes = nd->output[k] && strcmp(nd->output[k], out[i]) == 0;
+            if (!makes || !pd__is_random_op(nd)) continue;
+            if (strncmp(nd->op_type, "RandomUniform", 13) == 0)
+                cmp[i] = (pd__cmp){PD__CMP_UNIFORM, pd__node_attr_f(nd, "low", 0), pd__node_attr_f(nd, "high", 1)};
+            else if (strncmp(nd->op_type, "RandomNormal", 12) == 0)
+                cmp[i].kind = PD__CMP_NORMAL;
+        }
+    }
+}
+
+/* The model's runtime inputs (graph inputs that are not initializers) and
+ * outputs, in order, and how each output is compared. */
+static bool pd__model_io(const char *path, char **in, int *nin, char **out, int *nout, pd__cmp *cmp) {
     FILE *f = fopen(path, "rb");
     if (!f) return false;
     fseek(f, 0, SEEK_END);
@@ -102,6 +154,7 @@ static bool pd__model_io(const char *path, char **in, int *nin, char **out, int 
     }
     for (size_t i = 0; i < g->n_output && *nout < PD_CONF_MAX_IO; i++)
         out[(*nout)++] = strdup(g->output[i]->name ? g->output[i]->name : "");
+    pd__output_checks(g, out, *nout, cmp);
     onnx__model_proto__free_unpacked(m, NULL);
     return true;
 }
@@ -139,8 +192,8 @@ static double pd__elem(const pd_tensor *t, int64_t i) {
     }
 }
 
-/* Compares got with want; on mismatch writes why into msg and returns false. */
-static bool pd__compare(const char *name, const pd_tensor *got, const pd_tensor *want, char *msg, size_t n) {
+/* Whether got has want's dtype and shape; if not, writes why into msg. */
+static bool pd__same_form(const char *name, const pd_tensor *got, const pd_tensor *want, char *msg, size_t n) {
     if (got->dtype != want->dtype) {
         snprintf(msg, n, "output '%s' is %s, expected %s", name, pd_dtype_name(got->dtype), pd_dtype_name(want->dtype));
         return false;
@@ -155,6 +208,38 @@ static bool pd__compare(const char *name, const pd_tensor *got, const pd_tensor 
         snprintf(msg, n, "output '%s' has shape [%s], expected [%s]", name, a, b);
         return false;
     }
+    return true;
+}
+
+/* A random draw: each value of got in [lo, hi), finite, or one of want's values. */
+static bool pd__compare_draw(const char *name, const pd_tensor *got, const pd_tensor *want, const pd__cmp *c,
+                             char *msg, size_t n) {
+    int64_t cnt = pd_tensor_numel(got), nw = pd_tensor_numel(want);
+    for (int64_t i = 0; i < cnt; i++) {
+        double g = pd__elem(got, i);
+        bool ok = isfinite(g);
+        if (c->kind == PD__CMP_UNIFORM) ok = g >= c->lo && g < c->hi;
+        for (int64_t j = 0; c->kind == PD__CMP_DISCRETE && !(ok = g == pd__elem(want, j)) && j + 1 < nw; j++) {}
+        if (!ok) {
+            if (c->kind == PD__CMP_UNIFORM)
+                snprintf(msg, n, "output '%s' (random): value %lld is %.8g, outside [%g, %g)", name, (long long)i, g,
+                         c->lo, c->hi);
+            else if (c->kind == PD__CMP_NORMAL)
+                snprintf(msg, n, "output '%s' (random): value %lld is %g", name, (long long)i, g);
+            else
+                snprintf(msg, n, "output '%s' (random): value %lld is %.8g, which the expected draw never takes", name,
+                         (long long)i, g);
+            return false;
+        }
+    }
+    return true;
+}
+
+/* Compares got with want; on mismatch writes why into msg and returns false. */
+static bool pd__compare(const char *name, const pd_tensor *got, const pd_tensor *want, const pd__cmp *c, char *msg,
+                        size_t n) {
+    if (!pd__same_form(name, got, want, msg, n)) return false;
+    if (c->kind != PD__CMP_VALUES) return pd__compare_draw(name, got, want, c, msg, n);
     const double rtol = 1e-3, atol = 1e-5;
     int64_t cnt = pd_tensor_numel(want), bad = 0, first = -1;
     double worst = 0;
@@ -232,7 +317,7 @@ static const char *pd__match(const char *pbname, int pos, char **names, int nnam
 }
 
 static pd__verdict pd__run_set(const char *model, const char *setdir, char **in_names, int nin_names,
-                               char **out_names, int nout_names, char *msg, size_t n) {
+                               char **out_names, int nout_names, const pd__cmp *cmp, char *msg, size_t n) {
     pd__pbset ins = {0}, outs = {0};
     pd__verdict v = pd__read_pbs(setdir, "input", &ins, msg, n);
     if (v == PD__PASS) v = pd__read_pbs(setdir, "output", &outs, msg, n);
@@ -302,13 +387,15 @@ static pd__verdict pd__run_set(const char *model, const char *setdir, char **in_
     }
     for (int i = 0; i < outs.n; i++) {
         const char *on = pd__match(outs.name[i], i, out_names, nout_names);
+        int oi = 0;
+        while (on && oi < nout_names && out_names[oi] != on) oi++;
         pd_tensor got;
         if (!on || pd_engine_get_output(e, on, &got) != PD_OK) {
             snprintf(msg, n, "no output for output_%d.pb ('%s')", i, on ? on : "?");
             v = PD__FAIL;
             goto done;
         }
-        if (!pd__compare(on, &got, &outs.t[i], msg, n)) {
+        if (!pd__compare(on, &got, &outs.t[i], &cmp[oi], msg, n)) {
             v = PD__FAIL;
             goto done;
         }
@@ -337,9 +424,10 @@ static void pd__run_case(pd__conf *c, const char *dir) {
     char model[4096], msg[2048] = "";
     snprintf(model, sizeof model, "%s/model.onnx", dir);
     char *in_names[PD_CONF_MAX_IO], *out_names[PD_CONF_MAX_IO];
+    pd__cmp cmp[PD_CONF_MAX_IO];
     int nin = 0, nout = 0;
     pd__verdict v = PD__PASS;
-    if (!pd__model_io(model, in_names, &nin, out_names, &nout)) {
+    if (!pd__model_io(model, in_names, &nin, out_names, &nout, cmp)) {
         v = PD__FAIL;
         snprintf(msg, sizeof msg, "%s: cannot read the model", model);
     }
@@ -352,7 +440,7 @@ static void pd__run_case(pd__conf *c, const char *dir) {
     for (int s = 0; s < nsets && v == PD__PASS; s++) {
         char sd[4096];
         snprintf(sd, sizeof sd, "%s/%s", dir, sets[s]);
-        v = pd__run_set(model, sd, in_names, nin, out_names, nout, msg, sizeof msg);
+        v = pd__run_set(model, sd, in_names, nin, out_names, nout, cmp, msg, sizeof msg);
     }
     pd__free_list(sets, nsets);
     for (int i = 0; i < nin; i++) free(in_names[i]);

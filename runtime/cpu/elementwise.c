@@ -2308,6 +2308,22 @@ pd_status pd__cpu_CastLike_bwd(pd__exec *x, const pd__node *n, pd_tensor *const 
     return pass_bwd(x, in, out, dout, din);
 }
 
+/* ---- BitCast: the bytes copied, the dtype changed ---------------------------------------- */
+/* The host is little-endian like ONNX's byte order, so a copy is the reinterpretation. */
+pd_status pd__cpu_BitCast(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    (void)x;
+    (void)n;
+    pd_tensor *y = out[0];
+    size_t es = pd_dtype_size(y->dtype);
+    if (!es || es != pd_dtype_size(in[0]->dtype))
+        return pd__err(PD_ERR_UNSUPPORTED, "BitCast from %s to %s is not supported", pd_dtype_name(in[0]->dtype),
+                       pd_dtype_name(y->dtype));
+    if (numel(in[0]) != numel(y)) return pd__err(PD_ERR_SHAPE, "input and output sizes differ");
+    if (numel(y) > 0 && y->data != in[0]->data) memcpy(y->data, in[0]->data, (size_t)numel(y) * es);
+    return PD_OK;
+}
+PD__NO_GRAD(BitCast)
+
 /* ---- QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear ----------------------------- */
 /* Scalar loops through pd__get_* / pd__set_*: these run at load (folding
  * quantized weights) or on small tensors, and carry the reference's exact

@@ -768,20 +768,22 @@ static pd_status rsz_prep(pd__exec *x, const pd__node *n, pd_tensor *const *in, 
     int si, zi;
     pd__resize_inputs(n, &si, &zi);
     const pd_tensor *S = si >= 0 ? opt_in(n, in, si) : NULL, *Z = zi >= 0 ? opt_in(n, in, zi) : NULL;
-    PD_TRY(pd__resize_plan(n, in[0]->ndim, in[0]->shape, S, Z, r));
+    const pd_tensor *R = si == 2 ? opt_in(n, in, 1) : NULL;
+    PD_TRY(pd__resize_plan(n, in[0]->ndim, in[0]->shape, R, S, Z, r));
+    if (r->ctm == PD_RSZ_TF_CROP_AND_RESIZE && !R->data) return pd__err(PD_ERR_INVALID, "roi has no data");
     int64_t nt = 0;
     for (int d = 0; d < r->ndim; d++) nt += r->out[d];
-    *ti = pd__scratch_n(x, 2 * PD_RSZ_TAPS * nt + 1, 1, sizeof(int64_t));
+    *ti = pd__scratch_n(x, 2 * r->taps * nt + 1, 1, sizeof(int64_t));
     if (!*ti) return PD_ERR_NOMEM;
-    *tw = (double *)(*ti + PD_RSZ_TAPS * nt);
+    *tw = (double *)(*ti + r->taps * nt);
     resize_taps(r, *ti, *tw);
     return PD_OK;
 }
 
 static pd_status rsz_run(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
     pd__rsz r;
-    int64_t *ti;
-    double *tw;
+    int64_t *ti = NULL;
+    double *tw = NULL;
     PD_TRY(rsz_prep(x, n, in, &r, &ti, &tw));
     PD_DISPATCH(in[0]->dtype, resize, (x, &r, ti, tw, in[0]->data, out[0]->data, NULL, NULL))
 }
@@ -792,8 +794,8 @@ static pd_status rsz_grad(pd__exec *x, const pd__node *n, pd_tensor *const *in, 
     pd_tensor *dX = gin(n, din, 0);
     if (!dY || !dX) return PD_OK;
     pd__rsz r;
-    int64_t *ti;
-    double *tw;
+    int64_t *ti = NULL;
+    double *tw = NULL;
     PD_TRY(rsz_prep(x, n, in, &r, &ti, &tw));
     PD_DISPATCH(in[0]->dtype, resize, (x, &r, ti, tw, NULL, NULL, dY->data, dX->data))
 }
@@ -841,14 +843,50 @@ static pd_status ein_prep(pd__exec *x, const pd__node *n, pd_tensor *const *in, 
     return PD_OK;
 }
 
+/* The diagonal of operand k (t, its letters repeated: ein's diag) into dst,
+ * a tensor of e->dshape[k]; or with back, dst's values added to t where
+ * they came from (the diagonal's adjoint). */
+static void ein_diag(const pd__ein *e, int k, pd_tensor *t, pd_tensor *dst, bool back) {
+    int64_t st[PD_MAX_DIMS], acc = 1, idx[PD_MAX_DIMS] = {0}, cnt = prod64(e->dr[k], e->dshape[k]);
+    size_t es = pd_dtype_size(t->dtype);
+    for (int i = t->ndim - 1; i >= 0; i--) st[i] = acc, acc *= t->shape[i];
+    for (int64_t q = 0; q < cnt; q++) {
+        int64_t off = 0;
+        for (int i = 0; i < t->ndim; i++) off += idx[e->dmap[k][i]] * st[i];
+        if (back)
+            pd__set_f(t->dtype, t->data, off, pd__get_f(t->dtype, t->data, off) + pd__get_f(dst->dtype, dst->data, q));
+        else
+            memcpy((char *)dst->data + q * (int64_t)es, (const char *)t->data + off * (int64_t)es, es);
+        odo_next(idx, e->dshape[k], e->dr[k]);
+    }
+}
+
+/* A view of e->dshape[k] at mem. */
+static pd_tensor ein_view(const pd__ein *e, int k, pd_dtype dt, void *mem) {
+    pd_tensor v = {dt, e->dr[k], {0}, mem};
+    memcpy(v.shape, e->dshape[k], sizeof(int64_t) * (size_t)e->dr[k]);
+    return v;
+}
+
+/* The elements of the diagonals the product reads instead of A, B (0 when none). */
+static void ein_diag_sizes(const pd__node *n, const pd__ein *e, int64_t *na, int64_t *nb) {
+    *na = e->diag[0] ? prod64(e->dr[0], e->dshape[0]) : 0;
+    *nb = n->nin > 1 && e->diag[1] ? prod64(e->dr[1], e->dshape[1]) : 0;
+}
+
 pd_status pd__cpu_Einsum(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
     const pd_tensor *A = in[0], *B = n->nin > 1 ? in[1] : in[0];
     pd__ein e;
     PD_TRY(pd__einsum_plan(n, n->nin, A->ndim, A->shape, B->ndim, B->shape, &e));
+    int64_t na, nb;
+    ein_diag_sizes(n, &e, &na, &nb);
     void *s;
-    pd_tensor Bv;
-    PD_TRY(ein_prep(x, n, in, &e, e.B * e.M * e.K + e.B * e.K * e.N + e.B * e.M * e.N, &s, &Bv));
-    PD_DISPATCH(A->dtype, einsum, (&e, A, &Bv, out[0]->data, s))
+    pd_tensor Bv, Av = *A;
+    PD_TRY(ein_prep(x, n, in, &e, na + nb + e.B * e.M * e.K + e.B * e.K * e.N + e.B * e.M * e.N, &s, &Bv));
+    size_t es = pd_dtype_size(A->dtype);
+    if (na) Av = ein_view(&e, 0, A->dtype, s), ein_diag(&e, 0, in[0], &Av, false);
+    if (nb) Bv = ein_view(&e, 1, A->dtype, (char *)s + na * es), ein_diag(&e, 1, in[1], &Bv, false);
+    PD_DISPATCH(A->dtype, einsum, (&e, &Av, &Bv, out[0]->data, (void *)((char *)s + (na + nb) * es)))
 }
 
 pd_status pd__cpu_Einsum_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out,
@@ -859,10 +897,271 @@ pd_status pd__cpu_Einsum_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *i
     if (!dY || (!dA && !dB)) return PD_OK;
     pd__ein e;
     PD_TRY(pd__einsum_plan(n, n->nin, A->ndim, A->shape, B->ndim, B->shape, &e));
+    int64_t na, nb;
+    ein_diag_sizes(n, &e, &na, &nb);
     void *s;
-    pd_tensor Bv;
-    PD_TRY(ein_prep(x, n, in, &e, 2 * (e.B * e.M * e.K + e.B * e.K * e.N) + e.B * e.M * e.N, &s, &Bv));
-    PD_DISPATCH(A->dtype, einsum_bwd, (&e, A, &Bv, dY->data, dptr(dA), dptr(dB), s))
+    pd_tensor Bv, Av = *A, dAv, dBv;
+    /* scratch: the diagonals A', B', their gradients dA', dB', the product's own */
+    int64_t own = 2 * (e.B * e.M * e.K + e.B * e.K * e.N) + e.B * e.M * e.N;
+    PD_TRY(ein_prep(x, n, in, &e, 2 * (na + nb) + own, &s, &Bv));
+    size_t es = pd_dtype_size(A->dtype);
+    char *m = s;
+    if (na) {
+        Av = ein_view(&e, 0, A->dtype, m), ein_diag(&e, 0, in[0], &Av, false);
+        dAv = ein_view(&e, 0, A->dtype, m + (na + nb) * es);
+        memset(dAv.data, 0, (size_t)na * es);
+    }
+    if (nb) {
+        Bv = ein_view(&e, 1, A->dtype, m + na * es), ein_diag(&e, 1, in[1], &Bv, false);
+        dBv = ein_view(&e, 1, A->dtype, m + (2 * na + nb) * es);
+        memset(dBv.data, 0, (size_t)nb * es);
+    }
+    void *pa = dA && na ? dAv.data : dptr(dA), *pb = dB && nb ? dBv.data : dptr(dB);
+    pd_status st;
+    switch (A->dtype) {
+    case PD_FLOAT: st = einsum_bwd_f32(&e, &Av, &Bv, dY->data, pa, pb, (void *)(m + 2 * (na + nb) * es)); break;
+    case PD_DOUBLE: st = einsum_bwd_f64(&e, &Av, &Bv, dY->data, pa, pb, (void *)(m + 2 * (na + nb) * es)); break;
+    default: return pd__err(PD_ERR_UNSUPPORTED, "Einsum backward of %s", pd_dtype_name(A->dtype));
+    }
+    PD_TRY(st);
+    if (dA && na) ein_diag(&e, 0, dA, &dAv, true);
+    if (dB && nb) ein_diag(&e, 1, dB, &dBv, true);
+    return PD_OK;
+}
+
+/* ---- DeformConv ---- */
+/* A convolution whose taps move: tap k of output (i, j) reads X at
+ * (i sh - pt + kh dh + dy, j sw - pl + kw dw + dx), (dy, dx) from offset for
+ * the tap's offset group, bilinearly with zeros outside (GridSample with
+ * align_corners, as ONNX's reference samples), times the mask (1 when absent).
+ * The samples go into col (C, KH KW, OH, OW) per image, which the weights
+ * then contract as a grouped convolution would. Reads and writes through
+ * pd__get_f / pd__set_f, in double: a reference kernel, not a fast one. */
+static inline double dget(const pd_tensor *t, int64_t i) { return pd__get_f(t->dtype, t->data, i); }
+static inline void dadd(pd_tensor *t, int64_t i, double v) { pd__set_f(t->dtype, t->data, i, dget(t, i) + v); }
+
+/* The four corners around (h, w) in an H x W plane: flat index (-1 outside),
+ * weight and the weight's derivatives along h and w. */
+typedef struct {
+    int64_t at[4];
+    double wt[4], gh[4], gw[4];
+} pd__bil;
+
+static void bil_corners(int64_t H, int64_t W, double h, double w, pd__bil *b) {
+    double h0 = floor(h), w0 = floor(w), ly = h - h0, lx = w - w0;
+    for (int c = 0; c < 4; c++) {
+        int a = c >> 1, e = c & 1;
+        double y = h0 + a, xx = w0 + e;
+        b->at[c] = y >= 0 && y < (double)H && xx >= 0 && xx < (double)W ? (int64_t)y * W + (int64_t)xx : -1;
+        double wy = a ? ly : 1 - ly, wx = e ? lx : 1 - lx;
+        b->wt[c] = wy * wx;
+        b->gh[c] = (a ? 1 : -1) * wx;
+        b->gw[c] = wy * (e ? 1 : -1);
+    }
+}
+
+/* The sampling position of tap (kh, kw) for output (i, j) of image nb, offset group og. */
+static void deform_pos(const pd__deform *p, const pd_tensor *off, int64_t nb, int64_t og, int64_t kh, int64_t kw,
+                       int64_t i, int64_t j, double *h, double *w, int64_t *oidx) {
+    int64_t ch = ((og * p->KH + kh) * p->KW + kw) * 2, plane = p->OH * p->OW;
+    *oidx = ((nb * p->OG * p->KH * p->KW * 2 + ch) * p->OH + i) * p->OW + j;
+    *h = (double)(i * p->sh - p->pt + kh * p->dh) + dget(off, *oidx);
+    *w = (double)(j * p->sw - p->pl + kw * p->dw) + dget(off, *oidx + plane);
+}
+
+static pd_status deform_prep(const pd__node *n, pd_tensor *const *in, pd__deform *p) {
+    const pd_tensor *B = opt_in(n, in, 3), *M = opt_in(n, in, 4);
+    return pd__deform_plan(n, in[0]->ndim, in[0]->shape, in[1]->ndim, in[1]->shape, in[2]->ndim, in[2]->shape,
+                           B ? B->ndim : 0, B ? B->shape : NULL, M ? M->ndim : 0, M ? M->shape : NULL, p);
+}
+
+/* col (C, K, OH, OW) of image nb: the masked samples. */
+static void deform_col(const pd__deform *p, pd_tensor *const *in, const pd_tensor *M, int64_t nb, double *col) {
+    const pd_tensor *X = in[0], *off = in[2];
+    int64_t K = p->KH * p->KW, P = p->OH * p->OW, cpo = p->C / p->OG;
+    for (int64_t c = 0; c < p->C; c++)
+        for (int64_t k = 0; k < K; k++)
+            for (int64_t i = 0; i < p->OH; i++)
+                for (int64_t j = 0; j < p->OW; j++) {
+                    int64_t og = c / cpo, oidx;
+                    double h, w, v = 0;
+                    deform_pos(p, off, nb, og, k / p->KW, k % p->KW, i, j, &h, &w, &oidx);
+                    pd__bil b;
+                    bil_corners(p->H, p->W, h, w, &b);
+                    for (int q = 0; q < 4; q++)
+                        if (b.at[q] >= 0) v += b.wt[q] * dget(X, (nb * p->C + c) * p->H * p->W + b.at[q]);
+                    double m = M ? dget(M, ((nb * p->OG + og) * K + k) * P + i * p->OW + j) : 1;
+                    col[(c * K + k) * P + i * p->OW + j] = m * v;
+                }
+}
+
+pd_status pd__cpu_DeformConv(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    pd__deform p;
+    PD_TRY(deform_prep(n, in, &p));
+    const pd_tensor *Wt = in[1], *B = opt_in(n, in, 3), *M = opt_in(n, in, 4);
+    int64_t K = p.KH * p.KW, P = p.OH * p.OW, cpg = p.C / p.G, opg = p.OC / p.G;
+    double *col = pd__scratch_n(x, p.C * K * P + 1, 1, sizeof(double));
+    if (!col) return PD_ERR_NOMEM;
+    for (int64_t nb = 0; nb < p.N; nb++) {
+        deform_col(&p, in, M, nb, col);
+        for (int64_t oc = 0; oc < p.OC; oc++)
+            for (int64_t q = 0; q < P; q++) {
+                double acc = B ? dget(B, oc) : 0;
+                for (int64_t cl = 0; cl < cpg; cl++)
+                    for (int64_t k = 0; k < K; k++)
+                        acc += dget(Wt, (oc * cpg + cl) * K + k) * col[((oc / opg * cpg + cl) * K + k) * P + q];
+                pd__set_f(out[0]->dtype, out[0]->data, (nb * p.OC + oc) * P + q, acc);
+            }
+    }
+    return PD_OK;
+}
+
+/* dB: dY summed; dW: dY against col; through col's element (c, k, i, j), with
+ * g = sum over the group's outputs of dY W: the mask's gradient is g times
+ * the sample, X's g m times each corner's weight, the offset's g m times the
+ * sample's slope along h and w. */
+pd_status pd__cpu_DeformConv_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out,
+                                 pd_tensor *const *dout, pd_tensor *const *din) {
+    (void)out;
+    const pd_tensor *X = in[0], *Wt = in[1], *off = in[2], *M = opt_in(n, in, 4), *dY = gout(n, dout, 0);
+    pd_tensor *dX = gin(n, din, 0), *dW = gin(n, din, 1), *dO = gin(n, din, 2), *dB = gin(n, din, 3),
+              *dM = gin(n, din, 4);
+    if (!dY) return PD_OK;
+    pd__deform p;
+    PD_TRY(deform_prep(n, in, &p));
+    int64_t K = p.KH * p.KW, P = p.OH * p.OW, cpg = p.C / p.G, opg = p.OC / p.G, cpo = p.C / p.OG;
+    double *col = pd__scratch_n(x, p.C * K * P + 1, 1, sizeof(double));
+    if (!col) return PD_ERR_NOMEM;
+    for (int64_t nb = 0; nb < p.N; nb++) {
+        const int64_t ybase = nb * p.OC * P;
+        if (dB)
+            for (int64_t oc = 0; oc < p.OC; oc++)
+                for (int64_t q = 0; q < P; q++) dadd(dB, oc, dget(dY, ybase + oc * P + q));
+        if (dW) {
+            deform_col(&p, in, M, nb, col);
+            for (int64_t oc = 0; oc < p.OC; oc++)
+                for (int64_t cl = 0; cl < cpg; cl++)
+                    for (int64_t k = 0; k < K; k++) {
+                        double acc = 0;
+                        for (int64_t q = 0; q < P; q++)
+                            acc += dget(dY, ybase + oc * P + q) * col[((oc / opg * cpg + cl) * K + k) * P + q];
+                        dadd(dW, (oc * cpg + cl) * K + k, acc);
+                    }
+        }
+        if (!dX && !dO && !dM) continue;
+        for (int64_t c = 0; c < p.C; c++)
+            for (int64_t k = 0; k < K; k++)
+                for (int64_t i = 0; i < p.OH; i++)
+                    for (int64_t j = 0; j < p.OW; j++) {
+                        int64_t q = i * p.OW + j, og = c / cpo, g0 = c / cpg * opg, oidx;
+                        double g = 0;
+                        for (int64_t oc = g0; oc < g0 + opg; oc++)
+                            g += dget(dY, ybase + oc * P + q) * dget(Wt, (oc * cpg + c % cpg) * K + k);
+                        if (g == 0) continue;
+                        double h, w, v = 0, vh = 0, vw = 0;
+                        deform_pos(&p, off, nb, og, k / p.KW, k % p.KW, i, j, &h, &w, &oidx);
+                        pd__bil b;
+                        bil_corners(p.H, p.W, h, w, &b);
+                        int64_t xb = (nb * p.C + c) * p.H * p.W, midx = ((nb * p.OG + og) * K + k) * P + q;
+                        double m = M ? dget(M, midx) : 1;
+                        for (int t = 0; t < 4; t++) {
+                            if (b.at[t] < 0) continue;
+                            double xv = dget(X, xb + b.at[t]);
+                            v += b.wt[t] * xv, vh += b.gh[t] * xv, vw += b.gw[t] * xv;
+                            if (dX) dadd(dX, xb + b.at[t], g * m * b.wt[t]);
+                        }
+                        if (dM) dadd(dM, midx, g * v);
+                        if (dO) {
+                            dadd(dO, oidx, g * m * vh);
+                            dadd(dO, oidx + P, g * m * vw);
+                        }
+                    }
+    }
+    return PD_OK;
+}
+
+/* ---- Det ---- */
+
+/* The determinant of the m x m matrix a (row-major, overwritten): LU with
+ * partial pivoting, the product of the pivots, a sign per row swap. */
+static double det_lu(int64_t m, double *a) {
+    double det = 1;
+    for (int64_t k = 0; k < m; k++) {
+        int64_t p = k;
+        for (int64_t i = k + 1; i < m; i++)
+            if (fabs(a[i * m + k]) > fabs(a[p * m + k])) p = i;
+        if (a[p * m + k] == 0) return 0;
+        if (p != k) {
+            for (int64_t j = 0; j < m; j++) {
+                double t = a[k * m + j];
+                a[k * m + j] = a[p * m + j], a[p * m + j] = t;
+            }
+            det = -det;
+        }
+        det *= a[k * m + k];
+        for (int64_t i = k + 1; i < m; i++) {
+            double f = a[i * m + k] / a[k * m + k];
+            for (int64_t j = k + 1; j < m; j++) a[i * m + j] -= f * a[k * m + j];
+        }
+    }
+    return det;
+}
+
+static pd_status det_view(const pd_tensor *X, int64_t *B, int64_t *m) {
+    if (X->ndim < 2 || X->shape[X->ndim - 1] != X->shape[X->ndim - 2])
+        return pd__err(PD_ERR_SHAPE, "X is not a batch of square matrices");
+    *m = X->shape[X->ndim - 1];
+    *B = prod64(X->ndim - 2, X->shape);
+    return PD_OK;
+}
+
+pd_status pd__cpu_Det(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    (void)n;
+    const pd_tensor *X = in[0];
+    int64_t B = 0, m = 0;
+    PD_TRY(det_view(X, &B, &m));
+    double *a = pd__scratch_n(x, m * m + 1, 1, sizeof(double));
+    if (!a) return PD_ERR_NOMEM;
+    for (int64_t b = 0; b < B; b++) {
+        for (int64_t i = 0; i < m * m; i++) a[i] = pd__get_f(X->dtype, X->data, b * m * m + i);
+        pd__set_f(out[0]->dtype, out[0]->data, b, det_lu(m, a));
+    }
+    return PD_OK;
+}
+
+/* d det(A) / dA = adj(A)^T, the cofactors: C[i][j] = (-1)^(i+j) det(A without
+ * row i and column j). Cofactors rather than det(A) A^-T, which a singular A
+ * does not have (its gradient is still defined); O(m^5), for the small
+ * matrices Det is used on. */
+pd_status pd__cpu_Det_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out,
+                          pd_tensor *const *dout, pd_tensor *const *din) {
+    (void)out;
+    const pd_tensor *X = in[0], *dY = gout(n, dout, 0);
+    pd_tensor *dX = gin(n, din, 0);
+    if (!dY || !dX) return PD_OK;
+    int64_t B = 0, m = 0;
+    PD_TRY(det_view(X, &B, &m));
+    if (m == 0) return PD_OK;
+    double *a = pd__scratch_n(x, (m - 1) * (m - 1) + 1, 1, sizeof(double));
+    if (!a) return PD_ERR_NOMEM;
+    for (int64_t b = 0; b < B; b++) {
+        double g = pd__get_f(dY->dtype, dY->data, b);
+        const int64_t base = b * m * m;
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = 0; j < m; j++) {
+                double c = 1;
+                if (m > 1) {
+                    int64_t k = 0;
+                    for (int64_t r = 0; r < m; r++)
+                        for (int64_t q = 0; q < m; q++)
+                            if (r != i && q != j) a[k++] = pd__get_f(X->dtype, X->data, base + r * m + q);
+                    c = ((i + j) % 2 ? -1 : 1) * det_lu(m - 1, a);
+                }
+                int64_t o = base + i * m + j;
+                pd__set_f(dX->dtype, dX->data, o, pd__get_f(dX->dtype, dX->data, o) + g * c);
+            }
+    }
+    return PD_OK;
 }
 
 /* ---- softmax family ---------------------------------------------------------------------------------- */
@@ -1029,6 +1328,45 @@ pd_status pd__cpu_Dropout_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *
         }
         return PD_OK;
     }
+}
+
+/* ---- Bernoulli, RandomUniformLike ---- */
+/* u[i] in [0, 1): dropout_u, SplitMix64 over a counter, keyed by the seed
+ * attribute when given (the same output every run: reproducible), else by
+ * the session's seed and the node's name (as Dropout's training masks).
+ * ONNX leaves the generator to the implementation: the values are not
+ * numpy's, only their distribution is. */
+static uint64_t random_key(const pd__exec *x, const pd__node *n) {
+    const pd__attr *a = pd__attr_get(n, "seed");
+    if (!a) return dropout_key(x->seed, n->name);
+    double s = pd__attr_f(n, "seed", 0);
+    uint64_t b;
+    memcpy(&b, &s, sizeof b);
+    return mix64(b ^ 0x5eed5eed5eed5eedull);
+}
+
+/* y[i] = 1 with probability p[i], else 0 (in y's dtype). */
+pd_status pd__cpu_Bernoulli(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    const pd_tensor *P = in[0];
+    pd_tensor *Y = out[0];
+    uint64_t key = random_key(x, n);
+    for (int64_t i = 0, m = pd_tensor_numel(P); i < m; i++)
+        pd__set_f(Y->dtype, Y->data, i, dropout_u(key, i) < pd__get_f(P->dtype, P->data, i) ? 1.0 : 0.0);
+    return PD_OK;
+}
+
+/* y[i] = low + (high - low) u[i], kept below high where rounding to y's
+ * dtype would reach it. */
+pd_status pd__cpu_RandomUniformLike(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    pd_tensor *Y = out[0];
+    double lo = pd__attr_f(n, "low", 0), hi = pd__attr_f(n, "high", 1);
+    if (!(lo < hi)) return pd__err(PD_ERR_INVALID, "low %g is not below high %g", lo, hi);
+    uint64_t key = random_key(x, n);
+    for (int64_t i = 0, m = pd_tensor_numel(in[0]); i < m; i++) {
+        pd__set_f(Y->dtype, Y->data, i, lo + (hi - lo) * dropout_u(key, i));
+        if (pd__get_f(Y->dtype, Y->data, i) >= hi) pd__set_f(Y->dtype, Y->data, i, lo);
+    }
+    return PD_OK;
 }
 
 /* ---- RotaryEmbedding ---- */
@@ -1654,3 +1992,5 @@ PD__NO_GRAD_NN(MatMulInteger)
 PD__NO_GRAD_NN(QLinearMatMul)
 PD__NO_GRAD_NN(ConvInteger)
 PD__NO_GRAD_NN(QLinearConv)
+PD__NO_GRAD_NN(Bernoulli)
+PD__NO_GRAD_NN(RandomUniformLike)

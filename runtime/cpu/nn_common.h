@@ -200,10 +200,11 @@ static inline void pool_counts(const pd__win *w, bool include_pad, int64_t *cnt)
 }
 
 /* Resize's taps: for output position o of axis d (k = sum of out[0..d-1] + o),
- * the input positions ti[4k .. 4k+3] with weights tw[4k .. 4k+3]: one for
- * nearest and an axis left as it is, two for linear, four for cubic (the
- * rest weigh 0). */
-#define PD_RSZ_TAPS 4
+ * the input positions ti[T k .. T k + T-1] with weights tw[T k .. T k + T-1],
+ * T = r->taps: one for nearest and an axis left as it is, two for linear,
+ * four for cubic, 2 / scale or 4 / scale with antialias downsampling (the
+ * rest weigh 0). A position tf_crop_and_resize maps outside the input has
+ * ti = -1 and no weight: the output there is the extrapolation value. */
 static inline double rsz_coord(const pd__rsz *r, int d, int64_t o) {
     double in = (double)r->in[d], out = r->outf[d], s = r->scale[d];
     switch (r->ctm) {
@@ -212,46 +213,63 @@ static inline double rsz_coord(const pd__rsz *r, int d, int64_t o) {
     case PD_RSZ_ALIGN_CORNERS: return out > 1 ? (double)o * (in - 1) / (out - 1) : 0;
     case PD_RSZ_HALF_PIXEL_SYMMETRIC: /* the input's centre on the output's, when the size was rounded */
         return in / 2 * (1 - (double)r->out[d] / out) + ((double)o + 0.5) / s - 0.5;
+    case PD_RSZ_TF_CROP_AND_RESIZE: { /* the roi's span [start, end] of the input spread over the output */
+        double span = r->roi[r->ndim + d] - r->roi[d], start = r->roi[d] * (in - 1);
+        if (r->roi_f32) span = (float)span, start = (float)start; /* an output on an edge or a tie stays there */
+        return (out > 1 ? (double)o * span * (in - 1) / (out - 1) : span * (in - 1) / 2) + start;
+    }
     default: return (double)o / s;
     }
 }
 
-/* Cubic: Keys' kernel with coefficient A at the four neighbours of c, as
- * ONNX's reference picks them (an integral c weighs 1 at c; the input is
- * extended by its edge values, or with exclude_outside the taps outside it
- * weigh 0 and the others are renormalised). */
-static inline void rsz_cubic(const pd__rsz *r, int d, double c, int64_t *ti, double *tw) {
-    double A = r->cubic_a, f = floor(c), t = c == f ? 1 : c - f;
-    int64_t first = (int64_t)f - (c == f ? 2 : 1), last = r->in[d] - 1;
-    double u = t + 1, v = 1 - t, w = 2 - t, sum = 0;
-    tw[0] = ((A * u - 5 * A) * u + 8 * A) * u - 4 * A;
-    tw[1] = ((A + 2) * t - (A + 3)) * t * t + 1;
-    tw[2] = ((A + 2) * v - (A + 3)) * v * v + 1;
-    tw[3] = ((A * w - 5 * A) * w + 8 * A) * w - 4 * A;
-    for (int j = 0; j < 4; j++) {
+/* The kernels of linear and cubic (Keys, coefficient A) interpolation at distance t. */
+static inline double rsz_kernel(const pd__rsz *r, double t) {
+    double A = r->cubic_a;
+    t = fabs(t);
+    if (!r->cubic) return t < 1 ? 1 - t : 0;
+    if (t <= 1) return ((A + 2) * t - (A + 3)) * t * t + 1;
+    return t < 2 ? ((A * t - 5 * A) * t + 8 * A) * t - 4 * A : 0;
+}
+
+/* Taps at coordinate c, as ONNX's reference picks them: nt neighbours of c
+ * (nt = 4 for cubic; with antialias, the kernel stretched by 1 / scale
+ * covers nt = 2 / scale or 4 / scale), an integral c counting as 1 past the
+ * position below it; the input extended by its edge values, or with
+ * exclude_outside the taps outside it weigh 0. With antialias the weights
+ * are renormalised to sum 1, as a stretched kernel's do not. */
+static inline void rsz_wide(const pd__rsz *r, int d, double c, int nt, int64_t *ti, double *tw) {
+    double f = floor(c), t = c == f ? 1 : c - f, s = r->antialias && r->scale[d] < 1 ? r->scale[d] : 1, sum = 0;
+    int64_t first = (int64_t)(c - t) + 1 - nt / 2, last = r->in[d] - 1;
+    for (int j = 0; j < nt; j++) {
         int64_t i = first + j;
+        tw[j] = rsz_kernel(r, s * (double)(1 - nt / 2 + j - t));
         if (r->exclude_outside && (i < 0 || i > last)) tw[j] = 0;
         sum += tw[j];
         ti[j] = i < 0 ? 0 : i > last ? last : i;
     }
-    if (r->exclude_outside && sum != 0)
-        for (int j = 0; j < 4; j++) tw[j] /= sum;
+    if ((r->exclude_outside || r->antialias) && sum != 0)
+        for (int j = 0; j < nt; j++) tw[j] /= sum;
 }
 
 static inline void resize_taps(const pd__rsz *r, int64_t *ti, double *tw) {
     int64_t k = 0;
     for (int d = 0; d < r->ndim; d++) {
         int64_t last = r->in[d] - 1;
+        bool crop = r->ctm == PD_RSZ_TF_CROP_AND_RESIZE, full = r->roi[d] == 0 && r->roi[r->ndim + d] == 1;
+        bool wide = r->antialias && r->scale[d] < 1;
+        int nt = wide ? (int)(-2 * floor((r->cubic ? -2 : -1) / r->scale[d])) : 4;
         for (int64_t o = 0; o < r->out[d]; o++, k++) {
             double c = rsz_coord(r, d, o);
-            int64_t *i = ti + PD_RSZ_TAPS * k;
-            double *w = tw + PD_RSZ_TAPS * k;
-            for (int j = 0; j < PD_RSZ_TAPS; j++) i[j] = 0, w[j] = 0;
+            int64_t *i = ti + r->taps * k;
+            double *w = tw + r->taps * k;
+            for (int j = 0; j < r->taps; j++) i[j] = 0, w[j] = 0;
             w[0] = 1;
-            if (r->out[d] == r->in[d] && r->scale[d] == 1) { /* an axis not resized: the identity */
+            if (r->out[d] == r->in[d] && r->scale[d] == 1 && (!crop || full)) { /* an axis not resized: the identity */
                 i[0] = o;
-            } else if (r->cubic) {
-                rsz_cubic(r, d, c, i, w);
+            } else if (crop && (c < 0 || c > (double)last)) {
+                i[0] = -1, w[0] = 0;
+            } else if (r->cubic || wide) {
+                rsz_wide(r, d, c, nt, i, w);
             } else if (r->linear) {
                 c = c < 0 ? 0 : c > (double)last ? (double)last : c;
                 i[0] = (int64_t)floor(c);

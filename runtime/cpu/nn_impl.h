@@ -1303,8 +1303,10 @@ static pd_status FN(lppool)(pd__exec *x, const pd__win *w, int64_t NC, double p,
 /* Y[o] = sum over the corners of the taps (resize_taps: ti, tw) of the
  * product of their weights times X there; with dY given instead, the
  * adjoint: dX[corner] += weight * dY[o]. An axis takes as many taps as its
- * weights use (1 for nearest and an axis left as it is, 2 linear, 4 cubic):
- * a nearest 2x upsampling of NCHW reads 1 corner per output, not 16. The
+ * weights use (1 for nearest and an axis left as it is, 2 linear, 4 cubic,
+ * more with antialias): a nearest 2x upsampling of NCHW reads 1 corner per
+ * output, not 16. An output with an axis outside tf_crop_and_resize's roi
+ * is the extrapolation value, and passes no gradient back. The
  * adjoint runs a thread per plane of the leading axes left as they are
  * (N, C), whose outputs read only their own plane. */
 static pd_status FN(resize)(pd__exec *x, const pd__rsz *r, const int64_t *ti, const double *tw, const T *X, T *Y,
@@ -1317,9 +1319,9 @@ static pd_status FN(resize)(pd__exec *x, const pd__rsz *r, const int64_t *ti, co
         bool same = r->in[d] == r->out[d];
         ntap[d] = 1;
         for (int64_t i = 0; i < r->out[d]; i++) {
-            const int64_t *ki = ti + PD_RSZ_TAPS * (base[d] + i);
-            const double *kw = tw + PD_RSZ_TAPS * (base[d] + i);
-            for (int j = 1; j < PD_RSZ_TAPS; j++)
+            const int64_t *ki = ti + r->taps * (base[d] + i);
+            const double *kw = tw + r->taps * (base[d] + i);
+            for (int j = 1; j < r->taps; j++)
                 if (kw[j] != 0 && j + 1 > ntap[d]) ntap[d] = j + 1;
             same = same && ki[0] == i && kw[0] == 1;
         }
@@ -1341,7 +1343,7 @@ static pd_status FN(resize)(pd__exec *x, const pd__rsz *r, const int64_t *ti, co
                 double w = 1;
                 int64_t off = 0;
                 for (int d = 0, q = c; d < nd && w != 0; q /= ntap[d], d++) {
-                    int64_t k = PD_RSZ_TAPS * (base[d] + oi[d]) + q % ntap[d];
+                    int64_t k = r->taps * (base[d] + oi[d]) + q % ntap[d];
                     w *= tw[k];
                     off = off * r->in[d] + ti[k];
                 }
@@ -1349,6 +1351,9 @@ static pd_status FN(resize)(pd__exec *x, const pd__rsz *r, const int64_t *ti, co
                 if (dY) dX[off] += (T)(w * g);
                 else acc += w * (double)X[off];
             }
+            if (!dY && r->ctm == PD_RSZ_TF_CROP_AND_RESIZE)
+                for (int d = 0; d < nd; d++)
+                    if (ti[r->taps * (base[d] + oi[d])] < 0) acc = r->extrapolation;
             if (!dY) Y[o] = (T)acc;
             if (dY) odo_next(oi, r->out, nd);
         }

@@ -15,7 +15,7 @@
  * Each pd__cpu_<Op>_bwd follows pd__grad_fn: it runs the forward again,
  * keeping every step's gates and state, then walks the steps backwards with
  * the gradients of Y, Y_h and Y_c (any of them), and ADDS the gradients of
- * the inputs it is given a din for: X, W, R, B, initial_h, initial_c.
+ * the inputs it is given a din for: X, W, R, B, initial_h, initial_c, P.
  */
 #include "../../core/shape_rnn.h"
 #include "nn_common.h"
@@ -25,10 +25,10 @@ typedef struct pd__rnn {
     pd__rnn_attrs a;
     int64_t S, N, In, H, G; /* steps, batch, input size, hidden size, gate blocks */
     int64_t *len;          /* per batch entry, in [0, S] */
-    const void *X, *W, *R, *B, *h0, *c0;
+    const void *X, *W, *R, *B, *h0, *c0, *P; /* P: LSTM's peepholes (ndir, 3 H: i, o, f) */
     void *Y, *Yh, *Yc;
     const void *dY, *dYh, *dYc;
-    void *dX, *dW, *dR, *dB, *dh0, *dc0;
+    void *dX, *dW, *dR, *dB, *dh0, *dc0, *dP;
 } pd__rnn;
 
 /* Row of X (and of X's gate products) at time t, batch entry b. */
@@ -130,7 +130,7 @@ static pd_status rnn_gather(pd__exec *x, const pd__node *n, pd_tensor *const *in
     r->B = dat(opt_in(n, in, 3));
     r->h0 = dat(opt_in(n, in, 5));
     r->c0 = lstm ? dat(opt_in(n, in, 6)) : NULL;
-    if (lstm && opt_in(n, in, 7)) return pd__err(PD_ERR_UNSUPPORTED, "peephole input P is not supported");
+    r->P = lstm ? dat(opt_in(n, in, 7)) : NULL;
     r->Y = (void *)dat(opt_out(n, out, 0));
     r->Yh = (void *)dat(opt_out(n, out, 1));
     r->Yc = lstm ? (void *)dat(opt_out(n, out, 2)) : NULL;
@@ -140,11 +140,11 @@ static pd_status rnn_gather(pd__exec *x, const pd__node *n, pd_tensor *const *in
         r->dYc = lstm && n->nout > 2 ? dat(dout[2]) : NULL;
     }
     if (din) {
-        void **dv[6] = {&r->dX, &r->dW, &r->dR, &r->dB, &r->dh0, &r->dc0};
-        int idx[6] = {0, 1, 2, 3, 5, 6};
-        for (int k = 0; k < 6; k++)
+        void **dv[7] = {&r->dX, &r->dW, &r->dR, &r->dB, &r->dh0, &r->dc0, &r->dP};
+        int idx[7] = {0, 1, 2, 3, 5, 6, 7};
+        for (int k = 0; k < 7; k++)
             if (idx[k] < n->nin && opt_in(n, in, idx[k]) && din[idx[k]]) *dv[k] = din[idx[k]]->data;
-        if (!lstm) r->dc0 = NULL;
+        if (!lstm) r->dc0 = r->dP = NULL;
     }
     *w = rnn_ws(r, din != NULL);
     size_t esz = pd_dtype_size(X->dtype);
@@ -181,7 +181,7 @@ static pd_status rnn_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *in, p
     PD_TRY(rnn_gather(x, n, in, out, dout, din, &r, &w, &ws));
     r.Y = r.Yh = r.Yc = NULL; /* the forward runs again for its gates: the outputs stay as they are */
     if (!r.dY && !r.dYh && !r.dYc) return PD_OK;
-    if (!r.dX && !r.dW && !r.dR && !r.dB && !r.dh0 && !r.dc0) return PD_OK;
+    if (!r.dX && !r.dW && !r.dR && !r.dB && !r.dh0 && !r.dc0 && !r.dP) return PD_OK;
     PD_DISPATCH(in[0]->dtype, rnn_backward, (&r, &w, ws))
 }
 

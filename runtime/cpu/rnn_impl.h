@@ -52,6 +52,7 @@ static pd_status FN(rnn_dir_fwd)(const pd__rnn *r, const pd__rnn_ws *w, T *ws, i
     const T *W = (const T *)r->W + d * GH * In;             // (G*H, In)
     const T *R = (const T *)r->R + d * GH * H;             // (G*H, H)
     const T *Bw = r->B ? (const T *)r->B + d * 2 * GH : NULL, *Br = Bw ? Bw + GH : NULL; // (G*H) each
+    const T *P = r->P ? (const T *)r->P + d * 3 * H : NULL;                               // (3*H): i, o, f
     T *XW = ws + w->xw, *HS = ws + w->hs, *CS = ws + w->cs, *GS = ws + w->gs, *AUX = ws + w->aux, *HR = ws + w->hr;
     /* xw = X @ W^T + Wb + Rb (GRU with linear_before_reset: Rbh goes inside the reset) */
     if (Bw)
@@ -82,10 +83,12 @@ static pd_status FN(rnn_dir_fwd)(const pd__rnn *r, const pd__rnn_ws *w, T *ws, i
             const T *xw = XW + rnn_xrow(r, t, b) * GH, *hr = HR + b * GH;
             switch (cell) {
             case PD_RNN_LSTM:
-                for (int64_t j = 0; j < H; j++) {
-                    T i = FN(sigm)(xw[j] + hr[j]), o = FN(sigm)(xw[H + j] + hr[H + j]);
-                    T f = FN(sigm)(xw[2 * H + j] + hr[2 * H + j]), c = TANH(xw[3 * H + j] + hr[3 * H + j]);
-                    T C = f * Cp[b * H + j] + i * c;
+                for (int64_t j = 0; j < H; j++) { /* peepholes: i and f see C before the step, o after it */
+                    T cp = Cp[b * H + j], pi = P ? P[j] * cp : (T)0, pf = P ? P[2 * H + j] * cp : (T)0;
+                    T i = FN(sigm)(xw[j] + hr[j] + pi), f = FN(sigm)(xw[2 * H + j] + hr[2 * H + j] + pf);
+                    T c = TANH(xw[3 * H + j] + hr[3 * H + j]);
+                    T C = f * cp + i * c;
+                    T o = FN(sigm)(xw[H + j] + hr[H + j] + (P ? P[H + j] * C : (T)0));
                     Cn[b * H + j] = C;
                     hn[j] = o * TANH(C);
                     g[j] = i, g[H + j] = o, g[2 * H + j] = f, g[3 * H + j] = c;
@@ -151,6 +154,8 @@ static pd_status FN(rnn_dir_bwd)(const pd__rnn *r, const pd__rnn_ws *w, T *ws, i
     const pd__rnn_cell cell = r->a.cell;
     const bool lbr = r->a.lbr;
     const T *W = (const T *)r->W + d * GH * In, *R = (const T *)r->R + d * GH * H;
+    const T *P = r->P ? (const T *)r->P + d * 3 * H : NULL;
+    T *dP = r->dP ? (T *)r->dP + d * 3 * H : NULL;
     const T *HS = ws + w->hs, *CS = ws + w->cs, *GS = ws + w->gs, *AUX = ws + w->aux;
     T *DG = ws + w->dg, *D2 = ws + w->d2, *dH = ws + w->dh, *dC = ws + w->dc, *dH2 = ws + w->dh2;
     T *tmp = ws + w->tmp, *dhn = ws + w->dhn, *drh = ws + w->hr; /* hr is free now: (N, H) of it */
@@ -179,13 +184,19 @@ static pd_status FN(rnn_dir_bwd)(const pd__rnn *r, const pd__rnn_ws *w, T *ws, i
             case PD_RNN_LSTM:
                 for (int64_t j = 0; j < H; j++) {
                     T i = g[j], o = g[H + j], f = g[2 * H + j], c = g[3 * H + j];
-                    T Cp = CS[s * NH + b * H + j], tc = TANH(CS[(s + 1) * NH + b * H + j]);
-                    T dct = dC[b * H + j] + dn[j] * o * ((T)1 - tc * tc);
+                    T Cp = CS[s * NH + b * H + j], C = CS[(s + 1) * NH + b * H + j], tc = TANH(C);
+                    T dop = dn[j] * tc * o * ((T)1 - o);
+                    T dct = dC[b * H + j] + dn[j] * o * ((T)1 - tc * tc) + (P ? dop * P[H + j] : (T)0);
                     dg[j] = dct * c * i * ((T)1 - i);
-                    dg[H + j] = dn[j] * tc * o * ((T)1 - o);
+                    dg[H + j] = dop;
                     dg[2 * H + j] = dct * Cp * f * ((T)1 - f);
                     dg[3 * H + j] = dct * i * ((T)1 - c * c);
-                    dC[b * H + j] = dct * f;
+                    dC[b * H + j] = dct * f + (P ? dg[j] * P[j] + dg[2 * H + j] * P[2 * H + j] : (T)0);
+                    if (dP) {
+                        dP[j] += dg[j] * Cp;
+                        dP[H + j] += dop * C;
+                        dP[2 * H + j] += dg[2 * H + j] * Cp;
+                    }
                     tb[j] = 0;
                 }
                 memcpy(d2, dg, sizeof(T) * (size_t)GH);

@@ -1681,6 +1681,17 @@ pd_status pd__cpu_ScatterElements_bwd(pd__exec *x, const pd__node *n, pd_tensor 
     return scatter_bwd(x, n, in, dout, din, false);
 }
 
+/* Scatter: the opset-9 name of ScatterElements (it has no reduction attribute). */
+pd_status pd__cpu_Scatter(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    return scatter_fwd(x, n, in, out, false);
+}
+
+pd_status pd__cpu_Scatter_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out,
+                              pd_tensor *const *dout, pd_tensor *const *din) {
+    (void)out;
+    return scatter_bwd(x, n, in, dout, din, false);
+}
+
 pd_status pd__cpu_ScatterND(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
     return scatter_fwd(x, n, in, out, true);
 }
@@ -1689,6 +1700,77 @@ pd_status pd__cpu_ScatterND_bwd(pd__exec *x, const pd__node *n, pd_tensor *const
                                 pd_tensor *const *dout, pd_tensor *const *din) {
     (void)out;
     return scatter_bwd(x, n, in, dout, din, true);
+}
+
+/* ---- TensorScatter: a KV cache update ----------------------------------------------------------- */
+/* The cache as (P, max, inner) around the sequence axis and the update as
+ * (P, len, inner); row (p, s) of the update lands on row (p, dst[p * len + s])
+ * of the cache, p's batch being p / (P / batch). In order, so that with a
+ * circular cache shorter than the update the last write wins. With `owners`,
+ * room for P * max more after dst. */
+static pd_status tscatter_rows(pd__exec *x, const pd__node *n, pd_tensor *const *in, bool owners, int64_t *P,
+                               int64_t *max, int64_t *len, int64_t *inner, int64_t **dst) {
+    const pd_tensor *c = in[0], *u = in[1], *w = n->nin > 2 ? in[2] : NULL;
+    int axis = 0;
+    PD_TRY(pd__reduce_axis(n, c->ndim, -2, &axis));
+    if (axis < 1) return pd__err(PD_ERR_SHAPE, "axis %d is the batch axis", axis);
+    bool circ = strcmp(pd__attr_s(n, "mode", "linear"), "circular") == 0;
+    *P = pd__shape_numel(axis, c->shape), *max = c->shape[axis], *len = u->shape[axis];
+    *inner = pd__shape_numel(c->ndim - axis - 1, c->shape + axis + 1);
+    int64_t B = c->shape[0], per = B ? *P / B : 0;
+    *dst = pd__scratch(x, (size_t)(*P * *len + (owners ? *P * *max : 0) + 1) * sizeof(int64_t));
+    if (!*dst) return PD_ERR_NOMEM;
+    for (int64_t p = 0; p < *P; p++) {
+        int64_t start = w && w->data ? ((const int64_t *)w->data)[p / per] : 0;
+        for (int64_t s = 0; s < *len; s++) {
+            int64_t i = start + s;
+            if (circ && *max > 0) i = ((i % *max) + *max) % *max;
+            if (i < 0 || i >= *max)
+                return pd__err(PD_ERR_INVALID, "write index %lld + %lld is outside the cache's %lld positions",
+                               (long long)start, (long long)s, (long long)*max);
+            (*dst)[p * *len + s] = i;
+        }
+    }
+    return PD_OK;
+}
+
+pd_status pd__cpu_TensorScatter(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    size_t es;
+    PD_TRY(elem_size(in[0], &es));
+    int64_t P, max, len, inner, *dst;
+    PD_TRY(tscatter_rows(x, n, in, false, &P, &max, &len, &inner, &dst));
+    par_memcpy(x, out[0]->data, in[0]->data, pd__numel_of(in[0]) * (int64_t)es);
+    int64_t row = inner * (int64_t)es;
+    for (int64_t p = 0; p < P; p++)
+        for (int64_t s = 0; s < len; s++)
+            memcpy((char *)out[0]->data + (p * max + dst[p * len + s]) * row,
+                   (const char *)in[1]->data + (p * len + s) * row, (size_t)row);
+    return PD_OK;
+}
+
+/* past_cache's gradient is dout but on the rows written; update's row is
+ * dout's row it landed on, unless a later row overwrote it there. */
+pd_status pd__cpu_TensorScatter_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out,
+                                    pd_tensor *const *dout, pd_tensor *const *din) {
+    (void)out;
+    if (dout[0] == NULL || (din[0] == NULL && din[1] == NULL)) return PD_OK;
+    bool f32 = false;
+    for (int i = 0; i < 2; i++)
+        if (din[i] != NULL) PD_TRY(grad_dtype(din[i], dout[0], &f32));
+    int64_t P, max, len, inner, *dst, es = f32 ? 4 : 8;
+    PD_TRY(tscatter_rows(x, n, in, true, &P, &max, &len, &inner, &dst));
+    int64_t *owner = dst + P * len; /* owner[p * max + i]: the update row written last at cache row i, or -1 */
+    for (int64_t i = 0; i < P * max; i++) owner[i] = -1;
+    for (int64_t p = 0; p < P; p++)
+        for (int64_t s = 0; s < len; s++) owner[p * max + dst[p * len + s]] = s;
+    for (int64_t p = 0; p < P; p++)
+        for (int64_t i = 0; i < max; i++) {
+            int64_t s = owner[p * max + i];
+            const char *g = (const char *)dout[0]->data + (p * max + i) * inner * es;
+            if (s < 0 && din[0]) add_row(f32, (char *)din[0]->data + (p * max + i) * inner * es, 1, g, 1, inner);
+            if (s >= 0 && din[1]) add_row(f32, (char *)din[1]->data + (p * len + s) * inner * es, 1, g, 1, inner);
+        }
+    return PD_OK;
 }
 
 /* ---- ArgMax, ArgMin, Hardmax ------------------------------------------------------------------ */
