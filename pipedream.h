@@ -689,6 +689,7 @@ PDDEF void pd_mpi_finalize(void);
     X(NLL_LOSS, NegativeLogLikelihoodLoss, PD_OPF_NN | PD_OPF_HOST, 0x1, 0)                        \
     X(ROTARY_EMBEDDING, RotaryEmbedding, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)            \
     X(ATTENTION, Attention, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0x7, 0)                         \
+    X(LINEAR_ATTENTION, LinearAttention, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0x3f, 0)           \
     X(GRID_SAMPLE, GridSample, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0x3, 0)                      \
     X(AFFINE_GRID, AffineGrid, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                      \
     X(COL2IM, Col2Im, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                               \
@@ -3284,7 +3285,7 @@ double pd__flops_ReduceLogSumExp(const pd_graph *g, const pd__node *n) {
  * LpNormalization, MeanVarianceNormalization, MaxPool, AveragePool, LpPool,
  * MaxUnpool, GlobalAveragePool, GlobalMaxPool, Resize, Upsample, Einsum, LRN,
  * Softmax, LogSoftmax, Dropout, SoftmaxCrossEntropyLoss, NegativeLogLikelihoodLoss,
- * RotaryEmbedding, Attention, GridSample, AffineGrid, Col2Im,
+ * RotaryEmbedding, Attention, LinearAttention, GridSample, AffineGrid, Col2Im,
  * CenterCropPad, MatMulInteger, QLinearMatMul, ConvInteger and QLinearConv
  * (opsets 6-23).
  *
@@ -3475,6 +3476,26 @@ typedef struct pd__attn {
  * naming the attribute. Sets the message without the node prefix. */
 pd_status pd__attn_plan(const pd__node *n, int qn, const int64_t *qs, int kn, const int64_t *ks, int vn,
                         const int64_t *vs, int mn, const int64_t *ms, int pn, const int64_t *ps, pd__attn *a);
+
+/* LinearAttention (opset 27): query (B, T, Hq*Dk), key (B, T, Hk*Dk),
+ * value (B, T, Hk*Dv); one (Dk, Dv) state per kv head, past_state
+ * (B, Hk, Dk, Dv) or zeros. Token t: the state decays by exp(decay)
+ * (gated; decay (B, T, Hk) per head or (B, T, Hk*Dk) per key row), the
+ * delta rules write beta * (v - S^T k) instead of v (beta (B, T, Hk) or
+ * (B, T, 1)), S += k v^T, and query head h reads kv head h / (Hq / Hk):
+ * o = scale * S^T q. gw and bw: decay and beta values per token and kv head
+ * group (gw 1 or Dk, bw Hk or 1; 0: absent). */
+typedef struct pd__linattn {
+    int64_t B, T, Hq, Hk, Dk, Dv;
+    int64_t gw, bw;
+    bool gated, delta;
+    double scale;
+} pd__linattn;
+
+/* Fills *a from the node and the shapes of query, key, value, decay and
+ * beta (ndim 0: absent). Sets the message without the node prefix. */
+pd_status pd__linattn_plan(const pd__node *n, int qn, const int64_t *qs, int kn, const int64_t *ks, int vn,
+                           const int64_t *vs, int dn, const int64_t *ds, int bn, const int64_t *bs, pd__linattn *a);
 
 /* RoiAlign's mode (0 avg, 1 max; -1 unknown) and the offset its
  * coordinate_transformation_mode subtracts (0.5 half_pixel, 0
@@ -5019,6 +5040,96 @@ double pd__flops_Attention(const pd_graph *g, const pd__node *n) {
     double scores = (double)a.B * (double)a.Hq * (double)a.Sq * (double)a.Tk;
     /* Q K^T, P V, and the mask, max, exp, sum and scale per score */
     return scores * (2 * (double)(a.Dh + a.Dv) + 5);
+}
+
+/* ---- LinearAttention ----------------------------------------------------------------------- */
+
+pd_status pd__linattn_plan(const pd__node *n, int qn, const int64_t *qs, int kn, const int64_t *ks, int vn,
+                           const int64_t *vs, int dn, const int64_t *ds, int bn, const int64_t *bs, pd__linattn *a) {
+    memset(a, 0, sizeof *a);
+    const char *rule = pd__attr_s(n, "update_rule", "gated_delta");
+    a->gated = strcmp(rule, "gated") == 0 || strcmp(rule, "gated_delta") == 0;
+    a->delta = strcmp(rule, "delta") == 0 || strcmp(rule, "gated_delta") == 0;
+    if (!a->gated && !a->delta && strcmp(rule, "linear") != 0)
+        return pd__err(PD_ERR_UNSUPPORTED, "update_rule '%s' (linear, gated, delta and gated_delta are defined)",
+                       rule);
+    if (qn != 3 || kn != 3 || vn != 3)
+        return pd__err(PD_ERR_SHAPE, "query %s, key %s and value %s must be 3-D (batch, tokens, heads * size)",
+                       shpv(qn, qs).s, shpv(kn, ks).s, shpv(vn, vs).s);
+    int64_t hq = pd__attr_i(n, "q_num_heads", 0), hk = pd__attr_i(n, "kv_num_heads", 0);
+    if (hq <= 0 || hk <= 0 || hq % hk != 0 || qs[2] % hq != 0 || ks[2] % hk != 0 || vs[2] % hk != 0)
+        return pd__err(PD_ERR_SHAPE,
+                       "q_num_heads %lld must be a positive multiple of kv_num_heads %lld, dividing query %s; "
+                       "kv_num_heads must divide key %s and value %s",
+                       (long long)hq, (long long)hk, shpv(qn, qs).s, shpv(kn, ks).s, shpv(vn, vs).s);
+    a->B = qs[0], a->T = qs[1], a->Hq = hq, a->Hk = hk, a->Dk = qs[2] / hq, a->Dv = vs[2] / hk;
+    if (ks[0] != a->B || vs[0] != a->B || ks[1] != a->T || vs[1] != a->T || ks[2] / hk != a->Dk)
+        return pd__err(PD_ERR_SHAPE, "key %s and value %s do not match query %s", shpv(kn, ks).s, shpv(vn, vs).s,
+                       shpv(qn, qs).s);
+    if (a->gated != (dn != 0) || a->delta != (bn != 0))
+        return pd__err(PD_ERR_INVALID, "update_rule '%s' %s decay and %s beta", rule,
+                       a->gated ? "needs" : "takes no", a->delta ? "needs" : "takes no");
+    if (dn) {
+        if (dn != 3 || ds[0] != a->B || ds[1] != a->T || (ds[2] != hk && ds[2] != hk * a->Dk))
+            return pd__err(PD_ERR_SHAPE, "decay %s must be [%lld,%lld,%lld] or [%lld,%lld,%lld]", shpv(dn, ds).s,
+                           (long long)a->B, (long long)a->T, (long long)hk, (long long)a->B, (long long)a->T,
+                           (long long)(hk * a->Dk));
+        a->gw = ds[2] / hk;
+    }
+    if (bn) {
+        if (bn != 3 || bs[0] != a->B || bs[1] != a->T || (bs[2] != hk && bs[2] != 1))
+            return pd__err(PD_ERR_SHAPE, "beta %s must be [%lld,%lld,%lld] or [%lld,%lld,1]", shpv(bn, bs).s,
+                           (long long)a->B, (long long)a->T, (long long)hk, (long long)a->B, (long long)a->T);
+        a->bw = bs[2];
+    }
+    /* scale 0 (the default) means 1/sqrt(Dk), as in ONNX's reference */
+    double sc = pd__attr_f(n, "scale", 0);
+    a->scale = sc != 0 ? sc : 1 / sqrt((double)a->Dk);
+    return PD_OK;
+}
+
+static bool is_real(pd_dtype t) { return is_float(t) || t == PD_FLOAT16 || t == PD_BFLOAT16; }
+
+/* Computed in float64 through pd__get_f/pd__set_f, so float16 and bfloat16 run
+ * too (rounded once, on the way out); past_state may have its own float dtype
+ * (ONNX's S), and present_state takes it, else query's. */
+pd_status pd__shape_LinearAttention(pd_graph *g, pd__node *n) {
+    pd__tensor *q, *k, *v, *ps = pd__in(g, n, 3), *dc = pd__in(g, n, 4), *bt = pd__in(g, n, 5);
+    PD_TRY(need(g, n, 0, "query", &q));
+    PD_TRY(need(g, n, 1, "key", &k));
+    PD_TRY(need(g, n, 2, "value", &v));
+    if (!is_real(q->dtype))
+        return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "query '%s' has dtype %s (float types are supported)", q->name,
+                            pd_dtype_name(q->dtype));
+    PD_TRY(need_dtype(g, n, k, q->dtype, "key"));
+    PD_TRY(need_dtype(g, n, v, q->dtype, "value"));
+    if (dc) PD_TRY(need_dtype(g, n, dc, q->dtype, "decay"));
+    if (bt) PD_TRY(need_dtype(g, n, bt, q->dtype, "beta"));
+    pd__linattn a;
+    pd_status st = pd__linattn_plan(n, q->ndim, q->shape, k->ndim, k->shape, v->ndim, v->shape, dc ? dc->ndim : 0,
+                                    dc ? dc->shape : NULL, bt ? bt->ndim : 0, bt ? bt->shape : NULL, &a);
+    if (st != PD_OK) return node_prefix(g, n, st);
+    int64_t ss[4] = {a.B, a.Hk, a.Dk, a.Dv}, ys[3] = {a.B, a.T, a.Hq * a.Dv};
+    if (ps && (!is_real(ps->dtype) || ps->ndim != 4 || memcmp(ps->shape, ss, sizeof ss) != 0))
+        return pd__node_err(g, n, PD_ERR_SHAPE, "past_state %s (%s) must be a float [%lld,%lld,%lld,%lld]",
+                            shp(ps).s, pd_dtype_name(ps->dtype), (long long)a.B, (long long)a.Hk, (long long)a.Dk,
+                            (long long)a.Dv);
+    PD_TRY(set_out(g, n, 0, q->dtype, 3, ys));
+    return set_out(g, n, 1, ps ? ps->dtype : q->dtype, 4, ss);
+}
+
+double pd__flops_LinearAttention(const pd_graph *g, const pd__node *n) {
+    const pd__tensor *q = cin(g, n, 0), *k = cin(g, n, 1), *v = cin(g, n, 2), *dc = cin(g, n, 4),
+                     *bt = cin(g, n, 5);
+    pd__linattn a;
+    if (!q || !k || !v || q->numel < 0 ||
+        pd__linattn_plan(n, q->ndim, q->shape, k->ndim, k->shape, v->ndim, v->shape, dc ? dc->ndim : 0,
+                         dc ? dc->shape : NULL, bt ? bt->ndim : 0, bt ? bt->shape : NULL, &a) != PD_OK)
+        return 0;
+    /* per token and kv head: decay, S^T k, the rank-1 update (Dk x Dv each);
+     * per query head: S^T q */
+    double st = (double)a.Dk * (double)a.Dv;
+    return (double)a.B * (double)a.T * ((double)a.Hk * 5 * st + (double)a.Hq * 2 * st);
 }
 
 /* ---- GridSample, AffineGrid, Col2Im, CenterCropPad ------------------------------------------------ */

@@ -8,7 +8,7 @@
  *   LpPool, MaxUnpool, GlobalAveragePool, GlobalMaxPool, Resize and Upsample (the
  *   adjoint of the interpolation), Einsum, LRN, Softmax, LogSoftmax,
  *   Dropout, SoftmaxCrossEntropyLoss, NegativeLogLikelihoodLoss,
- *   RotaryEmbedding, Attention, GridSample, AffineGrid, Col2Im and
+ *   RotaryEmbedding, Attention, LinearAttention, GridSample, AffineGrid, Col2Im and
  *   CenterCropPad against
  *   central differences in float64 (tests/gradcheck.h: also += into din
  *   and the split B/W backward), over random shapes and attributes;
@@ -942,6 +942,38 @@ static gc *b_attn(uint64_t seed, pd_dtype dt, uint32_t *mask, char *d, size_t dn
     return c;
 }
 
+/* LinearAttention: each update rule, grouped-query heads, per-head or
+ * per-row decay, per-head or shared beta, a past state or none, scale;
+ * present_state's gradient checked too (every input differentiable). */
+static gc *b_linattn(uint64_t seed, pd_dtype dt, uint32_t *mask, char *d, size_t dn) {
+    static const char *rules[4] = {"linear", "gated", "delta", "gated_delta"};
+    rs_seed(seed);
+    int rule = (int)irand(0, 3);
+    bool gated = rule & 1, delta = rule & 2, past = irand(0, 1);
+    int64_t B = irand(1, 2), T = irand(1, 3), Hk = irand(1, 2), Hq = Hk * irand(1, 2), Dk = irand(1, 3),
+            Dv = irand(1, 3);
+    gc *c = gc_new("LinearAttention", 27);
+    gc_seed(c, seed);
+    int64_t qs[3] = {B, T, Hq * Dk}, ks[3] = {B, T, Hk * Dk}, vs[3] = {B, T, Hk * Dv}, ps[4] = {B, Hk, Dk, Dv};
+    int64_t ds[3] = {B, T, irand(0, 1) ? Hk : Hk * Dk}, bs[3] = {B, T, irand(0, 1) ? Hk : 1};
+    gc_input(c, dt, 3, qs, NULL);
+    gc_input(c, dt, 3, ks, NULL);
+    gc_input(c, dt, 3, vs, NULL);
+    *mask = 0x7;
+    if (past) gc_input(c, dt, 4, ps, NULL), *mask |= 0x8;
+    else if (gated || delta) gc_absent(c);
+    if (gated) gc_input(c, dt, 3, ds, NULL), *mask |= 0x10;
+    else if (delta) gc_absent(c);
+    if (delta) gc_input(c, dt, 3, bs, NULL), *mask |= 0x20;
+    gc_attr_i(c, "q_num_heads", Hq);
+    gc_attr_i(c, "kv_num_heads", Hk);
+    if (rule != 3 || irand(0, 1)) gc_attr_s(c, "update_rule", rules[rule]);
+    if (irand(0, 1)) gc_attr_f(c, "scale", 0.75f);
+    gc_outputs(c, (int)irand(1, 2));
+    describe(c, d, dn);
+    return c;
+}
+
 /* ---- running a case without the finite differences ------------------------------------------------ */
 
 /* Shape rule, output buffers and the exec of a built case (as gc_check does). */
@@ -1601,6 +1633,7 @@ int main(void) {
         {"NegativeLogLikelihoodLoss", b_nll, 40, 8},
         {"RotaryEmbedding", b_rope, 40, 8},
         {"Attention", b_attn, 100, 12},
+        {"LinearAttention", b_linattn, 80, 12},
         {"GridSample", b_gridsample, 120, 16},
         {"AffineGrid", b_affinegrid, 30, 6},
         {"Col2Im", b_col2im, 60, 10},

@@ -8,7 +8,8 @@
  * matrix product), LRN, Softmax, LogSoftmax,
  * Dropout, SoftmaxCrossEntropyLoss, NegativeLogLikelihoodLoss,
  * RotaryEmbedding, Attention (GEMMs per head, the softmax recomputed in
- * the backward), GridSample, AffineGrid, Col2Im, CenterCropPad, and the
+ * the backward), LinearAttention (the recurrence in float64, every state
+ * kept for the backward), GridSample, AffineGrid, Col2Im, CenterCropPad, and the
  * quantized MatMulInteger, QLinearMatMul, ConvInteger, QLinearConv.
  *
  * Each pd__cpu_<Op> reads the attributes, takes the window geometry from
@@ -1115,6 +1116,192 @@ pd_status pd__cpu_Attention_bwd(pd__exec *x, const pd__node *n, pd_tensor *const
                 (&a, in[0]->data, in[1]->data, in[2]->data, dptr(M), M ? M->dtype : PD_BOOL, dptr(pk), dptr(pv),
                  dptr(dY), dptr(dPK), dptr(dPV), dptr(dQK), dptr(dQ), dptr(dK), dptr(dV), (void *)PK, (void *)PV,
                  (void *)gPK, (void *)gPV, (void *)S, (void *)Pm, (void *)gS))
+}
+
+/* ---- LinearAttention ----------------------------------------------------------------------------- */
+
+/* In float64 through pd__get_f/pd__set_f (any float dtype, rounded once on
+ * the way out), one (batch, kv head) at a time. The forward keeps every
+ * state S_0..S_T: the backward walks them back instead of undoing the
+ * decay, which could divide by exp(decay) ~ 0. */
+typedef struct {
+    pd__linattn a;
+    const pd_tensor *q, *k, *v, *ps, *dc, *bt;
+    double *st, *sd, *ds, *e, *kk, *qq, *vv, *u, *r, *du, *dy; /* scratch */
+} la_ctx;
+
+static void la_add(const pd_tensor *t, int64_t i, double v) {
+    pd__set_f(t->dtype, t->data, i, pd__get_f(t->dtype, t->data, i) + v);
+}
+
+static void la_load(const pd_tensor *t, int64_t off, int64_t len, double *dst) {
+    for (int64_t i = 0; i < len; i++) dst[i] = pd__get_f(t->dtype, t->data, off + i);
+}
+
+static pd_status la_make(pd__exec *x, const pd__node *n, pd_tensor *const *in, la_ctx *c) {
+    c->q = in[0], c->k = in[1], c->v = in[2];
+    c->ps = opt_in(n, in, 3), c->dc = opt_in(n, in, 4), c->bt = opt_in(n, in, 5);
+    const pd_tensor *dc = c->dc, *bt = c->bt;
+    PD_TRY(pd__linattn_plan(n, 3, c->q->shape, 3, c->k->shape, 3, c->v->shape, dc ? dc->ndim : 0,
+                            dc ? dc->shape : NULL, bt ? bt->ndim : 0, bt ? bt->shape : NULL, &c->a));
+    int64_t DD = c->a.Dk * c->a.Dv, Dk = c->a.Dk, Dv = c->a.Dv;
+    double *p = pd__scratch_n(x, (c->a.T + 3) * DD + 3 * Dk + 5 * Dv, 1, sizeof(double));
+    if (!p) return PD_ERR_NOMEM;
+    c->st = p, p += (c->a.T + 1) * DD;
+    c->sd = p, p += DD;
+    c->ds = p, p += DD;
+    c->e = p, p += Dk;
+    c->kk = p, p += Dk;
+    c->qq = p, p += Dk;
+    c->vv = p, p += Dv;
+    c->u = p, p += Dv;
+    c->r = p, p += Dv;
+    c->du = p, p += Dv;
+    c->dy = p;
+    return PD_OK;
+}
+
+/* Token t of kv head h in batch b: k, v, the decay factors e = exp(decay)
+ * (1 without gating), beta; Sd = e * S_t row-wise, r = Sd^T k and the value
+ * written, u = beta (v - r) (delta rules) or v. Returns beta. */
+static double la_token(la_ctx *c, int64_t b, int64_t t, int64_t h) {
+    const pd__linattn *a = &c->a;
+    int64_t Dk = a->Dk, Dv = a->Dv, bt = b * a->T + t;
+    la_load(c->k, (bt * a->Hk + h) * Dk, Dk, c->kk);
+    la_load(c->v, (bt * a->Hk + h) * Dv, Dv, c->vv);
+    for (int64_t d = 0; d < Dk; d++)
+        c->e[d] = a->gated ? exp(pd__get_f(c->dc->dtype, c->dc->data, (bt * a->Hk + h) * a->gw + (a->gw > 1 ? d : 0)))
+                           : 1;
+    double beta = a->delta ? pd__get_f(c->bt->dtype, c->bt->data, bt * a->bw + (a->bw > 1 ? h : 0)) : 1;
+    const double *S = c->st + t * Dk * Dv;
+    for (int64_t d = 0; d < Dk; d++)
+        for (int64_t m = 0; m < Dv; m++) c->sd[d * Dv + m] = c->e[d] * S[d * Dv + m];
+    for (int64_t m = 0; m < Dv; m++) {
+        double r = 0;
+        if (a->delta)
+            for (int64_t d = 0; d < Dk; d++) r += c->sd[d * Dv + m] * c->kk[d];
+        c->r[m] = r;
+        c->u[m] = a->delta ? beta * (c->vv[m] - r) : c->vv[m];
+    }
+    return beta;
+}
+
+/* Runs the recurrence of (b, h), filling st; writes its output heads into Y
+ * when given. */
+static void la_forward(la_ctx *c, int64_t b, int64_t h, pd_tensor *Y) {
+    const pd__linattn *a = &c->a;
+    int64_t Dk = a->Dk, Dv = a->Dv, DD = Dk * Dv, G = a->Hq / a->Hk;
+    if (c->ps) la_load(c->ps, (b * a->Hk + h) * DD, DD, c->st);
+    else memset(c->st, 0, sizeof(double) * (size_t)DD);
+    for (int64_t t = 0; t < a->T; t++) {
+        la_token(c, b, t, h);
+        double *Sn = c->st + (t + 1) * DD;
+        for (int64_t d = 0; d < Dk; d++)
+            for (int64_t m = 0; m < Dv; m++) Sn[d * Dv + m] = c->sd[d * Dv + m] + c->kk[d] * c->u[m];
+        for (int64_t hq = h * G; Y && hq < (h + 1) * G; hq++) {
+            la_load(c->q, ((b * a->T + t) * a->Hq + hq) * Dk, Dk, c->qq);
+            for (int64_t m = 0; m < Dv; m++) {
+                double o = 0;
+                for (int64_t d = 0; d < Dk; d++) o += c->qq[d] * Sn[d * Dv + m];
+                pd__set_f(Y->dtype, Y->data, ((b * a->T + t) * a->Hq + hq) * Dv + m, a->scale * o);
+            }
+        }
+    }
+}
+
+pd_status pd__cpu_LinearAttention(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    la_ctx c;
+    PD_TRY(la_make(x, n, in, &c));
+    pd_tensor *PS = opt_out(n, out, 1);
+    int64_t DD = c.a.Dk * c.a.Dv;
+    for (int64_t b = 0; b < c.a.B; b++)
+        for (int64_t h = 0; h < c.a.Hk; h++) {
+            la_forward(&c, b, h, out[0]);
+            for (int64_t i = 0; PS && i < DD; i++)
+                pd__set_f(PS->dtype, PS->data, (b * c.a.Hk + h) * DD + i, c.st[c.a.T * DD + i]);
+        }
+    return PD_OK;
+}
+
+/* Every input is differentiable (grad mask 0x3f): the gradient dS of the
+ * state runs back from present_state's through each token's
+ *   Sd = e * S (rows), r = Sd^T k, u = beta (v - r) or v, S' = Sd + k u^T,
+ *   o = scale * S'^T q
+ * and ends in past_state's. */
+pd_status pd__cpu_LinearAttention_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out,
+                                      pd_tensor *const *dout, pd_tensor *const *din) {
+    (void)out;
+    const pd_tensor *dY = gout(n, dout, 0), *dPS = gout(n, dout, 1);
+    pd_tensor *dQ = gin(n, din, 0), *dK = gin(n, din, 1), *dV = gin(n, din, 2), *dP = gin(n, din, 3);
+    pd_tensor *dD = gin(n, din, 4), *dB = gin(n, din, 5);
+    if ((!dY && !dPS) || (!dQ && !dK && !dV && !dP && !dD && !dB)) return PD_OK;
+    la_ctx c;
+    PD_TRY(la_make(x, n, in, &c));
+    const pd__linattn *a = &c.a;
+    int64_t Dk = a->Dk, Dv = a->Dv, DD = Dk * Dv, G = a->Hq / a->Hk;
+    double *dS = c.ds;
+    for (int64_t b = 0; b < a->B; b++)
+        for (int64_t h = 0; h < a->Hk; h++) {
+            la_forward(&c, b, h, NULL);
+            if (dPS) la_load(dPS, (b * a->Hk + h) * DD, DD, dS);
+            else memset(dS, 0, sizeof(double) * (size_t)DD);
+            for (int64_t t = a->T - 1; t >= 0; t--) {
+                int64_t bt = b * a->T + t;
+                double beta = la_token(&c, b, t, h);
+                const double *Sp = c.st + t * DD, *Sn = Sp + DD;
+                for (int64_t hq = h * G; dY && hq < (h + 1) * G; hq++) { /* o = scale * S'^T q */
+                    int64_t qo = (bt * a->Hq + hq) * Dk;
+                    la_load(dY, (bt * a->Hq + hq) * Dv, Dv, c.dy);
+                    la_load(c.q, qo, Dk, c.qq);
+                    for (int64_t d = 0; d < Dk; d++) {
+                        double g = 0;
+                        for (int64_t m = 0; m < Dv; m++) {
+                            g += Sn[d * Dv + m] * c.dy[m];
+                            dS[d * Dv + m] += a->scale * c.qq[d] * c.dy[m];
+                        }
+                        if (dQ) la_add(dQ, qo + d, a->scale * g);
+                    }
+                }
+                for (int64_t d = 0; d < Dk; d++) { /* S' = Sd + k u^T */
+                    double g = 0;
+                    for (int64_t m = 0; m < Dv; m++) g += dS[d * Dv + m] * c.u[m];
+                    c.qq[d] = g; /* dk so far */
+                }
+                for (int64_t m = 0; m < Dv; m++) {
+                    double g = 0;
+                    for (int64_t d = 0; d < Dk; d++) g += dS[d * Dv + m] * c.kk[d];
+                    c.du[m] = g;
+                }
+                double dbeta = 0;
+                for (int64_t m = 0; m < Dv; m++) {
+                    int64_t vo = (bt * a->Hk + h) * Dv + m;
+                    if (!a->delta) {
+                        if (dV) la_add(dV, vo, c.du[m]);
+                        continue;
+                    }
+                    /* u = beta (v - r), r = Sd^T k */
+                    dbeta += c.du[m] * (c.vv[m] - c.r[m]);
+                    if (dV) la_add(dV, vo, beta * c.du[m]);
+                    double dr = -beta * c.du[m];
+                    for (int64_t d = 0; d < Dk; d++) {
+                        dS[d * Dv + m] += c.kk[d] * dr;
+                        c.qq[d] += c.sd[d * Dv + m] * dr;
+                    }
+                }
+                if (dB && a->delta) la_add(dB, bt * a->bw + (a->bw > 1 ? h : 0), dbeta);
+                for (int64_t d = 0; dK && d < Dk; d++) la_add(dK, (bt * a->Hk + h) * Dk + d, c.qq[d]);
+                for (int64_t d = 0; d < Dk; d++) { /* Sd = e * S: de/ddecay = e */
+                    double g = 0;
+                    for (int64_t m = 0; m < Dv; m++) {
+                        g += dS[d * Dv + m] * Sp[d * Dv + m];
+                        dS[d * Dv + m] *= c.e[d];
+                    }
+                    if (dD && a->gated) la_add(dD, (bt * a->Hk + h) * a->gw + (a->gw > 1 ? d : 0), g * c.e[d]);
+                }
+            }
+            for (int64_t i = 0; dP && i < DD; i++) la_add(dP, (b * a->Hk + h) * DD + i, dS[i]);
+        }
+    return PD_OK;
 }
 
 /* ---- GridSample ---------------------------------------------------------------------------------- */
