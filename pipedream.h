@@ -690,6 +690,7 @@ PDDEF void pd_mpi_finalize(void);
     X(ROTARY_EMBEDDING, RotaryEmbedding, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)            \
     X(ATTENTION, Attention, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0x7, 0)                         \
     X(LINEAR_ATTENTION, LinearAttention, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0x3f, 0)           \
+    X(CAUSAL_CONV_WITH_STATE, CausalConvWithState, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0xf, 0)  \
     X(GRID_SAMPLE, GridSample, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0x3, 0)                      \
     X(AFFINE_GRID, AffineGrid, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                      \
     X(COL2IM, Col2Im, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                               \
@@ -3285,7 +3286,8 @@ double pd__flops_ReduceLogSumExp(const pd_graph *g, const pd__node *n) {
  * LpNormalization, MeanVarianceNormalization, MaxPool, AveragePool, LpPool,
  * MaxUnpool, GlobalAveragePool, GlobalMaxPool, Resize, Upsample, Einsum, LRN,
  * Softmax, LogSoftmax, Dropout, SoftmaxCrossEntropyLoss, NegativeLogLikelihoodLoss,
- * RotaryEmbedding, Attention, LinearAttention, GridSample, AffineGrid, Col2Im,
+ * RotaryEmbedding, Attention, LinearAttention, CausalConvWithState, GridSample,
+ * AffineGrid, Col2Im,
  * CenterCropPad, MatMulInteger, QLinearMatMul, ConvInteger and QLinearConv
  * (opsets 6-23).
  *
@@ -3496,6 +3498,13 @@ typedef struct pd__linattn {
  * beta (ndim 0: absent). Sets the message without the node prefix. */
 pd_status pd__linattn_plan(const pd__node *n, int qn, const int64_t *qs, int kn, const int64_t *ks, int vn,
                            const int64_t *vs, int dn, const int64_t *ds, int bn, const int64_t *bs, pd__linattn *a);
+
+/* CausalConvWithState (opset 27): input (B, C, L), depthwise weight
+ * (C, 1, K), bias (C), past_state (B, C, K-1) or zeros prepended; output
+ * (B, C, L) the valid convolution of the K-1 + L positions (then SiLU
+ * with activation silu/swish), present_state (B, C, K-1) their last K-1.
+ * 1: silu, 0: none, -1: an activation not defined. */
+int pd__ccws_silu(const pd__node *n);
 
 /* RoiAlign's mode (0 avg, 1 max; -1 unknown) and the offset its
  * coordinate_transformation_mode subtracts (0.5 half_pixel, 0
@@ -5130,6 +5139,47 @@ double pd__flops_LinearAttention(const pd_graph *g, const pd__node *n) {
      * per query head: S^T q */
     double st = (double)a.Dk * (double)a.Dv;
     return (double)a.B * (double)a.T * ((double)a.Hk * 5 * st + (double)a.Hq * 2 * st);
+}
+
+/* ---- CausalConvWithState --------------------------------------------------------------------- */
+
+int pd__ccws_silu(const pd__node *n) {
+    const char *act = pd__attr_s(n, "activation", "none");
+    if (strcmp(act, "none") == 0) return 0;
+    return strcmp(act, "silu") == 0 || strcmp(act, "swish") == 0 ? 1 : -1;
+}
+
+/* Any float dtype: the kernel computes in float64 (runtime/cpu/nn.c). */
+pd_status pd__shape_CausalConvWithState(pd_graph *g, pd__node *n) {
+    pd__tensor *x, *w, *b = pd__in(g, n, 2), *ps = pd__in(g, n, 3);
+    PD_TRY(need(g, n, 0, "input", &x));
+    PD_TRY(need(g, n, 1, "weight", &w));
+    if (!is_real(x->dtype))
+        return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "input '%s' has dtype %s (float types are supported)", x->name,
+                            pd_dtype_name(x->dtype));
+    PD_TRY(need_dtype(g, n, w, x->dtype, "weight"));
+    if (b) PD_TRY(need_dtype(g, n, b, x->dtype, "bias"));
+    if (ps) PD_TRY(need_dtype(g, n, ps, x->dtype, "past_state"));
+    if (pd__ccws_silu(n) < 0)
+        return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "activation '%s' (none, silu and swish are defined)",
+                            pd__attr_s(n, "activation", ""));
+    if (x->ndim != 3 || w->ndim != 3 || w->shape[0] != x->shape[1] || w->shape[1] != 1 || w->shape[2] < 1)
+        return pd__node_err(g, n, PD_ERR_SHAPE, "input %s must be (batch, channels, length) and weight %s (channels, 1, k)",
+                            shp(x).s, shp(w).s);
+    int64_t B = x->shape[0], C = x->shape[1], K = w->shape[2], ss[3] = {B, C, K - 1};
+    if (b && (b->ndim != 1 || b->shape[0] != C))
+        return pd__node_err(g, n, PD_ERR_SHAPE, "bias %s must be [%lld]", shp(b).s, (long long)C);
+    if (ps && (ps->ndim != 3 || memcmp(ps->shape, ss, sizeof ss) != 0))
+        return pd__node_err(g, n, PD_ERR_SHAPE, "past_state %s must be [%lld,%lld,%lld]", shp(ps).s, (long long)B,
+                            (long long)C, (long long)(K - 1));
+    PD_TRY(set_out(g, n, 0, x->dtype, 3, x->shape));
+    return set_out(g, n, 1, x->dtype, 3, ss);
+}
+
+double pd__flops_CausalConvWithState(const pd_graph *g, const pd__node *n) {
+    const pd__tensor *x = cin(g, n, 0), *w = cin(g, n, 1);
+    if (!x || !w || w->ndim != 3) return 0;
+    return dnumel(x) * (2 * (double)w->shape[2] + (pd__ccws_silu(n) > 0 ? 4 : 0));
 }
 
 /* ---- GridSample, AffineGrid, Col2Im, CenterCropPad ------------------------------------------------ */

@@ -4,7 +4,8 @@
  * LpNormalization, MeanVarianceNormalization, MaxPool, AveragePool, LpPool,
  * MaxUnpool, GlobalAveragePool, GlobalMaxPool, Resize, Upsample, Einsum, LRN,
  * Softmax, LogSoftmax, Dropout, SoftmaxCrossEntropyLoss, NegativeLogLikelihoodLoss,
- * RotaryEmbedding, Attention, LinearAttention, GridSample, AffineGrid, Col2Im,
+ * RotaryEmbedding, Attention, LinearAttention, CausalConvWithState, GridSample,
+ * AffineGrid, Col2Im,
  * CenterCropPad, MatMulInteger, QLinearMatMul, ConvInteger and QLinearConv
  * (opsets 6-23).
  *
@@ -1641,6 +1642,47 @@ double pd__flops_LinearAttention(const pd_graph *g, const pd__node *n) {
      * per query head: S^T q */
     double st = (double)a.Dk * (double)a.Dv;
     return (double)a.B * (double)a.T * ((double)a.Hk * 5 * st + (double)a.Hq * 2 * st);
+}
+
+/* ---- CausalConvWithState --------------------------------------------------------------------- */
+
+int pd__ccws_silu(const pd__node *n) {
+    const char *act = pd__attr_s(n, "activation", "none");
+    if (strcmp(act, "none") == 0) return 0;
+    return strcmp(act, "silu") == 0 || strcmp(act, "swish") == 0 ? 1 : -1;
+}
+
+/* Any float dtype: the kernel computes in float64 (runtime/cpu/nn.c). */
+pd_status pd__shape_CausalConvWithState(pd_graph *g, pd__node *n) {
+    pd__tensor *x, *w, *b = pd__in(g, n, 2), *ps = pd__in(g, n, 3);
+    PD_TRY(need(g, n, 0, "input", &x));
+    PD_TRY(need(g, n, 1, "weight", &w));
+    if (!is_real(x->dtype))
+        return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "input '%s' has dtype %s (float types are supported)", x->name,
+                            pd_dtype_name(x->dtype));
+    PD_TRY(need_dtype(g, n, w, x->dtype, "weight"));
+    if (b) PD_TRY(need_dtype(g, n, b, x->dtype, "bias"));
+    if (ps) PD_TRY(need_dtype(g, n, ps, x->dtype, "past_state"));
+    if (pd__ccws_silu(n) < 0)
+        return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "activation '%s' (none, silu and swish are defined)",
+                            pd__attr_s(n, "activation", ""));
+    if (x->ndim != 3 || w->ndim != 3 || w->shape[0] != x->shape[1] || w->shape[1] != 1 || w->shape[2] < 1)
+        return pd__node_err(g, n, PD_ERR_SHAPE, "input %s must be (batch, channels, length) and weight %s (channels, 1, k)",
+                            shp(x).s, shp(w).s);
+    int64_t B = x->shape[0], C = x->shape[1], K = w->shape[2], ss[3] = {B, C, K - 1};
+    if (b && (b->ndim != 1 || b->shape[0] != C))
+        return pd__node_err(g, n, PD_ERR_SHAPE, "bias %s must be [%lld]", shp(b).s, (long long)C);
+    if (ps && (ps->ndim != 3 || memcmp(ps->shape, ss, sizeof ss) != 0))
+        return pd__node_err(g, n, PD_ERR_SHAPE, "past_state %s must be [%lld,%lld,%lld]", shp(ps).s, (long long)B,
+                            (long long)C, (long long)(K - 1));
+    PD_TRY(set_out(g, n, 0, x->dtype, 3, x->shape));
+    return set_out(g, n, 1, x->dtype, 3, ss);
+}
+
+double pd__flops_CausalConvWithState(const pd_graph *g, const pd__node *n) {
+    const pd__tensor *x = cin(g, n, 0), *w = cin(g, n, 1);
+    if (!x || !w || w->ndim != 3) return 0;
+    return dnumel(x) * (2 * (double)w->shape[2] + (pd__ccws_silu(n) > 0 ? 4 : 0));
 }
 
 /* ---- GridSample, AffineGrid, Col2Im, CenterCropPad ------------------------------------------------ */

@@ -199,6 +199,13 @@ typedef struct pd__linattn {
 pd_status pd__linattn_plan(const pd__node *n, int qn, const int64_t *qs, int kn, const int64_t *ks, int vn,
                            const int64_t *vs, int dn, const int64_t *ds, int bn, const int64_t *bs, pd__linattn *a);
 
+/* CausalConvWithState (opset 27): input (B, C, L), depthwise weight
+ * (C, 1, K), bias (C), past_state (B, C, K-1) or zeros prepended; output
+ * (B, C, L) the valid convolution of the K-1 + L positions (then SiLU
+ * with activation silu/swish), present_state (B, C, K-1) their last K-1.
+ * 1: silu, 0: none, -1: an activation not defined. */
+int pd__ccws_silu(const pd__node *n);
+
 /* RoiAlign's mode (0 avg, 1 max; -1 unknown) and the offset its
  * coordinate_transformation_mode subtracts (0.5 half_pixel, 0
  * output_half_pixel; -1 unknown). */

@@ -8,7 +8,8 @@
  *   LpPool, MaxUnpool, GlobalAveragePool, GlobalMaxPool, Resize and Upsample (the
  *   adjoint of the interpolation), Einsum, LRN, Softmax, LogSoftmax,
  *   Dropout, SoftmaxCrossEntropyLoss, NegativeLogLikelihoodLoss,
- *   RotaryEmbedding, Attention, LinearAttention, GridSample, AffineGrid, Col2Im and
+ *   RotaryEmbedding, Attention, LinearAttention, CausalConvWithState,
+ *   GridSample, AffineGrid, Col2Im and
  *   CenterCropPad against
  *   central differences in float64 (tests/gradcheck.h: also += into din
  *   and the split B/W backward), over random shapes and attributes;
@@ -974,6 +975,28 @@ static gc *b_linattn(uint64_t seed, pd_dtype dt, uint32_t *mask, char *d, size_t
     return c;
 }
 
+/* CausalConvWithState: kernel 1 to 4 (1: an empty state), bias and past
+ * state or not, SiLU or none; present_state's gradient checked too. */
+static gc *b_ccws(uint64_t seed, pd_dtype dt, uint32_t *mask, char *d, size_t dn) {
+    rs_seed(seed);
+    int64_t B = irand(1, 2), C = irand(1, 3), L = irand(1, 4), K = irand(1, 4);
+    bool bias = irand(0, 1), past = irand(0, 1);
+    gc *c = gc_new("CausalConvWithState", 27);
+    gc_seed(c, seed);
+    int64_t xs[3] = {B, C, L}, ws[3] = {C, 1, K}, ps[3] = {B, C, K - 1};
+    gc_input(c, dt, 3, xs, NULL);
+    gc_input(c, dt, 3, ws, NULL);
+    *mask = 0x3;
+    if (bias) gc_input(c, dt, 1, &C, NULL), *mask |= 0x4;
+    else if (past) gc_absent(c);
+    if (past) gc_input(c, dt, 3, ps, NULL), *mask |= 0x8;
+    int act = (int)irand(0, 2);
+    if (act) gc_attr_s(c, "activation", act == 1 ? "silu" : "swish");
+    gc_outputs(c, (int)irand(1, 2));
+    describe(c, d, dn);
+    return c;
+}
+
 /* ---- running a case without the finite differences ------------------------------------------------ */
 
 /* Shape rule, output buffers and the exec of a built case (as gc_check does). */
@@ -1634,6 +1657,7 @@ int main(void) {
         {"RotaryEmbedding", b_rope, 40, 8},
         {"Attention", b_attn, 100, 12},
         {"LinearAttention", b_linattn, 80, 12},
+        {"CausalConvWithState", b_ccws, 60, 10},
         {"GridSample", b_gridsample, 120, 16},
         {"AffineGrid", b_affinegrid, 30, 6},
         {"Col2Im", b_col2im, 60, 10},

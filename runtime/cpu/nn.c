@@ -9,7 +9,8 @@
  * Dropout, SoftmaxCrossEntropyLoss, NegativeLogLikelihoodLoss,
  * RotaryEmbedding, Attention (GEMMs per head, the softmax recomputed in
  * the backward), LinearAttention (the recurrence in float64, every state
- * kept for the backward), GridSample, AffineGrid, Col2Im, CenterCropPad, and the
+ * kept for the backward), CausalConvWithState, GridSample, AffineGrid, Col2Im,
+ * CenterCropPad, and the
  * quantized MatMulInteger, QLinearMatMul, ConvInteger, QLinearConv.
  *
  * Each pd__cpu_<Op> reads the attributes, takes the window geometry from
@@ -1300,6 +1301,108 @@ pd_status pd__cpu_LinearAttention_bwd(pd__exec *x, const pd__node *n, pd_tensor 
                 }
             }
             for (int64_t i = 0; dP && i < DD; i++) la_add(dP, (b * a->Hk + h) * DD + i, dS[i]);
+        }
+    return PD_OK;
+}
+
+/* ---- CausalConvWithState ------------------------------------------------------------------------- */
+
+/* In float64 through pd__get_f/pd__set_f, any float dtype. Position p of the
+ * padded row (K-1 + L long) is past_state's (zeros without it) for p < K-1,
+ * else the input's. As ONNX's reference, the convolution is rounded to the
+ * dtype before the SiLU. */
+typedef struct {
+    int64_t B, C, L, K;
+    int silu;
+    const pd_tensor *x, *w, *b, *ps;
+} ccws_geo;
+
+static ccws_geo ccws_make(const pd__node *n, pd_tensor *const *in) {
+    ccws_geo q = {in[0]->shape[0], in[0]->shape[1], in[0]->shape[2], in[1]->shape[2], pd__ccws_silu(n),
+                  in[0], in[1], opt_in(n, in, 2), opt_in(n, in, 3)};
+    return q;
+}
+
+/* Padded position p of row (b, c); *t: the tensor it lives in, *i its index (t NULL: a zero). */
+static void ccws_at(const ccws_geo *q, int64_t b, int64_t c, int64_t p, const pd_tensor **t, int64_t *i) {
+    int64_t row = b * q->C + c;
+    if (p >= q->K - 1) *t = q->x, *i = row * q->L + p - (q->K - 1);
+    else *t = q->ps, *i = row * (q->K - 1) + p;
+}
+
+/* The convolution at output position j of row (b, c), rounded to the dtype. */
+static double ccws_conv(const ccws_geo *q, int64_t b, int64_t c, int64_t j) {
+    double s = q->b ? pd__get_f(q->b->dtype, q->b->data, c) : 0;
+    for (int64_t k = 0; k < q->K; k++) {
+        const pd_tensor *t;
+        int64_t i;
+        ccws_at(q, b, c, j + k, &t, &i);
+        if (t) s += pd__get_f(q->w->dtype, q->w->data, c * q->K + k) * pd__get_f(t->dtype, t->data, i);
+    }
+    uint64_t buf = 0; /* one element of any float dtype */
+    pd__set_f(q->x->dtype, &buf, 0, s);
+    return pd__get_f(q->x->dtype, &buf, 0);
+}
+
+pd_status pd__cpu_CausalConvWithState(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    (void)x;
+    ccws_geo q = ccws_make(n, in);
+    pd_tensor *Y = out[0], *PS = opt_out(n, out, 1);
+    for (int64_t b = 0; b < q.B; b++)
+        for (int64_t c = 0; c < q.C; c++) {
+            int64_t row = b * q.C + c;
+            for (int64_t j = 0; j < q.L; j++) {
+                double v = ccws_conv(&q, b, c, j);
+                pd__set_f(Y->dtype, Y->data, row * q.L + j, q.silu ? v / (1 + exp(-v)) : v);
+            }
+            for (int64_t p = 0; PS && p < q.K - 1; p++) { /* the last K-1 padded positions */
+                const pd_tensor *t;
+                int64_t i;
+                ccws_at(&q, b, c, q.L + p, &t, &i);
+                pd__set_f(PS->dtype, PS->data, row * (q.K - 1) + p, t ? pd__get_f(t->dtype, t->data, i) : 0);
+            }
+        }
+    return PD_OK;
+}
+
+/* Differentiable in input, weight, bias and past_state (grad mask 0xf); the
+ * gradient of present_state flows into the padded positions it copied. */
+pd_status pd__cpu_CausalConvWithState_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out,
+                                          pd_tensor *const *dout, pd_tensor *const *din) {
+    (void)x, (void)out;
+    const pd_tensor *dY = gout(n, dout, 0), *dPS = gout(n, dout, 1);
+    pd_tensor *dX = gin(n, din, 0), *dW = gin(n, din, 1), *dB = gin(n, din, 2), *dP = gin(n, din, 3);
+    ccws_geo q = ccws_make(n, in);
+    for (int64_t b = 0; b < q.B; b++)
+        for (int64_t c = 0; c < q.C; c++) {
+            int64_t row = b * q.C + c;
+            /* the gradient of a padded position lands in the input or past_state it came from */
+#define CCWS_PAD_GRAD(p, g)                                                                                        \
+    do {                                                                                                           \
+        const pd_tensor *t_;                                                                                       \
+        int64_t i_;                                                                                                \
+        ccws_at(&q, b, c, (p), &t_, &i_);                                                                          \
+        pd_tensor *d_ = t_ == q.x ? dX : t_ ? dP : NULL;                                                           \
+        if (d_) la_add(d_, i_, (g));                                                                               \
+    } while (0)
+            for (int64_t p = 0; dPS && p < q.K - 1; p++)
+                CCWS_PAD_GRAD(q.L + p, pd__get_f(dPS->dtype, dPS->data, row * (q.K - 1) + p));
+            for (int64_t j = 0; dY && j < q.L; j++) {
+                double g = pd__get_f(dY->dtype, dY->data, row * q.L + j);
+                if (q.silu) { /* d/dv v s(v) = s (1 + v (1 - s)) */
+                    double v = ccws_conv(&q, b, c, j), s = 1 / (1 + exp(-v));
+                    g *= s * (1 + v * (1 - s));
+                }
+                if (dB) la_add(dB, c, g);
+                for (int64_t k = 0; k < q.K; k++) {
+                    const pd_tensor *t;
+                    int64_t i;
+                    ccws_at(&q, b, c, j + k, &t, &i);
+                    if (dW && t) la_add(dW, c * q.K + k, g * pd__get_f(t->dtype, t->data, i));
+                    CCWS_PAD_GRAD(j + k, g * pd__get_f(q.w->dtype, q.w->data, c * q.K + k));
+                }
+            }
+#undef CCWS_PAD_GRAD
         }
     return PD_OK;
 }
