@@ -691,6 +691,8 @@ PDDEF void pd_mpi_finalize(void);
     X(ATTENTION, Attention, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0x7, 0)                         \
     X(LINEAR_ATTENTION, LinearAttention, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0x3f, 0)           \
     X(CAUSAL_CONV_WITH_STATE, CausalConvWithState, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0xf, 0)  \
+    /* domain ai.onnx.preview (onnx/load.c, node_op) */                                           \
+    X(FLEX_ATTENTION, FlexAttention, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0x7, 0)                \
     X(GRID_SAMPLE, GridSample, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0x3, 0)                      \
     X(AFFINE_GRID, AffineGrid, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                      \
     X(COL2IM, Col2Im, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                               \
@@ -3286,10 +3288,10 @@ double pd__flops_ReduceLogSumExp(const pd_graph *g, const pd__node *n) {
  * LpNormalization, MeanVarianceNormalization, MaxPool, AveragePool, LpPool,
  * MaxUnpool, GlobalAveragePool, GlobalMaxPool, Resize, Upsample, Einsum, LRN,
  * Softmax, LogSoftmax, Dropout, SoftmaxCrossEntropyLoss, NegativeLogLikelihoodLoss,
- * RotaryEmbedding, Attention, LinearAttention, CausalConvWithState, GridSample,
- * AffineGrid, Col2Im,
- * CenterCropPad, MatMulInteger, QLinearMatMul, ConvInteger and QLinearConv
- * (opsets 6-23).
+ * RotaryEmbedding, Attention, FlexAttention, LinearAttention,
+ * CausalConvWithState, GridSample, AffineGrid, Col2Im, CenterCropPad,
+ * MatMulInteger, QLinearMatMul, ConvInteger and QLinearConv
+ * (opsets 6-27; FlexAttention of ai.onnx.preview).
  *
  * A rule checks ranks, channel counts against the weights, and dtypes, so a
  * bad model fails with one line naming the node and the shapes, and then
@@ -5050,6 +5052,37 @@ double pd__flops_Attention(const pd_graph *g, const pd__node *n) {
     /* Q K^T, P V, and the mask, max, exp, sum and scale per score */
     return scores * (2 * (double)(a.Dh + a.Dv) + 5);
 }
+
+/* ---- FlexAttention ------------------------------------------------------------------------- */
+
+/* FlexAttention (ai.onnx.preview, opset 1) without its modifier subgraphs is
+ * Attention over 4-D Q, K, V (grouped-query heads, the scale attribute, no
+ * mask): the same plan and kernels. The score_mod and prob_mod subgraphs are
+ * not run; softmax in float32 or float64 (finer than ONNX's float16 and
+ * bfloat16 softmax_precision, so those are refused rather than matched). */
+pd_status pd__shape_FlexAttention(pd_graph *g, pd__node *n) {
+    static const char *const mods[2] = {"score_mod", "prob_mod"};
+    for (int i = 0; i < 2; i++)
+        if (pd__attr_get(n, mods[i]))
+            return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "the %s subgraph is not supported", mods[i]);
+    int64_t sp = pd__attr_i(n, "softmax_precision", PD_FLOAT);
+    if (sp != PD_FLOAT && sp != PD_DOUBLE)
+        return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "softmax_precision %lld (float and double are supported)",
+                            (long long)sp);
+    for (int i = 0; i < 3; i++) {
+        pd__tensor *t;
+        PD_TRY(need(g, n, i, i == 0 ? "Q" : i == 1 ? "K" : "V", &t));
+        if (t->ndim != 4)
+            return pd__node_err(g, n, PD_ERR_SHAPE, "%s %s must be 4-D (batch, heads, sequence, head size)",
+                                i == 0 ? "Q" : i == 1 ? "K" : "V", shp(t).s);
+    }
+    if (n->nin > 3 || n->nout > 1)
+        return pd__node_err(g, n, PD_ERR_INVALID, "takes Q, K and V and gives Y (%d inputs, %d outputs)", n->nin,
+                            n->nout);
+    return pd__shape_Attention(g, n);
+}
+
+double pd__flops_FlexAttention(const pd_graph *g, const pd__node *n) { return pd__flops_Attention(g, n); }
 
 /* ---- LinearAttention ----------------------------------------------------------------------- */
 

@@ -462,6 +462,19 @@ static pd_status tensor_list(loader *L, size_t n, char **names, int **idx_out, i
     return PD_OK;
 }
 
+/* The op a node runs: the op table's entry for ai.onnx's ops, and for the
+ * few ops of the preview domains that are implemented, each in its own
+ * domain only (the table holds names, not domains); -1 otherwise. */
+static int node_op(const char *domain, const char *op_type) {
+    static const char *const other[][2] = {
+        {"ai.onnx.preview", "FlexAttention"},
+    };
+    const char *want = "";
+    for (size_t i = 0; i < sizeof other / sizeof other[0]; i++)
+        if (strcmp(op_type, other[i][1]) == 0) want = other[i][0];
+    return strcmp(domain, want) == 0 ? pd__op_lookup(op_type) : -1;
+}
+
 static pd_status build_node(loader *L, size_t index, const Onnx__NodeProto *np, pd__node *n) {
     pd_graph *g = L->g;
     const char *op_type = str_or_empty(np->op_type);
@@ -475,7 +488,7 @@ static pd_status build_node(loader *L, size_t index, const Onnx__NodeProto *np, 
     if (!*domain && n->opset == 0 && L->m->n_opset_import > 0)
         return pd__err(PD_ERR_INVALID, "%s: node '%s' (%s): the model does not import the default domain (ai.onnx)",
                        g->path, n->name, n->op_type);
-    n->op = *domain ? -1 : pd__op_lookup(op_type);
+    n->op = node_op(domain, op_type);
     PD_TRY(tensor_list(L, np->n_input, np->input, &n->in, &n->nin));
     PD_TRY(tensor_list(L, np->n_output, np->output, &n->out, &n->nout));
     if (np->n_attribute > INT_MAX)

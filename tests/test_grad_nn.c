@@ -8,7 +8,7 @@
  *   LpPool, MaxUnpool, GlobalAveragePool, GlobalMaxPool, Resize and Upsample (the
  *   adjoint of the interpolation), Einsum, LRN, Softmax, LogSoftmax,
  *   Dropout, SoftmaxCrossEntropyLoss, NegativeLogLikelihoodLoss,
- *   RotaryEmbedding, Attention, LinearAttention, CausalConvWithState,
+ *   RotaryEmbedding, Attention, FlexAttention, LinearAttention, CausalConvWithState,
  *   GridSample, AffineGrid, Col2Im and
  *   CenterCropPad against
  *   central differences in float64 (tests/gradcheck.h: also += into din
@@ -943,6 +943,24 @@ static gc *b_attn(uint64_t seed, pd_dtype dt, uint32_t *mask, char *d, size_t dn
     return c;
 }
 
+/* FlexAttention (no subgraphs): 4-D, grouped-query heads, Dv != Dh, scale. */
+static gc *b_flexattn(uint64_t seed, pd_dtype dt, uint32_t *mask, char *d, size_t dn) {
+    rs_seed(seed);
+    int64_t B = irand(1, 2), Hk = irand(1, 2), Hq = Hk * irand(1, 2), Sq = irand(1, 3), Skv = irand(1, 3);
+    int64_t Dh = irand(1, 3), Dv = irand(1, 3);
+    gc *c = gc_new("FlexAttention", 1);
+    gc_seed(c, seed);
+    int64_t q4[4] = {B, Hq, Sq, Dh}, k4[4] = {B, Hk, Skv, Dh}, v4[4] = {B, Hk, Skv, Dv};
+    gc_input(c, dt, 4, q4, NULL);
+    gc_input(c, dt, 4, k4, NULL);
+    gc_input(c, dt, 4, v4, NULL);
+    if (irand(0, 1)) gc_attr_f(c, "scale", 0.5f);
+    gc_outputs(c, 1);
+    *mask = 0x7;
+    describe(c, d, dn);
+    return c;
+}
+
 /* LinearAttention: each update rule, grouped-query heads, per-head or
  * per-row decay, per-head or shared beta, a past state or none, scale;
  * present_state's gradient checked too (every input differentiable). */
@@ -1656,6 +1674,7 @@ int main(void) {
         {"NegativeLogLikelihoodLoss", b_nll, 40, 8},
         {"RotaryEmbedding", b_rope, 40, 8},
         {"Attention", b_attn, 100, 12},
+        {"FlexAttention", b_flexattn, 40, 8},
         {"LinearAttention", b_linattn, 80, 12},
         {"CausalConvWithState", b_ccws, 60, 10},
         {"GridSample", b_gridsample, 120, 16},

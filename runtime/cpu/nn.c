@@ -8,10 +8,10 @@
  * matrix product), LRN, Softmax, LogSoftmax,
  * Dropout, SoftmaxCrossEntropyLoss, NegativeLogLikelihoodLoss,
  * RotaryEmbedding, Attention (GEMMs per head, the softmax recomputed in
- * the backward), LinearAttention (the recurrence in float64, every state
- * kept for the backward), CausalConvWithState, GridSample, AffineGrid, Col2Im,
- * CenterCropPad, and the
- * quantized MatMulInteger, QLinearMatMul, ConvInteger, QLinearConv.
+ * the backward; FlexAttention without its subgraphs the same),
+ * LinearAttention (the recurrence in float64, every state kept for the
+ * backward), CausalConvWithState, GridSample, AffineGrid, Col2Im,
+ * CenterCropPad, and the quantized MatMulInteger, QLinearMatMul, ConvInteger, QLinearConv.
  *
  * Each pd__cpu_<Op> reads the attributes, takes the window geometry from
  * pd__win_make (the same function the shape rule used) and dispatches on the
@@ -1117,6 +1117,17 @@ pd_status pd__cpu_Attention_bwd(pd__exec *x, const pd__node *n, pd_tensor *const
                 (&a, in[0]->data, in[1]->data, in[2]->data, dptr(M), M ? M->dtype : PD_BOOL, dptr(pk), dptr(pv),
                  dptr(dY), dptr(dPK), dptr(dPV), dptr(dQK), dptr(dQ), dptr(dK), dptr(dV), (void *)PK, (void *)PV,
                  (void *)gPK, (void *)gPV, (void *)S, (void *)Pm, (void *)gS))
+}
+
+/* ---- FlexAttention: Attention over Q, K and V alone (core/shape_nn.c) ---- */
+
+pd_status pd__cpu_FlexAttention(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    return pd__cpu_Attention(x, n, in, out);
+}
+
+pd_status pd__cpu_FlexAttention_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out,
+                                    pd_tensor *const *dout, pd_tensor *const *din) {
+    return pd__cpu_Attention_bwd(x, n, in, out, dout, din);
 }
 
 /* ---- LinearAttention ----------------------------------------------------------------------------- */
