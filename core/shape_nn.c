@@ -85,6 +85,13 @@ static pd_status need_float(pd_graph *g, pd__node *n, const pd__tensor *t, const
     return PD_OK;
 }
 
+/* The same, float16 and bfloat16 accepted too: the ops whose CPU kernels
+ * widen them to float32 (runtime/cpu/nn.c, half_run). */
+static pd_status need_float_half(pd_graph *g, pd__node *n, const pd__tensor *t, const char *what) {
+    if (t->dtype == PD_FLOAT16 || t->dtype == PD_BFLOAT16) return PD_OK;
+    return need_float(g, n, t, what);
+}
+
 static pd_status need_dtype(pd_graph *g, pd__node *n, const pd__tensor *t, pd_dtype want, const char *what) {
     if (t->dtype != want)
         return pd__node_err(g, n, PD_ERR_SHAPE, "%s '%s' has dtype %s, expected %s", what, t->name,
@@ -312,7 +319,7 @@ pd_status pd__shape_MatMul(pd_graph *g, pd__node *n) {
     pd__tensor *a, *b;
     PD_TRY(need(g, n, 0, "A", &a));
     PD_TRY(need(g, n, 1, "B", &b));
-    PD_TRY(need_float(g, n, a, "A"));
+    PD_TRY(need_float_half(g, n, a, "A"));
     PD_TRY(need_dtype(g, n, b, a->dtype, "B"));
     if (a->ndim < 1 || b->ndim < 1)
         return pd__node_err(g, n, PD_ERR_SHAPE, "A %s and B %s must have rank >= 1", shp(a).s, shp(b).s);
@@ -341,7 +348,8 @@ static pd_status conv_inputs(pd_graph *g, pd__node *n, pd__tensor **x, pd__tenso
     pd__tensor *b = pd__in(g, n, 2);
     PD_TRY(need(g, n, 0, "X", x));
     PD_TRY(need(g, n, 1, "W", w));
-    PD_TRY(need_float(g, n, *x, "X"));
+    /* float16 for Conv only: ConvTranspose has no float32 detour */
+    PD_TRY(n->op == PD_OP_CONV ? need_float_half(g, n, *x, "X") : need_float(g, n, *x, "X"));
     PD_TRY(need_dtype(g, n, *w, (*x)->dtype, "W"));
     if (b) PD_TRY(need_dtype(g, n, b, (*x)->dtype, "B"));
     if ((*x)->ndim < 3)
@@ -1256,7 +1264,7 @@ pd_status pd__softmax_split(const pd__node *n, int ndim, const int64_t *shape, i
 static pd_status softmax_shape(pd_graph *g, pd__node *n) {
     pd__tensor *x;
     PD_TRY(need(g, n, 0, "input", &x));
-    PD_TRY(need_float(g, n, x, "input"));
+    PD_TRY(need_float_half(g, n, x, "input"));
     int64_t o, l, i;
     pd_status st = pd__softmax_split(n, x->ndim, x->shape, &o, &l, &i);
     if (st != PD_OK) return node_prefix(g, n, st);
@@ -1513,7 +1521,7 @@ pd_status pd__shape_Attention(pd_graph *g, pd__node *n) {
     PD_TRY(need(g, n, 0, "Q", &q));
     PD_TRY(need(g, n, 1, "K", &k));
     PD_TRY(need(g, n, 2, "V", &v));
-    PD_TRY(need_float(g, n, q, "Q"));
+    PD_TRY(need_float_half(g, n, q, "Q"));
     PD_TRY(need_dtype(g, n, k, q->dtype, "K"));
     PD_TRY(need_dtype(g, n, v, q->dtype, "V"));
     pd__tensor *kl = pd__in(g, n, 6);

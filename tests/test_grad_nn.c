@@ -14,6 +14,8 @@
  *   central differences in float64 (tests/gradcheck.h: also += into din
  *   and the split B/W backward), over random shapes and attributes;
  * - the float32 backward against the float64 one on the same values;
+ * - float16 MatMul, Conv, Softmax, LogSoftmax, Attention and FlexAttention
+ *   (computed in float32) against float64, forward and backward;
  * - the multi-threaded backward against the single-threaded one;
  * - BatchNormalization's training-session forward against hand-computed
  *   values (batch statistics, running statistics updated in place with the
@@ -1068,7 +1070,7 @@ static bool run_grads_y(gc *c, uint32_t mask, int threads, double base, double *
     uint64_t r = 0x2545f4914f6cdd1dull;
     for (int j = 0; j < c->nout; j++) {
         dop[j] = NULL;
-        if (ov[j].dtype != PD_FLOAT && ov[j].dtype != PD_DOUBLE) continue;
+        if (ov[j].dtype != PD_FLOAT && ov[j].dtype != PD_DOUBLE && ov[j].dtype != PD_FLOAT16) continue;
         dov[j] = ov[j];
         int64_t n = pd_tensor_numel(&ov[j]);
         dov[j].data = malloc(sizeof(double) * (size_t)(n + 1));
@@ -1296,6 +1298,38 @@ static void check_f32(const op_case *oc) {
         free_grads(c32, g32);
         free_grads(c64, g64);
         gc_free(c32);
+        gc_free(c64);
+    }
+}
+
+/* float16 (widened to float32 and rounded back: nn.c's half_run) against
+ * float64 on the same float16 values, forward and backward, within
+ * float16's rounding (inputs, output gradients and the 0.5 added to the
+ * gradients each round to 2^-11 relative). */
+static void check_f16(const op_case *oc) {
+    for (int i = 0; i < oc->n_f32; i++) {
+        char d[512], d2[512];
+        uint32_t mask, mask2;
+        uint64_t seed = name_seed(oc->name) + 7000003u * (uint64_t)(i + 1);
+        gc *c16 = oc->build(seed, PD_FLOAT16, &mask, d, sizeof d);
+        gc *c64 = oc->build(seed, PD_DOUBLE, &mask2, d2, sizeof d2);
+        for (int k = 0; k < c64->nin; k++) {
+            if (c64->in[k] < 0) continue;
+            const pd__tensor *t = &c16->g->tensors[c16->in[k]];
+            if (t->dtype != PD_FLOAT16) continue;
+            for (int64_t e = 0; e < t->numel; e++) set(c64, k, e, pd__get_f(PD_FLOAT16, t->data, e));
+        }
+        double *g16[16], *g64[16], *y16 = NULL, *y64 = NULL;
+        bool ok = run_grads_y(c16, mask, 1, 0.5, g16, &y16) && run_grads_y(c64, mask, 1, 0.5, g64, &y64);
+        double diff = ok ? grad_diff(c64, mask, g16, g64) : INFINITY;
+        double ydiff = ok && y16 && y64 ? vec_diff(y16, y64, c64->g->tensors[c64->out[0]].numel) : INFINITY;
+        CHECK(ok && diff <= 1e-2 && ydiff <= 4e-3, "%s float16 vs float64 #%d %s: max rel diff %.3g (forward %.3g) %s",
+              oc->name, i, d, diff, ydiff, ok ? "" : (c16->why[0] ? c16->why : c64->why));
+        free(y16);
+        free(y64);
+        free_grads(c16, g16);
+        free_grads(c64, g64);
+        gc_free(c16);
         gc_free(c64);
     }
 }
@@ -1685,6 +1719,9 @@ int main(void) {
     for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
         check_gradients(&ops[i]);
         check_f32(&ops[i]);
+        static const char *half[] = {"MatMul", "Conv", "Softmax", "LogSoftmax", "Attention", "FlexAttention"};
+        for (size_t h = 0; h < sizeof half / sizeof half[0]; h++)
+            if (strcmp(ops[i].name, half[h]) == 0) check_f16(&ops[i]);
     }
     gc_threads = 2; /* batched products split over threads: the same values */
     static const op_case par = {"MatMul of 12 batches on 2 threads", b_matmul_batched, 8, 4};

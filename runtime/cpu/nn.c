@@ -62,6 +62,75 @@ static const pd_tensor *gout(const pd__node *n, pd_tensor *const *dout, int j) {
 static pd_tensor *gin(const pd__node *n, pd_tensor *const *din, int i) { return i < n->nin ? din[i] : NULL; }
 static void *dptr(const pd_tensor *t) { return t ? t->data : NULL; }
 
+/* ---- float16 and bfloat16 through the float32 kernels ------------------------------------------- */
+
+/* MatMul, Conv, Attention, Softmax and LogSoftmax take float16/bfloat16 as
+ * ONNX's references do:
+ * widened to float32, computed, and the float outputs (gradients) rounded
+ * back once. The float32 copies are allocated per call: a convenience path,
+ * not a fast one. Tensors of other dtypes (masks, lengths) pass as they are. */
+static bool is_half(pd_dtype t) { return t == PD_FLOAT16 || t == PD_BFLOAT16; }
+
+#define PD_HALF_MAX 16 /* inputs or outputs of the ops that take this path */
+
+/* float32 views w of t[0..n): the half ones point into mem (NULL: only
+ * counting) and are filled from t when copy. Returns the floats they take. */
+static int64_t half_widen(pd_tensor *const *t, int n, pd_tensor *w, pd_tensor **wp, float *mem, bool copy) {
+    int64_t used = 0;
+    for (int i = 0; i < n; i++) {
+        wp[i] = t[i] ? &w[i] : NULL;
+        if (!t[i]) continue;
+        w[i] = *t[i];
+        if (!is_half(t[i]->dtype)) continue;
+        int64_t k = pd_tensor_numel(t[i]);
+        w[i].dtype = PD_FLOAT;
+        w[i].data = mem ? mem + used : NULL;
+        for (int64_t j = 0; mem && copy && j < k; j++) mem[used + j] = (float)pd__get_f(t[i]->dtype, t[i]->data, j);
+        used += k;
+    }
+    return used;
+}
+
+static void half_narrow(pd_tensor *const *t, int n, const pd_tensor *w) {
+    for (int i = 0; i < n; i++)
+        if (t[i] && is_half(t[i]->dtype))
+            for (int64_t j = 0, k = pd_tensor_numel(t[i]); j < k; j++)
+                pd__set_f(t[i]->dtype, t[i]->data, j, ((const float *)w[i].data)[j]);
+}
+
+/* fwd, or bwd when given, on float32 views of in, out (and dout, din). */
+static pd_status half_run(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out,
+                          pd_tensor *const *dout, pd_tensor *const *din, pd__kernel_fn fwd, pd__grad_fn bwd) {
+    if (n->nin > PD_HALF_MAX || n->nout > PD_HALF_MAX)
+        return pd__err(PD_ERR_UNSUPPORTED, "float16 with %d inputs and %d outputs", n->nin, n->nout);
+    pd_tensor wi[PD_HALF_MAX], wo[PD_HALF_MAX], wdo[PD_HALF_MAX], wdi[PD_HALF_MAX];
+    pd_tensor *pi[PD_HALF_MAX], *po[PD_HALF_MAX], *pdo[PD_HALF_MAX], *pdi[PD_HALF_MAX];
+    int64_t k = half_widen(in, n->nin, wi, pi, NULL, false) + half_widen(out, n->nout, wo, po, NULL, false);
+    if (bwd) k += half_widen(dout, n->nout, wdo, pdo, NULL, false) + half_widen(din, n->nin, wdi, pdi, NULL, false);
+    float *mem = PD_MALLOC((size_t)(k > 0 ? k : 1) * sizeof(float));
+    if (!mem) return pd__err(PD_ERR_NOMEM, "cannot allocate float32 copies of %lld float16 values", (long long)k);
+    float *p = mem;
+    p += half_widen(in, n->nin, wi, pi, p, true);
+    p += half_widen(out, n->nout, wo, po, p, bwd != NULL); /* the backward reads the forward's outputs */
+    pd_status st;
+    if (bwd) {
+        p += half_widen(dout, n->nout, wdo, pdo, p, true);
+        half_widen(din, n->nin, wdi, pdi, p, true); /* the kernel adds into what is there */
+        st = bwd(x, n, pi, po, pdo, pdi);
+        if (st == PD_OK) half_narrow(din, n->nin, wdi);
+    } else {
+        st = fwd(x, n, pi, po);
+        if (st == PD_OK) half_narrow(out, n->nout, wo);
+    }
+    PD_FREE(mem);
+    return st;
+}
+
+#define PD_HALF_FWD(fn)                                                                                           \
+    if (is_half(in[0]->dtype)) return half_run(x, n, in, out, NULL, NULL, fn, NULL)
+#define PD_HALF_BWD(fn)                                                                                           \
+    if (is_half(in[0]->dtype)) return half_run(x, n, in, out, dout, din, NULL, fn)
+
 /* ---- Gemm, MatMul ------------------------------------------------------------------------------- */
 pd_status pd__cpu_Gemm(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
     (void)x;
@@ -71,6 +140,7 @@ pd_status pd__cpu_Gemm(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_
 }
 
 pd_status pd__cpu_MatMul(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    PD_HALF_FWD(pd__cpu_MatMul);
     (void)x;
     (void)n;
     PD_DISPATCH(in[0]->dtype, matmul, (in[0], in[1], out[0]))
@@ -91,6 +161,7 @@ pd_status pd__cpu_Gemm_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *in,
 
 pd_status pd__cpu_MatMul_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out,
                              pd_tensor *const *dout, pd_tensor *const *din) {
+    PD_HALF_BWD(pd__cpu_MatMul_bwd);
     (void)out;
     const pd_tensor *dY = gout(n, dout, 0);
     if (!dY) return PD_OK;
@@ -100,6 +171,7 @@ pd_status pd__cpu_MatMul_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *i
 
 /* ---- Conv, ConvTranspose ------------------------------------------------------------------------- */
 pd_status pd__cpu_Conv(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    PD_HALF_FWD(pd__cpu_Conv);
     pd__win w;
     PD_TRY(pd__win_make(n, PD_WIN_CONV, in[0]->ndim, in[0]->shape, in[1]->shape + 2, &w));
     int64_t group = pd__attr_i(n, "group", 1);
@@ -115,6 +187,7 @@ pd_status pd__cpu_ConvTranspose(pd__exec *x, const pd__node *n, pd_tensor *const
 
 pd_status pd__cpu_Conv_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out,
                            pd_tensor *const *dout, pd_tensor *const *din) {
+    PD_HALF_BWD(pd__cpu_Conv_bwd);
     (void)out;
     const pd_tensor *dY = gout(n, dout, 0);
     if (!dY) return PD_OK;
@@ -876,10 +949,12 @@ static pd_status softmax_run(pd__exec *x, const pd__node *n, pd_tensor *const *i
 }
 
 pd_status pd__cpu_Softmax(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    PD_HALF_FWD(pd__cpu_Softmax);
     return softmax_run(x, n, in, out, 0);
 }
 
 pd_status pd__cpu_LogSoftmax(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    PD_HALF_FWD(pd__cpu_LogSoftmax);
     return softmax_run(x, n, in, out, 1);
 }
 
@@ -895,11 +970,13 @@ static pd_status softmax_grad(pd__exec *x, const pd__node *n, pd_tensor *const *
 
 pd_status pd__cpu_Softmax_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out,
                               pd_tensor *const *dout, pd_tensor *const *din) {
+    PD_HALF_BWD(pd__cpu_Softmax_bwd);
     return softmax_grad(x, n, in, out, dout, din, 0);
 }
 
 pd_status pd__cpu_LogSoftmax_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out,
                                  pd_tensor *const *dout, pd_tensor *const *din) {
+    PD_HALF_BWD(pd__cpu_LogSoftmax_bwd);
     return softmax_grad(x, n, in, out, dout, din, 1);
 }
 
@@ -1073,6 +1150,7 @@ static pd_status attn_view(const pd__node *n, pd_tensor *const *in, pd__attn *a)
 }
 
 pd_status pd__cpu_Attention(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    PD_HALF_FWD(pd__cpu_Attention);
     pd__attn a;
     PD_TRY(attn_view(n, in, &a));
     const pd_tensor *M = opt_in(n, in, 3), *pk = opt_in(n, in, 4), *pv = opt_in(n, in, 5);
@@ -1098,6 +1176,7 @@ pd_status pd__cpu_Attention(pd__exec *x, const pd__node *n, pd_tensor *const *in
  * flow into K, V and the scores. */
 pd_status pd__cpu_Attention_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out,
                                 pd_tensor *const *dout, pd_tensor *const *din) {
+    PD_HALF_BWD(pd__cpu_Attention_bwd);
     (void)out;
     pd_tensor *dQ = gin(n, din, 0), *dK = gin(n, din, 1), *dV = gin(n, din, 2);
     const pd_tensor *dY = gout(n, dout, 0), *dPK = gout(n, dout, 1), *dPV = gout(n, dout, 2), *dQK = gout(n, dout, 3);
