@@ -76,7 +76,7 @@
     X(ATTENTION, Attention, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0x7, 0)                         \
     X(LINEAR_ATTENTION, LinearAttention, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0x3f, 0)           \
     X(CAUSAL_CONV_WITH_STATE, CausalConvWithState, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0xf, 0)  \
-    /* domain ai.onnx.preview (onnx/load.c, node_op) */                                           \
+    /* domain ai.onnx.preview (onnx/load.c, node_op) */                                            \
     X(FLEX_ATTENTION, FlexAttention, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0x7, 0)                \
     X(GRID_SAMPLE, GridSample, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0x3, 0)                      \
     X(AFFINE_GRID, AffineGrid, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                      \
@@ -177,6 +177,10 @@
     X(REDUCE_SUM_SQUARE, ReduceSumSquare, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)         \
     X(REDUCE_LOG_SUM, ReduceLogSum, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)               \
     X(REDUCE_LOG_SUM_EXP, ReduceLogSumExp, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)        \
+    /* optimizer steps as graph nodes: domain ai.onnx.preview.training (onnx/load.c, node_op) */   \
+    X(ADAGRAD, Adagrad, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                             \
+    X(ADAM, Adam, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                                   \
+    X(MOMENTUM, Momentum, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                           \
     /* tensor manipulation */                                                                      \
     X(FLATTEN, Flatten, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_BWD_WRITES, 0x1, 0)                   \
     X(RESHAPE, Reshape, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_BWD_WRITES, 0x1, 0)                   \

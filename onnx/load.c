@@ -468,6 +468,9 @@ static pd_status tensor_list(loader *L, size_t n, char **names, int **idx_out, i
 static int node_op(const char *domain, const char *op_type) {
     static const char *const other[][2] = {
         {"ai.onnx.preview", "FlexAttention"},
+        {"ai.onnx.preview.training", "Adagrad"},
+        {"ai.onnx.preview.training", "Adam"},
+        {"ai.onnx.preview.training", "Momentum"},
     };
     const char *want = "";
     for (size_t i = 0; i < sizeof other / sizeof other[0]; i++)
