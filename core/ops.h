@@ -217,6 +217,7 @@
     X(COMPRESS, Compress, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                       \
     X(REVERSE_SEQUENCE, ReverseSequence, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)        \
     X(NON_ZERO, NonZero, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                          \
+    X(TFIDF_VECTORIZER, TfIdfVectorizer, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)          \
     /* signal: windows and the mel matrix take scalars (their sizes constant at load) */           \
     X(HANN_WINDOW, HannWindow, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                    \
     X(HAMMING_WINDOW, HammingWindow, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)              \
