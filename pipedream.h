@@ -796,6 +796,8 @@ PDDEF void pd_mpi_finalize(void);
     X(ADAGRAD, Adagrad, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                             \
     X(ADAM, Adam, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                                   \
     X(MOMENTUM, Momentum, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                           \
+    /* domain ai.onnx.ml (onnx/load.c, node_op) */                                                 \
+    X(BINARIZER, Binarizer, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                         \
     /* tensor manipulation */                                                                      \
     X(FLATTEN, Flatten, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_BWD_WRITES, 0x1, 0)                   \
     X(RESHAPE, Reshape, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_BWD_WRITES, 0x1, 0)                   \
@@ -833,6 +835,7 @@ PDDEF void pd_mpi_finalize(void);
     X(REVERSE_SEQUENCE, ReverseSequence, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)        \
     X(NON_ZERO, NonZero, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                          \
     X(TFIDF_VECTORIZER, TfIdfVectorizer, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)          \
+    X(ARRAY_FEATURE_EXTRACTOR, ArrayFeatureExtractor, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)\
     /* signal: windows and the mel matrix take scalars (their sizes constant at load) */           \
     X(HANN_WINDOW, HannWindow, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                    \
     X(HAMMING_WINDOW, HammingWindow, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)              \
@@ -3338,6 +3341,23 @@ pd_status pd__shape_Momentum(pd_graph *g, pd__node *n) { return shape_optim(g, n
 double pd__flops_Adagrad(const pd_graph *g, const pd__node *n) { return optim_flops(g, n, 3, 9); }
 double pd__flops_Adam(const pd_graph *g, const pd__node *n) { return optim_flops(g, n, 4, 14); }
 double pd__flops_Momentum(const pd_graph *g, const pd__node *n) { return optim_flops(g, n, 3, 7); }
+
+/* ---- ai.onnx.ml ------------------------------------------------------------------ */
+
+/* Binarizer: 1 where X > threshold, else 0, in X's dtype (float, double,
+ * int32, int64). Its gradient is zero almost everywhere: not differentiable. */
+pd_status pd__shape_Binarizer(pd_graph *g, pd__node *n) {
+    pd__tensor *x, *y;
+    PD_TRY(input(g, n, 0, &x));
+    PD_TRY(output(g, n, &y));
+    if (x->dtype != PD_FLOAT && x->dtype != PD_DOUBLE && x->dtype != PD_INT32 && x->dtype != PD_INT64)
+        return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "X has dtype %s (float, double, int32 and int64 are supported)",
+                            pd_dtype_name(x->dtype));
+    y->dtype = x->dtype;
+    return pd__tensor_set_shape(g, y, x->ndim, x->shape);
+}
+
+double pd__flops_Binarizer(const pd_graph *g, const pd__node *n) { return in_numel(g, n, 0); }
 #undef PD__FLOAT_ONLY
 #undef PD__SIGNED
 
@@ -7592,6 +7612,30 @@ double pd__flops_TfIdfVectorizer(const pd_graph *g, const pd__node *n) {
     int64_t hi = pd__attr_i(n, "max_gram_length", 1), sk = pd__attr_i(n, "max_skip_count", 0);
     return x && x->numel > 0 ? (double)x->numel * (double)hi * (double)(sk + 1) : 0;
 }
+
+/* ---- ai.onnx.ml: ArrayFeatureExtractor ------------------------------------------------ */
+
+/* The elements of X's last axis at the int64 indices Y (any shape,
+ * flattened): X's leading dims then numel(Y); a 1-D X gives (1, numel(Y)),
+ * as ONNX's reference and onnxruntime do. Not differentiable here (an
+ * inference op of the ML domain): training through it is refused. */
+pd_status pd__shape_ArrayFeatureExtractor(pd_graph *g, pd__node *n) {
+    pd__tensor *x = NULL, *y = NULL;
+    PD_TRY(need_in(g, n, 0, "X", &x));
+    PD_TRY(need_in(g, n, 1, "Y", &y));
+    if (y->dtype != PD_INT64) return pd__node_err(g, n, PD_ERR_SHAPE, "Y has dtype %s, expected int64", pd_dtype_name(y->dtype));
+    if (x->ndim < 1 || pd_dtype_size(x->dtype) == 0 || x->dtype == PD_STRING)
+        return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "X (%s, rank %d) must be a numeric tensor of rank >= 1",
+                            pd_dtype_name(x->dtype), x->ndim);
+    int64_t s[PD_MAX_DIMS];
+    int r = x->ndim == 1 ? 2 : x->ndim;
+    if (x->ndim == 1) s[0] = 1;
+    else memcpy(s, x->shape, sizeof(int64_t) * (size_t)(x->ndim - 1));
+    s[r - 1] = y->numel;
+    return set_out(g, n, 0, x->dtype, r, s);
+}
+
+PD__NO_FLOPS(ArrayFeatureExtractor)
 #undef MAX_VIEWS
 #undef PD__NO_FLOPS
 #undef RESOLVE

@@ -680,3 +680,20 @@ pd_status pd__shape_Momentum(pd_graph *g, pd__node *n) { return shape_optim(g, n
 double pd__flops_Adagrad(const pd_graph *g, const pd__node *n) { return optim_flops(g, n, 3, 9); }
 double pd__flops_Adam(const pd_graph *g, const pd__node *n) { return optim_flops(g, n, 4, 14); }
 double pd__flops_Momentum(const pd_graph *g, const pd__node *n) { return optim_flops(g, n, 3, 7); }
+
+/* ---- ai.onnx.ml ------------------------------------------------------------------ */
+
+/* Binarizer: 1 where X > threshold, else 0, in X's dtype (float, double,
+ * int32, int64). Its gradient is zero almost everywhere: not differentiable. */
+pd_status pd__shape_Binarizer(pd_graph *g, pd__node *n) {
+    pd__tensor *x, *y;
+    PD_TRY(input(g, n, 0, &x));
+    PD_TRY(output(g, n, &y));
+    if (x->dtype != PD_FLOAT && x->dtype != PD_DOUBLE && x->dtype != PD_INT32 && x->dtype != PD_INT64)
+        return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "X has dtype %s (float, double, int32 and int64 are supported)",
+                            pd_dtype_name(x->dtype));
+    y->dtype = x->dtype;
+    return pd__tensor_set_shape(g, y, x->ndim, x->shape);
+}
+
+double pd__flops_Binarizer(const pd_graph *g, const pd__node *n) { return in_numel(g, n, 0); }

@@ -1734,3 +1734,27 @@ double pd__flops_TfIdfVectorizer(const pd_graph *g, const pd__node *n) {
     int64_t hi = pd__attr_i(n, "max_gram_length", 1), sk = pd__attr_i(n, "max_skip_count", 0);
     return x && x->numel > 0 ? (double)x->numel * (double)hi * (double)(sk + 1) : 0;
 }
+
+/* ---- ai.onnx.ml: ArrayFeatureExtractor ------------------------------------------------ */
+
+/* The elements of X's last axis at the int64 indices Y (any shape,
+ * flattened): X's leading dims then numel(Y); a 1-D X gives (1, numel(Y)),
+ * as ONNX's reference and onnxruntime do. Not differentiable here (an
+ * inference op of the ML domain): training through it is refused. */
+pd_status pd__shape_ArrayFeatureExtractor(pd_graph *g, pd__node *n) {
+    pd__tensor *x = NULL, *y = NULL;
+    PD_TRY(need_in(g, n, 0, "X", &x));
+    PD_TRY(need_in(g, n, 1, "Y", &y));
+    if (y->dtype != PD_INT64) return pd__node_err(g, n, PD_ERR_SHAPE, "Y has dtype %s, expected int64", pd_dtype_name(y->dtype));
+    if (x->ndim < 1 || pd_dtype_size(x->dtype) == 0 || x->dtype == PD_STRING)
+        return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "X (%s, rank %d) must be a numeric tensor of rank >= 1",
+                            pd_dtype_name(x->dtype), x->ndim);
+    int64_t s[PD_MAX_DIMS];
+    int r = x->ndim == 1 ? 2 : x->ndim;
+    if (x->ndim == 1) s[0] = 1;
+    else memcpy(s, x->shape, sizeof(int64_t) * (size_t)(x->ndim - 1));
+    s[r - 1] = y->numel;
+    return set_out(g, n, 0, x->dtype, r, s);
+}
+
+PD__NO_FLOPS(ArrayFeatureExtractor)

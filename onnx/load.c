@@ -59,7 +59,7 @@ static int64_t domain_version(const Onnx__ModelProto *m, const char *domain) {
  * data (../shared/onnx-tests) the ops are checked against. A newer opset may
  * change an op's meaning; refusing it beats computing something else. */
 #define PD__OPSET_MAX 27    /* ai.onnx */
-#define PD__ML_OPSET_MAX 5  /* ai.onnx.ml (no op of it is implemented) */
+#define PD__ML_OPSET_MAX 5  /* ai.onnx.ml (Binarizer and ArrayFeatureExtractor only: node_op) */
 
 /* Every import names a version that exists: >= 1, and for the ONNX domains at
  * most the newest one known. A model without any import is refused unless its
@@ -463,7 +463,7 @@ static pd_status tensor_list(loader *L, size_t n, char **names, int **idx_out, i
 }
 
 /* The op a node runs: the op table's entry for ai.onnx's ops, and for the
- * few ops of the preview domains that are implemented, each in its own
+ * few ops of other domains that are implemented, each in its own
  * domain only (the table holds names, not domains); -1 otherwise. */
 static int node_op(const char *domain, const char *op_type) {
     static const char *const other[][2] = {
@@ -471,6 +471,8 @@ static int node_op(const char *domain, const char *op_type) {
         {"ai.onnx.preview.training", "Adagrad"},
         {"ai.onnx.preview.training", "Adam"},
         {"ai.onnx.preview.training", "Momentum"},
+        {"ai.onnx.ml", "Binarizer"},
+        {"ai.onnx.ml", "ArrayFeatureExtractor"},
     };
     const char *want = "";
     for (size_t i = 0; i < sizeof other / sizeof other[0]; i++)

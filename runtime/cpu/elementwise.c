@@ -2676,3 +2676,14 @@ pd_status pd__cpu_Momentum(pd__exec *x, const pd__node *n, pd_tensor *const *in,
 PD__NO_GRAD(Adagrad)
 PD__NO_GRAD(Adam)
 PD__NO_GRAD(Momentum)
+
+/* ---- ai.onnx.ml ---------------------------------------------------------------------------------- */
+
+pd_status pd__cpu_Binarizer(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    (void)x;
+    double th = pd__attr_f(n, "threshold", 0);
+    for (int64_t i = 0, k = pd_tensor_numel(in[0]); i < k; i++)
+        pd__set_f(out[0]->dtype, out[0]->data, i, pd__get_f(in[0]->dtype, in[0]->data, i) > th ? 1 : 0);
+    return PD_OK;
+}
+PD__NO_GRAD(Binarizer)

@@ -2365,3 +2365,22 @@ pd_status pd__cpu_TfIdfVectorizer(pd__exec *x, const pd__node *n, pd_tensor *con
     return PD_OK;
 }
 PD__NO_GRAD(TfIdfVectorizer)
+
+/* ---- ai.onnx.ml: ArrayFeatureExtractor ------------------------------------------------------------- */
+
+pd_status pd__cpu_ArrayFeatureExtractor(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    (void)x, (void)n;
+    const pd_tensor *X = in[0], *Y = in[1];
+    size_t es = pd_dtype_size(X->dtype);
+    int64_t len = X->shape[X->ndim - 1], rows = len ? pd_tensor_numel(X) / len : 0, k = pd_tensor_numel(Y);
+    const int64_t *idx = Y->data;
+    for (int64_t j = 0; j < k; j++)
+        if (idx[j] < 0 || idx[j] >= len)
+            return pd__err(PD_ERR_INVALID, "index %lld is out of the last axis' [0, %lld)", (long long)idx[j],
+                           (long long)len);
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t j = 0; j < k; j++)
+            memcpy((char *)out[0]->data + (size_t)(r * k + j) * es, (const char *)X->data + (size_t)(r * len + idx[j]) * es, es);
+    return PD_OK;
+}
+PD__NO_GRAD(ArrayFeatureExtractor)
