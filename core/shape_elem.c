@@ -660,7 +660,7 @@ static pd_status shape_optim(pd_graph *g, pd__node *n, int groups) {
             PD_TRY(pd__tensor_set_shape(g, o, x->ndim, x->shape));
         }
     }
-    if (strcmp(n->op_type, "Momentum") == 0) {
+    if (n->op == PD_OP_MOMENTUM) {
         const char *mode = pd__attr_s(n, "mode", "");
         if (strcmp(mode, "standard") != 0 && strcmp(mode, "nesterov") != 0)
             return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "mode '%s' (standard and nesterov are defined)", mode);

@@ -2609,7 +2609,7 @@ static optim_rule optim_make(const pd__node *n, pd_tensor *const *in) {
     o.post = pd__attr_f(n, "norm_coefficient_post", 0);
     o.eps = pd__attr_f(n, "epsilon", 1e-6f);
     o.decay = pd__attr_f(n, "decay_factor", 0);
-    bool adam = strcmp(n->op_type, "Adam") == 0;
+    bool adam = n->op == PD_OP_ADAM;
     o.alpha = pd__attr_f(n, "alpha", adam ? 0.9f : 0);
     o.beta = pd__attr_f(n, "beta", adam ? 0.999f : 0);
     o.nesterov = strcmp(pd__attr_s(n, "mode", "standard"), "nesterov") == 0;
