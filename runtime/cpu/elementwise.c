@@ -2617,7 +2617,11 @@ static optim_rule optim_make(const pd__node *n, pd_tensor *const *in) {
 }
 
 #define OPT_GET(t, i) pd__get_f((t)->dtype, (t)->data, i)
-#define OPT_SET(t, i, v) pd__set_f((t)->dtype, (t)->data, i, v)
+/* an output may be left out (ONNX's empty name) */
+#define OPT_SET(t, i, v)                                                                                           \
+    do {                                                                                                           \
+        if (t) pd__set_f((t)->dtype, (t)->data, i, v);                                                             \
+    } while (0)
 
 pd_status pd__cpu_Adagrad(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
     (void)x;
