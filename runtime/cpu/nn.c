@@ -1441,7 +1441,7 @@ pd_status pd__cpu_CausalConvWithState(pd__exec *x, const pd__node *n, pd_tensor 
     for (int64_t b = 0; b < q.B; b++)
         for (int64_t c = 0; c < q.C; c++) {
             int64_t row = b * q.C + c;
-            for (int64_t j = 0; j < q.L; j++) {
+            for (int64_t j = 0; Y && j < q.L; j++) { /* Y may be left out: only the state wanted */
                 double v = ccws_conv(&q, b, c, j);
                 pd__set_f(Y->dtype, Y->data, row * q.L + j, q.silu ? v / (1 + exp(-v)) : v);
             }
