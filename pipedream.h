@@ -730,6 +730,10 @@ PDDEF void pd_mpi_finalize(void);
     X(NLL_LOSS, NegativeLogLikelihoodLoss, PD_OPF_NN | PD_OPF_HOST, 0x1, 0)                        \
     X(ROTARY_EMBEDDING, RotaryEmbedding, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)            \
     X(ATTENTION, Attention, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0x7, 0)                         \
+    X(LINEAR_ATTENTION, LinearAttention, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0x3f, 0)           \
+    X(CAUSAL_CONV_WITH_STATE, CausalConvWithState, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0xf, 0)  \
+    /* domain ai.onnx.preview (onnx/load.c, node_op) */                                            \
+    X(FLEX_ATTENTION, FlexAttention, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0x7, 0)                \
     X(GRID_SAMPLE, GridSample, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0x3, 0)                      \
     X(AFFINE_GRID, AffineGrid, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                      \
     X(COL2IM, Col2Im, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                               \
@@ -830,6 +834,12 @@ PDDEF void pd_mpi_finalize(void);
     X(REDUCE_SUM_SQUARE, ReduceSumSquare, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)         \
     X(REDUCE_LOG_SUM, ReduceLogSum, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)               \
     X(REDUCE_LOG_SUM_EXP, ReduceLogSumExp, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)        \
+    /* optimizer steps as graph nodes: domain ai.onnx.preview.training (onnx/load.c, node_op) */   \
+    X(ADAGRAD, Adagrad, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                             \
+    X(ADAM, Adam, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                                   \
+    X(MOMENTUM, Momentum, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                           \
+    /* domain ai.onnx.ml (onnx/load.c, node_op) */                                                 \
+    X(BINARIZER, Binarizer, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                         \
     /* tensor manipulation */                                                                      \
     X(FLATTEN, Flatten, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_BWD_WRITES, 0x1, 0)                   \
     X(RESHAPE, Reshape, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_BWD_WRITES, 0x1, 0)                   \
@@ -868,6 +878,8 @@ PDDEF void pd_mpi_finalize(void);
     X(COMPRESS, Compress, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                       \
     X(REVERSE_SEQUENCE, ReverseSequence, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)        \
     X(NON_ZERO, NonZero, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                          \
+    X(TFIDF_VECTORIZER, TfIdfVectorizer, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)          \
+    X(ARRAY_FEATURE_EXTRACTOR, ArrayFeatureExtractor, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)\
     /* signal: windows and the mel matrix take scalars (their sizes constant at load) */           \
     X(HANN_WINDOW, HannWindow, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                    \
     X(HAMMING_WINDOW, HammingWindow, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)              \
@@ -3751,6 +3763,82 @@ double pd__flops_ReduceLogSum(const pd_graph *g, const pd__node *n) { return in_
 double pd__flops_ReduceLogSumExp(const pd_graph *g, const pd__node *n) {
     return 10 * in_numel(g, n, 0) + 8 * out_numel(g, n);
 }
+
+/* ---- the optimizer update rules of ai.onnx.preview.training -------------------- */
+
+/* Adagrad, Adam and Momentum: R (float scalar), T (int64 scalar), then n
+ * tensors X, n gradients G and n of each state (Adagrad H; Adam V, H;
+ * Momentum V), float or double, each the shape of its X; the outputs are
+ * the new X and states, grouped the same way. Element-wise updates, not
+ * differentiable: a graph runs them as its own optimizer step. */
+static pd_status shape_optim(pd_graph *g, pd__node *n, int groups) {
+    pd__tensor *r, *t;
+    PD_TRY(input(g, n, 0, &r));
+    PD_TRY(input(g, n, 1, &t));
+    if ((r->dtype != PD_FLOAT && r->dtype != PD_DOUBLE) || r->numel != 1 || t->dtype != PD_INT64 || t->numel != 1)
+        return pd__node_err(g, n, PD_ERR_SHAPE, "R (%s) must be a float scalar and T (%s) an int64 scalar",
+                            pd_dtype_name(r->dtype), pd_dtype_name(t->dtype));
+    int k = (n->nin - 2) / groups;
+    if (k < 1 || n->nin != 2 + k * groups || n->nout != k * (groups - 1))
+        return pd__node_err(g, n, PD_ERR_INVALID, "%d inputs and %d outputs: expected 2 + %d n and %d n", n->nin,
+                            n->nout, groups, groups - 1);
+    for (int i = 0; i < k; i++) {
+        pd__tensor *x;
+        PD_TRY(input(g, n, 2 + i, &x));
+        if (x->dtype != PD_FLOAT && x->dtype != PD_DOUBLE)
+            return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "X '%s' has dtype %s (float and double are supported)",
+                                x->name, pd_dtype_name(x->dtype));
+        for (int j = 1; j < groups; j++) {
+            pd__tensor *y;
+            PD_TRY(input(g, n, 2 + j * k + i, &y));
+            if (y->dtype != x->dtype || y->ndim != x->ndim || memcmp(y->shape, x->shape, sizeof(int64_t) * (size_t)x->ndim))
+                return pd__node_err(g, n, PD_ERR_SHAPE, "'%s' (%s) does not match X '%s' (%s) in dtype or shape",
+                                    y->name, pd_dtype_name(y->dtype), x->name, pd_dtype_name(x->dtype));
+        }
+        for (int j = 0; j < groups - 1; j++) {
+            pd__tensor *o = pd__out(g, n, j * k + i);
+            if (!o) continue;
+            o->dtype = x->dtype;
+            PD_TRY(pd__tensor_set_shape(g, o, x->ndim, x->shape));
+        }
+    }
+    if (n->op == PD_OP_MOMENTUM) {
+        const char *mode = pd__attr_s(n, "mode", "");
+        if (strcmp(mode, "standard") != 0 && strcmp(mode, "nesterov") != 0)
+            return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "mode '%s' (standard and nesterov are defined)", mode);
+    }
+    return PD_OK;
+}
+
+static double optim_flops(const pd_graph *g, const pd__node *n, int groups, double per) {
+    double s = 0;
+    for (int i = 2; i < 2 + (n->nin - 2) / groups; i++) s += in_numel(g, n, i);
+    return per * s;
+}
+
+pd_status pd__shape_Adagrad(pd_graph *g, pd__node *n) { return shape_optim(g, n, 3); }
+pd_status pd__shape_Adam(pd_graph *g, pd__node *n) { return shape_optim(g, n, 4); }
+pd_status pd__shape_Momentum(pd_graph *g, pd__node *n) { return shape_optim(g, n, 3); }
+double pd__flops_Adagrad(const pd_graph *g, const pd__node *n) { return optim_flops(g, n, 3, 9); }
+double pd__flops_Adam(const pd_graph *g, const pd__node *n) { return optim_flops(g, n, 4, 14); }
+double pd__flops_Momentum(const pd_graph *g, const pd__node *n) { return optim_flops(g, n, 3, 7); }
+
+/* ---- ai.onnx.ml ------------------------------------------------------------------ */
+
+/* Binarizer: 1 where X > threshold, else 0, in X's dtype (float, double,
+ * int32, int64). Its gradient is zero almost everywhere: not differentiable. */
+pd_status pd__shape_Binarizer(pd_graph *g, pd__node *n) {
+    pd__tensor *x, *y;
+    PD_TRY(input(g, n, 0, &x));
+    PD_TRY(output(g, n, &y));
+    if (x->dtype != PD_FLOAT && x->dtype != PD_DOUBLE && x->dtype != PD_INT32 && x->dtype != PD_INT64)
+        return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "X has dtype %s (float, double, int32 and int64 are supported)",
+                            pd_dtype_name(x->dtype));
+    y->dtype = x->dtype;
+    return pd__tensor_set_shape(g, y, x->ndim, x->shape);
+}
+
+double pd__flops_Binarizer(const pd_graph *g, const pd__node *n) { return in_numel(g, n, 0); }
 #undef PD__FLOAT_ONLY
 #undef PD__SIGNED
 
@@ -3765,9 +3853,10 @@ double pd__flops_ReduceLogSumExp(const pd_graph *g, const pd__node *n) {
  * LpNormalization, MeanVarianceNormalization, MaxPool, AveragePool, LpPool,
  * MaxUnpool, GlobalAveragePool, GlobalMaxPool, Resize, Upsample, Einsum, LRN,
  * Softmax, LogSoftmax, Dropout, SoftmaxCrossEntropyLoss, NegativeLogLikelihoodLoss,
- * RotaryEmbedding, Attention, GridSample, AffineGrid, Col2Im,
- * CenterCropPad, MatMulInteger, QLinearMatMul, ConvInteger and QLinearConv
- * (opsets 6-23).
+ * RotaryEmbedding, Attention, FlexAttention, LinearAttention,
+ * CausalConvWithState, GridSample, AffineGrid, Col2Im, CenterCropPad,
+ * MatMulInteger, QLinearMatMul, ConvInteger and QLinearConv
+ * (opsets 6-27; FlexAttention of ai.onnx.preview).
  *
  * A rule checks ranks, channel counts against the weights, and dtypes, so a
  * bad model fails with one line naming the node and the shapes, and then
@@ -3984,6 +4073,33 @@ typedef struct pd__attn {
 pd_status pd__attn_plan(const pd__node *n, int qn, const int64_t *qs, int kn, const int64_t *ks, int vn,
                         const int64_t *vs, int mn, const int64_t *ms, int pn, const int64_t *ps, pd__attn *a);
 
+/* LinearAttention (opset 27): query (B, T, Hq*Dk), key (B, T, Hk*Dk),
+ * value (B, T, Hk*Dv); one (Dk, Dv) state per kv head, past_state
+ * (B, Hk, Dk, Dv) or zeros. Token t: the state decays by exp(decay)
+ * (gated; decay (B, T, Hk) per head or (B, T, Hk*Dk) per key row), the
+ * delta rules write beta * (v - S^T k) instead of v (beta (B, T, Hk) or
+ * (B, T, 1)), S += k v^T, and query head h reads kv head h / (Hq / Hk):
+ * o = scale * S^T q. gw and bw: decay and beta values per token and kv head
+ * group (gw 1 or Dk, bw Hk or 1; 0: absent). */
+typedef struct pd__linattn {
+    int64_t B, T, Hq, Hk, Dk, Dv;
+    int64_t gw, bw;
+    bool gated, delta;
+    double scale;
+} pd__linattn;
+
+/* Fills *a from the node and the shapes of query, key, value, decay and
+ * beta (ndim 0: absent). Sets the message without the node prefix. */
+pd_status pd__linattn_plan(const pd__node *n, int qn, const int64_t *qs, int kn, const int64_t *ks, int vn,
+                           const int64_t *vs, int dn, const int64_t *ds, int bn, const int64_t *bs, pd__linattn *a);
+
+/* CausalConvWithState (opset 27): input (B, C, L), depthwise weight
+ * (C, 1, K), bias (C), past_state (B, C, K-1) or zeros prepended; output
+ * (B, C, L) the valid convolution of the K-1 + L positions (then SiLU
+ * with activation silu/swish), present_state (B, C, K-1) their last K-1.
+ * 1: silu, 0: none, -1: an activation not defined. */
+int pd__ccws_silu(const pd__node *n);
+
 /* RoiAlign's mode (0 avg, 1 max; -1 unknown) and the offset its
  * coordinate_transformation_mode subtracts (0.5 half_pixel, 0
  * output_half_pixel; -1 unknown). */
@@ -4059,6 +4175,13 @@ static pd_status need_float(pd_graph *g, pd__node *n, const pd__tensor *t, const
         return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "%s '%s' has dtype %s (float and double are supported)", what,
                             t->name, pd_dtype_name(t->dtype));
     return PD_OK;
+}
+
+/* The same, float16 and bfloat16 accepted too: the ops whose CPU kernels
+ * widen them to float32 (runtime/cpu/nn.c, half_run). */
+static pd_status need_float_half(pd_graph *g, pd__node *n, const pd__tensor *t, const char *what) {
+    if (t->dtype == PD_FLOAT16 || t->dtype == PD_BFLOAT16) return PD_OK;
+    return need_float(g, n, t, what);
 }
 
 static pd_status need_dtype(pd_graph *g, pd__node *n, const pd__tensor *t, pd_dtype want, const char *what) {
@@ -4288,7 +4411,7 @@ pd_status pd__shape_MatMul(pd_graph *g, pd__node *n) {
     pd__tensor *a, *b;
     PD_TRY(need(g, n, 0, "A", &a));
     PD_TRY(need(g, n, 1, "B", &b));
-    PD_TRY(need_float(g, n, a, "A"));
+    PD_TRY(need_float_half(g, n, a, "A"));
     PD_TRY(need_dtype(g, n, b, a->dtype, "B"));
     if (a->ndim < 1 || b->ndim < 1)
         return pd__node_err(g, n, PD_ERR_SHAPE, "A %s and B %s must have rank >= 1", shp(a).s, shp(b).s);
@@ -4317,7 +4440,8 @@ static pd_status conv_inputs(pd_graph *g, pd__node *n, pd__tensor **x, pd__tenso
     pd__tensor *b = pd__in(g, n, 2);
     PD_TRY(need(g, n, 0, "X", x));
     PD_TRY(need(g, n, 1, "W", w));
-    PD_TRY(need_float(g, n, *x, "X"));
+    /* float16 for Conv only: ConvTranspose has no float32 detour */
+    PD_TRY(n->op == PD_OP_CONV ? need_float_half(g, n, *x, "X") : need_float(g, n, *x, "X"));
     PD_TRY(need_dtype(g, n, *w, (*x)->dtype, "W"));
     if (b) PD_TRY(need_dtype(g, n, b, (*x)->dtype, "B"));
     if ((*x)->ndim < 3)
@@ -5425,7 +5549,7 @@ pd_status pd__softmax_split(const pd__node *n, int ndim, const int64_t *shape, i
 static pd_status softmax_shape(pd_graph *g, pd__node *n) {
     pd__tensor *x;
     PD_TRY(need(g, n, 0, "input", &x));
-    PD_TRY(need_float(g, n, x, "input"));
+    PD_TRY(need_float_half(g, n, x, "input"));
     int64_t o, l, i;
     pd_status st = pd__softmax_split(n, x->ndim, x->shape, &o, &l, &i);
     if (st != PD_OK) return node_prefix(g, n, st);
@@ -5682,7 +5806,7 @@ pd_status pd__shape_Attention(pd_graph *g, pd__node *n) {
     PD_TRY(need(g, n, 0, "Q", &q));
     PD_TRY(need(g, n, 1, "K", &k));
     PD_TRY(need(g, n, 2, "V", &v));
-    PD_TRY(need_float(g, n, q, "Q"));
+    PD_TRY(need_float_half(g, n, q, "Q"));
     PD_TRY(need_dtype(g, n, k, q->dtype, "K"));
     PD_TRY(need_dtype(g, n, v, q->dtype, "V"));
     pd__tensor *kl = pd__in(g, n, 6);
@@ -5721,6 +5845,168 @@ double pd__flops_Attention(const pd_graph *g, const pd__node *n) {
     double scores = (double)a.B * (double)a.Hq * (double)a.Sq * (double)a.Tk;
     /* Q K^T, P V, and the mask, max, exp, sum and scale per score */
     return scores * (2 * (double)(a.Dh + a.Dv) + 5);
+}
+
+/* ---- FlexAttention ------------------------------------------------------------------------- */
+
+/* FlexAttention (ai.onnx.preview, opset 1) without its modifier subgraphs is
+ * Attention over 4-D Q, K, V (grouped-query heads, the scale attribute, no
+ * mask): the same plan and kernels. The score_mod and prob_mod subgraphs are
+ * not run; softmax in float32 or float64 (finer than ONNX's float16 and
+ * bfloat16 softmax_precision, so those are refused rather than matched). */
+pd_status pd__shape_FlexAttention(pd_graph *g, pd__node *n) {
+    static const char *const mods[2] = {"score_mod", "prob_mod"};
+    for (int i = 0; i < 2; i++)
+        if (pd__attr_get(n, mods[i]))
+            return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "the %s subgraph is not supported", mods[i]);
+    int64_t sp = pd__attr_i(n, "softmax_precision", PD_FLOAT);
+    if (sp != PD_FLOAT && sp != PD_DOUBLE)
+        return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "softmax_precision %lld (float and double are supported)",
+                            (long long)sp);
+    for (int i = 0; i < 3; i++) {
+        pd__tensor *t;
+        PD_TRY(need(g, n, i, i == 0 ? "Q" : i == 1 ? "K" : "V", &t));
+        if (t->ndim != 4)
+            return pd__node_err(g, n, PD_ERR_SHAPE, "%s %s must be 4-D (batch, heads, sequence, head size)",
+                                i == 0 ? "Q" : i == 1 ? "K" : "V", shp(t).s);
+    }
+    if (n->nin > 3 || n->nout > 1)
+        return pd__node_err(g, n, PD_ERR_INVALID, "takes Q, K and V and gives Y (%d inputs, %d outputs)", n->nin,
+                            n->nout);
+    return pd__shape_Attention(g, n);
+}
+
+double pd__flops_FlexAttention(const pd_graph *g, const pd__node *n) { return pd__flops_Attention(g, n); }
+
+/* ---- LinearAttention ----------------------------------------------------------------------- */
+
+pd_status pd__linattn_plan(const pd__node *n, int qn, const int64_t *qs, int kn, const int64_t *ks, int vn,
+                           const int64_t *vs, int dn, const int64_t *ds, int bn, const int64_t *bs, pd__linattn *a) {
+    memset(a, 0, sizeof *a);
+    const char *rule = pd__attr_s(n, "update_rule", "gated_delta");
+    a->gated = strcmp(rule, "gated") == 0 || strcmp(rule, "gated_delta") == 0;
+    a->delta = strcmp(rule, "delta") == 0 || strcmp(rule, "gated_delta") == 0;
+    if (!a->gated && !a->delta && strcmp(rule, "linear") != 0)
+        return pd__err(PD_ERR_UNSUPPORTED, "update_rule '%s' (linear, gated, delta and gated_delta are defined)",
+                       rule);
+    if (qn != 3 || kn != 3 || vn != 3)
+        return pd__err(PD_ERR_SHAPE, "query %s, key %s and value %s must be 3-D (batch, tokens, heads * size)",
+                       shpv(qn, qs).s, shpv(kn, ks).s, shpv(vn, vs).s);
+    int64_t hq = pd__attr_i(n, "q_num_heads", 0), hk = pd__attr_i(n, "kv_num_heads", 0);
+    if (hq <= 0 || hk <= 0 || hq % hk != 0 || qs[2] % hq != 0 || ks[2] % hk != 0 || vs[2] % hk != 0)
+        return pd__err(PD_ERR_SHAPE,
+                       "q_num_heads %lld must be a positive multiple of kv_num_heads %lld, dividing query %s; "
+                       "kv_num_heads must divide key %s and value %s",
+                       (long long)hq, (long long)hk, shpv(qn, qs).s, shpv(kn, ks).s, shpv(vn, vs).s);
+    a->B = qs[0], a->T = qs[1], a->Hq = hq, a->Hk = hk, a->Dk = qs[2] / hq, a->Dv = vs[2] / hk;
+    if (ks[0] != a->B || vs[0] != a->B || ks[1] != a->T || vs[1] != a->T || ks[2] / hk != a->Dk)
+        return pd__err(PD_ERR_SHAPE, "key %s and value %s do not match query %s", shpv(kn, ks).s, shpv(vn, vs).s,
+                       shpv(qn, qs).s);
+    if (a->gated != (dn != 0) || a->delta != (bn != 0))
+        return pd__err(PD_ERR_INVALID, "update_rule '%s' %s decay and %s beta", rule,
+                       a->gated ? "needs" : "takes no", a->delta ? "needs" : "takes no");
+    if (dn) {
+        if (dn != 3 || ds[0] != a->B || ds[1] != a->T || (ds[2] != hk && ds[2] != hk * a->Dk))
+            return pd__err(PD_ERR_SHAPE, "decay %s must be [%lld,%lld,%lld] or [%lld,%lld,%lld]", shpv(dn, ds).s,
+                           (long long)a->B, (long long)a->T, (long long)hk, (long long)a->B, (long long)a->T,
+                           (long long)(hk * a->Dk));
+        a->gw = ds[2] / hk;
+    }
+    if (bn) {
+        if (bn != 3 || bs[0] != a->B || bs[1] != a->T || (bs[2] != hk && bs[2] != 1))
+            return pd__err(PD_ERR_SHAPE, "beta %s must be [%lld,%lld,%lld] or [%lld,%lld,1]", shpv(bn, bs).s,
+                           (long long)a->B, (long long)a->T, (long long)hk, (long long)a->B, (long long)a->T);
+        a->bw = bs[2];
+    }
+    /* scale 0 (the default) means 1/sqrt(Dk), as in ONNX's reference */
+    double sc = pd__attr_f(n, "scale", 0);
+    a->scale = sc != 0 ? sc : 1 / sqrt((double)a->Dk);
+    return PD_OK;
+}
+
+static bool is_real(pd_dtype t) { return is_float(t) || t == PD_FLOAT16 || t == PD_BFLOAT16; }
+
+/* Computed in float64 through pd__get_f/pd__set_f, so float16 and bfloat16 run
+ * too (rounded once, on the way out); past_state may have its own float dtype
+ * (ONNX's S), and present_state takes it, else query's. */
+pd_status pd__shape_LinearAttention(pd_graph *g, pd__node *n) {
+    pd__tensor *q, *k, *v, *ps = pd__in(g, n, 3), *dc = pd__in(g, n, 4), *bt = pd__in(g, n, 5);
+    PD_TRY(need(g, n, 0, "query", &q));
+    PD_TRY(need(g, n, 1, "key", &k));
+    PD_TRY(need(g, n, 2, "value", &v));
+    if (!is_real(q->dtype))
+        return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "query '%s' has dtype %s (float types are supported)", q->name,
+                            pd_dtype_name(q->dtype));
+    PD_TRY(need_dtype(g, n, k, q->dtype, "key"));
+    PD_TRY(need_dtype(g, n, v, q->dtype, "value"));
+    if (dc) PD_TRY(need_dtype(g, n, dc, q->dtype, "decay"));
+    if (bt) PD_TRY(need_dtype(g, n, bt, q->dtype, "beta"));
+    pd__linattn a;
+    pd_status st = pd__linattn_plan(n, q->ndim, q->shape, k->ndim, k->shape, v->ndim, v->shape, dc ? dc->ndim : 0,
+                                    dc ? dc->shape : NULL, bt ? bt->ndim : 0, bt ? bt->shape : NULL, &a);
+    if (st != PD_OK) return node_prefix(g, n, st);
+    int64_t ss[4] = {a.B, a.Hk, a.Dk, a.Dv}, ys[3] = {a.B, a.T, a.Hq * a.Dv};
+    if (ps && (!is_real(ps->dtype) || ps->ndim != 4 || memcmp(ps->shape, ss, sizeof ss) != 0))
+        return pd__node_err(g, n, PD_ERR_SHAPE, "past_state %s (%s) must be a float [%lld,%lld,%lld,%lld]",
+                            shp(ps).s, pd_dtype_name(ps->dtype), (long long)a.B, (long long)a.Hk, (long long)a.Dk,
+                            (long long)a.Dv);
+    PD_TRY(set_out(g, n, 0, q->dtype, 3, ys));
+    return set_out(g, n, 1, ps ? ps->dtype : q->dtype, 4, ss);
+}
+
+double pd__flops_LinearAttention(const pd_graph *g, const pd__node *n) {
+    const pd__tensor *q = cin(g, n, 0), *k = cin(g, n, 1), *v = cin(g, n, 2), *dc = cin(g, n, 4),
+                     *bt = cin(g, n, 5);
+    pd__linattn a;
+    if (!q || !k || !v || q->numel < 0 ||
+        pd__linattn_plan(n, q->ndim, q->shape, k->ndim, k->shape, v->ndim, v->shape, dc ? dc->ndim : 0,
+                         dc ? dc->shape : NULL, bt ? bt->ndim : 0, bt ? bt->shape : NULL, &a) != PD_OK)
+        return 0;
+    /* per token and kv head: decay, S^T k, the rank-1 update (Dk x Dv each);
+     * per query head: S^T q */
+    double st = (double)a.Dk * (double)a.Dv;
+    return (double)a.B * (double)a.T * ((double)a.Hk * 5 * st + (double)a.Hq * 2 * st);
+}
+
+/* ---- CausalConvWithState --------------------------------------------------------------------- */
+
+int pd__ccws_silu(const pd__node *n) {
+    const char *act = pd__attr_s(n, "activation", "none");
+    if (strcmp(act, "none") == 0) return 0;
+    return strcmp(act, "silu") == 0 || strcmp(act, "swish") == 0 ? 1 : -1;
+}
+
+/* Any float dtype: the kernel computes in float64 (runtime/cpu/nn.c). */
+pd_status pd__shape_CausalConvWithState(pd_graph *g, pd__node *n) {
+    pd__tensor *x, *w, *b = pd__in(g, n, 2), *ps = pd__in(g, n, 3);
+    PD_TRY(need(g, n, 0, "input", &x));
+    PD_TRY(need(g, n, 1, "weight", &w));
+    if (!is_real(x->dtype))
+        return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "input '%s' has dtype %s (float types are supported)", x->name,
+                            pd_dtype_name(x->dtype));
+    PD_TRY(need_dtype(g, n, w, x->dtype, "weight"));
+    if (b) PD_TRY(need_dtype(g, n, b, x->dtype, "bias"));
+    if (ps) PD_TRY(need_dtype(g, n, ps, x->dtype, "past_state"));
+    if (pd__ccws_silu(n) < 0)
+        return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "activation '%s' (none, silu and swish are defined)",
+                            pd__attr_s(n, "activation", ""));
+    if (x->ndim != 3 || w->ndim != 3 || w->shape[0] != x->shape[1] || w->shape[1] != 1 || w->shape[2] < 1)
+        return pd__node_err(g, n, PD_ERR_SHAPE, "input %s must be (batch, channels, length) and weight %s (channels, 1, k)",
+                            shp(x).s, shp(w).s);
+    int64_t B = x->shape[0], C = x->shape[1], K = w->shape[2], ss[3] = {B, C, K - 1};
+    if (b && (b->ndim != 1 || b->shape[0] != C))
+        return pd__node_err(g, n, PD_ERR_SHAPE, "bias %s must be [%lld]", shp(b).s, (long long)C);
+    if (ps && (ps->ndim != 3 || memcmp(ps->shape, ss, sizeof ss) != 0))
+        return pd__node_err(g, n, PD_ERR_SHAPE, "past_state %s must be [%lld,%lld,%lld]", shp(ps).s, (long long)B,
+                            (long long)C, (long long)(K - 1));
+    PD_TRY(set_out(g, n, 0, x->dtype, 3, x->shape));
+    return set_out(g, n, 1, x->dtype, 3, ss);
+}
+
+double pd__flops_CausalConvWithState(const pd_graph *g, const pd__node *n) {
+    const pd__tensor *x = cin(g, n, 0), *w = cin(g, n, 1);
+    if (!x || !w || w->ndim != 3) return 0;
+    return dnumel(x) * (2 * (double)w->shape[2] + (pd__ccws_silu(n) > 0 ? 4 : 0));
 }
 
 /* ---- GridSample, AffineGrid, Col2Im, CenterCropPad ------------------------------------------------ */
@@ -6303,6 +6589,11 @@ pd_status pd__nms_select(const pd__node *n, const pd_tensor *const *in, int nin,
  * them too. */
 pd_status pd__unique_run(const pd__node *n, const pd_tensor *x, int *axis, int64_t *count, pd_tensor *const *out,
                          int nout);
+
+/* TfIdfVectorizer: checks the attributes (integer pool only: pool_strings
+ * and string inputs are not supported) and gives the output's width,
+ * max(ngram_indexes) + 1. Sets the message without the node prefix. */
+pd_status pd__tfidf_width(const pd__node *n, int64_t *width);
 
 #endif
 /* ---- end of core/shape_tensor.h ---- */
@@ -7997,6 +8288,86 @@ pd_status pd__shape_Unique(pd_graph *g, pd__node *n) {
 }
 
 PD__NO_FLOPS(Unique)
+
+/* ---- TfIdfVectorizer ---------------------------------------------------------- */
+
+pd_status pd__tfidf_width(const pd__node *n, int64_t *width) {
+    const int64_t *idx, *cnt, *pool;
+    int nidx = pd__attr_ints(n, "ngram_indexes", &idx), ncnt = pd__attr_ints(n, "ngram_counts", &cnt);
+    int npool = pd__attr_ints(n, "pool_int64s", &pool);
+    const char *mode = pd__attr_s(n, "mode", "");
+    int64_t lo = pd__attr_i(n, "min_gram_length", 0), hi = pd__attr_i(n, "max_gram_length", 0);
+    if (pd__attr_get(n, "pool_strings"))
+        return pd__err(PD_ERR_UNSUPPORTED, "a string pool (pool_strings) is not supported: string tensors are not");
+    if (strcmp(mode, "TF") != 0 && strcmp(mode, "IDF") != 0 && strcmp(mode, "TFIDF") != 0)
+        return pd__err(PD_ERR_INVALID, "mode '%s' (TF, IDF and TFIDF are defined)", mode);
+    if (lo < 1 || hi < lo || pd__attr_i(n, "max_skip_count", 0) < 0)
+        return pd__err(PD_ERR_INVALID, "min_gram_length %lld, max_gram_length %lld and max_skip_count %lld", (long long)lo,
+                       (long long)hi, (long long)pd__attr_i(n, "max_skip_count", 0));
+    if (nidx < 1 || ncnt < 1)
+        return pd__err(PD_ERR_INVALID, "ngram_indexes and ngram_counts must be given");
+    for (int i = 0; i < ncnt; i++)
+        if (cnt[i] < 0 || cnt[i] > npool || (i && cnt[i] < cnt[i - 1]))
+            return pd__err(PD_ERR_INVALID, "ngram_counts[%d] = %lld is not an increasing offset into the %d-item pool",
+                           i, (long long)cnt[i], npool);
+    int64_t w = 0;
+    for (int i = 0; i < nidx; i++) {
+        if (idx[i] < 0) return pd__err(PD_ERR_INVALID, "ngram_indexes[%d] = %lld is negative", i, (long long)idx[i]);
+        if (idx[i] + 1 > w) w = idx[i] + 1;
+    }
+    const float *wt;
+    int nw = pd__attr_floats(n, "weights", &wt);
+    if (nw && nw < w)
+        return pd__err(PD_ERR_INVALID, "%d weights for %lld outputs", nw, (long long)w);
+    *width = w;
+    return PD_OK;
+}
+
+/* X (C) or (B, C) of int32 or int64 gives float Y (width) or (B, width). */
+pd_status pd__shape_TfIdfVectorizer(pd_graph *g, pd__node *n) {
+    pd__tensor *x = NULL;
+    PD_TRY(need_in(g, n, 0, "X", &x));
+    if (x->dtype != PD_INT32 && x->dtype != PD_INT64)
+        return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "X has dtype %s (int32 and int64 are supported)",
+                            pd_dtype_name(x->dtype));
+    if (x->ndim < 1 || x->ndim > 2)
+        return pd__node_err(g, n, PD_ERR_SHAPE, "X must be [C] or [B, C], has rank %d", x->ndim);
+    int64_t w;
+    pd_status st = pd__tfidf_width(n, &w);
+    if (st != PD_OK) return node_fail(g, n, st);
+    int64_t ys[2] = {x->shape[0], w};
+    return x->ndim == 1 ? set_out(g, n, 0, PD_FLOAT, 1, &w) : set_out(g, n, 0, PD_FLOAT, 2, ys);
+}
+
+double pd__flops_TfIdfVectorizer(const pd_graph *g, const pd__node *n) {
+    const pd__tensor *x = n->nin > 0 && n->in[0] >= 0 ? &g->tensors[n->in[0]] : NULL;
+    int64_t hi = pd__attr_i(n, "max_gram_length", 1), sk = pd__attr_i(n, "max_skip_count", 0);
+    return x && x->numel > 0 ? (double)x->numel * (double)hi * (double)(sk + 1) : 0;
+}
+
+/* ---- ai.onnx.ml: ArrayFeatureExtractor ------------------------------------------------ */
+
+/* The elements of X's last axis at the int64 indices Y (any shape,
+ * flattened): X's leading dims then numel(Y); a 1-D X gives (1, numel(Y)),
+ * as ONNX's reference and onnxruntime do. Not differentiable here (an
+ * inference op of the ML domain): training through it is refused. */
+pd_status pd__shape_ArrayFeatureExtractor(pd_graph *g, pd__node *n) {
+    pd__tensor *x = NULL, *y = NULL;
+    PD_TRY(need_in(g, n, 0, "X", &x));
+    PD_TRY(need_in(g, n, 1, "Y", &y));
+    if (y->dtype != PD_INT64) return pd__node_err(g, n, PD_ERR_SHAPE, "Y has dtype %s, expected int64", pd_dtype_name(y->dtype));
+    if (x->ndim < 1 || pd_dtype_size(x->dtype) == 0 || x->dtype == PD_STRING)
+        return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "X (%s, rank %d) must be a numeric tensor of rank >= 1",
+                            pd_dtype_name(x->dtype), x->ndim);
+    int64_t s[PD_MAX_DIMS];
+    int r = x->ndim == 1 ? 2 : x->ndim;
+    if (x->ndim == 1) s[0] = 1;
+    else memcpy(s, x->shape, sizeof(int64_t) * (size_t)(x->ndim - 1));
+    s[r - 1] = y->numel;
+    return set_out(g, n, 0, x->dtype, r, s);
+}
+
+PD__NO_FLOPS(ArrayFeatureExtractor)
 #undef MAX_VIEWS
 #undef PD__NO_FLOPS
 #undef RESOLVE

@@ -79,6 +79,10 @@
     X(NLL_LOSS, NegativeLogLikelihoodLoss, PD_OPF_NN | PD_OPF_HOST, 0x1, 0)                        \
     X(ROTARY_EMBEDDING, RotaryEmbedding, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)            \
     X(ATTENTION, Attention, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0x7, 0)                         \
+    X(LINEAR_ATTENTION, LinearAttention, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0x3f, 0)           \
+    X(CAUSAL_CONV_WITH_STATE, CausalConvWithState, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0xf, 0)  \
+    /* domain ai.onnx.preview (onnx/load.c, node_op) */                                            \
+    X(FLEX_ATTENTION, FlexAttention, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0x7, 0)                \
     X(GRID_SAMPLE, GridSample, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0x3, 0)                      \
     X(AFFINE_GRID, AffineGrid, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                      \
     X(COL2IM, Col2Im, PD_OPF_NN | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                               \
@@ -179,6 +183,12 @@
     X(REDUCE_SUM_SQUARE, ReduceSumSquare, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)         \
     X(REDUCE_LOG_SUM, ReduceLogSum, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)               \
     X(REDUCE_LOG_SUM_EXP, ReduceLogSumExp, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)        \
+    /* optimizer steps as graph nodes: domain ai.onnx.preview.training (onnx/load.c, node_op) */   \
+    X(ADAGRAD, Adagrad, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                             \
+    X(ADAM, Adam, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                                   \
+    X(MOMENTUM, Momentum, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                           \
+    /* domain ai.onnx.ml (onnx/load.c, node_op) */                                                 \
+    X(BINARIZER, Binarizer, PD_OPF_ELEM | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                         \
     /* tensor manipulation */                                                                      \
     X(FLATTEN, Flatten, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_BWD_WRITES, 0x1, 0)                   \
     X(RESHAPE, Reshape, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_BWD_WRITES, 0x1, 0)                   \
@@ -217,6 +227,8 @@
     X(COMPRESS, Compress, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)                       \
     X(REVERSE_SEQUENCE, ReverseSequence, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0x1, 0)        \
     X(NON_ZERO, NonZero, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                          \
+    X(TFIDF_VECTORIZER, TfIdfVectorizer, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)          \
+    X(ARRAY_FEATURE_EXTRACTOR, ArrayFeatureExtractor, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)\
     /* signal: windows and the mel matrix take scalars (their sizes constant at load) */           \
     X(HANN_WINDOW, HannWindow, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)                    \
     X(HAMMING_WINDOW, HammingWindow, PD_OPF_TENSOR | PD_OPF_FOLD | PD_OPF_HOST, 0, 0)              \

@@ -668,3 +668,79 @@ double pd__flops_ReduceLogSum(const pd_graph *g, const pd__node *n) { return in_
 double pd__flops_ReduceLogSumExp(const pd_graph *g, const pd__node *n) {
     return 10 * in_numel(g, n, 0) + 8 * out_numel(g, n);
 }
+
+/* ---- the optimizer update rules of ai.onnx.preview.training -------------------- */
+
+/* Adagrad, Adam and Momentum: R (float scalar), T (int64 scalar), then n
+ * tensors X, n gradients G and n of each state (Adagrad H; Adam V, H;
+ * Momentum V), float or double, each the shape of its X; the outputs are
+ * the new X and states, grouped the same way. Element-wise updates, not
+ * differentiable: a graph runs them as its own optimizer step. */
+static pd_status shape_optim(pd_graph *g, pd__node *n, int groups) {
+    pd__tensor *r, *t;
+    PD_TRY(input(g, n, 0, &r));
+    PD_TRY(input(g, n, 1, &t));
+    if ((r->dtype != PD_FLOAT && r->dtype != PD_DOUBLE) || r->numel != 1 || t->dtype != PD_INT64 || t->numel != 1)
+        return pd__node_err(g, n, PD_ERR_SHAPE, "R (%s) must be a float scalar and T (%s) an int64 scalar",
+                            pd_dtype_name(r->dtype), pd_dtype_name(t->dtype));
+    int k = (n->nin - 2) / groups;
+    if (k < 1 || n->nin != 2 + k * groups || n->nout != k * (groups - 1))
+        return pd__node_err(g, n, PD_ERR_INVALID, "%d inputs and %d outputs: expected 2 + %d n and %d n", n->nin,
+                            n->nout, groups, groups - 1);
+    for (int i = 0; i < k; i++) {
+        pd__tensor *x;
+        PD_TRY(input(g, n, 2 + i, &x));
+        if (x->dtype != PD_FLOAT && x->dtype != PD_DOUBLE)
+            return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "X '%s' has dtype %s (float and double are supported)",
+                                x->name, pd_dtype_name(x->dtype));
+        for (int j = 1; j < groups; j++) {
+            pd__tensor *y;
+            PD_TRY(input(g, n, 2 + j * k + i, &y));
+            if (y->dtype != x->dtype || y->ndim != x->ndim || memcmp(y->shape, x->shape, sizeof(int64_t) * (size_t)x->ndim))
+                return pd__node_err(g, n, PD_ERR_SHAPE, "'%s' (%s) does not match X '%s' (%s) in dtype or shape",
+                                    y->name, pd_dtype_name(y->dtype), x->name, pd_dtype_name(x->dtype));
+        }
+        for (int j = 0; j < groups - 1; j++) {
+            pd__tensor *o = pd__out(g, n, j * k + i);
+            if (!o) continue;
+            o->dtype = x->dtype;
+            PD_TRY(pd__tensor_set_shape(g, o, x->ndim, x->shape));
+        }
+    }
+    if (n->op == PD_OP_MOMENTUM) {
+        const char *mode = pd__attr_s(n, "mode", "");
+        if (strcmp(mode, "standard") != 0 && strcmp(mode, "nesterov") != 0)
+            return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "mode '%s' (standard and nesterov are defined)", mode);
+    }
+    return PD_OK;
+}
+
+static double optim_flops(const pd_graph *g, const pd__node *n, int groups, double per) {
+    double s = 0;
+    for (int i = 2; i < 2 + (n->nin - 2) / groups; i++) s += in_numel(g, n, i);
+    return per * s;
+}
+
+pd_status pd__shape_Adagrad(pd_graph *g, pd__node *n) { return shape_optim(g, n, 3); }
+pd_status pd__shape_Adam(pd_graph *g, pd__node *n) { return shape_optim(g, n, 4); }
+pd_status pd__shape_Momentum(pd_graph *g, pd__node *n) { return shape_optim(g, n, 3); }
+double pd__flops_Adagrad(const pd_graph *g, const pd__node *n) { return optim_flops(g, n, 3, 9); }
+double pd__flops_Adam(const pd_graph *g, const pd__node *n) { return optim_flops(g, n, 4, 14); }
+double pd__flops_Momentum(const pd_graph *g, const pd__node *n) { return optim_flops(g, n, 3, 7); }
+
+/* ---- ai.onnx.ml ------------------------------------------------------------------ */
+
+/* Binarizer: 1 where X > threshold, else 0, in X's dtype (float, double,
+ * int32, int64). Its gradient is zero almost everywhere: not differentiable. */
+pd_status pd__shape_Binarizer(pd_graph *g, pd__node *n) {
+    pd__tensor *x, *y;
+    PD_TRY(input(g, n, 0, &x));
+    PD_TRY(output(g, n, &y));
+    if (x->dtype != PD_FLOAT && x->dtype != PD_DOUBLE && x->dtype != PD_INT32 && x->dtype != PD_INT64)
+        return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "X has dtype %s (float, double, int32 and int64 are supported)",
+                            pd_dtype_name(x->dtype));
+    y->dtype = x->dtype;
+    return pd__tensor_set_shape(g, y, x->ndim, x->shape);
+}
+
+double pd__flops_Binarizer(const pd_graph *g, const pd__node *n) { return in_numel(g, n, 0); }

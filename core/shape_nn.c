@@ -4,9 +4,10 @@
  * LpNormalization, MeanVarianceNormalization, MaxPool, AveragePool, LpPool,
  * MaxUnpool, GlobalAveragePool, GlobalMaxPool, Resize, Upsample, Einsum, LRN,
  * Softmax, LogSoftmax, Dropout, SoftmaxCrossEntropyLoss, NegativeLogLikelihoodLoss,
- * RotaryEmbedding, Attention, GridSample, AffineGrid, Col2Im,
- * CenterCropPad, MatMulInteger, QLinearMatMul, ConvInteger and QLinearConv
- * (opsets 6-23).
+ * RotaryEmbedding, Attention, FlexAttention, LinearAttention,
+ * CausalConvWithState, GridSample, AffineGrid, Col2Im, CenterCropPad,
+ * MatMulInteger, QLinearMatMul, ConvInteger and QLinearConv
+ * (opsets 6-27; FlexAttention of ai.onnx.preview).
  *
  * A rule checks ranks, channel counts against the weights, and dtypes, so a
  * bad model fails with one line naming the node and the shapes, and then
@@ -83,6 +84,13 @@ static pd_status need_float(pd_graph *g, pd__node *n, const pd__tensor *t, const
         return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "%s '%s' has dtype %s (float and double are supported)", what,
                             t->name, pd_dtype_name(t->dtype));
     return PD_OK;
+}
+
+/* The same, float16 and bfloat16 accepted too: the ops whose CPU kernels
+ * widen them to float32 (runtime/cpu/nn.c, half_run). */
+static pd_status need_float_half(pd_graph *g, pd__node *n, const pd__tensor *t, const char *what) {
+    if (t->dtype == PD_FLOAT16 || t->dtype == PD_BFLOAT16) return PD_OK;
+    return need_float(g, n, t, what);
 }
 
 static pd_status need_dtype(pd_graph *g, pd__node *n, const pd__tensor *t, pd_dtype want, const char *what) {
@@ -312,7 +320,7 @@ pd_status pd__shape_MatMul(pd_graph *g, pd__node *n) {
     pd__tensor *a, *b;
     PD_TRY(need(g, n, 0, "A", &a));
     PD_TRY(need(g, n, 1, "B", &b));
-    PD_TRY(need_float(g, n, a, "A"));
+    PD_TRY(need_float_half(g, n, a, "A"));
     PD_TRY(need_dtype(g, n, b, a->dtype, "B"));
     if (a->ndim < 1 || b->ndim < 1)
         return pd__node_err(g, n, PD_ERR_SHAPE, "A %s and B %s must have rank >= 1", shp(a).s, shp(b).s);
@@ -341,7 +349,8 @@ static pd_status conv_inputs(pd_graph *g, pd__node *n, pd__tensor **x, pd__tenso
     pd__tensor *b = pd__in(g, n, 2);
     PD_TRY(need(g, n, 0, "X", x));
     PD_TRY(need(g, n, 1, "W", w));
-    PD_TRY(need_float(g, n, *x, "X"));
+    /* float16 for Conv only: ConvTranspose has no float32 detour */
+    PD_TRY(n->op == PD_OP_CONV ? need_float_half(g, n, *x, "X") : need_float(g, n, *x, "X"));
     PD_TRY(need_dtype(g, n, *w, (*x)->dtype, "W"));
     if (b) PD_TRY(need_dtype(g, n, b, (*x)->dtype, "B"));
     if ((*x)->ndim < 3)
@@ -1449,7 +1458,7 @@ pd_status pd__softmax_split(const pd__node *n, int ndim, const int64_t *shape, i
 static pd_status softmax_shape(pd_graph *g, pd__node *n) {
     pd__tensor *x;
     PD_TRY(need(g, n, 0, "input", &x));
-    PD_TRY(need_float(g, n, x, "input"));
+    PD_TRY(need_float_half(g, n, x, "input"));
     int64_t o, l, i;
     pd_status st = pd__softmax_split(n, x->ndim, x->shape, &o, &l, &i);
     if (st != PD_OK) return node_prefix(g, n, st);
@@ -1706,7 +1715,7 @@ pd_status pd__shape_Attention(pd_graph *g, pd__node *n) {
     PD_TRY(need(g, n, 0, "Q", &q));
     PD_TRY(need(g, n, 1, "K", &k));
     PD_TRY(need(g, n, 2, "V", &v));
-    PD_TRY(need_float(g, n, q, "Q"));
+    PD_TRY(need_float_half(g, n, q, "Q"));
     PD_TRY(need_dtype(g, n, k, q->dtype, "K"));
     PD_TRY(need_dtype(g, n, v, q->dtype, "V"));
     pd__tensor *kl = pd__in(g, n, 6);
@@ -1745,6 +1754,168 @@ double pd__flops_Attention(const pd_graph *g, const pd__node *n) {
     double scores = (double)a.B * (double)a.Hq * (double)a.Sq * (double)a.Tk;
     /* Q K^T, P V, and the mask, max, exp, sum and scale per score */
     return scores * (2 * (double)(a.Dh + a.Dv) + 5);
+}
+
+/* ---- FlexAttention ------------------------------------------------------------------------- */
+
+/* FlexAttention (ai.onnx.preview, opset 1) without its modifier subgraphs is
+ * Attention over 4-D Q, K, V (grouped-query heads, the scale attribute, no
+ * mask): the same plan and kernels. The score_mod and prob_mod subgraphs are
+ * not run; softmax in float32 or float64 (finer than ONNX's float16 and
+ * bfloat16 softmax_precision, so those are refused rather than matched). */
+pd_status pd__shape_FlexAttention(pd_graph *g, pd__node *n) {
+    static const char *const mods[2] = {"score_mod", "prob_mod"};
+    for (int i = 0; i < 2; i++)
+        if (pd__attr_get(n, mods[i]))
+            return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "the %s subgraph is not supported", mods[i]);
+    int64_t sp = pd__attr_i(n, "softmax_precision", PD_FLOAT);
+    if (sp != PD_FLOAT && sp != PD_DOUBLE)
+        return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "softmax_precision %lld (float and double are supported)",
+                            (long long)sp);
+    for (int i = 0; i < 3; i++) {
+        pd__tensor *t;
+        PD_TRY(need(g, n, i, i == 0 ? "Q" : i == 1 ? "K" : "V", &t));
+        if (t->ndim != 4)
+            return pd__node_err(g, n, PD_ERR_SHAPE, "%s %s must be 4-D (batch, heads, sequence, head size)",
+                                i == 0 ? "Q" : i == 1 ? "K" : "V", shp(t).s);
+    }
+    if (n->nin > 3 || n->nout > 1)
+        return pd__node_err(g, n, PD_ERR_INVALID, "takes Q, K and V and gives Y (%d inputs, %d outputs)", n->nin,
+                            n->nout);
+    return pd__shape_Attention(g, n);
+}
+
+double pd__flops_FlexAttention(const pd_graph *g, const pd__node *n) { return pd__flops_Attention(g, n); }
+
+/* ---- LinearAttention ----------------------------------------------------------------------- */
+
+pd_status pd__linattn_plan(const pd__node *n, int qn, const int64_t *qs, int kn, const int64_t *ks, int vn,
+                           const int64_t *vs, int dn, const int64_t *ds, int bn, const int64_t *bs, pd__linattn *a) {
+    memset(a, 0, sizeof *a);
+    const char *rule = pd__attr_s(n, "update_rule", "gated_delta");
+    a->gated = strcmp(rule, "gated") == 0 || strcmp(rule, "gated_delta") == 0;
+    a->delta = strcmp(rule, "delta") == 0 || strcmp(rule, "gated_delta") == 0;
+    if (!a->gated && !a->delta && strcmp(rule, "linear") != 0)
+        return pd__err(PD_ERR_UNSUPPORTED, "update_rule '%s' (linear, gated, delta and gated_delta are defined)",
+                       rule);
+    if (qn != 3 || kn != 3 || vn != 3)
+        return pd__err(PD_ERR_SHAPE, "query %s, key %s and value %s must be 3-D (batch, tokens, heads * size)",
+                       shpv(qn, qs).s, shpv(kn, ks).s, shpv(vn, vs).s);
+    int64_t hq = pd__attr_i(n, "q_num_heads", 0), hk = pd__attr_i(n, "kv_num_heads", 0);
+    if (hq <= 0 || hk <= 0 || hq % hk != 0 || qs[2] % hq != 0 || ks[2] % hk != 0 || vs[2] % hk != 0)
+        return pd__err(PD_ERR_SHAPE,
+                       "q_num_heads %lld must be a positive multiple of kv_num_heads %lld, dividing query %s; "
+                       "kv_num_heads must divide key %s and value %s",
+                       (long long)hq, (long long)hk, shpv(qn, qs).s, shpv(kn, ks).s, shpv(vn, vs).s);
+    a->B = qs[0], a->T = qs[1], a->Hq = hq, a->Hk = hk, a->Dk = qs[2] / hq, a->Dv = vs[2] / hk;
+    if (ks[0] != a->B || vs[0] != a->B || ks[1] != a->T || vs[1] != a->T || ks[2] / hk != a->Dk)
+        return pd__err(PD_ERR_SHAPE, "key %s and value %s do not match query %s", shpv(kn, ks).s, shpv(vn, vs).s,
+                       shpv(qn, qs).s);
+    if (a->gated != (dn != 0) || a->delta != (bn != 0))
+        return pd__err(PD_ERR_INVALID, "update_rule '%s' %s decay and %s beta", rule,
+                       a->gated ? "needs" : "takes no", a->delta ? "needs" : "takes no");
+    if (dn) {
+        if (dn != 3 || ds[0] != a->B || ds[1] != a->T || (ds[2] != hk && ds[2] != hk * a->Dk))
+            return pd__err(PD_ERR_SHAPE, "decay %s must be [%lld,%lld,%lld] or [%lld,%lld,%lld]", shpv(dn, ds).s,
+                           (long long)a->B, (long long)a->T, (long long)hk, (long long)a->B, (long long)a->T,
+                           (long long)(hk * a->Dk));
+        a->gw = ds[2] / hk;
+    }
+    if (bn) {
+        if (bn != 3 || bs[0] != a->B || bs[1] != a->T || (bs[2] != hk && bs[2] != 1))
+            return pd__err(PD_ERR_SHAPE, "beta %s must be [%lld,%lld,%lld] or [%lld,%lld,1]", shpv(bn, bs).s,
+                           (long long)a->B, (long long)a->T, (long long)hk, (long long)a->B, (long long)a->T);
+        a->bw = bs[2];
+    }
+    /* scale 0 (the default) means 1/sqrt(Dk), as in ONNX's reference */
+    double sc = pd__attr_f(n, "scale", 0);
+    a->scale = sc != 0 ? sc : 1 / sqrt((double)a->Dk);
+    return PD_OK;
+}
+
+static bool is_real(pd_dtype t) { return is_float(t) || t == PD_FLOAT16 || t == PD_BFLOAT16; }
+
+/* Computed in float64 through pd__get_f/pd__set_f, so float16 and bfloat16 run
+ * too (rounded once, on the way out); past_state may have its own float dtype
+ * (ONNX's S), and present_state takes it, else query's. */
+pd_status pd__shape_LinearAttention(pd_graph *g, pd__node *n) {
+    pd__tensor *q, *k, *v, *ps = pd__in(g, n, 3), *dc = pd__in(g, n, 4), *bt = pd__in(g, n, 5);
+    PD_TRY(need(g, n, 0, "query", &q));
+    PD_TRY(need(g, n, 1, "key", &k));
+    PD_TRY(need(g, n, 2, "value", &v));
+    if (!is_real(q->dtype))
+        return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "query '%s' has dtype %s (float types are supported)", q->name,
+                            pd_dtype_name(q->dtype));
+    PD_TRY(need_dtype(g, n, k, q->dtype, "key"));
+    PD_TRY(need_dtype(g, n, v, q->dtype, "value"));
+    if (dc) PD_TRY(need_dtype(g, n, dc, q->dtype, "decay"));
+    if (bt) PD_TRY(need_dtype(g, n, bt, q->dtype, "beta"));
+    pd__linattn a;
+    pd_status st = pd__linattn_plan(n, q->ndim, q->shape, k->ndim, k->shape, v->ndim, v->shape, dc ? dc->ndim : 0,
+                                    dc ? dc->shape : NULL, bt ? bt->ndim : 0, bt ? bt->shape : NULL, &a);
+    if (st != PD_OK) return node_prefix(g, n, st);
+    int64_t ss[4] = {a.B, a.Hk, a.Dk, a.Dv}, ys[3] = {a.B, a.T, a.Hq * a.Dv};
+    if (ps && (!is_real(ps->dtype) || ps->ndim != 4 || memcmp(ps->shape, ss, sizeof ss) != 0))
+        return pd__node_err(g, n, PD_ERR_SHAPE, "past_state %s (%s) must be a float [%lld,%lld,%lld,%lld]",
+                            shp(ps).s, pd_dtype_name(ps->dtype), (long long)a.B, (long long)a.Hk, (long long)a.Dk,
+                            (long long)a.Dv);
+    PD_TRY(set_out(g, n, 0, q->dtype, 3, ys));
+    return set_out(g, n, 1, ps ? ps->dtype : q->dtype, 4, ss);
+}
+
+double pd__flops_LinearAttention(const pd_graph *g, const pd__node *n) {
+    const pd__tensor *q = cin(g, n, 0), *k = cin(g, n, 1), *v = cin(g, n, 2), *dc = cin(g, n, 4),
+                     *bt = cin(g, n, 5);
+    pd__linattn a;
+    if (!q || !k || !v || q->numel < 0 ||
+        pd__linattn_plan(n, q->ndim, q->shape, k->ndim, k->shape, v->ndim, v->shape, dc ? dc->ndim : 0,
+                         dc ? dc->shape : NULL, bt ? bt->ndim : 0, bt ? bt->shape : NULL, &a) != PD_OK)
+        return 0;
+    /* per token and kv head: decay, S^T k, the rank-1 update (Dk x Dv each);
+     * per query head: S^T q */
+    double st = (double)a.Dk * (double)a.Dv;
+    return (double)a.B * (double)a.T * ((double)a.Hk * 5 * st + (double)a.Hq * 2 * st);
+}
+
+/* ---- CausalConvWithState --------------------------------------------------------------------- */
+
+int pd__ccws_silu(const pd__node *n) {
+    const char *act = pd__attr_s(n, "activation", "none");
+    if (strcmp(act, "none") == 0) return 0;
+    return strcmp(act, "silu") == 0 || strcmp(act, "swish") == 0 ? 1 : -1;
+}
+
+/* Any float dtype: the kernel computes in float64 (runtime/cpu/nn.c). */
+pd_status pd__shape_CausalConvWithState(pd_graph *g, pd__node *n) {
+    pd__tensor *x, *w, *b = pd__in(g, n, 2), *ps = pd__in(g, n, 3);
+    PD_TRY(need(g, n, 0, "input", &x));
+    PD_TRY(need(g, n, 1, "weight", &w));
+    if (!is_real(x->dtype))
+        return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "input '%s' has dtype %s (float types are supported)", x->name,
+                            pd_dtype_name(x->dtype));
+    PD_TRY(need_dtype(g, n, w, x->dtype, "weight"));
+    if (b) PD_TRY(need_dtype(g, n, b, x->dtype, "bias"));
+    if (ps) PD_TRY(need_dtype(g, n, ps, x->dtype, "past_state"));
+    if (pd__ccws_silu(n) < 0)
+        return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "activation '%s' (none, silu and swish are defined)",
+                            pd__attr_s(n, "activation", ""));
+    if (x->ndim != 3 || w->ndim != 3 || w->shape[0] != x->shape[1] || w->shape[1] != 1 || w->shape[2] < 1)
+        return pd__node_err(g, n, PD_ERR_SHAPE, "input %s must be (batch, channels, length) and weight %s (channels, 1, k)",
+                            shp(x).s, shp(w).s);
+    int64_t B = x->shape[0], C = x->shape[1], K = w->shape[2], ss[3] = {B, C, K - 1};
+    if (b && (b->ndim != 1 || b->shape[0] != C))
+        return pd__node_err(g, n, PD_ERR_SHAPE, "bias %s must be [%lld]", shp(b).s, (long long)C);
+    if (ps && (ps->ndim != 3 || memcmp(ps->shape, ss, sizeof ss) != 0))
+        return pd__node_err(g, n, PD_ERR_SHAPE, "past_state %s must be [%lld,%lld,%lld]", shp(ps).s, (long long)B,
+                            (long long)C, (long long)(K - 1));
+    PD_TRY(set_out(g, n, 0, x->dtype, 3, x->shape));
+    return set_out(g, n, 1, x->dtype, 3, ss);
+}
+
+double pd__flops_CausalConvWithState(const pd_graph *g, const pd__node *n) {
+    const pd__tensor *x = cin(g, n, 0), *w = cin(g, n, 1);
+    if (!x || !w || w->ndim != 3) return 0;
+    return dnumel(x) * (2 * (double)w->shape[2] + (pd__ccws_silu(n) > 0 ? 4 : 0));
 }
 
 /* ---- GridSample, AffineGrid, Col2Im, CenterCropPad ------------------------------------------------ */

@@ -206,6 +206,33 @@ typedef struct pd__attn {
 pd_status pd__attn_plan(const pd__node *n, int qn, const int64_t *qs, int kn, const int64_t *ks, int vn,
                         const int64_t *vs, int mn, const int64_t *ms, int pn, const int64_t *ps, pd__attn *a);
 
+/* LinearAttention (opset 27): query (B, T, Hq*Dk), key (B, T, Hk*Dk),
+ * value (B, T, Hk*Dv); one (Dk, Dv) state per kv head, past_state
+ * (B, Hk, Dk, Dv) or zeros. Token t: the state decays by exp(decay)
+ * (gated; decay (B, T, Hk) per head or (B, T, Hk*Dk) per key row), the
+ * delta rules write beta * (v - S^T k) instead of v (beta (B, T, Hk) or
+ * (B, T, 1)), S += k v^T, and query head h reads kv head h / (Hq / Hk):
+ * o = scale * S^T q. gw and bw: decay and beta values per token and kv head
+ * group (gw 1 or Dk, bw Hk or 1; 0: absent). */
+typedef struct pd__linattn {
+    int64_t B, T, Hq, Hk, Dk, Dv;
+    int64_t gw, bw;
+    bool gated, delta;
+    double scale;
+} pd__linattn;
+
+/* Fills *a from the node and the shapes of query, key, value, decay and
+ * beta (ndim 0: absent). Sets the message without the node prefix. */
+pd_status pd__linattn_plan(const pd__node *n, int qn, const int64_t *qs, int kn, const int64_t *ks, int vn,
+                           const int64_t *vs, int dn, const int64_t *ds, int bn, const int64_t *bs, pd__linattn *a);
+
+/* CausalConvWithState (opset 27): input (B, C, L), depthwise weight
+ * (C, 1, K), bias (C), past_state (B, C, K-1) or zeros prepended; output
+ * (B, C, L) the valid convolution of the K-1 + L positions (then SiLU
+ * with activation silu/swish), present_state (B, C, K-1) their last K-1.
+ * 1: silu, 0: none, -1: an activation not defined. */
+int pd__ccws_silu(const pd__node *n);
+
 /* RoiAlign's mode (0 avg, 1 max; -1 unknown) and the offset its
  * coordinate_transformation_mode subtracts (0.5 half_pixel, 0
  * output_half_pixel; -1 unknown). */

@@ -1707,3 +1707,83 @@ pd_status pd__shape_Unique(pd_graph *g, pd__node *n) {
 }
 
 PD__NO_FLOPS(Unique)
+
+/* ---- TfIdfVectorizer ---------------------------------------------------------- */
+
+pd_status pd__tfidf_width(const pd__node *n, int64_t *width) {
+    const int64_t *idx, *cnt, *pool;
+    int nidx = pd__attr_ints(n, "ngram_indexes", &idx), ncnt = pd__attr_ints(n, "ngram_counts", &cnt);
+    int npool = pd__attr_ints(n, "pool_int64s", &pool);
+    const char *mode = pd__attr_s(n, "mode", "");
+    int64_t lo = pd__attr_i(n, "min_gram_length", 0), hi = pd__attr_i(n, "max_gram_length", 0);
+    if (pd__attr_get(n, "pool_strings"))
+        return pd__err(PD_ERR_UNSUPPORTED, "a string pool (pool_strings) is not supported: string tensors are not");
+    if (strcmp(mode, "TF") != 0 && strcmp(mode, "IDF") != 0 && strcmp(mode, "TFIDF") != 0)
+        return pd__err(PD_ERR_INVALID, "mode '%s' (TF, IDF and TFIDF are defined)", mode);
+    if (lo < 1 || hi < lo || pd__attr_i(n, "max_skip_count", 0) < 0)
+        return pd__err(PD_ERR_INVALID, "min_gram_length %lld, max_gram_length %lld and max_skip_count %lld", (long long)lo,
+                       (long long)hi, (long long)pd__attr_i(n, "max_skip_count", 0));
+    if (nidx < 1 || ncnt < 1)
+        return pd__err(PD_ERR_INVALID, "ngram_indexes and ngram_counts must be given");
+    for (int i = 0; i < ncnt; i++)
+        if (cnt[i] < 0 || cnt[i] > npool || (i && cnt[i] < cnt[i - 1]))
+            return pd__err(PD_ERR_INVALID, "ngram_counts[%d] = %lld is not an increasing offset into the %d-item pool",
+                           i, (long long)cnt[i], npool);
+    int64_t w = 0;
+    for (int i = 0; i < nidx; i++) {
+        if (idx[i] < 0) return pd__err(PD_ERR_INVALID, "ngram_indexes[%d] = %lld is negative", i, (long long)idx[i]);
+        if (idx[i] + 1 > w) w = idx[i] + 1;
+    }
+    const float *wt;
+    int nw = pd__attr_floats(n, "weights", &wt);
+    if (nw && nw < w)
+        return pd__err(PD_ERR_INVALID, "%d weights for %lld outputs", nw, (long long)w);
+    *width = w;
+    return PD_OK;
+}
+
+/* X (C) or (B, C) of int32 or int64 gives float Y (width) or (B, width). */
+pd_status pd__shape_TfIdfVectorizer(pd_graph *g, pd__node *n) {
+    pd__tensor *x = NULL;
+    PD_TRY(need_in(g, n, 0, "X", &x));
+    if (x->dtype != PD_INT32 && x->dtype != PD_INT64)
+        return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "X has dtype %s (int32 and int64 are supported)",
+                            pd_dtype_name(x->dtype));
+    if (x->ndim < 1 || x->ndim > 2)
+        return pd__node_err(g, n, PD_ERR_SHAPE, "X must be [C] or [B, C], has rank %d", x->ndim);
+    int64_t w;
+    pd_status st = pd__tfidf_width(n, &w);
+    if (st != PD_OK) return node_fail(g, n, st);
+    int64_t ys[2] = {x->shape[0], w};
+    return x->ndim == 1 ? set_out(g, n, 0, PD_FLOAT, 1, &w) : set_out(g, n, 0, PD_FLOAT, 2, ys);
+}
+
+double pd__flops_TfIdfVectorizer(const pd_graph *g, const pd__node *n) {
+    const pd__tensor *x = n->nin > 0 && n->in[0] >= 0 ? &g->tensors[n->in[0]] : NULL;
+    int64_t hi = pd__attr_i(n, "max_gram_length", 1), sk = pd__attr_i(n, "max_skip_count", 0);
+    return x && x->numel > 0 ? (double)x->numel * (double)hi * (double)(sk + 1) : 0;
+}
+
+/* ---- ai.onnx.ml: ArrayFeatureExtractor ------------------------------------------------ */
+
+/* The elements of X's last axis at the int64 indices Y (any shape,
+ * flattened): X's leading dims then numel(Y); a 1-D X gives (1, numel(Y)),
+ * as ONNX's reference and onnxruntime do. Not differentiable here (an
+ * inference op of the ML domain): training through it is refused. */
+pd_status pd__shape_ArrayFeatureExtractor(pd_graph *g, pd__node *n) {
+    pd__tensor *x = NULL, *y = NULL;
+    PD_TRY(need_in(g, n, 0, "X", &x));
+    PD_TRY(need_in(g, n, 1, "Y", &y));
+    if (y->dtype != PD_INT64) return pd__node_err(g, n, PD_ERR_SHAPE, "Y has dtype %s, expected int64", pd_dtype_name(y->dtype));
+    if (x->ndim < 1 || pd_dtype_size(x->dtype) == 0 || x->dtype == PD_STRING)
+        return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "X (%s, rank %d) must be a numeric tensor of rank >= 1",
+                            pd_dtype_name(x->dtype), x->ndim);
+    int64_t s[PD_MAX_DIMS];
+    int r = x->ndim == 1 ? 2 : x->ndim;
+    if (x->ndim == 1) s[0] = 1;
+    else memcpy(s, x->shape, sizeof(int64_t) * (size_t)(x->ndim - 1));
+    s[r - 1] = y->numel;
+    return set_out(g, n, 0, x->dtype, r, s);
+}
+
+PD__NO_FLOPS(ArrayFeatureExtractor)

@@ -144,4 +144,9 @@ pd_status pd__nms_select(const pd__node *n, const pd_tensor *const *in, int nin,
 pd_status pd__unique_run(const pd__node *n, const pd_tensor *x, int *axis, int64_t *count, pd_tensor *const *out,
                          int nout);
 
+/* TfIdfVectorizer: checks the attributes (integer pool only: pool_strings
+ * and string inputs are not supported) and gives the output's width,
+ * max(ngram_indexes) + 1. Sets the message without the node prefix. */
+pd_status pd__tfidf_width(const pd__node *n, int64_t *width);
+
 #endif

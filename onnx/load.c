@@ -54,7 +54,7 @@ static int64_t domain_version(const Onnx__ModelProto *m, const char *domain) {
  * data (../shared/onnx-tests) the ops are checked against. A newer opset may
  * change an op's meaning; refusing it beats computing something else. */
 #define PD__OPSET_MAX 27    /* ai.onnx */
-#define PD__ML_OPSET_MAX 5  /* ai.onnx.ml (no op of it is implemented) */
+#define PD__ML_OPSET_MAX 5  /* ai.onnx.ml (Binarizer and ArrayFeatureExtractor only: node_op) */
 
 /* Every import names a version that exists: >= 1, and for the ONNX domains at
  * most the newest one known. A model without any import is refused unless its
@@ -477,6 +477,24 @@ static pd_status tensor_list(loader *L, size_t n, char **names, bool outs, pd__r
     return PD_OK;
 }
 
+/* The op a node runs: the op table's entry for ai.onnx's ops, and for the
+ * few ops of other domains that are implemented, each in its own
+ * domain only (the table holds names, not domains); -1 otherwise. */
+static int node_op(const char *domain, const char *op_type) {
+    static const char *const other[][2] = {
+        {"ai.onnx.preview", "FlexAttention"},
+        {"ai.onnx.preview.training", "Adagrad"},
+        {"ai.onnx.preview.training", "Adam"},
+        {"ai.onnx.preview.training", "Momentum"},
+        {"ai.onnx.ml", "Binarizer"},
+        {"ai.onnx.ml", "ArrayFeatureExtractor"},
+    };
+    const char *want = "";
+    for (size_t i = 0; i < sizeof other / sizeof other[0]; i++)
+        if (strcmp(op_type, other[i][1]) == 0) want = other[i][0];
+    return strcmp(domain, want) == 0 ? pd__op_lookup(op_type) : -1;
+}
+
 /* If, Loop and Scan of ai.onnx, each with its one subgraph attribute (two for If). */
 static bool is_flow(const pd__node *n) {
     if (*n->domain) return false;
@@ -520,7 +538,7 @@ pd_status pd__build_node(loader *L, size_t index, const Onnx__NodeProto *np, con
     if (!*domain && n->opset == 0 && L->m->n_opset_import > 0)
         return pd__err(PD_ERR_INVALID, "%s: node '%s' (%s): the model does not import the default domain (ai.onnx)",
                        g->path, n->name, n->op_type);
-    n->op = *domain ? -1 : pd__op_lookup(op_type);
+    n->op = node_op(domain, op_type);
     PD_TRY(tensor_list(L, np->n_input, np->input, false, resolve, ctx, &n->in, &n->nin));
     PD_TRY(tensor_list(L, np->n_output, np->output, true, resolve, ctx, &n->out, &n->nout));
     if (np->n_attribute > INT_MAX)

@@ -2,8 +2,8 @@
  * against a naive reference: numpy broadcasting over random shapes and
  * dtypes, Where, the reductions over random axes, Cast's edge cases, the
  * edges of the comparisons, logic, Max / Min, Mod, rounding and the other
- * reductions, and the multi-threaded paths (results must equal the
- * single-threaded ones). */
+ * reductions, the optimizer update rules against onnx.reference, and the
+ * multi-threaded paths (results must equal the single-threaded ones). */
 #include "../core/pd_internal.h"
 #include "check.h"
 
@@ -716,6 +716,61 @@ static void test_unsupported(pd__exec *x) {
     CHECK(st == PD_ERR_UNSUPPORTED && st2 == PD_ERR_UNSUPPORTED, "Sqrt of bool, Exp of float8: PD_ERR_UNSUPPORTED");
 }
 
+/* ---- the optimizer update rules (ai.onnx.preview.training) ------------------------ */
+
+/* The branches ONNX's node cases do not reach (T = 0: no bias correction, the
+ * whole gradient into the momentum; norm_coefficient_post; nesterov from
+ * the first step; Adagrad's decay at T = 0), against onnx.reference's
+ * float32 values. */
+static void test_optim_ops(pd__exec *x) {
+    float R = 0.1f, X[3] = {1.0f, -2.0f, 0.5f}, G[3] = {-1.0f, 0.25f, 2.0f}, V[3] = {0.5f, -0.5f, 0.125f},
+          H[3] = {0.25f, 1.0f, 0.0f};
+    int64_t T0 = 0, T3 = 3;
+    static const struct {
+        pd_op op;
+        int nout;
+        double want[3][3];
+    } cs[4] = {
+        {PD_OP_ADAM, 3, {{0.8378453851, -1.761425376, 0.3101984262}, {0.3509999514, -0.4269999862, 0.3130000532},
+                               {0.2573010027, 0.9905290008, 0.04020021483}}},
+        {PD_OP_ADAM, 3, {{0.8604733783, -1.775468877, 0.3610946171}, {0.3509999514, -0.4269999862, 0.3130000532},
+                               {0.2573010027, 0.9905290008, 0.04020021483}}},
+        {PD_OP_MOMENTUM, 2, {{1.147600055, -2.003200054, 0.1089249849}, {-0.5400000215, -0.2199999839, 2.117500067}}},
+        {PD_OP_ADAGRAD, 2, {{1.089181304, -2.022392988, 0.4000498354}, {1.230100036, 1.052899957, 4.020025253}}},
+    };
+    static const char *what[4] = {"Adam T=0 norm_coefficient_post", "Adam T=3 norm_coefficient_post",
+                                  "Momentum nesterov T=0", "Adagrad T=0"};
+    for (int k = 0; k < 4; k++) {
+        pd_tensor r = {PD_FLOAT, 0, {0}, &R}, t = {PD_INT64, 0, {0}, k == 1 ? &T3 : &T0};
+        pd_tensor xs = {PD_FLOAT, 1, {3}, X}, gs = {PD_FLOAT, 1, {3}, G}, vs = {PD_FLOAT, 1, {3}, V},
+                  hs = {PD_FLOAT, 1, {3}, H};
+        float o[3][3];
+        pd_tensor os[3] = {{PD_FLOAT, 1, {3}, o[0]}, {PD_FLOAT, 1, {3}, o[1]}, {PD_FLOAT, 1, {3}, o[2]}};
+        pd_tensor *in[6] = {&r, &t, &xs, &gs, cs[k].op == PD_OP_ADAGRAD ? &hs : &vs, &hs};
+        pd_tensor *out[3] = {&os[0], &os[1], &os[2]};
+        pd__attr a[6] = {{"alpha", PD_A_FLOAT, 0, 0.9f, NULL, 0, NULL, NULL, NULL},
+                         {"beta", PD_A_FLOAT, 0, cs[k].op == PD_OP_ADAM ? 0.99f : 0.5f, NULL, 0, NULL, NULL, NULL},
+                         {"epsilon", PD_A_FLOAT, 0, 1e-3f, NULL, 0, NULL, NULL, NULL},
+                         {"norm_coefficient", PD_A_FLOAT, 0, 0.01f, NULL, 0, NULL, NULL, NULL},
+                         {"norm_coefficient_post", PD_A_FLOAT, 0, 0.1f, NULL, 0, NULL, NULL, NULL},
+                         {"decay_factor", PD_A_FLOAT, 0, 0.5f, NULL, 0, NULL, NULL, NULL}};
+        pd__attr mode = {"mode", PD_A_STRING, 0, 0, "nesterov", 0, NULL, NULL, NULL};
+        if (cs[k].op == PD_OP_MOMENTUM) a[4] = mode;
+        pd__node n = node(cs[k].op, 1, cs[k].op == PD_OP_ADAM ? 6 : 5);
+        n.nout = cs[k].nout;
+        n.nattr = 6;
+        n.attr = a;
+        bool ok = pd__cpu_kernels[n.op](x, &n, in, out) == PD_OK;
+        double worst = 0;
+        for (int j = 0; j < cs[k].nout; j++)
+            for (int e = 0; e < 3; e++) {
+                double d = fabs(o[j][e] - cs[k].want[j][e]) / (fabs(cs[k].want[j][e]) + 1e-6);
+                if (!(d <= worst)) worst = d;
+            }
+        CHECK(ok && worst < 1e-5, "%s matches onnx.reference (max rel diff %.2g)", what[k], worst);
+    }
+}
+
 int main(void) {
     pd__exec x = {.threads = 1};
     test_binary_random(&x);
@@ -730,6 +785,7 @@ int main(void) {
     test_unsupported(&x);
     test_more_ops(&x);
     test_quant(&x);
+    test_optim_ops(&x);
     free(x.scratch);
     return check_summary();
 }

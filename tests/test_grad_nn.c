@@ -8,11 +8,14 @@
  *   LpPool, MaxUnpool, GlobalAveragePool, GlobalMaxPool, Resize and Upsample (the
  *   adjoint of the interpolation), Einsum, LRN, Softmax, LogSoftmax,
  *   Dropout, SoftmaxCrossEntropyLoss, NegativeLogLikelihoodLoss,
- *   RotaryEmbedding, Attention, GridSample, AffineGrid, Col2Im and
+ *   RotaryEmbedding, Attention, FlexAttention, LinearAttention, CausalConvWithState,
+ *   GridSample, AffineGrid, Col2Im and
  *   CenterCropPad against
  *   central differences in float64 (tests/gradcheck.h: also += into din
  *   and the split B/W backward), over random shapes and attributes;
  * - the float32 backward against the float64 one on the same values;
+ * - float16 MatMul, Conv, Softmax, LogSoftmax, Attention and FlexAttention
+ *   (computed in float32) against float64, forward and backward;
  * - the multi-threaded backward against the single-threaded one;
  * - BatchNormalization's training-session forward against hand-computed
  *   values (batch statistics, running statistics updated in place with the
@@ -1057,6 +1060,78 @@ static gc *b_attn(uint64_t seed, pd_dtype dt, uint32_t *mask, char *d, size_t dn
     return c;
 }
 
+/* FlexAttention (no subgraphs): 4-D, grouped-query heads, Dv != Dh, scale. */
+static gc *b_flexattn(uint64_t seed, pd_dtype dt, uint32_t *mask, char *d, size_t dn) {
+    rs_seed(seed);
+    int64_t B = irand(1, 2), Hk = irand(1, 2), Hq = Hk * irand(1, 2), Sq = irand(1, 3), Skv = irand(1, 3);
+    int64_t Dh = irand(1, 3), Dv = irand(1, 3);
+    gc *c = gc_new("FlexAttention", 1);
+    gc_seed(c, seed);
+    int64_t q4[4] = {B, Hq, Sq, Dh}, k4[4] = {B, Hk, Skv, Dh}, v4[4] = {B, Hk, Skv, Dv};
+    gc_input(c, dt, 4, q4, NULL);
+    gc_input(c, dt, 4, k4, NULL);
+    gc_input(c, dt, 4, v4, NULL);
+    if (irand(0, 1)) gc_attr_f(c, "scale", 0.5f);
+    gc_outputs(c, 1);
+    *mask = 0x7;
+    describe(c, d, dn);
+    return c;
+}
+
+/* LinearAttention: each update rule, grouped-query heads, per-head or
+ * per-row decay, per-head or shared beta, a past state or none, scale;
+ * present_state's gradient checked too (every input differentiable). */
+static gc *b_linattn(uint64_t seed, pd_dtype dt, uint32_t *mask, char *d, size_t dn) {
+    static const char *rules[4] = {"linear", "gated", "delta", "gated_delta"};
+    rs_seed(seed);
+    int rule = (int)irand(0, 3);
+    bool gated = rule & 1, delta = rule & 2, past = irand(0, 1);
+    int64_t B = irand(1, 2), T = irand(1, 3), Hk = irand(1, 2), Hq = Hk * irand(1, 2), Dk = irand(1, 3),
+            Dv = irand(1, 3);
+    gc *c = gc_new("LinearAttention", 27);
+    gc_seed(c, seed);
+    int64_t qs[3] = {B, T, Hq * Dk}, ks[3] = {B, T, Hk * Dk}, vs[3] = {B, T, Hk * Dv}, ps[4] = {B, Hk, Dk, Dv};
+    int64_t ds[3] = {B, T, irand(0, 1) ? Hk : Hk * Dk}, bs[3] = {B, T, irand(0, 1) ? Hk : 1};
+    gc_input(c, dt, 3, qs, NULL);
+    gc_input(c, dt, 3, ks, NULL);
+    gc_input(c, dt, 3, vs, NULL);
+    *mask = 0x7;
+    if (past) gc_input(c, dt, 4, ps, NULL), *mask |= 0x8;
+    else if (gated || delta) gc_absent(c);
+    if (gated) gc_input(c, dt, 3, ds, NULL), *mask |= 0x10;
+    else if (delta) gc_absent(c);
+    if (delta) gc_input(c, dt, 3, bs, NULL), *mask |= 0x20;
+    gc_attr_i(c, "q_num_heads", Hq);
+    gc_attr_i(c, "kv_num_heads", Hk);
+    if (rule != 3 || irand(0, 1)) gc_attr_s(c, "update_rule", rules[rule]);
+    if (irand(0, 1)) gc_attr_f(c, "scale", 0.75f);
+    gc_outputs(c, (int)irand(1, 2));
+    describe(c, d, dn);
+    return c;
+}
+
+/* CausalConvWithState: kernel 1 to 4 (1: an empty state), bias and past
+ * state or not, SiLU or none; present_state's gradient checked too. */
+static gc *b_ccws(uint64_t seed, pd_dtype dt, uint32_t *mask, char *d, size_t dn) {
+    rs_seed(seed);
+    int64_t B = irand(1, 2), C = irand(1, 3), L = irand(1, 4), K = irand(1, 4);
+    bool bias = irand(0, 1), past = irand(0, 1);
+    gc *c = gc_new("CausalConvWithState", 27);
+    gc_seed(c, seed);
+    int64_t xs[3] = {B, C, L}, ws[3] = {C, 1, K}, ps[3] = {B, C, K - 1};
+    gc_input(c, dt, 3, xs, NULL);
+    gc_input(c, dt, 3, ws, NULL);
+    *mask = 0x3;
+    if (bias) gc_input(c, dt, 1, &C, NULL), *mask |= 0x4;
+    else if (past) gc_absent(c);
+    if (past) gc_input(c, dt, 3, ps, NULL), *mask |= 0x8;
+    int act = (int)irand(0, 2);
+    if (act) gc_attr_s(c, "activation", act == 1 ? "silu" : "swish");
+    gc_outputs(c, (int)irand(1, 2));
+    describe(c, d, dn);
+    return c;
+}
+
 /* ---- running a case without the finite differences ------------------------------------------------ */
 
 /* Shape rule, output buffers and the exec of a built case (as gc_check does). */
@@ -1110,7 +1185,7 @@ static bool run_grads_y(gc *c, uint32_t mask, int threads, double base, double *
     uint64_t r = 0x2545f4914f6cdd1dull;
     for (int j = 0; j < c->nout; j++) {
         dop[j] = NULL;
-        if (ov[j].dtype != PD_FLOAT && ov[j].dtype != PD_DOUBLE) continue;
+        if (ov[j].dtype != PD_FLOAT && ov[j].dtype != PD_DOUBLE && ov[j].dtype != PD_FLOAT16) continue;
         dov[j] = ov[j];
         int64_t n = pd_tensor_numel(&ov[j]);
         dov[j].data = malloc(sizeof(double) * (size_t)(n + 1));
@@ -1338,6 +1413,38 @@ static void check_f32(const op_case *oc) {
         free_grads(c32, g32);
         free_grads(c64, g64);
         gc_free(c32);
+        gc_free(c64);
+    }
+}
+
+/* float16 (widened to float32 and rounded back: nn.c's half_run) against
+ * float64 on the same float16 values, forward and backward, within
+ * float16's rounding (inputs, output gradients and the 0.5 added to the
+ * gradients each round to 2^-11 relative). */
+static void check_f16(const op_case *oc) {
+    for (int i = 0; i < oc->n_f32; i++) {
+        char d[512], d2[512];
+        uint32_t mask, mask2;
+        uint64_t seed = name_seed(oc->name) + 7000003u * (uint64_t)(i + 1);
+        gc *c16 = oc->build(seed, PD_FLOAT16, &mask, d, sizeof d);
+        gc *c64 = oc->build(seed, PD_DOUBLE, &mask2, d2, sizeof d2);
+        for (int k = 0; k < c64->nin; k++) {
+            if (c64->in[k] < 0) continue;
+            const pd__tensor *t = &c16->g->tensors[c16->in[k]];
+            if (t->dtype != PD_FLOAT16) continue;
+            for (int64_t e = 0; e < t->numel; e++) set(c64, k, e, pd__get_f(PD_FLOAT16, t->data, e));
+        }
+        double *g16[16], *g64[16], *y16 = NULL, *y64 = NULL;
+        bool ok = run_grads_y(c16, mask, 1, 0.5, g16, &y16) && run_grads_y(c64, mask, 1, 0.5, g64, &y64);
+        double diff = ok ? grad_diff(c64, mask, g16, g64) : INFINITY;
+        double ydiff = ok && y16 && y64 ? vec_diff(y16, y64, c64->g->tensors[c64->out[0]].numel) : INFINITY;
+        CHECK(ok && diff <= 1e-2 && ydiff <= 4e-3, "%s float16 vs float64 #%d %s: max rel diff %.3g (forward %.3g) %s",
+              oc->name, i, d, diff, ydiff, ok ? "" : (c16->why[0] ? c16->why : c64->why));
+        free(y16);
+        free(y64);
+        free_grads(c16, g16);
+        free_grads(c64, g64);
+        gc_free(c16);
         gc_free(c64);
     }
 }
@@ -1719,6 +1826,9 @@ int main(void) {
         {"NegativeLogLikelihoodLoss", b_nll, 40, 8},
         {"RotaryEmbedding", b_rope, 40, 8},
         {"Attention", b_attn, 100, 12},
+        {"FlexAttention", b_flexattn, 40, 8},
+        {"LinearAttention", b_linattn, 80, 12},
+        {"CausalConvWithState", b_ccws, 60, 10},
         {"GridSample", b_gridsample, 120, 16},
         {"AffineGrid", b_affinegrid, 30, 6},
         {"Col2Im", b_col2im, 60, 10},
@@ -1727,6 +1837,9 @@ int main(void) {
     for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
         check_gradients(&ops[i]);
         check_f32(&ops[i]);
+        static const char *half[] = {"MatMul", "Conv", "Softmax", "LogSoftmax", "Attention", "FlexAttention"};
+        for (size_t h = 0; h < sizeof half / sizeof half[0]; h++)
+            if (strcmp(ops[i].name, half[h]) == 0) check_f16(&ops[i]);
     }
     gc_threads = 2; /* batched products split over threads: the same values */
     static const op_case par = {"MatMul of 12 batches on 2 threads", b_matmul_batched, 8, 4};

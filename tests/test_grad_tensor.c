@@ -18,7 +18,8 @@
  * 3. Errors: the ops with no gradient, a bad Gather index, an integer dtype.
  *    Forwards finite differences cannot see: ArgMax/ArgMin/TopK/Hardmax ties,
  *    integer and bool data, OneHot's wrapped and out-of-range indices, the
- *    scatter reductions; TopK's runtime K and a max-scatter's backward refused.
+ *    scatter reductions; TopK's runtime K and a max-scatter's backward refused;
+ *    TfIdfVectorizer's weightings against onnx.reference.
  * 4. Timings (informative) of the embedding backward and the attention
  *    transposes.
  */
@@ -1128,6 +1129,44 @@ static bool out_is(gc *c, int j, int k, const int64_t *want) {
     return true;
 }
 
+/* TfIdfVectorizer's weightings, skips and the int32 input (ONNX's node cases
+ * have TF with int64 only): the values from onnx.reference (IDF without
+ * weights, where the reference fails, is 1 per n-gram present). */
+static void test_tfidf(void) {
+    static const char *modes[4] = {"TF", "IDF", "TFIDF", "IDF"};
+    static const double want[4][14] = {
+        {0, 3, 0, 0, 0, 0, 0, 0, 0, 1, 0, 1, 0, 1},
+        {0, 1, 0, 0, 0, 0, 0, 0, 0, 1.5, 0, 2.5, 0, 3.5},
+        {0, 3, 0, 0, 0, 0, 0, 0, 0, 1.5, 0, 2.5, 0, 3.5},
+        {0, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0, 1, 0, 1},
+    };
+    const int32_t x[12] = {1, 1, 3, 3, 3, 7, 8, 6, 7, 5, 6, 8};
+    const int64_t counts[2] = {0, 4}, idx[7] = {0, 1, 2, 3, 4, 5, 6}, pool[10] = {2, 3, 5, 4, 5, 6, 7, 8, 6, 7};
+    const float w[7] = {0.5f, 1, 1.5f, 2, 2.5f, 3, 3.5f};
+    int64_t s[2] = {2, 6};
+    for (int m = 0; m < 4; m++) {
+        char why[512];
+        gc *c = gc_new("TfIdfVectorizer", 9);
+        gc_input(c, PD_INT32, 2, s, x);
+        gc_attr_i(c, "min_gram_length", 1);
+        gc_attr_i(c, "max_gram_length", 2);
+        gc_attr_i(c, "max_skip_count", 1);
+        gc_attr_s(c, "mode", modes[m]);
+        gc_attr_ints(c, "ngram_counts", 2, counts);
+        gc_attr_ints(c, "ngram_indexes", 7, idx);
+        gc_attr_ints(c, "pool_int64s", 10, pool);
+        if (m == 1 || m == 2) gc_attr_floats(c, "weights", 7, w);
+        gc_outputs(c, 1);
+        bool ok = fwd_run(c, why, sizeof why);
+        const pd__tensor *t = &c->g->tensors[c->out[0]];
+        ok = ok && t->dtype == PD_FLOAT && t->numel == 14;
+        for (int i = 0; ok && i < 14; i++) ok = pd__get_f(t->dtype, t->data, i) == want[m][i];
+        CHECK(ok, "TfIdfVectorizer int32 [2,6], 1- and 2-grams, skip 1, %s%s: onnx.reference's values %s", modes[m],
+              m == 1 || m == 2 ? " weighted" : "", why);
+        gc_free(c);
+    }
+}
+
 static void test_forward_new(void) {
     char why[512] = "";
     { /* ArgMax / ArgMin ties: the first, or the last with select_last_index */
@@ -1528,6 +1567,7 @@ int main(int argc, char **argv) {
     }
     test_errors();
     test_forward_new();
+    test_tfidf();
     if (!quick) timings();
     char missing[1024];
     CHECK(gc_uncovered(PD_OPF_TENSOR, missing, sizeof missing) == 0,

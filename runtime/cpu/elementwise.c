@@ -2657,3 +2657,107 @@ PD__REDUCE_GEN(ReduceL2, PD_R_L2)
 PD__REDUCE_GEN(ReduceSumSquare, PD_R_SSQ)
 PD__REDUCE_GEN(ReduceLogSum, PD_R_LOGSUM)
 PD__REDUCE_GEN(ReduceLogSumExp, PD_R_LSE)
+
+/* ---- the optimizer update rules of ai.onnx.preview.training ------------------------------------- */
+
+/* In float64 through pd__get_f/pd__set_f, as written in ONNX's operator
+ * definitions (onnx/reference/ops/aionnx_preview_training). Inputs R, T,
+ * then n X, n G and the n of each state; outputs the new X, then the new
+ * states. Each element is read before any output is written, so an output
+ * may share its input's memory. */
+typedef struct {
+    double r, norm, alpha, beta, eps, post, decay;
+    int64_t t;
+    bool nesterov;
+} optim_rule;
+
+static optim_rule optim_make(const pd__node *n, pd_tensor *const *in) {
+    optim_rule o;
+    o.r = pd__get_f(in[0]->dtype, in[0]->data, 0);
+    o.t = pd__get_i(in[1]->dtype, in[1]->data, 0);
+    o.norm = pd__attr_f(n, "norm_coefficient", 0);
+    o.post = pd__attr_f(n, "norm_coefficient_post", 0);
+    o.eps = pd__attr_f(n, "epsilon", 1e-6f);
+    o.decay = pd__attr_f(n, "decay_factor", 0);
+    bool adam = n->op == PD_OP_ADAM;
+    o.alpha = pd__attr_f(n, "alpha", adam ? 0.9f : 0);
+    o.beta = pd__attr_f(n, "beta", adam ? 0.999f : 0);
+    o.nesterov = strcmp(pd__attr_s(n, "mode", "standard"), "nesterov") == 0;
+    return o;
+}
+
+#define OPT_GET(t, i) pd__get_f((t)->dtype, (t)->data, i)
+/* an output may be left out (ONNX's empty name) */
+#define OPT_SET(t, i, v)                                                                                           \
+    do {                                                                                                           \
+        if (t) pd__set_f((t)->dtype, (t)->data, i, v);                                                             \
+    } while (0)
+
+pd_status pd__cpu_Adagrad(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    (void)x;
+    optim_rule o = optim_make(n, in);
+    int k = (n->nin - 2) / 3;
+    double r = o.r / (1 + (double)o.t * o.decay); /* the decayed learning rate */
+    for (int i = 0; i < k; i++) {
+        const pd_tensor *X = in[2 + i], *G = in[2 + k + i], *H = in[2 + 2 * k + i];
+        for (int64_t e = 0, m = pd_tensor_numel(X); e < m; e++) {
+            double xv = OPT_GET(X, e), g = o.norm * xv + OPT_GET(G, e), h = OPT_GET(H, e) + g * g;
+            OPT_SET(out[i], e, xv - r * g / (sqrt(h) + o.eps));
+            OPT_SET(out[k + i], e, h);
+        }
+    }
+    return PD_OK;
+}
+
+pd_status pd__cpu_Adam(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    (void)x;
+    optim_rule o = optim_make(n, in);
+    int k = (n->nin - 2) / 4;
+    /* bias correction of both moments from the first step on (T > 0) */
+    double r = o.t > 0 ? o.r * sqrt(1 - pow(o.beta, (double)o.t)) / (1 - pow(o.alpha, (double)o.t)) : o.r;
+    for (int i = 0; i < k; i++) {
+        const pd_tensor *X = in[2 + i], *G = in[2 + k + i], *V = in[2 + 2 * k + i], *H = in[2 + 3 * k + i];
+        for (int64_t e = 0, m = pd_tensor_numel(X); e < m; e++) {
+            double xv = OPT_GET(X, e), g = o.norm * xv + OPT_GET(G, e);
+            double v = o.alpha * OPT_GET(V, e) + (1 - o.alpha) * g, h = o.beta * OPT_GET(H, e) + (1 - o.beta) * g * g;
+            OPT_SET(out[i], e, (1 - o.post) * (xv - r * v / (sqrt(h) + o.eps)));
+            OPT_SET(out[k + i], e, v);
+            OPT_SET(out[2 * k + i], e, h);
+        }
+    }
+    return PD_OK;
+}
+
+pd_status pd__cpu_Momentum(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    (void)x;
+    optim_rule o = optim_make(n, in);
+    int k = (n->nin - 2) / 3;
+    double beta = o.t > 0 ? o.beta : 1; /* the first step takes the whole gradient */
+    for (int i = 0; i < k; i++) {
+        const pd_tensor *X = in[2 + i], *G = in[2 + k + i], *V = in[2 + 2 * k + i];
+        for (int64_t e = 0, m = pd_tensor_numel(X); e < m; e++) {
+            double xv = OPT_GET(X, e), g = o.norm * xv + OPT_GET(G, e), v = o.alpha * OPT_GET(V, e) + beta * g;
+            OPT_SET(out[i], e, xv - o.r * (o.nesterov ? g + o.alpha * v : v));
+            OPT_SET(out[k + i], e, v);
+        }
+    }
+    return PD_OK;
+}
+
+#undef OPT_GET
+#undef OPT_SET
+
+PD__NO_GRAD(Adagrad)
+PD__NO_GRAD(Adam)
+PD__NO_GRAD(Momentum)
+
+/* ---- ai.onnx.ml ---------------------------------------------------------------------------------- */
+
+pd_status pd__cpu_Binarizer(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    (void)x;
+    double th = pd__attr_f(n, "threshold", 0);
+    for (int64_t i = 0, k = pd_tensor_numel(in[0]); i < k; i++)
+        pd__set_f(out[0]->dtype, out[0]->data, i, pd__get_f(in[0]->dtype, in[0]->data, i) > th ? 1 : 0);
+    return PD_OK;
+}
+PD__NO_GRAD(Binarizer)

@@ -8,8 +8,10 @@
  * matrix product), LRN, Softmax, LogSoftmax,
  * Dropout, SoftmaxCrossEntropyLoss, NegativeLogLikelihoodLoss,
  * RotaryEmbedding, Attention (GEMMs per head, the softmax recomputed in
- * the backward), GridSample, AffineGrid, Col2Im, CenterCropPad, and the
- * quantized MatMulInteger, QLinearMatMul, ConvInteger, QLinearConv.
+ * the backward; FlexAttention without its subgraphs the same),
+ * LinearAttention (the recurrence in float64, every state kept for the
+ * backward), CausalConvWithState, GridSample, AffineGrid, Col2Im,
+ * CenterCropPad, and the quantized MatMulInteger, QLinearMatMul, ConvInteger, QLinearConv.
  *
  * Each pd__cpu_<Op> reads the attributes, takes the window geometry from
  * pd__win_make (the same function the shape rule used) and dispatches on the
@@ -60,6 +62,75 @@ static const pd_tensor *gout(const pd__node *n, pd_tensor *const *dout, int j) {
 static pd_tensor *gin(const pd__node *n, pd_tensor *const *din, int i) { return i < n->nin ? din[i] : NULL; }
 static void *dptr(const pd_tensor *t) { return t ? t->data : NULL; }
 
+/* ---- float16 and bfloat16 through the float32 kernels ------------------------------------------- */
+
+/* MatMul, Conv, Attention, Softmax and LogSoftmax take float16/bfloat16 as
+ * ONNX's references do:
+ * widened to float32, computed, and the float outputs (gradients) rounded
+ * back once. The float32 copies are allocated per call: a convenience path,
+ * not a fast one. Tensors of other dtypes (masks, lengths) pass as they are. */
+static bool is_half(pd_dtype t) { return t == PD_FLOAT16 || t == PD_BFLOAT16; }
+
+#define PD_HALF_MAX 16 /* inputs or outputs of the ops that take this path */
+
+/* float32 views w of t[0..n): the half ones point into mem (NULL: only
+ * counting) and are filled from t when copy. Returns the floats they take. */
+static int64_t half_widen(pd_tensor *const *t, int n, pd_tensor *w, pd_tensor **wp, float *mem, bool copy) {
+    int64_t used = 0;
+    for (int i = 0; i < n; i++) {
+        wp[i] = t[i] ? &w[i] : NULL;
+        if (!t[i]) continue;
+        w[i] = *t[i];
+        if (!is_half(t[i]->dtype)) continue;
+        int64_t k = pd_tensor_numel(t[i]);
+        w[i].dtype = PD_FLOAT;
+        w[i].data = mem ? mem + used : NULL;
+        for (int64_t j = 0; mem && copy && j < k; j++) mem[used + j] = (float)pd__get_f(t[i]->dtype, t[i]->data, j);
+        used += k;
+    }
+    return used;
+}
+
+static void half_narrow(pd_tensor *const *t, int n, const pd_tensor *w) {
+    for (int i = 0; i < n; i++)
+        if (t[i] && is_half(t[i]->dtype))
+            for (int64_t j = 0, k = pd_tensor_numel(t[i]); j < k; j++)
+                pd__set_f(t[i]->dtype, t[i]->data, j, ((const float *)w[i].data)[j]);
+}
+
+/* fwd, or bwd when given, on float32 views of in, out (and dout, din). */
+static pd_status half_run(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out,
+                          pd_tensor *const *dout, pd_tensor *const *din, pd__kernel_fn fwd, pd__grad_fn bwd) {
+    if (n->nin > PD_HALF_MAX || n->nout > PD_HALF_MAX)
+        return pd__err(PD_ERR_UNSUPPORTED, "float16 with %d inputs and %d outputs", n->nin, n->nout);
+    pd_tensor wi[PD_HALF_MAX], wo[PD_HALF_MAX], wdo[PD_HALF_MAX], wdi[PD_HALF_MAX];
+    pd_tensor *pi[PD_HALF_MAX], *po[PD_HALF_MAX], *pdo[PD_HALF_MAX], *pdi[PD_HALF_MAX];
+    int64_t k = half_widen(in, n->nin, wi, pi, NULL, false) + half_widen(out, n->nout, wo, po, NULL, false);
+    if (bwd) k += half_widen(dout, n->nout, wdo, pdo, NULL, false) + half_widen(din, n->nin, wdi, pdi, NULL, false);
+    float *mem = PD_MALLOC((size_t)(k > 0 ? k : 1) * sizeof(float));
+    if (!mem) return pd__err(PD_ERR_NOMEM, "cannot allocate float32 copies of %lld float16 values", (long long)k);
+    float *p = mem;
+    p += half_widen(in, n->nin, wi, pi, p, true);
+    p += half_widen(out, n->nout, wo, po, p, bwd != NULL); /* the backward reads the forward's outputs */
+    pd_status st;
+    if (bwd) {
+        p += half_widen(dout, n->nout, wdo, pdo, p, true);
+        half_widen(din, n->nin, wdi, pdi, p, true); /* the kernel adds into what is there */
+        st = bwd(x, n, pi, po, pdo, pdi);
+        if (st == PD_OK) half_narrow(din, n->nin, wdi);
+    } else {
+        st = fwd(x, n, pi, po);
+        if (st == PD_OK) half_narrow(out, n->nout, wo);
+    }
+    PD_FREE(mem);
+    return st;
+}
+
+#define PD_HALF_FWD(fn)                                                                                           \
+    if (is_half(in[0]->dtype)) return half_run(x, n, in, out, NULL, NULL, fn, NULL)
+#define PD_HALF_BWD(fn)                                                                                           \
+    if (is_half(in[0]->dtype)) return half_run(x, n, in, out, dout, din, NULL, fn)
+
 /* ---- Gemm, MatMul ------------------------------------------------------------------------------- */
 pd_status pd__cpu_Gemm(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
     (void)x;
@@ -69,6 +140,7 @@ pd_status pd__cpu_Gemm(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_
 }
 
 pd_status pd__cpu_MatMul(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    PD_HALF_FWD(pd__cpu_MatMul);
     (void)x;
     (void)n;
     PD_DISPATCH(in[0]->dtype, matmul, (in[0], in[1], out[0]))
@@ -89,6 +161,7 @@ pd_status pd__cpu_Gemm_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *in,
 
 pd_status pd__cpu_MatMul_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out,
                              pd_tensor *const *dout, pd_tensor *const *din) {
+    PD_HALF_BWD(pd__cpu_MatMul_bwd);
     (void)out;
     const pd_tensor *dY = gout(n, dout, 0);
     if (!dY) return PD_OK;
@@ -98,6 +171,7 @@ pd_status pd__cpu_MatMul_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *i
 
 /* ---- Conv, ConvTranspose ------------------------------------------------------------------------- */
 pd_status pd__cpu_Conv(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    PD_HALF_FWD(pd__cpu_Conv);
     pd__win w;
     PD_TRY(pd__win_make(n, PD_WIN_CONV, in[0]->ndim, in[0]->shape, in[1]->shape + 2, &w));
     int64_t group = pd__attr_i(n, "group", 1);
@@ -113,6 +187,7 @@ pd_status pd__cpu_ConvTranspose(pd__exec *x, const pd__node *n, pd_tensor *const
 
 pd_status pd__cpu_Conv_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out,
                            pd_tensor *const *dout, pd_tensor *const *din) {
+    PD_HALF_BWD(pd__cpu_Conv_bwd);
     (void)out;
     const pd_tensor *dY = gout(n, dout, 0);
     if (!dY) return PD_OK;
@@ -1173,10 +1248,12 @@ static pd_status softmax_run(pd__exec *x, const pd__node *n, pd_tensor *const *i
 }
 
 pd_status pd__cpu_Softmax(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    PD_HALF_FWD(pd__cpu_Softmax);
     return softmax_run(x, n, in, out, 0);
 }
 
 pd_status pd__cpu_LogSoftmax(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    PD_HALF_FWD(pd__cpu_LogSoftmax);
     return softmax_run(x, n, in, out, 1);
 }
 
@@ -1192,11 +1269,13 @@ static pd_status softmax_grad(pd__exec *x, const pd__node *n, pd_tensor *const *
 
 pd_status pd__cpu_Softmax_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out,
                               pd_tensor *const *dout, pd_tensor *const *din) {
+    PD_HALF_BWD(pd__cpu_Softmax_bwd);
     return softmax_grad(x, n, in, out, dout, din, 0);
 }
 
 pd_status pd__cpu_LogSoftmax_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out,
                                  pd_tensor *const *dout, pd_tensor *const *din) {
+    PD_HALF_BWD(pd__cpu_LogSoftmax_bwd);
     return softmax_grad(x, n, in, out, dout, din, 1);
 }
 
@@ -1409,6 +1488,7 @@ static pd_status attn_view(const pd__node *n, pd_tensor *const *in, pd__attn *a)
 }
 
 pd_status pd__cpu_Attention(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    PD_HALF_FWD(pd__cpu_Attention);
     pd__attn a;
     PD_TRY(attn_view(n, in, &a));
     const pd_tensor *M = opt_in(n, in, 3), *pk = opt_in(n, in, 4), *pv = opt_in(n, in, 5);
@@ -1434,6 +1514,7 @@ pd_status pd__cpu_Attention(pd__exec *x, const pd__node *n, pd_tensor *const *in
  * flow into K, V and the scores. */
 pd_status pd__cpu_Attention_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out,
                                 pd_tensor *const *dout, pd_tensor *const *din) {
+    PD_HALF_BWD(pd__cpu_Attention_bwd);
     (void)out;
     pd_tensor *dQ = gin(n, din, 0), *dK = gin(n, din, 1), *dV = gin(n, din, 2);
     const pd_tensor *dY = gout(n, dout, 0), *dPK = gout(n, dout, 1), *dPV = gout(n, dout, 2), *dQK = gout(n, dout, 3);
@@ -1453,6 +1534,305 @@ pd_status pd__cpu_Attention_bwd(pd__exec *x, const pd__node *n, pd_tensor *const
                 (&a, in[0]->data, in[1]->data, in[2]->data, dptr(M), M ? M->dtype : PD_BOOL, dptr(pk), dptr(pv),
                  dptr(dY), dptr(dPK), dptr(dPV), dptr(dQK), dptr(dQ), dptr(dK), dptr(dV), (void *)PK, (void *)PV,
                  (void *)gPK, (void *)gPV, (void *)S, (void *)Pm, (void *)gS))
+}
+
+/* ---- FlexAttention: Attention over Q, K and V alone (core/shape_nn.c) ---- */
+
+pd_status pd__cpu_FlexAttention(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    return pd__cpu_Attention(x, n, in, out);
+}
+
+pd_status pd__cpu_FlexAttention_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out,
+                                    pd_tensor *const *dout, pd_tensor *const *din) {
+    return pd__cpu_Attention_bwd(x, n, in, out, dout, din);
+}
+
+/* ---- LinearAttention ----------------------------------------------------------------------------- */
+
+/* In float64 through pd__get_f/pd__set_f (any float dtype, rounded once on
+ * the way out), one (batch, kv head) at a time. The forward keeps every
+ * state S_0..S_T: the backward walks them back instead of undoing the
+ * decay, which could divide by exp(decay) ~ 0. */
+typedef struct {
+    pd__linattn a;
+    const pd_tensor *q, *k, *v, *ps, *dc, *bt;
+    double *st, *sd, *ds, *e, *kk, *qq, *vv, *u, *r, *du, *dy; /* scratch */
+} la_ctx;
+
+static void la_add(const pd_tensor *t, int64_t i, double v) {
+    pd__set_f(t->dtype, t->data, i, pd__get_f(t->dtype, t->data, i) + v);
+}
+
+static void la_load(const pd_tensor *t, int64_t off, int64_t len, double *dst) {
+    for (int64_t i = 0; i < len; i++) dst[i] = pd__get_f(t->dtype, t->data, off + i);
+}
+
+static pd_status la_make(pd__exec *x, const pd__node *n, pd_tensor *const *in, la_ctx *c) {
+    c->q = in[0], c->k = in[1], c->v = in[2];
+    c->ps = opt_in(n, in, 3), c->dc = opt_in(n, in, 4), c->bt = opt_in(n, in, 5);
+    const pd_tensor *dc = c->dc, *bt = c->bt;
+    PD_TRY(pd__linattn_plan(n, 3, c->q->shape, 3, c->k->shape, 3, c->v->shape, dc ? dc->ndim : 0,
+                            dc ? dc->shape : NULL, bt ? bt->ndim : 0, bt ? bt->shape : NULL, &c->a));
+    int64_t DD = c->a.Dk * c->a.Dv, Dk = c->a.Dk, Dv = c->a.Dv;
+    double *p = pd__scratch_n(x, (c->a.T + 3) * DD + 3 * Dk + 5 * Dv, 1, sizeof(double));
+    if (!p) return PD_ERR_NOMEM;
+    c->st = p, p += (c->a.T + 1) * DD;
+    c->sd = p, p += DD;
+    c->ds = p, p += DD;
+    c->e = p, p += Dk;
+    c->kk = p, p += Dk;
+    c->qq = p, p += Dk;
+    c->vv = p, p += Dv;
+    c->u = p, p += Dv;
+    c->r = p, p += Dv;
+    c->du = p, p += Dv;
+    c->dy = p;
+    return PD_OK;
+}
+
+/* Token t of kv head h in batch b: k, v, the decay factors e = exp(decay)
+ * (1 without gating), beta; Sd = e * S_t row-wise, r = Sd^T k and the value
+ * written, u = beta (v - r) (delta rules) or v. Returns beta. */
+static double la_token(la_ctx *c, int64_t b, int64_t t, int64_t h) {
+    const pd__linattn *a = &c->a;
+    int64_t Dk = a->Dk, Dv = a->Dv, bt = b * a->T + t;
+    la_load(c->k, (bt * a->Hk + h) * Dk, Dk, c->kk);
+    la_load(c->v, (bt * a->Hk + h) * Dv, Dv, c->vv);
+    for (int64_t d = 0; d < Dk; d++)
+        c->e[d] = a->gated ? exp(pd__get_f(c->dc->dtype, c->dc->data, (bt * a->Hk + h) * a->gw + (a->gw > 1 ? d : 0)))
+                           : 1;
+    double beta = a->delta ? pd__get_f(c->bt->dtype, c->bt->data, bt * a->bw + (a->bw > 1 ? h : 0)) : 1;
+    const double *S = c->st + t * Dk * Dv;
+    for (int64_t d = 0; d < Dk; d++)
+        for (int64_t m = 0; m < Dv; m++) c->sd[d * Dv + m] = c->e[d] * S[d * Dv + m];
+    for (int64_t m = 0; m < Dv; m++) {
+        double r = 0;
+        if (a->delta)
+            for (int64_t d = 0; d < Dk; d++) r += c->sd[d * Dv + m] * c->kk[d];
+        c->r[m] = r;
+        c->u[m] = a->delta ? beta * (c->vv[m] - r) : c->vv[m];
+    }
+    return beta;
+}
+
+/* Runs the recurrence of (b, h), filling st; writes its output heads into Y
+ * when given. */
+static void la_forward(la_ctx *c, int64_t b, int64_t h, pd_tensor *Y) {
+    const pd__linattn *a = &c->a;
+    int64_t Dk = a->Dk, Dv = a->Dv, DD = Dk * Dv, G = a->Hq / a->Hk;
+    if (c->ps) la_load(c->ps, (b * a->Hk + h) * DD, DD, c->st);
+    else memset(c->st, 0, sizeof(double) * (size_t)DD);
+    for (int64_t t = 0; t < a->T; t++) {
+        la_token(c, b, t, h);
+        double *Sn = c->st + (t + 1) * DD;
+        for (int64_t d = 0; d < Dk; d++)
+            for (int64_t m = 0; m < Dv; m++) Sn[d * Dv + m] = c->sd[d * Dv + m] + c->kk[d] * c->u[m];
+        for (int64_t hq = h * G; Y && hq < (h + 1) * G; hq++) {
+            la_load(c->q, ((b * a->T + t) * a->Hq + hq) * Dk, Dk, c->qq);
+            for (int64_t m = 0; m < Dv; m++) {
+                double o = 0;
+                for (int64_t d = 0; d < Dk; d++) o += c->qq[d] * Sn[d * Dv + m];
+                pd__set_f(Y->dtype, Y->data, ((b * a->T + t) * a->Hq + hq) * Dv + m, a->scale * o);
+            }
+        }
+    }
+}
+
+pd_status pd__cpu_LinearAttention(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    la_ctx c;
+    PD_TRY(la_make(x, n, in, &c));
+    pd_tensor *PS = opt_out(n, out, 1);
+    int64_t DD = c.a.Dk * c.a.Dv;
+    for (int64_t b = 0; b < c.a.B; b++)
+        for (int64_t h = 0; h < c.a.Hk; h++) {
+            la_forward(&c, b, h, out[0]);
+            for (int64_t i = 0; PS && i < DD; i++)
+                pd__set_f(PS->dtype, PS->data, (b * c.a.Hk + h) * DD + i, c.st[c.a.T * DD + i]);
+        }
+    return PD_OK;
+}
+
+/* Every input is differentiable (grad mask 0x3f): the gradient dS of the
+ * state runs back from present_state's through each token's
+ *   Sd = e * S (rows), r = Sd^T k, u = beta (v - r) or v, S' = Sd + k u^T,
+ *   o = scale * S'^T q
+ * and ends in past_state's. */
+pd_status pd__cpu_LinearAttention_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out,
+                                      pd_tensor *const *dout, pd_tensor *const *din) {
+    (void)out;
+    const pd_tensor *dY = gout(n, dout, 0), *dPS = gout(n, dout, 1);
+    pd_tensor *dQ = gin(n, din, 0), *dK = gin(n, din, 1), *dV = gin(n, din, 2), *dP = gin(n, din, 3);
+    pd_tensor *dD = gin(n, din, 4), *dB = gin(n, din, 5);
+    if ((!dY && !dPS) || (!dQ && !dK && !dV && !dP && !dD && !dB)) return PD_OK;
+    la_ctx c;
+    PD_TRY(la_make(x, n, in, &c));
+    const pd__linattn *a = &c.a;
+    int64_t Dk = a->Dk, Dv = a->Dv, DD = Dk * Dv, G = a->Hq / a->Hk;
+    double *dS = c.ds;
+    for (int64_t b = 0; b < a->B; b++)
+        for (int64_t h = 0; h < a->Hk; h++) {
+            la_forward(&c, b, h, NULL);
+            if (dPS) la_load(dPS, (b * a->Hk + h) * DD, DD, dS);
+            else memset(dS, 0, sizeof(double) * (size_t)DD);
+            for (int64_t t = a->T - 1; t >= 0; t--) {
+                int64_t bt = b * a->T + t;
+                double beta = la_token(&c, b, t, h);
+                const double *Sp = c.st + t * DD, *Sn = Sp + DD;
+                for (int64_t hq = h * G; dY && hq < (h + 1) * G; hq++) { /* o = scale * S'^T q */
+                    int64_t qo = (bt * a->Hq + hq) * Dk;
+                    la_load(dY, (bt * a->Hq + hq) * Dv, Dv, c.dy);
+                    la_load(c.q, qo, Dk, c.qq);
+                    for (int64_t d = 0; d < Dk; d++) {
+                        double g = 0;
+                        for (int64_t m = 0; m < Dv; m++) {
+                            g += Sn[d * Dv + m] * c.dy[m];
+                            dS[d * Dv + m] += a->scale * c.qq[d] * c.dy[m];
+                        }
+                        if (dQ) la_add(dQ, qo + d, a->scale * g);
+                    }
+                }
+                for (int64_t d = 0; d < Dk; d++) { /* S' = Sd + k u^T */
+                    double g = 0;
+                    for (int64_t m = 0; m < Dv; m++) g += dS[d * Dv + m] * c.u[m];
+                    c.qq[d] = g; /* dk so far */
+                }
+                for (int64_t m = 0; m < Dv; m++) {
+                    double g = 0;
+                    for (int64_t d = 0; d < Dk; d++) g += dS[d * Dv + m] * c.kk[d];
+                    c.du[m] = g;
+                }
+                double dbeta = 0;
+                for (int64_t m = 0; m < Dv; m++) {
+                    int64_t vo = (bt * a->Hk + h) * Dv + m;
+                    if (!a->delta) {
+                        if (dV) la_add(dV, vo, c.du[m]);
+                        continue;
+                    }
+                    /* u = beta (v - r), r = Sd^T k */
+                    dbeta += c.du[m] * (c.vv[m] - c.r[m]);
+                    if (dV) la_add(dV, vo, beta * c.du[m]);
+                    double dr = -beta * c.du[m];
+                    for (int64_t d = 0; d < Dk; d++) {
+                        dS[d * Dv + m] += c.kk[d] * dr;
+                        c.qq[d] += c.sd[d * Dv + m] * dr;
+                    }
+                }
+                if (dB && a->delta) la_add(dB, bt * a->bw + (a->bw > 1 ? h : 0), dbeta);
+                for (int64_t d = 0; dK && d < Dk; d++) la_add(dK, (bt * a->Hk + h) * Dk + d, c.qq[d]);
+                for (int64_t d = 0; d < Dk; d++) { /* Sd = e * S: de/ddecay = e */
+                    double g = 0;
+                    for (int64_t m = 0; m < Dv; m++) {
+                        g += dS[d * Dv + m] * Sp[d * Dv + m];
+                        dS[d * Dv + m] *= c.e[d];
+                    }
+                    if (dD && a->gated) la_add(dD, (bt * a->Hk + h) * a->gw + (a->gw > 1 ? d : 0), g * c.e[d]);
+                }
+            }
+            for (int64_t i = 0; dP && i < DD; i++) la_add(dP, (b * a->Hk + h) * DD + i, dS[i]);
+        }
+    return PD_OK;
+}
+
+/* ---- CausalConvWithState ------------------------------------------------------------------------- */
+
+/* In float64 through pd__get_f/pd__set_f, any float dtype. Position p of the
+ * padded row (K-1 + L long) is past_state's (zeros without it) for p < K-1,
+ * else the input's. As ONNX's reference, the convolution is rounded to the
+ * dtype before the SiLU. */
+typedef struct {
+    int64_t B, C, L, K;
+    int silu;
+    const pd_tensor *x, *w, *b, *ps;
+} ccws_geo;
+
+static ccws_geo ccws_make(const pd__node *n, pd_tensor *const *in) {
+    ccws_geo q = {in[0]->shape[0], in[0]->shape[1], in[0]->shape[2], in[1]->shape[2], pd__ccws_silu(n),
+                  in[0], in[1], opt_in(n, in, 2), opt_in(n, in, 3)};
+    return q;
+}
+
+/* Padded position p of row (b, c); *t: the tensor it lives in, *i its index (t NULL: a zero). */
+static void ccws_at(const ccws_geo *q, int64_t b, int64_t c, int64_t p, const pd_tensor **t, int64_t *i) {
+    int64_t row = b * q->C + c;
+    if (p >= q->K - 1) *t = q->x, *i = row * q->L + p - (q->K - 1);
+    else *t = q->ps, *i = row * (q->K - 1) + p;
+}
+
+/* The convolution at output position j of row (b, c), rounded to the dtype. */
+static double ccws_conv(const ccws_geo *q, int64_t b, int64_t c, int64_t j) {
+    double s = q->b ? pd__get_f(q->b->dtype, q->b->data, c) : 0;
+    for (int64_t k = 0; k < q->K; k++) {
+        const pd_tensor *t;
+        int64_t i;
+        ccws_at(q, b, c, j + k, &t, &i);
+        if (t) s += pd__get_f(q->w->dtype, q->w->data, c * q->K + k) * pd__get_f(t->dtype, t->data, i);
+    }
+    uint64_t buf = 0; /* one element of any float dtype */
+    pd__set_f(q->x->dtype, &buf, 0, s);
+    return pd__get_f(q->x->dtype, &buf, 0);
+}
+
+pd_status pd__cpu_CausalConvWithState(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    (void)x;
+    ccws_geo q = ccws_make(n, in);
+    pd_tensor *Y = out[0], *PS = opt_out(n, out, 1);
+    for (int64_t b = 0; b < q.B; b++)
+        for (int64_t c = 0; c < q.C; c++) {
+            int64_t row = b * q.C + c;
+            for (int64_t j = 0; Y && j < q.L; j++) { /* Y may be left out: only the state wanted */
+                double v = ccws_conv(&q, b, c, j);
+                pd__set_f(Y->dtype, Y->data, row * q.L + j, q.silu ? v / (1 + exp(-v)) : v);
+            }
+            for (int64_t p = 0; PS && p < q.K - 1; p++) { /* the last K-1 padded positions */
+                const pd_tensor *t;
+                int64_t i;
+                ccws_at(&q, b, c, q.L + p, &t, &i);
+                pd__set_f(PS->dtype, PS->data, row * (q.K - 1) + p, t ? pd__get_f(t->dtype, t->data, i) : 0);
+            }
+        }
+    return PD_OK;
+}
+
+/* Differentiable in input, weight, bias and past_state (grad mask 0xf); the
+ * gradient of present_state flows into the padded positions it copied. */
+pd_status pd__cpu_CausalConvWithState_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out,
+                                          pd_tensor *const *dout, pd_tensor *const *din) {
+    (void)x, (void)out;
+    const pd_tensor *dY = gout(n, dout, 0), *dPS = gout(n, dout, 1);
+    pd_tensor *dX = gin(n, din, 0), *dW = gin(n, din, 1), *dB = gin(n, din, 2), *dP = gin(n, din, 3);
+    ccws_geo q = ccws_make(n, in);
+    for (int64_t b = 0; b < q.B; b++)
+        for (int64_t c = 0; c < q.C; c++) {
+            int64_t row = b * q.C + c;
+            /* the gradient of a padded position lands in the input or past_state it came from */
+#define CCWS_PAD_GRAD(p, g)                                                                                        \
+    do {                                                                                                           \
+        const pd_tensor *t_;                                                                                       \
+        int64_t i_;                                                                                                \
+        ccws_at(&q, b, c, (p), &t_, &i_);                                                                          \
+        pd_tensor *d_ = t_ == q.x ? dX : t_ ? dP : NULL;                                                           \
+        if (d_) la_add(d_, i_, (g));                                                                               \
+    } while (0)
+            for (int64_t p = 0; dPS && p < q.K - 1; p++)
+                CCWS_PAD_GRAD(q.L + p, pd__get_f(dPS->dtype, dPS->data, row * (q.K - 1) + p));
+            for (int64_t j = 0; dY && j < q.L; j++) {
+                double g = pd__get_f(dY->dtype, dY->data, row * q.L + j);
+                if (q.silu) { /* d/dv v s(v) = s (1 + v (1 - s)) */
+                    double v = ccws_conv(&q, b, c, j), s = 1 / (1 + exp(-v));
+                    g *= s * (1 + v * (1 - s));
+                }
+                if (dB) la_add(dB, c, g);
+                for (int64_t k = 0; k < q.K; k++) {
+                    const pd_tensor *t;
+                    int64_t i;
+                    ccws_at(&q, b, c, j + k, &t, &i);
+                    if (dW && t) la_add(dW, c * q.K + k, g * pd__get_f(t->dtype, t->data, i));
+                    CCWS_PAD_GRAD(j + k, g * pd__get_f(q.w->dtype, q.w->data, c * q.K + k));
+                }
+            }
+#undef CCWS_PAD_GRAD
+        }
+    return PD_OK;
 }
 
 /* ---- GridSample ---------------------------------------------------------------------------------- */

@@ -2380,3 +2380,89 @@ pd_status pd__cpu_Unique(pd__exec *x, const pd__node *n, pd_tensor *const *in, p
 }
 
 PD__NO_GRAD(Unique)
+
+/* ---- TfIdfVectorizer ------------------------------------------------------------------------------- */
+
+/* The pool holds, for each size s = i + 1, the s-grams from ngram_counts[i]
+ * on, numbered 1, 2, ... across all sizes; those with a size within
+ * [min_gram_length, max_gram_length] are counted, into column
+ * ngram_indexes[id - 1]. As ONNX's reference (a trie), a repeated n-gram
+ * counts under its last number. The n-grams of a row start at every
+ * position and step by 1 to max_skip_count + 1, unigrams counted once. */
+static int64_t tfidf_lookup(const pd__node *n, const pd_tensor *X, int64_t at, int64_t step, int64_t s) {
+    const int64_t *cnt, *pool;
+    int ncnt = pd__attr_ints(n, "ngram_counts", &cnt), npool = pd__attr_ints(n, "pool_int64s", &pool);
+    int64_t lo = pd__attr_i(n, "min_gram_length", 1), hi = pd__attr_i(n, "max_gram_length", 1), id = 0, found = 0;
+    for (int i = 0; i < ncnt; i++) {
+        int64_t size = i + 1, b = cnt[i], e = i + 1 < ncnt ? cnt[i + 1] : npool, k = (e - b) / size;
+        if (size != s || size < lo || size > hi) {
+            id += k;
+            continue;
+        }
+        for (int64_t g = 0; g < k; g++) {
+            id++;
+            int64_t j = 0;
+            while (j < s && pool[b + g * s + j] == pd__get_i(X->dtype, X->data, at + j * step)) j++;
+            if (j == s) found = id;
+        }
+    }
+    return found;
+}
+
+pd_status pd__cpu_TfIdfVectorizer(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    (void)x;
+    const pd_tensor *X = in[0];
+    pd_tensor *Y = out[0];
+    int64_t W;
+    PD_TRY(pd__tfidf_width(n, &W));
+    const int64_t *idx;
+    const float *wt;
+    int nidx = pd__attr_ints(n, "ngram_indexes", &idx), nw = pd__attr_floats(n, "weights", &wt);
+    const char *mode = pd__attr_s(n, "mode", "TF");
+    int64_t rows = X->ndim == 2 ? X->shape[0] : 1, C = X->shape[X->ndim - 1];
+    int64_t lo = pd__attr_i(n, "min_gram_length", 1), hi = pd__attr_i(n, "max_gram_length", 1);
+    int64_t skips = pd__attr_i(n, "max_skip_count", 0);
+    float *y = Y->data;
+    memset(y, 0, sizeof(float) * (size_t)(rows * W));
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t first = lo;
+        for (int64_t d = 1; d <= skips + 1; d++) {
+            for (int64_t st = 0; st < C; st++)
+                for (int64_t s = first; s <= hi && st + (s - 1) * d < C; s++) {
+                    int64_t id = tfidf_lookup(n, X, r * C + st, d, s);
+                    if (!id) continue;
+                    if (id > nidx)
+                        return pd__err(PD_ERR_INVALID, "n-gram %lld of the pool has no entry in ngram_indexes (%d)",
+                                       (long long)id, nidx);
+                    y[r * W + idx[id - 1]] += 1;
+                }
+            if (first == 1 && ++first > hi) break; /* unigrams do not depend on the skip */
+        }
+    }
+    bool idf = strcmp(mode, "IDF") == 0, tfidf = strcmp(mode, "TFIDF") == 0;
+    for (int64_t i = 0; (idf || tfidf) && i < rows * W; i++) {
+        double w = nw ? wt[i % W] : 1;
+        y[i] = idf ? (y[i] > 0 ? (float)w : 0) : (float)(w * y[i]);
+    }
+    return PD_OK;
+}
+PD__NO_GRAD(TfIdfVectorizer)
+
+/* ---- ai.onnx.ml: ArrayFeatureExtractor ------------------------------------------------------------- */
+
+pd_status pd__cpu_ArrayFeatureExtractor(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
+    (void)x, (void)n;
+    const pd_tensor *X = in[0], *Y = in[1];
+    size_t es = pd_dtype_size(X->dtype);
+    int64_t len = X->shape[X->ndim - 1], rows = len ? pd_tensor_numel(X) / len : 0, k = pd_tensor_numel(Y);
+    const int64_t *idx = Y->data;
+    for (int64_t j = 0; j < k; j++)
+        if (idx[j] < 0 || idx[j] >= len)
+            return pd__err(PD_ERR_INVALID, "index %lld is out of the last axis' [0, %lld)", (long long)idx[j],
+                           (long long)len);
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t j = 0; j < k; j++)
+            memcpy((char *)out[0]->data + (size_t)(r * k + j) * es, (const char *)X->data + (size_t)(r * len + idx[j]) * es, es);
+    return PD_OK;
+}
+PD__NO_GRAD(ArrayFeatureExtractor)
