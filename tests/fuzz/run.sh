@@ -25,6 +25,14 @@ if [ -d ../shared/onnx-tests ]; then
     m=../shared/onnx-tests/node/test_$t/model.onnx
     [ -f "$m" ] && cp "$m" "$corpus/seed$((i++)).onnx"
   done
+  # the low-bit types' packed data and the attributes of the ops added for issue 19
+  for t in cast_FLOAT_to_FLOAT8E4M3FN cast_FLOAT_to_INT2 dequantizelinear_int4 quantizelinear_float4e2m1 \
+    bitcast_float32_to_int32 deform_conv_with_mask_bias det_nd tensorscatter_circular bernoulli_seed \
+    resize_downsample_scales_cubic_antialias resize_tf_crop_and_resize einsum_batch_diagonal lstm_with_peepholes \
+    linear_attention_gated_delta causal_conv_with_state_basic flexattention flexattention_causal_mask tfidfvectorizer_tf_batch_uniandbigrams_skip5 adam; do
+    m=../shared/onnx-tests/node/test_$t/model.onnx
+    [ -f "$m" ] && cp "$m" "$corpus/seed$((i++)).onnx"
+  done
 fi
 echo "fuzzing the loader for ${secs}s from $i seeds"
 "$build/tests/fuzz_load" -max_total_time="$secs" -rss_limit_mb=2048 -max_len=65536 -print_final_stats=1 "$corpus" 2>&1 | tail -15
