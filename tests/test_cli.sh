@@ -68,6 +68,15 @@ else
   bad "folded parameter note: $(head -5 "$tmp/out")"
 fi
 
+# train --help prints its flag table: every train flag the README shows is in it
+readme_flags=$(sed -n '/pdonnx train MODEL.onnx/,/--resume DIR/p' "$src/README.md" | grep -o -- '--[a-z0-9-]*' | sort -u)
+if "$pdonnx" train --help >"$tmp/help" 2>&1 && [ -n "$readme_flags" ] &&
+   missing=$(for f in $readme_flags; do grep -q -- "^  $f\b" "$tmp/help" || echo "$f"; done) && [ -z "$missing" ]; then
+  ok "train --help lists every train flag of the README ($(echo $readme_flags | wc -w))"
+else
+  bad "train --help: missing $missing"
+fi
+
 # --- bad input
 expect_error "missing model file" "nope.onnx" "$pdonnx" info "$tmp/nope.onnx"
 head -c 1000 "$fx/mlp/model.onnx" >"$tmp/trunc.onnx"

@@ -5,12 +5,44 @@
 #include "../pipedream.h"
 
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdint.h>
 
 /* Prints "pdonnx: <fmt with arg> (see pdonnx --help)" and returns 2. */
 int pd_cli_usage_error(const char *fmt, const char *arg);
 /* Parses an integer flag value in [lo, hi]; prints the error and returns false otherwise. */
 bool pd_cli_parse_int(const char *flag, const char *s, int64_t lo, int64_t hi, int64_t *out);
+
+/* A command's flags as a table (tools/flags.c): one row per flag, which both
+ * parses and prints `--help`. */
+typedef enum pd_flag_kind {
+    PD_FLAG_SET,    /* a switch: *(bool *)dst = true */
+    PD_FLAG_CLEAR,  /* a switch: *(bool *)dst = false */
+    PD_FLAG_STR,    /* *(const char **)dst = the value */
+    PD_FLAG_INT,    /* *(int64_t *)dst, in [lo, hi] */
+    PD_FLAG_INT32,  /* *(int *)dst, in [lo, hi] */
+    PD_FLAG_DOUBLE, /* *(double *)dst, finite and >= min */
+    PD_FLAG_FN      /* fn(ctx, cmd, flag, values): nvalues values; 0, or the exit code of a usage error */
+} pd_flag_kind;
+
+typedef struct pd_flag {
+    const char *name;
+    pd_flag_kind kind;
+    void *dst;
+    int64_t lo, hi;
+    double min;
+    const char *metavar; /* the value(s) in --help and in "needs ..." */
+    const char *help;
+    int (*fn)(void *ctx, const char *cmd, const struct pd_flag *f, char **values);
+    int nvalues;
+} pd_flag;
+
+/* Parses argv by the table (flags anywhere; up to npos other arguments into
+ * pos, in order). 0, or 2 after printing a usage error naming the flag. */
+int pd_cli_flags(const char *cmd, const pd_flag *t, int n, void *ctx, int argc, char **argv, const char **pos,
+                 int npos);
+/* One line per flag: its name, value and help. */
+void pd_cli_flags_help(FILE *out, const pd_flag *t, int n);
 
 /* Prints "pdonnx: <pd_last_error()>" and returns 1. */
 int pd_cli_fail(void);

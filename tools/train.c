@@ -102,154 +102,128 @@ static int pd__read_flags(pd__targs *a, const char *model, char **tok, int max) 
     return nt;
 }
 
-static int pd__parse(pd__targs *a, int argc, char **argv) {
-    for (int i = 0; i < argc; i++) {
-        const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int64_t n;
-        double d;
-#define NEED_VALUE                                                                          \
-    do {                                                                                    \
-        if (!v) return pd_cli_usage_error("train: %s needs a value", f);                    \
-        i++;                                                                                \
-    } while (0)
-        if (!strcmp(f, "--data")) {
-            NEED_VALUE;
-            a->data = v;
-        } else if (!strcmp(f, "--labels")) {
-            NEED_VALUE;
-            a->labels = v;
-        } else if (!strcmp(f, "--val")) {
-            if (i + 2 >= argc) return pd_cli_usage_error("train: %s needs XV.npy YV.npy", f);
-            a->val_x = argv[++i];
-            a->val_y = argv[++i];
-        } else if (!strcmp(f, "--loss")) {
-            NEED_VALUE;
-            if (!strcmp(v, "auto")) a->o.loss = PD_LOSS_AUTO;
-            else if (!strcmp(v, "cross_entropy")) a->o.loss = PD_LOSS_CROSS_ENTROPY;
-            else if (!strcmp(v, "mse")) a->o.loss = PD_LOSS_MSE;
-            else if (!strcmp(v, "graph")) a->o.loss = PD_LOSS_GRAPH;
-            else return pd_cli_usage_error("train: --loss must be auto, cross_entropy, mse or graph, not '%s'", v);
-        } else if (!strcmp(f, "--output")) {
-            NEED_VALUE;
-            a->o.output = v;
-        } else if (!strcmp(f, "--optimizer")) {
-            NEED_VALUE;
-            int k = -1;
-            for (int o = PD_OPT_SGD; o <= PD_OPT_ADAMW; o++)
-                if (!strcmp(v, pd__optim_name((pd_optimizer_kind)o))) k = o;
-            if (k < 0)
-                return pd_cli_usage_error("train: --optimizer must be sgd, momentum, nesterov, adam or adamw, not '%s'", v);
-            a->o.optimizer = (pd_optimizer_kind)k;
-        } else if (!strcmp(f, "--lr") || !strcmp(f, "--momentum") || !strcmp(f, "--beta1") || !strcmp(f, "--beta2") ||
-                   !strcmp(f, "--eps") || !strcmp(f, "--weight-decay") || !strcmp(f, "--clip-grad-norm") ||
-                   !strcmp(f, "--min-lr")) {
-            NEED_VALUE;
-            if (!pd_cli_parse_double(f, v, 0, &d)) return 2;
-            if (!strcmp(f, "--lr")) a->o.lr = d;
-            else if (!strcmp(f, "--momentum")) a->o.momentum = d;
-            else if (!strcmp(f, "--beta1")) a->o.beta1 = d;
-            else if (!strcmp(f, "--beta2")) a->o.beta2 = d;
-            else if (!strcmp(f, "--eps")) a->o.eps = d;
-            else if (!strcmp(f, "--weight-decay")) a->o.weight_decay = d;
-            else if (!strcmp(f, "--clip-grad-norm")) a->o.clip_grad_norm = d;
-            else a->o.min_lr = d;
-        } else if (!strcmp(f, "--warmup")) {
-            NEED_VALUE;
-            if (!pd_cli_parse_int(f, v, 0, INT32_MAX, &n)) return 2;
-            a->o.warmup_steps = n;
-        } else if (!strcmp(f, "--cosine")) {
-            a->cosine = true;
-        } else if (!strcmp(f, "--freeze")) {
-            NEED_VALUE;
-            a->o.freeze = v;
-        } else if (!strcmp(f, "--untie")) {
-            a->untie = true;
-        } else if (!strcmp(f, "--trainable")) {
-            NEED_VALUE;
-            a->o.trainable = v;
-        } else if (!strcmp(f, "--batch")) {
-            NEED_VALUE;
-            if (!pd_cli_parse_int(f, v, 1, INT32_MAX, &a->batch)) return 2;
-        } else if (!strcmp(f, "--steps")) {
-            NEED_VALUE;
-            if (!pd_cli_parse_int(f, v, 1, INT64_MAX / 2, &a->steps)) return 2;
-            a->epochs = 0;
-        } else if (!strcmp(f, "--epochs")) {
-            NEED_VALUE;
-            if (!pd_cli_parse_int(f, v, 1, INT32_MAX, &a->epochs)) return 2;
-            a->steps = 0;
-        } else if (!strcmp(f, "--no-shuffle")) {
-            a->shuffle = false;
-        } else if (!strcmp(f, "--shuffle")) {
-            a->shuffle = true;
-        } else if (!strcmp(f, "--seed")) {
-            NEED_VALUE;
-            if (!pd_cli_parse_int(f, v, 0, INT64_MAX, &a->seed)) return 2;
-        } else if (!strcmp(f, "--threads")) {
-            NEED_VALUE;
-            if (!pd_cli_parse_int(f, v, 1, 1024, &n)) return 2;
-            a->o.threads = (int)n;
-        } else if (!strcmp(f, "--device") || !strcmp(f, "--precision")) { /* docs/CUDA.md */
-            NEED_VALUE;
-            if (pd_train_options_set_device(&a->o, f[2] == 'd' ? v : NULL, f[2] == 'p' ? v : NULL) != PD_OK)
-                return pd_cli_usage_error("train: %s", pd_last_error());
-        } else if (!strcmp(f, "--metrics")) {
-            NEED_VALUE;
-            a->metrics = v;
-        } else if (!strcmp(f, "--save")) {
-            NEED_VALUE;
-            a->save = v;
-        } else if (!strcmp(f, "--stages")) {
-            NEED_VALUE;
-            if (!pd_cli_parse_int(f, v, 1, 4096, &a->stages)) return 2;
-        } else if (!strcmp(f, "--microbatches")) {
-            NEED_VALUE;
-            if (!pd_cli_parse_int(f, v, 1, 1 << 20, &a->microbatches)) return 2;
-        } else if (!strcmp(f, "--vertical-sync")) {
-            a->vertical_sync = true;
-        } else if (!strcmp(f, "--virtual-stages")) {
-            NEED_VALUE;
-            if (!pd_cli_parse_int(f, v, 2, 64, &a->virtual_stages)) return 2;
-        } else if (!strcmp(f, "--plan")) {
-            NEED_VALUE;
-            a->plan = v;
-        } else if (!strcmp(f, "--schedule")) {
-            NEED_VALUE;
-            a->schedule = v;
-        } else if (!strcmp(f, "--trace")) {
-            NEED_VALUE;
-            a->trace = v;
-        } else if (!strcmp(f, "--checkpoint-dir")) {
-            NEED_VALUE;
-            a->ckpt_dir = v;
-        } else if (!strcmp(f, "--checkpoint-every")) {
-            NEED_VALUE;
-            if (!strcmp(v, "auto")) a->ckpt_every = -1;
-            else if (!pd_cli_parse_int(f, v, 1, INT64_MAX / 4, &a->ckpt_every)) return 2;
-        } else if (!strcmp(f, "--checkpoint-keep")) {
-            NEED_VALUE;
-            if (!pd_cli_parse_int(f, v, 0, INT32_MAX, &a->ckpt_keep)) return 2;
-        } else if (!strcmp(f, "--checkpoint-overhead")) {
-            NEED_VALUE;
-            if (!pd_cli_parse_double(f, v, 1e-6, &a->ckpt_overhead)) return 2;
-        } else if (!strcmp(f, "--resume")) {
-            NEED_VALUE;
-            a->resume = v;
-        } else if (!strcmp(f, "--max-constant-bytes")) {
-            NEED_VALUE;
-            if (!pd_cli_parse_int(f, v, 1, INT64_MAX, &a->max_constant_bytes)) return 2;
-        } else if (!strcmp(f, "--quiet")) {
-            a->quiet = true;
-        } else if (f[0] == '-') {
-            return pd_cli_usage_error("train: unknown flag '%s'", f);
-        } else if (!a->model) {
-            a->model = f;
-        } else {
-            return pd_cli_usage_error("train: unexpected argument '%s'", f);
-        }
-#undef NEED_VALUE
-    }
+/* ---- flags: one row each (tools/flags.c parses them and prints --help) ---- */
+
+static int pd__flag_val(void *ctx, const char *cmd, const pd_flag *f, char **v) {
+    (void)cmd, (void)f;
+    pd__targs *a = ctx;
+    a->val_x = v[0], a->val_y = v[1];
     return 0;
+}
+
+static int pd__flag_loss(void *ctx, const char *cmd, const pd_flag *f, char **v) {
+    (void)cmd, (void)f;
+    pd__targs *a = ctx;
+    static const char *const names[] = {"auto", "cross_entropy", "mse", "graph"};
+    static const pd_loss_kind kinds[] = {PD_LOSS_AUTO, PD_LOSS_CROSS_ENTROPY, PD_LOSS_MSE, PD_LOSS_GRAPH};
+    for (int k = 0; k < 4; k++)
+        if (!strcmp(v[0], names[k])) return a->o.loss = kinds[k], 0;
+    return pd_cli_usage_error("train: --loss must be auto, cross_entropy, mse or graph, not '%s'", v[0]);
+}
+
+static int pd__flag_optimizer(void *ctx, const char *cmd, const pd_flag *f, char **v) {
+    (void)cmd, (void)f;
+    pd__targs *a = ctx;
+    for (int o = PD_OPT_SGD; o <= PD_OPT_ADAMW; o++)
+        if (!strcmp(v[0], pd__optim_name((pd_optimizer_kind)o))) return a->o.optimizer = (pd_optimizer_kind)o, 0;
+    return pd_cli_usage_error("train: --optimizer must be sgd, momentum, nesterov, adam or adamw, not '%s'", v[0]);
+}
+
+/* --steps and --epochs: the last one given counts */
+static int pd__flag_length(void *ctx, const char *cmd, const pd_flag *f, char **v) {
+    (void)cmd;
+    pd__targs *a = ctx;
+    bool steps = !strcmp(f->name, "--steps");
+    if (!pd_cli_parse_int(f->name, v[0], 1, steps ? INT64_MAX / 2 : INT32_MAX, steps ? &a->steps : &a->epochs))
+        return 2;
+    if (steps) a->epochs = 0;
+    else a->steps = 0;
+    return 0;
+}
+
+static int pd__flag_device(void *ctx, const char *cmd, const pd_flag *f, char **v) { /* docs/CUDA.md */
+    (void)cmd;
+    pd__targs *a = ctx;
+    bool dev = !strcmp(f->name, "--device");
+    if (pd_train_options_set_device(&a->o, dev ? v[0] : NULL, dev ? NULL : v[0]) != PD_OK)
+        return pd_cli_usage_error("train: %s", pd_last_error());
+    return 0;
+}
+
+static int pd__flag_ckpt_every(void *ctx, const char *cmd, const pd_flag *f, char **v) {
+    (void)cmd;
+    pd__targs *a = ctx;
+    if (!strcmp(v[0], "auto")) return a->ckpt_every = -1, 0;
+    return pd_cli_parse_int(f->name, v[0], 1, INT64_MAX / 4, &a->ckpt_every) ? 0 : 2;
+}
+
+#define PD__STR(nm, dst, mv, help) {nm, PD_FLAG_STR, dst, 0, 0, 0, mv, help, NULL, 0}
+#define PD__INT(nm, dst, lo, hi, help) {nm, PD_FLAG_INT, dst, lo, hi, 0, "N", help, NULL, 0}
+#define PD__INT32(nm, dst, lo, hi, help) {nm, PD_FLAG_INT32, dst, lo, hi, 0, "N", help, NULL, 0}
+#define PD__NUM(nm, dst, min, help) {nm, PD_FLAG_DOUBLE, dst, 0, 0, min, "F", help, NULL, 0}
+#define PD__SET(nm, dst, help) {nm, PD_FLAG_SET, dst, 0, 0, 0, NULL, help, NULL, 0}
+#define PD__FN(nm, fn, k, mv, help) {nm, PD_FLAG_FN, NULL, 0, 0, 0, mv, help, fn, k}
+
+/* train's flags, pointing into *a; returns how many */
+static int pd__train_flags(pd__targs *a, pd_flag *t) {
+    const pd_flag rows[] = {
+        PD__STR("--data", &a->data, "X.npy", "training inputs, rows first; a pattern ('x-*.npy') reads shards in order"),
+        PD__STR("--labels", &a->labels, "Y.npy", "labels, one row per input row (a pattern as for --data)"),
+        PD__FN("--val", pd__flag_val, 2, "XV.npy YV.npy", "validation inputs and labels, scored after each epoch"),
+        PD__FN("--loss", pd__flag_loss, 1, "KIND", "auto (default), cross_entropy, mse or graph (the model's own)"),
+        PD__STR("--output", &a->o.output, "NAME", "the output the loss reads (default: the first)"),
+        PD__FN("--optimizer", pd__flag_optimizer, 1, "KIND", "sgd (default), momentum, nesterov, adam or adamw"),
+        PD__NUM("--lr", &a->o.lr, 0, "learning rate"),
+        PD__NUM("--momentum", &a->o.momentum, 0, "momentum (momentum, nesterov)"),
+        PD__NUM("--beta1", &a->o.beta1, 0, "Adam's beta1"),
+        PD__NUM("--beta2", &a->o.beta2, 0, "Adam's beta2"),
+        PD__NUM("--eps", &a->o.eps, 0, "Adam's epsilon"),
+        PD__NUM("--weight-decay", &a->o.weight_decay, 0, "weight decay (decoupled under adamw)"),
+        PD__NUM("--clip-grad-norm", &a->o.clip_grad_norm, 0, "clip the global gradient norm to F (0: off)"),
+        PD__NUM("--min-lr", &a->o.min_lr, 0, "the cosine schedule's floor"),
+        PD__INT("--warmup", &a->o.warmup_steps, 0, INT32_MAX, "linear warm-up over N steps"),
+        PD__SET("--cosine", &a->cosine, "cosine decay of the learning rate over the run"),
+        PD__STR("--freeze", &a->o.freeze, "REGEX", "do not train the initializers whose names match"),
+        PD__STR("--trainable", &a->o.trainable, "REGEX", "train these too (an exporter's constants the default leaves out)"),
+        PD__SET("--untie", &a->untie, "give initializers an exporter tied their own copies"),
+        PD__INT("--batch", &a->batch, 1, INT32_MAX, "rows per step (default 32)"),
+        PD__FN("--steps", pd__flag_length, 1, "N", "train N steps"),
+        PD__FN("--epochs", pd__flag_length, 1, "N", "train N passes over the data (default 1)"),
+        {"--no-shuffle", PD_FLAG_CLEAR, &a->shuffle, 0, 0, 0, NULL, "read the rows in order (default: shuffled per epoch)", NULL, 0},
+        PD__SET("--shuffle", &a->shuffle, "shuffle the rows per epoch (the default)"),
+        PD__INT("--seed", &a->seed, 0, INT64_MAX, "the shuffle's and initial state's seed"),
+        PD__INT32("--threads", &a->o.threads, 1, 1024, "compute threads (default: the cores this process may use)"),
+        PD__FN("--device", pd__flag_device, 1, "cpu|cuda[:N]", "where to train (docs/CUDA.md)"),
+        PD__FN("--precision", pd__flag_device, 1, "fp32|tf32|bf16", "a GPU's math"),
+        PD__STR("--metrics", &a->metrics, "FILE.jsonl", "one JSON line per step"),
+        PD__STR("--save", &a->save, "OUT.onnx", "the trained model"),
+        PD__INT("--stages", &a->stages, 1, 4096, "a pipeline of N stages (profiled and planned)"),
+        PD__STR("--plan", &a->plan, "PLAN.json", "a pipeline from a plan (pdonnx plan)"),
+        PD__STR("--schedule", &a->schedule, "KIND", "gpipe, flush (default), pipedream, 2bw, interleaved or zb-h1"),
+        PD__INT("--microbatches", &a->microbatches, 1, 1 << 20, "microbatches per step"),
+        PD__INT("--virtual-stages", &a->virtual_stages, 2, 64, "chunks per stage (interleaved)"),
+        PD__SET("--vertical-sync", &a->vertical_sync, "pipedream: every stage uses stage 0's weight version"),
+        PD__STR("--trace", &a->trace, "OUT.json", "a Chrome trace of the pipeline's steps"),
+        PD__STR("--checkpoint-dir", &a->ckpt_dir, "DIR", "take checkpoints there"),
+        PD__FN("--checkpoint-every", pd__flag_ckpt_every, 1, "N|auto", "a checkpoint every N steps (auto: CheckFreq's rate)"),
+        PD__INT("--checkpoint-keep", &a->ckpt_keep, 0, INT32_MAX, "keep the newest N checkpoints (0: all)"),
+        PD__NUM("--checkpoint-overhead", &a->ckpt_overhead, 1e-6, "auto's budget: checkpoints cost at most this share of the time"),
+        PD__STR("--resume", &a->resume, "DIR", "continue from the newest valid checkpoint there"),
+        PD__INT("--max-constant-bytes", &a->max_constant_bytes, 1, INT64_MAX, "cap on what constant folding may create"),
+        PD__SET("--quiet", &a->quiet, "print only errors"),
+    };
+    int n = (int)(sizeof rows / sizeof rows[0]);
+    if (t) memcpy(t, rows, sizeof rows);
+    return n;
+}
+
+static int pd__parse(pd__targs *a, int argc, char **argv) {
+    pd_flag t[64];
+    int n = pd__train_flags(a, t);
+    const char *model[1] = {a->model};
+    int rc = pd_cli_flags("train", t, n, a, argc, argv, model, a->model ? 0 : 1);
+    if (!a->model) a->model = model[0];
+    return rc;
 }
 
 /* Converts t in place to dtype `to` (numeric casts); false when it cannot.
@@ -1336,6 +1310,19 @@ out:
 }
 
 int pd_cli_train(int argc, char **argv) {
+    for (int i = 0; i < argc; i++)
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            pd__targs a;
+            pd_flag t[64];
+            int n = pd__train_flags(&a, t);
+            printf("usage: pdonnx train MODEL.onnx --data X.npy --labels Y.npy [flags]\n"
+                   "(MODEL.flags beside the model, when there, gives default flags)\n\n");
+            pd_cli_flags_help(stdout, t, n);
+            printf("  %-28s %s\n  %-28s %s\n  %-28s %s\n", "--parallel-pipelines K",
+                   "AvgPipe: K pipelines averaged elastically (docs/SCHEDULES.md)", "--elastic-alpha A",
+                   "AvgPipe's elastic weight (default 0.9/K)", "--average-every N", "AvgPipe: average every N steps");
+            return 0;
+        }
     if (pd__mpi_init(&pd__mp.rank, &pd__mp.size) != PD_OK) return pd_cli_fail();
     if (pd__mp.size > 1 && pd__mp.rank > 0) { /* hold back errors until the processes agree */
         fflush(stderr);
