@@ -246,7 +246,7 @@ pd_status pd__cuts_build(const pd_profile *p, int max_states, pd__cuts **out) {
             c->pred[cnt++] = a;
         }
         if (cnt > (size_t)INT32_MAX) {
-            st = pd__err(PD_ERR_NOMEM, "plan: too many stage candidates (%d cut states); lower --max-states", S);
+            st = pd__err(PD_ERR_NOMEM, "plan: too many stage candidates (%d cut states); lower opt->max_states", S);
             goto done;
         }
         c->pred_start[b + 1] = (int)cnt;

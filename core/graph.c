@@ -404,8 +404,7 @@ static pd_status pd__fold_node(pd_graph *g, pd__node *n, const pd_backend_i *be,
         pd__format_shape(shape, sizeof shape, t->ndim, t->shape);
         return pd__node_err(g, n, PD_ERR_UNSUPPORTED,
                             "folding it makes a constant of %lld bytes (output '%s' %s %s), beyond the cap of "
-                            "%lld bytes for the model's constants; raise max_constant_bytes (pdonnx: "
-                            "--max-constant-bytes N)",
+                            "%lld bytes for the model's constants; raise opt->max_constant_bytes",
                             (long long)need, t->name, pd_dtype_name(t->dtype), shape, (long long)cap);
     }
     *budget -= need;

@@ -221,8 +221,8 @@ static pd_status pd__fast(const pd__ctx *x, const pd__cuts *c, pd__cut_plan *out
             need1 = fmax(need1, 3 * nd->param_bytes + nd->optim_bytes + nd->act_bytes);
         }
         st = pd__err(PD_ERR_INVALID,
-                     "plan: no plan fits --memory %.0f bytes per worker on %d workers (the largest single node "
-                     "alone needs about %.0f bytes); raise --memory or add workers",
+                     "plan: no plan fits opt->memory %.0f bytes per worker on %d workers (the largest single "
+                     "node alone needs about %.0f bytes); raise opt->memory or add workers",
                      x->mem, x->workers, need1);
         goto done;
     }
@@ -481,8 +481,8 @@ static pd_status pd__pipedream_dp(const pd__ctx *x, const pd__cuts *c, pd__cut_p
     top = &As[x->levels - 1][(size_t)(S - 1) * (size_t)x->lw[x->levels - 1] + (size_t)(x->lw[x->levels - 1] - 1)];
     if (isnan(top->t)) {
         st = pd__err(PD_ERR_INVALID,
-                     "plan: no plan uses exactly %d workers within --memory %.0f bytes%s; raise --memory, change "
-                     "--workers, or use --cost-model default",
+                     "plan: no plan uses exactly %d workers within opt->memory %.0f bytes%s; raise opt->memory, "
+                     "change opt->workers, or use opt->cost_model default",
                      x->workers, x->mem, x->o->straight ? " as a straight pipeline" : "");
         goto done;
     }
@@ -789,7 +789,7 @@ pd_status pd__algo_parse(const char *s, pd__algo *out) {
             *out = (pd__algo)i;
             return PD_OK;
         }
-    return pd__err(PD_ERR_INVALID, "plan: unknown --algo '%s' (pipedream, 2bw, bipartition, uniform, params, avgpipe)",
+    return pd__err(PD_ERR_INVALID, "plan: unknown opt->algo '%s' (pipedream, 2bw, bipartition, uniform, params, avgpipe)",
                    s);
 }
 
@@ -930,7 +930,7 @@ static pd_status pd__avgpipe_tune(const pd__ctx *x0, const pd_profile *p, const 
     if (!best)
         return pd__err(PD_ERR_INVALID,
                        "plan: no avgpipe configuration (pipelines dividing %d workers, 1 to %d microbatches) fits "
-                       "--memory %.0f bytes per worker; raise --memory or add workers",
+                       "opt->memory %.0f bytes per worker; raise opt->memory or add workers",
                        W, Mmax, x0->mem);
     *out = best;
     return PD_OK;
@@ -952,42 +952,42 @@ pd_status pd_plan_create(const pd_profile *p, const pd_plan_options *user, pd_pl
     const char *cm = o->cost_model ? o->cost_model : "default";
     if (strcmp(cm, "pipedream") == 0) x.pd_model = true;
     else if (strcmp(cm, "default") != 0)
-        return pd__err(PD_ERR_INVALID, "plan: unknown --cost-model '%s' (default, pipedream)", cm);
+        return pd__err(PD_ERR_INVALID, "plan: unknown opt->cost_model '%s' (default, pipedream)", cm);
     if (p->n <= 0) return pd__err(PD_ERR_INVALID, "plan: the profile has no nodes");
-    if (o->n_levels < 0 || o->n_levels > 8) return pd__err(PD_ERR_INVALID, "plan: --topology has %d levels (1 to 8)", o->n_levels);
+    if (o->n_levels < 0 || o->n_levels > 8) return pd__err(PD_ERR_INVALID, "plan: opt->level_workers has %d levels (1 to 8)", o->n_levels);
     if (o->n_levels > 0) {
         x.levels = o->n_levels;
         int64_t prod = 1;
         for (int l = 0; l < o->n_levels; l++) {
-            if (o->level_workers[l] < 1) return pd__err(PD_ERR_INVALID, "plan: --topology level %d has %d workers", l, o->level_workers[l]);
+            if (o->level_workers[l] < 1) return pd__err(PD_ERR_INVALID, "plan: opt->level_workers level %d has %d workers", l, o->level_workers[l]);
             if (!(o->level_bandwidth[l] > 0) || !isfinite(o->level_bandwidth[l]))
-                return pd__err(PD_ERR_INVALID, "plan: --bandwidth of level %d must be positive", l);
+                return pd__err(PD_ERR_INVALID, "plan: opt->level_bandwidth of level %d must be positive", l);
             x.lw[l] = o->level_workers[l];
             x.lb[l] = o->level_bandwidth[l];
             prod *= x.lw[l];
-            if (prod > 1 << 20) return pd__err(PD_ERR_INVALID, "plan: --topology has more than %d workers", 1 << 20);
+            if (prod > 1 << 20) return pd__err(PD_ERR_INVALID, "plan: opt->level_workers has more than %d workers", 1 << 20);
         }
         if (o->workers > 1 && o->workers != prod)
-            return pd__err(PD_ERR_INVALID, "plan: --workers %d differs from the topology's %lld workers", o->workers, (long long)prod);
+            return pd__err(PD_ERR_INVALID, "plan: opt->workers %d differs from the topology's %lld workers", o->workers, (long long)prod);
         x.workers = (int)prod;
     } else {
-        if (o->workers < 1 || o->workers > 1 << 20) return pd__err(PD_ERR_INVALID, "plan: --workers must be 1 to %d (got %d)", 1 << 20, o->workers);
-        if (!(o->bandwidth > 0) || !isfinite(o->bandwidth)) return pd__err(PD_ERR_INVALID, "plan: --bandwidth must be positive");
+        if (o->workers < 1 || o->workers > 1 << 20) return pd__err(PD_ERR_INVALID, "plan: opt->workers must be 1 to %d (got %d)", 1 << 20, o->workers);
+        if (!(o->bandwidth > 0) || !isfinite(o->bandwidth)) return pd__err(PD_ERR_INVALID, "plan: opt->bandwidth must be positive");
         x.levels = 1;
         x.lw[0] = o->workers;
         x.lb[0] = o->bandwidth;
         x.workers = o->workers;
     }
-    if (o->memory < 0 || !isfinite(o->memory)) return pd__err(PD_ERR_INVALID, "plan: --memory must be a positive byte count");
+    if (o->memory < 0 || !isfinite(o->memory)) return pd__err(PD_ERR_INVALID, "plan: opt->memory must be a positive byte count");
     x.mem = o->memory;
     x.compress = o->activation_compression;
-    if (o->microbatches < 0) return pd__err(PD_ERR_INVALID, "plan: --microbatches must be positive");
+    if (o->microbatches < 0) return pd__err(PD_ERR_INVALID, "plan: opt->microbatches must be positive");
 
     if (algo == PD_ALGO_BIPARTITION) return pd__bipartition(&x, p, out);
 
     if (algo == PD_ALGO_UNIFORM || algo == PD_ALGO_PARAMS) {
         if (x.workers > p->n)
-            return pd__err(PD_ERR_INVALID, "plan: %d workers but the model has only %d nodes; use --workers %d or fewer", x.workers, p->n, p->n);
+            return pd__err(PD_ERR_INVALID, "plan: %d workers but the model has only %d nodes; set opt->workers to %d or fewer", x.workers, p->n, p->n);
         double *w = (double *)PD_MALLOC(sizeof(double) * (size_t)p->n);
         int *cut = (int *)PD_MALLOC(sizeof(int) * ((size_t)x.workers + 2));
         if (!w || !cut) {
@@ -1128,8 +1128,8 @@ pd_status pd_plan_create(const pd_profile *p, const pd_plan_options *user, pd_pl
         if (best_tp < 0 || !best.cut) {
             pd__cut_plan_free(&best);
             st = pd__err(PD_ERR_INVALID,
-                         "plan: no 2bw configuration fits --memory %.0f bytes per worker on %d workers; raise --memory "
-                         "or add workers", x.mem, x.workers);
+                         "plan: no 2bw configuration fits opt->memory %.0f bytes per worker on %d workers; raise "
+                         "opt->memory or add workers", x.mem, x.workers);
             goto done;
         }
         if ((st = pd__plan_alloc(p, best_d, &pl)) != PD_OK) {
@@ -1199,7 +1199,7 @@ done:
  * frontier DP keeps, per forward cut, the furthest backward cut reachable. */
 static pd_status pd__bipartition(const pd__ctx *x, const pd_profile *p, pd_plan **out) {
     int n = p->n, P = x->workers;
-    if (P > n) return pd__err(PD_ERR_INVALID, "plan: %d workers but the model has only %d nodes; use --workers %d or fewer", P, n, n);
+    if (P > n) return pd__err(PD_ERR_INVALID, "plan: %d workers but the model has only %d nodes; set opt->workers to %d or fewer", P, n, n);
     double *F = (double *)PD_CALLOC((size_t)n + 1, sizeof(double)), *B = (double *)PD_CALLOC((size_t)n + 1, sizeof(double));
     int *prevp = (int *)PD_MALLOC(sizeof(int) * ((size_t)n + 1)), *nextp = (int *)PD_MALLOC(sizeof(int) * ((size_t)n + 1));
     int *R = (int *)PD_MALLOC(sizeof(int) * (size_t)(P + 1) * ((size_t)n + 1));

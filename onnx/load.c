@@ -248,10 +248,10 @@ static pd_status input_shape(const loader *L, const char *name, const Onnx__Type
             *d->dim_param)
             return pd__err(
                 PD_ERR_SHAPE,
-                "%s: input '%s' has symbolic dim '%s' at axis %d; give --batch or the input's shape", path,
+                "%s: input '%s' has symbolic dim '%s' at axis %d; give opt->batch or the input's shape", path,
                 name, d->dim_param, a);
         return pd__err(PD_ERR_SHAPE,
-                       "%s: input '%s' has an unknown dim at axis %d; give --batch or the input's shape",
+                       "%s: input '%s' has an unknown dim at axis %d; give opt->batch or the input's shape",
                        path, name, a);
     }
     return PD_OK;

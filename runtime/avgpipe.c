@@ -91,12 +91,12 @@ pd_status pd__avg_create(pd_graph *const *g, int K, const pd_plan *plan, const p
     if (K < 1 || K > 256) return pd__err(PD_ERR_INVALID, "avgpipe: %d parallel pipelines (expected 1 to 256)", K);
     if (!(alpha >= 0) || alpha * K > 1)
         return pd__err(PD_ERR_INVALID,
-                       "avgpipe: --elastic-alpha %g with %d pipelines: the elastic update needs 0 <= alpha <= 1/K", alpha,
+                       "avgpipe: the elastic alpha %g with %d pipelines: the elastic update needs 0 <= alpha <= 1/K", alpha,
                        K);
-    if (every < 0) return pd__err(PD_ERR_INVALID, "avgpipe: --average-every %d", every);
+    if (every < 0) return pd__err(PD_ERR_INVALID, "avgpipe: averaging every %d steps (0 or more)", every);
     if (o && o->size >= sizeof *o && o->device != PD_DEVICE_CPU) /* it averages the host slabs between runs */
         return pd__err(PD_ERR_UNSUPPORTED,
-                       "avgpipe (--parallel-pipelines) with GPU stages (--device cuda): not supported yet");
+                       "avgpipe with GPU stages: not supported yet");
     if (pd__sched_async(kind))
         return pd__err(PD_ERR_UNSUPPORTED,
                        "avgpipe: the parallel pipelines average between minibatches, so each runs a flushing schedule "

@@ -647,7 +647,7 @@ pd_status pd__ckpt_writer_start(const char *dir, int keep, pd__ckpt_writer **out
 
 pd_status pd__ckpt_writer_start_dist(const char *dir, int keep, int nparts, bool final, pd__ckpt_writer **out) {
     if (mkdir(dir, 0755) != 0 && errno != EEXIST)
-        return pd__err(PD_ERR_IO, "--checkpoint-dir %s: cannot create: %s", dir, strerror(errno));
+        return pd__err(PD_ERR_IO, "%s: cannot create the checkpoint folder: %s", dir, strerror(errno));
     int64_t *s;
     int n;
     PD_TRY(pd__ckpt_list(dir, &s, &n, final)); /* clears what a killed writer left (one process does) */

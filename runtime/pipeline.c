@@ -53,11 +53,11 @@ static int64_t pd__ns(void) {
 
 pd_status pd__pipe_set_vertical_sync(pd__pipe *p, bool on) {
     if (on && p->kind != PD_SCHED_PIPEDREAM)
-        return pd__err(PD_ERR_INVALID, "--vertical-sync goes with the pipedream schedule, not %s", pd__sched_kind_name(p->kind));
+        return pd__err(PD_ERR_INVALID, "opt->vertical_sync goes with the pipedream schedule, not %s", pd__sched_kind_name(p->kind));
     for (int w = 0; on && w < p->P; w++) /* a version number counts updates, which a replicated stage makes per round */
         if (p->rep[w] > 1)
             return pd__err(PD_ERR_UNSUPPORTED,
-                           "--vertical-sync: stage %d is replicated (%d replicas), so it updates once per round of %d "
+                           "opt->vertical_sync: stage %d is replicated (%d replicas), so it updates once per round of %d "
                            "microbatches and its versions are not stage 0's; not supported",
                            w, p->rep[w], p->rep[w]);
     p->vertical_sync = on;
@@ -519,7 +519,7 @@ pd_status pd__pipe_create(pd_graph *g, const pd_plan *plan, const pd_train_optio
         return pd__err(PD_ERR_INVALID, "pipeline: pipedream updates after every microbatch, so a minibatch is one "
                        "microbatch: use 1 microbatch, not %d", microbatches);
     if (o && o->clip_grad_norm > 0 && pd__sched_async(kind))
-        return pd__err(PD_ERR_UNSUPPORTED, "pipeline: --clip-grad-norm needs every stage's gradients of one update at "
+        return pd__err(PD_ERR_UNSUPPORTED, "pipeline: opt->clip_grad_norm needs every stage's gradients of one update at "
                        "once; %s updates each stage on its own (use gpipe, flush, zb-h1 or interleaved)",
                        pd__sched_kind_name(kind));
     /* GPU stages (pd__dev_setup): the session keeps the host slabs, each stage its own device memory */

@@ -9,7 +9,7 @@
 #include <string.h>
 
 pd_status pd__dev_refuse(const char *what) {
-    return pd__err(PD_ERR_UNSUPPORTED, "pipeline: %s with GPU stages (--device cuda): not supported yet", what);
+    return pd__err(PD_ERR_UNSUPPORTED, "pipeline: %s with GPU stages: not supported yet", what);
 }
 
 /* At pd__pipe_create: the devices (the plan's per stage, else --device's)
@@ -66,7 +66,7 @@ pd_status pd__dev_setup(pd__pipe *p) {
         for (int i = p->wbase[w]; i < p->wbase[w + 1]; i++) here += p->rank_of[i] == p->rank;
         if (here > 1)
             st = pd__err(PD_ERR_UNSUPPORTED, "pipeline: stage %d has %d replicas in this process; replicated "
-                         "stages on GPUs (--device cuda) run one replica per MPI process so far", w, here);
+                         "stages on GPUs run one replica per MPI process so far", w, here);
     }
     if (st == PD_OK && p->shared && p->remote)
         st = pd__dev_refuse("a parameter read by stages in several processes (tied weights under mpirun)");

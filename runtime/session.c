@@ -179,7 +179,7 @@ static pd_status pd__find_outputs(pd_session *s) {
     }
     if (!ln)
         return pd__err(PD_ERR_INVALID,
-                       "%s: --loss graph needs a SoftmaxCrossEntropyLoss or NegativeLogLikelihoodLoss node; the model "
+                       "%s: the graph's own loss (PD_LOSS_GRAPH) needs a SoftmaxCrossEntropyLoss or NegativeLogLikelihoodLoss node; the model "
                        "has none",
                        g->path);
     s->pred = ln->out[0];
@@ -1077,7 +1077,7 @@ pd_status pd__session_restore(pd_session *s, const void *part, size_t len) {
         else if (i < s->np && r.kind == PD_REC_STATE1 && s->state1) dst = s->state1 + s->poff[i];
         if (!dst)
             return pd__err(PD_ERR_INVALID, "the checkpoint's '%s' (record kind %u) has no place in this session "
-                           "(another optimizer or --freeze?)", name, r.kind);
+                           "(another optimizer, or other tensors frozen?)", name, r.kind);
         if (r.bytes != (uint64_t)g->tensors[t].numel * pd_dtype_size(g->tensors[t].dtype))
             return pd__err(PD_ERR_INVALID, "the checkpoint's '%s' has %llu bytes, the model's %lld", name,
                            (unsigned long long)r.bytes,

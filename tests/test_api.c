@@ -247,6 +247,18 @@ static void test_bad_arguments(void) {
     pd_plan_options po = PD_PLAN_OPTIONS_INIT;
     CHECK(pd_plan_create(NULL, &po, &plan) == PD_ERR_INVALID && plan == (pd_plan *)&check_count,
           "plan_create(NULL profile): %s", pd_last_error());
+    {   /* the library names the options field, not a command-line flag (pdonnx maps it to --cost-model) */
+        pd_profile_node_info nodes[2] = {{"a", "", 1, 1, 1, 0, 4, 4}, {"b", "", 1, 1, 1, 0, 4, 4}};
+        int edges[2] = {0, 1};
+        pd_profile *pp = NULL;
+        pd_plan_options bad = PD_PLAN_OPTIONS_INIT;
+        bad.cost_model = "nope";
+        bad.workers = 2;
+        CHECK(pd_profile_create(nodes, 2, edges, 1, 1, &pp) == PD_OK &&
+                  pd_plan_create(pp, &bad, &plan) == PD_ERR_INVALID && says("opt->cost_model 'nope'") && !says("--"),
+              "plan_create(unknown cost model) names the field: %s", pd_last_error());
+        pd_profile_destroy(pp);
+    }
     CHECK(pd_plan_load(NULL, &plan) == PD_ERR_INVALID && says("path"), "plan_load(NULL): %s", pd_last_error());
     CHECK(pd_plan_save(NULL, "/tmp/p.json") == PD_ERR_INVALID && says("plan"), "plan_save(NULL plan): %s",
           pd_last_error());

@@ -129,7 +129,7 @@ static void test_tuner(void) {
     o.memory = 3000;
     pd_plan *pl = NULL;
     pd_status st = prof ? pd_plan_create(prof, &o, &pl) : PD_ERR_NOMEM;
-    CHECK(st == PD_ERR_INVALID && !pl && strstr(pd_last_error(), "--memory 3000"),
+    CHECK(st == PD_ERR_INVALID && !pl && strstr(pd_last_error(), "opt->memory 3000"),
           "tuner: nothing fits 3000 bytes per worker: %s", pd_last_error());
     pd_profile_destroy(prof);
 }

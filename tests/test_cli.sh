@@ -241,7 +241,7 @@ printf 'node1 -- Conv2d -- forward_compute_time=1.0, backward_compute_time=2.0, 
 expect_error "plan: malformed PipeDream profile" "$tmp/bad.txt:2:" "$pdonnx" plan --profile "$tmp/bad.txt" --workers 2
 expect_error "plan: missing --workers" "missing --workers" "$pdonnx" plan --profile "$tmp/prof.json"
 expect_error "plan: impossible memory" "raise --memory" "$pdonnx" plan --profile "$tmp/prof.json" --workers 2 --memory 1k
-expect_error "plan: more stages than nodes" "use --workers" "$pdonnx" plan --profile "$tmp/prof.json" --workers 500 --algo uniform
+expect_error "plan: more stages than nodes" "set --workers to" "$pdonnx" plan --profile "$tmp/prof.json" --workers 500 --algo uniform
 expect_error "plan: topology and bandwidths disagree" "one value per --topology level" \
   "$pdonnx" plan --profile "$tmp/prof.json" --topology 2x2 --bandwidth 1e9
 expect_error "simulate: unknown schedule" "gpipe" "$pdonnx" simulate "$tmp/plan.json" --schedule sideways

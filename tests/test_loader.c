@@ -422,7 +422,7 @@ static void test_batch(void) {
     pd_load_options o = PD_LOAD_OPTIONS_INIT;
     o.batch = 7;
     expect_fail("symbolic dim at axis 1 with batch", path, &o, PD_ERR_SHAPE,
-                "input 's' has symbolic dim 'S' at axis 1", "give --batch or the input's shape");
+                "input 's' has symbolic dim 'S' at axis 1", "give opt->batch or the input's shape");
     pd_input_shape is = {"s", 2, {2, 9}, PD_UNDEFINED};
     o.n_input_shapes = 1;
     o.input_shapes = &is;

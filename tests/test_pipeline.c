@@ -862,12 +862,12 @@ static void run_refusals(const char *fx, const ref *r) {
     pd_train_options clip = r->o;
     clip.clip_grad_norm = 1;
     pd_status e = st == PD_OK ? pd__pipe_create(g, plan, &clip, PD_SCHED_PIPEDREAM, 1, &p) : st;
-    CHECK(e == PD_ERR_UNSUPPORTED && strstr(pd_last_error(), "--clip-grad-norm"),
+    CHECK(e == PD_ERR_UNSUPPORTED && strstr(pd_last_error(), "opt->clip_grad_norm"),
           "refused: gradient clipping under pipedream, whose stages update on their own (%s)", pd_last_error());
     pd__pipe_destroy(p);
     CHECK(a == PD_ERR_INVALID && strstr(ma, "interleaved needs a plan with chunks") && b == PD_ERR_INVALID &&
               strstr(mb, "runs only under interleaved") && c == PD_OK && cv == PD_ERR_UNSUPPORTED &&
-              strstr(mc, "--vertical-sync: stage 1 is replicated") && ch == PD_ERR_UNSUPPORTED &&
+              strstr(mc, "opt->vertical_sync: stage 1 is replicated") && ch == PD_ERR_UNSUPPORTED &&
               strstr(mh, "checkpoints of a pipedream run with a replicated stage") && d == PD_ERR_UNSUPPORTED &&
               strstr(md, "bipartition"),
           "refused, with reasons: interleaved without chunks (%s); chunks under flush (%s); under pipedream with a "

@@ -215,7 +215,7 @@ static void test_optimal(void) {
                 if (st == PD_OK) {
                     bad_mem++;
                     pd_plan_destroy(pl);
-                } else if (!strstr(pd_last_error(), "--memory")) {
+                } else if (!strstr(pd_last_error(), "opt->memory")) {
                     bad_mem++;
                 }
             } else {
@@ -387,7 +387,7 @@ static void test_2bw(void) {
         }
         o.memory = 1e6;
         pd_status st = pd_plan_create(p, &o, &pl);
-        CHECK(st == PD_ERR_INVALID && strstr(pd_last_error(), "--memory"), "2bw: an impossible limit is an error: %s",
+        CHECK(st == PD_ERR_INVALID && strstr(pd_last_error(), "opt->memory"), "2bw: an impossible limit is an error: %s",
               pd_last_error());
     }
     pd_profile_destroy(p);
@@ -477,23 +477,23 @@ static void test_errors(void) {
     o.workers = 4;
     o.algo = "uniform";
     pd_status st = pd_plan_create(p, &o, &pl);
-    CHECK(st == PD_ERR_INVALID && strstr(pd_last_error(), "only 3 nodes") && strstr(pd_last_error(), "--workers 3"),
+    CHECK(st == PD_ERR_INVALID && strstr(pd_last_error(), "only 3 nodes") && strstr(pd_last_error(), "opt->workers to 3"),
           "more stages than nodes: %s", pd_last_error());
     o.algo = "nope";
     st = pd_plan_create(p, &o, &pl);
-    CHECK(st == PD_ERR_INVALID && strstr(pd_last_error(), "--algo"), "unknown algo: %s", pd_last_error());
+    CHECK(st == PD_ERR_INVALID && strstr(pd_last_error(), "opt->algo"), "unknown algo: %s", pd_last_error());
     o.algo = NULL;
     o.memory = 1000;
     st = pd_plan_create(p, &o, &pl);
-    CHECK(st == PD_ERR_INVALID && strstr(pd_last_error(), "--memory"), "impossible memory: %s", pd_last_error());
+    CHECK(st == PD_ERR_INVALID && strstr(pd_last_error(), "opt->memory"), "impossible memory: %s", pd_last_error());
     o.memory = 0;
     o.cost_model = "fancy";
     st = pd_plan_create(p, &o, &pl);
-    CHECK(st == PD_ERR_INVALID && strstr(pd_last_error(), "--cost-model"), "unknown cost model: %s", pd_last_error());
+    CHECK(st == PD_ERR_INVALID && strstr(pd_last_error(), "opt->cost_model"), "unknown cost model: %s", pd_last_error());
     o.cost_model = NULL;
     o.workers = 0;
     st = pd_plan_create(p, &o, &pl);
-    CHECK(st == PD_ERR_INVALID && strstr(pd_last_error(), "--workers"), "zero workers: %s", pd_last_error());
+    CHECK(st == PD_ERR_INVALID && strstr(pd_last_error(), "opt->workers"), "zero workers: %s", pd_last_error());
     CHECK(pl == NULL, "failed calls leave the out-parameter untouched");
     pd_profile_destroy(p);
 }

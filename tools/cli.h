@@ -44,7 +44,10 @@ int pd_cli_flags(const char *cmd, const pd_flag *t, int n, void *ctx, int argc, 
 /* One line per flag: its name, value and help. */
 void pd_cli_flags_help(FILE *out, const pd_flag *t, int n);
 
-/* Prints "pdonnx: <pd_last_error()>" and returns 1. */
+/* pd_last_error() with the option fields it names (opt->cost_model) shown
+ * as the flags that set them (--cost-model). */
+const char *pd_cli_error(void);
+/* Prints "pdonnx: <pd_cli_error()>" and returns 1. */
 int pd_cli_fail(void);
 /* Parses a finite number >= lo; prints the error and returns false otherwise. */
 bool pd_cli_parse_double(const char *flag, const char *s, double lo, double *out);

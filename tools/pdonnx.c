@@ -16,9 +16,44 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The library names option fields (opt->cost_model), which a program
+ * embedding it sets; the command line shows the flags that set them. */
+static const char *const pd__field_flags[][2] = {
+    {"opt->level_bandwidth", "--bandwidth"}, {"opt->level_workers", "--topology"},
+    {"opt->clip_grad_norm", "--clip-grad-norm"}, {"opt->checkpoint_every", "--checkpoint-every"},
+    {"opt->checkpoint_dir", "--checkpoint-dir"}, {"opt->vertical_sync", "--vertical-sync"},
+    {"opt->microbatches", "--microbatches"}, {"opt->cost_model", "--cost-model"},
+    {"opt->max_states", "--max-states"}, {"opt->max_constant_bytes", "--max-constant-bytes"}, {"opt->batch", "--batch"}, {"opt->bandwidth", "--bandwidth"}, {"opt->schedule", "--schedule"},
+    {"opt->workers", "--workers"}, {"opt->memory", "--memory"}, {"opt->algo", "--algo"},
+};
+
+const char *pd_cli_error(void) {
+    static _Thread_local char out[2048];
+    const char *m = pd_last_error();
+    size_t o = 0;
+    while (*m && o + 1 < sizeof out) {
+        const char *flag = NULL;
+        size_t len = 0;
+        for (size_t k = 0; !flag && k < sizeof pd__field_flags / sizeof pd__field_flags[0]; k++) {
+            len = strlen(pd__field_flags[k][0]);
+            char next = m[len < strlen(m) ? len : strlen(m)];
+            if (!strncmp(m, pd__field_flags[k][0], len) && !(next == '_' || (next >= 'a' && next <= 'z')))
+                flag = pd__field_flags[k][1];
+        }
+        if (flag) {
+            o += (size_t)snprintf(out + o, sizeof out - o, "%s", flag);
+            m += len;
+        } else {
+            out[o++] = *m++;
+        }
+    }
+    out[o < sizeof out ? o : sizeof out - 1] = 0;
+    return out;
+}
+
 int pd_cli_fail(void) {
-    if (pd__mpi_active()) fprintf(stderr, "pdonnx: rank %d: %s\n", pd__mpi_rank(), pd_last_error());
-    else fprintf(stderr, "pdonnx: %s\n", pd_last_error());
+    if (pd__mpi_active()) fprintf(stderr, "pdonnx: rank %d: %s\n", pd__mpi_rank(), pd_cli_error());
+    else fprintf(stderr, "pdonnx: %s\n", pd_cli_error());
     return 1;
 }
 
@@ -372,7 +407,7 @@ static int pd__cmd_run(int argc, char **argv) {
     }
     for (int i = 0; i < nin; i++) {
         if (pd_engine_set_input(e, ins[i].name, &data[i]) != PD_OK) {
-            fprintf(stderr, "pdonnx: %s (from %s)\n", pd_last_error(), ins[i].file);
+            fprintf(stderr, "pdonnx: %s (from %s)\n", pd_cli_error(), ins[i].file);
             goto out;
         }
     }

@@ -76,7 +76,7 @@ int pd_cli_profile(int argc, char **argv) {
         } else if (!strcmp(f, "--device")) {
             pd_train_options t = PD_TRAIN_OPTIONS_INIT;
             if (pd_train_options_set_device(&t, v, NULL) != PD_OK)
-                return pd_cli_usage_error("profile: --device: %s", pd_last_error());
+                return pd_cli_usage_error("profile: --device: %s", pd_cli_error());
             o.device = v;
         } else if (!strcmp(f, "--batch")) {
             if (!pd_cli_parse_int(f, v, 1, INT32_MAX, &lo.batch)) return 2;

@@ -81,7 +81,7 @@ int pd_cli_simulate(int argc, char **argv) {
     if (!path) return pd_cli_usage_error("simulate: %s", "missing PLAN.json");
     if (!o.schedule) return pd_cli_usage_error("simulate: %s", "missing --schedule KIND");
     pd__sched_kind kind;
-    if (pd__sched_kind_parse(o.schedule, &kind) != PD_OK) return pd_cli_usage_error("simulate: %s", pd_last_error());
+    if (pd__sched_kind_parse(o.schedule, &kind) != PD_OK) return pd_cli_usage_error("simulate: %s", pd_cli_error());
 
     pd_plan *plan;
     if (pd_plan_load(path, &plan) != PD_OK) return pd_cli_fail();
@@ -164,7 +164,7 @@ int pd_cli_schedule(int argc, char **argv) {
     }
     if (!p || !m || !kind_s) return pd_cli_usage_error("schedule: %s", "needs --stages P --microbatches M --schedule KIND");
     pd__sched_kind kind;
-    if (pd__sched_kind_parse(kind_s, &kind) != PD_OK) return pd_cli_usage_error("schedule: %s", pd_last_error());
+    if (pd__sched_kind_parse(kind_s, &kind) != PD_OK) return pd_cli_usage_error("schedule: %s", pd_cli_error());
     if (inflight && kind != PD_SCHED_AVGPIPE)
         return pd_cli_usage_error("schedule: %s", "--max-inflight goes with --schedule avgpipe");
     pd__schedule *s;

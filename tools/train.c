@@ -146,7 +146,7 @@ static int pd__flag_device(void *ctx, const char *cmd, const pd_flag *f, char **
     pd__targs *a = ctx;
     bool dev = !strcmp(f->name, "--device");
     if (pd_train_options_set_device(&a->o, dev ? v[0] : NULL, dev ? NULL : v[0]) != PD_OK)
-        return pd_cli_usage_error("train: %s", pd_last_error());
+        return pd_cli_usage_error("train: %s", pd_cli_error());
     return 0;
 }
 
@@ -359,7 +359,7 @@ static bool pd__outputs_ok(const pd__targs *a) {
     const char *flag[3] = {"--save", "--metrics", "--trace"}, *path[3] = {a->save, a->metrics, a->trace};
     for (int i = 0; i < 3; i++)
         if (path[i] && pd__check_dest(path[i]) != PD_OK) {
-            fprintf(stderr, "pdonnx: %s %s\n", flag[i], pd_last_error());
+            fprintf(stderr, "pdonnx: %s %s\n", flag[i], pd_cli_error());
             return false;
         }
     return true;
@@ -615,7 +615,7 @@ static int pd__train_pipeline(pd__targs *a, pd_graph *g, const char *input, pd_t
     }
     if (pd__mp.size > 1) {
         bool fits = pd__pipe_fits(pipe, pd__mp.size) == PD_OK;
-        if (!fits) fprintf(stderr, "pdonnx: %s\n", pd_last_error());
+        if (!fits) fprintf(stderr, "pdonnx: %s\n", pd_cli_error());
         int T = pd__pipe_threads(pipe);
         char how[96] = "one per stage replica"; /* or several per process: the plan's stage_to_rank */
         if (T > pd__mp.size) snprintf(how, sizeof how, "its stage_to_rank puts %d stage replicas on them", T);
@@ -641,7 +641,7 @@ static int pd__train_pipeline(pd__targs *a, pd_graph *g, const char *input, pd_t
     }
     if (cr->from.nparts &&
         pd__pipe_resume(pipe, first, cr->from.nparts, (const void *const *)cr->from.parts, cr->from.lens) != PD_OK) {
-        fprintf(stderr, "pdonnx: --resume %s: %s\n", cr->from.path, pd_last_error());
+        fprintf(stderr, "pdonnx: --resume %s: %s\n", cr->from.path, pd_cli_error());
         goto out;
     }
     /* every step's minibatch, back to back, from the same stream as one stage reads */
@@ -939,7 +939,7 @@ static int pd__train_main(int argc, char **argv) {
     }
     if (piped) {
         if (a.schedule && pd__sched_kind_parse(a.schedule, &kind) != PD_OK) {
-            pd_cli_usage_error("train: %s", pd_last_error());
+            pd_cli_usage_error("train: %s", pd_cli_error());
             goto out;
         }
         if (!a.microbatches) {
@@ -1055,7 +1055,7 @@ static int pd__train_main(int argc, char **argv) {
     }
     pd_value_info in, out;
     if (pd_graph_value(g, input, &in) != PD_OK) {
-        fprintf(stderr, "pdonnx: %s\n", pd_last_error());
+        fprintf(stderr, "pdonnx: %s\n", pd_cli_error());
         goto done;
     }
     /* data and labels in the dtypes the model and the loss take */
@@ -1081,7 +1081,7 @@ static int pd__train_main(int argc, char **argv) {
         goto done;
     }
     if (pd_graph_output(g, 0, &out) != PD_OK || (a.o.output && pd_graph_value(g, a.o.output, &out) != PD_OK)) {
-        fprintf(stderr, "pdonnx: %s\n", pd_last_error());
+        fprintf(stderr, "pdonnx: %s\n", pd_cli_error());
         goto done;
     }
     bool fits = X.ndim == in.ndim;
@@ -1174,7 +1174,7 @@ static int pd__train_main(int argc, char **argv) {
     if (!a.quiet) pd__report_params(&a, s, rows, steps);
     if (cr.from.nparts) {
         if (pd__session_restore(s, cr.from.parts[0], cr.from.lens[0]) != PD_OK) {
-            fprintf(stderr, "pdonnx: --resume %s: %s\n", cr.from.path, pd_last_error());
+            fprintf(stderr, "pdonnx: --resume %s: %s\n", cr.from.path, pd_cli_error());
             goto done;
         }
         if (!a.quiet) printf("resuming from %s at step %lld\n", cr.from.path, (long long)cr.first);

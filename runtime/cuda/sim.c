@@ -73,7 +73,7 @@ static int pd__sim_jitter_us; /* PDONNX_SIM_JITTER=US: each stream sleeps up to 
 
 pd_status pd__sim_init(int ndev) {
     if (ndev < 1 || ndev > PD_SIM_MAXDEV)
-        return pd__err(PD_ERR_INVALID, "--device sim:%d: from 1 to %d simulated devices", ndev, PD_SIM_MAXDEV);
+        return pd__err(PD_ERR_INVALID, "device sim:%d: from 1 to %d simulated devices", ndev, PD_SIM_MAXDEV);
     for (int d = 0; d < ndev; d++) {
         pd__sim_dev *v = &pd__sim_devs[d];
         int fd = memfd_create("pdonnx-sim-device", MFD_CLOEXEC);
@@ -821,12 +821,12 @@ static pd_status sim_nccl_transport_create(int nthreads, const int *rank_of, con
                                            struct pd__transport *watch, struct pd__transport **out) {
     (void)nthreads, (void)rank_of, (void)worker_of, (void)nworkers, (void)nlinks, (void)color, (void)device;
     (void)stream, (void)watch, (void)out;
-    return pd__err(PD_ERR_UNSUPPORTED, "the simulated device (--device sim) has no NCCL transport: GPU stages in "
+    return pd__err(PD_ERR_UNSUPPORTED, "the simulated device (sim) has no NCCL transport: GPU stages in "
                                        "several processes need real GPUs");
 }
 static pd_status sim_nccl_sync(struct pd__transport *t) {
     (void)t;
-    return pd__err(PD_ERR_UNSUPPORTED, "the simulated device (--device sim) has no NCCL transport");
+    return pd__err(PD_ERR_UNSUPPORTED, "the simulated device (sim) has no NCCL transport");
 }
 static bool sim_nccl_pending(void *t) {
     (void)t;
