@@ -208,7 +208,7 @@ if [ -x "$npytool" ]; then
 fi
 expect_error "train: unwritable --save" "--save /nonexistent-dir/m.onnx: folder /nonexistent-dir: No such file" \
   "$pdonnx" train "$ex/digits_mlp.onnx" --save /nonexistent-dir/m.onnx --quiet
-expect_error "train: bad --optimizer" "--optimizer must be sgd, momentum, nesterov, adam or adamw" \
+expect_error "train: bad --optimizer" "--optimizer must be one of sgd|momentum|nesterov|adam|adamw" \
   "$pdonnx" train "$ex/digits_mlp.onnx" --optimizer lbfgs
 expect_error "train: bad --lr" "--lr expects a number" "$pdonnx" train "$ex/digits_mlp.onnx" --lr fast
 

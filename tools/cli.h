@@ -22,7 +22,8 @@ typedef enum pd_flag_kind {
     PD_FLAG_INT,    /* *(int64_t *)dst, in [lo, hi] */
     PD_FLAG_INT32,  /* *(int *)dst, in [lo, hi] */
     PD_FLAG_DOUBLE, /* *(double *)dst, finite and >= min */
-    PD_FLAG_FN      /* fn(ctx, cmd, flag, values): nvalues values; 0, or the exit code of a usage error */
+    PD_FLAG_FN,     /* fn(ctx, cmd, flag, values): nvalues values; 0, or the exit code of a usage error */
+    PD_FLAG_CHOICE  /* *(int *)dst (an enum) = the value's index in metavar's "a|b|c" */
 } pd_flag_kind;
 
 typedef struct pd_flag {
@@ -41,6 +42,10 @@ typedef struct pd_flag {
  * pos, in order). 0, or 2 after printing a usage error naming the flag. */
 int pd_cli_flags(const char *cmd, const pd_flag *t, int n, void *ctx, int argc, char **argv, const char **pos,
                  int npos);
+/* --help or -h among the arguments */
+bool pd_cli_wants_help(int argc, char **argv);
+/* Prints "usage: <usage>" and the table's help; returns 0. */
+int pd_cli_help(const char *usage, const pd_flag *t, int n);
 /* One line per flag: its name, value and help. */
 void pd_cli_flags_help(FILE *out, const pd_flag *t, int n);
 

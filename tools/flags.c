@@ -31,6 +31,18 @@ static int pd__flag_set(const char *cmd, const pd_flag *f, void *ctx, char **v) 
         return 0;
     case PD_FLAG_DOUBLE: return pd_cli_parse_double(f->name, v[0], f->min, (double *)f->dst) ? 0 : 2;
     case PD_FLAG_FN: return f->fn(ctx, cmd, f, v);
+    case PD_FLAG_CHOICE: {
+        /* metavar lists the choices, '|'-separated, in the order of their values */
+        const char *c = f->metavar;
+        for (int k = 0; c && *c; k++) {
+            size_t len = strcspn(c, "|");
+            if (strlen(v[0]) == len && !strncmp(c, v[0], len)) return *(int *)f->dst = k, 0;
+            c += len + (c[len] == '|');
+        }
+        char msg[256];
+        snprintf(msg, sizeof msg, "%s: %s must be one of %s, not '%s'", cmd, f->name, f->metavar, v[0]);
+        return pd_cli_usage_error("%s", msg);
+    }
     }
     return 2;
 }
@@ -41,8 +53,9 @@ int pd_cli_flags(const char *cmd, const pd_flag *t, int n, void *ctx, int argc, 
     int got = 0;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
-        const pd_flag *f = a[0] == '-' ? pd__flag_find(t, n, a) : NULL;
-        if (!f && a[0] == '-') {
+        bool dash = a[0] == '-' && a[1]; /* "-" alone is an argument (standard input) */
+        const pd_flag *f = dash ? pd__flag_find(t, n, a) : NULL;
+        if (!f && dash) {
             snprintf(msg, sizeof msg, "%s: unknown flag '%s'", cmd, a);
             return pd_cli_usage_error("%s", msg);
         }
@@ -64,6 +77,18 @@ int pd_cli_flags(const char *cmd, const pd_flag *t, int n, void *ctx, int argc, 
         if (rc != 0) return rc;
         i += k;
     }
+    return 0;
+}
+
+bool pd_cli_wants_help(int argc, char **argv) {
+    for (int i = 0; i < argc; i++)
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return true;
+    return false;
+}
+
+int pd_cli_help(const char *usage, const pd_flag *t, int n) {
+    printf("usage: %s\n\n", usage);
+    pd_cli_flags_help(stdout, t, n);
     return 0;
 }
 

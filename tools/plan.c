@@ -91,41 +91,39 @@ static void pd__print_plan(const pd_plan *pl, const char *src) {
                (long long)(pl->microbatch_size > 0 ? pl->microbatch_size : 1) * pl->microbatches);
 }
 
+static int pd__flag_memory(void *ctx, const char *cmd, const pd_flag *f, char **v) {
+    (void)cmd;
+    return pd__parse_bytes(f->name, v[0], (double *)ctx) ? 0 : 2;
+}
+
 int pd_cli_plan(int argc, char **argv) {
     const char *model = NULL, *profile = NULL, *out = NULL, *json = NULL, *topology = NULL, *bandwidth = NULL;
     pd_plan_options o = PD_PLAN_OPTIONS_INIT;
-    int64_t workers = 0, v = 0, batch = 0;
+    int64_t workers = 0, batch = 0;
+    bool straight = false;
     int lw[8];
     double lb[8];
-    for (int i = 0; i < argc; i++) {
-        const char *a = argv[i];
-        bool has = i + 1 < argc;
-        if (strcmp(a, "--profile") == 0 && has) profile = argv[++i];
-        else if (strcmp(a, "--workers") == 0 && has) {
-            if (!pd_cli_parse_int("--workers", argv[++i], 1, 1 << 20, &workers)) return 2;
-        } else if (strcmp(a, "--batch") == 0 && has) {
-            if (!pd_cli_parse_int("--batch", argv[++i], 1, INT32_MAX, &batch)) return 2;
-        } else if (strcmp(a, "--topology") == 0 && has) topology = argv[++i];
-        else if (strcmp(a, "--bandwidth") == 0 && has) bandwidth = argv[++i];
-        else if (strcmp(a, "--memory") == 0 && has) {
-            if (!pd__parse_bytes("--memory", argv[++i], &o.memory)) return 2;
-        } else if (strcmp(a, "--microbatches") == 0 && has) {
-            if (!pd_cli_parse_int("--microbatches", argv[++i], 1, 1 << 20, &v)) return 2;
-            o.microbatches = (int)v;
-        } else if (strcmp(a, "--algo") == 0 && has) o.algo = argv[++i];
-        else if (strcmp(a, "--cost-model") == 0 && has) o.cost_model = argv[++i];
-        else if (strcmp(a, "--straight") == 0) o.straight = 1;
-        else if (strcmp(a, "--activation-compression") == 0 && has) {
-            if (!pd_cli_parse_double("--activation-compression", argv[++i], 1e-9, &o.activation_compression)) return 2;
-        } else if (strcmp(a, "--max-states") == 0 && has) {
-            if (!pd_cli_parse_int("--max-states", argv[++i], 2, 1 << 20, &v)) return 2;
-            o.max_states = (int)v;
-        } else if (strcmp(a, "-o") == 0 && has) out = argv[++i];
-        else if (strcmp(a, "--json") == 0 && has) json = argv[++i];
-        else if (a[0] == '-') return pd_cli_usage_error("plan: unknown flag or missing value '%s'", a);
-        else if (!model) model = a;
-        else return pd_cli_usage_error("plan: unexpected argument '%s'", a);
-    }
+    const pd_flag t[] = {
+        {"--profile", PD_FLAG_STR, &profile, 0, 0, 0, "FILE", "plan from a profile (pdonnx profile, or PipeDream's graph.txt)", NULL, 0},
+        {"--workers", PD_FLAG_INT, &workers, 1, 1 << 20, 0, "N", "workers (GPUs, cores or processes)", NULL, 0},
+        {"--batch", PD_FLAG_INT, &batch, 1, INT32_MAX, 0, "N", "the microbatch size to profile MODEL.onnx at", NULL, 0},
+        {"--topology", PD_FLAG_STR, &topology, 0, 0, 0, "AxB", "hierarchical workers, innermost level first (4x4)", NULL, 0},
+        {"--bandwidth", PD_FLAG_STR, &bandwidth, 0, 0, 0, "B[,B]", "bytes/s between workers, per level (10e9,1.25e9)", NULL, 0},
+        {"--memory", PD_FLAG_FN, NULL, 0, 0, 0, "BYTES", "memory per worker (16G, 512M...; default: unlimited)", pd__flag_memory, 1},
+        {"--microbatches", PD_FLAG_INT32, &o.microbatches, 1, 1 << 20, 0, "M", "microbatches per minibatch", NULL, 0},
+        {"--algo", PD_FLAG_STR, &o.algo, 0, 0, 0, "ALGO", "pipedream (default), 2bw, bipartition, uniform, params or avgpipe", NULL, 0},
+        {"--cost-model", PD_FLAG_STR, &o.cost_model, 0, 0, 0, "MODEL", "default or pipedream", NULL, 0},
+        {"--straight", PD_FLAG_SET, &straight, 0, 0, 0, NULL, "no replicated stages", NULL, 0},
+        {"--activation-compression", PD_FLAG_DOUBLE, &o.activation_compression, 0, 0, 1e-9, "F", "pipedream cost model: transfers divided by F", NULL, 0},
+        {"--max-states", PD_FLAG_INT32, &o.max_states, 2, 1 << 20, 0, "N", "bound on a branching DAG's cut states", NULL, 0},
+        {"-o", PD_FLAG_STR, &out, 0, 0, 0, "PLAN.json", "write the plan", NULL, 0},
+        {"--json", PD_FLAG_STR, &json, 0, 0, 0, "FILE|-", "the plan's summary as JSON", NULL, 0},
+    };
+    int nt = (int)(sizeof t / sizeof t[0]);
+    if (pd_cli_wants_help(argc, argv)) return pd_cli_help("pdonnx plan MODEL.onnx|--profile FILE --workers N [flags]", t, nt);
+    int bad = pd_cli_flags("plan", t, nt, &o.memory, argc, argv, &model, 1); /* ctx: --memory's destination */
+    if (bad) return bad;
+    o.straight = straight;
     if (!model == !profile) return pd_cli_usage_error("plan: %s", "give MODEL.onnx or --profile FILE (one of them)");
     if (!topology && workers == 0) return pd_cli_usage_error("plan: %s", "missing --workers N (or --topology AxB)");
 

@@ -52,67 +52,38 @@ static void pd__print_table(const pd_profile *p) {
            p->n, p->n_edges, (long long)p->batch, p->device ? p->device : "?", f, bi + bw, f + bi + bw, a);
 }
 
+static int pd__flag_profile_device(void *ctx, const char *cmd, const pd_flag *f, char **v) {
+    (void)cmd, (void)f;
+    pd_train_options t = PD_TRAIN_OPTIONS_INIT;
+    if (pd_train_options_set_device(&t, v[0], NULL) != PD_OK)
+        return pd_cli_usage_error("profile: --device: %s", pd_cli_error());
+    ((pd_profile_options *)ctx)->device = v[0];
+    return 0;
+}
+
 int pd_cli_profile(int argc, char **argv) {
     const char *model = NULL, *import = NULL, *out = NULL, *pipedream = NULL;
     pd_load_options lo = PD_LOAD_OPTIONS_INIT;
     lo.half_as_float = 1; /* profiled as pdonnx train runs it */
     pd_profile_options o = PD_PROFILE_OPTIONS_INIT;
     bool quiet = false;
-    for (int i = 0; i < argc; i++) {
-        const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int64_t n;
-        bool takes = !strcmp(f, "-o") || !strcmp(f, "--pipedream") || !strcmp(f, "--import") ||
-                     !strcmp(f, "--device") || !strcmp(f, "--batch") || !strcmp(f, "--warmup") ||
-                     !strcmp(f, "--repeats") || !strcmp(f, "--threads") || !strcmp(f, "--optimizer") ||
-                     !strcmp(f, "--loss");
-        if (takes && !v) return pd_cli_usage_error("profile: %s needs a value", f);
-        if (takes) i++;
-        if (!strcmp(f, "-o")) {
-            out = v;
-        } else if (!strcmp(f, "--pipedream")) {
-            pipedream = v;
-        } else if (!strcmp(f, "--import")) {
-            import = v;
-        } else if (!strcmp(f, "--device")) {
-            pd_train_options t = PD_TRAIN_OPTIONS_INIT;
-            if (pd_train_options_set_device(&t, v, NULL) != PD_OK)
-                return pd_cli_usage_error("profile: --device: %s", pd_cli_error());
-            o.device = v;
-        } else if (!strcmp(f, "--batch")) {
-            if (!pd_cli_parse_int(f, v, 1, INT32_MAX, &lo.batch)) return 2;
-        } else if (!strcmp(f, "--warmup")) {
-            if (!pd_cli_parse_int(f, v, 0, 1000000, &n)) return 2;
-            o.warmup = (int)n;
-        } else if (!strcmp(f, "--repeats")) {
-            if (!pd_cli_parse_int(f, v, 1, 1000000, &n)) return 2;
-            o.repeats = (int)n;
-        } else if (!strcmp(f, "--threads")) {
-            if (!pd_cli_parse_int(f, v, 0, 1024, &n)) return 2;
-            o.threads = (int)n;
-        } else if (!strcmp(f, "--optimizer")) {
-            int k = -1;
-            for (int q = PD_OPT_SGD; q <= PD_OPT_ADAMW; q++)
-                if (!strcmp(v, pd__optim_name((pd_optimizer_kind)q))) k = q;
-            if (k < 0)
-                return pd_cli_usage_error(
-                    "profile: --optimizer must be sgd, momentum, nesterov, adam or adamw, not '%s'", v);
-            o.optimizer = (pd_optimizer_kind)k;
-        } else if (!strcmp(f, "--loss")) {
-            if (!strcmp(v, "auto")) o.loss = PD_LOSS_AUTO;
-            else if (!strcmp(v, "cross_entropy")) o.loss = PD_LOSS_CROSS_ENTROPY;
-            else if (!strcmp(v, "mse")) o.loss = PD_LOSS_MSE;
-            else if (!strcmp(v, "graph")) o.loss = PD_LOSS_GRAPH;
-            else return pd_cli_usage_error("profile: --loss must be auto, cross_entropy, mse or graph, not '%s'", v);
-        } else if (!strcmp(f, "--quiet")) {
-            quiet = true;
-        } else if (f[0] == '-') {
-            return pd_cli_usage_error("profile: unknown flag '%s'", f);
-        } else if (!model) {
-            model = f;
-        } else {
-            return pd_cli_usage_error("profile: unexpected argument '%s'", f);
-        }
-    }
+    const pd_flag t[] = {
+        {"-o", PD_FLAG_STR, &out, 0, 0, 0, "PROFILE.json", "write the profile", NULL, 0},
+        {"--pipedream", PD_FLAG_STR, &pipedream, 0, 0, 0, "graph.txt", "also write it in PipeDream's format", NULL, 0},
+        {"--import", PD_FLAG_STR, &import, 0, 0, 0, "graph.txt", "read PipeDream's profile instead of measuring", NULL, 0},
+        {"--device", PD_FLAG_FN, NULL, 0, 0, 0, "cpu|cuda[:N]", "where to measure", pd__flag_profile_device, 1},
+        {"--batch", PD_FLAG_INT, &lo.batch, 1, INT32_MAX, 0, "N", "the microbatch size", NULL, 0},
+        {"--warmup", PD_FLAG_INT32, &o.warmup, 0, 1000000, 0, "N", "steps before measuring (default 2)", NULL, 0},
+        {"--repeats", PD_FLAG_INT32, &o.repeats, 1, 1000000, 0, "N", "steps measured, the median kept (default 5)", NULL, 0},
+        {"--threads", PD_FLAG_INT32, &o.threads, 0, 1024, 0, "N", "compute threads", NULL, 0},
+        {"--optimizer", PD_FLAG_CHOICE, &o.optimizer, 0, 0, 0, "sgd|momentum|nesterov|adam|adamw", "the optimizer whose step is timed", NULL, 0},
+        {"--loss", PD_FLAG_CHOICE, &o.loss, 0, 0, 0, "auto|cross_entropy|mse|graph", "the loss", NULL, 0},
+        {"--quiet", PD_FLAG_SET, &quiet, 0, 0, 0, NULL, "print only errors", NULL, 0},
+    };
+    int nt = (int)(sizeof t / sizeof t[0]);
+    if (pd_cli_wants_help(argc, argv)) return pd_cli_help("pdonnx profile MODEL.onnx --batch N [flags]", t, nt);
+    int bad = pd_cli_flags("profile", t, nt, &o, argc, argv, &model, 1);
+    if (bad) return bad;
     if (!model && !import) return pd_cli_usage_error("profile: %s", "missing MODEL.onnx (or --import GRAPH.txt)");
     if (model && import) return pd_cli_usage_error("profile: give MODEL.onnx or --import, not both (%s)", model);
     if (!out) return pd_cli_usage_error("profile: %s", "missing -o PROFILE.json");

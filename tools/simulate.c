@@ -46,38 +46,19 @@ int pd_cli_simulate(int argc, char **argv) {
     const char *path = NULL, *csv = NULL;
     pd_sim_options o = PD_SIM_OPTIONS_INIT;
     o.schedule = NULL;
-    for (int i = 0; i < argc; i++) {
-        const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int64_t x;
-        bool takes = strcmp(f, "--schedule") == 0 || strcmp(f, "--microbatches") == 0 ||
-                     strcmp(f, "--minibatches") == 0 || strcmp(f, "--chunks") == 0 || strcmp(f, "--trace") == 0 ||
-                     strcmp(f, "--svg") == 0 || strcmp(f, "--instructions") == 0;
-        if (takes && !v) return pd_cli_usage_error("simulate: %s needs a value", f);
-        if (strcmp(f, "--schedule") == 0) {
-            o.schedule = argv[++i];
-        } else if (strcmp(f, "--microbatches") == 0) {
-            if (!pd_cli_parse_int(f, argv[++i], 1, 1 << 20, &x)) return 2;
-            o.microbatches = (int)x;
-        } else if (strcmp(f, "--minibatches") == 0) {
-            if (!pd_cli_parse_int(f, argv[++i], 1, 1 << 20, &x)) return 2;
-            o.minibatches = (int)x;
-        } else if (strcmp(f, "--chunks") == 0) {
-            if (!pd_cli_parse_int(f, argv[++i], 2, 1024, &x)) return 2;
-            o.chunks = (int)x;
-        } else if (strcmp(f, "--trace") == 0) {
-            o.trace = argv[++i];
-        } else if (strcmp(f, "--svg") == 0) {
-            o.svg = argv[++i];
-        } else if (strcmp(f, "--instructions") == 0) {
-            csv = argv[++i];
-        } else if (f[0] == '-' && f[1]) {
-            return pd_cli_usage_error("simulate: unknown flag '%s'", f);
-        } else if (!path) {
-            path = f;
-        } else {
-            return pd_cli_usage_error("simulate: unexpected argument '%s'", f);
-        }
-    }
+    const pd_flag t[] = {
+        {"--schedule", PD_FLAG_STR, &o.schedule, 0, 0, 0, "KIND", "gpipe, flush, pipedream, 2bw, interleaved, zb-h1 or avgpipe", NULL, 0},
+        {"--microbatches", PD_FLAG_INT32, &o.microbatches, 1, 1 << 20, 0, "M", "microbatches per minibatch (default: the plan's)", NULL, 0},
+        {"--minibatches", PD_FLAG_INT32, &o.minibatches, 1, 1 << 20, 0, "N", "minibatches simulated", NULL, 0},
+        {"--chunks", PD_FLAG_INT32, &o.chunks, 2, 1024, 0, "V", "chunks per stage (interleaved)", NULL, 0},
+        {"--trace", PD_FLAG_STR, &o.trace, 0, 0, 0, "OUT.json", "a Chrome trace of the predicted schedule", NULL, 0},
+        {"--svg", PD_FLAG_STR, &o.svg, 0, 0, 0, "OUT.svg", "the timeline as a picture", NULL, 0},
+        {"--instructions", PD_FLAG_STR, &csv, 0, 0, 0, "OUT.csv", "every stage's instructions with their times", NULL, 0},
+    };
+    int n = (int)(sizeof t / sizeof t[0]);
+    if (pd_cli_wants_help(argc, argv)) return pd_cli_help("pdonnx simulate PLAN.json --schedule KIND [flags]", t, n);
+    int bad = pd_cli_flags("simulate", t, n, NULL, argc, argv, &path, 1);
+    if (bad) return bad;
     if (!path) return pd_cli_usage_error("simulate: %s", "missing PLAN.json");
     if (!o.schedule) return pd_cli_usage_error("simulate: %s", "missing --schedule KIND");
     pd__sched_kind kind;
@@ -141,27 +122,19 @@ int pd_cli_schedule(int argc, char **argv) {
     int64_t p = 0, m = 0, v = 2, n = 1, inflight = 0;
     const char *kind_s = NULL;
     bool csv = false;
-    for (int i = 0; i < argc; i++) {
-        const char *f = argv[i];
-        bool has = i + 1 < argc;
-        if (strcmp(f, "--stages") == 0 && has) {
-            if (!pd_cli_parse_int(f, argv[++i], 1, 4096, &p)) return 2;
-        } else if (strcmp(f, "--microbatches") == 0 && has) {
-            if (!pd_cli_parse_int(f, argv[++i], 1, 1 << 16, &m)) return 2;
-        } else if (strcmp(f, "--chunks") == 0 && has) {
-            if (!pd_cli_parse_int(f, argv[++i], 2, 64, &v)) return 2;
-        } else if (strcmp(f, "--minibatches") == 0 && has) {
-            if (!pd_cli_parse_int(f, argv[++i], 1, 1 << 16, &n)) return 2;
-        } else if (strcmp(f, "--schedule") == 0 && has) {
-            kind_s = argv[++i];
-        } else if (strcmp(f, "--max-inflight") == 0 && has) {
-            if (!pd_cli_parse_int(f, argv[++i], 1, 1 << 20, &inflight)) return 2;
-        } else if (strcmp(f, "--csv") == 0) {
-            csv = true;
-        } else {
-            return pd_cli_usage_error("schedule: unknown flag, missing value or argument '%s'", f);
-        }
-    }
+    const pd_flag t[] = {
+        {"--stages", PD_FLAG_INT, &p, 1, 4096, 0, "P", "pipeline stages", NULL, 0},
+        {"--microbatches", PD_FLAG_INT, &m, 1, 1 << 16, 0, "M", "microbatches per minibatch", NULL, 0},
+        {"--chunks", PD_FLAG_INT, &v, 2, 64, 0, "V", "chunks per stage (interleaved; default 2)", NULL, 0},
+        {"--minibatches", PD_FLAG_INT, &n, 1, 1 << 16, 0, "N", "minibatches (default 1)", NULL, 0},
+        {"--schedule", PD_FLAG_STR, &kind_s, 0, 0, 0, "KIND", "gpipe, flush, pipedream, 2bw, interleaved, zb-h1 or avgpipe", NULL, 0},
+        {"--max-inflight", PD_FLAG_INT, &inflight, 1, 1 << 20, 0, "K", "avgpipe: microbatches in flight", NULL, 0},
+        {"--csv", PD_FLAG_SET, &csv, 0, 0, 0, NULL, "one instruction per line, comma-separated", NULL, 0},
+    };
+    int nt = (int)(sizeof t / sizeof t[0]);
+    if (pd_cli_wants_help(argc, argv)) return pd_cli_help("pdonnx schedule --stages P --microbatches M --schedule KIND", t, nt);
+    int bad = pd_cli_flags("schedule", t, nt, NULL, argc, argv, NULL, 0);
+    if (bad) return bad;
     if (!p || !m || !kind_s) return pd_cli_usage_error("schedule: %s", "needs --stages P --microbatches M --schedule KIND");
     pd__sched_kind kind;
     if (pd__sched_kind_parse(kind_s, &kind) != PD_OK) return pd_cli_usage_error("schedule: %s", pd_cli_error());

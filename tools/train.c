@@ -111,24 +111,6 @@ static int pd__flag_val(void *ctx, const char *cmd, const pd_flag *f, char **v) 
     return 0;
 }
 
-static int pd__flag_loss(void *ctx, const char *cmd, const pd_flag *f, char **v) {
-    (void)cmd, (void)f;
-    pd__targs *a = ctx;
-    static const char *const names[] = {"auto", "cross_entropy", "mse", "graph"};
-    static const pd_loss_kind kinds[] = {PD_LOSS_AUTO, PD_LOSS_CROSS_ENTROPY, PD_LOSS_MSE, PD_LOSS_GRAPH};
-    for (int k = 0; k < 4; k++)
-        if (!strcmp(v[0], names[k])) return a->o.loss = kinds[k], 0;
-    return pd_cli_usage_error("train: --loss must be auto, cross_entropy, mse or graph, not '%s'", v[0]);
-}
-
-static int pd__flag_optimizer(void *ctx, const char *cmd, const pd_flag *f, char **v) {
-    (void)cmd, (void)f;
-    pd__targs *a = ctx;
-    for (int o = PD_OPT_SGD; o <= PD_OPT_ADAMW; o++)
-        if (!strcmp(v[0], pd__optim_name((pd_optimizer_kind)o))) return a->o.optimizer = (pd_optimizer_kind)o, 0;
-    return pd_cli_usage_error("train: --optimizer must be sgd, momentum, nesterov, adam or adamw, not '%s'", v[0]);
-}
-
 /* --steps and --epochs: the last one given counts */
 static int pd__flag_length(void *ctx, const char *cmd, const pd_flag *f, char **v) {
     (void)cmd;
@@ -170,9 +152,9 @@ static int pd__train_flags(pd__targs *a, pd_flag *t) {
         PD__STR("--data", &a->data, "X.npy", "training inputs, rows first; a pattern ('x-*.npy') reads shards in order"),
         PD__STR("--labels", &a->labels, "Y.npy", "labels, one row per input row (a pattern as for --data)"),
         PD__FN("--val", pd__flag_val, 2, "XV.npy YV.npy", "validation inputs and labels, scored after each epoch"),
-        PD__FN("--loss", pd__flag_loss, 1, "KIND", "auto (default), cross_entropy, mse or graph (the model's own)"),
+        {"--loss", PD_FLAG_CHOICE, &a->o.loss, 0, 0, 0, "auto|cross_entropy|mse|graph", "the loss (graph: the model's own)", NULL, 0},
         PD__STR("--output", &a->o.output, "NAME", "the output the loss reads (default: the first)"),
-        PD__FN("--optimizer", pd__flag_optimizer, 1, "KIND", "sgd (default), momentum, nesterov, adam or adamw"),
+        {"--optimizer", PD_FLAG_CHOICE, &a->o.optimizer, 0, 0, 0, "sgd|momentum|nesterov|adam|adamw", "the optimizer (default sgd)", NULL, 0},
         PD__NUM("--lr", &a->o.lr, 0, "learning rate"),
         PD__NUM("--momentum", &a->o.momentum, 0, "momentum (momentum, nesterov)"),
         PD__NUM("--beta1", &a->o.beta1, 0, "Adam's beta1"),
