@@ -68,6 +68,14 @@ else
   bad "folded parameter note: $(head -5 "$tmp/out")"
 fi
 
+# every command prints its flag table with --help
+for c in info run train profile plan simulate schedule export conformance; do
+  if "$pdonnx" "$c" --help >"$tmp/help" 2>&1 && grep -q "^usage: pdonnx $c" "$tmp/help" && grep -q "^  -" "$tmp/help"; then
+    ok "$c --help prints its flags ($(grep -c '^  -' "$tmp/help"))"
+  else
+    bad "$c --help: $(head -3 "$tmp/help")"
+  fi
+done
 # train --help prints its flag table: every train flag the README shows is in it
 readme_flags=$(sed -n '/pdonnx train MODEL.onnx/,/--resume DIR/p' "$src/README.md" | grep -o -- '--[a-z0-9-]*' | sort -u)
 if "$pdonnx" train --help >"$tmp/help" 2>&1 && [ -n "$readme_flags" ] &&

@@ -317,13 +317,15 @@ pd_status pd_cli_ckpt_load(const char *dir, const cJSON *expect, pd__ckpt *out, 
 
 int pd_cli_export(int argc, char **argv) {
     const char *dir = NULL, *outp = NULL, *model = NULL;
-    for (int i = 0; i < argc; i++) {
-        if ((!strcmp(argv[i], "-o") || !strcmp(argv[i], "--output")) && i + 1 < argc) outp = argv[++i];
-        else if (!strcmp(argv[i], "--model") && i + 1 < argc) model = argv[++i];
-        else if (argv[i][0] == '-') return pd_cli_usage_error("export: unknown flag or missing value '%s'", argv[i]);
-        else if (!dir) dir = argv[i];
-        else return pd_cli_usage_error("export: unexpected argument '%s'", argv[i]);
-    }
+    const pd_flag t[] = {
+        {"-o", PD_FLAG_STR, &outp, 0, 0, 0, "OUT.onnx", "the model with the checkpoint's weights", NULL, 0},
+        {"--output", PD_FLAG_STR, &outp, 0, 0, 0, "OUT.onnx", "the same as -o", NULL, 0},
+        {"--model", PD_FLAG_STR, &model, 0, 0, 0, "MODEL.onnx", "the model trained (default: the one the checkpoint names)", NULL, 0},
+    };
+    int nt = (int)(sizeof t / sizeof t[0]);
+    if (pd_cli_wants_help(argc, argv)) return pd_cli_help("pdonnx export CHECKPOINT_DIR -o OUT.onnx [flags]", t, nt);
+    int bad = pd_cli_flags("export", t, nt, NULL, argc, argv, &dir, 1);
+    if (bad) return bad;
     if (!dir || !outp) return pd_cli_usage_error("export: %s", "usage: pdonnx export CHECKPOINT_DIR -o MODEL.onnx");
     pd__ckpt c;
     memset(&c, 0, sizeof c);

@@ -22,7 +22,7 @@ typedef enum pd_flag_kind {
     PD_FLAG_INT,    /* *(int64_t *)dst, in [lo, hi] */
     PD_FLAG_INT32,  /* *(int *)dst, in [lo, hi] */
     PD_FLAG_DOUBLE, /* *(double *)dst, finite and >= min */
-    PD_FLAG_FN,     /* fn(ctx, cmd, flag, values): nvalues values; 0, or the exit code of a usage error */
+    PD_FLAG_FN,     /* fn(dst, or the parser's ctx, cmd, flag, values): nvalues values; 0, or a usage error's exit code */
     PD_FLAG_CHOICE  /* *(int *)dst (an enum) = the value's index in metavar's "a|b|c" */
 } pd_flag_kind;
 

@@ -490,43 +490,47 @@ static bool pd__load_xfail(pd__conf *c, const char *path) {
     return true;
 }
 
+static int pd__flag_xfail(void *ctx, const char *cmd, const pd_flag *f, char **v) {
+    (void)cmd, (void)f;
+    return pd__load_xfail((pd__conf *)ctx, v[0]) ? 0 : 2;
+}
+
 int pd_cli_conformance(int argc, char **argv) {
     pd__conf c = {0};
     int ndirs = 0, rc = 0;
-    for (int i = 0; i < argc; i++) {
-        if (strcmp(argv[i], "--xfail") == 0 && i + 1 < argc) {
-            if (!pd__load_xfail(&c, argv[++i])) return 2;
-        } else if (strcmp(argv[i], "--quiet") == 0) {
-            c.quiet = true;
-        } else if (argv[i][0] == '-') {
-            return pd_cli_usage_error("conformance: unknown flag '%s'", argv[i]);
-        } else {
-            ndirs++;
-        }
+    const pd_flag t[] = {
+        {"--xfail", PD_FLAG_FN, &c, 0, 0, 0, "FILE", "cases known to fail, one per line (a listed case that passes is reported)", pd__flag_xfail, 1},
+        {"--quiet", PD_FLAG_SET, &c.quiet, 0, 0, 0, NULL, "print only the totals and what fails", NULL, 0},
+    };
+    int nt = (int)(sizeof t / sizeof t[0]);
+    if (pd_cli_wants_help(argc, argv)) return pd_cli_help("pdonnx conformance DIR... [flags]", t, nt);
+    const char **dirs = calloc((size_t)argc + 1, sizeof *dirs);
+    if (!dirs) return pd_cli_usage_error("conformance: %s", "out of memory");
+    int bad = pd_cli_flags("conformance", t, nt, NULL, argc, argv, dirs, argc);
+    for (ndirs = 0; !bad && dirs[ndirs]; ndirs++) {}
+    if (!bad && !ndirs) bad = pd_cli_usage_error("conformance: %s", "give one or more case folders");
+    if (bad) {
+        free(dirs);
+        return bad;
     }
-    if (!ndirs) return pd_cli_usage_error("conformance: %s", "give one or more case folders");
-    for (int i = 0; i < argc; i++) {
-        if (strcmp(argv[i], "--xfail") == 0) {
-            i++;
-            continue;
-        }
-        if (argv[i][0] == '-') continue;
+    for (int i = 0; i < ndirs; i++) {
+        const char *dir = dirs[i];
         char model[4096];
-        snprintf(model, sizeof model, "%s/model.onnx", argv[i]);
+        snprintf(model, sizeof model, "%s/model.onnx", dir);
         if (pd__exists(model)) {
-            pd__run_case(&c, argv[i]);
+            pd__run_case(&c, dir);
             continue;
         }
-        if (!pd__is_dir(argv[i])) {
-            fprintf(stderr, "pdonnx: %s: not a test case folder or a folder of them\n", argv[i]);
+        if (!pd__is_dir(dir)) {
+            fprintf(stderr, "pdonnx: %s: not a test case folder or a folder of them\n", dir);
             rc = 1;
             continue;
         }
         char **sub;
-        int ns = pd__list(argv[i], NULL, &sub);
+        int ns = pd__list(dir, NULL, &sub);
         for (int s = 0; s < ns; s++) {
             char d[4096];
-            snprintf(d, sizeof d, "%s/%s", argv[i], sub[s]);
+            snprintf(d, sizeof d, "%s/%s", dir, sub[s]);
             snprintf(model, sizeof model, "%s/model.onnx", d);
             if (pd__exists(model)) pd__run_case(&c, d);
         }
@@ -536,5 +540,6 @@ int pd_cli_conformance(int argc, char **argv) {
     printf("%d passed, %d failed, %d skipped\n", c.passed, c.failed, c.unsupported + c.xfailed);
     for (int i = 0; i < c.nxfail; i++) free(c.xfail[i]);
     free(c.xfail);
+    free(dirs);
     return (c.failed || rc) ? 1 : 0;
 }

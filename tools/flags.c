@@ -30,7 +30,7 @@ static int pd__flag_set(const char *cmd, const pd_flag *f, void *ctx, char **v) 
         *(int *)f->dst = (int)n;
         return 0;
     case PD_FLAG_DOUBLE: return pd_cli_parse_double(f->name, v[0], f->min, (double *)f->dst) ? 0 : 2;
-    case PD_FLAG_FN: return f->fn(ctx, cmd, f, v);
+    case PD_FLAG_FN: return f->fn(f->dst ? f->dst : ctx, cmd, f, v); /* dst: the flag's own context */
     case PD_FLAG_CHOICE: {
         /* metavar lists the choices, '|'-separated, in the order of their values */
         const char *c = f->metavar;

@@ -113,7 +113,7 @@ static void pd__usage(FILE *f) {
     fprintf(f,
             "pdonnx %s - train ONNX models with pipeline parallelism\n"
             "\n"
-            "usage:\n"
+            "usage (pdonnx COMMAND --help lists a command's flags):\n"
             "  pdonnx info MODEL.onnx [--batch N] [--max-constant-bytes N]\n"
             "      print the layer DAG: nodes, output shapes, parameters and FLOPs\n"
             "  pdonnx run MODEL.onnx [--batch N] [--threads N] [--max-constant-bytes N] --input NAME=X.npy ...\n"
@@ -186,19 +186,14 @@ static int pd__cmd_info(int argc, char **argv) {
     const char *path = NULL;
     pd_load_options lo = PD_LOAD_OPTIONS_INIT;
     lo.half_as_float = 1; /* the model as pdonnx train runs it (a note says so) */
-    for (int i = 0; i < argc; i++) {
-        if (strcmp(argv[i], "--batch") == 0 && i + 1 < argc) {
-            if (!pd_cli_parse_int("--batch", argv[++i], 1, INT32_MAX, &lo.batch)) return 2;
-        } else if (strcmp(argv[i], "--max-constant-bytes") == 0 && i + 1 < argc) {
-            if (!pd_cli_parse_int("--max-constant-bytes", argv[++i], 1, INT64_MAX, &lo.max_constant_bytes)) return 2;
-        } else if (argv[i][0] == '-') {
-            return pd_cli_usage_error("info: unknown flag '%s'", argv[i]);
-        } else if (!path) {
-            path = argv[i];
-        } else {
-            return pd_cli_usage_error("info: unexpected argument '%s'", argv[i]);
-        }
-    }
+    const pd_flag t[] = {
+        {"--batch", PD_FLAG_INT, &lo.batch, 1, INT32_MAX, 0, "N", "binds a symbolic batch dimension", NULL, 0},
+        {"--max-constant-bytes", PD_FLAG_INT, &lo.max_constant_bytes, 1, INT64_MAX, 0, "N", "cap on what constant folding may create", NULL, 0},
+    };
+    int nt = (int)(sizeof t / sizeof t[0]);
+    if (pd_cli_wants_help(argc, argv)) return pd_cli_help("pdonnx info MODEL.onnx [flags]", t, nt);
+    int bad = pd_cli_flags("info", t, nt, NULL, argc, argv, &path, 1);
+    if (bad) return bad;
     if (!path) return pd_cli_usage_error("info: %s", "missing MODEL.onnx");
     pd_graph *g;
     if (pd_graph_load_file(path, &lo, &g) != PD_OK) return pd_cli_fail();
@@ -276,6 +271,22 @@ static bool pd__split_binding(const char *flag, const char *arg, pd__binding *b)
     return name != NULL;
 }
 
+/* --input and --output: up to 64 each */
+typedef struct {
+    pd__binding *b;
+    int *n;
+} pd__bindings;
+
+static int pd__flag_binding(void *ctx, const char *cmd, const pd_flag *f, char **v) {
+    pd__bindings *s = ctx;
+    if (*s->n == 64) {
+        char msg[64];
+        snprintf(msg, sizeof msg, "%s: too many %s flags", cmd, f->name);
+        return pd_cli_usage_error("%s", msg);
+    }
+    return pd__split_binding(f->name, v[0], &s->b[(*s->n)++]) ? 0 : 2;
+}
+
 static void pd__summarize(const char *name, const pd_tensor *t) {
     pd_value_info v = {name, t->dtype, t->ndim, {0}};
     for (int i = 0; i < t->ndim; i++) v.shape[i] = t->shape[i];
@@ -309,29 +320,18 @@ static int pd__cmd_run(int argc, char **argv) {
     pd_engine_options eo = PD_ENGINE_OPTIONS_INIT;
     pd__binding ins[64], outs[64];
     int nin = 0, nout = 0, rc = 1;
-    for (int i = 0; i < argc; i++) {
-        int64_t v;
-        if (strcmp(argv[i], "--batch") == 0 && i + 1 < argc) {
-            if (!pd_cli_parse_int("--batch", argv[++i], 1, INT32_MAX, &lo.batch)) return 2;
-        } else if (strcmp(argv[i], "--max-constant-bytes") == 0 && i + 1 < argc) {
-            if (!pd_cli_parse_int("--max-constant-bytes", argv[++i], 1, INT64_MAX, &lo.max_constant_bytes)) return 2;
-        } else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc) {
-            if (!pd_cli_parse_int("--threads", argv[++i], 1, 1024, &v)) return 2;
-            eo.threads = (int)v;
-        } else if (strcmp(argv[i], "--input") == 0 && i + 1 < argc) {
-            if (nin == 64) return pd_cli_usage_error("run: too many --input flags%s", "");
-            if (!pd__split_binding("--input", argv[++i], &ins[nin++])) return 2;
-        } else if (strcmp(argv[i], "--output") == 0 && i + 1 < argc) {
-            if (nout == 64) return pd_cli_usage_error("run: too many --output flags%s", "");
-            if (!pd__split_binding("--output", argv[++i], &outs[nout++])) return 2;
-        } else if (argv[i][0] == '-') {
-            return pd_cli_usage_error("run: unknown flag or missing value '%s'", argv[i]);
-        } else if (!path) {
-            path = argv[i];
-        } else {
-            return pd_cli_usage_error("run: unexpected argument '%s'", argv[i]);
-        }
-    }
+    pd__bindings bi = {ins, &nin}, bo = {outs, &nout};
+    const pd_flag t[] = {
+        {"--batch", PD_FLAG_INT, &lo.batch, 1, INT32_MAX, 0, "N", "binds a symbolic batch dimension", NULL, 0},
+        {"--max-constant-bytes", PD_FLAG_INT, &lo.max_constant_bytes, 1, INT64_MAX, 0, "N", "cap on what constant folding may create", NULL, 0},
+        {"--threads", PD_FLAG_INT32, &eo.threads, 1, 1024, 0, "N", "compute threads", NULL, 0},
+        {"--input", PD_FLAG_FN, &bi, 0, 0, 0, "[NAME=]X.npy", "an input's values (repeat for each input)", pd__flag_binding, 1},
+        {"--output", PD_FLAG_FN, &bo, 0, 0, 0, "[NAME=]Y.npy", "write an output (default: print them)", pd__flag_binding, 1},
+    };
+    int nt = (int)(sizeof t / sizeof t[0]);
+    if (pd_cli_wants_help(argc, argv)) return pd_cli_help("pdonnx run MODEL.onnx --input [NAME=]X.npy ... [flags]", t, nt);
+    int bad = pd_cli_flags("run", t, nt, NULL, argc, argv, &path, 1);
+    if (bad) return bad;
     if (!path) return pd_cli_usage_error("run: %s", "missing MODEL.onnx");
 
     pd_tensor data[64];

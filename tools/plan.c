@@ -109,7 +109,7 @@ int pd_cli_plan(int argc, char **argv) {
         {"--batch", PD_FLAG_INT, &batch, 1, INT32_MAX, 0, "N", "the microbatch size to profile MODEL.onnx at", NULL, 0},
         {"--topology", PD_FLAG_STR, &topology, 0, 0, 0, "AxB", "hierarchical workers, innermost level first (4x4)", NULL, 0},
         {"--bandwidth", PD_FLAG_STR, &bandwidth, 0, 0, 0, "B[,B]", "bytes/s between workers, per level (10e9,1.25e9)", NULL, 0},
-        {"--memory", PD_FLAG_FN, NULL, 0, 0, 0, "BYTES", "memory per worker (16G, 512M...; default: unlimited)", pd__flag_memory, 1},
+        {"--memory", PD_FLAG_FN, &o.memory, 0, 0, 0, "BYTES", "memory per worker (16G, 512M...; default: unlimited)", pd__flag_memory, 1},
         {"--microbatches", PD_FLAG_INT32, &o.microbatches, 1, 1 << 20, 0, "M", "microbatches per minibatch", NULL, 0},
         {"--algo", PD_FLAG_STR, &o.algo, 0, 0, 0, "ALGO", "pipedream (default), 2bw, bipartition, uniform, params or avgpipe", NULL, 0},
         {"--cost-model", PD_FLAG_STR, &o.cost_model, 0, 0, 0, "MODEL", "default or pipedream", NULL, 0},
@@ -121,7 +121,7 @@ int pd_cli_plan(int argc, char **argv) {
     };
     int nt = (int)(sizeof t / sizeof t[0]);
     if (pd_cli_wants_help(argc, argv)) return pd_cli_help("pdonnx plan MODEL.onnx|--profile FILE --workers N [flags]", t, nt);
-    int bad = pd_cli_flags("plan", t, nt, &o.memory, argc, argv, &model, 1); /* ctx: --memory's destination */
+    int bad = pd_cli_flags("plan", t, nt, NULL, argc, argv, &model, 1);
     if (bad) return bad;
     o.straight = straight;
     if (!model == !profile) return pd_cli_usage_error("plan: %s", "give MODEL.onnx or --profile FILE (one of them)");

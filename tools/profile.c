@@ -71,7 +71,7 @@ int pd_cli_profile(int argc, char **argv) {
         {"-o", PD_FLAG_STR, &out, 0, 0, 0, "PROFILE.json", "write the profile", NULL, 0},
         {"--pipedream", PD_FLAG_STR, &pipedream, 0, 0, 0, "graph.txt", "also write it in PipeDream's format", NULL, 0},
         {"--import", PD_FLAG_STR, &import, 0, 0, 0, "graph.txt", "read PipeDream's profile instead of measuring", NULL, 0},
-        {"--device", PD_FLAG_FN, NULL, 0, 0, 0, "cpu|cuda[:N]", "where to measure", pd__flag_profile_device, 1},
+        {"--device", PD_FLAG_FN, &o, 0, 0, 0, "cpu|cuda[:N]", "where to measure", pd__flag_profile_device, 1},
         {"--batch", PD_FLAG_INT, &lo.batch, 1, INT32_MAX, 0, "N", "the microbatch size", NULL, 0},
         {"--warmup", PD_FLAG_INT32, &o.warmup, 0, 1000000, 0, "N", "steps before measuring (default 2)", NULL, 0},
         {"--repeats", PD_FLAG_INT32, &o.repeats, 1, 1000000, 0, "N", "steps measured, the median kept (default 5)", NULL, 0},
@@ -82,7 +82,7 @@ int pd_cli_profile(int argc, char **argv) {
     };
     int nt = (int)(sizeof t / sizeof t[0]);
     if (pd_cli_wants_help(argc, argv)) return pd_cli_help("pdonnx profile MODEL.onnx --batch N [flags]", t, nt);
-    int bad = pd_cli_flags("profile", t, nt, &o, argc, argv, &model, 1);
+    int bad = pd_cli_flags("profile", t, nt, NULL, argc, argv, &model, 1);
     if (bad) return bad;
     if (!model && !import) return pd_cli_usage_error("profile: %s", "missing MODEL.onnx (or --import GRAPH.txt)");
     if (model && import) return pd_cli_usage_error("profile: give MODEL.onnx or --import, not both (%s)", model);
