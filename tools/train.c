@@ -849,112 +849,195 @@ static int pd__train_avgpipe_hook(pd__targs *a, const pd_cli_avg_args *av, pd_gr
     return pd_cli_train_avgpipe(av, &c);
 }
 
-static int pd__train_main(int argc, char **argv) {
-    pd_cli_avg_args av; /* AvgPipe hook: its flags leave argv here */
-    if (pd_cli_avg_take_flags(&argc, argv, &av) != 0) return 2;
-    pd__targs a;
-    memset(&a, 0, sizeof a);
+/* cross_entropy's labels: the output's shape without the class axis, each
+ * a class of it; false after printing the first that is not. */
+static bool pd__check_labels(const pd__targs *a, const pd_value_info *out, const pd__shards *ys, const pd_tensor *Y,
+                             const pd_tensor *VY) {
+    char en1[256];
+    int64_t V = out->shape[out->ndim - 1];
+    bool ok = Y->ndim == out->ndim - 1;
+    for (int i = 1; ok && i < Y->ndim; i++) ok = Y->shape[i] == out->shape[i];
+    if (!ok) {
+        char os[128], yshape[128];
+        pd__format_shape(os, sizeof os, out->ndim, out->shape);
+        pd__format_shape(yshape, sizeof yshape, Y->ndim, Y->shape);
+        fprintf(stderr,
+                "pdonnx: %s: labels of shape %s do not fit output '%s' %s for cross_entropy (one class id per "
+                "position of the output without its last axis)\n",
+                a->labels, yshape, pd__escape(en1, sizeof en1, out->name), os);
+        return false;
+    }
+    int nl = ys->n + (a->val_x ? 1 : 0);
+    for (int k = 0; k < nl; k++) {
+        const pd_tensor *lt = k < ys->n ? &ys->t[k] : VY;
+        const char *path = k < ys->n ? ys->path[k] : a->val_y;
+        int64_t n = pd_tensor_numel(lt), per = n / lt->shape[0];
+        for (int64_t e = 0; e < n; e++) {
+            int64_t l = ((const int64_t *)lt->data)[e];
+            if (l < 0 || l >= V) {
+                fprintf(stderr, "pdonnx: %s: label %lld at row %lld is out of range [0, %lld) (output '%s' has %lld classes)\n",
+                        path, (long long)l, (long long)(e / per), (long long)V,
+                        pd__escape(en1, sizeof en1, out->name), (long long)V);
+                return false;
+            }
+        }
+    }
+    return true;
+}
+
+/* --data, --labels and --val's files, mapped (pd__shards), their rows checked
+ * against each other; false after printing what is wrong. */
+static bool pd__open_data(const pd__targs *a, pd__shards *xs, pd_tensor *X, pd__shards *ys, pd_tensor *Y,
+                          pd_tensor *VX, pd__map *mvx, pd_tensor *VY, pd__map *mvy) {
+    if (!pd__shards_open(a->data, xs, X) || !pd__shards_open(a->labels, ys, Y)) return false;
+    if (xs->n != ys->n) {
+        fprintf(stderr, "pdonnx: --data %s names %d files but --labels %s %d\n", a->data, xs->n, a->labels, ys->n);
+        return false;
+    }
+    for (int i = 0; i < xs->n && xs->n > 1; i++)
+        if (xs->t[i].shape[0] != ys->t[i].shape[0]) {
+            fprintf(stderr, "pdonnx: %s has %lld rows but %s has %lld\n", xs->path[i], (long long)xs->t[i].shape[0],
+                    ys->path[i], (long long)ys->t[i].shape[0]);
+            return false;
+        }
+    if (a->val_x && (pd__npy_map(a->val_x, VX, mvx) != PD_OK || pd__npy_map(a->val_y, VY, mvy) != PD_OK)) {
+        pd_cli_fail();
+        return false;
+    }
+    if (X->ndim < 1 || Y->ndim < 1 || X->shape[0] != Y->shape[0]) {
+        fprintf(stderr, "pdonnx: %s has %lld rows but %s has %lld\n", a->data, (long long)(X->ndim ? X->shape[0] : 0),
+                a->labels, (long long)(Y->ndim ? Y->shape[0] : 0));
+        return false;
+    }
+    if (a->val_x && (VX->ndim < 1 || VY->ndim < 1 || VX->shape[0] != VY->shape[0])) {
+        fprintf(stderr, "pdonnx: %s and %s have different row counts\n", a->val_x, a->val_y);
+        return false;
+    }
+    if (X->shape[0] == 0 || (a->val_x && VX->shape[0] == 0)) {
+        fprintf(stderr, "pdonnx: %s: no rows (its first dimension is 0)\n", X->shape[0] == 0 ? a->data : a->val_x);
+        return false;
+    }
+    return true;
+}
+
+/* train's arguments: MODEL.flags's, then the command line's, checked against
+ * each other; 0, or the exit code after printing the usage error. */
+static int pd__train_args(int argc, char **argv, const pd_cli_avg_args *av, pd__targs *a, bool *piped_out,
+                          pd__sched_kind *kind_out) {
+    memset(a, 0, sizeof *a);
     pd_train_options o0 = PD_TRAIN_OPTIONS_INIT;
-    a.o = o0;
-    a.shuffle = true;
-    a.batch = 32;
-    a.epochs = 1;
-    a.ckpt_keep = 3;
+    a->o = o0;
+    a->shuffle = true;
+    a->batch = 32;
+    a->epochs = 1;
+    a->ckpt_keep = 3;
     int rc = 2;
-    if (pd__mp.rank > 0) a.quiet = true; /* under mpirun rank 0 speaks */
+    if (pd__mp.rank > 0) a->quiet = true; /* under mpirun rank 0 speaks */
     /* the model comes first so its default flags can be read before the rest */
     const char *model = NULL;
     for (int i = 0; i < argc; i++) {
         size_t n = strlen(argv[i]);
         if (!model && argv[i][0] != '-' && n > 5 && strcmp(argv[i] + n - 5, ".onnx") == 0) model = argv[i];
-        if (strcmp(argv[i], "--quiet") == 0) a.quiet = true;
+        if (strcmp(argv[i], "--quiet") == 0) a->quiet = true;
     }
     char *tok[PD_MAX_ARGS];
-    int nt = model ? pd__read_flags(&a, model, tok, PD_MAX_ARGS) : 0;
-    if (nt < 0) goto out;
-    if ((rc = pd__parse(&a, nt, tok)) != 0 || (rc = pd__parse(&a, argc, argv)) != 0) goto out;
+    int nt = model ? pd__read_flags(a, model, tok, PD_MAX_ARGS) : 0;
+    if (nt < 0) return rc;
+    if ((rc = pd__parse(a, nt, tok)) != 0 || (rc = pd__parse(a, argc, argv)) != 0) return rc;
     rc = 2;
-    if (!a.model) {
+    if (!a->model) {
         pd_cli_usage_error("train: %s", "missing MODEL.onnx");
-        goto out;
+        return rc;
     }
-    if (!a.data || !a.labels) {
+    if (!a->data || !a->labels) {
         pd_cli_usage_error("train: %s", "give --data X.npy --labels Y.npy (or a MODEL.flags file beside the model)");
-        goto out;
+        return rc;
     }
-    if (av.given && (a.ckpt_dir || a.resume || a.ckpt_every)) {
+    if (av->given && (a->ckpt_dir || a->resume || a->ckpt_every)) {
         pd_cli_usage_error("train: %s", "--parallel-pipelines runs without checkpoints so far");
-        goto out;
+        return rc;
     }
     if (pd__mp.size > 1) { /* mpirun: rank 0 reports and writes; a pipeline of one process per stage replica */
-        if (!a.stages && !a.plan) {
+        if (!a->stages && !a->plan) {
             pd_cli_usage_error("train: %s", "under mpirun, give --stages N or --plan FILE (one process per stage replica)");
-            goto out;
+            return rc;
         }
-        a.trace_all = a.trace;
+        a->trace_all = a->trace;
         if (pd__mp.rank > 0) {
-            a.quiet = true;
-            a.metrics = a.save = a.trace = NULL;
-            a.val_x = a.val_y = NULL;
+            a->quiet = true;
+            a->metrics = a->save = a->trace = NULL;
+            a->val_x = a->val_y = NULL;
         }
     }
-    if (!pd__outputs_ok(&a)) goto out;
-    if (a.ckpt_every && !a.ckpt_dir && !a.resume) {
+    if (!pd__outputs_ok(a)) return rc;
+    if (a->ckpt_every && !a->ckpt_dir && !a->resume) {
         pd_cli_usage_error("train: %s", "--checkpoint-every needs --checkpoint-dir DIR");
-        goto out;
+        return rc;
     }
-    if ((a.ckpt_dir || a.resume) && !a.ckpt_every) a.ckpt_every = -1; /* a folder alone: CheckFreq's auto */
-    bool piped = a.stages || a.plan;
-    if (av.given && !piped) { /* AvgPipe hook */
+    if ((a->ckpt_dir || a->resume) && !a->ckpt_every) a->ckpt_every = -1; /* a folder alone: CheckFreq's auto */
+    bool piped = *piped_out = a->stages || a->plan;
+    if (av->given && !piped) { /* AvgPipe hook */
         pd_cli_usage_error("train: %s", "--parallel-pipelines, --elastic-alpha and --average-every need --stages N or --plan FILE");
-        goto out;
+        return rc;
     }
     pd__sched_kind kind = PD_SCHED_FLUSH;
-    if (!piped && (a.schedule || a.microbatches || a.trace || a.virtual_stages || a.vertical_sync)) {
+    if (!piped && (a->schedule || a->microbatches || a->trace || a->virtual_stages || a->vertical_sync)) {
         pd_cli_usage_error("train: %s",
                            "--schedule, --microbatches, --virtual-stages and --trace need --stages N or --plan FILE");
-        goto out;
+        return rc;
     }
-    if (a.stages && a.plan) {
+    if (a->stages && a->plan) {
         pd_cli_usage_error("train: %s", "give --stages N or --plan FILE, not both");
-        goto out;
+        return rc;
     }
     if (piped) {
-        if (a.schedule && pd__sched_kind_parse(a.schedule, &kind) != PD_OK) {
+        if (a->schedule && pd__sched_kind_parse(a->schedule, &kind) != PD_OK) {
             pd_cli_usage_error("train: %s", pd_cli_error());
-            goto out;
+            return rc;
         }
-        if (!a.microbatches) {
+        if (!a->microbatches) {
             /* enough microbatches to fill the pipeline: the smallest divisor of the batch >= the stages */
-            int64_t want = a.stages ? a.stages : 4;
-            a.microbatches = a.batch;
-            for (int64_t m = want; m <= a.batch; m++)
-                if (a.batch % m == 0) {
-                    a.microbatches = m;
+            int64_t want = a->stages ? a->stages : 4;
+            a->microbatches = a->batch;
+            for (int64_t m = want; m <= a->batch; m++)
+                if (a->batch % m == 0) {
+                    a->microbatches = m;
                     break;
                 }
-            if (kind == PD_SCHED_PIPEDREAM) a.microbatches = 1;
+            if (kind == PD_SCHED_PIPEDREAM) a->microbatches = 1;
         }
-        if (a.vertical_sync && kind != PD_SCHED_PIPEDREAM) {
+        if (a->vertical_sync && kind != PD_SCHED_PIPEDREAM) {
             pd_cli_usage_error("train: %s", "--vertical-sync goes with --schedule pipedream");
-            goto out;
+            return rc;
         }
-        if (a.virtual_stages && (kind != PD_SCHED_INTERLEAVED || a.plan)) {
+        if (a->virtual_stages && (kind != PD_SCHED_INTERLEAVED || a->plan)) {
             pd_cli_usage_error("train: %s", "--virtual-stages goes with --stages N --schedule interleaved");
-            goto out;
+            return rc;
         }
-        if (kind == PD_SCHED_PIPEDREAM && a.microbatches != 1) {
+        if (kind == PD_SCHED_PIPEDREAM && a->microbatches != 1) {
             pd_cli_usage_error("train: %s", "--schedule pipedream updates after every microbatch: use --microbatches 1");
-            goto out;
+            return rc;
         }
-        if (a.batch % a.microbatches) {
+        if (a->batch % a->microbatches) {
             char msg[96];
-            snprintf(msg, sizeof msg, "--batch %lld is not a multiple of --microbatches %lld", (long long)a.batch,
-                     (long long)a.microbatches);
+            snprintf(msg, sizeof msg, "--batch %lld is not a multiple of --microbatches %lld", (long long)a->batch,
+                     (long long)a->microbatches);
             pd_cli_usage_error("train: %s", msg);
-            goto out;
+            return rc;
         }
     }
+    *kind_out = kind;
+    return 0;
+}
+
+static int pd__train_main(int argc, char **argv) {
+    pd_cli_avg_args av; /* AvgPipe hook: its flags leave argv here */
+    if (pd_cli_avg_take_flags(&argc, argv, &av) != 0) return 2;
+    pd__targs a;
+    bool piped = false;
+    pd__sched_kind kind = PD_SCHED_FLUSH;
+    int rc = pd__train_args(argc, argv, &av, &a, &piped, &kind);
+    if (rc != 0) goto out;
     rc = 1;
 
     pd_tensor X = {0}, Y = {0}, VX = {0}, VY = {0};
@@ -967,34 +1050,7 @@ static int pd__train_main(int argc, char **argv) {
     FILE *mf = NULL;
     pd__ckrun cr;
     memset(&cr, 0, sizeof cr);
-    if (!pd__shards_open(a.data, &xs, &X) || !pd__shards_open(a.labels, &ys, &Y)) goto done;
-    if (xs.n != ys.n) {
-        fprintf(stderr, "pdonnx: --data %s names %d files but --labels %s %d\n", a.data, xs.n, a.labels, ys.n);
-        goto done;
-    }
-    for (int i = 0; i < xs.n && xs.n > 1; i++)
-        if (xs.t[i].shape[0] != ys.t[i].shape[0]) {
-            fprintf(stderr, "pdonnx: %s has %lld rows but %s has %lld\n", xs.path[i], (long long)xs.t[i].shape[0],
-                    ys.path[i], (long long)ys.t[i].shape[0]);
-            goto done;
-        }
-    if (a.val_x && (pd__npy_map(a.val_x, &VX, &mvx) != PD_OK || pd__npy_map(a.val_y, &VY, &mvy) != PD_OK)) {
-        pd_cli_fail();
-        goto done;
-    }
-    if (X.ndim < 1 || Y.ndim < 1 || X.shape[0] != Y.shape[0]) {
-        fprintf(stderr, "pdonnx: %s has %lld rows but %s has %lld\n", a.data, (long long)(X.ndim ? X.shape[0] : 0),
-                a.labels, (long long)(Y.ndim ? Y.shape[0] : 0));
-        goto done;
-    }
-    if (a.val_x && (VX.ndim < 1 || VY.ndim < 1 || VX.shape[0] != VY.shape[0])) {
-        fprintf(stderr, "pdonnx: %s and %s have different row counts\n", a.val_x, a.val_y);
-        goto done;
-    }
-    if (X.shape[0] == 0 || (a.val_x && VX.shape[0] == 0)) {
-        fprintf(stderr, "pdonnx: %s: no rows (its first dimension is 0)\n", X.shape[0] == 0 ? a.data : a.val_x);
-        goto done;
-    }
+    if (!pd__open_data(&a, &xs, &X, &ys, &Y, &VX, &mvx, &VY, &mvy)) goto done;
     pd_load_options lo = PD_LOAD_OPTIONS_INIT;
     lo.batch = piped ? a.batch / a.microbatches : a.batch; /* a pipeline's graph takes one microbatch */
     lo.max_constant_bytes = a.max_constant_bytes;
@@ -1077,37 +1133,7 @@ static int pd__train_main(int argc, char **argv) {
                 pd__escape(en1, sizeof en1, input), want);
         goto done;
     }
-    if (a.o.loss == PD_LOSS_CROSS_ENTROPY) {
-        /* labels: the output's shape without the class axis, each in range */
-        int64_t V = out.shape[out.ndim - 1];
-        bool ok = Y.ndim == out.ndim - 1;
-        for (int i = 1; ok && i < Y.ndim; i++) ok = Y.shape[i] == out.shape[i];
-        if (!ok) {
-            char os[128], ys[128];
-            pd__format_shape(os, sizeof os, out.ndim, out.shape);
-            pd__format_shape(ys, sizeof ys, Y.ndim, Y.shape);
-            fprintf(stderr,
-                    "pdonnx: %s: labels of shape %s do not fit output '%s' %s for cross_entropy (one class id per "
-                    "position of the output without its last axis)\n",
-                    a.labels, ys, pd__escape(en1, sizeof en1, out.name), os);
-            goto done;
-        }
-        int nl = ys.n + (a.val_x ? 1 : 0);
-        for (int k = 0; k < nl; k++) {
-            pd_tensor *ls[1] = {k < ys.n ? &ys.t[k] : &VY};
-            const char *lp[1] = {k < ys.n ? ys.path[k] : a.val_y};
-            int64_t n = pd_tensor_numel(ls[0]), per = n / ls[0]->shape[0];
-            for (int64_t e = 0; e < n; e++) {
-                int64_t l = ((int64_t *)ls[0]->data)[e];
-                if (l < 0 || l >= V) {
-                    fprintf(stderr, "pdonnx: %s: label %lld at row %lld is out of range [0, %lld) (output '%s' has %lld classes)\n",
-                            lp[0], (long long)l, (long long)(e / per), (long long)V,
-                            pd__escape(en1, sizeof en1, out.name), (long long)V);
-                    goto done;
-                }
-            }
-        }
-    }
+    if (a.o.loss == PD_LOSS_CROSS_ENTROPY && !pd__check_labels(&a, &out, &ys, &Y, &VY)) goto done;
     if ((xs.n > 1 ? pd__data_init_parts(&data, xs.n, xs.t, ys.t, a.batch, a.shuffle, (uint64_t)a.seed)
                   : pd__data_init(&data, &X, &Y, a.batch, a.shuffle, (uint64_t)a.seed)) != PD_OK) {
         pd_cli_fail();
