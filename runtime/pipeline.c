@@ -54,7 +54,7 @@ static int64_t pd__ns(void) {
 pd_status pd__pipe_set_vertical_sync(pd__pipe *p, bool on) {
     if (on && p->kind != PD_SCHED_PIPEDREAM)
         return pd__err(PD_ERR_INVALID, "opt->vertical_sync goes with the pipedream schedule, not %s", pd__sched_kind_name(p->kind));
-    for (int w = 0; on && w < p->P; w++) /* a version number counts updates, which a replicated stage makes per round */
+    for (int w = 0; on && w < p->nworkers; w++) /* a version number counts updates, which a replicated stage makes per round */
         if (p->rep[w] > 1)
             return pd__err(PD_ERR_UNSUPPORTED,
                            "opt->vertical_sync: stage %d is replicated (%d replicas), so it updates once per round of %d "
@@ -64,7 +64,7 @@ pd_status pd__pipe_set_vertical_sync(pd__pipe *p, bool on) {
     return PD_OK;
 }
 
-int pd__pipe_stages(const pd__pipe *p) { return p ? p->P : 0; }
+int pd__pipe_stages(const pd__pipe *p) { return p ? p->nworkers : 0; }
 int pd__pipe_labels_input(const pd__pipe *p) { return p ? p->labels_input : -1; }
 void pd__pipe_inject_failure(pd__pipe *p, int stage, int op, int mb) {
     p->fail_stage = stage;
@@ -74,16 +74,16 @@ void pd__pipe_inject_failure(pd__pipe *p, int stage, int op, int mb) {
 
 void pd__pipe_stats_get(const pd__pipe *p, int s, pd__pipe_stats *out) {
     memset(out, 0, sizeof *out);
-    if (!p || s < 0 || s >= p->P) return;
+    if (!p || s < 0 || s >= p->nworkers) return;
     for (int i = 0; i < p->nwk; i++) {
         const pd__wk *W = &p->wk[i];
         if (W->w != s) continue;
         if (W->busy_ms > out->busy_ms) out->busy_ms = W->busy_ms;
         if (W->peak_act > out->peak_act_mbs) out->peak_act_mbs = W->peak_act;
-        for (int c = 0; c < p->V; c++)
+        for (int c = 0; c < p->nchunks; c++)
             if (W->ch[c].peak_versions > out->peak_versions) out->peak_versions = W->ch[c].peak_versions;
     }
-    for (int c = 0; c < p->V; c++) out->act_bytes_per_mb += p->vs[c * p->P + s].act_bytes;
+    for (int c = 0; c < p->nchunks; c++) out->act_bytes_per_mb += p->vs[c * p->nworkers + s].act_bytes;
 }
 
 int pd__pipe_peak_versions(const pd__pipe *p, int s) {
@@ -111,7 +111,7 @@ static void pd__trace_events(const pd__pipe *p, pd__trace *t) {
         for (int e = 0; e < W->nev; e++) {
             const pd__ev *v = &W->ev[e];
             const char *op = pd__op_name(v->op);
-            if (p->V > 1) snprintf(name, sizeof name, "%s%d.%d", op, (int)v->mb, (int)v->chunk);
+            if (p->nchunks > 1) snprintf(name, sizeof name, "%s%d.%d", op, (int)v->mb, (int)v->chunk);
             else if (v->op == PD_I_STEP || v->op == PD_I_ALLREDUCE) snprintf(name, sizeof name, "%s", op);
             else snprintf(name, sizeof name, "%s%d", op, (int)v->mb);
             snprintf(args, sizeof args, "\"mb\":%d,\"chunk\":%d", (int)v->mb, (int)v->chunk);
@@ -305,12 +305,12 @@ static void pd__fail(pd__pipe *p, const pd__wk *W, const pd__instr *in, pd_statu
         if (W->nrep > 1) snprintf(who, sizeof who, "stage %d (replica %d)", W->w, W->r);
         else snprintf(who, sizeof who, "stage %d", W->w);
         char chunk[32] = "";
-        if (p->V > 1) snprintf(chunk, sizeof chunk, " (chunk %d)", (int)in->chunk);
+        if (p->nchunks > 1) snprintf(chunk, sizeof chunk, " (chunk %d)", (int)in->chunk);
         p->abort = true;
         __atomic_store_n(&p->stopped, 1, __ATOMIC_RELEASE);
         p->err = st;
         snprintf(p->errmsg, sizeof p->errmsg, "%s, step %lld, %s of microbatch %d%s: %s", who,
-                 (long long)(p->steps + in->mb / p->M + 1), pd__op_name(in->op), (int)in->mb, chunk, pd_last_error());
+                 (long long)(p->steps + in->mb / p->nmicro + 1), pd__op_name(in->op), (int)in->mb, chunk, pd_last_error());
     }
     pthread_cond_broadcast(&p->cv);
     pthread_mutex_unlock(&p->mu);
@@ -325,7 +325,7 @@ void pd__pipe_destroy(pd__pipe *p) {
     pd__dev_teardown(p); /* GPU stages: their device twins first, while the host contexts they mirror live */
     for (int i = 0; p->wk && i < p->nwk; i++) {
         pd__wk *W = &p->wk[i];
-        for (int c = 0; W->ch && c < p->V; c++) {
+        for (int c = 0; W->ch && c < p->nchunks; c++) {
             pd__chunk *C = &W->ch[c];
             for (int k = 0; C->slot && k < p->nslots; k++) pd__actx_destroy(C->slot[k]);
             PD_FREE(C->slot);
@@ -352,7 +352,7 @@ void pd__pipe_destroy(pd__pipe *p) {
     }
     PD_FREE(p->tie);
     PD_FREE(p->tbuf);
-    for (int w = 0; p->part && w < p->P; w++) PD_FREE(p->part[w]);
+    for (int w = 0; p->part && w < p->nworkers; w++) PD_FREE(p->part[w]);
     PD_FREE(p->part);
     PD_FREE(p->part_cap);
     PD_FREE(p->part_pre);
@@ -361,7 +361,7 @@ void pd__pipe_destroy(pd__pipe *p) {
     PD_FREE(p->mbloss);
     PD_FREE(p->mbn);
     for (int i = 0; i < 4; i++) PD_FREE(p->gn[i].part);
-    for (int k = 0; p->vs && k < p->NV; k++) {
+    for (int k = 0; p->vs && k < p->nvstages; k++) {
         PD_FREE(p->vs[k].nodes);
         PD_FREE(p->vs[k].bnodes);
         PD_FREE(p->vs[k].params);
@@ -370,7 +370,7 @@ void pd__pipe_destroy(pd__pipe *p) {
         PD_FREE(p->vs[k].sp);
         PD_FREE(p->vs[k].spk);
     }
-    for (int l = 0; p->link && l < p->NV - 1; l++) {
+    for (int l = 0; p->link && l < p->nvstages - 1; l++) {
         pd__q_drain(&p->link[l].fwd);
         pd__q_drain(&p->link[l].bwd);
         PD_FREE(p->link[l].fwd.ring);
@@ -399,16 +399,27 @@ void pd__pipe_destroy(pd__pipe *p) {
     PD_FREE(p);
 }
 
-/* Per tensor (ts: 5 arrays of ntensors): tstage, the virtual stage computing
- * it (-1: none); vlast, the last stage needing its value (a forward reading
- * it, a backward reading or producing it, the loss); gfirst, the stage running
- * its producer's backward, which consumes its gradient; glast, the last stage
- * adding to its gradient (its consumers' backwards, the loss); bfirst, the
- * first stage whose backward needs its value. Checks the plan fits the graph. */
-static pd_status pd__assign(pd__pipe *p, const pd_plan *plan, int *ts) {
+/* Per tensor, the virtual stages that compute, read and differentiate it
+ * (pd__assign): one allocation, five arrays of ntensors. */
+typedef struct pd__tstages {
+    int *tstage; /* the stage computing it (-1: none) */
+    int *vlast;  /* the last stage needing its value (a forward reading it, a backward reading or producing it, the loss) */
+    int *gfirst; /* the stage running its producer's backward, which consumes its gradient */
+    int *glast;  /* the last stage adding to its gradient (its consumers' backwards, the loss) */
+    int *bfirst; /* the first stage whose backward needs its value */
+} pd__tstages;
+
+static bool pd__tstages_alloc(pd__tstages *ts, int nt) {
+    int *all = PD_MALLOC(sizeof(int) * (5 * (size_t)nt + 1));
+    *ts = (pd__tstages){all, all + nt, all + 2 * (size_t)nt, all + 3 * (size_t)nt, all + 4 * (size_t)nt};
+    return all != NULL;
+}
+
+/* Fills ts; checks the plan fits the graph. */
+static pd_status pd__assign(pd__pipe *p, const pd_plan *plan, const pd__tstages *ts) {
     const pd_graph *g = p->g;
-    int nt = g->ntensors, *tstage = ts, *vlast = ts + nt, *gfirst = ts + 2 * nt, *glast = ts + 3 * nt,
-        *bfirst = ts + 4 * nt;
+    int nt = g->ntensors, *tstage = ts->tstage, *vlast = ts->vlast, *gfirst = ts->gfirst, *glast = ts->glast,
+        *bfirst = ts->bfirst;
     if (plan->n_nodes != g->nnodes)
         return pd__err(PD_ERR_INVALID, "%s: the plan has %d nodes, the model %d", g->path, plan->n_nodes, g->nnodes);
     for (int t = 0; t < nt; t++) {
@@ -421,10 +432,10 @@ static pd_status pd__assign(pd__pipe *p, const pd_plan *plan, int *ts) {
     for (int i = 0; i < g->nnodes; i++) {
         const pd__node *n = &g->nodes[i];
         int s = plan->fwd_stage[i], b = plan->bwd_stage ? plan->bwd_stage[i] : s;
-        if (s < 0 || s >= p->NV) return pd__err(PD_ERR_INVALID, "plan: node %d has stage %d of %d", i, s, p->NV);
-        if (b < 0 || b >= p->NV)
-            return pd__err(PD_ERR_INVALID, "plan: node %d has its backward on stage %d of %d", i, b, p->NV);
-        if (b != s && p->V > 1)
+        if (s < 0 || s >= p->nvstages) return pd__err(PD_ERR_INVALID, "plan: node %d has stage %d of %d", i, s, p->nvstages);
+        if (b < 0 || b >= p->nvstages)
+            return pd__err(PD_ERR_INVALID, "plan: node %d has its backward on stage %d of %d", i, b, p->nvstages);
+        if (b != s && p->nchunks > 1)
             return pd__err(PD_ERR_UNSUPPORTED,
                            "pipeline: node '%s' has its backward on another stage (bipartition) in a plan with chunks; "
                            "not supported",
@@ -459,7 +470,7 @@ static pd_status pd__assign(pd__pipe *p, const pd_plan *plan, int *ts) {
             if (b < bfirst[t]) bfirst[t] = b;
         }
     }
-    vlast[p->pred] = glast[p->pred] = p->NV - 1; /* the last stage computes the loss and its gradient */
+    vlast[p->pred] = glast[p->pred] = p->nvstages - 1; /* the last stage computes the loss and its gradient */
     return PD_OK;
 }
 
@@ -476,22 +487,22 @@ static pd_status pd__shape(pd__pipe *p, const pd_plan *plan) {
     if (p->kind != PD_SCHED_INTERLEAVED && V > 1)
         return pd__err(PD_ERR_INVALID, "pipeline: a plan with %d chunks per worker runs only under interleaved, not %s",
                        V, pd__sched_kind_name(p->kind));
-    p->V = V;
-    p->NV = plan->n_stages;
-    p->P = p->NV / V;
-    p->rep = PD_CALLOC((size_t)p->P, sizeof(int));
-    p->bar = PD_CALLOC((size_t)p->P, sizeof(pd__bar));
+    p->nchunks = V;
+    p->nvstages = plan->n_stages;
+    p->nworkers = p->nvstages / V;
+    p->rep = PD_CALLOC((size_t)p->nworkers, sizeof(int));
+    p->bar = PD_CALLOC((size_t)p->nworkers, sizeof(pd__bar));
     if (!p->rep || !p->bar) return pd__err(PD_ERR_NOMEM, "out of memory");
     p->nwk = 0;
     /* PipeDream-2BW's width: w pipelines whose stages all-reduce their
      * gradients, which is every stage replicated w times */
     int width = plan->algo == PD_ALGO_2BW && plan->width > 1 ? plan->width : 1;
-    for (int w = 0; w < p->P; w++) {
+    for (int w = 0; w < p->nworkers; w++) {
         int r = plan->stage ? plan->stage[w].replicas : 1;
         if (r < 1) r = 1;
         r *= width;
         for (int c = 1; c < V; c++)
-            if (plan->stage && plan->stage[c * p->P + w].replicas > 1) r = 2;
+            if (plan->stage && plan->stage[c * p->nworkers + w].replicas > 1) r = 2;
         if (r > 256) return pd__err(PD_ERR_INVALID, "plan: stage %d has %d replicas", w, r);
         p->rep[w] = r;
         p->nwk += r;
@@ -499,14 +510,14 @@ static pd_status pd__shape(pd__pipe *p, const pd_plan *plan) {
     /* the plan's stage_to_rank, unless a worker runs other replicas than its
      * stage names (2BW's width, a replicated chunk): then one process each */
     bool as_planned = plan->stage != NULL;
-    for (int w = 0; as_planned && w < p->P; w++) as_planned = plan->stage[w].replicas == p->rep[w];
-    p->first_rank = PD_CALLOC((size_t)p->P + 1, sizeof(int));
-    for (int w = 0; p->first_rank && w < p->P; w++)
+    for (int w = 0; as_planned && w < p->nworkers; w++) as_planned = plan->stage[w].replicas == p->rep[w];
+    p->first_rank = PD_CALLOC((size_t)p->nworkers + 1, sizeof(int));
+    for (int w = 0; p->first_rank && w < p->nworkers; w++)
         p->first_rank[w] = as_planned && plan->stage[w].first_rank >= 0 ? plan->stage[w].first_rank : -1;
-    p->wbase = PD_CALLOC((size_t)p->P + 1, sizeof(int));
+    p->wbase = PD_CALLOC((size_t)p->nworkers + 1, sizeof(int));
     p->rank_of = PD_CALLOC((size_t)p->nwk + 1, sizeof(int)); /* every thread here until pd__pipe_set_ranks */
     if (!p->wbase || !p->rank_of) return pd__err(PD_ERR_NOMEM, "out of memory");
-    for (int w = 1; w <= p->P; w++) p->wbase[w] = p->wbase[w - 1] + p->rep[w - 1];
+    for (int w = 1; w <= p->nworkers; w++) p->wbase[w] = p->wbase[w - 1] + p->rep[w - 1];
     return PD_OK;
 }
 
@@ -532,37 +543,38 @@ pd_status pd__pipe_create(pd_graph *g, const pd_plan *plan, const pd_train_optio
     pthread_cond_init(&p->cv, NULL);
     p->g = g;
     p->kind = kind;
-    p->M = microbatches;
+    p->nmicro = microbatches;
     p->local.base.vt = &pd__local_vt;
     p->local.p = p;
     for (int i = 0; i < 4; i++) p->gn[i].t = -1;
     p->fail_stage = -1;
     bool *need = NULL; /* per virtual stage and tensor: its contexts hold it */
     uint8_t *role = NULL; /* per tensor, for one chunk's contexts (PD__G_SET, PD__G_KEEP) */
-    int *ts = PD_MALLOC(sizeof(int) * (5 * (size_t)g->ntensors + 1));
-    int nt = g->ntensors, *tstage = ts, *vlast = ts + nt, *gfirst = ts + 2 * nt, *glast = ts + 3 * nt,
-        *bfirst = ts + 4 * nt;
-    pd_status st = ts ? pd__shape(p, plan) : pd__err(PD_ERR_NOMEM, "out of memory");
+    pd__tstages ts;
+    bool have_ts = pd__tstages_alloc(&ts, g->ntensors);
+    int *tstage = ts.tstage, *vlast = ts.vlast, *gfirst = ts.gfirst, *glast = ts.glast,
+        *bfirst = ts.bfirst;
+    pd_status st = have_ts ? pd__shape(p, plan) : pd__err(PD_ERR_NOMEM, "out of memory");
     if (st != PD_OK) goto fail;
-    if (kind == PD_SCHED_INTERLEAVED && microbatches % p->P != 0) {
+    if (kind == PD_SCHED_INTERLEAVED && microbatches % p->nworkers != 0) {
         st = pd__err(PD_ERR_INVALID,
                      "pipeline: interleaved needs the microbatches (%d) to be a multiple of the %d workers",
-                     microbatches, p->P);
+                     microbatches, p->nworkers);
         goto fail;
     }
-    p->nslots = pd__sched_async(kind) ? microbatches + p->P : microbatches; /* async: at most P in flight */
+    p->nslots = pd__sched_async(kind) ? microbatches + p->nworkers : microbatches; /* async: at most P in flight */
     if ((st = pd_session_create(g, gpu ? &ho : o, &p->s)) != PD_OK) goto fail;
     p->o = *pd__session_options(p->s);
     pd__session_slabs(p->s, &p->sl);
     p->pred = pd__session_loss_tensor(p->s);
     p->labels_input = pd__session_labels_input(p->s);
     p->rows = g->ninputs > 0 && g->tensors[g->inputs[0]].ndim > 0 ? g->tensors[g->inputs[0]].shape[0] : 1;
-    if ((st = pd__assign(p, plan, ts)) != PD_OK) goto fail;
-    p->vs = PD_CALLOC((size_t)p->NV, sizeof *p->vs);
+    if ((st = pd__assign(p, plan, &ts)) != PD_OK) goto fail;
+    p->vs = PD_CALLOC((size_t)p->nvstages, sizeof *p->vs);
     p->wk = PD_CALLOC((size_t)p->nwk, sizeof *p->wk);
-    p->link = PD_CALLOC((size_t)p->NV, sizeof *p->link);
+    p->link = PD_CALLOC((size_t)p->nvstages, sizeof *p->link);
     if (!p->vs || !p->wk || !p->link) goto nomem;
-    for (int k = 0; k < p->NV; k++) {
+    for (int k = 0; k < p->nvstages; k++) {
         pd__vstage *S = &p->vs[k];
         S->nodes = PD_MALLOC(sizeof(int) * ((size_t)g->nnodes + 1));
         S->bnodes = PD_MALLOC(sizeof(int) * ((size_t)g->nnodes + 1));
@@ -597,12 +609,12 @@ pd_status pd__pipe_create(pd_graph *g, const pd_plan *plan, const pd_train_optio
         S->pk[S->np] = S->packed;
         S->params[S->np++] = i;
         S->packed += g->tensors[t].numel;
-        for (int k = owner + 1; k < p->NV; k++) {
+        for (int k = owner + 1; k < p->nvstages; k++) {
             bool reads = false;
             for (int v = 0; v < g->nnodes && !reads; v++)
                 for (int j = 0; j < g->nodes[v].nin; j++) reads |= g->nodes[v].in[j] == t && plan->fwd_stage[v] == k;
             if (!reads) continue;
-            if (pd__sched_async(kind) || p->rep[owner % p->P] > 1 || p->rep[k % p->P] > 1) {
+            if (pd__sched_async(kind) || p->rep[owner % p->nworkers] > 1 || p->rep[k % p->nworkers] > 1) {
                 st = pd__err(PD_ERR_UNSUPPORTED,
                              "pipeline: parameter '%s' is read by stages %d and %d (tied weights): shared across "
                              "stages only under gpipe, flush, zb-h1 and interleaved, without replicas, so far",
@@ -620,12 +632,12 @@ pd_status pd__pipe_create(pd_graph *g, const pd_plan *plan, const pd_train_optio
     }
     /* links: activations made at or before virtual stage l (not graph inputs:
      * every stage reads those itself) and read after it */
-    for (int l = 0; l + 1 < p->NV; l++) {
+    for (int l = 0; l + 1 < p->nvstages; l++) {
         pd__link *L = &p->link[l];
         L->t = PD_MALLOC(sizeof(int) * ((size_t)g->ntensors + 1));
         L->gt = PD_MALLOC(sizeof(int) * ((size_t)g->ntensors + 1));
         L->bt = PD_MALLOC(sizeof(int) * ((size_t)g->ntensors + 1));
-        L->fwd.cap = L->bwd.cap = p->M + p->NV;
+        L->fwd.cap = L->bwd.cap = p->nmicro + p->nvstages;
         L->fwd.ring = PD_CALLOC((size_t)L->fwd.cap, sizeof(pd__msg));
         L->bwd.ring = PD_CALLOC((size_t)L->bwd.cap, sizeof(pd__msg));
         L->fwd.pool = PD_CALLOC((size_t)L->fwd.cap + 2, sizeof(void *));
@@ -653,10 +665,10 @@ pd_status pd__pipe_create(pd_graph *g, const pd_plan *plan, const pd_train_optio
     /* what each virtual stage's contexts hold: its nodes' (forward and
      * backward) inputs and outputs, what its links carry in and out, and the
      * loss's prediction on the last; the rest of the graph has no memory there */
-    need = PD_CALLOC((size_t)p->NV * (size_t)g->ntensors + 1, sizeof(bool));
+    need = PD_CALLOC((size_t)p->nvstages * (size_t)g->ntensors + 1, sizeof(bool));
     role = PD_MALLOC((size_t)g->ntensors + 1);
     if (!need || !role) goto nomem;
-    for (int k = 0; k < p->NV; k++) {
+    for (int k = 0; k < p->nvstages; k++) {
         bool *nd = need + (size_t)k * (size_t)g->ntensors;
         const pd__vstage *S = &p->vs[k];
         for (int pass = 0; pass < 2; pass++)
@@ -668,17 +680,17 @@ pd_status pd__pipe_create(pd_graph *g, const pd_plan *plan, const pd_train_optio
                     if (n->out[j] >= 0) nd[n->out[j]] = true;
             }
         for (int l = k - 1; l <= k; l++) {
-            if (l < 0 || l + 1 >= p->NV) continue;
+            if (l < 0 || l + 1 >= p->nvstages) continue;
             const pd__link *L = &p->link[l];
             for (int q = 0; q < L->nt; q++) nd[L->t[q]] = true;
             for (int q = 0; q < L->ngt; q++) nd[L->gt[q]] = true;
             for (int q = 0; q < L->nbt; q++) nd[L->bt[q]] = true;
         }
-        if (k == p->NV - 1) nd[p->pred] = true;
-        if (p->labels_input >= 0) nd[p->labels_input] = nd[p->labels_input] || k == p->NV - 1;
+        if (k == p->nvstages - 1) nd[p->pred] = true;
+        if (p->labels_input >= 0) nd[p->labels_input] = nd[p->labels_input] || k == p->nvstages - 1;
     }
     /* threads: replica r of worker w, each with its chunks' contexts */
-    for (int w = 0, i = 0; w < p->P; w++)
+    for (int w = 0, i = 0; w < p->nworkers; w++)
         for (int r = 0; r < p->rep[w]; r++, i++) {
             pd__wk *W = &p->wk[i];
             W->p = p;
@@ -688,16 +700,16 @@ pd_status pd__pipe_create(pd_graph *g, const pd_plan *plan, const pd_train_optio
             W->x.threads = 1;
             W->x.g = g;
             W->x.training = true;
-            W->ch = PD_CALLOC((size_t)p->V, sizeof *W->ch);
+            W->ch = PD_CALLOC((size_t)p->nchunks, sizeof *W->ch);
             if (!W->ch) goto nomem;
             if (r > 0 && !(W->grads = PD_CALLOC((size_t)p->sl.total + 1, sizeof(float)))) goto nomem;
-            for (int c = 0; c < p->V; c++) {
+            for (int c = 0; c < p->nchunks; c++) {
                 pd__chunk *C = &W->ch[c];
-                const pd__vstage *S = &p->vs[c * p->P + w];
-                C->k = c * p->P + w;
+                const pd__vstage *S = &p->vs[c * p->nworkers + w];
+                C->k = c * p->nworkers + w;
                 C->slot = PD_CALLOC((size_t)p->nslots, sizeof *C->slot);
                 C->slot_ver = PD_MALLOC(sizeof(int32_t) * (size_t)p->nslots);
-                C->nstash = pd__sched_async(kind) ? p->P + 1 : 0;
+                C->nstash = pd__sched_async(kind) ? p->nworkers + 1 : 0;
                 C->stash = PD_CALLOC((size_t)C->nstash + 1, sizeof *C->stash);
                 if (!C->slot || !C->slot_ver || !C->stash) goto nomem;
                 if (S->nsp > 0 && !(C->sg = PD_CALLOC((size_t)S->spacked + 1, sizeof(float)))) goto nomem;
@@ -705,10 +717,10 @@ pd_status pd__pipe_create(pd_graph *g, const pd_plan *plan, const pd_train_optio
                  * written before its backward; those it sends (link k-1's)
                  * are read after (pd__actx_create) */
                 memset(role, 0, (size_t)g->ntensors);
-                const pd__link *Lr = C->k + 1 < p->NV ? &p->link[C->k] : NULL, *Ls = C->k > 0 ? &p->link[C->k - 1] : NULL;
+                const pd__link *Lr = C->k + 1 < p->nvstages ? &p->link[C->k] : NULL, *Ls = C->k > 0 ? &p->link[C->k - 1] : NULL;
                 for (int q = 0; Lr && q < Lr->ngt; q++) role[Lr->gt[q]] |= PD__G_SET;
                 for (int q = 0; Ls && q < Ls->ngt; q++) role[Ls->gt[q]] |= PD__G_KEEP;
-                if (C->k == p->NV - 1) role[p->pred] |= PD__G_SET;
+                if (C->k == p->nvstages - 1) role[p->pred] |= PD__G_SET;
                 for (int k = 0; k < p->nslots; k++) {
                     if ((st = pd__actx_create(p->s, need + (size_t)C->k * (size_t)g->ntensors, S->bnodes, S->nbnodes,
                                               role, kind == PD_SCHED_ZB_H1, &C->slot[k])) != PD_OK)
@@ -726,7 +738,7 @@ pd_status pd__pipe_create(pd_graph *g, const pd_plan *plan, const pd_train_optio
                     if (!C->stash[k].w) goto nomem;
                 }
                 const pd__link *La = C->k > 0 ? &p->link[C->k - 1] : NULL;
-                const pd__link *Lg = C->k + 1 < p->NV ? &p->link[C->k] : NULL;
+                const pd__link *Lg = C->k + 1 < p->nvstages ? &p->link[C->k] : NULL;
                 C->norig = (La ? La->nt : 0) + (Lg ? Lg->ngt + Lg->nbt : 0);
                 C->held = PD_CALLOC(2 * (size_t)p->nslots, sizeof(void *));
                 C->orig = PD_CALLOC((size_t)p->nslots * (size_t)C->norig + 1, sizeof(void *));
@@ -741,7 +753,7 @@ pd_status pd__pipe_create(pd_graph *g, const pd_plan *plan, const pd_train_optio
             }
         }
     if (gpu && (st = pd__dev_prepare(p, plan, o, &need)) != PD_OK) goto fail;
-    PD_FREE(ts);
+    PD_FREE(ts.tstage);
     PD_FREE(need);
     PD_FREE(role);
     *out = p;
@@ -749,7 +761,7 @@ pd_status pd__pipe_create(pd_graph *g, const pd_plan *plan, const pd_train_optio
 nomem:
     st = pd__err(PD_ERR_NOMEM, "%s: out of memory building the pipeline", g->path);
 fail:
-    PD_FREE(ts);
+    PD_FREE(ts.tstage);
     PD_FREE(need);
     PD_FREE(role);
     pd__pipe_destroy(p);
@@ -824,7 +836,7 @@ static void pd__slot_done(pd__pipe *p, pd__chunk *C, int slot);
 
 /* Microbatch mb's Dropout seed, the same on the CPU and the GPU. */
 static uint64_t pd__mb_seed(const pd__pipe *p, int mb) {
-    return p->o.seed ^ ((uint64_t)(p->steps * p->M + mb) * 0x9e3779b97f4a7c15ull);
+    return p->o.seed ^ ((uint64_t)(p->steps * p->nmicro + mb) * 0x9e3779b97f4a7c15ull);
 }
 
 /* The last stage's loss of microbatch mb into its minibatch's result
@@ -836,10 +848,10 @@ static pd_status pd__mb_result(pd__pipe *p, int mb, const pd_step_result *r) {
      * last stage's replicas finish them in any order), once all are in; under
      * MPI after the run, once the processes' losses are in (pd__run_remote_end) */
     pthread_mutex_lock(&p->mu);
-    pd_step_result *R = &p->res[mb / p->M];
-    p->mbloss[mb] = r->loss / p->M;
-    if (++p->mbn[mb / p->M] == p->M && !p->remote)
-        for (int i = 0; i < p->M; i++) R->loss += p->mbloss[mb / p->M * p->M + i];
+    pd_step_result *R = &p->res[mb / p->nmicro];
+    p->mbloss[mb] = r->loss / p->nmicro;
+    if (++p->mbn[mb / p->nmicro] == p->nmicro && !p->remote)
+        for (int i = 0; i < p->nmicro; i++) R->loss += p->mbloss[mb / p->nmicro * p->nmicro + i];
     R->correct += r->correct;
     R->count += r->count;
     pthread_mutex_unlock(&p->mu);
@@ -878,11 +890,11 @@ static pd_status pd__do_forward(pd__wk *W, pd__chunk *C, int mb, int32_t version
             memcpy(pd__actx_value(c, t)->data, pd__input_rows(p, i, mb).data, pd__tbytes(g, t));
         }
         PD_TRY(pd__actx_forward(p->s, &W->x, c, S->nodes, S->nnodes));
-        if (C->k != p->NV - 1) return PD_OK;
+        if (C->k != p->nvstages - 1) return PD_OK;
         pd_tensor lab = pd__rows(p->labels, p->rows, mb);
-        PD_TRY(pd__actx_loss(p->s, c, &lab, 1.0 / p->M, &r));
+        PD_TRY(pd__actx_loss(p->s, c, &lab, 1.0 / p->nmicro, &r));
     }
-    return C->k == p->NV - 1 ? pd__mb_result(p, mb, &r) : PD_OK;
+    return C->k == p->nvstages - 1 ? pd__mb_result(p, mb, &r) : PD_OK;
 }
 
 /* This thread's gradient slab: replica 0's is the session's, another's its own. */
@@ -997,7 +1009,7 @@ static pd_status pd__allreduce_remote(pd__wk *W) {
     if (W->ar_started) return pd__overlapped_wait(W); /* started during the last backward */
     float *G = pd__gslab(W);
     int64_t n = 0;
-    for (int c = 0; c < p->V; c++) n += p->vs[W->ch[c].k].packed;
+    for (int c = 0; c < p->nchunks; c++) n += p->vs[W->ch[c].k].packed;
     if (n > W->ared_n) {
         PD_FREE(W->ared);
         if (!(W->ared = PD_MALLOC(sizeof(float) * (size_t)n))) return pd__err(PD_ERR_NOMEM, "out of memory");
@@ -1005,7 +1017,7 @@ static pd_status pd__allreduce_remote(pd__wk *W) {
     }
     for (int pass = 0; pass < 2; pass++) {
         int64_t at = 0;
-        for (int c = 0; c < p->V; c++) {
+        for (int c = 0; c < p->nchunks; c++) {
             const pd__vstage *S = &p->vs[W->ch[c].k];
             for (int j = 0; j < S->np; j++) {
                 int i = S->params[j];
@@ -1030,7 +1042,7 @@ float pd__ared_scale(const pd__wk *W, int mb) {
 
 static void pd__scale_grads(pd__wk *W, float *G, float f) {
     pd__pipe *p = W->p;
-    for (int c = 0; f != 1.0f && c < p->V; c++) {
+    for (int c = 0; f != 1.0f && c < p->nchunks; c++) {
         const pd__vstage *S = &p->vs[W->ch[c].k];
         for (int j = 0; j < S->np; j++) {
             int i = S->params[j];
@@ -1056,7 +1068,7 @@ static pd_status pd__do_allreduce(pd__wk *W, int mb, bool *stop) {
     if (W->r == 0) {
         for (int q = 1; q < W->nrep; q++) {
             float *gr = W[q].grads;
-            for (int c = 0; c < p->V; c++) {
+            for (int c = 0; c < p->nchunks; c++) {
                 const pd__vstage *S = &p->vs[W->ch[c].k];
                 for (int j = 0; j < S->np; j++) {
                     int i = S->params[j];
@@ -1079,10 +1091,10 @@ bool pd__meet_all(pd__pipe *p) { return pd__meet(p, &p->allbar, p->remote ? p->n
  * its own, in stage order, and clears theirs (they are waiting at STEP). */
 static void pd__sum_shared(pd__wk *W, float *G) {
     pd__pipe *p = W->p;
-    for (int c = 0; c < p->V; c++)
-        for (int k = W->ch[c].k + 1; k < p->NV; k++) {
+    for (int c = 0; c < p->nchunks; c++)
+        for (int k = W->ch[c].k + 1; k < p->nvstages; k++) {
             const pd__vstage *K = &p->vs[k];
-            pd__chunk *other = &p->wk[p->wbase[k % p->P]].ch[k / p->P];
+            pd__chunk *other = &p->wk[p->wbase[k % p->nworkers]].ch[k / p->nworkers];
             for (int j = 0; j < K->nsp; j++) {
                 int i = K->sp[j];
                 bool mine = false;
@@ -1099,7 +1111,7 @@ static void pd__sum_shared(pd__wk *W, float *G) {
 /* Whether virtual stage k reads parameter i (owns it, or shares it); *g:
  * its gradient of it when this process runs k, else NULL. */
 static bool pd__tied_reader(pd__pipe *p, int k, int i, float **g) {
-    pd__wk *W = &p->wk[p->wbase[k % p->P]]; /* no replicas: refused where a parameter is shared */
+    pd__wk *W = &p->wk[p->wbase[k % p->nworkers]]; /* no replicas: refused where a parameter is shared */
     const pd__vstage *K = &p->vs[k];
     bool here = p->rank_of[W - p->wk] == p->rank;
     if (g) *g = NULL;
@@ -1110,7 +1122,7 @@ static bool pd__tied_reader(pd__pipe *p, int k, int i, float **g) {
         }
     for (int j = 0; j < K->nsp; j++)
         if (K->sp[j] == i) {
-            if (g && here) *g = W->ch[k / p->P].sg + K->spk[j];
+            if (g && here) *g = W->ch[k / p->nworkers].sg + K->spk[j];
             return true;
         }
     return false;
@@ -1127,12 +1139,12 @@ static bool pd__tied_reader(pd__pipe *p, int k, int i, float **g) {
  * the others wait (STEP: every backward here is done). */
 static pd_status pd__sum_tied_remote(pd__wk *W, bool *stop) {
     pd__pipe *p = W->p;
-    if (W - p->wk == p->tlead) {
-        for (int t = 0; t < p->ntie; t++) {
+    if (W - p->wk == p->tie_thread) {
+        for (int t = 0; t < p->nties; t++) {
             const pd__tie *T = &p->tie[t];
             int64_t n = p->g->tensors[p->sl.param[T->i]].numel;
             for (int64_t e = 0; e < T->nslot * n; e++) p->tbuf[T->off + e] = -0.0f;
-            for (int k = T->owner, s = 0; k < p->NV; k++) {
+            for (int k = T->owner, s = 0; k < p->nvstages; k++) {
                 float *g, *slot = p->tbuf + T->off + s * n;
                 if (!pd__tied_reader(p, k, T->i, &g)) continue;
                 for (int64_t e = 0; g && e < n; e++) slot[e] += g[e];
@@ -1141,7 +1153,7 @@ static pd_status pd__sum_tied_remote(pd__wk *W, bool *stop) {
             }
         }
         PD_TRY(p->remote->vt->allreduce(p->remote, PD__TIED, p->tbuf, p->tbuf_n, false));
-        for (int t = 0; t < p->ntie; t++) {
+        for (int t = 0; t < p->nties; t++) {
             const pd__tie *T = &p->tie[t];
             int64_t n = p->g->tensors[p->sl.param[T->i]].numel;
             float *G = p->sl.grads + p->sl.poff[T->i], *slot = p->tbuf + T->off;
@@ -1162,7 +1174,7 @@ pd_status pd__global_norm(pd__wk *W, int64_t t, const float *G, double *norm, bo
     pd__pipe *p = W->p;
     double sq = 0;
     if (W->dev && W->r == 0) PD_TRY(pd__gpu_sqnorm(W->dev, &sq)); /* a GPU stage's gradients are on its device */
-    for (int c = 0; !W->dev && W->r == 0 && c < p->V; c++) {
+    for (int c = 0; !W->dev && W->r == 0 && c < p->nchunks; c++) {
         const pd__vstage *S = &p->vs[W->ch[c].k];
         for (int j = 0; j < S->np; j++) {
             int i = S->params[j];
@@ -1172,18 +1184,18 @@ pd_status pd__global_norm(pd__wk *W, int64_t t, const float *G, double *norm, bo
     }
     if (p->remote && p->nlocal == 1) { /* W->gnpart: made with the transport, so a step allocates nothing */
         double *part = W->gnpart;
-        for (int w = 0; w < p->P; w++) part[w] = w == W->w ? sq : 0;
-        pd_status st = p->remote->vt->allreduce(p->remote, -1, part, p->P, true);
+        for (int w = 0; w < p->nworkers; w++) part[w] = w == W->w ? sq : 0;
+        pd_status st = p->remote->vt->allreduce(p->remote, -1, part, p->nworkers, true);
         double sum = 0;
-        for (int w = 0; w < p->P; w++) sum += part[w];
+        for (int w = 0; w < p->nworkers; w++) sum += part[w];
         *norm = sqrt(sum);
         return st;
     }
     struct pd__gn *s = &p->gn[t % 4];
     pthread_mutex_lock(&p->mu);
     if (s->t != t) { /* the slot's last user, four updates ago, is long done */
-        if (!s->part) s->part = PD_CALLOC((size_t)p->P + 1, sizeof(double));
-        for (int w = 0; s->part && w < p->P; w++) s->part[w] = 0;
+        if (!s->part) s->part = PD_CALLOC((size_t)p->nworkers + 1, sizeof(double));
+        for (int w = 0; s->part && w < p->nworkers; w++) s->part[w] = 0;
         s->t = t;
         s->arrived = 0;
         s->reduced = false;
@@ -1202,7 +1214,7 @@ pd_status pd__global_norm(pd__wk *W, int64_t t, const float *G, double *norm, bo
     if (++s->arrived == here) {
         if (p->remote) {
             pthread_mutex_unlock(&p->mu);
-            pd_status st = p->remote->vt->allreduce(p->remote, -1, s->part, p->P, true);
+            pd_status st = p->remote->vt->allreduce(p->remote, -1, s->part, p->nworkers, true);
             pthread_mutex_lock(&p->mu);
             s->st = st;
             s->reduced = true;
@@ -1217,7 +1229,7 @@ pd_status pd__global_norm(pd__wk *W, int64_t t, const float *G, double *norm, bo
     while ((s->arrived < here || (p->remote && !s->reduced)) && !p->abort) pthread_cond_wait(&p->cv, &p->mu);
     if (p->abort || (p->remote && s->st != PD_OK)) *stop = true;
     double sum = 0;
-    for (int w = 0; w < p->P; w++) sum += s->part[w];
+    for (int w = 0; w < p->nworkers; w++) sum += s->part[w];
     pthread_mutex_unlock(&p->mu);
     *norm = sqrt(sum);
     return PD_OK;
@@ -1227,7 +1239,7 @@ static pd_status pd__do_step(pd__wk *W, int mb, int32_t version, int k, bool *st
     if (W->dev) return pd__dev_step(W, mb, version, k, stop);
     pd__pipe *p = W->p;
     const pd__slabs *sl = &p->sl;
-    for (int c = 0; c < p->V; c++)
+    for (int c = 0; c < p->nchunks; c++)
         if (version != W->ch[c].live + 1)
             return pd__err(PD_ERR_INTERNAL, "STEP makes version %d, the live one is %d", (int)version,
                            (int)W->ch[c].live);
@@ -1235,7 +1247,7 @@ static pd_status pd__do_step(pd__wk *W, int mb, int32_t version, int k, bool *st
      * processes of their own each updates its copy with the summed gradients */
     bool updater = W->r == 0 || p->remote;
     float *G = pd__gslab(W);
-    for (int c = 0; updater && c < p->V; c++) { /* nothing is updated when a gradient is not finite */
+    for (int c = 0; updater && c < p->nchunks; c++) { /* nothing is updated when a gradient is not finite */
         const pd__vstage *S = &p->vs[W->ch[c].k];
         for (int j = 0; j < S->np; j++) {
             int i = S->params[j];
@@ -1257,14 +1269,14 @@ static pd_status pd__do_step(pd__wk *W, int mb, int32_t version, int k, bool *st
     }
     if (!pd__sched_async(p->kind)) { /* one update of the whole model: its gradient norm, and clipping */
         double norm = 0;
-        PD_TRY(pd__global_norm(W, mb / p->M, G, &norm, stop));
+        PD_TRY(pd__global_norm(W, mb / p->nmicro, G, &norm, stop));
         if (*stop) return PD_OK;
         if (!isfinite(norm)) return pd__err(PD_ERR_NUMERIC, "the gradient norm is %g", norm);
-        if (p->res && W->w == p->P - 1 && W->r == 0) p->res[mb / p->M].grad_norm = norm;
+        if (p->res && W->w == p->nworkers - 1 && W->r == 0) p->res[mb / p->nmicro].grad_norm = norm;
         if (p->o.clip_grad_norm > 0 && norm > p->o.clip_grad_norm && updater) { /* as clip_grad_norm_ */
             float cf = (float)(p->o.clip_grad_norm / (norm + 1e-6));
-            for (int c = 0; c <= p->V; c++) { /* its chunks' parameters, then its tied copies' (pd__tied_setup) */
-                const pd__vstage *S = c < p->V ? &p->vs[W->ch[c].k] : NULL;
+            for (int c = 0; c <= p->nchunks; c++) { /* its chunks' parameters, then its tied copies' (pd__tied_setup) */
+                const pd__vstage *S = c < p->nchunks ? &p->vs[W->ch[c].k] : NULL;
                 for (int j = 0; j < (S ? S->np : W->ntup); j++) {
                     int i = S ? S->params[j] : W->tup[j];
                     float *g = G + sl->poff[i];
@@ -1273,7 +1285,7 @@ static pd_status pd__do_step(pd__wk *W, int mb, int32_t version, int k, bool *st
             }
         }
     }
-    for (int c = 0; c < p->V; c++) PD_TRY(pd__stash_live(p, &W->ch[c], k));
+    for (int c = 0; c < p->nchunks; c++) PD_TRY(pd__stash_live(p, &W->ch[c], k));
     /* replicas sharing the weights keep their own stashes (2bw): every one has
      * copied the version being replaced before replica 0 writes the next */
     if (W->nrep > 1 && !p->remote && pd__sched_async(p->kind) && !pd__barrier(p, W->w)) {
@@ -1282,8 +1294,8 @@ static pd_status pd__do_step(pd__wk *W, int mb, int32_t version, int k, bool *st
     }
     int64_t t = ++W->updates;
     double lr = pd__lr_at(&p->o, t);
-    for (int c = 0; updater && c <= p->V; c++) { /* the same update of a tied copy as its owner's */
-        const pd__vstage *S = c < p->V ? &p->vs[W->ch[c].k] : NULL;
+    for (int c = 0; updater && c <= p->nchunks; c++) { /* the same update of a tied copy as its owner's */
+        const pd__vstage *S = c < p->nchunks ? &p->vs[W->ch[c].k] : NULL;
         for (int j = 0; j < (S ? S->np : W->ntup); j++) {
             int i = S ? S->params[j] : W->tup[j];
             int64_t off = sl->poff[i], n = p->g->tensors[sl->param[i]].numel;
@@ -1292,7 +1304,7 @@ static pd_status pd__do_step(pd__wk *W, int mb, int32_t version, int k, bool *st
             memset(G + off, 0, sizeof(float) * (size_t)n);
         }
     }
-    if (p->res && W->w == p->P - 1 && W->r == 0) p->res[mb / p->M].lr = lr;
+    if (p->res && W->w == p->nworkers - 1 && W->r == 0) p->res[mb / p->nmicro].lr = lr;
     if (W->nrep > 1 && !p->remote && !pd__barrier(p, W->w)) *stop = true; /* nobody computes on half-updated weights */
     return PD_OK;
 }
@@ -1301,14 +1313,14 @@ static pd_status pd__do_step(pd__wk *W, int mb, int32_t version, int k, bool *st
  * i-th microbatch of a minibatch; under pipedream (a minibatch is one
  * microbatch) mb mod replicas, PipeDream's round robin. */
 static int pd__replica_of(const pd__pipe *p, int w, int mb) {
-    return (p->kind == PD_SCHED_PIPEDREAM ? mb : mb % p->M) % p->rep[w];
+    return (p->kind == PD_SCHED_PIPEDREAM ? mb : mb % p->nmicro) % p->rep[w];
 }
 
 /* The thread at the other end of link l for microbatch mb: the one that
  * receives what a send makes (grad: backward, to virtual stage l), or sends
  * what a receive takes (grad: from l+1). */
 int pd__peer(const pd__pipe *p, int l, bool grad, bool sending, int mb) {
-    int k = grad == sending ? l : l + 1, w = k % p->P;
+    int k = grad == sending ? l : l + 1, w = k % p->nworkers;
     return p->wbase[w] + pd__replica_of(p, w, mb);
 }
 
@@ -1401,7 +1413,7 @@ static void pd__snap_write(const pd__pipe *p, const pd__wk *W, bool pre, pd__rec
     const pd_graph *g = p->g;
     const pd__slabs *sl = &p->sl;
     if (pre) {
-        for (int c = 0; c < p->V; c++) {
+        for (int c = 0; c < p->nchunks; c++) {
             const pd__vstage *S = &p->vs[W->ch[c].k];
             for (int j = 0; j < S->nbufs; j++) {
                 int t = S->bufs[j];
@@ -1413,7 +1425,7 @@ static void pd__snap_write(const pd__pipe *p, const pd__wk *W, bool pre, pd__rec
     }
     int64_t u = W->updates;
     pd__rec_put(rw, PD_REC_META, 0, "updates", &u, sizeof u);
-    for (int c = 0; c < p->V; c++) {
+    for (int c = 0; c < p->nchunks; c++) {
         const pd__chunk *C = &W->ch[c];
         const pd__vstage *S = &p->vs[C->k];
         char nm[32];
@@ -1439,7 +1451,7 @@ static void pd__snap_write(const pd__pipe *p, const pd__wk *W, bool pre, pd__rec
 
 pd_status pd__pipe_set_snap_hooks(pd__pipe *p, const pd__snap_hooks *h) {
     if (!p || !h || !h->want || !h->ready) return pd__err(PD_ERR_INVALID, "pd__pipe_set_snap_hooks: NULL argument");
-    for (int w = 0; p->kind == PD_SCHED_PIPEDREAM && w < p->P; w++)
+    for (int w = 0; p->kind == PD_SCHED_PIPEDREAM && w < p->nworkers; w++)
         if (p->rep[w] > 1) /* a snapshot holds one set of stashes per stage, which its replicas share */
             return pd__err(PD_ERR_UNSUPPORTED,
                            "checkpoints of a pipedream run with a replicated stage (stage %d, %d replicas) are not "
@@ -1454,10 +1466,10 @@ pd_status pd__pipe_set_snap_hooks(pd__pipe *p, const pd__snap_hooks *h) {
     for (int i = 0; i < p->nwk && p->decider < 0; i++)
         if (p->rank_of[i] == p->rank) p->decider = i;
     if (!p->part) {
-        p->part = PD_CALLOC((size_t)p->P, sizeof(char *));
-        p->part_cap = PD_CALLOC((size_t)p->P, sizeof(size_t));
-        p->part_pre = PD_CALLOC((size_t)p->P, sizeof(size_t));
-        p->part_len = PD_CALLOC((size_t)p->P, sizeof(size_t));
+        p->part = PD_CALLOC((size_t)p->nworkers, sizeof(char *));
+        p->part_cap = PD_CALLOC((size_t)p->nworkers, sizeof(size_t));
+        p->part_pre = PD_CALLOC((size_t)p->nworkers, sizeof(size_t));
+        p->part_len = PD_CALLOC((size_t)p->nworkers, sizeof(size_t));
         if (!p->part || !p->part_cap || !p->part_pre || !p->part_len) return pd__err(PD_ERR_NOMEM, "out of memory");
         for (int i = 0; i < p->nwk; i++) {
             const pd__wk *W = &p->wk[i];
@@ -1478,7 +1490,7 @@ pd_status pd__pipe_set_snap_hooks(pd__pipe *p, const pd__snap_hooks *h) {
     return PD_OK;
 }
 
-int64_t pd__pipe_snap_gap(const pd__pipe *p) { return pd__sched_async(p->kind) ? p->P + 1 : 1; }
+int64_t pd__pipe_snap_gap(const pd__pipe *p) { return pd__sched_async(p->kind) ? p->nworkers + 1 : 1; }
 
 void pd__pipe_snap_part(const pd__pipe *p, int w, const void **data, size_t *len) {
     *data = p->part[w]; /* NULL: another process takes it */
@@ -1544,11 +1556,11 @@ static bool pd__snap_claim(pd__pipe *p, int64_t b, bool *stop) {
 static pd_status pd__snap_pre(pd__wk *W, int64_t b, bool *stop) {
     pd__pipe *p = W->p;
     int64_t t0 = pd__ns();
-    if (W->pre_b == b || !pd__snap_claim(p, b, stop)) return PD_OK;
+    if (W->copied_boundary == b || !pd__snap_claim(p, b, stop)) return PD_OK;
     if (W->dev) PD_TRY(pd__dev_snap(W, true)); /* a GPU stage's buffers into the host contexts first */
     pd__recw rw = {p->part[W->w], 0, p->part_pre[W->w]};
     pd__snap_write(p, W, true, &rw);
-    W->pre_b = b;
+    W->copied_boundary = b;
     W->snap_ms += 1e-6 * (double)(pd__ns() - t0);
     return PD_OK;
 }
@@ -1561,10 +1573,10 @@ static pd_status pd__snap_post(pd__wk *W, int64_t b, bool *stop) {
     int64_t t0 = pd__ns();
     if (!pd__snap_claim(p, b, stop)) return PD_OK;
     if (W->dev) PD_TRY(pd__dev_snap(W, false)); /* a GPU stage's weights, state, stashes and buffers to the host */
-    if (W->pre_b != b) { /* nothing ran since minibatch b-1: the buffers are as they stand */
+    if (W->copied_boundary != b) { /* nothing ran since minibatch b-1: the buffers are as they stand */
         pd__recw pre = {p->part[W->w], 0, p->part_pre[W->w]};
         pd__snap_write(p, W, true, &pre);
-        W->pre_b = b;
+        W->copied_boundary = b;
     }
     pd__recw rw = {p->part[W->w] + p->part_pre[W->w], 0, p->part_cap[W->w] - p->part_pre[W->w]};
     pd__snap_write(p, W, false, &rw);
@@ -1611,7 +1623,7 @@ pd_status pd__pipe_snap_capture(pd__pipe *p) {
 
 /* Where record r goes on worker W: chunk *c and parameter *j (-1: none). */
 static void pd__snap_find(const pd__pipe *p, const pd__wk *W, const pd__rec *r, int *c, int *j) {
-    for (*c = 0; *c < p->V; (*c)++) {
+    for (*c = 0; *c < p->nchunks; (*c)++) {
         const pd__vstage *S = &p->vs[W->ch[*c].k];
         if (r->kind == PD_REC_BUFFER) {
             for (*j = 0; *j < S->nbufs; (*j)++)
@@ -1634,21 +1646,21 @@ static pd_status pd__tied_restore(pd__pipe *p) {
     const pd__slabs *sl = &p->sl;
     float *slab[3] = {sl->params, sl->state0, sl->state1};
     int64_t n = 0;
-    for (int t = 0; t < p->ntie; t++) n += 3 * p->g->tensors[sl->param[p->tie[t].i]].numel;
+    for (int t = 0; t < p->nties; t++) n += 3 * p->g->tensors[sl->param[p->tie[t].i]].numel;
     if (!p->remote || n == 0) return PD_OK;
     float *v = PD_MALLOC(sizeof(float) * (size_t)n);
     if (!v) return pd__err(PD_ERR_NOMEM, "out of memory for the tied parameters (%lld floats)", (long long)n);
-    for (int64_t t = 0, at = 0; t < p->ntie; t++) { /* the owner's values, -0.0 elsewhere */
+    for (int64_t t = 0, at = 0; t < p->nties; t++) { /* the owner's values, -0.0 elsewhere */
         int64_t m = p->g->tensors[sl->param[p->tie[t].i]].numel;
-        bool owner = p->rank_of[p->wbase[p->tie[t].owner % p->P]] == p->rank;
+        bool owner = p->rank_of[p->wbase[p->tie[t].owner % p->nworkers]] == p->rank;
         for (int q = 0; q < 3; q++, at += m)
             for (int64_t e = 0; e < m; e++) v[at + e] = owner && slab[q] ? slab[q][sl->poff[p->tie[t].i] + e] : -0.0f;
     }
     pd_status st = p->remote->vt->allreduce(p->remote, PD__TIED, v, n, false);
-    for (int64_t t = 0, at = 0; st == PD_OK && t < p->ntie; t++) { /* into the other holders' copies */
+    for (int64_t t = 0, at = 0; st == PD_OK && t < p->nties; t++) { /* into the other holders' copies */
         const pd__tie *T = &p->tie[t];
         int64_t m = p->g->tensors[sl->param[T->i]].numel;
-        bool owner = p->rank_of[p->wbase[T->owner % p->P]] == p->rank;
+        bool owner = p->rank_of[p->wbase[T->owner % p->nworkers]] == p->rank;
         for (int q = 0; q < 3; q++, at += m)
             if (T->here && !owner && slab[q]) memcpy(slab[q] + sl->poff[T->i], v + at, sizeof(float) * (size_t)m);
     }
@@ -1658,9 +1670,9 @@ static pd_status pd__tied_restore(pd__pipe *p) {
 
 static pd_status pd__resume_parts(pd__pipe *p, int64_t b, int nparts, const void *const *parts, const size_t *lens) {
     if (b < 0 || (nparts > 0 && (!parts || !lens))) return pd__err(PD_ERR_INVALID, "pd__pipe_resume: bad argument");
-    if (nparts != p->P)
+    if (nparts != p->nworkers)
         return pd__err(PD_ERR_INVALID, "the checkpoint has %d stage%s, this pipeline %d", nparts, nparts == 1 ? "" : "s",
-                       p->P);
+                       p->nworkers);
     const pd__slabs *sl = &p->sl;
     for (int i = 0; i < p->nwk; i++) {
         pd__wk *W = &p->wk[i];
@@ -1671,7 +1683,7 @@ static pd_status pd__resume_parts(pd__pipe *p, int64_t b, int nparts, const void
         snprintf(what, sizeof what, "stage %d's part", W->w);
         int64_t need = 1 + (sl->state0 != NULL) + (sl->state1 != NULL), got = 0, want = 0;
         bool updates = false;
-        for (int c = 0; c < p->V; c++) {
+        for (int c = 0; c < p->nchunks; c++) {
             pd__chunk *C = &W->ch[c];
             want += need * p->vs[C->k].np + p->vs[C->k].nbufs + 1;
             for (int h = 0; h < C->nstash; h++) C->stash[h].version = -1;
@@ -1694,7 +1706,7 @@ static pd_status pd__resume_parts(pd__pipe *p, int64_t b, int nparts, const void
                 int k;
                 char nm[32];
                 snprintf(nm, sizeof nm, "%.*s", (int)(r.name_len < 31 ? r.name_len : 31), r.name);
-                for (int c = 0; c < p->V; c++)
+                for (int c = 0; c < p->nchunks; c++)
                     if (sscanf(nm, "live/%d", &k) == 1 && k == W->ch[c].k) {
                         for (int q = 0; q < W->nrep; q++) W[q].ch[c].live = r.version;
                         got++;
@@ -1732,7 +1744,7 @@ static pd_status pd__resume_parts(pd__pipe *p, int64_t b, int nparts, const void
             memcpy(dst, r.data, (size_t)r.bytes);
             got += r.kind != PD_REC_STASH;
         }
-        for (int c = 0; c < p->V; c++) /* the replicas hold the same versions */
+        for (int c = 0; c < p->nchunks; c++) /* the replicas hold the same versions */
             for (int q = 1; q < W->nrep; q++)
                 for (int h = 0; h < W->ch[c].nstash; h++) {
                     W[q].ch[c].stash[h].version = W->ch[c].stash[h].version;
@@ -1767,7 +1779,7 @@ static bool pd__mine(const pd__wk *W, const pd__instr *in);
  * (across processes, without chunks). */
 static bool pd__last_grads(const pd__wk *W, int k) {
     const pd__pipe *p = W->p;
-    if (!p->ar_overlap || !p->remote || W->nrep == 1 || p->V > 1 || !p->remote->vt->iallreduce) return false;
+    if (!p->ar_overlap || !p->remote || W->nrep == 1 || p->nchunks > 1 || !p->remote->vt->iallreduce) return false;
     for (int q = k + 1; q < p->sched->len[W->w]; q++) {
         const pd__instr *in = &p->sched->ins[W->w][q];
         if (in->op == PD_I_ALLREDUCE) return true;
@@ -1780,8 +1792,8 @@ static bool pd__last_grads(const pd__wk *W, int k) {
 static pd_status pd__instr_run(pd__wk *W, int k, bool *stop) {
     pd__pipe *p = W->p;
     const pd__instr *in = &p->sched->ins[W->w][k];
-    if (in->chunk < 0 || in->chunk >= p->V)
-        return pd__err(PD_ERR_INTERNAL, "instruction %d names chunk %d of %d", k, (int)in->chunk, p->V);
+    if (in->chunk < 0 || in->chunk >= p->nchunks)
+        return pd__err(PD_ERR_INTERNAL, "instruction %d names chunk %d of %d", k, (int)in->chunk, p->nchunks);
     pd__chunk *C = &W->ch[in->chunk];
     int v = C->k;
     if (W->w == p->fail_stage && in->op == p->fail_op && in->mb == p->fail_mb)
@@ -1809,7 +1821,7 @@ static bool pd__mine(const pd__wk *W, const pd__instr *in) {
 /* Instructions of minibatches before the run's resume boundary were done
  * before the checkpoint it resumes from. */
 static bool pd__runs(const pd__wk *W, const pd__instr *in) {
-    return in->mb / W->p->M >= W->p->resume_b && pd__mine(W, in);
+    return in->mb / W->p->nmicro >= W->p->resume_b && pd__mine(W, in);
 }
 
 static void *pd__stage_main(void *arg) {
@@ -1823,10 +1835,10 @@ static void *pd__stage_main(void *arg) {
     for (int k = 0; k < p->sched->len[W->w] && !stop; k++) {
         const pd__instr *in = &p->sched->ins[W->w][k];
         if (!pd__runs(W, in)) continue;
-        if (decide) pd__snap_decide(p, in->mb / p->M);
+        if (decide) pd__snap_decide(p, in->mb / p->nmicro);
         pd_status ss = PD_OK;
-        for (; snap && W->bf < p->nmb && W->kfirst[W->bf] <= k && !stop && ss == PD_OK; W->bf++)
-            ss = pd__snap_pre(W, W->bf, &stop);
+        for (; snap && W->next_first < p->nmb && W->kfirst[W->next_first] <= k && !stop && ss == PD_OK; W->next_first++)
+            ss = pd__snap_pre(W, W->next_first, &stop);
         if (ss != PD_OK) pd__fail(p, W, in, ss);
         if (stop || ss != PD_OK) break;
         int64_t t0 = pd__ns();
@@ -1841,8 +1853,8 @@ static void *pd__stage_main(void *arg) {
         }
         if (st != PD_OK) pd__fail(p, W, in, st);
         if (st != PD_OK || stop) break;
-        for (; snap && W->bl < p->nmb && W->klast[W->bl] <= k && !stop && ss == PD_OK; W->bl++)
-            ss = pd__snap_post(W, W->bl, &stop);
+        for (; snap && W->next_last < p->nmb && W->klast[W->next_last] <= k && !stop && ss == PD_OK; W->next_last++)
+            ss = pd__snap_post(W, W->next_last, &stop);
         if (ss != PD_OK) {
             pd__fail(p, W, in, ss);
             break;
@@ -1867,7 +1879,7 @@ static pd_status pd__snap_bounds(pd__pipe *p, pd__wk *W, const pd__schedule *sch
     for (int64_t b = 0; b <= n; b++) W->kfirst[b] = len, W->klast[b] = -1;
     for (int k = 0; k < len; k++) { /* first and last index of each minibatch, then prefix max and suffix min */
         const pd__instr *in = &sched->ins[W->w][k];
-        int64_t m = in->mb / p->M;
+        int64_t m = in->mb / p->nmicro;
         if (!pd__runs(W, in) || m < 0 || m >= n) continue;
         if (k < W->kfirst[m]) W->kfirst[m] = k;
         if (k > W->klast[m + 1]) W->klast[m + 1] = k;
@@ -1876,8 +1888,8 @@ static pd_status pd__snap_bounds(pd__pipe *p, pd__wk *W, const pd__schedule *sch
         if (W->kfirst[b + 1] < W->kfirst[b]) W->kfirst[b] = W->kfirst[b + 1];
     for (int64_t b = 1; b <= n; b++)
         if (W->klast[b - 1] > W->klast[b]) W->klast[b] = W->klast[b - 1];
-    W->bf = W->bl = p->resume_b + 1;
-    W->pre_b = 0;
+    W->next_first = W->next_last = p->resume_b + 1;
+    W->copied_boundary = 0;
     W->snap_ms = 0;
     return PD_OK;
 }
@@ -1890,20 +1902,20 @@ static pd_status pd__run_remote_end(pd__pipe *p, int64_t n, pd_step_result *res)
     PD_TRY(p->remote->vt->flush(p->remote));
     if (!res) return PD_OK;
     enum { F = 4 }; /* lr, grad_norm, correct, count: each set or summed by the last stage's processes */
-    int64_t per = F + p->M;
+    int64_t per = F + p->nmicro;
     double *v = PD_MALLOC(sizeof(double) * (size_t)(per * n));
     if (!v) return pd__err(PD_ERR_NOMEM, "out of memory");
     for (int64_t k = 0; k < n; k++) {
         double *e = v + per * k;
         e[0] = res[k].lr, e[1] = res[k].grad_norm, e[2] = (double)res[k].correct, e[3] = (double)res[k].count;
-        memcpy(e + F, p->mbloss + k * p->M, sizeof(double) * (size_t)p->M);
+        memcpy(e + F, p->mbloss + k * p->nmicro, sizeof(double) * (size_t)p->nmicro);
     }
     pd_status st = p->remote->vt->allreduce(p->remote, -1, v, per * n, true);
     for (int64_t k = 0; st == PD_OK && k < n; k++) {
         const double *e = v + per * k;
         res[k].lr = e[0], res[k].grad_norm = e[1], res[k].correct = (int64_t)e[2], res[k].count = (int64_t)e[3];
         res[k].loss = 0;
-        for (int i = 0; i < p->M; i++) res[k].loss += e[F + i];
+        for (int i = 0; i < p->nmicro; i++) res[k].loss += e[F + i];
     }
     PD_FREE(v);
     return st;
@@ -1917,13 +1929,13 @@ static pd_status pd__run_remote_end(pd__pipe *p, int64_t n, pd_step_result *res)
 static int pd__planned_processes(const pd__pipe *p) {
     if (!p->first_rank) return -1;
     int K = 0;
-    for (int w = 0; w < p->P; w++) {
+    for (int w = 0; w < p->nworkers; w++) {
         if (p->first_rank[w] < 0) return -1;
         if (p->first_rank[w] + p->rep[w] > K) K = p->first_rank[w] + p->rep[w];
     }
     for (int r = 0; r < K; r++) {
         bool used = false;
-        for (int w = 0; w < p->P && !used; w++) used = r >= p->first_rank[w] && r < p->first_rank[w] + p->rep[w];
+        for (int w = 0; w < p->nworkers && !used; w++) used = r >= p->first_rank[w] && r < p->first_rank[w] + p->rep[w];
         if (!used) return -1;
     }
     return K;
@@ -1948,9 +1960,9 @@ pd_status pd__pipe_set_ranks(pd__pipe *p, int rank, int nranks) { return pd__pip
  * stage's STEP. tied: per thread, whether its stage reads one (the
  * transport's PD__TIED group). */
 static pd_status pd__tied_setup(pd__pipe *p, int rank, bool *tied) {
-    p->ntie = 0, p->tbuf_n = 0, p->tlead = -1;
+    p->nties = 0, p->tbuf_n = 0, p->tie_thread = -1;
     for (int i = 0; i < p->nwk; i++) {
-        if (p->rank_of[i] == rank && p->tlead < 0) p->tlead = i;
+        if (p->rank_of[i] == rank && p->tie_thread < 0) p->tie_thread = i;
         PD_FREE(p->wk[i].tup);
         p->wk[i].ntup = 0;
         if (p->shared && !(p->wk[i].tup = PD_MALLOC(sizeof(int) * ((size_t)p->sl.np + 1))))
@@ -1960,27 +1972,27 @@ static pd_status pd__tied_setup(pd__pipe *p, int rank, bool *tied) {
     PD_FREE(p->tbuf);
     if (!p->shared) return PD_OK;
     if (!(p->tie = PD_MALLOC(sizeof *p->tie * ((size_t)p->sl.np + 1)))) return pd__err(PD_ERR_NOMEM, "out of memory");
-    for (int k = 0; k < p->NV; k++)
+    for (int k = 0; k < p->nvstages; k++)
         for (int j = 0; j < p->vs[k].np; j++) {
             int i = p->vs[k].params[j], nslot = 0, upd = -1;
-            for (int q = k; q < p->NV; q++) nslot += pd__tied_reader(p, q, i, NULL);
+            for (int q = k; q < p->nvstages; q++) nslot += pd__tied_reader(p, q, i, NULL);
             if (nslot < 2) continue;
-            pd__tie *T = &p->tie[p->ntie++];
+            pd__tie *T = &p->tie[p->nties++];
             *T = (pd__tie){i, k, nslot == 2 ? 1 : nslot, p->tbuf_n, false};
             p->tbuf_n += T->nslot * p->g->tensors[p->sl.param[i]].numel;
-            for (int q = k; q < p->NV; q++) {
-                int th = p->wbase[q % p->P];
+            for (int q = k; q < p->nvstages; q++) {
+                int th = p->wbase[q % p->nworkers];
                 if (!pd__tied_reader(p, q, i, NULL)) continue;
                 tied[th] = true;
                 if (p->rank_of[th] != rank) continue;
                 T->here = true;
                 if (upd < 0) upd = th;
             }
-            if (upd >= 0 && upd != p->wbase[k % p->P]) p->wk[upd].tup[p->wk[upd].ntup++] = i;
+            if (upd >= 0 && upd != p->wbase[k % p->nworkers]) p->wk[upd].tup[p->wk[upd].ntup++] = i;
         }
     bool any = false; /* a process holding no copy takes no part in the sums */
-    for (int t = 0; t < p->ntie; t++) any |= p->tie[t].here;
-    if (!any) p->tlead = -1;
+    for (int t = 0; t < p->nties; t++) any |= p->tie[t].here;
+    if (!any) p->tie_thread = -1;
     if (!(p->tbuf = PD_MALLOC(sizeof(float) * ((size_t)p->tbuf_n + 1))))
         return pd__err(PD_ERR_NOMEM, "out of memory for the tied parameters' gradients (%lld floats)",
                        (long long)p->tbuf_n);
@@ -1992,10 +2004,10 @@ pd_status pd__pipe_fits(const pd__pipe *p, int nranks) {
     if (nranks != need && need == p->nwk)
         return pd__err(PD_ERR_INVALID,
                        "this plan runs as %d processes, one per stage replica (%d stages%s), not %d: mpirun -np %d",
-                       p->nwk, p->P, p->nwk > p->P ? ", some replicated" : "", nranks, p->nwk);
+                       p->nwk, p->nworkers, p->nwk > p->nworkers ? ", some replicated" : "", nranks, p->nwk);
     if (nranks != need)
         return pd__err(PD_ERR_INVALID, "this plan runs as %d processes (its stage_to_rank puts %d stage%s on them), "
-                       "not %d: mpirun -np %d", need, p->nwk, p->nwk > p->P ? " replicas" : "s", nranks, need);
+                       "not %d: mpirun -np %d", need, p->nwk, p->nwk > p->nworkers ? " replicas" : "s", nranks, need);
     return PD_OK;
 }
 
@@ -2021,19 +2033,19 @@ pd_status pd__pipe_set_ranks_in(pd__pipe *p, int rank, int nranks, int color) {
         p->nlocal += p->rank_of[i] == rank;
         worker_of[i] = W->w;
         int np = 1;
-        for (int c = 0; c < p->V; c++) np = p->vs[W->ch[c].k].np > np ? p->vs[W->ch[c].k].np : np;
+        for (int c = 0; c < p->nchunks; c++) np = p->vs[W->ch[c].k].np > np ? p->vs[W->ch[c].k].np : np;
         if ((!W->arfirst && !(W->arfirst = PD_CALLOC((size_t)np, sizeof(int)))) ||
-            (!W->gnpart && !(W->gnpart = PD_CALLOC((size_t)p->P, sizeof(double))))) {
+            (!W->gnpart && !(W->gnpart = PD_CALLOC((size_t)p->nworkers, sizeof(double))))) {
             PD_FREE(worker_of);
             PD_FREE(tied);
             return pd__err(PD_ERR_NOMEM, "out of memory");
         }
     }
     int window = 8;
-    while (window < 2 * (p->M + p->NV) + 2) window *= 2; /* above what a link holds in flight */
+    while (window < 2 * (p->nmicro + p->nvstages) + 2) window *= 2; /* above what a link holds in flight */
     pd_status st = pd__tied_setup(p, rank, tied);
     if (st == PD_OK)
-        st = pd__mpi_transport_create(p->nwk, p->rank_of, worker_of, tied, p->P, p->NV - 1, window, color, &p->stopped,
+        st = pd__mpi_transport_create(p->nwk, p->rank_of, worker_of, tied, p->nworkers, p->nvstages - 1, window, color, &p->stopped,
                                       &p->remote);
     PD_FREE(worker_of);
     PD_FREE(tied);
@@ -2053,15 +2065,15 @@ pd_status pd__pipe_gather(pd__pipe *p) {
     if (!p->remote) return PD_OK;
     const pd_graph *g = p->g;
     int64_t nb = 0; /* BatchNorm statistics, every stage's in order */
-    for (int k = 0; k < p->NV; k++)
+    for (int k = 0; k < p->nvstages; k++)
         for (int j = 0; j < p->vs[k].nbufs; j++) nb += g->tensors[p->vs[k].bufs[j]].numel;
     float *v = PD_CALLOC((size_t)(p->sl.total + nb) + 1, sizeof(float));
     if (!v) return pd__err(PD_ERR_NOMEM, "out of memory");
     for (int pass = 0; pass < 2; pass++) {
         int64_t at = p->sl.total;
-        for (int k = 0; k < p->NV; k++) {
+        for (int k = 0; k < p->nvstages; k++) {
             const pd__vstage *S = &p->vs[k];
-            int owner = p->wbase[k % p->P]; /* replica 0 holds the stage's weights */
+            int owner = p->wbase[k % p->nworkers]; /* replica 0 holds the stage's weights */
             bool mine = p->rank_of[owner] == p->rank;
             for (int j = 0; j < S->np; j++) {
                 int i = S->params[j];
@@ -2071,7 +2083,7 @@ pd_status pd__pipe_gather(pd__pipe *p) {
             }
             for (int j = 0; j < S->nbufs; j++) {
                 const pd__tensor *x = &g->tensors[S->bufs[j]];
-                float *d = pd__actx_value(p->wk[owner].ch[k / p->P].slot[0], S->bufs[j])->data;
+                float *d = pd__actx_value(p->wk[owner].ch[k / p->nworkers].slot[0], S->bufs[j])->data;
                 if (x->dtype == PD_FLOAT && pass == 0 && mine) memcpy(v + at, d, sizeof(float) * (size_t)x->numel);
                 if (x->dtype == PD_FLOAT && pass == 1) memcpy(d, v + at, sizeof(float) * (size_t)x->numel);
                 at += x->numel;
@@ -2093,10 +2105,10 @@ pd_status pd__pipe_run(pd__pipe *p, int64_t minibatches, const pd_tensor *inputs
                        pd_step_result *results) {
     if (!p || !labels || (!inputs && p->g->ninputs > 0))
         return pd__err(PD_ERR_INVALID, "pd__pipe_run: NULL argument");
-    if (minibatches < 1 || minibatches > INT32_MAX / p->M)
+    if (minibatches < 1 || minibatches > INT32_MAX / p->nmicro)
         return pd__err(PD_ERR_INVALID, "pd__pipe_run: %lld minibatches", (long long)minibatches);
     const pd_graph *g = p->g;
-    int64_t need = minibatches * p->M * p->rows;
+    int64_t need = minibatches * p->nmicro * p->rows;
     for (int i = 0; i <= g->ninputs; i++) {
         const pd_tensor *v = i < g->ninputs ? &inputs[i] : labels;
         if (i < g->ninputs && g->inputs[i] == p->labels_input) continue;
@@ -2108,7 +2120,7 @@ pd_status pd__pipe_run(pd__pipe *p, int64_t minibatches, const pd_tensor *inputs
                            g->path, i < g->ninputs ? g->tensors[g->inputs[i]].name : "the labels", (long long)need);
     }
     pd__schedule *sched = NULL;
-    PD_TRY(pd__schedule_build(p->kind, p->P, p->V, p->M, (int)minibatches, p->rep, &sched));
+    PD_TRY(pd__schedule_build(p->kind, p->nworkers, p->nchunks, p->nmicro, (int)minibatches, p->rep, &sched));
     if (p->vertical_sync) {
         pd_status vs = pd__schedule_vertical_sync(sched);
         if (vs != PD_OK) {
@@ -2131,7 +2143,7 @@ pd_status pd__pipe_run(pd__pipe *p, int64_t minibatches, const pd_tensor *inputs
         if (W->grads) memset(W->grads, 0, sizeof(float) * (size_t)p->sl.total);
         W->ar_started = false;
         if (p->hooks_on && W->r == 0 && st == PD_OK) st = pd__snap_bounds(p, W, sched, minibatches);
-        for (int c = 0; c < p->V && st == PD_OK; c++) {
+        for (int c = 0; c < p->nchunks && st == PD_OK; c++) {
             pd__chunk *C = &W->ch[c];
             PD_FREE(C->need_until);
             C->need_until = PD_MALLOC(sizeof(int) * (size_t)nv);
@@ -2165,7 +2177,7 @@ pd_status pd__pipe_run(pd__pipe *p, int64_t minibatches, const pd_tensor *inputs
     if (st == PD_OK && p->gpush) st = pd__dev_push(p);
     PD_FREE(p->mbloss);
     PD_FREE(p->mbn);
-    if (st == PD_OK && (!(p->mbloss = PD_CALLOC((size_t)(minibatches * p->M) + 1, sizeof(double))) ||
+    if (st == PD_OK && (!(p->mbloss = PD_CALLOC((size_t)(minibatches * p->nmicro) + 1, sizeof(double))) ||
                         !(p->mbn = PD_CALLOC((size_t)minibatches + 1, sizeof(int)))))
         st = pd__err(PD_ERR_NOMEM, "out of memory");
     if (st == PD_OK && p->hooks_on) {
@@ -2180,7 +2192,7 @@ pd_status pd__pipe_run(pd__pipe *p, int64_t minibatches, const pd_tensor *inputs
         return st;
     }
     p->nmb = minibatches;
-    for (int w = 0; w < p->P; w++) p->bar[w] = (pd__bar){0, 0};
+    for (int w = 0; w < p->nworkers; w++) p->bar[w] = (pd__bar){0, 0};
     for (int i = 0; i < 4; i++) p->gn[i].t = -1; /* update indices start again each run */
     p->allbar = (pd__bar){0, 0};
     if (results) memset(results, 0, sizeof *results * (size_t)minibatches);
@@ -2213,11 +2225,11 @@ pd_status pd__pipe_run(pd__pipe *p, int64_t minibatches, const pd_tensor *inputs
         if (st == PD_OK && p->err == PD_OK) st = ds;
     }
     for (int i = 0; i < p->nwk; i++) /* messages a failed run left in the contexts */
-        for (int c = 0; c < p->V; c++)
+        for (int c = 0; c < p->nchunks; c++)
             for (int k = 0; k < 2 * p->nslots; k++) pd__unhold(p, &p->wk[i].ch[c], k / 2, k % 2);
     if (st == PD_OK && p->err == PD_OK && p->remote) st = pd__run_remote_end(p, minibatches, results);
     p->last_ms = 1e-6 * (double)(pd__ns() - p->t0);
-    for (int l = 0; l + 1 < p->NV; l++) {
+    for (int l = 0; l + 1 < p->nvstages; l++) {
         pd__q_drain(&p->link[l].fwd);
         pd__q_drain(&p->link[l].bwd);
     }
@@ -2225,7 +2237,7 @@ pd_status pd__pipe_run(pd__pipe *p, int64_t minibatches, const pd_tensor *inputs
     if (st != PD_OK) { /* no half-summed gradients */
         memset(p->sl.grads, 0, sizeof(float) * (size_t)p->sl.total);
         for (int i = 0; i < p->nwk; i++)
-            for (int c = 0; c < p->V; c++)
+            for (int c = 0; c < p->nchunks; c++)
                 if (p->wk[i].ch[c].sg) memset(p->wk[i].ch[c].sg, 0, sizeof(float) * (size_t)p->vs[p->wk[i].ch[c].k].spacked);
         for (int i = 0; i < p->nwk; i++)
             if (p->wk[i].grads) memset(p->wk[i].grads, 0, sizeof(float) * (size_t)p->sl.total);

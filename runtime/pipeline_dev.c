@@ -20,16 +20,16 @@ pd_status pd__dev_prepare(pd__pipe *p, const pd_plan *plan, const pd_train_optio
     p->o.device = o->device;
     p->o.device_index = o->device_index;
     p->o.precision = o->precision;
-    if (!(p->gdev = PD_CALLOC((size_t)p->P, sizeof(int))) || !(p->gfix = PD_CALLOC((size_t)p->P, sizeof(bool))))
+    if (!(p->gdev = PD_CALLOC((size_t)p->nworkers, sizeof(int))) || !(p->gfix = PD_CALLOC((size_t)p->nworkers, sizeof(bool))))
         return pd__err(PD_ERR_NOMEM, "out of memory");
-    for (int w = 0; w < p->P; w++) {
+    for (int w = 0; w < p->nworkers; w++) {
         p->gfix[w] = plan->stage && plan->stage[w].has_device;
         p->gdev[w] = p->gfix[w] ? plan->stage[w].device : o->device_index;
-        for (int c = 1; c < p->V; c++) {
-            const pd__stage *k = plan->stage ? &plan->stage[c * p->P + w] : NULL;
+        for (int c = 1; c < p->nchunks; c++) {
+            const pd__stage *k = plan->stage ? &plan->stage[c * p->nworkers + w] : NULL;
             if (k && k->has_device && k->device != p->gdev[w])
                 return pd__err(PD_ERR_INVALID, "plan: virtual stage %d is on cuda:%d, its worker %d's first chunk on "
-                               "cuda:%d: a worker's chunks share its GPU", c * p->P + w, k->device, w, p->gdev[w]);
+                               "cuda:%d: a worker's chunks share its GPU", c * p->nworkers + w, k->device, w, p->gdev[w]);
         }
         PD_TRY(pd__gpu_check(p->gdev[w]));
     }
@@ -43,9 +43,9 @@ void pd__dev_teardown(pd__pipe *p) {
     for (int i = 0; p->wk && i < p->nwk; i++) {
         pd__gpu_destroy(p->wk[i].dev);
         p->wk[i].dev = NULL;
-        for (int c = 0; p->wk[i].ch && c < p->V; c++) p->wk[i].ch[c].dev = false;
+        for (int c = 0; p->wk[i].ch && c < p->nchunks; c++) p->wk[i].ch[c].dev = false;
     }
-    for (int l = 0; p->glink && l + 1 < p->NV; l++) pd__glink_destroy(p->glink[l]);
+    for (int l = 0; p->glink && l + 1 < p->nvstages; l++) pd__glink_destroy(p->glink[l]);
     PD_FREE(p->glink);
     p->glink = NULL;
     if (p->dremote) p->dremote->vt->destroy(p->dremote); /* after the contexts, whose pending hook reads it */
@@ -61,7 +61,7 @@ void pd__dev_teardown(pd__pipe *p) {
 pd_status pd__dev_setup(pd__pipe *p) {
     const pd_graph *g = p->g;
     pd_status st = PD_OK;
-    for (int w = 0; w < p->P && st == PD_OK; w++) {
+    for (int w = 0; w < p->nworkers && st == PD_OK; w++) {
         int here = 0;
         for (int i = p->wbase[w]; i < p->wbase[w + 1]; i++) here += p->rank_of[i] == p->rank;
         if (here > 1)
@@ -71,13 +71,13 @@ pd_status pd__dev_setup(pd__pipe *p) {
     if (st == PD_OK && p->shared && p->remote)
         st = pd__dev_refuse("a parameter read by stages in several processes (tied weights under mpirun)");
     if (st == PD_OK && p->remote && p->nlocal > 1) st = pd__dev_refuse("several stages in one MPI process");
-    pd__gpu_chunk *cd = st == PD_OK ? PD_CALLOC((size_t)p->V, sizeof *cd) : NULL;
+    pd__gpu_chunk *cd = st == PD_OK ? PD_CALLOC((size_t)p->nchunks, sizeof *cd) : NULL;
     if (st == PD_OK && !cd) st = pd__err(PD_ERR_NOMEM, "out of memory");
     pd__wk *mine = NULL; /* under MPI: this process's one thread */
     for (int i = 0; i < p->nwk && st == PD_OK; i++) {
         pd__wk *W = &p->wk[i];
         if (p->rank_of[i] != p->rank) continue;
-        for (int c = 0; c < p->V; c++) {
+        for (int c = 0; c < p->nchunks; c++) {
             const pd__chunk *C = &W->ch[c];
             const pd__vstage *S = &p->vs[C->k];
             cd[c] = (pd__gpu_chunk){S->params, S->pk, S->np, S->packed, C->slot,
@@ -87,17 +87,17 @@ pd_status pd__dev_setup(pd__pipe *p) {
         int ndev = pd_cuda_device_count();
         if (p->remote && !p->gfix[W->w] && ndev > 0) /* as torchrun's LOCAL_RANK: a machine's processes spread */
             p->gdev[W->w] = (p->o.device_index + p->lrank) % ndev;
-        st = pd__gpu_create(p->s, g, &p->sl, p->gdev[W->w], p->o.precision, p->V, cd, p->nslots, &W->dev);
+        st = pd__gpu_create(p->s, g, &p->sl, p->gdev[W->w], p->o.precision, p->nchunks, cd, p->nslots, &W->dev);
         if (st != PD_OK) pd__err_prefix("stage %d on cuda:%d", W->w, p->gdev[W->w]);
-        for (int c = 0; c < p->V && st == PD_OK; c++) W->ch[c].dev = true;
+        for (int c = 0; c < p->nchunks && st == PD_OK; c++) W->ch[c].dev = true;
         mine = W;
     }
     PD_FREE(cd);
     /* a link's buffers: what its queue holds, one a sender holds while the queue is full, one being read */
-    if (st == PD_OK && !p->remote && p->NV > 1 && !(p->glink = PD_CALLOC((size_t)p->NV - 1, sizeof *p->glink)))
+    if (st == PD_OK && !p->remote && p->nvstages > 1 && !(p->glink = PD_CALLOC((size_t)p->nvstages - 1, sizeof *p->glink)))
         st = pd__err(PD_ERR_NOMEM, "out of memory");
-    for (int l = 0; !p->remote && l + 1 < p->NV && st == PD_OK; l++)
-        st = pd__glink_create(p->gdev[l % p->P], p->gdev[(l + 1) % p->P], p->link[l].act_bytes,
+    for (int l = 0; !p->remote && l + 1 < p->nvstages && st == PD_OK; l++)
+        st = pd__glink_create(p->gdev[l % p->nworkers], p->gdev[(l + 1) % p->nworkers], p->link[l].act_bytes,
                               p->link[l].grad_bytes, p->link[l].fwd.cap + 2, &p->glink[l]);
     if (p->remote) {
 #ifdef PD_HAVE_NCCL
@@ -108,7 +108,7 @@ pd_status pd__dev_setup(pd__pipe *p) {
         int low = pd__mpi_agree(st == PD_OK); /* every process, whatever failed here */
         if (st == PD_OK && low >= 0) st = pd__err(PD_ERR_IO, "MPI: rank %d failed: setting up its GPU stage", low);
         if (st == PD_OK) /* p->remote carries the failure notices the NCCL waits watch for */
-            st = pd__cuda_nccl_transport_create(p->nwk, p->rank_of, worker_of, p->P, p->NV - 1, p->gcolor,
+            st = pd__cuda_nccl_transport_create(p->nwk, p->rank_of, worker_of, p->nworkers, p->nvstages - 1, p->gcolor,
                                                 p->gdev[mine->w], pd__gpu_stream(mine->dev), p->remote, &p->dremote);
         if (st == PD_OK) /* its allocator gives nothing back (cudaFree) while a send may wait for a peer */
             pd__gpu_set_pending(mine->dev, pd__cuda_nccl_pending, p->dremote);
@@ -155,9 +155,9 @@ pd_status pd__dev_forward(pd__wk *W, pd__chunk *C, int mb, pd_step_result *r) {
         if (dst) PD_TRY(pd__gpu_upload(W->dev, dst, pd__input_rows(p, i, mb).data, pd__tbytes(g, t)));
     }
     PD_TRY(pd__dactx_forward(p->s, &W->x, d, S->nodes, S->nnodes));
-    if (C->k != p->NV - 1) return PD_OK;
+    if (C->k != p->nvstages - 1) return PD_OK;
     pd_tensor lab = pd__rows(p->labels, p->rows, mb);
-    return pd__dactx_loss(p->s, d, &lab, 1.0 / p->M, r);
+    return pd__dactx_loss(p->s, d, &lab, 1.0 / p->nmicro, r);
 }
 
 /* pd__do_backward on the device (part: 0 B, 1 split B, 2 W). */
@@ -295,16 +295,16 @@ static pd_status pd__dev_tied_grads(pd__wk *W, bool *stop) {
         *stop = true;
         return PD_OK;
     }
-    for (int c = 0; c < p->V; c++) PD_TRY(pd__gpu_shared_grads(W->dev, c, W->ch[c].sg));
+    for (int c = 0; c < p->nchunks; c++) PD_TRY(pd__gpu_shared_grads(W->dev, c, W->ch[c].sg));
     if (!pd__meet_all(p)) {
         *stop = true;
         return PD_OK;
     }
     pd_status st = PD_OK;
-    for (int c = 0; c < p->V && st == PD_OK; c++)
-        for (int k = W->ch[c].k + 1; k < p->NV && st == PD_OK; k++) {
+    for (int c = 0; c < p->nchunks && st == PD_OK; c++)
+        for (int k = W->ch[c].k + 1; k < p->nvstages && st == PD_OK; k++) {
             const pd__vstage *K = &p->vs[k], *S = &p->vs[W->ch[c].k];
-            pd__chunk *other = &p->wk[p->wbase[k % p->P]].ch[k / p->P];
+            pd__chunk *other = &p->wk[p->wbase[k % p->nworkers]].ch[k / p->nworkers];
             for (int j = 0; j < K->nsp && st == PD_OK; j++) {
                 int i = K->sp[j];
                 bool mine = false;
@@ -322,8 +322,8 @@ static pd_status pd__dev_tied_grads(pd__wk *W, bool *stop) {
  * host slab, they meet, each reader uploads them into its copy. */
 static pd_status pd__dev_tied_weights(pd__wk *W, bool *stop) {
     pd__pipe *p = W->p;
-    for (int c = 0; c < p->V; c++)
-        for (int k = W->ch[c].k + 1; k < p->NV; k++) {
+    for (int c = 0; c < p->nchunks; c++)
+        for (int k = W->ch[c].k + 1; k < p->nvstages; k++) {
             const pd__vstage *K = &p->vs[k], *S = &p->vs[W->ch[c].k];
             for (int j = 0; j < K->nsp; j++)
                 for (int q = 0; q < S->np; q++)
@@ -333,13 +333,13 @@ static pd_status pd__dev_tied_weights(pd__wk *W, bool *stop) {
         *stop = true;
         return PD_OK;
     }
-    for (int c = 0; c < p->V; c++) PD_TRY(pd__gpu_shared_up(W->dev, c));
+    for (int c = 0; c < p->nchunks; c++) PD_TRY(pd__gpu_shared_up(W->dev, c));
     return PD_OK;
 }
 
 pd_status pd__dev_step(pd__wk *W, int mb, int32_t version, int k, bool *stop) {
     pd__pipe *p = W->p;
-    for (int c = 0; c < p->V; c++)
+    for (int c = 0; c < p->nchunks; c++)
         if (version != W->ch[c].live + 1)
             return pd__err(PD_ERR_INTERNAL, "STEP makes version %d, the live one is %d", (int)version,
                            (int)W->ch[c].live);
@@ -360,14 +360,14 @@ pd_status pd__dev_step(pd__wk *W, int mb, int32_t version, int k, bool *stop) {
     }
     if (!pd__sched_async(p->kind)) { /* one update of the whole model: its gradient norm, and clipping */
         double norm = 0;
-        PD_TRY(pd__global_norm(W, mb / p->M, NULL, &norm, stop));
+        PD_TRY(pd__global_norm(W, mb / p->nmicro, NULL, &norm, stop));
         if (*stop) return PD_OK;
         if (!isfinite(norm)) return pd__err(PD_ERR_NUMERIC, "the gradient norm is %g", norm);
-        if (p->res && W->w == p->P - 1 && W->r == 0) p->res[mb / p->M].grad_norm = norm;
+        if (p->res && W->w == p->nworkers - 1 && W->r == 0) p->res[mb / p->nmicro].grad_norm = norm;
         if (p->o.clip_grad_norm > 0 && norm > p->o.clip_grad_norm) /* as clip_grad_norm_ */
             PD_TRY(pd__gpu_scale(W->dev, (float)(p->o.clip_grad_norm / (norm + 1e-6))));
     }
-    for (int c = 0; c < p->V; c++) { /* the version being replaced into a stash when a later instruction names it */
+    for (int c = 0; c < p->nchunks; c++) { /* the version being replaced into a stash when a later instruction names it */
         pd__chunk *C = &W->ch[c];
         int32_t v = C->live;
         PD_TRY(pd__stash_live(p, C, k));
@@ -377,7 +377,7 @@ pd_status pd__dev_step(pd__wk *W, int mb, int32_t version, int k, bool *stop) {
     int64_t t = ++W->updates;
     double lr = pd__lr_at(&p->o, t);
     PD_TRY(pd__gpu_update(W->dev, &p->o, t, lr));
-    if (p->res && W->w == p->P - 1 && W->r == 0) p->res[mb / p->M].lr = lr;
+    if (p->res && W->w == p->nworkers - 1 && W->r == 0) p->res[mb / p->nmicro].lr = lr;
     if (p->shared) PD_TRY(pd__dev_tied_weights(W, stop)); /* the owners' new weights into the readers' copies */
     return PD_OK;
 }
@@ -390,7 +390,7 @@ pd_status pd__dev_allreduce(pd__wk *W, int mb) {
     pd__pipe *p = W->p;
     if (!p->dremote) return pd__err(PD_ERR_INTERNAL, "replicas of a GPU stage outside MPI");
     PD_TRY(pd__gpu_bind(W->dev));
-    for (int c = 0; c < p->V; c++) {
+    for (int c = 0; c < p->nchunks; c++) {
         float *g;
         int64_t n;
         pd__gpu_grads(W->dev, c, &g, &n);
@@ -408,7 +408,7 @@ pd_status pd__dev_allreduce(pd__wk *W, int mb) {
 pd_status pd__dev_snap(pd__wk *W, bool pre) {
     pd__pipe *p = W->p;
     pd_status st = pd__gpu_bind(W->dev);
-    for (int c = 0; c < p->V && st == PD_OK; c++) {
+    for (int c = 0; c < p->nchunks && st == PD_OK; c++) {
         pd__chunk *C = &W->ch[c];
         const pd__vstage *S = &p->vs[C->k];
         st = pd__gpu_pull(W->dev, c, S->bufs, S->nbufs, !pre);
@@ -426,7 +426,7 @@ pd_status pd__dev_push(pd__pipe *p) {
     for (int i = 0; i < p->nwk && st == PD_OK; i++) {
         pd__wk *W = &p->wk[i];
         if (!W->dev) continue;
-        for (int c = 0; c < p->V && st == PD_OK; c++) {
+        for (int c = 0; c < p->nchunks && st == PD_OK; c++) {
             pd__chunk *C = &W->ch[c];
             const pd__vstage *S = &p->vs[C->k];
             for (int h = 0; st == PD_OK && h < C->nstash; h++)
@@ -455,7 +455,7 @@ pd_status pd__dev_end(pd__pipe *p, bool ok) {
         pd_status s1 = pd__gpu_bind(W->dev);
         if (s1 == PD_OK) s1 = pd__gpu_sync(W->dev);
         if (s1 == PD_OK && !ok) s1 = pd__gpu_zero_grads(W->dev);
-        for (int c = 0; c < p->V && s1 == PD_OK; c++) {
+        for (int c = 0; c < p->nchunks && s1 == PD_OK; c++) {
             const pd__vstage *S = &p->vs[W->ch[c].k];
             s1 = pd__gpu_pull(W->dev, c, S->bufs, S->nbufs, true);
         }
@@ -465,6 +465,6 @@ pd_status pd__dev_end(pd__pipe *p, bool ok) {
             st = pd__err(s1, "stage %d: %s", W->w, msg);
         }
     }
-    for (int l = 0; p->glink && l + 1 < p->NV; l++) pd__glink_reset(p->glink[l]);
+    for (int l = 0; p->glink && l + 1 < p->nvstages; l++) pd__glink_reset(p->glink[l]);
     return st;
 }

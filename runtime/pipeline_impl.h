@@ -106,7 +106,8 @@ typedef struct pd__wk { /* a thread: replica r of worker w */
     /* snapshots: per boundary b of the run, the index of its first
      * instruction of a minibatch >= b and of its last one < b */
     int *kfirst, *klast;
-    int64_t bf, bl, pre_b; /* next boundaries to pass; boundary whose buffers are copied */
+    int64_t next_first, next_last; /* the next boundaries to pass (of kfirst, klast) */
+    int64_t copied_boundary;       /* the boundary whose buffers are being copied */
     double snap_ms;        /* time spent on the boundary being taken */
     float *ared;           /* across processes: the packed gradients all-reduced */
     int64_t ared_n;
@@ -143,7 +144,7 @@ struct pd__pipe {
     bool vertical_sync; /* pipedream: every stage runs a microbatch on stage 0's version */
     bool shared;        /* a parameter read by several virtual stages */
     pd__bar allbar;     /* every thread meets (STEP with shared parameters) */
-    int P, V, NV, M, nslots; /* workers, chunks, virtual stages, microbatches */
+    int nworkers, nchunks, nvstages, nmicro, nslots; /* workers, chunks per worker, virtual stages, microbatches */
     int64_t rows;      /* per microbatch */
     int pred, labels_input;
     pd__vstage *vs;    /* NV */
@@ -174,7 +175,7 @@ struct pd__pipe {
     int *rank_of, *wbase; /* per thread; per worker: its first thread */
     int *first_rank;      /* per worker: the plan's rank of its replica 0 */
     pd__tie *tie;         /* tied parameters across processes (pd__tied_setup) */
-    int ntie, tlead;      /* ...; this process's thread that sums them at STEP (-1: it holds no copy) */
+    int nties, tie_thread; /* ...; this process's thread that sums them at STEP (-1: it holds no copy) */
     float *tbuf;          /* their slots, all-reduced among the holders */
     int64_t tbuf_n;
     int fail_stage, fail_op, fail_mb; /* test hook: this instruction fails */

@@ -39,7 +39,7 @@ struct pd_trainer {
     pd_graph *g;
     pd__pipe *pipe;
     pd__sched_kind kind;
-    int P, M;
+    int nstages, nmicro;
     int64_t batch;      /* rows per step */
     int64_t steps;      /* steps done since the start (or the checkpoint resumed) */
     cJSON *info;        /* what resume compares; NULL when the run cannot be described */
@@ -96,12 +96,12 @@ static cJSON *pd__trainer_info(const pd_trainer *t, const pd_plan *plan, const p
         cJSON_AddStringToObject(j, "model", t->g->path ? t->g->path : "");
         cJSON_AddNumberToObject(j, "nodes", (double)t->g->nnodes);
         cJSON_AddNumberToObject(j, "param_bytes", (double)pd_graph_param_bytes(t->g));
-        cJSON_AddNumberToObject(j, "graph_batch", (double)(t->batch / t->M));
+        cJSON_AddNumberToObject(j, "graph_batch", (double)(t->batch / t->nmicro));
         cJSON_AddNumberToObject(j, "batch", (double)t->batch);
         cJSON_AddStringToObject(j, "schedule", pd__sched_kind_name(t->kind));
-        cJSON_AddNumberToObject(j, "microbatches", (double)t->M);
+        cJSON_AddNumberToObject(j, "microbatches", (double)t->nmicro);
         cJSON_AddBoolToObject(j, "vertical_sync", vsync);
-        cJSON_AddNumberToObject(j, "stages", (double)t->P);
+        cJSON_AddNumberToObject(j, "stages", (double)t->nstages);
         cJSON_AddStringToObject(j, "cut", cut);
         cJSON_AddStringToObject(j, "optimizer", pd__optim_name(o->optimizer));
         cJSON_AddNumberToObject(j, "lr", o->lr);
@@ -177,7 +177,7 @@ static pd_status pd__trainer_make(pd_graph *g, const pd_plan *plan, const pd_tra
     if (!t) return pd__err(PD_ERR_NOMEM, "out of memory");
     t->g = g;
     t->kind = kind;
-    t->M = M;
+    t->nmicro = M;
     t->every = opt->checkpoint_every;
     t->keep = opt->checkpoint_keep;
     t->loss = train->loss;
@@ -187,15 +187,15 @@ static pd_status pd__trainer_make(pd_graph *g, const pd_plan *plan, const pd_tra
     st = pd__pipe_create(g, plan, train, kind, M, &t->pipe);
     if (st == PD_OK) st = pd__pipe_set_vertical_sync(t->pipe, opt->vertical_sync != 0);
     if (st != PD_OK) goto fail;
-    t->P = pd__pipe_stages(t->pipe);
+    t->nstages = pd__pipe_stages(t->pipe);
     const pd__tensor *x0 = g->ninputs > 0 ? &g->tensors[g->inputs[0]] : NULL;
     t->batch = (int64_t)M * (x0 && x0->ndim > 0 ? x0->shape[0] : 1); /* the pipeline's rows per microbatch */
     t->info = pd__trainer_info(t, plan, train, opt->vertical_sync != 0);
     if (!t->info) goto nomem;
     if (opt->checkpoint_dir) {
         t->dir = PD_MALLOC(strlen(opt->checkpoint_dir) + 1);
-        t->part = PD_CALLOC((size_t)t->P, sizeof *t->part);
-        t->len = PD_CALLOC((size_t)t->P, sizeof *t->len);
+        t->part = PD_CALLOC((size_t)t->nstages, sizeof *t->part);
+        t->len = PD_CALLOC((size_t)t->nstages, sizeof *t->len);
         if (!t->dir || !t->part || !t->len) goto nomem;
         strcpy(t->dir, opt->checkpoint_dir);
     }
@@ -253,7 +253,7 @@ void pd_trainer_destroy(pd_trainer *t) {
     PD_FREE(t);
 }
 
-int pd_trainer_stages(const pd_trainer *t) { return t ? t->P : 0; }
+int pd_trainer_stages(const pd_trainer *t) { return t ? t->nstages : 0; }
 int64_t pd_trainer_batch(const pd_trainer *t) { return t ? t->batch : 0; }
 int64_t pd_trainer_step_count(const pd_trainer *t) { return t ? t->steps : 0; }
 
@@ -269,8 +269,8 @@ static void pd__trainer_release(void *ctx) { pd__pipe_snap_release(ctx); }
 /* On a worker thread: boundary b of this call is in the parts. */
 static void pd__trainer_ready(void *ctx, int64_t b) {
     pd_trainer *t = ctx;
-    for (int w = 0; w < t->P; w++) pd__pipe_snap_part(t->pipe, w, &t->part[w], &t->len[w]);
-    pd__ckpt_writer_submit(t->w, t->run_s0 + b, t->run_info, t->P, t->part, t->len, pd__trainer_release, t->pipe);
+    for (int w = 0; w < t->nstages; w++) pd__pipe_snap_part(t->pipe, w, &t->part[w], &t->len[w]);
+    pd__ckpt_writer_submit(t->w, t->run_s0 + b, t->run_info, t->nstages, t->part, t->len, pd__trainer_release, t->pipe);
 }
 
 /* The info of every manifest of a call of n steps from step s0. */
@@ -289,7 +289,7 @@ static pd_status pd__trainer_begin(pd_trainer *t, int64_t s0, int64_t n) {
     pd__snap_hooks h = {pd__trainer_want, pd__trainer_ready, t};
     PD_TRY(pd__pipe_set_snap_hooks(t->pipe, &h));
     /* under MPI each process writes its stages' parts, rank 0 the manifest once all are in */
-    return t->mpi ? pd__ckpt_writer_start_dist(t->dir, t->keep, t->P, t->rank == 0, &t->w)
+    return t->mpi ? pd__ckpt_writer_start_dist(t->dir, t->keep, t->nstages, t->rank == 0, &t->w)
                   : pd__ckpt_writer_start(t->dir, t->keep, &t->w);
 }
 
@@ -304,8 +304,8 @@ static pd_status pd__trainer_end(pd_trainer *t, int64_t step, pd_status st) {
     if (st == PD_OK) {
         st = pd__pipe_snap_capture(t->pipe);
         if (st == PD_OK) {
-            for (int w = 0; w < t->P; w++) pd__pipe_snap_part(t->pipe, w, &t->part[w], &t->len[w]);
-            pd__ckpt_writer_submit(t->w, step, t->run_info, t->P, t->part, t->len, pd__trainer_release, t->pipe);
+            for (int w = 0; w < t->nstages; w++) pd__pipe_snap_part(t->pipe, w, &t->part[w], &t->len[w]);
+            pd__ckpt_writer_submit(t->w, step, t->run_info, t->nstages, t->part, t->len, pd__trainer_release, t->pipe);
         }
     }
     char msg[1024];
@@ -325,7 +325,7 @@ static pd_status pd__trainer_end(pd_trainer *t, int64_t step, pd_status st) {
  * (cross-entropy), or float32 targets of its shape (MSE). */
 static pd_status pd__trainer_check_labels(const pd_trainer *t, const pd_tensor *labels, int li) {
     const pd_graph *g = t->g;
-    int64_t rows = t->batch / t->M, row = -1;
+    int64_t rows = t->batch / t->nmicro, row = -1;
     pd_dtype want = PD_FLOAT;
     const char *why = "mse";
     if (t->loss == PD_LOSS_GRAPH) {
@@ -357,9 +357,9 @@ static pd_status pd__trainer_check_labels(const pd_trainer *t, const pd_tensor *
 static pd_status pd__trainer_check_data(const pd_trainer *t, int64_t steps, const pd_tensor *inputs,
                                         const pd_tensor *labels) {
     const pd_graph *g = t->g;
-    if (steps > INT32_MAX / t->M || steps > INT64_MAX / t->batch)
+    if (steps > INT32_MAX / t->nmicro || steps > INT64_MAX / t->batch)
         return pd__err(PD_ERR_INVALID, "pd_trainer_train: steps is %lld: too many", (long long)steps);
-    int64_t need = steps * t->batch, rows = t->batch / t->M;
+    int64_t need = steps * t->batch, rows = t->batch / t->nmicro;
     int li = pd__pipe_labels_input(t->pipe);
     PD_TRY(pd__trainer_check_labels(t, labels, li));
     for (int i = 0; i <= g->ninputs; i++) {
