@@ -314,6 +314,39 @@ static void pd__summarize(const char *name, const pd_tensor *t) {
     printf("\n");
 }
 
+/* The outputs: printed (none named), or each --output written; false after
+ * printing the error. */
+static bool pd__run_outputs(const pd_graph *g, pd_engine *e, const pd__binding *outs, int nout) {
+    if (nout == 0) {
+        for (int i = 0; i < pd_graph_num_outputs(g); i++) {
+            pd_value_info v;
+            pd_tensor t;
+            if (pd_graph_output(g, i, &v) != PD_OK) continue;
+            if (pd_engine_get_output(e, v.name, &t) != PD_OK) {
+                pd_cli_fail();
+                return false;
+            }
+            pd__summarize(v.name, &t);
+        }
+    }
+    for (int i = 0; i < nout; i++) {
+        const char *name = outs[i].name;
+        pd_value_info v;
+        if (!name) {
+            if (pd_graph_output(g, 0, &v) != PD_OK) v.name = "";
+            name = v.name;
+        }
+        pd_tensor t;
+        if (pd_engine_get_output(e, name, &t) != PD_OK || pd_npy_save(outs[i].file, &t) != PD_OK) {
+            pd_cli_fail();
+            return false;
+        }
+        char e1[256], e2[256];
+        printf("wrote %s to %s\n", pd__escape(e1, sizeof e1, name), pd__escape(e2, sizeof e2, outs[i].file));
+    }
+    return true;
+}
+
 static int pd__cmd_run(int argc, char **argv) {
     const char *path = NULL;
     pd_load_options lo = PD_LOAD_OPTIONS_INIT;
@@ -415,33 +448,7 @@ static int pd__cmd_run(int argc, char **argv) {
         pd_cli_fail();
         goto out;
     }
-    if (nout == 0) {
-        for (int i = 0; i < pd_graph_num_outputs(g); i++) {
-            pd_value_info v;
-            pd_tensor t;
-            if (pd_graph_output(g, i, &v) != PD_OK) continue;
-            if (pd_engine_get_output(e, v.name, &t) != PD_OK) {
-                pd_cli_fail();
-                goto out;
-            }
-            pd__summarize(v.name, &t);
-        }
-    }
-    for (int i = 0; i < nout; i++) {
-        const char *name = outs[i].name;
-        pd_value_info v;
-        if (!name) {
-            if (pd_graph_output(g, 0, &v) != PD_OK) v.name = "";
-            name = v.name;
-        }
-        pd_tensor t;
-        if (pd_engine_get_output(e, name, &t) != PD_OK || pd_npy_save(outs[i].file, &t) != PD_OK) {
-            pd_cli_fail();
-            goto out;
-        }
-        char e1[256], e2[256];
-        printf("wrote %s to %s\n", pd__escape(e1, sizeof e1, name), pd__escape(e2, sizeof e2, outs[i].file));
-    }
+    if (!pd__run_outputs(g, e, outs, nout)) goto out;
     rc = 0;
 out:
     for (int i = 0; i < loaded; i++) pd_tensor_free(&data[i]);

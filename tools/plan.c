@@ -91,6 +91,53 @@ static void pd__print_plan(const pd_plan *pl, const char *src) {
                (long long)(pl->microbatch_size > 0 ? pl->microbatch_size : 1) * pl->microbatches);
 }
 
+/* --topology AxB and --bandwidth B[,B] into o (levels innermost first, as
+ * PipeDream's -n and -b; lw and lb hold the levels); 0, or a usage error's code. */
+static int pd__plan_topology(const char *topology, const char *bandwidth, int64_t workers, int *lw, double *lb,
+                             pd_plan_options *o) {
+    int levels = 0;
+    if (topology) {
+        const char *s = topology;
+        while (*s) {
+            char *end;
+            long k = strtol(s, &end, 10);
+            if (end == s || k < 1 || k > 1 << 20 || levels == 8 || (*end && *end != 'x'))
+                return pd_cli_usage_error("plan: --topology expects levels like 4x4 (1 to 8 levels), got '%s'", topology);
+            lw[levels++] = (int)k;
+            s = *end ? end + 1 : end;
+        }
+    }
+    int nb = 0;
+    if (bandwidth) {
+        const char *s = bandwidth;
+        while (*s) {
+            char *end;
+            double b = strtod(s, &end);
+            if (end == s || !isfinite(b) || b <= 0 || nb == 8 || (*end && *end != ','))
+                return pd_cli_usage_error("plan: --bandwidth expects bytes/s per level like 10e9,1.25e9, got '%s'", bandwidth);
+            lb[nb++] = b;
+            s = *end ? end + 1 : end;
+        }
+    }
+    if (levels > 0) {
+        if (nb != levels) {
+            char msg[128];
+            snprintf(msg, sizeof msg, "%d topology levels but %d bandwidths", levels, nb);
+            return pd_cli_usage_error("plan: --bandwidth needs one value per --topology level (%s)", msg);
+        }
+        o->n_levels = levels;
+        o->level_workers = lw;
+        o->level_bandwidth = lb;
+        o->workers = (int)workers;
+    } else {
+        if (nb > 1) return pd_cli_usage_error("plan: several --bandwidth values need --topology (%s)", bandwidth);
+        if (nb == 1) o->bandwidth = lb[0];
+        o->workers = (int)workers;
+    }
+
+    return 0;
+}
+
 static int pd__flag_memory(void *ctx, const char *cmd, const pd_flag *f, char **v) {
     (void)cmd;
     return pd__parse_bytes(f->name, v[0], (double *)ctx) ? 0 : 2;
@@ -127,46 +174,8 @@ int pd_cli_plan(int argc, char **argv) {
     if (!model == !profile) return pd_cli_usage_error("plan: %s", "give MODEL.onnx or --profile FILE (one of them)");
     if (!topology && workers == 0) return pd_cli_usage_error("plan: %s", "missing --workers N (or --topology AxB)");
 
-    /* topology and bandwidths: levels innermost first, as PipeDream's -n and -b */
-    int levels = 0;
-    if (topology) {
-        const char *s = topology;
-        while (*s) {
-            char *end;
-            long k = strtol(s, &end, 10);
-            if (end == s || k < 1 || k > 1 << 20 || levels == 8 || (*end && *end != 'x'))
-                return pd_cli_usage_error("plan: --topology expects levels like 4x4 (1 to 8 levels), got '%s'", topology);
-            lw[levels++] = (int)k;
-            s = *end ? end + 1 : end;
-        }
-    }
-    int nb = 0;
-    if (bandwidth) {
-        const char *s = bandwidth;
-        while (*s) {
-            char *end;
-            double b = strtod(s, &end);
-            if (end == s || !isfinite(b) || b <= 0 || nb == 8 || (*end && *end != ','))
-                return pd_cli_usage_error("plan: --bandwidth expects bytes/s per level like 10e9,1.25e9, got '%s'", bandwidth);
-            lb[nb++] = b;
-            s = *end ? end + 1 : end;
-        }
-    }
-    if (levels > 0) {
-        if (nb != levels) {
-            char msg[128];
-            snprintf(msg, sizeof msg, "%d topology levels but %d bandwidths", levels, nb);
-            return pd_cli_usage_error("plan: --bandwidth needs one value per --topology level (%s)", msg);
-        }
-        o.n_levels = levels;
-        o.level_workers = lw;
-        o.level_bandwidth = lb;
-        o.workers = (int)workers;
-    } else {
-        if (nb > 1) return pd_cli_usage_error("plan: several --bandwidth values need --topology (%s)", bandwidth);
-        if (nb == 1) o.bandwidth = lb[0];
-        o.workers = (int)workers;
-    }
+    int bad_topology = pd__plan_topology(topology, bandwidth, workers, lw, lb, &o);
+    if (bad_topology) return bad_topology;
 
     pd_profile *p = NULL;
     const char *src = model ? model : profile;
