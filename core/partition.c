@@ -936,6 +936,83 @@ static pd_status pd__avgpipe_tune(const pd__ctx *x0, const pd_profile *p, const 
     return PD_OK;
 }
 
+/* uniform and params: the nodes in order, cut into workers stages of equal
+ * node counts or parameter bytes, no replicas. */
+static pd_status pd__plan_even(const pd__ctx *x, const pd_profile *p, pd__algo algo, pd_plan **out) {
+    if (x->workers > p->n)
+        return pd__err(PD_ERR_INVALID, "plan: %d workers but the model has only %d nodes; set opt->workers to %d or fewer", x->workers, p->n, p->n);
+    double *w = (double *)PD_MALLOC(sizeof(double) * (size_t)p->n);
+    int *cut = (int *)PD_MALLOC(sizeof(int) * ((size_t)x->workers + 2));
+    if (!w || !cut) {
+        PD_FREE(w);
+        PD_FREE(cut);
+        return pd__err(PD_ERR_NOMEM, "plan: out of memory");
+    }
+    for (int v = 0; v < p->n; v++) w[v] = algo == PD_ALGO_UNIFORM ? 1 : p->node[v].param_bytes + 1e-9;
+    int ns = pd__minmax_split(w, p->n, x->workers, cut);
+    pd_plan *pl = NULL;
+    pd_status st = pd__plan_alloc(p, ns, &pl);
+    if (st == PD_OK) {
+        for (int s = 0; s < ns; s++) {
+            pl->stage[s].replicas = 1;
+            for (int v = cut[s]; v < cut[s + 1]; v++) pl->fwd_stage[v] = pl->bwd_stage[v] = s;
+        }
+        pl->algo = algo;
+        pl->microbatches = x->o->microbatches > 0 ? x->o->microbatches : 1;
+        st = pd__plan_evaluate(pl, p, x);
+    }
+    PD_FREE(w);
+    PD_FREE(cut);
+    if (st != PD_OK) {
+        pd__plan_free(pl);
+        return st;
+    }
+    pl->algo_name = pd__strdup(pd__algo_name(algo));
+    pl->cost_model = pd__strdup("default");
+    pl->bandwidth = x->lb[0];
+    *out = pl;
+    return PD_OK;
+}
+
+/* The planner's context from the options: the cost model, the workers per
+ * level and their bandwidths, the memory limit; each option checked. */
+static pd_status pd__ctx_init(pd__ctx *x, const pd_profile *p, const pd_plan_options *o) {
+    const char *cm = o->cost_model ? o->cost_model : "default";
+    if (strcmp(cm, "pipedream") == 0) x->pd_model = true;
+    else if (strcmp(cm, "default") != 0)
+        return pd__err(PD_ERR_INVALID, "plan: unknown opt->cost_model '%s' (default, pipedream)", cm);
+    if (p->n <= 0) return pd__err(PD_ERR_INVALID, "plan: the profile has no nodes");
+    if (o->n_levels < 0 || o->n_levels > 8) return pd__err(PD_ERR_INVALID, "plan: opt->level_workers has %d levels (1 to 8)", o->n_levels);
+    if (o->n_levels > 0) {
+        x->levels = o->n_levels;
+        int64_t prod = 1;
+        for (int l = 0; l < o->n_levels; l++) {
+            if (o->level_workers[l] < 1) return pd__err(PD_ERR_INVALID, "plan: opt->level_workers level %d has %d workers", l, o->level_workers[l]);
+            if (!(o->level_bandwidth[l] > 0) || !isfinite(o->level_bandwidth[l]))
+                return pd__err(PD_ERR_INVALID, "plan: opt->level_bandwidth of level %d must be positive", l);
+            x->lw[l] = o->level_workers[l];
+            x->lb[l] = o->level_bandwidth[l];
+            prod *= x->lw[l];
+            if (prod > 1 << 20) return pd__err(PD_ERR_INVALID, "plan: opt->level_workers has more than %d workers", 1 << 20);
+        }
+        if (o->workers > 1 && o->workers != prod)
+            return pd__err(PD_ERR_INVALID, "plan: opt->workers %d differs from the topology's %lld workers", o->workers, (long long)prod);
+        x->workers = (int)prod;
+    } else {
+        if (o->workers < 1 || o->workers > 1 << 20) return pd__err(PD_ERR_INVALID, "plan: opt->workers must be 1 to %d (got %d)", 1 << 20, o->workers);
+        if (!(o->bandwidth > 0) || !isfinite(o->bandwidth)) return pd__err(PD_ERR_INVALID, "plan: opt->bandwidth must be positive");
+        x->levels = 1;
+        x->lw[0] = o->workers;
+        x->lb[0] = o->bandwidth;
+        x->workers = o->workers;
+    }
+    if (o->memory < 0 || !isfinite(o->memory)) return pd__err(PD_ERR_INVALID, "plan: opt->memory must be a positive byte count");
+    x->mem = o->memory;
+    x->compress = o->activation_compression;
+    if (o->microbatches < 0) return pd__err(PD_ERR_INVALID, "plan: opt->microbatches must be positive");
+    return PD_OK;
+}
+
 static pd_status pd__bipartition(const pd__ctx *x, const pd_profile *p, pd_plan **out);
 
 pd_status pd_plan_create(const pd_profile *p, const pd_plan_options *user, pd_plan **out) {
@@ -949,77 +1026,11 @@ pd_status pd_plan_create(const pd_profile *p, const pd_plan_options *user, pd_pl
     x.o = o;
     pd__algo algo = PD_ALGO_PIPEDREAM;
     PD_TRY(pd__algo_parse(o->algo, &algo));
-    const char *cm = o->cost_model ? o->cost_model : "default";
-    if (strcmp(cm, "pipedream") == 0) x.pd_model = true;
-    else if (strcmp(cm, "default") != 0)
-        return pd__err(PD_ERR_INVALID, "plan: unknown opt->cost_model '%s' (default, pipedream)", cm);
-    if (p->n <= 0) return pd__err(PD_ERR_INVALID, "plan: the profile has no nodes");
-    if (o->n_levels < 0 || o->n_levels > 8) return pd__err(PD_ERR_INVALID, "plan: opt->level_workers has %d levels (1 to 8)", o->n_levels);
-    if (o->n_levels > 0) {
-        x.levels = o->n_levels;
-        int64_t prod = 1;
-        for (int l = 0; l < o->n_levels; l++) {
-            if (o->level_workers[l] < 1) return pd__err(PD_ERR_INVALID, "plan: opt->level_workers level %d has %d workers", l, o->level_workers[l]);
-            if (!(o->level_bandwidth[l] > 0) || !isfinite(o->level_bandwidth[l]))
-                return pd__err(PD_ERR_INVALID, "plan: opt->level_bandwidth of level %d must be positive", l);
-            x.lw[l] = o->level_workers[l];
-            x.lb[l] = o->level_bandwidth[l];
-            prod *= x.lw[l];
-            if (prod > 1 << 20) return pd__err(PD_ERR_INVALID, "plan: opt->level_workers has more than %d workers", 1 << 20);
-        }
-        if (o->workers > 1 && o->workers != prod)
-            return pd__err(PD_ERR_INVALID, "plan: opt->workers %d differs from the topology's %lld workers", o->workers, (long long)prod);
-        x.workers = (int)prod;
-    } else {
-        if (o->workers < 1 || o->workers > 1 << 20) return pd__err(PD_ERR_INVALID, "plan: opt->workers must be 1 to %d (got %d)", 1 << 20, o->workers);
-        if (!(o->bandwidth > 0) || !isfinite(o->bandwidth)) return pd__err(PD_ERR_INVALID, "plan: opt->bandwidth must be positive");
-        x.levels = 1;
-        x.lw[0] = o->workers;
-        x.lb[0] = o->bandwidth;
-        x.workers = o->workers;
-    }
-    if (o->memory < 0 || !isfinite(o->memory)) return pd__err(PD_ERR_INVALID, "plan: opt->memory must be a positive byte count");
-    x.mem = o->memory;
-    x.compress = o->activation_compression;
-    if (o->microbatches < 0) return pd__err(PD_ERR_INVALID, "plan: opt->microbatches must be positive");
+    PD_TRY(pd__ctx_init(&x, p, o));
 
     if (algo == PD_ALGO_BIPARTITION) return pd__bipartition(&x, p, out);
 
-    if (algo == PD_ALGO_UNIFORM || algo == PD_ALGO_PARAMS) {
-        if (x.workers > p->n)
-            return pd__err(PD_ERR_INVALID, "plan: %d workers but the model has only %d nodes; set opt->workers to %d or fewer", x.workers, p->n, p->n);
-        double *w = (double *)PD_MALLOC(sizeof(double) * (size_t)p->n);
-        int *cut = (int *)PD_MALLOC(sizeof(int) * ((size_t)x.workers + 2));
-        if (!w || !cut) {
-            PD_FREE(w);
-            PD_FREE(cut);
-            return pd__err(PD_ERR_NOMEM, "plan: out of memory");
-        }
-        for (int v = 0; v < p->n; v++) w[v] = algo == PD_ALGO_UNIFORM ? 1 : p->node[v].param_bytes + 1e-9;
-        int ns = pd__minmax_split(w, p->n, x.workers, cut);
-        pd_plan *pl;
-        pd_status st = pd__plan_alloc(p, ns, &pl);
-        if (st == PD_OK) {
-            for (int s = 0; s < ns; s++) {
-                pl->stage[s].replicas = 1;
-                for (int v = cut[s]; v < cut[s + 1]; v++) pl->fwd_stage[v] = pl->bwd_stage[v] = s;
-            }
-            pl->algo = algo;
-            pl->microbatches = o->microbatches > 0 ? o->microbatches : 1;
-            st = pd__plan_evaluate(pl, p, &x);
-        }
-        PD_FREE(w);
-        PD_FREE(cut);
-        if (st != PD_OK) {
-            pd__plan_free(pl);
-            return st;
-        }
-        pl->algo_name = pd__strdup(pd__algo_name(algo));
-        pl->cost_model = pd__strdup("default");
-        pl->bandwidth = x.lb[0];
-        *out = pl;
-        return PD_OK;
-    }
+    if (algo == PD_ALGO_UNIFORM || algo == PD_ALGO_PARAMS) return pd__plan_even(&x, p, algo, out);
 
     /* the DAG without PipeDream's input layers and __getitem__ sinks */
     int *indeg = (int *)PD_CALLOC((size_t)p->n, sizeof(int)), *outdeg = (int *)PD_CALLOC((size_t)p->n, sizeof(int));
