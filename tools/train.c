@@ -567,6 +567,46 @@ static void pd__pmetrics_upto(void *ctx, int64_t b) {
     fflush(m->f);
 }
 
+/* The pipeline of the run: rank 0's plan (a resumed run's own), its
+ * pipe, and under MPI every process agreed and given its ranks; 0, or 1
+ * after printing the error (*plan and *pipe: the caller frees them). */
+static int pd__pipeline_setup(pd__targs *a, pd_graph *g, pd__sched_kind kind, int M, pd__ckrun *cr, pd_plan **out_plan,
+                              pd__pipe **out_pipe) {
+    if (pd__mp.size > 1) { /* rank 0 plans; the others take its plan */
+        pd_status ps = pd__mp.rank != 0 ? PD_OK
+                       : cr->from.nparts  ? pd__ckpt_plan(a, g, cr->from_info, out_plan)
+                                          : pd__pipe_plan(a, g, kind == PD_SCHED_INTERLEAVED, out_plan);
+        if (pd_cli_share_plan(pd__mp.rank, ps, out_plan) != PD_OK) {
+            pd_cli_fail();
+            return 1;
+        }
+    } else if ((cr->from.nparts ? pd__ckpt_plan(a, g, cr->from_info, out_plan)
+                                : pd__pipe_plan(a, g, kind == PD_SCHED_INTERLEAVED, out_plan)) != PD_OK) {
+        pd_cli_fail();
+        return 1;
+    }
+    if (pd__pipe_create(g, *out_plan, &a->o, kind, M, out_pipe) != PD_OK ||
+        pd__pipe_set_vertical_sync(*out_pipe, a->vertical_sync) != PD_OK) {
+        pd_cli_fail();
+        return 1;
+    }
+    if (pd__mp.size > 1) {
+        bool fits = pd__pipe_fits(*out_pipe, pd__mp.size) == PD_OK;
+        if (!fits) fprintf(stderr, "pdonnx: %s\n", pd_cli_error());
+        int T = pd__pipe_threads(*out_pipe);
+        char how[96] = "one per stage replica"; /* or several per process: the plan's stage_to_rank */
+        if (T > pd__mp.size) snprintf(how, sizeof how, "its stage_to_rank puts %d stage replicas on them", T);
+        if (!pd__mp_agree(fits, true)) return 1; /* everyone is ready: training starts */
+        if (pd__pipe_set_ranks(*out_pipe, pd__mp.rank, pd__mp.size) != PD_OK) {
+            pd_cli_fail();
+            return 1;
+        }
+        if (!a->quiet)
+            printf("%d processes (mpirun), %s; rank 0 writes the metrics and the model\n", pd__mp.size, how);
+    }
+    return 0;
+}
+
 static int pd__train_pipeline(pd__targs *a, pd_graph *g, const char *input, pd_tensor *X, pd_tensor *Y,
                               pd__data *data, int64_t steps, pd__sched_kind kind, FILE *mf, pd__ckrun *cr) {
     int rc = 1;
@@ -578,37 +618,7 @@ static int pd__train_pipeline(pd__targs *a, pd_graph *g, const char *input, pd_t
     int M = (int)a->microbatches;
     int64_t first = cr->first;
     pd__pmetrics pm = {mf, NULL, first, a->batch, X->shape[0], 0};
-    if (pd__mp.size > 1) { /* rank 0 plans; the others take its plan */
-        pd_status ps = pd__mp.rank != 0 ? PD_OK
-                       : cr->from.nparts  ? pd__ckpt_plan(a, g, cr->from_info, &plan)
-                                          : pd__pipe_plan(a, g, kind == PD_SCHED_INTERLEAVED, &plan);
-        if (pd_cli_share_plan(pd__mp.rank, ps, &plan) != PD_OK) {
-            pd_cli_fail();
-            goto out;
-        }
-    } else if ((cr->from.nparts ? pd__ckpt_plan(a, g, cr->from_info, &plan)
-                                : pd__pipe_plan(a, g, kind == PD_SCHED_INTERLEAVED, &plan)) != PD_OK) {
-        pd_cli_fail();
-        goto out;
-    }
-    if (pd__pipe_create(g, plan, &a->o, kind, M, &pipe) != PD_OK || pd__pipe_set_vertical_sync(pipe, a->vertical_sync) != PD_OK) {
-        pd_cli_fail();
-        goto out;
-    }
-    if (pd__mp.size > 1) {
-        bool fits = pd__pipe_fits(pipe, pd__mp.size) == PD_OK;
-        if (!fits) fprintf(stderr, "pdonnx: %s\n", pd_cli_error());
-        int T = pd__pipe_threads(pipe);
-        char how[96] = "one per stage replica"; /* or several per process: the plan's stage_to_rank */
-        if (T > pd__mp.size) snprintf(how, sizeof how, "its stage_to_rank puts %d stage replicas on them", T);
-        if (!pd__mp_agree(fits, true)) goto out; /* everyone is ready: training starts */
-        if (pd__pipe_set_ranks(pipe, pd__mp.rank, pd__mp.size) != PD_OK) {
-            pd_cli_fail();
-            goto out;
-        }
-        if (!a->quiet)
-            printf("%d processes (mpirun), %s; rank 0 writes the metrics and the model\n", pd__mp.size, how);
-    }
+    if (pd__pipeline_setup(a, g, kind, M, cr, &plan, &pipe) != 0) goto out;
     cr->parts = pd__pipe_stages(pipe);
     if (cr->info) { /* the plan goes into every checkpoint: a resume runs the same one */
         char *pj = pd__plan_to_json(plan);
