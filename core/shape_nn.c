@@ -968,12 +968,11 @@ void pd__resize_inputs(const pd__node *n, int *scales, int *sizes) {
 
 static bool rsz_given(const pd_tensor *t) { return t && pd_tensor_numel(t) > 0; }
 
-pd_status pd__resize_plan(const pd__node *n, int ndim, const int64_t *x, const pd_tensor *roi,
-                          const pd_tensor *scales, const pd_tensor *sizes, pd__rsz *r) {
-    memset(r, 0, sizeof *r);
-    r->ndim = ndim;
-    bool up = !strcmp(n->op_type, "Upsample"), v10 = up || n->opset < 11;
-    int keep = 0; /* keep_aspect_ratio_policy with sizes: 1 not_larger, 2 not_smaller */
+/* Resize's modes from its attributes (Upsample and Resize-10: asymmetric
+ * coordinates, nearest rounds down); *keep is keep_aspect_ratio_policy's
+ * 1 not_larger, 2 not_smaller, 0 stretch. */
+static pd_status rsz_modes(const pd__node *n, pd__rsz *r, int *keep) {
+    bool v10 = !strcmp(n->op_type, "Upsample") || n->opset < 11;
     const char *mode = pd__attr_s(n, "mode", "nearest");
     if (!strcmp(mode, "linear") || (v10 && !strcmp(mode, "bilinear"))) r->linear = true;
     else if (!v10 && !strcmp(mode, "cubic")) r->cubic = true;
@@ -1005,20 +1004,24 @@ pd_status pd__resize_plan(const pd__node *n, int ndim, const int64_t *x, const p
         if (r->antialias && !r->linear && !r->cubic)
             return pd__err(PD_ERR_UNSUPPORTED, "antialias=1 is defined for the linear and cubic modes, not nearest");
         const char *k = pd__attr_s(n, "keep_aspect_ratio_policy", "stretch");
-        keep = !strcmp(k, "not_larger") ? 1 : !strcmp(k, "not_smaller") ? 2 : 0;
-        if (!keep && strcmp(k, "stretch") != 0)
+        *keep = !strcmp(k, "not_larger") ? 1 : !strcmp(k, "not_smaller") ? 2 : 0;
+        if (!*keep && strcmp(k, "stretch") != 0)
             return pd__err(PD_ERR_UNSUPPORTED, "keep_aspect_ratio_policy '%s' is not supported (stretch, not_larger "
                            "and not_smaller are)", k);
     }
-    /* the axes scales and sizes apply to (opset 18+), every axis by default */
-    int axes[PD_MAX_DIMS], na = ndim;
+    return PD_OK;
+}
+
+/* The axes scales and sizes apply to (opset 18+), every axis by default. */
+static pd_status rsz_axes(const pd__node *n, int ndim, int *axes, int *na) {
+    *na = ndim;
     const int64_t *av;
     int ac = pd__attr_ints(n, "axes", &av);
     bool seen[PD_MAX_DIMS] = {false};
     for (int i = 0; i < ndim; i++) axes[i] = i;
     if (ac) {
         if (ac > ndim) return pd__err(PD_ERR_SHAPE, "attribute axes has %d values for rank %d", ac, ndim);
-        na = ac;
+        *na = ac;
         for (int i = 0; i < ac; i++) {
             if (!norm_axis(av[i], ndim, ndim - 1, &axes[i]) || seen[axes[i]])
                 return pd__err(PD_ERR_SHAPE, "attribute axes entry %d (%lld) is out of range or repeated", i,
@@ -1026,23 +1029,28 @@ pd_status pd__resize_plan(const pd__node *n, int ndim, const int64_t *x, const p
             seen[axes[i]] = true;
         }
     }
-    for (int i = 0; i < ndim; i++) {
-        r->in[i] = r->out[i] = x[i];
-        r->scale[i] = 1;
-        r->outf[i] = (double)x[i];
-        r->roi[i] = 0, r->roi[ndim + i] = 1;
+    return PD_OK;
+}
+
+/* tf_crop_and_resize's roi: starts then ends of the axes scaled, in [0, 1] units. */
+static pd_status rsz_roi(const pd_tensor *roi, const int *axes, int na, pd__rsz *r) {
+    int ndim = r->ndim;
+    if (!rsz_given(roi)) return pd__err(PD_ERR_SHAPE, "tf_crop_and_resize needs the roi input");
+    if (pd_tensor_numel(roi) != 2 * na)
+        return pd__err(PD_ERR_SHAPE, "roi has %lld values for %d axes (want %d)", (long long)pd_tensor_numel(roi),
+                       na, 2 * na);
+    r->roi_f32 = roi->dtype == PD_FLOAT;
+    for (int i = 0; roi->data && i < na; i++) {
+        r->roi[axes[i]] = pd__get_f(roi->dtype, roi->data, i);
+        r->roi[ndim + axes[i]] = pd__get_f(roi->dtype, roi->data, na + i);
     }
-    if (r->ctm == PD_RSZ_TF_CROP_AND_RESIZE) { /* roi: starts then ends of the axes scaled, in [0, 1] units */
-        if (!rsz_given(roi)) return pd__err(PD_ERR_SHAPE, "tf_crop_and_resize needs the roi input");
-        if (pd_tensor_numel(roi) != 2 * na)
-            return pd__err(PD_ERR_SHAPE, "roi has %lld values for %d axes (want %d)", (long long)pd_tensor_numel(roi),
-                           na, 2 * na);
-        r->roi_f32 = roi->dtype == PD_FLOAT;
-        for (int i = 0; roi->data && i < na; i++) {
-            r->roi[axes[i]] = pd__get_f(roi->dtype, roi->data, i);
-            r->roi[ndim + axes[i]] = pd__get_f(roi->dtype, roi->data, na + i);
-        }
-    }
+    return PD_OK;
+}
+
+/* The output sizes from scales (an input, or Upsample-7's attribute) or sizes. */
+static pd_status rsz_targets(const pd__node *n, const int64_t *x, const pd_tensor *scales, const pd_tensor *sizes,
+                             const int *axes, int na, pd__rsz *r) {
+    bool up = !strcmp(n->op_type, "Upsample");
     const float *af = NULL;
     int afc = up && n->opset < 9 ? pd__attr_floats(n, "scales", &af) : 0;
     bool hs = rsz_given(scales) || afc > 0, hz = rsz_given(sizes);
@@ -1072,21 +1080,29 @@ pd_status pd__resize_plan(const pd__node *n, int ndim, const int64_t *x, const p
         if (r->out[d] > 0 && x[d] == 0)
             return pd__err(PD_ERR_SHAPE, "axis %d of size 0 cannot be resized to %lld", d, (long long)r->out[d]);
     }
-    if (keep && hz) { /* one scale for the axes, the smallest or largest of sizes / input; sizes rounded half up */
-        double sc = keep == 1 ? INFINITY : 0;
-        for (int i = 0; i < na; i++) {
-            double s = r->scale[axes[i]];
-            sc = keep == 1 ? fmin(sc, s) : fmax(sc, s);
-        }
-        for (int i = 0; i < na; i++) {
-            int d = axes[i];
-            r->scale[d] = sc;
-            r->out[d] = (int64_t)((double)x[d] * sc + 0.5);
-            r->outf[d] = (double)x[d] * sc;
-        }
+    return PD_OK;
+}
+
+/* keep_aspect_ratio_policy with sizes: one scale for the axes, the smallest
+ * (not_larger) or largest (not_smaller) of sizes / input; sizes rounded half up. */
+static void rsz_keep(int keep, const int64_t *x, const int *axes, int na, pd__rsz *r) {
+    double sc = keep == 1 ? INFINITY : 0;
+    for (int i = 0; i < na; i++) {
+        double s = r->scale[axes[i]];
+        sc = keep == 1 ? fmin(sc, s) : fmax(sc, s);
     }
+    for (int i = 0; i < na; i++) {
+        int d = axes[i];
+        r->scale[d] = sc;
+        r->out[d] = (int64_t)((double)x[d] * sc + 0.5);
+        r->outf[d] = (double)x[d] * sc;
+    }
+}
+
+/* antialias: the kernel's support, [-1, 1] or [-2, 2], over the scale. */
+static pd_status rsz_taps(pd__rsz *r) {
     r->taps = 4;
-    for (int d = 0; r->antialias && d < ndim; d++) { /* the kernel's support, [-1, 1] or [-2, 2], over scale */
+    for (int d = 0; r->antialias && d < r->ndim; d++) {
         double s = r->scale[d] < 1 ? r->scale[d] : 1, t = -2 * floor((r->cubic ? -2 : -1) / s);
         if (t > 1024)
             return pd__err(PD_ERR_UNSUPPORTED, "antialias at scale %g of axis %d needs %g taps (1024 at most)", s, d,
@@ -1094,6 +1110,25 @@ pd_status pd__resize_plan(const pd__node *n, int ndim, const int64_t *x, const p
         if (t > r->taps) r->taps = (int)t;
     }
     return PD_OK;
+}
+
+pd_status pd__resize_plan(const pd__node *n, int ndim, const int64_t *x, const pd_tensor *roi,
+                          const pd_tensor *scales, const pd_tensor *sizes, pd__rsz *r) {
+    memset(r, 0, sizeof *r);
+    r->ndim = ndim;
+    int keep = 0, axes[PD_MAX_DIMS], na;
+    PD_TRY(rsz_modes(n, r, &keep));
+    PD_TRY(rsz_axes(n, ndim, axes, &na));
+    for (int i = 0; i < ndim; i++) {
+        r->in[i] = r->out[i] = x[i];
+        r->scale[i] = 1;
+        r->outf[i] = (double)x[i];
+        r->roi[i] = 0, r->roi[ndim + i] = 1;
+    }
+    if (r->ctm == PD_RSZ_TF_CROP_AND_RESIZE) PD_TRY(rsz_roi(roi, axes, na, r));
+    PD_TRY(rsz_targets(n, x, scales, sizes, axes, na, r));
+    if (keep && rsz_given(sizes)) rsz_keep(keep, x, axes, na, r);
+    return rsz_taps(r);
 }
 
 static pd_status resize_shape(pd_graph *g, pd__node *n) {
@@ -1257,138 +1292,163 @@ double pd__flops_Det(const pd_graph *g, const pd__node *n) {
 
 /* ---- Einsum ------------------------------------------------------------------------------------ */
 
-pd_status pd__einsum_plan(const pd__node *n, int nin, int ra, const int64_t *sa, int rb, const int64_t *sb,
-                          pd__ein *e) {
-    memset(e, 0, sizeof *e);
-    const char *eq = pd__attr_s(n, "equation", "");
-    char t[3][PD_MAX_DIMS + 1] = {{0}};
-    int len[3] = {0}, part = 0, ell[3] = {-1, -1, -1};
-    bool arrow = false, comma = false;
-    for (const char *p = eq; *p; p++) {
+/* An equation being planned: each operand's letters (t[0] A, t[1] B, t[2]
+ * the output), an ellipsis' position in each (-1: none), and once known
+ * each letter's axis in A, B and the output (-1: absent). */
+typedef struct pd__ein_eq {
+    const char *eq;
+    char t[3][PD_MAX_DIMS + 1];
+    int len[3], ell[3], nin;
+    bool arrow, comma;
+    int ax[3][128];
+} pd__ein_eq;
+
+static pd_status ein_parse(pd__ein_eq *q) {
+    int part = 0;
+    for (const char *p = q->eq; *p; p++) {
         char ch = *p;
         if (ch == ' ') continue;
-        if (ch == ',' && part == 0 && !arrow) part = 1, comma = true;
-        else if (ch == '-' && p[1] == '>' && !arrow) arrow = true, part = 2, p++;
-        else if (((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z')) && len[part] < PD_MAX_DIMS)
-            t[part][len[part]++] = ch;
-        else if (ch == '.' && p[1] == '.' && p[2] == '.' && ell[part] < 0)
-            ell[part] = len[part], p += 2;
+        if (ch == ',' && part == 0 && !q->arrow) part = 1, q->comma = true;
+        else if (ch == '-' && p[1] == '>' && !q->arrow) q->arrow = true, part = 2, p++;
+        else if (((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z')) && q->len[part] < PD_MAX_DIMS)
+            q->t[part][q->len[part]++] = ch;
+        else if (ch == '.' && p[1] == '.' && p[2] == '.' && q->ell[part] < 0)
+            q->ell[part] = q->len[part], p += 2;
         else
             return pd__err(PD_ERR_UNSUPPORTED,
                            "equation '%s' is not supported (one or two operands, letters and '...': a batched "
-                           "matrix product such as 'bij,bjk->bik', a transpose, a sum or a diagonal)", eq);
+                           "matrix product such as 'bij,bjk->bik', a transpose, a sum or a diagonal)", q->eq);
     }
-    if (nin > 2 || nin < 1)
-        return pd__err(PD_ERR_UNSUPPORTED, "equation '%s' with %d operands is not supported (one or two are)", eq, nin);
-    if (nin != (comma ? 2 : 1))
-        return pd__err(PD_ERR_SHAPE, "equation '%s' does not name %d operands", eq, nin);
-    /* an ellipsis becomes letters \1, \2 ... for its axes, right-aligned across the operands */
+    if (q->nin > 2 || q->nin < 1)
+        return pd__err(PD_ERR_UNSUPPORTED, "equation '%s' with %d operands is not supported (one or two are)", q->eq,
+                       q->nin);
+    if (q->nin != (q->comma ? 2 : 1))
+        return pd__err(PD_ERR_SHAPE, "equation '%s' does not name %d operands", q->eq, q->nin);
+    return PD_OK;
+}
+
+/* An ellipsis becomes letters \1, \2 ... for its axes, right-aligned across
+ * the operands; without '->' the output is the ellipsis' axes, then the
+ * letters named once, in alphabetical order. */
+static pd_status ein_expand(pd__ein_eq *q, int ra, int rb) {
     int rk[2] = {ra, rb}, ne = 0, nek[2] = {0, 0};
-    for (int k = 0; k < nin; k++) {
-        nek[k] = ell[k] >= 0 ? rk[k] - len[k] : 0;
-        if (nek[k] < 0 || (ell[k] < 0 && len[k] != rk[k]))
-            return pd__err(PD_ERR_SHAPE, "equation '%s' names %d and %d axes; the operands have ranks %d and %d", eq,
-                           len[0], len[1], ra, rb);
+    for (int k = 0; k < q->nin; k++) {
+        nek[k] = q->ell[k] >= 0 ? rk[k] - q->len[k] : 0;
+        if (nek[k] < 0 || (q->ell[k] < 0 && q->len[k] != rk[k]))
+            return pd__err(PD_ERR_SHAPE, "equation '%s' names %d and %d axes; the operands have ranks %d and %d",
+                           q->eq, q->len[0], q->len[1], ra, rb);
         if (nek[k] > ne) ne = nek[k];
     }
-    if (ell[2] >= 0 && !arrow) ell[2] = -1;
+    if (q->ell[2] >= 0 && !q->arrow) q->ell[2] = -1;
     for (int k = 0; k < 3; k++) {
-        int m = k < 2 ? nek[k] : ell[2] >= 0 ? ne : 0, at = ell[k];
+        int m = k < 2 ? nek[k] : q->ell[2] >= 0 ? ne : 0, at = q->ell[k];
         if (at < 0 || m == 0) continue;
-        if (len[k] + m > PD_MAX_DIMS) return pd__err(PD_ERR_SHAPE, "equation '%s' has too many axes", eq);
-        memmove(t[k] + at + m, t[k] + at, (size_t)(len[k] - at));
-        for (int j = 0; j < m; j++) t[k][at + j] = (char)(1 + ne - m + j);
-        len[k] += m;
+        if (q->len[k] + m > PD_MAX_DIMS) return pd__err(PD_ERR_SHAPE, "equation '%s' has too many axes", q->eq);
+        memmove(q->t[k] + at + m, q->t[k] + at, (size_t)(q->len[k] - at));
+        for (int j = 0; j < m; j++) q->t[k][at + j] = (char)(1 + ne - m + j);
+        q->len[k] += m;
     }
-    if (!arrow) { /* implicit output: the ellipsis' axes, then the letters named once, in alphabetical order */
-        int cnt[128] = {0};
-        for (int k = 0; k < nin; k++)
-            for (int i = 0; i < len[k]; i++) cnt[(int)t[k][i]]++;
-        for (int j = 0; j < ne; j++) t[2][len[2]++] = (char)(1 + j);
-        for (int ch = 'A'; ch <= 'z'; ch++)
-            if (cnt[ch] == 1 && len[2] < PD_MAX_DIMS) t[2][len[2]++] = (char)ch;
-    }
-    /* a letter repeated in an operand: the operand becomes its diagonal */
+    if (q->arrow) return PD_OK;
+    int cnt[128] = {0};
+    for (int k = 0; k < q->nin; k++)
+        for (int i = 0; i < q->len[k]; i++) cnt[(int)q->t[k][i]]++;
+    for (int j = 0; j < ne; j++) q->t[2][q->len[2]++] = (char)(1 + j);
+    for (int ch = 'A'; ch <= 'z'; ch++)
+        if (cnt[ch] == 1 && q->len[2] < PD_MAX_DIMS) q->t[2][q->len[2]++] = (char)ch;
+    return PD_OK;
+}
+
+/* A letter repeated in an operand: the operand becomes its diagonal. */
+static pd_status ein_diagonals(pd__ein_eq *q, const int64_t *const sk[2], pd__ein *e) {
     int64_t dsz[2][PD_MAX_DIMS];
-    const int64_t *sk[2] = {sa, sb};
-    for (int k = 0; k < nin; k++) {
+    for (int k = 0; k < q->nin; k++) {
         char u[PD_MAX_DIMS + 1] = {0};
         int nu = 0;
-        for (int i = 0; i < len[k]; i++) {
+        for (int i = 0; i < q->len[k]; i++) {
             int j = 0;
-            while (j < nu && u[j] != t[k][i]) j++;
+            while (j < nu && u[j] != q->t[k][i]) j++;
             if (j == nu) {
-                u[nu] = t[k][i];
+                u[nu] = q->t[k][i];
                 dsz[k][nu++] = sk[k][i];
             } else if (dsz[k][j] != sk[k][i]) {
-                return pd__err(PD_ERR_SHAPE, "equation '%s': the diagonal over '%c' has sides %lld and %lld", eq,
-                               t[k][i], (long long)dsz[k][j], (long long)sk[k][i]);
+                return pd__err(PD_ERR_SHAPE, "equation '%s': the diagonal over '%c' has sides %lld and %lld", q->eq,
+                               q->t[k][i], (long long)dsz[k][j], (long long)sk[k][i]);
             }
             e->dmap[k][i] = j;
         }
-        if (nu == len[k]) continue;
+        if (nu == q->len[k]) continue;
         e->diag[k] = true;
         e->dr[k] = nu;
         memcpy(e->dshape[k], dsz[k], sizeof(int64_t) * (size_t)nu);
-        memcpy(t[k], u, (size_t)nu + 1);
-        len[k] = nu;
+        memcpy(q->t[k], u, (size_t)nu + 1);
+        q->len[k] = nu;
     }
-    if (e->diag[0]) ra = e->dr[0], sa = e->dshape[0];
-    if (e->diag[1]) rb = e->dr[1], sb = e->dshape[1];
-    /* letter -> axis in A, B, the output (-1: absent) */
-    int ax[3][128];
-    memset(ax, -1, sizeof ax);
+    return PD_OK;
+}
+
+/* Each letter's axes; one operand gets a B of ones over the letters summed
+ * ('ij->i' is 'ij,j->i'). */
+static pd_status ein_axes(pd__ein_eq *q, const int64_t *sa, pd__ein *e) {
+    memset(q->ax, -1, sizeof q->ax);
     for (int k = 0; k < 2; k++)
-        for (int i = 0; i < len[k]; i++) ax[k][(int)t[k][i]] = i;
-    for (int i = 0; i < len[2]; i++) {
-        int ch = t[2][i];
-        if (ax[2][ch] >= 0 || (ax[0][ch] < 0 && ax[1][ch] < 0))
-            return pd__err(PD_ERR_SHAPE, "equation '%s': output letter '%c' is repeated or in no operand", eq, ch);
-        ax[2][ch] = i;
+        for (int i = 0; i < q->len[k]; i++) q->ax[k][(int)q->t[k][i]] = i;
+    for (int i = 0; i < q->len[2]; i++) {
+        int ch = q->t[2][i];
+        if (q->ax[2][ch] >= 0 || (q->ax[0][ch] < 0 && q->ax[1][ch] < 0))
+            return pd__err(PD_ERR_SHAPE, "equation '%s': output letter '%c' is repeated or in no operand", q->eq, ch);
+        q->ax[2][ch] = i;
     }
-    if (nin == 1) { /* one operand: a product with B of ones over the letters summed ('ij->i' is 'ij,j->i') */
-        for (int i = 0; i < len[0]; i++) {
-            int ch = t[0][i];
-            if (ax[2][ch] >= 0) continue;
-            ax[1][ch] = len[1];
-            e->bshape[len[1]] = sa[i];
-            t[1][len[1]++] = (char)ch;
-        }
-        rb = len[1];
-        sb = e->bshape;
+    if (q->nin == 2) return PD_OK;
+    for (int i = 0; i < q->len[0]; i++) {
+        int ch = q->t[0][i];
+        if (q->ax[2][ch] >= 0) continue;
+        q->ax[1][ch] = q->len[1];
+        e->bshape[q->len[1]] = sa[i];
+        q->t[1][q->len[1]++] = (char)ch;
     }
+    return PD_OK;
+}
+
+/* Every letter is in both operands or in the output, with one size. */
+static pd_status ein_check(const pd__ein_eq *q, const int64_t *sa, const int64_t *sb) {
     for (int k = 0; k < 2; k++)
-        for (int i = 0; i < len[k]; i++) {
-            int ch = t[k][i];
+        for (int i = 0; i < q->len[k]; i++) {
+            int ch = q->t[k][i];
+            const int *a0 = q->ax[0], *a1 = q->ax[1];
             char what[16]; /* a letter, or one of the ellipsis' axes (\1, \2 ...) */
             if (ch < 'A') snprintf(what, sizeof what, "'...' axis %d", ch - 1);
             else snprintf(what, sizeof what, "'%c'", ch);
-            if (ax[1 - k][ch] < 0 && ax[2][ch] < 0)
-                return pd__err(PD_ERR_UNSUPPORTED, "equation '%s' sums %s over one operand only; not supported", eq,
+            if (q->ax[1 - k][ch] < 0 && q->ax[2][ch] < 0)
+                return pd__err(PD_ERR_UNSUPPORTED, "equation '%s' sums %s over one operand only; not supported", q->eq,
                                what);
-            if (ax[0][ch] >= 0 && ax[1][ch] >= 0 && sa[ax[0][ch]] != sb[ax[1][ch]]) {
-                bool bcast = ch < 'A' && (sa[ax[0][ch]] == 1 || sb[ax[1][ch]] == 1); /* valid ONNX, not done here */
+            if (a0[ch] >= 0 && a1[ch] >= 0 && sa[a0[ch]] != sb[a1[ch]]) {
+                bool bcast = ch < 'A' && (sa[a0[ch]] == 1 || sb[a1[ch]] == 1); /* valid ONNX, not done here */
                 return pd__err(bcast ? PD_ERR_UNSUPPORTED : PD_ERR_SHAPE,
-                               "equation '%s': %s is %lld in A and %lld in B (no broadcasting)", eq, what,
-                               (long long)sa[ax[0][ch]], (long long)sb[ax[1][ch]]);
+                               "equation '%s': %s is %lld in A and %lld in B (no broadcasting)", q->eq, what,
+                               (long long)sa[a0[ch]], (long long)sb[a1[ch]]);
             }
         }
-    e->ra = ra, e->rb = rb, e->ro = len[2];
+    return PD_OK;
+}
+
+/* The letters' roles: batch (A, B, output), M (A, output), K (A, B) and N
+ * (B, output); batch, M and N in output order, K in A's order. */
+static void ein_roles(const pd__ein_eq *q, const int64_t *sa, const int64_t *sb, pd__ein *e) {
     e->B = e->M = e->N = e->K = 1;
     int na = 0, nb = 0, nc = 0;
     for (int role = 0; role < 4; role++) {
-        if (role == 2) { /* K letters, in A's order: after M in A, after batch in B */
-            for (int i = 0; i < len[0]; i++) {
-                int ch = t[0][i];
-                if (ax[1][ch] < 0 || ax[2][ch] >= 0) continue;
+        if (role == 2) { /* K letters: after M in A, after batch in B */
+            for (int i = 0; i < q->len[0]; i++) {
+                int ch = q->t[0][i];
+                if (q->ax[1][ch] < 0 || q->ax[2][ch] >= 0) continue;
                 e->pa[na++] = i;
-                e->pb[nb++] = ax[1][ch];
+                e->pb[nb++] = q->ax[1][ch];
                 e->K *= sa[i];
             }
             continue;
         }
-        for (int i = 0; i < len[2]; i++) { /* batch, M, N letters in output order */
-            int ch = t[2][i], ia = ax[0][ch], ib = ax[1][ch];
+        for (int i = 0; i < q->len[2]; i++) {
+            int ch = q->t[2][i], ia = q->ax[0][ch], ib = q->ax[1][ch];
             int r = ia >= 0 && ib >= 0 ? 0 : ia >= 0 ? 1 : 3;
             if (r != role) continue;
             int64_t sz = ia >= 0 ? sa[ia] : sb[ib];
@@ -1401,6 +1461,23 @@ pd_status pd__einsum_plan(const pd__node *n, int nin, int ra, const int64_t *sa,
     }
     e->nbt = nc;
     for (int j = 0; j < nc; j++) e->out[e->po[j]] = e->cshape[j];
+}
+
+pd_status pd__einsum_plan(const pd__node *n, int nin, int ra, const int64_t *sa, int rb, const int64_t *sb,
+                          pd__ein *e) {
+    memset(e, 0, sizeof *e);
+    pd__ein_eq q = {.eq = pd__attr_s(n, "equation", ""), .ell = {-1, -1, -1}, .nin = nin};
+    PD_TRY(ein_parse(&q));
+    PD_TRY(ein_expand(&q, ra, rb));
+    const int64_t *sk[2] = {sa, sb};
+    PD_TRY(ein_diagonals(&q, sk, e));
+    if (e->diag[0]) ra = e->dr[0], sa = e->dshape[0];
+    if (e->diag[1]) rb = e->dr[1], sb = e->dshape[1];
+    PD_TRY(ein_axes(&q, sa, e));
+    if (nin == 1) rb = q.len[1], sb = e->bshape;
+    PD_TRY(ein_check(&q, sa, sb));
+    e->ra = ra, e->rb = rb, e->ro = q.len[2];
+    ein_roles(&q, sa, sb, e);
     return PD_OK;
 }
 
