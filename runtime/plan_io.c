@@ -144,7 +144,8 @@ static pd_status pd__assign(const char *path, pd_plan *p, const cJSON *arr, int 
     return PD_OK;
 }
 
-static pd_status pd__plan_parse(const char *path, const cJSON *r, pd_plan *p) {
+/* The plan's scalars: its model, algorithm, shape and predictions. */
+static pd_status plan_header(const char *path, const cJSON *r, pd_plan *p) {
     if (!cJSON_IsObject(r)) return pd__err(PD_ERR_PARSE, "%s: plan: not a JSON object", path);
     const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(r, "format");
     if (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, "pdonnx-plan") != 0)
@@ -185,7 +186,11 @@ static pd_status pd__plan_parse(const char *path, const cJSON *r, pd_plan *p) {
     PD_TRY(pd__num(path, r, "dp_ms", false, 0, INFINITY, &p->dp_ms));
     PD_TRY(pd__num(path, r, "bubble", false, 0, 1, &p->bubble));
     PD_TRY(pd__num(path, r, "throughput", false, 0, INFINITY, &p->throughput));
+    return PD_OK;
+}
 
+/* "nodes": the model's node names, each in no stage yet. */
+static pd_status plan_nodes(const char *path, const cJSON *r, pd_plan *p) {
     const cJSON *nodes = cJSON_GetObjectItemCaseSensitive(r, "nodes");
     if (!cJSON_IsArray(nodes) || cJSON_GetArraySize(nodes) < 1)
         return pd__err(PD_ERR_PARSE, "%s: plan: \"nodes\" must be a non-empty array of node names", path);
@@ -202,66 +207,73 @@ static pd_status pd__plan_parse(const char *path, const cJSON *r, pd_plan *p) {
         p->fwd_stage[v] = p->bwd_stage[v] = -1;
         v++;
     }
-    const cJSON *stages = cJSON_GetObjectItemCaseSensitive(r, "stages");
-    if (!cJSON_IsArray(stages) || cJSON_GetArraySize(stages) < 1)
-        return pd__err(PD_ERR_PARSE, "%s: plan: \"stages\" must be a non-empty array", path);
-    p->n_stages = cJSON_GetArraySize(stages);
-    if (p->n_stages % p->chunks) return pd__err(PD_ERR_PARSE, "%s: plan: %d stages do not split into %d chunks per worker", path, p->n_stages, p->chunks);
-    p->stage = PD_CALLOC((size_t)p->n_stages, sizeof(pd__stage));
-    if (!p->stage) return pd__err(PD_ERR_NOMEM, "%s: out of memory", path);
-    int s = 0, rank = 0;
-    cJSON_ArrayForEach(it, stages) {
-        pd__stage *st = &p->stage[s];
-        if (!cJSON_IsObject(it)) return pd__err(PD_ERR_PARSE, "%s: plan: stage %d is not an object", path, s);
-        double rep = 1;
-        PD_TRY(pd__num(path, it, "replicas", false, 1, 1 << 20, &rep));
-        st->replicas = (int)rep;
-        st->first_rank = rank;
-        const cJSON *rk = cJSON_GetObjectItem(it, "ranks"); /* stage_to_rank: consecutive ranks per stage */
-        if (rk) {
-            if (!cJSON_IsArray(rk) || cJSON_GetArraySize(rk) != st->replicas)
-                return pd__err(PD_ERR_PARSE, "%s: plan: stage %d's \"ranks\" must list its %d replicas' ranks", path, s,
-                               st->replicas);
-            for (int q = 0; q < st->replicas; q++) {
-                const cJSON *v = cJSON_GetArrayItem(rk, q);
-                for (int e = 0; e < q && cJSON_IsNumber(v); e++) /* several threads of one stage per process: no */
-                    if (cJSON_GetArrayItem(rk, e)->valuedouble == v->valuedouble)
-                        return pd__err(PD_ERR_PARSE, "%s: plan: stage %d's replicas %d and %d are both on rank %g (a "
-                                       "stage's replicas each need a process of their own)", path, s, e, q,
-                                       v->valuedouble);
-                if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble > 1 << 20 ||
-                    (q > 0 && v->valuedouble != (double)st->first_rank + q))
-                    return pd__err(PD_ERR_PARSE,
-                                   "%s: plan: stage %d's \"ranks\" must be consecutive whole numbers (a stage's "
-                                   "replicas sit on consecutive ranks)",
-                                   path, s);
-                if (q == 0) st->first_rank = (int)v->valuedouble;
-            }
-        }
-        rank += st->replicas;
-        if (cJSON_GetObjectItemCaseSensitive(it, "device")) { /* optional: the stage's GPU (--device cuda) */
-            double dev = 0;
-            PD_TRY(pd__num(path, it, "device", true, 0, 1023, &dev));
-            if (dev != floor(dev)) return pd__err(PD_ERR_PARSE, "%s: plan: stage %d's \"device\" must be a GPU index", path, s);
-            st->has_device = true;
-            st->device = (int)dev;
-        }
-        const char *keys[] = {"fwd_ms", "bwd_in_ms", "bwd_w_ms", "param_bytes", "optim_bytes", "act_bytes",
-                              "in_bytes", "out_bytes", "send_ms", "allreduce_ms", "time_ms", "memory_bytes"};
-        double *dst[] = {&st->fwd_ms, &st->bwd_in_ms, &st->bwd_w_ms, &st->param_bytes, &st->optim_bytes, &st->act_bytes,
-                         &st->in_bytes, &st->out_bytes, &st->send_ms, &st->allreduce_ms, &st->time_ms, &st->memory_bytes};
-        for (int k = 0; k < 12; k++) {
-            pd_status e = pd__num(path, it, keys[k], k < 3, 0, INFINITY, dst[k]);
-            if (e != PD_OK) {
-                pd__err_prefix("stage %d", s);
-                return e;
-            }
-        }
-        PD_TRY(pd__assign(path, p, cJSON_GetObjectItemCaseSensitive(it, "nodes"), s, p->fwd_stage, "nodes"));
-        const cJSON *bw = cJSON_GetObjectItemCaseSensitive(it, "bwd_nodes");
-        if (bw) PD_TRY(pd__assign(path, p, bw, s, p->bwd_stage, "bwd_nodes"));
-        s++;
+    return PD_OK;
+}
+
+/* A stage's "ranks" (stage_to_rank): its replicas on consecutive ranks, each
+ * in a process of its own; without it the ranks follow the previous stage's. */
+static pd_status plan_ranks(const char *path, const cJSON *it, int s, pd__stage *st) {
+    const cJSON *rk = cJSON_GetObjectItem(it, "ranks");
+    if (!rk) return PD_OK;
+    if (!cJSON_IsArray(rk) || cJSON_GetArraySize(rk) != st->replicas)
+        return pd__err(PD_ERR_PARSE, "%s: plan: stage %d's \"ranks\" must list its %d replicas' ranks", path, s,
+                       st->replicas);
+    for (int q = 0; q < st->replicas; q++) {
+        const cJSON *v = cJSON_GetArrayItem(rk, q);
+        for (int e = 0; e < q && cJSON_IsNumber(v); e++) /* several threads of one stage per process: no */
+            if (cJSON_GetArrayItem(rk, e)->valuedouble == v->valuedouble)
+                return pd__err(PD_ERR_PARSE, "%s: plan: stage %d's replicas %d and %d are both on rank %g (a "
+                               "stage's replicas each need a process of their own)", path, s, e, q,
+                               v->valuedouble);
+        if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble > 1 << 20 ||
+            (q > 0 && v->valuedouble != (double)st->first_rank + q))
+            return pd__err(PD_ERR_PARSE,
+                           "%s: plan: stage %d's \"ranks\" must be consecutive whole numbers (a stage's "
+                           "replicas sit on consecutive ranks)",
+                           path, s);
+        if (q == 0) st->first_rank = (int)v->valuedouble;
     }
+    return PD_OK;
+}
+
+/* One element of "stages": its replicas and ranks, its GPU, its costs and nodes. */
+static pd_status plan_stage(const char *path, const cJSON *it, int s, int *rank, pd_plan *p) {
+    pd__stage *st = &p->stage[s];
+    if (!cJSON_IsObject(it)) return pd__err(PD_ERR_PARSE, "%s: plan: stage %d is not an object", path, s);
+    double rep = 1;
+    PD_TRY(pd__num(path, it, "replicas", false, 1, 1 << 20, &rep));
+    st->replicas = (int)rep;
+    st->first_rank = *rank;
+    PD_TRY(plan_ranks(path, it, s, st));
+    *rank += st->replicas;
+    if (cJSON_GetObjectItemCaseSensitive(it, "device")) { /* optional: the stage's GPU (--device cuda) */
+        double dev = 0;
+        PD_TRY(pd__num(path, it, "device", true, 0, 1023, &dev));
+        if (dev != floor(dev)) return pd__err(PD_ERR_PARSE, "%s: plan: stage %d's \"device\" must be a GPU index", path, s);
+        st->has_device = true;
+        st->device = (int)dev;
+    }
+    const char *keys[] = {"fwd_ms", "bwd_in_ms", "bwd_w_ms", "param_bytes", "optim_bytes", "act_bytes",
+                          "in_bytes", "out_bytes", "send_ms", "allreduce_ms", "time_ms", "memory_bytes"};
+    double *dst[] = {&st->fwd_ms, &st->bwd_in_ms, &st->bwd_w_ms, &st->param_bytes, &st->optim_bytes, &st->act_bytes,
+                     &st->in_bytes, &st->out_bytes, &st->send_ms, &st->allreduce_ms, &st->time_ms, &st->memory_bytes};
+    for (int k = 0; k < 12; k++) {
+        pd_status e = pd__num(path, it, keys[k], k < 3, 0, INFINITY, dst[k]);
+        if (e != PD_OK) {
+            pd__err_prefix("stage %d", s);
+            return e;
+        }
+    }
+    PD_TRY(pd__assign(path, p, cJSON_GetObjectItemCaseSensitive(it, "nodes"), s, p->fwd_stage, "nodes"));
+    const cJSON *bw = cJSON_GetObjectItemCaseSensitive(it, "bwd_nodes");
+    if (bw) PD_TRY(pd__assign(path, p, bw, s, p->bwd_stage, "bwd_nodes"));
+    return PD_OK;
+}
+
+/* Every node has a forward and a backward stage (the forward's when no
+ * stage lists "bwd_nodes"), and the ranks fit the plan's processes. */
+static pd_status plan_check(const char *path, pd_plan *p) {
+    int v;
     bool has_bwd = false;
     for (v = 0; v < p->n_nodes; v++) {
         if (p->fwd_stage[v] < 0) return pd__err(PD_ERR_PARSE, "%s: plan: node '%s' is in no stage", path, p->node_name[v]);
@@ -284,6 +296,21 @@ static pd_status pd__plan_parse(const char *path, const cJSON *r, pd_plan *p) {
                            total);
     }
     return PD_OK;
+}
+
+static pd_status pd__plan_parse(const char *path, const cJSON *r, pd_plan *p) {
+    PD_TRY(plan_header(path, r, p));
+    PD_TRY(plan_nodes(path, r, p));
+    const cJSON *stages = cJSON_GetObjectItemCaseSensitive(r, "stages"), *it;
+    if (!cJSON_IsArray(stages) || cJSON_GetArraySize(stages) < 1)
+        return pd__err(PD_ERR_PARSE, "%s: plan: \"stages\" must be a non-empty array", path);
+    p->n_stages = cJSON_GetArraySize(stages);
+    if (p->n_stages % p->chunks) return pd__err(PD_ERR_PARSE, "%s: plan: %d stages do not split into %d chunks per worker", path, p->n_stages, p->chunks);
+    p->stage = PD_CALLOC((size_t)p->n_stages, sizeof(pd__stage));
+    if (!p->stage) return pd__err(PD_ERR_NOMEM, "%s: out of memory", path);
+    int s = 0, rank = 0;
+    cJSON_ArrayForEach(it, stages) PD_TRY(plan_stage(path, it, s++, &rank, p));
+    return plan_check(path, p);
 }
 
 /* A plan from JSON text; `what` names it in messages. */
