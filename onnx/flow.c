@@ -761,8 +761,10 @@ typedef struct scan_ctx {
     const Onnx__GraphProto *b;
     int depth, N, nsi, K;
     const smap *outer;
-    const int64_t *iax, *idir;
+    const int64_t *iax, *idir, *oax, *odir;
     int64_t T;
+    bool v8;  /* opset 8: a batch axis 0, each row scanned on its own */
+    int s0;   /* opset 8: sequence_lens is input 0, the states follow */
 } scan_ctx;
 
 /* T steps of the body: states cur (updated), scan inputs src cut along
@@ -795,6 +797,101 @@ static pd_status scan_steps(pd__loader *L, nodes *o, const pd__node *n, const sc
 /* Scan: the length is the scan inputs' extent, known now; all iterations at
  * once. Opset 8's form has sequence_lens first (all must equal the length)
  * and a batch axis 0 everywhere: one unrolled scan per batch row, restacked. */
+/* The scan inputs' length T (one for all) and, opset 8, the batch B every
+ * input shares; iax normalised (opset 8: along the row). sin: the scan
+ * inputs, state: the states. */
+static pd_status scan_lengths(pd_graph *g, const pd__node *n, bool v8, const int *sin, const int *state, int N,
+                              int nsi, int64_t *iax, const int64_t *idir, int64_t *T, int64_t *B) {
+    for (int j = 0; j < nsi + N; j++) { /* scan inputs, then (opset 8) the states' batch */
+        bool scan = j < nsi;
+        int t = scan ? sin[j] : state[j - nsi];
+        if (t < 0)
+            return pd__node_err(g, n, PD_ERR_INVALID, "%s input %d is empty", scan ? "scan" : "state",
+                                scan ? j : j - nsi);
+        const pd__tensor *x = &g->tensors[t];
+        if (v8 && (x->ndim < 1 || (*B >= 0 && x->shape[0] != *B)))
+            return pd__node_err(g, n, PD_ERR_INVALID, "input '%s' does not have the batch axis 0 of %lld rows",
+                                x->name, (long long)*B);
+        if (v8) *B = x->shape[0];
+        if (!scan) continue;
+        int64_t a = iax[j] < 0 ? iax[j] + x->ndim : iax[j];
+        if (a < 0 || a >= x->ndim)
+            return pd__node_err(g, n, PD_ERR_INVALID, "scan input '%s' of rank %d has no axis %lld", x->name, x->ndim,
+                                (long long)iax[j]);
+        iax[j] = v8 ? a - 1 : a; /* opset 8: along the row, once the batch axis is taken */
+        if (*T >= 0 && x->shape[a] != *T)
+            return pd__node_err(g, n, PD_ERR_INVALID, "the scan inputs' lengths differ (%lld and %lld)", (long long)*T,
+                                (long long)x->shape[a]);
+        *T = x->shape[a];
+        if (idir[j] != 0 && idir[j] != 1)
+            return pd__node_err(g, n, PD_ERR_INVALID, "scan_input_directions[%d] is %lld, not 0 or 1", j,
+                                (long long)idir[j]);
+    }
+    return PD_OK;
+}
+
+/* What unrolling refuses: sequence_lens shorter than the scan, an empty
+ * batch, too many iterations, scan outputs of no iteration. */
+static pd_status scan_limits(pd_graph *g, const pd__node *n, const scan_ctx *c, int64_t B) {
+    for (int k = 0; k < c->K; k++)
+        if (c->odir[k] != 0 && c->odir[k] != 1)
+            return pd__node_err(g, n, PD_ERR_INVALID, "scan_output_directions[%d] is %lld, not 0 or 1", k,
+                                (long long)c->odir[k]);
+    int64_t T = c->T;
+    if (c->v8 && n->in[0] >= 0) { /* sequence_lens: only the full length is supported */
+        const pd__tensor *sl = &g->tensors[n->in[0]];
+        bool full = sl->data && pd__foldable_input(sl) && sl->dtype == PD_INT32 && sl->numel == B;
+        for (int64_t r = 0; full && r < B; r++) full = ((const int32_t *)sl->data)[r] == T;
+        if (!full)
+            return pd__node_err(g, n, PD_ERR_UNSUPPORTED,
+                                "sequence_lens '%s' is not a constant equal to the scan length %lld for every row; "
+                                "shorter rows are not supported",
+                                sl->name, (long long)T);
+    }
+    if (c->v8 && B < 1)
+        return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "the batch has no rows; an empty Scan is not supported");
+    int64_t steps = T * (c->v8 ? B : 1);
+    if (T > PD__FLOW_MAX_ITERS || steps > PD__FLOW_MAX_ITERS)
+        return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "the Scan runs %lld iterations, past %d; unrolling it is refused",
+                            (long long)steps, PD__FLOW_MAX_ITERS);
+    if (T == 0 && c->K > 0)
+        return pd__node_err(g, n, PD_ERR_UNSUPPORTED,
+                            "the Scan runs no iteration and has scan outputs, whose shape is then unknown");
+    return PD_OK;
+}
+
+/* Row r (opset 8: batch row r; later opsets: the one row): its states and
+ * scan inputs, the T steps, its scan outputs stacked over the steps; the
+ * row's final states and scan outputs go to rows[r * (N + K) ...]. */
+static pd_status scan_row(pd__loader *L, nodes *o, pd__node *n, const scan_ctx *c, int64_t r, int *cur,
+                          int *pieces, int *rows) {
+    pd_graph *g = L->g;
+    int N = c->N, K = c->K, *src = cur + N;
+    const int *sin = n->in + c->s0 + N;
+    char tag[64] = "";
+    if (c->v8) snprintf(tag, sizeof tag, "row%lld/", (long long)r);
+    for (int k = 0; k < N + c->nsi; k++) { /* this row's states and scan inputs */
+        int from = k < N ? n->in[c->s0 + k] : sin[k - N];
+        char what[96];
+        snprintf(what, sizeof what, "%s%s_%d", tag, k < N ? "state" : "scan_in", k < N ? k : k - N);
+        if (c->v8) PD_TRY(take(L, o, n, from, r, 0, what, &cur[k]));
+        else cur[k] = from;
+    }
+    PD_TRY(scan_steps(L, o, n, c, src, cur, pieces, tag));
+    for (int k = 0; k < N; k++) rows[r * (N + K) + k] = cur[k];
+    for (int j = 0; j < K; j++) { /* the row's scan output j, stacked over the steps */
+        char what[96], base[512];
+        snprintf(what, sizeof what, "%sscan_%d", tag, j);
+        snprintf(base, sizeof base, "%s/%s", n->name, what);
+        int *dst = &rows[r * (N + K) + N + j];
+        if (!c->v8) *dst = n->out[N + j];
+        else PD_TRY(fresh(g, base, dst));
+        if (*dst >= 0)
+            PD_TRY(stack(L, o, n, pieces + j, (int)c->T, K, c->oax[j] - (c->v8 ? 1 : 0), c->odir[j] != 0, *dst, what));
+    }
+    return PD_OK;
+}
+
 static pd_status expand_scan(pd__loader *L, pd__node *n, nodes *o) {
     pd_graph *g = L->g;
     pd_status st = PD_OK;
@@ -814,9 +911,8 @@ static pd_status expand_scan(pd__loader *L, pd__node *n, nodes *o) {
                             "outputs; they do not agree",
                             nsi, b->n_input, b->n_output, given, n->nout);
     }
-    const int *sin = n->in + s0 + N; /* the scan inputs */
     int64_t *iax = (int64_t *)PD_MALLOC(sizeof(int64_t) * (size_t)(2 * nsi + 2 * K + 1));
-    int *cur = (int *)PD_MALLOC(sizeof(int) * (size_t)(N + nsi + 1)), *src = cur ? cur + N : NULL;
+    int *cur = (int *)PD_MALLOC(sizeof(int) * (size_t)(N + nsi + 1));
     int *pieces = NULL, *rows = NULL;
     if (!iax || !cur) st = nomem(g);
     int64_t *idir = iax + nsi, *oax = idir + nsi, *odir = oax + K;
@@ -827,90 +923,14 @@ static pd_status expand_scan(pd__loader *L, pd__node *n, nodes *o) {
     if (st == PD_OK) st = scan_ints(g, n, "scan_output_axes", K, v8 ? 1 : 0, oax);
     if (st == PD_OK) st = scan_ints(g, n, "scan_output_directions", K, 0, odir);
     int64_t T = -1, B = -1;
-    for (int j = 0; j < nsi + N && st == PD_OK; j++) { /* scan inputs, then (opset 8) the states' batch */
-        bool scan = j < nsi;
-        int t = scan ? sin[j] : n->in[s0 + j - nsi];
-        if (t < 0) {
-            st =
-                pd__node_err(g, n, PD_ERR_INVALID, "%s input %d is empty", scan ? "scan" : "state", scan ? j : j - nsi);
-            break;
-        }
-        const pd__tensor *x = &g->tensors[t];
-        if (v8 && (x->ndim < 1 || (B >= 0 && x->shape[0] != B))) {
-            st = pd__node_err(g, n, PD_ERR_INVALID, "input '%s' does not have the batch axis 0 of %lld rows", x->name,
-                              (long long)B);
-            break;
-        }
-        if (v8) B = x->shape[0];
-        if (!scan) continue;
-        int64_t a = iax[j] < 0 ? iax[j] + x->ndim : iax[j];
-        if (a < 0 || a >= x->ndim) {
-            st = pd__node_err(g, n, PD_ERR_INVALID, "scan input '%s' of rank %d has no axis %lld", x->name, x->ndim,
-                              (long long)iax[j]);
-            break;
-        }
-        iax[j] = v8 ? a - 1 : a; /* opset 8: along the row, once the batch axis is taken */
-        if (T >= 0 && x->shape[a] != T)
-            st = pd__node_err(g, n, PD_ERR_INVALID, "the scan inputs' lengths differ (%lld and %lld)", (long long)T,
-                              (long long)x->shape[a]);
-        T = x->shape[a];
-        if (idir[j] != 0 && idir[j] != 1)
-            st = pd__node_err(g, n, PD_ERR_INVALID, "scan_input_directions[%d] is %lld, not 0 or 1", j,
-                              (long long)idir[j]);
-    }
-    for (int k = 0; k < K && st == PD_OK; k++)
-        if (odir[k] != 0 && odir[k] != 1)
-            st = pd__node_err(g, n, PD_ERR_INVALID, "scan_output_directions[%d] is %lld, not 0 or 1", k,
-                              (long long)odir[k]);
-    if (st == PD_OK && v8 && n->in[0] >= 0) { /* sequence_lens: only the full length is supported */
-        const pd__tensor *sl = &g->tensors[n->in[0]];
-        bool full = sl->data && pd__foldable_input(sl) && sl->dtype == PD_INT32 && sl->numel == B;
-        for (int64_t r = 0; full && r < B; r++) full = ((const int32_t *)sl->data)[r] == T;
-        if (!full)
-            st = pd__node_err(g, n, PD_ERR_UNSUPPORTED,
-                              "sequence_lens '%s' is not a constant equal to the scan length %lld for every row; "
-                              "shorter rows are not supported",
-                              sl->name, (long long)T);
-    }
-    if (st == PD_OK && v8 && B < 1)
-        st = pd__node_err(g, n, PD_ERR_UNSUPPORTED, "the batch has no rows; an empty Scan is not supported");
-    int64_t R = v8 ? B : 1, steps = T * R;
-    if (st == PD_OK && (T > PD__FLOW_MAX_ITERS || steps > PD__FLOW_MAX_ITERS))
-        st = pd__node_err(g, n, PD_ERR_UNSUPPORTED, "the Scan runs %lld iterations, past %d; unrolling it is refused",
-                          (long long)steps, PD__FLOW_MAX_ITERS);
-    if (st == PD_OK && T == 0 && K > 0)
-        st = pd__node_err(g, n, PD_ERR_UNSUPPORTED,
-                          "the Scan runs no iteration and has scan outputs, whose shape is then unknown");
+    if (st == PD_OK) st = scan_lengths(g, n, v8, n->in + s0 + N, n->in + s0, N, nsi, iax, idir, &T, &B);
+    scan_ctx c = {.b = b, .depth = ba->n, .N = N, .nsi = nsi, .K = K, .outer = &outer, .iax = iax, .idir = idir,
+                  .oax = oax, .odir = odir, .T = T, .v8 = v8, .s0 = s0};
+    if (st == PD_OK) st = scan_limits(g, n, &c, B);
+    int64_t R = v8 ? B : 1;
     if (st == PD_OK && !(pieces = (int *)PD_MALLOC(sizeof(int) * (size_t)(T * K + 1)))) st = nomem(g);
     if (st == PD_OK && !(rows = (int *)PD_MALLOC(sizeof(int) * (size_t)(R * (N + K) + 1)))) st = nomem(g);
-    scan_ctx c = {b, ba->n, N, nsi, K, &outer, iax, idir, T};
-    for (int64_t r = 0; r < R && st == PD_OK; r++) {
-        char tag[64] = "";
-        if (v8) snprintf(tag, sizeof tag, "row%lld/", (long long)r);
-        for (int k = 0; k < N + nsi && st == PD_OK; k++) { /* this row's states and scan inputs */
-            int from = k < N ? n->in[s0 + k] : sin[k - N];
-            char what[96];
-            snprintf(what, sizeof what, "%s%s_%d", tag, k < N ? "state" : "scan_in", k < N ? k : k - N);
-            if (v8)
-                st = take(L, o, n, from, r, 0, what, &cur[k]);
-            else
-                cur[k] = from;
-        }
-        if (st == PD_OK) st = scan_steps(L, o, n, &c, src, cur, pieces, tag);
-        for (int k = 0; k < N && st == PD_OK; k++) rows[r * (N + K) + k] = cur[k];
-        for (int j = 0; j < K && st == PD_OK; j++) { /* the row's scan output j, stacked over the steps */
-            char what[96], base[512];
-            snprintf(what, sizeof what, "%sscan_%d", tag, j);
-            snprintf(base, sizeof base, "%s/%s", n->name, what);
-            int *dst = &rows[r * (N + K) + N + j];
-            if (!v8)
-                *dst = n->out[N + j];
-            else
-                st = fresh(g, base, dst);
-            if (st == PD_OK && *dst >= 0)
-                st = stack(L, o, n, pieces + j, (int)T, K, oax[j] - (v8 ? 1 : 0), odir[j] != 0, *dst, what);
-        }
-    }
+    for (int64_t r = 0; r < R && st == PD_OK; r++) st = scan_row(L, o, n, &c, r, cur, pieces, rows);
     for (int k = 0; k < N + K && st == PD_OK; k++) { /* opset 8: the rows stacked again along the batch axis */
         if (n->out[k] < 0 || (!v8 && k >= N)) continue;
         char what[32];
