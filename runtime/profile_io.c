@@ -343,6 +343,105 @@ static int pd__json_end(const cJSON *v, const pd_profile *p, const pd__named *so
     return -1;
 }
 
+/* The document's header: format, version, the nodes and edges arrays. */
+static pd_status json_header(const char *path, const cJSON *root, const cJSON **nodes, const cJSON **edges) {
+    const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(root, "format");
+    const cJSON *ver = cJSON_GetObjectItemCaseSensitive(root, "version");
+    *nodes = cJSON_GetObjectItemCaseSensitive(root, "nodes");
+    *edges = cJSON_GetObjectItemCaseSensitive(root, "edges");
+    if (!cJSON_IsObject(root) || !cJSON_IsString(fmt) || strcmp(fmt->valuestring, "pdonnx-profile") != 0)
+        return pd__err(PD_ERR_PARSE, "%s: not a pdonnx profile (\"format\" must be \"pdonnx-profile\")", path);
+    if (!cJSON_IsNumber(ver)) return pd__json_type(path, "profile", "version", "a number");
+    if (ver->valuedouble != 1)
+        return pd__err(PD_ERR_UNSUPPORTED, "%s: profile version %g is not supported (this pdonnx reads version 1)",
+                       path, ver->valuedouble);
+    if (!cJSON_IsArray(*nodes) || cJSON_GetArraySize(*nodes) == 0)
+        return pd__err(PD_ERR_PARSE, "%s: \"nodes\" must be a non-empty array", path);
+    if (*edges && !cJSON_IsArray(*edges)) return pd__json_type(path, "profile", "edges", "an array of [from, to] pairs");
+    return PD_OK;
+}
+
+/* The profile's batch, model and device. */
+static pd_status json_meta(const char *path, const cJSON *root, pd_profile *p) {
+    double batch = 0;
+    PD_TRY(pd__json_num(path, "profile", root, "batch", false, &batch));
+    if (batch < 0 || batch != floor(batch) || batch > 9e15)
+        return pd__json_type(path, "profile", "batch", "a non-negative integer");
+    p->batch = (int64_t)batch;
+    PD_TRY(pd__json_str(path, "profile", root, "model", &p->model));
+    return pd__json_str(path, "profile", root, "device", &p->device);
+}
+
+/* nodes[i]: its name, description and costs. */
+static pd_status json_node(const char *path, const cJSON *nd, int i, pd__pnode *d) {
+    char where[128];
+    snprintf(where, sizeof where, "nodes[%d]", i);
+    if (!cJSON_IsObject(nd)) return pd__err(PD_ERR_PARSE, "%s: %s must be an object", path, where);
+    PD_TRY(pd__json_str(path, where, nd, "name", &d->name));
+    if (!d->name) return pd__err(PD_ERR_PARSE, "%s: %s: missing \"name\"", path, where);
+    snprintf(where, sizeof where, "nodes[%d] ('%.80s')", i, d->name);
+    PD_TRY(pd__json_str(path, where, nd, "desc", &d->desc));
+    PD_TRY(pd__json_num(path, where, nd, "fwd_ms", true, &d->fwd_ms));
+    PD_TRY(pd__json_num(path, where, nd, "bwd_in_ms", false, &d->bwd_in_ms));
+    PD_TRY(pd__json_num(path, where, nd, "bwd_w_ms", false, &d->bwd_w_ms));
+    PD_TRY(pd__json_num(path, where, nd, "act_bytes", false, &d->act_bytes));
+    PD_TRY(pd__json_num(path, where, nd, "param_bytes", false, &d->param_bytes));
+    PD_TRY(pd__json_num(path, where, nd, "optim_bytes", false, &d->optim_bytes));
+    if (!d->desc && !(d->desc = pd__strdup(""))) return pd__err(PD_ERR_NOMEM, "%s: out of memory", path);
+    return PD_OK;
+}
+
+/* edges[k]: a pair [from, to] of node names (unique ones) or indices. */
+static pd_status json_edge(const char *path, const cJSON *e, int k, pd_profile *p, const pd__named *sorted, int dup) {
+    const cJSON *a = cJSON_GetArrayItem(e, 0), *b = cJSON_GetArrayItem(e, 1);
+    if (!cJSON_IsArray(e) || cJSON_GetArraySize(e) != 2 || !(cJSON_IsString(a) || cJSON_IsNumber(a)) ||
+        !(cJSON_IsString(b) || cJSON_IsNumber(b)))
+        return pd__err(PD_ERR_PARSE, "%s: edges[%d] must be a pair [from, to] of node names or indices", path, k);
+    if (dup >= 0 && (cJSON_IsString(a) || cJSON_IsString(b)))
+        return pd__err(PD_ERR_PARSE, "%s: edges[%d] names node '%s', but two nodes have that name (use indices)",
+                       path, k, p->node[dup].name);
+    int ia = pd__json_end(a, p, sorted), ib = pd__json_end(b, p, sorted);
+    if (ia < 0 || ib < 0) {
+        const cJSON *bad = ia < 0 ? a : b;
+        if (cJSON_IsString(bad))
+            return pd__err(PD_ERR_PARSE, "%s: edges[%d]: no node named '%s'", path, k, bad->valuestring);
+        return pd__err(PD_ERR_PARSE, "%s: edges[%d]: node index %g is not in [0, %d)", path, k, bad->valuedouble, p->n);
+    }
+    return pd__profile_add_edge(p, ia, ib);
+}
+
+/* The profile's nodes, then its edges by name or index, then checked whole. */
+static pd_status json_profile(const char *path, const cJSON *root, pd_profile **out) {
+    const cJSON *nodes, *edges, *it;
+    PD_TRY(json_header(path, root, &nodes, &edges));
+    pd_profile *p = NULL;
+    pd__named *sorted = NULL;
+    PD_TRY(pd__profile_new(cJSON_GetArraySize(nodes), &p));
+    pd_status st = json_meta(path, root, p);
+    int i = 0, dup = -1;
+    cJSON_ArrayForEach(it, nodes) {
+        if (st == PD_OK) st = json_node(path, it, i, &p->node[i]);
+        i++;
+    }
+    char **names = st == PD_OK ? PD_MALLOC(sizeof *names * ((size_t)p->n + 1)) : NULL;
+    if (names) {
+        for (int k = 0; k < p->n; k++) names[k] = p->node[k].name;
+        sorted = pd__sort_names(names, p->n, &dup);
+        PD_FREE(names);
+    }
+    if (st == PD_OK && !sorted) st = pd__err(PD_ERR_NOMEM, "%s: out of memory", path);
+    int k = 0;
+    cJSON_ArrayForEach(it, edges) {
+        if (st == PD_OK) st = json_edge(path, it, k, p, sorted, dup);
+        k++;
+    }
+    if (st == PD_OK) st = pd__profile_finish(p, path);
+    PD_FREE(sorted);
+    if (st == PD_OK) *out = p;
+    else pd_profile_destroy(p);
+    return st;
+}
+
 static pd_status pd__load_json(const char *path, const char *text, pd_profile **out) {
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithOpts(text, &end, 1);
@@ -355,118 +454,8 @@ static pd_status pd__load_json(const char *path, const char *text, pd_profile **
         return pd__err(PD_ERR_PARSE, "%s:%d:%d: %s", path, line, col,
                        *c ? "invalid JSON" : "invalid JSON: the file ends early (truncated?)");
     }
-    pd_profile *p = NULL;
-    pd__named *sorted = NULL;
-    pd_status st = PD_OK;
-    char where[128];
-    const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(root, "format");
-    const cJSON *ver = cJSON_GetObjectItemCaseSensitive(root, "version");
-    const cJSON *nodes = cJSON_GetObjectItemCaseSensitive(root, "nodes");
-    const cJSON *edges = cJSON_GetObjectItemCaseSensitive(root, "edges");
-    if (!cJSON_IsObject(root) || !cJSON_IsString(fmt) || strcmp(fmt->valuestring, "pdonnx-profile") != 0) {
-        st = pd__err(PD_ERR_PARSE, "%s: not a pdonnx profile (\"format\" must be \"pdonnx-profile\")", path);
-        goto done;
-    }
-    if (!cJSON_IsNumber(ver)) {
-        st = pd__json_type(path, "profile", "version", "a number");
-        goto done;
-    }
-    if (ver->valuedouble != 1) {
-        st = pd__err(PD_ERR_UNSUPPORTED, "%s: profile version %g is not supported (this pdonnx reads version 1)", path,
-                     ver->valuedouble);
-        goto done;
-    }
-    if (!cJSON_IsArray(nodes) || cJSON_GetArraySize(nodes) == 0) {
-        st = pd__err(PD_ERR_PARSE, "%s: \"nodes\" must be a non-empty array", path);
-        goto done;
-    }
-    if (edges && !cJSON_IsArray(edges)) {
-        st = pd__json_type(path, "profile", "edges", "an array of [from, to] pairs");
-        goto done;
-    }
-    if ((st = pd__profile_new(cJSON_GetArraySize(nodes), &p)) != PD_OK) goto done;
-    double batch = 0;
-    if ((st = pd__json_num(path, "profile", root, "batch", false, &batch)) != PD_OK) goto done;
-    if (batch < 0 || batch != floor(batch) || batch > 9e15) {
-        st = pd__json_type(path, "profile", "batch", "a non-negative integer");
-        goto done;
-    }
-    p->batch = (int64_t)batch;
-    if ((st = pd__json_str(path, "profile", root, "model", &p->model)) != PD_OK) goto done;
-    if ((st = pd__json_str(path, "profile", root, "device", &p->device)) != PD_OK) goto done;
-    int i = 0;
-    const cJSON *nd;
-    cJSON_ArrayForEach(nd, nodes) {
-        pd__pnode *d = &p->node[i];
-        snprintf(where, sizeof where, "nodes[%d]", i);
-        if (!cJSON_IsObject(nd)) {
-            st = pd__err(PD_ERR_PARSE, "%s: %s must be an object", path, where);
-            goto done;
-        }
-        if ((st = pd__json_str(path, where, nd, "name", &d->name)) != PD_OK) goto done;
-        if (!d->name) {
-            st = pd__err(PD_ERR_PARSE, "%s: %s: missing \"name\"", path, where);
-            goto done;
-        }
-        snprintf(where, sizeof where, "nodes[%d] ('%.80s')", i, d->name);
-        if ((st = pd__json_str(path, where, nd, "desc", &d->desc)) != PD_OK ||
-            (st = pd__json_num(path, where, nd, "fwd_ms", true, &d->fwd_ms)) != PD_OK ||
-            (st = pd__json_num(path, where, nd, "bwd_in_ms", false, &d->bwd_in_ms)) != PD_OK ||
-            (st = pd__json_num(path, where, nd, "bwd_w_ms", false, &d->bwd_w_ms)) != PD_OK ||
-            (st = pd__json_num(path, where, nd, "act_bytes", false, &d->act_bytes)) != PD_OK ||
-            (st = pd__json_num(path, where, nd, "param_bytes", false, &d->param_bytes)) != PD_OK ||
-            (st = pd__json_num(path, where, nd, "optim_bytes", false, &d->optim_bytes)) != PD_OK)
-            goto done;
-        if (!d->desc && !(d->desc = pd__strdup(""))) {
-            st = pd__err(PD_ERR_NOMEM, "%s: out of memory", path);
-            goto done;
-        }
-        i++;
-    }
-    char **names = PD_MALLOC(sizeof *names * ((size_t)p->n + 1));
-    int dup = -1;
-    if (names) {
-        for (int k = 0; k < p->n; k++) names[k] = p->node[k].name;
-        sorted = pd__sort_names(names, p->n, &dup);
-        PD_FREE(names);
-    }
-    if (!sorted) {
-        st = pd__err(PD_ERR_NOMEM, "%s: out of memory", path);
-        goto done;
-    }
-    int k = 0;
-    const cJSON *e;
-    cJSON_ArrayForEach(e, edges) {
-        const cJSON *a = cJSON_GetArrayItem(e, 0), *b = cJSON_GetArrayItem(e, 1);
-        if (!cJSON_IsArray(e) || cJSON_GetArraySize(e) != 2 || !(cJSON_IsString(a) || cJSON_IsNumber(a)) ||
-            !(cJSON_IsString(b) || cJSON_IsNumber(b))) {
-            st = pd__err(PD_ERR_PARSE, "%s: edges[%d] must be a pair [from, to] of node names or indices", path, k);
-            goto done;
-        }
-        if (dup >= 0 && (cJSON_IsString(a) || cJSON_IsString(b))) {
-            st = pd__err(PD_ERR_PARSE, "%s: edges[%d] names node '%s', but two nodes have that name (use indices)",
-                         path, k, p->node[dup].name);
-            goto done;
-        }
-        int ia = pd__json_end(a, p, sorted), ib = pd__json_end(b, p, sorted);
-        if (ia < 0 || ib < 0) {
-            const cJSON *bad = ia < 0 ? a : b;
-            if (cJSON_IsString(bad))
-                st = pd__err(PD_ERR_PARSE, "%s: edges[%d]: no node named '%s'", path, k, bad->valuestring);
-            else
-                st = pd__err(PD_ERR_PARSE, "%s: edges[%d]: node index %g is not in [0, %d)", path, k, bad->valuedouble,
-                             p->n);
-            goto done;
-        }
-        if ((st = pd__profile_add_edge(p, ia, ib)) != PD_OK) goto done;
-        k++;
-    }
-    st = pd__profile_finish(p, path);
-done:
+    pd_status st = json_profile(path, root, out);
     cJSON_Delete(root);
-    PD_FREE(sorted);
-    if (st == PD_OK) *out = p;
-    else pd_profile_destroy(p);
     return st;
 }
 
