@@ -347,6 +347,71 @@ static bool pd__run_outputs(const pd_graph *g, pd_engine *e, const pd__binding *
     return true;
 }
 
+/* The input files fix the shapes: symbolic dims bind to a named input's
+ * file, and an unnamed input's first axis binds a symbolic batch. */
+static int run_shapes(const pd__binding *ins, const pd_tensor *data, int nin, pd_input_shape *shapes,
+                      pd_load_options *lo) {
+    int nshapes = 0;
+    for (int i = 0; i < nin; i++) {
+        if (!ins[i].name) continue;
+        shapes[nshapes].name = ins[i].name;
+        shapes[nshapes].ndim = data[i].ndim;
+        shapes[nshapes].dtype = data[i].dtype;
+        memcpy(shapes[nshapes].shape, data[i].shape, sizeof data[i].shape);
+        nshapes++;
+    }
+    lo->n_input_shapes = nshapes;
+    lo->input_shapes = shapes;
+    for (int i = 0; i < nin; i++)
+        if (!ins[i].name && lo->batch == 0 && data[i].ndim > 0) lo->batch = data[i].shape[0];
+    return nshapes;
+}
+
+/* Loads the model; an unnamed input is the model's only input, named now,
+ * and the model is loaded again with its file's shape bound. 0 or 1. */
+static int run_load(const char *path, pd_load_options *lo, pd__binding *ins, const pd_tensor *data, int nin,
+                    pd_input_shape *shapes, pd_graph **g) {
+    if (pd_graph_load_file(path, lo, g) != PD_OK) return pd_cli_fail();
+    for (int i = 0; i < nin; i++) {
+        if (ins[i].name) continue;
+        if (pd_graph_num_inputs(*g) != 1) {
+            fprintf(stderr, "pdonnx: %s: the model has %d inputs; name them: --input NAME=%s\n", path,
+                    pd_graph_num_inputs(*g), ins[i].file);
+            return 1;
+        }
+        pd_value_info v;
+        if (pd_graph_input(*g, 0, &v) != PD_OK) return 1;
+        if (!(ins[i].name = strdup(v.name))) return pd_cli_usage_error("run: %s", "out of memory");
+        pd_graph_destroy(*g);
+        *g = NULL;
+        shapes[0].name = ins[i].name;
+        shapes[0].ndim = data[i].ndim;
+        shapes[0].dtype = data[i].dtype;
+        memcpy(shapes[0].shape, data[i].shape, sizeof data[i].shape);
+        lo->n_input_shapes = 1;
+        lo->input_shapes = shapes;
+        if (pd_graph_load_file(path, lo, g) != PD_OK) return pd_cli_fail();
+    }
+    return 0;
+}
+
+/* Every model input is given: 0, or 1 naming the first that is not. */
+static int run_all_given(const char *path, const pd_graph *g, const pd__binding *ins, int nin) {
+    for (int i = 0; i < pd_graph_num_inputs(g); i++) {
+        pd_value_info v;
+        if (pd_graph_input(g, i, &v) != PD_OK) continue;
+        bool given = false;
+        for (int j = 0; j < nin; j++) given |= strcmp(ins[j].name, v.name) == 0;
+        if (!given) {
+            char e1[256], e2[256];
+            fprintf(stderr, "pdonnx: %s: input '%s' is not given: add --input %s=FILE.npy\n",
+                    pd__escape(e1, sizeof e1, path), pd__escape(e2, sizeof e2, v.name), e2);
+            return 1;
+        }
+    }
+    return 0;
+}
+
 static int pd__cmd_run(int argc, char **argv) {
     const char *path = NULL;
     pd_load_options lo = PD_LOAD_OPTIONS_INIT;
@@ -372,68 +437,13 @@ static int pd__cmd_run(int argc, char **argv) {
     int loaded = 0;
     pd_graph *g = NULL;
     pd_engine *e = NULL;
-    for (; loaded < nin; loaded++) {
+    for (; loaded < nin; loaded++)
         if (pd_npy_load(ins[loaded].file, &data[loaded]) != PD_OK) {
             pd_cli_fail();
             goto out;
         }
-    }
-    /* The input files fix the shapes: symbolic dims bind to them. */
-    int nshapes = 0;
-    for (int i = 0; i < nin; i++) {
-        if (!ins[i].name) continue;
-        shapes[nshapes].name = ins[i].name;
-        shapes[nshapes].ndim = data[i].ndim;
-        shapes[nshapes].dtype = data[i].dtype;
-        memcpy(shapes[nshapes].shape, data[i].shape, sizeof data[i].shape);
-        nshapes++;
-    }
-    lo.n_input_shapes = nshapes;
-    lo.input_shapes = shapes;
-    /* An unnamed input binds a symbolic batch from its first axis. */
-    for (int i = 0; i < nin; i++)
-        if (!ins[i].name && lo.batch == 0 && data[i].ndim > 0) lo.batch = data[i].shape[0];
-    if (pd_graph_load_file(path, &lo, &g) != PD_OK) {
-        pd_cli_fail();
-        goto out;
-    }
-    for (int i = 0; i < nin; i++) {
-        if (!ins[i].name) {
-            if (pd_graph_num_inputs(g) != 1) {
-                fprintf(stderr, "pdonnx: %s: the model has %d inputs; name them: --input NAME=%s\n", path,
-                        pd_graph_num_inputs(g), ins[i].file);
-                goto out;
-            }
-            pd_value_info v;
-            if (pd_graph_input(g, 0, &v) != PD_OK) goto out;
-            ins[i].name = strdup(v.name);
-            /* reload with the input's shape bound */
-            pd_graph_destroy(g);
-            g = NULL;
-            shapes[0].name = ins[i].name;
-            shapes[0].ndim = data[i].ndim;
-            shapes[0].dtype = data[i].dtype;
-            memcpy(shapes[0].shape, data[i].shape, sizeof data[i].shape);
-            lo.n_input_shapes = 1;
-            lo.input_shapes = shapes;
-            if (pd_graph_load_file(path, &lo, &g) != PD_OK) {
-                pd_cli_fail();
-                goto out;
-            }
-        }
-    }
-    for (int i = 0; i < pd_graph_num_inputs(g); i++) {
-        pd_value_info v;
-        if (pd_graph_input(g, i, &v) != PD_OK) continue;
-        bool given = false;
-        for (int j = 0; j < nin; j++) given |= strcmp(ins[j].name, v.name) == 0;
-        if (!given) {
-            char e1[256], e2[256];
-            fprintf(stderr, "pdonnx: %s: input '%s' is not given: add --input %s=FILE.npy\n",
-                    pd__escape(e1, sizeof e1, path), pd__escape(e2, sizeof e2, v.name), e2);
-            goto out;
-        }
-    }
+    run_shapes(ins, data, nin, shapes, &lo);
+    if (run_load(path, &lo, ins, data, nin, shapes, &g) != 0 || run_all_given(path, g, ins, nin) != 0) goto out;
     if (pd_engine_create(g, &eo, &e) != PD_OK) {
         pd_cli_fail();
         goto out;

@@ -84,41 +84,50 @@ static pd_status pd__avg_plan(const pd_cli_avg_ctx *c, pd_plan **out) {
     return st;
 }
 
-int pd_cli_train_avgpipe(const pd_cli_avg_args *av, const pd_cli_avg_ctx *c) {
-    int K = (int)av->K, rc = 1;
-    int64_t steps = c->steps, B = c->batch, rows = steps * B;
-    pd_plan *plan = NULL;
-    pd__avg *avg = NULL;
-    pd_graph **g = calloc((size_t)K, sizeof *g);
-    void **bx = calloc((size_t)K, sizeof *bx), **by = calloc((size_t)K, sizeof *by);
-    int nin = pd_graph_num_inputs(c->g);
-    pd_tensor *ins = calloc((size_t)K * ((size_t)nin + 1), sizeof *ins), *lab = calloc((size_t)K, sizeof *lab);
-    const pd_tensor **inp = calloc((size_t)K, sizeof *inp);
-    pd_step_result *res = calloc((size_t)steps, sizeof *res), *per = calloc((size_t)(K * steps), sizeof *per);
-    if (!g || !bx || !by || !ins || !lab || !inp || !res || !per) {
-        fprintf(stderr, "pdonnx: out of memory for %d pipelines\n", K);
-        goto out;
-    }
-    if (pd__sched_async(c->kind)) {
-        rc = pd_cli_usage_error("train: --parallel-pipelines runs flushing schedules (avgpipe, flush, gpipe, zb-h1, "
-                                "interleaved), not %s", pd__sched_kind_name(c->kind));
-        goto out;
-    }
-    if (c->size > 1) { /* rank 0 plans; every process runs its plan */
-        if (pd_cli_share_plan(c->rank, c->rank == 0 ? pd__avg_plan(c, &plan) : PD_OK, &plan) != PD_OK) {
-            pd_cli_fail();
-            goto out;
-        }
-    } else if (pd__avg_plan(c, &plan) != PD_OK) {
-        pd_cli_fail();
-        goto out;
-    }
-    /* pipeline 0 trains the caller's graph; the others copies loaded from the same file */
-    g[0] = c->g;
+/* One AvgPipe run's buffers: the K graphs (0 the caller's), each local
+ * pipeline's rows (bx, by) and the tensors over them (inp, lab), the step
+ * results (res: the mean, per: per pipeline). */
+typedef struct avg_run {
+    int K, nin, here; /* here: pipelines in this process (under mpirun, one stage of one) */
+    int64_t steps, B, rows;
+    pd_graph **g;
+    void **bx, **by;
+    pd_tensor *ins, *lab;
+    const pd_tensor **inp;
+    pd_step_result *res, *per;
+} avg_run;
+
+static bool avg_alloc(avg_run *r, int K, int nin, int64_t steps) {
+    r->K = K, r->nin = nin, r->steps = steps;
+    r->g = calloc((size_t)K, sizeof *r->g);
+    r->bx = calloc((size_t)K, sizeof *r->bx), r->by = calloc((size_t)K, sizeof *r->by);
+    r->ins = calloc((size_t)K * ((size_t)nin + 1), sizeof *r->ins), r->lab = calloc((size_t)K, sizeof *r->lab);
+    r->inp = calloc((size_t)K, sizeof *r->inp);
+    r->res = calloc((size_t)steps, sizeof *r->res), r->per = calloc((size_t)(K * steps), sizeof *r->per);
+    return r->g && r->bx && r->by && r->ins && r->lab && r->inp && r->res && r->per;
+}
+
+static void avg_free(avg_run *r) {
+    for (int i = 1; r->g && i < r->K; i++) pd_graph_destroy(r->g[i]);
+    for (int i = 0; r->bx && r->by && i < r->K; i++) free(r->bx[i]), free(r->by[i]); /* (NULL beyond this process's) */
+    free(r->g);
+    free(r->bx);
+    free(r->by);
+    free(r->ins);
+    free(r->lab);
+    free(r->inp);
+    free(r->res);
+    free(r->per);
+}
+
+/* Pipeline 0 trains the caller's graph; the others copies loaded from the
+ * same file, with the first graph's input shapes (a sequence length bound
+ * from the data). */
+static int avg_copies(const pd_cli_avg_ctx *c, avg_run *r) {
+    r->g[0] = c->g;
     pd_load_options lo = PD_LOAD_OPTIONS_INIT;
-    lo.batch = B / c->microbatches;
+    lo.batch = r->B / c->microbatches;
     lo.half_as_float = 1;
-    /* the copies take the first graph's input shapes (a sequence length bound from the data) */
     pd_input_shape shapes[8];
     for (int k = 0; k < pd_graph_num_inputs(c->g) && k < 8; k++) {
         pd_value_info vi;
@@ -129,70 +138,117 @@ int pd_cli_train_avgpipe(const pd_cli_avg_args *av, const pd_cli_avg_ctx *c) {
         shapes[lo.n_input_shapes++].dtype = PD_UNDEFINED;
     }
     lo.input_shapes = shapes;
-    int here = c->size > 1 ? 1 : K; /* pipelines in this process: under mpirun, one stage of one */
-    for (int i = 1; i < here; i++)
-        if (pd_graph_load_file(c->model, &lo, &g[i]) != PD_OK) {
-            pd_cli_fail();
-            goto out;
-        }
-    if (plan->chunks > 1 && c->kind != PD_SCHED_INTERLEAVED) plan->chunks = 1;
-    if (c->size > 1) {
-        pd__pipe *probe = NULL; /* the plan's processes per pipeline, checked by every process before any waits */
-        bool fits = pd__pipe_create(c->g, plan, c->o, c->kind, c->microbatches, &probe) == PD_OK &&
-                    (int64_t)pd__pipe_processes(probe) * K == c->size;
-        if (!fits && probe)
-            fprintf(stderr, "pdonnx: %d pipelines of %d processes each run as mpirun -np %d, not %d\n",
-                    K, pd__pipe_processes(probe), pd__pipe_processes(probe) * K, c->size);
-        else if (!fits)
-            pd_cli_fail();
-        pd__pipe_destroy(probe);
-        if (!c->agree(fits)) goto out;
-        if (pd__avg_create_mpi(c->g, K, plan, c->o, c->kind, c->microbatches, av->alpha, (int)av->every, c->rank,
-                               c->size, &avg) != PD_OK) {
-            pd_cli_fail();
-            goto out;
-        }
-    } else if (pd__avg_create(g, K, plan, c->o, c->kind, c->microbatches, av->alpha, (int)av->every, &avg) != PD_OK) {
+    for (int i = 1; i < r->here; i++)
+        if (pd_graph_load_file(c->model, &lo, &r->g[i]) != PD_OK) return pd_cli_fail();
+    return 0;
+}
+
+/* The K pipelines; under mpirun every process first checks that the plan's
+ * processes per pipeline times K is the run's, before any of them waits. */
+static int avg_create(const pd_cli_avg_args *av, const pd_cli_avg_ctx *c, pd_plan *plan, avg_run *r,
+                      pd__avg **avg) {
+    if (c->size <= 1)
+        return pd__avg_create(r->g, r->K, plan, c->o, c->kind, c->microbatches, av->alpha, (int)av->every, avg) != PD_OK
+                   ? pd_cli_fail() : 0;
+    pd__pipe *probe = NULL;
+    bool fits = pd__pipe_create(c->g, plan, c->o, c->kind, c->microbatches, &probe) == PD_OK &&
+                (int64_t)pd__pipe_processes(probe) * r->K == c->size;
+    if (!fits && probe)
+        fprintf(stderr, "pdonnx: %d pipelines of %d processes each run as mpirun -np %d, not %d\n", r->K,
+                pd__pipe_processes(probe), pd__pipe_processes(probe) * r->K, c->size);
+    else if (!fits)
         pd_cli_fail();
-        goto out;
-    }
-    int mine = pd__avg_mine(avg);
-    /* pipeline i's steps: stream minibatches i, K + i, 2K + i, ... */
+    pd__pipe_destroy(probe);
+    if (!c->agree(fits)) return 1;
+    if (pd__avg_create_mpi(c->g, r->K, plan, c->o, c->kind, c->microbatches, av->alpha, (int)av->every, c->rank,
+                           c->size, avg) != PD_OK)
+        return pd_cli_fail();
+    return 0;
+}
+
+/* Pipeline i's steps stream minibatches i, K + i, 2K + i, ... */
+static int avg_data(const pd_cli_avg_ctx *c, int mine, avg_run *r) {
     size_t xr = (size_t)(pd_tensor_numel(c->X) / c->X->shape[0]) * pd_dtype_size(c->X->dtype);
     size_t yr = (size_t)(pd_tensor_numel(c->Y) / c->Y->shape[0]) * pd_dtype_size(c->Y->dtype);
-    for (int i = 0; i < here; i++) {
-        bx[i] = malloc(xr * (size_t)rows + 1);
-        by[i] = malloc(yr * (size_t)rows + 1);
-        if (!bx[i] || !by[i]) {
-            fprintf(stderr, "pdonnx: out of memory holding %lld steps of data for %d pipelines\n", (long long)steps, K);
-            goto out;
+    for (int i = 0; i < r->here; i++) {
+        r->bx[i] = malloc(xr * (size_t)r->rows + 1);
+        r->by[i] = malloc(yr * (size_t)r->rows + 1);
+        if (!r->bx[i] || !r->by[i]) {
+            fprintf(stderr, "pdonnx: out of memory holding %lld steps of data for %d pipelines\n",
+                    (long long)r->steps, r->K);
+            return 1;
         }
-        for (int64_t k = 0; k < steps; k++)
-            if (pd__data_fill(c->data, k * K + i + mine, (char *)bx[i] + xr * (size_t)(k * B),
-                              (char *)by[i] + yr * (size_t)(k * B)) != PD_OK) {
-                pd_cli_fail();
-                goto out;
-            }
+        for (int64_t k = 0; k < r->steps; k++)
+            if (pd__data_fill(c->data, k * r->K + i + mine, (char *)r->bx[i] + xr * (size_t)(k * r->B),
+                              (char *)r->by[i] + yr * (size_t)(k * r->B)) != PD_OK)
+                return pd_cli_fail();
         pd_tensor tx = *c->X, ty = *c->Y;
-        tx.shape[0] = ty.shape[0] = rows;
-        tx.data = bx[i];
-        ty.data = by[i];
-        pd_tensor *in = ins + (size_t)i * ((size_t)nin + 1);
-        for (int j = 0; j < nin; j++) {
+        tx.shape[0] = ty.shape[0] = r->rows;
+        tx.data = r->bx[i];
+        ty.data = r->by[i];
+        pd_tensor *in = r->ins + (size_t)i * ((size_t)r->nin + 1);
+        for (int j = 0; j < r->nin; j++) {
             pd_value_info v;
             in[j] = pd_graph_input(c->g, j, &v) == PD_OK && strcmp(v.name, c->input) == 0 ? tx : ty;
         }
-        lab[i] = ty;
-        inp[i] = in;
+        r->lab[i] = ty;
+        r->inp[i] = in;
     }
+    return 0;
+}
+
+/* The metrics lines (the mean loss and each pipeline's) and the progress lines. */
+static void avg_report(const pd_cli_avg_ctx *c, const avg_run *r, double total) {
+    int64_t steps = r->steps, every = steps / 10 > 0 ? steps / 10 : 1;
+    for (int64_t k = 0; k < steps; k++) {
+        if (c->mf) {
+            fprintf(c->mf,
+                    "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g, \"samples_per_s\": %.1f, \"epoch\": %.4f, "
+                    "\"pipeline_loss\": [",
+                    (long long)k + 1, r->res[k].loss, r->res[k].lr, (double)(r->K * r->rows) / total,
+                    (double)((k + 1) * r->K * r->B) / (double)c->X->shape[0]);
+            for (int i = 0; i < r->K; i++) fprintf(c->mf, "%s%.9g", i ? ", " : "", r->per[i * steps + k].loss);
+            fprintf(c->mf, "]}\n");
+        }
+        if (!c->quiet && ((k + 1) % every == 0 || k + 1 == steps))
+            printf("step %lld/%lld  loss %.6f (mean of %d pipelines)  lr %.4g\n", (long long)k + 1, (long long)steps,
+                   r->res[k].loss, r->K, r->res[k].lr);
+    }
+}
+
+int pd_cli_train_avgpipe(const pd_cli_avg_args *av, const pd_cli_avg_ctx *c) {
+    int K = (int)av->K, rc = 1;
+    pd_plan *plan = NULL;
+    pd__avg *avg = NULL;
+    avg_run r = {0};
+    if (!avg_alloc(&r, K, pd_graph_num_inputs(c->g), c->steps)) {
+        fprintf(stderr, "pdonnx: out of memory for %d pipelines\n", K);
+        goto out;
+    }
+    r.B = c->batch, r.rows = c->steps * c->batch;
+    r.here = c->size > 1 ? 1 : K;
+    if (pd__sched_async(c->kind)) {
+        rc = pd_cli_usage_error("train: --parallel-pipelines runs flushing schedules (avgpipe, flush, gpipe, zb-h1, "
+                                "interleaved), not %s", pd__sched_kind_name(c->kind));
+        goto out;
+    }
+    pd_status ps = c->size > 1 ? pd_cli_share_plan(c->rank, c->rank == 0 ? pd__avg_plan(c, &plan) : PD_OK, &plan)
+                               : pd__avg_plan(c, &plan); /* under mpirun rank 0 plans, every process runs it */
+    if (ps != PD_OK) {
+        pd_cli_fail();
+        goto out;
+    }
+    if (avg_copies(c, &r) != 0) goto out;
+    if (plan->chunks > 1 && c->kind != PD_SCHED_INTERLEAVED) plan->chunks = 1;
+    if (avg_create(av, c, plan, &r, &avg) != 0 || avg_data(c, pd__avg_mine(avg), &r) != 0) goto out;
     if (!c->quiet)
         printf("training %s as %d parallel pipelines of %d stages (AvgPipe): %s schedule, %d microbatch%s of %lld rows "
                "per step, %lld steps each, elastic alpha %g every %lld step%s, %s lr %g\n",
                c->model, K, pd__pipe_stages(pd__avg_pipe(avg, 0)), pd__sched_kind_name(c->kind), c->microbatches,
-               c->microbatches == 1 ? "" : "es", (long long)(B / c->microbatches), (long long)steps, av->alpha,
+               c->microbatches == 1 ? "" : "es", (long long)(r.B / c->microbatches), (long long)r.steps, av->alpha,
                (long long)av->every, av->every == 1 ? "" : "s", pd__optim_name(c->o->optimizer), c->o->lr);
     double t0 = pd__avg_now();
-    if (pd__avg_run(avg, steps, inp, lab, res, per) != PD_OK) {
+    if (pd__avg_run(avg, r.steps, r.inp, r.lab, r.res, r.per) != PD_OK) {
         pd_cli_fail();
         goto out;
     }
@@ -201,25 +257,11 @@ int pd_cli_train_avgpipe(const pd_cli_avg_args *av, const pd_cli_avg_ctx *c) {
         pd_cli_fail();
         goto out;
     }
-    int64_t every = steps / 10 > 0 ? steps / 10 : 1;
-    for (int64_t k = 0; k < steps; k++) {
-        if (c->mf) {
-            fprintf(c->mf,
-                    "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g, \"samples_per_s\": %.1f, \"epoch\": %.4f, "
-                    "\"pipeline_loss\": [",
-                    (long long)k + 1, res[k].loss, res[k].lr, (double)(K * rows) / total,
-                    (double)((k + 1) * K * B) / (double)c->X->shape[0]);
-            for (int i = 0; i < K; i++) fprintf(c->mf, "%s%.9g", i ? ", " : "", per[i * steps + k].loss);
-            fprintf(c->mf, "]}\n");
-        }
-        if (!c->quiet && ((k + 1) % every == 0 || k + 1 == steps))
-            printf("step %lld/%lld  loss %.6f (mean of %d pipelines)  lr %.4g\n", (long long)k + 1, (long long)steps,
-                   res[k].loss, K, res[k].lr);
-    }
+    avg_report(c, &r, total);
     if (!c->quiet)
         printf("trained %lld steps x %d pipelines in %.2f s: %.0f samples/s, %lld elastic updates, final loss %.6f\n",
-               (long long)steps, K, total, (double)(K * rows) / total, (long long)pd__avg_updates(avg),
-               res[steps - 1].loss);
+               (long long)r.steps, K, total, (double)(K * r.rows) / total, (long long)pd__avg_updates(avg),
+               r.res[r.steps - 1].loss);
     if (c->trace) {
         if (pd__pipe_write_trace(pd__avg_pipe(avg, 0), c->trace) != PD_OK) {
             pd_cli_fail();
@@ -231,15 +273,6 @@ int pd_cli_train_avgpipe(const pd_cli_avg_args *av, const pd_cli_avg_ctx *c) {
 out:
     pd__avg_destroy(avg); /* every graph, c->g included, gets the centre */
     pd_plan_destroy(plan);
-    for (int i = 1; g && i < K; i++) pd_graph_destroy(g[i]);
-    for (int i = 0; bx && by && i < K; i++) free(bx[i]), free(by[i]); /* (NULL beyond this process's) */
-    free(g);
-    free(bx);
-    free(by);
-    free(ins);
-    free(lab);
-    free(inp);
-    free(res);
-    free(per);
+    avg_free(&r);
     return rc;
 }
