@@ -233,20 +233,11 @@ pd_tensor pd__view(const pd__tensor *t) {
 
 /* ---- topological order ------------------------------------------------- */
 
-pd_status pd__graph_toposort(pd_graph *g) {
-    int nn = g->nnodes;
-    if (nn == 0) return PD_OK;
-    pd_status st = PD_OK;
-    int *producer = (int *)PD_MALLOC(sizeof(int) * (size_t)(g->ntensors + 1));
-    int *indeg = (int *)PD_CALLOC((size_t)nn, sizeof(int));
-    int *order = (int *)PD_MALLOC(sizeof(int) * (size_t)nn);
-    int *ucount = (int *)PD_CALLOC((size_t)nn + 1, sizeof(int)); /* CSR of node -> consumer nodes */
-    int *users = NULL;
-    pd__node *sorted = NULL;
-    int nedges = 0, head = 0, tail = 0;
-    if (!producer || !indeg || !order || !ucount) goto nomem;
+/* producer[t]: the node writing tensor t (-1: none); a tensor written twice,
+ * or a graph input or initializer written at all, is refused. */
+static pd_status sort_producers(pd_graph *g, int *producer) {
     for (int t = 0; t < g->ntensors; t++) producer[t] = -1;
-    for (int i = 0; i < nn; i++) {
+    for (int i = 0; i < g->nnodes; i++) {
         pd__node *n = &g->nodes[i];
         for (int j = 0; j < n->nout; j++) {
             int t = n->out[j];
@@ -255,60 +246,78 @@ pd_status pd__graph_toposort(pd_graph *g) {
                 const char *what = producer[t] >= 0 ? "another node's output"
                                    : g->tensors[t].kind == PD_T_INPUT ? "a graph input"
                                                                        : "an initializer or constant";
-                st = pd__node_err(g, n, PD_ERR_INVALID, "output '%s' is already %s", g->tensors[t].name, what);
-                goto done;
+                return pd__node_err(g, n, PD_ERR_INVALID, "output '%s' is already %s", g->tensors[t].name, what);
             }
             producer[t] = i;
         }
     }
+    return PD_OK;
+}
+
+/* Each node's in-degree and its consumers as CSR (users[ustart[i] ..
+ * ustart[i + 1]]); *users is allocated here. */
+static pd_status sort_users(pd_graph *g, int nn, const int *producer, int *indeg, int *ustart, int **users) {
+    int nedges = 0;
     for (int i = 0; i < nn; i++) {
         pd__node *n = &g->nodes[i];
         for (int j = 0; j < n->nin; j++) {
             int t = n->in[j];
             if (t < 0) continue;
-            if (producer[t] < 0 && g->tensors[t].kind == PD_T_ACT) {
-                st = pd__node_err(g, n, PD_ERR_INVALID,
-                                  "input '%s' is not a graph input, an initializer or any node's output",
-                                  g->tensors[t].name);
-                goto done;
-            }
+            if (producer[t] < 0 && g->tensors[t].kind == PD_T_ACT)
+                return pd__node_err(g, n, PD_ERR_INVALID,
+                                    "input '%s' is not a graph input, an initializer or any node's output",
+                                    g->tensors[t].name);
             if (producer[t] >= 0) {
                 indeg[i]++;
-                ucount[producer[t]]++;
+                ustart[producer[t]]++;
                 nedges++;
             }
         }
     }
-    users = (int *)PD_MALLOC(sizeof(int) * (size_t)(nedges + 1));
-    if (!users) goto nomem;
-    /* prefix sums: ucount[i] becomes the start of node i's users */
-    for (int i = 0, acc = 0; i <= nn; i++) {
-        int c = i < nn ? ucount[i] : 0;
-        ucount[i] = acc;
+    int *fill = (int *)PD_CALLOC((size_t)nn, sizeof(int));
+    *users = (int *)PD_MALLOC(sizeof(int) * (size_t)(nedges + 1));
+    if (!fill || !*users) {
+        PD_FREE(fill);
+        return pd__err(PD_ERR_NOMEM, "%s: out of memory sorting the graph", g->path);
+    }
+    for (int i = 0, acc = 0; i <= nn; i++) { /* prefix sums: the start of node i's users */
+        int c = i < nn ? ustart[i] : 0;
+        ustart[i] = acc;
         acc += c;
     }
-    {
-        int *fill = (int *)PD_CALLOC((size_t)nn, sizeof(int));
-        if (!fill) goto nomem;
-        for (int i = 0; i < nn; i++) {
-            pd__node *n = &g->nodes[i];
-            for (int j = 0; j < n->nin; j++) {
-                int t = n->in[j];
-                if (t >= 0 && producer[t] >= 0) {
-                    int p = producer[t];
-                    users[ucount[p] + fill[p]++] = i;
-                }
-            }
+    for (int i = 0; i < nn; i++) {
+        pd__node *n = &g->nodes[i];
+        for (int j = 0; j < n->nin; j++) {
+            int t = n->in[j], p = t >= 0 ? producer[t] : -1;
+            if (p >= 0) (*users)[ustart[p] + fill[p]++] = i;
         }
-        PD_FREE(fill);
     }
+    PD_FREE(fill);
+    return PD_OK;
+}
+
+pd_status pd__graph_toposort(pd_graph *g) {
+    int nn = g->nnodes;
+    if (nn <= 0) return PD_OK;
+    int *producer = (int *)PD_MALLOC(sizeof(int) * (size_t)(g->ntensors + 1));
+    int *indeg = (int *)PD_CALLOC((size_t)nn, sizeof(int));
+    int *order = (int *)PD_MALLOC(sizeof(int) * (size_t)nn);
+    int *ustart = (int *)PD_CALLOC((size_t)nn + 1, sizeof(int));
+    int *users = NULL, head = 0, tail = 0;
+    pd__node *sorted = NULL;
+    pd_status st = producer && indeg && order && ustart
+                       ? PD_OK
+                       : pd__err(PD_ERR_NOMEM, "%s: out of memory sorting the graph", g->path);
+    if (st == PD_OK) st = sort_producers(g, producer);
+    if (st == PD_OK) st = sort_users(g, nn, producer, indeg, ustart, &users);
+    if (st != PD_OK) goto done;
     /* Kahn's algorithm, keeping the model's order among ready nodes (a FIFO
      * of indices in order of readiness is stable enough for exports). */
     for (int i = 0; i < nn; i++)
         if (indeg[i] == 0) order[tail++] = i;
     while (head < tail) {
         int i = order[head++];
-        for (int k = ucount[i]; k < ucount[i + 1]; k++)
+        for (int k = ustart[i]; k < ustart[i + 1]; k++)
             if (--indeg[users[k]] == 0) order[tail++] = users[k];
     }
     if (tail < nn) {
@@ -317,22 +326,21 @@ pd_status pd__graph_toposort(pd_graph *g) {
         st = pd__node_err(g, &g->nodes[bad], PD_ERR_INVALID, "the graph has a cycle through this node");
         goto done;
     }
-    sorted = (pd__node *)PD_MALLOC(sizeof(pd__node) * (size_t)g->ncap);
-    if (!sorted) goto nomem;
+    if (!(sorted = (pd__node *)PD_MALLOC(sizeof(pd__node) * (size_t)g->ncap))) {
+        st = pd__err(PD_ERR_NOMEM, "%s: out of memory sorting the graph", g->path);
+        goto done;
+    }
     for (int i = 0; i < nn; i++) sorted[i] = g->nodes[order[i]];
     PD_FREE(g->nodes);
     g->nodes = sorted;
     for (int i = 0; i < nn; i++)
         for (int j = 0; j < g->nodes[i].nout; j++)
             if (g->nodes[i].out[j] >= 0) g->tensors[g->nodes[i].out[j]].producer = i;
-    goto done;
-nomem:
-    st = pd__err(PD_ERR_NOMEM, "%s: out of memory sorting the graph", g->path);
 done:
     PD_FREE(producer);
     PD_FREE(indeg);
     PD_FREE(order);
-    PD_FREE(ucount);
+    PD_FREE(ustart);
     PD_FREE(users);
     return st;
 }
