@@ -323,6 +323,7 @@ static void pd__fail(pd__pipe *p, const pd__wk *W, const pd__instr *in, pd_statu
 void pd__pipe_destroy(pd__pipe *p) {
     if (!p) return;
     pd__dev_teardown(p); /* GPU stages: their device twins first, while the host contexts they mirror live */
+    PD_FREE(p->ring_at);
     for (int i = 0; p->wk && i < p->nwk; i++) {
         pd__wk *W = &p->wk[i];
         for (int c = 0; W->ch && c < p->nchunks; c++) {
@@ -858,10 +859,55 @@ static pd_status pd__mb_result(pd__pipe *p, int mb, const pd_step_result *r) {
     return PD_OK;
 }
 
-/* Rows of microbatch mb of graph input i (the labels, for the input they feed). */
-pd_tensor pd__input_rows(const pd__pipe *p, int i, int mb) {
-    return pd__rows(p->g->inputs[i] == p->labels_input ? p->labels : &p->inputs[i], p->rows, mb);
+/* With a ring: step k into its slot unless there already. The step it
+ * replaces must be done with: no later step there, and (where this process
+ * runs the last stage) every microbatch's loss taken. */
+static pd_status pd__ring_take(pd__pipe *p, int64_t k, int slot) {
+    pthread_mutex_lock(&p->mu);
+    int64_t had = p->ring_at[slot];
+    pd_status st = PD_OK;
+    if (had != k) {
+        bool busy = had > k || (had >= 0 && !p->remote && p->mbn[had] < p->nmicro);
+        st = busy ? pd__err(PD_ERR_INTERNAL, "pipeline: step %lld's rows are needed after step %lld's replaced them "
+                            "(a ring of %d steps is too short)", (long long)(had > k ? k : had),
+                            (long long)(had > k ? had : k), p->ring)
+                  : p->ring_fill(p->ring_ctx, k, slot);
+        p->ring_at[slot] = st == PD_OK ? k : -1;
+    }
+    pthread_mutex_unlock(&p->mu);
+    return st;
 }
+
+pd_status pd__mb_rows(pd__pipe *p, int i, int mb, pd_tensor *out) {
+    const pd_tensor *all = i < 0 || p->g->inputs[i] == p->labels_input ? p->labels : &p->inputs[i];
+    if (p->ring) {
+        int64_t k = mb / p->nmicro;
+        int slot = (int)(k % p->ring);
+        PD_TRY(pd__ring_take(p, k, slot));
+        mb = slot * p->nmicro + mb % p->nmicro;
+    }
+    *out = pd__rows(all, p->rows, mb);
+    return PD_OK;
+}
+
+pd_status pd__pipe_set_ring(pd__pipe *p, int steps, pd__ring_fill fill, void *ctx) {
+    if (steps != 0 && (steps < pd__pipe_ring_steps(p) || !fill))
+        return pd__err(PD_ERR_INVALID, "pipeline: a ring of %d steps (at least %d, with a fill function)", steps,
+                       pd__pipe_ring_steps(p));
+    PD_FREE(p->ring_at);
+    p->ring_at = NULL;
+    if (steps && !(p->ring_at = PD_MALLOC(sizeof(int64_t) * (size_t)steps)))
+        return pd__err(PD_ERR_NOMEM, "out of memory");
+    p->ring = steps;
+    p->ring_fill = fill;
+    p->ring_ctx = ctx;
+    return PD_OK;
+}
+
+/* A stage reads microbatch mb + nslots only once its slot of mb is free,
+ * after every stage is done with mb: the steps read at once span at most
+ * nslots microbatches, plus the step a replica may lead its peers by. */
+int pd__pipe_ring_steps(const pd__pipe *p) { return (p->nslots + p->nmicro - 1) / p->nmicro + 2; }
 
 /* F: the graph inputs the stage's nodes read copied in, its forward, and on
  * the last stage the loss (on a GPU stage: pd__dev_forward). */
@@ -886,12 +932,15 @@ static pd_status pd__do_forward(pd__wk *W, pd__chunk *C, int mb, int32_t version
     } else {
         for (int i = 0; i < g->ninputs; i++) { /* the graph inputs its nodes read */
             int t = g->inputs[i];
+            pd_tensor rows;
             if (!pd__actx_value(c, t)->data) continue;
-            memcpy(pd__actx_value(c, t)->data, pd__input_rows(p, i, mb).data, pd__tbytes(g, t));
+            PD_TRY(pd__mb_rows(p, i, mb, &rows));
+            memcpy(pd__actx_value(c, t)->data, rows.data, pd__tbytes(g, t));
         }
         PD_TRY(pd__actx_forward(p->s, &W->x, c, S->nodes, S->nnodes));
         if (C->k != p->nvstages - 1) return PD_OK;
-        pd_tensor lab = pd__rows(p->labels, p->rows, mb);
+        pd_tensor lab;
+        PD_TRY(pd__mb_rows(p, -1, mb, &lab));
         PD_TRY(pd__actx_loss(p->s, c, &lab, 1.0 / p->nmicro, &r));
     }
     return C->k == p->nvstages - 1 ? pd__mb_result(p, mb, &r) : PD_OK;
@@ -2108,7 +2157,7 @@ pd_status pd__pipe_run(pd__pipe *p, int64_t minibatches, const pd_tensor *inputs
     if (minibatches < 1 || minibatches > INT32_MAX / p->nmicro)
         return pd__err(PD_ERR_INVALID, "pd__pipe_run: %lld minibatches", (long long)minibatches);
     const pd_graph *g = p->g;
-    int64_t need = minibatches * p->nmicro * p->rows;
+    int64_t need = (p->ring ? p->ring : minibatches) * p->nmicro * p->rows;
     for (int i = 0; i <= g->ninputs; i++) {
         const pd_tensor *v = i < g->ninputs ? &inputs[i] : labels;
         if (i < g->ninputs && g->inputs[i] == p->labels_input) continue;
@@ -2192,6 +2241,7 @@ pd_status pd__pipe_run(pd__pipe *p, int64_t minibatches, const pd_tensor *inputs
         return st;
     }
     p->nmb = minibatches;
+    for (int k = 0; k < p->ring; k++) p->ring_at[k] = -1;
     for (int w = 0; w < p->nworkers; w++) p->bar[w] = (pd__bar){0, 0};
     for (int i = 0; i < 4; i++) p->gn[i].t = -1; /* update indices start again each run */
     p->allbar = (pd__bar){0, 0};

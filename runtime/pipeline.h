@@ -124,6 +124,17 @@ void pd__pipe_inject_failure(pd__pipe *p, int stage, int op, int mb);
 pd_status pd__pipe_run(pd__pipe *p, int64_t minibatches, const pd_tensor *inputs, const pd_tensor *labels,
                        pd_step_result *results);
 
+/* Rows on demand, so a run need not hold every step's rows: the next
+ * pd__pipe_run's inputs and labels hold `steps` steps of rows (a ring), and
+ * fill(ctx, k, slot) writes step k's rows into slot k % steps of them before
+ * its first microbatch is read (on a stage's thread, one call at a time).
+ * steps must be at least pd__pipe_ring_steps: no stage reads a step after a
+ * step that many later is read (a step overwritten while still needed is
+ * an error, not a wrong result). steps 0: every step's rows at once again. */
+typedef pd_status (*pd__ring_fill)(void *ctx, int64_t step, int slot);
+pd_status pd__pipe_set_ring(pd__pipe *p, int steps, pd__ring_fill fill, void *ctx);
+int pd__pipe_ring_steps(const pd__pipe *p);
+
 /* ---- snapshots, for checkpoints (runtime/checkpoint.h, docs/CHECKPOINT.md) ----
  *
  * Boundary b of a run (1 <= b < minibatches) is the state after minibatches

@@ -152,11 +152,15 @@ pd_status pd__dev_forward(pd__wk *W, pd__chunk *C, int mb, pd_step_result *r) {
     for (int i = 0; i < g->ninputs; i++) { /* the graph inputs its nodes read */
         int t = g->inputs[i];
         void *dst = pd__dactx_value(d, t)->data;
-        if (dst) PD_TRY(pd__gpu_upload(W->dev, dst, pd__input_rows(p, i, mb).data, pd__tbytes(g, t)));
+        pd_tensor rows;
+        if (!dst) continue;
+        PD_TRY(pd__mb_rows(p, i, mb, &rows));
+        PD_TRY(pd__gpu_upload(W->dev, dst, rows.data, pd__tbytes(g, t)));
     }
     PD_TRY(pd__dactx_forward(p->s, &W->x, d, S->nodes, S->nnodes));
     if (C->k != p->nvstages - 1) return PD_OK;
-    pd_tensor lab = pd__rows(p->labels, p->rows, mb);
+    pd_tensor lab;
+    PD_TRY(pd__mb_rows(p, -1, mb, &lab));
     return pd__dactx_loss(p->s, d, &lab, 1.0 / p->nmicro, r);
 }
 

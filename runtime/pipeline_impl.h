@@ -147,6 +147,13 @@ struct pd__pipe {
     int nworkers, nchunks, nvstages, nmicro, nslots; /* workers, chunks per worker, virtual stages, microbatches */
     int64_t rows;      /* per microbatch */
     int pred, labels_input;
+    /* rows on demand (pd__pipe_set_ring): inputs and labels hold ring steps
+     * of rows, step k in slot k % ring, written by ring_fill before its first
+     * microbatch is read; ring_at[slot]: the step it holds (-1: none) */
+    int ring;
+    int64_t *ring_at;
+    pd__ring_fill ring_fill;
+    void *ring_ctx;
     pd__vstage *vs;    /* NV */
     int *rep;          /* per worker: replicas */
     pd__wk *wk;        /* nwk threads, worker by worker */
@@ -239,7 +246,9 @@ pd_status pd__dev_push(pd__pipe *p);
 
 float pd__ared_scale(const pd__wk *W, int mb);
 pd_status pd__global_norm(pd__wk *W, int64_t t, const float *G, double *norm, bool *stop);
-pd_tensor pd__input_rows(const pd__pipe *p, int i, int mb);
+/* Rows of microbatch mb of graph input i (-1: the labels; the labels too for
+ * the input they feed), filled on demand when the run's rows are a ring. */
+pd_status pd__mb_rows(pd__pipe *p, int i, int mb, pd_tensor *out);
 bool pd__meet_all(pd__pipe *p);
 int pd__peer(const pd__pipe *p, int l, bool grad, bool sending, int mb);
 pd_tensor pd__rows(const pd_tensor *all, int64_t rows, int mb);

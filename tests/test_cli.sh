@@ -179,6 +179,23 @@ if [ -x "$npytool" ]; then
     else
       bad "train on a 128 MiB data file (rc $rc): $((anon / 1024)) MiB of anonymous memory"
     fi
+    # a pipeline reads its steps' rows through a ring of a few steps: 2000 steps of 256 rows
+    # (132 MiB, what it copied before) in a few MiB
+    "$pdonnx" train "$ex/digits_mlp.onnx" --data "$tmp/x_big.npy" --labels "$tmp/y_big.npy" --stages 2 --batch 256 \
+      --steps 2000 --quiet >/dev/null 2>&1 &
+    pid=$! anon=0
+    while kill -0 $pid 2>/dev/null; do
+      a=$(awk '/^RssAnon:/ {print $2}' /proc/$pid/status 2>/dev/null)
+      [ -n "$a" ] && [ "$a" -gt "$anon" ] && anon=$a
+      sleep 0.05
+    done
+    wait $pid
+    rc=$?
+    if [ $rc -eq 0 ] && [ "$anon" -gt 0 ] && [ "$anon" -lt 65536 ]; then
+      ok "train --stages 2 on 132 MiB of steps' rows: at most $((anon / 1024)) MiB of anonymous memory"
+    else
+      bad "train --stages 2 on a 128 MiB data file (rc $rc): $((anon / 1024)) MiB of anonymous memory"
+    fi
     rm -f "$tmp/x_big.npy" "$tmp/y_big.npy"
   fi
   # shards: --data 'x-*.npy' reads the files in order as one stream of rows (shuffled across them), and a

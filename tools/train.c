@@ -607,6 +607,21 @@ static int pd__pipeline_setup(pd__targs *a, pd_graph *g, pd__sched_kind kind, in
     return 0;
 }
 
+/* The pipeline's ring of steps (pd__pipe_set_ring): step k's rows from the
+ * data stream into slot `slot` of x and y. */
+typedef struct pd__ring {
+    pd__data *data;
+    size_t xrow, yrow;
+    int64_t batch;
+    char *x, *y;
+} pd__ring;
+
+static pd_status pd__ring_fill_rows(void *ctx, int64_t step, int slot) {
+    pd__ring *r = (pd__ring *)ctx;
+    size_t at = (size_t)slot * (size_t)r->batch;
+    return pd__data_fill(r->data, step, r->x + r->xrow * at, r->y + r->yrow * at);
+}
+
 static int pd__train_pipeline(pd__targs *a, pd_graph *g, const char *input, pd_tensor *X, pd_tensor *Y,
                               pd__data *data, int64_t steps, pd__sched_kind kind, FILE *mf, pd__ckrun *cr) {
     int rc = 1;
@@ -636,26 +651,27 @@ static int pd__train_pipeline(pd__targs *a, pd_graph *g, const char *input, pd_t
         fprintf(stderr, "pdonnx: --resume %s: %s\n", cr->from.path, pd_cli_error());
         goto out;
     }
-    /* every step's minibatch, back to back, from the same stream as one stage reads */
+    /* the steps' minibatches from the same stream as one stage reads, a few
+     * steps at a time: a ring of them the stages fill as they read */
     int64_t B = a->batch, rows = steps * B;
-    size_t xr = (size_t)(pd_tensor_numel(X) / X->shape[0]) * pd_dtype_size(X->dtype);
-    size_t yr = (size_t)(pd_tensor_numel(Y) / Y->shape[0]) * pd_dtype_size(Y->dtype);
-    bx = malloc(xr * (size_t)rows + 1);
-    by = malloc(yr * (size_t)rows + 1);
+    int ring = pd__pipe_ring_steps(pipe);
+    pd__ring rg = {data, (size_t)(pd_tensor_numel(X) / X->shape[0]) * pd_dtype_size(X->dtype),
+                   (size_t)(pd_tensor_numel(Y) / Y->shape[0]) * pd_dtype_size(Y->dtype), B, NULL, NULL};
+    rg.x = bx = malloc(rg.xrow * (size_t)(ring * B) + 1);
+    rg.y = by = malloc(rg.yrow * (size_t)(ring * B) + 1);
     int nin = pd_graph_num_inputs(g);
     ins = calloc((size_t)nin + 1, sizeof *ins);
     res = calloc((size_t)steps, sizeof *res);
     if (!bx || !by || !ins || !res) {
-        fprintf(stderr, "pdonnx: out of memory holding %lld steps of data for the pipeline\n", (long long)steps);
+        fprintf(stderr, "pdonnx: out of memory for the pipeline's data\n");
         goto out;
     }
-    for (int64_t k = 0; k < steps; k++)
-        if (pd__data_fill(data, k, (char *)bx + xr * (size_t)(k * B), (char *)by + yr * (size_t)(k * B)) != PD_OK) {
-            pd_cli_fail();
-            goto out;
-        }
+    if (pd__pipe_set_ring(pipe, ring, pd__ring_fill_rows, &rg) != PD_OK) {
+        pd_cli_fail();
+        goto out;
+    }
     pd_tensor tx = *X, ty = *Y;
-    tx.shape[0] = ty.shape[0] = rows;
+    tx.shape[0] = ty.shape[0] = ring * B;
     tx.data = bx;
     ty.data = by;
     for (int i = 0; i < nin; i++) {
