@@ -54,6 +54,7 @@ struct pd__pipe *pd__avg_pipe(pd__avg *a, int i) {
     return a && i >= 0 && i < (a->mpi ? 1 : a->K) ? a->pipe[i] : NULL; /* under MPI: this process's */
 }
 int64_t pd__avg_updates(const pd__avg *a) { return a ? a->updates : 0; }
+int64_t pd__avg_steps(const pd__avg *a) { return a ? a->steps : 0; }
 double pd__avg_last_run_ms(const pd__avg *a) { return a ? a->last_ms : 0; }
 
 const float *pd__avg_centre(pd__avg *a, int64_t *n) {
@@ -243,8 +244,9 @@ pd_status pd__avg_run(pd__avg *a, int64_t steps, const pd_tensor *const *inputs,
     int nin = g->ninputs;
     int64_t rows = nin > 0 && g->tensors[g->inputs[0]].ndim > 0 ? g->tensors[g->inputs[0]].shape[0] : 1;
     int64_t B = rows * a->M; /* rows per step */
+    bool ring = pd__pipe_ring(a->pipe[0]) > 0;
     for (int i = 0; i < K; i++)
-        if (!inputs[i] || !labels[i].data || labels[i].ndim < 1 || labels[i].shape[0] < steps * B)
+        if (!inputs[i] || !labels[i].data || labels[i].ndim < 1 || (!ring && labels[i].shape[0] < steps * B))
             return pd__err(PD_ERR_SHAPE, "avgpipe: pipeline %d's labels do not hold %lld steps of %lld rows", i,
                            (long long)steps, (long long)B);
     pd_step_result *pr = PD_CALLOC((size_t)(K * steps), sizeof *pr);
@@ -258,8 +260,8 @@ pd_status pd__avg_run(pd__avg *a, int64_t steps, const pd_tensor *const *inputs,
         if (pd__avg_on(a) && chunk > a->every - a->steps % a->every) chunk = a->every - a->steps % a->every;
         for (int i = 0; i < K; i++) {
             pd_tensor *v = view + (size_t)i * ((size_t)nin + 1);
-            for (int j = 0; j < nin; j++) v[j] = pd__avg_rows(&inputs[i][j], done * B, chunk * B);
-            v[nin] = pd__avg_rows(&labels[i], done * B, chunk * B);
+            for (int j = 0; j < nin; j++) v[j] = ring ? inputs[i][j] : pd__avg_rows(&inputs[i][j], done * B, chunk * B);
+            v[nin] = ring ? labels[i] : pd__avg_rows(&labels[i], done * B, chunk * B);
             job[i] = (pd__avg_job){a->pipe[i], chunk, v, &v[nin], pr + i * steps + done, PD_OK, ""};
         }
         /* pipeline 0 on this thread, the others on their own */

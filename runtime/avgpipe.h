@@ -61,6 +61,11 @@ struct pd__pipe *pd__avg_pipe(pd__avg *a, int i);
  * An error in a pipeline ends the run once the others finish their steps up
  * to the next elastic update (the message names the pipeline); updates
  * already made stay made. */
+/* Steps done by earlier runs and, during a run, by its earlier rounds: a
+ * ring's fill (pd__pipe_set_ring on each pipeline) adds it to the step it is
+ * asked for, which counts from the round's start. Under a ring each
+ * pipeline's inputs and labels are the ring's, not the run's rows. */
+int64_t pd__avg_steps(const pd__avg *a);
 pd_status pd__avg_run(pd__avg *a, int64_t steps, const pd_tensor *const *inputs, const pd_tensor *labels,
                       pd_step_result *results, pd_step_result *per_pipe);
 

@@ -908,6 +908,7 @@ pd_status pd__pipe_set_ring(pd__pipe *p, int steps, pd__ring_fill fill, void *ct
  * after every stage is done with mb: the steps read at once span at most
  * nslots microbatches, plus the step a replica may lead its peers by. */
 int pd__pipe_ring_steps(const pd__pipe *p) { return (p->nslots + p->nmicro - 1) / p->nmicro + 2; }
+int pd__pipe_ring(const pd__pipe *p) { return p ? p->ring : 0; }
 
 /* F: the graph inputs the stage's nodes read copied in, its forward, and on
  * the last stage the loss (on a GPU stage: pd__dev_forward). */

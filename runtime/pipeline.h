@@ -134,6 +134,7 @@ pd_status pd__pipe_run(pd__pipe *p, int64_t minibatches, const pd_tensor *inputs
 typedef pd_status (*pd__ring_fill)(void *ctx, int64_t step, int slot);
 pd_status pd__pipe_set_ring(pd__pipe *p, int steps, pd__ring_fill fill, void *ctx);
 int pd__pipe_ring_steps(const pd__pipe *p);
+int pd__pipe_ring(const pd__pipe *p); /* the ring set, 0: none */
 
 /* ---- snapshots, for checkpoints (runtime/checkpoint.h, docs/CHECKPOINT.md) ----
  *

@@ -13,6 +13,7 @@
 #include "../runtime/pipeline.h"
 #include "cli.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -87,15 +88,26 @@ static pd_status pd__avg_plan(const pd_cli_avg_ctx *c, pd_plan **out) {
 /* One AvgPipe run's buffers: the K graphs (0 the caller's), each local
  * pipeline's rows (bx, by) and the tensors over them (inp, lab), the step
  * results (res: the mean, per: per pipeline). */
-typedef struct avg_run {
+typedef struct avg_run avg_run;
+typedef struct avg_ring {
+    avg_run *run;
+    int i, mine; /* the pipeline; under mpirun, the first of this process's minibatches */
+} avg_ring;
+
+struct avg_run {
     int K, nin, here; /* here: pipelines in this process (under mpirun, one stage of one) */
     int64_t steps, B, rows;
     pd_graph **g;
-    void **bx, **by;
+    void **bx, **by;  /* each pipeline's ring of steps' rows */
+    avg_ring *ring;
+    pd__avg *avg;
+    pd__data *data;
+    size_t xrow, yrow;
+    pthread_mutex_t mu; /* the data stream, one fill at a time */
     pd_tensor *ins, *lab;
     const pd_tensor **inp;
     pd_step_result *res, *per;
-} avg_run;
+};
 
 static bool avg_alloc(avg_run *r, int K, int nin, int64_t steps) {
     r->K = K, r->nin = nin, r->steps = steps;
@@ -104,7 +116,9 @@ static bool avg_alloc(avg_run *r, int K, int nin, int64_t steps) {
     r->ins = calloc((size_t)K * ((size_t)nin + 1), sizeof *r->ins), r->lab = calloc((size_t)K, sizeof *r->lab);
     r->inp = calloc((size_t)K, sizeof *r->inp);
     r->res = calloc((size_t)steps, sizeof *r->res), r->per = calloc((size_t)(K * steps), sizeof *r->per);
-    return r->g && r->bx && r->by && r->ins && r->lab && r->inp && r->res && r->per;
+    r->ring = calloc((size_t)K, sizeof *r->ring);
+    pthread_mutex_init(&r->mu, NULL);
+    return r->g && r->bx && r->by && r->ins && r->lab && r->inp && r->res && r->per && r->ring;
 }
 
 static void avg_free(avg_run *r) {
@@ -118,6 +132,8 @@ static void avg_free(avg_run *r) {
     free(r->inp);
     free(r->res);
     free(r->per);
+    free(r->ring);
+    pthread_mutex_destroy(&r->mu);
 }
 
 /* Pipeline 0 trains the caller's graph; the others copies loaded from the
@@ -166,24 +182,39 @@ static int avg_create(const pd_cli_avg_args *av, const pd_cli_avg_ctx *c, pd_pla
     return 0;
 }
 
-/* Pipeline i's steps stream minibatches i, K + i, 2K + i, ... */
-static int avg_data(const pd_cli_avg_ctx *c, int mine, avg_run *r) {
-    size_t xr = (size_t)(pd_tensor_numel(c->X) / c->X->shape[0]) * pd_dtype_size(c->X->dtype);
-    size_t yr = (size_t)(pd_tensor_numel(c->Y) / c->Y->shape[0]) * pd_dtype_size(c->Y->dtype);
+/* Pipeline i's ring of steps: its step k (counted from the round's start,
+ * pd__avg_steps before it) is minibatch (steps before + k) K + i + mine of
+ * the stream; the pipelines' threads share the stream, one fill at a time. */
+static pd_status avg_fill(void *ctx, int64_t step, int slot) {
+    avg_ring *g = (avg_ring *)ctx;
+    avg_run *r = g->run;
+    size_t at = (size_t)slot * (size_t)r->B;
+    pthread_mutex_lock(&r->mu);
+    int64_t k = (pd__avg_steps(r->avg) + step) * r->K + g->i + g->mine;
+    pd_status st = pd__data_fill(r->data, k, (char *)r->bx[g->i] + r->xrow * at, (char *)r->by[g->i] + r->yrow * at);
+    pthread_mutex_unlock(&r->mu);
+    return st;
+}
+
+/* Pipeline i's steps stream minibatches i, K + i, 2K + i, ..., read through a ring. */
+static int avg_data(const pd_cli_avg_ctx *c, pd__avg *avg, avg_run *r) {
+    r->avg = avg;
+    r->data = c->data;
+    r->xrow = (size_t)(pd_tensor_numel(c->X) / c->X->shape[0]) * pd_dtype_size(c->X->dtype);
+    r->yrow = (size_t)(pd_tensor_numel(c->Y) / c->Y->shape[0]) * pd_dtype_size(c->Y->dtype);
     for (int i = 0; i < r->here; i++) {
-        r->bx[i] = malloc(xr * (size_t)r->rows + 1);
-        r->by[i] = malloc(yr * (size_t)r->rows + 1);
+        pd__pipe *pipe = pd__avg_pipe(avg, i);
+        int ring = pd__pipe_ring_steps(pipe);
+        r->bx[i] = malloc(r->xrow * (size_t)(ring * r->B) + 1);
+        r->by[i] = malloc(r->yrow * (size_t)(ring * r->B) + 1);
         if (!r->bx[i] || !r->by[i]) {
-            fprintf(stderr, "pdonnx: out of memory holding %lld steps of data for %d pipelines\n",
-                    (long long)r->steps, r->K);
+            fprintf(stderr, "pdonnx: out of memory for the data of %d pipelines\n", r->K);
             return 1;
         }
-        for (int64_t k = 0; k < r->steps; k++)
-            if (pd__data_fill(c->data, k * r->K + i + mine, (char *)r->bx[i] + xr * (size_t)(k * r->B),
-                              (char *)r->by[i] + yr * (size_t)(k * r->B)) != PD_OK)
-                return pd_cli_fail();
+        r->ring[i] = (avg_ring){r, i, pd__avg_mine(avg)};
+        if (pd__pipe_set_ring(pipe, ring, avg_fill, &r->ring[i]) != PD_OK) return pd_cli_fail();
         pd_tensor tx = *c->X, ty = *c->Y;
-        tx.shape[0] = ty.shape[0] = r->rows;
+        tx.shape[0] = ty.shape[0] = ring * r->B;
         tx.data = r->bx[i];
         ty.data = r->by[i];
         pd_tensor *in = r->ins + (size_t)i * ((size_t)r->nin + 1);
@@ -240,7 +271,7 @@ int pd_cli_train_avgpipe(const pd_cli_avg_args *av, const pd_cli_avg_ctx *c) {
     }
     if (avg_copies(c, &r) != 0) goto out;
     if (plan->chunks > 1 && c->kind != PD_SCHED_INTERLEAVED) plan->chunks = 1;
-    if (avg_create(av, c, plan, &r, &avg) != 0 || avg_data(c, pd__avg_mine(avg), &r) != 0) goto out;
+    if (avg_create(av, c, plan, &r, &avg) != 0 || avg_data(c, avg, &r) != 0) goto out;
     if (!c->quiet)
         printf("training %s as %d parallel pipelines of %d stages (AvgPipe): %s schedule, %d microbatch%s of %lld rows "
                "per step, %lld steps each, elastic alpha %g every %lld step%s, %s lr %g\n",
