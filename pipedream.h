@@ -651,36 +651,7 @@ PDDEF void pd_mpi_finalize(void);
 /* ---- core/ops.h ---- */
 /* ops.h - the one list of operators.
  *
- * Every op is declared once here, with everything the rest of the code asks
- * about it. X(ENUM, OnnxName, flags, grad, state) expands into the pd_op enum, the
- * op table (pd__ops, core/ops.c) and the names of its functions, so a
- * missing one is a link error:
- *   pd__shape_<OnnxName>    (core/shape_<family>.c)   output dtypes and shapes
- *   pd__flops_<OnnxName>    (core/shape_<family>.c)   forward FLOP count
- *   pd__cpu_<OnnxName>      (runtime/cpu/<family>)    CPU forward kernel
- *   pd__cpu_<OnnxName>_bwd  (runtime/cpu/<family>)    CPU backward kernel
- *
- * grad: bit i set when input i is differentiable (gradients flow into it);
- * PD_GRAD_ALL for variadic ops; 0: not differentiable (PD__NO_GRAD).
- * state: bit i set when input i is a buffer the op updates in place while
- * training (BatchNormalization's running mean and variance): not a
- * parameter, but checkpointed, and held by the stage that runs the op.
- *
- * flags:
- *   PD_OPF_NN, PD_OPF_ELEM, PD_OPF_TENSOR, PD_OPF_RNN - its family, exactly
- *       one: the files it lives in (shape_nn.c / shape_elem.c /
- *       shape_tensor.c / shape_rnn.c, the matching runtime/cpu/ files) and
- *       the finite-difference program that must check its backward
- *       (tests/test_grad_nn.c / _elem.c / _tensor.c / _rnn.c)
- *   PD_OPF_FOLD - may be constant-folded at load when all inputs are constant
- *   PD_OPF_BWD_WRITES - its backward honours pd__exec.fresh (writes a fresh
- *       input gradient whole); the others add, into memory zeroed for them
- *   PD_OPF_HOST - no CUDA kernel: a CUDA session runs it on the CPU, with
- *       copies (runtime/session_dev.c); the others have a cu_table entry
- *       (runtime/cuda/ops.c), with a backward when differentiable
- * tests/test_core.c, test_grad_*.c and test_cuda.c --cases walk this table
- * and fail when an op and its code disagree. Adding an op:
- * docs/ARCHITECTURE.md, "Adding an operator".
+ * How it works: docs/INTERNALS.md, "core/ops.h".
  */
 #ifndef PD_OPS_H
 #define PD_OPS_H
@@ -3017,9 +2988,7 @@ int64_t pd_graph_param_bytes(const pd_graph *g) {
  * Cast, CastLike and Identity, QuantizeLinear, DequantizeLinear and
  * DynamicQuantizeLinear, and the reductions (ReduceSum ... ReduceLogSumExp).
  *
- * A rule checks the inputs' presence, dtypes and shapes, and reports what
- * does not fit in one line naming the shapes; dtypes no kernel computes in
- * (string, float8, int4...) are PD_ERR_UNSUPPORTED.
+ * How it works: docs/INTERNALS.md, "core/shape_elem.c".
  */
 /* ---- core/shape_elem.h ---- */
 /* shape_elem.h - what the element-wise shape rules (core/shape_elem.c) and
@@ -3865,12 +3834,7 @@ double pd__flops_Binarizer(const pd_graph *g, const pd__node *n) { return in_num
  * MatMulInteger, QLinearMatMul, ConvInteger and QLinearConv
  * (opsets 6-27; FlexAttention of ai.onnx.preview).
  *
- * A rule checks ranks, channel counts against the weights, and dtypes, so a
- * bad model fails with one line naming the node and the shapes, and then
- * sets the outputs' dtype and shape. The sliding-window geometry of Conv,
- * ConvTranspose and the pools (pd__win_make) and a few other decisions the
- * kernels must repeat exactly live here too, declared in shape_nn.h.
- * FLOPs count a multiply-add as 2.
+ * How it works: docs/INTERNALS.md, "core/shape_nn.c".
  */
 /* ---- core/shape_nn.h ---- */
 /* shape_nn.h - sliding-window geometry shared by the nn shape rules
@@ -5564,7 +5528,11 @@ static void ein_roles(const pd__ein_eq *q, const int64_t *sa, const int64_t *sb,
 pd_status pd__einsum_plan(const pd__node *n, int nin, int ra, const int64_t *sa, int rb, const int64_t *sb,
                           pd__ein *e) {
     memset(e, 0, sizeof *e);
-    pd__ein_eq q = {.eq = pd__attr_s(n, "equation", ""), .ell = {-1, -1, -1}, .nin = nin};
+    pd__ein_eq q;
+    memset(&q, 0, sizeof q);
+    q.eq = pd__attr_s(n, "equation", "");
+    q.ell[0] = q.ell[1] = q.ell[2] = -1;
+    q.nin = nin;
     PD_TRY(ein_parse(&q));
     PD_TRY(ein_expand(&q, ra, rb));
     const int64_t *sk[2] = {sa, sb};
@@ -6306,14 +6274,7 @@ double pd__flops_RoiAlign(const pd_graph *g, const pd__node *n) {
 /* shape_rnn.c - shape rules and FLOP counts of the recurrent ops LSTM, GRU
  * and RNN (ONNX opsets 1-22; layout from 14).
  *
- * Inputs X, W, R, B, sequence_lens, initial_h (and LSTM's initial_c, P);
- * outputs Y, Y_h (and LSTM's Y_c), each optional. The rule checks the
- * weights' shapes against X, hidden_size and the direction, and refuses
- * what the kernels do not compute: activations other than the defaults
- * (Sigmoid, Tanh, Tanh for LSTM; Sigmoid, Tanh for GRU; Tanh for RNN), clip,
- * input_forget=1.
- * sequence_lens may differ per batch entry (the kernels mask).
- * FLOPs count a multiply-add as 2.
+ * How it works: docs/INTERNALS.md, "core/shape_rnn.c".
  */
 /* ---- core/shape_rnn.h ---- */
 /* shape_rnn.h - the attributes of the recurrent ops (LSTM, GRU, RNN), read
@@ -6519,10 +6480,7 @@ double pd__flops_RNN(const pd_graph *g, const pd__node *n) { return rnn_flops(g,
  * EyeLike, Compress, ReverseSequence, NonZero; and the parameter
  * resolvers of shape_tensor.h, which the CPU kernels share.
  *
- * Most of these ops only move bytes, so they take every dtype (but strings) and
- * count 0 FLOPs; CumSum, CumProd, the arg/top-k selections and Hardmax compute and count. Inputs that determine a shape (Reshape's shape, Slice's starts...)
- * are read from constant tensors at load; a runtime value there is reported
- * as a dynamic shape, which pdonnx does not support.
+ * How it works: docs/INTERNALS.md, "core/shape_tensor.c".
  */
 #include <math.h>
 #include <stdio.h>
@@ -6536,12 +6494,7 @@ double pd__flops_RNN(const pd_graph *g, const pd__node *n) { return rnn_flops(g,
  * a node's attributes
  * and constant inputs.
  *
- * The shape rules (core/shape_tensor.c) and the CPU kernels
- * (runtime/cpu/tensor.c) both call these, so the two cannot drift apart.
- * `in` holds views of the node's inputs, n->nin of them, NULL for an absent
- * optional one; an input whose values are needed must have data (or no
- * elements), otherwise the call fails with PD_ERR_UNSUPPORTED (dynamic shape).
- * Errors are set with pd__err and do not name the node: callers add that.
+ * How it works: docs/INTERNALS.md, "core/shape_tensor.h".
  */
 #ifndef PD_SHAPE_TENSOR_H
 #define PD_SHAPE_TENSOR_H

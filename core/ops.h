@@ -1,35 +1,6 @@
 /* ops.h - the one list of operators.
  *
- * Every op is declared once here, with everything the rest of the code asks
- * about it. X(ENUM, OnnxName, flags, grad, state) expands into the pd_op enum, the
- * op table (pd__ops, core/ops.c) and the names of its functions, so a
- * missing one is a link error:
- *   pd__shape_<OnnxName>    (core/shape_<family>.c)   output dtypes and shapes
- *   pd__flops_<OnnxName>    (core/shape_<family>.c)   forward FLOP count
- *   pd__cpu_<OnnxName>      (runtime/cpu/<family>)    CPU forward kernel
- *   pd__cpu_<OnnxName>_bwd  (runtime/cpu/<family>)    CPU backward kernel
- *
- * grad: bit i set when input i is differentiable (gradients flow into it);
- * PD_GRAD_ALL for variadic ops; 0: not differentiable (PD__NO_GRAD).
- * state: bit i set when input i is a buffer the op updates in place while
- * training (BatchNormalization's running mean and variance): not a
- * parameter, but checkpointed, and held by the stage that runs the op.
- *
- * flags:
- *   PD_OPF_NN, PD_OPF_ELEM, PD_OPF_TENSOR, PD_OPF_RNN - its family, exactly
- *       one: the files it lives in (shape_nn.c / shape_elem.c /
- *       shape_tensor.c / shape_rnn.c, the matching runtime/cpu/ files) and
- *       the finite-difference program that must check its backward
- *       (tests/test_grad_nn.c / _elem.c / _tensor.c / _rnn.c)
- *   PD_OPF_FOLD - may be constant-folded at load when all inputs are constant
- *   PD_OPF_BWD_WRITES - its backward honours pd__exec.fresh (writes a fresh
- *       input gradient whole); the others add, into memory zeroed for them
- *   PD_OPF_HOST - no CUDA kernel: a CUDA session runs it on the CPU, with
- *       copies (runtime/session_dev.c); the others have a cu_table entry
- *       (runtime/cuda/ops.c), with a backward when differentiable
- * tests/test_core.c, test_grad_*.c and test_cuda.c --cases walk this table
- * and fail when an op and its code disagree. Adding an op:
- * docs/ARCHITECTURE.md, "Adding an operator".
+ * How it works: docs/INTERNALS.md, "core/ops.h".
  */
 #ifndef PD_OPS_H
 #define PD_OPS_H

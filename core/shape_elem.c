@@ -7,9 +7,7 @@
  * Cast, CastLike and Identity, QuantizeLinear, DequantizeLinear and
  * DynamicQuantizeLinear, and the reductions (ReduceSum ... ReduceLogSumExp).
  *
- * A rule checks the inputs' presence, dtypes and shapes, and reports what
- * does not fit in one line naming the shapes; dtypes no kernel computes in
- * (string, float8, int4...) are PD_ERR_UNSUPPORTED.
+ * How it works: docs/INTERNALS.md, "core/shape_elem.c".
  */
 #include "shape_elem.h"
 

@@ -9,12 +9,7 @@
  * MatMulInteger, QLinearMatMul, ConvInteger and QLinearConv
  * (opsets 6-27; FlexAttention of ai.onnx.preview).
  *
- * A rule checks ranks, channel counts against the weights, and dtypes, so a
- * bad model fails with one line naming the node and the shapes, and then
- * sets the outputs' dtype and shape. The sliding-window geometry of Conv,
- * ConvTranspose and the pools (pd__win_make) and a few other decisions the
- * kernels must repeat exactly live here too, declared in shape_nn.h.
- * FLOPs count a multiply-add as 2.
+ * How it works: docs/INTERNALS.md, "core/shape_nn.c".
  */
 #include "shape_nn.h"
 
@@ -1466,7 +1461,11 @@ static void ein_roles(const pd__ein_eq *q, const int64_t *sa, const int64_t *sb,
 pd_status pd__einsum_plan(const pd__node *n, int nin, int ra, const int64_t *sa, int rb, const int64_t *sb,
                           pd__ein *e) {
     memset(e, 0, sizeof *e);
-    pd__ein_eq q = {.eq = pd__attr_s(n, "equation", ""), .ell = {-1, -1, -1}, .nin = nin};
+    pd__ein_eq q;
+    memset(&q, 0, sizeof q);
+    q.eq = pd__attr_s(n, "equation", "");
+    q.ell[0] = q.ell[1] = q.ell[2] = -1;
+    q.nin = nin;
     PD_TRY(ein_parse(&q));
     PD_TRY(ein_expand(&q, ra, rb));
     const int64_t *sk[2] = {sa, sb};

@@ -1,14 +1,7 @@
 /* shape_rnn.c - shape rules and FLOP counts of the recurrent ops LSTM, GRU
  * and RNN (ONNX opsets 1-22; layout from 14).
  *
- * Inputs X, W, R, B, sequence_lens, initial_h (and LSTM's initial_c, P);
- * outputs Y, Y_h (and LSTM's Y_c), each optional. The rule checks the
- * weights' shapes against X, hidden_size and the direction, and refuses
- * what the kernels do not compute: activations other than the defaults
- * (Sigmoid, Tanh, Tanh for LSTM; Sigmoid, Tanh for GRU; Tanh for RNN), clip,
- * input_forget=1.
- * sequence_lens may differ per batch entry (the kernels mask).
- * FLOPs count a multiply-add as 2.
+ * How it works: docs/INTERNALS.md, "core/shape_rnn.c".
  */
 #include "shape_rnn.h"
 

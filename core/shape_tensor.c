@@ -6,10 +6,7 @@
  * EyeLike, Compress, ReverseSequence, NonZero; and the parameter
  * resolvers of shape_tensor.h, which the CPU kernels share.
  *
- * Most of these ops only move bytes, so they take every dtype (but strings) and
- * count 0 FLOPs; CumSum, CumProd, the arg/top-k selections and Hardmax compute and count. Inputs that determine a shape (Reshape's shape, Slice's starts...)
- * are read from constant tensors at load; a runtime value there is reported
- * as a dynamic shape, which pdonnx does not support.
+ * How it works: docs/INTERNALS.md, "core/shape_tensor.c".
  */
 #include <math.h>
 #include <stdio.h>

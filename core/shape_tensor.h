@@ -5,12 +5,7 @@
  * a node's attributes
  * and constant inputs.
  *
- * The shape rules (core/shape_tensor.c) and the CPU kernels
- * (runtime/cpu/tensor.c) both call these, so the two cannot drift apart.
- * `in` holds views of the node's inputs, n->nin of them, NULL for an absent
- * optional one; an input whose values are needed must have data (or no
- * elements), otherwise the call fails with PD_ERR_UNSUPPORTED (dynamic shape).
- * Errors are set with pd__err and do not name the node: callers add that.
+ * How it works: docs/INTERNALS.md, "core/shape_tensor.h".
  */
 #ifndef PD_SHAPE_TENSOR_H
 #define PD_SHAPE_TENSOR_H

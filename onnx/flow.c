@@ -1,22 +1,7 @@
 /* flow.c - If, Loop and Scan, unrolled into the graph as it loads.
  *
- * The engine runs a static DAG, so control flow becomes plain nodes: when
- * pd__graph_finalize reaches a control-flow node (its inputs' shapes known,
- * constants folded) it calls pd__flow_expand, which splices subgraph copies
- * in its place, their tensors renamed "<node>/<iteration>/<name>" and their
- * outer-scope names bound to the node's extra inputs (load.c appends them, so
- * toposort orders the node after what its subgraphs read). Then finalize
- * goes on through the spliced nodes, folding what it can:
- *  - If on a constant condition keeps the branch taken; on a runtime one
- *    both branches, and a second visit selects with Where once their shapes
- *    are known (refused unless equal).
- *  - Loop splices one iteration and puts itself back after it, with the
- *    loop-carried values and the iteration's scan outputs as inputs, so the
- *    next visit sees whether the (folded) condition still holds. Trip count
- *    and condition must be known at load; past PD__FLOW_MAX_ITERS it refuses.
- *  - Scan knows its length from its inputs' shapes: all iterations at once,
- *    scan inputs cut with Gather, scan outputs stacked with Unsqueeze+Concat.
- * Training goes through the spliced ops' own backward. */
+ * How it works: docs/INTERNALS.md, "onnx/flow.c".
+ */
 #include <limits.h>
 #include <stdio.h>
 #include <string.h>

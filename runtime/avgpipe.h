@@ -3,14 +3,7 @@
  * copy (its own threads, one per stage), trained on different minibatches and
  * kept close by elastic averaging (runtime/avgpipe.c).
  *
- * Elastic averaging SGD (Zhang, Choromanska and LeCun 2015, synchronous
- * form): every `every` steps, with the values before the update,
- *     x_i      <- x_i - alpha (x_i - centre)           for each pipeline i
- *     centre   <- centre + alpha * sum_i (x_i - centre)
- * (alpha = eta * rho in the paper's terms). The centre starts at the initial
- * weights and is the model the run produces. Averaging disabled (alpha = 0 or
- * every = 0): the pipelines train independently and the model produced is
- * their mean (with K = 1, exactly the single pipeline's weights).
+ * How it works: docs/INTERNALS.md, "runtime/avgpipe.h".
  */
 #ifndef PD_AVGPIPE_H
 #define PD_AVGPIPE_H

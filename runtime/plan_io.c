@@ -1,21 +1,7 @@
 /* plan_io.c - plans as JSON on disk (cJSON), read back for `pdonnx simulate`
  * and the pipeline runtime.
  *
- *   {"format": "pdonnx-plan", "version": 1, "model": ..., "algo": "pipedream",
- *    "cost_model": "default", "workers": 16, "microbatches": 1, "microbatch_size": 64,
- *    "width": 1, "chunks": 1, "recompute": false, "bandwidth": 1e10,
- *    "parallel_pipelines": K,                      avgpipe only: its K (= width)
- *    "predicted_time_ms": ..., "predicted_speedup": ..., "dp_speedup": ...,
- *    "single_ms": ..., "dp_ms": ..., "bubble": ..., "throughput": ...,
- *    "nodes": ["conv1", ...],                      every profile node, in order
- *    "stages": [{"id": 0, "replicas": 2, "ranks": [0, 1],
- *                "device": 1,                      optional: the stage's GPU under --device cuda
- *                "nodes": ["conv1", ...],          forward nodes
- *                "bwd_nodes": [...],               only when they differ (bipartition)
- *                "fwd_ms", "bwd_in_ms", "bwd_w_ms", "param_bytes", "optim_bytes",
- *                "act_bytes", "in_bytes", "out_bytes", "send_ms", "allreduce_ms",
- *                "time_ms", "memory_bytes"}, ...],
- *    "stage_to_rank_map": {"0": [0, 1], "1": [2]}}  as PipeDream's conf
+ * How it works: docs/INTERNALS.md, "runtime/plan_io.c".
  */
 #include "../core/plan.h"
 

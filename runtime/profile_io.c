@@ -1,43 +1,7 @@
 /* profile_io.c - profiles on disk: our JSON and PipeDream's graph.txt
  * (pd_profile_load, pd_profile_save, pd_profile_save_pipedream).
  *
- * JSON, one node per line (docs/PROFILE.md):
- *
- *   {
- *     "format": "pdonnx-profile", "version": 1,
- *     "model": "mlp.onnx", "device": "cpu", "batch": 32,
- *     "nodes": [
- *       {"name":"fc1","desc":"Gemm","fwd_ms":0.02,"bwd_in_ms":0,"bwd_w_ms":0.03,
- *        "act_bytes":16384,"param_bytes":33280,"optim_bytes":0},
- *       ...
- *     ],
- *     "edges": [["fc1","relu1"], ...]
- *   }
- *
- * Times are milliseconds for one microbatch of `batch` rows, sizes bytes.
- * Edges are written as node names (as indices when the names are not unique)
- * and read in either form. Required: "format", "version", "nodes" and each
- * node's "name" and "fwd_ms"; other costs default to 0, unknown keys are
- * ignored.
- *
- * PipeDream's graph.txt (msr-fiddle/pipedream, profiler output):
- *
- *   nodeN -- <description> -- forward_compute_time=<ms>, backward_compute_time=<ms>, activation_size=<bytes>, parameter_size=<bytes>
- *   \tnodeA -- nodeB
- *
- * Nodes come in any order and edges may name nodes defined later. The costs
- * are the line's last " -- " field starting "forward_compute_time=" (a
- * description may hold anything else); a trailing " -- stage_id=N" is
- * ignored; an activation_size list "[a; b; c]" (multi-output layers) is
- * summed, as PipeDream's own reader does. PipeDream measures one backward
- * time; on import it is split as bwd_in_ms = backward_compute_time for layers
- * without parameters, and bwd_in_ms = bwd_w_ms = backward_compute_time / 2
- * for layers with parameters (an even split: the input and weight gradients
- * of a linear or convolution layer cost about the same FLOPs). Optimizer state
- * is unknown (optim_bytes 0) and the device reads "pipedream". Export writes
- * backward_compute_time = bwd_in_ms + bwd_w_ms, three decimals as PipeDream.
- *
- * Files are written to a temporary name, fsynced and renamed into place.
+ * How it works: docs/INTERNALS.md, "runtime/profile_io.c".
  */
 #include "../core/plan.h"
 

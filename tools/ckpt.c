@@ -1,14 +1,7 @@
 /* ckpt.c - `pdonnx train`'s checkpoints and `pdonnx export` (ckpt.h,
  * docs/CHECKPOINT.md).
  *
- * When: `--checkpoint-every N` takes boundary b when b is a multiple of N;
- * `auto` follows CheckFreq: it times the steps, takes a first checkpoint
- * after a few of them to measure what one costs (the pause of the snapshot,
- * the time to persist it), then spaces them by pd__ckpt_auto_every, measured
- * again after every checkpoint. A snapshot is a copy into host memory; the
- * writer thread persists it while training goes on. Under MPI every process
- * must take the same boundaries: auto's measurements are made on each and
- * the interval agreed (pd__due_dist).
+ * How it works: docs/INTERNALS.md, "tools/ckpt.c".
  */
 #include "ckpt.h"
 #include "../runtime/session.h"

@@ -1,25 +1,6 @@
 /* conformance.c - `pdonnx conformance`: runs ONNX backend test cases.
  *
- * A case is a folder with model.onnx and test_data_set_N/{input,output}_K.pb.
- * Each case prints one line: PASS, FAIL (with why) or UNSUPPORTED (with the
- * op or feature); the last line is "N passed, N failed, N skipped".
- * Outputs are compared with |got - want| <= atol + rtol * |want|, rtol 1e-3,
- * atol 1e-5; integer and bool outputs exactly.
- *
- * Integer inputs are bound as constants at load (the engine has static
- * shapes, and such inputs are usually a Reshape's shape or a Slice's bounds);
- * when a shape still depends on a float input, every input is bound.
- * --xfail FILE lists known failures ("case  reason" per line): they are
- * reported as XFAIL and counted as skipped, so the suite fails only on new ones.
- *
- * Random outputs: in a model with a random op (Bernoulli, RandomUniform,
- * RandomNormal and their *Like forms, Multinomial) the expected values are
- * one draw of ONNX's generator, which no other generator reproduces (the spec
- * leaves it to the implementation). Its outputs are checked for dtype and
- * shape, and values: an output of RandomUniform(Like) within [low, high), of
- * RandomNormal(Like) finite, any other (Bernoulli, or computed from a draw)
- * each one of the expected output's values (Bernoulli's 0 and 1). Such a
- * PASS says the draw has the right form, not that it is numpy's.
+ * How it works: docs/INTERNALS.md, "tools/conformance.c".
  */
 #include "../core/pd_internal.h"
 #include "../onnx/onnx_io.h"

@@ -2,17 +2,7 @@
  * threads in different processes, and the job-wide helpers `mpirun pdonnx
  * train` needs (docs/DISTRIBUTED.md).
  *
- * Sends are non-blocking (MPI_Isend from a pool of buffers; a buffer goes
- * back to the pool once its request completes, checked on every call), so a
- * stage computes its next microbatch while its activations travel. Tags are
- * ((mb mod window) * 2 + dir) * links + link: within one pair of processes
- * and one link direction, a window larger than the microbatches in flight
- * cannot collide, and MPI's order per (source, tag) does the rest. A replicated
- * stage's processes all-reduce in a communicator of their own, so do the
- * processes holding the readers of tied parameters.
- *
- * Built only with MPI (meson finds it); without it the entry points fail
- * with a clear message.
+ * How it works: docs/INTERNALS.md, "runtime/comm/mpi.c".
  */
 #include "transport.h"
 

@@ -5,16 +5,8 @@
  * pipeline's GPU stages use it between processes (docs/DISTRIBUTED.md,
  * "NCCL"). One thread per process calls it (as the MPI transport).
  *
- * Nothing here waits inside NCCL or CUDA for a peer: the communicators are
- * non-blocking (config.blocking = 0; a call answering ncclInProgress is
- * polled until it is done), and every wait on a stream or an event is
- * polled too. Between polls the communicators' asynchronous errors and the
- * pipeline's failure notices (the watch transport: MPI carries them) are
- * looked at; on either every communicator is aborted (ncclCommAbort: NCCL's
- * kernels waiting for a peer return, so the streams drain) and the wait
- * fails naming the cause, as the MPI transport's waits do. The end of a
- * clean run's communicators (ncclCommFinalize, then ncclCommDestroy) is
- * such a wait too. */
+ * How it works: docs/INTERNALS.md, "runtime/comm/nccl.c".
+ */
 #include "nccl.h"
 
 #include <cuda_runtime_api.h>

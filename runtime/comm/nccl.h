@@ -6,43 +6,8 @@
  * stream, through the module's table (cuda.h: pd__cuda_nccl_*, which
  * forward here).
  *
- * Communicators are bootstrapped over MPI: within the processes of `color`
- * (as pd__mpi_transport_create numbers them), rank 0 makes an id per
- * communicator (ncclGetUniqueId) and broadcasts them (MPI_Bcast), every
- * process initializes its communicators from them (ncclCommInitRankConfig,
- * non-blocking). Each link and direction gets a communicator of its own,
- * since NCCL matches a pair's sends and receives in issue order, not by
- * tag: per link and direction the schedules send and receive microbatches
- * in the same (ascending) order, and activations and gradients never wait
- * behind each other. Replicated stages all-reduce in a communicator of
- * their processes. The processes agree, before and after NCCL's
- * initialization, that every one got through; one that fails during it
- * tells the others (MPI), which abort theirs: a set-up failure is an error
- * on every process, naming its rank, never a hang.
- *
- * Stream order: buffers are device memory from a pool (cudaMalloc'd once
- * per size class, reused); send enqueues ncclSend on the link's stream
- * after the compute stream's work so far (an event) and returns; recv
- * enqueues ncclRecv there, makes the compute stream wait for it, and
- * returns once the message is there (a host wait, polled, as the MPI
- * transport's receive); a buffer put back (or sent) is reused only once
- * its event has completed. allreduce takes device pointers (floats or
- * doubles), runs on the compute stream and returns once the sum is done.
- * flush waits for every send.
- *
- * No wait blocks inside NCCL or CUDA: every wait (recv, allreduce, flush,
- * pd__nccl_sync, and NCCL's own ncclInProgress) polls, with sched_yield,
- * and between polls looks at the communicators' asynchronous errors and at
- * the watch transport (pd__mpi_transport_check: another process's failure
- * notice, or a stop here). On either, every communicator is aborted
- * (ncclCommAbort: NCCL's kernels still waiting for a peer return, the
- * streams drain) and the wait fails naming the cause ("MPI: rank 1 failed:
- * ..."). fail (this process failed) aborts them too; the notice itself goes
- * by the MPI transport. After an abort every call fails: the job is meant
- * to end. destroy after a clean run finalizes every communicator
- * (ncclCommFinalize, which waits for the other processes of it: polled and
- * watched as the other waits) before destroying it; after a failure they
- * were aborted already. The watch transport must outlive this one. */
+ * How it works: docs/INTERNALS.md, "runtime/comm/nccl.h".
+ */
 #ifndef PD_NCCL_H
 #define PD_NCCL_H
 

@@ -7,12 +7,8 @@
  * (a communicator split from the world: AvgPipe runs K pipelines side by side);
  * rank_of numbers them within it.
  *
- * A message is identified by its link l (virtual stage l to l+1), its
- * direction (0: activations forward, 1: gradients backward) and its
- * microbatch; `from` and `to` are pipeline thread indices (worker by worker,
- * replica by replica). Buffers come from the transport (get) and go back to
- * it: send takes its buffer over; a buffer recv returns is given back with
- * put. *stop: the pipeline was aborted while waiting. */
+ * How it works: docs/INTERNALS.md, "runtime/comm/transport.h".
+ */
 #ifndef PD_TRANSPORT_H
 #define PD_TRANSPORT_H
 

@@ -1,25 +1,7 @@
 /* dnnl.c - float32 convolution forward, backward-data and backward-weights
  * on oneDNN, the library PyTorch's CPU convolutions run on.
  *
- * Our tensors are plain (N, C, spatial...) and weights (M, C/group, k...);
- * oneDNN's fast kernels want blocked layouts (nChw8c, OIhw8i8o on AVX2).
- * As PyTorch does with plain tensors, each primitive is created with the
- * layouts left to oneDNN ("any"), and an argument whose chosen layout is not
- * ours goes through a reorder into a buffer of the primitive's layout (an
- * input) or out of one (an output). Outputs that must be added into (the
- * backward's dX and dW: see pd__grad_fn) come back through a reorder with a
- * sum post-op, dst = tmp + dst.
- *
- * Primitives and their reorders are built once per geometry (shapes,
- * window, groups, thread count) and kept in one process-wide list; they run
- * concurrently from several threads (pipeline stages) because each call
- * gives its own scratchpad (scratchpad mode "user") and memory objects. The
- * scratchpad and the layout buffers come from the caller's pd__scratch.
- *
- * A geometry oneDNN declines (or a build without oneDNN) reports *done =
- * false and the caller takes the im2col + OpenBLAS path, which also serves
- * float64 (the finite-difference tests). PD_NO_ONEDNN=1 in the environment
- * sends every convolution there too, to compare the two.
+ * How it works: docs/INTERNALS.md, "runtime/cpu/dnnl.c".
  */
 #include "nn_common.h"
 

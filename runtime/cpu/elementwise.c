@@ -6,53 +6,7 @@
  * ... ReduceLogSumExp on a plain one at the end), each forward beside its
  * backward.
  *
- * Forward, how it is built:
- * - An op is a "row" function: it writes n contiguous output elements from
- *   inputs that are, along that run, either contiguous (stride 1) or one
- *   broadcast value (stride 0). Each row is written once as an expression
- *   and instantiated per dtype from the type lists below.
- * - One broadcast iterator (pd__bplan) turns any numpy broadcast into rows:
- *   it drops size-1 dims and merges dims that walk memory the same way, so
- *   equal shapes, a scalar operand and a bias over trailing dims all become
- *   a few long contiguous rows. Work above PD__PAR_MIN elements is split
- *   over OpenMP threads (x->threads of them, 0: all).
- * - float16 / bfloat16 (and mixed-dtype Pow, integer Erf) compute in float
- *   or double: inputs are converted into scratch memory and the result
- *   converted back by the same code as Cast (pd__ew_convert()).
- * - float32 Exp, Sigmoid, Tanh, Erf and Gelu use the branch-free exp, tanh
- *   and erf of fastmath.h (within 3 ulp, tested) so that their loops
- *   vectorize; everything else calls libm.
- *
- * Backward, how it is built:
- * - A gradient row computes o (+)= EXPR(g, u, v) along a run of output
- *   elements: g from the output gradient, u and v from two of the forward's
- *   tensors (an input broadcast to the output, stride 0 or 1, or the
- *   output). It is written once as an expression, per dtype, and run by the
- *   forward's broadcast iterator over the output's shape.
- * - An input of the output's shape gets its row added straight into its
- *   gradient (Add's and Identity's into an axpy). A broadcast input's
- *   gradient is the row (stored in scratch) summed over the dims the input
- *   is broadcast along, by ReduceSum's kernel adding into din: a bias
- *   gradient ([N, C] into [C]) runs vectorized and split over C between
- *   threads. Add, Sub and Sum skip the row: dout itself is summed.
- * - Gradients flow only between float tensors; an integer input or output
- *   gets nothing added. float16 / bfloat16 (and a Pow exponent of another
- *   dtype) compute in float as the forward does: tensors are converted into
- *   scratch, and a gradient of another dtype is computed in scratch and
- *   then added, converted (Cast's conversion, rounding once).
- * - Formulas follow PyTorch's autograd: Relu's gradient is 0 at 0, Clip
- *   passes it where min <= x <= max, Sigmoid, Tanh, Exp, Sqrt and
- *   Reciprocal use the output, Pow's are masked where they would be 0 * inf;
- *   Max / Min / ReduceMax / ReduceMin split dout evenly among tied inputs.
- * - Besides dout, a backward reads only (so a session may free the rest):
- *   Mul and Div the other input (Div's B also A), Pow both, Where the
- *   condition, Clip its bounds, Reduce* the axes; y for Sqrt, Exp,
- *   Reciprocal, Relu, Sigmoid, Tanh; x for Log, LeakyRelu, Erf, Gelu, Clip;
- *   nothing else (Add, Sub, Sum, Neg, Cast, Identity). Of the later ops:
- *   Max and Min every input and y, Mean nothing, Mod and PRelu both
- *   inputs, Tan y, the other activations, trigonometric ops and Abs x,
- *   CastLike nothing, ReduceMax ... ReduceLogSumExp x and the axes (and y:
- *   Max, Min, L2, LogSumExp). Tested.
+ * How it works: docs/INTERNALS.md, "runtime/cpu/elementwise.c".
  */
 #include "elementwise_common.h"
 

@@ -1,18 +1,7 @@
 /* nn_impl.h - the typed bodies of the CPU nn kernels (runtime/cpu/nn.c),
  * forward and backward side by side.
  *
- * Included by nn.c once per element type, with
- *   T          the element type (float, double)
- *   FN(name)   the typed name (name_f32, name_f64)
- *   PD_GEMM    cblas_sgemm / cblas_dgemm
- *   EXP        expf / exp
- * defined, so that each kernel is written once. The untyped helpers they
- * use (odometers, output ranges, threads, scratch) are in nn_common.h.
- * A backward kernel ADDS into the input gradients it is given (the
- * pd__grad_fn contract) and computes only those it is given; it reuses
- * the forward's GEMM, im2col/col2im, softmax, batch statistics and the max
- * pool's argmax. Reductions over a batch accumulate in double.
- * No include guard on purpose.
+ * How it works: docs/INTERNALS.md, "runtime/cpu/nn_impl.h".
  */
 
 /* ---- Gemm, MatMul ------------------------------------------------------------------------ */

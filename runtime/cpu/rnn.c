@@ -1,21 +1,7 @@
 /* rnn.c - CPU kernels of the recurrent ops LSTM, GRU and RNN (ONNX), each
  * forward beside its backward (back-propagation through time).
  *
- * Each pd__cpu_<Op> reads the attributes with pd__rnn_attrs_read (the
- * function the shape rule used), gathers the node's tensors into a pd__rnn
- * and dispatches on the dtype to a typed kernel written once in rnn_impl.h
- * and instantiated below for float (_f32) and double (_f64). The gate
- * products of all of X and of each step's H go through OpenBLAS.
- *
- * sequence_lens may differ per batch entry: entry b runs its first len[b]
- * time steps (backwards from len[b]-1 in the reverse direction), its Y is 0
- * beyond them and Y_h / Y_c hold its state after its last step (ONNX
- * Runtime's rule).
- *
- * Each pd__cpu_<Op>_bwd follows pd__grad_fn: it runs the forward again,
- * keeping every step's gates and state, then walks the steps backwards with
- * the gradients of Y, Y_h and Y_c (any of them), and ADDS the gradients of
- * the inputs it is given a din for: X, W, R, B, initial_h, initial_c, P.
+ * How it works: docs/INTERNALS.md, "runtime/cpu/rnn.c".
  */
 #include "../../core/shape_rnn.h"
 #include "nn_common.h"

@@ -1,27 +1,7 @@
 /* rnn_impl.h - the typed bodies of the CPU recurrent kernels
  * (runtime/cpu/rnn.c), forward and backward side by side.
  *
- * Included by rnn.c once per element type, with
- *   T          the element type (float, double)
- *   FN(name)   the typed name (name_f32, name_f64)
- *   PD_GEMM    cblas_sgemm / cblas_dgemm
- *   EXP, TANH  expf, tanhf / exp, tanh
- * defined, so that each kernel is written once.
- *
- * Per direction d, with G gate blocks of H (ONNX's order: LSTM i, o, f, c;
- * GRU z, r, h; RNN one), the workspace (pd__rnn_ws) holds
- *   xw  (S*N, G*H)   X @ W[d]^T + biases, rows in X's order
- *   hs  (S+1, N, H)  H before each step, in step order (hs[S]: the last)
- *   cs  (S+1, N, H)  LSTM's C likewise
- *   gs  (S, N, G*H)  the gates after their activations
- *   aux (S, N, H)    GRU: H @ Rh^T + Rbh (linear_before_reset), else r * H
- *   hr  (N, G*H)     this step's H @ R[d]^T
- * and for the backward
- *   dg  (S*N, G*H)   dLoss/d(gate pre-activations), rows in X's order:
- *                    dX += dg @ W, dW += dg^T @ X, dWb += its column sums
- *   d2  (S, N, G*H)  the same as seen by the R product (GRU's h block is
- *                    dLoss/d(H @ Rh^T)): dR += d2^T @ hs, dRb += column sums.
- * No include guard on purpose.
+ * How it works: docs/INTERNALS.md, "runtime/cpu/rnn_impl.h".
  */
 
 /* C (M, N) = alpha * op(A) @ op(B) + beta * C, row-major, through BLAS. */

@@ -6,24 +6,7 @@
  * Size, OneHot, ArgMax, ArgMin, Hardmax, EyeLike and NonZero, which are not
  * differentiable.
  *
- * Forward: they move bytes, so one kernel serves every dtype: elements are
- * copied as pd_dtype_size-byte units with memcpy. Strided copies
- * (Transpose, Slice, Expand) go through one walker that merges contiguous
- * dims and copies whole rows where it can; Transpose tiles when the
- * innermost dim moves. Large copies are spread over OpenMP threads
- * (x->threads, or OpenMP's default when 0).
- *
- * Backward: every forward here moves elements, out[o] = in[src(o)] (or a
- * constant); its backward adds each dout[o] into din[src(o)], for float32
- * and float64. Most of them are one strided walk (`acc`) over a box of
- * positions with a stride into din and one into dout; Transpose tiles when
- * the innermost dim moves, Gather scatter-adds rows, Pad gathers each din
- * row's preimages. Threads are only ever given disjoint parts of din, so
- * results do not depend on the thread count.
- *
- * Op parameters (perm, split sizes, slice starts/steps, pads) come from
- * core/shape_tensor.h, the functions the shape rules use too, so shape,
- * forward and backward cannot disagree.
+ * How it works: docs/INTERNALS.md, "runtime/cpu/tensor.c".
  */
 #include "../../core/shape_tensor.h"
 #include "fastmath.h"

@@ -3,14 +3,8 @@
  * no CUDA in it, so that it runs and is tested on any machine
  * (tests/test_dcache.c). context.cu pairs it with cudaMalloc/cudaFree:
  *
- *   alloc: cls = pd__dcache_class(bytes, &rounded); p = pd__dcache_take(d, cls)
- *          (a cached block, or NULL: then cudaMalloc(rounded)); pd__dcache_track(d, p, cls, fresh)
- *   free:  pd__dcache_give(d, p): the block cached (or, where the free list
- *          cannot grow, handed back to be cudaFree'd)
- *   trim / destroy: pd__dcache_drain / pd__dcache_release, which call back per block
- *
- * Blocks are reused in stream order (one stream per context), so a block
- * freed by work queued before is safe to hand to work queued after it. */
+ * How it works: docs/INTERNALS.md, "runtime/cuda/dcache.h".
+ */
 #ifndef PD_DCACHE_H
 #define PD_DCACHE_H
 

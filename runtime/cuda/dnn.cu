@@ -1,23 +1,6 @@
 /* dnn.cu - convolution on cuDNN: forward, backward data and backward filter.
  *
- * Each geometry (batch, channels, sizes, kernel, strides, dilations, pads,
- * groups) gets one cache entry in the context holding its descriptors and,
- * chosen the first time each direction runs, its algorithm and workspace
- * size: the steady-state loop creates no descriptor and asks no heuristic.
- * Algorithms come from cuDNN's heuristics (the *_v7 queries), the first one
- * that runs within the workspace limit in a math mode the precision allows;
- * benchmarking them (cudnnFind*) is for the tuning session (docs/CUDA.md).
- *
- * Math modes: fp32 is CUDNN_FMA_MATH alone (no tensor cores, no TF32);
- * tf32 and bf16 (cuDNN has no bf16 product over fp32 storage: TF32) are
- * CUDNN_TENSOR_OP_MATH, which for fp32 data means TF32, or FMA. Never
- * CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION, which lets cuDNN round fp32 inputs
- * to fp16 (10 bits of mantissa and fp16's range: overflow past 65504).
- * The heuristics report each algorithm's math type, which may differ from
- * the descriptor's; the chosen one's is set on the descriptor before each
- * call of its direction, since one descriptor serves all three.
- * Workspaces come from the caching allocator. 1-D convolutions run as 2-D
- * with a height of 1. Backward calls accumulate (beta = 1).
+ * How it works: docs/INTERNALS.md, "runtime/cuda/dnn.cu".
  */
 #include "internal.cuh"
 

@@ -7,8 +7,7 @@
  * transposes, slab copies (Split, Concat) and the embedding gather with its
  * scatter-add backward.
  *
- * One thread per output element in grid-stride loops; nothing fused yet
- * (docs/CUDA.md lists the fusions to do).
+ * How it works: docs/INTERNALS.md, "runtime/cuda/elementwise.cu".
  */
 #include "internal.cuh"
 

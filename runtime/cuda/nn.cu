@@ -6,10 +6,7 @@
  * kernels add into their outputs. Statistics are summed in double, as the
  * CPU kernels do.
  *
- * Shapes of parallelism: one block per row (LayerNorm, the last axis's
- * softmax when longer than a warp, the cross-entropy's positions) or per
- * chunk of a channel (BatchNorm's sums, then element-wise), one thread per
- * short or strided softmax row or per pooling output. docs/CUDA.md lists what to tune.
+ * How it works: docs/INTERNALS.md, "runtime/cuda/nn.cu".
  */
 #include "internal.cuh"
 

@@ -2,38 +2,7 @@
  * CPU, so that everything on the GPU path but the kernels and the library
  * calls runs, and is tested, on every machine (meson suite devsim).
  *
- * Selected instead of the CUDA module by PDONNX_CUDA_MODULE=sim[:N] or
- * pd__cuda_use_sim(N) before the first CUDA call (`--device sim[:N]`): N
- * devices (default 1), and the whole process's CUDA API is then this one.
- * It behaves like a GPU where that matters for correctness:
- *
- *  - Device memory is its own: each device is an arena of a memfd mapped
- *    twice, once without any access (the addresses callers get) and once
- *    read-write (the one its streams use). Host code that reads or writes
- *    through a device pointer faults, as it would on a GPU; every transfer
- *    is an explicit copy.
- *  - Each context's stream is a worker thread running its queue in order:
- *    kernels (the CPU backend's, on the arena's read-write view), copies,
- *    the optimizer, norms and losses complete asynchronously, and a result
- *    is only there once the stream has reached it. Uploads are staged (the
- *    host buffer may change on return), downloads and the calls that return
- *    a host value wait.
- *  - Events order streams: a record completes when its stream reaches it; a
- *    wait holds its stream until the last record before the wait has.
- *  - The caching allocator is the CUDA module's bookkeeping (dcache.c) over
- *    the arena, with its out-of-memory retry and pd__cuda_set_pending.
- *  - An error inside the stream (a bad label, a kernel's error) is reported
- *    by the next call that waits, with its message.
- *
- * PDONNX_SIM_JITTER=US makes each stream sleep up to US microseconds before
- * each task, so that streams run at uneven speeds and work ordered only by
- * luck (a missing event wait, a host read before a sync) goes wrong.
- *
- * What it does not do: run in reduced precision (the precision is kept and
- * ignored: products are fp32), NCCL (its calls fail in one line), or time
- * kernels as a GPU would. supports_op is the CUDA module's dtype rule (float
- * outputs, float or index inputs) over the ops the CPU backend runs, so the
- * device path's CPU fallback is exercised too.
+ * How it works: docs/INTERNALS.md, "runtime/cuda/sim.c".
  */
 #include "cuda.h"
 #include "dcache.h"
