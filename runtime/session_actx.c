@@ -1,0 +1,159 @@
+/* session_actx.c - the pipeline's activation contexts (session.h): a
+ * microbatch's activations and activation gradients over the session's
+ * parameters, and the forward, backward (whole or zero-bubble's two
+ * passes) and loss over them on the CPU; and the slabs' accessors. */
+#include "session_impl.h"
+
+#include <string.h>
+
+void pd__actx_destroy(pd__actx *c) {
+    if (!c) return;
+    PD_FREE(c->act);
+    PD_FREE(c->gact);
+    PD_FREE(c->views);
+    PD_FREE(c->gviews);
+    PD_FREE(c->args);
+    PD_FREE(c->gargs);
+    pd__zplan_free(&c->zp);
+    PD_FREE(c);
+}
+
+pd_status pd__actx_create(const pd_session *s, const bool *need, const int *bnodes, int nb, const uint8_t *role,
+                          bool split, pd__actx **out) {
+    const pd_graph *g = s->g;
+    pd__actx *c = PD_CALLOC(1, sizeof *c);
+    if (!c) return pd__err(PD_ERR_NOMEM, "out of memory");
+    size_t abytes = 0;
+    for (int t = 0; t < g->ntensors; t++) {
+        const pd__tensor *x = &g->tensors[t];
+        if ((!need || need[t]) && (x->kind == PD_T_ACT || x->kind == PD_T_INPUT) && x->ndim >= 0)
+            abytes += pd__align64((size_t)(x->numel > 0 ? x->numel : 0) * pd_dtype_size(x->dtype));
+    }
+    int nargs = s->arg_start[g->nnodes - 1] + g->nodes[g->nnodes - 1].nin + g->nodes[g->nnodes - 1].nout;
+    c->act = pd__slab(abytes);
+    c->abytes = abytes;
+    c->views = PD_CALLOC((size_t)g->ntensors + 1, sizeof(pd_tensor));
+    c->gviews = PD_CALLOC((size_t)g->ntensors + 1, sizeof(pd_tensor));
+    c->args = PD_CALLOC((size_t)nargs + 1, sizeof(pd_tensor *));
+    c->gargs = PD_CALLOC((size_t)nargs + 1, sizeof(pd_tensor *));
+    if (!c->act || !c->views || !c->gviews || !c->args || !c->gargs) {
+        pd__actx_destroy(c);
+        return pd__err(PD_ERR_NOMEM, "%s: out of memory for a microbatch's activations", g->path);
+    }
+    size_t ao = 0;
+    for (int t = 0; t < g->ntensors; t++) {
+        const pd__tensor *x = &g->tensors[t];
+        c->views[t] = s->views[t]; /* parameters and constants: shared with the session */
+        c->gviews[t] = s->gviews[t]; /* parameter gradients: the session's slab */
+        if ((x->kind == PD_T_ACT || x->kind == PD_T_INPUT) && x->ndim >= 0) {
+            bool here = !need || need[t];
+            c->views[t].data = here ? (char *)c->act + ao : NULL; /* not needed: no memory */
+            if (here) ao += pd__align64((size_t)(x->numel > 0 ? x->numel : 0) * pd_dtype_size(x->dtype));
+        }
+        if (s->needs_grad[t] && x->kind != PD_T_INIT) c->gviews[t].data = NULL; /* planned below */
+    }
+    /* the session's argument tables, re-pointed at this context's views */
+    for (int k = 0; k < nargs; k++) {
+        c->args[k] = s->args[k] ? c->views + (s->args[k] - s->views) : NULL;
+        c->gargs[k] = s->gargs[k] ? c->gviews + (s->gargs[k] - s->gviews) : NULL;
+    }
+    pd__life l;
+    size_t total;
+    pd_status st = pd__plan_grads_over(s, c->gargs, bnodes, nb, need, role, split, &c->zp, &l, &total);
+    if (st == PD_OK) {
+        c->gbytes = total;
+        if ((c->gact = pd__slab(total)))
+            for (int b = 0; b < l.n; b++) c->gviews[l.id[b]].data = (char *)c->gact + l.off[b];
+        else st = pd__err(PD_ERR_NOMEM, "%s: out of memory for a microbatch's gradients", g->path);
+        pd__life_free(&l);
+    }
+    if (st != PD_OK) {
+        pd__actx_destroy(c);
+        return st;
+    }
+    *out = c;
+    return PD_OK;
+}
+
+pd_tensor *pd__actx_value(pd__actx *c, int t) { return &c->views[t]; }
+pd_tensor *pd__actx_grad(pd__actx *c, int t) { return &c->gviews[t]; }
+
+pd_status pd__actx_forward(const pd_session *s, pd__exec *x, pd__actx *c, const int *nodes, int n) {
+    const pd_graph *g = s->g;
+    for (int k = 0; k < n; k++) {
+        const pd__node *nd = &g->nodes[nodes[k]];
+        pd_tensor **a = c->args + s->arg_start[nodes[k]];
+        PD_TRY(pd__cpu_run(x, g, nd, a, a + nd->nin));
+    }
+    return PD_OK;
+}
+
+pd_status pd__actx_backward(const pd_session *s, pd__exec *x, pd__actx *c, const int *nodes, int n) {
+    const pd_graph *g = s->g;
+    for (int k = n - 1; k >= 0; k--) {
+        const pd__node *nd = &g->nodes[nodes[k]];
+        pd_tensor **a = c->args + s->arg_start[nodes[k]], **ga = c->gargs + s->arg_start[nodes[k]];
+        if (!pd__bwd_runs_of(nd, ga)) continue;
+        pd__zplan_run(g, &c->zp, c->gviews, nodes[k], x);
+        PD_TRY(pd__cpu_run_bwd(x, g, nd, a, a + nd->nin, ga, ga + nd->nout));
+    }
+    return PD_OK;
+}
+
+pd_status pd__actx_backward_part(const pd_session *s, pd__exec *x, pd__actx *c, const int *nodes, int n,
+                                 bool weights) {
+    const pd_graph *g = s->g;
+    pd_tensor *din[64];
+    for (int k = n - 1; k >= 0; k--) {
+        const pd__node *nd = &g->nodes[nodes[k]];
+        pd_tensor **a = c->args + s->arg_start[nodes[k]], **ga = c->gargs + s->arg_start[nodes[k]];
+        if (nd->nin > 64) return pd__node_err(g, nd, PD_ERR_UNSUPPORTED, "a split backward of more than 64 inputs");
+        bool any_out = false, any = false;
+        for (int j = 0; j < nd->nout; j++) any_out |= ga[j] != NULL;
+        for (int j = 0; j < nd->nin; j++) {
+            pd_tensor *d = ga[nd->nout + j];
+            bool w = d && g->tensors[nd->in[j]].kind == PD_T_INIT;
+            din[j] = d && w == weights ? d : NULL;
+            any |= din[j] != NULL;
+        }
+        /* the B pass zeroes for both, and its kernel writes the fresh ones (activations' gradients) */
+        if (!weights && pd__bwd_runs_of(nd, ga)) pd__zplan_run(g, &c->zp, c->gviews, nodes[k], x);
+        if (!any_out || !any) {
+            x->fresh = 0;
+            continue;
+        }
+        PD_TRY(pd__cpu_run_bwd(x, g, nd, a, a + nd->nin, ga, din));
+    }
+    return PD_OK;
+}
+
+pd_status pd__actx_loss(const pd_session *s, pd__actx *c, const pd_tensor *labels, double scale, pd_step_result *r) {
+    pd_tensor *d = &c->gviews[s->pred];
+    PD_TRY(pd__loss_of(s, &c->views[s->pred], labels, d->data, INT64_MAX, r));
+    if (d->data && scale != 1.0) {
+        int64_t n = pd_tensor_numel(d);
+        if (d->dtype == PD_FLOAT) { /* the losses' gradients are float32; one pass the compiler vectorizes */
+            float *p = d->data, f = (float)scale;
+            for (int64_t i = 0; i < n; i++) p[i] *= f;
+        } else {
+            for (int64_t i = 0; i < n; i++) pd__set_f(d->dtype, d->data, i, scale * pd__get_f(d->dtype, d->data, i));
+        }
+    }
+    return PD_OK;
+}
+
+bool pd__session_needs_grad(const pd_session *s, int t) { return s->needs_grad[t]; }
+const pd_train_options *pd__session_options(const pd_session *s) { return &s->o; }
+
+pd_status pd__session_slabs(pd_session *s, pd__slabs *out) {
+    if (!s || !out) return pd__err(PD_ERR_INVALID, "pd__session_slabs: NULL argument");
+    out->np = s->np;
+    out->param = s->param;
+    out->poff = s->poff;
+    out->total = s->ptotal;
+    out->params = s->params;
+    out->grads = s->grads;
+    out->state0 = s->state0;
+    out->state1 = s->state1;
+    return PD_OK;
+}

@@ -1,0 +1,270 @@
+/* session_step.c - the one-stage step, evaluation and the profiler's timed
+ * step, written once against the device interface (runtime/device.h): on
+ * the CPU they run the CPU's kernels on the host slabs; on CUDA or the
+ * simulated device, the module's kernels on the device twins (struct
+ * pd__sdev), with nodes the device refuses on the CPU (pd__dev_cpu_node).
+ *
+ * A step: forward in training mode, one memset of the parameter gradients,
+ * the loss (cross-entropy on the device; the others on the host, the
+ * prediction copied down and its gradient up), the backward kernels in
+ * reverse order, gradient norm and clipping, one optimizer update over the
+ * slab, and a sync (the device's errors come back with the step). */
+#include "session_impl.h"
+#include "loss.h"
+#include "optim.h"
+
+#include <math.h>
+#include <string.h>
+
+/* The loss of pred against labels on the host; d (when not NULL) receives dLoss/dpred. */
+pd_status pd__loss_of(const pd_session *s, const pd_tensor *pred, const pd_tensor *labels, float *d, int64_t rows,
+                      pd_step_result *r) {
+    r->correct = 0;
+    r->count = 0;
+    pd_loss_kind k = s->o.loss;
+    if (k == PD_LOSS_AUTO) k = labels->dtype == PD_INT64 ? PD_LOSS_CROSS_ENTROPY : PD_LOSS_MSE;
+    pd_status st;
+    switch (k) {
+    case PD_LOSS_GRAPH:
+        r->loss = pd__get_f(pred->dtype, pred->data, 0);
+        r->count = 1;
+        if (d) pd__set_f(pred->dtype, d, 0, 1.0);
+        return PD_OK;
+    case PD_LOSS_CROSS_ENTROPY:
+        st = pd__loss_cross_entropy(pred, labels, rows, d, &r->loss, &r->correct, &r->count);
+        break;
+    default:
+        st = pd__loss_mse(pred, labels, rows, d, &r->loss, &r->count);
+        break;
+    }
+    if (st != PD_OK) pd__err_prefix("%s: output '%s'", s->g->path, s->g->tensors[s->pred].name);
+    return st;
+}
+
+/* The loss of the current forward; with grad, writes dLoss/dpred. Cross-
+ * entropy on int64 labels runs on the device (only the sums come back); the
+ * others on the host, the prediction copied down and its gradient up (no
+ * copies on the CPU, where both are the same bytes). */
+static pd_status pd__step_loss(pd_session *s, bool grad, int64_t rows, pd_step_result *r) {
+    pd__sdev *d = &s->dev;
+    pd_loss_kind k = s->o.loss;
+    if (k == PD_LOSS_AUTO) k = s->labels.dtype == PD_INT64 ? PD_LOSS_CROSS_ENTROPY : PD_LOSS_MSE;
+    if (k == PD_LOSS_CROSS_ENTROPY && s->labels.dtype == PD_INT64 && d->labels.data) {
+        r->correct = 0;
+        r->count = 0;
+        pd_status st = d->d.i->cross_entropy(d->d.c, &d->views[s->pred], &d->labels, rows,
+                                             grad ? d->gviews[s->pred].data : NULL, &r->loss, &r->correct, &r->count);
+        if (st != PD_OK) pd__err_prefix("%s: output '%s'", s->g->path, s->g->tensors[s->pred].name);
+        return st;
+    }
+    PD_TRY(pd__dev_tdown(&d->d, s->g, s->views, d->views, s->pred));
+    PD_TRY(pd__loss_of(s, &s->views[s->pred], &s->labels, grad ? s->gviews[s->pred].data : NULL, rows, r));
+    if (grad) PD_TRY(pd__dev_tup(&d->d, s->g, s->gviews, d->gviews, s->pred));
+    return PD_OK;
+}
+
+/* Names the first computed float tensor holding a NaN or Inf (host views). */
+pd_status pd__numeric_error(pd_session *s, const char *what, double v) {
+    const pd_graph *g = s->g;
+    for (int i = 0; i < g->nnodes; i++) {
+        const pd__node *n = &g->nodes[i];
+        for (int j = 0; j < n->nout; j++) {
+            int t = n->out[j];
+            if (t < 0 || g->tensors[t].dtype != PD_FLOAT) continue;
+            const float *p = s->views[t].data;
+            for (int64_t e = 0; e < g->tensors[t].numel; e++)
+                if (!isfinite(p[e]))
+                    return pd__err(PD_ERR_NUMERIC,
+                                   "%s: step %lld: %s is %g; the first non-finite tensor is '%s' (output of node '%s', "
+                                   "%s), element %lld = %g",
+                                   g->path, (long long)s->step + 1, what, v, g->tensors[t].name, n->name, n->op_type,
+                                   (long long)e, (double)p[e]);
+        }
+    }
+    return pd__err(PD_ERR_NUMERIC, "%s: step %lld: %s is %g", g->path, (long long)s->step + 1, what, v);
+}
+
+/* A non-finite loss or norm: the activations into the host mirror (a
+ * device's), then the host's search. */
+static pd_status pd__step_numeric_error(pd_session *s, const char *what, double v) {
+    size_t abytes = 0;
+    for (int t = 0; t < s->g->ntensors; t++) {
+        const pd__tensor *x = &s->g->tensors[t];
+        if ((x->kind == PD_T_ACT || x->kind == PD_T_INPUT) && x->ndim >= 0) abytes += pd__align64(pd__tbytes(x));
+    }
+    PD_TRY(pd__dev_down(&s->dev.d, s->act, s->dev.act, abytes));
+    return pd__numeric_error(s, what, v);
+}
+
+/* Node i's forward or backward on the step's device, or on the CPU when the
+ * device refuses it (hdin: the host views of din, for that fallback). */
+static pd_status pd__node_fwd(pd_session *s, int i) {
+    pd__sdev *d = &s->dev;
+    const pd__node *n = &s->g->nodes[i];
+    pd_tensor **a = d->args + s->arg_start[i];
+    if (d->cpu[i])
+        return pd__dev_cpu_node(s, &d->d, &s->x, s->views, s->gviews, d->views, d->gviews, s->args + s->arg_start[i],
+                                s->gargs + s->arg_start[i], i, false, NULL);
+    return d->d.i->forward(d->d.c, &s->x, s->g, n, a, a + n->nin);
+}
+static pd_status pd__node_bwd(pd_session *s, int i, pd_tensor **din, pd_tensor **hdin) {
+    pd__sdev *d = &s->dev;
+    const pd__node *n = &s->g->nodes[i];
+    pd_tensor **a = d->args + s->arg_start[i], **ga = d->gargs + s->arg_start[i];
+    if (d->cpu[i])
+        return pd__dev_cpu_node(s, &d->d, &s->x, s->views, s->gviews, d->views, d->gviews, s->args + s->arg_start[i],
+                                s->gargs + s->arg_start[i], i, true, hdin);
+    return d->d.i->backward(d->d.c, &s->x, s->g, n, a, a + n->nin, ga, din);
+}
+
+/* ms: NULL, or per node the time its forward took (the profiler's hook). */
+static pd_status pd__forward(pd_session *s, double *ms) {
+    const pd__dev *d = &s->dev.d;
+    for (int i = 0; i < s->g->nnodes; i++) {
+        if (ms) PD_TRY(d->i->timer_start(d->c));
+        PD_TRY(pd__node_fwd(s, i));
+        if (ms) PD_TRY(d->i->timer_stop(d->c, &ms[i]));
+    }
+    return PD_OK;
+}
+
+/* Before node i's backward: zeroes the activation gradients it touches
+ * first (pd__zplan), except, on a device whose kernels honour
+ * pd__exec.fresh (the CPU), those its kernel writes whole. */
+static pd_status pd__zero_first(pd_session *s, int i) {
+    const pd__zplan *zp = &s->zp;
+    const pd__dev *d = &s->dev.d;
+    int end = d->i->writes_fresh ? zp->at[3 * i + 1] : zp->at[3 * i + 2];
+    for (int k = zp->at[3 * i]; k < end; k++)
+        PD_TRY(d->i->memset0(d->c, s->dev.gviews[zp->list[k]].data, pd__tbytes(&s->g->tensors[zp->list[k]])));
+    s->x.fresh = d->i->writes_fresh ? zp->fresh[i] : 0;
+    return PD_OK;
+}
+
+static pd_status pd__backward(pd_session *s) {
+    const pd_graph *g = s->g;
+    for (int i = g->nnodes - 1; i >= 0; i--) {
+        const pd__node *n = &g->nodes[i];
+        pd_tensor **ga = s->dev.gargs + s->arg_start[i];
+        if (!pd__bwd_runs_of(n, ga)) continue;
+        PD_TRY(pd__zero_first(s, i));
+        PD_TRY(pd__node_bwd(s, i, ga + n->nout, s->gargs + s->arg_start[i] + n->nout));
+    }
+    return PD_OK;
+}
+
+/* The backward of pd__backward, each node's run as two kernel calls, timed:
+ * the input gradients (din only for inputs that are not parameters), then the
+ * weight gradients (din only for parameters). Gradients are added (+=), so the
+ * result is the same as one call asking for both. */
+static pd_status pd__backward_split(pd_session *s, double *in_ms, double *w_ms) {
+    const pd_graph *g = s->g;
+    const pd__dev *d = &s->dev.d;
+    int maxin = 0;
+    for (int i = 0; i < g->nnodes; i++) {
+        maxin = g->nodes[i].nin > maxin ? g->nodes[i].nin : maxin;
+        in_ms[i] = w_ms[i] = 0;
+    }
+    pd_tensor **din = PD_CALLOC(2 * ((size_t)maxin + 1), sizeof *din), **hdin = din + maxin + 1;
+    if (!din) return pd__err(PD_ERR_NOMEM, "out of memory");
+    pd_status st = PD_OK;
+    for (int i = g->nnodes - 1; i >= 0 && st == PD_OK; i--) {
+        const pd__node *n = &g->nodes[i];
+        pd_tensor **ga = s->dev.gargs + s->arg_start[i], **hga = s->gargs + s->arg_start[i];
+        if (!pd__bwd_runs_of(n, ga)) continue;
+        st = pd__zero_first(s, i); /* fresh: part 0's, the activations' gradients */
+        for (int part = 0; part < 2 && st == PD_OK; part++) {
+            bool any = false;
+            for (int j = 0; j < n->nin; j++) {
+                bool w = ga[n->nout + j] && g->tensors[n->in[j]].kind == PD_T_INIT;
+                bool take = ga[n->nout + j] && w == (part == 1);
+                din[j] = take ? ga[n->nout + j] : NULL;
+                hdin[j] = take ? hga[n->nout + j] : NULL;
+                any |= take;
+            }
+            if (!any) continue;
+            st = d->i->timer_start(d->c);
+            if (st == PD_OK) st = pd__node_bwd(s, i, din, hdin);
+            if (st == PD_OK) st = d->i->timer_stop(d->c, part ? &w_ms[i] : &in_ms[i]);
+        }
+        s->x.fresh = 0;
+    }
+    PD_FREE(din);
+    return st;
+}
+
+uint64_t pd__mix(uint64_t z) {
+    z += 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* A training forward and the loss with its gradient: the start of a step
+ * and of the timed step (fwd_ms, loss_ms: the latter's times, or NULL). */
+static pd_status pd__forward_loss(pd_session *s, pd_step_result *res, double *fwd_ms, double *loss_ms) {
+    pd__sdev *d = &s->dev;
+    PD_TRY(d->d.i->bind(d->d.c)); /* a caller may step from another thread than the creator */
+    s->x.training = true;
+    s->x.seed = pd__mix(s->o.seed ^ pd__mix((uint64_t)s->step));
+    PD_TRY(pd__forward(s, fwd_ms));
+    PD_TRY(d->d.i->memset0(d->d.c, d->grads, sizeof(float) * (size_t)s->ptotal));
+    /* the prediction's gradient (the loss writes it); the others: pd__zero_first */
+    if (d->gviews[s->pred].data)
+        PD_TRY(d->d.i->memset0(d->d.c, d->gviews[s->pred].data, pd__tbytes(&s->g->tensors[s->pred])));
+    if (loss_ms) PD_TRY(d->d.i->timer_start(d->d.c));
+    PD_TRY(pd__step_loss(s, true, INT64_MAX, res));
+    if (loss_ms) PD_TRY(d->d.i->timer_stop(d->d.c, loss_ms));
+    if (!isfinite(res->loss)) return pd__step_numeric_error(s, "the loss", res->loss);
+    return PD_OK;
+}
+
+pd_status pd_session_step(pd_session *s, pd_step_result *r) {
+    if (!s) return pd__err(PD_ERR_INVALID, "pd_session_step: session is NULL");
+    PD_TRY(pd__check_fed(s));
+    pd__sdev *d = &s->dev;
+    const pd__dev_i *di = d->d.i;
+    pd_step_result res;
+    memset(&res, 0, sizeof res);
+    PD_TRY(pd__forward_loss(s, &res, NULL, NULL));
+    PD_TRY(pd__backward(s));
+    PD_TRY(di->grad_norm(d->d.c, d->grads, s->ptotal, &res.grad_norm));
+    if (!isfinite(res.grad_norm)) return pd__step_numeric_error(s, "the gradient norm", res.grad_norm);
+    if (s->o.clip_grad_norm > 0 && res.grad_norm > s->o.clip_grad_norm)
+        PD_TRY(di->scale(d->d.c, d->grads, s->ptotal, (float)(s->o.clip_grad_norm / (res.grad_norm + 1e-6))));
+    res.lr = pd__lr_at(&s->o, s->step + 1);
+    PD_TRY(di->optim_step(d->d.c, &s->o, s->step + 1, res.lr, d->params, d->grads, d->state0, d->state1, s->ptotal));
+    PD_TRY(di->sync(d->d.c));
+    s->step++;
+    if (r) *r = res;
+    return PD_OK;
+}
+
+pd_status pd_session_eval_rows(pd_session *s, int64_t rows, pd_step_result *r) {
+    if (!s) return pd__err(PD_ERR_INVALID, "pd_session_eval: session is NULL");
+    PD_TRY(pd__check_fed(s));
+    pd_step_result res;
+    memset(&res, 0, sizeof res);
+    PD_TRY(s->dev.d.i->bind(s->dev.d.c));
+    s->x.training = false;
+    PD_TRY(pd__forward(s, NULL));
+    PD_TRY(pd__step_loss(s, false, rows, &res));
+    if (r) *r = res;
+    return PD_OK;
+}
+
+pd_status pd_session_eval(pd_session *s, pd_step_result *r) { return pd_session_eval_rows(s, INT64_MAX, r); }
+
+/* ---- the profiler's hooks (session.h) ----------------------------------------- */
+
+int pd__session_loss_tensor(const pd_session *s) { return s->pred; }
+int pd__session_labels_input(const pd_session *s) { return s->labels_input; }
+
+pd_status pd__session_timed_step(pd_session *s, pd__step_times *t) {
+    if (!s || !t) return pd__err(PD_ERR_INVALID, "pd__session_timed_step: NULL argument");
+    PD_TRY(pd__check_fed(s));
+    pd_step_result res;
+    memset(&res, 0, sizeof res);
+    PD_TRY(pd__forward_loss(s, &res, t->fwd_ms, &t->loss_ms));
+    return pd__backward_split(s, t->bwd_in_ms, t->bwd_w_ms);
+}
