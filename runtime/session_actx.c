@@ -1,7 +1,8 @@
 /* session_actx.c - the pipeline's activation contexts (session.h): a
  * microbatch's activations and activation gradients over the session's
  * parameters, and the forward, backward (whole or zero-bubble's two
- * passes) and loss over them on the CPU; and the slabs' accessors. */
+ * passes; session_nodes.c on the CPU device) and loss over them; and the
+ * slabs' accessors. */
 #include "session_impl.h"
 
 #include <string.h>
@@ -78,53 +79,28 @@ pd_status pd__actx_create(const pd_session *s, const bool *need, const int *bnod
 pd_tensor *pd__actx_value(pd__actx *c, int t) { return &c->views[t]; }
 pd_tensor *pd__actx_grad(pd__actx *c, int t) { return &c->gviews[t]; }
 
+/* The CPU without a context: the activation contexts time nothing. */
+static const pd__dev pd__cpu_untimed = {&pd__dev_cpu, NULL};
+
+static pd__where pd__actx_where(pd__actx *c) {
+    return (pd__where){&pd__cpu_untimed, c->views, c->gviews, c->args, c->gargs, c->views, c->gviews, c->args,
+                       c->gargs, NULL, &c->zp};
+}
+
 pd_status pd__actx_forward(const pd_session *s, pd__exec *x, pd__actx *c, const int *nodes, int n) {
-    const pd_graph *g = s->g;
-    for (int k = 0; k < n; k++) {
-        const pd__node *nd = &g->nodes[nodes[k]];
-        pd_tensor **a = c->args + s->arg_start[nodes[k]];
-        PD_TRY(pd__cpu_run(x, g, nd, a, a + nd->nin));
-    }
-    return PD_OK;
+    pd__where w = pd__actx_where(c);
+    return pd__nodes_forward(s, x, &w, nodes, n, NULL);
 }
 
 pd_status pd__actx_backward(const pd_session *s, pd__exec *x, pd__actx *c, const int *nodes, int n) {
-    const pd_graph *g = s->g;
-    for (int k = n - 1; k >= 0; k--) {
-        const pd__node *nd = &g->nodes[nodes[k]];
-        pd_tensor **a = c->args + s->arg_start[nodes[k]], **ga = c->gargs + s->arg_start[nodes[k]];
-        if (!pd__bwd_runs_of(nd, ga)) continue;
-        pd__zplan_run(g, &c->zp, c->gviews, nodes[k], x);
-        PD_TRY(pd__cpu_run_bwd(x, g, nd, a, a + nd->nin, ga, ga + nd->nout));
-    }
-    return PD_OK;
+    pd__where w = pd__actx_where(c);
+    return pd__nodes_backward(s, x, &w, nodes, n, -1, NULL, NULL);
 }
 
 pd_status pd__actx_backward_part(const pd_session *s, pd__exec *x, pd__actx *c, const int *nodes, int n,
                                  bool weights) {
-    const pd_graph *g = s->g;
-    pd_tensor *din[64];
-    for (int k = n - 1; k >= 0; k--) {
-        const pd__node *nd = &g->nodes[nodes[k]];
-        pd_tensor **a = c->args + s->arg_start[nodes[k]], **ga = c->gargs + s->arg_start[nodes[k]];
-        if (nd->nin > 64) return pd__node_err(g, nd, PD_ERR_UNSUPPORTED, "a split backward of more than 64 inputs");
-        bool any_out = false, any = false;
-        for (int j = 0; j < nd->nout; j++) any_out |= ga[j] != NULL;
-        for (int j = 0; j < nd->nin; j++) {
-            pd_tensor *d = ga[nd->nout + j];
-            bool w = d && g->tensors[nd->in[j]].kind == PD_T_INIT;
-            din[j] = d && w == weights ? d : NULL;
-            any |= din[j] != NULL;
-        }
-        /* the B pass zeroes for both, and its kernel writes the fresh ones (activations' gradients) */
-        if (!weights && pd__bwd_runs_of(nd, ga)) pd__zplan_run(g, &c->zp, c->gviews, nodes[k], x);
-        if (!any_out || !any) {
-            x->fresh = 0;
-            continue;
-        }
-        PD_TRY(pd__cpu_run_bwd(x, g, nd, a, a + nd->nin, ga, din));
-    }
-    return PD_OK;
+    pd__where w = pd__actx_where(c);
+    return pd__nodes_backward(s, x, &w, nodes, n, weights ? 1 : 0, NULL, NULL);
 }
 
 pd_status pd__actx_loss(const pd_session *s, pd__actx *c, const pd_tensor *labels, double scale, pd_step_result *r) {

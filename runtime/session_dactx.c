@@ -1,27 +1,25 @@
 /* session_dactx.c - device twins of the pipeline's activation contexts
  * (pd__dactx, session.h): the GPU stages' microbatch memory on a CUDA
- * context, and pd__actx_*'s forward, backward and loss on it, with nodes
- * the CUDA table refuses on the CPU (pd__dev_cpu_node, session_dev.c).
- * Still written against the CUDA API itself, not the device interface:
- * the pipeline's instructions move onto the interface next (docs/CUDA.md).
- * Without the CUDA backend: stubs (the pipeline makes no GPU stage). */
+ * context, over the device interface (runtime/device.h), and pd__actx_*'s
+ * forward, backward and loss on it: the same code as the CPU contexts'
+ * (session_nodes.c), nodes the device refuses on the CPU. The pipeline
+ * hands it a CUDA context (pipeline_cuda.c); its instructions move onto the
+ * interface next (docs/CUDA.md). Without the CUDA backend: stubs (the
+ * pipeline makes no GPU stage). */
 #include "session_impl.h"
-#ifdef PD_HAVE_CUDA
-#include "cuda/cuda.h"
-#endif
 
 #include <string.h>
 
 #ifdef PD_HAVE_CUDA
 
 struct pd__dactx {
-    pd__cuda_ctx *c;
+    pd__dev dev;                /* CUDA, on the stage's context */
     pd__actx *h;                /* the host context: its layout, zeroing lists, and the CPU fallback's memory */
     void *act, *gact;           /* device twins of h->act, h->gact */
     void *consts;               /* the initializers and constants it reads (NULL: the base's) */
     pd_tensor *views, *gviews;  /* per graph tensor: its device data (NULL: none, or a parameter not bound yet) */
     pd_tensor **args, **gargs;  /* the session's argument tables over views, gviews */
-    bool *cpu;                  /* per node: runs on the CPU (pd__cuda_supports_op false); the base's when shared */
+    bool *cpu;                  /* per node: runs on the CPU (supports_op false); the base's when shared */
     const pd__dactx *base;
     void *labels;               /* a microbatch's labels on the device (cross-entropy), labels_cap bytes */
     size_t labels_cap;
@@ -29,11 +27,9 @@ struct pd__dactx {
 
 void pd__dactx_destroy(pd__dactx *d) {
     if (!d) return;
-    if (d->c) {
-        pd__cuda_free(d->c, d->act);
-        pd__cuda_free(d->c, d->gact);
-        pd__cuda_free(d->c, d->consts);
-        pd__cuda_free(d->c, d->labels);
+    if (d->dev.c) {
+        void *own[] = {d->act, d->gact, d->consts, d->labels};
+        for (size_t k = 0; k < sizeof own / sizeof own[0]; k++) d->dev.i->free(d->dev.c, own[k]);
     }
     if (!d->base) PD_FREE(d->cpu);
     PD_FREE(d->views);
@@ -53,7 +49,8 @@ pd_status pd__dactx_create(const pd_session *s, struct pd__cuda_ctx *c, pd__actx
     size_t pbytes = sizeof(float) * (size_t)s->ptotal;
     pd__dactx *d = PD_CALLOC(1, sizeof *d);
     if (!d) return pd__err(PD_ERR_NOMEM, "out of memory");
-    d->c = c;
+    d->dev = (pd__dev){&pd__dev_cuda, c};
+    const pd__dev_i *di = d->dev.i;
     d->h = h;
     d->base = base;
     int nargs = s->arg_start[g->nnodes - 1] + g->nodes[g->nnodes - 1].nin + g->nodes[g->nnodes - 1].nout;
@@ -71,11 +68,11 @@ pd_status pd__dactx_create(const pd_session *s, struct pd__cuda_ctx *c, pd__actx
         if (hp && (!need || need[t]) && !pd__within(hp, h->act, h->abytes) && !pd__within(hp, s->params, pbytes))
             cbytes += pd__align64(pd__tbytes(&g->tensors[t]));
     }
-    if (st == PD_OK) st = pd__cuda_alloc(c, h->abytes, &d->act);
-    if (st == PD_OK) st = pd__cuda_memset0(c, d->act, h->abytes);
-    if (st == PD_OK) st = pd__cuda_alloc(c, h->gbytes, &d->gact);
-    if (st == PD_OK) st = pd__cuda_memset0(c, d->gact, h->gbytes);
-    if (st == PD_OK && !base) st = pd__cuda_alloc(c, cbytes, &d->consts);
+    if (st == PD_OK) st = di->alloc(c, h->abytes, &d->act);
+    if (st == PD_OK) st = di->memset0(c, d->act, h->abytes);
+    if (st == PD_OK) st = di->alloc(c, h->gbytes, &d->gact);
+    if (st == PD_OK) st = di->memset0(c, d->gact, h->gbytes);
+    if (st == PD_OK && !base) st = di->alloc(c, cbytes, &d->consts);
     size_t co = 0;
     for (int t = 0; t < g->ntensors && st == PD_OK; t++) {
         const char *hp = h->views[t].data, *gp = h->gviews[t].data;
@@ -91,7 +88,7 @@ pd_status pd__dactx_create(const pd_session *s, struct pd__cuda_ctx *c, pd__actx
                 d->views[t].data = base->views[t].data;
             } else {
                 d->views[t].data = (char *)d->consts + co;
-                st = pd__cuda_upload(c, d->views[t].data, hp, pd__tbytes(&g->tensors[t]));
+                st = di->upload(c, d->views[t].data, hp, pd__tbytes(&g->tensors[t]));
                 co += pd__align64(pd__tbytes(&g->tensors[t]));
             }
         }
@@ -102,7 +99,7 @@ pd_status pd__dactx_create(const pd_session *s, struct pd__cuda_ctx *c, pd__actx
         d->args[k] = h->args[k] ? d->views + (h->args[k] - h->views) : NULL;
         d->gargs[k] = h->gargs[k] ? d->gviews + (h->gargs[k] - h->gviews) : NULL;
     }
-    for (int i = 0; i < g->nnodes && st == PD_OK && !base; i++) d->cpu[i] = !pd__cuda_supports_op(g, &g->nodes[i]);
+    for (int i = 0; i < g->nnodes && st == PD_OK && !base; i++) d->cpu[i] = !di->supports_op(g, &g->nodes[i]);
     if (st != PD_OK) {
         pd__dactx_destroy(d);
         return st;
@@ -111,97 +108,61 @@ pd_status pd__dactx_create(const pd_session *s, struct pd__cuda_ctx *c, pd__actx
     return PD_OK;
 }
 
-/* The context's CUDA context as a device (runtime/device.h), for the CPU fallback's copies. */
-static pd__dev pd__dactx_dev(const pd__dactx *d) { return (pd__dev){&pd__dev_cuda, d->c}; }
-
 pd_tensor *pd__dactx_value(pd__dactx *d, int t) { return &d->views[t]; }
 pd_tensor *pd__dactx_grad(pd__dactx *d, int t) { return &d->gviews[t]; }
 
+/* The context's nodes on its device; the host context's tables for the fallback. */
+static pd__where pd__dactx_where(pd__dactx *d) {
+    pd__actx *h = d->h;
+    return (pd__where){&d->dev, d->views, d->gviews, d->args, d->gargs, h->views, h->gviews, h->args, h->gargs,
+                       d->cpu, &h->zp};
+}
+
 pd_status pd__dactx_forward(const pd_session *s, pd__exec *x, pd__dactx *d, const int *nodes, int n) {
-    const pd_graph *g = s->g;
-    pd__dev dev = pd__dactx_dev(d);
-    for (int k = 0; k < n; k++) {
-        int i = nodes[k];
-        const pd__node *nd = &g->nodes[i];
-        pd_tensor **a = d->args + s->arg_start[i];
-        if (d->cpu[i])
-            PD_TRY(pd__dev_cpu_node(s, &dev, x, d->h->views, d->h->gviews, d->views, d->gviews,
-                                    d->h->args + s->arg_start[i], d->h->gargs + s->arg_start[i], i, false, NULL));
-        else PD_TRY(pd__cuda_run(d->c, x, g, nd, a, a + nd->nin));
-    }
-    return PD_OK;
+    pd__where w = pd__dactx_where(d);
+    return pd__nodes_forward(s, x, &w, nodes, n, NULL);
 }
 
 /* pd__actx_backward (part -1) and pd__actx_backward_part (0: input
- * gradients, 1: weight gradients) on the device, with the same rules: which
- * nodes run, which gradients each is asked for, where each is zeroed. */
+ * gradients, 1: weight gradients) on the device: the same code. */
 pd_status pd__dactx_backward(const pd_session *s, pd__exec *x, pd__dactx *d, const int *nodes, int n, int part) {
-    const pd_graph *g = s->g;
-    pd__dev dev = pd__dactx_dev(d);
-    const pd__actx *h = d->h;
-    pd_tensor *din[64], *hdin[64];
-    for (int k = n - 1; k >= 0; k--) {
-        int i = nodes[k];
-        const pd__node *nd = &g->nodes[i];
-        pd_tensor **a = d->args + s->arg_start[i], **ga = d->gargs + s->arg_start[i];
-        pd_tensor **hga = h->gargs + s->arg_start[i];
-        if (nd->nin > 64) return pd__node_err(g, nd, PD_ERR_UNSUPPORTED, "a backward of more than 64 inputs on CUDA");
-        bool any_out = false, any = false;
-        for (int j = 0; j < nd->nout; j++) any_out |= ga[j] != NULL;
-        for (int j = 0; j < nd->nin; j++) {
-            bool w = ga[nd->nout + j] && g->tensors[nd->in[j]].kind == PD_T_INIT;
-            bool take = ga[nd->nout + j] && (part < 0 || w == (part == 1));
-            din[j] = take ? ga[nd->nout + j] : NULL;
-            hdin[j] = take ? hga[nd->nout + j] : NULL;
-            any |= take;
-        }
-        if (part != 1 && pd__bwd_runs_of(nd, ga)) /* as pd__zplan_run, fresh ones too; the B pass zeroes for both */
-            for (int q = h->zp.at[3 * i]; q < h->zp.at[3 * i + 2]; q++) {
-                int t = h->zp.list[q];
-                PD_TRY(pd__cuda_memset0(d->c, d->gviews[t].data, pd__tbytes(&g->tensors[t])));
-            }
-        if (!any_out || !any) continue;
-        if (d->cpu[i])
-            PD_TRY(pd__dev_cpu_node(s, &dev, x, h->views, h->gviews, d->views, d->gviews, h->args + s->arg_start[i],
-                                    h->gargs + s->arg_start[i], i, true, hdin));
-        else PD_TRY(pd__cuda_run_bwd(d->c, x, g, nd, a, a + nd->nin, ga, din));
-    }
-    return PD_OK;
+    pd__where w = pd__dactx_where(d);
+    return pd__nodes_backward(s, x, &w, nodes, n, part, NULL, NULL);
 }
 
 pd_status pd__dactx_loss(const pd_session *s, pd__dactx *d, const pd_tensor *labels, double scale, pd_step_result *r) {
     const pd_graph *g = s->g;
+    const pd__dev_i *di = d->dev.i;
+    void *c = d->dev.c;
     pd_loss_kind k = s->o.loss;
     if (k == PD_LOSS_AUTO) k = labels->dtype == PD_INT64 ? PD_LOSS_CROSS_ENTROPY : PD_LOSS_MSE;
     pd_tensor *dp = &d->views[s->pred], *dd = &d->gviews[s->pred];
     if (k == PD_LOSS_CROSS_ENTROPY && labels->dtype == PD_INT64) { /* on the device; only the sums come back */
         size_t n = (size_t)pd_tensor_numel(labels) * sizeof(int64_t);
         if (n > d->labels_cap) {
-            pd__cuda_free(d->c, d->labels);
+            di->free(c, d->labels);
             d->labels = NULL;
             d->labels_cap = 0;
-            PD_TRY(pd__cuda_alloc(d->c, n, &d->labels));
+            PD_TRY(di->alloc(c, n, &d->labels));
             d->labels_cap = n;
         }
-        PD_TRY(pd__cuda_upload(d->c, d->labels, labels->data, n));
+        PD_TRY(di->upload(c, d->labels, labels->data, n));
         pd_tensor dl = *labels;
         dl.data = d->labels;
         r->correct = 0;
         r->count = 0;
-        pd_status st =
-            pd__cuda_loss_cross_entropy(d->c, dp, &dl, INT64_MAX, dd->data, &r->loss, &r->correct, &r->count);
+        pd_status st = di->cross_entropy(c, dp, &dl, INT64_MAX, dd->data, &r->loss, &r->correct, &r->count);
         if (st != PD_OK) {
             pd__err_prefix("%s: output '%s'", g->path, g->tensors[s->pred].name);
             return st;
         }
-        if (dd->data && scale != 1.0) PD_TRY(pd__cuda_scale(d->c, dd->data, pd_tensor_numel(dd), (float)scale));
+        if (dd->data && scale != 1.0) PD_TRY(di->scale(c, dd->data, pd_tensor_numel(dd), (float)scale));
         return PD_OK;
     }
     /* MSE and the model's own loss on the host: the prediction down, its gradient up */
-    pd__dev dev = pd__dactx_dev(d);
-    PD_TRY(pd__dev_tdown(&dev, g, d->h->views, d->views, s->pred));
+    PD_TRY(pd__dev_tdown(&d->dev, g, d->h->views, d->views, s->pred));
     PD_TRY(pd__actx_loss(s, d->h, labels, scale, r));
-    return pd__dev_tup(&dev, g, d->h->gviews, d->gviews, s->pred);
+    return pd__dev_tup(&d->dev, g, d->h->gviews, d->gviews, s->pred);
 }
 
 #else /* no CUDA backend */

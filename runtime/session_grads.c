@@ -115,17 +115,6 @@ void pd__zplan_free(pd__zplan *zp) {
     memset(zp, 0, sizeof *zp);
 }
 
-/* Before node i's backward: zeroes the activation gradients it touches
- * first, except those its kernel writes whole (x->fresh, which the CPU's
- * pd__cpu_run_bwd honours or zeroes itself); gv: the gradients' views. */
-void pd__zplan_run(const pd_graph *g, const pd__zplan *zp, const pd_tensor *gv, int i, pd__exec *x) {
-    for (int k = zp->at[3 * i]; k < zp->at[3 * i + 1]; k++) {
-        const pd__tensor *t = &g->tensors[zp->list[k]];
-        memset(gv[zp->list[k]].data, 0, (size_t)t->numel * pd_dtype_size(t->dtype));
-    }
-    x->fresh = zp->fresh[i];
-}
-
 /* The session's activation gradients (pd__plan_grads_over over the whole
  * graph); the prediction's is written by the loss. */
 pd_status pd__plan_grads(pd_session *s) {

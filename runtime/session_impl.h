@@ -6,6 +6,8 @@
  *   session_io.c      inputs and labels
  *   session_step.c    the step, evaluation and timed step, written once
  *                     against the device interface (runtime/device.h)
+ *   session_nodes.c   nodes forward and backward on a device: the step's,
+ *                     and the pipeline's activation contexts'
  *   session_dev.c     the step's memory on its device (struct pd__sdev) and
  *                     the CPU fallback of a node a device refuses
  *   session_actx.c    the pipeline's activation contexts (CPU stages)
@@ -94,7 +96,32 @@ bool pd__bwd_runs_of(const pd__node *n, pd_tensor *const *ga);
 pd_status pd__plan_grads_over(const pd_session *s, pd_tensor *const *gargs, const int *nodes, int n, const bool *has,
                               const uint8_t *role, bool split, pd__zplan *zp, pd__life *l, size_t *total);
 pd_status pd__plan_grads(pd_session *s);
-void pd__zplan_run(const pd_graph *g, const pd__zplan *zp, const pd_tensor *gv, int i, pd__exec *x);
+
+/* ---- session_nodes.c: a list of nodes on a device ---- */
+/* Where nodes run: a device and the argument tables over its memory, with
+ * the host's (h*) for the CPU fallback of the nodes it refuses (cpu; NULL:
+ * none); on the CPU both are the same tables. zp: the plan of the
+ * activation gradients (session_grads.c). */
+typedef struct pd__where {
+    const pd__dev *dev;
+    pd_tensor *views, *gviews;
+    pd_tensor **args, **gargs;
+    pd_tensor *hviews, *hgviews;
+    pd_tensor **hargs, **hgargs;
+    const bool *cpu;
+    const pd__zplan *zp;
+} pd__where;
+/* Forward of nodes[0..n) (NULL: the graph's, in order); ms: NULL, or per
+ * node its time (the device's timer). */
+pd_status pd__nodes_forward(const pd_session *s, pd__exec *x, const pd__where *w, const int *nodes, int n,
+                            double *ms);
+/* Their backward, in reverse order. part -1: every gradient at once; 0:
+ * only the gradients of inputs that are not initializers (zero-bubble's B);
+ * 1: only the parameters' (W, after B over the same nodes: the output
+ * gradients B left are read again); 2: both, node by node, each pass timed
+ * into in_ms / w_ms (the profiler's). The gradients are the same either way. */
+pd_status pd__nodes_backward(const pd_session *s, pd__exec *x, const pd__where *w, const int *nodes, int n, int part,
+                             double *in_ms, double *w_ms);
 
 /* ---- session_io.c ---- */
 pd_status pd__check_fed(const pd_session *s);

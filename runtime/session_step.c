@@ -96,101 +96,11 @@ static pd_status pd__step_numeric_error(pd_session *s, const char *what, double 
     return pd__numeric_error(s, what, v);
 }
 
-/* Node i's forward or backward on the step's device, or on the CPU when the
- * device refuses it (hdin: the host views of din, for that fallback). */
-static pd_status pd__node_fwd(pd_session *s, int i) {
+/* The session's nodes on its device (on the CPU, host and device tables are the same). */
+static pd__where pd__session_where(pd_session *s) {
     pd__sdev *d = &s->dev;
-    const pd__node *n = &s->g->nodes[i];
-    pd_tensor **a = d->args + s->arg_start[i];
-    if (d->cpu[i])
-        return pd__dev_cpu_node(s, &d->d, &s->x, s->views, s->gviews, d->views, d->gviews, s->args + s->arg_start[i],
-                                s->gargs + s->arg_start[i], i, false, NULL);
-    return d->d.i->forward(d->d.c, &s->x, s->g, n, a, a + n->nin);
-}
-static pd_status pd__node_bwd(pd_session *s, int i, pd_tensor **din, pd_tensor **hdin) {
-    pd__sdev *d = &s->dev;
-    const pd__node *n = &s->g->nodes[i];
-    pd_tensor **a = d->args + s->arg_start[i], **ga = d->gargs + s->arg_start[i];
-    if (d->cpu[i])
-        return pd__dev_cpu_node(s, &d->d, &s->x, s->views, s->gviews, d->views, d->gviews, s->args + s->arg_start[i],
-                                s->gargs + s->arg_start[i], i, true, hdin);
-    return d->d.i->backward(d->d.c, &s->x, s->g, n, a, a + n->nin, ga, din);
-}
-
-/* ms: NULL, or per node the time its forward took (the profiler's hook). */
-static pd_status pd__forward(pd_session *s, double *ms) {
-    const pd__dev *d = &s->dev.d;
-    for (int i = 0; i < s->g->nnodes; i++) {
-        if (ms) PD_TRY(d->i->timer_start(d->c));
-        PD_TRY(pd__node_fwd(s, i));
-        if (ms) PD_TRY(d->i->timer_stop(d->c, &ms[i]));
-    }
-    return PD_OK;
-}
-
-/* Before node i's backward: zeroes the activation gradients it touches
- * first (pd__zplan), except, on a device whose kernels honour
- * pd__exec.fresh (the CPU), those its kernel writes whole. */
-static pd_status pd__zero_first(pd_session *s, int i) {
-    const pd__zplan *zp = &s->zp;
-    const pd__dev *d = &s->dev.d;
-    int end = d->i->writes_fresh ? zp->at[3 * i + 1] : zp->at[3 * i + 2];
-    for (int k = zp->at[3 * i]; k < end; k++)
-        PD_TRY(d->i->memset0(d->c, s->dev.gviews[zp->list[k]].data, pd__tbytes(&s->g->tensors[zp->list[k]])));
-    s->x.fresh = d->i->writes_fresh ? zp->fresh[i] : 0;
-    return PD_OK;
-}
-
-static pd_status pd__backward(pd_session *s) {
-    const pd_graph *g = s->g;
-    for (int i = g->nnodes - 1; i >= 0; i--) {
-        const pd__node *n = &g->nodes[i];
-        pd_tensor **ga = s->dev.gargs + s->arg_start[i];
-        if (!pd__bwd_runs_of(n, ga)) continue;
-        PD_TRY(pd__zero_first(s, i));
-        PD_TRY(pd__node_bwd(s, i, ga + n->nout, s->gargs + s->arg_start[i] + n->nout));
-    }
-    return PD_OK;
-}
-
-/* The backward of pd__backward, each node's run as two kernel calls, timed:
- * the input gradients (din only for inputs that are not parameters), then the
- * weight gradients (din only for parameters). Gradients are added (+=), so the
- * result is the same as one call asking for both. */
-static pd_status pd__backward_split(pd_session *s, double *in_ms, double *w_ms) {
-    const pd_graph *g = s->g;
-    const pd__dev *d = &s->dev.d;
-    int maxin = 0;
-    for (int i = 0; i < g->nnodes; i++) {
-        maxin = g->nodes[i].nin > maxin ? g->nodes[i].nin : maxin;
-        in_ms[i] = w_ms[i] = 0;
-    }
-    pd_tensor **din = PD_CALLOC(2 * ((size_t)maxin + 1), sizeof *din), **hdin = din + maxin + 1;
-    if (!din) return pd__err(PD_ERR_NOMEM, "out of memory");
-    pd_status st = PD_OK;
-    for (int i = g->nnodes - 1; i >= 0 && st == PD_OK; i--) {
-        const pd__node *n = &g->nodes[i];
-        pd_tensor **ga = s->dev.gargs + s->arg_start[i], **hga = s->gargs + s->arg_start[i];
-        if (!pd__bwd_runs_of(n, ga)) continue;
-        st = pd__zero_first(s, i); /* fresh: part 0's, the activations' gradients */
-        for (int part = 0; part < 2 && st == PD_OK; part++) {
-            bool any = false;
-            for (int j = 0; j < n->nin; j++) {
-                bool w = ga[n->nout + j] && g->tensors[n->in[j]].kind == PD_T_INIT;
-                bool take = ga[n->nout + j] && w == (part == 1);
-                din[j] = take ? ga[n->nout + j] : NULL;
-                hdin[j] = take ? hga[n->nout + j] : NULL;
-                any |= take;
-            }
-            if (!any) continue;
-            st = d->i->timer_start(d->c);
-            if (st == PD_OK) st = pd__node_bwd(s, i, din, hdin);
-            if (st == PD_OK) st = d->i->timer_stop(d->c, part ? &w_ms[i] : &in_ms[i]);
-        }
-        s->x.fresh = 0;
-    }
-    PD_FREE(din);
-    return st;
+    return (pd__where){&d->d, d->views, d->gviews, d->args, d->gargs, s->views, s->gviews, s->args, s->gargs,
+                       d->cpu, &s->zp};
 }
 
 uint64_t pd__mix(uint64_t z) {
@@ -207,9 +117,10 @@ static pd_status pd__forward_loss(pd_session *s, pd_step_result *res, double *fw
     PD_TRY(d->d.i->bind(d->d.c)); /* a caller may step from another thread than the creator */
     s->x.training = true;
     s->x.seed = pd__mix(s->o.seed ^ pd__mix((uint64_t)s->step));
-    PD_TRY(pd__forward(s, fwd_ms));
+    pd__where w = pd__session_where(s);
+    PD_TRY(pd__nodes_forward(s, &s->x, &w, NULL, s->g->nnodes, fwd_ms));
     PD_TRY(d->d.i->memset0(d->d.c, d->grads, sizeof(float) * (size_t)s->ptotal));
-    /* the prediction's gradient (the loss writes it); the others: pd__zero_first */
+    /* the prediction's gradient (the loss writes it); the others: pd__nodes_backward */
     if (d->gviews[s->pred].data)
         PD_TRY(d->d.i->memset0(d->d.c, d->gviews[s->pred].data, pd__tbytes(&s->g->tensors[s->pred])));
     if (loss_ms) PD_TRY(d->d.i->timer_start(d->d.c));
@@ -227,7 +138,8 @@ pd_status pd_session_step(pd_session *s, pd_step_result *r) {
     pd_step_result res;
     memset(&res, 0, sizeof res);
     PD_TRY(pd__forward_loss(s, &res, NULL, NULL));
-    PD_TRY(pd__backward(s));
+    pd__where w = pd__session_where(s);
+    PD_TRY(pd__nodes_backward(s, &s->x, &w, NULL, s->g->nnodes, -1, NULL, NULL));
     PD_TRY(di->grad_norm(d->d.c, d->grads, s->ptotal, &res.grad_norm));
     if (!isfinite(res.grad_norm)) return pd__step_numeric_error(s, "the gradient norm", res.grad_norm);
     if (s->o.clip_grad_norm > 0 && res.grad_norm > s->o.clip_grad_norm)
@@ -247,7 +159,8 @@ pd_status pd_session_eval_rows(pd_session *s, int64_t rows, pd_step_result *r) {
     memset(&res, 0, sizeof res);
     PD_TRY(s->dev.d.i->bind(s->dev.d.c));
     s->x.training = false;
-    PD_TRY(pd__forward(s, NULL));
+    pd__where w = pd__session_where(s);
+    PD_TRY(pd__nodes_forward(s, &s->x, &w, NULL, s->g->nnodes, NULL));
     PD_TRY(pd__step_loss(s, false, rows, &res));
     if (r) *r = res;
     return PD_OK;
@@ -266,5 +179,6 @@ pd_status pd__session_timed_step(pd_session *s, pd__step_times *t) {
     pd_step_result res;
     memset(&res, 0, sizeof res);
     PD_TRY(pd__forward_loss(s, &res, t->fwd_ms, &t->loss_ms));
-    return pd__backward_split(s, t->bwd_in_ms, t->bwd_w_ms);
+    pd__where w = pd__session_where(s);
+    return pd__nodes_backward(s, &s->x, &w, NULL, s->g->nnodes, 2, t->bwd_in_ms, t->bwd_w_ms);
 }
