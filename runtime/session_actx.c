@@ -104,18 +104,8 @@ pd_status pd__actx_backward_part(const pd_session *s, pd__exec *x, pd__actx *c, 
 }
 
 pd_status pd__actx_loss(const pd_session *s, pd__actx *c, const pd_tensor *labels, double scale, pd_step_result *r) {
-    pd_tensor *d = &c->gviews[s->pred];
-    PD_TRY(pd__loss_of(s, &c->views[s->pred], labels, d->data, INT64_MAX, r));
-    if (d->data && scale != 1.0) {
-        int64_t n = pd_tensor_numel(d);
-        if (d->dtype == PD_FLOAT) { /* the losses' gradients are float32; one pass the compiler vectorizes */
-            float *p = d->data, f = (float)scale;
-            for (int64_t i = 0; i < n; i++) p[i] *= f;
-        } else {
-            for (int64_t i = 0; i < n; i++) pd__set_f(d->dtype, d->data, i, scale * pd__get_f(d->dtype, d->data, i));
-        }
-    }
-    return PD_OK;
+    return pd__loss_run(s, &pd__cpu_untimed, c->views, c->gviews, c->views, c->gviews, labels, NULL, true, INT64_MAX,
+                        scale, r);
 }
 
 bool pd__session_needs_grad(const pd_session *s, int t) { return s->needs_grad[t]; }

@@ -131,38 +131,25 @@ pd_status pd__dactx_backward(const pd_session *s, pd__exec *x, pd__dactx *d, con
 }
 
 pd_status pd__dactx_loss(const pd_session *s, pd__dactx *d, const pd_tensor *labels, double scale, pd_step_result *r) {
-    const pd_graph *g = s->g;
     const pd__dev_i *di = d->dev.i;
-    void *c = d->dev.c;
     pd_loss_kind k = s->o.loss;
     if (k == PD_LOSS_AUTO) k = labels->dtype == PD_INT64 ? PD_LOSS_CROSS_ENTROPY : PD_LOSS_MSE;
-    pd_tensor *dp = &d->views[s->pred], *dd = &d->gviews[s->pred];
-    if (k == PD_LOSS_CROSS_ENTROPY && labels->dtype == PD_INT64) { /* on the device; only the sums come back */
+    pd_tensor dl = *labels; /* int64 labels to the device, for cross-entropy there */
+    dl.data = NULL;
+    if (k == PD_LOSS_CROSS_ENTROPY && labels->dtype == PD_INT64) {
         size_t n = (size_t)pd_tensor_numel(labels) * sizeof(int64_t);
         if (n > d->labels_cap) {
-            di->free(c, d->labels);
+            di->free(d->dev.c, d->labels);
             d->labels = NULL;
             d->labels_cap = 0;
-            PD_TRY(di->alloc(c, n, &d->labels));
+            PD_TRY(di->alloc(d->dev.c, n, &d->labels));
             d->labels_cap = n;
         }
-        PD_TRY(di->upload(c, d->labels, labels->data, n));
-        pd_tensor dl = *labels;
+        PD_TRY(di->upload(d->dev.c, d->labels, labels->data, n));
         dl.data = d->labels;
-        r->correct = 0;
-        r->count = 0;
-        pd_status st = di->cross_entropy(c, dp, &dl, INT64_MAX, dd->data, &r->loss, &r->correct, &r->count);
-        if (st != PD_OK) {
-            pd__err_prefix("%s: output '%s'", g->path, g->tensors[s->pred].name);
-            return st;
-        }
-        if (dd->data && scale != 1.0) PD_TRY(di->scale(c, dd->data, pd_tensor_numel(dd), (float)scale));
-        return PD_OK;
     }
-    /* MSE and the model's own loss on the host: the prediction down, its gradient up */
-    PD_TRY(pd__dev_tdown(&d->dev, g, d->h->views, d->views, s->pred));
-    PD_TRY(pd__actx_loss(s, d->h, labels, scale, r));
-    return pd__dev_tup(&d->dev, g, d->h->gviews, d->gviews, s->pred);
+    pd__actx *h = d->h;
+    return pd__loss_run(s, &d->dev, d->views, d->gviews, h->views, h->gviews, labels, &dl, true, INT64_MAX, scale, r);
 }
 
 #else /* no CUDA backend */

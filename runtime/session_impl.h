@@ -6,6 +6,7 @@
  *   session_io.c      inputs and labels
  *   session_step.c    the step, evaluation and timed step, written once
  *                     against the device interface (runtime/device.h)
+ *   session_loss.c    the losses, and where they run (device or host)
  *   session_nodes.c   nodes forward and backward on a device: the step's,
  *                     and the pipeline's activation contexts'
  *   session_dev.c     the step's memory on its device (struct pd__sdev) and
@@ -126,10 +127,19 @@ pd_status pd__nodes_backward(const pd_session *s, pd__exec *x, const pd__where *
 /* ---- session_io.c ---- */
 pd_status pd__check_fed(const pd_session *s);
 
-/* ---- session_step.c ---- */
+/* ---- session_loss.c ---- */
 /* The loss of pred against labels on the host; d (when not NULL) receives dLoss/dpred. */
 pd_status pd__loss_of(const pd_session *s, const pd_tensor *pred, const pd_tensor *labels, float *d, int64_t rows,
                       pd_step_result *r);
+/* The loss of the prediction in device views v on dev: cross-entropy on
+ * int64 labels on the device when dlabels (their device copy) has data,
+ * else on the host views hv (the prediction copied down, the gradient up).
+ * With grad, dLoss/dpred times scale into gv (hgv on the way). */
+pd_status pd__loss_run(const pd_session *s, const pd__dev *dev, pd_tensor *v, pd_tensor *gv, pd_tensor *hv,
+                       pd_tensor *hgv, const pd_tensor *labels, const pd_tensor *dlabels, bool grad, int64_t rows,
+                       double scale, pd_step_result *r);
+
+/* ---- session_step.c ---- */
 uint64_t pd__mix(uint64_t z);
 
 /* ---- session_dev.c: the step's memory on its device ---- */

@@ -10,57 +10,17 @@
  * reverse order, gradient norm and clipping, one optimizer update over the
  * slab, and a sync (the device's errors come back with the step). */
 #include "session_impl.h"
-#include "loss.h"
 #include "optim.h"
 
 #include <math.h>
 #include <string.h>
 
-/* The loss of pred against labels on the host; d (when not NULL) receives dLoss/dpred. */
-pd_status pd__loss_of(const pd_session *s, const pd_tensor *pred, const pd_tensor *labels, float *d, int64_t rows,
-                      pd_step_result *r) {
-    r->correct = 0;
-    r->count = 0;
-    pd_loss_kind k = s->o.loss;
-    if (k == PD_LOSS_AUTO) k = labels->dtype == PD_INT64 ? PD_LOSS_CROSS_ENTROPY : PD_LOSS_MSE;
-    pd_status st;
-    switch (k) {
-    case PD_LOSS_GRAPH:
-        r->loss = pd__get_f(pred->dtype, pred->data, 0);
-        r->count = 1;
-        if (d) pd__set_f(pred->dtype, d, 0, 1.0);
-        return PD_OK;
-    case PD_LOSS_CROSS_ENTROPY:
-        st = pd__loss_cross_entropy(pred, labels, rows, d, &r->loss, &r->correct, &r->count);
-        break;
-    default:
-        st = pd__loss_mse(pred, labels, rows, d, &r->loss, &r->count);
-        break;
-    }
-    if (st != PD_OK) pd__err_prefix("%s: output '%s'", s->g->path, s->g->tensors[s->pred].name);
-    return st;
-}
-
-/* The loss of the current forward; with grad, writes dLoss/dpred. Cross-
- * entropy on int64 labels runs on the device (only the sums come back); the
- * others on the host, the prediction copied down and its gradient up (no
- * copies on the CPU, where both are the same bytes). */
+/* The loss of the current forward on the session's device; with grad,
+ * writes dLoss/dpred (the labels on the device: set with them). */
 static pd_status pd__step_loss(pd_session *s, bool grad, int64_t rows, pd_step_result *r) {
     pd__sdev *d = &s->dev;
-    pd_loss_kind k = s->o.loss;
-    if (k == PD_LOSS_AUTO) k = s->labels.dtype == PD_INT64 ? PD_LOSS_CROSS_ENTROPY : PD_LOSS_MSE;
-    if (k == PD_LOSS_CROSS_ENTROPY && s->labels.dtype == PD_INT64 && d->labels.data) {
-        r->correct = 0;
-        r->count = 0;
-        pd_status st = d->d.i->cross_entropy(d->d.c, &d->views[s->pred], &d->labels, rows,
-                                             grad ? d->gviews[s->pred].data : NULL, &r->loss, &r->correct, &r->count);
-        if (st != PD_OK) pd__err_prefix("%s: output '%s'", s->g->path, s->g->tensors[s->pred].name);
-        return st;
-    }
-    PD_TRY(pd__dev_tdown(&d->d, s->g, s->views, d->views, s->pred));
-    PD_TRY(pd__loss_of(s, &s->views[s->pred], &s->labels, grad ? s->gviews[s->pred].data : NULL, rows, r));
-    if (grad) PD_TRY(pd__dev_tup(&d->d, s->g, s->gviews, d->gviews, s->pred));
-    return PD_OK;
+    return pd__loss_run(s, &d->d, d->views, d->gviews, s->views, s->gviews, &s->labels, &d->labels, grad, rows, 1.0,
+                        r);
 }
 
 /* Names the first computed float tensor holding a NaN or Inf (host views). */
