@@ -1,4 +1,4 @@
-/* session.h - private hooks into the training session (runtime/session.c) for
+/* session.h - private hooks into the training session (runtime/session*.c) for
  * the profiler (runtime/profiler.c): a training step that times every node;
  * and for the pipeline (runtime/pipeline.c): activation contexts, so that
  * several microbatches can be in flight over the session's parameters. */
