@@ -200,6 +200,11 @@ static pd_status pd__session_views(pd_session *s) {
 }
 
 pd_status pd_session_create(pd_graph *g, const pd_train_options *opt, pd_session **out) {
+    return pd__session_create_on(g, opt, NULL, out);
+}
+
+pd_status pd__session_create_on(pd_graph *g, const pd_train_options *opt, const struct pd__dev_i *dev,
+                                pd_session **out) {
     if (!g || !out) return pd__err(PD_ERR_INVALID, "pd_session_create: graph and out must not be NULL");
     pd_train_options o = PD_TRAIN_OPTIONS_INIT;
     PD_TRY(pd__session_options_check(&o, opt));
@@ -263,7 +268,7 @@ pd_status pd_session_create(pd_graph *g, const pd_train_options *opt, pd_session
                      pd_dtype_name(p->dtype));
         goto fail;
     }
-    if ((st = pd__sdev_create(s)) != PD_OK) goto fail;
+    if ((st = pd__sdev_create(s, dev)) != PD_OK) goto fail;
     *out = s;
     return PD_OK;
 nomem:

@@ -111,13 +111,14 @@ static pd_status pd__sdev_twin(pd_session *s, pd__sdev *d) {
     return d->d.i->sync(d->d.c);
 }
 
-pd_status pd__sdev_create(pd_session *s) {
+pd_status pd__sdev_create(pd_session *s, const pd__dev_i *dev) {
     pd__sdev *d = &s->dev;
 #ifdef PD_HAVE_CUDA
     d->d.i = s->o.device == PD_DEVICE_CUDA ? &pd__dev_cuda : &pd__dev_cpu;
 #else
     d->d.i = &pd__dev_cpu; /* pd_session_create refused PD_DEVICE_CUDA */
 #endif
+    if (dev) d->d.i = dev;
     PD_TRY(d->d.i->open(s->o.device_index, s->o.precision, &d->d.c));
     d->cpu = PD_CALLOC((size_t)s->g->nnodes + 1, sizeof(bool));
     if (!d->cpu) return pd__err(PD_ERR_NOMEM, "out of memory");

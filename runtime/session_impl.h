@@ -143,7 +143,8 @@ pd_status pd__loss_run(const pd_session *s, const pd__dev *dev, pd_tensor *v, pd
 uint64_t pd__mix(uint64_t z);
 
 /* ---- session_dev.c: the step's memory on its device ---- */
-pd_status pd__sdev_create(pd_session *s); /* after the host slabs; o.device picks the interface */
+/* after the host slabs; dev NULL: o.device picks the interface */
+pd_status pd__sdev_create(pd_session *s, const pd__dev_i *dev);
 void pd__sdev_destroy(pd_session *s);
 pd_status pd__sdev_pull(const pd_session *s, bool grads); /* device to host mirror; nothing on the CPU */
 pd_status pd__sdev_push(pd_session *s);                   /* host mirror to device (a restore) */

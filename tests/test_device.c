@@ -5,12 +5,17 @@
  * backend is built (the CPU's kernels behind the CUDA API, so bitwise); with
  * --gpu, CUDA on the first GPU (77 without one; within 1e-6, a GPU's
  * arithmetic may contract).
- * The nodes' forward and backward run through the interface in every step
- * of the session suites (train, devsim-train), bitwise against the run
- * before the interface existed. */
+ * Then the session on a device of the test's own: the CPU with memory of its
+ * own (so the session keeps device twins of its slabs and copies between
+ * them, as on a GPU), kernels that add where the CPU's write fresh
+ * gradients (as CUDA's), and Relu (and BatchNormalization, or not) refused
+ * (so they fall back to the CPU with copies around them): training cnn_bn,
+ * resnet and the digits MLP (cross-entropy) gives the CPU session's losses,
+ * weights, evaluation and saved model bitwise. That runs on every machine, a CUDA build or not. */
 #include "../runtime/device.h"
 #include "../runtime/loss.h"
 #include "../runtime/optim.h"
+#include "../runtime/session.h"
 #ifdef PD_HAVE_CUDA
 #include "../runtime/cuda/cuda.h"
 #endif
@@ -119,8 +124,117 @@ static void test_device(const pd__dev_i *di, const char *name, bool exact) {
     di->close(d.c);
 }
 
+/* the test's devices: refuse these, which run on the CPU with copies */
+static bool twin_supports(const pd_graph *g, const pd__node *n) {
+    (void)g;
+    return n->op != PD_OP_RELU && n->op != PD_OP_BATCH_NORM;
+}
+static bool twin_supports_bn(const pd_graph *g, const pd__node *n) { /* BatchNorm's statistics on the device */
+    (void)g;
+    return n->op != PD_OP_RELU;
+}
+
+typedef struct run_out {
+    double loss[6], eval;
+    float params[20000];
+    int64_t nparams;
+    void *model; /* the graph saved after pd_session_sync: BatchNorm's statistics too */
+    size_t model_len;
+} run_out;
+
+/* AdamW with clipping, 6 steps on the first `batch` rows of x, y; dev NULL: the CPU session */
+static pd_status train(const char *model, const char *xp, const char *yp, int64_t batch, const pd__dev_i *dev,
+                       run_out *r) {
+    pd_tensor X = {0}, Y = {0};
+    pd_graph *g = NULL;
+    pd_session *s = NULL;
+    pd_load_options lo = PD_LOAD_OPTIONS_INIT;
+    lo.batch = batch;
+    pd_train_options o = PD_TRAIN_OPTIONS_INIT;
+    o.optimizer = PD_OPT_ADAMW;
+    o.lr = 0.01;
+    o.clip_grad_norm = 0.05;
+    o.threads = 1;
+    pd_value_info in;
+    pd_status st = pd_npy_load(xp, &X);
+    if (st == PD_OK) st = pd_npy_load(yp, &Y);
+    if (st == PD_OK) st = pd_graph_load_file(model, &lo, &g);
+    if (st == PD_OK) st = pd__session_create_on(g, &o, dev, &s);
+    if (st == PD_OK) st = pd_graph_input(g, 0, &in);
+    pd_tensor bx = X, by = Y;
+    bx.shape[0] = by.shape[0] = batch;
+    for (int k = 0; k < 6 && st == PD_OK; k++) {
+        pd_step_result res;
+        st = pd_session_set_input(s, in.name, &bx);
+        if (st == PD_OK) st = pd_session_set_labels(s, &by);
+        if (st == PD_OK) st = pd_session_step(s, &res);
+        r->loss[k] = res.loss;
+    }
+    pd_step_result ev;
+    if (st == PD_OK) st = pd_session_eval(s, &ev);
+    r->eval = ev.loss;
+    r->nparams = 0;
+    for (int i = 0; st == PD_OK && i < pd_session_num_params(s); i++) {
+        pd_tensor v;
+        st = pd_session_param(s, i, NULL, &v, NULL);
+        int64_t n = pd_tensor_numel(&v);
+        if (st == PD_OK && r->nparams + n > (int64_t)(sizeof r->params / sizeof r->params[0]))
+            st = pd__err(PD_ERR_INVALID, "test_device: %s has more parameters than the test keeps", model);
+        if (st == PD_OK) memcpy(r->params + r->nparams, v.data, sizeof(float) * (size_t)n);
+        r->nparams += n;
+    }
+    if (st == PD_OK) st = pd_session_sync(s);
+    if (st == PD_OK) st = pd_graph_save_memory(g, &r->model, &r->model_len);
+    pd_session_destroy(s);
+    pd_graph_destroy(g);
+    pd_tensor_free(&X);
+    pd_tensor_free(&Y);
+    return st;
+}
+
+static void test_twin_session(const char *name, const char *model, const char *xp, const char *yp, int64_t batch,
+                              bool bn_on_device) {
+    pd__dev_i twin = pd__dev_cpu;
+    twin.name = "cpu-twin";
+    twin.host_memory = false;
+    twin.writes_fresh = false;
+    twin.supports_op = bn_on_device ? twin_supports_bn : twin_supports;
+    static run_out a, b;
+    memset(&a, 0, sizeof a);
+    memset(&b, 0, sizeof b);
+    pd_status sa = train(model, xp, yp, batch, NULL, &a), sb = train(model, xp, yp, batch, &twin, &b);
+    CHECK(sa == PD_OK && sb == PD_OK && a.nparams == b.nparams && a.nparams > 0 &&
+              memcmp(a.loss, b.loss, sizeof a.loss) == 0 && a.eval == b.eval &&
+              memcmp(a.params, b.params, sizeof(float) * (size_t)a.nparams) == 0 && a.loss[5] != a.loss[0] &&
+              a.model_len == b.model_len && memcmp(a.model, b.model, a.model_len) == 0,
+          "%s: 6 steps on a device with its own memory, Relu%s refused: the CPU's losses "
+          "(%.9g .. %.9g), %lld weights, evaluation (%.9g) and saved model bitwise%s%s",
+          name, bn_on_device ? "" : " and BatchNormalization", a.loss[0], a.loss[5], (long long)a.nparams, a.eval, sa || sb ? ": " : "",
+          sa || sb ? pd_last_error() : "");
+    pd_buffer_free(a.model);
+    pd_buffer_free(b.model);
+}
+
+static void test_twin_sessions(const char *fx, const char *root) {
+    char m[1024], x[1024], y[1024];
+    const char *fixtures[] = {"cnn_bn", "resnet"}; /* their y is the eval-mode output: BatchNorm in training mode makes a loss */
+    for (int i = 0; i < 2; i++) {
+        snprintf(m, sizeof m, "%s/%s/model.onnx", fx, fixtures[i]);
+        snprintf(x, sizeof x, "%s/%s/x.npy", fx, fixtures[i]);
+        snprintf(y, sizeof y, "%s/%s/y.npy", fx, fixtures[i]);
+        test_twin_session(fixtures[i], m, x, y, 4, false);
+        test_twin_session(fixtures[i], m, x, y, 4, true);
+    }
+    snprintf(m, sizeof m, "%s/examples/digits_mlp.onnx", root);
+    snprintf(x, sizeof x, "%s/examples/digits/train_x.npy", root);
+    snprintf(y, sizeof y, "%s/examples/digits/train_y.npy", root);
+    test_twin_session("digits_mlp (cross-entropy)", m, x, y, 32, false);
+}
+
+/* test_device [--gpu] | test_device FIXTURES ROOT */
 int main(int argc, char **argv) {
     bool gpu = argc > 1 && strcmp(argv[1], "--gpu") == 0;
+    if (argc > 2 && !gpu) test_twin_sessions(argv[1], argv[2]);
 #ifdef PD_HAVE_CUDA
     if (gpu) {
         if (pd__cuda_device_count() == 0) {
