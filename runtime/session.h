@@ -1,4 +1,4 @@
-/* session.h - private hooks into the training session (runtime/session.c) for
+/* session.h - private hooks into the training session (runtime/session*.c) for
  * the profiler (runtime/profiler.c): a training step that times every node;
  * and for the pipeline (runtime/pipeline.c): activation contexts, so that
  * several microbatches can be in flight over the session's parameters. */
@@ -21,6 +21,13 @@ typedef struct pd__step_times {
  * same as pd_session_step's. Parameters are not updated; what a training
  * forward writes (BatchNorm running statistics) is written. */
 pd_status pd__session_timed_step(pd_session *s, pd__step_times *t);
+/* pd_session_create on the device dev (runtime/device.h) rather than the
+ * one opt->device names: a test's device (tests/test_device.c: the CPU
+ * with memory of its own and nodes it refuses, so the twin slabs, copies
+ * and fallbacks run without a GPU). */
+struct pd__dev_i;
+pd_status pd__session_create_on(pd_graph *g, const pd_train_options *opt, const struct pd__dev_i *dev,
+                                pd_session **out);
 /* The graph tensor the loss starts from (the prediction, or the model's own loss). */
 int pd__session_loss_tensor(const pd_session *s);
 /* PD_LOSS_GRAPH: the graph input fed the labels; -1 otherwise. */
