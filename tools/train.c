@@ -1056,290 +1056,327 @@ static int pd__train_args(int argc, char **argv, const pd_cli_avg_args *av, pd__
     return 0;
 }
 
-static int pd__train_main(int argc, char **argv) {
-    pd_cli_avg_args av; /* AvgPipe hook: its flags leave argv here */
-    if (pd_cli_avg_take_flags(&argc, argv, &av) != 0) return 2;
+/* One `pdonnx train` run: its arguments, data, model and what it writes. */
+typedef struct pd__trun {
     pd__targs a;
-    bool piped = false;
-    pd__sched_kind kind = PD_SCHED_FLUSH;
-    int rc = pd__train_args(argc, argv, &av, &a, &piped, &kind);
-    if (rc != 0) goto out;
-    rc = 1;
-
-    pd_tensor X = {0}, Y = {0}, VX = {0}, VY = {0};
-    pd__shards xs = {0}, ys = {0}; /* X and Y's files: X and Y are the first's, with every file's rows */
-    pd__map mvx = {0}, mvy = {0}; /* VX's and VY's mappings (.npy data is mapped, not read) */
-    pd_graph *g = NULL;
-    pd_session *s = NULL;
-    pd__data data = {0};
-    pd__prefetch *pf = NULL;
-    FILE *mf = NULL;
+    bool piped;                        /* --stages or --plan: a pipeline */
+    pd__sched_kind kind;
+    pd_tensor X, Y, VX, VY;
+    pd__shards xs, ys;                 /* X and Y's files: X and Y are the first's, with every file's rows */
+    pd__map mvx, mvy;                  /* VX's and VY's mappings (.npy data is mapped, not read) */
+    int64_t graph_batch, rows, steps;  /* the graph's batch (a pipeline's: one microbatch) */
+    pd_graph *g;
+    pd_session *s;
+    const char *input;                 /* the graph input the data feeds */
+    pd_value_info in, out;             /* that input; the output the loss reads */
+    pd__data data;
+    pd__prefetch *pf;
+    FILE *mf;
     pd__ckrun cr;
-    memset(&cr, 0, sizeof cr);
-    if (!pd__open_data(&a, &xs, &X, &ys, &Y, &VX, &mvx, &VY, &mvy)) goto done;
+} pd__trun;
+
+/* The model, with the data's rows fixing the dims it leaves open (a
+ * sequence length); a model.half() export trains in float32. */
+static bool pd__train_load(pd__trun *t) {
+    pd__targs *a = &t->a;
     pd_load_options lo = PD_LOAD_OPTIONS_INIT;
-    lo.batch = piped ? a.batch / a.microbatches : a.batch; /* a pipeline's graph takes one microbatch */
-    lo.max_constant_bytes = a.max_constant_bytes;
-    lo.untie = a.untie;
-    lo.half_as_float = 1; /* a model.half() export trains in float32 */
-    /* the data's rows fix the dims the model leaves open (a sequence length) */
-    pd_input_shape rows_shape = {NULL, X.ndim, {0}, PD_UNDEFINED};
-    for (int i = 1; i < X.ndim; i++) rows_shape.shape[i] = X.shape[i];
+    lo.batch = t->graph_batch;
+    lo.max_constant_bytes = a->max_constant_bytes;
+    lo.untie = a->untie;
+    lo.half_as_float = 1;
+    pd_input_shape rows_shape = {NULL, t->X.ndim, {0}, PD_UNDEFINED};
+    for (int i = 1; i < t->X.ndim; i++) rows_shape.shape[i] = t->X.shape[i];
     rows_shape.shape[0] = lo.batch;
-    if (!(a.o.loss == PD_LOSS_GRAPH && a.o.labels_input)) lo.n_input_shapes = 1, lo.input_shapes = &rows_shape;
-    if (pd_graph_load_file(a.model, &lo, &g) != PD_OK) {
-        pd_cli_fail();
-        goto done;
-    }
-    if (!a.quiet) pd__report_load(&a, g);
-    /* the data input: the one graph input that is not the labels */
-    a.o.cosine_steps = 0;
-    a.o.seed = (uint64_t)a.seed;
-    int64_t rows = X.shape[0];
-    int64_t steps = a.steps ? a.steps : (a.epochs * rows + a.batch - 1) / a.batch;
-    if (a.cosine) a.o.cosine_steps = steps;
-    bool int_labels = Y.dtype == PD_INT64 || Y.dtype == PD_INT32 || Y.dtype == PD_UINT8 || Y.dtype == PD_INT16;
-    if (a.o.loss == PD_LOSS_AUTO) a.o.loss = int_labels ? PD_LOSS_CROSS_ENTROPY : PD_LOSS_MSE;
-    if (!piped && pd_session_create(g, &a.o, &s) != PD_OK) {
-        pd_cli_fail();
-        goto done;
-    }
-    const char *input = NULL;
+    if (!(a->o.loss == PD_LOSS_GRAPH && a->o.labels_input)) lo.n_input_shapes = 1, lo.input_shapes = &rows_shape;
+    if (pd_graph_load_file(a->model, &lo, &t->g) != PD_OK) return pd_cli_fail(), false;
+    if (!a->quiet) pd__report_load(a, t->g);
+    return true;
+}
+
+/* The data input: the one graph input that is not the labels. */
+static bool pd__train_input(pd__trun *t) {
+    pd__targs *a = &t->a;
     char en1[256], en2[256]; /* the model's names, escaped (pd__escape): one line, no terminal codes */
-    for (int i = 0; i < pd_graph_num_inputs(g); i++) {
+    for (int i = 0; i < pd_graph_num_inputs(t->g); i++) {
         pd_value_info v;
-        if (pd_graph_input(g, i, &v) != PD_OK) continue;
-        if (a.o.loss == PD_LOSS_GRAPH && (a.o.labels_input ? !strcmp(v.name, a.o.labels_input) : i > 0)) continue;
-        if (input) {
-            fprintf(stderr, "pdonnx: %s: the model has several inputs ('%s', '%s'); pdonnx train feeds one\n", a.model,
-                    pd__escape(en1, sizeof en1, input), pd__escape(en2, sizeof en2, v.name));
-            goto done;
+        if (pd_graph_input(t->g, i, &v) != PD_OK) continue;
+        if (a->o.loss == PD_LOSS_GRAPH && (a->o.labels_input ? !strcmp(v.name, a->o.labels_input) : i > 0)) continue;
+        if (t->input) {
+            fprintf(stderr, "pdonnx: %s: the model has several inputs ('%s', '%s'); pdonnx train feeds one\n", a->model,
+                    pd__escape(en1, sizeof en1, t->input), pd__escape(en2, sizeof en2, v.name));
+            return false;
         }
-        input = v.name;
+        t->input = v.name;
     }
-    pd_value_info in, out;
-    if (pd_graph_value(g, input, &in) != PD_OK) {
+    if (pd_graph_value(t->g, t->input, &t->in) != PD_OK ||
+        pd_graph_output(t->g, 0, &t->out) != PD_OK || (a->o.output && pd_graph_value(t->g, a->o.output, &t->out) != PD_OK)) {
         fprintf(stderr, "pdonnx: %s\n", pd_cli_error());
-        goto done;
+        return false;
     }
-    /* data and labels in the dtypes the model and the loss take */
+    return true;
+}
+
+/* Data and labels in the dtypes the model and the loss take, rows of the
+ * input's shape, class labels within the output's classes. */
+static bool pd__train_fit(pd__trun *t) {
+    pd__targs *a = &t->a;
+    char en1[256];
     bool conv = true;
-    for (int i = 0; i < xs.n; i++) conv = conv && pd__convert(&xs.t[i], in.dtype, &xs.m[i]);
-    X.dtype = xs.t[0].dtype, X.data = xs.t[0].data;
-    if (!conv || (a.val_x && !pd__convert(&VX, in.dtype, &mvx))) {
-        fprintf(stderr, "pdonnx: %s: %s data cannot feed input '%s' (%s)\n", a.data, pd_dtype_name(X.dtype),
-                pd__escape(en1, sizeof en1, input), pd_dtype_name(in.dtype));
-        goto done;
+    for (int i = 0; i < t->xs.n; i++) conv = conv && pd__convert(&t->xs.t[i], t->in.dtype, &t->xs.m[i]);
+    t->X.dtype = t->xs.t[0].dtype, t->X.data = t->xs.t[0].data;
+    if (!conv || (a->val_x && !pd__convert(&t->VX, t->in.dtype, &t->mvx))) {
+        fprintf(stderr, "pdonnx: %s: %s data cannot feed input '%s' (%s)\n", a->data, pd_dtype_name(t->X.dtype),
+                pd__escape(en1, sizeof en1, t->input), pd_dtype_name(t->in.dtype));
+        return false;
     }
-    pd_dtype ylabel = a.o.loss == PD_LOSS_MSE ? PD_FLOAT : PD_INT64;
-    if (a.o.loss == PD_LOSS_GRAPH) {
+    pd_dtype ylabel = a->o.loss == PD_LOSS_MSE ? PD_FLOAT : PD_INT64;
+    if (a->o.loss == PD_LOSS_GRAPH) {
         pd_value_info lv;
-        if (pd_graph_input(g, pd_graph_num_inputs(g) > 1 ? 1 : 0, &lv) != PD_OK) lv.dtype = ylabel;
+        if (pd_graph_input(t->g, pd_graph_num_inputs(t->g) > 1 ? 1 : 0, &lv) != PD_OK) lv.dtype = ylabel;
         ylabel = lv.dtype;
     }
-    for (int i = 0; i < ys.n; i++) conv = conv && pd__convert(&ys.t[i], ylabel, &ys.m[i]);
-    Y.dtype = ys.t[0].dtype, Y.data = ys.t[0].data;
-    if (!conv || (a.val_x && !pd__convert(&VY, ylabel, &mvy))) {
-        fprintf(stderr, "pdonnx: %s: %s labels do not fit --loss %s (it needs %s)\n", a.labels, pd_dtype_name(Y.dtype),
-                a.o.loss == PD_LOSS_MSE ? "mse" : "cross_entropy", pd_dtype_name(ylabel));
-        goto done;
+    for (int i = 0; i < t->ys.n; i++) conv = conv && pd__convert(&t->ys.t[i], ylabel, &t->ys.m[i]);
+    t->Y.dtype = t->ys.t[0].dtype, t->Y.data = t->ys.t[0].data;
+    if (!conv || (a->val_x && !pd__convert(&t->VY, ylabel, &t->mvy))) {
+        fprintf(stderr, "pdonnx: %s: %s labels do not fit --loss %s (it needs %s)\n", a->labels,
+                pd_dtype_name(t->Y.dtype), a->o.loss == PD_LOSS_MSE ? "mse" : "cross_entropy", pd_dtype_name(ylabel));
+        return false;
     }
-    if (pd_graph_output(g, 0, &out) != PD_OK || (a.o.output && pd_graph_value(g, a.o.output, &out) != PD_OK)) {
-        fprintf(stderr, "pdonnx: %s\n", pd_cli_error());
-        goto done;
-    }
-    bool fits = X.ndim == in.ndim;
-    for (int i = 1; fits && i < in.ndim; i++) fits = X.shape[i] == in.shape[i];
+    pd_value_info in = t->in;
+    bool fits = t->X.ndim == in.ndim;
+    for (int i = 1; fits && i < in.ndim; i++) fits = t->X.shape[i] == in.shape[i];
     if (!fits) {
         char want[128], got[128];
-        in.shape[0] = rows;
+        in.shape[0] = t->rows;
         pd__format_shape(want, sizeof want, in.ndim, in.shape);
-        pd__format_shape(got, sizeof got, X.ndim, X.shape);
-        fprintf(stderr, "pdonnx: %s: rows of shape %s do not fit input '%s' (it takes %s)\n", a.data, got,
-                pd__escape(en1, sizeof en1, input), want);
-        goto done;
+        pd__format_shape(got, sizeof got, t->X.ndim, t->X.shape);
+        fprintf(stderr, "pdonnx: %s: rows of shape %s do not fit input '%s' (it takes %s)\n", a->data, got,
+                pd__escape(en1, sizeof en1, t->input), want);
+        return false;
     }
-    if (a.o.loss == PD_LOSS_CROSS_ENTROPY && !pd__check_labels(&a, &out, &ys, &Y, &VY)) goto done;
-    if ((xs.n > 1 ? pd__data_init_parts(&data, xs.n, xs.t, ys.t, a.batch, a.shuffle, (uint64_t)a.seed)
-                  : pd__data_init(&data, &X, &Y, a.batch, a.shuffle, (uint64_t)a.seed)) != PD_OK) {
-        pd_cli_fail();
-        goto done;
+    return a->o.loss != PD_LOSS_CROSS_ENTROPY || pd__check_labels(a, &t->out, &t->ys, &t->Y, &t->VY);
+}
+
+/* The run's record for checkpoints, and --resume's checkpoint, which must be
+ * of this run and within its steps. */
+static bool pd__train_resume(pd__trun *t) {
+    pd__targs *a = &t->a;
+    pd__ckrun *cr = &t->cr;
+    if (a->ckpt_dir || a->resume) {
+        cr->info = pd__run_info(a, t->graph_batch, t->steps, t->rows, t->piped, t->kind);
+        if (!cr->info) return fprintf(stderr, "pdonnx: out of memory\n"), false;
     }
-    if (a.ckpt_dir || a.resume) {
-        cr.info = pd__run_info(&a, lo.batch, steps, rows, piped, kind);
-        if (!cr.info) {
-            fprintf(stderr, "pdonnx: out of memory\n");
-            goto done;
+    if (!a->resume) return true;
+    if (pd_cli_ckpt_load(a->resume, cr->info, &cr->from, &cr->from_info) != PD_OK) return pd_cli_fail(), false;
+    cr->first = cr->from.step;
+    if (cr->first > t->steps || (!t->piped && cr->from.nparts != 1)) {
+        fprintf(stderr, "pdonnx: --resume %s: %s is at step %lld of %lld%s\n", a->resume, cr->from.path,
+                (long long)cr->first, (long long)t->steps, cr->first > t->steps ? "" : ", with several stages");
+        return false;
+    }
+    return true;
+}
+
+/* A pipeline (or AvgPipe's pipelines) trains; the weights come back into g,
+ * which one stage then validates. */
+static bool pd__train_piped(pd__trun *t, const pd_cli_avg_args *av) {
+    pd__targs *a = &t->a;
+    if ((av->given ? pd__train_avgpipe_hook(a, av, t->g, t->input, &t->X, &t->Y, &t->data, t->steps, t->kind, t->mf)
+                   : pd__train_pipeline(a, t->g, t->input, &t->X, &t->Y, &t->data, t->steps, t->kind, t->mf, &t->cr)) != 0)
+        return false;
+    if (!a->val_x) return true;
+    double vloss, vacc;
+    int64_t vc, vn;
+    if (pd_session_create(t->g, &a->o, &t->s) != PD_OK ||
+        pd__validate(t->s, t->input, &t->VX, &t->VY, &vloss, &vacc, &vc, &vn) != PD_OK)
+        return pd_cli_fail(), false;
+    if (!a->quiet)
+        printf("validation: loss %.4f, accuracy %.2f%% (%lld/%lld)\n", vloss, 100 * vacc, (long long)vc, (long long)vn);
+    return true;
+}
+
+/* One step's metrics line and progress (a bar on a terminal, else a line
+ * every tenth of the run and at validations). */
+typedef struct pd__tstep {
+    int64_t k;
+    double dt, waited, elapsed;
+    bool did_val;
+    double vloss, vacc;
+} pd__tstep;
+
+static bool pd__train_report_step(const pd__trun *t, const pd_step_result *r, const pd__tstep *q, bool tty) {
+    const pd__targs *a = &t->a;
+    int64_t k = q->k, steps = t->steps, every = steps / 10 > 0 ? steps / 10 : 1;
+    if (t->mf) {
+        fprintf(t->mf, "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g, \"samples_per_s\": %.1f, \"grad_norm\": %.6g, "
+                       "\"data_wait_s\": %.6f, \"epoch\": %.4f",
+                (long long)k + 1, r->loss, r->lr, (double)a->batch / q->dt, r->grad_norm, q->waited,
+                (double)((k + 1) * a->batch) / (double)t->rows);
+        if (q->did_val) fprintf(t->mf, ", \"val_loss\": %.9g, \"val_accuracy\": %.6f", q->vloss, q->vacc);
+        fprintf(t->mf, "}\n");
+        if (!pd__metrics_ok(t->mf, a->metrics)) return false; /* flushed: a checkpoint never gets ahead of the metrics */
+    }
+    double rate = (double)(k + 1) * (double)a->batch / q->elapsed;
+    if (tty) {
+        int w = 30, fill = (int)((k + 1) * w / steps);
+        printf("\rstep %lld/%lld [%.*s%.*s] loss %.4f  %.0f samples/s", (long long)k + 1, (long long)steps, fill,
+               "##############################", w - fill, "..............................", r->loss, rate);
+        if (q->did_val) printf("  val acc %.2f%%", 100 * q->vacc);
+        fflush(stdout);
+    } else if (!a->quiet && ((k + 1) % every == 0 || k + 1 == steps || q->did_val)) {
+        printf("step %lld/%lld  loss %.6f  lr %.4g  %.0f samples/s", (long long)k + 1, (long long)steps, r->loss, r->lr,
+               rate);
+        if (q->did_val) printf("  val loss %.4f acc %.2f%%", q->vloss, 100 * q->vacc);
+        printf("\n");
+    }
+    return true;
+}
+
+/* One stage: a session steps through the prefetched batches, validating at
+ * each epoch's end, checkpointing as the policy says. */
+static bool pd__train_stage(pd__trun *t) {
+    pd__targs *a = &t->a;
+    pd__ckrun *cr = &t->cr;
+    if (!a->quiet) pd__report_params(a, t->s, t->rows, t->steps);
+    if (cr->from.nparts) {
+        if (pd__session_restore(t->s, cr->from.parts[0], cr->from.lens[0]) != PD_OK) {
+            fprintf(stderr, "pdonnx: --resume %s: %s\n", cr->from.path, pd_cli_error());
+            return false;
         }
+        if (!a->quiet) printf("resuming from %s at step %lld\n", cr->from.path, (long long)cr->first);
     }
-    if (a.resume) {
-        if (pd_cli_ckpt_load(a.resume, cr.info, &cr.from, &cr.from_info) != PD_OK) {
-            pd_cli_fail();
-            goto done;
-        }
-        cr.first = cr.from.step;
-        if (cr.first > steps || (!piped && cr.from.nparts != 1)) {
-            fprintf(stderr, "pdonnx: --resume %s: %s is at step %lld of %lld%s\n", a.resume, cr.from.path,
-                    (long long)cr.first, (long long)steps, cr.first > steps ? "" : ", with several stages");
-            goto done;
-        }
-    }
-    if (a.metrics && !(mf = pd__metrics_open(a.metrics, cr.first))) goto done;
-    if (pd__mp.size > 1 && !pd__mp_agree(true, false)) goto done; /* every process read its data and model */
-    if (piped) {
-        if ((av.given ? pd__train_avgpipe_hook(&a, &av, g, input, &X, &Y, &data, steps, kind, mf) /* AvgPipe hook */
-                      : pd__train_pipeline(&a, g, input, &X, &Y, &data, steps, kind, mf, &cr)) != 0)
-            goto done;
-        /* the trained weights are back in g: validate on one stage */
-        if (a.val_x) {
-            double vloss, vacc;
-            int64_t vc, vn;
-            if (pd_session_create(g, &a.o, &s) != PD_OK ||
-                pd__validate(s, input, &VX, &VY, &vloss, &vacc, &vc, &vn) != PD_OK) {
-                pd_cli_fail();
-                goto done;
-            }
-            if (!a.quiet)
-                printf("validation: loss %.4f, accuracy %.2f%% (%lld/%lld)\n", vloss, 100 * vacc, (long long)vc,
-                       (long long)vn);
-        }
-        goto save;
-    }
-    if (!a.quiet) pd__report_params(&a, s, rows, steps);
-    if (cr.from.nparts) {
-        if (pd__session_restore(s, cr.from.parts[0], cr.from.lens[0]) != PD_OK) {
-            fprintf(stderr, "pdonnx: --resume %s: %s\n", cr.from.path, pd_cli_error());
-            goto done;
-        }
-        if (!a.quiet) printf("resuming from %s at step %lld\n", cr.from.path, (long long)cr.first);
-    }
-    if (cr.info && pd__ckpt_begin(&a, &cr) != PD_OK) {
-        pd_cli_fail();
-        goto done;
-    }
-    if (cr.first < steps && pd__prefetch_start(&data, cr.first, steps - 1, &pf) != PD_OK) {
-        pd_cli_fail();
-        goto done;
-    }
-    bool tty = isatty(fileno(stdout)) && !a.quiet;
-    pd_tensor bx = X, by = Y;
-    bx.shape[0] = by.shape[0] = a.batch;
-    double t_start = pd__now(), stall = 0, last_loss = 0, vloss = 0, vacc = 0;
+    if (cr->info && pd__ckpt_begin(a, cr) != PD_OK) return pd_cli_fail(), false;
+    if (cr->first < t->steps && pd__prefetch_start(&t->data, cr->first, t->steps - 1, &t->pf) != PD_OK)
+        return pd_cli_fail(), false;
+    bool tty = isatty(fileno(stdout)) && !a->quiet;
+    pd_tensor bx = t->X, by = t->Y;
+    bx.shape[0] = by.shape[0] = a->batch;
+    double t_start = pd__now(), stall = 0, last_loss = 0;
+    pd__tstep q = {0};
     int64_t vcorrect = 0, vcount = 0;
-    int64_t every = steps / 10 > 0 ? steps / 10 : 1;
-    for (int64_t k = cr.first; k < steps; k++) {
-        double waited, t0 = pd__now();
+    for (int64_t k = cr->first; k < t->steps; k++) {
+        double t0 = pd__now();
         const void *xb, *yb;
-        if (pd__prefetch_next(pf, &xb, &yb, &waited) != PD_OK) {
-            pd_cli_fail();
-            goto done;
-        }
-        stall += waited;
+        pd_step_result r;
+        q.k = k;
+        if (pd__prefetch_next(t->pf, &xb, &yb, &q.waited) != PD_OK) return pd_cli_fail(), false;
+        stall += q.waited;
         bx.data = (void *)xb;
         by.data = (void *)yb;
-        pd_step_result r;
-        if (pd_session_set_input(s, input, &bx) != PD_OK || pd_session_set_labels(s, &by) != PD_OK ||
-            pd_session_step(s, &r) != PD_OK) {
+        if (pd_session_set_input(t->s, t->input, &bx) != PD_OK || pd_session_set_labels(t->s, &by) != PD_OK ||
+            pd_session_step(t->s, &r) != PD_OK) {
             if (tty) printf("\n");
-            pd_cli_fail();
-            goto done;
+            return pd_cli_fail(), false;
         }
-        double dt = pd__now() - t0;
+        q.dt = pd__now() - t0;
         last_loss = r.loss;
         /* an epoch ends when the stream passes a multiple of the rows */
-        bool epoch_end = ((k + 1) * a.batch) / rows > (k * a.batch) / rows || k + 1 == steps;
-        bool did_val = false;
-        if (a.val_x && epoch_end) {
-            if (pd__validate(s, input, &VX, &VY, &vloss, &vacc, &vcorrect, &vcount) != PD_OK) {
-                pd_cli_fail();
-                goto done;
-            }
-            did_val = true;
-        }
-        if (mf) {
-            fprintf(mf, "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g, \"samples_per_s\": %.1f, \"grad_norm\": %.6g, "
-                        "\"data_wait_s\": %.6f, \"epoch\": %.4f",
-                    (long long)k + 1, r.loss, r.lr, (double)a.batch / dt, r.grad_norm, waited,
-                    (double)((k + 1) * a.batch) / (double)rows);
-            if (did_val) fprintf(mf, ", \"val_loss\": %.9g, \"val_accuracy\": %.6f", vloss, vacc);
-            fprintf(mf, "}\n");
-            if (!pd__metrics_ok(mf, a.metrics)) goto done; /* flushed: a checkpoint never gets ahead of the metrics */
-        }
-        double el = pd__now() - t_start;
-        if (tty) {
-            int w = 30, fill = (int)((k + 1) * w / steps);
-            printf("\rstep %lld/%lld [%.*s%.*s] loss %.4f  %.0f samples/s", (long long)k + 1, (long long)steps, fill,
-                   "##############################", w - fill, "..............................", r.loss,
-                   (double)(k + 1) * (double)a.batch / el);
-            if (did_val) printf("  val acc %.2f%%", 100 * vacc);
-            fflush(stdout);
-        } else if (!a.quiet && ((k + 1) % every == 0 || k + 1 == steps || did_val)) {
-            printf("step %lld/%lld  loss %.6f  lr %.4g  %.0f samples/s", (long long)k + 1, (long long)steps, r.loss,
-                   r.lr, (double)(k + 1) * (double)a.batch / el);
-            if (did_val) printf("  val loss %.4f acc %.2f%%", vloss, 100 * vacc);
-            printf("\n");
-        }
-        if (cr.ck && pd_cli_ckpt_session(cr.ck, s, k + 1, 1e3 * dt) != PD_OK) {
+        bool epoch_end = ((k + 1) * a->batch) / t->rows > (k * a->batch) / t->rows || k + 1 == t->steps;
+        q.did_val = a->val_x && epoch_end;
+        if (q.did_val && pd__validate(t->s, t->input, &t->VX, &t->VY, &q.vloss, &q.vacc, &vcorrect, &vcount) != PD_OK)
+            return pd_cli_fail(), false;
+        q.elapsed = pd__now() - t_start;
+        if (!pd__train_report_step(t, &r, &q, tty)) return false;
+        if (cr->ck && pd_cli_ckpt_session(cr->ck, t->s, k + 1, 1e3 * q.dt) != PD_OK) {
             if (tty) printf("\n");
-            pd_cli_fail();
-            goto done;
+            return pd_cli_fail(), false;
         }
     }
     double total = pd__now() - t_start;
     if (tty) printf("\n");
-    if (cr.ck) {
-        pd_status cs = pd_cli_ckpt_final(cr.ck, NULL, s, steps);
-        pd_status fs = pd_cli_ckpt_finish(cr.ck, total);
-        cr.ck = NULL;
-        if (cs != PD_OK || fs != PD_OK) {
-            pd_cli_fail();
-            goto done;
-        }
+    if (cr->ck) {
+        pd_status cs = pd_cli_ckpt_final(cr->ck, NULL, t->s, t->steps);
+        pd_status fs = pd_cli_ckpt_finish(cr->ck, total);
+        cr->ck = NULL;
+        if (cs != PD_OK || fs != PD_OK) return pd_cli_fail(), false;
     }
-    int64_t trained = steps - cr.first;
-    if (!a.quiet) {
-        printf("trained %lld steps in %.2f s: %.0f samples/s, data stall %.3f s (%.1f%%), final loss %.6f\n",
-               (long long)trained, total, total > 0 ? (double)trained * (double)a.batch / total : 0, stall,
-               total > 0 ? 100 * stall / total : 0, last_loss);
-        if (a.val_x)
-            printf("validation: loss %.4f, accuracy %.2f%% (%lld/%lld)\n", vloss, 100 * vacc, (long long)vcorrect,
-                   (long long)vcount);
+    int64_t trained = t->steps - cr->first;
+    if (a->quiet) return true;
+    printf("trained %lld steps in %.2f s: %.0f samples/s, data stall %.3f s (%.1f%%), final loss %.6f\n",
+           (long long)trained, total, total > 0 ? (double)trained * (double)a->batch / total : 0, stall,
+           total > 0 ? 100 * stall / total : 0, last_loss);
+    if (a->val_x)
+        printf("validation: loss %.4f, accuracy %.2f%% (%lld/%lld)\n", q.vloss, 100 * q.vacc, (long long)vcorrect,
+               (long long)vcount);
+    return true;
+}
+
+/* --save (a CUDA session's weights synced first) and the metrics file closed. */
+static bool pd__train_finish(pd__trun *t) {
+    pd__targs *a = &t->a;
+    if (a->save) {
+        if ((t->s && pd_session_sync(t->s) != PD_OK) || pd_graph_save(t->g, a->save) != PD_OK)
+            return pd_cli_fail(), false;
+        if (!a->quiet) printf("saved %s\n", a->save);
     }
-save:
-    if (a.save) {
-        if ((s && pd_session_sync(s) != PD_OK) || pd_graph_save(g, a.save) != PD_OK) { /* sync: a CUDA session's weights */
-            pd_cli_fail();
-            goto done;
-        }
-        if (!a.quiet) printf("saved %s\n", a.save);
+    if (!t->mf) return true;
+    bool bad = !pd__metrics_ok(t->mf, a->metrics);
+    FILE *f = t->mf;
+    t->mf = NULL;
+    if (fclose(f) != 0 && !bad) {
+        fprintf(stderr, "pdonnx: --metrics %s: write failed: %s\n", a->metrics, strerror(errno));
+        bad = true;
     }
-    if (mf) {
-        bool bad = !pd__metrics_ok(mf, a.metrics);
-        FILE *f = mf;
-        mf = NULL;
-        if (fclose(f) != 0 && !bad) {
-            fprintf(stderr, "pdonnx: --metrics %s: write failed: %s\n", a.metrics, strerror(errno));
-            bad = true;
-        }
-        if (bad) goto done;
+    return !bad;
+}
+
+static void pd__train_free(pd__trun *t) {
+    pd__ckrun *cr = &t->cr;
+    if (cr->ck) pd_cli_ckpt_finish(cr->ck, 0);
+    cJSON_Delete(cr->info);
+    cJSON_Delete(cr->from_info);
+    pd__ckpt_free(&cr->from);
+    if (t->mf) fclose(t->mf);
+    pd__prefetch_stop(t->pf);
+    pd__data_free(&t->data);
+    pd_session_destroy(t->s);
+    pd_graph_destroy(t->g);
+    pd__shards_close(&t->xs);
+    pd__shards_close(&t->ys);
+    pd__data_release(&t->VX, &t->mvx);
+    pd__data_release(&t->VY, &t->mvy);
+}
+
+/* Parse, check, load, train, report. */
+static int pd__train_main(int argc, char **argv) {
+    pd_cli_avg_args av; /* AvgPipe hook: its flags leave argv here */
+    if (pd_cli_avg_take_flags(&argc, argv, &av) != 0) return 2;
+    pd__trun *t = calloc(1, sizeof *t);
+    if (!t) return fprintf(stderr, "pdonnx: out of memory\n"), 1;
+    t->kind = PD_SCHED_FLUSH;
+    pd__targs *a = &t->a;
+    int rc = pd__train_args(argc, argv, &av, a, &t->piped, &t->kind);
+    if (rc != 0) goto out;
+    rc = 1;
+    if (!pd__open_data(a, &t->xs, &t->X, &t->ys, &t->Y, &t->VX, &t->mvx, &t->VY, &t->mvy)) goto done;
+    t->graph_batch = t->piped ? a->batch / a->microbatches : a->batch; /* a pipeline's graph takes one microbatch */
+    if (!pd__train_load(t)) goto done;
+    a->o.seed = (uint64_t)a->seed;
+    t->rows = t->X.shape[0];
+    t->steps = a->steps ? a->steps : (a->epochs * t->rows + a->batch - 1) / a->batch;
+    a->o.cosine_steps = a->cosine ? t->steps : 0;
+    bool int_labels = t->Y.dtype == PD_INT64 || t->Y.dtype == PD_INT32 || t->Y.dtype == PD_UINT8 || t->Y.dtype == PD_INT16;
+    if (a->o.loss == PD_LOSS_AUTO) a->o.loss = int_labels ? PD_LOSS_CROSS_ENTROPY : PD_LOSS_MSE;
+    if (!t->piped && pd_session_create(t->g, &a->o, &t->s) != PD_OK) {
+        pd_cli_fail();
+        goto done;
     }
+    if (!pd__train_input(t) || !pd__train_fit(t)) goto done;
+    if ((t->xs.n > 1 ? pd__data_init_parts(&t->data, t->xs.n, t->xs.t, t->ys.t, a->batch, a->shuffle, (uint64_t)a->seed)
+                     : pd__data_init(&t->data, &t->X, &t->Y, a->batch, a->shuffle, (uint64_t)a->seed)) != PD_OK) {
+        pd_cli_fail();
+        goto done;
+    }
+    if (!pd__train_resume(t)) goto done;
+    if (a->metrics && !(t->mf = pd__metrics_open(a->metrics, t->cr.first))) goto done;
+    if (pd__mp.size > 1 && !pd__mp_agree(true, false)) goto done; /* every process read its data and model */
+    if (!(t->piped ? pd__train_piped(t, &av) : pd__train_stage(t)) || !pd__train_finish(t)) goto done;
     rc = 0;
 done:
-    if (cr.ck) pd_cli_ckpt_finish(cr.ck, 0);
-    cJSON_Delete(cr.info);
-    cJSON_Delete(cr.from_info);
-    pd__ckpt_free(&cr.from);
-    if (mf) fclose(mf);
-    pd__prefetch_stop(pf);
-    pd__data_free(&data);
-    pd_session_destroy(s);
-    pd_graph_destroy(g);
-    pd__shards_close(&xs);
-    pd__shards_close(&ys);
-    pd__data_release(&VX, &mvx);
-    pd__data_release(&VY, &mvy);
+    pd__train_free(t);
 out:
-    for (int i = 0; i < a.nowned; i++) free(a.owned[i]);
+    for (int i = 0; i < a->nowned; i++) free(a->owned[i]);
+    free(t);
     return rc;
 }
 
