@@ -10876,6 +10876,101 @@ static pd_status pd__bad(int s, int i, const pd__instr *in, const char *msg) {
                    pd__op_name(in->op), (int)in->mb, (int)in->chunk, msg);
 }
 
+/* Instruction i of worker w (a microbatch's F, B, W or message, on virtual
+ * stage k) against what its microbatch did before there: f its flags so
+ * far, fv the version its F used; produced the newest version. */
+static pd_status sched_check(const pd__schedule *s, int w, int i, const pd__instr *in, int k, uint8_t *f, int *fv,
+                             int produced) {
+    int V = s->n_stages * s->chunks;
+    pd_status rc = PD_OK;
+    bool comm = in->op >= PD_I_SEND_ACT && in->op <= PD_I_RECV_GRAD;
+    int want = in->op == PD_I_SEND_ACT || in->op == PD_I_RECV_GRAD ? k + 1 : k - 1;
+    if (comm && in->peer != want) {
+        char msg[64];
+        snprintf(msg, sizeof msg, "wrong peer stage %d (expected %d)", (int)in->peer, want);
+        return pd__bad(w, i, in, msg);
+    }
+    switch (in->op) {
+    case PD_I_RECV_ACT:
+        if (k == 0)
+            rc = pd__bad(w, i, in, "the first stage receives no activations");
+        else if (*f & (PD__RA | PD__F))
+            rc = pd__bad(w, i, in, "received after or twice");
+        *f |= PD__RA;
+        break;
+    case PD_I_F:
+        if (*f & PD__F)
+            rc = pd__bad(w, i, in, "a second forward");
+        else if (k > 0 && !(*f & PD__RA))
+            rc = pd__bad(w, i, in, "no RECV_ACT before it");
+        else if (in->version > produced || in->version < 0)
+            rc = pd__bad(w, i, in, "uses a weight version not produced yet");
+        *f |= PD__F;
+        *fv = in->version;
+        break;
+    case PD_I_SEND_ACT:
+        if (k == V - 1)
+            rc = pd__bad(w, i, in, "the last stage sends no activations");
+        else if (!(*f & PD__F) || (*f & PD__SA))
+            rc = pd__bad(w, i, in, "not after its F, or twice");
+        *f |= PD__SA;
+        break;
+    case PD_I_RECV_GRAD:
+        if (k == V - 1)
+            rc = pd__bad(w, i, in, "the last stage receives no gradients");
+        else if (!(*f & PD__F) || (*f & (PD__RG | PD__B)))
+            rc = pd__bad(w, i, in, "not between its F and its B, or twice");
+        *f |= PD__RG;
+        break;
+    case PD_I_B:
+        if (!(*f & PD__F))
+            rc = pd__bad(w, i, in, "before its F");
+        else if (*f & PD__B)
+            rc = pd__bad(w, i, in, "a second backward");
+        else if (k < V - 1 && !(*f & PD__RG))
+            rc = pd__bad(w, i, in, "no RECV_GRAD before it");
+        else if (in->version != *fv)
+            rc = pd__bad(w, i, in, "uses another weight version than its F");
+        *f |= PD__B | (in->split ? PD__SPLIT : 0);
+        break;
+    case PD_I_W:
+        if (!(*f & PD__B) || !(*f & PD__SPLIT) || (*f & PD__W))
+            rc = pd__bad(w, i, in, "not after a split B of its microbatch, or twice");
+        else if (in->version != *fv)
+            rc = pd__bad(w, i, in, "uses another weight version than its F");
+        *f |= PD__W;
+        break;
+    case PD_I_SEND_GRAD:
+        if (k == 0)
+            rc = pd__bad(w, i, in, "the first stage sends no gradients");
+        else if (!(*f & PD__B) || (*f & PD__SG))
+            rc = pd__bad(w, i, in, "not after its B, or twice");
+        *f |= PD__SG;
+        break;
+    }
+    return rc;
+}
+
+/* Every microbatch ran completely on every virtual stage. */
+static pd_status sched_check_complete(const pd__schedule *s, const uint8_t *st, int64_t M) {
+    int p = s->n_stages, V = p * s->chunks;
+    for (int k = 0; k < V; k++) {
+        for (int64_t mb = 0; mb < M; mb++) {
+            uint8_t f = st[(int64_t)k * M + mb];
+            const char *miss = !(f & PD__F)                      ? "F"
+                               : !(f & PD__B)                    ? "B"
+                               : (f & PD__SPLIT) && !(f & PD__W) ? "W"
+                               : k < V - 1 && !(f & PD__SA)      ? "SEND_ACT"
+                               : k > 0 && !(f & PD__SG)          ? "SEND_GRAD"
+                                                                 : NULL;
+            if (miss)
+                return pd__err(PD_ERR_INVALID, "schedule: stage %d (chunk %d) never runs %s of mb %lld", k % p, k / p,
+                               miss, (long long)mb);
+        }
+    }
+    return PD_OK;
+}
+
 pd_status pd__schedule_validate(const pd__schedule *s) {
     if (!s || s->n_stages < 1 || s->chunks < 1 || s->microbatches < 1 || s->minibatches < 1 || !s->len || !s->ins)
         return pd__err(PD_ERR_INVALID, "schedule: empty or malformed");
@@ -10897,104 +10992,20 @@ pd_status pd__schedule_validate(const pd__schedule *s) {
             const pd__instr *in = &s->ins[w][i];
             if (in->op > PD_I_SNAPSHOT) {
                 rc = pd__bad(w, i, in, "unknown op");
-                break;
-            }
-            if (in->op == PD_I_STEP) {
+            } else if (in->op == PD_I_STEP) {
                 if (in->version <= produced) rc = pd__bad(w, i, in, "produces an old weight version");
                 produced = in->version;
+            } else if (in->op == PD_I_ALLREDUCE || in->op == PD_I_SNAPSHOT) {
                 continue;
-            }
-            if (in->op == PD_I_ALLREDUCE || in->op == PD_I_SNAPSHOT) continue;
-            if (in->chunk < 0 || in->chunk >= v || in->mb < 0 || in->mb >= M) {
+            } else if (in->chunk < 0 || in->chunk >= v || in->mb < 0 || in->mb >= M) {
                 rc = pd__bad(w, i, in, "chunk or microbatch out of range");
-                break;
-            }
-            int k = in->chunk * p + w;
-            uint8_t *f = &st[(int64_t)k * M + in->mb];
-            int *fv = &ver[(int64_t)k * M + in->mb];
-            bool comm = in->op >= PD_I_SEND_ACT && in->op <= PD_I_RECV_GRAD;
-            int want = in->op == PD_I_SEND_ACT || in->op == PD_I_RECV_GRAD ? k + 1 : k - 1;
-            if (comm && in->peer != want) {
-                char msg[64];
-                snprintf(msg, sizeof msg, "wrong peer stage %d (expected %d)", (int)in->peer, want);
-                rc = pd__bad(w, i, in, msg);
-                break;
-            }
-            switch (in->op) {
-            case PD_I_RECV_ACT:
-                if (k == 0)
-                    rc = pd__bad(w, i, in, "the first stage receives no activations");
-                else if (*f & (PD__RA | PD__F))
-                    rc = pd__bad(w, i, in, "received after or twice");
-                *f |= PD__RA;
-                break;
-            case PD_I_F:
-                if (*f & PD__F)
-                    rc = pd__bad(w, i, in, "a second forward");
-                else if (k > 0 && !(*f & PD__RA))
-                    rc = pd__bad(w, i, in, "no RECV_ACT before it");
-                else if (in->version > produced || in->version < 0)
-                    rc = pd__bad(w, i, in, "uses a weight version not produced yet");
-                *f |= PD__F;
-                *fv = in->version;
-                break;
-            case PD_I_SEND_ACT:
-                if (k == V - 1)
-                    rc = pd__bad(w, i, in, "the last stage sends no activations");
-                else if (!(*f & PD__F) || (*f & PD__SA))
-                    rc = pd__bad(w, i, in, "not after its F, or twice");
-                *f |= PD__SA;
-                break;
-            case PD_I_RECV_GRAD:
-                if (k == V - 1)
-                    rc = pd__bad(w, i, in, "the last stage receives no gradients");
-                else if (!(*f & PD__F) || (*f & (PD__RG | PD__B)))
-                    rc = pd__bad(w, i, in, "not between its F and its B, or twice");
-                *f |= PD__RG;
-                break;
-            case PD_I_B:
-                if (!(*f & PD__F))
-                    rc = pd__bad(w, i, in, "before its F");
-                else if (*f & PD__B)
-                    rc = pd__bad(w, i, in, "a second backward");
-                else if (k < V - 1 && !(*f & PD__RG))
-                    rc = pd__bad(w, i, in, "no RECV_GRAD before it");
-                else if (in->version != *fv)
-                    rc = pd__bad(w, i, in, "uses another weight version than its F");
-                *f |= PD__B | (in->split ? PD__SPLIT : 0);
-                break;
-            case PD_I_W:
-                if (!(*f & PD__B) || !(*f & PD__SPLIT) || (*f & PD__W))
-                    rc = pd__bad(w, i, in, "not after a split B of its microbatch, or twice");
-                else if (in->version != *fv)
-                    rc = pd__bad(w, i, in, "uses another weight version than its F");
-                *f |= PD__W;
-                break;
-            case PD_I_SEND_GRAD:
-                if (k == 0)
-                    rc = pd__bad(w, i, in, "the first stage sends no gradients");
-                else if (!(*f & PD__B) || (*f & PD__SG))
-                    rc = pd__bad(w, i, in, "not after its B, or twice");
-                *f |= PD__SG;
-                break;
+            } else {
+                int64_t at = (int64_t)(in->chunk * p + w) * M + in->mb;
+                rc = sched_check(s, w, i, in, in->chunk * p + w, &st[at], &ver[at], produced);
             }
         }
     }
-    /* every microbatch ran completely on every virtual stage */
-    for (int k = 0; k < V && rc == PD_OK; k++) {
-        for (int64_t mb = 0; mb < M && rc == PD_OK; mb++) {
-            uint8_t f = st[(int64_t)k * M + mb];
-            const char *miss = !(f & PD__F)                      ? "F"
-                               : !(f & PD__B)                    ? "B"
-                               : (f & PD__SPLIT) && !(f & PD__W) ? "W"
-                               : k < V - 1 && !(f & PD__SA)      ? "SEND_ACT"
-                               : k > 0 && !(f & PD__SG)          ? "SEND_GRAD"
-                                                                 : NULL;
-            if (miss)
-                rc = pd__err(PD_ERR_INVALID, "schedule: stage %d (chunk %d) never runs %s of mb %lld", k % p, k / p,
-                             miss, (long long)mb);
-        }
-    }
+    if (rc == PD_OK) rc = sched_check_complete(s, st, M);
     PD_FREE(st);
     PD_FREE(ver);
     if (rc != PD_OK) return rc;
