@@ -90,9 +90,15 @@ void pd_session_destroy(pd_session *s) {
         if (pd__sdev_ready(s)) (void)pd__sdev_pull(s, false); /* the graph gets the trained values */
         pd__sdev_destroy(s);
     }
-    /* give the graph its own copies of the trained values back */
-    for (int i = 0; i < s->np; i++) {
+    /* give the graph its own copies of the trained values back (one never
+     * read stays deferred: lazy_weights) */
+    for (int i = 0; s->moved && i < s->np; i++) {
         pd__tensor *t = &s->g->tensors[s->param[i]];
+        if (!s->loaded[i]) {
+            t->data = NULL;
+            t->borrowed = false;
+            continue;
+        }
         size_t bytes = (size_t)t->numel * sizeof(float);
         void *d = PD_MALLOC(bytes ? bytes : 1);
         if (d) memcpy(d, t->data, bytes);
@@ -100,6 +106,7 @@ void pd_session_destroy(pd_session *s) {
         t->borrowed = false;
     }
     PD_FREE(s->param);
+    PD_FREE(s->loaded);
     PD_FREE(s->untrained);
     PD_FREE(s->frozen);
     PD_FREE(s->poff);
@@ -262,7 +269,7 @@ static pd_status pd__choose_params(pd_session *s) {
     /* all: every float initializer the loss could train; seed: those the rules and patterns allow */
     for (int t = 0; t < g->ntensors; t++) {
         const pd__tensor *x = &g->tensors[t];
-        all[t] = x->kind == PD_T_INIT && x->dtype == PD_FLOAT && x->data && x->numel > 0;
+        all[t] = x->kind == PD_T_INIT && x->dtype == PD_FLOAT && (x->data || pd__deferred(x)) && x->numel > 0;
         bool allowed = x->train == PD_TR_DEFAULT || x->train == PD_TR_LISTED ||
                        (have_tre && regexec(&tre, x->name, 0, NULL, 0) == 0);
         frozen[t] = have_re && regexec(&re, x->name, 0, NULL, 0) == 0;
@@ -311,6 +318,34 @@ static void *pd__slab(size_t bytes) {
     if (posix_memalign(&p, 64, bytes ? bytes : 64) != 0) return NULL;
     memset(p, 0, bytes ? bytes : 64);
     return p;
+}
+
+/* A sparse session's slab: not zeroed, so pages of ranges never loaded
+ * (other processes' stages) are never touched, never resident;
+ * pd__session_load_param zeroes what it loads. */
+static void *pd__slab_sparse(size_t bytes, bool sparse) {
+    if (!sparse) return pd__slab(bytes);
+    void *p = NULL;
+    return posix_memalign(&p, 64, bytes ? bytes : 64) == 0 ? p : NULL;
+}
+
+void pd__session_mark_loaded(pd_session *s, int i) { s->loaded[i] = true; }
+
+pd_status pd__session_load_param(pd_session *s, int i) {
+    if (s->loaded[i]) return PD_OK;
+    pd__tensor *t = &s->g->tensors[s->param[i]];
+    float *at = s->params + s->poff[i];
+    size_t n = (size_t)t->numel;
+    void *d = t->data;
+    t->data = NULL; /* deferred again for the read */
+    pd_status st = pd__tensor_read(t, at);
+    t->data = d;
+    if (st != PD_OK) return st;
+    memset(s->grads + s->poff[i], 0, sizeof(float) * n);
+    if (s->state0) memset(s->state0 + s->poff[i], 0, sizeof(float) * n);
+    if (s->state1) memset(s->state1 + s->poff[i], 0, sizeof(float) * n);
+    s->loaded[i] = true;
+    return PD_OK;
 }
 
 /* Whether a node's backward runs: it has an output gradient to read and an
@@ -457,6 +492,22 @@ static pd_status pd__plan_grads(pd_session *s) {
 }
 
 pd_status pd_session_create(pd_graph *g, const pd_train_options *opt, pd_session **out) {
+    return pd__session_create_ex(g, opt, false, out);
+}
+
+/* The graph's deferred initializers that are not parameters (a BatchNorm's
+ * statistics, a float constant that does not reach the loss) are read now. */
+static pd_status pd__load_nonparams(pd_session *s) {
+    pd_graph *g = s->g;
+    for (int t = 0; t < g->ntensors; t++) {
+        bool param = false;
+        for (int i = 0; i < s->np && !param; i++) param = s->param[i] == t;
+        if (!param) PD_TRY(pd__tensor_load(&g->tensors[t]));
+    }
+    return PD_OK;
+}
+
+pd_status pd__session_create_ex(pd_graph *g, const pd_train_options *opt, bool sparse, pd_session **out) {
     if (!g || !out) return pd__err(PD_ERR_INVALID, "pd_session_create: graph and out must not be NULL");
     pd_train_options o = PD_TRAIN_OPTIONS_INIT;
     PD_TRY(pd__opts_read(&o, opt, sizeof o, "pd_session_create: opt"));
@@ -493,7 +544,9 @@ pd_status pd_session_create(pd_graph *g, const pd_train_options *opt, pd_session
     s->x.threads = pd__threads_default(o.threads);
     pd_status st = pd__find_outputs(s);
     if (st == PD_OK) st = pd__choose_params(s);
+    if (st == PD_OK) st = pd__load_nonparams(s);
     if (st != PD_OK) goto fail;
+    if (o.device == PD_DEVICE_CUDA) sparse = false;
     for (int i = 0; i < g->nnodes; i++) {
         const pd__node *n = &g->nodes[i];
         bool needed = false;
@@ -505,12 +558,13 @@ pd_status pd_session_create(pd_graph *g, const pd_train_options *opt, pd_session
     }
     /* the parameter, gradient and optimizer slabs */
     size_t pbytes = sizeof(float) * (size_t)s->ptotal;
-    s->params = pd__slab(pbytes);
-    s->grads = pd__slab(pbytes);
+    s->params = pd__slab_sparse(pbytes, sparse);
+    s->grads = pd__slab_sparse(pbytes, sparse);
     int ns = pd__optim_state_slabs(o.optimizer);
-    if (ns > 0) s->state0 = pd__slab(pbytes);
-    if (ns > 1) s->state1 = pd__slab(pbytes);
-    if (!s->params || !s->grads || (ns > 0 && !s->state0) || (ns > 1 && !s->state1)) goto nomem;
+    if (ns > 0) s->state0 = pd__slab_sparse(pbytes, sparse);
+    if (ns > 1) s->state1 = pd__slab_sparse(pbytes, sparse);
+    s->loaded = PD_CALLOC((size_t)s->np + 1, sizeof(bool));
+    if (!s->params || !s->grads || (ns > 0 && !s->state0) || (ns > 1 && !s->state1) || !s->loaded) goto nomem;
     /* the activation slab: everything is kept for the backward; the
      * activation gradients' slab is planned below, once the backward is */
     size_t abytes = 0;
@@ -526,14 +580,33 @@ pd_status pd_session_create(pd_graph *g, const pd_train_options *opt, pd_session
     s->gviews = PD_CALLOC((size_t)g->ntensors + 1, sizeof(pd_tensor));
     s->fed = PD_CALLOC((size_t)g->ntensors + 1, sizeof(bool));
     if (!s->act || !s->views || !s->gviews || !s->fed) goto nomem;
-    /* parameters move into the slab; the graph borrows them back */
+    /* parameters move into the slab (a deferred one is read there, or, in a
+     * sparse session, later); the graph borrows them back */
     for (int i = 0; i < s->np; i++) {
         pd__tensor *t = &g->tensors[s->param[i]];
-        memcpy(s->params + s->poff[i], t->data, sizeof(float) * (size_t)t->numel);
+        if (!pd__deferred(t)) {
+            memcpy(s->params + s->poff[i], t->data, sizeof(float) * (size_t)t->numel);
+            s->loaded[i] = true;
+        } else if (!sparse && (st = pd__tensor_read(t, s->params + s->poff[i])) != PD_OK) {
+            goto fail;
+        } else {
+            s->loaded[i] = !sparse;
+        }
+    }
+    for (int i = 0; i < s->np; i++) {
+        pd__tensor *t = &g->tensors[s->param[i]];
         PD_FREE(t->data);
         t->data = s->params + s->poff[i];
         t->borrowed = true;
     }
+    s->moved = true;
+    for (int i = 0; sparse && i < s->np; i++) /* gradients and state start at zero (a deferred one's when loaded) */
+        if (s->loaded[i]) {
+            size_t n = sizeof(float) * (size_t)g->tensors[s->param[i]].numel;
+            memset(s->grads + s->poff[i], 0, n);
+            if (s->state0) memset(s->state0 + s->poff[i], 0, n);
+            if (s->state1) memset(s->state1 + s->poff[i], 0, n);
+        }
     size_t ao = 0;
     for (int t = 0; t < g->ntensors; t++) {
         pd__tensor *x = &g->tensors[t];

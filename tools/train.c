@@ -32,6 +32,8 @@ typedef struct {
     const char *model, *data, *labels, *val_x, *val_y, *metrics, *save;
     const char *plan, *schedule, *trace; /* pipeline training */
     const char *trace_all;               /* under MPI: rank 0's --trace, gathered from every process */
+    const char *stage_save;              /* under MPI with lazy weights: every process's --save (its stages' files) */
+    bool lazy;                           /* each process reads its stages' weights only (docs/DISTRIBUTED.md) */
     const char *ckpt_dir, *resume;       /* checkpoints */
     int64_t ckpt_every, ckpt_keep;       /* every: -1 auto */
     double ckpt_overhead;
@@ -774,7 +776,13 @@ static int pd__train_pipeline(pd__targs *a, pd_graph *g, const char *input, pd_t
 out:
     if (cr->ck) pd_cli_ckpt_finish(cr->ck, 0); /* an error: what was taken is still written */
     cr->ck = NULL;
-    if (rc == 0 && pd__mp.size > 1 && pd__pipe_gather(pipe) != PD_OK) { /* every stage's weights, for --save */
+    /* --save: every stage's weights gathered on rank 0, or, when each
+     * process holds its stages only, written by it beside the model */
+    pd_status gs = rc != 0 || pd__mp.size < 2 ? PD_OK
+                   : !a->lazy                 ? pd__pipe_gather(pipe)
+                   : a->stage_save            ? pd__pipe_save_stages(pipe, a->stage_save)
+                                              : PD_OK;
+    if (gs != PD_OK) {
         pd_cli_fail();
         rc = 1;
     }
@@ -973,6 +981,12 @@ static int pd__train_args(int argc, char **argv, const pd_cli_avg_args *av, pd__
             return rc;
         }
         a->trace_all = a->trace;
+        a->stage_save = a->save;
+        /* per-stage loading: not with AvgPipe's parallel pipelines (their
+         * elastic update reads every weight); PDONNX_LAZY_WEIGHTS=0 turns it
+         * off (bench/stage_memory.sh's comparison) */
+        const char *lz = getenv("PDONNX_LAZY_WEIGHTS");
+        a->lazy = !av->given && !(lz && strcmp(lz, "0") == 0);
         if (pd__mp.rank > 0) {
             a->quiet = true;
             a->metrics = a->save = a->trace = NULL;
@@ -1066,6 +1080,7 @@ static int pd__train_main(int argc, char **argv) {
     lo.max_constant_bytes = a.max_constant_bytes;
     lo.untie = a.untie;
     lo.half_as_float = 1; /* a model.half() export trains in float32 */
+    lo.lazy_weights = piped && a.lazy; /* under mpirun: each process reads its stages' weights */
     /* the data's rows fix the dims the model leaves open (a sequence length) */
     pd_input_shape rows_shape = {NULL, X.ndim, {0}, PD_UNDEFINED};
     for (int i = 1; i < X.ndim; i++) rows_shape.shape[i] = X.shape[i];
@@ -1076,6 +1091,9 @@ static int pd__train_main(int argc, char **argv) {
         goto done;
     }
     if (!a.quiet) pd__report_load(&a, g);
+    bool deferred = false; /* per-stage loading applies: the model's weights are external data */
+    for (int t = 0; t < g->ntensors && !deferred; t++) deferred = pd__deferred(&g->tensors[t]);
+    a.lazy = a.lazy && deferred;
     /* the data input: the one graph input that is not the labels */
     a.o.cosine_steps = 0;
     a.o.seed = (uint64_t)a.seed;
