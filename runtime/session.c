@@ -40,6 +40,7 @@
 #include <regex.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -84,6 +85,12 @@ pd_status pd_session_param(pd_session *s, int i, const char **name, pd_tensor *v
     return PD_OK;
 }
 
+static void pd__free_slab(const pd_session *s, float *p) {
+    if (!p) return;
+    if (s->sparse_bytes) munmap(p, s->sparse_bytes);
+    else PD_FREE(p);
+}
+
 void pd_session_destroy(pd_session *s) {
     if (!s) return;
     if (s->dev) {
@@ -110,10 +117,10 @@ void pd_session_destroy(pd_session *s) {
     PD_FREE(s->untrained);
     PD_FREE(s->frozen);
     PD_FREE(s->poff);
-    PD_FREE(s->params);
-    PD_FREE(s->grads);
-    PD_FREE(s->state0);
-    PD_FREE(s->state1);
+    pd__free_slab(s, s->params);
+    pd__free_slab(s, s->grads);
+    pd__free_slab(s, s->state0);
+    pd__free_slab(s, s->state1);
     PD_FREE(s->act);
     PD_FREE(s->gact);
     PD_FREE(s->views);
@@ -320,14 +327,16 @@ static void *pd__slab(size_t bytes) {
     return p;
 }
 
-/* A sparse session's slab: not zeroed, so pages of ranges never loaded
- * (other processes' stages) are never touched, never resident;
- * pd__session_load_param zeroes what it loads. */
+/* A sparse session's slab: anonymous pages straight from mmap (zero, and
+ * never resident until touched: malloc's debugging fills, MALLOC_PERTURB_,
+ * would touch them all), so the ranges of other processes' stages cost no
+ * memory; pd__session_free_slab unmaps it. */
 static void *pd__slab_sparse(size_t bytes, bool sparse) {
     if (!sparse) return pd__slab(bytes);
-    void *p = NULL;
-    return posix_memalign(&p, 64, bytes ? bytes : 64) == 0 ? p : NULL;
+    void *p = mmap(NULL, bytes ? bytes : 64, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
 }
+
 
 void pd__session_mark_loaded(pd_session *s, int i) { s->loaded[i] = true; }
 
@@ -558,6 +567,7 @@ pd_status pd__session_create_ex(pd_graph *g, const pd_train_options *opt, bool s
     }
     /* the parameter, gradient and optimizer slabs */
     size_t pbytes = sizeof(float) * (size_t)s->ptotal;
+    if (sparse) s->sparse_bytes = pbytes ? pbytes : 64;
     s->params = pd__slab_sparse(pbytes, sparse);
     s->grads = pd__slab_sparse(pbytes, sparse);
     int ns = pd__optim_state_slabs(o.optimizer);
