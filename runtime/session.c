@@ -280,7 +280,7 @@ static pd_status pd__choose_params(pd_session *s) {
         bool allowed = x->train == PD_TR_DEFAULT || x->train == PD_TR_LISTED ||
                        (have_tre && regexec(&tre, x->name, 0, NULL, 0) == 0);
         frozen[t] = have_re && regexec(&re, x->name, 0, NULL, 0) == 0;
-        seed[t] = all[t] && allowed && !frozen[t];
+        seed[t] = all[t] && allowed && !frozen[t] && (!s->only || s->only[t]);
     }
     /* the untrained: what the whole set's flow reaches that the chosen set
      * leaves out (needs_grad is the scratch here; the chosen set's flow below
@@ -517,6 +517,11 @@ static pd_status pd__load_nonparams(pd_session *s) {
 }
 
 pd_status pd__session_create_ex(pd_graph *g, const pd_train_options *opt, bool sparse, pd_session **out) {
+    return pd__session_create_only(g, opt, sparse, NULL, out);
+}
+
+pd_status pd__session_create_only(pd_graph *g, const pd_train_options *opt, bool sparse, const bool *only,
+                                  pd_session **out) {
     if (!g || !out) return pd__err(PD_ERR_INVALID, "pd_session_create: graph and out must not be NULL");
     pd_train_options o = PD_TRAIN_OPTIONS_INIT;
     PD_TRY(pd__opts_read(&o, opt, sizeof o, "pd_session_create: opt"));
@@ -549,11 +554,13 @@ pd_status pd__session_create_ex(pd_graph *g, const pd_train_options *opt, bool s
     if (!s) return pd__err(PD_ERR_NOMEM, "out of memory creating the session");
     s->g = g;
     s->o = o;
+    s->only = only;
     s->x.g = g;
     s->x.threads = pd__threads_default(o.threads);
     pd_status st = pd__find_outputs(s);
     if (st == PD_OK) st = pd__choose_params(s);
     if (st == PD_OK) st = pd__load_nonparams(s);
+    s->only = NULL; /* the caller's, read by pd__choose_params only */
     if (st != PD_OK) goto fail;
     if (o.device == PD_DEVICE_CUDA) sparse = false;
     for (int i = 0; i < g->nnodes; i++) {

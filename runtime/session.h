@@ -141,6 +141,10 @@ pd_status pd__session_slabs(pd_session *s, pd__slabs *out);
  * pd__session_load_param reads one and zeroes its gradient and optimizer
  * state: the pipeline under MPI loads only its process's stages. */
 pd_status pd__session_create_ex(pd_graph *g, const pd_train_options *opt, bool sparse, pd_session **out);
+/* The same, training only the tensors `only` marks (per tensor; NULL: all):
+ * the profile of a lazily loaded graph, measured piece by piece. */
+pd_status pd__session_create_only(pd_graph *g, const pd_train_options *opt, bool sparse, const bool *only,
+                                  pd_session **out);
 pd_status pd__session_load_param(pd_session *s, int i);
 void pd__session_mark_loaded(pd_session *s, int i); /* its slab range was written (pd__pipe_gather) */
 

@@ -26,6 +26,7 @@ struct pd_session {
      * pipeline reads only its process's stages': pd__session_load_param) */
     bool moved;
     bool *loaded;
+    const bool *only;    /* while creating: the tensors it may train (NULL: all; pd__session_create_only) */
     size_t sparse_bytes; /* a sparse session's slabs are mapped, each of this size (0: allocated) */
     void *act, *gact;    /* activations and their gradients */
     size_t gact_bytes;

@@ -982,17 +982,17 @@ static int pd__train_args(int argc, char **argv, const pd_cli_avg_args *av, pd__
         }
         a->trace_all = a->trace;
         a->stage_save = a->save;
-        /* per-stage loading: not with AvgPipe's parallel pipelines (their
-         * elastic update reads every weight); PDONNX_LAZY_WEIGHTS=0 turns it
-         * off (bench/stage_memory.sh's comparison) */
-        const char *lz = getenv("PDONNX_LAZY_WEIGHTS");
-        a->lazy = !av->given && !(lz && strcmp(lz, "0") == 0);
         if (pd__mp.rank > 0) {
             a->quiet = true;
             a->metrics = a->save = a->trace = NULL;
             a->val_x = a->val_y = NULL;
         }
     }
+    /* per-stage loading under mpirun: not with AvgPipe's parallel pipelines
+     * (their elastic update reads every weight); PDONNX_LAZY_WEIGHTS=0 turns
+     * it off, =1 on in one process too (bench/stage_memory.sh's comparisons) */
+    const char *lz = getenv("PDONNX_LAZY_WEIGHTS");
+    a->lazy = !av->given && (pd__mp.size > 1 ? !(lz && strcmp(lz, "0") == 0) : lz && strcmp(lz, "1") == 0);
     if (!pd__outputs_ok(a)) return rc;
     if (a->ckpt_every && !a->ckpt_dir && !a->resume) {
         pd_cli_usage_error("train: %s", "--checkpoint-every needs --checkpoint-dir DIR");
