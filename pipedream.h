@@ -581,6 +581,13 @@ typedef struct pd_resume_info {
 PD_NODISCARD PDDEF pd_status pd_trainer_create(pd_graph *g, const pd_plan *plan, const pd_trainer_options *opt, pd_trainer **out);
 /* Waits for checkpoints being written; gives the trained weights back to the graph. */
 PDDEF void pd_trainer_destroy(pd_trainer *t);
+/* Writes the trained model to path (collective under MPI: rank 0 writes it).
+ * With a graph loaded with lazy_weights under MPI each process holds only its
+ * stages' weights (no gather after pd_trainer_train): each writes its stages'
+ * tensors to "<path>.stage<k>.bin" beside path and rank 0 writes the model
+ * last, referring to them; pd_graph_save then refuses, naming a weight
+ * another process trained. */
+PD_NODISCARD PDDEF pd_status pd_trainer_save(pd_trainer *t, const char *path);
 PDDEF int pd_trainer_stages(const pd_trainer *t);
 /* Rows of one step: microbatches times the graph's batch. */
 PDDEF int64_t pd_trainer_batch(const pd_trainer *t);

@@ -210,6 +210,11 @@ static pd_status pd__graph_pack(const pd_graph *g, const char *what, uint8_t **o
             st = pd__refer_external(tp, x, what); /* a per-stage save's file (runtime/stageload.c) */
             continue;
         }
+        if (src < 0 && x->kind == PD_T_INIT && x->trained && !x->data && !pd__deferred(x)) {
+            st = pd__err(PD_ERR_INVALID, "%s: initializer '%s' was trained by another process (per-stage loading): "
+                         "save with pd_trainer_save", what, tp->name);
+            break;
+        }
         if (src < 0 && (x->kind != PD_T_INIT || (!x->data && !pd__deferred(x)))) continue;
         pd_dtype dt = x->file_dtype ? x->file_dtype : x->dtype; /* a half tensor trained in float32: the file's type */
         if ((int)dt != tp->data_type) continue;
