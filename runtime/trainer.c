@@ -185,7 +185,9 @@ static pd_status pd__trainer_make(pd_graph *g, const pd_plan *plan, const pd_tra
     if (train->output && !(t->output = PD_MALLOC(strlen(train->output) + 1))) goto nomem;
     if (t->output) strcpy(t->output, train->output);
     pd_status st;
-    for (int i = 0; i < g->ntensors && !t->lazy; i++) t->lazy = pd__deferred(&g->tensors[i]);
+    bool half = false; /* float16 weights beside deferred ones: gathered and saved in their own type */
+    for (int i = 0; i < g->ntensors; i++) t->lazy |= pd__deferred(&g->tensors[i]), half |= g->tensors[i].file_dtype != 0;
+    t->lazy = t->lazy && !half;
     st = pd__pipe_create(g, plan, train, kind, M, &t->pipe);
     if (st == PD_OK) st = pd__pipe_set_vertical_sync(t->pipe, opt->vertical_sync != 0);
     if (st != PD_OK) goto fail;

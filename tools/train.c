@@ -1091,9 +1091,9 @@ static int pd__train_main(int argc, char **argv) {
         goto done;
     }
     if (!a.quiet) pd__report_load(&a, g);
-    bool deferred = false; /* per-stage loading applies: the model's weights are external data */
-    for (int t = 0; t < g->ntensors && !deferred; t++) deferred = pd__deferred(&g->tensors[t]);
-    a.lazy = a.lazy && deferred;
+    bool deferred = false, half = false; /* per-stage loading applies: the model's weights are external data */
+    for (int t = 0; t < g->ntensors; t++) deferred |= pd__deferred(&g->tensors[t]), half |= g->tensors[t].file_dtype != 0;
+    a.lazy = a.lazy && deferred && !half; /* float16 weights beside them: saved gathered, in their own type */
     /* the data input: the one graph input that is not the labels */
     a.o.cosine_steps = 0;
     a.o.seed = (uint64_t)a.seed;
