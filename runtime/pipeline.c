@@ -2145,7 +2145,7 @@ pd_status pd__pipe_run(pd__pipe *p, int64_t minibatches, const pd_tensor *inputs
         W->nev = 0;
         W->busy_ms = 0;
         W->inflight = W->peak_act = 0;
-        if (W->grads) memset(W->grads, 0, sizeof(float) * (size_t)p->sl.total);
+        pd__wk_zero_grads(p, W); /* its stages' ranges: the rest is never touched */
         W->ar_started = false;
         if (p->hooks_on && W->r == 0 && st == PD_OK) st = pd__snap_bounds(p, W, sched, minibatches);
         for (int c = 0; c < p->nchunks && st == PD_OK; c++) {
@@ -2245,7 +2245,7 @@ pd_status pd__pipe_run(pd__pipe *p, int64_t minibatches, const pd_tensor *inputs
             for (int c = 0; c < p->nchunks; c++)
                 if (p->wk[i].ch[c].sg) memset(p->wk[i].ch[c].sg, 0, sizeof(float) * (size_t)p->vs[p->wk[i].ch[c].k].spacked);
         for (int i = 0; i < p->nwk; i++)
-            if (p->wk[i].grads) memset(p->wk[i].grads, 0, sizeof(float) * (size_t)p->sl.total);
+            pd__wk_zero_grads(p, &p->wk[i]);
     }
     if (st == PD_OK) p->steps += minibatches;
     p->resume_b = 0;

@@ -210,5 +210,10 @@ pd_status pd__pipe_gather(pd__pipe *p);
  * (ext_loc) for pd_graph_save to refer to. */
 pd_status pd__pipe_load_stages(pd__pipe *p);
 pd_status pd__pipe_save_stages(pd__pipe *p, const char *model);
+/* A replica's own gradient buffer (whole-model sized, calloc'd) zeroed where
+ * its stages' parameters lie, in this process only: the rest is never
+ * touched, never resident. */
+struct pd__wk;
+void pd__wk_zero_grads(const pd__pipe *p, struct pd__wk *W);
 
 #endif

@@ -37,6 +37,17 @@ pd_status pd__pipe_load_stages(pd__pipe *p) {
     return PD_OK;
 }
 
+void pd__wk_zero_grads(const pd__pipe *p, pd__wk *W) {
+    if (!W->grads || !pd__here(p, (int)(W - p->wk))) return;
+    for (int c = 0; c < p->nchunks; c++) {
+        const pd__vstage *S = &p->vs[W->ch[c].k];
+        for (int j = 0; j < S->np; j++) {
+            int i = S->params[j];
+            memset(W->grads + p->sl.poff[i], 0, sizeof(float) * (size_t)p->g->tensors[p->sl.param[i]].numel);
+        }
+    }
+}
+
 /* Stage k's file: "<model>.stage<k>.bin" beside the saved model, and its
  * name there (the location the model refers to). */
 static void pd__stage_file(const char *model, int k, char *path, size_t n, const char **loc) {
