@@ -206,9 +206,16 @@ typedef struct pd_load_options {
      * and constants become float32 (a note says how many); pd_graph_save
      * writes the initializers back in the file's types. */
     int half_as_float;
+    /* 1: float32 initializers stored as external data are not read at load
+     * (their file, offset and length are checked and kept): a session reads
+     * each when it is made, and the pipeline under MPI only those of the
+     * stages its process runs, so no process holds the whole model
+     * (docs/DISTRIBUTED.md, "Per-stage loading"). Transposed ties among them
+     * are not looked for (that would read every candidate pair). */
+    int lazy_weights;
 } pd_load_options;
 #define PD_MAX_CONSTANT_BYTES_DEFAULT ((int64_t)1 << 30) /* 1 GiB */
-#define PD_LOAD_OPTIONS_INIT {sizeof(pd_load_options), 0, 0, NULL, 1, 0, NULL, NULL, PD_MAX_CONSTANT_BYTES_DEFAULT, 0, 0}
+#define PD_LOAD_OPTIONS_INIT {sizeof(pd_load_options), 0, 0, NULL, 1, 0, NULL, NULL, PD_MAX_CONSTANT_BYTES_DEFAULT, 0, 0, 0}
 
 PD_NODISCARD PDDEF pd_status pd_graph_load_file(const char *path, const pd_load_options *opt, pd_graph **out);
 /* `name` names the model in messages; `base_dir` resolves external data (NULL: none allowed). */
@@ -574,6 +581,13 @@ typedef struct pd_resume_info {
 PD_NODISCARD PDDEF pd_status pd_trainer_create(pd_graph *g, const pd_plan *plan, const pd_trainer_options *opt, pd_trainer **out);
 /* Waits for checkpoints being written; gives the trained weights back to the graph. */
 PDDEF void pd_trainer_destroy(pd_trainer *t);
+/* Writes the trained model to path (collective under MPI: rank 0 writes it).
+ * With a graph loaded with lazy_weights under MPI each process holds only its
+ * stages' weights (no gather after pd_trainer_train): each writes its stages'
+ * tensors to "<path>.stage<k>.bin" beside path and rank 0 writes the model
+ * last, referring to them; pd_graph_save then refuses, naming a weight
+ * another process trained. */
+PD_NODISCARD PDDEF pd_status pd_trainer_save(pd_trainer *t, const char *path);
 PDDEF int pd_trainer_stages(const pd_trainer *t);
 /* Rows of one step: microbatches times the graph's batch. */
 PDDEF int64_t pd_trainer_batch(const pd_trainer *t);
@@ -1012,7 +1026,22 @@ typedef struct pd__tensor {
     pd__train_rule train;
     void *data;      /* owned (unless borrowed); set for PD_T_INIT and PD_T_CONST */
     pd_dtype file_dtype; /* the file's float16/bfloat16 for a tensor computed in float32 (half_as_float), else 0 */
+    /* lazy_weights: while data is NULL, the value is numel floats at ext_off
+     * in ext_path (resolved, checked at load; pd__tensor_read). ext_loc, when
+     * set, is where pd_graph_save refers to it (relative to the saved model:
+     * a per-stage save's file) instead of reading it. */
+    char *ext_path;
+    char *ext_loc;
+    int64_t ext_off;
 } pd__tensor;
+
+static inline bool pd__deferred(const pd__tensor *t) { return !t->data && t->ext_path; }
+
+/* lazy_weights (onnx/tensor_pb.c): a deferred float tensor's value (t->numel
+ * floats from t->ext_path at t->ext_off) into dst; pd__tensor_load into a new
+ * t->data. Both are no-ops returning PD_OK for a tensor that has its data. */
+pd_status pd__tensor_read(const pd__tensor *t, float *dst);
+pd_status pd__tensor_load(pd__tensor *t);
 
 /* Attribute types, numbered as ONNX's AttributeProto.AttributeType. */
 typedef enum pd__atype {
@@ -2023,6 +2052,8 @@ void pd_graph_destroy(pd_graph *g) {
     if (!g) return;
     for (int i = 0; i < g->ntensors; i++) {
         PD_FREE(g->tensors[i].name);
+        PD_FREE(g->tensors[i].ext_path);
+        PD_FREE(g->tensors[i].ext_loc);
         if (!g->tensors[i].borrowed) PD_FREE(g->tensors[i].data);
     }
     PD_FREE(g->model_bytes);
@@ -2637,13 +2668,20 @@ static pd_status pd__find_ties(pd_graph *g, bool untie, bool *folded) {
         pd__node *n = &g->nodes[i];
         if (n->op != PD_OP_IDENTITY || n->nin < 1 || n->in[0] < 0 || n->nout < 1 || n->out[0] < 0) continue;
         pd__tensor *src = &g->tensors[n->in[0]], *dst = &g->tensors[n->out[0]];
-        if (src->kind != PD_T_INIT || !pd__is_float(src->dtype) || !src->data) continue;
+        if (src->kind != PD_T_INIT || !pd__is_float(src->dtype) || (!src->data && !pd__deferred(src))) continue;
         PD_TRY(pd__add_tie(g, n->out[0], n->in[0], false));
         if (!untie) continue;
         size_t bytes = (size_t)src->numel * pd_dtype_size(src->dtype);
-        void *d = PD_MALLOC(bytes ? bytes : 1);
-        if (!d) return pd__err(PD_ERR_NOMEM, "%s: out of memory untying '%s'", g->path, dst->name);
-        memcpy(d, src->data, bytes);
+        void *d = NULL;
+        if (pd__deferred(src)) { /* lazy_weights: the copy is read when it is used, from the same place */
+            if (!(dst->ext_path = pd__strdup(src->ext_path)))
+                return pd__err(PD_ERR_NOMEM, "%s: out of memory untying '%s'", g->path, dst->name);
+            dst->ext_off = src->ext_off;
+        } else if (!(d = PD_MALLOC(bytes ? bytes : 1))) {
+            return pd__err(PD_ERR_NOMEM, "%s: out of memory untying '%s'", g->path, dst->name);
+        } else {
+            memcpy(d, src->data, bytes);
+        }
         dst->kind = PD_T_INIT;
         dst->dtype = src->dtype;
         dst->data = d;

@@ -121,6 +121,8 @@ void pd_graph_destroy(pd_graph *g) {
     if (!g) return;
     for (int i = 0; i < g->ntensors; i++) {
         PD_FREE(g->tensors[i].name);
+        PD_FREE(g->tensors[i].ext_path);
+        PD_FREE(g->tensors[i].ext_loc);
         if (!g->tensors[i].borrowed) PD_FREE(g->tensors[i].data);
     }
     PD_FREE(g->model_bytes);
@@ -735,13 +737,20 @@ static pd_status pd__find_ties(pd_graph *g, bool untie, bool *folded) {
         pd__node *n = &g->nodes[i];
         if (n->op != PD_OP_IDENTITY || n->nin < 1 || n->in[0] < 0 || n->nout < 1 || n->out[0] < 0) continue;
         pd__tensor *src = &g->tensors[n->in[0]], *dst = &g->tensors[n->out[0]];
-        if (src->kind != PD_T_INIT || !pd__is_float(src->dtype) || !src->data) continue;
+        if (src->kind != PD_T_INIT || !pd__is_float(src->dtype) || (!src->data && !pd__deferred(src))) continue;
         PD_TRY(pd__add_tie(g, n->out[0], n->in[0], false));
         if (!untie) continue;
         size_t bytes = (size_t)src->numel * pd_dtype_size(src->dtype);
-        void *d = PD_MALLOC(bytes ? bytes : 1);
-        if (!d) return pd__err(PD_ERR_NOMEM, "%s: out of memory untying '%s'", g->path, dst->name);
-        memcpy(d, src->data, bytes);
+        void *d = NULL;
+        if (pd__deferred(src)) { /* lazy_weights: the copy is read when it is used, from the same place */
+            if (!(dst->ext_path = pd__strdup(src->ext_path)))
+                return pd__err(PD_ERR_NOMEM, "%s: out of memory untying '%s'", g->path, dst->name);
+            dst->ext_off = src->ext_off;
+        } else if (!(d = PD_MALLOC(bytes ? bytes : 1))) {
+            return pd__err(PD_ERR_NOMEM, "%s: out of memory untying '%s'", g->path, dst->name);
+        } else {
+            memcpy(d, src->data, bytes);
+        }
         dst->kind = PD_T_INIT;
         dst->dtype = src->dtype;
         dst->data = d;

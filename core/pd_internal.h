@@ -160,7 +160,22 @@ typedef struct pd__tensor {
     pd__train_rule train;
     void *data;      /* owned (unless borrowed); set for PD_T_INIT and PD_T_CONST */
     pd_dtype file_dtype; /* the file's float16/bfloat16 for a tensor computed in float32 (half_as_float), else 0 */
+    /* lazy_weights: while data is NULL, the value is numel floats at ext_off
+     * in ext_path (resolved, checked at load; pd__tensor_read). ext_loc, when
+     * set, is where pd_graph_save refers to it (relative to the saved model:
+     * a per-stage save's file) instead of reading it. */
+    char *ext_path;
+    char *ext_loc;
+    int64_t ext_off;
 } pd__tensor;
+
+static inline bool pd__deferred(const pd__tensor *t) { return !t->data && t->ext_path; }
+
+/* lazy_weights (onnx/tensor_pb.c): a deferred float tensor's value (t->numel
+ * floats from t->ext_path at t->ext_off) into dst; pd__tensor_load into a new
+ * t->data. Both are no-ops returning PD_OK for a tensor that has its data. */
+pd_status pd__tensor_read(const pd__tensor *t, float *dst);
+pd_status pd__tensor_load(pd__tensor *t);
 
 /* Attribute types, numbered as ONNX's AttributeProto.AttributeType. */
 typedef enum pd__atype {

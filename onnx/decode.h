@@ -15,6 +15,12 @@
 pd_status pd__decode_tensor(const Onnx__TensorProto *tp, const char *what, const char *base_dir,
                             pd_tensor *out);
 
+/* The same; with `where` (lazy_weights), a float32 tensor in external data is
+ * checked but not read: out->data is NULL and where->ext_path/ext_off say
+ * where it is (pd__tensor_read). */
+pd_status pd__decode_tensor_ex(const Onnx__TensorProto *tp, const char *what, const char *base_dir,
+                               pd__tensor *where, pd_tensor *out);
+
 /* Element size of the ONNX data types we decode (TensorProto.DataType
  * numbering, as pd_dtype); 0 for the others (string, complex, float8, int4...). */
 size_t pd__onnx_dtype_size(int32_t dt);

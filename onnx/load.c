@@ -153,15 +153,19 @@ static pd_status load_initializers(loader *L) {
         char *what = fmt_alloc("%s: initializer '%s'", g->path, tp->name);
         if (!what) return nomem(L);
         pd_tensor t;
-        pd_status s = pd__decode_tensor(tp, what, L->base_dir, &t);
+        pd__tensor where = {0}; /* lazy_weights: the file and offset, data left unread */
+        pd_status s = pd__decode_tensor_ex(tp, what, L->base_dir, L->opt.lazy_weights ? &where : NULL, &t);
         PD_FREE(what);
         if (s != PD_OK) return s;
         int ti = pd__graph_tensor(g, tp->name);
         if (ti < 0) {
             PD_FREE(t.data);
+            PD_FREE(where.ext_path);
             return nomem(L);
         }
         pd__tensor *gt = &g->tensors[ti];
+        gt->ext_path = where.ext_path;
+        gt->ext_off = where.ext_off;
         gt->kind = PD_T_INIT;
         gt->dtype = t.dtype;
         gt->data = t.data; /* owned by the graph from here on */
@@ -748,6 +752,9 @@ static pd_status build_graph(loader *L) {
     PD_TRY(load_initializers(L));
     mark_trainable(L);
     PD_TRY(mark_exporter_constants(L));
+    for (int t = 0; t < g->ntensors; t++) /* lazy_weights defers parameters only: constants are read now */
+        if (pd__deferred(&g->tensors[t]) && g->tensors[t].train != PD_TR_DEFAULT && g->tensors[t].train != PD_TR_LISTED)
+            PD_TRY(pd__tensor_load(&g->tensors[t]));
     PD_TRY(load_inputs(L));
     PD_TRY(load_outputs(L));
     PD_TRY(load_nodes(L));

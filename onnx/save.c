@@ -150,6 +150,36 @@ static pd_status pd__add_training_info(const pd_graph *g, Onnx__ModelProto *m) {
     return PD_OK;
 }
 
+/* tp refers to x's value in the external file x->ext_loc (beside the saved
+ * model) at x->ext_off; allocated with the C library's allocator, as
+ * protobuf-c frees the model. */
+static pd_status pd__refer_external(Onnx__TensorProto *tp, const pd__tensor *x, const char *what) {
+    static const Onnx__StringStringEntryProto einit = ONNX__STRING_STRING_ENTRY_PROTO__INIT;
+    pd__drop_typed(tp);
+    free(tp->raw_data.data); /* unpacked by protobuf-c: its allocator */
+    tp->raw_data.data = NULL;
+    tp->raw_data.len = 0;
+    tp->has_raw_data = 0;
+    if (!(tp->external_data = calloc(3, sizeof *tp->external_data))) return pd__err(PD_ERR_NOMEM, "%s: out of memory", what);
+    char v[3][4096];
+    snprintf(v[0], sizeof v[0], "%s", x->ext_loc);
+    snprintf(v[1], sizeof v[1], "%lld", (long long)x->ext_off);
+    snprintf(v[2], sizeof v[2], "%lld", (long long)x->numel * 4);
+    const char *keys[3] = {"location", "offset", "length"};
+    for (int i = 0; i < 3; i++) {
+        Onnx__StringStringEntryProto *e = malloc(sizeof *e);
+        if (!e) return pd__err(PD_ERR_NOMEM, "%s: out of memory", what);
+        *e = einit;
+        tp->external_data[tp->n_external_data++] = e;
+        e->key = strdup(keys[i]);
+        e->value = strdup(v[i]);
+        if (!e->key || !e->value) return pd__err(PD_ERR_NOMEM, "%s: out of memory", what);
+    }
+    tp->has_data_location = 1;
+    tp->data_location = ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL;
+    return PD_OK;
+}
+
 /* The source of tensor t when t is a tie stored as a transpose and not
  * untied (computed by a Transpose node at run time), else -1. */
 static int pd__transposed_source(const pd_graph *g, int t) {
@@ -176,7 +206,16 @@ static pd_status pd__graph_pack(const pd_graph *g, const char *what, uint8_t **o
         if (t < 0) continue;
         const pd__tensor *x = &g->tensors[t];
         int src = pd__transposed_source(g, t); /* a tie stored as a transpose: the file's copy, from its source */
-        if (src < 0 && (x->kind != PD_T_INIT || !x->data)) continue;
+        if (src < 0 && x->kind == PD_T_INIT && x->ext_loc && x->dtype == PD_FLOAT && !x->file_dtype) {
+            st = pd__refer_external(tp, x, what); /* a per-stage save's file (runtime/stageload.c) */
+            continue;
+        }
+        if (src < 0 && x->kind == PD_T_INIT && x->trained && !x->data && !pd__deferred(x)) {
+            st = pd__err(PD_ERR_INVALID, "%s: initializer '%s' was trained by another process (per-stage loading): "
+                         "save with pd_trainer_save", what, tp->name);
+            break;
+        }
+        if (src < 0 && (x->kind != PD_T_INIT || (!x->data && !pd__deferred(x)))) continue;
         pd_dtype dt = x->file_dtype ? x->file_dtype : x->dtype; /* a half tensor trained in float32: the file's type */
         if ((int)dt != tp->data_type) continue;
         int bits = pd__dtype_bits(dt); /* int4, float4, int2 pack 2 or 4 to a byte */
@@ -187,7 +226,12 @@ static pd_status pd__graph_pack(const pd_graph *g, const char *what, uint8_t **o
             st = pd__err(PD_ERR_NOMEM, "%s: out of memory saving '%s'", what, tp->name);
             break;
         }
-        if (src < 0 && packed) {
+        if (src < 0 && pd__deferred(x)) { /* lazy_weights, never read: read now (a float32 tensor) */
+            if ((st = pd__tensor_read(x, (float *)d)) != PD_OK) {
+                PD_FREE(d);
+                break;
+            }
+        } else if (src < 0 && packed) {
             pd__pack_bits(x->dtype, (const int8_t *)x->data, x->numel, d);
         } else if (src < 0 && dt == x->dtype) {
             memcpy(d, x->data, bytes);

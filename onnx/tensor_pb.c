@@ -173,7 +173,7 @@ static bool has_dotdot(const char *loc) {
 
 /* Opens the external file named by `loc`, refusing anything that leaves base_dir. */
 static pd_status ext_open(const char *what, const char *base_dir, const char *loc, int *fd_out,
-                          int64_t *size_out) {
+                          int64_t *size_out, char **real_out) {
     if (!base_dir)
         return pd__err(PD_ERR_INVALID,
                        "%s: external data '%s' cannot be read: the model was loaded from memory "
@@ -230,6 +230,7 @@ static pd_status ext_open(const char *what, const char *base_dir, const char *lo
     *fd_out = fd;
     *size_out = (int64_t)st.st_size;
     fd = -1;
+    if (real_out) *real_out = rfull, rfull = NULL; /* realpath's malloc: the caller frees */
 done:
     if (fd >= 0) close(fd);
     free(rbase); /* realpath allocates with malloc */
@@ -239,9 +240,10 @@ done:
 }
 
 /* Reads the nbytes of external data into a new buffer *out, allocated only
- * once the file is known to hold them. */
+ * once the file is known to hold them. With `where` (lazy_weights) nothing
+ * is read: where->ext_path (the resolved file) and ext_off say where they are. */
 static pd_status read_external(const Onnx__TensorProto *tp, const char *what, const char *base_dir,
-                               size_t nbytes, void **out) {
+                               size_t nbytes, void **out, pd__tensor *where) {
     const char *loc = NULL, *off_s = NULL, *len_s = NULL;
     for (size_t i = 0; i < tp->n_external_data; i++) {
         const Onnx__StringStringEntryProto *kv = tp->external_data[i];
@@ -262,7 +264,8 @@ static pd_status read_external(const Onnx__TensorProto *tp, const char *what, co
 
     int fd = -1;
     int64_t fsize = 0;
-    PD_TRY(ext_open(what, base_dir, loc, &fd, &fsize));
+    char *real = NULL;
+    PD_TRY(ext_open(what, base_dir, loc, &fd, &fsize, where ? &real : NULL));
     pd_status s = PD_OK;
     if (off > fsize) {
         s = pd__err(PD_ERR_PARSE, "%s: external data '%s': offset %lld is past the end (%lld bytes)", what,
@@ -276,7 +279,13 @@ static pd_status read_external(const Onnx__TensorProto *tp, const char *what, co
             s = pd__err(PD_ERR_PARSE,
                         "%s: external data '%s': %lld bytes at offset %lld run past the end (%lld bytes)",
                         what, loc, (long long)len, (long long)off, (long long)fsize);
-        else {
+        else if (where) {
+            size_t n = strlen(real) + 1;
+            if (!(where->ext_path = PD_MALLOC(n)))
+                s = pd__err(PD_ERR_NOMEM, "%s: out of memory", what);
+            else
+                memcpy(where->ext_path, real, n), where->ext_off = off;
+        } else {
             void *dst = PD_MALLOC(nbytes ? nbytes : 1);
             if (!dst)
                 s = pd__err(PD_ERR_NOMEM, "%s: out of memory (%zu bytes)", what, nbytes);
@@ -290,7 +299,42 @@ static pd_status read_external(const Onnx__TensorProto *tp, const char *what, co
         }
     }
     close(fd);
+    free(real);
     return s;
+}
+
+pd_status pd__tensor_read(const pd__tensor *t, float *dst) {
+    if (!pd__deferred(t)) return PD_OK;
+    int fd = open(t->ext_path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0) {
+        pd_status s = pd__err(PD_ERR_IO, "initializer '%s': external data '%s': %s", t->name, t->ext_path, strerror(errno));
+        if (fd >= 0) close(fd);
+        return s;
+    }
+    size_t nbytes = sizeof(float) * (size_t)t->numel;
+    pd_status s = PD_OK;
+    if (!S_ISREG(st.st_mode) || t->ext_off > (int64_t)st.st_size || (int64_t)nbytes > (int64_t)st.st_size - t->ext_off)
+        s = pd__err(PD_ERR_IO, "initializer '%s': external data '%s' changed since the model was loaded (%lld bytes)",
+                    t->name, t->ext_path, (long long)st.st_size);
+    else
+        s = pd__pread_all(fd, t->ext_path, dst, nbytes, t->ext_off);
+    close(fd);
+    if (s == PD_OK) from_little_endian(dst, t->numel, sizeof(float));
+    return s;
+}
+
+pd_status pd__tensor_load(pd__tensor *t) {
+    if (!pd__deferred(t)) return PD_OK;
+    float *d = PD_MALLOC(sizeof(float) * (size_t)(t->numel > 0 ? t->numel : 1));
+    if (!d) return pd__err(PD_ERR_NOMEM, "initializer '%s': out of memory", t->name);
+    pd_status s = pd__tensor_read(t, d);
+    if (s != PD_OK) {
+        PD_FREE(d);
+        return s;
+    }
+    t->data = d;
+    return PD_OK;
 }
 
 /* ---- TensorProto -> pd_tensor ---------------------------------------------------- */
@@ -334,6 +378,11 @@ static void decode_typed(const Onnx__TensorProto *tp, pd_dtype dt, size_t n, voi
 
 pd_status pd__decode_tensor(const Onnx__TensorProto *tp, const char *what, const char *base_dir,
                             pd_tensor *out) {
+    return pd__decode_tensor_ex(tp, what, base_dir, NULL, out);
+}
+
+pd_status pd__decode_tensor_ex(const Onnx__TensorProto *tp, const char *what, const char *base_dir,
+                               pd__tensor *where, pd_tensor *out) {
     int32_t dt = tp->has_data_type ? tp->data_type : 0;
     if (dt == PD_STRING) return pd__err(PD_ERR_UNSUPPORTED, "%s: string tensors are not supported", what);
     if (dt == PD_UNDEFINED) return pd__err(PD_ERR_PARSE, "%s: has no data type", what);
@@ -394,7 +443,7 @@ pd_status pd__decode_tensor(const Onnx__TensorProto *tp, const char *what, const
         /* the packed bytes first (from the file, raw_data or int32_data), then unpacked */
         uint8_t *pk = NULL;
         if (external) {
-            PD_TRY(read_external(tp, what, base_dir, fbytes, (void **)&pk));
+            PD_TRY(read_external(tp, what, base_dir, fbytes, (void **)&pk, NULL));
         } else {
             pk = PD_MALLOC(fbytes ? fbytes : 1);
             if (!pk) return pd__err(PD_ERR_NOMEM, "%s: out of memory (%zu bytes)", what, fbytes);
@@ -411,8 +460,10 @@ pd_status pd__decode_tensor(const Onnx__TensorProto *tp, const char *what, const
         }
         pd__unpack_bits((pd_dtype)dt, pk, numel, data);
         PD_FREE(pk);
+    } else if (external && where && dt == PD_FLOAT) { /* lazy_weights: checked, not read */
+        PD_TRY(read_external(tp, what, base_dir, nbytes, NULL, where));
     } else if (external) {
-        PD_TRY(read_external(tp, what, base_dir, nbytes, &data));
+        PD_TRY(read_external(tp, what, base_dir, nbytes, &data, NULL));
         from_little_endian(data, numel, esize);
     } else {
         data = PD_MALLOC(nbytes ? nbytes : 1);
@@ -424,7 +475,7 @@ pd_status pd__decode_tensor(const Onnx__TensorProto *tp, const char *what, const
             decode_typed(tp, (pd_dtype)dt, (size_t)numel, data);
         }
     }
-    if (dt == PD_BOOL)
+    if (dt == PD_BOOL && data)
         for (size_t i = 0; i < nbytes; i++) ((uint8_t *)data)[i] = ((uint8_t *)data)[i] != 0;
     memset(out, 0, sizeof *out);
     out->dtype = (pd_dtype)dt;

@@ -564,7 +564,9 @@ pd_status pd__pipe_create(pd_graph *g, const pd_plan *plan, const pd_train_optio
         goto fail;
     }
     p->nslots = pd__sched_async(kind) ? microbatches + p->nworkers : microbatches; /* async: at most P in flight */
-    if ((st = pd_session_create(g, gpu ? &ho : o, &p->s)) != PD_OK) goto fail;
+    bool lazy = false; /* lazy_weights: each process reads its stages' parameters only (stageload.c) */
+    for (int t = 0; t < g->ntensors && !lazy; t++) lazy = pd__deferred(&g->tensors[t]);
+    if ((st = pd__session_create_ex(g, gpu ? &ho : o, lazy, &p->s)) != PD_OK) goto fail;
     p->o = *pd__session_options(p->s);
     pd__session_slabs(p->s, &p->sl);
     p->pred = pd__session_loss_tensor(p->s);
@@ -1812,7 +1814,8 @@ static pd_status pd__resume_parts(pd__pipe *p, int64_t b, int nparts, const void
 
 pd_status pd__pipe_resume(pd__pipe *p, int64_t b, int nparts, const void *const *parts, const size_t *lens) {
     if (!p) return pd__err(PD_ERR_INVALID, "pd__pipe_resume: bad argument");
-    pd_status st = pd__resume_parts(p, b, nparts, parts, lens);
+    pd_status st = pd__pipe_load_stages(p);
+    if (st == PD_OK) st = pd__resume_parts(p, b, nparts, parts, lens);
     /* every process takes part in the tied parameters' exchange, one that
      * failed too (its copies do not matter: it reports its error) */
     char why[512];
@@ -2108,7 +2111,7 @@ pd_status pd__pipe_set_ranks_in(pd__pipe *p, int rank, int nranks, int color) {
     p->lrank = p->gpu ? pd__mpi_local_rank() : 0; /* collective (the first time), as the transport's creation */
     const char *ov = getenv("PDONNX_ALLREDUCE_OVERLAP"); /* a benchmark's switch (bench/run_mpi.sh) */
     p->ar_overlap = !ov || strcmp(ov, "0") != 0;
-    return PD_OK;
+    return pd__pipe_load_stages(p);
 }
 
 pd_status pd__pipe_gather(pd__pipe *p) {
@@ -2130,6 +2133,7 @@ pd_status pd__pipe_gather(pd__pipe *p) {
                 size_t b = sizeof(float) * (size_t)g->tensors[p->sl.param[i]].numel;
                 if (pass == 0 && mine) memcpy(v + p->sl.poff[i], p->sl.params + p->sl.poff[i], b);
                 if (pass == 1) memcpy(p->sl.params + p->sl.poff[i], v + p->sl.poff[i], b);
+                if (pass == 1) pd__session_mark_loaded(p->s, i); /* lazy_weights: every value is here now */
             }
             for (int j = 0; j < S->nbufs; j++) {
                 const pd__tensor *x = &g->tensors[S->bufs[j]];
@@ -2157,6 +2161,7 @@ pd_status pd__pipe_run(pd__pipe *p, int64_t minibatches, const pd_tensor *inputs
         return pd__err(PD_ERR_INVALID, "pd__pipe_run: NULL argument");
     if (minibatches < 1 || minibatches > INT32_MAX / p->nmicro)
         return pd__err(PD_ERR_INVALID, "pd__pipe_run: %lld minibatches", (long long)minibatches);
+    PD_TRY(pd__pipe_load_stages(p));
     const pd_graph *g = p->g;
     int64_t need = (p->ring ? p->ring : minibatches) * p->nmicro * p->rows;
     for (int i = 0; i <= g->ninputs; i++) {
@@ -2190,7 +2195,7 @@ pd_status pd__pipe_run(pd__pipe *p, int64_t minibatches, const pd_tensor *inputs
         W->nev = 0;
         W->busy_ms = 0;
         W->inflight = W->peak_act = 0;
-        if (W->grads) memset(W->grads, 0, sizeof(float) * (size_t)p->sl.total);
+        pd__wk_zero_grads(p, W); /* its stages' ranges: the rest is never touched */
         W->ar_started = false;
         if (p->hooks_on && W->r == 0 && st == PD_OK) st = pd__snap_bounds(p, W, sched, minibatches);
         for (int c = 0; c < p->nchunks && st == PD_OK; c++) {
@@ -2291,7 +2296,7 @@ pd_status pd__pipe_run(pd__pipe *p, int64_t minibatches, const pd_tensor *inputs
             for (int c = 0; c < p->nchunks; c++)
                 if (p->wk[i].ch[c].sg) memset(p->wk[i].ch[c].sg, 0, sizeof(float) * (size_t)p->vs[p->wk[i].ch[c].k].spacked);
         for (int i = 0; i < p->nwk; i++)
-            if (p->wk[i].grads) memset(p->wk[i].grads, 0, sizeof(float) * (size_t)p->sl.total);
+            pd__wk_zero_grads(p, &p->wk[i]);
     }
     if (st == PD_OK) p->steps += minibatches;
     p->resume_b = 0;

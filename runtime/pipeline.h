@@ -214,5 +214,18 @@ int pd__pipe_threads(const pd__pipe *p);
  * error pd__pipe_set_ranks gives, naming the count mpirun needs. */
 pd_status pd__pipe_fits(const pd__pipe *p, int nranks);
 pd_status pd__pipe_gather(pd__pipe *p);
+/* stageload.c (lazy_weights, docs/DISTRIBUTED.md "Per-stage loading"): read
+ * the parameters of this process's stages (after pd__pipe_set_ranks; the
+ * runs and resumes call it, once); and, collectively after training, write
+ * each stage's trained tensors from the process holding its replica 0 to
+ * "<model>.stage<k>.bin" beside `model`, pointing the graph's tensors there
+ * (ext_loc) for pd_graph_save to refer to. */
+pd_status pd__pipe_load_stages(pd__pipe *p);
+pd_status pd__pipe_save_stages(pd__pipe *p, const char *model);
+/* A replica's own gradient buffer (whole-model sized, calloc'd) zeroed where
+ * its stages' parameters lie, in this process only: the rest is never
+ * touched, never resident. */
+struct pd__wk;
+void pd__wk_zero_grads(const pd__pipe *p, struct pd__wk *W);
 
 #endif

@@ -143,6 +143,7 @@ struct pd__pipe {
     pd__sched_kind kind;
     bool vertical_sync; /* pipedream: every stage runs a microbatch on stage 0's version */
     bool shared;        /* a parameter read by several virtual stages */
+    bool loaded;        /* lazy_weights: this process's stages' parameters are read (stageload.c) */
     pd__bar allbar;     /* every thread meets (STEP with shared parameters) */
     int nworkers, nchunks, nvstages, nmicro, nslots; /* workers, chunks per worker, virtual stages, microbatches */
     int64_t rows;      /* per microbatch */

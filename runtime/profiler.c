@@ -35,6 +35,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 static int pd__dcmp(const void *x, const void *y) {
     double a = *(const double *)x, b = *(const double *)y;
@@ -171,6 +172,125 @@ done:
     return st;
 }
 
+/* ---- a lazily loaded graph: measured in pieces -----------------------------
+ * With lazy_weights a process that will hold one stage plans without holding
+ * the whole model: the nodes are cut, in order, into PD__PIECES pieces of
+ * about equal parameter bytes, and each piece is measured by a session that
+ * reads and trains that piece's parameters only. The other parameters read
+ * as zeros from one read-only mapping of zero pages (resident nowhere), so
+ * every node still runs at its real shapes; only the piece's gradients and
+ * weights are ever resident. A node's forward and weight-gradient times come
+ * from its piece's round; its input-gradient time from there, or, for nodes
+ * ahead of their piece's first parameter (whose input gradients that round
+ * does not need), from the round before. */
+#define PD__PIECES 4
+
+typedef struct pd__pieces {
+    bool *isp, *mask, *was_deferred; /* per tensor */
+    int *ppiece, *npiece;            /* per tensor (its first reader's piece), per node */
+    const float *zero;
+    size_t zbytes;
+} pd__pieces;
+
+static pd_status pd__pieces_cut(pd_graph *g, const pd_train_options *to, pd__pieces *P) {
+    pd_session *s;
+    PD_TRY(pd__session_create_ex(g, to, true, &s)); /* sparse, nothing read: which tensors are parameters */
+    double total = 0, seen = 0;
+    for (int i = 0; i < pd_session_num_params(s); i++) {
+        const char *name;
+        int t = pd_session_param(s, i, &name, NULL, NULL) == PD_OK ? pd__graph_find(g, name) : -1;
+        if (t < 0) continue;
+        P->isp[t] = true;
+        total += (double)g->tensors[t].numel;
+        P->zbytes = sizeof(float) * (size_t)g->tensors[t].numel > P->zbytes ? sizeof(float) * (size_t)g->tensors[t].numel : P->zbytes;
+    }
+    pd_session_destroy(s);
+    for (int t = 0; t < g->ntensors; t++) P->ppiece[t] = -1, P->was_deferred[t] = pd__deferred(&g->tensors[t]);
+    for (int i = 0; i < g->nnodes; i++) {
+        int piece = total > 0 ? (int)(seen * PD__PIECES / total) : 0;
+        P->npiece[i] = piece < PD__PIECES ? piece : PD__PIECES - 1;
+        const pd__node *n = &g->nodes[i];
+        for (int j = 0; j < n->nin; j++) {
+            int t = n->in[j];
+            if (t < 0 || !P->isp[t] || P->ppiece[t] >= 0) continue;
+            P->ppiece[t] = P->npiece[i];
+            seen += (double)g->tensors[t].numel;
+        }
+    }
+    void *z = mmap(NULL, P->zbytes ? P->zbytes : 64, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (z == MAP_FAILED) return pd__err(PD_ERR_NOMEM, "%s: out of memory profiling", g->path);
+    P->zero = z;
+    return PD_OK;
+}
+
+/* Round r: the piece's parameters trained, the other deferred ones zeros. */
+static pd_status pd__piece_round(pd_graph *g, const pd_train_options *to, const pd_profile_options *o, pd__pieces *P,
+                                 int r, double *samples, double *loss) {
+    for (int t = 0; t < g->ntensors; t++) {
+        P->mask[t] = P->isp[t] && P->ppiece[t] == r;
+        if (P->was_deferred[t] && P->isp[t] && !P->mask[t]) {
+            g->tensors[t].data = (void *)P->zero; /* read only: none of the round's parameters */
+        }
+    }
+    pd_session *s = NULL;
+    pd_status st = pd__session_create_only(g, to, true, P->mask, &s);
+    for (int i = 0; st == PD_OK && i < pd_session_num_params(s); i++) st = pd__session_load_param(s, i);
+    if (st == PD_OK) st = pd__feed(s, g, o->loss);
+    if (st == PD_OK) st = pd__run_steps(s, g->nnodes, o->warmup, o->repeats, samples, loss);
+    pd_session_destroy(s); /* the piece's weights come back to the graph: deferred again below */
+    for (int t = 0; t < g->ntensors; t++) {
+        pd__tensor *x = &g->tensors[t];
+        if (!P->was_deferred[t] || !P->isp[t]) continue;
+        if (x->data != (const void *)P->zero && !x->borrowed) PD_FREE(x->data);
+        x->data = NULL;
+        x->borrowed = false;
+    }
+    return st;
+}
+
+static pd_status pd__measure_pieces(pd_graph *g, const pd_train_options *to, const pd_profile_options *o,
+                                    double *samples, double *loss) {
+    int nt = g->ntensors, nn = g->nnodes, R = o->repeats;
+    size_t ns = (size_t)3 * (size_t)R * (size_t)nn;
+    pd__pieces P = {0};
+    P.isp = PD_CALLOC((size_t)nt + 1, sizeof(bool));
+    P.mask = PD_CALLOC((size_t)nt + 1, sizeof(bool));
+    P.was_deferred = PD_CALLOC((size_t)nt + 1, sizeof(bool));
+    P.ppiece = PD_MALLOC(sizeof(int) * ((size_t)nt + 1));
+    P.npiece = PD_MALLOC(sizeof(int) * ((size_t)nn + 1));
+    double *cur = PD_MALLOC(sizeof(double) * (ns + 1)), *prev = PD_CALLOC(ns + 1, sizeof(double));
+    pd_status st = P.isp && P.mask && P.was_deferred && P.ppiece && P.npiece && cur && prev
+                       ? pd__pieces_cut(g, to, &P)
+                       : pd__err(PD_ERR_NOMEM, "%s: out of memory profiling", g->path);
+    for (int r = 0; r < PD__PIECES && st == PD_OK; r++) {
+        if ((st = pd__piece_round(g, to, o, &P, r, cur, loss)) != PD_OK) break;
+        for (int i = 0; i < nn; i++) {
+            if (P.npiece[i] != r) continue;
+            double in = 0;
+            for (int k = 0; k < R; k++) in += cur[(size_t)3 * k * nn + nn + i];
+            for (int k = 0; k < R; k++) {
+                size_t b = (size_t)3 * (size_t)k * (size_t)nn;
+                samples[b + i] = cur[b + i];
+                samples[b + nn + i] = in > 0 ? cur[b + nn + i] : prev[b + nn + i];
+                samples[b + 2 * nn + i] = cur[b + 2 * nn + i];
+            }
+        }
+        double *sw = prev;
+        prev = cur, cur = sw;
+    }
+    if (P.zero) munmap((void *)P.zero, P.zbytes ? P.zbytes : 64);
+    PD_FREE(P.isp), PD_FREE(P.mask), PD_FREE(P.was_deferred), PD_FREE(P.ppiece), PD_FREE(P.npiece);
+    PD_FREE(cur), PD_FREE(prev);
+    return st;
+}
+
+/* Whether the graph defers parameters (lazy_weights): measured in pieces. */
+static bool pd__lazy_graph(const pd_graph *g) {
+    for (int t = 0; t < g->ntensors; t++)
+        if (pd__deferred(&g->tensors[t])) return true;
+    return false;
+}
+
 pd_status pd_profile_measure(pd_graph *g, const pd_profile_options *opt, pd_profile **out) {
     if (!g || !out) return pd__err(PD_ERR_INVALID, "pd_profile_measure: graph and out must not be NULL");
     pd_profile_options o = PD_PROFILE_OPTIONS_INIT;
@@ -186,7 +306,13 @@ pd_status pd_profile_measure(pd_graph *g, const pd_profile_options *opt, pd_prof
     to.optimizer = o.optimizer;
     to.threads = o.threads;
     pd_session *s = NULL;
-    PD_TRY(pd_session_create(g, &to, &s));
+    bool pieces = pd__lazy_graph(g) && to.device == PD_DEVICE_CPU;
+    if (pieces) to.device = PD_DEVICE_CPU;
+    PD_TRY(pd__session_create_ex(g, &to, pieces, &s)); /* pieces: sparse, read by pd__measure_pieces */
+    if (pieces) { /* measured without this session holding a weight; it gives pd__build the parameter list */
+        pd_session_destroy(s);
+        s = NULL;
+    }
     /* what a training forward writes besides activations: the initializers the
      * session does not own (BatchNorm running statistics), kept to restore */
     int nt = g->ntensors, nn = g->nnodes;
@@ -202,8 +328,10 @@ pd_status pd_profile_measure(pd_graph *g, const pd_profile_options *opt, pd_prof
         if (!saved[t]) st = pd__err(PD_ERR_NOMEM, "%s: out of memory profiling", g->path);
         else memcpy(saved[t], x->data, bytes);
     }
-    if (st == PD_OK) st = pd__feed(s, g, o.loss);
-    if (st == PD_OK) st = pd__run_steps(s, nn, o.warmup, o.repeats, samples, loss);
+    if (st == PD_OK && pieces) st = pd__measure_pieces(g, &to, &o, samples, loss);
+    if (st == PD_OK && pieces) st = pd__session_create_ex(g, &to, true, &s);
+    if (st == PD_OK && !pieces) st = pd__feed(s, g, o.loss);
+    if (st == PD_OK && !pieces) st = pd__run_steps(s, nn, o.warmup, o.repeats, samples, loss);
     if (st == PD_OK) st = pd__build(g, s, &o, samples, loss, out);
     pd_session_destroy(s);
     for (int t = 0; t < nt && saved; t++)

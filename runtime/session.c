@@ -39,6 +39,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
 
 
 int pd_session_num_params(const pd_session *s) { return s ? s->np : 0; }
@@ -79,13 +80,25 @@ pd_status pd_session_param(pd_session *s, int i, const char **name, pd_tensor *v
     return PD_OK;
 }
 
+static void pd__free_slab(const pd_session *s, float *p) {
+    if (!p) return;
+    if (s->sparse_bytes) munmap(p, s->sparse_bytes);
+    else PD_FREE(p);
+}
+
 void pd_session_destroy(pd_session *s) {
     if (!s) return;
     if (s->dev.ready) (void)pd__sdev_pull(s, false); /* the graph gets the trained values (a device's) */
     pd__sdev_destroy(s);
-    /* give the graph its own copies of the trained values back */
-    for (int i = 0; i < s->np; i++) {
+    /* give the graph its own copies of the trained values back (one never
+     * read stays deferred: lazy_weights) */
+    for (int i = 0; s->moved && i < s->np; i++) {
         pd__tensor *t = &s->g->tensors[s->param[i]];
+        if (!s->loaded[i]) {
+            t->data = NULL;
+            t->borrowed = false;
+            continue;
+        }
         size_t bytes = (size_t)t->numel * sizeof(float);
         void *d = PD_MALLOC(bytes ? bytes : 1);
         if (d) memcpy(d, t->data, bytes);
@@ -93,13 +106,14 @@ void pd_session_destroy(pd_session *s) {
         t->borrowed = false;
     }
     PD_FREE(s->param);
+    PD_FREE(s->loaded);
     PD_FREE(s->untrained);
     PD_FREE(s->frozen);
     PD_FREE(s->poff);
-    PD_FREE(s->params);
-    PD_FREE(s->grads);
-    PD_FREE(s->state0);
-    PD_FREE(s->state1);
+    pd__free_slab(s, s->params);
+    pd__free_slab(s, s->grads);
+    pd__free_slab(s, s->state0);
+    pd__free_slab(s, s->state1);
     PD_FREE(s->act);
     PD_FREE(s->gact);
     PD_FREE(s->views);
@@ -120,6 +134,78 @@ void *pd__slab(size_t bytes) {
     if (posix_memalign(&p, 64, bytes ? bytes : 64) != 0) return NULL;
     memset(p, 0, bytes ? bytes : 64);
     return p;
+}
+
+/* A sparse session's slab: anonymous pages straight from mmap (zero, and
+ * never resident until touched: malloc's debugging fills, MALLOC_PERTURB_,
+ * would touch them all), so the ranges of other processes' stages cost no
+ * memory; pd__free_slab unmaps it. */
+static void *pd__slab_sparse(size_t bytes, bool sparse) {
+    if (!sparse) return pd__slab(bytes);
+    void *p = mmap(NULL, bytes ? bytes : 64, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+void pd__session_mark_loaded(pd_session *s, int i) { s->loaded[i] = true; }
+
+pd_status pd__session_load_param(pd_session *s, int i) {
+    if (s->loaded[i]) return PD_OK;
+    pd__tensor *t = &s->g->tensors[s->param[i]];
+    float *at = s->params + s->poff[i];
+    size_t n = (size_t)t->numel;
+    void *d = t->data;
+    t->data = NULL; /* deferred again for the read */
+    pd_status st = pd__tensor_read(t, at);
+    t->data = d;
+    if (st != PD_OK) return st;
+    memset(s->grads + s->poff[i], 0, sizeof(float) * n);
+    if (s->state0) memset(s->state0 + s->poff[i], 0, sizeof(float) * n);
+    if (s->state1) memset(s->state1 + s->poff[i], 0, sizeof(float) * n);
+    s->loaded[i] = true;
+    return PD_OK;
+}
+
+/* The graph's deferred initializers that are not parameters (a BatchNorm's
+ * statistics, a float constant that does not reach the loss) are read now. */
+static pd_status pd__load_nonparams(pd_session *s) {
+    pd_graph *g = s->g;
+    for (int t = 0; t < g->ntensors; t++) {
+        bool param = false;
+        for (int i = 0; i < s->np && !param; i++) param = s->param[i] == t;
+        if (!param) PD_TRY(pd__tensor_load(&g->tensors[t]));
+    }
+    return PD_OK;
+}
+
+/* Parameters move into the slab (a deferred one is read there, or, in a
+ * sparse session, later); the graph borrows them back. */
+static pd_status pd__move_params(pd_session *s, bool sparse) {
+    pd_graph *g = s->g;
+    for (int i = 0; i < s->np; i++) {
+        pd__tensor *t = &g->tensors[s->param[i]];
+        if (!pd__deferred(t)) {
+            memcpy(s->params + s->poff[i], t->data, sizeof(float) * (size_t)t->numel);
+            s->loaded[i] = true;
+        } else if (!sparse) {
+            PD_TRY(pd__tensor_read(t, s->params + s->poff[i]));
+            s->loaded[i] = true;
+        }
+    }
+    for (int i = 0; i < s->np; i++) {
+        pd__tensor *t = &g->tensors[s->param[i]];
+        PD_FREE(t->data);
+        t->data = s->params + s->poff[i];
+        t->borrowed = true;
+    }
+    s->moved = true;
+    for (int i = 0; sparse && i < s->np; i++) /* gradients and state start at zero (a deferred one's when loaded) */
+        if (s->loaded[i]) {
+            size_t n = sizeof(float) * (size_t)g->tensors[s->param[i]].numel;
+            memset(s->grads + s->poff[i], 0, n);
+            if (s->state0) memset(s->state0 + s->poff[i], 0, n);
+            if (s->state1) memset(s->state1 + s->poff[i], 0, n);
+        }
+    return PD_OK;
 }
 
 /* opt read into *o and checked; on CUDA, the module loaded and the device there. */
@@ -200,11 +286,25 @@ static pd_status pd__session_views(pd_session *s) {
 }
 
 pd_status pd_session_create(pd_graph *g, const pd_train_options *opt, pd_session **out) {
-    return pd__session_create_on(g, opt, NULL, out);
+    return pd__session_create_full(g, opt, NULL, false, NULL, out);
 }
 
 pd_status pd__session_create_on(pd_graph *g, const pd_train_options *opt, const struct pd__dev_i *dev,
                                 pd_session **out) {
+    return pd__session_create_full(g, opt, dev, false, NULL, out);
+}
+
+pd_status pd__session_create_ex(pd_graph *g, const pd_train_options *opt, bool sparse, pd_session **out) {
+    return pd__session_create_full(g, opt, NULL, sparse, NULL, out);
+}
+
+pd_status pd__session_create_only(pd_graph *g, const pd_train_options *opt, bool sparse, const bool *only,
+                                  pd_session **out) {
+    return pd__session_create_full(g, opt, NULL, sparse, only, out);
+}
+
+pd_status pd__session_create_full(pd_graph *g, const pd_train_options *opt, const struct pd__dev_i *dev, bool sparse,
+                                  const bool *only, pd_session **out) {
     if (!g || !out) return pd__err(PD_ERR_INVALID, "pd_session_create: graph and out must not be NULL");
     pd_train_options o = PD_TRAIN_OPTIONS_INIT;
     PD_TRY(pd__session_options_check(&o, opt));
@@ -215,11 +315,15 @@ pd_status pd__session_create_on(pd_graph *g, const pd_train_options *opt, const 
     if (!s) return pd__err(PD_ERR_NOMEM, "out of memory creating the session");
     s->g = g;
     s->o = o;
+    s->only = only;
     s->x.g = g;
     s->x.threads = pd__threads_default(o.threads);
     pd_status st = pd__find_outputs(s);
     if (st == PD_OK) st = pd__choose_params(s);
+    if (st == PD_OK) st = pd__load_nonparams(s);
+    s->only = NULL; /* the caller's, read by pd__choose_params only */
     if (st != PD_OK) goto fail;
+    if (o.device == PD_DEVICE_CUDA || dev) sparse = false;
     for (int i = 0; i < g->nnodes; i++) {
         const pd__node *n = &g->nodes[i];
         bool needed = false;
@@ -231,12 +335,14 @@ pd_status pd__session_create_on(pd_graph *g, const pd_train_options *opt, const 
     }
     /* the parameter, gradient and optimizer slabs */
     size_t pbytes = sizeof(float) * (size_t)s->ptotal;
-    s->params = pd__slab(pbytes);
-    s->grads = pd__slab(pbytes);
+    if (sparse) s->sparse_bytes = pbytes ? pbytes : 64;
+    s->params = pd__slab_sparse(pbytes, sparse);
+    s->grads = pd__slab_sparse(pbytes, sparse);
     int ns = pd__optim_state_slabs(o.optimizer);
-    if (ns > 0) s->state0 = pd__slab(pbytes);
-    if (ns > 1) s->state1 = pd__slab(pbytes);
-    if (!s->params || !s->grads || (ns > 0 && !s->state0) || (ns > 1 && !s->state1)) goto nomem;
+    if (ns > 0) s->state0 = pd__slab_sparse(pbytes, sparse);
+    if (ns > 1) s->state1 = pd__slab_sparse(pbytes, sparse);
+    s->loaded = PD_CALLOC((size_t)s->np + 1, sizeof(bool));
+    if (!s->params || !s->grads || (ns > 0 && !s->state0) || (ns > 1 && !s->state1) || !s->loaded) goto nomem;
     /* the activation slab: everything is kept for the backward; the
      * activation gradients' slab is planned below, once the backward is */
     size_t abytes = 0;
@@ -252,14 +358,7 @@ pd_status pd__session_create_on(pd_graph *g, const pd_train_options *opt, const 
     s->gviews = PD_CALLOC((size_t)g->ntensors + 1, sizeof(pd_tensor));
     s->fed = PD_CALLOC((size_t)g->ntensors + 1, sizeof(bool));
     if (!s->act || !s->views || !s->gviews || !s->fed) goto nomem;
-    /* parameters move into the slab; the graph borrows them back */
-    for (int i = 0; i < s->np; i++) {
-        pd__tensor *t = &g->tensors[s->param[i]];
-        memcpy(s->params + s->poff[i], t->data, sizeof(float) * (size_t)t->numel);
-        PD_FREE(t->data);
-        t->data = s->params + s->poff[i];
-        t->borrowed = true;
-    }
+    if ((st = pd__move_params(s, sparse)) != PD_OK) goto fail;
     if (pd__session_views(s) != PD_OK) goto nomem;
     if ((st = pd__plan_grads(s)) != PD_OK) goto fail;
     const pd__tensor *p = &g->tensors[s->pred];

@@ -143,6 +143,20 @@ typedef struct pd__slabs {
     float *params, *grads, *state0, *state1; /* state0/1 NULL when the optimizer keeps none */
 } pd__slabs;
 pd_status pd__session_slabs(pd_session *s, pd__slabs *out);
+/* pd_session_create; with sparse, parameters the graph defers (lazy_weights)
+ * stay unread and their slab ranges untouched (never resident) until
+ * pd__session_load_param reads one and zeroes its gradient and optimizer
+ * state: the pipeline under MPI loads only its process's stages. */
+pd_status pd__session_create_ex(pd_graph *g, const pd_train_options *opt, bool sparse, pd_session **out);
+/* The same, training only the tensors `only` marks (per tensor; NULL: all):
+ * the profile of a lazily loaded graph, measured piece by piece. */
+pd_status pd__session_create_only(pd_graph *g, const pd_train_options *opt, bool sparse, const bool *only,
+                                  pd_session **out);
+/* Every way of creating a session: on dev (NULL: opt's device), sparse, training only `only`. */
+pd_status pd__session_create_full(pd_graph *g, const pd_train_options *opt, const struct pd__dev_i *dev, bool sparse,
+                                  const bool *only, pd_session **out);
+pd_status pd__session_load_param(pd_session *s, int i);
+void pd__session_mark_loaded(pd_session *s, int i); /* its slab range was written (pd__pipe_gather) */
 
 /* Checkpoints (checkpoint.h): the session's state as the records of one
  * stage (its BatchNorm statistics, step count, weights and optimizer

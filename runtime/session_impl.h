@@ -53,6 +53,13 @@ struct pd_session {
     int64_t *poff;       /* its offset (floats) in the slabs */
     int64_t ptotal;      /* floats in each slab */
     float *params, *grads, *state0, *state1;
+    /* lazy_weights: params moved into the slab (the graph borrows them); per
+     * parameter, whether its value is in the slab yet (a sparse session's
+     * pipeline reads only its process's stages': pd__session_load_param) */
+    bool moved;
+    bool *loaded;
+    const bool *only;    /* while creating: the tensors it may train (NULL: all; pd__session_create_only) */
+    size_t sparse_bytes; /* a sparse session's slabs are mapped, each of this size (0: allocated) */
     void *act, *gact;    /* activations and their gradients */
     size_t gact_bytes;
     pd_tensor *views;    /* per graph tensor: its data */

@@ -150,11 +150,11 @@ pd_status pd__choose_params(pd_session *s) {
     /* all: every float initializer the loss could train; seed: those the rules and patterns allow */
     for (int t = 0; t < g->ntensors; t++) {
         const pd__tensor *x = &g->tensors[t];
-        all[t] = x->kind == PD_T_INIT && x->dtype == PD_FLOAT && x->data && x->numel > 0;
+        all[t] = x->kind == PD_T_INIT && x->dtype == PD_FLOAT && (x->data || pd__deferred(x)) && x->numel > 0;
         bool allowed = x->train == PD_TR_DEFAULT || x->train == PD_TR_LISTED ||
                        (have_tre && regexec(&tre, x->name, 0, NULL, 0) == 0);
         frozen[t] = have_re && regexec(&re, x->name, 0, NULL, 0) == 0;
-        seed[t] = all[t] && allowed && !frozen[t];
+        seed[t] = all[t] && allowed && !frozen[t] && (!s->only || s->only[t]);
     }
     /* the untrained: what the whole set's flow reaches that the chosen set
      * leaves out (needs_grad is the scratch here; the chosen set's flow below

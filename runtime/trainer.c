@@ -50,6 +50,7 @@ struct pd_trainer {
     int64_t run_first, run_steps, resume_b;
     bool failed;        /* a call stopped part-way: only a resume makes sense */
     bool mpi;           /* this process runs its share of the plan (opt->mpi) */
+    bool lazy;          /* the graph defers its weights (lazy_weights): each process holds its stages' only */
     int rank;           /* ... as this rank (rank 0 writes the checkpoints' manifests) */
     pd_loss_kind loss;  /* the labels it takes */
     char *output;       /* the prediction (NULL: the first output) */
@@ -184,6 +185,9 @@ static pd_status pd__trainer_make(pd_graph *g, const pd_plan *plan, const pd_tra
     if (train->output && !(t->output = PD_MALLOC(strlen(train->output) + 1))) goto nomem;
     if (t->output) strcpy(t->output, train->output);
     pd_status st;
+    bool half = false; /* float16 weights beside deferred ones: gathered and saved in their own type */
+    for (int i = 0; i < g->ntensors; i++) t->lazy |= pd__deferred(&g->tensors[i]), half |= g->tensors[i].file_dtype != 0;
+    t->lazy = t->lazy && !half;
     st = pd__pipe_create(g, plan, train, kind, M, &t->pipe);
     if (st == PD_OK) st = pd__pipe_set_vertical_sync(t->pipe, opt->vertical_sync != 0);
     if (st != PD_OK) goto fail;
@@ -240,10 +244,29 @@ pd_status pd_trainer_create(pd_graph *g, const pd_plan *plan, const pd_trainer_o
     return PD_OK;
 }
 
+/* Collective under MPI. With lazy_weights each process writes its stages'
+ * files beside path and rank 0 the model last (runtime/stageload.c); the
+ * references are the saved model's, not the graph's afterwards. */
+pd_status pd_trainer_save(pd_trainer *t, const char *path) {
+    if (!t || !path) return pd__err(PD_ERR_INVALID, "pd_trainer_save: NULL %s", t ? "path" : "trainer");
+    pd_status st = PD_OK;
+    if (t->mpi && t->lazy) st = pd__pipe_save_stages(t->pipe, path); /* agreed inside: every file is written */
+    if (st == PD_OK && (!t->mpi || t->rank == 0)) st = pd_graph_save(t->g, path);
+    for (int i = 0; i < t->g->ntensors; i++) {
+        PD_FREE(t->g->tensors[i].ext_loc);
+        t->g->tensors[i].ext_loc = NULL;
+    }
+    return t->mpi ? pd__mpi_agree_status(st) : st;
+}
+
 void pd_trainer_destroy(pd_trainer *t) {
     if (!t) return;
     if (t->w) pd__ckpt_writer_finish(t->w);
     pd__pipe_destroy(t->pipe); /* the trained weights go back into the graph */
+    for (int i = 0; t->mpi && t->lazy && i < t->g->ntensors; i++) { /* trained elsewhere: not the file's any more */
+        pd__tensor *x = &t->g->tensors[i];
+        if (x->trained && pd__deferred(x)) PD_FREE(x->ext_path), x->ext_path = NULL;
+    }
     cJSON_Delete(t->info);
     free(t->run_info);
     PD_FREE(t->dir);
@@ -425,9 +448,9 @@ pd_status pd_trainer_train(pd_trainer *t, int64_t steps, const pd_tensor *inputs
         return st;
     }
     st = pd__pipe_run(t->pipe, steps, inputs, labels, results);
-    if (t->mpi) { /* every process ends the call the same way, with the whole model */
+    if (t->mpi) { /* every process ends the call the same way, with the whole model (lazy_weights: its stages') */
         st = pd__mpi_agree_status(st);
-        if (st == PD_OK) st = pd__mpi_agree_status(pd__pipe_gather(t->pipe));
+        if (st == PD_OK && !t->lazy) st = pd__mpi_agree_status(pd__pipe_gather(t->pipe));
     }
     if (st != PD_OK) t->failed = true; /* the arguments were checked: some updates may be made */
     if (st == PD_OK) {                 /* trained, even if its last checkpoint fails below */

@@ -1279,6 +1279,38 @@ static void test_external(void) {
         }
     }
 
+    /* lazy_weights: the same checks at load, nothing read; the value when asked
+     * for; a file cut short after the load is a one-line error naming it */
+    pd_load_options lazy = PD_LOAD_OPTIONS_INIT;
+    lazy.lazy_weights = 1;
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const char *path = fmt("%s/ext/m%zu.onnx", tmp_root, c);
+        if (cases[c].want != PD_OK) {
+            expect_fail(fmt("lazy: %s", cases[c].label), path, &lazy, cases[c].want, "initializer 'W'", cases[c].needle);
+            continue;
+        }
+        pd_graph *g = expect_load(cases[c].label, path, &lazy);
+        pd__tensor *t = g ? &g->tensors[pd__graph_find(g, "W")] : NULL;
+        CHECK(t && !t->data && pd__deferred(t) && pd__tensor_load(t) == PD_OK && t->data &&
+                  memcmp(t->data, W12, sizeof W12) == 0,
+              "lazy: %s: not read at load, the right values when read", cases[c].label);
+        pd_graph_destroy(g);
+    }
+    write_file(fmt("%s/cut.bin", dir), W12, sizeof W12);
+    mb *cb = mb_new(13);
+    add_init(cb, mk_external("W", "4,3", "cut.bin", NULL, NULL));
+    add_out(cb, "W");
+    pd_graph *cg = expect_load("lazy: cut.bin", save(cb, "ext/cut.onnx"), &lazy);
+    if (cg) {
+        write_file(fmt("%s/cut.bin", dir), W12, 8);
+        pd__tensor *t = &cg->tensors[pd__graph_find(cg, "W")];
+        pd_status s = pd__tensor_load(t);
+        CHECK(s == PD_ERR_IO && !t->data && strstr(pd_last_error(), "'W'") && strstr(pd_last_error(), "cut.bin") &&
+                  !strchr(pd_last_error(), '\n'),
+              "lazy: external data cut short after the load: %s", pd_last_error());
+        pd_graph_destroy(cg);
+    }
+
     /* a FIFO inside the folder: opening it for reading blocked until a writer
      * came (for ever); ext/fifo.onnx stays for the CLI test */
     if (mkfifo(fmt("%s/fifo.bin", dir), 0644) != 0) fprintf(stderr, "mkfifo: %s\n", strerror(errno));

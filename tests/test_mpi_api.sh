@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# test_mpi_api.sh TEST_MPI_API EXAMPLE_MPI PDONNX SOURCE_ROOT - the public
+# test_mpi_api.sh TEST_MPI_API EXAMPLE_MPI PDONNX SOURCE_ROOT GEN_MLP - the public
 # trainer under mpirun (pd_trainer_options.mpi): a program built against
 # pipedream.h, run by `mpirun -np 2` (and 3 for a hybrid plan), prints the
 # same per-step results (exactly) and saves the same model (bitwise) as the
@@ -15,6 +15,7 @@ prog=$1
 example=$2
 pdonnx=$3
 root=$4
+gen_mlp=${5:-}
 . "$(dirname "$0")/common.sh"
 mpi_setup
 model=$root/examples/digits_mlp.onnx
@@ -148,6 +149,32 @@ if cmp -s "$tmp/e1.txt" "$tmp/e2.txt" && cmp -s "$tmp/e1.onnx" "$tmp/e2.onnx" &&
   ok "examples/embed/mpi.c: mpirun -np 2 equals one process (20 steps, the model)"
 else
   bad "examples/embed/mpi.c: mpirun -np 2 differs from one process"
+fi
+
+# per-stage loading through the API: an external-data MLP loaded with lazy_weights; 2 processes hold
+# their stages' weights only, pd_trainer_save writes each stage's file and the model: the same 30
+# steps' results as one process, and the saved model runs to the one-process model's outputs
+# bitwise; pd_graph_save of such a graph afterwards is refused, naming a weight trained elsewhere
+if [ -x "$gen_mlp" ]; then
+  lz=$tmp/lazy
+  mkdir -p "$lz/one" "$lz/two"
+  "$gen_mlp" "$lz" 3 64 64 > /dev/null && "$pdonnx" plan "$lz/mlp.onnx" --workers 2 --straight --algo uniform --batch 8 \
+    -o "$lz/p2.json" > /dev/null 2>&1
+  "$prog" "$lz/mlp.onnx" "$lz/p2.json" flush 4 30 "$lz/one/m.onnx" lazy > "$lz/one.txt" 2>&1
+  rc1=$?
+  mpi 2 "$prog" "$lz/mlp.onnx" "$lz/p2.json" flush 4 30 "$lz/two/m.onnx" lazy > "$lz/two.txt" 2>&1
+  rc2=$?
+  "$pdonnx" run "$lz/one/m.onnx" --batch 64 --input x="$lz/x.npy" --output y="$lz/y1.npy" > /dev/null 2>&1
+  "$pdonnx" run "$lz/two/m.onnx" --batch 64 --input x="$lz/x.npy" --output y="$lz/y2.npy" > /dev/null 2>&1
+  "$pdonnx" run "$lz/mlp.onnx" --batch 64 --input x="$lz/x.npy" --output y="$lz/y0.npy" > /dev/null 2>&1
+  if [ $rc1 = 0 ] && [ $rc2 = 0 ] && [ "$(grep -c '^step' "$lz/one.txt")" = 30 ] &&
+     [ "$(grep '^step' "$lz/one.txt")" = "$(grep '^step' "$lz/two.txt")" ] && cmp -s "$lz/y1.npy" "$lz/y2.npy" &&
+     ! cmp -s "$lz/y0.npy" "$lz/y1.npy" && [ -s "$lz/two/m.onnx.stage0.bin" ] && [ -s "$lz/two/m.onnx.stage1.bin" ] &&
+     grep -q "rank 0: refused: .*initializer '.*' was trained by another process" "$lz/two.txt"; then
+    ok "per-stage loading through the API: 2 processes equal one (30 steps, the saved model's outputs bitwise)"
+  else
+    bad "per-stage loading through the API: rc $rc1/$rc2: $(grep -v '^step' "$lz/two.txt" | head -3)"
+  fi
 fi
 
 [ $fails = 0 ] || { echo "$fails failed"; exit 1; }

@@ -32,6 +32,8 @@ typedef struct {
     const char *model, *data, *labels, *val_x, *val_y, *metrics, *save;
     const char *plan, *schedule, *trace; /* pipeline training */
     const char *trace_all;               /* under MPI: rank 0's --trace, gathered from every process */
+    const char *stage_save;              /* under MPI with lazy weights: every process's --save (its stages' files) */
+    bool lazy;                           /* each process reads its stages' weights only (docs/DISTRIBUTED.md) */
     const char *ckpt_dir, *resume;       /* checkpoints */
     int64_t ckpt_every, ckpt_keep;       /* every: -1 auto */
     double ckpt_overhead;
@@ -790,7 +792,13 @@ static int pd__train_pipeline(pd__targs *a, pd_graph *g, const char *input, pd_t
 out:
     if (cr->ck) pd_cli_ckpt_finish(cr->ck, 0); /* an error: what was taken is still written */
     cr->ck = NULL;
-    if (rc == 0 && pd__mp.size > 1 && pd__pipe_gather(pipe) != PD_OK) { /* every stage's weights, for --save */
+    /* --save: every stage's weights gathered on rank 0, or, when each
+     * process holds its stages only, written by it beside the model */
+    pd_status gs = rc != 0 || pd__mp.size < 2 ? PD_OK
+                   : !a->lazy                 ? pd__pipe_gather(pipe)
+                   : a->stage_save            ? pd__pipe_save_stages(pipe, a->stage_save)
+                                              : PD_OK;
+    if (gs != PD_OK) {
         pd_cli_fail();
         rc = 1;
     }
@@ -989,12 +997,18 @@ static int pd__train_args(int argc, char **argv, const pd_cli_avg_args *av, pd__
             return rc;
         }
         a->trace_all = a->trace;
+        a->stage_save = a->save;
         if (pd__mp.rank > 0) {
             a->quiet = true;
             a->metrics = a->save = a->trace = NULL;
             a->val_x = a->val_y = NULL;
         }
     }
+    /* per-stage loading under mpirun: not with AvgPipe's parallel pipelines
+     * (their elastic update reads every weight); PDONNX_LAZY_WEIGHTS=0 turns
+     * it off, =1 on in one process too (bench/stage_memory.sh's comparisons) */
+    const char *lz = getenv("PDONNX_LAZY_WEIGHTS");
+    a->lazy = !av->given && (pd__mp.size > 1 ? !(lz && strcmp(lz, "0") == 0) : lz && strcmp(lz, "1") == 0);
     if (!pd__outputs_ok(a)) return rc;
     if (a->ckpt_every && !a->ckpt_dir && !a->resume) {
         pd_cli_usage_error("train: %s", "--checkpoint-every needs --checkpoint-dir DIR");
@@ -1084,12 +1098,17 @@ static bool pd__train_load(pd__trun *t) {
     lo.max_constant_bytes = a->max_constant_bytes;
     lo.untie = a->untie;
     lo.half_as_float = 1;
+    lo.lazy_weights = t->piped && a->lazy; /* under mpirun: each process reads its stages' weights */
     pd_input_shape rows_shape = {NULL, t->X.ndim, {0}, PD_UNDEFINED};
     for (int i = 1; i < t->X.ndim; i++) rows_shape.shape[i] = t->X.shape[i];
     rows_shape.shape[0] = lo.batch;
     if (!(a->o.loss == PD_LOSS_GRAPH && a->o.labels_input)) lo.n_input_shapes = 1, lo.input_shapes = &rows_shape;
     if (pd_graph_load_file(a->model, &lo, &t->g) != PD_OK) return pd_cli_fail(), false;
     if (!a->quiet) pd__report_load(a, t->g);
+    bool deferred = false, half = false; /* per-stage loading applies: the model's weights are external data */
+    for (int i = 0; i < t->g->ntensors; i++)
+        deferred |= pd__deferred(&t->g->tensors[i]), half |= t->g->tensors[i].file_dtype != 0;
+    a->lazy = a->lazy && deferred && !half; /* float16 weights beside them: saved gathered, in their own type */
     return true;
 }
 
