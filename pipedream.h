@@ -8968,7 +8968,7 @@ typedef struct {
 } pd__cand;
 
 static int pd__cand_cmp(const void *a, const void *b) {
-    const pd__cand *x = a, *y = b;
+    const pd__cand *x = (const pd__cand *)a, *y = (const pd__cand *)b;
     if (x->cross != y->cross) return x->cross < y->cross ? -1 : 1;
     if (x->work != y->work) return x->work < y->work ? -1 : 1;
     if (x->param != y->param) return x->param < y->param ? -1 : 1;
@@ -9035,7 +9035,7 @@ fail:
 }
 
 static int pd__cand_by_work(const void *a, const void *b) {
-    const pd__cand *x = a, *y = b;
+    const pd__cand *x = (const pd__cand *)a, *y = (const pd__cand *)b;
     if (x->work != y->work) return x->work < y->work ? -1 : 1;
     return (x->at > y->at) - (x->at < y->at);
 }
@@ -9138,6 +9138,7 @@ static int pd__beam_both(const pd_profile *p, const int *pstart, const int *pred
     int *rss = (int *)PD_MALLOC(sizeof(int) * ((size_t)n + 1)), *rs = (int *)PD_MALLOC(sizeof(int) * ((size_t)ne + 1));
     uint64_t *tmp = (uint64_t *)PD_MALLOC(sizeof(uint64_t) * (size_t)words);
     pd__set back = {words, 0, 0, NULL, NULL};
+    pd__dag bw = {n, rnode, rps, rp, rss, rs};
     if (!rnode || !rps || !rp || !rss || !rs || !tmp) goto done;
     rps[0] = rss[0] = 0;
     for (int r = 0; r < n; r++) {
@@ -9147,7 +9148,6 @@ static int pd__beam_both(const pd_profile *p, const int *pstart, const int *pred
         for (int k = sstart[v]; k < sstart[v + 1]; k++) rp[rps[r + 1]++] = n - 1 - succs[k];
         for (int k = pstart[v]; k < pstart[v + 1]; k++) rs[rss[r + 1]++] = n - 1 - preds[k];
     }
-    pd__dag bw = {n, rnode, rps, rp, rss, rs};
     if (pd__enumerate_beam(&fw, words, beam, set) < 0 || pd__enumerate_beam(&bw, words, beam, &back) < 0) goto done;
     for (int i = 0; i < back.n; i++) {
         const uint64_t *b = back.bits + (size_t)i * words;
@@ -9210,7 +9210,9 @@ pd_status pd__cuts_build(const pd_profile *p, int max_states, int beam, pd__cuts
         c->prefix_only = beam == 0;
         PD_FREE(set.bits);
         PD_FREE(set.slot);
-        set = (pd__set){words, 0, 0, NULL, NULL};
+        set.n = set.cap = 0;
+        set.bits = NULL;
+        set.slot = NULL;
         S = pd__beam_both(p, pstart, preds, sstart, succs, words, beam, &set);
         if (S < 0) goto fail;
     }
@@ -10493,8 +10495,8 @@ pd_status pd_plan_create(const pd_profile *p, const pd_plan_options *user, pd_pl
     /* PipeDream's DP (its cost model, or a topology's levels) is O(S^2 M^2),
      * O(S^3 M^2) on inner levels: over the limit it keeps the prefixes; the
      * default model's one-level bisection, O(S^2), takes a beam of cuts */
-    bool cubic = x.pd_model || x.levels > 1;
-    if ((st = pd__cuts_build(&rp, o->max_states > 0 ? o->max_states : 4096, cubic ? 0 : -1, &c)) != PD_OK)
+    if ((st = pd__cuts_build(&rp, o->max_states > 0 ? o->max_states : 4096, x.pd_model || x.levels > 1 ? 0 : -1,
+                             &c)) != PD_OK)
         goto done;
 
     if (algo == PD_ALGO_AVGPIPE) {

@@ -144,7 +144,7 @@ typedef struct {
 } pd__cand;
 
 static int pd__cand_cmp(const void *a, const void *b) {
-    const pd__cand *x = a, *y = b;
+    const pd__cand *x = (const pd__cand *)a, *y = (const pd__cand *)b;
     if (x->cross != y->cross) return x->cross < y->cross ? -1 : 1;
     if (x->work != y->work) return x->work < y->work ? -1 : 1;
     if (x->param != y->param) return x->param < y->param ? -1 : 1;
@@ -211,7 +211,7 @@ fail:
 }
 
 static int pd__cand_by_work(const void *a, const void *b) {
-    const pd__cand *x = a, *y = b;
+    const pd__cand *x = (const pd__cand *)a, *y = (const pd__cand *)b;
     if (x->work != y->work) return x->work < y->work ? -1 : 1;
     return (x->at > y->at) - (x->at < y->at);
 }
@@ -314,6 +314,7 @@ static int pd__beam_both(const pd_profile *p, const int *pstart, const int *pred
     int *rss = (int *)PD_MALLOC(sizeof(int) * ((size_t)n + 1)), *rs = (int *)PD_MALLOC(sizeof(int) * ((size_t)ne + 1));
     uint64_t *tmp = (uint64_t *)PD_MALLOC(sizeof(uint64_t) * (size_t)words);
     pd__set back = {words, 0, 0, NULL, NULL};
+    pd__dag bw = {n, rnode, rps, rp, rss, rs};
     if (!rnode || !rps || !rp || !rss || !rs || !tmp) goto done;
     rps[0] = rss[0] = 0;
     for (int r = 0; r < n; r++) {
@@ -323,7 +324,6 @@ static int pd__beam_both(const pd_profile *p, const int *pstart, const int *pred
         for (int k = sstart[v]; k < sstart[v + 1]; k++) rp[rps[r + 1]++] = n - 1 - succs[k];
         for (int k = pstart[v]; k < pstart[v + 1]; k++) rs[rss[r + 1]++] = n - 1 - preds[k];
     }
-    pd__dag bw = {n, rnode, rps, rp, rss, rs};
     if (pd__enumerate_beam(&fw, words, beam, set) < 0 || pd__enumerate_beam(&bw, words, beam, &back) < 0) goto done;
     for (int i = 0; i < back.n; i++) {
         const uint64_t *b = back.bits + (size_t)i * words;
@@ -386,7 +386,9 @@ pd_status pd__cuts_build(const pd_profile *p, int max_states, int beam, pd__cuts
         c->prefix_only = beam == 0;
         PD_FREE(set.bits);
         PD_FREE(set.slot);
-        set = (pd__set){words, 0, 0, NULL, NULL};
+        set.n = set.cap = 0;
+        set.bits = NULL;
+        set.slot = NULL;
         S = pd__beam_both(p, pstart, preds, sstart, succs, words, beam, &set);
         if (S < 0) goto fail;
     }

@@ -1088,8 +1088,8 @@ pd_status pd_plan_create(const pd_profile *p, const pd_plan_options *user, pd_pl
     /* PipeDream's DP (its cost model, or a topology's levels) is O(S^2 M^2),
      * O(S^3 M^2) on inner levels: over the limit it keeps the prefixes; the
      * default model's one-level bisection, O(S^2), takes a beam of cuts */
-    bool cubic = x.pd_model || x.levels > 1;
-    if ((st = pd__cuts_build(&rp, o->max_states > 0 ? o->max_states : 4096, cubic ? 0 : -1, &c)) != PD_OK)
+    if ((st = pd__cuts_build(&rp, o->max_states > 0 ? o->max_states : 4096, x.pd_model || x.levels > 1 ? 0 : -1,
+                             &c)) != PD_OK)
         goto done;
 
     if (algo == PD_ALGO_AVGPIPE) {
