@@ -9,9 +9,13 @@
  *
  * States are every ideal, found breadth-first by adding one ready node at a
  * time, then ordered by size (a topological order of containment). When a
- * very branchy DAG has more than `max_states` ideals, the cuts fall back to
- * the prefixes of the profile's topological order: still valid, fewer
- * choices (the planner says so).
+ * branchy DAG has more than `max_states` ideals (parallel branches multiply
+ * them: attention's Q, K and V chains, an encoder beside a decoder, a tied
+ * weight's transpose), the states are built size by size instead, each size
+ * keeping the `beam` cuts that cross the fewest bytes (where one tensor or
+ * few cross, as at a residual block's boundary), distinct in what a stage
+ * would cost, plus the prefix of the profile's topological order (so the
+ * search holds every cut the old prefix-only fallback had).
  *
  * Costs are prefix sums over each ideal, so a stage's totals are one
  * subtraction; `cross_bytes` counts every tensor that crosses the cut (the
@@ -123,13 +127,220 @@ static int pd__enumerate(const pd_profile *p, const int *pstart, const int *pred
     return set->n;
 }
 
+/* The DAG as the beam walks it: forwards, or reversed (node v is the
+ * profile's n-1-v, edges turned round) to grow cuts from the end. */
+typedef struct {
+    int n;
+    const pd__pnode *node;
+    const int *pstart, *preds, *sstart, *succs;
+} pd__dag;
+
+/* What a cut state's candidate is ranked by: the bytes crossing it, then the
+ * compute and parameters before it (equal triples cost a stage the same, so
+ * only the first is kept). */
+typedef struct {
+    double cross, work, param;
+    int at; /* its bits: cand + at * words */
+} pd__cand;
+
+static int pd__cand_cmp(const void *a, const void *b) {
+    const pd__cand *x = (const pd__cand *)a, *y = (const pd__cand *)b;
+    if (x->cross != y->cross) return x->cross < y->cross ? -1 : 1;
+    if (x->work != y->work) return x->work < y->work ? -1 : 1;
+    if (x->param != y->param) return x->param < y->param ? -1 : 1;
+    return (x->at > y->at) - (x->at < y->at);
+}
+
+/* Whether b holds exactly nodes 0 .. k-1. */
+static bool pd__is_prefix(const uint64_t *b, int words, int k) {
+    for (int w = 0; w < words; w++) {
+        uint64_t want = w < k / 64 ? ~0ull : w == k / 64 && (k & 63) ? (1ull << (k & 63)) - 1 : 0;
+        if (b[w] != want) return false;
+    }
+    return true;
+}
+
+/* The cut states of one size: from each state of the size below, every ready
+ * node added (crossing bytes updated by that node's edges only). Returns the
+ * candidates, deduplicated by bits, in *out (bits in *cbits). */
+static int pd__level_cands(const pd__dag *p, int words, const uint64_t *prev, const pd__cand *prevc, int nprev, pd__set *set,
+                           pd__cand **out) {
+    int cap = 64, nc = 0;
+    pd__cand *c = (pd__cand *)PD_MALLOC(sizeof *c * (size_t)cap);
+    uint64_t *tmp = (uint64_t *)PD_MALLOC(sizeof(uint64_t) * (size_t)words);
+    if (!c || !tmp) goto fail;
+    for (int i = 0; i < nprev; i++) {
+        const uint64_t *b = prev + (size_t)i * words;
+        for (int v = 0; v < p->n; v++) {
+            if (pd__has(b, v)) continue;
+            bool ready = true;
+            for (int k = p->pstart[v]; k < p->pstart[v + 1] && ready; k++) ready = pd__has(b, p->preds[k]);
+            if (!ready) continue;
+            memcpy(tmp, b, sizeof(uint64_t) * (size_t)words);
+            tmp[v >> 6] |= 1ull << (v & 63);
+            bool added;
+            int at = pd__set_add(set, tmp, INT32_MAX, &added);
+            if (at < 0) goto fail;
+            if (!added) continue;
+            const pd__pnode *nd = &p->node[v];
+            pd__cand x = {prevc[i].cross, prevc[i].work + nd->fwd_ms + nd->bwd_in_ms + nd->bwd_w_ms,
+                          prevc[i].param + nd->param_bytes, at};
+            if (p->sstart[v + 1] > p->sstart[v]) x.cross += nd->act_bytes; /* its consumers are all outside */
+            for (int k = p->pstart[v]; k < p->pstart[v + 1]; k++) {
+                int u = p->preds[k];
+                bool still = false; /* u keeps a consumer outside */
+                for (int e = p->sstart[u]; e < p->sstart[u + 1] && !still; e++) still = !pd__has(tmp, p->succs[e]);
+                for (int j = p->pstart[v]; j < k && !still; j++) still = p->preds[j] == u; /* counted once */
+                if (!still) x.cross -= p->node[u].act_bytes;
+            }
+            if (nc == cap) {
+                pd__cand *nc2 = (pd__cand *)PD_REALLOC(c, sizeof *c * (size_t)cap * 2);
+                if (!nc2) goto fail;
+                c = nc2, cap *= 2;
+            }
+            c[nc++] = x;
+        }
+    }
+    PD_FREE(tmp);
+    *out = c;
+    return nc;
+fail:
+    PD_FREE(tmp);
+    PD_FREE(c);
+    return -1;
+}
+
+static int pd__cand_by_work(const void *a, const void *b) {
+    const pd__cand *x = (const pd__cand *)a, *y = (const pd__cand *)b;
+    if (x->work != y->work) return x->work < y->work ? -1 : 1;
+    return (x->at > y->at) - (x->at < y->at);
+}
+
+/* Keeps (moved to the front, in rank order) the prefix, the first half of the
+ * beam by crossing bytes and the other half spread evenly over the compute
+ * before the cut: the fewest bytes make cheap cuts, the spread lets stages
+ * balance where the cheapest cuts of a size all hold the same work. cand is
+ * sorted by pd__cand_cmp; equal triples count once. Returns the count kept. */
+static int pd__beam_select(pd__cand *cand, int nc, int beam, int prefix) {
+    uint8_t *take = (uint8_t *)PD_CALLOC((size_t)nc + 1, 1);
+    pd__cand *rest = (pd__cand *)PD_MALLOC(sizeof *rest * ((size_t)nc + 1));
+    if (!take || !rest) {
+        PD_FREE(take);
+        PD_FREE(rest);
+        return -1;
+    }
+    int by_cross = (beam + 1) / 2, taken = 0, nr = 0, keep = 0;
+    for (int i = 0; i < nc; i++) {
+        bool same = i && cand[i].cross == cand[i - 1].cross && cand[i].work == cand[i - 1].work &&
+                    cand[i].param == cand[i - 1].param;
+        if (same) continue;
+        if (taken < by_cross) take[i] = 1, taken++;
+        else rest[nr] = cand[i], rest[nr++].at = i; /* at: its rank, for now */
+    }
+    if (prefix >= 0) take[prefix] = 1;
+    qsort(rest, (size_t)nr, sizeof *rest, pd__cand_by_work);
+    int spread = beam - by_cross < nr ? beam - by_cross : nr;
+    for (int j = 0; j < spread; j++) take[rest[(int)(((double)j + 0.5) * nr / spread)].at] = 1;
+    for (int i = 0; i < nc; i++)
+        if (take[i]) cand[keep++] = cand[i];
+    PD_FREE(take);
+    PD_FREE(rest);
+    return keep;
+}
+
+/* Cut states size by size, `beam` (plus the topological prefix) per size;
+ * set receives them in that order. Returns the count, -1 on allocation failure. */
+static int pd__enumerate_beam(const pd__dag *p, int words, int beam, pd__set *set) {
+    int n = p->n, nprev = 1, total = 0, ok = 0;
+    size_t wb = sizeof(uint64_t) * (size_t)words;
+    uint64_t *prev = (uint64_t *)PD_CALLOC((size_t)words, sizeof(uint64_t)), *next = NULL;
+    pd__cand *prevc = (pd__cand *)PD_CALLOC(1, sizeof *prevc), *cand = NULL;
+    pd__set level = {words, 0, 0, NULL, NULL};
+    bool added;
+    if (!prev || !prevc || pd__set_add(set, prev, INT32_MAX, &added) < 0) goto done;
+    total = 1;
+    for (int k = 1; k <= n; k++) {
+        level.n = 0;
+        if (level.slot)
+            for (int i = 0; i < level.cap; i++) level.slot[i] = -1;
+        int nc = pd__level_cands(p, words, prev, prevc, nprev, &level, &cand);
+        if (nc < 0) goto done;
+        qsort(cand, (size_t)nc, sizeof *cand, pd__cand_cmp);
+        /* the topological prefix of size k is a candidate, as that of size k-1 was kept */
+        int prefix = -1;
+        for (int i = 0; i < nc && prefix < 0; i++)
+            if (pd__is_prefix(level.bits + (size_t)cand[i].at * words, words, k)) prefix = i;
+        int keep = pd__beam_select(cand, nc, beam, prefix);
+        if (keep < 0) goto done;
+        next = (uint64_t *)PD_MALLOC(wb * (size_t)(keep + 1));
+        if (!next) goto done;
+        for (int i = 0; i < keep; i++) {
+            memcpy(next + (size_t)i * words, level.bits + (size_t)cand[i].at * words, wb);
+            if (pd__set_add(set, next + (size_t)i * words, INT32_MAX, &added) < 0) goto done;
+        }
+        PD_FREE(prev);
+        prev = next, next = NULL;
+        PD_FREE(prevc);
+        prevc = cand, cand = NULL;
+        nprev = keep;
+        total += keep;
+    }
+    ok = 1;
+done:
+    PD_FREE(prev);
+    PD_FREE(next);
+    PD_FREE(prevc);
+    PD_FREE(cand);
+    PD_FREE(level.bits);
+    PD_FREE(level.slot);
+    return ok ? total : -1;
+}
+
 static int pd__popcount(const uint64_t *b, int words) {
     int c = 0;
     for (int i = 0; i < words; i++) c += __builtin_popcountll(b[i]);
     return c;
 }
 
-pd_status pd__cuts_build(const pd_profile *p, int max_states, pd__cuts **out) {
+/* The beam from the start and, complemented, from the end (a cut that
+ * leaves a late branch undone, as attention's V before Q and K are done,
+ * is near the end's beam but far from the start's): both into set. */
+static int pd__beam_both(const pd_profile *p, const int *pstart, const int *preds, const int *sstart,
+                         const int *succs, int words, int beam, pd__set *set) {
+    int n = p->n, ne = pstart[n], S = -1;
+    pd__dag fw = {n, p->node, pstart, preds, sstart, succs};
+    pd__pnode *rnode = (pd__pnode *)PD_MALLOC(sizeof *rnode * (size_t)n);
+    int *rps = (int *)PD_MALLOC(sizeof(int) * ((size_t)n + 1)), *rp = (int *)PD_MALLOC(sizeof(int) * ((size_t)ne + 1));
+    int *rss = (int *)PD_MALLOC(sizeof(int) * ((size_t)n + 1)), *rs = (int *)PD_MALLOC(sizeof(int) * ((size_t)ne + 1));
+    uint64_t *tmp = (uint64_t *)PD_MALLOC(sizeof(uint64_t) * (size_t)words);
+    pd__set back = {words, 0, 0, NULL, NULL};
+    pd__dag bw = {n, rnode, rps, rp, rss, rs};
+    if (!rnode || !rps || !rp || !rss || !rs || !tmp) goto done;
+    rps[0] = rss[0] = 0;
+    for (int r = 0; r < n; r++) {
+        int v = n - 1 - r;
+        rnode[r] = p->node[v];
+        rps[r + 1] = rps[r], rss[r + 1] = rss[r];
+        for (int k = sstart[v]; k < sstart[v + 1]; k++) rp[rps[r + 1]++] = n - 1 - succs[k];
+        for (int k = pstart[v]; k < pstart[v + 1]; k++) rs[rss[r + 1]++] = n - 1 - preds[k];
+    }
+    if (pd__enumerate_beam(&fw, words, beam, set) < 0 || pd__enumerate_beam(&bw, words, beam, &back) < 0) goto done;
+    for (int i = 0; i < back.n; i++) {
+        const uint64_t *b = back.bits + (size_t)i * words;
+        memset(tmp, 0, sizeof(uint64_t) * (size_t)words);
+        for (int v = 0; v < n; v++)
+            if (!pd__has(b, n - 1 - v)) tmp[v >> 6] |= 1ull << (v & 63);
+        bool added;
+        if (pd__set_add(set, tmp, INT32_MAX, &added) < 0) goto done;
+    }
+    S = set->n;
+done:
+    PD_FREE(rnode), PD_FREE(rps), PD_FREE(rp), PD_FREE(rss), PD_FREE(rs), PD_FREE(tmp);
+    PD_FREE(back.bits), PD_FREE(back.slot);
+    return S;
+}
+
+pd_status pd__cuts_build(const pd_profile *p, int max_states, int beam, pd__cuts **out) {
     if (!p || p->n <= 0) return pd__err(PD_ERR_INVALID, "plan: the profile has no nodes");
     if (max_states <= 0) max_states = 4096;
     int n = p->n, words = (n + 63) / 64;
@@ -169,17 +380,17 @@ pd_status pd__cuts_build(const pd_profile *p, int max_states, pd__cuts **out) {
     S = pd__enumerate(p, pstart, preds, words, max_states, &set);
     if (S < 0) goto fail;
     if (S == 0) {
-        /* too many ideals: the prefixes of the topological order */
-        set.n = 0;
+        /* too many ideals: a beam of them per size */
+        if (beam < 0) beam = max_states / (2 * (n + 1)) - 1 > 1 ? max_states / (2 * (n + 1)) - 1 : 1;
+        c->beam = beam;
+        c->prefix_only = beam == 0;
         PD_FREE(set.bits);
-        set.bits = (uint64_t *)PD_CALLOC((size_t)(n + 1) * (size_t)words, sizeof(uint64_t));
-        if (!set.bits) goto fail;
-        for (int s = 1; s <= n; s++) {
-            memcpy(set.bits + (size_t)s * words, set.bits + (size_t)(s - 1) * words, sizeof(uint64_t) * (size_t)words);
-            set.bits[(size_t)s * words + (size_t)((s - 1) >> 6)] |= 1ull << ((s - 1) & 63);
-        }
-        S = set.n = n + 1;
-        c->prefix_only = true;
+        PD_FREE(set.slot);
+        set.n = set.cap = 0;
+        set.bits = NULL;
+        set.slot = NULL;
+        S = pd__beam_both(p, pstart, preds, sstart, succs, words, beam, &set);
+        if (S < 0) goto fail;
     }
     /* states by ideal size, ties by index: a counting sort, as sizes are 0..n
      * (and no qsort_r, which is not standard C: the core builds on libc alone) */

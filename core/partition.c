@@ -1085,7 +1085,12 @@ pd_status pd_plan_create(const pd_profile *p, const pd_plan_options *user, pd_pl
             nd->fwd_ms = nd->bwd_in_ms = nd->bwd_w_ms = nd->act_bytes = nd->param_bytes = nd->optim_bytes = 0;
         }
     p = &ep;
-    if ((st = pd__cuts_build(&rp, o->max_states > 0 ? o->max_states : 4096, &c)) != PD_OK) goto done;
+    /* PipeDream's DP (its cost model, or a topology's levels) is O(S^2 M^2),
+     * O(S^3 M^2) on inner levels: over the limit it keeps the prefixes; the
+     * default model's one-level bisection, O(S^2), takes a beam of cuts */
+    if ((st = pd__cuts_build(&rp, o->max_states > 0 ? o->max_states : 4096, x.pd_model || x.levels > 1 ? 0 : -1,
+                             &c)) != PD_OK)
+        goto done;
 
     if (algo == PD_ALGO_AVGPIPE) {
         if ((st = pd__avgpipe_tune(&x, p, &rp, map, inv, indeg, c, &pl)) != PD_OK) goto done;
@@ -1179,6 +1184,7 @@ pd_status pd_plan_create(const pd_profile *p, const pd_plan_options *user, pd_pl
     pl->algo_name = pd__strdup(pd__algo_name(pl->algo));
     pl->cost_model = pd__strdup(x.pd_model ? "pipedream" : "default");
     pl->bandwidth = x.lb[0];
+    pl->beam = c->beam;
     pl->prefix_only = c->prefix_only;
     pl->n_cut_states = c->n_states;
     if (!pl->algo_name || !pl->cost_model) st = pd__err(PD_ERR_NOMEM, "plan: out of memory");

@@ -71,6 +71,7 @@ pd_status pd__profile_parse(const char *name, const char *data, size_t len, pd_p
 typedef struct pd__cuts {
     int n_states;
     bool prefix_only;      /* too many ideals: only the prefixes of the topological order */
+    int beam;              /* too many ideals: the cuts kept per size and way (0: every ideal; antichain.c) */
     int words;             /* 64-bit words per ideal bitset */
     uint64_t *ideal;       /* n_states * words */
     /* prefix sums over each ideal (so a stage's totals are differences) */
@@ -84,8 +85,10 @@ typedef struct pd__cuts {
     int *pred_start, *pred;   /* CSR: pred[pred_start[b] .. pred_start[b+1]) */
 } pd__cuts;
 
-/* max_states bounds the enumeration (error naming the limit when exceeded). */
-pd_status pd__cuts_build(const pd_profile *p, int max_states, pd__cuts **out);
+/* max_states bounds the enumeration; over it, a beam of cuts per size from
+ * each end (beam < 0: as wide as max_states allows; 0: the prefixes of the
+ * topological order only, for DPs cubic in the states). */
+pd_status pd__cuts_build(const pd_profile *p, int max_states, int beam, pd__cuts **out);
 void pd__cuts_free(pd__cuts *c);
 
 /* ---- plans ---------------------------------------------------------------- */
@@ -141,6 +144,7 @@ struct pd_plan {
     double throughput;     /* samples per second */
     int n_cut_states;      /* cut states the planner searched (0: not a DAG search) */
     bool prefix_only;      /* they were the prefixes of one topological order */
+    int beam;              /* else the cuts kept per size and way (0: every ideal) */
 };
 
 void pd__plan_free(pd_plan *p);

@@ -7,6 +7,7 @@
 #include "../core/pd_internal.h"
 #include "session.h"
 
+#include <limits.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -39,6 +40,13 @@ static int pd__slot_by_off(const void *a, const void *b) {
     return (x->off > y->off) - (x->off < y->off);
 }
 
+/* (first step, slot index) pairs: the rank order of the placed-slot tree. */
+static int pd__pair_cmp(const void *a, const void *b) {
+    const int *x = a, *y = b;
+    if (x[0] != y[0]) return (x[0] > y[0]) - (x[0] < y[0]);
+    return (x[1] > y[1]) - (x[1] < y[1]);
+}
+
 pd_status pd__life_init(pd__life *l, int ntensors) {
     size_t m = (size_t)ntensors + 1;
     memset(l, 0, sizeof *l);
@@ -68,26 +76,69 @@ void pd__life_free(pd__life *l) {
     memset(l, 0, sizeof *l);
 }
 
+/* The placed slots, by rank of first step, in a max tree of their last steps
+ * (INT_MIN: not placed yet): the slots alive during [f, l] are those of rank
+ * below the first with first > l whose last >= f, found by descending only
+ * into subtrees whose max reaches f. */
+typedef struct {
+    int leaves;  /* a power of two */
+    int *mx;     /* 2 * leaves: mx[1] the root */
+    int *slot;   /* leaf -> slot index */
+} pd__ltree;
+
+static void pd__ltree_set(pd__ltree *t, int rank, int last) {
+    int i = rank + t->leaves;
+    t->mx[i] = last;
+    for (i >>= 1; i; i >>= 1) t->mx[i] = t->mx[2 * i] > t->mx[2 * i + 1] ? t->mx[2 * i] : t->mx[2 * i + 1];
+}
+
+/* Appends to live the placed slots of rank < hi with last >= f; returns the new count. */
+static int pd__ltree_alive(const pd__ltree *t, pd__slot *s, int node, int lo, int width, int hi, int f,
+                           pd__slot **live, int nl) {
+    if (lo >= hi || t->mx[node] < f) return nl;
+    if (width == 1) {
+        live[nl++] = &s[t->slot[lo]];
+        return nl;
+    }
+    nl = pd__ltree_alive(t, s, 2 * node, lo, width / 2, hi, f, live, nl);
+    return pd__ltree_alive(t, s, 2 * node + 1, lo + width / 2, width / 2, hi, f, live, nl);
+}
+
+/* Greedy by decreasing size, each slot at the lowest offset that fits among
+ * the placed slots alive at the same time (TFLite's "greedy by size"). Only
+ * those are visited (the tree above), so the cost is O((n + P) log n) for P
+ * pairs of slots alive together: O(n log n) when a bounded number of tensors
+ * is alive at once, as in a chain (the scan over every placed slot was
+ * O(n^2): 8.7 s for 100k tensors). Offsets are the same as that scan's. */
 pd_status pd__life_pack(pd__life *l, size_t *total) {
-    int n = l->n;
-    const int *first = l->first, *last = l->last;
-    const size_t *size = l->size;
-    size_t *off = l->off;
+    int n = l->n, leaves = 1;
+    while (leaves < n) leaves *= 2;
     pd__slot *s = PD_CALLOC((size_t)n + 1, sizeof *s);
     pd__slot **live = PD_MALLOC(sizeof(pd__slot *) * ((size_t)n + 1));
-    if (!s || !live) {
-        PD_FREE(s);
-        PD_FREE(live);
+    int *byfirst = PD_MALLOC(sizeof(int) * ((size_t)n + 1)), *rank = PD_MALLOC(sizeof(int) * ((size_t)n + 1));
+    int *pair = PD_MALLOC(sizeof(int) * 2 * ((size_t)n + 1));
+    pd__ltree t = {leaves, PD_MALLOC(sizeof(int) * 2 * (size_t)leaves), byfirst};
+    if (!s || !live || !byfirst || !rank || !pair || !t.mx) {
+        PD_FREE(s), PD_FREE(live), PD_FREE(byfirst), PD_FREE(rank), PD_FREE(pair), PD_FREE(t.mx);
         return PD_ERR_NOMEM;
     }
-    for (int k = 0; k < n; k++) s[k] = (pd__slot){k, first[k], last[k], pd__align64(size[k]), 0};
+    for (int k = 0; k < n; k++) s[k] = (pd__slot){k, l->first[k], l->last[k], pd__align64(l->size[k]), 0};
     qsort(s, (size_t)n, sizeof *s, pd__slot_by_size);
+    for (int k = 0; k < n; k++) pair[2 * k] = s[k].first, pair[2 * k + 1] = k;
+    qsort(pair, (size_t)n, 2 * sizeof *pair, pd__pair_cmp);
+    for (int r = 0; r < n; r++) byfirst[r] = pair[2 * r + 1], rank[pair[2 * r + 1]] = r;
+    PD_FREE(pair);
+    for (int i = 0; i < 2 * leaves; i++) t.mx[i] = INT_MIN;
     *total = 0;
     for (int k = 0; k < n; k++) {
-        /* the placed slots alive at the same time, by offset; take the first gap that fits */
-        int nl = 0;
-        for (int j = 0; j < k; j++)
-            if (!(s[j].last < s[k].first || s[k].last < s[j].first)) live[nl++] = &s[j];
+        /* ranks [0, hi): first step <= this slot's last */
+        int lo = 0, hi = n;
+        while (lo < hi) {
+            int mid = (lo + hi) / 2;
+            if (s[byfirst[mid]].first <= s[k].last) lo = mid + 1;
+            else hi = mid;
+        }
+        int nl = pd__ltree_alive(&t, s, 1, 0, leaves, lo, s[k].first, live, 0);
         qsort(live, (size_t)nl, sizeof *live, pd__slot_by_off);
         size_t o = 0;
         for (int j = 0; j < nl; j++) {
@@ -96,10 +147,10 @@ pd_status pd__life_pack(pd__life *l, size_t *total) {
         }
         s[k].off = o;
         if (o + s[k].size > *total) *total = o + s[k].size;
-        off[s[k].k] = o;
+        l->off[s[k].k] = o;
+        pd__ltree_set(&t, rank[k], s[k].last);
     }
-    PD_FREE(live);
-    PD_FREE(s);
+    PD_FREE(t.mx), PD_FREE(rank), PD_FREE(byfirst), PD_FREE(live), PD_FREE(s);
     return PD_OK;
 }
 
@@ -145,6 +196,8 @@ static pd_status pd__plan_memory(pd_engine *e) {
     pd__life_free(&l);
     return st;
 }
+
+size_t pd__engine_slab_bytes(const pd_engine *e) { return e ? e->slab_size : 0; }
 
 void pd_engine_destroy(pd_engine *e) {
     if (!e) return;

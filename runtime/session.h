@@ -38,7 +38,8 @@ int pd__session_labels_input(const pd_session *s);
 /* A slab planned by lifetimes: buffers (one per tensor) alive from step
  * first to step last (inclusive); buffers alive at the same time never share
  * bytes. Greedy by decreasing size, lowest fitting offset, each 64-byte
- * aligned (runtime/engine.c). The inference engine plans its activations
+ * aligned (runtime/engine.c), visiting only the buffers alive at the same
+ * time: O(n log n) while a bounded number are alive at once. The inference engine plans its activations
  * with it, the session its activation gradients. */
 typedef struct pd__life {
     int n;             /* buffers */
@@ -51,6 +52,7 @@ pd_status pd__life_init(pd__life *l, int ntensors); /* no buffers; PD_ERR_NOMEM 
 void pd__life_add(pd__life *l, int t, int first, int last, size_t bytes);
 pd_status pd__life_pack(pd__life *l, size_t *total); /* fills off; *total: the slab's size */
 void pd__life_free(pd__life *l);
+size_t pd__engine_slab_bytes(const pd_engine *e); /* the engine's planned slab (tests, benches) */
 
 /* Which activation gradients each node's backward touches first (by node
  * i: list[at[3i] .. at[3i+1]) are zeroed before it, list[at[3i+1] ..

@@ -525,6 +525,95 @@ static void test_scale(void) {
     pd_profile_destroy(p);
 }
 
+/* The zoo's transformers and ResNets against an exhaustive search. Their
+ * profiles (tests/fixtures/profiles, `pdonnx profile`) have 218 to 8,172
+ * ideals: the DP over every ideal (every valid cut; checked against brute
+ * force in test_optimal) is the exhaustive optimum. The same planner made to
+ * take its beam (antichain.c) must find the same bottleneck at the default
+ * --max-states and come within 1% at the narrowest beam (--max-states n+1:
+ * one per size from each end; measured worst 0.64%, llama-dynamo on 3
+ * workers). "beam 0" is the search over every ideal. T5 has too
+ * many ideals to search: its beam holds every prefix of the topological
+ * order (so it is never worse than the old prefix-only fallback), and every
+ * state is a valid cut. */
+static double zoo_plan(const pd_profile *p, int workers, int straight, int max_states, int *beam) {
+    pd_plan_options o = PD_PLAN_OPTIONS_INIT;
+    o.workers = workers;
+    o.straight = straight;
+    o.max_states = max_states;
+    pd_plan *pl;
+    if (pd_plan_create(p, &o, &pl) != PD_OK) return -1;
+    double t = valid_plan(p, pl) ? pl->time_ms : -1;
+    *beam = pl->prefix_only ? -1 : pl->beam;
+    pd_plan_destroy(pl);
+    return t;
+}
+
+static bool cuts_hold_prefixes(const pd_profile *p, const pd__cuts *c) {
+    int w = c->words;
+    for (int k = 0; k <= p->n; k++) {
+        bool found = false;
+        for (int s = 0; s < c->n_states && !found; s++) {
+            const uint64_t *b = c->ideal + (size_t)s * w;
+            bool is = true;
+            for (int v = 0; v < p->n && is; v++) is = ((b[v >> 6] >> (v & 63)) & 1) == (v < k);
+            found = is;
+        }
+        if (!found) return false;
+    }
+    for (int s = 0; s < c->n_states; s++) /* ideals: every edge into one starts inside it */
+        for (int e = 0; e < p->n_edges; e++) {
+            int u = p->edge[2 * e], v = p->edge[2 * e + 1];
+            const uint64_t *b = c->ideal + (size_t)s * w;
+            if (((b[v >> 6] >> (v & 63)) & 1) && !((b[u >> 6] >> (u & 63)) & 1)) return false;
+        }
+    return true;
+}
+
+static void test_zoo_cuts(const char *dir) {
+    const char *models[] = {"resnet18-dynamo", "vit-ts", "gpt2-ts", "bert-ts", "llama-dynamo", "llama-ts"};
+    char path[4096];
+    for (size_t m = 0; m < sizeof models / sizeof models[0]; m++) {
+        snprintf(path, sizeof path, "%s/%s.json", dir, models[m]);
+        pd_profile *p;
+        if (pd_profile_load(path, &p) != PD_OK) {
+            CHECK(0, "%s loads: %s", path, pd_last_error());
+            continue;
+        }
+        bool big = p->n > 120; /* the llamas' 7k-8k ideals: straight only, to keep the test short */
+        for (int straight = 1; straight >= (big ? 1 : 0); straight--)
+            for (int workers = 2; workers <= 4; workers++) {
+                int bfull = 0, bdef = 0, bnarrow = 0;
+                double full = zoo_plan(p, workers, straight, 1 << 20, &bfull);
+                double def = zoo_plan(p, workers, straight, 4096, &bdef);
+                double narrow = zoo_plan(p, workers, straight, p->n + 1, &bnarrow);
+                CHECK(full > 0 && bfull == 0 && bnarrow == 1 && near(def, full, 1e-9) && narrow <= full * 1.01 &&
+                          narrow >= full * (1 - 1e-9),
+                      "%s, %d workers%s: every ideal %.6f ms; default (beam %d) %.6f; narrowest beam %.6f (+%.2f%%)",
+                      models[m], workers, straight ? ", straight" : "", full, bdef, def, narrow,
+                      100 * (narrow / full - 1));
+            }
+        pd_profile_destroy(p);
+    }
+    const char *wide[] = {"t5-ts", "llama-ts"};
+    for (size_t m = 0; m < 2; m++) {
+        snprintf(path, sizeof path, "%s/%s.json", dir, wide[m]);
+        pd_profile *p;
+        pd__cuts *c = NULL;
+        if (pd_profile_load(path, &p) != PD_OK) {
+            CHECK(0, "%s loads: %s", path, pd_last_error());
+            continue;
+        }
+        pd_status st = pd__cuts_build(p, 4096, -1, &c);
+        CHECK(st == PD_OK && c->beam > 0 && !c->prefix_only && c->n_states > p->n + 1 && c->n_states <= 4096 &&
+                  cuts_hold_prefixes(p, c),
+              "%s: %d nodes, a beam of %d: %d cut states, all valid, every topological prefix among them", wide[m],
+              p->n, c ? c->beam : 0, c ? c->n_states : 0);
+        pd__cuts_free(c);
+        pd_profile_destroy(p);
+    }
+}
+
 /* A plan survives its JSON round trip. */
 static void test_json(void) {
     pd_profile *p = random_dag(7, false);
@@ -585,5 +674,6 @@ int main(int argc, char **argv) {
     test_errors();
     test_scale();
     test_json();
+    if (argc > 2) test_zoo_cuts(argv[2]);
     return check_summary();
 }

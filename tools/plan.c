@@ -56,8 +56,15 @@ static void pd__print_plan(const pd_plan *pl, const char *src) {
     printf(", %d microbatch%s per minibatch%s\n", pl->microbatches, pl->microbatches == 1 ? "" : "es",
            pl->recompute ? ", activations recomputed" : "");
     if (pl->n_cut_states > 0)
-        printf("searched %d cut states%s\n", pl->n_cut_states,
-               pl->prefix_only ? " (prefixes of one topological order: the DAG has too many; see --max-states)" : "");
+    {
+        printf("searched %d cut states", pl->n_cut_states);
+        if (pl->prefix_only)
+            printf(" (prefixes of one topological order: the DAG has too many; see --max-states)");
+        else if (pl->beam)
+            printf(" (the DAG has too many: a beam of %d per size from each end, and the topological prefix; "
+                   "see --max-states)", pl->beam);
+        printf("\n");
+    }
     printf("%-5s %-40s %8s %12s %10s %12s\n", "stage", "nodes (forward)", "replicas", "compute ms", "comm ms",
            "memory/wkr");
     for (int s = 0; s < pl->n_stages; s++) {
