@@ -79,6 +79,13 @@ typedef struct pd__pipe_stats {
     int peak_act_mbs;
     int peak_versions;
     double act_bytes_per_mb;
+    /* bytes of activations held at the peak: peak_act_mbs * act_bytes_per_mb,
+     * or under recomputation peak_act_mbs * keep_bytes_per_mb (what each
+     * received) plus one microbatch's rest, the shared slab forwards are
+     * redone into; recomputes: forwards run again (busiest replica) */
+    double peak_act_bytes;
+    double keep_bytes_per_mb;
+    int64_t recomputes;
 } pd__pipe_stats;
 void pd__pipe_stats_get(const pd__pipe *p, int s, pd__pipe_stats *out);
 /* Wall time of the last pd__pipe_run (0 before any). */

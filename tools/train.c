@@ -39,7 +39,7 @@ typedef struct {
     int64_t max_constant_bytes; /* 0: the loader's default */
     pd_train_options o;
     int64_t batch, steps, epochs, seed;
-    bool shuffle, cosine, quiet, vertical_sync, untie;
+    bool shuffle, cosine, quiet, vertical_sync, untie, recompute;
     char *owned[PD_MAX_ARGS]; /* strings we allocated */
     int nowned;
 } pd__targs;
@@ -185,6 +185,7 @@ static int pd__train_flags(pd__targs *a, pd_flag *t) {
         PD__INT("--microbatches", &a->microbatches, 1, 1 << 20, "microbatches per step"),
         PD__INT("--virtual-stages", &a->virtual_stages, 2, 64, "chunks per stage (interleaved)"),
         PD__SET("--vertical-sync", &a->vertical_sync, "pipedream: every stage uses stage 0's weight version"),
+        PD__SET("--recompute", &a->recompute, "keep only what each stage receives per microbatch, redo its forward before its backward"),
         PD__STR("--trace", &a->trace, "OUT.json", "a Chrome trace of the pipeline's steps"),
         PD__STR("--checkpoint-dir", &a->ckpt_dir, "DIR", "take checkpoints there"),
         PD__FN("--checkpoint-every", pd__flag_ckpt_every, 1, "N|auto", "a checkpoint every N steps (auto: CheckFreq's rate)"),
@@ -585,6 +586,7 @@ static int pd__pipeline_setup(pd__targs *a, pd_graph *g, pd__sched_kind kind, in
         pd_cli_fail();
         return 1;
     }
+    if (a->recompute) (*out_plan)->recompute = true; /* or the plan's own "recompute": true */
     if (pd__pipe_create(g, *out_plan, &a->o, kind, M, out_pipe) != PD_OK ||
         pd__pipe_set_vertical_sync(*out_pipe, a->vertical_sync) != PD_OK) {
         pd_cli_fail();
@@ -722,7 +724,7 @@ static int pd__train_pipeline(pd__targs *a, pd_graph *g, const char *input, pd_t
                 snprintf(simv, sizeof simv, "%d", sr.stage[st].peak_versions);
             }
             char act[48];
-            double ab = ps.peak_act_mbs * ps.act_bytes_per_mb;
+            double ab = ps.peak_act_bytes;
             snprintf(act, sizeof act, "%d mb, %.1f %s", ps.peak_act_mbs, ab >= 1e6 ? ab / 1e6 : ab / 1e3,
                      ab >= 1e6 ? "MB" : "KB");
             /* its nodes: "first-last" when one run of the graph's order, else how many */
@@ -991,9 +993,9 @@ static int pd__train_args(int argc, char **argv, const pd_cli_avg_args *av, pd__
         return rc;
     }
     pd__sched_kind kind = PD_SCHED_FLUSH;
-    if (!piped && (a->schedule || a->microbatches || a->trace || a->virtual_stages || a->vertical_sync)) {
-        pd_cli_usage_error("train: %s",
-                           "--schedule, --microbatches, --virtual-stages and --trace need --stages N or --plan FILE");
+    if (!piped && (a->schedule || a->microbatches || a->trace || a->virtual_stages || a->vertical_sync || a->recompute)) {
+        pd_cli_usage_error("train: %s", "--schedule, --microbatches, --virtual-stages, --trace and --recompute need "
+                                        "--stages N or --plan FILE");
         return rc;
     }
     if (a->stages && a->plan) {
