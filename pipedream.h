@@ -556,8 +556,11 @@ typedef struct pd_trainer_options {
     int64_t checkpoint_every;   /* also every this many steps (0: only at the end of each pd_trainer_train) */
     int checkpoint_keep;        /* the newest checkpoints kept (0: all; default 3) */
     int mpi;                    /* 1: this process runs its share of the plan under MPI (pd_mpi_init first) */
+    int recompute;              /* 1: activation recomputation, as the plan's "recompute": true (either turns it on):
+                                   a stage keeps per microbatch only what it received and runs its forward again
+                                   before the backward; the same results bit for bit, fewer activations held */
 } pd_trainer_options;
-#define PD_TRAINER_OPTIONS_INIT {sizeof(pd_trainer_options), NULL, "flush", 0, 0, NULL, 0, 3, 0}
+#define PD_TRAINER_OPTIONS_INIT {sizeof(pd_trainer_options), NULL, "flush", 0, 0, NULL, 0, 3, 0, 0}
 
 /* Where pd_trainer_resume put the trainer. A checkpoint taken inside a
  * pd_trainer_train call of run_steps steps that began at step run_first

@@ -666,10 +666,11 @@ static int pd__train_pipeline(pd__targs *a, pd_graph *g, const char *input, pd_t
     }
     if (!a->quiet)
         printf("training %s as a pipeline: %d stages%s, %s schedule, %d microbatch%s of %lld rows per step, %lld steps, "
-               "%s lr %g\n",
+               "%s lr %g%s\n",
                a->model, pd__pipe_stages(pipe), plan->chunks > 1 ? " (each with several virtual stages)" : "",
                pd__sched_kind_name(kind), M, M == 1 ? "" : "es", (long long)(B / M),
-               (long long)steps, pd__optim_name(a->o.optimizer), a->o.lr);
+               (long long)steps, pd__optim_name(a->o.optimizer), a->o.lr,
+               plan->recompute ? ", activations recomputed" : "");
     if (!a->quiet && cr->from.nparts) printf("resuming from %s at step %lld\n", cr->from.path, (long long)first);
     double t0 = pd__now();
     pm.res = res;
