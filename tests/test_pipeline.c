@@ -1473,6 +1473,73 @@ static void run_recompute(const char *fixtures) {
     }
 }
 
+/* The 2BW planner's memory model under recomputation against what the
+ * runtime then holds: the tightest memory limit (from the unlimited plan's
+ * peak, down by 10% a time) at which the planner turns recomputation on; per
+ * stage its memory_bytes (3 W + O + in-flight * in + act) within 10% of the
+ * runtime's weight versions, gradients and optimizer state plus its peak
+ * activations under the 2bw schedule. */
+static void run_recompute_planner(const char *fixtures) {
+    enum { M = 4 };
+    char fx[1024];
+    snprintf(fx, sizeof fx, "%s/gpt", fixtures);
+    pd_tensor X = {0}, Y = {0}, xs = {0}, ys = {0};
+    pd__data d = {0};
+    pd_graph *g = NULL;
+    pd_profile *prof = NULL;
+    pd_plan *plan = NULL;
+    pd_status st = load_stream(fx, STEPS, &X, &Y, &d, &xs, &ys);
+    if (st == PD_OK) st = load(fx, BATCH / M, &g);
+    pd_profile_options po = PD_PROFILE_OPTIONS_INIT;
+    po.warmup = 0, po.repeats = 1, po.threads = 1;
+    if (st == PD_OK) st = pd_profile_measure(g, &po, &prof);
+    pd_plan_options o = PD_PLAN_OPTIONS_INIT;
+    o.algo = "2bw", o.workers = 2, o.straight = 1, o.microbatches = M;
+    double limit = 0;
+    for (int tries = 0; st == PD_OK && tries < 40 && !(plan && plan->recompute); tries++) {
+        double peak = 0;
+        for (int s = 0; plan && s < plan->n_stages; s++) peak = fmax(peak, plan->stage[s].memory_bytes);
+        pd_plan_destroy(plan);
+        plan = NULL;
+        if (tries > 0) limit = 0.9 * (limit > 0 ? fmin(limit, peak) : peak);
+        o.memory = limit;
+        st = pd_plan_create(prof, &o, &plan);
+    }
+    if (st == PD_OK && !plan->recompute) st = pd__err(PD_ERR_INTERNAL, "the planner never chose recomputation");
+    pd_graph_destroy(g);
+    g = NULL;
+    pd__pipe *p = NULL;
+    pd_step_result res[STEPS];
+    pd_train_options to = PD_TRAIN_OPTIONS_INIT;
+    to.optimizer = PD_OPT_SGD;
+    if (st == PD_OK) st = load(fx, BATCH / M, &g);
+    if (st == PD_OK) st = pd__pipe_create(g, plan, &to, PD_SCHED_2BW, M, &p);
+    if (st == PD_OK) st = pd__pipe_run(p, STEPS, &xs, &ys, res);
+    double worst = 0;
+    char figures[256] = "";
+    for (int s = 0; st == PD_OK && s < plan->n_stages; s++) {
+        const pd__stage *ps = &plan->stage[s];
+        pd__pipe_stats rs;
+        pd__pipe_stats_get(p, s, &rs);
+        double held = (rs.peak_versions + 1) * ps->param_bytes + ps->optim_bytes + rs.peak_act_bytes;
+        worst = fmax(worst, fabs(held - ps->memory_bytes) / ps->memory_bytes);
+        snprintf(figures + strlen(figures), sizeof figures - strlen(figures), "%s stage %d %.0f / %.0f", s ? "," : "",
+                 s, ps->memory_bytes, held);
+    }
+    CHECK(st == PD_OK && worst <= 0.10,
+          "gpt, 2bw planner at %.0f bytes chose recomputation: predicted / runtime bytes per worker:%s (worst %.2f%%)%s%s",
+          limit, figures, 100 * worst, st ? ": " : "", st ? pd_last_error() : "");
+    pd__pipe_destroy(p);
+    pd_plan_destroy(plan);
+    pd_profile_destroy(prof);
+    pd_graph_destroy(g);
+    free(xs.data);
+    free(ys.data);
+    pd__data_free(&d);
+    pd_tensor_free(&X);
+    pd_tensor_free(&Y);
+}
+
 int main(int argc, char **argv) {
     if (argc == 4 && !strcmp(argv[1], "--device") && !strcmp(argv[2], "cuda")) {
         if (pd_cuda_device_count() == 0) {
@@ -1494,5 +1561,6 @@ int main(int argc, char **argv) {
     run_tied(argv[1]);
     if (device == PD_DEVICE_CPU) run_batchnorm(argv[1]); /* its references rewrite the host slabs */
     if (device == PD_DEVICE_CPU) run_recompute(argv[1]);
+    if (device == PD_DEVICE_CPU) run_recompute_planner(argv[1]);
     return check_summary();
 }
