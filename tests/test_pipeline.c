@@ -1027,6 +1027,12 @@ static void run_gpu(const char *fx, const pd_tensor *xs, const pd_tensor *ys, co
     char md[512];
     snprintf(md, sizeof md, "%s", pd_last_error());
     pd__pipe_destroy(p);
+    p = NULL;
+    if (st == PD_OK) plan->recompute = true;
+    pd_status e = st == PD_OK ? pd__pipe_create(g, plan, &refs[0].o, PD_SCHED_FLUSH, 4, &p) : st;
+    CHECK(e == PD_ERR_UNSUPPORTED && !p && strstr(pd_last_error(), "plan->recompute"),
+          "GPU stages refuse activation recomputation: %s", pd_last_error());
+    if (st == PD_OK) plan->recompute = false;
     CHECK(a == PD_ERR_UNSUPPORTED && strstr(ma, "replicated") && c == PD_OK && d == PD_ERR_INVALID &&
               strstr(md, "cuda:99"),
           "GPU stages refuse, with reasons: a replicated stage (%s); a GPU the machine lacks (%s); and take snapshot "
