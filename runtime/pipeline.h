@@ -31,6 +31,11 @@
  * gradient norm) only under the flushing schedules, where an update has every
  * stage's gradients: the stages meet at STEP and add their squared norms in
  * worker order.
+ * Activation recomputation (plan->recompute; docs/SCHEDULES.md): a
+ * microbatch in flight keeps what its stage received, the rest of a chunk's
+ * activations are one slab its forward is redone into before a B, W or
+ * SEND_ACT that finds another microbatch's there; every schedule, CPU stages
+ * only; the same results bit for bit.
  * GPU stages (o->device PD_DEVICE_CUDA; docs/CUDA.md, "The pipeline on
  * GPUs"): every thread computes on a CUDA device (the plan's per stage, else
  * o->device_index), its weights, stashes and contexts there

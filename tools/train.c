@@ -858,7 +858,8 @@ static int pd__train_avgpipe_hook(pd__targs *a, const pd_cli_avg_args *av, pd_gr
                                   pd_tensor *X, pd_tensor *Y, pd__data *data, int64_t steps, pd__sched_kind kind,
                                   FILE *mf) {
     pd_cli_avg_ctx c = {a->model, a->plan, (int)a->stages, (int)a->microbatches, a->batch, steps, &a->o, kind,
-                        a->quiet, a->trace, g, input, X, Y, data, mf, pd__mp.rank, pd__mp.size, pd__mp_agree_final};
+                        a->quiet, a->trace, g, input, X, Y, data, mf, pd__mp.rank, pd__mp.size, pd__mp_agree_final,
+                        a->recompute};
     return pd_cli_train_avgpipe(av, &c);
 }
 

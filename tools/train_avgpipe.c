@@ -136,6 +136,7 @@ int pd_cli_train_avgpipe(const pd_cli_avg_args *av, const pd_cli_avg_ctx *c) {
             goto out;
         }
     if (plan->chunks > 1 && c->kind != PD_SCHED_INTERLEAVED) plan->chunks = 1;
+    if (c->recompute) plan->recompute = true;
     if (c->size > 1) {
         pd__pipe *probe = NULL; /* the plan's processes per pipeline, checked by every process before any waits */
         bool fits = pd__pipe_create(c->g, plan, c->o, c->kind, c->microbatches, &probe) == PD_OK &&
