@@ -1055,6 +1055,7 @@ static pd_status pd__overlapped_wait(pd__wk *W) {
 /* part: 0 the whole backward (B), 1 input gradients (split B), 2 weight
  * gradients (W); overlap: start the gradients' all-reduces as they are made. */
 static pd_status pd__do_backward(pd__wk *W, pd__chunk *C, int mb, int32_t version, int part, bool overlap) {
+    W->x.seed = pd__mb_seed(W->p, mb); /* Dropout's backward draws its forward's mask again */
     if (W->dev) return pd__dev_backward(W, C, mb, version, part);
     pd__pipe *p = W->p;
     const pd__vstage *S = &p->vs[C->k];
@@ -1063,8 +1064,7 @@ static pd_status pd__do_backward(pd__wk *W, pd__chunk *C, int mb, int32_t versio
         return pd__err(PD_ERR_INTERNAL, "the %s names weight version %d, its forward used %d", part == 2 ? "W" : "B",
                        (int)version, (int)*fv);
     pd__actx *c = C->slot[mb % p->nslots];
-    PD_TRY(pd__rc_ensure(W, C, mb));
-    W->x.seed = pd__mb_seed(p, mb); /* Dropout's backward draws its forward's mask again */
+    PD_TRY(pd__rc_ensure(W, C, mb)); /* sets the seed too */
     if (overlap) PD_TRY(pd__backward_overlapped(W, S, c, part));
     else if (part == 0) PD_TRY(pd__actx_backward(p->s, &W->x, c, S->bnodes, S->nbnodes));
     else PD_TRY(pd__actx_backward_part(p->s, &W->x, c, S->bnodes, S->nbnodes, part == 2));
