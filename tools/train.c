@@ -712,6 +712,7 @@ static int pd__train_pipeline(pd__targs *a, pd_graph *g, const char *input, pd_t
         int P = pd__pipe_stages(pipe);
         bool sim = pd_simulate(plan, &so, &sr) == PD_OK && sr.n_stages == P;
         double wall = pd__pipe_last_run_ms(pipe), busy_all = 0;
+        long long redone = 0; /* recomputation: forwards run again, all stages */
         if (pd__mp.size < 2) { /* under MPI each process knows its own stage only */
         printf("%5s %10s %10s %7s %18s %9s %10s %10s\n", "stage", "nodes", "busy ms", "busy", "peak activations",
                "versions", "sim busy", "sim vers");
@@ -719,6 +720,7 @@ static int pd__train_pipeline(pd__targs *a, pd_graph *g, const char *input, pd_t
             pd__pipe_stats ps;
             pd__pipe_stats_get(pipe, st, &ps);
             busy_all += ps.busy_ms;
+            redone += (long long)ps.recomputes;
             char simb[32] = "-", simv[16] = "-";
             if (sim) {
                 snprintf(simb, sizeof simb, "%.1f%%", sr.makespan_ms > 0 ? 100 * sr.stage[st].busy_ms / sr.makespan_ms : 0);
@@ -745,6 +747,7 @@ static int pd__train_pipeline(pd__targs *a, pd_graph *g, const char *input, pd_t
         printf("bubble: %.1f%% measured", wall > 0 ? 100 * (1 - busy_all / (P * wall)) : 0);
         if (sim) printf(", %.1f%% simulated", 100 * sr.bubble);
         printf("\n");
+        if (plan->recompute) printf("recomputation: %lld forwards run again before their backward\n", redone);
         }
         if (sim) pd_sim_result_free(&sr);
     }
