@@ -1372,7 +1372,10 @@ static void run_batchnorm(const char *fixtures) {
  * version and Dropout seed), some forward run again, and each stage's peak
  * activations peak_act_mbs * keep (what it receives) + one microbatch's
  * rest, strictly below peak_act_mbs * act when it holds several: stage 0
- * receives nothing and holds exactly one microbatch's (1/peak_act_mbs). */
+ * receives nothing and holds exactly one microbatch's (1/peak_act_mbs).
+ * Models: every case on the mlp with Dropout (masks drawn again), a few on
+ * the mlp, gpt, mlp_loss (labels a graph input, fed again) and cnn_bn
+ * (BatchNorm running statistics, which a redone forward must not move). */
 typedef struct rc_case {
     pd__sched_kind kind;
     int stages, m, chunks;
@@ -1386,6 +1389,7 @@ static pd_status rc_run(const char *fx, const pd_plan *plan, const rc_case *c, c
     pd_train_options o = PD_TRAIN_OPTIONS_INIT;
     o.optimizer = PD_OPT_SGD;
     o.lr = 0.05;
+    if (strstr(fx, "mlp_loss")) o.loss = PD_LOSS_GRAPH; /* the loss inside the model, its labels an input */
     pd_status st = load(fx, BATCH / c->m, g);
     if (st == PD_OK) st = pd__pipe_create(*g, plan, &o, c->kind, c->m, &p);
     if (st == PD_OK) st = pd__pipe_run(p, STEPS, xs, ys, res);
@@ -1460,8 +1464,8 @@ static void run_recompute(const char *fixtures) {
         {PD_SCHED_2BW, 2, 4, 1, NULL, 0},         {PD_SCHED_FLUSH, 2, 4, 1, reps, 0},
         {PD_SCHED_FLUSH, 2, 4, 1, NULL, 1},       {PD_SCHED_GPIPE, 2, 4, 1, NULL, 1},
     };
-    static const char *const models[][2] = {{"dropout", "mlp"}, {"mlp", "mlp"}, {"gpt", "gpt"}};
-    for (int mi = 0; mi < 3; mi++) {
+    static const char *const models[][2] = {{"dropout", "mlp"}, {"mlp", "mlp"}, {"gpt", "gpt"}, {"mlp_loss", "mlp_loss"}, {"cnn_bn", "cnn_bn"}};
+    for (int mi = 0; mi < 5; mi++) {
         char fx[1024], dx[1024];
         snprintf(fx, sizeof fx, "%s/%s", fixtures, models[mi][0]);
         snprintf(dx, sizeof dx, "%s/%s", fixtures, models[mi][1]);
