@@ -1376,6 +1376,8 @@ static void run_batchnorm(const char *fixtures) {
  * Models: every case on the mlp with Dropout (masks drawn again), a few on
  * the mlp, gpt, mlp_loss (labels a graph input, fed again) and cnn_bn
  * (BatchNorm running statistics, which a redone forward must not move). */
+enum { RC_STEPS = 6 }; /* enough for every schedule's steady state; short under valgrind */
+
 typedef struct rc_case {
     pd__sched_kind kind;
     int stages, m, chunks;
@@ -1392,7 +1394,7 @@ static pd_status rc_run(const char *fx, const pd_plan *plan, const rc_case *c, c
     if (strstr(fx, "mlp_loss")) o.loss = PD_LOSS_GRAPH; /* the loss inside the model, its labels an input */
     pd_status st = load(fx, BATCH / c->m, g);
     if (st == PD_OK) st = pd__pipe_create(*g, plan, &o, c->kind, c->m, &p);
-    if (st == PD_OK) st = pd__pipe_run(p, STEPS, xs, ys, res);
+    if (st == PD_OK) st = pd__pipe_run(p, RC_STEPS, xs, ys, res);
     for (int s = 0; st == PD_OK && s < c->stages; s++) pd__pipe_stats_get(p, s, &stats[s]);
     pd__pipe_destroy(p);
     return st;
@@ -1419,7 +1421,7 @@ static bool rc_peaks_ok(const rc_case *c, const pd__pipe_stats *a, const pd__pip
 static void rc_check(const char *fx, const char *name, const rc_case *c, const pd_tensor *xs, const pd_tensor *ys) {
     pd_graph *g0 = NULL, *ga = NULL, *gb = NULL;
     pd_plan *plan = NULL;
-    pd_step_result ra[STEPS], rb[STEPS];
+    pd_step_result ra[RC_STEPS], rb[RC_STEPS];
     pd__pipe_stats sa[8], sb[8];
     memset(sa, 0, sizeof sa);
     memset(sb, 0, sizeof sb);
@@ -1432,7 +1434,7 @@ static void rc_check(const char *fx, const char *name, const rc_case *c, const p
     if (st == PD_OK) plan->recompute = true;
     if (st == PD_OK) st = rc_run(fx, plan, c, xs, ys, rb, sb, &gb);
     int same = 0, weights = 0;
-    for (int k = 0; st == PD_OK && k < STEPS; k++) same += memcmp(&ra[k].loss, &rb[k].loss, sizeof ra[k].loss) == 0;
+    for (int k = 0; st == PD_OK && k < RC_STEPS; k++) same += memcmp(&ra[k].loss, &rb[k].loss, sizeof ra[k].loss) == 0;
     for (int t = 0; st == PD_OK && t < ga->ntensors; t++) {
         const pd__tensor *a = &ga->tensors[t], *b = &gb->tensors[t];
         if (a->kind != PD_T_INIT || a->dtype != PD_FLOAT) continue;
@@ -1442,11 +1444,11 @@ static void rc_check(const char *fx, const char *name, const rc_case *c, const p
     double ratio0 = 0;
     int64_t rec = 0;
     bool peaks = st == PD_OK && rc_peaks_ok(c, sa, sb, &ratio0, &rec);
-    CHECK(st == PD_OK && weights > 0 && same == STEPS + weights && peaks,
+    CHECK(st == PD_OK && weights > 0 && same == RC_STEPS + weights && peaks,
           "%s, %d stages x %d microbatches%s%s, %s, recompute: %d of %d losses and weights bitwise equal, %lld "
           "forwards redone, stage 0's peak activations %.4g of the run without%s%s",
           name, c->stages, c->m, c->chunks > 1 ? " x 2 chunks" : "", c->bip ? ", bipartition" : c->reps ? ", replicas 1,2" : "",
-          pd__sched_kind_name(c->kind), same, STEPS + weights, (long long)rec, ratio0, st ? ": " : "",
+          pd__sched_kind_name(c->kind), same, RC_STEPS + weights, (long long)rec, ratio0, st ? ": " : "",
           st ? pd_last_error() : "");
     pd_plan_destroy(plan);
     pd_graph_destroy(g0);
@@ -1471,7 +1473,7 @@ static void run_recompute(const char *fixtures) {
         snprintf(dx, sizeof dx, "%s/%s", fixtures, models[mi][1]);
         pd_tensor X = {0}, Y = {0}, xs = {0}, ys = {0};
         pd__data d = {0};
-        pd_status st = load_stream(dx, STEPS, &X, &Y, &d, &xs, &ys);
+        pd_status st = load_stream(dx, RC_STEPS, &X, &Y, &d, &xs, &ys);
         CHECK(st == PD_OK, "%s: the training data loads%s%s", models[mi][0], st ? ": " : "", st ? pd_last_error() : "");
         int n = mi == 0 ? (int)(sizeof cases / sizeof *cases) : mi == 1 ? 3 : 2; /* every case on the model with Dropout */
         for (int k = 0; st == PD_OK && k < n; k++) rc_check(fx, models[mi][0], &cases[k], &xs, &ys);
@@ -1498,7 +1500,7 @@ static void run_recompute_planner(const char *fixtures) {
     pd_graph *g = NULL;
     pd_profile *prof = NULL;
     pd_plan *plan = NULL;
-    pd_status st = load_stream(fx, STEPS, &X, &Y, &d, &xs, &ys);
+    pd_status st = load_stream(fx, RC_STEPS, &X, &Y, &d, &xs, &ys);
     if (st == PD_OK) st = load(fx, BATCH / M, &g);
     pd_profile_options po = PD_PROFILE_OPTIONS_INIT;
     po.warmup = 0, po.repeats = 1, po.threads = 1;
@@ -1519,12 +1521,12 @@ static void run_recompute_planner(const char *fixtures) {
     pd_graph_destroy(g);
     g = NULL;
     pd__pipe *p = NULL;
-    pd_step_result res[STEPS];
+    pd_step_result res[RC_STEPS];
     pd_train_options to = PD_TRAIN_OPTIONS_INIT;
     to.optimizer = PD_OPT_SGD;
     if (st == PD_OK) st = load(fx, BATCH / M, &g);
     if (st == PD_OK) st = pd__pipe_create(g, plan, &to, PD_SCHED_2BW, M, &p);
-    if (st == PD_OK) st = pd__pipe_run(p, STEPS, &xs, &ys, res);
+    if (st == PD_OK) st = pd__pipe_run(p, RC_STEPS, &xs, &ys, res);
     double worst = 0;
     char figures[256] = "";
     for (int s = 0; st == PD_OK && s < plan->n_stages; s++) {
