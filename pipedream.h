@@ -563,8 +563,11 @@ typedef struct pd_trainer_options {
     int64_t checkpoint_every;   /* also every this many steps (0: only at the end of each pd_trainer_train) */
     int checkpoint_keep;        /* the newest checkpoints kept (0: all; default 3) */
     int mpi;                    /* 1: this process runs its share of the plan under MPI (pd_mpi_init first) */
+    int recompute;              /* 1: activation recomputation, as the plan's "recompute": true (either turns it on):
+                                   a stage keeps per microbatch only what it received and runs its forward again
+                                   before the backward; the same results bit for bit, fewer activations held */
 } pd_trainer_options;
-#define PD_TRAINER_OPTIONS_INIT {sizeof(pd_trainer_options), NULL, "flush", 0, 0, NULL, 0, 3, 0}
+#define PD_TRAINER_OPTIONS_INIT {sizeof(pd_trainer_options), NULL, "flush", 0, 0, NULL, 0, 3, 0, 0}
 
 /* Where pd_trainer_resume put the trainer. A checkpoint taken inside a
  * pd_trainer_train call of run_steps steps that began at step run_first
@@ -8591,7 +8594,7 @@ struct pd_plan {
     int microbatches;      /* per minibatch (per pipeline) */
     int64_t microbatch_size;
     int width;             /* 2bw, avgpipe: parallel pipelines (data-parallel width; avgpipe's K); 1 otherwise */
-    bool recompute;        /* 2bw: activation recomputation */
+    bool recompute;        /* activation recomputation (the 2bw planner's choice; the runtime honours it under every schedule) */
     pd__algo algo;
     char *algo_name, *cost_model, *model;
     double bandwidth;      /* between adjacent stages (the slowest level crossed) */
@@ -9476,6 +9479,11 @@ typedef struct pd__sim_costs {
     const double *allreduce_ms; /* per worker: one ALLREDUCE */
     const double *act_bytes;    /* activations stashed per microbatch */
     const double *param_bytes;  /* one weight version */
+    /* activation recomputation (NULL: off): per virtual stage, what a
+     * microbatch in flight keeps (what it receives); the rest of act_bytes
+     * is held once, and a B or W whose microbatch's activations are not the
+     * last its stage computed first runs its forward again (f_ms more) */
+    const double *in_bytes;
 } pd__sim_costs;
 
 /* Replays the lists in order per worker: an instruction starts when its
@@ -9502,6 +9510,7 @@ pd_status pd__simulate_costs(const pd__schedule *s, const pd__sim_costs *c, pd_s
 typedef struct pd__sim_plan {
     pd__schedule *sched;
     double *f_ms, *b_ms, *w_ms, *send_ms, *act_bytes, *param_bytes; /* per virtual stage */
+    double *in_bytes;  /* per virtual stage under plan->recompute; else NULL */
     double *allreduce_ms;                                           /* per worker */
     int *replicas;                                                  /* per worker */
     bool split_chunks; /* interleaved on a plan without chunks: stages split evenly */
@@ -11376,9 +11385,11 @@ pd_status pd__schedule_replay(const pd__schedule *s, const pd__sim_costs *c, dou
     int *cap = (int *)PD_CALLOC((size_t)nch + 1, sizeof(int)), *nsent = (int *)PD_CALLOC((size_t)nch + 1, sizeof(int));
     int *nrecv = (int *)PD_CALLOC((size_t)nch + 1, sizeof(int)), *pos = (int *)PD_CALLOC((size_t)p, sizeof(int));
     double *chfree = (double *)PD_CALLOC((size_t)nch + 1, sizeof(double)), *t = (double *)PD_CALLOC((size_t)p, sizeof(double));
+    int *owner = (int *)PD_MALLOC(sizeof(int) * ((size_t)V + 1)); /* recomputation: whose activations each stage holds */
     pd__sent **q = (pd__sent **)PD_CALLOC((size_t)nch + 1, sizeof(pd__sent *));
     pd_status rc = PD_OK;
-    if (!cap || !nsent || !nrecv || !pos || !chfree || !t || !q) {
+    for (int k = 0; owner && k < V; k++) owner[k] = -1;
+    if (!cap || !nsent || !nrecv || !pos || !chfree || !t || !q || !owner) {
         rc = pd__err(PD_ERR_NOMEM, "simulate: out of memory");
         goto out;
     }
@@ -11411,7 +11422,7 @@ pd_status pd__schedule_replay(const pd__schedule *s, const pd__sim_costs *c, dou
                 int k = in->chunk * p + w, ch = pd__channel(in, k), i = pos[w];
                 double t0 = t[w], dur = 0;
                 switch (in->op) {
-                case PD_I_F: dur = c ? c->f_ms[k] : 0; break;
+                case PD_I_F: dur = c ? c->f_ms[k] : 0, owner[k] = in->mb; break;
                 case PD_I_B: dur = c ? c->b_ms[k] + (in->split ? 0 : pd__cost(c->w_ms, k)) : 0; break;
                 case PD_I_W: dur = c ? pd__cost(c->w_ms, k) : 0; break;
                 case PD_I_ALLREDUCE: dur = c ? pd__cost(c->allreduce_ms, w) : 0; break;
@@ -11440,6 +11451,8 @@ pd_status pd__schedule_replay(const pd__schedule *s, const pd__sim_costs *c, dou
                 }
                 default: break;
                 }
+                if ((in->op == PD_I_B || in->op == PD_I_W) && c && c->in_bytes && owner[k] != in->mb)
+                    dur += c->f_ms[k], owner[k] = in->mb; /* the forward again first */
                 if (start) start[w][i] = t0;
                 if (end) end[w][i] = t0 + dur;
                 t[w] = t0 + dur;
@@ -11475,6 +11488,7 @@ out:
     PD_FREE(pos);
     PD_FREE(chfree);
     PD_FREE(t);
+    PD_FREE(owner);
     return rc;
 }
 
@@ -11503,16 +11517,23 @@ static pd_status pd__memory(const pd__schedule *s, const pd__sim_costs *c, int w
     if (!ref) return pd__err(PD_ERR_NOMEM, "simulate: out of memory");
     int p = s->n_stages, count = 0, live = 0, current = 0;
     double bytes = 0, params = 0;
+    int *held = (int *)PD_CALLOC((size_t)s->chunks + 1, sizeof(int)); /* per chunk: microbatches in flight */
+    if (!held) {
+        PD_FREE(ref);
+        return pd__err(PD_ERR_NOMEM, "simulate: out of memory");
+    }
     for (int ch = 0; ch < s->chunks; ch++) params += pd__cost(c->param_bytes, ch * p + w);
     out->peak_act_mbs = 0, out->peak_act_bytes = 0, out->peak_versions = 1;
     for (int i = 0; i < s->len[w]; i++) {
         const pd__instr *in = &s->ins[w][i];
         int k = in->chunk * p + w, v = in->version;
+        /* per microbatch its activations, or under recomputation what it received */
+        double per_mb = c->in_bytes ? c->in_bytes[k] : pd__cost(c->act_bytes, k);
         if (in->op == PD_I_F) {
-            count++, bytes += pd__cost(c->act_bytes, k);
+            count++, bytes += per_mb, held[in->chunk]++;
             if (v >= 0 && v <= max_version && ref[v]++ == 0) live++;
         } else if (in->op == PD_I_W || (in->op == PD_I_B && !in->split)) {
-            count--, bytes -= pd__cost(c->act_bytes, k);
+            count--, bytes -= per_mb, held[in->chunk]--;
             if (v >= 0 && v <= max_version && --ref[v] == 0) live--;
         } else if (in->op == PD_I_STEP) {
             current = v;
@@ -11520,18 +11541,22 @@ static pd_status pd__memory(const pd__schedule *s, const pd__sim_costs *c, int w
             continue;
         }
         int versions = live + (current >= 0 && current <= max_version && ref[current] == 0);
+        double all = bytes; /* recomputation: plus one microbatch's rest per chunk with one in flight */
+        for (int ch = 0; c->in_bytes && ch < s->chunks; ch++)
+            if (held[ch] > 0) all += pd__cost(c->act_bytes, ch * p + w);
         if (count > out->peak_act_mbs) out->peak_act_mbs = count;
-        if (bytes > out->peak_act_bytes) out->peak_act_bytes = bytes;
+        if (all > out->peak_act_bytes) out->peak_act_bytes = all;
         if (versions > out->peak_versions) out->peak_versions = versions;
         if (trace) {
             char name[32], args[96];
             snprintf(name, sizeof name, "memory stage %d", w);
-            snprintf(args, sizeof args, "\"activations\":%.0f,\"weights\":%.0f", bytes > 0 ? bytes : 0,
+            snprintf(args, sizeof args, "\"activations\":%.0f,\"weights\":%.0f", all > 0 ? all : 0,
                      versions * params);
             pd__trace_counter(trace, name, en[w][i] * 1000, 0, args);
         }
     }
     PD_FREE(ref);
+    PD_FREE(held);
     return PD_OK;
 }
 
@@ -11736,7 +11761,7 @@ out:
 pd_status pd__simulate_schedule(const pd__schedule *s, const double *f_ms, const double *b_ms, const double *w_ms,
                                 const double *send_ms, const double *act_bytes, const double *param_bytes,
                                 pd_sim_result *out, FILE *trace) {
-    pd__sim_costs c = {f_ms, b_ms, w_ms, send_ms, NULL, act_bytes, param_bytes};
+    pd__sim_costs c = {f_ms, b_ms, w_ms, send_ms, NULL, act_bytes, param_bytes, NULL};
     return pd__simulate_costs(s, &c, out, trace, NULL);
 }
 
@@ -11757,6 +11782,7 @@ void pd__sim_plan_free(pd__sim_plan *sp) {
     PD_FREE(sp->w_ms);
     PD_FREE(sp->send_ms);
     PD_FREE(sp->act_bytes);
+    PD_FREE(sp->in_bytes);
     PD_FREE(sp->param_bytes);
     PD_FREE(sp->allreduce_ms);
     PD_FREE(sp->replicas);
@@ -11796,6 +11822,10 @@ pd_status pd__sim_plan_make(const pd_plan *pl, const pd_sim_options *opt, pd__si
     sp.param_bytes = (double *)PD_CALLOC((size_t)V, sizeof(double));
     sp.allreduce_ms = (double *)PD_CALLOC((size_t)p, sizeof(double));
     sp.replicas = (int *)PD_CALLOC((size_t)p, sizeof(int));
+    if (pl->recompute && !(sp.in_bytes = (double *)PD_CALLOC((size_t)V, sizeof(double)))) {
+        pd__sim_plan_free(&sp);
+        return pd__err(PD_ERR_NOMEM, "pd_simulate: out of memory");
+    }
     if (!sp.f_ms || !sp.b_ms || !sp.w_ms || !sp.send_ms || !sp.act_bytes || !sp.param_bytes || !sp.allreduce_ms ||
         !sp.replicas) {
         pd__sim_plan_free(&sp);
@@ -11813,6 +11843,7 @@ pd_status pd__sim_plan_make(const pd_plan *pl, const pd_sim_options *opt, pd__si
         sp.b_ms[k] = g->bwd_in_ms / d / r;
         sp.w_ms[k] = g->bwd_w_ms / d / r;
         sp.act_bytes[k] = g->act_bytes / d;
+        if (sp.in_bytes) sp.in_bytes[k] = g->in_bytes / d;
         sp.param_bytes[k] = g->param_bytes / d;
         sp.send_ms[k] = k + 1 == V ? 0 : !split ? g->send_ms : w + 1 < p ? g->send_ms : wrap;
         if ((int)r > sp.replicas[w]) sp.replicas[w] = (int)r;
@@ -11868,7 +11899,7 @@ pd_status pd_simulate(const pd_plan *p, const pd_sim_options *opt, pd_sim_result
     if (!out) return pd__err(PD_ERR_INVALID, "pd_simulate: NULL result");
     pd__sim_plan sp;
     PD_TRY(pd__sim_plan_make(p, &o, &sp));
-    pd__sim_costs c = {sp.f_ms, sp.b_ms, sp.w_ms, sp.send_ms, sp.allreduce_ms, sp.act_bytes, sp.param_bytes};
+    pd__sim_costs c = {sp.f_ms, sp.b_ms, sp.w_ms, sp.send_ms, sp.allreduce_ms, sp.act_bytes, sp.param_bytes, sp.in_bytes};
     char ttmp[4096], stmp[4096];
     pd_status rc = PD_OK;
     FILE *ft = pd__open_tmp(o.trace, ttmp, sizeof ttmp, &rc);

@@ -130,7 +130,7 @@ struct pd_plan {
     int microbatches;      /* per minibatch (per pipeline) */
     int64_t microbatch_size;
     int width;             /* 2bw, avgpipe: parallel pipelines (data-parallel width; avgpipe's K); 1 otherwise */
-    bool recompute;        /* 2bw: activation recomputation */
+    bool recompute;        /* activation recomputation (the 2bw planner's choice; the runtime honours it under every schedule) */
     pd__algo algo;
     char *algo_name, *cost_model, *model;
     double bandwidth;      /* between adjacent stages (the slowest level crossed) */

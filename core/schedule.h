@@ -63,6 +63,11 @@ typedef struct pd__sim_costs {
     const double *allreduce_ms; /* per worker: one ALLREDUCE */
     const double *act_bytes;    /* activations stashed per microbatch */
     const double *param_bytes;  /* one weight version */
+    /* activation recomputation (NULL: off): per virtual stage, what a
+     * microbatch in flight keeps (what it receives); the rest of act_bytes
+     * is held once, and a B or W whose microbatch's activations are not the
+     * last its stage computed first runs its forward again (f_ms more) */
+    const double *in_bytes;
 } pd__sim_costs;
 
 /* Replays the lists in order per worker: an instruction starts when its
@@ -89,6 +94,7 @@ pd_status pd__simulate_costs(const pd__schedule *s, const pd__sim_costs *c, pd_s
 typedef struct pd__sim_plan {
     pd__schedule *sched;
     double *f_ms, *b_ms, *w_ms, *send_ms, *act_bytes, *param_bytes; /* per virtual stage */
+    double *in_bytes;  /* per virtual stage under plan->recompute; else NULL */
     double *allreduce_ms;                                           /* per worker */
     int *replicas;                                                  /* per worker */
     bool split_chunks; /* interleaved on a plan without chunks: stages split evenly */

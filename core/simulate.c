@@ -42,9 +42,11 @@ pd_status pd__schedule_replay(const pd__schedule *s, const pd__sim_costs *c, dou
     int *cap = (int *)PD_CALLOC((size_t)nch + 1, sizeof(int)), *nsent = (int *)PD_CALLOC((size_t)nch + 1, sizeof(int));
     int *nrecv = (int *)PD_CALLOC((size_t)nch + 1, sizeof(int)), *pos = (int *)PD_CALLOC((size_t)p, sizeof(int));
     double *chfree = (double *)PD_CALLOC((size_t)nch + 1, sizeof(double)), *t = (double *)PD_CALLOC((size_t)p, sizeof(double));
+    int *owner = (int *)PD_MALLOC(sizeof(int) * ((size_t)V + 1)); /* recomputation: whose activations each stage holds */
     pd__sent **q = (pd__sent **)PD_CALLOC((size_t)nch + 1, sizeof(pd__sent *));
     pd_status rc = PD_OK;
-    if (!cap || !nsent || !nrecv || !pos || !chfree || !t || !q) {
+    for (int k = 0; owner && k < V; k++) owner[k] = -1;
+    if (!cap || !nsent || !nrecv || !pos || !chfree || !t || !q || !owner) {
         rc = pd__err(PD_ERR_NOMEM, "simulate: out of memory");
         goto out;
     }
@@ -77,7 +79,7 @@ pd_status pd__schedule_replay(const pd__schedule *s, const pd__sim_costs *c, dou
                 int k = in->chunk * p + w, ch = pd__channel(in, k), i = pos[w];
                 double t0 = t[w], dur = 0;
                 switch (in->op) {
-                case PD_I_F: dur = c ? c->f_ms[k] : 0; break;
+                case PD_I_F: dur = c ? c->f_ms[k] : 0, owner[k] = in->mb; break;
                 case PD_I_B: dur = c ? c->b_ms[k] + (in->split ? 0 : pd__cost(c->w_ms, k)) : 0; break;
                 case PD_I_W: dur = c ? pd__cost(c->w_ms, k) : 0; break;
                 case PD_I_ALLREDUCE: dur = c ? pd__cost(c->allreduce_ms, w) : 0; break;
@@ -106,6 +108,8 @@ pd_status pd__schedule_replay(const pd__schedule *s, const pd__sim_costs *c, dou
                 }
                 default: break;
                 }
+                if ((in->op == PD_I_B || in->op == PD_I_W) && c && c->in_bytes && owner[k] != in->mb)
+                    dur += c->f_ms[k], owner[k] = in->mb; /* the forward again first */
                 if (start) start[w][i] = t0;
                 if (end) end[w][i] = t0 + dur;
                 t[w] = t0 + dur;
@@ -141,6 +145,7 @@ out:
     PD_FREE(pos);
     PD_FREE(chfree);
     PD_FREE(t);
+    PD_FREE(owner);
     return rc;
 }
 
@@ -169,16 +174,23 @@ static pd_status pd__memory(const pd__schedule *s, const pd__sim_costs *c, int w
     if (!ref) return pd__err(PD_ERR_NOMEM, "simulate: out of memory");
     int p = s->n_stages, count = 0, live = 0, current = 0;
     double bytes = 0, params = 0;
+    int *held = (int *)PD_CALLOC((size_t)s->chunks + 1, sizeof(int)); /* per chunk: microbatches in flight */
+    if (!held) {
+        PD_FREE(ref);
+        return pd__err(PD_ERR_NOMEM, "simulate: out of memory");
+    }
     for (int ch = 0; ch < s->chunks; ch++) params += pd__cost(c->param_bytes, ch * p + w);
     out->peak_act_mbs = 0, out->peak_act_bytes = 0, out->peak_versions = 1;
     for (int i = 0; i < s->len[w]; i++) {
         const pd__instr *in = &s->ins[w][i];
         int k = in->chunk * p + w, v = in->version;
+        /* per microbatch its activations, or under recomputation what it received */
+        double per_mb = c->in_bytes ? c->in_bytes[k] : pd__cost(c->act_bytes, k);
         if (in->op == PD_I_F) {
-            count++, bytes += pd__cost(c->act_bytes, k);
+            count++, bytes += per_mb, held[in->chunk]++;
             if (v >= 0 && v <= max_version && ref[v]++ == 0) live++;
         } else if (in->op == PD_I_W || (in->op == PD_I_B && !in->split)) {
-            count--, bytes -= pd__cost(c->act_bytes, k);
+            count--, bytes -= per_mb, held[in->chunk]--;
             if (v >= 0 && v <= max_version && --ref[v] == 0) live--;
         } else if (in->op == PD_I_STEP) {
             current = v;
@@ -186,18 +198,22 @@ static pd_status pd__memory(const pd__schedule *s, const pd__sim_costs *c, int w
             continue;
         }
         int versions = live + (current >= 0 && current <= max_version && ref[current] == 0);
+        double all = bytes; /* recomputation: plus one microbatch's rest per chunk with one in flight */
+        for (int ch = 0; c->in_bytes && ch < s->chunks; ch++)
+            if (held[ch] > 0) all += pd__cost(c->act_bytes, ch * p + w);
         if (count > out->peak_act_mbs) out->peak_act_mbs = count;
-        if (bytes > out->peak_act_bytes) out->peak_act_bytes = bytes;
+        if (all > out->peak_act_bytes) out->peak_act_bytes = all;
         if (versions > out->peak_versions) out->peak_versions = versions;
         if (trace) {
             char name[32], args[96];
             snprintf(name, sizeof name, "memory stage %d", w);
-            snprintf(args, sizeof args, "\"activations\":%.0f,\"weights\":%.0f", bytes > 0 ? bytes : 0,
+            snprintf(args, sizeof args, "\"activations\":%.0f,\"weights\":%.0f", all > 0 ? all : 0,
                      versions * params);
             pd__trace_counter(trace, name, en[w][i] * 1000, 0, args);
         }
     }
     PD_FREE(ref);
+    PD_FREE(held);
     return PD_OK;
 }
 
@@ -402,7 +418,7 @@ out:
 pd_status pd__simulate_schedule(const pd__schedule *s, const double *f_ms, const double *b_ms, const double *w_ms,
                                 const double *send_ms, const double *act_bytes, const double *param_bytes,
                                 pd_sim_result *out, FILE *trace) {
-    pd__sim_costs c = {f_ms, b_ms, w_ms, send_ms, NULL, act_bytes, param_bytes};
+    pd__sim_costs c = {f_ms, b_ms, w_ms, send_ms, NULL, act_bytes, param_bytes, NULL};
     return pd__simulate_costs(s, &c, out, trace, NULL);
 }
 
@@ -423,6 +439,7 @@ void pd__sim_plan_free(pd__sim_plan *sp) {
     PD_FREE(sp->w_ms);
     PD_FREE(sp->send_ms);
     PD_FREE(sp->act_bytes);
+    PD_FREE(sp->in_bytes);
     PD_FREE(sp->param_bytes);
     PD_FREE(sp->allreduce_ms);
     PD_FREE(sp->replicas);
@@ -462,6 +479,10 @@ pd_status pd__sim_plan_make(const pd_plan *pl, const pd_sim_options *opt, pd__si
     sp.param_bytes = (double *)PD_CALLOC((size_t)V, sizeof(double));
     sp.allreduce_ms = (double *)PD_CALLOC((size_t)p, sizeof(double));
     sp.replicas = (int *)PD_CALLOC((size_t)p, sizeof(int));
+    if (pl->recompute && !(sp.in_bytes = (double *)PD_CALLOC((size_t)V, sizeof(double)))) {
+        pd__sim_plan_free(&sp);
+        return pd__err(PD_ERR_NOMEM, "pd_simulate: out of memory");
+    }
     if (!sp.f_ms || !sp.b_ms || !sp.w_ms || !sp.send_ms || !sp.act_bytes || !sp.param_bytes || !sp.allreduce_ms ||
         !sp.replicas) {
         pd__sim_plan_free(&sp);
@@ -479,6 +500,7 @@ pd_status pd__sim_plan_make(const pd_plan *pl, const pd_sim_options *opt, pd__si
         sp.b_ms[k] = g->bwd_in_ms / d / r;
         sp.w_ms[k] = g->bwd_w_ms / d / r;
         sp.act_bytes[k] = g->act_bytes / d;
+        if (sp.in_bytes) sp.in_bytes[k] = g->in_bytes / d;
         sp.param_bytes[k] = g->param_bytes / d;
         sp.send_ms[k] = k + 1 == V ? 0 : !split ? g->send_ms : w + 1 < p ? g->send_ms : wrap;
         if ((int)r > sp.replicas[w]) sp.replicas[w] = (int)r;
@@ -534,7 +556,7 @@ pd_status pd_simulate(const pd_plan *p, const pd_sim_options *opt, pd_sim_result
     if (!out) return pd__err(PD_ERR_INVALID, "pd_simulate: NULL result");
     pd__sim_plan sp;
     PD_TRY(pd__sim_plan_make(p, &o, &sp));
-    pd__sim_costs c = {sp.f_ms, sp.b_ms, sp.w_ms, sp.send_ms, sp.allreduce_ms, sp.act_bytes, sp.param_bytes};
+    pd__sim_costs c = {sp.f_ms, sp.b_ms, sp.w_ms, sp.send_ms, sp.allreduce_ms, sp.act_bytes, sp.param_bytes, sp.in_bytes};
     char ttmp[4096], stmp[4096];
     pd_status rc = PD_OK;
     FILE *ft = pd__open_tmp(o.trace, ttmp, sizeof ttmp, &rc);

@@ -80,10 +80,19 @@ void pd__pipe_stats_get(const pd__pipe *p, int s, pd__pipe_stats *out) {
         if (W->w != s) continue;
         if (W->busy_ms > out->busy_ms) out->busy_ms = W->busy_ms;
         if (W->peak_act > out->peak_act_mbs) out->peak_act_mbs = W->peak_act;
+        if (W->recomputes > out->recomputes) out->recomputes = W->recomputes;
         for (int c = 0; c < p->nchunks; c++)
             if (W->ch[c].peak_versions > out->peak_versions) out->peak_versions = W->ch[c].peak_versions;
     }
-    for (int c = 0; c < p->nchunks; c++) out->act_bytes_per_mb += p->vs[c * p->nworkers + s].act_bytes;
+    double rest = 0;
+    for (int c = 0; c < p->nchunks; c++) {
+        const pd__vstage *S = &p->vs[c * p->nworkers + s];
+        out->act_bytes_per_mb += S->act_bytes;
+        out->keep_bytes_per_mb += S->keep_bytes;
+        rest += S->act_bytes - S->keep_bytes;
+    }
+    if (!p->recompute) out->keep_bytes_per_mb = out->act_bytes_per_mb, rest = 0;
+    out->peak_act_bytes = out->peak_act_mbs * out->keep_bytes_per_mb + (out->peak_act_mbs > 0 ? rest : 0);
 }
 
 int pd__pipe_peak_versions(const pd__pipe *p, int s) {
@@ -339,6 +348,8 @@ void pd__pipe_destroy(pd__pipe *p) {
             PD_FREE(C->held);
             PD_FREE(C->orig);
             PD_FREE(C->sent);
+            PD_FREE(C->rc_vals);
+            PD_FREE(C->rc_bufs);
         }
         PD_FREE(W->ch);
         PD_FREE(W->grads);
@@ -522,6 +533,19 @@ static pd_status pd__shape(pd__pipe *p, const pd_plan *plan) {
     return PD_OK;
 }
 
+/* Recomputation: chunk C's shared activation slab (the values of need its
+ * slots do not own) and the save area of its BatchNorm statistics. */
+static pd_status pd__rc_alloc(pd__pipe *p, pd__chunk *C, const bool *need, const bool *own) {
+    const pd__vstage *S = &p->vs[C->k];
+    size_t nb = 0;
+    for (int j = 0; j < S->nbufs; j++) nb += pd__tbytes(p->g, S->bufs[j]);
+    C->rc_owner = -1;
+    if (posix_memalign(&C->rc_vals, 64, pd__actx_shared_bytes(p->s, need, own) + 64) != 0) C->rc_vals = NULL;
+    C->rc_bufs = PD_MALLOC(nb + 1);
+    if (!C->rc_vals || !C->rc_bufs) return pd__err(PD_ERR_NOMEM, "%s: out of memory building the pipeline", p->g->path);
+    return PD_OK;
+}
+
 pd_status pd__pipe_create(pd_graph *g, const pd_plan *plan, const pd_train_options *o, pd__sched_kind kind,
                           int microbatches, pd__pipe **out) {
     if (!g || !plan || !out) return pd__err(PD_ERR_INVALID, "pd__pipe_create: NULL argument");
@@ -538,6 +562,9 @@ pd_status pd__pipe_create(pd_graph *g, const pd_plan *plan, const pd_train_optio
     bool gpu = o && o->size >= sizeof *o && o->device == PD_DEVICE_CUDA;
     pd_train_options ho;
     if (gpu) ho = *o, ho.device = PD_DEVICE_CPU;
+    if (plan->recompute && gpu)
+        return pd__err(PD_ERR_UNSUPPORTED, "pipeline: plan->recompute (activation recomputation) runs on CPU stages "
+                       "only so far, not with opt->device cuda");
     pd__pipe *p = PD_CALLOC(1, sizeof *p);
     if (!p) return pd__err(PD_ERR_NOMEM, "out of memory");
     pthread_mutex_init(&p->mu, NULL);
@@ -549,8 +576,10 @@ pd_status pd__pipe_create(pd_graph *g, const pd_plan *plan, const pd_train_optio
     p->local.p = p;
     for (int i = 0; i < 4; i++) p->gn[i].t = -1;
     p->fail_stage = -1;
+    p->recompute = plan->recompute;
     bool *need = NULL; /* per virtual stage and tensor: its contexts hold it */
     uint8_t *role = NULL; /* per tensor, for one chunk's contexts (PD__G_SET, PD__G_KEEP) */
+    bool *own = NULL;     /* recomputation: per tensor, for one chunk's contexts, the values each slot keeps */
     pd__tstages ts;
     bool have_ts = pd__tstages_alloc(&ts, g->ntensors);
     int *tstage = ts.tstage, *vlast = ts.vlast, *gfirst = ts.gfirst, *glast = ts.glast,
@@ -661,16 +690,20 @@ pd_status pd__pipe_create(pd_graph *g, const pd_plan *plan, const pd_train_optio
                 L->bt[L->nbt++] = t;
                 L->grad_bytes += pd__tbytes(g, t);
                 p->vs[l].act_bytes += (double)pd__tbytes(g, t);
+                p->vs[l].keep_bytes += (double)pd__tbytes(g, t);
+                if (tstage[t] == l + 1) p->vs[l + 1].keep_bytes += (double)pd__tbytes(g, t); /* made there, sent back */
             }
         }
         p->vs[l + 1].act_bytes += (double)L->act_bytes;
+        p->vs[l + 1].keep_bytes += (double)L->act_bytes;
     }
     /* what each virtual stage's contexts hold: its nodes' (forward and
      * backward) inputs and outputs, what its links carry in and out, and the
      * loss's prediction on the last; the rest of the graph has no memory there */
     need = PD_CALLOC((size_t)p->nvstages * (size_t)g->ntensors + 1, sizeof(bool));
     role = PD_MALLOC((size_t)g->ntensors + 1);
-    if (!need || !role) goto nomem;
+    own = PD_MALLOC((size_t)g->ntensors + 1);
+    if (!need || !role || !own) goto nomem;
     for (int k = 0; k < p->nvstages; k++) {
         bool *nd = need + (size_t)k * (size_t)g->ntensors;
         const pd__vstage *S = &p->vs[k];
@@ -724,9 +757,16 @@ pd_status pd__pipe_create(pd_graph *g, const pd_plan *plan, const pd_train_optio
                 for (int q = 0; Lr && q < Lr->ngt; q++) role[Lr->gt[q]] |= PD__G_SET;
                 for (int q = 0; Ls && q < Ls->ngt; q++) role[Ls->gt[q]] |= PD__G_KEEP;
                 if (C->k == p->nvstages - 1) role[p->pred] |= PD__G_SET;
+                /* recomputation: a slot keeps the values it received and those sent back (bipartition) */
+                memset(own, 0, (size_t)g->ntensors);
+                for (int q = 0; Ls && q < Ls->nt; q++) own[Ls->t[q]] = true;
+                for (int q = 0; Ls && q < Ls->nbt; q++) own[Ls->bt[q]] = true;
+                for (int q = 0; Lr && q < Lr->nbt; q++) own[Lr->bt[q]] = true;
+                const bool *cneed = need + (size_t)C->k * (size_t)g->ntensors;
+                if (p->recompute && (st = pd__rc_alloc(p, C, cneed, own)) != PD_OK) goto fail;
                 for (int k = 0; k < p->nslots; k++) {
-                    if ((st = pd__actx_create(p->s, need + (size_t)C->k * (size_t)g->ntensors, S->bnodes, S->nbnodes,
-                                              role, kind == PD_SCHED_ZB_H1, &C->slot[k])) != PD_OK)
+                    if ((st = pd__actx_create_in(p->s, cneed, p->recompute ? own : NULL, C->rc_vals, S->bnodes,
+                                                 S->nbnodes, role, kind == PD_SCHED_ZB_H1, &C->slot[k])) != PD_OK)
                         goto fail;
                     for (int j = 0; r > 0 && j < S->np; j++) { /* the replica's own gradients */
                         int pi = S->params[j];
@@ -759,6 +799,7 @@ pd_status pd__pipe_create(pd_graph *g, const pd_plan *plan, const pd_train_optio
     PD_FREE(ts.tstage);
     PD_FREE(need);
     PD_FREE(role);
+    PD_FREE(own);
     *out = p;
     return PD_OK;
 nomem:
@@ -767,6 +808,7 @@ fail:
     PD_FREE(ts.tstage);
     PD_FREE(need);
     PD_FREE(role);
+    PD_FREE(own);
     pd__pipe_destroy(p);
     return st;
 }
@@ -912,11 +954,49 @@ pd_status pd__pipe_set_ring(pd__pipe *p, int steps, pd__ring_fill fill, void *ct
 int pd__pipe_ring_steps(const pd__pipe *p) { return (p->nslots + p->nmicro - 1) / p->nmicro + 2; }
 int pd__pipe_ring(const pd__pipe *p) { return p ? p->ring : 0; }
 
+/* The graph inputs a context's nodes read: microbatch mb's rows copied in. */
+static pd_status pd__feed_inputs(pd__pipe *p, pd__actx *c, int mb) {
+    const pd_graph *g = p->g;
+    for (int i = 0; i < g->ninputs; i++) {
+        int t = g->inputs[i];
+        pd_tensor rows;
+        if (!pd__actx_value(c, t)->data) continue;
+        PD_TRY(pd__mb_rows(p, i, mb, &rows));
+        memcpy(pd__actx_value(c, t)->data, rows.data, pd__tbytes(g, t));
+    }
+    return PD_OK;
+}
+
+/* Recomputation: before what reads microbatch mb's activations (its B, W,
+ * SEND_ACT), its forward again into the chunk's shared slab unless that
+ * holds them already: the same inputs (kept by its slot), weights (the slot
+ * is bound to its forward's version), Dropout seed; the BatchNorm running
+ * statistics, which a training forward updates, put back as they were. */
+static pd_status pd__rc_ensure(pd__wk *W, pd__chunk *C, int mb) {
+    pd__pipe *p = W->p;
+    int slot = mb % p->nslots;
+    if (!p->recompute || C->rc_owner == slot) return PD_OK;
+    const pd__vstage *S = &p->vs[C->k];
+    pd__actx *c = C->slot[slot];
+    char *save = C->rc_bufs;
+    for (int j = 0; j < S->nbufs; j++, save += pd__tbytes(p->g, S->bufs[j - 1]))
+        memcpy(save, pd__actx_value(c, S->bufs[j])->data, pd__tbytes(p->g, S->bufs[j]));
+    PD_TRY(pd__feed_inputs(p, c, mb));
+    W->x.seed = pd__mb_seed(p, mb);
+    C->rc_owner = -1;
+    PD_TRY(pd__actx_forward(p->s, &W->x, c, S->nodes, S->nnodes));
+    save = C->rc_bufs;
+    for (int j = 0; j < S->nbufs; j++, save += pd__tbytes(p->g, S->bufs[j - 1]))
+        memcpy(pd__actx_value(c, S->bufs[j])->data, save, pd__tbytes(p->g, S->bufs[j]));
+    C->rc_owner = slot;
+    W->recomputes++;
+    return PD_OK;
+}
+
 /* F: the graph inputs the stage's nodes read copied in, its forward, and on
  * the last stage the loss (on a GPU stage: pd__dev_forward). */
 static pd_status pd__do_forward(pd__wk *W, pd__chunk *C, int mb, int32_t version) {
     pd__pipe *p = W->p;
-    const pd_graph *g = p->g;
     const pd__vstage *S = &p->vs[C->k];
     int slot = mb % p->nslots;
     pd__actx *c = C->slot[slot];
@@ -933,14 +1013,9 @@ static pd_status pd__do_forward(pd__wk *W, pd__chunk *C, int mb, int32_t version
     if (W->dev) {
         PD_TRY(pd__dev_forward(W, C, mb, &r));
     } else {
-        for (int i = 0; i < g->ninputs; i++) { /* the graph inputs its nodes read */
-            int t = g->inputs[i];
-            pd_tensor rows;
-            if (!pd__actx_value(c, t)->data) continue;
-            PD_TRY(pd__mb_rows(p, i, mb, &rows));
-            memcpy(pd__actx_value(c, t)->data, rows.data, pd__tbytes(g, t));
-        }
+        PD_TRY(pd__feed_inputs(p, c, mb));
         PD_TRY(pd__actx_forward(p->s, &W->x, c, S->nodes, S->nnodes));
+        C->rc_owner = slot;
         if (C->k != p->nvstages - 1) return PD_OK;
         pd_tensor lab;
         PD_TRY(pd__mb_rows(p, -1, mb, &lab));
@@ -1033,6 +1108,7 @@ static pd_status pd__overlapped_wait(pd__wk *W) {
 /* part: 0 the whole backward (B), 1 input gradients (split B), 2 weight
  * gradients (W); overlap: start the gradients' all-reduces as they are made. */
 static pd_status pd__do_backward(pd__wk *W, pd__chunk *C, int mb, int32_t version, int part, bool overlap) {
+    W->x.seed = pd__mb_seed(W->p, mb); /* Dropout's backward draws its forward's mask again */
     if (W->dev) return pd__dev_backward(W, C, mb, version, part);
     pd__pipe *p = W->p;
     const pd__vstage *S = &p->vs[C->k];
@@ -1041,6 +1117,7 @@ static pd_status pd__do_backward(pd__wk *W, pd__chunk *C, int mb, int32_t versio
         return pd__err(PD_ERR_INTERNAL, "the %s names weight version %d, its forward used %d", part == 2 ? "W" : "B",
                        (int)version, (int)*fv);
     pd__actx *c = C->slot[mb % p->nslots];
+    PD_TRY(pd__rc_ensure(W, C, mb)); /* sets the seed too */
     if (overlap) PD_TRY(pd__backward_overlapped(W, S, c, part));
     else if (part == 0) PD_TRY(pd__actx_backward(p->s, &W->x, c, S->bnodes, S->nbnodes));
     else PD_TRY(pd__actx_backward_part(p->s, &W->x, c, S->bnodes, S->nbnodes, part == 2));
@@ -1410,6 +1487,7 @@ static pd_status pd__send(pd__wk *W, pd__chunk *C, int l, bool grad, int mb, boo
     pd__pipe *p = W->p;
     const pd__link *L = &p->link[l];
     pd__actx *c = C->slot[mb % p->nslots];
+    if (!grad) PD_TRY(pd__rc_ensure(W, C, mb)); /* the values sent back (bipartition) are kept per slot */
     int to = pd__peer(p, l, grad, true, mb);
     pd__transport *t = pd__via(p, W, to);
     size_t n = grad ? L->grad_bytes : L->act_bytes, off = 0;
@@ -2195,6 +2273,7 @@ pd_status pd__pipe_run(pd__pipe *p, int64_t minibatches, const pd_tensor *inputs
         W->nev = 0;
         W->busy_ms = 0;
         W->inflight = W->peak_act = 0;
+        W->recomputes = 0;
         pd__wk_zero_grads(p, W); /* its stages' ranges: the rest is never touched */
         W->ar_started = false;
         if (p->hooks_on && W->r == 0 && st == PD_OK) st = pd__snap_bounds(p, W, sched, minibatches);
@@ -2220,6 +2299,7 @@ pd_status pd__pipe_run(pd__pipe *p, int64_t minibatches, const pd_tensor *inputs
             }
             for (int k = 0; k < p->nslots; k++) C->slot_ver[k] = -1;
             C->peak_versions = 1;
+            C->rc_owner = -1;
             if (p->resume_b > 0) continue; /* the versions pd__pipe_resume restored */
             for (int k = 0; k < C->nstash; k++) C->stash[k].version = -1;
             C->live = 0;

@@ -31,6 +31,11 @@
  * gradient norm) only under the flushing schedules, where an update has every
  * stage's gradients: the stages meet at STEP and add their squared norms in
  * worker order.
+ * Activation recomputation (plan->recompute; docs/SCHEDULES.md): a
+ * microbatch in flight keeps what its stage received, the rest of a chunk's
+ * activations are one slab its forward is redone into before a B, W or
+ * SEND_ACT that finds another microbatch's there; every schedule, CPU stages
+ * only; the same results bit for bit.
  * GPU stages (o->device PD_DEVICE_CUDA; docs/CUDA.md, "The pipeline on
  * GPUs"): every thread computes on a CUDA device (the plan's per stage, else
  * o->device_index), its weights, stashes and contexts there
@@ -79,6 +84,13 @@ typedef struct pd__pipe_stats {
     int peak_act_mbs;
     int peak_versions;
     double act_bytes_per_mb;
+    /* bytes of activations held at the peak: peak_act_mbs * act_bytes_per_mb,
+     * or under recomputation peak_act_mbs * keep_bytes_per_mb (what each
+     * received) plus one microbatch's rest, the shared slab forwards are
+     * redone into; recomputes: forwards run again (busiest replica) */
+    double peak_act_bytes;
+    double keep_bytes_per_mb;
+    int64_t recomputes;
 } pd__pipe_stats;
 void pd__pipe_stats_get(const pd__pipe *p, int s, pd__pipe_stats *out);
 /* Wall time of the last pd__pipe_run (0 before any). */

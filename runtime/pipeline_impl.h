@@ -61,6 +61,7 @@ typedef struct pd__vstage { /* virtual stage k: what it computes */
     int64_t *spk, spacked; /* their offsets in a chunk's gradient buffer (sg); floats in it */
     int64_t *pk, packed; /* offset of each in a stash; floats in one */
     double act_bytes;   /* one microbatch's activations: its nodes' outputs and what it receives */
+    double keep_bytes;  /* of them, what it receives (kept per microbatch under recomputation) */
 } pd__vstage;
 
 typedef struct pd__chunk { /* a virtual stage on one replica of its worker */
@@ -83,6 +84,13 @@ typedef struct pd__chunk { /* a virtual stage on one replica of its worker */
     int norig;          /* per slot */
     bool *sent;         /* per slot: its SEND_GRAD ran */
     bool dev;           /* a GPU stage's: its weights and stashes are on the device (pd__dev_*), stash[].w unused */
+    /* activation recomputation (pd__pipe.recompute): the activations every
+     * slot's context reads but does not own, of the one microbatch whose
+     * forward last ran into them (rc_owner: its slot, -1 none); rc_bufs
+     * saves the BatchNorm statistics a forward run again must not update */
+    void *rc_vals;
+    int rc_owner;
+    void *rc_bufs;
 } pd__chunk;
 
 typedef struct pd__ev {
@@ -102,6 +110,7 @@ typedef struct pd__wk { /* a thread: replica r of worker w */
     pd__ev *ev;
     int nev, evcap;
     int inflight, peak_act;
+    int64_t recomputes; /* forwards run again (recomputation) this run */
     double busy_ms;
     /* snapshots: per boundary b of the run, the index of its first
      * instruction of a minibatch >= b and of its last one < b */
@@ -142,6 +151,7 @@ struct pd__pipe {
     pd_train_options o;
     pd__sched_kind kind;
     bool vertical_sync; /* pipedream: every stage runs a microbatch on stage 0's version */
+    bool recompute;     /* plan->recompute: a slot keeps what it received, its forward redone before its backward */
     bool shared;        /* a parameter read by several virtual stages */
     bool loaded;        /* lazy_weights: this process's stages' parameters are read (stageload.c) */
     pd__bar allbar;     /* every thread meets (STEP with shared parameters) */

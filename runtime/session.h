@@ -84,6 +84,14 @@ typedef struct pd__actx pd__actx;
 enum { PD__G_SET = 1, PD__G_KEEP = 2 };
 pd_status pd__actx_create(const pd_session *s, const bool *need, const int *bnodes, int nb, const uint8_t *role,
                           bool split, pd__actx **out);
+/* The same with the activations of need outside own (per tensor) held in
+ * `shared`, a slab of pd__actx_shared_bytes(s, need, own) bytes that several
+ * contexts use in turn (the pipeline's activation recomputation: each
+ * microbatch owns only what it received, its forward redone into the
+ * shared slab before its backward). own NULL: pd__actx_create. */
+pd_status pd__actx_create_in(const pd_session *s, const bool *need, const bool *own, void *shared, const int *bnodes,
+                             int nb, const uint8_t *role, bool split, pd__actx **out);
+size_t pd__actx_shared_bytes(const pd_session *s, const bool *need, const bool *own);
 void pd__actx_destroy(pd__actx *c);
 pd_tensor *pd__actx_value(pd__actx *c, int t); /* graph tensor t's data in this context */
 pd_tensor *pd__actx_grad(pd__actx *c, int t);  /* its gradient (data NULL: none) */

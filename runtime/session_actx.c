@@ -19,17 +19,38 @@ void pd__actx_destroy(pd__actx *c) {
     PD_FREE(c);
 }
 
+/* Whether tensor t is an activation a context holds: in need, and (mine)
+ * in its own slab, or (!mine) in the shared one. */
+static bool pd__actx_holds(const pd_graph *g, const bool *need, const bool *own, int t, bool mine) {
+    const pd__tensor *x = &g->tensors[t];
+    if ((need && !need[t]) || !(x->kind == PD_T_ACT || x->kind == PD_T_INPUT) || x->ndim < 0) return false;
+    return (!own || own[t]) == mine;
+}
+
+static size_t pd__actx_tbytes(const pd__tensor *x) {
+    return pd__align64((size_t)(x->numel > 0 ? x->numel : 0) * pd_dtype_size(x->dtype));
+}
+
+size_t pd__actx_shared_bytes(const pd_session *s, const bool *need, const bool *own) {
+    size_t n = 0;
+    for (int t = 0; own && t < s->g->ntensors; t++)
+        if (pd__actx_holds(s->g, need, own, t, false)) n += pd__actx_tbytes(&s->g->tensors[t]);
+    return n;
+}
+
 pd_status pd__actx_create(const pd_session *s, const bool *need, const int *bnodes, int nb, const uint8_t *role,
                           bool split, pd__actx **out) {
+    return pd__actx_create_in(s, need, NULL, NULL, bnodes, nb, role, split, out);
+}
+
+pd_status pd__actx_create_in(const pd_session *s, const bool *need, const bool *own, void *shared, const int *bnodes,
+                             int nb, const uint8_t *role, bool split, pd__actx **out) {
     const pd_graph *g = s->g;
     pd__actx *c = PD_CALLOC(1, sizeof *c);
     if (!c) return pd__err(PD_ERR_NOMEM, "out of memory");
     size_t abytes = 0;
-    for (int t = 0; t < g->ntensors; t++) {
-        const pd__tensor *x = &g->tensors[t];
-        if ((!need || need[t]) && (x->kind == PD_T_ACT || x->kind == PD_T_INPUT) && x->ndim >= 0)
-            abytes += pd__align64((size_t)(x->numel > 0 ? x->numel : 0) * pd_dtype_size(x->dtype));
-    }
+    for (int t = 0; t < g->ntensors; t++)
+        if (pd__actx_holds(g, need, own, t, true)) abytes += pd__actx_tbytes(&g->tensors[t]);
     int nargs = s->arg_start[g->nnodes - 1] + g->nodes[g->nnodes - 1].nin + g->nodes[g->nnodes - 1].nout;
     c->act = pd__slab(abytes);
     c->abytes = abytes;
@@ -41,15 +62,20 @@ pd_status pd__actx_create(const pd_session *s, const bool *need, const int *bnod
         pd__actx_destroy(c);
         return pd__err(PD_ERR_NOMEM, "%s: out of memory for a microbatch's activations", g->path);
     }
-    size_t ao = 0;
+    size_t ao = 0, so = 0;
     for (int t = 0; t < g->ntensors; t++) {
         const pd__tensor *x = &g->tensors[t];
         c->views[t] = s->views[t]; /* parameters and constants: shared with the session */
         c->gviews[t] = s->gviews[t]; /* parameter gradients: the session's slab */
         if ((x->kind == PD_T_ACT || x->kind == PD_T_INPUT) && x->ndim >= 0) {
-            bool here = !need || need[t];
-            c->views[t].data = here ? (char *)c->act + ao : NULL; /* not needed: no memory */
-            if (here) ao += pd__align64((size_t)(x->numel > 0 ? x->numel : 0) * pd_dtype_size(x->dtype));
+            c->views[t].data = NULL; /* not needed: no memory */
+            if (pd__actx_holds(g, need, own, t, true)) {
+                c->views[t].data = (char *)c->act + ao;
+                ao += pd__actx_tbytes(x);
+            } else if (pd__actx_holds(g, need, own, t, false)) {
+                c->views[t].data = (char *)shared + so;
+                so += pd__actx_tbytes(x);
+            }
         }
         if (s->needs_grad[t] && x->kind != PD_T_INIT) c->gviews[t].data = NULL; /* planned below */
     }

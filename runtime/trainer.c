@@ -165,6 +165,8 @@ static pd_status pd__trainer_make(pd_graph *g, const pd_plan *plan, const pd_tra
         return pd__err(PD_ERR_INVALID, "pd_trainer_create: opt->checkpoint_keep is %d", opt->checkpoint_keep);
     if (opt->mpi != 0 && opt->mpi != 1)
         return pd__err(PD_ERR_INVALID, "pd_trainer_create: opt->mpi is %d, not 0 or 1", opt->mpi);
+    if (opt->recompute != 0 && opt->recompute != 1)
+        return pd__err(PD_ERR_INVALID, "pd_trainer_create: opt->recompute is %d, not 0 or 1", opt->recompute);
     if (opt->checkpoint_every > 0 && !opt->checkpoint_dir)
         return pd__err(PD_ERR_INVALID, "pd_trainer_create: opt->checkpoint_every needs opt->checkpoint_dir");
     if (plan->n_nodes != g->nnodes)
@@ -188,6 +190,9 @@ static pd_status pd__trainer_make(pd_graph *g, const pd_plan *plan, const pd_tra
     bool half = false; /* float16 weights beside deferred ones: gathered and saved in their own type */
     for (int i = 0; i < g->ntensors; i++) t->lazy |= pd__deferred(&g->tensors[i]), half |= g->tensors[i].file_dtype != 0;
     t->lazy = t->lazy && !half;
+    pd_plan run = *plan; /* a shallow copy: the pipeline reads it while being made */
+    run.recompute = plan->recompute || opt->recompute != 0;
+    plan = &run;
     st = pd__pipe_create(g, plan, train, kind, M, &t->pipe);
     if (st == PD_OK) st = pd__pipe_set_vertical_sync(t->pipe, opt->vertical_sync != 0);
     if (st != PD_OK) goto fail;

@@ -421,6 +421,39 @@ fi
 expect_error "two replicas of a stage on one rank" "stage 0's replicas 0 and 1 are both on rank 1 (a stage's replicas each need a process of their own)" \
   "$pdonnx" train "$ex/digits_mlp.onnx" --steps 2 --plan "$tmp/rk_twice.json"
 
+# activation recomputation: --recompute, or the plan's "recompute": true, trains the same model bit for
+# bit; stage 0 (it receives nothing) then holds one microbatch's activations instead of its peak's two
+peak0() { awk '$1 == "0" && $6 == "mb," { print $5, $7 }' "$1"; }
+sed 's/"recompute":[[:space:]]*false/"recompute": true/' "$tmp/rk.json" > "$tmp/rk_rc.json"
+if "$pdonnx" train "$ex/digits_mlp.onnx" --steps 10 --no-shuffle --plan "$tmp/rk.json" --microbatches 4 \
+     --save "$tmp/rc0.onnx" >"$tmp/rc0.out" 2>&1 \
+   && "$pdonnx" train "$ex/digits_mlp.onnx" --steps 10 --no-shuffle --plan "$tmp/rk.json" --microbatches 4 --recompute \
+     --save "$tmp/rc1.onnx" >"$tmp/rc1.out" 2>&1 \
+   && "$pdonnx" train "$ex/digits_mlp.onnx" --steps 10 --no-shuffle --plan "$tmp/rk_rc.json" --microbatches 4 \
+     --save "$tmp/rc2.onnx" >"$tmp/rc2.out" 2>&1 \
+   && cmp -s "$tmp/rc0.onnx" "$tmp/rc1.onnx" && cmp -s "$tmp/rc0.onnx" "$tmp/rc2.onnx" \
+   && grep -q "activations recomputed" "$tmp/rc1.out" && grep -q "activations recomputed" "$tmp/rc2.out" \
+   && ! grep -q "activations recomputed" "$tmp/rc0.out" && grep -q "^recomputation: [1-9][0-9]* forwards run again" "$tmp/rc1.out" \
+   && awk -v a="$(peak0 "$tmp/rc0.out")" -v b="$(peak0 "$tmp/rc1.out")" \
+        'BEGIN { split(a, x, " "); split(b, y, " "); exit !(x[1] == 2 && y[1] == 2 && y[2] * 2 == x[2]) }'; then
+  ok "train --recompute and a plan's \"recompute\": true: the same model bit for bit, stage 0's peak activations halved"
+else
+  bad "train --recompute: $(tail -c 600 "$tmp/rc1.out") / $(peak0 "$tmp/rc0.out") vs $(peak0 "$tmp/rc1.out")"
+fi
+# the simulator's memory model: stage 0 holds one microbatch's activations instead of 1F1B's two
+simpeak0() { awk '$1 == "0" && $2 == "1" { print $5, $6 }' "$1"; }
+if "$pdonnx" simulate "$tmp/rk.json" --schedule flush --microbatches 4 >"$tmp/sim0.out" 2>&1 \
+   && "$pdonnx" simulate "$tmp/rk.json" --schedule flush --microbatches 4 --recompute >"$tmp/sim1.out" 2>&1 \
+   && grep -q "activations recomputed" "$tmp/sim1.out" \
+   && awk -v a="$(simpeak0 "$tmp/sim0.out")" -v b="$(simpeak0 "$tmp/sim1.out")" \
+        'BEGIN { split(a, x, " "); split(b, y, " "); exit !(x[1] == y[1] && y[2] * 2 == x[2]) }'; then
+  ok "simulate --recompute: stage 0's simulated peak activations halved ($(simpeak0 "$tmp/sim0.out") -> $(simpeak0 "$tmp/sim1.out"))"
+else
+  bad "simulate --recompute: $(simpeak0 "$tmp/sim0.out") vs $(simpeak0 "$tmp/sim1.out"): $(head -c 400 "$tmp/sim1.out")"
+fi
+expect_error "train: --recompute needs a pipeline" "need --stages N or --plan FILE" \
+  "$pdonnx" train "$ex/digits_mlp.onnx" --recompute --quiet
+
 # a hybrid plan under pipedream: stage 1 on two replicas, which take the microbatches in turn
 # (replica 0 the even ones, replica 1 the odd) and update once per round of two
 sed -z 's/"replicas":[[:space:]]*1,\([[:space:]]*\)"ranks":[[:space:]]*\[1\]/"replicas": 2,\1"ranks": [1, 2]/' "$tmp/rk.json" \

@@ -75,6 +75,8 @@ check "pipedream, 2 stages" 2 "$tmp/p2.json" pipedream 1
 check "pipedream, 3 stages, vertical sync" 3 "$tmp/p3.json" pipedream 1 --vertical-sync
 check "2bw, 3 stages" 3 "$tmp/p3.json" 2bw 2
 check "interleaved, 2 workers x 2 chunks" 2 "$tmp/pi.json" interleaved 4
+# activation recomputation: received activations copied into each slot's kept memory (not handed over)
+check "zb-h1, 3 stages, --recompute" 3 "$tmp/p3.json" zb-h1 4 --recompute
 check "hybrid: stage 0 on 2 processes, stage 1 on 1, flush" 3 "$tmp/ph.json" flush 4
 check "hybrid, gpipe" 3 "$tmp/ph.json" gpipe 4
 check "hybrid, pipedream: stage 0's replicas take microbatches in turn, one update per round" 3 "$tmp/ph.json" \

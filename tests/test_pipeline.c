@@ -1027,6 +1027,12 @@ static void run_gpu(const char *fx, const pd_tensor *xs, const pd_tensor *ys, co
     char md[512];
     snprintf(md, sizeof md, "%s", pd_last_error());
     pd__pipe_destroy(p);
+    p = NULL;
+    if (st == PD_OK) plan->recompute = true;
+    pd_status e = st == PD_OK ? pd__pipe_create(g, plan, &refs[0].o, PD_SCHED_FLUSH, 4, &p) : st;
+    CHECK(e == PD_ERR_UNSUPPORTED && !p && strstr(pd_last_error(), "plan->recompute"),
+          "GPU stages refuse activation recomputation: %s", pd_last_error());
+    if (st == PD_OK) plan->recompute = false;
     CHECK(a == PD_ERR_UNSUPPORTED && strstr(ma, "replicated") && c == PD_OK && d == PD_ERR_INVALID &&
               strstr(md, "cuda:99"),
           "GPU stages refuse, with reasons: a replicated stage (%s); a GPU the machine lacks (%s); and take snapshot "
@@ -1360,6 +1366,192 @@ static void run_batchnorm(const char *fixtures) {
     }
 }
 
+/* ---- activation recomputation (plan->recompute) ----
+ * The same run with and without it: step losses and trained weights equal
+ * bit for bit (forwards run again with the microbatch's inputs, weight
+ * version and Dropout seed), some forward run again, and each stage's peak
+ * activations peak_act_mbs * keep (what it receives) + one microbatch's
+ * rest, strictly below peak_act_mbs * act when it holds several: stage 0
+ * receives nothing and holds exactly one microbatch's (1/peak_act_mbs).
+ * Models: every case on the mlp with Dropout (masks drawn again), a few on
+ * the mlp, gpt, mlp_loss (labels a graph input, fed again) and cnn_bn
+ * (BatchNorm running statistics, which a redone forward must not move). */
+enum { RC_STEPS = 6 }; /* enough for every schedule's steady state; short under valgrind */
+
+typedef struct rc_case {
+    pd__sched_kind kind;
+    int stages, m, chunks;
+    const int *reps;
+    int bip;
+} rc_case;
+
+static pd_status rc_run(const char *fx, const pd_plan *plan, const rc_case *c, const pd_tensor *xs, const pd_tensor *ys,
+                        pd_step_result *res, pd__pipe_stats *stats, pd_graph **g) {
+    pd__pipe *p = NULL;
+    pd_train_options o = PD_TRAIN_OPTIONS_INIT;
+    o.optimizer = PD_OPT_SGD;
+    o.lr = 0.05;
+    if (strstr(fx, "mlp_loss")) o.loss = PD_LOSS_GRAPH; /* the loss inside the model, its labels an input */
+    pd_status st = load(fx, BATCH / c->m, g);
+    if (st == PD_OK) st = pd__pipe_create(*g, plan, &o, c->kind, c->m, &p);
+    if (st == PD_OK) st = pd__pipe_run(p, RC_STEPS, xs, ys, res);
+    for (int s = 0; st == PD_OK && s < c->stages; s++) pd__pipe_stats_get(p, s, &stats[s]);
+    pd__pipe_destroy(p);
+    return st;
+}
+
+/* Whether a run's stages hold what recomputation promises against the run without. */
+static bool rc_peaks_ok(const rc_case *c, const pd__pipe_stats *a, const pd__pipe_stats *b, double *ratio0,
+                        int64_t *recomputes) {
+    bool ok = true;
+    *recomputes = 0;
+    for (int s = 0; s < c->stages; s++) {
+        double rest = b[s].act_bytes_per_mb - b[s].keep_bytes_per_mb;
+        double want = b[s].peak_act_mbs * b[s].keep_bytes_per_mb + (b[s].peak_act_mbs > 0 ? rest : 0);
+        ok &= a[s].peak_act_mbs == b[s].peak_act_mbs && b[s].peak_act_bytes == want;
+        ok &= a[s].peak_act_bytes == a[s].peak_act_mbs * a[s].act_bytes_per_mb && a[s].recomputes == 0;
+        if (b[s].peak_act_mbs > 1 && rest > 0) ok &= b[s].peak_act_bytes < a[s].peak_act_bytes;
+        *recomputes += b[s].recomputes;
+    }
+    *ratio0 = b[0].peak_act_bytes / a[0].peak_act_bytes;
+    if (c->chunks == 1 && !c->bip) ok &= b[0].keep_bytes_per_mb == 0 && *ratio0 == 1.0 / a[0].peak_act_mbs;
+    return ok && *recomputes > 0;
+}
+
+static void rc_check(const char *fx, const char *name, const rc_case *c, const pd_tensor *xs, const pd_tensor *ys) {
+    pd_graph *g0 = NULL, *ga = NULL, *gb = NULL;
+    pd_plan *plan = NULL;
+    pd_step_result ra[RC_STEPS], rb[RC_STEPS];
+    pd__pipe_stats sa[8], sb[8];
+    memset(sa, 0, sizeof sa);
+    memset(sb, 0, sizeof sb);
+    pd_status st = load(fx, BATCH / c->m, &g0);
+    if (st == PD_OK) st = make_plan(g0, c->stages * c->chunks, c->m, &plan); /* one plan for both runs */
+    if (st == PD_OK) plan->chunks = c->chunks;
+    for (int s = 0; st == PD_OK && c->reps && s < c->stages; s++) plan->stage[s].replicas = c->reps[s];
+    if (st == PD_OK && c->bip && bipartition(g0, plan, c->bip) == 0) st = pd__err(PD_ERR_INTERNAL, "nothing moved");
+    if (st == PD_OK) st = rc_run(fx, plan, c, xs, ys, ra, sa, &ga);
+    if (st == PD_OK) plan->recompute = true;
+    if (st == PD_OK) st = rc_run(fx, plan, c, xs, ys, rb, sb, &gb);
+    int same = 0, weights = 0;
+    for (int k = 0; st == PD_OK && k < RC_STEPS; k++) same += memcmp(&ra[k].loss, &rb[k].loss, sizeof ra[k].loss) == 0;
+    for (int t = 0; st == PD_OK && t < ga->ntensors; t++) {
+        const pd__tensor *a = &ga->tensors[t], *b = &gb->tensors[t];
+        if (a->kind != PD_T_INIT || a->dtype != PD_FLOAT) continue;
+        weights++;
+        same += memcmp(a->data, b->data, sizeof(float) * (size_t)a->numel) == 0;
+    }
+    double ratio0 = 0;
+    int64_t rec = 0;
+    bool peaks = st == PD_OK && rc_peaks_ok(c, sa, sb, &ratio0, &rec);
+    CHECK(st == PD_OK && weights > 0 && same == RC_STEPS + weights && peaks,
+          "%s, %d stages x %d microbatches%s%s, %s, recompute: %d of %d losses and weights bitwise equal, %lld "
+          "forwards redone, stage 0's peak activations %.4g of the run without%s%s",
+          name, c->stages, c->m, c->chunks > 1 ? " x 2 chunks" : "", c->bip ? ", bipartition" : c->reps ? ", replicas 1,2" : "",
+          pd__sched_kind_name(c->kind), same, RC_STEPS + weights, (long long)rec, ratio0, st ? ": " : "",
+          st ? pd_last_error() : "");
+    pd_plan_destroy(plan);
+    pd_graph_destroy(g0);
+    pd_graph_destroy(ga);
+    pd_graph_destroy(gb);
+}
+
+/* data: the fixture whose train/sgd stream feeds models (the dropout fixture takes the mlp's). */
+static void run_recompute(const char *fixtures) {
+    static const int reps[] = {1, 2};
+    static const rc_case cases[] = {
+        {PD_SCHED_GPIPE, 2, 4, 1, NULL, 0},       {PD_SCHED_FLUSH, 2, 4, 1, NULL, 0},
+        {PD_SCHED_FLUSH, 3, 4, 1, NULL, 0},       {PD_SCHED_ZB_H1, 2, 4, 1, NULL, 0},
+        {PD_SCHED_INTERLEAVED, 2, 4, 2, NULL, 0}, {PD_SCHED_PIPEDREAM, 2, 1, 1, NULL, 0},
+        {PD_SCHED_2BW, 2, 4, 1, NULL, 0},         {PD_SCHED_FLUSH, 2, 4, 1, reps, 0},
+        {PD_SCHED_FLUSH, 2, 4, 1, NULL, 1},       {PD_SCHED_GPIPE, 2, 4, 1, NULL, 1},
+    };
+    static const char *const models[][2] = {{"dropout", "mlp"}, {"mlp", "mlp"}, {"gpt", "gpt"}, {"mlp_loss", "mlp_loss"}, {"cnn_bn", "cnn_bn"}};
+    for (int mi = 0; mi < 5; mi++) {
+        char fx[1024], dx[1024];
+        snprintf(fx, sizeof fx, "%s/%s", fixtures, models[mi][0]);
+        snprintf(dx, sizeof dx, "%s/%s", fixtures, models[mi][1]);
+        pd_tensor X = {0}, Y = {0}, xs = {0}, ys = {0};
+        pd__data d = {0};
+        pd_status st = load_stream(dx, RC_STEPS, &X, &Y, &d, &xs, &ys);
+        CHECK(st == PD_OK, "%s: the training data loads%s%s", models[mi][0], st ? ": " : "", st ? pd_last_error() : "");
+        int n = mi == 0 ? (int)(sizeof cases / sizeof *cases) : mi == 1 ? 3 : 2; /* every case on the model with Dropout */
+        for (int k = 0; st == PD_OK && k < n; k++) rc_check(fx, models[mi][0], &cases[k], &xs, &ys);
+        free(xs.data);
+        free(ys.data);
+        pd__data_free(&d);
+        pd_tensor_free(&X);
+        pd_tensor_free(&Y);
+    }
+}
+
+/* The 2BW planner's memory model under recomputation against what the
+ * runtime then holds: the tightest memory limit (from the unlimited plan's
+ * peak, down by 10% a time) at which the planner turns recomputation on; per
+ * stage its memory_bytes (3 W + O + in-flight * in + act) within 10% of the
+ * runtime's weight versions, gradients and optimizer state plus its peak
+ * activations under the 2bw schedule. */
+static void run_recompute_planner(const char *fixtures) {
+    enum { M = 4 };
+    char fx[1024];
+    snprintf(fx, sizeof fx, "%s/gpt", fixtures);
+    pd_tensor X = {0}, Y = {0}, xs = {0}, ys = {0};
+    pd__data d = {0};
+    pd_graph *g = NULL;
+    pd_profile *prof = NULL;
+    pd_plan *plan = NULL;
+    pd_status st = load_stream(fx, RC_STEPS, &X, &Y, &d, &xs, &ys);
+    if (st == PD_OK) st = load(fx, BATCH / M, &g);
+    pd_profile_options po = PD_PROFILE_OPTIONS_INIT;
+    po.warmup = 0, po.repeats = 1, po.threads = 1;
+    if (st == PD_OK) st = pd_profile_measure(g, &po, &prof);
+    pd_plan_options o = PD_PLAN_OPTIONS_INIT;
+    o.algo = "2bw", o.workers = 2, o.straight = 1, o.microbatches = M;
+    double limit = 0;
+    for (int tries = 0; st == PD_OK && tries < 40 && !(plan && plan->recompute); tries++) {
+        double peak = 0;
+        for (int s = 0; plan && s < plan->n_stages; s++) peak = fmax(peak, plan->stage[s].memory_bytes);
+        pd_plan_destroy(plan);
+        plan = NULL;
+        if (tries > 0) limit = 0.9 * (limit > 0 ? fmin(limit, peak) : peak);
+        o.memory = limit;
+        st = pd_plan_create(prof, &o, &plan);
+    }
+    if (st == PD_OK && !plan->recompute) st = pd__err(PD_ERR_INTERNAL, "the planner never chose recomputation");
+    pd_graph_destroy(g);
+    g = NULL;
+    pd__pipe *p = NULL;
+    pd_step_result res[RC_STEPS];
+    pd_train_options to = PD_TRAIN_OPTIONS_INIT;
+    to.optimizer = PD_OPT_SGD;
+    if (st == PD_OK) st = load(fx, BATCH / M, &g);
+    if (st == PD_OK) st = pd__pipe_create(g, plan, &to, PD_SCHED_2BW, M, &p);
+    if (st == PD_OK) st = pd__pipe_run(p, RC_STEPS, &xs, &ys, res);
+    double worst = 0;
+    char figures[256] = "";
+    for (int s = 0; st == PD_OK && s < plan->n_stages; s++) {
+        const pd__stage *ps = &plan->stage[s];
+        pd__pipe_stats rs;
+        pd__pipe_stats_get(p, s, &rs);
+        double held = (rs.peak_versions + 1) * ps->param_bytes + ps->optim_bytes + rs.peak_act_bytes;
+        worst = fmax(worst, fabs(held - ps->memory_bytes) / ps->memory_bytes);
+        snprintf(figures + strlen(figures), sizeof figures - strlen(figures), "%s stage %d %.0f / %.0f", s ? "," : "",
+                 s, ps->memory_bytes, held);
+    }
+    CHECK(st == PD_OK && worst <= 0.10,
+          "gpt, 2bw planner at %.0f bytes chose recomputation: predicted / runtime bytes per worker:%s (worst %.2f%%)%s%s",
+          limit, figures, 100 * worst, st ? ": " : "", st ? pd_last_error() : "");
+    pd__pipe_destroy(p);
+    pd_plan_destroy(plan);
+    pd_profile_destroy(prof);
+    pd_graph_destroy(g);
+    free(xs.data);
+    free(ys.data);
+    pd__data_free(&d);
+    pd_tensor_free(&X);
+    pd_tensor_free(&Y);
+}
+
 int main(int argc, char **argv) {
     if (argc == 4 && !strcmp(argv[1], "--device") && !strcmp(argv[2], "cuda")) {
         if (pd_cuda_device_count() == 0) {
@@ -1380,5 +1572,7 @@ int main(int argc, char **argv) {
     run_model(argv[1], "mlp_loss", false, PD_LOSS_GRAPH); /* the loss inside the model, its labels an input */
     run_tied(argv[1]);
     if (device == PD_DEVICE_CPU) run_batchnorm(argv[1]); /* its references rewrite the host slabs */
+    if (device == PD_DEVICE_CPU) run_recompute(argv[1]);
+    if (device == PD_DEVICE_CPU) run_recompute_planner(argv[1]);
     return check_summary();
 }

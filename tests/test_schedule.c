@@ -648,6 +648,39 @@ static void test_plan(void) {
     }
 }
 
+/* Recomputation (plan->recompute): 2 stages under 1F1B, 4 microbatches, f 1
+ * b 1 w 1 each; activations 1000 and 3000, stage 1 receiving 400. Stage 0
+ * holds 2 microbatches: each keeps nothing (it receives nothing) plus one
+ * microbatch's 1000, against 2000 without; stage 1 holds one, 400 + 3000.
+ * Stage 0 runs F0 F1 B0 F2 B1 F3 B2 B3: every B follows another microbatch's
+ * F or B, so each redoes its forward (busy 12 + 4); stage 1's B follow their
+ * own F (busy 12). */
+static void test_recompute(void) {
+    pd__stage st[2] = {0};
+    for (int i = 0; i < 2; i++) {
+        st[i].replicas = 1;
+        st[i].fwd_ms = 1, st[i].bwd_in_ms = 1, st[i].bwd_w_ms = 1, st[i].param_bytes = 100;
+    }
+    st[0].act_bytes = 1000, st[1].act_bytes = 3000, st[1].in_bytes = 400;
+    struct pd_plan pl = {0};
+    pl.n_stages = 2, pl.stage = st, pl.chunks = 1, pl.workers = 2, pl.microbatches = 4, pl.microbatch_size = 1;
+    pl.width = 1;
+    pd_sim_options o = PD_SIM_OPTIONS_INIT;
+    pd_sim_result a, b;
+    bool oka = pd_simulate(&pl, &o, &a) == PD_OK;
+    pl.recompute = true;
+    bool okb = pd_simulate(&pl, &o, &b) == PD_OK, ok = oka && okb;
+    CHECK(ok && a.stage[0].peak_act_mbs == 2 && near(a.stage[0].peak_act_bytes, 2000) && near(a.stage[1].peak_act_bytes, 3000) &&
+              b.stage[0].peak_act_mbs == 2 && near(b.stage[0].peak_act_bytes, 1000) &&
+              near(b.stage[1].peak_act_bytes, 3400) && near(a.stage[0].busy_ms, 12) && near(b.stage[0].busy_ms, 16) &&
+              near(b.stage[1].busy_ms, 12),
+          "pd_simulate, recompute: stage 0 holds %.0f bytes (2000 without), stage 1 %.0f; busy %.0f and %.0f ms (12 without)",
+          ok ? b.stage[0].peak_act_bytes : -1, ok ? b.stage[1].peak_act_bytes : -1, ok ? b.stage[0].busy_ms : -1,
+          ok ? b.stage[1].busy_ms : -1);
+    if (oka) pd_sim_result_free(&a);
+    if (okb) pd_sim_result_free(&b);
+}
+
 int main(void) {
     for (int i = 0; i < 64; i++) ones[i] = 1;
     test_parse();
@@ -662,5 +695,6 @@ int main(void) {
     test_transfers();
     test_write();
     test_plan();
+    test_recompute();
     return check_summary();
 }

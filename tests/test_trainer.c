@@ -514,6 +514,10 @@ static void test_bad_arguments(void) {
     CHECK(pd_trainer_create(g, plan, &b, &t) == PD_ERR_INVALID && says("vertical_sync") && t == T0,
           "create(vertical sync under flush): %s", pd_last_error());
     b = o;
+    b.recompute = 2;
+    CHECK(pd_trainer_create(g, plan, &b, &t) == PD_ERR_INVALID && says("opt->recompute") && t == T0,
+          "create(recompute 2): %s", pd_last_error());
+    b = o;
     b.checkpoint_every = 5;
     CHECK(pd_trainer_create(g, plan, &b, &t) == PD_ERR_INVALID && says("checkpoint_dir") && t == T0,
           "create(checkpoint_every without a folder): %s", pd_last_error());
@@ -652,6 +656,31 @@ static void test_two_trainers(void) {
           "two trainers on two threads at once each equal a trainer run alone");
 }
 
+/* opt->recompute: the same losses and trained model bit for bit as without
+ * (its pipeline keeps per microbatch only what each stage received). */
+static void test_recompute(void) {
+    pd_step_result ra[STEPS], rb[STEPS];
+    void *ba = NULL, *bb = NULL;
+    size_t la = 0, lb = 0;
+    pd_status sa = PD_ERR_INTERNAL, sb = PD_ERR_INTERNAL;
+    for (int rc = 0; rc < 2; rc++) {
+        pd_graph *g = load(MB);
+        pd_plan *plan = g ? make_plan(g, 2) : NULL;
+        pd_train_options tr;
+        pd_trainer_options o = options("flush", M, &tr);
+        o.recompute = rc;
+        pd_trainer *t = NULL;
+        pd_status st = plan ? pd_trainer_create(g, plan, &o, &t) : PD_ERR_INTERNAL;
+        if (st == PD_OK) st = train(t, 0, STEPS, rc ? rb : ra);
+        *(rc ? &sb : &sa) = st;
+        finish(t, g, plan, rc ? &bb : &ba, rc ? &lb : &la);
+    }
+    CHECK(sa == PD_OK && sb == PD_OK && same_results(ra, rb, STEPS) && ba && bb && la == lb && !memcmp(ba, bb, la),
+          "opt->recompute: %d steps' losses and the saved model (%zu bytes) equal bit for bit", STEPS, la);
+    pd_buffer_free(ba);
+    pd_buffer_free(bb);
+}
+
 int main(int argc, char **argv) {
     if (argc < 4) {
         fprintf(stderr, "usage: test_trainer MODEL.onnx DIGITS_DIR WORKDIR\n");
@@ -676,6 +705,7 @@ int main(int argc, char **argv) {
     test_failure_then_resume();
     test_session_snapshot();
     test_two_trainers();
+    test_recompute();
     pd_tensor_free(&X);
     pd_tensor_free(&Y);
     return check_summary();

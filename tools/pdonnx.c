@@ -21,7 +21,7 @@
 static const char *const pd__field_flags[][2] = {
     {"opt->level_bandwidth", "--bandwidth"}, {"opt->level_workers", "--topology"},
     {"opt->clip_grad_norm", "--clip-grad-norm"}, {"opt->checkpoint_every", "--checkpoint-every"},
-    {"opt->checkpoint_dir", "--checkpoint-dir"}, {"opt->vertical_sync", "--vertical-sync"},
+    {"opt->checkpoint_dir", "--checkpoint-dir"}, {"opt->vertical_sync", "--vertical-sync"}, {"plan->recompute", "--recompute"},
     {"opt->microbatches", "--microbatches"}, {"opt->cost_model", "--cost-model"},
     {"opt->max_states", "--max-states"}, {"opt->max_constant_bytes", "--max-constant-bytes"}, {"opt->batch", "--batch"}, {"opt->bandwidth", "--bandwidth"}, {"opt->schedule", "--schedule"},
     {"opt->workers", "--workers"}, {"opt->memory", "--memory"}, {"opt->algo", "--algo"},
@@ -130,7 +130,7 @@ static void pd__usage(FILE *f) {
             "          sim: the CUDA path on N simulated devices, on the CPU, for testing)\n"
             "         [--metrics FILE.jsonl] [--save OUT.onnx] [--max-constant-bytes N] [--quiet]\n"
             "         [--stages N | --plan PLAN.json] [--schedule gpipe|flush|pipedream|2bw|interleaved|zb-h1|avgpipe]\n"
-            "         [--microbatches M] [--virtual-stages V] [--vertical-sync] [--trace OUT.json]\n"
+            "         [--microbatches M] [--virtual-stages V] [--vertical-sync] [--recompute] [--trace OUT.json]\n"
             "         [--parallel-pipelines K [--elastic-alpha A] [--average-every N]]\n"
             "         [--checkpoint-dir DIR] [--checkpoint-every N|auto] [--checkpoint-keep K (3)]\n"
             "         [--checkpoint-overhead F (0.035)] [--resume DIR]\n"

@@ -44,6 +44,7 @@ static int pd__write_csv(const pd__schedule *s, const char *path) {
 
 int pd_cli_simulate(int argc, char **argv) {
     const char *path = NULL, *csv = NULL;
+    bool recompute = false;
     pd_sim_options o = PD_SIM_OPTIONS_INIT;
     o.schedule = NULL;
     const pd_flag t[] = {
@@ -54,6 +55,7 @@ int pd_cli_simulate(int argc, char **argv) {
         {"--trace", PD_FLAG_STR, &o.trace, 0, 0, 0, "OUT.json", "a Chrome trace of the predicted schedule", NULL, 0},
         {"--svg", PD_FLAG_STR, &o.svg, 0, 0, 0, "OUT.svg", "the timeline as a picture", NULL, 0},
         {"--instructions", PD_FLAG_STR, &csv, 0, 0, 0, "OUT.csv", "every stage's instructions with their times", NULL, 0},
+        {"--recompute", PD_FLAG_SET, &recompute, 0, 0, 0, NULL, "activation recomputation, as the plan's \"recompute\": true", NULL, 0},
     };
     int n = (int)(sizeof t / sizeof t[0]);
     if (pd_cli_wants_help(argc, argv)) return pd_cli_help("pdonnx simulate PLAN.json --schedule KIND [flags]", t, n);
@@ -66,6 +68,7 @@ int pd_cli_simulate(int argc, char **argv) {
 
     pd_plan *plan;
     if (pd_plan_load(path, &plan) != PD_OK) return pd_cli_fail();
+    if (recompute) plan->recompute = true;
     pd__sim_plan sp;
     pd_sim_result r;
     if (pd__sim_plan_make(plan, &o, &sp) != PD_OK) {
@@ -84,6 +87,7 @@ int pd_cli_simulate(int argc, char **argv) {
     if (s->chunks > 1) printf(" x %d chunks", s->chunks);
     printf(", %d microbatch%s x %d minibatch%s, %lld samples per minibatch\n", s->microbatches,
            s->microbatches == 1 ? "" : "es", s->minibatches, s->minibatches == 1 ? "" : "es", (long long)sp.samples);
+    if (plan->recompute) printf("activations recomputed: a microbatch in flight keeps what its stage receives\n");
     if (sp.split_chunks)
         printf("(the plan has no chunks: each stage's costs are split evenly into %d chunks)\n", s->chunks);
     printf("\n%5s  %8s  %10s  %6s  %12s  %10s  %8s  %12s\n", "stage", "replicas", "busy ms", "busy", "peak act mbs",

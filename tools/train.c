@@ -41,7 +41,7 @@ typedef struct {
     int64_t max_constant_bytes; /* 0: the loader's default */
     pd_train_options o;
     int64_t batch, steps, epochs, seed;
-    bool shuffle, cosine, quiet, vertical_sync, untie;
+    bool shuffle, cosine, quiet, vertical_sync, untie, recompute;
     char *owned[PD_MAX_ARGS]; /* strings we allocated */
     int nowned;
 } pd__targs;
@@ -187,6 +187,7 @@ static int pd__train_flags(pd__targs *a, pd_flag *t) {
         PD__INT("--microbatches", &a->microbatches, 1, 1 << 20, "microbatches per step"),
         PD__INT("--virtual-stages", &a->virtual_stages, 2, 64, "chunks per stage (interleaved)"),
         PD__SET("--vertical-sync", &a->vertical_sync, "pipedream: every stage uses stage 0's weight version"),
+        PD__SET("--recompute", &a->recompute, "keep only what each stage receives per microbatch, redo its forward before its backward"),
         PD__STR("--trace", &a->trace, "OUT.json", "a Chrome trace of the pipeline's steps"),
         PD__STR("--checkpoint-dir", &a->ckpt_dir, "DIR", "take checkpoints there"),
         PD__FN("--checkpoint-every", pd__flag_ckpt_every, 1, "N|auto", "a checkpoint every N steps (auto: CheckFreq's rate)"),
@@ -587,6 +588,7 @@ static int pd__pipeline_setup(pd__targs *a, pd_graph *g, pd__sched_kind kind, in
         pd_cli_fail();
         return 1;
     }
+    if (a->recompute) (*out_plan)->recompute = true; /* or the plan's own "recompute": true */
     if (pd__pipe_create(g, *out_plan, &a->o, kind, M, out_pipe) != PD_OK ||
         pd__pipe_set_vertical_sync(*out_pipe, a->vertical_sync) != PD_OK) {
         pd_cli_fail();
@@ -682,10 +684,11 @@ static int pd__train_pipeline(pd__targs *a, pd_graph *g, const char *input, pd_t
     }
     if (!a->quiet)
         printf("training %s as a pipeline: %d stages%s, %s schedule, %d microbatch%s of %lld rows per step, %lld steps, "
-               "%s lr %g\n",
+               "%s lr %g%s\n",
                a->model, pd__pipe_stages(pipe), plan->chunks > 1 ? " (each with several virtual stages)" : "",
                pd__sched_kind_name(kind), M, M == 1 ? "" : "es", (long long)(B / M),
-               (long long)steps, pd__optim_name(a->o.optimizer), a->o.lr);
+               (long long)steps, pd__optim_name(a->o.optimizer), a->o.lr,
+               plan->recompute ? ", activations recomputed" : "");
     if (!a->quiet && cr->from.nparts) printf("resuming from %s at step %lld\n", cr->from.path, (long long)first);
     double t0 = pd__now();
     pm.res = res;
@@ -727,6 +730,7 @@ static int pd__train_pipeline(pd__targs *a, pd_graph *g, const char *input, pd_t
         int P = pd__pipe_stages(pipe);
         bool sim = pd_simulate(plan, &so, &sr) == PD_OK && sr.n_stages == P;
         double wall = pd__pipe_last_run_ms(pipe), busy_all = 0;
+        long long redone = 0; /* recomputation: forwards run again, all stages */
         if (pd__mp.size < 2) { /* under MPI each process knows its own stage only */
         printf("%5s %10s %10s %7s %18s %9s %10s %10s\n", "stage", "nodes", "busy ms", "busy", "peak activations",
                "versions", "sim busy", "sim vers");
@@ -734,13 +738,14 @@ static int pd__train_pipeline(pd__targs *a, pd_graph *g, const char *input, pd_t
             pd__pipe_stats ps;
             pd__pipe_stats_get(pipe, st, &ps);
             busy_all += ps.busy_ms;
+            redone += (long long)ps.recomputes;
             char simb[32] = "-", simv[16] = "-";
             if (sim) {
                 snprintf(simb, sizeof simb, "%.1f%%", sr.makespan_ms > 0 ? 100 * sr.stage[st].busy_ms / sr.makespan_ms : 0);
                 snprintf(simv, sizeof simv, "%d", sr.stage[st].peak_versions);
             }
             char act[48];
-            double ab = ps.peak_act_mbs * ps.act_bytes_per_mb;
+            double ab = ps.peak_act_bytes;
             snprintf(act, sizeof act, "%d mb, %.1f %s", ps.peak_act_mbs, ab >= 1e6 ? ab / 1e6 : ab / 1e3,
                      ab >= 1e6 ? "MB" : "KB");
             /* its nodes: "first-last" when one run of the graph's order, else how many */
@@ -760,6 +765,7 @@ static int pd__train_pipeline(pd__targs *a, pd_graph *g, const char *input, pd_t
         printf("bubble: %.1f%% measured", wall > 0 ? 100 * (1 - busy_all / (P * wall)) : 0);
         if (sim) printf(", %.1f%% simulated", 100 * sr.bubble);
         printf("\n");
+        if (plan->recompute) printf("recomputation: %lld forwards run again before their backward\n", redone);
         }
         if (sim) pd_sim_result_free(&sr);
     }
@@ -879,7 +885,8 @@ static int pd__train_avgpipe_hook(pd__targs *a, const pd_cli_avg_args *av, pd_gr
                                   pd_tensor *X, pd_tensor *Y, pd__data *data, int64_t steps, pd__sched_kind kind,
                                   FILE *mf) {
     pd_cli_avg_ctx c = {a->model, a->plan, (int)a->stages, (int)a->microbatches, a->batch, steps, &a->o, kind,
-                        a->quiet, a->trace, g, input, X, Y, data, mf, pd__mp.rank, pd__mp.size, pd__mp_agree_final};
+                        a->quiet, a->trace, g, input, X, Y, data, mf, pd__mp.rank, pd__mp.size, pd__mp_agree_final,
+                        a->recompute};
     return pd_cli_train_avgpipe(av, &c);
 }
 
@@ -1021,9 +1028,9 @@ static int pd__train_args(int argc, char **argv, const pd_cli_avg_args *av, pd__
         return rc;
     }
     pd__sched_kind kind = PD_SCHED_FLUSH;
-    if (!piped && (a->schedule || a->microbatches || a->trace || a->virtual_stages || a->vertical_sync)) {
-        pd_cli_usage_error("train: %s",
-                           "--schedule, --microbatches, --virtual-stages and --trace need --stages N or --plan FILE");
+    if (!piped && (a->schedule || a->microbatches || a->trace || a->virtual_stages || a->vertical_sync || a->recompute)) {
+        pd_cli_usage_error("train: %s", "--schedule, --microbatches, --virtual-stages, --trace and --recompute need "
+                                        "--stages N or --plan FILE");
         return rc;
     }
     if (a->stages && a->plan) {

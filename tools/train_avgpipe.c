@@ -271,6 +271,7 @@ int pd_cli_train_avgpipe(const pd_cli_avg_args *av, const pd_cli_avg_ctx *c) {
     }
     if (avg_copies(c, &r) != 0) goto out;
     if (plan->chunks > 1 && c->kind != PD_SCHED_INTERLEAVED) plan->chunks = 1;
+    if (c->recompute) plan->recompute = true;
     if (avg_create(av, c, plan, &r, &avg) != 0 || avg_data(c, avg, &r) != 0) goto out;
     if (!c->quiet)
         printf("training %s as %d parallel pipelines of %d stages (AvgPipe): %s schedule, %d microbatch%s of %lld rows "

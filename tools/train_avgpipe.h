@@ -39,6 +39,7 @@ typedef struct pd_cli_avg_ctx {
     FILE *mf;                   /* metrics (may be NULL) */
     int rank, size;             /* under mpirun: this process and the job's (size 1: one process) */
     bool (*agree)(bool ok);     /* under mpirun: every process ready to train (false: one is not) */
+    bool recompute;             /* --recompute: every pipeline recomputes activations (or the plan's own flag) */
 } pd_cli_avg_ctx;
 
 /* Trains; g gets the centre. 0, or 1 after printing the error. */
