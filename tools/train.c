@@ -611,6 +611,80 @@ static int pd__pipeline_setup(pd__targs *a, pd_graph *g, pd__sched_kind kind, in
     return 0;
 }
 
+/* The run summary's table: per stage its nodes, busy time, peak activations
+ * and weight versions, beside the simulator's prediction for the same plan
+ * and schedule; the bubble; the forwards recomputation ran again. */
+static void pd__report_stages(pd__pipe *pipe, const pd_plan *plan, pd__sched_kind kind, int M) {
+    pd_sim_options so = PD_SIM_OPTIONS_INIT;
+    so.schedule = pd__sched_kind_name(kind);
+    so.microbatches = M;
+    pd_sim_result sr;
+    int P = pd__pipe_stages(pipe);
+    bool sim = pd_simulate(plan, &so, &sr) == PD_OK && sr.n_stages == P;
+    double wall = pd__pipe_last_run_ms(pipe), busy_all = 0;
+    long long redone = 0;
+    printf("%5s %10s %10s %7s %18s %9s %10s %10s\n", "stage", "nodes", "busy ms", "busy", "peak activations",
+           "versions", "sim busy", "sim vers");
+    for (int st = 0; st < P; st++) {
+        pd__pipe_stats ps;
+        pd__pipe_stats_get(pipe, st, &ps);
+        busy_all += ps.busy_ms;
+        redone += (long long)ps.recomputes;
+        char simb[32] = "-", simv[16] = "-";
+        if (sim) {
+            snprintf(simb, sizeof simb, "%.1f%%", sr.makespan_ms > 0 ? 100 * sr.stage[st].busy_ms / sr.makespan_ms : 0);
+            snprintf(simv, sizeof simv, "%d", sr.stage[st].peak_versions);
+        }
+        char act[48];
+        double ab = ps.peak_act_bytes;
+        snprintf(act, sizeof act, "%d mb, %.1f %s", ps.peak_act_mbs, ab >= 1e6 ? ab / 1e6 : ab / 1e3,
+                 ab >= 1e6 ? "MB" : "KB");
+        /* its nodes: "first-last" when one run of the graph's order, else how many */
+        int first = -1, last = -1, count = 0;
+        for (int i = 0; i < plan->n_nodes; i++)
+            if (plan->fwd_stage[i] % P == st) {
+                if (first < 0) first = i;
+                last = i;
+                count++;
+            }
+        char nodes[32];
+        if (count == last - first + 1) snprintf(nodes, sizeof nodes, "%d-%d", first, last);
+        else snprintf(nodes, sizeof nodes, "%d of them", count);
+        printf("%5d %10s %10.1f %6.1f%% %18s %9d %10s %10s\n", st, nodes, ps.busy_ms,
+               wall > 0 ? 100 * ps.busy_ms / wall : 0, act, ps.peak_versions, simb, simv);
+    }
+    printf("bubble: %.1f%% measured", wall > 0 ? 100 * (1 - busy_all / (P * wall)) : 0);
+    if (sim) printf(", %.1f%% simulated", 100 * sr.bubble);
+    printf("\n");
+    if (plan->recompute) printf("recomputation: %lld forwards run again before their backward\n", redone);
+    if (sim) pd_sim_result_free(&sr);
+}
+
+/* --trace: this process's tracks, or under MPI every process's joined on rank 0. */
+static bool pd__write_traces(const pd__targs *a, pd__pipe *pipe) {
+    if (pd__mp.size > 1 && a->trace_all) {
+        char *mine = NULL, *all = NULL;
+        size_t n = 0, total = 0;
+        pd_status ts = pd__pipe_trace_events(pipe, &mine, &n);
+        if (ts == PD_OK) ts = pd__mpi_gather_text(mine, n, ",\n", &all, &total);
+        free(mine);
+        if (ts == PD_OK && pd__mp.rank == 0) {
+            char *doc = malloc(total + 8);
+            if (doc) snprintf(doc, total + 8, "[\n%s\n]\n", all);
+            ts = doc ? pd__write_atomic(a->trace_all, doc, strlen(doc)) : pd__err(PD_ERR_NOMEM, "out of memory");
+            free(doc);
+            if (ts == PD_OK && !a->quiet) printf("trace: %s (every process)\n", a->trace_all);
+        }
+        PD_FREE(all);
+        if (ts != PD_OK) return pd_cli_fail(), false;
+        return true;
+    }
+    if (!a->trace) return true;
+    if (pd__pipe_write_trace(pipe, a->trace) != PD_OK) return pd_cli_fail(), false;
+    if (!a->quiet) printf("trace: %s\n", a->trace);
+    return true;
+}
+
 /* The pipeline's ring of steps (pd__pipe_set_ring): step k's rows from the
  * data stream into slot `slot` of x and y. */
 typedef struct pd__ring {
@@ -722,78 +796,9 @@ static int pd__train_pipeline(pd__targs *a, pd_graph *g, const char *input, pd_t
     if (!a->quiet) {
         printf("trained %lld steps in %.2f s: %.0f samples/s, final loss %.6f\n", (long long)steps, total,
                (double)rows / total, res[steps - 1].loss);
-        /* measured per stage, beside the simulator's prediction for the same plan and schedule */
-        pd_sim_options so = PD_SIM_OPTIONS_INIT;
-        so.schedule = pd__sched_kind_name(kind);
-        so.microbatches = M;
-        pd_sim_result sr;
-        int P = pd__pipe_stages(pipe);
-        bool sim = pd_simulate(plan, &so, &sr) == PD_OK && sr.n_stages == P;
-        double wall = pd__pipe_last_run_ms(pipe), busy_all = 0;
-        long long redone = 0; /* recomputation: forwards run again, all stages */
-        if (pd__mp.size < 2) { /* under MPI each process knows its own stage only */
-        printf("%5s %10s %10s %7s %18s %9s %10s %10s\n", "stage", "nodes", "busy ms", "busy", "peak activations",
-               "versions", "sim busy", "sim vers");
-        for (int st = 0; st < P; st++) {
-            pd__pipe_stats ps;
-            pd__pipe_stats_get(pipe, st, &ps);
-            busy_all += ps.busy_ms;
-            redone += (long long)ps.recomputes;
-            char simb[32] = "-", simv[16] = "-";
-            if (sim) {
-                snprintf(simb, sizeof simb, "%.1f%%", sr.makespan_ms > 0 ? 100 * sr.stage[st].busy_ms / sr.makespan_ms : 0);
-                snprintf(simv, sizeof simv, "%d", sr.stage[st].peak_versions);
-            }
-            char act[48];
-            double ab = ps.peak_act_bytes;
-            snprintf(act, sizeof act, "%d mb, %.1f %s", ps.peak_act_mbs, ab >= 1e6 ? ab / 1e6 : ab / 1e3,
-                     ab >= 1e6 ? "MB" : "KB");
-            /* its nodes: "first-last" when one run of the graph's order, else how many */
-            int first = -1, last = -1, count = 0;
-            for (int i = 0; i < plan->n_nodes; i++)
-                if (plan->fwd_stage[i] % P == st) {
-                    if (first < 0) first = i;
-                    last = i;
-                    count++;
-                }
-            char nodes[32];
-            if (count == last - first + 1) snprintf(nodes, sizeof nodes, "%d-%d", first, last);
-            else snprintf(nodes, sizeof nodes, "%d of them", count);
-            printf("%5d %10s %10.1f %6.1f%% %18s %9d %10s %10s\n", st, nodes, ps.busy_ms,
-                   wall > 0 ? 100 * ps.busy_ms / wall : 0, act, ps.peak_versions, simb, simv);
-        }
-        printf("bubble: %.1f%% measured", wall > 0 ? 100 * (1 - busy_all / (P * wall)) : 0);
-        if (sim) printf(", %.1f%% simulated", 100 * sr.bubble);
-        printf("\n");
-        if (plan->recompute) printf("recomputation: %lld forwards run again before their backward\n", redone);
-        }
-        if (sim) pd_sim_result_free(&sr);
+        if (pd__mp.size < 2) pd__report_stages(pipe, plan, kind, M); /* under MPI each process knows its own stage only */
     }
-    if (pd__mp.size > 1 && a->trace_all) { /* every process's tracks, joined on rank 0 */
-        char *mine = NULL, *all = NULL;
-        size_t n = 0, total = 0;
-        pd_status ts = pd__pipe_trace_events(pipe, &mine, &n);
-        if (ts == PD_OK) ts = pd__mpi_gather_text(mine, n, ",\n", &all, &total);
-        free(mine);
-        if (ts == PD_OK && pd__mp.rank == 0) {
-            char *doc = malloc(total + 8);
-            if (doc) snprintf(doc, total + 8, "[\n%s\n]\n", all);
-            ts = doc ? pd__write_atomic(a->trace_all, doc, strlen(doc)) : pd__err(PD_ERR_NOMEM, "out of memory");
-            free(doc);
-            if (ts == PD_OK && !a->quiet) printf("trace: %s (every process)\n", a->trace_all);
-        }
-        PD_FREE(all);
-        if (ts != PD_OK) {
-            pd_cli_fail();
-            goto out;
-        }
-    } else if (a->trace) {
-        if (pd__pipe_write_trace(pipe, a->trace) != PD_OK) {
-            pd_cli_fail();
-            goto out;
-        }
-        if (!a->quiet) printf("trace: %s\n", a->trace);
-    }
+    if (!pd__write_traces(a, pipe)) goto out;
     rc = 0;
 out:
     if (cr->ck) pd_cli_ckpt_finish(cr->ck, 0); /* an error: what was taken is still written */
