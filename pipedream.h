@@ -1041,6 +1041,10 @@ typedef struct pd__attr {
                           unrolled (If: 1 once both branches are in), n the nesting depth */
 } pd__attr;
 
+/* The domain of nodes the loader makes by fusing exported ones (pd__fuse_linear):
+ * no file's node has it, so shape rules may allow those nodes what ONNX does not. */
+#define PD__FUSED_DOMAIN "pdonnx.fused"
+
 typedef struct pd__node {
     char *name;        /* the model's name, or "<op_type>_<index>" when it has none */
     char *op_type;
@@ -2761,9 +2765,9 @@ static pd_status pd__make_linear(pd_graph *g, int ia, int x, int w, int b) {
     pd__node *A = &g->nodes[ia];
     int *in = (int *)PD_MALLOC(3 * sizeof(int));
     pd__attr *attr = (pd__attr *)PD_CALLOC(1, sizeof(pd__attr));
-    char *type = pd__strdup("Gemm"), *name = pd__strdup("transB");
-    if (!in || !attr || !type || !name) {
-        PD_FREE(in), PD_FREE(attr), PD_FREE(type), PD_FREE(name);
+    char *type = pd__strdup("Gemm"), *name = pd__strdup("transB"), *domain = pd__strdup(PD__FUSED_DOMAIN);
+    if (!in || !attr || !type || !name || !domain) {
+        PD_FREE(in), PD_FREE(attr), PD_FREE(type), PD_FREE(name), PD_FREE(domain);
         return pd__err(PD_ERR_NOMEM, "%s: out of memory", g->path);
     }
     in[0] = x, in[1] = w, in[2] = b;
@@ -2774,6 +2778,8 @@ static pd_status pd__make_linear(pd_graph *g, int ia, int x, int w, int b) {
     PD_FREE(A->attr);
     PD_FREE(A->in);
     PD_FREE(A->op_type);
+    PD_FREE(A->domain);
+    A->domain = domain;
     A->attr = attr, A->nattr = 1, A->in = in, A->nin = 3, A->op_type = type, A->op = PD_OP_GEMM;
     return PD_OK;
 }
@@ -4395,10 +4401,12 @@ pd_status pd__shape_Gemm(pd_graph *g, pd__node *n) {
     PD_TRY(need_float(g, n, a, "A"));
     PD_TRY(need_dtype(g, n, b, a->dtype, "B"));
     if (c) PD_TRY(need_dtype(g, n, c, a->dtype, "C"));
-    if (a->ndim != 2 || b->ndim != 2)
-        return pd__node_err(g, n, PD_ERR_SHAPE, "A %s and B %s must be matrices", shp(a).s, shp(b).s);
     int ta = pd__attr_i(n, "transA", 0) != 0, tb = pd__attr_i(n, "transB", 0) != 0;
-    int64_t M = a->shape[ta], K = a->shape[!ta], Kb = b->shape[tb], N = b->shape[!tb];
+    /* the loader's fused Linear (pd__fuse_linear) takes A (..., K); files' Gemm is 2-D */
+    bool rows = !ta && a->ndim > 2 && n->domain && !strcmp(n->domain, PD__FUSED_DOMAIN);
+    if ((a->ndim != 2 && !rows) || b->ndim != 2)
+        return pd__node_err(g, n, PD_ERR_SHAPE, "A %s and B %s must be matrices", shp(a).s, shp(b).s);
+    int64_t M = a->shape[ta], K = a->shape[ta ? 0 : a->ndim - 1], Kb = b->shape[tb], N = b->shape[!tb];
     if (K != Kb)
         return pd__node_err(g, n, PD_ERR_SHAPE, "A %s (transA=%d) and B %s (transB=%d): inner dims %lld and %lld differ",
                             shp(a).s, ta, shp(b).s, tb, (long long)K, (long long)Kb);
@@ -4410,14 +4418,17 @@ pd_status pd__shape_Gemm(pd_graph *g, pd__node *n) {
             return pd__node_err(g, n, PD_ERR_SHAPE, "C %s does not broadcast to the output [%lld,%lld]", shp(c).s,
                                 (long long)M, (long long)N);
     }
-    int64_t y[2] = {M, N};
-    return set_out(g, n, 0, a->dtype, 2, y);
+    if (c && c->ndim == 2 && c->shape[0] != 1 && rows)
+        return pd__node_err(g, n, PD_ERR_SHAPE, "C %s must broadcast along A %s's rows", shp(c).s, shp(a).s);
+    int64_t y[PD_MAX_DIMS] = {M, N};
+    for (int d = 0; rows && d < a->ndim; d++) y[d] = d < a->ndim - 1 ? a->shape[d] : N;
+    return set_out(g, n, 0, a->dtype, rows ? a->ndim : 2, y);
 }
 
 double pd__flops_Gemm(const pd_graph *g, const pd__node *n) {
     const pd__tensor *a = cin(g, n, 0), *y = cout(g, n, 0);
-    if (!a || !y || a->ndim != 2 || y->ndim != 2) return 0;
-    int64_t K = a->shape[pd__attr_i(n, "transA", 0) != 0 ? 0 : 1];
+    if (!a || !y || a->ndim < 2 || y->ndim < 2) return 0;
+    int64_t K = a->shape[pd__attr_i(n, "transA", 0) != 0 ? 0 : a->ndim - 1];
     return 2.0 * dnumel(y) * (double)K + (cin(g, n, 2) ? dnumel(y) : 0);
 }
 

@@ -859,9 +859,9 @@ static pd_status pd__make_linear(pd_graph *g, int ia, int x, int w, int b) {
     pd__node *A = &g->nodes[ia];
     int *in = (int *)PD_MALLOC(3 * sizeof(int));
     pd__attr *attr = (pd__attr *)PD_CALLOC(1, sizeof(pd__attr));
-    char *type = pd__strdup("Gemm"), *name = pd__strdup("transB");
-    if (!in || !attr || !type || !name) {
-        PD_FREE(in), PD_FREE(attr), PD_FREE(type), PD_FREE(name);
+    char *type = pd__strdup("Gemm"), *name = pd__strdup("transB"), *domain = pd__strdup(PD__FUSED_DOMAIN);
+    if (!in || !attr || !type || !name || !domain) {
+        PD_FREE(in), PD_FREE(attr), PD_FREE(type), PD_FREE(name), PD_FREE(domain);
         return pd__err(PD_ERR_NOMEM, "%s: out of memory", g->path);
     }
     in[0] = x, in[1] = w, in[2] = b;
@@ -872,6 +872,8 @@ static pd_status pd__make_linear(pd_graph *g, int ia, int x, int w, int b) {
     PD_FREE(A->attr);
     PD_FREE(A->in);
     PD_FREE(A->op_type);
+    PD_FREE(A->domain);
+    A->domain = domain;
     A->attr = attr, A->nattr = 1, A->in = in, A->nin = 3, A->op_type = type, A->op = PD_OP_GEMM;
     return PD_OK;
 }
