@@ -2800,9 +2800,8 @@ static pd_status pd__fuse_linear(pd_graph *g, bool *gone) {
         if (x < 0 || g->tensors[x].dtype != PD_FLOAT || g->tensors[x].ndim < 2) continue;
         int ia = pd__sole_reader(g, reads, reader, y, PD_OP_ADD);
         int b = ia < 0 ? -1 : pd__other_in(&g->nodes[ia], y);
-        int64_t N = g->tensors[T->in[0]].shape[0];
-        if (b < 0 || b == y || g->tensors[b].dtype != PD_FLOAT || g->tensors[b].ndim != 1 || g->tensors[b].shape[0] != N)
-            continue;
+        const pd__tensor *bt = b >= 0 && b != y ? &g->tensors[b] : NULL;
+        if (!bt || bt->dtype != PD_FLOAT || bt->ndim != 1 || bt->shape[0] != g->tensors[T->in[0]].shape[0]) continue;
         if (g->tensors[g->nodes[ia].out[0]].numel != g->tensors[y].numel) continue;
         st = pd__make_linear(g, ia, x, T->in[0], b);
         if (st == PD_OK) gone[it] = gone[im] = true;
