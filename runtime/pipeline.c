@@ -546,9 +546,13 @@ static pd_status pd__rc_alloc(pd__pipe *p, pd__chunk *C, const bool *need, const
     return PD_OK;
 }
 
-pd_status pd__pipe_create(pd_graph *g, const pd_plan *plan, const pd_train_options *o, pd__sched_kind kind,
-                          int microbatches, pd__pipe **out) {
-    if (!g || !plan || !out) return pd__err(PD_ERR_INVALID, "pd__pipe_create: NULL argument");
+static pd_status pd__pipe_nomem(const pd__pipe *p) {
+    return pd__err(PD_ERR_NOMEM, "%s: out of memory building the pipeline", p->g->path);
+}
+
+/* What no pipeline can run: the schedule, microbatches and options checked. */
+static pd_status pd__pipe_check(const pd_plan *plan, const pd_train_options *o, pd__sched_kind kind, int microbatches,
+                                bool gpu) {
     if (microbatches < 1) return pd__err(PD_ERR_INVALID, "pipeline: %d microbatches", microbatches);
     if ((unsigned)kind > PD_SCHED_AVGPIPE) return pd__err(PD_ERR_INVALID, "pipeline: unknown schedule %d", (int)kind);
     if (kind == PD_SCHED_PIPEDREAM && microbatches != 1)
@@ -558,54 +562,16 @@ pd_status pd__pipe_create(pd_graph *g, const pd_plan *plan, const pd_train_optio
         return pd__err(PD_ERR_UNSUPPORTED, "pipeline: opt->clip_grad_norm needs every stage's gradients of one update at "
                        "once; %s updates each stage on its own (use gpipe, flush, zb-h1 or interleaved)",
                        pd__sched_kind_name(kind));
-    /* GPU stages (pd__dev_setup): the session keeps the host slabs, each stage its own device memory */
-    bool gpu = o && o->size >= sizeof *o && o->device == PD_DEVICE_CUDA;
-    pd_train_options ho;
-    if (gpu) ho = *o, ho.device = PD_DEVICE_CPU;
     if (plan->recompute && gpu)
         return pd__err(PD_ERR_UNSUPPORTED, "pipeline: plan->recompute (activation recomputation) runs on CPU stages "
                        "only so far, not with opt->device cuda");
-    pd__pipe *p = PD_CALLOC(1, sizeof *p);
-    if (!p) return pd__err(PD_ERR_NOMEM, "out of memory");
-    pthread_mutex_init(&p->mu, NULL);
-    pthread_cond_init(&p->cv, NULL);
-    p->g = g;
-    p->kind = kind;
-    p->nmicro = microbatches;
-    p->local.base.vt = &pd__local_vt;
-    p->local.p = p;
-    for (int i = 0; i < 4; i++) p->gn[i].t = -1;
-    p->fail_stage = -1;
-    p->recompute = plan->recompute;
-    bool *need = NULL; /* per virtual stage and tensor: its contexts hold it */
-    uint8_t *role = NULL; /* per tensor, for one chunk's contexts (PD__G_SET, PD__G_KEEP) */
-    bool *own = NULL;     /* recomputation: per tensor, for one chunk's contexts, the values each slot keeps */
-    pd__tstages ts;
-    bool have_ts = pd__tstages_alloc(&ts, g->ntensors);
-    int *tstage = ts.tstage, *vlast = ts.vlast, *gfirst = ts.gfirst, *glast = ts.glast,
-        *bfirst = ts.bfirst;
-    pd_status st = have_ts ? pd__shape(p, plan) : pd__err(PD_ERR_NOMEM, "out of memory");
-    if (st != PD_OK) goto fail;
-    if (kind == PD_SCHED_INTERLEAVED && microbatches % p->nworkers != 0) {
-        st = pd__err(PD_ERR_INVALID,
-                     "pipeline: interleaved needs the microbatches (%d) to be a multiple of the %d workers",
-                     microbatches, p->nworkers);
-        goto fail;
-    }
-    p->nslots = pd__sched_async(kind) ? microbatches + p->nworkers : microbatches; /* async: at most P in flight */
-    bool lazy = false; /* lazy_weights: each process reads its stages' parameters only (stageload.c) */
-    for (int t = 0; t < g->ntensors && !lazy; t++) lazy = pd__deferred(&g->tensors[t]);
-    if ((st = pd__session_create_ex(g, gpu ? &ho : o, lazy, &p->s)) != PD_OK) goto fail;
-    p->o = *pd__session_options(p->s);
-    pd__session_slabs(p->s, &p->sl);
-    p->pred = pd__session_loss_tensor(p->s);
-    p->labels_input = pd__session_labels_input(p->s);
-    p->rows = g->ninputs > 0 && g->tensors[g->inputs[0]].ndim > 0 ? g->tensors[g->inputs[0]].shape[0] : 1;
-    if ((st = pd__assign(p, plan, &ts)) != PD_OK) goto fail;
-    p->vs = PD_CALLOC((size_t)p->nvstages, sizeof *p->vs);
-    p->wk = PD_CALLOC((size_t)p->nwk, sizeof *p->wk);
-    p->link = PD_CALLOC((size_t)p->nvstages, sizeof *p->link);
-    if (!p->vs || !p->wk || !p->link) goto nomem;
+    return PD_OK;
+}
+
+/* Each virtual stage's forward and backward nodes, the BatchNorm statistics
+ * its nodes update in place (ops.h: state), the bytes its outputs take. */
+static pd_status pd__pipe_vstages(pd__pipe *p, const pd_plan *plan) {
+    const pd_graph *g = p->g;
     for (int k = 0; k < p->nvstages; k++) {
         pd__vstage *S = &p->vs[k];
         S->nodes = PD_MALLOC(sizeof(int) * ((size_t)g->nnodes + 1));
@@ -613,7 +579,7 @@ pd_status pd__pipe_create(pd_graph *g, const pd_plan *plan, const pd_train_optio
         S->params = PD_MALLOC(sizeof(int) * ((size_t)p->sl.np + 1));
         S->pk = PD_MALLOC(sizeof(int64_t) * ((size_t)p->sl.np + 1));
         S->bufs = PD_MALLOC(sizeof(int) * (2 * (size_t)g->nnodes + 1));
-        if (!S->nodes || !S->bnodes || !S->params || !S->pk || !S->bufs) goto nomem;
+        if (!S->nodes || !S->bnodes || !S->params || !S->pk || !S->bufs) return pd__pipe_nomem(p);
         for (int i = 0; i < g->nnodes; i++)
             if ((plan->bwd_stage ? plan->bwd_stage[i] : plan->fwd_stage[i]) == k) S->bnodes[S->nbnodes++] = i;
         for (int i = 0; i < g->nnodes; i++)
@@ -627,10 +593,16 @@ pd_status pd__pipe_create(pd_graph *g, const pd_plan *plan, const pd_train_optio
                     if (g->nodes[i].out[j] >= 0) S->act_bytes += (double)pd__tbytes(g, g->nodes[i].out[j]);
             }
     }
-    /* parameters: each belongs to the first virtual stage that reads it; a
-     * later stage reading it too (tied weights) shares it: its backward adds
-     * into a gradient buffer of its own, which the owner sums into the
-     * parameter's at STEP, once every stage has met there */
+    return PD_OK;
+}
+
+/* Parameters: each belongs to the first virtual stage that reads it; a
+ * later stage reading it too (tied weights) shares it: its backward adds
+ * into a gradient buffer of its own, which the owner sums into the
+ * parameter's at STEP, once every stage has met there. */
+static pd_status pd__pipe_params(pd__pipe *p, const pd_plan *plan) {
+    const pd_graph *g = p->g;
+    pd__sched_kind kind = p->kind;
     for (int i = 0; i < p->sl.np; i++) {
         int t = p->sl.param[i], owner = INT32_MAX;
         for (int k = 0; k < g->nnodes; k++)
@@ -647,23 +619,29 @@ pd_status pd__pipe_create(pd_graph *g, const pd_plan *plan, const pd_train_optio
                 for (int j = 0; j < g->nodes[v].nin; j++) reads |= g->nodes[v].in[j] == t && plan->fwd_stage[v] == k;
             if (!reads) continue;
             if (pd__sched_async(kind) || p->rep[owner % p->nworkers] > 1 || p->rep[k % p->nworkers] > 1) {
-                st = pd__err(PD_ERR_UNSUPPORTED,
+                return pd__err(PD_ERR_UNSUPPORTED,
                              "pipeline: parameter '%s' is read by stages %d and %d (tied weights): shared across "
                              "stages only under gpipe, flush, zb-h1 and interleaved, without replicas, so far",
                              g->tensors[t].name, owner, k);
-                goto fail;
             }
             pd__vstage *K = &p->vs[k];
-            if (!K->sp && !(K->sp = PD_MALLOC(sizeof(int) * ((size_t)p->sl.np + 1)))) goto nomem;
-            if (!K->spk && !(K->spk = PD_MALLOC(sizeof(int64_t) * ((size_t)p->sl.np + 1)))) goto nomem;
+            if (!K->sp && !(K->sp = PD_MALLOC(sizeof(int) * ((size_t)p->sl.np + 1)))) return pd__pipe_nomem(p);
+            if (!K->spk && !(K->spk = PD_MALLOC(sizeof(int64_t) * ((size_t)p->sl.np + 1)))) return pd__pipe_nomem(p);
             K->spk[K->nsp] = K->spacked;
             K->sp[K->nsp++] = i;
             K->spacked += g->tensors[t].numel;
             p->shared = true;
         }
     }
-    /* links: activations made at or before virtual stage l (not graph inputs:
-     * every stage reads those itself) and read after it */
+    return PD_OK;
+}
+
+/* Links: activations made at or before virtual stage l (not graph inputs:
+ * every stage reads those itself) and read after it; gradients added to
+ * after and used here or before; what a backward here needs from after. */
+static pd_status pd__pipe_links(pd__pipe *p, const pd__tstages *ts) {
+    const pd_graph *g = p->g;
+    const int *tstage = ts->tstage, *vlast = ts->vlast, *gfirst = ts->gfirst, *glast = ts->glast, *bfirst = ts->bfirst;
     for (int l = 0; l + 1 < p->nvstages; l++) {
         pd__link *L = &p->link[l];
         L->t = PD_MALLOC(sizeof(int) * ((size_t)g->ntensors + 1));
@@ -674,7 +652,7 @@ pd_status pd__pipe_create(pd_graph *g, const pd_plan *plan, const pd_train_optio
         L->bwd.ring = PD_CALLOC((size_t)L->bwd.cap, sizeof(pd__msg));
         L->fwd.pool = PD_CALLOC((size_t)L->fwd.cap + 2, sizeof(void *));
         L->bwd.pool = PD_CALLOC((size_t)L->bwd.cap + 2, sizeof(void *));
-        if (!L->t || !L->gt || !L->bt || !L->fwd.ring || !L->bwd.ring) goto nomem;
+        if (!L->t || !L->gt || !L->bt || !L->fwd.ring || !L->bwd.ring) return pd__pipe_nomem(p);
         for (int t = 0; t < g->ntensors; t++) {
             if (tstage[t] < 0) continue;
             if (tstage[t] <= l && vlast[t] > l) { /* made here or before, needed after */
@@ -697,13 +675,14 @@ pd_status pd__pipe_create(pd_graph *g, const pd_plan *plan, const pd_train_optio
         p->vs[l + 1].act_bytes += (double)L->act_bytes;
         p->vs[l + 1].keep_bytes += (double)L->act_bytes;
     }
-    /* what each virtual stage's contexts hold: its nodes' (forward and
-     * backward) inputs and outputs, what its links carry in and out, and the
-     * loss's prediction on the last; the rest of the graph has no memory there */
-    need = PD_CALLOC((size_t)p->nvstages * (size_t)g->ntensors + 1, sizeof(bool));
-    role = PD_MALLOC((size_t)g->ntensors + 1);
-    own = PD_MALLOC((size_t)g->ntensors + 1);
-    if (!need || !role || !own) goto nomem;
+    return PD_OK;
+}
+
+/* What each virtual stage's contexts hold (need, per stage and tensor): its
+ * nodes' (forward and backward) inputs and outputs, what its links carry in
+ * and out, and the loss's prediction on the last; the rest has no memory there. */
+static void pd__pipe_need(const pd__pipe *p, bool *need) {
+    const pd_graph *g = p->g;
     for (int k = 0; k < p->nvstages; k++) {
         bool *nd = need + (size_t)k * (size_t)g->ntensors;
         const pd__vstage *S = &p->vs[k];
@@ -725,6 +704,127 @@ pd_status pd__pipe_create(pd_graph *g, const pd_plan *plan, const pd_train_optio
         if (k == p->nvstages - 1) nd[p->pred] = true;
         if (p->labels_input >= 0) nd[p->labels_input] = nd[p->labels_input] || k == p->nvstages - 1;
     }
+}
+
+/* Chunk c of thread W: its slots' activation contexts (role: which
+ * gradients are written before its backward, read after; own: what a slot
+ * keeps under recomputation), its weight stashes, and where each slot's
+ * link buffers first point (orig). */
+static pd_status pd__pipe_chunk(pd__pipe *p, pd__wk *W, int c, const bool *need, uint8_t *role, bool *own) {
+    const pd_graph *g = p->g;
+    int w = W->w, r = W->r;
+    pd__chunk *C = &W->ch[c];
+    const pd__vstage *S = &p->vs[c * p->nworkers + w];
+    C->k = c * p->nworkers + w;
+    C->slot = PD_CALLOC((size_t)p->nslots, sizeof *C->slot);
+    C->slot_ver = PD_MALLOC(sizeof(int32_t) * (size_t)p->nslots);
+    C->nstash = pd__sched_async(p->kind) ? p->nworkers + 1 : 0;
+    C->stash = PD_CALLOC((size_t)C->nstash + 1, sizeof *C->stash);
+    if (!C->slot || !C->slot_ver || !C->stash) return pd__pipe_nomem(p);
+    if (S->nsp > 0 && !(C->sg = PD_CALLOC((size_t)S->spacked + 1, sizeof(float)))) return pd__pipe_nomem(p);
+    /* the gradients it receives (link k's) and the loss's are
+     * written before its backward; those it sends (link k-1's)
+     * are read after (pd__actx_create) */
+    memset(role, 0, (size_t)g->ntensors);
+    const pd__link *Lr = C->k + 1 < p->nvstages ? &p->link[C->k] : NULL, *Ls = C->k > 0 ? &p->link[C->k - 1] : NULL;
+    for (int q = 0; Lr && q < Lr->ngt; q++) role[Lr->gt[q]] |= PD__G_SET;
+    for (int q = 0; Ls && q < Ls->ngt; q++) role[Ls->gt[q]] |= PD__G_KEEP;
+    if (C->k == p->nvstages - 1) role[p->pred] |= PD__G_SET;
+    /* recomputation: a slot keeps the values it received and those sent back (bipartition) */
+    memset(own, 0, (size_t)g->ntensors);
+    for (int q = 0; Ls && q < Ls->nt; q++) own[Ls->t[q]] = true;
+    for (int q = 0; Ls && q < Ls->nbt; q++) own[Ls->bt[q]] = true;
+    for (int q = 0; Lr && q < Lr->nbt; q++) own[Lr->bt[q]] = true;
+    const bool *cneed = need + (size_t)C->k * (size_t)g->ntensors;
+    if (p->recompute) PD_TRY(pd__rc_alloc(p, C, cneed, own));
+    for (int k = 0; k < p->nslots; k++) {
+        PD_TRY(pd__actx_create_in(p->s, cneed, p->recompute ? own : NULL, C->rc_vals, S->bnodes, S->nbnodes, role,
+                                  p->kind == PD_SCHED_ZB_H1, &C->slot[k]));
+        for (int j = 0; r > 0 && j < S->np; j++) { /* the replica's own gradients */
+            int pi = S->params[j];
+            pd__actx_grad(C->slot[k], p->sl.param[pi])->data = W->grads + p->sl.poff[pi];
+        }
+        for (int j = 0; j < S->nsp; j++) /* a shared parameter's: its own buffer */
+            pd__actx_grad(C->slot[k], p->sl.param[S->sp[j]])->data = C->sg + S->spk[j];
+    }
+    for (int k = 0; k < C->nstash; k++) {
+        C->stash[k].version = -1;
+        C->stash[k].w = PD_MALLOC(sizeof(float) * ((size_t)S->packed + 1));
+        if (!C->stash[k].w) return pd__pipe_nomem(p);
+    }
+    const pd__link *La = C->k > 0 ? &p->link[C->k - 1] : NULL;
+    const pd__link *Lg = C->k + 1 < p->nvstages ? &p->link[C->k] : NULL;
+    C->norig = (La ? La->nt : 0) + (Lg ? Lg->ngt + Lg->nbt : 0);
+    C->held = PD_CALLOC(2 * (size_t)p->nslots, sizeof(void *));
+    C->orig = PD_CALLOC((size_t)p->nslots * (size_t)C->norig + 1, sizeof(void *));
+    C->sent = PD_CALLOC((size_t)p->nslots, sizeof(bool));
+    if (!C->held || !C->orig || !C->sent) return pd__pipe_nomem(p);
+    for (int k = 0; k < p->nslots; k++) {
+        void **o = C->orig + (size_t)k * (size_t)C->norig;
+        for (int q = 0; La && q < La->nt; q++) *o++ = pd__actx_value(C->slot[k], La->t[q])->data;
+        for (int q = 0; Lg && q < Lg->ngt; q++) *o++ = pd__actx_grad(C->slot[k], Lg->gt[q])->data;
+        for (int q = 0; Lg && q < Lg->nbt; q++) *o++ = pd__actx_value(C->slot[k], Lg->bt[q])->data;
+    }
+    return PD_OK;
+}
+
+pd_status pd__pipe_create(pd_graph *g, const pd_plan *plan, const pd_train_options *o, pd__sched_kind kind,
+                          int microbatches, pd__pipe **out) {
+    if (!g || !plan || !out) return pd__err(PD_ERR_INVALID, "pd__pipe_create: NULL argument");
+    /* GPU stages (pd__dev_setup): the session keeps the host slabs, each stage its own device memory */
+    bool gpu = o && o->size >= sizeof *o && o->device == PD_DEVICE_CUDA;
+    PD_TRY(pd__pipe_check(plan, o, kind, microbatches, gpu));
+    pd_train_options ho;
+    if (gpu) ho = *o, ho.device = PD_DEVICE_CPU;
+    pd__pipe *p = PD_CALLOC(1, sizeof *p);
+    if (!p) return pd__err(PD_ERR_NOMEM, "out of memory");
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->cv, NULL);
+    p->g = g;
+    p->kind = kind;
+    p->nmicro = microbatches;
+    p->local.base.vt = &pd__local_vt;
+    p->local.p = p;
+    for (int i = 0; i < 4; i++) p->gn[i].t = -1;
+    p->fail_stage = -1;
+    p->recompute = plan->recompute;
+    bool *need = NULL; /* per virtual stage and tensor: its contexts hold it */
+    uint8_t *role = NULL; /* per tensor, for one chunk's contexts (PD__G_SET, PD__G_KEEP) */
+    bool *own = NULL;     /* recomputation: per tensor, for one chunk's contexts, the values each slot keeps */
+    pd__tstages ts;
+    bool have_ts = pd__tstages_alloc(&ts, g->ntensors);
+    pd_status st = have_ts ? pd__shape(p, plan) : pd__err(PD_ERR_NOMEM, "out of memory");
+    if (st != PD_OK) goto done;
+    if (kind == PD_SCHED_INTERLEAVED && microbatches % p->nworkers != 0) {
+        st = pd__err(PD_ERR_INVALID,
+                     "pipeline: interleaved needs the microbatches (%d) to be a multiple of the %d workers",
+                     microbatches, p->nworkers);
+        goto done;
+    }
+    p->nslots = pd__sched_async(kind) ? microbatches + p->nworkers : microbatches; /* async: at most P in flight */
+    bool lazy = false; /* lazy_weights: each process reads its stages' parameters only (stageload.c) */
+    for (int t = 0; t < g->ntensors && !lazy; t++) lazy = pd__deferred(&g->tensors[t]);
+    if ((st = pd__session_create_ex(g, gpu ? &ho : o, lazy, &p->s)) != PD_OK) goto done;
+    p->o = *pd__session_options(p->s);
+    pd__session_slabs(p->s, &p->sl);
+    p->pred = pd__session_loss_tensor(p->s);
+    p->labels_input = pd__session_labels_input(p->s);
+    p->rows = g->ninputs > 0 && g->tensors[g->inputs[0]].ndim > 0 ? g->tensors[g->inputs[0]].shape[0] : 1;
+    if ((st = pd__assign(p, plan, &ts)) != PD_OK) goto done;
+    p->vs = PD_CALLOC((size_t)p->nvstages, sizeof *p->vs);
+    p->wk = PD_CALLOC((size_t)p->nwk, sizeof *p->wk);
+    p->link = PD_CALLOC((size_t)p->nvstages, sizeof *p->link);
+    need = PD_CALLOC((size_t)p->nvstages * (size_t)g->ntensors + 1, sizeof(bool));
+    role = PD_MALLOC((size_t)g->ntensors + 1);
+    own = PD_MALLOC((size_t)g->ntensors + 1);
+    if (!p->vs || !p->wk || !p->link || !need || !role || !own) {
+        st = pd__pipe_nomem(p);
+        goto done;
+    }
+    if ((st = pd__pipe_vstages(p, plan)) != PD_OK || (st = pd__pipe_params(p, plan)) != PD_OK ||
+        (st = pd__pipe_links(p, &ts)) != PD_OK)
+        goto done;
+    pd__pipe_need(p, need);
     /* threads: replica r of worker w, each with its chunks' contexts */
     for (int w = 0, i = 0; w < p->nworkers; w++)
         for (int r = 0; r < p->rep[w]; r++, i++) {
@@ -737,80 +837,25 @@ pd_status pd__pipe_create(pd_graph *g, const pd_plan *plan, const pd_train_optio
             W->x.g = g;
             W->x.training = true;
             W->ch = PD_CALLOC((size_t)p->nchunks, sizeof *W->ch);
-            if (!W->ch) goto nomem;
-            if (r > 0 && !(W->grads = PD_CALLOC((size_t)p->sl.total + 1, sizeof(float)))) goto nomem;
-            for (int c = 0; c < p->nchunks; c++) {
-                pd__chunk *C = &W->ch[c];
-                const pd__vstage *S = &p->vs[c * p->nworkers + w];
-                C->k = c * p->nworkers + w;
-                C->slot = PD_CALLOC((size_t)p->nslots, sizeof *C->slot);
-                C->slot_ver = PD_MALLOC(sizeof(int32_t) * (size_t)p->nslots);
-                C->nstash = pd__sched_async(kind) ? p->nworkers + 1 : 0;
-                C->stash = PD_CALLOC((size_t)C->nstash + 1, sizeof *C->stash);
-                if (!C->slot || !C->slot_ver || !C->stash) goto nomem;
-                if (S->nsp > 0 && !(C->sg = PD_CALLOC((size_t)S->spacked + 1, sizeof(float)))) goto nomem;
-                /* the gradients it receives (link k's) and the loss's are
-                 * written before its backward; those it sends (link k-1's)
-                 * are read after (pd__actx_create) */
-                memset(role, 0, (size_t)g->ntensors);
-                const pd__link *Lr = C->k + 1 < p->nvstages ? &p->link[C->k] : NULL, *Ls = C->k > 0 ? &p->link[C->k - 1] : NULL;
-                for (int q = 0; Lr && q < Lr->ngt; q++) role[Lr->gt[q]] |= PD__G_SET;
-                for (int q = 0; Ls && q < Ls->ngt; q++) role[Ls->gt[q]] |= PD__G_KEEP;
-                if (C->k == p->nvstages - 1) role[p->pred] |= PD__G_SET;
-                /* recomputation: a slot keeps the values it received and those sent back (bipartition) */
-                memset(own, 0, (size_t)g->ntensors);
-                for (int q = 0; Ls && q < Ls->nt; q++) own[Ls->t[q]] = true;
-                for (int q = 0; Ls && q < Ls->nbt; q++) own[Ls->bt[q]] = true;
-                for (int q = 0; Lr && q < Lr->nbt; q++) own[Lr->bt[q]] = true;
-                const bool *cneed = need + (size_t)C->k * (size_t)g->ntensors;
-                if (p->recompute && (st = pd__rc_alloc(p, C, cneed, own)) != PD_OK) goto fail;
-                for (int k = 0; k < p->nslots; k++) {
-                    if ((st = pd__actx_create_in(p->s, cneed, p->recompute ? own : NULL, C->rc_vals, S->bnodes,
-                                                 S->nbnodes, role, kind == PD_SCHED_ZB_H1, &C->slot[k])) != PD_OK)
-                        goto fail;
-                    for (int j = 0; r > 0 && j < S->np; j++) { /* the replica's own gradients */
-                        int pi = S->params[j];
-                        pd__actx_grad(C->slot[k], p->sl.param[pi])->data = W->grads + p->sl.poff[pi];
-                    }
-                    for (int j = 0; j < S->nsp; j++) /* a shared parameter's: its own buffer */
-                        pd__actx_grad(C->slot[k], p->sl.param[S->sp[j]])->data = C->sg + S->spk[j];
-                }
-                for (int k = 0; k < C->nstash; k++) {
-                    C->stash[k].version = -1;
-                    C->stash[k].w = PD_MALLOC(sizeof(float) * ((size_t)S->packed + 1));
-                    if (!C->stash[k].w) goto nomem;
-                }
-                const pd__link *La = C->k > 0 ? &p->link[C->k - 1] : NULL;
-                const pd__link *Lg = C->k + 1 < p->nvstages ? &p->link[C->k] : NULL;
-                C->norig = (La ? La->nt : 0) + (Lg ? Lg->ngt + Lg->nbt : 0);
-                C->held = PD_CALLOC(2 * (size_t)p->nslots, sizeof(void *));
-                C->orig = PD_CALLOC((size_t)p->nslots * (size_t)C->norig + 1, sizeof(void *));
-                C->sent = PD_CALLOC((size_t)p->nslots, sizeof(bool));
-                if (!C->held || !C->orig || !C->sent) goto nomem;
-                for (int k = 0; k < p->nslots; k++) {
-                    void **o = C->orig + (size_t)k * (size_t)C->norig;
-                    for (int q = 0; La && q < La->nt; q++) *o++ = pd__actx_value(C->slot[k], La->t[q])->data;
-                    for (int q = 0; Lg && q < Lg->ngt; q++) *o++ = pd__actx_grad(C->slot[k], Lg->gt[q])->data;
-                    for (int q = 0; Lg && q < Lg->nbt; q++) *o++ = pd__actx_value(C->slot[k], Lg->bt[q])->data;
-                }
+            if (!W->ch || (r > 0 && !(W->grads = PD_CALLOC((size_t)p->sl.total + 1, sizeof(float))))) {
+                st = pd__pipe_nomem(p);
+                goto done;
             }
+            for (int c = 0; c < p->nchunks; c++)
+                if ((st = pd__pipe_chunk(p, W, c, need, role, own)) != PD_OK) goto done;
         }
-    if (gpu && (st = pd__dev_prepare(p, plan, o, &need)) != PD_OK) goto fail;
+    if (gpu) st = pd__dev_prepare(p, plan, o, &need);
+done:
     PD_FREE(ts.tstage);
     PD_FREE(need);
     PD_FREE(role);
     PD_FREE(own);
+    if (st != PD_OK) {
+        pd__pipe_destroy(p);
+        return st;
+    }
     *out = p;
     return PD_OK;
-nomem:
-    st = pd__err(PD_ERR_NOMEM, "%s: out of memory building the pipeline", g->path);
-fail:
-    PD_FREE(ts.tstage);
-    PD_FREE(need);
-    PD_FREE(role);
-    PD_FREE(own);
-    pd__pipe_destroy(p);
-    return st;
 }
 
 /* ---- the instructions ------------------------------------------------------------ */
@@ -2233,35 +2278,10 @@ pd_status pd__pipe_gather(pd__pipe *p) {
     return PD_OK;
 }
 
-pd_status pd__pipe_run(pd__pipe *p, int64_t minibatches, const pd_tensor *inputs, const pd_tensor *labels,
-                       pd_step_result *results) {
-    if (!p || !labels || (!inputs && p->g->ninputs > 0))
-        return pd__err(PD_ERR_INVALID, "pd__pipe_run: NULL argument");
-    if (minibatches < 1 || minibatches > INT32_MAX / p->nmicro)
-        return pd__err(PD_ERR_INVALID, "pd__pipe_run: %lld minibatches", (long long)minibatches);
-    PD_TRY(pd__pipe_load_stages(p));
-    const pd_graph *g = p->g;
-    int64_t need = (p->ring ? p->ring : minibatches) * p->nmicro * p->rows;
-    for (int i = 0; i <= g->ninputs; i++) {
-        const pd_tensor *v = i < g->ninputs ? &inputs[i] : labels;
-        if (i < g->ninputs && g->inputs[i] == p->labels_input) continue;
-        int64_t row = i < g->ninputs ? g->tensors[g->inputs[i]].numel / (p->rows ? p->rows : 1) : -1;
-        bool ok = v->data && v->ndim >= 1 && v->shape[0] >= need;
-        if (ok && row >= 0) ok = v->dtype == g->tensors[g->inputs[i]].dtype && pd_tensor_numel(v) / v->shape[0] == row;
-        if (!ok)
-            return pd__err(PD_ERR_SHAPE, "%s: pipeline: %s needs %lld rows of the model's row shape and dtype",
-                           g->path, i < g->ninputs ? g->tensors[g->inputs[i]].name : "the labels", (long long)need);
-    }
-    pd__schedule *sched = NULL;
-    PD_TRY(pd__schedule_build(p->kind, p->nworkers, p->nchunks, p->nmicro, (int)minibatches, p->rep, &sched));
-    if (p->vertical_sync) {
-        pd_status vs = pd__schedule_vertical_sync(sched);
-        if (vs != PD_OK) {
-            pd__schedule_free(sched);
-            return vs;
-        }
-    }
-    /* per thread and chunk: the last instruction naming each version; nothing in flight */
+/* Before a run, per thread and chunk: the last instruction naming each
+ * weight version (when a stash may go), nothing in flight, counters and a
+ * replica's own gradients zeroed, the snapshot boundaries it takes. */
+static pd_status pd__run_prepare(pd__pipe *p, const pd__schedule *sched, int64_t minibatches) {
     pd_status st = PD_OK;
     for (int i = 0; i < p->nwk && st == PD_OK; i++) {
         pd__wk *W = &p->wk[i];
@@ -2305,6 +2325,39 @@ pd_status pd__pipe_run(pd__pipe *p, int64_t minibatches, const pd_tensor *inputs
             C->live = 0;
         }
     }
+    return st;
+}
+
+pd_status pd__pipe_run(pd__pipe *p, int64_t minibatches, const pd_tensor *inputs, const pd_tensor *labels,
+                       pd_step_result *results) {
+    if (!p || !labels || (!inputs && p->g->ninputs > 0))
+        return pd__err(PD_ERR_INVALID, "pd__pipe_run: NULL argument");
+    if (minibatches < 1 || minibatches > INT32_MAX / p->nmicro)
+        return pd__err(PD_ERR_INVALID, "pd__pipe_run: %lld minibatches", (long long)minibatches);
+    PD_TRY(pd__pipe_load_stages(p));
+    const pd_graph *g = p->g;
+    int64_t need = (p->ring ? p->ring : minibatches) * p->nmicro * p->rows;
+    for (int i = 0; i <= g->ninputs; i++) {
+        const pd_tensor *v = i < g->ninputs ? &inputs[i] : labels;
+        if (i < g->ninputs && g->inputs[i] == p->labels_input) continue;
+        int64_t row = i < g->ninputs ? g->tensors[g->inputs[i]].numel / (p->rows ? p->rows : 1) : -1;
+        bool ok = v->data && v->ndim >= 1 && v->shape[0] >= need;
+        if (ok && row >= 0) ok = v->dtype == g->tensors[g->inputs[i]].dtype && pd_tensor_numel(v) / v->shape[0] == row;
+        if (!ok)
+            return pd__err(PD_ERR_SHAPE, "%s: pipeline: %s needs %lld rows of the model's row shape and dtype",
+                           g->path, i < g->ninputs ? g->tensors[g->inputs[i]].name : "the labels", (long long)need);
+    }
+    pd__schedule *sched = NULL;
+    PD_TRY(pd__schedule_build(p->kind, p->nworkers, p->nchunks, p->nmicro, (int)minibatches, p->rep, &sched));
+    if (p->vertical_sync) {
+        pd_status vs = pd__schedule_vertical_sync(sched);
+        if (vs != PD_OK) {
+            pd__schedule_free(sched);
+            return vs;
+        }
+    }
+    /* per thread and chunk: the last instruction naming each version; nothing in flight */
+    pd_status st = pd__run_prepare(p, sched, minibatches);
     if (st == PD_OK && p->resume_b >= minibatches)
         st = pd__err(PD_ERR_INVALID, "pipeline: resuming at step %lld of a run of %lld", (long long)p->resume_b,
                      (long long)minibatches);
