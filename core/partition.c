@@ -1015,6 +1015,119 @@ static pd_status pd__ctx_init(pd__ctx *x, const pd_profile *p, const pd_plan_opt
 
 static pd_status pd__bipartition(const pd__ctx *x, const pd_profile *p, pd_plan **out);
 
+/* The DAG the cuts are made on (rp: without PipeDream's input layers and
+ * __getitem__ sinks; map: its node v is p's map[v], inv the other way) and
+ * the profile plans are evaluated on (ep: input layers cost nothing). */
+static pd_status pd__plan_dag(const pd_profile *p, int *indeg, int *outdeg, int *map, int *inv, pd_profile *rp,
+                              pd__pnode *ev_nodes, pd_profile *ep) {
+    for (int e = 0; e < p->n_edges; e++) {
+        indeg[p->edge[2 * e + 1]]++;
+        outdeg[p->edge[2 * e]]++;
+    }
+    for (int v = 0; v < p->n; v++) {
+        inv[v] = -1;
+        bool skip = pd__skip_input(p, v, indeg) ||
+                    (outdeg[v] == 0 && p->node[v].desc && strncmp(p->node[v].desc, "__getitem__", 11) == 0);
+        if (skip) continue;
+        inv[v] = rp->n;
+        map[rp->n] = v;
+        rp->node[rp->n++] = p->node[v];
+    }
+    if (rp->n == 0) return pd__err(PD_ERR_INVALID, "plan: the profile has only input nodes");
+    for (int e = 0; e < p->n_edges; e++) {
+        int a = inv[p->edge[2 * e]], b = inv[p->edge[2 * e + 1]];
+        if (a < 0 || b < 0) continue;
+        rp->edge[2 * rp->n_edges] = a;
+        rp->edge[2 * rp->n_edges + 1] = b;
+        rp->n_edges++;
+    }
+    rp->batch = p->batch;
+    /* the profile the plan is evaluated on: PipeDream's input layers cost nothing */
+    *ep = *p;
+    ep->node = ev_nodes;
+    memcpy(ev_nodes, p->node, sizeof(pd__pnode) * (size_t)p->n);
+    for (int v = 0; v < p->n; v++)
+        if (pd__skip_input(p, v, indeg)) {
+            pd__pnode *nd = &ev_nodes[v];
+            nd->fwd_ms = nd->bwd_in_ms = nd->bwd_w_ms = nd->act_bytes = nd->param_bytes = nd->optim_bytes = 0;
+        }
+    return PD_OK;
+}
+
+/* 2BW: every depth d dividing the workers, with and without recomputation;
+ * the fastest that fits opt->memory. */
+static pd_status pd__plan_2bw(pd__ctx *x, const pd_profile *p, const pd_profile *rp, const int *map, const int *inv,
+                              const int *indeg, const pd__cuts *c, pd_plan **out) {
+    pd_status st;
+    double best_tp = -1;
+    int best_d = 0, best_rc = 0, best_w = 1;
+    pd__cut_plan best;
+    memset(&best, 0, sizeof best);
+    for (int d = 1; d <= x->workers; d++) {
+        if (x->workers % d || d > c->n_states - 1) continue;
+        for (int rc = 0; rc < 2; rc++) {
+            pd__cut_plan t;
+            memset(&t, 0, sizeof t);
+            if (pd__straight(x, c, d, rc, &t) != PD_OK) continue; /* does not fit at this depth */
+            pd_plan *cand;
+            if ((st = pd__plan_alloc(p, t.n, &cand)) != PD_OK) {
+                pd__cut_plan_free(&t);
+                pd__cut_plan_free(&best);
+                return st;
+            }
+            cand->algo = PD_ALGO_2BW;
+            cand->recompute = rc;
+            cand->width = x->workers / d;
+            cand->microbatches = x->o->microbatches > 0 ? x->o->microbatches : t.n;
+            pd__plan_from_cuts(x, rp, map, c, &t, cand);
+            for (int s = 0; s < t.n; s++) cand->stage[s].replicas = 1;
+            for (int v = 0; v < p->n; v++)
+                if (inv[v] < 0) cand->fwd_stage[v] = -1;
+            pd__place_skipped(cand, p, indeg);
+            pd__plan_evaluate(cand, p, x);
+            bool fits = true;
+            for (int s = 0; s < t.n && x->mem > 0; s++) fits &= cand->stage[s].memory_bytes <= x->mem;
+            if (fits && cand->throughput > best_tp * (1 + 1e-12)) {
+                best_tp = cand->throughput;
+                best_d = t.n;
+                best_rc = rc;
+                pd__cut_plan_free(&best);
+                best.n = t.n;
+                best.cut = (int *)PD_MALLOC(sizeof(int) * ((size_t)t.n + 1));
+                best.rep = (int *)PD_MALLOC(sizeof(int) * (size_t)t.n);
+                if (best.cut && best.rep) {
+                    memcpy(best.cut, t.cut, sizeof(int) * ((size_t)t.n + 1));
+                    memcpy(best.rep, t.rep, sizeof(int) * (size_t)t.n);
+                }
+                best_w = x->workers / d;
+            }
+            pd__plan_free(cand);
+            pd__cut_plan_free(&t);
+        }
+    }
+    if (best_tp < 0 || !best.cut) {
+        pd__cut_plan_free(&best);
+        return pd__err(PD_ERR_INVALID,
+                       "plan: no 2bw configuration fits opt->memory %.0f bytes per worker on %d workers; raise "
+                       "opt->memory or add workers", x->mem, x->workers);
+    }
+    pd_plan *pl;
+    if ((st = pd__plan_alloc(p, best_d, &pl)) != PD_OK) {
+        pd__cut_plan_free(&best);
+        return st;
+    }
+    pl->algo = PD_ALGO_2BW;
+    pl->recompute = best_rc;
+    pl->width = best_w;
+    pl->microbatches = x->o->microbatches > 0 ? x->o->microbatches : best_d;
+    for (int v = 0; v < p->n; v++) pl->fwd_stage[v] = -1;
+    pd__plan_from_cuts(x, rp, map, c, &best, pl);
+    for (int s = 0; s < best_d; s++) pl->stage[s].replicas = 1;
+    pd__cut_plan_free(&best);
+    *out = pl;
+    return PD_OK;
+}
+
 pd_status pd_plan_create(const pd_profile *p, const pd_plan_options *user, pd_plan **out) {
     if (!p || !out) return pd__err(PD_ERR_INVALID, "pd_plan_create: NULL profile or out");
     pd_plan_options opt = PD_PLAN_OPTIONS_INIT;
@@ -1032,7 +1145,6 @@ pd_status pd_plan_create(const pd_profile *p, const pd_plan_options *user, pd_pl
 
     if (algo == PD_ALGO_UNIFORM || algo == PD_ALGO_PARAMS) return pd__plan_even(&x, p, algo, out);
 
-    /* the DAG without PipeDream's input layers and __getitem__ sinks */
     int *indeg = (int *)PD_CALLOC((size_t)p->n, sizeof(int)), *outdeg = (int *)PD_CALLOC((size_t)p->n, sizeof(int));
     int *map = (int *)PD_MALLOC(sizeof(int) * (size_t)p->n), *inv = (int *)PD_MALLOC(sizeof(int) * (size_t)p->n);
     pd_profile rp;
@@ -1050,40 +1162,7 @@ pd_status pd_plan_create(const pd_profile *p, const pd_plan_options *user, pd_pl
         st = pd__err(PD_ERR_NOMEM, "plan: out of memory");
         goto done;
     }
-    for (int e = 0; e < p->n_edges; e++) {
-        indeg[p->edge[2 * e + 1]]++;
-        outdeg[p->edge[2 * e]]++;
-    }
-    for (int v = 0; v < p->n; v++) {
-        inv[v] = -1;
-        bool skip = pd__skip_input(p, v, indeg) ||
-                    (outdeg[v] == 0 && p->node[v].desc && strncmp(p->node[v].desc, "__getitem__", 11) == 0);
-        if (skip) continue;
-        inv[v] = rp.n;
-        map[rp.n] = v;
-        rp.node[rp.n++] = p->node[v];
-    }
-    if (rp.n == 0) {
-        st = pd__err(PD_ERR_INVALID, "plan: the profile has only input nodes");
-        goto done;
-    }
-    for (int e = 0; e < p->n_edges; e++) {
-        int a = inv[p->edge[2 * e]], b = inv[p->edge[2 * e + 1]];
-        if (a < 0 || b < 0) continue;
-        rp.edge[2 * rp.n_edges] = a;
-        rp.edge[2 * rp.n_edges + 1] = b;
-        rp.n_edges++;
-    }
-    rp.batch = p->batch;
-    /* the profile the plan is evaluated on: PipeDream's input layers cost nothing */
-    ep = *p;
-    ep.node = ev_nodes;
-    memcpy(ev_nodes, p->node, sizeof(pd__pnode) * (size_t)p->n);
-    for (int v = 0; v < p->n; v++)
-        if (pd__skip_input(p, v, indeg)) {
-            pd__pnode *nd = &ev_nodes[v];
-            nd->fwd_ms = nd->bwd_in_ms = nd->bwd_w_ms = nd->act_bytes = nd->param_bytes = nd->optim_bytes = 0;
-        }
+    if ((st = pd__plan_dag(p, indeg, outdeg, map, inv, &rp, ev_nodes, &ep)) != PD_OK) goto done;
     p = &ep;
     /* PipeDream's DP (its cost model, or a topology's levels) is O(S^2 M^2),
      * O(S^3 M^2) on inner levels: over the limit it keeps the prefixes; the
@@ -1095,71 +1174,7 @@ pd_status pd_plan_create(const pd_profile *p, const pd_plan_options *user, pd_pl
     if (algo == PD_ALGO_AVGPIPE) {
         if ((st = pd__avgpipe_tune(&x, p, &rp, map, inv, indeg, c, &pl)) != PD_OK) goto done;
     } else if (algo == PD_ALGO_2BW) {
-        /* every depth d dividing the workers, with and without recomputation */
-        double best_tp = -1;
-        int best_d = 0, best_rc = 0, best_w = 1;
-        pd__cut_plan best;
-        memset(&best, 0, sizeof best);
-        for (int d = 1; d <= x.workers; d++) {
-            if (x.workers % d || d > c->n_states - 1) continue;
-            for (int rc = 0; rc < 2; rc++) {
-                pd__cut_plan t;
-                memset(&t, 0, sizeof t);
-                if (pd__straight(&x, c, d, rc, &t) != PD_OK) continue; /* does not fit at this depth */
-                pd_plan *cand;
-                if ((st = pd__plan_alloc(p, t.n, &cand)) != PD_OK) {
-                    pd__cut_plan_free(&t);
-                    goto done;
-                }
-                cand->algo = PD_ALGO_2BW;
-                cand->recompute = rc;
-                cand->width = x.workers / d;
-                cand->microbatches = o->microbatches > 0 ? o->microbatches : t.n;
-                pd__plan_from_cuts(&x, &rp, map, c, &t, cand);
-                for (int s = 0; s < t.n; s++) cand->stage[s].replicas = 1;
-                for (int v = 0; v < p->n; v++)
-                    if (inv[v] < 0) cand->fwd_stage[v] = -1;
-                pd__place_skipped(cand, p, indeg);
-                pd__plan_evaluate(cand, p, &x);
-                bool fits = true;
-                for (int s = 0; s < t.n && x.mem > 0; s++) fits &= cand->stage[s].memory_bytes <= x.mem;
-                if (fits && cand->throughput > best_tp * (1 + 1e-12)) {
-                    best_tp = cand->throughput;
-                    best_d = t.n;
-                    best_rc = rc;
-                    pd__cut_plan_free(&best);
-                    best.n = t.n;
-                    best.cut = (int *)PD_MALLOC(sizeof(int) * ((size_t)t.n + 1));
-                    best.rep = (int *)PD_MALLOC(sizeof(int) * (size_t)t.n);
-                    if (best.cut && best.rep) {
-                        memcpy(best.cut, t.cut, sizeof(int) * ((size_t)t.n + 1));
-                        memcpy(best.rep, t.rep, sizeof(int) * (size_t)t.n);
-                    }
-                    best_w = x.workers / d;
-                }
-                pd__plan_free(cand);
-                pd__cut_plan_free(&t);
-            }
-        }
-        if (best_tp < 0 || !best.cut) {
-            pd__cut_plan_free(&best);
-            st = pd__err(PD_ERR_INVALID,
-                         "plan: no 2bw configuration fits opt->memory %.0f bytes per worker on %d workers; raise "
-                         "opt->memory or add workers", x.mem, x.workers);
-            goto done;
-        }
-        if ((st = pd__plan_alloc(p, best_d, &pl)) != PD_OK) {
-            pd__cut_plan_free(&best);
-            goto done;
-        }
-        pl->algo = PD_ALGO_2BW;
-        pl->recompute = best_rc;
-        pl->width = best_w;
-        pl->microbatches = o->microbatches > 0 ? o->microbatches : best_d;
-        for (int v = 0; v < p->n; v++) pl->fwd_stage[v] = -1;
-        pd__plan_from_cuts(&x, &rp, map, c, &best, pl);
-        for (int s = 0; s < best_d; s++) pl->stage[s].replicas = 1;
-        pd__cut_plan_free(&best);
+        if ((st = pd__plan_2bw(&x, p, &rp, map, inv, indeg, c, &pl)) != PD_OK) goto done;
     } else {
         if (x.levels == 1 && !x.pd_model) st = pd__fast(&x, c, &cp);
         else st = pd__pipedream_dp(&x, c, &cp);
