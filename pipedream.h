@@ -9243,6 +9243,93 @@ done:
     return S;
 }
 
+/* The profile's edges as CSR both ways: v's predecessors preds[pstart[v] ..
+ * pstart[v + 1]], its successors likewise; false when out of memory. */
+static bool pd__cuts_csr(const pd_profile *p, int *pstart, int *preds, int *sstart, int *succs) {
+    int n = p->n;
+    for (int e = 0; e < p->n_edges; e++) {
+        pstart[p->edge[2 * e + 1] + 1]++;
+        sstart[p->edge[2 * e] + 1]++;
+    }
+    for (int v = 0; v < n; v++) {
+        pstart[v + 1] += pstart[v];
+        sstart[v + 1] += sstart[v];
+    }
+    int *pf = (int *)PD_MALLOC(sizeof(int) * (size_t)n), *sf = (int *)PD_MALLOC(sizeof(int) * (size_t)n);
+    if (!pf || !sf) {
+        PD_FREE(pf);
+        PD_FREE(sf);
+        return false;
+    }
+    memcpy(pf, pstart, sizeof(int) * (size_t)n);
+    memcpy(sf, sstart, sizeof(int) * (size_t)n);
+    for (int e = 0; e < p->n_edges; e++) {
+        preds[pf[p->edge[2 * e + 1]]++] = p->edge[2 * e];
+        succs[sf[p->edge[2 * e]]++] = p->edge[2 * e + 1];
+    }
+    PD_FREE(pf);
+    PD_FREE(sf);
+    return true;
+}
+
+/* State i's ideal (the set's order[i]-th) and its sums: the costs of its
+ * nodes, the bytes of those with an edge leaving it (cross) and of those
+ * with no edge inside it (its antichain). */
+static void pd__cuts_sums(const pd_profile *p, const pd__set *set, const int *order, const int *sstart,
+                          const int *succs, pd__cuts *c) {
+    int n = p->n, words = c->words;
+    for (int i = 0; i < c->n_states; i++) {
+        const uint64_t *b = set->bits + (size_t)order[i] * words;
+        memcpy(c->ideal + (size_t)i * words, b, sizeof(uint64_t) * (size_t)words);
+        for (int v = 0; v < n; v++) {
+            if (!pd__has(b, v)) continue;
+            const pd__pnode *nd = &p->node[v];
+            c->fwd[i] += nd->fwd_ms;
+            c->bwd_in[i] += nd->bwd_in_ms;
+            c->bwd_w[i] += nd->bwd_w_ms;
+            c->act[i] += nd->act_bytes;
+            c->param[i] += nd->param_bytes;
+            c->optim[i] += nd->optim_bytes;
+            bool out_edge = false, in_edge = false;
+            for (int k = sstart[v]; k < sstart[v + 1]; k++) {
+                if (pd__has(b, succs[k])) in_edge = true;
+                else out_edge = true;
+            }
+            if (out_edge) c->cross_bytes[i] += nd->act_bytes;
+            if (!in_edge) c->antichain_bytes[i] += nd->act_bytes;
+        }
+    }
+}
+
+/* Containment: pred[pred_start[b] .. pred_start[b + 1]] are the states a
+ * before b whose ideal is inside b's (n: the profile's nodes, for messages). */
+static pd_status pd__cuts_containment(pd__cuts *c, int n) {
+    int S = c->n_states, words = c->words;
+    size_t cap = 1024, cnt = 0;
+    c->pred = (int *)PD_MALLOC(sizeof(int) * cap);
+    if (!c->pred) return pd__err(PD_ERR_NOMEM, "plan: out of memory building the cut states of %d nodes", n);
+    for (int b = 0; b < S; b++) {
+        const uint64_t *bb = c->ideal + (size_t)b * words;
+        for (int a = 0; a < b; a++) {
+            const uint64_t *ab = c->ideal + (size_t)a * words;
+            bool sub = true;
+            for (int w = 0; w < words && sub; w++) sub = (ab[w] & ~bb[w]) == 0;
+            if (!sub) continue;
+            if (cnt == cap) {
+                int *np = (int *)PD_REALLOC(c->pred, sizeof(int) * cap * 2);
+                if (!np) return pd__err(PD_ERR_NOMEM, "plan: out of memory building the cut states of %d nodes", n);
+                c->pred = np;
+                cap *= 2;
+            }
+            c->pred[cnt++] = a;
+        }
+        if (cnt > (size_t)INT32_MAX)
+            return pd__err(PD_ERR_NOMEM, "plan: too many stage candidates (%d cut states); lower opt->max_states", S);
+        c->pred_start[b + 1] = (int)cnt;
+    }
+    return PD_OK;
+}
+
 pd_status pd__cuts_build(const pd_profile *p, int max_states, int beam, pd__cuts **out) {
     if (!p || p->n <= 0) return pd__err(PD_ERR_INVALID, "plan: the profile has no nodes");
     if (max_states <= 0) max_states = 4096;
@@ -9252,34 +9339,8 @@ pd_status pd__cuts_build(const pd_profile *p, int max_states, int beam, pd__cuts
     int *pstart = (int *)PD_CALLOC((size_t)n + 1, sizeof(int)), *preds = (int *)PD_MALLOC(sizeof(int) * ((size_t)p->n_edges + 1));
     int *sstart = (int *)PD_CALLOC((size_t)n + 1, sizeof(int)), *succs = (int *)PD_MALLOC(sizeof(int) * ((size_t)p->n_edges + 1));
     int *order = NULL, *bucket, S;
-    size_t cap, cnt;
     pd__set set = {words, 0, 0, NULL, NULL};
-    if (!c || !pstart || !preds || !sstart || !succs) goto fail;
-    for (int e = 0; e < p->n_edges; e++) {
-        pstart[p->edge[2 * e + 1] + 1]++;
-        sstart[p->edge[2 * e] + 1]++;
-    }
-    for (int v = 0; v < n; v++) {
-        pstart[v + 1] += pstart[v];
-        sstart[v + 1] += sstart[v];
-    }
-    {
-        int *pf = (int *)PD_MALLOC(sizeof(int) * (size_t)n), *sf = (int *)PD_MALLOC(sizeof(int) * (size_t)n);
-        if (!pf || !sf) {
-            PD_FREE(pf);
-            PD_FREE(sf);
-            goto fail;
-        }
-        memcpy(pf, pstart, sizeof(int) * (size_t)n);
-        memcpy(sf, sstart, sizeof(int) * (size_t)n);
-        for (int e = 0; e < p->n_edges; e++) {
-            preds[pf[p->edge[2 * e + 1]]++] = p->edge[2 * e];
-            succs[sf[p->edge[2 * e]]++] = p->edge[2 * e + 1];
-        }
-        PD_FREE(pf);
-        PD_FREE(sf);
-    }
-
+    if (!c || !pstart || !preds || !sstart || !succs || !pd__cuts_csr(p, pstart, preds, sstart, succs)) goto fail;
     S = pd__enumerate(p, pstart, preds, words, max_states, &set);
     if (S < 0) goto fail;
     if (S == 0) {
@@ -9318,54 +9379,8 @@ pd_status pd__cuts_build(const pd_profile *p, int max_states, int beam, pd__cuts
     }
     c->pred_start = (int *)PD_CALLOC((size_t)S + 1, sizeof(int));
     if (!c->ideal || !c->pred_start) goto fail;
-    for (int i = 0; i < S; i++) {
-        const uint64_t *b = set.bits + (size_t)order[i] * words;
-        memcpy(c->ideal + (size_t)i * words, b, sizeof(uint64_t) * (size_t)words);
-        for (int v = 0; v < n; v++) {
-            if (!pd__has(b, v)) continue;
-            const pd__pnode *nd = &p->node[v];
-            c->fwd[i] += nd->fwd_ms;
-            c->bwd_in[i] += nd->bwd_in_ms;
-            c->bwd_w[i] += nd->bwd_w_ms;
-            c->act[i] += nd->act_bytes;
-            c->param[i] += nd->param_bytes;
-            c->optim[i] += nd->optim_bytes;
-            bool out_edge = false, in_edge = false;
-            for (int k = sstart[v]; k < sstart[v + 1]; k++) {
-                if (pd__has(b, succs[k])) in_edge = true;
-                else out_edge = true;
-            }
-            if (out_edge) c->cross_bytes[i] += nd->act_bytes;
-            if (!in_edge) c->antichain_bytes[i] += nd->act_bytes;
-        }
-    }
-    /* containment: a before b and ideal[a] inside ideal[b] */
-    cap = 1024;
-    cnt = 0;
-    c->pred = (int *)PD_MALLOC(sizeof(int) * cap);
-    if (!c->pred) goto fail;
-    for (int b = 0; b < S; b++) {
-        const uint64_t *bb = c->ideal + (size_t)b * words;
-        for (int a = 0; a < b; a++) {
-            const uint64_t *ab = c->ideal + (size_t)a * words;
-            bool sub = true;
-            for (int w = 0; w < words && sub; w++) sub = (ab[w] & ~bb[w]) == 0;
-            if (!sub) continue;
-            if (cnt == cap) {
-                int *np = (int *)PD_REALLOC(c->pred, sizeof(int) * cap * 2);
-                if (!np) goto fail;
-                c->pred = np;
-                cap *= 2;
-            }
-            c->pred[cnt++] = a;
-        }
-        if (cnt > (size_t)INT32_MAX) {
-            st = pd__err(PD_ERR_NOMEM, "plan: too many stage candidates (%d cut states); lower opt->max_states", S);
-            goto done;
-        }
-        c->pred_start[b + 1] = (int)cnt;
-    }
-    st = PD_OK;
+    pd__cuts_sums(p, &set, order, sstart, succs, c);
+    if ((st = pd__cuts_containment(c, n)) != PD_OK) goto done;
     *out = c;
     c = NULL;
     goto done;
