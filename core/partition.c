@@ -586,23 +586,19 @@ static int pd__level_of(const pd__ctx *x, int r1, int r2) {
     return x->levels - 1;
 }
 
-static pd_status pd__plan_evaluate(pd_plan *pl, const pd_profile *p, const pd__ctx *x) {
-    pd__ctx xx = *x;
-    xx.twobw = pl->algo == PD_ALGO_2BW;
-    xx.recompute = pl->recompute;
-    int n = p->n, ns = pl->n_stages;
+/* Each stage's sums of its nodes' costs (forward where its forward runs,
+ * backward where its backward runs) and its first rank. */
+static void pd__eval_sums(pd_plan *pl, const pd_profile *p) {
+    int ns = pl->n_stages, rank = 0;
     for (int s = 0; s < ns; s++) {
         pd__stage *st = &pl->stage[s];
         int r = st->replicas;
         memset(st, 0, sizeof *st);
         st->replicas = r;
+        st->first_rank = rank;
+        rank += r;
     }
-    int rank = 0;
-    for (int s = 0; s < ns; s++) {
-        pl->stage[s].first_rank = rank;
-        rank += pl->stage[s].replicas;
-    }
-    for (int v = 0; v < n; v++) {
+    for (int v = 0; v < p->n; v++) {
         const pd__pnode *nd = &p->node[v];
         pd__stage *f = &pl->stage[pl->fwd_stage[v]], *b = &pl->stage[pl->bwd_stage[v]];
         f->fwd_ms += nd->fwd_ms;
@@ -612,14 +608,15 @@ static pd_status pd__plan_evaluate(pd_plan *pl, const pd_profile *p, const pd__c
         f->optim_bytes += nd->optim_bytes;
         f->act_bytes += nd->act_bytes;
     }
-    /* tensors crossing each boundary k|k+1: producer at or before k, a consumer after */
-    double *cross = (double *)PD_CALLOC((size_t)ns + 1, sizeof(double));
+}
+
+/* cross[k]: the bytes crossing boundary k|k+1: tensors made at or before k
+ * with a consumer after, and (bipartition) the stash a node whose backward
+ * runs elsewhere sends there. */
+static pd_status pd__eval_cross(const pd_plan *pl, const pd_profile *p, double *cross) {
+    int n = p->n;
     int *last = (int *)PD_MALLOC(sizeof(int) * (size_t)n);
-    if (!cross || !last) {
-        PD_FREE(cross);
-        PD_FREE(last);
-        return pd__err(PD_ERR_NOMEM, "plan: out of memory");
-    }
+    if (!last) return pd__err(PD_ERR_NOMEM, "plan: out of memory");
     for (int v = 0; v < n; v++) last[v] = pl->fwd_stage[v];
     for (int e = 0; e < p->n_edges; e++) {
         int u = p->edge[2 * e], v = p->edge[2 * e + 1];
@@ -627,7 +624,6 @@ static pd_status pd__plan_evaluate(pd_plan *pl, const pd_profile *p, const pd__c
     }
     for (int v = 0; v < n; v++)
         for (int k = pl->fwd_stage[v]; k < last[v]; k++) cross[k] += p->node[v].act_bytes;
-    /* bipartition: a node whose backward runs elsewhere sends its stash there */
     for (int v = 0; v < n; v++)
         if (pl->bwd_stage[v] != pl->fwd_stage[v]) {
             int lo = pl->fwd_stage[v] < pl->bwd_stage[v] ? pl->fwd_stage[v] : pl->bwd_stage[v];
@@ -635,6 +631,61 @@ static pd_status pd__plan_evaluate(pd_plan *pl, const pd_profile *p, const pd__c
             for (int k = lo; k < hi; k++) cross[k] += p->node[v].act_bytes;
         }
     PD_FREE(last);
+    return PD_OK;
+}
+
+/* The plan's totals from its bottleneck stage time tmax and the stages'
+ * busy time: one worker's and pure data parallelism's time (level by level
+ * as PipeDream computes it), the minibatch's time, speedups, bubble and
+ * throughput. */
+static void pd__eval_totals(pd_plan *pl, const pd_profile *p, const pd__ctx *x, double tmax, double busy, int used) {
+    double single = 0, wtot = 0;
+    for (int v = 0; v < p->n; v++) {
+        single += p->node[v].fwd_ms + p->node[v].bwd_in_ms + p->node[v].bwd_w_ms;
+        wtot += p->node[v].param_bytes;
+    }
+    double dp = single;
+    int inner = 1;
+    for (int l = 0; l < x->levels; l++) {
+        int M = x->lw[l];
+        dp = (dp + 4.0 * (M - 1) * wtot / (x->lb[l] * M) * 1e3 / inner) / M;
+        inner = M;
+    }
+    int width = pl->width > 0 ? pl->width : 1;
+    int m = pl->microbatches > 0 ? pl->microbatches : 1;
+    pl->single_ms = single * m * width;
+    pl->dp_ms = dp * m * width;
+    pl->workers = x->workers;
+    if (pl->algo == PD_ALGO_2BW) {
+        double ar = 0;
+        for (int s = 0; s < pl->n_stages; s++)
+            ar = fmax(ar, width > 1 ? 4.0 * (width - 1) * pl->stage[s].param_bytes / (x->lb[x->levels - 1] * width) * 1e3 : 0);
+        pl->time_ms = m * tmax + ar;
+    } else if (pl->time_ms <= 0) {
+        pl->time_ms = m * tmax;
+    }
+    pl->speedup = pl->single_ms / pl->time_ms;
+    pl->dp_speedup = pl->dp_ms / pl->time_ms;
+    /* steady-state idle: each worker's share of the bottleneck it does not fill */
+    pl->bubble = used > 0 ? 1 - busy * m / (used * pl->time_ms) : 0;
+    if (pl->bubble < 0) pl->bubble = 0;
+    int64_t mbs = pl->microbatch_size > 0 ? pl->microbatch_size : 1;
+    pl->throughput = (double)mbs * m * width / (pl->time_ms / 1e3);
+}
+
+static pd_status pd__plan_evaluate(pd_plan *pl, const pd_profile *p, const pd__ctx *x) {
+    pd__ctx xx = *x;
+    xx.twobw = pl->algo == PD_ALGO_2BW;
+    xx.recompute = pl->recompute;
+    int ns = pl->n_stages;
+    pd__eval_sums(pl, p);
+    double *cross = (double *)PD_CALLOC((size_t)ns + 1, sizeof(double));
+    if (!cross) return pd__err(PD_ERR_NOMEM, "plan: out of memory");
+    pd_status st0 = pd__eval_cross(pl, p, cross);
+    if (st0 != PD_OK) {
+        PD_FREE(cross);
+        return st0;
+    }
     double tmax = 0, busy = 0;
     int used = 0;
     for (int s = 0; s < ns; s++) {
@@ -658,39 +709,7 @@ static pd_status pd__plan_evaluate(pd_plan *pl, const pd_profile *p, const pd__c
         used += r;
     }
     PD_FREE(cross);
-    double single = 0, wtot = 0;
-    for (int v = 0; v < n; v++) {
-        single += p->node[v].fwd_ms + p->node[v].bwd_in_ms + p->node[v].bwd_w_ms;
-        wtot += p->node[v].param_bytes;
-    }
-    /* pure data parallelism, level by level as PipeDream computes it */
-    double dp = single;
-    int inner = 1;
-    for (int l = 0; l < x->levels; l++) {
-        int M = x->lw[l];
-        dp = (dp + 4.0 * (M - 1) * wtot / (x->lb[l] * M) * 1e3 / inner) / M;
-        inner = M;
-    }
-    int width = pl->width > 0 ? pl->width : 1;
-    int m = pl->microbatches > 0 ? pl->microbatches : 1;
-    pl->single_ms = single * m * width;
-    pl->dp_ms = dp * m * width;
-    pl->workers = x->workers;
-    if (pl->algo == PD_ALGO_2BW) {
-        double ar = 0;
-        for (int s = 0; s < ns; s++)
-            ar = fmax(ar, width > 1 ? 4.0 * (width - 1) * pl->stage[s].param_bytes / (x->lb[x->levels - 1] * width) * 1e3 : 0);
-        pl->time_ms = m * tmax + ar;
-    } else if (pl->time_ms <= 0) {
-        pl->time_ms = m * tmax;
-    }
-    pl->speedup = pl->single_ms / pl->time_ms;
-    pl->dp_speedup = pl->dp_ms / pl->time_ms;
-    /* steady-state idle: each worker's share of the bottleneck it does not fill */
-    pl->bubble = used > 0 ? 1 - busy * m / (used * pl->time_ms) : 0;
-    if (pl->bubble < 0) pl->bubble = 0;
-    int64_t mbs = pl->microbatch_size > 0 ? pl->microbatch_size : 1;
-    pl->throughput = (double)mbs * m * width / (pl->time_ms / 1e3);
+    pd__eval_totals(pl, p, x, tmax, busy, used);
     return PD_OK;
 }
 
