@@ -182,6 +182,60 @@ static double pd__actual(const pd__ctx *x, const pd__cuts *c, const int *nxt, co
     return t;
 }
 
+/* The cut states' successors as CSR (succ[sstart[a] .. sstart[a + 1]]:
+ * the states whose ideal contains a's), ascending. */
+static pd_status pd__fast_succ(const pd__cuts *c, int *sstart, int *succ) {
+    int S = c->n_states;
+    for (int b = 0; b < S; b++)
+        for (int k = c->pred_start[b]; k < c->pred_start[b + 1]; k++) sstart[c->pred[k] + 1]++;
+    for (int a = 0; a < S; a++) sstart[a + 1] += sstart[a];
+    int *fill = (int *)PD_MALLOC(sizeof(int) * ((size_t)S + 1));
+    if (!fill) return pd__err(PD_ERR_NOMEM, "plan: out of memory");
+    memcpy(fill, sstart, sizeof(int) * ((size_t)S + 1));
+    for (int b = 0; b < S; b++) /* ascending b: succ lists come out ascending */
+        for (int k = c->pred_start[b]; k < c->pred_start[b + 1]; k++) succ[fill[c->pred[k]]++] = b;
+    PD_FREE(fill);
+    return PD_OK;
+}
+
+/* No plan fits the memory even with no time limit: say what one node needs. */
+static pd_status pd__fast_no_fit(const pd__ctx *x) {
+    double need1 = 0;
+    for (int i = 0; i < x->p->n; i++) {
+        const pd__pnode *nd = &x->p->node[i];
+        need1 = fmax(need1, 3 * nd->param_bytes + nd->optim_bytes + nd->act_bytes);
+    }
+    return pd__err(PD_ERR_INVALID,
+                   "plan: no plan fits opt->memory %.0f bytes per worker on %d workers (the largest single "
+                   "node alone needs about %.0f bytes); raise opt->memory or add workers",
+                   x->mem, x->workers, need1);
+}
+
+/* The plan the chain nxt (state a's stage ends at nxt[a]) with replicas rep
+ * describes, and its bottleneck stage time. */
+static pd_status pd__fast_emit(const pd__ctx *x, const pd__cuts *c, const int *nxt, const int *rep,
+                               pd__cut_plan *out) {
+    int S = c->n_states, n = 0;
+    for (int a = 0; a != S - 1; a = nxt[a]) n++;
+    out->n = n;
+    out->cut = (int *)PD_MALLOC(sizeof(int) * ((size_t)n + 1));
+    out->rep = (int *)PD_MALLOC(sizeof(int) * (size_t)n);
+    if (!out->cut || !out->rep) {
+        pd__cut_plan_free(out);
+        return pd__err(PD_ERR_NOMEM, "plan: out of memory");
+    }
+    n = 0;
+    out->time_ms = 0;
+    for (int a = 0; a != S - 1; a = nxt[a]) {
+        pd__range g = pd__rng(x, c, a, nxt[a]);
+        out->time_ms = fmax(out->time_ms, pd__stage_time(&g, rep[a], x->lb[0]));
+        out->cut[n] = a;
+        out->rep[n++] = rep[a];
+    }
+    out->cut[n] = S - 1;
+    return PD_OK;
+}
+
 static pd_status pd__fast(const pd__ctx *x, const pd__cuts *c, pd__cut_plan *out) {
     int S = c->n_states;
     int np = c->pred_start[S];
@@ -190,40 +244,17 @@ static pd_status pd__fast(const pd__ctx *x, const pd__cuts *c, pd__cut_plan *out
         *rep = (int *)PD_MALLOC(sizeof(int) * (size_t)S);
     double *tot = (double *)PD_CALLOC((size_t)S, sizeof(double));
     int *bnxt = (int *)PD_MALLOC(sizeof(int) * (size_t)S), *brep = (int *)PD_MALLOC(sizeof(int) * (size_t)S);
-    int *own_nxt = nxt, *own_rep = rep;
     pd_status st = PD_OK;
     double hi, lo;
-    int n;
     if (!sstart || !succ || !need || !nxt || !rep || !tot || !bnxt || !brep) {
         st = pd__err(PD_ERR_NOMEM, "plan: out of memory");
         goto done;
     }
-    for (int b = 0; b < S; b++)
-        for (int k = c->pred_start[b]; k < c->pred_start[b + 1]; k++) sstart[c->pred[k] + 1]++;
-    for (int a = 0; a < S; a++) sstart[a + 1] += sstart[a];
-    {
-        int *fill = (int *)PD_MALLOC(sizeof(int) * ((size_t)S + 1));
-        if (!fill) {
-            st = pd__err(PD_ERR_NOMEM, "plan: out of memory");
-            goto done;
-        }
-        memcpy(fill, sstart, sizeof(int) * ((size_t)S + 1));
-        for (int b = 0; b < S; b++) /* ascending b: succ lists come out ascending */
-            for (int k = c->pred_start[b]; k < c->pred_start[b + 1]; k++) succ[fill[c->pred[k]]++] = b;
-        PD_FREE(fill);
-    }
+    if ((st = pd__fast_succ(c, sstart, succ)) != PD_OK) goto done;
     for (int b = 0; b < S; b++) tot[b] = c->fwd[b] * (x->recompute ? 2 : 1) + c->bwd_in[b] + c->bwd_w[b];
     /* an upper bound: memory alone decides (no time limit) */
     if (pd__feasible(x, c, sstart, succ, tot, INFINITY, need, nxt, rep) > x->workers) {
-        double need1 = 0;
-        for (int i = 0; i < x->p->n; i++) {
-            const pd__pnode *nd = &x->p->node[i];
-            need1 = fmax(need1, 3 * nd->param_bytes + nd->optim_bytes + nd->act_bytes);
-        }
-        st = pd__err(PD_ERR_INVALID,
-                     "plan: no plan fits opt->memory %.0f bytes per worker on %d workers (the largest single "
-                     "node alone needs about %.0f bytes); raise opt->memory or add workers",
-                     x->mem, x->workers, need1);
+        st = pd__fast_no_fit(x);
         goto done;
     }
     /* Bisection on the bottleneck T, tightened by real plans: a feasible probe
@@ -261,34 +292,14 @@ static pd_status pd__fast(const pd__ctx *x, const pd__cuts *c, pd__cut_plan *out
             lo = mid;
         }
     }
-    nxt = bnxt;
-    rep = brep;
-    n = 0;
-    for (int a = 0; a != S - 1; a = nxt[a]) n++;
-    out->n = n;
-    out->cut = (int *)PD_MALLOC(sizeof(int) * ((size_t)n + 1));
-    out->rep = (int *)PD_MALLOC(sizeof(int) * (size_t)n);
-    if (!out->cut || !out->rep) {
-        pd__cut_plan_free(out);
-        st = pd__err(PD_ERR_NOMEM, "plan: out of memory");
-        goto done;
-    }
-    n = 0;
-    out->time_ms = 0;
-    for (int a = 0; a != S - 1; a = nxt[a]) {
-        pd__range g = pd__rng(x, c, a, nxt[a]);
-        out->time_ms = fmax(out->time_ms, pd__stage_time(&g, rep[a], x->lb[0]));
-        out->cut[n] = a;
-        out->rep[n++] = rep[a];
-    }
-    out->cut[n] = S - 1;
+    st = pd__fast_emit(x, c, bnxt, brep, out);
 done:
     PD_FREE(tot);
     PD_FREE(sstart);
     PD_FREE(succ);
     PD_FREE(need);
-    PD_FREE(own_nxt);
-    PD_FREE(own_rep);
+    PD_FREE(nxt);
+    PD_FREE(rep);
     PD_FREE(bnxt);
     PD_FREE(brep);
     return st;
