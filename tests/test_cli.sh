@@ -165,15 +165,20 @@ if [ -x "$npytool" ]; then
   # .npy data is mapped, not read: 128 MiB of rows cost no anonymous memory (the
   # file's pages stay the page cache's: resident while used, dropped under pressure)
   if "$npytool" tile "$d/train_x.npy" "$tmp/x_big.npy" 524288 && "$npytool" tile "$d/train_y.npy" "$tmp/y_big.npy" 524288; then
-    "$pdonnx" train "$ex/digits_mlp.onnx" --data "$tmp/x_big.npy" --labels "$tmp/y_big.npy" --steps 4000 --quiet >/dev/null 2>&1 &
-    pid=$! anon=0
-    while kill -0 $pid 2>/dev/null; do
-      a=$(awk '/^RssAnon:/ {print $2}' /proc/$pid/status 2>/dev/null)
-      [ -n "$a" ] && [ "$a" -gt "$anon" ] && anon=$a
-      sleep 0.05
-    done
-    wait $pid
-    rc=$?
+    # runs "$@" in the background; anon: its peak anonymous memory (KiB), rc: its exit status
+    peak_anon() {
+      "$@" >/dev/null 2>&1 &
+      local pid=$! a
+      anon=0
+      while kill -0 $pid 2>/dev/null; do
+        a=$(awk '/^RssAnon:/ {print $2}' /proc/$pid/status 2>/dev/null)
+        [ -n "$a" ] && [ "$a" -gt "$anon" ] && anon=$a
+        sleep 0.05
+      done
+      wait $pid
+      rc=$?
+    }
+    peak_anon "$pdonnx" train "$ex/digits_mlp.onnx" --data "$tmp/x_big.npy" --labels "$tmp/y_big.npy" --steps 4000 --quiet
     if [ $rc -eq 0 ] && [ "$anon" -gt 0 ] && [ "$anon" -lt 65536 ]; then
       ok "train maps a 128 MiB data file: at most $((anon / 1024)) MiB of anonymous memory"
     else
@@ -181,16 +186,8 @@ if [ -x "$npytool" ]; then
     fi
     # a pipeline reads its steps' rows through a ring of a few steps: 2000 steps of 256 rows
     # (132 MiB, what it copied before) in a few MiB
-    "$pdonnx" train "$ex/digits_mlp.onnx" --data "$tmp/x_big.npy" --labels "$tmp/y_big.npy" --stages 2 --batch 256 \
-      --steps 2000 --quiet >/dev/null 2>&1 &
-    pid=$! anon=0
-    while kill -0 $pid 2>/dev/null; do
-      a=$(awk '/^RssAnon:/ {print $2}' /proc/$pid/status 2>/dev/null)
-      [ -n "$a" ] && [ "$a" -gt "$anon" ] && anon=$a
-      sleep 0.05
-    done
-    wait $pid
-    rc=$?
+    peak_anon "$pdonnx" train "$ex/digits_mlp.onnx" --data "$tmp/x_big.npy" --labels "$tmp/y_big.npy" --stages 2 \
+      --batch 256 --steps 2000 --quiet
     if [ $rc -eq 0 ] && [ "$anon" -gt 0 ] && [ "$anon" -lt 65536 ]; then
       ok "train --stages 2 on 132 MiB of steps' rows: at most $((anon / 1024)) MiB of anonymous memory"
     else
