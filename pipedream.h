@@ -10766,113 +10766,148 @@ done:
  * their gradients stay with its forward), and its stashed activation travels
  * with the boundary gradient. Bisection on the worst load T; for each T a
  * frontier DP keeps, per forward cut, the furthest backward cut reachable. */
-static pd_status pd__bipartition(const pd__ctx *x, const pd_profile *p, pd_plan **out) {
-    int n = p->n, P = x->workers;
-    if (P > n) return pd__err(PD_ERR_INVALID, "plan: %d workers but the model has only %d nodes; set opt->workers to %d or fewer", P, n, n);
-    double *F = (double *)PD_CALLOC((size_t)n + 1, sizeof(double)), *B = (double *)PD_CALLOC((size_t)n + 1, sizeof(double));
-    int *prevp = (int *)PD_MALLOC(sizeof(int) * ((size_t)n + 1)), *nextp = (int *)PD_MALLOC(sizeof(int) * ((size_t)n + 1));
-    int *R = (int *)PD_MALLOC(sizeof(int) * (size_t)(P + 1) * ((size_t)n + 1));
-    int *from = (int *)PD_MALLOC(sizeof(int) * (size_t)(P + 1) * ((size_t)n + 1));
-    pd_status st = PD_OK;
-    double lo, hi;
-    int used;
-    if (!F || !B || !prevp || !nextp || !R || !from) {
-        st = pd__err(PD_ERR_NOMEM, "plan: out of memory");
-        goto done;
-    }
+/* Bi-Partition's search state: prefix sums of forward (F) and backward (B)
+ * time, the parameter-free window around each position, and per stage
+ * count i and forward cut f the furthest backward cut reached (reach) and
+ * the forward cut it came from (from). */
+typedef struct pd__bip {
+    int n, workers;
+    double *F, *B;
+    int *prevp, *nextp, *reach, *from;
+} pd__bip;
+
+#define PD__BIP_AT(a, x, i, f) (x)->a[(size_t)(i) * (size_t)((x)->n + 1) + (size_t)(f)]
+
+static void pd__bip_free(pd__bip *x) {
+    PD_FREE(x->F);
+    PD_FREE(x->B);
+    PD_FREE(x->prevp);
+    PD_FREE(x->nextp);
+    PD_FREE(x->reach);
+    PD_FREE(x->from);
+}
+
+static pd_status pd__bip_init(pd__bip *x, const pd_profile *p, int workers) {
+    int n = p->n;
+    size_t cells = (size_t)(workers + 1) * ((size_t)n + 1);
+    memset(x, 0, sizeof *x);
+    x->n = n;
+    x->workers = workers;
+    x->F = (double *)PD_CALLOC((size_t)n + 1, sizeof(double));
+    x->B = (double *)PD_CALLOC((size_t)n + 1, sizeof(double));
+    x->prevp = (int *)PD_MALLOC(sizeof(int) * ((size_t)n + 1));
+    x->nextp = (int *)PD_MALLOC(sizeof(int) * ((size_t)n + 1));
+    x->reach = (int *)PD_MALLOC(sizeof(int) * cells);
+    x->from = (int *)PD_MALLOC(sizeof(int) * cells);
+    if (!x->F || !x->B || !x->prevp || !x->nextp || !x->reach || !x->from) return pd__err(PD_ERR_NOMEM, "plan: out of memory");
     for (int v = 0; v < n; v++) {
-        F[v + 1] = F[v] + p->node[v].fwd_ms;
-        B[v + 1] = B[v] + p->node[v].bwd_in_ms + p->node[v].bwd_w_ms;
+        x->F[v + 1] = x->F[v] + p->node[v].fwd_ms;
+        x->B[v + 1] = x->B[v] + p->node[v].bwd_in_ms + p->node[v].bwd_w_ms;
     }
     /* prevp[k]: 1 + the last node with parameters before position k; nextp[k]: the first at or after k */
-    prevp[0] = 0;
-    for (int k = 1; k <= n; k++) prevp[k] = p->node[k - 1].param_bytes > 0 ? k : prevp[k - 1];
-    nextp[n] = n;
-    for (int k = n - 1; k >= 0; k--) nextp[k] = p->node[k].param_bytes > 0 ? k : nextp[k + 1];
-    lo = 0;
-    hi = F[n] + B[n];
-#define RR(i, f) R[(size_t)(i) * (size_t)(n + 1) + (size_t)(f)]
-#define FR(i, f) from[(size_t)(i) * (size_t)(n + 1) + (size_t)(f)]
-    used = 0;
-    for (int it = 0; it < 60; it++) {
-        double T = it == 59 ? hi : 0.5 * (lo + hi);
-        for (size_t k = 0; k < (size_t)(P + 1) * (size_t)(n + 1); k++) R[k] = -1;
-        RR(0, 0) = 0;
-        int ok = 0;
-        for (int i = 0; i < P && !ok; i++)
-            for (int f = 0; f < n; f++) {
-                int b = RR(i, f);
-                if (b < 0) continue;
-                for (int f2 = f + 1; f2 <= n; f2++) {
-                    double rest = T - (F[f2] - F[f]);
-                    if (rest < 0) break;
-                    /* furthest b2 with B[b2] - B[b] <= rest, inside the parameter-free window of f2 */
-                    int lo2 = b + 1 > prevp[f2] ? b + 1 : prevp[f2];
-                    int hi2 = f2 == n ? n : (nextp[f2] < n ? nextp[f2] : n);
-                    if (f2 == n) lo2 = lo2 > n ? lo2 : n;
-                    if (lo2 > hi2) continue;
-                    int l = lo2, h = hi2, bb = -1;
-                    while (l <= h) {
-                        int mid = (l + h) / 2;
-                        if (B[mid] - B[b] <= rest) {
-                            bb = mid;
-                            l = mid + 1;
-                        } else {
-                            h = mid - 1;
-                        }
-                    }
-                    if (bb < 0) continue;
-                    if (bb > RR(i + 1, f2)) {
-                        RR(i + 1, f2) = bb;
-                        FR(i + 1, f2) = f;
-                    }
+    x->prevp[0] = 0;
+    for (int k = 1; k <= n; k++) x->prevp[k] = p->node[k - 1].param_bytes > 0 ? k : x->prevp[k - 1];
+    x->nextp[n] = n;
+    for (int k = n - 1; k >= 0; k--) x->nextp[k] = p->node[k].param_bytes > 0 ? k : x->nextp[k + 1];
+    return PD_OK;
+}
+
+/* The furthest backward cut after b whose stage's backward fits in rest,
+ * inside the parameter-free window of forward cut f2; -1 if none. */
+static int pd__bip_furthest(const pd__bip *x, int b, int f2, double rest) {
+    int n = x->n;
+    int lo = b + 1 > x->prevp[f2] ? b + 1 : x->prevp[f2];
+    int hi = f2 == n ? n : (x->nextp[f2] < n ? x->nextp[f2] : n);
+    if (f2 == n) lo = lo > n ? lo : n;
+    int best = -1;
+    while (lo <= hi) {
+        int mid = (lo + hi) / 2;
+        if (x->B[mid] - x->B[b] <= rest) {
+            best = mid;
+            lo = mid + 1;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    return best;
+}
+
+/* The fewest stages (0: none) that split the model with every stage's
+ * forward plus backward time at most T; fills reach and from. */
+static int pd__bip_fits(pd__bip *x, double T) {
+    int n = x->n;
+    for (size_t k = 0; k < (size_t)(x->workers + 1) * ((size_t)n + 1); k++) x->reach[k] = -1;
+    PD__BIP_AT(reach, x, 0, 0) = 0;
+    for (int i = 0; i < x->workers; i++) {
+        for (int f = 0; f < n; f++) {
+            int b = PD__BIP_AT(reach, x, i, f);
+            if (b < 0) continue;
+            for (int f2 = f + 1; f2 <= n; f2++) {
+                double rest = T - (x->F[f2] - x->F[f]);
+                if (rest < 0) break;
+                int bb = pd__bip_furthest(x, b, f2, rest);
+                if (bb > PD__BIP_AT(reach, x, i + 1, f2)) {
+                    PD__BIP_AT(reach, x, i + 1, f2) = bb;
+                    PD__BIP_AT(from, x, i + 1, f2) = f;
                 }
-                if (RR(i + 1, n) == n) ok = i + 1;
             }
+            if (PD__BIP_AT(reach, x, i + 1, n) == n) return i + 1;
+        }
+    }
+    return 0;
+}
+
+/* The plan of the last feasible search: walk the cuts back from the end. */
+static pd_status pd__bip_emit(const pd__bip *x, const pd_profile *p, const pd__ctx *c, int used, pd_plan **out) {
+    pd_plan *pl;
+    PD_TRY(pd__plan_alloc(p, used, &pl));
+    pl->algo = PD_ALGO_BIPARTITION;
+    pl->microbatches = c->o->microbatches > 0 ? c->o->microbatches : 1;
+    for (int i = used, f = x->n; i > 0; i--) {
+        int fprev = PD__BIP_AT(from, x, i, f), b = PD__BIP_AT(reach, x, i, f), bprev = PD__BIP_AT(reach, x, i - 1, fprev);
+        for (int v = fprev; v < f; v++) pl->fwd_stage[v] = i - 1;
+        for (int v = bprev; v < b; v++) pl->bwd_stage[v] = i - 1;
+        pl->stage[i - 1].replicas = 1;
+        f = fprev;
+    }
+    pd_status st = pd__plan_evaluate(pl, p, c);
+    if (st == PD_OK && (!(pl->algo_name = pd__strdup(pd__algo_name(PD_ALGO_BIPARTITION))) || !(pl->cost_model = pd__strdup("default"))))
+        st = pd__err(PD_ERR_NOMEM, "plan: out of memory");
+    if (st != PD_OK) {
+        pd__plan_free(pl);
+        return st;
+    }
+    pl->bandwidth = c->lb[0];
+    *out = pl;
+    return PD_OK;
+}
+
+/* Bisect the slowest stage's time T; the last of 60 rounds re-runs the DP
+ * at the feasible bound, so reach and from describe the plan emitted. */
+static pd_status pd__bipartition(const pd__ctx *c, const pd_profile *p, pd_plan **out) {
+    int n = p->n, P = c->workers;
+    if (P > n) return pd__err(PD_ERR_INVALID, "plan: %d workers but the model has only %d nodes; set opt->workers to %d or fewer", P, n, n);
+    pd__bip x;
+    pd_status st = pd__bip_init(&x, p, P);
+    double lo = 0, hi = st == PD_OK ? x.F[n] + x.B[n] : 0;
+    int used = 0;
+    for (int it = 0; st == PD_OK && it < 60; it++) {
+        double T = it == 59 ? hi : 0.5 * (lo + hi);
+        int ok = pd__bip_fits(&x, T);
         if (ok) {
             hi = T;
             used = ok;
         } else {
             lo = T;
         }
-        if (it == 59 && !ok) {
-            st = pd__err(PD_ERR_INTERNAL, "plan: bipartition found no split");
-            goto done;
-        }
+        if (it == 59 && !ok) st = pd__err(PD_ERR_INTERNAL, "plan: bipartition found no split");
     }
-    pd_plan *pl;
-    if ((st = pd__plan_alloc(p, used, &pl)) != PD_OK) goto done;
-    pl->algo = PD_ALGO_BIPARTITION;
-    pl->microbatches = x->o->microbatches > 0 ? x->o->microbatches : 1;
-    {
-        int f = n;
-        for (int i = used; i > 0; i--) {
-            int fprev = FR(i, f), b = RR(i, f), bprev = RR(i - 1, fprev);
-            for (int v = fprev; v < f; v++) pl->fwd_stage[v] = i - 1;
-            for (int v = bprev; v < b; v++) pl->bwd_stage[v] = i - 1;
-            pl->stage[i - 1].replicas = 1;
-            f = fprev;
-        }
-    }
-#undef RR
-#undef FR
-    if ((st = pd__plan_evaluate(pl, p, x)) != PD_OK || !(pl->algo_name = pd__strdup(pd__algo_name(PD_ALGO_BIPARTITION))) ||
-        !(pl->cost_model = pd__strdup("default"))) {
-        if (st == PD_OK) st = pd__err(PD_ERR_NOMEM, "plan: out of memory");
-        pd__plan_free(pl);
-        goto done;
-    }
-    pl->bandwidth = x->lb[0];
-    *out = pl;
-done:
-    PD_FREE(F);
-    PD_FREE(B);
-    PD_FREE(prevp);
-    PD_FREE(nextp);
-    PD_FREE(R);
-    PD_FREE(from);
+    if (st == PD_OK) st = pd__bip_emit(&x, p, c, used, out);
+    pd__bip_free(&x);
     return st;
 }
+
+#undef PD__BIP_AT
 
 /* ---- accessors ------------------------------------------------------------------------ */
 
@@ -10919,8 +10954,7 @@ int pd_plan_node_stage(const pd_plan *p, int i, int *bwd) {
     return p->fwd_stage[i];
 }
 #undef CELL
-#undef FR
-#undef RR
+#undef PD__BIP_AT
 
 /* ==== core/schedule.c ==== */
 /* schedule.c - the schedule generator: per worker, the ordered instruction
