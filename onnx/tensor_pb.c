@@ -381,106 +381,133 @@ pd_status pd__decode_tensor(const Onnx__TensorProto *tp, const char *what, const
     return pd__decode_tensor_ex(tp, what, base_dir, NULL, out);
 }
 
-pd_status pd__decode_tensor_ex(const Onnx__TensorProto *tp, const char *what, const char *base_dir,
-                               pd__tensor *where, pd_tensor *out) {
-    int32_t dt = tp->has_data_type ? tp->data_type : 0;
-    if (dt == PD_STRING) return pd__err(PD_ERR_UNSUPPORTED, "%s: string tensors are not supported", what);
-    if (dt == PD_UNDEFINED) return pd__err(PD_ERR_PARSE, "%s: has no data type", what);
-    size_t esize = pd__onnx_dtype_size(dt);
-    if (esize == 0)
-        return pd__err(PD_ERR_UNSUPPORTED, "%s: data type %s (%d) is not supported", what,
-                       pd__onnx_type_name(dt), (int)dt);
-    if (tp->n_dims > PD_MAX_DIMS)
-        return pd__err(PD_ERR_UNSUPPORTED, "%s: rank %zu is above the maximum of %d", what, tp->n_dims,
-                       PD_MAX_DIMS);
-    if (tp->segment) return pd__err(PD_ERR_UNSUPPORTED, "%s: segmented tensors are not supported", what);
+/* What a TensorProto's header says about its data. */
+typedef struct pd__tp_layout {
+    int32_t dt;
+    int ndim;
+    int64_t shape[PD_MAX_DIMS], numel;
+    size_t esize, nbytes, fbytes; /* fbytes: in the file; packed types take (numel * bits + 7) / 8 */
+    bool packed, external;
+} pd__tp_layout;
 
-    int ndim = (int)tp->n_dims;
-    int64_t shape[PD_MAX_DIMS] = {0};
-    for (int i = 0; i < ndim; i++) {
+static pd_status pd__tp_layout_read(const Onnx__TensorProto *tp, const char *what, pd__tp_layout *L) {
+    memset(L, 0, sizeof *L);
+    L->dt = tp->has_data_type ? tp->data_type : 0;
+    if (L->dt == PD_STRING) return pd__err(PD_ERR_UNSUPPORTED, "%s: string tensors are not supported", what);
+    if (L->dt == PD_UNDEFINED) return pd__err(PD_ERR_PARSE, "%s: has no data type", what);
+    L->esize = pd__onnx_dtype_size(L->dt);
+    if (L->esize == 0)
+        return pd__err(PD_ERR_UNSUPPORTED, "%s: data type %s (%d) is not supported", what, pd__onnx_type_name(L->dt),
+                       (int)L->dt);
+    if (tp->n_dims > PD_MAX_DIMS)
+        return pd__err(PD_ERR_UNSUPPORTED, "%s: rank %zu is above the maximum of %d", what, tp->n_dims, PD_MAX_DIMS);
+    if (tp->segment) return pd__err(PD_ERR_UNSUPPORTED, "%s: segmented tensors are not supported", what);
+    L->ndim = (int)tp->n_dims;
+    for (int i = 0; i < L->ndim; i++) {
         if (tp->dims[i] < 0)
             return pd__err(PD_ERR_PARSE, "%s: negative dim %lld at axis %d", what, (long long)tp->dims[i], i);
-        shape[i] = tp->dims[i];
+        L->shape[i] = tp->dims[i];
     }
-    int64_t numel = pd__shape_numel(ndim, shape);
+    L->numel = pd__shape_numel(L->ndim, L->shape);
     int64_t nbytes64;
-    if (numel < 0 || !pd__mul_ok(numel, (int64_t)esize, &nbytes64) || (uint64_t)nbytes64 > SIZE_MAX / 2) {
+    if (L->numel < 0 || !pd__mul_ok(L->numel, (int64_t)L->esize, &nbytes64) || (uint64_t)nbytes64 > SIZE_MAX / 2) {
         char sh[128];
-        pd__format_shape(sh, sizeof sh, ndim, shape);
+        pd__format_shape(sh, sizeof sh, L->ndim, L->shape);
         return pd__err(PD_ERR_NOMEM, "%s: shape %s is too large (its size overflows)", what, sh);
     }
-    size_t nbytes = (size_t)nbytes64;
-    /* in the file: packed types take (numel * bits + 7) / 8 bytes (numel is at
-     * most SIZE_MAX / 2 here, so the product cannot overflow) */
-    int bits = pd__dtype_bits((pd_dtype)dt);
-    bool packed = bits == 4 || bits == 2;
-    size_t fbytes = packed ? ((size_t)numel * (size_t)bits + 7) / 8 : nbytes;
+    L->nbytes = (size_t)nbytes64;
+    /* numel is at most SIZE_MAX / 2 here, so the packed product cannot overflow */
+    int bits = pd__dtype_bits((pd_dtype)L->dt);
+    L->packed = bits == 4 || bits == 2;
+    L->fbytes = L->packed ? ((size_t)L->numel * (size_t)bits + 7) / 8 : L->nbytes;
+    L->external = tp->has_data_location && tp->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL;
+    return PD_OK;
+}
 
-    bool external = tp->has_data_location && tp->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL;
-    if (!external && tp->has_raw_data && tp->raw_data.len != fbytes) {
-        char sh[128];
-        pd__format_shape(sh, sizeof sh, ndim, shape);
-        return pd__err(PD_ERR_PARSE, "%s: raw_data has %zu bytes but shape %s of %s needs %zu", what,
-                       tp->raw_data.len, sh, pd__onnx_type_name(dt), fbytes);
+/* The values in the proto match the shape (checked before allocating, so
+ * the size stays bounded by the input). */
+static pd_status pd__tp_counts_check(const Onnx__TensorProto *tp, const char *what, const pd__tp_layout *L) {
+    if (L->external) return PD_OK;
+    char sh[128];
+    pd__format_shape(sh, sizeof sh, L->ndim, L->shape);
+    if (tp->has_raw_data) {
+        if (tp->raw_data.len == L->fbytes) return PD_OK;
+        return pd__err(PD_ERR_PARSE, "%s: raw_data has %zu bytes but shape %s of %s needs %zu", what, tp->raw_data.len,
+                       sh, pd__onnx_type_name(L->dt), L->fbytes);
     }
-    if (!external && !tp->has_raw_data) {
-        /* check the count before allocating: the size then stays bounded by the input */
-        const char *field;
-        size_t have = typed_count(tp, (pd_dtype)dt, &field);
-        if (have != (packed ? fbytes : (size_t)numel)) {
-            char sh[128];
-            pd__format_shape(sh, sizeof sh, ndim, shape);
-            if (packed)
-                return pd__err(PD_ERR_PARSE, "%s: %s has %zu values but shape %s of %s packs into %zu", what,
-                               field, have, sh, pd__onnx_type_name(dt), fbytes);
-            return pd__err(PD_ERR_PARSE, "%s: %s has %zu values but shape %s has %lld elements", what, field,
-                           have, sh, (long long)numel);
-        }
-    }
+    const char *field;
+    size_t have = typed_count(tp, (pd_dtype)L->dt, &field);
+    if (have == (L->packed ? L->fbytes : (size_t)L->numel)) return PD_OK;
+    if (L->packed)
+        return pd__err(PD_ERR_PARSE, "%s: %s has %zu values but shape %s of %s packs into %zu", what, field, have, sh,
+                       pd__onnx_type_name(L->dt), L->fbytes);
+    return pd__err(PD_ERR_PARSE, "%s: %s has %zu values but shape %s has %lld elements", what, field, have, sh,
+                   (long long)L->numel);
+}
 
-    void *data = NULL;
-    if (packed) {
-        /* the packed bytes first (from the file, raw_data or int32_data), then unpacked */
-        uint8_t *pk = NULL;
-        if (external) {
-            PD_TRY(read_external(tp, what, base_dir, fbytes, (void **)&pk, NULL));
-        } else {
-            pk = PD_MALLOC(fbytes ? fbytes : 1);
-            if (!pk) return pd__err(PD_ERR_NOMEM, "%s: out of memory (%zu bytes)", what, fbytes);
-            if (tp->has_raw_data) {
-                if (fbytes) memcpy(pk, tp->raw_data.data, fbytes);
-            } else {
-                decode_typed(tp, (pd_dtype)dt, fbytes, pk);
-            }
-        }
-        data = PD_MALLOC(nbytes ? nbytes : 1);
-        if (!data) {
-            PD_FREE(pk);
-            return pd__err(PD_ERR_NOMEM, "%s: out of memory (%zu bytes)", what, nbytes);
-        }
-        pd__unpack_bits((pd_dtype)dt, pk, numel, data);
-        PD_FREE(pk);
-    } else if (external && where && dt == PD_FLOAT) { /* lazy_weights: checked, not read */
-        PD_TRY(read_external(tp, what, base_dir, nbytes, NULL, where));
-    } else if (external) {
-        PD_TRY(read_external(tp, what, base_dir, nbytes, &data, NULL));
-        from_little_endian(data, numel, esize);
+/* A packed (2- or 4-bit) tensor: its bytes first (from the file, raw_data or
+ * int32_data), then unpacked to one element per byte. */
+static pd_status pd__tp_read_packed(const Onnx__TensorProto *tp, const char *what, const char *base_dir,
+                                    const pd__tp_layout *L, void **data) {
+    uint8_t *pk = NULL;
+    if (L->external) {
+        PD_TRY(read_external(tp, what, base_dir, L->fbytes, (void **)&pk, NULL));
     } else {
-        data = PD_MALLOC(nbytes ? nbytes : 1);
-        if (!data) return pd__err(PD_ERR_NOMEM, "%s: out of memory (%zu bytes)", what, nbytes);
+        pk = PD_MALLOC(L->fbytes ? L->fbytes : 1);
+        if (!pk) return pd__err(PD_ERR_NOMEM, "%s: out of memory (%zu bytes)", what, L->fbytes);
         if (tp->has_raw_data) {
-            if (nbytes) memcpy(data, tp->raw_data.data, nbytes);
-            from_little_endian(data, numel, esize);
+            if (L->fbytes) memcpy(pk, tp->raw_data.data, L->fbytes);
         } else {
-            decode_typed(tp, (pd_dtype)dt, (size_t)numel, data);
+            decode_typed(tp, (pd_dtype)L->dt, L->fbytes, pk);
         }
     }
-    if (dt == PD_BOOL && data)
-        for (size_t i = 0; i < nbytes; i++) ((uint8_t *)data)[i] = ((uint8_t *)data)[i] != 0;
+    *data = PD_MALLOC(L->nbytes ? L->nbytes : 1);
+    if (!*data) {
+        PD_FREE(pk);
+        return pd__err(PD_ERR_NOMEM, "%s: out of memory (%zu bytes)", what, L->nbytes);
+    }
+    pd__unpack_bits((pd_dtype)L->dt, pk, L->numel, *data);
+    PD_FREE(pk);
+    return PD_OK;
+}
+
+/* Any other tensor: from the file (or only checked there, for lazy_weights),
+ * raw_data or the typed field. */
+static pd_status pd__tp_read_plain(const Onnx__TensorProto *tp, const char *what, const char *base_dir,
+                                   const pd__tp_layout *L, pd__tensor *where, void **data) {
+    if (L->external && where && L->dt == PD_FLOAT) return read_external(tp, what, base_dir, L->nbytes, NULL, where);
+    if (L->external) {
+        PD_TRY(read_external(tp, what, base_dir, L->nbytes, data, NULL));
+        from_little_endian(*data, L->numel, L->esize);
+        return PD_OK;
+    }
+    *data = PD_MALLOC(L->nbytes ? L->nbytes : 1);
+    if (!*data) return pd__err(PD_ERR_NOMEM, "%s: out of memory (%zu bytes)", what, L->nbytes);
+    if (tp->has_raw_data) {
+        if (L->nbytes) memcpy(*data, tp->raw_data.data, L->nbytes);
+        from_little_endian(*data, L->numel, L->esize);
+    } else {
+        decode_typed(tp, (pd_dtype)L->dt, (size_t)L->numel, *data);
+    }
+    return PD_OK;
+}
+
+pd_status pd__decode_tensor_ex(const Onnx__TensorProto *tp, const char *what, const char *base_dir,
+                               pd__tensor *where, pd_tensor *out) {
+    pd__tp_layout L;
+    PD_TRY(pd__tp_layout_read(tp, what, &L));
+    PD_TRY(pd__tp_counts_check(tp, what, &L));
+    void *data = NULL;
+    if (L.packed)
+        PD_TRY(pd__tp_read_packed(tp, what, base_dir, &L, &data));
+    else
+        PD_TRY(pd__tp_read_plain(tp, what, base_dir, &L, where, &data));
+    if (L.dt == PD_BOOL && data)
+        for (size_t i = 0; i < L.nbytes; i++) ((uint8_t *)data)[i] = ((uint8_t *)data)[i] != 0;
     memset(out, 0, sizeof *out);
-    out->dtype = (pd_dtype)dt;
-    out->ndim = ndim;
-    memcpy(out->shape, shape, sizeof shape);
+    out->dtype = (pd_dtype)L.dt;
+    out->ndim = L.ndim;
+    memcpy(out->shape, L.shape, sizeof L.shape);
     out->data = data;
     return PD_OK;
 }
