@@ -127,13 +127,57 @@ static pd_status FN(rnn_forward)(const pd__rnn *r, const pd__rnn_ws *w, void *ws
     return PD_OK;
 }
 
+/* One LSTM row's gate gradients (i, o, f, c into dg) from dn, the gradient
+ * reaching h, and dC, the cell's; dC becomes the previous step's. */
+static void FN(lstm_bwd_row)(int64_t H, const T *g, const T *Cprev, const T *Cnow, const T *dn, const T *P, T *dP,
+                             T *dC, T *dg, T *tb) {
+    for (int64_t j = 0; j < H; j++) {
+        T i = g[j], o = g[H + j], f = g[2 * H + j], c = g[3 * H + j];
+        T Cp = Cprev[j], C = Cnow[j], tc = TANH(C);
+        T dop = dn[j] * tc * o * ((T)1 - o);
+        T dct = dC[j] + dn[j] * o * ((T)1 - tc * tc) + (P ? dop * P[H + j] : (T)0);
+        dg[j] = dct * c * i * ((T)1 - i);
+        dg[H + j] = dop;
+        dg[2 * H + j] = dct * Cp * f * ((T)1 - f);
+        dg[3 * H + j] = dct * i * ((T)1 - c * c);
+        dC[j] = dct * f + (P ? dg[j] * P[j] + dg[2 * H + j] * P[2 * H + j] : (T)0);
+        if (dP) {
+            dP[j] += dg[j] * Cp;
+            dP[H + j] += dop * C;
+            dP[2 * H + j] += dg[2 * H + j] * Cp;
+        }
+        tb[j] = 0;
+    }
+}
+
+/* One GRU row's gate gradients: dg through W, d2 through R (they differ in
+ * the candidate under linear_before_reset); tb is z * dh, the part of the
+ * previous h's gradient that skips R. */
+static void FN(gru_bwd_row)(int64_t H, bool lbr, const T *g, const T *hp, const T *aux, const T *dn, T *dg, T *d2,
+                            T *tb) {
+    for (int64_t j = 0; j < H; j++) {
+        T z = g[j], rr = g[H + j], h = g[2 * H + j];
+        T dph = dn[j] * ((T)1 - z) * ((T)1 - h * h);
+        dg[j] = d2[j] = dn[j] * (hp[j] - h) * z * ((T)1 - z);
+        dg[2 * H + j] = d2[2 * H + j] = dph;
+        if (lbr) {
+            T a = aux[j];
+            dg[H + j] = d2[H + j] = dph * a * rr * ((T)1 - rr);
+            d2[2 * H + j] = dph * rr;
+        }
+        tb[j] = dn[j] * z;
+    }
+}
+
+static pd_status FN(rnn_dir_param_grads)(const pd__rnn *r, const pd__rnn_ws *w, const T *ws, int d, int64_t nr);
+
 /* Direction d backward, after its forward filled the workspace; adds into
  * the input gradients given. */
 static pd_status FN(rnn_dir_bwd)(const pd__rnn *r, const pd__rnn_ws *w, T *ws, int d) {
-    const int64_t S = r->S, N = r->N, In = r->In, H = r->H, G = r->G, GH = G * H, SN = S * N, NH = N * H;
+    const int64_t S = r->S, N = r->N, H = r->H, G = r->G, GH = G * H, SN = S * N, NH = N * H;
     const pd__rnn_cell cell = r->a.cell;
     const bool lbr = r->a.lbr;
-    const T *W = (const T *)r->W + d * GH * In, *R = (const T *)r->R + d * GH * H;
+    const T *R = (const T *)r->R + d * GH * H;
     const T *P = r->P ? (const T *)r->P + d * 3 * H : NULL;
     T *dP = r->dP ? (T *)r->dP + d * 3 * H : NULL;
     const T *HS = ws + w->hs, *CS = ws + w->cs, *GS = ws + w->gs, *AUX = ws + w->aux;
@@ -162,38 +206,11 @@ static pd_status FN(rnn_dir_bwd)(const pd__rnn *r, const pd__rnn_ws *w, T *ws, i
             for (int64_t j = 0; j < H; j++) dn[j] = dH[b * H + j] + (dy ? dy[j] : (T)0);
             switch (cell) {
             case PD_RNN_LSTM:
-                for (int64_t j = 0; j < H; j++) {
-                    T i = g[j], o = g[H + j], f = g[2 * H + j], c = g[3 * H + j];
-                    T Cp = CS[s * NH + b * H + j], C = CS[(s + 1) * NH + b * H + j], tc = TANH(C);
-                    T dop = dn[j] * tc * o * ((T)1 - o);
-                    T dct = dC[b * H + j] + dn[j] * o * ((T)1 - tc * tc) + (P ? dop * P[H + j] : (T)0);
-                    dg[j] = dct * c * i * ((T)1 - i);
-                    dg[H + j] = dop;
-                    dg[2 * H + j] = dct * Cp * f * ((T)1 - f);
-                    dg[3 * H + j] = dct * i * ((T)1 - c * c);
-                    dC[b * H + j] = dct * f + (P ? dg[j] * P[j] + dg[2 * H + j] * P[2 * H + j] : (T)0);
-                    if (dP) {
-                        dP[j] += dg[j] * Cp;
-                        dP[H + j] += dop * C;
-                        dP[2 * H + j] += dg[2 * H + j] * Cp;
-                    }
-                    tb[j] = 0;
-                }
+                FN(lstm_bwd_row)(H, g, CS + s * NH + b * H, CS + (s + 1) * NH + b * H, dn, P, dP, dC + b * H, dg, tb);
                 memcpy(d2, dg, sizeof(T) * (size_t)GH);
                 break;
             case PD_RNN_GRU:
-                for (int64_t j = 0; j < H; j++) {
-                    T z = g[j], rr = g[H + j], h = g[2 * H + j];
-                    T dph = dn[j] * ((T)1 - z) * ((T)1 - h * h);
-                    dg[j] = d2[j] = dn[j] * (hp[j] - h) * z * ((T)1 - z);
-                    dg[2 * H + j] = d2[2 * H + j] = dph;
-                    if (lbr) {
-                        T a = aux[b * H + j];
-                        dg[H + j] = d2[H + j] = dph * a * rr * ((T)1 - rr);
-                        d2[2 * H + j] = dph * rr;
-                    }
-                    tb[j] = dn[j] * z;
-                }
+                FN(gru_bwd_row)(H, lbr, g, hp, aux + b * H, dn, dg, d2, tb);
                 break;
             case PD_RNN_SIMPLE:
                 for (int64_t j = 0; j < H; j++) {
@@ -233,6 +250,15 @@ static pd_status FN(rnn_dir_bwd)(const pd__rnn *r, const pd__rnn_ws *w, T *ws, i
             if (r->dh0) ((T *)r->dh0)[rnn_hoff(r, d, b) + j] += dH[b * H + j];
             if (r->dc0) ((T *)r->dc0)[rnn_hoff(r, d, b) + j] += dC[b * H + j];
         }
+    return FN(rnn_dir_param_grads)(r, w, ws, d, nr);
+}
+
+/* Direction d's weight, bias and input gradients from the gate gradients
+ * its backward left in the workspace (DG through W, D2 through R). */
+static pd_status FN(rnn_dir_param_grads)(const pd__rnn *r, const pd__rnn_ws *w, const T *ws, int d, int64_t nr) {
+    const int64_t S = r->S, N = r->N, In = r->In, H = r->H, GH = r->G * H, SN = S * N;
+    const T *W = (const T *)r->W + d * GH * In;
+    const T *HS = ws + w->hs, *AUX = ws + w->aux, *DG = ws + w->dg, *D2 = ws + w->d2;
     if (r->dR) {
         T *dR = (T *)r->dR + d * GH * H;
         PD_TRY(FN(rgemm)(true, false, nr, H, SN, D2, GH, HS, H, 1, dR, H));
