@@ -1,15 +1,10 @@
 /* schedule.c - the schedule generator: per worker, the ordered instruction
- * list (F, B, W, SEND/RECV of activations and gradients, ALLREDUCE, STEP) of
- * GPipe, PipeDream-Flush (1F1B), asynchronous PipeDream, PipeDream-2BW,
- * Megatron's interleaved 1F1B, zero-bubble H1 and AvgPipe's advance forward
- * propagation; validation of any list
- * (hand-made ones included); text and CSV output.
- *
- * Every kind is written as the order of compute ops on one worker; the
- * emitters add the receive before and the send after each op that crosses a
- * stage boundary, so the communication always mirrors the compute order.
- * docs/SCHEDULES.md gives the orders with examples.
- */
+ * list (F, B, W, SEND/RECV, ALLREDUCE, STEP) of every kind (GPipe, Flush,
+ * PipeDream, 2BW, interleaved, zero-bubble H1, AvgPipe); validation of any
+ * list, hand-made ones included; text and CSV output. Each kind is the order
+ * of compute ops on one worker; the emitters add the receive before and the
+ * send after each op that crosses a stage boundary, so communication mirrors
+ * compute. docs/SCHEDULES.md gives the orders with examples. */
 #include "schedule.h"
 
 #include <string.h>

@@ -1,6 +1,6 @@
 /* optim.c - optimizers with PyTorch's conventions, over one flat slab of
  * parameters and one of gradients (the session's layout), and the learning-
- * rate schedule.
+ * rate schedule. Clipping is torch.nn.utils.clip_grad_norm_'s.
  *
  *   sgd       w -= lr * (g + wd*w)
  *   momentum  v = mu*v + (g + wd*w);  w -= lr*v              (torch.optim.SGD, dampening 0)
@@ -8,16 +8,7 @@
  *   adam      m = b1*m + (1-b1)*g';  v = b2*v + (1-b2)*g'^2;
  *             w -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps)   (torch.optim.Adam, L2 in g')
  *   adamw     w *= 1 - lr*wd, then adam without L2           (torch.optim.AdamW)
- *
- * The scalars are PyTorch's: it computes 1-b1, 1-b2, 1 - lr*wd, lr/(1-b1^t)
- * and sqrt(1-b2^t) from Python floats (double) and the tensor op rounds each
- * to float once. 1.0f - 0.999f is 0.000999987, not 0.001f: a v 1.3e-5 too
- * small and every Adam step 6.4e-6 too large (1.7e-4 for b2 0.9999), enough
- * for a trajectory to leave PyTorch's at a ReLU or max-pool switch (issue 22).
- *
- * Gradient clipping scales every gradient by max_norm/(norm + 1e-6) when the
- * global L2 norm exceeds max_norm (torch.nn.utils.clip_grad_norm_).
- */
+ * The scalars are rounded as PyTorch rounds them: docs/INTERNALS.md, "runtime/optim.c". */
 #include "optim.h"
 
 #include <math.h>

@@ -1,33 +1,8 @@
-/* profiler.c - pd_profile_measure: per-node costs of a pd_graph measured by
- * running real training steps on the CPU backend.
+/* profiler.c - pd_profile_measure: per-node forward, input-gradient (B) and
+ * weight-gradient (W) times and sizes of a pd_graph, measured by running the
+ * training session's own steps on the CPU backend.
  *
- * One profile node per graph node, in the graph's (topological) order, named
- * as the graph names it, described by its op type; an edge for every tensor a
- * node reads from another node. The steps are the training session's own
- * (runtime/session.c, through the pd__session_timed_step hook): forward of
- * every node, the loss, then each node's backward as two kernel calls, the
- * input gradient (zero-bubble's B: gradients of the activation inputs only)
- * and the weight gradient (W: gradients of the trained parameters only). A
- * node with no parameters has bwd_w_ms 0; a node whose inputs need no
- * gradient (the first layer) has bwd_in_ms 0. Each time is the median over
- * `repeats` steps after `warmup` untimed ones. The optimizer update is not
- * run, so the weights are left as they were (BatchNorm running statistics,
- * which a training forward updates, are restored afterwards).
- *
- * The loss has no node of its own: its time (loss and its gradient) is added
- * to fwd_ms of the node that produces the tensor the loss reads (the last
- * layer), where a pipeline's last stage runs it.
- *
- * Sizes: act_bytes = bytes of the node's outputs; param_bytes = bytes of the
- * trainable float parameters it reads (those the session trains), a shared
- * one counted once, at its first consumer; optim_bytes = param_bytes times the
- * optimizer's state slabs (sgd 0, momentum/nesterov 1, adam/adamw 2).
- *
- * Inputs are synthetic: float inputs get a fixed pseudo-random pattern in
- * [-1, 1), integer and bool inputs zeros (valid ids for Gather). Labels are
- * zeros: class 0 for cross-entropy; PD_LOSS_AUTO profiles with cross-entropy
- * when the prediction has a class axis (rank >= 2, last dim >= 2) and with
- * mse otherwise.
+ * How it works: docs/INTERNALS.md, "runtime/profiler.c".
  */
 #include "../core/plan.h"
 #include "optim.h"

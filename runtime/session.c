@@ -1,34 +1,8 @@
 /* session.c - training on one stage: forward with every activation kept,
  * the loss, reverse-mode autodiff over the graph, one optimizer update.
  * This file is its lifecycle (create, destroy, accessors); session_impl.h
- * lists the others.
- *
- * Which initializers are trained: the float32 ones from which a path of
- * differentiable op inputs (the grad masks of core/ops.h) leads to the loss,
- * that the model allows (pd__train_rule: its training_info, or not a single
- * element) or the trainable pattern names, minus those the freeze pattern
- * matches. BatchNorm running statistics, masks and shape constants never
- * reach the loss that way; the ones the rules exclude are listed
- * (pd_session_untrained).
- *
- * Memory (STYLE.md, after llm.c): parameters, their gradients and each
- * optimizer state live in one slab apiece with the same table of offsets, so
- * zeroing the gradients is one memset and an update is one loop over the
- * slab. The graph's initializers point into the parameter slab while the
- * session lives (the graph sees the trained values; pd_graph_save writes
- * them). Activations and their gradients are two more slabs, planned once:
- * the step allocates nothing.
- *
- * The step runs on a device (runtime/device.h; runtime/session_step.c is
- * written once against it). On the CPU its memory is these slabs. On CUDA
- * (pd_train_options.device, docs/CUDA.md) every slab has a device twin of
- * the same layout (struct pd__sdev, runtime/session_dev.c): nodes, the loss,
- * gradient norm, clipping and optimizer run on the device; the host slabs
- * stay as the mirror the CPU fallbacks, pd_session_param, snapshots and the
- * graph's weights read (pd__sdev_pull). A node the device refuses runs on the
- * CPU with its tensors copied down and its results copied up
- * (pd__dev_cpu_node). The pipeline's GPU stages run activation contexts'
- * device twins (pd__dactx, session_dactx.c) through the same fallback.
+ * lists the others. Which initializers train, the slabs, and the device
+ * twins: docs/INTERNALS.md, "runtime/session.c".
  */
 #include "session_impl.h"
 #include "optim.h"

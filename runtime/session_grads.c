@@ -16,33 +16,12 @@ bool pd__bwd_runs_of(const pd__node *n, pd_tensor *const *ga) {
     return any_out && any_in;
 }
 
-/* The activation gradients of a backward: when each is zeroed, and where it
- * lives.
- *
- * Backward kernels add into their gradients, so each activation gradient
- * must be 0 before the first kernel that touches it. Rather than clearing
- * the whole slab before the backward (a pass over memory that leaves none of
- * it in cache), each is cleared just before the first node of the backward
- * order that touches it: an output gradient no later node added into, or an
- * input gradient this node adds into first (zp, by node). Better still, a
- * gradient the node's kernel writes whole is not zeroed at all: the kernel
- * is told it is fresh (pd__exec.fresh) and writes rather than adds.
- *
- * A gradient then lives from that node to the last backward that touches it
- * (its producer's, which reads it); gradients whose lives do not overlap
- * share bytes (pd__life), so the backward works in a slab a few layers deep
- * rather than one the size of every activation, and stays in cache.
- *
- * The backward runs over nodes[0..n) (NULL: the graph's, in order) in
- * reverse; steps count its order. has: the tensors given a buffer (NULL:
- * all), of those that need a gradient and are not initializers. role (NULL:
- * none) marks PD__G_SET gradients, written before the backward (the loss's
- * prediction, those a pipeline stage receives): never zeroed here, alive
- * from the start; and PD__G_KEEP ones, read after it (those a stage sends):
- * alive to the end. split: the backward may run in two passes (zero-bubble's
- * B then W, which reads every output gradient again), so nothing shares. One
- * touched nowhere lives nowhere (step -2). On return l holds each buffer's
- * offset in a slab of *total bytes (the caller's to allocate and free l). */
+/* The activation gradients' plan: each is zeroed just before the first
+ * backward node that touches it (or not at all when that kernel writes it
+ * whole), and gradients whose lives do not overlap share bytes. The
+ * arguments (nodes, has, role, split) and why: docs/INTERNALS.md,
+ * "runtime/session_grads.c". On return l holds each buffer's offset in a
+ * slab of *total bytes (the caller's to allocate and free l). */
 pd_status pd__plan_grads_over(const pd_session *s, pd_tensor *const *gargs, const int *nodes, int n, const bool *has,
                               const uint8_t *role, bool split, pd__zplan *zp, pd__life *l, size_t *total) {
     const pd_graph *g = s->g;
