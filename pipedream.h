@@ -3864,18 +3864,9 @@ double pd__flops_Binarizer(const pd_graph *g, const pd__node *n) { return in_num
 #define pd__shp pd__shape_nn_pd__shp
 #define set_out pd__shape_nn_set_out
 #define shp pd__shape_nn_shp
-/* shape_nn.c - shape rules and FLOP counts of the neural-network ops:
- * Gemm, MatMul, Conv, ConvTranspose, BatchNormalization, LayerNormalization,
- * InstanceNormalization, GroupNormalization, RMSNormalization,
- * LpNormalization, MeanVarianceNormalization, MaxPool, AveragePool, LpPool,
- * MaxUnpool, GlobalAveragePool, GlobalMaxPool, Resize, Upsample, Einsum, LRN,
- * Softmax, LogSoftmax, Dropout, SoftmaxCrossEntropyLoss, NegativeLogLikelihoodLoss,
- * RotaryEmbedding, Attention, FlexAttention, LinearAttention,
- * CausalConvWithState, GridSample, AffineGrid, Col2Im, CenterCropPad,
- * MatMulInteger, QLinearMatMul, ConvInteger and QLinearConv
- * (opsets 6-27; FlexAttention of ai.onnx.preview).
- *
- * How it works: docs/INTERNALS.md, "core/shape_nn.c".
+/* shape_nn.c - shape rules and FLOP counts of the neural-network ops
+ * (convolutions, pools, normalizations, attention, losses, quantized
+ * products; the list and how it works: docs/INTERNALS.md, "core/shape_nn.c").
  */
 /* ---- core/shape_nn.h ---- */
 /* shape_nn.h - sliding-window geometry shared by the nn shape rules
@@ -8465,23 +8456,11 @@ PD__NO_FLOPS(ArrayFeatureExtractor)
 /* ---- core/plan.h ---- */
 /* plan.h - profiles, plans and schedules: what the profiler measures, the
  * planner cuts and the schedule generator turns into per-stage instruction
- * lists that the simulator (and later the runtime) execute.
- *
- * Not installed; pipedream.h exposes these through opaque handles.
- *
- * Units everywhere: milliseconds for times, bytes for sizes, bytes/s for
- * bandwidth. Times in a profile are for one microbatch (the profile's batch).
- *
- * Files:
- *   core/profile.c      building, validating, deriving (node costs, edges)
- *   runtime/profile_io.c  JSON and PipeDream graph.txt read/write
- *   runtime/profiler.c  measures a pd_graph on a backend
- *   core/antichain.c    DAG -> sequence of valid cut states (PipeDream's antichains)
- *   core/partition.c    the partitioners (pipedream DP, 2bw, bipartition, uniform, params)
- *   runtime/plan_io.c   plan JSON read/write
- *   core/schedule.c     instruction lists per schedule kind, validation
- *   core/simulate.c     event-driven simulation, Chrome trace, SVG
- */
+ * lists that the simulator and the runtime execute. Not installed;
+ * pipedream.h exposes these through opaque handles. Units: milliseconds for
+ * times, bytes for sizes, bytes/s for bandwidth; a profile's times are for
+ * one microbatch (the profile's batch). Which file implements what:
+ * docs/ARCHITECTURE.md. */
 #ifndef PD_PLAN_H
 #define PD_PLAN_H
 
@@ -10958,17 +10937,12 @@ int pd_plan_node_stage(const pd_plan *p, int i, int *bwd) {
 
 /* ==== core/schedule.c ==== */
 /* schedule.c - the schedule generator: per worker, the ordered instruction
- * list (F, B, W, SEND/RECV of activations and gradients, ALLREDUCE, STEP) of
- * GPipe, PipeDream-Flush (1F1B), asynchronous PipeDream, PipeDream-2BW,
- * Megatron's interleaved 1F1B, zero-bubble H1 and AvgPipe's advance forward
- * propagation; validation of any list
- * (hand-made ones included); text and CSV output.
- *
- * Every kind is written as the order of compute ops on one worker; the
- * emitters add the receive before and the send after each op that crosses a
- * stage boundary, so the communication always mirrors the compute order.
- * docs/SCHEDULES.md gives the orders with examples.
- */
+ * list (F, B, W, SEND/RECV, ALLREDUCE, STEP) of every kind (GPipe, Flush,
+ * PipeDream, 2BW, interleaved, zero-bubble H1, AvgPipe); validation of any
+ * list, hand-made ones included; text and CSV output. Each kind is the order
+ * of compute ops on one worker; the emitters add the receive before and the
+ * send after each op that crosses a stage boundary, so communication mirrors
+ * compute. docs/SCHEDULES.md gives the orders with examples. */
 
 #include <string.h>
 

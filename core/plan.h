@@ -1,22 +1,10 @@
 /* plan.h - profiles, plans and schedules: what the profiler measures, the
  * planner cuts and the schedule generator turns into per-stage instruction
- * lists that the simulator (and later the runtime) execute.
- *
- * Not installed; pipedream.h exposes these through opaque handles.
- *
- * Units everywhere: milliseconds for times, bytes for sizes, bytes/s for
- * bandwidth. Times in a profile are for one microbatch (the profile's batch).
- *
- * Files:
- *   core/profile.c      building, validating, deriving (node costs, edges)
- *   runtime/profile_io.c  JSON and PipeDream graph.txt read/write
- *   runtime/profiler.c  measures a pd_graph on a backend
- *   core/antichain.c    DAG -> sequence of valid cut states (PipeDream's antichains)
- *   core/partition.c    the partitioners (pipedream DP, 2bw, bipartition, uniform, params)
- *   runtime/plan_io.c   plan JSON read/write
- *   core/schedule.c     instruction lists per schedule kind, validation
- *   core/simulate.c     event-driven simulation, Chrome trace, SVG
- */
+ * lists that the simulator and the runtime execute. Not installed;
+ * pipedream.h exposes these through opaque handles. Units: milliseconds for
+ * times, bytes for sizes, bytes/s for bandwidth; a profile's times are for
+ * one microbatch (the profile's batch). Which file implements what:
+ * docs/ARCHITECTURE.md. */
 #ifndef PD_PLAN_H
 #define PD_PLAN_H
 

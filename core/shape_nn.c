@@ -1,15 +1,6 @@
-/* shape_nn.c - shape rules and FLOP counts of the neural-network ops:
- * Gemm, MatMul, Conv, ConvTranspose, BatchNormalization, LayerNormalization,
- * InstanceNormalization, GroupNormalization, RMSNormalization,
- * LpNormalization, MeanVarianceNormalization, MaxPool, AveragePool, LpPool,
- * MaxUnpool, GlobalAveragePool, GlobalMaxPool, Resize, Upsample, Einsum, LRN,
- * Softmax, LogSoftmax, Dropout, SoftmaxCrossEntropyLoss, NegativeLogLikelihoodLoss,
- * RotaryEmbedding, Attention, FlexAttention, LinearAttention,
- * CausalConvWithState, GridSample, AffineGrid, Col2Im, CenterCropPad,
- * MatMulInteger, QLinearMatMul, ConvInteger and QLinearConv
- * (opsets 6-27; FlexAttention of ai.onnx.preview).
- *
- * How it works: docs/INTERNALS.md, "core/shape_nn.c".
+/* shape_nn.c - shape rules and FLOP counts of the neural-network ops
+ * (convolutions, pools, normalizations, attention, losses, quantized
+ * products; the list and how it works: docs/INTERNALS.md, "core/shape_nn.c").
  */
 #include "shape_nn.h"
 

@@ -1,15 +1,12 @@
-/* loss.c - the training losses the session appends to a model's output.
- *
+/* loss.c - the training losses the session appends to a model's output; sums in double.
  *   cross_entropy  logits [..., V] float32, labels [...] int64 class ids:
  *                  L = mean over positions of -log softmax(logits)[label]
  *                  dlogits = (softmax - onehot(label)) / positions
  *   mse            pred and target of the same size, float32:
  *                  L = mean (pred - target)^2,  dpred = 2 (pred - target) / n
- *
  * `rows` counts the leading-axis rows that take part (an evaluation batch
  * padded to the model's static batch passes fewer); the rest get zero
- * gradient and do not count. Sums are in double.
- */
+ * gradient and do not count. */
 #include "loss.h"
 #include "cpu/fastmath.h"
 
