@@ -37,115 +37,149 @@ typedef struct pd__sent {
 
 static double pd__cost(const double *a, int k) { return a ? a[k] : 0; }
 
-pd_status pd__schedule_replay(const pd__schedule *s, const pd__sim_costs *c, double **start, double **end) {
+/* The replay's state: per channel its queue of sends (q, cap, nsent,
+ * nrecv) and when its link is next free (chfree); per worker its next
+ * instruction (pos) and clock (t); per stage, under recomputation, the
+ * microbatch whose activations it holds (owner). */
+typedef struct pd__replay {
+    int p, V, nch;
+    int *cap, *nsent, *nrecv, *pos, *owner;
+    double *chfree, *t;
+    pd__sent **q;
+} pd__replay;
+
+static void pd__replay_free(pd__replay *r) {
+    for (int ch = 0; r->q && ch < r->nch; ch++) PD_FREE(r->q[ch]);
+    PD_FREE(r->q);
+    PD_FREE(r->cap);
+    PD_FREE(r->nsent);
+    PD_FREE(r->nrecv);
+    PD_FREE(r->pos);
+    PD_FREE(r->chfree);
+    PD_FREE(r->t);
+    PD_FREE(r->owner);
+}
+
+/* Allocates the state and sizes the channel queues by counting the sends,
+ * checking each instruction's op, chunk and link on the way. */
+static pd_status pd__replay_init(pd__replay *r, const pd__schedule *s) {
     int p = s->n_stages, V = p * s->chunks, nch = 2 * (V > 1 ? V - 1 : 0);
-    int *cap = (int *)PD_CALLOC((size_t)nch + 1, sizeof(int)), *nsent = (int *)PD_CALLOC((size_t)nch + 1, sizeof(int));
-    int *nrecv = (int *)PD_CALLOC((size_t)nch + 1, sizeof(int)), *pos = (int *)PD_CALLOC((size_t)p, sizeof(int));
-    double *chfree = (double *)PD_CALLOC((size_t)nch + 1, sizeof(double)), *t = (double *)PD_CALLOC((size_t)p, sizeof(double));
-    int *owner = (int *)PD_MALLOC(sizeof(int) * ((size_t)V + 1)); /* recomputation: whose activations each stage holds */
-    pd__sent **q = (pd__sent **)PD_CALLOC((size_t)nch + 1, sizeof(pd__sent *));
-    pd_status rc = PD_OK;
-    for (int k = 0; owner && k < V; k++) owner[k] = -1;
-    if (!cap || !nsent || !nrecv || !pos || !chfree || !t || !q || !owner) {
-        rc = pd__err(PD_ERR_NOMEM, "simulate: out of memory");
-        goto out;
-    }
-    /* channel queues, sized by counting the sends (and checking each op's channel) */
+    memset(r, 0, sizeof *r);
+    r->p = p, r->V = V, r->nch = nch;
+    r->cap = (int *)PD_CALLOC((size_t)nch + 1, sizeof(int));
+    r->nsent = (int *)PD_CALLOC((size_t)nch + 1, sizeof(int));
+    r->nrecv = (int *)PD_CALLOC((size_t)nch + 1, sizeof(int));
+    r->pos = (int *)PD_CALLOC((size_t)p, sizeof(int));
+    r->chfree = (double *)PD_CALLOC((size_t)nch + 1, sizeof(double));
+    r->t = (double *)PD_CALLOC((size_t)p, sizeof(double));
+    r->owner = (int *)PD_MALLOC(sizeof(int) * ((size_t)V + 1));
+    r->q = (pd__sent **)PD_CALLOC((size_t)nch + 1, sizeof(pd__sent *));
+    if (!r->cap || !r->nsent || !r->nrecv || !r->pos || !r->chfree || !r->t || !r->q || !r->owner)
+        return pd__err(PD_ERR_NOMEM, "simulate: out of memory");
+    for (int k = 0; k < V; k++) r->owner[k] = -1;
     for (int w = 0; w < p; w++) {
         for (int i = 0; i < s->len[w]; i++) {
             const pd__instr *in = &s->ins[w][i];
             int k = in->chunk * p + w, ch = pd__channel(in, k);
             bool comm = in->op >= PD_I_SEND_ACT && in->op <= PD_I_RECV_GRAD;
-            if (in->op > PD_I_SNAPSHOT || in->chunk < 0 || in->chunk >= s->chunks || (comm && (ch < 0 || ch >= nch))) {
-                rc = pd__err(PD_ERR_INVALID,
-                             "schedule: stage %d, instruction %d (%s mb %d): op, chunk or link out of range", w, i,
-                             pd__op_name(in->op), (int)in->mb);
-                goto out;
-            }
-            if (in->op == PD_I_SEND_ACT || in->op == PD_I_SEND_GRAD) cap[ch]++;
+            if (in->op > PD_I_SNAPSHOT || in->chunk < 0 || in->chunk >= s->chunks || (comm && (ch < 0 || ch >= nch)))
+                return pd__err(PD_ERR_INVALID,
+                               "schedule: stage %d, instruction %d (%s mb %d): op, chunk or link out of range", w, i,
+                               pd__op_name(in->op), (int)in->mb);
+            if (in->op == PD_I_SEND_ACT || in->op == PD_I_SEND_GRAD) r->cap[ch]++;
         }
     }
-    for (int ch = 0; ch < nch; ch++) {
-        if (cap[ch] && !(q[ch] = (pd__sent *)PD_MALLOC(sizeof(pd__sent) * (size_t)cap[ch]))) {
-            rc = pd__err(PD_ERR_NOMEM, "simulate: out of memory");
-            goto out;
+    for (int ch = 0; ch < nch; ch++)
+        if (r->cap[ch] && !(r->q[ch] = (pd__sent *)PD_MALLOC(sizeof(pd__sent) * (size_t)r->cap[ch])))
+            return pd__err(PD_ERR_NOMEM, "simulate: out of memory");
+    return PD_OK;
+}
+
+/* Runs worker w's next instruction: *ran false when it is a receive whose
+ * send has not happened yet. */
+static pd_status pd__replay_op(pd__replay *r, const pd__schedule *s, const pd__sim_costs *c, int w, double **start,
+                               double **end, bool *ran) {
+    int i = r->pos[w];
+    const pd__instr *in = &s->ins[w][i];
+    int k = in->chunk * r->p + w, ch = pd__channel(in, k);
+    double t0 = r->t[w], dur = 0;
+    *ran = false;
+    switch (in->op) {
+    case PD_I_F: dur = c ? c->f_ms[k] : 0, r->owner[k] = in->mb; break;
+    case PD_I_B: dur = c ? c->b_ms[k] + (in->split ? 0 : pd__cost(c->w_ms, k)) : 0; break;
+    case PD_I_W: dur = c ? pd__cost(c->w_ms, k) : 0; break;
+    case PD_I_ALLREDUCE: dur = c ? pd__cost(c->allreduce_ms, w) : 0; break;
+    case PD_I_SEND_ACT:
+    case PD_I_SEND_GRAD: {
+        double x = c ? pd__cost(c->send_ms, ch / 2) : 0;
+        double a = (t0 > r->chfree[ch] ? t0 : r->chfree[ch]) + x;
+        r->chfree[ch] = a;
+        pd__sent sent = {a, in->mb, w, i};
+        r->q[ch][r->nsent[ch]++] = sent;
+        break;
+    }
+    case PD_I_RECV_ACT:
+    case PD_I_RECV_GRAD: {
+        if (r->nrecv[ch] == r->nsent[ch]) return PD_OK;
+        const pd__sent *e = &r->q[ch][r->nrecv[ch]++];
+        if (e->mb != in->mb)
+            return pd__err(PD_ERR_INVALID,
+                           "schedule: stage %d, instruction %d (%s mb %d from stage %d): the matching send "
+                           "(stage %d, instruction %d) carries mb %d",
+                           w, i, pd__op_name(in->op), (int)in->mb, (int)in->peer, e->stage, e->index, e->mb);
+        if (e->arrive > t0) t0 = e->arrive;
+        break;
+    }
+    default: break;
+    }
+    if ((in->op == PD_I_B || in->op == PD_I_W) && c && c->in_bytes && r->owner[k] != in->mb)
+        dur += c->f_ms[k], r->owner[k] = in->mb; /* the forward again first */
+    if (start) start[w][i] = t0;
+    if (end) end[w][i] = t0 + dur;
+    r->t[w] = t0 + dur;
+    *ran = true;
+    return PD_OK;
+}
+
+/* After the replay: a worker left waiting is a deadlock, a send left in a
+ * queue was never received. */
+static pd_status pd__replay_leftovers(const pd__replay *r, const pd__schedule *s) {
+    for (int w = 0; w < r->p; w++) {
+        if (r->pos[w] < s->len[w]) {
+            const pd__instr *in = &s->ins[w][r->pos[w]];
+            return pd__err(PD_ERR_INVALID,
+                           "schedule: stage %d, instruction %d (%s mb %d from stage %d) waits forever: no matching send "
+                           "(deadlock)",
+                           w, r->pos[w], pd__op_name(in->op), (int)in->mb, (int)in->peer);
         }
     }
-    for (bool progress = true; progress;) {
+    for (int ch = 0; ch < r->nch; ch++) {
+        if (r->nrecv[ch] < r->nsent[ch]) {
+            const pd__sent *e = &r->q[ch][r->nrecv[ch]];
+            return pd__err(PD_ERR_INVALID, "schedule: stage %d, instruction %d (%s mb %d to stage %d): never received",
+                           e->stage, e->index, pd__op_name(s->ins[e->stage][e->index].op), e->mb,
+                           (int)s->ins[e->stage][e->index].peer);
+        }
+    }
+    return PD_OK;
+}
+
+pd_status pd__schedule_replay(const pd__schedule *s, const pd__sim_costs *c, double **start, double **end) {
+    pd__replay r;
+    pd_status rc = pd__replay_init(&r, s);
+    for (bool progress = rc == PD_OK; progress;) {
         progress = false;
-        for (int w = 0; w < p; w++) {
-            for (; pos[w] < s->len[w]; pos[w]++, progress = true) {
-                const pd__instr *in = &s->ins[w][pos[w]];
-                int k = in->chunk * p + w, ch = pd__channel(in, k), i = pos[w];
-                double t0 = t[w], dur = 0;
-                switch (in->op) {
-                case PD_I_F: dur = c ? c->f_ms[k] : 0, owner[k] = in->mb; break;
-                case PD_I_B: dur = c ? c->b_ms[k] + (in->split ? 0 : pd__cost(c->w_ms, k)) : 0; break;
-                case PD_I_W: dur = c ? pd__cost(c->w_ms, k) : 0; break;
-                case PD_I_ALLREDUCE: dur = c ? pd__cost(c->allreduce_ms, w) : 0; break;
-                case PD_I_SEND_ACT:
-                case PD_I_SEND_GRAD: {
-                    double x = c ? pd__cost(c->send_ms, ch / 2) : 0;
-                    double a = (t0 > chfree[ch] ? t0 : chfree[ch]) + x;
-                    chfree[ch] = a;
-                    pd__sent sent = {a, in->mb, w, i};
-                    q[ch][nsent[ch]++] = sent;
-                    break;
-                }
-                case PD_I_RECV_ACT:
-                case PD_I_RECV_GRAD: {
-                    if (nrecv[ch] == nsent[ch]) goto blocked;
-                    const pd__sent *e = &q[ch][nrecv[ch]++];
-                    if (e->mb != in->mb) {
-                        rc = pd__err(PD_ERR_INVALID,
-                                     "schedule: stage %d, instruction %d (%s mb %d from stage %d): the matching send "
-                                     "(stage %d, instruction %d) carries mb %d",
-                                     w, i, pd__op_name(in->op), (int)in->mb, (int)in->peer, e->stage, e->index, e->mb);
-                        goto out;
-                    }
-                    if (e->arrive > t0) t0 = e->arrive;
-                    break;
-                }
-                default: break;
-                }
-                if ((in->op == PD_I_B || in->op == PD_I_W) && c && c->in_bytes && owner[k] != in->mb)
-                    dur += c->f_ms[k], owner[k] = in->mb; /* the forward again first */
-                if (start) start[w][i] = t0;
-                if (end) end[w][i] = t0 + dur;
-                t[w] = t0 + dur;
+        for (int w = 0; rc == PD_OK && w < r.p; w++) {
+            bool ran = true;
+            for (; rc == PD_OK && ran && r.pos[w] < s->len[w];) {
+                rc = pd__replay_op(&r, s, c, w, start, end, &ran);
+                if (ran) r.pos[w]++, progress = true;
             }
-        blocked:;
         }
+        if (rc != PD_OK) progress = false;
     }
-    for (int w = 0; w < p; w++) {
-        if (pos[w] < s->len[w]) {
-            const pd__instr *in = &s->ins[w][pos[w]];
-            rc = pd__err(PD_ERR_INVALID,
-                         "schedule: stage %d, instruction %d (%s mb %d from stage %d) waits forever: no matching send "
-                         "(deadlock)",
-                         w, pos[w], pd__op_name(in->op), (int)in->mb, (int)in->peer);
-            goto out;
-        }
-    }
-    for (int ch = 0; ch < nch; ch++) {
-        if (nrecv[ch] < nsent[ch]) {
-            const pd__sent *e = &q[ch][nrecv[ch]];
-            rc = pd__err(PD_ERR_INVALID, "schedule: stage %d, instruction %d (%s mb %d to stage %d): never received",
-                         e->stage, e->index, pd__op_name(s->ins[e->stage][e->index].op), e->mb,
-                         (int)s->ins[e->stage][e->index].peer);
-            goto out;
-        }
-    }
-out:
-    for (int ch = 0; q && ch < nch; ch++) PD_FREE(q[ch]);
-    PD_FREE(q);
-    PD_FREE(cap);
-    PD_FREE(nsent);
-    PD_FREE(nrecv);
-    PD_FREE(pos);
-    PD_FREE(chfree);
-    PD_FREE(t);
-    PD_FREE(owner);
+    if (rc == PD_OK) rc = pd__replay_leftovers(&r, s);
+    pd__replay_free(&r);
     return rc;
 }
 
