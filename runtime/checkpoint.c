@@ -384,6 +384,7 @@ void pd__ckpt_free(pd__ckpt *c) {
     for (int i = 0; c->parts && i < c->nparts; i++) PD_FREE(c->parts[i]);
     PD_FREE(c->parts);
     PD_FREE(c->lens);
+    PD_FREE(c->crcs);
     PD_FREE(c->path);
     PD_FREE(c->info_json);
     memset(c, 0, sizeof *c);
@@ -462,8 +463,9 @@ static pd_status pd__manifest_check(cJSON *m, const char *path, const char *f, i
     return PD_OK;
 }
 
-pd_status pd__ckpt_parse(const char *path, const void *text, size_t len, pd__ckpt_get_fn get, void *ctx,
-                         pd__ckpt *out) {
+/* pd__ckpt_parse; keep false: each part is freed once checked (pd__ckpt_open). */
+static pd_status pd__parse(const char *path, const void *text, size_t len, pd__ckpt_get_fn get, void *ctx, bool keep,
+                           pd__ckpt *out) {
     pd__ckpt c;
     memset(&c, 0, sizeof c);
     char f[4200];
@@ -475,9 +477,10 @@ pd_status pd__ckpt_parse(const char *path, const void *text, size_t len, pd__ckp
         c.nparts = cJSON_GetArraySize(files);
         c.parts = PD_CALLOC((size_t)c.nparts + 1, sizeof(void *));
         c.lens = PD_CALLOC((size_t)c.nparts + 1, sizeof(size_t));
+        c.crcs = PD_CALLOC((size_t)c.nparts + 1, sizeof(uint32_t));
         c.path = pd__strdup(path);
         c.info_json = cJSON_PrintUnformatted(info);
-        if (!c.parts || !c.lens || !c.path || !c.info_json) st = pd__err(PD_ERR_NOMEM, "out of memory");
+        if (!c.parts || !c.lens || !c.crcs || !c.path || !c.info_json) st = pd__err(PD_ERR_NOMEM, "out of memory");
     }
     for (int i = 0; st == PD_OK && i < c.nparts; i++) {
         const cJSON *e = cJSON_GetArrayItem(files, i), *name = cJSON_GetObjectItemCaseSensitive(e, "name");
@@ -504,6 +507,8 @@ pd_status pd__ckpt_parse(const char *path, const void *text, size_t len, pd__ckp
         else if ((st = pd__part_step(data, n, pf, &at)) == PD_OK && at >= 0 && at != c.step)
             st = pd__err(PD_ERR_PARSE, "%s: its records are at step %lld, the manifest says %lld", pf, (long long)at,
                          (long long)c.step);
+        c.crcs[i] = (uint32_t)crc;
+        if (!keep) PD_FREE(c.parts[i]), c.parts[i] = NULL;
     }
     cJSON_Delete(m);
     if (st != PD_OK) {
@@ -514,23 +519,55 @@ pd_status pd__ckpt_parse(const char *path, const void *text, size_t len, pd__ckp
     return PD_OK;
 }
 
+pd_status pd__ckpt_parse(const char *path, const void *text, size_t len, pd__ckpt_get_fn get, void *ctx,
+                         pd__ckpt *out) {
+    return pd__parse(path, text, len, get, ctx, true, out);
+}
+
 static pd_status pd__get_file(void *ctx, const char *path, unsigned char **data, size_t *len) {
     (void)ctx;
     return pd__read_file(path, data, len);
 }
 
-pd_status pd__ckpt_read(const char *path, pd__ckpt *out) {
+static pd_status pd__read_dir(const char *path, bool keep, pd__ckpt *out) {
     char f[4200];
     snprintf(f, sizeof f, "%s/manifest.json", path);
     unsigned char *text;
     size_t len;
     PD_TRY(pd__read_file(f, &text, &len));
-    pd_status st = pd__ckpt_parse(path, text, len, pd__get_file, NULL, out);
+    pd_status st = pd__parse(path, text, len, pd__get_file, NULL, keep, out);
     PD_FREE(text);
     return st;
 }
 
-pd_status pd__ckpt_read_latest(const char *dir, pd__ckpt *out, void (*warn)(void *ctx, const char *msg), void *ctx) {
+pd_status pd__ckpt_read(const char *path, pd__ckpt *out) { return pd__read_dir(path, true, out); }
+pd_status pd__ckpt_open(const char *path, pd__ckpt *out) { return pd__read_dir(path, false, out); }
+
+pd_status pd__ckpt_part(const pd__ckpt *c, int i, void **data, size_t *len) {
+    char pf[4200];
+    snprintf(pf, sizeof pf, "%s/part-%d.bin", c->path, i);
+    unsigned char *d;
+    size_t n;
+    int64_t at;
+    PD_TRY(pd__read_file(pf, &d, &n));
+    pd_status st = PD_OK; /* the checks of pd__ckpt_open again: the file may have changed since */
+    if (n != c->lens[i] || pd__crc(d, n) != c->crcs[i])
+        st = pd__err(PD_ERR_PARSE, "%s: %zu bytes with CRC-32 %u, the manifest says %zu and %u: changed since it was "
+                     "checked", pf, n, pd__crc(d, n), c->lens[i], c->crcs[i]);
+    else if ((st = pd__part_step(d, n, pf, &at)) == PD_OK && at >= 0 && at != c->step)
+        st = pd__err(PD_ERR_PARSE, "%s: its records are at step %lld, the manifest says %lld", pf, (long long)at,
+                     (long long)c->step);
+    if (st != PD_OK) {
+        PD_FREE(d);
+        return st;
+    }
+    *data = d;
+    *len = n;
+    return PD_OK;
+}
+
+static pd_status pd__latest(const char *dir, bool keep, pd__ckpt *out, void (*warn)(void *ctx, const char *msg),
+                            void *ctx) {
     int64_t *s;
     int n;
     PD_TRY(pd__ckpt_list(dir, &s, &n, false));
@@ -538,7 +575,7 @@ pd_status pd__ckpt_read_latest(const char *dir, pd__ckpt *out, void (*warn)(void
     for (int i = 0; i < n; i++) {
         char p[4200];
         snprintf(p, sizeof p, "%s/ckpt-%012" PRId64, dir, s[i]);
-        if ((st = pd__ckpt_read(p, out)) == PD_OK) break;
+        if ((st = pd__read_dir(p, keep, out)) == PD_OK) break;
         if (warn) {
             char msg[1200];
             snprintf(msg, sizeof msg, "skipping %s: %s", p, pd_last_error());
@@ -548,6 +585,14 @@ pd_status pd__ckpt_read_latest(const char *dir, pd__ckpt *out, void (*warn)(void
     }
     PD_FREE(s);
     return st;
+}
+
+pd_status pd__ckpt_read_latest(const char *dir, pd__ckpt *out, void (*warn)(void *ctx, const char *msg), void *ctx) {
+    return pd__latest(dir, true, out, warn, ctx);
+}
+
+pd_status pd__ckpt_open_latest(const char *dir, pd__ckpt *out, void (*warn)(void *ctx, const char *msg), void *ctx) {
+    return pd__latest(dir, false, out, warn, ctx);
 }
 
 /* ---- resume checks ---- */

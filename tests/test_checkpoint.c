@@ -390,6 +390,31 @@ static void check_disk(void) {
               memcmp(c.parts[1], b, lens[1]) == 0,
           "disk: a checkpoint written part by part, then its manifest, reads back whole");
     if (r == PD_OK) pd__ckpt_free(&c);
+    /* opened without its parts (pdonnx export's streaming): every check, no part kept; each read
+     * again on demand, equal to what was written, and refused naming it when it changed since */
+    r = pd__ckpt_open_latest(dir, &c, warn_collect, warns);
+    void *pd0 = NULL, *pd1 = NULL;
+    size_t n0 = 0, n1 = 0;
+    pd_status r0 = r == PD_OK ? pd__ckpt_part(&c, 0, &pd0, &n0) : r;
+    pd_status r1 = r == PD_OK ? pd__ckpt_part(&c, 1, &pd1, &n1) : r;
+    CHECK(r == PD_OK && c.step == 70 && c.nparts == 2 && !c.parts[0] && !c.parts[1] && c.lens[1] == lens[1] &&
+              r0 == PD_OK && n0 == lens[0] && memcmp(pd0, a, n0) == 0 && r1 == PD_OK && n1 == lens[1] &&
+              memcmp(pd1, b, n1) == 0,
+          "disk: opened without its parts, each read back on demand as written");
+    PD_FREE(pd0), PD_FREE(pd1), pd0 = pd1 = NULL;
+    snprintf(p, sizeof p, "%s/ckpt-000000000070/part-1.bin", dir);
+    f = fopen(p, "r+b");
+    if (f) fputc('Y', f), fclose(f);
+    r1 = r == PD_OK ? pd__ckpt_part(&c, 1, &pd1, &n1) : r;
+    CHECK(r1 == PD_ERR_PARSE && !pd1 && strstr(pd_last_error(), "ckpt-000000000070/part-1.bin") &&
+              strstr(pd_last_error(), "changed since"),
+          "disk: a part changed after the checks is refused naming it: %s", pd_last_error());
+    if (r == PD_OK) pd__ckpt_free(&c);
+    warns[0] = 0;
+    r = pd__ckpt_open_latest(dir, &c, warn_collect, warns);
+    CHECK(r == PD_OK && c.step == 60 && strstr(warns, "ckpt-000000000070") && strstr(warns, "checksum mismatch"),
+          "disk: opening checks every part as reading does (the changed one skipped): %s", warns);
+    if (r == PD_OK) pd__ckpt_free(&c);
     st = pd__ckpt_write_part(dir, 80, 0, a, lens[0]); /* part 1 never comes */
     pd_status fz = st == PD_OK ? pd__ckpt_finalize(dir, 80, NULL, 2, 0, 0.05) : st;
     snprintf(p, sizeof p, "%s/ckpt-000000000080", dir);
