@@ -321,6 +321,8 @@ pd_status pd_cli_ckpt_load(const char *dir, const cJSON *expect, pd__ckpt *out, 
  * PDONNX_LAZY_WEIGHTS=0: the whole model and every part in memory, a
  * self-contained OUT.onnx (how export worked before; the test's baseline). */
 
+enum { PD_EXPORT_CHUNK = 1 << 20 };
+
 typedef struct pd__export {
     pd_graph *g;
     const char *model; /* for messages */
@@ -333,59 +335,91 @@ typedef struct pd__export {
     int64_t off;       /* bytes written to data */
     int64_t weights;   /* WEIGHT records applied */
     bool untie;        /* the run untied its ties (--untie): none to follow */
+    char what[4300];   /* the part being read, for messages */
+    char *chunk;       /* PD_EXPORT_CHUNK bytes: a deferred tensor's value on its way to data */
 } pd__export;
 
-/* Appends n bytes to the data file, which x then refers to. */
-static pd_status pd__export_put(pd__export *e, pd__tensor *x, const void *d, size_t n) {
+/* x refers to the data file from its end on (what is appended next is its value). */
+static pd_status pd__export_point(pd__export *e, pd__tensor *x) {
     if (e->fd < 0 && (e->fd = open(e->tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)) < 0)
         return pd__err(PD_ERR_IO, "%s: cannot write: %s", e->data, strerror(errno));
+    PD_FREE(x->ext_loc);
+    if (!(x->ext_loc = pd__strdup(e->loc))) return pd__err(PD_ERR_NOMEM, "out of memory");
+    x->ext_off = e->off;
+    return PD_OK;
+}
+
+/* Appends n bytes to the data file. */
+static pd_status pd__export_append(pd__export *e, const void *d, size_t n) {
     for (size_t off = 0; off < n;) {
         ssize_t w = write(e->fd, (const char *)d + off, n - off);
         if (w < 0 && errno == EINTR) continue;
         if (w <= 0) return pd__err(PD_ERR_IO, "%s: write failed: %s", e->data, strerror(errno));
         off += (size_t)w;
     }
-    PD_FREE(x->ext_loc);
-    if (!(x->ext_loc = pd__strdup(e->loc))) return pd__err(PD_ERR_NOMEM, "out of memory");
-    x->ext_off = e->off;
     e->off += (int64_t)n;
     return PD_OK;
 }
 
-/* One record of part `what`: a weight's or a buffer's value into its tensor. */
-static pd_status pd__export_rec(pd__export *e, const pd__rec *r, const char *what) {
+static pd_status pd__export_put(pd__export *e, pd__tensor *x, const void *d, size_t n) {
+    PD_TRY(pd__export_point(e, x));
+    return pd__export_append(e, d, n);
+}
+
+/* The tensor a weight or buffer record r of part `what` is the value of (NULL
+ * for other records), or an error naming both. */
+static pd_status pd__export_target(pd__export *e, const pd__rec *r, const char *what, int *t) {
+    *t = -1;
     if (r->kind != PD_REC_WEIGHT && r->kind != PD_REC_BUFFER) return PD_OK;
     char name[512];
     snprintf(name, sizeof name, "%.*s", (int)(r->name_len < 511 ? r->name_len : 511), r->name);
-    int t = pd__graph_find(e->g, name);
-    pd__tensor *x = t >= 0 ? &e->g->tensors[t] : NULL;
+    int k = pd__graph_find(e->g, name);
+    pd__tensor *x = k >= 0 ? &e->g->tensors[k] : NULL;
     if (!x || x->kind != PD_T_INIT || (!x->data && !pd__deferred(x)) ||
         r->bytes != (uint64_t)x->numel * pd_dtype_size(x->dtype))
         return pd__err(PD_ERR_INVALID, "%s: '%s' is not an initializer of that size in %s (another model?)", what, name,
                        e->model);
-    if (x->data) memcpy(x->data, r->data, (size_t)r->bytes);
-    else PD_TRY(pd__export_put(e, x, r->data, (size_t)r->bytes));
-    e->got[t] = true;
+    *t = k;
+    e->got[k] = true;
     e->weights += r->kind == PD_REC_WEIGHT;
     if (r->kind == PD_REC_WEIGHT) x->trained = true; /* the saved model's training_info lists it */
     return PD_OK;
 }
 
-/* Part i's records, then the part is freed (it was kept only in the whole mode). */
+/* A record streamed from a part (pd__ckpt_part_stream): into the graph when
+ * its tensor is inline, else appended to the data file in chunks. */
+static pd_status pd__export_streamed(void *ctx, const pd__rec *r, pd__ckpt_stream *s) {
+    pd__export *e = ctx;
+    int t;
+    PD_TRY(pd__export_target(e, r, e->what, &t));
+    if (t < 0) return PD_OK;
+    pd__tensor *x = &e->g->tensors[t];
+    if (x->data) return pd__ckpt_stream_read(s, x->data, (size_t)r->bytes);
+    PD_TRY(pd__export_point(e, x));
+    for (uint64_t left = r->bytes; left > 0;) {
+        size_t n = left < PD_EXPORT_CHUNK ? (size_t)left : PD_EXPORT_CHUNK;
+        PD_TRY(pd__ckpt_stream_read(s, e->chunk, n));
+        PD_TRY(pd__export_append(e, e->chunk, n));
+        left -= n;
+    }
+    return PD_OK;
+}
+
+/* Part i: streamed, or (whole) from memory, then freed. */
 static pd_status pd__export_part(pd__export *e, pd__ckpt *c, int i) {
-    void *buf = c->parts[i];
-    size_t len = c->lens[i], off = 0;
-    if (!buf) PD_TRY(pd__ckpt_part(c, i, &buf, &len));
-    char what[4300];
-    snprintf(what, sizeof what, "%s/part-%d.bin", c->path, i);
+    snprintf(e->what, sizeof e->what, "%s/part-%d.bin", c->path, i);
+    if (!c->parts[i]) return pd__ckpt_part_stream(c, i, pd__export_streamed, e);
+    size_t off = 0;
     pd_status st = PD_OK;
     for (;;) {
         pd__rec r;
         bool end;
-        if ((st = pd__rec_next(buf, len, &off, &r, &end, what)) != PD_OK || end) break;
-        if ((st = pd__export_rec(e, &r, what)) != PD_OK) break;
+        int t;
+        if ((st = pd__rec_next(c->parts[i], c->lens[i], &off, &r, &end, e->what)) != PD_OK || end) break;
+        if ((st = pd__export_target(e, &r, e->what, &t)) != PD_OK) break;
+        if (t >= 0) memcpy(e->g->tensors[t].data, r.data, (size_t)r.bytes); /* whole: nothing is deferred */
     }
-    PD_FREE(buf);
+    PD_FREE(c->parts[i]);
     c->parts[i] = NULL;
     return st;
 }
@@ -514,7 +548,8 @@ static pd_status pd__export_run(pd__export *e, pd__ckpt *c, const char *outp) {
     if (deferred) PD_TRY(pd__check_dest(e->data));
     e->got = PD_CALLOC((size_t)e->g->ntensors + 1, sizeof(bool));
     e->src_off = PD_CALLOC((size_t)e->g->ntensors + 1, sizeof(int64_t));
-    if (!e->got || !e->src_off) return pd__err(PD_ERR_NOMEM, "out of memory");
+    e->chunk = PD_MALLOC(PD_EXPORT_CHUNK);
+    if (!e->got || !e->src_off || !e->chunk) return pd__err(PD_ERR_NOMEM, "out of memory");
     for (int t = 0; t < e->g->ntensors; t++) e->src_off[t] = e->g->tensors[t].ext_off;
     for (int i = 0; i < c->nparts; i++) PD_TRY(pd__export_part(e, c, i));
     PD_TRY(pd__export_rest(e));
@@ -556,6 +591,7 @@ int pd_cli_export(int argc, char **argv) {
     pd_graph_destroy(e.g);
     PD_FREE(e.got);
     PD_FREE(e.src_off);
+    PD_FREE(e.chunk);
     cJSON_Delete(info);
     pd__ckpt_free(&c);
     return st == PD_OK ? 0 : pd_cli_fail();
