@@ -3,7 +3,7 @@
 # (docs/CHECKPOINT.md, "Export streams"): on a 67 MB MLP whose weights are
 # external data (gen_mlp, made here), trained as 2 stages with momentum (each
 # part holds half the weights and their momentum), the export's peak resident
-# memory (about 44 MB: code, graph, a chunk and the frozen layer's copy; 81
+# memory (about 28 MB: code, graph, a chunk and the frozen layer's copy; 65
 # under ASan) is under 60% of the whole-model export's (202 MB; 359 under
 # ASan), measured here (PDONNX_LAZY_WEIGHTS=0, how export worked before: the
 # model and every part in memory at once), and the model it writes (a small

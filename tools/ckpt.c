@@ -438,6 +438,23 @@ static bool pd__export_candidate(const pd__tensor *x, const float *v) {
     return !same && !sym;
 }
 
+/* Whether B (c x r, its file's values) may be the transpose of A (r x c,
+ * values va): its first column, up to 8 elements read one at a time, is A's
+ * first row (so that only a likely tie costs a read of B: frozen layers
+ * against trained ones of the same shape would read each pair). */
+static pd_status pd__export_probe(const pd__tensor *B, const float *va, int64_t c, bool *maybe) {
+    pd__tensor one = *B;
+    one.numel = 1;
+    *maybe = true;
+    for (int64_t j = 0; j < c && j < 8 && *maybe; j++) {
+        float v;
+        one.ext_off = B->ext_off + (int64_t)sizeof(float) * j * B->shape[1];
+        PD_TRY(pd__tensor_read(&one, &v));
+        *maybe = memcmp(&v, &va[j], sizeof v) == 0;
+    }
+    return PD_OK;
+}
+
 /* The recorded deferred initializer that a (unrecorded, deferred, values va)
  * is stored as the transpose of in the model's file, -1 if none: the tie the
  * loader makes when it reads every weight (pd__tie_transposes; lazy_weights
@@ -451,6 +468,9 @@ static pd_status pd__export_tie(pd__export *e, int a, const float *va, float *vb
         pd__tensor B = e->g->tensors[b];
         if (!e->got[b] || !B.ext_loc || B.data || B.ndim != 2 || B.shape[0] != c || B.shape[1] != r) continue;
         B.ext_off = e->src_off[b]; /* its value in the model's file, before training */
+        bool maybe;
+        PD_TRY(pd__export_probe(&B, va, c, &maybe));
+        if (!maybe) continue;
         PD_TRY(pd__tensor_read(&B, vb));
         bool eq = true;
         for (int64_t i = 0; i < r && eq; i++)
