@@ -83,6 +83,11 @@ fresh
 expect_error "export: another model" "c/part-1.bin: 'fc2.weight' is not an initializer of that size" \
   "$pdonnx" export "$tmp/c" -o "$tmp/o/m.onnx" --model "$tmp/other/mlp.onnx"
 nothing_left "another model"
+# the data file's path taken by a folder: refused before anything is written
+mkdir "$tmp/o/d.onnx.data"
+expect_error "export: OUT.onnx.data is a folder" "d.onnx.data: is a folder" "$pdonnx" export "$tmp/s2" -o "$tmp/o/d.onnx"
+if [ "$(ls -A "$tmp/o")" = d.onnx.data ]; then ok "a folder at OUT.onnx.data: nothing written"; else bad "left $(ls -A "$tmp/o")"; fi
+rmdir "$tmp/o/d.onnx.data"
 # and the good one still exports, equal to the whole-model way
 if "$pdonnx" export "$tmp/s2" -o "$tmp/o/m.onnx" > /dev/null 2>&1 &&
    PDONNX_LAZY_WEIGHTS=0 "$pdonnx" export "$tmp/s2" -o "$tmp/m0.onnx" > /dev/null 2>&1 &&

@@ -341,7 +341,7 @@ typedef struct pd__export {
 
 /* x refers to the data file from its end on (what is appended next is its value). */
 static pd_status pd__export_point(pd__export *e, pd__tensor *x) {
-    if (e->fd < 0 && (e->fd = open(e->tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)) < 0)
+    if (e->fd < 0 && (e->fd = open(e->tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644)) < 0)
         return pd__err(PD_ERR_IO, "%s: cannot write: %s", e->data, strerror(errno));
     PD_FREE(x->ext_loc);
     if (!(x->ext_loc = pd__strdup(e->loc))) return pd__err(PD_ERR_NOMEM, "out of memory");
