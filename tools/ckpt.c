@@ -311,13 +311,14 @@ pd_status pd_cli_ckpt_load(const char *dir, const cJSON *expect, pd__ckpt *out, 
 
 /* ---- pdonnx export ----
  *
- * Streams: the model is loaded with lazy_weights (its external float32
- * initializers checked, not read) and the checkpoint opened with every check
- * but no part kept; then part by part, each record's value goes where its
- * tensor lies: into the graph when the model holds it inline, else appended
- * to OUT.onnx.data, which the saved model refers to. Initializers no part
- * holds (frozen) are copied there from the model's file one at a time. The
- * peak is the graph plus the largest part, never the model plus every part.
+ * Streams (docs/CHECKPOINT.md, "Export streams"): the model is loaded with
+ * lazy_weights (its external float32 initializers checked, not read) and the
+ * checkpoint opened with every check but no part held; then record by
+ * record, each value goes where its tensor lies: into the graph when the
+ * model holds it inline, else in 1 MiB chunks to the end of OUT.onnx.data,
+ * which the model written last refers to. Initializers no part holds (frozen)
+ * are copied there from the model's file one at a time. The peak is the
+ * graph, a chunk and the largest frozen tensor, never a part.
  * PDONNX_LAZY_WEIGHTS=0: the whole model and every part in memory, a
  * self-contained OUT.onnx (how export worked before; the test's baseline). */
 
@@ -516,7 +517,8 @@ static pd_status pd__export_rest(pd__export *e) {
 /* The data file into place (fsynced), then the model; nothing is left at
  * either path when one fails. */
 static pd_status pd__export_write(pd__export *e, const char *outp) {
-    if (e->fd >= 0) {
+    bool placed = e->fd >= 0;
+    if (placed) {
         int fd = e->fd;
         e->fd = -1;
         bool ok = fsync(fd) == 0;
@@ -526,7 +528,7 @@ static pd_status pd__export_write(pd__export *e, const char *outp) {
             return pd__err(PD_ERR_IO, "%s: cannot rename into place: %s", e->data, strerror(errno));
     }
     pd_status st = pd_graph_save(e->g, outp);
-    if (st != PD_OK && e->off > 0) unlink(e->data);
+    if (st != PD_OK && placed) unlink(e->data);
     return st;
 }
 
