@@ -13,6 +13,8 @@
 # the model's file; a transposed tie is followed. Refusals: a missing part, a
 # truncated one, a part of another plan and a checkpoint of another model,
 # each one line naming the file, with nothing left at the output's paths.
+# With mpirun (and an MPI build): a checkpoint written by 2 processes, each
+# holding its stage only, exports to the one-process run's tensors.
 set -u
 pdonnx=$1
 gen_mlp=$2
@@ -112,6 +114,31 @@ if "$pdonnx" train "${ttrain[@]}" --checkpoint-dir "$tmp/t2" > "$tmp/log" 2>&1 &
   ok "export: a transposed tie the lazy load does not see is followed ($(cat "$tmp/cmp"))"
 else
   bad "export: a transposed tie: $(cat "$tmp/cmp" 2>/dev/null) $(tail -2 "$tmp/log")"
+fi
+
+# the case export streams for: a checkpoint two processes wrote under mpirun, each reading and
+# checkpointing only its stage (per-stage loading); exported, it equals the export of the same
+# plan trained in one process (the same losses, so the same weights), tensor for tensor
+if command -v mpirun > /dev/null; then
+  mpi_setup
+  "$pdonnx" plan "$small/mlp.onnx" --workers 2 --straight --algo uniform --batch 4 -o "$tmp/mp.json" > /dev/null 2>&1
+  mtrain=("${strain[@]}" --plan "$tmp/mp.json" --optimizer adam)
+  rm -f "$tmp/o/"*
+  if mpi 2 "$pdonnx" train "${mtrain[@]}" --checkpoint-dir "$tmp/mck" > "$tmp/log" 2>&1; then
+    "$pdonnx" train "${mtrain[@]}" --checkpoint-dir "$tmp/ock" > /dev/null 2>&1
+    if "$pdonnx" export "$tmp/mck" -o "$tmp/o/mpi.onnx" > "$tmp/log" 2>&1 &&
+       "$pdonnx" export "$tmp/ock" -o "$tmp/o/one.onnx" > /dev/null 2>&1 &&
+       "$initcmp" "$tmp/o/one.onnx" "$tmp/o/mpi.onnx" > "$tmp/cmp" && grep -q "weights as external data" "$tmp/log" &&
+       [ -s "$tmp/mck/ckpt-000000000002/part-1.bin" ] && ! "$initcmp" "$small/mlp.onnx" "$tmp/o/mpi.onnx" > /dev/null; then
+      ok "export of a 2-process checkpoint equals the one-process run's ($(cat "$tmp/cmp"))"
+    else
+      bad "export of a 2-process checkpoint: $(cat "$tmp/cmp" 2>/dev/null) $(tail -2 "$tmp/log")"
+    fi
+  elif grep -q "built without MPI" "$tmp/log"; then
+    echo "built without MPI: the 2-process export skipped"
+  else
+    bad "a 2-process run to export: $(tail -2 "$tmp/log")"
+  fi
 fi
 
 echo "$fails failed"
