@@ -384,6 +384,7 @@ void pd__ckpt_free(pd__ckpt *c) {
     for (int i = 0; c->parts && i < c->nparts; i++) PD_FREE(c->parts[i]);
     PD_FREE(c->parts);
     PD_FREE(c->lens);
+    PD_FREE(c->crcs);
     PD_FREE(c->path);
     PD_FREE(c->info_json);
     memset(c, 0, sizeof *c);
@@ -462,8 +463,133 @@ static pd_status pd__manifest_check(cJSON *m, const char *path, const char *f, i
     return PD_OK;
 }
 
-pd_status pd__ckpt_parse(const char *path, const void *text, size_t len, pd__ckpt_get_fn get, void *ctx,
-                         pd__ckpt *out) {
+/* ---- a part streamed ---- */
+
+enum { PD_STREAM_CHUNK = 1 << 20 };
+
+struct pd__ckpt_stream {
+    int fd;
+    const char *path;
+    uint64_t len, off; /* the file's size (the manifest's); the position */
+    uint64_t left;     /* bytes of the current record's data not read yet */
+    bool sum;          /* every byte is read and counted into crc (else data is passed over) */
+    uint32_t crc;
+    char *buf;         /* PD_STREAM_CHUNK bytes */
+};
+
+/* n bytes at the position into buf (counted into the CRC). */
+static pd_status pd__stream_raw(pd__ckpt_stream *s, void *buf, size_t n) {
+    if (n > s->len - s->off)
+        return pd__err(PD_ERR_PARSE, "%s: a record is cut short at byte %llu", s->path, (unsigned long long)s->off);
+    PD_TRY(pd__pread_all(s->fd, s->path, buf, n, (int64_t)s->off));
+    s->crc = (uint32_t)crc32_z(s->crc, buf, n);
+    s->off += n;
+    return PD_OK;
+}
+
+pd_status pd__ckpt_stream_read(pd__ckpt_stream *s, void *buf, size_t n) {
+    if (n > s->left) return pd__err(PD_ERR_INTERNAL, "%s: a read past the record's data", s->path);
+    PD_TRY(pd__stream_raw(s, buf, n));
+    s->left -= n;
+    return PD_OK;
+}
+
+/* What the callback left of the record's data: read for the CRC, or passed over. */
+static pd_status pd__stream_skip(pd__ckpt_stream *s) {
+    if (!s->sum) {
+        s->off += s->left;
+        s->left = 0;
+    }
+    while (s->left > 0)
+        PD_TRY(pd__ckpt_stream_read(s, s->buf, s->left < PD_STREAM_CHUNK ? (size_t)s->left : PD_STREAM_CHUNK));
+    return PD_OK;
+}
+
+/* One record: its header and name read and checked as pd__rec_next does,
+ * "updates" into *step, the others to fn. */
+static pd_status pd__stream_rec(pd__ckpt_stream *s, pd__ckpt_rec_fn fn, void *ctx, int64_t *step) {
+    unsigned char h[PD_REC_HDR];
+    uint64_t at = s->off;
+    pd__rec r;
+    PD_TRY(pd__stream_raw(s, h, PD_REC_HDR));
+    memcpy(&r.kind, h, 4);
+    memcpy(&r.version, h + 4, 4);
+    memcpy(&r.name_len, h + 8, 4);
+    memcpy(&r.bytes, h + 12, 8);
+    uint64_t rest = s->len - s->off;
+    if (r.kind < PD_REC_WEIGHT || r.kind > PD_REC_META || r.name_len > rest || r.bytes > rest - r.name_len)
+        return pd__err(PD_ERR_PARSE, "%s: a malformed record at byte %llu", s->path, (unsigned long long)at);
+    char *name = PD_MALLOC((size_t)r.name_len + 1);
+    if (!name) return pd__err(PD_ERR_NOMEM, "out of memory");
+    pd_status st = pd__stream_raw(s, name, r.name_len);
+    name[r.name_len] = 0;
+    r.name = name;
+    r.data = NULL;
+    s->left = r.bytes;
+    if (st == PD_OK && r.kind == PD_REC_META && r.bytes == 8 && pd__rec_is(&r, "updates"))
+        st = pd__ckpt_stream_read(s, step, 8);
+    else if (st == PD_OK && fn)
+        st = fn(ctx, &r, s);
+    if (st == PD_OK) st = pd__stream_skip(s);
+    PD_FREE(name);
+    return st;
+}
+
+/* Part file pf, which the manifest says has `bytes` bytes of CRC-32 crc at
+ * `step`, checked (size, then CRC-32 in chunks, then its records and their
+ * step: the order and messages of pd__parse) without being held. */
+static pd_status pd__stream_check(pd__ckpt_stream *s, int64_t bytes, uint32_t crc) {
+    struct stat sb;
+    if (fstat(s->fd, &sb) != 0) return pd__err(PD_ERR_IO, "%s: %s", s->path, strerror(errno));
+    if ((uint64_t)sb.st_size != (uint64_t)bytes)
+        return pd__err(PD_ERR_PARSE, "%s: %lld bytes, the manifest says %lld (truncated?)", s->path,
+                       (long long)sb.st_size, (long long)bytes);
+    if (s->sum) return PD_OK; /* summed while streamed */
+    while (s->off < s->len) {
+        uint64_t n = s->len - s->off;
+        PD_TRY(pd__stream_raw(s, s->buf, n < PD_STREAM_CHUNK ? (size_t)n : PD_STREAM_CHUNK));
+    }
+    if (s->crc != crc)
+        return pd__err(PD_ERR_PARSE, "%s: checksum mismatch (CRC-32 %u, the manifest says %u): corrupted", s->path,
+                       s->crc, crc);
+    s->off = 0;
+    return PD_OK;
+}
+
+/* Part pf checked against the manifest's bytes, crc and step; with fn, each
+ * record is streamed to it (every byte read once, the CRC-32 checked at the
+ * end: fn may have seen a part that changed since it was opened, and the
+ * caller then discards what it made). */
+static pd_status pd__stream_part(const char *pf, int64_t bytes, uint32_t crc, int64_t step, pd__ckpt_rec_fn fn,
+                                 void *ctx) {
+    pd__ckpt_stream s = {.fd = -1, .path = pf, .len = (uint64_t)bytes, .sum = fn != NULL};
+    struct stat sb;
+    PD_TRY(pd__open_regular(pf, &s.fd, &sb));
+    s.crc = (uint32_t)crc32_z(0, NULL, 0);
+    pd_status st = (s.buf = PD_MALLOC(PD_STREAM_CHUNK)) ? pd__stream_check(&s, bytes, crc)
+                                                         : pd__err(PD_ERR_NOMEM, "out of memory");
+    s.crc = fn ? s.crc : (uint32_t)crc32_z(0, NULL, 0);
+    int64_t at = -1;
+    while (st == PD_OK && s.off < s.len) st = pd__stream_rec(&s, fn, ctx, &at);
+    if (st == PD_OK && fn && s.crc != crc)
+        st = pd__err(PD_ERR_PARSE, "%s: CRC-32 %u, the manifest says %u: changed since it was checked", pf, s.crc, crc);
+    if (st == PD_OK && at >= 0 && at != step)
+        st = pd__err(PD_ERR_PARSE, "%s: its records are at step %lld, the manifest says %lld", pf, (long long)at,
+                     (long long)step);
+    close(s.fd);
+    PD_FREE(s.buf);
+    return st;
+}
+
+pd_status pd__ckpt_part_stream(const pd__ckpt *c, int i, pd__ckpt_rec_fn fn, void *ctx) {
+    char pf[4200];
+    snprintf(pf, sizeof pf, "%s/part-%d.bin", c->path, i);
+    return pd__stream_part(pf, (int64_t)c->lens[i], c->crcs[i], c->step, fn, ctx);
+}
+
+/* pd__ckpt_parse; keep false: each part is checked in chunks, never held (pd__ckpt_open). */
+static pd_status pd__parse(const char *path, const void *text, size_t len, pd__ckpt_get_fn get, void *ctx, bool keep,
+                           pd__ckpt *out) {
     pd__ckpt c;
     memset(&c, 0, sizeof c);
     char f[4200];
@@ -475,9 +601,10 @@ pd_status pd__ckpt_parse(const char *path, const void *text, size_t len, pd__ckp
         c.nparts = cJSON_GetArraySize(files);
         c.parts = PD_CALLOC((size_t)c.nparts + 1, sizeof(void *));
         c.lens = PD_CALLOC((size_t)c.nparts + 1, sizeof(size_t));
+        c.crcs = PD_CALLOC((size_t)c.nparts + 1, sizeof(uint32_t));
         c.path = pd__strdup(path);
         c.info_json = cJSON_PrintUnformatted(info);
-        if (!c.parts || !c.lens || !c.path || !c.info_json) st = pd__err(PD_ERR_NOMEM, "out of memory");
+        if (!c.parts || !c.lens || !c.crcs || !c.path || !c.info_json) st = pd__err(PD_ERR_NOMEM, "out of memory");
     }
     for (int i = 0; st == PD_OK && i < c.nparts; i++) {
         const cJSON *e = cJSON_GetArrayItem(files, i), *name = cJSON_GetObjectItemCaseSensitive(e, "name");
@@ -491,6 +618,12 @@ pd_status pd__ckpt_parse(const char *path, const void *text, size_t len, pd__ckp
             break;
         }
         snprintf(pf, sizeof pf, "%s/%s", path, want);
+        c.crcs[i] = (uint32_t)crc;
+        c.lens[i] = (size_t)bytes;
+        if (!keep) { /* checked in chunks, never held */
+            if ((st = pd__stream_part(pf, bytes, (uint32_t)crc, c.step, NULL, NULL)) != PD_OK) break;
+            continue;
+        }
         unsigned char *data;
         size_t n;
         if ((st = get(ctx, pf, &data, &n)) != PD_OK) break;
@@ -514,23 +647,32 @@ pd_status pd__ckpt_parse(const char *path, const void *text, size_t len, pd__ckp
     return PD_OK;
 }
 
+pd_status pd__ckpt_parse(const char *path, const void *text, size_t len, pd__ckpt_get_fn get, void *ctx,
+                         pd__ckpt *out) {
+    return pd__parse(path, text, len, get, ctx, true, out);
+}
+
 static pd_status pd__get_file(void *ctx, const char *path, unsigned char **data, size_t *len) {
     (void)ctx;
     return pd__read_file(path, data, len);
 }
 
-pd_status pd__ckpt_read(const char *path, pd__ckpt *out) {
+static pd_status pd__read_dir(const char *path, bool keep, pd__ckpt *out) {
     char f[4200];
     snprintf(f, sizeof f, "%s/manifest.json", path);
     unsigned char *text;
     size_t len;
     PD_TRY(pd__read_file(f, &text, &len));
-    pd_status st = pd__ckpt_parse(path, text, len, pd__get_file, NULL, out);
+    pd_status st = pd__parse(path, text, len, pd__get_file, NULL, keep, out);
     PD_FREE(text);
     return st;
 }
 
-pd_status pd__ckpt_read_latest(const char *dir, pd__ckpt *out, void (*warn)(void *ctx, const char *msg), void *ctx) {
+pd_status pd__ckpt_read(const char *path, pd__ckpt *out) { return pd__read_dir(path, true, out); }
+pd_status pd__ckpt_open(const char *path, pd__ckpt *out) { return pd__read_dir(path, false, out); }
+
+static pd_status pd__latest(const char *dir, bool keep, pd__ckpt *out, void (*warn)(void *ctx, const char *msg),
+                            void *ctx) {
     int64_t *s;
     int n;
     PD_TRY(pd__ckpt_list(dir, &s, &n, false));
@@ -538,7 +680,7 @@ pd_status pd__ckpt_read_latest(const char *dir, pd__ckpt *out, void (*warn)(void
     for (int i = 0; i < n; i++) {
         char p[4200];
         snprintf(p, sizeof p, "%s/ckpt-%012" PRId64, dir, s[i]);
-        if ((st = pd__ckpt_read(p, out)) == PD_OK) break;
+        if ((st = pd__read_dir(p, keep, out)) == PD_OK) break;
         if (warn) {
             char msg[1200];
             snprintf(msg, sizeof msg, "skipping %s: %s", p, pd_last_error());
@@ -548,6 +690,14 @@ pd_status pd__ckpt_read_latest(const char *dir, pd__ckpt *out, void (*warn)(void
     }
     PD_FREE(s);
     return st;
+}
+
+pd_status pd__ckpt_read_latest(const char *dir, pd__ckpt *out, void (*warn)(void *ctx, const char *msg), void *ctx) {
+    return pd__latest(dir, true, out, warn, ctx);
+}
+
+pd_status pd__ckpt_open_latest(const char *dir, pd__ckpt *out, void (*warn)(void *ctx, const char *msg), void *ctx) {
+    return pd__latest(dir, false, out, warn, ctx);
 }
 
 /* ---- resume checks ---- */

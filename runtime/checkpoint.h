@@ -61,8 +61,9 @@ typedef struct pd__ckpt {
     int64_t step;
     char *info_json; /* the manifest's "info" */
     int nparts;
-    void **parts;
+    void **parts;    /* NULL each after pd__ckpt_open: pd__ckpt_part_stream reads one */
     size_t *lens;
+    uint32_t *crcs;  /* the manifest's CRC-32 of each part */
 } pd__ckpt;
 /* The newest valid checkpoint of dir (pd__ckpt_read); each one skipped is
  * reported through warn (a line naming it and what is wrong). PD_ERR_IO
@@ -76,6 +77,21 @@ pd_status pd__ckpt_read_latest(const char *dir, pd__ckpt *out, void (*warn)(void
  * part's "updates" record's, and every part has the listed size and CRC-32.
  * Otherwise PD_ERR_PARSE (PD_ERR_IO, PD_ERR_NOMEM) naming the file. */
 pd_status pd__ckpt_read(const char *path, pd__ckpt *out);
+/* pd__ckpt_read and pd__ckpt_read_latest with every check, but holding no
+ * part: each is read in chunks of 1 MiB (pdonnx export streams a model
+ * bigger than memory); parts stay NULL. */
+pd_status pd__ckpt_open(const char *path, pd__ckpt *out);
+pd_status pd__ckpt_open_latest(const char *dir, pd__ckpt *out, void (*warn)(void *ctx, const char *msg), void *ctx);
+/* Part i of an opened checkpoint streamed record by record: fn gets each
+ * (r->data NULL; name NUL-terminated) but the "updates" counter, and may
+ * read the record's data, in order, through pd__ckpt_stream_read (what it
+ * leaves is read past). Every byte is read once; the size, CRC-32 and step
+ * are checked again (PD_ERR_PARSE naming the file when it changed since it
+ * was opened: the caller discards what fn made). */
+typedef struct pd__ckpt_stream pd__ckpt_stream;
+typedef pd_status (*pd__ckpt_rec_fn)(void *ctx, const pd__rec *r, pd__ckpt_stream *s);
+pd_status pd__ckpt_part_stream(const pd__ckpt *c, int i, pd__ckpt_rec_fn fn, void *ctx);
+pd_status pd__ckpt_stream_read(pd__ckpt_stream *s, void *buf, size_t n);
 /* pd__ckpt_read from memory: text (len bytes) is the manifest of folder
  * path, get(ctx, "<path>/part-<i>.bin", ...) gives each part (a PD_MALLOC'd
  * buffer, then the checkpoint's). What the fuzzer calls. */

@@ -1,13 +1,16 @@
 /* gen_mlp.c - writes a wide MLP whose weights are ONNX external data, and data to train it on.
  *
- *   gen_mlp DIR LAYERS WIDTH ROWS
+ *   gen_mlp DIR LAYERS WIDTH ROWS [tied]
  *
  * DIR/mlp.onnx: x [N, WIDTH] -> LAYERS x (Gemm WIDTH x WIDTH, Relu) -> Gemm WIDTH x 10 -> y [N, 10];
  * every weight and bias in DIR/mlp.bin (external data, one tensor after another), so a model of
  * hundreds of MB is made at test time from this small file (tests/test_mpi.sh measures per-process
  * memory on it: docs/DISTRIBUTED.md, "Per-stage loading"). DIR/x.npy (float32 [ROWS, WIDTH]) and
  * DIR/y.npy (int64 [ROWS], 10 classes). Values come from a fixed LCG: the same files every time.
+ * `tied`: fc1.weight is stored as fc0.weight's transpose, bit for bit (an exporter's tied
+ * head: the loader ties them when it reads both, tests/test_export.sh).
  * The protobuf is written by hand (a few fields of ModelProto), with no dependency. */
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -58,16 +61,18 @@ static float rnd(float scale) { /* uniform in [-scale, scale) */
     return scale * ((float)(lcg >> 40) / (float)(1u << 24) * 2 - 1);
 }
 
-/* A float initializer of shape dims in the external file at its current end. */
+/* A float initializer of shape dims in the external file at its current end:
+ * random, or tr's transpose (2-D, tr of dims reversed); keep: the values (caller frees). */
 static void initializer(buf *graph, FILE *bin, long *off, const char *name, int ndim, const int64_t *dims,
-                        float scale) {
+                        float scale, const float *tr, float **keep) {
     int64_t n = 1;
     for (int i = 0; i < ndim; i++) n *= dims[i];
     float *v = malloc(sizeof(float) * (size_t)n);
     if (!v) exit(1);
-    for (int64_t i = 0; i < n; i++) v[i] = rnd(scale);
+    for (int64_t i = 0; i < n; i++) v[i] = tr ? tr[(i % dims[1]) * dims[0] + i / dims[1]] : rnd(scale);
     fwrite(v, sizeof(float), (size_t)n, bin);
-    free(v);
+    if (keep) *keep = v;
+    else free(v);
     buf t = {0}, kv = {0};
     char s[32];
     for (int i = 0; i < ndim; i++) fvarint(&t, 1, (uint64_t)dims[i]);
@@ -124,8 +129,9 @@ static void npy(const char *path, const char *descr, int ndim, const int64_t *sh
 }
 
 int main(int argc, char **argv) {
-    if (argc != 5) {
-        fprintf(stderr, "usage: gen_mlp DIR LAYERS WIDTH ROWS\n");
+    bool tied = argc == 6 && !strcmp(argv[5], "tied");
+    if (argc != 5 && !tied) {
+        fprintf(stderr, "usage: gen_mlp DIR LAYERS WIDTH ROWS [tied]\n");
         return 2;
     }
     const char *dir = argv[1];
@@ -133,6 +139,10 @@ int main(int argc, char **argv) {
     int64_t width = atoll(argv[3]), rows = atoll(argv[4]);
     if (layers < 1 || width < 1 || rows < 1) {
         fprintf(stderr, "gen_mlp: LAYERS, WIDTH and ROWS must be >= 1\n");
+        return 2;
+    }
+    if (tied && layers < 2) {
+        fprintf(stderr, "gen_mlp: tied needs 2 layers or more\n");
         return 2;
     }
     char path[4096];
@@ -145,12 +155,14 @@ int main(int argc, char **argv) {
     buf graph = {0}, model = {0}, opset = {0};
     long off = 0;
     char x[32], y[32], h[32], w[32], b[32], nm[32];
+    float *w0 = NULL; /* tied: fc0.weight's values */
     snprintf(x, sizeof x, "x");
     for (int l = 0; l <= layers; l++) {
         int64_t out = l == layers ? 10 : width, wd[2] = {width, out};
         snprintf(w, sizeof w, "fc%d.weight", l), snprintf(b, sizeof b, "fc%d.bias", l);
-        initializer(&graph, bin, &off, w, 2, wd, 1.0f / (float)width * 1.7f);
-        initializer(&graph, bin, &off, b, 1, &out, 0.01f);
+        initializer(&graph, bin, &off, w, 2, wd, 1.0f / (float)width * 1.7f, tied && l == 1 ? w0 : NULL,
+                    tied && l == 0 ? &w0 : NULL);
+        initializer(&graph, bin, &off, b, 1, &out, 0.01f, NULL, NULL);
         snprintf(h, sizeof h, l == layers ? "y" : "h%d", l);
         snprintf(nm, sizeof nm, "fc%d", l);
         const char *in[3] = {x, w, b};
@@ -162,6 +174,7 @@ int main(int argc, char **argv) {
         snprintf(x, sizeof x, "%s", y);
     }
     fclose(bin);
+    free(w0);
     fstr(&graph, 2, "mlp");
     value_info(&graph, 11, "x", width);
     value_info(&graph, 12, "y", 10);

@@ -218,6 +218,9 @@ if [ -x "$npytool" ]; then
     "$pdonnx" train "$ex/digits_mlp.onnx" --data "$tmp/nope-*.npy" --labels "$tmp/y-*.npy" --quiet
   expect_error "train: as many data as label shards" "names 3 files but --labels" \
     "$pdonnx" train "$ex/digits_mlp.onnx" --data "$tmp/x-*.npy" --labels "$d/train_y.npy" --quiet
+  cp "$tmp/x-a.npy" "$tmp/m-a.npy" && "$npytool" cast "$tmp/x-b.npy" "$tmp/m-b.npy" float64
+  expect_error "train: a shard whose rows differ from the first's" "m-b.npy: rows of float64 [64], not the float32 [64] of" \
+    "$pdonnx" train "$ex/digits_mlp.onnx" --data "$tmp/m-*.npy" --labels "$tmp/y-*.npy" --quiet
   "$npytool" set "$d/train_x.npy" "$tmp/x_nan.npy" 5 nan
   expect_error "train: NaN loss names the step and the first non-finite tensor" \
     "step 1: the loss is nan; the first non-finite tensor is '/fc1/Gemm_output_0'" \
