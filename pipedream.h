@@ -582,6 +582,9 @@ typedef struct pd_resume_info {
 /* Keeps a pointer to g (destroy the trainer first); copies what it needs of
  * plan and opt. One trainer or session per graph at a time. */
 PD_NODISCARD PDDEF pd_status pd_trainer_create(pd_graph *g, const pd_plan *plan, const pd_trainer_options *opt, pd_trainer **out);
+/* PD_OK when plan was made for g: the same nodes, by count and name (what
+ * pd_trainer_create checks first); else an error naming the first difference. */
+PD_NODISCARD PDDEF pd_status pd_trainer_check_plan(const pd_graph *g, const pd_plan *plan);
 /* Waits for checkpoints being written; gives the trained weights back to the graph. */
 PDDEF void pd_trainer_destroy(pd_trainer *t);
 /* Writes the trained model to path (collective under MPI: rank 0 writes it).

@@ -134,6 +134,18 @@ static cJSON *pd__trainer_info(const pd_trainer *t, const pd_plan *plan, const p
 
 /* ---- create, destroy, queries ---- */
 
+pd_status pd_trainer_check_plan(const pd_graph *g, const pd_plan *plan) {
+    if (!g || !plan) return pd__err(PD_ERR_INVALID, "pd_trainer_check_plan: %s is NULL", g ? "plan" : "g");
+    if (plan->n_nodes != g->nnodes)
+        return pd__err(PD_ERR_INVALID, "the plan has %d nodes but %s has %d: plan this model", plan->n_nodes,
+                       g->path, g->nnodes);
+    for (int i = 0; plan->node_name && i < plan->n_nodes; i++)
+        if (plan->node_name[i] && strcmp(plan->node_name[i], g->nodes[i].name) != 0)
+            return pd__err(PD_ERR_INVALID, "node %d is '%s' in the plan but '%s' in %s", i, plan->node_name[i],
+                           g->nodes[i].name, g->path);
+    return PD_OK;
+}
+
 /* opt and train: read by pd_trainer_create (pd__opts_read) */
 static pd_status pd__trainer_make(pd_graph *g, const pd_plan *plan, const pd_trainer_options *opt,
                                   const pd_train_options *train, pd_trainer **out) {
@@ -169,13 +181,10 @@ static pd_status pd__trainer_make(pd_graph *g, const pd_plan *plan, const pd_tra
         return pd__err(PD_ERR_INVALID, "pd_trainer_create: opt->recompute is %d, not 0 or 1", opt->recompute);
     if (opt->checkpoint_every > 0 && !opt->checkpoint_dir)
         return pd__err(PD_ERR_INVALID, "pd_trainer_create: opt->checkpoint_every needs opt->checkpoint_dir");
-    if (plan->n_nodes != g->nnodes)
-        return pd__err(PD_ERR_INVALID, "pd_trainer_create: the plan has %d nodes but %s has %d: plan this model",
-                       plan->n_nodes, g->path, g->nnodes);
-    for (int i = 0; plan->node_name && i < plan->n_nodes; i++)
-        if (plan->node_name[i] && strcmp(plan->node_name[i], g->nodes[i].name) != 0)
-            return pd__err(PD_ERR_INVALID, "pd_trainer_create: node %d is '%s' in the plan but '%s' in %s", i,
-                           plan->node_name[i], g->nodes[i].name, g->path);
+    if (pd_trainer_check_plan(g, plan) != PD_OK) {
+        pd__err_prefix("pd_trainer_create");
+        return PD_ERR_INVALID;
+    }
     pd_trainer *t = PD_CALLOC(1, sizeof *t);
     if (!t) return pd__err(PD_ERR_NOMEM, "out of memory");
     t->g = g;

@@ -96,6 +96,7 @@ static pd_plan *make_plan(const pd_graph *g, int stages) {
 
 /* A plan from a JSON file (pd_plan_load): stage 0 the first Gemm, stage 1
  * the rest, replicated twice. */
+static pd_plan *plan_of_json(const char *json);
 static pd_plan *replicated_plan(void) {
     static const char json[] =
         "{\"format\": \"pdonnx-plan\", \"version\": 1, \"workers\": 3, \"microbatches\": 4, \"microbatch_size\": 8,\n"
@@ -104,8 +105,22 @@ static pd_plan *replicated_plan(void) {
         "             \"fwd_ms\": 1, \"bwd_in_ms\": 1, \"bwd_w_ms\": 1},\n"
         "            {\"id\": 1, \"replicas\": 2, \"nodes\": [\"/Relu\", \"/fc2/Gemm\", \"/Relu_1\", \"/fc3/Gemm\"],\n"
         "             \"fwd_ms\": 2, \"bwd_in_ms\": 2, \"bwd_w_ms\": 2}]}\n";
+    return plan_of_json(json);
+}
+
+/* A plan of the MLP's nodes, one stage, named `names` (a JSON list). */
+static pd_plan *one_stage_plan(const char *names) {
+    char json[1024];
+    snprintf(json, sizeof json,
+             "{\"format\": \"pdonnx-plan\", \"version\": 1, \"workers\": 1, \"microbatches\": 4, "
+             "\"microbatch_size\": 8, \"nodes\": %s, \"stages\": [{\"id\": 0, \"replicas\": 1, \"nodes\": %s, "
+             "\"fwd_ms\": 1, \"bwd_in_ms\": 1, \"bwd_w_ms\": 1}]}\n", names, names);
+    return plan_of_json(json);
+}
+
+static pd_plan *plan_of_json(const char *json) {
     char path[1200];
-    snprintf(path, sizeof path, "%s/trainer-replicated-plan.json", workdir);
+    snprintf(path, sizeof path, "%s/trainer-plan.json", workdir);
     FILE *f = fopen(path, "w");
     if (f) {
         fputs(json, f);
@@ -548,6 +563,24 @@ static void test_bad_arguments(void) {
     CHECK(pd_trainer_create(g, plan, NULL, &old) == PD_OK && old, "create(NULL opt) is the defaults: %s",
           old ? "ok" : pd_last_error());
     pd_trainer_destroy(old);
+    /* a plan of another model: the first node that differs, by count and by name, and the model's file */
+    CHECK(pd_trainer_check_plan(g, plan) == PD_OK, "check_plan(its own plan): %s", pd_last_error());
+    CHECK(pd_trainer_check_plan(NULL, plan) == PD_ERR_INVALID && says("g is NULL"), "check_plan(NULL g): %s",
+          pd_last_error());
+    char want[1200];
+    pd_plan *renamed = one_stage_plan("[\"/fc1/Gemm\", \"/Relu\", \"/fc2/Gemm\", \"/Relu_1\", \"renamed\"]");
+    snprintf(want, sizeof want, "node 4 is 'renamed' in the plan but '/fc3/Gemm' in %s", model);
+    CHECK(renamed && pd_trainer_check_plan(g, renamed) == PD_ERR_INVALID && !strcmp(pd_last_error(), want),
+          "check_plan(a renamed node) says '%s': %s", want, pd_last_error());
+    snprintf(want, sizeof want, "pd_trainer_create: node 4 is 'renamed' in the plan but '/fc3/Gemm' in %s", model);
+    CHECK(renamed && pd_trainer_create(g, renamed, &o, &t) == PD_ERR_INVALID && !strcmp(pd_last_error(), want) &&
+              t == T0, "create(a renamed node) says '%s': %s", want, pd_last_error());
+    pd_plan *short4 = one_stage_plan("[\"/fc1/Gemm\", \"/Relu\", \"/fc2/Gemm\", \"/Relu_1\"]");
+    snprintf(want, sizeof want, "the plan has 4 nodes but %s has 5: plan this model", model);
+    CHECK(short4 && pd_trainer_check_plan(g, short4) == PD_ERR_INVALID && !strcmp(pd_last_error(), want),
+          "check_plan(a node short) says '%s': %s", want, pd_last_error());
+    pd_plan_destroy(renamed);
+    pd_plan_destroy(short4);
     pd_graph *other = load(2 * MB);
     pd_plan *p3 = other ? make_plan(other, 3) : NULL;
     CHECK(p3 && pd_trainer_create(g, p3, &o, &t) == PD_OK, "a 3-stage plan is fine: %s", pd_last_error());
