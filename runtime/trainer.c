@@ -29,6 +29,7 @@
 #include "optim.h"
 #include "pipeline.h"
 #include "session.h"
+#include "trainer.h"
 
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -146,18 +147,19 @@ pd_status pd_trainer_check_plan(const pd_graph *g, const pd_plan *plan) {
     return PD_OK;
 }
 
-/* opt and train: read by pd_trainer_create (pd__opts_read) */
+/* opt and train: read by pd_trainer_create (pd__opts_read); given: the
+ * schedule parsed by the caller (pd__trainer_create_kind), else NULL. */
 static pd_status pd__trainer_make(pd_graph *g, const pd_plan *plan, const pd_trainer_options *opt,
-                                  const pd_train_options *train, pd_trainer **out) {
+                                  const pd_train_options *train, const pd__sched_kind *given, pd_trainer **out) {
     if (!g) return pd__err(PD_ERR_INVALID, "pd_trainer_create: g is NULL");
     if (!plan) return pd__err(PD_ERR_INVALID, "pd_trainer_create: plan is NULL");
     if (!out) return pd__err(PD_ERR_INVALID, "pd_trainer_create: out is NULL");
-    pd__sched_kind kind = PD_SCHED_FLUSH;
-    if (opt->schedule && pd__sched_kind_parse(opt->schedule, &kind) != PD_OK) {
+    pd__sched_kind kind = given ? *given : PD_SCHED_FLUSH;
+    if (!given && opt->schedule && pd__sched_kind_parse(opt->schedule, &kind) != PD_OK) {
         pd__err_prefix("pd_trainer_create: opt->schedule");
         return PD_ERR_INVALID;
     }
-    if (kind == PD_SCHED_AVGPIPE)
+    if (!given && kind == PD_SCHED_AVGPIPE)
         return pd__err(PD_ERR_UNSUPPORTED, "pd_trainer_create: opt->schedule 'avgpipe' runs several pipelines: use "
                        "pdonnx train --parallel-pipelines");
     if (opt->microbatches < 0)
@@ -234,7 +236,7 @@ pd_status pd_trainer_create(pd_graph *g, const pd_plan *plan, const pd_trainer_o
     PD_TRY(pd__opts_read(&o, user, sizeof o, "pd_trainer_create: opt"));
     PD_TRY(pd__opts_read(&train, o.train, sizeof train, "pd_trainer_create: opt->train"));
     const pd_trainer_options *opt = &o;
-    if (!opt->mpi) return pd__trainer_make(g, plan, opt, &train, out);
+    if (!opt->mpi) return pd__trainer_make(g, plan, opt, &train, NULL, out);
     pd_status st = pd__mpi_use();
     if (st != PD_OK) {
         pd__err_prefix("pd_trainer_create: opt->mpi");
@@ -243,7 +245,7 @@ pd_status pd_trainer_create(pd_graph *g, const pd_plan *plan, const pd_trainer_o
     int rank = 0, size = 1;
     pd_trainer *t = NULL;
     st = pd_mpi_init(&rank, &size);
-    if (st == PD_OK) st = pd__trainer_make(g, plan, opt, &train, &t);
+    if (st == PD_OK) st = pd__trainer_make(g, plan, opt, &train, NULL, &t);
     st = pd__mpi_agree_status(st);
     if (st == PD_OK) {
         t->mpi = true;
@@ -257,6 +259,18 @@ pd_status pd_trainer_create(pd_graph *g, const pd_plan *plan, const pd_trainer_o
     *out = t;
     return PD_OK;
 }
+
+pd_status pd__trainer_create_kind(pd_graph *g, const pd_plan *plan, const pd_trainer_options *user,
+                                  pd__sched_kind kind, pd_trainer **out) {
+    pd_trainer_options o = PD_TRAINER_OPTIONS_INIT;
+    pd_train_options train = PD_TRAIN_OPTIONS_INIT;
+    PD_TRY(pd__opts_read(&o, user, sizeof o, "pd_trainer_create: opt"));
+    PD_TRY(pd__opts_read(&train, o.train, sizeof train, "pd_trainer_create: opt->train"));
+    if (o.mpi) return pd__err(PD_ERR_INVALID, "pd_trainer_create: opt->mpi: the caller agrees across processes");
+    return pd__trainer_make(g, plan, &o, &train, &kind, out);
+}
+
+pd__pipe *pd__trainer_pipe(pd_trainer *t) { return t ? t->pipe : NULL; }
 
 /* Collective under MPI. With lazy_weights each process writes its stages'
  * files beside path and rank 0 the model last (runtime/stageload.c); the

@@ -12,6 +12,7 @@
 #include "../runtime/pipeline.h"
 #include "../runtime/comm/transport.h"
 #include "../runtime/session.h"
+#include "../runtime/trainer.h"
 #include "ckpt.h"
 #include "cli.h"
 #include "train_pipe.h"
@@ -526,11 +527,12 @@ static void pd__pmetrics_upto(void *ctx, int64_t b) {
     fflush(m->f);
 }
 
-/* The pipeline of the run: rank 0's plan (a resumed run's own), its
- * pipe, and under MPI every process agreed and given its ranks; 0, or 1
- * after printing the error (*plan and *pipe: the caller frees them). */
+/* The pipeline of the run: rank 0's plan (a resumed run's own), a trainer
+ * on it (made and checked as pd_trainer_create makes one), and under MPI
+ * every process agreed and given its ranks; 0, or 1 after printing the
+ * error (*plan and *trainer: the caller frees them). */
 static int pd__pipeline_setup(pd__targs *a, pd_graph *g, pd__sched_kind kind, int M, pd__ckrun *cr, pd_plan **out_plan,
-                              pd__pipe **out_pipe) {
+                              pd_trainer **out_trainer, pd__pipe **out_pipe) {
     if (pd__mp.size > 1) { /* rank 0 plans; the others take its plan */
         pd_status ps = pd__mp.rank != 0 ? PD_OK
                        : cr->from.nparts  ? pd__ckpt_plan(a, g, cr->from_info, out_plan)
@@ -545,11 +547,12 @@ static int pd__pipeline_setup(pd__targs *a, pd_graph *g, pd__sched_kind kind, in
         return 1;
     }
     if (a->recompute) (*out_plan)->recompute = true; /* or the plan's own "recompute": true */
-    if (pd__pipe_create(g, *out_plan, &a->o, kind, M, out_pipe) != PD_OK ||
-        pd__pipe_set_vertical_sync(*out_pipe, a->vertical_sync) != PD_OK) {
-        pd_cli_fail();
-        return 1;
-    }
+    pd_trainer_options to = PD_TRAINER_OPTIONS_INIT;
+    to.train = &a->o;
+    to.microbatches = M;
+    to.vertical_sync = a->vertical_sync;
+    if (pd__trainer_create_kind(g, *out_plan, &to, kind, out_trainer) != PD_OK) return pd_cli_fail();
+    *out_pipe = pd__trainer_pipe(*out_trainer);
     if (pd__mp.size > 1) {
         bool fits = pd__pipe_fits(*out_pipe, pd__mp.size) == PD_OK;
         if (!fits) fprintf(stderr, "pdonnx: %s\n", pd_cli_error());
@@ -677,6 +680,7 @@ static int pd__train_pipeline(pd__targs *a, pd_graph *g, const char *input, pd_t
                               pd__data *data, int64_t steps, pd__sched_kind kind, FILE *mf, pd__ckrun *cr) {
     int rc = 1;
     pd_plan *plan = NULL;
+    pd_trainer *trainer = NULL;
     pd__pipe *pipe = NULL;
     pd_tensor *ins = NULL, ty;
     pd_step_result *res = NULL;
@@ -684,7 +688,7 @@ static int pd__train_pipeline(pd__targs *a, pd_graph *g, const char *input, pd_t
     int M = (int)a->microbatches;
     int64_t first = cr->first;
     pd__pmetrics pm = {mf, NULL, first, a->batch, X->shape[0], 0};
-    if (pd__pipeline_setup(a, g, kind, M, cr, &plan, &pipe) != 0) goto out;
+    if (pd__pipeline_setup(a, g, kind, M, cr, &plan, &trainer, &pipe) != 0) goto out;
     if (pd__pipe_ckpt_start(a, cr, plan, pipe, &pm) != 0) goto out;
     /* the steps' minibatches from the same stream as one stage reads */
     int64_t B = a->batch;
@@ -745,7 +749,7 @@ out:
         pd_cli_fail();
         rc = 1;
     }
-    pd__pipe_destroy(pipe); /* the trained weights go back into g */
+    pd_trainer_destroy(trainer); /* the trained weights go back into g */
     pd_plan_destroy(plan);
     free(ins);
     free(res);
@@ -897,6 +901,40 @@ static bool pd__open_data(const pd__targs *a, pd__shards *xs, pd_tensor *X, pd__
     return true;
 }
 
+/* A pipeline's flags (--stages or --plan given): the schedule, the
+ * microbatches (by default enough to fill the pipeline) and what goes with
+ * which; 0, or 2 after the usage error. */
+static int pd__pipe_flags(pd__targs *a, pd__sched_kind *kind_out) {
+    pd__sched_kind kind = PD_SCHED_FLUSH;
+    if (a->schedule && pd__sched_kind_parse(a->schedule, &kind) != PD_OK)
+        return pd_cli_usage_error("train: %s", pd_cli_error());
+    if (!a->microbatches) {
+        /* enough microbatches to fill the pipeline: the smallest divisor of the batch >= the stages */
+        int64_t want = a->stages ? a->stages : 4;
+        a->microbatches = a->batch;
+        for (int64_t m = want; m <= a->batch; m++)
+            if (a->batch % m == 0) {
+                a->microbatches = m;
+                break;
+            }
+        if (kind == PD_SCHED_PIPEDREAM) a->microbatches = 1;
+    }
+    if (a->vertical_sync && kind != PD_SCHED_PIPEDREAM)
+        return pd_cli_usage_error("train: %s", "--vertical-sync goes with --schedule pipedream");
+    if (a->virtual_stages && (kind != PD_SCHED_INTERLEAVED || a->plan))
+        return pd_cli_usage_error("train: %s", "--virtual-stages goes with --stages N --schedule interleaved");
+    if (kind == PD_SCHED_PIPEDREAM && a->microbatches != 1)
+        return pd_cli_usage_error("train: %s", "--schedule pipedream updates after every microbatch: use --microbatches 1");
+    if (a->batch % a->microbatches) {
+        char msg[96];
+        snprintf(msg, sizeof msg, "--batch %lld is not a multiple of --microbatches %lld", (long long)a->batch,
+                 (long long)a->microbatches);
+        return pd_cli_usage_error("train: %s", msg);
+    }
+    *kind_out = kind;
+    return 0;
+}
+
 /* train's arguments: MODEL.flags's, then the command line's, checked against
  * each other; 0, or the exit code after printing the usage error. */
 static int pd__train_args(int argc, char **argv, const pd_cli_avg_args *av, pd__targs *a, bool *piped_out,
@@ -973,42 +1011,7 @@ static int pd__train_args(int argc, char **argv, const pd_cli_avg_args *av, pd__
         pd_cli_usage_error("train: %s", "give --stages N or --plan FILE, not both");
         return rc;
     }
-    if (piped) {
-        if (a->schedule && pd__sched_kind_parse(a->schedule, &kind) != PD_OK) {
-            pd_cli_usage_error("train: %s", pd_cli_error());
-            return rc;
-        }
-        if (!a->microbatches) {
-            /* enough microbatches to fill the pipeline: the smallest divisor of the batch >= the stages */
-            int64_t want = a->stages ? a->stages : 4;
-            a->microbatches = a->batch;
-            for (int64_t m = want; m <= a->batch; m++)
-                if (a->batch % m == 0) {
-                    a->microbatches = m;
-                    break;
-                }
-            if (kind == PD_SCHED_PIPEDREAM) a->microbatches = 1;
-        }
-        if (a->vertical_sync && kind != PD_SCHED_PIPEDREAM) {
-            pd_cli_usage_error("train: %s", "--vertical-sync goes with --schedule pipedream");
-            return rc;
-        }
-        if (a->virtual_stages && (kind != PD_SCHED_INTERLEAVED || a->plan)) {
-            pd_cli_usage_error("train: %s", "--virtual-stages goes with --stages N --schedule interleaved");
-            return rc;
-        }
-        if (kind == PD_SCHED_PIPEDREAM && a->microbatches != 1) {
-            pd_cli_usage_error("train: %s", "--schedule pipedream updates after every microbatch: use --microbatches 1");
-            return rc;
-        }
-        if (a->batch % a->microbatches) {
-            char msg[96];
-            snprintf(msg, sizeof msg, "--batch %lld is not a multiple of --microbatches %lld", (long long)a->batch,
-                     (long long)a->microbatches);
-            pd_cli_usage_error("train: %s", msg);
-            return rc;
-        }
-    }
+    if (piped && pd__pipe_flags(a, &kind) != 0) return rc;
     *kind_out = kind;
     return 0;
 }
