@@ -308,6 +308,18 @@ int pd_trainer_stages(const pd_trainer *t) { return t ? t->nstages : 0; }
 int64_t pd_trainer_batch(const pd_trainer *t) { return t ? t->batch : 0; }
 int64_t pd_trainer_step_count(const pd_trainer *t) { return t ? t->steps : 0; }
 
+pd_status pd_trainer_set_ring(pd_trainer *t, int steps, pd_trainer_fill fill, void *ctx) {
+    if (!t) return pd__err(PD_ERR_INVALID, "pd_trainer_set_ring: t is NULL");
+    if (steps < 0 || (steps > 0) != (fill != NULL))
+        return pd__err(PD_ERR_INVALID, "pd_trainer_set_ring: steps is %d with %s fill: give steps >= %d and a fill, or 0 "
+                       "and NULL", steps, fill ? "a" : "no", pd__pipe_ring_steps(t->pipe));
+    pd_status st = pd__pipe_set_ring(t->pipe, steps, fill, ctx);
+    if (st != PD_OK) pd__err_prefix("pd_trainer_set_ring");
+    return st;
+}
+
+int pd_trainer_ring_steps(const pd_trainer *t) { return t ? pd__pipe_ring_steps(t->pipe) : 0; }
+
 /* ---- checkpoints during a call ---- */
 
 static bool pd__trainer_want(void *ctx, int64_t b) {
@@ -410,7 +422,8 @@ static pd_status pd__trainer_check_data(const pd_trainer *t, int64_t steps, cons
     const pd_graph *g = t->g;
     if (steps > INT32_MAX / t->nmicro || steps > INT64_MAX / t->batch)
         return pd__err(PD_ERR_INVALID, "pd_trainer_train: steps is %lld: too many", (long long)steps);
-    int64_t need = steps * t->batch, rows = t->batch / t->nmicro;
+    int ring = pd__pipe_ring(t->pipe); /* rows on demand: the ring's steps, not the call's */
+    int64_t need = (ring ? ring : steps) * t->batch, rows = t->batch / t->nmicro;
     int li = pd__pipe_labels_input(t->pipe);
     PD_TRY(pd__trainer_check_labels(t, labels, li));
     for (int i = 0; i <= g->ninputs; i++) {
@@ -421,9 +434,10 @@ static pd_status pd__trainer_check_data(const pd_trainer *t, int64_t steps, cons
         else snprintf(what, sizeof what, "labels");
         if (!v->data) return pd__err(PD_ERR_INVALID, "pd_trainer_train: %s: data is NULL", what);
         if (v->ndim < 1 || v->ndim > PD_MAX_DIMS || v->shape[0] < need)
-            return pd__err(PD_ERR_SHAPE, "pd_trainer_train: %s has %lld rows; %lld steps of %lld rows need %lld", what,
-                           (long long)(v->ndim >= 1 && v->ndim <= PD_MAX_DIMS ? v->shape[0] : 0), (long long)steps,
-                           (long long)t->batch, (long long)need);
+            return pd__err(PD_ERR_SHAPE, "pd_trainer_train: %s has %lld rows; %lld steps of %lld rows%s need %lld",
+                           what, (long long)(v->ndim >= 1 && v->ndim <= PD_MAX_DIMS ? v->shape[0] : 0),
+                           (long long)(ring ? ring : steps), (long long)t->batch, ring ? " (the ring's)" : "",
+                           (long long)need);
         if (pd_tensor_numel(v) < 0)
             return pd__err(PD_ERR_SHAPE, "pd_trainer_train: %s has a negative dimension", what);
         if (i == g->ninputs) break;
@@ -475,7 +489,13 @@ pd_status pd_trainer_train(pd_trainer *t, int64_t steps, const pd_tensor *inputs
         t->w = NULL;
         return st;
     }
-    st = pd__pipe_run(t->pipe, steps, inputs, labels, results);
+    /* with a ring the pipeline counts a step's losses only into results (pd__mb_result), and
+     * refills a step's slot only once they are all in: NULL gets a scratch array */
+    pd_step_result *scratch = NULL;
+    if (!results && pd__pipe_ring(t->pipe) && !(results = scratch = PD_CALLOC((size_t)steps, sizeof *results)))
+        st = pd__err(PD_ERR_NOMEM, "pd_trainer_train: out of memory for %lld steps' results", (long long)steps);
+    if (st == PD_OK) st = pd__pipe_run(t->pipe, steps, inputs, labels, results);
+    PD_FREE(scratch);
     if (t->mpi) { /* every process ends the call the same way, with the whole model (lazy_weights: its stages') */
         st = pd__mpi_agree_status(st);
         if (st == PD_OK && !t->lazy) st = pd__mpi_agree_status(pd__pipe_gather(t->pipe));

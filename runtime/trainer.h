@@ -1,9 +1,10 @@
 /* trainer.h - what `pdonnx train` reaches of a pd_trainer beyond the public
  * API (runtime/trainer.c). The CLI's pipeline is a trainer, made and checked
- * as pd_trainer_create makes one; the CLI then drives its pipeline itself
- * for what the public calls do not offer yet: rows read from a data stream
- * through a ring (pd__pipe_set_ring), CheckFreq's checkpoint policy
- * (tools/ckpt.c), and the per-stage report and traces. */
+ * as pd_trainer_create makes one, and trains with pd_trainer_set_ring and
+ * pd_trainer_train; it reaches the pipeline itself for what the public
+ * calls do not offer yet: CheckFreq's checkpoint policy and its resume
+ * (tools/ckpt.c), the per-stage report and traces, and under mpirun its
+ * own agreement, ranks, gather and per-stage save. */
 #ifndef PD_TRAINER_H
 #define PD_TRAINER_H
 

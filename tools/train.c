@@ -698,7 +698,12 @@ static int pd__train_pipeline(pd__targs *a, pd_graph *g, const char *input, pd_t
         fprintf(stderr, "pdonnx: out of memory for the pipeline's data\n");
         goto out;
     }
-    if (pd_cli_ring_open(&rg, pipe, g, input, X, Y, ins, &ty) != 0) goto out;
+    int ring = pd_trainer_ring_steps(trainer);
+    if (pd_cli_ring_open(&rg, ring, g, input, X, Y, ins, &ty) != 0) goto out;
+    if (pd_trainer_set_ring(trainer, ring, pd_cli_ring_fill, &rg) != PD_OK) {
+        pd_cli_fail();
+        goto out;
+    }
     if (!a->quiet)
         printf("training %s as a pipeline: %d stages%s, %s schedule, %d microbatch%s of %lld rows per step, %lld steps, "
                "%s lr %g%s\n",
@@ -710,7 +715,7 @@ static int pd__train_pipeline(pd__targs *a, pd_graph *g, const char *input, pd_t
     double t0 = pd__now();
     pm.res = res;
     pm.t0 = t0;
-    if (first < steps && pd__pipe_run(pipe, steps, ins, &ty, res) != PD_OK) {
+    if (first < steps && pd_trainer_train(trainer, steps, ins, &ty, res) != PD_OK) {
         pd_cli_fail();
         goto out;
     }

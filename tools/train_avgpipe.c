@@ -152,8 +152,10 @@ static int avg_data(const pd_cli_avg_ctx *c, pd__avg *avg, avg_run *r) {
     for (int i = 0; i < r->here; i++) {
         r->ring[i] = (pd_cli_ring){c->data, r->B, r->K, i + pd__avg_mine(avg), avg, &r->mu, 0, 0, NULL, NULL};
         pd_tensor *in = r->ins + (size_t)i * ((size_t)r->nin + 1);
-        if (pd_cli_ring_open(&r->ring[i], pd__avg_pipe(avg, i), c->g, c->input, c->X, c->Y, in, &r->lab[i]) != 0)
-            return 1;
+        pd__pipe *pipe = pd__avg_pipe(avg, i);
+        int ring = pd__pipe_ring_steps(pipe);
+        if (pd_cli_ring_open(&r->ring[i], ring, c->g, c->input, c->X, c->Y, in, &r->lab[i]) != 0) return 1;
+        if (pd__pipe_set_ring(pipe, ring, pd_cli_ring_fill, &r->ring[i]) != PD_OK) return pd_cli_fail();
         r->inp[i] = in;
     }
     return 0;

@@ -43,8 +43,7 @@ pd_status pd_cli_pipe_plan(const pd_cli_plan_args *pa, pd_graph *g, pd_plan **ou
     return st;
 }
 
-/* Step `step` of the run into slot `slot`: called by the stages' threads. */
-static pd_status pd__cli_ring_fill(void *ctx, int64_t step, int slot) {
+pd_status pd_cli_ring_fill(void *ctx, int64_t step, int slot) {
     pd_cli_ring *r = (pd_cli_ring *)ctx;
     size_t at = (size_t)slot * (size_t)r->batch;
     if (r->mu) pthread_mutex_lock(r->mu);
@@ -54,9 +53,8 @@ static pd_status pd__cli_ring_fill(void *ctx, int64_t step, int slot) {
     return st;
 }
 
-int pd_cli_ring_open(pd_cli_ring *r, pd__pipe *pipe, const pd_graph *g, const char *input, const pd_tensor *X,
+int pd_cli_ring_open(pd_cli_ring *r, int ring, const pd_graph *g, const char *input, const pd_tensor *X,
                      const pd_tensor *Y, pd_tensor *ins, pd_tensor *labels) {
-    int ring = pd__pipe_ring_steps(pipe);
     r->xrow = (size_t)(pd_tensor_numel(X) / X->shape[0]) * pd_dtype_size(X->dtype);
     r->yrow = (size_t)(pd_tensor_numel(Y) / Y->shape[0]) * pd_dtype_size(Y->dtype);
     r->x = malloc(r->xrow * (size_t)(ring * r->batch) + 1);
@@ -65,7 +63,6 @@ int pd_cli_ring_open(pd_cli_ring *r, pd__pipe *pipe, const pd_graph *g, const ch
         fprintf(stderr, "pdonnx: out of memory for the pipeline's data\n");
         return 1;
     }
-    if (pd__pipe_set_ring(pipe, ring, pd__cli_ring_fill, r) != PD_OK) return pd_cli_fail();
     pd_tensor tx = *X, ty = *Y;
     tx.shape[0] = ty.shape[0] = ring * r->batch;
     tx.data = r->x;
