@@ -582,6 +582,9 @@ typedef struct pd_resume_info {
 /* Keeps a pointer to g (destroy the trainer first); copies what it needs of
  * plan and opt. One trainer or session per graph at a time. */
 PD_NODISCARD PDDEF pd_status pd_trainer_create(pd_graph *g, const pd_plan *plan, const pd_trainer_options *opt, pd_trainer **out);
+/* PD_OK when plan was made for g: the same nodes, by count and name (what
+ * pd_trainer_create checks first); else an error naming the first difference. */
+PD_NODISCARD PDDEF pd_status pd_trainer_check_plan(const pd_graph *g, const pd_plan *plan);
 /* Waits for checkpoints being written; gives the trained weights back to the graph. */
 PDDEF void pd_trainer_destroy(pd_trainer *t);
 /* Writes the trained model to path (collective under MPI: rank 0 writes it).
@@ -604,6 +607,18 @@ PDDEF int64_t pd_trainer_step_count(const pd_trainer *t);
  * once the call's checkpoints are on disk. */
 PD_NODISCARD PDDEF pd_status pd_trainer_train(pd_trainer *t, int64_t steps, const pd_tensor *inputs, const pd_tensor *labels,
                                  pd_step_result *results);
+/* Rows on demand, so a call need not hold every step's rows (a data stream,
+ * a file larger than memory): after pd_trainer_set_ring(t, steps, fill, ctx)
+ * each pd_trainer_train's inputs and labels hold `steps` steps of rows (a
+ * ring), and fill(ctx, k, slot) writes the call's step k (from 0) into slot
+ * `slot` (k % steps) of them before any of its rows is read: on a stage's
+ * thread, one call at a time; an error stops the call. steps is at least
+ * pd_trainer_ring_steps(t), the steps the schedule reads ahead; steps 0 and
+ * fill NULL: every step's rows at once again. The same losses and weights,
+ * bit for bit, as the rows given at once. */
+typedef pd_status (*pd_trainer_fill)(void *ctx, int64_t step, int slot);
+PD_NODISCARD PDDEF pd_status pd_trainer_set_ring(pd_trainer *t, int steps, pd_trainer_fill fill, void *ctx);
+PDDEF int pd_trainer_ring_steps(const pd_trainer *t);
 /* Restores the newest valid checkpoint of dir (one taken with the same
  * model, plan, schedule and options, or an error naming what differs). */
 PD_NODISCARD PDDEF pd_status pd_trainer_resume(pd_trainer *t, const char *dir, pd_resume_info *out);

@@ -29,6 +29,7 @@
 #include "optim.h"
 #include "pipeline.h"
 #include "session.h"
+#include "trainer.h"
 
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -134,18 +135,31 @@ static cJSON *pd__trainer_info(const pd_trainer *t, const pd_plan *plan, const p
 
 /* ---- create, destroy, queries ---- */
 
-/* opt and train: read by pd_trainer_create (pd__opts_read) */
+pd_status pd_trainer_check_plan(const pd_graph *g, const pd_plan *plan) {
+    if (!g || !plan) return pd__err(PD_ERR_INVALID, "pd_trainer_check_plan: %s is NULL", g ? "plan" : "g");
+    if (plan->n_nodes != g->nnodes)
+        return pd__err(PD_ERR_INVALID, "the plan has %d nodes but %s has %d: plan this model", plan->n_nodes,
+                       g->path, g->nnodes);
+    for (int i = 0; plan->node_name && i < plan->n_nodes; i++)
+        if (plan->node_name[i] && strcmp(plan->node_name[i], g->nodes[i].name) != 0)
+            return pd__err(PD_ERR_INVALID, "node %d is '%s' in the plan but '%s' in %s", i, plan->node_name[i],
+                           g->nodes[i].name, g->path);
+    return PD_OK;
+}
+
+/* opt and train: read by pd_trainer_create (pd__opts_read); given: the
+ * schedule parsed by the caller (pd__trainer_create_kind), else NULL. */
 static pd_status pd__trainer_make(pd_graph *g, const pd_plan *plan, const pd_trainer_options *opt,
-                                  const pd_train_options *train, pd_trainer **out) {
+                                  const pd_train_options *train, const pd__sched_kind *given, pd_trainer **out) {
     if (!g) return pd__err(PD_ERR_INVALID, "pd_trainer_create: g is NULL");
     if (!plan) return pd__err(PD_ERR_INVALID, "pd_trainer_create: plan is NULL");
     if (!out) return pd__err(PD_ERR_INVALID, "pd_trainer_create: out is NULL");
-    pd__sched_kind kind = PD_SCHED_FLUSH;
-    if (opt->schedule && pd__sched_kind_parse(opt->schedule, &kind) != PD_OK) {
+    pd__sched_kind kind = given ? *given : PD_SCHED_FLUSH;
+    if (!given && opt->schedule && pd__sched_kind_parse(opt->schedule, &kind) != PD_OK) {
         pd__err_prefix("pd_trainer_create: opt->schedule");
         return PD_ERR_INVALID;
     }
-    if (kind == PD_SCHED_AVGPIPE)
+    if (!given && kind == PD_SCHED_AVGPIPE)
         return pd__err(PD_ERR_UNSUPPORTED, "pd_trainer_create: opt->schedule 'avgpipe' runs several pipelines: use "
                        "pdonnx train --parallel-pipelines");
     if (opt->microbatches < 0)
@@ -169,13 +183,10 @@ static pd_status pd__trainer_make(pd_graph *g, const pd_plan *plan, const pd_tra
         return pd__err(PD_ERR_INVALID, "pd_trainer_create: opt->recompute is %d, not 0 or 1", opt->recompute);
     if (opt->checkpoint_every > 0 && !opt->checkpoint_dir)
         return pd__err(PD_ERR_INVALID, "pd_trainer_create: opt->checkpoint_every needs opt->checkpoint_dir");
-    if (plan->n_nodes != g->nnodes)
-        return pd__err(PD_ERR_INVALID, "pd_trainer_create: the plan has %d nodes but %s has %d: plan this model",
-                       plan->n_nodes, g->path, g->nnodes);
-    for (int i = 0; plan->node_name && i < plan->n_nodes; i++)
-        if (plan->node_name[i] && strcmp(plan->node_name[i], g->nodes[i].name) != 0)
-            return pd__err(PD_ERR_INVALID, "pd_trainer_create: node %d is '%s' in the plan but '%s' in %s", i,
-                           plan->node_name[i], g->nodes[i].name, g->path);
+    if (pd_trainer_check_plan(g, plan) != PD_OK) {
+        pd__err_prefix("pd_trainer_create");
+        return PD_ERR_INVALID;
+    }
     pd_trainer *t = PD_CALLOC(1, sizeof *t);
     if (!t) return pd__err(PD_ERR_NOMEM, "out of memory");
     t->g = g;
@@ -225,7 +236,7 @@ pd_status pd_trainer_create(pd_graph *g, const pd_plan *plan, const pd_trainer_o
     PD_TRY(pd__opts_read(&o, user, sizeof o, "pd_trainer_create: opt"));
     PD_TRY(pd__opts_read(&train, o.train, sizeof train, "pd_trainer_create: opt->train"));
     const pd_trainer_options *opt = &o;
-    if (!opt->mpi) return pd__trainer_make(g, plan, opt, &train, out);
+    if (!opt->mpi) return pd__trainer_make(g, plan, opt, &train, NULL, out);
     pd_status st = pd__mpi_use();
     if (st != PD_OK) {
         pd__err_prefix("pd_trainer_create: opt->mpi");
@@ -234,7 +245,7 @@ pd_status pd_trainer_create(pd_graph *g, const pd_plan *plan, const pd_trainer_o
     int rank = 0, size = 1;
     pd_trainer *t = NULL;
     st = pd_mpi_init(&rank, &size);
-    if (st == PD_OK) st = pd__trainer_make(g, plan, opt, &train, &t);
+    if (st == PD_OK) st = pd__trainer_make(g, plan, opt, &train, NULL, &t);
     st = pd__mpi_agree_status(st);
     if (st == PD_OK) {
         t->mpi = true;
@@ -248,6 +259,18 @@ pd_status pd_trainer_create(pd_graph *g, const pd_plan *plan, const pd_trainer_o
     *out = t;
     return PD_OK;
 }
+
+pd_status pd__trainer_create_kind(pd_graph *g, const pd_plan *plan, const pd_trainer_options *user,
+                                  pd__sched_kind kind, pd_trainer **out) {
+    pd_trainer_options o = PD_TRAINER_OPTIONS_INIT;
+    pd_train_options train = PD_TRAIN_OPTIONS_INIT;
+    PD_TRY(pd__opts_read(&o, user, sizeof o, "pd_trainer_create: opt"));
+    PD_TRY(pd__opts_read(&train, o.train, sizeof train, "pd_trainer_create: opt->train"));
+    if (o.mpi) return pd__err(PD_ERR_INVALID, "pd_trainer_create: opt->mpi: the caller agrees across processes");
+    return pd__trainer_make(g, plan, &o, &train, &kind, out);
+}
+
+pd__pipe *pd__trainer_pipe(pd_trainer *t) { return t ? t->pipe : NULL; }
 
 /* Collective under MPI. With lazy_weights each process writes its stages'
  * files beside path and rank 0 the model last (runtime/stageload.c); the
@@ -284,6 +307,18 @@ void pd_trainer_destroy(pd_trainer *t) {
 int pd_trainer_stages(const pd_trainer *t) { return t ? t->nstages : 0; }
 int64_t pd_trainer_batch(const pd_trainer *t) { return t ? t->batch : 0; }
 int64_t pd_trainer_step_count(const pd_trainer *t) { return t ? t->steps : 0; }
+
+pd_status pd_trainer_set_ring(pd_trainer *t, int steps, pd_trainer_fill fill, void *ctx) {
+    if (!t) return pd__err(PD_ERR_INVALID, "pd_trainer_set_ring: t is NULL");
+    if (steps < 0 || (steps > 0) != (fill != NULL))
+        return pd__err(PD_ERR_INVALID, "pd_trainer_set_ring: steps is %d with %s fill: give steps >= %d and a fill, or 0 "
+                       "and NULL", steps, fill ? "a" : "no", pd__pipe_ring_steps(t->pipe));
+    pd_status st = pd__pipe_set_ring(t->pipe, steps, fill, ctx);
+    if (st != PD_OK) pd__err_prefix("pd_trainer_set_ring");
+    return st;
+}
+
+int pd_trainer_ring_steps(const pd_trainer *t) { return t ? pd__pipe_ring_steps(t->pipe) : 0; }
 
 /* ---- checkpoints during a call ---- */
 
@@ -387,7 +422,8 @@ static pd_status pd__trainer_check_data(const pd_trainer *t, int64_t steps, cons
     const pd_graph *g = t->g;
     if (steps > INT32_MAX / t->nmicro || steps > INT64_MAX / t->batch)
         return pd__err(PD_ERR_INVALID, "pd_trainer_train: steps is %lld: too many", (long long)steps);
-    int64_t need = steps * t->batch, rows = t->batch / t->nmicro;
+    int ring = pd__pipe_ring(t->pipe); /* rows on demand: the ring's steps, not the call's */
+    int64_t need = (ring ? ring : steps) * t->batch, rows = t->batch / t->nmicro;
     int li = pd__pipe_labels_input(t->pipe);
     PD_TRY(pd__trainer_check_labels(t, labels, li));
     for (int i = 0; i <= g->ninputs; i++) {
@@ -398,9 +434,10 @@ static pd_status pd__trainer_check_data(const pd_trainer *t, int64_t steps, cons
         else snprintf(what, sizeof what, "labels");
         if (!v->data) return pd__err(PD_ERR_INVALID, "pd_trainer_train: %s: data is NULL", what);
         if (v->ndim < 1 || v->ndim > PD_MAX_DIMS || v->shape[0] < need)
-            return pd__err(PD_ERR_SHAPE, "pd_trainer_train: %s has %lld rows; %lld steps of %lld rows need %lld", what,
-                           (long long)(v->ndim >= 1 && v->ndim <= PD_MAX_DIMS ? v->shape[0] : 0), (long long)steps,
-                           (long long)t->batch, (long long)need);
+            return pd__err(PD_ERR_SHAPE, "pd_trainer_train: %s has %lld rows; %lld steps of %lld rows%s need %lld",
+                           what, (long long)(v->ndim >= 1 && v->ndim <= PD_MAX_DIMS ? v->shape[0] : 0),
+                           (long long)(ring ? ring : steps), (long long)t->batch, ring ? " (the ring's)" : "",
+                           (long long)need);
         if (pd_tensor_numel(v) < 0)
             return pd__err(PD_ERR_SHAPE, "pd_trainer_train: %s has a negative dimension", what);
         if (i == g->ninputs) break;
@@ -452,7 +489,13 @@ pd_status pd_trainer_train(pd_trainer *t, int64_t steps, const pd_tensor *inputs
         t->w = NULL;
         return st;
     }
-    st = pd__pipe_run(t->pipe, steps, inputs, labels, results);
+    /* with a ring the pipeline counts a step's losses only into results (pd__mb_result), and
+     * refills a step's slot only once they are all in: NULL gets a scratch array */
+    pd_step_result *scratch = NULL;
+    if (!results && pd__pipe_ring(t->pipe) && !(results = scratch = PD_CALLOC((size_t)steps, sizeof *results)))
+        st = pd__err(PD_ERR_NOMEM, "pd_trainer_train: out of memory for %lld steps' results", (long long)steps);
+    if (st == PD_OK) st = pd__pipe_run(t->pipe, steps, inputs, labels, results);
+    PD_FREE(scratch);
     if (t->mpi) { /* every process ends the call the same way, with the whole model (lazy_weights: its stages') */
         st = pd__mpi_agree_status(st);
         if (st == PD_OK && !t->lazy) st = pd__mpi_agree_status(pd__pipe_gather(t->pipe));

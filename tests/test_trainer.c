@@ -96,6 +96,7 @@ static pd_plan *make_plan(const pd_graph *g, int stages) {
 
 /* A plan from a JSON file (pd_plan_load): stage 0 the first Gemm, stage 1
  * the rest, replicated twice. */
+static pd_plan *plan_of_json(const char *json);
 static pd_plan *replicated_plan(void) {
     static const char json[] =
         "{\"format\": \"pdonnx-plan\", \"version\": 1, \"workers\": 3, \"microbatches\": 4, \"microbatch_size\": 8,\n"
@@ -104,8 +105,22 @@ static pd_plan *replicated_plan(void) {
         "             \"fwd_ms\": 1, \"bwd_in_ms\": 1, \"bwd_w_ms\": 1},\n"
         "            {\"id\": 1, \"replicas\": 2, \"nodes\": [\"/Relu\", \"/fc2/Gemm\", \"/Relu_1\", \"/fc3/Gemm\"],\n"
         "             \"fwd_ms\": 2, \"bwd_in_ms\": 2, \"bwd_w_ms\": 2}]}\n";
+    return plan_of_json(json);
+}
+
+/* A plan of the MLP's nodes, one stage, named `names` (a JSON list). */
+static pd_plan *one_stage_plan(const char *names) {
+    char json[1024];
+    snprintf(json, sizeof json,
+             "{\"format\": \"pdonnx-plan\", \"version\": 1, \"workers\": 1, \"microbatches\": 4, "
+             "\"microbatch_size\": 8, \"nodes\": %s, \"stages\": [{\"id\": 0, \"replicas\": 1, \"nodes\": %s, "
+             "\"fwd_ms\": 1, \"bwd_in_ms\": 1, \"bwd_w_ms\": 1}]}\n", names, names);
+    return plan_of_json(json);
+}
+
+static pd_plan *plan_of_json(const char *json) {
     char path[1200];
-    snprintf(path, sizeof path, "%s/trainer-replicated-plan.json", workdir);
+    snprintf(path, sizeof path, "%s/trainer-plan.json", workdir);
     FILE *f = fopen(path, "w");
     if (f) {
         fputs(json, f);
@@ -548,6 +563,24 @@ static void test_bad_arguments(void) {
     CHECK(pd_trainer_create(g, plan, NULL, &old) == PD_OK && old, "create(NULL opt) is the defaults: %s",
           old ? "ok" : pd_last_error());
     pd_trainer_destroy(old);
+    /* a plan of another model: the first node that differs, by count and by name, and the model's file */
+    CHECK(pd_trainer_check_plan(g, plan) == PD_OK, "check_plan(its own plan): %s", pd_last_error());
+    CHECK(pd_trainer_check_plan(NULL, plan) == PD_ERR_INVALID && says("g is NULL"), "check_plan(NULL g): %s",
+          pd_last_error());
+    char want[1200];
+    pd_plan *renamed = one_stage_plan("[\"/fc1/Gemm\", \"/Relu\", \"/fc2/Gemm\", \"/Relu_1\", \"renamed\"]");
+    snprintf(want, sizeof want, "node 4 is 'renamed' in the plan but '/fc3/Gemm' in %s", model);
+    CHECK(renamed && pd_trainer_check_plan(g, renamed) == PD_ERR_INVALID && !strcmp(pd_last_error(), want),
+          "check_plan(a renamed node) says '%s': %s", want, pd_last_error());
+    snprintf(want, sizeof want, "pd_trainer_create: node 4 is 'renamed' in the plan but '/fc3/Gemm' in %s", model);
+    CHECK(renamed && pd_trainer_create(g, renamed, &o, &t) == PD_ERR_INVALID && !strcmp(pd_last_error(), want) &&
+              t == T0, "create(a renamed node) says '%s': %s", want, pd_last_error());
+    pd_plan *short4 = one_stage_plan("[\"/fc1/Gemm\", \"/Relu\", \"/fc2/Gemm\", \"/Relu_1\"]");
+    snprintf(want, sizeof want, "the plan has 4 nodes but %s has 5: plan this model", model);
+    CHECK(short4 && pd_trainer_check_plan(g, short4) == PD_ERR_INVALID && !strcmp(pd_last_error(), want),
+          "check_plan(a node short) says '%s': %s", want, pd_last_error());
+    pd_plan_destroy(renamed);
+    pd_plan_destroy(short4);
     pd_graph *other = load(2 * MB);
     pd_plan *p3 = other ? make_plan(other, 3) : NULL;
     CHECK(p3 && pd_trainer_create(g, p3, &o, &t) == PD_OK, "a 3-stage plan is fine: %s", pd_last_error());
@@ -681,6 +714,113 @@ static void test_recompute(void) {
     pd_buffer_free(bb);
 }
 
+/* pd_trainer_set_ring: the same rows through a ring of the fewest steps the
+ * schedule allows, filled on demand from the digits (offset by `first`
+ * rows, so a second call reads on), equal bit for bit to them given at once. */
+typedef struct ring_src {
+    float *x;
+    int64_t *y;
+    int64_t first, B;
+    int steps, calls, bad; /* bad: fail at this step (-1: never) */
+} ring_src;
+
+static pd_status ring_fill(void *ctx, int64_t step, int slot) {
+    ring_src *r = ctx;
+    r->calls++;
+    if (step == r->bad) return PD_ERR_IO;
+    int64_t row = r->first + step * r->B;
+    memcpy(r->x + (size_t)(slot * r->B * D), (const float *)X.data + row * D, sizeof(float) * (size_t)(r->B * D));
+    memcpy(r->y + (size_t)(slot * r->B), (const int64_t *)Y.data + row, sizeof(int64_t) * (size_t)r->B);
+    return PD_OK;
+}
+
+static void test_ring(void) {
+    pd_step_result ra[STEPS + MORE], rb[STEPS + MORE];
+    void *ba = NULL, *bb = NULL;
+    size_t la = 0, lb = 0;
+    pd_status sa = PD_ERR_INTERNAL, sb = PD_ERR_INTERNAL;
+    int ring = 0, calls = 0;
+    for (int use = 0; use < 2; use++) {
+        pd_graph *g = load(MB);
+        pd_plan *plan = g ? make_plan(g, 2) : NULL;
+        pd_train_options tr;
+        pd_trainer_options o = options("flush", M, &tr);
+        pd_trainer *t = NULL;
+        pd_status st = plan ? pd_trainer_create(g, plan, &o, &t) : PD_ERR_INTERNAL;
+        pd_step_result *r = use ? rb : ra;
+        if (st == PD_OK && !use) st = train(t, 0, STEPS, r);
+        if (st == PD_OK && !use) st = train(t, STEPS * MB * M, MORE, r + STEPS);
+        if (st == PD_OK && use) {
+            ring = pd_trainer_ring_steps(t);
+            ring_src src = {malloc(sizeof(float) * (size_t)(ring * MB * M * D)),
+                            malloc(sizeof(int64_t) * (size_t)(ring * MB * M)), 0, MB * M, ring, 0, -1};
+            pd_tensor x = X, y = Y;
+            x.shape[0] = y.shape[0] = ring * MB * M;
+            x.data = src.x;
+            y.data = src.y;
+            st = src.x && src.y ? pd_trainer_set_ring(t, ring, ring_fill, &src) : PD_ERR_NOMEM;
+            if (st == PD_OK) st = pd_trainer_train(t, STEPS, &x, &y, r);
+            src.first = STEPS * MB * M;
+            if (st == PD_OK) st = pd_trainer_train(t, MORE, &x, &y, r + STEPS);
+            calls = src.calls;
+            free(src.x);
+            free(src.y);
+        }
+        *(use ? &sb : &sa) = st;
+        finish(t, g, plan, use ? &bb : &ba, use ? &lb : &la);
+    }
+    CHECK(sa == PD_OK && sb == PD_OK && ring >= 2 && ring < STEPS && calls == STEPS + MORE &&
+              same_results(ra, rb, STEPS + MORE) && ba && bb && la == lb && !memcmp(ba, bb, la),
+          "set_ring: %d + %d steps through a ring of %d steps (%d fills) give the losses and the saved model (%zu "
+          "bytes) of the rows at once, bit for bit: %s", STEPS, MORE, ring, calls, la,
+          sb == PD_OK ? "ok" : pd_last_error());
+    pd_buffer_free(ba);
+    pd_buffer_free(bb);
+}
+
+/* What set_ring refuses, and a fill's error stopping the call. */
+static void test_ring_errors(void) {
+    pd_graph *g = load(MB);
+    pd_plan *plan = g ? make_plan(g, 2) : NULL;
+    pd_train_options tr;
+    pd_trainer_options o = options("flush", M, &tr);
+    pd_trainer *t = NULL;
+    if (!plan || pd_trainer_create(g, plan, &o, &t) != PD_OK) {
+        CHECK(0, "a trainer for the ring's errors: %s", pd_last_error());
+        pd_plan_destroy(plan);
+        pd_graph_destroy(g);
+        return;
+    }
+    int ring = pd_trainer_ring_steps(t);
+    CHECK(pd_trainer_set_ring(NULL, ring, ring_fill, NULL) == PD_ERR_INVALID && says("t is NULL"),
+          "set_ring(NULL t): %s", pd_last_error());
+    CHECK(pd_trainer_set_ring(t, ring, NULL, NULL) == PD_ERR_INVALID && says("pd_trainer_set_ring: steps is"),
+          "set_ring(no fill): %s", pd_last_error());
+    CHECK(pd_trainer_set_ring(t, ring - 1, ring_fill, NULL) == PD_ERR_INVALID && says("pd_trainer_set_ring") &&
+              says("at least"), "set_ring(%d steps, one short): %s", ring - 1, pd_last_error());
+    ring_src src = {malloc(sizeof(float) * (size_t)(ring * MB * M * D)),
+                    malloc(sizeof(int64_t) * (size_t)(ring * MB * M)), 0, MB * M, ring, 0, 3};
+    pd_tensor x = X, y = Y;
+    x.shape[0] = y.shape[0] = ring * MB * M;
+    x.data = src.x;
+    y.data = src.y;
+    CHECK(src.x && src.y && pd_trainer_set_ring(t, ring, ring_fill, &src) == PD_OK, "set_ring(%d steps): %s", ring,
+          pd_last_error());
+    x.shape[0] = ring * MB * M - 1;
+    char want[128];
+    snprintf(want, sizeof want, "%d steps of %d rows (the ring's) need %d", ring, MB * M, ring * MB * M);
+    CHECK(pd_trainer_train(t, STEPS, &x, &y, NULL) == PD_ERR_SHAPE && says("inputs[0]") && says(want) && src.calls == 0,
+          "train with a ring's rows one short is refused before any fill: %s", pd_last_error());
+    x.shape[0] = ring * MB * M;
+    CHECK(pd_trainer_train(t, STEPS, &x, &y, NULL) == PD_ERR_IO && src.calls >= 4,
+          "a fill failing at step 3 stops the call with its status (%d fills): %s", src.calls, pd_last_error());
+    free(src.x);
+    free(src.y);
+    pd_trainer_destroy(t);
+    pd_plan_destroy(plan);
+    pd_graph_destroy(g);
+}
+
 int main(int argc, char **argv) {
     if (argc < 4) {
         fprintf(stderr, "usage: test_trainer MODEL.onnx DIGITS_DIR WORKDIR\n");
@@ -706,6 +846,8 @@ int main(int argc, char **argv) {
     test_session_snapshot();
     test_two_trainers();
     test_recompute();
+    test_ring();
+    test_ring_errors();
     pd_tensor_free(&X);
     pd_tensor_free(&Y);
     return check_summary();

@@ -12,8 +12,10 @@
 #include "../runtime/pipeline.h"
 #include "../runtime/comm/transport.h"
 #include "../runtime/session.h"
+#include "../runtime/trainer.h"
 #include "ckpt.h"
 #include "cli.h"
+#include "train_pipe.h"
 #include "train_avgpipe.h"
 
 #include <errno.h>
@@ -418,56 +420,11 @@ static bool pd__metrics_ok(FILE *f, const char *path) {
 
 /* ---- pipeline training (--stages N | --plan FILE) ---------------------------------- */
 
-/* A plan for g: the file's (its nodes must be g's), or PipeDream's planner on
- * a profile measured now, as a straight pipeline of at most `stages` stages. */
+/* The run's plan (train_pipe.h): interleaved runs --virtual-stages (2) per stage. */
 static pd_status pd__pipe_plan(const pd__targs *a, pd_graph *g, bool interleaved, pd_plan **out) {
-    if (a->plan) {
-        pd_plan *pl;
-        PD_TRY(pd_plan_load(a->plan, &pl));
-        if (pl->n_nodes != pd_graph_num_nodes(g)) {
-            pd_status st = pd__err(PD_ERR_INVALID, "--plan %s has %d nodes but %s has %d: plan this model", a->plan,
-                                   pl->n_nodes, a->model, pd_graph_num_nodes(g));
-            pd_plan_destroy(pl);
-            return st;
-        }
-        for (int i = 0; i < pl->n_nodes; i++) {
-            pd_node_info ni;
-            if (pd_graph_node(g, i, &ni) != PD_OK) ni.name = "";
-            if (strcmp(ni.name, pl->node_name[i]) != 0) {
-                pd_status st = pd__err(PD_ERR_INVALID, "--plan %s: node %d is '%s' in the plan but '%s' in %s", a->plan,
-                                       i, pl->node_name[i], ni.name, a->model);
-                pd_plan_destroy(pl);
-                return st;
-            }
-        }
-        *out = pl;
-        return PD_OK;
-    }
-    pd_profile_options po = PD_PROFILE_OPTIONS_INIT;
-    po.optimizer = a->o.optimizer;
-    po.loss = a->o.loss;
-    po.threads = a->o.threads;
-    po.warmup = 1;
-    po.repeats = 3;
-    pd_profile *prof;
-    PD_TRY(pd_profile_measure(g, &po, &prof));
-    /* interleaved: stages x V virtual stages, virtual stage k on worker k % stages */
-    int V = interleaved ? (int)(a->virtual_stages ? a->virtual_stages : 2) : 1;
-    pd_plan_options o = PD_PLAN_OPTIONS_INIT;
-    o.workers = (int)a->stages * V;
-    o.straight = 1;
-    o.microbatches = (int)a->microbatches;
-    pd_status st = pd_plan_create(prof, &o, out);
-    if (st == PD_OK && V > 1 && (*out)->n_stages != o.workers) {
-        /* the planner found fewer stages worth having: cut evenly instead */
-        pd_plan_destroy(*out);
-        *out = NULL;
-        o.algo = "uniform";
-        st = pd_plan_create(prof, &o, out);
-    }
-    if (st == PD_OK) (*out)->chunks = V;
-    pd_profile_destroy(prof);
-    return st;
+    int chunks = interleaved ? (int)(a->virtual_stages ? a->virtual_stages : 2) : 1;
+    pd_cli_plan_args pa = {a->plan, (int)a->stages, (int)a->microbatches, chunks, a->o.threads, &a->o};
+    return pd_cli_pipe_plan(&pa, g, out);
 }
 
 /* ---- under mpirun: one process per stage replica (docs/DISTRIBUTED.md) ----
@@ -570,11 +527,12 @@ static void pd__pmetrics_upto(void *ctx, int64_t b) {
     fflush(m->f);
 }
 
-/* The pipeline of the run: rank 0's plan (a resumed run's own), its
- * pipe, and under MPI every process agreed and given its ranks; 0, or 1
- * after printing the error (*plan and *pipe: the caller frees them). */
+/* The pipeline of the run: rank 0's plan (a resumed run's own), a trainer
+ * on it (made and checked as pd_trainer_create makes one), and under MPI
+ * every process agreed and given its ranks; 0, or 1 after printing the
+ * error (*plan and *trainer: the caller frees them). */
 static int pd__pipeline_setup(pd__targs *a, pd_graph *g, pd__sched_kind kind, int M, pd__ckrun *cr, pd_plan **out_plan,
-                              pd__pipe **out_pipe) {
+                              pd_trainer **out_trainer, pd__pipe **out_pipe) {
     if (pd__mp.size > 1) { /* rank 0 plans; the others take its plan */
         pd_status ps = pd__mp.rank != 0 ? PD_OK
                        : cr->from.nparts  ? pd__ckpt_plan(a, g, cr->from_info, out_plan)
@@ -589,11 +547,12 @@ static int pd__pipeline_setup(pd__targs *a, pd_graph *g, pd__sched_kind kind, in
         return 1;
     }
     if (a->recompute) (*out_plan)->recompute = true; /* or the plan's own "recompute": true */
-    if (pd__pipe_create(g, *out_plan, &a->o, kind, M, out_pipe) != PD_OK ||
-        pd__pipe_set_vertical_sync(*out_pipe, a->vertical_sync) != PD_OK) {
-        pd_cli_fail();
-        return 1;
-    }
+    pd_trainer_options to = PD_TRAINER_OPTIONS_INIT;
+    to.train = &a->o;
+    to.microbatches = M;
+    to.vertical_sync = a->vertical_sync;
+    if (pd__trainer_create_kind(g, *out_plan, &to, kind, out_trainer) != PD_OK) return pd_cli_fail();
+    *out_pipe = pd__trainer_pipe(*out_trainer);
     if (pd__mp.size > 1) {
         bool fits = pd__pipe_fits(*out_pipe, pd__mp.size) == PD_OK;
         if (!fits) fprintf(stderr, "pdonnx: %s\n", pd_cli_error());
@@ -685,76 +644,65 @@ static bool pd__write_traces(const pd__targs *a, pd__pipe *pipe) {
     return true;
 }
 
-/* The pipeline's ring of steps (pd__pipe_set_ring): step k's rows from the
- * data stream into slot `slot` of x and y. */
-typedef struct pd__ring {
-    pd__data *data;
-    size_t xrow, yrow;
-    int64_t batch;
-    char *x, *y;
-} pd__ring;
+/* The run's checkpoints: the plan goes into every one (a resume runs the
+ * same), the writer attached to the pipe, and a resume's state restored;
+ * 0, or 1 after printing the error. */
+static int pd__pipe_ckpt_start(pd__targs *a, pd__ckrun *cr, const pd_plan *plan, pd__pipe *pipe, pd__pmetrics *pm) {
+    cr->parts = pd__pipe_stages(pipe);
+    if (cr->info) {
+        char *pj = pd__plan_to_json(plan);
+        cJSON_AddItemToObject(cr->info, "plan", pj ? cJSON_Parse(pj) : cJSON_CreateNull());
+        free(pj);
+        /* under MPI rank 0 knows the losses only after the run: the metrics are written then */
+        if (pd__ckpt_begin(a, cr) != PD_OK ||
+            pd_cli_ckpt_attach(cr->ck, pipe, pd__mp.size > 1 ? NULL : pd__pmetrics_upto, pm) != PD_OK)
+            return pd_cli_fail();
+    }
+    if (cr->from.nparts &&
+        pd__pipe_resume(pipe, cr->first, cr->from.nparts, (const void *const *)cr->from.parts, cr->from.lens) != PD_OK) {
+        fprintf(stderr, "pdonnx: --resume %s: %s\n", cr->from.path, pd_cli_error());
+        return 1;
+    }
+    return 0;
+}
 
-static pd_status pd__ring_fill_rows(void *ctx, int64_t step, int slot) {
-    pd__ring *r = (pd__ring *)ctx;
-    size_t at = (size_t)slot * (size_t)r->batch;
-    return pd__data_fill(r->data, step, r->x + r->xrow * at, r->y + r->yrow * at);
+/* The progress lines of the steps trained (about ten) and the total's. */
+static void pd__report_steps(const pd_step_result *res, int64_t first, int64_t steps, int64_t B, double total) {
+    int64_t every = steps / 10 > 0 ? steps / 10 : 1;
+    for (int64_t k = first; k < steps; k++)
+        if ((k + 1) % every == 0 || k + 1 == steps)
+            printf("step %lld/%lld  loss %.6f  lr %.4g\n", (long long)k + 1, (long long)steps, res[k].loss, res[k].lr);
+    printf("trained %lld steps in %.2f s: %.0f samples/s, final loss %.6f\n", (long long)steps, total,
+           (double)((steps - first) * B) / total, res[steps - 1].loss);
 }
 
 static int pd__train_pipeline(pd__targs *a, pd_graph *g, const char *input, pd_tensor *X, pd_tensor *Y,
                               pd__data *data, int64_t steps, pd__sched_kind kind, FILE *mf, pd__ckrun *cr) {
     int rc = 1;
     pd_plan *plan = NULL;
+    pd_trainer *trainer = NULL;
     pd__pipe *pipe = NULL;
-    pd_tensor *ins = NULL;
+    pd_tensor *ins = NULL, ty;
     pd_step_result *res = NULL;
-    void *bx = NULL, *by = NULL;
+    pd_cli_ring rg = {data, a->batch, 1, 0, NULL, NULL, 0, 0, NULL, NULL};
     int M = (int)a->microbatches;
     int64_t first = cr->first;
     pd__pmetrics pm = {mf, NULL, first, a->batch, X->shape[0], 0};
-    if (pd__pipeline_setup(a, g, kind, M, cr, &plan, &pipe) != 0) goto out;
-    cr->parts = pd__pipe_stages(pipe);
-    if (cr->info) { /* the plan goes into every checkpoint: a resume runs the same one */
-        char *pj = pd__plan_to_json(plan);
-        cJSON_AddItemToObject(cr->info, "plan", pj ? cJSON_Parse(pj) : cJSON_CreateNull());
-        free(pj);
-        /* under MPI rank 0 knows the losses only after the run: the metrics are written then */
-        if (pd__ckpt_begin(a, cr) != PD_OK ||
-            pd_cli_ckpt_attach(cr->ck, pipe, pd__mp.size > 1 ? NULL : pd__pmetrics_upto, &pm) != PD_OK) {
-            pd_cli_fail();
-            goto out;
-        }
-    }
-    if (cr->from.nparts &&
-        pd__pipe_resume(pipe, first, cr->from.nparts, (const void *const *)cr->from.parts, cr->from.lens) != PD_OK) {
-        fprintf(stderr, "pdonnx: --resume %s: %s\n", cr->from.path, pd_cli_error());
-        goto out;
-    }
-    /* the steps' minibatches from the same stream as one stage reads, a few
-     * steps at a time: a ring of them the stages fill as they read */
-    int64_t B = a->batch, rows = steps * B;
-    int ring = pd__pipe_ring_steps(pipe);
-    pd__ring rg = {data, (size_t)(pd_tensor_numel(X) / X->shape[0]) * pd_dtype_size(X->dtype),
-                   (size_t)(pd_tensor_numel(Y) / Y->shape[0]) * pd_dtype_size(Y->dtype), B, NULL, NULL};
-    rg.x = bx = malloc(rg.xrow * (size_t)(ring * B) + 1);
-    rg.y = by = malloc(rg.yrow * (size_t)(ring * B) + 1);
-    int nin = pd_graph_num_inputs(g);
-    ins = calloc((size_t)nin + 1, sizeof *ins);
+    if (pd__pipeline_setup(a, g, kind, M, cr, &plan, &trainer, &pipe) != 0) goto out;
+    if (pd__pipe_ckpt_start(a, cr, plan, pipe, &pm) != 0) goto out;
+    /* the steps' minibatches from the same stream as one stage reads */
+    int64_t B = a->batch;
+    ins = calloc((size_t)pd_graph_num_inputs(g) + 1, sizeof *ins);
     res = calloc((size_t)steps, sizeof *res);
-    if (!bx || !by || !ins || !res) {
+    if (!ins || !res) {
         fprintf(stderr, "pdonnx: out of memory for the pipeline's data\n");
         goto out;
     }
-    if (pd__pipe_set_ring(pipe, ring, pd__ring_fill_rows, &rg) != PD_OK) {
+    int ring = pd_trainer_ring_steps(trainer);
+    if (pd_cli_ring_open(&rg, ring, g, input, X, Y, ins, &ty) != 0) goto out;
+    if (pd_trainer_set_ring(trainer, ring, pd_cli_ring_fill, &rg) != PD_OK) {
         pd_cli_fail();
         goto out;
-    }
-    pd_tensor tx = *X, ty = *Y;
-    tx.shape[0] = ty.shape[0] = ring * B;
-    tx.data = bx;
-    ty.data = by;
-    for (int i = 0; i < nin; i++) {
-        pd_value_info v;
-        ins[i] = pd_graph_input(g, i, &v) == PD_OK && strcmp(v.name, input) == 0 ? tx : ty;
     }
     if (!a->quiet)
         printf("training %s as a pipeline: %d stages%s, %s schedule, %d microbatch%s of %lld rows per step, %lld steps, "
@@ -767,7 +715,7 @@ static int pd__train_pipeline(pd__targs *a, pd_graph *g, const char *input, pd_t
     double t0 = pd__now();
     pm.res = res;
     pm.t0 = t0;
-    if (first < steps && pd__pipe_run(pipe, steps, ins, &ty, res) != PD_OK) {
+    if (first < steps && pd_trainer_train(trainer, steps, ins, &ty, res) != PD_OK) {
         pd_cli_fail();
         goto out;
     }
@@ -786,16 +734,9 @@ static int pd__train_pipeline(pd__targs *a, pd_graph *g, const char *input, pd_t
         rc = 0;
         goto out;
     }
-    rows = (steps - first) * B;
-    int64_t every = steps / 10 > 0 ? steps / 10 : 1;
     pd__pmetrics_upto(&pm, steps);
-    for (int64_t k = first; k < steps; k++) {
-        if (!a->quiet && ((k + 1) % every == 0 || k + 1 == steps))
-            printf("step %lld/%lld  loss %.6f  lr %.4g\n", (long long)k + 1, (long long)steps, res[k].loss, res[k].lr);
-    }
     if (!a->quiet) {
-        printf("trained %lld steps in %.2f s: %.0f samples/s, final loss %.6f\n", (long long)steps, total,
-               (double)rows / total, res[steps - 1].loss);
+        pd__report_steps(res, first, steps, B, total);
         if (pd__mp.size < 2) pd__report_stages(pipe, plan, kind, M); /* under MPI each process knows its own stage only */
     }
     if (!pd__write_traces(a, pipe)) goto out;
@@ -813,12 +754,11 @@ out:
         pd_cli_fail();
         rc = 1;
     }
-    pd__pipe_destroy(pipe); /* the trained weights go back into g */
+    pd_trainer_destroy(trainer); /* the trained weights go back into g */
     pd_plan_destroy(plan);
     free(ins);
     free(res);
-    free(bx);
-    free(by);
+    pd_cli_ring_free(&rg);
     return rc;
 }
 
@@ -966,6 +906,40 @@ static bool pd__open_data(const pd__targs *a, pd__shards *xs, pd_tensor *X, pd__
     return true;
 }
 
+/* A pipeline's flags (--stages or --plan given): the schedule, the
+ * microbatches (by default enough to fill the pipeline) and what goes with
+ * which; 0, or 2 after the usage error. */
+static int pd__pipe_flags(pd__targs *a, pd__sched_kind *kind_out) {
+    pd__sched_kind kind = PD_SCHED_FLUSH;
+    if (a->schedule && pd__sched_kind_parse(a->schedule, &kind) != PD_OK)
+        return pd_cli_usage_error("train: %s", pd_cli_error());
+    if (!a->microbatches) {
+        /* enough microbatches to fill the pipeline: the smallest divisor of the batch >= the stages */
+        int64_t want = a->stages ? a->stages : 4;
+        a->microbatches = a->batch;
+        for (int64_t m = want; m <= a->batch; m++)
+            if (a->batch % m == 0) {
+                a->microbatches = m;
+                break;
+            }
+        if (kind == PD_SCHED_PIPEDREAM) a->microbatches = 1;
+    }
+    if (a->vertical_sync && kind != PD_SCHED_PIPEDREAM)
+        return pd_cli_usage_error("train: %s", "--vertical-sync goes with --schedule pipedream");
+    if (a->virtual_stages && (kind != PD_SCHED_INTERLEAVED || a->plan))
+        return pd_cli_usage_error("train: %s", "--virtual-stages goes with --stages N --schedule interleaved");
+    if (kind == PD_SCHED_PIPEDREAM && a->microbatches != 1)
+        return pd_cli_usage_error("train: %s", "--schedule pipedream updates after every microbatch: use --microbatches 1");
+    if (a->batch % a->microbatches) {
+        char msg[96];
+        snprintf(msg, sizeof msg, "--batch %lld is not a multiple of --microbatches %lld", (long long)a->batch,
+                 (long long)a->microbatches);
+        return pd_cli_usage_error("train: %s", msg);
+    }
+    *kind_out = kind;
+    return 0;
+}
+
 /* train's arguments: MODEL.flags's, then the command line's, checked against
  * each other; 0, or the exit code after printing the usage error. */
 static int pd__train_args(int argc, char **argv, const pd_cli_avg_args *av, pd__targs *a, bool *piped_out,
@@ -1042,42 +1016,7 @@ static int pd__train_args(int argc, char **argv, const pd_cli_avg_args *av, pd__
         pd_cli_usage_error("train: %s", "give --stages N or --plan FILE, not both");
         return rc;
     }
-    if (piped) {
-        if (a->schedule && pd__sched_kind_parse(a->schedule, &kind) != PD_OK) {
-            pd_cli_usage_error("train: %s", pd_cli_error());
-            return rc;
-        }
-        if (!a->microbatches) {
-            /* enough microbatches to fill the pipeline: the smallest divisor of the batch >= the stages */
-            int64_t want = a->stages ? a->stages : 4;
-            a->microbatches = a->batch;
-            for (int64_t m = want; m <= a->batch; m++)
-                if (a->batch % m == 0) {
-                    a->microbatches = m;
-                    break;
-                }
-            if (kind == PD_SCHED_PIPEDREAM) a->microbatches = 1;
-        }
-        if (a->vertical_sync && kind != PD_SCHED_PIPEDREAM) {
-            pd_cli_usage_error("train: %s", "--vertical-sync goes with --schedule pipedream");
-            return rc;
-        }
-        if (a->virtual_stages && (kind != PD_SCHED_INTERLEAVED || a->plan)) {
-            pd_cli_usage_error("train: %s", "--virtual-stages goes with --stages N --schedule interleaved");
-            return rc;
-        }
-        if (kind == PD_SCHED_PIPEDREAM && a->microbatches != 1) {
-            pd_cli_usage_error("train: %s", "--schedule pipedream updates after every microbatch: use --microbatches 1");
-            return rc;
-        }
-        if (a->batch % a->microbatches) {
-            char msg[96];
-            snprintf(msg, sizeof msg, "--batch %lld is not a multiple of --microbatches %lld", (long long)a->batch,
-                     (long long)a->microbatches);
-            pd_cli_usage_error("train: %s", msg);
-            return rc;
-        }
-    }
+    if (piped && pd__pipe_flags(a, &kind) != 0) return rc;
     *kind_out = kind;
     return 0;
 }

@@ -12,6 +12,7 @@
 #include "../runtime/optim.h"
 #include "../runtime/pipeline.h"
 #include "cli.h"
+#include "train_pipe.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -55,78 +56,41 @@ static double pd__avg_now(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* The plan every pipeline runs: the file's, or one planned on a profile measured now. */
+/* The plan every pipeline runs (train_pipe.h), profiled on one thread. */
 static pd_status pd__avg_plan(const pd_cli_avg_ctx *c, pd_plan **out) {
-    if (c->plan) {
-        PD_TRY(pd_plan_load(c->plan, out));
-        if ((*out)->n_nodes != pd_graph_num_nodes(c->g)) {
-            pd_status st = pd__err(PD_ERR_INVALID, "--plan %s has %d nodes but %s has %d: plan this model", c->plan,
-                                   (*out)->n_nodes, c->model, pd_graph_num_nodes(c->g));
-            pd_plan_destroy(*out);
-            *out = NULL;
-            return st;
-        }
-        return PD_OK;
-    }
-    pd_profile_options po = PD_PROFILE_OPTIONS_INIT;
-    po.optimizer = c->o->optimizer;
-    po.loss = c->o->loss;
-    po.threads = 1;
-    po.warmup = 1;
-    po.repeats = 3;
-    pd_profile *prof;
-    PD_TRY(pd_profile_measure(c->g, &po, &prof));
-    pd_plan_options o = PD_PLAN_OPTIONS_INIT;
-    o.workers = c->stages;
-    o.straight = 1;
-    o.microbatches = c->microbatches;
-    pd_status st = pd_plan_create(prof, &o, out);
-    pd_profile_destroy(prof);
-    return st;
+    pd_cli_plan_args pa = {c->plan, c->stages, c->microbatches, 1, 1, c->o};
+    return pd_cli_pipe_plan(&pa, c->g, out);
 }
 
 /* One AvgPipe run's buffers: the K graphs (0 the caller's), each local
- * pipeline's rows (bx, by) and the tensors over them (inp, lab), the step
+ * pipeline's ring of rows and the tensors over them (inp, lab), the step
  * results (res: the mean, per: per pipeline). */
-typedef struct avg_run avg_run;
-typedef struct avg_ring {
-    avg_run *run;
-    int i, mine; /* the pipeline; under mpirun, the first of this process's minibatches */
-} avg_ring;
-
-struct avg_run {
+typedef struct avg_run {
     int K, nin, here; /* here: pipelines in this process (under mpirun, one stage of one) */
     int64_t steps, B, rows;
     pd_graph **g;
-    void **bx, **by;  /* each pipeline's ring of steps' rows */
-    avg_ring *ring;
-    pd__avg *avg;
-    pd__data *data;
-    size_t xrow, yrow;
+    pd_cli_ring *ring;
     pthread_mutex_t mu; /* the data stream, one fill at a time */
     pd_tensor *ins, *lab;
     const pd_tensor **inp;
     pd_step_result *res, *per;
-};
+} avg_run;
 
 static bool avg_alloc(avg_run *r, int K, int nin, int64_t steps) {
     r->K = K, r->nin = nin, r->steps = steps;
     r->g = calloc((size_t)K, sizeof *r->g);
-    r->bx = calloc((size_t)K, sizeof *r->bx), r->by = calloc((size_t)K, sizeof *r->by);
     r->ins = calloc((size_t)K * ((size_t)nin + 1), sizeof *r->ins), r->lab = calloc((size_t)K, sizeof *r->lab);
     r->inp = calloc((size_t)K, sizeof *r->inp);
     r->res = calloc((size_t)steps, sizeof *r->res), r->per = calloc((size_t)(K * steps), sizeof *r->per);
     r->ring = calloc((size_t)K, sizeof *r->ring);
     pthread_mutex_init(&r->mu, NULL);
-    return r->g && r->bx && r->by && r->ins && r->lab && r->inp && r->res && r->per && r->ring;
+    return r->g && r->ins && r->lab && r->inp && r->res && r->per && r->ring;
 }
 
 static void avg_free(avg_run *r) {
     for (int i = 1; r->g && i < r->K; i++) pd_graph_destroy(r->g[i]);
-    for (int i = 0; r->bx && r->by && i < r->K; i++) free(r->bx[i]), free(r->by[i]); /* (NULL beyond this process's) */
+    for (int i = 0; r->ring && i < r->K; i++) pd_cli_ring_free(&r->ring[i]); /* (empty beyond this process's) */
     free(r->g);
-    free(r->bx);
-    free(r->by);
     free(r->ins);
     free(r->lab);
     free(r->inp);
@@ -182,47 +146,16 @@ static int avg_create(const pd_cli_avg_args *av, const pd_cli_avg_ctx *c, pd_pla
     return 0;
 }
 
-/* Pipeline i's ring of steps: its step k (counted from the round's start,
- * pd__avg_steps before it) is minibatch (steps before + k) K + i + mine of
- * the stream; the pipelines' threads share the stream, one fill at a time. */
-static pd_status avg_fill(void *ctx, int64_t step, int slot) {
-    avg_ring *g = (avg_ring *)ctx;
-    avg_run *r = g->run;
-    size_t at = (size_t)slot * (size_t)r->B;
-    pthread_mutex_lock(&r->mu);
-    int64_t k = (pd__avg_steps(r->avg) + step) * r->K + g->i + g->mine;
-    pd_status st = pd__data_fill(r->data, k, (char *)r->bx[g->i] + r->xrow * at, (char *)r->by[g->i] + r->yrow * at);
-    pthread_mutex_unlock(&r->mu);
-    return st;
-}
-
-/* Pipeline i's steps stream minibatches i, K + i, 2K + i, ..., read through a ring. */
+/* Pipeline i's steps stream minibatches i, K + i, 2K + i, ..., read through
+ * a ring (under mpirun i is this process's pipeline, pd__avg_mine). */
 static int avg_data(const pd_cli_avg_ctx *c, pd__avg *avg, avg_run *r) {
-    r->avg = avg;
-    r->data = c->data;
-    r->xrow = (size_t)(pd_tensor_numel(c->X) / c->X->shape[0]) * pd_dtype_size(c->X->dtype);
-    r->yrow = (size_t)(pd_tensor_numel(c->Y) / c->Y->shape[0]) * pd_dtype_size(c->Y->dtype);
     for (int i = 0; i < r->here; i++) {
+        r->ring[i] = (pd_cli_ring){c->data, r->B, r->K, i + pd__avg_mine(avg), avg, &r->mu, 0, 0, NULL, NULL};
+        pd_tensor *in = r->ins + (size_t)i * ((size_t)r->nin + 1);
         pd__pipe *pipe = pd__avg_pipe(avg, i);
         int ring = pd__pipe_ring_steps(pipe);
-        r->bx[i] = malloc(r->xrow * (size_t)(ring * r->B) + 1);
-        r->by[i] = malloc(r->yrow * (size_t)(ring * r->B) + 1);
-        if (!r->bx[i] || !r->by[i]) {
-            fprintf(stderr, "pdonnx: out of memory for the data of %d pipelines\n", r->K);
-            return 1;
-        }
-        r->ring[i] = (avg_ring){r, i, pd__avg_mine(avg)};
-        if (pd__pipe_set_ring(pipe, ring, avg_fill, &r->ring[i]) != PD_OK) return pd_cli_fail();
-        pd_tensor tx = *c->X, ty = *c->Y;
-        tx.shape[0] = ty.shape[0] = ring * r->B;
-        tx.data = r->bx[i];
-        ty.data = r->by[i];
-        pd_tensor *in = r->ins + (size_t)i * ((size_t)r->nin + 1);
-        for (int j = 0; j < r->nin; j++) {
-            pd_value_info v;
-            in[j] = pd_graph_input(c->g, j, &v) == PD_OK && strcmp(v.name, c->input) == 0 ? tx : ty;
-        }
-        r->lab[i] = ty;
+        if (pd_cli_ring_open(&r->ring[i], ring, c->g, c->input, c->X, c->Y, in, &r->lab[i]) != 0) return 1;
+        if (pd__pipe_set_ring(pipe, ring, pd_cli_ring_fill, &r->ring[i]) != PD_OK) return pd_cli_fail();
         r->inp[i] = in;
     }
     return 0;

@@ -1,0 +1,23 @@
+/* trainer.h - what `pdonnx train` reaches of a pd_trainer beyond the public
+ * API (runtime/trainer.c). The CLI's pipeline is a trainer, made and checked
+ * as pd_trainer_create makes one, and trains with pd_trainer_set_ring and
+ * pd_trainer_train; it reaches the pipeline itself for what the public
+ * calls do not offer yet: CheckFreq's checkpoint policy and its resume
+ * (tools/ckpt.c), the per-stage report and traces, and under mpirun its
+ * own agreement, ranks, gather and per-stage save. */
+#ifndef PD_TRAINER_H
+#define PD_TRAINER_H
+
+#include "../core/schedule.h"
+#include "pipeline.h"
+
+/* pd_trainer_create with the schedule already parsed (AvgPipe's schedule
+ * runs as one pipeline here: pdonnx train --schedule avgpipe without
+ * --parallel-pipelines); opt->schedule is not read, opt->mpi must be 0
+ * (the CLI agrees across processes itself). */
+pd_status pd__trainer_create_kind(pd_graph *g, const pd_plan *plan, const pd_trainer_options *opt,
+                                  pd__sched_kind kind, pd_trainer **out);
+/* The trainer's pipeline (pd_trainer_destroy destroys it). */
+pd__pipe *pd__trainer_pipe(pd_trainer *t);
+
+#endif
