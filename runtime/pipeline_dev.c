@@ -8,6 +8,24 @@
 #include <math.h>
 #include <string.h>
 
+/* ---- GPU stages (--device cuda; docs/CUDA.md, "The pipeline on GPUs") ----------------------------
+ *
+ * Every thread of a GPU pipeline has a pd__gpu (pipeline_cuda.h: its CUDA
+ * context, its chunks' packed weight, gradient, optimizer-state and stash
+ * slabs, a device twin of each slot's activation context) and every link a
+ * pd__glink (device message buffers ordered by events; the queues carry
+ * their indices). The schedule, the weight-version bookkeeping (live,
+ * stash[].version, need_until, slot_ver) and the queues are the CPU
+ * pipeline's; F, B, W, SEND, RECV, ALLREDUCE and STEP of a GPU thread run
+ * here instead, on the device. Under MPI (one stage replica per process)
+ * messages between processes go by NCCL (comm/nccl.h: device buffers, no
+ * host copy) and a replicated stage's processes sum their gradients with
+ * ncclAllReduce; the MPI transport keeps the rest (failures, the step
+ * results, the gradient norm's parts, the final gather). The device side is
+ * made at the first run, once pd__pipe_set_ranks has said which threads run
+ * here. Not yet: replicas in one process, tied weights, several stages per
+ * MPI process, snapshots, AvgPipe (refused with a line naming them). */
+
 pd_status pd__dev_refuse(const char *what) {
     return pd__err(PD_ERR_UNSUPPORTED, "pipeline: %s with GPU stages: not supported yet", what);
 }
