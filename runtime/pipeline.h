@@ -39,7 +39,7 @@
  * GPU stages (o->device PD_DEVICE_CUDA; docs/CUDA.md, "The pipeline on
  * GPUs"): every thread computes on a CUDA device (the plan's per stage, else
  * o->device_index), its weights, stashes and contexts there
- * (runtime/pipeline_cuda.h), made at the first run; messages are device
+ * (runtime/pipeline_devmem.h), made at the first run; messages are device
  * copies ordered by events, NCCL between processes. Not yet: replicas in one
  * process, tied weights, snapshots.
  */

@@ -2,7 +2,7 @@
  * instruction (F, B, W, SEND, RECV, ALLREDUCE, STEP), of snapshots and
  * resume and of tied weights, and the device set-up and teardown
  * (pipeline_impl.h). runtime/pipeline.c calls these where a thread's stage
- * is on a GPU (W->dev); the device memory is runtime/pipeline_cuda.c's. */
+ * is on a GPU (W->dev); the device memory is runtime/pipeline_devmem.c's. */
 #include "pipeline_impl.h"
 
 #include <math.h>
@@ -10,7 +10,7 @@
 
 /* ---- GPU stages (--device cuda; docs/CUDA.md, "The pipeline on GPUs") ----------------------------
  *
- * Every thread of a GPU pipeline has a pd__gpu (pipeline_cuda.h: its CUDA
+ * Every thread of a GPU pipeline has a pd__gpu (pipeline_devmem.h: its device
  * context, its chunks' packed weight, gradient, optimizer-state and stash
  * slabs, a device twin of each slot's activation context) and every link a
  * pd__glink (device message buffers ordered by events; the queues carry
@@ -25,6 +25,16 @@
  * made at the first run, once pd__pipe_set_ranks has said which threads run
  * here. Not yet: replicas in one process, tied weights, several stages per
  * MPI process, snapshots, AvgPipe (refused with a line naming them). */
+
+/* The device interface GPU stages run on: CUDA's table (the simulated
+ * device's too); none without the backend, which pd__gpu_check refuses first. */
+static const pd__dev_i *pd__dev_gpu_i(void) {
+#ifdef PD_HAVE_CUDA
+    return &pd__dev_cuda;
+#else
+    return NULL;
+#endif
+}
 
 pd_status pd__dev_refuse(const char *what) {
     return pd__err(PD_ERR_UNSUPPORTED, "pipeline: %s with GPU stages: not supported yet", what);
@@ -58,14 +68,14 @@ pd_status pd__dev_prepare(pd__pipe *p, const pd_plan *plan, const pd_train_optio
 
 /* What pd__dev_setup made, undone (a failed set-up, pd__pipe_destroy). */
 void pd__dev_teardown(pd__pipe *p) {
+    for (int l = 0; p->glink && l + 1 < p->nvstages; l++) pd__glink_destroy(p->glink[l]); /* before the contexts it uses */
+    PD_FREE(p->glink);
+    p->glink = NULL;
     for (int i = 0; p->wk && i < p->nwk; i++) {
         pd__gpu_destroy(p->wk[i].dev);
         p->wk[i].dev = NULL;
         for (int c = 0; p->wk[i].ch && c < p->nchunks; c++) p->wk[i].ch[c].dev = false;
     }
-    for (int l = 0; p->glink && l + 1 < p->nvstages; l++) pd__glink_destroy(p->glink[l]);
-    PD_FREE(p->glink);
-    p->glink = NULL;
     if (p->dremote) p->dremote->vt->destroy(p->dremote); /* after the contexts, whose pending hook reads it */
     p->dremote = NULL;
     p->gready = false;
@@ -105,7 +115,7 @@ pd_status pd__dev_setup(pd__pipe *p) {
         int ndev = pd_cuda_device_count();
         if (p->remote && !p->gfix[W->w] && ndev > 0) /* as torchrun's LOCAL_RANK: a machine's processes spread */
             p->gdev[W->w] = (p->o.device_index + p->lrank) % ndev;
-        st = pd__gpu_create(p->s, g, &p->sl, p->gdev[W->w], p->o.precision, p->nchunks, cd, p->nslots, &W->dev);
+        st = pd__gpu_create(p->s, g, &p->sl, pd__dev_gpu_i(), p->gdev[W->w], p->o.precision, p->nchunks, cd, p->nslots, &W->dev);
         if (st != PD_OK) pd__err_prefix("stage %d on cuda:%d", W->w, p->gdev[W->w]);
         for (int c = 0; c < p->nchunks && st == PD_OK; c++) W->ch[c].dev = true;
         mine = W;
@@ -115,8 +125,8 @@ pd_status pd__dev_setup(pd__pipe *p) {
     if (st == PD_OK && !p->remote && p->nvstages > 1 && !(p->glink = PD_CALLOC((size_t)p->nvstages - 1, sizeof *p->glink)))
         st = pd__err(PD_ERR_NOMEM, "out of memory");
     for (int l = 0; !p->remote && l + 1 < p->nvstages && st == PD_OK; l++)
-        st = pd__glink_create(p->gdev[l % p->nworkers], p->gdev[(l + 1) % p->nworkers], p->link[l].act_bytes,
-                              p->link[l].grad_bytes, p->link[l].fwd.cap + 2, &p->glink[l]);
+        st = pd__glink_create(p->wk[p->wbase[l % p->nworkers]].dev, p->wk[p->wbase[(l + 1) % p->nworkers]].dev,
+                              p->link[l].act_bytes, p->link[l].grad_bytes, p->link[l].fwd.cap + 2, &p->glink[l]);
     if (p->remote) {
 #ifdef PD_HAVE_NCCL
         int *worker_of = PD_MALLOC(sizeof(int) * (size_t)p->nwk);

@@ -1,9 +1,10 @@
 /* pipeline_impl.h - private to the pipeline executor: its types (the
  * threads, chunks, links, queues and the pipeline itself) and the functions
- * its files share. runtime/pipeline.c holds the schedule's executor on the
- * CPU (queues, creation, the instructions, the update, snapshots and
- * resume, the run); runtime/pipeline_dev.c the GPU stages' side of each
- * instruction (pd__dev_*), over runtime/pipeline_cuda.c's device memory. */
+ * its files share. runtime/pipeline*.c hold the schedule's executor, one
+ * concern each (pipeline.c's opening comment lists them);
+ * runtime/pipeline_dev.c the GPU stages' side of each instruction
+ * (pd__dev_*), over runtime/pipeline_devmem.c's device memory, which is
+ * written against the device interface (runtime/device.h). */
 #ifndef PD_PIPELINE_IMPL_H
 #define PD_PIPELINE_IMPL_H
 
@@ -15,7 +16,7 @@
 #include "cuda/cuda.h" /* pd__cuda_nccl_transport_create: the transport is in the CUDA module */
 #endif
 #include "optim.h"
-#include "pipeline_cuda.h"
+#include "pipeline_devmem.h"
 #include "session.h"
 
 #include <math.h>
@@ -125,7 +126,7 @@ typedef struct pd__wk { /* a thread: replica r of worker w */
                             * which its gradient is final (pd__backward_overlapped) */
     bool ar_started;       /* this minibatch's gradient all-reduces are running (ALLREDUCE waits) */
     int *tup, ntup;        /* across processes: tied parameters another process owns whose copy it updates */
-    pd__gpu *dev;          /* a GPU stage: its device side (pipeline_cuda.h); NULL on the CPU */
+    pd__gpu *dev;          /* a GPU stage: its device side (pipeline_devmem.h); NULL on the CPU */
 } pd__wk;
 
 typedef struct pd__bar {
@@ -179,7 +180,7 @@ struct pd__pipe {
     bool *gfix;           /* per worker: the plan names it (else under MPI: --device's index + the local rank) */
     int lrank;            /* under MPI: this process's rank on its machine (pd__mpi_local_rank) */
     int gcolor;           /* under MPI: the color of pd__pipe_set_ranks_in */
-    pd__glink **glink;    /* per link within the process: its device message buffers (pipeline_cuda.h) */
+    pd__glink **glink;    /* per link within the process: its device message buffers (pipeline_devmem.h) */
     pd__transport *dremote; /* across processes: NCCL (comm/nccl.h) */
     int64_t steps;     /* steps done by earlier runs */
     /* transports: threads of this process talk through the queues; with
