@@ -40,8 +40,9 @@
  * GPUs"): every thread computes on a CUDA device (the plan's per stage, else
  * o->device_index), its weights, stashes and contexts there
  * (runtime/pipeline_devmem.h), made at the first run; messages are device
- * copies ordered by events, NCCL between processes. Not yet: replicas in one
- * process, tied weights, snapshots.
+ * copies ordered by events, NCCL between processes; a stage's replicas in
+ * one process sum their gradients through host memory. Not yet: tied weights
+ * with replicas or under MPI, several stages per MPI process, recomputation.
  */
 #ifndef PD_PIPELINE_H
 #define PD_PIPELINE_H

@@ -23,8 +23,10 @@
  * ncclAllReduce; the MPI transport keeps the rest (failures, the step
  * results, the gradient norm's parts, the final gather). The device side is
  * made at the first run, once pd__pipe_set_ranks has said which threads run
- * here. Not yet: replicas in one process, tied weights, several stages per
- * MPI process, snapshots, AvgPipe (refused with a line naming them). */
+ * here. A stage's replicas in one process each have a context of their own
+ * and sum their gradients through host memory (pd__dev_allreduce_here).
+ * Not yet: tied weights with replicated stages or under MPI, several stages
+ * per MPI process, recomputation, AvgPipe (refused with a line naming them). */
 
 /* The device interface GPU stages run on: CUDA's table (the simulated
  * device's too); none without the backend, which pd__gpu_check refuses first. */
@@ -89,13 +91,10 @@ void pd__dev_teardown(pd__pipe *p) {
 pd_status pd__dev_setup(pd__pipe *p) {
     const pd_graph *g = p->g;
     pd_status st = PD_OK;
-    for (int w = 0; w < p->nworkers && st == PD_OK; w++) {
-        int here = 0;
-        for (int i = p->wbase[w]; i < p->wbase[w + 1]; i++) here += p->rank_of[i] == p->rank;
-        if (here > 1)
-            st = pd__err(PD_ERR_UNSUPPORTED, "pipeline: stage %d has %d replicas in this process; replicated "
-                         "stages on GPUs run one replica per MPI process so far", w, here);
-    }
+    for (int w = 0; w < p->nworkers && st == PD_OK; w++) /* the readers' gradients: one thread per stage (pd__dev_tied_grads) */
+        if (p->shared && p->rep[w] > 1)
+            st = pd__err(PD_ERR_UNSUPPORTED, "pipeline: stage %d has %d replicas and the model tied weights: with GPU "
+                         "stages, not supported yet", w, p->rep[w]);
     if (st == PD_OK && p->shared && p->remote)
         st = pd__dev_refuse("a parameter read by stages in several processes (tied weights under mpirun)");
     if (st == PD_OK && p->remote && p->nlocal > 1) st = pd__dev_refuse("several stages in one MPI process");
@@ -121,12 +120,15 @@ pd_status pd__dev_setup(pd__pipe *p) {
         mine = W;
     }
     PD_FREE(cd);
-    /* a link's buffers: what its queue holds, one a sender holds while the queue is full, one being read */
+    /* a link's buffers: what its queue holds, one per sender (a replica) holding one while the queue is full,
+     * one per receiver reading one */
     if (st == PD_OK && !p->remote && p->nvstages > 1 && !(p->glink = PD_CALLOC((size_t)p->nvstages - 1, sizeof *p->glink)))
         st = pd__err(PD_ERR_NOMEM, "out of memory");
     for (int l = 0; !p->remote && l + 1 < p->nvstages && st == PD_OK; l++)
         st = pd__glink_create(p->wk[p->wbase[l % p->nworkers]].dev, p->wk[p->wbase[(l + 1) % p->nworkers]].dev,
-                              p->link[l].act_bytes, p->link[l].grad_bytes, p->link[l].fwd.cap + 2, &p->glink[l]);
+                              p->link[l].act_bytes, p->link[l].grad_bytes,
+                              p->link[l].fwd.cap + p->rep[l % p->nworkers] + p->rep[(l + 1) % p->nworkers],
+                              &p->glink[l]);
     if (p->remote) {
 #ifdef PD_HAVE_NCCL
         int *worker_of = PD_MALLOC(sizeof(int) * (size_t)p->nwk);
@@ -414,13 +416,58 @@ pd_status pd__dev_step(pd__wk *W, int mb, int32_t version, int k, bool *stop) {
     return PD_OK;
 }
 
+/* ALLREDUCE of a stage's replicas in this process, each on a device context
+ * of its own: each replica's packed gradients down into its host buffer;
+ * replica 0 adds the others' in replica order and scales the sum, the float
+ * operations pd__do_allreduce does on the CPU replicas' slabs (so the same
+ * bits); every replica takes the sum back and updates its own weights at
+ * STEP, as replicas in processes of their own do. The replicas meet when the
+ * gradients are down, when the sum is made, and when all have taken it (the
+ * next ALLREDUCE rewrites replica 0's buffer). */
+static pd_status pd__dev_allreduce_here(pd__wk *W, int mb, bool *stop) {
+    pd__pipe *p = W->p;
+    pd__wk *W0 = W - W->r;
+    int64_t n = 0, at = 0;
+    for (int c = 0; c < p->nchunks; c++) n += p->vs[W->ch[c].k].packed;
+    if (n > W->ared_n) {
+        PD_FREE(W->ared);
+        W->ared_n = 0;
+        if (!(W->ared = PD_MALLOC(sizeof(float) * (size_t)n))) return pd__err(PD_ERR_NOMEM, "out of memory");
+        W->ared_n = n;
+    }
+    PD_TRY(pd__gpu_bind(W->dev));
+    for (int c = 0; c < p->nchunks; c++, at += p->vs[W->ch[c - 1].k].packed) {
+        float *g;
+        int64_t k;
+        pd__gpu_grads(W->dev, c, &g, &k);
+        if (k > 0) PD_TRY(pd__gpu_download(W->dev, W->ared + at, g, sizeof(float) * (size_t)k));
+    }
+    if (!pd__barrier(p, W->w)) return *stop = true, PD_OK;
+    float f = pd__ared_scale(W, mb);
+    for (int q = 1; W->r == 0 && q < W->nrep; q++)
+        for (int64_t e = 0; e < n; e++) W->ared[e] += W[q].ared[e];
+    for (int64_t e = 0; W->r == 0 && f != 1.0f && e < n; e++) W->ared[e] *= f;
+    if (!pd__barrier(p, W->w)) return *stop = true, PD_OK;
+    at = 0;
+    for (int c = 0; c < p->nchunks; c++, at += p->vs[W->ch[c - 1].k].packed) {
+        float *g;
+        int64_t k;
+        pd__gpu_grads(W->dev, c, &g, &k);
+        if (k > 0) PD_TRY(pd__gpu_upload(W->dev, g, W0->ared + at, sizeof(float) * (size_t)k));
+    }
+    PD_TRY(pd__gpu_sync(W->dev)); /* the upload has read replica 0's buffer */
+    if (!pd__barrier(p, W->w)) *stop = true;
+    return PD_OK;
+}
+
 /* ALLREDUCE across the processes of a replicated stage: each chunk's packed
  * gradients summed in place by ncclAllReduce on this stage's stream (the
  * update queued after it reads the sums), averaged over the round under
  * pipedream as on the CPU. */
-pd_status pd__dev_allreduce(pd__wk *W, int mb) {
+pd_status pd__dev_allreduce(pd__wk *W, int mb, bool *stop) {
     pd__pipe *p = W->p;
-    if (!p->dremote) return pd__err(PD_ERR_INTERNAL, "replicas of a GPU stage outside MPI");
+    if (!p->remote) return pd__dev_allreduce_here(W, mb, stop);
+    if (!p->dremote) return pd__err(PD_ERR_INTERNAL, "replicas of a GPU stage under MPI without the NCCL transport");
     PD_TRY(pd__gpu_bind(W->dev));
     for (int c = 0; c < p->nchunks; c++) {
         float *g;
@@ -443,7 +490,7 @@ pd_status pd__dev_snap(pd__wk *W, bool pre) {
     for (int c = 0; c < p->nchunks && st == PD_OK; c++) {
         pd__chunk *C = &W->ch[c];
         const pd__vstage *S = &p->vs[C->k];
-        st = pd__gpu_pull(W->dev, c, S->bufs, S->nbufs, !pre);
+        st = pd__gpu_pull(W->dev, c, S->bufs, S->nbufs, !pre && W->r == 0); /* replicas hold the same weights */
         for (int h = 0; !pre && st == PD_OK && h < C->nstash; h++)
             if (C->stash[h].version >= 0) st = pd__gpu_pull_stash(W->dev, c, h, C->stash[h].w);
     }

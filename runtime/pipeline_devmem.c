@@ -202,6 +202,10 @@ void pd__gpu_use(pd__gpu *d, int c, int slot, int h) {
     }
 }
 
+pd_status pd__gpu_download(pd__gpu *d, void *dst, const void *src, size_t n) {
+    return d->dev.i->download(d->dev.c, dst, src, n);
+}
+
 pd_status pd__gpu_upload(pd__gpu *d, void *dst, const void *src, size_t n) {
     return d->dev.i->upload(d->dev.c, dst, src, n);
 }

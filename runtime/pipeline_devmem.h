@@ -80,6 +80,8 @@ pd_status pd__gpu_copy(pd__gpu *d, void *dst, const void *src, size_t n);
 void pd__gpu_use(pd__gpu *d, int c, int slot, int h);
 /* n bytes of host memory to device address dst (queued; src reusable on return). */
 pd_status pd__gpu_upload(pd__gpu *d, void *dst, const void *src, size_t n);
+/* n bytes of device address src to host memory dst (waits). */
+pd_status pd__gpu_download(pd__gpu *d, void *dst, const void *src, size_t n);
 /* The live weights of chunk c into its stash h. */
 pd_status pd__gpu_stash(pd__gpu *d, int c, int h);
 /* The sum of squares of every chunk's gradients (waits). */

@@ -59,7 +59,7 @@ static void pd__scale_grads(pd__wk *W, float *G, float f) {
 pd_status pd__do_allreduce(pd__wk *W, int mb, bool *stop) {
     pd__pipe *p = W->p;
     if (W->nrep == 1) return PD_OK;
-    if (W->dev) return pd__dev_allreduce(W, mb);
+    if (W->dev) return pd__dev_allreduce(W, mb, stop);
     if (p->remote) {
         PD_TRY(pd__allreduce_remote(W));
         pd__scale_grads(W, pd__gslab(W), pd__ared_scale(W, mb));

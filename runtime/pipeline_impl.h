@@ -119,7 +119,7 @@ typedef struct pd__wk { /* a thread: replica r of worker w */
     int64_t next_first, next_last; /* the next boundaries to pass (of kfirst, klast) */
     int64_t copied_boundary;       /* the boundary whose buffers are being copied */
     double snap_ms;        /* time spent on the boundary being taken */
-    float *ared;           /* across processes: the packed gradients all-reduced */
+    float *ared;           /* across processes, or a GPU stage's replicas here: the packed gradients summed */
     int64_t ared_n;
     double *gnpart;        /* across processes: per worker its squared gradient norm (P), all-reduced at STEP */
     int *arfirst;          /* across processes, a replica: per parameter of its stage, the backward node after
@@ -242,7 +242,7 @@ struct pd__pipe {
 pd_status pd__dev_prepare(pd__pipe *p, const pd_plan *plan, const pd_train_options *o, bool **need);
 pd_status pd__dev_setup(pd__pipe *p);
 void pd__dev_teardown(pd__pipe *p);
-pd_status pd__dev_allreduce(pd__wk *W, int mb);
+pd_status pd__dev_allreduce(pd__wk *W, int mb, bool *stop);
 pd_status pd__dev_use(pd__wk *W, pd__chunk *C, int slot, int32_t v);
 pd_status pd__dev_forward(pd__wk *W, pd__chunk *C, int mb, pd_step_result *r);
 pd_status pd__dev_backward(pd__wk *W, pd__chunk *C, int mb, int32_t version, int part);

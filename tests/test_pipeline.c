@@ -40,13 +40,19 @@
  * against single-stage training on the GPU (fp32; 2bw's one-step-late and
  * pipedream's stashed-version replays on the CPU, whose host slabs they
  * rewrite), to at least 1e-4 relative; the failures and a NaN stop the run
- * and it trains on; what GPU stages do not support yet is refused.
+ * and it trains on; what GPU stages do not support yet is refused. On the
+ * simulated device (the CPU's kernels), the same plan's device and CPU
+ * stages give the same losses and weights bit for bit: replicated stages
+ * in one process under every schedule.
  */
 #include "../core/plan.h"
 #include "../core/schedule.h"
 #include "../runtime/data.h"
 #include "../runtime/pipeline.h"
 #include "../runtime/session.h"
+#ifdef PD_HAVE_CUDA
+#include "../runtime/cuda/cuda.h" /* pd__cuda_is_sim */
+#endif
 #include "check.h"
 
 #include <cjson/cJSON.h>
@@ -968,6 +974,56 @@ static pd_status load_stream(const char *fx, int steps, pd_tensor *X, pd_tensor 
     return PD_OK;
 }
 
+/* One run of a plan's pipeline on o's device: its losses, and its graph with the trained weights. */
+static pd_status dev_run(const char *fx, const pd_plan *plan, const pd_train_options *o, int m, pd__sched_kind kind,
+                         const pd_tensor *xs, const pd_tensor *ys, pd_step_result *res, pd_graph **g) {
+    pd__pipe *p = NULL;
+    pd_status st = load(fx, BATCH / m, g);
+    if (st == PD_OK) st = pd__pipe_create(*g, plan, o, kind, m, &p);
+    if (st == PD_OK) st = pd__pipe_run(p, STEPS, xs, ys, res);
+    pd__pipe_destroy(p); /* the graph gets the trained weights back */
+    return st;
+}
+
+/* --device cuda on the simulated device (the CPU's kernels behind the CUDA
+ * API): a plan's device stages against the same plan's CPU stages, bit for
+ * bit: every step's loss and every trained weight (what the device stages
+ * share with the CPU's: the schedule, the sums' order; reps: replicas per
+ * stage, summed through host memory in replica order as on the CPU). */
+static void dev_cpu_check(const char *fx, const pd_tensor *xs, const pd_tensor *ys, const ref *r, int stages, int m,
+                          pd__sched_kind kind, int chunks, const int *reps) {
+    pd_graph *g0 = NULL, *ga = NULL, *gb = NULL;
+    pd_plan *plan = NULL;
+    pd_step_result ra[STEPS], rb[STEPS];
+    pd_train_options cpu = r->o;
+    cpu.device = PD_DEVICE_CPU;
+    char shape[96] = "";
+    for (int s = 0; reps && s < stages; s++)
+        snprintf(shape + strlen(shape), sizeof shape - strlen(shape), "%s%d", s ? "," : ", replicas ", reps[s]);
+    pd_status st = load(fx, BATCH / m, &g0);
+    if (st == PD_OK) st = make_plan(g0, stages * chunks, m, &plan);
+    if (st == PD_OK) plan->chunks = chunks;
+    for (int s = 0; st == PD_OK && reps && s < stages; s++) plan->stage[s].replicas = reps[s];
+    if (st == PD_OK) st = dev_run(fx, plan, &cpu, m, kind, xs, ys, ra, &ga);
+    if (st == PD_OK) st = dev_run(fx, plan, &r->o, m, kind, xs, ys, rb, &gb);
+    int same = 0, weights = 0;
+    for (int k = 0; st == PD_OK && k < STEPS; k++) same += memcmp(&ra[k].loss, &rb[k].loss, sizeof ra[k].loss) == 0;
+    for (int t = 0; st == PD_OK && t < ga->ntensors; t++) {
+        const pd__tensor *a = &ga->tensors[t], *b = &gb->tensors[t];
+        if (a->kind != PD_T_INIT || a->dtype != PD_FLOAT) continue;
+        weights++;
+        same += memcmp(a->data, b->data, sizeof(float) * (size_t)a->numel) == 0;
+    }
+    CHECK(st == PD_OK && weights > 0 && same == STEPS + weights,
+          "%s, %d stages%s%s x %d microbatches, %s: device stages against CPU stages, %d of %d losses and weights "
+          "bitwise equal%s%s", r->name, stages, chunks > 1 ? " x 2 chunks" : "", shape, m, pd__sched_kind_name(kind),
+          same, STEPS + weights, st ? ": " : "", st ? pd_last_error() : "");
+    pd_plan_destroy(plan);
+    pd_graph_destroy(g0);
+    pd_graph_destroy(ga);
+    pd_graph_destroy(gb);
+}
+
 /* --device cuda: every stage on GPU 0. refs as run_model's (full: all five). */
 static void run_gpu(const char *fx, const pd_tensor *xs, const pd_tensor *ys, const ref *refs, bool full) {
     const pd__sched_kind kinds[] = {PD_SCHED_GPIPE, PD_SCHED_FLUSH};
@@ -993,6 +1049,20 @@ static void run_gpu(const char *fx, const pd_tensor *xs, const pd_tensor *ys, co
         run_pipe_ex(fx, xs, ys, &refs[0], 2, 4, PD_SCHED_INTERLEAVED, 2, NULL);
         spread_devices = 0;
     }
+    /* the same plan on CPU stages, bit for bit (the simulated device runs the CPU's kernels) */
+#ifdef PD_HAVE_CUDA
+    if (pd__cuda_is_sim()) {
+        static const int r12[] = {1, 2};
+        static const struct { pd__sched_kind kind; int m, chunks; } every[] = {
+            {PD_SCHED_GPIPE, 4, 1}, {PD_SCHED_ZB_H1, 4, 1}, {PD_SCHED_INTERLEAVED, 4, 2},
+            {PD_SCHED_PIPEDREAM, 1, 1}, {PD_SCHED_2BW, 2, 1},
+        };
+        dev_cpu_check(fx, xs, ys, &refs[0], 2, 4, PD_SCHED_FLUSH, 1, NULL);
+        dev_cpu_check(fx, xs, ys, &refs[0], 2, 4, PD_SCHED_FLUSH, 1, r12); /* replicas in one process */
+        for (int k = 0; full && k < (int)(sizeof every / sizeof *every); k++)
+            dev_cpu_check(fx, xs, ys, &refs[0], 2, every[k].m, every[k].kind, every[k].chunks, r12);
+    }
+#endif
     if (!full) return;
     run_pipe_ex(fx, xs, ys, &refs[1], 2, 4, PD_SCHED_INTERLEAVED, 2, NULL);
     for (int stages = 2; stages <= 4; stages++) run_pipedream(fx, xs, ys, &refs[3], stages, NULL);
@@ -1006,14 +1076,6 @@ static void run_gpu(const char *fx, const pd_tensor *xs, const pd_tensor *ys, co
     pd__pipe *p = NULL;
     pd_status st = load(fx, BATCH / 4, &g);
     if (st == PD_OK) st = make_plan(g, 3, 4, &plan);
-    if (st == PD_OK) plan->stage[1].replicas = 2;
-    pd_status a = st == PD_OK ? pd__pipe_create(g, plan, &refs[0].o, PD_SCHED_FLUSH, 4, &p) : st;
-    if (a == PD_OK) a = pd__pipe_run(p, 1, xs, ys, NULL); /* the device side is made at the first run */
-    char ma[512];
-    snprintf(ma, sizeof ma, "%s", pd_last_error());
-    pd__pipe_destroy(p);
-    p = NULL;
-    if (st == PD_OK) plan->stage[1].replicas = 1;
     pd_status b = st == PD_OK ? pd__pipe_create(g, plan, &refs[0].o, PD_SCHED_FLUSH, 4, &p) : st;
     pd__snap_hooks hooks = {no_snap, no_ready, NULL};
     pd_status c = b == PD_OK ? pd__pipe_set_snap_hooks(p, &hooks) : b;
@@ -1033,11 +1095,10 @@ static void run_gpu(const char *fx, const pd_tensor *xs, const pd_tensor *ys, co
     CHECK(e == PD_ERR_UNSUPPORTED && !p && strstr(pd_last_error(), "plan->recompute"),
           "GPU stages refuse activation recomputation: %s", pd_last_error());
     if (st == PD_OK) plan->recompute = false;
-    CHECK(a == PD_ERR_UNSUPPORTED && strstr(ma, "replicated") && c == PD_OK && d == PD_ERR_INVALID &&
-              strstr(md, "cuda:99"),
-          "GPU stages refuse, with reasons: a replicated stage (%s); a GPU the machine lacks (%s); and take snapshot "
-          "hooks (%s: test_checkpoint --device cuda runs them)",
-          ma, md, c == PD_OK ? "yes" : mc);
+    CHECK(c == PD_OK && d == PD_ERR_INVALID && strstr(md, "cuda:99"),
+          "GPU stages refuse, with a reason, a GPU the machine lacks (%s); and take snapshot hooks (%s: "
+          "test_checkpoint --device cuda runs them)",
+          md, c == PD_OK ? "yes" : mc);
     pd_plan_destroy(plan);
     pd_graph_destroy(g);
 }
