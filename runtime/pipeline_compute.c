@@ -65,6 +65,7 @@ pd_status pd__rc_ensure(pd__wk *W, pd__chunk *C, int mb) {
     int slot = mb % p->nslots;
     if (!p->recompute || C->rc_owner == slot) return PD_OK;
     const pd__vstage *S = &p->vs[C->k];
+    if (W->dev) return pd__dev_recompute(W, C, mb);
     pd__actx *c = C->slot[slot];
     char *save = C->rc_bufs;
     for (int j = 0; j < S->nbufs; j++, save += pd__tbytes(p->g, S->bufs[j - 1]))

@@ -227,8 +227,7 @@ static pd_status pd__pipe_nomem(const pd__pipe *p) {
 }
 
 /* What no pipeline can run: the schedule, microbatches and options checked. */
-static pd_status pd__pipe_check(const pd_plan *plan, const pd_train_options *o, pd__sched_kind kind, int microbatches,
-                                bool gpu) {
+static pd_status pd__pipe_check(const pd_train_options *o, pd__sched_kind kind, int microbatches) {
     if (microbatches < 1) return pd__err(PD_ERR_INVALID, "pipeline: %d microbatches", microbatches);
     if ((unsigned)kind > PD_SCHED_AVGPIPE) return pd__err(PD_ERR_INVALID, "pipeline: unknown schedule %d", (int)kind);
     if (kind == PD_SCHED_PIPEDREAM && microbatches != 1)
@@ -238,9 +237,6 @@ static pd_status pd__pipe_check(const pd_plan *plan, const pd_train_options *o, 
         return pd__err(PD_ERR_UNSUPPORTED, "pipeline: opt->clip_grad_norm needs every stage's gradients of one update at "
                        "once; %s updates each stage on its own (use gpipe, flush, zb-h1 or interleaved)",
                        pd__sched_kind_name(kind));
-    if (plan->recompute && gpu)
-        return pd__err(PD_ERR_UNSUPPORTED, "pipeline: plan->recompute (activation recomputation) runs on CPU stages "
-                       "only so far, not with opt->device cuda");
     return PD_OK;
 }
 
@@ -449,7 +445,7 @@ pd_status pd__pipe_create(pd_graph *g, const pd_plan *plan, const pd_train_optio
     if (!g || !plan || !out) return pd__err(PD_ERR_INVALID, "pd__pipe_create: NULL argument");
     /* GPU stages (pd__dev_setup): the session keeps the host slabs, each stage its own device memory */
     bool gpu = o && o->size >= sizeof *o && o->device == PD_DEVICE_CUDA;
-    PD_TRY(pd__pipe_check(plan, o, kind, microbatches, gpu));
+    PD_TRY(pd__pipe_check(o, kind, microbatches));
     pd_train_options ho;
     if (gpu) ho = *o, ho.device = PD_DEVICE_CPU;
     pd__pipe *p = PD_CALLOC(1, sizeof *p);

@@ -24,9 +24,10 @@
  * results, the gradient norm's parts, the final gather). The device side is
  * made at the first run, once pd__pipe_set_ranks has said which threads run
  * here. A stage's replicas in one process each have a context of their own
- * and sum their gradients through host memory (pd__dev_allreduce_here).
- * Not yet: tied weights with replicated stages or under MPI, several stages
- * per MPI process, recomputation, AvgPipe (refused with a line naming them). */
+ * and sum their gradients through host memory (pd__dev_allreduce_here);
+ * recomputation redoes a forward on the device (pd__dev_recompute). Not
+ * yet: tied weights with replicated stages or under MPI, several stages per
+ * MPI process, AvgPipe (refused with a line naming them). */
 
 /* The device interface GPU stages run on: CUDA's table (the simulated
  * device's too); none without the backend, which pd__gpu_check refuses first. */
@@ -171,15 +172,11 @@ pd_status pd__dev_use(pd__wk *W, pd__chunk *C, int slot, int32_t v) {
     return PD_OK;
 }
 
-/* pd__do_forward's device part, once the slot is taken: the graph inputs
- * uploaded, the forward, and on the last stage the loss into *r
- * (cross-entropy on the device, only its sums come back). */
-pd_status pd__dev_forward(pd__wk *W, pd__chunk *C, int mb, pd_step_result *r) {
+/* The graph inputs a device context's nodes read: microbatch mb's rows uploaded (pd__feed_inputs). */
+static pd_status pd__dev_feed(pd__wk *W, pd__dactx *d, int mb) {
     pd__pipe *p = W->p;
     const pd_graph *g = p->g;
-    const pd__vstage *S = &p->vs[C->k];
-    pd__dactx *d = pd__gpu_slot(W->dev, (int)(C - W->ch), mb % p->nslots);
-    for (int i = 0; i < g->ninputs; i++) { /* the graph inputs its nodes read */
+    for (int i = 0; i < g->ninputs; i++) {
         int t = g->inputs[i];
         void *dst = pd__dactx_value(d, t)->data;
         pd_tensor rows;
@@ -187,11 +184,56 @@ pd_status pd__dev_forward(pd__wk *W, pd__chunk *C, int mb, pd_step_result *r) {
         PD_TRY(pd__mb_rows(p, i, mb, &rows));
         PD_TRY(pd__gpu_upload(W->dev, dst, rows.data, pd__tbytes(g, t)));
     }
+    return PD_OK;
+}
+
+/* pd__do_forward's device part, once the slot is taken: the graph inputs
+ * uploaded, the forward, and on the last stage the loss into *r
+ * (cross-entropy on the device, only its sums come back). */
+pd_status pd__dev_forward(pd__wk *W, pd__chunk *C, int mb, pd_step_result *r) {
+    pd__pipe *p = W->p;
+    const pd__vstage *S = &p->vs[C->k];
+    pd__dactx *d = pd__gpu_slot(W->dev, (int)(C - W->ch), mb % p->nslots);
+    PD_TRY(pd__dev_feed(W, d, mb));
     PD_TRY(pd__dactx_forward(p->s, &W->x, d, S->nodes, S->nnodes));
+    C->rc_owner = mb % p->nslots; /* recomputation: the chunk's shared activations are this microbatch's */
     if (C->k != p->nvstages - 1) return PD_OK;
     pd_tensor lab;
     PD_TRY(pd__mb_rows(p, -1, mb, &lab));
     return pd__dactx_loss(p->s, d, &lab, 1.0 / p->nmicro, r);
+}
+
+/* pd__rc_ensure on the device: microbatch mb's forward again into the
+ * chunk's shared activations (its slots' device twins share them, as the
+ * host contexts do), from its inputs uploaded again, at its slot's weight
+ * version, with its Dropout seed; the BatchNorm statistics, which a training
+ * forward updates, saved through host memory (C->rc_bufs) and put back. */
+pd_status pd__dev_recompute(pd__wk *W, pd__chunk *C, int mb) {
+    pd__pipe *p = W->p;
+    const pd__vstage *S = &p->vs[C->k];
+    int slot = mb % p->nslots;
+    pd__dactx *d = pd__gpu_slot(W->dev, (int)(C - W->ch), slot);
+    char *save = C->rc_bufs;
+    for (int j = 0; j < S->nbufs; j++) {
+        const void *v = pd__dactx_value(d, S->bufs[j])->data;
+        if (v) PD_TRY(pd__gpu_download(W->dev, save, v, pd__tbytes(p->g, S->bufs[j])));
+        save += pd__tbytes(p->g, S->bufs[j]);
+    }
+    PD_TRY(pd__dev_use(W, C, slot, C->slot_ver[slot]));
+    PD_TRY(pd__dev_feed(W, d, mb));
+    W->x.seed = pd__mb_seed(p, mb);
+    C->rc_owner = -1;
+    PD_TRY(pd__dactx_forward(p->s, &W->x, d, S->nodes, S->nnodes));
+    save = C->rc_bufs;
+    for (int j = 0; j < S->nbufs; j++) {
+        void *v = pd__dactx_value(d, S->bufs[j])->data;
+        if (v) PD_TRY(pd__gpu_upload(W->dev, v, save, pd__tbytes(p->g, S->bufs[j])));
+        save += pd__tbytes(p->g, S->bufs[j]);
+    }
+    PD_TRY(pd__gpu_sync(W->dev)); /* the uploads have read C->rc_bufs, which the next recomputation rewrites */
+    C->rc_owner = slot;
+    W->recomputes++;
+    return PD_OK;
 }
 
 /* pd__do_backward on the device (part: 0 B, 1 split B, 2 W). */
@@ -204,6 +246,7 @@ pd_status pd__dev_backward(pd__wk *W, pd__chunk *C, int mb, int32_t version, int
         return pd__err(PD_ERR_INTERNAL, "the %s names weight version %d, its forward used %d", part == 2 ? "W" : "B",
                        (int)version, (int)*fv);
     PD_TRY(pd__gpu_bind(W->dev));
+    PD_TRY(pd__rc_ensure(W, C, mb));
     PD_TRY(pd__dev_use(W, C, slot, version));
     PD_TRY(pd__dactx_backward(p->s, &W->x, pd__gpu_slot(W->dev, (int)(C - W->ch), slot), S->bnodes, S->nbnodes,
                               part == 0 ? -1 : part - 1));
@@ -233,6 +276,7 @@ pd_status pd__dev_send(pd__wk *W, pd__chunk *C, int l, bool grad, int mb, bool *
     int slot = mb % p->nslots, to = pd__peer(p, l, grad, true, mb), e = -1;
     pd__dactx *d = pd__gpu_slot(W->dev, (int)(C - W->ch), slot);
     PD_TRY(pd__gpu_bind(W->dev));
+    if (!grad) PD_TRY(pd__rc_ensure(W, C, mb)); /* the values sent back (bipartition) are kept per slot */
     if (pd__via(p, W, to) != &p->local.base) { /* another process: packed into an NCCL buffer on this device */
         pd__transport *x = p->dremote;
         size_t n = grad ? L->grad_bytes : L->act_bytes, off = 0;

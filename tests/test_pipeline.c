@@ -974,13 +974,21 @@ static pd_status load_stream(const char *fx, int steps, pd_tensor *X, pd_tensor 
     return PD_OK;
 }
 
-/* One run of a plan's pipeline on o's device: its losses, and its graph with the trained weights. */
+/* One run of a plan's pipeline on o's device: its losses, its forwards
+ * redone (recomputation), and its graph with the trained weights. */
 static pd_status dev_run(const char *fx, const pd_plan *plan, const pd_train_options *o, int m, pd__sched_kind kind,
-                         const pd_tensor *xs, const pd_tensor *ys, pd_step_result *res, pd_graph **g) {
+                         const pd_tensor *xs, const pd_tensor *ys, pd_step_result *res, int64_t *redone,
+                         pd_graph **g) {
     pd__pipe *p = NULL;
     pd_status st = load(fx, BATCH / m, g);
     if (st == PD_OK) st = pd__pipe_create(*g, plan, o, kind, m, &p);
     if (st == PD_OK) st = pd__pipe_run(p, STEPS, xs, ys, res);
+    *redone = 0;
+    for (int s = 0; st == PD_OK && s < pd__pipe_stages(p); s++) {
+        pd__pipe_stats ps;
+        pd__pipe_stats_get(p, s, &ps);
+        *redone += ps.recomputes;
+    }
     pd__pipe_destroy(p); /* the graph gets the trained weights back */
     return st;
 }
@@ -991,7 +999,7 @@ static pd_status dev_run(const char *fx, const pd_plan *plan, const pd_train_opt
  * share with the CPU's: the schedule, the sums' order; reps: replicas per
  * stage, summed through host memory in replica order as on the CPU). */
 static void dev_cpu_check(const char *fx, const pd_tensor *xs, const pd_tensor *ys, const ref *r, int stages, int m,
-                          pd__sched_kind kind, int chunks, const int *reps) {
+                          pd__sched_kind kind, int chunks, const int *reps, bool rc) {
     pd_graph *g0 = NULL, *ga = NULL, *gb = NULL;
     pd_plan *plan = NULL;
     pd_step_result ra[STEPS], rb[STEPS];
@@ -1004,8 +1012,10 @@ static void dev_cpu_check(const char *fx, const pd_tensor *xs, const pd_tensor *
     if (st == PD_OK) st = make_plan(g0, stages * chunks, m, &plan);
     if (st == PD_OK) plan->chunks = chunks;
     for (int s = 0; st == PD_OK && reps && s < stages; s++) plan->stage[s].replicas = reps[s];
-    if (st == PD_OK) st = dev_run(fx, plan, &cpu, m, kind, xs, ys, ra, &ga);
-    if (st == PD_OK) st = dev_run(fx, plan, &r->o, m, kind, xs, ys, rb, &gb);
+    if (st == PD_OK) plan->recompute = rc;
+    int64_t na = 0, nb = 0;
+    if (st == PD_OK) st = dev_run(fx, plan, &cpu, m, kind, xs, ys, ra, &na, &ga);
+    if (st == PD_OK) st = dev_run(fx, plan, &r->o, m, kind, xs, ys, rb, &nb, &gb);
     int same = 0, weights = 0;
     for (int k = 0; st == PD_OK && k < STEPS; k++) same += memcmp(&ra[k].loss, &rb[k].loss, sizeof ra[k].loss) == 0;
     for (int t = 0; st == PD_OK && t < ga->ntensors; t++) {
@@ -1014,10 +1024,11 @@ static void dev_cpu_check(const char *fx, const pd_tensor *xs, const pd_tensor *
         weights++;
         same += memcmp(a->data, b->data, sizeof(float) * (size_t)a->numel) == 0;
     }
-    CHECK(st == PD_OK && weights > 0 && same == STEPS + weights,
-          "%s, %d stages%s%s x %d microbatches, %s: device stages against CPU stages, %d of %d losses and weights "
-          "bitwise equal%s%s", r->name, stages, chunks > 1 ? " x 2 chunks" : "", shape, m, pd__sched_kind_name(kind),
-          same, STEPS + weights, st ? ": " : "", st ? pd_last_error() : "");
+    CHECK(st == PD_OK && weights > 0 && same == STEPS + weights && na == nb && (na > 0) == rc,
+          "%s, %d stages%s%s x %d microbatches, %s%s: device stages against CPU stages, %d of %d losses and weights "
+          "bitwise equal, %lld and %lld forwards redone%s%s", r->name, stages, chunks > 1 ? " x 2 chunks" : "", shape, m,
+          pd__sched_kind_name(kind), rc ? ", recompute" : "", same, STEPS + weights, (long long)na, (long long)nb,
+          st ? ": " : "", st ? pd_last_error() : "");
     pd_plan_destroy(plan);
     pd_graph_destroy(g0);
     pd_graph_destroy(ga);
@@ -1057,10 +1068,14 @@ static void run_gpu(const char *fx, const pd_tensor *xs, const pd_tensor *ys, co
             {PD_SCHED_GPIPE, 4, 1}, {PD_SCHED_ZB_H1, 4, 1}, {PD_SCHED_INTERLEAVED, 4, 2},
             {PD_SCHED_PIPEDREAM, 1, 1}, {PD_SCHED_2BW, 2, 1},
         };
-        dev_cpu_check(fx, xs, ys, &refs[0], 2, 4, PD_SCHED_FLUSH, 1, NULL);
-        dev_cpu_check(fx, xs, ys, &refs[0], 2, 4, PD_SCHED_FLUSH, 1, r12); /* replicas in one process */
-        for (int k = 0; full && k < (int)(sizeof every / sizeof *every); k++)
-            dev_cpu_check(fx, xs, ys, &refs[0], 2, every[k].m, every[k].kind, every[k].chunks, r12);
+        dev_cpu_check(fx, xs, ys, &refs[0], 2, 4, PD_SCHED_FLUSH, 1, NULL, false);
+        dev_cpu_check(fx, xs, ys, &refs[0], 2, 4, PD_SCHED_FLUSH, 1, r12, false); /* replicas in one process */
+        dev_cpu_check(fx, xs, ys, &refs[0], 3, 4, PD_SCHED_FLUSH, 1, NULL, true); /* recomputation */
+        for (int k = 0; full && k < (int)(sizeof every / sizeof *every); k++) {
+            dev_cpu_check(fx, xs, ys, &refs[0], 2, every[k].m, every[k].kind, every[k].chunks, r12, false);
+            dev_cpu_check(fx, xs, ys, &refs[0], 2, every[k].m, every[k].kind, every[k].chunks, NULL, true);
+        }
+        if (full) dev_cpu_check(fx, xs, ys, &refs[0], 2, 4, PD_SCHED_FLUSH, 1, r12, true);
     }
 #endif
     if (!full) return;
@@ -1090,11 +1105,6 @@ static void run_gpu(const char *fx, const pd_tensor *xs, const pd_tensor *ys, co
     snprintf(md, sizeof md, "%s", pd_last_error());
     pd__pipe_destroy(p);
     p = NULL;
-    if (st == PD_OK) plan->recompute = true;
-    pd_status e = st == PD_OK ? pd__pipe_create(g, plan, &refs[0].o, PD_SCHED_FLUSH, 4, &p) : st;
-    CHECK(e == PD_ERR_UNSUPPORTED && !p && strstr(pd_last_error(), "plan->recompute"),
-          "GPU stages refuse activation recomputation: %s", pd_last_error());
-    if (st == PD_OK) plan->recompute = false;
     CHECK(c == PD_OK && d == PD_ERR_INVALID && strstr(md, "cuda:99"),
           "GPU stages refuse, with a reason, a GPU the machine lacks (%s); and take snapshot hooks (%s: "
           "test_checkpoint --device cuda runs them)",
@@ -1613,6 +1623,42 @@ static void run_recompute_planner(const char *fixtures) {
     pd_tensor_free(&Y);
 }
 
+/* --device cuda on the simulated device: recomputation where a forward
+ * done again must draw the same Dropout masks (dropout) and leave the
+ * BatchNorm running statistics as they were (cnn_bn: saved through host
+ * memory around it), device stages against CPU stages bit for bit. */
+static void run_gpu_recompute(const char *fixtures) {
+#ifdef PD_HAVE_CUDA
+    static const char *const models[][2] = {{"dropout", "mlp"}, {"cnn_bn", "cnn_bn"}};
+    static ref r = {"sgd lr 0.05", PD_TRAIN_OPTIONS_INIT, false, STEPS, 0, {0}, {0}, NULL, 0};
+    if (!pd__cuda_is_sim()) return;
+    r.o.optimizer = PD_OPT_SGD;
+    r.o.lr = 0.05;
+    r.o.threads = 1;
+    r.o.device = PD_DEVICE_CUDA;
+    for (int mi = 0; mi < 2; mi++) {
+        char fx[1024], dx[1024], name[160];
+        snprintf(fx, sizeof fx, "%s/%s", fixtures, models[mi][0]);
+        snprintf(dx, sizeof dx, "%s/%s", fixtures, models[mi][1]);
+        snprintf(name, sizeof name, "%s, sgd lr 0.05", models[mi][0]);
+        r.name = name;
+        pd_tensor X = {0}, Y = {0}, xs = {0}, ys = {0};
+        pd__data d = {0};
+        pd_status st = load_stream(dx, STEPS, &X, &Y, &d, &xs, &ys);
+        CHECK(st == PD_OK, "%s: the training data loads%s%s", models[mi][0], st ? ": " : "", st ? pd_last_error() : "");
+        if (st == PD_OK) dev_cpu_check(fx, &xs, &ys, &r, 2, 4, PD_SCHED_FLUSH, 1, NULL, true);
+        if (st == PD_OK) dev_cpu_check(fx, &xs, &ys, &r, 2, 1, PD_SCHED_PIPEDREAM, 1, NULL, true);
+        free(xs.data);
+        free(ys.data);
+        pd__data_free(&d);
+        pd_tensor_free(&X);
+        pd_tensor_free(&Y);
+    }
+#else
+    (void)fixtures;
+#endif
+}
+
 int main(int argc, char **argv) {
     if (argc == 4 && !strcmp(argv[1], "--device") && !strcmp(argv[2], "cuda")) {
         if (pd_cuda_device_count() == 0) {
@@ -1634,6 +1680,7 @@ int main(int argc, char **argv) {
     run_tied(argv[1]);
     if (device == PD_DEVICE_CPU) run_batchnorm(argv[1]); /* its references rewrite the host slabs */
     if (device == PD_DEVICE_CPU) run_recompute(argv[1]);
+    if (device == PD_DEVICE_CUDA) run_gpu_recompute(argv[1]);
     if (device == PD_DEVICE_CPU) run_recompute_planner(argv[1]);
     return check_summary();
 }
