@@ -1012,6 +1012,12 @@ static void dev_cpu_check(const char *fx, const pd_tensor *xs, const pd_tensor *
     if (st == PD_OK) st = make_plan(g0, stages * chunks, m, &plan);
     if (st == PD_OK) plan->chunks = chunks;
     for (int s = 0; st == PD_OK && reps && s < stages; s++) plan->stage[s].replicas = reps[s];
+    for (int s = 0; st == PD_OK && spread_devices > 0 && s < plan->n_stages; s++) { /* the CPU run ignores them */
+        plan->stage[s].has_device = true;
+        plan->stage[s].device = s % stages % spread_devices;
+    }
+    if (st == PD_OK && spread_devices > 0)
+        snprintf(shape + strlen(shape), sizeof shape - strlen(shape), ", on %d devices", spread_devices);
     if (st == PD_OK) plan->recompute = rc;
     int64_t na = 0, nb = 0;
     if (st == PD_OK) st = dev_run(fx, plan, &cpu, m, kind, xs, ys, ra, &na, &ga);
@@ -1058,6 +1064,10 @@ static void run_gpu(const char *fx, const pd_tensor *xs, const pd_tensor *ys, co
         run_pipe(fx, xs, ys, &refs[0], 4, 4, PD_SCHED_ZB_H1);
         run_pipe(fx, xs, ys, &refs[2], 3, 2, PD_SCHED_2BW);
         run_pipe_ex(fx, xs, ys, &refs[0], 2, 4, PD_SCHED_INTERLEAVED, 2, NULL);
+#ifdef PD_HAVE_CUDA
+        static const int r12d[] = {1, 2};
+        if (pd__cuda_is_sim()) dev_cpu_check(fx, xs, ys, &refs[0], 2, 4, PD_SCHED_FLUSH, 1, r12d, true);
+#endif
         spread_devices = 0;
     }
     /* the same plan on CPU stages, bit for bit (the simulated device runs the CPU's kernels) */
