@@ -36,7 +36,7 @@ pd_status pd__stash_live(pd__pipe *p, pd__chunk *C, int k) {
     }
     if (!h) return pd__err(PD_ERR_INTERNAL, "more than %d weight versions held", C->nstash + 1);
     h->version = v;
-    for (int j = 0; !C->dev && j < S->np; j++) { /* a GPU stage copies on its device (pd__dev_step) */
+    for (int j = 0; !C->dev && j < S->np; j++) { /* a GPU stage copies on its device (pd__dev_stash) */
         int i = S->params[j];
         size_t n = (size_t)p->g->tensors[p->sl.param[i]].numel;
         memcpy(h->w + S->pk[j], p->sl.params + p->sl.poff[i], sizeof(float) * n);

@@ -363,16 +363,13 @@ pd_status pd__dev_recv(pd__wk *W, pd__chunk *C, int l, bool grad, int mb, bool *
  * replica in its own process, with the summed gradients); no shared
  * parameters here. */
 /* Tied weights on GPU stages (in one process, sync schedules: every STEP
- * of a minibatch runs together). pd__sum_shared's order and arithmetic:
- * every thread meets; each reader's gradients of the parameters it shares
- * come down into its host buffer (C->sg); they meet again; each owner adds
- * the readers' gradients to its own in stage order, through host memory. */
-static pd_status pd__dev_tied_grads(pd__wk *W, bool *stop) {
+ * of a minibatch runs together), once every thread has met (pd__do_step).
+ * pd__sum_shared's order and arithmetic: each reader's gradients of the
+ * parameters it shares come down into its host buffer (C->sg); they meet
+ * again; each owner adds the readers' gradients to its own in stage order,
+ * through host memory. */
+pd_status pd__dev_tied_grads(pd__wk *W, bool *stop) {
     pd__pipe *p = W->p;
-    if (!pd__meet_all(p)) {
-        *stop = true;
-        return PD_OK;
-    }
     for (int c = 0; c < p->nchunks; c++) PD_TRY(pd__gpu_shared_grads(W->dev, c, W->ch[c].sg));
     if (!pd__meet_all(p)) {
         *stop = true;
@@ -398,7 +395,7 @@ static pd_status pd__dev_tied_grads(pd__wk *W, bool *stop) {
 
 /* After the update: each owner's new weights of a tied parameter into the
  * host slab, they meet, each reader uploads them into its copy. */
-static pd_status pd__dev_tied_weights(pd__wk *W, bool *stop) {
+pd_status pd__dev_tied_weights(pd__wk *W, bool *stop) {
     pd__pipe *p = W->p;
     for (int c = 0; c < p->nchunks; c++)
         for (int k = W->ch[c].k + 1; k < p->nvstages; k++) {
@@ -415,48 +412,27 @@ static pd_status pd__dev_tied_weights(pd__wk *W, bool *stop) {
     return PD_OK;
 }
 
-pd_status pd__dev_step(pd__wk *W, int mb, int32_t version, int k, bool *stop) {
+/* STEP's check on the device: nothing is updated when a gradient is not
+ * finite; the first such parameter named (its gradients come down only
+ * then). */
+pd_status pd__dev_finite(pd__wk *W) {
     pd__pipe *p = W->p;
-    for (int c = 0; c < p->nchunks; c++)
-        if (version != W->ch[c].live + 1)
-            return pd__err(PD_ERR_INTERNAL, "STEP makes version %d, the live one is %d", (int)version,
-                           (int)W->ch[c].live);
-    PD_TRY(pd__gpu_bind(W->dev));
     double sq = 0;
     PD_TRY(pd__gpu_sqnorm(W->dev, &sq));
-    if (!isfinite(sq)) { /* nothing is updated when a gradient is not finite; name the first */
-        int i = -1;
-        float v = 0;
-        PD_TRY(pd__gpu_nonfinite(W->dev, &i, &v));
-        if (i >= 0)
-            return pd__err(PD_ERR_NUMERIC, "the gradient of '%s' is %g", p->g->tensors[p->sl.param[i]].name, (double)v);
-        return pd__err(PD_ERR_NUMERIC, "the squared gradient norm is %g", sq);
-    }
-    if (p->shared) { /* tied weights (sync schedules): the readers' gradients into the owner's */
-        PD_TRY(pd__dev_tied_grads(W, stop));
-        if (*stop) return PD_OK;
-    }
-    if (!pd__sched_async(p->kind)) { /* one update of the whole model: its gradient norm, and clipping */
-        double norm = 0;
-        PD_TRY(pd__global_norm(W, mb / p->nmicro, NULL, &norm, stop));
-        if (*stop) return PD_OK;
-        if (!isfinite(norm)) return pd__err(PD_ERR_NUMERIC, "the gradient norm is %g", norm);
-        if (p->res && W->w == p->nworkers - 1 && W->r == 0) p->res[mb / p->nmicro].grad_norm = norm;
-        if (p->o.clip_grad_norm > 0 && norm > p->o.clip_grad_norm) /* as clip_grad_norm_ */
-            PD_TRY(pd__gpu_scale(W->dev, (float)(p->o.clip_grad_norm / (norm + 1e-6))));
-    }
-    for (int c = 0; c < p->nchunks; c++) { /* the version being replaced into a stash when a later instruction names it */
-        pd__chunk *C = &W->ch[c];
-        int32_t v = C->live;
-        PD_TRY(pd__stash_live(p, C, k));
-        for (int h = 0; h < C->nstash; h++)
-            if (C->stash[h].version == v) PD_TRY(pd__gpu_stash(W->dev, c, h));
-    }
-    int64_t t = ++W->updates;
-    double lr = pd__lr_at(&p->o, t);
-    PD_TRY(pd__gpu_update(W->dev, &p->o, t, lr));
-    if (p->res && W->w == p->nworkers - 1 && W->r == 0) p->res[mb / p->nmicro].lr = lr;
-    if (p->shared) PD_TRY(pd__dev_tied_weights(W, stop)); /* the owners' new weights into the readers' copies */
+    if (isfinite(sq)) return PD_OK;
+    int i = -1;
+    float v = 0;
+    PD_TRY(pd__gpu_nonfinite(W->dev, &i, &v));
+    if (i >= 0) return pd__err(PD_ERR_NUMERIC, "the gradient of '%s' is %g", p->g->tensors[p->sl.param[i]].name, (double)v);
+    return pd__err(PD_ERR_NUMERIC, "the squared gradient norm is %g", sq);
+}
+
+/* pd__stash_live's copy on the device: chunk c's live weights into the
+ * stash that now holds version v (none when no later instruction names it). */
+pd_status pd__dev_stash(pd__wk *W, int c, int32_t v) {
+    pd__chunk *C = &W->ch[c];
+    for (int h = 0; h < C->nstash; h++)
+        if (C->stash[h].version == v) PD_TRY(pd__gpu_stash(W->dev, c, h));
     return PD_OK;
 }
 

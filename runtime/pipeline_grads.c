@@ -239,19 +239,13 @@ pd_status pd__global_norm(pd__wk *W, int64_t t, const float *G, double *norm, bo
     return PD_OK;
 }
 
-pd_status pd__do_step(pd__wk *W, int mb, int32_t version, int k, bool *stop) {
-    if (W->dev) return pd__dev_step(W, mb, version, k, stop);
+/* STEP's check: nothing is updated when a gradient of the thread's own
+ * parameters is not finite; the error names the first. */
+static pd_status pd__step_finite(pd__wk *W, const float *G) {
     pd__pipe *p = W->p;
     const pd__slabs *sl = &p->sl;
-    for (int c = 0; c < p->nchunks; c++)
-        if (version != W->ch[c].live + 1)
-            return pd__err(PD_ERR_INTERNAL, "STEP makes version %d, the live one is %d", (int)version,
-                           (int)W->ch[c].live);
-    /* the replicas share the weights, which one of them updates; in
-     * processes of their own each updates its copy with the summed gradients */
-    bool updater = W->r == 0 || p->remote;
-    float *G = pd__gslab(W);
-    for (int c = 0; updater && c < p->nchunks; c++) { /* nothing is updated when a gradient is not finite */
+    if (W->dev) return pd__dev_finite(W);
+    for (int c = 0; c < p->nchunks; c++) {
         const pd__vstage *S = &p->vs[W->ch[c].k];
         for (int j = 0; j < S->np; j++) {
             int i = S->params[j];
@@ -262,43 +256,55 @@ pd_status pd__do_step(pd__wk *W, int mb, int32_t version, int k, bool *stop) {
                                    (double)g[e]);
         }
     }
-    if (p->shared && !pd__sched_async(p->kind)) { /* tied weights: every backward done, the owner sums */
-        if (!pd__meet_all(p)) {
-            *stop = true;
-            return PD_OK;
-        }
-        if (p->remote) PD_TRY(pd__sum_tied_remote(W, stop));
-        else pd__sum_shared(W, G);
-        if (*stop) return PD_OK;
-    }
-    if (!pd__sched_async(p->kind)) { /* one update of the whole model: its gradient norm, and clipping */
-        double norm = 0;
-        PD_TRY(pd__global_norm(W, mb / p->nmicro, G, &norm, stop));
-        if (*stop) return PD_OK;
-        if (!isfinite(norm)) return pd__err(PD_ERR_NUMERIC, "the gradient norm is %g", norm);
-        if (p->res && W->w == p->nworkers - 1 && W->r == 0) p->res[mb / p->nmicro].grad_norm = norm;
-        if (p->o.clip_grad_norm > 0 && norm > p->o.clip_grad_norm && updater) { /* as clip_grad_norm_ */
-            float cf = (float)(p->o.clip_grad_norm / (norm + 1e-6));
-            for (int c = 0; c <= p->nchunks; c++) { /* its chunks' parameters, then its tied copies' (pd__tied_setup) */
-                const pd__vstage *S = c < p->nchunks ? &p->vs[W->ch[c].k] : NULL;
-                for (int j = 0; j < (S ? S->np : W->ntup); j++) {
-                    int i = S ? S->params[j] : W->tup[j];
-                    float *g = G + sl->poff[i];
-                    for (int64_t e = 0; e < p->g->tensors[sl->param[i]].numel; e++) g[e] *= cf;
-                }
-            }
-        }
-    }
-    for (int c = 0; c < p->nchunks; c++) PD_TRY(pd__stash_live(p, &W->ch[c], k));
-    /* replicas sharing the weights keep their own stashes (2bw): every one has
-     * copied the version being replaced before replica 0 writes the next */
-    if (W->nrep > 1 && !p->remote && pd__sched_async(p->kind) && !pd__barrier(p, W->w)) {
+    return PD_OK;
+}
+
+/* Tied weights (sync schedules), once every backward is done: every thread
+ * meets, then the owner adds the readers' gradients to its own. */
+static pd_status pd__step_tied(pd__wk *W, float *G, bool *stop) {
+    pd__pipe *p = W->p;
+    if (!pd__meet_all(p)) {
         *stop = true;
         return PD_OK;
     }
-    int64_t t = ++W->updates;
-    double lr = pd__lr_at(&p->o, t);
-    for (int c = 0; updater && c <= p->nchunks; c++) { /* the same update of a tied copy as its owner's */
+    if (W->dev) return pd__dev_tied_grads(W, stop);
+    if (p->remote) return pd__sum_tied_remote(W, stop);
+    pd__sum_shared(W, G);
+    return PD_OK;
+}
+
+/* One update of the whole model: its gradient norm (the step's result) and,
+ * as clip_grad_norm_, the gradients scaled to the limit: the thread's
+ * chunks' parameters, then its tied copies' (pd__tied_setup). */
+static pd_status pd__step_clip(pd__wk *W, int mb, float *G, bool updater, bool *stop) {
+    pd__pipe *p = W->p;
+    const pd__slabs *sl = &p->sl;
+    double norm = 0;
+    PD_TRY(pd__global_norm(W, mb / p->nmicro, G, &norm, stop));
+    if (*stop) return PD_OK;
+    if (!isfinite(norm)) return pd__err(PD_ERR_NUMERIC, "the gradient norm is %g", norm);
+    if (p->res && W->w == p->nworkers - 1 && W->r == 0) p->res[mb / p->nmicro].grad_norm = norm;
+    if (!(p->o.clip_grad_norm > 0 && norm > p->o.clip_grad_norm && updater)) return PD_OK;
+    float cf = (float)(p->o.clip_grad_norm / (norm + 1e-6));
+    if (W->dev) return pd__gpu_scale(W->dev, cf);
+    for (int c = 0; c <= p->nchunks; c++) {
+        const pd__vstage *S = c < p->nchunks ? &p->vs[W->ch[c].k] : NULL;
+        for (int j = 0; j < (S ? S->np : W->ntup); j++) {
+            int i = S ? S->params[j] : W->tup[j];
+            float *g = G + sl->poff[i];
+            for (int64_t e = 0; e < p->g->tensors[sl->param[i]].numel; e++) g[e] *= cf;
+        }
+    }
+    return PD_OK;
+}
+
+/* Update t at rate lr of the thread's own parameters and its tied copies
+ * (the same update as their owner's), their gradients zeroed after. */
+static pd_status pd__step_update(pd__wk *W, float *G, int64_t t, double lr) {
+    pd__pipe *p = W->p;
+    const pd__slabs *sl = &p->sl;
+    if (W->dev) return pd__gpu_update(W->dev, &p->o, t, lr);
+    for (int c = 0; c <= p->nchunks; c++) {
         const pd__vstage *S = c < p->nchunks ? &p->vs[W->ch[c].k] : NULL;
         for (int j = 0; j < (S ? S->np : W->ntup); j++) {
             int i = S ? S->params[j] : W->tup[j];
@@ -308,7 +314,50 @@ pd_status pd__do_step(pd__wk *W, int mb, int32_t version, int k, bool *stop) {
             memset(G + off, 0, sizeof(float) * (size_t)n);
         }
     }
+    return PD_OK;
+}
+
+/* STEP, one function for CPU and GPU stages: the check, tied weights'
+ * gradients, the norm and clipping, the replaced version into a stash, the
+ * update. A CPU stage works on the session's slabs (replicas here share
+ * them: replica 0 updates, the others wait), a GPU stage on its packed
+ * device slabs (every replica its own copy, as replicas in processes of
+ * their own). */
+pd_status pd__do_step(pd__wk *W, int mb, int32_t version, int k, bool *stop) {
+    pd__pipe *p = W->p;
+    for (int c = 0; c < p->nchunks; c++)
+        if (version != W->ch[c].live + 1)
+            return pd__err(PD_ERR_INTERNAL, "STEP makes version %d, the live one is %d", (int)version,
+                           (int)W->ch[c].live);
+    bool sharing = W->nrep > 1 && !p->remote && !W->dev; /* replicas with one copy of the weights */
+    bool updater = !sharing || W->r == 0;
+    float *G = W->dev ? NULL : pd__gslab(W);
+    if (W->dev) PD_TRY(pd__gpu_bind(W->dev));
+    if (updater) PD_TRY(pd__step_finite(W, G));
+    if (p->shared && !pd__sched_async(p->kind)) {
+        PD_TRY(pd__step_tied(W, G, stop));
+        if (*stop) return PD_OK;
+    }
+    if (!pd__sched_async(p->kind)) {
+        PD_TRY(pd__step_clip(W, mb, G, updater, stop));
+        if (*stop) return PD_OK;
+    }
+    for (int c = 0; c < p->nchunks; c++) { /* the version being replaced into a stash when a later instruction names it */
+        int32_t v = W->ch[c].live;
+        PD_TRY(pd__stash_live(p, &W->ch[c], k));
+        if (W->dev) PD_TRY(pd__dev_stash(W, c, v));
+    }
+    /* replicas sharing the weights keep their own stashes (2bw): every one has
+     * copied the version being replaced before replica 0 writes the next */
+    if (sharing && pd__sched_async(p->kind) && !pd__barrier(p, W->w)) {
+        *stop = true;
+        return PD_OK;
+    }
+    int64_t t = ++W->updates;
+    double lr = pd__lr_at(&p->o, t);
+    if (updater) PD_TRY(pd__step_update(W, G, t, lr));
     if (p->res && W->w == p->nworkers - 1 && W->r == 0) p->res[mb / p->nmicro].lr = lr;
-    if (W->nrep > 1 && !p->remote && !pd__barrier(p, W->w)) *stop = true; /* nobody computes on half-updated weights */
+    if (W->dev && p->shared) PD_TRY(pd__dev_tied_weights(W, stop)); /* the owners' new weights into the readers' copies */
+    if (sharing && !pd__barrier(p, W->w)) *stop = true; /* nobody computes on half-updated weights */
     return PD_OK;
 }

@@ -249,7 +249,10 @@ pd_status pd__dev_backward(pd__wk *W, pd__chunk *C, int mb, int32_t version, int
 pd_status pd__dev_recompute(pd__wk *W, pd__chunk *C, int mb);
 pd_status pd__dev_send(pd__wk *W, pd__chunk *C, int l, bool grad, int mb, bool *stop);
 pd_status pd__dev_recv(pd__wk *W, pd__chunk *C, int l, bool grad, int mb, bool *stop);
-pd_status pd__dev_step(pd__wk *W, int mb, int32_t version, int k, bool *stop);
+pd_status pd__dev_finite(pd__wk *W);
+pd_status pd__dev_stash(pd__wk *W, int c, int32_t v);
+pd_status pd__dev_tied_grads(pd__wk *W, bool *stop);
+pd_status pd__dev_tied_weights(pd__wk *W, bool *stop);
 pd_status pd__dev_end(pd__pipe *p, bool ok);
 pd_status pd__dev_refuse(const char *what);
 pd_status pd__dev_snap(pd__wk *W, bool pre);
