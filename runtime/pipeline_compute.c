@@ -195,10 +195,11 @@ pd_status pd__overlapped_wait(pd__wk *W) {
 }
 
 /* part: 0 the whole backward (B), 1 input gradients (split B), 2 weight
- * gradients (W); overlap: start the gradients' all-reduces as they are made. */
+ * gradients (W); overlap: start the gradients' all-reduces as they are made
+ * (CPU stages under MPI). A GPU stage's nodes run on its device
+ * (pd__dev_backward); the rest is the same. */
 pd_status pd__do_backward(pd__wk *W, pd__chunk *C, int mb, int32_t version, int part, bool overlap) {
     W->x.seed = pd__mb_seed(W->p, mb); /* Dropout's backward draws its forward's mask again */
-    if (W->dev) return pd__dev_backward(W, C, mb, version, part);
     pd__pipe *p = W->p;
     const pd__vstage *S = &p->vs[C->k];
     int32_t *fv = &C->slot_ver[mb % p->nslots];
@@ -206,8 +207,10 @@ pd_status pd__do_backward(pd__wk *W, pd__chunk *C, int mb, int32_t version, int 
         return pd__err(PD_ERR_INTERNAL, "the %s names weight version %d, its forward used %d", part == 2 ? "W" : "B",
                        (int)version, (int)*fv);
     pd__actx *c = C->slot[mb % p->nslots];
+    if (W->dev) PD_TRY(pd__gpu_bind(W->dev));
     PD_TRY(pd__rc_ensure(W, C, mb)); /* sets the seed too */
-    if (overlap) PD_TRY(pd__backward_overlapped(W, S, c, part));
+    if (W->dev) PD_TRY(pd__dev_backward(W, C, mb, version, part));
+    else if (overlap) PD_TRY(pd__backward_overlapped(W, S, c, part));
     else if (part == 0) PD_TRY(pd__actx_backward(p->s, &W->x, c, S->bnodes, S->nbnodes));
     else PD_TRY(pd__actx_backward_part(p->s, &W->x, c, S->bnodes, S->nbnodes, part == 2));
     if (part != 1) {

@@ -236,25 +236,15 @@ pd_status pd__dev_recompute(pd__wk *W, pd__chunk *C, int mb) {
     return PD_OK;
 }
 
-/* pd__do_backward on the device (part: 0 B, 1 split B, 2 W). */
+/* pd__do_backward's nodes on the device (part: 0 B, 1 split B, 2 W), at
+ * the slot's weight version (a STEP since its F may have stashed it). */
 pd_status pd__dev_backward(pd__wk *W, pd__chunk *C, int mb, int32_t version, int part) {
     pd__pipe *p = W->p;
     const pd__vstage *S = &p->vs[C->k];
     int slot = mb % p->nslots;
-    int32_t *fv = &C->slot_ver[slot];
-    if (*fv != version)
-        return pd__err(PD_ERR_INTERNAL, "the %s names weight version %d, its forward used %d", part == 2 ? "W" : "B",
-                       (int)version, (int)*fv);
-    PD_TRY(pd__gpu_bind(W->dev));
-    PD_TRY(pd__rc_ensure(W, C, mb));
     PD_TRY(pd__dev_use(W, C, slot, version));
-    PD_TRY(pd__dactx_backward(p->s, &W->x, pd__gpu_slot(W->dev, (int)(C - W->ch), slot), S->bnodes, S->nbnodes,
-                              part == 0 ? -1 : part - 1));
-    if (part != 1) {
-        *fv = -1;
-        W->inflight--;
-    }
-    return PD_OK;
+    return pd__dactx_backward(p->s, &W->x, pd__gpu_slot(W->dev, (int)(C - W->ch), slot), S->bnodes, S->nbnodes,
+                              part == 0 ? -1 : part - 1);
 }
 
 /* Tensor k of a link's message (grad: the backward one) in a device
