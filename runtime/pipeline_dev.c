@@ -24,7 +24,7 @@
  * results, the gradient norm's parts, the final gather). The device side is
  * made at the first run, once pd__pipe_set_ranks has said which threads run
  * here. A stage's replicas in one process each have a context of their own
- * and sum their gradients through host memory (pd__dev_allreduce_here);
+ * and sum their gradients through host memory (pd__allreduce_here);
  * recomputation redoes a forward on the device (pd__dev_recompute). Not
  * yet: tied weights with replicated stages or under MPI, several stages per
  * MPI process, AvgPipe (refused with a line naming them). */
@@ -426,17 +426,12 @@ pd_status pd__dev_stash(pd__wk *W, int c, int32_t v) {
     return PD_OK;
 }
 
-/* ALLREDUCE of a stage's replicas in this process, each on a device context
- * of its own: each replica's packed gradients down into its host buffer;
- * replica 0 adds the others' in replica order and scales the sum, the float
- * operations pd__do_allreduce does on the CPU replicas' slabs (so the same
- * bits); every replica takes the sum back and updates its own weights at
- * STEP, as replicas in processes of their own do. The replicas meet when the
- * gradients are down, when the sum is made, and when all have taken it (the
- * next ALLREDUCE rewrites replica 0's buffer). */
-static pd_status pd__dev_allreduce_here(pd__wk *W, int mb, bool *stop) {
+/* ALLREDUCE of a GPU stage's replicas in this process (pd__allreduce_here):
+ * down: this replica's packed gradients, chunk after chunk, into its host
+ * buffer W->ared (waits); up: the sum in replica 0's buffer into this
+ * replica's device gradients (waits: the next ALLREDUCE rewrites it). */
+pd_status pd__dev_grads_down(pd__wk *W) {
     pd__pipe *p = W->p;
-    pd__wk *W0 = W - W->r;
     int64_t n = 0, at = 0;
     for (int c = 0; c < p->nchunks; c++) n += p->vs[W->ch[c].k].packed;
     if (n > W->ared_n) {
@@ -446,37 +441,34 @@ static pd_status pd__dev_allreduce_here(pd__wk *W, int mb, bool *stop) {
         W->ared_n = n;
     }
     PD_TRY(pd__gpu_bind(W->dev));
-    for (int c = 0; c < p->nchunks; c++, at += p->vs[W->ch[c - 1].k].packed) {
+    for (int c = 0; c < p->nchunks; c++) {
         float *g;
         int64_t k;
         pd__gpu_grads(W->dev, c, &g, &k);
         if (k > 0) PD_TRY(pd__gpu_download(W->dev, W->ared + at, g, sizeof(float) * (size_t)k));
+        at += k;
     }
-    if (!pd__barrier(p, W->w)) return *stop = true, PD_OK;
-    float f = pd__ared_scale(W, mb);
-    for (int q = 1; W->r == 0 && q < W->nrep; q++)
-        for (int64_t e = 0; e < n; e++) W->ared[e] += W[q].ared[e];
-    for (int64_t e = 0; W->r == 0 && f != 1.0f && e < n; e++) W->ared[e] *= f;
-    if (!pd__barrier(p, W->w)) return *stop = true, PD_OK;
-    at = 0;
-    for (int c = 0; c < p->nchunks; c++, at += p->vs[W->ch[c - 1].k].packed) {
+    return PD_OK;
+}
+
+pd_status pd__dev_grads_up(pd__wk *W, const float *sum) {
+    int64_t at = 0;
+    for (int c = 0; c < W->p->nchunks; c++) {
         float *g;
         int64_t k;
         pd__gpu_grads(W->dev, c, &g, &k);
-        if (k > 0) PD_TRY(pd__gpu_upload(W->dev, g, W0->ared + at, sizeof(float) * (size_t)k));
+        if (k > 0) PD_TRY(pd__gpu_upload(W->dev, g, sum + at, sizeof(float) * (size_t)k));
+        at += k;
     }
-    PD_TRY(pd__gpu_sync(W->dev)); /* the upload has read replica 0's buffer */
-    if (!pd__barrier(p, W->w)) *stop = true;
-    return PD_OK;
+    return pd__gpu_sync(W->dev);
 }
 
 /* ALLREDUCE across the processes of a replicated stage: each chunk's packed
  * gradients summed in place by ncclAllReduce on this stage's stream (the
  * update queued after it reads the sums), averaged over the round under
  * pipedream as on the CPU. */
-pd_status pd__dev_allreduce(pd__wk *W, int mb, bool *stop) {
+pd_status pd__dev_allreduce(pd__wk *W, int mb) {
     pd__pipe *p = W->p;
-    if (!p->remote) return pd__dev_allreduce_here(W, mb, stop);
     if (!p->dremote) return pd__err(PD_ERR_INTERNAL, "replicas of a GPU stage under MPI without the NCCL transport");
     PD_TRY(pd__gpu_bind(W->dev));
     for (int c = 0; c < p->nchunks; c++) {

@@ -56,35 +56,48 @@ static void pd__scale_grads(pd__wk *W, float *G, float f) {
     }
 }
 
+/* In this process: replica 0 adds its worker's replicas' gradients to its
+ * own in replica order and scales them, every replica waiting. CPU replicas
+ * add into the session's slab (replica 0's) from their own slabs, which are
+ * zeroed; GPU replicas each bring their packed gradients to host memory
+ * first, and all take the sum back after (each updates its own copy). */
+static pd_status pd__allreduce_here(pd__wk *W, int mb, bool *stop) {
+    pd__pipe *p = W->p;
+    if (W->dev) PD_TRY(pd__dev_grads_down(W));
+    if (!pd__barrier(p, W->w)) return *stop = true, PD_OK;
+    float f = pd__ared_scale(W, mb);
+    for (int q = 1; W->r == 0 && W->dev && q < W->nrep; q++)
+        for (int64_t e = 0; e < W->ared_n; e++) W->ared[e] += W[q].ared[e];
+    for (int64_t e = 0; W->r == 0 && W->dev && f != 1.0f && e < W->ared_n; e++) W->ared[e] *= f;
+    for (int q = 1; W->r == 0 && !W->dev && q < W->nrep; q++) {
+        float *gr = W[q].grads;
+        for (int c = 0; c < p->nchunks; c++) {
+            const pd__vstage *S = &p->vs[W->ch[c].k];
+            for (int j = 0; j < S->np; j++) {
+                int i = S->params[j];
+                int64_t off = p->sl.poff[i], n = p->g->tensors[p->sl.param[i]].numel;
+                for (int64_t e = 0; e < n; e++) p->sl.grads[off + e] += gr[off + e];
+                memset(gr + off, 0, sizeof(float) * (size_t)n);
+            }
+        }
+    }
+    if (W->r == 0 && !W->dev) pd__scale_grads(W, p->sl.grads, f);
+    if (!pd__barrier(p, W->w)) return *stop = true, PD_OK;
+    if (!W->dev) return PD_OK;
+    PD_TRY(pd__dev_grads_up(W, (W - W->r)->ared));
+    if (!pd__barrier(p, W->w)) *stop = true;
+    return PD_OK;
+}
+
+/* ALLREDUCE: the replicas' gradients summed, in this process or across
+ * processes (the transport; on GPU stages NCCL, pd__dev_allreduce). */
 pd_status pd__do_allreduce(pd__wk *W, int mb, bool *stop) {
     pd__pipe *p = W->p;
     if (W->nrep == 1) return PD_OK;
-    if (W->dev) return pd__dev_allreduce(W, mb, stop);
-    if (p->remote) {
-        PD_TRY(pd__allreduce_remote(W));
-        pd__scale_grads(W, pd__gslab(W), pd__ared_scale(W, mb));
-        return PD_OK;
-    }
-    if (!pd__barrier(p, W->w)) {
-        *stop = true;
-        return PD_OK;
-    }
-    if (W->r == 0) {
-        for (int q = 1; q < W->nrep; q++) {
-            float *gr = W[q].grads;
-            for (int c = 0; c < p->nchunks; c++) {
-                const pd__vstage *S = &p->vs[W->ch[c].k];
-                for (int j = 0; j < S->np; j++) {
-                    int i = S->params[j];
-                    int64_t off = p->sl.poff[i], n = p->g->tensors[p->sl.param[i]].numel;
-                    for (int64_t e = 0; e < n; e++) p->sl.grads[off + e] += gr[off + e];
-                    memset(gr + off, 0, sizeof(float) * (size_t)n);
-                }
-            }
-        }
-        pd__scale_grads(W, p->sl.grads, pd__ared_scale(W, mb));
-    }
-    if (!pd__barrier(p, W->w)) *stop = true;
+    if (!p->remote) return pd__allreduce_here(W, mb, stop);
+    if (W->dev) return pd__dev_allreduce(W, mb);
+    PD_TRY(pd__allreduce_remote(W));
+    pd__scale_grads(W, pd__gslab(W), pd__ared_scale(W, mb));
     return PD_OK;
 }
 

@@ -242,7 +242,9 @@ struct pd__pipe {
 pd_status pd__dev_prepare(pd__pipe *p, const pd_plan *plan, const pd_train_options *o, bool **need);
 pd_status pd__dev_setup(pd__pipe *p);
 void pd__dev_teardown(pd__pipe *p);
-pd_status pd__dev_allreduce(pd__wk *W, int mb, bool *stop);
+pd_status pd__dev_allreduce(pd__wk *W, int mb);
+pd_status pd__dev_grads_down(pd__wk *W);
+pd_status pd__dev_grads_up(pd__wk *W, const float *sum);
 pd_status pd__dev_use(pd__wk *W, pd__chunk *C, int slot, int32_t v);
 pd_status pd__dev_forward(pd__wk *W, pd__chunk *C, int mb, pd_step_result *r);
 pd_status pd__dev_backward(pd__wk *W, pd__chunk *C, int mb, int32_t version, int part);
