@@ -974,6 +974,7 @@ static pd_status load_stream(const char *fx, int steps, pd_tensor *X, pd_tensor 
     return PD_OK;
 }
 
+#ifdef PD_HAVE_CUDA /* dev_run, dev_cpu_check: the simulated device's checks */
 /* One run of a plan's pipeline on o's device: its losses, its forwards
  * redone (recomputation), and its graph with the trained weights. */
 static pd_status dev_run(const char *fx, const pd_plan *plan, const pd_train_options *o, int m, pd__sched_kind kind,
@@ -1040,6 +1041,7 @@ static void dev_cpu_check(const char *fx, const pd_tensor *xs, const pd_tensor *
     pd_graph_destroy(ga);
     pd_graph_destroy(gb);
 }
+#endif
 
 /* --device cuda: every stage on GPU 0. refs as run_model's (full: all five). */
 static void run_gpu(const char *fx, const pd_tensor *xs, const pd_tensor *ys, const ref *refs, bool full) {
