@@ -92,10 +92,7 @@ void pd__dev_teardown(pd__pipe *p) {
 pd_status pd__dev_setup(pd__pipe *p) {
     const pd_graph *g = p->g;
     pd_status st = PD_OK;
-    for (int w = 0; w < p->nworkers && st == PD_OK; w++) /* the readers' gradients: one thread per stage (pd__dev_tied_grads) */
-        if (p->shared && p->rep[w] > 1)
-            st = pd__err(PD_ERR_UNSUPPORTED, "pipeline: stage %d has %d replicas and the model tied weights: with GPU "
-                         "stages, not supported yet", w, p->rep[w]);
+    /* tied weights with a replicated stage: refused at pd__pipe_create, as on CPU stages */
     if (st == PD_OK && p->shared && p->remote)
         st = pd__dev_refuse("a parameter read by stages in several processes (tied weights under mpirun)");
     if (st == PD_OK && p->remote && p->nlocal > 1) st = pd__dev_refuse("several stages in one MPI process");
