@@ -255,15 +255,15 @@ static pd_status pd__dev_part(const pd__pipe *p, const pd__link *L, pd__dactx *d
     return PD_OK;
 }
 
-/* pd__send on the device: the tensors into a buffer of the link (on the
- * receiver's device), whose index goes through the queue. */
-pd_status pd__dev_send(pd__wk *W, pd__chunk *C, int l, bool grad, int mb, bool *stop) {
+/* pd__send's message from a GPU stage (bound, its activations recomputed
+ * if need be) to thread `to`: the tensors into a buffer of the link on the
+ * receiver's device, whose index goes through the queue; to another
+ * process, into an NCCL buffer on this device. */
+pd_status pd__dev_send(pd__wk *W, pd__chunk *C, int l, bool grad, int mb, int to, bool *stop) {
     pd__pipe *p = W->p;
     const pd__link *L = &p->link[l];
-    int slot = mb % p->nslots, to = pd__peer(p, l, grad, true, mb), e = -1;
+    int slot = mb % p->nslots, e = -1;
     pd__dactx *d = pd__gpu_slot(W->dev, (int)(C - W->ch), slot);
-    PD_TRY(pd__gpu_bind(W->dev));
-    if (!grad) PD_TRY(pd__rc_ensure(W, C, mb)); /* the values sent back (bipartition) are kept per slot */
     if (pd__via(p, W, to) != &p->local.base) { /* another process: packed into an NCCL buffer on this device */
         pd__transport *x = p->dremote;
         size_t n = grad ? L->grad_bytes : L->act_bytes, off = 0;
@@ -276,9 +276,7 @@ pd_status pd__dev_send(pd__wk *W, pd__chunk *C, int l, bool grad, int mb, bool *
             PD_TRY(pd__gpu_copy(W->dev, buf + off, v, b));
             off += b;
         }
-        PD_TRY(x->vt->send(x, (int)(W - p->wk), to, l, grad, mb, buf, n, stop));
-        if (grad) C->sent[slot] = true;
-        return PD_OK;
+        return x->vt->send(x, (int)(W - p->wk), to, l, grad, mb, buf, n, stop);
     }
     pd__glink *G = p->glink[l];
     PD_TRY(pd__glink_send_begin(G, grad, W->dev, &e));
@@ -295,9 +293,7 @@ pd_status pd__dev_send(pd__wk *W, pd__chunk *C, int l, bool grad, int mb, bool *
     int32_t *ticket = t->vt->get(t, l, grad, sizeof *ticket);
     if (!ticket) return pd__err(PD_ERR_NOMEM, "out of memory");
     *ticket = e;
-    PD_TRY(t->vt->send(t, (int)(W - p->wk), to, l, grad, mb, ticket, sizeof *ticket, stop));
-    if (grad) C->sent[slot] = true;
-    return PD_OK;
+    return t->vt->send(t, (int)(W - p->wk), to, l, grad, mb, ticket, sizeof *ticket, stop);
 }
 
 /* pd__recv on the device: the buffer's tensors copied into the context once

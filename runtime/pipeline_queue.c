@@ -209,14 +209,12 @@ void pd__slot_done(pd__pipe *p, pd__chunk *C, int slot) {
     pd__unhold(p, C, slot, 1);
 }
 
-/* Packs the link's activations (grad false) or gradients (grad true) of a context. */
-pd_status pd__send(pd__wk *W, pd__chunk *C, int l, bool grad, int mb, bool *stop) {
-    if (W->dev) return pd__dev_send(W, C, l, grad, mb, stop);
+/* A CPU stage's message: the link's tensors of its host context packed
+ * into the transport's buffer, sent to thread `to`. */
+static pd_status pd__send_host(pd__wk *W, pd__chunk *C, int l, bool grad, int mb, int to, bool *stop) {
     pd__pipe *p = W->p;
     const pd__link *L = &p->link[l];
     pd__actx *c = C->slot[mb % p->nslots];
-    if (!grad) PD_TRY(pd__rc_ensure(W, C, mb)); /* the values sent back (bipartition) are kept per slot */
-    int to = pd__peer(p, l, grad, true, mb);
     pd__transport *t = pd__via(p, W, to);
     size_t n = grad ? L->grad_bytes : L->act_bytes, off = 0;
     char *buf = t->vt->get(t, l, grad, n);
@@ -227,7 +225,21 @@ pd_status pd__send(pd__wk *W, pd__chunk *C, int l, bool grad, int mb, bool *stop
         memcpy(buf + off, v->data, pd__tbytes(p->g, tt));
         off += pd__tbytes(p->g, tt);
     }
-    PD_TRY(t->vt->send(t, (int)(W - p->wk), to, l, grad, mb, buf, n, stop));
+    return t->vt->send(t, (int)(W - p->wk), to, l, grad, mb, buf, n, stop);
+}
+
+/* SEND: one message to the peer of link l with a context's activations
+ * (grad false) or gradients (grad true), one function for both kinds of
+ * stage: a CPU stage packs its host context into the transport's buffer
+ * (pd__send_host), a GPU stage its device twin into a link buffer on the
+ * receiver's device or NCCL's (pd__dev_send). */
+pd_status pd__send(pd__wk *W, pd__chunk *C, int l, bool grad, int mb, bool *stop) {
+    pd__pipe *p = W->p;
+    int to = pd__peer(p, l, grad, true, mb);
+    if (W->dev) PD_TRY(pd__gpu_bind(W->dev));
+    if (!grad) PD_TRY(pd__rc_ensure(W, C, mb)); /* the values sent back (bipartition) are kept per slot */
+    if (W->dev) PD_TRY(pd__dev_send(W, C, l, grad, mb, to, stop));
+    else PD_TRY(pd__send_host(W, C, l, grad, mb, to, stop));
     if (grad) { /* the microbatch's last reader of its messages, unless its W is still to come */
         C->sent[mb % p->nslots] = true;
         pd__slot_done(p, C, mb % p->nslots);
