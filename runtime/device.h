@@ -5,7 +5,8 @@
  * and so the simulated device too, which is that table on the CPU.
  *
  * Code written against it runs anywhere: the one-stage session's step
- * (runtime/session_step.c) is. Every entry takes the context open gave;
+ * (runtime/session_step.c) is, and the pipeline's device stages
+ * (runtime/pipeline_devmem.c, pipeline_dev.c) are. Every entry takes the context open gave;
  * device pointers are what alloc gave (or, with host_memory, any host
  * memory). Calls are ordered as a stream: they run in the order made, and
  * only download, sync, grad_norm, cross_entropy and timer_stop wait for the
@@ -57,6 +58,13 @@ typedef struct pd__dev_i {
     pd_status (*download)(void *ctx, void *dst, const void *src, size_t bytes); /* device to host; waits */
     pd_status (*copy)(void *ctx, void *dst, const void *src, size_t bytes);     /* device to device */
     pd_status (*memset0)(void *ctx, void *dst, size_t bytes);
+    /* Between contexts (the pipeline's links, runtime/pipeline_devmem.c):
+     * alloc_shared: memory on ctx's device outside its allocator, which
+     * other contexts' streams use too (ordered by events); copy_peer: bytes
+     * from ctx's device to dst on dst_ctx's device, queued on ctx's stream. */
+    pd_status (*alloc_shared)(void *ctx, size_t bytes, void **out);
+    void (*free_shared)(void *ctx, void *p); /* NULL p: a no-op */
+    pd_status (*copy_peer)(void *ctx, void *dst, void *dst_ctx, const void *src, size_t bytes);
 
     /* ---- the update (runtime/optim.c's formulas, in the same float arithmetic) ---- */
     pd_status (*grad_norm)(void *ctx, const float *g, int64_t n, double *norm); /* sqrt(sum g^2) in double; waits */

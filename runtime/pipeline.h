@@ -34,14 +34,15 @@
  * Activation recomputation (plan->recompute; docs/SCHEDULES.md): a
  * microbatch in flight keeps what its stage received, the rest of a chunk's
  * activations are one slab its forward is redone into before a B, W or
- * SEND_ACT that finds another microbatch's there; every schedule, CPU stages
- * only; the same results bit for bit.
+ * SEND_ACT that finds another microbatch's there; every schedule, CPU and
+ * GPU stages; the same results bit for bit.
  * GPU stages (o->device PD_DEVICE_CUDA; docs/CUDA.md, "The pipeline on
  * GPUs"): every thread computes on a CUDA device (the plan's per stage, else
  * o->device_index), its weights, stashes and contexts there
- * (runtime/pipeline_cuda.h), made at the first run; messages are device
- * copies ordered by events, NCCL between processes. Not yet: replicas in one
- * process, tied weights, snapshots.
+ * (runtime/pipeline_devmem.h), made at the first run; messages are device
+ * copies ordered by events, NCCL between processes; a stage's replicas in
+ * one process sum their gradients through host memory. Not yet: tied weights
+ * with replicas or under MPI, several stages per MPI process.
  */
 #ifndef PD_PIPELINE_H
 #define PD_PIPELINE_H

@@ -2,11 +2,42 @@
  * instruction (F, B, W, SEND, RECV, ALLREDUCE, STEP), of snapshots and
  * resume and of tied weights, and the device set-up and teardown
  * (pipeline_impl.h). runtime/pipeline.c calls these where a thread's stage
- * is on a GPU (W->dev); the device memory is runtime/pipeline_cuda.c's. */
+ * is on a GPU (W->dev); the device memory is runtime/pipeline_devmem.c's. */
 #include "pipeline_impl.h"
 
 #include <math.h>
 #include <string.h>
+
+/* ---- GPU stages (--device cuda; docs/CUDA.md, "The pipeline on GPUs") ----------------------------
+ *
+ * Every thread of a GPU pipeline has a pd__gpu (pipeline_devmem.h: its device
+ * context, its chunks' packed weight, gradient, optimizer-state and stash
+ * slabs, a device twin of each slot's activation context) and every link a
+ * pd__glink (device message buffers ordered by events; the queues carry
+ * their indices). The schedule, the weight-version bookkeeping (live,
+ * stash[].version, need_until, slot_ver) and the queues are the CPU
+ * pipeline's; F, B, W, SEND, RECV, ALLREDUCE and STEP of a GPU thread run
+ * here instead, on the device. Under MPI (one stage replica per process)
+ * messages between processes go by NCCL (comm/nccl.h: device buffers, no
+ * host copy) and a replicated stage's processes sum their gradients with
+ * ncclAllReduce; the MPI transport keeps the rest (failures, the step
+ * results, the gradient norm's parts, the final gather). The device side is
+ * made at the first run, once pd__pipe_set_ranks has said which threads run
+ * here. A stage's replicas in one process each have a context of their own
+ * and sum their gradients through host memory (pd__allreduce_here);
+ * recomputation redoes a forward on the device (pd__dev_recompute). Not
+ * yet: tied weights with replicated stages or under MPI, several stages per
+ * MPI process, AvgPipe (refused with a line naming them). */
+
+/* The device interface GPU stages run on: CUDA's table (the simulated
+ * device's too); none without the backend, which pd__gpu_check refuses first. */
+static const pd__dev_i *pd__dev_gpu_i(void) {
+#ifdef PD_HAVE_CUDA
+    return &pd__dev_cuda;
+#else
+    return NULL;
+#endif
+}
 
 pd_status pd__dev_refuse(const char *what) {
     return pd__err(PD_ERR_UNSUPPORTED, "pipeline: %s with GPU stages: not supported yet", what);
@@ -40,14 +71,14 @@ pd_status pd__dev_prepare(pd__pipe *p, const pd_plan *plan, const pd_train_optio
 
 /* What pd__dev_setup made, undone (a failed set-up, pd__pipe_destroy). */
 void pd__dev_teardown(pd__pipe *p) {
+    for (int l = 0; p->glink && l + 1 < p->nvstages; l++) pd__glink_destroy(p->glink[l]); /* before the contexts it uses */
+    PD_FREE(p->glink);
+    p->glink = NULL;
     for (int i = 0; p->wk && i < p->nwk; i++) {
         pd__gpu_destroy(p->wk[i].dev);
         p->wk[i].dev = NULL;
         for (int c = 0; p->wk[i].ch && c < p->nchunks; c++) p->wk[i].ch[c].dev = false;
     }
-    for (int l = 0; p->glink && l + 1 < p->nvstages; l++) pd__glink_destroy(p->glink[l]);
-    PD_FREE(p->glink);
-    p->glink = NULL;
     if (p->dremote) p->dremote->vt->destroy(p->dremote); /* after the contexts, whose pending hook reads it */
     p->dremote = NULL;
     p->gready = false;
@@ -61,13 +92,7 @@ void pd__dev_teardown(pd__pipe *p) {
 pd_status pd__dev_setup(pd__pipe *p) {
     const pd_graph *g = p->g;
     pd_status st = PD_OK;
-    for (int w = 0; w < p->nworkers && st == PD_OK; w++) {
-        int here = 0;
-        for (int i = p->wbase[w]; i < p->wbase[w + 1]; i++) here += p->rank_of[i] == p->rank;
-        if (here > 1)
-            st = pd__err(PD_ERR_UNSUPPORTED, "pipeline: stage %d has %d replicas in this process; replicated "
-                         "stages on GPUs run one replica per MPI process so far", w, here);
-    }
+    /* tied weights with a replicated stage: refused at pd__pipe_create, as on CPU stages */
     if (st == PD_OK && p->shared && p->remote)
         st = pd__dev_refuse("a parameter read by stages in several processes (tied weights under mpirun)");
     if (st == PD_OK && p->remote && p->nlocal > 1) st = pd__dev_refuse("several stages in one MPI process");
@@ -87,18 +112,21 @@ pd_status pd__dev_setup(pd__pipe *p) {
         int ndev = pd_cuda_device_count();
         if (p->remote && !p->gfix[W->w] && ndev > 0) /* as torchrun's LOCAL_RANK: a machine's processes spread */
             p->gdev[W->w] = (p->o.device_index + p->lrank) % ndev;
-        st = pd__gpu_create(p->s, g, &p->sl, p->gdev[W->w], p->o.precision, p->nchunks, cd, p->nslots, &W->dev);
+        st = pd__gpu_create(p->s, g, &p->sl, pd__dev_gpu_i(), p->gdev[W->w], p->o.precision, p->nchunks, cd, p->nslots, &W->dev);
         if (st != PD_OK) pd__err_prefix("stage %d on cuda:%d", W->w, p->gdev[W->w]);
         for (int c = 0; c < p->nchunks && st == PD_OK; c++) W->ch[c].dev = true;
         mine = W;
     }
     PD_FREE(cd);
-    /* a link's buffers: what its queue holds, one a sender holds while the queue is full, one being read */
+    /* a link's buffers: what its queue holds, one per sender (a replica) holding one while the queue is full,
+     * one per receiver reading one */
     if (st == PD_OK && !p->remote && p->nvstages > 1 && !(p->glink = PD_CALLOC((size_t)p->nvstages - 1, sizeof *p->glink)))
         st = pd__err(PD_ERR_NOMEM, "out of memory");
     for (int l = 0; !p->remote && l + 1 < p->nvstages && st == PD_OK; l++)
-        st = pd__glink_create(p->gdev[l % p->nworkers], p->gdev[(l + 1) % p->nworkers], p->link[l].act_bytes,
-                              p->link[l].grad_bytes, p->link[l].fwd.cap + 2, &p->glink[l]);
+        st = pd__glink_create(p->wk[p->wbase[l % p->nworkers]].dev, p->wk[p->wbase[(l + 1) % p->nworkers]].dev,
+                              p->link[l].act_bytes, p->link[l].grad_bytes,
+                              p->link[l].fwd.cap + p->rep[l % p->nworkers] + p->rep[(l + 1) % p->nworkers],
+                              &p->glink[l]);
     if (p->remote) {
 #ifdef PD_HAVE_NCCL
         int *worker_of = PD_MALLOC(sizeof(int) * (size_t)p->nwk);
@@ -141,15 +169,11 @@ pd_status pd__dev_use(pd__wk *W, pd__chunk *C, int slot, int32_t v) {
     return PD_OK;
 }
 
-/* pd__do_forward's device part, once the slot is taken: the graph inputs
- * uploaded, the forward, and on the last stage the loss into *r
- * (cross-entropy on the device, only its sums come back). */
-pd_status pd__dev_forward(pd__wk *W, pd__chunk *C, int mb, pd_step_result *r) {
+/* The graph inputs a device context's nodes read: microbatch mb's rows uploaded (pd__feed_inputs). */
+static pd_status pd__dev_feed(pd__wk *W, pd__dactx *d, int mb) {
     pd__pipe *p = W->p;
     const pd_graph *g = p->g;
-    const pd__vstage *S = &p->vs[C->k];
-    pd__dactx *d = pd__gpu_slot(W->dev, (int)(C - W->ch), mb % p->nslots);
-    for (int i = 0; i < g->ninputs; i++) { /* the graph inputs its nodes read */
+    for (int i = 0; i < g->ninputs; i++) {
         int t = g->inputs[i];
         void *dst = pd__dactx_value(d, t)->data;
         pd_tensor rows;
@@ -157,31 +181,67 @@ pd_status pd__dev_forward(pd__wk *W, pd__chunk *C, int mb, pd_step_result *r) {
         PD_TRY(pd__mb_rows(p, i, mb, &rows));
         PD_TRY(pd__gpu_upload(W->dev, dst, rows.data, pd__tbytes(g, t)));
     }
+    return PD_OK;
+}
+
+/* pd__do_forward's device part, once the slot is taken: the graph inputs
+ * uploaded, the forward, and on the last stage the loss into *r
+ * (cross-entropy on the device, only its sums come back). */
+pd_status pd__dev_forward(pd__wk *W, pd__chunk *C, int mb, pd_step_result *r) {
+    pd__pipe *p = W->p;
+    const pd__vstage *S = &p->vs[C->k];
+    pd__dactx *d = pd__gpu_slot(W->dev, (int)(C - W->ch), mb % p->nslots);
+    PD_TRY(pd__dev_feed(W, d, mb));
     PD_TRY(pd__dactx_forward(p->s, &W->x, d, S->nodes, S->nnodes));
+    C->rc_owner = mb % p->nslots; /* recomputation: the chunk's shared activations are this microbatch's */
     if (C->k != p->nvstages - 1) return PD_OK;
     pd_tensor lab;
     PD_TRY(pd__mb_rows(p, -1, mb, &lab));
     return pd__dactx_loss(p->s, d, &lab, 1.0 / p->nmicro, r);
 }
 
-/* pd__do_backward on the device (part: 0 B, 1 split B, 2 W). */
+/* pd__rc_ensure on the device: microbatch mb's forward again into the
+ * chunk's shared activations (its slots' device twins share them, as the
+ * host contexts do), from its inputs uploaded again, at its slot's weight
+ * version, with its Dropout seed; the BatchNorm statistics, which a training
+ * forward updates, saved through host memory (C->rc_bufs) and put back. */
+pd_status pd__dev_recompute(pd__wk *W, pd__chunk *C, int mb) {
+    pd__pipe *p = W->p;
+    const pd__vstage *S = &p->vs[C->k];
+    int slot = mb % p->nslots;
+    pd__dactx *d = pd__gpu_slot(W->dev, (int)(C - W->ch), slot);
+    char *save = C->rc_bufs;
+    for (int j = 0; j < S->nbufs; j++) {
+        const void *v = pd__dactx_value(d, S->bufs[j])->data;
+        if (v) PD_TRY(pd__gpu_download(W->dev, save, v, pd__tbytes(p->g, S->bufs[j])));
+        save += pd__tbytes(p->g, S->bufs[j]);
+    }
+    PD_TRY(pd__dev_use(W, C, slot, C->slot_ver[slot]));
+    PD_TRY(pd__dev_feed(W, d, mb));
+    W->x.seed = pd__mb_seed(p, mb);
+    C->rc_owner = -1;
+    PD_TRY(pd__dactx_forward(p->s, &W->x, d, S->nodes, S->nnodes));
+    save = C->rc_bufs;
+    for (int j = 0; j < S->nbufs; j++) {
+        void *v = pd__dactx_value(d, S->bufs[j])->data;
+        if (v) PD_TRY(pd__gpu_upload(W->dev, v, save, pd__tbytes(p->g, S->bufs[j])));
+        save += pd__tbytes(p->g, S->bufs[j]);
+    }
+    PD_TRY(pd__gpu_sync(W->dev)); /* the uploads have read C->rc_bufs, which the next recomputation rewrites */
+    C->rc_owner = slot;
+    W->recomputes++;
+    return PD_OK;
+}
+
+/* pd__do_backward's nodes on the device (part: 0 B, 1 split B, 2 W), at
+ * the slot's weight version (a STEP since its F may have stashed it). */
 pd_status pd__dev_backward(pd__wk *W, pd__chunk *C, int mb, int32_t version, int part) {
     pd__pipe *p = W->p;
     const pd__vstage *S = &p->vs[C->k];
     int slot = mb % p->nslots;
-    int32_t *fv = &C->slot_ver[slot];
-    if (*fv != version)
-        return pd__err(PD_ERR_INTERNAL, "the %s names weight version %d, its forward used %d", part == 2 ? "W" : "B",
-                       (int)version, (int)*fv);
-    PD_TRY(pd__gpu_bind(W->dev));
     PD_TRY(pd__dev_use(W, C, slot, version));
-    PD_TRY(pd__dactx_backward(p->s, &W->x, pd__gpu_slot(W->dev, (int)(C - W->ch), slot), S->bnodes, S->nbnodes,
-                              part == 0 ? -1 : part - 1));
-    if (part != 1) {
-        *fv = -1;
-        W->inflight--;
-    }
-    return PD_OK;
+    return pd__dactx_backward(p->s, &W->x, pd__gpu_slot(W->dev, (int)(C - W->ch), slot), S->bnodes, S->nbnodes,
+                              part == 0 ? -1 : part - 1);
 }
 
 /* Tensor k of a link's message (grad: the backward one) in a device
@@ -195,14 +255,15 @@ static pd_status pd__dev_part(const pd__pipe *p, const pd__link *L, pd__dactx *d
     return PD_OK;
 }
 
-/* pd__send on the device: the tensors into a buffer of the link (on the
- * receiver's device), whose index goes through the queue. */
-pd_status pd__dev_send(pd__wk *W, pd__chunk *C, int l, bool grad, int mb, bool *stop) {
+/* pd__send's message from a GPU stage (bound, its activations recomputed
+ * if need be) to thread `to`: the tensors into a buffer of the link on the
+ * receiver's device, whose index goes through the queue; to another
+ * process, into an NCCL buffer on this device. */
+pd_status pd__dev_send(pd__wk *W, pd__chunk *C, int l, bool grad, int mb, int to, bool *stop) {
     pd__pipe *p = W->p;
     const pd__link *L = &p->link[l];
-    int slot = mb % p->nslots, to = pd__peer(p, l, grad, true, mb), e = -1;
+    int slot = mb % p->nslots, e = -1;
     pd__dactx *d = pd__gpu_slot(W->dev, (int)(C - W->ch), slot);
-    PD_TRY(pd__gpu_bind(W->dev));
     if (pd__via(p, W, to) != &p->local.base) { /* another process: packed into an NCCL buffer on this device */
         pd__transport *x = p->dremote;
         size_t n = grad ? L->grad_bytes : L->act_bytes, off = 0;
@@ -215,9 +276,7 @@ pd_status pd__dev_send(pd__wk *W, pd__chunk *C, int l, bool grad, int mb, bool *
             PD_TRY(pd__gpu_copy(W->dev, buf + off, v, b));
             off += b;
         }
-        PD_TRY(x->vt->send(x, (int)(W - p->wk), to, l, grad, mb, buf, n, stop));
-        if (grad) C->sent[slot] = true;
-        return PD_OK;
+        return x->vt->send(x, (int)(W - p->wk), to, l, grad, mb, buf, n, stop);
     }
     pd__glink *G = p->glink[l];
     PD_TRY(pd__glink_send_begin(G, grad, W->dev, &e));
@@ -234,9 +293,7 @@ pd_status pd__dev_send(pd__wk *W, pd__chunk *C, int l, bool grad, int mb, bool *
     int32_t *ticket = t->vt->get(t, l, grad, sizeof *ticket);
     if (!ticket) return pd__err(PD_ERR_NOMEM, "out of memory");
     *ticket = e;
-    PD_TRY(t->vt->send(t, (int)(W - p->wk), to, l, grad, mb, ticket, sizeof *ticket, stop));
-    if (grad) C->sent[slot] = true;
-    return PD_OK;
+    return t->vt->send(t, (int)(W - p->wk), to, l, grad, mb, ticket, sizeof *ticket, stop);
 }
 
 /* pd__recv on the device: the buffer's tensors copied into the context once
@@ -289,16 +346,13 @@ pd_status pd__dev_recv(pd__wk *W, pd__chunk *C, int l, bool grad, int mb, bool *
  * replica in its own process, with the summed gradients); no shared
  * parameters here. */
 /* Tied weights on GPU stages (in one process, sync schedules: every STEP
- * of a minibatch runs together). pd__sum_shared's order and arithmetic:
- * every thread meets; each reader's gradients of the parameters it shares
- * come down into its host buffer (C->sg); they meet again; each owner adds
- * the readers' gradients to its own in stage order, through host memory. */
-static pd_status pd__dev_tied_grads(pd__wk *W, bool *stop) {
+ * of a minibatch runs together), once every thread has met (pd__do_step).
+ * pd__sum_shared's order and arithmetic: each reader's gradients of the
+ * parameters it shares come down into its host buffer (C->sg); they meet
+ * again; each owner adds the readers' gradients to its own in stage order,
+ * through host memory. */
+pd_status pd__dev_tied_grads(pd__wk *W, bool *stop) {
     pd__pipe *p = W->p;
-    if (!pd__meet_all(p)) {
-        *stop = true;
-        return PD_OK;
-    }
     for (int c = 0; c < p->nchunks; c++) PD_TRY(pd__gpu_shared_grads(W->dev, c, W->ch[c].sg));
     if (!pd__meet_all(p)) {
         *stop = true;
@@ -324,7 +378,7 @@ static pd_status pd__dev_tied_grads(pd__wk *W, bool *stop) {
 
 /* After the update: each owner's new weights of a tied parameter into the
  * host slab, they meet, each reader uploads them into its copy. */
-static pd_status pd__dev_tied_weights(pd__wk *W, bool *stop) {
+pd_status pd__dev_tied_weights(pd__wk *W, bool *stop) {
     pd__pipe *p = W->p;
     for (int c = 0; c < p->nchunks; c++)
         for (int k = W->ch[c].k + 1; k < p->nvstages; k++) {
@@ -341,49 +395,65 @@ static pd_status pd__dev_tied_weights(pd__wk *W, bool *stop) {
     return PD_OK;
 }
 
-pd_status pd__dev_step(pd__wk *W, int mb, int32_t version, int k, bool *stop) {
+/* STEP's check on the device: nothing is updated when a gradient is not
+ * finite; the first such parameter named (its gradients come down only
+ * then). */
+pd_status pd__dev_finite(pd__wk *W) {
     pd__pipe *p = W->p;
-    for (int c = 0; c < p->nchunks; c++)
-        if (version != W->ch[c].live + 1)
-            return pd__err(PD_ERR_INTERNAL, "STEP makes version %d, the live one is %d", (int)version,
-                           (int)W->ch[c].live);
-    PD_TRY(pd__gpu_bind(W->dev));
     double sq = 0;
     PD_TRY(pd__gpu_sqnorm(W->dev, &sq));
-    if (!isfinite(sq)) { /* nothing is updated when a gradient is not finite; name the first */
-        int i = -1;
-        float v = 0;
-        PD_TRY(pd__gpu_nonfinite(W->dev, &i, &v));
-        if (i >= 0)
-            return pd__err(PD_ERR_NUMERIC, "the gradient of '%s' is %g", p->g->tensors[p->sl.param[i]].name, (double)v);
-        return pd__err(PD_ERR_NUMERIC, "the squared gradient norm is %g", sq);
-    }
-    if (p->shared) { /* tied weights (sync schedules): the readers' gradients into the owner's */
-        PD_TRY(pd__dev_tied_grads(W, stop));
-        if (*stop) return PD_OK;
-    }
-    if (!pd__sched_async(p->kind)) { /* one update of the whole model: its gradient norm, and clipping */
-        double norm = 0;
-        PD_TRY(pd__global_norm(W, mb / p->nmicro, NULL, &norm, stop));
-        if (*stop) return PD_OK;
-        if (!isfinite(norm)) return pd__err(PD_ERR_NUMERIC, "the gradient norm is %g", norm);
-        if (p->res && W->w == p->nworkers - 1 && W->r == 0) p->res[mb / p->nmicro].grad_norm = norm;
-        if (p->o.clip_grad_norm > 0 && norm > p->o.clip_grad_norm) /* as clip_grad_norm_ */
-            PD_TRY(pd__gpu_scale(W->dev, (float)(p->o.clip_grad_norm / (norm + 1e-6))));
-    }
-    for (int c = 0; c < p->nchunks; c++) { /* the version being replaced into a stash when a later instruction names it */
-        pd__chunk *C = &W->ch[c];
-        int32_t v = C->live;
-        PD_TRY(pd__stash_live(p, C, k));
-        for (int h = 0; h < C->nstash; h++)
-            if (C->stash[h].version == v) PD_TRY(pd__gpu_stash(W->dev, c, h));
-    }
-    int64_t t = ++W->updates;
-    double lr = pd__lr_at(&p->o, t);
-    PD_TRY(pd__gpu_update(W->dev, &p->o, t, lr));
-    if (p->res && W->w == p->nworkers - 1 && W->r == 0) p->res[mb / p->nmicro].lr = lr;
-    if (p->shared) PD_TRY(pd__dev_tied_weights(W, stop)); /* the owners' new weights into the readers' copies */
+    if (isfinite(sq)) return PD_OK;
+    int i = -1;
+    float v = 0;
+    PD_TRY(pd__gpu_nonfinite(W->dev, &i, &v));
+    if (i >= 0) return pd__err(PD_ERR_NUMERIC, "the gradient of '%s' is %g", p->g->tensors[p->sl.param[i]].name, (double)v);
+    return pd__err(PD_ERR_NUMERIC, "the squared gradient norm is %g", sq);
+}
+
+/* pd__stash_live's copy on the device: chunk c's live weights into the
+ * stash that now holds version v (none when no later instruction names it). */
+pd_status pd__dev_stash(pd__wk *W, int c, int32_t v) {
+    pd__chunk *C = &W->ch[c];
+    for (int h = 0; h < C->nstash; h++)
+        if (C->stash[h].version == v) PD_TRY(pd__gpu_stash(W->dev, c, h));
     return PD_OK;
+}
+
+/* ALLREDUCE of a GPU stage's replicas in this process (pd__allreduce_here):
+ * down: this replica's packed gradients, chunk after chunk, into its host
+ * buffer W->ared (waits); up: the sum in replica 0's buffer into this
+ * replica's device gradients (waits: the next ALLREDUCE rewrites it). */
+pd_status pd__dev_grads_down(pd__wk *W) {
+    pd__pipe *p = W->p;
+    int64_t n = 0, at = 0;
+    for (int c = 0; c < p->nchunks; c++) n += p->vs[W->ch[c].k].packed;
+    if (n > W->ared_n) {
+        PD_FREE(W->ared);
+        W->ared_n = 0;
+        if (!(W->ared = PD_MALLOC(sizeof(float) * (size_t)n))) return pd__err(PD_ERR_NOMEM, "out of memory");
+        W->ared_n = n;
+    }
+    PD_TRY(pd__gpu_bind(W->dev));
+    for (int c = 0; c < p->nchunks; c++) {
+        float *g;
+        int64_t k;
+        pd__gpu_grads(W->dev, c, &g, &k);
+        if (k > 0) PD_TRY(pd__gpu_download(W->dev, W->ared + at, g, sizeof(float) * (size_t)k));
+        at += k;
+    }
+    return PD_OK;
+}
+
+pd_status pd__dev_grads_up(pd__wk *W, const float *sum) {
+    int64_t at = 0;
+    for (int c = 0; c < W->p->nchunks; c++) {
+        float *g;
+        int64_t k;
+        pd__gpu_grads(W->dev, c, &g, &k);
+        if (k > 0) PD_TRY(pd__gpu_upload(W->dev, g, sum + at, sizeof(float) * (size_t)k));
+        at += k;
+    }
+    return pd__gpu_sync(W->dev);
 }
 
 /* ALLREDUCE across the processes of a replicated stage: each chunk's packed
@@ -392,7 +462,7 @@ pd_status pd__dev_step(pd__wk *W, int mb, int32_t version, int k, bool *stop) {
  * pipedream as on the CPU. */
 pd_status pd__dev_allreduce(pd__wk *W, int mb) {
     pd__pipe *p = W->p;
-    if (!p->dremote) return pd__err(PD_ERR_INTERNAL, "replicas of a GPU stage outside MPI");
+    if (!p->dremote) return pd__err(PD_ERR_INTERNAL, "replicas of a GPU stage under MPI without the NCCL transport");
     PD_TRY(pd__gpu_bind(W->dev));
     for (int c = 0; c < p->nchunks; c++) {
         float *g;
@@ -415,7 +485,7 @@ pd_status pd__dev_snap(pd__wk *W, bool pre) {
     for (int c = 0; c < p->nchunks && st == PD_OK; c++) {
         pd__chunk *C = &W->ch[c];
         const pd__vstage *S = &p->vs[C->k];
-        st = pd__gpu_pull(W->dev, c, S->bufs, S->nbufs, !pre);
+        st = pd__gpu_pull(W->dev, c, S->bufs, S->nbufs, !pre && W->r == 0); /* replicas hold the same weights */
         for (int h = 0; !pre && st == PD_OK && h < C->nstash; h++)
             if (C->stash[h].version >= 0) st = pd__gpu_pull_stash(W->dev, c, h, C->stash[h].w);
     }

@@ -1,9 +1,10 @@
 /* pipeline_impl.h - private to the pipeline executor: its types (the
  * threads, chunks, links, queues and the pipeline itself) and the functions
- * its files share. runtime/pipeline.c holds the schedule's executor on the
- * CPU (queues, creation, the instructions, the update, snapshots and
- * resume, the run); runtime/pipeline_dev.c the GPU stages' side of each
- * instruction (pd__dev_*), over runtime/pipeline_cuda.c's device memory. */
+ * its files share. runtime/pipeline*.c hold the schedule's executor, one
+ * concern each (pipeline.c's opening comment lists them);
+ * runtime/pipeline_dev.c the GPU stages' side of each instruction
+ * (pd__dev_*), over runtime/pipeline_devmem.c's device memory, which is
+ * written against the device interface (runtime/device.h). */
 #ifndef PD_PIPELINE_IMPL_H
 #define PD_PIPELINE_IMPL_H
 
@@ -15,7 +16,7 @@
 #include "cuda/cuda.h" /* pd__cuda_nccl_transport_create: the transport is in the CUDA module */
 #endif
 #include "optim.h"
-#include "pipeline_cuda.h"
+#include "pipeline_devmem.h"
 #include "session.h"
 
 #include <math.h>
@@ -118,14 +119,14 @@ typedef struct pd__wk { /* a thread: replica r of worker w */
     int64_t next_first, next_last; /* the next boundaries to pass (of kfirst, klast) */
     int64_t copied_boundary;       /* the boundary whose buffers are being copied */
     double snap_ms;        /* time spent on the boundary being taken */
-    float *ared;           /* across processes: the packed gradients all-reduced */
+    float *ared;           /* across processes, or a GPU stage's replicas here: the packed gradients summed */
     int64_t ared_n;
     double *gnpart;        /* across processes: per worker its squared gradient norm (P), all-reduced at STEP */
     int *arfirst;          /* across processes, a replica: per parameter of its stage, the backward node after
                             * which its gradient is final (pd__backward_overlapped) */
     bool ar_started;       /* this minibatch's gradient all-reduces are running (ALLREDUCE waits) */
     int *tup, ntup;        /* across processes: tied parameters another process owns whose copy it updates */
-    pd__gpu *dev;          /* a GPU stage: its device side (pipeline_cuda.h); NULL on the CPU */
+    pd__gpu *dev;          /* a GPU stage: its device side (pipeline_devmem.h); NULL on the CPU */
 } pd__wk;
 
 typedef struct pd__bar {
@@ -179,7 +180,7 @@ struct pd__pipe {
     bool *gfix;           /* per worker: the plan names it (else under MPI: --device's index + the local rank) */
     int lrank;            /* under MPI: this process's rank on its machine (pd__mpi_local_rank) */
     int gcolor;           /* under MPI: the color of pd__pipe_set_ranks_in */
-    pd__glink **glink;    /* per link within the process: its device message buffers (pipeline_cuda.h) */
+    pd__glink **glink;    /* per link within the process: its device message buffers (pipeline_devmem.h) */
     pd__transport *dremote; /* across processes: NCCL (comm/nccl.h) */
     int64_t steps;     /* steps done by earlier runs */
     /* transports: threads of this process talk through the queues; with
@@ -242,18 +243,24 @@ pd_status pd__dev_prepare(pd__pipe *p, const pd_plan *plan, const pd_train_optio
 pd_status pd__dev_setup(pd__pipe *p);
 void pd__dev_teardown(pd__pipe *p);
 pd_status pd__dev_allreduce(pd__wk *W, int mb);
+pd_status pd__dev_grads_down(pd__wk *W);
+pd_status pd__dev_grads_up(pd__wk *W, const float *sum);
 pd_status pd__dev_use(pd__wk *W, pd__chunk *C, int slot, int32_t v);
 pd_status pd__dev_forward(pd__wk *W, pd__chunk *C, int mb, pd_step_result *r);
 pd_status pd__dev_backward(pd__wk *W, pd__chunk *C, int mb, int32_t version, int part);
-pd_status pd__dev_send(pd__wk *W, pd__chunk *C, int l, bool grad, int mb, bool *stop);
+pd_status pd__dev_recompute(pd__wk *W, pd__chunk *C, int mb);
+pd_status pd__dev_send(pd__wk *W, pd__chunk *C, int l, bool grad, int mb, int to, bool *stop);
 pd_status pd__dev_recv(pd__wk *W, pd__chunk *C, int l, bool grad, int mb, bool *stop);
-pd_status pd__dev_step(pd__wk *W, int mb, int32_t version, int k, bool *stop);
+pd_status pd__dev_finite(pd__wk *W);
+pd_status pd__dev_stash(pd__wk *W, int c, int32_t v);
+pd_status pd__dev_tied_grads(pd__wk *W, bool *stop);
+pd_status pd__dev_tied_weights(pd__wk *W, bool *stop);
 pd_status pd__dev_end(pd__pipe *p, bool ok);
 pd_status pd__dev_refuse(const char *what);
 pd_status pd__dev_snap(pd__wk *W, bool pre);
 pd_status pd__dev_push(pd__pipe *p);
 
-/* ---- shared by pipeline.c and pipeline_dev.c (defined in pipeline.c) ---- */
+/* ---- shared between the pipeline's files (pipeline*.c: one concern each) ---- */
 
 float pd__ared_scale(const pd__wk *W, int mb);
 pd_status pd__global_norm(pd__wk *W, int64_t t, const float *G, double *norm, bool *stop);
@@ -266,5 +273,61 @@ pd_tensor pd__rows(const pd_tensor *all, int64_t rows, int mb);
 pd_status pd__stash_live(pd__pipe *p, pd__chunk *C, int k);
 size_t pd__tbytes(const pd_graph *g, int t);
 pd__transport *pd__via(pd__pipe *p, const pd__wk *W, int peer);
+
+bool pd__barrier(pd__pipe *p, int w);
+pd_status pd__do_allreduce(pd__wk *W, int mb, bool *stop);
+pd_status pd__do_backward(pd__wk *W, pd__chunk *C, int mb, int32_t version, int part, bool overlap);
+pd_status pd__do_forward(pd__wk *W, pd__chunk *C, int mb, int32_t version);
+pd_status pd__do_step(pd__wk *W, int mb, int32_t version, int k, bool *stop);
+void pd__fail(pd__pipe *p, const pd__wk *W, const pd__instr *in, pd_status st);
+pd_status pd__feed_inputs(pd__pipe *p, pd__actx *c, int mb);
+float *pd__gslab(const pd__wk *W);
+pd_status pd__mb_result(pd__pipe *p, int mb, const pd_step_result *r);
+uint64_t pd__mb_seed(const pd__pipe *p, int mb);
+bool pd__meet(pd__pipe *p, pd__bar *b, int n);
+int64_t pd__ns(void);
+pd_status pd__overlapped_wait(pd__wk *W);
+void pd__q_drain(pd__queue *q);
+void pd__q_free_pool(pd__queue *q);
+pd_status pd__rc_ensure(pd__wk *W, pd__chunk *C, int mb);
+pd_status pd__recv(pd__wk *W, pd__chunk *C, int l, bool grad, int mb, bool *stop);
+void pd__release(pd__chunk *C, int32_t v, int k);
+int pd__replica_of(const pd__pipe *p, int w, int mb);
+pd_status pd__send(pd__wk *W, pd__chunk *C, int l, bool grad, int mb, bool *stop);
+void pd__slot_done(pd__pipe *p, pd__chunk *C, int slot);
+void pd__snap_decide(pd__pipe *p, int64_t m);
+pd_status pd__snap_post(pd__wk *W, int64_t b, bool *stop);
+pd_status pd__snap_pre(pd__wk *W, int64_t b, bool *stop);
+bool pd__tied_reader(pd__pipe *p, int k, int i, float **g);
+extern const pd__transport_i pd__local_vt;
+void pd__unhold(pd__pipe *p, pd__chunk *C, int slot, int dir);
+
+bool pd__barrier(pd__pipe *p, int w);
+pd_status pd__do_allreduce(pd__wk *W, int mb, bool *stop);
+pd_status pd__do_backward(pd__wk *W, pd__chunk *C, int mb, int32_t version, int part, bool overlap);
+pd_status pd__do_forward(pd__wk *W, pd__chunk *C, int mb, int32_t version);
+pd_status pd__do_step(pd__wk *W, int mb, int32_t version, int k, bool *stop);
+void pd__fail(pd__pipe *p, const pd__wk *W, const pd__instr *in, pd_status st);
+pd_status pd__feed_inputs(pd__pipe *p, pd__actx *c, int mb);
+float *pd__gslab(const pd__wk *W);
+pd_status pd__mb_result(pd__pipe *p, int mb, const pd_step_result *r);
+uint64_t pd__mb_seed(const pd__pipe *p, int mb);
+bool pd__meet(pd__pipe *p, pd__bar *b, int n);
+int64_t pd__ns(void);
+pd_status pd__overlapped_wait(pd__wk *W);
+void pd__q_drain(pd__queue *q);
+void pd__q_free_pool(pd__queue *q);
+pd_status pd__rc_ensure(pd__wk *W, pd__chunk *C, int mb);
+pd_status pd__recv(pd__wk *W, pd__chunk *C, int l, bool grad, int mb, bool *stop);
+void pd__release(pd__chunk *C, int32_t v, int k);
+int pd__replica_of(const pd__pipe *p, int w, int mb);
+pd_status pd__send(pd__wk *W, pd__chunk *C, int l, bool grad, int mb, bool *stop);
+void pd__slot_done(pd__pipe *p, pd__chunk *C, int slot);
+void pd__snap_decide(pd__pipe *p, int64_t m);
+pd_status pd__snap_post(pd__wk *W, int64_t b, bool *stop);
+pd_status pd__snap_pre(pd__wk *W, int64_t b, bool *stop);
+bool pd__tied_reader(pd__pipe *p, int k, int i, float **g);
+extern const pd__transport_i pd__local_vt;
+void pd__unhold(pd__pipe *p, pd__chunk *C, int slot, int dir);
 
 #endif

@@ -111,22 +111,23 @@ pd_status pd__actx_backward_part(const pd_session *s, pd__exec *x, pd__actx *c, 
  * labels are a graph input). */
 pd_status pd__actx_loss(const pd_session *s, pd__actx *c, const pd_tensor *labels, double scale, pd_step_result *r);
 
-/* ---- device twins of activation contexts: the pipeline's GPU stages
- * (runtime/pipeline_cuda.c; built with the CUDA backend only) ----
- * A pd__dactx holds on a CUDA context (runtime/cuda/cuda.h) the tensors of
+/* ---- device twins of activation contexts: the pipeline's device stages
+ * (runtime/pipeline_devmem.c) ----
+ * A pd__dactx holds on a device (runtime/device.h: the interface and an
+ * open context, which must outlive it) the tensors of
  * host context h that need (NULL: all) marks: activations and activation
  * gradients at h's offsets in device slabs of h's sizes, and the other
  * initializers and constants it reads uploaded once (base: a twin on the
- * same CUDA context whose copies it shares instead: a stage's slots share
+ * same device context whose copies it shares instead: a stage's slots share
  * its BatchNorm statistics, as host contexts share the session's). The
  * parameters' values and gradients have no data until the caller points
  * them at a weight version (pd__dactx_value/_grad), as pd__actx_value does
  * on the host. Forward, backward and loss are pd__actx_*'s on the device;
- * nodes the CUDA table refuses run on the CPU in h's memory, with copies
+ * nodes the device refuses (supports_op) run on the CPU in h's memory, with copies
  * around them, as the session's do. h must outlive its twin. */
-struct pd__cuda_ctx;
+struct pd__dev;
 typedef struct pd__dactx pd__dactx;
-pd_status pd__dactx_create(const pd_session *s, struct pd__cuda_ctx *c, pd__actx *h, const bool *need,
+pd_status pd__dactx_create(const pd_session *s, const struct pd__dev *dev, pd__actx *h, const bool *need,
                            const pd__dactx *base, pd__dactx **out);
 void pd__dactx_destroy(pd__dactx *d);
 pd_tensor *pd__dactx_value(pd__dactx *d, int t);

@@ -1,19 +1,15 @@
 /* session_dactx.c - device twins of the pipeline's activation contexts
- * (pd__dactx, session.h): the GPU stages' microbatch memory on a CUDA
+ * (pd__dactx, session.h): a device stage's microbatch memory on a device
  * context, over the device interface (runtime/device.h), and pd__actx_*'s
  * forward, backward and loss on it: the same code as the CPU contexts'
  * (session_nodes.c), nodes the device refuses on the CPU. The pipeline
- * hands it a CUDA context (pipeline_cuda.c); its instructions move onto the
- * interface next (docs/CUDA.md). Without the CUDA backend: stubs (the
- * pipeline makes no GPU stage). */
+ * hands it its stage's device (pipeline_devmem.c). */
 #include "session_impl.h"
 
 #include <string.h>
 
-#ifdef PD_HAVE_CUDA
-
 struct pd__dactx {
-    pd__dev dev;                /* CUDA, on the stage's context */
+    pd__dev dev;                /* the stage's device and context */
     pd__actx *h;                /* the host context: its layout, zeroing lists, and the CPU fallback's memory */
     void *act, *gact;           /* device twins of h->act, h->gact */
     void *consts;               /* the initializers and constants it reads (NULL: the base's) */
@@ -43,14 +39,15 @@ static bool pd__within(const void *p, const void *base, size_t bytes) {
     return base && (const char *)p >= (const char *)base && (const char *)p < (const char *)base + bytes;
 }
 
-pd_status pd__dactx_create(const pd_session *s, struct pd__cuda_ctx *c, pd__actx *h, const bool *need,
+pd_status pd__dactx_create(const pd_session *s, const pd__dev *dev, pd__actx *h, const bool *need,
                            const pd__dactx *base, pd__dactx **out) {
     const pd_graph *g = s->g;
     size_t pbytes = sizeof(float) * (size_t)s->ptotal;
     pd__dactx *d = PD_CALLOC(1, sizeof *d);
     if (!d) return pd__err(PD_ERR_NOMEM, "out of memory");
-    d->dev = (pd__dev){&pd__dev_cuda, c};
+    d->dev = *dev;
     const pd__dev_i *di = d->dev.i;
+    void *c = d->dev.c;
     d->h = h;
     d->base = base;
     int nargs = s->arg_start[g->nnodes - 1] + g->nodes[g->nnodes - 1].nin + g->nodes[g->nnodes - 1].nout;
@@ -151,31 +148,3 @@ pd_status pd__dactx_loss(const pd_session *s, pd__dactx *d, const pd_tensor *lab
     pd__actx *h = d->h;
     return pd__loss_run(s, &d->dev, d->views, d->gviews, h->views, h->gviews, labels, &dl, true, INT64_MAX, scale, r);
 }
-
-#else /* no CUDA backend */
-
-static pd_status pd__dactx_nocuda(void) { return pd__err(PD_ERR_UNSUPPORTED, "this build has no CUDA backend"); }
-
-/* the pipeline makes no GPU stage without the backend (pipeline_cuda.c), so no pd__dactx exists */
-pd_status pd__dactx_create(const pd_session *s, struct pd__cuda_ctx *c, pd__actx *h, const bool *need,
-                           const pd__dactx *base, pd__dactx **out) {
-    (void)s, (void)c, (void)h, (void)need, (void)base, (void)out;
-    return pd__dactx_nocuda();
-}
-void pd__dactx_destroy(pd__dactx *d) { (void)d; }
-pd_tensor *pd__dactx_value(pd__dactx *d, int t) { (void)d, (void)t; return NULL; }
-pd_tensor *pd__dactx_grad(pd__dactx *d, int t) { (void)d, (void)t; return NULL; }
-pd_status pd__dactx_forward(const pd_session *s, pd__exec *x, pd__dactx *d, const int *nodes, int n) {
-    (void)s, (void)x, (void)d, (void)nodes, (void)n;
-    return pd__dactx_nocuda();
-}
-pd_status pd__dactx_backward(const pd_session *s, pd__exec *x, pd__dactx *d, const int *nodes, int n, int part) {
-    (void)s, (void)x, (void)d, (void)nodes, (void)n, (void)part;
-    return pd__dactx_nocuda();
-}
-pd_status pd__dactx_loss(const pd_session *s, pd__dactx *d, const pd_tensor *labels, double scale, pd_step_result *r) {
-    (void)s, (void)d, (void)labels, (void)scale, (void)r;
-    return pd__dactx_nocuda();
-}
-
-#endif

@@ -1,7 +1,7 @@
 /* test_device.c - the device interface (runtime/device.h) of each device
  * against closed-form values and against the CPU's own functions: copies,
  * memset, the gradient norm, scaling, the optimizer step, cross-entropy,
- * timers and events. The CPU always; CUDA on the simulated device when the
+ * timers, events and a link between two contexts. The CPU always; CUDA on the simulated device when the
  * backend is built (the CPU's kernels behind the CUDA API, so bitwise); with
  * --gpu, CUDA on the first GPU (77 without one; within 1e-6, a GPU's
  * arithmetic may contract).
@@ -112,6 +112,32 @@ static void test_order(const pd__dev *d, const char *name) {
     if (ev) d->i->event_destroy(ev);
 }
 
+/* A pipeline link (runtime/pipeline_devmem.c): context a's bytes into a
+ * buffer of context b's device outside its allocator (copy_peer on a's
+ * stream), an event recorded by a that b's stream waits for, then b copies
+ * them into its own memory: b gets a's bytes. */
+static void test_link(const pd__dev *a, const char *name) {
+    const float h[5] = {1, -2, 3.5f, 1e-30f, 7};
+    float back[5] = {0};
+    pd__dev b = {a->i, NULL};
+    void *src = NULL, *buf = NULL, *dst = NULL, *ev = NULL;
+    bool ok = a->i->open(0, PD_PRECISION_FP32, &b.c) == PD_OK;
+    ok = ok && a->i->alloc(a->c, sizeof h, &src) == PD_OK && b.i->alloc_shared(b.c, sizeof h, &buf) == PD_OK &&
+         b.i->alloc(b.c, sizeof h, &dst) == PD_OK && a->i->event_create(a->c, &ev) == PD_OK;
+    ok = ok && a->i->upload(a->c, src, h, sizeof h) == PD_OK && a->i->copy_peer(a->c, buf, b.c, src, sizeof h) == PD_OK &&
+         a->i->event_record(a->c, ev) == PD_OK && b.i->event_wait(b.c, ev) == PD_OK &&
+         b.i->copy(b.c, dst, buf, sizeof h) == PD_OK && b.i->download(b.c, back, dst, sizeof h) == PD_OK;
+    CHECK(ok && memcmp(back, h, sizeof h) == 0, "%s: copy_peer into another context's shared buffer, ordered by an "
+          "event, gives the bytes back", name);
+    if (ev) a->i->event_destroy(ev);
+    a->i->free(a->c, src);
+    if (b.c) {
+        b.i->free_shared(b.c, buf);
+        b.i->free(b.c, dst);
+        b.i->close(b.c);
+    }
+}
+
 static void test_device(const pd__dev_i *di, const char *name, bool exact) {
     pd__dev d = {di, NULL};
     pd_status st = di->open(0, PD_PRECISION_FP32, &d.c);
@@ -121,6 +147,7 @@ static void test_device(const pd__dev_i *di, const char *name, bool exact) {
     test_optim(&d, name, exact);
     test_loss(&d, name);
     test_order(&d, name);
+    test_link(&d, name);
     di->close(d.c);
 }
 

@@ -40,13 +40,19 @@
  * against single-stage training on the GPU (fp32; 2bw's one-step-late and
  * pipedream's stashed-version replays on the CPU, whose host slabs they
  * rewrite), to at least 1e-4 relative; the failures and a NaN stop the run
- * and it trains on; what GPU stages do not support yet is refused.
+ * and it trains on; what GPU stages do not support yet is refused. On the
+ * simulated device (the CPU's kernels), the same plan's device and CPU
+ * stages give the same losses and weights bit for bit: replicated stages
+ * in one process under every schedule.
  */
 #include "../core/plan.h"
 #include "../core/schedule.h"
 #include "../runtime/data.h"
 #include "../runtime/pipeline.h"
 #include "../runtime/session.h"
+#ifdef PD_HAVE_CUDA
+#include "../runtime/cuda/cuda.h" /* pd__cuda_is_sim */
+#endif
 #include "check.h"
 
 #include <cjson/cJSON.h>
@@ -968,6 +974,75 @@ static pd_status load_stream(const char *fx, int steps, pd_tensor *X, pd_tensor 
     return PD_OK;
 }
 
+#ifdef PD_HAVE_CUDA /* dev_run, dev_cpu_check: the simulated device's checks */
+/* One run of a plan's pipeline on o's device: its losses, its forwards
+ * redone (recomputation), and its graph with the trained weights. */
+static pd_status dev_run(const char *fx, const pd_plan *plan, const pd_train_options *o, int m, pd__sched_kind kind,
+                         const pd_tensor *xs, const pd_tensor *ys, pd_step_result *res, int64_t *redone,
+                         pd_graph **g) {
+    pd__pipe *p = NULL;
+    pd_status st = load(fx, BATCH / m, g);
+    if (st == PD_OK) st = pd__pipe_create(*g, plan, o, kind, m, &p);
+    if (st == PD_OK) st = pd__pipe_run(p, STEPS, xs, ys, res);
+    *redone = 0;
+    for (int s = 0; st == PD_OK && s < pd__pipe_stages(p); s++) {
+        pd__pipe_stats ps;
+        pd__pipe_stats_get(p, s, &ps);
+        *redone += ps.recomputes;
+    }
+    pd__pipe_destroy(p); /* the graph gets the trained weights back */
+    return st;
+}
+
+/* --device cuda on the simulated device (the CPU's kernels behind the CUDA
+ * API): a plan's device stages against the same plan's CPU stages, bit for
+ * bit: every step's loss and every trained weight (what the device stages
+ * share with the CPU's: the schedule, the sums' order; reps: replicas per
+ * stage, summed through host memory in replica order as on the CPU). */
+static void dev_cpu_check(const char *fx, const pd_tensor *xs, const pd_tensor *ys, const ref *r, int stages, int m,
+                          pd__sched_kind kind, int chunks, const int *reps, bool rc) {
+    pd_graph *g0 = NULL, *ga = NULL, *gb = NULL;
+    pd_plan *plan = NULL;
+    pd_step_result ra[STEPS], rb[STEPS];
+    pd_train_options cpu = r->o;
+    cpu.device = PD_DEVICE_CPU;
+    char shape[96] = "";
+    for (int s = 0; reps && s < stages; s++)
+        snprintf(shape + strlen(shape), sizeof shape - strlen(shape), "%s%d", s ? "," : ", replicas ", reps[s]);
+    pd_status st = load(fx, BATCH / m, &g0);
+    if (st == PD_OK) st = make_plan(g0, stages * chunks, m, &plan);
+    if (st == PD_OK) plan->chunks = chunks;
+    for (int s = 0; st == PD_OK && reps && s < stages; s++) plan->stage[s].replicas = reps[s];
+    for (int s = 0; st == PD_OK && spread_devices > 0 && s < plan->n_stages; s++) { /* the CPU run ignores them */
+        plan->stage[s].has_device = true;
+        plan->stage[s].device = s % stages % spread_devices;
+    }
+    if (st == PD_OK && spread_devices > 0)
+        snprintf(shape + strlen(shape), sizeof shape - strlen(shape), ", on %d devices", spread_devices);
+    if (st == PD_OK) plan->recompute = rc;
+    int64_t na = 0, nb = 0;
+    if (st == PD_OK) st = dev_run(fx, plan, &cpu, m, kind, xs, ys, ra, &na, &ga);
+    if (st == PD_OK) st = dev_run(fx, plan, &r->o, m, kind, xs, ys, rb, &nb, &gb);
+    int same = 0, weights = 0;
+    for (int k = 0; st == PD_OK && k < STEPS; k++) same += memcmp(&ra[k].loss, &rb[k].loss, sizeof ra[k].loss) == 0;
+    for (int t = 0; st == PD_OK && t < ga->ntensors; t++) {
+        const pd__tensor *a = &ga->tensors[t], *b = &gb->tensors[t];
+        if (a->kind != PD_T_INIT || a->dtype != PD_FLOAT) continue;
+        weights++;
+        same += memcmp(a->data, b->data, sizeof(float) * (size_t)a->numel) == 0;
+    }
+    CHECK(st == PD_OK && weights > 0 && same == STEPS + weights && na == nb && (na > 0) == rc,
+          "%s, %d stages%s%s x %d microbatches, %s%s: device stages against CPU stages, %d of %d losses and weights "
+          "bitwise equal, %lld and %lld forwards redone%s%s", r->name, stages, chunks > 1 ? " x 2 chunks" : "", shape, m,
+          pd__sched_kind_name(kind), rc ? ", recompute" : "", same, STEPS + weights, (long long)na, (long long)nb,
+          st ? ": " : "", st ? pd_last_error() : "");
+    pd_plan_destroy(plan);
+    pd_graph_destroy(g0);
+    pd_graph_destroy(ga);
+    pd_graph_destroy(gb);
+}
+#endif
+
 /* --device cuda: every stage on GPU 0. refs as run_model's (full: all five). */
 static void run_gpu(const char *fx, const pd_tensor *xs, const pd_tensor *ys, const ref *refs, bool full) {
     const pd__sched_kind kinds[] = {PD_SCHED_GPIPE, PD_SCHED_FLUSH};
@@ -991,8 +1066,30 @@ static void run_gpu(const char *fx, const pd_tensor *xs, const pd_tensor *ys, co
         run_pipe(fx, xs, ys, &refs[0], 4, 4, PD_SCHED_ZB_H1);
         run_pipe(fx, xs, ys, &refs[2], 3, 2, PD_SCHED_2BW);
         run_pipe_ex(fx, xs, ys, &refs[0], 2, 4, PD_SCHED_INTERLEAVED, 2, NULL);
+#ifdef PD_HAVE_CUDA
+        static const int r12d[] = {1, 2};
+        if (pd__cuda_is_sim()) dev_cpu_check(fx, xs, ys, &refs[0], 2, 4, PD_SCHED_FLUSH, 1, r12d, true);
+#endif
         spread_devices = 0;
     }
+    /* the same plan on CPU stages, bit for bit (the simulated device runs the CPU's kernels) */
+#ifdef PD_HAVE_CUDA
+    if (pd__cuda_is_sim()) {
+        static const int r12[] = {1, 2};
+        static const struct { pd__sched_kind kind; int m, chunks; } every[] = {
+            {PD_SCHED_GPIPE, 4, 1}, {PD_SCHED_ZB_H1, 4, 1}, {PD_SCHED_INTERLEAVED, 4, 2},
+            {PD_SCHED_PIPEDREAM, 1, 1}, {PD_SCHED_2BW, 2, 1},
+        };
+        dev_cpu_check(fx, xs, ys, &refs[0], 2, 4, PD_SCHED_FLUSH, 1, NULL, false);
+        dev_cpu_check(fx, xs, ys, &refs[0], 2, 4, PD_SCHED_FLUSH, 1, r12, false); /* replicas in one process */
+        dev_cpu_check(fx, xs, ys, &refs[0], 3, 4, PD_SCHED_FLUSH, 1, NULL, true); /* recomputation */
+        for (int k = 0; full && k < (int)(sizeof every / sizeof *every); k++) {
+            dev_cpu_check(fx, xs, ys, &refs[0], 2, every[k].m, every[k].kind, every[k].chunks, r12, false);
+            dev_cpu_check(fx, xs, ys, &refs[0], 2, every[k].m, every[k].kind, every[k].chunks, NULL, true);
+        }
+        if (full) dev_cpu_check(fx, xs, ys, &refs[0], 2, 4, PD_SCHED_FLUSH, 1, r12, true);
+    }
+#endif
     if (!full) return;
     run_pipe_ex(fx, xs, ys, &refs[1], 2, 4, PD_SCHED_INTERLEAVED, 2, NULL);
     for (int stages = 2; stages <= 4; stages++) run_pipedream(fx, xs, ys, &refs[3], stages, NULL);
@@ -1006,14 +1103,6 @@ static void run_gpu(const char *fx, const pd_tensor *xs, const pd_tensor *ys, co
     pd__pipe *p = NULL;
     pd_status st = load(fx, BATCH / 4, &g);
     if (st == PD_OK) st = make_plan(g, 3, 4, &plan);
-    if (st == PD_OK) plan->stage[1].replicas = 2;
-    pd_status a = st == PD_OK ? pd__pipe_create(g, plan, &refs[0].o, PD_SCHED_FLUSH, 4, &p) : st;
-    if (a == PD_OK) a = pd__pipe_run(p, 1, xs, ys, NULL); /* the device side is made at the first run */
-    char ma[512];
-    snprintf(ma, sizeof ma, "%s", pd_last_error());
-    pd__pipe_destroy(p);
-    p = NULL;
-    if (st == PD_OK) plan->stage[1].replicas = 1;
     pd_status b = st == PD_OK ? pd__pipe_create(g, plan, &refs[0].o, PD_SCHED_FLUSH, 4, &p) : st;
     pd__snap_hooks hooks = {no_snap, no_ready, NULL};
     pd_status c = b == PD_OK ? pd__pipe_set_snap_hooks(p, &hooks) : b;
@@ -1028,16 +1117,10 @@ static void run_gpu(const char *fx, const pd_tensor *xs, const pd_tensor *ys, co
     snprintf(md, sizeof md, "%s", pd_last_error());
     pd__pipe_destroy(p);
     p = NULL;
-    if (st == PD_OK) plan->recompute = true;
-    pd_status e = st == PD_OK ? pd__pipe_create(g, plan, &refs[0].o, PD_SCHED_FLUSH, 4, &p) : st;
-    CHECK(e == PD_ERR_UNSUPPORTED && !p && strstr(pd_last_error(), "plan->recompute"),
-          "GPU stages refuse activation recomputation: %s", pd_last_error());
-    if (st == PD_OK) plan->recompute = false;
-    CHECK(a == PD_ERR_UNSUPPORTED && strstr(ma, "replicated") && c == PD_OK && d == PD_ERR_INVALID &&
-              strstr(md, "cuda:99"),
-          "GPU stages refuse, with reasons: a replicated stage (%s); a GPU the machine lacks (%s); and take snapshot "
-          "hooks (%s: test_checkpoint --device cuda runs them)",
-          ma, md, c == PD_OK ? "yes" : mc);
+    CHECK(c == PD_OK && d == PD_ERR_INVALID && strstr(md, "cuda:99"),
+          "GPU stages refuse, with a reason, a GPU the machine lacks (%s); and take snapshot hooks (%s: "
+          "test_checkpoint --device cuda runs them)",
+          md, c == PD_OK ? "yes" : mc);
     pd_plan_destroy(plan);
     pd_graph_destroy(g);
 }
@@ -1552,6 +1635,42 @@ static void run_recompute_planner(const char *fixtures) {
     pd_tensor_free(&Y);
 }
 
+/* --device cuda on the simulated device: recomputation where a forward
+ * done again must draw the same Dropout masks (dropout) and leave the
+ * BatchNorm running statistics as they were (cnn_bn: saved through host
+ * memory around it), device stages against CPU stages bit for bit. */
+static void run_gpu_recompute(const char *fixtures) {
+#ifdef PD_HAVE_CUDA
+    static const char *const models[][2] = {{"dropout", "mlp"}, {"cnn_bn", "cnn_bn"}};
+    static ref r = {"sgd lr 0.05", PD_TRAIN_OPTIONS_INIT, false, STEPS, 0, {0}, {0}, NULL, 0};
+    if (!pd__cuda_is_sim()) return;
+    r.o.optimizer = PD_OPT_SGD;
+    r.o.lr = 0.05;
+    r.o.threads = 1;
+    r.o.device = PD_DEVICE_CUDA;
+    for (int mi = 0; mi < 2; mi++) {
+        char fx[1024], dx[1024], name[160];
+        snprintf(fx, sizeof fx, "%s/%s", fixtures, models[mi][0]);
+        snprintf(dx, sizeof dx, "%s/%s", fixtures, models[mi][1]);
+        snprintf(name, sizeof name, "%s, sgd lr 0.05", models[mi][0]);
+        r.name = name;
+        pd_tensor X = {0}, Y = {0}, xs = {0}, ys = {0};
+        pd__data d = {0};
+        pd_status st = load_stream(dx, STEPS, &X, &Y, &d, &xs, &ys);
+        CHECK(st == PD_OK, "%s: the training data loads%s%s", models[mi][0], st ? ": " : "", st ? pd_last_error() : "");
+        if (st == PD_OK) dev_cpu_check(fx, &xs, &ys, &r, 2, 4, PD_SCHED_FLUSH, 1, NULL, true);
+        if (st == PD_OK) dev_cpu_check(fx, &xs, &ys, &r, 2, 1, PD_SCHED_PIPEDREAM, 1, NULL, true);
+        free(xs.data);
+        free(ys.data);
+        pd__data_free(&d);
+        pd_tensor_free(&X);
+        pd_tensor_free(&Y);
+    }
+#else
+    (void)fixtures;
+#endif
+}
+
 int main(int argc, char **argv) {
     if (argc == 4 && !strcmp(argv[1], "--device") && !strcmp(argv[2], "cuda")) {
         if (pd_cuda_device_count() == 0) {
@@ -1573,6 +1692,7 @@ int main(int argc, char **argv) {
     run_tied(argv[1]);
     if (device == PD_DEVICE_CPU) run_batchnorm(argv[1]); /* its references rewrite the host slabs */
     if (device == PD_DEVICE_CPU) run_recompute(argv[1]);
+    if (device == PD_DEVICE_CUDA) run_gpu_recompute(argv[1]);
     if (device == PD_DEVICE_CPU) run_recompute_planner(argv[1]);
     return check_summary();
 }

@@ -63,6 +63,10 @@ static pd_status pd__cpu_memcpy(void *ctx, void *dst, const void *src, size_t by
     if (dst != src && bytes) memcpy(dst, src, bytes);
     return PD_OK;
 }
+static pd_status pd__cpu_copy_peer(void *ctx, void *dst, void *dst_ctx, const void *src, size_t bytes) {
+    (void)dst_ctx;
+    return pd__cpu_memcpy(ctx, dst, src, bytes);
+}
 static pd_status pd__cpu_memset0(void *ctx, void *dst, size_t bytes) {
     (void)ctx;
     if (bytes) memset(dst, 0, bytes);
@@ -126,6 +130,9 @@ const pd__dev_i pd__dev_cpu = {
     .download = pd__cpu_memcpy,
     .copy = pd__cpu_memcpy,
     .memset0 = pd__cpu_memset0,
+    .alloc_shared = pd__cpu_alloc,
+    .free_shared = pd__cpu_free,
+    .copy_peer = pd__cpu_copy_peer,
     .grad_norm = pd__cpu_grad_norm,
     .scale = pd__cpu_scale,
     .optim_step = pd__cpu_optim,

@@ -268,7 +268,7 @@ extern "C" pd_status pd__cuda_memset0(pd__cuda_ctx *c, void *dst, size_t bytes) 
     return PD_OK;
 }
 
-/* ---- between contexts: the pipeline's stages (runtime/pipeline_cuda.c) ----------------------------- */
+/* ---- between contexts: the pipeline's stages (runtime/pipeline_devmem.c) --------------------------- */
 
 extern "C" pd_status pd__cuda_copy_peer(pd__cuda_ctx *c, void *dst, int ddev, const void *src, int sdev, size_t bytes) {
     if (!bytes) return PD_OK;

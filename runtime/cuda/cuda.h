@@ -135,7 +135,7 @@ pd_status pd__cuda_download(pd__cuda_ctx *c, void *dst, const void *src, size_t 
 pd_status pd__cuda_copy(pd__cuda_ctx *c, void *dst, const void *src, size_t bytes); /* device to device */
 pd_status pd__cuda_memset0(pd__cuda_ctx *c, void *dst, size_t bytes);
 
-/* ---- between contexts (pipeline stages, runtime/pipeline_cuda.c) -----------------------------------
+/* ---- between contexts (the pipeline's links: device.h's alloc_shared, copy_peer, events) -----------
  * copy_peer: bytes from src on device sdev to dst on device ddev, queued on
  * c's stream (cudaMemcpyPeerAsync; a plain device copy when they are the
  * same device). malloc_on: device memory outside every context's allocator

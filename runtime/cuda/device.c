@@ -43,6 +43,13 @@ static pd_status pd__cu_download(void *ctx, void *dst, const void *src, size_t b
 static pd_status pd__cu_copy(void *ctx, void *dst, const void *src, size_t bytes) {
     return pd__cuda_copy(ctx, dst, src, bytes);
 }
+static pd_status pd__cu_alloc_shared(void *ctx, size_t bytes, void **out) {
+    return pd__cuda_malloc_on(pd__cuda_device(ctx), bytes, out);
+}
+static void pd__cu_free_shared(void *ctx, void *p) { pd__cuda_free_on(pd__cuda_device(ctx), p); }
+static pd_status pd__cu_copy_peer(void *ctx, void *dst, void *dst_ctx, const void *src, size_t bytes) {
+    return pd__cuda_copy_peer(ctx, dst, pd__cuda_device(dst_ctx), src, pd__cuda_device(ctx), bytes);
+}
 static pd_status pd__cu_memset0(void *ctx, void *dst, size_t bytes) { return pd__cuda_memset0(ctx, dst, bytes); }
 
 static pd_status pd__cu_grad_norm(void *ctx, const float *g, int64_t n, double *norm) {
@@ -84,6 +91,9 @@ const pd__dev_i pd__dev_cuda = {
     .download = pd__cu_download,
     .copy = pd__cu_copy,
     .memset0 = pd__cu_memset0,
+    .alloc_shared = pd__cu_alloc_shared,
+    .free_shared = pd__cu_free_shared,
+    .copy_peer = pd__cu_copy_peer,
     .grad_norm = pd__cu_grad_norm,
     .scale = pd__cu_scale,
     .optim_step = pd__cu_optim,

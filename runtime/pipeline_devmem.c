@@ -1,15 +1,17 @@
-/* pipeline_cuda.c - the device side of the pipeline's GPU stages
- * (pipeline_cuda.h): a stage thread's CUDA context, its packed weight,
+/* pipeline_devmem.c - the device side of the pipeline's device stages
+ * (pipeline_devmem.h): a stage thread's device context, its packed weight,
  * gradient, optimizer-state and stash slabs, the device twins of its
  * activation contexts, and the links' message buffers ordered by events.
- * Every call checks its CUDA status (runtime/cuda/cuda.h returns pd_status
- * with file:line); nothing here waits on the host except where it says so. */
-#include "pipeline_cuda.h"
+ * Written once against the device interface (runtime/device.h): the CUDA
+ * module's table, the simulated device, or the CPU's plain copies and
+ * loops. Nothing here waits on the host except where it says so. */
+#include "pipeline_devmem.h"
 
-#ifdef PD_HAVE_CUDA
-
-#include "cuda/cuda.h"
+#include "device.h"
 #include "optim.h"
+#ifdef PD_HAVE_CUDA
+#include "cuda/cuda.h" /* pd__gpu_check's device count, and the NCCL transport's stream hooks */
+#endif
 
 #include <math.h>
 #include <pthread.h>
@@ -33,7 +35,7 @@ typedef struct pd__gchunk {
 } pd__gchunk;
 
 struct pd__gpu {
-    pd__cuda_ctx *c;
+    pd__dev dev; /* the stage's device: its interface and context (one stream) */
     int device, nchunks, nslots;
     pd__gchunk *ch;
     const pd_graph *g;
@@ -46,30 +48,31 @@ struct pd__gpu {
 
 void pd__gpu_destroy(pd__gpu *d) {
     if (!d) return;
-    if (d->c) (void)pd__cuda_bind(d->c);
+    if (d->dev.c) (void)d->dev.i->bind(d->dev.c);
     for (int c = 0; d->ch && c < d->nchunks; c++) {
         pd__gchunk *C = &d->ch[c];
         for (int k = 0; C->slot && k < d->nslots; k++)
             pd__dactx_destroy(C->slot[k]);
-        if (d->c) {
+        if (d->dev.c) {
             for (int k = 0; C->stash && k < C->nstash; k++)
-                pd__cuda_free(d->c, C->stash[k]);
-            pd__cuda_free(d->c, C->w);
-            pd__cuda_free(d->c, C->g);
-            pd__cuda_free(d->c, C->s0);
-            pd__cuda_free(d->c, C->s1);
-            pd__cuda_free(d->c, C->sw);
-            pd__cuda_free(d->c, C->sg);
+                d->dev.i->free(d->dev.c, C->stash[k]);
+            d->dev.i->free(d->dev.c, C->w);
+            d->dev.i->free(d->dev.c, C->g);
+            d->dev.i->free(d->dev.c, C->s0);
+            d->dev.i->free(d->dev.c, C->s1);
+            d->dev.i->free(d->dev.c, C->sw);
+            d->dev.i->free(d->dev.c, C->sg);
         }
         PD_FREE(C->slot);
         PD_FREE(C->stash);
     }
     PD_FREE(d->ch);
     PD_FREE(d->htmp);
-    pd__cuda_ctx_destroy(d->c);
+    if (d->dev.c && d->dev.i->close) d->dev.i->close(d->dev.c);
     PD_FREE(d);
 }
 
+#ifdef PD_HAVE_CUDA
 pd_status pd__gpu_check(int device) {
     int n = pd__cuda_device_count();
     if (n == 0) return pd__err(PD_ERR_UNSUPPORTED, "device cuda: no CUDA GPU found (no device, or no driver)");
@@ -78,10 +81,16 @@ pd_status pd__gpu_check(int device) {
                        n == 1 ? "" : "s", n - 1);
     return PD_OK;
 }
+#else
+pd_status pd__gpu_check(int device) {
+    (void)device;
+    return pd__err(PD_ERR_UNSUPPORTED, "device cuda: this build has no CUDA backend (meson setup -Dcuda=enabled)");
+}
+#endif
 
-static pd_status pd__gzeros(pd__cuda_ctx *c, int64_t n, float **out) {
-    PD_TRY(pd__cuda_alloc(c, sizeof(float) * (size_t)n, (void **)out));
-    return pd__cuda_memset0(c, *out, sizeof(float) * (size_t)n);
+static pd_status pd__gzeros(const pd__dev *v, int64_t n, float **out) {
+    PD_TRY(v->i->alloc(v->c, sizeof(float) * (size_t)n, (void **)out));
+    return v->i->memset0(v->c, *out, sizeof(float) * (size_t)n);
 }
 
 /* The packed floats of chunk C between the host slab h (the session's
@@ -91,15 +100,15 @@ static pd_status pd__gpack(pd__gpu *d, const pd__gchunk *C, float *h, float *dv,
         int i = C->params[j];
         size_t b = sizeof(float) * (size_t)d->g->tensors[d->param[i]].numel;
         if (up)
-            PD_TRY(pd__cuda_upload(d->c, dv + C->pk[j], h + d->poff[i], b));
+            PD_TRY(d->dev.i->upload(d->dev.c, dv + C->pk[j], h + d->poff[i], b));
         else
-            PD_TRY(pd__cuda_download(d->c, h + d->poff[i], dv + C->pk[j], b));
+            PD_TRY(d->dev.i->download(d->dev.c, h + d->poff[i], dv + C->pk[j], b));
     }
     return PD_OK;
 }
 
-pd_status pd__gpu_create(pd_session *s, const pd_graph *g, const pd__slabs *sl, int device, pd_precision prec,
-                         int nchunks, const pd__gpu_chunk *ch, int nslots, pd__gpu **out) {
+pd_status pd__gpu_create(pd_session *s, const pd_graph *g, const pd__slabs *sl, const pd__dev_i *di, int device,
+                         pd_precision prec, int nchunks, const pd__gpu_chunk *ch, int nslots, pd__gpu **out) {
     pd__gpu *d = PD_CALLOC(1, sizeof *d);
     if (!d) return pd__err(PD_ERR_NOMEM, "out of memory");
     d->device = device;
@@ -112,11 +121,9 @@ pd_status pd__gpu_create(pd_session *s, const pd_graph *g, const pd__slabs *sl, 
     d->hs0 = sl->state0;
     d->hs1 = sl->state1;
     d->ch = PD_CALLOC((size_t)nchunks, sizeof *d->ch);
-    pd_status st = d->ch ? pd__cuda_ctx_create(device, &d->c) : pd__err(PD_ERR_NOMEM, "out of memory");
+    d->dev.i = di;
+    pd_status st = d->ch ? di->open(device, prec, &d->dev.c) : pd__err(PD_ERR_NOMEM, "out of memory");
     if (st != PD_OK) goto fail;
-    pd__cuda_set_precision(d->c, prec == PD_PRECISION_BF16   ? PD_CUDA_BF16
-                                 : prec == PD_PRECISION_TF32 ? PD_CUDA_TF32
-                                                             : PD_CUDA_FP32);
     for (int c = 0; c < nchunks && st == PD_OK; c++) {
         pd__gchunk *C = &d->ch[c];
         const pd__gpu_chunk *in = &ch[c];
@@ -137,22 +144,22 @@ pd_status pd__gpu_create(pd_session *s, const pd_graph *g, const pd__slabs *sl, 
             break;
         }
         int ns = pd__optim_state_slabs(pd__session_options(s)->optimizer);
-        st = pd__gzeros(d->c, C->packed, &C->w);
-        if (st == PD_OK) st = pd__gzeros(d->c, C->packed, &C->g);
-        if (st == PD_OK && ns > 0) st = pd__gzeros(d->c, C->packed, &C->s0);
-        if (st == PD_OK && ns > 1) st = pd__gzeros(d->c, C->packed, &C->s1);
+        st = pd__gzeros(&d->dev, C->packed, &C->w);
+        if (st == PD_OK) st = pd__gzeros(&d->dev, C->packed, &C->g);
+        if (st == PD_OK && ns > 0) st = pd__gzeros(&d->dev, C->packed, &C->s0);
+        if (st == PD_OK && ns > 1) st = pd__gzeros(&d->dev, C->packed, &C->s1);
         for (int k = 0; k < C->nstash && st == PD_OK; k++)
-            st = pd__gzeros(d->c, C->packed, &C->stash[k]);
-        if (st == PD_OK && C->nsp > 0) st = pd__gzeros(d->c, C->spacked, &C->sw);
-        if (st == PD_OK && C->nsp > 0) st = pd__gzeros(d->c, C->spacked, &C->sg);
+            st = pd__gzeros(&d->dev, C->packed, &C->stash[k]);
+        if (st == PD_OK && C->nsp > 0) st = pd__gzeros(&d->dev, C->spacked, &C->sw);
+        if (st == PD_OK && C->nsp > 0) st = pd__gzeros(&d->dev, C->spacked, &C->sg);
         if (st == PD_OK && C->nsp > 0) st = pd__gpu_shared_up(d, c); /* the owner's weights, as the host slab holds them */
         if (st == PD_OK) st = pd__gpack(d, C, d->hparams, C->w, true);
         if (st == PD_OK && C->s0) st = pd__gpack(d, C, d->hs0, C->s0, true);
         if (st == PD_OK && C->s1) st = pd__gpack(d, C, d->hs1, C->s1, true);
         for (int k = 0; k < nslots && st == PD_OK; k++)
-            st = pd__dactx_create(s, d->c, in->slot[k], in->need, k ? C->slot[0] : NULL, &C->slot[k]);
+            st = pd__dactx_create(s, &d->dev, in->slot[k], in->need, k ? C->slot[0] : NULL, &C->slot[k]);
     }
-    if (st == PD_OK) st = pd__cuda_sync(d->c);
+    if (st == PD_OK) st = d->dev.i->sync(d->dev.c);
     if (st != PD_OK) goto fail;
     *out = d;
     return PD_OK;
@@ -161,18 +168,23 @@ fail:
     return st;
 }
 
-pd_status pd__gpu_bind(pd__gpu *d) { return pd__cuda_bind(d->c); }
+pd_status pd__gpu_bind(pd__gpu *d) { return d->dev.i->bind(d->dev.c); }
 
 pd__dactx *pd__gpu_slot(pd__gpu *d, int c, int slot) { return d->ch[c].slot[slot]; }
-void *pd__gpu_stream(pd__gpu *d) { return pd__cuda_stream(d->c); }
+#ifdef PD_HAVE_CUDA /* the NCCL transport's hooks: only a CUDA stage runs under it (pipeline_dev.c) */
+void *pd__gpu_stream(pd__gpu *d) { return d->dev.i == &pd__dev_cuda ? pd__cuda_stream(d->dev.c) : NULL; }
 void pd__gpu_set_pending(pd__gpu *d, bool (*pending)(void *arg), void *arg) {
-    pd__cuda_set_pending(d->c, pending, arg);
+    if (d->dev.i == &pd__dev_cuda) pd__cuda_set_pending(d->dev.c, pending, arg);
 }
+#else
+void *pd__gpu_stream(pd__gpu *d) { return (void)d, NULL; }
+void pd__gpu_set_pending(pd__gpu *d, bool (*pending)(void *arg), void *arg) { (void)d, (void)pending, (void)arg; }
+#endif
 void pd__gpu_grads(pd__gpu *d, int c, float **g, int64_t *n) {
     *g = d->ch[c].g;
     *n = d->ch[c].packed;
 }
-pd_status pd__gpu_copy(pd__gpu *d, void *dst, const void *src, size_t n) { return pd__cuda_copy(d->c, dst, src, n); }
+pd_status pd__gpu_copy(pd__gpu *d, void *dst, const void *src, size_t n) { return d->dev.i->copy(d->dev.c, dst, src, n); }
 
 void pd__gpu_use(pd__gpu *d, int c, int slot, int h) {
     pd__gchunk *C = &d->ch[c];
@@ -190,21 +202,25 @@ void pd__gpu_use(pd__gpu *d, int c, int slot, int h) {
     }
 }
 
+pd_status pd__gpu_download(pd__gpu *d, void *dst, const void *src, size_t n) {
+    return d->dev.i->download(d->dev.c, dst, src, n);
+}
+
 pd_status pd__gpu_upload(pd__gpu *d, void *dst, const void *src, size_t n) {
-    return pd__cuda_upload(d->c, dst, src, n);
+    return d->dev.i->upload(d->dev.c, dst, src, n);
 }
 
 pd_status pd__gpu_stash(pd__gpu *d, int c, int h) {
     pd__gchunk *C = &d->ch[c];
     if (h < 0 || h >= C->nstash) return pd__err(PD_ERR_INTERNAL, "stash %d of %d", h, C->nstash);
-    return pd__cuda_copy(d->c, C->stash[h], C->w, sizeof(float) * (size_t)C->packed);
+    return d->dev.i->copy(d->dev.c, C->stash[h], C->w, sizeof(float) * (size_t)C->packed);
 }
 
 pd_status pd__gpu_sqnorm(pd__gpu *d, double *sq) {
     double sum = 0;
     for (int c = 0; c < d->nchunks; c++) {
         double n = 0;
-        if (d->ch[c].packed > 0) PD_TRY(pd__cuda_grad_norm(d->c, d->ch[c].g, d->ch[c].packed, &n));
+        if (d->ch[c].packed > 0) PD_TRY(d->dev.i->grad_norm(d->dev.c, d->ch[c].g, d->ch[c].packed, &n));
         sum += n * n;
     }
     *sq = sum;
@@ -217,7 +233,7 @@ pd_status pd__gpu_nonfinite(pd__gpu *d, int *param, float *value) {
         const pd__gchunk *C = &d->ch[c];
         float *h = PD_MALLOC(sizeof(float) * ((size_t)C->packed + 1));
         if (!h) return pd__err(PD_ERR_NOMEM, "out of memory");
-        pd_status st = pd__cuda_download(d->c, h, C->g, sizeof(float) * (size_t)C->packed);
+        pd_status st = d->dev.i->download(d->dev.c, h, C->g, sizeof(float) * (size_t)C->packed);
         for (int j = 0; j < C->np && st == PD_OK && *param < 0; j++) {
             int64_t n = j + 1 < C->np ? C->pk[j + 1] - C->pk[j] : C->packed - C->pk[j];
             for (int64_t e = 0; e < n && *param < 0; e++)
@@ -231,7 +247,7 @@ pd_status pd__gpu_nonfinite(pd__gpu *d, int *param, float *value) {
 
 pd_status pd__gpu_scale(pd__gpu *d, float f) {
     for (int c = 0; c < d->nchunks; c++)
-        if (d->ch[c].packed > 0) PD_TRY(pd__cuda_scale(d->c, d->ch[c].g, d->ch[c].packed, f));
+        if (d->ch[c].packed > 0) PD_TRY(d->dev.i->scale(d->dev.c, d->ch[c].g, d->ch[c].packed, f));
     return PD_OK;
 }
 
@@ -240,27 +256,27 @@ pd_status pd__gpu_update(pd__gpu *d, const pd_train_options *o, int64_t t, doubl
         pd__gchunk *C = &d->ch[c];
         if (C->packed == 0) continue;
         /* element-wise, so the packed range is one call: the session's update of the same floats */
-        PD_TRY(pd__cuda_optim_step(d->c, o, t, lr, C->w, C->g, C->s0, C->s1, C->packed));
-        PD_TRY(pd__cuda_memset0(d->c, C->g, sizeof(float) * (size_t)C->packed));
+        PD_TRY(d->dev.i->optim_step(d->dev.c, o, t, lr, C->w, C->g, C->s0, C->s1, C->packed));
+        PD_TRY(d->dev.i->memset0(d->dev.c, C->g, sizeof(float) * (size_t)C->packed));
     }
     return PD_OK;
 }
 
 pd_status pd__gpu_zero_grads(pd__gpu *d) {
-    PD_TRY(pd__cuda_bind(d->c));
+    PD_TRY(d->dev.i->bind(d->dev.c));
     for (int c = 0; c < d->nchunks; c++) {
-        PD_TRY(pd__cuda_memset0(d->c, d->ch[c].g, sizeof(float) * (size_t)d->ch[c].packed));
-        if (d->ch[c].sg) PD_TRY(pd__cuda_memset0(d->c, d->ch[c].sg, sizeof(float) * (size_t)d->ch[c].spacked));
+        PD_TRY(d->dev.i->memset0(d->dev.c, d->ch[c].g, sizeof(float) * (size_t)d->ch[c].packed));
+        if (d->ch[c].sg) PD_TRY(d->dev.i->memset0(d->dev.c, d->ch[c].sg, sizeof(float) * (size_t)d->ch[c].spacked));
     }
-    return pd__cuda_sync(d->c);
+    return d->dev.i->sync(d->dev.c);
 }
 
 pd_status pd__gpu_shared_grads(pd__gpu *d, int c, float *host) {
     pd__gchunk *C = &d->ch[c];
     if (C->nsp == 0) return PD_OK;
-    PD_TRY(pd__cuda_download(d->c, host, C->sg, sizeof(float) * (size_t)C->spacked));
-    PD_TRY(pd__cuda_memset0(d->c, C->sg, sizeof(float) * (size_t)C->spacked));
-    return pd__cuda_sync(d->c);
+    PD_TRY(d->dev.i->download(d->dev.c, host, C->sg, sizeof(float) * (size_t)C->spacked));
+    PD_TRY(d->dev.i->memset0(d->dev.c, C->sg, sizeof(float) * (size_t)C->spacked));
+    return d->dev.i->sync(d->dev.c);
 }
 
 /* j of chunk C's own parameter i, or -1 */
@@ -282,29 +298,29 @@ pd_status pd__gpu_grad_add(pd__gpu *d, int c, int i, const float *add) {
         d->htmp_n = n;
     }
     float *tmp = d->htmp;
-    PD_TRY(pd__cuda_download(d->c, tmp, C->g + C->pk[j], sizeof(float) * (size_t)n));
+    PD_TRY(d->dev.i->download(d->dev.c, tmp, C->g + C->pk[j], sizeof(float) * (size_t)n));
     for (int64_t e = 0; e < n; e++) tmp[e] += add[e];
-    PD_TRY(pd__cuda_upload(d->c, C->g + C->pk[j], tmp, sizeof(float) * (size_t)n));
-    return pd__cuda_sync(d->c);
+    PD_TRY(d->dev.i->upload(d->dev.c, C->g + C->pk[j], tmp, sizeof(float) * (size_t)n));
+    return d->dev.i->sync(d->dev.c);
 }
 
 pd_status pd__gpu_weight_down(pd__gpu *d, int c, int i) {
     pd__gchunk *C = &d->ch[c];
     int j = pd__gown(C, i);
     if (j < 0) return pd__err(PD_ERR_INTERNAL, "tied weights: the chunk does not own parameter %d", i);
-    return pd__cuda_download(d->c, d->hparams + d->poff[i], C->w + C->pk[j],
+    return d->dev.i->download(d->dev.c, d->hparams + d->poff[i], C->w + C->pk[j],
                              sizeof(float) * (size_t)d->g->tensors[d->param[i]].numel);
 }
 
 pd_status pd__gpu_shared_up(pd__gpu *d, int c) {
     pd__gchunk *C = &d->ch[c];
     for (int j = 0; j < C->nsp; j++)
-        PD_TRY(pd__cuda_upload(d->c, C->sw + C->spk[j], d->hparams + d->poff[C->sp[j]],
+        PD_TRY(d->dev.i->upload(d->dev.c, C->sw + C->spk[j], d->hparams + d->poff[C->sp[j]],
                                sizeof(float) * (size_t)d->g->tensors[d->param[C->sp[j]]].numel));
-    return pd__cuda_sync(d->c);
+    return d->dev.i->sync(d->dev.c);
 }
 
-pd_status pd__gpu_sync(pd__gpu *d) { return pd__cuda_sync(d->c); }
+pd_status pd__gpu_sync(pd__gpu *d) { return d->dev.i->sync(d->dev.c); }
 
 /* Chunk c's buffers bufs[0..nb) between its device twin of slot 0 and the
  * host slot 0 it mirrors; up or down (down waits). */
@@ -313,15 +329,15 @@ static pd_status pd__gbufs(pd__gpu *d, const pd__gchunk *C, const int *bufs, int
         void *dv = pd__dactx_value(C->slot[0], bufs[j])->data, *h = pd__actx_value(C->hslot, bufs[j])->data;
         size_t b = (size_t)d->g->tensors[bufs[j]].numel * pd_dtype_size(d->g->tensors[bufs[j]].dtype);
         if (!dv || !h) continue;
-        if (up) PD_TRY(pd__cuda_upload(d->c, dv, h, b));
-        else PD_TRY(pd__cuda_download(d->c, h, dv, b));
+        if (up) PD_TRY(d->dev.i->upload(d->dev.c, dv, h, b));
+        else PD_TRY(d->dev.i->download(d->dev.c, h, dv, b));
     }
     return PD_OK;
 }
 
 pd_status pd__gpu_pull(pd__gpu *d, int c, const int *bufs, int nb, bool weights) {
     pd__gchunk *C = &d->ch[c];
-    PD_TRY(pd__cuda_bind(d->c));
+    PD_TRY(d->dev.i->bind(d->dev.c));
     if (weights) {
         PD_TRY(pd__gpack(d, C, d->hparams, C->w, false));
         if (C->s0) PD_TRY(pd__gpack(d, C, d->hs0, C->s0, false));
@@ -335,15 +351,15 @@ pd_status pd__gpu_pull(pd__gpu *d, int c, const int *bufs, int nb, bool weights)
 pd_status pd__gpu_pull_stash(pd__gpu *d, int c, int h, float *host) {
     pd__gchunk *C = &d->ch[c];
     if (h < 0 || h >= C->nstash) return pd__err(PD_ERR_INTERNAL, "stash %d of %d", h, C->nstash);
-    PD_TRY(pd__cuda_bind(d->c));
-    return pd__cuda_download(d->c, host, C->stash[h], sizeof(float) * (size_t)C->packed);
+    PD_TRY(d->dev.i->bind(d->dev.c));
+    return d->dev.i->download(d->dev.c, host, C->stash[h], sizeof(float) * (size_t)C->packed);
 }
 
 pd_status pd__gpu_push_stash(pd__gpu *d, int c, int h, const float *host) {
     pd__gchunk *C = &d->ch[c];
     if (h < 0 || h >= C->nstash) return pd__err(PD_ERR_INTERNAL, "stash %d of %d", h, C->nstash);
-    PD_TRY(pd__cuda_bind(d->c));
-    return pd__cuda_upload(d->c, C->stash[h], host, sizeof(float) * (size_t)C->packed);
+    PD_TRY(d->dev.i->bind(d->dev.c));
+    return d->dev.i->upload(d->dev.c, C->stash[h], host, sizeof(float) * (size_t)C->packed);
 }
 
 /* pd__gpu_pull's inverse after a resume: the host slabs' live weights and
@@ -351,13 +367,13 @@ pd_status pd__gpu_push_stash(pd__gpu *d, int c, int h, const float *host) {
  * device memory (waits). */
 pd_status pd__gpu_push(pd__gpu *d, int c, const int *bufs, int nb) {
     pd__gchunk *C = &d->ch[c];
-    PD_TRY(pd__cuda_bind(d->c));
+    PD_TRY(d->dev.i->bind(d->dev.c));
     PD_TRY(pd__gpack(d, C, d->hparams, C->w, true));
     if (C->s0) PD_TRY(pd__gpack(d, C, d->hs0, C->s0, true));
     if (C->s1) PD_TRY(pd__gpack(d, C, d->hs1, C->s1, true));
     PD_TRY(pd__gpu_shared_up(d, c)); /* tied weights' copies: the owner's restored weights (syncs) */
     PD_TRY(pd__gbufs(d, C, bufs, nb, true));
-    return pd__cuda_sync(d->c);
+    return d->dev.i->sync(d->dev.c);
 }
 
 /* ---- links ---- */
@@ -371,7 +387,7 @@ typedef struct pd__gbuf {
 struct pd__glink {
     pthread_mutex_t mu;
     int n;
-    int dev[2][2]; /* per direction: sender's device, receiver's */
+    pd__dev end[2][2]; /* per direction: the sender's device, the receiver's */
     size_t bytes[2];
     pd__gbuf *b[2];
 };
@@ -380,9 +396,10 @@ void pd__glink_destroy(pd__glink *L) {
     if (!L) return;
     for (int dir = 0; dir < 2; dir++)
         for (int k = 0; L->b[dir] && k < L->n; k++) {
-            pd__cuda_free_on(L->dev[dir][1], L->b[dir][k].p);
-            pd__cuda_event_destroy(L->b[dir][k].ready);
-            pd__cuda_event_destroy(L->b[dir][k].done);
+            const pd__dev *to = &L->end[dir][1];
+            if (L->b[dir][k].p) to->i->free_shared(to->c, L->b[dir][k].p);
+            if (L->b[dir][k].ready) L->end[dir][0].i->event_destroy(L->b[dir][k].ready);
+            if (L->b[dir][k].done) to->i->event_destroy(L->b[dir][k].done);
         }
     PD_FREE(L->b[0]);
     PD_FREE(L->b[1]);
@@ -390,13 +407,14 @@ void pd__glink_destroy(pd__glink *L) {
     PD_FREE(L);
 }
 
-pd_status pd__glink_create(int dev_lo, int dev_hi, size_t act_bytes, size_t grad_bytes, int n, pd__glink **out) {
+pd_status pd__glink_create(const pd__gpu *lo, const pd__gpu *hi, size_t act_bytes, size_t grad_bytes, int n,
+                           pd__glink **out) {
     pd__glink *L = PD_CALLOC(1, sizeof *L);
     if (!L) return pd__err(PD_ERR_NOMEM, "out of memory");
     pthread_mutex_init(&L->mu, NULL);
     L->n = n;
-    L->dev[0][0] = dev_lo, L->dev[0][1] = dev_hi;
-    L->dev[1][0] = dev_hi, L->dev[1][1] = dev_lo;
+    L->end[0][0] = lo->dev, L->end[0][1] = hi->dev;
+    L->end[1][0] = hi->dev, L->end[1][1] = lo->dev;
     L->bytes[0] = act_bytes;
     L->bytes[1] = grad_bytes;
     L->b[0] = PD_CALLOC((size_t)n, sizeof(pd__gbuf));
@@ -405,9 +423,10 @@ pd_status pd__glink_create(int dev_lo, int dev_hi, size_t act_bytes, size_t grad
     for (int dir = 0; dir < 2 && st == PD_OK; dir++)
         for (int k = 0; k < n && st == PD_OK; k++) {
             pd__gbuf *b = &L->b[dir][k];
-            st = pd__cuda_malloc_on(L->dev[dir][1], L->bytes[dir], &b->p);
-            if (st == PD_OK) st = pd__cuda_event_create(L->dev[dir][0], &b->ready);
-            if (st == PD_OK) st = pd__cuda_event_create(L->dev[dir][1], &b->done);
+            const pd__dev *from = &L->end[dir][0], *to = &L->end[dir][1];
+            st = to->i->alloc_shared(to->c, L->bytes[dir], &b->p);
+            if (st == PD_OK) st = from->i->event_create(from->c, &b->ready);
+            if (st == PD_OK) st = to->i->event_create(to->c, &b->done);
         }
     if (st != PD_OK) {
         pd__glink_destroy(L);
@@ -441,165 +460,34 @@ pd_status pd__glink_send_begin(pd__glink *L, int dir, pd__gpu *from, int *e) {
     if (k == L->n) return pd__err(PD_ERR_INTERNAL, "all %d message buffers of the link are taken", L->n);
     *e = k;
     /* the buffer's last reader (another stream, maybe another device) is done with it */
-    return pd__cuda_event_wait(from->c, L->b[dir][k].done);
+    return from->dev.i->event_wait(from->dev.c, L->b[dir][k].done);
 }
 
 pd_status pd__glink_put(pd__glink *L, int dir, pd__gpu *from, int e, size_t off, const void *src, size_t n) {
     PD_TRY(pd__gcheck(L, dir, e, off, n));
-    return pd__cuda_copy_peer(from->c, (char *)L->b[dir][e].p + off, L->dev[dir][1], src, from->device, n);
+    return from->dev.i->copy_peer(from->dev.c, (char *)L->b[dir][e].p + off, L->end[dir][1].c, src, n);
 }
 
 pd_status pd__glink_send_end(pd__glink *L, int dir, pd__gpu *from, int e) {
     PD_TRY(pd__gcheck(L, dir, e, 0, 0));
-    return pd__cuda_event_record(from->c, L->b[dir][e].ready);
+    return from->dev.i->event_record(from->dev.c, L->b[dir][e].ready);
 }
 
 pd_status pd__glink_recv_begin(pd__glink *L, int dir, pd__gpu *to, int e) {
     PD_TRY(pd__gcheck(L, dir, e, 0, 0));
-    return pd__cuda_event_wait(to->c, L->b[dir][e].ready);
+    return to->dev.i->event_wait(to->dev.c, L->b[dir][e].ready);
 }
 
 pd_status pd__glink_take(pd__glink *L, int dir, pd__gpu *to, int e, size_t off, void *dst, size_t n) {
     PD_TRY(pd__gcheck(L, dir, e, off, n));
-    return pd__cuda_copy(to->c, dst, (char *)L->b[dir][e].p + off, n);
+    return to->dev.i->copy(to->dev.c, dst, (char *)L->b[dir][e].p + off, n);
 }
 
 pd_status pd__glink_recv_end(pd__glink *L, int dir, pd__gpu *to, int e) {
     PD_TRY(pd__gcheck(L, dir, e, 0, 0));
-    pd_status st = pd__cuda_event_record(to->c, L->b[dir][e].done);
+    pd_status st = to->dev.i->event_record(to->dev.c, L->b[dir][e].done);
     pthread_mutex_lock(&L->mu); /* free even on an error: the run stops, and pd__glink_reset follows */
     L->b[dir][e].taken = false;
     pthread_mutex_unlock(&L->mu);
     return st;
 }
-
-#else /* no CUDA backend: pd__gpu_create fails, so no pd__gpu or pd__glink exists and the rest is never reached */
-
-static pd_status pd__gno(void) {
-    return pd__err(PD_ERR_UNSUPPORTED, "device cuda: this build has no CUDA backend (meson setup -Dcuda=enabled)");
-}
-pd_status pd__gpu_check(int device) {
-    (void)device;
-    return pd__gno();
-}
-pd_status pd__gpu_create(pd_session *s, const pd_graph *g, const pd__slabs *sl, int device, pd_precision prec,
-                         int nchunks, const pd__gpu_chunk *ch, int nslots, pd__gpu **out) {
-    (void)s, (void)g, (void)sl, (void)device, (void)prec, (void)nchunks, (void)ch, (void)nslots, (void)out;
-    return pd__gno();
-}
-void pd__gpu_destroy(pd__gpu *d) { (void)d; }
-pd_status pd__gpu_bind(pd__gpu *d) {
-    (void)d;
-    return pd__gno();
-}
-pd__dactx *pd__gpu_slot(pd__gpu *d, int c, int slot) {
-    (void)d, (void)c, (void)slot;
-    return NULL;
-}
-void *pd__gpu_stream(pd__gpu *d) {
-    (void)d;
-    return NULL;
-}
-void pd__gpu_set_pending(pd__gpu *d, bool (*pending)(void *arg), void *arg) { (void)d, (void)pending, (void)arg; }
-void pd__gpu_grads(pd__gpu *d, int c, float **g, int64_t *n) { (void)d, (void)c, *g = NULL, *n = 0; }
-pd_status pd__gpu_copy(pd__gpu *d, void *dst, const void *src, size_t n) {
-    (void)d, (void)dst, (void)src, (void)n;
-    return pd__gno();
-}
-void pd__gpu_use(pd__gpu *d, int c, int slot, int h) { (void)d, (void)c, (void)slot, (void)h; }
-pd_status pd__gpu_upload(pd__gpu *d, void *dst, const void *src, size_t n) {
-    (void)d, (void)dst, (void)src, (void)n;
-    return pd__gno();
-}
-pd_status pd__gpu_stash(pd__gpu *d, int c, int h) {
-    (void)d, (void)c, (void)h;
-    return pd__gno();
-}
-pd_status pd__gpu_sqnorm(pd__gpu *d, double *sq) {
-    (void)d, (void)sq;
-    return pd__gno();
-}
-pd_status pd__gpu_nonfinite(pd__gpu *d, int *param, float *value) {
-    (void)d, (void)param, (void)value;
-    return pd__gno();
-}
-pd_status pd__gpu_scale(pd__gpu *d, float f) {
-    (void)d, (void)f;
-    return pd__gno();
-}
-pd_status pd__gpu_update(pd__gpu *d, const pd_train_options *o, int64_t t, double lr) {
-    (void)d, (void)o, (void)t, (void)lr;
-    return pd__gno();
-}
-pd_status pd__gpu_zero_grads(pd__gpu *d) {
-    (void)d;
-    return pd__gno();
-}
-pd_status pd__gpu_sync(pd__gpu *d) {
-    (void)d;
-    return pd__gno();
-}
-pd_status pd__gpu_pull(pd__gpu *d, int c, const int *bufs, int nb, bool weights) {
-    (void)d, (void)c, (void)bufs, (void)nb, (void)weights;
-    return pd__gno();
-}
-pd_status pd__gpu_push_stash(pd__gpu *d, int c, int h, const float *host) {
-    (void)d, (void)c, (void)h, (void)host;
-    return pd__gno();
-}
-pd_status pd__gpu_pull_stash(pd__gpu *d, int c, int h, float *host) {
-    (void)d, (void)c, (void)h, (void)host;
-    return pd__gno();
-}
-pd_status pd__gpu_shared_grads(pd__gpu *d, int c, float *host) {
-    (void)d, (void)c, (void)host;
-    return pd__gno();
-}
-pd_status pd__gpu_grad_add(pd__gpu *d, int c, int i, const float *add) {
-    (void)d, (void)c, (void)i, (void)add;
-    return pd__gno();
-}
-pd_status pd__gpu_weight_down(pd__gpu *d, int c, int i) {
-    (void)d, (void)c, (void)i;
-    return pd__gno();
-}
-pd_status pd__gpu_shared_up(pd__gpu *d, int c) {
-    (void)d, (void)c;
-    return pd__gno();
-}
-pd_status pd__gpu_push(pd__gpu *d, int c, const int *bufs, int nb) {
-    (void)d, (void)c, (void)bufs, (void)nb;
-    return pd__gno();
-}
-pd_status pd__glink_create(int dev_lo, int dev_hi, size_t act_bytes, size_t grad_bytes, int n, pd__glink **out) {
-    (void)dev_lo, (void)dev_hi, (void)act_bytes, (void)grad_bytes, (void)n, (void)out;
-    return pd__gno();
-}
-void pd__glink_destroy(pd__glink *L) { (void)L; }
-void pd__glink_reset(pd__glink *L) { (void)L; }
-pd_status pd__glink_send_begin(pd__glink *L, int dir, pd__gpu *from, int *e) {
-    (void)L, (void)dir, (void)from, (void)e;
-    return pd__gno();
-}
-pd_status pd__glink_put(pd__glink *L, int dir, pd__gpu *from, int e, size_t off, const void *src, size_t n) {
-    (void)L, (void)dir, (void)from, (void)e, (void)off, (void)src, (void)n;
-    return pd__gno();
-}
-pd_status pd__glink_send_end(pd__glink *L, int dir, pd__gpu *from, int e) {
-    (void)L, (void)dir, (void)from, (void)e;
-    return pd__gno();
-}
-pd_status pd__glink_recv_begin(pd__glink *L, int dir, pd__gpu *to, int e) {
-    (void)L, (void)dir, (void)to, (void)e;
-    return pd__gno();
-}
-pd_status pd__glink_take(pd__glink *L, int dir, pd__gpu *to, int e, size_t off, void *dst, size_t n) {
-    (void)L, (void)dir, (void)to, (void)e, (void)off, (void)dst, (void)n;
-    return pd__gno();
-}
-pd_status pd__glink_recv_end(pd__glink *L, int dir, pd__gpu *to, int e) {
-    (void)L, (void)dir, (void)to, (void)e;
-    return pd__gno();
-}
-
-#endif

@@ -1,11 +1,12 @@
-/* pipeline_cuda.h - private: the device side of the pipeline's GPU stages
- * (runtime/pipeline_cuda.c; docs/CUDA.md, "The pipeline on GPUs").
+/* pipeline_devmem.h - private: the device side of the pipeline's device
+ * stages (runtime/pipeline_devmem.c; docs/CUDA.md, "The pipeline on GPUs"),
+ * written once against the device interface (runtime/device.h).
  * runtime/pipeline.c keeps the schedule, the weight-version bookkeeping and
  * the queues; this holds what lives on a GPU, per pipeline thread (a stage
  * worker, pd__gpu) and per link (pd__glink).
  *
- * A thread's pd__gpu: one CUDA context (its own non-blocking stream, cuBLAS
- * and cuDNN handles) on the stage's device; per chunk (virtual stage) its
+ * A thread's pd__gpu: one device context (on CUDA its own non-blocking
+ * stream, cuBLAS and cuDNN handles) on the stage's device; per chunk (virtual stage) its
  * parameters packed in one device slab (pd__vstage's pk layout), and a
  * gradient slab, optimizer-state slabs and stashes of the same layout; per
  * slot a device twin of the host activation context (pd__dactx, session.h).
@@ -21,11 +22,14 @@
  * that buffer waits for before writing it. The queues carry only the
  * buffer's index.
  *
- * Built with the CUDA backend; without it pd__gpu_create fails ("no CUDA
- * backend") and nothing else is reached. */
-#ifndef PD_PIPELINE_CUDA_H
-#define PD_PIPELINE_CUDA_H
+ * Any device interface runs it; the pipeline picks CUDA (the simulated
+ * device under PDONNX_CUDA_MODULE=sim), and pd__gpu_check refuses a build
+ * without the CUDA backend before anything here is made. A link's two
+ * threads' contexts must outlive it (pd__dev_teardown destroys it first). */
+#ifndef PD_PIPELINE_DEVMEM_H
+#define PD_PIPELINE_DEVMEM_H
 
+#include "device.h"
 #include "session.h"
 
 typedef struct pd__gpu pd__gpu;
@@ -52,11 +56,11 @@ typedef struct pd__gpu_chunk {
 /* Whether `device` can run a stage: a one-line error when the build has no
  * CUDA backend, the machine no GPU, or fewer GPUs. */
 pd_status pd__gpu_check(int device);
-/* A context on `device` with the given precision, the chunks' weights
+/* A context of interface di on `device` with the given precision, the chunks' weights
  * uploaded from the session's host slab, their gradients and optimizer
  * state zero, and a twin of every slot's context. */
-pd_status pd__gpu_create(pd_session *s, const pd_graph *g, const pd__slabs *sl, int device, pd_precision prec,
-                         int nchunks, const pd__gpu_chunk *ch, int nslots, pd__gpu **out);
+pd_status pd__gpu_create(pd_session *s, const pd_graph *g, const pd__slabs *sl, const pd__dev_i *di, int device,
+                         pd_precision prec, int nchunks, const pd__gpu_chunk *ch, int nslots, pd__gpu **out);
 void pd__gpu_destroy(pd__gpu *d);
 /* The calling thread works on d's device (a worker calls it before its work). */
 pd_status pd__gpu_bind(pd__gpu *d);
@@ -76,6 +80,8 @@ pd_status pd__gpu_copy(pd__gpu *d, void *dst, const void *src, size_t n);
 void pd__gpu_use(pd__gpu *d, int c, int slot, int h);
 /* n bytes of host memory to device address dst (queued; src reusable on return). */
 pd_status pd__gpu_upload(pd__gpu *d, void *dst, const void *src, size_t n);
+/* n bytes of device address src to host memory dst (waits). */
+pd_status pd__gpu_download(pd__gpu *d, void *dst, const void *src, size_t n);
 /* The live weights of chunk c into its stash h. */
 pd_status pd__gpu_stash(pd__gpu *d, int c, int h);
 /* The sum of squares of every chunk's gradients (waits). */
@@ -113,9 +119,12 @@ pd_status pd__gpu_push_stash(pd__gpu *d, int c, int h, const float *host);
  * into chunk c's device memory (waits). */
 pd_status pd__gpu_push(pd__gpu *d, int c, const int *bufs, int nb);
 
-/* Link l's buffers: n per direction; dev_lo: stage l's device, dev_hi:
- * stage l+1's; act_bytes forward, grad_bytes backward. */
-pd_status pd__glink_create(int dev_lo, int dev_hi, size_t act_bytes, size_t grad_bytes, int n, pd__glink **out);
+/* Link l's buffers: n per direction; lo: a thread of stage l, hi: one of
+ * stage l+1 (their devices' contexts: buffers on the receiver's device
+ * outside its allocator, events on each side's); act_bytes forward,
+ * grad_bytes backward. */
+pd_status pd__glink_create(const pd__gpu *lo, const pd__gpu *hi, size_t act_bytes, size_t grad_bytes, int n,
+                           pd__glink **out);
 void pd__glink_destroy(pd__glink *L);
 /* Between runs, every stream idle: every buffer free (a failed run leaves some taken). */
 void pd__glink_reset(pd__glink *L);
