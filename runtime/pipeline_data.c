@@ -28,17 +28,21 @@ uint64_t pd__mb_seed(const pd__pipe *p, int mb) {
  * (replicas of the last stage share the results). */
 pd_status pd__mb_result(pd__pipe *p, int mb, const pd_step_result *r) {
     if (!isfinite(r->loss)) return pd__err(PD_ERR_NUMERIC, "the loss is %g", r->loss);
-    if (!p->res) return PD_OK;
     /* the step's loss: its microbatches' added in their order (a replicated
      * last stage's replicas finish them in any order), once all are in; under
-     * MPI after the run, once the processes' losses are in (pd__run_remote_end) */
+     * MPI after the run, once the processes' losses are in (pd__run_remote_end).
+     * Counted without results too: the data ring refills a step's slot only
+     * once its losses are all in (pd__ring_take). */
     pthread_mutex_lock(&p->mu);
-    pd_step_result *R = &p->res[mb / p->nmicro];
     p->mbloss[mb] = r->loss / p->nmicro;
-    if (++p->mbn[mb / p->nmicro] == p->nmicro && !p->remote)
-        for (int i = 0; i < p->nmicro; i++) R->loss += p->mbloss[mb / p->nmicro * p->nmicro + i];
-    R->correct += r->correct;
-    R->count += r->count;
+    bool all_in = ++p->mbn[mb / p->nmicro] == p->nmicro;
+    if (p->res) {
+        pd_step_result *R = &p->res[mb / p->nmicro];
+        if (all_in && !p->remote)
+            for (int i = 0; i < p->nmicro; i++) R->loss += p->mbloss[mb / p->nmicro * p->nmicro + i];
+        R->correct += r->correct;
+        R->count += r->count;
+    }
     pthread_mutex_unlock(&p->mu);
     return PD_OK;
 }

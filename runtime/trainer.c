@@ -489,13 +489,7 @@ pd_status pd_trainer_train(pd_trainer *t, int64_t steps, const pd_tensor *inputs
         t->w = NULL;
         return st;
     }
-    /* with a ring the pipeline counts a step's losses only into results (pd__mb_result), and
-     * refills a step's slot only once they are all in: NULL gets a scratch array */
-    pd_step_result *scratch = NULL;
-    if (!results && pd__pipe_ring(t->pipe) && !(results = scratch = PD_CALLOC((size_t)steps, sizeof *results)))
-        st = pd__err(PD_ERR_NOMEM, "pd_trainer_train: out of memory for %lld steps' results", (long long)steps);
-    if (st == PD_OK) st = pd__pipe_run(t->pipe, steps, inputs, labels, results);
-    PD_FREE(scratch);
+    st = pd__pipe_run(t->pipe, steps, inputs, labels, results);
     if (t->mpi) { /* every process ends the call the same way, with the whole model (lazy_weights: its stages') */
         st = pd__mpi_agree_status(st);
         if (st == PD_OK && !t->lazy) st = pd__mpi_agree_status(pd__pipe_gather(t->pipe));

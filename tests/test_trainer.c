@@ -736,18 +736,18 @@ static pd_status ring_fill(void *ctx, int64_t step, int slot) {
 
 static void test_ring(void) {
     pd_step_result ra[STEPS + MORE], rb[STEPS + MORE];
-    void *ba = NULL, *bb = NULL;
-    size_t la = 0, lb = 0;
-    pd_status sa = PD_ERR_INTERNAL, sb = PD_ERR_INTERNAL;
+    void *ba = NULL, *bb = NULL, *bc = NULL;
+    size_t la = 0, lb = 0, lc = 0;
+    pd_status sa = PD_ERR_INTERNAL, sb = PD_ERR_INTERNAL, sc = PD_ERR_INTERNAL;
     int ring = 0, calls = 0;
-    for (int use = 0; use < 2; use++) {
+    for (int use = 0; use < 3; use++) { /* the rows at once; a ring; a ring without results */
         pd_graph *g = load(MB);
         pd_plan *plan = g ? make_plan(g, 2) : NULL;
         pd_train_options tr;
         pd_trainer_options o = options("flush", M, &tr);
         pd_trainer *t = NULL;
         pd_status st = plan ? pd_trainer_create(g, plan, &o, &t) : PD_ERR_INTERNAL;
-        pd_step_result *r = use ? rb : ra;
+        pd_step_result *r = use == 2 ? NULL : use ? rb : ra;
         if (st == PD_OK && !use) st = train(t, 0, STEPS, r);
         if (st == PD_OK && !use) st = train(t, STEPS * MB * M, MORE, r + STEPS);
         if (st == PD_OK && use) {
@@ -761,21 +761,26 @@ static void test_ring(void) {
             st = src.x && src.y ? pd_trainer_set_ring(t, ring, ring_fill, &src) : PD_ERR_NOMEM;
             if (st == PD_OK) st = pd_trainer_train(t, STEPS, &x, &y, r);
             src.first = STEPS * MB * M;
-            if (st == PD_OK) st = pd_trainer_train(t, MORE, &x, &y, r + STEPS);
-            calls = src.calls;
+            if (st == PD_OK) st = pd_trainer_train(t, MORE, &x, &y, r ? r + STEPS : NULL);
+            if (use == 1) calls = src.calls;
             free(src.x);
             free(src.y);
         }
-        *(use ? &sb : &sa) = st;
-        finish(t, g, plan, use ? &bb : &ba, use ? &lb : &la);
+        *(use == 2 ? &sc : use ? &sb : &sa) = st;
+        finish(t, g, plan, use == 2 ? &bc : use ? &bb : &ba, use == 2 ? &lc : use ? &lb : &la);
     }
     CHECK(sa == PD_OK && sb == PD_OK && ring >= 2 && ring < STEPS && calls == STEPS + MORE &&
               same_results(ra, rb, STEPS + MORE) && ba && bb && la == lb && !memcmp(ba, bb, la),
           "set_ring: %d + %d steps through a ring of %d steps (%d fills) give the losses and the saved model (%zu "
           "bytes) of the rows at once, bit for bit: %s", STEPS, MORE, ring, calls, la,
           sb == PD_OK ? "ok" : pd_last_error());
+    /* the ring reuses a step's slot once its losses are counted, results or not */
+    CHECK(sc == PD_OK && bc && lc == la && !memcmp(ba, bc, la),
+          "set_ring without results: %d + %d steps train to the same saved model: %s", STEPS, MORE,
+          sc == PD_OK ? "ok" : pd_last_error());
     pd_buffer_free(ba);
     pd_buffer_free(bb);
+    pd_buffer_free(bc);
 }
 
 /* What set_ring refuses, and a fill's error stopping the call. */
