@@ -203,13 +203,10 @@ static pd_status pd__run_prepare(pd__pipe *p, const pd__schedule *sched, int64_t
     return st;
 }
 
-pd_status pd__pipe_run(pd__pipe *p, int64_t minibatches, const pd_tensor *inputs, const pd_tensor *labels,
-                       pd_step_result *results) {
-    if (!p || !labels || (!inputs && p->g->ninputs > 0))
-        return pd__err(PD_ERR_INVALID, "pd__pipe_run: NULL argument");
-    if (minibatches < 1 || minibatches > INT32_MAX / p->nmicro)
-        return pd__err(PD_ERR_INVALID, "pd__pipe_run: %lld minibatches", (long long)minibatches);
-    PD_TRY(pd__pipe_load_stages(p));
+/* The run's rows: every input and the labels hold the steps' (or the
+ * ring's) rows in the model's row shape and dtype. */
+static pd_status pd__run_check_data(const pd__pipe *p, int64_t minibatches, const pd_tensor *inputs,
+                                    const pd_tensor *labels) {
     const pd_graph *g = p->g;
     int64_t need = (p->ring ? p->ring : minibatches) * p->nmicro * p->rows;
     for (int i = 0; i <= g->ninputs; i++) {
@@ -222,55 +219,55 @@ pd_status pd__pipe_run(pd__pipe *p, int64_t minibatches, const pd_tensor *inputs
             return pd__err(PD_ERR_SHAPE, "%s: pipeline: %s needs %lld rows of the model's row shape and dtype",
                            g->path, i < g->ninputs ? g->tensors[g->inputs[i]].name : "the labels", (long long)need);
     }
+    return PD_OK;
+}
+
+static pd_status pd__run_schedule(const pd__pipe *p, int64_t minibatches, pd__schedule **out) {
     pd__schedule *sched = NULL;
     PD_TRY(pd__schedule_build(p->kind, p->nworkers, p->nchunks, p->nmicro, (int)minibatches, p->rep, &sched));
-    if (p->vertical_sync) {
-        pd_status vs = pd__schedule_vertical_sync(sched);
-        if (vs != PD_OK) {
-            pd__schedule_free(sched);
-            return vs;
-        }
-    }
-    /* per thread and chunk: the last instruction naming each version; nothing in flight */
-    pd_status st = pd__run_prepare(p, sched, minibatches);
-    if (st == PD_OK && p->resume_b >= minibatches)
-        st = pd__err(PD_ERR_INVALID, "pipeline: resuming at step %lld of a run of %lld", (long long)p->resume_b,
-                     (long long)minibatches);
-    if (st == PD_OK && p->gpu && !p->gready) st = pd__dev_setup(p);
-    if (st == PD_OK && p->gpush) st = pd__dev_push(p);
-    PD_FREE(p->mbloss);
-    PD_FREE(p->mbn);
-    if (st == PD_OK && (!(p->mbloss = PD_CALLOC((size_t)(minibatches * p->nmicro) + 1, sizeof(double))) ||
-                        !(p->mbn = PD_CALLOC((size_t)minibatches + 1, sizeof(int)))))
-        st = pd__err(PD_ERR_NOMEM, "out of memory");
-    if (st == PD_OK && p->hooks_on) {
-        PD_FREE(p->want);
-        if (!(p->want = PD_CALLOC((size_t)minibatches + 1, 1))) st = pd__err(PD_ERR_NOMEM, "out of memory");
-        p->decided = p->resume_b;
-        p->last_taken = INT64_MIN / 2;
-    }
+    pd_status st = p->vertical_sync ? pd__schedule_vertical_sync(sched) : PD_OK;
     if (st != PD_OK) {
         pd__schedule_free(sched);
-        p->resume_b = 0;
         return st;
+    }
+    *out = sched;
+    return PD_OK;
+}
+
+/* The per-run state: the threads' plans, GPU stages set up and their
+ * weights pushed, the step losses' tables, the snapshot decisions. */
+static pd_status pd__run_state(pd__pipe *p, const pd__schedule *sched, int64_t minibatches) {
+    PD_TRY(pd__run_prepare(p, sched, minibatches));
+    if (p->resume_b >= minibatches)
+        return pd__err(PD_ERR_INVALID, "pipeline: resuming at step %lld of a run of %lld", (long long)p->resume_b,
+                       (long long)minibatches);
+    if (p->gpu && !p->gready) PD_TRY(pd__dev_setup(p));
+    if (p->gpush) PD_TRY(pd__dev_push(p));
+    PD_FREE(p->mbloss);
+    PD_FREE(p->mbn);
+    if (!(p->mbloss = PD_CALLOC((size_t)(minibatches * p->nmicro) + 1, sizeof(double))) ||
+        !(p->mbn = PD_CALLOC((size_t)minibatches + 1, sizeof(int))))
+        return pd__err(PD_ERR_NOMEM, "out of memory");
+    if (p->hooks_on) {
+        PD_FREE(p->want);
+        if (!(p->want = PD_CALLOC((size_t)minibatches + 1, 1))) return pd__err(PD_ERR_NOMEM, "out of memory");
+        p->decided = p->resume_b;
+        p->last_taken = INT64_MIN / 2;
     }
     p->nmb = minibatches;
     for (int k = 0; k < p->ring; k++) p->ring_at[k] = -1;
     for (int w = 0; w < p->nworkers; w++) p->bar[w] = (pd__bar){0, 0};
     for (int i = 0; i < 4; i++) p->gn[i].t = -1; /* update indices start again each run */
     p->allbar = (pd__bar){0, 0};
-    if (results) memset(results, 0, sizeof *results * (size_t)minibatches);
-    p->sched = sched;
-    p->inputs = inputs;
-    p->labels = labels;
-    p->res = results;
-    p->abort = false;
-    __atomic_store_n(&p->stopped, 0, __ATOMIC_RELEASE);
-    p->err = PD_OK;
+    return PD_OK;
+}
+
+/* One thread per worker this process runs; joined before returning. */
+static pd_status pd__run_threads(pd__pipe *p) {
     pthread_t *th = PD_CALLOC((size_t)p->nwk, sizeof *th);
+    if (!th) return pd__err(PD_ERR_NOMEM, "out of memory");
+    pd_status st = PD_OK;
     int started = 0;
-    st = th ? PD_OK : pd__err(PD_ERR_NOMEM, "out of memory");
-    p->t0 = pd__ns();
     for (int i = 0; st == PD_OK && i < p->nwk; i++) {
         if (p->rank_of[i] != p->rank) continue; /* another process runs it */
         if (pthread_create(&th[started], NULL, pd__stage_main, &p->wk[i]) != 0) {
@@ -284,6 +281,13 @@ pd_status pd__pipe_run(pd__pipe *p, int64_t minibatches, const pd_tensor *inputs
         }
     }
     for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
+    PD_FREE(th);
+    return st;
+}
+
+/* After the threads: GPU stages drained, messages released, the processes'
+ * results summed; a failed run leaves no half-summed gradients. */
+static pd_status pd__run_finish(pd__pipe *p, int64_t minibatches, pd_step_result *results, pd_status st) {
     if (p->gready) { /* GPU stages: their streams drained, the weights back in the host slabs */
         pd_status ds = pd__dev_end(p, st == PD_OK && p->err == PD_OK);
         if (st == PD_OK && p->err == PD_OK) st = ds;
@@ -297,8 +301,8 @@ pd_status pd__pipe_run(pd__pipe *p, int64_t minibatches, const pd_tensor *inputs
         pd__q_drain(&p->link[l].fwd);
         pd__q_drain(&p->link[l].bwd);
     }
-    if (st == PD_OK && p->err != PD_OK) st = pd__err(p->err, "%s: %s", g->path, p->errmsg);
-    if (st != PD_OK) { /* no half-summed gradients */
+    if (st == PD_OK && p->err != PD_OK) st = pd__err(p->err, "%s: %s", p->g->path, p->errmsg);
+    if (st != PD_OK) {
         memset(p->sl.grads, 0, sizeof(float) * (size_t)p->sl.total);
         for (int i = 0; i < p->nwk; i++)
             for (int c = 0; c < p->nchunks; c++)
@@ -306,9 +310,37 @@ pd_status pd__pipe_run(pd__pipe *p, int64_t minibatches, const pd_tensor *inputs
         for (int i = 0; i < p->nwk; i++)
             pd__wk_zero_grads(p, &p->wk[i]);
     }
+    return st;
+}
+
+pd_status pd__pipe_run(pd__pipe *p, int64_t minibatches, const pd_tensor *inputs, const pd_tensor *labels,
+                       pd_step_result *results) {
+    if (!p || !labels || (!inputs && p->g->ninputs > 0))
+        return pd__err(PD_ERR_INVALID, "pd__pipe_run: NULL argument");
+    if (minibatches < 1 || minibatches > INT32_MAX / p->nmicro)
+        return pd__err(PD_ERR_INVALID, "pd__pipe_run: %lld minibatches", (long long)minibatches);
+    PD_TRY(pd__pipe_load_stages(p));
+    PD_TRY(pd__run_check_data(p, minibatches, inputs, labels));
+    pd__schedule *sched = NULL;
+    PD_TRY(pd__run_schedule(p, minibatches, &sched));
+    pd_status st = pd__run_state(p, sched, minibatches);
+    if (st != PD_OK) {
+        pd__schedule_free(sched);
+        p->resume_b = 0;
+        return st;
+    }
+    if (results) memset(results, 0, sizeof *results * (size_t)minibatches);
+    p->sched = sched;
+    p->inputs = inputs;
+    p->labels = labels;
+    p->res = results;
+    p->abort = false;
+    __atomic_store_n(&p->stopped, 0, __ATOMIC_RELEASE);
+    p->err = PD_OK;
+    p->t0 = pd__ns();
+    st = pd__run_finish(p, minibatches, results, pd__run_threads(p));
     if (st == PD_OK) p->steps += minibatches;
     p->resume_b = 0;
-    PD_FREE(th);
     pd__schedule_free(sched);
     p->sched = NULL;
     return st;
