@@ -1,20 +1,9 @@
 /* checkpoint.c - checkpoints on disk and their background writer
- * (checkpoint.h, docs/CHECKPOINT.md).
- *
- * Layout: DIR/ckpt-000000000120/ holds part-0.bin .. part-<n-1>.bin (raw
- * records, one file per stage) and manifest.json:
- *   {"files": [{"name", "bytes", "crc32"}, ...], "format": "pdonnx-checkpoint",
- *    "version": 2, "step": 120, "info": {...the run...}, "checksum": crc}
- * checksum: the CRC-32 of the manifest's compact text (cJSON_PrintUnformatted)
- * without it, so that no field is trusted unchecked.
- * A checkpoint is written into DIR/.ckpt-<step>.tmp-<pid>: every file
- * written and fsynced, the manifest last, the folder fsynced, then renamed to
- * its name and DIR fsynced; a crash at any point leaves either the old set of
- * checkpoints or the new one, and a temporary folder the next writer clears.
- * Readers trust a checkpoint only when its manifest matches its checksum,
- * its folder's name and its parts' records, and every file matches the
- * manifest. Clean-up never follows a link (pd__ckpt_remove).
- */
+ * (checkpoint.h). DIR/ckpt-<step>/ holds one part-<i>.bin per stage and a
+ * manifest.json with each part's size and CRC-32 and a checksum of its own;
+ * written in a temporary folder, fsynced, manifest last, then renamed, so a
+ * crash leaves the old set or the new one. Layout, manifest fields and
+ * clean-up rules: docs/CHECKPOINT.md, "On disk". */
 #include "checkpoint.h"
 
 #include <cjson/cJSON.h>

@@ -1,15 +1,8 @@
 /* checkpoint.h - private: checkpoints, CheckFreq-style (runtime/checkpoint.c,
- * docs/CHECKPOINT.md).
- *
- * A snapshot is a few parts (one per stage), each a run of self-describing
- * records: the live weights, the optimizer state, the stashed weight
- * versions, BatchNorm's running statistics and a few counters, each named by
- * its graph tensor. Taking one is a copy into host memory (the only pause
- * training sees); a writer thread then persists it: every part to its own
- * file in a temporary folder, fsynced, a manifest with their sizes and CRC-32s
- * (and a CRC-32 of its own) written last, and the folder renamed into place.
- * A reader takes the newest checkpoint whose manifest is whole and agrees
- * with its folder's name and its parts, and whose every file matches it. */
+ * docs/CHECKPOINT.md). A snapshot is one part per stage, each a run of
+ * self-describing records named by graph tensor (weights, optimizer state,
+ * stashed versions, BatchNorm statistics, counters); taking one is a copy to
+ * host memory, and a writer thread persists it. */
 #ifndef PD_CHECKPOINT_H
 #define PD_CHECKPOINT_H
 

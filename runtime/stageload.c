@@ -1,16 +1,9 @@
-/* stageload.c - per-stage loading and saving for pipelines over a graph loaded
- * with lazy_weights (docs/DISTRIBUTED.md, "Per-stage loading").
- *
- * The pipeline's session is sparse when the graph defers parameters: its
- * slabs are allocated but the pages of a parameter are touched only once
- * pd__pipe_load_stages reads it, which reads those of the stages this
- * process runs (all of them in one process). After training,
- * pd__pipe_save_stages writes each stage's trained tensors, from the process
- * holding its replica 0, as one external-data file beside the model being
- * saved, and points the graph's tensors there, so that pd_graph_save writes a
- * model that refers to them instead of gathering every weight in one
- * process. Kept apart from pipeline.c, which it reaches through
- * pipeline_impl.h. */
+/* stageload.c - per-stage loading and saving for pipelines over a graph
+ * loaded with lazy_weights: pd__pipe_load_stages reads the weights of the
+ * stages this process runs into the sparse session's slabs;
+ * pd__pipe_save_stages writes each stage's trained tensors, from the
+ * process holding its replica 0, as external data beside the saved model.
+ * Why and how: docs/DISTRIBUTED.md, "Per-stage loading". */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
