@@ -1087,6 +1087,8 @@ typedef struct pd__node {
     int *in, *out;
     int nattr;
     pd__attr *attr;
+    int nabsorbed;     /* the file's nodes the loader fused into this one (pd__fuse_*): */
+    char **absorbed;   /* their names, so a plan written for the file still finds them */
 } pd__node;
 
 struct pd_graph {
@@ -2052,6 +2054,8 @@ void pd__node_free(pd__node *n) {
     PD_FREE(n->out);
     for (int i = 0; i < n->nattr; i++) pd__attr_free(&n->attr[i]);
     PD_FREE(n->attr);
+    for (int i = 0; i < n->nabsorbed; i++) PD_FREE(n->absorbed[i]);
+    PD_FREE(n->absorbed);
     memset(n, 0, sizeof *n);
 }
 
@@ -2744,6 +2748,21 @@ static pd_status pd__count_reads(const pd_graph *g, const bool *gone, int **read
     return PD_OK;
 }
 
+/* Node `into` takes over node `from` (fused away): its name and those it had
+ * absorbed, so plans naming the file's nodes still place it (pd__plan_match). */
+static pd_status pd__absorb(pd_graph *g, pd__node *into, const pd__node *from) {
+    int n = into->nabsorbed + 1 + from->nabsorbed;
+    char **names = (char **)PD_REALLOC(into->absorbed, sizeof(char *) * (size_t)n);
+    if (!names) return pd__err(PD_ERR_NOMEM, "%s: out of memory", g->path);
+    into->absorbed = names;
+    for (int k = -1; k < from->nabsorbed; k++) {
+        char *name = pd__strdup(k < 0 ? from->name : from->absorbed[k]);
+        if (!name) return pd__err(PD_ERR_NOMEM, "%s: out of memory", g->path);
+        into->absorbed[into->nabsorbed++] = name;
+    }
+    return PD_OK;
+}
+
 static pd_status pd__fuse_gelu(pd_graph *g, bool *gone) {
     int *reads, *reader;
     PD_TRY(pd__count_reads(g, gone, &reads, &reader));
@@ -2778,6 +2797,8 @@ static pd_status pd__fuse_gelu(pd_graph *g, bool *gone) {
         H->in[0] = x;
         H->nin = 1;
         gone[id] = gone[ie] = gone[ia] = gone[im] = true;
+        int from[4] = {id, ie, ia, im};
+        for (int k = 0; k < 4 && st == PD_OK; k++) st = pd__absorb(g, H, &g->nodes[from[k]]);
     }
     PD_FREE(reads);
     PD_FREE(reader);
@@ -2845,6 +2866,8 @@ static pd_status pd__fuse_linear(pd_graph *g, bool *gone) {
         if (!bt || bt->dtype != PD_FLOAT || bt->ndim != 1 || bt->shape[0] != g->tensors[T->in[0]].shape[0]) continue;
         if (g->tensors[g->nodes[ia].out[0]].numel != g->tensors[y].numel) continue;
         st = pd__make_linear(g, ia, x, T->in[0], b);
+        if (st == PD_OK) st = pd__absorb(g, &g->nodes[ia], T);
+        if (st == PD_OK) st = pd__absorb(g, &g->nodes[ia], &g->nodes[im]);
         if (st == PD_OK) gone[it] = gone[im] = true;
     }
     PD_FREE(reads);
@@ -8672,6 +8695,9 @@ struct pd_plan {
     char **node_name;      /* copies of the profile's names */
     int *fwd_stage;        /* per node: the stage that runs its forward */
     int *bwd_stage;        /* per node: the stage that runs its backward (== fwd_stage except bipartition) */
+    int n_alias;           /* names the stages give that "nodes" lacks: the file's nodes a */
+    char **alias_name;     /* loader fused away (a plan edited by hand); pd__plan_match */
+    int *alias_fwd, *alias_bwd; /* places the fused node by them, or finds them unknown */
     int n_stages;          /* stages (virtual stages when chunks > 1) */
     pd__stage *stage;
     int chunks;            /* virtual stages per worker: stage k runs on worker k % (n_stages / chunks) */
@@ -8704,6 +8730,11 @@ pd_status pd__algo_parse(const char *s, pd__algo *out);
 char *pd__plan_to_json(const pd_plan *p);
 /* The reverse (runtime/plan_io.c); `what` names the text in messages. */
 pd_status pd__plan_from_json(const char *buf, size_t len, const char *what, pd_plan **out);
+/* Rewrites p's nodes as g's (runtime/plan_io.c): a plan written for the file's
+ * nodes (by hand, or before the loader fused some) names nodes g fused into one;
+ * the fused node runs where the last of them did. Names g lacks are an error
+ * naming `what` (the plan file). */
+pd_status pd__plan_match(pd_plan *p, const pd_graph *g, const char *what);
 
 /* ---- schedules ---------------------------------------------------------------- */
 
@@ -10325,6 +10356,10 @@ void pd__plan_free(pd_plan *pl) {
     PD_FREE(pl->node_name);
     PD_FREE(pl->fwd_stage);
     PD_FREE(pl->bwd_stage);
+    for (int i = 0; i < pl->n_alias; i++) PD_FREE(pl->alias_name[i]);
+    PD_FREE(pl->alias_name);
+    PD_FREE(pl->alias_fwd);
+    PD_FREE(pl->alias_bwd);
     PD_FREE(pl->stage);
     PD_FREE(pl->algo_name);
     PD_FREE(pl->cost_model);

@@ -114,6 +114,8 @@ void pd__node_free(pd__node *n) {
     PD_FREE(n->out);
     for (int i = 0; i < n->nattr; i++) pd__attr_free(&n->attr[i]);
     PD_FREE(n->attr);
+    for (int i = 0; i < n->nabsorbed; i++) PD_FREE(n->absorbed[i]);
+    PD_FREE(n->absorbed);
     memset(n, 0, sizeof *n);
 }
 
@@ -806,6 +808,21 @@ static pd_status pd__count_reads(const pd_graph *g, const bool *gone, int **read
     return PD_OK;
 }
 
+/* Node `into` takes over node `from` (fused away): its name and those it had
+ * absorbed, so plans naming the file's nodes still place it (pd__plan_match). */
+static pd_status pd__absorb(pd_graph *g, pd__node *into, const pd__node *from) {
+    int n = into->nabsorbed + 1 + from->nabsorbed;
+    char **names = (char **)PD_REALLOC(into->absorbed, sizeof(char *) * (size_t)n);
+    if (!names) return pd__err(PD_ERR_NOMEM, "%s: out of memory", g->path);
+    into->absorbed = names;
+    for (int k = -1; k < from->nabsorbed; k++) {
+        char *name = pd__strdup(k < 0 ? from->name : from->absorbed[k]);
+        if (!name) return pd__err(PD_ERR_NOMEM, "%s: out of memory", g->path);
+        into->absorbed[into->nabsorbed++] = name;
+    }
+    return PD_OK;
+}
+
 static pd_status pd__fuse_gelu(pd_graph *g, bool *gone) {
     int *reads, *reader;
     PD_TRY(pd__count_reads(g, gone, &reads, &reader));
@@ -840,6 +857,8 @@ static pd_status pd__fuse_gelu(pd_graph *g, bool *gone) {
         H->in[0] = x;
         H->nin = 1;
         gone[id] = gone[ie] = gone[ia] = gone[im] = true;
+        int from[4] = {id, ie, ia, im};
+        for (int k = 0; k < 4 && st == PD_OK; k++) st = pd__absorb(g, H, &g->nodes[from[k]]);
     }
     PD_FREE(reads);
     PD_FREE(reader);
@@ -907,6 +926,8 @@ static pd_status pd__fuse_linear(pd_graph *g, bool *gone) {
         if (!bt || bt->dtype != PD_FLOAT || bt->ndim != 1 || bt->shape[0] != g->tensors[T->in[0]].shape[0]) continue;
         if (g->tensors[g->nodes[ia].out[0]].numel != g->tensors[y].numel) continue;
         st = pd__make_linear(g, ia, x, T->in[0], b);
+        if (st == PD_OK) st = pd__absorb(g, &g->nodes[ia], T);
+        if (st == PD_OK) st = pd__absorb(g, &g->nodes[ia], &g->nodes[im]);
         if (st == PD_OK) gone[it] = gone[im] = true;
     }
     PD_FREE(reads);

@@ -218,6 +218,8 @@ typedef struct pd__node {
     int *in, *out;
     int nattr;
     pd__attr *attr;
+    int nabsorbed;     /* the file's nodes the loader fused into this one (pd__fuse_*): */
+    char **absorbed;   /* their names, so a plan written for the file still finds them */
 } pd__node;
 
 struct pd_graph {

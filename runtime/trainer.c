@@ -169,6 +169,9 @@ static pd_status pd__trainer_make(pd_graph *g, const pd_plan *plan, const pd_tra
         return pd__err(PD_ERR_INVALID, "pd_trainer_create: opt->recompute is %d, not 0 or 1", opt->recompute);
     if (opt->checkpoint_every > 0 && !opt->checkpoint_dir)
         return pd__err(PD_ERR_INVALID, "pd_trainer_create: opt->checkpoint_every needs opt->checkpoint_dir");
+    if (plan->n_alias) /* stages naming nodes "nodes" lacks: only pd__plan_match (the CLI) resolves them */
+        return pd__err(PD_ERR_INVALID, "pd_trainer_create: the plan's stages name node '%s', which its \"nodes\" lack",
+                       plan->alias_name[0]);
     if (plan->n_nodes != g->nnodes)
         return pd__err(PD_ERR_INVALID, "pd_trainer_create: the plan has %d nodes but %s has %d: plan this model",
                        plan->n_nodes, g->path, g->nnodes);

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "../core/pd_internal.h"
+#include "../core/plan.h"
 #include "onnx.pb-c.h"
 #include "../onnx/onnx_io.h"
 #include "check.h"
@@ -2121,6 +2122,70 @@ static void test_linear_fuses(void) {
     }
 }
 
+/* A plan written for the file's nodes (by hand, or by a pdonnx that did not
+ * fuse nn.Linear) still places the fused Gemm: it answers to the names of
+ * the Transpose and MatMul it absorbed and runs where the last of them ran
+ * (stage 2 here: the MatMul on 1, the Add on 2); a plan naming a node the
+ * model lacks, or leaving one out, is one error naming the node and the plan. */
+static pd_status match_plan(pd_graph *g, const char *nodes, const char *stages, int *fwd) {
+    char json[1024];
+    snprintf(json, sizeof json,
+             "{\"format\": \"pdonnx-plan\", \"workers\": 3, \"nodes\": [%s], \"stages\": [{\"fwd_ms\": 1, "
+             "\"bwd_in_ms\": 1, \"bwd_w_ms\": 0, \"nodes\": [%s]}]}",
+             nodes, stages);
+    pd_plan *pl = NULL;
+    pd_status st = pd__plan_from_json(json, strlen(json), "old_plan.json", &pl);
+    if (st == PD_OK) st = pd__plan_match(pl, g, "old_plan.json");
+    for (int i = 0; st == PD_OK && i < g->nnodes; i++) fwd[i] = pl->n_nodes == g->nnodes ? pl->fwd_stage[i] : -9;
+    pd__plan_free(pl);
+    return st;
+}
+
+static void test_linear_plans(void) {
+    float w[5 * 4] = {0}, bias[5] = {0};
+    mb *b = mb_new(17);
+    add_in(b, mk_vi("x", PD_FLOAT, "2,3,4"));
+    add_init(b, mk_raw("W", PD_FLOAT, "5,4", w, sizeof w));
+    add_init(b, mk_raw("b", PD_FLOAT, "5", bias, sizeof bias));
+    add_node(b, mk_node("Relu", "r", "x", "xr"));
+    add_node(b, mk_node("Transpose", "t", "W", "Wt"));
+    add_node(b, mk_node("MatMul", "mm", "xr,Wt", "h"));
+    add_node(b, mk_node("Add", "fc", "h,b", "z"));
+    add_node(b, mk_node("Relu", "r2", "z", "y"));
+    add_out(b, "y");
+    const char *path = save(b, "linear_plan.onnx");
+    pd_load_options o = PD_LOAD_OPTIONS_INIT;
+    pd_graph *g = NULL;
+    if (pd_graph_load_file(path, &o, &g) != PD_OK || g->nnodes != 3 || strcmp(g->nodes[1].name, "fc")) {
+        CHECK(0, "linear_plan.onnx loads as Relu, Gemm, Relu: %s", g ? "other nodes" : pd_last_error());
+        pd_graph_destroy(g);
+        return;
+    }
+    /* stages as JSON objects: the plan's stage s lists these names */
+    const char *three = "\"r\", \"t\"]}, {\"fwd_ms\": 1, \"bwd_in_ms\": 1, \"bwd_w_ms\": 0, \"nodes\": [\"mm\"]}, "
+                        "{\"fwd_ms\": 1, \"bwd_in_ms\": 1, \"bwd_w_ms\": 0, \"nodes\": [\"fc\", \"r2\"";
+    int fwd[3] = {-1, -1, -1};
+    pd_status st = match_plan(g, "\"r\", \"t\", \"mm\", \"fc\", \"r2\"", three, fwd);
+    CHECK(st == PD_OK && fwd[0] == 0 && fwd[1] == 2 && fwd[2] == 2,
+          "an old plan (r, t | mm | fc, r2): the fused Gemm on stage %d (2), r on %d, r2 on %d %s", fwd[1], fwd[0],
+          fwd[2], st ? pd_last_error() : "");
+    fwd[0] = fwd[1] = fwd[2] = -1;
+    st = match_plan(g, "\"r\", \"fc\", \"r2\"", three, fwd);
+    CHECK(st == PD_OK && fwd[0] == 0 && fwd[1] == 2 && fwd[2] == 2,
+          "this pdonnx's node list, stages by the file's names: the Gemm on stage %d (2) %s", fwd[1],
+          st ? pd_last_error() : "");
+    st = match_plan(g, "\"r\", \"t\", \"mm\", \"fc\", \"r2\"", "\"r\", \"t\", \"mm\", \"fc\", \"zz\"", fwd);
+    CHECK(st == PD_ERR_PARSE && strstr(pd_last_error(), "old_plan.json") && strstr(pd_last_error(), "unknown node 'zz'"),
+          "a plan with a name mistyped (r2 as zz): %s", pd_last_error());
+    st = match_plan(g, "\"r\", \"zz\", \"fc\", \"r2\"", "\"r\", \"zz\", \"fc\", \"r2\"", fwd);
+    CHECK(st == PD_ERR_INVALID && strstr(pd_last_error(), "old_plan.json") && strstr(pd_last_error(), "'zz' is not in"),
+          "a plan naming a node the model lacks: %s", pd_last_error());
+    st = match_plan(g, "\"r\", \"t\", \"mm\", \"fc\"", "\"r\", \"t\", \"mm\", \"fc\"", fwd);
+    CHECK(st == PD_ERR_INVALID && strstr(pd_last_error(), "old_plan.json") && strstr(pd_last_error(), "'r2' is in no stage"),
+          "a plan leaving out one of the model's nodes: %s", pd_last_error());
+    pd_graph_destroy(g);
+}
+
 int main(int argc, char **argv) {
     bool keep = argc > 1;
     if (keep) {
@@ -2159,6 +2224,7 @@ int main(int argc, char **argv) {
     test_mask_folds();
     test_gelu_fuses();
     test_linear_fuses();
+    test_linear_plans();
     test_control_flow();
     if (!keep) nftw(tmp_root, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
     arena_free();
