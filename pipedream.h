@@ -1088,6 +1088,10 @@ typedef struct pd__attr {
                           unrolled (If: 1 once both branches are in), n the nesting depth */
 } pd__attr;
 
+/* The domain of nodes the loader makes by fusing exported ones (pd__fuse_linear):
+ * no file's node has it, so shape rules may allow those nodes what ONNX does not. */
+#define PD__FUSED_DOMAIN "pdonnx.fused"
+
 typedef struct pd__node {
     char *name;        /* the model's name, or "<op_type>_<index>" when it has none */
     char *op_type;
@@ -1098,6 +1102,8 @@ typedef struct pd__node {
     int *in, *out;
     int nattr;
     pd__attr *attr;
+    int nabsorbed;     /* the file's nodes the loader fused into this one (pd__fuse_*): */
+    char **absorbed;   /* their names, so a plan written for the file still finds them */
 } pd__node;
 
 struct pd_graph {
@@ -2063,6 +2069,8 @@ void pd__node_free(pd__node *n) {
     PD_FREE(n->out);
     for (int i = 0; i < n->nattr; i++) pd__attr_free(&n->attr[i]);
     PD_FREE(n->attr);
+    for (int i = 0; i < n->nabsorbed; i++) PD_FREE(n->absorbed[i]);
+    PD_FREE(n->absorbed);
     memset(n, 0, sizeof *n);
 }
 
@@ -2740,17 +2748,39 @@ static int pd__sole_reader(const pd_graph *g, const int *reads, const int *reade
     return g->nodes[reader[t]].op == op ? reader[t] : -1;
 }
 
-static pd_status pd__fuse_gelu(pd_graph *g, bool *gone) {
-    int *reads = (int *)PD_CALLOC((size_t)g->ntensors + 1, sizeof(int));
-    int *reader = (int *)PD_CALLOC((size_t)g->ntensors + 1, sizeof(int));
-    if (!reads || !reader) {
-        PD_FREE(reads);
-        PD_FREE(reader);
+/* reads[t]: how many live nodes read tensor t; reader[t]: the last of them. */
+static pd_status pd__count_reads(const pd_graph *g, const bool *gone, int **reads, int **reader) {
+    *reads = (int *)PD_CALLOC((size_t)g->ntensors + 1, sizeof(int));
+    *reader = (int *)PD_CALLOC((size_t)g->ntensors + 1, sizeof(int));
+    if (!*reads || !*reader) {
+        PD_FREE(*reads);
+        PD_FREE(*reader);
         return pd__err(PD_ERR_NOMEM, "%s: out of memory", g->path);
     }
     for (int i = 0; i < g->nnodes; i++)
         for (int j = 0; j < g->nodes[i].nin && !gone[i]; j++)
-            if (g->nodes[i].in[j] >= 0) reads[g->nodes[i].in[j]]++, reader[g->nodes[i].in[j]] = i;
+            if (g->nodes[i].in[j] >= 0) (*reads)[g->nodes[i].in[j]]++, (*reader)[g->nodes[i].in[j]] = i;
+    return PD_OK;
+}
+
+/* Node `into` takes over node `from` (fused away): its name and those it had
+ * absorbed, so plans naming the file's nodes still place it (pd__plan_match). */
+static pd_status pd__absorb(pd_graph *g, pd__node *into, const pd__node *from) {
+    int n = into->nabsorbed + 1 + from->nabsorbed;
+    char **names = (char **)PD_REALLOC(into->absorbed, sizeof(char *) * (size_t)n);
+    if (!names) return pd__err(PD_ERR_NOMEM, "%s: out of memory", g->path);
+    into->absorbed = names;
+    for (int k = -1; k < from->nabsorbed; k++) {
+        char *name = pd__strdup(k < 0 ? from->name : from->absorbed[k]);
+        if (!name) return pd__err(PD_ERR_NOMEM, "%s: out of memory", g->path);
+        into->absorbed[into->nabsorbed++] = name;
+    }
+    return PD_OK;
+}
+
+static pd_status pd__fuse_gelu(pd_graph *g, bool *gone) {
+    int *reads, *reader;
+    PD_TRY(pd__count_reads(g, gone, &reads, &reader));
     pd_status st = PD_OK;
     for (int ie = 0; ie < g->nnodes && st == PD_OK; ie++) {
         pd__node *E = &g->nodes[ie];
@@ -2782,6 +2812,78 @@ static pd_status pd__fuse_gelu(pd_graph *g, bool *gone) {
         H->in[0] = x;
         H->nin = 1;
         gone[id] = gone[ie] = gone[ia] = gone[im] = true;
+        int from[4] = {id, ie, ia, im};
+        for (int k = 0; k < 4 && st == PD_OK; k++) st = pd__absorb(g, H, &g->nodes[from[k]]);
+    }
+    PD_FREE(reads);
+    PD_FREE(reader);
+    return st;
+}
+
+/* An exported nn.Linear on a 3-D activation is Add(MatMul(x, Transpose(W)),
+ * b): the Transpose copies W forward and its gradient backward, the Add
+ * makes one more pass over the output each way. As Gemm(x, W, b, transB=1)
+ * the product reads W through BLAS's transposed layout, starts from the
+ * bias (beta 1) and sums the bias gradient in its backward. Only the
+ * loader makes a Gemm with x of rank > 2: the kernels flatten x's leading
+ * dims, the Gemm shape rule (files) still asks for 2-D. */
+static bool pd__is_weight_transpose(const pd_graph *g, const pd__node *T) {
+    if (T->op != PD_OP_TRANSPOSE || T->nin != 1 || T->in[0] < 0) return false;
+    const pd__tensor *w = &g->tensors[T->in[0]];
+    if (w->ndim != 2 || w->dtype != PD_FLOAT) return false;
+    const pd__attr *perm = NULL;
+    for (int k = 0; k < T->nattr; k++)
+        if (!strcmp(T->attr[k].name, "perm")) perm = &T->attr[k];
+    return !perm || (perm->n == 2 && perm->ints[0] == 1 && perm->ints[1] == 0);
+}
+
+/* Add node ia becomes Gemm(x, W, b) with transB = 1. */
+static pd_status pd__make_linear(pd_graph *g, int ia, int x, int w, int b) {
+    pd__node *A = &g->nodes[ia];
+    int *in = (int *)PD_MALLOC(3 * sizeof(int));
+    pd__attr *attr = (pd__attr *)PD_CALLOC(1, sizeof(pd__attr));
+    char *type = pd__strdup("Gemm"), *name = pd__strdup("transB"), *domain = pd__strdup(PD__FUSED_DOMAIN);
+    if (!in || !attr || !type || !name || !domain) {
+        PD_FREE(in), PD_FREE(attr), PD_FREE(type), PD_FREE(name), PD_FREE(domain);
+        return pd__err(PD_ERR_NOMEM, "%s: out of memory", g->path);
+    }
+    in[0] = x, in[1] = w, in[2] = b;
+    attr[0].name = name;
+    attr[0].type = PD_A_INT;
+    attr[0].i = 1;
+    for (int k = 0; k < A->nattr; k++) pd__attr_free(&A->attr[k]);
+    PD_FREE(A->attr);
+    PD_FREE(A->in);
+    PD_FREE(A->op_type);
+    PD_FREE(A->domain);
+    A->domain = domain;
+    A->attr = attr, A->nattr = 1, A->in = in, A->nin = 3, A->op_type = type, A->op = PD_OP_GEMM;
+    return PD_OK;
+}
+
+static pd_status pd__fuse_linear(pd_graph *g, bool *gone) {
+    int *reads, *reader;
+    PD_TRY(pd__count_reads(g, gone, &reads, &reader));
+    pd_status st = PD_OK;
+    for (int it = 0; it < g->nnodes && st == PD_OK; it++) {
+        pd__node *T = &g->nodes[it];
+        if (gone[it] || !pd__is_weight_transpose(g, T) || T->nout != 1 || T->out[0] < 0) continue;
+        bool tied = false; /* a tied alias (pd__tie_transposes) keeps its Transpose */
+        for (int k = 0; k < g->ntied; k++) tied |= g->tied[3 * k] == T->out[0];
+        if (tied) continue;
+        int im = pd__sole_reader(g, reads, reader, T->out[0], PD_OP_MATMUL);
+        if (im < 0 || g->nodes[im].nin != 2 || g->nodes[im].in[1] != T->out[0]) continue;
+        int x = g->nodes[im].in[0], y = g->nodes[im].out[0];
+        if (x < 0 || g->tensors[x].dtype != PD_FLOAT || g->tensors[x].ndim < 2) continue;
+        int ia = pd__sole_reader(g, reads, reader, y, PD_OP_ADD);
+        int b = ia < 0 ? -1 : pd__other_in(&g->nodes[ia], y);
+        const pd__tensor *bt = b >= 0 && b != y ? &g->tensors[b] : NULL;
+        if (!bt || bt->dtype != PD_FLOAT || bt->ndim != 1 || bt->shape[0] != g->tensors[T->in[0]].shape[0]) continue;
+        if (g->tensors[g->nodes[ia].out[0]].numel != g->tensors[y].numel) continue;
+        st = pd__make_linear(g, ia, x, T->in[0], b);
+        if (st == PD_OK) st = pd__absorb(g, &g->nodes[ia], T);
+        if (st == PD_OK) st = pd__absorb(g, &g->nodes[ia], &g->nodes[im]);
+        if (st == PD_OK) gone[it] = gone[im] = true;
     }
     PD_FREE(reads);
     PD_FREE(reader);
@@ -2896,6 +2998,7 @@ pd_status pd__graph_finalize(pd_graph *g, const pd_load_options *opt, const pd_b
             if (g->nodes[i].out[j] >= 0 && g->tensors[g->nodes[i].out[j]].kind == PD_T_ACT)
                 g->tensors[g->nodes[i].out[j]].producer = i;
     if (st == PD_OK && opt->fold_constants) st = pd__fuse_gelu(g, folded);
+    if (st == PD_OK && opt->fold_constants) st = pd__fuse_linear(g, folded);
     if (st == PD_OK) st = pd__prune(g, folded);
     PD_FREE(folded);
     return st;
@@ -4367,10 +4470,12 @@ pd_status pd__shape_Gemm(pd_graph *g, pd__node *n) {
     PD_TRY(need_float(g, n, a, "A"));
     PD_TRY(need_dtype(g, n, b, a->dtype, "B"));
     if (c) PD_TRY(need_dtype(g, n, c, a->dtype, "C"));
-    if (a->ndim != 2 || b->ndim != 2)
-        return pd__node_err(g, n, PD_ERR_SHAPE, "A %s and B %s must be matrices", shp(a).s, shp(b).s);
     int ta = pd__attr_i(n, "transA", 0) != 0, tb = pd__attr_i(n, "transB", 0) != 0;
-    int64_t M = a->shape[ta], K = a->shape[!ta], Kb = b->shape[tb], N = b->shape[!tb];
+    /* the loader's fused Linear (pd__fuse_linear) takes A (..., K); files' Gemm is 2-D */
+    bool rows = !ta && a->ndim > 2 && n->domain && !strcmp(n->domain, PD__FUSED_DOMAIN);
+    if ((a->ndim != 2 && !rows) || b->ndim != 2)
+        return pd__node_err(g, n, PD_ERR_SHAPE, "A %s and B %s must be matrices", shp(a).s, shp(b).s);
+    int64_t M = a->shape[ta], K = a->shape[ta ? 0 : a->ndim - 1], Kb = b->shape[tb], N = b->shape[!tb];
     if (K != Kb)
         return pd__node_err(g, n, PD_ERR_SHAPE, "A %s (transA=%d) and B %s (transB=%d): inner dims %lld and %lld differ",
                             shp(a).s, ta, shp(b).s, tb, (long long)K, (long long)Kb);
@@ -4382,14 +4487,17 @@ pd_status pd__shape_Gemm(pd_graph *g, pd__node *n) {
             return pd__node_err(g, n, PD_ERR_SHAPE, "C %s does not broadcast to the output [%lld,%lld]", shp(c).s,
                                 (long long)M, (long long)N);
     }
-    int64_t y[2] = {M, N};
-    return set_out(g, n, 0, a->dtype, 2, y);
+    if (c && c->ndim == 2 && c->shape[0] != 1 && rows)
+        return pd__node_err(g, n, PD_ERR_SHAPE, "C %s must broadcast along A %s's rows", shp(c).s, shp(a).s);
+    int64_t y[PD_MAX_DIMS] = {M, N};
+    for (int d = 0; rows && d < a->ndim; d++) y[d] = d < a->ndim - 1 ? a->shape[d] : N;
+    return set_out(g, n, 0, a->dtype, rows ? a->ndim : 2, y);
 }
 
 double pd__flops_Gemm(const pd_graph *g, const pd__node *n) {
     const pd__tensor *a = cin(g, n, 0), *y = cout(g, n, 0);
-    if (!a || !y || a->ndim != 2 || y->ndim != 2) return 0;
-    int64_t K = a->shape[pd__attr_i(n, "transA", 0) != 0 ? 0 : 1];
+    if (!a || !y || a->ndim < 2 || y->ndim < 2) return 0;
+    int64_t K = a->shape[pd__attr_i(n, "transA", 0) != 0 ? 0 : a->ndim - 1];
     return 2.0 * dnumel(y) * (double)K + (cin(g, n, 2) ? dnumel(y) : 0);
 }
 
@@ -8581,6 +8689,9 @@ struct pd_plan {
     char **node_name;      /* copies of the profile's names */
     int *fwd_stage;        /* per node: the stage that runs its forward */
     int *bwd_stage;        /* per node: the stage that runs its backward (== fwd_stage except bipartition) */
+    int n_alias;           /* names the stages give that "nodes" lacks: the file's nodes a */
+    char **alias_name;     /* loader fused away (a plan edited by hand); pd__plan_match */
+    int *alias_fwd, *alias_bwd; /* places the fused node by them, or finds them unknown */
     int n_stages;          /* stages (virtual stages when chunks > 1) */
     pd__stage *stage;
     int chunks;            /* virtual stages per worker: stage k runs on worker k % (n_stages / chunks) */
@@ -8613,6 +8724,11 @@ pd_status pd__algo_parse(const char *s, pd__algo *out);
 char *pd__plan_to_json(const pd_plan *p);
 /* The reverse (runtime/plan_io.c); `what` names the text in messages. */
 pd_status pd__plan_from_json(const char *buf, size_t len, const char *what, pd_plan **out);
+/* Rewrites p's nodes as g's (runtime/plan_io.c): a plan written for the file's
+ * nodes (by hand, or before the loader fused some) names nodes g fused into one;
+ * the fused node runs where the last of them did. Names g lacks are an error
+ * naming `what` (the plan file). */
+pd_status pd__plan_match(pd_plan *p, const pd_graph *g, const char *what);
 
 /* ---- schedules ---------------------------------------------------------------- */
 
@@ -10234,6 +10350,10 @@ void pd__plan_free(pd_plan *pl) {
     PD_FREE(pl->node_name);
     PD_FREE(pl->fwd_stage);
     PD_FREE(pl->bwd_stage);
+    for (int i = 0; i < pl->n_alias; i++) PD_FREE(pl->alias_name[i]);
+    PD_FREE(pl->alias_name);
+    PD_FREE(pl->alias_fwd);
+    PD_FREE(pl->alias_bwd);
     PD_FREE(pl->stage);
     PD_FREE(pl->algo_name);
     PD_FREE(pl->cost_model);

@@ -733,6 +733,10 @@ void pd__plan_free(pd_plan *pl) {
     PD_FREE(pl->node_name);
     PD_FREE(pl->fwd_stage);
     PD_FREE(pl->bwd_stage);
+    for (int i = 0; i < pl->n_alias; i++) PD_FREE(pl->alias_name[i]);
+    PD_FREE(pl->alias_name);
+    PD_FREE(pl->alias_fwd);
+    PD_FREE(pl->alias_bwd);
     PD_FREE(pl->stage);
     PD_FREE(pl->algo_name);
     PD_FREE(pl->cost_model);

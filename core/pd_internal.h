@@ -204,6 +204,10 @@ typedef struct pd__attr {
                           unrolled (If: 1 once both branches are in), n the nesting depth */
 } pd__attr;
 
+/* The domain of nodes the loader makes by fusing exported ones (pd__fuse_linear):
+ * no file's node has it, so shape rules may allow those nodes what ONNX does not. */
+#define PD__FUSED_DOMAIN "pdonnx.fused"
+
 typedef struct pd__node {
     char *name;        /* the model's name, or "<op_type>_<index>" when it has none */
     char *op_type;
@@ -214,6 +218,8 @@ typedef struct pd__node {
     int *in, *out;
     int nattr;
     pd__attr *attr;
+    int nabsorbed;     /* the file's nodes the loader fused into this one (pd__fuse_*): */
+    char **absorbed;   /* their names, so a plan written for the file still finds them */
 } pd__node;
 
 struct pd_graph {

@@ -111,6 +111,9 @@ struct pd_plan {
     char **node_name;      /* copies of the profile's names */
     int *fwd_stage;        /* per node: the stage that runs its forward */
     int *bwd_stage;        /* per node: the stage that runs its backward (== fwd_stage except bipartition) */
+    int n_alias;           /* names the stages give that "nodes" lacks: the file's nodes a */
+    char **alias_name;     /* loader fused away (a plan edited by hand); pd__plan_match */
+    int *alias_fwd, *alias_bwd; /* places the fused node by them, or finds them unknown */
     int n_stages;          /* stages (virtual stages when chunks > 1) */
     pd__stage *stage;
     int chunks;            /* virtual stages per worker: stage k runs on worker k % (n_stages / chunks) */
@@ -143,6 +146,11 @@ pd_status pd__algo_parse(const char *s, pd__algo *out);
 char *pd__plan_to_json(const pd_plan *p);
 /* The reverse (runtime/plan_io.c); `what` names the text in messages. */
 pd_status pd__plan_from_json(const char *buf, size_t len, const char *what, pd_plan **out);
+/* Rewrites p's nodes as g's (runtime/plan_io.c): a plan written for the file's
+ * nodes (by hand, or before the loader fused some) names nodes g fused into one;
+ * the fused node runs where the last of them did. Names g lacks are an error
+ * naming `what` (the plan file). */
+pd_status pd__plan_match(pd_plan *p, const pd_graph *g, const char *what);
 
 /* ---- schedules ---------------------------------------------------------------- */
 

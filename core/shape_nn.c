@@ -244,10 +244,12 @@ pd_status pd__shape_Gemm(pd_graph *g, pd__node *n) {
     PD_TRY(need_float(g, n, a, "A"));
     PD_TRY(need_dtype(g, n, b, a->dtype, "B"));
     if (c) PD_TRY(need_dtype(g, n, c, a->dtype, "C"));
-    if (a->ndim != 2 || b->ndim != 2)
-        return pd__node_err(g, n, PD_ERR_SHAPE, "A %s and B %s must be matrices", shp(a).s, shp(b).s);
     int ta = pd__attr_i(n, "transA", 0) != 0, tb = pd__attr_i(n, "transB", 0) != 0;
-    int64_t M = a->shape[ta], K = a->shape[!ta], Kb = b->shape[tb], N = b->shape[!tb];
+    /* the loader's fused Linear (pd__fuse_linear) takes A (..., K); files' Gemm is 2-D */
+    bool rows = !ta && a->ndim > 2 && n->domain && !strcmp(n->domain, PD__FUSED_DOMAIN);
+    if ((a->ndim != 2 && !rows) || b->ndim != 2)
+        return pd__node_err(g, n, PD_ERR_SHAPE, "A %s and B %s must be matrices", shp(a).s, shp(b).s);
+    int64_t M = a->shape[ta], K = a->shape[ta ? 0 : a->ndim - 1], Kb = b->shape[tb], N = b->shape[!tb];
     if (K != Kb)
         return pd__node_err(g, n, PD_ERR_SHAPE, "A %s (transA=%d) and B %s (transB=%d): inner dims %lld and %lld differ",
                             shp(a).s, ta, shp(b).s, tb, (long long)K, (long long)Kb);
@@ -259,14 +261,17 @@ pd_status pd__shape_Gemm(pd_graph *g, pd__node *n) {
             return pd__node_err(g, n, PD_ERR_SHAPE, "C %s does not broadcast to the output [%lld,%lld]", shp(c).s,
                                 (long long)M, (long long)N);
     }
-    int64_t y[2] = {M, N};
-    return set_out(g, n, 0, a->dtype, 2, y);
+    if (c && c->ndim == 2 && c->shape[0] != 1 && rows)
+        return pd__node_err(g, n, PD_ERR_SHAPE, "C %s must broadcast along A %s's rows", shp(c).s, shp(a).s);
+    int64_t y[PD_MAX_DIMS] = {M, N};
+    for (int d = 0; rows && d < a->ndim; d++) y[d] = d < a->ndim - 1 ? a->shape[d] : N;
+    return set_out(g, n, 0, a->dtype, rows ? a->ndim : 2, y);
 }
 
 double pd__flops_Gemm(const pd_graph *g, const pd__node *n) {
     const pd__tensor *a = cin(g, n, 0), *y = cout(g, n, 0);
-    if (!a || !y || a->ndim != 2 || y->ndim != 2) return 0;
-    int64_t K = a->shape[pd__attr_i(n, "transA", 0) != 0 ? 0 : 1];
+    if (!a || !y || a->ndim < 2 || y->ndim < 2) return 0;
+    int64_t K = a->shape[pd__attr_i(n, "transA", 0) != 0 ? 0 : a->ndim - 1];
     return 2.0 * dnumel(y) * (double)K + (cin(g, n, 2) ? dnumel(y) : 0);
 }
 

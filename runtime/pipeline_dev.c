@@ -159,7 +159,11 @@ pd_status pd__dev_setup(pd__pipe *p) {
 /* Points slot's device parameter views at version v (live or a stash): a
  * STEP since its F may have moved v into a stash. */
 pd_status pd__dev_use(pd__wk *W, pd__chunk *C, int slot, int32_t v) {
-    if (W->p->vs[C->k].np == 0) return PD_OK; /* as pd__bind: a checkpoint holds no versions of a stage without weights */
+    const pd__vstage *S = &W->p->vs[C->k];
+    if (S->np == 0) { /* as pd__bind: a checkpoint holds no versions of a stage without weights */
+        if (S->nsp > 0) pd__gpu_use(W->dev, (int)(C - W->ch), slot, -1); /* but its tied copies (one version) */
+        return PD_OK;
+    }
     int h = -1;
     for (int k = 0; v != C->live && k < C->nstash; k++)
         if (C->stash[k].version == v) h = k;

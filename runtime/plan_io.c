@@ -116,16 +116,39 @@ static int pd__find_name(const pd_plan *p, const char *s) {
     return -1;
 }
 
-/* Marks each node named in `arr` with stage s in `which`. */
+/* The alias entry for a name "nodes" lacks, made on first sight (-1: no memory). */
+static int pd__alias(pd_plan *p, const char *name) {
+    for (int k = 0; k < p->n_alias; k++)
+        if (strcmp(p->alias_name[k], name) == 0) return k;
+    int n = p->n_alias + 1;
+    char **nm = PD_REALLOC(p->alias_name, sizeof(char *) * (size_t)n);
+    if (nm) p->alias_name = nm;
+    int *f = nm ? PD_REALLOC(p->alias_fwd, sizeof(int) * (size_t)n) : NULL;
+    if (f) p->alias_fwd = f;
+    int *b = f ? PD_REALLOC(p->alias_bwd, sizeof(int) * (size_t)n) : NULL;
+    if (b) p->alias_bwd = b;
+    char *copy = b ? pd__strdup(name) : NULL;
+    if (!copy) return -1;
+    p->alias_name[p->n_alias] = copy;
+    p->alias_fwd[p->n_alias] = p->alias_bwd[p->n_alias] = -1;
+    return p->n_alias++;
+}
+
+/* Marks each node named in `arr` with stage s in `which` (fwd_stage or
+ * bwd_stage); a name "nodes" lacks goes to the aliases (pd__plan_match). */
 static pd_status pd__assign(const char *path, pd_plan *p, const cJSON *arr, int s, int *which, const char *key) {
     if (!cJSON_IsArray(arr)) return pd__err(PD_ERR_PARSE, "%s: plan: stage %d: \"%s\" must be an array of node names", path, s, key);
     const cJSON *it;
     cJSON_ArrayForEach(it, arr) {
         if (!cJSON_IsString(it)) return pd__err(PD_ERR_PARSE, "%s: plan: stage %d: \"%s\" holds a non-string", path, s, key);
-        int v = pd__find_name(p, it->valuestring);
-        if (v < 0) return pd__err(PD_ERR_PARSE, "%s: plan: stage %d names unknown node '%s'", path, s, it->valuestring);
-        if (which[v] >= 0) return pd__err(PD_ERR_PARSE, "%s: plan: node '%s' is in stages %d and %d", path, it->valuestring, which[v], s);
-        which[v] = s;
+        int v = pd__find_name(p, it->valuestring), *at = v >= 0 ? &which[v] : NULL;
+        if (v < 0) {
+            int a = pd__alias(p, it->valuestring);
+            if (a < 0) return pd__err(PD_ERR_NOMEM, "%s: out of memory", path);
+            at = which == p->fwd_stage ? &p->alias_fwd[a] : &p->alias_bwd[a];
+        }
+        if (*at >= 0) return pd__err(PD_ERR_PARSE, "%s: plan: node '%s' is in stages %d and %d", path, it->valuestring, *at, s);
+        *at = s;
     }
     return PD_OK;
 }
@@ -262,8 +285,19 @@ static pd_status plan_check(const char *path, pd_plan *p) {
     int v;
     bool has_bwd = false;
     for (v = 0; v < p->n_nodes; v++) {
+        if (p->fwd_stage[v] < 0 && p->n_alias) /* a name mistyped, most likely */
+            return pd__err(PD_ERR_PARSE, "%s: plan: node '%s' is in no stage and the stages name unknown node '%s'",
+                           path, p->node_name[v], p->alias_name[0]);
         if (p->fwd_stage[v] < 0) return pd__err(PD_ERR_PARSE, "%s: plan: node '%s' is in no stage", path, p->node_name[v]);
         has_bwd |= p->bwd_stage[v] >= 0;
+    }
+    for (int a = 0; a < p->n_alias; a++) {
+        if (p->alias_fwd[a] < 0) return pd__err(PD_ERR_PARSE, "%s: plan: node '%s' is in no stage", path, p->alias_name[a]);
+        has_bwd |= p->alias_bwd[a] >= 0;
+    }
+    for (int a = 0; a < p->n_alias; a++) {
+        if (!has_bwd) p->alias_bwd[a] = p->alias_fwd[a];
+        else if (p->alias_bwd[a] < 0) return pd__err(PD_ERR_PARSE, "%s: plan: node '%s' has no backward stage", path, p->alias_name[a]);
     }
     for (v = 0; v < p->n_nodes; v++) {
         if (!has_bwd) p->bwd_stage[v] = p->fwd_stage[v];
@@ -332,4 +366,83 @@ pd_status pd_plan_load(const char *path, pd_plan **out) {
     pd_status st = pd__plan_from_json((const char *)raw, len, path, out);
     PD_FREE(raw);
     return st;
+}
+
+/* ---- a plan onto a loaded graph ----------------------------------------------------- */
+
+typedef struct pd__named {
+    const char *name;
+    int node;
+} pd__named;
+
+static int pd__named_cmp(const void *a, const void *b) {
+    return strcmp(((const pd__named *)a)->name, ((const pd__named *)b)->name);
+}
+
+/* g's node names and the names its fused nodes absorbed, sorted for bsearch. */
+static pd__named *pd__graph_names(const pd_graph *g, int *n) {
+    int total = 0;
+    for (int i = 0; i < g->nnodes; i++) total += 1 + g->nodes[i].nabsorbed;
+    pd__named *t = PD_MALLOC(sizeof *t * (size_t)(total + 1));
+    if (!t) return NULL;
+    *n = 0;
+    for (int i = 0; i < g->nnodes; i++)
+        for (int k = -1; k < g->nodes[i].nabsorbed; k++)
+            t[(*n)++] = (pd__named){k < 0 ? g->nodes[i].name : g->nodes[i].absorbed[k], i};
+    qsort(t, (size_t)*n, sizeof *t, pd__named_cmp);
+    return t;
+}
+
+/* Node `name` of the plan runs forward on stage f, backward on b: the graph
+ * node that is or absorbed it runs on the latest such stage (its inputs are
+ * there by then, its readers come no earlier: the plan stays valid). */
+static pd_status pd__place(const pd__named *t, int n, const char *name, int f, int b, int *gf, int *gb,
+                           const pd_graph *g, const char *what) {
+    pd__named key = {name, 0};
+    const pd__named *hit = bsearch(&key, t, (size_t)n, sizeof *t, pd__named_cmp);
+    if (!hit) return pd__err(PD_ERR_INVALID, "%s: plan: node '%s' is not in %s: plan this model", what, name, g->path);
+    if (f > gf[hit->node]) gf[hit->node] = f;
+    if (b > gb[hit->node]) gb[hit->node] = b;
+    return PD_OK;
+}
+
+static pd_status pd__plan_place_all(const pd_plan *p, const pd_graph *g, const char *what, int *gf, int *gb) {
+    int n = 0;
+    pd__named *t = pd__graph_names(g, &n);
+    if (!t) return pd__err(PD_ERR_NOMEM, "%s: out of memory", what);
+    pd_status st = PD_OK;
+    for (int v = 0; v < p->n_nodes && st == PD_OK; v++)
+        st = pd__place(t, n, p->node_name[v], p->fwd_stage[v], p->bwd_stage[v], gf, gb, g, what);
+    for (int a = 0; a < p->n_alias && st == PD_OK; a++)
+        st = pd__place(t, n, p->alias_name[a], p->alias_fwd[a], p->alias_bwd[a], gf, gb, g, what);
+    for (int i = 0; i < g->nnodes && st == PD_OK; i++)
+        if (gf[i] < 0) st = pd__err(PD_ERR_INVALID, "%s: plan: %s's node '%s' is in no stage: plan this model", what,
+                                    g->path, g->nodes[i].name);
+    PD_FREE(t);
+    return st;
+}
+
+pd_status pd__plan_match(pd_plan *p, const pd_graph *g, const char *what) {
+    bool same = p->n_alias == 0 && p->n_nodes == g->nnodes;
+    for (int i = 0; same && i < p->n_nodes; i++) same = strcmp(p->node_name[i], g->nodes[i].name) == 0;
+    if (same) return PD_OK;
+    int *gf = PD_MALLOC(sizeof(int) * (size_t)(g->nnodes + 1)), *gb = PD_MALLOC(sizeof(int) * (size_t)(g->nnodes + 1));
+    char **names = PD_CALLOC((size_t)g->nnodes + 1, sizeof(char *));
+    pd_status st = gf && gb && names ? PD_OK : pd__err(PD_ERR_NOMEM, "%s: out of memory", what);
+    for (int i = 0; st == PD_OK && i < g->nnodes; i++) gf[i] = gb[i] = -1;
+    if (st == PD_OK) st = pd__plan_place_all(p, g, what, gf, gb);
+    for (int i = 0; st == PD_OK && i < g->nnodes; i++)
+        if (!(names[i] = pd__strdup(g->nodes[i].name))) st = pd__err(PD_ERR_NOMEM, "%s: out of memory", what);
+    if (st != PD_OK) {
+        for (int i = 0; names && i < g->nnodes; i++) PD_FREE(names[i]);
+        PD_FREE(names), PD_FREE(gf), PD_FREE(gb);
+        return st;
+    }
+    for (int v = 0; v < p->n_nodes; v++) PD_FREE(p->node_name[v]);
+    for (int a = 0; a < p->n_alias; a++) PD_FREE(p->alias_name[a]);
+    PD_FREE(p->node_name), PD_FREE(p->fwd_stage), PD_FREE(p->bwd_stage);
+    PD_FREE(p->alias_name), PD_FREE(p->alias_fwd), PD_FREE(p->alias_bwd);
+    p->alias_name = NULL, p->alias_fwd = p->alias_bwd = NULL, p->n_alias = 0;
+    p->node_name = names, p->fwd_stage = gf, p->bwd_stage = gb, p->n_nodes = g->nnodes;
+    return PD_OK;
 }

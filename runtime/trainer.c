@@ -137,6 +137,8 @@ static cJSON *pd__trainer_info(const pd_trainer *t, const pd_plan *plan, const p
 
 pd_status pd_trainer_check_plan(const pd_graph *g, const pd_plan *plan) {
     if (!g || !plan) return pd__err(PD_ERR_INVALID, "pd_trainer_check_plan: %s is NULL", g ? "plan" : "g");
+    if (plan->n_alias) /* stages naming nodes "nodes" lacks: only pd__plan_match (the CLI) resolves them */
+        return pd__err(PD_ERR_INVALID, "the plan's stages name node '%s', which its \"nodes\" lack", plan->alias_name[0]);
     if (plan->n_nodes != g->nnodes)
         return pd__err(PD_ERR_INVALID, "the plan has %d nodes but %s has %d: plan this model", plan->n_nodes,
                        g->path, g->nnodes);

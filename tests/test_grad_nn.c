@@ -159,6 +159,32 @@ static gc *b_gemm(uint64_t seed, pd_dtype dt, uint32_t *mask, char *d, size_t dn
     return c;
 }
 
+/* The loader's fused Linear (pd__fuse_linear): Gemm of A (..., K) in the
+ * fused domain, B transposed or not, C (N) or absent; the kernels read A's
+ * leading dims as rows. */
+static gc *b_linear(uint64_t seed, pd_dtype dt, uint32_t *mask, char *d, size_t dn) {
+    rs_seed(seed);
+    int rank = (int)irand(3, 4);
+    int64_t sa[4], K = irand(1, 5), N = irand(1, 5);
+    for (int i = 0; i < rank - 1; i++) sa[i] = irand(1, 3);
+    sa[rank - 1] = K;
+    bool tb = irand(0, 2) != 0, bias = irand(0, 3) != 0;
+    gc *c = gc_new("Gemm", 17);
+    PD_FREE(c->node.domain);
+    c->node.domain = pd__strdup(PD__FUSED_DOMAIN);
+    gc_seed(c, seed);
+    int64_t sb[2] = {tb ? N : K, tb ? K : N}, sc[1] = {N};
+    gc_input(c, dt, rank, sa, NULL);
+    gc_input(c, dt, 2, sb, NULL);
+    if (bias) gc_input(c, dt, 1, sc, NULL);
+    if (tb) gc_attr_i(c, "transB", 1);
+    if (irand(0, 2) == 0) gc_attr_f(c, "alpha", 0.5f);
+    gc_outputs(c, 1);
+    *mask = bias ? 0x7 : 0x3;
+    describe(c, d, dn);
+    return c;
+}
+
 static gc *b_matmul(uint64_t seed, pd_dtype dt, uint32_t *mask, char *d, size_t dn) {
     rs_seed(seed);
     int64_t M = irand(1, 4), K = irand(1, 4), N = irand(1, 4), ob[4];
@@ -1796,6 +1822,7 @@ void pd__dnnl_release(void);
 int main(void) {
     static const op_case ops[] = {
         {"Gemm", b_gemm, 60, 10},
+        {"Gemm (fused Linear, A of rank 3-4)", b_linear, 40, 8},
         {"MatMul", b_matmul, 60, 10},
         {"Conv", b_conv, 120, 64},
         {"ConvTranspose", b_convt, 100, 16},

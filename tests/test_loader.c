@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "../core/pd_internal.h"
+#include "../core/plan.h"
 #include "onnx.pb-c.h"
 #include "../onnx/onnx_io.h"
 #include "check.h"
@@ -2056,6 +2057,135 @@ static void test_gelu_fuses(void) {
     }
 }
 
+/* nn.Linear on a 3-D activation as PyTorch exports it for training,
+ * Add(MatMul(x, Transpose(W)), b), becomes Gemm(x, W, b, transB=1) at
+ * load and trains as the three nodes do (loss and gradient norm of a step
+ * with and without folding agree to float rounding). A Transpose someone
+ * else reads stays. */
+static pd_status linear_step(const char *path, int fold, char *ops, size_t cap, pd_step_result *r) {
+    pd_load_options o = PD_LOAD_OPTIONS_INIT;
+    o.fold_constants = fold;
+    pd_graph *g = NULL;
+    pd_session *s = NULL;
+    pd_train_options t = PD_TRAIN_OPTIONS_INIT;
+    t.loss = PD_LOSS_MSE;
+    t.threads = 1;
+    float x[2 * 3 * 4], y[2 * 3 * 5];
+    for (int i = 0; i < 24; i++) x[i] = (float)((i * 7) % 11) / 5.0f - 1.0f;
+    for (int i = 0; i < 30; i++) y[i] = (float)((i * 3) % 7) / 4.0f - 0.5f;
+    pd_tensor xt = {PD_FLOAT, 3, {2, 3, 4}, x}, yt = {PD_FLOAT, 3, {2, 3, 5}, y};
+    pd_status st = pd_graph_load_file(path, &o, &g);
+    if (st == PD_OK) {
+        ops[0] = 0;
+        for (int i = 0; i < pd_graph_num_nodes(g); i++) {
+            pd_node_info ni;
+            if (pd_graph_node(g, i, &ni) != PD_OK) continue;
+            snprintf(ops + strlen(ops), cap - strlen(ops), "%s%s", i ? "," : "", ni.op_type);
+        }
+        st = pd_session_create(g, &t, &s);
+    }
+    if (st == PD_OK) st = pd_session_set_input(s, "x", &xt);
+    if (st == PD_OK) st = pd_session_set_labels(s, &yt);
+    if (st == PD_OK) st = pd_session_step(s, r);
+    pd_session_destroy(s);
+    pd_graph_destroy(g);
+    return st;
+}
+
+static void test_linear_fuses(void) {
+    float w[5 * 4], bias[5];
+    for (int i = 0; i < 20; i++) w[i] = (float)((i * 5) % 13) / 6.0f - 1.0f;
+    for (int i = 0; i < 5; i++) bias[i] = 0.25f * (float)i - 0.5f;
+    for (int shared = 0; shared < 2; shared++) {
+        mb *b = mb_new(17);
+        add_in(b, mk_vi("x", PD_FLOAT, "2,3,4"));
+        add_init(b, mk_raw("W", PD_FLOAT, "5,4", w, sizeof w));
+        add_init(b, mk_raw("b", PD_FLOAT, "5", bias, sizeof bias));
+        add_node(b, mk_node("Transpose", "t", "W", "Wt"));
+        add_node(b, mk_node("MatMul", "mm", "x,Wt", "h"));
+        add_node(b, mk_node("Add", "fc", "b,h", shared ? "z" : "y"));
+        if (shared) add_node(b, mk_node("ReduceSum", "wsum", "Wt", "s")); /* Wt read twice: no fusion */
+        if (shared) add_node(b, mk_node("Add", "plus", "z,s", "y"));
+        add_out(b, "y");
+        const char *path = save(b, shared ? "linear_shared.onnx" : "linear.onnx");
+        char fused[256], kept[256];
+        pd_step_result rf, rk;
+        pd_status a = linear_step(path, 1, fused, sizeof fused, &rf), c = linear_step(path, 0, kept, sizeof kept, &rk);
+        const char *all = shared ? "Transpose,MatMul,ReduceSum,Add,Add" : "Transpose,MatMul,Add";
+        CHECK(a == PD_OK && c == PD_OK && !strcmp(fused, shared ? all : "Gemm") && !strcmp(kept, all) &&
+                  rk.loss > 0.1 && fabs(rf.loss - rk.loss) <= 1e-6 * fabs(rk.loss) &&
+                  fabs(rf.grad_norm - rk.grad_norm) <= 1e-5 * rk.grad_norm,
+              "Linear's exported Transpose, MatMul, Add %s: [%s]; loss %.9g and gradient norm %.9g, without folding "
+              "%.9g and %.9g %s",
+              shared ? "stay when W's transpose is read twice" : "become one Gemm", fused, rf.loss, rf.grad_norm,
+              rk.loss, rk.grad_norm, a == PD_OK && c == PD_OK ? "" : pd_last_error());
+    }
+}
+
+/* A plan written for the file's nodes (by hand, or by a pdonnx that did not
+ * fuse nn.Linear) still places the fused Gemm: it answers to the names of
+ * the Transpose and MatMul it absorbed and runs where the last of them ran
+ * (stage 2 here: the MatMul on 1, the Add on 2); a plan naming a node the
+ * model lacks, or leaving one out, is one error naming the node and the plan. */
+static pd_status match_plan(pd_graph *g, const char *nodes, const char *stages, int *fwd) {
+    char json[1024];
+    snprintf(json, sizeof json,
+             "{\"format\": \"pdonnx-plan\", \"workers\": 3, \"nodes\": [%s], \"stages\": [{\"fwd_ms\": 1, "
+             "\"bwd_in_ms\": 1, \"bwd_w_ms\": 0, \"nodes\": [%s]}]}",
+             nodes, stages);
+    pd_plan *pl = NULL;
+    pd_status st = pd__plan_from_json(json, strlen(json), "old_plan.json", &pl);
+    if (st == PD_OK) st = pd__plan_match(pl, g, "old_plan.json");
+    for (int i = 0; st == PD_OK && i < g->nnodes; i++) fwd[i] = pl->n_nodes == g->nnodes ? pl->fwd_stage[i] : -9;
+    pd__plan_free(pl);
+    return st;
+}
+
+static void test_linear_plans(void) {
+    float w[5 * 4] = {0}, bias[5] = {0};
+    mb *b = mb_new(17);
+    add_in(b, mk_vi("x", PD_FLOAT, "2,3,4"));
+    add_init(b, mk_raw("W", PD_FLOAT, "5,4", w, sizeof w));
+    add_init(b, mk_raw("b", PD_FLOAT, "5", bias, sizeof bias));
+    add_node(b, mk_node("Relu", "r", "x", "xr"));
+    add_node(b, mk_node("Transpose", "t", "W", "Wt"));
+    add_node(b, mk_node("MatMul", "mm", "xr,Wt", "h"));
+    add_node(b, mk_node("Add", "fc", "h,b", "z"));
+    add_node(b, mk_node("Relu", "r2", "z", "y"));
+    add_out(b, "y");
+    const char *path = save(b, "linear_plan.onnx");
+    pd_load_options o = PD_LOAD_OPTIONS_INIT;
+    pd_graph *g = NULL;
+    if (pd_graph_load_file(path, &o, &g) != PD_OK || g->nnodes != 3 || strcmp(g->nodes[1].name, "fc")) {
+        CHECK(0, "linear_plan.onnx loads as Relu, Gemm, Relu: %s", g ? "other nodes" : pd_last_error());
+        pd_graph_destroy(g);
+        return;
+    }
+    /* stages as JSON objects: the plan's stage s lists these names */
+    const char *three = "\"r\", \"t\"]}, {\"fwd_ms\": 1, \"bwd_in_ms\": 1, \"bwd_w_ms\": 0, \"nodes\": [\"mm\"]}, "
+                        "{\"fwd_ms\": 1, \"bwd_in_ms\": 1, \"bwd_w_ms\": 0, \"nodes\": [\"fc\", \"r2\"";
+    int fwd[3] = {-1, -1, -1};
+    pd_status st = match_plan(g, "\"r\", \"t\", \"mm\", \"fc\", \"r2\"", three, fwd);
+    CHECK(st == PD_OK && fwd[0] == 0 && fwd[1] == 2 && fwd[2] == 2,
+          "an old plan (r, t | mm | fc, r2): the fused Gemm on stage %d (2), r on %d, r2 on %d %s", fwd[1], fwd[0],
+          fwd[2], st ? pd_last_error() : "");
+    fwd[0] = fwd[1] = fwd[2] = -1;
+    st = match_plan(g, "\"r\", \"fc\", \"r2\"", three, fwd);
+    CHECK(st == PD_OK && fwd[0] == 0 && fwd[1] == 2 && fwd[2] == 2,
+          "this pdonnx's node list, stages by the file's names: the Gemm on stage %d (2) %s", fwd[1],
+          st ? pd_last_error() : "");
+    st = match_plan(g, "\"r\", \"t\", \"mm\", \"fc\", \"r2\"", "\"r\", \"t\", \"mm\", \"fc\", \"zz\"", fwd);
+    CHECK(st == PD_ERR_PARSE && strstr(pd_last_error(), "old_plan.json") && strstr(pd_last_error(), "unknown node 'zz'"),
+          "a plan with a name mistyped (r2 as zz): %s", pd_last_error());
+    st = match_plan(g, "\"r\", \"zz\", \"fc\", \"r2\"", "\"r\", \"zz\", \"fc\", \"r2\"", fwd);
+    CHECK(st == PD_ERR_INVALID && strstr(pd_last_error(), "old_plan.json") && strstr(pd_last_error(), "'zz' is not in"),
+          "a plan naming a node the model lacks: %s", pd_last_error());
+    st = match_plan(g, "\"r\", \"t\", \"mm\", \"fc\"", "\"r\", \"t\", \"mm\", \"fc\"", fwd);
+    CHECK(st == PD_ERR_INVALID && strstr(pd_last_error(), "old_plan.json") && strstr(pd_last_error(), "'r2' is in no stage"),
+          "a plan leaving out one of the model's nodes: %s", pd_last_error());
+    pd_graph_destroy(g);
+}
+
 int main(int argc, char **argv) {
     bool keep = argc > 1;
     if (keep) {
@@ -2093,6 +2223,8 @@ int main(int argc, char **argv) {
     test_transposed_ties();
     test_mask_folds();
     test_gelu_fuses();
+    test_linear_fuses();
+    test_linear_plans();
     test_control_flow();
     if (!keep) nftw(tmp_root, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
     arena_free();

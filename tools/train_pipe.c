@@ -11,9 +11,10 @@
 pd_status pd_cli_pipe_plan(const pd_cli_plan_args *pa, pd_graph *g, pd_plan **out) {
     if (pa->plan) {
         PD_TRY(pd_plan_load(pa->plan, out));
-        pd_status st = pd_trainer_check_plan(g, *out);
+        /* a plan naming the file's nodes, some fused since, maps onto the loaded graph */
+        pd_status st = pd__plan_match(*out, g, pa->plan);
+        if (st == PD_OK && (st = pd_trainer_check_plan(g, *out)) != PD_OK) pd__err_prefix("--plan %s", pa->plan);
         if (st != PD_OK) {
-            pd__err_prefix("--plan %s", pa->plan);
             pd_plan_destroy(*out);
             *out = NULL;
         }

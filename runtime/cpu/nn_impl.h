@@ -23,10 +23,12 @@ static pd_status FN(gemm)(bool ta, bool tb, int64_t M, int64_t N, int64_t K, dou
     return PD_OK;
 }
 
-/* Y (M, N) = alpha * op(A) @ op(B) + beta * C, C broadcast from (), (N), (1|M, 1|N). */
+/* Y (M, N) = alpha * op(A) @ op(B) + beta * C, C broadcast from (), (N), (1|M, 1|N).
+ * A (..., K) without transA: its leading dims are M (the loader's fused
+ * Linear, pd__fuse_linear; ONNX's Gemm is 2-D). */
 static pd_status FN(gemm_op)(const pd_tensor *a, const pd_tensor *b, const pd_tensor *c, pd_tensor *y, bool ta,
                              bool tb, double alpha, double beta) {
-    int64_t M = y->shape[0], N = y->shape[1], K = a->shape[ta ? 0 : 1];
+    int64_t N = y->shape[y->ndim - 1], M = N ? pd_tensor_numel(y) / N : 0, K = a->shape[ta ? 0 : a->ndim - 1];
     T *Y = y->data; // (M, N)
     if (c && beta != 0) {
         const T *C = c->data;
@@ -36,7 +38,7 @@ static pd_status FN(gemm_op)(const pd_tensor *a, const pd_tensor *b, const pd_te
     } else {
         beta = 0;
     }
-    return FN(gemm)(ta, tb, M, N, K, alpha, a->data, a->shape[1], b->data, b->shape[1], beta, Y, N);
+    return FN(gemm)(ta, tb, M, N, K, alpha, a->data, a->shape[a->ndim - 1], b->data, b->shape[1], beta, Y, N);
 }
 
 /* numpy matmul: 1-D operands promoted, batch dims broadcast. */
@@ -68,8 +70,8 @@ static pd_status FN(matmul)(const pd_tensor *a, const pd_tensor *b, pd_tensor *y
  *   dC += beta * dY summed over the dims C broadcasts along. */
 static pd_status FN(gemm_bwd)(const pd_tensor *a, const pd_tensor *b, const pd_tensor *c, const T *dY, bool ta,
                               bool tb, double alpha, double beta, T *dA, T *dB, T *dC) {
-    int64_t M = a->shape[ta ? 1 : 0], K = a->shape[ta ? 0 : 1], N = b->shape[tb ? 0 : 1];
-    int64_t lda = a->shape[1], ldb = b->shape[1];
+    int64_t lda = a->shape[a->ndim - 1], ldb = b->shape[1], K = ta ? a->shape[0] : lda, N = b->shape[tb ? 0 : 1];
+    int64_t M = ta ? a->shape[1] : a->ndim == 2 ? a->shape[0] : K ? pd_tensor_numel(a) / K : 0; /* A (..., K) */
     const T *A = a->data, *B = b->data;
     if (dA) {
         if (!ta) PD_TRY(FN(gemm)(false, !tb, M, K, N, alpha, dY, N, B, ldb, 1, dA, K)); // (M, K)

@@ -148,8 +148,8 @@ static pd_status cu_Gemm(pd__cuda_ctx *c, const pd__exec *x, const pd__node *n, 
     bool ta = pd__attr_i(n, "transA", 0) != 0, tb = pd__attr_i(n, "transB", 0) != 0;
     float alpha = pd__attr_f(n, "alpha", 1.0f), beta = pd__attr_f(n, "beta", 1.0f);
     const pd_tensor *A = in[0], *B = in[1], *C = opt_in(n, in, 2);
-    int64_t M = ta ? A->shape[1] : A->shape[0], K = ta ? A->shape[0] : A->shape[1];
-    int64_t N = tb ? B->shape[0] : B->shape[1];
+    int64_t K = ta ? A->shape[0] : A->shape[A->ndim - 1], N = tb ? B->shape[0] : B->shape[1];
+    int64_t M = N ? pd_tensor_numel(out[0]) / N : 0; /* A (..., K): the loader's fused Linear */
     float b2 = 0.0f;
     if (C && beta != 0.0f) { /* Y = beta C broadcast, then Y += alpha A B */
         pd__cu_bcast bc;
@@ -168,8 +168,8 @@ static pd_status cu_Gemm_bwd(pd__cuda_ctx *c, const pd__exec *x, const pd__node 
     bool ta = pd__attr_i(n, "transA", 0) != 0, tb = pd__attr_i(n, "transB", 0) != 0;
     float alpha = pd__attr_f(n, "alpha", 1.0f), beta = pd__attr_f(n, "beta", 1.0f);
     const pd_tensor *A = in[0], *B = in[1], *C = opt_in(n, in, 2);
-    int64_t M = ta ? A->shape[1] : A->shape[0], K = ta ? A->shape[0] : A->shape[1];
-    int64_t N = tb ? B->shape[0] : B->shape[1];
+    int64_t K = ta ? A->shape[0] : A->shape[A->ndim - 1], N = tb ? B->shape[0] : B->shape[1];
+    int64_t M = N ? pd_tensor_numel(dY) / N : 0; /* A (..., K): the loader's fused Linear */
     const float *a = cf(A), *b = cf(B), *dy = cf(dY);
     pd_tensor *dA = gin(n, din, 0), *dB = gin(n, din, 1), *dC = C ? gin(n, din, 2) : NULL;
     if (dA) { /* d op(A) = alpha dY op(B)^T (M, K); stored transposed when ta */
