@@ -1163,13 +1163,14 @@ static pd_status pd__plan_2bw(pd__ctx *x, const pd_profile *p, const pd_profile 
  * -1: as wide as max_states allows). A topology's inner levels run a DP cubic
  * in the states (O(S^3 M^2)): there the beam gets a quarter of max_states
  * (T5 at 4x2: 495 states, 1.9 s), at least one cut per size and way while
- * that (about 4(n+1) states) fits in max_states, else the prefixes alone
- * (0). Inception-v3 at 4x2: 803 states, 25 s, against 2 s for its 326
- * prefixes. */
+ * that (about 4(n+1) states) fits in max_states and its ~3(n+1) states stay
+ * under 1,024 (Inception-v3 at 4x2: 803 states, 25 s, against 2 s for its
+ * 326 prefixes; NASNet-mobile's 2,700 would take hours), else the prefixes
+ * alone (0). */
 static int pd__beam_width(const pd__ctx *x, int n, int max_states) {
     if (x->levels == 1) return -1;
     if (max_states <= 0) max_states = 4096;
-    if (max_states < 4 * (n + 1)) return 0;
+    if (max_states < 4 * (n + 1) || 3 * (n + 1) > 1024) return 0;
     int w = max_states / 4 / (2 * (n + 1)) - 1;
     return w > 1 ? w : 1;
 }
