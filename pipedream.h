@@ -9986,6 +9986,7 @@ static pd_status pd__pd_level(const pd__ctx *x, const pd__cuts *c, int lv, int K
     for (int a = 0; a < rows; a++) {
         for (int m = 1; m < M; m++)
             for (int b = a + 1; b < S; b++) {
+                if (a > 0 && !sub[(size_t)a * S + b]) continue; /* no stage chain from a to b: stays NAN */
                 pd__cell best = CELL(a, b, m);
                 if (fewer && (isnan(best.t) || CELL(a, b, m - 1).t < best.t) && !isnan(CELL(a, b, m - 1).t))
                     best = CELL(a, b, m - 1);
@@ -10779,6 +10780,75 @@ static pd_status pd__plan_2bw(pd__ctx *x, const pd_profile *p, const pd_profile 
     return PD_OK;
 }
 
+/* Over max_states ideals every cost model takes a beam of cuts (antichain.c;
+ * -1: as wide as max_states allows). A topology's inner levels run a DP cubic
+ * in the states (O(S^3 M^2)): there the beam gets a quarter of max_states
+ * (T5 at 4x2: 495 states, 1.9 s), at least one cut per size and way while
+ * that (about 4(n+1) states) fits in max_states and its ~3(n+1) states stay
+ * under 1,024 (Inception-v3 at 4x2: 803 states, 25 s, against 2 s for its
+ * 326 prefixes; NASNet-mobile's 2,700 would take hours), else the prefixes
+ * alone (0). */
+static int pd__beam_width(const pd__ctx *x, int n, int max_states) {
+    if (x->levels == 1) return -1;
+    if (max_states <= 0) max_states = 4096;
+    if (max_states < 4 * (n + 1) || 3 * (n + 1) > 1024) return 0;
+    int w = max_states / 4 / (2 * (n + 1)) - 1;
+    return w > 1 ? w : 1;
+}
+
+/* PipeDream's algorithm on the cuts c: the DP (the default model's
+ * bisection on one level), the plan evaluated. */
+static pd_status pd__plan_dp(const pd__ctx *x, const pd_profile *p, const pd_profile *rp, const int *map,
+                             const int *indeg, const pd__cuts *c, pd_plan **out) {
+    pd__cut_plan cp;
+    memset(&cp, 0, sizeof cp);
+    pd_plan *pl = NULL;
+    pd_status st = x->levels == 1 && !x->pd_model ? pd__fast(x, c, &cp) : pd__pipedream_dp(x, c, &cp);
+    if (st == PD_OK) st = pd__plan_alloc(p, cp.n, &pl);
+    if (st == PD_OK) {
+        pl->algo = PD_ALGO_PIPEDREAM;
+        pl->microbatches = x->o->microbatches > 0 ? x->o->microbatches : 1;
+        for (int v = 0; v < p->n; v++) pl->fwd_stage[v] = -1;
+        pd__plan_from_cuts(x, rp, map, c, &cp, pl);
+        if (x->pd_model) pl->time_ms = cp.time_ms; /* PipeDream's own number */
+        pd__place_skipped(pl, p, indeg);
+        double dp_time = pl->time_ms;
+        st = pd__plan_evaluate(pl, p, x);
+        if (st == PD_OK && x->pd_model) {
+            pl->time_ms = dp_time;
+            pl->speedup = pl->single_ms / pl->time_ms;
+            pl->dp_speedup = pl->dp_ms / pl->time_ms;
+        }
+    }
+    pd__cut_plan_free(&cp);
+    if (st != PD_OK) {
+        pd__plan_free(pl);
+        return st;
+    }
+    *out = pl;
+    return PD_OK;
+}
+
+/* The default model on a topology: the DP minimises its per-level estimate,
+ * which the evaluation can rank differently, so more cuts can evaluate worse
+ * (Inception-v3 at 4x2: the beam's plan 482 ms, the prefixes' 289 ms). The
+ * prefixes' plan replaces the beam's (*c and *pl) when it evaluates faster:
+ * never worse than before the beam. */
+static pd_status pd__prefixes_if_better(const pd__ctx *x, const pd_profile *p, const pd_profile *rp, const int *map,
+                                        const int *indeg, pd__cuts **c, pd_plan **pl) {
+    pd__cuts *c0 = NULL;
+    pd_plan *pl0 = NULL;
+    pd_status st = pd__cuts_build(rp, x->o->max_states > 0 ? x->o->max_states : 4096, 0, &c0);
+    if (st == PD_OK) st = pd__plan_dp(x, p, rp, map, indeg, c0, &pl0);
+    if (st == PD_OK && pl0->time_ms < (*pl)->time_ms) {
+        pd__plan_free(*pl), pd__cuts_free(*c);
+        *pl = pl0, *c = c0;
+        return PD_OK;
+    }
+    pd__plan_free(pl0), pd__cuts_free(c0);
+    return st;
+}
+
 pd_status pd_plan_create(const pd_profile *p, const pd_plan_options *user, pd_plan **out) {
     if (!p || !out) return pd__err(PD_ERR_INVALID, "pd_plan_create: NULL profile or out");
     pd_plan_options opt = PD_PLAN_OPTIONS_INIT;
@@ -10806,8 +10876,6 @@ pd_status pd_plan_create(const pd_profile *p, const pd_plan_options *user, pd_pl
     pd__pnode *ev_nodes = (pd__pnode *)PD_MALLOC(sizeof(pd__pnode) * (size_t)p->n);
     pd__cuts *c = NULL;
     pd_plan *pl = NULL;
-    pd__cut_plan cp;
-    memset(&cp, 0, sizeof cp);
     pd_status st = PD_OK;
     if (!indeg || !outdeg || !map || !inv || !rp.node || !rp.edge || !ev_nodes) {
         st = pd__err(PD_ERR_NOMEM, "plan: out of memory");
@@ -10815,10 +10883,7 @@ pd_status pd_plan_create(const pd_profile *p, const pd_plan_options *user, pd_pl
     }
     if ((st = pd__plan_dag(p, indeg, outdeg, map, inv, &rp, ev_nodes, &ep)) != PD_OK) goto done;
     p = &ep;
-    /* PipeDream's DP (its cost model, or a topology's levels) is O(S^2 M^2),
-     * O(S^3 M^2) on inner levels: over the limit it keeps the prefixes; the
-     * default model's one-level bisection, O(S^2), takes a beam of cuts */
-    if ((st = pd__cuts_build(&rp, o->max_states > 0 ? o->max_states : 4096, x.pd_model || x.levels > 1 ? 0 : -1,
+    if ((st = pd__cuts_build(&rp, o->max_states > 0 ? o->max_states : 4096, pd__beam_width(&x, rp.n, o->max_states),
                              &c)) != PD_OK)
         goto done;
 
@@ -10827,18 +10892,12 @@ pd_status pd_plan_create(const pd_profile *p, const pd_plan_options *user, pd_pl
     } else if (algo == PD_ALGO_2BW) {
         if ((st = pd__plan_2bw(&x, p, &rp, map, inv, indeg, c, &pl)) != PD_OK) goto done;
     } else {
-        if (x.levels == 1 && !x.pd_model) st = pd__fast(&x, c, &cp);
-        else st = pd__pipedream_dp(&x, c, &cp);
-        if (st != PD_OK) goto done;
-        if ((st = pd__plan_alloc(p, cp.n, &pl)) != PD_OK) goto done;
-        pl->algo = PD_ALGO_PIPEDREAM;
-        pl->microbatches = o->microbatches > 0 ? o->microbatches : 1;
-        for (int v = 0; v < p->n; v++) pl->fwd_stage[v] = -1;
-        pd__plan_from_cuts(&x, &rp, map, c, &cp, pl);
-        if (x.pd_model) pl->time_ms = cp.time_ms; /* PipeDream's own number */
+        if ((st = pd__plan_dp(&x, p, &rp, map, indeg, c, &pl)) != PD_OK) goto done;
+        if (x.levels > 1 && !x.pd_model && c->beam > 0 && (st = pd__prefixes_if_better(&x, p, &rp, map, indeg, &c, &pl)))
+            goto done;
     }
-    if (algo != PD_ALGO_AVGPIPE) pd__place_skipped(pl, p, indeg);
-    if (algo != PD_ALGO_AVGPIPE) {
+    if (algo == PD_ALGO_2BW) pd__place_skipped(pl, p, indeg);
+    if (algo == PD_ALGO_2BW) {
         double dp_time = pl->time_ms;
         if ((st = pd__plan_evaluate(pl, p, &x)) != PD_OK) goto done;
         if (x.pd_model) {
@@ -10855,7 +10914,6 @@ pd_status pd_plan_create(const pd_profile *p, const pd_plan_options *user, pd_pl
     pl->n_cut_states = c->n_states;
     if (!pl->algo_name || !pl->cost_model) st = pd__err(PD_ERR_NOMEM, "plan: out of memory");
 done:
-    pd__cut_plan_free(&cp);
     pd__cuts_free(c);
     PD_FREE(indeg);
     PD_FREE(outdeg);

@@ -38,14 +38,15 @@ int pd__session_labels_input(const pd_session *s);
 /* A slab planned by lifetimes: buffers (one per tensor) alive from step
  * first to step last (inclusive); buffers alive at the same time never share
  * bytes. Greedy by decreasing size, lowest fitting offset, each 64-byte
- * aligned (runtime/engine.c), visiting only the buffers alive at the same
- * time: O(n log n) while a bounded number are alive at once. The inference engine plans its activations
- * with it, the session its activation gradients. */
+ * aligned (runtime/engine.c): O(n log n) whether few or most buffers are alive
+ * at once. The inference engine plans its activations with it, the session its
+ * activation gradients. */
 typedef struct pd__life {
     int n;             /* buffers */
     int *id, *at;      /* buffer k's tensor; tensor t's buffer, -1 for none */
     int *first, *last; /* buffer k's steps */
     size_t *size, *off;
+    int method;        /* 0: the faster of the two ways (engine.c); 1, 2: one of them (tests) */
 } pd__life;
 
 pd_status pd__life_init(pd__life *l, int ntensors); /* no buffers; PD_ERR_NOMEM */

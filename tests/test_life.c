@@ -58,9 +58,39 @@ static size_t ref_pack(int n, const int *first, const int *last, const size_t *s
     return total;
 }
 
+/* One way of packing l against the reference's offsets off and total want. */
+static int check_pack(pd__life *l, uint64_t seed, int steps, int span, const int *first, const int *last,
+                      const size_t *size, const size_t *off, size_t want, bool quiet) {
+    static const char *const way[] = {"chosen", "pairs", "blocks"};
+    int n = l->n;
+    size_t total = 0;
+    int bad = pd__life_pack(l, &total) != PD_OK, overlaps = 0, moved = 0, outside = 0;
+    for (int a = 0; a < n && !bad; a++) {
+        size_t ea = l->off[a] + pd__align64(size[a]);
+        outside += l->off[a] % 64 != 0 || ea > total;
+        moved += l->off[a] != off[a];
+        for (int b = a + 1; b < n; b++) {
+            bool together = !(last[a] < first[b] || last[b] < first[a]);
+            size_t eb = l->off[b] + pd__align64(size[b]);
+            overlaps += together && size[a] && size[b] && l->off[a] < eb && l->off[b] < ea;
+        }
+    }
+    int wrong = bad || overlaps || outside || moved || total != want;
+    if (!quiet) {
+        CHECK(!bad && !overlaps && !outside, "seed %llu (%d buffers, %d steps, span %d), %s: no two alive together "
+              "overlap (%d), all aligned inside %zu bytes (%d outside)", (unsigned long long)seed, n, steps, span,
+              way[l->method], overlaps, total, outside);
+        CHECK(!bad && !moved && total == want, "seed %llu, %s: the quadratic greedy's offsets (%d differ) and total (%zu, "
+              "want %zu)", (unsigned long long)seed, way[l->method], moved, total, want);
+    }
+    return wrong;
+}
+
 /* One random case: n buffers over `steps` steps, lifetimes of up to `span`
- * steps, a few alive throughout, and some at step -2 (touched nowhere). */
-static int random_case(uint64_t seed, int n, int steps, int span) {
+ * steps, a few alive throughout, and some at step -2 (touched nowhere).
+ * span < 0: most kept to the end (zero-bubble's split backward keeps every
+ * gradient), the rest short; the packer's worst case before. */
+static int random_case(uint64_t seed, int n, int steps, int span, bool quiet) {
     rng = seed ? seed : 1;
     pd__life l;
     if (pd__life_init(&l, n) != PD_OK) return 1;
@@ -69,33 +99,21 @@ static int random_case(uint64_t seed, int n, int steps, int span) {
     for (int k = 0; k < n; k++) {
         int kind = (int)(next() % 16);
         first[k] = (int)(next() % (uint64_t)steps);
-        last[k] = first[k] + (int)(next() % (uint64_t)span);
+        last[k] = span < 0 ? (next() % 4 ? steps : first[k] + (int)(next() % 3)) : first[k] + (int)(next() % (uint64_t)span);
         if (kind == 0) first[k] = -1, last[k] = steps;
         if (kind == 1) first[k] = last[k] = -2;
         size[k] = next() % 4 == 0 ? 64 * (1 + next() % 4) : next() % 5000; /* ties, zero sizes, odd sizes */
         pd__life_add(&l, k, first[k], last[k], size[k]);
     }
-    size_t total = 0, want = ref_pack(n, first, last, size, off);
-    int bad = pd__life_pack(&l, &total) != PD_OK, overlaps = 0, moved = 0, outside = 0;
-    for (int a = 0; a < n && !bad; a++) {
-        size_t ea = l.off[a] + pd__align64(size[a]);
-        outside += l.off[a] % 64 != 0 || ea > total;
-        moved += l.off[a] != off[a];
-        for (int b = a + 1; b < n; b++) {
-            bool together = !(last[a] < first[b] || last[b] < first[a]);
-            size_t eb = l.off[b] + pd__align64(size[b]);
-            overlaps += together && size[a] && size[b] && l.off[a] < eb && l.off[b] < ea;
-        }
-    }
-    CHECK(!bad && !overlaps && !outside, "seed %llu (%d buffers, %d steps, span %d): no two alive together overlap "
-          "(%d), all aligned inside %zu bytes (%d outside)", (unsigned long long)seed, n, steps, span, overlaps, total,
-          outside);
-    CHECK(!bad && !moved && total == want, "seed %llu: the quadratic greedy's offsets (%d differ) and total (%zu, want %zu)",
-          (unsigned long long)seed, moved, total, want);
+    size_t want = ref_pack(n, first, last, size, off);
+    int wrong = 0;
+    for (l.method = 0; l.method <= 2; l.method++) /* the packer's choice, then each way */
+        wrong |= check_pack(&l, seed, steps, span, first, last, size, off, want, quiet);
     free(first), free(last), free(size), free(off);
     pd__life_free(&l);
-    return 0;
+    return wrong;
 }
+
 
 /* batch 4; the input's other open dims (a sequence length) from x.npy's rows */
 static pd_graph *load(const char *dir) {
@@ -145,9 +163,24 @@ int main(int argc, char **argv) {
         else zoo = argv[a];
     }
     printf("# seed %llu (give it back with --seed)\n", (unsigned long long)seed);
-    int shapes[][3] = {{1, 1, 1}, {2, 1, 1}, {40, 10, 3}, {200, 50, 5}, {300, 20, 20}, {300, 300, 1}, {500, 100, 60}};
-    for (size_t c = 0; c < sizeof shapes / sizeof shapes[0]; c++)
-        if (random_case(seed + c, shapes[c][0], shapes[c][1], shapes[c][2])) return 1;
+    int shapes[][3] = {{1, 1, 1},     {2, 1, 1},       {40, 10, 3},     {200, 50, 5},  {300, 20, 20},
+                       {300, 300, 1}, {500, 100, 60},  {500, 100, 100}, {400, 50, -1}, {600, 600, -1},
+                       {300, 3, 3},   {1000, 1000, 2}, {800, 40, 400}};
+    size_t ns = sizeof shapes / sizeof shapes[0];
+    for (size_t c = 0; c < ns; c++)
+        random_case(seed + c, shapes[c][0], shapes[c][1], shapes[c][2], false);
+    /* many small ones: ties, nesting, one step, every span */
+    uint64_t first_bad = 0;
+    int nbad = 0;
+    for (int c = 0; c < 300; c++) {
+        uint64_t sd = seed + ns + (uint64_t)c;
+        int span = (int)(sd % 6) - 1;
+        if (random_case(sd, 1 + (int)(sd * 2654435761u % 30), 1 + (int)(sd / 7 % 7), span ? span : 1, true) && !nbad++)
+            first_bad = sd;
+    }
+    CHECK(!nbad, "300 small cases (seeds %llu..%llu; 1-30 buffers, 1-7 steps, kept to the end or spans 1-4): the "
+          "quadratic greedy's offsets, disjoint (%d wrong, first seed %llu)", (unsigned long long)(seed + ns),
+          (unsigned long long)(seed + ns + 299), nbad, (unsigned long long)first_bad);
     if (fixtures) {
         /* measured with the quadratic packer (commit f4bf51b) */
         model_slabs(fixtures, "mlp", 5312, 4096);

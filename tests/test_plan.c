@@ -614,6 +614,78 @@ static void test_zoo_cuts(const char *dir) {
     }
 }
 
+/* PipeDream's cost model and --topology take the same beam (partition.c:
+ * pd__beam_width; a topology's inner levels a quarter of --max-states, so
+ * the narrowest is at 16(n+1)). Against the search over every ideal where
+ * that DP is feasible: zoo and PipeDream profiles, 2-4 workers, replicated
+ * and straight; the topology 2x2 on both cost models. */
+typedef struct {
+    const char *cost;
+    int levels, straight;
+} pd_setup;
+
+static double setup_plan(const pd_profile *p, const pd_setup *u, int workers, int max_states, int *beam) {
+    pd_plan_options o = PD_PLAN_OPTIONS_INIT;
+    int lw[2] = {2, 2};
+    double lb[2] = {10e9, 1.25e9};
+    o.cost_model = u->cost;
+    o.workers = u->levels > 1 ? 4 : workers;
+    o.n_levels = u->levels > 1 ? 2 : 0;
+    o.level_workers = lw;
+    o.level_bandwidth = lb;
+    o.straight = u->straight;
+    o.max_states = max_states;
+    pd_plan *pl;
+    if (pd_plan_create(p, &o, &pl) != PD_OK) return -1;
+    double t = valid_plan(p, pl) ? pl->time_ms : -1;
+    *beam = pl->prefix_only ? -1 : pl->beam;
+    pd_plan_destroy(pl);
+    return t;
+}
+
+static void beam_vs_every_ideal(const char *path, const char *name) {
+    pd_profile *p;
+    if (pd_profile_load(path, &p) != PD_OK) {
+        CHECK(0, "%s loads: %s", path, pd_last_error());
+        return;
+    }
+    pd_setup setups[] = {{"pipedream", 1, 0}, {"pipedream", 1, 1}, {"pipedream", 2, 0}, {"default", 2, 0}};
+    pd__cuts *every = NULL;
+    int ideals = pd__cuts_build(p, 1 << 20, -1, &every) == PD_OK ? every->n_states : 0;
+    pd__cuts_free(every);
+    for (size_t u = 0; u < sizeof setups / sizeof setups[0]; u++) {
+        /* the inner level's DP is cubic in the ideals; the narrowest beam needs 4(n+1) states */
+        if (setups[u].levels > 1 && (ideals > 1000 || ideals <= 4 * (p->n + 1))) continue;
+        for (int workers = 2; workers <= (setups[u].levels > 1 ? 2 : 4); workers++) {
+            int bfull = 0, bdef = 0, bnarrow = 0;
+            int narrow_states = setups[u].levels > 1 ? 4 * (p->n + 1) : p->n + 1;
+            double full = setup_plan(p, &setups[u], workers, 1 << 20, &bfull);
+            double def = setup_plan(p, &setups[u], workers, 4096, &bdef);
+            double narrow = setup_plan(p, &setups[u], workers, narrow_states, &bnarrow);
+            CHECK(full > 0 && bfull == 0 && bnarrow == 1 && near(def, full, 1e-9) && narrow <= full * 1.01 &&
+                      narrow >= full * (1 - 1e-9),
+                  "%s, %s cost model, %s%s: every ideal %.6f ms; default (beam %d) %.6f; narrowest beam %.6f (+%.2f%%)",
+                  name, setups[u].cost, setups[u].levels > 1 ? "topology 2x2" : workers == 2 ? "2 workers" : workers == 3 ? "3 workers" : "4 workers",
+                  setups[u].straight ? ", straight" : "", full, bdef, def, narrow, 100 * (narrow / full - 1));
+        }
+    }
+    pd_profile_destroy(p);
+}
+
+static void test_beam_models(const char *pd_dir, const char *zoo_dir) {
+    const char *zoo[] = {"resnet18-dynamo", "vit-ts", "gpt2-ts", "bert-ts", "llama-dynamo", "llama-ts"};
+    const char *pdm[] = {"resnet50", "densenet121", "gnmt"};
+    char path[4096];
+    for (size_t m = 0; zoo_dir && m < sizeof zoo / sizeof zoo[0]; m++) {
+        snprintf(path, sizeof path, "%s/%s.json", zoo_dir, zoo[m]);
+        beam_vs_every_ideal(path, zoo[m]);
+    }
+    for (size_t m = 0; pd_dir && m < sizeof pdm / sizeof pdm[0]; m++) {
+        snprintf(path, sizeof path, "%s/%s/graph.txt", pd_dir, pdm[m]);
+        beam_vs_every_ideal(path, pdm[m]);
+    }
+}
+
 /* A plan survives its JSON round trip. */
 static void test_json(void) {
     pd_profile *p = random_dag(7, false);
@@ -675,5 +747,6 @@ int main(int argc, char **argv) {
     test_scale();
     test_json();
     if (argc > 2) test_zoo_cuts(argv[2]);
+    test_beam_models(argc > 1 ? argv[1] : NULL, argc > 2 ? argv[2] : NULL);
     return check_summary();
 }
