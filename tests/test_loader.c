@@ -2174,6 +2174,20 @@ static void test_linear_plans(void) {
     CHECK(st == PD_OK && fwd[0] == 0 && fwd[1] == 2 && fwd[2] == 2,
           "this pdonnx's node list, stages by the file's names: the Gemm on stage %d (2) %s", fwd[1],
           st ? pd_last_error() : "");
+    /* unmatched, such a plan is refused by pd_trainer_create (the API), naming the name it cannot place */
+    char json[1024];
+    snprintf(json, sizeof json,
+             "{\"format\": \"pdonnx-plan\", \"workers\": 3, \"nodes\": [\"r\", \"fc\", \"r2\"], \"stages\": "
+             "[{\"fwd_ms\": 1, \"bwd_in_ms\": 1, \"bwd_w_ms\": 0, \"nodes\": [%s]}]}",
+             three);
+    pd_plan *raw = NULL;
+    pd_trainer *tr = NULL;
+    st = pd__plan_from_json(json, strlen(json), "old_plan.json", &raw);
+    if (st == PD_OK) st = pd_trainer_create(g, raw, NULL, &tr);
+    CHECK(st == PD_ERR_INVALID && !tr && strstr(pd_last_error(), "name node 't'"),
+          "pd_trainer_create with stages naming fused-away nodes, unmatched: %s", pd_last_error());
+    pd_trainer_destroy(tr);
+    pd__plan_free(raw);
     st = match_plan(g, "\"r\", \"t\", \"mm\", \"fc\", \"r2\"", "\"r\", \"t\", \"mm\", \"fc\", \"zz\"", fwd);
     CHECK(st == PD_ERR_PARSE && strstr(pd_last_error(), "old_plan.json") && strstr(pd_last_error(), "unknown node 'zz'"),
           "a plan with a name mistyped (r2 as zz): %s", pd_last_error());
