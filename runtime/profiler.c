@@ -266,8 +266,7 @@ static bool pd__lazy_graph(const pd_graph *g) {
     return false;
 }
 
-pd_status pd_profile_measure(pd_graph *g, const pd_profile_options *opt, pd_profile **out) {
-    if (!g || !out) return pd__err(PD_ERR_INVALID, "pd_profile_measure: graph and out must not be NULL");
+static pd_status pd__profile_measure(pd_graph *g, const pd_profile_options *opt, pd_profile **out) {
     pd_profile_options o = PD_PROFILE_OPTIONS_INIT;
     PD_TRY(pd__opts_read(&o, opt, sizeof o, "pd_profile_measure: opt"));
     pd_train_options to = PD_TRAIN_OPTIONS_INIT;
@@ -318,5 +317,20 @@ pd_status pd_profile_measure(pd_graph *g, const pd_profile_options *opt, pd_prof
     PD_FREE(saved);
     PD_FREE(samples);
     PD_FREE(loss);
+    return st;
+}
+
+/* A profile trains nothing: its sessions mark the parameters they take as
+ * trained (what pd_graph_save lists in training_info), so the marks are put
+ * back, or a pipeline planned from it under --freeze would save its frozen
+ * tensors as trained. */
+pd_status pd_profile_measure(pd_graph *g, const pd_profile_options *opt, pd_profile **out) {
+    if (!g || !out) return pd__err(PD_ERR_INVALID, "pd_profile_measure: graph and out must not be NULL");
+    bool *was = PD_MALLOC((size_t)g->ntensors + 1);
+    if (!was) return pd__err(PD_ERR_NOMEM, "%s: out of memory profiling", g->path);
+    for (int t = 0; t < g->ntensors; t++) was[t] = g->tensors[t].trained;
+    pd_status st = pd__profile_measure(g, opt, out);
+    for (int t = 0; t < g->ntensors; t++) g->tensors[t].trained = was[t];
+    PD_FREE(was);
     return st;
 }

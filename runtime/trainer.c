@@ -230,15 +230,14 @@ fail:
     return st;
 }
 
-/* Under MPI: every process makes the trainer, the processes agree, then
- * each takes its stage replicas (collective). */
-pd_status pd_trainer_create(pd_graph *g, const pd_plan *plan, const pd_trainer_options *user, pd_trainer **out) {
-    pd_trainer_options o = PD_TRAINER_OPTIONS_INIT;
-    pd_train_options train = PD_TRAIN_OPTIONS_INIT;
-    PD_TRY(pd__opts_read(&o, user, sizeof o, "pd_trainer_create: opt"));
-    PD_TRY(pd__opts_read(&train, o.train, sizeof train, "pd_trainer_create: opt->train"));
-    const pd_trainer_options *opt = &o;
-    if (!opt->mpi) return pd__trainer_make(g, plan, opt, &train, NULL, out);
+/* Under MPI: every process makes the trainer, the processes agree (one
+ * error everywhere, naming the lowest failing rank), then each takes its
+ * stage replicas, agreed too (pd__pipe_set_ranks checks the plan fits the
+ * processes). The one agreement before a run, for pd_trainer_create and
+ * `pdonnx train`. run_agreed: the calls after agree too (t->mpi). */
+static pd_status pd__trainer_make_mpi(pd_graph *g, const pd_plan *plan, const pd_trainer_options *opt,
+                                      const pd_train_options *train, const pd__sched_kind *kind, bool run_agreed,
+                                      pd_trainer **out) {
     pd_status st = pd__mpi_use();
     if (st != PD_OK) {
         pd__err_prefix("pd_trainer_create: opt->mpi");
@@ -247,10 +246,10 @@ pd_status pd_trainer_create(pd_graph *g, const pd_plan *plan, const pd_trainer_o
     int rank = 0, size = 1;
     pd_trainer *t = NULL;
     st = pd_mpi_init(&rank, &size);
-    if (st == PD_OK) st = pd__trainer_make(g, plan, opt, &train, NULL, &t);
+    if (st == PD_OK) st = pd__trainer_make(g, plan, opt, train, kind, &t);
     st = pd__mpi_agree_status(st);
     if (st == PD_OK) {
-        t->mpi = true;
+        t->mpi = run_agreed;
         t->rank = rank;
         st = pd__mpi_agree_status(pd__pipe_set_ranks(t->pipe, rank, size));
     }
@@ -262,14 +261,23 @@ pd_status pd_trainer_create(pd_graph *g, const pd_plan *plan, const pd_trainer_o
     return PD_OK;
 }
 
+pd_status pd_trainer_create(pd_graph *g, const pd_plan *plan, const pd_trainer_options *user, pd_trainer **out) {
+    pd_trainer_options o = PD_TRAINER_OPTIONS_INIT;
+    pd_train_options train = PD_TRAIN_OPTIONS_INIT;
+    PD_TRY(pd__opts_read(&o, user, sizeof o, "pd_trainer_create: opt"));
+    PD_TRY(pd__opts_read(&train, o.train, sizeof train, "pd_trainer_create: opt->train"));
+    if (!o.mpi) return pd__trainer_make(g, plan, &o, &train, NULL, out);
+    return pd__trainer_make_mpi(g, plan, &o, &train, NULL, true, out);
+}
+
 pd_status pd__trainer_create_kind(pd_graph *g, const pd_plan *plan, const pd_trainer_options *user,
                                   pd__sched_kind kind, pd_trainer **out) {
     pd_trainer_options o = PD_TRAINER_OPTIONS_INIT;
     pd_train_options train = PD_TRAIN_OPTIONS_INIT;
     PD_TRY(pd__opts_read(&o, user, sizeof o, "pd_trainer_create: opt"));
     PD_TRY(pd__opts_read(&train, o.train, sizeof train, "pd_trainer_create: opt->train"));
-    if (o.mpi) return pd__err(PD_ERR_INVALID, "pd_trainer_create: opt->mpi: the caller agrees across processes");
-    return pd__trainer_make(g, plan, &o, &train, &kind, out);
+    if (!o.mpi) return pd__trainer_make(g, plan, &o, &train, &kind, out);
+    return pd__trainer_make_mpi(g, plan, &o, &train, &kind, false, out);
 }
 
 pd__pipe *pd__trainer_pipe(pd_trainer *t) { return t ? t->pipe : NULL; }

@@ -4,7 +4,7 @@
  * pd_trainer_train; it reaches the pipeline itself for what the public
  * calls do not offer yet: CheckFreq's checkpoint policy and its resume
  * (tools/ckpt.c), the per-stage report and traces, and under mpirun its
- * own agreement, ranks, gather and per-stage save. */
+ * gather and per-stage save. */
 #ifndef PD_TRAINER_H
 #define PD_TRAINER_H
 
@@ -13,8 +13,11 @@
 
 /* pd_trainer_create with the schedule already parsed (AvgPipe's schedule
  * runs as one pipeline here: pdonnx train --schedule avgpipe without
- * --parallel-pipelines); opt->schedule is not read, opt->mpi must be 0
- * (the CLI agrees across processes itself). */
+ * --parallel-pipelines); opt->schedule is not read. Under MPI (opt->mpi)
+ * the processes agree on the trainer and take their ranks as
+ * pd_trainer_create's do (an error is every process's, naming the lowest
+ * failing rank), but the calls after are not agreed: `pdonnx train` ends a
+ * failing run with MPI_Abort and gathers the weights itself. */
 pd_status pd__trainer_create_kind(pd_graph *g, const pd_plan *plan, const pd_trainer_options *opt,
                                   pd__sched_kind kind, pd_trainer **out);
 /* The trainer's pipeline (pd_trainer_destroy destroys it). */

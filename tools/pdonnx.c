@@ -52,8 +52,13 @@ const char *pd_cli_error(void) {
 }
 
 int pd_cli_fail(void) {
-    if (pd__mpi_active()) fprintf(stderr, "pdonnx: rank %d: %s\n", pd__mpi_rank(), pd_cli_error());
-    else fprintf(stderr, "pdonnx: %s\n", pd_cli_error());
+    const char *msg = pd_cli_error();
+    int r;
+    char colon;
+    /* an agreed error (pd__mpi_agree_status) names its rank already */
+    bool named = sscanf(msg, "rank %d%c", &r, &colon) == 2 && colon == ':';
+    if (pd__mpi_active() && !named) fprintf(stderr, "pdonnx: rank %d: %s\n", pd__mpi_rank(), msg);
+    else fprintf(stderr, "pdonnx: %s\n", msg);
     return 1;
 }
 

@@ -431,11 +431,14 @@ static pd_status pd__pipe_plan(const pd__targs *a, pd_graph *g, bool interleaved
  * Every process reads the same flags, data and model. Until the pipeline
  * starts, a problem found by several processes is reported once: processes
  * other than rank 0 hold back their error output, and at each agreement
- * point only the lowest failing rank shows it. Once training runs, a failing
+ * point only the lowest failing rank shows it. The last agreement, before
+ * training, is the library's (pd__trainer_create_kind with opt->mpi: the
+ * plan fits, every process made its pipeline and took its ranks), whose
+ * error every process holds and rank 0 shows. Once training runs, a failing
  * process prints its error (naming its rank, stage and step) and ends the job. */
 static struct {
     int rank, size;
-    int phase;     /* agreements passed: 1 before planning, 2 before training */
+    int phase;     /* agreements passed: 1 before planning, 2 before training (3: agreed to fail) */
     int saved_err; /* rank > 0 before training: the real stderr */
     FILE *held;    /* ... and what was written to it meanwhile */
 } pd__mp = {0, 1, 0, -1, NULL};
@@ -468,6 +471,14 @@ static bool pd__mp_agree(bool ok, bool final) {
 }
 
 static bool pd__mp_agree_final(bool ok) { return pd__mp_agree(ok, true); }
+
+/* The library agreed (pd__trainer_create_kind under MPI): every process
+ * holds the same outcome, so rank 0 alone reports a failure (3: no process
+ * waits on another), or training starts (2: a failure from here aborts). */
+static void pd__mp_agreed(bool ok) {
+    pd__mp.phase = ok ? 2 : 3;
+    pd__mp_release(false);
+}
 
 /* Checkpointing a run: the run's description (the manifest's info), and a
  * resume's checkpoint. */
@@ -551,19 +562,15 @@ static int pd__pipeline_setup(pd__targs *a, pd_graph *g, pd__sched_kind kind, in
     to.train = &a->o;
     to.microbatches = M;
     to.vertical_sync = a->vertical_sync;
-    if (pd__trainer_create_kind(g, *out_plan, &to, kind, out_trainer) != PD_OK) return pd_cli_fail();
+    to.mpi = pd__mp.size > 1; /* the library's agreement: the plan fits, every process ready, ranks taken */
+    pd_status ts = pd__trainer_create_kind(g, *out_plan, &to, kind, out_trainer);
+    if (pd__mp.size > 1) pd__mp_agreed(ts == PD_OK); /* the error, if any, is every process's: rank 0 shows it */
+    if (ts != PD_OK) return pd__mp.rank == 0 ? pd_cli_fail() : 1;
     *out_pipe = pd__trainer_pipe(*out_trainer);
     if (pd__mp.size > 1) {
-        bool fits = pd__pipe_fits(*out_pipe, pd__mp.size) == PD_OK;
-        if (!fits) fprintf(stderr, "pdonnx: %s\n", pd_cli_error());
         int T = pd__pipe_threads(*out_pipe);
         char how[96] = "one per stage replica"; /* or several per process: the plan's stage_to_rank */
         if (T > pd__mp.size) snprintf(how, sizeof how, "its stage_to_rank puts %d stage replicas on them", T);
-        if (!pd__mp_agree(fits, true)) return 1; /* everyone is ready: training starts */
-        if (pd__pipe_set_ranks(*out_pipe, pd__mp.rank, pd__mp.size) != PD_OK) {
-            pd_cli_fail();
-            return 1;
-        }
         if (!a->quiet)
             printf("%d processes (mpirun), %s; rank 0 writes the metrics and the model\n", pd__mp.size, how);
     }
@@ -1373,7 +1380,7 @@ int pd_cli_train(int argc, char **argv) {
     }
     int rc = pd__train_main(argc, argv);
     if (pd__mp.size > 1 && rc != 0) {
-        if (pd__mp.phase >= 2) { /* training had started: the others may wait on this process */
+        if (pd__mp.phase == 2) { /* training had started: the others may wait on this process */
             fflush(stdout);
             fflush(stderr);
             pd__mpi_abort(rc);

@@ -126,13 +126,24 @@ pd_status pd__mpi_bcast(void **buf, size_t *len) {
     return PD_OK;
 }
 
-int pd__mpi_agree(bool ok) {
-    int me = 0, size = 1;
+/* The one agreement of the processes (the CLI's, the trainer's, the GPU
+ * set-up's): each gives its rank when it failed (plus n when it only heard
+ * of another's failure), 2n when fine; the minimum names the lowest failing
+ * rank, one that failed itself first. -1: none failed; -2: MPI could not
+ * tell (this process's own failure then stands). */
+static int pd__mpi_lowest_failing(bool ok, bool relayed) {
+    int me = 0, n = 1;
     MPI_Comm_rank(MPI_COMM_WORLD, &me);
-    MPI_Comm_size(MPI_COMM_WORLD, &size);
-    int v = ok ? size : me, low = size;
-    if (MPI_Allreduce(&v, &low, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD) != MPI_SUCCESS) return me;
-    return low < size ? low : -1;
+    MPI_Comm_size(MPI_COMM_WORLD, &n);
+    int v = ok ? 2 * n : relayed ? n + me : me, best = 2 * n;
+    if (MPI_Allreduce(&v, &best, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD) != MPI_SUCCESS) return -2;
+    return best == 2 * n ? -1 : best % n;
+}
+
+int pd__mpi_agree(bool ok) {
+    int low = pd__mpi_lowest_failing(ok, false), me = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &me);
+    return low == -2 ? me : low;
 }
 
 #define PD__RELAYED "MPI: rank %d failed: "
@@ -152,16 +163,11 @@ bool pd__mpi_same(int64_t v) {
 }
 
 pd_status pd__mpi_agree_status(pd_status st) {
-    int me = 0, n = 1;
+    int me = 0;
     MPI_Comm_rank(MPI_COMM_WORLD, &me);
-    MPI_Comm_size(MPI_COMM_WORLD, &n);
-    /* the lowest failing rank, preferring one that failed itself over one
-     * that only heard of another's failure */
-    int v = st == PD_OK ? 2 * n : pd__mpi_relayed(pd_last_error()) ? n + me : me, best = 2 * n;
-    if (MPI_Allreduce(&v, &best, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD) != MPI_SUCCESS)
-        return st != PD_OK ? st : pd__err(PD_ERR_IO, "rank %d: MPI: cannot agree on the outcome", me);
-    if (best == 2 * n) return PD_OK;
-    int low = best % n;
+    int low = pd__mpi_lowest_failing(st == PD_OK, st != PD_OK && pd__mpi_relayed(pd_last_error()));
+    if (low == -2) return st != PD_OK ? st : pd__err(PD_ERR_IO, "rank %d: MPI: cannot agree on the outcome", me);
+    if (low == -1) return PD_OK;
     struct {
         int code;
         char msg[1024];
