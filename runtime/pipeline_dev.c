@@ -515,7 +515,7 @@ pd_status pd__dev_push(pd__pipe *p) {
 
 /* After a run (every thread joined): each stage's stream drained (an
  * asynchronous error of its kernels fails the run, naming the stage), the
- * weights, optimizer state and BatchNorm statistics in the session's host
+ * weights, optimizer state and BatchNorm statistics (replica 0's) in the session's host
  * slabs (which pd__pipe_destroy gives the graph), the links' buffers free;
  * a failed run's gradients dropped, as on the CPU. */
 pd_status pd__dev_end(pd__pipe *p, bool ok) {
@@ -529,7 +529,9 @@ pd_status pd__dev_end(pd__pipe *p, bool ok) {
         pd_status s1 = pd__gpu_bind(W->dev);
         if (s1 == PD_OK) s1 = pd__gpu_sync(W->dev);
         if (s1 == PD_OK && !ok) s1 = pd__gpu_zero_grads(W->dev);
-        for (int c = 0; c < p->nchunks && s1 == PD_OK; c++) {
+        /* replica 0's state is the model's (what a snapshot holds): the
+         * others' weights are equal, their BatchNorm statistics their own */
+        for (int c = 0; c < p->nchunks && s1 == PD_OK && W->r == 0; c++) {
             const pd__vstage *S = &p->vs[W->ch[c].k];
             s1 = pd__gpu_pull(W->dev, c, S->bufs, S->nbufs, true);
         }
