@@ -92,6 +92,10 @@ typedef struct pd__chunk { /* a virtual stage on one replica of its worker */
     void *rc_vals;
     int rc_owner;
     void *rc_bufs;
+    /* a replica r > 0's BatchNorm statistics (every slot's views): its own,
+     * as each replica's device twin keeps; replica 0's are the session's,
+     * the model's (two replicas updating those in place would race) */
+    void *rep_bufs;
 } pd__chunk;
 
 typedef struct pd__ev {

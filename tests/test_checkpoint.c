@@ -854,13 +854,10 @@ int main(int argc, char **argv) {
         check_schedule(fx, &m, PD_SCHED_FLUSH, false, 2, 1, 2);
         check_schedule(fx, &m, PD_SCHED_PIPEDREAM, false, 3, 1, 1);
         check_schedule(fx, &m, PD_SCHED_2BW, false, 2, 1, 4);
-        /* replicas keep BatchNorm statistics of their own (on the device;
-         * CPU replicas update the session's in place, concurrently); replica
-         * 0's are the model's and the snapshot's */
-        rep0 = device == PD_DEVICE_CUDA ? 2 : 1;
-        if (rep0 > 1) check_schedule(fx, &m, PD_SCHED_FLUSH, false, 2, 1, 2);
+        rep0 = 2; /* replicas keep BatchNorm statistics of their own; replica 0's are the model's, the snapshot's */
+        check_schedule(fx, &m, PD_SCHED_FLUSH, false, 2, 1, 2);
         recomp = 1;
-        if (rep0 > 1) check_schedule(fx, &m, PD_SCHED_2BW, false, 2, 1, 2);
+        check_schedule(fx, &m, PD_SCHED_2BW, false, 2, 1, 2);
         rep0 = 1;
         check_schedule(fx, &m, PD_SCHED_PIPEDREAM, false, 3, 1, 1);
         recomp = 0;
