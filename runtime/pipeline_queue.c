@@ -289,7 +289,7 @@ pd_status pd__recv(pd__wk *W, pd__chunk *C, int l, bool grad, int mb, bool *stop
         else pd__host_take(p, C, L, grad, slot, k, buf, hand, &off);
     }
     if (hand) C->held[2 * slot + grad] = buf;
-    else if (buf) t->vt->put(t, l, grad, buf); /* a GPU stage's: free again once its queued copies have run */
+    else if (buf) t->vt->put(t, l, grad, buf); /* copied out (a GPU stage: reused once its queued copies ran) */
     if (ticket && st == PD_OK) st = pd__glink_recv_end(p->glink[l], grad, W->dev, e);
     return st;
 }
