@@ -26,6 +26,7 @@ void pd__pipe_destroy(pd__pipe *p) {
             PD_FREE(C->sent);
             PD_FREE(C->rc_vals);
             PD_FREE(C->rc_bufs);
+            PD_FREE(C->rep_bufs);
         }
         PD_FREE(W->ch);
         PD_FREE(W->grads);
@@ -378,6 +379,21 @@ static void pd__pipe_need(const pd__pipe *p, bool *need) {
     }
 }
 
+/* Replica r > 0 of chunk C: its BatchNorm statistics in memory of its own
+ * (rep_bufs), from the session's, for every slot. */
+static pd_status pd__rep_bufs(pd__pipe *p, pd__chunk *C, const pd__vstage *S) {
+    size_t nb = 0;
+    for (int j = 0; j < S->nbufs; j++) nb += pd__tbytes(p->g, S->bufs[j]);
+    if (nb == 0) return PD_OK;
+    if (!(C->rep_bufs = PD_MALLOC(nb))) return pd__pipe_nomem(p);
+    for (int j = 0, off = 0; j < S->nbufs; off += (int)pd__tbytes(p->g, S->bufs[j]), j++) {
+        char *mine = (char *)C->rep_bufs + off;
+        memcpy(mine, pd__actx_value(C->slot[0], S->bufs[j])->data, pd__tbytes(p->g, S->bufs[j]));
+        for (int k = 0; k < p->nslots; k++) pd__actx_value(C->slot[k], S->bufs[j])->data = mine;
+    }
+    return PD_OK;
+}
+
 /* Chunk c of thread W: its slots' activation contexts (role: which
  * gradients are written before its backward, read after; own: what a slot
  * keeps under recomputation), its weight stashes, and where each slot's
@@ -419,6 +435,7 @@ static pd_status pd__pipe_chunk(pd__pipe *p, pd__wk *W, int c, const bool *need,
         for (int j = 0; j < S->nsp; j++) /* a shared parameter's: its own buffer */
             pd__actx_grad(C->slot[k], p->sl.param[S->sp[j]])->data = C->sg + S->spk[j];
     }
+    if (r > 0) PD_TRY(pd__rep_bufs(p, C, S));
     for (int k = 0; k < C->nstash; k++) {
         C->stash[k].version = -1;
         C->stash[k].w = PD_MALLOC(sizeof(float) * ((size_t)S->packed + 1));

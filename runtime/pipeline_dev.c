@@ -300,50 +300,21 @@ pd_status pd__dev_send(pd__wk *W, pd__chunk *C, int l, bool grad, int mb, int to
     return t->vt->send(t, (int)(W - p->wk), to, l, grad, mb, ticket, sizeof *ticket, stop);
 }
 
-/* pd__recv on the device: the buffer's tensors copied into the context once
- * the sender's copies have run (an event, no host wait). */
-pd_status pd__dev_recv(pd__wk *W, pd__chunk *C, int l, bool grad, int mb, bool *stop) {
+/* pd__recv's device side, tensor k of the message into the slot's device
+ * twin: from the link buffer e the ticket named (in process; the stream
+ * waited for the sender's copies in pd__glink_recv_begin) or, e < 0, from
+ * the NCCL buffer buf at *off (another process). */
+pd_status pd__dev_take(pd__wk *W, pd__chunk *C, int l, bool grad, int slot, int k, int e, const char *buf,
+                       size_t *off) {
     pd__pipe *p = W->p;
-    const pd__link *L = &p->link[l];
-    pd__transport *t = &p->local.base;
-    int from = pd__peer(p, l, grad, false, mb);
-    if (pd__via(p, W, from) != &p->local.base) { /* another process: NCCL's buffer, which this stream waits for */
-        pd__transport *x = p->dremote;
-        size_t n = grad ? L->grad_bytes : L->act_bytes, off = 0;
-        char *buf = NULL;
-        PD_TRY(pd__gpu_bind(W->dev));
-        PD_TRY(x->vt->recv(x, from, (int)(W - p->wk), l, grad, mb, n, (void **)&buf, stop));
-        pd__dactx *d = pd__gpu_slot(W->dev, (int)(C - W->ch), mb % p->nslots);
-        pd_status st = PD_OK;
-        for (int k = 0; k < (grad ? L->ngt + L->nbt : L->nt) && st == PD_OK; k++) {
-            char *v;
-            size_t b = 0;
-            st = pd__dev_part(p, L, d, grad, k, &v, &b);
-            if (st == PD_OK) st = pd__gpu_copy(W->dev, v, buf + off, b);
-            off += b;
-        }
-        x->vt->put(x, l, grad, buf); /* free again once the copies queued on this stream have run */
-        return st;
-    }
-    pd__glink *G = p->glink[l];
-    void *buf = NULL;
-    PD_TRY(t->vt->recv(t, from, (int)(W - p->wk), l, grad, mb, sizeof(int32_t), &buf, stop));
-    if (*stop) return PD_OK;
-    int32_t e;
-    memcpy(&e, buf, sizeof e);
-    t->vt->put(t, l, grad, buf);
-    pd__dactx *d = pd__gpu_slot(W->dev, (int)(C - W->ch), mb % p->nslots);
-    PD_TRY(pd__gpu_bind(W->dev));
-    PD_TRY(pd__glink_recv_begin(G, grad, W->dev, e));
-    size_t off = 0;
-    for (int k = 0; k < (grad ? L->ngt + L->nbt : L->nt); k++) {
-        char *v;
-        size_t b;
-        PD_TRY(pd__dev_part(p, L, d, grad, k, &v, &b));
-        PD_TRY(pd__glink_take(G, grad, W->dev, e, off, v, b));
-        off += b;
-    }
-    return pd__glink_recv_end(G, grad, W->dev, e);
+    pd__dactx *d = pd__gpu_slot(W->dev, (int)(C - W->ch), slot);
+    char *v;
+    size_t b = 0;
+    PD_TRY(pd__dev_part(p, &p->link[l], d, grad, k, &v, &b));
+    pd_status st = e >= 0 ? pd__glink_take(p->glink[l], grad, W->dev, e, *off, v, b)
+                          : pd__gpu_copy(W->dev, v, buf + *off, b);
+    *off += b;
+    return st;
 }
 
 /* pd__do_step on the device: every thread updates its own weights (a
@@ -519,7 +490,7 @@ pd_status pd__dev_push(pd__pipe *p) {
 
 /* After a run (every thread joined): each stage's stream drained (an
  * asynchronous error of its kernels fails the run, naming the stage), the
- * weights, optimizer state and BatchNorm statistics in the session's host
+ * weights, optimizer state and BatchNorm statistics (replica 0's) in the session's host
  * slabs (which pd__pipe_destroy gives the graph), the links' buffers free;
  * a failed run's gradients dropped, as on the CPU. */
 pd_status pd__dev_end(pd__pipe *p, bool ok) {
@@ -533,7 +504,9 @@ pd_status pd__dev_end(pd__pipe *p, bool ok) {
         pd_status s1 = pd__gpu_bind(W->dev);
         if (s1 == PD_OK) s1 = pd__gpu_sync(W->dev);
         if (s1 == PD_OK && !ok) s1 = pd__gpu_zero_grads(W->dev);
-        for (int c = 0; c < p->nchunks && s1 == PD_OK; c++) {
+        /* replica 0's state is the model's (what a snapshot holds): the
+         * others' weights are equal, their BatchNorm statistics their own */
+        for (int c = 0; c < p->nchunks && s1 == PD_OK && W->r == 0; c++) {
             const pd__vstage *S = &p->vs[W->ch[c].k];
             s1 = pd__gpu_pull(W->dev, c, S->bufs, S->nbufs, true);
         }

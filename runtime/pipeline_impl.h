@@ -92,6 +92,10 @@ typedef struct pd__chunk { /* a virtual stage on one replica of its worker */
     void *rc_vals;
     int rc_owner;
     void *rc_bufs;
+    /* a replica r > 0's BatchNorm statistics (every slot's views): its own,
+     * as each replica's device twin keeps; replica 0's are the session's,
+     * the model's (two replicas updating those in place would race) */
+    void *rep_bufs;
 } pd__chunk;
 
 typedef struct pd__ev {
@@ -250,7 +254,8 @@ pd_status pd__dev_forward(pd__wk *W, pd__chunk *C, int mb, pd_step_result *r);
 pd_status pd__dev_backward(pd__wk *W, pd__chunk *C, int mb, int32_t version, int part);
 pd_status pd__dev_recompute(pd__wk *W, pd__chunk *C, int mb);
 pd_status pd__dev_send(pd__wk *W, pd__chunk *C, int l, bool grad, int mb, int to, bool *stop);
-pd_status pd__dev_recv(pd__wk *W, pd__chunk *C, int l, bool grad, int mb, bool *stop);
+pd_status pd__dev_take(pd__wk *W, pd__chunk *C, int l, bool grad, int slot, int k, int e, const char *buf,
+                       size_t *off);
 pd_status pd__dev_finite(pd__wk *W);
 pd_status pd__dev_stash(pd__wk *W, int c, int32_t v);
 pd_status pd__dev_tied_grads(pd__wk *W, bool *stop);

@@ -247,29 +247,49 @@ pd_status pd__send(pd__wk *W, pd__chunk *C, int l, bool grad, int mb, bool *stop
     return PD_OK;
 }
 
+/* Tensor k of a message at *off into a CPU stage's host context: handed
+ * over (the view reads the buffer itself) or copied out. */
+static void pd__host_take(pd__pipe *p, pd__chunk *C, const pd__link *L, bool grad, int slot, int k, char *buf,
+                          bool hand, size_t *off) {
+    int tt = grad ? (k < L->ngt ? L->gt[k] : L->bt[k - L->ngt]) : L->t[k];
+    pd_tensor *v = grad && k < L->ngt ? pd__actx_grad(C->slot[slot], tt) : pd__actx_value(C->slot[slot], tt);
+    if (hand) v->data = buf + *off;
+    else memcpy(v->data, buf + *off, pd__tbytes(p->g, tt));
+    *off += pd__tbytes(p->g, tt);
+}
+
+/* RECV: link l's message for microbatch mb into the chunk's slot, one
+ * function for both kinds of stage. The message is the payload, except
+ * between GPU stages of one process, where it is a ticket naming the link
+ * buffer on this device that holds it (pd__dev_send). In process a CPU
+ * stage's views read the buffer until the microbatch is done (held); a
+ * GPU stage copies each tensor into its device twin (pd__dev_take) from
+ * the link buffer or, across processes, from NCCL's. */
 pd_status pd__recv(pd__wk *W, pd__chunk *C, int l, bool grad, int mb, bool *stop) {
-    if (W->dev) return pd__dev_recv(W, C, l, grad, mb, stop);
     pd__pipe *p = W->p;
     const pd__link *L = &p->link[l];
-    int from = pd__peer(p, l, grad, false, mb);
-    pd__transport *t = pd__via(p, W, from);
-    size_t n = grad ? L->grad_bytes : L->act_bytes;
+    int from = pd__peer(p, l, grad, false, mb), slot = mb % p->nslots, e = -1;
+    bool local = pd__via(p, W, from) == &p->local.base, ticket = W->dev && local, hand = local && !W->dev;
+    pd__transport *t = W->dev && !local ? p->dremote : pd__via(p, W, from);
+    size_t n = ticket ? sizeof(int32_t) : grad ? L->grad_bytes : L->act_bytes, off = 0;
     void *buf = NULL;
+    if (W->dev) PD_TRY(pd__gpu_bind(W->dev)); /* NCCL's receive is queued on this stream */
     PD_TRY(t->vt->recv(t, from, (int)(W - p->wk), l, grad, mb, n, &buf, stop));
     if (*stop) return PD_OK;
-    int slot = mb % p->nslots;
-    pd__actx *c = C->slot[slot];
-    bool hand = t == &p->local.base; /* in process: the views read the buffer itself until the microbatch is done */
+    if (ticket) {
+        memcpy(&e, buf, sizeof(int32_t));
+        t->vt->put(t, l, grad, buf);
+        buf = NULL;
+        PD_TRY(pd__glink_recv_begin(p->glink[l], grad, W->dev, e));
+    }
     if (hand) pd__unhold(p, C, slot, grad);
-    size_t off = 0;
-    for (int k = 0; k < (grad ? L->ngt + L->nbt : L->nt); k++) {
-        int tt = grad ? (k < L->ngt ? L->gt[k] : L->bt[k - L->ngt]) : L->t[k];
-        pd_tensor *v = grad && k < L->ngt ? pd__actx_grad(c, tt) : pd__actx_value(c, tt);
-        if (hand) v->data = (char *)buf + off;
-        else memcpy(v->data, (char *)buf + off, pd__tbytes(p->g, tt));
-        off += pd__tbytes(p->g, tt);
+    pd_status st = PD_OK;
+    for (int k = 0; k < (grad ? L->ngt + L->nbt : L->nt) && st == PD_OK; k++) {
+        if (W->dev) st = pd__dev_take(W, C, l, grad, slot, k, e, buf, &off);
+        else pd__host_take(p, C, L, grad, slot, k, buf, hand, &off);
     }
     if (hand) C->held[2 * slot + grad] = buf;
-    else t->vt->put(t, l, grad, buf);
-    return PD_OK;
+    else if (buf) t->vt->put(t, l, grad, buf); /* copied out (a GPU stage: reused once its queued copies ran) */
+    if (ticket && st == PD_OK) st = pd__glink_recv_end(p->glink[l], grad, W->dev, e);
+    return st;
 }

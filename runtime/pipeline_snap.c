@@ -343,12 +343,17 @@ static pd_status pd__resume_parts(pd__pipe *p, int64_t b, int nparts, const void
             memcpy(dst, r.data, (size_t)r.bytes);
             got += r.kind != PD_REC_STASH;
         }
-        for (int c = 0; c < p->nchunks; c++) /* the replicas hold the same versions */
-            for (int q = 1; q < W->nrep; q++)
+        for (int c = 0; c < p->nchunks; c++) /* the replicas hold the same versions and statistics */
+            for (int q = 1; q < W->nrep; q++) {
                 for (int h = 0; h < W->ch[c].nstash; h++) {
                     W[q].ch[c].stash[h].version = W->ch[c].stash[h].version;
                     memcpy(W[q].ch[c].stash[h].w, W->ch[c].stash[h].w, sizeof(float) * (size_t)p->vs[W->ch[c].k].packed);
                 }
+                const pd__vstage *S = &p->vs[W->ch[c].k];
+                for (int j = 0; j < S->nbufs; j++)
+                    memcpy(pd__actx_value(W[q].ch[c].slot[0], S->bufs[j])->data,
+                           pd__actx_value(W->ch[c].slot[0], S->bufs[j])->data, pd__tbytes(p->g, S->bufs[j]));
+            }
         if (!updates || got != want)
             return pd__err(PD_ERR_INVALID, "%s is incomplete: %lld of its %lld weights, states and buffers%s", what,
                            (long long)got, (long long)want, updates ? "" : ", no update count");

@@ -23,7 +23,8 @@
  * with every stage on GPU 0 (suite cuda; on the simulated device, suite
  * devsim): a snapshot pulls the stage's weights, optimizer state, stashes
  * and buffers from the device, a resume pushes them back; the same bitwise
- * equalities (no replicated stage: GPU stages run one replica per process).
+ * equalities, a replicated stage's replicas (each on its own context, one
+ * process) and --recompute included.
  * Exits 77 without a device.
  */
 #include "../core/plan.h"
@@ -48,6 +49,7 @@
 enum { BATCH = 8, MAXB = 64 };
 
 static int rep0 = 1; /* replicas of stage 0 in the plans made */
+static int recomp = 0; /* the plans' recompute (--recompute) */
 static pd_device_kind device = PD_DEVICE_CPU; /* --device cuda: every stage on GPU 0 */
 
 typedef struct store { /* every snapshot of a run, copied out */
@@ -114,6 +116,7 @@ static pd_status make_plan(pd_graph *g, int stages, int chunks, pd_plan **plan) 
     if (st == PD_OK) st = pd_plan_create(prof, &o, plan);
     if (st == PD_OK) (*plan)->chunks = chunks;
     if (st == PD_OK) (*plan)->stage[0].replicas = rep0;
+    if (st == PD_OK) (*plan)->recompute = recomp;
     pd_profile_destroy(prof);
     return st;
 }
@@ -162,9 +165,9 @@ static void run_pipe(const char *fx, const model *m, pd__sched_kind kind, bool v
 
 static void check_schedule(const char *fx, const model *m, pd__sched_kind kind, bool vsync, int P, int V, int M) {
     char what[160];
-    snprintf(what, sizeof what, "%s, %s%s, %d stages%s%s, %d microbatches", m->name, pd__sched_kind_name(kind),
+    snprintf(what, sizeof what, "%s, %s%s, %d stages%s%s%s, %d microbatches", m->name, pd__sched_kind_name(kind),
              vsync ? " (vertical sync)" : "", P, V > 1 ? " x 2 chunks" : "", rep0 > 1 ? " (stage 0 replicated)" : "",
-             M);
+             recomp ? " (recompute)" : "", M);
     store s;
     memset(&s, 0, sizeof s);
     run plain, snapped;
@@ -828,12 +831,22 @@ int main(int argc, char **argv) {
         check_schedule(fx, &m, PD_SCHED_INTERLEAVED, false, 2, 2, 2);
         check_schedule(fx, &m, PD_SCHED_PIPEDREAM, false, 4, 1, 1); /* a stage of a Relu alone: no versions held */
         check_schedule(fx, &m, PD_SCHED_2BW, false, 4, 1, 2);
-        if (device == PD_DEVICE_CPU) { /* GPU stages run one replica per process */
-            rep0 = 2;
-            check_schedule(fx, &m, PD_SCHED_FLUSH, false, 2, 1, 4);
-            check_schedule(fx, &m, PD_SCHED_2BW, false, 2, 1, 4); /* each replica's stash restored */
-            rep0 = 1;
-        }
+        rep0 = 2; /* replicas in one process (on GPU stages each on its own context) */
+        check_schedule(fx, &m, PD_SCHED_FLUSH, false, 2, 1, 4);
+        check_schedule(fx, &m, PD_SCHED_GPIPE, false, 3, 1, 2);
+        check_schedule(fx, &m, PD_SCHED_ZB_H1, false, 2, 1, 4);
+        check_schedule(fx, &m, PD_SCHED_INTERLEAVED, false, 2, 2, 2);
+        check_schedule(fx, &m, PD_SCHED_2BW, false, 2, 1, 4); /* each replica's stash restored */
+        check_schedule(fx, &m, PD_SCHED_2BW, false, 3, 1, 2);
+        recomp = 1;
+        check_schedule(fx, &m, PD_SCHED_FLUSH, false, 2, 1, 4);
+        check_schedule(fx, &m, PD_SCHED_2BW, false, 2, 1, 4);
+        rep0 = 1;
+        check_schedule(fx, &m, PD_SCHED_FLUSH, false, 3, 1, 4);
+        check_schedule(fx, &m, PD_SCHED_PIPEDREAM, false, 3, 1, 1);
+        check_schedule(fx, &m, PD_SCHED_2BW, false, 2, 1, 2);
+        check_schedule(fx, &m, PD_SCHED_INTERLEAVED, false, 2, 2, 2);
+        recomp = 0;
         check_refusals(fx, &m);
         free_model(&m);
     }
@@ -841,6 +854,13 @@ int main(int argc, char **argv) {
         check_schedule(fx, &m, PD_SCHED_FLUSH, false, 2, 1, 2);
         check_schedule(fx, &m, PD_SCHED_PIPEDREAM, false, 3, 1, 1);
         check_schedule(fx, &m, PD_SCHED_2BW, false, 2, 1, 4);
+        rep0 = 2; /* replicas keep BatchNorm statistics of their own; replica 0's are the model's, the snapshot's */
+        check_schedule(fx, &m, PD_SCHED_FLUSH, false, 2, 1, 2);
+        recomp = 1;
+        check_schedule(fx, &m, PD_SCHED_2BW, false, 2, 1, 2);
+        rep0 = 1;
+        check_schedule(fx, &m, PD_SCHED_PIPEDREAM, false, 3, 1, 1);
+        recomp = 0;
         free_model(&m);
     }
     if (load_model(fx, &m, "gpt", PD_OPT_ADAMW, 0.01, 8)) {
