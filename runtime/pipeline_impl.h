@@ -307,32 +307,4 @@ bool pd__tied_reader(pd__pipe *p, int k, int i, float **g);
 extern const pd__transport_i pd__local_vt;
 void pd__unhold(pd__pipe *p, pd__chunk *C, int slot, int dir);
 
-bool pd__barrier(pd__pipe *p, int w);
-pd_status pd__do_allreduce(pd__wk *W, int mb, bool *stop);
-pd_status pd__do_backward(pd__wk *W, pd__chunk *C, int mb, int32_t version, int part, bool overlap);
-pd_status pd__do_forward(pd__wk *W, pd__chunk *C, int mb, int32_t version);
-pd_status pd__do_step(pd__wk *W, int mb, int32_t version, int k, bool *stop);
-void pd__fail(pd__pipe *p, const pd__wk *W, const pd__instr *in, pd_status st);
-pd_status pd__feed_inputs(pd__pipe *p, pd__actx *c, int mb);
-float *pd__gslab(const pd__wk *W);
-pd_status pd__mb_result(pd__pipe *p, int mb, const pd_step_result *r);
-uint64_t pd__mb_seed(const pd__pipe *p, int mb);
-bool pd__meet(pd__pipe *p, pd__bar *b, int n);
-int64_t pd__ns(void);
-pd_status pd__overlapped_wait(pd__wk *W);
-void pd__q_drain(pd__queue *q);
-void pd__q_free_pool(pd__queue *q);
-pd_status pd__rc_ensure(pd__wk *W, pd__chunk *C, int mb);
-pd_status pd__recv(pd__wk *W, pd__chunk *C, int l, bool grad, int mb, bool *stop);
-void pd__release(pd__chunk *C, int32_t v, int k);
-int pd__replica_of(const pd__pipe *p, int w, int mb);
-pd_status pd__send(pd__wk *W, pd__chunk *C, int l, bool grad, int mb, bool *stop);
-void pd__slot_done(pd__pipe *p, pd__chunk *C, int slot);
-void pd__snap_decide(pd__pipe *p, int64_t m);
-pd_status pd__snap_post(pd__wk *W, int64_t b, bool *stop);
-pd_status pd__snap_pre(pd__wk *W, int64_t b, bool *stop);
-bool pd__tied_reader(pd__pipe *p, int k, int i, float **g);
-extern const pd__transport_i pd__local_vt;
-void pd__unhold(pd__pipe *p, pd__chunk *C, int slot, int dir);
-
 #endif
