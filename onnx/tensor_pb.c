@@ -428,19 +428,18 @@ static pd_status pd__tp_layout_read(const Onnx__TensorProto *tp, const char *wha
  * the size stays bounded by the input). */
 static pd_status pd__tp_counts_check(const Onnx__TensorProto *tp, const char *what, const pd__tp_layout *L) {
     if (L->external) return PD_OK;
-    char sh[128];
+    const char *field = "raw_data";
+    size_t have = tp->has_raw_data ? tp->raw_data.len : typed_count(tp, (pd_dtype)L->dt, &field);
+    size_t need = tp->has_raw_data || L->packed ? L->fbytes : (size_t)L->numel;
+    if (have == need) return PD_OK;
+    char sh[128]; /* formatted for the message only: this runs for every initializer */
     pd__format_shape(sh, sizeof sh, L->ndim, L->shape);
-    if (tp->has_raw_data) {
-        if (tp->raw_data.len == L->fbytes) return PD_OK;
-        return pd__err(PD_ERR_PARSE, "%s: raw_data has %zu bytes but shape %s of %s needs %zu", what, tp->raw_data.len,
-                       sh, pd__onnx_type_name(L->dt), L->fbytes);
-    }
-    const char *field;
-    size_t have = typed_count(tp, (pd_dtype)L->dt, &field);
-    if (have == (L->packed ? L->fbytes : (size_t)L->numel)) return PD_OK;
+    if (tp->has_raw_data)
+        return pd__err(PD_ERR_PARSE, "%s: raw_data has %zu bytes but shape %s of %s needs %zu", what, have, sh,
+                       pd__onnx_type_name(L->dt), need);
     if (L->packed)
         return pd__err(PD_ERR_PARSE, "%s: %s has %zu values but shape %s of %s packs into %zu", what, field, have, sh,
-                       pd__onnx_type_name(L->dt), L->fbytes);
+                       pd__onnx_type_name(L->dt), need);
     return pd__err(PD_ERR_PARSE, "%s: %s has %zu values but shape %s has %lld elements", what, field, have, sh,
                    (long long)L->numel);
 }
