@@ -9012,30 +9012,13 @@ pd_status pd_profile_create(const pd_profile_node_info *nodes, int n_nodes, cons
 }
 
 /* ==== core/antichain.c ==== */
-/* antichain.c - the valid cuts of a layer DAG, as PipeDream's planner sees them.
- *
- * A pipeline cut is valid when every node before it has all its
- * predecessors before it too: the set of nodes before the cut is an
- * "ideal" of the DAG (PipeDream names it by its antichain, the ideal's
- * maximal nodes). A stage is the difference of two nested ideals. For a
- * chain there are n+1 ideals; branches multiply them (a diamond has one
- * per subset of the branch prefixes).
- *
- * States are every ideal, found breadth-first by adding one ready node at a
- * time, then ordered by size (a topological order of containment). When a
- * branchy DAG has more than `max_states` ideals (parallel branches multiply
- * them: attention's Q, K and V chains, an encoder beside a decoder, a tied
- * weight's transpose), the states are built size by size instead, each size
- * keeping the `beam` cuts that cross the fewest bytes (where one tensor or
- * few cross, as at a residual block's boundary), distinct in what a stage
- * would cost, plus the prefix of the profile's topological order (so the
- * search holds every cut the old prefix-only fallback had).
- *
- * Costs are prefix sums over each ideal, so a stage's totals are one
- * subtraction; `cross_bytes` counts every tensor that crosses the cut (the
- * outputs of nodes inside with a consumer outside), since all of them must
- * travel forward as activations and back as gradients.
- */
+/* antichain.c - the valid cuts of a layer DAG, as PipeDream's planner sees
+ * them: a cut is valid when the nodes before it form an ideal (every node's
+ * predecessors before it too), named by its antichain; a stage is the
+ * difference of two nested ideals. States are every ideal, found breadth-first
+ * and ordered by size; past `max_states` ideals each size keeps the `beam`
+ * cuts crossing the fewest bytes. Costs are prefix sums, so a stage's totals
+ * are one subtraction. Details: docs/INTERNALS.md, "core/antichain.c". */
 
 #include <string.h>
 
@@ -9510,35 +9493,15 @@ done:
 
 /* ==== core/partition.c ==== */
 /* partition.c - the planners: cut a profiled DAG into pipeline stages.
- *
  *   pipedream    PipeDream's dynamic programme over cut states and per-stage
- *                replication. Two cost models:
- *                - "pipedream" reproduces PipeDream's optimizer
- *                  (optimizer_graph_hierarchical.py) number for number: a stage
- *                  of compute C and parameters W replicated r ways costs
- *                  (C + 4(r-1)W/(B r))/r, exactly the given workers are used,
- *                  activation transfers count only with a compression ratio,
- *                  levels are solved innermost first and a level's best times
- *                  become the compute times of the level above.
- *                - "default" also counts the activations and gradients that
- *                  cross each cut (overlapped with compute, as the runtime's
- *                  asynchronous sends are) and may leave workers idle when
- *                  that is faster. On one level it is solved by a bisection
- *                  on the bottleneck time with an O(1) minimal replica count
- *                  per candidate stage: O(P log(1/eps)) for P nested state
- *                  pairs (n^2/2 on a chain), independent of the worker count.
- *   2bw          PipeDream-2BW: d x w equal-width pipelines, microbatches,
- *                recomputation, under the memory limit.
- *   bipartition  separate forward and backward cut points per worker.
- *   uniform      equal node counts (DeepSpeed's "uniform").
- *   params       equal parameter bytes (DeepSpeed's "parameters").
- *   avgpipe      AvgPipe's tuner: K parallel pipelines of W/K stages and the
- *                microbatch count, by the simulator's throughput of the
- *                avgpipe schedule under the memory limit (pd__avgpipe_tune).
- *
- * Every plan is then evaluated the same way (pd__plan_evaluate): per stage
- * compute, bytes crossing its boundaries, memory, and the predictions.
- */
+ *                replication (cost models "pipedream", number for number
+ *                PipeDream's optimizer, and "default", which counts transfers)
+ *   2bw          PipeDream-2BW: d x w equal-width pipelines under a memory limit
+ *   bipartition  separate forward and backward cut points per worker
+ *   uniform      equal node counts;  params  equal parameter bytes
+ *   avgpipe      AvgPipe's tuner: K pipelines and the microbatch count
+ * Every plan is then evaluated the same way (pd__plan_evaluate). The cost
+ * models and the bisection: docs/INTERNALS.md, "core/partition.c". */
 /* ---- core/schedule.h ---- */
 /* schedule.h - private: the schedule generator (core/schedule.c) and the
  * event simulator that replays its instruction lists (core/simulate.c).
@@ -10459,20 +10422,13 @@ static pd_status pd__straight(const pd__ctx *x0, const pd__cuts *c, int d, bool 
 }
 
 /* ---- AvgPipe's tuner ------------------------------------------------------------------
- * K parallel pipelines (K divides the workers W) of d = W/K stages each (the
- * default model's straight cut of the DAG into at most d stages), m
- * microbatches per pipeline minibatch, the avgpipe schedule (in-flight bound
- * L = d+1: stage s holds min(L-s, m) microbatches). Per worker: weights,
- * gradients, its share of the centre variable and optimizer state, plus the
- * activations in flight: 3W + O + min(L-s, m) A. Elastic averaging every step
- * costs what an all-reduce of the stage's weights among the K twins costs,
- * 4 (K-1) W / (K bw), before each update (the simulator's ALLREDUCE, stage
- * allreduce_ms with width K). Predicted time: pd_simulate of the plan under
- * the avgpipe schedule; throughput K m b / time for microbatch size b.
- * For each K, m is the fewest microbatches (1 .. M: --microbatches, default
- * 4W) whose throughput is within 2% of that K's best over 1 .. M: more
- * microbatches only make the minibatch larger once the bubble is small. The
- * chosen K has the highest throughput at its m (ties: fewer pipelines). */
+ * K parallel pipelines (K divides the workers W) of W/K stages each, m
+ * microbatches per pipeline minibatch, under the avgpipe schedule and the
+ * memory limit; predicted by pd_simulate (elastic averaging as an all-reduce
+ * among the K twins). For each K, m is the fewest microbatches whose
+ * throughput is within 2% of that K's best; the chosen K has the highest
+ * throughput (ties: fewer pipelines). The memory and cost formulas:
+ * docs/INTERNALS.md, "core/partition.c". */
 
 enum { PD__AVG_SLACK_PCT = 2 };
 

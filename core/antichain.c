@@ -1,27 +1,10 @@
-/* antichain.c - the valid cuts of a layer DAG, as PipeDream's planner sees them.
- *
- * A pipeline cut is valid when every node before it has all its
- * predecessors before it too: the set of nodes before the cut is an
- * "ideal" of the DAG (PipeDream names it by its antichain, the ideal's
- * maximal nodes). A stage is the difference of two nested ideals. For a
- * chain there are n+1 ideals; branches multiply them (a diamond has one
- * per subset of the branch prefixes).
- *
- * States are every ideal, found breadth-first by adding one ready node at a
- * time, then ordered by size (a topological order of containment). When a
- * branchy DAG has more than `max_states` ideals (parallel branches multiply
- * them: attention's Q, K and V chains, an encoder beside a decoder, a tied
- * weight's transpose), the states are built size by size instead, each size
- * keeping the `beam` cuts that cross the fewest bytes (where one tensor or
- * few cross, as at a residual block's boundary), distinct in what a stage
- * would cost, plus the prefix of the profile's topological order (so the
- * search holds every cut the old prefix-only fallback had).
- *
- * Costs are prefix sums over each ideal, so a stage's totals are one
- * subtraction; `cross_bytes` counts every tensor that crosses the cut (the
- * outputs of nodes inside with a consumer outside), since all of them must
- * travel forward as activations and back as gradients.
- */
+/* antichain.c - the valid cuts of a layer DAG, as PipeDream's planner sees
+ * them: a cut is valid when the nodes before it form an ideal (every node's
+ * predecessors before it too), named by its antichain; a stage is the
+ * difference of two nested ideals. States are every ideal, found breadth-first
+ * and ordered by size; past `max_states` ideals each size keeps the `beam`
+ * cuts crossing the fewest bytes. Costs are prefix sums, so a stage's totals
+ * are one subtraction. Details: docs/INTERNALS.md, "core/antichain.c". */
 #include "plan.h"
 
 #include <string.h>

@@ -1,33 +1,13 @@
 /* partition.c - the planners: cut a profiled DAG into pipeline stages.
- *
  *   pipedream    PipeDream's dynamic programme over cut states and per-stage
- *                replication. Two cost models:
- *                - "pipedream" reproduces PipeDream's optimizer
- *                  (optimizer_graph_hierarchical.py) number for number: a stage
- *                  of compute C and parameters W replicated r ways costs
- *                  (C + 4(r-1)W/(B r))/r, exactly the given workers are used,
- *                  activation transfers count only with a compression ratio,
- *                  levels are solved innermost first and a level's best times
- *                  become the compute times of the level above.
- *                - "default" also counts the activations and gradients that
- *                  cross each cut (overlapped with compute, as the runtime's
- *                  asynchronous sends are) and may leave workers idle when
- *                  that is faster. On one level it is solved by a bisection
- *                  on the bottleneck time with an O(1) minimal replica count
- *                  per candidate stage: O(P log(1/eps)) for P nested state
- *                  pairs (n^2/2 on a chain), independent of the worker count.
- *   2bw          PipeDream-2BW: d x w equal-width pipelines, microbatches,
- *                recomputation, under the memory limit.
- *   bipartition  separate forward and backward cut points per worker.
- *   uniform      equal node counts (DeepSpeed's "uniform").
- *   params       equal parameter bytes (DeepSpeed's "parameters").
- *   avgpipe      AvgPipe's tuner: K parallel pipelines of W/K stages and the
- *                microbatch count, by the simulator's throughput of the
- *                avgpipe schedule under the memory limit (pd__avgpipe_tune).
- *
- * Every plan is then evaluated the same way (pd__plan_evaluate): per stage
- * compute, bytes crossing its boundaries, memory, and the predictions.
- */
+ *                replication (cost models "pipedream", number for number
+ *                PipeDream's optimizer, and "default", which counts transfers)
+ *   2bw          PipeDream-2BW: d x w equal-width pipelines under a memory limit
+ *   bipartition  separate forward and backward cut points per worker
+ *   uniform      equal node counts;  params  equal parameter bytes
+ *   avgpipe      AvgPipe's tuner: K pipelines and the microbatch count
+ * Every plan is then evaluated the same way (pd__plan_evaluate). The cost
+ * models and the bisection: docs/INTERNALS.md, "core/partition.c". */
 #include "plan.h"
 #include "schedule.h"
 
@@ -842,20 +822,13 @@ static pd_status pd__straight(const pd__ctx *x0, const pd__cuts *c, int d, bool 
 }
 
 /* ---- AvgPipe's tuner ------------------------------------------------------------------
- * K parallel pipelines (K divides the workers W) of d = W/K stages each (the
- * default model's straight cut of the DAG into at most d stages), m
- * microbatches per pipeline minibatch, the avgpipe schedule (in-flight bound
- * L = d+1: stage s holds min(L-s, m) microbatches). Per worker: weights,
- * gradients, its share of the centre variable and optimizer state, plus the
- * activations in flight: 3W + O + min(L-s, m) A. Elastic averaging every step
- * costs what an all-reduce of the stage's weights among the K twins costs,
- * 4 (K-1) W / (K bw), before each update (the simulator's ALLREDUCE, stage
- * allreduce_ms with width K). Predicted time: pd_simulate of the plan under
- * the avgpipe schedule; throughput K m b / time for microbatch size b.
- * For each K, m is the fewest microbatches (1 .. M: --microbatches, default
- * 4W) whose throughput is within 2% of that K's best over 1 .. M: more
- * microbatches only make the minibatch larger once the bubble is small. The
- * chosen K has the highest throughput at its m (ties: fewer pipelines). */
+ * K parallel pipelines (K divides the workers W) of W/K stages each, m
+ * microbatches per pipeline minibatch, under the avgpipe schedule and the
+ * memory limit; predicted by pd_simulate (elastic averaging as an all-reduce
+ * among the K twins). For each K, m is the fewest microbatches whose
+ * throughput is within 2% of that K's best; the chosen K has the highest
+ * throughput (ties: fewer pipelines). The memory and cost formulas:
+ * docs/INTERNALS.md, "core/partition.c". */
 
 enum { PD__AVG_SLACK_PCT = 2 };
 

@@ -1,24 +1,12 @@
 /* device.h - one device interface (after ggml's ggml_backend_i): what a
  * training step asks of the machine it runs on. The CPU implements it in
- * runtime/cpu/device.c over its kernels, runtime/optim.c and runtime/loss.c;
- * CUDA in runtime/cuda/device.c over the module's table (runtime/cuda/cuda.h),
- * and so the simulated device too, which is that table on the CPU.
- *
- * Code written against it runs anywhere: the one-stage session's step
- * (runtime/session_step.c) is, and the pipeline's device stages
- * (runtime/pipeline_devmem.c, pipeline_dev.c) are. Every entry takes the context open gave;
- * device pointers are what alloc gave (or, with host_memory, any host
- * memory). Calls are ordered as a stream: they run in the order made, and
- * only download, sync, grad_norm, cross_entropy and timer_stop wait for the
- * work before them. A context belongs to one thread at a time; another
- * thread calls bind first.
- *
- *     pd__dev d = {&pd__dev_cpu, NULL};
- *     PD_TRY(d.i->open(0, PD_PRECISION_FP32, &d.c));
- *     if (d.i->supports_op(g, n)) PD_TRY(d.i->forward(d.c, &x, g, n, in, out));
- *     PD_TRY(d.i->sync(d.c));
- *     d.i->close(d.c);
- */
+ * runtime/cpu/device.c, CUDA (and the simulated device) in
+ * runtime/cuda/device.c over the module's table. The one-stage session's
+ * step (runtime/session_step.c) and the pipeline's device stages are written
+ * against it. Calls are ordered as a stream; only download, sync, grad_norm,
+ * cross_entropy and timer_stop wait. A context belongs to one thread at a
+ * time (another calls bind first). Usage: docs/INTERNALS.md,
+ * "runtime/device.h". */
 #ifndef PD_DEVICE_H
 #define PD_DEVICE_H
 

@@ -1,53 +1,14 @@
 /* pipeline.c - a plan trained as a pipeline in one process: one thread per
- * stage walks its instruction list (core/schedule.c); activations go forward
- * and gradients backward through bounded queues between neighbouring stages.
- *
- * The machinery is the session's (runtime/session.c): one pd_session over the
- * whole graph chooses the trained parameters and owns the parameter, gradient
- * and optimizer-state slabs; each stage updates only its own parameters'
- * ranges of them. Every microbatch in flight on a stage has an activation
- * context (session.h) of its own, a slot chosen by mb mod slots.
- *
- * Weight versions (docs/SCHEDULES.md): every F and B names the version it
- * uses. The live weights are the session's slab; when a STEP would overwrite
- * a version that a later instruction of the stage still names, the stage
- * first copies it into a stash (its parameters packed) and re-points the
- * microbatches in flight on it. A stash is freed after the last instruction
- * naming its version, so a stage holds exactly the versions its list needs:
- * PipeDream's weight stashing, 2BW's double buffer, and one version for the
- * flush schedules. A B whose version differs from its F's is an error.
- *
- * Link s (stage s -> s+1) carries the tensors made at or before stage s that
- * a later stage reads (a skip connection passes through the stages between),
- * and, backward, the gradients made after s and used at or before it. A
- * message is one packed copy of them; within the process the receiver does
- * not unpack it: its views of those tensors point into the buffer, which
- * goes back to the link's pool when the microbatch's B (W) and SEND_GRAD
- * are done (across processes the transport's buffer is copied out).
- * Bi-Partition (a node's backward on another stage than its forward; only
- * nodes without parameters): a backward's inputs and outputs count as read
- * by its stage, so a later backward's activations travel forward with the
- * activations, and an earlier
- * one's travel back with the gradients (made after s, read by a backward at
- * or before s).
- * Links are between virtual stages (interleaved: k on worker k % P to k+1);
- * a receive takes the message of its microbatch (a replicated stage's
- * replicas share their links).
- *
- * Threads: one per replica of each worker (pd__wk), each with a chunk state
- * (pd__chunk) per virtual stage of its worker. Every thread records its
- * instructions' start and end (a preallocated array, one writer) for the
- * statistics and the trace.
- *
- * One file per concern, their shared declarations in pipeline_impl.h:
- * pipeline_create.c (set-up, teardown), pipeline_queue.c (queues, the
- * in-process transport, SEND/RECV), pipeline_data.c (a microbatch's rows,
- * seed and loss), pipeline_compute.c (F, B, W, weight versions,
- * recomputation), pipeline_grads.c (ALLREDUCE, STEP, tied weights, the
- * norm), pipeline_snap.c (snapshots, resume), pipeline_run.c (the stage
- * threads, a run), pipeline_mpi.c (ranks, the final gather); this file: the
- * statistics and the trace. A GPU stage's side is in pipeline_dev.c.
- */
+ * stage (replica) walks its instruction list (core/schedule.c); activations
+ * go forward and gradients backward through bounded queues between
+ * neighbouring stages, over the session's slabs (runtime/session.c).
+ * Weight versions, links, Bi-Partition and threads: docs/INTERNALS.md,
+ * "runtime/pipeline.c". One file per concern (pipeline_impl.h declares what
+ * they share): _create (set-up), _queue (queues, SEND/RECV), _data (rows,
+ * seeds, losses), _compute (F, B, W, versions, recomputation), _grads
+ * (ALLREDUCE, STEP, ties, the norm), _snap (snapshots, resume), _run (the
+ * threads), _mpi (ranks, the gather), _dev (GPU stages); this file: the
+ * statistics and the trace. */
 #include "pipeline_impl.h"
 
 

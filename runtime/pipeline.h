@@ -1,49 +1,10 @@
 /* pipeline.h - private: a plan executed as a pipeline in one process
- * (runtime/pipeline.c). One thread per stage walks its instruction list of a
- * pd__schedule; activations go forward and gradients backward through bounded
- * queues between neighbouring stages.
- *
- * Schedules: gpipe and flush (one update per minibatch, gradients summed over
- * its microbatches), zb-h1 (the same update; B computes the input gradients,
- * a later W the weight gradients), interleaved (a plan of P*V virtual stages
- * with chunks = V: virtual stage k runs on worker k % P), pipedream (an
- * update after every microbatch, weight stashing) and 2bw (two weight
- * versions: minibatch t computes on W(t-1)).
- * Replicated stages (plan->stage[s].replicas = r > 1, flushing schedules): r threads, replica j taking the microbatches i of each
- * minibatch with i mod r == j; ALLREDUCE sums the replicas' gradients, so an
- * update equals single-stage training on the same global batch; the replicas
- * share the stage's weights, which one of them updates while the others wait.
- * Bi-Partition plans (bwd_stage != fwd_stage for nodes without parameters)
- * run under every schedule without chunks.
- * Replicas under interleaved too (a replicated worker holds all its chunks
- * on every replica) and 2bw (each replica its own stash; a 2bw plan's width
- * w is every stage replicated w times). Under pipedream (PipeDream's hybrid
- * plans) replica j of an r-way stage takes microbatches j, j+r, ... (round
- * robin), keeps its own stash, and the replicas average their gradients and
- * update once per round of r microbatches; not with --vertical-sync or
- * snapshots yet. Not yet: bipartition with
- * chunks. Tied weights (a parameter read by several stages: the first owns
- * and updates it, the others add their gradients into buffers of their own,
- * summed into the owner's when every stage meets at STEP) under the flushing
- * schedules, without replicas; across MPI processes every process holding a
- * reader keeps a copy, updated with the same sum (all-reduced in stage
- * slots, added in stage order). Gradient clipping (and the step's
- * gradient norm) only under the flushing schedules, where an update has every
- * stage's gradients: the stages meet at STEP and add their squared norms in
- * worker order.
- * Activation recomputation (plan->recompute; docs/SCHEDULES.md): a
- * microbatch in flight keeps what its stage received, the rest of a chunk's
- * activations are one slab its forward is redone into before a B, W or
- * SEND_ACT that finds another microbatch's there; every schedule, CPU and
- * GPU stages; the same results bit for bit.
- * GPU stages (o->device PD_DEVICE_CUDA; docs/CUDA.md, "The pipeline on
- * GPUs"): every thread computes on a CUDA device (the plan's per stage, else
- * o->device_index), its weights, stashes and contexts there
- * (runtime/pipeline_devmem.h), made at the first run; messages are device
- * copies ordered by events, NCCL between processes; a stage's replicas in
- * one process sum their gradients through host memory. Not yet: tied weights
- * with replicas or under MPI, several stages per MPI process.
- */
+ * (runtime/pipeline.c). One thread per stage replica walks its instruction
+ * list of a pd__schedule; activations go forward and gradients backward
+ * through bounded queues between neighbouring stages. What each schedule,
+ * replicas, Bi-Partition, tied weights, clipping, recomputation and GPU
+ * stages mean here: docs/INTERNALS.md, "runtime/pipeline.h";
+ * docs/SCHEDULES.md for the schedules themselves. */
 #ifndef PD_PIPELINE_H
 #define PD_PIPELINE_H
 
@@ -122,18 +83,14 @@ pd_status pd__pipe_trace_events(const pd__pipe *p, char **buf, size_t *len);
 void pd__pipe_inject_failure(pd__pipe *p, int stage, int op, int mb);
 
 /* Trains `minibatches` steps (pipedream: a minibatch is one microbatch).
- * inputs[i] is graph input i (g->inputs order) and labels the labels, each
- * holding minibatches * microbatches * batch rows: step t takes the rows of
- * its microbatches t*m .. t*m+m-1 in order. For --loss graph the labels
- * input's entry in inputs is ignored (labels feed it). results (may be NULL):
- * one per step, the loss the mean over the minibatch (computed on the weights
- * its forward used), lr the update's; grad_norm the update's global gradient
- * norm before clipping (flushing schedules; 0 under pipedream and 2bw).
- * A run's schedule starts and ends with nothing in flight, so the async
- * schedules start each run from one version (2bw: W(-1) = W(0) again).
- * An error in any stage stops every stage; the message names the stage, the
- * step and the instruction; the summed gradients are dropped, and updates
- * already made stay made. */
+ * inputs[i] is graph input i, labels the labels, each minibatches *
+ * microbatches * batch rows in step order (--loss graph: the labels input's
+ * entry is ignored). results (may be NULL): per step the mean loss (on the
+ * weights its forward used), the update's lr and grad_norm before clipping
+ * (0 under pipedream and 2bw). Every run starts and ends with nothing in
+ * flight (2bw: W(-1) = W(0) again). An error in any stage stops every stage
+ * with a message naming the stage, step and instruction; the summed
+ * gradients are dropped, updates already made stay made. */
 pd_status pd__pipe_run(pd__pipe *p, int64_t minibatches, const pd_tensor *inputs, const pd_tensor *labels,
                        pd_step_result *results);
 
@@ -150,25 +107,14 @@ int pd__pipe_ring_steps(const pd__pipe *p);
 int pd__pipe_ring(const pd__pipe *p); /* the ring set, 0: none */
 
 /* ---- snapshots, for checkpoints (runtime/checkpoint.h, docs/CHECKPOINT.md) ----
- *
- * Boundary b of a run (1 <= b < minibatches) is the state after minibatches
- * 0..b-1 and before b: each worker takes its part of it after its last
- * instruction of a minibatch < b -- the live weights, the stashed versions
- * that later instructions still name, the optimizer state, its update count
- * -- and before its first instruction of a minibatch >= b the buffers its
- * forwards write (BatchNorm's running statistics). Under pipedream and 2bw
- * some forwards of minibatches >= b ran before that point; a resumed run
- * runs them again on the stashed versions they used, so it equals the
- * uninterrupted run bitwise.
- *
- * want(ctx, b) is asked on stage 0's thread (under MPI: the process's
- * lowest thread's, a replica's where that is all it runs) before minibatch
- * b-1 starts, in order of b;
- * boundaries closer than pd__pipe_snap_gap to the last one taken are not
- * asked (async schedules: P+1, others 1). ready(ctx, b) is called (on a
- * worker thread) when every part of b is in place; the parts are then read
- * with pd__pipe_snap_part until pd__pipe_snap_release, and the next
- * snapshot waits for that (CheckFreq: a snapshot waits for the last persist). */
+ * Boundary b (1 <= b < minibatches) is the state after minibatches 0..b-1;
+ * each worker takes its part between its last instruction of a minibatch < b
+ * and its first of one >= b, so a resumed run equals the uninterrupted one
+ * bitwise (docs/INTERNALS.md, "runtime/pipeline.h"). want(ctx, b) is asked on
+ * one deciding thread before minibatch b-1 starts, in order of b, skipping
+ * boundaries closer than pd__pipe_snap_gap to the last taken; ready(ctx, b)
+ * comes when every part is in place; read them with pd__pipe_snap_part until
+ * pd__pipe_snap_release (the next snapshot waits for that, as CheckFreq's). */
 typedef struct pd__snap_hooks {
     bool (*want)(void *ctx, int64_t b);
     void (*ready)(void *ctx, int64_t b);
@@ -199,21 +145,13 @@ pd_status pd__pipe_snap_capture(pd__pipe *p);
 pd_status pd__pipe_resume(pd__pipe *p, int64_t b, int nparts, const void *const *parts, const size_t *lens);
 
 /* ---- across processes (MPI: runtime/comm/transport.h, docs/DISTRIBUTED.md) ----
- * Every process builds the same pipeline (same graph, plan, schedule); this
- * one runs only the threads of `rank`: thread i (stage by stage, replica by
- * replica) is process i, one process per stage replica, unless the plan's
- * stage_to_rank maps them onto fewer (several stages per process, a
- * replica of a replicated stage among them; a stage's replicas each in a
- * process of its own). Messages to a thread of another process go by MPI,
- * within the process by the queues; a replicated stage's processes
- * all-reduce its gradients and each updates its own copy of the weights. A
- * run's step results are summed across the processes (every one gets
- * them). After training, pd__pipe_gather gives every process every
- * stage's trained weights and statistics (for saving). Snapshots: set the
- * hooks after the ranks; each process takes the parts of its own stages
- * (replica 0's; pd__pipe_snap_part gives NULL for the others), decides each
- * boundary itself (so want must give every process the same answer), and
- * resumes its own stages (a replica's process from replica 0's part). */
+ * Every process builds the same pipeline and runs only the threads of `rank`
+ * (one process per stage replica, unless the plan's stage_to_rank maps several
+ * onto one). Messages to another process go by MPI, a replicated stage's
+ * processes all-reduce its gradients, step results are summed across
+ * processes, and pd__pipe_gather gives every process every stage's trained
+ * weights. Snapshots: set the hooks after the ranks; each process takes and
+ * resumes its own stages' parts (docs/INTERNALS.md, "runtime/pipeline.h"). */
 pd_status pd__pipe_set_ranks(pd__pipe *p, int rank, int nranks);
 /* The same for one of several pipelines side by side (AvgPipe): the
  * processes of color `color` (collective over every process) run this

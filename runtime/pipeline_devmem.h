@@ -1,31 +1,13 @@
-/* pipeline_devmem.h - private: the device side of the pipeline's device
- * stages (runtime/pipeline_devmem.c; docs/CUDA.md, "The pipeline on GPUs"),
- * written once against the device interface (runtime/device.h).
- * runtime/pipeline.c keeps the schedule, the weight-version bookkeeping and
- * the queues; this holds what lives on a GPU, per pipeline thread (a stage
- * worker, pd__gpu) and per link (pd__glink).
- *
- * A thread's pd__gpu: one device context (on CUDA its own non-blocking
- * stream, cuBLAS and cuDNN handles) on the stage's device; per chunk (virtual stage) its
- * parameters packed in one device slab (pd__vstage's pk layout), and a
- * gradient slab, optimizer-state slabs and stashes of the same layout; per
- * slot a device twin of the host activation context (pd__dactx, session.h).
- * Everything a stage does is queued on its one stream, in order, so a stash
- * copy, the update after it and a later backward on the stash need no
- * further ordering.
- *
- * A link's pd__glink: per direction, a fixed set of message buffers on the
- * receiver's device. The sender copies its tensors into a free buffer on its
- * own stream (a peer copy when the devices differ) and records the buffer's
- * `ready` event; the receiver's stream waits for it (no host wait), copies
- * the tensors into its context and records `done`, which the next sender of
- * that buffer waits for before writing it. The queues carry only the
- * buffer's index.
- *
- * Any device interface runs it; the pipeline picks CUDA (the simulated
- * device under PDONNX_CUDA_MODULE=sim), and pd__gpu_check refuses a build
- * without the CUDA backend before anything here is made. A link's two
- * threads' contexts must outlive it (pd__dev_teardown destroys it first). */
+/* pipeline_devmem.h - private: what lives on a device for the pipeline's
+ * device stages (runtime/pipeline_devmem.c; docs/CUDA.md, "The pipeline on
+ * GPUs"), written once against the device interface (runtime/device.h).
+ * Per pipeline thread a pd__gpu: one context (stream) on the stage's device,
+ * per chunk its packed parameter, gradient, optimizer-state and stash slabs,
+ * per slot a device activation context; everything on one stream, in order.
+ * Per link a pd__glink: message buffers on the receiver's device, ordered by
+ * `ready` and `done` events, the queues carrying only their index. A link's
+ * two contexts must outlive it. Details: docs/INTERNALS.md,
+ * "runtime/pipeline_devmem.h". */
 #ifndef PD_PIPELINE_DEVMEM_H
 #define PD_PIPELINE_DEVMEM_H
 

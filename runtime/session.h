@@ -114,18 +114,13 @@ pd_status pd__actx_loss(const pd_session *s, pd__actx *c, const pd_tensor *label
 
 /* ---- device twins of activation contexts: the pipeline's device stages
  * (runtime/pipeline_devmem.c) ----
- * A pd__dactx holds on a device (runtime/device.h: the interface and an
- * open context, which must outlive it) the tensors of
- * host context h that need (NULL: all) marks: activations and activation
- * gradients at h's offsets in device slabs of h's sizes, and the other
- * initializers and constants it reads uploaded once (base: a twin on the
- * same device context whose copies it shares instead: a stage's slots share
- * its BatchNorm statistics, as host contexts share the session's). The
- * parameters' values and gradients have no data until the caller points
- * them at a weight version (pd__dactx_value/_grad), as pd__actx_value does
- * on the host. Forward, backward and loss are pd__actx_*'s on the device;
- * nodes the device refuses (supports_op) run on the CPU in h's memory, with copies
- * around them, as the session's do. h must outlive its twin. */
+ * A pd__dactx holds on a device (an open context that must outlive it) the
+ * tensors of host context h that need marks (NULL: all): activations and
+ * their gradients at h's offsets, and the other initializers and constants
+ * uploaded once (or shared with `base`, a twin on the same context). The
+ * parameters have no data until pointed at a weight version
+ * (pd__dactx_value/_grad); nodes the device refuses run on the CPU in h's
+ * memory. h must outlive its twin. */
 struct pd__dev;
 typedef struct pd__dactx pd__dactx;
 pd_status pd__dactx_create(const pd_session *s, const struct pd__dev *dev, pd__actx *h, const bool *need,

@@ -1,19 +1,12 @@
 /* session_impl.h - private to the training session: its layout
  * (struct pd_session) and what its files share:
- *   session.c         the lifecycle: create (slabs, views, argument tables), destroy, accessors
- *   session_params.c  which initializers train, and the loss's tensor
- *   session_grads.c   the activation gradients' plan (lifetimes, lazy zeroing)
- *   session_io.c      inputs and labels
- *   session_step.c    the step, evaluation and timed step, written once
- *                     against the device interface (runtime/device.h)
- *   session_loss.c    the losses, and where they run (device or host)
- *   session_nodes.c   nodes forward and backward on a device: the step's,
- *                     and the pipeline's activation contexts'
- *   session_dev.c     the step's memory on its device (struct pd__sdev) and
- *                     the CPU fallback of a node a device refuses
- *   session_actx.c    the pipeline's activation contexts (CPU stages)
- *   session_dactx.c   their device twins (the pipeline's GPU stages)
- *   session_ckpt.c    the session as one stage's checkpoint records */
+ *   session.c (create, destroy, accessors)  session_params.c (which initializers train)
+ *   session_grads.c (the activation gradients' lifetimes)  session_io.c (inputs, labels)
+ *   session_step.c (the step, evaluation and timed step, over runtime/device.h)
+ *   session_loss.c (the losses, on the device or host)  session_ckpt.c (checkpoint records)
+ *   session_nodes.c (nodes forward and backward on a device)
+ *   session_dev.c (the step's device memory, pd__sdev; the CPU fallback of refused nodes)
+ *   session_actx.c (the pipeline's activation contexts)  session_dactx.c (their device twins) */
 #ifndef PD_SESSION_IMPL_H
 #define PD_SESSION_IMPL_H
 

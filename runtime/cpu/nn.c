@@ -1,36 +1,12 @@
 /* nn.c - CPU kernels of the neural-network ops, each forward beside its
- * backward: Gemm, MatMul, Conv, ConvTranspose (N-D, im2col/col2im +
- * OpenBLAS GEMM, or oneDNN: dnnl.c), BatchNormalization (inference and
- * training statistics), LayerNormalization, InstanceNormalization,
- * GroupNormalization, RMSNormalization, LpNormalization,
- * MeanVarianceNormalization, MaxPool, AveragePool, LpPool, GlobalMaxPool,
- * GlobalAveragePool (N-D), MaxUnpool, Resize, Upsample, Einsum (as a batched
- * matrix product), LRN, Softmax, LogSoftmax,
- * Dropout, SoftmaxCrossEntropyLoss, NegativeLogLikelihoodLoss,
- * RotaryEmbedding, Attention (GEMMs per head, the softmax recomputed in
- * the backward; FlexAttention without its subgraphs the same),
- * LinearAttention (the recurrence in float64, every state kept for the
- * backward), CausalConvWithState, GridSample, AffineGrid, Col2Im,
- * CenterCropPad, and the quantized MatMulInteger, QLinearMatMul, ConvInteger, QLinearConv.
- *
- * Each pd__cpu_<Op> reads the attributes, takes the window geometry from
- * pd__win_make (the same function the shape rule used) and dispatches on the
- * dtype to a typed kernel. The typed kernels are written once in nn_impl.h
- * and instantiated below for float (_f32) and double (_f64); the untyped
- * helpers are in nn_common.h. Scratch memory comes from pd__scratch; loops
- * run on OpenMP threads where worthwhile. In a training session
- * (x->training) BatchNormalization uses batch statistics and Dropout drops
- * (see each below).
- *
- * Each pd__cpu_<Op>_bwd follows pd__grad_fn: it reads the forward's inputs
- * and outputs, and ADDS the gradient of each input it is given a din for
- * (only those: the input-gradient and weight-gradient halves of zero-bubble's
- * split backward each work alone). Output gradients are read for the float
- * outputs that depend differentiably on the inputs: Y, LayerNormalization's
- * Mean and InvStdDev, SoftmaxCrossEntropyLoss's log_prob. MaxPool's
- * Indices, Dropout's mask and BatchNormalization's running statistics carry
- * none.
- */
+ * backward: GEMM-based (Gemm, MatMul, Conv, ConvTranspose: im2col + OpenBLAS
+ * or oneDNN), normalizations, pooling, Resize, Einsum, softmaxes, losses,
+ * attention, the quantized ops (the full list: docs/INTERNALS.md,
+ * "runtime/cpu/nn.c"). Each pd__cpu_<Op> reads the attributes, takes the
+ * window geometry from pd__win_make (as the shape rule did) and dispatches on
+ * the dtype to a kernel written once in nn_impl.h. Each pd__cpu_<Op>_bwd ADDS
+ * the gradient of each input it is given a din for, and only those
+ * (zero-bubble's split backward runs each half alone). */
 #include "nn_common.h"
 
 /* ---- the typed kernels ------------------------------------------------------------------------ */

@@ -1,38 +1,13 @@
 /* cuda.h - the CUDA backend's C API: a device context (stream, cuBLAS and
  * cuDNN handles, a caching allocator), host<->device copies, the op table
- * (forward and backward of the ops in runtime/cuda/ops.c, keyed by pd_op),
- * the fused optimizer updates and the session's cross-entropy loss.
- *
- * Nothing CUDA-specific leaks through this header: C code (the session, the
- * pipeline, the tests) includes it without the toolkit's headers. Device
- * tensors are ordinary pd_tensor views whose data points to device memory.
- *
- *     if (pd__cuda_device_count() == 0) ...         // no GPU or no driver: 0, never a crash
- *     pd__cuda_ctx *c;
- *     PD_TRY(pd__cuda_ctx_create(0, &c));
- *     pd_tensor dx;                                   // device copy of a host tensor
- *     PD_TRY(pd__cuda_tensor_upload(c, &hx, &dx));
- *     if (pd__cuda_supports_op(g, n)) PD_TRY(pd__cuda_run(c, &exec, g, n, din, dout));
- *     PD_TRY(pd__cuda_tensor_download(c, &dy, hy.data)); // waits for the stream
- *     pd__cuda_tensor_free(c, &dx);
- *     pd__cuda_ctx_destroy(c);
- *
- * The functions are defined in the CUDA module (libpdcuda.so, the end of
- * this file), which libpipedream loads with dlopen on first use: calling
- * them from libpipedream, a test or a tool needs no CUDA library at link
- * time, and a process that never asks for a GPU never loads one.
- *
- * Every call runs on the context's stream, in order; only the downloads,
- * pd__cuda_sync and the calls that return a host value wait for it. An
- * index or label out of range inside a kernel (Gather, the losses) is
- * reported by the next pd__cuda_sync. A context
- * belongs to one thread at a time (one per pipeline stage; a thread other
- * than its creator calls pd__cuda_bind first). Errors of CUDA,
- * cuBLAS and cuDNN come back as pd_status with "file:line: call: reason" in
- * pd_last_error().
- *
- * Built only with -Dcuda (PD_HAVE_CUDA); see docs/CUDA.md.
- */
+ * (forward and backward of runtime/cuda/ops.c's ops), the fused optimizer
+ * updates and the cross-entropy loss. C code includes it without the
+ * toolkit's headers: device tensors are pd_tensor views of device memory.
+ * The functions live in libpdcuda.so, loaded with dlopen on first use
+ * (PD_CUDA_API below). Every call runs on the context's stream in order;
+ * a context belongs to one thread at a time (pd__cuda_bind); errors come
+ * back as pd_status with "file:line: call: reason". Usage, ordering and
+ * errors: docs/INTERNALS.md, "runtime/cuda/cuda.h"; building: docs/CUDA.md. */
 #ifndef PD_CUDA_H
 #define PD_CUDA_H
 
@@ -202,35 +177,15 @@ pd_status pd__cuda_loss_cross_entropy(pd__cuda_ctx *c, const pd_tensor *logits, 
                                       float *dlogits, double *loss, int64_t *correct, int64_t *count);
 
 /* ---- the module ----------------------------------------------------------------------------------
- * Everything above is implemented in a separately built shared module,
- * libpdcuda.so (the .cu files, ops.c and module.c here; it links cudart,
- * cuBLAS, cuBLASLt and cuDNN, and libpipedream for the IR's helpers), installed
- * beside libpipedream. libpipedream links no CUDA library: its loader
- * (loader.c) defines each function of PD_CUDA_API as a stub that forwards
- * through the module's table, loading the module with dlopen on the first
- * call from any thread (pthread_once). Without the module, or without a CUDA
- * library it needs, the stubs answer what each entry's last argument says:
- * 0 devices, supports_op false, and the pd_status calls fail with
- * pd__cuda_load()'s one line; void calls do nothing.
- *
- * Where the module is looked for: $PDONNX_CUDA_MODULE when set (a path, or a
- * file name dlopen searches for); else libpdcuda.so in the directory of the
- * libpipedream that runs (so the build tree's root: meson test and
- * uninstalled runs); else in the installed libdir (a program linked with the
- * static libpipedream). docs/CUDA.md, "Building".
- *
- * Adding a function to the module's API is one line in PD_CUDA_API (after its
- * declaration above and its definition in the module): X(return type, name
- * without pd__cuda_, (parameters), (arguments), what it returns without the
- * module) or, for a void function, V(name, (parameters), (arguments)). The
- * table's member, the loader's stub, the module's table entry and the
- * signature the loader checks all come from the list; a declared function
- * missing from it is an undefined reference when libpipedream links.
- * libpipedream's own files (the session, the pipeline, the profiler) reach
- * CUDA only through these functions: a cuda*(), cublas*() or cudnn*() call
- * outside the module does not link without the CUDA libraries, and linking
- * them into libpipedream again fails test 'install'. Events, peer copies and
- * the like are more entries in the list. */
+ * Everything above is implemented in libpdcuda.so (the .cu files, ops.c and
+ * module.c), which libpipedream never links: loader.c defines each function
+ * of PD_CUDA_API as a stub that forwards through the module's table, loading
+ * it on the first call (pthread_once); without it the stubs answer each
+ * entry's last argument. Adding a function is one line: X(return type, name
+ * without pd__cuda_, (parameters), (arguments), the answer without the module)
+ * or V(name, (parameters), (arguments)) for a void one. Where the module is
+ * looked for and why nothing else may call CUDA: docs/INTERNALS.md,
+ * "runtime/cuda/cuda.h". */
 #define PD_CUDA_API(X, V)                                                                                             \
     X(int, device_count, (void), (), 0)                                                                               \
     X(pd_status, ctx_create, (int device, pd__cuda_ctx **out), (device, out), pd__cuda_load())                        \

@@ -1,22 +1,11 @@
-/* loader.c - libpipedream's side of the CUDA module: every function of the
- * CUDA API (cuda.h, PD_CUDA_API) as a stub that forwards to the module
- * libpdcuda.so, loaded with dlopen on the first call. libpipedream itself
- * links no CUDA library, so a CUDA-built libpipedream loads and runs on the
- * CPU where the CUDA libraries are missing, and a process that never asks
- * for a GPU never maps cuBLAS or cuDNN.
- *
- * The module is process-wide state, as dlopen's own is: loaded at most once
- * (pthread_once), never unloaded (the CUDA libraries do not unload cleanly),
- * and the table, the path and the reason for a failure are written only
- * inside that once and read-only after it.
- *
- * Where it is looked for: $PDONNX_CUDA_MODULE when set; else libpdcuda.so
- * beside the object this file is linked into (libpipedream.so, installed or
- * in the build tree's root; a statically linked program: its executable);
- * else in the libdir libpipedream is installed to (PD_CUDA_MODULE_LIBDIR);
- * else libpdcuda.so by name, where the dynamic linker looks (LD_LIBRARY_PATH:
- * a GPU pack's lib/, tools/gpu_pack.sh). The first that exists is loaded.
- */
+/* loader.c - libpipedream's side of the CUDA module: every function of
+ * PD_CUDA_API (cuda.h) as a stub forwarding to libpdcuda.so, loaded with
+ * dlopen on the first call, so libpipedream links no CUDA library and a
+ * process that never asks for a GPU never maps cuBLAS or cuDNN. The module
+ * is process-wide state, as dlopen's own: loaded at most once (pthread_once),
+ * never unloaded, written only inside that once. Looked for in
+ * $PDONNX_CUDA_MODULE, beside libpipedream, in its installed libdir, then by
+ * name (LD_LIBRARY_PATH); details: docs/INTERNALS.md, "runtime/cuda/loader.c". */
 #include "cuda.h"
 #include "host.h"
 
