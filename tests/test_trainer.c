@@ -1,7 +1,7 @@
 /* test_trainer.c - pipeline training through the public API only
- * (pipedream.h, no private headers; two private calls declared below), on the bundled MLP
- * (examples/digits_mlp.onnx, x (N,64) -> y (N,10)) and its digits
- * (examples/digits/train_{x,y}.npy).
+ * (pipedream.h, no private headers; two private calls declared below), on
+ * the bundled MLP (examples/digits_mlp.onnx, x (N,64) -> y (N,10)) and its
+ * digits (examples/digits/train_{x,y}.npy).
  *
  *   - a 2-stage flush pipeline (4 microbatches of 8 rows) gives per step the
  *     losses of single-stage pd_session training on the same 32-row batches
