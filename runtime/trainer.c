@@ -183,7 +183,7 @@ static pd_status pd__trainer_make(pd_graph *g, const pd_plan *plan, const pd_tra
     if (opt->checkpoint_keep < 0)
         return pd__err(PD_ERR_INVALID, "pd_trainer_create: opt->checkpoint_keep is %d", opt->checkpoint_keep);
     if (!(opt->checkpoint_overhead >= 0 && opt->checkpoint_overhead < 1e9))
-        return pd__err(PD_ERR_INVALID, "pd_trainer_create: opt->checkpoint_overhead is %g, not >= 0",
+        return pd__err(PD_ERR_INVALID, "pd_trainer_create: opt->checkpoint_overhead is %g, not a finite number >= 0",
                        opt->checkpoint_overhead);
     if (opt->mpi != 0 && opt->mpi != 1)
         return pd__err(PD_ERR_INVALID, "pd_trainer_create: opt->mpi is %d, not 0 or 1", opt->mpi);

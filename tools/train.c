@@ -37,7 +37,7 @@ typedef struct {
     const char *stage_save;              /* under MPI with lazy weights: every process's --save (its stages' files) */
     bool lazy;                           /* each process reads its stages' weights only (docs/DISTRIBUTED.md) */
     const char *ckpt_dir, *resume;       /* checkpoints */
-    int64_t ckpt_every, ckpt_keep;       /* every: -1 auto */
+    int64_t ckpt_every, ckpt_keep;       /* every: PD_CHECKPOINT_AUTO */
     double ckpt_overhead;
     int64_t stages, microbatches, virtual_stages;
     int64_t max_constant_bytes; /* 0: the loader's default */
@@ -139,7 +139,7 @@ static int pd__flag_device(void *ctx, const char *cmd, const pd_flag *f, char **
 static int pd__flag_ckpt_every(void *ctx, const char *cmd, const pd_flag *f, char **v) {
     (void)cmd;
     pd__targs *a = ctx;
-    if (!strcmp(v[0], "auto")) return a->ckpt_every = -1, 0;
+    if (!strcmp(v[0], "auto")) return a->ckpt_every = PD_CHECKPOINT_AUTO, 0;
     return pd_cli_parse_int(f->name, v[0], 1, INT64_MAX / 4, &a->ckpt_every) ? 0 : 2;
 }
 
@@ -1017,7 +1017,7 @@ static int pd__train_args(int argc, char **argv, const pd_cli_avg_args *av, pd__
         pd_cli_usage_error("train: %s", "--checkpoint-every needs --checkpoint-dir DIR");
         return rc;
     }
-    if ((a->ckpt_dir || a->resume) && !a->ckpt_every) a->ckpt_every = -1; /* a folder alone: CheckFreq's auto */
+    if ((a->ckpt_dir || a->resume) && !a->ckpt_every) a->ckpt_every = PD_CHECKPOINT_AUTO; /* a folder alone: CheckFreq's auto */
     bool piped = *piped_out = a->stages || a->plan;
     if (av->given && !piped) { /* AvgPipe hook */
         pd_cli_usage_error("train: %s", "--parallel-pipelines, --elastic-alpha and --average-every need --stages N or --plan FILE");
