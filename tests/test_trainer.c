@@ -467,6 +467,47 @@ static void test_auto_every_formula(void) {
     }
 }
 
+/* The auto policy's options: refused by name, and an older struct's size
+ * (before checkpoint_overhead) reads it as 0. */
+static void test_auto_options(void) {
+    pd_graph *g = load(MB);
+    pd_plan *plan = g ? make_plan(g, 2) : NULL;
+    pd_trainer *const T0 = (pd_trainer *)&check_count;
+    pd_trainer *t = T0, *old = NULL;
+    pd_train_options tr;
+    pd_trainer_options o = options("flush", M, &tr), b = o;
+    if (!plan) {
+        CHECK(0, "a plan for the auto policy's option checks");
+        pd_graph_destroy(g);
+        return;
+    }
+    b.checkpoint_every = PD_CHECKPOINT_AUTO;
+    CHECK(pd_trainer_create(g, plan, &b, &t) == PD_ERR_INVALID && says("checkpoint_dir") && t == T0,
+          "create(PD_CHECKPOINT_AUTO without a folder): %s", pd_last_error());
+    b.checkpoint_dir = workdir;
+    b.checkpoint_every = -2;
+    CHECK(pd_trainer_create(g, plan, &b, &t) == PD_ERR_INVALID && says("opt->checkpoint_every is -2") && t == T0,
+          "create(checkpoint_every -2): %s", pd_last_error());
+    b.checkpoint_every = PD_CHECKPOINT_AUTO;
+    b.checkpoint_overhead = -0.5;
+    CHECK(pd_trainer_create(g, plan, &b, &t) == PD_ERR_INVALID && says("opt->checkpoint_overhead") && t == T0,
+          "create(checkpoint_overhead -0.5): %s", pd_last_error());
+    b.checkpoint_overhead = NAN;
+    CHECK(pd_trainer_create(g, plan, &b, &t) == PD_ERR_INVALID && says("opt->checkpoint_overhead") && t == T0,
+          "create(checkpoint_overhead NaN): %s", pd_last_error());
+    /* the struct before checkpoint_overhead: it reads as 0, auto's default */
+    b = o;
+    b.size = offsetof(pd_trainer_options, checkpoint_overhead);
+    b.checkpoint_overhead = -1; /* past size: not read (read, it is refused) */
+    CHECK(pd_trainer_create(g, plan, &b, &old) == PD_OK && old,
+          "create(the struct without checkpoint_overhead) ignores what lies past its size: %s",
+          old ? "ok" : pd_last_error());
+    pd_trainer_destroy(old);
+    old = NULL;
+    pd_plan_destroy(plan);
+    pd_graph_destroy(g);
+}
+
 /* The steps of dir's checkpoints, in order, as text ("3 12 20"). */
 static void ckpt_steps(const char *dir, char *out, size_t n) {
     long long s[64];
@@ -659,20 +700,6 @@ static void test_bad_arguments(void) {
     b.checkpoint_every = 5;
     CHECK(pd_trainer_create(g, plan, &b, &t) == PD_ERR_INVALID && says("checkpoint_dir") && t == T0,
           "create(checkpoint_every without a folder): %s", pd_last_error());
-    b.checkpoint_every = PD_CHECKPOINT_AUTO;
-    CHECK(pd_trainer_create(g, plan, &b, &t) == PD_ERR_INVALID && says("checkpoint_dir") && t == T0,
-          "create(PD_CHECKPOINT_AUTO without a folder): %s", pd_last_error());
-    b.checkpoint_dir = workdir;
-    b.checkpoint_every = -2;
-    CHECK(pd_trainer_create(g, plan, &b, &t) == PD_ERR_INVALID && says("opt->checkpoint_every is -2") && t == T0,
-          "create(checkpoint_every -2): %s", pd_last_error());
-    b.checkpoint_every = PD_CHECKPOINT_AUTO;
-    b.checkpoint_overhead = -0.5;
-    CHECK(pd_trainer_create(g, plan, &b, &t) == PD_ERR_INVALID && says("opt->checkpoint_overhead") && t == T0,
-          "create(checkpoint_overhead -0.5): %s", pd_last_error());
-    b.checkpoint_overhead = NAN;
-    CHECK(pd_trainer_create(g, plan, &b, &t) == PD_ERR_INVALID && says("opt->checkpoint_overhead") && t == T0,
-          "create(checkpoint_overhead NaN): %s", pd_last_error());
     b = o;
     pd_train_options bad_lr = tr;
     bad_lr.lr = -1;
@@ -695,15 +722,6 @@ static void test_bad_arguments(void) {
     pd_trainer *old = NULL;
     CHECK(pd_trainer_create(g, plan, &b, &old) == PD_OK && old && pd_trainer_batch(old) == MB * M,
           "create(an older, shorter struct) takes the defaults past its size: %s", old ? "ok" : pd_last_error());
-    pd_trainer_destroy(old);
-    old = NULL;
-    /* the struct before checkpoint_overhead: it reads as 0, auto's default */
-    b = o;
-    b.size = offsetof(pd_trainer_options, checkpoint_overhead);
-    b.checkpoint_overhead = -1; /* past size: not read (read, it is refused) */
-    CHECK(pd_trainer_create(g, plan, &b, &old) == PD_OK && old,
-          "create(the struct without checkpoint_overhead) ignores what lies past its size: %s",
-          old ? "ok" : pd_last_error());
     pd_trainer_destroy(old);
     old = NULL;
     CHECK(pd_trainer_create(g, plan, NULL, &old) == PD_OK && old, "create(NULL opt) is the defaults: %s",
@@ -995,6 +1013,7 @@ int main(int argc, char **argv) {
     test_checkpoint_resume("pipedream", 0);
     test_failure_then_resume();
     test_auto_every_formula();
+    test_auto_options();
     test_auto_checkpoints();
     test_session_snapshot();
     test_two_trainers();
