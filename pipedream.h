@@ -560,14 +560,22 @@ typedef struct pd_trainer_options {
     int microbatches;           /* per step (0: the plan's; pipedream: 1) */
     int vertical_sync;          /* pipedream: every stage runs a microbatch on stage 0's version */
     const char *checkpoint_dir; /* NULL: no checkpoints */
-    int64_t checkpoint_every;   /* also every this many steps (0: only at the end of each pd_trainer_train) */
+    int64_t checkpoint_every;   /* also every this many steps (0: only at the end of each pd_trainer_train;
+                                   PD_CHECKPOINT_AUTO: CheckFreq's interval from the measured costs) */
     int checkpoint_keep;        /* the newest checkpoints kept (0: all; default 3) */
     int mpi;                    /* 1: this process runs its share of the plan under MPI (pd_mpi_init first) */
     int recompute;              /* 1: activation recomputation, as the plan's "recompute": true (either turns it on):
                                    a stage keeps per microbatch only what it received and runs its forward again
                                    before the backward; the same results bit for bit, fewer activations held */
+    double checkpoint_overhead; /* PD_CHECKPOINT_AUTO's budget: checkpoints cost at most this share of the
+                                   training time (0: 0.035) */
 } pd_trainer_options;
-#define PD_TRAINER_OPTIONS_INIT {sizeof(pd_trainer_options), NULL, "flush", 0, 0, NULL, 0, 3, 0, 0}
+#define PD_TRAINER_OPTIONS_INIT {sizeof(pd_trainer_options), NULL, "flush", 0, 0, NULL, 0, 3, 0, 0, 0.0}
+/* checkpoint_every: CheckFreq's policy (Mohan et al., FAST '21): a first
+ * checkpoint after 3 steps measures what one costs (the snapshot's pause,
+ * the persist), then the fewest steps apart that keep that cost under
+ * checkpoint_overhead of the training time, measured again after each. */
+#define PD_CHECKPOINT_AUTO (-1)
 
 /* Where pd_trainer_resume put the trainer. A checkpoint taken inside a
  * pd_trainer_train call of run_steps steps that began at step run_first

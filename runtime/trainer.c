@@ -4,10 +4,11 @@
  *
  * A pd_trainer_train call is one pd__pipe_run: every step's rows at once,
  * the schedule filling and draining the pipeline once per call. With a
- * checkpoint folder, boundaries at multiples of checkpoint_every (counted in
- * steps since the trainer's start, across calls) are snapshotted by the
- * workers and persisted by a writer thread, and the state at the end of each
- * call is the call's last checkpoint, as `pdonnx train` does (tools/ckpt.c).
+ * checkpoint folder, the boundaries the policy picks (multiples of
+ * checkpoint_every, counted in steps since the trainer's start, across
+ * calls, or CheckFreq's auto) are snapshotted by the workers and persisted
+ * by a writer thread, and the state at the end of each call is the call's
+ * last checkpoint: `pdonnx train`'s policy (runtime/ckpt_policy.c).
  * Every manifest records the run ("info": the options a resume must match,
  * the plan, and the call the checkpoint was taken in), so pd_trainer_resume
  * refuses a checkpoint of other settings by naming the field.
@@ -25,6 +26,7 @@
 #include "../core/plan.h"
 #include "../core/schedule.h"
 #include "checkpoint.h"
+#include "ckpt_policy.h"
 #include "comm/transport.h"
 #include "optim.h"
 #include "pipeline.h"
@@ -45,22 +47,23 @@ struct pd_trainer {
     int64_t steps;      /* steps done since the start (or the checkpoint resumed) */
     cJSON *info;        /* what resume compares; NULL when the run cannot be described */
     char *dir;          /* checkpoint folder (NULL: none) */
-    int64_t every;
+    int64_t every;      /* PD_CHECKPOINT_AUTO: CheckFreq's */
     int keep;
+    double overhead;    /* auto's budget */
+    pd__ckpol_costs costs; /* auto's costs given (pd__trainer_ckpt_costs), when fixed_costs */
+    bool fixed_costs;
     /* a resume inside a call: the call to repeat (run_steps 0: none pending) */
     int64_t run_first, run_steps, resume_b;
     bool failed;        /* a call stopped part-way: only a resume makes sense */
     bool mpi;           /* this process runs its share of the plan (opt->mpi) */
     bool lazy;          /* the graph defers its weights (lazy_weights): each process holds its stages' only */
     int rank;           /* ... as this rank (rank 0 writes the checkpoints' manifests) */
+    int nproc;          /* ... of this many */
     pd_loss_kind loss;  /* the labels it takes */
     char *output;       /* the prediction (NULL: the first output) */
     /* during a call with checkpoints */
-    pd__ckpt_writer *w;
+    pd__ckpol *ck;
     char *run_info;     /* info with this call's position, for every manifest of the call */
-    int64_t run_s0;
-    const void **part;
-    size_t *len;
 };
 
 /* ---- run description ---- */
@@ -174,16 +177,19 @@ static pd_status pd__trainer_make(pd_graph *g, const pd_plan *plan, const pd_tra
     if (opt->vertical_sync && kind != PD_SCHED_PIPEDREAM)
         return pd__err(PD_ERR_INVALID, "pd_trainer_create: opt->vertical_sync goes with the pipedream schedule, not %s",
                        pd__sched_kind_name(kind));
-    if (opt->checkpoint_every < 0)
+    if (opt->checkpoint_every < 0 && opt->checkpoint_every != PD_CHECKPOINT_AUTO)
         return pd__err(PD_ERR_INVALID, "pd_trainer_create: opt->checkpoint_every is %lld",
                        (long long)opt->checkpoint_every);
     if (opt->checkpoint_keep < 0)
         return pd__err(PD_ERR_INVALID, "pd_trainer_create: opt->checkpoint_keep is %d", opt->checkpoint_keep);
+    if (!(opt->checkpoint_overhead >= 0 && opt->checkpoint_overhead < 1e9))
+        return pd__err(PD_ERR_INVALID, "pd_trainer_create: opt->checkpoint_overhead is %g, not a finite number >= 0",
+                       opt->checkpoint_overhead);
     if (opt->mpi != 0 && opt->mpi != 1)
         return pd__err(PD_ERR_INVALID, "pd_trainer_create: opt->mpi is %d, not 0 or 1", opt->mpi);
     if (opt->recompute != 0 && opt->recompute != 1)
         return pd__err(PD_ERR_INVALID, "pd_trainer_create: opt->recompute is %d, not 0 or 1", opt->recompute);
-    if (opt->checkpoint_every > 0 && !opt->checkpoint_dir)
+    if (opt->checkpoint_every != 0 && !opt->checkpoint_dir)
         return pd__err(PD_ERR_INVALID, "pd_trainer_create: opt->checkpoint_every needs opt->checkpoint_dir");
     if (pd_trainer_check_plan(g, plan) != PD_OK) {
         pd__err_prefix("pd_trainer_create");
@@ -196,6 +202,7 @@ static pd_status pd__trainer_make(pd_graph *g, const pd_plan *plan, const pd_tra
     t->nmicro = M;
     t->every = opt->checkpoint_every;
     t->keep = opt->checkpoint_keep;
+    t->overhead = opt->checkpoint_overhead > 0 ? opt->checkpoint_overhead : 0.035;
     t->loss = train->loss;
     if (train->output && !(t->output = PD_MALLOC(strlen(train->output) + 1))) goto nomem;
     if (t->output) strcpy(t->output, train->output);
@@ -216,9 +223,7 @@ static pd_status pd__trainer_make(pd_graph *g, const pd_plan *plan, const pd_tra
     if (!t->info) goto nomem;
     if (opt->checkpoint_dir) {
         t->dir = PD_MALLOC(strlen(opt->checkpoint_dir) + 1);
-        t->part = PD_CALLOC((size_t)t->nstages, sizeof *t->part);
-        t->len = PD_CALLOC((size_t)t->nstages, sizeof *t->len);
-        if (!t->dir || !t->part || !t->len) goto nomem;
+        if (!t->dir) goto nomem;
         strcpy(t->dir, opt->checkpoint_dir);
     }
     *out = t;
@@ -251,6 +256,7 @@ static pd_status pd__trainer_make_mpi(pd_graph *g, const pd_plan *plan, const pd
     if (st == PD_OK) {
         t->mpi = run_agreed;
         t->rank = rank;
+        t->nproc = size;
         st = pd__mpi_agree_status(pd__pipe_set_ranks(t->pipe, rank, size));
     }
     if (st != PD_OK) {
@@ -299,7 +305,7 @@ pd_status pd_trainer_save(pd_trainer *t, const char *path) {
 
 void pd_trainer_destroy(pd_trainer *t) {
     if (!t) return;
-    if (t->w) pd__ckpt_writer_finish(t->w);
+    pd__ckpol_finish(t->ck, 0, NULL, 0);
     pd__pipe_destroy(t->pipe); /* the trained weights go back into the graph */
     for (int i = 0; t->mpi && t->lazy && i < t->g->ntensors; i++) { /* trained elsewhere: not the file's any more */
         pd__tensor *x = &t->g->tensors[i];
@@ -309,8 +315,6 @@ void pd_trainer_destroy(pd_trainer *t) {
     free(t->run_info);
     PD_FREE(t->dir);
     PD_FREE(t->output);
-    PD_FREE(t->part);
-    PD_FREE(t->len);
     PD_FREE(t);
 }
 
@@ -332,21 +336,17 @@ int pd_trainer_ring_steps(const pd_trainer *t) { return t ? pd__pipe_ring_steps(
 
 /* ---- checkpoints during a call ---- */
 
-static bool pd__trainer_want(void *ctx, int64_t b) {
-    const pd_trainer *t = ctx;
-    return t->every > 0 && (t->run_s0 + b) % t->every == 0;
+pd_status pd__trainer_ckpt_costs(pd_trainer *t, double step_ms, double pause_ms, double persist_ms) {
+    if (!t) return pd__err(PD_ERR_INVALID, "pd__trainer_ckpt_costs: t is NULL");
+    t->costs.step_ms = step_ms;
+    t->costs.pause_ms = pause_ms;
+    t->costs.persist_ms = persist_ms;
+    t->fixed_costs = true;
+    return PD_OK;
 }
 
-static void pd__trainer_release(void *ctx) { pd__pipe_snap_release(ctx); }
-
-/* On a worker thread: boundary b of this call is in the parts. */
-static void pd__trainer_ready(void *ctx, int64_t b) {
-    pd_trainer *t = ctx;
-    for (int w = 0; w < t->nstages; w++) pd__pipe_snap_part(t->pipe, w, &t->part[w], &t->len[w]);
-    pd__ckpt_writer_submit(t->w, t->run_s0 + b, t->run_info, t->nstages, t->part, t->len, pd__trainer_release, t->pipe);
-}
-
-/* The info of every manifest of a call of n steps from step s0. */
+/* The info of every manifest of a call of n steps from step s0, and the
+ * call's checkpoint policy (its boundary b is step s0 + b). */
 static pd_status pd__trainer_begin(pd_trainer *t, int64_t s0, int64_t n) {
     cJSON *j = cJSON_Duplicate(t->info, true);
     if (j) {
@@ -358,12 +358,11 @@ static pd_status pd__trainer_begin(pd_trainer *t, int64_t s0, int64_t n) {
     if (!text) return pd__err(PD_ERR_NOMEM, "out of memory");
     free(t->run_info);
     t->run_info = text;
-    t->run_s0 = s0;
-    pd__snap_hooks h = {pd__trainer_want, pd__trainer_ready, t};
-    PD_TRY(pd__pipe_set_snap_hooks(t->pipe, &h));
     /* under MPI each process writes its stages' parts, rank 0 the manifest once all are in */
-    return t->mpi ? pd__ckpt_writer_start_dist(t->dir, t->keep, t->nstages, t->rank == 0, &t->w)
-                  : pd__ckpt_writer_start(t->dir, t->keep, &t->w);
+    pd__ckpol_opts co = {t->dir, t->every, t->keep, t->overhead, t->mpi ? t->nproc : 1, t->rank, t->nstages,
+                         t->fixed_costs ? &t->costs : NULL};
+    PD_TRY(pd__ckpol_start(&co, t->run_info, t->steps, &t->ck));
+    return pd__ckpol_attach(t->ck, t->pipe, s0, NULL, NULL);
 }
 
 /* The end of a call: its final state as the last checkpoint (st: the run's
@@ -373,18 +372,12 @@ static pd_status pd__trainer_begin(pd_trainer *t, int64_t s0, int64_t n) {
  * none returns before rank 0 has written the call's last manifest. */
 static pd_status pd__trainer_end(pd_trainer *t, int64_t step, pd_status st) {
     bool agree = t->mpi && st == PD_OK;
-    if (st != PD_OK && t->w) pd__ckpt_writer_cancel(t->w);
-    if (st == PD_OK) {
-        st = pd__pipe_snap_capture(t->pipe);
-        if (st == PD_OK) {
-            for (int w = 0; w < t->nstages; w++) pd__pipe_snap_part(t->pipe, w, &t->part[w], &t->len[w]);
-            pd__ckpt_writer_submit(t->w, step, t->run_info, t->nstages, t->part, t->len, pd__trainer_release, t->pipe);
-        }
-    }
+    if (st != PD_OK) pd__ckpol_cancel(t->ck);
+    if (st == PD_OK) st = pd__ckpol_final(t->ck, t->pipe, NULL, step);
     char msg[1024];
     if (st != PD_OK) snprintf(msg, sizeof msg, "%s", pd_last_error());
-    pd_status ws = t->w ? pd__ckpt_writer_finish(t->w) : PD_OK;
-    t->w = NULL;
+    pd_status ws = t->ck ? pd__ckpol_finish(t->ck, 0, NULL, 0) : PD_OK;
+    t->ck = NULL;
     if (st != PD_OK) st = pd__err(st, "%s", msg);
     else if ((st = ws) != PD_OK) pd__err_prefix("pd_trainer_train: %s", t->dir);
     return agree ? pd__mpi_agree_status(st) : st;
@@ -495,8 +488,8 @@ pd_status pd_trainer_train(pd_trainer *t, int64_t steps, const pd_tensor *inputs
     if (st == PD_OK && t->dir) st = pd__trainer_begin(t, s0, steps);
     if (t->mpi) st = pd__mpi_agree_status(st); /* one process's bad arguments stop every process */
     if (st != PD_OK) {
-        if (t->w) pd__ckpt_writer_finish(t->w); /* nothing submitted */
-        t->w = NULL;
+        pd__ckpol_finish(t->ck, 0, NULL, 0); /* nothing submitted */
+        t->ck = NULL;
         return st;
     }
     st = pd__pipe_run(t->pipe, steps, inputs, labels, results);

@@ -2,8 +2,8 @@
  * API (runtime/trainer.c). The CLI's pipeline is a trainer, made and checked
  * as pd_trainer_create makes one, and trains with pd_trainer_set_ring and
  * pd_trainer_train; it reaches the pipeline itself for what the public
- * calls do not offer yet: CheckFreq's checkpoint policy and its resume
- * (tools/ckpt.c), the per-stage report and traces, and under mpirun its
+ * calls do not offer yet: the checkpoints of its own run description and
+ * their resume (runtime/ckpt_policy.h, tools/ckpt.c), the per-stage report and traces, and under mpirun its
  * gather and per-stage save. */
 #ifndef PD_TRAINER_H
 #define PD_TRAINER_H
@@ -20,6 +20,9 @@
  * failing run with MPI_Abort and gathers the weights itself. */
 pd_status pd__trainer_create_kind(pd_graph *g, const pd_plan *plan, const pd_trainer_options *opt,
                                   pd__sched_kind kind, pd_trainer **out);
+/* Checkpoints under PD_CHECKPOINT_AUTO go by these costs instead of the
+ * measured ones (a test's closed-form values; from the next call on). */
+pd_status pd__trainer_ckpt_costs(pd_trainer *t, double step_ms, double pause_ms, double persist_ms);
 /* The trainer's pipeline (pd_trainer_destroy destroys it). */
 pd__pipe *pd__trainer_pipe(pd_trainer *t);
 

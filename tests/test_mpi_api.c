@@ -12,7 +12,8 @@
  * on as in ok); nan (step 3's rows
  * are NaN: the last stage's loss fails mid-run, every process must return
  * an error; exit 3 without finalizing, as a program would end the job);
- * ckpt (checkpoints into CKPT_DIR every 10 steps, all kept); resume
+ * ckpt (checkpoints into CKPT_DIR every 10 steps, all kept); ckpt-auto
+ * (the same with PD_CHECKPOINT_AUTO: the interval agreed); resume
  * (pd_trainer_resume from CKPT_DIR first, prints "resumed at step S", then
  * repeats the call the checkpoint was taken in: the steps after S print);
  * lazy (the graph loaded with lazy_weights, an external-data model: each
@@ -62,10 +63,10 @@ int main(int argc, char **argv) {
     to.schedule = sched;
     to.microbatches = M;
     to.mpi = size > 1;
-    bool ck = !strcmp(mode, "ckpt") || !strcmp(mode, "resume");
+    bool ck = !strcmp(mode, "ckpt") || !strcmp(mode, "resume") || !strcmp(mode, "ckpt-auto");
     if (ck && argc > 8) {
         to.checkpoint_dir = argv[8];
-        to.checkpoint_every = 10;
+        to.checkpoint_every = !strcmp(mode, "ckpt-auto") ? PD_CHECKPOINT_AUTO : 10;
         to.checkpoint_keep = 0;
     }
     const char *dev = getenv("PD_TEST_DEVICE");

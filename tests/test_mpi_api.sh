@@ -84,12 +84,9 @@ fi
 # manifest; the checkpoints change nothing; the run after a crash (the checkpoints after
 # step 10 lost) resumes from step 10, repeats the call and ends with the uninterrupted model
 nck=0
-ckcheck() { # name np plan schedule microbatches
-  local name=$1 np=$2 plan=$3 sch=$4 mb=$5 ck=$tmp/ck-$((++nck))
-  "$prog" "$model" "$plan" "$sch" "$mb" 30 "$tmp/in.onnx" ok > "$tmp/in.txt" 2>&1 || { bad "$name: in one process: $(tail -3 "$tmp/in.txt")"; return; }
-  mpi "$np" "$prog" "$model" "$plan" "$sch" "$mb" 30 "$tmp/ck.onnx" ckpt "$ck" > "$tmp/ck.txt" 2>&1 || { bad "$name: with checkpoints: $(tail -3 "$tmp/ck.txt")"; return; }
-  local parts; parts=$(python3 -c "import json,sys; print(len(json.load(open(sys.argv[1]))['stages']))" "$plan")
-  local whole; whole=$(python3 - "$ck" "$parts" <<'PY'
+ckwhole() { # dir plan: the steps of dir's checkpoints, each with all the plan's parts ("torn" if one is not)
+  local parts; parts=$(python3 -c "import json,sys; print(len(json.load(open(sys.argv[1]))['stages']))" "$2")
+  python3 - "$1" "$parts" <<'PY'
 import json, os, sys
 d, n = sys.argv[1], int(sys.argv[2])
 cks = sorted(x for x in os.listdir(d) if x.startswith("ckpt-"))
@@ -97,7 +94,13 @@ good = [c for c in cks if len(json.load(open(f"{d}/{c}/manifest.json"))["files"]
         and all(os.path.getsize(f"{d}/{c}/part-{i}.bin") > 0 for i in range(n))]
 print(" ".join(c[5:].lstrip("0") for c in good) if len(good) == len(cks) and not [x for x in os.listdir(d) if x.startswith(".")] else "torn")
 PY
-)
+}
+ckcheck() { # name np plan schedule microbatches
+  local name=$1 np=$2 plan=$3 sch=$4 mb=$5 ck=$tmp/ck-$((++nck))
+  "$prog" "$model" "$plan" "$sch" "$mb" 30 "$tmp/in.onnx" ok > "$tmp/in.txt" 2>&1 || { bad "$name: in one process: $(tail -3 "$tmp/in.txt")"; return; }
+  mpi "$np" "$prog" "$model" "$plan" "$sch" "$mb" 30 "$tmp/ck.onnx" ckpt "$ck" > "$tmp/ck.txt" 2>&1 || { bad "$name: with checkpoints: $(tail -3 "$tmp/ck.txt")"; return; }
+  local parts; parts=$(python3 -c "import json,sys; print(len(json.load(open(sys.argv[1]))['stages']))" "$plan")
+  local whole; whole=$(ckwhole "$ck" "$plan")
   rm -rf "$ck/ckpt-000000000020" "$ck/ckpt-000000000030"
   mpi "$np" "$prog" "$model" "$plan" "$sch" "$mb" 30 "$tmp/re.onnx" resume "$ck" > "$tmp/re.txt" 2>&1 || { bad "$name: resumed: $(tail -3 "$tmp/re.txt")"; return; }
   if [ "$whole" = "10 20 30" ] && cmp -s "$tmp/in.onnx" "$tmp/ck.onnx" && cmp -s "$tmp/in.onnx" "$tmp/re.onnx" &&
@@ -112,6 +115,22 @@ ckcheck "checkpoints, flush, 2 stages on 2 processes" 2 "$tmp/p2.json" flush 4
 ckcheck "checkpoints, pipedream, 4 stages on 2 processes" 2 "$tmp/p4on2.json" pipedream 1
 ckcheck "checkpoints, hybrid (stage 0's replicas on 2 processes), flush" 3 "$tmp/ph.json" flush 4
 ckcheck "checkpoints, stage 0 on ranks 0-1, stage 1 on rank 1, flush" 2 "$tmp/rs0.json" flush 4
+
+# PD_CHECKPOINT_AUTO under MPI: the processes agree on CheckFreq's interval, so every
+# checkpoint holds both processes' parts: the first 3 steps in, the last at the end;
+# the checkpoints change nothing
+ck=$tmp/ck-auto
+"$prog" "$model" "$tmp/p2.json" flush 4 30 "$tmp/in.onnx" ok > "$tmp/in.txt" 2>&1 &&
+  mpi 2 "$prog" "$model" "$tmp/p2.json" flush 4 30 "$tmp/ca.onnx" ckpt-auto "$ck" > "$tmp/ca.txt" 2>&1
+rc=$?
+whole=$( [ $rc = 0 ] && ckwhole "$ck" "$tmp/p2.json")
+if [ "${whole%% *}" != 3 ] || [ "${whole##* }" != 30 ]; then
+  bad "auto checkpoints under MPI: rc $rc, checkpoints '$whole': $(tail -3 "$tmp/ca.txt")"
+elif ! cmp -s "$tmp/in.onnx" "$tmp/ca.onnx"; then
+  bad "auto checkpoints under MPI: the model differs from the run without"
+else
+  ok "auto checkpoints, flush, 2 stages on 2 processes: steps $whole, each with both parts; the model equals the run without"
+fi
 
 # a NaN loss on the last stage (rank 1) in the middle of the run: both return
 start=$(date +%s)

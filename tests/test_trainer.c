@@ -1,7 +1,7 @@
 /* test_trainer.c - pipeline training through the public API only
- * (pipedream.h, pipedream_dep: no private headers), on the bundled MLP
- * (examples/digits_mlp.onnx, x (N,64) -> y (N,10)) and its digits
- * (examples/digits/train_{x,y}.npy).
+ * (pipedream.h, no private headers; two private calls declared below), on
+ * the bundled MLP (examples/digits_mlp.onnx, x (N,64) -> y (N,10)) and its
+ * digits (examples/digits/train_{x,y}.npy).
  *
  *   - a 2-stage flush pipeline (4 microbatches of 8 rows) gives per step the
  *     losses of single-stage pd_session training on the same 32-row batches
@@ -22,7 +22,11 @@
  *   - bad arguments: statuses with messages naming the argument, no crash,
  *     out-parameters untouched;
  *   - two trainers in one process, on two threads at once, each equal to a
- *     trainer run alone.
+ *     trainer run alone;
+ *   - checkpoint_every = PD_CHECKPOINT_AUTO: CheckFreq's interval
+ *     (pd__ckpt_auto_every, closed-form values), the steps checkpointed for
+ *     given costs, and a resume from one of them, bitwise.
+ *     The private calls these take come from libpdinternal.
  *
  *   test_trainer MODEL.onnx DIGITS_DIR WORKDIR
  */
@@ -433,6 +437,166 @@ static void test_failure_then_resume(void) {
     pd_plan_destroy(plan);
     pd_graph_destroy(g);
     rm_rf(dir);
+}
+
+/* ---- CheckFreq's auto policy ---- */
+
+/* Private (libpdinternal): CheckFreq's interval, and a trainer's measured
+ * checkpoint costs replaced by given ones. */
+int64_t pd__ckpt_auto_every(double step_ms, double snapshot_ms, double persist_ms, double overhead);
+pd_status pd__trainer_ckpt_costs(pd_trainer *t, double step_ms, double pause_ms, double persist_ms);
+
+/* pd__ckpt_auto_every is ceil(max((pause + persist) / (overhead * step),
+ * persist / step)), at least 1 (values exact in binary). */
+static void test_auto_every_formula(void) {
+    static const struct {
+        double step, pause, persist, overhead;
+        int64_t want;
+    } c[] = {
+        {10, 2, 40, 0.5, 9},      /* (2 + 40) / 5 = 8.4 -> 9 */
+        {4, 3, 3, 0.25, 6},       /* (3 + 3) / 1 = 6 exactly */
+        {8, 6, 10, 0.125, 16},    /* 16 / 1 = 16; the persist alone 1.25 */
+        {2, 0, 30, 4, 15},        /* the budget 30 / 8 = 3.75, but not before the last persist is over: 30 / 2 */
+        {10, 1, 1, 0.5, 1},       /* 2 / 5 = 0.4: every step */
+        {0, 5, 5, 0.035, 1},      /* no step time measured yet */
+    };
+    for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
+        int64_t got = pd__ckpt_auto_every(c[i].step, c[i].pause, c[i].persist, c[i].overhead);
+        CHECK(got == c[i].want, "auto_every(step %g ms, pause %g ms, persist %g ms, overhead %g) = %lld (want %lld)",
+              c[i].step, c[i].pause, c[i].persist, c[i].overhead, (long long)got, (long long)c[i].want);
+    }
+}
+
+/* The auto policy's options: refused by name, and an older struct's size
+ * (before checkpoint_overhead) reads it as 0. */
+static void test_auto_options(void) {
+    pd_graph *g = load(MB);
+    pd_plan *plan = g ? make_plan(g, 2) : NULL;
+    pd_trainer *const T0 = (pd_trainer *)&check_count;
+    pd_trainer *t = T0, *old = NULL;
+    pd_train_options tr;
+    pd_trainer_options o = options("flush", M, &tr), b = o;
+    if (!plan) {
+        CHECK(0, "a plan for the auto policy's option checks");
+        pd_graph_destroy(g);
+        return;
+    }
+    b.checkpoint_every = PD_CHECKPOINT_AUTO;
+    CHECK(pd_trainer_create(g, plan, &b, &t) == PD_ERR_INVALID && says("checkpoint_dir") && t == T0,
+          "create(PD_CHECKPOINT_AUTO without a folder): %s", pd_last_error());
+    b.checkpoint_dir = workdir;
+    b.checkpoint_every = -2;
+    CHECK(pd_trainer_create(g, plan, &b, &t) == PD_ERR_INVALID && says("opt->checkpoint_every is -2") && t == T0,
+          "create(checkpoint_every -2): %s", pd_last_error());
+    b.checkpoint_every = PD_CHECKPOINT_AUTO;
+    b.checkpoint_overhead = -0.5;
+    CHECK(pd_trainer_create(g, plan, &b, &t) == PD_ERR_INVALID && says("opt->checkpoint_overhead") && t == T0,
+          "create(checkpoint_overhead -0.5): %s", pd_last_error());
+    b.checkpoint_overhead = NAN;
+    CHECK(pd_trainer_create(g, plan, &b, &t) == PD_ERR_INVALID && says("opt->checkpoint_overhead") && t == T0,
+          "create(checkpoint_overhead NaN): %s", pd_last_error());
+    /* the struct before checkpoint_overhead: it reads as 0, auto's default */
+    b = o;
+    b.size = offsetof(pd_trainer_options, checkpoint_overhead);
+    b.checkpoint_overhead = -1; /* past size: not read (read, it is refused) */
+    CHECK(pd_trainer_create(g, plan, &b, &old) == PD_OK && old,
+          "create(the struct without checkpoint_overhead) ignores what lies past its size: %s",
+          old ? "ok" : pd_last_error());
+    pd_trainer_destroy(old);
+    old = NULL;
+    pd_plan_destroy(plan);
+    pd_graph_destroy(g);
+}
+
+/* The steps of dir's checkpoints, in order, as text ("3 12 20"). */
+static void ckpt_steps(const char *dir, char *out, size_t n) {
+    long long s[64];
+    int k = 0;
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    while (d && (e = readdir(d)) && k < 64)
+        if (!strncmp(e->d_name, "ckpt-", 5)) s[k++] = strtoll(e->d_name + 5, NULL, 10);
+    if (d) closedir(d);
+    for (int i = 1; i < k; i++)
+        for (int j = i; j > 0 && s[j - 1] > s[j]; j--) {
+            long long x = s[j];
+            s[j] = s[j - 1], s[j - 1] = x;
+        }
+    out[0] = 0;
+    for (int i = 0; i < k; i++) snprintf(out + strlen(out), n - strlen(out), "%s%lld", i ? " " : "", s[i]);
+}
+
+/* A flush trainer with checkpoint_every = PD_CHECKPOINT_AUTO into dir;
+ * costs (step, pause, persist ms) given, or NULL: measured. */
+static pd_trainer *fresh_auto(const char *dir, const double *costs, pd_graph **g, pd_plan **plan) {
+    *g = load(MB);
+    *plan = *g ? make_plan(*g, 2) : NULL;
+    pd_train_options tr;
+    pd_trainer_options o = options("flush", M, &tr);
+    o.checkpoint_dir = dir;
+    o.checkpoint_every = PD_CHECKPOINT_AUTO;
+    o.checkpoint_overhead = 0.5;
+    o.checkpoint_keep = 0;
+    pd_trainer *t = NULL;
+    if (*plan && pd_trainer_create(*g, *plan, &o, &t) != PD_OK) printf("# trainer: %s\n", pd_last_error());
+    if (t && costs && pd__trainer_ckpt_costs(t, costs[0], costs[1], costs[2]) != PD_OK) printf("# costs\n");
+    return t;
+}
+
+/* Auto's checkpoints: the first after 3 steps of each call (to measure what
+ * one costs), then every pd__ckpt_auto_every(step, pause, persist,
+ * overhead) steps, and the end of each call. With the costs given (10 ms a
+ * step, 2 ms a pause, 40 ms a persist, overhead 0.5: every 9), a call of 20
+ * steps and one of 6 take 3, 12, 20 and 23, 26. Resumed from 12, the run
+ * equals the uninterrupted one bitwise. Measured: 3 and the end at least. */
+static void test_auto_checkpoints(void) {
+    char da[1200], db[1200], got[256];
+    snprintf(da, sizeof da, "%s/trainer-auto-a", workdir);
+    snprintf(db, sizeof db, "%s/trainer-auto-b", workdir);
+    rm_rf(da);
+    rm_rf(db);
+    const double costs[3] = {10, 2, 40};
+    int64_t e = pd__ckpt_auto_every(costs[0], costs[1], costs[2], 0.5);
+    pd_graph *g;
+    pd_plan *plan;
+    pd_step_result ra[STEPS], ra2[MORE], rb[STEPS], rb2[MORE];
+    void *ma = NULL, *mb = NULL;
+    size_t la = 0, lb = 0;
+    pd_trainer *t = fresh_auto(da, costs, &g, &plan);
+    int64_t B = t ? pd_trainer_batch(t) : 0;
+    int ok = t && train(t, 0, STEPS, ra) == PD_OK && train(t, STEPS * B, MORE, ra2) == PD_OK;
+    CHECK(ok, "auto: two calls with checkpoints: %s", ok ? "ok" : pd_last_error());
+    finish(t, g, plan, &ma, &la);
+    ckpt_steps(da, got, sizeof got);
+    CHECK(e == 9 && !strcmp(got, "3 12 20 23 26"),
+          "auto with given costs (every %lld): checkpoints at steps %s (want 3 12 20 23 26)", (long long)e, got);
+
+    rm_ckpt(da, 26), rm_ckpt(da, 23), rm_ckpt(da, 20); /* a crash after step 12's */
+    t = fresh_auto(db, costs, &g, &plan);
+    pd_resume_info ri = {-1, -1, -1};
+    ok = t && pd_trainer_resume(t, da, &ri) == PD_OK && ri.step == 12;
+    CHECK(ok, "auto: resumed at step %lld: %s", (long long)ri.step, ok ? "ok" : pd_last_error());
+    ok = ok && train(t, 0, STEPS, rb) == PD_OK && train(t, STEPS * B, MORE, rb2) == PD_OK;
+    CHECK(ok && same_results(rb + 12, ra + 12, STEPS - 12) && same_results(rb2, ra2, MORE),
+          "auto: the resumed run's steps 13..%d equal the uninterrupted run's, bitwise: %s", STEPS + MORE,
+          ok ? "ok" : pd_last_error());
+    finish(t, g, plan, &mb, &lb);
+    CHECK(ma && mb && la == lb && !memcmp(ma, mb, la), "auto: the trained model's bytes equal the uninterrupted run's");
+    ckpt_steps(db, got, sizeof got);
+    CHECK(!strcmp(got, "15 20 23 26"), "auto: the resumed run's first checkpoint 3 steps after 12: %s", got);
+    pd_buffer_free(ma);
+    pd_buffer_free(mb);
+    rm_rf(da);
+    rm_rf(db);
+
+    t = fresh_auto(da, NULL, &g, &plan); /* measured */
+    ok = t && train(t, 0, STEPS, ra) == PD_OK;
+    finish(t, g, plan, NULL, NULL);
+    ckpt_steps(da, got, sizeof got);
+    CHECK(ok && !strncmp(got, "3 ", 2) && strlen(got) >= 4 && !strcmp(got + strlen(got) - 3, " 20"),
+          "auto with measured costs: the first checkpoint at step 3, the last at 20: %s (%s)", got,
+          ok ? "ok" : pd_last_error());
+    rm_rf(da);
 }
 
 /* ---- one stage: snapshot and restore ---- */
@@ -848,6 +1012,9 @@ int main(int argc, char **argv) {
     test_checkpoint_resume("flush", M);
     test_checkpoint_resume("pipedream", 0);
     test_failure_then_resume();
+    test_auto_every_formula();
+    test_auto_options();
+    test_auto_checkpoints();
     test_session_snapshot();
     test_two_trainers();
     test_recompute();

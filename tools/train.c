@@ -37,7 +37,7 @@ typedef struct {
     const char *stage_save;              /* under MPI with lazy weights: every process's --save (its stages' files) */
     bool lazy;                           /* each process reads its stages' weights only (docs/DISTRIBUTED.md) */
     const char *ckpt_dir, *resume;       /* checkpoints */
-    int64_t ckpt_every, ckpt_keep;       /* every: -1 auto */
+    int64_t ckpt_every, ckpt_keep;       /* every: PD_CHECKPOINT_AUTO */
     double ckpt_overhead;
     int64_t stages, microbatches, virtual_stages;
     int64_t max_constant_bytes; /* 0: the loader's default */
@@ -139,7 +139,7 @@ static int pd__flag_device(void *ctx, const char *cmd, const pd_flag *f, char **
 static int pd__flag_ckpt_every(void *ctx, const char *cmd, const pd_flag *f, char **v) {
     (void)cmd;
     pd__targs *a = ctx;
-    if (!strcmp(v[0], "auto")) return a->ckpt_every = -1, 0;
+    if (!strcmp(v[0], "auto")) return a->ckpt_every = PD_CHECKPOINT_AUTO, 0;
     return pd_cli_parse_int(f->name, v[0], 1, INT64_MAX / 4, &a->ckpt_every) ? 0 : 2;
 }
 
@@ -487,7 +487,7 @@ typedef struct pd__ckrun {
     pd__ckpt from;          /* --resume: the checkpoint (nparts 0: none) */
     cJSON *from_info;
     int64_t first;          /* the step training starts from */
-    pd_cli_ckpt *ck;
+    pd__ckpol *ck;
     int parts;              /* a checkpoint's parts: the pipeline's stages */
 } pd__ckrun;
 
@@ -506,13 +506,25 @@ static pd_status pd__ckpt_plan(const pd__targs *a, pd_graph *g, const cJSON *inf
     return st;
 }
 
+/* The library's checkpoint policy for the run (runtime/ckpt_policy.h). */
 static pd_status pd__ckpt_begin(pd__targs *a, pd__ckrun *cr) {
-    pd_cli_ckpt_opts co = {a->ckpt_dir ? a->ckpt_dir : a->resume, a->ckpt_every, (int)a->ckpt_keep,
-                           a->ckpt_overhead > 0 ? a->ckpt_overhead : 0.035, a->quiet, pd__mp.size, pd__mp.rank,
-                           cr->parts};
-    cJSON *info = cr->info;
+    pd__ckpol_opts co = {a->ckpt_dir ? a->ckpt_dir : a->resume, a->ckpt_every, (int)a->ckpt_keep,
+                         a->ckpt_overhead > 0 ? a->ckpt_overhead : 0.035, pd__mp.size, pd__mp.rank, cr->parts, NULL};
+    char *info = cJSON_PrintUnformatted(cr->info);
+    cJSON_Delete(cr->info);
     cr->info = NULL;
-    return pd_cli_ckpt_start(&co, info, cr->first, &cr->ck);
+    pd_status st = info ? pd__ckpol_start(&co, info, cr->first, &cr->ck) : pd__err(PD_ERR_NOMEM, "out of memory");
+    free(info);
+    return st;
+}
+
+/* The writer waited for; what checkpointing cost printed (unless --quiet). */
+static pd_status pd__ckpt_end(const pd__targs *a, pd__ckrun *cr, double train_s) {
+    char line[4600];
+    pd_status st = pd__ckpol_finish(cr->ck, train_s, line, sizeof line);
+    cr->ck = NULL;
+    if (st == PD_OK && !a->quiet) printf("%s\n", line);
+    return st;
 }
 
 /* The pipeline's metrics, written up to a step as soon as it is done (at
@@ -662,7 +674,7 @@ static int pd__pipe_ckpt_start(pd__targs *a, pd__ckrun *cr, const pd_plan *plan,
         free(pj);
         /* under MPI rank 0 knows the losses only after the run: the metrics are written then */
         if (pd__ckpt_begin(a, cr) != PD_OK ||
-            pd_cli_ckpt_attach(cr->ck, pipe, pd__mp.size > 1 ? NULL : pd__pmetrics_upto, pm) != PD_OK)
+            pd__ckpol_attach(cr->ck, pipe, 0, pd__mp.size > 1 ? NULL : pd__pmetrics_upto, pm) != PD_OK)
             return pd_cli_fail();
     }
     if (cr->from.nparts &&
@@ -728,9 +740,8 @@ static int pd__train_pipeline(pd__targs *a, pd_graph *g, const char *input, pd_t
     }
     double total = pd__now() - t0;
     if (cr->ck) {
-        pd_status cs = pd_cli_ckpt_final(cr->ck, pipe, NULL, steps);
-        pd_status fs = pd_cli_ckpt_finish(cr->ck, total);
-        cr->ck = NULL;
+        pd_status cs = pd__ckpol_final(cr->ck, pipe, NULL, steps);
+        pd_status fs = pd__ckpt_end(a, cr, total);
         if (cs != PD_OK || fs != PD_OK) {
             pd_cli_fail();
             goto out;
@@ -749,8 +760,7 @@ static int pd__train_pipeline(pd__targs *a, pd_graph *g, const char *input, pd_t
     if (!pd__write_traces(a, pipe)) goto out;
     rc = 0;
 out:
-    if (cr->ck) pd_cli_ckpt_finish(cr->ck, 0); /* an error: what was taken is still written */
-    cr->ck = NULL;
+    if (cr->ck) pd__ckpt_end(a, cr, 0); /* an error: what was taken is still written */
     /* --save: every stage's weights gathered on rank 0, or, when each
      * process holds its stages only, written by it beside the model */
     pd_status gs = rc != 0 || pd__mp.size < 2 ? PD_OK
@@ -1007,7 +1017,7 @@ static int pd__train_args(int argc, char **argv, const pd_cli_avg_args *av, pd__
         pd_cli_usage_error("train: %s", "--checkpoint-every needs --checkpoint-dir DIR");
         return rc;
     }
-    if ((a->ckpt_dir || a->resume) && !a->ckpt_every) a->ckpt_every = -1; /* a folder alone: CheckFreq's auto */
+    if ((a->ckpt_dir || a->resume) && !a->ckpt_every) a->ckpt_every = PD_CHECKPOINT_AUTO; /* a folder alone: CheckFreq's auto */
     bool piped = *piped_out = a->stages || a->plan;
     if (av->given && !piped) { /* AvgPipe hook */
         pd_cli_usage_error("train: %s", "--parallel-pipelines, --elastic-alpha and --average-every need --stages N or --plan FILE");
@@ -1254,7 +1264,7 @@ static bool pd__train_stage(pd__trun *t) {
             return pd_cli_fail(), false;
         q.elapsed = pd__now() - t_start;
         if (!pd__train_report_step(t, &r, &q, tty)) return false;
-        if (cr->ck && pd_cli_ckpt_session(cr->ck, t->s, k + 1, 1e3 * q.dt) != PD_OK) {
+        if (cr->ck && pd__ckpol_session(cr->ck, t->s, k + 1) != PD_OK) {
             if (tty) printf("\n");
             return pd_cli_fail(), false;
         }
@@ -1262,9 +1272,8 @@ static bool pd__train_stage(pd__trun *t) {
     double total = pd__now() - t_start;
     if (tty) printf("\n");
     if (cr->ck) {
-        pd_status cs = pd_cli_ckpt_final(cr->ck, NULL, t->s, t->steps);
-        pd_status fs = pd_cli_ckpt_finish(cr->ck, total);
-        cr->ck = NULL;
+        pd_status cs = pd__ckpol_final(cr->ck, NULL, t->s, t->steps);
+        pd_status fs = pd__ckpt_end(a, cr, total);
         if (cs != PD_OK || fs != PD_OK) return pd_cli_fail(), false;
     }
     int64_t trained = t->steps - cr->first;
@@ -1299,7 +1308,7 @@ static bool pd__train_finish(pd__trun *t) {
 
 static void pd__train_free(pd__trun *t) {
     pd__ckrun *cr = &t->cr;
-    if (cr->ck) pd_cli_ckpt_finish(cr->ck, 0);
+    if (cr->ck) pd__ckpt_end(&t->a, cr, 0);
     cJSON_Delete(cr->info);
     cJSON_Delete(cr->from_info);
     pd__ckpt_free(&cr->from);
