@@ -21,8 +21,9 @@
  * - --device cuda (suites devsim and cuda; 77 without a GPU): K = 2 and 3
  *   pipelines of GPU stages against the same runs on CPU stages (avgpipe,
  *   flush, gpipe, zb-h1, interleaved; replicated stages, stages on several
- *   GPUs, runs ending between updates, momentum; cnn_bn with a replica):
- *   every loss and weight bitwise on the simulated device (check_device).
+ *   GPUs, runs ending between updates, momentum; cnn_bn with a replica;
+ *   the tied fixture, its table read on two and three stages): every loss
+ *   and weight bitwise on the simulated device (check_device).
  */
 #include "../core/plan.h"
 #include "../core/schedule.h"
@@ -263,7 +264,9 @@ static pd_status one_pipe(fixture *f, int stages, pd__sched_kind kind, int steps
 
 /* What avg_run trains: K pipelines of `stages` workers (each of `chunks`
  * virtual stages under interleaved), reps (NULL: none) replicas per worker,
- * spread > 0: worker w's stages on GPU w % spread (the CPU run ignores it). */
+ * spread > 0: worker w's stages on GPU w % spread (the CPU run ignores it);
+ * tie (NULL: none): a node moved to the last stage (the tied fixture's
+ * reader of the shared table, so two stages read it). */
 typedef struct avg_cfg {
     int K, stages, chunks;
     const int *reps;
@@ -271,6 +274,7 @@ typedef struct avg_cfg {
     pd__sched_kind kind;
     double alpha;
     int every, steps, chunk;
+    const char *tie;
 } avg_cfg;
 
 /* K pipelines through pd__avg: pipeline i takes stream minibatches i, i+K,
@@ -290,6 +294,8 @@ static pd_status avg_run(fixture *f, const avg_cfg *c, pd_graph **g, double *los
     if (st == PD_OK) st = make_plan(g[0], c->stages * chunks, &plan);
     if (st == PD_OK) plan->chunks = chunks;
     for (int s = 0; st == PD_OK && c->reps && s < c->stages; s++) plan->stage[s].replicas = c->reps[s];
+    for (int i = 0; st == PD_OK && c->tie && i < g[0]->nnodes; i++)
+        if (!strcmp(g[0]->nodes[i].name, c->tie)) plan->fwd_stage[i] = plan->bwd_stage[i] = plan->n_stages - 1;
     for (int s = 0; st == PD_OK && c->spread > 0 && s < plan->n_stages; s++) {
         plan->stage[s].has_device = true;
         plan->stage[s].device = s % c->stages % c->spread; /* a worker's chunks share its device */
@@ -350,7 +356,7 @@ static void check_exact(fixture *f) {
         for (int i = 0; i < 2 && st == PD_OK; i++) {
             for (int chunk = 0; chunk <= 7; chunk += 7) {
                 pd_graph *g1[1] = {NULL};
-                avg_cfg c = {1, stages, 1, NULL, 0, kinds[i], 0, 0, STEPS, chunk};
+                avg_cfg c = {1, stages, 1, NULL, 0, kinds[i], 0, 0, STEPS, chunk, NULL};
                 st = avg_run(f, &c, g1, la, NULL, NULL);
                 wl = st == PD_OK ? loss_diff(lf, la, STEPS) : -1;
                 ww = st == PD_OK ? weight_diff(gf, g1[0], &n) : -1;
@@ -382,7 +388,7 @@ static void check_converges(fixture *f, int steps, int stages) {
     if (st == PD_OK) st = one_pipe(f, stages, PD_SCHED_FLUSH, steps, &g1, l1);
     double lr = f->o.lr;
     f->o.lr = lr * 1.5; /* (K+1)/K: the centre drifts at K/(K+1) of SGD's speed (see below) */
-    avg_cfg c = {2, stages, 1, NULL, 0, PD_SCHED_AVGPIPE, alpha, every, steps, 0};
+    avg_cfg c = {2, stages, 1, NULL, 0, PD_SCHED_AVGPIPE, alpha, every, steps, 0, NULL};
     if (st == PD_OK) st = avg_run(f, &c, g2, l2, NULL, &updates);
     f->o.lr = lr;
     double single = st == PD_OK ? full_loss(f, g1) : NAN, centre = st == PD_OK ? full_loss(f, g2[0]) : NAN;
@@ -468,6 +474,7 @@ static void check_device(fixture *f, const avg_cfg *c, pd_optimizer_kind opt, do
     for (int s = 0; c->reps && s < c->stages; s++)
         snprintf(shape + strlen(shape), sizeof shape - strlen(shape), "%s%d", s ? "," : ", replicas ", c->reps[s]);
     if (c->spread > 0) snprintf(shape + strlen(shape), sizeof shape - strlen(shape), ", on %d GPUs", c->spread);
+    if (c->tie) snprintf(shape + strlen(shape), sizeof shape - strlen(shape), ", %s on the last", c->tie);
     CHECK(st == PD_OK && weights > 0 && same == n && ua == ub && ua == c->steps / c->every,
           "%s, K = %d pipelines of %d stages%s%s x %d microbatches, %s, %s, alpha %g every %d%s: GPU stages against "
           "CPU stages, %d of %d losses and weight tensors equal (largest relative difference %g, allowed %g), %lld "
@@ -484,14 +491,14 @@ static void check_device(fixture *f, const avg_cfg *c, pd_optimizer_kind opt, do
 static void check_devices(fixture *f, double tol) {
     static const int r12[] = {1, 2}, r21[] = {2, 1};
     const avg_cfg cs[] = {
-        {2, 2, 1, NULL, 0, PD_SCHED_AVGPIPE, 0.25, 4, STEPS, 0},
-        {3, 2, 1, NULL, 0, PD_SCHED_FLUSH, 0.25, 3, STEPS, 7},
-        {2, 3, 1, NULL, 0, PD_SCHED_GPIPE, 0.4, 2, STEPS, 0},
-        {3, 2, 1, NULL, 0, PD_SCHED_ZB_H1, 0.3, 5, STEPS, 0},
-        {2, 2, 2, NULL, 0, PD_SCHED_INTERLEAVED, 0.25, 4, STEPS, 0},
-        {2, 2, 1, r12, 0, PD_SCHED_FLUSH, 0.25, 4, STEPS, 0},
-        {3, 2, 1, r21, 0, PD_SCHED_AVGPIPE, 0.25, 3, STEPS, 7},
-        {2, 3, 1, NULL, 3, PD_SCHED_AVGPIPE, 0.25, 4, STEPS, 0},
+        {2, 2, 1, NULL, 0, PD_SCHED_AVGPIPE, 0.25, 4, STEPS, 0, NULL},
+        {3, 2, 1, NULL, 0, PD_SCHED_FLUSH, 0.25, 3, STEPS, 7, NULL},
+        {2, 3, 1, NULL, 0, PD_SCHED_GPIPE, 0.4, 2, STEPS, 0, NULL},
+        {3, 2, 1, NULL, 0, PD_SCHED_ZB_H1, 0.3, 5, STEPS, 0, NULL},
+        {2, 2, 2, NULL, 0, PD_SCHED_INTERLEAVED, 0.25, 4, STEPS, 0, NULL},
+        {2, 2, 1, r12, 0, PD_SCHED_FLUSH, 0.25, 4, STEPS, 0, NULL},
+        {3, 2, 1, r21, 0, PD_SCHED_AVGPIPE, 0.25, 3, STEPS, 7, NULL},
+        {2, 3, 1, NULL, 3, PD_SCHED_AVGPIPE, 0.25, 4, STEPS, 0, NULL},
     };
     for (int i = 0; i < (int)(sizeof cs / sizeof *cs); i++)
         check_device(f, &cs[i], i % 2 ? PD_OPT_MOMENTUM : PD_OPT_SGD, tol);
@@ -533,16 +540,22 @@ static int main_device(const char *fixtures) {
 #ifdef PD_HAVE_CUDA
     if (pd__cuda_is_sim()) tol = 0;
 #endif
-    const char *names[] = {"mlp", "cnn_bn"};
-    for (int m = 0; m < 2; m++) {
+    const char *names[] = {"mlp", "cnn_bn", "tied"};
+    for (int m = 0; m < 3; m++) {
         fixture f;
         if (fixture_open(&f, fixtures, names[m])) {
             f.o.device = PD_DEVICE_CUDA;
             if (m == 0) check_devices(&f, tol);
-            else { /* BatchNorm: running statistics (replica 0's in each graph) stay each pipeline's own */
+            if (m == 1) { /* BatchNorm: running statistics (replica 0's in each graph) stay each pipeline's own */
                 static const int r21[] = {2, 1};
-                avg_cfg c = {2, 2, 1, r21, 0, PD_SCHED_FLUSH, 0.25, 4, STEPS, 0};
+                avg_cfg c = {2, 2, 1, r21, 0, PD_SCHED_FLUSH, 0.25, 4, STEPS, 0, NULL};
                 check_device(&f, &c, PD_OPT_MOMENTUM, tol);
+            }
+            if (m == 2) { /* tied weights: the last stage's copy of the table takes the averaged weights too */
+                avg_cfg c2 = {2, 2, 1, NULL, 0, PD_SCHED_FLUSH, 0.25, 4, STEPS, 0, "/Transpose"};
+                avg_cfg c3 = {3, 3, 1, NULL, 0, PD_SCHED_GPIPE, 0.25, 3, STEPS, 7, "/Transpose"};
+                check_device(&f, &c2, PD_OPT_MOMENTUM, tol);
+                check_device(&f, &c3, PD_OPT_SGD, tol);
             }
         }
         fixture_close(&f);
