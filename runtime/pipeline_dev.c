@@ -493,13 +493,14 @@ pd_status pd__dev_push(pd__pipe *p) {
 /* AvgPipe's elastic update (runtime/avgpipe.c) between runs: the host
  * slabs' live weights, which pd__dev_end left there and the update moved,
  * into every GPU stage of this process, the tied weights' copies too
- * (waits). The optimizer state goes up unchanged; the buffers stay: each
- * replica keeps its own BatchNorm statistics on its device. */
+ * (waits). The optimizer state and the buffers stay as they are on the
+ * device: the update does not touch them (each replica keeps its own
+ * BatchNorm statistics, as on the CPU). */
 pd_status pd__dev_push_weights(pd__pipe *p) {
     pd_status st = PD_OK;
     for (int i = 0; i < p->nwk && st == PD_OK; i++)
         for (int c = 0; p->wk[i].dev && c < p->nchunks && st == PD_OK; c++) {
-            st = pd__gpu_push(p->wk[i].dev, c, NULL, 0);
+            st = pd__gpu_push_weights(p->wk[i].dev, c);
             if (st != PD_OK) pd__err_prefix("stage %d: the averaged weights onto its GPU", p->wk[i].w);
         }
     return st;
