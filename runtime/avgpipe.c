@@ -95,9 +95,6 @@ pd_status pd__avg_create(pd_graph *const *g, int K, const pd_plan *plan, const p
                        "avgpipe: the elastic alpha %g with %d pipelines: the elastic update needs 0 <= alpha <= 1/K", alpha,
                        K);
     if (every < 0) return pd__err(PD_ERR_INVALID, "avgpipe: averaging every %d steps (0 or more)", every);
-    if (o && o->size >= sizeof *o && o->device != PD_DEVICE_CPU) /* it averages the host slabs between runs */
-        return pd__err(PD_ERR_UNSUPPORTED,
-                       "avgpipe with GPU stages: not supported yet");
     if (pd__sched_async(kind))
         return pd__err(PD_ERR_UNSUPPORTED,
                        "avgpipe: the parallel pipelines average between minibatches, so each runs a flushing schedule "
@@ -151,6 +148,9 @@ pd_status pd__avg_create(pd_graph *const *g, int K, const pd_plan *plan, const p
 
 pd_status pd__avg_create_mpi(pd_graph *g, int K, const pd_plan *plan, const pd_train_options *o, pd__sched_kind kind,
                              int microbatches, double alpha, int every, int rank, int size, pd__avg **out) {
+    /* a replicated stage's replica r > 0 leaves no weights in its host slabs (pd__dev_end), which the update reads */
+    if (o && o->size >= sizeof *o && o->device != PD_DEVICE_CPU)
+        return pd__err(PD_ERR_UNSUPPORTED, "avgpipe under mpirun with GPU stages (--device): not supported yet");
     pd__avg *a = NULL;
     PD_TRY(pd__avg_create(&g, 1, plan, o, kind, microbatches, 0, 0, &a)); /* this process's pipeline */
     a->K = K;
@@ -282,6 +282,9 @@ pd_status pd__avg_run(pd__avg *a, int64_t steps, const pd_tensor *const *inputs,
             if (a->mpi) st = pd__elastic_update_mpi(a);
             else pd__elastic_update(a->x, K, a->centre, a->n, a->alpha);
             a->updates++;
+            /* GPU stages: each run left its weights in the host slabs, where the update ran; they go back up */
+            for (int i = 0; i < K && st == PD_OK; i++)
+                if ((st = pd__pipe_slabs_changed(a->pipe[i])) != PD_OK) pd__err_prefix("avgpipe: pipeline %d", i);
         }
     }
     a->last_ms = (double)(pd__avg_ns_now() - t0) / 1e6;

@@ -70,6 +70,7 @@ int pd__pipe_peak_versions(const pd__pipe *p, int s) {
 
 double pd__pipe_last_run_ms(const pd__pipe *p) { return p ? p->last_ms : 0; }
 pd_status pd__pipe_slabs(pd__pipe *p, pd__slabs *out) { return pd__session_slabs(p->s, out); }
+pd_status pd__pipe_slabs_changed(pd__pipe *p) { return p->gready ? pd__dev_push_weights(p) : PD_OK; }
 
 /* The events of this process's threads (pid: the rank). */
 static void pd__trace_events(const pd__pipe *p, pd__trace *t) {

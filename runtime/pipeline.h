@@ -61,9 +61,12 @@ double pd__pipe_last_run_ms(const pd__pipe *p);
  * session, borrowed (runtime/session.h): between runs a caller may change the
  * parameters in place (AvgPipe's elastic averaging, runtime/avgpipe.c, which
  * also runs the avgpipe schedule here: weights as under flush); destroy
- * writes them back into the graph. */
+ * writes them back into the graph. GPU stages leave their weights and
+ * optimizer state there after every run; a caller that changed the weights
+ * calls pd__pipe_slabs_changed before the next run, which uploads them. */
 struct pd__slabs;
 pd_status pd__pipe_slabs(pd__pipe *p, struct pd__slabs *out);
+pd_status pd__pipe_slabs_changed(pd__pipe *p);
 /* The last run as a Chrome trace (JSON array): an "X" event per F, B, W,
  * SEND_ACT, RECV_ACT, SEND_GRAD, RECV_GRAD, ALLREDUCE and STEP it executed
  * (name "F3", "B3.1" under interleaving: op, microbatch, chunk; cat the op;

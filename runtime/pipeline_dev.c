@@ -25,9 +25,11 @@
  * made at the first run, once pd__pipe_set_ranks has said which threads run
  * here. A stage's replicas in one process each have a context of their own
  * and sum their gradients through host memory (pd__allreduce_here);
- * recomputation redoes a forward on the device (pd__dev_recompute). Not
+ * recomputation redoes a forward on the device (pd__dev_recompute).
+ * AvgPipe's K pipelines average the weights each run leaves in the host
+ * slabs, which go back up before the next (pd__dev_push_weights). Not
  * yet: tied weights with replicated stages or under MPI, several stages per
- * MPI process, AvgPipe (refused with a line naming them). */
+ * MPI process, AvgPipe under MPI (refused with a line naming them). */
 
 /* The device interface GPU stages run on: CUDA's table (the simulated
  * device's too); none without the backend, which pd__gpu_check refuses first. */
@@ -485,6 +487,22 @@ pd_status pd__dev_push(pd__pipe *p) {
         if (st != PD_OK) pd__err_prefix("stage %d: resuming on its GPU", W->w);
     }
     p->gpush = false;
+    return st;
+}
+
+/* AvgPipe's elastic update (runtime/avgpipe.c) between runs: the host
+ * slabs' live weights, which pd__dev_end left there and the update moved,
+ * into every GPU stage of this process, the tied weights' copies too
+ * (waits). The optimizer state and the buffers stay as they are on the
+ * device: the update does not touch them (each replica keeps its own
+ * BatchNorm statistics, as on the CPU). */
+pd_status pd__dev_push_weights(pd__pipe *p) {
+    pd_status st = PD_OK;
+    for (int i = 0; i < p->nwk && st == PD_OK; i++)
+        for (int c = 0; p->wk[i].dev && c < p->nchunks && st == PD_OK; c++) {
+            st = pd__gpu_push_weights(p->wk[i].dev, c);
+            if (st != PD_OK) pd__err_prefix("stage %d: the averaged weights onto its GPU", p->wk[i].w);
+        }
     return st;
 }
 

@@ -376,6 +376,15 @@ pd_status pd__gpu_push(pd__gpu *d, int c, const int *bufs, int nb) {
     return d->dev.i->sync(d->dev.c);
 }
 
+/* After AvgPipe's elastic update: the host slab's live weights into chunk
+ * c and the tied weights' copies (waits); its optimizer state on the device
+ * is what the host holds already. */
+pd_status pd__gpu_push_weights(pd__gpu *d, int c) {
+    PD_TRY(d->dev.i->bind(d->dev.c));
+    PD_TRY(pd__gpack(d, &d->ch[c], d->hparams, d->ch[c].w, true));
+    return pd__gpu_shared_up(d, c); /* (syncs) */
+}
+
 /* ---- links ---- */
 
 typedef struct pd__gbuf {

@@ -100,6 +100,8 @@ pd_status pd__gpu_push_stash(pd__gpu *d, int c, int h, const float *host);
  * optimizer state, the tied weights' copies) and host slot 0's bufs[0..nb)
  * into chunk c's device memory (waits). */
 pd_status pd__gpu_push(pd__gpu *d, int c, const int *bufs, int nb);
+/* Only the live weights and the tied weights' copies (waits). */
+pd_status pd__gpu_push_weights(pd__gpu *d, int c);
 
 /* Link l's buffers: n per direction; lo: a thread of stage l, hi: one of
  * stage l+1 (their devices' contexts: buffers on the receiver's device

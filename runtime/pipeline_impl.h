@@ -264,6 +264,7 @@ pd_status pd__dev_end(pd__pipe *p, bool ok);
 pd_status pd__dev_refuse(const char *what);
 pd_status pd__dev_snap(pd__wk *W, bool pre);
 pd_status pd__dev_push(pd__pipe *p);
+pd_status pd__dev_push_weights(pd__pipe *p);
 
 /* ---- shared between the pipeline's files (pipeline*.c: one concern each) ---- */
 

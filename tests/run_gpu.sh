@@ -33,6 +33,7 @@ t "train-cuda-tf32 (3x PyTorch's tf32 spread, else 3e-2)" "$bin/tests/test_train
 t "train-cuda-bf16 (3x PyTorch's bf16 spread, else 1e-1)" "$bin/tests/test_train" --device cuda --precision bf16 --tol 1e-1 --spread "$spread" "$fx"
 t "pipeline-cuda (2-4 stages on one GPU against one stage, 1e-4)" "$bin/tests/test_pipeline" --device cuda "$fx"
 t "checkpoint-cuda (snapshots and bitwise resume of GPU stages)" "$bin/tests/test_checkpoint" --device cuda "$fx"
+t "avgpipe-cuda (2-3 parallel pipelines of GPU stages against CPU stages, 1e-3)" "$bin/tests/test_avgpipe" --device cuda "$fx"
 t "cli-cuda" tests/test_cli_cuda.sh "$bin/pdonnx" .
 # GPU stages in two processes over NCCL: only from a build with MPI and NCCL, on two GPUs or more
 if [ -x "$bin/tests/test_nccl" ] && command -v mpirun >/dev/null && [ "$(nvidia-smi -L 2>/dev/null | wc -l)" -ge 2 ]; then

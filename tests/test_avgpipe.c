@@ -17,7 +17,13 @@
  *   keep;
  * - refused: alpha > 1/K, asynchronous schedules;
  * - the tuner (plan --algo avgpipe) on a hand-made chain where K and m follow
- *   in closed form, with and without a memory limit (test_tuner).
+ *   in closed form, with and without a memory limit (test_tuner);
+ * - --device cuda (suites devsim and cuda; 77 without a GPU): K = 2 and 3
+ *   pipelines of GPU stages against the same runs on CPU stages (avgpipe,
+ *   flush, gpipe, zb-h1, interleaved; replicated stages, stages on several
+ *   GPUs, runs ending between updates, momentum; cnn_bn with a replica;
+ *   the tied fixture, its table read on two and three stages): every loss
+ *   and weight bitwise on the simulated device (check_device).
  */
 #include "../core/plan.h"
 #include "../core/schedule.h"
@@ -25,6 +31,9 @@
 #include "../runtime/avgpipe.h"
 #include "../runtime/data.h"
 #include "../runtime/pipeline.h"
+#ifdef PD_HAVE_CUDA
+#include "../runtime/cuda/cuda.h" /* pd__cuda_is_sim */
+#endif
 #include "check.h"
 
 #include <math.h>
@@ -32,7 +41,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { BATCH = 8, M = 4, STEPS = 25, MAXK = 2 };
+enum { BATCH = 8, M = 4, STEPS = 25, MAXK = 3 };
 
 static void test_elastic_formula(void) {
     /* K = 2, alpha = 0.25, centre (2, 0):
@@ -253,20 +262,45 @@ static pd_status one_pipe(fixture *f, int stages, pd__sched_kind kind, int steps
     return st;
 }
 
+/* What avg_run trains: K pipelines of `stages` workers (each of `chunks`
+ * virtual stages under interleaved), reps (NULL: none) replicas per worker,
+ * spread > 0: worker w's stages on GPU w % spread (the CPU run ignores it);
+ * tie (NULL: none): a node moved to the last stage (the tied fixture's
+ * reader of the shared table, so two stages read it). */
+typedef struct avg_cfg {
+    int K, stages, chunks;
+    const int *reps;
+    int spread;
+    pd__sched_kind kind;
+    double alpha;
+    int every, steps, chunk;
+    const char *tie;
+} avg_cfg;
+
 /* K pipelines through pd__avg: pipeline i takes stream minibatches i, i+K,
  * ...; runs of `chunk` steps (steps when 0). g: K graphs (g[0] keeps the
- * centre); loss: the per-step mean over the pipelines. */
-static pd_status avg_run(fixture *f, int K, int stages, pd__sched_kind kind, double alpha, int every, int steps,
-                         int chunk, pd_graph **g, double *loss, int64_t *updates) {
+ * centre); loss: the per-step mean over the pipelines; per (may be NULL):
+ * K * steps, pipeline i's step t at i * steps + t. */
+static pd_status avg_run(fixture *f, const avg_cfg *c, pd_graph **g, double *loss, double *per, int64_t *updates) {
+    int K = c->K, steps = c->steps, chunk = c->chunk;
     pd_plan *plan = NULL;
     pd__avg *a = NULL;
     pd_tensor xs[MAXK] = {{0}}, ys[MAXK] = {{0}}, ins[MAXK][2];
     const pd_tensor *inp[MAXK];
-    pd_step_result *res = calloc((size_t)steps, sizeof *res);
-    pd_status st = res ? PD_OK : pd__err(PD_ERR_NOMEM, "out of memory");
+    pd_step_result *res = calloc((size_t)steps, sizeof *res), *pr = calloc((size_t)(K * steps), sizeof *pr);
+    pd_status st = res && pr ? PD_OK : pd__err(PD_ERR_NOMEM, "out of memory");
+    int chunks = c->chunks > 1 ? c->chunks : 1;
     for (int i = 0; i < K && st == PD_OK; i++) st = load(f, BATCH / M, &g[i]);
-    if (st == PD_OK) st = make_plan(g[0], stages, &plan);
-    if (st == PD_OK) st = pd__avg_create(g, K, plan, &f->o, kind, M, alpha, every, &a);
+    if (st == PD_OK) st = make_plan(g[0], c->stages * chunks, &plan);
+    if (st == PD_OK) plan->chunks = chunks;
+    for (int s = 0; st == PD_OK && c->reps && s < c->stages; s++) plan->stage[s].replicas = c->reps[s];
+    for (int i = 0; st == PD_OK && c->tie && i < g[0]->nnodes; i++)
+        if (!strcmp(g[0]->nodes[i].name, c->tie)) plan->fwd_stage[i] = plan->bwd_stage[i] = plan->n_stages - 1;
+    for (int s = 0; st == PD_OK && c->spread > 0 && s < plan->n_stages; s++) {
+        plan->stage[s].has_device = true;
+        plan->stage[s].device = s % c->stages % c->spread; /* a worker's chunks share its device */
+    }
+    if (st == PD_OK) st = pd__avg_create(g, K, plan, &f->o, c->kind, M, c->alpha, c->every, &a);
     for (int i = 0; i < K && st == PD_OK; i++) st = stream(f, i, K, steps, &xs[i], &ys[i]);
     if (chunk <= 0) chunk = steps;
     for (int done = 0; st == PD_OK && done < steps; done += chunk) {
@@ -281,7 +315,10 @@ static pd_status avg_run(fixture *f, int K, int stages, pd__sched_kind kind, dou
             ins[i][1].data = lv[i].data = (char *)ys[i].data + yr * BATCH * (size_t)done;
             inp[i] = ins[i];
         }
-        st = pd__avg_run(a, n, inp, lv, res + done, NULL);
+        st = pd__avg_run(a, n, inp, lv, res + done, pr + (size_t)K * (size_t)done);
+        const pd_step_result *got = pr + (size_t)K * (size_t)done; /* this run's n steps, pipeline by pipeline */
+        for (int i = 0; st == PD_OK && per && i < K; i++)
+            for (int k = 0; k < n; k++) per[i * steps + done + k] = got[i * n + k].loss;
     }
     for (int k = 0; st == PD_OK && k < steps; k++) loss[k] = res[k].loss;
     if (updates) *updates = pd__avg_updates(a);
@@ -289,6 +326,7 @@ static pd_status avg_run(fixture *f, int K, int stages, pd__sched_kind kind, dou
     pd_plan_destroy(plan);
     for (int i = 0; i < K; i++) free(xs[i].data), free(ys[i].data);
     free(res);
+    free(pr);
     return st;
 }
 
@@ -318,7 +356,8 @@ static void check_exact(fixture *f) {
         for (int i = 0; i < 2 && st == PD_OK; i++) {
             for (int chunk = 0; chunk <= 7; chunk += 7) {
                 pd_graph *g1[1] = {NULL};
-                st = avg_run(f, 1, stages, kinds[i], 0, 0, STEPS, chunk, g1, la, NULL);
+                avg_cfg c = {1, stages, 1, NULL, 0, kinds[i], 0, 0, STEPS, chunk, NULL};
+                st = avg_run(f, &c, g1, la, NULL, NULL);
                 wl = st == PD_OK ? loss_diff(lf, la, STEPS) : -1;
                 ww = st == PD_OK ? weight_diff(gf, g1[0], &n) : -1;
                 CHECK(st == PD_OK && wl == 0 && ww == 0 && n > 0,
@@ -349,7 +388,8 @@ static void check_converges(fixture *f, int steps, int stages) {
     if (st == PD_OK) st = one_pipe(f, stages, PD_SCHED_FLUSH, steps, &g1, l1);
     double lr = f->o.lr;
     f->o.lr = lr * 1.5; /* (K+1)/K: the centre drifts at K/(K+1) of SGD's speed (see below) */
-    if (st == PD_OK) st = avg_run(f, 2, stages, PD_SCHED_AVGPIPE, alpha, every, steps, 0, g2, l2, &updates);
+    avg_cfg c = {2, stages, 1, NULL, 0, PD_SCHED_AVGPIPE, alpha, every, steps, 0, NULL};
+    if (st == PD_OK) st = avg_run(f, &c, g2, l2, NULL, &updates);
     f->o.lr = lr;
     double single = st == PD_OK ? full_loss(f, g1) : NAN, centre = st == PD_OK ? full_loss(f, g2[0]) : NAN;
     int n = 0;
@@ -386,6 +426,87 @@ static void check_refusals(fixture *f) {
     pd_graph_destroy(g[1]);
 }
 
+/* ---- GPU stages (--device cuda) ------------------------------------------------ */
+
+/* The difference of a from b relative to b's size plus scale (0: bitwise equal). */
+static double rel(double a, double b, double scale) { return a == b ? 0 : fabs(a - b) / (fabs(b) + scale + 1e-12); }
+
+/* The same AvgPipe run on CPU stages and on GPU stages (f->o's device; opt
+ * the optimizer): every pipeline's every step loss and every float
+ * initializer of every graph afterwards (the centre, and pipeline i's own
+ * BatchNorm statistics) within tol relatively (weights: to their size plus
+ * the tensor's mean magnitude; 0 on the simulated device,
+ * which runs the CPU's kernels: bitwise), and the same elastic updates. The
+ * GPU stages' weights go down after each run, the update runs on the host,
+ * and they go back up (pd__pipe_slabs_changed): without that upload the GPU
+ * pipelines would never see the averaging. */
+static void check_device(fixture *f, const avg_cfg *c, pd_optimizer_kind opt, double tol) {
+    enum { NL = MAXK * STEPS };
+    pd_graph *ga[MAXK] = {NULL}, *gb[MAXK] = {NULL};
+    double la[STEPS], lb[STEPS], pa[NL], pb[NL], worst = 0;
+    int64_t ua = -1, ub = -2;
+    pd_train_options dev = f->o;
+    f->o.device = PD_DEVICE_CPU;
+    f->o.optimizer = opt;
+    pd_status st = avg_run(f, c, ga, la, pa, &ua);
+    f->o.device = dev.device;
+    if (st == PD_OK) st = avg_run(f, c, gb, lb, pb, &ub);
+    f->o = dev;
+    int same = 0, n = 0, weights = 0;
+    for (int k = 0; st == PD_OK && k < c->K * c->steps; k++, n++) {
+        double e = rel(pb[k], pa[k], 0);
+        same += e <= tol;
+        if (!(e <= worst)) worst = e;
+    }
+    for (int i = 0; st == PD_OK && i < c->K; i++)
+        for (int t = 0; t < ga[i]->ntensors; t++) {
+            const pd__tensor *x = &ga[i]->tensors[t], *y = &gb[i]->tensors[t];
+            if (x->kind != PD_T_INIT || x->dtype != PD_FLOAT) continue;
+            const float *p = x->data, *q = y->data;
+            double scale = 0; /* the tensor's mean magnitude: near-zero weights are not held to their own size */
+            for (int64_t j = 0; j < x->numel; j++) scale += fabs(p[j]) / (double)x->numel;
+            bool eq = true;
+            for (int64_t j = 0; j < x->numel; j++) {
+                double e = rel(q[j], p[j], scale);
+                eq = eq && e <= tol;
+                if (!(e <= worst)) worst = e;
+            }
+            same += eq, n++, weights++;
+        }
+    char shape[96] = "";
+    for (int s = 0; c->reps && s < c->stages; s++)
+        snprintf(shape + strlen(shape), sizeof shape - strlen(shape), "%s%d", s ? "," : ", replicas ", c->reps[s]);
+    if (c->spread > 0) snprintf(shape + strlen(shape), sizeof shape - strlen(shape), ", on %d GPUs", c->spread);
+    if (c->tie) snprintf(shape + strlen(shape), sizeof shape - strlen(shape), ", %s on the last", c->tie);
+    CHECK(st == PD_OK && weights > 0 && same == n && ua == ub && ua == c->steps / c->every,
+          "%s, K = %d pipelines of %d stages%s%s x %d microbatches, %s, %s, alpha %g every %d%s: GPU stages against "
+          "CPU stages, %d of %d losses and weight tensors equal (largest relative difference %g, allowed %g), %lld "
+          "and %lld elastic updates%s%s",
+          f->name, c->K, c->stages, c->chunks > 1 ? " x 2 chunks" : "", shape, M, pd__sched_kind_name(c->kind),
+          opt == PD_OPT_SGD ? "sgd" : "momentum", c->alpha, c->every, c->chunk ? ", runs of 7 steps" : "", same, n,
+          worst, tol, (long long)ua, (long long)ub, st ? ": " : "", st ? pd_last_error() : "");
+    for (int i = 0; i < MAXK; i++) pd_graph_destroy(ga[i]), pd_graph_destroy(gb[i]);
+}
+
+/* K = 2 and 3, flushing schedules (avgpipe, flush, gpipe, zb-h1,
+ * interleaved), replicated stages, stages spread over GPUs, runs that end
+ * between elastic updates, momentum's state. */
+static void check_devices(fixture *f, double tol) {
+    static const int r12[] = {1, 2}, r21[] = {2, 1};
+    const avg_cfg cs[] = {
+        {2, 2, 1, NULL, 0, PD_SCHED_AVGPIPE, 0.25, 4, STEPS, 0, NULL},
+        {3, 2, 1, NULL, 0, PD_SCHED_FLUSH, 0.25, 3, STEPS, 7, NULL},
+        {2, 3, 1, NULL, 0, PD_SCHED_GPIPE, 0.4, 2, STEPS, 0, NULL},
+        {3, 2, 1, NULL, 0, PD_SCHED_ZB_H1, 0.3, 5, STEPS, 0, NULL},
+        {2, 2, 2, NULL, 0, PD_SCHED_INTERLEAVED, 0.25, 4, STEPS, 0, NULL},
+        {2, 2, 1, r12, 0, PD_SCHED_FLUSH, 0.25, 4, STEPS, 0, NULL},
+        {3, 2, 1, r21, 0, PD_SCHED_AVGPIPE, 0.25, 3, STEPS, 7, NULL},
+        {2, 3, 1, NULL, 3, PD_SCHED_AVGPIPE, 0.25, 4, STEPS, 0, NULL},
+    };
+    for (int i = 0; i < (int)(sizeof cs / sizeof *cs); i++)
+        check_device(f, &cs[i], i % 2 ? PD_OPT_MOMENTUM : PD_OPT_SGD, tol);
+}
+
 static bool fixture_open(fixture *f, const char *fixtures, const char *name) {
     char p[1200];
     memset(f, 0, sizeof *f);
@@ -412,9 +533,43 @@ static void fixture_close(fixture *f) {
     pd_tensor_free(&f->Y);
 }
 
+/* --device cuda: the GPU checks only (77 without a GPU); bitwise on the simulated device. */
+static int main_device(const char *fixtures) {
+    if (pd_cuda_device_count() == 0) {
+        printf("skipped: no CUDA GPU (or a build without the CUDA backend)\n");
+        return 77;
+    }
+    double tol = 1e-3; /* a GPU's kernels sum in other orders than the CPU's */
+#ifdef PD_HAVE_CUDA
+    if (pd__cuda_is_sim()) tol = 0;
+#endif
+    const char *names[] = {"mlp", "cnn_bn", "tied"};
+    for (int m = 0; m < 3; m++) {
+        fixture f;
+        if (fixture_open(&f, fixtures, names[m])) {
+            f.o.device = PD_DEVICE_CUDA;
+            if (m == 0) check_devices(&f, tol);
+            if (m == 1) { /* BatchNorm: running statistics (replica 0's in each graph) stay each pipeline's own */
+                static const int r21[] = {2, 1};
+                avg_cfg c = {2, 2, 1, r21, 0, PD_SCHED_FLUSH, 0.25, 4, STEPS, 0, NULL};
+                check_device(&f, &c, PD_OPT_MOMENTUM, tol);
+            }
+            if (m == 2) { /* tied weights: the last stage's copy of the table takes the averaged weights too */
+                avg_cfg c2 = {2, 2, 1, NULL, 0, PD_SCHED_FLUSH, 0.25, 4, STEPS, 0, "/Transpose"};
+                avg_cfg c3 = {3, 3, 1, NULL, 0, PD_SCHED_GPIPE, 0.25, 3, STEPS, 7, "/Transpose"};
+                check_device(&f, &c2, PD_OPT_MOMENTUM, tol);
+                check_device(&f, &c3, PD_OPT_SGD, tol);
+            }
+        }
+        fixture_close(&f);
+    }
+    return check_summary();
+}
+
 int main(int argc, char **argv) {
+    if (argc == 4 && !strcmp(argv[1], "--device") && !strcmp(argv[2], "cuda")) return main_device(argv[3]);
     if (argc < 2) {
-        fprintf(stderr, "usage: test_avgpipe FIXTURES_DIR\n");
+        fprintf(stderr, "usage: test_avgpipe [--device cuda] FIXTURES_DIR\n");
         return 2;
     }
     test_elastic_formula();

@@ -6,7 +6,9 @@
 # (3e-2 and 1e-1), writes metrics and a trained model that runs; as a
 # pipeline of 2 stages on the GPU (--stages 2, flush and gpipe) with the same
 # losses, and a run of GPU stages killed after a checkpoint and resumed gives
-# the uninterrupted run's model bitwise; profile --device cuda
+# the uninterrupted run's model bitwise; AvgPipe's 2 and 3 pipelines of GPU
+# stages give the CPU stages' losses and centre (bitwise on the simulated
+# device); profile --device cuda
 # writes a profile that says cuda; a model whose every op runs on the GPU.
 #   test_cli_cuda.sh PDONNX SOURCE_DIR
 set -u
@@ -78,6 +80,29 @@ for sch in flush 2bw; do
     ok "train --device cuda --stages 2 --schedule $sch: killed after a checkpoint, resumed: the same model bitwise and the same 1500 losses"
   else
     notok "train --device cuda --stages 2 --schedule $sch, killed ($killed) and resumed (rc $rc): $(tail -c 300 "$tmp/out")"
+  fi
+done
+# AvgPipe's K pipelines of GPU stages (elastic updates on the host copies, uploaded again): the CPU stages'
+# losses (every pipeline's) and centre, bitwise on the simulated device (its kernels are the CPU's), else 1e-4
+case ${PDONNX_CUDA_MODULE:-} in sim*) sim=1 ;; *) sim=0 ;; esac
+avcols() { sed 's/"samples_per_s": [^,]*, //' "$1"; } # the step, losses (each pipeline's too), lr, epoch
+for kk in 2:avgpipe 3:flush; do
+  K=${kk%%:*} s=${kk#*:}
+  av=(--steps 20 --no-shuffle --stages 2 --schedule $s --microbatches 4 --parallel-pipelines $K --elastic-alpha 0.25
+      --average-every 4 --optimizer momentum --lr 0.05)
+  "$pdonnx" train "$ex/digits_mlp.onnx" "${av[@]}" --metrics "$tmp/avgc-$K.jsonl" --save "$tmp/avgc-$K.onnx" \
+    >"$tmp/out" 2>&1 || notok "train --parallel-pipelines $K on the CPU: $(tail -c 300 "$tmp/out")"
+  if "$pdonnx" train "$ex/digits_mlp.onnx" "${av[@]}" --device cuda --metrics "$tmp/avgg-$K.jsonl" \
+       --save "$tmp/avgg-$K.onnx" >"$tmp/out" 2>&1 && grep -q "5 elastic updates" "$tmp/out" &&
+     [ "$(grep -c "\"pipeline_loss\": \[[^]]*\]" "$tmp/avgg-$K.jsonl")" -eq 20 ] &&
+     if [ $sim = 1 ]; then
+       [ "$(avcols "$tmp/avgc-$K.jsonl")" = "$(avcols "$tmp/avgg-$K.jsonl")" ] && cmp -s "$tmp/avgc-$K.onnx" "$tmp/avgg-$K.onnx"
+     else
+       close "$tmp/avgc-$K.jsonl" "$tmp/avgg-$K.jsonl" 1e-4 && "$pdonnx" run "$tmp/avgg-$K.onnx" --input x="$ex/digits/val_x.npy" >/dev/null 2>&1
+     fi; then
+    ok "train --device cuda --parallel-pipelines $K --schedule $s: 5 elastic updates, the CPU's losses and centre ($([ $sim = 1 ] && echo bitwise || echo 1e-4))"
+  else
+    notok "train --device cuda --parallel-pipelines $K --schedule $s: $(tail -c 400 "$tmp/out"); losses: $(paste -d' ' <(losses "$tmp/avgc-$K.jsonl") <(losses "$tmp/avgg-$K.jsonl" 2>/dev/null) | head -5 | tr '\n' ';')"
   fi
 done
 if "$pdonnx" train "$ex/digits_mlp.onnx" --steps 5 --device cuda:0 --quiet >"$tmp/out" 2>&1; then

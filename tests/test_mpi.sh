@@ -11,6 +11,7 @@
 # refused under pipedream; replicated stages sharing processes with other
 # stages (flush with clipping, zb-h1, pipedream, 2bw, gpipe, avgpipe) the same
 # as one process too, two replicas of one stage on one rank refused once;
+# AvgPipe on GPU stages under mpirun refused once;
 # checkpoints across processes (2 stages on 2, 4 on 2, a hybrid plan,
 # replicas sharing processes; --checkpoint-every N and CheckFreq's auto,
 # agreed by the processes) resume to the uninterrupted model, bitwise. Skipped (77)
@@ -238,6 +239,17 @@ if [ $rc != 0 ] && [ "$(grep -c 'mpirun -np 2' "$tmp/log")" = 1 ]; then
   ok "3 processes for a 2-process plan: refused once ($(grep 'mpirun -np 2' "$tmp/log"))"
 else
   bad "wrong process count: rc $rc: $(cat "$tmp/log")"
+fi
+# AvgPipe's parallel pipelines of GPU stages across processes: refused once (a build with the CUDA backend;
+# the simulated device, whose CUDA API stands in for a GPU's)
+if mpi 4 "$pdonnx" train "$model" --steps 4 --stages 2 --parallel-pipelines 2 --device sim --quiet > "$tmp/log" 2>&1; then
+  bad "--parallel-pipelines 2 --device sim under mpirun ran"
+elif grep -q "no CUDA backend" "$tmp/log"; then
+  echo "# --parallel-pipelines with --device sim under mpirun: no CUDA backend, not checked"
+elif [ "$(grep -c -- '--parallel-pipelines under mpirun runs CPU stages so far' "$tmp/log")" = 1 ]; then
+  ok "--parallel-pipelines 2 --device sim on 4 processes: refused once"
+else
+  bad "--parallel-pipelines 2 --device sim on 4 processes: $(cat "$tmp/log")"
 fi
 # a data problem every process finds: reported once
 mpi 2 "$pdonnx" train "$model" --steps 5 --stages 2 --data "$tmp/missing.npy" > "$tmp/log" 2>&1

@@ -28,12 +28,13 @@ if [ -f "$build/build.ninja" ]; then
 else
   meson setup "$build" -Dcuda=enabled -Dmpi=disabled -Donednn=disabled --buildtype=release >/dev/null
 fi
-ninja -C "$build" -j2 pdonnx libpdcuda.so tests/test_cuda tests/test_train tests/test_cuda_module tests/test_pipeline tests/test_checkpoint bench/bench_train >/dev/null
+ninja -C "$build" -j2 pdonnx libpdcuda.so tests/test_cuda tests/test_train tests/test_cuda_module tests/test_pipeline tests/test_checkpoint \
+  tests/test_avgpipe bench/bench_train >/dev/null
 rm -rf "$out"
 mkdir -p "$out/tests" "$out/bench" "$out/lib"
 cp "$build/pdonnx" "$out/"
 cp "$build/tests/test_cuda" "$build/tests/test_train" "$build/tests/test_cuda_module" "$build/tests/test_pipeline" \
-  "$build/tests/test_checkpoint" "$out/tests/"
+  "$build/tests/test_checkpoint" "$build/tests/test_avgpipe" "$out/tests/"
 cp "$build/bench/bench_train" "$out/bench/"
 # the tests link libpdinternal.so, bench_train libpipedream.so.0, pdonnx the static library
 cp -L "$build"/libpipedream.so.0 "$build"/libpdinternal.so "$build"/libpdcuda.so "$out/lib/"
