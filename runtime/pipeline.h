@@ -120,6 +120,11 @@ pd_status pd__pipe_trace_events(const pd__pipe *p, char **buf, size_t *len);
 /* Test hook: the instruction op (pd__op_kind) of microbatch mb on stage s
  * fails in the following runs (stage -1: none). */
 void pd__pipe_inject_failure(pd__pipe *p, int stage, int op, int mb);
+/* The same from the environment, read when a pipeline is made:
+ * PDONNX_TEST_FAIL=STAGE:OP:MB (OP as pd__op_name spells it, "F", "STEP"):
+ * under MPI the process running that stage fails in the middle of the run
+ * (tests/test_mpi.sh, test_mpi_api.sh). Unset or malformed: nothing. */
+void pd__pipe_inject_env(pd__pipe *p);
 
 /* Trains `minibatches` steps (pipedream: a minibatch is one microbatch).
  * inputs[i] is graph input i (g->inputs order) and labels the labels, each

@@ -12,6 +12,9 @@
  * on as in ok); nan (step 3's rows
  * are NaN: the last stage's loss fails mid-run, every process must return
  * an error; exit 3 without finalizing, as a program would end the job);
+ * fail (the test sets PDONNX_TEST_FAIL: one stage's instruction fails
+ * mid-run; every process must get the error, then destroy, finalize and
+ * exit 1: the job ends cleanly, no MPI_Abort);
  * ckpt (checkpoints into CKPT_DIR every 10 steps, all kept); resume
  * (pd_trainer_resume from CKPT_DIR first, prints "resumed at step S", then
  * repeats the call the checkpoint was taken in: the steps after S print);

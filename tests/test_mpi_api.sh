@@ -5,7 +5,9 @@
 # same per-step results (exactly) and saves the same model (bitwise) as the
 # same program in one process, under every schedule; an argument error on
 # one process is an error on every process, naming it, and the job goes on;
-# a failure in the middle of a run is an error on every process (no hang);
+# a failure in the middle of a run is an error on every process (no hang),
+# a failure injected on rank 0 or rank 1 too, each process then exiting 1
+# without MPI_Abort;
 # a plan for another process count is refused on every process;
 # checkpoints written across the processes and a resume from one; a
 # replicated stage sharing processes with another stage likewise.
@@ -132,6 +134,26 @@ if [ $rc != 0 ] && [ $rc != 124 ] && [ "$(grep -c "^rank [01]: error: rank 1: .*
 else
   bad "two stages per process, a failure mid-run (exit $rc): $(grep -v '^step' "$tmp/nan.txt" | head -5)"
 fi
+
+# a failure injected mid-run (PDONNX_TEST_FAIL=STAGE:OP:MB) in rank 0's stage, then in rank 1's:
+# every process's pd_trainer_train returns the same error, naming the failing rank, its stage and
+# step; then each destroys its trainer, finalizes and exits 1 (a wrapper prints each exit status):
+# the job ends cleanly, without MPI_Abort, in seconds
+for f in 0:F:9 1:B:9; do
+  r=${f%%:*} op=$(echo "$f" | cut -d: -f2)
+  start=$(date +%s)
+  PDONNX_TEST_FAIL=$f mpi 2 sh -c '"$0" "$@"; echo "exit $?"' "$prog" "$model" "$tmp/p2.json" flush 4 6 \
+    "$tmp/f.onnx" fail > "$tmp/fail.txt" 2>&1
+  rc=$?
+  took=$(($(date +%s) - start))
+  if [ $rc = 0 ] && [ "$(grep -c '^exit 1$' "$tmp/fail.txt")" = 2 ] &&
+     [ "$(grep -c "^rank [01]: error: rank $r: .*stage $r, step 3, $op of microbatch 9: injected failure" "$tmp/fail.txt")" = 2 ] &&
+     ! grep -qi "abort" "$tmp/fail.txt" && [ $took -lt 60 ]; then
+    ok "a failure injected on rank $r ($op of microbatch 9): the same error on both processes, both exit 1 (${took}s)"
+  else
+    bad "a failure injected on rank $r (exit $rc, ${took}s): $(grep -v '^step' "$tmp/fail.txt" | head -5)"
+  fi
+done
 
 # a plan for 2 processes on 3: refused on every process, which end cleanly
 mpi 3 "$prog" "$model" "$tmp/p2.json" flush 4 2 "$tmp/x.onnx" ok > "$tmp/np.txt" 2>&1
