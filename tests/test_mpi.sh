@@ -5,7 +5,8 @@
 # (stage 0 replicated on two processes, stage 1 on a third; flush, gpipe,
 # pipedream) too; a process
 # killed mid-run ends the job within seconds, non-zero; a process that fails
-# names its rank, stage and step; a data problem every process finds is
+# names its rank, stage and step (once), every process exiting 1 without
+# MPI_Abort; a data problem every process finds is
 # reported once; tied weights (a table read on the first and last stage)
 # under gpipe, flush, zb-h1 and interleaved the same as one process too, and
 # refused under pipedream; replicated stages sharing processes with other
@@ -262,6 +263,26 @@ if [ -s "$tmp/nan_x.npy" ]; then
 else
   echo "(no numpy: the failing-process check skipped)"
 fi
+# a failure injected mid-run (PDONNX_TEST_FAIL=STAGE:OP:MB, the library's test hook) in rank 0's
+# stage, then in rank 1's, with checkpoints every step: every process exits 1 (a wrapper prints each
+# exit status), one error line names the failing rank, its stage and step, and the job ends without
+# MPI_Abort, in seconds (rank 0's writer waits for no part that will not come)
+for f in 0:F:9 1:B:9; do
+  r=${f%%:*} op=$(echo "$f" | cut -d: -f2)
+  start=$(date +%s)
+  PDONNX_TEST_FAIL=$f mpi 2 sh -c '"$0" "$@"; echo "exit $?"' "$pdonnx" train "$model" --steps 20 --stages 2 \
+    --schedule flush --microbatches 4 --checkpoint-dir "$tmp/fck$r" --checkpoint-every 1 --save "$tmp/f.onnx" \
+    --quiet > "$tmp/log" 2>&1
+  rc=$?
+  took=$(($(date +%s) - start))
+  if [ $rc = 0 ] && [ "$(grep -c '^exit 1$' "$tmp/log")" = 2 ] && [ "$(grep -c '^pdonnx: ' "$tmp/log")" = 1 ] &&
+     grep -q "^pdonnx: rank $r: .*stage $r, step 3, $op of microbatch 9: injected failure" "$tmp/log" &&
+     ! grep -qi "abort" "$tmp/log" && [ ! -e "$tmp/f.onnx" ] && [ $took -lt 60 ]; then
+    ok "a failure injected on rank $r: both processes exit 1, one line: $(grep '^pdonnx:' "$tmp/log") (${took}s)"
+  else
+    bad "a failure injected on rank $r: rc $rc after ${took} s: $(head -5 "$tmp/log")"
+  fi
+done
 # a process killed mid-run: the job ends within seconds, non-zero
 kill_rank 3 "pdonnx train $model --steps 200000" 2 "$pdonnx" train "$model" --steps 200000 --stages 2 --schedule flush --quiet
 if [ -n "$victim" ] && [ $rc != 0 ] && [ $took -lt 30 ]; then

@@ -245,6 +245,10 @@ pd_status pd_cli_ckpt_final(pd_cli_ckpt *c, pd__pipe *p, pd_session *s, int64_t 
     return PD_OK;
 }
 
+void pd_cli_ckpt_cancel(pd_cli_ckpt *c) {
+    if (c) pd__ckpt_writer_cancel(c->w);
+}
+
 pd_status pd_cli_ckpt_finish(pd_cli_ckpt *c, double train_s) {
     if (!c) return PD_OK;
     double pause = c->pause_ms;

@@ -37,6 +37,9 @@ pd_status pd_cli_ckpt_final(pd_cli_ckpt *c, pd__pipe *p, pd_session *s, int64_t 
 /* Waits for the writer; prints what checkpointing cost (unless quiet); frees c.
  * train_s: the training time the pause is a fraction of. */
 pd_status pd_cli_ckpt_finish(pd_cli_ckpt *c, double train_s);
+/* The run failed (before pd_cli_ckpt_finish): a checkpoint waiting for
+ * another process's part, which may never come, fails at once. */
+void pd_cli_ckpt_cancel(pd_cli_ckpt *c);
 
 /* --resume DIR: the newest valid checkpoint (a skipped one is reported on
  * stderr); its info must match `expect` in every field resume depends on,
