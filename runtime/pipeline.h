@@ -192,6 +192,11 @@ void pd__pipe_snap_release(pd__pipe *p);
  * pd__pipe_aborted says the run was stopped. */
 pd_status pd__pipe_snap_agree(pd__pipe *p, double *v, int64_t n);
 bool pd__pipe_aborted(pd__pipe *p);
+struct pd__ckpt_writer;
+/* Under MPI: a checkpoint writer of this pipeline's runs (pd__ckpt_writer_watch)
+ * stops the run on its first error, and stops waiting for other processes'
+ * parts when the run failed; one process: nothing (its errors come at the end). */
+void pd__pipe_watch_writer(pd__pipe *p, struct pd__ckpt_writer *w);
 /* Snapshots taken in every run so far, and the pause they cost in total
  * (per snapshot, the longest any worker spent waiting for and copying it). */
 void pd__pipe_snap_stats(pd__pipe *p, int64_t *taken, double *pause_ms);

@@ -364,8 +364,10 @@ static pd_status pd__trainer_begin(pd_trainer *t, int64_t s0, int64_t n) {
     pd__snap_hooks h = {pd__trainer_want, pd__trainer_ready, t};
     PD_TRY(pd__pipe_set_snap_hooks(t->pipe, &h));
     /* under MPI each process writes its stages' parts, rank 0 the manifest once all are in */
-    return t->mpi ? pd__ckpt_writer_start_dist(t->dir, t->keep, t->nstages, t->rank == 0, &t->w)
-                  : pd__ckpt_writer_start(t->dir, t->keep, &t->w);
+    PD_TRY(t->mpi ? pd__ckpt_writer_start_dist(t->dir, t->keep, t->nstages, t->rank == 0, &t->w)
+                  : pd__ckpt_writer_start(t->dir, t->keep, &t->w));
+    pd__pipe_watch_writer(t->pipe, t->w); /* under MPI a failed write stops the run everywhere */
+    return PD_OK;
 }
 
 /* The end of a call: its final state as the last checkpoint (st: the run's

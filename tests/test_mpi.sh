@@ -283,6 +283,25 @@ for f in 0:F:9 1:B:9; do
     bad "a failure injected on rank $r: rc $rc after ${took} s: $(head -5 "$tmp/log")"
   fi
 done
+# a checkpoint part that fails to be written mid-run (PDONNX_TEST_FAIL_CKPT=STEP:PART, the
+# library's test hook): part 1 (rank 1's), then part 0 (rank 0's), at step 3 of 200. The failing
+# process's writer stops its run and tells the others; rank 0's writer stops waiting for the
+# part: both exit 1, one line naming the rank and the checkpoint, in seconds (it waited 600 s
+# for the part before, its stage blocked behind the writer)
+for f in 3:1 3:0; do
+  r=${f#*:}
+  start=$(date +%s)
+  PDONNX_TEST_FAIL_CKPT=$f mpi 2 sh -c '"$0" "$@"; echo "exit $?"' "$pdonnx" train "$model" --steps 200 --stages 2 \
+    --schedule flush --microbatches 4 --checkpoint-dir "$tmp/fckw$r" --checkpoint-every 1 --quiet > "$tmp/log" 2>&1
+  rc=$?
+  took=$(($(date +%s) - start))
+  if [ $rc = 0 ] && [ "$(grep -c '^exit 1$' "$tmp/log")" = 2 ] && [ "$(grep -c '^pdonnx: ' "$tmp/log")" = 1 ] &&
+     grep -q "^pdonnx: rank $r: .*checkpoint at step 3: .*part $r: injected failure" "$tmp/log" && [ $took -lt 60 ]; then
+    ok "checkpoint part $r failing at step 3: both processes exit 1 in ${took}s: $(grep '^pdonnx:' "$tmp/log")"
+  else
+    bad "checkpoint part $r failing at step 3: rc $rc after ${took} s: $(head -5 "$tmp/log")"
+  fi
+done
 # a process killed mid-run: the job ends within seconds, non-zero
 kill_rank 3 "pdonnx train $model --steps 200000" 2 "$pdonnx" train "$model" --steps 200000 --stages 2 --schedule flush --quiet
 if [ -n "$victim" ] && [ $rc != 0 ] && [ $took -lt 30 ]; then

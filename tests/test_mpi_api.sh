@@ -6,8 +6,8 @@
 # same program in one process, under every schedule; an argument error on
 # one process is an error on every process, naming it, and the job goes on;
 # a failure in the middle of a run is an error on every process (no hang),
-# a failure injected on rank 0 or rank 1 too, each process then exiting 1
-# without MPI_Abort;
+# a failure injected on rank 0 or rank 1 too, and a checkpoint part that
+# fails to be written, each process then exiting 1 without MPI_Abort;
 # a plan for another process count is refused on every process;
 # checkpoints written across the processes and a resume from one; a
 # replicated stage sharing processes with another stage likewise.
@@ -154,6 +154,22 @@ for f in 0:F:9 1:B:9; do
     bad "a failure injected on rank $r (exit $rc, ${took}s): $(grep -v '^step' "$tmp/fail.txt" | head -5)"
   fi
 done
+
+# a checkpoint part failing to be written mid-run (PDONNX_TEST_FAIL_CKPT=STEP:PART): rank 1's part
+# of the checkpoint at step 10 of 30: its writer stops the run and tells rank 0, whose writer stops
+# waiting for the part: the same error on both processes, both exit 1, in seconds
+start=$(date +%s)
+PDONNX_TEST_FAIL_CKPT=10:1 mpi 2 sh -c '"$0" "$@"; echo "exit $?"' "$prog" "$model" "$tmp/p2.json" flush 4 30 \
+  "$tmp/f.onnx" ckpt "$tmp/fck" > "$tmp/fail.txt" 2>&1
+rc=$?
+took=$(($(date +%s) - start))
+if [ $rc = 0 ] && [ "$(grep -c '^exit 1$' "$tmp/fail.txt")" = 2 ] &&
+   [ "$(grep -c "^rank [01]: error: rank 1: .*checkpoint at step 10: .*part 1: injected failure" "$tmp/fail.txt")" = 2 ] &&
+   [ $took -lt 60 ]; then
+  ok "rank 1's checkpoint part failing at step 10: the same error on both processes, both exit 1 (${took}s)"
+else
+  bad "rank 1's checkpoint part failing (exit $rc, ${took}s): $(grep -v '^step' "$tmp/fail.txt" | head -5)"
+fi
 
 # a plan for 2 processes on 3: refused on every process, which end cleanly
 mpi 3 "$prog" "$model" "$tmp/p2.json" flush 4 2 "$tmp/x.onnx" ok > "$tmp/np.txt" 2>&1

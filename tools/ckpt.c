@@ -182,6 +182,7 @@ pd_status pd_cli_ckpt_attach(pd_cli_ckpt *c, pd__pipe *p, void (*progress)(void 
     if (c->nparts > 1024) return pd__err(PD_ERR_UNSUPPORTED, "checkpoints: more than 1024 stages");
     pd__snap_hooks h = {pd__want, pd__ready, c};
     PD_TRY(pd__pipe_set_snap_hooks(p, &h));
+    pd__pipe_watch_writer(p, c->w); /* under MPI a failed write stops the run everywhere */
     for (int w = 0; w < c->nparts; w++) {
         const void *d;
         size_t n;
