@@ -478,6 +478,26 @@ for plan in t2:2 t3:3; do
   fi
 done
 
+# --val under mpirun with per-stage loading: rank 0 would validate holding its stages' weights only
+# (it crashed on another stage's missing weight): refused once, before training; gathered
+# (PDONNX_LAZY_WEIGHTS=0) it validates
+if [ -x "$gen_mlp" ]; then
+  sm=$tmp/sm
+  mkdir -p "$sm" && "$gen_mlp" "$sm" 3 64 64 > /dev/null
+  vargs=("$sm/mlp.onnx" --data "$sm/x.npy" --labels "$sm/y.npy" --val "$sm/x.npy" "$sm/y.npy" --steps 5 --stages 2 --batch 8
+         --microbatches 2)
+  mpi 2 "$pdonnx" train "${vargs[@]}" > "$tmp/log" 2>&1
+  rc=$?
+  PDONNX_LAZY_WEIGHTS=0 mpi 2 "$pdonnx" train "${vargs[@]}" > "$tmp/log2" 2>&1
+  rc2=$?
+  if [ $rc != 0 ] && [ "$(grep -c -- '--val under mpirun with per-stage loading' "$tmp/log")" = 1 ] && ! grep -q '^step' "$tmp/log" &&
+     [ $rc2 = 0 ] && grep -q '^validation: loss' "$tmp/log2"; then
+    ok "--val with per-stage loading under mpirun: refused once before training; gathered, it validates"
+  else
+    bad "--val with per-stage loading: rc $rc/$rc2: $(head -3 "$tmp/log") / $(tail -2 "$tmp/log2")"
+  fi
+fi
+
 # per-stage loading (docs/DISTRIBUTED.md): a 100 MB MLP whose weights are external data (made here by
 # gen_mlp); each of two processes reads and keeps only its stage's weights, gradients and Adam state:
 # its peak resident memory is under 65% of one process training the same plan alone (one process:

@@ -21,7 +21,8 @@
  * lazy (the graph loaded with lazy_weights, an external-data model: each
  * process holds its stages' weights only; pd_trainer_save writes the model,
  * every process its stages' files; then, after pd_trainer_destroy,
- * pd_graph_save on rank 0 prints "rank 0: refused: MESSAGE" under MPI).
+ * pd_graph_save on rank 0 prints "rank 0: refused: MESSAGE" under MPI, and
+ * pd_session_create "rank 0: session refused: MESSAGE").
  * PD_TEST_DEVICE (cuda, cuda:N) trains on the GPU: the plan's stages name
  * their devices (tests/test_nccl_pipe.sh, messages over NCCL).
  */
@@ -117,6 +118,10 @@ int main(int argc, char **argv) {
         char again[4096];
         snprintf(again, sizeof again, "%s.again.onnx", out);
         printf("rank 0: %s: %s\n", pd_graph_save(g, again) != PD_OK ? "refused" : "saved (NOT OK)", pd_last_error());
+        pd_session *vs = NULL; /* a session (validation) on it: refused too, not a crash on a missing weight */
+        printf("rank 0: session %s: %s\n", pd_session_create(g, &tr, &vs) != PD_OK ? "refused" : "made (NOT OK)",
+               pd_last_error());
+        pd_session_destroy(vs);
     }
     pd_plan_destroy(plan);
     pd_graph_destroy(g);

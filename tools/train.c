@@ -1088,6 +1088,11 @@ static bool pd__train_load(pd__trun *t) {
     for (int i = 0; i < t->g->ntensors; i++)
         deferred |= pd__deferred(&t->g->tensors[i]), half |= t->g->tensors[i].file_dtype != 0;
     a->lazy = a->lazy && deferred && !half; /* float16 weights beside them: saved gathered, in their own type */
+    if (a->lazy && a->val_x && pd__mp.size > 1) { /* rank 0 validates, holding its stages' weights only */
+        fprintf(stderr, "pdonnx: --val under mpirun with per-stage loading: rank 0 holds only its stages' weights "
+                        "(PDONNX_LAZY_WEIGHTS=0 gathers them all)\n");
+        return false;
+    }
     return true;
 }
 
