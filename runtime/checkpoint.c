@@ -300,6 +300,12 @@ static void pd__shared_tmp(char *buf, size_t n, const char *dir, int64_t step) {
 pd_status pd__ckpt_write_part(const char *dir, int64_t step, int index, const void *data, size_t len) {
     char tmp[4096], f[4200], side[256];
     pd__shared_tmp(tmp, sizeof tmp, dir, step);
+    /* test hook (tests/test_mpi.sh): PDONNX_TEST_FAIL_CKPT=STEP:PART, that part's write fails */
+    const char *fv = getenv("PDONNX_TEST_FAIL_CKPT");
+    long long fs;
+    int fp;
+    if (fv && sscanf(fv, "%lld:%d", &fs, &fp) == 2 && fs == (long long)step && fp == index)
+        return pd__err(PD_ERR_IO, "%s: part %d: injected failure", tmp, index);
     if (mkdir(tmp, 0755) != 0 && errno != EEXIST) return pd__err(PD_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
     PD_TRY(pd__real_dir(tmp));
     snprintf(f, sizeof f, "%s/part-%d.bin", tmp, index);
@@ -310,9 +316,10 @@ pd_status pd__ckpt_write_part(const char *dir, int64_t step, int index, const vo
     return pd__write_atomic(f, side, (size_t)n);
 }
 
-/* cancel (may be NULL): non-zero (read atomically) ends the wait for the parts */
+/* cancel (may be NULL): non-zero (read atomically) ends the wait for the
+ * parts; so does stop(ctx) returning true (stop may be NULL) */
 static pd_status pd__finalize(const char *dir, int64_t step, const char *info_json, int nparts, int keep,
-                              double timeout_s, const int *cancel) {
+                              double timeout_s, const int *cancel, bool (*stop)(void *), void *ctx) {
     char tmp[4096], f[4200];
     pd__shared_tmp(tmp, sizeof tmp, dir, step);
     if (strlen(tmp) >= sizeof tmp - 64) return pd__err(PD_ERR_IO, "%s: path too long", dir);
@@ -332,7 +339,7 @@ static pd_status pd__finalize(const char *dir, int64_t step, const char *info_js
                 break;
             }
             clock_gettime(CLOCK_MONOTONIC, &t1);
-            if (cancel && __atomic_load_n(cancel, __ATOMIC_ACQUIRE)) {
+            if ((cancel && __atomic_load_n(cancel, __ATOMIC_ACQUIRE)) || (stop && stop(ctx))) {
                 st = pd__err(PD_ERR_IO, "%s: part %d never came (the run failed)", tmp, i);
                 break;
             }
@@ -365,7 +372,7 @@ static pd_status pd__finalize(const char *dir, int64_t step, const char *info_js
 
 pd_status pd__ckpt_finalize(const char *dir, int64_t step, const char *info_json, int nparts, int keep,
                             double timeout_s) {
-    return pd__finalize(dir, step, info_json, nparts, keep, timeout_s, NULL);
+    return pd__finalize(dir, step, info_json, nparts, keep, timeout_s, NULL, NULL, NULL);
 }
 
 void pd__ckpt_free(pd__ckpt *c) {
@@ -726,6 +733,9 @@ struct pd__ckpt_writer {
     pthread_cond_t cv;
     bool busy, quit;     /* busy: a snapshot is handed over and not yet written */
     int cancel;          /* the run failed: stop waiting for other processes' parts (atomic) */
+    bool (*stop)(void *);                 /* pd__ckpt_writer_watch's: the run failed elsewhere */
+    void (*failed)(void *, const char *); /* ... and this writer's error, told to the run */
+    void *wctx;
     int64_t step;
     char *info;
     int nparts;
@@ -753,7 +763,8 @@ static void *pd__writer_main(void *arg) {
             for (int i = 0; st == PD_OK && i < w->nparts; i++)
                 if (w->parts[i]) st = pd__ckpt_write_part(w->dir, w->step, i, w->parts[i], w->lens[i]);
             if (st == PD_OK && w->release) w->release(w->ctx), w->release = NULL;
-            if (st == PD_OK && w->final) st = pd__finalize(w->dir, w->step, w->info, w->dist, w->keep, 600, &w->cancel);
+            if (st == PD_OK && w->final)
+                st = pd__finalize(w->dir, w->step, w->info, w->dist, w->keep, 600, &w->cancel, w->stop, w->wctx);
         } else {
             st = pd__ckpt_write(w->dir, w->step, w->info, w->nparts, w->parts, w->lens, w->keep);
         }
@@ -761,9 +772,17 @@ static void *pd__writer_main(void *arg) {
         if (w->release) w->release(w->ctx);
         w->release = NULL;
         pthread_mutex_lock(&w->mu);
+        bool tell = st != PD_OK && w->err == PD_OK && w->failed;
         if (st != PD_OK && w->err == PD_OK) {
             w->err = st;
             snprintf(w->errmsg, sizeof w->errmsg, "checkpoint at step %lld: %s", (long long)w->step, pd_last_error());
+        }
+        if (tell) { /* the run stops (outside w->mu: the stages' threads take it to submit) */
+            char msg[sizeof w->errmsg];
+            snprintf(msg, sizeof msg, "%s", w->errmsg);
+            pthread_mutex_unlock(&w->mu);
+            w->failed(w->wctx, msg);
+            pthread_mutex_lock(&w->mu);
         }
         if (st == PD_OK) {
             w->written++;
@@ -845,6 +864,15 @@ int64_t pd__ckpt_writer_done(pd__ckpt_writer *w) {
 }
 
 void pd__ckpt_writer_cancel(pd__ckpt_writer *w) { __atomic_store_n(&w->cancel, 1, __ATOMIC_RELEASE); }
+
+void pd__ckpt_writer_watch(pd__ckpt_writer *w, bool (*stop)(void *ctx), void (*failed)(void *ctx, const char *msg),
+                           void *ctx) {
+    pthread_mutex_lock(&w->mu);
+    w->stop = stop;
+    w->failed = failed;
+    w->wctx = ctx;
+    pthread_mutex_unlock(&w->mu);
+}
 
 void pd__ckpt_writer_drain(pd__ckpt_writer *w) {
     pthread_mutex_lock(&w->mu);

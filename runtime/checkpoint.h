@@ -138,6 +138,13 @@ int64_t pd__ckpt_writer_done(pd__ckpt_writer *w);
 /* The run failed: a checkpoint still waiting for other processes' parts
  * (which may never come) fails at once instead of after its timeout. */
 void pd__ckpt_writer_cancel(pd__ckpt_writer *w);
+/* Under MPI (pd__pipe_watch_writer): stop(ctx), polled while waiting for
+ * other processes' parts, ends the wait when the run failed elsewhere;
+ * failed(ctx, msg), called from the writer thread on its first error, stops
+ * the run on every process, which would otherwise wait for this process's
+ * part (rank 0) or for a stage blocked behind the writer. */
+void pd__ckpt_writer_watch(pd__ckpt_writer *w, bool (*stop)(void *ctx), void (*failed)(void *ctx, const char *msg),
+                           void *ctx);
 /* Waits until everything submitted is written (or failed). */
 void pd__ckpt_writer_drain(pd__ckpt_writer *w);
 /* Waits for what was submitted; the first error of any persist (its message

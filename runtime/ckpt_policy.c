@@ -213,6 +213,7 @@ pd_status pd__ckpol_attach(pd__ckpol *c, pd__pipe *p, int64_t offset, void (*pro
     pd__pipe_snap_stats(p, &c->taken0, &c->pause_ms); /* an earlier run's (the trainer's calls) */
     pd__snap_hooks h = {pd__want, pd__ready, c};
     PD_TRY(pd__pipe_set_snap_hooks(p, &h));
+    pd__pipe_watch_writer(p, c->w); /* under MPI a failed write stops the run everywhere */
     for (int w = 0; w < n; w++) {
         const void *d;
         size_t len;

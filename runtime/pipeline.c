@@ -39,6 +39,15 @@ void pd__pipe_inject_failure(pd__pipe *p, int stage, int op, int mb) {
     p->fail_mb = mb;
 }
 
+void pd__pipe_inject_env(pd__pipe *p) {
+    const char *v = getenv("PDONNX_TEST_FAIL");
+    char op[16];
+    int s, mb;
+    if (!v || sscanf(v, "%d:%15[A-Z_]:%d", &s, op, &mb) != 3) return;
+    for (int k = 0; strcmp(pd__op_name(k), "?") != 0; k++)
+        if (strcmp(pd__op_name(k), op) == 0) pd__pipe_inject_failure(p, s, k, mb);
+}
+
 void pd__pipe_stats_get(const pd__pipe *p, int s, pd__pipe_stats *out) {
     memset(out, 0, sizeof *out);
     if (!p || s < 0 || s >= p->nworkers) return;

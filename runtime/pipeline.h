@@ -84,6 +84,11 @@ pd_status pd__pipe_trace_events(const pd__pipe *p, char **buf, size_t *len);
 /* Test hook: the instruction op (pd__op_kind) of microbatch mb on stage s
  * fails in the following runs (stage -1: none). */
 void pd__pipe_inject_failure(pd__pipe *p, int stage, int op, int mb);
+/* The same from the environment, read when a pipeline is made:
+ * PDONNX_TEST_FAIL=STAGE:OP:MB (OP as pd__op_name spells it, "F", "STEP"):
+ * under MPI the process running that stage fails in the middle of the run
+ * (tests/test_mpi.sh, test_mpi_api.sh). Unset or malformed: nothing. */
+void pd__pipe_inject_env(pd__pipe *p);
 
 /* Trains `minibatches` steps (pipedream: a minibatch is one microbatch).
  * inputs[i] is graph input i, labels the labels, each minibatches *
@@ -136,6 +141,11 @@ void pd__pipe_snap_release(pd__pipe *p);
  * pd__pipe_aborted says the run was stopped. */
 pd_status pd__pipe_snap_agree(pd__pipe *p, double *v, int64_t n);
 bool pd__pipe_aborted(pd__pipe *p);
+struct pd__ckpt_writer;
+/* Under MPI: a checkpoint writer of this pipeline's runs (pd__ckpt_writer_watch)
+ * stops the run on its first error, and stops waiting for other processes'
+ * parts when the run failed; one process: nothing (its errors come at the end). */
+void pd__pipe_watch_writer(pd__pipe *p, struct pd__ckpt_writer *w);
 /* Snapshots taken in every run so far, and the pause they cost in total
  * (per snapshot, the longest any worker spent waiting for and copying it). */
 void pd__pipe_snap_stats(pd__pipe *p, int64_t *taken, double *pause_ms);

@@ -476,6 +476,7 @@ pd_status pd__pipe_create(pd_graph *g, const pd_plan *plan, const pd_train_optio
     p->local.p = p;
     for (int i = 0; i < 4; i++) p->gn[i].t = -1;
     p->fail_stage = -1;
+    pd__pipe_inject_env(p);
     p->recompute = plan->recompute;
     bool *need = NULL; /* per virtual stage and tensor: its contexts hold it */
     uint8_t *role = NULL; /* per tensor, for one chunk's contexts (PD__G_SET, PD__G_KEEP) */

@@ -235,6 +235,7 @@ struct pd__pipe {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     bool abort;
+    bool running;   /* the stage threads run (p->mu): a checkpoint writer may then poll the transport */
     pd_status err;
     char errmsg[1024];
 };
@@ -286,6 +287,9 @@ pd_status pd__do_backward(pd__wk *W, pd__chunk *C, int mb, int32_t version, int 
 pd_status pd__do_forward(pd__wk *W, pd__chunk *C, int mb, int32_t version);
 pd_status pd__do_step(pd__wk *W, int mb, int32_t version, int k, bool *stop);
 void pd__fail(pd__pipe *p, const pd__wk *W, const pd__instr *in, pd_status st);
+/* The same for a failure outside the stages (msg: the whole message): a
+ * checkpoint writer's (pd__pipe_watch_writer). */
+void pd__pipe_stop(pd__pipe *p, pd_status st, const char *msg);
 pd_status pd__feed_inputs(pd__pipe *p, pd__actx *c, int mb);
 float *pd__gslab(const pd__wk *W);
 pd_status pd__mb_result(pd__pipe *p, int mb, const pd_step_result *r);

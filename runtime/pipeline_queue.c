@@ -143,6 +143,20 @@ bool pd__meet(pd__pipe *p, pd__bar *b, int n) {
 /* The replicas of worker w meet. */
 bool pd__barrier(pd__pipe *p, int w) { return pd__meet(p, &p->bar[w], p->rep[w]); }
 
+void pd__pipe_stop(pd__pipe *p, pd_status st, const char *msg) {
+    pthread_mutex_lock(&p->mu);
+    bool first = !p->abort, tell = first && p->running; /* after the run the caller's thread may be inside MPI */
+    if (first) {
+        p->abort = true;
+        __atomic_store_n(&p->stopped, 1, __ATOMIC_RELEASE);
+        p->err = st;
+        snprintf(p->errmsg, sizeof p->errmsg, "%s", msg);
+    }
+    pthread_cond_broadcast(&p->cv);
+    if (tell && p->remote && p->remote->vt->fail) p->remote->vt->fail(p->remote, p->errmsg);
+    pthread_mutex_unlock(&p->mu);
+}
+
 /* The first error stops every stage. */
 void pd__fail(pd__pipe *p, const pd__wk *W, const pd__instr *in, pd_status st) {
     pthread_mutex_lock(&p->mu);

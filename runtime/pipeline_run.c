@@ -338,7 +338,14 @@ pd_status pd__pipe_run(pd__pipe *p, int64_t minibatches, const pd_tensor *inputs
     __atomic_store_n(&p->stopped, 0, __ATOMIC_RELEASE);
     p->err = PD_OK;
     p->t0 = pd__ns();
-    st = pd__run_finish(p, minibatches, results, pd__run_threads(p));
+    pthread_mutex_lock(&p->mu);
+    p->running = true;
+    pthread_mutex_unlock(&p->mu);
+    pd_status ts = pd__run_threads(p);
+    pthread_mutex_lock(&p->mu); /* waits for a writer's look at the transport (pd__pipe_watch_writer) */
+    p->running = false;
+    pthread_mutex_unlock(&p->mu);
+    st = pd__run_finish(p, minibatches, results, ts);
     if (st == PD_OK) p->steps += minibatches;
     p->resume_b = 0;
     pd__schedule_free(sched);

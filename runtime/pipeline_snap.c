@@ -108,6 +108,28 @@ pd_status pd__pipe_snap_agree(pd__pipe *p, double *v, int64_t n) {
     return p->remote ? p->remote->vt->allreduce(p->remote, PD__CKPT, v, n, true) : PD_OK;
 }
 
+/* pd__pipe_watch_writer's hooks. stop: the run failed here, or (while the
+ * stage threads run, the only time no other thread of this process may be
+ * inside MPI) a notice of another process's failure came, which stops the
+ * run here too. */
+static bool pd__writer_stop(void *ctx) {
+    pd__pipe *p = ctx;
+    pthread_mutex_lock(&p->mu);
+    bool stop = p->abort;
+    pd_status st = stop || !p->running ? PD_OK : pd__mpi_transport_check(p->remote);
+    char msg[sizeof p->errmsg];
+    if (st != PD_OK) snprintf(msg, sizeof msg, "%s", pd_last_error());
+    pthread_mutex_unlock(&p->mu);
+    if (st != PD_OK) pd__pipe_stop(p, st, msg);
+    return stop || st != PD_OK;
+}
+
+static void pd__writer_failed(void *ctx, const char *msg) { pd__pipe_stop(ctx, PD_ERR_IO, msg); }
+
+void pd__pipe_watch_writer(pd__pipe *p, struct pd__ckpt_writer *w) {
+    if (p->remote) pd__ckpt_writer_watch(w, pd__writer_stop, pd__writer_failed, p);
+}
+
 bool pd__pipe_aborted(pd__pipe *p) {
     pthread_mutex_lock(&p->mu);
     bool a = p->abort;

@@ -282,9 +282,14 @@ pd_status pd__session_create_full(pd_graph *g, const pd_train_options *opt, cons
     if (!g || !out) return pd__err(PD_ERR_INVALID, "pd_session_create: graph and out must not be NULL");
     pd_train_options o = PD_TRAIN_OPTIONS_INIT;
     PD_TRY(pd__session_options_check(&o, opt));
-    for (int t = 0; t < g->ntensors; t++)
-        if (g->tensors[t].borrowed)
+    for (int t = 0; t < g->ntensors; t++) {
+        const pd__tensor *x = &g->tensors[t];
+        if (x->borrowed)
             return pd__err(PD_ERR_INVALID, "%s: the graph is already being trained by another session", g->path);
+        if (x->kind == PD_T_INIT && x->trained && !x->data && !pd__deferred(x)) /* after a trainer under MPI */
+            return pd__err(PD_ERR_INVALID, "%s: initializer '%s' was trained by another process (per-stage loading): "
+                           "its values are not in this process", g->path, x->name);
+    }
     pd_session *s = PD_CALLOC(1, sizeof *s);
     if (!s) return pd__err(PD_ERR_NOMEM, "out of memory creating the session");
     s->g = g;

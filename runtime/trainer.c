@@ -239,10 +239,9 @@ fail:
  * error everywhere, naming the lowest failing rank), then each takes its
  * stage replicas, agreed too (pd__pipe_set_ranks checks the plan fits the
  * processes). The one agreement before a run, for pd_trainer_create and
- * `pdonnx train`. run_agreed: the calls after agree too (t->mpi). */
+ * `pdonnx train`; the calls after agree too (t->mpi). */
 static pd_status pd__trainer_make_mpi(pd_graph *g, const pd_plan *plan, const pd_trainer_options *opt,
-                                      const pd_train_options *train, const pd__sched_kind *kind, bool run_agreed,
-                                      pd_trainer **out) {
+                                      const pd_train_options *train, const pd__sched_kind *kind, pd_trainer **out) {
     pd_status st = pd__mpi_use();
     if (st != PD_OK) {
         pd__err_prefix("pd_trainer_create: opt->mpi");
@@ -254,7 +253,7 @@ static pd_status pd__trainer_make_mpi(pd_graph *g, const pd_plan *plan, const pd
     if (st == PD_OK) st = pd__trainer_make(g, plan, opt, train, kind, &t);
     st = pd__mpi_agree_status(st);
     if (st == PD_OK) {
-        t->mpi = run_agreed;
+        t->mpi = true;
         t->rank = rank;
         t->nproc = size;
         st = pd__mpi_agree_status(pd__pipe_set_ranks(t->pipe, rank, size));
@@ -273,7 +272,7 @@ pd_status pd_trainer_create(pd_graph *g, const pd_plan *plan, const pd_trainer_o
     PD_TRY(pd__opts_read(&o, user, sizeof o, "pd_trainer_create: opt"));
     PD_TRY(pd__opts_read(&train, o.train, sizeof train, "pd_trainer_create: opt->train"));
     if (!o.mpi) return pd__trainer_make(g, plan, &o, &train, NULL, out);
-    return pd__trainer_make_mpi(g, plan, &o, &train, NULL, true, out);
+    return pd__trainer_make_mpi(g, plan, &o, &train, NULL, out);
 }
 
 pd_status pd__trainer_create_kind(pd_graph *g, const pd_plan *plan, const pd_trainer_options *user,
@@ -283,18 +282,21 @@ pd_status pd__trainer_create_kind(pd_graph *g, const pd_plan *plan, const pd_tra
     PD_TRY(pd__opts_read(&o, user, sizeof o, "pd_trainer_create: opt"));
     PD_TRY(pd__opts_read(&train, o.train, sizeof train, "pd_trainer_create: opt->train"));
     if (!o.mpi) return pd__trainer_make(g, plan, &o, &train, &kind, out);
-    return pd__trainer_make_mpi(g, plan, &o, &train, &kind, false, out);
+    return pd__trainer_make_mpi(g, plan, &o, &train, &kind, out);
 }
 
 pd__pipe *pd__trainer_pipe(pd_trainer *t) { return t ? t->pipe : NULL; }
 
 /* Collective under MPI. With lazy_weights each process writes its stages'
  * files beside path and rank 0 the model last (runtime/stageload.c); the
- * references are the saved model's, not the graph's afterwards. */
+ * references are the saved model's, not the graph's afterwards. Otherwise
+ * rank 0 saves the whole model, gathered again: a resumed state not
+ * trained since (pdonnx train --resume at the last step) is gathered too. */
 pd_status pd_trainer_save(pd_trainer *t, const char *path) {
     if (!t || !path) return pd__err(PD_ERR_INVALID, "pd_trainer_save: NULL %s", t ? "path" : "trainer");
     pd_status st = PD_OK;
     if (t->mpi && t->lazy) st = pd__pipe_save_stages(t->pipe, path); /* agreed inside: every file is written */
+    if (t->mpi && !t->lazy && !t->failed) st = pd__mpi_agree_status(pd__pipe_gather(t->pipe));
     if (st == PD_OK && (!t->mpi || t->rank == 0)) st = pd_graph_save(t->g, path);
     for (int i = 0; i < t->g->ntensors; i++) {
         PD_FREE(t->g->tensors[i].ext_loc);

@@ -1,10 +1,11 @@
 /* trainer.h - what `pdonnx train` reaches of a pd_trainer beyond the public
  * API (runtime/trainer.c). The CLI's pipeline is a trainer, made and checked
- * as pd_trainer_create makes one, and trains with pd_trainer_set_ring and
- * pd_trainer_train; it reaches the pipeline itself for what the public
- * calls do not offer yet: the checkpoints of its own run description and
- * their resume (runtime/ckpt_policy.h, tools/ckpt.c), the per-stage report and traces, and under mpirun its
- * gather and per-stage save. */
+ * as pd_trainer_create makes one, trains with pd_trainer_set_ring and
+ * pd_trainer_train and saves with pd_trainer_save (under mpirun: agreed,
+ * gathered or per stage, as through the API); it reaches the pipeline
+ * itself for what the public calls do not offer yet: checkpoints of its own
+ * run description (runtime/ckpt_policy.h) and their resume (tools/ckpt.c),
+ * the per-stage report and traces. */
 #ifndef PD_TRAINER_H
 #define PD_TRAINER_H
 
@@ -16,8 +17,7 @@
  * --parallel-pipelines); opt->schedule is not read. Under MPI (opt->mpi)
  * the processes agree on the trainer and take their ranks as
  * pd_trainer_create's do (an error is every process's, naming the lowest
- * failing rank), but the calls after are not agreed: `pdonnx train` ends a
- * failing run with MPI_Abort and gathers the weights itself. */
+ * failing rank), and the calls after are agreed as pd_trainer_create's. */
 pd_status pd__trainer_create_kind(pd_graph *g, const pd_plan *plan, const pd_trainer_options *opt,
                                   pd__sched_kind kind, pd_trainer **out);
 /* Checkpoints under PD_CHECKPOINT_AUTO go by these costs instead of the

@@ -5,7 +5,8 @@
 # (stage 0 replicated on two processes, stage 1 on a third; flush, gpipe,
 # pipedream) too; a process
 # killed mid-run ends the job within seconds, non-zero; a process that fails
-# names its rank, stage and step; a data problem every process finds is
+# names its rank, stage and step (once), every process exiting 1 without
+# MPI_Abort; a data problem every process finds is
 # reported once; tied weights (a table read on the first and last stage)
 # under gpipe, flush, zb-h1 and interleaved the same as one process too, and
 # refused under pipedream; replicated stages sharing processes with other
@@ -274,6 +275,45 @@ if [ -s "$tmp/nan_x.npy" ]; then
 else
   echo "(no numpy: the failing-process check skipped)"
 fi
+# a failure injected mid-run (PDONNX_TEST_FAIL=STAGE:OP:MB, the library's test hook) in rank 0's
+# stage, then in rank 1's, with checkpoints every step: every process exits 1 (a wrapper prints each
+# exit status), one error line names the failing rank, its stage and step, and the job ends without
+# MPI_Abort, in seconds (rank 0's writer waits for no part that will not come)
+for f in 0:F:9 1:B:9; do
+  r=${f%%:*} op=$(echo "$f" | cut -d: -f2)
+  start=$(date +%s)
+  PDONNX_TEST_FAIL=$f mpi 2 sh -c '"$0" "$@"; echo "exit $?"' "$pdonnx" train "$model" --steps 20 --stages 2 \
+    --schedule flush --microbatches 4 --checkpoint-dir "$tmp/fck$r" --checkpoint-every 1 --save "$tmp/f.onnx" \
+    --quiet > "$tmp/log" 2>&1
+  rc=$?
+  took=$(($(date +%s) - start))
+  if [ $rc = 0 ] && [ "$(grep -c '^exit 1$' "$tmp/log")" = 2 ] && [ "$(grep -c '^pdonnx: ' "$tmp/log")" = 1 ] &&
+     grep -q "^pdonnx: rank $r: .*stage $r, step 3, $op of microbatch 9: injected failure" "$tmp/log" &&
+     ! grep -qi "abort" "$tmp/log" && [ ! -e "$tmp/f.onnx" ] && [ $took -lt 60 ]; then
+    ok "a failure injected on rank $r: both processes exit 1, one line: $(grep '^pdonnx:' "$tmp/log") (${took}s)"
+  else
+    bad "a failure injected on rank $r: rc $rc after ${took} s: $(head -5 "$tmp/log")"
+  fi
+done
+# a checkpoint part that fails to be written mid-run (PDONNX_TEST_FAIL_CKPT=STEP:PART, the
+# library's test hook): part 1 (rank 1's), then part 0 (rank 0's), at step 3 of 200. The failing
+# process's writer stops its run and tells the others; rank 0's writer stops waiting for the
+# part: both exit 1, one line naming the rank and the checkpoint, in seconds (it waited 600 s
+# for the part before, its stage blocked behind the writer)
+for f in 3:1 3:0; do
+  r=${f#*:}
+  start=$(date +%s)
+  PDONNX_TEST_FAIL_CKPT=$f mpi 2 sh -c '"$0" "$@"; echo "exit $?"' "$pdonnx" train "$model" --steps 200 --stages 2 \
+    --schedule flush --microbatches 4 --checkpoint-dir "$tmp/fckw$r" --checkpoint-every 1 --quiet > "$tmp/log" 2>&1
+  rc=$?
+  took=$(($(date +%s) - start))
+  if [ $rc = 0 ] && [ "$(grep -c '^exit 1$' "$tmp/log")" = 2 ] && [ "$(grep -c '^pdonnx: ' "$tmp/log")" = 1 ] &&
+     grep -q "^pdonnx: rank $r: .*checkpoint at step 3: .*part $r: injected failure" "$tmp/log" && [ $took -lt 60 ]; then
+    ok "checkpoint part $r failing at step 3: both processes exit 1 in ${took}s: $(grep '^pdonnx:' "$tmp/log")"
+  else
+    bad "checkpoint part $r failing at step 3: rc $rc after ${took} s: $(head -5 "$tmp/log")"
+  fi
+done
 # a process killed mid-run: the job ends within seconds, non-zero
 kill_rank 3 "pdonnx train $model --steps 200000" 2 "$pdonnx" train "$model" --steps 200000 --stages 2 --schedule flush --quiet
 if [ -n "$victim" ] && [ $rc != 0 ] && [ $took -lt 30 ]; then
@@ -449,6 +489,26 @@ for plan in t2:2 t3:3; do
     bad "checkpoints, tied weights on $np processes: rc $rc/$rc2, '$taken': $(tail -2 "$tmp/log") $(tail -2 "$tmp/log2")"
   fi
 done
+
+# --val under mpirun with per-stage loading: rank 0 would validate holding its stages' weights only
+# (it crashed on another stage's missing weight): refused once, before training; gathered
+# (PDONNX_LAZY_WEIGHTS=0) it validates
+if [ -x "$gen_mlp" ]; then
+  sm=$tmp/sm
+  mkdir -p "$sm" && "$gen_mlp" "$sm" 3 64 64 > /dev/null
+  vargs=("$sm/mlp.onnx" --data "$sm/x.npy" --labels "$sm/y.npy" --val "$sm/x.npy" "$sm/y.npy" --steps 5 --stages 2 --batch 8
+         --microbatches 2)
+  mpi 2 "$pdonnx" train "${vargs[@]}" > "$tmp/log" 2>&1
+  rc=$?
+  PDONNX_LAZY_WEIGHTS=0 mpi 2 "$pdonnx" train "${vargs[@]}" > "$tmp/log2" 2>&1
+  rc2=$?
+  if [ $rc != 0 ] && [ "$(grep -c -- '--val under mpirun with per-stage loading' "$tmp/log")" = 1 ] && ! grep -q '^step' "$tmp/log" &&
+     [ $rc2 = 0 ] && grep -q '^validation: loss' "$tmp/log2"; then
+    ok "--val with per-stage loading under mpirun: refused once before training; gathered, it validates"
+  else
+    bad "--val with per-stage loading: rc $rc/$rc2: $(head -3 "$tmp/log") / $(tail -2 "$tmp/log2")"
+  fi
+fi
 
 # per-stage loading (docs/DISTRIBUTED.md): a 100 MB MLP whose weights are external data (made here by
 # gen_mlp); each of two processes reads and keeps only its stage's weights, gradients and Adam state:

@@ -12,6 +12,9 @@
  * on as in ok); nan (step 3's rows
  * are NaN: the last stage's loss fails mid-run, every process must return
  * an error; exit 3 without finalizing, as a program would end the job);
+ * fail (the test sets PDONNX_TEST_FAIL: one stage's instruction fails
+ * mid-run; every process must get the error, then destroy, finalize and
+ * exit 1: the job ends cleanly, no MPI_Abort);
  * ckpt (checkpoints into CKPT_DIR every 10 steps, all kept); ckpt-auto
  * (the same with PD_CHECKPOINT_AUTO: the interval agreed); resume
  * (pd_trainer_resume from CKPT_DIR first, prints "resumed at step S", then
@@ -19,7 +22,8 @@
  * lazy (the graph loaded with lazy_weights, an external-data model: each
  * process holds its stages' weights only; pd_trainer_save writes the model,
  * every process its stages' files; then, after pd_trainer_destroy,
- * pd_graph_save on rank 0 prints "rank 0: refused: MESSAGE" under MPI).
+ * pd_graph_save on rank 0 prints "rank 0: refused: MESSAGE" under MPI, and
+ * pd_session_create "rank 0: session refused: MESSAGE").
  * PD_TEST_DEVICE (cuda, cuda:N) trains on the GPU: the plan's stages name
  * their devices (tests/test_nccl_pipe.sh, messages over NCCL).
  */
@@ -115,6 +119,10 @@ int main(int argc, char **argv) {
         char again[4096];
         snprintf(again, sizeof again, "%s.again.onnx", out);
         printf("rank 0: %s: %s\n", pd_graph_save(g, again) != PD_OK ? "refused" : "saved (NOT OK)", pd_last_error());
+        pd_session *vs = NULL; /* a session (validation) on it: refused too, not a crash on a missing weight */
+        printf("rank 0: session %s: %s\n", pd_session_create(g, &tr, &vs) != PD_OK ? "refused" : "made (NOT OK)",
+               pd_last_error());
+        pd_session_destroy(vs);
     }
     pd_plan_destroy(plan);
     pd_graph_destroy(g);

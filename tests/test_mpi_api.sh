@@ -5,7 +5,9 @@
 # same per-step results (exactly) and saves the same model (bitwise) as the
 # same program in one process, under every schedule; an argument error on
 # one process is an error on every process, naming it, and the job goes on;
-# a failure in the middle of a run is an error on every process (no hang);
+# a failure in the middle of a run is an error on every process (no hang),
+# a failure injected on rank 0 or rank 1 too, and a checkpoint part that
+# fails to be written, each process then exiting 1 without MPI_Abort;
 # a plan for another process count is refused on every process;
 # checkpoints written across the processes and a resume from one; a
 # replicated stage sharing processes with another stage likewise.
@@ -152,6 +154,42 @@ else
   bad "two stages per process, a failure mid-run (exit $rc): $(grep -v '^step' "$tmp/nan.txt" | head -5)"
 fi
 
+# a failure injected mid-run (PDONNX_TEST_FAIL=STAGE:OP:MB) in rank 0's stage, then in rank 1's:
+# every process's pd_trainer_train returns the same error, naming the failing rank, its stage and
+# step; then each destroys its trainer, finalizes and exits 1 (a wrapper prints each exit status):
+# the job ends cleanly, without MPI_Abort, in seconds
+for f in 0:F:9 1:B:9; do
+  r=${f%%:*} op=$(echo "$f" | cut -d: -f2)
+  start=$(date +%s)
+  PDONNX_TEST_FAIL=$f mpi 2 sh -c '"$0" "$@"; echo "exit $?"' "$prog" "$model" "$tmp/p2.json" flush 4 6 \
+    "$tmp/f.onnx" fail > "$tmp/fail.txt" 2>&1
+  rc=$?
+  took=$(($(date +%s) - start))
+  if [ $rc = 0 ] && [ "$(grep -c '^exit 1$' "$tmp/fail.txt")" = 2 ] &&
+     [ "$(grep -c "^rank [01]: error: rank $r: .*stage $r, step 3, $op of microbatch 9: injected failure" "$tmp/fail.txt")" = 2 ] &&
+     ! grep -qi "abort" "$tmp/fail.txt" && [ $took -lt 60 ]; then
+    ok "a failure injected on rank $r ($op of microbatch 9): the same error on both processes, both exit 1 (${took}s)"
+  else
+    bad "a failure injected on rank $r (exit $rc, ${took}s): $(grep -v '^step' "$tmp/fail.txt" | head -5)"
+  fi
+done
+
+# a checkpoint part failing to be written mid-run (PDONNX_TEST_FAIL_CKPT=STEP:PART): rank 1's part
+# of the checkpoint at step 10 of 30: its writer stops the run and tells rank 0, whose writer stops
+# waiting for the part: the same error on both processes, both exit 1, in seconds
+start=$(date +%s)
+PDONNX_TEST_FAIL_CKPT=10:1 mpi 2 sh -c '"$0" "$@"; echo "exit $?"' "$prog" "$model" "$tmp/p2.json" flush 4 30 \
+  "$tmp/f.onnx" ckpt "$tmp/fck" > "$tmp/fail.txt" 2>&1
+rc=$?
+took=$(($(date +%s) - start))
+if [ $rc = 0 ] && [ "$(grep -c '^exit 1$' "$tmp/fail.txt")" = 2 ] &&
+   [ "$(grep -c "^rank [01]: error: rank 1: .*checkpoint at step 10: .*part 1: injected failure" "$tmp/fail.txt")" = 2 ] &&
+   [ $took -lt 60 ]; then
+  ok "rank 1's checkpoint part failing at step 10: the same error on both processes, both exit 1 (${took}s)"
+else
+  bad "rank 1's checkpoint part failing (exit $rc, ${took}s): $(grep -v '^step' "$tmp/fail.txt" | head -5)"
+fi
+
 # a plan for 2 processes on 3: refused on every process, which end cleanly
 mpi 3 "$prog" "$model" "$tmp/p2.json" flush 4 2 "$tmp/x.onnx" ok > "$tmp/np.txt" 2>&1
 rc=$?
@@ -173,7 +211,8 @@ fi
 # per-stage loading through the API: an external-data MLP loaded with lazy_weights; 2 processes hold
 # their stages' weights only, pd_trainer_save writes each stage's file and the model: the same 30
 # steps' results as one process, and the saved model runs to the one-process model's outputs
-# bitwise; pd_graph_save of such a graph afterwards is refused, naming a weight trained elsewhere
+# bitwise; pd_graph_save of such a graph afterwards is refused, naming a weight trained elsewhere,
+# and so is pd_session_create (it read a NULL weight: a crash, pdonnx train --val on rank 0)
 if [ -x "$gen_mlp" ]; then
   lz=$tmp/lazy
   mkdir -p "$lz/one" "$lz/two"
@@ -189,7 +228,8 @@ if [ -x "$gen_mlp" ]; then
   if [ $rc1 = 0 ] && [ $rc2 = 0 ] && [ "$(grep -c '^step' "$lz/one.txt")" = 30 ] &&
      [ "$(grep '^step' "$lz/one.txt")" = "$(grep '^step' "$lz/two.txt")" ] && cmp -s "$lz/y1.npy" "$lz/y2.npy" &&
      ! cmp -s "$lz/y0.npy" "$lz/y1.npy" && [ -s "$lz/two/m.onnx.stage0.bin" ] && [ -s "$lz/two/m.onnx.stage1.bin" ] &&
-     grep -q "rank 0: refused: .*initializer '.*' was trained by another process" "$lz/two.txt"; then
+     grep -q "rank 0: refused: .*initializer '.*' was trained by another process" "$lz/two.txt" &&
+     grep -q "rank 0: session refused: .*initializer '.*' was trained by another process" "$lz/two.txt"; then
     ok "per-stage loading through the API: 2 processes equal one (30 steps, the saved model's outputs bitwise)"
   else
     bad "per-stage loading through the API: rc $rc1/$rc2: $(grep -v '^step' "$lz/two.txt" | head -3)"

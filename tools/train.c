@@ -34,7 +34,7 @@ typedef struct {
     const char *model, *data, *labels, *val_x, *val_y, *metrics, *save;
     const char *plan, *schedule, *trace; /* pipeline training */
     const char *trace_all;               /* under MPI: rank 0's --trace, gathered from every process */
-    const char *stage_save;              /* under MPI with lazy weights: every process's --save (its stages' files) */
+    const char *stage_save;              /* under MPI: every process's --save (pd_trainer_save is collective) */
     bool lazy;                           /* each process reads its stages' weights only (docs/DISTRIBUTED.md) */
     const char *ckpt_dir, *resume;       /* checkpoints */
     int64_t ckpt_every, ckpt_keep;       /* every: PD_CHECKPOINT_AUTO */
@@ -431,11 +431,13 @@ static pd_status pd__pipe_plan(const pd__targs *a, pd_graph *g, bool interleaved
  * Every process reads the same flags, data and model. Until the pipeline
  * starts, a problem found by several processes is reported once: processes
  * other than rank 0 hold back their error output, and at each agreement
- * point only the lowest failing rank shows it. The last agreement, before
- * training, is the library's (pd__trainer_create_kind with opt->mpi: the
- * plan fits, every process made its pipeline and took its ranks), whose
- * error every process holds and rank 0 shows. Once training runs, a failing
- * process prints its error (naming its rank, stage and step) and ends the job. */
+ * point only the lowest failing rank shows it. From the library's agreement
+ * on (pd__trainer_create_kind with opt->mpi: the plan fits, every process
+ * made its pipeline and took its ranks) every outcome is agreed, the
+ * training's by pd_trainer_train itself: each process holds the same error,
+ * which the rank it names shows (pd__mp_fail), and every process ends
+ * non-zero without ending the job; rank 0 alone works on after the last
+ * collective call (the metrics, validation). */
 static struct {
     int rank, size;
     int phase;     /* agreements passed: 1 before planning, 2 before training (3: agreed to fail) */
@@ -473,11 +475,25 @@ static bool pd__mp_agree(bool ok, bool final) {
 static bool pd__mp_agree_final(bool ok) { return pd__mp_agree(ok, true); }
 
 /* The library agreed (pd__trainer_create_kind under MPI): every process
- * holds the same outcome, so rank 0 alone reports a failure (3: no process
- * waits on another), or training starts (2: a failure from here aborts). */
+ * holds the same outcome, so rank 0 alone reports a failure (3), or
+ * training starts (2: every outcome from here is agreed). */
 static void pd__mp_agreed(bool ok) {
     pd__mp.phase = ok ? 2 : 3;
     pd__mp_release(false);
+}
+
+/* Under mpirun, the outcome every process holds once they agree (st: this
+ * process's); in one process, st. */
+static pd_status pd__mp_agree_status(pd_status st) { return pd__mp.size > 1 ? pd__mpi_agree_status(st) : st; }
+
+/* An agreed error, shown once: by the rank it names ("rank 1: ..."), or by
+ * rank 0 where it names none; in one process, shown. Returns 1. */
+static int pd__mp_fail(void) {
+    int r = 0;
+    char colon = 0;
+    if (sscanf(pd_last_error(), "rank %d%c", &r, &colon) != 2 || colon != ':') r = 0;
+    if (pd__mp.size < 2 || r == pd__mp.rank) pd_cli_fail();
+    return 1;
 }
 
 /* Checkpointing a run: the run's description (the manifest's info), and a
@@ -638,8 +654,9 @@ static void pd__report_stages(pd__pipe *pipe, const pd_plan *plan, pd__sched_kin
     if (sim) pd_sim_result_free(&sr);
 }
 
-/* --trace: this process's tracks, or under MPI every process's joined on rank 0. */
-static bool pd__write_traces(const pd__targs *a, pd__pipe *pipe) {
+/* --trace: this process's tracks, or under MPI every process's joined on
+ * rank 0 (collective: the caller agrees on the status). */
+static pd_status pd__write_traces(const pd__targs *a, pd__pipe *pipe) {
     if (pd__mp.size > 1 && a->trace_all) {
         char *mine = NULL, *all = NULL;
         size_t n = 0, total = 0;
@@ -654,35 +671,33 @@ static bool pd__write_traces(const pd__targs *a, pd__pipe *pipe) {
             if (ts == PD_OK && !a->quiet) printf("trace: %s (every process)\n", a->trace_all);
         }
         PD_FREE(all);
-        if (ts != PD_OK) return pd_cli_fail(), false;
-        return true;
+        return ts;
     }
-    if (!a->trace) return true;
-    if (pd__pipe_write_trace(pipe, a->trace) != PD_OK) return pd_cli_fail(), false;
+    if (!a->trace) return PD_OK;
+    PD_TRY(pd__pipe_write_trace(pipe, a->trace));
     if (!a->quiet) printf("trace: %s\n", a->trace);
-    return true;
+    return PD_OK;
 }
 
 /* The run's checkpoints: the plan goes into every one (a resume runs the
- * same), the writer attached to the pipe, and a resume's state restored;
- * 0, or 1 after printing the error. */
-static int pd__pipe_ckpt_start(pd__targs *a, pd__ckrun *cr, const pd_plan *plan, pd__pipe *pipe, pd__pmetrics *pm) {
+ * same), the writer attached to the pipe, and a resume's state restored
+ * (under mpirun the caller agrees on the status). */
+static pd_status pd__pipe_ckpt_start(pd__targs *a, pd__ckrun *cr, const pd_plan *plan, pd__pipe *pipe,
+                                     pd__pmetrics *pm) {
     cr->parts = pd__pipe_stages(pipe);
     if (cr->info) {
         char *pj = pd__plan_to_json(plan);
         cJSON_AddItemToObject(cr->info, "plan", pj ? cJSON_Parse(pj) : cJSON_CreateNull());
         free(pj);
         /* under MPI rank 0 knows the losses only after the run: the metrics are written then */
-        if (pd__ckpt_begin(a, cr) != PD_OK ||
-            pd__ckpol_attach(cr->ck, pipe, 0, pd__mp.size > 1 ? NULL : pd__pmetrics_upto, pm) != PD_OK)
-            return pd_cli_fail();
+        PD_TRY(pd__ckpt_begin(a, cr));
+        PD_TRY(pd__ckpol_attach(cr->ck, pipe, 0, pd__mp.size > 1 ? NULL : pd__pmetrics_upto, pm));
     }
-    if (cr->from.nparts &&
-        pd__pipe_resume(pipe, cr->first, cr->from.nparts, (const void *const *)cr->from.parts, cr->from.lens) != PD_OK) {
-        fprintf(stderr, "pdonnx: --resume %s: %s\n", cr->from.path, pd_cli_error());
-        return 1;
-    }
-    return 0;
+    pd_status st = cr->from.nparts ? pd__pipe_resume(pipe, cr->first, cr->from.nparts,
+                                                     (const void *const *)cr->from.parts, cr->from.lens)
+                                   : PD_OK;
+    if (st != PD_OK) pd__err_prefix("--resume %s", cr->from.path);
+    return st;
 }
 
 /* The progress lines of the steps trained (about ten) and the total's. */
@@ -695,88 +710,95 @@ static void pd__report_steps(const pd_step_result *res, int64_t first, int64_t s
            (double)((steps - first) * B) / total, res[steps - 1].loss);
 }
 
+/* A pipeline run's state in pd__train_pipeline. */
+typedef struct pd__prun {
+    pd_plan *plan;
+    pd_trainer *trainer;
+    pd__pipe *pipe;
+    pd_tensor *ins, ty;
+    pd_step_result *res;
+    pd_cli_ring rg;
+    pd__pmetrics pm;
+} pd__prun;
+
+/* Before the steps: checkpoints (and a resume's state), the steps' results,
+ * the ring the steps' minibatches stream through, from the same stream as
+ * one stage reads. This process's status (the caller agrees on it). */
+static pd_status pd__pipe_prepare(pd__targs *a, pd_graph *g, const char *input, pd_tensor *X, pd_tensor *Y,
+                                  int64_t steps, pd__ckrun *cr, pd__prun *r) {
+    PD_TRY(pd__pipe_ckpt_start(a, cr, r->plan, r->pipe, &r->pm));
+    r->ins = calloc((size_t)pd_graph_num_inputs(g) + 1, sizeof *r->ins);
+    r->res = calloc((size_t)steps, sizeof *r->res);
+    if (!r->ins || !r->res) return pd__err(PD_ERR_NOMEM, "out of memory for the pipeline's data");
+    int ring = pd_trainer_ring_steps(r->trainer);
+    PD_TRY(pd_cli_ring_open(&r->rg, ring, g, input, X, Y, r->ins, &r->ty));
+    return pd_trainer_set_ring(r->trainer, ring, pd_cli_ring_fill, &r->rg);
+}
+
+/* After the steps: the final checkpoint, the traces and --save, each agreed
+ * under mpirun; --save is pd_trainer_save's (every stage's weights on rank
+ * 0, or each process's stages in files beside the model), after which
+ * rank 0 has no model left to save (a->save). */
+static pd_status pd__pipe_after(pd__targs *a, pd__ckrun *cr, pd__prun *r, int64_t steps, bool trained, double total) {
+    if (cr->ck) {
+        pd_status cs = pd__ckpol_final(cr->ck, r->pipe, NULL, steps);
+        pd_status fs = pd__ckpt_end(a, cr, total);
+        PD_TRY(pd__mp_agree_status(cs != PD_OK ? cs : fs));
+    }
+    if (trained) PD_TRY(pd__mp_agree_status(pd__write_traces(a, r->pipe)));
+    if (pd__mp.size < 2 || !a->stage_save) return PD_OK;
+    PD_TRY(pd_trainer_save(r->trainer, a->stage_save)); /* agreed */
+    if (!a->quiet) printf("saved %s\n", a->stage_save);
+    a->save = NULL;
+    return PD_OK;
+}
+
 static int pd__train_pipeline(pd__targs *a, pd_graph *g, const char *input, pd_tensor *X, pd_tensor *Y,
                               pd__data *data, int64_t steps, pd__sched_kind kind, FILE *mf, pd__ckrun *cr) {
-    int rc = 1;
-    pd_plan *plan = NULL;
-    pd_trainer *trainer = NULL;
-    pd__pipe *pipe = NULL;
-    pd_tensor *ins = NULL, ty;
-    pd_step_result *res = NULL;
-    pd_cli_ring rg = {data, a->batch, 1, 0, NULL, NULL, 0, 0, NULL, NULL};
     int M = (int)a->microbatches;
-    int64_t first = cr->first;
-    pd__pmetrics pm = {mf, NULL, first, a->batch, X->shape[0], 0};
-    if (pd__pipeline_setup(a, g, kind, M, cr, &plan, &trainer, &pipe) != 0) goto out;
-    if (pd__pipe_ckpt_start(a, cr, plan, pipe, &pm) != 0) goto out;
-    /* the steps' minibatches from the same stream as one stage reads */
-    int64_t B = a->batch;
-    ins = calloc((size_t)pd_graph_num_inputs(g) + 1, sizeof *ins);
-    res = calloc((size_t)steps, sizeof *res);
-    if (!ins || !res) {
-        fprintf(stderr, "pdonnx: out of memory for the pipeline's data\n");
-        goto out;
-    }
-    int ring = pd_trainer_ring_steps(trainer);
-    if (pd_cli_ring_open(&rg, ring, g, input, X, Y, ins, &ty) != 0) goto out;
-    if (pd_trainer_set_ring(trainer, ring, pd_cli_ring_fill, &rg) != PD_OK) {
-        pd_cli_fail();
-        goto out;
-    }
-    if (!a->quiet)
+    int64_t first = cr->first, B = a->batch;
+    pd__prun r;
+    memset(&r, 0, sizeof r);
+    r.rg = (pd_cli_ring){data, a->batch, 1, 0, NULL, NULL, 0, 0, NULL, NULL};
+    r.pm = (pd__pmetrics){mf, NULL, first, a->batch, X->shape[0], 0};
+    if (pd__pipeline_setup(a, g, kind, M, cr, &r.plan, &r.trainer, &r.pipe) != 0) return 1;
+    /* from here every outcome is every process's: none waits for one that stopped */
+    pd_status st = pd__mp_agree_status(pd__pipe_prepare(a, g, input, X, Y, steps, cr, &r));
+    if (st == PD_OK && !a->quiet)
         printf("training %s as a pipeline: %d stages%s, %s schedule, %d microbatch%s of %lld rows per step, %lld steps, "
                "%s lr %g%s\n",
-               a->model, pd__pipe_stages(pipe), plan->chunks > 1 ? " (each with several virtual stages)" : "",
+               a->model, pd__pipe_stages(r.pipe), r.plan->chunks > 1 ? " (each with several virtual stages)" : "",
                pd__sched_kind_name(kind), M, M == 1 ? "" : "es", (long long)(B / M),
                (long long)steps, pd__optim_name(a->o.optimizer), a->o.lr,
-               plan->recompute ? ", activations recomputed" : "");
-    if (!a->quiet && cr->from.nparts) printf("resuming from %s at step %lld\n", cr->from.path, (long long)first);
+               r.plan->recompute ? ", activations recomputed" : "");
+    if (st == PD_OK && !a->quiet && cr->from.nparts)
+        printf("resuming from %s at step %lld\n", cr->from.path, (long long)first);
     double t0 = pd__now();
-    pm.res = res;
-    pm.t0 = t0;
-    if (first < steps && pd_trainer_train(trainer, steps, ins, &ty, res) != PD_OK) {
-        pd_cli_fail();
-        goto out;
-    }
+    r.pm.res = r.res;
+    r.pm.t0 = t0;
+    if (st == PD_OK && first < steps) st = pd_trainer_train(r.trainer, steps, r.ins, &r.ty, r.res); /* agreed */
     double total = pd__now() - t0;
-    if (cr->ck) {
-        pd_status cs = pd__ckpol_final(cr->ck, pipe, NULL, steps);
-        pd_status fs = pd__ckpt_end(a, cr, total);
-        if (cs != PD_OK || fs != PD_OK) {
-            pd_cli_fail();
-            goto out;
-        }
+    if (st == PD_OK) st = pd__pipe_after(a, cr, &r, steps, first < steps, total);
+    if (st == PD_OK && first == steps && !a->quiet)
+        printf("the checkpoint is at the last step: nothing left to train\n");
+    if (st == PD_OK && first < steps) {
+        pd__pmetrics_upto(&r.pm, steps);
+        if (!a->quiet) pd__report_steps(r.res, first, steps, B, total);
+        if (!a->quiet && pd__mp.size < 2) /* under MPI each process knows its own stage only */
+            pd__report_stages(r.pipe, r.plan, kind, M);
     }
-    if (first == steps) {
-        if (!a->quiet) printf("the checkpoint is at the last step: nothing left to train\n");
-        rc = 0;
-        goto out;
+    if (st != PD_OK) pd__mp_fail();
+    if (cr->ck) { /* an error: what was taken is still written, a checkpoint waiting for a failed process's part not */
+        pd__ckpol_cancel(cr->ck);
+        pd__ckpt_end(a, cr, 0);
     }
-    pd__pmetrics_upto(&pm, steps);
-    if (!a->quiet) {
-        pd__report_steps(res, first, steps, B, total);
-        if (pd__mp.size < 2) pd__report_stages(pipe, plan, kind, M); /* under MPI each process knows its own stage only */
-    }
-    if (!pd__write_traces(a, pipe)) goto out;
-    rc = 0;
-out:
-    if (cr->ck) pd__ckpt_end(a, cr, 0); /* an error: what was taken is still written */
-    /* --save: every stage's weights gathered on rank 0, or, when each
-     * process holds its stages only, written by it beside the model */
-    pd_status gs = rc != 0 || pd__mp.size < 2 ? PD_OK
-                   : !a->lazy                 ? pd__pipe_gather(pipe)
-                   : a->stage_save            ? pd__pipe_save_stages(pipe, a->stage_save)
-                                              : PD_OK;
-    if (gs != PD_OK) {
-        pd_cli_fail();
-        rc = 1;
-    }
-    pd_trainer_destroy(trainer); /* the trained weights go back into g */
-    pd_plan_destroy(plan);
-    free(ins);
-    free(res);
-    pd_cli_ring_free(&rg);
-    return rc;
+    cr->ck = NULL;
+    pd_trainer_destroy(r.trainer); /* the trained weights go back into g */
+    pd_plan_destroy(r.plan);
+    free(r.ins);
+    free(r.res);
+    pd_cli_ring_free(&r.rg);
+    return st == PD_OK ? 0 : 1;
 }
 
 /* The run as checkpoints record it: what a resume must match (docs/CHECKPOINT.md). */
@@ -1082,6 +1104,11 @@ static bool pd__train_load(pd__trun *t) {
     for (int i = 0; i < t->g->ntensors; i++)
         deferred |= pd__deferred(&t->g->tensors[i]), half |= t->g->tensors[i].file_dtype != 0;
     a->lazy = a->lazy && deferred && !half; /* float16 weights beside them: saved gathered, in their own type */
+    if (a->lazy && a->val_x && pd__mp.size > 1) { /* rank 0 validates, holding its stages' weights only */
+        fprintf(stderr, "pdonnx: --val under mpirun with per-stage loading: rank 0 holds only its stages' weights "
+                        "(PDONNX_LAZY_WEIGHTS=0 gathers them all)\n");
+        return false;
+    }
     return true;
 }
 
@@ -1393,14 +1420,9 @@ int pd_cli_train(int argc, char **argv) {
         if (pd__mp.saved_err >= 0) dup2(fileno(pd__mp.held), 2);
     }
     int rc = pd__train_main(argc, argv);
-    if (pd__mp.size > 1 && rc != 0) {
-        if (pd__mp.phase == 2) { /* training had started: the others may wait on this process */
-            fflush(stdout);
-            fflush(stderr);
-            pd__mpi_abort(rc);
-        }
-        while (pd__mp.phase < 2) pd__mp_agree(false, pd__mp.phase == 1);
-    }
+    /* before the pipeline (phase < 2) the others wait at the next agreement;
+     * after it, every process already holds the outcome */
+    while (pd__mp.size > 1 && rc != 0 && pd__mp.phase < 2) pd__mp_agree(false, pd__mp.phase == 1);
     pd__mp_release(true);
     pd__mpi_finalize();
     return rc;

@@ -154,7 +154,8 @@ static int avg_data(const pd_cli_avg_ctx *c, pd__avg *avg, avg_run *r) {
         pd_tensor *in = r->ins + (size_t)i * ((size_t)r->nin + 1);
         pd__pipe *pipe = pd__avg_pipe(avg, i);
         int ring = pd__pipe_ring_steps(pipe);
-        if (pd_cli_ring_open(&r->ring[i], ring, c->g, c->input, c->X, c->Y, in, &r->lab[i]) != 0) return 1;
+        if (pd_cli_ring_open(&r->ring[i], ring, c->g, c->input, c->X, c->Y, in, &r->lab[i]) != PD_OK)
+            return pd_cli_fail();
         if (pd__pipe_set_ring(pipe, ring, pd_cli_ring_fill, &r->ring[i]) != PD_OK) return pd_cli_fail();
         r->inp[i] = in;
     }

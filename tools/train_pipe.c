@@ -54,16 +54,13 @@ pd_status pd_cli_ring_fill(void *ctx, int64_t step, int slot) {
     return st;
 }
 
-int pd_cli_ring_open(pd_cli_ring *r, int ring, const pd_graph *g, const char *input, const pd_tensor *X,
+pd_status pd_cli_ring_open(pd_cli_ring *r, int ring, const pd_graph *g, const char *input, const pd_tensor *X,
                      const pd_tensor *Y, pd_tensor *ins, pd_tensor *labels) {
     r->xrow = (size_t)(pd_tensor_numel(X) / X->shape[0]) * pd_dtype_size(X->dtype);
     r->yrow = (size_t)(pd_tensor_numel(Y) / Y->shape[0]) * pd_dtype_size(Y->dtype);
     r->x = malloc(r->xrow * (size_t)(ring * r->batch) + 1);
     r->y = malloc(r->yrow * (size_t)(ring * r->batch) + 1);
-    if (!r->x || !r->y) {
-        fprintf(stderr, "pdonnx: out of memory for the pipeline's data\n");
-        return 1;
-    }
+    if (!r->x || !r->y) return pd__err(PD_ERR_NOMEM, "out of memory for the pipeline's data");
     pd_tensor tx = *X, ty = *Y;
     tx.shape[0] = ty.shape[0] = ring * r->batch;
     tx.data = r->x;
@@ -73,7 +70,7 @@ int pd_cli_ring_open(pd_cli_ring *r, int ring, const pd_graph *g, const char *in
         ins[i] = pd_graph_input(g, i, &v) == PD_OK && strcmp(v.name, input) == 0 ? tx : ty;
     }
     *labels = ty;
-    return 0;
+    return PD_OK;
 }
 
 void pd_cli_ring_free(pd_cli_ring *r) {

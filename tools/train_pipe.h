@@ -44,9 +44,9 @@ typedef struct pd_cli_ring {
 /* Allocates r's rows for a ring of `ring` steps (r's first five fields set
  * by the caller) and points the graph's inputs at them: ins[i] is the rows
  * of X for the data input named `input`, of Y for every other (the labels
- * input), *labels those of Y. 0, or 1 after printing the error;
- * pd_cli_ring_free in both cases. */
-int pd_cli_ring_open(pd_cli_ring *r, int ring, const pd_graph *g, const char *input, const pd_tensor *X,
+ * input), *labels those of Y (under mpirun the caller agrees on the
+ * status); pd_cli_ring_free in both cases. */
+pd_status pd_cli_ring_open(pd_cli_ring *r, int ring, const pd_graph *g, const char *input, const pd_tensor *X,
                      const pd_tensor *Y, pd_tensor *ins, pd_tensor *labels);
 /* The ring's fill (ctx: the pd_cli_ring), for pd_trainer_set_ring or
  * pd__pipe_set_ring: step `step` of the run into slot `slot`. */
