@@ -616,6 +616,9 @@ static void pd__eval_sums(pd_plan *pl, const pd_profile *p) {
         f->fwd_ms += nd->fwd_ms;
         b->bwd_in_ms += nd->bwd_in_ms;
         b->bwd_w_ms += nd->bwd_w_ms;
+        f->fwd_call_ms += nd->fwd_call_ms;
+        b->bwd_in_call_ms += nd->bwd_in_call_ms;
+        b->bwd_w_call_ms += nd->bwd_w_call_ms;
         f->param_bytes += nd->param_bytes;
         f->optim_bytes += nd->optim_bytes;
         f->act_bytes += nd->act_bytes;
@@ -771,6 +774,7 @@ static pd_status pd__plan_alloc(const pd_profile *p, int n_stages, pd_plan **out
         }
     }
     pl->microbatch_size = p->batch;
+    pl->profile_batch = p->batch;
     if (p->model && !(pl->model = pd__strdup(p->model))) {
         pd__plan_free(pl);
         return pd__err(PD_ERR_NOMEM, "plan: out of memory");
@@ -1085,6 +1089,7 @@ static pd_status pd__plan_dag(const pd_profile *p, int *indeg, int *outdeg, int 
         if (pd__skip_input(p, v, indeg)) {
             pd__pnode *nd = &ev_nodes[v];
             nd->fwd_ms = nd->bwd_in_ms = nd->bwd_w_ms = nd->act_bytes = nd->param_bytes = nd->optim_bytes = 0;
+            nd->fwd_call_ms = nd->bwd_in_call_ms = nd->bwd_w_call_ms = 0;
         }
     return PD_OK;
 }
@@ -1232,11 +1237,8 @@ static pd_status pd__prefixes_if_better(const pd__ctx *x, const pd_profile *p, c
     return st;
 }
 
-pd_status pd_plan_create(const pd_profile *p, const pd_plan_options *user, pd_plan **out) {
-    if (!p || !out) return pd__err(PD_ERR_INVALID, "pd_plan_create: NULL profile or out");
-    pd_plan_options opt = PD_PLAN_OPTIONS_INIT;
-    PD_TRY(pd__opts_read(&opt, user, sizeof opt, "pd_plan_create: opt"));
-    const pd_plan_options *o = &opt;
+/* The plan for a profile already at the microbatch size. */
+static pd_status pd__plan_create_at(const pd_profile *p, const pd_plan_options *o, pd_plan **out) {
     pd__ctx x;
     memset(&x, 0, sizeof x);
     x.p = p;
@@ -1507,4 +1509,25 @@ int pd_plan_node_stage(const pd_plan *p, int i, int *bwd) {
     if (!p || i < 0 || i >= p->n_nodes) return -1;
     if (bwd) *bwd = p->bwd_stage[i];
     return p->fwd_stage[i];
+}
+
+pd_status pd_plan_create(const pd_profile *p, const pd_plan_options *user, pd_plan **out) {
+    if (!p || !out) return pd__err(PD_ERR_INVALID, "pd_plan_create: NULL profile or out");
+    pd_plan_options o = PD_PLAN_OPTIONS_INIT;
+    PD_TRY(pd__opts_read(&o, user, sizeof o, "pd_plan_create: opt"));
+    if (o.microbatch_size < 0 || o.microbatch_size > (int64_t)1 << 40)
+        return pd__err(PD_ERR_INVALID, "plan: opt->microbatch_size must be 0 (the profile's batch) or a row count (got %lld)",
+                       (long long)o.microbatch_size);
+    if (o.microbatch_size == 0 || o.microbatch_size == p->batch) return pd__plan_create_at(p, &o, out);
+    /* another microbatch size: plan on the profile scaled to it (per-call costs stay) */
+    pd_profile *at = NULL;
+    pd_status st = pd__profile_at(p, o.microbatch_size, &at);
+    if (st != PD_OK) {
+        pd__err_prefix("plan: opt->microbatch_size");
+        return st;
+    }
+    st = pd__plan_create_at(at, &o, out);
+    pd__profile_free_shallow(at);
+    if (st == PD_OK) (*out)->profile_batch = p->batch;
+    return st;
 }
