@@ -324,7 +324,7 @@ fi
 expect_error "profile: bad --fit-batches" "--fit-batches: '4,x'" \
   "$pdonnx" profile "$fx/mlp/model.onnx" --batch 16 --fit-batches 4,x -o "$tmp/p.json"
 printf 'node1 -- Linear -- forward_compute_time=1.0, backward_compute_time=2.0, activation_size=10.0, parameter_size=5.0\n' >"$tmp/pd1.txt"
-expect_error "plan: --microbatch-size on a profile without a batch" "opt->microbatch_size" \
+expect_error "plan: --microbatch-size on a profile without a batch" "plan: --microbatch-size: the profile does not say its batch" \
   "$pdonnx" plan --profile "$tmp/pd1.txt" --workers 1 --microbatch-size 2
 expect_error "schedule: interleaved needs m divisible by p" "multiple" \
   "$pdonnx" schedule --stages 3 --microbatches 4 --schedule interleaved
