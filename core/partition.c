@@ -654,10 +654,11 @@ static pd_status pd__eval_cross(const pd_plan *pl, const pd_profile *p, double *
  * as PipeDream computes it), the minibatch's time, speedups, bubble and
  * throughput. */
 static void pd__eval_totals(pd_plan *pl, const pd_profile *p, const pd__ctx *x, double tmax, double busy, int used) {
-    double single = 0, wtot = 0;
+    double single = 0, wtot = 0, call = 0;
     for (int v = 0; v < p->n; v++) {
         single += p->node[v].fwd_ms + p->node[v].bwd_in_ms + p->node[v].bwd_w_ms;
         wtot += p->node[v].param_bytes;
+        call += p->node[v].fwd_call_ms + p->node[v].bwd_in_call_ms + p->node[v].bwd_w_call_ms;
     }
     double dp = single;
     int inner = 1;
@@ -670,6 +671,10 @@ static void pd__eval_totals(pd_plan *pl, const pd_profile *p, const pd__ctx *x, 
     int m = pl->microbatches > 0 ? pl->microbatches : 1;
     pl->single_ms = single * m * width;
     pl->dp_ms = dp * m * width;
+    if (call > 0) { /* per-call costs: one worker runs the minibatch as one call per node, a data-parallel one its share */
+        pl->single_ms -= call * (m * width - 1);
+        pl->dp_ms -= call * ((double)m * width / x->workers - 1);
+    }
     pl->workers = x->workers;
     if (pl->algo == PD_ALGO_2BW) {
         double ar = 0;

@@ -15,7 +15,9 @@
  *   call part, one that grows as the rows fall is all call;
  * - a plan at microbatches of 2 rows (2 straight stages, free transfers) has
  *   each stage at F 1, B 2 ms; flush with m = 4 takes (m + p - 1)(F + B) =
- *   15 ms, linear scaling (pd__plan_linear) 5 * 2.25 = 11.25 ms;
+ *   15 ms, linear scaling (pd__plan_linear) 5 * 2.25 = 11.25 ms; one worker
+ *   runs the minibatch's 8 rows as one call (18 ms, speedup 1.5), a
+ *   data-parallel worker its 4 rows (10 ms);
  * - without per-call costs the scaled plan is the linear one, and a plan at
  *   the profile's own batch is the same JSON as one without the option, with
  *   no new keys (old plans and profiles read and write as before);
@@ -26,6 +28,7 @@
 #include "../core/schedule.h"
 #include "check.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -130,6 +133,11 @@ static void test_plan_and_simulate(void) {
     CHECK(ok, "plan at 2 rows from a profile at 8: 2 stages, each F 1 ms, B 2 ms, per-call 0.5 + 0.5 ms");
     /* the planner's steady state: m x the bottleneck, 4 x 3 ms */
     CHECK(pl && pl->time_ms == 12, "planner: 4 microbatches x 3 ms = 12 ms per minibatch (got %g)", pl ? pl->time_ms : -1);
+    /* one worker runs the 8 rows as one call per node: 2 x (2.5 + 4.5 + 2); a
+     * data-parallel worker its 4 rows: 2 x (1 + 4 x 1); the all-reduce ~0 */
+    CHECK(pl && pl->single_ms == 18 && pl->speedup == 1.5 && fabs(pl->dp_ms - 10) < 1e-9,
+          "one worker 18 ms (speedup 1.5, not 2), 2-way data parallelism 10 ms (got %g, %g, %g)", pl ? pl->single_ms : -1,
+          pl ? pl->speedup : -1, pl ? pl->dp_ms : -1);
     double flush = pl ? sim_ms(pl, "flush") : -1, gpipe = pl ? sim_ms(pl, "gpipe") : -1;
     CHECK(flush == 15 && gpipe == 15, "simulated flush and gpipe: (m + p - 1)(F + B) = 5 x 3 = 15 ms (got %g, %g)", flush,
           gpipe);
