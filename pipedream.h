@@ -453,6 +453,16 @@ PD_NODISCARD PDDEF pd_status pd_profile_create(const pd_profile_node_info *nodes
 PDDEF void pd_profile_destroy(pd_profile *p);
 PDDEF int pd_profile_num_nodes(const pd_profile *p);
 PD_NODISCARD PDDEF pd_status pd_profile_node(const pd_profile *p, int i, pd_profile_node_info *out);
+/* Fits each node's per-call cost, the part of its times that does not
+ * shrink with the rows, from the same model profiled at other batch sizes
+ * (at[0..n-1]: p's nodes in p's order, each profile at a batch of its own,
+ * 1 <= n <= 8): the least-squares line through the point at p's batch B, so
+ * p's times stay; at b rows the planner then takes call + (t - call) * b / B
+ * instead of t * b / B. Errors: a batch unknown or equal to p's, other nodes. */
+PD_NODISCARD PDDEF pd_status pd_profile_fit(pd_profile *p, const pd_profile *const *at, int n);
+/* Node i's per-call costs: out[0] forward, out[1] input gradient, out[2]
+ * weight gradient, in ms (0: the time scales linearly with the rows). */
+PD_NODISCARD PDDEF pd_status pd_profile_node_call(const pd_profile *p, int i, double out[3]);
 
 /* ---- Plans: stages, replicas, microbatches ------------------------------------------- */
 typedef struct pd_plan pd_plan;
@@ -471,8 +481,10 @@ typedef struct pd_plan_options {
     int straight;             /* no stage replication */
     double activation_compression; /* pipedream cost model: count transfers, divided by this (0: not counted) */
     int max_states;           /* bound on the cut states of a branching DAG (0: 4096); over it a beam of cuts */
+    int64_t microbatch_size;  /* rows per microbatch (0: the profile's batch); the profile's times are scaled
+                                 to it with their per-call costs (pd_profile_fit), activations linearly */
 } pd_plan_options;
-#define PD_PLAN_OPTIONS_INIT {sizeof(pd_plan_options), NULL, NULL, 1, 0, NULL, NULL, 10e9, 0, 0, 0, 0, 0}
+#define PD_PLAN_OPTIONS_INIT {sizeof(pd_plan_options), NULL, NULL, 1, 0, NULL, NULL, 10e9, 0, 0, 0, 0, 0, 0}
 
 typedef struct pd_plan_info {
     int n_stages;
@@ -8611,7 +8623,14 @@ typedef struct pd__pnode {
     double act_bytes;    /* bytes of its outputs (one microbatch) */
     double param_bytes;  /* bytes of the trainable parameters it owns */
     double optim_bytes;  /* optimizer state for those parameters */
+    /* the part of fwd_ms, bwd_in_ms, bwd_w_ms that does not shrink with the
+     * rows (a per-call overhead, fitted from measurements at other batch
+     * sizes; 0: the time scales linearly): at b rows a time t measured at the
+     * profile's batch B costs call + (t - call) * b / B (pd__pnode_at) */
+    double fwd_call_ms, bwd_in_call_ms, bwd_w_call_ms;
 } pd__pnode;
+
+#define PD_MAX_FIT_BATCHES 8
 
 struct pd_profile {
     int n;               /* nodes, in a topological order */
@@ -8621,6 +8640,8 @@ struct pd_profile {
     int64_t batch;       /* microbatch the times are for (0: unknown) */
     char *model;         /* where it came from (for messages); may be NULL */
     char *device;        /* "cpu", "cuda", "pipedream" (imported) ... ; may be NULL */
+    int n_fit;           /* the other batch sizes the per-call costs were fitted from (0: none) */
+    int64_t fit_batch[PD_MAX_FIT_BATCHES];
 };
 
 /* An empty profile with room for n nodes (names NULL, costs 0). */
@@ -8634,6 +8655,14 @@ pd_status pd__profile_finish(pd_profile *p, const char *what);
 /* Parses a profile held in memory (JSON or PipeDream graph.txt); `name` names
  * it in errors (runtime/profile_io.c). */
 pd_status pd__profile_parse(const char *name, const char *data, size_t len, pd_profile **out);
+
+/* Node d's costs at `ratio` times the profile's batch: times call + (t -
+ * call) * ratio, activation bytes times ratio, parameters as they are. */
+void pd__pnode_at(const pd__pnode *d, double ratio, pd__pnode *out);
+/* A copy of p with every node at b rows (p->batch must be known); names are
+ * shared with p, so free it with pd__profile_free_shallow before p goes. */
+pd_status pd__profile_at(const pd_profile *p, int64_t b, pd_profile **out);
+void pd__profile_free_shallow(pd_profile *p);
 
 /* ---- cut states (antichains) ------------------------------------------------ */
 
@@ -8678,6 +8707,7 @@ typedef struct pd__stage {
     double in_bytes;       /* activation bytes received per microbatch (gradient bytes sent back) */
     double out_bytes;      /* activation bytes sent per microbatch (gradient bytes received) */
     double send_ms;        /* time to send out_bytes to the next stage (and the gradient back) */
+    double fwd_call_ms, bwd_in_call_ms, bwd_w_call_ms; /* the per-call parts of fwd_ms ... (pd__pnode) */
     double allreduce_ms;   /* gradient all-reduce among the replicas, per minibatch */
     double time_ms;        /* the stage's cost in the planner's model (per minibatch per replica) */
     double memory_bytes;   /* predicted peak per worker */
@@ -8706,6 +8736,7 @@ struct pd_plan {
     int workers;           /* workers given; sum of replicas may be fewer */
     int microbatches;      /* per minibatch (per pipeline) */
     int64_t microbatch_size;
+    int64_t profile_batch; /* the batch the profile measured (0: unknown); stage times are scaled from it */
     int width;             /* 2bw, avgpipe: parallel pipelines (data-parallel width; avgpipe's K); 1 otherwise */
     bool recompute;        /* activation recomputation (the 2bw planner's choice; the runtime honours it under every schedule) */
     pd__algo algo;
@@ -8725,6 +8756,12 @@ struct pd_plan {
 };
 
 void pd__plan_free(pd_plan *p);
+/* Whether a stage of p has a per-call cost (then microbatch size matters beyond linear scaling). */
+bool pd__plan_has_call(const pd_plan *p);
+/* Rewrites p's stage times as linear scaling of the profile's batch would
+ * give them at the plan's microbatch size: t - call * (1 - b/B), no call
+ * part left (what the simulator predicted before per-call costs). */
+void pd__plan_linear(pd_plan *p);
 /* The --algo names ("pipedream", "2bw", ...) and back; unknown names are an error naming the flag. */
 const char *pd__algo_name(pd__algo a);
 pd_status pd__algo_parse(const char *s, pd__algo *out);
@@ -8863,12 +8900,18 @@ pd_status pd__profile_finish(pd_profile *p, const char *what) {
     if (!what) what = p->model ? p->model : "profile";
     for (int i = 0; i < p->n; i++) {
         const pd__pnode *d = &p->node[i];
-        const char *field[] = {"fwd_ms", "bwd_in_ms", "bwd_w_ms", "act_bytes", "param_bytes", "optim_bytes"};
-        double v[] = {d->fwd_ms, d->bwd_in_ms, d->bwd_w_ms, d->act_bytes, d->param_bytes, d->optim_bytes};
-        for (int k = 0; k < 6; k++)
+        const char *field[] = {"fwd_ms",      "bwd_in_ms",      "bwd_w_ms",      "act_bytes",     "param_bytes",
+                               "optim_bytes", "fwd_call_ms", "bwd_in_call_ms", "bwd_w_call_ms"};
+        double v[] = {d->fwd_ms,      d->bwd_in_ms,   d->bwd_w_ms,       d->act_bytes,    d->param_bytes,
+                      d->optim_bytes, d->fwd_call_ms, d->bwd_in_call_ms, d->bwd_w_call_ms};
+        for (int k = 0; k < 9; k++)
             if (!isfinite(v[k]) || v[k] < 0)
                 return pd__err(PD_ERR_INVALID, "%s: node '%s': %s is %g (costs must be finite and non-negative)", what,
                                pd__pname(p, i), field[k], v[k]);
+        for (int k = 0; k < 3; k++) /* a call part is a part of its time */
+            if (v[6 + k] > v[k])
+                return pd__err(PD_ERR_INVALID, "%s: node '%s': %s %g exceeds %s %g", what, pd__pname(p, i),
+                               field[6 + k], v[6 + k], field[k], v[k]);
     }
     for (int e = 0; e < p->n_edges; e++) {
         int a = p->edge[2 * e], b = p->edge[2 * e + 1];
@@ -9017,6 +9060,123 @@ pd_status pd_profile_create(const pd_profile_node_info *nodes, int n_nodes, cons
     }
     *out = p;
     return PD_OK;
+}
+
+/* ---- scaling to a microbatch size --------------------------------------------------------- */
+
+static double pd__scale(double t, double call, double ratio) { return call + (t - call) * ratio; }
+
+void pd__pnode_at(const pd__pnode *d, double ratio, pd__pnode *out) {
+    *out = *d;
+    out->fwd_ms = pd__scale(d->fwd_ms, d->fwd_call_ms, ratio);
+    out->bwd_in_ms = pd__scale(d->bwd_in_ms, d->bwd_in_call_ms, ratio);
+    out->bwd_w_ms = pd__scale(d->bwd_w_ms, d->bwd_w_call_ms, ratio);
+    out->act_bytes = d->act_bytes * ratio;
+}
+
+pd_status pd__profile_at(const pd_profile *p, int64_t b, pd_profile **out) {
+    if (p->batch <= 0)
+        return pd__err(PD_ERR_INVALID, "the profile does not say its batch, so its times cannot be scaled to %lld rows",
+                       (long long)b);
+    pd_profile *q = (pd_profile *)PD_MALLOC(sizeof *q);
+    pd__pnode *node = (pd__pnode *)PD_MALLOC(sizeof(pd__pnode) * ((size_t)p->n + 1));
+    if (!q || !node) {
+        PD_FREE(q);
+        PD_FREE(node);
+        return pd__err(PD_ERR_NOMEM, "out of memory scaling a profile of %d nodes", p->n);
+    }
+    *q = *p;
+    double ratio = (double)b / (double)p->batch;
+    for (int v = 0; v < p->n; v++) pd__pnode_at(&p->node[v], ratio, &node[v]);
+    q->node = node;
+    q->batch = b;
+    *out = q;
+    return PD_OK;
+}
+
+void pd__profile_free_shallow(pd_profile *p) {
+    if (!p) return;
+    PD_FREE(p->node);
+    PD_FREE(p);
+}
+
+/* The per-call part of a time t_B at batch B from the times t[k] at batches
+ * b[k]: the least-squares line through (B, t_B), so the profile keeps its
+ * measured time at B, clamped to [0, t_B] (a time that grows faster than the
+ * rows has no call part; one that does not grow is all call). */
+static double pd__fit_call(double tB, double B, const double *t, const double *b, int n) {
+    double num = 0, den = 0;
+    for (int k = 0; k < n; k++) {
+        num += (b[k] - B) * (t[k] - tB);
+        den += (b[k] - B) * (b[k] - B);
+    }
+    double slope = num / den, call = tB - (slope > 0 ? slope : 0) * B;
+    return call < 0 ? 0 : call > tB ? tB : call;
+}
+
+static pd_status pd__fit_check(const pd_profile *p, const pd_profile *const *at, int n) {
+    if (!p || !at || n < 1 || n > PD_MAX_FIT_BATCHES)
+        return pd__err(PD_ERR_INVALID, "pd_profile_fit: %s",
+                       !p ? "NULL profile" : !at ? "NULL at" : "n must be 1 to 8 (other batch sizes)");
+    if (p->batch <= 0) return pd__err(PD_ERR_INVALID, "pd_profile_fit: the profile does not say its batch");
+    for (int k = 0; k < n; k++) {
+        const pd_profile *q = at[k];
+        if (!q || q->batch <= 0 || q->batch == p->batch || q->n != p->n)
+            return pd__err(PD_ERR_INVALID, "pd_profile_fit: at[%d]: %s", k,
+                           !q                     ? "NULL"
+                           : q->batch <= 0        ? "the profile does not say its batch"
+                           : q->batch == p->batch ? "measured at the profile's own batch"
+                                                  : "a different number of nodes");
+        for (int v = 0; v < p->n; v++)
+            if (strcmp(pd__pname(q, v), pd__pname(p, v)) != 0)
+                return pd__err(PD_ERR_INVALID, "pd_profile_fit: at[%d]: node %d is '%s' where the profile has '%s'", k,
+                               v, pd__pname(q, v), pd__pname(p, v));
+    }
+    return PD_OK;
+}
+
+pd_status pd_profile_fit(pd_profile *p, const pd_profile *const *at, int n) {
+    PD_TRY(pd__fit_check(p, at, n));
+    double b[PD_MAX_FIT_BATCHES], t[PD_MAX_FIT_BATCHES], B = (double)p->batch;
+    for (int k = 0; k < n; k++) b[k] = (double)at[k]->batch;
+    for (int v = 0; v < p->n; v++) {
+        pd__pnode *d = &p->node[v];
+        for (int k = 0; k < n; k++) t[k] = at[k]->node[v].fwd_ms;
+        d->fwd_call_ms = pd__fit_call(d->fwd_ms, B, t, b, n);
+        for (int k = 0; k < n; k++) t[k] = at[k]->node[v].bwd_in_ms;
+        d->bwd_in_call_ms = pd__fit_call(d->bwd_in_ms, B, t, b, n);
+        for (int k = 0; k < n; k++) t[k] = at[k]->node[v].bwd_w_ms;
+        d->bwd_w_call_ms = pd__fit_call(d->bwd_w_ms, B, t, b, n);
+    }
+    p->n_fit = n;
+    for (int k = 0; k < n; k++) p->fit_batch[k] = at[k]->batch;
+    return PD_OK;
+}
+
+pd_status pd_profile_node_call(const pd_profile *p, int i, double out[3]) {
+    if (!p || !out || i < 0 || i >= p->n)
+        return pd__err(PD_ERR_INVALID, "pd_profile_node_call: node index %d out of range", i);
+    out[0] = p->node[i].fwd_call_ms;
+    out[1] = p->node[i].bwd_in_call_ms;
+    out[2] = p->node[i].bwd_w_call_ms;
+    return PD_OK;
+}
+
+bool pd__plan_has_call(const pd_plan *p) {
+    for (int s = 0; s < p->n_stages; s++)
+        if (p->stage[s].fwd_call_ms > 0 || p->stage[s].bwd_in_call_ms > 0 || p->stage[s].bwd_w_call_ms > 0) return true;
+    return false;
+}
+
+void pd__plan_linear(pd_plan *p) {
+    double ratio = p->profile_batch > 0 && p->microbatch_size > 0 ? (double)p->microbatch_size / p->profile_batch : 1;
+    for (int s = 0; s < p->n_stages; s++) {
+        pd__stage *st = &p->stage[s];
+        st->fwd_ms -= st->fwd_call_ms * (1 - ratio);
+        st->bwd_in_ms -= st->bwd_in_call_ms * (1 - ratio);
+        st->bwd_w_ms -= st->bwd_w_call_ms * (1 - ratio);
+        st->fwd_call_ms = st->bwd_in_call_ms = st->bwd_w_call_ms = 0;
+    }
 }
 
 /* ==== core/antichain.c ==== */
@@ -10204,6 +10364,9 @@ static void pd__eval_sums(pd_plan *pl, const pd_profile *p) {
         f->fwd_ms += nd->fwd_ms;
         b->bwd_in_ms += nd->bwd_in_ms;
         b->bwd_w_ms += nd->bwd_w_ms;
+        f->fwd_call_ms += nd->fwd_call_ms;
+        b->bwd_in_call_ms += nd->bwd_in_call_ms;
+        b->bwd_w_call_ms += nd->bwd_w_call_ms;
         f->param_bytes += nd->param_bytes;
         f->optim_bytes += nd->optim_bytes;
         f->act_bytes += nd->act_bytes;
@@ -10239,10 +10402,11 @@ static pd_status pd__eval_cross(const pd_plan *pl, const pd_profile *p, double *
  * as PipeDream computes it), the minibatch's time, speedups, bubble and
  * throughput. */
 static void pd__eval_totals(pd_plan *pl, const pd_profile *p, const pd__ctx *x, double tmax, double busy, int used) {
-    double single = 0, wtot = 0;
+    double single = 0, wtot = 0, call = 0;
     for (int v = 0; v < p->n; v++) {
         single += p->node[v].fwd_ms + p->node[v].bwd_in_ms + p->node[v].bwd_w_ms;
         wtot += p->node[v].param_bytes;
+        call += p->node[v].fwd_call_ms + p->node[v].bwd_in_call_ms + p->node[v].bwd_w_call_ms;
     }
     double dp = single;
     int inner = 1;
@@ -10255,6 +10419,10 @@ static void pd__eval_totals(pd_plan *pl, const pd_profile *p, const pd__ctx *x, 
     int m = pl->microbatches > 0 ? pl->microbatches : 1;
     pl->single_ms = single * m * width;
     pl->dp_ms = dp * m * width;
+    if (call > 0) { /* per-call costs: one worker runs the minibatch as one call per node, a data-parallel one its share */
+        pl->single_ms -= call * (m * width - 1);
+        pl->dp_ms -= call * ((double)m * width / x->workers - 1);
+    }
     pl->workers = x->workers;
     if (pl->algo == PD_ALGO_2BW) {
         double ar = 0;
@@ -10359,6 +10527,7 @@ static pd_status pd__plan_alloc(const pd_profile *p, int n_stages, pd_plan **out
         }
     }
     pl->microbatch_size = p->batch;
+    pl->profile_batch = p->batch;
     if (p->model && !(pl->model = pd__strdup(p->model))) {
         pd__plan_free(pl);
         return pd__err(PD_ERR_NOMEM, "plan: out of memory");
@@ -10666,6 +10835,7 @@ static pd_status pd__plan_dag(const pd_profile *p, int *indeg, int *outdeg, int 
         if (pd__skip_input(p, v, indeg)) {
             pd__pnode *nd = &ev_nodes[v];
             nd->fwd_ms = nd->bwd_in_ms = nd->bwd_w_ms = nd->act_bytes = nd->param_bytes = nd->optim_bytes = 0;
+            nd->fwd_call_ms = nd->bwd_in_call_ms = nd->bwd_w_call_ms = 0;
         }
     return PD_OK;
 }
@@ -10813,11 +10983,8 @@ static pd_status pd__prefixes_if_better(const pd__ctx *x, const pd_profile *p, c
     return st;
 }
 
-pd_status pd_plan_create(const pd_profile *p, const pd_plan_options *user, pd_plan **out) {
-    if (!p || !out) return pd__err(PD_ERR_INVALID, "pd_plan_create: NULL profile or out");
-    pd_plan_options opt = PD_PLAN_OPTIONS_INIT;
-    PD_TRY(pd__opts_read(&opt, user, sizeof opt, "pd_plan_create: opt"));
-    const pd_plan_options *o = &opt;
+/* The plan for a profile already at the microbatch size. */
+static pd_status pd__plan_create_at(const pd_profile *p, const pd_plan_options *o, pd_plan **out) {
     pd__ctx x;
     memset(&x, 0, sizeof x);
     x.p = p;
@@ -11088,6 +11255,27 @@ int pd_plan_node_stage(const pd_plan *p, int i, int *bwd) {
     if (!p || i < 0 || i >= p->n_nodes) return -1;
     if (bwd) *bwd = p->bwd_stage[i];
     return p->fwd_stage[i];
+}
+
+pd_status pd_plan_create(const pd_profile *p, const pd_plan_options *user, pd_plan **out) {
+    if (!p || !out) return pd__err(PD_ERR_INVALID, "pd_plan_create: NULL profile or out");
+    pd_plan_options o = PD_PLAN_OPTIONS_INIT;
+    PD_TRY(pd__opts_read(&o, user, sizeof o, "pd_plan_create: opt"));
+    if (o.microbatch_size < 0 || o.microbatch_size > (int64_t)1 << 40)
+        return pd__err(PD_ERR_INVALID, "plan: opt->microbatch_size must be 0 (the profile's batch) or a row count (got %lld)",
+                       (long long)o.microbatch_size);
+    if (o.microbatch_size == 0 || o.microbatch_size == p->batch) return pd__plan_create_at(p, &o, out);
+    /* another microbatch size: plan on the profile scaled to it (per-call costs stay) */
+    pd_profile *at = NULL;
+    pd_status st = pd__profile_at(p, o.microbatch_size, &at);
+    if (st != PD_OK) {
+        pd__err_prefix("plan: opt->microbatch_size");
+        return st;
+    }
+    st = pd__plan_create_at(at, &o, out);
+    pd__profile_free_shallow(at);
+    if (st == PD_OK) (*out)->profile_batch = p->batch;
+    return st;
 }
 #undef CELL
 #undef PD__BIP_AT

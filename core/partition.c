@@ -596,6 +596,9 @@ static void pd__eval_sums(pd_plan *pl, const pd_profile *p) {
         f->fwd_ms += nd->fwd_ms;
         b->bwd_in_ms += nd->bwd_in_ms;
         b->bwd_w_ms += nd->bwd_w_ms;
+        f->fwd_call_ms += nd->fwd_call_ms;
+        b->bwd_in_call_ms += nd->bwd_in_call_ms;
+        b->bwd_w_call_ms += nd->bwd_w_call_ms;
         f->param_bytes += nd->param_bytes;
         f->optim_bytes += nd->optim_bytes;
         f->act_bytes += nd->act_bytes;
@@ -631,10 +634,11 @@ static pd_status pd__eval_cross(const pd_plan *pl, const pd_profile *p, double *
  * as PipeDream computes it), the minibatch's time, speedups, bubble and
  * throughput. */
 static void pd__eval_totals(pd_plan *pl, const pd_profile *p, const pd__ctx *x, double tmax, double busy, int used) {
-    double single = 0, wtot = 0;
+    double single = 0, wtot = 0, call = 0;
     for (int v = 0; v < p->n; v++) {
         single += p->node[v].fwd_ms + p->node[v].bwd_in_ms + p->node[v].bwd_w_ms;
         wtot += p->node[v].param_bytes;
+        call += p->node[v].fwd_call_ms + p->node[v].bwd_in_call_ms + p->node[v].bwd_w_call_ms;
     }
     double dp = single;
     int inner = 1;
@@ -647,6 +651,10 @@ static void pd__eval_totals(pd_plan *pl, const pd_profile *p, const pd__ctx *x, 
     int m = pl->microbatches > 0 ? pl->microbatches : 1;
     pl->single_ms = single * m * width;
     pl->dp_ms = dp * m * width;
+    if (call > 0) { /* per-call costs: one worker runs the minibatch as one call per node, a data-parallel one its share */
+        pl->single_ms -= call * (m * width - 1);
+        pl->dp_ms -= call * ((double)m * width / x->workers - 1);
+    }
     pl->workers = x->workers;
     if (pl->algo == PD_ALGO_2BW) {
         double ar = 0;
@@ -751,6 +759,7 @@ static pd_status pd__plan_alloc(const pd_profile *p, int n_stages, pd_plan **out
         }
     }
     pl->microbatch_size = p->batch;
+    pl->profile_batch = p->batch;
     if (p->model && !(pl->model = pd__strdup(p->model))) {
         pd__plan_free(pl);
         return pd__err(PD_ERR_NOMEM, "plan: out of memory");
@@ -1058,6 +1067,7 @@ static pd_status pd__plan_dag(const pd_profile *p, int *indeg, int *outdeg, int 
         if (pd__skip_input(p, v, indeg)) {
             pd__pnode *nd = &ev_nodes[v];
             nd->fwd_ms = nd->bwd_in_ms = nd->bwd_w_ms = nd->act_bytes = nd->param_bytes = nd->optim_bytes = 0;
+            nd->fwd_call_ms = nd->bwd_in_call_ms = nd->bwd_w_call_ms = 0;
         }
     return PD_OK;
 }
@@ -1205,11 +1215,8 @@ static pd_status pd__prefixes_if_better(const pd__ctx *x, const pd_profile *p, c
     return st;
 }
 
-pd_status pd_plan_create(const pd_profile *p, const pd_plan_options *user, pd_plan **out) {
-    if (!p || !out) return pd__err(PD_ERR_INVALID, "pd_plan_create: NULL profile or out");
-    pd_plan_options opt = PD_PLAN_OPTIONS_INIT;
-    PD_TRY(pd__opts_read(&opt, user, sizeof opt, "pd_plan_create: opt"));
-    const pd_plan_options *o = &opt;
+/* The plan for a profile already at the microbatch size. */
+static pd_status pd__plan_create_at(const pd_profile *p, const pd_plan_options *o, pd_plan **out) {
     pd__ctx x;
     memset(&x, 0, sizeof x);
     x.p = p;
@@ -1480,4 +1487,25 @@ int pd_plan_node_stage(const pd_plan *p, int i, int *bwd) {
     if (!p || i < 0 || i >= p->n_nodes) return -1;
     if (bwd) *bwd = p->bwd_stage[i];
     return p->fwd_stage[i];
+}
+
+pd_status pd_plan_create(const pd_profile *p, const pd_plan_options *user, pd_plan **out) {
+    if (!p || !out) return pd__err(PD_ERR_INVALID, "pd_plan_create: NULL profile or out");
+    pd_plan_options o = PD_PLAN_OPTIONS_INIT;
+    PD_TRY(pd__opts_read(&o, user, sizeof o, "pd_plan_create: opt"));
+    if (o.microbatch_size < 0 || o.microbatch_size > (int64_t)1 << 40)
+        return pd__err(PD_ERR_INVALID, "plan: opt->microbatch_size must be 0 (the profile's batch) or a row count (got %lld)",
+                       (long long)o.microbatch_size);
+    if (o.microbatch_size == 0 || o.microbatch_size == p->batch) return pd__plan_create_at(p, &o, out);
+    /* another microbatch size: plan on the profile scaled to it (per-call costs stay) */
+    pd_profile *at = NULL;
+    pd_status st = pd__profile_at(p, o.microbatch_size, &at);
+    if (st != PD_OK) {
+        pd__err_prefix("plan: opt->microbatch_size");
+        return st;
+    }
+    st = pd__plan_create_at(at, &o, out);
+    pd__profile_free_shallow(at);
+    if (st == PD_OK) (*out)->profile_batch = p->batch;
+    return st;
 }

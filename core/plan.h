@@ -25,7 +25,14 @@ typedef struct pd__pnode {
     double act_bytes;    /* bytes of its outputs (one microbatch) */
     double param_bytes;  /* bytes of the trainable parameters it owns */
     double optim_bytes;  /* optimizer state for those parameters */
+    /* the part of fwd_ms, bwd_in_ms, bwd_w_ms that does not shrink with the
+     * rows (a per-call overhead, fitted from measurements at other batch
+     * sizes; 0: the time scales linearly): at b rows a time t measured at the
+     * profile's batch B costs call + (t - call) * b / B (pd__pnode_at) */
+    double fwd_call_ms, bwd_in_call_ms, bwd_w_call_ms;
 } pd__pnode;
+
+#define PD_MAX_FIT_BATCHES 8
 
 struct pd_profile {
     int n;               /* nodes, in a topological order */
@@ -35,6 +42,8 @@ struct pd_profile {
     int64_t batch;       /* microbatch the times are for (0: unknown) */
     char *model;         /* where it came from (for messages); may be NULL */
     char *device;        /* "cpu", "cuda", "pipedream" (imported) ... ; may be NULL */
+    int n_fit;           /* the other batch sizes the per-call costs were fitted from (0: none) */
+    int64_t fit_batch[PD_MAX_FIT_BATCHES];
 };
 
 /* An empty profile with room for n nodes (names NULL, costs 0). */
@@ -48,6 +57,14 @@ pd_status pd__profile_finish(pd_profile *p, const char *what);
 /* Parses a profile held in memory (JSON or PipeDream graph.txt); `name` names
  * it in errors (runtime/profile_io.c). */
 pd_status pd__profile_parse(const char *name, const char *data, size_t len, pd_profile **out);
+
+/* Node d's costs at `ratio` times the profile's batch: times call + (t -
+ * call) * ratio, activation bytes times ratio, parameters as they are. */
+void pd__pnode_at(const pd__pnode *d, double ratio, pd__pnode *out);
+/* A copy of p with every node at b rows (p->batch must be known); names are
+ * shared with p, so free it with pd__profile_free_shallow before p goes. */
+pd_status pd__profile_at(const pd_profile *p, int64_t b, pd_profile **out);
+void pd__profile_free_shallow(pd_profile *p);
 
 /* ---- cut states (antichains) ------------------------------------------------ */
 
@@ -92,6 +109,7 @@ typedef struct pd__stage {
     double in_bytes;       /* activation bytes received per microbatch (gradient bytes sent back) */
     double out_bytes;      /* activation bytes sent per microbatch (gradient bytes received) */
     double send_ms;        /* time to send out_bytes to the next stage (and the gradient back) */
+    double fwd_call_ms, bwd_in_call_ms, bwd_w_call_ms; /* the per-call parts of fwd_ms ... (pd__pnode) */
     double allreduce_ms;   /* gradient all-reduce among the replicas, per minibatch */
     double time_ms;        /* the stage's cost in the planner's model (per minibatch per replica) */
     double memory_bytes;   /* predicted peak per worker */
@@ -120,6 +138,7 @@ struct pd_plan {
     int workers;           /* workers given; sum of replicas may be fewer */
     int microbatches;      /* per minibatch (per pipeline) */
     int64_t microbatch_size;
+    int64_t profile_batch; /* the batch the profile measured (0: unknown); stage times are scaled from it */
     int width;             /* 2bw, avgpipe: parallel pipelines (data-parallel width; avgpipe's K); 1 otherwise */
     bool recompute;        /* activation recomputation (the 2bw planner's choice; the runtime honours it under every schedule) */
     pd__algo algo;
@@ -139,6 +158,12 @@ struct pd_plan {
 };
 
 void pd__plan_free(pd_plan *p);
+/* Whether a stage of p has a per-call cost (then microbatch size matters beyond linear scaling). */
+bool pd__plan_has_call(const pd_plan *p);
+/* Rewrites p's stage times as linear scaling of the profile's batch would
+ * give them at the plan's microbatch size: t - call * (1 - b/B), no call
+ * part left (what the simulator predicted before per-call costs). */
+void pd__plan_linear(pd_plan *p);
 /* The --algo names ("pipedream", "2bw", ...) and back; unknown names are an error naming the flag. */
 const char *pd__algo_name(pd__algo a);
 pd_status pd__algo_parse(const char *s, pd__algo *out);

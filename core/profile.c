@@ -86,12 +86,18 @@ pd_status pd__profile_finish(pd_profile *p, const char *what) {
     if (!what) what = p->model ? p->model : "profile";
     for (int i = 0; i < p->n; i++) {
         const pd__pnode *d = &p->node[i];
-        const char *field[] = {"fwd_ms", "bwd_in_ms", "bwd_w_ms", "act_bytes", "param_bytes", "optim_bytes"};
-        double v[] = {d->fwd_ms, d->bwd_in_ms, d->bwd_w_ms, d->act_bytes, d->param_bytes, d->optim_bytes};
-        for (int k = 0; k < 6; k++)
+        const char *field[] = {"fwd_ms",      "bwd_in_ms",      "bwd_w_ms",      "act_bytes",     "param_bytes",
+                               "optim_bytes", "fwd_call_ms", "bwd_in_call_ms", "bwd_w_call_ms"};
+        double v[] = {d->fwd_ms,      d->bwd_in_ms,   d->bwd_w_ms,       d->act_bytes,    d->param_bytes,
+                      d->optim_bytes, d->fwd_call_ms, d->bwd_in_call_ms, d->bwd_w_call_ms};
+        for (int k = 0; k < 9; k++)
             if (!isfinite(v[k]) || v[k] < 0)
                 return pd__err(PD_ERR_INVALID, "%s: node '%s': %s is %g (costs must be finite and non-negative)", what,
                                pd__pname(p, i), field[k], v[k]);
+        for (int k = 0; k < 3; k++) /* a call part is a part of its time */
+            if (v[6 + k] > v[k])
+                return pd__err(PD_ERR_INVALID, "%s: node '%s': %s %g exceeds %s %g", what, pd__pname(p, i),
+                               field[6 + k], v[6 + k], field[k], v[k]);
     }
     for (int e = 0; e < p->n_edges; e++) {
         int a = p->edge[2 * e], b = p->edge[2 * e + 1];
@@ -240,4 +246,121 @@ pd_status pd_profile_create(const pd_profile_node_info *nodes, int n_nodes, cons
     }
     *out = p;
     return PD_OK;
+}
+
+/* ---- scaling to a microbatch size --------------------------------------------------------- */
+
+static double pd__scale(double t, double call, double ratio) { return call + (t - call) * ratio; }
+
+void pd__pnode_at(const pd__pnode *d, double ratio, pd__pnode *out) {
+    *out = *d;
+    out->fwd_ms = pd__scale(d->fwd_ms, d->fwd_call_ms, ratio);
+    out->bwd_in_ms = pd__scale(d->bwd_in_ms, d->bwd_in_call_ms, ratio);
+    out->bwd_w_ms = pd__scale(d->bwd_w_ms, d->bwd_w_call_ms, ratio);
+    out->act_bytes = d->act_bytes * ratio;
+}
+
+pd_status pd__profile_at(const pd_profile *p, int64_t b, pd_profile **out) {
+    if (p->batch <= 0)
+        return pd__err(PD_ERR_INVALID, "the profile does not say its batch, so its times cannot be scaled to %lld rows",
+                       (long long)b);
+    pd_profile *q = (pd_profile *)PD_MALLOC(sizeof *q);
+    pd__pnode *node = (pd__pnode *)PD_MALLOC(sizeof(pd__pnode) * ((size_t)p->n + 1));
+    if (!q || !node) {
+        PD_FREE(q);
+        PD_FREE(node);
+        return pd__err(PD_ERR_NOMEM, "out of memory scaling a profile of %d nodes", p->n);
+    }
+    *q = *p;
+    double ratio = (double)b / (double)p->batch;
+    for (int v = 0; v < p->n; v++) pd__pnode_at(&p->node[v], ratio, &node[v]);
+    q->node = node;
+    q->batch = b;
+    *out = q;
+    return PD_OK;
+}
+
+void pd__profile_free_shallow(pd_profile *p) {
+    if (!p) return;
+    PD_FREE(p->node);
+    PD_FREE(p);
+}
+
+/* The per-call part of a time t_B at batch B from the times t[k] at batches
+ * b[k]: the least-squares line through (B, t_B), so the profile keeps its
+ * measured time at B, clamped to [0, t_B] (a time that grows faster than the
+ * rows has no call part; one that does not grow is all call). */
+static double pd__fit_call(double tB, double B, const double *t, const double *b, int n) {
+    double num = 0, den = 0;
+    for (int k = 0; k < n; k++) {
+        num += (b[k] - B) * (t[k] - tB);
+        den += (b[k] - B) * (b[k] - B);
+    }
+    double slope = num / den, call = tB - (slope > 0 ? slope : 0) * B;
+    return call < 0 ? 0 : call > tB ? tB : call;
+}
+
+static pd_status pd__fit_check(const pd_profile *p, const pd_profile *const *at, int n) {
+    if (!p || !at || n < 1 || n > PD_MAX_FIT_BATCHES)
+        return pd__err(PD_ERR_INVALID, "pd_profile_fit: %s",
+                       !p ? "NULL profile" : !at ? "NULL at" : "n must be 1 to 8 (other batch sizes)");
+    if (p->batch <= 0) return pd__err(PD_ERR_INVALID, "pd_profile_fit: the profile does not say its batch");
+    for (int k = 0; k < n; k++) {
+        const pd_profile *q = at[k];
+        if (!q || q->batch <= 0 || q->batch == p->batch || q->n != p->n)
+            return pd__err(PD_ERR_INVALID, "pd_profile_fit: at[%d]: %s", k,
+                           !q                     ? "NULL"
+                           : q->batch <= 0        ? "the profile does not say its batch"
+                           : q->batch == p->batch ? "measured at the profile's own batch"
+                                                  : "a different number of nodes");
+        for (int v = 0; v < p->n; v++)
+            if (strcmp(pd__pname(q, v), pd__pname(p, v)) != 0)
+                return pd__err(PD_ERR_INVALID, "pd_profile_fit: at[%d]: node %d is '%s' where the profile has '%s'", k,
+                               v, pd__pname(q, v), pd__pname(p, v));
+    }
+    return PD_OK;
+}
+
+pd_status pd_profile_fit(pd_profile *p, const pd_profile *const *at, int n) {
+    PD_TRY(pd__fit_check(p, at, n));
+    double b[PD_MAX_FIT_BATCHES], t[PD_MAX_FIT_BATCHES], B = (double)p->batch;
+    for (int k = 0; k < n; k++) b[k] = (double)at[k]->batch;
+    for (int v = 0; v < p->n; v++) {
+        pd__pnode *d = &p->node[v];
+        for (int k = 0; k < n; k++) t[k] = at[k]->node[v].fwd_ms;
+        d->fwd_call_ms = pd__fit_call(d->fwd_ms, B, t, b, n);
+        for (int k = 0; k < n; k++) t[k] = at[k]->node[v].bwd_in_ms;
+        d->bwd_in_call_ms = pd__fit_call(d->bwd_in_ms, B, t, b, n);
+        for (int k = 0; k < n; k++) t[k] = at[k]->node[v].bwd_w_ms;
+        d->bwd_w_call_ms = pd__fit_call(d->bwd_w_ms, B, t, b, n);
+    }
+    p->n_fit = n;
+    for (int k = 0; k < n; k++) p->fit_batch[k] = at[k]->batch;
+    return PD_OK;
+}
+
+pd_status pd_profile_node_call(const pd_profile *p, int i, double out[3]) {
+    if (!p || !out || i < 0 || i >= p->n)
+        return pd__err(PD_ERR_INVALID, "pd_profile_node_call: node index %d out of range", i);
+    out[0] = p->node[i].fwd_call_ms;
+    out[1] = p->node[i].bwd_in_call_ms;
+    out[2] = p->node[i].bwd_w_call_ms;
+    return PD_OK;
+}
+
+bool pd__plan_has_call(const pd_plan *p) {
+    for (int s = 0; s < p->n_stages; s++)
+        if (p->stage[s].fwd_call_ms > 0 || p->stage[s].bwd_in_call_ms > 0 || p->stage[s].bwd_w_call_ms > 0) return true;
+    return false;
+}
+
+void pd__plan_linear(pd_plan *p) {
+    double ratio = p->profile_batch > 0 && p->microbatch_size > 0 ? (double)p->microbatch_size / p->profile_batch : 1;
+    for (int s = 0; s < p->n_stages; s++) {
+        pd__stage *st = &p->stage[s];
+        st->fwd_ms -= st->fwd_call_ms * (1 - ratio);
+        st->bwd_in_ms -= st->bwd_in_call_ms * (1 - ratio);
+        st->bwd_w_ms -= st->bwd_w_call_ms * (1 - ratio);
+        st->fwd_call_ms = st->bwd_in_call_ms = st->bwd_w_call_ms = 0;
+    }
 }

@@ -28,6 +28,8 @@ char *pd__plan_to_json(const pd_plan *p) {
     cJSON_AddNumberToObject(r, "workers", p->workers);
     cJSON_AddNumberToObject(r, "microbatches", p->microbatches);
     cJSON_AddNumberToObject(r, "microbatch_size", (double)p->microbatch_size);
+    if (p->profile_batch != p->microbatch_size || pd__plan_has_call(p))
+        cJSON_AddNumberToObject(r, "profile_batch", (double)p->profile_batch);
     cJSON_AddNumberToObject(r, "width", p->width);
     if (p->algo == PD_ALGO_AVGPIPE) cJSON_AddNumberToObject(r, "parallel_pipelines", p->width);
     cJSON_AddNumberToObject(r, "chunks", p->chunks);
@@ -70,6 +72,11 @@ char *pd__plan_to_json(const pd_plan *p) {
                    {"in_bytes", st->in_bytes},     {"out_bytes", st->out_bytes},     {"send_ms", st->send_ms},
                    {"allreduce_ms", st->allreduce_ms}, {"time_ms", st->time_ms},     {"memory_bytes", st->memory_bytes}};
         for (size_t k = 0; k < sizeof num / sizeof num[0]; k++) cJSON_AddNumberToObject(o, num[k].k, num[k].v);
+        /* per-call parts only where the profile had them: other plans read as before */
+        const char *ck[] = {"fwd_call_ms", "bwd_in_call_ms", "bwd_w_call_ms"};
+        double cv[] = {st->fwd_call_ms, st->bwd_in_call_ms, st->bwd_w_call_ms};
+        for (int k = 0; k < 3; k++)
+            if (cv[k] > 0) cJSON_AddNumberToObject(o, ck[k], cv[k]);
     }
     char *text = cJSON_Print(r);
     cJSON_Delete(r);
@@ -173,6 +180,8 @@ static pd_status plan_header(const char *path, const cJSON *r, pd_plan *p) {
     d = 0;
     PD_TRY(pd__num(path, r, "microbatch_size", false, 0, 1e12, &d));
     p->microbatch_size = (int64_t)d;
+    PD_TRY(pd__num(path, r, "profile_batch", false, 0, 1e12, &d)); /* default: the microbatch size */
+    p->profile_batch = (int64_t)d;
     d = 1;
     PD_TRY(pd__num(path, r, "width", false, 1, 1 << 20, &d));
     p->width = (int)d;
@@ -268,6 +277,15 @@ static pd_status plan_stage(const char *path, const cJSON *it, int s, int *rank,
                      &st->in_bytes, &st->out_bytes, &st->send_ms, &st->allreduce_ms, &st->time_ms, &st->memory_bytes};
     for (int k = 0; k < 12; k++) {
         pd_status e = pd__num(path, it, keys[k], k < 3, 0, INFINITY, dst[k]);
+        if (e != PD_OK) {
+            pd__err_prefix("stage %d", s);
+            return e;
+        }
+    }
+    const char *ck[] = {"fwd_call_ms", "bwd_in_call_ms", "bwd_w_call_ms"};
+    double *cd[] = {&st->fwd_call_ms, &st->bwd_in_call_ms, &st->bwd_w_call_ms};
+    for (int k = 0; k < 3; k++) {
+        pd_status e = pd__num(path, it, ck[k], false, 0, *dst[k], cd[k]); /* a part of its time */
         if (e != PD_OK) {
             pd__err_prefix("stage %d", s);
             return e;

@@ -332,6 +332,15 @@ static pd_status json_meta(const char *path, const cJSON *root, pd_profile *p) {
     if (batch < 0 || batch != floor(batch) || batch > 9e15)
         return pd__json_type(path, "profile", "batch", "a non-negative integer");
     p->batch = (int64_t)batch;
+    const cJSON *fit = cJSON_GetObjectItemCaseSensitive(root, "fit_batches"), *it;
+    if (fit && (!cJSON_IsArray(fit) || cJSON_GetArraySize(fit) > PD_MAX_FIT_BATCHES))
+        return pd__json_type(path, "profile", "fit_batches", "an array of at most 8 batch sizes");
+    cJSON_ArrayForEach(it, fit) {
+        double b = cJSON_IsNumber(it) ? it->valuedouble : 0;
+        if (b < 1 || b != floor(b) || b > 9e15)
+            return pd__json_type(path, "profile", "fit_batches", "an array of at most 8 batch sizes");
+        p->fit_batch[p->n_fit++] = (int64_t)b;
+    }
     PD_TRY(pd__json_str(path, "profile", root, "model", &p->model));
     return pd__json_str(path, "profile", root, "device", &p->device);
 }
@@ -351,6 +360,9 @@ static pd_status json_node(const char *path, const cJSON *nd, int i, pd__pnode *
     PD_TRY(pd__json_num(path, where, nd, "act_bytes", false, &d->act_bytes));
     PD_TRY(pd__json_num(path, where, nd, "param_bytes", false, &d->param_bytes));
     PD_TRY(pd__json_num(path, where, nd, "optim_bytes", false, &d->optim_bytes));
+    PD_TRY(pd__json_num(path, where, nd, "fwd_call_ms", false, &d->fwd_call_ms));
+    PD_TRY(pd__json_num(path, where, nd, "bwd_in_call_ms", false, &d->bwd_in_call_ms));
+    PD_TRY(pd__json_num(path, where, nd, "bwd_w_call_ms", false, &d->bwd_w_call_ms));
     if (!d->desc && !(d->desc = pd__strdup(""))) return pd__err(PD_ERR_NOMEM, "%s: out of memory", path);
     return PD_OK;
 }
@@ -495,16 +507,22 @@ pd_status pd_profile_save(const pd_profile *p, const char *path) {
     ok = ok && pd__put_json(f, p->model ? cJSON_CreateString(p->model) : cJSON_CreateNull());
     fprintf(f, ",\n  \"device\": ");
     ok = ok && pd__put_json(f, p->device ? cJSON_CreateString(p->device) : cJSON_CreateNull());
-    fprintf(f, ",\n  \"batch\": %lld,\n  \"nodes\": [\n", (long long)p->batch);
+    fprintf(f, ",\n  \"batch\": %lld", (long long)p->batch);
+    for (int k = 0; k < p->n_fit; k++) /* the sizes the per-call costs were fitted from */
+        fprintf(f, "%s%lld", k ? ", " : ",\n  \"fit_batches\": [", (long long)p->fit_batch[k]);
+    fprintf(f, "%s,\n  \"nodes\": [\n", p->n_fit ? "]" : "");
     for (int i = 0; i < p->n && ok; i++) {
         const pd__pnode *d = &p->node[i];
-        const char *key[] = {"fwd_ms", "bwd_in_ms", "bwd_w_ms", "act_bytes", "param_bytes", "optim_bytes"};
-        double v[] = {d->fwd_ms, d->bwd_in_ms, d->bwd_w_ms, d->act_bytes, d->param_bytes, d->optim_bytes};
+        const char *key[] = {"fwd_ms",      "bwd_in_ms",   "bwd_w_ms",       "act_bytes",    "param_bytes",
+                             "optim_bytes", "fwd_call_ms", "bwd_in_call_ms", "bwd_w_call_ms"};
+        double v[] = {d->fwd_ms,      d->bwd_in_ms,   d->bwd_w_ms,       d->act_bytes,    d->param_bytes,
+                      d->optim_bytes, d->fwd_call_ms, d->bwd_in_call_ms, d->bwd_w_call_ms};
         fputs("    {\"name\":", f);
         ok = pd__put_json(f, cJSON_CreateString(d->name ? d->name : ""));
         fputs(",\"desc\":", f);
         ok = ok && pd__put_json(f, cJSON_CreateString(d->desc ? d->desc : ""));
-        for (int k = 0; k < 6; k++) {
+        for (int k = 0; k < 9; k++) {
+            if (k >= 6 && v[k] == 0) continue; /* per-call costs only where fitted */
             fprintf(f, ",\"%s\":", key[k]);
             pd__put_num(f, v[k]);
         }

@@ -293,6 +293,39 @@ expect_error "simulate: unknown schedule" "gpipe" "$pdonnx" simulate "$tmp/plan.
 expect_error "simulate: missing plan file" "$tmp/nope.json" "$pdonnx" simulate "$tmp/nope.json" --schedule flush
 echo '{"format": "pdonnx-plan", "workers": 1' >"$tmp/trunc.json"
 expect_error "simulate: truncated plan" "$tmp/trunc.json:1: invalid JSON" "$pdonnx" simulate "$tmp/trunc.json" --schedule flush
+# per-call costs (docs/PROFILE.md): a chain whose every time is call + row * b, profiled at 8 rows,
+# planned at 2: flush with 4 microbatches on 2 stages is 5 x 3 ms, linear scaling 5 x 2.25
+cat >"$tmp/call.json" <<'EOF'
+{"format": "pdonnx-profile", "version": 1, "batch": 8, "fit_batches": [2], "nodes": [
+ {"name":"n0","desc":"Gemm","fwd_ms":2.5,"bwd_in_ms":4.5,"bwd_w_ms":2,"param_bytes":1024,"fwd_call_ms":0.5,"bwd_in_call_ms":0.5},
+ {"name":"n1","desc":"Gemm","fwd_ms":2.5,"bwd_in_ms":4.5,"bwd_w_ms":2,"param_bytes":1024,"fwd_call_ms":0.5,"bwd_in_call_ms":0.5}],
+ "edges": [["n0","n1"]]}
+EOF
+if "$pdonnx" plan --profile "$tmp/call.json" --workers 2 --straight --bandwidth 1e18 --microbatches 4 \
+     --microbatch-size 2 -o "$tmp/call_plan.json" >"$tmp/out" 2>&1 \
+   && grep -q "microbatches of 2 rows: the profile's times at 8 rows scaled with its per-call costs" "$tmp/out" \
+   && "$pdonnx" simulate "$tmp/call_plan.json" --schedule flush >"$tmp/out" 2>&1 \
+   && grep -q "^time per minibatch: 15.000 ms" "$tmp/out" \
+   && grep -Eq "^ +0 +3.000 +2.250 +1.000 +\+33.3%" "$tmp/out" \
+   && grep -q "linear scaling would predict 11.250 ms per minibatch (711.1 samples/s); the per-call costs make it 1.33x" "$tmp/out" \
+   && "$pdonnx" simulate "$tmp/plan.json" --schedule flush >"$tmp/out2" 2>&1 && ! grep -q "overhead" "$tmp/out2"; then
+  ok "plan --microbatch-size 2 from a profile at 8 with per-call costs: simulate shows 15 ms against linear 11.25"
+else
+  bad "per-call costs: $(head -c 900 "$tmp/out")"
+fi
+if "$pdonnx" profile "$fx/mlp/model.onnx" --batch 16 --fit-batches 4 --warmup 1 --repeats 2 -o "$tmp/fit.json" >"$tmp/out" 2>&1 \
+   && grep -q "per-call costs fitted from batches 16, 4" "$tmp/out" && grep -q '"fit_batches": \[4\]' "$tmp/fit.json" \
+   && "$pdonnx" plan --profile "$tmp/fit.json" --workers 2 --microbatch-size 4 -o "$tmp/fit_plan.json" >/dev/null 2>&1 \
+   && grep -q '"profile_batch":' "$tmp/fit_plan.json"; then
+  ok "profile --fit-batches 4 at batch 16 writes fit_batches; plan --microbatch-size 4 reads it"
+else
+  bad "profile --fit-batches: $(head -c 600 "$tmp/out")"
+fi
+expect_error "profile: bad --fit-batches" "--fit-batches: '4,x'" \
+  "$pdonnx" profile "$fx/mlp/model.onnx" --batch 16 --fit-batches 4,x -o "$tmp/p.json"
+printf 'node1 -- Linear -- forward_compute_time=1.0, backward_compute_time=2.0, activation_size=10.0, parameter_size=5.0\n' >"$tmp/pd1.txt"
+expect_error "plan: --microbatch-size on a profile without a batch" "plan: --microbatch-size: the profile does not say its batch" \
+  "$pdonnx" plan --profile "$tmp/pd1.txt" --workers 1 --microbatch-size 2
 expect_error "schedule: interleaved needs m divisible by p" "multiple" \
   "$pdonnx" schedule --stages 3 --microbatches 4 --schedule interleaved
 # --- CUDA (docs/CUDA.md; the runs themselves are test_cli_cuda.sh, suite cuda): without a GPU, or

@@ -22,7 +22,7 @@ static const char *const pd__field_flags[][2] = {
     {"opt->level_bandwidth", "--bandwidth"}, {"opt->level_workers", "--topology"},
     {"opt->clip_grad_norm", "--clip-grad-norm"}, {"opt->checkpoint_every", "--checkpoint-every"},
     {"opt->checkpoint_dir", "--checkpoint-dir"}, {"opt->vertical_sync", "--vertical-sync"}, {"plan->recompute", "--recompute"},
-    {"opt->microbatches", "--microbatches"}, {"opt->cost_model", "--cost-model"},
+    {"opt->microbatches", "--microbatches"}, {"opt->microbatch_size", "--microbatch-size"}, {"opt->cost_model", "--cost-model"},
     {"opt->max_states", "--max-states"}, {"opt->max_constant_bytes", "--max-constant-bytes"}, {"opt->batch", "--batch"}, {"opt->bandwidth", "--bandwidth"}, {"opt->schedule", "--schedule"},
     {"opt->workers", "--workers"}, {"opt->memory", "--memory"}, {"opt->algo", "--algo"},
 };
@@ -146,11 +146,11 @@ static void pd__usage(FILE *f) {
             "  pdonnx export CHECKPOINT_DIR -o OUT.onnx [--model MODEL.onnx]\n"
             "      write the trained model of the newest valid checkpoint\n"
             "  pdonnx profile MODEL.onnx --batch N [--device cpu|cuda[:N]|sim[:N]] [--warmup N] [--repeats N] [--threads N]\n"
-            "         [--optimizer KIND] [--loss KIND] -o PROFILE.json [--pipedream graph.txt] [--quiet]\n"
+            "         [--optimizer KIND] [--loss KIND] [--fit-batches N[,N]] -o PROFILE.json [--pipedream graph.txt] [--quiet]\n"
             "  pdonnx profile --import graph.txt -o PROFILE.json\n"
             "      measure per-node forward, backward (input and weight gradient) times and bytes\n"
             "  pdonnx plan MODEL.onnx|--profile FILE --workers N [--topology AxB] [--bandwidth B[,B]]\n"
-            "         [--memory BYTES] [--microbatches M]\n"
+            "         [--memory BYTES] [--microbatches M] [--microbatch-size N]\n"
             "         [--algo pipedream|2bw|bipartition|uniform|params|avgpipe]\n"
             "         [--cost-model default|pipedream] [--straight] [--activation-compression R]\n"
             "         [--max-states N] [--batch N] [-o PLAN.json] [--json FILE|-]\n"

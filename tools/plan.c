@@ -55,6 +55,9 @@ static void pd__print_plan(const pd_plan *pl, const char *src) {
     if (pl->width > 1) printf(" x %d parallel pipelines", pl->width);
     printf(", %d microbatch%s per minibatch%s\n", pl->microbatches, pl->microbatches == 1 ? "" : "es",
            pl->recompute ? ", activations recomputed" : "");
+    if (pl->profile_batch > 0 && pl->profile_batch != pl->microbatch_size)
+        printf("microbatches of %lld rows: the profile's times at %lld rows scaled%s\n", (long long)pl->microbatch_size,
+               (long long)pl->profile_batch, pd__plan_has_call(pl) ? " with its per-call costs" : " linearly");
     if (pl->n_cut_states > 0)
     {
         printf("searched %d cut states", pl->n_cut_states);
@@ -165,6 +168,7 @@ int pd_cli_plan(int argc, char **argv) {
         {"--bandwidth", PD_FLAG_STR, &bandwidth, 0, 0, 0, "B[,B]", "bytes/s between workers, per level (10e9,1.25e9)", NULL, 0},
         {"--memory", PD_FLAG_FN, &o.memory, 0, 0, 0, "BYTES", "memory per worker (16G, 512M...; default: unlimited)", pd__flag_memory, 1},
         {"--microbatches", PD_FLAG_INT32, &o.microbatches, 1, 1 << 20, 0, "M", "microbatches per minibatch", NULL, 0},
+        {"--microbatch-size", PD_FLAG_INT, &o.microbatch_size, 1, INT32_MAX, 0, "N", "rows per microbatch (default: the profile's batch; times scaled with its per-call costs)", NULL, 0},
         {"--algo", PD_FLAG_STR, &o.algo, 0, 0, 0, "ALGO", "pipedream (default), 2bw, bipartition, uniform, params or avgpipe", NULL, 0},
         {"--cost-model", PD_FLAG_STR, &o.cost_model, 0, 0, 0, "MODEL", "default or pipedream", NULL, 0},
         {"--straight", PD_FLAG_SET, &straight, 0, 0, 0, NULL, "no replicated stages", NULL, 0},

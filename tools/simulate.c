@@ -42,6 +42,32 @@ static int pd__write_csv(const pd__schedule *s, const char *path) {
     return 0;
 }
 
+/* A plan whose profile had per-call costs: per stage what a microbatch costs
+ * against the profile's time scaled linearly to the microbatch size, and the
+ * minibatch time that linear scaling would predict (the plan, rewritten). */
+static int pd__report_overhead(pd_plan *plan, const pd_sim_options *o, const pd_sim_result *r) {
+    int64_t b = plan->microbatch_size > 0 ? plan->microbatch_size : 1;
+    double ratio = plan->profile_batch > 0 ? (double)b / plan->profile_batch : 1;
+    printf("\nper-microbatch overhead: microbatches of %lld rows, the profile measured at %lld rows\n", (long long)b,
+           (long long)plan->profile_batch);
+    printf("%5s  %12s  %12s  %12s  %9s\n", "stage", "ms per mb", "linear ms", "per-call ms", "overhead");
+    for (int k = 0; k < plan->n_stages; k++) {
+        const pd__stage *st = &plan->stage[k];
+        double rep = st->replicas > 0 ? st->replicas : 1, t = (st->fwd_ms + st->bwd_in_ms + st->bwd_w_ms) / rep;
+        double call = (st->fwd_call_ms + st->bwd_in_call_ms + st->bwd_w_call_ms) / rep, lin = t - call * (1 - ratio);
+        printf("%5d  %12.3f  %12.3f  %12.3f  %+8.1f%%\n", k, t, lin, call, lin > 0 ? 100 * (t / lin - 1) : 0.0);
+    }
+    pd_sim_options lo = *o;
+    lo.trace = lo.svg = NULL;
+    pd_sim_result lr;
+    pd__plan_linear(plan);
+    if (pd_simulate(plan, &lo, &lr) != PD_OK) return pd_cli_fail();
+    printf("linear scaling would predict %.3f ms per minibatch (%.1f samples/s); the per-call costs make it %.2fx that\n",
+           lr.time_ms, lr.throughput, lr.time_ms > 0 ? r->time_ms / lr.time_ms : 0.0);
+    pd_sim_result_free(&lr);
+    return 0;
+}
+
 int pd_cli_simulate(int argc, char **argv) {
     const char *path = NULL, *csv = NULL;
     bool recompute = false;
@@ -112,6 +138,7 @@ int pd_cli_simulate(int argc, char **argv) {
     if (o.trace) printf("trace:              %s\n", o.trace);
     if (o.svg) printf("timeline:           %s\n", o.svg);
     if (csv && rc == 0) printf("instructions:       %s\n", csv);
+    if (rc == 0 && pd__plan_has_call(plan)) rc = pd__report_overhead(plan, &o, &r);
 out:
     pd_sim_result_free(&r);
     pd__sim_plan_free(&sp);
