@@ -246,7 +246,7 @@ struct pd__pipe {
 pd_status pd__dev_prepare(pd__pipe *p, const pd_plan *plan, const pd_train_options *o, bool **need);
 pd_status pd__dev_setup(pd__pipe *p);
 void pd__dev_teardown(pd__pipe *p);
-pd_status pd__dev_allreduce(pd__wk *W, int mb);
+pd_status pd__dev_allreduce(pd__wk *W, float f);
 pd_status pd__dev_grads_down(pd__wk *W);
 pd_status pd__dev_grads_up(pd__wk *W, const float *sum);
 pd_status pd__dev_use(pd__wk *W, pd__chunk *C, int slot, int32_t v);
@@ -268,6 +268,8 @@ pd_status pd__dev_push(pd__pipe *p);
 /* ---- shared between the pipeline's files (pipeline*.c: one concern each) ---- */
 
 float pd__ared_scale(const pd__wk *W, int mb);
+/* W->ared holds at least the thread's chunks' packed gradients (pd__vstage.packed, chunk after chunk); *n: their count. */
+pd_status pd__ared_reserve(pd__wk *W, int64_t *n);
 pd_status pd__global_norm(pd__wk *W, int64_t t, const float *G, double *norm, bool *stop);
 /* Rows of microbatch mb of graph input i (-1: the labels; the labels too for
  * the input they feed), filled on demand when the run's rows are a ring. */
