@@ -188,8 +188,7 @@ pd_status pd__dev_setup(pd__pipe *p) {
     pd_status st = PD_OK;
     if (p->shared && p->remote)
         st = pd__dev_refuse("a parameter read by stages in several processes (tied weights under mpirun)");
-    if (st == PD_OK && p->remote && p->nlocal > 1) st = pd__dev_refuse("several stages in one MPI process");
-    pd__wk *mine = NULL; /* under MPI with NCCL: this process's one thread */
+    pd__wk *mine = NULL; /* under MPI with NCCL: this process's one thread (with several, MPI carries the messages) */
     for (int i = 0; i < p->nwk && st == PD_OK; i++)
         if (p->rank_of[i] == p->rank) st = pd__dev_stage(p, mine = &p->wk[i]);
     if (st == PD_OK) st = pd__dev_links(p);

@@ -157,6 +157,16 @@ if [ -n "$dev" ]; then
   check "GPU stages, hybrid (stage 0 replicated on 2 processes), flush, clipping" 3 "$tmp/ph.json" flush 4 \
     --clip-grad-norm 0.5
   check "GPU stages, hybrid, pipedream (the replicas' round averaged)" 3 "$tmp/ph.json" pipedream 1
+  # several stages per process: their links keep device buffers, the others go through host memory
+  check "GPU stages, stages 0-1 on rank 0 and 2 on rank 1, flush" 2 "$tmp/p3on2.json" flush 4
+  check "GPU stages, stages 0-1 on rank 0 and 2 on rank 1, gpipe" 2 "$tmp/p3on2.json" gpipe 4
+  check "GPU stages, 4 stages on 2 processes, zb-h1" 2 "$tmp/p4on2.json" zb-h1 4
+  check "GPU stages, 4 stages on 2 processes, pipedream" 2 "$tmp/p4on2.json" pipedream 1
+  check "GPU stages, interleaved, 2 workers x 2 chunks (every link across the processes)" 2 "$tmp/pi.json" interleaved 4
+  check "GPU stages, stage 0 on ranks 0-1 and stage 1 on rank 1, flush, clipping" 2 "$tmp/rs0.json" flush 4 \
+    --clip-grad-norm 0.3
+  check "GPU stages, stage 0 on ranks 0-1 and stage 1 on rank 1, 2bw" 2 "$tmp/rs0.json" 2bw 2
+  check "GPU stages, 3 stages, 0 on ranks 0-1, 1 on 1, 2 on 1-2, pipedream" 3 "$tmp/rs3.json" pipedream 1
   echo "$fails failed"
   [ $fails = 0 ]
   exit
