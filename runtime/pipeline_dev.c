@@ -39,10 +39,6 @@ static const pd__dev_i *pd__dev_gpu_i(void) {
 #endif
 }
 
-pd_status pd__dev_refuse(const char *what) {
-    return pd__err(PD_ERR_UNSUPPORTED, "pipeline: %s with GPU stages: not supported yet", what);
-}
-
 /* At pd__pipe_create: the devices (the plan's per stage, else --device's)
  * checked, and the contexts' tensor sets (*need, taken over) kept for
  * pd__dev_setup. */
@@ -186,8 +182,6 @@ static pd_status pd__dev_remote(pd__pipe *p, pd__wk *mine, pd_status st) {
 pd_status pd__dev_setup(pd__pipe *p) {
     /* tied weights with a replicated stage: refused at pd__pipe_create, as on CPU stages */
     pd_status st = PD_OK;
-    if (p->shared && p->remote)
-        st = pd__dev_refuse("a parameter read by stages in several processes (tied weights under mpirun)");
     pd__wk *mine = NULL; /* under MPI with NCCL: this process's one thread (with several, MPI carries the messages) */
     for (int i = 0; i < p->nwk && st == PD_OK; i++)
         if (p->rank_of[i] == p->rank) st = pd__dev_stage(p, mine = &p->wk[i]);
@@ -399,8 +393,47 @@ pd_status pd__dev_tied_grads(pd__wk *W, bool *stop) {
     return st;
 }
 
+/* Tied weights on GPU stages across processes (pd__step_tied, every
+ * thread here at STEP), around pd__sum_tied_remote, the CPU stages' sum:
+ * down: each reader's gradients of the parameters it shares into its host
+ * buffer (C->sg), each owner's gradient of a tied parameter into the
+ * session's host slab, which is where that sum reads them (waits); up:
+ * each owner's summed gradient back onto its device, and the host slab
+ * zeroed again (the tie thread zeroes the sums it left for a copy whose
+ * owner is in another process). */
+pd_status pd__dev_tied_down(pd__wk *W) {
+    pd__pipe *p = W->p;
+    for (int c = 0; c < p->nchunks; c++) {
+        PD_TRY(pd__gpu_shared_grads(W->dev, c, W->ch[c].sg));
+        for (int t = 0; t < p->nties; t++)
+            if (p->tie[t].owner == W->ch[c].k)
+                PD_TRY(pd__gpu_grad_io(W->dev, c, p->tie[t].i, p->sl.grads + p->sl.poff[p->tie[t].i], false));
+    }
+    return PD_OK;
+}
+
+pd_status pd__dev_tied_up(pd__wk *W) {
+    pd__pipe *p = W->p;
+    for (int t = 0; t < p->nties; t++) {
+        const pd__tie *T = &p->tie[t];
+        float *g = p->sl.grads + p->sl.poff[T->i];
+        size_t b = sizeof(float) * (size_t)p->g->tensors[p->sl.param[T->i]].numel;
+        int owner = p->wbase[T->owner % p->nworkers];
+        for (int c = 0; c < p->nchunks; c++)
+            if (T->owner == W->ch[c].k) {
+                PD_TRY(pd__gpu_grad_io(W->dev, c, T->i, g, true));
+                memset(g, 0, b);
+            }
+        if (W - p->wk == p->tie_thread && T->here && p->rank_of[owner] != p->rank) memset(g, 0, b);
+    }
+    return PD_OK;
+}
+
 /* After the update: each owner's new weights of a tied parameter into the
- * host slab, they meet, each reader uploads them into its copy. */
+ * host slab, they meet, (across processes: the owners' weights go to the
+ * other holders, pd__tied_weights_remote, and they meet again,) each
+ * reader uploads them into its copy: every copy is the owner's, bit for
+ * bit, whatever the device's arithmetic. */
 pd_status pd__dev_tied_weights(pd__wk *W, bool *stop) {
     pd__pipe *p = W->p;
     for (int c = 0; c < p->nchunks; c++)
@@ -413,6 +446,13 @@ pd_status pd__dev_tied_weights(pd__wk *W, bool *stop) {
     if (!pd__meet_all(p)) {
         *stop = true;
         return PD_OK;
+    }
+    if (p->remote) {
+        if (W - p->wk == p->tie_thread) PD_TRY(pd__tied_weights_remote(p));
+        if (!pd__meet_all(p)) {
+            *stop = true;
+            return PD_OK;
+        }
     }
     for (int c = 0; c < p->nchunks; c++) PD_TRY(pd__gpu_shared_up(W->dev, c));
     return PD_OK;

@@ -295,17 +295,29 @@ static pd_status pd__step_finite(pd__wk *W, const float *G) {
 }
 
 /* Tied weights (sync schedules), once every backward is done: every thread
- * meets, then the owner adds the readers' gradients to its own. */
+ * meets, then the owner adds the readers' gradients to its own (across
+ * processes every holder makes the sum, pd__sum_tied_remote, GPU stages'
+ * through host memory). */
 static pd_status pd__step_tied(pd__wk *W, float *G, bool *stop) {
     pd__pipe *p = W->p;
     if (!pd__meet_all(p)) {
         *stop = true;
         return PD_OK;
     }
-    if (W->dev) return pd__dev_tied_grads(W, stop);
-    if (p->remote) return pd__sum_tied_remote(W, stop);
-    pd__sum_shared(W, G);
-    return PD_OK;
+    if (!p->remote && W->dev) return pd__dev_tied_grads(W, stop);
+    if (!p->remote) {
+        pd__sum_shared(W, G);
+        return PD_OK;
+    }
+    if (W->dev) { /* the sum is made in host memory: a GPU stage's gradients come down first, and go back summed */
+        PD_TRY(pd__dev_tied_down(W));
+        if (!pd__meet_all(p)) {
+            *stop = true;
+            return PD_OK;
+        }
+    }
+    PD_TRY(pd__sum_tied_remote(W, stop));
+    return W->dev && !*stop ? pd__dev_tied_up(W) : PD_OK;
 }
 
 /* One update of the whole model: its gradient norm (the step's result) and,

@@ -260,8 +260,9 @@ pd_status pd__dev_finite(pd__wk *W);
 pd_status pd__dev_stash(pd__wk *W, int c, int32_t v);
 pd_status pd__dev_tied_grads(pd__wk *W, bool *stop);
 pd_status pd__dev_tied_weights(pd__wk *W, bool *stop);
+pd_status pd__dev_tied_down(pd__wk *W);
+pd_status pd__dev_tied_up(pd__wk *W);
 pd_status pd__dev_end(pd__pipe *p, bool ok);
-pd_status pd__dev_refuse(const char *what);
 pd_status pd__dev_snap(pd__wk *W, bool pre);
 pd_status pd__dev_push(pd__pipe *p);
 
@@ -306,6 +307,7 @@ void pd__snap_decide(pd__pipe *p, int64_t m);
 pd_status pd__snap_post(pd__wk *W, int64_t b, bool *stop);
 pd_status pd__snap_pre(pd__wk *W, int64_t b, bool *stop);
 bool pd__tied_reader(pd__pipe *p, int k, int i, float **g);
+pd_status pd__tied_weights_remote(pd__pipe *p);
 extern const pd__transport_i pd__local_vt;
 void pd__unhold(pd__pipe *p, pd__chunk *C, int slot, int dir);
 

@@ -167,6 +167,18 @@ if [ -n "$dev" ]; then
     --clip-grad-norm 0.3
   check "GPU stages, stage 0 on ranks 0-1 and stage 1 on rank 1, 2bw" 2 "$tmp/rs0.json" 2bw 2
   check "GPU stages, 3 stages, 0 on ranks 0-1, 1 on 1, 2 on 1-2, pipedream" 3 "$tmp/rs3.json" pipedream 1
+  # tied weights: the gradients summed through host memory, the owner's new weights sent to the other holders
+  tied_check tied "GPU stages, tied weights, flush, 2 stages" 2 "$tmp/t2.json" flush 4
+  tied_check tied "GPU stages, tied weights, gpipe, 3 stages (the middle process holds no copy)" 3 "$tmp/t3.json" gpipe 2
+  tied_check tied "GPU stages, tied weights, zb-h1, 3 stages, adamw with weight decay" 3 "$tmp/t3.json" zb-h1 4 \
+    --optimizer adamw --lr 0.01 --weight-decay 0.1
+  tied_check tied "GPU stages, tied weights, interleaved, 2 workers x 2 chunks" 2 "$tmp/ti.json" interleaved 4
+  tied_check tied "GPU stages, tied weights, 4 stages on 2 processes (two each), flush" 2 "$tmp/t4on2.json" flush 4
+  tied_check tied "GPU stages, tied weights, 4 stages on 2 processes, the table's stages 0 and 3 on rank 0" 2 \
+    "$tmp/t4wrap.json" gpipe 4
+  tied_check tied3 "GPU stages, a table read on 3 stages, flush, 3 processes" 3 "$tmp/u3.json" flush 4
+  tied_check tied3 "GPU stages, a table read on stages 0, 1 and 3, 4 stages on 2 processes (0 and 3 on rank 0), zb-h1" \
+    2 "$tmp/u4wrap.json" zb-h1 4
   echo "$fails failed"
   [ $fails = 0 ]
   exit
