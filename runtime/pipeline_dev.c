@@ -1,33 +1,25 @@
 /* pipeline_dev.c - the pipeline's GPU stages: the device side of every
  * instruction (F, B, W, SEND, RECV, ALLREDUCE, STEP), of snapshots and
- * resume and of tied weights, and the device set-up and teardown
- * (pipeline_impl.h). runtime/pipeline.c calls these where a thread's stage
- * is on a GPU (W->dev); the device memory is runtime/pipeline_devmem.c's. */
+ * resume and of tied weights (in one process and across processes), and
+ * the device set-up and teardown, under MPI too (pipeline_impl.h).
+ * runtime/pipeline.c calls these where a thread's stage is on a GPU
+ * (W->dev); the device memory is runtime/pipeline_devmem.c's. */
 #include "pipeline_impl.h"
 
 #include <math.h>
 #include <string.h>
 
-/* ---- GPU stages (--device cuda; docs/CUDA.md, "The pipeline on GPUs") ----------------------------
+/* ---- GPU stages (--device cuda; docs/CUDA.md, "The pipeline on GPUs") ----
  *
- * Every thread of a GPU pipeline has a pd__gpu (pipeline_devmem.h: its device
- * context, its chunks' packed weight, gradient, optimizer-state and stash
- * slabs, a device twin of each slot's activation context) and every link a
- * pd__glink (device message buffers ordered by events; the queues carry
- * their indices). The schedule, the weight-version bookkeeping (live,
- * stash[].version, need_until, slot_ver) and the queues are the CPU
- * pipeline's; F, B, W, SEND, RECV, ALLREDUCE and STEP of a GPU thread run
- * here instead, on the device. Under MPI (one stage replica per process)
- * messages between processes go by NCCL (comm/nccl.h: device buffers, no
- * host copy) and a replicated stage's processes sum their gradients with
- * ncclAllReduce; the MPI transport keeps the rest (failures, the step
- * results, the gradient norm's parts, the final gather). The device side is
- * made at the first run, once pd__pipe_set_ranks has said which threads run
- * here. A stage's replicas in one process each have a context of their own
- * and sum their gradients through host memory (pd__allreduce_here);
- * recomputation redoes a forward on the device (pd__dev_recompute). Not
- * yet: tied weights with replicated stages or under MPI, several stages per
- * MPI process, AvgPipe (refused with a line naming them). */
+ * Each thread has a pd__gpu (pipeline_devmem.h: its context, packed weight,
+ * gradient, optimizer and stash slabs, device twins of its slots' contexts),
+ * each link within a process a pd__glink (event-ordered device buffers whose
+ * indices the queues carry). The schedule, versions and queues are the CPU
+ * pipeline's; only where the numbers are differs. Between MPI processes,
+ * messages and replica sums go by NCCL where each process runs one stage on
+ * real GPUs of an NCCL build, else through host memory over the MPI
+ * transport, as CPU stages' do (docs/DISTRIBUTED.md, "GPU stages"). Not
+ * yet: tied weights with replicated stages (as on CPU stages), AvgPipe. */
 
 /* The device interface GPU stages run on: CUDA's table (the simulated
  * device's too); none without the backend, which pd__gpu_check refuses first. */

@@ -185,7 +185,7 @@ struct pd__pipe {
     int lrank;            /* under MPI: this process's rank on its machine (pd__mpi_local_rank) */
     int gcolor;           /* under MPI: the color of pd__pipe_set_ranks_in */
     pd__glink **glink;    /* per link within the process: its device message buffers (pipeline_devmem.h) */
-    pd__transport *dremote; /* across processes: NCCL (comm/nccl.h) */
+    pd__transport *dremote; /* across processes: NCCL (comm/nccl.h); NULL: GPU stages go through host memory over MPI */
     int64_t steps;     /* steps done by earlier runs */
     /* transports: threads of this process talk through the queues; with
      * MPI, thread i runs in process rank_of[i] and talks to the others there */

@@ -154,6 +154,8 @@ if [ -n "$dev" ]; then
   check "GPU stages, pipedream, 2 stages" 2 "$tmp/p2.json" pipedream 1
   check "GPU stages, gpipe, 3 stages" 3 "$tmp/p3.json" gpipe 4
   check "GPU stages, 2bw, 3 stages" 3 "$tmp/p3.json" 2bw 2
+  check "GPU stages, zb-h1, 3 stages, --recompute" 3 "$tmp/p3.json" zb-h1 4 --recompute
+  check "GPU stages, pipedream, 3 stages, vertical sync" 3 "$tmp/p3.json" pipedream 1 --vertical-sync
   check "GPU stages, hybrid (stage 0 replicated on 2 processes), flush, clipping" 3 "$tmp/ph.json" flush 4 \
     --clip-grad-norm 0.5
   check "GPU stages, hybrid, pipedream (the replicas' round averaged)" 3 "$tmp/ph.json" pipedream 1
