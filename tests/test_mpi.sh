@@ -17,7 +17,8 @@
 # without mpirun or a build without MPI. With --device cuda (test mpi-devsim, on the
 # simulated device) only GPU stages under mpirun against the same plan's CPU stages
 # in one process, bitwise: 2-3 stages, a replicated stage across processes, several
-# stages per process, tied weights; skipped (77) where --device cuda cannot train.
+# stages per process, tied weights (and their checkpoints resumed); skipped (77)
+# where --device cuda cannot train.
 set -u
 dev=
 if [ "${1:-}" = --device ]; then dev=$2; shift 2; fi
@@ -181,6 +182,28 @@ if [ -n "$dev" ]; then
   tied_check tied3 "GPU stages, a table read on 3 stages, flush, 3 processes" 3 "$tmp/u3.json" flush 4
   tied_check tied3 "GPU stages, a table read on stages 0, 1 and 3, 4 stages on 2 processes (0 and 3 on rank 0), zb-h1" \
     2 "$tmp/u4wrap.json" zb-h1 4
+  # checkpoints of GPU stages with tied weights across processes, resumed at step 20: a reader's process
+  # gets the owner's weights back (host memory), its device copy the next run's upload
+  for plan in t2:2 t3:3; do
+    ck=$tmp/gckt-${plan%:*} np=${plan#*:}
+    common=("$tied/model.onnx" --steps 60 --plan "$tmp/${plan%:*}.json" --schedule flush --microbatches 4 --quiet
+            --data "$tied/train/sgd/X.npy" --labels "$tied/train/sgd/Y.npy" --batch 8 --optimizer momentum --lr 0.05
+            --clip-grad-norm 1)
+    "$pdonnx" train "${common[@]}" --save "$tmp/reft.onnx" > /dev/null 2>&1
+    mpi "$np" "$pdonnx" train "${common[@]}" "${mflags[@]}" --checkpoint-dir "$ck" --checkpoint-every 20 \
+      --checkpoint-keep 0 --save "$tmp/ckt0.onnx" > "$tmp/log" 2>&1
+    rc=$?
+    rm -rf "$ck/ckpt-000000000040" "$ck/ckpt-000000000060"
+    mpi "$np" "$pdonnx" train "${common[@]}" "${mflags[@]}" --resume "$ck" --checkpoint-every 20 --save "$tmp/ckt.onnx" \
+      --metrics "$tmp/ckt.jsonl" > "$tmp/log2" 2>&1
+    rc2=$?
+    if [ $rc = 0 ] && [ $rc2 = 0 ] && cmp -s "$tmp/reft.onnx" "$tmp/ckt0.onnx" && cmp -s "$tmp/reft.onnx" "$tmp/ckt.onnx" &&
+       head -1 "$tmp/ckt.jsonl" | grep -q '^{"step": 21,' && [ "$(wc -l < "$tmp/ckt.jsonl")" = 40 ]; then
+      ok "GPU stages, checkpoints, tied weights, $np processes: resumed at step 20, the CPU stages' model bitwise"
+    else
+      bad "GPU stages, checkpoints, tied weights on $np processes: rc $rc/$rc2: $(tail -2 "$tmp/log") $(tail -2 "$tmp/log2")"
+    fi
+  done
   echo "$fails failed"
   [ $fails = 0 ]
   exit
