@@ -108,7 +108,8 @@ static int pd__dev_here(const pd__pipe *p, int w) {
  * holding one while the queue is full, one per receiver reading one. */
 static pd_status pd__dev_links(pd__pipe *p) {
     if (p->nvstages < 2) return PD_OK;
-    if (!(p->glink = PD_CALLOC((size_t)p->nvstages - 1, sizeof *p->glink))) return pd__err(PD_ERR_NOMEM, "out of memory");
+    if (!(p->glink = PD_CALLOC((size_t)p->nvstages - 1, sizeof *p->glink)))
+        return pd__err(PD_ERR_NOMEM, "out of memory");
     for (int l = 0; l + 1 < p->nvstages; l++) {
         int lo = pd__dev_here(p, l % p->nworkers), hi = pd__dev_here(p, (l + 1) % p->nworkers);
         if (lo < 0 || hi < 0) continue; /* another process holds an end: messages go by NCCL or MPI */
@@ -304,7 +305,8 @@ pd_status pd__dev_send(pd__wk *W, pd__chunk *C, int l, bool grad, int mb, int to
         pd__transport *x = p->dremote ? p->dremote : p->remote;
         size_t n = grad ? L->grad_bytes : L->act_bytes, off = 0;
         char *buf = x->vt->get(x, l, grad, n);
-        if (!buf) return pd__err(PD_ERR_NOMEM, "no %s memory for a %zu-byte message", p->dremote ? "device" : "host", n);
+        if (!buf)
+            return pd__err(PD_ERR_NOMEM, "no %s memory for a %zu-byte message", p->dremote ? "device" : "host", n);
         for (int k = 0; k < (grad ? L->ngt + L->nbt : L->nt); k++) {
             char *v;
             size_t b;

@@ -309,7 +309,8 @@ pd_status pd__gpu_grad_io(pd__gpu *d, int c, int i, float *host, bool up) {
     int j = pd__gown(C, i);
     if (j < 0) return pd__err(PD_ERR_INTERNAL, "tied weights: the chunk does not own parameter %d", i);
     size_t b = sizeof(float) * (size_t)d->g->tensors[d->param[i]].numel;
-    return up ? d->dev.i->upload(d->dev.c, C->g + C->pk[j], host, b) : d->dev.i->download(d->dev.c, host, C->g + C->pk[j], b);
+    if (up) return d->dev.i->upload(d->dev.c, C->g + C->pk[j], host, b);
+    return d->dev.i->download(d->dev.c, host, C->g + C->pk[j], b);
 }
 
 pd_status pd__gpu_weight_down(pd__gpu *d, int c, int i) {

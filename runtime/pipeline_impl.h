@@ -269,8 +269,9 @@ pd_status pd__dev_push(pd__pipe *p);
 /* ---- shared between the pipeline's files (pipeline*.c: one concern each) ---- */
 
 float pd__ared_scale(const pd__wk *W, int mb);
-/* W->ared holds at least the thread's chunks' packed gradients (pd__vstage.packed, chunk after chunk); *n: their count. */
-pd_status pd__ared_reserve(pd__wk *W, int64_t *n);
+/* W->ared holds at least the thread's chunks' packed gradients
+ * (pd__vstage.packed, chunk after chunk); *count (may be NULL): their number. */
+pd_status pd__ared_reserve(pd__wk *W, int64_t *count);
 pd_status pd__global_norm(pd__wk *W, int64_t t, const float *G, double *norm, bool *stop);
 /* Rows of microbatch mb of graph input i (-1: the labels; the labels too for
  * the input they feed), filled on demand when the run's rows are a ring. */

@@ -92,7 +92,8 @@ pd_status pd__tied_weights_remote(pd__pipe *p) {
     for (int t = 0; t < p->nties; t++) {
         const pd__tie *T = &p->tie[t];
         size_t b = sizeof(float) * (size_t)p->g->tensors[sl->param[T->i]].numel;
-        if (p->rank_of[p->wbase[T->owner % p->nworkers]] == p->rank) memcpy(p->tbuf + T->off, sl->params + sl->poff[T->i], b);
+        if (p->rank_of[p->wbase[T->owner % p->nworkers]] == p->rank)
+            memcpy(p->tbuf + T->off, sl->params + sl->poff[T->i], b);
     }
     PD_TRY(p->remote->vt->allreduce(p->remote, PD__TIED, p->tbuf, p->tbuf_n, false));
     for (int t = 0; t < p->nties; t++) {
