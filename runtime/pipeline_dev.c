@@ -1,35 +1,26 @@
 /* pipeline_dev.c - the pipeline's GPU stages: the device side of every
  * instruction (F, B, W, SEND, RECV, ALLREDUCE, STEP), of snapshots and
- * resume and of tied weights, and the device set-up and teardown
- * (pipeline_impl.h). runtime/pipeline.c calls these where a thread's stage
- * is on a GPU (W->dev); the device memory is runtime/pipeline_devmem.c's. */
+ * resume and of tied weights (in one process and across processes), and
+ * the device set-up and teardown, under MPI too (pipeline_impl.h).
+ * runtime/pipeline.c calls these where a thread's stage is on a GPU
+ * (W->dev); the device memory is runtime/pipeline_devmem.c's. */
 #include "pipeline_impl.h"
 
 #include <math.h>
 #include <string.h>
 
-/* ---- GPU stages (--device cuda; docs/CUDA.md, "The pipeline on GPUs") ----------------------------
+/* ---- GPU stages (--device cuda; docs/CUDA.md, "The pipeline on GPUs") ----
  *
- * Every thread of a GPU pipeline has a pd__gpu (pipeline_devmem.h: its device
- * context, its chunks' packed weight, gradient, optimizer-state and stash
- * slabs, a device twin of each slot's activation context) and every link a
- * pd__glink (device message buffers ordered by events; the queues carry
- * their indices). The schedule, the weight-version bookkeeping (live,
- * stash[].version, need_until, slot_ver) and the queues are the CPU
- * pipeline's; F, B, W, SEND, RECV, ALLREDUCE and STEP of a GPU thread run
- * here instead, on the device. Under MPI (one stage replica per process)
- * messages between processes go by NCCL (comm/nccl.h: device buffers, no
- * host copy) and a replicated stage's processes sum their gradients with
- * ncclAllReduce; the MPI transport keeps the rest (failures, the step
- * results, the gradient norm's parts, the final gather). The device side is
- * made at the first run, once pd__pipe_set_ranks has said which threads run
- * here. A stage's replicas in one process each have a context of their own
- * and sum their gradients through host memory (pd__allreduce_here);
- * recomputation redoes a forward on the device (pd__dev_recompute).
- * AvgPipe's K pipelines average the weights each run leaves in the host
- * slabs, which go back up before the next (pd__dev_push_weights). Not
- * yet: tied weights with replicated stages or under MPI, several stages per
- * MPI process, AvgPipe under MPI (refused with a line naming them). */
+ * Each thread has a pd__gpu (pipeline_devmem.h: its context, packed weight,
+ * gradient, optimizer and stash slabs, device twins of its slots' contexts),
+ * each link within a process a pd__glink (event-ordered device buffers whose
+ * indices the queues carry). The schedule, versions and queues are the CPU
+ * pipeline's; only where the numbers are differs. Between MPI processes,
+ * messages and replica sums go by NCCL where each process runs one stage on
+ * real GPUs of an NCCL build, else through host memory over the MPI
+ * transport (docs/DISTRIBUTED.md, "GPU stages"). AvgPipe re-uploads the
+ * weights it averaged in the host slabs (pd__dev_push_weights). Not yet:
+ * tied weights with replicated stages (as on CPU stages), AvgPipe under MPI. */
 
 /* The device interface GPU stages run on: CUDA's table (the simulated
  * device's too); none without the backend, which pd__gpu_check refuses first. */
@@ -39,10 +30,6 @@ static const pd__dev_i *pd__dev_gpu_i(void) {
 #else
     return NULL;
 #endif
-}
-
-pd_status pd__dev_refuse(const char *what) {
-    return pd__err(PD_ERR_UNSUPPORTED, "pipeline: %s with GPU stages: not supported yet", what);
 }
 
 /* At pd__pipe_create: the devices (the plan's per stage, else --device's)
@@ -86,70 +73,114 @@ void pd__dev_teardown(pd__pipe *p) {
     p->gready = false;
 }
 
-/* Before the first run: a pd__gpu for each thread of this process, the
- * links' buffers between them, and under MPI the NCCL transport (collective:
- * every process sets up in its first run; the processes first agree that
- * each made its device side, so that one's failure is an error on every
- * process, naming it, instead of leaving the others in NCCL's set-up). */
-pd_status pd__dev_setup(pd__pipe *p) {
+/* Thread W's device side: its chunks' device memory on its GPU (under
+ * MPI, unless the plan names it, --device's index plus the process's rank
+ * on its machine, as torchrun's LOCAL_RANK: a machine's processes spread). */
+static pd_status pd__dev_stage(pd__pipe *p, pd__wk *W) {
     const pd_graph *g = p->g;
-    pd_status st = PD_OK;
-    /* tied weights with a replicated stage: refused at pd__pipe_create, as on CPU stages */
-    if (st == PD_OK && p->shared && p->remote)
-        st = pd__dev_refuse("a parameter read by stages in several processes (tied weights under mpirun)");
-    if (st == PD_OK && p->remote && p->nlocal > 1) st = pd__dev_refuse("several stages in one MPI process");
-    pd__gpu_chunk *cd = st == PD_OK ? PD_CALLOC((size_t)p->nchunks, sizeof *cd) : NULL;
-    if (st == PD_OK && !cd) st = pd__err(PD_ERR_NOMEM, "out of memory");
-    pd__wk *mine = NULL; /* under MPI: this process's one thread */
-    for (int i = 0; i < p->nwk && st == PD_OK; i++) {
-        pd__wk *W = &p->wk[i];
-        if (p->rank_of[i] != p->rank) continue;
-        for (int c = 0; c < p->nchunks; c++) {
-            const pd__chunk *C = &W->ch[c];
-            const pd__vstage *S = &p->vs[C->k];
-            cd[c] = (pd__gpu_chunk){S->params, S->pk, S->np, S->packed, C->slot,
-                                    p->gneed + (size_t)C->k * (size_t)g->ntensors, C->nstash,
-                                    S->sp, S->spk, S->nsp, S->spacked};
-        }
-        int ndev = pd_cuda_device_count();
-        if (p->remote && !p->gfix[W->w] && ndev > 0) /* as torchrun's LOCAL_RANK: a machine's processes spread */
-            p->gdev[W->w] = (p->o.device_index + p->lrank) % ndev;
-        st = pd__gpu_create(p->s, g, &p->sl, pd__dev_gpu_i(), p->gdev[W->w], p->o.precision, p->nchunks, cd, p->nslots, &W->dev);
-        if (st != PD_OK) pd__err_prefix("stage %d on cuda:%d", W->w, p->gdev[W->w]);
-        for (int c = 0; c < p->nchunks && st == PD_OK; c++) W->ch[c].dev = true;
-        mine = W;
+    pd__gpu_chunk *cd = PD_CALLOC((size_t)p->nchunks, sizeof *cd);
+    if (!cd) return pd__err(PD_ERR_NOMEM, "out of memory");
+    for (int c = 0; c < p->nchunks; c++) {
+        const pd__chunk *C = &W->ch[c];
+        const pd__vstage *S = &p->vs[C->k];
+        cd[c] = (pd__gpu_chunk){S->params, S->pk, S->np, S->packed, C->slot,
+                                p->gneed + (size_t)C->k * (size_t)g->ntensors, C->nstash,
+                                S->sp, S->spk, S->nsp, S->spacked};
     }
+    int ndev = pd_cuda_device_count();
+    if (p->remote && !p->gfix[W->w] && ndev > 0) p->gdev[W->w] = (p->o.device_index + p->lrank) % ndev;
+    pd_status st = pd__gpu_create(p->s, g, &p->sl, pd__dev_gpu_i(), p->gdev[W->w], p->o.precision, p->nchunks, cd,
+                                  p->nslots, &W->dev);
     PD_FREE(cd);
-    /* a link's buffers: what its queue holds, one per sender (a replica) holding one while the queue is full,
-     * one per receiver reading one */
-    if (st == PD_OK && !p->remote && p->nvstages > 1 && !(p->glink = PD_CALLOC((size_t)p->nvstages - 1, sizeof *p->glink)))
-        st = pd__err(PD_ERR_NOMEM, "out of memory");
-    for (int l = 0; !p->remote && l + 1 < p->nvstages && st == PD_OK; l++)
-        st = pd__glink_create(p->wk[p->wbase[l % p->nworkers]].dev, p->wk[p->wbase[(l + 1) % p->nworkers]].dev,
-                              p->link[l].act_bytes, p->link[l].grad_bytes,
-                              p->link[l].fwd.cap + p->rep[l % p->nworkers] + p->rep[(l + 1) % p->nworkers],
-                              &p->glink[l]);
-    if (p->remote) {
-#ifdef PD_HAVE_NCCL
-        int *worker_of = PD_MALLOC(sizeof(int) * (size_t)p->nwk);
-        if (st == PD_OK && !worker_of) st = pd__err(PD_ERR_NOMEM, "out of memory");
-        for (int i = 0; st == PD_OK && i < p->nwk; i++) worker_of[i] = p->wk[i].w;
-        if (st == PD_OK && !mine) st = pd__err(PD_ERR_INTERNAL, "rank %d runs no stage", p->rank);
-        int low = pd__mpi_agree(st == PD_OK); /* every process, whatever failed here */
-        if (st == PD_OK && low >= 0) st = pd__err(PD_ERR_IO, "MPI: rank %d failed: setting up its GPU stage", low);
-        if (st == PD_OK) /* p->remote carries the failure notices the NCCL waits watch for */
-            st = pd__cuda_nccl_transport_create(p->nwk, p->rank_of, worker_of, p->nworkers, p->nvstages - 1, p->gcolor,
-                                                p->gdev[mine->w], pd__gpu_stream(mine->dev), p->remote, &p->dremote);
-        if (st == PD_OK) /* its allocator gives nothing back (cudaFree) while a send may wait for a peer */
-            pd__gpu_set_pending(mine->dev, pd__cuda_nccl_pending, p->dremote);
-        PD_FREE(worker_of);
-#else
-        (void)mine;
-        if (st == PD_OK)
-            st = pd__err(PD_ERR_UNSUPPORTED, "pipeline: GPU stages in several MPI processes need the NCCL transport, "
-                         "which this build lacks (meson setup -Dnccl=enabled)");
-#endif
+    if (st != PD_OK) pd__err_prefix("stage %d on cuda:%d", W->w, p->gdev[W->w]);
+    for (int c = 0; c < p->nchunks && st == PD_OK; c++) W->ch[c].dev = true;
+    return st;
+}
+
+/* This process's first thread of worker w; -1: none here. */
+static int pd__dev_here(const pd__pipe *p, int w) {
+    for (int r = 0; r < p->rep[w]; r++)
+        if (p->rank_of[p->wbase[w] + r] == p->rank) return p->wbase[w] + r;
+    return -1;
+}
+
+/* The device buffers of every link with both ends in this process (all of
+ * them in one process): what its queue holds, one per sender (a replica)
+ * holding one while the queue is full, one per receiver reading one. */
+static pd_status pd__dev_links(pd__pipe *p) {
+    if (p->nvstages < 2) return PD_OK;
+    if (!(p->glink = PD_CALLOC((size_t)p->nvstages - 1, sizeof *p->glink)))
+        return pd__err(PD_ERR_NOMEM, "out of memory");
+    for (int l = 0; l + 1 < p->nvstages; l++) {
+        int lo = pd__dev_here(p, l % p->nworkers), hi = pd__dev_here(p, (l + 1) % p->nworkers);
+        if (lo < 0 || hi < 0) continue; /* another process holds an end: messages go by NCCL or MPI */
+        PD_TRY(pd__glink_create(p->wk[lo].dev, p->wk[hi].dev, p->link[l].act_bytes, p->link[l].grad_bytes,
+                                p->link[l].fwd.cap + p->rep[l % p->nworkers] + p->rep[(l + 1) % p->nworkers],
+                                &p->glink[l]));
     }
+    return PD_OK;
+}
+
+/* Under MPI, whether GPU stages in different processes talk by NCCL
+ * (device buffers, no host copy) rather than by the MPI transport through
+ * host memory: in a build with NCCL, on real GPUs (the simulated device
+ * has none), when every process runs one stage thread (the NCCL transport
+ * has one rank and one compute stream per process). The same on every
+ * process: it depends on the plan's ranks alone, and the processes check
+ * that they agree (pd__dev_remote). */
+static bool pd__dev_nccl(const pd__pipe *p) {
+#ifdef PD_HAVE_NCCL
+    if (pd__cuda_is_sim()) return false;
+    for (int i = 0; i < p->nwk; i++)
+        for (int j = 0; j < i; j++)
+            if (p->rank_of[i] == p->rank_of[j]) return false;
+    return true;
+#else
+    (void)p;
+    return false;
+#endif
+}
+
+/* Under MPI, after this process's device side (st: how that went): the
+ * processes agree that each made its own, so that one's failure is an error
+ * on every process, naming it, instead of leaving the others waiting in
+ * NCCL's set-up or for its messages; then the NCCL transport when the
+ * processes talk by NCCL (collective), with mine's stream as the compute
+ * stream. Otherwise nothing more: the MPI transport carries the messages. */
+static pd_status pd__dev_remote(pd__pipe *p, pd__wk *mine, pd_status st) {
+    bool nccl = pd__dev_nccl(p), same = pd__mpi_same(nccl); /* every process, whatever failed here */
+    if (st == PD_OK && !same)
+        st = pd__err(PD_ERR_INVALID, "pipeline: some processes run on the simulated device and some on GPUs "
+                     "(PDONNX_CUDA_MODULE must be the same for every process)");
+    if (st == PD_OK && !mine) st = pd__err(PD_ERR_INTERNAL, "rank %d runs no stage", p->rank);
+    int low = pd__mpi_agree(st == PD_OK);
+    if (st == PD_OK && low >= 0) st = pd__err(PD_ERR_IO, "MPI: rank %d failed: setting up its GPU stage", low);
+    if (st != PD_OK || !nccl) return st;
+#ifdef PD_HAVE_NCCL
+    int *worker_of = PD_MALLOC(sizeof(int) * (size_t)p->nwk);
+    if (!worker_of) return pd__err(PD_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < p->nwk; i++) worker_of[i] = p->wk[i].w;
+    /* p->remote carries the failure notices the NCCL waits watch for */
+    st = pd__cuda_nccl_transport_create(p->nwk, p->rank_of, worker_of, p->nworkers, p->nvstages - 1, p->gcolor,
+                                        p->gdev[mine->w], pd__gpu_stream(mine->dev), p->remote, &p->dremote);
+    if (st == PD_OK) /* its allocator gives nothing back (cudaFree) while a send may wait for a peer */
+        pd__gpu_set_pending(mine->dev, pd__cuda_nccl_pending, p->dremote);
+    PD_FREE(worker_of);
+#endif
+    return st;
+}
+
+/* Before the first run: a pd__gpu for each thread of this process, the
+ * device buffers of the links between them, and under MPI what links the
+ * processes (pd__dev_remote). */
+pd_status pd__dev_setup(pd__pipe *p) {
+    /* tied weights with a replicated stage: refused at pd__pipe_create, as on CPU stages */
+    pd_status st = PD_OK;
+    pd__wk *mine = NULL; /* under MPI with NCCL: this process's one thread (with several, MPI carries the messages) */
+    for (int i = 0; i < p->nwk && st == PD_OK; i++)
+        if (p->rank_of[i] == p->rank) st = pd__dev_stage(p, mine = &p->wk[i]);
+    if (st == PD_OK) st = pd__dev_links(p);
+    if (p->remote) st = pd__dev_remote(p, mine, st);
     if (st != PD_OK) {
         pd__dev_teardown(p);
         return st;
@@ -264,22 +295,24 @@ static pd_status pd__dev_part(const pd__pipe *p, const pd__link *L, pd__dactx *d
 /* pd__send's message from a GPU stage (bound, its activations recomputed
  * if need be) to thread `to`: the tensors into a buffer of the link on the
  * receiver's device, whose index goes through the queue; to another
- * process, into an NCCL buffer on this device. */
+ * process, into an NCCL buffer on this device, or without NCCL downloaded
+ * into the MPI transport's host buffer (waits). */
 pd_status pd__dev_send(pd__wk *W, pd__chunk *C, int l, bool grad, int mb, int to, bool *stop) {
     pd__pipe *p = W->p;
     const pd__link *L = &p->link[l];
     int slot = mb % p->nslots, e = -1;
     pd__dactx *d = pd__gpu_slot(W->dev, (int)(C - W->ch), slot);
-    if (pd__via(p, W, to) != &p->local.base) { /* another process: packed into an NCCL buffer on this device */
-        pd__transport *x = p->dremote;
+    if (pd__via(p, W, to) != &p->local.base) { /* another process: NCCL's device buffer, or MPI's host one */
+        pd__transport *x = p->dremote ? p->dremote : p->remote;
         size_t n = grad ? L->grad_bytes : L->act_bytes, off = 0;
         char *buf = x->vt->get(x, l, grad, n);
-        if (!buf) return pd__err(PD_ERR_NOMEM, "no device memory for a %zu-byte message", n);
+        if (!buf)
+            return pd__err(PD_ERR_NOMEM, "no %s memory for a %zu-byte message", p->dremote ? "device" : "host", n);
         for (int k = 0; k < (grad ? L->ngt + L->nbt : L->nt); k++) {
             char *v;
             size_t b;
             PD_TRY(pd__dev_part(p, L, d, grad, k, &v, &b));
-            PD_TRY(pd__gpu_copy(W->dev, buf + off, v, b));
+            PD_TRY(p->dremote ? pd__gpu_copy(W->dev, buf + off, v, b) : pd__gpu_download(W->dev, buf + off, v, b));
             off += b;
         }
         return x->vt->send(x, (int)(W - p->wk), to, l, grad, mb, buf, n, stop);
@@ -305,7 +338,8 @@ pd_status pd__dev_send(pd__wk *W, pd__chunk *C, int l, bool grad, int mb, int to
 /* pd__recv's device side, tensor k of the message into the slot's device
  * twin: from the link buffer e the ticket named (in process; the stream
  * waited for the sender's copies in pd__glink_recv_begin) or, e < 0, from
- * the NCCL buffer buf at *off (another process). */
+ * buf at *off (another process): NCCL's device buffer, or without NCCL the
+ * MPI transport's host message, uploaded (staged: buf may go back at once). */
 pd_status pd__dev_take(pd__wk *W, pd__chunk *C, int l, bool grad, int slot, int k, int e, const char *buf,
                        size_t *off) {
     pd__pipe *p = W->p;
@@ -313,8 +347,9 @@ pd_status pd__dev_take(pd__wk *W, pd__chunk *C, int l, bool grad, int slot, int 
     char *v;
     size_t b = 0;
     PD_TRY(pd__dev_part(p, &p->link[l], d, grad, k, &v, &b));
-    pd_status st = e >= 0 ? pd__glink_take(p->glink[l], grad, W->dev, e, *off, v, b)
-                          : pd__gpu_copy(W->dev, v, buf + *off, b);
+    pd_status st = e >= 0       ? pd__glink_take(p->glink[l], grad, W->dev, e, *off, v, b)
+                   : p->dremote ? pd__gpu_copy(W->dev, v, buf + *off, b)
+                                : pd__gpu_upload(W->dev, v, buf + *off, b);
     *off += b;
     return st;
 }
@@ -353,8 +388,47 @@ pd_status pd__dev_tied_grads(pd__wk *W, bool *stop) {
     return st;
 }
 
+/* Tied weights on GPU stages across processes (pd__step_tied, every
+ * thread here at STEP), around pd__sum_tied_remote, the CPU stages' sum:
+ * down: each reader's gradients of the parameters it shares into its host
+ * buffer (C->sg), each owner's gradient of a tied parameter into the
+ * session's host slab, which is where that sum reads them (waits); up:
+ * each owner's summed gradient back onto its device, and the host slab
+ * zeroed again (the tie thread zeroes the sums it left for a copy whose
+ * owner is in another process). */
+pd_status pd__dev_tied_down(pd__wk *W) {
+    pd__pipe *p = W->p;
+    for (int c = 0; c < p->nchunks; c++) {
+        PD_TRY(pd__gpu_shared_grads(W->dev, c, W->ch[c].sg));
+        for (int t = 0; t < p->nties; t++)
+            if (p->tie[t].owner == W->ch[c].k)
+                PD_TRY(pd__gpu_grad_io(W->dev, c, p->tie[t].i, p->sl.grads + p->sl.poff[p->tie[t].i], false));
+    }
+    return PD_OK;
+}
+
+pd_status pd__dev_tied_up(pd__wk *W) {
+    pd__pipe *p = W->p;
+    for (int t = 0; t < p->nties; t++) {
+        const pd__tie *T = &p->tie[t];
+        float *g = p->sl.grads + p->sl.poff[T->i];
+        size_t b = sizeof(float) * (size_t)p->g->tensors[p->sl.param[T->i]].numel;
+        int owner = p->wbase[T->owner % p->nworkers];
+        for (int c = 0; c < p->nchunks; c++)
+            if (T->owner == W->ch[c].k) {
+                PD_TRY(pd__gpu_grad_io(W->dev, c, T->i, g, true));
+                memset(g, 0, b);
+            }
+        if (W - p->wk == p->tie_thread && T->here && p->rank_of[owner] != p->rank) memset(g, 0, b);
+    }
+    return PD_OK;
+}
+
 /* After the update: each owner's new weights of a tied parameter into the
- * host slab, they meet, each reader uploads them into its copy. */
+ * host slab, they meet, (across processes: the owners' weights go to the
+ * other holders, pd__tied_weights_remote, and they meet again,) each
+ * reader uploads them into its copy: every copy is the owner's, bit for
+ * bit, whatever the device's arithmetic. */
 pd_status pd__dev_tied_weights(pd__wk *W, bool *stop) {
     pd__pipe *p = W->p;
     for (int c = 0; c < p->nchunks; c++)
@@ -367,6 +441,13 @@ pd_status pd__dev_tied_weights(pd__wk *W, bool *stop) {
     if (!pd__meet_all(p)) {
         *stop = true;
         return PD_OK;
+    }
+    if (p->remote) {
+        if (W - p->wk == p->tie_thread) PD_TRY(pd__tied_weights_remote(p));
+        if (!pd__meet_all(p)) {
+            *stop = true;
+            return PD_OK;
+        }
     }
     for (int c = 0; c < p->nchunks; c++) PD_TRY(pd__gpu_shared_up(W->dev, c));
     return PD_OK;
@@ -396,20 +477,16 @@ pd_status pd__dev_stash(pd__wk *W, int c, int32_t v) {
     return PD_OK;
 }
 
-/* ALLREDUCE of a GPU stage's replicas in this process (pd__allreduce_here):
- * down: this replica's packed gradients, chunk after chunk, into its host
- * buffer W->ared (waits); up: the sum in replica 0's buffer into this
- * replica's device gradients (waits: the next ALLREDUCE rewrites it). */
+/* ALLREDUCE of a GPU stage's replicas through host memory (in this
+ * process, pd__allreduce_here; across processes without NCCL,
+ * pd__allreduce_remote): down: this replica's packed gradients, chunk after
+ * chunk, into its host buffer W->ared (waits); up: the sum (replica 0's
+ * buffer here, its own across processes) into this replica's device
+ * gradients (waits: the next ALLREDUCE rewrites it). */
 pd_status pd__dev_grads_down(pd__wk *W) {
     pd__pipe *p = W->p;
-    int64_t n = 0, at = 0;
-    for (int c = 0; c < p->nchunks; c++) n += p->vs[W->ch[c].k].packed;
-    if (n > W->ared_n) {
-        PD_FREE(W->ared);
-        W->ared_n = 0;
-        if (!(W->ared = PD_MALLOC(sizeof(float) * (size_t)n))) return pd__err(PD_ERR_NOMEM, "out of memory");
-        W->ared_n = n;
-    }
+    int64_t at = 0;
+    PD_TRY(pd__ared_reserve(W, NULL));
     PD_TRY(pd__gpu_bind(W->dev));
     for (int c = 0; c < p->nchunks; c++) {
         float *g;
@@ -433,13 +510,11 @@ pd_status pd__dev_grads_up(pd__wk *W, const float *sum) {
     return pd__gpu_sync(W->dev);
 }
 
-/* ALLREDUCE across the processes of a replicated stage: each chunk's packed
- * gradients summed in place by ncclAllReduce on this stage's stream (the
- * update queued after it reads the sums), averaged over the round under
- * pipedream as on the CPU. */
-pd_status pd__dev_allreduce(pd__wk *W, int mb) {
+/* pd__allreduce_remote over NCCL: each chunk's packed gradients summed in
+ * place by ncclAllReduce on this stage's stream (the update queued after it
+ * reads the sums), then scaled by f (pd__ared_scale). */
+pd_status pd__dev_allreduce(pd__wk *W, float f) {
     pd__pipe *p = W->p;
-    if (!p->dremote) return pd__err(PD_ERR_INTERNAL, "replicas of a GPU stage under MPI without the NCCL transport");
     PD_TRY(pd__gpu_bind(W->dev));
     for (int c = 0; c < p->nchunks; c++) {
         float *g;
@@ -447,7 +522,6 @@ pd_status pd__dev_allreduce(pd__wk *W, int mb) {
         pd__gpu_grads(W->dev, c, &g, &n);
         if (n > 0) PD_TRY(p->dremote->vt->allreduce(p->dremote, W->w, g, n, false));
     }
-    float f = pd__ared_scale(W, mb);
     return f == 1.0f ? PD_OK : pd__gpu_scale(W->dev, f);
 }
 
@@ -534,6 +608,7 @@ pd_status pd__dev_end(pd__pipe *p, bool ok) {
             st = pd__err(s1, "stage %d: %s", W->w, msg);
         }
     }
-    for (int l = 0; p->glink && l + 1 < p->nvstages; l++) pd__glink_reset(p->glink[l]);
+    for (int l = 0; p->glink && l + 1 < p->nvstages; l++)
+        if (p->glink[l]) pd__glink_reset(p->glink[l]); /* none where an end is in another process */
     return st;
 }

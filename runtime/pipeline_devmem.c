@@ -304,6 +304,15 @@ pd_status pd__gpu_grad_add(pd__gpu *d, int c, int i, const float *add) {
     return d->dev.i->sync(d->dev.c);
 }
 
+pd_status pd__gpu_grad_io(pd__gpu *d, int c, int i, float *host, bool up) {
+    pd__gchunk *C = &d->ch[c];
+    int j = pd__gown(C, i);
+    if (j < 0) return pd__err(PD_ERR_INTERNAL, "tied weights: the chunk does not own parameter %d", i);
+    size_t b = sizeof(float) * (size_t)d->g->tensors[d->param[i]].numel;
+    if (up) return d->dev.i->upload(d->dev.c, C->g + C->pk[j], host, b);
+    return d->dev.i->download(d->dev.c, host, C->g + C->pk[j], b);
+}
+
 pd_status pd__gpu_weight_down(pd__gpu *d, int c, int i) {
     pd__gchunk *C = &d->ch[c];
     int j = pd__gown(C, i);

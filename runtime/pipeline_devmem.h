@@ -85,11 +85,14 @@ pd_status pd__gpu_pull(pd__gpu *d, int c, const int *bufs, int nb, bool weights)
  * gradients of the parameters it shares into host memory (spacked floats),
  * then zeroed on the device (waits). grad_add: parameter i's gradient (chunk
  * c owns it) += add, through host memory tmp of its size (waits).
- * weight_down: parameter i's live weights into the session's host slab
- * (waits). shared_up: the host slab's weights of the parameters chunk c
- * shares into its copy (waits). */
+ * grad_io: parameter i's gradient (chunk c owns it) into host memory of
+ * its size (up false, waits) or from it (up, queued; host reusable on
+ * return). weight_down: parameter i's live weights into the session's host
+ * slab (waits). shared_up: the host slab's weights of the parameters chunk
+ * c shares into its copy (waits). */
 pd_status pd__gpu_shared_grads(pd__gpu *d, int c, float *host);
 pd_status pd__gpu_grad_add(pd__gpu *d, int c, int i, const float *add);
+pd_status pd__gpu_grad_io(pd__gpu *d, int c, int i, float *host, bool up);
 pd_status pd__gpu_weight_down(pd__gpu *d, int c, int i);
 pd_status pd__gpu_shared_up(pd__gpu *d, int c);
 /* Stash h of chunk c (packed) into host memory of its size (waits), or

@@ -6,36 +6,6 @@
 
 /* ALLREDUCE: replica 0 sums its worker's replicas' gradients (every replica waits). */
 
-/* Across processes (one thread each): the replicas' gradients summed by the
- * transport, packed in one buffer, so every replica holds the sum. */
-static pd_status pd__allreduce_remote(pd__wk *W) {
-    pd__pipe *p = W->p;
-    if (W->ar_started) return pd__overlapped_wait(W); /* started during the last backward */
-    float *G = pd__gslab(W);
-    int64_t n = 0;
-    for (int c = 0; c < p->nchunks; c++) n += p->vs[W->ch[c].k].packed;
-    if (n > W->ared_n) {
-        PD_FREE(W->ared);
-        if (!(W->ared = PD_MALLOC(sizeof(float) * (size_t)n))) return pd__err(PD_ERR_NOMEM, "out of memory");
-        W->ared_n = n;
-    }
-    for (int pass = 0; pass < 2; pass++) {
-        int64_t at = 0;
-        for (int c = 0; c < p->nchunks; c++) {
-            const pd__vstage *S = &p->vs[W->ch[c].k];
-            for (int j = 0; j < S->np; j++) {
-                int i = S->params[j];
-                size_t b = sizeof(float) * (size_t)p->g->tensors[p->sl.param[i]].numel;
-                if (pass == 0) memcpy(W->ared + at + S->pk[j], G + p->sl.poff[i], b);
-                else memcpy(G + p->sl.poff[i], W->ared + at + S->pk[j], b);
-            }
-            at += S->packed;
-        }
-        if (pass == 0) PD_TRY(p->remote->vt->allreduce(p->remote, W->w, W->ared, n, false));
-    }
-    return PD_OK;
-}
-
 /* pipedream: the round of r microbatches closed by the STEP of microbatch mb
  * (the run's last round may be shorter) is averaged, as PipeDream's
  * data-parallel replicas of a stage do; the other schedules' losses are
@@ -54,6 +24,63 @@ static void pd__scale_grads(pd__wk *W, float *G, float f) {
             for (int64_t e = 0; e < p->g->tensors[p->sl.param[i]].numel; e++) g[e] *= f;
         }
     }
+}
+
+pd_status pd__ared_reserve(pd__wk *W, int64_t *count) {
+    int64_t n = 0;
+    for (int c = 0; c < W->p->nchunks; c++) n += W->p->vs[W->ch[c].k].packed;
+    if (count) *count = n;
+    if (n <= W->ared_n) return PD_OK;
+    PD_FREE(W->ared);
+    W->ared_n = 0;
+    if (!(W->ared = PD_MALLOC(sizeof(float) * (size_t)n))) return pd__err(PD_ERR_NOMEM, "out of memory");
+    W->ared_n = n;
+    return PD_OK;
+}
+
+/* A CPU stage's gradients between the session's slab G and W->ared, packed
+ * as a GPU stage's device slabs are (chunk after chunk, pd__vstage.pk). */
+static void pd__ared_pack(pd__wk *W, float *G, bool in) {
+    pd__pipe *p = W->p;
+    int64_t at = 0;
+    for (int c = 0; c < p->nchunks; c++) {
+        const pd__vstage *S = &p->vs[W->ch[c].k];
+        for (int j = 0; j < S->np; j++) {
+            int i = S->params[j];
+            size_t b = sizeof(float) * (size_t)p->g->tensors[p->sl.param[i]].numel;
+            if (in) memcpy(W->ared + at + S->pk[j], G + p->sl.poff[i], b);
+            else memcpy(G + p->sl.poff[i], W->ared + at + S->pk[j], b);
+        }
+        at += S->packed;
+    }
+}
+
+/* Across processes (one thread each), one function for both kinds of stage:
+ * the replicas' packed gradients summed so that every replica holds the
+ * sum, scaled by pd__ared_scale. Its one fork is where the sum is made:
+ * device buffers by NCCL (a GPU stage whose processes talk by NCCL,
+ * pd__dev_allreduce), else host buffers by MPI: packed into W->ared (a CPU
+ * stage's from the session's slab, a GPU stage's downloaded), all-reduced,
+ * scaled, unpacked (uploaded). A CPU stage's sums may have started during
+ * its last backward (pd__backward_overlapped): then only waited for. */
+static pd_status pd__allreduce_remote(pd__wk *W, int mb) {
+    pd__pipe *p = W->p;
+    float f = pd__ared_scale(W, mb), *G = W->dev ? NULL : pd__gslab(W);
+    if (W->dev && p->dremote) return pd__dev_allreduce(W, f);
+    if (W->ar_started) {
+        PD_TRY(pd__overlapped_wait(W));
+        pd__scale_grads(W, G, f);
+        return PD_OK;
+    }
+    int64_t n = 0;
+    PD_TRY(pd__ared_reserve(W, &n));
+    if (W->dev) PD_TRY(pd__dev_grads_down(W));
+    else pd__ared_pack(W, G, true);
+    PD_TRY(p->remote->vt->allreduce(p->remote, W->w, W->ared, n, false));
+    for (int64_t e = 0; f != 1.0f && e < n; e++) W->ared[e] *= f;
+    if (W->dev) return pd__dev_grads_up(W, W->ared);
+    pd__ared_pack(W, G, false);
+    return PD_OK;
 }
 
 /* In this process: replica 0 adds its worker's replicas' gradients to its
@@ -90,15 +117,10 @@ static pd_status pd__allreduce_here(pd__wk *W, int mb, bool *stop) {
 }
 
 /* ALLREDUCE: the replicas' gradients summed, in this process or across
- * processes (the transport; on GPU stages NCCL, pd__dev_allreduce). */
+ * processes, one function for CPU and GPU stages either way. */
 pd_status pd__do_allreduce(pd__wk *W, int mb, bool *stop) {
-    pd__pipe *p = W->p;
     if (W->nrep == 1) return PD_OK;
-    if (!p->remote) return pd__allreduce_here(W, mb, stop);
-    if (W->dev) return pd__dev_allreduce(W, mb);
-    PD_TRY(pd__allreduce_remote(W));
-    pd__scale_grads(W, pd__gslab(W), pd__ared_scale(W, mb));
-    return PD_OK;
+    return W->p->remote ? pd__allreduce_remote(W, mb) : pd__allreduce_here(W, mb, stop);
 }
 
 /* Every thread of the pipeline (of this process, under MPI) meets (in order of their STEPs); false when aborted. */
@@ -273,17 +295,29 @@ static pd_status pd__step_finite(pd__wk *W, const float *G) {
 }
 
 /* Tied weights (sync schedules), once every backward is done: every thread
- * meets, then the owner adds the readers' gradients to its own. */
+ * meets, then the owner adds the readers' gradients to its own (across
+ * processes every holder makes the sum, pd__sum_tied_remote, GPU stages'
+ * through host memory). */
 static pd_status pd__step_tied(pd__wk *W, float *G, bool *stop) {
     pd__pipe *p = W->p;
     if (!pd__meet_all(p)) {
         *stop = true;
         return PD_OK;
     }
-    if (W->dev) return pd__dev_tied_grads(W, stop);
-    if (p->remote) return pd__sum_tied_remote(W, stop);
-    pd__sum_shared(W, G);
-    return PD_OK;
+    if (!p->remote && W->dev) return pd__dev_tied_grads(W, stop);
+    if (!p->remote) {
+        pd__sum_shared(W, G);
+        return PD_OK;
+    }
+    if (W->dev) { /* the sum is made in host memory: a GPU stage's gradients come down first, and go back summed */
+        PD_TRY(pd__dev_tied_down(W));
+        if (!pd__meet_all(p)) {
+            *stop = true;
+            return PD_OK;
+        }
+    }
+    PD_TRY(pd__sum_tied_remote(W, stop));
+    return W->dev && !*stop ? pd__dev_tied_up(W) : PD_OK;
 }
 
 /* One update of the whole model: its gradient norm (the step's result) and,

@@ -185,7 +185,7 @@ struct pd__pipe {
     int lrank;            /* under MPI: this process's rank on its machine (pd__mpi_local_rank) */
     int gcolor;           /* under MPI: the color of pd__pipe_set_ranks_in */
     pd__glink **glink;    /* per link within the process: its device message buffers (pipeline_devmem.h) */
-    pd__transport *dremote; /* across processes: NCCL (comm/nccl.h) */
+    pd__transport *dremote; /* across processes: NCCL (comm/nccl.h); NULL: GPU stages go through host memory over MPI */
     int64_t steps;     /* steps done by earlier runs */
     /* transports: threads of this process talk through the queues; with
      * MPI, thread i runs in process rank_of[i] and talks to the others there */
@@ -247,7 +247,7 @@ struct pd__pipe {
 pd_status pd__dev_prepare(pd__pipe *p, const pd_plan *plan, const pd_train_options *o, bool **need);
 pd_status pd__dev_setup(pd__pipe *p);
 void pd__dev_teardown(pd__pipe *p);
-pd_status pd__dev_allreduce(pd__wk *W, int mb);
+pd_status pd__dev_allreduce(pd__wk *W, float f);
 pd_status pd__dev_grads_down(pd__wk *W);
 pd_status pd__dev_grads_up(pd__wk *W, const float *sum);
 pd_status pd__dev_use(pd__wk *W, pd__chunk *C, int slot, int32_t v);
@@ -261,8 +261,9 @@ pd_status pd__dev_finite(pd__wk *W);
 pd_status pd__dev_stash(pd__wk *W, int c, int32_t v);
 pd_status pd__dev_tied_grads(pd__wk *W, bool *stop);
 pd_status pd__dev_tied_weights(pd__wk *W, bool *stop);
+pd_status pd__dev_tied_down(pd__wk *W);
+pd_status pd__dev_tied_up(pd__wk *W);
 pd_status pd__dev_end(pd__pipe *p, bool ok);
-pd_status pd__dev_refuse(const char *what);
 pd_status pd__dev_snap(pd__wk *W, bool pre);
 pd_status pd__dev_push(pd__pipe *p);
 pd_status pd__dev_push_weights(pd__pipe *p);
@@ -270,6 +271,9 @@ pd_status pd__dev_push_weights(pd__pipe *p);
 /* ---- shared between the pipeline's files (pipeline*.c: one concern each) ---- */
 
 float pd__ared_scale(const pd__wk *W, int mb);
+/* W->ared holds at least the thread's chunks' packed gradients
+ * (pd__vstage.packed, chunk after chunk); *count (may be NULL): their number. */
+pd_status pd__ared_reserve(pd__wk *W, int64_t *count);
 pd_status pd__global_norm(pd__wk *W, int64_t t, const float *G, double *norm, bool *stop);
 /* Rows of microbatch mb of graph input i (-1: the labels; the labels too for
  * the input they feed), filled on demand when the run's rows are a ring. */
@@ -309,6 +313,7 @@ void pd__snap_decide(pd__pipe *p, int64_t m);
 pd_status pd__snap_post(pd__wk *W, int64_t b, bool *stop);
 pd_status pd__snap_pre(pd__wk *W, int64_t b, bool *stop);
 bool pd__tied_reader(pd__pipe *p, int k, int i, float **g);
+pd_status pd__tied_weights_remote(pd__pipe *p);
 extern const pd__transport_i pd__local_vt;
 void pd__unhold(pd__pipe *p, pd__chunk *C, int slot, int dir);
 

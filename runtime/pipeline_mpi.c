@@ -80,6 +80,31 @@ static pd_status pd__tied_setup(pd__pipe *p, int rank, bool *tied) {
     return PD_OK;
 }
 
+/* GPU stages' tied weights after an update (pd__dev_tied_weights): the
+ * owners' new weights, which each owner's thread put in the session's host
+ * slab, to the processes holding a reader but not the owner: an all-reduce
+ * of the PD__TIED group with -0.0 from the others (exact), as a resume's
+ * pd__tied_restore. The holders' optimizers need not agree with the
+ * owner's device to the bit this way. Called by this process's tie thread. */
+pd_status pd__tied_weights_remote(pd__pipe *p) {
+    const pd__slabs *sl = &p->sl;
+    for (int64_t e = 0; e < p->tbuf_n; e++) p->tbuf[e] = -0.0f;
+    for (int t = 0; t < p->nties; t++) {
+        const pd__tie *T = &p->tie[t];
+        size_t b = sizeof(float) * (size_t)p->g->tensors[sl->param[T->i]].numel;
+        if (p->rank_of[p->wbase[T->owner % p->nworkers]] == p->rank)
+            memcpy(p->tbuf + T->off, sl->params + sl->poff[T->i], b);
+    }
+    PD_TRY(p->remote->vt->allreduce(p->remote, PD__TIED, p->tbuf, p->tbuf_n, false));
+    for (int t = 0; t < p->nties; t++) {
+        const pd__tie *T = &p->tie[t];
+        size_t b = sizeof(float) * (size_t)p->g->tensors[sl->param[T->i]].numel;
+        if (T->here && p->rank_of[p->wbase[T->owner % p->nworkers]] != p->rank)
+            memcpy(sl->params + sl->poff[T->i], p->tbuf + T->off, b);
+    }
+    return PD_OK;
+}
+
 pd_status pd__pipe_fits(const pd__pipe *p, int nranks) {
     int K = pd__planned_processes(p), need = K > 0 ? K : p->nwk;
     if (nranks != need && need == p->nwk)

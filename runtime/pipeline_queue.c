@@ -278,13 +278,14 @@ static void pd__host_take(pd__pipe *p, pd__chunk *C, const pd__link *L, bool gra
  * buffer on this device that holds it (pd__dev_send). In process a CPU
  * stage's views read the buffer until the microbatch is done (held); a
  * GPU stage copies each tensor into its device twin (pd__dev_take) from
- * the link buffer or, across processes, from NCCL's. */
+ * the link buffer or, across processes, from NCCL's or (without NCCL) the
+ * MPI transport's host message. */
 pd_status pd__recv(pd__wk *W, pd__chunk *C, int l, bool grad, int mb, bool *stop) {
     pd__pipe *p = W->p;
     const pd__link *L = &p->link[l];
     int from = pd__peer(p, l, grad, false, mb), slot = mb % p->nslots, e = -1;
     bool local = pd__via(p, W, from) == &p->local.base, ticket = W->dev && local, hand = local && !W->dev;
-    pd__transport *t = W->dev && !local ? p->dremote : pd__via(p, W, from);
+    pd__transport *t = W->dev && !local && p->dremote ? p->dremote : pd__via(p, W, from);
     size_t n = ticket ? sizeof(int32_t) : grad ? L->grad_bytes : L->act_bytes, off = 0;
     void *buf = NULL;
     if (W->dev) PD_TRY(pd__gpu_bind(W->dev)); /* NCCL's receive is queued on this stream */

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# test_mpi.sh PDONNX SOURCE_ROOT NPYTOOL GEN_MLP PEAKRSS - `mpirun pdonnx train` against the
+# test_mpi.sh [--device cuda] PDONNX SOURCE_ROOT NPYTOOL GEN_MLP PEAKRSS - `mpirun pdonnx train` against the
 # same plan trained in one process: every schedule on 2-3 processes gives the
 # same per-step losses and the same trained model (bitwise), a hybrid plan
 # (stage 0 replicated on two processes, stage 1 on a third; flush, gpipe,
@@ -16,8 +16,15 @@
 # checkpoints across processes (2 stages on 2, 4 on 2, a hybrid plan,
 # replicas sharing processes; --checkpoint-every N and CheckFreq's auto,
 # agreed by the processes) resume to the uninterrupted model, bitwise. Skipped (77)
-# without mpirun or a build without MPI.
+# without mpirun or a build without MPI. With --device cuda (test mpi-devsim, on the
+# simulated device) only GPU stages under mpirun against the same plan's CPU stages
+# in one process, bitwise: 2-3 stages, a replicated stage across processes, several
+# stages per process, tied weights (and their checkpoints resumed); skipped (77)
+# where --device cuda cannot train.
 set -u
+dev=
+if [ "${1:-}" = --device ]; then dev=$2; shift 2; fi
+mflags=()
 pdonnx=$1
 root=$2
 npytool=$3
@@ -55,34 +62,6 @@ p = json.load(open(sys.argv[1]))
 p["stages"][0]["ranks"], p["stages"][1]["ranks"] = [1], [0]  # stage_to_rank: stage 0 on rank 1
 json.dump(p, open(sys.argv[2], "w"))
 EOF
-
-check() { # name np plan schedule microbatches [flags...]
-  local name=$1 np=$2 plan=$3 sch=$4 mb=$5
-  shift 5
-  local common=("$model" --steps 60 --plan "$plan" --schedule "$sch" --microbatches "$mb" --quiet "$@")
-  "$pdonnx" train "${common[@]}" --save "$tmp/in.onnx" --metrics "$tmp/in.jsonl" > "$tmp/log" 2>&1 || { bad "$name: in one process: $(cat "$tmp/log")"; return; }
-  mpi "$np" "$pdonnx" train "${common[@]}" --save "$tmp/mpi.onnx" --metrics "$tmp/mpi.jsonl" > "$tmp/log" 2>&1 || { bad "$name: $np processes: $(tail -3 "$tmp/log")"; return; }
-  if cmp -s "$tmp/in.onnx" "$tmp/mpi.onnx" && [ "$(cols "$tmp/in.jsonl")" = "$(cols "$tmp/mpi.jsonl")" ] && [ -s "$tmp/mpi.jsonl" ]; then
-    ok "$name: $np processes equal one process (60 losses and the model, bitwise)"
-  else
-    bad "$name: $np processes differ from one process"
-    diff <(cols "$tmp/in.jsonl") <(cols "$tmp/mpi.jsonl") | head -4
-  fi
-}
-check "gpipe, 2 stages" 2 "$tmp/p2.json" gpipe 4
-check "flush, 2 stages" 2 "$tmp/p2.json" flush 4
-check "flush, 3 stages" 3 "$tmp/p3.json" flush 4
-check "zb-h1, 3 stages" 3 "$tmp/p3.json" zb-h1 4
-check "pipedream, 2 stages" 2 "$tmp/p2.json" pipedream 1
-check "pipedream, 3 stages, vertical sync" 3 "$tmp/p3.json" pipedream 1 --vertical-sync
-check "2bw, 3 stages" 3 "$tmp/p3.json" 2bw 2
-check "interleaved, 2 workers x 2 chunks" 2 "$tmp/pi.json" interleaved 4
-# activation recomputation: received activations copied into each slot's kept memory (not handed over)
-check "zb-h1, 3 stages, --recompute" 3 "$tmp/p3.json" zb-h1 4 --recompute
-check "hybrid: stage 0 on 2 processes, stage 1 on 1, flush" 3 "$tmp/ph.json" flush 4
-check "hybrid, gpipe" 3 "$tmp/ph.json" gpipe 4
-check "hybrid, pipedream: stage 0's replicas take microbatches in turn, one update per round" 3 "$tmp/ph.json" \
-  pipedream 1
 # several stages per process: the plan's stage_to_rank puts stages 0-1 on
 # rank 0 and 2-3 on rank 1 (between them in-process queues, across MPI)
 python3 - "$tmp/p4.json" "$tmp/p4on2.json" <<'EOF2'
@@ -92,23 +71,6 @@ for s, r in zip(p["stages"], [0, 0, 1, 1]):
     s["ranks"] = [r]
 json.dump(p, open(sys.argv[2], "w"))
 EOF2
-check "4 stages on 2 processes (two each), flush, clipping" 2 "$tmp/p4on2.json" flush 4 --clip-grad-norm 0.3
-check "4 stages on 2 processes, zb-h1" 2 "$tmp/p4on2.json" zb-h1 4
-check "4 stages on 2 processes, pipedream" 2 "$tmp/p4on2.json" pipedream 1
-check "4 stages on 2 processes, 2bw" 2 "$tmp/p4on2.json" 2bw 2
-check "flush, the plan's stage_to_rank: stage 0 on rank 1, stage 1 on rank 0" 2 "$tmp/pswap.json" flush 4 \
-  --trace "$tmp/swap.json"
-if python3 -c "
-import json, sys
-ev = json.load(open(sys.argv[1]))
-names = {(e['pid'], e['args']['name']) for e in ev if e.get('name') == 'thread_name'}
-sys.exit(0 if names == {(0, 'stage 1'), (1, 'stage 0')} else 1)" "$tmp/swap.json"; then
-  ok "stage_to_rank: rank 0 ran stage 1 and rank 1 stage 0 (the trace's tracks)"
-else
-  bad "stage_to_rank: the trace does not show the plan's mapping"
-fi
-check "hybrid, flush, gradients clipped to norm 0.5" 3 "$tmp/ph.json" flush 4 --clip-grad-norm 0.5
-
 # a replicated stage's replica sharing a process with other stages: stage 0 on ranks [0, 1] and
 # stage 1 on [1] (rank 1 runs stage 0's replica 1 and stage 1 as threads), stage 0 on [0] and stage
 # 1 replicated on [0, 1], and 3 stages: 0 on [0, 1], 1 on [1], 2 on [1, 2] (rank 1 runs three
@@ -125,41 +87,10 @@ plan(sys.argv[1], f"{sys.argv[3]}/rs0.json", [2, 1], [[0, 1], [1]])
 plan(sys.argv[1], f"{sys.argv[3]}/rs1.json", [1, 2], [[0], [0, 1]])
 plan(sys.argv[2], f"{sys.argv[3]}/rs3.json", [2, 1, 2], [[0, 1], [1], [1, 2]])
 plan(sys.argv[1], f"{sys.argv[3]}/rs2x.json", [2, 1], [[1, 1], [0]])
+plan(sys.argv[2], f"{sys.argv[3]}/p3on2.json", [1, 1, 1], [[0], [0], [1]])  # stages 0-1 on rank 0, 2 on rank 1
 EOF2
-check "stage 0 on ranks 0-1, stage 1 on rank 1, flush, clipping" 2 "$tmp/rs0.json" flush 4 --clip-grad-norm 0.3
-check "stage 0 on ranks 0-1, stage 1 on rank 1, zb-h1" 2 "$tmp/rs0.json" zb-h1 4
-check "stage 0 on ranks 0-1, stage 1 on rank 1, pipedream" 2 "$tmp/rs0.json" pipedream 1
-check "stage 0 on ranks 0-1, stage 1 on rank 1, 2bw" 2 "$tmp/rs0.json" 2bw 2
-check "stage 0 on rank 0, stage 1 on ranks 0-1, flush, clipping" 2 "$tmp/rs1.json" flush 4 --clip-grad-norm 0.3
-check "stage 0 on rank 0, stage 1 on ranks 0-1, zb-h1" 2 "$tmp/rs1.json" zb-h1 4
-check "stage 0 on rank 0, stage 1 on ranks 0-1, pipedream" 2 "$tmp/rs1.json" pipedream 1
-check "stage 0 on rank 0, stage 1 on ranks 0-1, 2bw" 2 "$tmp/rs1.json" 2bw 2
-check "3 stages, 0 on ranks 0-1, 1 on 1, 2 on 1-2, flush, clipping" 3 "$tmp/rs3.json" flush 4 --clip-grad-norm 0.3
-check "3 stages, 0 on ranks 0-1, 1 on 1, 2 on 1-2, pipedream" 3 "$tmp/rs3.json" pipedream 1
-PDONNX_ALLREDUCE_OVERLAP=0 check "3 stages, 0 on ranks 0-1, 1 on 1, 2 on 1-2, gpipe, the all-reduce not overlapped" 3 \
-  "$tmp/rs3.json" gpipe 4
-check "stage 0 on ranks 0-1, stage 1 on rank 1, avgpipe, 2 pipelines" 4 "$tmp/rs0.json" avgpipe 4 \
-  --parallel-pipelines 2 --elastic-alpha 0.25 --average-every 4
-mpi 2 "$pdonnx" train "$model" --steps 5 --plan "$tmp/rs2x.json" > "$tmp/log" 2>&1
-rc=$?
-if [ $rc != 0 ] && [ "$(grep -c "stage 0's replicas 0 and 1 are both on rank 1 (a stage's replicas each need a process of their own)" "$tmp/log")" = 1 ]; then
-  ok "two replicas of one stage on one rank: refused once ($(grep 'both on rank' "$tmp/log"))"
-else
-  bad "two replicas of one stage on one rank: rc $rc: $(cat "$tmp/log")"
-fi
-
-# AvgPipe: 2 pipelines of 2 stages on 4 processes, the elastic update across the processes holding
-# the same stage: the same losses (each pipeline's too) and centre as the 2 pipelines in one process
-check "avgpipe, 2 pipelines x 2 stages, elastic averaging every 4 steps" 4 "$tmp/p2.json" avgpipe 4 \
-  --parallel-pipelines 2 --elastic-alpha 0.25 --average-every 4
-check "flush, 2 pipelines x 2 stages, no averaging (their mean)" 4 "$tmp/p2.json" flush 4 \
-  --parallel-pipelines 2 --elastic-alpha 0
-
-# tied weights (tests/fixtures/tied: the embedding table is also the output layer; tied3: read by a
-# third node, a second Gather) with the table on the first, (a middle,) and the last stage: each process
-# holding a reader keeps a copy, the gradients are summed across them in stage order at STEP (with three
-# readers the order shows in the bits); the same losses and model as one process. Plans by hand
 tied=$root/tests/fixtures/tied
+# tied weights: plans by hand (tests/fixtures/tied: the table is also the output layer; tied3: read by a third node)
 python3 - "$pdonnx" "$root/tests/fixtures" "$tmp" <<'EOF2'
 import json, subprocess, sys
 pdonnx, fx, tmp = sys.argv[1:4]
@@ -192,12 +123,157 @@ for name, (base, ranks) in variants.items():
             s["ranks"] = [r]
     json.dump(p, open(f"{tmp}/{name}.json", "w"))
 EOF2
+
+# check: the in-process run on CPU stages against the same flags under mpirun, plus mflags there
+# (--device cuda: GPU stages, bitwise the CPU stages' on the simulated device)
+check() { # name np plan schedule microbatches [flags...]
+  local name=$1 np=$2 plan=$3 sch=$4 mb=$5
+  shift 5
+  local common=("$model" --steps 60 --plan "$plan" --schedule "$sch" --microbatches "$mb" --quiet "$@")
+  "$pdonnx" train "${common[@]}" --save "$tmp/in.onnx" --metrics "$tmp/in.jsonl" > "$tmp/log" 2>&1 || { bad "$name: in one process: $(cat "$tmp/log")"; return; }
+  mpi "$np" "$pdonnx" train "${common[@]}" "${mflags[@]}" --save "$tmp/mpi.onnx" --metrics "$tmp/mpi.jsonl" > "$tmp/log" 2>&1 || { bad "$name: $np processes: $(tail -3 "$tmp/log")"; return; }
+  if cmp -s "$tmp/in.onnx" "$tmp/mpi.onnx" && [ "$(cols "$tmp/in.jsonl")" = "$(cols "$tmp/mpi.jsonl")" ] && [ -s "$tmp/mpi.jsonl" ]; then
+    ok "$name: $np processes${mflags[*]:+ (${mflags[*]})} equal one process on the CPU (60 losses and the model, bitwise)"
+  else
+    bad "$name: $np processes differ from one process"
+    diff <(cols "$tmp/in.jsonl") <(cols "$tmp/mpi.jsonl") | head -4
+  fi
+}
 tied_check() { # MODEL, then as check (which reads $model); later flags win
   local model=$root/tests/fixtures/$1/model.onnx args=("${@:2:5}")
   shift 6
   check "${args[@]}" --data "$tied/train/sgd/X.npy" --labels "$tied/train/sgd/Y.npy" --batch 8 --optimizer momentum \
     --lr 0.05 --clip-grad-norm 1 "$@"
 }
+
+# --device cuda: GPU stages under mpirun (suite devsim: the simulated device, PDONNX_CUDA_MODULE=sim:4,
+# which has no NCCL: messages and sums through host memory over MPI) against the CPU stages in one process
+if [ -n "$dev" ]; then
+  mflags=(--device "$dev")
+  if ! "$pdonnx" train "$model" --steps 1 --device "$dev" --quiet > "$tmp/log" 2>&1; then
+    echo "no $dev device here ($(head -c 200 "$tmp/log")): skipped"; exit 77
+  fi
+  check "GPU stages, flush, 2 stages" 2 "$tmp/p2.json" flush 4 --clip-grad-norm 0.3
+  check "GPU stages, pipedream, 2 stages" 2 "$tmp/p2.json" pipedream 1
+  check "GPU stages, gpipe, 3 stages" 3 "$tmp/p3.json" gpipe 4
+  check "GPU stages, 2bw, 3 stages" 3 "$tmp/p3.json" 2bw 2
+  check "GPU stages, zb-h1, 3 stages, --recompute" 3 "$tmp/p3.json" zb-h1 4 --recompute
+  check "GPU stages, pipedream, 3 stages, vertical sync" 3 "$tmp/p3.json" pipedream 1 --vertical-sync
+  check "GPU stages, hybrid (stage 0 replicated on 2 processes), flush, clipping" 3 "$tmp/ph.json" flush 4 \
+    --clip-grad-norm 0.5
+  check "GPU stages, hybrid, pipedream (the replicas' round averaged)" 3 "$tmp/ph.json" pipedream 1
+  # several stages per process: their links keep device buffers, the others go through host memory
+  check "GPU stages, stages 0-1 on rank 0 and 2 on rank 1, flush" 2 "$tmp/p3on2.json" flush 4
+  check "GPU stages, stages 0-1 on rank 0 and 2 on rank 1, gpipe" 2 "$tmp/p3on2.json" gpipe 4
+  check "GPU stages, 4 stages on 2 processes, zb-h1" 2 "$tmp/p4on2.json" zb-h1 4
+  check "GPU stages, 4 stages on 2 processes, pipedream" 2 "$tmp/p4on2.json" pipedream 1
+  check "GPU stages, interleaved, 2 workers x 2 chunks (every link across the processes)" 2 "$tmp/pi.json" interleaved 4
+  check "GPU stages, stage 0 on ranks 0-1 and stage 1 on rank 1, flush, clipping" 2 "$tmp/rs0.json" flush 4 \
+    --clip-grad-norm 0.3
+  check "GPU stages, stage 0 on ranks 0-1 and stage 1 on rank 1, 2bw" 2 "$tmp/rs0.json" 2bw 2
+  check "GPU stages, 3 stages, 0 on ranks 0-1, 1 on 1, 2 on 1-2, pipedream" 3 "$tmp/rs3.json" pipedream 1
+  # tied weights: the gradients summed through host memory, the owner's new weights sent to the other holders
+  tied_check tied "GPU stages, tied weights, flush, 2 stages" 2 "$tmp/t2.json" flush 4
+  tied_check tied "GPU stages, tied weights, gpipe, 3 stages (the middle process holds no copy)" 3 "$tmp/t3.json" gpipe 2
+  tied_check tied "GPU stages, tied weights, zb-h1, 3 stages, adamw with weight decay" 3 "$tmp/t3.json" zb-h1 4 \
+    --optimizer adamw --lr 0.01 --weight-decay 0.1
+  tied_check tied "GPU stages, tied weights, interleaved, 2 workers x 2 chunks" 2 "$tmp/ti.json" interleaved 4
+  tied_check tied "GPU stages, tied weights, 4 stages on 2 processes (two each), flush" 2 "$tmp/t4on2.json" flush 4
+  tied_check tied "GPU stages, tied weights, 4 stages on 2 processes, the table's stages 0 and 3 on rank 0" 2 \
+    "$tmp/t4wrap.json" gpipe 4
+  tied_check tied3 "GPU stages, a table read on 3 stages, flush, 3 processes" 3 "$tmp/u3.json" flush 4
+  tied_check tied3 "GPU stages, a table read on stages 0, 1 and 3, 4 stages on 2 processes (0 and 3 on rank 0), zb-h1" \
+    2 "$tmp/u4wrap.json" zb-h1 4
+  # checkpoints of GPU stages with tied weights across processes, resumed at step 20: a reader's process
+  # gets the owner's weights back (host memory), its device copy the next run's upload
+  for plan in t2:2 t3:3; do
+    ck=$tmp/gckt-${plan%:*} np=${plan#*:}
+    common=("$tied/model.onnx" --steps 60 --plan "$tmp/${plan%:*}.json" --schedule flush --microbatches 4 --quiet
+            --data "$tied/train/sgd/X.npy" --labels "$tied/train/sgd/Y.npy" --batch 8 --optimizer momentum --lr 0.05
+            --clip-grad-norm 1)
+    "$pdonnx" train "${common[@]}" --save "$tmp/reft.onnx" > /dev/null 2>&1
+    mpi "$np" "$pdonnx" train "${common[@]}" "${mflags[@]}" --checkpoint-dir "$ck" --checkpoint-every 20 \
+      --checkpoint-keep 0 --save "$tmp/ckt0.onnx" > "$tmp/log" 2>&1
+    rc=$?
+    rm -rf "$ck/ckpt-000000000040" "$ck/ckpt-000000000060"
+    mpi "$np" "$pdonnx" train "${common[@]}" "${mflags[@]}" --resume "$ck" --checkpoint-every 20 --save "$tmp/ckt.onnx" \
+      --metrics "$tmp/ckt.jsonl" > "$tmp/log2" 2>&1
+    rc2=$?
+    if [ $rc = 0 ] && [ $rc2 = 0 ] && cmp -s "$tmp/reft.onnx" "$tmp/ckt0.onnx" && cmp -s "$tmp/reft.onnx" "$tmp/ckt.onnx" &&
+       head -1 "$tmp/ckt.jsonl" | grep -q '^{"step": 21,' && [ "$(wc -l < "$tmp/ckt.jsonl")" = 40 ]; then
+      ok "GPU stages, checkpoints, tied weights, $np processes: resumed at step 20, the CPU stages' model bitwise"
+    else
+      bad "GPU stages, checkpoints, tied weights on $np processes: rc $rc/$rc2: $(tail -2 "$tmp/log") $(tail -2 "$tmp/log2")"
+    fi
+  done
+  echo "$fails failed"
+  [ $fails = 0 ]
+  exit
+fi
+check "gpipe, 2 stages" 2 "$tmp/p2.json" gpipe 4
+check "flush, 2 stages" 2 "$tmp/p2.json" flush 4
+check "flush, 3 stages" 3 "$tmp/p3.json" flush 4
+check "zb-h1, 3 stages" 3 "$tmp/p3.json" zb-h1 4
+check "pipedream, 2 stages" 2 "$tmp/p2.json" pipedream 1
+check "pipedream, 3 stages, vertical sync" 3 "$tmp/p3.json" pipedream 1 --vertical-sync
+check "2bw, 3 stages" 3 "$tmp/p3.json" 2bw 2
+check "interleaved, 2 workers x 2 chunks" 2 "$tmp/pi.json" interleaved 4
+# activation recomputation: received activations copied into each slot's kept memory (not handed over)
+check "zb-h1, 3 stages, --recompute" 3 "$tmp/p3.json" zb-h1 4 --recompute
+check "hybrid: stage 0 on 2 processes, stage 1 on 1, flush" 3 "$tmp/ph.json" flush 4
+check "hybrid, gpipe" 3 "$tmp/ph.json" gpipe 4
+check "hybrid, pipedream: stage 0's replicas take microbatches in turn, one update per round" 3 "$tmp/ph.json" \
+  pipedream 1
+check "4 stages on 2 processes (two each), flush, clipping" 2 "$tmp/p4on2.json" flush 4 --clip-grad-norm 0.3
+check "4 stages on 2 processes, zb-h1" 2 "$tmp/p4on2.json" zb-h1 4
+check "4 stages on 2 processes, pipedream" 2 "$tmp/p4on2.json" pipedream 1
+check "4 stages on 2 processes, 2bw" 2 "$tmp/p4on2.json" 2bw 2
+check "flush, the plan's stage_to_rank: stage 0 on rank 1, stage 1 on rank 0" 2 "$tmp/pswap.json" flush 4 \
+  --trace "$tmp/swap.json"
+if python3 -c "
+import json, sys
+ev = json.load(open(sys.argv[1]))
+names = {(e['pid'], e['args']['name']) for e in ev if e.get('name') == 'thread_name'}
+sys.exit(0 if names == {(0, 'stage 1'), (1, 'stage 0')} else 1)" "$tmp/swap.json"; then
+  ok "stage_to_rank: rank 0 ran stage 1 and rank 1 stage 0 (the trace's tracks)"
+else
+  bad "stage_to_rank: the trace does not show the plan's mapping"
+fi
+check "hybrid, flush, gradients clipped to norm 0.5" 3 "$tmp/ph.json" flush 4 --clip-grad-norm 0.5
+
+check "stage 0 on ranks 0-1, stage 1 on rank 1, flush, clipping" 2 "$tmp/rs0.json" flush 4 --clip-grad-norm 0.3
+check "stage 0 on ranks 0-1, stage 1 on rank 1, zb-h1" 2 "$tmp/rs0.json" zb-h1 4
+check "stage 0 on ranks 0-1, stage 1 on rank 1, pipedream" 2 "$tmp/rs0.json" pipedream 1
+check "stage 0 on ranks 0-1, stage 1 on rank 1, 2bw" 2 "$tmp/rs0.json" 2bw 2
+check "stage 0 on rank 0, stage 1 on ranks 0-1, flush, clipping" 2 "$tmp/rs1.json" flush 4 --clip-grad-norm 0.3
+check "stage 0 on rank 0, stage 1 on ranks 0-1, zb-h1" 2 "$tmp/rs1.json" zb-h1 4
+check "stage 0 on rank 0, stage 1 on ranks 0-1, pipedream" 2 "$tmp/rs1.json" pipedream 1
+check "stage 0 on rank 0, stage 1 on ranks 0-1, 2bw" 2 "$tmp/rs1.json" 2bw 2
+check "3 stages, 0 on ranks 0-1, 1 on 1, 2 on 1-2, flush, clipping" 3 "$tmp/rs3.json" flush 4 --clip-grad-norm 0.3
+check "3 stages, 0 on ranks 0-1, 1 on 1, 2 on 1-2, pipedream" 3 "$tmp/rs3.json" pipedream 1
+PDONNX_ALLREDUCE_OVERLAP=0 check "3 stages, 0 on ranks 0-1, 1 on 1, 2 on 1-2, gpipe, the all-reduce not overlapped" 3 \
+  "$tmp/rs3.json" gpipe 4
+check "stage 0 on ranks 0-1, stage 1 on rank 1, avgpipe, 2 pipelines" 4 "$tmp/rs0.json" avgpipe 4 \
+  --parallel-pipelines 2 --elastic-alpha 0.25 --average-every 4
+mpi 2 "$pdonnx" train "$model" --steps 5 --plan "$tmp/rs2x.json" > "$tmp/log" 2>&1
+rc=$?
+if [ $rc != 0 ] && [ "$(grep -c "stage 0's replicas 0 and 1 are both on rank 1 (a stage's replicas each need a process of their own)" "$tmp/log")" = 1 ]; then
+  ok "two replicas of one stage on one rank: refused once ($(grep 'both on rank' "$tmp/log"))"
+else
+  bad "two replicas of one stage on one rank: rc $rc: $(cat "$tmp/log")"
+fi
+
+# AvgPipe: 2 pipelines of 2 stages on 4 processes, the elastic update across the processes holding
+# the same stage: the same losses (each pipeline's too) and centre as the 2 pipelines in one process
+check "avgpipe, 2 pipelines x 2 stages, elastic averaging every 4 steps" 4 "$tmp/p2.json" avgpipe 4 \
+  --parallel-pipelines 2 --elastic-alpha 0.25 --average-every 4
+check "flush, 2 pipelines x 2 stages, no averaging (their mean)" 4 "$tmp/p2.json" flush 4 \
+  --parallel-pipelines 2 --elastic-alpha 0
+
+# tied weights (tests/fixtures/tied: the embedding table is also the output layer; tied3: read by a
+# third node, a second Gather) with the table on the first, (a middle,) and the last stage: each process
+# holding a reader keeps a copy, the gradients are summed across them in stage order at STEP (with three
+# readers the order shows in the bits); the same losses and model as one process (plans above)
 tied_check tied "tied weights, flush, 2 stages (the table on both processes)" 2 "$tmp/t2.json" flush 4
 tied_check tied "tied weights, flush, 3 stages (the middle process holds no copy)" 3 "$tmp/t3.json" flush 4
 tied_check tied "tied weights, gpipe, 3 stages" 3 "$tmp/t3.json" gpipe 2

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# test_mpi_api.sh TEST_MPI_API EXAMPLE_MPI PDONNX SOURCE_ROOT GEN_MLP - the public
+# test_mpi_api.sh [--device cuda] TEST_MPI_API EXAMPLE_MPI PDONNX SOURCE_ROOT GEN_MLP - the public
 # trainer under mpirun (pd_trainer_options.mpi): a program built against
 # pipedream.h, run by `mpirun -np 2` (and 3 for a hybrid plan), prints the
 # same per-step results (exactly) and saves the same model (bitwise) as the
@@ -11,8 +11,13 @@
 # a plan for another process count is refused on every process;
 # checkpoints written across the processes and a resume from one; a
 # replicated stage sharing processes with another stage likewise.
-# examples/embed/mpi.c likewise. Skipped (77) without mpirun or MPI.
+# examples/embed/mpi.c likewise. Skipped (77) without mpirun or MPI. With
+# --device cuda (test mpi-api-devsim, on the simulated device) only GPU stages
+# under mpirun against the CPU stages in one process: plain, replicated and
+# shared-process plans, checkpoints and resumes, a NaN mid-run.
 set -u
+dev=
+if [ "${1:-}" = --device ]; then dev=$2; shift 2; fi
 prog=$1
 example=$2
 pdonnx=$3
@@ -20,6 +25,22 @@ root=$4
 gen_mlp=${5:-}
 . "$(dirname "$0")/common.sh"
 mpi_setup
+# mpi, on GPU stages with --device (the in-process runs stay on the CPU)
+mrun() { if [ -n "$dev" ]; then PD_TEST_DEVICE=$dev mpi "$@"; else mpi "$@"; fi; }
+# same_steps A B: the same step lines, bitwise; with --device the gradient norm within 1e-12 relative (a GPU
+# stage adds its chunks' norms squared, not the squares, in one process too; the loss and model stay bitwise)
+same_steps() {
+  [ -z "$dev" ] && { cmp -s "$1" "$2"; return; }
+  python3 - "$1" "$2" <<'PY'
+import sys
+def fields(line):  # all but the gradient norm; the norm
+    w = line.split()
+    k = w.index("grad_norm") if "grad_norm" in w else len(w)
+    return w[:k] + w[k + 2:], float.fromhex(w[k + 1]) if k < len(w) else 0.0
+a, b = ([fields(x) for x in open(p).read().split("\n") if x] for p in sys.argv[1:3])
+sys.exit(0 if len(a) == len(b) and all(x[0] == y[0] and abs(x[1] - y[1]) <= 1e-12 * abs(x[1]) for x, y in zip(a, b)) else 1)
+PY
+}
 model=$root/examples/digits_mlp.onnx
 
 "$pdonnx" plan "$model" --workers 2 --straight --batch 8 -o "$tmp/p2.json" > /dev/null
@@ -52,15 +73,70 @@ if [ $rc = 77 ] || grep -q "without MPI" "$tmp/log"; then echo "built without MP
 check() { # name np plan schedule microbatches [mode]
   local name=$1 np=$2 plan=$3 sch=$4 mb=$5 mode=${6:-ok}
   "$prog" "$model" "$plan" "$sch" "$mb" 30 "$tmp/in.onnx" ok > "$tmp/in.txt" 2>&1 || { bad "$name: in one process: $(tail -3 "$tmp/in.txt")"; return; }
-  mpi "$np" "$prog" "$model" "$plan" "$sch" "$mb" 30 "$tmp/mpi.onnx" "$mode" > "$tmp/mpi.txt" 2>&1 || { bad "$name: $np processes: $(tail -3 "$tmp/mpi.txt")"; return; }
-  if cmp -s "$tmp/in.onnx" "$tmp/mpi.onnx" && cmp -s <(grep ^step "$tmp/in.txt") <(grep ^step "$tmp/mpi.txt") &&
+  mrun "$np" "$prog" "$model" "$plan" "$sch" "$mb" 30 "$tmp/mpi.onnx" "$mode" > "$tmp/mpi.txt" 2>&1 || { bad "$name: $np processes: $(tail -3 "$tmp/mpi.txt")"; return; }
+  if cmp -s "$tmp/in.onnx" "$tmp/mpi.onnx" && same_steps <(grep ^step "$tmp/in.txt") <(grep ^step "$tmp/mpi.txt") &&
      [ "$(grep -c ^step "$tmp/mpi.txt")" = 30 ]; then
-    ok "$name: $np processes through the API equal one process (30 steps' results and the model, bitwise)"
+    ok "$name: $np processes through the API equal one process (30 steps' results and the model, bitwise${dev:+; the norm to 1e-12})"
   else
     bad "$name: $np processes differ from one process"
     diff <(grep ^step "$tmp/in.txt") <(grep ^step "$tmp/mpi.txt") | head -4
   fi
 }
+nck=0
+ckwhole() { # dir plan: the steps of dir's checkpoints, each with all the plan's parts ("torn" if one is not)
+  local parts; parts=$(python3 -c "import json,sys; print(len(json.load(open(sys.argv[1]))['stages']))" "$2")
+  python3 - "$1" "$parts" <<'PY'
+import json, os, sys
+d, n = sys.argv[1], int(sys.argv[2])
+cks = sorted(x for x in os.listdir(d) if x.startswith("ckpt-"))
+good = [c for c in cks if len(json.load(open(f"{d}/{c}/manifest.json"))["files"]) == n
+        and all(os.path.getsize(f"{d}/{c}/part-{i}.bin") > 0 for i in range(n))]
+print(" ".join(c[5:].lstrip("0") for c in good) if len(good) == len(cks) and not [x for x in os.listdir(d) if x.startswith(".")] else "torn")
+PY
+}
+ckcheck() { # name np plan schedule microbatches
+  local name=$1 np=$2 plan=$3 sch=$4 mb=$5 ck=$tmp/ck-$((++nck))
+  "$prog" "$model" "$plan" "$sch" "$mb" 30 "$tmp/in.onnx" ok > "$tmp/in.txt" 2>&1 || { bad "$name: in one process: $(tail -3 "$tmp/in.txt")"; return; }
+  mrun "$np" "$prog" "$model" "$plan" "$sch" "$mb" 30 "$tmp/ck.onnx" ckpt "$ck" > "$tmp/ck.txt" 2>&1 || { bad "$name: with checkpoints: $(tail -3 "$tmp/ck.txt")"; return; }
+  local parts; parts=$(python3 -c "import json,sys; print(len(json.load(open(sys.argv[1]))['stages']))" "$plan")
+  local whole; whole=$(ckwhole "$ck" "$plan")
+  rm -rf "$ck/ckpt-000000000020" "$ck/ckpt-000000000030"
+  mrun "$np" "$prog" "$model" "$plan" "$sch" "$mb" 30 "$tmp/re.onnx" resume "$ck" > "$tmp/re.txt" 2>&1 || { bad "$name: resumed: $(tail -3 "$tmp/re.txt")"; return; }
+  if [ "$whole" = "10 20 30" ] && cmp -s "$tmp/in.onnx" "$tmp/ck.onnx" && cmp -s "$tmp/in.onnx" "$tmp/re.onnx" &&
+     grep -q "^resumed at step 10 of a call of 30 steps from 0" "$tmp/re.txt" &&
+     same_steps <(grep ^step "$tmp/in.txt" | tail -20) <(grep ^step "$tmp/re.txt") && [ "$(grep -c ^step "$tmp/re.txt")" = 20 ]; then
+    ok "$name: checkpoints at steps $whole with all $parts parts; resumed at step 10: steps 11-30 and the model equal the uninterrupted run's"
+  else
+    bad "$name: checkpoints '$whole', resume: $(grep -v ^step "$tmp/re.txt" | head -3)"
+  fi
+}
+# --device cuda: the runs under mpirun on GPU stages (PD_TEST_DEVICE), against one process on the CPU
+if [ -n "$dev" ]; then
+  if ! PD_TEST_DEVICE=$dev "$prog" "$model" "$tmp/p2.json" flush 4 1 "$tmp/x.onnx" ok > "$tmp/log" 2>&1; then
+    echo "no $dev device here ($(head -c 200 "$tmp/log")): skipped"; exit 77
+  fi
+  check "GPU stages, flush, 2 stages" 2 "$tmp/p2.json" flush 4
+  check "GPU stages, pipedream, 2 stages" 2 "$tmp/p2.json" pipedream 1
+  check "GPU stages, hybrid (stage 0 on 2 processes), gpipe" 3 "$tmp/ph.json" gpipe 4
+  check "GPU stages, 4 stages on 2 processes (two each), flush" 2 "$tmp/p4on2.json" flush 4
+  check "GPU stages, stage 0 on ranks 0-1, stage 1 on rank 1, zb-h1" 2 "$tmp/rs0.json" zb-h1 4
+  ckcheck "GPU stages, checkpoints, flush, 2 stages on 2 processes" 2 "$tmp/p2.json" flush 4
+  ckcheck "GPU stages, checkpoints, pipedream, 4 stages on 2 processes" 2 "$tmp/p4on2.json" pipedream 1
+  ckcheck "GPU stages, checkpoints, hybrid (stage 0's replicas on 2 processes), flush" 3 "$tmp/ph.json" flush 4
+  # a NaN loss on the last stage mid-run: an error on both processes, the other waiting on MPI for it
+  for p in p2:1 p4on2:3; do
+    mrun 2 "$prog" "$model" "$tmp/${p%:*}.json" flush 4 6 "$tmp/n.onnx" nan > "$tmp/nan.txt" 2>&1
+    rc=$?
+    if [ $rc != 0 ] && [ $rc != 124 ] && [ "$(grep -c "^rank [01]: error: .*stage ${p#*:}, step 3.*nan" "$tmp/nan.txt")" = 2 ]; then
+      ok "GPU stages (${p%:*}): a NaN loss on stage ${p#*:} at step 3 is an error on both processes naming it (exit $rc)"
+    else
+      bad "GPU stages (${p%:*}), a failure mid-run (exit $rc): $(grep -v '^step' "$tmp/nan.txt" | head -5)"
+    fi
+  done
+  [ $fails = 0 ] || { echo "$fails failed"; exit 1; }
+  echo "all passed"
+  exit 0
+fi
 check "flush, 2 stages" 2 "$tmp/p2.json" flush 4
 check "gpipe, 2 stages" 2 "$tmp/p2.json" gpipe 4
 check "zb-h1, 3 stages" 3 "$tmp/p3.json" zb-h1 4
@@ -85,34 +161,6 @@ fi
 # checkpoints through the API under MPI: each process writes its stages' parts, rank 0 the
 # manifest; the checkpoints change nothing; the run after a crash (the checkpoints after
 # step 10 lost) resumes from step 10, repeats the call and ends with the uninterrupted model
-nck=0
-ckwhole() { # dir plan: the steps of dir's checkpoints, each with all the plan's parts ("torn" if one is not)
-  local parts; parts=$(python3 -c "import json,sys; print(len(json.load(open(sys.argv[1]))['stages']))" "$2")
-  python3 - "$1" "$parts" <<'PY'
-import json, os, sys
-d, n = sys.argv[1], int(sys.argv[2])
-cks = sorted(x for x in os.listdir(d) if x.startswith("ckpt-"))
-good = [c for c in cks if len(json.load(open(f"{d}/{c}/manifest.json"))["files"]) == n
-        and all(os.path.getsize(f"{d}/{c}/part-{i}.bin") > 0 for i in range(n))]
-print(" ".join(c[5:].lstrip("0") for c in good) if len(good) == len(cks) and not [x for x in os.listdir(d) if x.startswith(".")] else "torn")
-PY
-}
-ckcheck() { # name np plan schedule microbatches
-  local name=$1 np=$2 plan=$3 sch=$4 mb=$5 ck=$tmp/ck-$((++nck))
-  "$prog" "$model" "$plan" "$sch" "$mb" 30 "$tmp/in.onnx" ok > "$tmp/in.txt" 2>&1 || { bad "$name: in one process: $(tail -3 "$tmp/in.txt")"; return; }
-  mpi "$np" "$prog" "$model" "$plan" "$sch" "$mb" 30 "$tmp/ck.onnx" ckpt "$ck" > "$tmp/ck.txt" 2>&1 || { bad "$name: with checkpoints: $(tail -3 "$tmp/ck.txt")"; return; }
-  local parts; parts=$(python3 -c "import json,sys; print(len(json.load(open(sys.argv[1]))['stages']))" "$plan")
-  local whole; whole=$(ckwhole "$ck" "$plan")
-  rm -rf "$ck/ckpt-000000000020" "$ck/ckpt-000000000030"
-  mpi "$np" "$prog" "$model" "$plan" "$sch" "$mb" 30 "$tmp/re.onnx" resume "$ck" > "$tmp/re.txt" 2>&1 || { bad "$name: resumed: $(tail -3 "$tmp/re.txt")"; return; }
-  if [ "$whole" = "10 20 30" ] && cmp -s "$tmp/in.onnx" "$tmp/ck.onnx" && cmp -s "$tmp/in.onnx" "$tmp/re.onnx" &&
-     grep -q "^resumed at step 10 of a call of 30 steps from 0" "$tmp/re.txt" &&
-     cmp -s <(grep ^step "$tmp/in.txt" | tail -20) <(grep ^step "$tmp/re.txt") && [ "$(grep -c ^step "$tmp/re.txt")" = 20 ]; then
-    ok "$name: checkpoints at steps $whole with all $parts parts; resumed at step 10: steps 11-30 and the model equal the uninterrupted run's"
-  else
-    bad "$name: checkpoints '$whole', resume: $(grep -v ^step "$tmp/re.txt" | head -3)"
-  fi
-}
 ckcheck "checkpoints, flush, 2 stages on 2 processes" 2 "$tmp/p2.json" flush 4
 ckcheck "checkpoints, pipedream, 4 stages on 2 processes" 2 "$tmp/p4on2.json" pipedream 1
 ckcheck "checkpoints, hybrid (stage 0's replicas on 2 processes), flush" 3 "$tmp/ph.json" flush 4
