@@ -11756,17 +11756,13 @@ pd_status pd__schedule_vertical_sync(pd__schedule *s) {
 
 /* ==== core/simulate.c ==== */
 /* simulate.c - the event simulator: replays a schedule's instruction lists
- * with per-stage costs instead of kernels (the same lists the runtime runs),
- * then reports time per minibatch, throughput, the bubble, per-worker busy
- * time, peak activations and weight versions; draws a Chrome trace and an
- * SVG timeline.
- *
- * Model: a worker runs its list in order; an instruction starts when the
- * worker is free and, for a RECV, when the matching SEND's data has arrived.
- * A SEND costs its worker nothing (the transfer overlaps compute); transfers
- * over one link in one direction go one after another, each taking the link's
- * send_ms. A replicated stage is one worker with r times the throughput.
- */
+ * (the runtime's) with per-stage costs instead of kernels, then reports time
+ * per minibatch, throughput, the bubble, busy times, peak activations and
+ * weight versions, with a Chrome trace and an SVG timeline. A worker runs its
+ * list in order; a RECV waits for its SEND's data; a SEND costs its worker
+ * nothing, and one link's transfers in one direction go one after another
+ * (send_ms each). A replicated stage is one worker with r times the
+ * throughput. */
 
 #include <errno.h>
 #include <math.h>

@@ -170,12 +170,12 @@ struct pd__pipe {
     int64_t *ring_at;
     pd__ring_fill ring_fill;
     void *ring_ctx;
-    pd__vstage *vs;    /* NV */
+    pd__vstage *vs;    /* nvstages virtual stages */
     int *rep;          /* per worker: replicas */
     pd__wk *wk;        /* nwk threads, worker by worker */
     int nwk;
     pd__bar *bar;      /* per worker */
-    pd__link *link;    /* NV-1 links */
+    pd__link *link;    /* nvstages - 1: link s from virtual stage s to s+1 */
     /* GPU stages (--device cuda; the end of the file): set up at the first
      * run, when the ranks are known, for this process's threads only */
     bool gpu, gready, gpush; /* gpush: a resume restored the host side, which the devices take at the next run */

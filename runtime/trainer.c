@@ -1,28 +1,13 @@
 /* trainer.c - the public pipeline-training API (pd_trainer_*, pipedream.h)
- * over the private pipeline (pipeline.h) and checkpoints (checkpoint.h), and
- * the single-stage session snapshot pair (pd_session_snapshot/_restore).
- *
- * A pd_trainer_train call is one pd__pipe_run: every step's rows at once,
- * the schedule filling and draining the pipeline once per call. With a
- * checkpoint folder, the boundaries the policy picks (multiples of
- * checkpoint_every, counted in steps since the trainer's start, across
- * calls, or CheckFreq's auto) are snapshotted by the workers and persisted
- * by a writer thread, and the state at the end of each call is the call's
- * last checkpoint: `pdonnx train`'s policy (runtime/ckpt_policy.c).
- * Every manifest records the run ("info": the options a resume must match,
- * the plan, and the call the checkpoint was taken in), so pd_trainer_resume
- * refuses a checkpoint of other settings by naming the field.
- *
- * Under MPI (opt->mpi) every process makes the same calls: each runs its
- * stage replicas of the same pipeline (pd__pipe_set_ranks); the checks
- * before a run and the run's outcome are agreed (pd__mpi_agree_status), so
- * an error anywhere is an error everywhere, naming the rank; after each
- * call the weights are gathered (pd__pipe_gather) so every process's graph
- * holds the whole model. Checkpoints there: each process's writer writes
- * its stages' parts, rank 0's the manifest once all are in
- * (pd__ckpt_writer_start_dist); a resume restores each process's stages
- * from the one checkpoint they all found.
- */
+ * over the private pipeline (pipeline.h) and checkpoints (checkpoint.h,
+ * ckpt_policy.h), and the session snapshot pair (pd_session_snapshot/_restore).
+ * A pd_trainer_train call is one pd__pipe_run; with a checkpoint folder the
+ * policy's boundaries are snapshotted by the workers and persisted by a
+ * writer thread, each call ending with its last checkpoint, and every
+ * manifest records the run so pd_trainer_resume can name a field that
+ * differs. Under MPI (opt->mpi) every process makes the same calls and every
+ * outcome is agreed, so an error anywhere is an error everywhere; details:
+ * docs/INTERNALS.md, "runtime/trainer.c". */
 #include "../core/plan.h"
 #include "../core/schedule.h"
 #include "checkpoint.h"

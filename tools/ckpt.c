@@ -46,17 +46,13 @@ pd_status pd_cli_ckpt_load(const char *dir, const cJSON *expect, pd__ckpt *out, 
 }
 
 /* ---- pdonnx export ----
- *
  * Streams (docs/CHECKPOINT.md, "Export streams"): the model is loaded with
- * lazy_weights (its external float32 initializers checked, not read) and the
- * checkpoint opened with every check but no part held; then record by
- * record, each value goes where its tensor lies: into the graph when the
- * model holds it inline, else in 1 MiB chunks to the end of OUT.onnx.data,
- * which the model written last refers to. Initializers no part holds (frozen)
- * are copied there from the model's file one at a time. The peak is the
- * graph, a chunk and the largest frozen tensor, never a part.
- * PDONNX_LAZY_WEIGHTS=0: the whole model and every part in memory, a
- * self-contained OUT.onnx (how export worked before; the test's baseline). */
+ * lazy weights and the checkpoint opened with no part held; each record's
+ * value goes into the graph when the model holds it inline, else in 1 MiB
+ * chunks to OUT.onnx.data; frozen initializers are copied from the model's
+ * file one at a time. The peak is the graph, a chunk and the largest frozen
+ * tensor, never a part. PDONNX_LAZY_WEIGHTS=0: everything in memory, a
+ * self-contained OUT.onnx (the test's baseline). */
 
 enum { PD_EXPORT_CHUNK = 1 << 20 };
 
