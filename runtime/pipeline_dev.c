@@ -583,8 +583,9 @@ pd_status pd__dev_push_weights(pd__pipe *p) {
 /* After a run (every thread joined): each stage's stream drained (an
  * asynchronous error of its kernels fails the run, naming the stage), the
  * weights and optimizer state (each stage's first replica here) and
- * BatchNorm statistics (replica 0's) in the session's host slabs (which pd__pipe_destroy gives the graph), the links' buffers free;
- * a failed run's gradients dropped, as on the CPU. */
+ * BatchNorm statistics (replica 0's) in the session's host slabs (which
+ * pd__pipe_destroy gives the graph), the links' buffers free; a failed
+ * run's gradients dropped, as on the CPU. */
 pd_status pd__dev_end(pd__pipe *p, bool ok) {
     pd_status st = PD_OK;
     if (p->dremote && ok) st = p->dremote->vt->flush(p->dremote); /* every send done (polled: a peer may fail) */
