@@ -148,9 +148,6 @@ pd_status pd__avg_create(pd_graph *const *g, int K, const pd_plan *plan, const p
 
 pd_status pd__avg_create_mpi(pd_graph *g, int K, const pd_plan *plan, const pd_train_options *o, pd__sched_kind kind,
                              int microbatches, double alpha, int every, int rank, int size, pd__avg **out) {
-    /* a replicated stage's replica r > 0 leaves no weights in its host slabs (pd__dev_end), which the update reads */
-    if (o && o->size >= sizeof *o && o->device != PD_DEVICE_CPU)
-        return pd__err(PD_ERR_UNSUPPORTED, "avgpipe under mpirun with GPU stages (--device): not supported yet");
     pd__avg *a = NULL;
     PD_TRY(pd__avg_create(&g, 1, plan, o, kind, microbatches, 0, 0, &a)); /* this process's pipeline */
     a->K = K;

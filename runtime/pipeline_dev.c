@@ -19,8 +19,8 @@
  * messages and replica sums go by NCCL where each process runs one stage on
  * real GPUs of an NCCL build, else through host memory over the MPI
  * transport (docs/DISTRIBUTED.md, "GPU stages"). AvgPipe re-uploads the
- * weights it averaged in the host slabs (pd__dev_push_weights). Not yet:
- * tied weights with replicated stages (as on CPU stages), AvgPipe under MPI. */
+ * weights it averaged in the host slabs (pd__dev_push_weights), under MPI
+ * too. Not yet: tied weights with replicated stages (as on CPU stages). */
 
 /* The device interface GPU stages run on: CUDA's table (the simulated
  * device's too); none without the backend, which pd__gpu_check refuses first. */
@@ -582,9 +582,10 @@ pd_status pd__dev_push_weights(pd__pipe *p) {
 
 /* After a run (every thread joined): each stage's stream drained (an
  * asynchronous error of its kernels fails the run, naming the stage), the
- * weights, optimizer state and BatchNorm statistics (replica 0's) in the session's host
- * slabs (which pd__pipe_destroy gives the graph), the links' buffers free;
- * a failed run's gradients dropped, as on the CPU. */
+ * weights and optimizer state (each stage's first replica here) and
+ * BatchNorm statistics (replica 0's) in the session's host slabs (which
+ * pd__pipe_destroy gives the graph), the links' buffers free; a failed
+ * run's gradients dropped, as on the CPU. */
 pd_status pd__dev_end(pd__pipe *p, bool ok) {
     pd_status st = PD_OK;
     if (p->dremote && ok) st = p->dremote->vt->flush(p->dremote); /* every send done (polled: a peer may fail) */
@@ -597,10 +598,13 @@ pd_status pd__dev_end(pd__pipe *p, bool ok) {
         if (s1 == PD_OK) s1 = pd__gpu_sync(W->dev);
         if (s1 == PD_OK && !ok) s1 = pd__gpu_zero_grads(W->dev);
         /* replica 0's state is the model's (what a snapshot holds): the
-         * others' weights are equal, their BatchNorm statistics their own */
-        for (int c = 0; c < p->nchunks && s1 == PD_OK && W->r == 0; c++) {
+         * others' weights are equal, their BatchNorm statistics their own.
+         * Under MPI a replica r > 0 without replica 0 in its process pulls
+         * its weights into its own slabs (AvgPipe's update reads them) */
+        bool first = pd__dev_here(p, W->w) == (int)(W - p->wk);
+        for (int c = 0; c < p->nchunks && s1 == PD_OK && first; c++) {
             const pd__vstage *S = &p->vs[W->ch[c].k];
-            s1 = pd__gpu_pull(W->dev, c, S->bufs, S->nbufs, true);
+            s1 = pd__gpu_pull(W->dev, c, S->bufs, W->r == 0 ? S->nbufs : 0, true);
         }
         if (s1 != PD_OK && st == PD_OK) {
             char msg[512];

@@ -12,14 +12,14 @@
 # refused under pipedream; replicated stages sharing processes with other
 # stages (flush with clipping, zb-h1, pipedream, 2bw, gpipe, avgpipe) the same
 # as one process too, two replicas of one stage on one rank refused once;
-# AvgPipe on GPU stages under mpirun refused once;
 # checkpoints across processes (2 stages on 2, 4 on 2, a hybrid plan,
 # replicas sharing processes; --checkpoint-every N and CheckFreq's auto,
 # agreed by the processes) resume to the uninterrupted model, bitwise. Skipped (77)
 # without mpirun or a build without MPI. With --device cuda (test mpi-devsim, on the
 # simulated device) only GPU stages under mpirun against the same plan's CPU stages
 # in one process, bitwise: 2-3 stages, a replicated stage across processes, several
-# stages per process, tied weights (and their checkpoints resumed); skipped (77)
+# stages per process, tied weights (and their checkpoints resumed), AvgPipe's 2
+# pipelines of 2 stages on 4 processes (a process holding a replica r > 0 alone); skipped (77)
 # where --device cuda cannot train.
 set -u
 dev=
@@ -184,6 +184,18 @@ if [ -n "$dev" ]; then
   tied_check tied3 "GPU stages, a table read on 3 stages, flush, 3 processes" 3 "$tmp/u3.json" flush 4
   tied_check tied3 "GPU stages, a table read on stages 0, 1 and 3, 4 stages on 2 processes (0 and 3 on rank 0), zb-h1" \
     2 "$tmp/u4wrap.json" zb-h1 4
+  # AvgPipe, 2 pipelines of 2 stages on 4 processes: the elastic update reads every process's host slabs,
+  # where a run leaves the weights of each stage's first replica in the process (rs0: ranks 1 and 3 hold
+  # stage 0's replica 1 without replica 0; rs1: ranks 1 and 3 only stage 1's replica 1); then uploads them
+  avg=(--parallel-pipelines 2 --elastic-alpha 0.25 --average-every 4)
+  check "GPU stages, avgpipe, 2 pipelines x 2 stages" 4 "$tmp/p2.json" avgpipe 4 "${avg[@]}"
+  check "GPU stages, avgpipe, 2 pipelines, stage 0 on ranks 0-1 and stage 1 on rank 1" 4 "$tmp/rs0.json" avgpipe 4 \
+    "${avg[@]}"
+  check "GPU stages, flush, 2 pipelines averaging, stage 0 on rank 0 and stage 1 on ranks 0-1" 4 "$tmp/rs1.json" flush \
+    4 "${avg[@]}"
+  check "GPU stages, flush, 2 pipelines x 2 stages, no averaging (their mean)" 4 "$tmp/p2.json" flush 4 \
+    --parallel-pipelines 2 --elastic-alpha 0
+  tied_check tied "GPU stages, tied weights, avgpipe, 2 pipelines x 2 stages" 4 "$tmp/t2.json" avgpipe 4 "${avg[@]}"
   # checkpoints of GPU stages with tied weights across processes, resumed at step 20: a reader's process
   # gets the owner's weights back (host memory), its device copy the next run's upload
   for plan in t2:2 t3:3; do
@@ -316,17 +328,6 @@ if [ $rc != 0 ] && [ "$(grep -c 'mpirun -np 2' "$tmp/log")" = 1 ]; then
   ok "3 processes for a 2-process plan: refused once ($(grep 'mpirun -np 2' "$tmp/log"))"
 else
   bad "wrong process count: rc $rc: $(cat "$tmp/log")"
-fi
-# AvgPipe's parallel pipelines of GPU stages across processes: refused once (a build with the CUDA backend;
-# the simulated device, whose CUDA API stands in for a GPU's)
-if mpi 4 "$pdonnx" train "$model" --steps 4 --stages 2 --parallel-pipelines 2 --device sim --quiet > "$tmp/log" 2>&1; then
-  bad "--parallel-pipelines 2 --device sim under mpirun ran"
-elif grep -q "no CUDA backend" "$tmp/log"; then
-  echo "# --parallel-pipelines with --device sim under mpirun: no CUDA backend, not checked"
-elif [ "$(grep -c -- '--parallel-pipelines under mpirun runs CPU stages so far' "$tmp/log")" = 1 ]; then
-  ok "--parallel-pipelines 2 --device sim on 4 processes: refused once"
-else
-  bad "--parallel-pipelines 2 --device sim on 4 processes: $(cat "$tmp/log")"
 fi
 # a data problem every process finds: reported once
 mpi 2 "$pdonnx" train "$model" --steps 5 --stages 2 --data "$tmp/missing.npy" > "$tmp/log" 2>&1

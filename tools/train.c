@@ -1016,11 +1016,6 @@ static int pd__train_args(int argc, char **argv, const pd_cli_avg_args *av, pd__
         pd_cli_usage_error("train: %s", "--parallel-pipelines runs without checkpoints so far");
         return rc;
     }
-    if (av->given && pd__mp.size > 1 && a->o.device != PD_DEVICE_CPU) { /* pd__avg_create_mpi's refusal, said once */
-        pd_cli_usage_error("train: %s",
-                           "--parallel-pipelines under mpirun runs CPU stages so far (--device: one process)");
-        return rc;
-    }
     if (pd__mp.size > 1) { /* mpirun: rank 0 reports and writes; a pipeline of one process per stage replica */
         if (!a->stages && !a->plan) {
             pd_cli_usage_error("train: %s", "under mpirun, give --stages N or --plan FILE (one process per stage replica)");
