@@ -10,7 +10,6 @@
 #include <string.h>
 
 /* ---- GPU stages (--device cuda; docs/CUDA.md, "The pipeline on GPUs") ----
- *
  * Each thread has a pd__gpu (pipeline_devmem.h: its context, packed weight,
  * gradient, optimizer and stash slabs, device twins of its slots' contexts),
  * each link within a process a pd__glink (event-ordered device buffers whose
