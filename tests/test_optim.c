@@ -117,7 +117,21 @@ static void test_schedule(void) {
  * cuts (within a block's groups of eight, across blocks, in the last
  * block's tail of n % 8). */
 static void test_sumsq(void) {
-    enum { N = 2 * 16384 + 1003 };
+    /* the blocking's roundings by hand (e*e = 2^-54, half an ulp of 1): eight
+     * floats, one lane each, ((1 + e*e) + 2e*e) + 4e*e = 1 + 2^-52; seven, no
+     * whole group of eight, all in lane 0, where every e*e rounds away */
+    const float e = 0x1p-27f, t[8] = {1, e, e, e, e, e, e, e};
+    double fed[2];
+    for (int n = 7; n <= 8; n++) {
+        pd__sq_stream q;
+        pd__sq_begin(&q, n);
+        for (int i = 0; i < n; i++) pd__sq_feed(&q, t + i, 1);
+        fed[n - 7] = pd__sq_end(&q);
+    }
+    CHECK(pd__sq_sum(t, 8) == 1 + 0x1p-52 && fed[1] == 1 + 0x1p-52 && pd__sq_sum(t, 7) == 1 && fed[0] == 1,
+          "sumsq's lanes: {1, 2^-27 x 7} gives 1 + 2^-52 (%a, fed one by one %a), its first seven 1 (%a, %a)",
+          pd__sq_sum(t, 8), fed[1], pd__sq_sum(t, 7), fed[0]);
+    enum { N = 2 * 16384 + 1007 };
     static float g[N];
     for (int i = 0; i < N; i++) g[i] = 0.5f;
     CHECK(pd__sq_sum(g, N) == 0.25 * N && pd__sq_sum(g, 0) == 0, "sumsq of %d halves is %g", N, 0.25 * N);
@@ -130,7 +144,7 @@ static void test_sumsq(void) {
     }
     double whole = pd__sq_sum(g, N);
     const int64_t cuts[][7] = {{1, 7, 5, 16380, 13, 16384, N - 32790}, {N, 0, 0, 0, 0, 0, 0},
-                               {16383, 2, 16383, 1000, 1, 2, 2}, {3, 3, 3, 3, 3, 3, N - 18}};
+                               {16383, 2, 16383, 1000, 1, 2, 4}, {3, 3, 3, 3, 3, 3, N - 18}};
     int same = 0;
     for (int c = 0; c < 4; c++) {
         pd__sq_stream q;
