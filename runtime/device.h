@@ -3,7 +3,7 @@
  * runtime/cpu/device.c, CUDA (and the simulated device) in
  * runtime/cuda/device.c over the module's table. The one-stage session's
  * step (runtime/session_step.c) and the pipeline's device stages are written
- * against it. Calls are ordered as a stream; only download, sync, grad_norm,
+ * against it. Calls are ordered as a stream; only download, sync, sumsq,
  * cross_entropy and timer_stop wait. A context belongs to one thread at a
  * time (another calls bind first). Usage: docs/INTERNALS.md,
  * "runtime/device.h". */
@@ -55,7 +55,9 @@ typedef struct pd__dev_i {
     pd_status (*copy_peer)(void *ctx, void *dst, void *dst_ctx, const void *src, size_t bytes);
 
     /* ---- the update (runtime/optim.c's formulas, in the same float arithmetic) ---- */
-    pd_status (*grad_norm)(void *ctx, const float *g, int64_t n, double *norm); /* sqrt(sum g^2) in double; waits */
+    /* sum g^2 in double, in pd__sq_sum's blocks and order (runtime/optim.h):
+     * bitwise the CPU's on the simulated device, not on a GPU; waits */
+    pd_status (*sumsq)(void *ctx, const float *g, int64_t n, double *sq);
     pd_status (*scale)(void *ctx, float *g, int64_t n, float s);                 /* g *= s */
     pd_status (*optim_step)(void *ctx, const pd_train_options *o, int64_t t, double lr, float *w, float *g,
                             float *s0, float *s1, int64_t n);

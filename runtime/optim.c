@@ -48,8 +48,11 @@ double pd__lr_at(const pd_train_options *o, int64_t step) {
 }
 
 /* Summed in double over fixed blocks, each with eight running sums, and the
- * blocks' sums added in order: the same value at every thread count. */
-#define PD__NORM_BLOCK 16384
+ * blocks' sums added in order: the same value at every thread count, and
+ * the order every device's sum of squares follows (runtime/device.h). */
+static double pd__sq_lanes(const double *a) {
+    return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+}
 static double pd__sq_block(const float *g, int64_t n, int64_t b) {
     g += b * PD__NORM_BLOCK;
     int64_t m = n - b * PD__NORM_BLOCK < PD__NORM_BLOCK ? n - b * PD__NORM_BLOCK : PD__NORM_BLOCK;
@@ -58,23 +61,46 @@ static double pd__sq_block(const float *g, int64_t n, int64_t b) {
     for (; i + 8 <= m; i += 8)
         for (int k = 0; k < 8; k++) a[k] += (double)g[i + k] * g[i + k];
     for (; i < m; i++) a[0] += (double)g[i] * g[i];
-    return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+    return pd__sq_lanes(a);
 }
 
-double pd__grad_norm(const float *g, int64_t n) {
+double pd__sq_sum(const float *g, int64_t n) {
     int64_t nb = (n + PD__NORM_BLOCK - 1) / PD__NORM_BLOCK;
     double stack[64], *part = nb <= 64 ? stack : (double *)PD_MALLOC(sizeof(double) * (size_t)nb), s = 0;
     if (!part) { /* no room for the blocks' sums: the same sum on this thread */
         for (int64_t b = 0; b < nb; b++) s += pd__sq_block(g, n, b);
-        return sqrt(s);
+        return s;
     }
 #pragma omp parallel for schedule(static) if (nb > 4)
     for (int64_t b = 0; b < nb; b++)
         part[b] = pd__sq_block(g, n, b);
     for (int64_t b = 0; b < nb; b++) s += part[b];
     if (part != stack) PD_FREE(part);
-    return sqrt(s);
+    return s;
 }
+
+/* pd__sq_block's lanes over pieces: element i of a block of m goes to lane
+ * i % 8, but to lane 0 past the block's last whole group of eight. */
+void pd__sq_begin(pd__sq_stream *q, int64_t n) {
+    memset(q, 0, sizeof *q);
+    q->n = n;
+}
+
+void pd__sq_feed(pd__sq_stream *q, const float *g, int64_t n) {
+    while (n > 0 && q->i < q->n) {
+        int64_t i = q->i % PD__NORM_BLOCK, start = q->i - i;
+        int64_t m = q->n - start < PD__NORM_BLOCK ? q->n - start : PD__NORM_BLOCK, whole = m / 8 * 8;
+        int64_t k = n < m - i ? n : m - i; /* this piece's elements in this block */
+        for (int64_t e = 0; e < k; e++, i++) q->a[i < whole ? (i & 7) : 0] += (double)g[e] * g[e];
+        g += k, n -= k, q->i += k;
+        if (i == m) { /* the block is complete: its sum, in order */
+            q->s += pd__sq_lanes(q->a);
+            memset(q->a, 0, sizeof q->a);
+        }
+    }
+}
+
+double pd__sq_end(const pd__sq_stream *q) { return q->s; }
 
 /* Element by element, so the threads (the calling thread's OpenMP count:
  * pd__threads_use) change nothing but the time. */

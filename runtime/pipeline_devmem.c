@@ -220,8 +220,8 @@ pd_status pd__gpu_sqnorm(pd__gpu *d, double *sq) {
     double sum = 0;
     for (int c = 0; c < d->nchunks; c++) {
         double n = 0;
-        if (d->ch[c].packed > 0) PD_TRY(d->dev.i->grad_norm(d->dev.c, d->ch[c].g, d->ch[c].packed, &n));
-        sum += n * n;
+        if (d->ch[c].packed > 0) PD_TRY(d->dev.i->sumsq(d->dev.c, d->ch[c].g, d->ch[c].packed, &n));
+        sum += n;
     }
     *sq = sum;
     return PD_OK;

@@ -66,7 +66,8 @@ pd_status pd__gpu_upload(pd__gpu *d, void *dst, const void *src, size_t n);
 pd_status pd__gpu_download(pd__gpu *d, void *dst, const void *src, size_t n);
 /* The live weights of chunk c into its stash h. */
 pd_status pd__gpu_stash(pd__gpu *d, int c, int h);
-/* The sum of squares of every chunk's gradients (waits). */
+/* The sum of squares of the gradients: each chunk's packed slab's (the
+ * device's sumsq), added in chunk order, as a CPU stage adds them (waits). */
 pd_status pd__gpu_sqnorm(pd__gpu *d, double *sq);
 /* When a gradient is not finite: the first such parameter (session index)
  * and value; *param -1 when all are finite (waits). */

@@ -205,6 +205,24 @@ static pd_status pd__sum_tied_remote(pd__wk *W, bool *stop) {
     return PD_OK;
 }
 
+/* A CPU stage's sum of squares: each chunk's parameters' gradients in
+ * packed order, in pd__sq_sum's blocks (a GPU stage's packed slab, summed
+ * by its device's sumsq, gives the same bits on the simulated device), the
+ * chunks' sums added in order. */
+static double pd__stage_sqnorm(const pd__wk *W, const float *G) {
+    const pd__pipe *p = W->p;
+    double sq = 0;
+    for (int c = 0; c < p->nchunks; c++) {
+        const pd__vstage *S = &p->vs[W->ch[c].k];
+        pd__sq_stream q;
+        pd__sq_begin(&q, S->packed);
+        for (int j = 0; j < S->np; j++)
+            pd__sq_feed(&q, G + p->sl.poff[S->params[j]], p->g->tensors[p->sl.param[S->params[j]]].numel);
+        sq += pd__sq_end(&q);
+    }
+    return sq;
+}
+
 /* The global L2 norm of the update's gradients (every stage's, each counted
  * once): every thread adds its part and waits for the others (under MPI an
  * all-reduce); the parts are added in worker order, so the norm is the same
@@ -213,14 +231,7 @@ pd_status pd__global_norm(pd__wk *W, int64_t t, const float *G, double *norm, bo
     pd__pipe *p = W->p;
     double sq = 0;
     if (W->dev && W->r == 0) PD_TRY(pd__gpu_sqnorm(W->dev, &sq)); /* a GPU stage's gradients are on its device */
-    for (int c = 0; !W->dev && W->r == 0 && c < p->nchunks; c++) {
-        const pd__vstage *S = &p->vs[W->ch[c].k];
-        for (int j = 0; j < S->np; j++) {
-            int i = S->params[j];
-            const float *g = G + p->sl.poff[i];
-            for (int64_t e = 0; e < p->g->tensors[p->sl.param[i]].numel; e++) sq += (double)g[e] * g[e];
-        }
-    }
+    if (!W->dev && W->r == 0) sq = pd__stage_sqnorm(W, G);
     if (p->remote && p->nlocal == 1) { /* W->gnpart: made with the transport, so a step allocates nothing */
         double *part = W->gnpart;
         for (int w = 0; w < p->nworkers; w++) part[w] = w == W->w ? sq : 0;

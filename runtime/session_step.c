@@ -100,7 +100,9 @@ pd_status pd_session_step(pd_session *s, pd_step_result *r) {
     PD_TRY(pd__forward_loss(s, &res, NULL, NULL));
     pd__where w = pd__session_where(s);
     PD_TRY(pd__nodes_backward(s, &s->x, &w, NULL, s->g->nnodes, -1, NULL, NULL));
-    PD_TRY(di->grad_norm(d->d.c, d->grads, s->ptotal, &res.grad_norm));
+    double sq = 0;
+    PD_TRY(di->sumsq(d->d.c, d->grads, s->ptotal, &sq));
+    res.grad_norm = sqrt(sq);
     if (!isfinite(res.grad_norm)) return pd__step_numeric_error(s, "the gradient norm", res.grad_norm);
     if (s->o.clip_grad_norm > 0 && res.grad_norm > s->o.clip_grad_norm)
         PD_TRY(di->scale(d->d.c, d->grads, s->ptotal, (float)(s->o.clip_grad_norm / (res.grad_norm + 1e-6))));

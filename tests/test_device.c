@@ -1,6 +1,6 @@
 /* test_device.c - the device interface (runtime/device.h) of each device
  * against closed-form values and against the CPU's own functions: copies,
- * memset, the gradient norm, scaling, the optimizer step, cross-entropy,
+ * memset, the gradients' sum of squares, scaling, the optimizer step, cross-entropy,
  * timers, events and a link between two contexts. The CPU always; CUDA on the simulated device when the
  * backend is built (the CPU's kernels behind the CUDA API, so bitwise); with
  * --gpu, CUDA on the first GPU (77 without one; within 1e-6, a GPU's
@@ -11,7 +11,9 @@
  * gradients (as CUDA's), and Relu (and BatchNormalization, or not) refused
  * (so they fall back to the CPU with copies around them): training cnn_bn,
  * resnet and the digits MLP (cross-entropy) gives the CPU session's losses,
- * weights, evaluation and saved model bitwise. That runs on every machine, a CUDA build or not. */
+ * gradient norms, weights, evaluation and saved model bitwise. That runs on
+ * every machine, a CUDA build or not; where the backend is built, the
+ * session on the simulated device likewise (cnn_bn, the digits MLP). */
 #include "../runtime/device.h"
 #include "../runtime/loss.h"
 #include "../runtime/optim.h"
@@ -28,7 +30,7 @@ static bool same(const float *a, const float *b, int n, bool exact) {
     return exact ? memcmp(a, b, sizeof(float) * (size_t)n) == 0 : check_rel_err(a, b, n) <= 1e-6;
 }
 
-/* upload, copy, download, memset0; the norm of {3, 0, 4, 0, 12} is 13; scale */
+/* upload, copy, download, memset0; the sum of squares of {3, 0, 4, 0, 12} is 169; scale */
 static void test_memory(const pd__dev *d, const char *name) {
     const float h[5] = {3, 0, 4, 0, 12};
     float back[5] = {0}, zero[5] = {0};
@@ -37,9 +39,9 @@ static void test_memory(const pd__dev *d, const char *name) {
     ok = ok && d->i->upload(d->c, a, h, sizeof h) == PD_OK && d->i->copy(d->c, b, a, sizeof h) == PD_OK &&
          d->i->download(d->c, back, b, sizeof h) == PD_OK;
     CHECK(ok && memcmp(back, h, sizeof h) == 0, "%s: upload, device copy, download give the bytes back", name);
-    double norm = 0;
-    ok = d->i->grad_norm(d->c, a, 5, &norm) == PD_OK;
-    CHECK(ok && norm == 13.0, "%s: grad_norm of {3,0,4,0,12} = %g (want 13)", name, norm);
+    double sq = 0;
+    ok = d->i->sumsq(d->c, a, 5, &sq) == PD_OK;
+    CHECK(ok && sq == 169.0, "%s: sumsq of {3,0,4,0,12} = %g (want 169)", name, sq);
     const float half[5] = {1.5f, 0, 2, 0, 6};
     ok = d->i->scale(d->c, a, 5, 0.5f) == PD_OK && d->i->download(d->c, back, a, sizeof h) == PD_OK;
     CHECK(ok && memcmp(back, half, sizeof half) == 0, "%s: scale by 0.5", name);
@@ -162,7 +164,7 @@ static bool twin_supports_bn(const pd_graph *g, const pd__node *n) { /* BatchNor
 }
 
 typedef struct run_out {
-    double loss[6], eval;
+    double loss[6], gnorm[6], eval;
     float params[20000];
     int64_t nparams;
     void *model; /* the graph saved after pd_session_sync: BatchNorm's statistics too */
@@ -196,6 +198,7 @@ static pd_status train(const char *model, const char *xp, const char *yp, int64_
         if (st == PD_OK) st = pd_session_set_labels(s, &by);
         if (st == PD_OK) st = pd_session_step(s, &res);
         r->loss[k] = res.loss;
+        r->gnorm[k] = res.grad_norm;
     }
     pd_step_result ev;
     if (st == PD_OK) st = pd_session_eval(s, &ev);
@@ -219,6 +222,29 @@ static pd_status train(const char *model, const char *xp, const char *yp, int64_
     return st;
 }
 
+/* the session on dev (what: how the test says it) against the CPU session:
+ * every step's loss and gradient norm (clipped at 0.05: every step here),
+ * the weights, evaluation and saved model, bitwise */
+static void test_dev_session(const char *name, const char *model, const char *xp, const char *yp, int64_t batch,
+                             const pd__dev_i *dev, const char *what) {
+    static run_out a, b;
+    memset(&a, 0, sizeof a);
+    memset(&b, 0, sizeof b);
+    pd_status sa = train(model, xp, yp, batch, NULL, &a), sb = train(model, xp, yp, batch, dev, &b);
+    int clipped = 0;
+    for (int k = 0; k < 6; k++) clipped += a.gnorm[k] > 0.05;
+    CHECK(sa == PD_OK && sb == PD_OK && a.nparams == b.nparams && a.nparams > 0 &&
+              memcmp(a.loss, b.loss, sizeof a.loss) == 0 && memcmp(a.gnorm, b.gnorm, sizeof a.gnorm) == 0 &&
+              clipped > 0 && a.eval == b.eval && memcmp(a.params, b.params, sizeof(float) * (size_t)a.nparams) == 0 &&
+              a.loss[5] != a.loss[0] && a.model_len == b.model_len && memcmp(a.model, b.model, a.model_len) == 0,
+          "%s: 6 steps on %s: the CPU's losses (%.9g .. %.9g), gradient norms (%d of 6 clipped), %lld weights, "
+          "evaluation (%.9g) and saved model bitwise%s%s",
+          name, what, a.loss[0], a.loss[5], clipped, (long long)a.nparams, a.eval, sa || sb ? ": " : "",
+          sa || sb ? pd_last_error() : "");
+    pd_buffer_free(a.model);
+    pd_buffer_free(b.model);
+}
+
 static void test_twin_session(const char *name, const char *model, const char *xp, const char *yp, int64_t batch,
                               bool bn_on_device) {
     pd__dev_i twin = pd__dev_cpu;
@@ -226,20 +252,9 @@ static void test_twin_session(const char *name, const char *model, const char *x
     twin.host_memory = false;
     twin.writes_fresh = false;
     twin.supports_op = bn_on_device ? twin_supports_bn : twin_supports;
-    static run_out a, b;
-    memset(&a, 0, sizeof a);
-    memset(&b, 0, sizeof b);
-    pd_status sa = train(model, xp, yp, batch, NULL, &a), sb = train(model, xp, yp, batch, &twin, &b);
-    CHECK(sa == PD_OK && sb == PD_OK && a.nparams == b.nparams && a.nparams > 0 &&
-              memcmp(a.loss, b.loss, sizeof a.loss) == 0 && a.eval == b.eval &&
-              memcmp(a.params, b.params, sizeof(float) * (size_t)a.nparams) == 0 && a.loss[5] != a.loss[0] &&
-              a.model_len == b.model_len && memcmp(a.model, b.model, a.model_len) == 0,
-          "%s: 6 steps on a device with its own memory, Relu%s refused: the CPU's losses "
-          "(%.9g .. %.9g), %lld weights, evaluation (%.9g) and saved model bitwise%s%s",
-          name, bn_on_device ? "" : " and BatchNormalization", a.loss[0], a.loss[5], (long long)a.nparams, a.eval, sa || sb ? ": " : "",
-          sa || sb ? pd_last_error() : "");
-    pd_buffer_free(a.model);
-    pd_buffer_free(b.model);
+    test_dev_session(name, model, xp, yp, batch, &twin,
+                     bn_on_device ? "a device with its own memory, Relu refused"
+                                  : "a device with its own memory, Relu and BatchNormalization refused");
 }
 
 static void test_twin_sessions(const char *fx, const char *root) {
@@ -258,6 +273,22 @@ static void test_twin_sessions(const char *fx, const char *root) {
     test_twin_session("digits_mlp (cross-entropy)", m, x, y, 32, false);
 }
 
+#ifdef PD_HAVE_CUDA
+/* the session on the simulated device (pd__cuda_use_sim first): the CPU's
+ * kernels and sums behind the CUDA API, so the CPU session's bits */
+static void test_sim_sessions(const char *fx, const char *root) {
+    char m[1024], x[1024], y[1024];
+    snprintf(m, sizeof m, "%s/cnn_bn/model.onnx", fx);
+    snprintf(x, sizeof x, "%s/cnn_bn/x.npy", fx);
+    snprintf(y, sizeof y, "%s/cnn_bn/y.npy", fx);
+    test_dev_session("cnn_bn", m, x, y, 4, &pd__dev_cuda, "the simulated device");
+    snprintf(m, sizeof m, "%s/examples/digits_mlp.onnx", root);
+    snprintf(x, sizeof x, "%s/examples/digits/train_x.npy", root);
+    snprintf(y, sizeof y, "%s/examples/digits/train_y.npy", root);
+    test_dev_session("digits_mlp (cross-entropy)", m, x, y, 32, &pd__dev_cuda, "the simulated device");
+}
+#endif
+
 /* test_device [--gpu] | test_device FIXTURES ROOT */
 int main(int argc, char **argv) {
     bool gpu = argc > 1 && strcmp(argv[1], "--gpu") == 0;
@@ -274,6 +305,7 @@ int main(int argc, char **argv) {
     test_device(&pd__dev_cpu, "cpu", true);
     CHECK(pd__cuda_use_sim(1) == PD_OK, "the simulated device");
     test_device(&pd__dev_cuda, "cuda (simulated)", true);
+    if (argc > 2) test_sim_sessions(argv[1], argv[2]);
 #else
     if (gpu) {
         printf("SKIP built without the CUDA backend\n");

@@ -1,5 +1,6 @@
-/* test_optim.c - optimizer updates, the learning-rate schedule and the data
- * stream against closed-form values computed by hand. */
+/* test_optim.c - optimizer updates, the learning-rate schedule, the
+ * gradients' sum of squares and the data stream against closed-form values
+ * computed by hand. */
 #include "../runtime/data.h"
 #include "../runtime/optim.h"
 #include "check.h"
@@ -111,6 +112,52 @@ static void test_schedule(void) {
     CHECK(near(pd__lr_at(&c, 1), 0.01) && near(pd__lr_at(&c, 1000), 0.01), "lr: constant by default");
 }
 
+/* pd__sq_sum: exact where every partial sum is; a sum fed in pieces (a
+ * pipeline chunk's parameters) is bitwise the contiguous one, whatever the
+ * cuts (within a block's groups of eight, across blocks, in the last
+ * block's tail of n % 8). */
+static void test_sumsq(void) {
+    /* the blocking's roundings by hand (e*e = 2^-54, half an ulp of 1): eight
+     * floats, one lane each, ((1 + e*e) + 2e*e) + 4e*e = 1 + 2^-52; seven, no
+     * whole group of eight, all in lane 0, where every e*e rounds away */
+    const float e = 0x1p-27f, t[8] = {1, e, e, e, e, e, e, e};
+    double fed[2];
+    for (int n = 7; n <= 8; n++) {
+        pd__sq_stream q;
+        pd__sq_begin(&q, n);
+        for (int i = 0; i < n; i++) pd__sq_feed(&q, t + i, 1);
+        fed[n - 7] = pd__sq_end(&q);
+    }
+    CHECK(pd__sq_sum(t, 8) == 1 + 0x1p-52 && fed[1] == 1 + 0x1p-52 && pd__sq_sum(t, 7) == 1 && fed[0] == 1,
+          "sumsq's lanes: {1, 2^-27 x 7} gives 1 + 2^-52 (%a, fed one by one %a), its first seven 1 (%a, %a)",
+          pd__sq_sum(t, 8), fed[1], pd__sq_sum(t, 7), fed[0]);
+    enum { N = 2 * 16384 + 1007 };
+    static float g[N];
+    for (int i = 0; i < N; i++) g[i] = 0.5f;
+    CHECK(pd__sq_sum(g, N) == 0.25 * N && pd__sq_sum(g, 0) == 0, "sumsq of %d halves is %g", N, 0.25 * N);
+    uint32_t z = 12345;
+    long double ref = 0;
+    for (int i = 0; i < N; i++) {
+        z = z * 1664525u + 1013904223u;
+        g[i] = (float)((double)(z >> 8) / (1 << 24) - 0.5) * (i % 3 ? 1.0f : 1e-3f);
+        ref += (long double)g[i] * g[i];
+    }
+    double whole = pd__sq_sum(g, N);
+    const int64_t cuts[][7] = {{1, 7, 5, 16380, 13, 16384, N - 32790}, {N, 0, 0, 0, 0, 0, 0},
+                               {16383, 2, 16383, 1000, 1, 2, 4}, {3, 3, 3, 3, 3, 3, N - 18}};
+    int same = 0;
+    for (int c = 0; c < 4; c++) {
+        pd__sq_stream q;
+        pd__sq_begin(&q, N);
+        for (int64_t k = 0, at = 0; k < 7; at += cuts[c][k++]) pd__sq_feed(&q, g + at, cuts[c][k]);
+        double fed = pd__sq_end(&q);
+        same += memcmp(&whole, &fed, sizeof whole) == 0;
+    }
+    CHECK(fabs(whole - (double)ref) <= 1e-12 * (double)ref && same == 4,
+          "sumsq of %d floats: %.17g (long double %.17g); fed in pieces: %d of 4 cuts bitwise the same", N, whole,
+          (double)ref, same);
+}
+
 static void test_stream(void) {
     float xv[7];
     int64_t yv[7];
@@ -148,6 +195,7 @@ int main(void) {
     test_updates();
     test_adam_torch();
     test_schedule();
+    test_sumsq();
     test_stream();
     return check_summary();
 }

@@ -996,9 +996,10 @@ static pd_status dev_run(const char *fx, const pd_plan *plan, const pd_train_opt
 
 /* --device cuda on the simulated device (the CPU's kernels behind the CUDA
  * API): a plan's device stages against the same plan's CPU stages, bit for
- * bit: every step's loss and every trained weight (what the device stages
- * share with the CPU's: the schedule, the sums' order; reps: replicas per
- * stage, summed through host memory in replica order as on the CPU). */
+ * bit: every step's loss and gradient norm and every trained weight (what
+ * the device stages share with the CPU's: the schedule, the sums' order,
+ * the norm's blocks, runtime/optim.h; reps: replicas per stage, summed
+ * through host memory in replica order as on the CPU). */
 static void dev_cpu_check(const char *fx, const pd_tensor *xs, const pd_tensor *ys, const ref *r, int stages, int m,
                           pd__sched_kind kind, int chunks, const int *reps, bool rc) {
     pd_graph *g0 = NULL, *ga = NULL, *gb = NULL;
@@ -1023,19 +1024,28 @@ static void dev_cpu_check(const char *fx, const pd_tensor *xs, const pd_tensor *
     int64_t na = 0, nb = 0;
     if (st == PD_OK) st = dev_run(fx, plan, &cpu, m, kind, xs, ys, ra, &na, &ga);
     if (st == PD_OK) st = dev_run(fx, plan, &r->o, m, kind, xs, ys, rb, &nb, &gb);
-    int same = 0, weights = 0;
-    for (int k = 0; st == PD_OK && k < STEPS; k++) same += memcmp(&ra[k].loss, &rb[k].loss, sizeof ra[k].loss) == 0;
+    /* the norms: bitwise too, and under the flushing schedules not 0 (pipedream and 2bw have none) */
+    bool flushing = kind != PD_SCHED_PIPEDREAM && kind != PD_SCHED_2BW;
+    int same = 0, weights = 0, norms = 0, clipped = 0;
+    for (int k = 0; st == PD_OK && k < STEPS; k++) {
+        same += memcmp(&ra[k].loss, &rb[k].loss, sizeof ra[k].loss) == 0;
+        norms += memcmp(&ra[k].grad_norm, &rb[k].grad_norm, sizeof ra[k].grad_norm) == 0 &&
+                 (ra[k].grad_norm > 0) == flushing;
+        clipped += r->o.clip_grad_norm > 0 && ra[k].grad_norm > r->o.clip_grad_norm;
+    }
     for (int t = 0; st == PD_OK && t < ga->ntensors; t++) {
         const pd__tensor *a = &ga->tensors[t], *b = &gb->tensors[t];
         if (a->kind != PD_T_INIT || a->dtype != PD_FLOAT) continue;
         weights++;
         same += memcmp(a->data, b->data, sizeof(float) * (size_t)a->numel) == 0;
     }
-    CHECK(st == PD_OK && weights > 0 && same == STEPS + weights && na == nb && (na > 0) == rc,
-          "%s, %d stages%s%s x %d microbatches, %s%s: device stages against CPU stages, %d of %d losses and weights "
-          "bitwise equal, %lld and %lld forwards redone%s%s", r->name, stages, chunks > 1 ? " x 2 chunks" : "", shape, m,
-          pd__sched_kind_name(kind), rc ? ", recompute" : "", same, STEPS + weights, (long long)na, (long long)nb,
-          st ? ": " : "", st ? pd_last_error() : "");
+    CHECK(st == PD_OK && weights > 0 && same == STEPS + weights && norms == STEPS && na == nb && (na > 0) == rc &&
+              (clipped > 0) == (r->o.clip_grad_norm > 0),
+          "%s, %d stages%s%s x %d microbatches, %s%s: device stages against CPU stages, %d of %d losses and weights, "
+          "%d of %d gradient norms%s bitwise equal (%d steps clipped), %lld and %lld forwards redone%s%s", r->name,
+          stages, chunks > 1 ? " x 2 chunks" : "", shape, m, pd__sched_kind_name(kind), rc ? ", recompute" : "", same,
+          STEPS + weights, norms, STEPS, flushing ? "" : " (0)", clipped, (long long)na, (long long)nb, st ? ": " : "",
+          st ? pd_last_error() : "");
     pd_plan_destroy(plan);
     pd_graph_destroy(g0);
     pd_graph_destroy(ga);
@@ -1088,6 +1098,12 @@ static void run_gpu(const char *fx, const pd_tensor *xs, const pd_tensor *ys, co
             dev_cpu_check(fx, xs, ys, &refs[0], 2, every[k].m, every[k].kind, every[k].chunks, NULL, true);
         }
         if (full) dev_cpu_check(fx, xs, ys, &refs[0], 2, 4, PD_SCHED_FLUSH, 1, r12, true);
+        /* clipped to the whole model's norm: the same norm, so the same clip factor */
+        static const struct { pd__sched_kind kind; int stages, chunks; } clip[] = {
+            {PD_SCHED_FLUSH, 3, 1}, {PD_SCHED_GPIPE, 2, 1}, {PD_SCHED_ZB_H1, 3, 1}, {PD_SCHED_INTERLEAVED, 2, 2},
+        };
+        for (int k = 0; full && k < (int)(sizeof clip / sizeof *clip); k++)
+            dev_cpu_check(fx, xs, ys, &refs[4], clip[k].stages, 4, clip[k].kind, clip[k].chunks, NULL, false);
     }
 #endif
     if (!full) return;

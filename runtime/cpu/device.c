@@ -73,9 +73,9 @@ static pd_status pd__cpu_memset0(void *ctx, void *dst, size_t bytes) {
     return PD_OK;
 }
 
-static pd_status pd__cpu_grad_norm(void *ctx, const float *g, int64_t n, double *norm) {
+static pd_status pd__cpu_sumsq(void *ctx, const float *g, int64_t n, double *sq) {
     (void)ctx;
-    *norm = pd__grad_norm(g, n);
+    *sq = pd__sq_sum(g, n);
     return PD_OK;
 }
 static pd_status pd__cpu_scale(void *ctx, float *g, int64_t n, float s) {
@@ -133,7 +133,7 @@ const pd__dev_i pd__dev_cpu = {
     .alloc_shared = pd__cpu_alloc,
     .free_shared = pd__cpu_free,
     .copy_peer = pd__cpu_copy_peer,
-    .grad_norm = pd__cpu_grad_norm,
+    .sumsq = pd__cpu_sumsq,
     .scale = pd__cpu_scale,
     .optim_step = pd__cpu_optim,
     .cross_entropy = pd__cpu_ce,

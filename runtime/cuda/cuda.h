@@ -166,8 +166,10 @@ pd_status pd__cuda_run_bwd(pd__cuda_ctx *c, const pd__exec *x, const pd_graph *g
  * the same float arithmetic, one fused kernel per optimizer. */
 pd_status pd__cuda_optim_step(pd__cuda_ctx *c, const pd_train_options *o, int64_t t, double lr, float *w,
                               const float *g, float *s0, float *s1, int64_t n);
-/* sqrt(sum g^2) summed in double (waits for the stream): pd__grad_norm. */
-pd_status pd__cuda_grad_norm(pd__cuda_ctx *c, const float *g, int64_t n, double *norm);
+/* sum g^2 in double, in pd__sq_sum's blocks of the slab, their sums added
+ * in order (waits for the stream): pd__sq_sum's bits on the simulated
+ * device; on a GPU each block's threads add in another order (docs/CUDA.md). */
+pd_status pd__cuda_sumsq(pd__cuda_ctx *c, const float *g, int64_t n, double *sq);
 /* g *= s (gradient clipping). */
 pd_status pd__cuda_scale(pd__cuda_ctx *c, float *g, int64_t n, float s);
 /* pd__loss_cross_entropy (runtime/loss.c) on device logits and labels:
@@ -241,8 +243,7 @@ pd_status pd__cuda_loss_cross_entropy(pd__cuda_ctx *c, const pd_tensor *logits, 
       (pd__cuda_ctx *c, const pd_train_options *o, int64_t t, double lr, float *w, const float *g, float *s0,         \
        float *s1, int64_t n),                                                                                         \
       (c, o, t, lr, w, g, s0, s1, n), pd__cuda_load())                                                                \
-    X(pd_status, grad_norm, (pd__cuda_ctx *c, const float *g, int64_t n, double *norm), (c, g, n, norm),              \
-      pd__cuda_load())                                                                                                \
+    X(pd_status, sumsq, (pd__cuda_ctx *c, const float *g, int64_t n, double *sq), (c, g, n, sq), pd__cuda_load())    \
     X(pd_status, scale, (pd__cuda_ctx *c, float *g, int64_t n, float s), (c, g, n, s), pd__cuda_load())               \
     X(pd_status, loss_cross_entropy,                                                                                  \
       (pd__cuda_ctx *c, const pd_tensor *logits, const pd_tensor *labels, int64_t rows, float *dlogits,               \

@@ -52,8 +52,8 @@ static pd_status pd__cu_copy_peer(void *ctx, void *dst, void *dst_ctx, const voi
 }
 static pd_status pd__cu_memset0(void *ctx, void *dst, size_t bytes) { return pd__cuda_memset0(ctx, dst, bytes); }
 
-static pd_status pd__cu_grad_norm(void *ctx, const float *g, int64_t n, double *norm) {
-    return pd__cuda_grad_norm(ctx, g, n, norm);
+static pd_status pd__cu_sumsq(void *ctx, const float *g, int64_t n, double *sq) {
+    return pd__cuda_sumsq(ctx, g, n, sq);
 }
 static pd_status pd__cu_scale(void *ctx, float *g, int64_t n, float s) { return pd__cuda_scale(ctx, g, n, s); }
 static pd_status pd__cu_optim(void *ctx, const pd_train_options *o, int64_t t, double lr, float *w, float *g,
@@ -94,7 +94,7 @@ const pd__dev_i pd__dev_cuda = {
     .alloc_shared = pd__cu_alloc_shared,
     .free_shared = pd__cu_free_shared,
     .copy_peer = pd__cu_copy_peer,
-    .grad_norm = pd__cu_grad_norm,
+    .sumsq = pd__cu_sumsq,
     .scale = pd__cu_scale,
     .optim_step = pd__cu_optim,
     .cross_entropy = pd__cu_ce,

@@ -1,9 +1,13 @@
 /* optim.cu - the optimizer updates of runtime/optim.c as one fused kernel per
  * optimizer (same formulas, same float arithmetic, the bias corrections
- * computed on the host in double as there), the global gradient norm and the
- * clipping scale.
+ * computed on the host in double as there), the gradients' sum of squares
+ * (the norm) and the clipping scale.
  */
 #include "internal.cuh"
+
+extern "C" {
+#include "../optim.h" /* PD__NORM_BLOCK */
+}
 
 #include <math.h>
 
@@ -69,33 +73,37 @@ extern "C" pd_status pd__cuda_optim_step(pd__cuda_ctx *c, const pd_train_options
     return PD_OK;
 }
 
-/* partial sums of squares, one per block, into part[blockIdx.x] */
+/* block b of pd__sq_sum's blocks (runtime/optim.c), its sum of squares into
+ * part[b]: the block's threads add in their own order (not the CPU's eight
+ * running sums), so a slab's sum is close to the CPU's, not its bits */
 __global__ static void k_sumsq(double *part, const float *g, int64_t n) {
     __shared__ double sh[32];
+    const float *x = g + (int64_t)blockIdx.x * PD__NORM_BLOCK;
+    int64_t m = n - (int64_t)blockIdx.x * PD__NORM_BLOCK;
+    if (m > PD__NORM_BLOCK) m = PD__NORM_BLOCK;
     double s = 0;
-    PD_CU_FOR(i, n) s += (double)g[i] * g[i];
+    for (int64_t i = threadIdx.x; i < m; i += blockDim.x) s += (double)x[i] * x[i];
     s = pd__cu_block_sum(s, sh);
     if (threadIdx.x == 0) part[blockIdx.x] = s;
 }
 
-/* the partial sums added in block order: the same bits run after run (a
- * double atomicAdd per block added them in whatever order the blocks ended,
- * and two runs' norms differed in their last bits) */
+/* the blocks' sums added in block order, as the CPU adds them: the same
+ * bits run after run (a double atomicAdd per block added them in whatever
+ * order the blocks ended, and two runs' norms differed in their last bits) */
 __global__ static void k_sum_in_order(double *out, const double *part, unsigned nb) {
     double s = 0;
     for (unsigned b = 0; b < nb; b++) s += part[b];
     *out = s;
 }
 
-extern "C" pd_status pd__cuda_grad_norm(pd__cuda_ctx *c, const float *g, int64_t n, double *norm) {
+extern "C" pd_status pd__cuda_sumsq(pd__cuda_ctx *c, const float *g, int64_t n, double *sq) {
     if (n <= 0) {
-        *norm = 0;
+        *sq = 0;
         return PD_OK;
     }
-    unsigned nb = pd__cu_blocks(n);
-    if (nb > 1024) nb = 1024;
+    unsigned nb = (unsigned)((n + PD__NORM_BLOCK - 1) / PD__NORM_BLOCK);
     void *buf;
-    PD_TRY(pd__cuda_alloc(c, sizeof(double) * (nb + 1), &buf));
+    PD_TRY(pd__cuda_alloc(c, sizeof(double) * ((size_t)nb + 1), &buf));
     double h = 0, *part = (double *)buf + 1;
     k_sumsq<<<nb, PD_CU_THREADS, 0, c->stream>>>(part, g, n);
     k_sum_in_order<<<1, 1, 0, c->stream>>>((double *)buf, part, nb);
@@ -104,7 +112,7 @@ extern "C" pd_status pd__cuda_grad_norm(pd__cuda_ctx *c, const float *g, int64_t
                                    : pd__cuda_fail_rt(e, "k_sumsq", __FILE__, __LINE__);
     pd__cuda_free(c, buf);
     PD_TRY(s);
-    *norm = sqrt(h);
+    *sq = h;
     return PD_OK;
 }
 

@@ -719,21 +719,21 @@ static pd_status sim_optim_step(pd__cuda_ctx *c, const pd_train_options *o, int6
     return pd__sim_push(c, k, false);
 }
 
-static pd_status pd__sim_norm_fn(pd__cuda_ctx *c, pd__sim_task *t) {
+static pd_status pd__sim_sumsq_fn(pd__cuda_ctx *c, pd__sim_task *t) {
     (void)c;
-    t->r_loss = pd__grad_norm(t->p[0], t->rows);
+    t->r_loss = pd__sq_sum(t->p[0], t->rows);
     return PD_OK;
 }
 
-static pd_status sim_grad_norm(pd__cuda_ctx *c, const float *g, int64_t n, double *norm) {
-    pd__sim_task *t = pd__sim_task_new(pd__sim_norm_fn, 0, 0);
+static pd_status sim_sumsq(pd__cuda_ctx *c, const float *g, int64_t n, double *sq) {
+    pd__sim_task *t = pd__sim_task_new(pd__sim_sumsq_fn, 0, 0);
     if (t) {
         t->p[0] = pd__sim_w(g);
         t->rows = n;
     }
     PD_TRY(pd__sim_push(c, t, true));
     pd_status s = pd__sim_wait_task(c, t);
-    if (s == PD_OK) *norm = t->r_loss;
+    if (s == PD_OK) *sq = t->r_loss;
     free(t);
     return s;
 }
