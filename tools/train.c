@@ -761,7 +761,11 @@ static int pd__train_pipeline(pd__targs *a, pd_graph *g, const char *input, pd_t
     memset(&r, 0, sizeof r);
     r.rg = (pd_cli_ring){data, a->batch, 1, 0, NULL, NULL, 0, 0, NULL, NULL};
     r.pm = (pd__pmetrics){mf, NULL, first, a->batch, X->shape[0], 0};
-    if (pd__pipeline_setup(a, g, kind, M, cr, &r.plan, &r.trainer, &r.pipe) != 0) return 1;
+    if (pd__pipeline_setup(a, g, kind, M, cr, &r.plan, &r.trainer, &r.pipe) != 0) {
+        pd_trainer_destroy(r.trainer);
+        pd_plan_destroy(r.plan);
+        return 1;
+    }
     /* from here every outcome is every process's: none waits for one that stopped */
     pd_status st = pd__mp_agree_status(pd__pipe_prepare(a, g, input, X, Y, steps, cr, &r));
     if (st == PD_OK && !a->quiet)
