@@ -313,6 +313,7 @@ void pd__snap_decide(pd__pipe *p, int64_t m);
 pd_status pd__snap_post(pd__wk *W, int64_t b, bool *stop);
 pd_status pd__snap_pre(pd__wk *W, int64_t b, bool *stop);
 bool pd__tied_reader(pd__pipe *p, int k, int i, float **g);
+pd_status pd__tied_from_owner(pd__pipe *p, float *const *slabs, int nslab, float *buf);
 pd_status pd__tied_weights_remote(pd__pipe *p);
 extern const pd__transport_i pd__local_vt;
 void pd__unhold(pd__pipe *p, pd__chunk *C, int slot, int dir);

@@ -80,29 +80,38 @@ static pd_status pd__tied_setup(pd__pipe *p, int rank, bool *tied) {
     return PD_OK;
 }
 
-/* GPU stages' tied weights after an update (pd__dev_tied_weights): the
- * owners' new weights, which each owner's thread put in the session's host
- * slab, to the processes holding a reader but not the owner: an all-reduce
- * of the PD__TIED group with -0.0 from the others (exact), as a resume's
- * pd__tied_restore. The holders' optimizers need not agree with the
- * owner's device to the bit this way. Called by this process's tie thread. */
-pd_status pd__tied_weights_remote(pd__pipe *p) {
+/* The owners' values of every tied parameter in slabs[0..nslab) (a NULL
+ * slab is skipped) to the other processes holding a reader: an all-reduce of
+ * the PD__TIED group with -0.0 from the others (exact). buf holds nslab
+ * times the tied parameters' floats. Collective over the group. */
+pd_status pd__tied_from_owner(pd__pipe *p, float *const *slabs, int nslab, float *buf) {
     const pd__slabs *sl = &p->sl;
-    for (int64_t e = 0; e < p->tbuf_n; e++) p->tbuf[e] = -0.0f;
-    for (int t = 0; t < p->nties; t++) {
-        const pd__tie *T = &p->tie[t];
-        size_t b = sizeof(float) * (size_t)p->g->tensors[sl->param[T->i]].numel;
-        if (p->rank_of[p->wbase[T->owner % p->nworkers]] == p->rank)
-            memcpy(p->tbuf + T->off, sl->params + sl->poff[T->i], b);
+    int64_t n = 0;
+    for (int t = 0; t < p->nties; t++) { /* the owner's values, -0.0 elsewhere */
+        int64_t m = p->g->tensors[sl->param[p->tie[t].i]].numel;
+        bool owner = p->rank_of[p->wbase[p->tie[t].owner % p->nworkers]] == p->rank;
+        for (int q = 0; q < nslab; q++, n += m)
+            for (int64_t e = 0; e < m; e++) buf[n + e] = owner && slabs[q] ? slabs[q][sl->poff[p->tie[t].i] + e] : -0.0f;
     }
-    PD_TRY(p->remote->vt->allreduce(p->remote, PD__TIED, p->tbuf, p->tbuf_n, false));
-    for (int t = 0; t < p->nties; t++) {
+    PD_TRY(p->remote->vt->allreduce(p->remote, PD__TIED, buf, n, false));
+    for (int64_t t = 0, at = 0; t < p->nties; t++) { /* into the other holders' copies */
         const pd__tie *T = &p->tie[t];
-        size_t b = sizeof(float) * (size_t)p->g->tensors[sl->param[T->i]].numel;
-        if (T->here && p->rank_of[p->wbase[T->owner % p->nworkers]] != p->rank)
-            memcpy(sl->params + sl->poff[T->i], p->tbuf + T->off, b);
+        int64_t m = p->g->tensors[sl->param[T->i]].numel;
+        bool owner = p->rank_of[p->wbase[T->owner % p->nworkers]] == p->rank;
+        for (int q = 0; q < nslab; q++, at += m)
+            if (T->here && !owner && slabs[q]) memcpy(slabs[q] + sl->poff[T->i], buf + at, sizeof(float) * (size_t)m);
     }
     return PD_OK;
+}
+
+/* GPU stages' tied weights after an update (pd__dev_tied_weights): the
+ * owners' new weights, which each owner's thread put in the session's host
+ * slab, to the processes holding a reader but not the owner, as a resume's
+ * pd__tied_restore does. The holders' optimizers need not agree with the
+ * owner's device to the bit this way. Called by this process's tie thread. */
+pd_status pd__tied_weights_remote(pd__pipe *p) {
+    float *params = p->sl.params;
+    return pd__tied_from_owner(p, &params, 1, p->tbuf); /* tbuf holds at least one copy of each */
 }
 
 pd_status pd__pipe_fits(const pd__pipe *p, int nranks) {

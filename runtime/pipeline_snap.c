@@ -271,20 +271,7 @@ static pd_status pd__tied_restore(pd__pipe *p) {
     if (!p->remote || n == 0) return PD_OK;
     float *v = PD_MALLOC(sizeof(float) * (size_t)n);
     if (!v) return pd__err(PD_ERR_NOMEM, "out of memory for the tied parameters (%lld floats)", (long long)n);
-    for (int64_t t = 0, at = 0; t < p->nties; t++) { /* the owner's values, -0.0 elsewhere */
-        int64_t m = p->g->tensors[sl->param[p->tie[t].i]].numel;
-        bool owner = p->rank_of[p->wbase[p->tie[t].owner % p->nworkers]] == p->rank;
-        for (int q = 0; q < 3; q++, at += m)
-            for (int64_t e = 0; e < m; e++) v[at + e] = owner && slab[q] ? slab[q][sl->poff[p->tie[t].i] + e] : -0.0f;
-    }
-    pd_status st = p->remote->vt->allreduce(p->remote, PD__TIED, v, n, false);
-    for (int64_t t = 0, at = 0; st == PD_OK && t < p->nties; t++) { /* into the other holders' copies */
-        const pd__tie *T = &p->tie[t];
-        int64_t m = p->g->tensors[sl->param[T->i]].numel;
-        bool owner = p->rank_of[p->wbase[T->owner % p->nworkers]] == p->rank;
-        for (int q = 0; q < 3; q++, at += m)
-            if (T->here && !owner && slab[q]) memcpy(slab[q] + sl->poff[T->i], v + at, sizeof(float) * (size_t)m);
-    }
+    pd_status st = pd__tied_from_owner(p, slab, 3, v);
     PD_FREE(v);
     return st;
 }
