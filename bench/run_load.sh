@@ -9,10 +9,12 @@
 # MODEL is one of bench/torch_realistic.py's (default mlp); threads = the
 # cores here. The competitor is a shell busy loop started before and killed
 # after each loaded run. Rows: pdonnx as it ships (one OpenMP pool, idle
-# workers asleep); pdonnx as it was before (OpenBLAS's pthreads build beside
-# spinning libgomp workers: LD_LIBRARY_PATH to that build and GOMP_SPINCOUNT at
-# libgomp's default), where that build is installed; PyTorch. The venv is
-# run_realistic.sh's ($PD_BENCH_VENV, default bench/.venv).
+# workers spinning ~30 us, then asleep); without the spin (passive: every
+# parallel region wakes its workers); pdonnx as it was before (OpenBLAS's
+# pthreads build beside spinning libgomp workers: LD_LIBRARY_PATH to that
+# build and GOMP_SPINCOUNT at libgomp's default), where that build is
+# installed; PyTorch. The venv is run_realistic.sh's ($PD_BENCH_VENV,
+# default bench/.venv).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build} model=${2:-mlp} iters=${3:-30}
@@ -46,7 +48,8 @@ echo "one competing process: a shell busy loop; median of $iters steps after 3 w
 echo
 echo "| run | quiet steps/s | loaded steps/s | loaded / quiet |"
 echo "|---|---|---|---|"
-row "pdonnx" ours X=1
+row "pdonnx (a short spin: GOMP_SPINCOUNT=1000, its default)" ours X=1
+row "pdonnx, no spin (OMP_WAIT_POLICY=passive)" ours OMP_WAIT_POLICY=passive
 old=/usr/lib/$(gcc -print-multiarch)/openblas-pthread
 [ -f "$old/libopenblas.so.0" ] && row "pdonnx before (pthreads OpenBLAS, spinning libgomp)" ours LD_LIBRARY_PATH="$old" GOMP_SPINCOUNT=300000
 row "PyTorch $("$py" -c 'import torch; print(torch.__version__)')" torch

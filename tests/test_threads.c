@@ -8,10 +8,10 @@
  * (OpenBLAS's pthreads build would add a pool of its own). Then, idle, the
  * worker sleeps: the process uses almost no CPU while the caller sleeps,
  * where libgomp's default spinning burns ~10 ms per wait. Its main starts
- * as pdonnx's does (tools/omp_passive.h). */
+ * as pdonnx's does (tools/omp_wait.h). */
 #include "../pipedream.h"
 #include "check.h"
-#include "../tools/omp_passive.h"
+#include "../tools/omp_wait.h"
 
 #include <dirent.h>
 #include <stdlib.h>
@@ -66,7 +66,7 @@ static int step(const char *model, int threads, int steps) {
 }
 
 int main(int argc, char **argv) {
-    pd_omp_passive(argv);
+    pd_omp_wait_policy(argv);
     if (argc < 2) {
         fprintf(stderr, "usage: test_threads MODEL.onnx\n");
         return 2;
@@ -86,7 +86,7 @@ int main(int argc, char **argv) {
     struct timespec nap = {0, 200 * 1000 * 1000};
     nanosleep(&nap, NULL);
     double used = cpu_ms() - c0;
-    CHECK(used < 3.0, "idle workers sleep: %.2f ms of CPU over 200 ms idle (OMP_WAIT_POLICY=%s)", used,
-          getenv("OMP_WAIT_POLICY") ? getenv("OMP_WAIT_POLICY") : "(unset)");
+    CHECK(used < 3.0, "idle workers sleep: %.2f ms of CPU over 200 ms idle (GOMP_SPINCOUNT=%s)", used,
+          getenv("GOMP_SPINCOUNT") ? getenv("GOMP_SPINCOUNT") : "(unset)");
     return check_summary();
 }

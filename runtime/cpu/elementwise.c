@@ -804,6 +804,22 @@ static bool needs_tmp_i(int64_t on, int64_t in_n, pd_dtype dt, pd_dtype w) { ret
  * scratch as needs_tmp_o / needs_tmp_i say. fresh (pd__exec.fresh): din =
  * rather than +=; written in place where the term is din's whole, zeroed
  * first otherwise. */
+/* dst = src, bytes long, over the threads (the range is in bytes) */
+typedef struct copy_job {
+    char *dst;
+    const char *src;
+} copy_job;
+
+static void copy_range(void *ctx, int64_t b, int64_t e) {
+    copy_job *j = ctx;
+    memcpy(j->dst + b, j->src + b, (size_t)(e - b));
+}
+
+static void par_copy(const pd__exec *x, void *dst, const void *src, int64_t bytes) {
+    copy_job j = {dst, src};
+    pd__ew_par_range(x, bytes, bytes / 4, 4096, copy_range, &j);
+}
+
 static pd_status add_term(const pd__exec *x, pd_dtype w, const pd_tensor *o, int ind, const int64_t *ish,
                           pd_tensor *din, pd__row_fn fn, pd__gctx ctx, int ns, const pd_tensor *s, int64_t cost,
                           double alpha, void *tmp_o, void *tmp_i, bool fresh) {
@@ -823,7 +839,7 @@ static pd_status add_term(const pd__exec *x, pd_dtype w, const pd_tensor *o, int
     }
     const void *term = s[0].data;
     if (fresh) { /* din = the output gradient itself */
-        memcpy(din->data, term, (size_t)on * pd_dtype_size(w));
+        par_copy(x, din->data, term, on * (int64_t)pd_dtype_size(w));
         return PD_OK;
     }
     if (fn) {

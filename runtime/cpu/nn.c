@@ -10,24 +10,36 @@
 #include "nn_common.h"
 
 /* ---- the typed kernels ------------------------------------------------------------------------ */
+/* float64 has no small-product path: BLAS takes them all */
+static bool no_dgemm1(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha, const double *A, int64_t lda,
+                      const double *B, int64_t ldb, double beta, double *C, int64_t ldc) {
+    (void)ta, (void)tb, (void)M, (void)N, (void)K, (void)alpha, (void)A, (void)lda, (void)B, (void)ldb, (void)beta;
+    (void)C, (void)ldc;
+    return false;
+}
+
 #define T float
 #define FN(name) name##_f32
 #define PD_GEMM cblas_sgemm
-#define EXP expf
+#define PD_GEMM1 pd__dnnl_sgemm1
+#define EXP pd__expf
 #include "nn_impl.h"
 #undef T
 #undef FN
 #undef PD_GEMM
+#undef PD_GEMM1
 #undef EXP
 
 #define T double
 #define FN(name) name##_f64
 #define PD_GEMM cblas_dgemm
+#define PD_GEMM1 no_dgemm1
 #define EXP exp
 #include "nn_impl.h"
 #undef T
 #undef FN
 #undef PD_GEMM
+#undef PD_GEMM1
 #undef EXP
 
 /* The gradient of output j / the gradient wanted for input i: NULL when
@@ -109,10 +121,9 @@ static pd_status half_run(pd__exec *x, const pd__node *n, pd_tensor *const *in, 
 
 /* ---- Gemm, MatMul ------------------------------------------------------------------------------- */
 pd_status pd__cpu_Gemm(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
-    (void)x;
     bool ta = pd__attr_i(n, "transA", 0) != 0, tb = pd__attr_i(n, "transB", 0) != 0;
     double alpha = pd__attr_f(n, "alpha", 1.0f), beta = pd__attr_f(n, "beta", 1.0f);
-    PD_DISPATCH(in[0]->dtype, gemm_op, (in[0], in[1], opt_in(n, in, 2), out[0], ta, tb, alpha, beta))
+    PD_DISPATCH(in[0]->dtype, gemm_op, (x, in[0], in[1], opt_in(n, in, 2), out[0], ta, tb, alpha, beta))
 }
 
 pd_status pd__cpu_MatMul(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out) {
@@ -124,14 +135,13 @@ pd_status pd__cpu_MatMul(pd__exec *x, const pd__node *n, pd_tensor *const *in, p
 
 pd_status pd__cpu_Gemm_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out,
                            pd_tensor *const *dout, pd_tensor *const *din) {
-    (void)x;
     (void)out;
     const pd_tensor *dY = gout(n, dout, 0), *C = opt_in(n, in, 2);
     if (!dY) return PD_OK;
     bool ta = pd__attr_i(n, "transA", 0) != 0, tb = pd__attr_i(n, "transB", 0) != 0;
     double alpha = pd__attr_f(n, "alpha", 1.0f), beta = pd__attr_f(n, "beta", 1.0f);
     PD_DISPATCH(in[0]->dtype, gemm_bwd,
-                (in[0], in[1], C, dY->data, ta, tb, alpha, beta, dptr(gin(n, din, 0)), dptr(gin(n, din, 1)),
+                (x, in[0], in[1], C, dY->data, ta, tb, alpha, beta, dptr(gin(n, din, 0)), dptr(gin(n, din, 1)),
                  C ? dptr(gin(n, din, 2)) : NULL))
 }
 
