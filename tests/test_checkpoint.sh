@@ -22,10 +22,14 @@ model=$root/examples/digits_mlp.onnx
 cols() { sed 's/, "samples_per_s".*//' "$1"; }
 
 steps=1500
+# the pipelines' plan made once, by parameter counts: a plan from measured
+# times (--stages 2) can split elsewhere in the next run, and a layer on
+# another stage of pipedream or 2bw trains with another delay
+"$pdonnx" plan "$model" --batch 32 --workers 2 --straight --algo params -o "$tmp/plan.json" > /dev/null || bad "the plan"
 for mode in "single" "pipedream" "2bw" "flush"; do
   case $mode in
     single) flags=(--threads 1) ;;
-    *) flags=(--stages 2 --schedule "$mode") ;;
+    *) flags=(--plan "$tmp/plan.json" --schedule "$mode") ;;
   esac
   common=("$model" --steps $steps --quiet "${flags[@]}")
   "$pdonnx" train "${common[@]}" --save "$tmp/ref.onnx" --metrics "$tmp/ref.jsonl" || { bad "$mode: the reference run"; continue; }
@@ -65,8 +69,10 @@ done
 
 # killed while persisting: a checkpoint after every step keeps the writer busy most of the time
 fx=$root/tests/fixtures/gpt
+"$pdonnx" plan "$fx/model.onnx" --batch 4 --workers 2 --straight --algo params -o "$tmp/gplan.json" > /dev/null ||
+  bad "gpt: the plan"
 common=("$fx/model.onnx" --data "$fx/train/sgd/X.npy" --labels "$fx/train/sgd/Y.npy" --batch 8 --steps 400
-        --no-shuffle --quiet --stages 2 --schedule 2bw --microbatches 2)
+        --no-shuffle --quiet --plan "$tmp/gplan.json" --schedule 2bw --microbatches 2)
 "$pdonnx" train "${common[@]}" --save "$tmp/gref.onnx" > /dev/null 2>&1 || bad "gpt: the reference run"
 d=$tmp/ck-busy
 mid=0

@@ -86,7 +86,8 @@ int main(int argc, char **argv) {
     struct timespec nap = {0, 200 * 1000 * 1000};
     nanosleep(&nap, NULL);
     double used = cpu_ms() - c0;
-    CHECK(used < 3.0, "idle workers sleep: %.2f ms of CPU over 200 ms idle (GOMP_SPINCOUNT=%s)", used,
-          getenv("GOMP_SPINCOUNT") ? getenv("GOMP_SPINCOUNT") : "(unset)");
+    CHECK(used < 3.0, "idle workers sleep: %.2f ms of CPU over 200 ms idle (GOMP_SPINCOUNT=%s, KMP_BLOCKTIME=%s)",
+          used, getenv("GOMP_SPINCOUNT") ? getenv("GOMP_SPINCOUNT") : "(unset)",
+          getenv("KMP_BLOCKTIME") ? getenv("KMP_BLOCKTIME") : "(unset)");
     return check_summary();
 }

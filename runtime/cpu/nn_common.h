@@ -13,6 +13,7 @@
 
 #include "../../core/shape_nn.h"
 #include "fastmath.h"
+#include "omp_for.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -20,11 +21,8 @@
 
 #ifdef _OPENMP
 #include <omp.h>
-#define PD_PRAGMA(s) _Pragma(#s)
-#define PD_OMP_FOR(nt, cond) PD_PRAGMA(omp parallel for num_threads(nt) schedule(static) if (cond))
 static inline int pd__nthreads(const pd__exec *x) { return x->threads > 0 ? x->threads : omp_get_max_threads(); }
 #else
-#define PD_OMP_FOR(nt, cond) (void)(nt);
 static inline int pd__nthreads(const pd__exec *x) {
     (void)x;
     return 1;

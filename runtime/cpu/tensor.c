@@ -10,6 +10,7 @@
  */
 #include "../../core/shape_tensor.h"
 #include "fastmath.h"
+#include "omp_for.h"
 
 #include <string.h>
 #ifdef _OPENMP
@@ -106,7 +107,7 @@ static void par_memcpy(const pd__exec *x, void *dst, const void *src, int64_t by
     int nt = pd__threads_for(x, bytes, parts);
     (void)nt;
 #ifdef _OPENMP
-#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+PD_OMP_FOR(nt, nt > 1)
 #endif
     for (int64_t p = 0; p < parts; p++) {
         int64_t off = p * chunk, len = bytes - off < chunk ? bytes - off : chunk;
@@ -350,7 +351,7 @@ static void acc_tiled(const pd__exec *x, const acc *w, int j, char *dst, const c
     int nt = pd__threads_for(x, nouter * A * B * (int64_t)es, units);
     (void)nt;
 #ifdef _OPENMP
-#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+PD_OMP_FOR(nt, nt > 1)
 #endif
     for (int64_t u = 0; u < units; u++) {
         int64_t o = u / atiles, a0 = (u % atiles) * TILE, a1 = a0 + TILE < A ? a0 + TILE : A;
@@ -457,7 +458,7 @@ static void transpose_tiled(const pd__exec *x, const walk *w, int j, char *out, 
     int nt = pd__threads_for(x, nouter * A * B * (int64_t)es, units);
     (void)nt;
 #ifdef _OPENMP
-#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+PD_OMP_FOR(nt, nt > 1)
 #endif
     for (int64_t u = 0; u < units; u++) {
         int64_t o = u / atiles, a0 = (u % atiles) * TILE, a1 = a0 + TILE < A ? a0 + TILE : A;
@@ -558,7 +559,7 @@ pd_status pd__cpu_Concat(pd__exec *x, const pd__node *n, pd_tensor *const *in, p
     int nt = pd__threads_for(x, outer * row, outer);
     (void)nt;
 #ifdef _OPENMP
-#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+PD_OMP_FOR(nt, nt > 1)
 #endif
     for (int64_t r = 0; r < outer; r++) {
         int64_t off = 0;
@@ -588,7 +589,7 @@ pd_status pd__cpu_Split(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd
     int nt = pd__threads_for(x, outer * row, outer);
     (void)nt;
 #ifdef _OPENMP
-#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+PD_OMP_FOR(nt, nt > 1)
 #endif
     for (int64_t r = 0; r < outer; r++) {
         int64_t off = 0;
@@ -785,7 +786,7 @@ pd_status pd__cpu_Gather(pd__exec *x, const pd__node *n, pd_tensor *const *in, p
     char *dst = out[0]->data;
     const char *src = t->data;
 #ifdef _OPENMP
-#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+PD_OMP_FOR(nt, nt > 1)
 #endif
     for (int64_t u = 0; u < units; u++) {
         int64_t r = u / nidx, v = pd__get_i(ind->dtype, ind->data, u % nidx);
@@ -1077,7 +1078,7 @@ pd_status pd__cpu_ConstantOfShape(pd__exec *x, const pd__node *n, pd_tensor *con
     int nt = pd__threads_for(x, k * (int64_t)es, k);
     (void)nt;
 #ifdef _OPENMP
-#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+PD_OMP_FOR(nt, nt > 1)
 #endif
     for (int i = 0; i < nt; i++)
         fill((char *)out[0]->data + k * i / nt * (int64_t)es, v.data, k * (i + 1) / nt - k * i / nt, es);
@@ -2215,7 +2216,7 @@ pd_status pd__cpu_DFT(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_t
     int nt = pd__threads_for(x, lines * p.m * use, lines);
     (void)nt;
 #ifdef _OPENMP
-#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+PD_OMP_FOR(nt, nt > 1)
 #endif
     for (int64_t l = 0; l < lines; l++) {
         int64_t o = l / p.inner, i = l % p.inner;
@@ -2261,7 +2262,7 @@ pd_status pd__cpu_STFT(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_
     int nt = pd__threads_for(x, lines * p.bins * L, lines);
     (void)nt;
 #ifdef _OPENMP
-#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+PD_OMP_FOR(nt, nt > 1)
 #endif
     for (int64_t l = 0; l < lines; l++) {
         int64_t b = l / p.frames, f = l % p.frames;
