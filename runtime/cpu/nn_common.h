@@ -139,14 +139,14 @@ static inline void pd__mm_at(const pd__mm *L, int64_t q, int64_t *oa, int64_t *o
 /* Threads to split a batched product's batches over: attention's many small
  * products (a ViT's 65x64 by 64x65) are too small for OpenBLAS to split, so
  * each thread takes whole products (OpenBLAS's OpenMP build runs one thread
- * inside a parallel region); big ones (1: none) OpenBLAS splits itself. */
+ * inside a parallel region); big ones (1: none) FN(gemm) splits itself. */
 #define PD_MM_SMALL ((int64_t)1 << 21) /* M*N*K of a product too small for BLAS to split */
 
 /* Threads for one matrix product C (M, N) = A (M, K) B (K, N) outside a
  * parallel region: its larger side is split in parts of at least 64 and each
  * thread makes one single-threaded call. 5-15% faster than OpenBLAS's own
  * split on a transformer's products with 2 threads (median, this 2-core VM).
- * 1: one call (BLAS may thread it). */
+ * 1: one call, on the calling thread (pd__blas_alone). */
 static inline int pd__gemm_threads(int64_t M, int64_t N, int64_t K) {
 #ifdef _OPENMP
     if (omp_in_parallel() || M * N * K < PD_MM_SMALL) return 1;
@@ -156,6 +156,28 @@ static inline int pd__gemm_threads(int64_t M, int64_t N, int64_t K) {
 #else
     (void)M, (void)N, (void)K;
     return 1;
+#endif
+}
+/* The BLAS call that follows on the calling thread alone (OpenBLAS's OpenMP
+ * build threads a call by omp_get_max_threads(), and its split of a product
+ * pd__gemm_threads leaves whole costs more than it saves: the MLP's 1024x10
+ * layer took twice as long on 2 threads). Returns the count to give back to
+ * pd__blas_alone_end (0: nothing changed). */
+static inline int pd__blas_alone(void) {
+#ifdef _OPENMP
+    int was = omp_in_parallel() ? 1 : omp_get_max_threads();
+    if (was == 1) return 0;
+    omp_set_num_threads(1); /* this thread's count only */
+    return was;
+#else
+    return 0;
+#endif
+}
+static inline void pd__blas_alone_end(int was) {
+#ifdef _OPENMP
+    if (was) omp_set_num_threads(was);
+#else
+    (void)was;
 #endif
 }
 static inline int pd__mm_batch_threads(const pd__mm *L) {
