@@ -344,14 +344,9 @@ bool pd__dnnl_sgemm1(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float al
         state = off && *off && strcmp(off, "0") != 0 ? -1 : 1;
     }
     if (state < 0) return false;
-#ifdef _OPENMP
-    int was = omp_get_max_threads();
-    if (was != 1) omp_set_num_threads(1); /* this thread's count only */
-#endif
+    int was = pd__one_thread();
     dnnl_status_t st = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-#ifdef _OPENMP
-    if (was != 1) omp_set_num_threads(was);
-#endif
+    pd__one_thread_end(was);
     return st == dnnl_success;
 }
 

@@ -146,7 +146,7 @@ static inline void pd__mm_at(const pd__mm *L, int64_t q, int64_t *oa, int64_t *o
  * parallel region: its larger side is split in parts of at least 64 and each
  * thread makes one single-threaded call. 5-15% faster than OpenBLAS's own
  * split on a transformer's products with 2 threads (median, this 2-core VM).
- * 1: one call, on the calling thread (pd__blas_alone). */
+ * 1: one call, on the calling thread (pd__one_thread). */
 static inline int pd__gemm_threads(int64_t M, int64_t N, int64_t K) {
 #ifdef _OPENMP
     if (omp_in_parallel() || M * N * K < PD_MM_SMALL) return 1;
@@ -158,22 +158,23 @@ static inline int pd__gemm_threads(int64_t M, int64_t N, int64_t K) {
     return 1;
 #endif
 }
-/* The BLAS call that follows on the calling thread alone (OpenBLAS's OpenMP
- * build threads a call by omp_get_max_threads(), and its split of a product
- * pd__gemm_threads leaves whole costs more than it saves: the MLP's 1024x10
- * layer took twice as long on 2 threads). Returns the count to give back to
- * pd__blas_alone_end (0: nothing changed). */
-static inline int pd__blas_alone(void) {
+/* The library call that follows on the calling thread alone: OpenBLAS's
+ * OpenMP build and oneDNN thread a call by omp_get_max_threads(), and
+ * OpenBLAS's split of a product pd__gemm_threads leaves whole costs more
+ * than it saves (the MLP's 1024x10 layer took twice as long on 2 threads).
+ * Sets this thread's count only; returns the count to give back to
+ * pd__one_thread_end (0: nothing changed). */
+static inline int pd__one_thread(void) {
 #ifdef _OPENMP
-    int was = omp_in_parallel() ? 1 : omp_get_max_threads();
+    int was = omp_get_max_threads();
     if (was == 1) return 0;
-    omp_set_num_threads(1); /* this thread's count only */
+    omp_set_num_threads(1);
     return was;
 #else
     return 0;
 #endif
 }
-static inline void pd__blas_alone_end(int was) {
+static inline void pd__one_thread_end(int was) {
 #ifdef _OPENMP
     if (was) omp_set_num_threads(was);
 #else

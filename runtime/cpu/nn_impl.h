@@ -30,9 +30,9 @@ static pd_status FN(gemm)(bool ta, bool tb, int64_t M, int64_t N, int64_t K, dou
                        (long long)M, (long long)N, (long long)K);
     int nt = pd__gemm_threads(M, N, K);
     if (nt <= 1) {
-        int was = pd__blas_alone();
+        int was = pd__one_thread();
         FN(gemm_call)(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-        pd__blas_alone_end(was);
+        pd__one_thread_end(was);
         return PD_OK;
     }
     bool rows = M >= N; /* the larger of C's two sides split over the threads, one call each */

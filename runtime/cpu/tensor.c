@@ -105,10 +105,7 @@ static void par_memcpy(const pd__exec *x, void *dst, const void *src, int64_t by
     const int64_t chunk = (int64_t)1 << 16;
     int64_t parts = (bytes + chunk - 1) / chunk;
     int nt = pd__threads_for(x, bytes, parts);
-    (void)nt;
-#ifdef _OPENMP
-PD_OMP_FOR(nt, nt > 1)
-#endif
+    PD_OMP_FOR(nt, nt > 1)
     for (int64_t p = 0; p < parts; p++) {
         int64_t off = p * chunk, len = bytes - off < chunk ? bytes - off : chunk;
         memcpy((char *)dst + off, (const char *)src + off, (size_t)len);
@@ -349,10 +346,7 @@ static void acc_tiled(const pd__exec *x, const acc *w, int j, char *dst, const c
     int64_t A = w->n[j], B = w->n[k - 1];
     int64_t atiles = (A + TILE - 1) / TILE, units = nouter * atiles;
     int nt = pd__threads_for(x, nouter * A * B * (int64_t)es, units);
-    (void)nt;
-#ifdef _OPENMP
-PD_OMP_FOR(nt, nt > 1)
-#endif
+    PD_OMP_FOR(nt, nt > 1)
     for (int64_t u = 0; u < units; u++) {
         int64_t o = u / atiles, a0 = (u % atiles) * TILE, a1 = a0 + TILE < A ? a0 + TILE : A;
         int64_t doff = 0, soff = 0;
@@ -456,10 +450,7 @@ static void transpose_tiled(const pd__exec *x, const walk *w, int j, char *out, 
     int64_t A = w->od[j], B = w->od[k - 1], sb = w->is[k - 1], oa = ost[j];
     int64_t atiles = (A + TILE - 1) / TILE, units = nouter * atiles;
     int nt = pd__threads_for(x, nouter * A * B * (int64_t)es, units);
-    (void)nt;
-#ifdef _OPENMP
-PD_OMP_FOR(nt, nt > 1)
-#endif
+    PD_OMP_FOR(nt, nt > 1)
     for (int64_t u = 0; u < units; u++) {
         int64_t o = u / atiles, a0 = (u % atiles) * TILE, a1 = a0 + TILE < A ? a0 + TILE : A;
         int64_t io = 0, oo = 0;
@@ -557,10 +548,7 @@ pd_status pd__cpu_Concat(pd__exec *x, const pd__node *n, pd_tensor *const *in, p
     int64_t row = o->shape[axis] * inner;
     if (outer == 0 || row == 0) return PD_OK;
     int nt = pd__threads_for(x, outer * row, outer);
-    (void)nt;
-#ifdef _OPENMP
-PD_OMP_FOR(nt, nt > 1)
-#endif
+    PD_OMP_FOR(nt, nt > 1)
     for (int64_t r = 0; r < outer; r++) {
         int64_t off = 0;
         for (int i = 0; i < n->nin; i++) {
@@ -587,10 +575,7 @@ pd_status pd__cpu_Split(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd
     int64_t row = t->shape[axis] * inner;
     if (outer == 0 || row == 0) return PD_OK;
     int nt = pd__threads_for(x, outer * row, outer);
-    (void)nt;
-#ifdef _OPENMP
-PD_OMP_FOR(nt, nt > 1)
-#endif
+    PD_OMP_FOR(nt, nt > 1)
     for (int64_t r = 0; r < outer; r++) {
         int64_t off = 0;
         for (int i = 0; i < n->nout; i++) {
@@ -785,9 +770,7 @@ pd_status pd__cpu_Gather(pd__exec *x, const pd__node *n, pd_tensor *const *in, p
     (void)nt;
     char *dst = out[0]->data;
     const char *src = t->data;
-#ifdef _OPENMP
-PD_OMP_FOR(nt, nt > 1)
-#endif
+    PD_OMP_FOR(nt, nt > 1)
     for (int64_t u = 0; u < units; u++) {
         int64_t r = u / nidx, v = pd__get_i(ind->dtype, ind->data, u % nidx);
         if (v < 0) v += N;
@@ -1076,10 +1059,7 @@ pd_status pd__cpu_ConstantOfShape(pd__exec *x, const pd__node *n, pd_tensor *con
         return PD_OK;
     }
     int nt = pd__threads_for(x, k * (int64_t)es, k);
-    (void)nt;
-#ifdef _OPENMP
-PD_OMP_FOR(nt, nt > 1)
-#endif
+    PD_OMP_FOR(nt, nt > 1)
     for (int i = 0; i < nt; i++)
         fill((char *)out[0]->data + k * i / nt * (int64_t)es, v.data, k * (i + 1) / nt - k * i / nt, es);
     return PD_OK;
@@ -2214,10 +2194,7 @@ pd_status pd__cpu_DFT(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_t
     double sg = p.inverse ? 1 : -1, sc = p.inverse ? 1.0 / (double)N : 1;
     bool half = p.inverse && p.onesided;
     int nt = pd__threads_for(x, lines * p.m * use, lines);
-    (void)nt;
-#ifdef _OPENMP
-PD_OMP_FOR(nt, nt > 1)
-#endif
+    PD_OMP_FOR(nt, nt > 1)
     for (int64_t l = 0; l < lines; l++) {
         int64_t o = l / p.inner, i = l % p.inner;
         for (int64_t k = 0; k < p.m; k++) {
@@ -2260,10 +2237,7 @@ pd_status pd__cpu_STFT(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_
     void *yd = out[0]->data;
     int64_t L = p.frame_len, lines = p.batch * p.frames;
     int nt = pd__threads_for(x, lines * p.bins * L, lines);
-    (void)nt;
-#ifdef _OPENMP
-PD_OMP_FOR(nt, nt > 1)
-#endif
+    PD_OMP_FOR(nt, nt > 1)
     for (int64_t l = 0; l < lines; l++) {
         int64_t b = l / p.frames, f = l % p.frames;
         for (int64_t k = 0; k < p.bins; k++) {
