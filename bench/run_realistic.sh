@@ -11,6 +11,7 @@
 # row runs pdonnx and PyTorch alternately REPEATS times (default 3), each run
 # the median of ITERS steps (default 20) after 3 warm-up steps, and reports
 # the median run of each side: this shared VM's noise is +-20% between runs.
+# MODELS (default "mlp gpt vit resnet18") picks the rows.
 # A last table puts pdonnx beside ONNX Runtime training where it can train
 # the model ($PD_BENCH_ORT_VENV, default bench/.venv-ort; see the end).
 set -euo pipefail
@@ -24,7 +25,7 @@ fi
 py=$venv/bin/python
 ninja -C "$build" bench/bench_train >/dev/null
 out=$build/bench-realistic
-for m in mlp gpt vit resnet18; do
+for m in ${MODELS:-mlp gpt vit resnet18}; do
   [ -f "$out/$m/model.onnx" ] || "$py" bench/torch_realistic.py export "$m" "$out/$m" 2>/dev/null
 done
 batch() { "$py" -c "import sys; sys.path.insert(0, 'bench'); import torch_realistic as t; print(t.BATCH['$1'])"; }
@@ -36,7 +37,7 @@ echo "SGD momentum 0.9, median of $iters steps after 3 warm-up steps, median of 
 echo
 echo "| model | batch | threads | pdonnx steps/s | PyTorch steps/s | pdonnx / PyTorch | pdonnx 2T / 1T | PyTorch 2T / 1T |"
 echo "|---|---|---|---|---|---|---|---|"
-for m in mlp gpt vit resnet18; do
+for m in ${MODELS:-mlp gpt vit resnet18}; do
   b=$(batch "$m")
   declare -A ours theirs
   for t in 1 2; do

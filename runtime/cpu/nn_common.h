@@ -227,6 +227,32 @@ static inline pd__win win_swap(const pd__win *w) {
     return v;
 }
 
+/* tap[k * OUT + o]: the flat offset in an input plane that tap k reads at
+ * output position o, or -1 in the padding. live: the taps that read the
+ * input somewhere (a 3x3 window with pad 1 at a 1x1 output: the middle one);
+ * returns their count. */
+static inline int64_t conv_few_taps(const pd__win *w, int64_t *tap, int64_t *live) {
+    int ns = w->nsp;
+    int64_t K = prod64(ns, w->k), OUT = prod64(ns, w->out), nl = 0;
+    for (int64_t kr = 0; kr < K; kr++) {
+        int64_t kk[PD_MAX_DIMS], oi[PD_MAX_DIMS];
+        bool any = false;
+        odo_unflat(kr, w->k, ns, kk);
+        for (int64_t o = 0; o < OUT; o++) {
+            odo_unflat(o, w->out, ns, oi);
+            int64_t v = 0;
+            for (int i = 0; i < ns && v >= 0; i++) {
+                int64_t pos = oi[i] * w->s[i] - w->pb[i] + kk[i] * w->d[i];
+                v = pos < 0 || pos >= w->in[i] ? -1 : v * w->in[i] + pos;
+            }
+            tap[kr * OUT + o] = v;
+            any = any || v >= 0;
+        }
+        if (any) live[nl++] = kr;
+    }
+    return nl;
+}
+
 /* cnt: for each dim i, for each output position o of it, how many taps the
  * average divides by: those inside X, or with count_include_pad those inside X
  * and its declared pads (not the extra of ceil_mode). */
