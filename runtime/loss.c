@@ -9,9 +9,44 @@
  * gradient and do not count. */
 #include "loss.h"
 #include "cpu/fastmath.h"
+#include "cpu/omp_for.h"
 
 #include <math.h>
 #include <string.h>
+
+/* The calling thread's OpenMP count (the session sets it per node). */
+static int omp_threads(void) {
+#ifdef _OPENMP
+    return omp_in_parallel() ? 1 : omp_get_max_threads();
+#else
+    return 1;
+#endif
+}
+
+/* The largest of p[0..n) (n >= 1), eight lanes at a time; a NaN may or may
+ * not win (the row's loss is NaN either way). */
+static float max_f(const float *p, int64_t n) {
+    float m[8];
+    int64_t v = 0;
+    for (int j = 0; j < 8; j++) m[j] = p[0];
+    for (; v + 8 <= n; v += 8)
+        for (int j = 0; j < 8; j++) m[j] = p[v + j] > m[j] ? p[v + j] : m[j];
+    for (; v < n; v++) m[0] = p[v] > m[0] ? p[v] : m[0];
+    for (int j = 1; j < 8; j++) m[0] = m[j] > m[0] ? m[j] : m[0];
+    return m[0];
+}
+
+/* The sum of p[0..n) in double, eight running sums (one chain of adds was
+ * the loss's slowest loop). */
+static double sum_f(const float *p, int64_t n) {
+    double s[8] = {0};
+    int64_t v = 0;
+    for (; v + 8 <= n; v += 8)
+        for (int j = 0; j < 8; j++) s[j] += p[v + j];
+    double t = 0;
+    for (; v < n; v++) t += p[v];
+    return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7])) + t;
+}
 
 pd_status pd__loss_cross_entropy(const pd_tensor *logits, const pd_tensor *labels, int64_t rows, float *dlogits,
                                  double *loss, int64_t *correct, int64_t *count) {
@@ -36,39 +71,43 @@ pd_status pd__loss_cross_entropy(const pd_tensor *logits, const pd_tensor *label
     int64_t n = (rows < lead ? rows : lead) * per_row;
     const float *z = logits->data;
     const int64_t *y = labels->data;
-    double sum = 0;
-    int64_t ok = 0;
     for (int64_t p = 0; p < n; p++) {
         if (y[p] < 0 || y[p] >= V)
             return pd__err(PD_ERR_INVALID, "label %lld at position %lld is out of range [0, %lld)", (long long)y[p],
                            (long long)p, (long long)V);
     }
+    /* positions over the threads, each one's loss kept and summed after in
+     * order, so the total does not depend on the thread count */
+    double *lp = (double *)PD_MALLOC(sizeof(double) * (size_t)(n > 0 ? n : 1));
+    if (!lp) return pd__err(PD_ERR_NOMEM, "cross_entropy: out of memory for %lld positions", (long long)n);
+    int nt = omp_threads();
+    int64_t ok = 0;
+    PD_OMP_FOR_REDUCE(nt, n * V > 65536, +, ok)
     for (int64_t p = 0; p < n; p++) {
         const float *zp = z + p * V;
-        float mx = zp[0];
+        float mx = max_f(zp, V);
         int64_t arg = 0;
-        for (int64_t v = 1; v < V; v++)
-            if (zp[v] > mx) {
-                mx = zp[v];
-                arg = v;
-            }
+        while (arg < V && !(zp[arg] == mx)) arg++; /* the first maximum (none: a NaN row) */
         /* e^(z - max) once, in float (vectorized), summed in double; the
          * gradient is e / sum / n */
-        double se = 0;
+        double se;
         if (dlogits) {
             float *dp = dlogits + p * V;
             for (int64_t v = 0; v < V; v++) dp[v] = pd__expf(zp[v] - mx);
-            for (int64_t v = 0; v < V; v++) se += dp[v];
+            se = sum_f(dp, V);
             float scale = (float)(1.0 / (se * (double)n));
             for (int64_t v = 0; v < V; v++) dp[v] *= scale;
             dp[y[p]] -= (float)(1.0 / (double)n);
         } else {
+            se = 0;
             for (int64_t v = 0; v < V; v++) se += pd__expf(zp[v] - mx);
         }
-        double lse = log(se) + mx;
-        sum += lse - zp[y[p]];
+        lp[p] = log(se) + mx - zp[y[p]];
         ok += arg == y[p];
     }
+    double sum = 0;
+    for (int64_t p = 0; p < n; p++) sum += lp[p];
+    PD_FREE(lp);
     if (dlogits && n < total) memset(dlogits + n * V, 0, sizeof(float) * (size_t)((total - n) * V));
     *loss = n ? sum / (double)n : 0;
     if (correct) *correct = ok;

@@ -24,7 +24,11 @@
 #include "check.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 static bool same(const float *a, const float *b, int n, bool exact) {
     return exact ? memcmp(a, b, sizeof(float) * (size_t)n) == 0 : check_rel_err(a, b, n) <= 1e-6;
@@ -102,6 +106,61 @@ static void test_loss(const pd__dev *d, const char *name) {
           "%s: cross-entropy by hand (loss %.7f, want %.7f; correct %lld of %lld)", name, loss, want,
           (long long)correct, (long long)count);
     d->i->free(d->c, bz), d->i->free(d->c, by), d->i->free(d->c, bd);
+}
+
+/* runtime/loss.c at a language model's size (1024 positions of 1003
+ * classes: the eight-lane sums' tail too) against log-sum-exp in double,
+ * and the same bits on 1 and 2 threads (positions split over the threads,
+ * their losses summed in order). */
+static void test_loss_large(void) {
+    enum { P = 1024, V = 1003 };
+    float *z = malloc(sizeof(float) * P * V), *d1 = malloc(sizeof(float) * P * V), *d2 = malloc(sizeof(float) * P * V);
+    int64_t *y = malloc(sizeof(int64_t) * P);
+    uint64_t r = 12345;
+    for (int64_t i = 0; i < (int64_t)P * V; i++) {
+        r = r * 6364136223846793005ull + 1442695040888963407ull;
+        z[i] = (float)((double)(r >> 11) / 9007199254740992.0 * 8 - 4);
+    }
+    for (int p = 0; p < P; p++) y[p] = (p * 7919) % V;
+    y[5] = 0, z[5 * V] = 10; /* a position whose first class is its label and its maximum */
+    double want = 0, gerr = 0;
+    pd_tensor lz = {PD_FLOAT, 2, {P, V}, z}, ly = {PD_INT64, 1, {P}, y};
+    double l1 = 0, l2 = 0;
+    int64_t c1 = 0, c2 = 0, n1 = 0, n2 = 0, cw = 0;
+#ifdef _OPENMP
+    int was = omp_get_max_threads();
+    omp_set_num_threads(1);
+#endif
+    bool ok = pd__loss_cross_entropy(&lz, &ly, INT64_MAX, d1, &l1, &c1, &n1) == PD_OK;
+#ifdef _OPENMP
+    omp_set_num_threads(2);
+#endif
+    ok = ok && pd__loss_cross_entropy(&lz, &ly, INT64_MAX, d2, &l2, &c2, &n2) == PD_OK;
+#ifdef _OPENMP
+    omp_set_num_threads(was);
+#endif
+    for (int p = 0; p < P; p++) {
+        const float *zp = z + (int64_t)p * V;
+        double mx = zp[0], se = 0;
+        int64_t arg = 0;
+        for (int v = 1; v < V; v++)
+            if (zp[v] > mx) mx = zp[v], arg = v;
+        for (int v = 0; v < V; v++) se += exp(zp[v] - mx);
+        want += log(se) + mx - zp[y[p]];
+        cw += arg == y[p];
+        for (int v = 0; v < V; v++) {
+            double g = (exp(zp[v] - mx) / se - (v == y[p])) / P;
+            gerr = fmax(gerr, fabs(d1[(int64_t)p * V + v] - g) / (1e-3 / P + fabs(g)));
+        }
+    }
+    want /= P;
+    CHECK(ok && fabs(l1 - want) < 1e-6 * fabs(want) && gerr < 1e-4 && c1 == cw && n1 == P,
+          "cross-entropy of %d positions x %d classes: loss %.9f against %.9f in double, gradient max rel err %.2g, "
+          "%lld of %lld correct (want %lld)",
+          P, V, l1, want, gerr, (long long)c1, (long long)n1, (long long)cw);
+    CHECK(ok && l1 == l2 && c1 == c2 && n1 == n2 && memcmp(d1, d2, sizeof(float) * P * V) == 0,
+          "cross-entropy: the same bits on 1 and 2 threads (loss %.17g and %.17g)", l1, l2);
+    free(z), free(d1), free(d2), free(y);
 }
 
 static void test_order(const pd__dev *d, const char *name) {
@@ -293,6 +352,7 @@ static void test_sim_sessions(const char *fx, const char *root) {
 int main(int argc, char **argv) {
     bool gpu = argc > 1 && strcmp(argv[1], "--gpu") == 0;
     if (argc > 2 && !gpu) test_twin_sessions(argv[1], argv[2]);
+    if (!gpu) test_loss_large();
 #ifdef PD_HAVE_CUDA
     if (gpu) {
         if (pd__cuda_device_count() == 0) {

@@ -8,6 +8,10 @@
 #include <stdio.h>
 #include <stdint.h>
 
+/* Digits after the point that print a throughput to three figures at least
+ * (6612, 41.3, 2.65 samples/s): a large model's rate is not rounded away. */
+static inline int pd_cli_rate_digits(double r) { return r >= 100 ? 0 : r >= 10 ? 1 : 2; }
+
 /* Prints "pdonnx: <fmt with arg> (see pdonnx --help)" and returns 2. */
 int pd_cli_usage_error(const char *fmt, const char *arg);
 /* Parses an integer flag value in [lo, hi]; prints the error and returns false otherwise. */

@@ -706,8 +706,9 @@ static void pd__report_steps(const pd_step_result *res, int64_t first, int64_t s
     for (int64_t k = first; k < steps; k++)
         if ((k + 1) % every == 0 || k + 1 == steps)
             printf("step %lld/%lld  loss %.6f  lr %.4g\n", (long long)k + 1, (long long)steps, res[k].loss, res[k].lr);
-    printf("trained %lld steps in %.2f s: %.0f samples/s, final loss %.6f\n", (long long)steps, total,
-           (double)((steps - first) * B) / total, res[steps - 1].loss);
+    double rate = (double)((steps - first) * B) / total;
+    printf("trained %lld steps in %.2f s: %.*f samples/s, final loss %.6f\n", (long long)steps, total,
+           pd_cli_rate_digits(rate), rate, res[steps - 1].loss);
 }
 
 /* A pipeline run's state in pd__train_pipeline. */
@@ -1309,9 +1310,10 @@ static bool pd__train_stage(pd__trun *t) {
     }
     int64_t trained = t->steps - cr->first;
     if (a->quiet) return true;
-    printf("trained %lld steps in %.2f s: %.0f samples/s, data stall %.3f s (%.1f%%), final loss %.6f\n",
-           (long long)trained, total, total > 0 ? (double)trained * (double)a->batch / total : 0, stall,
-           total > 0 ? 100 * stall / total : 0, last_loss);
+    double rate = total > 0 ? (double)trained * (double)a->batch / total : 0;
+    printf("trained %lld steps in %.2f s: %.*f samples/s, data stall %.3f s (%.1f%%), final loss %.6f\n",
+           (long long)trained, total, pd_cli_rate_digits(rate), rate, stall, total > 0 ? 100 * stall / total : 0,
+           last_loss);
     if (a->val_x)
         printf("validation: loss %.4f, accuracy %.2f%% (%lld/%lld)\n", q.vloss, 100 * q.vacc, (long long)vcorrect,
                (long long)vcount);
