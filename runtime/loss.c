@@ -9,19 +9,9 @@
  * gradient and do not count. */
 #include "loss.h"
 #include "cpu/fastmath.h"
-#include "cpu/omp_for.h"
 
 #include <math.h>
 #include <string.h>
-
-/* The calling thread's OpenMP count (the session sets it per node). */
-static int omp_threads(void) {
-#ifdef _OPENMP
-    return omp_in_parallel() ? 1 : omp_get_max_threads();
-#else
-    return 1;
-#endif
-}
 
 /* The largest of p[0..n) (n >= 1), eight lanes at a time; a NaN may or may
  * not win (the row's loss is NaN either way). */
@@ -80,9 +70,9 @@ pd_status pd__loss_cross_entropy(const pd_tensor *logits, const pd_tensor *label
      * order, so the total does not depend on the thread count */
     double *lp = (double *)PD_MALLOC(sizeof(double) * (size_t)(n > 0 ? n : 1));
     if (!lp) return pd__err(PD_ERR_NOMEM, "cross_entropy: out of memory for %lld positions", (long long)n);
-    int nt = omp_threads();
     int64_t ok = 0;
-    PD_OMP_FOR_REDUCE(nt, n * V > 65536, +, ok)
+    /* the calling thread's OpenMP count, as runtime/optim.c's loops */
+#pragma omp parallel for schedule(static) reduction(+ : ok) if (n * V > 65536)
     for (int64_t p = 0; p < n; p++) {
         const float *zp = z + p * V;
         float mx = max_f(zp, V);

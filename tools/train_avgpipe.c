@@ -224,10 +224,11 @@ int pd_cli_train_avgpipe(const pd_cli_avg_args *av, const pd_cli_avg_ctx *c) {
         goto out;
     }
     avg_report(c, &r, total);
+    double rate = (double)(K * r.rows) / total;
     if (!c->quiet)
         printf("trained %lld steps x %d pipelines in %.2f s: %.*f samples/s, %lld elastic updates, final loss %.6f\n",
-               (long long)r.steps, K, total, pd_cli_rate_digits((double)(K * r.rows) / total),
-               (double)(K * r.rows) / total, (long long)pd__avg_updates(avg), r.res[r.steps - 1].loss);
+               (long long)r.steps, K, total, pd_cli_rate_digits(rate), rate, (long long)pd__avg_updates(avg),
+               r.res[r.steps - 1].loss);
     if (c->trace) {
         if (pd__pipe_write_trace(pd__avg_pipe(avg, 0), c->trace) != PD_OK) {
             pd_cli_fail();

@@ -7,8 +7,7 @@
  * forever for a thread its team of one lacks (a `num_threads(1) if (0)`
  * region, then a threaded sgemm, hangs with LLVM 14's libomp). There the
  * condition goes into the thread count instead; libgomp gets the if clause,
- * its serialized region a direct call. PD_OMP_FOR_REDUCE adds a reduction
- * clause (an integer count: a float sum would change with the threads).
+ * its serialized region a direct call.
  */
 #ifndef PD_OMP_FOR_H
 #define PD_OMP_FOR_H
@@ -18,16 +17,11 @@
 #define PD_PRAGMA(s) _Pragma(#s)
 #if defined(__clang__)
 #define PD_OMP_FOR(nt, cond) PD_PRAGMA(omp parallel for num_threads((cond) ? (nt) : 1) schedule(static))
-#define PD_OMP_FOR_REDUCE(nt, cond, op, var)                                                                         \
-    PD_PRAGMA(omp parallel for num_threads((cond) ? (nt) : 1) schedule(static) reduction(op : var))
 #else
 #define PD_OMP_FOR(nt, cond) PD_PRAGMA(omp parallel for num_threads(nt) schedule(static) if (cond))
-#define PD_OMP_FOR_REDUCE(nt, cond, op, var)                                                                         \
-    PD_PRAGMA(omp parallel for num_threads(nt) schedule(static) if (cond) reduction(op : var))
 #endif
 #else
 #define PD_OMP_FOR(nt, cond) (void)(nt);
-#define PD_OMP_FOR_REDUCE(nt, cond, op, var) (void)(nt);
 #endif
 
 #endif

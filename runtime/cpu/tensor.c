@@ -767,7 +767,6 @@ pd_status pd__cpu_Gather(pd__exec *x, const pd__node *n, pd_tensor *const *in, p
     int64_t units = outer * nidx;
     if (units == 0 || inner == 0) return PD_OK;
     int nt = pd__threads_for(x, units * inner, units);
-    (void)nt;
     char *dst = out[0]->data;
     const char *src = t->data;
     PD_OMP_FOR(nt, nt > 1)
