@@ -682,7 +682,6 @@ pd_status pd__cpu_GlobalAveragePool(pd__exec *x, const pd__node *n, pd_tensor *c
 
 pd_status pd__cpu_MaxPool_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *in, pd_tensor *const *out,
                               pd_tensor *const *dout, pd_tensor *const *din) {
-    (void)out;
     const pd_tensor *X = in[0], *dY = gout(n, dout, 0);
     pd_tensor *dX = gin(n, din, 0);
     if (!dY || !dX) return PD_OK;
@@ -692,7 +691,8 @@ pd_status pd__cpu_MaxPool_bwd(pd__exec *x, const pd__node *n, pd_tensor *const *
     /* scratch: the argmax (ny int64), then the recomputed Y (ny) */
     int64_t *ind = pd__scratch_n(x, 2 * ny, 1, sizeof(int64_t));
     if (!ind) return PD_ERR_NOMEM;
-    PD_DISPATCH(X->dtype, maxpool_bwd, (x, &w, NC, X->data, dY->data, (void *)(ind + ny), ind, dX->data))
+    const void *Y = out[0] ? out[0]->data : NULL; /* the forward's output: its maxima */
+    PD_DISPATCH(X->dtype, maxpool_bwd, (x, &w, NC, X->data, Y, dY->data, (void *)(ind + ny), ind, dX->data))
 }
 
 static pd_status avgpool_grad(pd__exec *x, pd_dtype dt, const pd__win *w, int64_t NC, const void *dY,

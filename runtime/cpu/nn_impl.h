@@ -781,49 +781,101 @@ static pd_status FN(conv_transpose_bwd)(pd__exec *x, const pd__win *w, int64_t g
  * of the max (row-major, or column-major over the spatial dims with storage_order=1).
  * Taps go outermost and each updates whole output rows, which vectorizes; taps
  * come in window order, so the first maximum wins (a NaN wins and stays). */
-static pd_status FN(maxpool)(pd__exec *x, const pd__win *w, int64_t NC, const T *X, T *Y, int64_t *ind, int so) {
+/* One plane of FN(maxpool) on 2-D windows: each output row's taps visited
+ * in kernel order as FN(maxpool_plane) visits them (so the same maximum
+ * and index), without its odometers, which cost more than the comparisons
+ * on small windows (a 3x3 stride-2 pool of 16x16 planes: 4x). lo, hi: per
+ * kernel column, the output columns whose tap falls inside the row. */
+PD__VEC static void FN(maxpool_plane_2d)(const pd__win *w, const T *xp, T *yp, int64_t *ip, const int64_t *lo,
+                                 const int64_t *hi) {
+    const int64_t KH = w->k[0], KW = w->k[1], H = w->in[0], W = w->in[1], OH = w->out[0], OW = w->out[1];
+    const int64_t SH = w->s[0], SW = w->s[1], DH = w->d[0], DW = w->d[1], PH = w->pb[0], PW = w->pb[1];
+    for (int64_t oh = 0; oh < OH; oh++) {
+        T *yrow = yp + oh * OW;
+        int64_t *irow = ip ? ip + oh * OW : NULL;
+        for (int64_t o = 0; o < OW; o++) yrow[o] = (T)-INFINITY;
+        if (irow)
+            for (int64_t o = 0; o < OW; o++) irow[o] = -1;
+        for (int64_t kh = 0; kh < KH; kh++) {
+            int64_t ih = oh * SH - PH + kh * DH;
+            if (ih < 0 || ih >= H) continue;
+            const T *srow = xp + ih * W;
+            for (int64_t kw = 0; kw < KW; kw++) {
+                int64_t p = kw * DW - PW;
+                if (irow) {
+                    for (int64_t o = lo[kw]; o < hi[kw]; o++) {
+                        T v = srow[o * SW + p], b = yrow[o];
+                        bool gt = v > b || (v != v && b == b) || irow[o] < 0;
+                        yrow[o] = gt ? v : b;
+                        irow[o] = gt ? ih * W + o * SW + p : irow[o];
+                    }
+                } else {
+                    for (int64_t o = lo[kw]; o < hi[kw]; o++) {
+                        T v = srow[o * SW + p], b = yrow[o];
+                        yrow[o] = v > b || v != v ? v : b;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/* One plane of FN(maxpool), any number of dims: per kernel tap, the output
+ * rows (all dims but the last) it reads inside X, then their columns. */
+static void FN(maxpool_plane)(const pd__win *w, const T *xp, T *yp, int64_t *ip) {
     int ns = w->nsp, last = ns - 1;
-    int64_t K = prod64(ns, w->k), IN = prod64(ns, w->in), OUT = prod64(ns, w->out);
+    int64_t K = prod64(ns, w->k), OUT = prod64(ns, w->out);
     int64_t OL = w->out[last], IL = w->in[last], S = w->s[last], outer = OUT / OL;
+    for (int64_t o = 0; o < OUT; o++) yp[o] = (T)-INFINITY;
+    if (ip)
+        for (int64_t o = 0; o < OUT; o++) ip[o] = -1;
+    for (int64_t kr = 0; kr < K; kr++) {
+        int64_t kk[PD_MAX_DIMS], oi[PD_MAX_DIMS] = {0};
+        odo_unflat(kr, w->k, ns, kk);
+        int64_t p = kk[last] * w->d[last] - w->pb[last], lo, hi;
+        out_range(p, S, IL, OL, &lo, &hi);
+        for (int64_t q = 0; q < outer; q++) {
+            int64_t off;
+            bool ok = outer_offset(w, oi, kk, w->in, &off);
+            odo_next(oi, w->out, last);
+            if (!ok) continue;
+            const T *srow = xp + off * IL;
+            T *yrow = yp + q * OL;
+            if (ip) {
+                int64_t *irow = ip + q * OL;
+                for (int64_t o = lo; o < hi; o++) {
+                    T v = srow[o * S + p], b = yrow[o];
+                    bool gt = v > b || (v != v && b == b) || irow[o] < 0;
+                    yrow[o] = gt ? v : b;
+                    irow[o] = gt ? off * IL + o * S + p : irow[o];
+                }
+            } else {
+                for (int64_t o = lo; o < hi; o++) {
+                    T v = srow[o * S + p], b = yrow[o];
+                    yrow[o] = v > b || v != v ? v : b;
+                }
+            }
+        }
+    }
+}
+
+static pd_status FN(maxpool)(pd__exec *x, const pd__win *w, int64_t NC, const T *X, T *Y, int64_t *ind, int so) {
+    int ns = w->nsp;
+    int64_t K = prod64(ns, w->k), IN = prod64(ns, w->in), OUT = prod64(ns, w->out);
     int64_t cstr[PD_MAX_DIMS]; /* column-major strides of the spatial dims */
     for (int i = 0; i < ns; i++) cstr[i] = i == 0 ? 1 : cstr[i - 1] * w->in[i - 1];
+    int64_t lo[16], hi[16]; /* the 2-D walk's output columns, per kernel column */
+    bool two = ns == 2 && w->k[1] <= 16;
+    for (int64_t kw = 0; two && kw < w->k[1]; kw++)
+        out_range(kw * w->d[1] - w->pb[1], w->s[1], w->in[1], w->out[1], &lo[kw], &hi[kw]);
     int nt = pd__nthreads(x);
     PD_OMP_FOR(nt, NC * OUT * K > 32768)
     for (int64_t nc = 0; nc < NC; nc++) {
         const T *xp = X + nc * IN;               // (in...)
         T *yp = Y + nc * OUT;                    // (out...)
         int64_t *ip = ind ? ind + nc * OUT : NULL; // (out...)
-        for (int64_t o = 0; o < OUT; o++) yp[o] = (T)-INFINITY;
-        if (ip)
-            for (int64_t o = 0; o < OUT; o++) ip[o] = -1;
-        for (int64_t kr = 0; kr < K; kr++) {
-            int64_t kk[PD_MAX_DIMS], oi[PD_MAX_DIMS] = {0};
-            odo_unflat(kr, w->k, ns, kk);
-            int64_t p = kk[last] * w->d[last] - w->pb[last], lo, hi;
-            out_range(p, S, IL, OL, &lo, &hi);
-            for (int64_t q = 0; q < outer; q++) {
-                int64_t off;
-                bool ok = outer_offset(w, oi, kk, w->in, &off);
-                odo_next(oi, w->out, last);
-                if (!ok) continue;
-                const T *srow = xp + off * IL;
-                T *yrow = yp + q * OL;
-                if (ip) {
-                    int64_t *irow = ip + q * OL;
-                    for (int64_t o = lo; o < hi; o++) {
-                        T v = srow[o * S + p], b = yrow[o];
-                        bool gt = v > b || (v != v && b == b) || irow[o] < 0;
-                        yrow[o] = gt ? v : b;
-                        irow[o] = gt ? off * IL + o * S + p : irow[o];
-                    }
-                } else {
-                    for (int64_t o = lo; o < hi; o++) {
-                        T v = srow[o * S + p], b = yrow[o];
-                        yrow[o] = v > b || v != v ? v : b;
-                    }
-                }
-            }
-        }
+        if (two) FN(maxpool_plane_2d)(w, xp, yp, ip, lo, hi);
+        else FN(maxpool_plane)(w, xp, yp, ip);
         if (ip) {
             for (int64_t o = 0; o < OUT; o++) {
                 int64_t bi = ip[o] < 0 ? 0 : ip[o];
@@ -903,11 +955,50 @@ static pd_status FN(global_avgpool)(pd__exec *x, int64_t NC, int64_t S, const T 
     return PD_OK;
 }
 
+/* maxpool_bwd on 2-D windows given the forward's output Yf: each window's
+ * first tap in kernel order equal to its maximum (NaN to a NaN), the one the
+ * forward keeps, found by comparing instead of recomputing with indices. */
+static void FN(maxpool_bwd_2d)(pd__exec *x, const pd__win *w, int64_t NC, const T *X, const T *Yf, const T *dY,
+                               T *dX) {
+    const int64_t KH = w->k[0], KW = w->k[1], H = w->in[0], W = w->in[1], OH = w->out[0], OW = w->out[1];
+    const int64_t SH = w->s[0], SW = w->s[1], DH = w->d[0], DW = w->d[1], PH = w->pb[0], PW = w->pb[1];
+    int nt = pd__nthreads(x);
+    PD_OMP_FOR(nt, NC * OH * OW * KH * KW > 32768)
+    for (int64_t nc = 0; nc < NC; nc++) {
+        const T *xp = X + nc * H * W, *yp = Yf + nc * OH * OW, *gp = dY + nc * OH * OW;
+        T *dp = dX + nc * H * W;
+        for (int64_t oh = 0, o = 0; oh < OH; oh++)
+            for (int64_t ow = 0; ow < OW; ow++, o++) {
+                T y = yp[o];
+                int64_t at = -1;
+                for (int64_t kh = 0; kh < KH && at < 0; kh++) {
+                    int64_t ih = oh * SH - PH + kh * DH;
+                    if (ih < 0 || ih >= H) continue;
+                    for (int64_t kw = 0; kw < KW; kw++) {
+                        int64_t iw = ow * SW - PW + kw * DW;
+                        if (iw < 0 || iw >= W) continue;
+                        T v = xp[ih * W + iw];
+                        if (v == y || (v != v && y != y)) {
+                            at = ih * W + iw;
+                            break;
+                        }
+                    }
+                }
+                if (at >= 0) dp[at] += gp[o];
+            }
+    }
+}
+
 /* dX (NC, in...) += dY (NC, out...) at each window's maximum, recomputed by
- * the forward's maxpool (the first maximum in window order wins, as there).
- * Y (NC*OUT) and ind (NC*OUT) are scratch. */
-static pd_status FN(maxpool_bwd)(pd__exec *x, const pd__win *w, int64_t NC, const T *X, const T *dY, T *Y,
-                                 int64_t *ind, T *dX) {
+ * the forward's maxpool (the first maximum in window order wins, as there);
+ * on 2-D windows with the forward's output Yf (may be NULL), by
+ * FN(maxpool_bwd_2d). Y (NC*OUT) and ind (NC*OUT) are scratch. */
+static pd_status FN(maxpool_bwd)(pd__exec *x, const pd__win *w, int64_t NC, const T *X, const T *Yf, const T *dY,
+                                 T *Y, int64_t *ind, T *dX) {
+    if (Yf && w->nsp == 2) {
+        FN(maxpool_bwd_2d)(x, w, NC, X, Yf, dY, dX);
+        return PD_OK;
+    }
     PD_TRY(FN(maxpool)(x, w, NC, X, Y, ind, 0));
     int64_t OUT = prod64(w->nsp, w->out), K = prod64(w->nsp, w->k);
     int nt = pd__nthreads(x);
@@ -996,29 +1087,6 @@ static pd_status FN(affine)(pd__exec *x, int64_t N, int64_t F, int64_t S, const 
     return PD_OK;
 }
 
-/* mean[f], var[f] (biased) of X (N, F, S) over N and S, two passes in double. */
-static pd_status FN(batch_stats)(pd__exec *x, int64_t N, int64_t F, int64_t S, const T *X, double *mean,
-                                 double *var) {
-    int nt = pd__nthreads(x);
-    double cnt = (double)(N * S);
-    PD_OMP_FOR(nt, N * F * S > 32768)
-    for (int64_t f = 0; f < F; f++) {
-        double sum = 0, sq = 0;
-        for (int64_t n = 0; n < N; n++) {
-            const T *xp = X + (n * F + f) * S;
-            for (int64_t s = 0; s < S; s++) sum += xp[s];
-        }
-        double m = cnt > 0 ? sum / cnt : 0;
-        for (int64_t n = 0; n < N; n++) {
-            const T *xp = X + (n * F + f) * S;
-            for (int64_t s = 0; s < S; s++) sq += (xp[s] - m) * (xp[s] - m);
-        }
-        mean[f] = m;
-        var[f] = cnt > 0 ? sq / cnt : 0;
-    }
-    return PD_OK;
-}
-
 /* Y (R, D) = (X - mean) / sqrt(var + eps) * scale (D) + bias (D), per row;
  * mean and inv_std (R) are stored with dtype mdt when asked for. */
 /* A row's sum and sum of squared deviations from m, in double, over 8
@@ -1039,6 +1107,28 @@ PD__INLINE double FN(row_sqdev)(const T *x, int64_t n, double m) {
         for (int l = 0; l < 8; l++) acc[l] += ((double)x[i + l] - m) * ((double)x[i + l] - m);
     for (; i < n; i++) s += ((double)x[i] - m) * ((double)x[i] - m);
     return s + (((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7])));
+}
+
+/* mean[f], var[f] (biased) of X (N, F, S) over N and S, two passes in
+ * double: each of channel f's N rows summed over 8 lanes (FN(row_sum)), the
+ * rows' sums added in order, so a channel's statistics are the same at
+ * every thread count (threads take channels). */
+PD__VEC static void FN(bn_stats_chan)(const T *X, int64_t N, int64_t FS, int64_t S, double *mean, double *var) {
+    double cnt = (double)(N * S), sum = 0, sq = 0;
+    for (int64_t n = 0; n < N; n++) sum += FN(row_sum)(X + n * FS, S);
+    double m = cnt > 0 ? sum / cnt : 0;
+    for (int64_t n = 0; n < N; n++) sq += FN(row_sqdev)(X + n * FS, S, m);
+    *mean = m;
+    *var = cnt > 0 ? sq / cnt : 0;
+}
+
+static pd_status FN(batch_stats)(pd__exec *x, int64_t N, int64_t F, int64_t S, const T *X, double *mean,
+                                 double *var) {
+    int nt = pd__nthreads(x);
+    PD_OMP_FOR(nt, N * F * S > 32768)
+    for (int64_t f = 0; f < F; f++)
+        FN(bn_stats_chan)(X + f * S, N, F * S, S, &mean[f], &var[f]);
+    return PD_OK;
 }
 
 /* One row of LayerNormalization: *m, *is its mean and 1/std. */
@@ -1092,6 +1182,40 @@ static pd_status FN(lrn)(pd__exec *x, int64_t N, int64_t C, int64_t S, const T *
  * scale). dX (when given) += scale * istd * dY, and with batch statistics
  * (batch: mean and istd are X's own) minus the parts through them:
  * - scale * istd * (sdy + xhat * sdyx) / (N*S). */
+/* bn_bwd's channel: X, dY, dX at its first row, rows FS apart; *a = sum
+ * dY, *b = sum dY * (X - m), each row over 8 lanes, the rows in order. */
+PD__VEC static void FN(bn_bwd_sums)(const T *X, const T *dY, int64_t N, int64_t FS, int64_t S, double m, double *a,
+                                    double *b) {
+    double sa = 0, sb = 0;
+    for (int64_t n = 0; n < N; n++) {
+        const T *xp = X + n * FS, *gp = dY + n * FS;
+        double a8[8] = {0}, b8[8] = {0}, ra = 0, rb = 0;
+        int64_t s = 0;
+        for (; s + 8 <= S; s += 8)
+            for (int l = 0; l < 8; l++) {
+                a8[l] += (double)gp[s + l];
+                b8[l] += (double)gp[s + l] * ((double)xp[s + l] - m);
+            }
+        for (; s < S; s++) {
+            ra += (double)gp[s];
+            rb += (double)gp[s] * ((double)xp[s] - m);
+        }
+        sa += ra + (((a8[0] + a8[1]) + (a8[2] + a8[3])) + ((a8[4] + a8[5]) + (a8[6] + a8[7])));
+        sb += rb + (((b8[0] + b8[1]) + (b8[2] + b8[3])) + ((b8[4] + b8[5]) + (b8[6] + b8[7])));
+    }
+    *a = sa;
+    *b = sb;
+}
+/* dX += k * (dY - ma - (X - m) * c) over the channel's rows */
+PD__VEC static void FN(bn_bwd_dx)(const T *X, const T *dY, T *dX, int64_t N, int64_t FS, int64_t S, double m,
+                                  double k, double ma, double c) {
+    for (int64_t n = 0; n < N; n++) {
+        const T *xp = X + n * FS, *gp = dY + n * FS;
+        T *dp = dX + n * FS;
+        for (int64_t s = 0; s < S; s++) dp[s] += (T)(k * ((double)gp[s] - ma - ((double)xp[s] - m) * c));
+    }
+}
+
 static pd_status FN(bn_bwd)(pd__exec *x, int64_t N, int64_t F, int64_t S, const T *X, const T *dY,
                             const double *mean, const double *istd, const double *scale, bool batch, T *dX,
                             double *sdy, double *sdyx) {
@@ -1099,24 +1223,14 @@ static pd_status FN(bn_bwd)(pd__exec *x, int64_t N, int64_t F, int64_t S, const 
     double cnt = (double)(N * S);
     PD_OMP_FOR(nt, N * F * S > 32768)
     for (int64_t f = 0; f < F; f++) {
-        double m = mean[f], is = istd[f], a = 0, b = 0;
-        for (int64_t n = 0; n < N; n++) {
-            const T *xp = X + (n * F + f) * S, *gp = dY + (n * F + f) * S;
-            for (int64_t s = 0; s < S; s++) {
-                a += gp[s];
-                b += gp[s] * (xp[s] - m);
-            }
-        }
+        double m = mean[f], is = istd[f], a, b;
+        FN(bn_bwd_sums)(X + f * S, dY + f * S, N, F * S, S, m, &a, &b);
         b *= is;
         sdy[f] = a;
         sdyx[f] = b;
         if (!dX) continue;
         double k = scale[f] * is, ma = batch && cnt > 0 ? a / cnt : 0, mb = batch && cnt > 0 ? b / cnt : 0;
-        for (int64_t n = 0; n < N; n++) {
-            const T *xp = X + (n * F + f) * S, *gp = dY + (n * F + f) * S;
-            T *dp = dX + (n * F + f) * S;
-            for (int64_t s = 0; s < S; s++) dp[s] += (T)(k * (gp[s] - ma - (xp[s] - m) * is * mb));
-        }
+        FN(bn_bwd_dx)(X + f * S, dY + f * S, dX + f * S, N, F * S, S, m, k, ma, is * mb);
     }
     return PD_OK;
 }
