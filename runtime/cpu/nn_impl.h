@@ -787,17 +787,13 @@ static pd_status FN(conv_transpose_bwd)(pd__exec *x, const pd__win *w, int64_t g
 
 /* ---- pools ------------------------------------------------------------------------------------ */
 
-/* Y (NC, out...) = max over each window of X (NC, in...); ind: flat index into X
- * of the max (row-major, or column-major over the spatial dims with storage_order=1).
- * Taps go outermost and each updates whole output rows, which vectorizes; taps
- * come in window order, so the first maximum wins (a NaN wins and stays). */
 /* One plane of FN(maxpool) on 2-D windows: each output row's taps visited
- * in kernel order as FN(maxpool_plane) visits them (so the same maximum
- * and index), without its odometers, which cost more than the comparisons
- * on small windows (a 3x3 stride-2 pool of 16x16 planes: 4x). lo, hi: per
- * kernel column, the output columns whose tap falls inside the row. */
+ * in kernel order, as FN(maxpool_plane) visits them (so the same maximum
+ * and index), without its odometers per tap and row, which on small windows
+ * cost as much as the comparisons. lo, hi: per kernel column, the output
+ * columns whose tap falls inside the row. */
 PD__VEC static void FN(maxpool_plane_2d)(const pd__win *w, const T *xp, T *yp, int64_t *ip, const int64_t *lo,
-                                 const int64_t *hi) {
+                                         const int64_t *hi) {
     const int64_t KH = w->k[0], KW = w->k[1], H = w->in[0], W = w->in[1], OH = w->out[0], OW = w->out[1];
     const int64_t SH = w->s[0], SW = w->s[1], DH = w->d[0], DW = w->d[1], PH = w->pb[0], PW = w->pb[1];
     for (int64_t oh = 0; oh < OH; oh++) {
@@ -830,8 +826,9 @@ PD__VEC static void FN(maxpool_plane_2d)(const pd__win *w, const T *xp, T *yp, i
     }
 }
 
-/* One plane of FN(maxpool), any number of dims: per kernel tap, the output
- * rows (all dims but the last) it reads inside X, then their columns. */
+/* One plane of FN(maxpool), any number of dims: taps go outermost and each
+ * updates the whole output rows (all dims but the last) it reads inside X,
+ * which vectorizes. */
 static void FN(maxpool_plane)(const pd__win *w, const T *xp, T *yp, int64_t *ip) {
     int ns = w->nsp, last = ns - 1;
     int64_t K = prod64(ns, w->k), OUT = prod64(ns, w->out);
@@ -869,6 +866,10 @@ static void FN(maxpool_plane)(const pd__win *w, const T *xp, T *yp, int64_t *ip)
     }
 }
 
+/* Y (NC, out...) = max over each window of X (NC, in...); ind: flat index into X
+ * of the max (row-major, or column-major over the spatial dims with storage_order=1).
+ * Each output sees its taps in window order, so the first maximum wins (a
+ * NaN wins and stays). */
 static pd_status FN(maxpool)(pd__exec *x, const pd__win *w, int64_t NC, const T *X, T *Y, int64_t *ind, int so) {
     int ns = w->nsp;
     int64_t K = prod64(ns, w->k), IN = prod64(ns, w->in), OUT = prod64(ns, w->out);
