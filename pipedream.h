@@ -720,7 +720,7 @@ PDDEF void pd_mpi_finalize(void);
 
 #define PD_OPS(X)                                                                                  \
     /* neural-network ops */                                                                       \
-    X(GEMM, Gemm, PD_OPF_NN, 0x7, 0)                                                               \
+    X(GEMM, Gemm, PD_OPF_NN | PD_OPF_BWD_WRITES, 0x7, 0)                                           \
     X(MATMUL, MatMul, PD_OPF_NN | PD_OPF_BWD_WRITES, 0x3, 0)                                       \
     X(CONV, Conv, PD_OPF_NN, 0x7, 0)                                                               \
     X(CONV_TRANSPOSE, ConvTranspose, PD_OPF_NN | PD_OPF_HOST, 0x7, 0)                              \
@@ -1327,6 +1327,11 @@ pd_status pd__cpu_run_bwd(pd__exec *x, const pd_graph *g, const pd__node *n, pd_
  * so they share libgomp's one pool; a pthreads OpenBLAS gets the count too
  * (process-wide there). Cheap when n is already set: every node calls it. */
 void pd__threads_use(int n);
+/* bytes of p set to 0 on the calling thread's OpenMP threads (a large
+ * buffer; a small one by memset): no serial stretch between two parallel
+ * kernels, in which an idle worker would go to sleep and cost the next
+ * region its wake-up (docs/PERF.md, issue 23). */
+void pd__cpu_zero(void *p, size_t bytes);
 /* threads 0: the cores this process may run on (its affinity mask, so
  * taskset and container limits count), at least 1. */
 int pd__threads_default(int threads);

@@ -17,7 +17,7 @@
 
 #define PD_OPS(X)                                                                                  \
     /* neural-network ops */                                                                       \
-    X(GEMM, Gemm, PD_OPF_NN, 0x7, 0)                                                               \
+    X(GEMM, Gemm, PD_OPF_NN | PD_OPF_BWD_WRITES, 0x7, 0)                                           \
     X(MATMUL, MatMul, PD_OPF_NN | PD_OPF_BWD_WRITES, 0x3, 0)                                       \
     X(CONV, Conv, PD_OPF_NN, 0x7, 0)                                                               \
     X(CONV_TRANSPOSE, ConvTranspose, PD_OPF_NN | PD_OPF_HOST, 0x7, 0)                              \

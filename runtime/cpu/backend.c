@@ -22,6 +22,14 @@ void pd__threads_use(int n) {
     if (openblas_get_parallel() != 2 && openblas_get_num_threads() != n) openblas_set_num_threads(n);
 }
 
+void pd__cpu_zero(void *p, size_t bytes) {
+    enum { PIECE = 1 << 16 };
+    int64_t np = (int64_t)((bytes + PIECE - 1) / PIECE);
+#pragma omp parallel for schedule(static) if (np >= 4)
+    for (int64_t i = 0; i < np; i++)
+        memset((char *)p + i * PIECE, 0, i == np - 1 ? bytes - (size_t)i * PIECE : PIECE);
+}
+
 int pd__threads_default(int threads) {
     if (threads > 0) return threads;
     cpu_set_t set;
@@ -57,13 +65,13 @@ pd_status pd__cpu_run_bwd(pd__exec *x, const pd_graph *g, const pd__node *n, pd_
                           pd_tensor *const *out, pd_tensor *const *dout, pd_tensor *const *din) {
     if (!pd__cpu_supports(n) || !pd__ops[n->op].grad)
         return pd__node_err(g, n, PD_ERR_UNSUPPORTED, "operator %s is not differentiable", n->op_type);
+    if (x->threads > 0) pd__threads_use(x->threads);
     if (x->fresh && !(pd__ops[n->op].flags & PD_OPF_BWD_WRITES)) { /* the kernel adds: zero what holds nothing yet */
         for (int i = 0; i < n->nin && i < 32; i++)
             if (pd__fresh(x, i) && din[i] && din[i]->data)
-                memset(din[i]->data, 0, (size_t)pd_tensor_numel(din[i]) * pd_dtype_size(din[i]->dtype));
+                pd__cpu_zero(din[i]->data, (size_t)pd_tensor_numel(din[i]) * pd_dtype_size(din[i]->dtype));
         x->fresh = 0;
     }
-    if (x->threads > 0) pd__threads_use(x->threads);
     pd_status st = pd__cpu_grads[n->op](x, n, in, out, dout, din);
     x->fresh = 0;
     if (st != PD_OK) pd__err_prefix("%s: node '%s' (%s) backward", g->path, n->name, n->op_type);

@@ -69,7 +69,7 @@ static pd_status pd__cpu_copy_peer(void *ctx, void *dst, void *dst_ctx, const vo
 }
 static pd_status pd__cpu_memset0(void *ctx, void *dst, size_t bytes) {
     (void)ctx;
-    if (bytes) memset(dst, 0, bytes);
+    pd__cpu_zero(dst, bytes);
     return PD_OK;
 }
 

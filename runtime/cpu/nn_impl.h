@@ -117,7 +117,9 @@ static pd_status FN(matmul)(const pd_tensor *a, const pd_tensor *b, pd_tensor *y
 
 /* Y (M, N) = alpha * op(A) @ op(B) + beta * C:
  *   dA += alpha * dY @ op(B)^T (transposed back when transA), likewise dB,
- *   dC += beta * dY summed over the dims C broadcasts along. */
+ *   dC += beta * dY summed over the dims C broadcasts along;
+ * those of dA, dB, dC that are fresh (pd__exec.fresh bits 0-2) are written,
+ * the products with beta 0, so no one zeroes them first. */
 /* col[j] += dY[i, j] over the rows i of (M, N), in row order, for j in [j0, j1). */
 PD__VEC static void FN(col_sums)(const T *dY, int64_t M, int64_t N, int64_t j0, int64_t j1, double *col) {
     for (int64_t i = 0; i < M; i++)
@@ -129,14 +131,17 @@ static pd_status FN(gemm_bwd)(pd__exec *x, const pd_tensor *a, const pd_tensor *
     int64_t lda = a->shape[a->ndim - 1], ldb = b->shape[1], K = ta ? a->shape[0] : lda, N = b->shape[tb ? 0 : 1];
     int64_t M = ta ? a->shape[1] : a->ndim == 2 ? a->shape[0] : K ? pd_tensor_numel(a) / K : 0; /* A (..., K) */
     const T *A = a->data, *B = b->data;
+    double ba = pd__fresh(x, 0) ? 0 : 1, bb = pd__fresh(x, 1) ? 0 : 1;
+    bool fc = pd__fresh(x, 2);
     if (dA) {
-        if (!ta) PD_TRY(FN(gemm)(false, !tb, M, K, N, alpha, dY, N, B, ldb, 1, dA, K)); // (M, K)
-        else PD_TRY(FN(gemm)(tb, true, K, M, N, alpha, B, ldb, dY, N, 1, dA, M));       // (K, M)
+        if (!ta) PD_TRY(FN(gemm)(false, !tb, M, K, N, alpha, dY, N, B, ldb, ba, dA, K)); // (M, K)
+        else PD_TRY(FN(gemm)(tb, true, K, M, N, alpha, B, ldb, dY, N, ba, dA, M));       // (K, M)
     }
     if (dB) {
-        if (!tb) PD_TRY(FN(gemm)(!ta, false, K, N, M, alpha, A, lda, dY, N, 1, dB, N)); // (K, N)
-        else PD_TRY(FN(gemm)(true, ta, N, K, M, alpha, dY, N, A, lda, 1, dB, K));       // (N, K)
+        if (!tb) PD_TRY(FN(gemm)(!ta, false, K, N, M, alpha, A, lda, dY, N, bb, dB, N)); // (K, N)
+        else PD_TRY(FN(gemm)(true, ta, N, K, M, alpha, dY, N, A, lda, bb, dB, K));       // (N, K)
     }
+    if (dC && fc && beta == 0) memset(dC, 0, sizeof(T) * (size_t)pd_tensor_numel(c));
     if (dC && beta != 0) {
         int64_t cc = c->ndim >= 1 ? c->shape[c->ndim - 1] : 1, cr = c->ndim == 2 ? c->shape[0] : 1;
         double *col = cr == 1 && cc == N && N > 1 ? (double *)PD_CALLOC((size_t)N, sizeof(double)) : NULL;
@@ -148,7 +153,7 @@ static pd_status FN(gemm_bwd)(pd__exec *x, const pd_tensor *a, const pd_tensor *
                 int64_t j0 = (N * t / nt) & ~(int64_t)7, j1 = t == nt - 1 ? N : (N * (t + 1) / nt) & ~(int64_t)7;
                 FN(col_sums)(dY, M, N, j0, j1, col);
             }
-            for (int64_t j = 0; j < N; j++) dC[j] += (T)(beta * col[j]);
+            for (int64_t j = 0; j < N; j++) dC[j] = (T)(beta * col[j]) + (fc ? 0 : dC[j]);
             PD_FREE(col);
             return PD_OK;
         }
@@ -157,7 +162,7 @@ static pd_status FN(gemm_bwd)(pd__exec *x, const pd_tensor *a, const pd_tensor *
                 double s = 0;
                 for (int64_t i = cr == 1 ? 0 : ci; i < (cr == 1 ? M : ci + 1); i++)
                     for (int64_t j = cc == 1 ? 0 : cj; j < (cc == 1 ? N : cj + 1); j++) s += dY[i * N + j];
-                dC[ci * cc + cj] += (T)(beta * s);
+                dC[ci * cc + cj] = (T)(beta * s) + (fc ? 0 : dC[ci * cc + cj]);
             }
     }
     return PD_OK;
