@@ -51,6 +51,23 @@ static void test_memory(const pd__dev *d, const char *name) {
     CHECK(ok && memcmp(back, half, sizeof half) == 0, "%s: scale by 0.5", name);
     ok = d->i->memset0(d->c, b, sizeof h) == PD_OK && d->i->download(d->c, back, b, sizeof h) == PD_OK;
     CHECK(ok && memcmp(back, zero, sizeof zero) == 0, "%s: memset0", name);
+    /* a large one, in pieces over 2 threads on the CPU (pd__cpu_zero): every
+     * byte of an odd length zeroed, the bytes around it untouched */
+    enum { BIG = (1 << 20) + 13, PAD = 64 };
+    unsigned char *big = malloc(BIG + 2 * PAD);
+    void *dbig = NULL;
+    pd__threads_use(2);
+    ok = big && d->i->alloc(d->c, BIG + 2 * PAD, &dbig) == PD_OK;
+    if (ok) memset(big, 0xab, BIG + 2 * PAD);
+    ok = ok && d->i->upload(d->c, dbig, big, BIG + 2 * PAD) == PD_OK &&
+         d->i->memset0(d->c, (char *)dbig + PAD, BIG) == PD_OK &&
+         d->i->download(d->c, big, dbig, BIG + 2 * PAD) == PD_OK;
+    size_t bad = 0;
+    for (size_t i = 0; ok && i < BIG + 2 * PAD; i++) bad += big[i] != (i < PAD || i >= PAD + BIG ? 0xab : 0);
+    CHECK(ok && bad == 0, "%s: memset0 of %d bytes at 2 threads zeroes them and nothing around (%zu wrong)", name,
+          (int)BIG, bad);
+    d->i->free(d->c, dbig);
+    free(big);
     ok = d->i->host_alloc(d->c, 64, &pin) == PD_OK;
     CHECK(ok && (pin == NULL) == d->i->host_memory, "%s: host_alloc stages only where the device has its own memory",
           name);
