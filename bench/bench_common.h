@@ -1,5 +1,6 @@
-/* bench_common.h - what bench_infer.c and bench_train.c share: the clock,
- * the flags, the median, and the input batch made of X.npy's rows. */
+/* bench_common.h - what the benchmark programs share: the clock, the
+ * flags, the median, and the input batch made of X.npy's rows (inline, so
+ * a program that uses some of them builds without warnings). */
 #ifndef PD_BENCH_COMMON_H
 #define PD_BENCH_COMMON_H
 
@@ -19,26 +20,26 @@ typedef struct {
     const char *optimizer;          /* bench_train: sgd (default), momentum, adam */
 } bench_args;
 
-static double bench_now(void) {
+static inline double bench_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static int bench_cmp(const void *a, const void *b) {
+static inline int bench_cmp(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
 }
 
 /* The median of n timings (sorts them). */
-static double bench_median(double *t, int n) {
+static inline double bench_median(double *t, int n) {
     qsort(t, (size_t)n, sizeof(double), bench_cmp);
     return t[n / 2];
 }
 
 /* PROG MODEL.onnx X.npy [--batch B] [--threads T] [--iters I] [--warmup W] [--name N]
  * [--device D] [--precision P] [--optimizer sgd|momentum|adam]; false on bad usage. */
-static bool bench_parse(const char *prog, int argc, char **argv, int iters, bench_args *a) {
+static inline bool bench_parse(const char *prog, int argc, char **argv, int iters, bench_args *a) {
     if (argc < 3) {
         fprintf(stderr, "usage: %s MODEL.onnx X.npy [--batch B] [--threads T] [--iters I] [--warmup W] [--name N]\n", prog);
         return false;
@@ -66,7 +67,7 @@ static bool bench_parse(const char *prog, int argc, char **argv, int iters, benc
 }
 
 /* x: `batch` rows, X.npy's rows repeated (x->data is malloc'd). */
-static pd_status bench_input(const char *path, int batch, pd_tensor *x) {
+static inline pd_status bench_input(const char *path, int batch, pd_tensor *x) {
     pd_tensor x0;
     pd_status st = pd_npy_load(path, &x0);
     if (st != PD_OK) return st;

@@ -8,21 +8,8 @@
  *
  * Prints one JSON line: the median ms at 1 and T threads, GFLOP/s, ratio. */
 #include "../core/pd_internal.h"
+#include "bench_common.h"
 
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
-
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-static int cmp(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 static pd_tensor matrix(int64_t r, int64_t c) {
     pd_tensor t = {PD_FLOAT, 2, {r, c}, malloc(sizeof(float) * (size_t)(r * c))};
     for (int64_t i = 0; t.data && i < r * c; i++) ((float *)t.data)[i] = (float)(i % 97) / 97.0f - 0.5f;
@@ -62,21 +49,19 @@ int main(int argc, char **argv) {
     pd__exec one = {.threads = 1}, many = {.threads = threads};
     for (int r = -3; r < iters; r++) { /* three warm-up rounds */
         pd__threads_use(1); /* as the backend sets it before every node (pd__cpu_run) */
-        double a = now();
+        double a = bench_now();
         pd_status s1 = pd__cpu_kernels[PD_OP_GEMM](&one, &n, in, out);
-        double b = now();
+        double b = bench_now();
         pd__threads_use(threads);
         pd_status s2 = pd__cpu_kernels[PD_OP_GEMM](&many, &n, in, out);
-        double c = now();
+        double c = bench_now();
         if (s1 != PD_OK || s2 != PD_OK) {
             fprintf(stderr, "bench_gemm: %s\n", pd_last_error());
             return 1;
         }
         if (r >= 0) t1[r] = b - a, tt[r] = c - b;
     }
-    qsort(t1, (size_t)iters, sizeof(double), cmp);
-    qsort(tt, (size_t)iters, sizeof(double), cmp);
-    double m1 = t1[iters / 2], mt = tt[iters / 2], flop = 2.0 * (double)M * (double)N * (double)K;
+    double m1 = bench_median(t1, iters), mt = bench_median(tt, iters), flop = 2.0 * (double)M * (double)N * (double)K;
     printf("{\"M\": %lld, \"N\": %lld, \"K\": %lld, \"transB\": %d, \"threads\": %d, \"ms_1\": %.4f, "
            "\"ms_T\": %.4f, \"gflops_1\": %.1f, \"gflops_T\": %.1f, \"T_over_1\": %.2f}\n",
            (long long)M, (long long)N, (long long)K, trans, threads, m1 * 1e3, mt * 1e3, flop / m1 / 1e9, flop / mt / 1e9,
