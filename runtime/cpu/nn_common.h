@@ -142,6 +142,13 @@ static inline void pd__mm_at(const pd__mm *L, int64_t q, int64_t *oa, int64_t *o
  * inside a parallel region); big ones (1: none) FN(gemm) splits itself. */
 #define PD_MM_SMALL ((int64_t)1 << 21) /* M*N*K of a product too small for BLAS to split */
 
+/* Eight running sums added in one fixed order, ((0+1)+(2+3))+((4+5)+(6+7)):
+ * the reductions that keep eight lanes (so they vectorize) end with it, and
+ * give the same bits on every run and clone. */
+static inline double pd__lanes8(const double *a) {
+    return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+}
+
 /* Threads for one matrix product C (M, N) = A (M, K) B (K, N) outside a
  * parallel region: its larger side is split in parts of at least 64 and each
  * thread makes one single-threaded call. 5-15% faster than OpenBLAS's own

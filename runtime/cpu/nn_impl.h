@@ -792,6 +792,26 @@ static pd_status FN(conv_transpose_bwd)(pd__exec *x, const pd__win *w, int64_t g
 
 /* ---- pools ------------------------------------------------------------------------------------ */
 
+/* One output row of a max pool through one tap: outputs [lo, hi) see
+ * srow[o * S + p], at flat index base + o * S + p of the plane; with irow,
+ * the first maximum's index kept (a NaN wins and stays). */
+PD__INLINE void FN(max_row)(const T *srow, int64_t S, int64_t p, int64_t lo, int64_t hi, int64_t base, T *yrow,
+                            int64_t *irow) {
+    if (irow) {
+        for (int64_t o = lo; o < hi; o++) {
+            T v = srow[o * S + p], b = yrow[o];
+            bool gt = v > b || (v != v && b == b) || irow[o] < 0;
+            yrow[o] = gt ? v : b;
+            irow[o] = gt ? base + o * S + p : irow[o];
+        }
+    } else {
+        for (int64_t o = lo; o < hi; o++) {
+            T v = srow[o * S + p], b = yrow[o];
+            yrow[o] = v > b || v != v ? v : b;
+        }
+    }
+}
+
 /* One plane of FN(maxpool) on 2-D windows: each output row's taps visited
  * in kernel order, as FN(maxpool_plane) visits them (so the same maximum
  * and index), without its odometers per tap and row, which on small windows
@@ -810,23 +830,8 @@ PD__VEC static void FN(maxpool_plane_2d)(const pd__win *w, const T *xp, T *yp, i
         for (int64_t kh = 0; kh < KH; kh++) {
             int64_t ih = oh * SH - PH + kh * DH;
             if (ih < 0 || ih >= H) continue;
-            const T *srow = xp + ih * W;
-            for (int64_t kw = 0; kw < KW; kw++) {
-                int64_t p = kw * DW - PW;
-                if (irow) {
-                    for (int64_t o = lo[kw]; o < hi[kw]; o++) {
-                        T v = srow[o * SW + p], b = yrow[o];
-                        bool gt = v > b || (v != v && b == b) || irow[o] < 0;
-                        yrow[o] = gt ? v : b;
-                        irow[o] = gt ? ih * W + o * SW + p : irow[o];
-                    }
-                } else {
-                    for (int64_t o = lo[kw]; o < hi[kw]; o++) {
-                        T v = srow[o * SW + p], b = yrow[o];
-                        yrow[o] = v > b || v != v ? v : b;
-                    }
-                }
-            }
+            for (int64_t kw = 0; kw < KW; kw++)
+                FN(max_row)(xp + ih * W, SW, kw * DW - PW, lo[kw], hi[kw], ih * W, yrow, irow);
         }
     }
 }
@@ -851,22 +856,7 @@ static void FN(maxpool_plane)(const pd__win *w, const T *xp, T *yp, int64_t *ip)
             bool ok = outer_offset(w, oi, kk, w->in, &off);
             odo_next(oi, w->out, last);
             if (!ok) continue;
-            const T *srow = xp + off * IL;
-            T *yrow = yp + q * OL;
-            if (ip) {
-                int64_t *irow = ip + q * OL;
-                for (int64_t o = lo; o < hi; o++) {
-                    T v = srow[o * S + p], b = yrow[o];
-                    bool gt = v > b || (v != v && b == b) || irow[o] < 0;
-                    yrow[o] = gt ? v : b;
-                    irow[o] = gt ? off * IL + o * S + p : irow[o];
-                }
-            } else {
-                for (int64_t o = lo; o < hi; o++) {
-                    T v = srow[o * S + p], b = yrow[o];
-                    yrow[o] = v > b || v != v ? v : b;
-                }
-            }
+            FN(max_row)(xp + off * IL, S, p, lo, hi, off * IL, yp + q * OL, ip ? ip + q * OL : NULL);
         }
     }
 }
@@ -1114,7 +1104,7 @@ PD__INLINE double FN(row_sum)(const T *x, int64_t n) {
     for (; i + 8 <= n; i += 8)
         for (int l = 0; l < 8; l++) acc[l] += (double)x[i + l];
     for (; i < n; i++) s += (double)x[i];
-    return s + (((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7])));
+    return s + pd__lanes8(acc);
 }
 PD__INLINE double FN(row_sqdev)(const T *x, int64_t n, double m) {
     double acc[8] = {0}, s = 0;
@@ -1122,7 +1112,7 @@ PD__INLINE double FN(row_sqdev)(const T *x, int64_t n, double m) {
     for (; i + 8 <= n; i += 8)
         for (int l = 0; l < 8; l++) acc[l] += ((double)x[i + l] - m) * ((double)x[i + l] - m);
     for (; i < n; i++) s += ((double)x[i] - m) * ((double)x[i] - m);
-    return s + (((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7])));
+    return s + pd__lanes8(acc);
 }
 
 /* mean[f], var[f] (biased) of X (N, F, S) over N and S, two passes in
@@ -1216,8 +1206,8 @@ PD__VEC static void FN(bn_bwd_sums)(const T *X, const T *dY, int64_t N, int64_t 
             ra += (double)gp[s];
             rb += (double)gp[s] * ((double)xp[s] - m);
         }
-        sa += ra + (((a8[0] + a8[1]) + (a8[2] + a8[3])) + ((a8[4] + a8[5]) + (a8[6] + a8[7])));
-        sb += rb + (((b8[0] + b8[1]) + (b8[2] + b8[3])) + ((b8[4] + b8[5]) + (b8[6] + b8[7])));
+        sa += ra + pd__lanes8(a8);
+        sb += rb + pd__lanes8(b8);
     }
     *a = sa;
     *b = sb;
@@ -1276,8 +1266,8 @@ PD__VEC static void FN(layer_norm_bwd_row)(const T *xp, int64_t D, const T *scal
             mg += g;
             mgx += g * ((double)xp[i] - m);
         }
-        mg += ((a1[0] + a1[1]) + (a1[2] + a1[3])) + ((a1[4] + a1[5]) + (a1[6] + a1[7]));
-        mgx += ((a2[0] + a2[1]) + (a2[2] + a2[3])) + ((a2[4] + a2[5]) + (a2[6] + a2[7]));
+        mg += pd__lanes8(a1);
+        mgx += pd__lanes8(a2);
         mg /= (double)D;
         mgx *= is / (double)D;
     }
@@ -1794,7 +1784,7 @@ PD__VEC static void FN(softmax_row)(const T *xp, T *yp, int64_t len, int log_sm)
             for (int u = 0; u < 8; u++) s8[u] += yp[j + u];
         for (int64_t j = j8; j < len; j++) s8[0] += yp[j];
     }
-    double sum = ((s8[0] + s8[1]) + (s8[2] + s8[3])) + ((s8[4] + s8[5]) + (s8[6] + s8[7]));
+    double sum = pd__lanes8(s8);
     if (log_sm) {
         T ls = (T)log(sum);
         for (int64_t j = 0; j < len; j++) yp[j] = xp[j] - mx - ls;
@@ -1891,7 +1881,7 @@ PD__VEC static void FN(softmax_bwd_row)(const T *yp, const T *gp, T *dp, int64_t
     for (int64_t j = 0; j < j8; j += 8)
         for (int u = 0; u < 8; u++) s8[u] += log_sm ? (double)gp[j + u] : (double)gp[j + u] * yp[j + u];
     for (int64_t j = j8; j < len; j++) s8[0] += log_sm ? (double)gp[j] : (double)gp[j] * yp[j];
-    double s = ((s8[0] + s8[1]) + (s8[2] + s8[3])) + ((s8[4] + s8[5]) + (s8[6] + s8[7]));
+    double s = pd__lanes8(s8);
     if (log_sm)
         for (int64_t j = 0; j < len; j++) dp[j] += (T)(gp[j] - EXP(yp[j]) * s);
     else
