@@ -503,8 +503,16 @@ static void check_devices(fixture *f, double tol) {
         {3, 2, 1, r21, 0, PD_SCHED_AVGPIPE, 0.25, 3, STEPS, 7, NULL},
         {2, 3, 1, NULL, 3, PD_SCHED_AVGPIPE, 0.25, 4, STEPS, 0, NULL},
     };
-    for (int i = 0; i < (int)(sizeof cs / sizeof *cs); i++)
-        check_device(f, &cs[i], i % 2 ? PD_OPT_MOMENTUM : PD_OPT_SGD, tol);
+    int gpus = pd_cuda_device_count();
+    for (int i = 0; i < (int)(sizeof cs / sizeof *cs); i++) {
+        avg_cfg c = cs[i];
+        if (c.spread > gpus) c.spread = gpus; /* stages spread over the GPUs there are (the simulated device has 4) */
+        if (cs[i].spread > 0 && c.spread < 2) {
+            printf("skipped: %s, K = %d pipelines spread over GPUs: this machine has %d\n", f->name, c.K, gpus);
+            continue;
+        }
+        check_device(f, &c, i % 2 ? PD_OPT_MOMENTUM : PD_OPT_SGD, tol);
+    }
 }
 
 static bool fixture_open(fixture *f, const char *fixtures, const char *name) {
