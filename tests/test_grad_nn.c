@@ -327,6 +327,27 @@ static gc *b_bn(uint64_t seed, pd_dtype dt, uint32_t *mask, char *d, size_t dn) 
     return c;
 }
 
+/* A training session's BatchNormalization over 70 channels, planes of 1, 4
+ * (2x2), 3 (1x3) and 9 (3x3) values: the small planes' path (under 8
+ * values: 64 channels at a time, images outer; runtime/cpu/nn_impl.h's
+ * FN(bn_stats_rows)) across a full block and a partial one, S a constant
+ * (1, 4) and not (3), and the per-channel path (9). */
+static gc *b_bn_wide(uint64_t seed, pd_dtype dt, uint32_t *mask, char *d, size_t dn) {
+    static const int64_t sp[4][2] = {{0, 0}, {2, 2}, {1, 3}, {3, 3}};
+    int v = (int)(seed % 4);
+    int64_t xs[4] = {2, 70, sp[v][0], sp[v][1]}, f = 70;
+    gc *c = gc_new("BatchNormalization", 15);
+    gc_seed(c, seed);
+    gc_input(c, dt, v ? 4 : 2, xs, NULL);
+    for (int i = 1; i < 5; i++) gc_input(c, dt, 1, &f, NULL);
+    for (int64_t k = 0; k < f; k++) set(c, 4, k, 0.2 + fabs(at(c, 4, k)));
+    gc_training(c, true);
+    gc_outputs(c, 1);
+    *mask = 0x7;
+    describe(c, d, dn);
+    return c;
+}
+
 static gc *b_ln(uint64_t seed, pd_dtype dt, uint32_t *mask, char *d, size_t dn) {
     rs_seed(seed);
     int r = (int)irand(1, 4);
@@ -1539,6 +1560,16 @@ static gc *big_case(int which, uint32_t *mask) {
         *mask = 0x1;
         break;
     case 12: /* nearest 2x: a plane per thread in the adjoint */
+    case 14: { /* BatchNormalization's small planes (2x2), enough of them to split: 300 channels, 5 blocks */
+        int64_t xb[4] = {32, 300, 2, 2}, nb = 300;
+        c = gc_new("BatchNormalization", 15);
+        gc_input(c, PD_DOUBLE, 4, xb, NULL);
+        for (int i = 0; i < 4; i++) gc_input(c, PD_DOUBLE, 1, &nb, NULL);
+        for (int64_t k = 0; k < nb; k++) set(c, 4, k, 1 + at(c, 4, k) * 0.5);
+        gc_training(c, true);
+        *mask = 0x7;
+        break;
+    }
     case 13: { /* linear 2x, align_corners: 4 corners, planes again */
         static const float sc[4] = {1, 1, 2, 2};
         int64_t ns = 4;
@@ -1569,7 +1600,7 @@ static gc *big_case(int which, uint32_t *mask) {
 }
 
 static void check_threads(void) {
-    for (int which = 0; which <= 13; which++) {
+    for (int which = 0; which <= 14; which++) {
         uint32_t mask;
         gc *c1 = big_case(which, &mask), *c2 = big_case(which, &mask);
         double *g1[16], *g2[16];
@@ -1827,6 +1858,7 @@ int main(void) {
         {"Conv", b_conv, 120, 64},
         {"ConvTranspose", b_convt, 100, 16},
         {"BatchNormalization", b_bn, 80, 12},
+        {"BatchNormalization over 70 channels", b_bn_wide, 4, 4},
         {"LayerNormalization", b_ln, 80, 12},
         {"InstanceNormalization", b_in, 40, 8},
         {"GroupNormalization", b_gn, 60, 10},

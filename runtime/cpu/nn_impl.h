@@ -1083,12 +1083,20 @@ static pd_status FN(global_avgpool_bwd)(pd__exec *x, int64_t NC, int64_t S, cons
 static pd_status FN(affine)(pd__exec *x, int64_t N, int64_t F, int64_t S, const T *X, const double *m,
                             const double *a, const double *b, T *Y) {
     int nt = pd__nthreads(x);
+    int64_t fb = S >= PD_BN_ROW ? 1 : PD_BN_CHANS, nfb = F > 0 ? (F + fb - 1) / fb : 0;
     PD_OMP_FOR(nt, N * F * S > 32768)
-    for (int64_t nf = 0; nf < N * F; nf++) {
-        T mv = (T)m[nf % F], av = (T)a[nf % F], bv = (T)b[nf % F];
-        const T *xp = X + nf * S;
-        T *yp = Y + nf * S;
-        for (int64_t s = 0; s < S; s++) yp[s] = (xp[s] - mv) * av + bv;
+    for (int64_t q = 0; q < N * nfb; q++) { /* image n's channels [f0, f1) */
+        int64_t n = q / nfb, f0 = q % nfb * fb, f1 = f0 + fb < F ? f0 + fb : F;
+        if (S == 1) { /* 1x1 planes: across the channels */
+            for (int64_t f = f0; f < f1; f++) Y[n * F + f] = (X[n * F + f] - (T)m[f]) * (T)a[f] + (T)b[f];
+            continue;
+        }
+        for (int64_t f = f0; f < f1; f++) {
+            T mv = (T)m[f], av = (T)a[f], bv = (T)b[f];
+            const T *xp = X + (n * F + f) * S;
+            T *yp = Y + (n * F + f) * S;
+            for (int64_t s = 0; s < S; s++) yp[s] = (xp[s] - mv) * av + bv;
+        }
     }
     return PD_OK;
 }
@@ -1128,9 +1136,51 @@ PD__VEC static void FN(bn_stats_chan)(const T *X, int64_t N, int64_t FS, int64_t
     *var = cnt > 0 ? sq / cnt : 0;
 }
 
+/* FN(bn_stats_chan) for the channels [f0, f1) of planes under 8 values
+ * (S < PD_BN_ROW: a row's eight lanes stay empty, so its sum is its values
+ * added in order), the images outer, so a pass reads X once in order and
+ * the channels vectorize: each channel's sums are made in
+ * FN(bn_stats_chan)'s order, the same bits. Inlined with S a constant
+ * (FN(bn_stats_small)), which unrolls the rows. */
+PD__INLINE void FN(bn_stats_rows)(const T *X, int64_t N, int64_t F, int64_t S, int64_t f0, int64_t nf, double *mean,
+                                  double *var) {
+    double cnt = (double)(N * S), sum[PD_BN_CHANS] = {0}, sq[PD_BN_CHANS] = {0};
+    for (int64_t n = 0; n < N; n++) {
+        const T *xn = X + (n * F + f0) * S;
+        for (int64_t j = 0; j < nf; j++) {
+            double r = 0;
+            for (int64_t s = 0; s < S; s++) r += (double)xn[j * S + s];
+            sum[j] += r;
+        }
+    }
+    for (int64_t j = 0; j < nf; j++) mean[f0 + j] = cnt > 0 ? sum[j] / cnt : 0;
+    for (int64_t n = 0; n < N; n++) {
+        const T *xn = X + (n * F + f0) * S;
+        for (int64_t j = 0; j < nf; j++) {
+            double m = mean[f0 + j], r = 0;
+            for (int64_t s = 0; s < S; s++) r += ((double)xn[j * S + s] - m) * ((double)xn[j * S + s] - m);
+            sq[j] += r;
+        }
+    }
+    for (int64_t j = 0; j < nf; j++) var[f0 + j] = cnt > 0 ? sq[j] / cnt : 0;
+}
+PD__VEC static void FN(bn_stats_small)(const T *X, int64_t N, int64_t F, int64_t S, int64_t f0, int64_t nf,
+                                       double *mean, double *var) {
+    if (S == 1) FN(bn_stats_rows)(X, N, F, 1, f0, nf, mean, var);
+    else if (S == 4) FN(bn_stats_rows)(X, N, F, 4, f0, nf, mean, var);
+    else FN(bn_stats_rows)(X, N, F, S, f0, nf, mean, var);
+}
+
 static pd_status FN(batch_stats)(pd__exec *x, int64_t N, int64_t F, int64_t S, const T *X, double *mean,
                                  double *var) {
     int nt = pd__nthreads(x);
+    if (S < PD_BN_ROW) {
+        int64_t nfb = (F + PD_BN_CHANS - 1) / PD_BN_CHANS;
+        PD_OMP_FOR(nt, N * F * S > 32768)
+        for (int64_t q = 0; q < nfb; q++)
+            FN(bn_stats_small)(X, N, F, S, q * PD_BN_CHANS, pd__min64(PD_BN_CHANS, F - q * PD_BN_CHANS), mean, var);
+        return PD_OK;
+    }
     PD_OMP_FOR(nt, N * F * S > 32768)
     for (int64_t f = 0; f < F; f++)
         FN(bn_stats_chan)(X + f * S, N, F * S, S, &mean[f], &var[f]);
@@ -1222,11 +1272,65 @@ PD__VEC static void FN(bn_bwd_dx)(const T *X, const T *dY, T *dX, int64_t N, int
     }
 }
 
+/* FN(bn_bwd)'s channels [f0, f0 + nf) for planes under 8 values, images
+ * outer (as FN(bn_stats_rows)): each channel's sums in FN(bn_bwd_sums)'s
+ * order and the same dX, so the same bits. */
+PD__INLINE void FN(bn_bwd_rows)(const T *X, const T *dY, int64_t N, int64_t F, int64_t S, int64_t f0, int64_t nf,
+                                const double *mean, const double *istd, const double *scale, bool batch, T *dX,
+                                double *sdy, double *sdyx) {
+    double cnt = (double)(N * S), sa[PD_BN_CHANS] = {0}, sb[PD_BN_CHANS] = {0};
+    double k[PD_BN_CHANS], ma[PD_BN_CHANS], c[PD_BN_CHANS];
+    for (int64_t n = 0; n < N; n++) {
+        int64_t o = (n * F + f0) * S;
+        for (int64_t j = 0; j < nf; j++) {
+            double m = mean[f0 + j], ra = 0, rb = 0;
+            for (int64_t s = 0; s < S; s++) {
+                ra += (double)dY[o + j * S + s];
+                rb += (double)dY[o + j * S + s] * ((double)X[o + j * S + s] - m);
+            }
+            sa[j] += ra;
+            sb[j] += rb;
+        }
+    }
+    for (int64_t j = 0; j < nf; j++) {
+        double is = istd[f0 + j], a = sa[j], b = sb[j] * is;
+        sdy[f0 + j] = a;
+        sdyx[f0 + j] = b;
+        k[j] = scale[f0 + j] * is;
+        ma[j] = batch && cnt > 0 ? a / cnt : 0;
+        c[j] = is * (batch && cnt > 0 ? b / cnt : 0);
+    }
+    if (!dX) return;
+    for (int64_t n = 0; n < N; n++) {
+        int64_t o = (n * F + f0) * S;
+        for (int64_t j = 0; j < nf; j++)
+            for (int64_t s = 0; s < S; s++) {
+                int64_t i = o + j * S + s;
+                dX[i] += (T)(k[j] * ((double)dY[i] - ma[j] - ((double)X[i] - mean[f0 + j]) * c[j]));
+            }
+    }
+}
+PD__VEC static void FN(bn_bwd_small)(const T *X, const T *dY, int64_t N, int64_t F, int64_t S, int64_t f0,
+                                     int64_t nf, const double *mean, const double *istd, const double *scale,
+                                     bool batch, T *dX, double *sdy, double *sdyx) {
+    if (S == 1) FN(bn_bwd_rows)(X, dY, N, F, 1, f0, nf, mean, istd, scale, batch, dX, sdy, sdyx);
+    else if (S == 4) FN(bn_bwd_rows)(X, dY, N, F, 4, f0, nf, mean, istd, scale, batch, dX, sdy, sdyx);
+    else FN(bn_bwd_rows)(X, dY, N, F, S, f0, nf, mean, istd, scale, batch, dX, sdy, sdyx);
+}
+
 static pd_status FN(bn_bwd)(pd__exec *x, int64_t N, int64_t F, int64_t S, const T *X, const T *dY,
                             const double *mean, const double *istd, const double *scale, bool batch, T *dX,
                             double *sdy, double *sdyx) {
     int nt = pd__nthreads(x);
     double cnt = (double)(N * S);
+    if (S < PD_BN_ROW) {
+        int64_t nfb = (F + PD_BN_CHANS - 1) / PD_BN_CHANS;
+        PD_OMP_FOR(nt, N * F * S > 32768)
+        for (int64_t q = 0; q < nfb; q++)
+            FN(bn_bwd_small)(X, dY, N, F, S, q * PD_BN_CHANS, pd__min64(PD_BN_CHANS, F - q * PD_BN_CHANS), mean, istd,
+                             scale, batch, dX, sdy, sdyx);
+        return PD_OK;
+    }
     PD_OMP_FOR(nt, N * F * S > 32768)
     for (int64_t f = 0; f < F; f++) {
         double m = mean[f], is = istd[f], a, b;
