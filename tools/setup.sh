@@ -21,7 +21,7 @@ done
 
 pkgs=(build-essential meson ninja-build pkg-config
       libprotobuf-c-dev protobuf-c-compiler libonnx-dev libopenblas-dev libopenblas-openmp-dev libdnnl-dev libcjson-dev zlib1g-dev
-      clang libclang-rt-14-dev valgrind libopenmpi-dev openmpi-bin)
+      clang libclang-rt-14-dev valgrind libopenmpi-dev openmpi-bin xz-utils)
 devpkgs=(python3-torch python3-onnx python3-numpy python3-sklearn)
 
 if [ "$install" = 1 ]; then
