@@ -142,9 +142,6 @@ static inline void pd__mm_at(const pd__mm *L, int64_t q, int64_t *oa, int64_t *o
  * inside a parallel region); big ones (1: none) FN(gemm) splits itself. */
 #define PD_MM_SMALL ((int64_t)1 << 21) /* M*N*K of a product too small for BLAS to split */
 
-/* Eight running sums added in one fixed order, ((0+1)+(2+3))+((4+5)+(6+7)):
- * the reductions that keep eight lanes (so they vectorize) end with it, and
- * give the same bits on every run and clone. */
 /* BatchNormalization's planes under PD_BN_ROW values (a ResNet's last
  * stages: 2x2 and 1x1) run PD_BN_CHANS channels at a time, images outer:
  * per row of a channel they cost more than their few values. */
@@ -153,6 +150,9 @@ static inline void pd__mm_at(const pd__mm *L, int64_t q, int64_t *oa, int64_t *o
 
 static inline int64_t pd__min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
+/* Eight running sums added in one fixed order, ((0+1)+(2+3))+((4+5)+(6+7)):
+ * the reductions that keep eight lanes (so they vectorize) end with it, and
+ * give the same bits on every run and clone. */
 static inline double pd__lanes8(const double *a) {
     return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
 }

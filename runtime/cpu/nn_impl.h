@@ -1086,7 +1086,7 @@ static pd_status FN(affine)(pd__exec *x, int64_t N, int64_t F, int64_t S, const 
     int64_t fb = S >= PD_BN_ROW ? 1 : PD_BN_CHANS, nfb = F > 0 ? (F + fb - 1) / fb : 0;
     PD_OMP_FOR(nt, N * F * S > 32768)
     for (int64_t q = 0; q < N * nfb; q++) { /* image n's channels [f0, f1) */
-        int64_t n = q / nfb, f0 = q % nfb * fb, f1 = f0 + fb < F ? f0 + fb : F;
+        int64_t n = q / nfb, f0 = q % nfb * fb, f1 = f0 + pd__min64(fb, F - f0);
         if (S == 1) { /* 1x1 planes: across the channels */
             for (int64_t f = f0; f < f1; f++) Y[n * F + f] = (X[n * F + f] - (T)m[f]) * (T)a[f] + (T)b[f];
             continue;
