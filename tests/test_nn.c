@@ -232,15 +232,17 @@ static void test_conv(pd__exec *x, bool transpose, pd_dtype t, int iter) {
     free(X.data), free(W.data), free(Bt.data), free(Y.data);
 }
 
-/* Conv with few output positions (nn_impl.h's FN(conv_few): one GEMM per
- * group over a chunk of images), forward and backward in float32 against
- * float64 sums written out here: ResNet-18's last layers on 32x32 images (3x3,
- * pad 1, at 1x1 and from 2x2 by stride 2, where 1 and 4 of the 9 taps see
- * the input), and batches of more images than one chunk holds (2048 channels
- * of 3x3 taps: 113 images a chunk at 2x4, 910 at 1x1). */
+/* Conv with few output positions (nn_impl.h's FN(conv_few)), 3x3 taps with
+ * pad 0 or 1, forward and backward in float32 against float64 sums written
+ * out here. Two forms: one GEMM per group over a chunk of images' columns
+ * (ResNet-18's 4x4 to 2x2 by stride 2; batches of more images than one
+ * chunk holds: 2048 channels, 227 images a chunk at 4x4 to 2x2), and the
+ * dense form where the input planes are as small as the live taps
+ * (ResNet-18's 3x3 layers at 2x2, at 1x1 and from 2x2 to 1x1 by stride 2;
+ * a 3x3 kernel over an unpadded 3x3 image, where W is the dense weights). */
 static void test_conv_few_case(pd__exec *x, int64_t N, int64_t C, int64_t M, int64_t group, int64_t H, int64_t Wd,
-                               int64_t stride) {
-    int64_t Cg = C / group, Mg = M / group, OH = (H + 2 - 3) / stride + 1, OW = (Wd + 2 - 3) / stride + 1;
+                               int64_t stride, int64_t pad) {
+    int64_t Cg = C / group, Mg = M / group, OH = (H + 2 * pad - 3) / stride + 1, OW = (Wd + 2 * pad - 3) / stride + 1;
     int64_t xs[4] = {N, C, H, Wd}, ws[4] = {M, Cg, 3, 3}, ys[4] = {N, M, OH, OW};
     pd_tensor X = make(PD_FLOAT, 4, xs, true), W = make(PD_FLOAT, 4, ws, true), B = make(PD_FLOAT, 1, &M, true);
     pd_tensor Y = make(PD_FLOAT, 4, ys, false), dY = make(PD_FLOAT, 4, ys, true);
@@ -256,7 +258,7 @@ static void test_conv_few_case(pd__exec *x, int64_t N, int64_t C, int64_t M, int
                 rb[m] += g;
                 for (int64_t c = 0; c < Cg; c++)
                     for (int64_t k = 0; k < 9; k++) {
-                        int64_t h = o / OW * stride - 1 + k / 3, v = o % OW * stride - 1 + k % 3;
+                        int64_t h = o / OW * stride - pad + k / 3, v = o % OW * stride - pad + k % 3;
                         if (h < 0 || h >= H || v < 0 || v >= Wd) continue;
                         int64_t xi = ((n * C + m / Mg * Cg + c) * H + h) * Wd + v, wi = (m * Cg + c) * 9 + k;
                         acc += at(&X, xi) * at(&W, wi);
@@ -266,7 +268,7 @@ static void test_conv_few_case(pd__exec *x, int64_t N, int64_t C, int64_t M, int
                 ry[yi] = acc;
             }
     attrs A = {0};
-    int64_t pads[4] = {1, 1, 1, 1}, st[2] = {stride, stride};
+    int64_t pads[4] = {pad, pad, pad, pad}, st[2] = {stride, stride};
     a_ints(&A, "pads", 4, pads);
     a_ints(&A, "strides", 2, st);
     a_int(&A, "group", group);
@@ -276,10 +278,11 @@ static void test_conv_few_case(pd__exec *x, int64_t N, int64_t C, int64_t M, int
               pd__cpu_grads[nd.op](x, &nd, in, out, dout, din) == PD_OK;
     double dy = maxdiff(&Y, ry), dx = maxdiff(&dX, rx), dw = maxdiff(&dW, rw), db = maxdiff(&dB, rb);
     CHECK(ok && dy < 1e-4 && dx < 1e-4 && dw < 1e-4 && db < 1e-4,
-          "Conv with few outputs: X [%lld,%lld,%lld,%lld] M %lld group %lld stride %lld, %d threads: max rel diff Y %.3g "
+          "Conv with few outputs: X [%lld,%lld,%lld,%lld] M %lld group %lld stride %lld pad %lld, %d threads: max rel "
+          "diff Y %.3g "
           "dX %.3g dW %.3g dB %.3g",
           (long long)N, (long long)C, (long long)H, (long long)Wd, (long long)M, (long long)group, (long long)stride,
-          x->threads, dy, dx, dw, db);
+          (long long)pad, x->threads, dy, dx, dw, db);
     free(ry), free(rx), free(rw), free(rb);
     free(X.data), free(W.data), free(B.data), free(Y.data), free(dY.data), free(dX.data), free(dW.data), free(dB.data);
 }
@@ -287,12 +290,18 @@ static void test_conv_few_case(pd__exec *x, int64_t N, int64_t C, int64_t M, int
 static void test_conv_few(void) {
     for (int threads = 1; threads <= 4; threads += 3) {
         pd__exec x = {.threads = threads};
-        test_conv_few_case(&x, 6, 64, 48, 1, 1, 1, 1); /* 3x3 at 1x1: only the middle tap inside */
-        test_conv_few_case(&x, 5, 32, 64, 1, 2, 2, 2); /* 2x2 -> 1x1 by stride 2 */
-        test_conv_few_case(&x, 3, 40, 24, 2, 2, 2, 1); /* 2x2, two groups */
+        /* columns */
+        test_conv_few_case(&x, 5, 32, 64, 1, 4, 4, 2, 1); /* 4x4 -> 2x2 by stride 2: 16 positions, 9 taps */
+        test_conv_few_case(&x, 3, 40, 24, 2, 4, 2, 2, 1); /* 4x2 -> 2x1, two groups */
+        /* the dense form */
+        test_conv_few_case(&x, 6, 64, 48, 1, 1, 1, 1, 1); /* 3x3 at 1x1: only the middle tap inside */
+        test_conv_few_case(&x, 5, 32, 64, 1, 2, 2, 2, 1); /* 2x2 -> 1x1 by stride 2 */
+        test_conv_few_case(&x, 3, 40, 24, 2, 2, 2, 1, 1); /* 2x2, two groups */
+        test_conv_few_case(&x, 7, 24, 40, 1, 2, 4, 1, 1); /* 2x4, 8 of the taps' 9 pairs in each row */
+        test_conv_few_case(&x, 4, 36, 20, 2, 3, 3, 1, 0); /* 3x3 over 3x3 unpadded: W is the dense weights */
         if (threads == 1) {
-            test_conv_few_case(&x, 120, 2048, 4, 2, 2, 4, 1);  /* two chunks of images */
-            test_conv_few_case(&x, 1000, 2048, 4, 2, 1, 1, 1); /* two chunks, one live tap */
+            test_conv_few_case(&x, 300, 2048, 4, 2, 4, 4, 2, 1); /* columns, two chunks of images */
+            test_conv_few_case(&x, 1000, 2048, 4, 2, 1, 1, 1, 1); /* dense, more images than a chunk would hold */
         }
         free(x.scratch);
     }

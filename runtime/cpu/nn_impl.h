@@ -396,7 +396,16 @@ static void FN(conv_direct)(pd__exec *x, const pd__win *w, int64_t group, int64_
  * holding tap k of channel c at every image's every position. oneDNN's
  * kernels were slower on these shapes (the weight gradient of a 512-channel
  * 3x3 layer at 1x1, batch 32: 28 ms on one thread, no faster on two; 3.3 ms
- * this way) and faster at 4x4 (8 ms against 10 for the three passes). */
+ * this way) and faster at 4x4 (8 ms against 10 for the three passes).
+ *
+ * Where the input planes are as small (IN <= KL, the live taps: a 3x3 layer
+ * at 2x2 or at 1x1, a kernel the size of the image), an image's convolution
+ * is a dense layer instead, and the batch one product with no columns:
+ * Y (N, M*OUT) = X (N, C*IN) @ Wd^T, Wd[m*OUT + o][c*IN + p] = W[m][c][the
+ * tap that reads position p at output o] (0 where none does). It multiplies
+ * OUT*IN pairs an image where the columns multiply OUT*KL (16 against 36
+ * at 2x2), and W itself is Wd where that map is the identity (OUT 1, a
+ * kernel covering the unpadded image). */
 #define PD_CONV_FEW_OUT 8
 
 static bool FN(conv_few)(const pd__win *w, int64_t Cg, int64_t Mg) {
@@ -407,9 +416,14 @@ static bool FN(conv_few)(const pd__win *w, int64_t Cg, int64_t Mg) {
  * (KL of K), and where its scratch puts the weights of the live taps (wl,
  * (M, Cg*KL); the weights themselves when all are live), their gradient
  * (dwl, likewise; NULL when dW itself takes it), and a chunk's joined
- * columns colj (C*KL, nb*OUT) and joined output (gradient) yj (M, nb*OUT). */
+ * columns colj (C*KL, nb*OUT) and joined output (gradient) yj (M, nb*OUT).
+ * In the dense form (dense): pt[o*IN + p], the tap reading input position p
+ * at output o or -1; the npair pairs that have a tap, as three arrays (tap,
+ * output, input position) in pair; the dense weights wl (M*OUT, Cg*IN) and
+ * their gradient dwl, each NULL where W and dW are them. */
 typedef struct FN(few) {
-    int64_t K, KL, IN, OUT, chunk, *tap, *live;
+    int64_t K, KL, IN, OUT, chunk, npair, *tap, *live, *pt, *pair;
+    bool dense;
     const T *wl;
     T *dwl, *colj;
 } FN(few);
@@ -471,24 +485,101 @@ static void FN(few_taps_move)(pd__exec *x, const FN(few) *f, int64_t MC, T *W, T
         }
 }
 
-/* The geometry and one scratch for it: the tap tables, the live taps'
- * weights (and their gradient, grad) unless all are live, then a chunk's
- * colj and yj, the chunk sized so that those two fit PD_NN_CHUNK_BYTES. */
+/* Wd (M*OUT, Cg*IN) of W (M, Cg, K), one output channel per iteration:
+ * zeros where no tap pairs an output with an input position, then each
+ * pair's tap over the channels. */
+static void FN(few_dense_weights)(pd__exec *x, const FN(few) *f, int64_t M, int64_t Cg, const T *W, T *wd) {
+    int64_t K = f->K, IN = f->IN, OUT = f->OUT, np = f->npair, row = Cg * IN;
+    const int64_t *tk = f->pair, *po = f->pair + np, *pp = f->pair + 2 * np;
+    int nt = pd__nthreads(x);
+    PD_OMP_FOR(nt, M * OUT * Cg * IN > 32768)
+    for (int64_t m = 0; m < M; m++) {
+        T *dst = wd + m * OUT * row;
+        const T *src = W + m * Cg * K;
+        if (np < OUT * IN) memset(dst, 0, sizeof(T) * (size_t)(OUT * row));
+        for (int64_t j = 0; j < np; j++) {
+            T *d = dst + po[j] * row + pp[j];
+            const T *s = src + tk[j];
+            for (int64_t c = 0; c < Cg; c++) d[c * IN] = s[c * K];
+        }
+    }
+}
+
+/* dW (M, Cg, K) += the dense gradient dwd (M*OUT, Cg*IN) summed onto its
+ * taps, one output channel per iteration, the pairs in f->pair's order (by
+ * tap, then output), so each sum has one order at every thread count. A
+ * pair at a time over the channels: 0.75 ms for a 256-channel 3x3 layer at
+ * 2x2, where a channel at a time over its 16 pairs took 1.6-1.9 ms. */
+static void FN(few_dense_grad)(pd__exec *x, const FN(few) *f, int64_t M, int64_t Cg, const T *dwd, T *dW) {
+    int64_t K = f->K, IN = f->IN, OUT = f->OUT, np = f->npair, row = Cg * IN;
+    const int64_t *tk = f->pair, *po = f->pair + np, *pp = f->pair + 2 * np;
+    int nt = pd__nthreads(x);
+    PD_OMP_FOR(nt, M * OUT * Cg * IN > 32768)
+    for (int64_t m = 0; m < M; m++) {
+        const T *src = dwd + m * OUT * row;
+        T *dst = dW + m * Cg * K;
+        for (int64_t j = 0; j < np; j++) {
+            const T *s = src + po[j] * row + pp[j];
+            T *d = dst + tk[j];
+            for (int64_t c = 0; c < Cg; c++) d[c * K] += s[c * IN];
+        }
+    }
+}
+
+/* The dense form's tables and weights (FN(few_make), IN <= KL): pt from the
+ * taps, and Wd (with room for its gradient, grad) unless W is it. */
+static void FN(few_dense_make)(pd__exec *x, FN(few) *f, int64_t M, int64_t Cg, const T *W, bool grad, T *q) {
+    int64_t IN = f->IN, OUT = f->OUT;
+    f->dense = true;
+    for (int64_t i = 0; i < OUT * IN; i++) f->pt[i] = -1;
+    f->pair = f->pt + OUT * IN, f->npair = 0;
+    for (int64_t k = 0; k < f->K; k++)
+        for (int64_t o = 0; o < OUT; o++)
+            if (f->tap[k * OUT + o] >= 0) f->pt[o * IN + f->tap[k * OUT + o]] = k, f->npair++;
+    for (int64_t k = 0, j = 0; k < f->K; k++) /* the pairs by tap: tap, output, input position */
+        for (int64_t o = 0; o < OUT; o++)
+            if (f->tap[k * OUT + o] >= 0) {
+                f->pair[j] = k, f->pair[f->npair + j] = o, f->pair[2 * f->npair + j] = f->tap[k * OUT + o];
+                j++;
+            }
+    bool same = OUT == 1 && IN == f->K;
+    for (int64_t p = 0; same && p < IN; p++) same = f->pt[p] == p;
+    f->wl = W, f->dwl = NULL;
+    if (same) return;
+    FN(few_dense_weights)(x, f, M, Cg, W, q);
+    f->wl = q;
+    if (grad) f->dwl = q + M * OUT * Cg * IN;
+}
+
+/* The geometry and one scratch for it: the tap tables, then either the
+ * dense form's weights (FN(few_dense_make)), or the live taps' weights (and
+ * their gradient, grad) unless all are live, and a chunk's colj and yj, the
+ * chunk sized so that those two fit PD_NN_CHUNK_BYTES. */
 static pd_status FN(few_make)(pd__exec *x, const pd__win *w, int64_t N, int64_t C, int64_t M, int64_t Cg, const T *W,
                               bool grad, FN(few) *f) {
     int ns = w->nsp;
     f->K = prod64(ns, w->k), f->IN = prod64(ns, w->in), f->OUT = prod64(ns, w->out);
-    int64_t tables = (f->K * (f->OUT + 1) * (int64_t)sizeof(int64_t) + 63) / 64 * 64 / (int64_t)sizeof(T);
+    f->dense = false;
+    /* the dense form needs IN <= KL <= K: only then its pair table and weights */
+    bool may_dense = f->IN <= f->K;
+    int64_t pairs = may_dense ? 4 * f->OUT * f->IN : 0; /* pt, then up to OUT*IN pairs of three */
+    int64_t tables = ((f->K * (f->OUT + 1) + pairs) * (int64_t)sizeof(int64_t) + 63) / 64 * 64 / (int64_t)sizeof(T);
     /* the live taps are not known before the tables: size the rest for all of them */
-    int64_t wsz = M * Cg * f->K, per_image = (C * f->K + M) * f->OUT;
+    int64_t wsz = M * Cg * f->K, per_image = (C * f->K + M) * f->OUT, g = grad ? 2 : 1;
     int64_t c = (int64_t)(PD_NN_CHUNK_BYTES / sizeof(T)) / (per_image ? per_image : 1);
     f->chunk = c < 1 ? 1 : c > N ? N : c;
-    T *p = (T *)pd__scratch_n(x, tables + (grad ? 2 : 1) * wsz + f->chunk * per_image, sizeof(T), 1);
+    int64_t cols = g * wsz + f->chunk * per_image, dsz = may_dense ? g * M * f->OUT * Cg * f->IN : 0;
+    T *p = (T *)pd__scratch_n(x, tables + (cols > dsz ? cols : dsz), sizeof(T), 1);
     if (!p) return PD_ERR_NOMEM;
     f->tap = (int64_t *)(void *)p;
     f->live = f->tap + f->K * f->OUT;
+    f->pt = f->live + f->K;
     f->KL = conv_few_taps(w, f->tap, f->live);
     T *q = p + tables;
+    if (may_dense && f->IN <= f->KL) {
+        FN(few_dense_make)(x, f, M, Cg, W, grad, q);
+        return PD_OK;
+    }
     f->wl = W, f->dwl = NULL;
     if (f->KL < f->K) {
         FN(few_taps_move)(x, f, M * Cg, (T *)W, q, true);
@@ -507,6 +598,13 @@ static pd_status FN(conv_few_fwd)(pd__exec *x, const pd__win *w, int64_t group, 
     FN(few) f;
     PD_TRY(FN(few_make)(x, w, N, C, M, Cg, wd, false, &f));
     int64_t rows = Cg * f.KL, OUT = f.OUT;
+    if (f.dense) { /* Y_g (N, Mg*OUT) += X_g (N, Cg*IN) @ Wd_g^T */
+        int64_t IN = f.IN;
+        for (int64_t gi = 0; gi < group; gi++)
+            PD_TRY(FN(gemm)(false, true, N, Mg * OUT, Cg * IN, 1, xd + gi * Cg * IN, C * IN,
+                            f.wl + gi * Mg * OUT * Cg * IN, Cg * IN, 1, yd + gi * Mg * OUT, M * OUT));
+        return PD_OK;
+    }
     for (int64_t n0 = 0; n0 < N; n0 += f.chunk) {
         int64_t nb = N - n0 < f.chunk ? N - n0 : f.chunk, L = nb * OUT;
         T *yj = f.colj + C * f.KL * L;
@@ -528,7 +626,21 @@ static pd_status FN(conv_few_bwd)(pd__exec *x, const pd__win *w, int64_t group, 
     FN(few) f;
     PD_TRY(FN(few_make)(x, w, N, C, M, Cg, wd, dW != NULL, &f));
     int64_t rows = Cg * f.KL, OUT = f.OUT;
-    T *dw = f.dwl ? f.dwl : dW; /* the live taps' gradient, added into dW at the end */
+    T *dw = f.dwl ? f.dwl : dW; /* the live taps' (or dense) gradient, added into dW at the end */
+    if (f.dense) { /* dWd_g = dY_g^T @ X_g, dX_g += dY_g @ Wd_g */
+        int64_t IN = f.IN, wg = Mg * OUT * Cg * IN;
+        for (int64_t gi = 0; gi < group; gi++) {
+            const T *dyg = dY + gi * Mg * OUT;
+            if (dW)
+                PD_TRY(FN(gemm)(true, false, Mg * OUT, Cg * IN, N, 1, dyg, M * OUT, xd + gi * Cg * IN, C * IN,
+                                f.dwl ? 0 : 1, dw + gi * wg, Cg * IN));
+            if (dX)
+                PD_TRY(FN(gemm)(false, false, N, Cg * IN, Mg * OUT, 1, dyg, M * OUT, f.wl + gi * wg, Cg * IN, 1,
+                                dX + gi * Cg * IN, C * IN));
+        }
+        if (dW && f.dwl) FN(few_dense_grad)(x, &f, M, Cg, f.dwl, dW);
+        return PD_OK;
+    }
     for (int64_t n0 = 0; n0 < N; n0 += f.chunk) {
         int64_t nb = N - n0 < f.chunk ? N - n0 : f.chunk, L = nb * OUT;
         T *dyj = f.colj + C * f.KL * L;
