@@ -417,12 +417,12 @@ static bool FN(conv_few)(const pd__win *w, int64_t Cg, int64_t Mg) {
  * (M, Cg*KL); the weights themselves when all are live), their gradient
  * (dwl, likewise; NULL when dW itself takes it), and a chunk's joined
  * columns colj (C*KL, nb*OUT) and joined output (gradient) yj (M, nb*OUT).
- * In the dense form (dense): pt[o*IN + p], the tap reading input position p
- * at output o or -1; the npair pairs that have a tap, as three arrays (tap,
- * output, input position) in pair; the dense weights wl (M*OUT, Cg*IN) and
- * their gradient dwl, each NULL where W and dW are them. */
+ * In the dense form (dense): the npair (tap, output, input position) pairs
+ * where a tap reads the input, as three arrays in pair; the dense weights
+ * wl (M*OUT, Cg*IN) and their gradient dwl, each NULL where W and dW are
+ * them. */
 typedef struct FN(few) {
-    int64_t K, KL, IN, OUT, chunk, npair, *tap, *live, *pt, *pair;
+    int64_t K, KL, IN, OUT, chunk, npair, *tap, *live, *pair;
     bool dense;
     const T *wl;
     T *dwl, *colj;
@@ -485,70 +485,54 @@ static void FN(few_taps_move)(pd__exec *x, const FN(few) *f, int64_t MC, T *W, T
         }
 }
 
-/* Wd (M*OUT, Cg*IN) of W (M, Cg, K), one output channel per iteration:
- * zeros where no tap pairs an output with an input position, then each
- * pair's tap over the channels. */
-static void FN(few_dense_weights)(pd__exec *x, const FN(few) *f, int64_t M, int64_t Cg, const T *W, T *wd) {
+/* W (M, Cg, K) into the dense weights wd (M*OUT, Cg*IN) (to_dense: zeros
+ * where no tap pairs an output with an input position), or a dense
+ * gradient wd added back onto W's taps (a weight gradient), one output
+ * channel per iteration, a pair at a time over the channels, the pairs in
+ * f->pair's order (by tap, then output), so each tap's sum has one order at
+ * every thread count. (Over the channels a pair at a time: 0.75 ms for the
+ * gradient of a 256-channel 3x3 layer at 2x2, where a channel at a time
+ * over its 16 pairs took 1.6-1.9 ms.) */
+static void FN(few_dense_move)(pd__exec *x, const FN(few) *f, int64_t M, int64_t Cg, T *W, T *wd, bool to_dense) {
     int64_t K = f->K, IN = f->IN, OUT = f->OUT, np = f->npair, row = Cg * IN;
     const int64_t *tk = f->pair, *po = f->pair + np, *pp = f->pair + 2 * np;
     int nt = pd__nthreads(x);
     PD_OMP_FOR(nt, M * OUT * Cg * IN > 32768)
     for (int64_t m = 0; m < M; m++) {
-        T *dst = wd + m * OUT * row;
-        const T *src = W + m * Cg * K;
-        if (np < OUT * IN) memset(dst, 0, sizeof(T) * (size_t)(OUT * row));
+        T *dm = wd + m * OUT * row, *wm = W + m * Cg * K;
+        if (to_dense && np < OUT * IN) memset(dm, 0, sizeof(T) * (size_t)(OUT * row));
         for (int64_t j = 0; j < np; j++) {
-            T *d = dst + po[j] * row + pp[j];
-            const T *s = src + tk[j];
-            for (int64_t c = 0; c < Cg; c++) d[c * IN] = s[c * K];
+            T *d = dm + po[j] * row + pp[j], *w = wm + tk[j];
+            for (int64_t c = 0; c < Cg; c++) {
+                if (to_dense) d[c * IN] = w[c * K];
+                else w[c * K] += d[c * IN];
+            }
         }
     }
 }
 
-/* dW (M, Cg, K) += the dense gradient dwd (M*OUT, Cg*IN) summed onto its
- * taps, one output channel per iteration, the pairs in f->pair's order (by
- * tap, then output), so each sum has one order at every thread count. A
- * pair at a time over the channels: 0.75 ms for a 256-channel 3x3 layer at
- * 2x2, where a channel at a time over its 16 pairs took 1.6-1.9 ms. */
-static void FN(few_dense_grad)(pd__exec *x, const FN(few) *f, int64_t M, int64_t Cg, const T *dwd, T *dW) {
-    int64_t K = f->K, IN = f->IN, OUT = f->OUT, np = f->npair, row = Cg * IN;
-    const int64_t *tk = f->pair, *po = f->pair + np, *pp = f->pair + 2 * np;
-    int nt = pd__nthreads(x);
-    PD_OMP_FOR(nt, M * OUT * Cg * IN > 32768)
-    for (int64_t m = 0; m < M; m++) {
-        const T *src = dwd + m * OUT * row;
-        T *dst = dW + m * Cg * K;
-        for (int64_t j = 0; j < np; j++) {
-            const T *s = src + po[j] * row + pp[j];
-            T *d = dst + tk[j];
-            for (int64_t c = 0; c < Cg; c++) d[c * K] += s[c * IN];
-        }
-    }
-}
-
-/* The dense form's tables and weights (FN(few_make), IN <= KL): pt from the
- * taps, and Wd (with room for its gradient, grad) unless W is it. */
+/* The dense form's pairs and weights (FN(few_make), IN <= KL): the (tap,
+ * output, input position) of every tap reading the input, by tap, then Wd
+ * (with room for its gradient, grad) unless W is it: one output, and tap k
+ * reading position k. */
 static void FN(few_dense_make)(pd__exec *x, FN(few) *f, int64_t M, int64_t Cg, const T *W, bool grad, T *q) {
-    int64_t IN = f->IN, OUT = f->OUT;
+    int64_t OUT = f->OUT, np = 0;
     f->dense = true;
-    for (int64_t i = 0; i < OUT * IN; i++) f->pt[i] = -1;
-    f->pair = f->pt + OUT * IN, f->npair = 0;
-    for (int64_t k = 0; k < f->K; k++)
-        for (int64_t o = 0; o < OUT; o++)
-            if (f->tap[k * OUT + o] >= 0) f->pt[o * IN + f->tap[k * OUT + o]] = k, f->npair++;
-    for (int64_t k = 0, j = 0; k < f->K; k++) /* the pairs by tap: tap, output, input position */
+    for (int64_t i = 0; i < f->K * OUT; i++) np += f->tap[i] >= 0;
+    f->npair = np;
+    bool same = OUT == 1 && f->IN == f->K && np == f->K;
+    for (int64_t k = 0, j = 0; k < f->K; k++)
         for (int64_t o = 0; o < OUT; o++)
             if (f->tap[k * OUT + o] >= 0) {
-                f->pair[j] = k, f->pair[f->npair + j] = o, f->pair[2 * f->npair + j] = f->tap[k * OUT + o];
+                f->pair[j] = k, f->pair[np + j] = o, f->pair[2 * np + j] = f->tap[k * OUT + o];
+                same = same && f->tap[k * OUT + o] == k;
                 j++;
             }
-    bool same = OUT == 1 && IN == f->K;
-    for (int64_t p = 0; same && p < IN; p++) same = f->pt[p] == p;
     f->wl = W, f->dwl = NULL;
     if (same) return;
-    FN(few_dense_weights)(x, f, M, Cg, W, q);
+    FN(few_dense_move)(x, f, M, Cg, (T *)W, q, true);
     f->wl = q;
-    if (grad) f->dwl = q + M * OUT * Cg * IN;
+    if (grad) f->dwl = q + M * OUT * Cg * f->IN;
 }
 
 /* The geometry and one scratch for it: the tap tables, then either the
@@ -562,7 +546,7 @@ static pd_status FN(few_make)(pd__exec *x, const pd__win *w, int64_t N, int64_t 
     f->dense = false;
     /* the dense form needs IN <= KL <= K: only then its pair table and weights */
     bool may_dense = f->IN <= f->K;
-    int64_t pairs = may_dense ? 4 * f->OUT * f->IN : 0; /* pt, then up to OUT*IN pairs of three */
+    int64_t pairs = may_dense ? 3 * f->OUT * f->IN : 0; /* up to OUT*IN pairs of three */
     int64_t tables = ((f->K * (f->OUT + 1) + pairs) * (int64_t)sizeof(int64_t) + 63) / 64 * 64 / (int64_t)sizeof(T);
     /* the live taps are not known before the tables: size the rest for all of them */
     int64_t wsz = M * Cg * f->K, per_image = (C * f->K + M) * f->OUT, g = grad ? 2 : 1;
@@ -573,7 +557,7 @@ static pd_status FN(few_make)(pd__exec *x, const pd__win *w, int64_t N, int64_t 
     if (!p) return PD_ERR_NOMEM;
     f->tap = (int64_t *)(void *)p;
     f->live = f->tap + f->K * f->OUT;
-    f->pt = f->live + f->K;
+    f->pair = f->live + f->K;
     f->KL = conv_few_taps(w, f->tap, f->live);
     T *q = p + tables;
     if (may_dense && f->IN <= f->KL) {
@@ -638,7 +622,7 @@ static pd_status FN(conv_few_bwd)(pd__exec *x, const pd__win *w, int64_t group, 
                 PD_TRY(FN(gemm)(false, false, N, Cg * IN, Mg * OUT, 1, dyg, M * OUT, f.wl + gi * wg, Cg * IN, 1,
                                 dX + gi * Cg * IN, C * IN));
         }
-        if (dW && f.dwl) FN(few_dense_grad)(x, &f, M, Cg, f.dwl, dW);
+        if (dW && f.dwl) FN(few_dense_move)(x, &f, M, Cg, dW, f.dwl, false);
         return PD_OK;
     }
     for (int64_t n0 = 0; n0 < N; n0 += f.chunk) {
