@@ -152,6 +152,16 @@ PDDEF const char *pd_last_error(void);
 /* The version of the library linked at run time, "MAJOR.MINOR.PATCH"; a
  * program built against this header has PD_VERSION_STRING. */
 PDDEF const char *pd_version(void);
+/* The OpenBLAS kernels to ask for on this CPU, as OPENBLAS_CORETYPE's value
+ * ("SKYLAKEX", "HASWELL" or "SANDYBRIDGE"), when the OpenBLAS loaded chose
+ * kernels for older vector instructions than the CPU has: an OpenBLAS older
+ * than the CPU takes its SSE3 (Prescott) kernels, and every product runs
+ * 2.5-4x slower. NULL when its choice fits, OPENBLAS_CORETYPE is set, the
+ * OpenBLAS is built for one CPU (it reads no OPENBLAS_CORETYPE then), or the
+ * CPU is not x86. OpenBLAS reads the variable once, when it loads, so set it
+ * before the program starts; pdonnx runs itself again with it. Static
+ * string; needs libpipedream. */
+PDDEF const char *pd_blas_coretype_advice(void);
 PDDEF const char *pd_status_name(pd_status s);
 PDDEF const char *pd_dtype_name(pd_dtype t);
 PDDEF size_t pd_dtype_size(pd_dtype t); /* 0 for strings and undefined */
@@ -1335,6 +1345,15 @@ void pd__cpu_zero(void *p, size_t bytes);
 /* threads 0: the cores this process may run on (its affinity mask, so
  * taskset and container limits count), at least 1. */
 int pd__threads_default(int threads);
+
+/* The x86 vector level of this CPU as OpenBLAS's kernel sets go: 3 AVX-512
+ * (F, BW, DQ, VL), 2 AVX2 with FMA, 1 AVX, 0 older or not x86; the OS's
+ * support for the registers counted. */
+int pd__cpu_simd_level(void);
+/* pd_blas_coretype_advice's rule: the OPENBLAS_CORETYPE for a CPU of this
+ * level when OpenBLAS chose `detected`, a core of a lower level; NULL when
+ * the choice is the CPU's level (or above), or a name this table lacks. */
+const char *pd__blas_core_advice(const char *detected, int level);
 
 /* Runs one node on the CPU backend, naming the node in any error. */
 pd_status pd__cpu_run(pd__exec *x, const pd_graph *g, const pd__node *n, pd_tensor *const *in,

@@ -7,10 +7,10 @@
  * untimed ones is timed alone (CLOCK_MONOTONIC); the median is reported.
  */
 #include "bench_common.h"
-#include "../tools/omp_wait.h"
+#include "../tools/program_env.h"
 
 int main(int argc, char **argv) {
-    pd_omp_wait_policy(argv);
+    pd_program_env(argv);
     bench_args a;
     if (!bench_parse("bench_infer", argc, argv, 50, &a)) return 2;
     pd_tensor x;

@@ -13,10 +13,10 @@
  * classes. The median step time after W warm-up steps is reported.
  */
 #include "bench_common.h"
-#include "../tools/omp_wait.h"
+#include "../tools/program_env.h"
 
 int main(int argc, char **argv) {
-    pd_omp_wait_policy(argv);
+    pd_program_env(argv);
     bench_args a;
     if (!bench_parse("bench_train", argc, argv, 30, &a)) return 2;
     pd_tensor x, y;

@@ -11,9 +11,11 @@
 # be a folder holding model.onnx, X.npy and Y.npy (issue 23's realistic GPT:
 # bench/run_pipeline.sh build build/bench-realistic/gpt 8 20, once
 # run_realistic.sh exported it and X.npy, Y.npy are written beside it).
+# BUILD_DIR may be a folder packed by bench/cpu_pack.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build} model=${2:-gpt} batch=${3:-64} steps=${4:-200}
+[ -f "$build/build.ninja" ] || export LD_LIBRARY_PATH="$(cd "$build" && pwd)/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 fx=tests/fixtures/$model
 data=(--data "$fx/train/sgd/X.npy" --labels "$fx/train/sgd/Y.npy")
 if [ -f "$model/model.onnx" ]; then # a folder with model.onnx, X.npy and Y.npy (bench/run_realistic.sh's gpt)

@@ -432,6 +432,15 @@ void pd__cpu_zero(void *p, size_t bytes);
  * taskset and container limits count), at least 1. */
 int pd__threads_default(int threads);
 
+/* The x86 vector level of this CPU as OpenBLAS's kernel sets go: 3 AVX-512
+ * (F, BW, DQ, VL), 2 AVX2 with FMA, 1 AVX, 0 older or not x86; the OS's
+ * support for the registers counted. */
+int pd__cpu_simd_level(void);
+/* pd_blas_coretype_advice's rule: the OPENBLAS_CORETYPE for a CPU of this
+ * level when OpenBLAS chose `detected`, a core of a lower level; NULL when
+ * the choice is the CPU's level (or above), or a name this table lacks. */
+const char *pd__blas_core_advice(const char *detected, int level);
+
 /* Runs one node on the CPU backend, naming the node in any error. */
 pd_status pd__cpu_run(pd__exec *x, const pd_graph *g, const pd__node *n, pd_tensor *const *in,
                       pd_tensor *const *out);

@@ -8,10 +8,10 @@
  * (OpenBLAS's pthreads build would add a pool of its own). Then, idle, the
  * worker sleeps: the process uses almost no CPU while the caller sleeps,
  * where libgomp's default spinning burns ~10 ms per wait. Its main starts
- * as pdonnx's does (tools/omp_wait.h). */
+ * as pdonnx's does (tools/program_env.h). */
 #include "../pipedream.h"
 #include "check.h"
-#include "../tools/omp_wait.h"
+#include "../tools/program_env.h"
 
 #include <dirent.h>
 #include <stdlib.h>
@@ -66,7 +66,7 @@ static int step(const char *model, int threads, int steps) {
 }
 
 int main(int argc, char **argv) {
-    pd_omp_wait_policy(argv);
+    pd_program_env(argv);
     if (argc < 2) {
         fprintf(stderr, "usage: test_threads MODEL.onnx\n");
         return 2;

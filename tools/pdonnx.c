@@ -7,7 +7,7 @@
 #include "../core/plan.h"
 #include "cli.h"
 #include "ckpt.h"
-#include "omp_wait.h"
+#include "program_env.h"
 #include "../runtime/comm/transport.h"
 
 #include <errno.h>
@@ -475,7 +475,7 @@ out:
 }
 
 int main(int argc, char **argv) {
-    pd_omp_wait_policy(argv);
+    pd_program_env(argv);
     if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "help") == 0) {
         pd__usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;

@@ -3,7 +3,9 @@
 #include "../../core/pd_internal.h"
 
 #include <sched.h>
+#include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 #ifdef _OPENMP
 #include <omp.h>
@@ -14,6 +16,8 @@
 int openblas_get_parallel(void);
 int openblas_get_num_threads(void);
 void openblas_set_num_threads(int);
+char *openblas_get_corename(void);
+char *openblas_get_config(void);
 
 void pd__threads_use(int n) {
 #ifdef _OPENMP
@@ -28,6 +32,48 @@ void pd__cpu_zero(void *p, size_t bytes) {
 #pragma omp parallel for schedule(static) if (np >= 4)
     for (int64_t i = 0; i < np; i++)
         memset((char *)p + i * PIECE, 0, i == np - 1 ? bytes - (size_t)i * PIECE : PIECE);
+}
+
+int pd__cpu_simd_level(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
+        __builtin_cpu_supports("avx512vl"))
+        return 3;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return 2;
+    if (__builtin_cpu_supports("avx")) return 1;
+#endif
+    return 0;
+}
+
+const char *pd__blas_core_advice(const char *detected, int level) {
+    /* OpenBLAS's x86-64 cores (a DYNAMIC_ARCH build's names, as
+     * openblas_get_corename gives them; a build for one core gives its
+     * target in capitals) by the widest vectors their kernels use */
+    static const struct {
+        const char *name;
+        int level;
+    } cores[] = {
+        {"Prescott", 0}, {"Atom", 0}, {"Core2", 0}, {"Penryn", 0}, {"Dunnington", 0}, {"Nehalem", 0},
+        {"Athlon", 0}, {"Opteron", 0}, {"Opteron_SSE3", 0}, {"Barcelona", 0}, {"Nano", 0}, {"Bobcat", 0},
+        {"Sandybridge", 1}, {"Bulldozer", 1}, {"Piledriver", 1}, {"Steamroller", 1},
+        {"Haswell", 2}, {"Excavator", 2}, {"Zen", 2},
+        {"SkylakeX", 3}, {"Cooperlake", 3}, {"SapphireRapids", 3},
+    };
+    static const char *const wanted[] = {NULL, "SANDYBRIDGE", "HASWELL", "SKYLAKEX"};
+    if (!detected || level < 1 || level > 3) return NULL;
+    for (size_t i = 0; i < sizeof cores / sizeof cores[0]; i++)
+        if (strcasecmp(detected, cores[i].name) == 0) return cores[i].level < level ? wanted[level] : NULL;
+    return NULL;
+}
+
+const char *pd_blas_coretype_advice(void) {
+    const char *set = getenv("OPENBLAS_CORETYPE");
+    if (set && *set) return NULL;
+    /* only a DYNAMIC_ARCH build reads OPENBLAS_CORETYPE */
+    const char *config = openblas_get_config();
+    if (!config || !strstr(config, "DYNAMIC_ARCH")) return NULL;
+    return pd__blas_core_advice(openblas_get_corename(), pd__cpu_simd_level());
 }
 
 int pd__threads_default(int threads) {
