@@ -155,8 +155,9 @@ PDDEF const char *pd_version(void);
 /* The OpenBLAS kernels to ask for on this CPU, as OPENBLAS_CORETYPE's value
  * ("SKYLAKEX", "HASWELL" or "SANDYBRIDGE"), when the OpenBLAS loaded chose
  * kernels for older vector instructions than the CPU has: an OpenBLAS older
- * than the CPU takes its SSE3 (Prescott) kernels, and every product runs
- * 2.5-4x slower. NULL when its choice fits, OPENBLAS_CORETYPE is set, the
+ * than the CPU takes its SSE3 (Prescott) kernels, 2.5-4x slower (OpenBLAS
+ * computes the recurrent layers' and float64 products, and all of them in a
+ * build without oneDNN). NULL when its choice fits, OPENBLAS_CORETYPE is set, the
  * OpenBLAS is built for one CPU (it reads no OPENBLAS_CORETYPE then), or the
  * CPU is not x86. OpenBLAS reads the variable once, when it loads, so set it
  * before the program starts; pdonnx runs itself again with it. Static

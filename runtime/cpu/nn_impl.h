@@ -12,12 +12,14 @@ static void FN(blas_call)(bool ta, bool tb, int64_t M, int64_t N, int64_t K, dou
     PD_GEMM(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)M, (int)N, (int)K,
             (T)alpha, A, (int)(lda > 0 ? lda : 1), B, (int)(ldb > 0 ? ldb : 1), (T)beta, C, (int)(ldc > 0 ? ldc : 1));
 }
-/* One call on one thread: oneDNN's sgemm (PD_GEMM1) where it beat OpenBLAS
- * on every product measured here, not transA with K <= 768 (3-16%: a
- * transformer's forward and input-gradient products); BLAS otherwise. */
+/* One call on one thread: oneDNN's sgemm (PD_GEMM1) where the build has it,
+ * 4-12% faster than OpenBLAS's on the MLP's and the GPT's products here, and
+ * its kernels chosen by the CPU's instruction flags where OpenBLAS goes by
+ * the CPU's model (docs/PERF.md, "Every float32 product on oneDNN's sgemm"); BLAS
+ * for doubles and without oneDNN. */
 static void FN(gemm_call)(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha, const T *A, int64_t lda,
                           const T *B, int64_t ldb, double beta, T *C, int64_t ldc) {
-    if (!ta && K <= 768 && PD_GEMM1(ta, tb, M, N, K, (T)alpha, A, lda, B, ldb, (T)beta, C, ldc)) return;
+    if (PD_GEMM1(ta, tb, M, N, K, (T)alpha, A, lda, B, ldb, (T)beta, C, ldc)) return;
     FN(blas_call)(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
@@ -40,18 +42,16 @@ static pd_status FN(gemm)(bool ta, bool tb, int64_t M, int64_t N, int64_t K, dou
         pd__one_thread_end(was);
         return PD_OK;
     }
-    /* the larger of C's two sides split over the threads, one BLAS call
-     * each: not oneDNN's, whose calls from two threads at once ran 1.1-1.2x
-     * of one thread on a transformer's wide products (1024x768x256: 4.5 ms
-     * against OpenBLAS's 3.3) for the first hundred or so calls of each
-     * shape, most of a run's first ten steps (bench/bench_gemm, docs/PERF.md) */
+    /* the larger of C's two sides split over the threads, one call each
+     * (oneDNN's too: an earlier measurement here found two of its calls at
+     * once slow for a run's first ten steps, not borne out since; docs/PERF.md) */
     bool rows = M >= N;
     int64_t len = rows ? M : N;
     PD_OMP_FOR(nt, true)
     for (int t = 0; t < nt; t++) {
         int64_t lo = (len * t / nt) & ~(int64_t)15, hi = t == nt - 1 ? len : (len * (t + 1) / nt) & ~(int64_t)15;
         const T *a = rows ? A + (ta ? lo : lo * lda) : A, *b = rows ? B : B + (tb ? lo * ldb : lo);
-        FN(blas_call)(ta, tb, rows ? hi - lo : M, rows ? N : hi - lo, K, alpha, a, lda, b, ldb, beta,
+        FN(gemm_call)(ta, tb, rows ? hi - lo : M, rows ? N : hi - lo, K, alpha, a, lda, b, ldb, beta,
                       C + (rows ? lo * ldc : lo), ldc);
     }
     return PD_OK;
