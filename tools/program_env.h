@@ -10,6 +10,7 @@
 
 #include "../pipedream.h"
 
+#include <errno.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,13 +40,15 @@ static inline void pd_program_env(char **argv) {
         if (pd__env_unset("KMP_BLOCKTIME")) again |= setenv("KMP_BLOCKTIME", PD_KMP_BLOCKTIME, 1) == 0;
     }
     const char *core = pd_blas_coretype_advice();
+    const char *slash = strrchr(argv[0], '/'), *name = slash ? slash + 1 : argv[0];
     if (core && setenv("OPENBLAS_CORETYPE", core, 1) == 0) {
-        const char *slash = strrchr(argv[0], '/');
         fprintf(stderr, "%s: OpenBLAS chose kernels for older vector instructions than this CPU has; running with "
-                "OPENBLAS_CORETYPE=%s (set OPENBLAS_CORETYPE to choose)\n", slash ? slash + 1 : argv[0], core);
+                "OPENBLAS_CORETYPE=%s (set OPENBLAS_CORETYPE to choose)\n", name, core);
         again = true;
     }
-    if (again) execv("/proc/self/exe", argv);
+    if (!again) return;
+    execv("/proc/self/exe", argv);
+    if (core) fprintf(stderr, "%s: could not start again (%s): OpenBLAS keeps its kernels\n", name, strerror(errno));
 }
 
 #endif
