@@ -1,7 +1,8 @@
 /* program_env.h - the environment pdonnx's programs run in, set before the
  * libraries read it: OpenMP's idle workers spin briefly, then sleep (GNU
  * libgomp, and LLVM's libomp in clang builds); OpenBLAS takes the kernels of
- * the CPU's vector instructions where its own detection fell short.
+ * the CPU's vector instructions where its own detection fell short (said in
+ * one line when stderr is a terminal).
  *
  * How it works: docs/INTERNALS.md, "tools/program_env.h".
  */
@@ -42,8 +43,10 @@ static inline void pd_program_env(char **argv) {
     const char *core = pd_blas_coretype_advice();
     const char *slash = strrchr(argv[0], '/'), *name = slash ? slash + 1 : argv[0];
     if (core && setenv("OPENBLAS_CORETYPE", core, 1) == 0) {
-        fprintf(stderr, "%s: OpenBLAS chose kernels for older vector instructions than this CPU has; running with "
-                "OPENBLAS_CORETYPE=%s (set OPENBLAS_CORETYPE to choose)\n", name, core);
+        /* at a terminal only: a script's or a log's stderr keeps the lines it expects */
+        if (isatty(STDERR_FILENO))
+            fprintf(stderr, "%s: OpenBLAS chose kernels for older vector instructions than this CPU has; running with "
+                    "OPENBLAS_CORETYPE=%s (set OPENBLAS_CORETYPE to choose)\n", name, core);
         again = true;
     }
     if (!again) return;
