@@ -34,6 +34,7 @@ timeout "$(( $(left) * 55 / 100 ))" bench/run_realistic.sh "$pack" "${ITERS:-10}
 log realistic
 models=$pack/bench-realistic
 for m in gpt vit; do
+  [ "$(left)" -gt 40 ] || break
   b=$("$PD_BENCH_PYTHON" -c "import sys; sys.path.insert(0, 'bench'); import torch_realistic as t; print(t.BATCH['$m'])")
   [ -f "$models/$m/model.onnx" ] || continue
   for t in 1 2; do
