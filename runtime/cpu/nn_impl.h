@@ -57,9 +57,11 @@ static pd_status FN(gemm)(bool ta, bool tb, int64_t M, int64_t N, int64_t K, dou
     return PD_OK;
 }
 
-/* One of a batched product's matrices: a small one (PD_MM_SMALL) on one
- * thread through PD_GEMM1 (oneDNN's sgemm), whatever the caller's thread
- * count, so the bits do not depend on it; others, and without oneDNN, BLAS. */
+/* One of a batched product's matrices: a small one (up to PD_MM_SMALL
+ * multiply-adds) on one thread through PD_GEMM1 (oneDNN's sgemm), whatever
+ * the caller's thread count, so the bits do not depend on it; others through
+ * FN(gemm), which may split them (its parts on PD_GEMM1 too, BLAS without
+ * oneDNN). */
 static pd_status FN(gemm1)(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha, const T *A, int64_t lda,
                            const T *B, int64_t ldb, double beta, T *C, int64_t ldc) {
     if (M > 0 && N > 0 && K > 0 && M * N * K <= PD_MM_SMALL &&
