@@ -54,9 +54,9 @@ int main(int argc, char **argv) {
     }
     double med = bench_median(t, a.iters);
     printf("{\"model\": \"%s\", \"batch\": %d, \"threads\": %d, \"device\": \"%s\", \"precision\": \"%s\", "
-           "\"samples_per_s\": %.1f, \"ms_per_step\": %.4f}\n",
+           "\"samples_per_s\": %.1f, \"ms_per_step\": %.4f, \"gomp_spincount\": \"%s\"}\n",
            a.name, a.batch, a.threads, a.device ? a.device : "cpu", a.precision ? a.precision : "fp32", a.batch / med,
-           med * 1e3);
+           med * 1e3, getenv("GOMP_SPINCOUNT") ? getenv("GOMP_SPINCOUNT") : "");
     free(t);
     free(x.data);
     free(y.data);

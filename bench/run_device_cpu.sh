@@ -3,8 +3,9 @@
 # device machine's CPUs (quiet, one thread per core), from the pack
 # bench/cpu_pack.sh makes: the realistic table at 1 and 2 threads, each run
 # pinned to CPUs of its own; the GPT's and the ViT's profiles at 1 and 2
-# threads side by side, the op types that gain least first; the GPT's
-# pipeline on two cores. Each part is bounded so the whole ends within
+# threads side by side, the op types that gain least first; the GPT's and
+# the ViT's 2-thread step at three lengths of the idle workers' spin; the
+# GPT's pipeline on two cores. Each part is bounded so the whole ends within
 # SECONDS (default 420); each writes its table to OUTDIR as it ends.
 #
 #   bench/cpu_pack.sh                                   # here; carry build-cpu-pack-xz
@@ -33,6 +34,24 @@ OPENBLAS_VERBOSE=2 "$pack/pdonnx" --help 2>&1 >/dev/null | grep -E 'Core|OPENBLA
 timeout "$(( $(left) * 55 / 100 ))" bench/run_realistic.sh "$pack" "${ITERS:-10}" "${REPEATS:-3}" 2>&1 | tee "$outdir/realistic.md"
 log realistic
 models=$pack/bench-realistic
+# The idle workers' spin at 2 threads: the count pdonnx measures for this CPU
+# (tools/program_env.h), ten and a hundred times it (the transformers' many
+# parallel regions wait on a sleeping worker's wake-up where it is too short)
+spin=$(taskset -c "$two" "$pack/bench/bench_train" "$models/mlp/model.onnx" "$models/mlp/x.npy" --batch 128 \
+         --threads 2 --iters 1 --warmup 0 | "$PD_BENCH_PYTHON" -c "import json, sys; print(json.load(sys.stdin)['gomp_spincount'])")
+log "GOMP_SPINCOUNT measured here: $spin"
+{ echo "| model | GOMP_SPINCOUNT | 2-thread ms/step, two runs |"; echo "|---|---|---|"; } > "$outdir/spin.md"
+for m in gpt vit; do
+  b=$("$PD_BENCH_PYTHON" -c "import sys; sys.path.insert(0, 'bench'); import torch_realistic as t; print(t.BATCH['$m'])")
+  for c in "$spin" "$((spin * 10))" "$((spin * 100))"; do
+    [ "$(left)" -gt 150 ] || break
+    r=$(for i in 1 2; do GOMP_SPINCOUNT=$c taskset -c "$two" "$pack/bench/bench_train" "$models/$m/model.onnx" \
+          "$models/$m/x.npy" --batch "$b" --threads 2 --iters 6 --warmup 2 --optimizer momentum |
+          "$PD_BENCH_PYTHON" -c "import json, sys; print('%.1f' % json.load(sys.stdin)['ms_per_step'])"; done | tr '\n' ' ')
+    echo "| $m | $c | $r|" | tee -a "$outdir/spin.md"
+  done
+done
+log spin
 for m in gpt vit; do
   [ "$(left)" -gt 40 ] || break
   b=$("$PD_BENCH_PYTHON" -c "import sys; sys.path.insert(0, 'bench'); import torch_realistic as t; print(t.BATCH['$m'])")

@@ -8,7 +8,8 @@
  * (OpenBLAS's pthreads build would add a pool of its own). Then, idle, the
  * worker sleeps: the process uses almost no CPU while the caller sleeps,
  * where libgomp's default spinning burns ~10 ms per wait. Its main starts
- * as pdonnx's does (tools/program_env.h). */
+ * as pdonnx's does (tools/program_env.h), whose spin is a time measured on
+ * this CPU, checked against this file's own timing of the pauses. */
 #include "../pipedream.h"
 #include "check.h"
 #include "../tools/program_env.h"
@@ -33,6 +34,28 @@ static double cpu_ms(void) {
     struct timespec t;
     clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
     return 1e3 * (double)t.tv_sec + 1e-6 * (double)t.tv_nsec;
+}
+
+/* ns of n turns of libgomp's spin (a relaxed load, then PAUSE on x86),
+ * timed here apart from program_env.h's own timing; the fastest of five. */
+static double spin_ns(long n) {
+    static volatile int never;
+    double best = 0;
+    for (int r = 0; r < 5; r++) {
+        struct timespec a, b;
+        clock_gettime(CLOCK_MONOTONIC, &a);
+        for (long i = 0; i < n && !never; i++) {
+#if defined(__x86_64__) || defined(__i386__)
+            __asm__ volatile("pause" ::: "memory");
+#else
+            __asm__ volatile("" ::: "memory");
+#endif
+        }
+        clock_gettime(CLOCK_MONOTONIC, &b);
+        double ns = 1e9 * (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec);
+        if (r == 0 || ns < best) best = ns;
+    }
+    return best;
 }
 
 static int step(const char *model, int threads, int steps) {
@@ -75,6 +98,19 @@ int main(int argc, char **argv) {
     CHECK(openblas_get_parallel() == 2, "OpenBLAS is its OpenMP build (parallel mode %d, 2: OpenMP)",
           openblas_get_parallel());
 #endif
+    /* the spin is a time, the count measured for this CPU: two targets 20x
+     * apart give spins of about those lengths (a fixed count would miss one) */
+    long c5 = pd_omp_spin_count(5000), c100 = pd_omp_spin_count(100000);
+    double s5 = spin_ns(c5), s100 = spin_ns(c100);
+    CHECK(s5 > 2000 && s5 < 10000, "a 5 us spin: %ld turns take %.1f us", c5, s5 / 1e3);
+    CHECK(s100 > 50000 && s100 < 200000, "a 100 us spin: %ld turns take %.1f us", c100, s100 / 1e3);
+    const char *sc = getenv("GOMP_SPINCOUNT");
+    long c = sc ? atol(sc) : 0;
+    double sp = spin_ns(c);
+    CHECK(c >= 100 && c <= 1000000 && sp > PD_OMP_SPIN_NS / 2 && sp < PD_OMP_SPIN_NS * 2,
+          "the program's spin (GOMP_SPINCOUNT=%s, set at start) takes %.1f us, about %.0f us", sc ? sc : "(unset)",
+          sp / 1e3, PD_OMP_SPIN_NS / 1e3);
+
     int n1 = step(argv[1], 1, 3);
     CHECK(n1 == 1, "a step with 1 thread runs on the caller alone (%d threads)", n1);
     int n2 = step(argv[1], 2, 3);
