@@ -161,10 +161,12 @@ static inline double pd__lanes8(const double *a) {
  * parallel region: its larger side is split in parts of at least 64 and each
  * thread makes one single-threaded call. 5-15% faster than OpenBLAS's own
  * split on a transformer's products with 2 threads (median, this 2-core VM).
- * 1: one call, on the calling thread (pd__one_thread). */
+ * 1: one call, on the calling thread (pd__one_thread); always for a product
+ * of at most PD_MM_SMALL multiply-adds, so that a batched product's small
+ * matrices (attention's) give the same bits at every thread count. */
 static inline int pd__gemm_threads(int64_t M, int64_t N, int64_t K) {
 #ifdef _OPENMP
-    if (omp_in_parallel() || M * N * K < PD_MM_SMALL) return 1;
+    if (omp_in_parallel() || M * N * K <= PD_MM_SMALL) return 1;
     int nt = omp_get_max_threads();
     int64_t most = (M >= N ? M : N) / 64;
     return most < nt ? (int)(most > 1 ? most : 1) : nt;

@@ -57,19 +57,6 @@ static pd_status FN(gemm)(bool ta, bool tb, int64_t M, int64_t N, int64_t K, dou
     return PD_OK;
 }
 
-/* One of a batched product's matrices: a small one (up to PD_MM_SMALL
- * multiply-adds) on one thread through PD_GEMM1 (oneDNN's sgemm), whatever
- * the caller's thread count, so the bits do not depend on it; others through
- * FN(gemm), which may split them (its parts on PD_GEMM1 too, BLAS without
- * oneDNN). */
-static pd_status FN(gemm1)(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha, const T *A, int64_t lda,
-                           const T *B, int64_t ldb, double beta, T *C, int64_t ldc) {
-    if (M > 0 && N > 0 && K > 0 && M * N * K <= PD_MM_SMALL &&
-        PD_GEMM1(ta, tb, M, N, K, (T)alpha, A, lda, B, ldb, (T)beta, C, ldc))
-        return PD_OK;
-    return FN(gemm)(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-}
-
 /* Y (M, N) = alpha * op(A) @ op(B) + beta * C, C broadcast from (), (N), (1|M, 1|N).
  * A (..., K) without transA: its leading dims are M (the loader's fused
  * Linear, pd__fuse_linear; ONNX's Gemm is 2-D). */
@@ -108,12 +95,12 @@ static pd_status FN(matmul)(const pd_tensor *a, const pd_tensor *b, pd_tensor *y
         for (int64_t q = 0; q < L.nbatch; q++) {
             int64_t oa, ob;
             pd__mm_at(&L, q, &oa, &ob);
-            FN(gemm1)(false, false, M, N, K, 1, A + oa * M * K, K, B + ob * K * N, N, 0, Y + q * M * N, N);
+            FN(gemm)(false, false, M, N, K, 1, A + oa * M * K, K, B + ob * K * N, N, 0, Y + q * M * N, N);
         }
         return PD_OK;
     }
     for (int64_t q = 0; q < L.nbatch; q++, pd__mm_next(&L))
-        PD_TRY(FN(gemm1)(false, false, M, N, K, 1, A + L.oa * M * K, K, B + L.obb * K * N, N, 0, Y + q * M * N, N));
+        PD_TRY(FN(gemm)(false, false, M, N, K, 1, A + L.oa * M * K, K, B + L.obb * K * N, N, 0, Y + q * M * N, N));
     return PD_OK;
 }
 
@@ -196,15 +183,15 @@ static pd_status FN(matmul_bwd)(const pd_tensor *a, const pd_tensor *b, const T 
             int64_t oa, ob;
             pd__mm_at(&L, q, &oa, &ob);
             const T *dq = dY + q * M * N;
-            if (dA) FN(gemm1)(false, true, M, K, N, 1, dq, N, B + ob * K * N, N, fa ? 0 : 1, dA + oa * M * K, K);
-            if (dB) FN(gemm1)(true, false, K, N, M, 1, A + oa * M * K, K, dq, N, fb ? 0 : 1, dB + ob * K * N, N);
+            if (dA) FN(gemm)(false, true, M, K, N, 1, dq, N, B + ob * K * N, N, fa ? 0 : 1, dA + oa * M * K, K);
+            if (dB) FN(gemm)(true, false, K, N, M, 1, A + oa * M * K, K, dq, N, fb ? 0 : 1, dB + ob * K * N, N);
         }
         return PD_OK;
     }
     for (int64_t q = 0; q < L.nbatch; q++, pd__mm_next(&L)) {
         const T *dq = dY + q * M * N; // (M, N)
-        if (dA) PD_TRY(FN(gemm1)(false, true, M, K, N, 1, dq, N, B + L.obb * K * N, N, fa ? 0 : 1, dA + L.oa * M * K, K));
-        if (dB) PD_TRY(FN(gemm1)(true, false, K, N, M, 1, A + L.oa * M * K, K, dq, N, fb ? 0 : 1, dB + L.obb * K * N, N));
+        if (dA) PD_TRY(FN(gemm)(false, true, M, K, N, 1, dq, N, B + L.obb * K * N, N, fa ? 0 : 1, dA + L.oa * M * K, K));
+        if (dB) PD_TRY(FN(gemm)(true, false, K, N, M, 1, A + L.oa * M * K, K, dq, N, fb ? 0 : 1, dB + L.obb * K * N, N));
     }
     return PD_OK;
 }
