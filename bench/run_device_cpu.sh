@@ -69,6 +69,6 @@ g=$models/gpt
 if [ -f "$g/model.onnx" ] && [ "$(left)" -gt 60 ]; then
   "$PD_BENCH_PYTHON" -c "import numpy as np; r = np.random.default_rng(0)
 for f in ('X', 'Y'): np.save('$g/%s.npy' % f, r.integers(0, 1024, (1024, 128)).astype(np.int64))"
-  REPEATS=1 timeout "$(left)" taskset -c "$two" bench/run_pipeline.sh "$pack" "$g" 8 20 2>&1 | tee "$outdir/pipeline.md"
+  REPEATS=1 timeout "$(left)" taskset -c "$two" bench/run_pipeline.sh "$pack" "$g" 8 40 2>&1 | tee "$outdir/pipeline.md"
   log pipeline
 fi

@@ -218,6 +218,32 @@ static void test_async(void) {
         }
     }
     CHECK(vers, "pipedream: stage s holds p-s weight versions and p-s microbatches");
+
+    /* the whole run, fill and drain included (what `pdonnx train` measures and
+     * sets beside the simulator's): PipeDream's N minibatches of one
+     * microbatch, F = B, no transfers, leave a worker idle as a flush of N
+     * microbatches does, (p-1)/(N+p-1) of the makespan (N + p - 1)(F + B),
+     * where the steady state (the simulator's window, p + 1 minibatches in from
+     * each end) has no bubble */
+    bool run = true;
+    for (int p = 1; p <= 5; p++)
+        for (int n = 1; n <= 16; n++) {
+            pd_sim_result r;
+            if (!sim(PD_SCHED_PIPEDREAM, p, 1, 1, n, 1, 0.5, 0.5, &r)) {
+                run = false;
+                continue;
+            }
+            double busy = 0, want = (double)(p - 1) / (n + p - 1);
+            for (int w = 0; w < p; w++) busy += r.stage[w].busy_ms;
+            double whole = 1 - busy / (p * r.makespan_ms);
+            if (!near(whole, want) || !near(r.makespan_ms, 2.0 * (n + p - 1)) || (n >= 2 * p + 4 && !near(r.bubble, 0))) {
+                printf("# pipedream p=%d N=%d: whole-run idle %.6f (want %.6f), makespan %.3f, steady %.6f\n", p, n,
+                       whole, want, r.makespan_ms, r.bubble);
+                run = false;
+            }
+            pd_sim_result_free(&r);
+        }
+    CHECK(run, "pipedream over N minibatches of one microbatch: idle (p-1)/(N+p-1) of the run, none in the steady state");
     CHECK(two, "2bw: never more than two weight versions (two once p > 1)");
 
     /* unequal stages: the bottleneck is stage 1 with F+B = 2+3 */

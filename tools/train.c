@@ -606,16 +606,21 @@ static int pd__pipeline_setup(pd__targs *a, pd_graph *g, pd__sched_kind kind, in
 }
 
 /* The run summary's table: per stage its nodes, busy time, peak activations
- * and weight versions, beside the simulator's prediction for the same plan
- * and schedule; the bubble; the forwards recomputation ran again. */
-static void pd__report_stages(pd__pipe *pipe, const pd_plan *plan, pd__sched_kind kind, int M) {
+ * and weight versions, beside the simulator's prediction for the same plan,
+ * schedule and number of minibatches (this run's, up to PD_REPORT_SIM_MB);
+ * the bubble over the whole run, fill and drain included, measured and
+ * simulated, and pipedream's and 2bw's simulated steady state; the forwards
+ * recomputation ran again. */
+#define PD_REPORT_SIM_MB 10000
+static void pd__report_stages(pd__pipe *pipe, const pd_plan *plan, pd__sched_kind kind, int M, int64_t minibatches) {
     pd_sim_options so = PD_SIM_OPTIONS_INIT;
     so.schedule = pd__sched_kind_name(kind);
     so.microbatches = M;
+    so.minibatches = (int)(minibatches < 1 ? 1 : minibatches > PD_REPORT_SIM_MB ? PD_REPORT_SIM_MB : minibatches);
     pd_sim_result sr;
     int P = pd__pipe_stages(pipe);
     bool sim = pd_simulate(plan, &so, &sr) == PD_OK && sr.n_stages == P;
-    double wall = pd__pipe_last_run_ms(pipe), busy_all = 0;
+    double wall = pd__pipe_last_run_ms(pipe), busy_all = 0, sim_busy = 0;
     long long redone = 0;
     printf("%5s %10s %10s %7s %18s %9s %10s %10s\n", "stage", "nodes", "busy ms", "busy", "peak activations",
            "versions", "sim busy", "sim vers");
@@ -626,6 +631,7 @@ static void pd__report_stages(pd__pipe *pipe, const pd_plan *plan, pd__sched_kin
         redone += (long long)ps.recomputes;
         char simb[32] = "-", simv[16] = "-";
         if (sim) {
+            sim_busy += sr.stage[st].busy_ms;
             snprintf(simb, sizeof simb, "%.1f%%", sr.makespan_ms > 0 ? 100 * sr.stage[st].busy_ms / sr.makespan_ms : 0);
             snprintf(simv, sizeof simv, "%d", sr.stage[st].peak_versions);
         }
@@ -648,7 +654,11 @@ static void pd__report_stages(pd__pipe *pipe, const pd_plan *plan, pd__sched_kin
                wall > 0 ? 100 * ps.busy_ms / wall : 0, act, ps.peak_versions, simb, simv);
     }
     printf("bubble: %.1f%% measured", wall > 0 ? 100 * (1 - busy_all / (P * wall)) : 0);
-    if (sim) printf(", %.1f%% simulated", 100 * sr.bubble);
+    if (sim) {
+        printf(", %.1f%% simulated", sr.makespan_ms > 0 ? 100 * (1 - sim_busy / (P * sr.makespan_ms)) : 0);
+        /* the simulator's own bubble leaves an asynchronous schedule's fill and drain out */
+        if (pd__sched_async(kind)) printf(" (%.1f%% in the steady state)", 100 * sr.bubble);
+    }
     printf("\n");
     if (plan->recompute) printf("recomputation: %lld forwards run again before their backward\n", redone);
     if (sim) pd_sim_result_free(&sr);
@@ -790,7 +800,7 @@ static int pd__train_pipeline(pd__targs *a, pd_graph *g, const char *input, pd_t
         pd__pmetrics_upto(&r.pm, steps);
         if (!a->quiet) pd__report_steps(r.res, first, steps, B, total);
         if (!a->quiet && pd__mp.size < 2) /* under MPI each process knows its own stage only */
-            pd__report_stages(r.pipe, r.plan, kind, M);
+            pd__report_stages(r.pipe, r.plan, kind, M, steps - first);
     }
     if (st != PD_OK) pd__mp_fail();
     if (cr->ck) { /* an error: what was taken is still written, a checkpoint waiting for a failed process's part not */
