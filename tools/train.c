@@ -611,7 +611,7 @@ static int pd__pipeline_setup(pd__targs *a, pd_graph *g, pd__sched_kind kind, in
  * the bubble over the whole run, fill and drain included, measured and
  * simulated, and pipedream's and 2bw's simulated steady state; the forwards
  * recomputation ran again. */
-#define PD_REPORT_SIM_MB 10000
+#define PD_REPORT_SIM_MB 1000 /* 8 stages x 8 microbatches: 20 MB, 0.03 s */
 static void pd__report_stages(pd__pipe *pipe, const pd_plan *plan, pd__sched_kind kind, int M, int64_t minibatches) {
     pd_sim_options so = PD_SIM_OPTIONS_INIT;
     so.schedule = pd__sched_kind_name(kind);
