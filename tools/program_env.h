@@ -1,9 +1,8 @@
 /* program_env.h - the environment pdonnx's programs run in, set before the
  * libraries read it: OpenMP's idle workers spin briefly, then sleep (GNU
  * libgomp, for a time measured on this CPU, and LLVM's libomp in clang
- * builds); OpenBLAS takes the kernels of
- * the CPU's vector instructions where its own detection fell short (said in
- * one line when stderr is a terminal).
+ * builds); OpenBLAS takes the kernels of the CPU's vector instructions where
+ * its own detection fell short (said in one line when stderr is a terminal).
  *
  * How it works: docs/INTERNALS.md, "tools/program_env.h".
  */
