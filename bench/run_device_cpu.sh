@@ -34,27 +34,30 @@ OPENBLAS_VERBOSE=2 "$pack/pdonnx" --help 2>&1 >/dev/null | grep -E 'Core|OPENBLA
 timeout "$(( $(left) * 55 / 100 ))" bench/run_realistic.sh "$pack" "${ITERS:-10}" "${REPEATS:-3}" 2>&1 | tee "$outdir/realistic.md"
 log realistic
 models=$pack/bench-realistic
+batch() { "$PD_BENCH_PYTHON" -c "import sys; sys.path.insert(0, 'bench'); import torch_realistic as t; print(t.BATCH['$1'])"; }
+# FIELD of bench_train's JSON line on stdin
+field() { "$PD_BENCH_PYTHON" -c "import json, sys; print(json.load(sys.stdin)['$1'])"; }
 # The idle workers' spin at 2 threads: the count pdonnx measures for this CPU
 # (tools/program_env.h), ten and a hundred times it (the transformers' many
 # parallel regions wait on a sleeping worker's wake-up where it is too short)
-spin=$(taskset -c "$two" "$pack/bench/bench_train" "$models/mlp/model.onnx" "$models/mlp/x.npy" --batch 128 \
-         --threads 2 --iters 1 --warmup 0 | "$PD_BENCH_PYTHON" -c "import json, sys; print(json.load(sys.stdin)['gomp_spincount'])")
+spin=$(taskset -c "$two" "$pack/bench/bench_train" "$models/mlp/model.onnx" "$models/mlp/x.npy" --batch "$(batch mlp)" \
+         --threads 2 --iters 1 --warmup 0 | field gomp_spincount)
 log "GOMP_SPINCOUNT measured here: $spin"
 { echo "| model | GOMP_SPINCOUNT | 2-thread ms/step, two runs |"; echo "|---|---|---|"; } > "$outdir/spin.md"
 for m in gpt vit; do
-  b=$("$PD_BENCH_PYTHON" -c "import sys; sys.path.insert(0, 'bench'); import torch_realistic as t; print(t.BATCH['$m'])")
+  b=$(batch "$m")
   for c in "$spin" "$((spin * 10))" "$((spin * 100))"; do
     [ "$(left)" -gt 150 ] || break
     r=$(for i in 1 2; do GOMP_SPINCOUNT=$c taskset -c "$two" "$pack/bench/bench_train" "$models/$m/model.onnx" \
           "$models/$m/x.npy" --batch "$b" --threads 2 --iters 6 --warmup 2 --optimizer momentum |
-          "$PD_BENCH_PYTHON" -c "import json, sys; print('%.1f' % json.load(sys.stdin)['ms_per_step'])"; done | tr '\n' ' ')
+          field ms_per_step | xargs printf '%.1f '; done)
     echo "| $m | $c | $r|" | tee -a "$outdir/spin.md"
   done
 done
 log spin
 for m in gpt vit; do
   [ "$(left)" -gt 40 ] || break
-  b=$("$PD_BENCH_PYTHON" -c "import sys; sys.path.insert(0, 'bench'); import torch_realistic as t; print(t.BATCH['$m'])")
+  b=$(batch "$m")
   [ -f "$models/$m/model.onnx" ] || continue
   for t in 1 2; do
     pin=$1; [ "$t" = 2 ] && pin=$two

@@ -32,27 +32,25 @@
  * default, 200, keeps a core busy through every pause of a step). */
 #define PD_KMP_BLOCKTIME "1"
 
-/* One turn of libgomp's spin (config/linux/wait.h: a relaxed load, then
- * cpu_relax: PAUSE on x86, a compiler barrier elsewhere). */
-static inline bool pd__spin_turn(volatile int *flag) {
-    if (*flag) return false;
+/* libgomp's cpu_relax (config/linux/wait.h): PAUSE on x86, a compiler
+ * barrier elsewhere; a turn of its spin is a relaxed load and this. */
+static inline void pd__cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_ia32_pause();
 #else
     __asm__ volatile("" ::: "memory");
 #endif
-    return true;
 }
 
 /* ns of `turns` turns of the spin, the fastest of three tries (a try the
  * scheduler interrupts only lengthens). */
-static inline double pd_spin_ns(long turns) {
+static inline double pd__spin_ns(long turns) {
     static volatile int never;
     double best = 0;
     for (int r = 0; r < 3; r++) {
         struct timespec a, b;
         clock_gettime(CLOCK_MONOTONIC, &a);
-        for (long i = 0; i < turns && pd__spin_turn(&never); i++) {}
+        for (long i = 0; i < turns && !never; i++) pd__cpu_relax();
         clock_gettime(CLOCK_MONOTONIC, &b);
         double ns = 1e9 * (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec);
         if (r == 0 || ns < best) best = ns;
@@ -63,7 +61,7 @@ static inline double pd_spin_ns(long turns) {
 /* GOMP_SPINCOUNT for a spin of about ns on this CPU: 2000 turns timed (0.1-0.5
  * ms), the count scaled from them, kept within 100 and 10^6. */
 static inline long pd_omp_spin_count(double ns) {
-    double per = pd_spin_ns(2000) / 2000, n = per > 0 ? ns / per : 1000;
+    double per = pd__spin_ns(2000) / 2000, n = per > 0 ? ns / per : 1000;
     return n < 100 ? 100 : n > 1e6 ? 1000000 : (long)n;
 }
 
