@@ -296,7 +296,8 @@ expect_error "simulate: missing plan file" "$tmp/nope.json" "$pdonnx" simulate "
 echo '{"format": "pdonnx-plan", "workers": 1' >"$tmp/trunc.json"
 expect_error "simulate: truncated plan" "$tmp/trunc.json:1: invalid JSON" "$pdonnx" simulate "$tmp/trunc.json" --schedule flush
 # per-call costs (docs/PROFILE.md): a chain whose every time is call + row * b, profiled at 8 rows,
-# planned at 2: flush with 4 microbatches on 2 stages is 5 x 3 ms, linear scaling 5 x 2.25
+# planned at 2: flush with 4 microbatches on 2 stages is 5 x 3 ms, linear scaling 5 x 2.25; one
+# worker on the 8 rows at once is the profile's own 2 x 9 ms, 4 x 6 ms less 3 extra calls of 2 ms
 cat >"$tmp/call.json" <<'EOF'
 {"format": "pdonnx-profile", "version": 1, "batch": 8, "fit_batches": [2], "nodes": [
  {"name":"n0","desc":"Gemm","fwd_ms":2.5,"bwd_in_ms":4.5,"bwd_w_ms":2,"param_bytes":1024,"fwd_call_ms":0.5,"bwd_in_call_ms":0.5},
@@ -310,8 +311,10 @@ if "$pdonnx" plan --profile "$tmp/call.json" --workers 2 --straight --bandwidth 
    && grep -q "^time per minibatch: 15.000 ms" "$tmp/out" \
    && grep -Eq "^ +0 +3.000 +2.250 +1.000 +\+33.3%" "$tmp/out" \
    && grep -q "linear scaling would predict 11.250 ms per minibatch (711.1 samples/s); the per-call costs make it 1.33x" "$tmp/out" \
+   && grep -q "^one worker on all 8 rows at once: 18.000 ms (the pipeline 1.20x as fast)" "$tmp/out" \
+   && grep -q "^microbatches: 4 calls of 2 rows per node where one worker makes one of 8: the extra calls cost 6 ms a step, 33.3% of one worker's" "$tmp/out" \
    && "$pdonnx" simulate "$tmp/plan.json" --schedule flush >"$tmp/out2" 2>&1 && ! grep -q "overhead" "$tmp/out2"; then
-  ok "plan --microbatch-size 2 from a profile at 8 with per-call costs: simulate shows 15 ms against linear 11.25"
+  ok "plan --microbatch-size 2 from a profile at 8 with per-call costs: simulate shows 15 ms against linear 11.25, one worker 18"
 else
   bad "per-call costs: $(head -c 900 "$tmp/out")"
 fi
@@ -415,6 +418,46 @@ if "$pdonnx" train "$ex/digits_mlp.onnx" --steps 4 --no-shuffle --stages 2 --sch
 else
   bad "train --schedule pipedream, the bubble line: $(grep bubble "$tmp/out" || tail -c 400 "$tmp/out")"
 fi
+# the run summary's step: with several microbatches the profile is also
+# measured at the step's rows, so the plan holds each stage's per-call cost
+# (0 to the stage's time), one worker's simulated time is M microbatches'
+# less the M - 1 extra calls, and the summary's figures are the plan's
+rm -rf "$tmp/ckfit"
+if "$pdonnx" train "$ex/digits_mlp.onnx" --steps 4 --no-shuffle --stages 2 --schedule flush --microbatches 4 \
+     --checkpoint-dir "$tmp/ckfit" --checkpoint-every 4 >"$tmp/out" 2>&1 \
+   && s=$(grep -o 'ms measured, [0-9.e+-]* ms simulated; one worker on all 32 rows at once: [0-9.e+-]* ms simulated (the pipeline [0-9.]*x as fast)' "$tmp/out") \
+   && m=$(grep -o '^microbatches: 4 calls of 8 rows per node where one worker makes one of 32: the extra calls cost [0-9.e+-]* ms a step, [0-9.]*% of one worker.s' "$tmp/out") \
+   && python3 - "$tmp/ckfit"/ckpt-*/manifest.json "$s" "$m" <<'PY'
+import json, re, sys
+p = json.load(open(sys.argv[1]))["info"]["plan"]
+num = lambda t: [float(x) for x in re.findall(r"\d[\d.]*(?:e[+-]?\d+)?", t)]
+sim, one, speed = num(sys.argv[2])[0], num(sys.argv[2])[2], num(sys.argv[2])[3]
+extra, share = num(sys.argv[3])[-2:]
+M, parts, calls = p["microbatches"], ("fwd", "bwd_in", "bwd_w"), 0
+for st in p["stages"]:
+    for k in parts:
+        assert 0 <= st[k + "_call_ms"] <= st[k + "_ms"], (k, st)
+        calls += st[k + "_call_ms"]
+total = sum(st[k + "_ms"] for st in p["stages"] for k in parts)
+assert calls > 0 and M == 4
+close = lambda a, b, rel: abs(a - b) <= rel * abs(b)
+assert close(p["single_ms"], M * total - (M - 1) * calls, 1e-6), p["single_ms"]
+assert close(one, p["single_ms"], 0.006) and close(speed, one / sim, 0.02), (one, sim, speed)
+assert close(extra, (M - 1) * calls, 0.006) and abs(share - 100 * extra / one) < 0.1 and 0 < share < 100, (extra, share)
+PY
+then
+  ok "train --microbatches 4: per-call costs fitted at the step's rows, one worker's time and the extra calls' cost ($(grep -o 'extra calls cost .*' "$tmp/out"))"
+else
+  bad "train --microbatches 4, the step lines: $(grep -E '^(step|microbatches):' "$tmp/out" || tail -c 600 "$tmp/out")"
+fi
+# one microbatch: the step line, no per-call costs to fit and nothing extra
+if "$pdonnx" train "$ex/digits_mlp.onnx" --steps 4 --no-shuffle --stages 2 --schedule pipedream >"$tmp/out" 2>&1 \
+   && grep -q '^step: .* ms measured, .* ms simulated; one worker on all 32 rows at once: .* ms simulated' "$tmp/out" \
+   && ! grep -q '^microbatches:' "$tmp/out"; then
+  ok "train --schedule pipedream: the step line without a microbatch overhead"
+else
+  bad "train --schedule pipedream, the step line: $(grep -E '^(step|microbatches):' "$tmp/out" || tail -c 400 "$tmp/out")"
+fi
 expect_error "train: --vertical-sync is PipeDream's" "--vertical-sync goes with --schedule pipedream" \
   "$pdonnx" train "$ex/digits_mlp.onnx" --stages 2 --schedule flush --vertical-sync --quiet
 expect_error "train: microbatches must divide the batch" "not a multiple of --microbatches 3" \
@@ -442,6 +485,15 @@ if "$pdonnx" train "$ex/digits_mlp.onnx" --steps 20 --stages 2 --schedule avgpip
   ok "train --parallel-pipelines 2: 5 elastic updates, both pipelines' losses per step, the centre saved"
 else
   bad "train --parallel-pipelines 2: $(tail -c 600 "$tmp/out")"
+fi
+# the copies are loaded as the first pipeline's graph was: --untie (the
+# GPT-2 export's LM head) gives every copy the same parameters
+if (cd "$zoo/gpt2-ts" && "$pdonnx" train model.onnx --data X.npy --labels Y.npy --batch 4 --steps 4 --stages 2 \
+      --schedule avgpipe --parallel-pipelines 2 --untie) >"$tmp/out" 2>&1 \
+   && grep -q "^untied 1 initializer" "$tmp/out" && grep -q "^trained 4 steps x 2 pipelines" "$tmp/out"; then
+  ok "train --parallel-pipelines 2 --untie: every pipeline's copy untied as the first"
+else
+  bad "train --parallel-pipelines 2 --untie: $(tail -c 400 "$tmp/out")"
 fi
 expect_error "train: --parallel-pipelines needs stages" "need --stages N or --plan FILE" \
   "$pdonnx" train "$ex/digits_mlp.onnx" --parallel-pipelines 2 --quiet

@@ -42,12 +42,21 @@ static int pd__write_csv(const pd__schedule *s, const char *path) {
     return 0;
 }
 
-/* A plan whose profile had per-call costs: per stage what a microbatch costs
- * against the profile's time scaled linearly to the microbatch size, and the
- * minibatch time that linear scaling would predict (the plan, rewritten). */
+/* A plan whose profile had per-call costs: one worker's time for the whole
+ * minibatch as one call per node against the pipeline's, and what the extra
+ * calls of its microbatches cost; when the microbatches are smaller than
+ * the profile's batch, per stage what a microbatch costs against the
+ * profile's time scaled linearly to the microbatch size, and the minibatch
+ * time that linear scaling would predict (the plan, rewritten). */
 static int pd__report_overhead(pd_plan *plan, const pd_sim_options *o, const pd_sim_result *r) {
     int64_t b = plan->microbatch_size > 0 ? plan->microbatch_size : 1;
-    double ratio = plan->profile_batch > 0 ? (double)b / plan->profile_batch : 1;
+    int m = o->microbatches > 0 ? o->microbatches : plan->microbatches > 0 ? plan->microbatches : 1;
+    double one = pd_cli_one_worker_ms(plan, m, NULL);
+    printf("\none worker on all %lld rows at once: %.3f ms (the pipeline %.2fx as fast)\n", (long long)b * m, one,
+           r->time_ms > 0 ? one / r->time_ms : 0.0);
+    pd_cli_print_extra_calls(plan, m);
+    if (plan->profile_batch <= 0 || plan->profile_batch == b) return 0; /* the times are the microbatch's own */
+    double ratio = (double)b / plan->profile_batch;
     printf("\nper-microbatch overhead: microbatches of %lld rows, the profile measured at %lld rows\n", (long long)b,
            (long long)plan->profile_batch);
     printf("%5s  %12s  %12s  %12s  %9s\n", "stage", "ms per mb", "linear ms", "per-call ms", "overhead");

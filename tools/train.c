@@ -41,6 +41,7 @@ typedef struct {
     double ckpt_overhead;
     int64_t stages, microbatches, virtual_stages;
     int64_t max_constant_bytes; /* 0: the loader's default */
+    pd_load_options lo;         /* how the model was loaded (its input shapes left out) */
     pd_train_options o;
     int64_t batch, steps, epochs, seed;
     bool shuffle, cosine, quiet, vertical_sync, untie, recompute;
@@ -423,7 +424,8 @@ static bool pd__metrics_ok(FILE *f, const char *path) {
 /* The run's plan (train_pipe.h): interleaved runs --virtual-stages (2) per stage. */
 static pd_status pd__pipe_plan(const pd__targs *a, pd_graph *g, bool interleaved, pd_plan **out) {
     int chunks = interleaved ? (int)(a->virtual_stages ? a->virtual_stages : 2) : 1;
-    pd_cli_plan_args pa = {a->plan, (int)a->stages, (int)a->microbatches, chunks, a->o.threads, &a->o};
+    pd_cli_plan_args pa = {a->plan, (int)a->stages, (int)a->microbatches, chunks, a->o.threads, &a->o,
+                           a->model, &a->lo, a->batch};
     return pd_cli_pipe_plan(&pa, g, out);
 }
 
@@ -605,6 +607,20 @@ static int pd__pipeline_setup(pd__targs *a, pd_graph *g, pd__sched_kind kind, in
     return 0;
 }
 
+/* The run summary's step time, measured and simulated, beside one worker's
+ * simulated time for the whole step run as one call per node: with the
+ * per-call costs pd_cli_pipe_plan fits when a step has several microbatches,
+ * that counts what their extra calls cost, which the next line says. */
+static void pd__report_step(const pd_plan *plan, int M, double step_ms, double sim_ms) {
+    printf("step: %.3g ms measured, %.3g ms simulated", step_ms, sim_ms);
+    double one = pd_cli_one_worker_ms(plan, M, NULL);
+    if (one > 0 && sim_ms > 0 && (M == 1 || pd__plan_has_call(plan)))
+        printf("; one worker on all %lld rows at once: %.3g ms simulated (the pipeline %.2fx as fast)",
+               (long long)plan->microbatch_size * M, one, one / sim_ms);
+    printf("\n");
+    pd_cli_print_extra_calls(plan, M);
+}
+
 /* The run summary's table: per stage its nodes, busy time, peak activations
  * and weight versions, beside the simulator's prediction for the same plan,
  * schedule and number of minibatches (this run's, up to PD_REPORT_SIM_MB);
@@ -660,6 +676,7 @@ static void pd__report_stages(pd__pipe *pipe, const pd_plan *plan, pd__sched_kin
         if (pd__sched_async(kind)) printf(" (%.1f%% in the steady state)", 100 * sr.bubble);
     }
     printf("\n");
+    if (sim) pd__report_step(plan, M, wall / (double)minibatches, sr.makespan_ms / so.minibatches);
     if (plan->recompute) printf("recomputation: %lld forwards run again before their backward\n", redone);
     if (sim) pd_sim_result_free(&sr);
 }
@@ -884,8 +901,8 @@ static int pd__train_avgpipe_hook(pd__targs *a, const pd_cli_avg_args *av, pd_gr
                                   pd_tensor *X, pd_tensor *Y, pd__data *data, int64_t steps, pd__sched_kind kind,
                                   FILE *mf) {
     pd_cli_avg_ctx c = {a->model, a->plan, (int)a->stages, (int)a->microbatches, a->batch, steps, &a->o, kind,
-                        a->quiet, a->trace, g, input, X, Y, data, mf, pd__mp.rank, pd__mp.size, pd__mp_agree_final,
-                        a->recompute};
+                        a->quiet, a->trace, g, &a->lo, input, X, Y, data, mf, pd__mp.rank, pd__mp.size,
+                        pd__mp_agree_final, a->recompute};
     return pd_cli_train_avgpipe(av, &c);
 }
 
@@ -1109,6 +1126,8 @@ static bool pd__train_load(pd__trun *t) {
     rows_shape.shape[0] = lo.batch;
     if (!(a->o.loss == PD_LOSS_GRAPH && a->o.labels_input)) lo.n_input_shapes = 1, lo.input_shapes = &rows_shape;
     if (pd_graph_load_file(a->model, &lo, &t->g) != PD_OK) return pd_cli_fail(), false;
+    a->lo = lo;
+    a->lo.n_input_shapes = 0, a->lo.input_shapes = NULL;
     if (!a->quiet) pd__report_load(a, t->g);
     bool deferred = false, half = false; /* per-stage loading applies: the model's weights are external data */
     for (int i = 0; i < t->g->ntensors; i++)

@@ -58,7 +58,7 @@ static double pd__avg_now(void) {
 
 /* The plan every pipeline runs (train_pipe.h), profiled on one thread. */
 static pd_status pd__avg_plan(const pd_cli_avg_ctx *c, pd_plan **out) {
-    pd_cli_plan_args pa = {c->plan, c->stages, c->microbatches, 1, 1, c->o};
+    pd_cli_plan_args pa = {c->plan, c->stages, c->microbatches, 1, 1, c->o, c->model, c->lo, c->batch};
     return pd_cli_pipe_plan(&pa, c->g, out);
 }
 
@@ -101,25 +101,13 @@ static void avg_free(avg_run *r) {
 }
 
 /* Pipeline 0 trains the caller's graph; the others copies loaded from the
- * same file, with the first graph's input shapes (a sequence length bound
- * from the data). */
+ * same file as it was (pd_cli_graph_at: its options, and its input shapes
+ * with a sequence length bound from the data). */
 static int avg_copies(const pd_cli_avg_ctx *c, avg_run *r) {
     r->g[0] = c->g;
-    pd_load_options lo = PD_LOAD_OPTIONS_INIT;
-    lo.batch = r->B / c->microbatches;
-    lo.half_as_float = 1;
-    pd_input_shape shapes[8];
-    for (int k = 0; k < pd_graph_num_inputs(c->g) && k < 8; k++) {
-        pd_value_info vi;
-        if (pd_graph_input(c->g, k, &vi) != PD_OK) continue;
-        shapes[lo.n_input_shapes].name = vi.name;
-        shapes[lo.n_input_shapes].ndim = vi.ndim;
-        memcpy(shapes[lo.n_input_shapes].shape, vi.shape, sizeof vi.shape);
-        shapes[lo.n_input_shapes++].dtype = PD_UNDEFINED;
-    }
-    lo.input_shapes = shapes;
+    int64_t b = r->B / c->microbatches;
     for (int i = 1; i < r->here; i++)
-        if (pd_graph_load_file(c->model, &lo, &r->g[i]) != PD_OK) return pd_cli_fail();
+        if (pd_cli_graph_at(c->model, c->lo, c->g, b, b, &r->g[i]) != PD_OK) return pd_cli_fail();
     return 0;
 }
 

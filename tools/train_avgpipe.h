@@ -33,6 +33,7 @@ typedef struct pd_cli_avg_ctx {
     bool quiet;
     const char *trace;          /* pipeline 0's Chrome trace */
     pd_graph *g;                /* pipeline 0's graph (batch: one microbatch); keeps the centre */
+    const pd_load_options *lo;  /* how g was loaded (the copies and the profile's fit load it again) */
     const char *input;          /* the data input's name */
     const pd_tensor *X, *Y;
     pd__data *data;             /* the stream: pipeline i takes minibatches t*K + i */

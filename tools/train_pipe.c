@@ -8,6 +8,43 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define PD_CLI_MAX_INPUTS 64
+
+pd_status pd_cli_graph_at(const char *model, const pd_load_options *lo, const pd_graph *g, int64_t batch,
+                          int64_t rows, pd_graph **out) {
+    int n = pd_graph_num_inputs(g);
+    if (n > PD_CLI_MAX_INPUTS) return pd__err(PD_ERR_UNSUPPORTED, "%s: more than %d inputs", model, PD_CLI_MAX_INPUTS);
+    pd_input_shape shapes[PD_CLI_MAX_INPUTS];
+    pd_load_options at = *lo;
+    at.batch = rows;
+    at.n_input_shapes = 0;
+    for (int k = 0; k < n; k++) {
+        pd_value_info vi;
+        if (pd_graph_input(g, k, &vi) != PD_OK) continue;
+        pd_input_shape *s = &shapes[at.n_input_shapes++];
+        s->name = vi.name;
+        s->ndim = vi.ndim;
+        memcpy(s->shape, vi.shape, sizeof vi.shape);
+        if (vi.ndim > 0 && vi.shape[0] == batch) s->shape[0] = rows;
+        s->dtype = PD_UNDEFINED;
+    }
+    at.input_shapes = shapes;
+    return pd_graph_load_file(model, &at, out);
+}
+
+/* prof (g's, at a microbatch's rows) fitted with one at a step's rows. */
+static pd_status pd__pipe_fit(const pd_cli_plan_args *pa, const pd_graph *g, const pd_profile_options *po,
+                              pd_profile *prof) {
+    pd_graph *whole;
+    PD_TRY(pd_cli_graph_at(pa->model, pa->lo, g, prof->batch, pa->rows, &whole));
+    pd_profile *at = NULL;
+    pd_status st = pd_profile_measure(whole, po, &at);
+    pd_graph_destroy(whole);
+    if (st == PD_OK) st = pd_profile_fit(prof, (const pd_profile *const *)&at, 1);
+    pd_profile_destroy(at);
+    return st;
+}
+
 pd_status pd_cli_pipe_plan(const pd_cli_plan_args *pa, pd_graph *g, pd_plan **out) {
     if (pa->plan) {
         PD_TRY(pd_plan_load(pa->plan, out));
@@ -28,6 +65,13 @@ pd_status pd_cli_pipe_plan(const pd_cli_plan_args *pa, pd_graph *g, pd_plan **ou
     po.repeats = 3;
     pd_profile *prof;
     PD_TRY(pd_profile_measure(g, &po, &prof));
+    if (pa->model && pa->lo && !pa->lo->lazy_weights && pa->microbatches > 1 && pa->rows > prof->batch) {
+        pd_status st = pd__pipe_fit(pa, g, &po, prof);
+        if (st != PD_OK) {
+            pd_profile_destroy(prof);
+            return st;
+        }
+    }
     pd_plan_options o = PD_PLAN_OPTIONS_INIT;
     o.workers = pa->stages * pa->chunks;
     o.straight = 1;

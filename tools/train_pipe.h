@@ -23,13 +23,28 @@ typedef struct pd_cli_plan_args {
     int chunks;                /* virtual stages per stage (interleaved; else 1) */
     int threads;               /* the profile's threads */
     const pd_train_options *o; /* the profile's optimizer and loss */
+    /* The file g was loaded from and how (NULL: not measured again), and a
+     * step's rows: with several microbatches the profile is measured at
+     * those rows too, to fit each node's per-call cost (pd_profile_fit). */
+    const char *model;
+    const pd_load_options *lo;
+    int64_t rows;
 } pd_cli_plan_args;
 
 /* The file's plan (its nodes must be g's), or PipeDream's planner on a
  * profile of g measured now, as a straight pipeline of stages x chunks
  * stages (virtual stage k on stage k % stages; cut evenly when the planner
- * finds fewer worth having). */
+ * finds fewer worth having). A profile fitted at a step's rows gives the
+ * plan its per-call costs: its one worker runs the step as one call per
+ * node, so its predicted speedup counts what microbatching costs. Not with
+ * per-stage loading (lo->lazy_weights): the whole step's activations in
+ * one process are what that mode avoids. */
 pd_status pd_cli_pipe_plan(const pd_cli_plan_args *pa, pd_graph *g, pd_plan **out);
+
+/* The model file g was loaded from, loaded again as lo says with g's input
+ * shapes, their first dim (g's rows, batch) made `rows`. */
+pd_status pd_cli_graph_at(const char *model, const pd_load_options *lo, const pd_graph *g, int64_t batch,
+                          int64_t rows, pd_graph **out);
 
 typedef struct pd_cli_ring {
     pd__data *data;
