@@ -425,7 +425,7 @@ static bool pd__metrics_ok(FILE *f, const char *path) {
 static pd_status pd__pipe_plan(const pd__targs *a, pd_graph *g, bool interleaved, pd_plan **out) {
     int chunks = interleaved ? (int)(a->virtual_stages ? a->virtual_stages : 2) : 1;
     pd_cli_plan_args pa = {a->plan, (int)a->stages, (int)a->microbatches, chunks, a->o.threads, &a->o,
-                           a->model, &a->lo, a->batch};
+                           a->model, &a->lo, a->batch, a->quiet};
     return pd_cli_pipe_plan(&pa, g, out);
 }
 
@@ -1126,13 +1126,13 @@ static bool pd__train_load(pd__trun *t) {
     rows_shape.shape[0] = lo.batch;
     if (!(a->o.loss == PD_LOSS_GRAPH && a->o.labels_input)) lo.n_input_shapes = 1, lo.input_shapes = &rows_shape;
     if (pd_graph_load_file(a->model, &lo, &t->g) != PD_OK) return pd_cli_fail(), false;
-    a->lo = lo;
-    a->lo.n_input_shapes = 0, a->lo.input_shapes = NULL;
     if (!a->quiet) pd__report_load(a, t->g);
     bool deferred = false, half = false; /* per-stage loading applies: the model's weights are external data */
     for (int i = 0; i < t->g->ntensors; i++)
         deferred |= pd__deferred(&t->g->tensors[i]), half |= t->g->tensors[i].file_dtype != 0;
     a->lazy = a->lazy && deferred && !half; /* float16 weights beside them: saved gathered, in their own type */
+    a->lo = lo;
+    a->lo.n_input_shapes = 0, a->lo.input_shapes = NULL, a->lo.lazy_weights = a->lazy;
     if (a->lazy && a->val_x && pd__mp.size > 1) { /* rank 0 validates, holding its stages' weights only */
         fprintf(stderr, "pdonnx: --val under mpirun with per-stage loading: rank 0 holds only its stages' weights "
                         "(PDONNX_LAZY_WEIGHTS=0 gathers them all)\n");

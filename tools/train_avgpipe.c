@@ -58,7 +58,7 @@ static double pd__avg_now(void) {
 
 /* The plan every pipeline runs (train_pipe.h), profiled on one thread. */
 static pd_status pd__avg_plan(const pd_cli_avg_ctx *c, pd_plan **out) {
-    pd_cli_plan_args pa = {c->plan, c->stages, c->microbatches, 1, 1, c->o, c->model, c->lo, c->batch};
+    pd_cli_plan_args pa = {c->plan, c->stages, c->microbatches, 1, 1, c->o, c->model, c->lo, c->batch, c->quiet};
     return pd_cli_pipe_plan(&pa, c->g, out);
 }
 

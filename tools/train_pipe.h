@@ -29,6 +29,7 @@ typedef struct pd_cli_plan_args {
     const char *model;
     const pd_load_options *lo;
     int64_t rows;
+    bool quiet;                /* no note when the fit could not be made */
 } pd_cli_plan_args;
 
 /* The file's plan (its nodes must be g's), or PipeDream's planner on a
@@ -38,7 +39,9 @@ typedef struct pd_cli_plan_args {
  * plan its per-call costs: its one worker runs the step as one call per
  * node, so its predicted speedup counts what microbatching costs. Not with
  * per-stage loading (lo->lazy_weights): the whole step's activations in
- * one process are what that mode avoids. */
+ * one process are what that mode avoids. A fit that fails (the model will
+ * not load or run at the step's rows) leaves the plan without per-call
+ * costs, after a note. */
 pd_status pd_cli_pipe_plan(const pd_cli_plan_args *pa, pd_graph *g, pd_plan **out);
 
 /* The model file g was loaded from, loaded again as lo says with g's input
