@@ -318,6 +318,19 @@ if "$pdonnx" plan --profile "$tmp/call.json" --workers 2 --straight --bandwidth 
 else
   bad "per-call costs: $(head -c 900 "$tmp/out")"
 fi
+# the same chain as 2bw on 4 workers: 4 parallel pipelines, so one worker runs 4 x 4 microbatches' 32 rows at
+# once, 16 x 6 ms less 15 extra calls of 2 ms = 66 ms, the planner's single_ms, against 24 ms a minibatch
+if "$pdonnx" plan --profile "$tmp/call.json" --workers 4 --algo 2bw --bandwidth 1e18 --microbatches 4 \
+     --microbatch-size 2 -o "$tmp/call_2bw.json" >"$tmp/out" 2>&1 && grep -Eq '"width":[[:space:]]*4,' "$tmp/call_2bw.json" \
+   && grep -Eq '"single_ms":[[:space:]]*66,' "$tmp/call_2bw.json" \
+   && "$pdonnx" simulate "$tmp/call_2bw.json" --schedule 2bw >"$tmp/out" 2>&1 \
+   && grep -q "^time per minibatch: 24.000 ms" "$tmp/out" \
+   && grep -q "^one worker on all 32 rows at once: 66.000 ms (the pipeline 2.75x as fast)" "$tmp/out" \
+   && grep -q "^microbatches: 16 calls of 2 rows per node where one worker makes one of 32: the extra calls cost 30 ms a step, 45.5% of one worker's" "$tmp/out"; then
+  ok "simulate, 4 parallel pipelines with per-call costs: one worker on all 32 rows, 66 ms as the planner's single_ms"
+else
+  bad "per-call costs, 2bw width 4: $(head -c 900 "$tmp/out")"
+fi
 if "$pdonnx" profile "$fx/mlp/model.onnx" --batch 16 --fit-batches 4 --warmup 1 --repeats 2 -o "$tmp/fit.json" >"$tmp/out" 2>&1 \
    && grep -q "per-call costs fitted from batches 16, 4" "$tmp/out" && grep -q '"fit_batches": \[4\]' "$tmp/fit.json" \
    && "$pdonnx" plan --profile "$tmp/fit.json" --workers 2 --microbatch-size 4 -o "$tmp/fit_plan.json" >/dev/null 2>&1 \

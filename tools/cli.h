@@ -68,15 +68,17 @@ bool pd_cli_parse_double(const char *flag, const char *s, double lo, double *out
 struct pd_plan;
 pd_status pd_cli_share_plan(int rank, pd_status made, struct pd_plan **plan);
 
-/* One worker's simulated time for a step of n microbatches of the plan's
- * rows run as one call per node (tools/plan.c): n times the stages' compute
- * less the n - 1 extra calls of each node's per-call cost (0 in a plan
- * without them); *extra (may be NULL) gets those extra calls' cost. */
-double pd_cli_one_worker_ms(const struct pd_plan *plan, int n, double *extra);
+/* One worker's simulated time for a step of m microbatches in each of the
+ * plan's width pipelines, n = m width microbatches of the plan's rows, run
+ * as one call per node (tools/plan.c): n times the stages' compute less the
+ * n - 1 extra calls of each node's per-call cost (0 in a plan without
+ * them), the planner's single_ms when m is the plan's. *rows gets the
+ * step's rows, *extra those extra calls' cost (either may be NULL). */
+double pd_cli_one_worker_ms(const struct pd_plan *plan, int m, int64_t *rows, double *extra);
 /* The line "microbatches: n calls of b rows per node where one worker makes
  * one of n b: the extra calls cost ... a step" for a plan with per-call
- * costs and n > 1; nothing otherwise. */
-void pd_cli_print_extra_calls(const struct pd_plan *plan, int n);
+ * costs and n > 1 (n as above); nothing otherwise. */
+void pd_cli_print_extra_calls(const struct pd_plan *plan, int m);
 
 int pd_cli_conformance(int argc, char **argv);
 int pd_cli_train(int argc, char **argv);

@@ -49,24 +49,27 @@ static void pd__bytes_str(char *buf, size_t n, double v) {
     snprintf(buf, n, k ? "%.2f %s" : "%.0f %s", v, u[k]);
 }
 
-double pd_cli_one_worker_ms(const pd_plan *pl, int n, double *extra) {
+double pd_cli_one_worker_ms(const pd_plan *pl, int m, int64_t *rows, double *extra) {
+    int n = m * (pl->width > 0 ? pl->width : 1);
     double t = 0, c = 0;
     for (int s = 0; s < pl->n_stages; s++) {
         const pd__stage *st = &pl->stage[s];
         t += st->fwd_ms + st->bwd_in_ms + st->bwd_w_ms;
         c += st->fwd_call_ms + st->bwd_in_call_ms + st->bwd_w_call_ms;
     }
+    if (rows) *rows = pl->microbatch_size * n;
     if (extra) *extra = c * (n - 1);
     return t * n - c * (n - 1);
 }
 
-void pd_cli_print_extra_calls(const pd_plan *pl, int n) {
-    double extra, one = pd_cli_one_worker_ms(pl, n, &extra);
+void pd_cli_print_extra_calls(const pd_plan *pl, int m) {
+    int64_t rows;
+    double extra, one = pd_cli_one_worker_ms(pl, m, &rows, &extra);
+    long long b = (long long)pl->microbatch_size, n = b > 0 ? rows / b : 0;
     if (n < 2 || !pd__plan_has_call(pl) || one <= 0) return;
-    long long b = (long long)pl->microbatch_size;
-    printf("microbatches: %d calls of %lld rows per node where one worker makes one of %lld: the extra calls cost "
+    printf("microbatches: %lld calls of %lld rows per node where one worker makes one of %lld: the extra calls cost "
            "%.3g ms a step, %.1f%% of one worker's\n",
-           n, b, b * n, extra, 100 * extra / one);
+           n, b, (long long)rows, extra, 100 * extra / one);
 }
 
 static void pd__print_plan(const pd_plan *pl, const char *src) {

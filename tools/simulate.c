@@ -51,8 +51,9 @@ static int pd__write_csv(const pd__schedule *s, const char *path) {
 static int pd__report_overhead(pd_plan *plan, const pd_sim_options *o, const pd_sim_result *r) {
     int64_t b = plan->microbatch_size > 0 ? plan->microbatch_size : 1;
     int m = o->microbatches > 0 ? o->microbatches : plan->microbatches > 0 ? plan->microbatches : 1;
-    double one = pd_cli_one_worker_ms(plan, m, NULL);
-    printf("\none worker on all %lld rows at once: %.3f ms (the pipeline %.2fx as fast)\n", (long long)b * m, one,
+    int64_t rows;
+    double one = pd_cli_one_worker_ms(plan, m, &rows, NULL);
+    printf("\none worker on all %lld rows at once: %.3f ms (the pipeline %.2fx as fast)\n", (long long)rows, one,
            r->time_ms > 0 ? one / r->time_ms : 0.0);
     pd_cli_print_extra_calls(plan, m);
     if (plan->profile_batch <= 0 || plan->profile_batch == b) return 0; /* the times are the microbatch's own */

@@ -613,10 +613,11 @@ static int pd__pipeline_setup(pd__targs *a, pd_graph *g, pd__sched_kind kind, in
  * that counts what their extra calls cost, which the next line says. */
 static void pd__report_step(const pd_plan *plan, int M, double step_ms, double sim_ms) {
     printf("step: %.3g ms measured, %.3g ms simulated", step_ms, sim_ms);
-    double one = pd_cli_one_worker_ms(plan, M, NULL);
-    if (one > 0 && sim_ms > 0 && (M == 1 || pd__plan_has_call(plan)))
+    int64_t rows;
+    double one = pd_cli_one_worker_ms(plan, M, &rows, NULL);
+    if (one > 0 && sim_ms > 0 && (rows == plan->microbatch_size || pd__plan_has_call(plan)))
         printf("; one worker on all %lld rows at once: %.3g ms simulated (the pipeline %.2fx as fast)",
-               (long long)plan->microbatch_size * M, one, one / sim_ms);
+               (long long)rows, one, one / sim_ms);
     printf("\n");
     pd_cli_print_extra_calls(plan, M);
 }
